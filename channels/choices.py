@@ -1,0 +1,22 @@
+from django.db import models
+
+
+class ChannelKind(models.TextChoices):
+    OPENAI = "openai", "OpenAI-compatible (cloud)"
+    VLLM = "vllm", "vLLM"
+    LLAMACPP = "llamacpp", "llama.cpp (llama-server)"
+    ANTHROPIC = "anthropic", "Anthropic"
+
+
+class ChannelStatus(models.TextChoices):
+    """unknown → healthy ↔ degraded ↔ down; credentials_rejected is terminal until an admin acts.
+
+    The health task (3/6) and the gateway's passive checks move the arrows; an admin edit of the
+    base URL or key resets to unknown.
+    """
+
+    UNKNOWN = "unknown", "Unknown"
+    HEALTHY = "healthy", "Healthy"
+    DEGRADED = "degraded", "Degraded"
+    DOWN = "down", "Down"
+    CREDENTIALS_REJECTED = "credentials_rejected", "Credentials rejected"

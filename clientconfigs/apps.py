@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ClientConfigsConfig(AppConfig):
+    name = "clientconfigs"
+    verbose_name = "Client configs"

@@ -1,0 +1,17 @@
+from django.db import models
+
+
+class UsageStatus(models.TextChoices):
+    OK = "ok", "OK"
+    CLIENT_ERROR = "client_error", "Client error"
+    UPSTREAM_ERROR = "upstream_error", "Upstream error"
+    CLIENT_DISCONNECTED = "client_disconnected", "Client disconnected"
+    RATE_LIMITED = "rate_limited", "Rate limited"
+
+
+class ApiSurface(models.TextChoices):
+    CHAT = "chat", "Chat Completions"
+    COMPLETIONS = "completions", "Completions"
+    EMBEDDINGS = "embeddings", "Embeddings"
+    MESSAGES = "messages", "Anthropic Messages"
+    RESPONSES = "responses", "OpenAI Responses"

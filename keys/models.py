@@ -1,0 +1,135 @@
+"""Developer keys and the usage they record."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from portal.models import Limits, TimeStampedModel
+
+from .choices import ApiSurface, UsageStatus
+
+KEY_PREFIX = "gp-"
+
+
+class Key(TimeStampedModel, Limits):
+    """A developer's gateway key. Only its keyed hash is stored; the plaintext is shown once.
+
+    Disabled, not deleted (`revoked_at`), because usage records point at it. Rotation issues a new
+    key with the same settings and gives this one an `expires_at` grace period.
+    """
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="keys")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, help_text="First characters, shown in lists.")
+    last_four = models.CharField(max_length=4)
+    key_hash = models.CharField(max_length=64, unique=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    allowed_models = models.ManyToManyField(
+        "channels.Model", blank=True, related_name="keys",
+        help_text="Empty: every model the owner may use.",
+    )
+    ip_allowlist = models.JSONField(default=list, blank=True, help_text="CIDR blocks; empty: any address.")
+    rotated_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="rotated_to"
+    )
+    client = models.CharField(max_length=32, blank=True, help_text="Client config this key was minted for.")
+
+    class Meta:
+        ordering = ["-created"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "name"],
+                condition=models.Q(revoked_at__isnull=True),
+                name="key_unique_active_name_per_owner",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.masked})"
+
+    @property
+    def masked(self) -> str:
+        return f"{self.prefix}…{self.last_four}"
+
+    @property
+    def is_active(self) -> bool:
+        return (
+            self.revoked_at is None
+            and (self.expires_at is None or self.expires_at > timezone.now())
+            and self.owner.is_active
+        )
+
+    @property
+    def state(self) -> str:
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= timezone.now():
+            return "expired"
+        if not self.owner.is_active:
+            return "owner inactive"
+        return "active"
+
+
+class UsageRecord(models.Model):
+    """One gateway request. Written in batches off the request path (2/6)."""
+
+    created = models.DateTimeField(default=timezone.now, db_index=True)
+    request_id = models.CharField(max_length=64, blank=True)
+    key = models.ForeignKey(Key, null=True, on_delete=models.SET_NULL, related_name="usage")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="usage")
+    model = models.CharField(max_length=128, db_index=True)
+    channel = models.ForeignKey("channels.Channel", null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="usage")
+    surface = models.CharField(max_length=16, choices=ApiSurface, default=ApiSurface.CHAT)
+    stream = models.BooleanField(default=False)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    total_tokens = models.PositiveIntegerField(default=0)
+    estimated = models.BooleanField(default=False, help_text="Counted locally: the upstream reported no usage.")
+    status = models.CharField(max_length=24, choices=UsageStatus, default=UsageStatus.OK)
+    http_status = models.PositiveSmallIntegerField(default=200)
+    error = models.CharField(max_length=300, blank=True)
+    latency_ms = models.FloatField(null=True, blank=True)
+    ttft_ms = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        indexes = [
+            models.Index(fields=["user", "created"], name="usage_user_created"),
+            models.Index(fields=["key", "created"], name="usage_key_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.created:%Y-%m-%d %H:%M:%S} {self.model} {self.total_tokens} tok"
+
+
+class UsageDaily(models.Model):
+    """Per-day aggregate, kept when raw records are pruned. Updated with F() increments."""
+
+    day = models.DateField(db_index=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    key = models.ForeignKey(Key, null=True, on_delete=models.SET_NULL, related_name="+")
+    model = models.CharField(max_length=128)
+    channel = models.ForeignKey("channels.Channel", null=True, on_delete=models.SET_NULL, related_name="+")
+    requests = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.BigIntegerField(default=0)
+    completion_tokens = models.BigIntegerField(default=0)
+    total_tokens = models.BigIntegerField(default=0)
+    estimated_requests = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-day", "model"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "user", "key", "model", "channel"],
+                name="usagedaily_unique_bucket",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.model} {self.total_tokens}"

@@ -1,0 +1,99 @@
+"""Issuing, verifying, revoking and rotating developer keys."""
+
+from __future__ import annotations
+
+import datetime
+import hmac
+import secrets as pysecrets
+from collections.abc import Iterable
+
+from django.db import transaction
+from django.utils import timezone
+
+from portal.secrets import keyed_hash
+
+from .models import KEY_PREFIX, Key
+
+
+def generate_plaintext() -> str:
+    """`gp-` + 43 url-safe characters (256 bits); the prefix lets secret scanners find leaks."""
+    return KEY_PREFIX + pysecrets.token_urlsafe(32)
+
+
+def clean_presented_key(raw: str | None) -> str:
+    """Keys pasted with whitespace, a newline or a `Bearer ` prefix still work."""
+    value = (raw or "").strip()
+    if value.lower().startswith("bearer "):
+        value = value[7:].strip()
+    return value
+
+
+@transaction.atomic
+def issue_key(*, owner, name: str, allowed_models: Iterable = (), **fields) -> tuple[Key, str]:
+    """Create a key and return it with its plaintext, which is never stored."""
+    plaintext = generate_plaintext()
+    defaults = {k: v for k, v in (owner.key_defaults or {}).items() if k in Key.LIMIT_FIELDS}
+    defaults.update(fields)
+    key = Key.objects.create(
+        owner=owner,
+        name=name,
+        prefix=plaintext[: len(KEY_PREFIX) + 6],
+        last_four=plaintext[-4:],
+        key_hash=keyed_hash(plaintext),
+        **defaults,
+    )
+    models = list(allowed_models)
+    if models:
+        key.allowed_models.set(models)
+    return key, plaintext
+
+
+def find_key(presented: str) -> Key | None:
+    """The active or inactive key matching `presented`, or None. Constant-time final compare."""
+    value = clean_presented_key(presented)
+    if not value.startswith(KEY_PREFIX) or len(value) > 200:
+        return None
+    digest = keyed_hash(value)
+    key = Key.objects.select_related("owner").filter(key_hash=digest).first()
+    if key is None or not hmac.compare_digest(key.key_hash, digest):
+        return None
+    return key
+
+
+def verify_key(presented: str) -> Key | None:
+    """The key if it is usable now (not revoked, not expired, owner active), else None."""
+    key = find_key(presented)
+    return key if key is not None and key.is_active else None
+
+
+def revoke_key(key: Key) -> Key:
+    if key.revoked_at is None:
+        key.revoked_at = timezone.now()
+        key.save(update_fields=["revoked_at", "updated"])
+    return key
+
+
+@transaction.atomic
+def rotate_key(key: Key, *, grace: datetime.timedelta | None = None) -> tuple[Key, str]:
+    """Issue a replacement with the same settings; the old key stops now or after `grace`."""
+    old_name = key.name
+    now = timezone.now()
+    # Free the active name for the new key: the old one keeps working under a suffixed name.
+    key.name = f"{old_name} (rotated {now:%Y-%m-%d %H:%M})"[:100]
+    if grace:
+        ends = now + grace
+        key.expires_at = min(key.expires_at, ends) if key.expires_at else ends
+    else:
+        key.revoked_at = now
+    key.save()
+    new, plaintext = issue_key(
+        owner=key.owner,
+        name=old_name,
+        allowed_models=key.allowed_models.all(),
+        **key.limits(),
+        ip_allowlist=list(key.ip_allowlist),
+        expires_at=None,
+        rotated_from=key,
+        client=key.client,
+    )
+    return new, plaintext

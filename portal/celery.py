@@ -1,0 +1,11 @@
+"""Celery app. Broker: Redis when REDIS_URL is set, else kombu's filesystem transport."""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+
+app = Celery("portal")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

@@ -1,0 +1,78 @@
+"""Settings from the environment, with generated secrets kept in the data folder.
+
+Every variable is listed in `.env.example`. A bad value stops the process at start with a message
+that names the variable, never later in a request.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import environ
+from cryptography.fernet import Fernet
+
+
+class ConfigError(SystemExit):
+    """A setting is missing or malformed; raised at import time so nothing half-starts."""
+
+
+env = environ.Env()
+
+
+def get(name: str, cast, default):
+    """Read `name` with `cast`, turning any parse error into a message that names the variable."""
+    try:
+        return env(name, cast=cast, default=default) if cast is not None else env(name, default=default)
+    except (ValueError, environ.ImproperlyConfigured) as exc:
+        raise ConfigError(f"Invalid value for {name}: {os.environ.get(name)!r} ({exc})") from None
+
+
+def data_dir() -> Path:
+    path = Path(os.environ.get("PORTAL_DATA_DIR") or "var").expanduser().resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"PORTAL_DATA_DIR {str(path)!r} cannot be created: {exc}") from None
+    return path
+
+
+def generated_secret(folder: Path, filename: str, make) -> str:
+    """Return the secret stored in `folder/filename`, creating it (mode 0600) on first use."""
+    path = folder / filename
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(make())
+    return path.read_text().strip()
+
+
+def secret_key(folder: Path) -> str:
+    return os.environ.get("DJANGO_SECRET_KEY") or generated_secret(
+        folder, "secret_key", lambda: secrets.token_urlsafe(50)
+    )
+
+
+def encryption_keys(folder: Path) -> list[str]:
+    """Fernet keys, newest first. `PORTAL_ENCRYPTION_KEYS` is a comma-separated list."""
+    raw = os.environ.get("PORTAL_ENCRYPTION_KEYS")
+    if raw:
+        keys = [k.strip() for k in raw.split(",") if k.strip()]
+    else:
+        keys = [generated_secret(folder, "encryption_key", lambda: Fernet.generate_key().decode())]
+    for i, key in enumerate(keys):
+        try:
+            Fernet(key)
+        except (ValueError, TypeError):
+            raise ConfigError(
+                f"Invalid value for PORTAL_ENCRYPTION_KEYS: entry {i + 1} is not a Fernet key "
+                "(32 url-safe base64-encoded bytes; make one with `portal genkey`)"
+            ) from None
+    return keys
+
+
+def key_hash_secret(folder: Path) -> str:
+    return os.environ.get("PORTAL_KEY_HASH_SECRET") or generated_secret(
+        folder, "key_hash_secret", lambda: secrets.token_urlsafe(32)
+    )

@@ -1,0 +1,125 @@
+"""Accounts, roles, personal API tokens and the audit log."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractUser
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.utils import timezone
+
+from .choices import AuditAction, Role
+
+# A limit of 10^12 tokens is already absurd; anything above is a typo, not a plan.
+LIMIT_VALIDATORS = [MinValueValidator(1), MaxValueValidator(10**12)]
+
+
+class TimeStampedModel(models.Model):
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+
+
+def limit_field(help_text: str):
+    return models.BigIntegerField(null=True, blank=True, validators=LIMIT_VALIDATORS, help_text=help_text)
+
+
+class Limits(models.Model):
+    """Rate limits and quotas; blank means unlimited. Shared by keys and users."""
+
+    LIMIT_FIELDS = (
+        "requests_per_minute",
+        "tokens_per_minute",
+        "tokens_per_day",
+        "tokens_per_month",
+        "max_parallel_requests",
+    )
+
+    requests_per_minute = limit_field("Requests per minute (blank: unlimited)")
+    tokens_per_minute = limit_field("Tokens per minute (blank: unlimited)")
+    tokens_per_day = limit_field("Tokens per UTC day (blank: unlimited)")
+    tokens_per_month = limit_field("Tokens per calendar month, UTC (blank: unlimited)")
+    max_parallel_requests = limit_field("Requests in flight at once (blank: unlimited)")
+
+    class Meta:
+        abstract = True
+
+    def limits(self) -> dict[str, int | None]:
+        return {f: getattr(self, f) for f in self.LIMIT_FIELDS}
+
+
+class User(AbstractUser, Limits):
+    """A person. `role` decides what they see; the limits apply to all their keys together and are
+    also the ceiling for any single key they own."""
+
+    role = models.CharField(max_length=16, choices=Role, default=Role.DEVELOPER)
+    key_defaults = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Limits pre-filled on this user's new keys, e.g. {\"tokens_per_day\": 200000}.",
+    )
+
+    class Meta(AbstractUser.Meta):
+        swappable = "AUTH_USER_MODEL"
+
+    @property
+    def is_admin(self) -> bool:
+        return self.is_active and (self.role == Role.ADMIN or self.is_superuser)
+
+    def save(self, *args, **kwargs):
+        if self.is_superuser:
+            self.role = Role.ADMIN
+        super().save(*args, **kwargs)
+
+
+class ApiToken(TimeStampedModel):
+    """A personal token for scripts using the REST API. Shown once; stored as a keyed hash."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16)
+    last_four = models.CharField(max_length=4)
+    token_hash = models.CharField(max_length=64, unique=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "name"],
+                condition=models.Q(revoked_at__isnull=True),
+                name="apitoken_unique_active_name_per_user",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…{self.last_four})"
+
+    @property
+    def is_active(self) -> bool:
+        now = timezone.now()
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+
+class AuditLog(models.Model):
+    """Who changed what, when. Secrets appear as "changed", never with their value."""
+
+    created = models.DateTimeField(default=timezone.now, db_index=True)
+    actor = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    actor_name = models.CharField(max_length=150, blank=True)
+    action = models.CharField(max_length=16, choices=AuditAction)
+    object_type = models.CharField(max_length=50, db_index=True)
+    object_id = models.CharField(max_length=64, blank=True)
+    object_repr = models.CharField(max_length=200, blank=True)
+    changes = models.JSONField(default=dict, blank=True)
+    message = models.CharField(max_length=300, blank=True)
+    ip_address = models.GenericIPAddressField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.actor_name or 'system'} {self.action} {self.object_type} {self.object_repr}"

@@ -1,0 +1,197 @@
+"""Django settings. Everything comes from the environment (see `.env.example`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import env as penv
+from .env import get
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = penv.data_dir()
+
+SECRET_KEY = penv.secret_key(DATA_DIR)
+PORTAL_ENCRYPTION_KEYS = penv.encryption_keys(DATA_DIR)
+PORTAL_KEY_HASH_SECRET = penv.key_hash_secret(DATA_DIR)
+
+DEBUG = get("DJANGO_DEBUG", bool, False)
+ALLOWED_HOSTS = get("DJANGO_ALLOWED_HOSTS", list, ["*"])
+CSRF_TRUSTED_ORIGINS = get("DJANGO_CSRF_TRUSTED_ORIGINS", list, [])
+PORTAL_PUBLIC_URL = get("PORTAL_PUBLIC_URL", str, "").rstrip("/")
+PORTAL_REQUIRE_SERVICES = get("PORTAL_REQUIRE_SERVICES", bool, False)
+
+INSTALLED_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_celery_beat",
+    "portal",
+    "channels",
+    "keys",
+    "hosts",
+    "gateway",
+    "clientconfigs",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "portal.audit.AuditContextMiddleware",
+]
+
+ROOT_URLCONF = "portal.urls"
+ASGI_APPLICATION = "portal.asgi.application"
+AUTH_USER_MODEL = "portal.User"
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "dashboard"
+LOGOUT_REDIRECT_URL = "login"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "portal.context_processors.portal",
+            ],
+        },
+    },
+]
+
+# --- Database: SQLite in the data folder unless DATABASE_URL says otherwise -------------------
+_db_default = f"sqlite:///{DATA_DIR / 'portal.sqlite3'}"
+try:
+    DATABASES = {"default": penv.env.db_url("DATABASE_URL", default=_db_default)}
+except Exception as exc:  # django-environ raises several types for a bad URL
+    raise penv.ConfigError(f"Invalid value for DATABASE_URL: {exc}") from None
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL + IMMEDIATE: web, worker and beat share one file without "database is locked".
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=10000;",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+        }
+    )
+else:
+    DATABASES["default"]["CONN_MAX_AGE"] = get("DATABASE_CONN_MAX_AGE", int, 60)
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis (optional): broker, cache and the gateway's counters ------------------------------
+REDIS_URL = get("REDIS_URL", str, "")
+if REDIS_URL and not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
+    raise penv.ConfigError(f"Invalid value for REDIS_URL: {REDIS_URL!r} (expected redis://host:port/db)")
+
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(DATA_DIR / "cache"),
+        }
+    }
+
+# --- Celery ------------------------------------------------------------------------------------
+BROKER_DIR = DATA_DIR / "broker"
+CELERY_BROKER_URL = get("CELERY_BROKER_URL", str, REDIS_URL or "filesystem://")
+if CELERY_BROKER_URL == "filesystem://":
+    for sub in ("queue", "processed"):
+        (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(BROKER_DIR / "queue"),
+        "data_folder_out": str(BROKER_DIR / "queue"),
+        "processed_folder": str(BROKER_DIR / "processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ALWAYS_EAGER = get("CELERY_TASK_ALWAYS_EAGER", bool, False)
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TIMEZONE = "UTC"
+
+# --- Auth, i18n, static ------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "staticfiles"
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False  # htmx reads it to send X-CSRFToken
+X_FRAME_OPTIONS = "DENY"
+
+# --- REST API ----------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "portal.api.authentication.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.Pagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.SearchFilter",
+        "rest_framework.filters.OrderingFilter",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "portal.api.exceptions.exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Gateway Portal API",
+    "DESCRIPTION": "Manage hosts, channels, models, keys and usage. Authenticate with "
+    "`Authorization: Token <personal API token>` (create one under Account → API tokens).",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# --- Gateway -----------------------------------------------------------------------------------
+GATEWAY_CONNECT_TIMEOUT = get("GATEWAY_CONNECT_TIMEOUT", float, 5.0)
+GATEWAY_READ_TIMEOUT = get("GATEWAY_READ_TIMEOUT", float, 300.0)
+GATEWAY_DEFAULT_MAX_TOKENS = get("GATEWAY_DEFAULT_MAX_TOKENS", int, 4096)
+GATEWAY_CACHE_TTL = get("GATEWAY_CACHE_TTL", float, 5.0)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": get("PORTAL_LOG_LEVEL", str, "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

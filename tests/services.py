@@ -1,0 +1,59 @@
+"""Reaching the real services tests need, and skipping (or failing in CI) when they are missing.
+
+With PORTAL_REQUIRE_SERVICES=1 (CI) a missing service fails the test instead of skipping it, so
+no service test can silently skip there.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+
+import pytest
+
+REQUIRED = os.environ.get("PORTAL_REQUIRE_SERVICES", "").lower() in ("1", "true", "yes", "on")
+
+
+def unavailable(reason: str):
+    """Skip with `reason`, or fail when services are required."""
+    if REQUIRED:
+        pytest.fail(f"required service missing (PORTAL_REQUIRE_SERVICES=1): {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def redis_url() -> str:
+    return os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/15"
+
+
+def require_redis() -> str:
+    import redis
+
+    url = redis_url()
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=1)
+        client.ping()
+        client.close()
+    except Exception as exc:
+        unavailable(f"Redis at {url} is not reachable ({exc.__class__.__name__})")
+    return url
+
+
+def require_postgres() -> None:
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        unavailable("needs PostgreSQL: set DATABASE_URL=postgres://postgres@127.0.0.1:5432/portal")
+
+
+def require_binary(name: str, hint: str) -> str:
+    path = shutil.which(name) or (name if os.path.isabs(name) and os.path.exists(name) else None)
+    if not path:
+        unavailable(f"{name} not found ({hint})")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
