@@ -28,18 +28,24 @@ class Channel(TimeStampedModel):
     kind = models.CharField(max_length=16, choices=ChannelKind, default=ChannelKind.OPENAI)
     base_url = models.CharField(max_length=500, help_text="Stored canonical, ending in /v1.")
     api_key = EncryptedTextField(blank=True, help_text="Sent upstream by the gateway; write-only.")
-    host = models.ForeignKey(
-        "hosts.Host", null=True, blank=True, on_delete=models.SET_NULL, related_name="channels"
-    )
+    host = models.ForeignKey("hosts.Host", null=True, blank=True, on_delete=models.SET_NULL, related_name="channels")
     priority = models.IntegerField(
-        default=0, validators=[MinValueValidator(-1000), MaxValueValidator(1000)],
+        default=0,
+        validators=[MinValueValidator(-1000), MaxValueValidator(1000)],
         help_text="Higher is tried first.",
     )
     weight = models.PositiveIntegerField(
-        default=1, validators=[MinValueValidator(1), MaxValueValidator(1000)],
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(1000)],
         help_text="Share of traffic among channels of the same priority.",
     )
     enabled = models.BooleanField(default=True)
+    speaks_messages = models.BooleanField(
+        default=False, help_text="Serves the Anthropic Messages API natively (always true for kind anthropic)."
+    )
+    speaks_responses = models.BooleanField(
+        default=False, help_text="Serves the OpenAI Responses API natively (requests are passed through)."
+    )
     status = models.CharField(max_length=24, choices=ChannelStatus, default=ChannelStatus.UNKNOWN)
     status_message = models.CharField(max_length=300, blank=True)  # what an operator should do next
     status_changed = models.DateTimeField(null=True, blank=True)
@@ -89,10 +95,14 @@ class ModelRoute(TimeStampedModel):
         max_length=256, blank=True, help_text="The id the upstream knows; blank means the public name."
     )
     context_window = models.PositiveIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(256), MaxValueValidator(10_000_000)],
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(256), MaxValueValidator(10_000_000)],
     )
     max_output_tokens = models.PositiveIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(10_000_000)],
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(10_000_000)],
     )
     discovered_context_window = models.PositiveIntegerField(null=True, blank=True)
     discovered_at = models.DateTimeField(null=True, blank=True)
@@ -100,9 +110,7 @@ class ModelRoute(TimeStampedModel):
 
     class Meta:
         ordering = ["model__name", "-channel__priority"]
-        constraints = [
-            models.UniqueConstraint(fields=["model", "channel"], name="modelroute_unique_model_channel")
-        ]
+        constraints = [models.UniqueConstraint(fields=["model", "channel"], name="modelroute_unique_model_channel")]
 
     def __str__(self) -> str:
         return f"{self.model} → {self.channel}"

@@ -10,5 +10,6 @@ class HostsConfig(AppConfig):
 
         from .models import Host
 
-        audit.register(Host, ignore={"status", "status_message", "driver_version", "cuda_version",
-                                     "seen_host_key_fingerprint"})
+        audit.register(
+            Host, ignore={"status", "status_message", "driver_version", "cuda_version", "seen_host_key_fingerprint"}
+        )

@@ -29,7 +29,9 @@ class Key(TimeStampedModel, Limits):
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     allowed_models = models.ManyToManyField(
-        "channels.Model", blank=True, related_name="keys",
+        "channels.Model",
+        blank=True,
+        related_name="keys",
         help_text="Empty: every model the owner may use.",
     )
     ip_allowlist = models.JSONField(default=list, blank=True, help_text="CIDR blocks; empty: any address.")
@@ -82,8 +84,9 @@ class UsageRecord(models.Model):
     key = models.ForeignKey(Key, null=True, on_delete=models.SET_NULL, related_name="usage")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="usage")
     model = models.CharField(max_length=128, db_index=True)
-    channel = models.ForeignKey("channels.Channel", null=True, blank=True, on_delete=models.SET_NULL,
-                                related_name="usage")
+    channel = models.ForeignKey(
+        "channels.Channel", null=True, blank=True, on_delete=models.SET_NULL, related_name="usage"
+    )
     surface = models.CharField(max_length=16, choices=ApiSurface, default=ApiSurface.CHAT)
     stream = models.BooleanField(default=False)
     prompt_tokens = models.PositiveIntegerField(default=0)

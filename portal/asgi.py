@@ -5,7 +5,7 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
-from django.core.asgi import get_asgi_application  # noqa: E402
+from django.core.asgi import get_asgi_application
 
 django_app = get_asgi_application()
 

@@ -80,8 +80,15 @@ def diff(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any]
     return changes
 
 
-def record(action: str, instance: models.Model | None = None, *, object_type: str = "", changes=None,
-           message: str = "", actor=None) -> None:
+def record(
+    action: str,
+    instance: models.Model | None = None,
+    *,
+    object_type: str = "",
+    changes=None,
+    message: str = "",
+    actor=None,
+) -> None:
     from .models import AuditLog
 
     actor = actor if actor is not None else _actor.get()

@@ -47,9 +47,7 @@ def ensure_admin(stdout=sys.stdout) -> None:
     generated = not password
     if generated:
         password = secrets.token_urlsafe(12)
-    User.objects.create_user(
-        username="admin", password=password, role=Role.ADMIN, is_staff=True, is_superuser=True
-    )
+    User.objects.create_user(username="admin", password=password, role=Role.ADMIN, is_staff=True, is_superuser=True)
     if generated:
         print(
             "\n  Created the first admin.\n"
@@ -135,9 +133,24 @@ class Supervisor:
 def build_children(args, settings) -> list[Child]:
     py = sys.executable
     children = [
-        Child("web", [py, "-m", "uvicorn", "portal.asgi:application", "--host", args.host,
-                      "--port", str(args.port), "--lifespan", "on", "--no-access-log",
-                      "--timeout-graceful-shutdown", str(GRACE_SECONDS - 2)]),
+        Child(
+            "web",
+            [
+                py,
+                "-m",
+                "uvicorn",
+                "portal.asgi:application",
+                "--host",
+                args.host,
+                "--port",
+                str(args.port),
+                "--lifespan",
+                "on",
+                "--no-access-log",
+                "--timeout-graceful-shutdown",
+                str(GRACE_SECONDS - 2),
+            ],
+        ),
     ]
     embedded = settings.CELERY_BROKER_URL.startswith("filesystem://")
     if not args.no_worker:
@@ -145,8 +158,7 @@ def build_children(args, settings) -> list[Child]:
         children.append(Child("worker", [py, "-m", "celery", "-A", "portal", "worker", "-l", "info", *pool]))
     if not args.no_beat:
         beat_schedule = str(settings.DATA_DIR / "celerybeat")
-        children.append(Child("beat", [py, "-m", "celery", "-A", "portal", "beat", "-l", "info",
-                                       "-s", beat_schedule]))
+        children.append(Child("beat", [py, "-m", "celery", "-A", "portal", "beat", "-l", "info", "-s", beat_schedule]))
     return children
 
 
@@ -156,15 +168,21 @@ def cmd_up(args) -> int:
     from django.core.management import call_command
 
     print(f"portal: data folder {settings.DATA_DIR}", flush=True)
-    print(f"portal: database {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}, "
-          f"broker {settings.CELERY_BROKER_URL.split('://', 1)[0]}", flush=True)
+    print(
+        f"portal: database {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}, "
+        f"broker {settings.CELERY_BROKER_URL.split('://', 1)[0]}",
+        flush=True,
+    )
     call_command("migrate", interactive=False, verbosity=0)
     ensure_admin()
     children = build_children(args, settings)
     url = f"http://{args.host}:{args.port}/"
-    print(f"\n  Gateway Portal is starting at {url}\n"
-          f"  Log in as admin. OpenAI-compatible gateway: {url}v1   REST API docs: {url}api/docs/\n"
-          "  Press Ctrl-C to stop.\n", flush=True)
+    print(
+        f"\n  Gateway Portal is starting at {url}\n"
+        f"  Log in as admin. OpenAI-compatible gateway: {url}v1   REST API docs: {url}api/docs/\n"
+        "  Press Ctrl-C to stop.\n",
+        flush=True,
+    )
     os.environ["PORTAL_SUPERVISED"] = "1"
     return Supervisor(children).run()
 

@@ -57,20 +57,29 @@ class User(AbstractUser, Limits):
     key_defaults = models.JSONField(
         default=dict,
         blank=True,
-        help_text="Limits pre-filled on this user's new keys, e.g. {\"tokens_per_day\": 200000}.",
+        help_text='Limits pre-filled on this user\'s new keys, e.g. {"tokens_per_day": 200000}.',
+    )
+    allowed_models = models.ManyToManyField(
+        "channels.Model",
+        blank=True,
+        related_name="+",
+        help_text="Models this user may use; empty: every enabled model.",
     )
 
     class Meta(AbstractUser.Meta):
         swappable = "AUTH_USER_MODEL"
 
-    @property
-    def is_admin(self) -> bool:
-        return self.is_active and (self.role == Role.ADMIN or self.is_superuser)
+    def __str__(self) -> str:
+        return self.username
 
     def save(self, *args, **kwargs):
         if self.is_superuser:
             self.role = Role.ADMIN
         super().save(*args, **kwargs)
+
+    @property
+    def is_admin(self) -> bool:
+        return self.is_active and (self.role == Role.ADMIN or self.is_superuser)
 
 
 class ApiToken(TimeStampedModel):

@@ -10,7 +10,7 @@ from django.utils import timezone
 from .models import ApiToken
 from .secrets import keyed_hash
 
-TOKEN_PREFIX = "gpt-"
+TOKEN_PREFIX = "gpt-"  # noqa: S105 (a public prefix, not a secret)
 
 
 def issue_token(*, user, name: str, expires_at=None) -> tuple[ApiToken, str]:

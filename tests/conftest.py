@@ -12,14 +12,12 @@ def admin(django_user_model):
 
 @pytest.fixture
 def alice(django_user_model):
-    return django_user_model.objects.create_user(username="alice", password="alice-pass-123",
-                                                 role=Role.DEVELOPER)
+    return django_user_model.objects.create_user(username="alice", password="alice-pass-123", role=Role.DEVELOPER)
 
 
 @pytest.fixture
 def mallory(django_user_model):
-    return django_user_model.objects.create_user(username="mallory", password="mallory-pass-123",
-                                                 role=Role.DEVELOPER)
+    return django_user_model.objects.create_user(username="mallory", password="mallory-pass-123", role=Role.DEVELOPER)
 
 
 @pytest.fixture

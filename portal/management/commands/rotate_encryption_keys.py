@@ -24,9 +24,6 @@ class Command(BaseCommand):
                 for row in model._default_manager.select_for_update().values("pk", *names):
                     updates = {n: secrets.encrypt(row[n]) for n in names if row[n]}
                     if updates:
-                        model._default_manager.filter(pk=row["pk"]).update(
-                            **updates
-                        )
+                        model._default_manager.filter(pk=row["pk"]).update(**updates)
                         total += 1
         self.stdout.write(self.style.SUCCESS(f"Re-encrypted {total} row(s) with the newest key."))
-

@@ -1,0 +1,54 @@
+"""The fake upstream itself: a broken fake would make every gateway test meaningless."""
+
+import httpx
+import pytest
+
+from tests.fakes.upstream import FakeUpstream
+
+
+@pytest.fixture
+def upstream():
+    with FakeUpstream() as up:
+        yield up
+
+
+def test_non_stream_reports_usage(upstream):
+    r = httpx.post(
+        upstream.base_url + "/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "one two three"}]},
+    )
+    body = r.json()
+    assert r.status_code == 200
+    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}
+    assert body["choices"][0]["message"]["content"] == "tok0 tok1 tok2 tok3 tok4"
+
+
+def test_stream_sends_usage_only_when_asked(upstream):
+    def events(extra):
+        with httpx.stream(
+            "POST",
+            upstream.base_url + "/chat/completions",
+            json={"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}], **extra},
+        ) as r:
+            return [line for line in r.iter_lines() if line.startswith("data: ")]
+
+    plain = events({})
+    with_usage = events({"stream_options": {"include_usage": True}})
+    assert plain[-1] == "data: [DONE]" and '"usage"' not in "".join(plain)
+    assert '"completion_tokens": 5' in with_usage[-2]
+
+
+def test_queued_status_then_back_to_normal(upstream):
+    upstream.enqueue(mode="status", status=429)
+    first = httpx.post(upstream.base_url + "/chat/completions", json={"model": "m", "messages": []})
+    second = httpx.post(upstream.base_url + "/chat/completions", json={"model": "m", "messages": []})
+    assert (first.status_code, second.status_code) == (429, 200)
+
+
+def test_disconnect_mid_stream_breaks_the_connection(upstream):
+    upstream.behave(mode="disconnect", disconnect_after=2)
+    with pytest.raises(httpx.RemoteProtocolError):
+        with httpx.stream(
+            "POST", upstream.base_url + "/chat/completions", json={"model": "m", "stream": True, "messages": []}
+        ) as r:
+            list(r.iter_lines())

@@ -1,0 +1,448 @@
+"""A fake OpenAI-compatible upstream (vLLM / llama.cpp flavoured) on 127.0.0.1 for tests.
+
+It runs a real aiohttp server in a background thread, so the gateway talks to it over real TCP.
+Behaviour is scripted per test:
+
+    up = FakeUpstream().start()
+    up.base_url                       # http://127.0.0.1:PORT/v1
+    up.behave(mode="omit_usage")      # every following request
+    up.enqueue(mode="status", status=500)   # just the next request, then back to `behave`
+    up.requests                       # what arrived: method, path, headers, json
+    up.stop()
+
+Modes: ok, omit_usage (no usage in body or stream), stall (stream: send `stall_after` chunks,
+then hang; non-stream: hang before answering), disconnect (stream: send `disconnect_after` chunks,
+then drop the TCP connection), status (answer `status` with an OpenAI error body), slow (sleep
+`delay` seconds before the first byte), tool_call (the reply is a function call split over many
+chunks). `tokens` sets how many completion tokens ("tok0 tok1 …") are generated; `token_delay`
+spaces stream chunks. Prompt tokens are the number of whitespace-separated words in the input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+DEFAULTS: dict[str, Any] = {
+    "mode": "ok",
+    "status": 500,
+    "tokens": 5,
+    "delay": 0.0,
+    "token_delay": 0.0,
+    "stall_after": 1,
+    "disconnect_after": 2,
+    "error_message": "upstream failure",
+    "tool_name": "get_weather",
+    "tool_arguments": '{"city": "Paris", "unit": "celsius"}',
+}
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    json: Any
+
+
+def _words(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value.split())
+    if isinstance(value, list):
+        return sum(_words(v) for v in value)
+    if isinstance(value, dict):
+        return sum(_words(v) for k, v in value.items() if k in ("content", "text", "input", "prompt"))
+    return 0
+
+
+@dataclass
+class FakeUpstream:
+    """See the module docstring. `models` is what /v1/models lists (vLLM shape)."""
+
+    models: list[str] = field(default_factory=lambda: ["fake-model"])
+    max_model_len: int = 8192
+    flavour: str = "vllm"  # or "llamacpp": /props and llama.cpp-shaped /v1/models
+    api_key: str | None = None  # when set, requests must carry `Authorization: Bearer api_key`
+    port: int = 0
+
+    def __post_init__(self) -> None:
+        self.requests: list[Recorded] = []
+        self._behaviour = dict(DEFAULTS)
+        self._queue: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self.open_streams = 0
+
+    # --- scripting -------------------------------------------------------------------------
+    def behave(self, **kwargs: Any) -> FakeUpstream:
+        with self._lock:
+            self._behaviour = {**DEFAULTS, **kwargs}
+        return self
+
+    def enqueue(self, **kwargs: Any) -> FakeUpstream:
+        with self._lock:
+            self._queue.append({**DEFAULTS, **kwargs})
+        return self
+
+    def _next(self) -> dict[str, Any]:
+        with self._lock:
+            return self._queue.pop(0) if self._queue else copy.deepcopy(self._behaviour)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def root_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def start(self) -> FakeUpstream:
+        ready = threading.Event()
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self._serve())
+            except BaseException as exc:  # surfaced to the caller of start()
+                errors.append(exc)
+                ready.set()
+                return
+            ready.set()
+            loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name=f"fake-upstream-{id(self)}", daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        if errors:
+            raise errors[0]
+        return self
+
+    async def _serve(self) -> None:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/props", self._props)
+        app.router.add_post("/tokenize", self._tokenize)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]
+
+    def stop(self) -> None:
+        if self._loop is None:
+            return
+        fut = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
+        try:
+            fut.result(10)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            self._loop = None
+
+    def __enter__(self) -> FakeUpstream:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # --- helpers -------------------------------------------------------------------------
+    async def _record(self, request: web.Request) -> Any:
+        body = None
+        if request.can_read_body:
+            raw = await request.read()
+            try:
+                body = json.loads(raw) if raw else None
+            except ValueError:
+                body = raw.decode(errors="replace")
+        self.requests.append(Recorded(request.method, request.path, request.query_string, dict(request.headers), body))
+        return body
+
+    def _unauthorized(self, request: web.Request) -> web.Response | None:
+        if self.api_key is None:
+            return None
+        if request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return web.json_response(
+                {"error": {"message": "Invalid API key", "type": "authentication_error", "code": 401}},
+                status=401,
+            )
+        return None
+
+    @staticmethod
+    def _error(b: dict[str, Any]) -> web.Response:
+        return web.json_response(
+            {"error": {"message": b["error_message"], "type": "server_error", "code": b["status"]}},
+            status=b["status"],
+        )
+
+    async def _pre(self, request: web.Request) -> tuple[Any, dict[str, Any], web.StreamResponse | None]:
+        body = await self._record(request)
+        denied = self._unauthorized(request)
+        if denied is not None:
+            return body, {}, denied
+        b = self._next()
+        if b["mode"] == "status":
+            return body, b, self._error(b)
+        if b["mode"] == "slow" or b["delay"]:
+            await asyncio.sleep(b["delay"])
+        return body, b, None
+
+    # --- endpoints -------------------------------------------------------------------------
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body, b, early = await self._pre(request)
+        if early is not None:
+            return early
+        if not isinstance(body, dict) or "messages" not in body:
+            return web.json_response(
+                {"error": {"message": "messages is required", "type": "invalid_request_error"}}, status=400
+            )
+        prompt = _words(body.get("messages"))
+        if prompt > self.max_model_len:
+            return web.json_response(
+                {
+                    "error": {
+                        "code": 400,
+                        "type": "exceed_context_size_error",
+                        "message": "the request exceeds the available context size",
+                    }
+                },
+                status=400,
+            )
+        model = body.get("model", "fake-model")
+        if body.get("stream"):
+            return await self._stream_chat(request, body, b, model, prompt)
+        if b["mode"] == "stall":
+            await asyncio.sleep(3600)
+        n = int(body.get("max_tokens") or b["tokens"]) if b["mode"] != "tool_call" else 0
+        n = min(n, b["tokens"]) if b["mode"] != "tool_call" else 0
+        message: dict[str, Any] = {"role": "assistant", "content": " ".join(f"tok{i}" for i in range(n))}
+        finish = "stop" if n < int(body.get("max_tokens") or 10**9) else "length"
+        if b["mode"] == "tool_call":
+            message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_" + uuid.uuid4().hex[:12],
+                        "type": "function",
+                        "function": {"name": b["tool_name"], "arguments": b["tool_arguments"]},
+                    }
+                ],
+            }
+            finish, n = "tool_calls", len(b["tool_arguments"].split())
+        out: dict[str, Any] = {
+            "id": "chatcmpl-" + uuid.uuid4().hex,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        }
+        if b["mode"] != "omit_usage":
+            out["usage"] = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
+        return web.json_response(out)
+
+    async def _stream_chat(self, request, body, b, model, prompt) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        self.open_streams += 1
+        cid, created = "chatcmpl-" + uuid.uuid4().hex, int(time.time())
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            data = {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+            if include_usage:
+                data["usage"] = None
+            return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+        try:
+            pieces: list[dict[str, Any]]
+            if b["mode"] == "tool_call":
+                args = b["tool_arguments"]
+                parts = [args[i : i + 4] for i in range(0, len(args), 4)]
+                pieces = [
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "call_" + uuid.uuid4().hex[:12],
+                                "type": "function",
+                                "function": {"name": b["tool_name"], "arguments": ""},
+                            }
+                        ],
+                    }
+                ]
+                pieces += [{"tool_calls": [{"index": 0, "function": {"arguments": p}}]} for p in parts]
+                n, finish = len(args.split()), "tool_calls"
+            else:
+                limit = int(body.get("max_tokens") or body.get("max_completion_tokens") or 10**9)
+                n = min(b["tokens"], limit)
+                pieces = [{"role": "assistant", "content": ""}]
+                pieces += [{"content": (" " if i else "") + f"tok{i}"} for i in range(n)]
+                finish = "length" if n >= limit else "stop"
+            for i, delta in enumerate(pieces):
+                if b["mode"] == "stall" and i == b["stall_after"]:
+                    await asyncio.sleep(3600)
+                if b["mode"] == "disconnect" and i == b["disconnect_after"]:
+                    request.transport.close()
+                    return resp
+                await resp.write(chunk(delta))
+                if b["token_delay"]:
+                    await asyncio.sleep(b["token_delay"])
+            await resp.write(chunk({}, finish))
+            if include_usage and b["mode"] != "omit_usage":
+                usage = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
+                data = {
+                    "id": cid,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [],
+                    "usage": usage,
+                }
+                await resp.write(b"data: " + json.dumps(data).encode() + b"\n\n")
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+        finally:
+            self.open_streams -= 1
+        return resp
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        body, b, early = await self._pre(request)
+        if early is not None:
+            return early
+        prompt = _words((body or {}).get("prompt"))
+        n = min(b["tokens"], int((body or {}).get("max_tokens") or 16))
+        model = (body or {}).get("model", "fake-model")
+        if (body or {}).get("stream"):
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            include_usage = bool(((body or {}).get("stream_options") or {}).get("include_usage"))
+            for i in range(n):
+                data = {
+                    "id": "cmpl-1",
+                    "object": "text_completion",
+                    "model": model,
+                    "choices": [{"index": 0, "text": f" tok{i}", "finish_reason": None}],
+                }
+                await resp.write(b"data: " + json.dumps(data).encode() + b"\n\n")
+            if include_usage and b["mode"] != "omit_usage":
+                data = {
+                    "id": "cmpl-1",
+                    "object": "text_completion",
+                    "model": model,
+                    "choices": [],
+                    "usage": {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n},
+                }
+                await resp.write(b"data: " + json.dumps(data).encode() + b"\n\n")
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+            return resp
+        out = {
+            "id": "cmpl-1",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [{"index": 0, "text": " ".join(f"tok{i}" for i in range(n)), "finish_reason": "stop"}],
+        }
+        if b["mode"] != "omit_usage":
+            out["usage"] = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
+        return web.json_response(out)
+
+    async def _embeddings(self, request: web.Request) -> web.StreamResponse:
+        body, b, early = await self._pre(request)
+        if early is not None:
+            return early
+        inputs = (body or {}).get("input")
+        inputs = inputs if isinstance(inputs, list) else [inputs]
+        prompt = _words(inputs)
+        out = {
+            "object": "list",
+            "model": (body or {}).get("model"),
+            "data": [
+                {"object": "embedding", "index": i, "embedding": [0.1, 0.2, 0.3, float(i)]} for i in range(len(inputs))
+            ],
+        }
+        if b["mode"] != "omit_usage":
+            out["usage"] = {"prompt_tokens": prompt, "total_tokens": prompt}
+        return web.json_response(out)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        denied = self._unauthorized(request)
+        if denied is not None:
+            return denied
+        b = self._next()
+        if b["mode"] == "status":
+            return self._error(b)
+        if self.flavour == "llamacpp":
+            data = [
+                {
+                    "id": m,
+                    "object": "model",
+                    "owned_by": "llamacpp",
+                    "created": 0,
+                    "meta": {"n_ctx_train": self.max_model_len * 4, "n_params": 1000, "n_vocab": 256},
+                }
+                for m in self.models
+            ]
+        else:
+            data = [
+                {
+                    "id": m,
+                    "object": "model",
+                    "owned_by": "vllm",
+                    "created": 0,
+                    "root": m,
+                    "max_model_len": self.max_model_len,
+                }
+                for m in self.models
+            ]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _health(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        b = self._next()
+        if b["mode"] == "status":
+            return self._error(b)
+        return web.json_response({"status": "ok"})
+
+    async def _props(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        return web.json_response(
+            {
+                "default_generation_settings": {"n_ctx": self.max_model_len, "params": {"n_predict": -1}},
+                "total_slots": 1,
+                "model_path": f"/models/{self.models[0]}.gguf",
+            }
+        )
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        body = await self._record(request)
+        text = (body or {}).get("content", "") if isinstance(body, dict) else ""
+        return web.json_response({"tokens": list(range(len(text.split())))})
