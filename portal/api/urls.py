@@ -1,11 +1,14 @@
-"""One API under /api/: each app contributes a SimpleRouter in `<app>/api/urls.py`."""
+"""One API under /api/: each app (and each owner within an app) contributes a SimpleRouter."""
 
 from django.urls import include, path
 
 urlpatterns = [
     path("", include("portal.api.app_urls")),
     path("", include("hosts.api.urls")),
+    path("", include("hosts.api.deploy_urls")),
     path("", include("channels.api.urls")),
+    path("", include("channels.api.health_urls")),
     path("", include("keys.api.urls")),
+    path("", include("keys.api.usage_urls")),
     path("", include("clientconfigs.api.urls")),
 ]
