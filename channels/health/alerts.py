@@ -5,7 +5,9 @@ Each channel remembers the status its alert targets were last told about (`alert
 it was notified less than PORTAL_ALERT_COOLDOWN_SECONDS ago: then it waits, and the next round
 after the cool-down sends one message with the status it has *then* (saying how many changes
 were folded in). A channel that flaps healthy → down → healthy inside the cool-down therefore
-sends nothing more, and any flapping channel sends at most one message per cool-down.
+sends nothing more. Getting *worse* than what was last sent (degraded → down) is not held back:
+severity only rises so far, so a flapping channel still sends at most a few messages (one per
+step up in severity, plus one catch-up) per cool-down.
 Claiming a notification is a compare-and-set on (alerted_status, alerted_at), so two workers
 never send the same one.
 """
@@ -29,6 +31,13 @@ from .conf import setting
 logger = logging.getLogger(__name__)
 
 QUIET = {"", ChannelStatus.UNKNOWN}  # a new channel coming up is not news
+SEVERITY = {
+    ChannelStatus.HEALTHY: 0,
+    ChannelStatus.UNKNOWN: 0,
+    ChannelStatus.DEGRADED: 1,
+    ChannelStatus.DOWN: 2,
+    ChannelStatus.CREDENTIALS_REJECTED: 3,
+}
 
 
 def notify_pending(channel_ids: list[int] | None = None) -> int:
@@ -43,7 +52,8 @@ def notify_pending(channel_ids: list[int] | None = None) -> int:
         silent = ch.status == ChannelStatus.UNKNOWN or (
             ch.alerted_status in QUIET and ch.status == ChannelStatus.HEALTHY
         )
-        if not silent and ch.alerted_at is not None and now - ch.alerted_at < cooldown:
+        worse = SEVERITY.get(ch.status, 0) > SEVERITY.get(ch.alerted_status, 0)
+        if not silent and not worse and ch.alerted_at is not None and now - ch.alerted_at < cooldown:
             continue  # cooling down; a later round sends the then-current status
         claimed = Channel.objects.filter(pk=ch.pk, alerted_status=ch.alerted_status, alerted_at=ch.alerted_at).update(
             alerted_status=ch.status, alerted_at=ch.alerted_at if silent else now
