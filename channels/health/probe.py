@@ -279,7 +279,11 @@ def make_client(*, concurrency: int, connect_timeout: float, timeout: float) -> 
 
 
 async def probe_many(
-    targets: list[Target], *, concurrency: int = 200, connect_timeout: float = 5.0, timeout: float = 20.0  # noqa: ASYNC109 - per-request httpx timeout, not a deadline
+    targets: list[Target],
+    *,
+    concurrency: int = 200,
+    connect_timeout: float = 5.0,
+    timeout: float = 20.0,  # noqa: ASYNC109 - per-request httpx timeout, not a deadline
 ) -> list[Outcome]:
     """Probe every target concurrently, at most `concurrency` at a time; results in target order."""
     sem = asyncio.Semaphore(max(1, concurrency))

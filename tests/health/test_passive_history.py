@@ -118,7 +118,9 @@ def test_hourly_aggregates_keep_p50_p95_and_error_ratio(make_channel):
     history.aggregate_hours(now=now)
     history.aggregate_hours(now=now)  # idempotent
 
-    hour = ProbeHourly.objects.get(channel=ch, hour=(now - dt.timedelta(hours=1)).replace(minute=0, second=0, microsecond=0))
+    hour = ProbeHourly.objects.get(
+        channel=ch, hour=(now - dt.timedelta(hours=1)).replace(minute=0, second=0, microsecond=0)
+    )
     assert hour.samples == 21 and hour.failures == 1
     assert hour.ttft_p50_ms == 100.0 and hour.ttft_p95_ms == 190.0
     assert round(hour.error_ratio, 3) == round(1 / 21, 3)
