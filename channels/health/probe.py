@@ -269,12 +269,24 @@ def _reason(exc: Exception) -> str:
     return (str(exc) or exc.__class__.__name__)[:200]
 
 
-def make_client(*, concurrency: int, connect_timeout: float, timeout: float) -> httpx.AsyncClient:
+def run_loop(coro):
+    """Run `coro` on a fresh event loop: uvloop when installed (it comes with uvicorn[standard] and
+    roughly halves the CPU a probe round costs), else asyncio's own."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coro)
+
+
+def make_client(*, connect_timeout: float, timeout: float, ssl_context=None) -> httpx.AsyncClient:
     return httpx.AsyncClient(
         timeout=httpx.Timeout(timeout, connect=connect_timeout),
-        limits=httpx.Limits(max_connections=concurrency * 2, max_keepalive_connections=concurrency),
+        limits=httpx.Limits(max_connections=2, max_keepalive_connections=1),
         follow_redirects=False,
         trust_env=False,
+        verify=ssl_context if ssl_context is not None else True,
     )
 
 
@@ -285,18 +297,25 @@ async def probe_many(
     connect_timeout: float = 5.0,
     timeout: float = 20.0,  # noqa: ASYNC109 - per-request httpx timeout, not a deadline
 ) -> list[Outcome]:
-    """Probe every target concurrently, at most `concurrency` at a time; results in target order."""
+    """Probe every target concurrently, at most `concurrency` at a time; results in target order.
+
+    Each channel gets its own small client (sharing one SSL context, the expensive part): one
+    client for hundreds of origins makes httpcore's pool scan every connection for every request,
+    which measured ~30 ms of CPU per probe at 200 in flight; a pool per channel keeps it O(1).
+    """
     sem = asyncio.Semaphore(max(1, concurrency))
-    async with make_client(concurrency=concurrency, connect_timeout=connect_timeout, timeout=timeout) as client:
+    ssl_context = httpx.create_ssl_context()
 
-        async def bounded(t: Target) -> Outcome:
-            async with sem:
-                # A hard ceiling as well: a trickling upstream must not hold a slot forever.
-                try:
-                    return await asyncio.wait_for(probe_one(client, t), timeout + connect_timeout + 5)
-                except TimeoutError:
-                    return Outcome(
-                        t.channel_id, error="timeout", error_message="probe took too long", started=time.time()
-                    )
+    async def one(t: Target) -> Outcome:
+        async with make_client(connect_timeout=connect_timeout, timeout=timeout, ssl_context=ssl_context) as client:
+            return await probe_one(client, t)
 
-        return list(await asyncio.gather(*(bounded(t) for t in targets)))
+    async def bounded(t: Target) -> Outcome:
+        async with sem:
+            # A hard ceiling as well: a trickling upstream must not hold a slot forever.
+            try:
+                return await asyncio.wait_for(one(t), timeout + connect_timeout + 5)
+            except TimeoutError:
+                return Outcome(t.channel_id, error="timeout", error_message="probe took too long", started=time.time())
+
+    return list(await asyncio.gather(*(bounded(t) for t in targets)))

@@ -8,7 +8,6 @@ handful of queries per channel, and every status move is a compare-and-set
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from channels.models import Channel, ModelRoute, ProbeResult, StatusChange
 
 from . import passive
 from .conf import setting
-from .probe import Outcome, Target, probe_many
+from .probe import Outcome, Target, probe_many, run_loop
 from .status import Evidence, Rules, decide
 
 logger = logging.getLogger(__name__)
@@ -73,7 +72,7 @@ def run_probes(targets: list[Target]) -> list[Outcome]:
     """The network half of a round, on a fresh event loop (Celery tasks and views are sync)."""
     if not targets:
         return []
-    return asyncio.run(
+    return run_loop(
         probe_many(
             targets,
             concurrency=setting("PORTAL_PROBE_CONCURRENCY"),
