@@ -11,7 +11,7 @@ from django.utils import timezone
 from channels.choices import ChannelStatus, ProbeSource
 from channels.health import history, passive, service
 from channels.models import Channel, PassiveReport, ProbeHourly, ProbeResult
-from tests.services import require_redis
+from tests.services import require_postgres, require_redis
 
 pytestmark = pytest.mark.django_db
 
@@ -46,6 +46,7 @@ def test_gateway_failures_feed_the_window_and_take_a_channel_down(upstream, make
 
 
 def test_outcomes_flushed_by_another_process_reach_the_round_through_the_database(make_channel, transactional_db):
+    require_postgres()  # the SQLite test database lives in this process's memory
     ch = make_channel("other-process", "http://127.0.0.1:9/v1")
     code = (
         "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'portal.settings'); django.setup();"
@@ -71,9 +72,7 @@ def test_outcomes_flushed_by_another_process_reach_the_round_through_the_databas
 
 def _db_url(connection) -> str:
     s = connection.settings_dict
-    if connection.vendor == "postgresql":
-        return f"postgres://{s['USER']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
-    pytest.skip("cross-process test DB sharing needs PostgreSQL (SQLite test DB is in memory)")
+    return f"postgres://{s['USER']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
 def test_outcomes_flushed_to_redis_are_collected_once(make_channel):
