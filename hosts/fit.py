@@ -3,15 +3,15 @@
     total = weights on GPU + KV cache + runtime overhead
 
 - weights: the model files' size when the host tells us (safetensors / GGUF), else parameter
-  count × bytes per weight (bf16/fp16 2, fp8/int8 1, int4 0.5, GGUF types by their bits/weight);
+  count x bytes per weight (bf16/fp16 2, fp8/int8 1, int4 0.5, GGUF types by their bits/weight);
   with llama.cpp only the offloaded share (`-ngl` of the layers);
-- KV cache = 2 (K and V) × layers on GPU × KV heads × head dim × bytes per element × context ×
+- KV cache = 2 (K and V) x layers on GPU x KV heads x head dim x bytes per element x context x
   parallel sequences (llama.cpp's `-c` already counts all slots);
 - overhead: CUDA context and compute buffers. llama.cpp without flash attention keeps the f32
-  attention scores of one 512-token micro-batch per context token (heads × 512 × 4 B), which is
+  attention scores of one 512-token micro-batch per context token (heads x 512 x 4 B), which is
   what makes a longer context cost more than its KV cache alone.
 
-Compared with what the GPUs have: the free memory (llama.cpp) or total × gpu-memory-utilization
+Compared with what the GPUs have: the free memory (llama.cpp) or total x gpu-memory-utilization
 (vLLM, which pre-allocates that share and fails when another process already holds it). "tight"
 means within 10 % of the limit. The figures the issue quotes are calibration tests
 (tests/hosts/test_fit.py); memory figures read off nvidia-smi are MiB, so sizes here are GiB.
@@ -86,7 +86,7 @@ class Architecture:
     vocab: int = 32000
     max_context: int = 131072
     source: str = ""
-    weights_bytes: int | None = None  # the files' size when known: better than params × bytes
+    weights_bytes: int | None = None  # the files' size when known: better than params x bytes
     quant: str = ""  # GGUF file type when known
 
 
