@@ -38,6 +38,7 @@ class ChannelRound:
     old_status: str
     new_status: str
     message: str
+    discovered: bool = False  # a route's discovered context window changed
 
     @property
     def changed(self) -> bool:
@@ -126,6 +127,8 @@ def run_round(channel_ids: list[int] | None = None, *, force: bool = False) -> l
     done = [
         _settle(ch, tallies.get(ch.pk), outcomes.get(ch.pk), window.get(ch.pk, (0, 0)), r, force) for ch in channels
     ]
+    if any(d.changed or d.discovered for d in done):
+        _tell_gateway()
     from .alerts import notify_pending
 
     notify_pending([c.pk for c in channels])
@@ -231,10 +234,9 @@ def _settle(
     elif not moved:
         new = Channel.objects.filter(pk=ch.pk).values_list("status", flat=True).first() or old
         logger.info("channel %s: status moved by someone else meanwhile; left as %s", ch.name, new)
-    if outcome is not None and outcome.served:
-        _record_discovery(ch, outcome.served, now)
+    discovered = bool(outcome is not None and outcome.served and _record_discovery(ch, outcome.served, now))
     ch.status, ch.status_message = new, message
-    return ChannelRound(ch, active_row, passive_row, old, new, message)
+    return ChannelRound(ch, active_row, passive_row, old, new, message, discovered)
 
 
 def _count(pk: int, pieces: list[str]) -> tuple[int, int]:
@@ -264,15 +266,28 @@ def _count(pk: int, pieces: list[str]) -> tuple[int, int]:
     return row.get("consecutive_failures", 0), row.get("consecutive_successes", 0)
 
 
-def _record_discovery(ch: Channel, served: dict[str, int | None], now: dt.datetime) -> None:
-    """Write the context window each served model reports onto the matching routes."""
+def _record_discovery(ch: Channel, served: dict[str, int | None], now: dt.datetime) -> bool:
+    """Write the context window each served model reports onto the matching routes; True if one changed."""
+    changed = False
     for route in ch.routes.all():
         ctx = served.get(route.upstream_id)
         if ctx is None:
             continue
         stale = route.discovered_at is None or now - route.discovered_at > DISCOVERY_REFRESH
         if route.discovered_context_window != ctx or stale:
+            changed |= route.discovered_context_window != ctx
             ModelRoute.objects.filter(pk=route.pk).update(discovered_context_window=ctx, discovered_at=now)
+    return changed
+
+
+def _tell_gateway() -> None:
+    """Status and limits are written with `update()` (compare-and-set, no signals), so bump the
+    gateway's route-cache generation ourselves: every gateway process re-reads routes at once."""
+    try:
+        from gateway.signals import bump
+    except ImportError:  # a deployment without the gateway app
+        return
+    bump(routes=True)
 
 
 def check_channel(channel_id: int) -> ChannelRound | None:

@@ -207,3 +207,22 @@ async def test_the_semaphore_bounds_probes_in_flight(upstream):
     await probe_many(targets, concurrency=2, timeout=5)
 
     assert time.monotonic() - started >= 0.55  # 3 waves of 2 x 0.2 s
+
+
+def test_a_status_change_bumps_the_gateway_route_generation(upstream, make_channel, django_capture_on_commit_callbacks):
+    import redis
+
+    from gateway.cache import generation_keys
+    from tests.services import require_redis
+
+    url = require_redis()
+    up = upstream()
+    make_channel("gen", up.base_url)
+    client = redis.Redis.from_url(url)
+    _, gen_routes = generation_keys()
+    with override_settings(REDIS_URL=url):
+        before = int(client.get(gen_routes) or 0)
+        with django_capture_on_commit_callbacks(execute=True):
+            service.run_round()  # unknown → healthy, and the context window was discovered
+        after = int(client.get(gen_routes) or 0)
+    assert after > before
