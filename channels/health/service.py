@@ -144,7 +144,8 @@ def _settle(
     force: bool,
 ) -> ChannelRound:
     now = timezone.now()
-    pieces: list[str] = []  # "good", "slow" (answered, but over the TTFT threshold) or "fail"
+    # "good", "fail", or neither: "slow" (answered over the TTFT threshold), "mixed" (some gateway failures)
+    pieces: list[str] = []
     passive_row = active_row = None
     if tally is not None and tally.samples:
         passive_row = ProbeResult(
@@ -161,7 +162,8 @@ def _settle(
             ),
             ttft_ms=tally.ttft_ms,
         )
-        pieces.append("good" if tally.ok_count >= tally.fail_count else "fail")
+        # Mostly failing counts as a failure; some failures reset the success streak (like a slow answer).
+        pieces.append("fail" if tally.fail_count > tally.ok_count else "mixed" if tally.fail_count else "good")
     if outcome is not None:
         active_row = ProbeResult(
             channel=ch,
@@ -242,8 +244,8 @@ def _settle(
 def _count(pk: int, pieces: list[str]) -> tuple[int, int]:
     """Advance the consecutive good/failed counters atomically; return (failures, successes).
 
-    A slow answer is neither: it resets both, so a slow channel has to answer fast M times in a
-    row before it counts as healthy again.
+    A slow answer (or traffic with some failures) is neither: it resets both, so such a channel
+    has to answer well M times in a row before it counts as healthy again.
     """
     last = pieces[-1]
     trailing = 0
@@ -251,7 +253,7 @@ def _count(pk: int, pieces: list[str]) -> tuple[int, int]:
         if p != last:
             break
         trailing += 1
-    if last == "slow":
+    if last in ("slow", "mixed"):
         Channel.objects.filter(pk=pk).update(consecutive_successes=0, consecutive_failures=0)
     elif trailing == len(pieces):
         counter = "consecutive_successes" if last == "good" else "consecutive_failures"
