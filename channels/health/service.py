@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -57,8 +58,15 @@ def rules() -> Rules:
     )
 
 
-def target_for(channel: Channel) -> Target:
+def target_for(channel: Channel, *, force: bool = False) -> Target:
     routes = [r for r in channel.routes.all() if r.enabled]
+    stale = timezone.now() - DISCOVERY_REFRESH
+    discover = (
+        force
+        or not routes
+        or channel.status != ChannelStatus.HEALTHY
+        or any(r.discovered_at is None or r.discovered_at < stale for r in routes)
+    )
     return Target(
         channel_id=channel.pk,
         kind=channel.kind,
@@ -67,6 +75,7 @@ def target_for(channel: Channel) -> Target:
         model=routes[0].upstream_id if routes else "",
         inference=channel.probe_inference,
         max_tokens=channel.probe_max_tokens,
+        discover=discover,
     )
 
 
@@ -114,8 +123,10 @@ def run_round(channel_ids: list[int] | None = None, *, force: bool = False) -> l
             and now - ch.last_active_probe < max_skip
         )
         if force or not busy_and_fine:
-            targets.append(target_for(ch))
+            targets.append(target_for(ch, force=force))
+    t0 = time.perf_counter()
     outcomes = {o.channel_id: o for o in run_probes(targets)}
+    t1 = time.perf_counter()
 
     window_start = timezone.now() - dt.timedelta(seconds=setting("PORTAL_HEALTH_WINDOW_SECONDS"))
     window = {
@@ -133,7 +144,16 @@ def run_round(channel_ids: list[int] | None = None, *, force: bool = False) -> l
         _tell_gateway()
     from .alerts import notify_pending
 
+    t2 = time.perf_counter()
     notify_pending([d.channel.pk for d in done])
+    logger.info(
+        "probe round: %d channels, %d probed in %.2f s, settled in %.2f s, alerts in %.2f s",
+        len(done),
+        len(targets),
+        t1 - t0,
+        t2 - t1,
+        time.perf_counter() - t2,
+    )
     return done
 
 
