@@ -179,6 +179,8 @@ def main() -> None:
         server.join(10)
         if server.is_alive():
             server.kill()
+    child = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(f"fake upstream process CPU (all rounds, incl. start-up): {child.ru_utime + child.ru_stime:.2f} s")
 
 
 def run_db_rounds(args, ports: list[int]) -> None:

@@ -21,9 +21,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpcore
 import httpx
 
 from channels.baseurl import root_url
+
+from .netbackend import AsyncioBackend
 
 PROMPT = "Reply with the single word: ok"
 ANTHROPIC_VERSION = "2023-06-01"
@@ -284,12 +287,23 @@ def run_loop(coro):
 
 
 def make_client(*, connect_timeout: float, timeout: float, ssl_context=None) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        timeout=httpx.Timeout(timeout, connect=connect_timeout),
+    transport = httpx.AsyncHTTPTransport(
+        verify=ssl_context if ssl_context is not None else True,
         limits=httpx.Limits(max_connections=2, max_keepalive_connections=1),
+        trust_env=False,
+    )
+    # Same pool, plain-asyncio sockets instead of anyio's (see netbackend for why).
+    transport._pool = httpcore.AsyncConnectionPool(
+        ssl_context=ssl_context or httpx.create_ssl_context(),
+        max_connections=2,
+        max_keepalive_connections=1,
+        network_backend=AsyncioBackend(),
+    )
+    return httpx.AsyncClient(
+        transport=transport,
+        timeout=httpx.Timeout(timeout, connect=connect_timeout),
         follow_redirects=False,
         trust_env=False,
-        verify=ssl_context if ssl_context is not None else True,
     )
 
 
