@@ -68,10 +68,10 @@ def test_revoked_expired_and_disabled_owner_are_401(setup, gateway_url, alice):
     revoke_key(setup.key)
     assert_openai_error(post(gateway_url, setup.plaintext), 401, "key_revoked")
 
-    key, plain = issue_key(owner=alice, name="old", expires_at=timezone.now() - dt.timedelta(minutes=1))
+    _key, plain = issue_key(owner=alice, name="old", expires_at=timezone.now() - dt.timedelta(minutes=1))
     assert_openai_error(post(gateway_url, plain), 401, "key_expired")
 
-    key, plain = issue_key(owner=alice, name="fresh")
+    _key, plain = issue_key(owner=alice, name="fresh")
     alice.is_active = False
     alice.save()
     r = post(gateway_url, plain)
@@ -82,7 +82,7 @@ def test_revoked_expired_and_disabled_owner_are_401(setup, gateway_url, alice):
 def test_model_not_allowed_for_key_is_403_listing_allowed(setup, gateway_url, upstream, alice):
     other = Model.objects.create(name="llama-8b")
     add_channel(upstream, "second", model=other)
-    key, plain = issue_key(owner=alice, name="scoped", allowed_models=[other])
+    _key, plain = issue_key(owner=alice, name="scoped", allowed_models=[other])
     err = assert_openai_error(post(gateway_url, plain), 403, "model_not_allowed")
     assert "llama-8b" in err["message"] and err["param"] == "model"
     ok = post(gateway_url, plain, body={**CHAT, "model": "llama-8b"})
