@@ -114,7 +114,7 @@ def mask(argv: list[str], secret: str) -> list[str]:
 def preview(argv: list[str], env: dict[str, str], secret: str) -> str:
     """The command as a person would type it, API key masked."""
     prefix = [f"{k}={v}" for k, v in env.items()]
-    return shlex.join(prefix + mask(argv, secret))
+    return shlex.join(prefix + mask(argv, secret)).replace(shlex.quote(MASK), MASK)
 
 
 class Backend:
