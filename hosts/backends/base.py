@@ -169,7 +169,7 @@ class Backend:
             cleaned_options = self.clean_options(options, gpu_count)
         except ValidationError as exc:
             for key, messages in exc.message_dict.items():
-                errors[key if key == "options" else f"options.{key}"] = messages
+                errors[key if key in ("options", "gpu_indices") else f"options.{key}"] = messages
         try:
             extra = validate_extra_args(extra_args, self.reserved_flags)
         except ValidationError as exc:
