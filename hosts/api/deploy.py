@@ -101,6 +101,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "created",
             "updated",
         ]
+        validators: list = []  # host+port clashes are reported on `port` by services.clean_deployment
 
     def get_command_preview(self, obj: Deployment) -> str:
         return services.command_preview(obj)
