@@ -238,3 +238,36 @@ def test_a_job_whose_worker_died_is_failed_not_left_starting(online_host):
     services.run_job(job.pk)  # a redelivered task leaves a finished job alone
     job.refresh_from_db()
     assert job.state == JobState.FAILED
+
+
+@pytest.fixture
+def gateway(transactional_db, settings):
+    """The real portal ASGI app (gateway included) under uvicorn on 127.0.0.1."""
+    from tests.gateway.conftest import ThreadServer
+
+    settings.GATEWAY_USAGE_FLUSH_INTERVAL = 0.1
+    server = ThreadServer().start()
+    yield server.url
+    server.stop()
+
+
+def test_chat_completion_through_the_gateway_reaches_the_launched_llamacpp(
+    transactional_db, online_host, alice, started_pids, gateway
+):
+    from keys.services import issue_key
+
+    deployment = llama_deployment(online_host)
+    job = run(deployment)
+    started_pids.append(job.pid)
+    assert job.state == JobState.RUNNING, job.message
+    _key, plaintext = issue_key(owner=alice, name="laptop")
+
+    client = openai.OpenAI(base_url=gateway + "/v1", api_key=plaintext)
+    assert "tiny-chat" in [m.id for m in client.models.list().data]
+    reply = client.chat.completions.create(
+        model="tiny-chat", messages=[{"role": "user", "content": "hello world"}], max_tokens=4
+    )
+    assert reply.usage.completion_tokens == 4 and reply.usage.prompt_tokens > 0
+
+    run(deployment, JobAction.STOP)
+    assert not alive(job.pid)
