@@ -8,6 +8,7 @@ assumes 1M tokens for an unknown model.
 
 from __future__ import annotations
 
+import json
 import shlex
 
 from .base import VERSION_HEADER, Command, ConfigFile, Probe, Rendered, RenderInput, dump_json
@@ -52,7 +53,7 @@ def render(inp: RenderInput) -> Rendered:
     commands = [
         Command(
             "Try it once without changing settings.json",
-            "claude --settings " + shlex.quote(dump_json(settings).replace("\n", "").replace("  ", "")),
+            "claude --settings " + shlex.quote(json.dumps(settings, separators=(",", ":"))),
             secret=bool(inp.api_key),
         )
     ]

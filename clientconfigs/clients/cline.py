@@ -70,7 +70,7 @@ def render(inp: RenderInput) -> Rendered:
             entry["maxTokens"] = m.max_output_tokens
         entry["capabilities"] = ["streaming", "tools"]
         catalog[m.name] = entry
-    provider_meta: dict = {"name": PROVIDER_NAME, "baseUrl": inp.api_base}
+    provider_meta: dict = {"name": f"{PROVIDER_NAME} (config {inp.version})", "baseUrl": inp.api_base}
     if primary:
         provider_meta["defaultModelId"] = primary.name
     models = {"version": 1, "providers": {PROVIDER: {"provider": provider_meta, "models": catalog}}}
