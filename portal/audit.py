@@ -135,7 +135,7 @@ def _m2m_changed(sender, instance, action, pk_set, model, **kwargs):
         return
     names = sorted(str(o) for o in model._default_manager.filter(pk__in=pk_set or []))
     verb = {"post_add": "added", "post_remove": "removed", "post_clear": "cleared"}[action]
-    record(AuditAction.UPDATE, instance, changes={model._meta.verbose_name_plural: {verb: names}})
+    record(AuditAction.UPDATE, instance, changes={str(model._meta.verbose_name_plural): {verb: names}})
 
 
 def register(model: type[models.Model], ignore: set[str] | None = None) -> None:
