@@ -54,10 +54,13 @@ class RenderInput:
 
     @property
     def primary(self) -> ModelSpec | None:
+        """The chosen default model, else the one with the largest known context window."""
         for m in self.models:
             if m.name == self.default_model:
                 return m
-        return self.models[0] if self.models else None
+        if not self.models:
+            return None
+        return max(self.models, key=lambda m: (m.context_window or 0, [-ord(c) for c in m.name]))
 
     @property
     def stamp(self) -> str:
