@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import datetime
 import hmac
+import ipaddress
 import secrets as pysecrets
 from collections.abc import Iterable
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -78,6 +80,8 @@ def rotate_key(key: Key, *, grace: datetime.timedelta | None = None) -> tuple[Ke
     """Issue a replacement with the same settings; the old key stops now or after `grace`."""
     old_name = key.name
     now = timezone.now()
+    # The replacement keeps a still-future expiry: rotating must not turn a temporary key permanent.
+    keep_expiry = key.expires_at if key.expires_at is not None and key.expires_at > now else None
     # Free the active name for the new key: the old one keeps working under a suffixed name.
     key.name = f"{old_name} (rotated {now:%Y-%m-%d %H:%M})"[:100]
     if grace:
@@ -92,8 +96,92 @@ def rotate_key(key: Key, *, grace: datetime.timedelta | None = None) -> tuple[Ke
         allowed_models=key.allowed_models.all(),
         **key.limits(),
         ip_allowlist=list(key.ip_allowlist),
-        expires_at=None,
+        expires_at=keep_expiry,
         rotated_from=key,
         client=key.client,
     )
     return new, plaintext
+
+
+# --- validation shared by the web forms and the REST API --------------------------------------
+
+MAX_CIDR_ENTRIES = 50
+
+
+def models_for_user(user):
+    """Enabled public models `user` may use (their allowlist, or every enabled model if empty)."""
+    from channels.models import Model
+
+    qs = Model.objects.filter(enabled=True)
+    allowed = user.allowed_models.all()
+    if allowed.exists():
+        qs = qs.filter(pk__in=allowed.values("pk"))
+    return qs
+
+
+def normalize_cidrs(entries) -> list[str]:
+    """Canonical CIDR strings, or ValueError naming the bad entry."""
+    if isinstance(entries, str):
+        entries = [e for e in entries.replace(",", "\n").split()]
+    result: list[str] = []
+    for raw in entries or []:
+        text = str(raw).strip()
+        if not text:
+            continue
+        try:
+            result.append(str(ipaddress.ip_network(text, strict=False)))
+        except ValueError:
+            raise ValueError(f"{text!r} is not an IP address or CIDR block (e.g. 10.0.0.0/8).") from None
+    if len(result) > MAX_CIDR_ENTRIES:
+        raise ValueError(f"At most {MAX_CIDR_ENTRIES} entries.")
+    return list(dict.fromkeys(result))
+
+
+def validate_key_settings(
+    owner,
+    *,
+    limits: dict | None = None,
+    allowed_models=None,
+    ip_allowlist=None,
+    expires_at=None,
+) -> dict:
+    """Check a key's settings against its owner; return cleaned values or raise ValidationError
+    with field errors. Used by both the key form and the key serializer, so the rules are one."""
+    errors: dict[str, list[str]] = {}
+    cleaned: dict = {}
+    for name, value in (limits or {}).items():
+        if value in (None, ""):
+            cleaned[name] = None
+            continue
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            errors.setdefault(name, []).append("Enter a whole number, or leave blank for unlimited.")
+            continue
+        if number < 1:
+            errors.setdefault(name, []).append("Must be at least 1 (leave blank for unlimited).")
+        elif number > 10**12:
+            errors.setdefault(name, []).append("That is more than 10^12; leave blank for unlimited.")
+        ceiling = getattr(owner, name, None)
+        if ceiling is not None and number > ceiling:
+            errors.setdefault(name, []).append(f"Cannot exceed the owner's limit of {ceiling:,}.")
+        cleaned[name] = number
+    if allowed_models is not None:
+        models = list(allowed_models)
+        permitted = set(models_for_user(owner).values_list("pk", flat=True))
+        refused = sorted(str(m) for m in models if m.pk not in permitted)
+        if refused:
+            errors.setdefault("allowed_models", []).append(f"{owner.username} may not use: {', '.join(refused)}.")
+        cleaned["allowed_models"] = models
+    if ip_allowlist is not None:
+        try:
+            cleaned["ip_allowlist"] = normalize_cidrs(ip_allowlist)
+        except ValueError as exc:
+            errors.setdefault("ip_allowlist", []).append(str(exc))
+    if expires_at is not None:
+        if expires_at <= timezone.now():
+            errors.setdefault("expires_at", []).append("The expiry must be in the future.")
+        cleaned["expires_at"] = expires_at
+    if errors:
+        raise ValidationError(errors)
+    return cleaned
