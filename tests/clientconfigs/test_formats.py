@@ -65,16 +65,11 @@ def test_files_with_a_minted_key_are_marked_secret_and_others_are_not():
             assert f.secret == (SAMPLE_KEY in f.content), (slug, f.name)
 
 
-def test_continue_config_passes_continues_own_validator(tmp_path, variant):
-    _, inp = variant
-    path = tmp_path / "config.yaml"
-    path.write_text(files("continue", inp)["config.yaml"].content)
-    result = run_node("continue_yaml.mjs", path)
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_continue_validator_catches_a_max_tokens_too_close_to_the_context(tmp_path):
-    """The validator really runs: a config leaving < 1000 tokens of input is reported."""
+@pytest.fixture(scope="module")
+def continue_results(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("continue")
+    for name, key in (("minted.yaml", SAMPLE_KEY), ("placeholder.yaml", None)):
+        (folder / name).write_text(files("continue", sample_input(key))["config.yaml"].content)
     bad = {
         "name": "x",
         "version": "1",
@@ -88,11 +83,21 @@ def test_continue_validator_catches_a_max_tokens_too_close_to_the_context(tmp_pa
             }
         ],
     }
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(bad))
-    result = run_node("continue_yaml.mjs", path)
-    assert result.returncode == 1
-    assert "8000" in result.stdout
+    (folder / "too-close.yaml").write_text(yaml.safe_dump(bad))
+    return run_node("continue_yaml.mjs", sorted(folder.iterdir()))
+
+
+@pytest.mark.parametrize("name", ["minted", "placeholder"])
+def test_continue_config_passes_continues_own_validator(continue_results, name):
+    result = continue_results[f"{name}.yaml"]
+    assert result["ok"], result["issues"]
+
+
+def test_continue_validator_catches_a_max_tokens_too_close_to_the_context(continue_results):
+    """The validator really runs: a config leaving < 1000 tokens of input is reported."""
+    result = continue_results["too-close.yaml"]
+    assert not result["ok"]
+    assert "8000" in result["issues"][0]["message"]
 
 
 def test_continue_uses_the_secret_reference_and_v1_base():
@@ -106,22 +111,27 @@ def test_continue_uses_the_secret_reference_and_v1_base():
     assert qwen["defaultCompletionOptions"] == {"contextLength": 32768, "maxTokens": 8192}
 
 
-def test_cline_providers_json_passes_cline_core_schema(tmp_path, variant):
-    _, inp = variant
-    path = tmp_path / "providers.json"
-    path.write_text(files("cline", inp)["providers.json"].content)
-    result = run_node("cline_providers.mjs", path)
-    assert result.returncode == 0, result.stdout + result.stderr
+@pytest.fixture(scope="module")
+def cline_results(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cline")
+    for name, key in (("minted.json", SAMPLE_KEY), ("placeholder.json", None)):
+        (folder / name).write_text(files("cline", sample_input(key))["providers.json"].content)
+    bad = json.loads(files("cline", sample_input(SAMPLE_KEY))["providers.json"].content)
+    bad["providers"]["openai-compatible"]["settings"]["baseUrl"] = "not a url"
+    (folder / "bad-url.json").write_text(json.dumps(bad))
+    return run_node("cline_providers.mjs", sorted(folder.iterdir()))
 
 
-def test_cline_core_schema_rejects_a_bad_base_url(tmp_path):
-    data = json.loads(files("cline", sample_input(SAMPLE_KEY))["providers.json"].content)
-    data["providers"]["openai-compatible"]["settings"]["baseUrl"] = "not a url"
-    path = tmp_path / "providers.json"
-    path.write_text(json.dumps(data))
-    result = run_node("cline_providers.mjs", path)
-    assert result.returncode == 1
-    assert "baseUrl" in result.stderr
+@pytest.mark.parametrize("name", ["minted", "placeholder"])
+def test_cline_providers_json_passes_cline_core_schema(cline_results, name):
+    result = cline_results[f"{name}.json"]
+    assert result["ok"], result["issues"]
+
+
+def test_cline_core_schema_rejects_a_bad_base_url(cline_results):
+    result = cline_results["bad-url.json"]
+    assert not result["ok"]
+    assert any("baseUrl" in issue["path"] for issue in result["issues"])
 
 
 def test_cline_writes_both_storage_generations_and_no_vscode_settings():

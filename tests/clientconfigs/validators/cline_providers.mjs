@@ -1,13 +1,11 @@
-// Validate a Cline SDK providers.json with @cline/core's StoredProviderSettingsSchema.
-// Usage: node cline_providers.mjs <file>; exit 0 and "ok" when valid, exit 1 with the issues otherwise.
+// Validate Cline SDK providers.json files with @cline/core's StoredProviderSettingsSchema.
+// Usage: node cline_providers.mjs <file>...; prints a JSON list of {file, ok, issues}.
 import { readFileSync } from "node:fs";
 import { load } from "./_load.mjs";
 
 const core = await load("@cline/core");
-const data = JSON.parse(readFileSync(process.argv[2], "utf8"));
-const result = core.StoredProviderSettingsSchema.safeParse(data);
-if (!result.success) {
-  console.error(JSON.stringify(result.error.issues, null, 2));
-  process.exit(1);
-}
-console.log("ok");
+const results = process.argv.slice(2).map((file) => {
+  const result = core.StoredProviderSettingsSchema.safeParse(JSON.parse(readFileSync(file, "utf8")));
+  return { file, ok: result.success, issues: result.success ? [] : result.error.issues };
+});
+console.log(JSON.stringify(results));

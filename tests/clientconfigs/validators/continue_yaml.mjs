@@ -1,20 +1,16 @@
-// Validate a Continue config.yaml with @continuedev/config-yaml: schema parse, then its own
-// validateConfigYaml (which reports contextLength - maxTokens < 1000 and similar as errors/warnings).
-// Usage: node continue_yaml.mjs <file>; prints JSON {errors, warnings}; exit 1 if any error or warning.
+// Validate Continue config.yaml files with @continuedev/config-yaml: its parser, then its own
+// validateConfigYaml (which also reports contextLength - maxTokens < 1000).
+// Usage: node continue_yaml.mjs <file>...; prints a JSON list of {file, ok, issues}.
 import { readFileSync } from "node:fs";
 import { load } from "./_load.mjs";
 
 const cy = await load("@continuedev/config-yaml");
-const text = readFileSync(process.argv[2], "utf8");
-let config;
-try {
-  config = cy.parseConfigYaml(text);
-} catch (err) {
-  console.error(String(err && err.message ? err.message : err));
-  process.exit(1);
-}
-const problems = cy.validateConfigYaml(config) || [];
-const errors = problems.filter((p) => p.fatal);
-const warnings = problems.filter((p) => !p.fatal);
-console.log(JSON.stringify({ errors, warnings }));
-process.exit(problems.length ? 1 : 0);
+const results = process.argv.slice(2).map((file) => {
+  try {
+    const problems = cy.validateConfigYaml(cy.parseConfigYaml(readFileSync(file, "utf8"))) || [];
+    return { file, ok: problems.length === 0, issues: problems };
+  } catch (err) {
+    return { file, ok: false, issues: [{ fatal: true, message: String(err && err.message ? err.message : err) }] };
+  }
+});
+console.log(JSON.stringify(results));
