@@ -4,6 +4,8 @@ issue a download token, and trade a token for the installer bundle."""
 from __future__ import annotations
 
 from django.http import Http404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.permissions import AllowAny
@@ -71,12 +73,21 @@ class ClientViewSet(viewsets.ViewSet):
             raise Http404
         return key
 
+    @extend_schema(responses={200: OpenApiTypes.OBJECT}, operation_id="client_configs_clients_list")
     def list(self, request):
         return Response([client_summary(m) for m in clients.CLIENTS.values()])
 
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
     def retrieve(self, request, slug=None):
         return Response(client_summary(self._module(slug)))
 
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("key", int, description="List only the models this key of yours may use."),
+            OpenApiParameter("model", str, description="Default model."),
+        ],
+        responses={200: OpenApiTypes.OBJECT},
+    )
     @action(detail=True, methods=["get"])
     def files(self, request, slug=None):
         """The client's files with a placeholder (or env var) for the key."""
@@ -93,6 +104,7 @@ class ClientViewSet(viewsets.ViewSet):
         services.record_download(request.user, module.SLUG, inp.version, key, via="api")
         return Response(rendered_data(inp, module.render(inp)))
 
+    @extend_schema(request=MintSerializer, responses={201: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["post"])
     def mint(self, request, slug=None):
         """Mint a key for this client and return the files with it inside. Shown once."""
@@ -112,6 +124,7 @@ class ClientViewSet(viewsets.ViewSet):
         data["key"] = {"id": key.pk, "name": key.name, "masked": key.masked, "plaintext": plaintext}
         return Response(data, status=status.HTTP_201_CREATED)
 
+    @extend_schema(request=DownloadTokenSerializer, responses={201: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["post"], url_path="download-tokens")
     def download_tokens(self, request, slug=None):
         """A single-use, 10-minute token and the one-line installer commands that use it."""
@@ -159,6 +172,7 @@ class BundleView(APIView):
     permission_classes = [AllowAny]
     throttle_classes = [RedeemThrottle]
 
+    @extend_schema(request=RedeemSerializer, responses={200: OpenApiTypes.OBJECT, 404: OpenApiTypes.OBJECT})
     def post(self, request):
         body = RedeemSerializer(data=request.data)
         body.is_valid(raise_exception=True)
