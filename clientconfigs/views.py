@@ -76,6 +76,8 @@ def connect(request):
         request.user, gateway=gateway, key=key, plaintext=plaintext, default_model=default_model
     )
     rendered = module.render(inp)
+    if inp.primary is not None and not form.is_bound:
+        form.fields["model"].initial = inp.primary.name
     if minted is not None:
         services.record_download(request.user, slug, inp.version, minted, via="page")
     context = {
@@ -88,6 +90,7 @@ def connect(request):
         "minted": minted,
         "plaintext": plaintext,
         "token": token,
+        "token_mints": token is not None and form.cleaned_data.get("key_mode") == KeyMode.MINT,
         "gateway": gateway,
         "selected_key": key,
         "stale": services.stale_downloads(request.user, gateway),
