@@ -310,14 +310,46 @@ def parse_yaml_block(text):
     return {"models": models}
 
 
+def parse_toml_simple(text):
+    """Tables and `key = "string" | int | bool` lines: enough for the file we wrote, on Python < 3.11."""
+    data, node = {}, None
+    node = data
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _HEADER.match(line)
+        if m:
+            node = data
+            for part in m.group(1).replace('"', "").split("."):
+                node = node.setdefault(part.strip(), {})
+            continue
+        m = re.match(r'^([A-Za-z0-9_\-"]+)\s*=\s*(.+?)\s*$', line)
+        if m:
+            key, raw = m.group(1).strip('"'), m.group(2)
+            if raw.startswith('"'):
+                value = raw[1:].split('"', 1)[0]
+            elif raw in ("true", "false"):
+                value = raw == "true"
+            else:
+                try:
+                    value = int(raw)
+                except ValueError:
+                    value = raw
+            node[key] = value
+    return data
+
+
 def load(path, fmt):
     with open(path, encoding="utf-8") as fh:
         text = fh.read()
     if fmt == "json":
         return json.loads(text)
     if fmt == "toml":
-        import tomllib  # Python 3.11+
-
+        try:
+            import tomllib  # Python 3.11+
+        except ImportError:
+            return parse_toml_simple(text)
         return tomllib.loads(text)
     if fmt == "yaml":
         return parse_yaml_block(text)
