@@ -83,6 +83,7 @@ class ConfigFile:
     macos_path: str = ""  # when it differs from `path`
     remove: tuple[str, ...] = ()  # dotted keys a json merge deletes (e.g. a conflicting old key)
     note: str = ""
+    windows_unconfirmed: bool = False  # the research could not confirm the Windows location
 
     @property
     def windows(self) -> str:

@@ -63,7 +63,13 @@ def render(inp: RenderInput) -> Rendered:
     return Rendered(
         files=[
             ConfigFile(
-                "settings.json", PATH, dump_json(settings), "json", secret=bool(inp.api_key), remove=tuple(remove)
+                "settings.json",
+                PATH,
+                dump_json(settings),
+                "json",
+                secret=bool(inp.api_key),
+                remove=tuple(remove),
+                windows_unconfirmed=True,
             )
         ],
         commands=commands,

@@ -104,7 +104,14 @@ def render(inp: RenderInput) -> Rendered:
         )
     return Rendered(
         files=[
-            ConfigFile("providers.json", f"{SETTINGS}/providers.json", dump_json(providers), "json", secret=True),
+            ConfigFile(
+                "providers.json",
+                f"{SETTINGS}/providers.json",
+                dump_json(providers),
+                "json",
+                secret=True,
+                windows_unconfirmed=True,
+            ),
             ConfigFile("models.json", f"{SETTINGS}/models.json", dump_json(models), "json"),
             ConfigFile(
                 "globalState.json",

@@ -48,6 +48,7 @@ def render(inp: RenderInput) -> Rendered:
             text,
             "toml",
             merge="toml",
+            windows_unconfirmed=True,
             note=f"Your other settings stay; our top-level model keys and [model_providers.{PROVIDER_ID}] replace "
             "any earlier ones.",
         )

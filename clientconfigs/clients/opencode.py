@@ -59,8 +59,8 @@ def render(inp: RenderInput) -> Rendered:
                 dump_json(data),
                 "json",
                 secret=bool(inp.api_key),
-                note="On Windows OpenCode also uses %USERPROFILE%\\.config\\opencode (UNCONFIRMED). If you keep "
-                "an opencode.jsonc there instead, copy the provider block into it by hand.",
+                windows_unconfirmed=True,
+                note="If you keep an opencode.jsonc instead, copy the provider block into it by hand.",
             )
         ],
         commands=commands,
