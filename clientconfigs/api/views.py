@@ -39,6 +39,7 @@ def rendered_data(inp: RenderInput, rendered: Rendered) -> dict:
                 "path": f.path,
                 "macos_path": f.macos_path or f.path,
                 "windows_path": f.windows,
+                "windows_path_unconfirmed": f.windows_unconfirmed,
                 "format": f.format,
                 "merge": f.merge,
                 "secret": f.secret,
