@@ -84,7 +84,7 @@ def usage_of(usage: dict[str, Any] | None) -> dict[str, Any]:
     prompt, completion, cached, reasoning = chat_usage(usage)
     return {
         "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": cached},
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
         "output_tokens": completion,
         "output_tokens_details": {"reasoning_tokens": reasoning},
         "total_tokens": prompt + completion,
