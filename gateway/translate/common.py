@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 import orjson
@@ -79,3 +80,81 @@ def status_of(error: Any) -> int:
         ):
             return 429
     return 500
+
+
+async def chat_chunks(stream: AsyncIterable[bytes]) -> AsyncIterator[dict[str, Any]]:
+    """Parsed `data:` payloads of a Chat Completions SSE byte stream, up to `[DONE]`.
+
+    Bytes may split lines anywhere; comments, `event:` lines and unparsable payloads are skipped
+    (an upstream's keep-alives must not break the translation).
+    """
+    buffer = b""
+    async for piece in stream:
+        buffer += piece
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            payload = _payload(line)
+            if payload is None:
+                continue
+            if payload == b"[DONE]":
+                return
+            try:
+                value = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(value, dict):
+                yield value
+    payload = _payload(buffer)
+    if payload and payload != b"[DONE]":
+        try:
+            value = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return
+        if isinstance(value, dict):
+            yield value
+
+
+def _payload(line: bytes) -> bytes | None:
+    line = line.rstrip(b"\r")
+    if not line.startswith(b"data:"):
+        return None
+    return line[5:].strip()
+
+
+# count_tokens: what Claude Code's /context and compaction use. Exact counts need the upstream's
+# own chat template; we count the flattened prompt instead (with the upstream tokenizer when it has
+# /tokenize, else ~4 characters a token, the usual figure for English and code) and add fixed costs:
+MESSAGE_OVERHEAD_TOKENS = 4  # role markers and separators of a typical chat template
+IMAGE_TOKENS = 1600  # Anthropic's cost of a ~1.15 megapixel image, the size images are scaled to
+CHARS_PER_TOKEN = 4
+
+
+def prompt_text(chat: dict[str, Any]) -> tuple[str, int, int]:
+    """(flattened text, number of messages, number of images) of a Chat Completions request."""
+    texts: list[str] = []
+    images = 0
+    messages = chat.get("messages") or []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            for part in content:
+                if part.get("type") == "text":
+                    texts.append(part.get("text", ""))
+                elif part.get("type") == "image_url":
+                    images += 1
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            texts.append(f"{function.get('name', '')} {function.get('arguments', '')}")
+    if chat.get("tools"):
+        texts.append(json.dumps(chat["tools"], ensure_ascii=False))
+    return "\n".join(texts), len(messages), images
+
+
+def estimate_tokens(chat: dict[str, Any], text_tokens: int | None = None) -> int:
+    """Input tokens of a Chat request: `text_tokens` from a tokenizer when known, else estimated."""
+    text, messages, images = prompt_text(chat)
+    if text_tokens is None:
+        text_tokens = -(-len(text) // CHARS_PER_TOKEN)
+    return text_tokens + messages * MESSAGE_OVERHEAD_TOKENS + images * IMAGE_TOKENS

@@ -101,16 +101,8 @@ async def test_it_translates_chat_streams_to_message_events(row):
         )
 
 
-def test_stream_blocks_open_and_close_in_order_with_one_ping():
-    rows = {r.values[0]["name"]: r.values[0] for r in cases("streams")}
-    row = rows["text then two parallel tool calls"]
-
-    async def run():
-        return [e async for e in anthropic_response.stream_from_chat(chunk_source(row), model="m")]
-
-    import asyncio
-
-    events = asyncio.run(run())
+async def test_stream_blocks_open_and_close_in_order_with_one_ping():
+    events = await _events("text then two parallel tool calls")
     shape = [(e["type"], e.get("index")) for e in events if e["type"] != "content_block_delta"]
     assert shape == [
         ("message_start", None),
@@ -213,3 +205,33 @@ def test_the_sdk_parses_a_whole_message_and_an_error_body():
             model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
         )
     assert caught.value.body["error"]["type"] == "rate_limit_error"
+
+
+def test_it_logs_the_server_tools_it_drops(caplog):
+    caplog.set_level("INFO", logger="gateway.translate.anthropic_request")
+    chat = anthropic_request.to_chat_request(
+        {
+            "model": "m",
+            "max_tokens": 1,
+            "messages": [],
+            "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+        }
+    )
+    assert "tools" not in chat
+    assert "dropped server tool web_search" in caplog.text
+
+
+async def test_each_delta_goes_out_before_the_next_upstream_chunk_is_read():
+    pulled = []
+
+    async def source():
+        for i in range(3):
+            pulled.append(i)
+            yield {"choices": [{"index": 0, "delta": {"content": f"t{i}"}, "finish_reason": None}]}
+        yield {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+
+    seen = []
+    async for event in anthropic_response.stream_from_chat(source(), model="m"):
+        if event["type"] == "content_block_delta":
+            seen.append((event["delta"]["text"], len(pulled)))
+    assert seen == [("t0", 1), ("t1", 2), ("t2", 3)]

@@ -168,3 +168,25 @@ def test_the_sdk_parses_a_whole_response():
     assert parsed.output[0].type == "function_call"
     assert parsed.output[0].arguments == '{"city": "Paris"}'
     assert parsed.usage.input_tokens == 20
+
+
+def test_it_logs_the_tools_it_drops(caplog):
+    caplog.set_level("INFO", logger="gateway.translate.responses_request")
+    responses_request.to_chat_request({"model": "m", "input": "x", "tools": [{"type": "web_search"}]})
+    assert "dropped web_search tool" in caplog.text
+
+
+async def test_each_delta_goes_out_before_the_next_upstream_chunk_is_read():
+    pulled = []
+
+    async def source():
+        for i in range(3):
+            pulled.append(i)
+            yield {"choices": [{"index": 0, "delta": {"content": f"t{i}"}, "finish_reason": None}]}
+        yield {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+
+    seen = []
+    async for event in responses_response.stream_from_chat(source(), request=REQUEST):
+        if event["type"] == "response.output_text.delta":
+            seen.append((event["delta"], len(pulled)))
+    assert seen == [("t0", 1), ("t1", 2), ("t2", 3)]
