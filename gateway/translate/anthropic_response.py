@@ -149,11 +149,22 @@ def stream_error_event(message: str, status: int = 500) -> dict[str, Any]:
     return error_body(status, message)
 
 
-class _Stream:
-    """State of one streamed translation; `feed` returns the events for one upstream chunk."""
+class StreamTranslator:
+    """One streamed translation, driven chunk by chunk (by `stream_from_chat` or the gateway relay).
+
+    `feed(chunk)` returns the events for one parsed upstream chunk, `finish()` the closing events
+    once the upstream stream ended, `fail()` the error event for an upstream failure. After an
+    error or the closing events, `done` is true and every method returns nothing more.
+    """
 
     def __init__(
-        self, *, model: str, thinking: bool, message_id: str | None, input_tokens: int, make_id: Callable[[str], str]
+        self,
+        *,
+        model: str,
+        thinking: bool = False,
+        message_id: str | None = None,
+        input_tokens: int = 0,
+        make_id: Callable[[str], str] = new_id,
     ) -> None:
         self.model = model
         self.thinking = thinking
@@ -165,8 +176,9 @@ class _Stream:
         self.index = -1  # index of the last block opened
         self.open: str | None = None  # kind of the open block ("text", "thinking", "tool:<n>")
         self.tools: dict[int, dict[str, Any]] = {}
-        self.finish: dict[str, Any] | None = None
+        self.finish_choice: dict[str, Any] | None = None
         self.usage: dict[str, Any] | None = None
+        self.done = False
 
     def start(self) -> list[dict[str, Any]]:
         if self.started:
@@ -210,6 +222,12 @@ class _Stream:
         return {"type": "content_block_delta", "index": self.index, "delta": delta}
 
     def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
+        if self.done or not isinstance(chunk, dict):
+            return []
+        if chunk.get("error"):
+            error = chunk["error"]
+            message = error.get("message") if isinstance(error, dict) else str(error)
+            return self.fail(status_of(error), message or "Upstream error.")
         events = self.start()
         if chunk.get("usage"):
             self.usage = chunk["usage"]
@@ -230,7 +248,7 @@ class _Stream:
             for call in delta.get("tool_calls") or []:
                 events += self._tool(call)
             if choice.get("finish_reason"):
-                self.finish = choice
+                self.finish_choice = choice
         return events
 
     def _tool(self, call: dict[str, Any]) -> list[dict[str, Any]]:
@@ -267,7 +285,21 @@ class _Stream:
             tool["pending"] = ""
         return events
 
-    def finish_events(self) -> list[dict[str, Any]]:
+    def fail(self, status: int, message: str) -> list[dict[str, Any]]:
+        """The `error` event that ends a stream the upstream broke (`status` picks its type)."""
+        if self.done:
+            return []
+        self.done = True
+        return [*self.start(), stream_error_event(message, status)]
+
+    def finish(self, usage: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Closing events once the upstream stream ended. `usage` (Chat shape) stands in when the
+        upstream sent none (the gateway's estimate); a stream without `finish_reason` was cut."""
+        if self.done:
+            return []
+        if self.finish_choice is None:
+            return self.fail(502, "The upstream ended the response before it was complete.")
+        self.done = True
         events = self.start()
         for key, tool in sorted(self.tools.items()):
             if tool["state"] == "waiting":  # a call whose name never came: still the model's answer
@@ -276,11 +308,10 @@ class _Stream:
         if not self.pinged:
             self.pinged = True
             events.append({"type": "ping"})
-        choice = self.finish or {"finish_reason": "stop"}
-        stop_reason, stop_sequence = _stop(choice)
+        stop_reason, stop_sequence = _stop(self.finish_choice)
         if self.tools and stop_reason == "end_turn":
             stop_reason = "tool_use"
-        usage = _usage(self.usage)
+        usage = _usage(self.usage or usage)
         events.append(
             {
                 "type": "message_delta",
@@ -307,29 +338,19 @@ async def stream_from_chat(
     `chunks`, ends the stream with an Anthropic `error` event; so does a stream that stops
     before any `finish_reason`, since the answer is then truncated.
     """
-    state = _Stream(model=model, thinking=thinking, message_id=message_id, input_tokens=input_tokens, make_id=make_id)
+    state = StreamTranslator(
+        model=model, thinking=thinking, message_id=message_id, input_tokens=input_tokens, make_id=make_id
+    )
     try:
         async for chunk in chunks:
-            if not isinstance(chunk, dict):
-                continue
-            if chunk.get("error"):
-                status = status_of(chunk["error"])
-                for event in state.start():
-                    yield event
-                yield error_from_openai(status, chunk)
-                return
             for event in state.feed(chunk):
                 yield event
+            if state.done:
+                return
     except Exception:
         logger.warning("chat->messages: upstream stream failed", exc_info=True)
-        for event in state.start():
+        for event in state.fail(502, "The upstream connection failed during the response."):
             yield event
-        yield stream_error_event("The upstream connection failed during the response.", 502)
         return
-    if state.finish is None:
-        for event in state.start():
-            yield event
-        yield stream_error_event("The upstream ended the response before it was complete.", 502)
-        return
-    for event in state.finish_events():
+    for event in state.finish():
         yield event

@@ -176,19 +176,36 @@ def from_chat_completion(
     return response
 
 
-class _Stream:
-    """State of one streamed translation; `feed` returns the events for one upstream chunk."""
+class StreamTranslator:
+    """One streamed translation, driven chunk by chunk (by `stream_from_chat` or the gateway relay).
 
-    def __init__(self, request: dict[str, Any], response_id: str, created_at: int, make_id: IdMaker) -> None:
+    `feed(chunk)` returns the events for one parsed upstream chunk, `finish()` the closing events
+    once the upstream stream ended, `fail()` the `error` + `response.failed` pair for an upstream
+    failure. After either ending, `done` is true and every method returns nothing more.
+    """
+
+    def __init__(
+        self,
+        request: dict[str, Any],
+        *,
+        response_id: str | None = None,
+        created_at: int | None = None,
+        make_id: IdMaker = new_id,
+    ) -> None:
         self.make_id = make_id
-        self.response = response_shell(request, response_id=response_id, created_at=created_at)
+        self.response = response_shell(
+            request,
+            response_id=response_id or make_id("resp_"),
+            created_at=created_at if created_at is not None else int(time.time()),
+        )
         self.sequence = 0
         self.started = False
         self.items: list[dict[str, Any]] = []  # finished items, by output_index
         self.current: dict[str, Any] | None = None  # {"kind", "index", "item", "text"| "args"}
         self.tools: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
-        self.finished = False
+        self.finished = False  # a finish_reason arrived
+        self.done = False  # the closing (or failing) events went out
         self.usage: dict[str, Any] | None = None
 
     def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
@@ -283,6 +300,12 @@ class _Stream:
         return events
 
     def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
+        if self.done or not isinstance(chunk, dict):
+            return []
+        if chunk.get("error"):
+            error = chunk["error"]
+            message = error.get("message") if isinstance(error, dict) else str(error)
+            return self.fail(status_of(error), message or "Upstream error.")
         events = self.start()
         if chunk.get("usage"):
             self.usage = chunk["usage"]
@@ -370,7 +393,14 @@ class _Stream:
             tool["pending"] = ""
         return events
 
-    def finish_events(self) -> list[dict[str, Any]]:
+    def finish(self, usage: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Closing events once the upstream stream ended. `usage` (Chat shape) stands in when the
+        upstream sent none (the gateway's estimate); a stream without `finish_reason` was cut."""
+        if self.done:
+            return []
+        if not self.finished:
+            return self.fail(502, "The upstream ended the response before it was complete.")
+        self.done = True
         events = self.start()
         for key, tool in sorted(self.tools.items()):
             if tool["state"] == "waiting":
@@ -379,13 +409,17 @@ class _Stream:
             events += self._open("message", _message_item(self.make_id("msg_"), "", "in_progress"))
         events += self._close()
         final = self._snapshot()
-        final["usage"] = usage_of(self.usage)
+        final["usage"] = usage_of(self.usage or usage)
         _finish(final, self.finish_reason)
         kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
         events.append(self._event(kind, response=final))
         return events
 
-    def fail_events(self, status: int, message: str) -> list[dict[str, Any]]:
+    def fail(self, status: int, message: str) -> list[dict[str, Any]]:
+        """`error` then `response.failed`, whose `error.code` tells Codex whether to retry."""
+        if self.done:
+            return []
+        self.done = True
         events = self.start()
         code = error_code(status)
         events.append(self._event("error", code=code, message=message, param=None))
@@ -409,32 +443,17 @@ async def stream_from_chat(
     An upstream failure mid-stream (a chunk carrying `error`, or an exception raised by `chunks`)
     and a stream that stops before any `finish_reason` end with `error` + `response.failed`.
     """
-    state = _Stream(
-        request,
-        response_id or make_id("resp_"),
-        created_at if created_at is not None else int(time.time()),
-        make_id,
-    )
+    state = StreamTranslator(request, response_id=response_id, created_at=created_at, make_id=make_id)
     try:
         async for chunk in chunks:
-            if not isinstance(chunk, dict):
-                continue
-            if chunk.get("error"):
-                error = chunk["error"]
-                message = error.get("message") if isinstance(error, dict) else str(error)
-                for event in state.fail_events(status_of(error), message or "Upstream error."):
-                    yield event
-                return
             for event in state.feed(chunk):
                 yield event
+            if state.done:
+                return
     except Exception:
         logger.warning("chat->responses: upstream stream failed", exc_info=True)
-        for event in state.fail_events(502, "The upstream connection failed during the response."):
+        for event in state.fail(502, "The upstream connection failed during the response."):
             yield event
         return
-    if not state.finished:
-        for event in state.fail_events(502, "The upstream ended the response before it was complete."):
-            yield event
-        return
-    for event in state.finish_events():
+    for event in state.finish():
         yield event
