@@ -45,10 +45,17 @@ class FilteredListView(ListView):
     def get_queryset(self) -> QuerySet:
         data = self.request.GET or None
         self.filterset = self.filterset_class(data, queryset=self.get_base_queryset(), request=self.request)
+        _friendly_filter_widgets(self.filterset.form)
         if self.filterset.is_bound and not self.filterset.is_valid():
             # An invalid filter value (e.g. ?owner=abc) shows the errors and an empty list, not a 500.
             return self.get_base_queryset().none()
         return self.filterset.qs
+
+    def paginate_queryset(self, queryset, page_size):
+        # A stale ?page=99 (after deleting rows) shows the last page instead of a 404.
+        paginator = self.get_paginator(queryset, page_size)
+        page = paginator.get_page(self.request.GET.get("page"))
+        return paginator, page, page.object_list, page.has_other_pages()
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
@@ -58,6 +65,19 @@ class FilteredListView(ListView):
         context["query_string"] = query.urlencode()
         context["filtered"] = any(v for k, v in self.request.GET.items() if k != "page")
         return context
+
+
+def _friendly_filter_widgets(form) -> None:
+    """'any / yes / no' instead of django's 'Unknown / Yes / No'; 'any' as the empty choice."""
+    from django import forms as djforms
+
+    for field in form.fields.values():
+        if isinstance(field.widget, djforms.NullBooleanSelect):
+            field.widget.choices = [("", "any"), ("true", "yes"), ("false", "no")]
+        elif isinstance(field, djforms.ModelChoiceField) and not isinstance(field, djforms.ModelMultipleChoiceField):
+            field.empty_label = "any"
+        elif isinstance(field, djforms.ChoiceField) and not isinstance(field, djforms.MultipleChoiceField):
+            field.choices = [("", "any"), *[c for c in field.choices if c[0] != ""]]
 
 
 def paginate(request: HttpRequest, queryset, per_page: int = PAGE_SIZE):
