@@ -8,8 +8,10 @@ class HostsConfig(AppConfig):
     def ready(self) -> None:
         from portal import audit
 
-        from .models import Host
+        from .models import Deployment, Host
 
         audit.register(
             Host, ignore={"status", "status_message", "driver_version", "cuda_version", "seen_host_key_fingerprint"}
         )
+        # Status, PID and context window are moved by launch jobs; the jobs themselves are the record.
+        audit.register(Deployment, ignore={"status", "status_message", "pid", "context_window"})

@@ -80,6 +80,8 @@ def rotate_key(key: Key, *, grace: datetime.timedelta | None = None) -> tuple[Ke
     """Issue a replacement with the same settings; the old key stops now or after `grace`."""
     old_name = key.name
     now = timezone.now()
+    # The replacement keeps a still-future expiry: rotating must not turn a temporary key permanent.
+    keep_expiry = key.expires_at if key.expires_at is not None and key.expires_at > now else None
     # Free the active name for the new key: the old one keeps working under a suffixed name.
     key.name = f"{old_name} (rotated {now:%Y-%m-%d %H:%M})"[:100]
     if grace:
@@ -94,7 +96,7 @@ def rotate_key(key: Key, *, grace: datetime.timedelta | None = None) -> tuple[Ke
         allowed_models=key.allowed_models.all(),
         **key.limits(),
         ip_allowlist=list(key.ip_allowlist),
-        expires_at=None,
+        expires_at=keep_expiry,
         rotated_from=key,
         client=key.client,
     )

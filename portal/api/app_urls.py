@@ -1,5 +1,14 @@
+from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-router = SimpleRouter()
+from . import views
 
-urlpatterns = router.urls
+router = SimpleRouter()
+router.register("users", views.UserViewSet, basename="user")
+router.register("tokens", views.ApiTokenViewSet, basename="apitoken")
+router.register("audit-log", views.AuditLogViewSet, basename="auditlog")
+
+urlpatterns = [
+    path("me/", views.MeView.as_view(), name="me"),
+    *router.urls,
+]

@@ -24,3 +24,6 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request):
         return "Token"
+
+
+from . import schema  # noqa: E402, F401  (registers the OpenAPI description of this scheme)

@@ -92,3 +92,12 @@ def test_validation_reports_every_bad_field(alice):
 def test_validation_normalises_cidrs(alice):
     cleaned = validate_key_settings(alice, ip_allowlist="10.1.2.3/8, 192.168.1.7\n10.0.0.0/8")
     assert cleaned["ip_allowlist"] == ["10.0.0.0/8", "192.168.1.7/32"]
+
+
+def test_rotation_keeps_a_future_expiry_on_the_replacement(alice):
+    ends = timezone.now() + datetime.timedelta(days=3)
+    key, _ = issue_key(owner=alice, name="temp", expires_at=ends)
+    new, _ = rotate_key(key, grace=datetime.timedelta(minutes=5))
+    assert new.expires_at == ends
+    key.refresh_from_db()
+    assert key.expires_at <= timezone.now() + datetime.timedelta(minutes=5)

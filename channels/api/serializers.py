@@ -1,0 +1,206 @@
+"""Channel and model serializers. A channel's API key is write-only; a model's routes are nested."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import transaction
+from rest_framework import serializers
+
+from channels.choices import ChannelKind
+from channels.models import Channel, Model, ModelRoute
+from channels.services import clean_base_url, reset_status_after_edit
+from portal.api.serializers import IdOrNameRelatedField, is_admin
+
+MAX_API_KEY_CHARS = 4096
+
+
+class ChannelSerializer(serializers.ModelSerializer):
+    """An upstream. `base_url` is stored canonical (ending in /v1); `base_url_notes` says what was
+    changed in the URL you sent. `api_key` is write-only (null or "" clears it, omit it to keep it)."""
+
+    base_url = serializers.CharField(
+        max_length=2000, help_text="Any form (with or without /v1, trailing slash, query); stored canonical."
+    )
+    base_url_notes = serializers.SerializerMethodField(
+        help_text="What normalisation changed in the base_url you sent (create/update responses; else empty)."
+    )
+    api_key = serializers.CharField(
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        allow_null=True,
+        max_length=MAX_API_KEY_CHARS,
+        style={"input_type": "password"},
+        help_text="Sent upstream by the gateway; write-only.",
+    )
+    has_api_key = serializers.SerializerMethodField()
+    models = serializers.SlugRelatedField(
+        slug_field="name", many=True, read_only=True, help_text="Public models routed to this channel."
+    )
+
+    class Meta:
+        model = Channel
+        fields = [
+            "id",
+            "name",
+            "kind",
+            "base_url",
+            "base_url_notes",
+            "api_key",
+            "has_api_key",
+            "host",
+            "priority",
+            "weight",
+            "enabled",
+            "speaks_messages",
+            "speaks_responses",
+            "status",
+            "status_message",
+            "status_changed",
+            "last_checked",
+            "notes",
+            "models",
+            "created",
+            "updated",
+        ]
+        read_only_fields = ["status", "status_message", "status_changed", "last_checked", "created", "updated"]
+
+    def get_base_url_notes(self, obj: Channel) -> list[str]:
+        return list(getattr(self, "_base_url_notes", []))
+
+    def get_has_api_key(self, obj: Channel) -> bool:
+        return bool(obj.api_key)
+
+    def validate_base_url(self, value: str) -> str:
+        try:
+            canonical, notes = clean_base_url(value)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict.get("base_url", exc.messages)) from None
+        self._base_url_notes = notes
+        return canonical
+
+    def validate_api_key(self, value: str | None) -> str:
+        value = (value or "").strip()
+        if any(c.isspace() for c in value):
+            raise serializers.ValidationError("An API key cannot contain spaces or line breaks.")
+        return value
+
+    def validate(self, attrs: dict) -> dict:
+        kind = attrs.get("kind", getattr(self.instance, "kind", ChannelKind.OPENAI))
+        if kind == ChannelKind.ANTHROPIC:
+            attrs["speaks_messages"] = True  # the Anthropic API is the Messages API
+        return attrs
+
+    def update(self, instance: Channel, validated_data: dict) -> Channel:
+        previous_base_url, previous_api_key = instance.base_url, instance.api_key
+        for name, value in validated_data.items():
+            setattr(instance, name, value)
+        reset_status_after_edit(instance, previous_base_url=previous_base_url, previous_api_key=previous_api_key)
+        instance.save()
+        return instance
+
+
+class ModelRouteSerializer(serializers.ModelSerializer):
+    channel = IdOrNameRelatedField(queryset=Channel.objects.all(), help_text="Channel id or name.")
+    channel_name = serializers.CharField(source="channel.name", read_only=True)
+    upstream_id = serializers.CharField(read_only=True, help_text="upstream_model, or the public name if blank.")
+    effective_context_window = serializers.IntegerField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = ModelRoute
+        fields = [
+            "id",
+            "channel",
+            "channel_name",
+            "upstream_model",
+            "upstream_id",
+            "context_window",
+            "max_output_tokens",
+            "discovered_context_window",
+            "effective_context_window",
+            "enabled",
+        ]
+        read_only_fields = ["discovered_context_window"]
+
+
+class PublicModelSerializer(serializers.ModelSerializer):
+    """A public model name and the channels serving it. Sending `routes` replaces the whole set
+    (matched by channel, so discovered context windows survive); omit it to keep the routes."""
+
+    routes = ModelRouteSerializer(many=True, required=False, help_text="Admins only.")
+    context_window = serializers.SerializerMethodField(
+        help_text="Smallest effective context window over the enabled routes."
+    )
+    max_output_tokens = serializers.SerializerMethodField(help_text="Smallest max output over the enabled routes.")
+
+    class Meta:
+        model = Model
+        fields = [
+            "id",
+            "name",
+            "display_name",
+            "description",
+            "enabled",
+            "context_window",
+            "max_output_tokens",
+            "routes",
+            "created",
+            "updated",
+        ]
+
+    def _live_routes(self, obj: Model) -> list[ModelRoute]:
+        # Uses the prefetched routes (and their channels) so a list costs a fixed number of queries.
+        return [r for r in obj.routes.all() if r.enabled and r.channel.enabled]
+
+    def get_context_window(self, obj: Model) -> int | None:
+        values = [r.effective_context_window for r in self._live_routes(obj) if r.effective_context_window]
+        return min(values) if values else None
+
+    def get_max_output_tokens(self, obj: Model) -> int | None:
+        values = [r.max_output_tokens for r in self._live_routes(obj) if r.max_output_tokens]
+        return min(values) if values else None
+
+    def to_representation(self, instance: Model) -> dict:
+        data = super().to_representation(instance)
+        if not is_admin(self.context.get("request")):
+            data.pop("routes", None)  # which upstream serves a model is the operators' business
+        return data
+
+    def validate_routes(self, routes: list[dict]) -> list[dict]:
+        seen: set[int] = set()
+        for route in routes:
+            if route["channel"].pk in seen:
+                raise serializers.ValidationError(f"Channel {route['channel'].name} is listed twice.")
+            seen.add(route["channel"].pk)
+        return routes
+
+    @transaction.atomic
+    def create(self, validated_data: dict) -> Model:
+        routes = validated_data.pop("routes", [])
+        model = Model.objects.create(**validated_data)
+        self._save_routes(model, routes)
+        return model
+
+    @transaction.atomic
+    def update(self, instance: Model, validated_data: dict) -> Model:
+        routes = validated_data.pop("routes", None)
+        instance = super().update(instance, validated_data)
+        if routes is not None:
+            self._save_routes(instance, routes)
+        return instance
+
+    def _save_routes(self, model: Model, routes: list[dict]) -> None:
+        existing = {r.channel_id: r for r in model.routes.all()}
+        wanted = {r["channel"].pk for r in routes}
+        for channel_id, route in existing.items():
+            if channel_id not in wanted:
+                route.delete()
+        for data in routes:
+            route = existing.get(data["channel"].pk) or ModelRoute(model=model, channel=data["channel"])
+            changed = route.pk is None
+            for name, value in data.items():
+                if name != "channel" and getattr(route, name) != value:
+                    setattr(route, name, value)
+                    changed = True
+            if changed:
+                route.save()

@@ -1,0 +1,40 @@
+"""FilterSets for channels and models, shared by the REST API and the HTML lists."""
+
+from __future__ import annotations
+
+import django_filters
+
+from hosts.models import Host
+from portal.filters import search
+
+from .choices import ChannelKind, ChannelStatus
+from .models import Channel, Model
+
+
+class ChannelFilterSet(django_filters.FilterSet):
+    q = django_filters.CharFilter(method="filter_q", label="Search")
+    kind = django_filters.MultipleChoiceFilter(choices=ChannelKind.choices)
+    status = django_filters.MultipleChoiceFilter(choices=ChannelStatus.choices)
+    host = django_filters.ModelChoiceFilter(queryset=Host.objects.all())
+    model = django_filters.CharFilter(field_name="routes__model__name", distinct=True, label="Serves model")
+
+    class Meta:
+        model = Channel
+        fields = ["q", "name", "kind", "status", "enabled", "host", "model"]
+
+    def filter_q(self, queryset, name, value):
+        return search(queryset, ("name", "base_url", "notes"), value)
+
+
+class ModelFilterSet(django_filters.FilterSet):
+    q = django_filters.CharFilter(method="filter_q", label="Search")
+    channel = django_filters.ModelChoiceFilter(
+        field_name="routes__channel", queryset=Channel.objects.all(), distinct=True, label="Served by channel"
+    )
+
+    class Meta:
+        model = Model
+        fields = ["q", "name", "enabled", "channel"]
+
+    def filter_q(self, queryset, name, value):
+        return search(queryset, ("name", "display_name", "description"), value)

@@ -1,0 +1,104 @@
+"""Host serializers: the SSH private key is write-only and must parse; GPUs are read-only."""
+
+from __future__ import annotations
+
+import asyncssh
+from rest_framework import serializers
+
+from hosts.models import GPU, Host
+
+MAX_PRIVATE_KEY_CHARS = 16_384
+
+
+class GPUSerializer(serializers.ModelSerializer):
+    memory_free_mib = serializers.IntegerField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = GPU
+        fields = [
+            "id",
+            "index",
+            "uuid",
+            "name",
+            "memory_total_mib",
+            "memory_used_mib",
+            "memory_free_mib",
+            "utilization_pct",
+            "temperature_c",
+            "updated",
+        ]
+        read_only_fields = fields
+
+
+class HostSerializer(serializers.ModelSerializer):
+    """A GPU machine reached over SSH. Send `private_key` to set it (null or "" clears it, omit it
+    to keep it); responses only say `has_private_key`."""
+
+    private_key = serializers.CharField(
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        allow_null=True,
+        trim_whitespace=False,
+        max_length=MAX_PRIVATE_KEY_CHARS,
+        style={"input_type": "password", "base_template": "textarea.html"},
+        help_text="Unencrypted OpenSSH or PEM private key; write-only.",
+    )
+    has_private_key = serializers.SerializerMethodField()
+    labels = serializers.ListField(
+        child=serializers.CharField(max_length=50), required=False, max_length=50, help_text="Free-form tags."
+    )
+    gpus = GPUSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Host
+        fields = [
+            "id",
+            "name",
+            "address",
+            "ssh_port",
+            "username",
+            "private_key",
+            "has_private_key",
+            "host_key_fingerprint",
+            "labels",
+            "notes",
+            "status",
+            "status_message",
+            "last_checked",
+            "driver_version",
+            "cuda_version",
+            "gpus",
+            "created",
+            "updated",
+        ]
+        read_only_fields = [
+            "host_key_fingerprint",
+            "status",
+            "status_message",
+            "last_checked",
+            "driver_version",
+            "cuda_version",
+            "created",
+            "updated",
+        ]
+
+    def get_has_private_key(self, obj: Host) -> bool:
+        return bool(obj.private_key)
+
+    def validate_private_key(self, value: str | None) -> str:
+        text = (value or "").strip()
+        if not text:
+            return ""
+        try:
+            asyncssh.import_private_key(text)
+        except Exception:  # asyncssh raises several types; none may reach the client as a 500
+            # Never echo the value back: it is a secret even when it is malformed.
+            raise serializers.ValidationError(
+                "Not a usable private key: paste an unencrypted OpenSSH or PEM private key "
+                "(-----BEGIN OPENSSH PRIVATE KEY----- …)."
+            ) from None
+        return text + "\n"
+
+    def validate_labels(self, value: list[str]) -> list[str]:
+        return list(dict.fromkeys(v.strip() for v in value if v.strip()))

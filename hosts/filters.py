@@ -1,0 +1,36 @@
+"""FilterSets for hosts, shared by the REST API and the HTML list."""
+
+from __future__ import annotations
+
+import json
+
+import django_filters
+
+from portal.filters import search
+
+from .choices import HostStatus
+from .models import GPU, Host
+
+
+class HostFilterSet(django_filters.FilterSet):
+    q = django_filters.CharFilter(method="filter_q", label="Search")
+    status = django_filters.MultipleChoiceFilter(choices=HostStatus.choices)
+    label = django_filters.CharFilter(method="filter_label", label="Label")
+
+    class Meta:
+        model = Host
+        fields = ["q", "name", "address", "status", "label"]
+
+    def filter_q(self, queryset, name, value):
+        return search(queryset, ("name", "address", "username", "notes"), value)
+
+    def filter_label(self, queryset, name, value):
+        # labels is a JSON list of strings; JSON `contains` is PostgreSQL-only, so match the quoted
+        # element in the JSON text, which works on SQLite too.
+        return queryset.filter(labels__icontains=json.dumps(value)) if value else queryset
+
+
+class GPUFilterSet(django_filters.FilterSet):
+    class Meta:
+        model = GPU
+        fields = ["host", "index", "name"]

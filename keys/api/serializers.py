@@ -1,0 +1,147 @@
+"""Key serializers. The plaintext key is never part of a key's representation: the create and
+rotate views add it, once, as `key`."""
+
+from __future__ import annotations
+
+import datetime
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import transaction
+from rest_framework import serializers
+
+from channels.models import Model
+from keys.models import Key
+from keys.services import MAX_CIDR_ENTRIES, issue_key, validate_key_settings
+from portal.api.serializers import LIMIT_FIELDS, drf_error, is_admin, limit_field
+from portal.models import User
+
+MAX_GRACE = datetime.timedelta(days=30)
+
+
+class KeySerializer(serializers.ModelSerializer):
+    """A developer key. Only `name` is required; `owner` defaults to the caller (admins may name any
+    active user). Limits left out take the owner's key defaults; a limit above the owner's own limit
+    is refused."""
+
+    owner = serializers.PrimaryKeyRelatedField(
+        queryset=User.objects.all(), required=False, help_text="User id; default: you. Only admins may set another."
+    )
+    owner_username = serializers.CharField(source="owner.username", read_only=True)
+    allowed_models = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=Model.objects.all(),
+        many=True,
+        required=False,
+        help_text="Model names; empty: every model the owner may use.",
+    )
+    ip_allowlist = serializers.ListField(
+        child=serializers.CharField(max_length=64),
+        required=False,
+        max_length=MAX_CIDR_ENTRIES,
+        help_text="CIDR blocks (10.0.0.0/8, 2001:db8::/32, or one address); empty: any address.",
+    )
+    masked = serializers.CharField(read_only=True)
+    state = serializers.ChoiceField(
+        choices=["active", "expired", "revoked", "owner inactive"], read_only=True, help_text="Computed now."
+    )
+    requests_per_minute = limit_field()
+    tokens_per_minute = limit_field()
+    tokens_per_day = limit_field()
+    tokens_per_month = limit_field()
+    max_parallel_requests = limit_field()
+
+    class Meta:
+        model = Key
+        fields = [
+            "id",
+            "name",
+            "owner",
+            "owner_username",
+            "prefix",
+            "last_four",
+            "masked",
+            "state",
+            "client",
+            "allowed_models",
+            "ip_allowlist",
+            "expires_at",
+            *LIMIT_FIELDS,
+            "last_used_at",
+            "revoked_at",
+            "rotated_from",
+            "created",
+            "updated",
+        ]
+        read_only_fields = ["prefix", "last_four", "last_used_at", "revoked_at", "rotated_from", "created", "updated"]
+        validators: list = []  # the conditional unique (owner, name) is checked in validate()
+
+    def validate_name(self, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise serializers.ValidationError("Enter a name.")
+        return value
+
+    def validate(self, attrs: dict) -> dict:
+        request = self.context["request"]
+        key: Key | None = self.instance
+        if key is not None and key.revoked_at is not None:
+            raise serializers.ValidationError({"non_field_errors": ["A revoked key cannot be changed."]})
+        owner = attrs.get("owner") or (key.owner if key is not None else request.user)
+        if key is not None and owner != key.owner:
+            raise serializers.ValidationError({"owner": ["A key's owner cannot change; create a key for them."]})
+        if owner != request.user and not is_admin(request):
+            raise serializers.ValidationError({"owner": ["You can only create keys for yourself."]})
+        if not owner.is_active:
+            raise serializers.ValidationError({"owner": [f"{owner.username} is deactivated."]})
+        attrs["owner"] = owner
+
+        name = attrs.get("name", key.name if key is not None else "")
+        clash = Key.objects.filter(owner=owner, name=name, revoked_at__isnull=True)
+        if key is not None:
+            clash = clash.exclude(pk=key.pk)
+        if clash.exists():
+            raise serializers.ValidationError({"name": [f"{owner.username} already has an active key with this name."]})
+
+        try:
+            cleaned = validate_key_settings(
+                owner,
+                limits={f: attrs[f] for f in LIMIT_FIELDS if f in attrs},
+                allowed_models=attrs.get("allowed_models"),
+                ip_allowlist=attrs.get("ip_allowlist"),
+                expires_at=attrs.get("expires_at"),
+            )
+        except DjangoValidationError as exc:
+            raise drf_error(exc) from None
+        attrs.update(cleaned)
+        return attrs
+
+    @transaction.atomic
+    def create(self, validated_data: dict) -> Key:
+        key, plaintext = issue_key(
+            owner=validated_data.pop("owner"),
+            name=validated_data.pop("name"),
+            allowed_models=validated_data.pop("allowed_models", ()),
+            **validated_data,
+        )
+        key.plaintext = plaintext
+        return key
+
+    def update(self, instance: Key, validated_data: dict) -> Key:
+        validated_data.pop("owner", None)
+        return super().update(instance, validated_data)
+
+
+class KeyCreatedSerializer(KeySerializer):
+    key = serializers.CharField(read_only=True, help_text="The key, shown once. Store it now.")
+
+    class Meta(KeySerializer.Meta):
+        fields = [*KeySerializer.Meta.fields, "key"]
+
+
+class RotateSerializer(serializers.Serializer):
+    grace_seconds = serializers.IntegerField(
+        min_value=0,
+        max_value=int(MAX_GRACE.total_seconds()),
+        default=0,
+        help_text="How long the old key keeps working (0 to 30 days); 0: it stops now.",
+    )

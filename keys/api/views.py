@@ -1,0 +1,73 @@
+"""REST API for developer keys: developers manage their own, admins everyone's."""
+
+from __future__ import annotations
+
+import datetime
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from keys.filters import KeyFilterSet
+from keys.models import Key
+from keys.services import revoke_key, rotate_key
+from portal.api.serializers import LIMIT_FIELDS
+
+from .serializers import KeyCreatedSerializer, KeySerializer, RotateSerializer
+
+
+class KeyViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.UpdateModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Keys are revoked, never deleted: usage records point at them. Another developer's key is 404."""
+
+    serializer_class = KeySerializer
+    filterset_class = KeyFilterSet
+    search_fields = ["name", "prefix", "last_four", "owner__username", "client"]
+    ordering_fields = ["name", "created", "last_used_at", "expires_at", "revoked_at", "owner__username", *LIMIT_FIELDS]
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return Key.objects.none()
+        qs = Key.objects.select_related("owner").prefetch_related("allowed_models")
+        user = self.request.user
+        return qs if user.is_admin else qs.filter(owner=user)
+
+    def _data(self, key: Key, plaintext: str | None = None) -> dict:
+        data = dict(KeySerializer(key, context=self.get_serializer_context()).data)
+        if plaintext is not None:
+            data["key"] = plaintext
+        return data
+
+    @extend_schema(responses={201: KeyCreatedSerializer})
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        key = serializer.save()
+        return Response(self._data(key, key.plaintext), status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: KeySerializer})
+    @action(detail=True, methods=["post"])
+    def revoke(self, request: Request, pk=None) -> Response:
+        """Stop the key now. Idempotent."""
+        key = revoke_key(self.get_object())
+        return Response(self._data(key))
+
+    @extend_schema(request=RotateSerializer, responses={201: KeyCreatedSerializer})
+    @action(detail=True, methods=["post"])
+    def rotate(self, request: Request, pk=None) -> Response:
+        """Issue a replacement with the same settings; the old key stops now or after `grace_seconds`."""
+        key = self.get_object()
+        params = RotateSerializer(data=request.data)
+        params.is_valid(raise_exception=True)
+        if key.revoked_at is not None:
+            raise serializers.ValidationError({"non_field_errors": ["A revoked key cannot be rotated."]})
+        grace = datetime.timedelta(seconds=params.validated_data["grace_seconds"])
+        new, plaintext = rotate_key(key, grace=grace or None)
+        return Response(self._data(new, plaintext), status=status.HTTP_201_CREATED)

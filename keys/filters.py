@@ -1,0 +1,42 @@
+"""FilterSets for developer keys, shared by the REST API and the HTML lists."""
+
+from __future__ import annotations
+
+import django_filters
+from django.db.models import Q
+from django.utils import timezone
+
+from channels.models import Model
+from portal.filters import search
+from portal.models import User
+
+from .models import Key
+
+KEY_STATES = [("active", "Active"), ("expired", "Expired"), ("revoked", "Revoked")]
+
+
+class KeyFilterSet(django_filters.FilterSet):
+    q = django_filters.CharFilter(method="filter_q", label="Search")
+    owner = django_filters.ModelChoiceFilter(queryset=User.objects.all())
+    state = django_filters.ChoiceFilter(choices=KEY_STATES, method="filter_state", label="State")
+    model = django_filters.ModelChoiceFilter(
+        field_name="allowed_models", queryset=Model.objects.all(), to_field_name="name", label="Allows model"
+    )
+    client = django_filters.CharFilter()
+
+    class Meta:
+        model = Key
+        fields = ["q", "owner", "state", "model", "client", "name"]
+
+    def filter_q(self, queryset, name, value):
+        return search(queryset, ("name", "prefix", "last_four", "owner__username", "client"), value)
+
+    def filter_state(self, queryset, name, value):
+        now = timezone.now()
+        if value == "revoked":
+            return queryset.filter(revoked_at__isnull=False)
+        if value == "expired":
+            return queryset.filter(revoked_at__isnull=True, expires_at__lte=now)
+        if value == "active":
+            return queryset.filter(Q(revoked_at__isnull=True) & (Q(expires_at__isnull=True) | Q(expires_at__gt=now)))
+        return queryset

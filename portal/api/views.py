@@ -1,0 +1,147 @@
+"""REST API for users (admins), the caller's profile, personal API tokens and the audit log."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.generics import GenericAPIView
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from portal import services
+from portal.filters import ApiTokenFilterSet, AuditLogFilterSet, UserFilterSet
+from portal.models import ApiToken, AuditLog, User
+from portal.tokens import issue_token, revoke_token
+
+from .permissions import IsAdmin
+from .serializers import (
+    LIMIT_FIELDS,
+    ApiTokenCreatedSerializer,
+    ApiTokenSerializer,
+    AuditLogSerializer,
+    MeSerializer,
+    PasswordSerializer,
+    UserCreatedSerializer,
+    UserSerializer,
+)
+
+
+class UserViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.UpdateModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Users (admins only). Users are deactivated, never deleted: their usage history stays."""
+
+    queryset = User.objects.prefetch_related("allowed_models").order_by("username")
+    serializer_class = UserSerializer
+    permission_classes = [IsAdmin]
+    filterset_class = UserFilterSet
+    search_fields = ["username", "email", "first_name", "last_name"]
+    ordering_fields = ["username", "email", "role", "is_active", "date_joined", "last_login", *LIMIT_FIELDS]
+
+    @extend_schema(responses={201: UserCreatedSerializer})
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        user = serializer.save()
+        data = dict(UserSerializer(user, context=self.get_serializer_context()).data)
+        generated = getattr(user, "generated_password", None)
+        if generated:
+            data["password"] = generated
+        return Response(data, status=status.HTTP_201_CREATED)
+
+    def _refuse_self(self, user: User, what: str) -> None:
+        if user.pk == self.request.user.pk:
+            raise serializers.ValidationError({"detail": f"You cannot {what} your own account; ask another admin."})
+
+    @extend_schema(request=None, responses={200: UserSerializer})
+    @action(detail=True, methods=["post"])
+    def deactivate(self, request: Request, pk=None) -> Response:
+        """Deactivate: the user can no longer log in and their keys and tokens stop working."""
+        user = self.get_object()
+        self._refuse_self(user, "deactivate")
+        services.set_active(user, False)
+        return Response(UserSerializer(user, context=self.get_serializer_context()).data)
+
+    @extend_schema(request=None, responses={200: UserSerializer})
+    @action(detail=True, methods=["post"])
+    def reactivate(self, request: Request, pk=None) -> Response:
+        user = self.get_object()
+        services.set_active(user, True)
+        return Response(UserSerializer(user, context=self.get_serializer_context()).data)
+
+    @extend_schema(request=None, responses={200: PasswordSerializer})
+    @action(detail=True, methods=["post"], url_path="reset-password")
+    def reset_password(self, request: Request, pk=None) -> Response:
+        """Set a new random password and return it once."""
+        user = self.get_object()
+        password = services.reset_password(user, actor=request.user)
+        return Response({"password": password})
+
+
+class MeView(GenericAPIView):
+    """The caller's own profile, limits and the models they may use."""
+
+    serializer_class = MeSerializer
+    permission_classes = [IsAuthenticated]
+    pagination_class = None
+    filter_backends: list = []
+
+    def get(self, request: Request) -> Response:
+        return Response(MeSerializer(request.user, context=self.get_serializer_context()).data)
+
+
+class ApiTokenViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
+):
+    """The caller's personal API tokens. Revoked, not deleted, so `last_used_at` stays visible."""
+
+    serializer_class = ApiTokenSerializer
+    permission_classes = [IsAuthenticated]
+    filterset_class = ApiTokenFilterSet
+    search_fields = ["name", "prefix"]
+    ordering_fields = ["name", "created", "last_used_at", "expires_at"]
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return ApiToken.objects.none()
+        return ApiToken.objects.filter(user=self.request.user).order_by("-created")
+
+    @extend_schema(responses={201: ApiTokenCreatedSerializer})
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        token, plaintext = issue_token(
+            user=request.user,
+            name=serializer.validated_data["name"],
+            expires_at=serializer.validated_data.get("expires_at"),
+        )
+        data = dict(ApiTokenSerializer(token, context=self.get_serializer_context()).data)
+        data["token"] = plaintext
+        return Response(data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: ApiTokenSerializer})
+    @action(detail=True, methods=["post"])
+    def revoke(self, request: Request, pk=None) -> Response:
+        token = self.get_object()
+        revoke_token(token)
+        return Response(ApiTokenSerializer(token, context=self.get_serializer_context()).data)
+
+
+class AuditLogViewSet(viewsets.ReadOnlyModelViewSet):
+    """Who changed what, when (admins only). Secrets appear only as "changed" or "set"."""
+
+    queryset = AuditLog.objects.all()
+    serializer_class = AuditLogSerializer
+    permission_classes = [IsAdmin]
+    filterset_class = AuditLogFilterSet
+    search_fields = ["actor_name", "object_type", "object_repr", "message"]
+    ordering_fields = ["created", "actor_name", "object_type", "action"]
