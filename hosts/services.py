@@ -36,6 +36,7 @@ from channels.baseurl import normalize_base_url
 from channels.choices import ChannelStatus
 from channels.models import Channel, Model, ModelRoute
 from portal import audit
+from portal.choices import AuditAction
 
 from . import backends, fit, inventory, ssh
 from .choices import ACTIVE_JOB_STATES, DeploymentStatus, HostStatus, JobAction, JobState
@@ -83,8 +84,7 @@ def confirm_host_key(host: Host, fingerprint: str) -> None:
     host.host_key_fingerprint = fingerprint
     if host.status in (HostStatus.HOST_KEY_CHANGED, HostStatus.HOST_KEY_UNCONFIRMED):
         host.status, host.status_message = HostStatus.UNKNOWN, "Host key confirmed; refresh to read the GPUs."
-    host.save()
-    audit.record("change", host, message=f"host key {fingerprint} confirmed")
+    host.save()  # audited as a change of host_key_fingerprint
 
 
 def refresh_inventory(host: Host) -> str:
@@ -283,7 +283,9 @@ def request_job(deployment: Deployment, action: str, *, user=None) -> LaunchJob:
         active = deployment.jobs.filter(state__in=ACTIVE_JOB_STATES).first()
         what = f"Job #{active.pk} ({active.get_action_display()})" if active else "Another job"
         raise JobConflict(f"{what} is still running for {deployment}; wait for it to finish.") from None
-    audit.record("create", job, message=f"{action} requested", actor=user)
+    audit.record(
+        AuditAction.ACTION, deployment, message=f"{JobAction(action).label} requested (job #{job.pk})", actor=user
+    )
 
     def enqueue() -> None:
         from .tasks import run_job

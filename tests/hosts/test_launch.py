@@ -17,7 +17,7 @@ from channels.choices import ChannelKind
 from channels.models import Channel, ModelRoute
 from hosts import inventory, services
 from hosts.choices import DeploymentStatus, JobAction, JobState
-from hosts.models import Deployment, LaunchJob
+from hosts.models import Deployment, Host, LaunchJob
 from tests.fakes.llamacpp import tiny_gguf_path
 from tests.services import free_port
 
@@ -271,3 +271,71 @@ def test_chat_completion_through_the_gateway_reaches_the_launched_llamacpp(
 
     run(deployment, JobAction.STOP)
     assert not alive(job.pid)
+
+
+@pytest.mark.parametrize(
+    ("log", "exit_code", "expected"),
+    [
+        (
+            "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 12800.00 MiB on device 0: "
+            "cudaMalloc failed: out of memory\nllama_model_load: error loading model",
+            1,
+            "Out of memory (exit code 1)",
+        ),
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+            "of 79.10 GiB of which 1.2 GiB is free.",
+            1,
+            "Out of memory",
+        ),
+        (
+            "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`",
+            1,
+            "Out of memory",
+        ),
+        (
+            "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already in use",
+            1,
+            "Port 8000 is in use",
+        ),
+        ("sh: 1: vllm: not found", 127, "vllm was not found on the host's PATH"),
+        ("Traceback …\nKeyError: 'model_type'", 1, "The server exited (exit code 1)"),
+    ],
+)
+def test_failure_reasons_are_recognised_from_real_log_lines(db, log, exit_code, expected):
+    host = Host(name="h", address="10.0.0.1", username="u")
+    deployment = Deployment(host=host, name="d", backend="vllm", model_path="a/b", served_model_name="b", port=8000)
+    message = services.explain_failure(log, exit_code, deployment)
+    assert message.startswith(expected)
+    assert log.strip().splitlines()[-1] in message  # the last log lines come along
+
+
+def test_fit_reads_config_json_and_weight_sizes_over_ssh(online_host, tmp_path):
+    folder = tmp_path / "Qwen3-32B"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        '{"hidden_size": 5120, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,'
+        ' "num_hidden_layers": 64, "intermediate_size": 25600, "vocab_size": 151936,'
+        ' "max_position_embeddings": 40960}'
+    )
+    for i in range(2):  # sparse files: the size is what counts
+        with open(folder / f"model-0000{i}.safetensors", "wb") as f:
+            f.truncate(10 * 1024**3)
+    deployment = services.save_deployment(
+        host=online_host,
+        name="qwen32",
+        backend="vllm",
+        model_path=str(folder),
+        served_model_name="qwen3-32b",
+        gpu_indices=[0],
+        port=free_port(),
+        options={"max_model_len": 4096},
+        extra_args=[],
+    )
+    from hosts import ssh
+
+    with ssh.connect(online_host) as remote:
+        result = services.check_fit(deployment, remote)
+    assert result["source"] == "config.json"
+    assert result["weights_gib"] == 20.0  # the files, not the parameter count
+    assert result["verdict"] == "does_not_fit"  # on a 12 GB card
