@@ -13,7 +13,7 @@ import socket
 import openai
 import pytest
 
-from channels.choices import ChannelKind
+from channels.choices import ChannelKind, ChannelStatus
 from channels.models import Channel, ModelRoute
 from hosts import inventory, services
 from hosts.choices import DeploymentStatus, JobAction, JobState
@@ -39,6 +39,17 @@ def started_pids():
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+@pytest.fixture
+def eager_celery():
+    """Queued tasks (the probe the launch job triggers) run inline, as a worker would run them."""
+    from portal.celery import app
+
+    before = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = before
 
 
 @pytest.fixture
@@ -79,7 +90,7 @@ def run(deployment: Deployment, action: str = JobAction.LAUNCH) -> LaunchJob:
     return job
 
 
-def test_llamacpp_deployment_launches_registers_a_channel_and_stops(online_host, started_pids):
+def test_llamacpp_deployment_launches_registers_a_channel_and_stops(online_host, started_pids, eager_celery):
     deployment = llama_deployment(online_host)
     job = run(deployment)
     if job.pid:
@@ -95,6 +106,7 @@ def test_llamacpp_deployment_launches_registers_a_channel_and_stops(online_host,
     assert channel.kind == ChannelKind.LLAMACPP
     assert channel.base_url == f"http://127.0.0.1:{deployment.port}/v1"
     assert channel.api_key == deployment.upstream_api_key and channel.host == online_host
+    assert channel.status == ChannelStatus.HEALTHY, channel.status_message  # the probe the job triggered
     route = ModelRoute.objects.get(channel=channel)
     assert route.model.name == "tiny-chat"
     assert route.context_window == route.discovered_context_window == 1024  # what llama.cpp's /props said
