@@ -351,3 +351,34 @@ def test_fit_reads_config_json_and_weight_sizes_over_ssh(online_host, tmp_path):
     assert result["source"] == "config.json"
     assert result["weights_gib"] == 20.0  # the files, not the parameter count
     assert result["verdict"] == "does_not_fit"  # on a 12 GB card
+
+
+def test_a_redelivered_job_resumes_and_finds_the_server_it_started(online_host, started_pids):
+    """The worker died after starting the server; Celery redelivers the task (acks_late)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    deployment = llama_deployment(online_host)
+    first = run(deployment)
+    started_pids.append(first.pid)
+    job = services.request_job(deployment, JobAction.LAUNCH)
+    LaunchJob.objects.filter(pk=job.pk).update(
+        state=JobState.WAITING_HEALTH, heartbeat=timezone.now() - timedelta(minutes=5)
+    )
+    services.run_job(job.pk)
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.pid == first.pid
+    assert Channel.objects.count() == 1
+    run(deployment, JobAction.STOP)
+
+
+def test_a_job_held_by_a_live_worker_is_not_run_twice(online_host):
+    from django.utils import timezone
+
+    deployment = llama_deployment(online_host)
+    job = services.request_job(deployment, JobAction.LAUNCH)
+    LaunchJob.objects.filter(pk=job.pk).update(state=JobState.STARTING, heartbeat=timezone.now())
+    services.run_job(job.pk)
+    job.refresh_from_db()
+    assert job.state == JobState.STARTING and len(job.transitions) == 1
