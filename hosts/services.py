@@ -386,8 +386,14 @@ def _dir(deployment: Deployment) -> str:
     return '"$HOME"/' + shlex.quote(deployment.remote_dir)
 
 
+def _alive_test(pid: int) -> str:
+    """Shell test: the process exists and is not a zombie (kill -0 succeeds on zombies until reaped)."""
+    p = str(int(pid))
+    return f"kill -0 {p} 2>/dev/null && [ \"$(sed 's/.*) //' /proc/{p}/stat 2>/dev/null | cut -c1)\" != Z ]"
+
+
 def _alive(remote: ssh.Remote, pid: int | None) -> bool:
-    return bool(pid) and remote.run(["kill", "-0", str(int(pid))]).ok
+    return bool(pid) and remote.run(_alive_test(pid)).ok
 
 
 def _pidfile_pid(remote: ssh.Remote, deployment: Deployment) -> int | None:
@@ -519,11 +525,12 @@ def _kill(remote: ssh.Remote, pid: int, grace: float | None = None) -> bool:
     """TERM the process group, KILL it after `grace` seconds. True when it is gone."""
     p = str(int(pid))
     steps = max(int(grace / 0.2), 1)
+    alive = _alive_test(int(pid))
     script = (
         f"kill -TERM -- -{p} 2>/dev/null || kill -TERM {p} 2>/dev/null; "
-        f"i=0; while [ $i -lt {steps} ]; do kill -0 {p} 2>/dev/null || exit 0; sleep 0.2; i=$((i+1)); done; "
-        f"kill -KILL -- -{p} 2>/dev/null || kill -KILL {p} 2>/dev/null; sleep 0.5; "
-        f"kill -0 {p} 2>/dev/null && exit 1; exit 0"
+        f"i=0; while [ $i -lt {steps} ]; do {alive} || exit 0; sleep 0.2; i=$((i+1)); done; "
+        f"kill -KILL -- -{p} 2>/dev/null || kill -KILL {p} 2>/dev/null; "
+        f"i=0; while [ $i -lt 25 ]; do {alive} || exit 0; sleep 0.2; i=$((i+1)); done; exit 1"
     )
     return remote.run(script, timeout=grace + 30).ok
 
@@ -536,7 +543,7 @@ def _register(deployment: Deployment, context_window: int | None) -> Channel:
     with transaction.atomic():
         channel = deployment.channel or Channel.objects.filter(host=deployment.host, base_url=base_url).first()
         if channel is None:
-            channel = Channel(name=f"{deployment.name}@{deployment.host.name}"[:100])
+            channel = Channel(name=_free_channel_name(f"{deployment.name}@{deployment.host.name}"[:96]))
         channel.kind = impl.channel_kind
         channel.base_url = base_url
         channel.api_key = deployment.upstream_api_key
@@ -562,6 +569,15 @@ def _register(deployment: Deployment, context_window: int | None) -> Channel:
         Deployment.objects.filter(pk=deployment.pk).update(channel=channel, context_window=context_window)
         deployment.channel, deployment.context_window = channel, context_window
     return channel
+
+
+def _free_channel_name(base: str) -> str:
+    """`base`, or `base-2`, `base-3`… when an unrelated channel already has the name."""
+    name, n = base, 1
+    while Channel.objects.filter(name=name).exists():
+        n += 1
+        name = f"{base}-{n}"
+    return name
 
 
 def trigger_probe(channel_id: int) -> None:
@@ -615,7 +631,7 @@ def _launch(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
     )
     try:
         _finish_healthy(job, deployment, remote, pid)
-    except JobFailed:
+    except Exception:  # whatever went wrong, do not leave a server nobody knows about
         if _alive(remote, pid):
             _kill(remote, pid, grace=5)
         Deployment.objects.filter(pk=deployment.pk).update(pid=None)

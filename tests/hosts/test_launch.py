@@ -63,9 +63,12 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    # A zombie is gone for our purposes; sshd reaps it soon.
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split(") ", 1)[1][0] != "Z"
+    # A zombie is gone for our purposes (PID 1 in some containers never reaps).
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def llama_deployment(host, *, model_path=None, port=None, **options) -> Deployment:
@@ -382,3 +385,31 @@ def test_a_job_held_by_a_live_worker_is_not_run_twice(online_host):
     services.run_job(job.pk)
     job.refresh_from_db()
     assert job.state == JobState.STARTING and len(job.transitions) == 1
+
+
+def test_stop_kills_a_server_that_ignores_term_after_the_grace_period(online_host, started_pids, settings):
+    from hosts import ssh
+
+    settings.HOSTS_STOP_GRACE = 0.5
+    deployment = llama_deployment(online_host)
+    with ssh.connect(online_host) as remote:
+        stubborn = (
+            "{ setsid nohup sh -c 'trap \"\" TERM; while :; do sleep 0.1; done' >/dev/null 2>&1 </dev/null & echo $!; }"
+        )
+        pid = int(remote.run(stubborn).stdout.strip())
+    started_pids.append(pid)
+    Deployment.objects.filter(pk=deployment.pk).update(pid=pid, status=DeploymentStatus.RUNNING)
+    deployment.refresh_from_db()
+    job = run(deployment, JobAction.STOP)
+    assert job.state == JobState.STOPPED, job.message
+    assert not alive(pid)
+
+
+def test_a_channel_name_taken_by_hand_gets_a_suffix(online_host, started_pids):
+    Channel.objects.create(name="tiny@gpu-box", kind="openai", base_url="https://api.example.com/v1")
+    deployment = llama_deployment(online_host)
+    job = run(deployment)
+    started_pids.append(job.pid)
+    assert job.state == JobState.RUNNING, job.message
+    assert deployment.channel.name == "tiny@gpu-box-2"
+    run(deployment, JobAction.STOP)
