@@ -657,10 +657,12 @@ def _stop(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
         if _alive(remote, pid) and not _kill(remote, pid):
             raise JobFailed(f"PID {pid} survived TERM and KILL on {deployment.host}; check the host.")
     remote.run(f"rm -f {_dir(deployment)}/server.pid")
-    if deployment.channel_id:
-        Channel.objects.filter(pk=deployment.channel_id).update(
-            enabled=False, status_message=f"Deployment {deployment.name} was stopped; launch it to re-enable."
-        )
+    channel = Channel.objects.filter(pk=deployment.channel_id).first() if deployment.channel_id else None
+    if channel is not None:
+        # save(), not update(): the gateway drops its cached routes on the post_save signal.
+        channel.enabled = False
+        channel.status_message = f"Deployment {deployment.name} was stopped; launch it to re-enable."
+        channel.save(update_fields=["enabled", "status_message", "updated"])
     _set_deployment(deployment, DeploymentStatus.STOPPED, "Stopped.", pid=None)
     if job.action == JobAction.STOP:
         _move(job, JobState.STOPPED, "Stopped; the channel is disabled.", log_tail=_log_tail(remote, deployment))

@@ -286,6 +286,9 @@ def test_chat_completion_through_the_gateway_reaches_the_launched_llamacpp(
 
     run(deployment, JobAction.STOP)
     assert not alive(job.pid)
+    with pytest.raises(openai.APIStatusError) as stopped:  # the disabled channel is no longer routed to
+        client.chat.completions.create(model="tiny-chat", messages=[{"role": "user", "content": "hi"}], max_tokens=1)
+    assert stopped.value.status_code in (404, 503)
 
 
 @pytest.mark.parametrize(
