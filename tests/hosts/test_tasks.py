@@ -9,6 +9,11 @@ from hosts.choices import HostStatus
 from hosts.models import GPU, Host
 
 
+def test_migrate_registers_the_default_schedule(db):
+    # The test database was built by `migrate`, whose post_migrate signal registers the schedule.
+    assert PeriodicTask.objects.filter(task=tasks.INVENTORY_TASK, interval__every=5).exists()
+
+
 def test_default_schedule_is_registered_once(db):
     tasks.ensure_schedule()
     tasks.ensure_schedule()
