@@ -360,6 +360,7 @@ def run_job(job_id: int) -> None:
                 _launch(job, deployment, remote)
             elif job.action == JobAction.ADOPT:
                 _adopt(job, deployment, remote)
+            _refresh_gpus(deployment.host, remote)
     except ssh.SSHError as exc:
         ssh.mark_contact(deployment.host, status=exc.status, message=exc.message)
         _fail(job, deployment, exc.message)
@@ -373,6 +374,14 @@ def run_job(job_id: int) -> None:
         return
     if job.state == JobState.RUNNING and deployment.channel_id:
         trigger_probe(deployment.channel_id)
+
+
+def _refresh_gpus(host: Host, remote: ssh.Remote) -> None:
+    """The GPUs' memory just changed: update the inventory over the open connection."""
+    try:
+        inventory.store(host, inventory.collect(remote))
+    except (inventory.InventoryError, ssh.SSHError) as exc:
+        logger.info("inventory after a job on host %s failed: %s", host.pk, exc)
 
 
 def _fail(job: LaunchJob, deployment: Deployment, message: str, *, exit_code: int | None = None) -> None:

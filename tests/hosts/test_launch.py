@@ -95,9 +95,11 @@ def run(deployment: Deployment, action: str = JobAction.LAUNCH) -> LaunchJob:
 
 def test_llamacpp_deployment_launches_registers_a_channel_and_stops(online_host, started_pids, eager_celery):
     deployment = llama_deployment(online_host)
+    checked_before = Host.objects.get(pk=online_host.pk).last_checked
     job = run(deployment)
     if job.pid:
         started_pids.append(job.pid)
+    assert Host.objects.get(pk=online_host.pk).last_checked > checked_before  # GPUs re-read after the job
 
     assert job.state == JobState.RUNNING, job.message
     assert [t["state"] for t in job.transitions] == ["queued", "connecting", "starting", "waiting_health", "running"]
