@@ -4,6 +4,7 @@ alice_* objects), mallory (another developer) and admin. Other people's objects 
 from __future__ import annotations
 
 import pytest
+from django.db import transaction
 
 pytestmark = pytest.mark.django_db
 
@@ -76,20 +77,24 @@ MATRIX = [
     ("get", "/api/redoc/", None, (401, 200, 200, 200)),
 ]
 
-CASES = [
-    pytest.param(method, path, body, role, expected[i], id=f"{method.upper()} {path} as {role}")
-    for method, path, body, expected in MATRIX
-    for i, role in enumerate(ROLES)
-]
 
-
-@pytest.mark.parametrize(("method", "path", "body", "role", "expected"), CASES)
-def test_role_matrix(request, world, method, path, body, role, expected):
-    client = request.getfixturevalue(f"{role}_api")
+@pytest.mark.parametrize(
+    ("method", "path", "body", "expected"),
+    [pytest.param(*row, id=f"{row[0].upper()} {row[1]}") for row in MATRIX],
+)
+def test_role_matrix(request, world, method, path, body, expected):
+    """Each role runs in a savepoint that is rolled back, so every role sees the same world
+    (a delete by the admin cannot hide the object from the next role) at a quarter of the setup cost."""
     url = path.format(**world)
-    kwargs = {"format": "json"} if body is not None else {}
-    response = getattr(client, method)(url, body, **kwargs) if body is not None else getattr(client, method)(url)
-    assert response.status_code == expected, response.content[:300]
+    got = {}
+    for role in ROLES:
+        client = request.getfixturevalue(f"{role}_api")
+        with transaction.atomic():
+            call = getattr(client, method)
+            response = call(url, body, format="json") if body is not None else call(url)
+            got[role] = response.status_code
+            transaction.set_rollback(True)
+    assert got == dict(zip(ROLES, expected, strict=True))
 
 
 def test_the_matrix_covers_every_api_route():

@@ -43,9 +43,11 @@ def test_reset_password_returns_a_new_one_once_and_audits_it(admin, admin_api, a
     assert entry.actor == admin and response.json()["password"] not in str(entry.changes)
 
 
-def test_deactivate_and_reactivate(admin_api, alice):
+def test_deactivate_and_reactivate(admin, admin_api, alice):
     body = admin_api.post(f"/api/users/{alice.pk}/deactivate/").json()
     assert body["is_active"] is False
+    entry = AuditLog.objects.filter(object_type="user", object_id=str(alice.pk), action="update").first()
+    assert entry.actor == admin and entry.changes["is_active"] == [True, False]
     assert session_client(alice).get("/api/me/").status_code in (401, 403)
     assert admin_api.post(f"/api/users/{alice.pk}/reactivate/").json()["is_active"] is True
 
