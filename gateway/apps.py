@@ -4,3 +4,8 @@ from django.apps import AppConfig
 class GatewayConfig(AppConfig):
     name = "gateway"
     verbose_name = "Gateway"
+
+    def ready(self) -> None:
+        from . import signals
+
+        signals.connect()

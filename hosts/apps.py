@@ -6,10 +6,25 @@ class HostsConfig(AppConfig):
     verbose_name = "GPU hosts"
 
     def ready(self) -> None:
+        from django.db.models.signals import post_migrate
+
         from portal import audit
 
-        from .models import Host
+        from .tasks import ensure_schedule
+
+        post_migrate.connect(_after_migrate(ensure_schedule), sender=self, dispatch_uid="hosts-default-schedule")
+
+        from .models import Deployment, Host
 
         audit.register(
             Host, ignore={"status", "status_message", "driver_version", "cuda_version", "seen_host_key_fingerprint"}
         )
+        # Status, PID and context window are moved by launch jobs; the jobs themselves are the record.
+        audit.register(Deployment, ignore={"status", "status_message", "pid", "context_window"})
+
+
+def _after_migrate(ensure_schedule):
+    def handler(**kwargs) -> None:
+        ensure_schedule()
+
+    return handler

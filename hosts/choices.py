@@ -2,7 +2,11 @@ from django.db import models
 
 
 class HostStatus(models.TextChoices):
-    """unknown → online | unreachable | no_driver | host_key_changed; moved by the inventory task (4/6)."""
+    """unknown → host_key_unconfirmed → online | unreachable | no_driver | host_key_changed | auth_failed.
+
+    Moved by every SSH contact (inventory task, launch jobs); an admin confirming the host key
+    moves host_key_unconfirmed/host_key_changed back to unknown until the next contact.
+    """
 
     UNKNOWN = "unknown", "Unknown"
     ONLINE = "online", "Online"
@@ -10,3 +14,57 @@ class HostStatus(models.TextChoices):
     NO_DRIVER = "no_driver", "No GPU driver"
     HOST_KEY_CHANGED = "host_key_changed", "Host key changed"
     AUTH_FAILED = "auth_failed", "Authentication failed"
+    HOST_KEY_UNCONFIRMED = "host_key_unconfirmed", "Host key awaiting confirmation"
+
+
+class Backend(models.TextChoices):
+    """Inference servers a deployment can run; each has a module in `hosts/backends/`."""
+
+    VLLM = "vllm", "vLLM"
+    LLAMACPP = "llamacpp", "llama.cpp (llama-server)"
+
+
+class DeploymentStatus(models.TextChoices):
+    """stopped → starting → running | failed; running → stopped | failed.
+
+    Launch, stop, restart and adopt jobs move every arrow; the admin only asks for them.
+    """
+
+    STOPPED = "stopped", "Stopped"
+    STARTING = "starting", "Starting"
+    RUNNING = "running", "Running"
+    STOPPING = "stopping", "Stopping"
+    FAILED = "failed", "Failed"
+
+
+class JobAction(models.TextChoices):
+    LAUNCH = "launch", "Launch"
+    STOP = "stop", "Stop"
+    RESTART = "restart", "Restart"
+    ADOPT = "adopt", "Adopt"
+
+
+class JobState(models.TextChoices):
+    """queued → connecting → starting → waiting_health → running, or → failed at any step.
+
+    A stop job goes queued → connecting → stopping → stopped. The Celery task moves every arrow;
+    `recover_stale_jobs` fails a job whose worker died (no heartbeat) so none stays active forever.
+    """
+
+    QUEUED = "queued", "Queued"
+    CONNECTING = "connecting", "Connecting"
+    STARTING = "starting", "Starting"
+    WAITING_HEALTH = "waiting_health", "Waiting for health"
+    RUNNING = "running", "Running"
+    STOPPING = "stopping", "Stopping"
+    STOPPED = "stopped", "Stopped"
+    FAILED = "failed", "Failed"
+
+
+ACTIVE_JOB_STATES = (
+    JobState.QUEUED,
+    JobState.CONNECTING,
+    JobState.STARTING,
+    JobState.WAITING_HEALTH,
+    JobState.STOPPING,
+)

@@ -1,0 +1,339 @@
+"""Per-process snapshots of keys, models and routes, so the steady-state hot path reads no database.
+
+Invalidation (a revoked key must stop within seconds on every replica):
+
+- Saving or deleting a Key, User, Model, ModelRoute or Channel (and their allowed-model M2Ms) bumps
+  a generation: in this process at once, and in Redis (`gw:gen:keys` / `gw:gen:routes`, see `namespace()`) after the
+  transaction commits.
+- With Redis, the per-request admission script returns both generations; a process that sees a
+  new one drops its snapshot and re-runs the request from authentication (see `pipeline`). Entries
+  also expire after `GATEWAY_KEY_TTL` (60 s) as a safety net.
+- Without Redis (embedded, one process), the signals reach the same process, and entries expire
+  after `GATEWAY_CACHE_TTL` (5 s) for changes made elsewhere (Celery, `manage.py shell`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import os
+import random
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import close_old_connections, connections
+
+logger = logging.getLogger(__name__)
+
+
+def namespace() -> str:
+    """Prefix of every Redis key the gateway uses (tests give each run its own)."""
+    return os.environ.get("GATEWAY_REDIS_NAMESPACE") or "gw"
+
+
+def generation_keys() -> tuple[str, str]:
+    ns = namespace()
+    return f"{ns}:gen:keys", f"{ns}:gen:routes"
+
+
+# Channel statuses in preference order; anything else (down, credentials_rejected) is a last resort.
+_TIER = {"healthy": 0, "unknown": 0, "degraded": 1}
+_LAST_RESORT = 2
+
+
+# The gateway's own database work (cache misses, the embedded limiter) runs on one thread, so its
+# connection is reused and can be closed at shutdown, and SQLite sees a single writer.
+_db_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-db")
+
+
+def _with_fresh_connection(fn, *args):
+    close_old_connections()
+    return fn(*args)
+
+
+async def run_db(fn, *args):
+    """Run a synchronous database function on the gateway's database thread."""
+    return await asyncio.get_running_loop().run_in_executor(_db_executor, _with_fresh_connection, fn, *args)
+
+
+async def close_db() -> None:
+    await asyncio.get_running_loop().run_in_executor(_db_executor, connections.close_all)
+
+
+@dataclass(slots=True, frozen=True)
+class RouteInfo:
+    """One channel serving one public model, with everything the forwarder needs."""
+
+    route_id: int
+    channel_id: int
+    channel_name: str
+    kind: str
+    base_url: str
+    api_key: str
+    priority: int
+    weight: int
+    status: str
+    upstream_id: str
+    speaks_messages: bool
+    speaks_responses: bool
+
+    @property
+    def tier(self) -> int:
+        return _TIER.get(self.status, _LAST_RESORT)
+
+
+@dataclass(slots=True)
+class ModelInfo:
+    id: int
+    name: str
+    enabled: bool
+    created: int
+    context_window: int | None
+    max_output_tokens: int | None
+    description: str
+    # Routes grouped by (tier, -priority); each group is shuffled by weight per request.
+    groups: list[list[RouteInfo]] = field(default_factory=list)
+
+    def ordered_routes(self) -> list[RouteInfo]:
+        """Routes to try in order: healthy before degraded before down, highest priority first,
+        weighted random within a priority."""
+        out: list[RouteInfo] = []
+        for group in self.groups:
+            if len(group) == 1:
+                out.append(group[0])
+            else:
+                # Efraimidis-Spirakis: a weighted random permutation in one sort.
+                out.extend(sorted(group, key=lambda r: random.random() ** (1.0 / max(r.weight, 1)), reverse=True))
+        return out
+
+
+_NORM = re.compile(r"[\s_\-.:/]+")
+
+
+def normalize_model_name(name: str) -> str:
+    """For "did you mean": `Qwen3_32B`, `qwen3-32b` and `qwen3.32b` compare equal."""
+    return _NORM.sub("", name.lower())
+
+
+@dataclass(slots=True)
+class Catalog:
+    models: dict[str, ModelInfo]
+    by_id: dict[int, ModelInfo]
+    by_norm: dict[str, list[str]]
+    loaded_at: float
+
+
+@dataclass(slots=True)
+class KeyInfo:
+    """What the gateway needs of a key and its owner; built once per key per process."""
+
+    id: int
+    name: str
+    owner_id: int
+    owner_name: str
+    revoked: bool
+    expires_at: float | None  # epoch seconds
+    owner_active: bool
+    key_model_ids: frozenset[int]
+    owner_model_ids: frozenset[int]
+    networks: tuple  # of ip_network; empty = any address
+    limits: dict[str, int | None]
+    owner_limits: dict[str, int | None]
+    loaded_at: float
+
+    def may_use(self, model: ModelInfo) -> bool:
+        return (
+            model.enabled
+            and (not self.key_model_ids or model.id in self.key_model_ids)
+            and (not self.owner_model_ids or model.id in self.owner_model_ids)
+        )
+
+
+def _load_catalog() -> Catalog:
+    from channels.models import Model, ModelRoute
+
+    models: dict[str, ModelInfo] = {}
+    by_id: dict[int, ModelInfo] = {}
+    for m in Model.objects.all():
+        info = ModelInfo(
+            id=m.id,
+            name=m.name,
+            enabled=m.enabled,
+            created=int(m.created.timestamp()),
+            context_window=None,
+            max_output_tokens=None,
+            description=m.description,
+        )
+        models[m.name] = info
+        by_id[m.id] = info
+    routes: dict[int, list[RouteInfo]] = {}
+    ctx: dict[int, list[int]] = {}
+    out: dict[int, list[int]] = {}
+    for r in ModelRoute.objects.select_related("channel", "model").filter(enabled=True, channel__enabled=True):
+        ch = r.channel
+        try:
+            api_key = ch.api_key or ""
+        except ValueError:  # undecryptable: the route is unusable, not the whole gateway
+            logger.error("channel %s: api_key cannot be decrypted; skipping its routes", ch.name)
+            continue
+        routes.setdefault(r.model_id, []).append(
+            RouteInfo(
+                route_id=r.id,
+                channel_id=ch.id,
+                channel_name=ch.name,
+                kind=ch.kind,
+                base_url=ch.base_url.rstrip("/"),
+                api_key=api_key,
+                priority=ch.priority,
+                weight=ch.weight,
+                status=ch.status,
+                upstream_id=r.upstream_id,
+                speaks_messages=ch.speaks_messages,
+                speaks_responses=ch.speaks_responses,
+            )
+        )
+        if r.effective_context_window:
+            ctx.setdefault(r.model_id, []).append(r.effective_context_window)
+        if r.max_output_tokens:
+            out.setdefault(r.model_id, []).append(r.max_output_tokens)
+    for model_id, rs in routes.items():
+        info = by_id.get(model_id)
+        if info is None:
+            continue
+        grouped: dict[tuple[int, int], list[RouteInfo]] = {}
+        for r in rs:
+            grouped.setdefault((r.tier, -r.priority), []).append(r)
+        info.groups = [grouped[k] for k in sorted(grouped)]
+        info.context_window = min(ctx[model_id]) if model_id in ctx else None
+        info.max_output_tokens = min(out[model_id]) if model_id in out else None
+    by_norm: dict[str, list[str]] = {}
+    for name in models:
+        by_norm.setdefault(normalize_model_name(name), []).append(name)
+    return Catalog(models=models, by_id=by_id, by_norm=by_norm, loaded_at=time.monotonic())
+
+
+def _load_key(digest: str) -> KeyInfo | None:
+    from keys.models import Key
+
+    key = (
+        Key.objects.select_related("owner")
+        .prefetch_related("allowed_models", "owner__allowed_models")
+        .filter(key_hash=digest)
+        .first()
+    )
+    if key is None:
+        return None
+    networks = []
+    for cidr in key.ip_allowlist or ():
+        try:
+            networks.append(ipaddress.ip_network(str(cidr).strip(), strict=False))
+        except ValueError:
+            logger.warning("key %s: ignoring invalid CIDR %r", key.id, cidr)
+    owner = key.owner
+    return KeyInfo(
+        id=key.id,
+        name=key.name,
+        owner_id=owner.id,
+        owner_name=owner.username,
+        revoked=key.revoked_at is not None,
+        expires_at=key.expires_at.timestamp() if key.expires_at else None,
+        owner_active=owner.is_active,
+        key_model_ids=frozenset(m.id for m in key.allowed_models.all()),
+        owner_model_ids=frozenset(m.id for m in owner.allowed_models.all()),
+        networks=tuple(networks),
+        limits=key.limits(),
+        owner_limits=owner.limits(),
+        loaded_at=time.monotonic(),
+    )
+
+
+class Snapshot:
+    """The process-wide cache. All access happens on the event loop thread."""
+
+    MAX_KEYS = 100_000
+
+    def __init__(self) -> None:
+        self.catalog: Catalog | None = None
+        self.keys: dict[str, KeyInfo] = {}
+        self.missing: dict[str, float] = {}  # digests of unknown keys, with when we looked
+        self.generation: tuple[str | None, str | None] | None = None
+        self._catalog_lock: asyncio.Lock | None = None
+        self._key_locks: dict[str, asyncio.Future] = {}
+
+    @property
+    def ttl(self) -> float:
+        # With Redis every request learns of changes through the generation; the TTL is a safety net.
+        if settings.REDIS_URL:
+            return float(getattr(settings, "GATEWAY_KEY_TTL", 60.0))
+        return float(settings.GATEWAY_CACHE_TTL)
+
+    def invalidate(self, *, keys: bool = True, routes: bool = True) -> None:
+        if keys:
+            self.keys, self.missing = {}, {}
+        if routes:
+            self.catalog = None
+
+    def observe_generation(self, gen_keys: str | None, gen_routes: str | None) -> bool:
+        """Record the generations Redis reported; True when something changed since last time."""
+        previous = self.generation
+        self.generation = (gen_keys, gen_routes)
+        if previous is None:
+            return False  # first answer from Redis in this process: nothing to compare with
+        old_keys, old_routes = previous
+        changed_keys = gen_keys != old_keys
+        changed_routes = gen_routes != old_routes
+        if changed_keys or changed_routes:
+            self.invalidate(keys=changed_keys, routes=changed_routes)
+            return True
+        return False
+
+    async def get_catalog(self) -> Catalog:
+        cat = self.catalog
+        if cat is not None and time.monotonic() - cat.loaded_at < self.ttl:
+            return cat
+        if self._catalog_lock is None:
+            self._catalog_lock = asyncio.Lock()
+        async with self._catalog_lock:
+            cat = self.catalog
+            if cat is None or time.monotonic() - cat.loaded_at >= self.ttl:
+                cat = await run_db(_load_catalog)
+                self.catalog = cat
+        return cat
+
+    async def get_key(self, digest: str) -> KeyInfo | None:
+        now = time.monotonic()
+        entry = self.keys.get(digest)
+        if entry is not None and now - entry.loaded_at < self.ttl:
+            return entry
+        missing_at = self.missing.get(digest)
+        if missing_at is not None and now - missing_at < self.ttl:
+            return None
+        # One load per digest at a time: a burst of requests with a new key makes one query.
+        pending = self._key_locks.get(digest)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._key_locks[digest] = fut
+        try:
+            info = await run_db(_load_key, digest)
+            if len(self.keys) + len(self.missing) >= self.MAX_KEYS:
+                self.keys, self.missing = {}, {}
+            if info is None:
+                self.missing[digest] = time.monotonic()
+            else:
+                self.keys[digest] = info
+            fut.set_result(info)
+            return info
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # mark retrieved
+            raise
+        finally:
+            self._key_locks.pop(digest, None)
+
+
+snapshot = Snapshot()

@@ -1,0 +1,143 @@
+"""Raw-ASGI helpers for the gateway: the request object, JSON/error responses, OpenAI error shape.
+
+The gateway does not use Django's request/response machinery on its hot path; these few helpers
+are all it needs, and they are cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+import orjson
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+JSON_HEADERS = [(b"content-type", b"application/json")]
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+MAX_BODY = 64 * 1024 * 1024
+
+# OpenAI error types by status, so every error we make looks like one OpenAI's SDKs understand.
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    499: "client_disconnected",
+    500: "server_error",
+    502: "upstream_error",
+    503: "service_unavailable",
+    504: "timeout_error",
+}
+
+
+class GatewayError(Exception):
+    """An error to answer in the OpenAI shape. Raised anywhere in the pipeline before the response
+    starts; after a stream has started it is sent as an SSE `data:` event instead."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        type: str | None = None,
+        param: str | None = None,
+        headers: Iterable[tuple[bytes, bytes]] = (),
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.type = type or ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+        self.param = param
+        self.headers = list(headers)
+        self.attempts: list = []  # upstream attempts that failed before this error (failover)
+
+    def payload(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "code": self.code, "param": self.param}}
+
+    def body(self) -> bytes:
+        return orjson.dumps(self.payload())
+
+
+class Request:
+    """What a gateway handler needs from an ASGI HTTP scope. Headers are lower-cased str."""
+
+    __slots__ = ("_body", "call", "headers", "method", "path", "receive", "scope", "send", "subpath")
+
+    def __init__(self, scope: Scope, receive: Receive, send: Send, subpath: str) -> None:
+        self.scope = scope
+        self.receive = receive
+        self.send = send
+        self.method: str = scope["method"]
+        self.path: str = scope["path"]
+        self.subpath = subpath  # the path after the /v1 prefix(es), e.g. "/chat/completions"
+        self.headers: dict[str, str] = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        self._body: bytes | None = None
+        self.call = None  # the pipeline.Call once one is open, so errors can finish it
+
+    @property
+    def client_ip(self) -> str | None:
+        client = self.scope.get("client")
+        return client[0] if client else None
+
+    async def body(self) -> bytes:
+        if self._body is None:
+            chunks: list[bytes] = []
+            size = 0
+            while True:
+                message = await self.receive()
+                if message["type"] == "http.disconnect":
+                    raise asyncio.CancelledError("client disconnected before sending the body")
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > MAX_BODY:
+                    raise GatewayError(413, "Request body is too large.", code="body_too_large")
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
+            self._body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return self._body
+
+    async def json(self) -> dict[str, Any]:
+        raw = await self.body()
+        try:
+            data = orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError:
+            raise GatewayError(400, "The request body is not valid JSON.", code="invalid_json") from None
+        if not isinstance(data, dict):
+            raise GatewayError(400, "The request body must be a JSON object.", code="invalid_json")
+        return data
+
+
+async def send_bytes(
+    send: Send, status: int, body: bytes, headers: Iterable[tuple[bytes, bytes]] = (), content_type: bytes | None = None
+) -> None:
+    hdrs = [(b"content-type", content_type or b"application/json"), (b"content-length", str(len(body)).encode())]
+    hdrs.extend(headers)
+    await send({"type": "http.response.start", "status": status, "headers": hdrs})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_json(send: Send, status: int, data: Any, headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
+    await send_bytes(send, status, orjson.dumps(data), headers)
+
+
+async def send_error(send: Send, error: GatewayError) -> None:
+    await send_bytes(send, error.status, error.body(), error.headers)
+
+
+def sse_error_event(error: GatewayError) -> bytes:
+    """An error after the stream started: one `data:` event in the OpenAI shape, then `[DONE]`."""
+    return b"data: " + error.body() + b"\n\ndata: [DONE]\n\n"

@@ -1,0 +1,460 @@
+"""Exact limits per key and per user: requests/min, tokens/min, tokens/day, tokens/month, in flight.
+
+Admission reserves before forwarding and settling corrects after, so a limit is never exceeded by
+concurrent requests, on one replica or many:
+
+- requests/min and tokens/min are sliding 60-second logs (exact, no window-edge bursts);
+- tokens/day and tokens/month are calendar (UTC) counters, always kept so a limit set mid-day
+  counts what was already used;
+- in-flight requests are leases that expire on their own if a process dies.
+
+A refused request reserves nothing. With `REDIS_URL`, one Lua script does the whole check-and-
+reserve for both scopes in one round trip (it also returns the cache generations, see `cache`);
+settles are batched into one pipelined round trip off the request path. Without Redis the same
+semantics run in one database transaction per check (`keys.models.LimitCounter`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from .cache import close_db, generation_keys, run_db
+
+logger = logging.getLogger(__name__)
+
+LIMIT_NAMES = (
+    "requests_per_minute",
+    "tokens_per_minute",
+    "tokens_per_day",
+    "tokens_per_month",
+    "max_parallel_requests",
+)
+UNLIMITED = -1
+
+
+def lease_seconds() -> float:
+    """How long an in-flight slot lives if its request never settles (a crashed process)."""
+    return float(settings.GATEWAY_READ_TIMEOUT) + 60.0
+
+
+@dataclass(slots=True)
+class Scope:
+    """One set of limits to enforce: a key (`k:ID`) or its owner (`u:ID`)."""
+
+    prefix: str
+    label: str  # "key" or "user", for messages
+    limits: dict[str, int | None]
+
+    def arg(self, name: str) -> int:
+        value = self.limits.get(name)
+        return UNLIMITED if value is None else int(value)
+
+
+@dataclass(slots=True)
+class Refusal:
+    scope: str  # "key" or "user"
+    limit: str  # one of LIMIT_NAMES
+    value: int
+    retry_after: float  # seconds
+    generations: tuple[str | None, str | None] | None = None
+
+
+@dataclass(slots=True)
+class Admission:
+    """What admission reserved; `settle()` releases the slot and corrects the token reservation."""
+
+    request_id: str
+    scopes: list[Scope]
+    reserved: int
+    day: str
+    month: str
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    generations: tuple[str | None, str | None] | None = None
+    settled: bool = False
+
+
+def _windows(now: float) -> tuple[str, str, float, float]:
+    """(day tag, month tag, seconds to next UTC day, seconds to next UTC month)."""
+    t = dt.datetime.fromtimestamp(now, dt.UTC)
+    day = t.strftime("%Y%m%d")
+    month = t.strftime("%Y%m")
+    next_day = (t + dt.timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    first = t.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    next_month = (first + dt.timedelta(days=32)).replace(day=1)
+    return day, month, (next_day - t).total_seconds(), (next_month - t).total_seconds()
+
+
+def rate_headers(scopes: list[Scope], counts: list[int] | None = None) -> list[tuple[bytes, bytes]]:
+    """x-ratelimit-* for the key's per-minute limits (what OpenAI's clients read)."""
+    if not scopes:
+        return []
+    key = scopes[0]
+    out: list[tuple[bytes, bytes]] = []
+    rpm, tpm = key.arg("requests_per_minute"), key.arg("tokens_per_minute")
+    if rpm >= 0:
+        out.append((b"x-ratelimit-limit-requests", str(rpm).encode()))
+        if counts is not None:
+            out.append((b"x-ratelimit-remaining-requests", str(max(rpm - counts[0], 0)).encode()))
+    if tpm >= 0:
+        out.append((b"x-ratelimit-limit-tokens", str(tpm).encode()))
+        if counts is not None:
+            out.append((b"x-ratelimit-remaining-tokens", str(max(tpm - counts[1], 0)).encode()))
+    return out
+
+
+# --------------------------------------------------------------------------------------- Redis
+
+# ARGV: now_ms, request id, scope count, reserve tokens, day, month, lease_ms,
+#       then per scope: prefix, rpm, tpm, tpd, tpmo, par.
+# Returns {1, gen_keys, gen_routes, key_rpm_used, key_tpm_used} or
+#         {0, gen_keys, gen_routes, scope index, limit name, limit value, retry_ms}.
+ADMIT_LUA = """
+local now = tonumber(ARGV[1])
+local rid = ARGV[2]
+local n = tonumber(ARGV[3])
+local tok = tonumber(ARGV[4])
+local day = ARGV[5]
+local mon = ARGV[6]
+local lease = tonumber(ARGV[7])
+local msday = tonumber(ARGV[8])
+local msmon = tonumber(ARGV[9])
+local gens = redis.call('MGET', KEYS[1], KEYS[2])
+local edge = now - 60000
+local used = {}
+for i = 0, n - 1 do
+  local o = 10 + i * 6
+  local p = ARGV[o]
+  local rpm = tonumber(ARGV[o + 1]); local tpm = tonumber(ARGV[o + 2])
+  local tpd = tonumber(ARGV[o + 3]); local tpmo = tonumber(ARGV[o + 4]); local par = tonumber(ARGV[o + 5])
+  local r_used, t_used = 0, 0
+  if rpm >= 0 then
+    redis.call('ZREMRANGEBYSCORE', p .. ':r', '-inf', edge)
+    r_used = redis.call('ZCARD', p .. ':r')
+    if r_used + 1 > rpm then
+      local old = redis.call('ZRANGE', p .. ':r', 0, 0, 'WITHSCORES')
+      local retry = 1000
+      if old[2] then retry = tonumber(old[2]) + 60000 - now end
+      return {0, gens[1], gens[2], i, 'requests_per_minute', rpm, retry}
+    end
+  end
+  if tpm >= 0 then
+    local old = redis.call('ZRANGEBYSCORE', p .. ':t', '-inf', edge)
+    if #old > 0 then
+      local sub = 0
+      for _, m in ipairs(old) do sub = sub + tonumber(string.match(m, '|(%d+)$')) end
+      redis.call('ZREMRANGEBYSCORE', p .. ':t', '-inf', edge)
+      redis.call('DECRBY', p .. ':ts', sub)
+    end
+    t_used = tonumber(redis.call('GET', p .. ':ts') or '0')
+    if t_used + tok > tpm then
+      local first = redis.call('ZRANGE', p .. ':t', 0, 0, 'WITHSCORES')
+      local retry = 60000
+      if first[2] then retry = tonumber(first[2]) + 60000 - now end
+      return {0, gens[1], gens[2], i, 'tokens_per_minute', tpm, retry}
+    end
+  end
+  if tpd >= 0 then
+    local u = tonumber(redis.call('GET', p .. ':d:' .. day) or '0')
+    if u + tok > tpd then return {0, gens[1], gens[2], i, 'tokens_per_day', tpd, msday} end
+  end
+  if tpmo >= 0 then
+    local u = tonumber(redis.call('GET', p .. ':m:' .. mon) or '0')
+    if u + tok > tpmo then return {0, gens[1], gens[2], i, 'tokens_per_month', tpmo, msmon} end
+  end
+  if par >= 0 then
+    redis.call('ZREMRANGEBYSCORE', p .. ':p', '-inf', now)
+    if redis.call('ZCARD', p .. ':p') + 1 > par then
+      return {0, gens[1], gens[2], i, 'max_parallel_requests', par, 1000}
+    end
+  end
+  if i == 0 then used = {r_used + 1, t_used + tok} end
+end
+for i = 0, n - 1 do
+  local o = 10 + i * 6
+  local p = ARGV[o]
+  if tonumber(ARGV[o + 1]) >= 0 then
+    redis.call('ZADD', p .. ':r', now, rid)
+    redis.call('PEXPIRE', p .. ':r', 61000)
+  end
+  if tonumber(ARGV[o + 2]) >= 0 then
+    redis.call('ZADD', p .. ':t', now, rid .. '|' .. tok)
+    redis.call('INCRBY', p .. ':ts', tok)
+    redis.call('PEXPIRE', p .. ':t', 61000)
+    redis.call('PEXPIRE', p .. ':ts', 61000)
+  end
+  redis.call('INCRBY', p .. ':d:' .. day, tok)
+  redis.call('EXPIRE', p .. ':d:' .. day, 172800)
+  redis.call('INCRBY', p .. ':m:' .. mon, tok)
+  redis.call('EXPIRE', p .. ':m:' .. mon, 2764800)
+  if tonumber(ARGV[o + 5]) >= 0 then
+    redis.call('ZADD', p .. ':p', now + lease, rid)
+    redis.call('PEXPIRE', p .. ':p', lease)
+  end
+end
+return {1, gens[1], gens[2], used[1] or 0, used[2] or 0}
+"""
+
+# ARGV: request id, reserved, actual, day, month, undo (1: forget the request entirely), prefixes.
+SETTLE_LUA = """
+local rid = ARGV[1]
+local reserved = tonumber(ARGV[2])
+local actual = tonumber(ARGV[3])
+local delta = actual - reserved
+for i = 7, #ARGV do
+  local p = ARGV[i]
+  if ARGV[6] == '1' then redis.call('ZREM', p .. ':r', rid) end
+  if delta ~= 0 then
+    local score = redis.call('ZSCORE', p .. ':t', rid .. '|' .. reserved)
+    if score then
+      redis.call('ZREM', p .. ':t', rid .. '|' .. reserved)
+      redis.call('ZADD', p .. ':t', score, rid .. '|' .. actual)
+      redis.call('INCRBY', p .. ':ts', delta)
+    end
+    redis.call('INCRBY', p .. ':d:' .. ARGV[4], delta)
+    redis.call('INCRBY', p .. ':m:' .. ARGV[5], delta)
+  end
+  redis.call('ZREM', p .. ':p', rid)
+end
+return 1
+"""
+
+
+def _s(value) -> str | None:
+    if value is None or value is False:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RedisLimiter:
+    """Admission in one EVALSHA; settles batched into one pipelined round trip."""
+
+    def __init__(self, url: str) -> None:
+        import redis.asyncio as aioredis
+
+        self.redis = aioredis.Redis.from_url(url, max_connections=256, decode_responses=False)
+        self._admit = self.redis.register_script(ADMIT_LUA)
+        self._settle = self.redis.register_script(SETTLE_LUA)
+        self._pending: list[list] = []
+        self._flusher: asyncio.Task | None = None
+
+    async def admit(self, request_id: str, scopes: list[Scope], tokens: int) -> Admission | Refusal:
+        now = time.time()
+        day, month, to_day, to_month = _windows(now)
+        args: list = [
+            int(now * 1000),
+            request_id,
+            len(scopes),
+            tokens,
+            day,
+            month,
+            int(lease_seconds() * 1000),
+            int(to_day * 1000),
+            int(to_month * 1000),
+        ]
+        for s in scopes:
+            args += [
+                s.prefix,
+                s.arg("requests_per_minute"),
+                s.arg("tokens_per_minute"),
+                s.arg("tokens_per_day"),
+                s.arg("tokens_per_month"),
+                s.arg("max_parallel_requests"),
+            ]
+        res = await self._admit(keys=list(generation_keys()), args=args)
+        gens = (_s(res[1]), _s(res[2]))
+        if int(res[0]) == 1:
+            adm = Admission(request_id, scopes, tokens, day, month, generations=gens)
+            adm.headers = rate_headers(scopes, [int(res[3]), int(res[4])])
+            return adm
+        return Refusal(
+            scope=scopes[int(res[3])].label,
+            limit=_s(res[4]) or "",
+            value=int(res[5]),
+            retry_after=max(int(res[6]), 0) / 1000.0,
+            generations=gens,
+        )
+
+    def settle(self, adm: Admission, actual: int, *, undo: bool = False) -> None:
+        """Queue the correction; it goes out with others in one round trip, off the request path."""
+        if adm.settled:
+            return
+        adm.settled = True
+        self._pending.append(
+            [
+                adm.request_id,
+                adm.reserved,
+                max(int(actual), 0),
+                adm.day,
+                adm.month,
+                "1" if undo else "0",
+                *(s.prefix for s in adm.scopes),
+            ]
+        )
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+
+    def undo(self, adm: Admission) -> None:
+        """Take back an admission entirely (the request is decided again on fresh data)."""
+        self.settle(adm, 0, undo=True)
+
+    async def _flush(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for args in batch:
+                        await self._settle(keys=[], args=args, client=pipe)
+                    await pipe.execute()
+            except Exception:
+                logger.exception("settling %d admissions in Redis failed", len(batch))
+
+    async def drain(self) -> None:
+        if self._flusher is not None:
+            await self._flusher
+        if self._pending:
+            await self._flush()
+
+    async def close(self) -> None:
+        await self.drain()
+        await self.redis.aclose()
+
+
+# ------------------------------------------------------------------------------------ database
+
+
+def _db_admit(request_id: str, scopes: list[Scope], tokens: int) -> Admission | Refusal:
+    """The Redis script's semantics in one transaction. Rows of a scope are serialised by locking
+    its `lock` row (PostgreSQL), or by SQLite's single writer (transaction_mode IMMEDIATE)."""
+    from django.db import IntegrityError, transaction
+    from django.db.models import F, Sum
+    from django.utils import timezone
+
+    from keys.models import LimitCounter
+
+    now_ts = time.time()
+    now = timezone.now()
+    day, month, to_day, to_month = _windows(now_ts)
+    far = now + dt.timedelta(days=3650)
+    lease_until = now + dt.timedelta(seconds=lease_seconds())
+    for s in scopes:  # lock rows exist before anyone locks them
+        if not LimitCounter.objects.filter(scope=s.prefix, kind="lock", window="").exists():
+            try:
+                with transaction.atomic():
+                    LimitCounter.objects.create(scope=s.prefix, kind="lock", window="", expires_at=far)
+            except IntegrityError:
+                pass
+    with transaction.atomic():
+        list(
+            LimitCounter.objects.select_for_update()
+            .filter(scope__in=[s.prefix for s in scopes], kind="lock")
+            .order_by("scope")
+        )
+        counts = [0, 0]
+        for i, s in enumerate(scopes):
+            live = LimitCounter.objects.filter(scope=s.prefix, expires_at__gt=now)
+            LimitCounter.objects.filter(scope=s.prefix, kind__in=("r", "t", "p"), expires_at__lte=now).delete()
+            rpm, tpm, tpd, tpmo, par = (s.arg(n) for n in LIMIT_NAMES)
+            r_used = t_used = 0
+            if rpm >= 0:
+                r_used = live.filter(kind="r").count()
+                if r_used + 1 > rpm:
+                    first = live.filter(kind="r").order_by("expires_at").first()
+                    retry = (first.expires_at - now).total_seconds() if first else 1.0
+                    return Refusal(s.label, "requests_per_minute", rpm, retry)
+            if tpm >= 0:
+                t_used = live.filter(kind="t").aggregate(v=Sum("value"))["v"] or 0
+                if t_used + tokens > tpm:
+                    first = live.filter(kind="t").order_by("expires_at").first()
+                    retry = (first.expires_at - now).total_seconds() if first else 60.0
+                    return Refusal(s.label, "tokens_per_minute", tpm, retry)
+            if tpd >= 0:
+                row = LimitCounter.objects.filter(scope=s.prefix, kind="d", window=day).first()
+                if (row.value if row else 0) + tokens > tpd:
+                    return Refusal(s.label, "tokens_per_day", tpd, to_day)
+            if tpmo >= 0:
+                row = LimitCounter.objects.filter(scope=s.prefix, kind="m", window=month).first()
+                if (row.value if row else 0) + tokens > tpmo:
+                    return Refusal(s.label, "tokens_per_month", tpmo, to_month)
+            if par >= 0 and live.filter(kind="p").count() + 1 > par:
+                return Refusal(s.label, "max_parallel_requests", par, 1.0)
+            if i == 0:
+                counts = [r_used + 1, t_used + tokens]
+        minute = now + dt.timedelta(seconds=60)
+        for s in scopes:
+            rows = []
+            if s.arg("requests_per_minute") >= 0:
+                rows.append(LimitCounter(scope=s.prefix, kind="r", window=request_id, expires_at=minute))
+            if s.arg("tokens_per_minute") >= 0:
+                rows.append(LimitCounter(scope=s.prefix, kind="t", window=request_id, value=tokens, expires_at=minute))
+            if s.arg("max_parallel_requests") >= 0:
+                rows.append(LimitCounter(scope=s.prefix, kind="p", window=request_id, expires_at=lease_until))
+            LimitCounter.objects.bulk_create(rows)
+            for kind, window, keep in (("d", day, 2), ("m", month, 32)):
+                moved = LimitCounter.objects.filter(scope=s.prefix, kind=kind, window=window).update(
+                    value=F("value") + tokens
+                )
+                if not moved:
+                    LimitCounter.objects.create(
+                        scope=s.prefix, kind=kind, window=window, value=tokens, expires_at=now + dt.timedelta(days=keep)
+                    )
+    adm = Admission(request_id, scopes, tokens, day, month)
+    adm.headers = rate_headers(scopes, counts)
+    return adm
+
+
+def _db_settle(adm: Admission, actual: int, undo: bool = False) -> None:
+    from django.db import transaction
+    from django.db.models import F
+
+    from keys.models import LimitCounter
+
+    delta = actual - adm.reserved
+    prefixes = [s.prefix for s in adm.scopes]
+    with transaction.atomic():
+        if delta:
+            LimitCounter.objects.filter(scope__in=prefixes, kind="t", window=adm.request_id).update(value=actual)
+            LimitCounter.objects.filter(scope__in=prefixes, kind="d", window=adm.day).update(value=F("value") + delta)
+            LimitCounter.objects.filter(scope__in=prefixes, kind="m", window=adm.month).update(value=F("value") + delta)
+        gone = ("p", "r") if undo else ("p",)
+        LimitCounter.objects.filter(scope__in=prefixes, kind__in=gone, window=adm.request_id).delete()
+
+
+class DatabaseLimiter:
+    """The embedded fallback: same semantics, one transaction per check, settles in the background."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task] = set()
+
+    async def admit(self, request_id: str, scopes: list[Scope], tokens: int) -> Admission | Refusal:
+        return await run_db(_db_admit, request_id, scopes, tokens)
+
+    def settle(self, adm: Admission, actual: int, *, undo: bool = False) -> None:
+        if adm.settled:
+            return
+        adm.settled = True
+        task = asyncio.get_running_loop().create_task(run_db(_db_settle, adm, max(int(actual), 0), undo))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def undo(self, adm: Admission) -> None:
+        self.settle(adm, 0, undo=True)
+
+    async def drain(self) -> None:
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.drain()
+        await close_db()
+
+
+def make_limiter() -> RedisLimiter | DatabaseLimiter:
+    if settings.REDIS_URL:
+        return RedisLimiter(settings.REDIS_URL)
+    return DatabaseLimiter()

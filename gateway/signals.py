@@ -1,0 +1,90 @@
+"""Invalidate the gateway's per-process caches when keys, users, models, routes or channels change.
+
+In this process the snapshot is dropped at once; other processes learn of it through the Redis
+generation counters (`gw:gen:keys`, `gw:gen:routes`) bumped after the transaction commits, which
+every admission script reads (see `gateway.cache`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models.signals import m2m_changed, post_delete, post_save
+
+from .cache import generation_keys, snapshot
+
+logger = logging.getLogger(__name__)
+
+_client = None
+_client_lock = threading.Lock()
+
+
+def _redis():
+    global _client
+    if _client is None:
+        with _client_lock:
+            if _client is None:
+                import redis
+
+                _client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2)
+    return _client
+
+
+def bump(*, keys: bool = False, routes: bool = False) -> None:
+    """Drop this process's snapshot now and tell other processes after the commit."""
+    snapshot.invalidate(keys=keys, routes=routes)
+    if not settings.REDIS_URL:
+        return
+
+    def publish() -> None:
+        # Again after the commit: a request may have cached the old row in between.
+        snapshot.invalidate(keys=keys, routes=routes)
+        try:
+            gen_keys, gen_routes = generation_keys()
+            pipe = _redis().pipeline(transaction=False)
+            if keys:
+                pipe.incr(gen_keys)
+            if routes:
+                pipe.incr(gen_routes)
+            pipe.execute()
+        except Exception:
+            logger.exception("could not publish a cache generation to Redis; replicas catch up by TTL")
+
+    transaction.on_commit(publish)
+
+
+def _keys_changed(sender, **kwargs) -> None:
+    bump(keys=True)
+
+
+def _routes_changed(sender, **kwargs) -> None:
+    bump(routes=True)
+
+
+def _user_changed(sender, instance=None, update_fields=None, **kwargs) -> None:
+    # Logins save last_login only: nothing the gateway caches.
+    if update_fields is not None and set(update_fields) <= {"last_login"}:
+        return
+    bump(keys=True)
+
+
+def connect() -> None:
+    from django.contrib.auth import get_user_model
+
+    from channels.models import Channel, Model, ModelRoute
+    from keys.models import Key
+
+    user = get_user_model()
+    for model in (Key,):
+        post_save.connect(_keys_changed, sender=model, dispatch_uid=f"gw-keys-save-{model.__name__}")
+        post_delete.connect(_keys_changed, sender=model, dispatch_uid=f"gw-keys-del-{model.__name__}")
+    post_save.connect(_user_changed, sender=user, dispatch_uid="gw-user-save")
+    post_delete.connect(_keys_changed, sender=user, dispatch_uid="gw-user-del")
+    m2m_changed.connect(_keys_changed, sender=Key.allowed_models.through, dispatch_uid="gw-key-models")
+    m2m_changed.connect(_keys_changed, sender=user.allowed_models.through, dispatch_uid="gw-user-models")
+    for model in (Channel, Model, ModelRoute):
+        post_save.connect(_routes_changed, sender=model, dispatch_uid=f"gw-routes-save-{model.__name__}")
+        post_delete.connect(_routes_changed, sender=model, dispatch_uid=f"gw-routes-del-{model.__name__}")

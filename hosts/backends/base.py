@@ -1,0 +1,201 @@
+"""What every backend shares: typed options, token validation, command preview with the key masked."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from django.core.exceptions import ValidationError
+
+from channels.models import MODEL_NAME_VALIDATOR
+
+MASK = "****"
+# One extra argument is one token: flags, numbers, paths, key=value. Anything a shell would
+# interpret (spaces, quotes, ; | & $ ` < > ( ) { } * ? ~ ! \) is refused even though we quote.
+TOKEN = re.compile(r"^[A-Za-z0-9_./:=,+@%-]{1,200}$")
+MAX_EXTRA_ARGS = 40
+
+
+@dataclass(frozen=True)
+class Option:
+    """One typed backend option; `flag` is what the command line gets."""
+
+    name: str
+    type: type  # int, float, bool or str (str needs `choices`)
+    flag: str
+    label: str
+    default: Any = None
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[str, ...] = ()
+    help: str = ""
+
+    def clean(self, value: Any) -> Any:
+        if value in (None, ""):
+            return self.default
+        if self.type is bool:
+            if isinstance(value, bool):
+                return value
+            if str(value).lower() in ("1", "true", "on", "yes"):
+                return True
+            if str(value).lower() in ("0", "false", "off", "no"):
+                return False
+            raise ValidationError("Expected true or false.")
+        if self.type is int:
+            if isinstance(value, bool) or not re.fullmatch(r"-?\d+", str(value).strip()):
+                raise ValidationError("Expected a whole number.")
+            value = int(str(value).strip())
+        elif self.type is float:
+            try:
+                value = float(value)
+            except (TypeError, ValueError):
+                raise ValidationError("Expected a number.") from None
+        else:
+            value = str(value)
+            if self.choices and value not in self.choices:
+                raise ValidationError(f"Choose one of: {', '.join(self.choices)}.")
+        if self.min is not None and value < self.min:
+            raise ValidationError(f"At least {self.min:g}.")
+        if self.max is not None and value > self.max:
+            raise ValidationError(f"At most {self.max:g}.")
+        return value
+
+
+@dataclass
+class LaunchSpec:
+    """Everything needed to build a command line (already validated)."""
+
+    model_path: str
+    served_model_name: str
+    gpu_indices: list[int]
+    port: int
+    options: dict[str, Any]
+    extra_args: list[str] = field(default_factory=list)
+    api_key: str = ""
+    bind_host: str = "0.0.0.0"  # the gateway reaches the server from another machine
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in self.gpu_indices)} if self.gpu_indices else {}
+
+
+def validate_extra_args(tokens: Any, reserved: set[str]) -> list[str]:
+    if tokens in (None, ""):
+        return []
+    if isinstance(tokens, str):
+        raise ValidationError("Give extra arguments as a list of tokens, one per item.")
+    if not isinstance(tokens, list) or len(tokens) > MAX_EXTRA_ARGS:
+        raise ValidationError(f"A list of at most {MAX_EXTRA_ARGS} tokens.")
+    cleaned = []
+    for token in tokens:
+        if not isinstance(token, str) or not TOKEN.fullmatch(token):
+            raise ValidationError(
+                f"{str(token)[:40]!r} is not allowed: one token each, letters, digits and _ . / : = , + @ % - only."
+            )
+        flag = token.split("=", 1)[0]
+        if flag in reserved:
+            raise ValidationError(f"{flag} is set by the portal; use the form field instead.")
+        cleaned.append(token)
+    return cleaned
+
+
+def validate_served_name(name: str) -> str:
+    MODEL_NAME_VALIDATOR(name)
+    return name
+
+
+def mask(argv: list[str], secret: str) -> list[str]:
+    return [MASK if (secret and secret in a) else a for a in argv]
+
+
+def preview(argv: list[str], env: dict[str, str], secret: str) -> str:
+    """The command as a person would type it, API key masked."""
+    prefix = [f"{k}={v}" for k, v in env.items()]
+    return shlex.join(prefix + mask(argv, secret)).replace(shlex.quote(MASK), MASK)
+
+
+class Backend:
+    """Base class: subclasses set the class attributes and implement `argv` and `context_window`."""
+
+    kind: str = ""
+    label: str = ""
+    binary: str = ""
+    channel_kind: str = ""
+    options: tuple[Option, ...] = ()
+    reserved_flags: set[str] = set()
+    health_path = "/health"
+
+    def option(self, name: str) -> Option:
+        return next(o for o in self.options if o.name == name)
+
+    def validate_model_path(self, path: str) -> str:
+        raise NotImplementedError
+
+    def clean_options(self, options: dict[str, Any] | None, gpu_count: int) -> dict[str, Any]:
+        options = dict(options or {})
+        unknown = set(options) - {o.name for o in self.options}
+        errors: dict[str, list[str]] = {}
+        if unknown:
+            errors["options"] = [f"Unknown option(s) for {self.label}: {', '.join(sorted(unknown))}."]
+        cleaned = {}
+        for opt in self.options:
+            try:
+                cleaned[opt.name] = opt.clean(options.get(opt.name))
+            except ValidationError as exc:
+                errors[opt.name] = exc.messages
+        if errors:
+            raise ValidationError(errors)
+        return self.check(cleaned, gpu_count)
+
+    def check(self, options: dict[str, Any], gpu_count: int) -> dict[str, Any]:
+        """Rules across options (e.g. tensor parallel = GPUs chosen)."""
+        return options
+
+    def clean(
+        self, *, model_path: str, served_model_name: str, options: dict | None, extra_args: Any, gpu_count: int
+    ) -> tuple[dict[str, Any], list[str]]:
+        """Validate everything a person typed; raises a ValidationError keyed by field."""
+        errors: dict[str, list[str]] = {}
+        for name, check in (("model_path", self.validate_model_path), ("served_model_name", validate_served_name)):
+            try:
+                check(model_path if name == "model_path" else served_model_name)
+            except ValidationError as exc:
+                errors[name] = exc.messages
+        cleaned_options: dict[str, Any] = {}
+        try:
+            cleaned_options = self.clean_options(options, gpu_count)
+        except ValidationError as exc:
+            for key, messages in exc.message_dict.items():
+                errors[key if key in ("options", "gpu_indices") else f"options.{key}"] = messages
+        try:
+            extra = validate_extra_args(extra_args, self.reserved_flags)
+        except ValidationError as exc:
+            errors["extra_args"] = exc.messages
+            extra = []
+        if errors:
+            raise ValidationError(errors)
+        return cleaned_options, extra
+
+    def argv(self, spec: LaunchSpec) -> list[str]:
+        raise NotImplementedError
+
+    def context_window(self, client: httpx.Client, root_url: str, api_key: str, served_name: str) -> int | None:
+        raise NotImplementedError
+
+    def fit_params(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Inputs for the VRAM estimate taken from the options."""
+        raise NotImplementedError
+
+
+_PATH = re.compile(r"^/[A-Za-z0-9_.+@=-][A-Za-z0-9_./+@=-]{0,498}$")
+
+
+def validate_absolute_path(path: str, *, suffix: str = "") -> str:
+    if not isinstance(path, str) or not _PATH.fullmatch(path) or "/../" in path + "/" or "//" in path:
+        raise ValidationError("An absolute path on the host of letters, digits and _ . / + @ = - (no spaces, no ..).")
+    if suffix and not path.endswith(suffix):
+        raise ValidationError(f"The path must end in {suffix}.")
+    return path

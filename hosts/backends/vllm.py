@@ -1,0 +1,139 @@
+"""vLLM: `vllm serve MODEL --served-model-name … --tensor-parallel-size … --max-model-len … …`."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import httpx
+from django.core.exceptions import ValidationError
+
+from .base import Backend, LaunchSpec, Option, validate_absolute_path
+
+HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
+
+
+class VLLM(Backend):
+    kind = "vllm"
+    label = "vLLM"
+    binary = "vllm"
+    channel_kind = "vllm"
+    options = (
+        Option(
+            "tensor_parallel_size",
+            int,
+            "--tensor-parallel-size",
+            "Tensor parallel size",
+            None,
+            1,
+            64,
+            help="Must equal the number of GPUs chosen (filled in when blank).",
+        ),
+        Option("max_model_len", int, "--max-model-len", "Context length", 8192, 256, 10_000_000),
+        Option("gpu_memory_utilization", float, "--gpu-memory-utilization", "GPU memory utilisation", 0.9, 0.1, 0.99),
+        Option("dtype", str, "--dtype", "Weights dtype", "auto", choices=("auto", "bfloat16", "float16", "float32")),
+        Option(
+            "quantization",
+            str,
+            "--quantization",
+            "Quantisation",
+            "",
+            choices=(
+                "",
+                "awq",
+                "awq_marlin",
+                "gptq",
+                "gptq_marlin",
+                "fp8",
+                "bitsandbytes",
+                "compressed-tensors",
+                "gguf",
+            ),
+        ),
+        Option(
+            "kv_cache_dtype",
+            str,
+            "--kv-cache-dtype",
+            "KV cache dtype",
+            "auto",
+            choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2"),
+        ),
+        Option("enable_prefix_caching", bool, "--enable-prefix-caching", "Prefix caching", False),
+        Option("enable_chunked_prefill", bool, "--enable-chunked-prefill", "Chunked prefill", False),
+        Option("max_num_batched_tokens", int, "--max-num-batched-tokens", "Max batched tokens", None, 1, 10_000_000),
+        Option("max_num_seqs", int, "--max-num-seqs", "Max sequences", None, 1, 4096),
+    )
+    reserved_flags = {"--host", "--port", "--api-key", "--served-model-name", "--model"} | {o.flag for o in options}
+
+    def validate_model_path(self, path: str) -> str:
+        if isinstance(path, str) and HF_ID.fullmatch(path) and ".." not in path:
+            return path
+        try:
+            return validate_absolute_path(path)
+        except ValidationError:
+            raise ValidationError(
+                "A Hugging Face id (org/name) or an absolute folder on the host, without spaces or shell characters."
+            ) from None
+
+    def check(self, options: dict[str, Any], gpu_count: int) -> dict[str, Any]:
+        if gpu_count < 1:
+            raise ValidationError({"gpu_indices": ["vLLM needs at least one GPU."]})
+        tp = options.get("tensor_parallel_size")
+        if tp is None:
+            options["tensor_parallel_size"] = gpu_count
+        elif tp != gpu_count:
+            raise ValidationError(
+                {"tensor_parallel_size": [f"Tensor parallel size must equal the number of GPUs chosen ({gpu_count})."]}
+            )
+        return options
+
+    def argv(self, spec: LaunchSpec) -> list[str]:
+        o = spec.options
+        args = [self.binary, "serve", spec.model_path, "--served-model-name", spec.served_model_name]
+        for name in ("tensor_parallel_size", "max_model_len", "gpu_memory_utilization", "dtype"):
+            args += [self.option(name).flag, str(o[name])]
+        for name in ("quantization",):
+            if o.get(name):
+                args += [self.option(name).flag, o[name]]
+        if o.get("kv_cache_dtype") and o["kv_cache_dtype"] != "auto":
+            args += ["--kv-cache-dtype", o["kv_cache_dtype"]]
+        for name in ("enable_prefix_caching", "enable_chunked_prefill"):
+            if o.get(name):
+                args.append(self.option(name).flag)
+        for name in ("max_num_batched_tokens", "max_num_seqs"):
+            if o.get(name) is not None:
+                args += [self.option(name).flag, str(o[name])]
+        args += list(spec.extra_args)
+        args += ["--host", spec.bind_host, "--port", str(spec.port)]
+        if spec.api_key:
+            args += ["--api-key", spec.api_key]
+        return args
+
+    def context_window(self, client: httpx.Client, root_url: str, api_key: str, served_name: str) -> int | None:
+        """vLLM lists `max_model_len` per model in /v1/models."""
+        r = client.get(f"{root_url}/v1/models", headers={"Authorization": f"Bearer {api_key}"})
+        r.raise_for_status()
+        for m in r.json().get("data", []):
+            if m.get("id") == served_name and isinstance(m.get("max_model_len"), int):
+                return m["max_model_len"]
+        return None
+
+    def fit_params(self, options: dict[str, Any]) -> dict[str, Any]:
+        dtype = options.get("dtype") or "auto"
+        quant = options.get("quantization") or ""
+        weights = {
+            "fp8": "fp8",
+            "awq": "int4",
+            "awq_marlin": "int4",
+            "gptq": "int4",
+            "gptq_marlin": "int4",
+            "bitsandbytes": "int4",
+        }.get(quant) or {"float32": "fp32"}.get(dtype, "bf16")
+        return {
+            "context": options.get("max_model_len") or 8192,
+            "parallel": 1,
+            "weights_dtype": weights,
+            "kv_dtype": "fp8" if str(options.get("kv_cache_dtype", "auto")).startswith("fp8") else "fp16",
+            "gpu_memory_utilization": options.get("gpu_memory_utilization") or 0.9,
+            "flash_attention": True,
+        }

@@ -1,0 +1,209 @@
+"""GPU inventory over SSH: run nvidia-smi, parse its CSV, store one row per GPU.
+
+Parsing is kept apart from SSH so real outputs (tests/fixtures/nvidia_smi_*.csv) are tested as
+they are, odd values included: `[N/A]`, `[Not Supported]`, `[Unknown Error]` become None.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+
+from django.db import transaction
+from django.utils import timezone
+
+from . import ssh
+from .choices import HostStatus
+from .models import GPU, Host
+
+logger = logging.getLogger(__name__)
+
+GPU_QUERY = [
+    "nvidia-smi",
+    "--query-gpu=index,uuid,name,memory.total,memory.used,utilization.gpu,temperature.gpu",
+    "--format=csv,noheader,nounits",
+]
+APPS_QUERY = [
+    "nvidia-smi",
+    "--query-compute-apps=gpu_uuid,pid,process_name,used_memory",
+    "--format=csv,noheader,nounits",
+]
+VERSION_QUERY = ["nvidia-smi", "--version"]
+HEADER_QUERY = ["nvidia-smi"]
+
+
+class InventoryError(ValueError):
+    pass
+
+
+@dataclass
+class GPUInfo:
+    index: int
+    uuid: str
+    name: str
+    memory_total_mib: int | None
+    memory_used_mib: int | None
+    utilization_pct: int | None
+    temperature_c: int | None
+    processes: list[dict] = field(default_factory=list)
+
+
+def _value(raw: str) -> str | None:
+    raw = raw.strip()
+    if not raw or (raw.startswith("[") and raw.endswith("]")) or raw.upper() == "N/A":
+        return None
+    return raw
+
+
+def _int(raw: str) -> int | None:
+    value = _value(raw)
+    if value is None:
+        return None
+    try:
+        return int(float(value.split()[0]))  # "81559", "81559 MiB", "97 %"
+    except ValueError:
+        return None
+
+
+def parse_gpus(text: str) -> list[GPUInfo]:
+    """Parse `--query-gpu=index,uuid,name,memory.total,memory.used,utilization.gpu,temperature.gpu`."""
+    gpus = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 7:
+            raise InventoryError(f"unexpected nvidia-smi line: {line[:200]!r}")
+        # A name never holds a comma in practice, but keep the fixed columns at both ends anyway.
+        index, uuid, *name, total, used, util, temp = parts
+        idx = _int(index)
+        if idx is None:
+            raise InventoryError(f"GPU without an index: {line[:200]!r}")
+        gpus.append(
+            GPUInfo(
+                index=idx,
+                uuid=_value(uuid) or "",
+                name=_value(", ".join(name)) or "Unknown GPU",
+                memory_total_mib=_int(total),
+                memory_used_mib=_int(used),
+                utilization_pct=_int(util),
+                temperature_c=_int(temp),
+            )
+        )
+    return gpus
+
+
+def parse_apps(text: str) -> list[dict]:
+    """Parse `--query-compute-apps=gpu_uuid,pid,process_name,used_memory` (names may hold commas)."""
+    apps = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 4:
+            continue
+        uuid, pid, *name, used = parts
+        apps.append({"gpu_uuid": uuid, "pid": _int(pid), "name": _value(", ".join(name)) or "", "used_mib": _int(used)})
+    return apps
+
+
+_DRIVER = re.compile(r"DRIVER\s+version\s*:\s*([\w.]+)|Driver Version:\s*([\w.]+)", re.IGNORECASE)
+_CUDA = re.compile(r"CUDA\s+Version\s*:\s*([\w.]+)", re.IGNORECASE)
+
+
+def parse_versions(text: str) -> tuple[str, str]:
+    """(driver, CUDA) from `nvidia-smi --version` or from the plain `nvidia-smi` banner."""
+    driver = _DRIVER.search(text)
+    cuda = _CUDA.search(text)
+    return (
+        (driver.group(1) or driver.group(2)) if driver else "",
+        cuda.group(1) if cuda else "",
+    )
+
+
+def attach_processes(gpus: list[GPUInfo], apps: list[dict]) -> None:
+    by_uuid = {g.uuid: g for g in gpus}
+    for app in apps:
+        gpu = by_uuid.get(app["gpu_uuid"])
+        if gpu is not None:
+            gpu.processes.append({"pid": app["pid"], "name": app["name"], "used_mib": app["used_mib"]})
+
+
+@dataclass
+class Inventory:
+    gpus: list[GPUInfo]
+    driver_version: str
+    cuda_version: str
+
+
+def collect(remote: ssh.Remote) -> Inventory:
+    """Run the queries over an open connection. Raises `InventoryError` when there is no driver."""
+    result = remote.run(GPU_QUERY)
+    if result.exit_status == 127 or "command not found" in result.stderr:
+        raise InventoryError("nvidia-smi was not found on the host: install the NVIDIA driver.")
+    if not result.ok:
+        detail = (result.stderr or result.stdout).strip().splitlines()
+        raise InventoryError(
+            f"nvidia-smi failed (exit {result.exit_status}): {detail[0][:200] if detail else 'no output'}"
+        )
+    gpus = parse_gpus(result.stdout)
+    apps = remote.run(APPS_QUERY)
+    if apps.ok:
+        attach_processes(gpus, parse_apps(apps.stdout))
+    version = remote.run(VERSION_QUERY)
+    driver, cuda = parse_versions(version.stdout)
+    if not (driver and cuda):
+        banner = remote.run(HEADER_QUERY)
+        driver2, cuda2 = parse_versions(banner.stdout)
+        driver, cuda = driver or driver2, cuda or cuda2
+    return Inventory(gpus=gpus, driver_version=driver, cuda_version=cuda)
+
+
+@transaction.atomic
+def store(host: Host, inventory: Inventory) -> None:
+    """Replace the host's GPU rows with what was seen; GPUs that vanished are deleted."""
+    seen = []
+    for info in inventory.gpus:
+        GPU.objects.update_or_create(
+            host=host,
+            index=info.index,
+            defaults={
+                "uuid": info.uuid,
+                "name": info.name,
+                "memory_total_mib": info.memory_total_mib,
+                "memory_used_mib": info.memory_used_mib,
+                "utilization_pct": info.utilization_pct,
+                "temperature_c": info.temperature_c,
+                "processes": info.processes,
+            },
+        )
+        seen.append(info.index)
+    GPU.objects.filter(host=host).exclude(index__in=seen).delete()
+    if inventory.gpus:
+        status, message = HostStatus.ONLINE, f"{len(inventory.gpus)} GPU(s) seen."
+    else:
+        status, message = HostStatus.NO_DRIVER, "nvidia-smi answered but lists no GPU."
+    Host.objects.filter(pk=host.pk).update(
+        status=status,
+        status_message=message,
+        last_checked=timezone.now(),
+        driver_version=inventory.driver_version[:50],
+        cuda_version=inventory.cuda_version[:50],
+    )
+
+
+def refresh(host: Host) -> str:
+    """Connect, collect and store. Returns the host's new status; failures land on the host."""
+    try:
+        with ssh.connect(host) as remote:
+            inventory = collect(remote)
+    except ssh.SSHError as exc:
+        ssh.mark_contact(host, status=exc.status, message=exc.message)
+        return exc.status
+    except InventoryError as exc:
+        ssh.mark_contact(host, status=HostStatus.NO_DRIVER, message=str(exc))
+        return HostStatus.NO_DRIVER
+    store(host, inventory)
+    host.refresh_from_db()
+    return host.status

@@ -1,0 +1,226 @@
+"""Usage records written in batches off the gateway's request path, and their daily aggregates.
+
+The gateway calls `writer.record(UsageEvent(...))` (an O(1) append). A background task in the
+gateway process flushes every `GATEWAY_USAGE_FLUSH_INTERVAL` seconds (0.5 by default) and at
+shutdown: one `bulk_create` of UsageRecord rows, one F()-increment per (day, user, key, model,
+channel) bucket of UsageDaily, and one `last_used_at` update per key. The same functions serve
+reports (`daily_totals`, `usage_queryset`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import os
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import IntegrityError, close_old_connections, connections, transaction
+from django.db.models import F, Q, QuerySet, Sum
+from django.utils import timezone
+
+from .choices import UsageStatus
+from .models import Key, UsageDaily, UsageRecord
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class UsageEvent:
+    """One finished gateway request, as the gateway saw it."""
+
+    created: dt.datetime
+    request_id: str
+    key_id: int | None
+    user_id: int | None
+    model: str
+    channel_id: int | None
+    surface: str
+    stream: bool
+    prompt_tokens: int
+    completion_tokens: int
+    estimated: bool
+    status: str
+    http_status: int
+    error: str = ""
+    latency_ms: float | None = None
+    ttft_ms: float | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+def write_batch(events: list[UsageEvent]) -> None:
+    """Persist a batch: records, daily buckets (F() upserts) and keys' last use. Safe to call from
+    any thread with a database connection."""
+    if not events:
+        return
+    UsageRecord.objects.bulk_create(
+        [
+            UsageRecord(
+                created=e.created,
+                request_id=e.request_id[:64],
+                key_id=e.key_id,
+                user_id=e.user_id,
+                model=e.model[:128],
+                channel_id=e.channel_id,
+                surface=e.surface,
+                stream=e.stream,
+                prompt_tokens=max(e.prompt_tokens, 0),
+                completion_tokens=max(e.completion_tokens, 0),
+                total_tokens=max(e.total_tokens, 0),
+                estimated=e.estimated,
+                status=e.status,
+                http_status=e.http_status,
+                error=e.error[:300],
+                latency_ms=e.latency_ms,
+                ttft_ms=e.ttft_ms,
+            )
+            for e in events
+        ]
+    )
+    buckets: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
+    last_used: dict[int, dt.datetime] = {}
+    for e in events:
+        b = buckets[(e.created.date(), e.user_id, e.key_id, e.model[:128], e.channel_id)]
+        b[0] += 1
+        b[1] += 0 if e.status == UsageStatus.OK else 1
+        b[2] += e.prompt_tokens
+        b[3] += e.completion_tokens
+        b[4] += e.total_tokens
+        b[5] += 1 if e.estimated else 0
+        if e.key_id is not None and e.status != UsageStatus.RATE_LIMITED:
+            last_used[e.key_id] = max(last_used.get(e.key_id, e.created), e.created)
+    for (day, user_id, key_id, model, channel_id), (req, err, pt, ct, tt, est) in buckets.items():
+        increments = {
+            "requests": F("requests") + req,
+            "errors": F("errors") + err,
+            "prompt_tokens": F("prompt_tokens") + pt,
+            "completion_tokens": F("completion_tokens") + ct,
+            "total_tokens": F("total_tokens") + tt,
+            "estimated_requests": F("estimated_requests") + est,
+        }
+        # NULLs never collide in a unique constraint, so match them explicitly.
+        match = Q(day=day, model=model)
+        match &= Q(user_id=user_id) if user_id is not None else Q(user__isnull=True)
+        match &= Q(key_id=key_id) if key_id is not None else Q(key__isnull=True)
+        match &= Q(channel_id=channel_id) if channel_id is not None else Q(channel__isnull=True)
+        if UsageDaily.objects.filter(match).update(**increments):
+            continue
+        try:
+            with transaction.atomic():
+                UsageDaily.objects.create(
+                    day=day,
+                    user_id=user_id,
+                    key_id=key_id,
+                    model=model,
+                    channel_id=channel_id,
+                    requests=req,
+                    errors=err,
+                    prompt_tokens=pt,
+                    completion_tokens=ct,
+                    total_tokens=tt,
+                    estimated_requests=est,
+                )
+        except IntegrityError:  # another process created the bucket meanwhile
+            UsageDaily.objects.filter(match).update(**increments)
+    for key_id, when in last_used.items():
+        Key.objects.filter(pk=key_id).filter(Q(last_used_at__isnull=True) | Q(last_used_at__lt=when)).update(
+            last_used_at=when
+        )
+
+
+class UsageWriter:
+    """Buffers events in memory and writes them in batches from one background thread."""
+
+    def __init__(self, interval: float | None = None) -> None:
+        self._interval = interval
+        self._buffer: list[UsageEvent] = []
+        self._task: asyncio.Task | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="usage-writer")
+        self._stopping = False
+
+    def record(self, event: UsageEvent) -> None:
+        self._buffer.append(event)
+
+    @property
+    def interval(self) -> float:
+        if self._interval:
+            return self._interval
+        configured = getattr(settings, "GATEWAY_USAGE_FLUSH_INTERVAL", None)
+        return float(configured or os.environ.get("GATEWAY_USAGE_FLUSH_INTERVAL") or 0.5)
+
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            self._stopping = False
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            await asyncio.sleep(self.interval)
+            await self.flush()
+
+    async def flush(self) -> None:
+        if not self._buffer:
+            return
+        batch, self._buffer = self._buffer, []
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, self._write, batch)
+        except Exception:
+            logger.exception("writing %d usage records failed; they are kept for the next flush", len(batch))
+            self._buffer[:0] = batch[:50_000]
+
+    @staticmethod
+    def _write(batch: list[UsageEvent]) -> None:
+        close_old_connections()
+        write_batch(batch)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        await self.flush()
+        await asyncio.get_running_loop().run_in_executor(self._executor, connections.close_all)
+
+
+# ------------------------------------------------------------------------------- reports
+
+
+def usage_queryset(user) -> QuerySet[UsageRecord]:
+    """Records `user` may see: admins all, developers their own."""
+    qs = UsageRecord.objects.select_related("key", "user", "channel")
+    return qs if user.is_admin else qs.filter(user=user)
+
+
+def daily_queryset(user) -> QuerySet[UsageDaily]:
+    qs = UsageDaily.objects.all()
+    return qs if user.is_admin else qs.filter(user=user)
+
+
+def daily_totals(qs: QuerySet[UsageDaily], since: dt.date) -> list[dict]:
+    """Tokens and requests per day per model since `since` (inclusive), oldest first."""
+    return list(
+        qs.filter(day__gte=since)
+        .values("day", "model")
+        .annotate(
+            requests=Sum("requests"),
+            errors=Sum("errors"),
+            prompt_tokens=Sum("prompt_tokens"),
+            completion_tokens=Sum("completion_tokens"),
+            total_tokens=Sum("total_tokens"),
+        )
+        .order_by("day", "model")
+    )
+
+
+def today() -> dt.date:
+    return timezone.now().date()

@@ -1,0 +1,226 @@
+"""Gateway test rig: the real portal ASGI app under uvicorn on 127.0.0.1 in front of FakeUpstream.
+
+`gateway_url` runs uvicorn in a thread of the test process (SQLite or PostgreSQL, with or without
+Redis, whatever the environment gives); `spawn_gateway` starts separate uvicorn processes that
+share the test database and Redis with the tests (PostgreSQL only).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from django.conf import settings
+
+from channels.models import Channel, Model, ModelRoute
+from keys.services import issue_key
+from tests.fakes.upstream import FakeUpstream
+from tests.services import free_port
+
+UPSTREAM_KEY = "sk-upstream-secret-0000"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    """The standing users are created per test; PBKDF2 would dominate these tests' setup."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def redis_namespace(monkeypatch):
+    """Each test gets its own Redis key namespace, so counters never leak between tests."""
+    ns = "gwtest-" + uuid.uuid4().hex[:10]
+    monkeypatch.setenv("GATEWAY_REDIS_NAMESPACE", ns)
+    return ns
+
+
+@pytest.fixture
+def upstream():
+    with FakeUpstream(api_key=UPSTREAM_KEY) as up:
+        yield up
+
+
+@dataclass
+class Setup:
+    channel: Channel
+    model: Model
+    route: ModelRoute
+    key: object
+    plaintext: str
+
+
+def add_channel(upstream: FakeUpstream, name: str, *, priority: int = 0, model: Model | None = None, **fields):
+    channel = Channel.objects.create(
+        name=name,
+        kind="vllm",
+        base_url=upstream.base_url,
+        api_key=upstream.api_key or "",
+        priority=priority,
+        status=fields.pop("status", "healthy"),
+        **fields,
+    )
+    route = None
+    if model is not None:
+        route = ModelRoute.objects.create(
+            model=model, channel=channel, upstream_model="fake-model", context_window=8192, max_output_tokens=2048
+        )
+    return channel, route
+
+
+@pytest.fixture
+def setup(transactional_db, upstream, alice) -> Setup:
+    model = Model.objects.create(name="qwen3-32b", description="test model")
+    channel, route = add_channel(upstream, "primary", model=model)
+    key, plaintext = issue_key(owner=alice, name="laptop")
+    return Setup(channel, model, route, key, plaintext)
+
+
+class ThreadServer:
+    """uvicorn serving `portal.asgi.application` from a thread of this process."""
+
+    def __init__(self) -> None:
+        import uvicorn
+
+        from portal.asgi import application
+
+        self.port = free_port()
+        config = uvicorn.Config(
+            application, host="127.0.0.1", port=self.port, lifespan="on", log_level="warning", loop="asyncio"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ThreadServer:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the gateway did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(20)
+
+
+@pytest.fixture
+def gateway_url(transactional_db, settings):
+    settings.GATEWAY_USAGE_FLUSH_INTERVAL = 0.1
+    server = ThreadServer().start()
+    yield server.url
+    server.stop()
+
+
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05):
+    """Poll until `predicate()` is truthy (usage is written asynchronously in batches)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(interval)
+
+
+# --- separate gateway processes (the multi-replica tests) -------------------------------------
+
+
+def database_url() -> str:
+    db = settings.DATABASES["default"]
+    user = db.get("USER") or "postgres"
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    host = db.get("HOST") or "127.0.0.1"
+    port = db.get("PORT") or 5432
+    return f"postgres://{user}{password}@{host}:{port}/{db['NAME']}"
+
+
+class ProcessServer:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "portal.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--lifespan",
+                "on",
+                "--no-access-log",
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("gateway process died: " + self.proc.stderr.read().decode()[-2000:])
+            try:
+                httpx.get(self.url + "/v1/models", timeout=1)
+                return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError("gateway process did not start")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+@pytest.fixture
+def spawn_gateway(transactional_db, redis_namespace):
+    """Start N uvicorn processes sharing this test's database and Redis namespace."""
+    started: list[ProcessServer] = []
+
+    def spawn(n: int = 2, **extra_env: str) -> list[ProcessServer]:
+        env = {
+            **os.environ,
+            "DATABASE_URL": database_url(),
+            "PORTAL_DATA_DIR": str(settings.DATA_DIR),
+            "GATEWAY_REDIS_NAMESPACE": redis_namespace,
+            "GATEWAY_USAGE_FLUSH_INTERVAL": "0.1",
+            **extra_env,
+        }
+        servers = [ProcessServer(env) for _ in range(n)]
+        started.extend(servers)
+        for s in servers:
+            s.wait_ready()
+        return servers
+
+    yield spawn
+    for s in started:
+        s.stop()

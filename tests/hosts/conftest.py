@@ -1,0 +1,28 @@
+import pytest
+
+from hosts.models import Host
+from tests.fakes.sshd import SSHTarget
+from tests.services import require_binary
+
+
+@pytest.fixture(scope="session")
+def ssh_target():
+    """One real sshd for the whole session (starting one costs ~0.2 s, but keys and files add up)."""
+    sshd = require_binary("/usr/sbin/sshd", "apt-get install openssh-server")
+    require_binary("ssh-keygen", "apt-get install openssh-client")
+    with SSHTarget(sshd=sshd) as target:
+        yield target
+
+
+@pytest.fixture
+def gpu_host(db, ssh_target):
+    """A host registered for the sshd target with its key already confirmed and an RTX 3080 Ti."""
+    ssh_target.use_gpus("nvidia_smi_rtx3080ti")
+    return Host.objects.create(
+        name="gpu-box",
+        address="127.0.0.1",
+        ssh_port=ssh_target.port,
+        username=ssh_target.username,
+        private_key=ssh_target.client_private_key,
+        host_key_fingerprint=ssh_target.host_key_fingerprint,
+    )

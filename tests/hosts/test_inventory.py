@@ -1,0 +1,72 @@
+"""nvidia-smi parsing on real outputs, and the inventory over SSH with a fake nvidia-smi."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hosts import inventory
+from hosts.choices import HostStatus
+from hosts.models import GPU
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def read(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+def test_it_parses_eight_h100s_with_their_processes():
+    gpus = inventory.parse_gpus(read("nvidia_smi_8xh100.csv"))
+    inventory.attach_processes(gpus, inventory.parse_apps(read("nvidia_smi_apps_8xh100.csv")))
+    assert [g.index for g in gpus] == list(range(8))
+    assert {g.name for g in gpus} == {"NVIDIA H100 80GB HBM3"}
+    assert gpus[0].memory_total_mib == 81559 and gpus[0].memory_used_mib == 78431
+    assert gpus[0].processes == [{"pid": 48213, "name": "/usr/bin/python3", "used_mib": 78420}]
+    assert gpus[7].processes == [] and gpus[7].utilization_pct == 0
+
+
+def test_it_parses_consumer_cards():
+    (rtx4090,) = inventory.parse_gpus(read("nvidia_smi_rtx4090.csv"))
+    (rtx3080,) = inventory.parse_gpus(read("nvidia_smi_rtx3080ti.csv"))
+    assert (rtx4090.name, rtx4090.memory_total_mib, rtx4090.temperature_c) == ("NVIDIA GeForce RTX 4090", 24564, 45)
+    assert (rtx3080.name, rtx3080.memory_total_mib, rtx3080.memory_used_mib) == (
+        "NVIDIA GeForce RTX 3080 Ti",
+        12288,
+        287,
+    )
+
+
+def test_odd_values_become_unknown_instead_of_breaking_the_row():
+    a100, t4, gtx = inventory.parse_gpus(read("nvidia_smi_odd.csv"))
+    assert (a100.utilization_pct, a100.temperature_c) == (None, None)
+    assert (t4.memory_used_mib, t4.utilization_pct, t4.temperature_c) == (None, None, 52)
+    assert gtx.memory_total_mib is None and gtx.temperature_c == -3
+    (app,) = inventory.parse_apps(read("nvidia_smi_apps_odd.csv"))
+    assert app == {"gpu_uuid": a100.uuid, "pid": 777, "name": "", "used_mib": None}
+
+
+def test_it_reads_driver_and_cuda_from_either_output():
+    assert inventory.parse_versions(read("nvidia_smi_version.txt")) == ("550.54.15", "12.4")
+    assert inventory.parse_versions(read("nvidia_smi_header.txt")) == ("535.104.05", "12.2")
+
+
+def test_refresh_over_ssh_stores_gpus_and_marks_the_host_online(gpu_host, ssh_target):
+    ssh_target.use_gpus("nvidia_smi_8xh100", apps="nvidia_smi_apps_8xh100")
+    assert inventory.refresh(gpu_host) == HostStatus.ONLINE
+    gpu_host.refresh_from_db()
+    assert (gpu_host.driver_version, gpu_host.cuda_version) == ("550.54.15", "12.4")
+    assert GPU.objects.filter(host=gpu_host).count() == 8
+    assert GPU.objects.get(host=gpu_host, index=0).memory_free_mib == 81559 - 78431
+
+    ssh_target.use_gpus("nvidia_smi_rtx4090", apps="nvidia_smi_apps_rtx4090")
+    inventory.refresh(gpu_host)
+    (gpu,) = GPU.objects.filter(host=gpu_host)
+    assert gpu.name == "NVIDIA GeForce RTX 4090"
+    assert [p["name"] for p in gpu.processes] == ["/usr/lib/xorg/Xorg", "llama-server"]
+
+
+def test_a_host_without_driver_says_so(gpu_host, ssh_target):
+    ssh_target.use_gpus(None)
+    assert inventory.refresh(gpu_host) == HostStatus.NO_DRIVER
+    gpu_host.refresh_from_db()
+    assert "couldn't communicate with the NVIDIA driver" in gpu_host.status_message
