@@ -182,6 +182,24 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Several resources have a `status`/`kind`/`state`: name each choice set after its class so
+    # the schema has stable, readable enum names (and `--fail-on-warn` stays clean).
+    "ENUM_NAME_OVERRIDES": {
+        "ChannelKindEnum": "channels.choices.ChannelKind",
+        "ChannelStatusEnum": "channels.choices.ChannelStatus",
+        "ProbeSourceEnum": "channels.choices.ProbeSource",
+        "AlertKindEnum": "channels.choices.AlertKind",
+        "HostStatusEnum": "hosts.choices.HostStatus",
+        "BackendEnum": "hosts.choices.Backend",
+        "DeploymentStatusEnum": "hosts.choices.DeploymentStatus",
+        "JobActionEnum": "hosts.choices.JobAction",
+        "JobStateEnum": "hosts.choices.JobState",
+        "UsageStatusEnum": "keys.choices.UsageStatus",
+        "ApiSurfaceEnum": "keys.choices.ApiSurface",
+        "RoleEnum": "portal.choices.Role",
+        "AuditActionEnum": "portal.choices.AuditAction",
+        "KeyStateEnum": "keys.api.serializers.KEY_STATE_CHOICES",
+    },
 }
 
 # --- Gateway -----------------------------------------------------------------------------------

@@ -16,6 +16,12 @@ from portal.api.serializers import LIMIT_FIELDS, drf_error, is_admin, limit_fiel
 from portal.models import User
 
 MAX_GRACE = datetime.timedelta(days=30)
+KEY_STATE_CHOICES = [
+    ("active", "Active"),
+    ("expired", "Expired"),
+    ("revoked", "Revoked"),
+    ("owner inactive", "Owner inactive"),
+]
 
 
 class KeySerializer(serializers.ModelSerializer):
@@ -42,7 +48,7 @@ class KeySerializer(serializers.ModelSerializer):
     )
     masked = serializers.CharField(read_only=True)
     state = serializers.ChoiceField(
-        choices=["active", "expired", "revoked", "owner inactive"], read_only=True, help_text="Computed now."
+        choices=KEY_STATE_CHOICES, read_only=True, help_text="Computed now."
     )
     requests_per_minute = limit_field()
     tokens_per_minute = limit_field()
