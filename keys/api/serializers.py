@@ -47,9 +47,7 @@ class KeySerializer(serializers.ModelSerializer):
         help_text="CIDR blocks (10.0.0.0/8, 2001:db8::/32, or one address); empty: any address.",
     )
     masked = serializers.CharField(read_only=True)
-    state = serializers.ChoiceField(
-        choices=KEY_STATE_CHOICES, read_only=True, help_text="Computed now."
-    )
+    state = serializers.ChoiceField(choices=KEY_STATE_CHOICES, read_only=True, help_text="Computed now.")
     requests_per_minute = limit_field()
     tokens_per_minute = limit_field()
     tokens_per_day = limit_field()
