@@ -90,3 +90,8 @@ def test_me_shows_the_callers_profile_and_models(alice, alice_api, model):
     restricted = Model.objects.create(name="a-restricted")
     alice.allowed_models.set([restricted])
     assert alice_api.get("/api/me/").json()["models"] == ["a-restricted"]
+
+
+def test_a_user_created_with_only_a_username_is_a_developer(admin_api):
+    response = admin_api.post("/api/users/", {"username": "dana"}, format="json")
+    assert response.status_code == 201 and response.json()["role"] == "developer"
