@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 from django.db import transaction
-from drf_spectacular.generators import SchemaGenerator
 
 pytestmark = pytest.mark.django_db
 
@@ -29,9 +28,9 @@ ENDPOINTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def request_fields() -> dict[tuple[str, str], list[str]]:
-    schema = SchemaGenerator().get_schema(request=None, public=True)
+@pytest.fixture
+def request_fields(openapi_schema) -> dict[tuple[str, str], list[str]]:
+    schema = openapi_schema
     components = schema["components"]["schemas"]
     fields = {}
     for path, item in schema["paths"].items():
@@ -77,10 +76,10 @@ LISTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def list_params() -> dict[str, list[str]]:
-    schema = SchemaGenerator().get_schema(request=None, public=True)
-    return {path: [p["name"] for p in schema["paths"][path]["get"].get("parameters", [])] for path in LISTS}
+@pytest.fixture
+def list_params(openapi_schema) -> dict[str, list[str]]:
+    paths = openapi_schema["paths"]
+    return {path: [p["name"] for p in paths[path]["get"].get("parameters", [])] for path in LISTS}
 
 
 @pytest.mark.parametrize("path", LISTS)
