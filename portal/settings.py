@@ -177,7 +177,7 @@ SPECTACULAR_SETTINGS = {
     "`POST /api/tokens/` from a logged-in session).\n\n"
     "```\n"
     "curl -H 'Authorization: Token gpt-…' -H 'Content-Type: application/json' \\\n"
-    "     -d '{\"name\": \"laptop\"}' http://127.0.0.1:8000/api/keys/\n"
+    '     -d \'{"name": "laptop"}\' http://127.0.0.1:8000/api/keys/\n'
     "```\n\n"
     "Secrets (`key`, `token`, `password`) appear once, in the response that creates them; "
     "write-only fields (`api_key`, `private_key`) show as `has_api_key`/`has_private_key`. "
@@ -191,13 +191,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
-    # Several resources have a `status`/`kind`/`state`: name each choice set after its class so
-    # the schema has stable, readable enum names (and `--fail-on-warn` stays clean).
+    # One schema name per choice set, so clients get stable enum names (several apps have `status`).
     "ENUM_NAME_OVERRIDES": {
         "ChannelKindEnum": "channels.choices.ChannelKind",
         "ChannelStatusEnum": "channels.choices.ChannelStatus",
-        "ProbeSourceEnum": "channels.choices.ProbeSource",
         "AlertKindEnum": "channels.choices.AlertKind",
+        "ProbeSourceEnum": "channels.choices.ProbeSource",
         "HostStatusEnum": "hosts.choices.HostStatus",
         "BackendEnum": "hosts.choices.Backend",
         "DeploymentStatusEnum": "hosts.choices.DeploymentStatus",
@@ -205,9 +204,9 @@ SPECTACULAR_SETTINGS = {
         "JobStateEnum": "hosts.choices.JobState",
         "UsageStatusEnum": "keys.choices.UsageStatus",
         "ApiSurfaceEnum": "keys.choices.ApiSurface",
+        "KeyStateEnum": "keys.choices.KeyState",
         "RoleEnum": "portal.choices.Role",
         "AuditActionEnum": "portal.choices.AuditAction",
-        "KeyStateEnum": "keys.api.serializers.KEY_STATE_CHOICES",
     },
 }
 
