@@ -177,7 +177,16 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "Gateway Portal API",
     "DESCRIPTION": "Manage hosts, channels, models, keys and usage. Authenticate with "
-    "`Authorization: Token <personal API token>` (create one under Account → API tokens).",
+    "`Authorization: Token <personal API token>` (create one under Account → API tokens, or "
+    "`POST /api/tokens/` from a logged-in session).\n\n"
+    "```\n"
+    "curl -H 'Authorization: Token gpt-…' -H 'Content-Type: application/json' \\\n"
+    '     -d \'{"name": "laptop"}\' http://127.0.0.1:8000/api/keys/\n'
+    "```\n\n"
+    "Secrets (`key`, `token`, `password`) appear once, in the response that creates them; "
+    "write-only fields (`api_key`, `private_key`) show as `has_api_key`/`has_private_key`. "
+    "Errors are field-level JSON with status 400. Lists take `page`, `page_size`, `search`, "
+    "`ordering` and the filters listed per endpoint.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     # Every page needs a login, the API description included.

@@ -24,6 +24,14 @@ def fast_password_hashing(settings):
 
 
 @pytest.fixture(scope="session")
+def openapi_schema() -> dict:
+    """The OpenAPI document, generated once per run (it takes seconds on a busy box)."""
+    from drf_spectacular.generators import SchemaGenerator
+
+    return SchemaGenerator().get_schema(request=None, public=True)
+
+
+@pytest.fixture(scope="session")
 def ssh_private_key() -> str:
     return asyncssh.generate_private_key("ssh-ed25519").export_private_key().decode()
 
