@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import close_old_connections, connections
+from django.db import OperationalError, close_old_connections, connections
 
 logger = logging.getLogger(__name__)
 
@@ -52,12 +52,24 @@ _db_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-db"
 
 def _with_fresh_connection(fn, *args):
     close_old_connections()
-    return fn(*args)
+    for attempt in range(5):
+        try:
+            return fn(*args)
+        except OperationalError as exc:
+            # SQLite (embedded) answers "locked" when another process holds the write lock.
+            if "locked" not in str(exc) or attempt == 4:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    return None
 
 
 async def run_db(fn, *args):
     """Run a synchronous database function on the gateway's database thread."""
     return await asyncio.get_running_loop().run_in_executor(_db_executor, _with_fresh_connection, fn, *args)
+
+
+def db_executor() -> ThreadPoolExecutor:
+    return _db_executor
 
 
 async def close_db() -> None:
