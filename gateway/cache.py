@@ -274,11 +274,13 @@ class Snapshot:
         self.missing: dict[str, float] = {}  # digests of unknown keys, with when we looked
         self.generation: tuple[str | None, str | None] | None = None
         self._catalog_lock: asyncio.Lock | None = None
+        self.routes_version = 0
         self._key_locks: dict[str, asyncio.Future] = {}
 
     @property
     def ttl(self) -> float:
-        # With Redis every request learns of changes through the generation; the TTL is a safety net.
+        """How long a cached key is trusted. With Redis every request learns of changes through the
+        generation, so this is only a safety net."""
         if settings.REDIS_URL:
             return float(getattr(settings, "GATEWAY_KEY_TTL", 60.0))
         return float(settings.GATEWAY_CACHE_TTL)
@@ -288,6 +290,7 @@ class Snapshot:
             self.keys, self.missing = {}, {}
         if routes:
             self.catalog = None
+            self.routes_version += 1
 
     def observe_generation(self, gen_keys: str | None, gen_routes: str | None) -> bool:
         """Record the generations Redis reported; True when something changed since last time."""
@@ -304,17 +307,34 @@ class Snapshot:
         return False
 
     async def get_catalog(self) -> Catalog:
+        """The current catalog. It is reloaded in the background every GATEWAY_CACHE_TTL seconds
+        (`refresh_forever`), so a request only waits for a load after an invalidation."""
         cat = self.catalog
-        if cat is not None and time.monotonic() - cat.loaded_at < self.ttl:
+        if cat is not None:
             return cat
         if self._catalog_lock is None:
             self._catalog_lock = asyncio.Lock()
         async with self._catalog_lock:
-            cat = self.catalog
-            if cat is None or time.monotonic() - cat.loaded_at >= self.ttl:
+            if self.catalog is None:
+                version = self.routes_version
                 cat = await run_db(_load_catalog)
+                if version == self.routes_version:
+                    self.catalog = cat
+                return cat
+            return self.catalog
+
+    async def refresh_forever(self) -> None:
+        """Keep the catalog fresh for changes that send no signal (health checks use update())."""
+        while True:
+            await asyncio.sleep(float(settings.GATEWAY_CACHE_TTL))
+            version = self.routes_version
+            try:
+                cat = await run_db(_load_catalog)
+            except Exception:
+                logger.exception("reloading the gateway's model catalog failed; keeping the last one")
+                continue
+            if version == self.routes_version:
                 self.catalog = cat
-        return cat
 
     async def get_key(self, digest: str) -> KeyInfo | None:
         now = time.monotonic()

@@ -71,6 +71,7 @@ class Gateway:
         self.usage = UsageWriter(executor=db_executor())
         self.started = False
         self._tasks: set[asyncio.Task] = set()
+        self._refresher: asyncio.Task | None = None
 
     async def start(self) -> None:
         if self.started:
@@ -81,11 +82,15 @@ class Gateway:
         await self.upstream.start()
         self.limiter = make_limiter()
         self.usage.start()
+        self._refresher = asyncio.get_running_loop().create_task(snapshot.refresh_forever())
 
     async def stop(self) -> None:
         if not self.started:
             return
         self.started = False
+        if self._refresher is not None:
+            self._refresher.cancel()
+            self._refresher = None
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
         if self.limiter is not None:
@@ -489,14 +494,15 @@ def _event_usage(event: bytes) -> Usage | None:
     return usage_from(data.get("usage")) if isinstance(data, dict) else None
 
 
-_EMPTY_CONTENT = (b'"content":""', b'"content": ""', b'"text":""', b'"text": ""')
-
-
 def _has_content(event: bytes) -> bool:
     """Does this SSE event carry generated text or tool arguments? (one event ≈ one token)"""
+    if b'"arguments"' in event:
+        return True
     if b'"content"' in event or b'"text"' in event:
-        return not any(e in event for e in _EMPTY_CONTENT) or b'"arguments"' in event
-    return b'"arguments"' in event
+        return not (
+            b'"content":""' in event or b'"content": ""' in event or b'"text":""' in event or b'"text": ""' in event
+        )
+    return False
 
 
 async def open_call(

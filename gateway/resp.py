@@ -79,6 +79,15 @@ class _Protocol(asyncio.Protocol):
         self.waiters: collections.deque[asyncio.Future] = collections.deque()
         self.buf = bytearray()
         self.closed = False
+        self.wbuf: list[bytes] = []
+        self.flush_scheduled = False
+
+    def flush(self) -> None:
+        self.flush_scheduled = False
+        if self.wbuf and not self.closed and self.transport is not None:
+            data = b"".join(self.wbuf) if len(self.wbuf) > 1 else self.wbuf[0]
+            self.wbuf.clear()
+            self.transport.write(data)
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -160,9 +169,14 @@ class RespClient:
 
     @staticmethod
     def _send(proto: _Protocol, args) -> asyncio.Future:
-        fut = asyncio.get_running_loop().create_future()
+        """Queue a command; everything queued in one loop iteration goes out in one write."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
         proto.waiters.append(fut)
-        proto.transport.write(encode(args))
+        proto.wbuf.append(encode(args))
+        if not proto.flush_scheduled:
+            proto.flush_scheduled = True
+            loop.call_soon(proto.flush)
         return fut
 
     async def call(self, *args) -> Any:
