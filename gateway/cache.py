@@ -285,6 +285,13 @@ class Snapshot:
             return float(getattr(settings, "GATEWAY_KEY_TTL", 60.0))
         return float(settings.GATEWAY_CACHE_TTL)
 
+    def reset(self) -> None:
+        """Forget everything, including loop-bound locks (a new event loop is starting)."""
+        self.invalidate()
+        self.generation = None
+        self._catalog_lock = None
+        self._key_locks = {}
+
     def invalidate(self, *, keys: bool = True, routes: bool = True) -> None:
         if keys:
             self.keys, self.missing = {}, {}

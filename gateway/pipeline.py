@@ -77,8 +77,7 @@ class Gateway:
         if self.started:
             return
         self.started = True
-        snapshot.invalidate()
-        snapshot.generation = None
+        snapshot.reset()
         await self.upstream.start()
         self.limiter = make_limiter()
         self.usage.start()
