@@ -127,9 +127,14 @@ def gateway_url(transactional_db, settings):
 
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05):
     """Poll until `predicate()` is truthy (usage is written asynchronously in batches)."""
+    from django.db import OperationalError
+
     deadline = time.monotonic() + timeout
     while True:
-        value = predicate()
+        try:
+            value = predicate()
+        except OperationalError:  # in-memory SQLite shares table locks with the gateway's thread
+            value = None
         if value:
             return value
         if time.monotonic() > deadline:
