@@ -183,13 +183,17 @@ def redeem_download_token(plaintext: str, *, gateway: str) -> dict | None:
     if not value.startswith(TOKEN_PREFIX) or len(value) > 100:
         return None
     now = timezone.now()
+    # Only the token's own columns in the WHERE: a join would make Django write `id IN (subquery)`,
+    # which PostgreSQL does not re-check after waiting for a racing redemption, so both would win.
     claimed = DownloadToken.objects.filter(
-        token_hash=keyed_hash(value), used_at__isnull=True, expires_at__gt=now, user__is_active=True
+        token_hash=keyed_hash(value), used_at__isnull=True, expires_at__gt=now
     ).update(used_at=now)
     if claimed != 1:
         return None
     token = DownloadToken.objects.select_related("user", "key").get(token_hash=keyed_hash(value))
     user, key, plain = token.user, token.key, None
+    if not user.is_active:
+        return None
     if token.key_mode == KeyMode.MINT:
         key, plain = mint_key(user, token.client, token.key_name)
         DownloadToken.objects.filter(pk=token.pk).update(key=key)

@@ -129,3 +129,35 @@ def test_gateway_url_prefers_the_public_url(settings, rf):
     assert services.gateway_url(rf.get("/")) == "https://portal.example.com"
     settings.PORTAL_PUBLIC_URL = ""
     assert services.gateway_url(rf.get("/", HTTP_HOST="gw.internal:8000")) == "http://gw.internal:8000"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_installers_racing_with_one_token_get_one_bundle(alice, catalog):
+    """The conditional update is the lock: on PostgreSQL both redemptions really run at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connection
+
+    from tests.services import require_postgres
+
+    require_postgres()
+    _, token = services.issue_download_token(alice, "cline", key_mode=KeyMode.MINT, key_name="race")
+
+    def redeem(_):
+        try:
+            return services.redeem_download_token(token, gateway=GW)
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(redeem, range(4)))
+    assert sum(r is not None for r in results) == 1
+    assert Key.objects.filter(owner=alice, name__startswith="cline@race").count() == 1
+
+
+def test_a_deactivated_developers_token_gives_nothing(alice, catalog):
+    _, token = services.issue_download_token(alice, "cline", key_mode=KeyMode.MINT)
+    alice.is_active = False
+    alice.save()
+    assert services.redeem_download_token(token, gateway=GW) is None
+    assert not Key.objects.filter(owner=alice).exists()
