@@ -75,13 +75,14 @@ def test_stale_banner_lists_clients_whose_download_is_out_of_date(alice, catalog
 
 
 def test_minted_keys_are_named_per_client_and_machine_and_scoped_like_the_default(alice, catalog):
-    alice.key_defaults = {"tokens_per_day": 5000, "allowed_models": ["qwen3-32b"]}
-    alice.save()
+    alice.key_defaults = {"tokens_per_day": 5000}
+    alice.allowed_models.set([catalog["qwen"]])
     key, plaintext = services.mint_key(alice, "cline", "laptop")
     again, _ = services.mint_key(alice, "cline", "laptop")
     assert (key.name, again.name) == ("cline@laptop", "cline@laptop-2")
     assert key.client == "cline" and key.tokens_per_day == 5000
-    assert list(key.allowed_models.values_list("name", flat=True)) == ["qwen3-32b"]
+    assert not key.allowed_models.exists()  # empty: the owner's models, narrowed when the owner's are
+    assert [s.name for s in services.model_specs(alice, key)] == ["qwen3-32b"]
     assert verify_key(plaintext) == key
     assert plaintext not in str(Key.objects.filter(pk=key.pk).values().first())
 
