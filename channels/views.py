@@ -13,6 +13,7 @@ from portal.ui import AdminRequiredMixin, FilteredListView, InvalidFormStatusMix
 
 from .filters import ChannelFilterSet, ModelFilterSet
 from .forms import ChannelForm, ModelForm, RouteFormSet
+from .health import history
 from .models import Channel, Model, ModelRoute
 
 
@@ -32,7 +33,9 @@ class ChannelListView(AdminRequiredMixin, FilteredListView):
         return Channel.objects.select_related("host").prefetch_related("routes__model")
 
     def get_context_data(self, **kwargs):
-        return super().get_context_data(filter_fields=["enabled", "host"], **kwargs)
+        context = super().get_context_data(filter_fields=["enabled", "host"], **kwargs)
+        history.attach_health(list(context["object_list"]))  # two queries for the whole page
+        return context
 
 
 class ChannelCreateView(AdminRequiredMixin, InvalidFormStatusMixin, CreateView):

@@ -90,7 +90,8 @@ class Deployment(TimeStampedModel):
     """
 
     name = models.CharField(max_length=63, unique=True, validators=[DEPLOYMENT_NAME_VALIDATOR])
-    host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="deployments")
+    # Deleting a host forgets its deployments (servers keep running; their channels stay, host unset).
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="deployments")
     backend = models.CharField(max_length=16, choices=Backend)
     model_path = models.CharField(
         max_length=500, help_text="Hugging Face id or folder (vLLM), or the .gguf file (llama.cpp) on the host."

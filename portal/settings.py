@@ -182,6 +182,23 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # One schema name per choice set, so clients get stable enum names (several apps have `status`).
+    "ENUM_NAME_OVERRIDES": {
+        "ChannelKindEnum": "channels.choices.ChannelKind",
+        "ChannelStatusEnum": "channels.choices.ChannelStatus",
+        "AlertKindEnum": "channels.choices.AlertKind",
+        "ProbeSourceEnum": "channels.choices.ProbeSource",
+        "HostStatusEnum": "hosts.choices.HostStatus",
+        "BackendEnum": "hosts.choices.Backend",
+        "DeploymentStatusEnum": "hosts.choices.DeploymentStatus",
+        "JobActionEnum": "hosts.choices.JobAction",
+        "JobStateEnum": "hosts.choices.JobState",
+        "UsageStatusEnum": "keys.choices.UsageStatus",
+        "ApiSurfaceEnum": "keys.choices.ApiSurface",
+        "KeyStateEnum": "keys.choices.KeyState",
+        "RoleEnum": "portal.choices.Role",
+        "AuditActionEnum": "portal.choices.AuditAction",
+    },
 }
 
 # --- Gateway -----------------------------------------------------------------------------------

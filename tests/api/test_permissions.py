@@ -46,6 +46,9 @@ MATRIX = [
     ("get", "/api/hosts/{host}/", None, (401, 403, 403, 200)),
     ("patch", "/api/hosts/{host}/", {"notes": "rack 3"}, (401, 403, 403, 200)),
     ("put", "/api/hosts/{host}/", HOST_PUT, (401, 403, 403, 200)),
+    ("post", "/api/hosts/{host}/refresh-inventory/", None, (401, 403, 403, 202)),
+    # nothing awaits confirmation on a fresh host, so even an admin gets a field error
+    ("post", "/api/hosts/{host}/confirm-host-key/", {"fingerprint": "SHA256:x"}, (401, 403, 403, 400)),
     ("delete", "/api/hosts/{host}/", None, (401, 403, 403, 204)),
     # channels: admins only
     ("get", "/api/channels/", None, (401, 403, 403, 200)),
