@@ -21,7 +21,7 @@ from gateway.translate import TranslationError, responses_request, responses_res
 from gateway.translate.common import encode_sse
 from keys.choices import ApiSurface
 
-from .relay import max_tokens_of, translating_hooks, without_anthropic_headers
+from .relay import max_tokens_of, sse_payload, translating_hooks, without_anthropic_headers
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +80,7 @@ async def _create_response(req: Request) -> None:
             await call.relay_sse(
                 up,
                 client_wants_usage=True,
+                usage_of_event=_native_usage,
                 on_error=lambda err: _encode(responses_response.failure_events(err.status, err.message)),
             )
         else:
@@ -87,6 +88,17 @@ async def _create_response(req: Request) -> None:
             await call.relay_sse(up, **translating_hooks(translator))
         return
     await _relay_json(call, up.status, up.body, native=native, request=echo, prompt=prompt)
+
+
+def _native_usage(event: bytes, current: Usage | None) -> Usage | None:
+    """Usage of a Responses stream: in the final `response.completed` / `response.incomplete`."""
+    if b'"usage"' not in event:  # deltas never carry it; lifecycle events do
+        return current
+    data = sse_payload(event)
+    if not isinstance(data, dict) or data.get("type") not in ("response.completed", "response.incomplete"):
+        return current
+    found = usage_from((data.get("response") or {}).get("usage"))
+    return found if found is not None else current
 
 
 def _encode(events: list[dict[str, Any]]) -> bytes:
