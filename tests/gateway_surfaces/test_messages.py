@@ -113,6 +113,7 @@ def test_a_tool_call_split_over_many_chunks_round_trips(setup, client, upstream)
     assert sent["tools"][0]["function"]["name"] == "get_weather"
     assert sent["tools"][0]["function"]["parameters"] == TOOLS[0]["input_schema"]
 
+    record_for(setup.key)  # usage written: the next request does not race the writer (SQLite)
     upstream.behave(mode="ok")
     second = client.messages.create(
         model="qwen3-32b",
@@ -195,8 +196,9 @@ def test_errors_have_the_anthropic_shape(setup, gateway_url, client):
 
 def test_request_limit_answers_429_in_anthropic_shape_and_records_it(setup, client):
     set_limits(setup.key, requests_per_minute=2)
-    for _ in range(2):
+    for n in range(1, 3):
         client.messages.create(model="qwen3-32b", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+        record_for(setup.key, n)
     with pytest.raises(anthropic.RateLimitError) as caught:
         client.messages.create(model="qwen3-32b", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
     assert caught.value.body["error"]["type"] == "rate_limit_error"
@@ -274,6 +276,7 @@ def test_an_anthropic_channel_gets_the_request_as_is(setup, client, native_upstr
     assert headers["x-api-key"] == "sk-native-secret" and "authorization" not in headers
     assert headers["anthropic-version"]  # whatever the SDK sent, unchanged
     assert headers["anthropic-beta"] == "claude-code-20250219"
+    record_for(setup.key)
     with client.messages.stream(model="qwen3-32b", max_tokens=9, messages=[{"role": "user", "content": "a b c"}]) as s:
         assert s.get_final_message().usage.output_tokens == 5
     first, second = record_for(setup.key, 2)

@@ -76,6 +76,7 @@ def test_a_function_call_round_trips(setup, client, upstream):
         "function": {"name": "get_weather", "description": "Weather for a city", "parameters": TOOLS[0]["parameters"]},
     }
 
+    record_for(setup.key)  # usage written: the next request does not race the writer (SQLite)
     upstream.behave(mode="ok")
     second = client.responses.create(
         model="qwen3-32b",
@@ -134,6 +135,7 @@ def test_errors_keep_the_openai_shape(setup, client):
 def test_request_limit_answers_429_and_records_it(setup, client):
     set_limits(setup.key, requests_per_minute=1)
     client.responses.create(model="qwen3-32b", input="hi")
+    record_for(setup.key)
     with pytest.raises(openai.RateLimitError) as caught:
         client.responses.create(model="qwen3-32b", input="hi", stream=True)
     assert int(caught.value.response.headers["retry-after"]) >= 1
@@ -165,6 +167,7 @@ def test_a_channel_speaking_responses_gets_the_request_as_is(setup, client, nati
     sent = native_upstream.requests[-1]
     assert sent.path == "/v1/responses" and sent.json["model"] == "native-model" and sent.json["input"] == "a b c"
     assert sent.headers["Authorization"] == "Bearer sk-native-secret"
+    record_for(setup.key)
     kinds = [e.type for e in client.responses.create(model="qwen3-32b", input="a b", stream=True)]
     assert kinds[-1] == "response.completed"
     first, second = record_for(setup.key, 2)
