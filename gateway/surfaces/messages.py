@@ -35,7 +35,7 @@ from gateway.translate.common import encode_sse, prompt_text
 from gateway.translate.common import estimate_tokens as estimate_input_tokens
 from keys.choices import ApiSurface
 
-from .relay import max_tokens_of, sse_payload, translating_hooks, without_anthropic_headers
+from .relay import clamp, max_tokens_of, output_cap, sse_payload, translating_hooks, without_anthropic_headers
 
 logger = logging.getLogger(__name__)
 
@@ -79,13 +79,16 @@ async def _create_message(req: Request) -> None:
     except TranslationError as exc:  # fatal only if a translating channel is picked
         chat, problem = None, exc
     prompt = estimate_tokens(chat["messages"] if chat else body.get("messages"))
+    limit = clamp(max_tokens, await output_cap(body.get("model")))
+    if chat is not None and max_tokens is not None:
+        chat["max_tokens"] = limit
     call = await open_call(
         req,
         surface=ApiSurface.MESSAGES,
         model=body.get("model"),
         stream=stream,
         prompt_tokens=prompt,
-        max_tokens=max_tokens,
+        max_tokens=limit,
     )
     chat_headers = without_anthropic_headers(req.headers)
 

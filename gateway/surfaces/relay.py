@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from gateway.cache import snapshot
 from gateway.http import GatewayError
 from gateway.pipeline import Usage
 from gateway.translate.common import encode_sse
@@ -77,6 +78,22 @@ def translating_hooks(translator: Translator) -> dict[str, Callable]:
 def without_anthropic_headers(headers: dict[str, str]) -> dict[str, str]:
     """Client headers for a Chat upstream: Anthropic's own go only to Anthropic-native channels."""
     return {k: v for k, v in headers.items() if not k.startswith("anthropic-")}
+
+
+async def output_cap(model: Any) -> int | None:
+    """The model's configured max output tokens (the smallest over its routes), if any."""
+    if not isinstance(model, str):
+        return None
+    info = (await snapshot.get_catalog()).models.get(model)
+    return info.max_output_tokens if info is not None else None
+
+
+def clamp(max_tokens: int | None, cap: int | None) -> int | None:
+    """Claude Code asks for 32000 output tokens whatever the model; a vLLM channel refuses any
+    request whose prompt + max_tokens exceeds its context, so ask for no more than the route allows."""
+    if cap is None:
+        return max_tokens
+    return cap if max_tokens is None else min(max_tokens, cap)
 
 
 def max_tokens_of(body: dict[str, Any], name: str) -> int | None:

@@ -66,7 +66,9 @@ def test_claude_codes_beta_query_and_bearer_auth_work(setup, gateway_url, upstre
         metadata={"user_id": "session-1"},
     )
     assert message.content[0].text == "tok0 tok1 tok2 tok3 tok4"
-    assert "anthropic-beta" not in {k.lower() for k in upstream.requests[-1].headers}
+    sent = upstream.requests[-1]
+    assert "anthropic-beta" not in {k.lower() for k in sent.headers}
+    assert sent.json["max_tokens"] == 2048  # the route's max output, not the 4000 asked for
 
 
 def test_stream_emits_the_full_event_sequence_and_records_exact_usage(setup, client):
