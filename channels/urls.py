@@ -1,1 +1,16 @@
-urlpatterns: list = []
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("channels/", views.ChannelListView.as_view(), name="channel_list"),
+    path("channels/new/", views.ChannelCreateView.as_view(), name="channel_create"),
+    path("channels/<int:pk>/", views.ChannelDetailView.as_view(), name="channel_detail"),
+    path("channels/<int:pk>/edit/", views.ChannelUpdateView.as_view(), name="channel_edit"),
+    path("channels/<int:pk>/delete/", views.ChannelDeleteView.as_view(), name="channel_delete"),
+    path("models/", views.ModelListView.as_view(), name="model_list"),
+    path("models/new/", views.ModelEditView.as_view(), name="model_create"),
+    path("models/<int:pk>/", views.ModelDetailView.as_view(), name="model_detail"),
+    path("models/<int:pk>/edit/", views.ModelEditView.as_view(), name="model_edit"),
+    path("models/<int:pk>/delete/", views.ModelDeleteView.as_view(), name="model_delete"),
+]

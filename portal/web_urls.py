@@ -1,7 +1,18 @@
-from django.contrib.auth.decorators import login_required
 from django.urls import path
-from django.views.generic import TemplateView
+
+from . import views
 
 urlpatterns = [
-    path("", login_required(TemplateView.as_view(template_name="portal/dashboard.html")), name="dashboard"),
+    path("", views.dashboard, name="dashboard"),
+    path("account/", views.account, name="account"),
+    path("account/password/", views.PasswordChangeView.as_view(), name="password_change"),
+    path("account/tokens/new/", views.token_create, name="token_create"),
+    path("account/tokens/<int:pk>/revoke/", views.TokenRevokeView.as_view(), name="token_revoke"),
+    path("users/", views.UserListView.as_view(), name="user_list"),
+    path("users/new/", views.UserCreateView.as_view(), name="user_create"),
+    path("users/<int:pk>/", views.UserDetailView.as_view(), name="user_detail"),
+    path("users/<int:pk>/edit/", views.UserEditView.as_view(), name="user_edit"),
+    path("users/<int:pk>/activation/", views.UserActivationView.as_view(), name="user_activation"),
+    path("users/<int:pk>/reset-password/", views.UserResetPasswordView.as_view(), name="user_reset_password"),
+    path("audit-log/", views.AuditLogView.as_view(), name="audit_log"),
 ]

@@ -1,0 +1,120 @@
+"""Channel and model forms. Base URL rules live in `channels.services.clean_base_url`."""
+
+from __future__ import annotations
+
+from django import forms
+from django.core.exceptions import ValidationError
+from django.forms import inlineformset_factory
+
+from .choices import ChannelKind, ChannelStatus
+from .models import Channel, Model, ModelRoute
+from .services import clean_base_url
+
+
+class ChannelForm(forms.ModelForm):
+    base_url = forms.CharField(
+        label="Base URL",
+        max_length=2000,
+        strip=False,  # clean_base_url reports stripped whitespace as a note
+        help_text=(
+            "Paste what the provider documents (e.g. https://api.example.com or …/v1/); "
+            "we store one canonical form ending in /v1."
+        ),
+    )
+    api_key = forms.CharField(
+        label="API key",
+        required=False,
+        max_length=5000,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+    )
+    clear_api_key = forms.BooleanField(label="Remove the stored API key", required=False)
+
+    class Meta:
+        model = Channel
+        fields = [
+            "name",
+            "kind",
+            "base_url",
+            "api_key",
+            "host",
+            "priority",
+            "weight",
+            "enabled",
+            "speaks_messages",
+            "speaks_responses",
+            "notes",
+        ]
+        widgets = {"notes": forms.Textarea(attrs={"rows": 3})}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.base_url_notes: list[str] = []
+        self.initial.pop("api_key", None)
+        if self.instance.pk and self.instance.api_key:
+            self.fields[
+                "api_key"
+            ].help_text = "A key is <strong>set</strong>. Leave blank to keep it; type a new one to replace it."
+        else:
+            self.fields[
+                "api_key"
+            ].help_text = "Not set. Sent upstream as the bearer token; encrypted at rest and never shown again."
+            del self.fields["clear_api_key"]
+        self.fields["host"].required = False
+        self.fields["host"].empty_label = "— none (cloud or external) —"
+
+    def clean_base_url(self) -> str:
+        try:
+            canonical, notes = clean_base_url(self.cleaned_data["base_url"])
+        except ValidationError as exc:
+            raise ValidationError(exc.message_dict.get("base_url") or exc.messages) from None
+        self.base_url_notes = notes
+        return canonical
+
+    def clean_api_key(self) -> str:
+        value = (self.cleaned_data.get("api_key") or "").strip()
+        if any(c.isspace() for c in value):
+            raise ValidationError("An API key cannot contain spaces or line breaks.")
+        return value
+
+    def save(self, commit: bool = True):
+        channel = super().save(commit=False)
+        previous = Channel.objects.filter(pk=channel.pk).first() if channel.pk else None
+        new_key = self.cleaned_data.get("api_key")
+        if self.cleaned_data.get("clear_api_key") and not new_key:
+            channel.api_key = ""
+        elif not new_key and previous is not None:
+            channel.api_key = previous.api_key
+        if channel.kind == ChannelKind.ANTHROPIC:
+            channel.speaks_messages = True
+        # A new address or credential is a new upstream: its old health verdict no longer applies.
+        if previous is not None and (previous.base_url != channel.base_url or previous.api_key != channel.api_key):
+            channel.status = ChannelStatus.UNKNOWN
+            channel.status_message = ""
+        if commit:
+            channel.save()
+        return channel
+
+
+class ModelForm(forms.ModelForm):
+    class Meta:
+        model = Model
+        fields = ["name", "display_name", "description", "enabled"]
+        widgets = {"description": forms.Textarea(attrs={"rows": 2})}
+        help_texts = {"name": "The public name developers put in requests, e.g. qwen3-32b."}
+
+
+class RouteForm(forms.ModelForm):
+    class Meta:
+        model = ModelRoute
+        fields = ["channel", "upstream_model", "context_window", "max_output_tokens", "enabled"]
+        labels = {"upstream_model": "Upstream model id", "max_output_tokens": "Max output tokens"}
+        widgets = {
+            "upstream_model": forms.TextInput(attrs={"placeholder": "same as public name"}),
+            "context_window": forms.NumberInput(attrs={"placeholder": "unknown"}),
+            "max_output_tokens": forms.NumberInput(attrs={"placeholder": "unknown"}),
+        }
+
+
+RouteFormSet = inlineformset_factory(
+    Model, ModelRoute, form=RouteForm, extra=2, can_delete=True, max_num=50, validate_max=True
+)

@@ -1,0 +1,158 @@
+"""Channel and model pages (admin)."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.db import transaction
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse, reverse_lazy
+from django.views import View
+from django.views.generic import CreateView, DeleteView, DetailView, UpdateView
+
+from portal.ui import AdminRequiredMixin, FilteredListView, InvalidFormStatusMixin
+
+from .filters import ChannelFilterSet, ModelFilterSet
+from .forms import ChannelForm, ModelForm, RouteFormSet
+from .models import Channel, Model, ModelRoute
+
+
+def _saved_message(verb: str, channel: Channel, notes: list[str]) -> str:
+    text = f"Channel {channel.name} {verb}."
+    if notes:
+        text += f" We stored {channel.base_url}: {'; '.join(notes)}."
+    return text
+
+
+class ChannelListView(AdminRequiredMixin, FilteredListView):
+    model = Channel
+    filterset_class = ChannelFilterSet
+    template_name = "channels/channel_list.html"
+
+    def get_base_queryset(self):
+        return Channel.objects.select_related("host").prefetch_related("routes__model")
+
+    def get_context_data(self, **kwargs):
+        return super().get_context_data(filter_fields=["enabled", "host"], **kwargs)
+
+
+class ChannelCreateView(AdminRequiredMixin, InvalidFormStatusMixin, CreateView):
+    model = Channel
+    form_class = ChannelForm
+    template_name = "channels/channel_form.html"
+
+    def form_valid(self, form):
+        response = super().form_valid(form)
+        messages.success(self.request, _saved_message("added", self.object, form.base_url_notes))
+        return response
+
+    def get_success_url(self):
+        return reverse("channel_detail", args=[self.object.pk])
+
+
+class ChannelUpdateView(AdminRequiredMixin, InvalidFormStatusMixin, UpdateView):
+    model = Channel
+    form_class = ChannelForm
+    template_name = "channels/channel_form.html"
+
+    def form_valid(self, form):
+        response = super().form_valid(form)
+        messages.success(self.request, _saved_message("saved", self.object, form.base_url_notes))
+        return response
+
+    def get_success_url(self):
+        return reverse("channel_detail", args=[self.object.pk])
+
+
+class ChannelDetailView(AdminRequiredMixin, DetailView):
+    model = Channel
+    template_name = "channels/channel_detail.html"
+    context_object_name = "channel"
+
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        context["routes"] = self.object.routes.select_related("model").order_by("model__name")
+        return context
+
+
+class ChannelDeleteView(AdminRequiredMixin, DeleteView):
+    model = Channel
+    template_name = "channels/channel_confirm_delete.html"
+    context_object_name = "channel"
+    success_url = reverse_lazy("channel_list")
+
+    def form_valid(self, form):
+        name = self.object.name
+        response = super().form_valid(form)
+        messages.success(self.request, f"Channel {name} deleted.")
+        return response
+
+
+# --- models --------------------------------------------------------------------------------
+
+
+class ModelListView(AdminRequiredMixin, FilteredListView):
+    model = Model
+    filterset_class = ModelFilterSet
+    template_name = "channels/model_list.html"
+
+    def get_base_queryset(self):
+        return Model.objects.prefetch_related("routes__channel")
+
+    def get_context_data(self, **kwargs):
+        return super().get_context_data(filter_fields=["enabled", "channel"], **kwargs)
+
+
+class ModelEditView(AdminRequiredMixin, View):
+    """Create or edit a model and its routes (one inline formset row per channel)."""
+
+    template_name = "channels/model_form.html"
+
+    def get_object(self) -> Model | None:
+        pk = self.kwargs.get("pk")
+        return get_object_or_404(Model, pk=pk) if pk else None
+
+    def get(self, request, pk=None):
+        obj = self.get_object()
+        form = ModelForm(instance=obj)
+        formset = RouteFormSet(instance=obj or Model(), prefix="routes")
+        return render(request, self.template_name, {"form": form, "formset": formset, "object": obj})
+
+    def post(self, request, pk=None):
+        obj = self.get_object()
+        form = ModelForm(request.POST, instance=obj)
+        formset = RouteFormSet(request.POST, instance=obj or Model(), prefix="routes")
+        form_ok = form.is_valid()
+        if not (form_ok and formset.is_valid()):
+            context = {"form": form, "formset": formset, "object": obj}
+            return render(request, self.template_name, context, status=400)
+        with transaction.atomic():
+            model = form.save()
+            formset.instance = model
+            formset.save()
+        messages.success(request, f"Model {model.name} {'saved' if obj else 'added'}.")
+        return redirect("model_detail", model.pk)
+
+
+class ModelDetailView(AdminRequiredMixin, DetailView):
+    model = Model
+    template_name = "channels/model_detail.html"
+    context_object_name = "model_obj"
+
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        context["routes"] = ModelRoute.objects.filter(model=self.object).select_related("channel")
+        context["effective_context"], context["effective_output"] = self.object.effective_limits()
+        return context
+
+
+class ModelDeleteView(AdminRequiredMixin, DeleteView):
+    model = Model
+    template_name = "channels/model_confirm_delete.html"
+    context_object_name = "model_obj"
+    success_url = reverse_lazy("model_list")
+
+    def form_valid(self, form):
+        name = self.object.name
+        response = super().form_valid(form)
+        messages.success(self.request, f"Model {name} deleted.")
+        return response

@@ -1,0 +1,93 @@
+"""Host form. The private key is write-only: never rendered back, kept when left blank."""
+
+from __future__ import annotations
+
+import re
+
+import asyncssh
+from django import forms
+
+from .models import Host
+
+LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:=/-]{0,49}$")
+MAX_LABELS = 20
+
+
+class HostForm(forms.ModelForm):
+    private_key = forms.CharField(
+        label="SSH private key",
+        required=False,
+        max_length=20000,
+        strip=False,
+        widget=forms.Textarea(
+            attrs={
+                "rows": 4,
+                "autocomplete": "off",
+                "spellcheck": "false",
+                "placeholder": "-----BEGIN OPENSSH PRIVATE KEY-----",
+            }
+        ),
+    )
+    clear_private_key = forms.BooleanField(label="Remove the stored private key", required=False)
+    labels = forms.CharField(
+        required=False,
+        max_length=1000,
+        help_text="Comma-separated, e.g. “h100, rack-2”.",
+    )
+
+    class Meta:
+        model = Host
+        fields = ["name", "address", "ssh_port", "username", "private_key", "labels", "notes"]
+        widgets = {"notes": forms.Textarea(attrs={"rows": 3})}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["private_key"].initial = ""  # write-only: never sent back to the browser
+        self.initial.pop("private_key", None)
+        has_key = bool(self.instance.pk and self.instance.private_key)
+        if has_key:
+            self.fields[
+                "private_key"
+            ].help_text = "A key is <strong>set</strong>. Leave blank to keep it; paste a new one to replace it."
+        else:
+            self.fields[
+                "private_key"
+            ].help_text = "Not set. Paste an unencrypted OpenSSH or PEM private key; it is encrypted at rest."
+            del self.fields["clear_private_key"]
+        self.initial["labels"] = ", ".join(self.instance.labels or []) if self.instance.pk else ""
+
+    def clean_private_key(self) -> str:
+        value = self.cleaned_data.get("private_key") or ""
+        if not value.strip():
+            return ""
+        text = value.strip() + "\n"
+        try:
+            asyncssh.import_private_key(text)
+        except asyncssh.KeyEncryptionError:
+            raise forms.ValidationError("This key is protected by a passphrase; use a key without one.") from None
+        except (asyncssh.KeyImportError, ValueError):
+            raise forms.ValidationError("This is not a private key we can read (OpenSSH or PEM format).") from None
+        return text
+
+    def clean_labels(self) -> list[str]:
+        raw = self.cleaned_data.get("labels") or ""
+        labels = [part.strip() for part in raw.replace("\n", ",").split(",") if part.strip()]
+        bad = [label for label in labels if not LABEL_RE.match(label)]
+        if bad:
+            raise forms.ValidationError(
+                f"Not a valid label: {', '.join(bad)} (letters, digits and . _ : = / -, up to 50)."
+            )
+        if len(labels) > MAX_LABELS:
+            raise forms.ValidationError(f"At most {MAX_LABELS} labels.")
+        return list(dict.fromkeys(labels))
+
+    def save(self, commit: bool = True):
+        host = super().save(commit=False)
+        new_key = self.cleaned_data.get("private_key")
+        if self.cleaned_data.get("clear_private_key") and not new_key:
+            host.private_key = ""
+        elif not new_key and self.instance.pk:
+            host.private_key = Host.objects.get(pk=self.instance.pk).private_key
+        if commit:
+            host.save()
+        return host

@@ -1,0 +1,163 @@
+"""Key forms. The rules (ceilings, allowed models, CIDR, expiry) live in `keys.services`."""
+
+from __future__ import annotations
+
+import datetime
+
+from django import forms
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+
+from channels.models import Model
+from portal.forms import LIMIT_LABELS
+from portal.ui import add_validation_errors
+
+from .models import Key
+from .services import models_for_user, validate_key_settings
+
+User = get_user_model()
+
+GRACE_CHOICES = [
+    ("0", "No grace: the old key stops now"),
+    ("3600", "1 hour"),
+    ("86400", "24 hours"),
+    ("604800", "7 days"),
+]
+
+
+class OwnerChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj) -> str:
+        return f"{obj.username} ({obj.get_role_display().lower()})"
+
+
+class KeyForm(forms.Form):
+    """Create a key. Developers can only own their keys; admins pick any active user."""
+
+    owner = OwnerChoiceField(
+        queryset=User.objects.none(), error_messages={"invalid_choice": "You can only create keys for yourself."}
+    )
+    name = forms.CharField(max_length=100, help_text="Where the key is used, e.g. “laptop” or “ci”.")
+    allowed_models = forms.ModelMultipleChoiceField(
+        queryset=Model.objects.all(),
+        required=False,
+        widget=forms.SelectMultiple(attrs={"size": 5}),
+        help_text="None selected: every model the owner may use.",
+        error_messages={"invalid_choice": "Unknown model: %(value)s.", "invalid_pk_value": "Unknown model: %(pk)s."},
+    )
+    ip_allowlist = forms.CharField(
+        label="IP allowlist",
+        required=False,
+        max_length=5000,
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "10.0.0.0/8, 192.168.1.20"}),
+        help_text="CIDR blocks or addresses, comma or newline separated. Blank: any address.",
+    )
+    expires_at = forms.DateTimeField(
+        label="Expires",
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"],
+        help_text="UTC. Blank: never expires.",
+    )
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.user = user
+        if user.is_admin:
+            self.fields["owner"].queryset = User.objects.filter(is_active=True).order_by("username")
+            self.fields["owner"].error_messages["invalid_choice"] = "Choose an active user."
+        else:
+            self.fields["owner"].queryset = User.objects.filter(pk=user.pk)
+            self.fields["owner"].widget = forms.HiddenInput()
+        self.fields["owner"].initial = self.fields["owner"].initial or user.pk
+        for name, label in LIMIT_LABELS.items():
+            # No min/max here: keys.services.validate_key_settings owns those rules (and the ceilings).
+            self.fields[name] = forms.IntegerField(label=label, required=False)
+        self._describe_choices()
+
+    def _describe_choices(self) -> None:
+        owner = self._owner_for_display()
+        models = models_for_user(owner) if owner is not None else Model.objects.filter(enabled=True)
+        self.fields["allowed_models"].widget.choices = [(m.pk, m.name) for m in models]
+        defaults = (owner.key_defaults or {}) if owner is not None else {}
+        for name in LIMIT_LABELS:
+            field = self.fields[name]
+            ceiling = getattr(owner, name, None) if owner is not None else None
+            default = defaults.get(name)
+            field.widget.attrs["placeholder"] = f"default {default:,}" if default else "unlimited"
+            help_bits = [f"Blank: {'the default ' + format(default, ',') if default else 'unlimited'}."]
+            if ceiling is not None:
+                help_bits.append(f"At most {ceiling:,}.")
+            field.help_text = " ".join(help_bits)
+
+    def _owner_for_display(self):
+        raw = self.data.get("owner") if self.is_bound else self.initial.get("owner", self.fields["owner"].initial)
+        try:
+            return self.fields["owner"].queryset.filter(pk=int(str(raw))).first()
+        except (TypeError, ValueError):
+            return None
+
+    @property
+    def limit_fields(self):
+        return [self[name] for name in LIMIT_LABELS]
+
+    @property
+    def main_fields(self):
+        return [self[name] for name in ("owner", "name", "allowed_models", "ip_allowlist", "expires_at")]
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"].strip()
+        if not name:
+            raise ValidationError("Enter a name.")
+        return name
+
+    def clean(self):
+        cleaned = super().clean()
+        owner = cleaned.get("owner")
+        if owner is None:
+            return cleaned
+        name = cleaned.get("name")
+        if name and Key.objects.filter(owner=owner, name=name, revoked_at__isnull=True).exists():
+            self.add_error(
+                "name", f"{owner.username} already has a key named “{name}”; pick another name or revoke it."
+            )
+        limits = {n: cleaned.get(n) for n in LIMIT_LABELS if n not in self.errors}
+        try:
+            settings = validate_key_settings(
+                owner,
+                limits=limits,
+                allowed_models=cleaned.get("allowed_models") if "allowed_models" not in self.errors else None,
+                ip_allowlist=cleaned.get("ip_allowlist", ""),
+                expires_at=cleaned.get("expires_at"),
+            )
+        except ValidationError as exc:
+            add_validation_errors(self, exc)
+            return cleaned
+        self.settings = settings
+        return cleaned
+
+    def issue_kwargs(self) -> dict:
+        """Arguments for `keys.services.issue_key`; blank limits are left out so owner defaults apply."""
+        s = self.settings
+        kwargs = {n: s[n] for n in LIMIT_LABELS if s.get(n) is not None}
+        kwargs.update(
+            owner=self.cleaned_data["owner"],
+            name=self.cleaned_data["name"],
+            allowed_models=s.get("allowed_models") or [],
+            ip_allowlist=s.get("ip_allowlist", []),
+            expires_at=s.get("expires_at"),
+        )
+        return kwargs
+
+
+class RotateForm(forms.Form):
+    grace = forms.ChoiceField(
+        label="Keep the old key working for",
+        choices=GRACE_CHOICES,
+        initial="3600",
+        widget=forms.RadioSelect,
+        help_text="Time to roll the new key out before the old one stops.",
+    )
+
+    def grace_period(self) -> datetime.timedelta | None:
+        seconds = int(self.cleaned_data["grace"])
+        return datetime.timedelta(seconds=seconds) if seconds else None

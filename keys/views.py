@@ -1,0 +1,129 @@
+"""Key pages: my keys, all keys (admin), create (plaintext once), revoke, rotate."""
+
+from __future__ import annotations
+
+from django.contrib.auth.mixins import LoginRequiredMixin
+from django.db import transaction
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.views import View
+from django.views.generic import DetailView
+
+from portal.ui import AdminRequiredMixin, FilteredListView, done, pop_secret, remember_secret
+
+from .filters import KeyFilterSet
+from .forms import KeyForm, RotateForm
+from .models import Key
+from .services import issue_key, revoke_key, rotate_key
+
+
+def visible_keys(user):
+    """Admins see every key; a developer only their own (others' are 404)."""
+    qs = Key.objects.select_related("owner").prefetch_related("allowed_models")
+    return qs if user.is_admin else qs.filter(owner=user)
+
+
+class MyKeyListView(LoginRequiredMixin, FilteredListView):
+    model = Key
+    filterset_class = KeyFilterSet
+    template_name = "keys/key_list.html"
+
+    def get_base_queryset(self):
+        return visible_keys(self.request.user).filter(owner=self.request.user).order_by("revoked_at", "-created")
+
+    def get_context_data(self, **kwargs):
+        return super().get_context_data(filter_fields=["state"], title="My keys", show_owner=False, **kwargs)
+
+
+class AllKeyListView(AdminRequiredMixin, FilteredListView):
+    model = Key
+    filterset_class = KeyFilterSet
+    template_name = "keys/key_list.html"
+
+    def get_base_queryset(self):
+        return visible_keys(self.request.user).order_by("revoked_at", "-created")
+
+    def get_context_data(self, **kwargs):
+        return super().get_context_data(filter_fields=["owner", "state"], title="All keys", show_owner=True, **kwargs)
+
+
+class KeyCreateView(LoginRequiredMixin, View):
+    template_name = "keys/key_form.html"
+
+    def get(self, request):
+        initial = {}
+        if request.user.is_admin and request.GET.get("owner", "").isdigit():
+            initial["owner"] = int(request.GET["owner"])
+        return render(request, self.template_name, {"form": KeyForm(user=request.user, initial=initial)})
+
+    def post(self, request):
+        form = KeyForm(request.POST, user=request.user)
+        if not form.is_valid():
+            return render(request, self.template_name, {"form": form}, status=400)
+        with transaction.atomic():
+            key, plaintext = issue_key(**form.issue_kwargs())
+        remember_secret(request, f"key-{key.pk}", plaintext)
+        owner = "" if key.owner_id == request.user.pk else f" for {key.owner.username}"
+        return done(request, f"Key “{key.name}” created{owner}. Copy it now.", "key_detail", key.pk)
+
+
+class KeyDetailView(LoginRequiredMixin, DetailView):
+    template_name = "keys/key_detail.html"
+    context_object_name = "key"
+
+    def get_queryset(self):
+        return visible_keys(self.request.user)
+
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        key = self.object
+        context["plaintext"] = pop_secret(self.request, f"key-{key.pk}")
+        context["rotated_to"] = key.rotated_to.order_by("-created").first()
+        return context
+
+
+class KeyRevokeView(LoginRequiredMixin, View):
+    def get_key(self) -> Key:
+        return get_object_or_404(visible_keys(self.request.user), pk=self.kwargs["pk"], revoked_at__isnull=True)
+
+    def get(self, request, pk):
+        key = self.get_key()
+        return render(
+            request,
+            "keys/key_confirm_revoke.html",
+            {
+                "key": key,
+                "question": f"Revoke the key “{key.name}” ({key.masked})?",
+                "detail": "Every tool using it gets 401 from now on. This cannot be undone.",
+                "button": "Revoke key",
+                "danger": True,
+                "cancel_url": reverse("key_detail", args=[key.pk]),
+            },
+        )
+
+    def post(self, request, pk):
+        key = self.get_key()
+        revoke_key(key)
+        return done(request, f"Key “{key.name}” ({key.masked}) revoked.", "key_detail", key.pk)
+
+
+class KeyRotateView(LoginRequiredMixin, View):
+    template_name = "keys/key_rotate.html"
+
+    def get_key(self) -> Key:
+        return get_object_or_404(visible_keys(self.request.user), pk=self.kwargs["pk"], revoked_at__isnull=True)
+
+    def get(self, request, pk):
+        return render(request, self.template_name, {"key": self.get_key(), "form": RotateForm()})
+
+    def post(self, request, pk):
+        key = self.get_key()
+        form = RotateForm(request.POST)
+        if not form.is_valid():
+            return render(request, self.template_name, {"key": key, "form": form}, status=400)
+        grace = form.grace_period()
+        with transaction.atomic():
+            new, plaintext = rotate_key(key, grace=grace)
+        remember_secret(request, f"key-{new.pk}", plaintext)
+        old = f"the old key works until {key.expires_at:%Y-%m-%d %H:%M} UTC" if grace else "the old key stopped working"
+        return done(request, f"Key “{new.name}” rotated: {old}. Copy the new key now.", "key_detail", new.pk)

@@ -1,0 +1,127 @@
+"""Small helpers every HTML view shares: role checks, filtered + paginated lists, show-once secrets.
+
+Lists use the same FilterSets as the REST API (STYLE.md), so a filter means the same thing in both.
+Secrets (new keys, tokens, passwords) travel from the POST to the page that shows them through the
+session, encrypted, and are removed when shown: a reload shows nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.mixins import LoginRequiredMixin
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.shortcuts import redirect
+from django.views.generic import ListView
+
+from . import secrets
+
+PAGE_SIZE = 25
+_SESSION_SECRETS = "portal_show_once"
+
+
+class AdminRequiredMixin(LoginRequiredMixin):
+    """Anonymous → login page; logged-in developer → 403."""
+
+    def dispatch(self, request, *args, **kwargs):
+        if request.user.is_authenticated and not request.user.is_admin:
+            raise PermissionDenied("Only admins can see this page.")
+        return super().dispatch(request, *args, **kwargs)
+
+
+class FilteredListView(ListView):
+    """A ListView driven by a django-filter FilterSet, with a search box and pagination."""
+
+    filterset_class: Any = None
+    paginate_by = PAGE_SIZE
+
+    def get_base_queryset(self) -> QuerySet:
+        return super().get_queryset()
+
+    def get_queryset(self) -> QuerySet:
+        data = self.request.GET or None
+        self.filterset = self.filterset_class(data, queryset=self.get_base_queryset(), request=self.request)
+        _friendly_filter_widgets(self.filterset.form)
+        if self.filterset.is_bound and not self.filterset.is_valid():
+            # An invalid filter value (e.g. ?owner=abc) shows the errors and an empty list, not a 500.
+            return self.get_base_queryset().none()
+        return self.filterset.qs
+
+    def paginate_queryset(self, queryset, page_size):
+        # A stale ?page=99 (after deleting rows) shows the last page instead of a 404.
+        paginator = self.get_paginator(queryset, page_size)
+        page = paginator.get_page(self.request.GET.get("page"))
+        return paginator, page, page.object_list, page.has_other_pages()
+
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        context["filter"] = self.filterset
+        query = self.request.GET.copy()
+        query.pop("page", None)
+        context["query_string"] = query.urlencode()
+        context["filtered"] = any(v for k, v in self.request.GET.items() if k != "page")
+        return context
+
+
+def _friendly_filter_widgets(form) -> None:
+    """'any / yes / no' instead of django's 'Unknown / Yes / No'; 'any' as the empty choice."""
+    from django import forms as djforms
+
+    for field in form.fields.values():
+        if isinstance(field.widget, djforms.NullBooleanSelect):
+            field.widget.choices = [("", "any"), ("true", "yes"), ("false", "no")]
+        elif isinstance(field, djforms.ModelChoiceField) and not isinstance(field, djforms.ModelMultipleChoiceField):
+            field.empty_label = "any"
+        elif isinstance(field, djforms.ChoiceField) and not isinstance(field, djforms.MultipleChoiceField):
+            field.choices = [("", "any"), *[c for c in field.choices if c[0] != ""]]
+
+
+def paginate(request: HttpRequest, queryset, per_page: int = PAGE_SIZE):
+    return Paginator(queryset, per_page).get_page(request.GET.get("page"))
+
+
+def remember_secret(request: HttpRequest, slot: str, value: str) -> None:
+    """Keep `value` (encrypted) in the session until `pop_secret` shows it once."""
+    stash = request.session.get(_SESSION_SECRETS, {})
+    stash[slot] = secrets.encrypt(value)
+    request.session[_SESSION_SECRETS] = stash
+
+
+def pop_secret(request: HttpRequest, slot: str) -> str | None:
+    stash = request.session.get(_SESSION_SECRETS, {})
+    token = stash.pop(slot, None)
+    if token is None:
+        return None
+    request.session[_SESSION_SECRETS] = stash
+    try:
+        return secrets.decrypt(token)
+    except ValueError:
+        return None
+
+
+def add_validation_errors(form, exc: ValidationError) -> None:
+    """Attach a service's ValidationError to the form's fields (unknown field names go on top)."""
+    if hasattr(exc, "error_dict"):
+        for field, errors in exc.message_dict.items():
+            form.add_error(field if field in form.fields else None, errors)
+    else:
+        form.add_error(None, exc.messages)
+
+
+def done(request: HttpRequest, message: str, to: str, *args, level: int = messages.SUCCESS, **kwargs):
+    """Flash `message` and redirect: every action ends this way."""
+    messages.add_message(request, level, message)
+    return redirect(to, *args, **kwargs)
+
+
+class InvalidFormStatusMixin:
+    """Answer an invalid form with 400 (the page still shows the form and its errors)."""
+
+    def form_invalid(self, form):
+        response = super().form_invalid(form)
+        response.status_code = 400
+        return response

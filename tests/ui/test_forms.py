@@ -1,0 +1,400 @@
+"""Bad input in every form: a field error, status 400, nothing changed — never a 500."""
+
+import datetime
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from channels.models import Channel, Model, ModelRoute
+from hosts.models import Host
+from keys.models import Key
+from portal.models import User
+
+pytestmark = pytest.mark.django_db
+
+
+def field_errors(response, field):
+    """The errors Django attached to `field` of the page's form."""
+    form = response.context["form"]
+    return form.errors.get(field, [])
+
+
+# --- keys -----------------------------------------------------------------------------------
+
+
+def key_post(client, **data):
+    payload = {"name": "laptop", "ip_allowlist": "", "expires_at": ""}
+    payload.update(data)
+    return client.post(reverse("key_create"), payload)
+
+
+def test_key_form_rejects_negative_and_absurd_limits(alice_client, alice):
+    response = key_post(alice_client, owner=alice.pk, requests_per_minute="-5", tokens_per_month=str(10**15))
+    assert response.status_code == 400
+    assert field_errors(response, "requests_per_minute")
+    assert field_errors(response, "tokens_per_month")
+    assert not Key.objects.exists()
+
+
+def test_key_form_rejects_limit_above_the_owner_ceiling(alice_client, alice):
+    alice.tokens_per_day = 10_000
+    alice.save()
+    response = key_post(alice_client, owner=alice.pk, tokens_per_day="20000")
+    assert response.status_code == 400
+    assert "10,000" in " ".join(field_errors(response, "tokens_per_day"))
+    assert not Key.objects.exists()
+
+
+def test_key_form_rejects_expiry_in_the_past(alice_client, alice):
+    past = (timezone.now() - datetime.timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
+    response = key_post(alice_client, owner=alice.pk, expires_at=past)
+    assert response.status_code == 400
+    assert field_errors(response, "expires_at") == ["The expiry must be in the future."]
+    assert not Key.objects.exists()
+
+
+def test_key_form_rejects_unknown_model_ids(alice_client, alice):
+    response = key_post(alice_client, owner=alice.pk, allowed_models=["999999"])
+    assert response.status_code == 400
+    assert field_errors(response, "allowed_models")
+    assert not Key.objects.exists()
+
+
+def test_key_form_rejects_a_model_the_owner_may_not_use(alice_client, alice):
+    allowed = Model.objects.create(name="qwen3-32b")
+    secret = Model.objects.create(name="secret-model")
+    alice.allowed_models.add(allowed)
+    response = key_post(alice_client, owner=alice.pk, allowed_models=[str(secret.pk)])
+    assert response.status_code == 400
+    assert "secret-model" in " ".join(field_errors(response, "allowed_models"))
+    assert not Key.objects.exists()
+
+
+def test_key_form_rejects_malformed_cidr(alice_client, alice):
+    response = key_post(alice_client, owner=alice.pk, ip_allowlist="10.0.0.0/8\n10.0.0.0/33")
+    assert response.status_code == 400
+    assert "10.0.0.0/33" in " ".join(field_errors(response, "ip_allowlist"))
+    assert not Key.objects.exists()
+
+
+def test_key_form_rejects_oversize_and_duplicate_names(alice_client, alice):
+    response = key_post(alice_client, owner=alice.pk, name="x" * 101)
+    assert response.status_code == 400 and field_errors(response, "name")
+    assert key_post(alice_client, owner=alice.pk).status_code == 302
+    response = key_post(alice_client, owner=alice.pk)
+    assert response.status_code == 400
+    assert "already has a key" in " ".join(field_errors(response, "name"))
+    assert Key.objects.count() == 1
+
+
+def test_developer_posting_another_users_id_as_owner_gets_a_field_error(alice_client, mallory):
+    response = key_post(alice_client, owner=mallory.pk)
+    assert response.status_code == 400
+    assert field_errors(response, "owner") == ["You can only create keys for yourself."]
+    assert not Key.objects.exists()
+
+
+def test_admin_can_create_a_key_for_a_developer(admin_client, alice):
+    response = key_post(admin_client, owner=alice.pk, name="ci", tokens_per_day="5000")
+    assert response.status_code == 302
+    key = Key.objects.get()
+    assert key.owner == alice and key.tokens_per_day == 5000
+
+
+def test_key_form_normalises_cidrs_and_accepts_a_future_expiry(alice_client, alice):
+    future = (timezone.now() + datetime.timedelta(days=3)).strftime("%Y-%m-%dT%H:%M")
+    response = key_post(alice_client, owner=alice.pk, ip_allowlist="10.1.2.3/8, 192.168.1.20", expires_at=future)
+    assert response.status_code == 302
+    key = Key.objects.get()
+    assert key.ip_allowlist == ["10.0.0.0/8", "192.168.1.20/32"]
+    assert key.expires_at > timezone.now()
+
+
+def test_blank_limits_take_the_owners_key_defaults(alice_client, alice):
+    alice.key_defaults = {"tokens_per_day": 5000}
+    alice.save()
+    assert key_post(alice_client, owner=alice.pk).status_code == 302
+    assert Key.objects.get().tokens_per_day == 5000
+
+
+def test_rotate_rejects_an_unknown_grace_choice(alice_client, alice):
+    from keys.services import issue_key
+
+    key, _ = issue_key(owner=alice, name="laptop")
+    response = alice_client.post(reverse("key_rotate", args=[key.pk]), {"grace": "99999999"})
+    assert response.status_code == 400
+    assert Key.objects.count() == 1
+
+
+# --- hosts ----------------------------------------------------------------------------------
+
+
+def host_post(client, url=None, **data):
+    payload = {
+        "name": "gpu-1",
+        "address": "10.0.0.5",
+        "ssh_port": "22",
+        "username": "ubuntu",
+        "private_key": "",
+        "labels": "",
+        "notes": "",
+    }
+    payload.update(data)
+    return client.post(url or reverse("host_create"), payload)
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("address", "not an address!"),
+        ("ssh_port", "70000"),
+        ("ssh_port", "-1"),
+        ("username", "Root User"),
+        ("name", "x" * 101),
+        ("notes", "x" * 5001),
+        ("labels", "ok, not ok!"),
+        ("private_key", "hello, I am not a key"),
+    ],
+)
+def test_host_form_rejects_bad_values(admin_client, field, value):
+    response = host_post(admin_client, **{field: value})
+    assert response.status_code == 400
+    assert field_errors(response, field), field
+    assert not Host.objects.exists()
+
+
+def test_host_form_rejects_duplicate_names(admin_client, host):
+    response = host_post(admin_client, name=host.name)
+    assert response.status_code == 400 and field_errors(response, "name")
+    assert Host.objects.count() == 1
+
+
+def test_host_private_key_is_write_only_and_kept_when_blank(admin_client):
+    import asyncssh
+
+    pem = asyncssh.generate_private_key("ssh-ed25519").export_private_key().decode()
+    assert host_post(admin_client, private_key=pem, labels="h100, rack-2").status_code == 302
+    host = Host.objects.get()
+    assert host.private_key.strip() == pem.strip() and host.labels == ["h100", "rack-2"]
+    edit_url = reverse("host_edit", args=[host.pk])
+    page = admin_client.get(edit_url).content.decode()
+    assert "PRIVATE KEY-----\n" not in page and pem.splitlines()[1] not in page
+    assert "set</strong>" in page
+    assert host_post(admin_client, url=edit_url, name="gpu-one").status_code == 302
+    host.refresh_from_db()
+    assert host.name == "gpu-one" and host.private_key.strip() == pem.strip()
+    assert host_post(admin_client, url=edit_url, name="gpu-one", clear_private_key="on").status_code == 302
+    host.refresh_from_db()
+    assert host.private_key == ""
+
+
+# --- channels -------------------------------------------------------------------------------
+
+
+def channel_post(client, url=None, follow=False, **data):
+    payload = {
+        "name": "vllm-a",
+        "kind": "vllm",
+        "base_url": "http://10.0.0.5:8000",
+        "api_key": "",
+        "host": "",
+        "priority": "0",
+        "weight": "1",
+        "enabled": "on",
+        "notes": "",
+    }
+    payload.update(data)
+    return client.post(url or reverse("channel_create"), payload, follow=follow)
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("base_url", "ftp://example.com"),
+        ("base_url", "example.com/v1"),
+        ("base_url", "https://user:pw@example.com/v1"),
+        ("base_url", "https://exa mple.com"),
+        ("base_url", ""),
+        ("weight", "0"),
+        ("priority", "5000"),
+        ("name", "x" * 101),
+        ("kind", "carrier-pigeon"),
+        ("api_key", "sk-abc def"),
+    ],
+)
+def test_channel_form_rejects_bad_values(admin_client, field, value):
+    response = channel_post(admin_client, **{field: value})
+    assert response.status_code == 400
+    assert field_errors(response, field), field
+    assert not Channel.objects.exists()
+
+
+def test_channel_form_rejects_duplicate_names(admin_client, channel):
+    response = channel_post(admin_client, name=channel.name)
+    assert response.status_code == 400 and field_errors(response, "name")
+
+
+def test_channel_base_url_is_normalised_and_the_flash_says_what_changed(admin_client):
+    response = channel_post(admin_client, base_url="  https://x.example/api/v1/?utm_source=docs ", follow=True)
+    channel = Channel.objects.get()
+    assert channel.base_url == "https://x.example/api/v1"
+    text = response.content.decode()
+    assert "We stored https://x.example/api/v1" in text
+    assert "dropped the query string" in text
+
+
+def test_channel_api_key_is_write_only_kept_when_blank_and_resets_status_when_replaced(admin_client):
+    assert channel_post(admin_client, api_key="sk-first-secret").status_code == 302
+    channel = Channel.objects.get()
+    Channel.objects.filter(pk=channel.pk).update(status="credentials_rejected", status_message="401")
+    edit_url = reverse("channel_edit", args=[channel.pk])
+    page = admin_client.get(edit_url).content.decode()
+    assert "sk-first-secret" not in page
+    assert channel_post(admin_client, url=edit_url, priority="5").status_code == 302
+    channel.refresh_from_db()
+    assert channel.api_key == "sk-first-secret" and channel.status == "credentials_rejected"
+    assert channel_post(admin_client, url=edit_url, api_key="sk-second").status_code == 302
+    channel.refresh_from_db()
+    assert channel.api_key == "sk-second" and channel.status == "unknown"
+    detail = admin_client.get(reverse("channel_detail", args=[channel.pk])).content.decode()
+    assert "sk-second" not in detail
+
+
+# --- models ---------------------------------------------------------------------------------
+
+
+def model_post(client, url=None, routes=(), initial=0, **data):
+    payload = {
+        "name": "qwen3-32b",
+        "display_name": "",
+        "description": "",
+        "enabled": "on",
+        "routes-TOTAL_FORMS": str(len(routes)),
+        "routes-INITIAL_FORMS": str(initial),
+        "routes-MIN_NUM_FORMS": "0",
+        "routes-MAX_NUM_FORMS": "1000",
+    }
+    for i, route in enumerate(routes):
+        for k, v in route.items():
+            payload[f"routes-{i}-{k}"] = v
+    payload.update(data)
+    return client.post(url or reverse("model_create"), payload)
+
+
+def test_model_form_creates_routes_with_alias_and_limits(admin_client, channel):
+    route = {
+        "channel": channel.pk,
+        "upstream_model": "Qwen/Qwen3-32B",
+        "context_window": "32768",
+        "max_output_tokens": "8192",
+        "enabled": "on",
+    }
+    assert model_post(admin_client, routes=[route]).status_code == 302
+    r = ModelRoute.objects.get()
+    assert (r.model.name, r.upstream_id, r.context_window, r.max_output_tokens) == (
+        "qwen3-32b",
+        "Qwen/Qwen3-32B",
+        32768,
+        8192,
+    )
+
+
+@pytest.mark.parametrize("name", ["bad name with spaces", "x" * 129, "-leading-dash"])
+def test_model_form_rejects_bad_names(admin_client, name):
+    response = model_post(admin_client, name=name)
+    assert response.status_code == 400 and field_errors(response, "name")
+    assert not Model.objects.exists()
+
+
+def test_model_form_rejects_duplicate_names(admin_client, model):
+    response = model_post(admin_client, name=model.name)
+    assert response.status_code == 400 and field_errors(response, "name")
+
+
+def test_model_form_rejects_bad_routes_and_saves_nothing(admin_client, channel):
+    tiny = {"channel": channel.pk, "context_window": "10", "max_output_tokens": "-1", "enabled": "on"}
+    response = model_post(admin_client, routes=[tiny])
+    assert response.status_code == 400
+    errors = response.context["formset"].errors[0]
+    assert "context_window" in errors and "max_output_tokens" in errors
+    twice = {"channel": channel.pk, "enabled": "on"}
+    response = model_post(admin_client, routes=[twice, twice])
+    assert response.status_code == 400
+    assert not Model.objects.exists() and not ModelRoute.objects.exists()
+
+
+# --- users and tokens -----------------------------------------------------------------------
+
+
+def test_user_create_rejects_duplicate_and_bad_usernames(admin_client, alice):
+    for username in ("alice", "bad name!", "x" * 151):
+        response = admin_client.post(reverse("user_create"), {"username": username, "role": "developer", "email": ""})
+        assert response.status_code == 400 and field_errors(response, "username"), username
+    response = admin_client.post(reverse("user_create"), {"username": "bob", "role": "overlord", "email": "x"})
+    assert response.status_code == 400 and field_errors(response, "role") and field_errors(response, "email")
+    assert User.objects.count() == 2
+
+
+def user_edit_post(client, user, **data):
+    payload = {"email": user.email, "first_name": "", "last_name": "", "role": user.role}
+    payload.update(data)
+    return client.post(reverse("user_edit", args=[user.pk]), payload)
+
+
+def test_user_edit_rejects_negative_absurd_limits_and_defaults_above_the_ceiling(admin_client, alice):
+    response = user_edit_post(
+        admin_client,
+        alice,
+        requests_per_minute="-1",
+        tokens_per_month=str(10**13),
+        tokens_per_day="1000",
+        default_tokens_per_day="2000",
+    )
+    assert response.status_code == 400
+    assert field_errors(response, "requests_per_minute") and field_errors(response, "tokens_per_month")
+    assert field_errors(response, "default_tokens_per_day")
+    alice.refresh_from_db()
+    assert alice.requests_per_minute is None and alice.tokens_per_day is None and alice.key_defaults == {}
+
+
+def test_user_edit_saves_limits_defaults_and_allowed_models(admin_client, alice, model):
+    response = user_edit_post(
+        admin_client, alice, tokens_per_day="100000", default_tokens_per_day="20000", allowed_models=[model.pk]
+    )
+    assert response.status_code == 302
+    alice.refresh_from_db()
+    assert alice.tokens_per_day == 100000 and alice.key_defaults == {"tokens_per_day": 20000}
+    assert list(alice.allowed_models.all()) == [model]
+
+
+def test_admin_cannot_demote_or_deactivate_themselves(admin_client, admin):
+    response = user_edit_post(admin_client, admin, role="developer")
+    assert response.status_code == 400 and field_errors(response, "role")
+    response = admin_client.post(reverse("user_activation", args=[admin.pk]))
+    assert response.status_code == 302
+    admin.refresh_from_db()
+    assert admin.is_admin
+
+
+def test_token_form_rejects_blank_duplicate_and_bad_expiry(alice_client, alice, alice_token):
+    for data in ({"name": ""}, {"name": alice_token.name}, {"name": "x", "expires_in_days": "0"}, {"name": "y" * 101}):
+        response = alice_client.post(reverse("token_create"), data)
+        assert response.status_code == 400, data
+    assert alice.api_tokens.count() == 1
+
+
+def test_password_change_rejects_wrong_old_password(alice_client, alice):
+    response = alice_client.post(
+        reverse("password_change"),
+        {"old_password": "wrong", "new_password1": "n3w-pass-word-x", "new_password2": "n3w-pass-word-x"},
+    )
+    assert response.status_code == 200 and response.context["form"].errors.get("old_password")
+    alice.refresh_from_db()
+    assert alice.check_password("alice-pass-123")
+
+
+def test_bad_filter_values_show_an_empty_list_not_a_500(admin_client, alice_key):
+    assert admin_client.get(reverse("key_all") + "?owner=abc").status_code == 200
+    assert admin_client.get(reverse("audit_log") + "?created_after=yesterday&action=nope").status_code == 200
+    assert admin_client.get(reverse("key_all") + "?page=99999").status_code == 200
