@@ -271,6 +271,12 @@ class Snapshot:
             return float(getattr(settings, "GATEWAY_KEY_TTL", 60.0))
         return float(settings.GATEWAY_CACHE_TTL)
 
+    def reset_locks(self) -> None:
+        """Forget asyncio primitives: they belong to the event loop that made them, and a gateway
+        restarted on a new loop (uvicorn reloads, one test server after another) must not reuse them."""
+        self._catalog_lock = None
+        self._key_locks = {}
+
     def invalidate(self, *, keys: bool = True, routes: bool = True) -> None:
         if keys:
             self.keys, self.missing = {}, {}

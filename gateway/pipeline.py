@@ -76,6 +76,7 @@ class Gateway:
             return
         self.started = True
         snapshot.invalidate()
+        snapshot.reset_locks()
         snapshot.generation = None
         await self.upstream.start()
         self.limiter = make_limiter()

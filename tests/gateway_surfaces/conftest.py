@@ -11,6 +11,7 @@ from tests.gateway.conftest import (  # noqa: F401  (fixtures)
     UPSTREAM_KEY,
     Setup,
     add_channel,
+    fast_password_hashing,
     gateway_url,
     redis_namespace,
     setup,
