@@ -11,6 +11,24 @@ class ChannelsConfig(AppConfig):
 
         from .models import Channel, Model, ModelRoute
 
-        audit.register(Channel, ignore={"status", "status_message", "status_changed"})
+        audit.register(
+            Channel,
+            ignore={
+                "status",
+                "status_message",
+                "status_changed",
+                "consecutive_failures",
+                "consecutive_successes",
+                "last_ttft_ms",
+                "last_active_probe",
+                "alerted_status",
+                "alerted_at",
+            },
+        )
+        from django.db.models.signals import pre_save
+
+        from .health.signals import reset_status_on_edit
+
+        pre_save.connect(reset_status_on_edit, sender=Channel, dispatch_uid="channels_health_reset_on_edit")
         audit.register(Model)
         audit.register(ModelRoute, ignore={"discovered_context_window", "discovered_at"})

@@ -20,3 +20,13 @@ class ChannelStatus(models.TextChoices):
     DEGRADED = "degraded", "Degraded"
     DOWN = "down", "Down"
     CREDENTIALS_REJECTED = "credentials_rejected", "Credentials rejected"
+
+
+class ProbeSource(models.TextChoices):
+    ACTIVE = "active", "Probe"
+    PASSIVE = "passive", "Gateway traffic"
+
+
+class AlertKind(models.TextChoices):
+    WEBHOOK = "webhook", "Webhook (JSON, Slack-compatible)"
+    EMAIL = "email", "E-mail"

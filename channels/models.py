@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
+from django.utils import timezone
 
 from portal.fields import EncryptedTextField
 from portal.models import TimeStampedModel
 
-from .choices import ChannelKind, ChannelStatus
+from .choices import AlertKind, ChannelKind, ChannelStatus, ProbeSource
 
 MODEL_NAME_VALIDATOR = RegexValidator(
     r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$",
@@ -51,6 +52,31 @@ class Channel(TimeStampedModel):
     status_changed = models.DateTimeField(null=True, blank=True)
     last_checked = models.DateTimeField(null=True, blank=True)
     notes = models.TextField(blank=True, max_length=5000)
+
+    # --- health checks (3/6): what the probe does for this channel ---------------------------
+    probe_inference = models.BooleanField(
+        default=True,
+        help_text="Send a tiny streaming chat completion on each check to measure time to first token "
+        "(turn off for paid cloud channels; liveness and model discovery still run).",
+    )
+    probe_max_tokens = models.PositiveIntegerField(
+        default=4,
+        validators=[MinValueValidator(1), MaxValueValidator(4096)],
+        help_text="max_tokens of the latency probe (reasoning models need more before the first answer token).",
+    )
+    ttft_degraded_ms = models.PositiveIntegerField(
+        default=5000,
+        validators=[MinValueValidator(10), MaxValueValidator(600_000)],
+        help_text="Time to first token (ms) above which the channel counts as degraded.",
+    )
+    # Hysteresis state, moved only with F() updates by channels.health.service.
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    consecutive_successes = models.PositiveIntegerField(default=0)
+    last_ttft_ms = models.FloatField(null=True, blank=True)
+    last_active_probe = models.DateTimeField(null=True, blank=True)
+    # The status the alert targets were last told about (de-dup and cool-down of notifications).
+    alerted_status = models.CharField(max_length=24, blank=True)
+    alerted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-priority", "name"]
@@ -130,3 +156,144 @@ class ModelRoute(TimeStampedModel):
             and self.context_window
             and self.discovered_context_window != self.context_window
         )
+
+
+# --- health checks (3/6) ---------------------------------------------------------------------
+
+
+class ProbeResult(models.Model):
+    """One piece of health evidence for a channel: an active probe, or a tally of real gateway traffic.
+
+    Active probes have `samples=1`; a passive row sums what the gateway saw since the last round
+    (`samples` requests, `failures` of them failed). Raw rows are pruned after
+    PORTAL_PROBE_RETENTION_DAYS; `ProbeHourly` keeps the summary longer.
+    """
+
+    channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="probes")
+    created = models.DateTimeField(db_index=True)
+    source = models.CharField(max_length=8, choices=ProbeSource, default=ProbeSource.ACTIVE)
+    ok = models.BooleanField()
+    samples = models.PositiveIntegerField(default=1)
+    failures = models.PositiveIntegerField(default=0)
+    http_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.CharField(max_length=32, blank=True)  # error class: connect, timeout, auth, http_5xx…
+    error_message = models.CharField(max_length=300, blank=True)
+    model = models.CharField(max_length=256, blank=True)  # the upstream model the latency probe used
+    connect_ms = models.FloatField(null=True, blank=True)
+    ttfb_ms = models.FloatField(null=True, blank=True)
+    ttft_ms = models.FloatField(null=True, blank=True)
+    total_ms = models.FloatField(null=True, blank=True)
+    tokens = models.PositiveIntegerField(null=True, blank=True)
+    tokens_per_s = models.FloatField(null=True, blank=True)
+    status_after = models.CharField(max_length=24, choices=ChannelStatus, blank=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        indexes = [models.Index(fields=["channel", "-created"], name="probe_channel_created")]
+
+    def __str__(self) -> str:
+        return f"{self.channel_id} {self.created:%Y-%m-%d %H:%M:%S} {'ok' if self.ok else self.error}"
+
+
+class ProbeHourly(models.Model):
+    """Hourly summary of a channel's evidence (p50/p95 TTFT, error ratio), kept longer than raw probes."""
+
+    channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="probe_hours")
+    hour = models.DateTimeField()
+    samples = models.PositiveIntegerField(default=0)
+    failures = models.PositiveIntegerField(default=0)
+    ttft_p50_ms = models.FloatField(null=True, blank=True)
+    ttft_p95_ms = models.FloatField(null=True, blank=True)
+    total_p50_ms = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-hour"]
+        constraints = [models.UniqueConstraint(fields=["channel", "hour"], name="probehourly_unique_channel_hour")]
+
+    def __str__(self) -> str:
+        return f"{self.channel_id} {self.hour:%Y-%m-%d %H:00}"
+
+    @property
+    def error_ratio(self) -> float | None:
+        return self.failures / self.samples if self.samples else None
+
+
+class PassiveReport(models.Model):
+    """Gateway outcomes flushed from another process when there is no Redis (see health.passive)."""
+
+    channel_id = models.BigIntegerField(db_index=True)  # no FK: the gateway must never fail on a deleted channel
+    created = models.DateTimeField(auto_now_add=True)
+    ok_count = models.PositiveIntegerField(default=0)
+    fail_count = models.PositiveIntegerField(default=0)
+    auth_failures = models.PositiveIntegerField(default=0)
+    ttft_ms_sum = models.FloatField(default=0)
+    ttft_count = models.PositiveIntegerField(default=0)
+    last_error = models.CharField(max_length=32, blank=True)
+    last_status = models.PositiveSmallIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.channel_id}: {self.ok_count} ok, {self.fail_count} failed"
+
+
+class StatusChange(models.Model):
+    """A channel moved from one status to another (the dashboard's "recent status changes")."""
+
+    channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="status_changes")
+    created = models.DateTimeField(default=timezone.now, db_index=True)
+    from_status = models.CharField(max_length=24, choices=ChannelStatus)
+    to_status = models.CharField(max_length=24, choices=ChannelStatus)
+    message = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.channel}: {self.from_status} → {self.to_status}"
+
+
+class AlertTarget(TimeStampedModel):
+    """Where status-change notifications go: a webhook (JSON with a Slack-compatible `text`) or an e-mail."""
+
+    name = models.CharField(max_length=100, unique=True)
+    kind = models.CharField(max_length=8, choices=AlertKind, default=AlertKind.WEBHOOK)
+    url = models.URLField(max_length=500, blank=True, help_text="Webhook URL (Slack incoming webhooks work).")
+    email = models.EmailField(blank=True)
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(models.Q(kind="webhook") & ~models.Q(url=""))
+                | (models.Q(kind="email") & ~models.Q(email="")),
+                name="alerttarget_has_destination",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def destination(self) -> str:
+        return self.url if self.kind == AlertKind.WEBHOOK else self.email
+
+
+class AlertDelivery(models.Model):
+    """One notification sent (or attempted) to one target about one status change."""
+
+    status_change = models.ForeignKey(StatusChange, on_delete=models.CASCADE, related_name="deliveries")
+    target = models.ForeignKey(AlertTarget, null=True, on_delete=models.SET_NULL, related_name="deliveries")
+    target_name = models.CharField(max_length=100)
+    created = models.DateTimeField(default=timezone.now, db_index=True)
+    ok = models.BooleanField(default=False)
+    error = models.CharField(max_length=300, blank=True)
+    suppressed = models.PositiveIntegerField(default=0)  # status changes folded into this one by the cool-down
+
+    class Meta:
+        ordering = ["-created", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.target_name}: {self.status_change} ({'sent' if self.ok else 'failed'})"

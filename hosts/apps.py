@@ -6,7 +6,13 @@ class HostsConfig(AppConfig):
     verbose_name = "GPU hosts"
 
     def ready(self) -> None:
+        from django.db.models.signals import post_migrate
+
         from portal import audit
+
+        from .tasks import ensure_schedule
+
+        post_migrate.connect(_after_migrate(ensure_schedule), sender=self, dispatch_uid="hosts-default-schedule")
 
         from .models import Deployment, Host
 
@@ -15,3 +21,10 @@ class HostsConfig(AppConfig):
         )
         # Status, PID and context window are moved by launch jobs; the jobs themselves are the record.
         audit.register(Deployment, ignore={"status", "status_message", "pid", "context_window"})
+
+
+def _after_migrate(ensure_schedule):
+    def handler(**kwargs) -> None:
+        ensure_schedule()
+
+    return handler

@@ -113,6 +113,9 @@ class Deployment(TimeStampedModel):
     status_message = models.CharField(max_length=500, blank=True)
     pid = models.PositiveIntegerField(null=True, blank=True)
     context_window = models.PositiveIntegerField(null=True, blank=True, help_text="As the running server reports it.")
+    last_fit = models.JSONField(
+        default=dict, blank=True, help_text="The last VRAM estimate, with what it was based on."
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

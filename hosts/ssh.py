@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from .models import Host
 
 logger = logging.getLogger(__name__)
+# asyncssh logs every command line at INFO; ours carry the upstream API key (`--api-key`).
+logging.getLogger("asyncssh").setLevel(logging.WARNING)
 
 CONNECT_TIMEOUT = 10.0
 COMMAND_TIMEOUT = 60.0

@@ -176,6 +176,8 @@ SPECTACULAR_SETTINGS = {
     "`Authorization: Token <personal API token>` (create one under Account → API tokens).",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Every page needs a login, the API description included.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

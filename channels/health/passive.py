@@ -1,16 +1,36 @@
 """Passive health: what the gateway sees of real traffic feeds the channel's health window.
 
-The gateway calls `report()` on its hot path, so it must be cheap and never block or raise: it only
-appends to an in-process buffer. The health checks (3/6) drain it with `drain()` and fold it into
-the same window as active probes. Until then it keeps a bounded record of recent outcomes.
+The gateway calls `report()` on its hot path, so it must be cheap and never block or raise: it
+appends to an in-process deque (O(1), bounded) and, the first time, starts one daemon thread.
+
+Cross-process path (the gateway and the Celery worker are different processes):
+
+    gateway: report() → deque ──(flusher thread, every PORTAL_PASSIVE_FLUSH_SECONDS)──▶ flush()
+             flush() folds the outcomes into one tally per channel and writes them
+             to Redis (RPUSH onto `portal:health:passive`, when REDIS_URL is set)
+             or else to the database (one `PassiveReport` row per channel).
+    worker:  collect() takes everything atomically (Redis MULTI LRANGE+DEL; DB rows
+             deleted by id) plus this process's own buffer, and the probe round
+             folds it into each channel's window (`channels.health.service`).
+
+So the hot path never touches the network; at most one small write per flush interval leaves
+the gateway, whatever the request rate. A gateway that dies loses at most one interval of
+evidence, which is fine for health (it is evidence, not accounting).
 """
 
 from __future__ import annotations
 
+import atexit
 import collections
+import json
+import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+
+logger = logging.getLogger(__name__)
+
+REDIS_KEY = "portal:health:passive"
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,9 +43,42 @@ class Outcome:
     ttft_ms: float | None = None
 
 
+@dataclass(slots=True)
+class Tally:
+    """Everything the gateway saw of one channel since the last flush."""
+
+    channel_id: int
+    ok_count: int = 0
+    fail_count: int = 0
+    auth_failures: int = 0
+    ttft_ms_sum: float = 0.0
+    ttft_count: int = 0
+    last_error: str = ""
+    last_status: int | None = None
+
+    def add(self, other: Tally) -> None:
+        self.ok_count += other.ok_count
+        self.fail_count += other.fail_count
+        self.auth_failures += other.auth_failures
+        self.ttft_ms_sum += other.ttft_ms_sum
+        self.ttft_count += other.ttft_count
+        if other.fail_count:
+            self.last_error, self.last_status = other.last_error, other.last_status
+
+    @property
+    def samples(self) -> int:
+        return self.ok_count + self.fail_count
+
+    @property
+    def ttft_ms(self) -> float | None:
+        return round(self.ttft_ms_sum / self.ttft_count, 2) if self.ttft_count else None
+
+
 _MAX = 50_000
 _buffer: collections.deque[Outcome] = collections.deque(maxlen=_MAX)
 _lock = threading.Lock()
+_flusher: threading.Thread | None = None
+_stop = threading.Event()
 
 
 def report(
@@ -38,10 +91,12 @@ def report(
 ) -> None:
     """Record one request's outcome on `channel_id`. O(1), never raises."""
     _buffer.append(Outcome(channel_id, ok, time.time(), status, error, ttft_ms))
+    if _flusher is None:
+        _start_flusher()
 
 
 def drain() -> list[Outcome]:
-    """Take every buffered outcome (oldest first)."""
+    """Take every buffered outcome of this process (oldest first)."""
     with _lock:
         items = list(_buffer)
         _buffer.clear()
@@ -51,3 +106,149 @@ def drain() -> list[Outcome]:
 def recent_failures(channel_id: int, window_s: float = 60.0) -> int:
     cutoff = time.time() - window_s
     return sum(1 for o in list(_buffer) if o.channel_id == channel_id and not o.ok and o.at >= cutoff)
+
+
+def tally(outcomes: list[Outcome]) -> dict[int, Tally]:
+    out: dict[int, Tally] = {}
+    for o in outcomes:
+        t = out.setdefault(o.channel_id, Tally(o.channel_id))
+        if o.ok:
+            t.ok_count += 1
+            if o.ttft_ms is not None:
+                t.ttft_ms_sum += o.ttft_ms
+                t.ttft_count += 1
+        else:
+            t.fail_count += 1
+            t.last_error, t.last_status = o.error or "", o.status
+            if o.status in (401, 403):
+                t.auth_failures += 1
+    return out
+
+
+# --- cross-process: gateway side ---------------------------------------------------------------
+
+
+def _redis():
+    from django.conf import settings
+
+    url = getattr(settings, "REDIS_URL", "")
+    if not url:
+        return None
+    import redis
+
+    return redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+
+
+def flush() -> int:
+    """Move this process's buffered outcomes to the shared store; returns how many were moved."""
+    outcomes = drain()
+    if not outcomes:
+        return 0
+    tallies = list(tally(outcomes).values())
+    client = _redis()
+    if client is not None:
+        try:
+            client.rpush(REDIS_KEY, *(json.dumps(asdict(t)) for t in tallies))
+            client.expire(REDIS_KEY, 3600)  # nobody consuming for an hour: let it go
+        finally:
+            client.close()
+        return len(outcomes)
+    from django.db import connection
+
+    from channels.models import PassiveReport
+
+    try:
+        PassiveReport.objects.bulk_create([PassiveReport(**asdict(t)) for t in tallies])
+    finally:
+        connection.close()  # this runs on the flusher thread: do not keep a connection per thread
+    return len(outcomes)
+
+
+def _flush_loop(interval: float) -> None:
+    while not _stop.wait(interval):
+        try:
+            flush()
+        except Exception as exc:  # a flush failure must never take the gateway down
+            logger.warning("passive health flush failed: %s", exc.__class__.__name__)
+
+
+def _start_flusher() -> None:
+    global _flusher
+    with _lock:
+        if _flusher is not None:
+            return
+        try:
+            from .conf import setting
+
+            interval = setting("PORTAL_PASSIVE_FLUSH_SECONDS")
+        except Exception:
+            interval = 2.0
+        if interval <= 0:  # disabled (tests that drive flush() themselves): keep report() O(1) all the same
+            _flusher = threading.Thread(target=lambda: None, name="passive-health-flush-disabled")
+            return
+        _flusher = threading.Thread(target=_flush_loop, args=(interval,), name="passive-health-flush", daemon=True)
+        _flusher.start()
+        atexit.register(_final_flush)
+
+
+def _final_flush() -> None:
+    _stop.set()
+    try:
+        flush()
+    except Exception:  # interpreter shutdown: best effort only
+        logger.debug("final passive flush failed", exc_info=True)
+
+
+# --- cross-process: worker side ----------------------------------------------------------------
+
+
+def collect() -> dict[int, Tally]:
+    """Take every outcome flushed by any process (and this one's own buffer), summed per channel."""
+    totals = tally(drain())
+
+    def merge(t: Tally) -> None:
+        if t.channel_id in totals:
+            totals[t.channel_id].add(t)
+        else:
+            totals[t.channel_id] = t
+
+    client = _redis()
+    if client is not None:
+        try:
+            with client.pipeline(transaction=True) as pipe:
+                pipe.lrange(REDIS_KEY, 0, -1)
+                pipe.delete(REDIS_KEY)
+                raw, _ = pipe.execute()
+        finally:
+            client.close()
+        for item in raw:
+            try:
+                merge(Tally(**json.loads(item)))
+            except (ValueError, TypeError):
+                logger.warning("dropped a malformed passive health record")
+
+    from django.db import connection, transaction
+
+    from channels.models import PassiveReport
+
+    with transaction.atomic():
+        qs = PassiveReport.objects.order_by("id")
+        if connection.features.has_select_for_update_skip_locked:
+            qs = qs.select_for_update(skip_locked=True)  # two consumers never count a row twice
+        rows = list(qs[:50_000])
+        if rows:
+            PassiveReport.objects.filter(id__in=[r.id for r in rows]).delete()
+        for r in rows:
+            merge(
+                Tally(
+                    r.channel_id,
+                    r.ok_count,
+                    r.fail_count,
+                    r.auth_failures,
+                    r.ttft_ms_sum,
+                    r.ttft_count,
+                    r.last_error,
+                    r.last_status,
+                )
+            )
+    return totals

@@ -1,5 +1,12 @@
+from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-router = SimpleRouter()
+from .views import BundleView, ClientViewSet
 
-urlpatterns = router.urls
+router = SimpleRouter()
+router.register("client-configs/clients", ClientViewSet, basename="client-config")
+
+urlpatterns = [
+    path("client-configs/bundle/", BundleView.as_view(), name="client-config-bundle"),
+    *router.urls,
+]

@@ -95,8 +95,8 @@ class HostSerializer(serializers.ModelSerializer):
         except Exception:  # asyncssh raises several types; none may reach the client as a 500
             # Never echo the value back: it is a secret even when it is malformed.
             raise serializers.ValidationError(
-                "Not a usable private key: paste an unencrypted OpenSSH or PEM private key "
-                "(-----BEGIN OPENSSH PRIVATE KEY----- …)."
+                "Not a usable private key: paste an OpenSSH or PEM private key without a passphrase "
+                "(-----BEGIN OPENSSH PRIVATE KEY----- …); remove a passphrase with ssh-keygen -p."
             ) from None
         return text + "\n"
 

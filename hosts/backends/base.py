@@ -114,7 +114,7 @@ def mask(argv: list[str], secret: str) -> list[str]:
 def preview(argv: list[str], env: dict[str, str], secret: str) -> str:
     """The command as a person would type it, API key masked."""
     prefix = [f"{k}={v}" for k, v in env.items()]
-    return shlex.join(prefix + mask(argv, secret))
+    return shlex.join(prefix + mask(argv, secret)).replace(shlex.quote(MASK), MASK)
 
 
 class Backend:
@@ -169,7 +169,7 @@ class Backend:
             cleaned_options = self.clean_options(options, gpu_count)
         except ValidationError as exc:
             for key, messages in exc.message_dict.items():
-                errors[key if key == "options" else f"options.{key}"] = messages
+                errors[key if key in ("options", "gpu_indices") else f"options.{key}"] = messages
         try:
             extra = validate_extra_args(extra_args, self.reserved_flags)
         except ValidationError as exc:

@@ -52,3 +52,26 @@ def test_disconnect_mid_stream_breaks_the_connection(upstream):
             "POST", upstream.base_url + "/chat/completions", json={"model": "m", "stream": True, "messages": []}
         ) as r:
             list(r.iter_lines())
+
+
+def test_tokenize_counts_llamacpp_content_and_vllm_prompt(upstream):
+    for field in ("content", "prompt"):
+        r = httpx.post(upstream.root_url + "/tokenize", json={field: "one two three"})
+        assert len(r.json()["tokens"]) == 3
+
+
+def test_native_messages_and_responses_answer_for_pass_through(upstream):
+    m = httpx.post(
+        upstream.base_url + "/messages",
+        json={"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "one two"}]},
+        headers={"anthropic-version": "2023-06-01"},
+    ).json()
+    assert m["content"][0]["text"] == "tok0 tok1 tok2 tok3 tok4" and m["usage"]["input_tokens"] == 2
+    assert upstream.requests[-1].headers["anthropic-version"] == "2023-06-01"
+    r = httpx.post(upstream.base_url + "/responses", json={"model": "m", "input": "one two three"}).json()
+    assert r["output"][0]["content"][0]["text"] == "tok0 tok1 tok2 tok3 tok4" and r["usage"]["input_tokens"] == 3
+    with httpx.stream(
+        "POST", upstream.base_url + "/messages", json={"model": "m", "stream": True, "messages": []}
+    ) as s:
+        kinds = [line[7:] for line in s.iter_lines() if line.startswith("event: ")]
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"

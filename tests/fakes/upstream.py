@@ -15,7 +15,9 @@ then hang; non-stream: hang before answering), disconnect (stream: send `disconn
 then drop the TCP connection), status (answer `status` with an OpenAI error body), slow (sleep
 `delay` seconds before the first byte), tool_call (the reply is a function call split over many
 chunks). `tokens` sets how many completion tokens ("tok0 tok1 …") are generated; `token_delay`
-spaces stream chunks. Prompt tokens are the number of whitespace-separated words in the input.
+spaces stream chunks. Anthropic-native `/v1/messages` and Responses-native `/v1/responses` answer
+the same canned text (modes ok/status/slow) for the gateway's pass-through paths. Prompt tokens are
+the number of whitespace-separated words in the input.
 """
 
 from __future__ import annotations
@@ -141,6 +143,8 @@ class FakeUpstream:
         app.router.add_get("/health", self._health)
         app.router.add_get("/props", self._props)
         app.router.add_post("/tokenize", self._tokenize)
+        app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/responses", self._responses)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", self.port)
@@ -444,5 +448,140 @@ class FakeUpstream:
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         body = await self._record(request)
-        text = (body or {}).get("content", "") if isinstance(body, dict) else ""
+        body = body if isinstance(body, dict) else {}
+        text = body.get("content") or body.get("prompt") or ""  # llama.cpp's field, vLLM's field
         return web.json_response({"tokens": list(range(len(text.split())))})
+
+    # --- native Anthropic Messages and OpenAI Responses (pass-through channels) ----------------
+    @staticmethod
+    def _sse(kind: str, data: dict[str, Any]) -> bytes:
+        return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        body, b, early = await self._pre(request)
+        if early is not None:
+            return early
+        body = body if isinstance(body, dict) else {}
+        prompt = _words(body.get("messages")) + _words(body.get("system"))
+        n = min(b["tokens"], int(body.get("max_tokens") or 10**9))
+        text = " ".join(f"tok{i}" for i in range(n))
+        mid = "msg_" + uuid.uuid4().hex[:24]
+        usage = {"input_tokens": prompt, "output_tokens": n}
+        if not body.get("stream"):
+            return web.json_response(
+                {
+                    "id": mid,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": body.get("model"),
+                    "content": [{"type": "text", "text": text}],
+                    "stop_reason": "end_turn",
+                    "stop_sequence": None,
+                    "usage": usage,
+                }
+            )
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        start = {
+            "id": mid,
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model"),
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": prompt, "output_tokens": 0},
+        }
+        await resp.write(self._sse("message_start", {"type": "message_start", "message": start}))
+        block = {"type": "text", "text": ""}
+        await resp.write(
+            self._sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": block})
+        )
+        for i in range(n):
+            delta = {"type": "text_delta", "text": (" " if i else "") + f"tok{i}"}
+            await resp.write(
+                self._sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
+            )
+        await resp.write(self._sse("content_block_stop", {"type": "content_block_stop", "index": 0}))
+        end = {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {"output_tokens": n},
+        }
+        await resp.write(self._sse("message_delta", end))
+        await resp.write(self._sse("message_stop", {"type": "message_stop"}))
+        await resp.write_eof()
+        return resp
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        body, b, early = await self._pre(request)
+        if early is not None:
+            return early
+        body = body if isinstance(body, dict) else {}
+        prompt = _words(body.get("input")) + _words(body.get("instructions"))
+        n = min(b["tokens"], int(body.get("max_output_tokens") or 10**9))
+        text = " ".join(f"tok{i}" for i in range(n))
+        rid, mid = "resp_" + uuid.uuid4().hex[:24], "msg_" + uuid.uuid4().hex[:24]
+        part = {"type": "output_text", "text": text, "annotations": []}
+        item = {"type": "message", "id": mid, "status": "completed", "role": "assistant", "content": [part]}
+        usage = {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": n,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + n,
+        }
+        done = {
+            "id": rid,
+            "object": "response",
+            "created_at": int(time.time()),
+            "status": "completed",
+            "model": body.get("model"),
+            "output": [item],
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "usage": usage,
+        }
+        if not body.get("stream"):
+            return web.json_response(done)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        seq = iter(range(10**6))
+        started = {**done, "status": "in_progress", "output": [], "usage": None}
+        await resp.write(
+            self._sse(
+                "response.created", {"type": "response.created", "sequence_number": next(seq), "response": started}
+            )
+        )
+        added = {**item, "status": "in_progress", "content": []}
+        await resp.write(
+            self._sse(
+                "response.output_item.added",
+                {"type": "response.output_item.added", "sequence_number": next(seq), "output_index": 0, "item": added},
+            )
+        )
+        for i in range(n):
+            delta = {
+                "type": "response.output_text.delta",
+                "sequence_number": next(seq),
+                "item_id": mid,
+                "output_index": 0,
+                "content_index": 0,
+                "delta": (" " if i else "") + f"tok{i}",
+                "logprobs": [],
+            }
+            await resp.write(self._sse(delta["type"], delta))
+        await resp.write(
+            self._sse(
+                "response.output_item.done",
+                {"type": "response.output_item.done", "sequence_number": next(seq), "output_index": 0, "item": item},
+            )
+        )
+        await resp.write(
+            self._sse(
+                "response.completed", {"type": "response.completed", "sequence_number": next(seq), "response": done}
+            )
+        )
+        await resp.write_eof()
+        return resp

@@ -1,0 +1,268 @@
+"""REST API for channel health: status summary, probe history, Check now, alert targets, schedule."""
+
+from __future__ import annotations
+
+from django.db.models import Q
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from channels.choices import AlertKind
+from channels.health import alerts, history, schedule, service
+from channels.models import AlertDelivery, AlertTarget, Channel, ProbeResult, StatusChange
+from portal.api.permissions import IsAdmin
+
+
+class ProbeResultSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ProbeResult
+        fields = [
+            "id",
+            "created",
+            "source",
+            "ok",
+            "samples",
+            "failures",
+            "http_status",
+            "error",
+            "error_message",
+            "model",
+            "connect_ms",
+            "ttfb_ms",
+            "ttft_ms",
+            "total_ms",
+            "tokens",
+            "tokens_per_s",
+            "status_after",
+        ]
+
+
+class ChannelHealthSerializer(serializers.ModelSerializer):
+    """A channel's health; only the probe settings are writable."""
+
+    error_ratio_24h = serializers.SerializerMethodField()
+    samples_24h = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Channel
+        fields = [
+            "id",
+            "name",
+            "kind",
+            "enabled",
+            "status",
+            "status_message",
+            "status_changed",
+            "last_checked",
+            "last_ttft_ms",
+            "error_ratio_24h",
+            "samples_24h",
+            "probe_inference",
+            "probe_max_tokens",
+            "ttft_degraded_ms",
+        ]
+        read_only_fields = [
+            "id",
+            "name",
+            "kind",
+            "enabled",
+            "status",
+            "status_message",
+            "status_changed",
+            "last_checked",
+            "last_ttft_ms",
+        ]
+
+    def _health(self, obj: Channel):
+        if not hasattr(obj, "health"):
+            history.attach_health([obj])
+        return obj.health
+
+    def get_error_ratio_24h(self, obj: Channel) -> float | None:
+        ratio = self._health(obj).error_ratio
+        return round(ratio, 4) if ratio is not None else None
+
+    def get_samples_24h(self, obj: Channel) -> int:
+        return self._health(obj).samples_24h
+
+
+class CheckResultSerializer(serializers.Serializer):
+    channel = ChannelHealthSerializer()
+    previous_status = serializers.CharField()
+    probe = ProbeResultSerializer(allow_null=True)
+
+
+class StatusChangeSerializer(serializers.ModelSerializer):
+    channel_name = serializers.CharField(source="channel.name", read_only=True)
+
+    class Meta:
+        model = StatusChange
+        fields = ["id", "created", "channel", "channel_name", "from_status", "to_status", "message"]
+
+
+class AlertTargetSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = AlertTarget
+        fields = ["id", "name", "kind", "url", "email", "enabled", "created", "updated"]
+        read_only_fields = ["id", "created", "updated"]
+
+    def validate(self, attrs):
+        kind = attrs.get("kind", getattr(self.instance, "kind", AlertKind.WEBHOOK))
+        url = attrs.get("url", getattr(self.instance, "url", ""))
+        email = attrs.get("email", getattr(self.instance, "email", ""))
+        if kind == AlertKind.WEBHOOK and not url:
+            raise serializers.ValidationError({"url": "A webhook needs a URL."})
+        if kind == AlertKind.EMAIL and not email:
+            raise serializers.ValidationError({"email": "Enter the address to notify."})
+        return attrs
+
+
+class AlertDeliverySerializer(serializers.ModelSerializer):
+    status_change = StatusChangeSerializer()
+
+    class Meta:
+        model = AlertDelivery
+        fields = ["id", "created", "target", "target_name", "ok", "error", "suppressed", "status_change"]
+
+
+class HealthChannelViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Per-channel health (`/api/health/channels/`): status, latest TTFT, 24 h error ratio."""
+
+    permission_classes = [IsAdmin]
+    serializer_class = ChannelHealthSerializer
+    queryset = Channel.objects.all()
+    filterset_fields = ["status", "kind", "enabled"]
+    search_fields = ["name"]
+    ordering_fields = ["name", "status", "last_ttft_ms", "last_checked"]
+    http_method_names = ["get", "patch", "post", "head", "options"]
+
+    def paginate_queryset(self, queryset):
+        page = super().paginate_queryset(queryset)
+        if page is not None:
+            history.attach_health(page)  # two queries for the whole page, not two per channel
+        return page
+
+    @extend_schema(responses=ProbeResultSerializer(many=True), parameters=[OpenApiParameter("ok", bool)])
+    @action(detail=True, methods=["get"])
+    def probes(self, request, pk=None):
+        """Probe history of one channel, newest first (raw rows kept PORTAL_PROBE_RETENTION_DAYS)."""
+        channel = self.get_object()
+        qs = ProbeResult.objects.filter(channel=channel)
+        if request.query_params.get("ok") in ("true", "false"):
+            qs = qs.filter(ok=request.query_params["ok"] == "true")
+        page = self.paginate_queryset_plain(qs)
+        return self.get_paginated_response(ProbeResultSerializer(page, many=True).data)
+
+    def paginate_queryset_plain(self, qs):
+        return self.paginator.paginate_queryset(qs, self.request, view=self)
+
+    @extend_schema(request=None, responses=CheckResultSerializer)
+    @action(detail=True, methods=["post"])
+    def check(self, request, pk=None):
+        """Probe this channel now and return the result (also clears credentials_rejected if the key works)."""
+        channel = self.get_object()
+        done = service.check_channel(channel.pk)
+        if done is None:
+            return Response({"detail": "The channel is disabled; enable it to check it."}, status=409)
+        channel.refresh_from_db()
+        return Response(
+            {
+                "channel": ChannelHealthSerializer(channel).data,
+                "previous_status": done.old_status,
+                "probe": ProbeResultSerializer(done.result).data if done.result else None,
+            }
+        )
+
+    @extend_schema(parameters=[OpenApiParameter("range", str, enum=list(history.RANGES))])
+    @action(detail=True, methods=["get"])
+    def series(self, request, pk=None):
+        """Hourly p50/p95 TTFT and error ratio over 24 h or 7 d (chart data)."""
+        range_ = request.query_params.get("range", "24h")
+        if range_ not in history.RANGES:
+            return Response({"range": [f"Use one of: {', '.join(history.RANGES)}."]}, status=400)
+        return Response(history.series(self.get_object(), range_))
+
+    @action(detail=False, methods=["get"])
+    def summary(self, request):
+        """Counts by status, the slowest channels and recent status changes."""
+        d = history.dashboard(limit=10)
+        return Response(
+            {
+                "by_status": {s["status"]: s["count"] for s in d["health_by_status"]},
+                "total_enabled": d["health_total"],
+                "last_checked": d["health_last_round"],
+                "failed_probes_24h": d["health_failing_24h"],
+                "attention": [
+                    {"id": c.pk, "name": c.name, "status": c.status, "message": c.status_message}
+                    for c in d["health_attention"]
+                ],
+                "slowest": [{"id": c.pk, "name": c.name, "last_ttft_ms": c.last_ttft_ms} for c in d["health_slowest"]],
+                "recent_changes": StatusChangeSerializer(d["health_changes"], many=True).data,
+            }
+        )
+
+
+class StatusChangeViewSet(viewsets.ReadOnlyModelViewSet):
+    permission_classes = [IsAdmin]
+    serializer_class = StatusChangeSerializer
+    queryset = StatusChange.objects.select_related("channel")
+    filterset_fields = ["channel", "to_status", "from_status"]
+
+
+class AlertTargetViewSet(viewsets.ModelViewSet):
+    permission_classes = [IsAdmin]
+    serializer_class = AlertTargetSerializer
+    queryset = AlertTarget.objects.all()
+    filterset_fields = ["kind", "enabled"]
+    search_fields = ["name"]
+
+    @extend_schema(request=None, responses={200: dict})
+    @action(detail=True, methods=["post"])
+    def test(self, request, pk=None):
+        """Send a test notification to this target."""
+        ok, error = alerts.send_test(self.get_object())
+        return Response({"ok": ok, "error": error}, status=200 if ok else 502)
+
+    @extend_schema(responses=AlertDeliverySerializer(many=True))
+    @action(detail=False, methods=["get"])
+    def deliveries(self, request):
+        """Recent notifications sent (or attempted) to any target."""
+        qs = AlertDelivery.objects.select_related("status_change__channel")
+        if request.query_params.get("failed") == "true":
+            qs = qs.filter(~Q(ok=True))
+        page = self.paginator.paginate_queryset(qs, request, view=self)
+        return self.get_paginated_response(AlertDeliverySerializer(page, many=True).data)
+
+
+class ScheduleSerializer(serializers.Serializer):
+    interval_seconds = serializers.IntegerField(min_value=schedule.MIN_INTERVAL, max_value=schedule.MAX_INTERVAL)
+    enabled = serializers.BooleanField(default=True)
+    last_run_at = serializers.DateTimeField(read_only=True, allow_null=True)
+
+
+class ProbeScheduleView(APIView):
+    """The probe round's django-celery-beat interval (`/api/health/schedule/`); beat reloads it by itself."""
+
+    permission_classes = [IsAdmin]
+
+    @extend_schema(responses=ScheduleSerializer)
+    def get(self, request):
+        return Response(ScheduleSerializer(schedule.get_probe_schedule()).data)
+
+    @extend_schema(request=ScheduleSerializer, responses=ScheduleSerializer)
+    def put(self, request):
+        return self._save(request, partial=False)
+
+    @extend_schema(request=ScheduleSerializer, responses=ScheduleSerializer)
+    def patch(self, request):
+        return self._save(request, partial=True)
+
+    def _save(self, request, partial: bool):
+        current = schedule.get_probe_schedule()
+        ser = ScheduleSerializer(data=request.data, partial=partial)
+        ser.is_valid(raise_exception=True)
+        data = {**current, **ser.validated_data}
+        saved = schedule.set_probe_schedule(interval_seconds=data["interval_seconds"], enabled=data["enabled"])
+        return Response(ScheduleSerializer(saved).data, status=status.HTTP_200_OK)

@@ -1,0 +1,147 @@
+"""Status-change notifications: one per change, de-duplicated, with a cool-down per channel.
+
+Each channel remembers the status its alert targets were last told about (`alerted_status`,
+`alerted_at`). After every round, a channel whose status differs from that is notified, unless
+it was notified less than PORTAL_ALERT_COOLDOWN_SECONDS ago: then it waits, and the next round
+after the cool-down sends one message with the status it has *then* (saying how many changes
+were folded in). A channel that flaps healthy → down → healthy inside the cool-down therefore
+sends nothing more. Getting *worse* than what was last sent (degraded → down) is not held back:
+severity only rises so far, so a flapping channel still sends at most a few messages (one per
+step up in severity, plus one catch-up) per cool-down.
+Claiming a notification is a compare-and-set on (alerted_status, alerted_at), so two workers
+never send the same one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+import httpx
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db.models import F
+from django.utils import timezone
+
+from channels.choices import AlertKind, ChannelStatus
+from channels.models import AlertDelivery, AlertTarget, Channel, StatusChange
+
+from .conf import setting
+
+logger = logging.getLogger(__name__)
+
+QUIET = {"", ChannelStatus.UNKNOWN}  # a new channel coming up is not news
+SEVERITY = {
+    ChannelStatus.HEALTHY: 0,
+    ChannelStatus.UNKNOWN: 0,
+    ChannelStatus.DEGRADED: 1,
+    ChannelStatus.DOWN: 2,
+    ChannelStatus.CREDENTIALS_REJECTED: 3,
+}
+
+
+def notify_pending(channel_ids: list[int] | None = None) -> int:
+    """Send what is due for `channel_ids` (or every channel); returns how many notifications went out."""
+    now = timezone.now()
+    cooldown = dt.timedelta(seconds=setting("PORTAL_ALERT_COOLDOWN_SECONDS"))
+    qs = Channel.objects.exclude(status=F("alerted_status"))
+    if channel_ids is not None:
+        qs = qs.filter(pk__in=channel_ids)
+    sent = 0
+    for ch in qs:
+        silent = ch.status == ChannelStatus.UNKNOWN or (
+            ch.alerted_status in QUIET and ch.status == ChannelStatus.HEALTHY
+        )
+        worse = SEVERITY.get(ch.status, 0) > SEVERITY.get(ch.alerted_status, 0)
+        if not silent and not worse and ch.alerted_at is not None and now - ch.alerted_at < cooldown:
+            continue  # cooling down; a later round sends the then-current status
+        claimed = Channel.objects.filter(pk=ch.pk, alerted_status=ch.alerted_status, alerted_at=ch.alerted_at).update(
+            alerted_status=ch.status, alerted_at=ch.alerted_at if silent else now
+        )
+        if not claimed or silent:
+            continue
+        change = StatusChange.objects.filter(channel=ch, to_status=ch.status).order_by(
+            "-created", "-id"
+        ).first() or StatusChange.objects.create(
+            channel=ch, from_status=ch.alerted_status or ChannelStatus.UNKNOWN, to_status=ch.status
+        )
+        folded = 0
+        if ch.alerted_at is not None:
+            folded = max(StatusChange.objects.filter(channel=ch, created__gt=ch.alerted_at).count() - 1, 0)
+        sent += deliver(ch, change, previous=ch.alerted_status or ChannelStatus.UNKNOWN, folded=folded)
+    return sent
+
+
+def _label(status: str) -> str:
+    try:
+        return ChannelStatus(status).label
+    except ValueError:
+        return status
+
+
+def payload(ch: Channel, change: StatusChange, previous: str, folded: int) -> dict:
+    link = f"{settings.PORTAL_PUBLIC_URL}/channels/{ch.pk}/health/" if settings.PORTAL_PUBLIC_URL else ""
+    text = f"[Gateway Portal] Channel {ch.name} is {_label(ch.status).lower()} (was {_label(previous).lower()})."
+    if ch.status_message:
+        text += f" {ch.status_message}"
+    if folded:
+        text += f" ({folded} more status changes during the {setting('PORTAL_ALERT_COOLDOWN_SECONDS')} s cool-down.)"
+    if link:
+        text += f" {link}"
+    return {
+        "text": text,
+        "channel": {"id": ch.pk, "name": ch.name, "base_url": ch.base_url},
+        "status": ch.status,
+        "previous_status": previous,
+        "message": ch.status_message,
+        "changed_at": change.created.isoformat(),
+        "suppressed_changes": folded,
+        "url": link,
+    }
+
+
+def deliver(ch: Channel, change: StatusChange, *, previous: str, folded: int = 0) -> int:
+    body = payload(ch, change, previous, folded)
+    sent = 0
+    for target in AlertTarget.objects.filter(enabled=True):
+        ok, error = send(target, body)
+        AlertDelivery.objects.create(
+            status_change=change, target=target, target_name=target.name, ok=ok, error=error, suppressed=folded
+        )
+        sent += ok
+    return sent
+
+
+def send(target: AlertTarget, body: dict) -> tuple[bool, str]:
+    """Send one notification; returns (ok, error). Never raises: a broken target must not stop a round."""
+    try:
+        if target.kind == AlertKind.WEBHOOK:
+            resp = httpx.post(target.url, json=body, timeout=setting("PORTAL_ALERT_TIMEOUT"), follow_redirects=False)
+            if resp.status_code >= 300:
+                return False, f"the webhook answered HTTP {resp.status_code}"
+        else:
+            subject = body["text"].split(". ", 1)[0][:150]
+            send_mail(subject, body["text"], None, [target.email], fail_silently=False)
+    except httpx.HTTPError as exc:
+        logger.warning("alert to %s failed: %s", target.name, exc.__class__.__name__)
+        return False, f"could not reach the webhook ({exc.__class__.__name__})"
+    except Exception as exc:  # SMTP and friends raise many types; the log keeps the class only
+        logger.warning("alert to %s failed: %s", target.name, exc.__class__.__name__)
+        return False, f"sending failed ({exc.__class__.__name__})"
+    return True, ""
+
+
+def send_test(target: AlertTarget) -> tuple[bool, str]:
+    return send(
+        target,
+        {
+            "text": f"[Gateway Portal] Test notification for alert target {target.name}.",
+            "channel": None,
+            "status": "test",
+            "previous_status": "",
+            "message": "If you can read this, status changes will reach you here.",
+            "changed_at": timezone.now().isoformat(),
+            "suppressed_changes": 0,
+            "url": "",
+        },
+    )

@@ -1,0 +1,321 @@
+"""The probe itself: async, Django-free, so one event loop checks hundreds of channels at once.
+
+`probe_many()` runs `probe_one()` for every target with a bounded number in flight (a semaphore)
+over one shared `httpx.AsyncClient`. Per channel:
+
+1. liveness: `GET {root}/health` (vLLM, llama.cpp) or `GET {base}/models` (others);
+2. discovery: the served models and their context windows (vLLM `/v1/models` → `max_model_len`,
+   llama.cpp `/props` → `default_generation_settings.n_ctx`);
+3. latency (optional): a tiny streaming chat completion timing connect, first byte, first token,
+   total and tokens/s.
+
+A failure stops at the step that failed; the outcome says which error class it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from channels.baseurl import root_url
+
+PROMPT = "Reply with the single word: ok"
+ANTHROPIC_VERSION = "2023-06-01"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    channel_id: int
+    kind: str
+    base_url: str  # canonical, ending in /v1
+    api_key: str = ""
+    model: str = ""  # upstream model id for the latency probe; blank: the first one served
+    inference: bool = True
+    max_tokens: int = 4
+
+
+@dataclass(slots=True)
+class Outcome:
+    channel_id: int
+    ok: bool = False
+    http_status: int | None = None
+    error: str = ""  # connect, timeout, auth, http_4xx, http_429, http_5xx, protocol, stalled
+    error_message: str = ""
+    model: str = ""
+    connect_ms: float | None = None
+    ttfb_ms: float | None = None
+    ttft_ms: float | None = None
+    total_ms: float | None = None
+    tokens: int | None = None
+    tokens_per_s: float | None = None
+    served: dict[str, int | None] = field(default_factory=dict)  # model id → context window (None: unknown)
+    started: float = 0.0
+
+    @property
+    def auth_rejected(self) -> bool:
+        return self.error == "auth"
+
+
+class ProbeFailure(Exception):
+    def __init__(self, error: str, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.error, self.message, self.status = error, message, status
+
+
+def _ms(start: float) -> float:
+    return round((time.perf_counter() - start) * 1000, 2)
+
+
+def _headers(target: Target) -> dict[str, str]:
+    if not target.api_key:
+        return {}
+    if target.kind == "anthropic":
+        return {"x-api-key": target.api_key, "anthropic-version": ANTHROPIC_VERSION}
+    return {"Authorization": f"Bearer {target.api_key}"}
+
+
+def _status_failure(resp: httpx.Response, what: str) -> ProbeFailure:
+    code = resp.status_code
+    if code in (401, 403):
+        return ProbeFailure("auth", f"{what}: HTTP {code}, the upstream rejected the API key", code)
+    if code == 429:
+        return ProbeFailure("http_429", f"{what}: HTTP 429, rate limited by the upstream", code)
+    kind = "http_5xx" if code >= 500 else "http_4xx"
+    detail = ""
+    try:
+        body = resp.json()
+        detail = str((body.get("error") or {}).get("message") or body.get("message") or "")[:150]
+    except Exception:  # the body is whatever the upstream sent; its shape is not ours to trust
+        detail = ""
+    return ProbeFailure(kind, f"{what}: HTTP {code}" + (f" ({detail})" if detail else ""), code)
+
+
+class _Timer:
+    """httpx trace hook: remembers how long the first TCP (and TLS) connect took."""
+
+    def __init__(self) -> None:
+        self.connect_ms: float | None = None
+        self._started: float | None = None
+
+    async def __call__(self, name: str, info: dict[str, Any]) -> None:
+        if name == "connection.connect_tcp.started":
+            self._started = time.perf_counter()
+        elif name in ("connection.connect_tcp.complete", "connection.start_tls.complete") and self._started:
+            self.connect_ms = _ms(self._started)
+
+
+async def _get_json(client: httpx.AsyncClient, url: str, target: Target, timer: _Timer, what: str) -> Any:
+    resp = await client.get(url, headers=_headers(target), extensions={"trace": timer})
+    if resp.status_code >= 400:
+        raise _status_failure(resp, what)
+    try:
+        return resp.json()
+    except ValueError:
+        if what == "liveness" and resp.status_code < 300:
+            return None  # some /health endpoints answer 200 with an empty body
+        raise ProbeFailure("protocol", f"{what}: the answer is not JSON", resp.status_code) from None
+
+
+def _parse_models(body: Any) -> dict[str, int | None]:
+    served: dict[str, int | None] = {}
+    items = body.get("data") if isinstance(body, dict) else None
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, dict) and item.get("id"):
+            ctx = item.get("max_model_len")
+            served[str(item["id"])] = int(ctx) if isinstance(ctx, int) and ctx > 0 else None
+    return served
+
+
+async def _discover(client: httpx.AsyncClient, target: Target, timer: _Timer, models_body: Any) -> dict:
+    if models_body is None:
+        models_body = await _get_json(client, f"{target.base_url}/models", target, timer, "model list")
+    served = _parse_models(models_body)
+    if target.kind == "llamacpp":
+        try:
+            props = await _get_json(client, f"{root_url(target.base_url)}/props", target, timer, "props")
+            n_ctx = ((props or {}).get("default_generation_settings") or {}).get("n_ctx")
+            if isinstance(n_ctx, int) and n_ctx > 0:
+                served = {m: n_ctx for m in served} or {}
+        except ProbeFailure as exc:
+            if exc.error == "auth":
+                raise
+    return served
+
+
+async def _stream_chat(client: httpx.AsyncClient, target: Target, model: str, out: Outcome, timer: _Timer) -> None:
+    anthropic = target.kind == "anthropic"
+    url = f"{target.base_url}/messages" if anthropic else f"{target.base_url}/chat/completions"
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": target.max_tokens,
+        "stream": True,
+    }
+    if not anthropic:
+        body["stream_options"] = {"include_usage": True}
+        body["temperature"] = 0
+    start = time.perf_counter()
+    tokens = 0
+    usage_tokens: int | None = None
+    first_token_at: float | None = None
+    async with client.stream("POST", url, json=body, headers=_headers(target), extensions={"trace": timer}) as resp:
+        out.ttfb_ms = _ms(start)
+        out.http_status = resp.status_code
+        if resp.status_code >= 400:
+            await resp.aread()
+            raise _status_failure(resp, "latency probe")
+        async for line in resp.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                break
+            try:
+                event = json.loads(data)
+            except ValueError:
+                raise ProbeFailure("protocol", "latency probe: a stream event is not JSON", resp.status_code) from None
+            if not isinstance(event, dict):
+                continue
+            if event.get("error"):
+                message = str((event["error"] or {}).get("message", "error event"))[:150]
+                raise ProbeFailure("stream_error", f"latency probe: {message}", resp.status_code)
+            text = _token_text(event, anthropic)
+            if text:
+                tokens += 1
+                if first_token_at is None:
+                    first_token_at = time.perf_counter()
+                    out.ttft_ms = round((first_token_at - start) * 1000, 2)
+            usage = event.get("usage") or (event.get("message") or {}).get("usage")
+            if isinstance(usage, dict):
+                usage_tokens = usage.get("completion_tokens") or usage.get("output_tokens") or usage_tokens
+    out.total_ms = _ms(start)
+    if first_token_at is None:
+        raise ProbeFailure("protocol", "latency probe: the stream ended without a token", out.http_status)
+    out.tokens = int(usage_tokens) if usage_tokens else tokens
+    gen_s = time.perf_counter() - first_token_at
+    if out.tokens > 1 and gen_s > 0:
+        out.tokens_per_s = round((out.tokens - 1) / gen_s, 2)
+
+
+def _token_text(event: dict[str, Any], anthropic: bool) -> str:
+    if anthropic:
+        if event.get("type") == "content_block_delta":
+            delta = event.get("delta") or {}
+            return delta.get("text") or delta.get("thinking") or ""
+        return ""
+    for choice in event.get("choices") or []:
+        delta = (choice or {}).get("delta") or {}
+        text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+        if text or delta.get("tool_calls"):
+            return text or "tool"
+    return ""
+
+
+async def probe_one(client: httpx.AsyncClient, target: Target) -> Outcome:
+    """Probe one channel; never raises (every failure is an Outcome with an error class)."""
+    out = Outcome(channel_id=target.channel_id, started=time.time())
+    timer = _Timer()
+    start = time.perf_counter()
+    try:
+        models_body = None
+        if target.kind in ("vllm", "llamacpp"):
+            await _get_json(client, f"{root_url(target.base_url)}/health", target, timer, "liveness")
+        else:
+            models_body = await _get_json(client, f"{target.base_url}/models", target, timer, "liveness")
+        try:
+            out.served = await _discover(client, target, timer, models_body)
+        except ProbeFailure as exc:
+            if exc.error == "auth" or target.kind in ("vllm", "llamacpp"):
+                raise
+            out.served = {}  # some clouds do not list models; liveness already answered
+        if target.inference:
+            model = target.model or next(iter(out.served), "")
+            if not model:
+                raise ProbeFailure("protocol", "no model to probe: the channel has no route and lists none")
+            out.model = model
+            await _stream_chat(client, target, model, out, timer)
+        else:
+            out.total_ms = _ms(start)
+        out.ok = True
+    except ProbeFailure as exc:
+        out.error, out.error_message = exc.error, exc.message[:300]
+        out.http_status = exc.status or out.http_status
+    except httpx.ConnectTimeout:
+        out.error, out.error_message = "timeout", "connect timed out"
+    except httpx.ConnectError as exc:
+        out.error, out.error_message = "connect", f"cannot connect: {_reason(exc)}"
+    except httpx.ReadTimeout:
+        stalled = out.ttfb_ms is not None
+        out.error = "stalled" if stalled else "timeout"
+        out.error_message = "the stream stalled (no bytes within the timeout)" if stalled else "no answer in time"
+    except httpx.TimeoutException:
+        out.error, out.error_message = "timeout", "timed out"
+    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+        out.error, out.error_message = "protocol", f"connection dropped: {_reason(exc)}"
+    except httpx.HTTPError as exc:
+        out.error, out.error_message = "protocol", f"HTTP error: {_reason(exc)}"
+    if out.total_ms is None:
+        out.total_ms = _ms(start)
+    out.connect_ms = timer.connect_ms
+    return out
+
+
+def _reason(exc: Exception) -> str:
+    return (str(exc) or exc.__class__.__name__)[:200]
+
+
+def run_loop(coro):
+    """Run `coro` on a fresh event loop: uvloop when installed (it comes with uvicorn[standard] and
+    roughly halves the CPU a probe round costs), else asyncio's own."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coro)
+
+
+def make_client(*, connect_timeout: float, timeout: float, ssl_context=None) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(timeout, connect=connect_timeout),
+        limits=httpx.Limits(max_connections=2, max_keepalive_connections=1),
+        follow_redirects=False,
+        trust_env=False,
+        verify=ssl_context if ssl_context is not None else True,
+    )
+
+
+async def probe_many(
+    targets: list[Target],
+    *,
+    concurrency: int = 200,
+    connect_timeout: float = 5.0,
+    timeout: float = 20.0,  # noqa: ASYNC109 - per-request httpx timeout, not a deadline
+) -> list[Outcome]:
+    """Probe every target concurrently, at most `concurrency` at a time; results in target order.
+
+    Each channel gets its own small client (sharing one SSL context, the expensive part): one
+    client for hundreds of origins makes httpcore's pool scan every connection for every request,
+    which measured ~30 ms of CPU per probe at 200 in flight; a pool per channel keeps it O(1).
+    """
+    sem = asyncio.Semaphore(max(1, concurrency))
+    ssl_context = httpx.create_ssl_context()
+
+    async def one(t: Target) -> Outcome:
+        async with make_client(connect_timeout=connect_timeout, timeout=timeout, ssl_context=ssl_context) as client:
+            return await probe_one(client, t)
+
+    async def bounded(t: Target) -> Outcome:
+        async with sem:
+            # A hard ceiling as well: a trickling upstream must not hold a slot forever.
+            try:
+                return await asyncio.wait_for(one(t), timeout + connect_timeout + 5)
+            except TimeoutError:
+                return Outcome(t.channel_id, error="timeout", error_message="probe took too long", started=time.time())
+
+    return list(await asyncio.gather(*(bounded(t) for t in targets)))

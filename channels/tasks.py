@@ -1,0 +1,47 @@
+"""Celery tasks for channel health. Each takes ids (or nothing), re-fetches, and is safe to run twice."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.core.cache import cache
+
+from channels.health import history, service
+
+logger = logging.getLogger(__name__)
+
+ROUND_LOCK = "channels:health:round"
+ROUND_LOCK_SECONDS = 300
+
+
+@shared_task(name="channels.tasks.probe_all_channels", ignore_result=True)
+def probe_all_channels() -> int:
+    """One probe round over every enabled channel, concurrently. Overlapping rounds are skipped."""
+    if not cache.add(ROUND_LOCK, "1", ROUND_LOCK_SECONDS):
+        logger.info("probe round skipped: the previous one is still running")
+        return 0
+    try:
+        done = service.run_round()
+    finally:
+        cache.delete(ROUND_LOCK)
+    changed = sum(1 for d in done if d.changed)
+    logger.info("probe round: %d channels, %d status changes", len(done), changed)
+    return len(done)
+
+
+@shared_task(name="channels.tasks.probe_channel", ignore_result=True)
+def probe_channel(channel_id: int) -> str | None:
+    """Probe one channel now (e.g. right after a launch job created it); returns its new status."""
+    done = service.check_channel(channel_id)
+    return done.new_status if done else None
+
+
+@shared_task(name="channels.tasks.prune_probe_results", ignore_result=True)
+def prune_probe_results() -> dict[str, int]:
+    return history.prune()
+
+
+@shared_task(name="channels.tasks.aggregate_probe_hours", ignore_result=True)
+def aggregate_probe_hours() -> int:
+    return history.aggregate_hours()

@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from ..models import KeyMode
+
+
+class RenderQuerySerializer(serializers.Serializer):
+    key = serializers.IntegerField(required=False, help_text="List only the models this key of yours may use.")
+    model = serializers.CharField(required=False, allow_blank=True, max_length=128, help_text="Default model.")
+
+
+class MintSerializer(serializers.Serializer):
+    machine = serializers.CharField(required=False, allow_blank=True, max_length=40, help_text="e.g. laptop")
+    model = serializers.CharField(required=False, allow_blank=True, max_length=128)
+
+
+class DownloadTokenSerializer(serializers.Serializer):
+    key_mode = serializers.ChoiceField(choices=KeyMode.choices, default=KeyMode.PLACEHOLDER)
+    key = serializers.IntegerField(required=False, help_text="Placeholder mode: scope the models to this key.")
+    machine = serializers.CharField(required=False, allow_blank=True, max_length=40)
+    model = serializers.CharField(required=False, allow_blank=True, max_length=128)
+
+
+class RedeemSerializer(serializers.Serializer):
+    token = serializers.CharField(max_length=100)

@@ -1,0 +1,186 @@
+"""REST endpoints: list clients, render a client's files (placeholder), mint a key with its files,
+issue a download token, and trade a token for the installer bundle."""
+
+from __future__ import annotations
+
+from django.http import Http404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.throttling import AnonRateThrottle
+from rest_framework.views import APIView
+
+from keys.models import Key
+
+from .. import clients, services
+from ..clients.base import Rendered, RenderInput
+from ..models import KeyMode
+from .serializers import DownloadTokenSerializer, MintSerializer, RedeemSerializer, RenderQuerySerializer
+
+
+def client_summary(module) -> dict:
+    return {"slug": module.SLUG, "label": module.LABEL, "env_indirection": module.ENV_INDIRECTION}
+
+
+def rendered_data(inp: RenderInput, rendered: Rendered) -> dict:
+    return {
+        "version": inp.version,
+        "gateway": inp.gateway_url,
+        "models": [
+            {"name": m.name, "context_window": m.context_window, "max_output_tokens": m.max_output_tokens}
+            for m in inp.models
+        ],
+        "files": [
+            {
+                "name": f.name,
+                "path": f.path,
+                "macos_path": f.macos_path or f.path,
+                "windows_path": f.windows,
+                "windows_path_unconfirmed": f.windows_unconfirmed,
+                "format": f.format,
+                "merge": f.merge,
+                "secret": f.secret,
+                "note": f.note,
+                "content": f.content,
+            }
+            for f in rendered.files
+        ],
+        "commands": [{"label": c.label, "text": c.text} for c in rendered.commands],
+        "links": [{"label": link.label, "url": link.url} for link in rendered.links],
+        "notes": rendered.notes,
+    }
+
+
+class ClientViewSet(viewsets.ViewSet):
+    """The supported clients. Everything rendered here is for the requesting user only."""
+
+    lookup_field = "slug"
+    lookup_value_regex = "[a-z0-9-]+"
+
+    def _module(self, slug):
+        module = clients.get(slug)
+        if module is None:
+            raise Http404
+        return module
+
+    def _own_key(self, key_id) -> Key | None:
+        if key_id is None:
+            return None
+        key = Key.objects.filter(pk=key_id, owner=self.request.user, revoked_at__isnull=True).first()
+        if key is None:
+            raise Http404
+        return key
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT}, operation_id="client_configs_clients_list")
+    def list(self, request):
+        return Response([client_summary(m) for m in clients.CLIENTS.values()])
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    def retrieve(self, request, slug=None):
+        return Response(client_summary(self._module(slug)))
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("key", int, description="List only the models this key of yours may use."),
+            OpenApiParameter("model", str, description="Default model."),
+        ],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    @action(detail=True, methods=["get"])
+    def files(self, request, slug=None):
+        """The client's files with a placeholder (or env var) for the key."""
+        module = self._module(slug)
+        query = RenderQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        key = self._own_key(query.validated_data.get("key"))
+        inp = services.render_input(
+            request.user,
+            gateway=services.gateway_url(request),
+            key=key,
+            default_model=query.validated_data.get("model", ""),
+        )
+        services.record_download(request.user, module.SLUG, inp.version, key, via="api")
+        return Response(rendered_data(inp, module.render(inp)))
+
+    @extend_schema(request=MintSerializer, responses={201: OpenApiTypes.OBJECT})
+    @action(detail=True, methods=["post"])
+    def mint(self, request, slug=None):
+        """Mint a key for this client and return the files with it inside. Shown once."""
+        module = self._module(slug)
+        body = MintSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        key, plaintext = services.mint_key(request.user, module.SLUG, body.validated_data.get("machine", ""))
+        inp = services.render_input(
+            request.user,
+            gateway=services.gateway_url(request),
+            key=key,
+            plaintext=plaintext,
+            default_model=body.validated_data.get("model", ""),
+        )
+        services.record_download(request.user, module.SLUG, inp.version, key, via="api")
+        data = rendered_data(inp, module.render(inp))
+        data["key"] = {"id": key.pk, "name": key.name, "masked": key.masked, "plaintext": plaintext}
+        return Response(data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=DownloadTokenSerializer, responses={201: OpenApiTypes.OBJECT})
+    @action(detail=True, methods=["post"], url_path="download-tokens")
+    def download_tokens(self, request, slug=None):
+        """A single-use, 10-minute token and the one-line installer commands that use it."""
+        module = self._module(slug)
+        body = DownloadTokenSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        mode = body.validated_data["key_mode"]
+        key = self._own_key(body.validated_data.get("key")) if mode == KeyMode.PLACEHOLDER else None
+        token, plaintext = services.issue_download_token(
+            request.user,
+            module.SLUG,
+            key_mode=mode,
+            key=key,
+            key_name=body.validated_data.get("machine", ""),
+            default_model=body.validated_data.get("model", ""),
+        )
+        gateway = services.gateway_url(request)
+        return Response(
+            {
+                "token": plaintext,
+                "expires_at": token.expires_at,
+                "key_mode": mode,
+                "install_sh": f"curl -fsSL {gateway}/connect/install.sh | sh -s -- {plaintext}",
+                "install_ps1": f"& ([scriptblock]::Create((irm {gateway}/connect/install.ps1))) -Token {plaintext}",
+                "check_sh": f"curl -fsSL {gateway}/connect/install.sh | sh -s -- --check {module.SLUG}",
+            },
+            status=status.HTTP_201_CREATED,
+        )
+
+
+class RedeemThrottle(AnonRateThrottle):
+    rate = "30/minute"
+
+    def allow_request(self, request, view):
+        try:
+            return super().allow_request(request, view)
+        except Exception:  # no usable cache: never block the installer on the throttle itself
+            return True
+
+
+class BundleView(APIView):
+    """Trade a download token for the installer bundle. The token is the credential: one use, 10 minutes."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+    throttle_classes = [RedeemThrottle]
+
+    @extend_schema(request=RedeemSerializer, responses={200: OpenApiTypes.OBJECT, 404: OpenApiTypes.OBJECT})
+    def post(self, request):
+        body = RedeemSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        bundle = services.redeem_download_token(body.validated_data["token"], gateway=services.gateway_url(request))
+        if bundle is None:
+            return Response(
+                {"detail": "Unknown, used or expired download token. Get a new installer command from the portal."},
+                status=status.HTTP_404_NOT_FOUND,
+            )
+        return Response(bundle)

@@ -1,0 +1,152 @@
+"""Shapes shared by every client module: what goes in (gateway, key, models) and what comes out.
+
+A client module is a pure function `render(RenderInput) -> Rendered`: no database, no request, no
+clock. The page, the REST API and the installer bundle all call it, so they can never disagree.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+# Written where a client has no way to read the key from the environment and no key was minted.
+PLACEHOLDER_KEY = "PASTE-YOUR-GATEWAY-KEY-HERE"
+ENV_VAR = "TEAM_GATEWAY_API_KEY"
+PROVIDER_ID = "teamgw"
+PROVIDER_NAME = "Team Gateway"
+VERSION_HEADER = "X-Gateway-Config-Version"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One public model with the limits a client can rely on (see services.model_specs)."""
+
+    name: str
+    context_window: int | None
+    max_output_tokens: int | None
+    display_name: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.display_name or self.name
+
+
+@dataclass(frozen=True)
+class RenderInput:
+    gateway_url: str  # the root, e.g. https://llm.example.com (no /v1, no trailing slash)
+    api_key: str | None  # plaintext of a key minted for this download; None: placeholder / env var
+    models: tuple[ModelSpec, ...]
+    version: str
+    default_model: str = ""
+    generated_at: str = "2026-01-01T00:00:00.000Z"  # ISO time; passed in so output is reproducible
+
+    @property
+    def api_base(self) -> str:
+        """Base URL for OpenAI-style clients: they append /chat/completions or /responses."""
+        return self.gateway_url + "/v1"
+
+    @property
+    def key_or_placeholder(self) -> str:
+        return self.api_key or PLACEHOLDER_KEY
+
+    @property
+    def primary(self) -> ModelSpec | None:
+        """The chosen default model, else the one with the largest known context window."""
+        for m in self.models:
+            if m.name == self.default_model:
+                return m
+        if not self.models:
+            return None
+        return max(self.models, key=lambda m: (m.context_window or 0, [-ord(c) for c in m.name]))
+
+    @property
+    def stamp(self) -> str:
+        return f"Team gateway config {self.version}: regenerate it from the portal when this changes."
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    """A file the developer puts on disk. `merge` tells the installer how to combine it with an
+    existing file: json (deep merge of objects), toml (our top-level keys and tables replace
+    theirs), dotenv (our variables replace theirs), or none (shown on the page, never installed)."""
+
+    name: str
+    path: str  # home-relative with forward slashes, e.g. ~/.claude/settings.json
+    content: str
+    format: str  # json | yaml | toml | dotenv | jsonc
+    merge: str = "json"
+    secret: bool = False  # holds a key: the installer writes it with mode 0600
+    windows_path: str = ""  # when it differs from %USERPROFILE% + path
+    macos_path: str = ""  # when it differs from `path`
+    remove: tuple[str, ...] = ()  # dotted keys a json merge deletes (e.g. a conflicting old key)
+    note: str = ""
+    windows_unconfirmed: bool = False  # the research could not confirm the Windows location
+
+    @property
+    def windows(self) -> str:
+        if self.windows_path:
+            return self.windows_path
+        return "%USERPROFILE%\\" + self.path.removeprefix("~/").replace("/", "\\")
+
+
+@dataclass(frozen=True)
+class Command:
+    label: str
+    text: str
+    secret: bool = False
+
+
+@dataclass(frozen=True)
+class Link:
+    label: str
+    url: str
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Where the doctor finds the settings in an installed file.
+
+    Paths are dotted keys into the parsed file; `*` iterates an object's values or a list's items.
+    `model_name` is a key inside each item, or `$key` for the object key itself.
+    """
+
+    file: str  # ConfigFile.path
+    format: str
+    base_url: str  # dotted path to the base URL the client uses
+    base_shape: str  # "v1": must end in /v1; "root": must not
+    key: str = ""  # dotted path to the key (may be an env reference), empty: from the environment
+    key_env: str = ""  # dotted path to the *name* of an env var holding the key (Codex env_key)
+    models: str = ""  # dotted path to the model items ("." for the file's root, no `*`: one item)
+    model_name: str = ""
+    model_context: str = ""  # path inside an item to its context window
+
+
+@dataclass(frozen=True)
+class Rendered:
+    files: list[ConfigFile] = field(default_factory=list)
+    commands: list[Command] = field(default_factory=list)
+    links: list[Link] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    probes: list[Probe] = field(default_factory=list)
+
+
+def dump_json(data: Any) -> str:
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str_presenter(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data)
+
+
+_Dumper.add_representer(str, _str_presenter)
+
+
+def dump_yaml(data: Any) -> str:
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=120)

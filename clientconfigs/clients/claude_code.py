@@ -1,0 +1,89 @@
+"""Claude Code: the `env` block of ~/.claude/settings.json.
+
+Claude Code appends /v1/messages itself, so ANTHROPIC_BASE_URL is the root (a /v1 suffix gives
+/v1/v1/messages). Only ANTHROPIC_AUTH_TOKEN is set: with ANTHROPIC_API_KEY as well it sends both
+headers. The context window is global (CLAUDE_CODE_MAX_CONTEXT_TOKENS); without it Claude Code
+assumes 1M tokens for an unknown model.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from .base import VERSION_HEADER, Command, ConfigFile, Probe, Rendered, RenderInput, dump_json
+
+SLUG = "claude-code"
+LABEL = "Claude Code"
+ENV_INDIRECTION = False  # settings `env` values are literal; without a key we leave the token to the shell
+SCHEMA = "https://json.schemastore.org/claude-code-settings.json"
+PATH = "~/.claude/settings.json"
+
+
+def env_block(inp: RenderInput) -> dict[str, str]:
+    env: dict[str, str] = {"ANTHROPIC_BASE_URL": inp.gateway_url}
+    if inp.api_key:
+        env["ANTHROPIC_AUTH_TOKEN"] = inp.api_key
+    primary = inp.primary
+    if primary:
+        env["ANTHROPIC_MODEL"] = primary.name
+        env["ANTHROPIC_DEFAULT_SONNET_MODEL"] = primary.name
+        env["ANTHROPIC_DEFAULT_OPUS_MODEL"] = primary.name
+        env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] = primary.name
+        if primary.context_window:
+            env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] = str(primary.context_window)
+        if primary.max_output_tokens:
+            env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = str(primary.max_output_tokens)
+    env["ANTHROPIC_CUSTOM_HEADERS"] = f"{VERSION_HEADER}: {inp.version}"
+    return env
+
+
+def render(inp: RenderInput) -> Rendered:
+    settings = {"$schema": SCHEMA, "env": env_block(inp)}
+    # A stale ANTHROPIC_API_KEY would be sent too; the deprecated small-fast model would win over
+    # the haiku default. Without a minted key, an old token in settings would override the shell.
+    remove = ["env.ANTHROPIC_API_KEY", "env.ANTHROPIC_SMALL_FAST_MODEL"]
+    if not inp.api_key:
+        remove.append("env.ANTHROPIC_AUTH_TOKEN")
+    notes = [
+        "Claude Code talks Anthropic Messages: the gateway answers it on every channel.",
+        "The model, haiku, sonnet and opus defaults all point at the selected model; change them in "
+        "settings.json if the team has a smaller model for background tasks.",
+    ]
+    commands = [
+        Command(
+            "Try it once without changing settings.json",
+            "claude --settings " + shlex.quote(json.dumps(settings, separators=(",", ":"))),
+            secret=bool(inp.api_key),
+        )
+    ]
+    if not inp.api_key:
+        notes.append("No key is written: export ANTHROPIC_AUTH_TOKEN with your key before starting claude.")
+        commands.insert(0, Command("Before starting claude", "export ANTHROPIC_AUTH_TOKEN=<your key>"))
+    return Rendered(
+        files=[
+            ConfigFile(
+                "settings.json",
+                PATH,
+                dump_json(settings),
+                "json",
+                secret=bool(inp.api_key),
+                remove=tuple(remove),
+                windows_unconfirmed=True,
+            )
+        ],
+        commands=commands,
+        notes=notes,
+        probes=[
+            Probe(
+                file=PATH,
+                format="json",
+                base_url="env.ANTHROPIC_BASE_URL",
+                base_shape="root",
+                key="env.ANTHROPIC_AUTH_TOKEN",
+                models="env",
+                model_name="ANTHROPIC_MODEL",
+                model_context="CLAUDE_CODE_MAX_CONTEXT_TOKENS",
+            )
+        ],
+    )

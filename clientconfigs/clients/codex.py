@@ -1,0 +1,93 @@
+"""Codex CLI: ~/.codex/config.toml with our own provider entry.
+
+Never the built-in `openai` id (Codex refuses to redefine it, and pointing it at a gateway makes
+Codex try Responses over WebSocket first). `wire_api = "responses"` is the only wire Codex speaks
+now; base_url carries /v1 because Codex appends /responses. The key comes from an environment
+variable (`env_key`), so auth.json, which may hold the developer's ChatGPT login, is left alone.
+"""
+
+from __future__ import annotations
+
+import tomli_w
+
+from .base import ENV_VAR, PROVIDER_ID, PROVIDER_NAME, VERSION_HEADER, Command, ConfigFile, Probe, Rendered, RenderInput
+
+SLUG = "codex"
+LABEL = "Codex CLI"
+ENV_INDIRECTION = True
+PATH = "~/.codex/config.toml"
+ENV_FILE = "~/.config/team-gateway/env"
+
+
+def config(inp: RenderInput) -> dict:
+    data: dict = {}
+    primary = inp.primary
+    if primary:
+        data["model"] = primary.name
+    data["model_provider"] = PROVIDER_ID
+    if primary and primary.context_window:
+        data["model_context_window"] = primary.context_window
+    data["model_providers"] = {
+        PROVIDER_ID: {
+            "name": PROVIDER_NAME,
+            "base_url": inp.api_base,
+            "env_key": ENV_VAR,
+            "wire_api": "responses",
+            "http_headers": {VERSION_HEADER: inp.version},
+        }
+    }
+    return data
+
+
+def render(inp: RenderInput) -> Rendered:
+    text = f"# {inp.stamp}\n" + tomli_w.dumps(config(inp))
+    files = [
+        ConfigFile(
+            "config.toml",
+            PATH,
+            text,
+            "toml",
+            merge="toml",
+            windows_unconfirmed=True,
+            note=f"Your other settings stay; our top-level model keys and [model_providers.{PROVIDER_ID}] replace "
+            "any earlier ones.",
+        )
+    ]
+    commands = []
+    if inp.api_key:
+        files.append(
+            ConfigFile(
+                "env",
+                ENV_FILE,
+                f"# {inp.stamp}\nexport {ENV_VAR}='{inp.api_key}'\n",
+                "dotenv",
+                merge="dotenv",
+                secret=True,
+                note=f"Load it from your shell profile: add `. {ENV_FILE}` to ~/.profile, ~/.bashrc or ~/.zshrc. "
+                "The Windows installer sets it as a user environment variable instead.",
+            )
+        )
+        commands.append(Command("Load the key in this shell", f". {ENV_FILE}"))
+    else:
+        commands.append(Command("Before starting codex", f"export {ENV_VAR}=<your key>"))
+    commands.append(Command("Check the config", "codex debug models > /dev/null && echo config ok"))
+    return Rendered(
+        files=files,
+        commands=commands,
+        notes=[
+            "Codex needs the gateway's Responses API (POST /v1/responses); the gateway serves it on every channel.",
+            "Codex does not read a per-model output limit; only model_context_window is written.",
+        ],
+        probes=[
+            Probe(
+                file=PATH,
+                format="toml",
+                base_url=f"model_providers.{PROVIDER_ID}.base_url",
+                base_shape="v1",
+                key_env=f"model_providers.{PROVIDER_ID}.env_key",
+                models=".",
+                model_name="model",
+                model_context="model_context_window",
+            )
+        ],
+    )

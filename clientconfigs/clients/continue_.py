@@ -1,0 +1,118 @@
+"""Continue: config.yaml (schema v1) with every allowed model, an optional .env for the key, and
+the legacy config.json for old installs (shown, never installed: config.yaml wins when present)."""
+
+from __future__ import annotations
+
+from .base import (
+    ENV_VAR,
+    PROVIDER_NAME,
+    VERSION_HEADER,
+    ConfigFile,
+    Probe,
+    Rendered,
+    RenderInput,
+    dump_json,
+    dump_yaml,
+)
+
+SLUG = "continue"
+LABEL = "Continue"
+ENV_INDIRECTION = True
+SECRET_REF = "${{ secrets.%s }}" % ENV_VAR  # noqa: UP031 - the braces are Continue's syntax
+ROLES = ["chat", "edit", "apply", "summarize"]
+
+
+def render(inp: RenderInput) -> Rendered:
+    headers = {VERSION_HEADER: inp.version}
+    models = []
+    legacy = []
+    for m in inp.models:
+        entry: dict = {
+            "name": f"{m.label} (team gateway)",
+            "provider": "openai",
+            "model": m.name,
+            "apiBase": inp.api_base,
+            "apiKey": SECRET_REF,
+            "roles": list(ROLES),
+            "capabilities": ["tool_use"],
+        }
+        options: dict = {}
+        if m.context_window:
+            options["contextLength"] = m.context_window
+        if m.max_output_tokens:
+            options["maxTokens"] = m.max_output_tokens
+        if options:
+            entry["defaultCompletionOptions"] = options
+        entry["requestOptions"] = {"headers": dict(headers)}
+        models.append(entry)
+
+        old: dict = {
+            "title": f"{m.label} (team gateway)",
+            "provider": "openai",
+            "model": m.name,
+            "apiBase": inp.api_base,
+            "apiKey": inp.key_or_placeholder,
+        }
+        if m.context_window:
+            old["contextLength"] = m.context_window
+        if m.max_output_tokens:
+            old["completionOptions"] = {"maxTokens": m.max_output_tokens}
+        old["capabilities"] = {"tools": True}
+        old["requestOptions"] = {"headers": dict(headers)}
+        legacy.append(old)
+
+    config = {"name": PROVIDER_NAME, "version": "1.0.0", "schema": "v1", "models": models}
+    yaml_text = f"# {inp.stamp}\n" + dump_yaml(config)
+    files = [
+        ConfigFile(
+            "config.yaml",
+            "~/.continue/config.yaml",
+            yaml_text,
+            "yaml",
+            merge="yaml-models",
+            note="The installer adds these models to your existing models list (between "
+            "team-gateway marker comments) and leaves everything else as it is.",
+        )
+    ]
+    notes = [f"The key is read from {ENV_VAR}: ~/.continue/.env first, then your environment."]
+    if inp.api_key:
+        files.append(
+            ConfigFile(
+                ".env",
+                "~/.continue/.env",
+                f"# {inp.stamp}\n{ENV_VAR}={inp.api_key}\n",
+                "dotenv",
+                merge="dotenv",
+                secret=True,
+            )
+        )
+    else:
+        notes.append(f"Put {ENV_VAR}=<your key> in ~/.continue/.env, or export it before starting your editor.")
+    files.append(
+        ConfigFile(
+            "config.json (legacy)",
+            "~/.continue/config.json",
+            dump_json({"models": legacy}),
+            "json",
+            merge="none",
+            secret=bool(inp.api_key),
+            note="Only for old Continue versions without config.yaml support; ignored when config.yaml "
+            "exists. Not installed by the installer.",
+        )
+    )
+    return Rendered(
+        files=files,
+        notes=notes,
+        probes=[
+            Probe(
+                file="~/.continue/config.yaml",
+                format="yaml",
+                base_url="models.*.apiBase",
+                base_shape="v1",
+                key="models.*.apiKey",
+                models="models.*",
+                model_name="model",
+                model_context="defaultCompletionOptions.contextLength",
+            )
+        ],
+    )

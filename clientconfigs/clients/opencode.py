@@ -1,0 +1,79 @@
+"""OpenCode: a custom provider in ~/.config/opencode/opencode.json (merged with other configs).
+
+`@ai-sdk/openai-compatible` speaks Chat Completions to `{baseURL}/chat/completions`; the key can stay
+in the environment with `{env:VAR}`. `limit.output` becomes the request's max_tokens.
+"""
+
+from __future__ import annotations
+
+from .base import (
+    ENV_VAR,
+    PROVIDER_ID,
+    PROVIDER_NAME,
+    VERSION_HEADER,
+    Command,
+    ConfigFile,
+    Probe,
+    Rendered,
+    RenderInput,
+    dump_json,
+)
+
+SLUG = "opencode"
+LABEL = "OpenCode"
+ENV_INDIRECTION = True
+PATH = "~/.config/opencode/opencode.json"
+
+
+def provider_entry(inp: RenderInput, api_key: str) -> dict:
+    models: dict = {}
+    for m in inp.models:
+        entry: dict = {"name": m.label}
+        if m.context_window and m.max_output_tokens:
+            entry["limit"] = {"context": m.context_window, "output": m.max_output_tokens}
+        entry["tool_call"] = True
+        models[m.name] = entry
+    return {
+        "npm": "@ai-sdk/openai-compatible",
+        "name": PROVIDER_NAME,
+        "options": {"baseURL": inp.api_base, "apiKey": api_key, "headers": {VERSION_HEADER: inp.version}},
+        "models": models,
+    }
+
+
+def render(inp: RenderInput) -> Rendered:
+    api_key = inp.api_key or "{env:%s}" % ENV_VAR  # noqa: UP031 - OpenCode's own syntax
+    data: dict = {"$schema": "https://opencode.ai/config.json", "provider": {PROVIDER_ID: provider_entry(inp, api_key)}}
+    primary = inp.primary
+    if primary:
+        data["model"] = f"{PROVIDER_ID}/{primary.name}"
+        data["small_model"] = f"{PROVIDER_ID}/{primary.name}"
+    commands = [Command("Check the config", "opencode debug config > /dev/null && echo config ok")]
+    if not inp.api_key:
+        commands.insert(0, Command("Before starting opencode", f"export {ENV_VAR}=<your key>"))
+    return Rendered(
+        files=[
+            ConfigFile(
+                "opencode.json",
+                PATH,
+                dump_json(data),
+                "json",
+                secret=bool(inp.api_key),
+                windows_unconfirmed=True,
+                note="If you keep an opencode.jsonc instead, copy the provider block into it by hand.",
+            )
+        ],
+        commands=commands,
+        probes=[
+            Probe(
+                file=PATH,
+                format="json",
+                base_url=f"provider.{PROVIDER_ID}.options.baseURL",
+                base_shape="v1",
+                key=f"provider.{PROVIDER_ID}.options.apiKey",
+                models=f"provider.{PROVIDER_ID}.models.*",
+                model_name="$key",
+                model_context="limit.context",
+            )
+        ],
+    )

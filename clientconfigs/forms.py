@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+from django import forms
+
+from keys.models import Key
+
+from .models import KeyMode
+
+
+class ConnectForm(forms.Form):
+    """How the files for one client are made: a new key, or a placeholder scoped like an existing key."""
+
+    key_mode = forms.ChoiceField(choices=KeyMode.choices, initial=KeyMode.PLACEHOLDER, widget=forms.RadioSelect)
+    machine = forms.CharField(
+        max_length=40, required=False, initial="laptop", help_text="Names the new key, e.g. cline@laptop."
+    )
+    key = forms.ModelChoiceField(
+        queryset=Key.objects.none(),
+        required=False,
+        empty_label="All models I may use",
+        help_text="Placeholder mode: list only the models this key may use.",
+    )
+    model = forms.ChoiceField(choices=(), required=False, label="Default model")
+
+    def __init__(self, *args, user, model_names: list[str], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["key"].queryset = Key.objects.filter(owner=user, revoked_at__isnull=True).order_by("name")
+        self.fields["model"].choices = [(n, n) for n in model_names]

@@ -1,0 +1,216 @@
+# Team gateway: install this developer's client configs on Windows, or check them (the doctor).
+#   & ([scriptblock]::Create((irm PORTAL/connect/install.ps1))) -Token <download-token>
+#   & ([scriptblock]::Create((irm PORTAL/connect/install.ps1))) -Check <client>
+# Existing files are merged, never replaced, after a timestamped backup; files holding a key are
+# readable by the current user only. Windows PowerShell 5.1 or PowerShell 7.
+param([string]$Token = "", [string]$Check = "")
+$ErrorActionPreference = "Stop"
+$Portal = __PORTAL__
+$Gateway = __GATEWAY__
+$Probes = __PROBES__ | ConvertFrom-Json
+$Begin = "# >>> team-gateway models (managed by the portal installer; edits here are replaced)"
+$End = "# <<< team-gateway models"
+
+function Expand-TeamPath([string]$p) {
+  if ($p.StartsWith("~/")) { $p = Join-Path $env:USERPROFILE ($p.Substring(2) -replace "/", "\") }
+  return [Environment]::ExpandEnvironmentVariables($p)
+}
+
+function ConvertTo-Table($o) {
+  # PSCustomObject from ConvertFrom-Json -> ordered hashtables, so merging is plain key assignment.
+  if ($o -is [System.Management.Automation.PSCustomObject]) {
+    $h = [ordered]@{}
+    foreach ($p in $o.PSObject.Properties) { $h[$p.Name] = ConvertTo-Table $p.Value }
+    return $h
+  }
+  if ($o -is [System.Collections.IEnumerable] -and -not ($o -is [string])) { return ,@($o | ForEach-Object { ConvertTo-Table $_ }) }
+  return $o
+}
+
+function Merge-Deep($into, $new) {
+  foreach ($k in @($new.Keys)) {
+    if (($new[$k] -is [System.Collections.IDictionary]) -and ($into.Contains($k)) -and ($into[$k] -is [System.Collections.IDictionary])) {
+      Merge-Deep $into[$k] $new[$k]
+    } else { $into[$k] = $new[$k] }
+  }
+}
+
+function Merge-Json($old, $file) {
+  $new = ConvertTo-Table ($file.content | ConvertFrom-Json)
+  if ($null -eq $old -or $old.Trim() -eq "") { $data = $new }
+  else {
+    $data = ConvertTo-Table ($old | ConvertFrom-Json)
+    if (-not ($data -is [System.Collections.IDictionary])) { throw "the existing file is not a JSON object" }
+    Merge-Deep $data $new
+  }
+  foreach ($dotted in $file.remove) {
+    $parts = $dotted.Split("."); $node = $data; $keep = $new
+    for ($i = 0; $i -lt $parts.Length - 1; $i++) {
+      if ($node -is [System.Collections.IDictionary] -and $node.Contains($parts[$i])) { $node = $node[$parts[$i]] } else { $node = $null; break }
+      if ($keep -is [System.Collections.IDictionary] -and $keep.Contains($parts[$i])) { $keep = $keep[$parts[$i]] } else { $keep = @{} }
+    }
+    $last = $parts[-1]
+    if ($node -is [System.Collections.IDictionary] -and $node.Contains($last) -and -not $keep.Contains($last)) { $node.Remove($last) }
+  }
+  return ($data | ConvertTo-Json -Depth 32) + "`n"
+}
+
+function Split-Toml([string]$text) {
+  $top = New-Object System.Collections.ArrayList; $tables = New-Object System.Collections.ArrayList; $cur = $null
+  foreach ($line in ($text -split "`r?`n")) {
+    if ($line -match '^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$' -and -not $line.TrimStart().StartsWith("#")) {
+      $cur = @{ name = ($Matches[1] -replace '["'' ]', ""); lines = New-Object System.Collections.ArrayList }
+      [void]$cur.lines.Add($line); [void]$tables.Add($cur)
+    } elseif ($null -eq $cur) { [void]$top.Add($line) } else { [void]$cur.lines.Add($line) }
+  }
+  return @{ top = $top; tables = $tables }
+}
+
+function Merge-Toml($old, $file) {
+  if ($null -eq $old -or $old.Trim() -eq "") { return $file.content }
+  $ours = Split-Toml $file.content; $theirs = Split-Toml $old
+  $keys = @($ours.top | Where-Object { $_ -match '^\s*([A-Za-z0-9_\-"''.]+)\s*=' } | ForEach-Object { ($_ -split "=")[0].Trim().Trim('"', "'") })
+  $names = @($ours.tables | ForEach-Object { $_.name })
+  $out = New-Object System.Collections.ArrayList
+  $ours.top | Where-Object { $_.Trim() -ne "" } | ForEach-Object { [void]$out.Add($_) }
+  [void]$out.Add("")
+  foreach ($l in $theirs.top) {
+    $m = $l -match '^\s*([A-Za-z0-9_\-"''.]+)\s*='
+    if (-not ($m -and ($keys -contains $Matches[1].Trim('"', "'")))) { [void]$out.Add($l) }
+  }
+  foreach ($t in $theirs.tables) {
+    $mine = $false; foreach ($n in $names) { if ($t.name -eq $n -or $t.name.StartsWith("$n.")) { $mine = $true } }
+    if (-not $mine) { $t.lines | ForEach-Object { [void]$out.Add($_) } }
+  }
+  foreach ($t in $ours.tables) { [void]$out.Add(""); $t.lines | ForEach-Object { [void]$out.Add($_) } }
+  return ((($out -join "`n").Trim("`n")) -replace "`n{3,}", "`n`n") + "`n"
+}
+
+function Merge-Dotenv($old, $file) {
+  if ($null -eq $old) { return $file.content }
+  $names = @($file.content -split "`r?`n" | Where-Object { $_ -match '^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=' } | ForEach-Object { $Matches[1] })
+  $kept = @($old -split "`r?`n" | Where-Object { -not (($_ -match '^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=') -and ($names -contains $Matches[1])) -and -not $_.StartsWith("# Team gateway config") })
+  $body = ($kept -join "`n").TrimEnd("`n")
+  if ($body) { $body += "`n" }
+  return $body + $file.content
+}
+
+function Merge-YamlModels($old, $file) {
+  if ($null -eq $old -or $old.Trim() -eq "") { return $file.content }
+  $lines = New-Object System.Collections.ArrayList; $skip = $false
+  foreach ($l in ($old -split "`r?`n")) {
+    if ($l.Trim() -eq $Begin) { $skip = $true; continue }
+    if ($skip -and $l.Trim() -eq $End) { $skip = $false; continue }
+    if (-not $skip) { [void]$lines.Add($l) }
+  }
+  $ourLines = $file.content -split "`r?`n"; $start = [array]::IndexOf($ourLines, "models:") + 1
+  $items = New-Object System.Collections.ArrayList
+  for ($i = $start; $i -lt $ourLines.Length; $i++) {
+    $l = $ourLines[$i]; if ($l -and -not ($l.StartsWith(" ") -or $l.StartsWith("-") -or $l.StartsWith("#"))) { break }; [void]$items.Add($l)
+  }
+  $idx = -1; for ($i = 0; $i -lt $lines.Count; $i++) { if ($lines[$i] -match '^models:\s*(#.*)?$') { $idx = $i; break } }
+  if ($idx -lt 0) {
+    if (@($lines | Where-Object { $_ -match '^models:' }).Count) { throw "the top-level models list is written inline; add the models by hand" }
+    return ((@($lines) + @("models:", $Begin) + @($items) + @($End)) -join "`n").TrimEnd("`n") + "`n"
+  }
+  $indent = 2
+  for ($i = $idx + 1; $i -lt $lines.Count; $i++) {
+    $l = $lines[$i]; if ($l.Trim() -and -not $l.TrimStart().StartsWith("#")) { if ($l -match '^(\s*)-') { $indent = $Matches[1].Length }; break }
+  }
+  $pad = " " * $indent
+  $block = @("$pad$Begin") + @($items | ForEach-Object { if ($_) { "$pad$_" } else { $_ } }) + @("$pad$End")
+  $new = @($lines[0..$idx]) + $block + @(if ($idx + 1 -lt $lines.Count) { $lines[($idx + 1)..($lines.Count - 1)] })
+  return ($new -join "`n").TrimEnd("`n") + "`n"
+}
+
+function Protect-File([string]$path) {
+  # The Windows equivalent of mode 0600: no inherited access, full control for this user only.
+  & icacls $path /inheritance:r /grant:r "$($env:USERNAME):(F)" | Out-Null
+}
+
+function Install-Bundle([string]$tok) {
+  try {
+    $bundle = Invoke-RestMethod -Method Post -Uri "$Portal/api/client-configs/bundle/" -ContentType "application/json" -Body (@{ token = $tok } | ConvertTo-Json)
+  } catch {
+    Write-Host "x the portal refused the download token: download tokens work once and for 10 minutes; get a new command from the portal."
+    exit 1
+  }
+  $stamp = Get-Date -Format "yyyyMMdd-HHmmss"; $failures = 0
+  foreach ($f in $bundle.files) {
+    $path = Expand-TeamPath $f.windows_path
+    $old = $null; if (Test-Path $path) { $old = [IO.File]::ReadAllText($path) }
+    try {
+      switch ($f.merge) {
+        "json" { $text = Merge-Json $old $f }
+        "toml" { $text = Merge-Toml $old $f }
+        "dotenv" { $text = Merge-Dotenv $old $f }
+        "yaml-models" { $text = Merge-YamlModels $old $f }
+      }
+    } catch { $failures++; Write-Host "! $path left unchanged ($($_.Exception.Message)). Copy $($f.name) from the portal page by hand."; continue }
+    New-Item -ItemType Directory -Force -Path (Split-Path $path) | Out-Null
+    if ($null -ne $old) { $backup = "$path.bak-$stamp"; [IO.File]::WriteAllText($backup, $old); Protect-File $backup }
+    [IO.File]::WriteAllText($path, $text, (New-Object System.Text.UTF8Encoding $false))
+    if ($f.secret) { Protect-File $path }
+    if ($f.merge -eq "dotenv" -and $f.path -eq "~/.config/team-gateway/env") {
+      foreach ($l in ($f.content -split "`n")) {
+        if ($l -match "^export\s+([A-Za-z_][A-Za-z0-9_]*)='?([^']*)'?$") { [Environment]::SetEnvironmentVariable($Matches[1], $Matches[2], "User") }
+      }
+    }
+    Write-Host "+ $path"
+  }
+  if ($bundle.key) { Write-Host "+ key $($bundle.key.name) ($($bundle.key.masked)) minted for this machine; revoke it on the portal if lost" }
+  foreach ($c in $bundle.commands) { Write-Host "-> $($c.label): $($c.text)" }
+  foreach ($n in $bundle.notes) { Write-Host ". $n" }
+  Write-Host ". config version $($bundle.version)"
+  if ($failures) { exit 1 }
+}
+
+function Get-Dotted($data, [string]$path) {
+  if ($path -eq "." -or $path -eq "") { return ,@($data) }
+  $cur = @($data)
+  foreach ($part in $path.Split(".")) {
+    $next = @()
+    foreach ($n in $cur) {
+      if ($part -eq "*") { if ($n -is [System.Collections.IDictionary]) { $next += @($n.Values) } elseif ($n -is [array]) { $next += $n } }
+      elseif ($n -is [System.Collections.IDictionary] -and $n.Contains($part)) { $next += ,$n[$part] }
+    }
+    $cur = $next
+  }
+  return ,$cur
+}
+
+function Invoke-Doctor([string]$client) {
+  # JSON files are checked in full; TOML and YAML files only for the base URL (PowerShell has no parser for them).
+  $probes = $Probes.$client
+  if (-not $probes) { Write-Host "unknown client $client"; exit 2 }
+  $problems = 0; $key = $env:TEAM_GATEWAY_API_KEY
+  foreach ($p in $probes) {
+    $path = Expand-TeamPath $p.file
+    if (-not (Test-Path $path)) { Write-Host "x $($p.file): not found"; $problems++; continue }
+    $text = [IO.File]::ReadAllText($path)
+    if ($p.format -eq "json") {
+      $data = ConvertTo-Table ($text | ConvertFrom-Json)
+      $bases = Get-Dotted $data $p.base_url
+      if ($p.key -and -not $key) { $k = @(Get-Dotted $data $p.key) | Where-Object { $_ -and -not $_.StartsWith("PASTE-") -and -not $_.StartsWith("{env:") } | Select-Object -First 1; if ($k) { $key = $k } }
+    } else {
+      $bases = @([regex]::Matches($text, '(?m)(?:base_url|apiBase)\s*[:=]\s*"?([^"\s]+)"?') | ForEach-Object { $_.Groups[1].Value })
+    }
+    foreach ($b in $bases) {
+      $b = $b.TrimEnd("/")
+      $ok = if ($p.base_shape -eq "v1") { $b.EndsWith("/v1") } else { -not $b.EndsWith("/v1") }
+      if ($ok) { Write-Host "+ $($p.file): base URL $b has the right shape" } else { Write-Host "x $($p.file): base URL $b has the wrong shape ($($p.base_shape))"; $problems++ }
+      break
+    }
+  }
+  if (-not $key) { Write-Host "x no key found in the files or in TEAM_GATEWAY_API_KEY"; exit 1 }
+  try {
+    $models = Invoke-RestMethod -Uri "$Gateway/v1/models" -Headers @{ Authorization = "Bearer $key" }
+    Write-Host "+ key valid"
+    Write-Host ". models for this key: $((@($models.data) | ForEach-Object { $_.id }) -join ', ')"
+  } catch { Write-Host "x the gateway rejected the key or is unreachable: $($_.Exception.Message)"; exit 1 }
+  if ($problems) { exit 1 }
+}
+
+if ($Check) { Invoke-Doctor $Check }
+elseif ($Token) { Install-Bundle $Token }
+else { Write-Host "usage: -Token <download-token> (from $Portal/connect/) or -Check <client>"; exit 2 }

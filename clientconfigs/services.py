@@ -1,0 +1,229 @@
+"""Workflows behind the "Connect your tools" page, the REST API and the installers.
+
+The model list a key may use, with the limits a client can rely on; the version stamp that says
+when downloaded files went stale; minting a key per client; single-use download tokens.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import re
+import secrets as pysecrets
+from dataclasses import asdict
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Prefetch
+from django.utils import timezone
+
+from channels.models import Model, ModelRoute
+from keys.models import Key
+from keys.services import issue_key
+from portal import audit
+from portal.choices import AuditAction
+from portal.secrets import keyed_hash
+
+from . import clients
+from .clients.base import ModelSpec, Rendered, RenderInput
+from .models import ConfigDownload, DownloadToken, KeyMode
+
+TOKEN_PREFIX = "gdt-"  # noqa: S105 - a prefix, not a secret
+TOKEN_TTL = datetime.timedelta(minutes=10)
+# Input a request always keeps: Continue warns below 1000 tokens of room for the prompt.
+MIN_INPUT_ROOM = 1024
+
+
+def gateway_url(request=None) -> str:
+    """The root developers' clients talk to: PORTAL_PUBLIC_URL, else the request's scheme and host."""
+    url = settings.PORTAL_PUBLIC_URL
+    if not url and request is not None:
+        url = f"{request.scheme}://{request.get_host()}"
+    url = (url or "http://127.0.0.1:8000").rstrip("/")
+    return re.sub(r"/v1$", "", url)
+
+
+def usable_models(user, key: Key | None = None):
+    """Enabled models with at least one enabled route on an enabled channel, narrowed by the
+    owner's allow-list and then the key's (an empty list means no narrowing)."""
+    live_routes = ModelRoute.objects.filter(model=OuterRef("pk"), enabled=True, channel__enabled=True)
+    qs = Model.objects.filter(enabled=True).filter(Exists(live_routes))
+    owner = key.owner if key is not None else user
+    owner_allowed = list(owner.allowed_models.values_list("pk", flat=True))
+    if owner_allowed:
+        qs = qs.filter(pk__in=owner_allowed)
+    if key is not None:
+        key_allowed = list(key.allowed_models.values_list("pk", flat=True))
+        if key_allowed:
+            qs = qs.filter(pk__in=key_allowed)
+    return qs.order_by("name")
+
+
+def output_room(context_window: int | None, max_output: int | None) -> int | None:
+    """Max output tokens that leave room for the prompt: at least max(1024, a quarter) of the window."""
+    if context_window is None:
+        return max_output
+    out = max_output or min(settings.GATEWAY_DEFAULT_MAX_TOKENS, context_window // 2)
+    reserve = max(MIN_INPUT_ROOM, context_window // 4)
+    if context_window - reserve < 1:
+        return max(1, context_window // 4)
+    return max(1, min(out, context_window - reserve))
+
+
+def model_specs(user, key: Key | None = None) -> tuple[ModelSpec, ...]:
+    """Each usable model with the smallest context window its enabled routes really serve
+    (discovered, else configured) and an output limit that leaves room for input."""
+    routes = ModelRoute.objects.filter(enabled=True, channel__enabled=True)
+    specs = []
+    for model in usable_models(user, key).prefetch_related(Prefetch("routes", queryset=routes, to_attr="live")):
+        windows = [r.effective_context_window for r in model.live if r.effective_context_window]
+        outputs = [r.max_output_tokens for r in model.live if r.max_output_tokens]
+        ctx = min(windows) if windows else None
+        specs.append(
+            ModelSpec(model.name, ctx, output_room(ctx, min(outputs) if outputs else None), model.display_name)
+        )
+    return tuple(specs)
+
+
+def version_of(gateway: str, specs: tuple[ModelSpec, ...]) -> str:
+    """A short hash over everything written into the files except the key: changes when an admin
+    changes models, limits or the gateway URL."""
+    payload = json.dumps([gateway, [asdict(s) for s in specs]], sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+def render_input(
+    user, *, gateway: str, key: Key | None = None, plaintext: str | None = None, default_model: str = ""
+) -> RenderInput:
+    specs = model_specs(user, key)
+    return RenderInput(
+        gateway_url=gateway,
+        api_key=plaintext,
+        models=specs,
+        version=version_of(gateway, specs),
+        default_model=default_model,
+        generated_at=timezone.now().strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+    )
+
+
+def render(slug: str, inp: RenderInput) -> Rendered:
+    module = clients.get(slug)
+    if module is None:
+        raise KeyError(slug)
+    return module.render(inp)
+
+
+def mint_key(user, client: str, machine: str = "") -> tuple[Key, str]:
+    """A key for one client on one machine (`cline@laptop`), revocable on its own, with the
+    developer's default limits and, when the defaults name models, that model scope."""
+    label = re.sub(r"[^A-Za-z0-9._-]+", "-", machine.strip())[:40].strip("-") or "portal"
+    base = f"{client}@{label}"
+    taken = set(Key.objects.filter(owner=user, revoked_at__isnull=True).values_list("name", flat=True))
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base}-{n}", n + 1
+    defaults = user.key_defaults or {}
+    allowed = defaults.get("allowed_models") or []
+    models = Model.objects.filter(name__in=[m for m in allowed if isinstance(m, str)]) if allowed else []
+    extra = {}
+    if isinstance(defaults.get("ip_allowlist"), list):
+        extra["ip_allowlist"] = defaults["ip_allowlist"]
+    key, plaintext = issue_key(owner=user, name=name, allowed_models=models, client=client, **extra)
+    return key, plaintext
+
+
+def record_download(user, client: str, version: str, key: Key | None, via: str) -> None:
+    ConfigDownload.objects.create(user=user, client=client, version=version, key=key, via=via)
+
+
+def stale_downloads(user, gateway: str) -> list[dict]:
+    """The clients whose most recent download by `user` no longer matches what we would write now."""
+    latest: dict[str, ConfigDownload] = {}
+    for d in ConfigDownload.objects.filter(user=user).select_related("key").order_by("-created", "-id")[:200]:
+        latest.setdefault(d.client, d)
+    stale = []
+    for client, d in sorted(latest.items()):
+        key = d.key if d.key is not None and d.key.owner_id == user.pk and d.key.is_active else None
+        current = version_of(gateway, model_specs(user, key))
+        if current != d.version:
+            label = getattr(clients.get(client), "LABEL", client)
+            stale.append(
+                {"client": client, "label": label, "downloaded": d.version, "current": current, "when": d.created}
+            )
+    return stale
+
+
+def issue_download_token(
+    user, client: str, *, key_mode: str, key: Key | None = None, key_name: str = "", default_model: str = ""
+) -> tuple[DownloadToken, str]:
+    """A token for one installer run. Never reusable; expires after TOKEN_TTL."""
+    if clients.get(client) is None:
+        raise ValueError(f"Unknown client {client!r}.")
+    if key is not None and key.owner_id != user.pk:
+        raise ValueError("Unknown key.")
+    plaintext = TOKEN_PREFIX + pysecrets.token_urlsafe(24)
+    token = DownloadToken.objects.create(
+        user=user,
+        client=client,
+        key_mode=key_mode,
+        key_name=key_name[:100],
+        key=key if key_mode == KeyMode.PLACEHOLDER else None,
+        default_model=default_model[:128],
+        token_hash=keyed_hash(plaintext),
+        expires_at=timezone.now() + TOKEN_TTL,
+    )
+    return token, plaintext
+
+
+@transaction.atomic
+def redeem_download_token(plaintext: str, *, gateway: str) -> dict | None:
+    """Trade a token for the bundle the installer writes; None when unknown, used or expired."""
+    value = (plaintext or "").strip()
+    if not value.startswith(TOKEN_PREFIX) or len(value) > 100:
+        return None
+    now = timezone.now()
+    claimed = DownloadToken.objects.filter(
+        token_hash=keyed_hash(value), used_at__isnull=True, expires_at__gt=now, user__is_active=True
+    ).update(used_at=now)
+    if claimed != 1:
+        return None
+    token = DownloadToken.objects.select_related("user", "key").get(token_hash=keyed_hash(value))
+    user, key, plain = token.user, token.key, None
+    if token.key_mode == KeyMode.MINT:
+        key, plain = mint_key(user, token.client, token.key_name)
+        DownloadToken.objects.filter(pk=token.pk).update(key=key)
+    elif key is not None and not key.is_active:
+        key = None
+    inp = render_input(user, gateway=gateway, key=key, plaintext=plain, default_model=token.default_model)
+    rendered = render(token.client, inp)
+    record_download(user, token.client, inp.version, key, via="installer")
+    audit.record(AuditAction.ACTION, token, message=f"installer bundle for {token.client} downloaded")
+    return bundle(token.client, inp, rendered, key)
+
+
+def bundle(client: str, inp: RenderInput, rendered: Rendered, key: Key | None) -> dict:
+    """What the installer receives: files with where they go and how to merge them."""
+    return {
+        "client": client,
+        "version": inp.version,
+        "gateway": inp.gateway_url,
+        "key": {"id": key.pk, "name": key.name, "masked": key.masked} if key is not None else None,
+        "files": [
+            {
+                "name": f.name,
+                "path": f.path,
+                "macos_path": f.macos_path or f.path,
+                "windows_path": f.windows,
+                "format": f.format,
+                "merge": f.merge,
+                "secret": f.secret,
+                "remove": list(f.remove),
+                "content": f.content,
+            }
+            for f in rendered.files
+            if f.merge != "none"
+        ],
+        "commands": [{"label": c.label, "text": c.text} for c in rendered.commands],
+        "notes": rendered.notes,
+    }

@@ -1,0 +1,134 @@
+"""The "Connect your tools" page: pick a client and how the key is handled, get the files, the
+one-line installers and the doctor."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_http_methods
+
+from keys.models import Key
+
+from . import clients, installer, services
+from .forms import ConnectForm
+from .models import KeyMode
+
+DEFAULT_CLIENT = "cline"
+
+
+def _client_or_404(slug: str):
+    module = clients.get(slug)
+    if module is None:
+        raise Http404("Unknown client.")
+    return module
+
+
+def _own_key(user, key_id) -> Key | None:
+    if not key_id:
+        return None
+    try:
+        pk = int(key_id)
+    except (TypeError, ValueError):
+        raise Http404("Unknown key.") from None
+    return get_object_or_404(Key, pk=pk, owner=user, revoked_at__isnull=True)
+
+
+@never_cache
+@login_required
+@require_http_methods(["GET", "POST"])
+def connect(request):
+    """GET shows placeholder files; POST with action=mint mints a key and shows its files once;
+    POST with action=installer issues a download token for the one-line installers."""
+    slug = request.GET.get("client") or request.POST.get("client") or DEFAULT_CLIENT
+    module = _client_or_404(slug)
+    gateway = services.gateway_url(request)
+    data = request.POST if request.method == "POST" else request.GET
+    key = _own_key(request.user, data.get("key"))
+    specs = services.model_specs(request.user, key)
+    form = ConnectForm(
+        data if data.get("key_mode") else None,
+        user=request.user,
+        model_names=[s.name for s in specs],
+        initial={"key": key.pk if key else None},
+    )
+    plaintext, minted, token, action = None, None, None, request.POST.get("action", "")
+    default_model = ""
+    if form.is_bound and form.is_valid():
+        default_model = form.cleaned_data.get("model") or ""
+    if request.method == "POST" and form.is_valid():
+        machine = form.cleaned_data.get("machine") or ""
+        if action == "mint":
+            minted, plaintext = services.mint_key(request.user, slug, machine)
+            key = minted
+        elif action == "installer":
+            mode = form.cleaned_data["key_mode"]
+            _, token = services.issue_download_token(
+                request.user,
+                slug,
+                key_mode=mode,
+                key=key if mode == KeyMode.PLACEHOLDER else None,
+                key_name=machine,
+                default_model=default_model,
+            )
+    inp = services.render_input(
+        request.user, gateway=gateway, key=key, plaintext=plaintext, default_model=default_model
+    )
+    rendered = module.render(inp)
+    if inp.primary is not None and not form.is_bound:
+        form.fields["model"].initial = inp.primary.name
+    if minted is not None:
+        services.record_download(request.user, slug, inp.version, minted, via="page")
+    context = {
+        "clients": clients.CLIENTS,
+        "client": module,
+        "slug": slug,
+        "form": form,
+        "inp": inp,
+        "rendered": rendered,
+        "minted": minted,
+        "plaintext": plaintext,
+        "token": token,
+        "token_mints": token is not None and form.cleaned_data.get("key_mode") == KeyMode.MINT,
+        "gateway": gateway,
+        "selected_key": key,
+        "stale": services.stale_downloads(request.user, gateway),
+        "has_doctor": slug in installer.probes(),
+        "env_var": clients.base.ENV_VAR,
+    }
+    return render(request, "clientconfigs/connect.html", context)
+
+
+@never_cache
+@login_required
+@require_GET
+def download(request, client: str, index: int):
+    """One placeholder file as an attachment (no key inside); counts as a download for staleness."""
+    module = _client_or_404(client)
+    key = _own_key(request.user, request.GET.get("key"))
+    inp = services.render_input(
+        request.user, gateway=services.gateway_url(request), key=key, default_model=request.GET.get("model", "")
+    )
+    files = module.render(inp).files
+    if index >= len(files):
+        raise Http404("No such file.")
+    f = files[index]
+    services.record_download(request.user, client, inp.version, key, via="page")
+    filename = f.path.rsplit("/", 1)[-1]
+    response = HttpResponse(f.content, content_type="text/plain; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@require_GET
+def install_sh(request):
+    """The installer itself holds no secret: the token on its command line selects the bundle."""
+    gateway = services.gateway_url(request)
+    return HttpResponse(installer.sh_script(gateway, gateway), content_type="text/x-shellscript; charset=utf-8")
+
+
+@require_GET
+def install_ps1(request):
+    gateway = services.gateway_url(request)
+    return HttpResponse(installer.ps1_script(gateway, gateway), content_type="text/plain; charset=utf-8")

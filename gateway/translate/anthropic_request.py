@@ -1,0 +1,254 @@
+"""Anthropic Messages request -> Chat Completions request.
+
+What maps: `system` (string or text blocks) -> one leading system message; text and image blocks
+(base64 or url) -> text / `image_url` parts; assistant `tool_use` -> `tool_calls`; user
+`tool_result` -> `tool` messages placed right after the assistant turn (Chat requires that), with
+any images from results moved to a user message after them; `tools` (`input_schema` ->
+`parameters`), `tool_choice` (auto/any/tool/none, `disable_parallel_tool_use`), `stop_sequences`,
+`max_tokens`, `temperature`, `top_p`, `stream`.
+
+What is dropped on purpose: `metadata`, `thinking` (Chat has no portable equivalent; prior
+`thinking` blocks are not sent back), `top_k` (not part of Chat Completions; cloud providers reject
+it), `cache_control`, `service_tier`, `container`, `mcp_servers`, `context_management`, server
+tools (web search, bash, text editor…) the upstream cannot run, and content kinds without a Chat
+equivalent (search results, server tool results); each drop is logged at info level.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from gateway.translate.common import TranslationError, text_of
+
+logger = logging.getLogger(__name__)
+
+# Anthropic client tools have no `type`, or `type: "custom"`; anything else is a server tool
+# (`web_search_20250305`, `bash_20250124`, …) that only Anthropic can execute.
+CLIENT_TOOL_TYPES = (None, "custom")
+
+
+def to_chat_request(body: dict[str, Any]) -> dict[str, Any]:
+    """Translate a Messages request body; raises TranslationError for what cannot be expressed."""
+    if not isinstance(body, dict):
+        raise TranslationError("The request body must be a JSON object.")
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise TranslationError("`messages` must be a list.", "messages")
+
+    out: list[dict[str, Any]] = []
+    system = _system_text(body.get("system"))
+    if system:
+        out.append({"role": "system", "content": system})
+    for index, message in enumerate(messages):
+        out.extend(_message(message, index))
+
+    chat: dict[str, Any] = {"model": body.get("model"), "messages": out}
+    if body.get("max_tokens") is not None:
+        chat["max_tokens"] = body["max_tokens"]
+    for name in ("temperature", "top_p"):
+        if body.get(name) is not None:
+            chat[name] = body[name]
+    stops = body.get("stop_sequences")
+    if stops:
+        if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+            raise TranslationError("`stop_sequences` must be a list of strings.", "stop_sequences")
+        chat["stop"] = list(stops)
+
+    tools = _tools(body.get("tools"))
+    choice = body.get("tool_choice")
+    if tools:
+        chat["tools"] = tools
+        if choice is not None:
+            chat.update(_tool_choice(choice))
+
+    if body.get("stream"):
+        chat["stream"] = True
+        chat["stream_options"] = {"include_usage": True}
+    dropped = sorted(k for k in ("metadata", "thinking", "top_k", "service_tier", "container") if k in body)
+    if dropped:
+        logger.info("messages->chat: ignored fields %s", ", ".join(dropped))
+    return chat
+
+
+def _system_text(system: Any) -> str:
+    if system is None:
+        return ""
+    if isinstance(system, str):
+        return system
+    if isinstance(system, list):
+        texts = [b.get("text", "") for b in system if isinstance(b, dict) and b.get("type") == "text"]
+        return "\n\n".join(t for t in texts if t)
+    raise TranslationError("`system` must be a string or a list of text blocks.", "system")
+
+
+def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if isinstance(content, list) and all(isinstance(b, dict) for b in content):
+        return content
+    raise TranslationError(f"`{where}.content` must be a string or a list of content blocks.", where)
+
+
+def _message(message: Any, index: int) -> list[dict[str, Any]]:
+    where = f"messages[{index}]"
+    if not isinstance(message, dict):
+        raise TranslationError(f"`{where}` must be an object.", where)
+    role = message.get("role")
+    blocks = _blocks(message.get("content"), where)
+    if role == "assistant":
+        return [_assistant(blocks, where)]
+    if role == "user":
+        return _user(blocks, where)
+    raise TranslationError(f"`{where}.role` must be 'user' or 'assistant'.", where)
+
+
+def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for block in blocks:
+        kind = block.get("type")
+        if kind == "text":
+            texts.append(block.get("text", ""))
+        elif kind == "tool_use":
+            calls.append(
+                {
+                    "id": block.get("id"),
+                    "type": "function",
+                    "function": {
+                        "name": block.get("name"),
+                        "arguments": json.dumps(block.get("input") or {}, ensure_ascii=False),
+                    },
+                }
+            )
+        else:  # thinking, redacted_thinking, server tool blocks: nothing the upstream can use
+            logger.info("messages->chat: dropped assistant %s block in %s", kind, where)
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _user(blocks: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
+    tool_messages: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    for block in blocks:
+        kind = block.get("type")
+        if kind == "tool_result":
+            text, images = _tool_result(block, where)
+            tool_messages.append({"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": text})
+            parts.extend(images)
+        else:
+            part = _part(block, where)
+            if part is not None:
+                parts.append(part)
+    out = list(tool_messages)
+    if parts or not tool_messages:
+        out.append({"role": "user", "content": _content(parts)})
+    return out
+
+
+def _tool_result(block: dict[str, Any], where: str) -> tuple[str, list[dict[str, Any]]]:
+    content = block.get("content")
+    texts: list[str] = []
+    images: list[dict[str, Any]] = []
+    if isinstance(content, str):
+        texts.append(content)
+    elif isinstance(content, list):
+        for item in content:
+            part = _part(item, where) if isinstance(item, dict) else None
+            if part is None:
+                continue
+            if part["type"] == "text":
+                texts.append(part["text"])
+            else:
+                images.append(part)
+    text = "\n".join(texts)
+    if block.get("is_error"):
+        text = f"Error: {text}" if text else "Error"
+    return text, images
+
+
+def _part(block: dict[str, Any], where: str) -> dict[str, Any] | None:
+    kind = block.get("type")
+    if kind == "text":
+        return {"type": "text", "text": block.get("text", "")}
+    if kind == "image":
+        return {"type": "image_url", "image_url": {"url": _image_url(block.get("source") or {}, where)}}
+    if kind == "document":
+        source = block.get("source") or {}
+        if source.get("type") == "text":
+            return {"type": "text", "text": source.get("data", "")}
+        if source.get("type") == "content":
+            return {"type": "text", "text": text_of(source.get("content"))}
+        raise TranslationError(
+            f"`{where}` has a {source.get('type')!r} document block; this model's channel accepts only text "
+            "and images.",
+            where,
+        )
+    logger.info("messages->chat: dropped %s block in %s", kind, where)
+    return None
+
+
+def _image_url(source: dict[str, Any], where: str) -> str:
+    if source.get("type") == "base64":
+        return f"data:{source.get('media_type', 'image/png')};base64,{source.get('data', '')}"
+    if source.get("type") == "url" and source.get("url"):
+        return source["url"]
+    raise TranslationError(f"`{where}` has an image whose source is neither base64 nor url.", where)
+
+
+def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """A lone text part as a plain string: every chat template understands that."""
+    if len(parts) == 1 and parts[0]["type"] == "text":
+        return parts[0]["text"]
+    if not parts:
+        return ""
+    return parts
+
+
+def _tools(tools: Any) -> list[dict[str, Any]]:
+    if not tools:
+        return []
+    if not isinstance(tools, list):
+        raise TranslationError("`tools` must be a list.", "tools")
+    out = []
+    for tool in tools:
+        if not isinstance(tool, dict):
+            raise TranslationError("Each tool must be an object.", "tools")
+        if tool.get("type") not in CLIENT_TOOL_TYPES:
+            logger.info("messages->chat: dropped server tool %s (%s)", tool.get("name"), tool.get("type"))
+            continue
+        if not tool.get("name"):
+            raise TranslationError("Each tool needs a `name`.", "tools")
+        function: dict[str, Any] = {
+            "name": tool["name"],
+            "parameters": tool.get("input_schema") or {"type": "object", "properties": {}},
+        }
+        if tool.get("description"):
+            function["description"] = tool["description"]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _tool_choice(choice: Any) -> dict[str, Any]:
+    if not isinstance(choice, dict):
+        raise TranslationError("`tool_choice` must be an object.", "tool_choice")
+    kind = choice.get("type")
+    out: dict[str, Any]
+    if kind == "auto":
+        out = {"tool_choice": "auto"}
+    elif kind == "any":
+        out = {"tool_choice": "required"}
+    elif kind == "none":
+        out = {"tool_choice": "none"}
+    elif kind == "tool":
+        if not choice.get("name"):
+            raise TranslationError("`tool_choice` of type 'tool' needs a `name`.", "tool_choice")
+        out = {"tool_choice": {"type": "function", "function": {"name": choice["name"]}}}
+    else:
+        raise TranslationError("`tool_choice.type` must be one of auto, any, tool, none.", "tool_choice")
+    if choice.get("disable_parallel_tool_use") and kind != "none":
+        out["parallel_tool_calls"] = False
+    return out

@@ -1,0 +1,160 @@
+"""Small helpers shared by the translation modules."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterable, AsyncIterator
+from typing import Any
+
+import orjson
+
+
+class TranslationError(ValueError):
+    """A request that cannot be expressed in Chat Completions: the surface answers 400 with it."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+def new_id(prefix: str) -> str:
+    """An opaque id in the style of the API being imitated (`msg_…`, `toolu_…`, `resp_…`)."""
+    return f"{prefix}{uuid.uuid4().hex[:24]}"
+
+
+def encode_sse(event: dict[str, Any]) -> bytes:
+    """One SSE frame with an `event:` line: both Anthropic's and OpenAI's SDKs dispatch on it."""
+    return b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
+
+def parse_arguments(arguments: str | None) -> dict[str, Any]:
+    """Tool-call arguments as an object; models sometimes emit junk, which must not become a 500."""
+    if not arguments or not arguments.strip():
+        return {}
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {"raw_arguments": arguments}
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def text_of(content: Any) -> str:
+    """Plain text from a string or a list of text-ish blocks/parts (other kinds are skipped)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+        return "\n".join(texts)
+    return str(content)
+
+
+def chat_usage(usage: dict[str, Any] | None) -> tuple[int, int, int, int]:
+    """(prompt, completion, cached prompt, reasoning) tokens from a Chat Completions usage object."""
+    usage = usage or {}
+    prompt = int(usage.get("prompt_tokens") or 0)
+    completion = int(usage.get("completion_tokens") or 0)
+    cached = int(((usage.get("prompt_tokens_details") or {}).get("cached_tokens")) or 0)
+    reasoning = int(((usage.get("completion_tokens_details") or {}).get("reasoning_tokens")) or 0)
+    return prompt, completion, min(cached, prompt), reasoning
+
+
+def status_of(error: Any) -> int:
+    """The HTTP status an OpenAI-shaped error object stands for (500 when it does not say)."""
+    if isinstance(error, dict):
+        for key in ("status", "code"):
+            value = error.get(key)
+            if isinstance(value, int) and 400 <= value < 600:
+                return value
+        if (
+            error.get("type") in ("rate_limit_error", "rate_limit_exceeded")
+            or error.get("code") == "rate_limit_exceeded"
+        ):
+            return 429
+    return 500
+
+
+async def chat_chunks(stream: AsyncIterable[bytes]) -> AsyncIterator[dict[str, Any]]:
+    """Parsed `data:` payloads of a Chat Completions SSE byte stream, up to `[DONE]`.
+
+    Bytes may split lines anywhere; comments, `event:` lines and unparsable payloads are skipped
+    (an upstream's keep-alives must not break the translation).
+    """
+    buffer = b""
+    async for piece in stream:
+        buffer += piece
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            payload = _payload(line)
+            if payload is None:
+                continue
+            if payload == b"[DONE]":
+                return
+            try:
+                value = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(value, dict):
+                yield value
+    payload = _payload(buffer)
+    if payload and payload != b"[DONE]":
+        try:
+            value = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return
+        if isinstance(value, dict):
+            yield value
+
+
+def _payload(line: bytes) -> bytes | None:
+    line = line.rstrip(b"\r")
+    if not line.startswith(b"data:"):
+        return None
+    return line[5:].strip()
+
+
+# count_tokens: what Claude Code's /context and compaction use. Exact counts need the upstream's
+# own chat template; we count the flattened prompt instead (with the upstream tokenizer when it has
+# /tokenize, else ~4 characters a token, the usual figure for English and code) and add fixed costs:
+MESSAGE_OVERHEAD_TOKENS = 4  # role markers and separators of a typical chat template
+IMAGE_TOKENS = 1600  # Anthropic's cost of a ~1.15 megapixel image, the size images are scaled to
+CHARS_PER_TOKEN = 4
+
+
+def prompt_text(chat: dict[str, Any]) -> tuple[str, int, int]:
+    """(flattened text, number of messages, number of images) of a Chat Completions request."""
+    texts: list[str] = []
+    images = 0
+    messages = chat.get("messages") or []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            for part in content:
+                if part.get("type") == "text":
+                    texts.append(part.get("text", ""))
+                elif part.get("type") == "image_url":
+                    images += 1
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            texts.append(f"{function.get('name', '')} {function.get('arguments', '')}")
+    if chat.get("tools"):
+        texts.append(json.dumps(chat["tools"], ensure_ascii=False))
+    return "\n".join(texts), len(messages), images
+
+
+def estimate_tokens(chat: dict[str, Any], text_tokens: int | None = None) -> int:
+    """Input tokens of a Chat request: `text_tokens` from a tokenizer when known, else estimated."""
+    text, messages, images = prompt_text(chat)
+    if text_tokens is None:
+        text_tokens = -(-len(text) // CHARS_PER_TOKEN)
+    return text_tokens + messages * MESSAGE_OVERHEAD_TOKENS + images * IMAGE_TOKENS

@@ -1,0 +1,272 @@
+"""OpenAI Responses request -> Chat Completions request.
+
+What maps: `instructions` and every `system`/`developer` message -> one leading system message
+(several chat templates, Qwen's among them, reject a system message anywhere but first);
+`input` as a string or items: messages with `input_text` / `output_text` / `refusal` /
+`input_image` parts, `function_call` items -> assistant `tool_calls` (consecutive calls, and the
+assistant text just before them, share one assistant message, as Chat expects for parallel calls),
+`function_call_output` -> `tool` messages (images in an output go to a user message after them);
+`tools` of type `function` (flat Responses shape -> nested Chat shape), `tool_choice`,
+`parallel_tool_calls`, `max_output_tokens` -> `max_tokens`, `temperature`, `top_p`,
+`text.format` json_schema / json_object -> `response_format`, `stream` (+ usage in the stream).
+
+Dropped on purpose, with an info log: tools of other types (Codex sends `web_search`,
+`namespace`, `local_shell`, `custom`… which no Chat upstream can run), `reasoning` items sent back
+by the client, `reasoning` settings (unless `map_reasoning` asks for `reasoning_effort`), `store`,
+`include`, `prompt_cache_key`, `client_metadata`, `metadata`, `truncation`, `service_tier`,
+`user`, `safety_identifier`. `previous_response_id` and `conversation` are refused: the gateway
+stores no responses, so it cannot continue one.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from gateway.translate.common import TranslationError, text_of
+
+logger = logging.getLogger(__name__)
+
+REASONING_EFFORTS = ("low", "medium", "high")
+TEXT_PART_TYPES = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
+
+
+def to_chat_request(body: dict[str, Any], *, map_reasoning: bool = False) -> dict[str, Any]:
+    """Translate a Responses request body; raises TranslationError for what cannot be expressed.
+
+    `map_reasoning` forwards `reasoning.effort` as Chat's `reasoning_effort`; only for channels
+    known to accept it, since providers reject it for models that do not reason.
+    """
+    if not isinstance(body, dict):
+        raise TranslationError("The request body must be a JSON object.")
+    for field in ("previous_response_id", "conversation"):
+        if body.get(field):
+            raise TranslationError(
+                f"`{field}` is not supported: this gateway does not store responses. Send the whole "
+                "conversation in `input` (and `store: false`).",
+                field,
+            )
+
+    builder = _Builder()
+    if body.get("instructions"):
+        builder.system(text_of(body["instructions"]))
+    items = body.get("input")
+    if isinstance(items, str):
+        builder.add({"role": "user", "content": items})
+    elif isinstance(items, list):
+        for index, item in enumerate(items):
+            builder.item(item, f"input[{index}]")
+    elif items is not None:
+        raise TranslationError("`input` must be a string or a list of items.", "input")
+
+    chat: dict[str, Any] = {"model": body.get("model"), "messages": builder.messages()}
+    if body.get("max_output_tokens") is not None:
+        chat["max_tokens"] = body["max_output_tokens"]
+    for name in ("temperature", "top_p"):
+        if body.get(name) is not None:
+            chat[name] = body[name]
+    tools = _tools(body.get("tools"))
+    if tools:
+        chat["tools"] = tools
+        choice = _tool_choice(body.get("tool_choice"))
+        if choice is not None:
+            chat["tool_choice"] = choice
+        if body.get("parallel_tool_calls") is not None:
+            chat["parallel_tool_calls"] = bool(body["parallel_tool_calls"])
+    response_format = _response_format(body.get("text"))
+    if response_format:
+        chat["response_format"] = response_format
+    effort = (body.get("reasoning") or {}).get("effort") if isinstance(body.get("reasoning"), dict) else None
+    if map_reasoning and effort in REASONING_EFFORTS:
+        chat["reasoning_effort"] = effort
+    if body.get("stream"):
+        chat["stream"] = True
+        chat["stream_options"] = {"include_usage": True}
+    return chat
+
+
+class _Builder:
+    """Accumulates Chat messages; merges what Chat wants merged."""
+
+    def __init__(self) -> None:
+        self._system: list[str] = []
+        self._messages: list[dict[str, Any]] = []
+        self._pending_images: list[dict[str, Any]] = []
+
+    def system(self, text: str) -> None:
+        if text:
+            self._system.append(text)
+
+    def add(self, message: dict[str, Any]) -> None:
+        self._flush_images()
+        self._messages.append(message)
+
+    def _flush_images(self) -> None:
+        if self._pending_images:
+            images, self._pending_images = self._pending_images, []
+            self._messages.append({"role": "user", "content": images})
+
+    def messages(self) -> list[dict[str, Any]]:
+        self._flush_images()
+        head = [{"role": "system", "content": "\n\n".join(self._system)}] if self._system else []
+        return head + self._messages
+
+    def item(self, item: Any, where: str) -> None:
+        if not isinstance(item, dict):
+            raise TranslationError(f"`{where}` must be an object.", where)
+        kind = item.get("type") or ("message" if "role" in item else None)
+        if kind == "message":
+            self._message(item, where)
+        elif kind == "function_call":
+            self._function_call(item, where)
+        elif kind == "function_call_output":
+            self._function_output(item, where)
+        else:  # reasoning, item_reference, web_search_call, custom/local_shell calls…
+            logger.info("responses->chat: dropped %s item at %s", kind, where)
+
+    def _message(self, item: dict[str, Any], where: str) -> None:
+        role = item.get("role")
+        content = item.get("content")
+        if role in ("system", "developer"):
+            self.system(_plain_text(content, where))
+            return
+        if role not in ("user", "assistant"):
+            raise TranslationError(f"`{where}.role` must be user, assistant, system or developer.", where)
+        if role == "assistant":
+            self.add({"role": "assistant", "content": _plain_text(content, where)})
+            return
+        parts = _parts(content, where)
+        if len(parts) == 1 and parts[0]["type"] == "text":
+            self.add({"role": "user", "content": parts[0]["text"]})
+        else:
+            self.add({"role": "user", "content": parts or ""})
+
+    def _function_call(self, item: dict[str, Any], where: str) -> None:
+        if not item.get("call_id") or not item.get("name"):
+            raise TranslationError(f"`{where}` (function_call) needs `call_id` and `name`.", where)
+        call = {
+            "id": item["call_id"],
+            "type": "function",
+            "function": {"name": item["name"], "arguments": item.get("arguments") or "{}"},
+        }
+        last = self._messages[-1] if self._messages and not self._pending_images else None
+        if last is not None and last["role"] == "assistant":
+            if last.get("content") == "":
+                last["content"] = None
+            last.setdefault("tool_calls", []).append(call)
+        else:
+            self.add({"role": "assistant", "content": None, "tool_calls": [call]})
+
+    def _function_output(self, item: dict[str, Any], where: str) -> None:
+        if not item.get("call_id"):
+            raise TranslationError(f"`{where}` (function_call_output) needs `call_id`.", where)
+        output = item.get("output")
+        images: list[dict[str, Any]] = []
+        if isinstance(output, list):
+            parts = _parts(output, where)
+            text = "\n".join(p["text"] for p in parts if p["type"] == "text")
+            images = [p for p in parts if p["type"] != "text"]
+        else:
+            text = output if isinstance(output, str) else text_of(output)
+        # Tool messages must directly follow the assistant turn: images wait until the last one.
+        self._messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": text})
+        self._pending_images.extend(images)
+
+
+def _plain_text(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(_parts_text(content))
+    if content is None:
+        return ""
+    raise TranslationError(f"`{where}.content` must be a string or a list of parts.", where)
+
+
+def _parts_text(content: list[Any]) -> list[str]:
+    return [
+        p.get("text") or p.get("refusal") or ""
+        for p in content
+        if isinstance(p, dict) and (p.get("type") in TEXT_PART_TYPES or p.get("type") == "refusal")
+    ]
+
+
+def _parts(content: Any, where: str) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list):
+        raise TranslationError(f"`{where}.content` must be a string or a list of parts.", where)
+    parts: list[dict[str, Any]] = []
+    for part in content:
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind in TEXT_PART_TYPES:
+            parts.append({"type": "text", "text": part.get("text", "")})
+        elif kind == "refusal":
+            parts.append({"type": "text", "text": part.get("refusal", "")})
+        elif kind == "input_image":
+            url = part.get("image_url")
+            if not url:
+                raise TranslationError(
+                    f"`{where}` has an input_image without `image_url` (file ids are not supported).", where
+                )
+            image: dict[str, Any] = {"url": url}
+            if part.get("detail") in ("low", "high"):
+                image["detail"] = part["detail"]
+            parts.append({"type": "image_url", "image_url": image})
+        elif kind == "input_file":
+            raise TranslationError(f"`{where}` has an input_file; this model's channel accepts text and images.", where)
+        else:
+            logger.info("responses->chat: dropped %s part in %s", kind, where)
+    return parts
+
+
+def _tools(tools: Any) -> list[dict[str, Any]]:
+    if not tools:
+        return []
+    if not isinstance(tools, list):
+        raise TranslationError("`tools` must be a list.", "tools")
+    out = []
+    for tool in tools:
+        if not isinstance(tool, dict):
+            raise TranslationError("Each tool must be an object.", "tools")
+        if tool.get("type") != "function":
+            logger.info("responses->chat: dropped %s tool %s", tool.get("type"), tool.get("name", ""))
+            continue
+        if not tool.get("name"):
+            raise TranslationError("Each function tool needs a `name`.", "tools")
+        function: dict[str, Any] = {
+            "name": tool["name"],
+            "parameters": tool.get("parameters") or {"type": "object", "properties": {}},
+        }
+        if tool.get("description"):
+            function["description"] = tool["description"]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _tool_choice(choice: Any) -> Any:
+    if choice is None or choice in ("auto", "none", "required"):
+        return choice
+    if isinstance(choice, dict) and choice.get("type") == "function" and choice.get("name"):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    # allowed_tools, hosted tools, mcp…: nothing narrower to ask of a Chat upstream
+    logger.info("responses->chat: tool_choice %r sent as auto", choice)
+    return "auto"
+
+
+def _response_format(text: Any) -> dict[str, Any] | None:
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if not isinstance(fmt, dict):
+        return None
+    if fmt.get("type") == "json_object":
+        return {"type": "json_object"}
+    if fmt.get("type") == "json_schema":
+        schema: dict[str, Any] = {"name": fmt.get("name") or "response", "schema": fmt.get("schema") or {}}
+        if fmt.get("strict") is not None:
+            schema["strict"] = fmt["strict"]
+        if fmt.get("description"):
+            schema["description"] = fmt["description"]
+        return {"type": "json_schema", "json_schema": schema}
+    return None

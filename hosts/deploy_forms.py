@@ -1,0 +1,132 @@
+"""The deployment form: the same validation as the API (services.clean_deployment), as form errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from . import backends, services
+from .choices import Backend
+from .models import Deployment, Host
+
+
+def _option_field(opt: backends.Option) -> forms.Field:
+    common = {"label": opt.label, "required": False, "help_text": opt.help}
+    if opt.type is bool:
+        return forms.BooleanField(initial=bool(opt.default), **common)
+    if opt.type is int:
+        return forms.IntegerField(initial=opt.default, min_value=opt.min, max_value=opt.max, **common)
+    if opt.type is float:
+        return forms.FloatField(initial=opt.default, min_value=opt.min, max_value=opt.max, step_size=None, **common)
+    return forms.ChoiceField(initial=opt.default, choices=[(c, c or "none") for c in opt.choices], **common)
+
+
+class DeploymentForm(forms.Form):
+    """Backend options are `<backend>__<option>` fields; only the chosen backend's are used."""
+
+    name = forms.CharField(max_length=63, help_text="Lowercase letters, digits and dashes; names a folder on the host.")
+    backend = forms.ChoiceField(choices=Backend.choices)
+    model_path = forms.CharField(
+        max_length=500, help_text="vLLM: Hugging Face id or folder on the host. llama.cpp: the .gguf file's path."
+    )
+    served_model_name = forms.CharField(max_length=128, help_text="The public model name in the gateway.")
+    gpu_indices = forms.TypedMultipleChoiceField(
+        coerce=int, widget=forms.CheckboxSelectMultiple, required=False, label="GPUs"
+    )
+    port = forms.IntegerField(min_value=1024, max_value=65535)
+    extra_args = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        required=False,
+        help_text="Further arguments, one token per line (e.g. --trust-remote-code).",
+    )
+    fit_override = forms.BooleanField(required=False, label="Launch even if the VRAM estimate says it does not fit")
+
+    def __init__(self, *args: Any, host: Host, instance: Deployment | None = None, **kwargs: Any) -> None:
+        if instance is not None and "initial" not in kwargs:
+            initial = {
+                "name": instance.name,
+                "backend": instance.backend,
+                "model_path": instance.model_path,
+                "served_model_name": instance.served_model_name,
+                "gpu_indices": instance.gpu_indices,
+                "port": instance.port,
+                "extra_args": "\n".join(instance.extra_args),
+                "fit_override": instance.fit_override,
+            }
+            for key, value in instance.options.items():
+                initial[f"{instance.backend}__{key}"] = value
+            kwargs["initial"] = initial
+        super().__init__(*args, **kwargs)
+        self.host, self.instance = host, instance
+        self.fields["gpu_indices"].choices = [
+            (
+                g.index,
+                f"#{g.index} {g.name} ({(g.memory_free_mib or 0) / 1024:.1f} of "
+                f"{(g.memory_total_mib or 0) / 1024:.1f} GiB free)",
+            )
+            for g in host.gpus.all()
+        ]
+        for kind, impl in backends.REGISTRY.items():
+            for opt in impl.options:
+                self.fields[f"{kind}__{opt.name}"] = _option_field(opt)
+        self.cleaned_spec: dict[str, Any] = {}
+
+    def option_fields(self, kind: str) -> list[forms.BoundField]:
+        return [self[f"{kind}__{o.name}"] for o in backends.get(kind).options]
+
+    def backend_fieldsets(self) -> list[tuple[str, str, list[forms.BoundField]]]:
+        return [(kind, impl.label, self.option_fields(kind)) for kind, impl in backends.REGISTRY.items()]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        backend = data.get("backend")
+        if not backend or self.errors:
+            return data
+        impl = backends.get(backend)
+        options = {o.name: data.get(f"{backend}__{o.name}") for o in impl.options}
+        options = {k: v for k, v in options.items() if v not in (None, "")}
+        extra = [line.strip() for line in (data.get("extra_args") or "").splitlines() if line.strip()]
+        try:
+            self.cleaned_spec = services.clean_deployment(
+                host=self.host,
+                backend=backend,
+                model_path=data.get("model_path", ""),
+                served_model_name=data.get("served_model_name", ""),
+                gpu_indices=list(data.get("gpu_indices") or []),
+                port=data.get("port"),
+                options=options,
+                extra_args=extra,
+                instance=self.instance,
+            )
+        except ValidationError as exc:
+            for key, messages in exc.message_dict.items():
+                field = f"{backend}__{key.removeprefix('options.')}" if key.startswith("options.") else key
+                if field == "tensor_parallel_size":
+                    field = f"{backend}__tensor_parallel_size"
+                self.add_error(field if field in self.fields else None, messages)
+        name_clash = Deployment.objects.filter(name=data.get("name"))
+        if self.instance is not None:
+            name_clash = name_clash.exclude(pk=self.instance.pk)
+        if name_clash.exists():
+            self.add_error("name", "A deployment with this name exists.")
+        return data
+
+    def save(self, user) -> Deployment:
+        spec = dict(self.cleaned_spec)
+        return services.save_deployment(
+            host=self.host,
+            name=self.cleaned_data["name"],
+            fit_override=self.cleaned_data["fit_override"],
+            user=user,
+            instance=self.instance,
+            **spec,
+        )
+
+    def preview_deployment(self) -> Deployment:
+        """An unsaved deployment for the command preview and fit check."""
+        d = Deployment(host=self.host, name=self.cleaned_data["name"], upstream_api_key="preview-key")
+        for key, value in self.cleaned_spec.items():
+            setattr(d, key, value)
+        return d

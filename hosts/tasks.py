@@ -1,0 +1,59 @@
+"""Celery tasks for hosts: they take ids, re-fetch, call a service, and are safe to run twice."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.db import transaction
+
+from . import services
+from .models import Host
+
+logger = logging.getLogger(__name__)
+
+INVENTORY_TASK = "hosts.tasks.refresh_inventory"
+RECOVER_TASK = "hosts.tasks.recover_stale_jobs"
+INVENTORY_EVERY_MINUTES = 5
+
+
+@shared_task(name=INVENTORY_TASK, ignore_result=True)
+def refresh_inventory(host_id: int | None = None) -> None:
+    """One host ("Refresh now"), or every host whose key is confirmed (the periodic run)."""
+    hosts = Host.objects.filter(pk=host_id) if host_id else Host.objects.exclude(host_key_fingerprint="")
+    for host in hosts:
+        try:
+            services.refresh_inventory(host)
+        except Exception:  # one broken host must not starve the others
+            logger.exception("inventory of host %s failed", host.pk)
+
+
+@shared_task(name="hosts.tasks.run_job", ignore_result=True, acks_late=True, reject_on_worker_lost=True)
+def run_job(job_id: int) -> None:
+    """Run a launch/stop/restart/adopt job. Redelivered after a worker dies, it resumes: the job
+    finds a server it already started through its pid file instead of starting a second one."""
+    services.run_job(job_id)
+
+
+@shared_task(name=RECOVER_TASK, ignore_result=True)
+def recover_stale_jobs() -> None:
+    failed = services.recover_stale_jobs()
+    if failed:
+        logger.warning("failed %s launch job(s) whose worker stopped", failed)
+
+
+def ensure_schedule(**_kwargs) -> None:
+    """Register the default periodic tasks once (idempotent; an admin's later edits are kept)."""
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    with transaction.atomic():
+        every5, _ = IntervalSchedule.objects.get_or_create(
+            every=INVENTORY_EVERY_MINUTES, period=IntervalSchedule.MINUTES
+        )
+        every1, _ = IntervalSchedule.objects.get_or_create(every=1, period=IntervalSchedule.MINUTES)
+        PeriodicTask.objects.get_or_create(
+            name="hosts: refresh GPU inventory", defaults={"task": INVENTORY_TASK, "interval": every5}
+        )
+        PeriodicTask.objects.get_or_create(
+            name="hosts: fail launch jobs whose worker died", defaults={"task": RECOVER_TASK, "interval": every1}
+        )

@@ -1,0 +1,61 @@
+// Channel health chart: p50/p95 time to first token (ms, left axis) and error ratio (%, right axis).
+(function () {
+  const canvas = document.getElementById("health-chart");
+  if (!canvas || !window.Chart) return;
+  let chart = null;
+
+  function label(iso, range) {
+    const d = new Date(iso);
+    const hm = d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    return range === "7d" ? d.toLocaleDateString([], { month: "short", day: "numeric" }) + " " + hm : hm;
+  }
+
+  async function load(range) {
+    const resp = await fetch(canvas.dataset.url + "?range=" + encodeURIComponent(range), { credentials: "same-origin" });
+    if (!resp.ok) return;
+    const data = await resp.json();
+    const config = {
+      type: "line",
+      data: {
+        labels: data.labels.map((l) => label(l, range)),
+        datasets: [
+          { label: "TTFT p50 (ms)", data: data.ttft_p50_ms, yAxisID: "ms", borderColor: "#1e6fd9", spanGaps: true, pointRadius: 1 },
+          { label: "TTFT p95 (ms)", data: data.ttft_p95_ms, yAxisID: "ms", borderColor: "#9c27b0", spanGaps: true, pointRadius: 1 },
+          {
+            label: "Error ratio (%)",
+            data: data.error_ratio.map((v) => (v === null ? null : v * 100)),
+            yAxisID: "pct", borderColor: "#c62828", backgroundColor: "rgba(198,40,40,.15)", fill: true, spanGaps: true, pointRadius: 1,
+          },
+        ],
+      },
+      options: {
+        animation: false, maintainAspectRatio: false, interaction: { mode: "index", intersect: false },
+        scales: {
+          ms: { type: "linear", position: "left", beginAtZero: true, title: { display: true, text: "ms" } },
+          pct: { type: "linear", position: "right", min: 0, max: 100, grid: { drawOnChartArea: false }, title: { display: true, text: "% errors" } },
+        },
+      },
+    };
+    if (chart) chart.destroy();
+    chart = new Chart(canvas, config);
+  }
+
+  document.querySelectorAll("#health-range button").forEach((btn) => {
+    btn.addEventListener("click", () => {
+      document.querySelectorAll("#health-range button").forEach((b) => {
+        const on = b === btn;
+        b.setAttribute("aria-pressed", on ? "true" : "false");
+        b.classList.toggle("secondary", !on);
+      });
+      load(btn.dataset.range);
+    });
+  });
+  load("24h");
+  // Refresh the chart after "Check now" put a new probe in the log.
+  document.body.addEventListener("htmx:afterSwap", (e) => {
+    if (e.detail && e.detail.target && e.detail.target.id === "health-check-result") {
+      const on = document.querySelector('#health-range button[aria-pressed="true"]');
+      load(on ? on.dataset.range : "24h");
+    }
+  });
+})();

@@ -1,0 +1,256 @@
+"""Bad input: each case gets a 400 naming the field, and changes nothing in the database."""
+
+from __future__ import annotations
+
+import datetime
+
+import asyncssh
+import pytest
+from django.utils import timezone
+
+from channels.models import Channel, Model, ModelRoute
+from hosts.models import GPU, Host
+from keys.models import Key
+from portal.models import ApiToken, AuditLog, User
+
+from .conftest import session_client
+
+pytestmark = pytest.mark.django_db
+
+PAST = (timezone.now() - datetime.timedelta(days=1)).isoformat()
+HUGE = 10**30
+
+
+def db_state() -> dict:
+    tables = [User, User.allowed_models.through, Host, GPU, Channel, Model, ModelRoute, Key]
+    tables += [Key.allowed_models.through, ApiToken, AuditLog]
+    return {t._meta.label: list(t.objects.order_by("pk").values()) for t in tables}
+
+
+CHANNEL = {"name": "new-channel", "kind": "openai", "base_url": "https://api.example.com"}
+HOST = {"name": "new-host", "address": "gpu-7.lan", "username": "ubuntu"}
+USER = {"username": "newbie", "role": "developer"}
+
+# (role, method, path, payload, field that must carry the error)
+CASES = [
+    # channels
+    ("admin", "post", "/api/channels/", {**CHANNEL, "base_url": "ftp://files.example.com"}, "base_url"),
+    ("admin", "post", "/api/channels/", {**CHANNEL, "base_url": "not a url"}, "base_url"),
+    ("admin", "post", "/api/channels/", {**CHANNEL, "base_url": "api.example.com/v1"}, "base_url"),
+    ("admin", "post", "/api/channels/", {**CHANNEL, "base_url": "https://u:p@api.example.com"}, "base_url"),
+    ("admin", "post", "/api/channels/", {**CHANNEL, "base_url": "https://x.test:99999"}, "base_url"),
+    ("admin", "post", "/api/channels/", {**CHANNEL, "base_url": "https://x.test/" + "a" * 3000}, "base_url"),
+    ("admin", "post", "/api/channels/", {**CHANNEL, "name": "vllm-a"}, "name"),
+    ("admin", "post", "/api/channels/", {**CHANNEL, "name": "x" * 101}, "name"),
+    ("admin", "post", "/api/channels/", {**CHANNEL, "name": ""}, "name"),
+    ("admin", "post", "/api/channels/", {**CHANNEL, "kind": "gemini"}, "kind"),
+    ("admin", "post", "/api/channels/", {**CHANNEL, "priority": 99999}, "priority"),
+    ("admin", "post", "/api/channels/", {**CHANNEL, "weight": -1}, "weight"),
+    ("admin", "post", "/api/channels/", {**CHANNEL, "weight": "heavy"}, "weight"),
+    ("admin", "post", "/api/channels/", {**CHANNEL, "enabled": "maybe"}, "enabled"),
+    ("admin", "post", "/api/channels/", {**CHANNEL, "api_key": ["sk-1"]}, "api_key"),
+    ("admin", "post", "/api/channels/", {**CHANNEL, "api_key": "sk 1\nsk 2"}, "api_key"),
+    ("admin", "post", "/api/channels/", {**CHANNEL, "host": 9999}, "host"),
+    ("admin", "post", "/api/channels/", {**CHANNEL, "host": HUGE}, "host"),
+    ("admin", "post", "/api/channels/", {**CHANNEL, "notes": "n" * 6000}, "notes"),
+    ("admin", "post", "/api/channels/", {"name": "only-a-name"}, "base_url"),
+    ("admin", "patch", "/api/channels/{channel}/", {"base_url": ""}, "base_url"),
+    ("admin", "patch", "/api/channels/{channel}/", {"name": "x" * 101}, "name"),
+    # hosts
+    ("admin", "post", "/api/hosts/", {**HOST, "private_key": "garbage"}, "private_key"),
+    (
+        "admin",
+        "post",
+        "/api/hosts/",
+        {**HOST, "private_key": "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n"},
+        "private_key",
+    ),
+    ("admin", "post", "/api/hosts/", {**HOST, "private_key": "k" * 20000}, "private_key"),
+    ("admin", "post", "/api/hosts/", {**HOST, "address": "bad host!"}, "address"),
+    ("admin", "post", "/api/hosts/", {**HOST, "ssh_port": 70000}, "ssh_port"),
+    ("admin", "post", "/api/hosts/", {**HOST, "ssh_port": 0}, "ssh_port"),
+    ("admin", "post", "/api/hosts/", {**HOST, "username": "Root User"}, "username"),
+    ("admin", "post", "/api/hosts/", {**HOST, "labels": "notalist"}, "labels"),
+    ("admin", "post", "/api/hosts/", {**HOST, "labels": ["x" * 51]}, "labels"),
+    ("admin", "post", "/api/hosts/", {**HOST, "name": "gpu-1"}, "name"),
+    ("admin", "patch", "/api/hosts/{host}/", {"address": ""}, "address"),
+    # models
+    ("admin", "post", "/api/models/", {"name": "bad name with spaces"}, "name"),
+    ("admin", "post", "/api/models/", {"name": "qwen3-32b"}, "name"),
+    ("admin", "post", "/api/models/", {"name": "m" * 129}, "name"),
+    ("admin", "post", "/api/models/", {"name": "m1", "description": "d" * 2001}, "description"),
+    ("admin", "post", "/api/models/", {"name": "m1", "routes": [{"channel": "nope"}]}, "routes"),
+    ("admin", "post", "/api/models/", {"name": "m1", "routes": [{"channel": 9999}]}, "routes"),
+    ("admin", "post", "/api/models/", {"name": "m1", "routes": [{"channel": {"id": 1}}]}, "routes"),
+    ("admin", "post", "/api/models/", {"name": "m1", "routes": [{"channel": True}]}, "routes"),
+    (
+        "admin",
+        "post",
+        "/api/models/",
+        {"name": "m1", "routes": [{"channel": "vllm-a"}, {"channel": "vllm-a"}]},
+        "routes",
+    ),
+    (
+        "admin",
+        "post",
+        "/api/models/",
+        {"name": "m1", "routes": [{"channel": "vllm-a", "context_window": 10}]},
+        "routes",
+    ),
+    (
+        "admin",
+        "post",
+        "/api/models/",
+        {"name": "m1", "routes": [{"channel": "vllm-a", "max_output_tokens": -5}]},
+        "routes",
+    ),
+    ("admin", "post", "/api/models/", {"name": "m1", "routes": "vllm-a"}, "routes"),
+    ("admin", "patch", "/api/models/{model}/", {"routes": [{"channel": "vllm-a", "context_window": HUGE}]}, "routes"),
+    # keys
+    ("alice", "post", "/api/keys/", {"name": "k", "expires_at": PAST}, "expires_at"),
+    ("alice", "post", "/api/keys/", {"name": "k", "expires_at": "next tuesday"}, "expires_at"),
+    ("alice", "post", "/api/keys/", {"name": "k", "allowed_models": ["no-such-model"]}, "allowed_models"),
+    ("alice", "post", "/api/keys/", {"name": "k", "allowed_models": "qwen3-32b"}, "allowed_models"),
+    ("alice", "post", "/api/keys/", {"name": "k", "ip_allowlist": ["10.0.0.0/33"]}, "ip_allowlist"),
+    ("alice", "post", "/api/keys/", {"name": "k", "ip_allowlist": ["10.0.0.300"]}, "ip_allowlist"),
+    ("alice", "post", "/api/keys/", {"name": "k", "ip_allowlist": "10.0.0.0/8"}, "ip_allowlist"),
+    (
+        "alice",
+        "post",
+        "/api/keys/",
+        {"name": "k", "ip_allowlist": [f"10.0.{i}.0/24" for i in range(60)]},
+        "ip_allowlist",
+    ),
+    ("alice", "post", "/api/keys/", {"name": "k", "tokens_per_day": -1}, "tokens_per_day"),
+    ("alice", "post", "/api/keys/", {"name": "k", "tokens_per_day": 0}, "tokens_per_day"),
+    ("alice", "post", "/api/keys/", {"name": "k", "tokens_per_month": 10**13}, "tokens_per_month"),
+    ("alice", "post", "/api/keys/", {"name": "k", "requests_per_minute": HUGE}, "requests_per_minute"),
+    ("alice", "post", "/api/keys/", {"name": "k", "max_parallel_requests": "lots"}, "max_parallel_requests"),
+    ("alice", "post", "/api/keys/", {"name": "k", "owner": "{mallory}"}, "owner"),
+    ("alice", "post", "/api/keys/", {"name": "k", "owner": HUGE}, "owner"),
+    ("alice", "post", "/api/keys/", {"name": "k", "owner": "abc"}, "owner"),
+    ("alice", "post", "/api/keys/", {"name": ""}, "name"),
+    ("alice", "post", "/api/keys/", {"name": "   "}, "name"),
+    ("alice", "post", "/api/keys/", {"name": "k" * 101}, "name"),
+    ("alice", "post", "/api/keys/", {"name": "alice laptop"}, "name"),
+    ("alice", "post", "/api/keys/", {"name": "k", "client": "c" * 33}, "client"),
+    ("alice", "post", "/api/keys/", {}, "name"),
+    ("alice", "patch", "/api/keys/{alice_key}/", {"owner": "{mallory}"}, "owner"),
+    ("admin", "patch", "/api/keys/{alice_key}/", {"owner": "{mallory}"}, "owner"),
+    ("alice", "patch", "/api/keys/{alice_key}/", {"expires_at": PAST}, "expires_at"),
+    ("alice", "post", "/api/keys/{alice_key}/rotate/", {"grace_seconds": -1}, "grace_seconds"),
+    ("alice", "post", "/api/keys/{alice_key}/rotate/", {"grace_seconds": 31 * 86400}, "grace_seconds"),
+    ("alice", "post", "/api/keys/{alice_key}/rotate/", {"grace_seconds": "soon"}, "grace_seconds"),
+    # users
+    ("admin", "post", "/api/users/", {**USER, "username": "alice"}, "username"),
+    ("admin", "post", "/api/users/", {**USER, "username": "bad name!"}, "username"),
+    ("admin", "post", "/api/users/", {**USER, "role": "root"}, "role"),
+    ("admin", "post", "/api/users/", {**USER, "email": "not-an-email"}, "email"),
+    ("admin", "post", "/api/users/", {**USER, "password": "123"}, "password"),
+    ("admin", "post", "/api/users/", {**USER, "key_defaults": {"foo": 1}}, "key_defaults"),
+    ("admin", "post", "/api/users/", {**USER, "key_defaults": {"tokens_per_day": -1}}, "key_defaults"),
+    ("admin", "post", "/api/users/", {**USER, "key_defaults": "lots"}, "key_defaults"),
+    (
+        "admin",
+        "post",
+        "/api/users/",
+        {**USER, "tokens_per_day": 100, "key_defaults": {"tokens_per_day": 200}},
+        "key_defaults",
+    ),
+    ("admin", "post", "/api/users/", {**USER, "tokens_per_day": -5}, "tokens_per_day"),
+    ("admin", "post", "/api/users/", {**USER, "allowed_models": ["nope"]}, "allowed_models"),
+    ("admin", "patch", "/api/users/{admin}/", {"role": "developer"}, "role"),
+    ("admin", "patch", "/api/users/{alice}/", {"password": "a-new-password-1"}, "password"),
+    ("admin", "patch", "/api/users/{alice}/", {"tokens_per_day": 10**13}, "tokens_per_day"),
+    ("admin", "post", "/api/users/{admin}/deactivate/", None, "detail"),
+    # personal API tokens
+    ("alice", "post", "/api/tokens/", {"name": ""}, "name"),
+    ("alice", "post", "/api/tokens/", {"name": "alice script"}, "name"),
+    ("alice", "post", "/api/tokens/", {"name": "t" * 101}, "name"),
+    ("alice", "post", "/api/tokens/", {"name": "t", "expires_at": PAST}, "expires_at"),
+]
+
+
+def fill(value, world):
+    if isinstance(value, str):
+        return int(value.format(**world)) if value.startswith("{") and value.endswith("}") else value
+    if isinstance(value, dict):
+        return {k: fill(v, world) for k, v in value.items()}
+    if isinstance(value, list):
+        return [fill(v, world) for v in value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("role", "method", "path", "payload", "field"),
+    [pytest.param(*c, id=f"{c[1]} {c[2]} {c[4]} #{i}") for i, c in enumerate(CASES)],
+)
+def test_bad_input_is_a_field_error_and_changes_nothing(request, world, role, method, path, payload, field):
+    user = request.getfixturevalue(role)
+    client = session_client(user)
+    before = db_state()
+    response = getattr(client, method)(path.format(**world), fill(payload, world), format="json")
+    assert response.status_code == 400, response.content[:300]
+    assert field in response.json(), response.json()
+    assert db_state() == before
+
+
+POST_ENDPOINTS = ["/api/channels/", "/api/hosts/", "/api/models/", "/api/keys/", "/api/users/", "/api/tokens/"]
+
+
+@pytest.mark.parametrize("path", POST_ENDPOINTS)
+@pytest.mark.parametrize(
+    "body",
+    [b"{not json", b'{"name": "x",}', b"[1, 2, 3]", b'"just a string"', b"null", b"\xff\xfe garbage"],
+    ids=["broken", "trailing-comma", "list", "string", "null", "binary"],
+)
+def test_garbage_json_is_a_400_not_a_500(world, admin_api, path, body):
+    before = db_state()
+    response = admin_api.generic("POST", path, body, content_type="application/json")
+    assert response.status_code == 400, response.content[:300]
+    assert db_state() == before
+
+
+def test_an_encrypted_private_key_is_refused_without_echoing_it(admin_api):
+    encrypted = asyncssh.generate_private_key("ssh-ed25519").export_private_key("pkcs8-pem", passphrase="pw").decode()
+    response = admin_api.post("/api/hosts/", {**HOST, "private_key": encrypted}, format="json")
+    assert response.status_code == 400 and "private_key" in response.json()
+    assert encrypted.splitlines()[1] not in response.content.decode()
+    assert not Host.objects.filter(name="new-host").exists()
+
+
+def test_a_key_limit_above_the_owners_ceiling_is_refused(alice, alice_api):
+    alice.tokens_per_day = 1000
+    alice.save()
+    before = db_state()
+    response = alice_api.post("/api/keys/", {"name": "big", "tokens_per_day": 2000}, format="json")
+    assert response.status_code == 400 and "1,000" in str(response.json()["tokens_per_day"])
+    assert db_state() == before
+    assert alice_api.post("/api/keys/", {"name": "ok", "tokens_per_day": 1000}, format="json").status_code == 201
+
+
+def test_a_model_outside_the_owners_allowlist_is_refused(alice, alice_api, model):
+    other = Model.objects.create(name="private-model")
+    alice.allowed_models.set([model])
+    before = db_state()
+    response = alice_api.post("/api/keys/", {"name": "k", "allowed_models": ["private-model"]}, format="json")
+    assert response.status_code == 400 and "private-model" in str(response.json()["allowed_models"])
+    assert db_state() == before
+    other.delete()
+
+
+def test_an_admin_cannot_create_a_key_for_a_deactivated_user(admin_api, alice, world):
+    alice.is_active = False
+    alice.save()
+    before = db_state()
+    response = admin_api.post("/api/keys/", {"name": "k", "owner": alice.pk}, format="json")
+    assert response.status_code == 400 and "owner" in response.json()
+    assert db_state() == before
+
+
+def test_a_revoked_key_cannot_be_rotated_or_edited(alice_api, alice_key):
+    alice_api.post(f"/api/keys/{alice_key.pk}/revoke/")
+    before = db_state()
+    assert alice_api.post(f"/api/keys/{alice_key.pk}/rotate/", {}, format="json").status_code == 400
+    assert alice_api.patch(f"/api/keys/{alice_key.pk}/", {"name": "back"}, format="json").status_code == 400
+    assert db_state() == before

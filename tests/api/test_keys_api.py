@@ -1,0 +1,124 @@
+"""Keys through the API: create with just a name, shown once, verified by the gateway's own
+verify_key; revoke, rotate with grace, expiry; scoping between developers."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+from django.utils import timezone
+
+from keys.models import Key
+from keys.services import verify_key
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_name_is_enough_and_the_plaintext_is_returned_once(alice, alice_api):
+    response = alice_api.post("/api/keys/", {"name": "laptop"}, format="json")
+    assert response.status_code == 201
+    body = response.json()
+    plaintext = body["key"]
+    assert plaintext.startswith("gp-") and body["owner"] == alice.pk and body["state"] == "active"
+    assert body["masked"] == f"{body['prefix']}…{body['last_four']}" and plaintext.endswith(body["last_four"])
+    assert verify_key(plaintext).pk == body["id"]
+
+    detail = alice_api.get(f"/api/keys/{body['id']}/")
+    listing = alice_api.get("/api/keys/")
+    for later in (detail, listing):
+        assert plaintext not in later.content.decode() and "key" not in later.json().get("results", [later.json()])[0]
+
+
+def test_key_defaults_of_the_owner_prefill_the_limits(alice, alice_api):
+    alice.key_defaults = {"tokens_per_day": 50000}
+    alice.save()
+    body = alice_api.post("/api/keys/", {"name": "laptop"}, format="json").json()
+    assert body["tokens_per_day"] == 50000
+    explicit = alice_api.post("/api/keys/", {"name": "ci", "tokens_per_day": 10}, format="json").json()
+    assert explicit["tokens_per_day"] == 10
+
+
+def test_settings_are_stored_canonical(alice_api, model):
+    body = alice_api.post(
+        "/api/keys/",
+        {
+            "name": "scoped",
+            "allowed_models": ["qwen3-32b"],
+            "ip_allowlist": ["10.1.2.3/8", "192.168.1.7", "10.0.0.0/8"],
+            "requests_per_minute": 60,
+            "client": "continue",
+        },
+        format="json",
+    ).json()
+    assert body["allowed_models"] == ["qwen3-32b"]
+    assert body["ip_allowlist"] == ["10.0.0.0/8", "192.168.1.7/32"]
+    assert body["requests_per_minute"] == 60 and body["client"] == "continue"
+
+
+def test_revoke_stops_the_key_and_is_idempotent(alice_api):
+    body = alice_api.post("/api/keys/", {"name": "laptop"}, format="json").json()
+    first = alice_api.post(f"/api/keys/{body['id']}/revoke/")
+    assert first.status_code == 200 and first.json()["state"] == "revoked"
+    assert verify_key(body["key"]) is None
+    again = alice_api.post(f"/api/keys/{body['id']}/revoke/")
+    assert again.status_code == 200 and again.json()["revoked_at"] == first.json()["revoked_at"]
+
+
+def test_rotate_with_grace_returns_a_new_plaintext_once_and_keeps_the_old_one_briefly(alice_api):
+    old = alice_api.post("/api/keys/", {"name": "ci", "tokens_per_day": 99}, format="json").json()
+    response = alice_api.post(f"/api/keys/{old['id']}/rotate/", {"grace_seconds": 300}, format="json")
+    assert response.status_code == 201
+    new = response.json()
+    assert new["key"] != old["key"] and new["name"] == "ci" and new["tokens_per_day"] == 99
+    assert new["rotated_from"] == old["id"]
+    assert verify_key(new["key"]).pk == new["id"]
+    assert verify_key(old["key"]).pk == old["id"]  # grace period
+    old_row = alice_api.get(f"/api/keys/{old['id']}/").json()
+    assert old_row["expires_at"] is not None and "key" not in old_row
+    Key.objects.filter(pk=old["id"]).update(expires_at=timezone.now() - datetime.timedelta(seconds=1))
+    assert verify_key(old["key"]) is None
+    assert alice_api.get(f"/api/keys/{old['id']}/").json()["state"] == "expired"
+
+
+def test_rotate_without_grace_stops_the_old_key_now(alice_api):
+    old = alice_api.post("/api/keys/", {"name": "ci"}, format="json").json()
+    new = alice_api.post(f"/api/keys/{old['id']}/rotate/", {}, format="json").json()
+    assert verify_key(old["key"]) is None and verify_key(new["key"]) is not None
+
+
+def test_a_key_expires_at_its_expiry(alice_api):
+    soon = timezone.now() + datetime.timedelta(hours=1)
+    body = alice_api.post("/api/keys/", {"name": "temp", "expires_at": soon.isoformat()}, format="json").json()
+    assert verify_key(body["key"]) is not None
+    Key.objects.filter(pk=body["id"]).update(expires_at=timezone.now() - datetime.timedelta(seconds=1))
+    assert verify_key(body["key"]) is None
+    assert alice_api.get("/api/keys/", {"state": "expired"}).json()["count"] == 1
+
+
+def test_a_developer_sees_only_their_own_keys(alice_api, mallory_api, alice_key):
+    assert [k["id"] for k in alice_api.get("/api/keys/").json()["results"]] == [alice_key.pk]
+    assert mallory_api.get("/api/keys/").json()["count"] == 0
+    assert mallory_api.get(f"/api/keys/{alice_key.pk}/").status_code == 404
+    assert mallory_api.post(f"/api/keys/{alice_key.pk}/revoke/").status_code == 404
+    alice_key.refresh_from_db()
+    assert alice_key.revoked_at is None
+
+
+def test_admins_see_all_keys_and_filter_by_owner(admin_api, alice, mallory, alice_key):
+    mallory_key = mallory.keys.create(name="m", prefix="gp-x", last_four="abcd", key_hash="h" * 64)
+    all_ids = {k["id"] for k in admin_api.get("/api/keys/").json()["results"]}
+    assert all_ids == {alice_key.pk, mallory_key.pk}
+    only = admin_api.get("/api/keys/", {"owner": mallory.pk}).json()["results"]
+    assert [k["id"] for k in only] == [mallory_key.pk]
+
+
+def test_an_admin_can_create_a_key_for_a_developer(admin_api, alice):
+    body = admin_api.post("/api/keys/", {"name": "given", "owner": alice.pk}, format="json").json()
+    assert body["owner"] == alice.pk and verify_key(body["key"]).owner == alice
+
+
+def test_a_deactivated_owners_keys_stop_working(admin_api, alice, alice_api):
+    body = alice_api.post("/api/keys/", {"name": "laptop"}, format="json").json()
+    admin_api.post(f"/api/users/{alice.pk}/deactivate/")
+    assert verify_key(body["key"]) is None
+    assert admin_api.get(f"/api/keys/{body['id']}/").json()["state"] == "owner inactive"

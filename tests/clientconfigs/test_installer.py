@@ -1,0 +1,241 @@
+"""The real `sh` installer, fetched from a live test server and run in a throwaway HOME: it merges
+into existing files, backs up first, sets modes, and its token works once. The doctor (`--check`)
+is run against a real HTTP server standing in for the gateway's /v1/models."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import tomllib
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from clientconfigs import services
+from clientconfigs.models import KeyMode
+from keys.services import issue_key, verify_key
+from tests.fakes.upstream import FakeUpstream
+from tests.services import require_binary
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    return home
+
+
+def fetch(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - the live test server
+        return resp.read().decode()
+
+
+def run_sh(script: str, home: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    require_binary("sh", "a POSIX shell")
+    path = home.parent / "install.sh"
+    path.write_text(script)
+    clean = {"HOME": str(home), "PATH": os.environ["PATH"], "LANG": "C.UTF-8", **(env or {})}
+    return subprocess.run(["sh", str(path), *args], capture_output=True, text=True, timeout=60, env=clean)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def backups(path: Path) -> list[Path]:
+    return sorted(path.parent.glob(path.name + ".bak-*"))
+
+
+def install(live_server, home, user, client, key_mode=KeyMode.MINT, **kw) -> subprocess.CompletedProcess:
+    _, token = services.issue_download_token(user, client, key_mode=key_mode, **kw)
+    return run_sh(fetch(live_server.url + "/connect/install.sh"), home, token)
+
+
+def test_claude_code_settings_are_merged_backed_up_and_private(live_server, settings, home, alice, catalog):
+    settings.PORTAL_PUBLIC_URL = live_server.url
+    target = home / ".claude" / "settings.json"
+    target.parent.mkdir()
+    original = {
+        "theme": "dark",
+        "permissions": {"allow": ["Bash(ls*)"]},
+        "env": {"FOO": "bar", "ANTHROPIC_API_KEY": "sk-old"},
+    }
+    target.write_text(json.dumps(original))
+    target.chmod(0o644)
+
+    result = install(live_server, home, alice, "claude-code", key_name="laptop")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    merged = json.loads(target.read_text())
+    assert merged["theme"] == "dark" and merged["permissions"] == original["permissions"]
+    assert merged["env"]["FOO"] == "bar"
+    assert "ANTHROPIC_API_KEY" not in merged["env"]  # would be sent next to the bearer token
+    assert merged["env"]["ANTHROPIC_BASE_URL"] == live_server.url
+    assert merged["env"]["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == "32768"
+    assert verify_key(merged["env"]["ANTHROPIC_AUTH_TOKEN"]).name == "claude-code@laptop"
+    assert mode(target) == 0o600
+    [backup] = backups(target)
+    assert json.loads(backup.read_text()) == original and mode(backup) == 0o600
+    assert "claude-code@laptop" in result.stdout
+
+
+def test_a_used_token_installs_nothing(live_server, settings, home, alice, catalog):
+    settings.PORTAL_PUBLIC_URL = live_server.url
+    _, token = services.issue_download_token(alice, "opencode", key_mode=KeyMode.PLACEHOLDER)
+    script = fetch(live_server.url + "/connect/install.sh")
+    assert run_sh(script, home, token).returncode == 0
+    target = home / ".config" / "opencode" / "opencode.json"
+    before = target.read_text()
+    again = run_sh(script, home, token)
+    assert again.returncode != 0
+    assert "once" in again.stderr
+    assert target.read_text() == before and backups(target) == []
+
+
+def test_codex_toml_keeps_unrelated_tables_and_replaces_ours(live_server, settings, home, alice, catalog):
+    settings.PORTAL_PUBLIC_URL = live_server.url
+    target = home / ".codex" / "config.toml"
+    target.parent.mkdir()
+    target.write_text(
+        'model = "o3"\napproval_policy = "on-request"\n\n[mcp_servers.docs]\ncommand = "docs-mcp"\n\n'
+        '[model_providers.teamgw]\nname = "old"\nbase_url = "http://old/v1"\nwire_api = "chat"\n\n'
+        '[model_providers.teamgw.http_headers]\nX-Old = "1"\n'
+    )
+    result = install(live_server, home, alice, "codex", key_name="desk")
+    assert result.returncode == 0, result.stdout + result.stderr
+    config = tomllib.loads(target.read_text())
+    assert config["approval_policy"] == "on-request"
+    assert config["mcp_servers"] == {"docs": {"command": "docs-mcp"}}
+    assert config["model"] == "qwen3-32b"  # the largest window by default; o3 replaced
+    provider = config["model_providers"]["teamgw"]
+    assert provider["wire_api"] == "responses" and provider["base_url"] == live_server.url + "/v1"
+    assert "X-Old" not in provider["http_headers"]
+    env_file = home / ".config" / "team-gateway" / "env"
+    assert mode(env_file) == 0o600
+    assert "TEAM_GATEWAY_API_KEY='gp-" in env_file.read_text()
+    assert len(backups(target)) == 1
+
+
+def test_continue_models_are_added_between_markers_and_replaced_on_reinstall(
+    live_server, settings, home, alice, catalog
+):
+    settings.PORTAL_PUBLIC_URL = live_server.url
+    target = home / ".continue" / "config.yaml"
+    target.parent.mkdir()
+    target.write_text(
+        "name: Mine\nversion: 0.0.1\nschema: v1\nmodels:\n  - name: Local\n    provider: ollama\n"
+        "    model: llama3\nrules:\n  - Be terse\n"
+    )
+    env_file = home / ".continue" / ".env"
+    env_file.write_text("OTHER_SECRET=keep-me\n")
+    for machine in ("laptop", "laptop"):
+        result = install(live_server, home, alice, "continue", key_name=machine)
+        assert result.returncode == 0, result.stdout + result.stderr
+    config = yaml.safe_load(target.read_text())
+    assert config["name"] == "Mine" and config["rules"] == ["Be terse"]
+    assert [m["model"] for m in config["models"]] == ["llama-3.1-8b", "qwen3-32b", "llama3"]
+    assert target.read_text().count(">>> team-gateway") == 1
+    env = env_file.read_text()
+    assert "OTHER_SECRET=keep-me" in env and env.count("TEAM_GATEWAY_API_KEY=") == 1
+    assert mode(env_file) == 0o600
+    assert len(backups(target)) >= 1
+
+
+def test_cline_keeps_other_providers(live_server, settings, home, alice, catalog):
+    settings.PORTAL_PUBLIC_URL = live_server.url
+    target = home / ".cline" / "data" / "settings" / "providers.json"
+    target.parent.mkdir(parents=True)
+    other = {
+        "settings": {"provider": "anthropic", "apiKey": "sk-ant"},
+        "updatedAt": "2026-01-01T00:00:00.000Z",
+        "tokenSource": "manual",
+    }
+    target.write_text(
+        json.dumps({"version": 1, "lastUsedProvider": "anthropic", "modes": {}, "providers": {"anthropic": other}})
+    )
+    result = install(live_server, home, alice, "cline", key_mode=KeyMode.PLACEHOLDER)
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads(target.read_text())
+    assert data["providers"]["anthropic"] == other
+    assert data["providers"]["openai-compatible"]["settings"]["baseUrl"] == live_server.url + "/v1"
+    assert data["lastUsedProvider"] == "openai-compatible"
+    for name in ("models.json", "../globalState.json", "../secrets.json"):
+        assert (target.parent / name).exists()
+
+
+def test_a_file_that_is_not_json_is_left_alone(live_server, settings, home, alice, catalog):
+    settings.PORTAL_PUBLIC_URL = live_server.url
+    target = home / ".config" / "Code" / "User" / "settings.json"
+    target.parent.mkdir(parents=True)
+    jsonc = '{\n  // my comment\n  "editor.fontSize": 14,\n}\n'
+    target.write_text(jsonc)
+    result = install(live_server, home, alice, "roo", key_mode=KeyMode.PLACEHOLDER)
+    assert result.returncode == 1
+    assert target.read_text() == jsonc
+    assert "left unchanged" in result.stdout
+    assert (home / ".config" / "team-gateway" / "roo-settings.json").exists()
+
+
+# --- doctor --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def gateway_stub(alice, catalog):
+    """A real HTTP server answering /v1/models for alice's key, vLLM-shaped (max_model_len)."""
+    key, plaintext = issue_key(owner=alice, name="doctor")
+    up = FakeUpstream(models=["qwen3-32b", "llama-3.1-8b"], max_model_len=32768, api_key=plaintext).start()
+    yield up, key, plaintext
+    up.stop()
+
+
+def write_files(home: Path, slug: str, user, gateway: str, plaintext: str | None) -> None:
+    inp = services.render_input(user, gateway=gateway, plaintext=plaintext)
+    for f in services.render(slug, inp).files:
+        path = home / f.path.removeprefix("~/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f.content)
+
+
+def test_doctor_passes_when_key_models_url_and_window_agree(live_server, settings, home, alice, gateway_stub):
+    up, _, plaintext = gateway_stub
+    settings.PORTAL_PUBLIC_URL = up.root_url
+    write_files(home, "claude-code", alice, up.root_url, plaintext)
+    result = run_sh(fetch(live_server.url + "/connect/install.sh"), home, "--check", "claude-code")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "key valid" in result.stdout
+    assert "context window 32768 agrees with the server" in result.stdout
+    assert "has the right shape" in result.stdout
+
+
+def test_doctor_reports_a_window_the_server_disagrees_with(live_server, settings, home, alice, gateway_stub):
+    up, _, plaintext = gateway_stub
+    up.max_model_len = 16384
+    settings.PORTAL_PUBLIC_URL = up.root_url
+    write_files(home, "claude-code", alice, up.root_url, plaintext)
+    result = run_sh(fetch(live_server.url + "/connect/install.sh"), home, "--check", "claude-code")
+    assert result.returncode == 1
+    assert "context window 32768 in the file, 16384 on the server" in result.stdout
+
+
+def test_doctor_reports_a_rejected_key_and_a_wrong_base_url(live_server, settings, home, alice, gateway_stub):
+    up, _, _ = gateway_stub
+    settings.PORTAL_PUBLIC_URL = up.root_url
+    write_files(home, "codex", alice, up.root_url, None)
+    config = home / ".codex" / "config.toml"
+    config.write_text(config.read_text().replace(up.root_url + "/v1", up.root_url))
+    result = run_sh(
+        fetch(live_server.url + "/connect/install.sh"),
+        home,
+        "--check",
+        "codex",
+        env={"TEAM_GATEWAY_API_KEY": "gp-wrong"},
+    )
+    assert result.returncode == 1
+    assert "should be ending in /v1" in result.stdout
+    assert "rejected the key" in result.stdout

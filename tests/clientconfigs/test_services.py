@@ -1,0 +1,131 @@
+"""The model list a key may use, the limits written for each model, and the staleness stamp."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+from django.utils import timezone
+
+from channels.models import ModelRoute
+from clientconfigs import services
+from clientconfigs.models import DownloadToken, KeyMode
+from keys.models import Key
+from keys.services import issue_key, verify_key
+
+pytestmark = pytest.mark.django_db
+GW = "https://llm.example.com"
+
+
+def names(specs):
+    return [s.name for s in specs]
+
+
+def test_only_enabled_models_with_a_live_route_are_listed(alice, catalog):
+    assert names(services.model_specs(alice)) == ["llama-3.1-8b", "qwen3-32b"]
+
+
+def test_context_window_is_the_smallest_real_one_across_channels(alice, catalog):
+    qwen = next(s for s in services.model_specs(alice) if s.name == "qwen3-32b")
+    # gpu-a discovered 32768 (configured 40960), gpu-b configured 65536: clients get 32768.
+    assert qwen.context_window == 32768
+    assert qwen.max_output_tokens == 8192
+
+
+def test_output_limit_leaves_room_for_input(alice, catalog):
+    llama = next(s for s in services.model_specs(alice) if s.name == "llama-3.1-8b")
+    # route says max output 8192 in an 8192 window: Continue would warn; keep a quarter for input.
+    assert llama.context_window == 8192
+    assert llama.max_output_tokens == 6144
+    assert llama.context_window - llama.max_output_tokens >= 1000
+
+
+def test_output_limit_when_the_server_gives_none_uses_the_gateway_default(settings):
+    settings.GATEWAY_DEFAULT_MAX_TOKENS = 4096
+    assert services.output_room(131072, None) == 4096
+    assert services.output_room(4096, None) == 2048
+    assert services.output_room(None, None) is None
+
+
+def test_key_scope_is_the_intersection_of_owner_and_key_allow_lists(alice, catalog):
+    alice.allowed_models.set([catalog["qwen"], catalog["llama"]])
+    key, _ = issue_key(owner=alice, name="k", allowed_models=[catalog["llama"], catalog["hidden"]])
+    assert names(services.model_specs(alice, key)) == ["llama-3.1-8b"]
+    alice.allowed_models.set([catalog["qwen"]])
+    assert names(services.model_specs(alice, key)) == []
+
+
+def test_version_changes_when_an_admin_changes_limits_models_or_the_url(alice, catalog):
+    before = services.version_of(GW, services.model_specs(alice))
+    assert services.version_of(GW, services.model_specs(alice)) == before
+    assert services.version_of("https://other.example.com", services.model_specs(alice)) != before
+    ModelRoute.objects.filter(model=catalog["llama"]).update(context_window=16384)
+    assert services.version_of(GW, services.model_specs(alice)) != before
+
+
+def test_stale_banner_lists_clients_whose_download_is_out_of_date(alice, catalog):
+    inp = services.render_input(alice, gateway=GW)
+    services.record_download(alice, "cline", inp.version, None, via="page")
+    assert services.stale_downloads(alice, GW) == []
+    catalog["llama"].enabled = False
+    catalog["llama"].save()
+    stale = services.stale_downloads(alice, GW)
+    assert [s["client"] for s in stale] == ["cline"]
+    assert stale[0]["downloaded"] == inp.version
+
+
+def test_minted_keys_are_named_per_client_and_machine_and_scoped_like_the_default(alice, catalog):
+    alice.key_defaults = {"tokens_per_day": 5000, "allowed_models": ["qwen3-32b"]}
+    alice.save()
+    key, plaintext = services.mint_key(alice, "cline", "laptop")
+    again, _ = services.mint_key(alice, "cline", "laptop")
+    assert (key.name, again.name) == ("cline@laptop", "cline@laptop-2")
+    assert key.client == "cline" and key.tokens_per_day == 5000
+    assert list(key.allowed_models.values_list("name", flat=True)) == ["qwen3-32b"]
+    assert verify_key(plaintext) == key
+    assert plaintext not in str(Key.objects.filter(pk=key.pk).values().first())
+
+
+def test_download_token_is_single_use(alice, catalog):
+    _, token = services.issue_download_token(alice, "codex", key_mode=KeyMode.PLACEHOLDER)
+    first = services.redeem_download_token(token, gateway=GW)
+    assert first is not None and first["client"] == "codex"
+    assert services.redeem_download_token(token, gateway=GW) is None
+
+
+def test_download_token_expires(alice, catalog):
+    row, token = services.issue_download_token(alice, "codex", key_mode=KeyMode.PLACEHOLDER)
+    DownloadToken.objects.filter(pk=row.pk).update(expires_at=timezone.now() - datetime.timedelta(seconds=1))
+    assert services.redeem_download_token(token, gateway=GW) is None
+    assert DownloadToken.objects.get(pk=row.pk).used_at is None
+
+
+def test_download_token_is_stored_hashed_and_mints_the_key_on_redemption(alice, catalog):
+    row, token = services.issue_download_token(alice, "continue", key_mode=KeyMode.MINT, key_name="desk")
+    assert token not in str(DownloadToken.objects.filter(pk=row.pk).values().first())
+    assert not Key.objects.filter(owner=alice).exists()
+    bundle = services.redeem_download_token(token, gateway=GW)
+    key = Key.objects.get(owner=alice)
+    assert key.name == "continue@desk" and bundle["key"]["name"] == "continue@desk"
+    env = next(f for f in bundle["files"] if f["name"] == ".env")
+    plaintext = env["content"].strip().splitlines()[-1].split("=", 1)[1]
+    assert verify_key(plaintext) == key
+    assert env["secret"] is True
+
+
+def test_a_token_for_someone_elses_key_is_refused(alice, mallory, catalog):
+    key, _ = issue_key(owner=mallory, name="m")
+    with pytest.raises(ValueError):
+        services.issue_download_token(alice, "cline", key_mode=KeyMode.PLACEHOLDER, key=key)
+
+
+def test_garbage_tokens_are_refused(db):
+    for value in ("", "nope", "gdt-" + "x" * 200, "gdt-unknown"):
+        assert services.redeem_download_token(value, gateway=GW) is None
+
+
+def test_gateway_url_prefers_the_public_url(settings, rf):
+    settings.PORTAL_PUBLIC_URL = "https://portal.example.com"
+    assert services.gateway_url(rf.get("/")) == "https://portal.example.com"
+    settings.PORTAL_PUBLIC_URL = ""
+    assert services.gateway_url(rf.get("/", HTTP_HOST="gw.internal:8000")) == "http://gw.internal:8000"

@@ -1,0 +1,195 @@
+"""Permissions and behaviour of the page and every REST endpoint: anonymous, alice (owner),
+mallory (another developer) and admin (for themselves only)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.test import Client
+from rest_framework.test import APIClient
+
+from clientconfigs.models import ConfigDownload, DownloadToken
+from keys.models import Key
+from keys.services import issue_key, verify_key
+
+pytestmark = pytest.mark.django_db
+
+API = "/api/client-configs"
+
+
+@pytest.fixture
+def api(alice):
+    client = APIClient()
+    client.force_authenticate(alice)
+    return client
+
+
+@pytest.fixture
+def alice_key(alice, catalog):
+    key, _ = issue_key(owner=alice, name="alice-main", allowed_models=[catalog["llama"]])
+    return key
+
+
+@pytest.fixture
+def mallory_key(mallory, catalog):
+    key, _ = issue_key(owner=mallory, name="mallory-main")
+    return key
+
+
+# --- anonymous ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "url"),
+    [
+        ("get", f"{API}/clients/"),
+        ("get", f"{API}/clients/cline/"),
+        ("get", f"{API}/clients/cline/files/"),
+        ("post", f"{API}/clients/cline/mint/"),
+        ("post", f"{API}/clients/cline/download-tokens/"),
+    ],
+)
+def test_api_refuses_anonymous(method, url, db):
+    response = getattr(APIClient(), method)(url)
+    assert response.status_code in (401, 403)
+
+
+def test_page_and_downloads_redirect_anonymous_to_login(db):
+    for url in ("/connect/", "/connect/cline/files/0/"):
+        response = Client().get(url)
+        assert response.status_code == 302 and "/login/" in response["Location"]
+
+
+def test_installer_scripts_are_public_and_hold_no_secret(client, catalog):
+    sh = client.get("/connect/install.sh")
+    ps1 = client.get("/connect/install.ps1")
+    assert sh.status_code == ps1.status_code == 200
+    assert sh.content.decode().startswith("#!/bin/sh")
+    assert "gp-" not in sh.content.decode() and "gdt-" not in sh.content.decode().replace("<download-token>", "")
+
+
+# --- the owner -----------------------------------------------------------------------------------
+
+
+def test_api_lists_every_client(api):
+    slugs = {c["slug"] for c in api.get(f"{API}/clients/").json()}
+    assert slugs == {"cline", "continue", "cc-switch", "claude-code", "codex", "opencode", "roo"}
+    assert api.get(f"{API}/clients/nope/").status_code == 404
+
+
+def test_api_files_are_scoped_to_the_key_and_hold_no_key(api, alice_key):
+    data = api.get(f"{API}/clients/continue/files/", {"key": alice_key.pk}).json()
+    assert [m["name"] for m in data["models"]] == ["llama-3.1-8b"]
+    assert all("gp-" not in f["content"] for f in data["files"])
+    assert ConfigDownload.objects.filter(client="continue", key=alice_key, version=data["version"]).exists()
+
+
+def test_api_mint_returns_a_working_key_once(api, alice):
+    response = api.post(f"{API}/clients/claude-code/mint/", {"machine": "laptop"}, format="json")
+    assert response.status_code == 201
+    data = response.json()
+    key = verify_key(data["key"]["plaintext"])
+    assert key.owner == alice and key.name == "claude-code@laptop" and key.client == "claude-code"
+    settings = next(f for f in data["files"] if f["name"] == "settings.json")
+    assert data["key"]["plaintext"] in settings["content"] and settings["secret"]
+
+
+def test_api_download_token_then_bundle(api, alice, catalog):
+    response = api.post(f"{API}/clients/codex/download-tokens/", {"key_mode": "placeholder"}, format="json")
+    assert response.status_code == 201
+    token = response.json()["token"]
+    assert token in response.json()["install_sh"]
+    bundle = APIClient().post(f"{API}/bundle/", {"token": token}, format="json")
+    assert bundle.status_code == 200
+    assert {f["path"] for f in bundle.json()["files"]} == {"~/.codex/config.toml"}
+    again = APIClient().post(f"{API}/bundle/", {"token": token}, format="json")
+    assert again.status_code == 404
+
+
+def test_bundle_rejects_bad_input_without_a_500(db):
+    assert APIClient().post(f"{API}/bundle/", {}, format="json").status_code == 400
+    assert APIClient().post(f"{API}/bundle/", {"token": "gdt-nope"}, format="json").status_code == 404
+
+
+def test_api_validation_errors_are_field_errors(api):
+    response = api.post(f"{API}/clients/cline/download-tokens/", {"key_mode": "steal"}, format="json")
+    assert response.status_code == 400 and "key_mode" in response.json()
+
+
+def test_page_shows_files_placeholder_and_the_hashed_key_notice(alice_client, catalog):
+    response = alice_client.get("/connect/?client=codex")
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "config.toml" in html and "model_providers.teamgw" in html
+    assert "never show an existing key again" in html
+    assert "--check codex" in html
+
+
+def test_page_mints_a_key_and_shows_it_once(alice_client, alice, catalog):
+    response = alice_client.post(
+        "/connect/?client=continue", {"client": "continue", "key_mode": "mint", "machine": "laptop", "action": "mint"}
+    )
+    html = response.content.decode()
+    key = Key.objects.get(owner=alice)
+    assert key.name == "continue@laptop"
+    plaintext = re.search(r"TEAM_GATEWAY_API_KEY=(gp-[A-Za-z0-9_-]+)", html).group(1)
+    assert verify_key(plaintext) == key
+    second = alice_client.get("/connect/?client=continue").content.decode()
+    assert plaintext not in second
+
+
+def test_page_issues_a_one_line_installer(alice_client, alice, catalog):
+    response = alice_client.post(
+        "/connect/?client=cline", {"client": "cline", "key_mode": "placeholder", "action": "installer"}
+    )
+    html = response.content.decode()
+    assert "/connect/install.sh | sh -s -- gdt-" in html
+    assert "-Token gdt-" in html
+    assert DownloadToken.objects.filter(user=alice, client="cline").count() == 1
+
+
+def test_page_download_is_an_attachment(alice_client, catalog):
+    response = alice_client.get("/connect/claude-code/files/0/")
+    assert response.status_code == 200
+    assert response["Content-Disposition"] == 'attachment; filename="settings.json"'
+    assert alice_client.get("/connect/claude-code/files/9/").status_code == 404
+    assert alice_client.get("/connect/nope/files/0/").status_code == 404
+
+
+def test_stale_banner_appears_after_an_admin_change(alice_client, catalog):
+    alice_client.get("/connect/claude-code/files/0/")
+    assert "out of date" not in alice_client.get("/connect/").content.decode()
+    catalog["qwen"].routes.update(context_window=16384, discovered_context_window=None)
+    assert "out of date" in alice_client.get("/connect/").content.decode()
+
+
+# --- mallory and admin: someone else's key is a 404 everywhere -----------------------------------
+
+
+def test_mallory_cannot_use_alices_key_anywhere(client, mallory, alice_key):
+    client.force_login(mallory)
+    assert client.get(f"/connect/?key={alice_key.pk}").status_code == 404
+    assert client.get(f"/connect/cline/files/0/?key={alice_key.pk}").status_code == 404
+    api = APIClient()
+    api.force_authenticate(mallory)
+    assert api.get(f"{API}/clients/cline/files/", {"key": alice_key.pk}).status_code == 404
+    response = api.post(f"{API}/clients/cline/download-tokens/", {"key": alice_key.pk}, format="json")
+    assert response.status_code == 404
+
+
+def test_admin_only_sees_their_own_keys_here(admin_client, admin, alice_key):
+    assert admin_client.get(f"/connect/?key={alice_key.pk}").status_code == 404
+    api = APIClient()
+    api.force_authenticate(admin)
+    assert api.get(f"{API}/clients/cline/files/", {"key": alice_key.pk}).status_code == 404
+    assert api.get(f"{API}/clients/cline/files/").status_code == 200
+
+
+def test_mallory_does_not_see_alices_downloads_in_her_banner(client, mallory, alice, catalog):
+    alice_client = Client()
+    alice_client.force_login(alice)
+    alice_client.get("/connect/cline/files/0/")
+    catalog["llama"].routes.update(context_window=4096)
+    client.force_login(mallory)
+    assert "out of date" not in client.get("/connect/").content.decode()

@@ -1,0 +1,172 @@
+"""Every client-facing error path: OpenAI-shaped, right status, never echoing the key."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import httpx
+import pytest
+from django.utils import timezone
+
+from channels.models import Model
+from keys.services import issue_key, revoke_key
+from tests.gateway.conftest import add_channel
+
+CHAT = {"model": "qwen3-32b", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def post(url: str, key: str | None = None, body=CHAT, path: str = "/v1/chat/completions", headers=None):
+    hdrs = dict(headers or {})
+    if key is not None:
+        hdrs.setdefault("Authorization", f"Bearer {key}")
+    return httpx.post(url + path, json=body, headers=hdrs, timeout=10)
+
+
+def assert_openai_error(r: httpx.Response, status: int, code: str) -> dict:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/json")
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "code", "param"}
+    assert err["code"] == code
+    return err
+
+
+def test_missing_key_is_401(setup, gateway_url):
+    assert_openai_error(post(gateway_url), 401, "missing_api_key")
+
+
+def test_wrong_key_is_401_and_never_echoed(setup, gateway_url):
+    bogus = "gp-" + "x" * 43
+    r = post(gateway_url, bogus)
+    assert_openai_error(r, 401, "invalid_api_key")
+    assert bogus not in r.text and "xxxx" not in r.text
+
+
+def test_key_with_whitespace_and_x_api_key_header_work(setup, gateway_url):
+    assert post(gateway_url, headers={"Authorization": f"Bearer \t  {setup.plaintext}"}).status_code == 200
+    assert post(gateway_url, headers={"x-api-key": setup.plaintext}).status_code == 200
+    # A pasted key with a trailing newline, as raw HTTP (clients like httpx refuse to send it).
+    import socket
+    from urllib.parse import urlsplit
+
+    body = b'{"model":"qwen3-32b","messages":[{"role":"user","content":"hi"}]}'
+    u = urlsplit(gateway_url)
+    with socket.create_connection((u.hostname, u.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Authorization: Bearer " + setup.plaintext.encode() + b" \t\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body
+        )
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 200")
+
+
+def test_revoked_expired_and_disabled_owner_are_401(setup, gateway_url, alice):
+    assert post(gateway_url, setup.plaintext).status_code == 200
+    revoke_key(setup.key)
+    assert_openai_error(post(gateway_url, setup.plaintext), 401, "key_revoked")
+
+    _key, plain = issue_key(owner=alice, name="old", expires_at=timezone.now() - dt.timedelta(minutes=1))
+    assert_openai_error(post(gateway_url, plain), 401, "key_expired")
+
+    _key, plain = issue_key(owner=alice, name="fresh")
+    alice.is_active = False
+    alice.save()
+    r = post(gateway_url, plain)
+    assert_openai_error(r, 401, "account_disabled")
+    assert plain not in r.text
+
+
+def test_model_not_allowed_for_key_is_403_listing_allowed(setup, gateway_url, upstream, alice):
+    other = Model.objects.create(name="llama-8b")
+    add_channel(upstream, "second", model=other)
+    _key, plain = issue_key(owner=alice, name="scoped", allowed_models=[other])
+    err = assert_openai_error(post(gateway_url, plain), 403, "model_not_allowed")
+    assert "llama-8b" in err["message"] and err["param"] == "model"
+    ok = post(gateway_url, plain, body={**CHAT, "model": "llama-8b"})
+    assert ok.status_code == 200
+
+
+def test_owner_allowlist_also_limits_the_key(setup, gateway_url, upstream, alice):
+    other = Model.objects.create(name="llama-8b")
+    add_channel(upstream, "second", model=other)
+    alice.allowed_models.set([other])
+    err = assert_openai_error(post(gateway_url, setup.plaintext), 403, "model_not_allowed")
+    assert "llama-8b" in err["message"]
+
+
+def test_unknown_model_is_404_with_did_you_mean(setup, gateway_url):
+    err = assert_openai_error(
+        post(gateway_url, setup.plaintext, body={**CHAT, "model": "Qwen3_32B"}), 404, "model_not_found"
+    )
+    assert "Did you mean 'qwen3-32b'?" in err["message"]
+    err = assert_openai_error(
+        post(gateway_url, setup.plaintext, body={**CHAT, "model": "gpt-9"}), 404, "model_not_found"
+    )
+    assert "qwen3-32b" in err["message"] and "Did you mean" not in err["message"]
+
+
+def test_disabled_model_is_404(setup, gateway_url):
+    setup.model.enabled = False
+    setup.model.save()
+    assert_openai_error(post(gateway_url, setup.plaintext), 404, "model_not_found")
+
+
+def test_model_without_channel_is_503(setup, gateway_url):
+    setup.channel.enabled = False
+    setup.channel.save()
+    assert_openai_error(post(gateway_url, setup.plaintext), 503, "no_channel")
+
+
+def test_ip_outside_allowlist_is_403(setup, gateway_url):
+    setup.key.ip_allowlist = ["10.0.0.0/8"]
+    setup.key.save()
+    assert_openai_error(post(gateway_url, setup.plaintext), 403, "ip_not_allowed")
+    setup.key.ip_allowlist = ["10.0.0.0/8", "127.0.0.0/8"]
+    setup.key.save()
+    assert post(gateway_url, setup.plaintext).status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/v1/v1/chat/completions", "/chat/completions", "/v1/chat/completions/"])
+def test_doubled_and_missing_v1_prefix_work(setup, gateway_url, path):
+    r = post(gateway_url, setup.plaintext, path=path)
+    assert r.status_code == 200 and r.json()["choices"]
+
+
+def test_unknown_gateway_path_is_json_404_naming_the_base_url(setup, gateway_url, settings):
+    r = httpx.get(gateway_url + "/v1/chat/complete", headers={"Authorization": f"Bearer {setup.plaintext}"})
+    err = assert_openai_error(r, 404, "unknown_path")
+    assert f"{gateway_url}/v1" in err["message"]
+    settings.PORTAL_PUBLIC_URL = "https://llm.example.com"
+    err = assert_openai_error(httpx.get(gateway_url + "/v1/nope"), 404, "unknown_path")
+    assert "https://llm.example.com/v1" in err["message"]
+
+
+def test_wrong_method_is_405(setup, gateway_url):
+    r = httpx.get(gateway_url + "/v1/chat/completions")
+    assert_openai_error(r, 405, "method_not_allowed")
+
+
+def test_invalid_json_and_missing_model_are_400(setup, gateway_url):
+    r = httpx.post(
+        gateway_url + "/v1/chat/completions",
+        content=b"{not json",
+        headers={"Authorization": f"Bearer {setup.plaintext}", "content-type": "application/json"},
+    )
+    assert_openai_error(r, 400, "invalid_json")
+    assert_openai_error(post(gateway_url, setup.plaintext, body={"messages": []}), 400, "model_required")
+    assert_openai_error(post(gateway_url, setup.plaintext, body={**CHAT, "max_tokens": -1}), 400, "invalid_value")
+
+
+def test_upstream_client_error_passes_through_as_is(setup, gateway_url, upstream):
+    upstream.max_model_len = 3
+    r = post(gateway_url, setup.plaintext, body={**CHAT, "messages": [{"role": "user", "content": "a b c d e"}]})
+    assert r.status_code == 400
+    assert r.json()["error"]["type"] == "exceed_context_size_error"
+
+
+def test_non_gateway_paths_still_reach_django(setup, gateway_url):
+    r = httpx.get(gateway_url + "/healthz")
+    assert r.status_code in (200, 503) and r.headers["content-type"].startswith("application/json")

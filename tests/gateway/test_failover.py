@@ -1,0 +1,177 @@
+"""Failover before the first byte only, streams that break, client disconnects, header hygiene."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import httpx
+import openai
+import pytest
+
+from channels.health import passive
+from keys.models import UsageRecord
+from tests.fakes.upstream import FakeUpstream
+from tests.gateway.conftest import UPSTREAM_KEY, add_channel, wait_for
+
+CHAT = {"model": "qwen3-32b", "messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.fixture
+def backup(setup):
+    """A second, lower-priority channel for the same model on its own fake upstream."""
+    with FakeUpstream(api_key=UPSTREAM_KEY) as up:
+        channel, _ = add_channel(up, "backup", priority=-10, model=setup.model)
+        up.channel = channel
+        yield up
+
+
+def auth(setup) -> dict:
+    return {"Authorization": f"Bearer {setup.plaintext}"}
+
+
+def sse_events(text: str) -> list[str]:
+    return [line[6:] for line in text.splitlines() if line.startswith("data: ")]
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [{"mode": "status", "status": 500}, {"mode": "status", "status": 429}, {"mode": "status", "status": 503}],
+)
+def test_it_fails_over_on_429_and_5xx(setup, gateway_url, upstream, backup, failure):
+    passive.drain()
+    upstream.behave(**failure)
+    r = httpx.post(gateway_url + "/v1/chat/completions", json=CHAT, headers=auth(setup))
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"].startswith("tok0")
+    assert len(upstream.requests) == 1 and len(backup.requests) == 1
+    outcomes = passive.drain()
+    assert [(o.channel_id, o.ok, o.status) for o in outcomes] == [
+        (setup.channel.id, False, failure["status"]),
+        (backup.channel.id, True, 200),
+    ]
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert record.channel_id == backup.channel.id
+
+
+def test_it_fails_over_on_connection_refused(setup, gateway_url, backup):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead_port = s.getsockname()[1]
+    setup.channel.base_url = f"http://127.0.0.1:{dead_port}/v1"
+    setup.channel.save()
+    r = httpx.post(gateway_url + "/v1/chat/completions", json=CHAT, headers=auth(setup))
+    assert r.status_code == 200 and len(backup.requests) == 1
+
+
+def test_it_fails_over_when_the_stream_breaks_before_the_first_byte(setup, gateway_url, upstream, backup):
+    upstream.behave(mode="disconnect", disconnect_after=0)
+    with httpx.stream(
+        "POST", gateway_url + "/v1/chat/completions", json={**CHAT, "stream": True}, headers=auth(setup)
+    ) as r:
+        events = sse_events(r.read().decode())
+    assert events[-1] == "[DONE]" and len(backup.requests) == 1
+
+
+def test_all_channels_failing_gives_an_openai_error(setup, gateway_url, upstream, backup):
+    upstream.behave(mode="status", status=500)
+    backup.behave(mode="status", status=502)
+    r = httpx.post(gateway_url + "/v1/chat/completions", json=CHAT, headers=auth(setup))
+    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_error"
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert record.status == "upstream_error" and record.total_tokens == 0
+
+
+def test_no_failover_after_the_first_byte_the_client_gets_an_error_event(setup, gateway_url, upstream, backup):
+    upstream.behave(mode="disconnect", disconnect_after=3)
+    with httpx.stream(
+        "POST", gateway_url + "/v1/chat/completions", json={**CHAT, "stream": True}, headers=auth(setup)
+    ) as r:
+        assert r.status_code == 200
+        events = sse_events(r.read().decode())
+    assert len(backup.requests) == 0
+    assert '"upstream_stream_error"' in events[-2] and events[-1] == "[DONE]"
+    relayed = sum("tok" in e for e in events)
+    assert 1 <= relayed <= 2  # what was in flight when the connection died may be lost
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert record.status == "upstream_error" and record.estimated
+    assert record.completion_tokens == relayed and record.prompt_tokens >= 1
+
+
+def test_it_fails_over_on_timeout_before_the_first_byte(setup, transactional_db, upstream, backup, settings):
+    from tests.gateway.conftest import ThreadServer
+
+    settings.GATEWAY_READ_TIMEOUT = 0.5
+    upstream.behave(mode="stall")
+    server = ThreadServer().start()
+    try:
+        r = httpx.post(server.url + "/v1/chat/completions", json=CHAT, headers=auth(setup), timeout=10)
+    finally:
+        server.stop()
+    assert r.status_code == 200 and len(backup.requests) == 1
+
+
+def test_client_disconnect_cancels_upstream_and_records_what_was_generated(setup, gateway_url, upstream):
+    upstream.behave(tokens=200, token_delay=0.02)
+    client = openai.OpenAI(base_url=gateway_url + "/v1", api_key=setup.plaintext, max_retries=0)
+    stream = client.chat.completions.create(model="qwen3-32b", messages=CHAT["messages"], stream=True)
+    seen = 0
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            seen += 1
+        if seen == 3:
+            break
+    stream.close()
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert record.status == "client_disconnected" and record.estimated
+    assert 3 <= record.completion_tokens < 200
+    wait_for(lambda: upstream.open_streams == 0, timeout=5)
+
+
+def test_upstream_omitting_usage_is_counted_locally_and_marked_estimated(setup, gateway_url, upstream):
+    upstream.behave(mode="omit_usage", tokens=4)
+    client = openai.OpenAI(base_url=gateway_url + "/v1", api_key=setup.plaintext, max_retries=0)
+    client.chat.completions.create(model="qwen3-32b", messages=CHAT["messages"])
+    list(client.chat.completions.create(model="qwen3-32b", messages=CHAT["messages"], stream=True))
+    wait_for(lambda: UsageRecord.objects.filter(key=setup.key).count() == 2)
+    for record in UsageRecord.objects.filter(key=setup.key):
+        assert record.estimated and record.completion_tokens > 0 and record.prompt_tokens > 0
+    streamed = UsageRecord.objects.get(key=setup.key, stream=True)
+    assert streamed.completion_tokens == 4
+
+
+def test_header_hygiene(setup, gateway_url, upstream):
+    r = httpx.post(
+        gateway_url + "/v1/chat/completions",
+        json=CHAT,
+        headers={
+            **auth(setup),
+            "x-api-key": setup.plaintext,
+            "Cookie": "sessionid=secret-session",
+            "Proxy-Authorization": "Basic abc",
+            "OpenAI-Organization": "org-123",
+            "X-Trace-Id": "trace-42",
+            "Connection": "keep-alive",
+        },
+    )
+    assert r.status_code == 200
+    sent = {k.lower(): v for k, v in upstream.requests[-1].headers.items()}
+    assert sent["authorization"] == f"Bearer {UPSTREAM_KEY}"
+    assert sent["x-trace-id"] == "trace-42"
+    for name in ("x-api-key", "cookie", "proxy-authorization", "openai-organization"):
+        assert name not in sent
+    assert setup.plaintext not in str(sent)
+    assert sent["host"].startswith("127.0.0.1:")  # the upstream's own host, not ours
+
+
+def test_streams_are_relayed_without_buffering(setup, gateway_url, upstream):
+    upstream.behave(tokens=6, token_delay=0.15)
+    started = time.monotonic()
+    with httpx.stream(
+        "POST", gateway_url + "/v1/chat/completions", json={**CHAT, "stream": True}, headers=auth(setup)
+    ) as r:
+        first = None
+        for line in r.iter_lines():
+            if first is None and '"tok0"' in line:
+                first = time.monotonic() - started
+    total = time.monotonic() - started
+    assert first < 0.5 < total

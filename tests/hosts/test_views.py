@@ -1,0 +1,130 @@
+"""Deployment and job pages, and the host GPU partial: admins only, previews mask the key."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from hosts.models import GPU, Deployment, Host, LaunchJob
+
+
+@pytest.fixture
+def host(db):
+    host = Host.objects.create(name="rtx-box", address="10.0.0.9", username="gpu", private_key="x")
+    GPU.objects.create(
+        host=host,
+        index=0,
+        name="NVIDIA GeForce RTX 3080 Ti",
+        memory_total_mib=12288,
+        memory_used_mib=287,
+        processes=[{"pid": 2231, "name": "/usr/lib/xorg/Xorg", "used_mib": 287}],
+    )
+    return host
+
+
+def form_data(**overrides):
+    data = {
+        "name": "qwen-coder",
+        "backend": "llamacpp",
+        "model_path": "/models/Qwen3-Coder-30B-A3B-Instruct-Q4_K_M.gguf",
+        "served_model_name": "qwen3-coder",
+        "gpu_indices": ["0"],
+        "port": "8080",
+        "extra_args": "",
+        "llamacpp__n_gpu_layers": "25",
+        "llamacpp__ctx_size": "24576",
+        "llamacpp__flash_attn": "off",
+        "llamacpp__cache_type": "f16",
+        "llamacpp__jinja": "on",
+        "vllm__dtype": "auto",
+        "vllm__kv_cache_dtype": "auto",
+        "vllm__quantization": "",
+    }
+    data.update(overrides)
+    return data
+
+
+def test_pages_are_for_admins_only(alice_client, host):
+    anonymous = Client()
+    deployment = Deployment.objects.create(
+        name="d", host=host, backend="vllm", model_path="a/b", served_model_name="b", port=8000, gpu_indices=[0]
+    )
+    job = LaunchJob.objects.create(deployment=deployment)
+    urls = [
+        reverse("deployment_list"),
+        reverse("deployment_create", args=[host.pk]),
+        reverse("deployment_detail", args=[deployment.pk]),
+        reverse("deployment_action", args=[deployment.pk, "launch"]),
+        reverse("job_detail", args=[job.pk]),
+        reverse("job_progress", args=[job.pk]),
+        reverse("host_gpus", args=[host.pk]),
+    ]
+    for url in urls:
+        assert alice_client.get(url).status_code == 403, url
+        assert anonymous.get(url).status_code == 302, url  # to the login page
+    assert alice_client.post(reverse("host_refresh", args=[host.pk])).status_code == 403
+    assert alice_client.post(reverse("deployment_action", args=[deployment.pk, "stop"])).status_code == 403
+    assert not LaunchJob.objects.exclude(pk=job.pk).exists()
+
+
+def test_preview_shows_the_command_with_the_key_masked_and_the_fit(admin_client, host):
+    r = admin_client.post(reverse("deployment_create", args=[host.pk]), {**form_data(), "preview": "1"})
+    assert r.status_code == 200
+    html = r.content.decode()
+    assert "CUDA_VISIBLE_DEVICES=0 llama-server -m /models/Qwen3-Coder-30B-A3B-Instruct-Q4_K_M.gguf" in html
+    assert "--api-key ****" in html and "preview-key" not in html
+    # 24576 tokens needed ~11.8 GiB on an idle 12 GB card; Xorg's 287 MiB here tips it over.
+    assert "Does not fit" in html and "22784 tokens" in html
+    assert not Deployment.objects.exists()
+
+
+def test_injection_in_extra_args_is_a_form_error(admin_client, host):
+    r = admin_client.post(reverse("deployment_create", args=[host.pk]), form_data(extra_args="--verbose\n$(reboot)"))
+    assert r.status_code == 200
+    assert "is not allowed" in r.content.decode()
+    assert not Deployment.objects.exists()
+
+
+def test_create_then_launch_goes_to_the_job_page(admin_client, host):
+    r = admin_client.post(reverse("deployment_create", args=[host.pk]), form_data())
+    deployment = Deployment.objects.get()
+    assert r.status_code == 302 and r.url == reverse("deployment_detail", args=[deployment.pk])
+    assert deployment.options["ctx_size"] == 24576 and deployment.upstream_api_key.startswith("gpk-")
+    detail = admin_client.get(r.url).content.decode()
+    assert "--api-key ****" in detail and deployment.upstream_api_key not in detail
+
+    confirm = admin_client.get(reverse("deployment_action", args=[deployment.pk, "launch"]))
+    assert b"Launch qwen-coder?" in confirm.content
+    r = admin_client.post(reverse("deployment_action", args=[deployment.pk, "launch"]))
+    job = LaunchJob.objects.get()
+    assert r.url == reverse("job_detail", args=[job.pk])
+    page = admin_client.get(r.url).content.decode()
+    assert 'hx-trigger="every 2s"' in page  # polls while queued
+    r = admin_client.post(reverse("deployment_action", args=[deployment.pk, "stop"]))
+    assert r.url == reverse("deployment_detail", args=[deployment.pk])  # refused: a job is active
+    assert LaunchJob.objects.count() == 1
+
+
+def test_finished_job_page_stops_polling_and_shows_the_log(admin_client, host):
+    deployment = Deployment.objects.create(
+        name="d", host=host, backend="vllm", model_path="a/b", served_model_name="b", port=8000, gpu_indices=[0]
+    )
+    job = LaunchJob.objects.create(
+        deployment=deployment, state="failed", message="Out of memory (exit code 1)", log_tail="CUDA out of memory"
+    )
+    html = admin_client.get(reverse("job_progress", args=[job.pk])).content.decode()
+    assert "hx-trigger" not in html and "CUDA out of memory" in html and "Out of memory" in html
+
+
+def test_host_gpus_partial_shows_memory_bars_and_the_key_to_confirm(admin_client, host):
+    Host.objects.filter(pk=host.pk).update(seen_host_key_fingerprint="SHA256:abc")
+    html = admin_client.get(reverse("host_gpus", args=[host.pk])).content.decode()
+    assert '<progress value="287" max="12288"' in html
+    assert "/usr/lib/xorg/Xorg" in html and "SHA256:abc" in html and "Confirm host key" in html
+    r = admin_client.post(
+        reverse("host_confirm_key", args=[host.pk]), {"fingerprint": "SHA256:abc"}, HTTP_HX_REQUEST="true"
+    )
+    assert r.status_code == 200 and "Confirm host key" not in r.content.decode()
+    host.refresh_from_db()
+    assert host.host_key_fingerprint == "SHA256:abc"

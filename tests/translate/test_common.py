@@ -1,0 +1,68 @@
+"""SSE parsing, SSE encoding and the count_tokens estimate shared by both surfaces."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gateway.translate.common import (
+    IMAGE_TOKENS,
+    MESSAGE_OVERHEAD_TOKENS,
+    chat_chunks,
+    encode_sse,
+    estimate_tokens,
+    parse_arguments,
+)
+
+
+async def _bytes(*pieces: bytes):
+    for piece in pieces:
+        yield piece
+
+
+async def _parse(*pieces: bytes) -> list[dict]:
+    return [c async for c in chat_chunks(_bytes(*pieces))]
+
+
+async def test_it_parses_chat_sse_split_at_arbitrary_byte_boundaries():
+    body = b'data: {"a": 1}\n\n: keep-alive\n\ndata:{"b": "x\\ny"}\r\n\r\ndata: [DONE]\n\ndata: {"after": 1}\n\n'
+    whole = await _parse(body)
+    assert whole == [{"a": 1}, {"b": "x\ny"}]
+    for size in (1, 3, 7):
+        assert await _parse(*[body[i : i + size] for i in range(0, len(body), size)]) == whole
+
+
+async def test_it_skips_garbage_and_keeps_a_final_line_without_newline():
+    assert await _parse(b'data: not json\n\nevent: ping\ndata: []\n\ndata: {"last": true}') == [{"last": True}]
+
+
+def test_sse_frames_carry_the_event_name_the_sdks_dispatch_on():
+    frame = encode_sse({"type": "message_stop"})
+    assert frame == b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [("", {}), ("  ", {}), ('{"a": 1}', {"a": 1}), ("[1]", {"value": [1]}), ("{oops", {"raw_arguments": "{oops"})],
+)
+def test_tool_arguments_always_parse_to_an_object(arguments, expected):
+    assert parse_arguments(arguments) == expected
+
+
+def test_the_token_estimate_counts_text_tools_messages_and_images():
+    chat = {
+        "messages": [
+            {"role": "system", "content": "abcd" * 10},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "abcd"}, {"type": "image_url", "image_url": {"url": "x"}}],
+            },
+        ],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+    }
+    tools_chars = len(json.dumps(chat["tools"]))
+    text_chars = 40 + 1 + 4 + 1 + tools_chars  # joined with newlines
+    expected = -(-text_chars // 4) + 2 * MESSAGE_OVERHEAD_TOKENS + IMAGE_TOKENS
+    assert estimate_tokens(chat) == expected
+    assert estimate_tokens(chat, text_tokens=10) == 10 + 2 * MESSAGE_OVERHEAD_TOKENS + IMAGE_TOKENS
