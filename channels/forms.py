@@ -6,9 +6,9 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.forms import inlineformset_factory
 
-from .choices import ChannelKind, ChannelStatus
+from .choices import ChannelKind
 from .models import Channel, Model, ModelRoute
-from .services import clean_base_url
+from .services import clean_base_url, reset_status_after_edit
 
 
 class ChannelForm(forms.ModelForm):
@@ -86,10 +86,8 @@ class ChannelForm(forms.ModelForm):
             channel.api_key = previous.api_key
         if channel.kind == ChannelKind.ANTHROPIC:
             channel.speaks_messages = True
-        # A new address or credential is a new upstream: its old health verdict no longer applies.
-        if previous is not None and (previous.base_url != channel.base_url or previous.api_key != channel.api_key):
-            channel.status = ChannelStatus.UNKNOWN
-            channel.status_message = ""
+        if previous is not None:  # a new address or key voids the last health verdict
+            reset_status_after_edit(channel, previous_base_url=previous.base_url, previous_api_key=previous.api_key)
         if commit:
             channel.save()
         return channel

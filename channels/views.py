@@ -13,6 +13,7 @@ from portal.ui import AdminRequiredMixin, FilteredListView, InvalidFormStatusMix
 
 from .filters import ChannelFilterSet, ModelFilterSet
 from .forms import ChannelForm, ModelForm, RouteFormSet
+from .health.history import attach_health
 from .models import Channel, Model, ModelRoute
 
 
@@ -32,7 +33,9 @@ class ChannelListView(AdminRequiredMixin, FilteredListView):
         return Channel.objects.select_related("host").prefetch_related("routes__model")
 
     def get_context_data(self, **kwargs):
-        return super().get_context_data(filter_fields=["enabled", "host"], **kwargs)
+        context = super().get_context_data(filter_fields=["enabled", "host"], **kwargs)
+        context["object_list"] = attach_health(list(context["object_list"]))  # all badges in two queries
+        return context
 
 
 class ChannelCreateView(AdminRequiredMixin, InvalidFormStatusMixin, CreateView):
@@ -140,7 +143,8 @@ class ModelDetailView(AdminRequiredMixin, DetailView):
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
-        context["routes"] = ModelRoute.objects.filter(model=self.object).select_related("channel")
+        context["routes"] = list(ModelRoute.objects.filter(model=self.object).select_related("channel"))
+        attach_health([r.channel for r in context["routes"]])
         context["effective_context"], context["effective_output"] = self.object.effective_limits()
         return context
 

@@ -8,6 +8,7 @@ from django.views.generic import CreateView, DeleteView, DetailView, UpdateView
 
 from portal.ui import AdminRequiredMixin, FilteredListView, InvalidFormStatusMixin
 
+from .deploy_views import host_gpus_context
 from .filters import HostFilterSet
 from .forms import HostForm
 from .models import Host
@@ -65,7 +66,7 @@ class HostDetailView(AdminRequiredMixin, DetailView):
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
-        context["gpus"] = self.object.gpus.order_by("index")
+        context.update(host_gpus_context(self.object))
         context["channels"] = self.object.channels.order_by("name")
         return context
 
