@@ -77,7 +77,11 @@ def _friendly_filter_widgets(form) -> None:
         elif isinstance(field, djforms.ModelChoiceField) and not isinstance(field, djforms.ModelMultipleChoiceField):
             field.empty_label = "any"
         elif isinstance(field, djforms.ChoiceField) and not isinstance(field, djforms.MultipleChoiceField):
-            field.choices = [("", "any"), *[c for c in field.choices if c[0] != ""]]
+            if hasattr(field, "empty_label"):  # django-filter adds its "---------" while iterating
+                field.empty_label = "any"
+                field.widget.choices = list(field.choices)
+            else:
+                field.choices = [("", "any"), *[c for c in field.choices if c[0] != ""]]
 
 
 def paginate(request: HttpRequest, queryset, per_page: int = PAGE_SIZE):
