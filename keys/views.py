@@ -82,6 +82,29 @@ class KeyDetailView(LoginRequiredMixin, DetailView):
         return context
 
 
+class KeyEditView(LoginRequiredMixin, View):
+    """Change a key's name, models, IP allowlist, expiry and limits (the same rules as create)."""
+
+    template_name = "keys/key_form.html"
+
+    def get_key(self) -> Key:
+        return get_object_or_404(visible_keys(self.request.user), pk=self.kwargs["pk"], revoked_at__isnull=True)
+
+    def get(self, request, pk):
+        key = self.get_key()
+        return render(request, self.template_name, {"form": KeyForm(user=request.user, instance=key), "key": key})
+
+    def post(self, request, pk):
+        key = self.get_key()
+        form = KeyForm(request.POST, user=request.user, instance=key)
+        if not form.is_valid():
+            key.refresh_from_db()
+            return render(request, self.template_name, {"form": form, "key": key}, status=400)
+        with transaction.atomic():
+            form.apply()
+        return done(request, f"Key “{key.name}” saved.", "key_detail", key.pk)
+
+
 class KeyRevokeView(LoginRequiredMixin, View):
     def get_key(self) -> Key:
         return get_object_or_404(visible_keys(self.request.user), pk=self.kwargs["pk"], revoked_at__isnull=True)

@@ -32,7 +32,7 @@ ADMIN_PAGES = [
     ("audit_log", None),
 ]
 EVERYONE_PAGES = ["dashboard", "account", "password_change", "key_list", "key_create"]
-ALICE_KEY_PAGES = ["key_detail", "key_revoke", "key_rotate"]
+ALICE_KEY_PAGES = ["key_detail", "key_edit", "key_revoke", "key_rotate"]
 
 
 @pytest.fixture
