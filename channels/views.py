@@ -9,7 +9,7 @@ from django.urls import reverse, reverse_lazy
 from django.views import View
 from django.views.generic import CreateView, DeleteView, DetailView, UpdateView
 
-from portal.ui import AdminRequiredMixin, FilteredListView, InvalidFormStatusMixin
+from portal.ui import AdminRequiredMixin, FilteredListView, InvalidFormStatusMixin, SafeDeleteMixin
 
 from .filters import ChannelFilterSet, ModelFilterSet
 from .forms import ChannelForm, ModelForm, RouteFormSet
@@ -77,7 +77,7 @@ class ChannelDetailView(AdminRequiredMixin, DetailView):
         return context
 
 
-class ChannelDeleteView(AdminRequiredMixin, DeleteView):
+class ChannelDeleteView(AdminRequiredMixin, SafeDeleteMixin, DeleteView):
     model = Channel
     template_name = "channels/channel_confirm_delete.html"
     context_object_name = "channel"
@@ -149,7 +149,7 @@ class ModelDetailView(AdminRequiredMixin, DetailView):
         return context
 
 
-class ModelDeleteView(AdminRequiredMixin, DeleteView):
+class ModelDeleteView(AdminRequiredMixin, SafeDeleteMixin, DeleteView):
     model = Model
     template_name = "channels/model_confirm_delete.html"
     context_object_name = "model_obj"

@@ -6,7 +6,7 @@ from django.contrib import messages
 from django.urls import reverse, reverse_lazy
 from django.views.generic import CreateView, DeleteView, DetailView, UpdateView
 
-from portal.ui import AdminRequiredMixin, FilteredListView, InvalidFormStatusMixin
+from portal.ui import AdminRequiredMixin, FilteredListView, InvalidFormStatusMixin, SafeDeleteMixin
 
 from .deploy_views import host_gpus_context
 from .filters import HostFilterSet
@@ -71,7 +71,7 @@ class HostDetailView(AdminRequiredMixin, DetailView):
         return context
 
 
-class HostDeleteView(AdminRequiredMixin, DeleteView):
+class HostDeleteView(AdminRequiredMixin, SafeDeleteMixin, DeleteView):
     model = Host
     template_name = "hosts/host_confirm_delete.html"
     context_object_name = "host"

@@ -129,3 +129,20 @@ class InvalidFormStatusMixin:
         response = super().form_invalid(form)
         response.status_code = 400
         return response
+
+
+class SafeDeleteMixin:
+    """A DeleteView that explains, instead of a 500, when other rows still need the object
+    (e.g. a host with deployments is protected)."""
+
+    def form_valid(self, form):
+        from django.db.models import ProtectedError, RestrictedError
+
+        try:
+            return super().form_valid(form)
+        except (ProtectedError, RestrictedError) as exc:
+            blocking = getattr(exc, "protected_objects", None) or getattr(exc, "restricted_objects", ())
+            blockers = sorted({str(o) for o in blocking})
+            listed = ", ".join(blockers[:5]) + ("…" if len(blockers) > 5 else "")
+            messages.error(self.request, f"{self.object} is still used by {listed}; remove those first.")
+            return redirect(self.request.path.rsplit("delete/", 1)[0])

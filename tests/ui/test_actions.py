@@ -196,3 +196,15 @@ def test_login_and_logout_over_the_form(client, alice):
     client.force_login(alice)
     client.post(reverse("logout"))
     assert client.get(reverse("dashboard")).status_code == 302
+
+
+def test_deleting_a_host_with_deployments_explains_instead_of_failing(admin_client, host):
+    from hosts.models import Deployment
+
+    Deployment.objects.create(
+        name="qwen", host=host, backend="vllm", model_path="Qwen/Qwen3-8B", served_model_name="qwen3-8b", port=8001
+    )
+    response = admin_client.post(reverse("host_delete", args=[host.pk]), follow=True)
+    assert response.status_code == 200
+    assert "is still used by qwen" in response.content.decode()
+    assert Host.objects.filter(pk=host.pk).exists()

@@ -441,3 +441,10 @@ def test_editing_an_expired_key_keeps_its_expiry_without_complaint(alice_client,
     assert response.status_code == 302
     updated = Key.objects.get(pk=key.pk)
     assert updated.name == "old-renamed" and updated.expires_at == key.expires_at
+
+
+def test_a_superuser_cannot_be_silently_demoted(client, admin, django_user_model):
+    other = django_user_model.objects.create_user(username="root2", password="x-pass-123456", role="admin")
+    client.force_login(other)
+    response = user_edit_post(client, admin, role="developer")
+    assert response.status_code == 400 and field_errors(response, "role")
