@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import forms
 from django.core.exceptions import ValidationError
 from django.forms import inlineformset_factory
+from django.urls import reverse
 
 from .choices import ChannelKind
 from .models import Channel, Model, ModelRoute
@@ -59,6 +60,13 @@ class ChannelForm(forms.ModelForm):
                 "api_key"
             ].help_text = "Not set. Sent upstream as the bearer token; encrypted at rest and never shown again."
             del self.fields["clear_api_key"]
+        self.fields["base_url"].widget.attrs.update(
+            {
+                "hx-get": reverse("channel_base_url_preview"),
+                "hx-trigger": "input changed delay:400ms, load",
+                "hx-target": "#base-url-preview",
+            }
+        )
         self.fields["host"].required = False
         self.fields["host"].empty_label = "— none (cloud or external) —"
 

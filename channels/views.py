@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from django.contrib import messages
+from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse, reverse_lazy
 from django.views import View
@@ -15,6 +17,7 @@ from .filters import ChannelFilterSet, ModelFilterSet
 from .forms import ChannelForm, ModelForm, RouteFormSet
 from .health.history import attach_health
 from .models import Channel, Model, ModelRoute
+from .services import clean_base_url
 
 
 def _saved_message(verb: str, channel: Channel, notes: list[str]) -> str:
@@ -22,6 +25,20 @@ def _saved_message(verb: str, channel: Channel, notes: list[str]) -> str:
     if notes:
         text += f" We stored {channel.base_url}: {'; '.join(notes)}."
     return text
+
+
+class BaseURLPreviewView(AdminRequiredMixin, View):
+    """htmx: what the channel form will store for the base URL being typed, and why."""
+
+    def get(self, request):
+        raw = request.GET.get("base_url", "")
+        if not raw.strip():
+            return HttpResponse("")
+        try:
+            canonical, notes = clean_base_url(raw[:2000])
+        except ValidationError as exc:
+            return render(request, "channels/channel_base_url_preview.html", {"error": " ".join(exc.messages)})
+        return render(request, "channels/channel_base_url_preview.html", {"canonical": canonical, "notes": notes})
 
 
 class ChannelListView(AdminRequiredMixin, FilteredListView):

@@ -448,3 +448,14 @@ def test_a_superuser_cannot_be_silently_demoted(client, admin, django_user_model
     client.force_login(other)
     response = user_edit_post(client, admin, role="developer")
     assert response.status_code == 400 and field_errors(response, "role")
+
+
+def test_base_url_preview_says_what_will_be_stored(admin_client, client, alice):
+    url = reverse("channel_base_url_preview")
+    page = admin_client.get(url, {"base_url": " https://x.example/api/?utm_source=a"}).content.decode()
+    assert "<code>https://x.example/api/v1</code>" in page and "dropped the query string" in page
+    page = admin_client.get(url, {"base_url": "ftp://x"}).content.decode()
+    assert "field-error" in page and "http" in page
+    assert admin_client.get(url).content == b""
+    client.force_login(alice)
+    assert client.get(url, {"base_url": "https://x"}).status_code == 403
