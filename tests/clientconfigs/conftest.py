@@ -79,9 +79,3 @@ def catalog(db):
     ModelRoute.objects.create(model=hidden, channel=a, context_window=4096)
     ModelRoute.objects.create(model=orphan, channel=off, context_window=4096)
     return {"qwen": qwen, "llama": llama, "hidden": hidden, "orphan": orphan, "a": a, "b": b}
-
-
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    """The standing users are created per test; PBKDF2 costs a second each on a loaded CI box."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -30,12 +30,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    """The standing users are created per test; PBKDF2 would dominate these tests' setup."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture(autouse=True)
 def redis_namespace(monkeypatch):
     """Each test gets its own Redis key namespace, so counters never leak between tests."""
     ns = "gwtest-" + uuid.uuid4().hex[:10]
