@@ -76,3 +76,28 @@ def test_admin_creates_a_developer_and_a_key_that_is_shown_once(live_server, bro
     assert "Users" not in dev.locator("header nav").inner_text()
     assert Key.objects.count() == 1
     context.close()
+
+
+def test_htmx_posts_carry_the_csrf_token(live_server, browser, alice):
+    """portal.js adds X-CSRFToken to htmx requests; without it Django would answer 403."""
+    from keys.services import issue_key
+
+    key, _ = issue_key(owner=alice, name="laptop")
+    page = browser.new_context().new_page()
+    page.set_default_timeout(15_000)
+    page.goto(live_server.url + "/login/")
+    page.fill("#id_username", "alice")
+    page.fill("#id_password", "alice-pass-123")
+    page.click("button[type=submit]")
+    page.wait_for_url(live_server.url + "/")
+    page.wait_for_function("window.htmx !== undefined")
+    status = page.evaluate(
+        """url => new Promise(resolve => {
+            document.body.addEventListener('htmx:afterRequest', e => resolve(e.detail.xhr.status), {once: true});
+            htmx.ajax('POST', url, {target: 'main', swap: 'none'});
+        })""",
+        f"/keys/{key.pk}/revoke/",
+    )
+    assert status == 200  # the redirect after revoking, followed by the browser
+    key.refresh_from_db()
+    assert key.revoked_at is not None
