@@ -303,10 +303,17 @@ class Call:
         stream: bool | None = None,
         anthropic_native: bool = False,
         prepare: Prepare | None = None,
+        routes: list | None = None,
     ) -> UpstreamResponse:
-        """Send `payload` to the model's routes in order until one answers (see `upstream`);
-        `prepare(route)` picks path, payload and headers per route (pass-through vs translation)."""
-        routes = self.model.ordered_routes()
+        """Send `payload` to the model's routes in order until one answers (see `upstream`).
+
+        `prepare(route)` picks path, payload and headers per route (pass-through vs translation).
+        `routes` narrows the candidates (e.g. `[r for r in call.model.ordered_routes() if
+        r.speaks_messages]` to pass an Anthropic request through natively, with
+        `anthropic_native=True` so the channel key goes out as `x-api-key`)."""
+        routes = self.model.ordered_routes() if routes is None else routes
+        if not routes:
+            raise GatewayError(503, f"No channel serves the model '{self.model.name}' this way.", code="no_channel")
         try:
             up = await gateway.upstream.open(
                 routes,
