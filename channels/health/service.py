@@ -102,7 +102,9 @@ def run_round(channel_ids: list[int] | None = None, *, force: bool = False) -> l
     its last real probe is older than PORTAL_HEALTH_MAX_SKIP_SECONDS.
     """
     now = timezone.now()
-    tallies = passive.collect()
+    # Gateway evidence is consumed by full rounds only: a one-channel check must not swallow the
+    # other channels' share.
+    tallies = passive.collect() if channel_ids is None else {}
     qs = Channel.objects.filter(enabled=True).prefetch_related("routes__model")
     if channel_ids is not None:
         qs = qs.filter(pk__in=channel_ids)
