@@ -66,6 +66,16 @@ class Refusal:
 
 
 @dataclass(slots=True)
+class Stale:
+    """Admission did not run: the caller's cached keys or routes are older than Redis says.
+
+    Nothing was reserved, so refreshing and asking again cannot distort the counters (undoing a
+    reservation afterwards would, because requests refused meanwhile for its sake never retry)."""
+
+    generations: tuple[str | None, str | None]
+
+
+@dataclass(slots=True)
 class Admission:
     """What admission reserved; `settle()` releases the slot and corrects the token reservation."""
 
@@ -124,10 +134,12 @@ def rate_headers(scopes: list[Scope], counts: list[int] | None = None) -> list[t
 
 # --------------------------------------------------------------------------------------- Redis
 
-# ARGV: now_ms, request id, scope count, reserve tokens, day, month, lease_ms,
+# ARGV: now_ms, request id, scope count, reserve tokens, day, month, lease_ms, ms to day end,
+#       ms to month end, expected keys generation ('*': do not check), expected routes generation,
 #       then per scope: prefix, rpm, tpm, tpd, tpmo, par.
-# Returns {1, gen_keys, gen_routes, key_rpm_used, key_tpm_used} or
-#         {0, gen_keys, gen_routes, scope index, limit name, limit value, retry_ms}.
+# Returns {1, gen_keys, gen_routes, key_rpm_used, key_tpm_used},
+#         {0, gen_keys, gen_routes, scope index, limit name, limit value, retry_ms}, or
+#         {2, gen_keys, gen_routes} when the caller's caches are stale (nothing reserved).
 ADMIT_LUA = """
 local now = tonumber(ARGV[1])
 local rid = ARGV[2]
@@ -139,10 +151,13 @@ local lease = tonumber(ARGV[7])
 local msday = tonumber(ARGV[8])
 local msmon = tonumber(ARGV[9])
 local gens = redis.call('MGET', KEYS[1], KEYS[2])
+if ARGV[10] ~= '*' and ((gens[1] or '') ~= ARGV[10] or (gens[2] or '') ~= ARGV[11]) then
+  return {2, gens[1], gens[2]}
+end
 local edge = now - 60000
 local used = {}
 for i = 0, n - 1 do
-  local o = 10 + i * 6
+  local o = 12 + i * 6
   local p = ARGV[o]
   local rpm = tonumber(ARGV[o + 1]); local tpm = tonumber(ARGV[o + 2])
   local tpd = tonumber(ARGV[o + 3]); local tpmo = tonumber(ARGV[o + 4]); local par = tonumber(ARGV[o + 5])
@@ -190,7 +205,7 @@ for i = 0, n - 1 do
   if i == 0 then used = {r_used + 1, t_used + tok} end
 end
 for i = 0, n - 1 do
-  local o = 10 + i * 6
+  local o = 12 + i * 6
   local p = ARGV[o]
   if tonumber(ARGV[o + 1]) >= 0 then
     redis.call('ZADD', p .. ':r', now, rid)
@@ -253,7 +268,15 @@ class RedisLimiter:
 
         self.redis = RespClient(url)
 
-    async def admit(self, request_id: str, scopes: list[Scope], tokens: int) -> Admission | Refusal:
+    async def admit(
+        self,
+        request_id: str,
+        scopes: list[Scope],
+        tokens: int,
+        expected: tuple[str | None, str | None] | None = None,
+    ) -> Admission | Refusal | Stale:
+        """Reserve for every scope at once. With `expected` (the generations the caller's caches
+        were built from), a newer generation in Redis returns Stale and reserves nothing."""
         now = time.time()
         day, month, to_day, to_month = _windows(now)
         args: list = [
@@ -266,6 +289,8 @@ class RedisLimiter:
             int(lease_seconds() * 1000),
             int(to_day * 1000),
             int(to_month * 1000),
+            "*" if expected is None else (expected[0] or ""),
+            "" if expected is None else (expected[1] or ""),
         ]
         for s in scopes:
             args += [
@@ -278,6 +303,8 @@ class RedisLimiter:
             ]
         res = await self.redis.evalsha(ADMIT_LUA, list(generation_keys()), args)
         gens = (_s(res[1]), _s(res[2]))
+        if int(res[0]) == 2:
+            return Stale(gens)
         if int(res[0]) == 1:
             adm = Admission(request_id, scopes, tokens, day, month, generations=gens)
             adm.headers = rate_headers(scopes, [int(res[3]), int(res[4])])
@@ -427,7 +454,13 @@ class DatabaseLimiter:
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task] = set()
 
-    async def admit(self, request_id: str, scopes: list[Scope], tokens: int) -> Admission | Refusal:
+    async def admit(
+        self,
+        request_id: str,
+        scopes: list[Scope],
+        tokens: int,
+        expected: tuple[str | None, str | None] | None = None,
+    ) -> Admission | Refusal:
         return await run_db(_db_admit, request_id, scopes, tokens)
 
     def settle(self, adm: Admission, actual: int, *, undo: bool = False) -> None:

@@ -53,7 +53,7 @@ from portal.secrets import keyed_hash
 
 from .cache import Catalog, KeyInfo, ModelInfo, close_db, db_executor, namespace, normalize_model_name, snapshot
 from .http import SSE_HEADERS, GatewayError, Request, send_bytes, sse_error_event
-from .limits import Admission, DatabaseLimiter, RedisLimiter, Refusal, Scope, make_limiter
+from .limits import Admission, DatabaseLimiter, RedisLimiter, Refusal, Scope, Stale, make_limiter
 from .upstream import Prepare, UpstreamClient, UpstreamResponse
 
 logger = logging.getLogger(__name__)
@@ -551,13 +551,15 @@ async def open_call(
             Scope(f"{ns}:k:{key.id}", "key", key.limits),
             Scope(f"{ns}:u:{key.owner_id}", "user", key.owner_limits),
         ]
-        result = await limiter.admit(request_id, scopes, reserve)
-        if result.generations is not None and snapshot.observe_generation(*result.generations) and attempt == 0:
-            # Keys or routes changed since we cached them: undo and decide again on fresh data.
-            if isinstance(result, Admission):
-                limiter.undo(result)
-            request_id = new_request_id()
+        # First attempt: admit only if our cached keys/routes are current (else Stale, nothing
+        # reserved); the retry runs on freshly loaded data and is not checked again.
+        expected = snapshot.generation if attempt == 0 else None
+        result = await limiter.admit(request_id, scopes, reserve, expected=expected)
+        if isinstance(result, Stale):
+            snapshot.observe_generation(*result.generations)
             continue
+        if result.generations is not None:
+            snapshot.observe_generation(*result.generations)
         break
     if isinstance(result, Refusal):
         err = _refusal_error(result)
