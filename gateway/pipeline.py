@@ -54,7 +54,7 @@ from portal.secrets import keyed_hash
 from .cache import Catalog, KeyInfo, ModelInfo, close_db, db_executor, namespace, normalize_model_name, snapshot
 from .http import SSE_HEADERS, GatewayError, Request, send_bytes, sse_error_event
 from .limits import Admission, DatabaseLimiter, RedisLimiter, Refusal, Scope, make_limiter
-from .upstream import UpstreamClient, UpstreamResponse
+from .upstream import Prepare, UpstreamClient, UpstreamResponse
 
 logger = logging.getLogger(__name__)
 
@@ -302,10 +302,12 @@ class Call:
         *,
         stream: bool | None = None,
         anthropic_native: bool = False,
+        prepare: Prepare | None = None,
         routes: list | None = None,
     ) -> UpstreamResponse:
         """Send `payload` to the model's routes in order until one answers (see `upstream`).
 
+        `prepare(route)` picks path, payload and headers per route (pass-through vs translation).
         `routes` narrows the candidates (e.g. `[r for r in call.model.ordered_routes() if
         r.speaks_messages]` to pass an Anthropic request through natively, with
         `anthropic_native=True` so the channel key goes out as `x-api-key`)."""
@@ -320,6 +322,7 @@ class Call:
                 client_headers,
                 stream=self.stream if stream is None else stream,
                 anthropic_native=anthropic_native,
+                prepare=prepare,
             )
         except GatewayError as exc:
             if exc.attempts:
@@ -397,6 +400,8 @@ class Call:
         client_wants_usage: bool = False,
         prefix: bytes = b"",
         epilogue: Callable[[Usage | None], bytes] | None = None,
+        on_error: Callable[[GatewayError], bytes] | None = None,
+        usage_of_event: Callable[[bytes, Usage | None], Usage | None] | None = None,
     ) -> None:
         """Relay an upstream SSE stream event by event, without buffering beyond one event.
 
@@ -404,7 +409,10 @@ class Call:
         for clients that did not ask for it. Without one, completion tokens are counted as the
         content-bearing events and the record is marked estimated. A client disconnect closes the
         upstream; an upstream failure becomes an SSE error event. `on_event` (for translating
-        surfaces) gets each raw event (`data: …`) and returns the bytes to send or None.
+        surfaces) gets each raw event (`data: …`) and returns the bytes to send or None;
+        `on_error` renders an upstream failure in the client's API (default: an OpenAI `data:`
+        error event); `usage_of_event(event, usage_so_far)` reads usage from a non-Chat upstream
+        stream (Anthropic splits it between `message_start` and `message_delta`).
         """
         send = self.req.send
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + self.rate_headers})
@@ -442,7 +450,9 @@ class Call:
                         break
                     event = buffer[: end + 2]
                     buffer = buffer[end + 2 :]
-                    if b'"usage":{' in event or b'"usage": {' in event:
+                    if usage_of_event is not None:
+                        usage = usage_of_event(event, usage)
+                    elif b'"usage":{' in event or b'"usage": {' in event:
                         found = _event_usage(event)
                         if found is not None:
                             usage = found
@@ -478,7 +488,8 @@ class Call:
             err = GatewayError(
                 502, "The upstream failed while streaming; the answer is incomplete.", code="upstream_stream_error"
             )
-            await send({"type": "http.response.body", "body": sse_error_event(err), "more_body": True})
+            body = on_error(err) if on_error is not None else sse_error_event(err)
+            await send({"type": "http.response.body", "body": body, "more_body": True})
         finally:
             watcher.cancel()
             if usage is None:

@@ -30,12 +30,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    """The standing users are created per test; PBKDF2 would dominate these tests' setup."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture(autouse=True)
 def no_background_passive_flush(settings):
     """Passive health outcomes stay in this process until a test collects them: no background
     thread writing them to the database (on in-memory SQLite it would lock tables under a test)."""

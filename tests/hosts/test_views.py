@@ -130,10 +130,11 @@ def test_host_gpus_partial_shows_memory_bars_and_the_key_to_confirm(admin_client
     assert host.host_key_fingerprint == "SHA256:abc"
 
 
-def test_deleting_a_host_with_deployments_is_not_an_error(admin_client, host):
+def test_deleting_a_host_with_deployments_is_refused_with_a_reason(admin_client, host):
+    """A deployment may still have a server running there: the host is kept, and the page says why."""
     Deployment.objects.create(
         name="d", host=host, backend="vllm", model_path="a/b", served_model_name="b", port=8000, gpu_indices=[0]
     )
-    r = admin_client.post(reverse("host_delete", args=[host.pk]))
-    assert r.status_code == 302
-    assert not Deployment.objects.exists()
+    r = admin_client.post(reverse("host_delete", args=[host.pk]), follow=True)
+    assert r.status_code == 200 and "is still used by d" in r.content.decode()
+    assert Deployment.objects.filter(host=host).exists()
