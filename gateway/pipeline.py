@@ -45,6 +45,7 @@ from typing import Any
 import orjson
 from django.conf import settings
 
+from channels.health import passive
 from keys.choices import ApiSurface, UsageStatus
 from keys.models import KEY_PREFIX
 from keys.services import clean_presented_key
@@ -483,6 +484,8 @@ class Call:
         except Exception as exc:  # the upstream died or timed out mid-stream
             up.close()
             logger.info("upstream %s failed mid-stream: %r", up.route.channel_name, exc)
+            kind = "timeout" if isinstance(exc, TimeoutError) else "protocol"
+            passive.report(up.route.channel_id, False, error=kind)  # evidence for the health window
             status, http_status = UsageStatus.UPSTREAM_ERROR, 502
             error = f"upstream failed mid-stream ({exc.__class__.__name__})"
             err = GatewayError(
@@ -562,6 +565,10 @@ async def open_call(
     if isinstance(result, Refusal):
         err = _refusal_error(result)
         err.headers += _limit_headers(scopes)
+        if result.scope == "key" and result.limit in ("requests_per_minute", "tokens_per_minute"):
+            which = b"requests" if result.limit == "requests_per_minute" else b"tokens"
+            reset = str(max(1, math.ceil(result.retry_after))).encode() + b"s"
+            err.headers += [(b"x-ratelimit-remaining-" + which, b"0"), (b"x-ratelimit-reset-" + which, reset)]
         _record_refusal(request_id, key, info, surface, stream, err, started)
         raise err
     call = Call(

@@ -49,6 +49,8 @@ def test_requests_per_minute_gives_429_with_retry_after_and_ratelimit_headers(se
     assert refused.json()["error"]["code"] == "rate_limit_exceeded"
     assert 1 <= int(refused.headers["retry-after"]) <= 60
     assert refused.headers["x-ratelimit-limit-requests"] == "2"
+    assert refused.headers["x-ratelimit-remaining-requests"] == "0"
+    assert refused.headers["x-ratelimit-reset-requests"].endswith("s")
     wait_for(lambda: UsageRecord.objects.filter(key=setup.key, status="rate_limited").exists())
 
 
