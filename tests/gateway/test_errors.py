@@ -178,3 +178,21 @@ def test_upstream_client_error_passes_through_as_is(setup, gateway_url, upstream
 def test_non_gateway_paths_still_reach_django(setup, gateway_url):
     r = httpx.get(gateway_url + "/healthz")
     assert r.status_code in (200, 503) and r.headers["content-type"].startswith("application/json")
+
+
+def test_unreachable_redis_is_a_503_not_a_500(setup, transactional_db, settings):
+    import socket
+
+    from tests.gateway.conftest import ThreadServer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    settings.REDIS_URL = f"redis://127.0.0.1:{dead}/0"
+    server = ThreadServer().start()
+    try:
+        r = post(server.url, setup.plaintext)
+    finally:
+        server.stop()
+    assert_openai_error(r, 503, "limiter_unavailable")
+    assert r.headers["retry-after"] == "2"
