@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from django.conf import settings
 
 from .cache import close_db, generation_keys, run_db
+from .http import GatewayError
+from .resp import RespClient, RespError
 
 logger = logging.getLogger(__name__)
 
@@ -264,8 +266,6 @@ class RedisLimiter:
     """Admission in one EVALSHA round trip; settles written without waiting (same connection)."""
 
     def __init__(self, url: str) -> None:
-        from .resp import RespClient
-
         self.redis = RespClient(url)
 
     async def admit(
@@ -301,7 +301,16 @@ class RedisLimiter:
                 s.arg("tokens_per_month"),
                 s.arg("max_parallel_requests"),
             ]
-        res = await self.redis.evalsha(ADMIT_LUA, list(generation_keys()), args)
+        try:
+            res = await self.redis.evalsha(ADMIT_LUA, list(generation_keys()), args)
+        except (OSError, RespError) as exc:  # ConnectionError is an OSError
+            logger.error("Redis admission failed: %r", exc)
+            raise GatewayError(
+                503,
+                "The gateway cannot check rate limits right now (Redis unreachable); retry shortly.",
+                code="limiter_unavailable",
+                headers=[(b"retry-after", b"2")],
+            ) from None
         gens = (_s(res[1]), _s(res[2]))
         if int(res[0]) == 2:
             return Stale(gens)

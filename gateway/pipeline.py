@@ -45,6 +45,7 @@ from typing import Any
 import orjson
 from django.conf import settings
 
+from channels.health import passive
 from keys.choices import ApiSurface, UsageStatus
 from keys.models import KEY_PREFIX
 from keys.services import clean_presented_key
@@ -483,6 +484,8 @@ class Call:
         except Exception as exc:  # the upstream died or timed out mid-stream
             up.close()
             logger.info("upstream %s failed mid-stream: %r", up.route.channel_name, exc)
+            kind = "timeout" if isinstance(exc, TimeoutError) else "protocol"
+            passive.report(up.route.channel_id, False, error=kind)  # evidence for the health window
             status, http_status = UsageStatus.UPSTREAM_ERROR, 502
             error = f"upstream failed mid-stream ({exc.__class__.__name__})"
             err = GatewayError(
@@ -536,9 +539,7 @@ async def open_call(
     if not gateway.started:
         await gateway.start()
     request_id = new_request_id()
-    if max_tokens is None:
-        max_tokens = int(settings.GATEWAY_DEFAULT_MAX_TOKENS)
-    reserve = max(int(prompt_tokens), 0) + max(int(max_tokens), 0)
+    asked = max_tokens
     limiter = gateway.limiter
     ns = namespace()
     for attempt in (0, 1):
@@ -547,6 +548,12 @@ async def open_call(
         info = resolve_model(key, catalog, model)
         if not info.groups:
             raise GatewayError(503, f"No channel serves the model '{info.name}' right now.", code="no_channel")
+        if asked is None:
+            # Nothing asked: reserve the default, but never more than the model can produce.
+            max_tokens = int(settings.GATEWAY_DEFAULT_MAX_TOKENS)
+            if info.max_output_tokens:
+                max_tokens = min(max_tokens, info.max_output_tokens)
+        reserve = max(int(prompt_tokens), 0) + max(int(max_tokens), 0)
         scopes = [
             Scope(f"{ns}:k:{key.id}", "key", key.limits),
             Scope(f"{ns}:u:{key.owner_id}", "user", key.owner_limits),
@@ -563,7 +570,16 @@ async def open_call(
         break
     if isinstance(result, Refusal):
         err = _refusal_error(result)
+        if result.limit.startswith("tokens_per"):
+            err.message += (
+                f" This request reserves {reserve} tokens (prompt ≈{int(prompt_tokens)} + max_tokens {max_tokens}"
+                f"{'' if asked is not None else ', the default when none is sent'}); a smaller max_tokens may fit."
+            )
         err.headers += _limit_headers(scopes)
+        if result.scope == "key" and result.limit in ("requests_per_minute", "tokens_per_minute"):
+            which = b"requests" if result.limit == "requests_per_minute" else b"tokens"
+            reset = str(max(1, math.ceil(result.retry_after))).encode() + b"s"
+            err.headers += [(b"x-ratelimit-remaining-" + which, b"0"), (b"x-ratelimit-reset-" + which, reset)]
         _record_refusal(request_id, key, info, surface, stream, err, started)
         raise err
     call = Call(

@@ -30,6 +30,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
+def no_background_passive_flush(settings):
+    """Passive health outcomes stay in this process until a test collects them: no background
+    thread writing them to the database (on in-memory SQLite it would lock tables under a test)."""
+    settings.PORTAL_PASSIVE_FLUSH_SECONDS = 0
+
+
+@pytest.fixture(autouse=True)
 def redis_namespace(monkeypatch):
     """Each test gets its own Redis key namespace, so counters never leak between tests."""
     ns = "gwtest-" + uuid.uuid4().hex[:10]
@@ -134,6 +141,21 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05):
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         time.sleep(interval)
+
+
+def retry_locked(fn, timeout: float = 5.0):
+    """Call `fn`, retrying while in-memory SQLite reports a table locked by the gateway's thread
+    (shared-cache SQLite has no busy timeout; PostgreSQL never gets here)."""
+    from django.db import OperationalError
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return fn()
+        except OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 # --- separate gateway processes (the multi-replica tests) -------------------------------------

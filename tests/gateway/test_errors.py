@@ -9,8 +9,9 @@ import pytest
 from django.utils import timezone
 
 from channels.models import Model
+from keys.models import UsageRecord
 from keys.services import issue_key, revoke_key
-from tests.gateway.conftest import add_channel
+from tests.gateway.conftest import add_channel, wait_for
 
 CHAT = {"model": "qwen3-32b", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -63,8 +64,15 @@ def test_key_with_whitespace_and_x_api_key_header_work(setup, gateway_url):
     assert reply.startswith(b"HTTP/1.1 200")
 
 
+def idle(key) -> None:
+    """Wait until the gateway wrote this key's usage: on in-memory SQLite (tests without
+    PostgreSQL) a write from the test while the gateway's writer holds the lock would fail."""
+    wait_for(lambda: UsageRecord.objects.filter(key=key).exists())
+
+
 def test_revoked_expired_and_disabled_owner_are_401(setup, gateway_url, alice):
     assert post(gateway_url, setup.plaintext).status_code == 200
+    idle(setup.key)
     revoke_key(setup.key)
     assert_openai_error(post(gateway_url, setup.plaintext), 401, "key_revoked")
 
@@ -124,7 +132,7 @@ def test_ip_outside_allowlist_is_403(setup, gateway_url):
     setup.key.ip_allowlist = ["10.0.0.0/8"]
     setup.key.save()
     assert_openai_error(post(gateway_url, setup.plaintext), 403, "ip_not_allowed")
-    setup.key.ip_allowlist = ["10.0.0.0/8", "127.0.0.0/8"]
+    setup.key.ip_allowlist = ["10.0.0.0/8", "127.0.0.0/8"]  # a 403 before the model: no usage record
     setup.key.save()
     assert post(gateway_url, setup.plaintext).status_code == 200
 
@@ -170,3 +178,21 @@ def test_upstream_client_error_passes_through_as_is(setup, gateway_url, upstream
 def test_non_gateway_paths_still_reach_django(setup, gateway_url):
     r = httpx.get(gateway_url + "/healthz")
     assert r.status_code in (200, 503) and r.headers["content-type"].startswith("application/json")
+
+
+def test_unreachable_redis_is_a_503_not_a_500(setup, transactional_db, settings):
+    import socket
+
+    from tests.gateway.conftest import ThreadServer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    settings.REDIS_URL = f"redis://127.0.0.1:{dead}/0"
+    server = ThreadServer().start()
+    try:
+        r = post(server.url, setup.plaintext)
+    finally:
+        server.stop()
+    assert_openai_error(r, 503, "limiter_unavailable")
+    assert r.headers["retry-after"] == "2"

@@ -12,7 +12,7 @@ import pytest
 from channels.health import passive
 from keys.models import UsageRecord
 from tests.fakes.upstream import FakeUpstream
-from tests.gateway.conftest import UPSTREAM_KEY, add_channel, wait_for
+from tests.gateway.conftest import UPSTREAM_KEY, add_channel, retry_locked, wait_for
 
 CHAT = {"model": "qwen3-32b", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -39,17 +39,19 @@ def sse_events(text: str) -> list[str]:
     [{"mode": "status", "status": 500}, {"mode": "status", "status": 429}, {"mode": "status", "status": 503}],
 )
 def test_it_fails_over_on_429_and_5xx(setup, gateway_url, upstream, backup, failure):
-    passive.collect()  # start from an empty health window
+    retry_locked(passive.collect)  # start from an empty health window
     upstream.behave(**failure)
     r = httpx.post(gateway_url + "/v1/chat/completions", json=CHAT, headers=auth(setup))
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"].startswith("tok0")
     assert len(upstream.requests) == 1 and len(backup.requests) == 1
-    tallies = passive.collect()  # what the health checks (3/6) will fold into each channel's window
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert record.channel_id == backup.channel.id
+    # What the health checks (3/6) fold into each channel's window (collected once the usage writer
+    # is idle: in-memory SQLite cannot run two write transactions side by side).
+    tallies = passive.collect()
     failed, served = tallies[setup.channel.id], tallies[backup.channel.id]
     assert (failed.fail_count, failed.ok_count, failed.last_status) == (1, 0, failure["status"])
     assert (served.ok_count, served.fail_count) == (1, 0)
-    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
-    assert record.channel_id == backup.channel.id
 
 
 def test_it_fails_over_on_connection_refused(setup, gateway_url, backup):

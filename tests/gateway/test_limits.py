@@ -49,6 +49,8 @@ def test_requests_per_minute_gives_429_with_retry_after_and_ratelimit_headers(se
     assert refused.json()["error"]["code"] == "rate_limit_exceeded"
     assert 1 <= int(refused.headers["retry-after"]) <= 60
     assert refused.headers["x-ratelimit-limit-requests"] == "2"
+    assert refused.headers["x-ratelimit-remaining-requests"] == "0"
+    assert refused.headers["x-ratelimit-reset-requests"].endswith("s")
     wait_for(lambda: UsageRecord.objects.filter(key=setup.key, status="rate_limited").exists())
 
 
@@ -66,6 +68,7 @@ def test_a_refused_request_reserves_nothing(setup, gateway_url):
     setup.key.save()
     too_big = post(gateway_url, setup.plaintext, {**SHORT, "max_tokens": 100})
     assert too_big.status_code == 429 and too_big.json()["error"]["code"] == "quota_exceeded"
+    assert "reserves 101 tokens" in too_big.json()["error"]["message"]
     # 1 prompt + 5 max_tokens = 6 reserved, 6 used: three fit in 20, the fourth does not.
     for _ in range(3):
         assert post(gateway_url, setup.plaintext).status_code == 200
