@@ -182,3 +182,12 @@ def test_a_websocket_handshake_is_refused_at_once(setup, gateway_url):
     assert caught.value.response.status_code == 426
     plain = httpx.get(gateway_url + "/v1/responses", headers={"authorization": f"Bearer {setup.plaintext}"})
     assert plain.status_code == 426 and plain.json()["error"]["code"] == "websocket_not_supported"
+
+
+def test_an_upstream_client_error_is_relayed_in_openai_shape(setup, client, upstream):
+    upstream.enqueue(mode="status", status=400, error_message="the request exceeds the available context size")
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="qwen3-32b", input="x", stream=True)
+    assert caught.value.body["message"] == "the request exceeds the available context size"
+    (record,) = record_for(setup.key)
+    assert record.http_status == 400 and record.surface == "responses"
