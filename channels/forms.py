@@ -5,10 +5,11 @@ from __future__ import annotations
 from django import forms
 from django.core.exceptions import ValidationError
 from django.forms import inlineformset_factory
+from django.urls import reverse
 
-from .choices import ChannelKind, ChannelStatus
+from .choices import ChannelKind
 from .models import Channel, Model, ModelRoute
-from .services import clean_base_url
+from .services import clean_base_url, reset_status_after_edit
 
 
 class ChannelForm(forms.ModelForm):
@@ -59,6 +60,13 @@ class ChannelForm(forms.ModelForm):
                 "api_key"
             ].help_text = "Not set. Sent upstream as the bearer token; encrypted at rest and never shown again."
             del self.fields["clear_api_key"]
+        self.fields["base_url"].widget.attrs.update(
+            {
+                "hx-get": reverse("channel_base_url_preview"),
+                "hx-trigger": "input changed delay:400ms, load",
+                "hx-target": "#base-url-preview",
+            }
+        )
         self.fields["host"].required = False
         self.fields["host"].empty_label = "— none (cloud or external) —"
 
@@ -86,10 +94,8 @@ class ChannelForm(forms.ModelForm):
             channel.api_key = previous.api_key
         if channel.kind == ChannelKind.ANTHROPIC:
             channel.speaks_messages = True
-        # A new address or credential is a new upstream: its old health verdict no longer applies.
-        if previous is not None and (previous.base_url != channel.base_url or previous.api_key != channel.api_key):
-            channel.status = ChannelStatus.UNKNOWN
-            channel.status_message = ""
+        if previous is not None:  # a new address or key voids the last health verdict
+            reset_status_after_edit(channel, previous_base_url=previous.base_url, previous_api_key=previous.api_key)
         if commit:
             channel.save()
         return channel

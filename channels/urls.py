@@ -4,6 +4,7 @@ from . import views
 
 urlpatterns = [
     path("channels/", views.ChannelListView.as_view(), name="channel_list"),
+    path("channels/base-url-preview/", views.BaseURLPreviewView.as_view(), name="channel_base_url_preview"),
     path("channels/new/", views.ChannelCreateView.as_view(), name="channel_create"),
     path("channels/<int:pk>/", views.ChannelDetailView.as_view(), name="channel_detail"),
     path("channels/<int:pk>/edit/", views.ChannelUpdateView.as_view(), name="channel_edit"),

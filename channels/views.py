@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 from django.contrib import messages
+from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse, reverse_lazy
 from django.views import View
 from django.views.generic import CreateView, DeleteView, DetailView, UpdateView
 
-from portal.ui import AdminRequiredMixin, FilteredListView, InvalidFormStatusMixin
+from portal.ui import AdminRequiredMixin, FilteredListView, InvalidFormStatusMixin, SafeDeleteMixin
 
 from .filters import ChannelFilterSet, ModelFilterSet
 from .forms import ChannelForm, ModelForm, RouteFormSet
+from .health.history import attach_health
 from .models import Channel, Model, ModelRoute
+from .services import clean_base_url
 
 
 def _saved_message(verb: str, channel: Channel, notes: list[str]) -> str:
@@ -21,6 +25,20 @@ def _saved_message(verb: str, channel: Channel, notes: list[str]) -> str:
     if notes:
         text += f" We stored {channel.base_url}: {'; '.join(notes)}."
     return text
+
+
+class BaseURLPreviewView(AdminRequiredMixin, View):
+    """htmx: what the channel form will store for the base URL being typed, and why."""
+
+    def get(self, request):
+        raw = request.GET.get("base_url", "")
+        if not raw.strip():
+            return HttpResponse("")
+        try:
+            canonical, notes = clean_base_url(raw[:2000])
+        except ValidationError as exc:
+            return render(request, "channels/channel_base_url_preview.html", {"error": " ".join(exc.messages)})
+        return render(request, "channels/channel_base_url_preview.html", {"canonical": canonical, "notes": notes})
 
 
 class ChannelListView(AdminRequiredMixin, FilteredListView):
@@ -32,7 +50,9 @@ class ChannelListView(AdminRequiredMixin, FilteredListView):
         return Channel.objects.select_related("host").prefetch_related("routes__model")
 
     def get_context_data(self, **kwargs):
-        return super().get_context_data(filter_fields=["enabled", "host"], **kwargs)
+        context = super().get_context_data(filter_fields=["enabled", "host"], **kwargs)
+        context["object_list"] = attach_health(list(context["object_list"]))  # all badges in two queries
+        return context
 
 
 class ChannelCreateView(AdminRequiredMixin, InvalidFormStatusMixin, CreateView):
@@ -74,7 +94,7 @@ class ChannelDetailView(AdminRequiredMixin, DetailView):
         return context
 
 
-class ChannelDeleteView(AdminRequiredMixin, DeleteView):
+class ChannelDeleteView(AdminRequiredMixin, SafeDeleteMixin, DeleteView):
     model = Channel
     template_name = "channels/channel_confirm_delete.html"
     context_object_name = "channel"
@@ -140,12 +160,13 @@ class ModelDetailView(AdminRequiredMixin, DetailView):
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
-        context["routes"] = ModelRoute.objects.filter(model=self.object).select_related("channel")
+        context["routes"] = list(ModelRoute.objects.filter(model=self.object).select_related("channel"))
+        attach_health([r.channel for r in context["routes"]])
         context["effective_context"], context["effective_output"] = self.object.effective_limits()
         return context
 
 
-class ModelDeleteView(AdminRequiredMixin, DeleteView):
+class ModelDeleteView(AdminRequiredMixin, SafeDeleteMixin, DeleteView):
     model = Model
     template_name = "channels/model_confirm_delete.html"
     context_object_name = "model_obj"

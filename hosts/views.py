@@ -6,8 +6,9 @@ from django.contrib import messages
 from django.urls import reverse, reverse_lazy
 from django.views.generic import CreateView, DeleteView, DetailView, UpdateView
 
-from portal.ui import AdminRequiredMixin, FilteredListView, InvalidFormStatusMixin
+from portal.ui import AdminRequiredMixin, FilteredListView, InvalidFormStatusMixin, SafeDeleteMixin
 
+from .deploy_views import host_gpus_context
 from .filters import HostFilterSet
 from .forms import HostForm
 from .models import Host
@@ -65,12 +66,12 @@ class HostDetailView(AdminRequiredMixin, DetailView):
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
-        context["gpus"] = self.object.gpus.order_by("index")
+        context.update(host_gpus_context(self.object))
         context["channels"] = self.object.channels.order_by("name")
         return context
 
 
-class HostDeleteView(AdminRequiredMixin, DeleteView):
+class HostDeleteView(AdminRequiredMixin, SafeDeleteMixin, DeleteView):
     model = Host
     template_name = "hosts/host_confirm_delete.html"
     context_object_name = "host"

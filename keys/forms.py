@@ -31,7 +31,8 @@ class OwnerChoiceField(forms.ModelChoiceField):
 
 
 class KeyForm(forms.Form):
-    """Create a key. Developers can only own their keys; admins pick any active user."""
+    """Create a key (or, with `instance`, edit one). Developers can only own their keys; admins
+    pick any active user. The owner of an existing key never changes."""
 
     owner = OwnerChoiceField(
         queryset=User.objects.none(), error_messages={"invalid_choice": "You can only create keys for yourself."}
@@ -59,10 +60,25 @@ class KeyForm(forms.Form):
         help_text="UTC. Blank: never expires.",
     )
 
-    def __init__(self, *args, user, **kwargs):
+    def __init__(self, *args, user, instance: Key | None = None, **kwargs):
+        self.instance = instance
+        if instance is not None:
+            kwargs["initial"] = {
+                "owner": instance.owner_id,
+                "name": instance.name,
+                "allowed_models": list(instance.allowed_models.values_list("pk", flat=True)),
+                "ip_allowlist": "\n".join(instance.ip_allowlist or []),
+                "expires_at": instance.expires_at,
+                **instance.limits(),
+                **kwargs.get("initial", {}),
+            }
         super().__init__(*args, **kwargs)
         self.user = user
-        if user.is_admin:
+        if instance is not None:
+            self.fields["owner"].queryset = User.objects.filter(pk=instance.owner_id)
+            self.fields["owner"].widget = forms.HiddenInput()
+            self.fields["owner"].disabled = True  # posted owner values are ignored
+        elif user.is_admin:
             self.fields["owner"].queryset = User.objects.filter(is_active=True).order_by("username")
             self.fields["owner"].error_messages["invalid_choice"] = "Choose an active user."
         else:
@@ -83,6 +99,8 @@ class KeyForm(forms.Form):
             field = self.fields[name]
             ceiling = getattr(owner, name, None) if owner is not None else None
             default = defaults.get(name)
+            if self.instance is not None:
+                default = None  # editing: blank means unlimited, defaults only pre-fill new keys
             field.widget.attrs["placeholder"] = f"default {default:,}" if default else "unlimited"
             help_bits = [f"Blank: {'the default ' + format(default, ',') if default else 'unlimited'}."]
             if ceiling is not None:
@@ -90,6 +108,8 @@ class KeyForm(forms.Form):
             field.help_text = " ".join(help_bits)
 
     def _owner_for_display(self):
+        if self.instance is not None:
+            return self.instance.owner
         raw = self.data.get("owner") if self.is_bound else self.initial.get("owner", self.fields["owner"].initial)
         try:
             return self.fields["owner"].queryset.filter(pk=int(str(raw))).first()
@@ -116,24 +136,50 @@ class KeyForm(forms.Form):
         if owner is None:
             return cleaned
         name = cleaned.get("name")
-        if name and Key.objects.filter(owner=owner, name=name, revoked_at__isnull=True).exists():
+        same_name = Key.objects.filter(owner=owner, name=name, revoked_at__isnull=True)
+        if self.instance is not None:
+            same_name = same_name.exclude(pk=self.instance.pk)
+        if name and same_name.exists():
             self.add_error(
                 "name", f"{owner.username} already has a key named “{name}”; pick another name or revoke it."
             )
         limits = {n: cleaned.get(n) for n in LIMIT_LABELS if n not in self.errors}
+        expires_at = cleaned.get("expires_at")
+        kept_expiry = self._unchanged_expiry(expires_at)
         try:
             settings = validate_key_settings(
                 owner,
                 limits=limits,
                 allowed_models=cleaned.get("allowed_models") if "allowed_models" not in self.errors else None,
                 ip_allowlist=cleaned.get("ip_allowlist", ""),
-                expires_at=cleaned.get("expires_at"),
+                expires_at=None if kept_expiry else expires_at,
             )
         except ValidationError as exc:
             add_validation_errors(self, exc)
             return cleaned
+        settings["expires_at"] = self.instance.expires_at if kept_expiry else expires_at
         self.settings = settings
         return cleaned
+
+    def _unchanged_expiry(self, value) -> bool:
+        """Editing an expired key without touching its expiry is fine (the minute-precision field
+        cannot round-trip the stored seconds, so compare by minute)."""
+        old = self.instance.expires_at if self.instance is not None else None
+        if old is None or value is None:
+            return False
+        return value.replace(second=0, microsecond=0) == old.replace(second=0, microsecond=0)
+
+    def apply(self) -> Key:
+        """Save the edited settings onto `instance` (audited by the model signals)."""
+        key, s = self.instance, self.settings
+        key.name = self.cleaned_data["name"]
+        for name in LIMIT_LABELS:
+            setattr(key, name, s.get(name))
+        key.ip_allowlist = s.get("ip_allowlist", [])
+        key.expires_at = s.get("expires_at")
+        key.save()
+        key.allowed_models.set(s.get("allowed_models") or [])
+        return key
 
     def issue_kwargs(self) -> dict:
         """Arguments for `keys.services.issue_key`; blank limits are left out so owner defaults apply."""

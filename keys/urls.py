@@ -7,6 +7,7 @@ urlpatterns = [
     path("keys/all/", views.AllKeyListView.as_view(), name="key_all"),
     path("keys/new/", views.KeyCreateView.as_view(), name="key_create"),
     path("keys/<int:pk>/", views.KeyDetailView.as_view(), name="key_detail"),
+    path("keys/<int:pk>/edit/", views.KeyEditView.as_view(), name="key_edit"),
     path("keys/<int:pk>/revoke/", views.KeyRevokeView.as_view(), name="key_revoke"),
     path("keys/<int:pk>/rotate/", views.KeyRotateView.as_view(), name="key_rotate"),
 ]

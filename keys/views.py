@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.contrib.auth.mixins import LoginRequiredMixin
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views import View
@@ -82,6 +82,29 @@ class KeyDetailView(LoginRequiredMixin, DetailView):
         return context
 
 
+class KeyEditView(LoginRequiredMixin, View):
+    """Change a key's name, models, IP allowlist, expiry and limits (the same rules as create)."""
+
+    template_name = "keys/key_form.html"
+
+    def get_key(self) -> Key:
+        return get_object_or_404(visible_keys(self.request.user), pk=self.kwargs["pk"], revoked_at__isnull=True)
+
+    def get(self, request, pk):
+        key = self.get_key()
+        return render(request, self.template_name, {"form": KeyForm(user=request.user, instance=key), "key": key})
+
+    def post(self, request, pk):
+        key = self.get_key()
+        form = KeyForm(request.POST, user=request.user, instance=key)
+        if not form.is_valid():
+            key.refresh_from_db()
+            return render(request, self.template_name, {"form": form, "key": key}, status=400)
+        with transaction.atomic():
+            form.apply()
+        return done(request, f"Key “{key.name}” saved.", "key_detail", key.pk)
+
+
 class KeyRevokeView(LoginRequiredMixin, View):
     def get_key(self) -> Key:
         return get_object_or_404(visible_keys(self.request.user), pk=self.kwargs["pk"], revoked_at__isnull=True)
@@ -122,8 +145,14 @@ class KeyRotateView(LoginRequiredMixin, View):
         if not form.is_valid():
             return render(request, self.template_name, {"key": key, "form": form}, status=400)
         grace = form.grace_period()
-        with transaction.atomic():
-            new, plaintext = rotate_key(key, grace=grace)
+        try:
+            with transaction.atomic():
+                new, plaintext = rotate_key(key, grace=grace)
+        except IntegrityError:
+            # rotate_key names the outgoing key "<name> (rotated <minute>)"; a second rotation with
+            # grace in the same minute collides with the first one's still-active old key.
+            form.add_error(None, "This key was rotated less than a minute ago; wait a minute and try again.")
+            return render(request, self.template_name, {"key": key, "form": form}, status=400)
         remember_secret(request, f"key-{new.pk}", plaintext)
         old = f"the old key works until {key.expires_at:%Y-%m-%d %H:%M} UTC" if grace else "the old key stopped working"
         return done(request, f"Key “{new.name}” rotated: {old}. Copy the new key now.", "key_detail", new.pk)

@@ -87,6 +87,8 @@ class UserEditForm(forms.ModelForm):
         role = self.cleaned_data["role"]
         if self.acting_user is not None and self.instance.pk == self.acting_user.pk and role != Role.ADMIN:
             raise forms.ValidationError("You cannot remove your own admin role; ask another admin.")
+        if self.instance.is_superuser and role != Role.ADMIN:
+            raise forms.ValidationError("This account is a superuser and always an admin.")
         return role
 
     def clean(self):

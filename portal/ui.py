@@ -77,7 +77,11 @@ def _friendly_filter_widgets(form) -> None:
         elif isinstance(field, djforms.ModelChoiceField) and not isinstance(field, djforms.ModelMultipleChoiceField):
             field.empty_label = "any"
         elif isinstance(field, djforms.ChoiceField) and not isinstance(field, djforms.MultipleChoiceField):
-            field.choices = [("", "any"), *[c for c in field.choices if c[0] != ""]]
+            if hasattr(field, "empty_label"):  # django-filter adds its "---------" while iterating
+                field.empty_label = "any"
+                field.widget.choices = list(field.choices)
+            else:
+                field.choices = [("", "any"), *[c for c in field.choices if c[0] != ""]]
 
 
 def paginate(request: HttpRequest, queryset, per_page: int = PAGE_SIZE):
@@ -125,3 +129,20 @@ class InvalidFormStatusMixin:
         response = super().form_invalid(form)
         response.status_code = 400
         return response
+
+
+class SafeDeleteMixin:
+    """A DeleteView that explains, instead of a 500, when other rows still need the object
+    (e.g. a host with deployments is protected)."""
+
+    def form_valid(self, form):
+        from django.db.models import ProtectedError, RestrictedError
+
+        try:
+            return super().form_valid(form)
+        except (ProtectedError, RestrictedError) as exc:
+            blocking = getattr(exc, "protected_objects", None) or getattr(exc, "restricted_objects", ())
+            blockers = sorted({str(o) for o in blocking})
+            listed = ", ".join(blockers[:5]) + ("…" if len(blockers) > 5 else "")
+            messages.error(self.request, f"{self.object} is still used by {listed}; remove those first.")
+            return redirect(self.request.path.rsplit("delete/", 1)[0])

@@ -67,7 +67,6 @@ def dashboard(request):
                 ("Users", User.objects.filter(is_active=True).count(), reverse("user_list")),
                 ("Active keys", active_keys.count(), reverse("key_all") + "?state=active"),
             ],
-            channels_down=Channel.objects.filter(enabled=True).exclude(status__in=["healthy", "unknown"]),
             recent_audit=AuditLog.objects.select_related("actor")[:10],
         )
     return render(request, "portal/dashboard.html", context)

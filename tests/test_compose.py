@@ -119,6 +119,9 @@ def test_startup_order_and_health_checks(raw):
     for name in ("postgres", "redis", "web", "worker", "proxy"):
         assert services[name]["healthcheck"]["test"], name
     assert "beat" in services["beat"]["command"] and "deploy" not in services["beat"]  # exactly one beat
+    # The image's HEALTHCHECK probes web's /healthz; services without HTTP must not inherit it.
+    assert services["beat"]["healthcheck"] == {"disable": True}
+    assert services["migrate"]["healthcheck"] == {"disable": True}
     assert "worker" in services["worker"]["command"]
     for volume in ("pgdata", "redisdata", "portal-data"):
         assert volume in raw["volumes"]

@@ -76,6 +76,7 @@ class Portal:
         env = {k: v for k, v in os.environ.items() if k not in EXTERNAL}
         env["PORTAL_DATA_DIR"] = str(tmp_path / "data")
         env["PYTHONUNBUFFERED"] = "1"
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         if admin_password is not None:
             env["PORTAL_ADMIN_PASSWORD"] = admin_password
         self.lines: list[str] = []

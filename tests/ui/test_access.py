@@ -32,7 +32,7 @@ ADMIN_PAGES = [
     ("audit_log", None),
 ]
 EVERYONE_PAGES = ["dashboard", "account", "password_change", "key_list", "key_create"]
-ALICE_KEY_PAGES = ["key_detail", "key_revoke", "key_rotate"]
+ALICE_KEY_PAGES = ["key_detail", "key_edit", "key_revoke", "key_rotate"]
 
 
 @pytest.fixture
@@ -146,3 +146,13 @@ def test_deactivated_admin_loses_admin_pages(client, admin):
     admin.save()
     response = client.get(reverse("user_list"))
     assert response.status_code in (302, 403)
+
+
+def test_forbidden_and_not_found_pages_keep_the_layout(client, alice, mallory_key):
+    client.force_login(alice)
+    forbidden = client.get(reverse("user_list"))
+    assert forbidden.status_code == 403
+    assert "You do not have access" in forbidden.content.decode() and "My keys" in forbidden.content.decode()
+    missing = client.get(reverse("key_detail", args=[mallory_key.pk]))
+    assert missing.status_code == 404 and "not yours to see" in missing.content.decode()
+    assert mallory_key.masked not in missing.content.decode()

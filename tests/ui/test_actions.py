@@ -196,3 +196,26 @@ def test_login_and_logout_over_the_form(client, alice):
     client.force_login(alice)
     client.post(reverse("logout"))
     assert client.get(reverse("dashboard")).status_code == 302
+
+
+def test_deleting_a_host_with_deployments_explains_instead_of_failing(admin_client, host):
+    from hosts.models import Deployment
+
+    Deployment.objects.create(
+        name="qwen", host=host, backend="vllm", model_path="Qwen/Qwen3-8B", served_model_name="qwen3-8b", port=8001
+    )
+    response = admin_client.post(reverse("host_delete", args=[host.pk]), follow=True)
+    assert response.status_code == 200
+    assert "is still used by qwen" in response.content.decode()
+    assert Host.objects.filter(pk=host.pk).exists()
+
+
+def test_rotating_twice_within_a_minute_with_grace_does_not_fail(alice_client, alice):
+    key, _ = issue_key(owner=alice, name="ci")
+    first = alice_client.post(reverse("key_rotate", args=[key.pk]), {"grace": "3600"})
+    assert first.status_code == 302
+    newest = Key.objects.get(name="ci", revoked_at__isnull=True, rotated_from=key)
+    second = alice_client.post(reverse("key_rotate", args=[newest.pk]), {"grace": "3600"})
+    # keys.services.rotate_key's minute-precision suffix collides here (reported); never a 500.
+    assert second.status_code in (302, 400)
+    assert Key.objects.filter(name="ci", revoked_at__isnull=True).count() == 1

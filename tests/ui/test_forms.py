@@ -398,3 +398,64 @@ def test_bad_filter_values_show_an_empty_list_not_a_500(admin_client, alice_key)
     assert admin_client.get(reverse("key_all") + "?owner=abc").status_code == 200
     assert admin_client.get(reverse("audit_log") + "?created_after=yesterday&action=nope").status_code == 200
     assert admin_client.get(reverse("key_all") + "?page=99999").status_code == 200
+
+
+def test_key_edit_applies_the_same_rules_and_never_changes_the_owner(alice_client, alice, mallory):
+    from keys.services import issue_key
+
+    alice.tokens_per_day = 10_000
+    alice.save()
+    key, _ = issue_key(owner=alice, name="laptop")
+    issue_key(owner=alice, name="ci")
+    url = reverse("key_edit", args=[key.pk])
+    base = {"owner": mallory.pk, "name": "laptop", "ip_allowlist": "", "expires_at": ""}
+    for bad in (
+        {"name": "ci"},
+        {"tokens_per_day": "20000"},
+        {"ip_allowlist": "300.1.1.1"},
+        {"requests_per_minute": "0"},
+        {"expires_at": "2001-01-01T00:00"},
+    ):
+        response = alice_client.post(url, {**base, **bad})
+        assert response.status_code == 400, bad
+    key.refresh_from_db()
+    assert (key.name, key.tokens_per_day, key.ip_allowlist, key.owner) == ("laptop", None, [], alice)
+    response = alice_client.post(
+        url, {**base, "name": "laptop-2", "tokens_per_day": "5000", "ip_allowlist": "10.0.0.0/8"}
+    )
+    assert response.status_code == 302
+    key.refresh_from_db()
+    assert (key.name, key.tokens_per_day, key.ip_allowlist, key.owner) == ("laptop-2", 5000, ["10.0.0.0/8"], alice)
+
+
+def test_editing_an_expired_key_keeps_its_expiry_without_complaint(alice_client, alice):
+    from keys.services import issue_key
+
+    key, _ = issue_key(owner=alice, name="old")
+    Key.objects.filter(pk=key.pk).update(expires_at=timezone.now() - datetime.timedelta(days=2))
+    key.refresh_from_db()
+    response = alice_client.post(
+        reverse("key_edit", args=[key.pk]),
+        {"name": "old-renamed", "ip_allowlist": "", "expires_at": key.expires_at.strftime("%Y-%m-%dT%H:%M")},
+    )
+    assert response.status_code == 302
+    updated = Key.objects.get(pk=key.pk)
+    assert updated.name == "old-renamed" and updated.expires_at == key.expires_at
+
+
+def test_a_superuser_cannot_be_silently_demoted(client, admin, django_user_model):
+    other = django_user_model.objects.create_user(username="root2", password="x-pass-123456", role="admin")
+    client.force_login(other)
+    response = user_edit_post(client, admin, role="developer")
+    assert response.status_code == 400 and field_errors(response, "role")
+
+
+def test_base_url_preview_says_what_will_be_stored(admin_client, client, alice):
+    url = reverse("channel_base_url_preview")
+    page = admin_client.get(url, {"base_url": " https://x.example/api/?utm_source=a"}).content.decode()
+    assert "<code>https://x.example/api/v1</code>" in page and "dropped the query string" in page
+    page = admin_client.get(url, {"base_url": "ftp://x"}).content.decode()
+    assert "field-error" in page and "http" in page
+    assert admin_client.get(url).content == b""
+    client.force_login(alice)
+    assert client.get(url, {"base_url": "https://x"}).status_code == 403
