@@ -11,7 +11,6 @@ from tests.gateway.conftest import (  # noqa: F401  (fixtures)
     UPSTREAM_KEY,
     Setup,
     add_channel,
-    fast_password_hashing,
     gateway_url,
     redis_namespace,
     setup,
