@@ -327,3 +327,16 @@ def test_an_upstream_client_error_is_relayed_in_anthropic_shape(setup, client, u
     }
     (record,) = record_for(setup.key)
     assert record.http_status == 400 and record.surface == "messages"
+
+
+def test_claude_codes_recorded_request_streams_through(setup, gateway_url, upstream):
+    from tests.translate.test_real_clients import load
+
+    recorded = load("claude_code_2.1.197_request.json")
+    body = {**recorded["body"], "model": "qwen3-32b"}
+    headers = {**recorded["headers"], "authorization": f"Bearer {setup.plaintext}"}
+    with httpx.stream("POST", gateway_url + "/v1/messages?beta=true", json=body, headers=headers) as r:
+        assert r.status_code == 200
+        names = [line[7:] for line in r.iter_lines() if line.startswith("event: ")]
+    assert names[0] == "message_start" and names[-1] == "message_stop"
+    assert len(upstream.requests[-1].json["tools"]) == len(body["tools"])

@@ -191,3 +191,16 @@ def test_an_upstream_client_error_is_relayed_in_openai_shape(setup, client, upst
     assert caught.value.body["message"] == "the request exceeds the available context size"
     (record,) = record_for(setup.key)
     assert record.http_status == 400 and record.surface == "responses"
+
+
+def test_codexs_recorded_request_streams_through(setup, gateway_url, upstream):
+    from tests.translate.test_real_clients import load
+
+    recorded = load("codex_0.171.0_request.json")
+    body = {**recorded["body"], "model": "qwen3-32b"}
+    headers = {**recorded["headers"], "authorization": f"Bearer {setup.plaintext}"}
+    headers.pop("Accept-Encoding", None)
+    with httpx.stream("POST", gateway_url + "/v1/responses", json=body, headers=headers) as r:
+        assert r.status_code == 200
+        names = [line[7:] for line in r.iter_lines() if line.startswith("event: ")]
+    assert names[0] == "response.created" and names[-1] == "response.completed"
