@@ -340,3 +340,15 @@ def test_claude_codes_recorded_request_streams_through(setup, gateway_url, upstr
         names = [line[7:] for line in r.iter_lines() if line.startswith("event: ")]
     assert names[0] == "message_start" and names[-1] == "message_stop"
     assert len(upstream.requests[-1].json["tools"]) == len(body["tools"])
+
+
+def test_upstream_reasoning_becomes_thinking_only_when_asked(setup, client, upstream):
+    upstream.behave(reasoning="the user wants a greeting")
+    ask = {"model": "qwen3-32b", "max_tokens": 1024, "messages": [{"role": "user", "content": "hi"}]}
+    with client.messages.stream(**ask, thinking={"type": "enabled", "budget_tokens": 512}) as s:
+        thought = s.get_final_message()
+    assert [b.type for b in thought.content] == ["thinking", "text"]
+    assert thought.content[0].thinking == "the user wants a greeting"
+    assert thought.usage.output_tokens == 5 + 5
+    plain = client.messages.create(**ask)
+    assert [b.type for b in plain.content] == ["text"]

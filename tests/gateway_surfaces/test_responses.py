@@ -204,3 +204,12 @@ def test_codexs_recorded_request_streams_through(setup, gateway_url, upstream):
         assert r.status_code == 200
         names = [line[7:] for line in r.iter_lines() if line.startswith("event: ")]
     assert names[0] == "response.created" and names[-1] == "response.completed"
+
+
+def test_upstream_reasoning_becomes_a_reasoning_item(setup, client, upstream):
+    upstream.behave(reasoning="the user wants a greeting")
+    with client.responses.stream(model="qwen3-32b", input="hi") as stream:
+        final = stream.get_final_response()
+    assert [o.type for o in final.output] == ["reasoning", "message"]
+    assert final.output[0].content[0].text == "the user wants a greeting"
+    assert final.output_text == "tok0 tok1 tok2 tok3 tok4"
