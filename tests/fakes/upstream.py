@@ -146,6 +146,7 @@ class FakeUpstream:
         app.router.add_get("/props", self._props)
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         app.router.add_post("/v1/responses", self._responses)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
@@ -523,6 +524,11 @@ class FakeUpstream:
         await resp.write(self._sse("message_stop", {"type": "message_stop"}))
         await resp.write_eof()
         return resp
+
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        body = await self._record(request)
+        body = body if isinstance(body, dict) else {}
+        return web.json_response({"input_tokens": _words(body.get("messages")) + _words(body.get("system"))})
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         body, b, early = await self._pre(request)

@@ -213,3 +213,17 @@ def test_upstream_reasoning_becomes_a_reasoning_item(setup, client, upstream):
     assert [o.type for o in final.output] == ["reasoning", "message"]
     assert final.output[0].content[0].text == "the user wants a greeting"
     assert final.output_text == "tok0 tok1 tok2 tok3 tok4"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_usage_is_estimated_not_zero_when_the_upstream_reports_none(setup, client, upstream, stream):
+    upstream.behave(mode="omit_usage")
+    if stream:
+        with client.responses.stream(model="qwen3-32b", input="abcdefgh") as s:
+            response = s.get_final_response()
+    else:
+        response = client.responses.create(model="qwen3-32b", input="abcdefgh")
+    assert response.output_text == "tok0 tok1 tok2 tok3 tok4"
+    (record,) = record_for(setup.key)
+    assert record.estimated is True and record.prompt_tokens == 2 and record.completion_tokens > 0
+    assert response.usage.output_tokens == record.completion_tokens
