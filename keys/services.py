@@ -83,7 +83,9 @@ def rotate_key(key: Key, *, grace: datetime.timedelta | None = None) -> tuple[Ke
     # The replacement keeps a still-future expiry: rotating must not turn a temporary key permanent.
     keep_expiry = key.expires_at if key.expires_at is not None and key.expires_at > now else None
     # Free the active name for the new key: the old one keeps working under a suffixed name.
-    key.name = f"{old_name} (rotated {now:%Y-%m-%d %H:%M})"[:100]
+    # Unique per key and second, so rotating again within a minute cannot collide.
+    suffix = f" (rotated {now:%Y-%m-%d %H:%M:%S} #{key.pk})"
+    key.name = old_name[: 100 - len(suffix)] + suffix
     if grace:
         ends = now + grace
         key.expires_at = min(key.expires_at, ends) if key.expires_at else ends

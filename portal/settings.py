@@ -119,13 +119,15 @@ else:
 BROKER_DIR = DATA_DIR / "broker"
 CELERY_BROKER_URL = get("CELERY_BROKER_URL", str, REDIS_URL or "filesystem://")
 if CELERY_BROKER_URL == "filesystem://":
-    for sub in ("queue", "processed"):
+    for sub in ("queue", "processed", "control"):
         (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),
         "processed_folder": str(BROKER_DIR / "processed"),
         "store_processed": False,
+        # Broadcast (pidbox) files; kombu's default is ./control in the working directory.
+        "control_folder": str(BROKER_DIR / "control"),
     }
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ALWAYS_EAGER = get("CELERY_TASK_ALWAYS_EAGER", bool, False)

@@ -20,7 +20,7 @@ import logging
 import httpx
 from django.conf import settings
 from django.core.mail import send_mail
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from channels.choices import AlertKind, ChannelStatus
@@ -47,19 +47,21 @@ def notify_pending(channel_ids: list[int] | None = None) -> int:
     qs = Channel.objects.exclude(status=F("alerted_status"))
     if channel_ids is not None:
         qs = qs.filter(pk__in=channel_ids)
+    # Nothing to say (a new channel coming up, an edit resetting to unknown): just remember the
+    # status, in one UPDATE per kind of move rather than one per channel.
+    quiet = Q(status=ChannelStatus.UNKNOWN) | Q(alerted_status__in=QUIET, status=ChannelStatus.HEALTHY)
+    for old, new in set(qs.filter(quiet).values_list("alerted_status", "status")):
+        qs.filter(quiet, alerted_status=old, status=new).update(alerted_status=new)
     sent = 0
-    for ch in qs:
-        silent = ch.status == ChannelStatus.UNKNOWN or (
-            ch.alerted_status in QUIET and ch.status == ChannelStatus.HEALTHY
-        )
+    for ch in qs.exclude(quiet):
         worse = SEVERITY.get(ch.status, 0) > SEVERITY.get(ch.alerted_status, 0)
-        if not silent and not worse and ch.alerted_at is not None and now - ch.alerted_at < cooldown:
+        if not worse and ch.alerted_at is not None and now - ch.alerted_at < cooldown:
             continue  # cooling down; a later round sends the then-current status
         claimed = Channel.objects.filter(pk=ch.pk, alerted_status=ch.alerted_status, alerted_at=ch.alerted_at).update(
-            alerted_status=ch.status, alerted_at=ch.alerted_at if silent else now
+            alerted_status=ch.status, alerted_at=now
         )
-        if not claimed or silent:
-            continue
+        if not claimed:
+            continue  # another worker sent it
         change = StatusChange.objects.filter(channel=ch, to_status=ch.status).order_by(
             "-created", "-id"
         ).first() or StatusChange.objects.create(

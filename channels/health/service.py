@@ -14,6 +14,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
+from django.db import IntegrityError, transaction
 from django.db.models import F, Sum
 from django.utils import timezone
 
@@ -101,7 +102,9 @@ def run_round(channel_ids: list[int] | None = None, *, force: bool = False) -> l
     its last real probe is older than PORTAL_HEALTH_MAX_SKIP_SECONDS.
     """
     now = timezone.now()
-    tallies = passive.collect()
+    # Gateway evidence is consumed by full rounds only: a one-channel check must not swallow the
+    # other channels' share.
+    tallies = passive.collect() if channel_ids is None else {}
     qs = Channel.objects.filter(enabled=True).prefetch_related("routes__model")
     if channel_ids is not None:
         qs = qs.filter(pk__in=channel_ids)
@@ -346,11 +349,23 @@ def _settle(
         ch.status, ch.status_message = new, message
         done.append(ChannelRound(ch, p.active_row, p.passive_row, old, new, message, discovered))
 
-    ProbeResult.objects.bulk_create(rows, batch_size=500)
-    StatusChange.objects.bulk_create(moves, batch_size=500)
+    _insert_for_live_channels(rows, moves)
     Channel.objects.bulk_update(quiet, ["last_checked", "last_ttft_ms", "last_active_probe"], batch_size=500)
     ModelRoute.objects.bulk_update(discovered_routes, ["discovered_context_window", "discovered_at"], batch_size=500)
     return done
+
+
+def _insert_for_live_channels(rows: list[ProbeResult], moves: list[StatusChange]) -> None:
+    """Insert the round's rows, leaving out channels an admin deleted while we were probing."""
+    for _attempt in range(2):
+        live = set(Channel.objects.filter(pk__in={r.channel_id for r in rows}).values_list("pk", flat=True))
+        try:
+            with transaction.atomic():
+                ProbeResult.objects.bulk_create([r for r in rows if r.channel_id in live], batch_size=500)
+                StatusChange.objects.bulk_create([m for m in moves if m.channel_id in live], batch_size=500)
+            return
+        except IntegrityError:
+            logger.info("a channel was deleted during the probe round; retrying without it")
 
 
 def _discover(ch: Channel, served: dict[str, int | None], now: dt.datetime, out: list[ModelRoute]) -> bool:

@@ -155,3 +155,14 @@ def test_series_and_badge_summaries(make_channel):
     [c] = history.attach_health([Channel.objects.get(pk=ch.pk)])
     assert c.health.samples_24h == 19 and 0 < c.health.error_ratio < 0.1
     assert c.health.sparkline_points.count(",") >= 2
+
+
+def test_a_single_channel_check_leaves_other_channels_gateway_evidence_for_the_round(upstream, make_channel):
+    up = upstream()
+    a, b = make_channel("a", up.base_url), make_channel("b", up.base_url)
+    passive.report(b.pk, False, status=502, error="http_5xx")
+
+    service.check_channel(a.pk)
+    service.run_round()
+
+    assert ProbeResult.objects.filter(channel=b, source=ProbeSource.PASSIVE, failures=1).exists()

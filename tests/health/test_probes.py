@@ -247,3 +247,16 @@ def test_limits_are_rediscovered_hourly_not_every_round(upstream, make_channel):
     up.requests.clear()
     service.check_channel(ch.pk)  # an admin's Check now always looks
     assert "/v1/models" in [r.path for r in up.requests]
+
+
+def test_a_channel_deleted_during_the_round_does_not_break_it(upstream, make_channel):
+    from channels.health.service import _insert_for_live_channels
+
+    up = upstream()
+    keep, gone = make_channel("keep", up.base_url), make_channel("gone-mid-round", up.base_url)
+    rows = [ProbeResult(channel=c, created=timezone.now(), ok=True) for c in (keep, gone)]
+    Channel.objects.filter(pk=gone.pk).delete()
+
+    _insert_for_live_channels(rows, [])
+
+    assert list(ProbeResult.objects.values_list("channel_id", flat=True)) == [keep.pk]

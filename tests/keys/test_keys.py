@@ -101,3 +101,11 @@ def test_rotation_keeps_a_future_expiry_on_the_replacement(alice):
     assert new.expires_at == ends
     key.refresh_from_db()
     assert key.expires_at <= timezone.now() + datetime.timedelta(minutes=5)
+
+
+def test_rotating_twice_within_a_minute_with_grace_works(alice):
+    key, _ = issue_key(owner=alice, name="ci")
+    second, _ = rotate_key(key, grace=datetime.timedelta(minutes=5))
+    third, plain = rotate_key(second, grace=datetime.timedelta(minutes=5))
+    assert third.name == "ci" and verify_key(plain) == third
+    assert Key.objects.filter(owner=alice, revoked_at__isnull=True).count() == 3
