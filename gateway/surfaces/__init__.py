@@ -23,5 +23,8 @@ def register(routes: RouteTable) -> None:
     routes.register_exact("GET", "/api/hello", messages.hello)
     # Claude Code's model discovery sends `anthropic-version`; everyone else gets OpenAI's list.
     routes.register("GET", "/models", messages.list_models, bare=False)
+    for i, (method, prefix, handler) in enumerate(routes.v1_prefix):
+        if (method, prefix) == ("GET", "/models/"):
+            routes.v1_prefix[i] = (method, prefix, messages.model_getter(handler))
     routes.register("POST", "/responses", responses.create_response)
     routes.register("GET", "/responses", responses.refuse_get)

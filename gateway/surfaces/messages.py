@@ -151,10 +151,11 @@ async def _relay_json(
             usage = _anthropic_usage(data["usage"])
     else:
         message = anthropic_response.from_chat_completion(data, model=model, thinking=thinking)
-        out = orjson.dumps(message)
-        if usage is None:
+        if usage is None:  # the client sees the same estimate that is recorded
             text = "".join(b.get("text", "") + orjson.dumps(b.get("input") or "").decode() for b in message["content"])
             usage = Usage(prompt, estimate_tokens(text), estimated=True)
+            message["usage"].update(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens)
+        out = orjson.dumps(message)
     await call.send_json(status, out, usage)
 
 
@@ -269,9 +270,7 @@ async def list_models(req: Request) -> None:
         return
     catalog = await snapshot.get_catalog()
     models = sorted(usable_models(key, catalog), key=lambda m: m.name)
-    data = [
-        {"type": "model", "id": m.name, "display_name": m.name, "created_at": _created_at(m.created)} for m in models
-    ]
+    data = [_model_object(m) for m in models]
     query = dict(_query(req))
     ids = [d["id"] for d in data]
     if query.get("after_id") in ids:
@@ -293,6 +292,29 @@ async def list_models(req: Request) -> None:
             "last_id": page[-1]["id"] if page else None,
         },
     )
+
+
+def model_getter(openai_handler):
+    """`GET /v1/models/{id}`: Anthropic's model object when the request carries
+    `anthropic-version`, else `openai_handler`'s answer."""
+
+    async def get_model(req: Request) -> None:
+        if "anthropic-version" not in req.headers:
+            await openai_handler(req)
+            return
+        try:
+            key = await authenticate(req)
+            model = resolve_model(key, await snapshot.get_catalog(), req.subpath[len("/models/") :])
+        except GatewayError as exc:
+            await _send_anthropic_error(req, exc)
+            return
+        await send_json(req.send, 200, _model_object(model))
+
+    return get_model
+
+
+def _model_object(m) -> dict[str, Any]:
+    return {"type": "model", "id": m.name, "display_name": m.name, "created_at": _created_at(m.created)}
 
 
 def _query(req: Request) -> list[tuple[str, str]]:

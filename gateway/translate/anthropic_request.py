@@ -1,13 +1,15 @@
 """Anthropic Messages request -> Chat Completions request.
 
-What maps: `system` (string or text blocks) -> one leading system message; text and image blocks
+What maps: `system` (string or text blocks) and system-role messages (Claude Code's
+`mid-conversation-system` beta) -> one leading system message; text and image blocks
 (base64 or url) -> text / `image_url` parts; assistant `tool_use` -> `tool_calls`; user
 `tool_result` -> `tool` messages placed right after the assistant turn (Chat requires that), with
 any images from results moved to a user message after them; `tools` (`input_schema` ->
 `parameters`), `tool_choice` (auto/any/tool/none, `disable_parallel_tool_use`), `stop_sequences`,
 `max_tokens`, `temperature`, `top_p`, `stream`.
 
-What is dropped on purpose: `metadata`, `thinking` (Chat has no portable equivalent; prior
+What is dropped on purpose: `metadata`, `thinking` and `output_config.effort` (Chat has no portable
+equivalent; prior
 `thinking` blocks are not sent back), `top_k` (not part of Chat Completions; cloud providers reject
 it), `cache_control`, `service_tier`, `container`, `mcp_servers`, `context_management`, server
 tools (web search, bash, text editor…) the upstream cannot run, and content kinds without a Chat
@@ -38,11 +40,17 @@ def to_chat_request(body: dict[str, Any]) -> dict[str, Any]:
         raise TranslationError("`messages` must be a list.", "messages")
 
     out: list[dict[str, Any]] = []
-    system = _system_text(body.get("system"))
-    if system:
-        out.append({"role": "system", "content": system})
+    system = [_system_text(body.get("system"))]
     for index, message in enumerate(messages):
+        if isinstance(message, dict) and message.get("role") == "system":
+            # Claude Code's `mid-conversation-system` beta puts system messages among the turns;
+            # many chat templates (Qwen's among them) accept a system message only first.
+            system.append(_system_text(message.get("content")))
+            continue
         out.extend(_message(message, index))
+    system_text = "\n\n".join(s for s in system if s)
+    if system_text:
+        out.insert(0, {"role": "system", "content": system_text})
 
     chat: dict[str, Any] = {"model": body.get("model"), "messages": out}
     if body.get("max_tokens") is not None:
@@ -66,7 +74,8 @@ def to_chat_request(body: dict[str, Any]) -> dict[str, Any]:
     if body.get("stream"):
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}
-    dropped = sorted(k for k in ("metadata", "thinking", "top_k", "service_tier", "container") if k in body)
+    ignored = ("metadata", "thinking", "top_k", "service_tier", "container", "output_config", "context_management")
+    dropped = sorted(k for k in ignored if k in body)
     if dropped:
         logger.info("messages->chat: ignored fields %s", ", ".join(dropped))
     return chat
@@ -101,7 +110,7 @@ def _message(message: Any, index: int) -> list[dict[str, Any]]:
         return [_assistant(blocks, where)]
     if role == "user":
         return _user(blocks, where)
-    raise TranslationError(f"`{where}.role` must be 'user' or 'assistant'.", where)
+    raise TranslationError(f"`{where}.role` must be 'user', 'assistant' or 'system'.", where)
 
 
 def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:

@@ -236,7 +236,7 @@ class StreamTranslator:
         index, item_id = current["index"], current["item"]["id"]
         events: list[dict[str, Any]] = []
         if current["kind"] == "message":
-            text = current["text"]
+            text = "".join(current["parts"])
             status = "incomplete" if self.finish_reason == "length" else "completed"
             events.append(
                 self._event(
@@ -259,7 +259,7 @@ class StreamTranslator:
             )
             item = _message_item(item_id, text, status)
         elif current["kind"] == "reasoning":
-            text = current["text"]
+            text = "".join(current["parts"])
             events.append(
                 self._event(
                     "response.reasoning_text.done", item_id=item_id, output_index=index, content_index=0, text=text
@@ -274,10 +274,10 @@ class StreamTranslator:
                     item_id=item_id,
                     output_index=index,
                     name=base["name"],
-                    arguments=current["args"],
+                    arguments="".join(current["parts"]),
                 )
             )
-            item = _call_item(item_id, base["call_id"], base["name"], current["args"], "completed")
+            item = _call_item(item_id, base["call_id"], base["name"], "".join(current["parts"]), "completed")
         events.append(self._event("response.output_item.done", output_index=index, item=item))
         self.items.append(item)
         return events
@@ -285,7 +285,8 @@ class StreamTranslator:
     def _open(self, kind: str, item: dict[str, Any]) -> list[dict[str, Any]]:
         events = self._close()
         index = self._index
-        self.current = {"kind": kind, "index": index, "item": item, "text": "", "args": ""}
+        # Deltas are kept as parts and joined once at the end (no quadratic string building).
+        self.current = {"kind": kind, "index": index, "item": item, "parts": []}
         events.append(self._event("response.output_item.added", output_index=index, item=item))
         if kind == "message":
             events.append(
@@ -317,7 +318,7 @@ class StreamTranslator:
             if reasoning:
                 if self.current is None or self.current["kind"] != "reasoning":
                     events += self._open("reasoning", _reasoning_item(self.make_id("rs_"), ""))
-                self.current["text"] += reasoning
+                self.current["parts"].append(reasoning)
                 events.append(
                     self._event(
                         "response.reasoning_text.delta",
@@ -331,7 +332,7 @@ class StreamTranslator:
             if text:
                 if self.current is None or self.current["kind"] != "message":
                     events += self._open("message", _message_item(self.make_id("msg_"), "", "in_progress"))
-                self.current["text"] += text
+                self.current["parts"].append(text)
                 events.append(
                     self._event(
                         "response.output_text.delta",
@@ -374,7 +375,7 @@ class StreamTranslator:
         return events
 
     def _args_delta(self, arguments: str) -> dict[str, Any]:
-        self.current["args"] += arguments
+        self.current["parts"].append(arguments)
         return self._event(
             "response.function_call_arguments.delta",
             item_id=self.current["item"]["id"],

@@ -75,3 +75,14 @@ def test_native_messages_and_responses_answer_for_pass_through(upstream):
     ) as s:
         kinds = [line[7:] for line in s.iter_lines() if line.startswith("event: ")]
     assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+
+
+def test_reasoning_comes_first_as_reasoning_content(upstream):
+    upstream.behave(reasoning="let me think")
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    whole = httpx.post(upstream.base_url + "/chat/completions", json=body).json()
+    assert whole["choices"][0]["message"]["reasoning_content"] == "let me think"
+    assert whole["usage"]["completion_tokens"] == 5 + 3
+    with httpx.stream("POST", upstream.base_url + "/chat/completions", json={**body, "stream": True}) as r:
+        lines = [line for line in r.iter_lines() if line.startswith("data: {")]
+    assert '"reasoning_content": "let"' in lines[0] and '"tok0"' in "".join(lines[3:])

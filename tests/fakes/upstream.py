@@ -15,7 +15,8 @@ then hang; non-stream: hang before answering), disconnect (stream: send `disconn
 then drop the TCP connection), status (answer `status` with an OpenAI error body), slow (sleep
 `delay` seconds before the first byte), tool_call (the reply is a function call split over many
 chunks). `tokens` sets how many completion tokens ("tok0 tok1 …") are generated; `token_delay`
-spaces stream chunks. Anthropic-native `/v1/messages` and Responses-native `/v1/responses` answer
+spaces stream chunks; `reasoning` makes the reply start with that text as `reasoning_content`.
+Anthropic-native `/v1/messages` and Responses-native `/v1/responses` answer
 the same canned text (modes ok/status/slow) for the gateway's pass-through paths. Prompt tokens are
 the number of whitespace-separated words in the input.
 """
@@ -44,6 +45,7 @@ DEFAULTS: dict[str, Any] = {
     "error_message": "upstream failure",
     "tool_name": "get_weather",
     "tool_arguments": '{"city": "Paris", "unit": "celsius"}',
+    "reasoning": "",  # when set, the reply starts with this as `reasoning_content` (vLLM's reasoning parser)
 }
 
 
@@ -144,6 +146,7 @@ class FakeUpstream:
         app.router.add_get("/props", self._props)
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         app.router.add_post("/v1/responses", self._responses)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
@@ -252,6 +255,9 @@ class FakeUpstream:
                 ],
             }
             finish, n = "tool_calls", len(b["tool_arguments"].split())
+        if b["reasoning"]:
+            message["reasoning_content"] = b["reasoning"]
+            n += len(b["reasoning"].split())
         out: dict[str, Any] = {
             "id": "chatcmpl-" + uuid.uuid4().hex,
             "object": "chat.completion",
@@ -309,6 +315,12 @@ class FakeUpstream:
                 pieces = [{"role": "assistant", "content": ""}]
                 pieces += [{"content": (" " if i else "") + f"tok{i}"} for i in range(n)]
                 finish = "length" if n >= limit else "stop"
+            if b["reasoning"]:
+                words = b["reasoning"].split()
+                thoughts = [{"reasoning_content": (" " if i else "") + w} for i, w in enumerate(words)]
+                thoughts[0]["role"] = "assistant"
+                pieces = thoughts + pieces
+                n += len(words)
             for i, delta in enumerate(pieces):
                 if b["mode"] == "stall" and i == b["stall_after"]:
                     await asyncio.sleep(3600)
@@ -512,6 +524,11 @@ class FakeUpstream:
         await resp.write(self._sse("message_stop", {"type": "message_stop"}))
         await resp.write_eof()
         return resp
+
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        body = await self._record(request)
+        body = body if isinstance(body, dict) else {}
+        return web.json_response({"input_tokens": _words(body.get("messages")) + _words(body.get("system"))})
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         body, b, early = await self._pre(request)

@@ -314,3 +314,78 @@ def test_count_tokens_checks_the_model_like_create(setup, client):
     with pytest.raises(anthropic.NotFoundError) as caught:
         client.messages.count_tokens(model="no-such-model", messages=[{"role": "user", "content": "x"}])
     assert caught.value.body["error"]["type"] == "not_found_error"
+
+
+def test_an_upstream_client_error_is_relayed_in_anthropic_shape(setup, client, upstream):
+    upstream.enqueue(mode="status", status=400, error_message="the request exceeds the available context size")
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        with client.messages.stream(model="qwen3-32b", max_tokens=5, messages=[{"role": "user", "content": "x"}]) as s:
+            s.get_final_message()
+    assert caught.value.body["error"] == {
+        "type": "invalid_request_error",
+        "message": "the request exceeds the available context size",
+    }
+    (record,) = record_for(setup.key)
+    assert record.http_status == 400 and record.surface == "messages"
+
+
+def test_claude_codes_recorded_request_streams_through(setup, gateway_url, upstream):
+    from tests.translate.test_real_clients import load
+
+    recorded = load("claude_code_2.1.197_request.json")
+    body = {**recorded["body"], "model": "qwen3-32b"}
+    headers = {**recorded["headers"], "authorization": f"Bearer {setup.plaintext}"}
+    with httpx.stream("POST", gateway_url + "/v1/messages?beta=true", json=body, headers=headers) as r:
+        assert r.status_code == 200
+        names = [line[7:] for line in r.iter_lines() if line.startswith("event: ")]
+    assert names[0] == "message_start" and names[-1] == "message_stop"
+    assert len(upstream.requests[-1].json["tools"]) == len(body["tools"])
+
+
+def test_upstream_reasoning_becomes_thinking_only_when_asked(setup, client, upstream):
+    upstream.behave(reasoning="the user wants a greeting")
+    ask = {"model": "qwen3-32b", "max_tokens": 1024, "messages": [{"role": "user", "content": "hi"}]}
+    with client.messages.stream(**ask, thinking={"type": "enabled", "budget_tokens": 512}) as s:
+        thought = s.get_final_message()
+    assert [b.type for b in thought.content] == ["thinking", "text"]
+    assert thought.content[0].thinking == "the user wants a greeting"
+    assert thought.usage.output_tokens == 5 + 5
+    plain = client.messages.create(**ask)
+    assert [b.type for b in plain.content] == ["text"]
+
+
+def test_a_single_model_in_anthropic_shape(setup, client, gateway_url):
+    model = client.models.retrieve("qwen3-32b")
+    assert (model.id, model.type, model.display_name) == ("qwen3-32b", "model", "qwen3-32b")
+    with pytest.raises(anthropic.NotFoundError):
+        client.models.retrieve("nope")
+    openai_shape = httpx.get(
+        gateway_url + "/v1/models/qwen3-32b", headers={"authorization": f"Bearer {setup.plaintext}"}
+    )
+    assert openai_shape.json()["object"] == "model"
+
+
+def test_count_tokens_asks_an_anthropic_channel(setup, client, native_upstream):
+    add_native_channel(setup, native_upstream, kind="anthropic")
+    count = client.messages.count_tokens(
+        model="qwen3-32b", system="be nice", messages=[{"role": "user", "content": "one two three"}]
+    )
+    assert count.input_tokens == 5
+    sent = native_upstream.requests[-1]
+    assert sent.path == "/v1/messages/count_tokens" and sent.json["model"] == "native-model"
+    assert sent.headers["x-api-key"] == "sk-native-secret"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_usage_is_estimated_not_zero_when_the_upstream_reports_none(setup, client, upstream, stream):
+    upstream.behave(mode="omit_usage")
+    ask = {"model": "qwen3-32b", "max_tokens": 50, "messages": [{"role": "user", "content": "abcdefgh"}]}
+    if stream:
+        with client.messages.stream(**ask) as s:
+            message = s.get_final_message()
+    else:
+        message = client.messages.create(**ask)
+    assert message.content[0].text == "tok0 tok1 tok2 tok3 tok4"
+    (record,) = record_for(setup.key)
+    assert record.estimated is True and record.prompt_tokens == 2 and record.completion_tokens > 0
+    assert message.usage.output_tokens == record.completion_tokens

@@ -182,3 +182,48 @@ def test_a_websocket_handshake_is_refused_at_once(setup, gateway_url):
     assert caught.value.response.status_code == 426
     plain = httpx.get(gateway_url + "/v1/responses", headers={"authorization": f"Bearer {setup.plaintext}"})
     assert plain.status_code == 426 and plain.json()["error"]["code"] == "websocket_not_supported"
+
+
+def test_an_upstream_client_error_is_relayed_in_openai_shape(setup, client, upstream):
+    upstream.enqueue(mode="status", status=400, error_message="the request exceeds the available context size")
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="qwen3-32b", input="x", stream=True)
+    assert caught.value.body["message"] == "the request exceeds the available context size"
+    (record,) = record_for(setup.key)
+    assert record.http_status == 400 and record.surface == "responses"
+
+
+def test_codexs_recorded_request_streams_through(setup, gateway_url, upstream):
+    from tests.translate.test_real_clients import load
+
+    recorded = load("codex_0.171.0_request.json")
+    body = {**recorded["body"], "model": "qwen3-32b"}
+    headers = {**recorded["headers"], "authorization": f"Bearer {setup.plaintext}"}
+    headers.pop("Accept-Encoding", None)
+    with httpx.stream("POST", gateway_url + "/v1/responses", json=body, headers=headers) as r:
+        assert r.status_code == 200
+        names = [line[7:] for line in r.iter_lines() if line.startswith("event: ")]
+    assert names[0] == "response.created" and names[-1] == "response.completed"
+
+
+def test_upstream_reasoning_becomes_a_reasoning_item(setup, client, upstream):
+    upstream.behave(reasoning="the user wants a greeting")
+    with client.responses.stream(model="qwen3-32b", input="hi") as stream:
+        final = stream.get_final_response()
+    assert [o.type for o in final.output] == ["reasoning", "message"]
+    assert final.output[0].content[0].text == "the user wants a greeting"
+    assert final.output_text == "tok0 tok1 tok2 tok3 tok4"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_usage_is_estimated_not_zero_when_the_upstream_reports_none(setup, client, upstream, stream):
+    upstream.behave(mode="omit_usage")
+    if stream:
+        with client.responses.stream(model="qwen3-32b", input="abcdefgh") as s:
+            response = s.get_final_response()
+    else:
+        response = client.responses.create(model="qwen3-32b", input="abcdefgh")
+    assert response.output_text == "tok0 tok1 tok2 tok3 tok4"
+    (record,) = record_for(setup.key)
+    assert record.estimated is True and record.prompt_tokens == 2 and record.completion_tokens > 0
+    assert response.usage.output_tokens == record.completion_tokens

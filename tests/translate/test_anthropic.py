@@ -235,3 +235,35 @@ async def test_each_delta_goes_out_before_the_next_upstream_chunk_is_read():
         if event["type"] == "content_block_delta":
             seen.append((event["delta"]["text"], len(pulled)))
     assert seen == [("t0", 1), ("t1", 2), ("t2", 3)]
+
+
+def test_claude_codes_mid_conversation_system_messages_join_the_system_prompt():
+    # Seen from Claude Code 2.1.197 (beta `mid-conversation-system-2026-04-07`): a system-role
+    # message after the first user turn, alongside `thinking: adaptive` and `output_config`.
+    chat = anthropic_request.to_chat_request(
+        {
+            "model": "m",
+            "max_tokens": 32000,
+            "system": [{"type": "text", "text": "You are Claude Code."}],
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "say hello"}]},
+                {"role": "system", "content": "Available agent types: claude, Explore."},
+                {"role": "assistant", "content": "Hello"},
+                {"role": "system", "content": [{"type": "text", "text": "Skills: none."}]},
+                {"role": "user", "content": "again"},
+            ],
+            "thinking": {"type": "adaptive"},
+            "output_config": {"effort": "high"},
+            "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        }
+    )
+    assert chat["messages"] == [
+        {
+            "role": "system",
+            "content": "You are Claude Code.\n\nAvailable agent types: claude, Explore.\n\nSkills: none.",
+        },
+        {"role": "user", "content": "say hello"},
+        {"role": "assistant", "content": "Hello"},
+        {"role": "user", "content": "again"},
+    ]
+    assert set(chat) == {"model", "messages", "max_tokens"}
