@@ -113,6 +113,12 @@ def main() -> None:
     parser.add_argument("--stall", type=float, default=0.0, help="share stalling mid-stream (each costs --timeout)")
     parser.add_argument("--timeout", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--db",
+        action="store_true",
+        help="run the whole round (channels.health.service.run_round: probes + database + status) on "
+        "temporary channels in DATABASE_URL's database, deleted afterwards",
+    )
     args = parser.parse_args()
     if args.channels > 5000:
         parser.error("--channels is capped at 5000 (file descriptors, shared machine)")
@@ -131,6 +137,14 @@ def main() -> None:
     if not ready.wait(60):
         server.kill()
         sys.exit("the fake upstreams did not start")
+
+    if args.db:
+        try:
+            run_db_rounds(args, ports)
+        finally:
+            stop.set()
+            server.join(10)
+        return
 
     from channels.health.probe import Target, probe_many, run_loop
 
@@ -165,6 +179,47 @@ def main() -> None:
         server.join(10)
         if server.is_alive():
             server.kill()
+    child = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(f"fake upstream process CPU (all rounds, incl. start-up): {child.ru_utime + child.ru_stime:.2f} s")
+
+
+def run_db_rounds(args, ports: list[int]) -> None:
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.db import connection
+
+    from channels.health import service
+    from channels.models import Channel, Model, ModelRoute
+
+    settings.PORTAL_PROBE_CONCURRENCY = args.concurrency
+    settings.PORTAL_PROBE_TIMEOUT = args.timeout
+    settings.PORTAL_PROBE_CONNECT_TIMEOUT = args.timeout
+    settings.PORTAL_PASSIVE_FLUSH_SECONDS = 0
+    prefix = f"bench-{os.getpid()}-"
+    model, _ = Model.objects.get_or_create(name=f"{prefix}model")
+    channels = Channel.objects.bulk_create(
+        [Channel(name=f"{prefix}{i}", kind="vllm", base_url=f"http://127.0.0.1:{p}/v1") for i, p in enumerate(ports)]
+    )
+    ModelRoute.objects.bulk_create([ModelRoute(model=model, channel=c, upstream_model="bench-model") for c in channels])
+    ids = [c.pk for c in channels]
+    try:
+        for r in range(1, args.rounds + 1):
+            started = time.perf_counter()
+            cpu0 = time.process_time()
+            done = service.run_round(ids)
+            elapsed = time.perf_counter() - started
+            statuses = Counter(d.new_status for d in done)
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            print(
+                f"full round {r} ({connection.vendor}): {len(done)} channels probed, recorded and settled in "
+                f"{elapsed:.2f} s; statuses {dict(statuses)}; CPU {time.process_time() - cpu0:.2f} s; "
+                f"peak RSS {peak:.0f} MiB"
+            )
+    finally:
+        Channel.objects.filter(name__startswith=prefix).delete()
+        model.delete()
 
 
 if __name__ == "__main__":

@@ -115,22 +115,16 @@ def render(slug: str, inp: RenderInput) -> Rendered:
 
 
 def mint_key(user, client: str, machine: str = "") -> tuple[Key, str]:
-    """A key for one client on one machine (`cline@laptop`), revocable on its own, with the
-    developer's default limits and, when the defaults name models, that model scope."""
+    """A key for one client on one machine (`cline@laptop`), revocable on its own. Scoped like the
+    developer's default key: `issue_key` applies their `key_defaults` limits, and an empty model list
+    means every model the owner may use."""
     label = re.sub(r"[^A-Za-z0-9._-]+", "-", machine.strip())[:40].strip("-") or "portal"
     base = f"{client}@{label}"
     taken = set(Key.objects.filter(owner=user, revoked_at__isnull=True).values_list("name", flat=True))
     name, n = base, 2
     while name in taken:
         name, n = f"{base}-{n}", n + 1
-    defaults = user.key_defaults or {}
-    allowed = defaults.get("allowed_models") or []
-    models = Model.objects.filter(name__in=[m for m in allowed if isinstance(m, str)]) if allowed else []
-    extra = {}
-    if isinstance(defaults.get("ip_allowlist"), list):
-        extra["ip_allowlist"] = defaults["ip_allowlist"]
-    key, plaintext = issue_key(owner=user, name=name, allowed_models=models, client=client, **extra)
-    return key, plaintext
+    return issue_key(owner=user, name=name, client=client)
 
 
 def record_download(user, client: str, version: str, key: Key | None, via: str) -> None:
@@ -183,13 +177,17 @@ def redeem_download_token(plaintext: str, *, gateway: str) -> dict | None:
     if not value.startswith(TOKEN_PREFIX) or len(value) > 100:
         return None
     now = timezone.now()
+    # Only the token's own columns in the WHERE: a join would make Django write `id IN (subquery)`,
+    # which PostgreSQL does not re-check after waiting for a racing redemption, so both would win.
     claimed = DownloadToken.objects.filter(
-        token_hash=keyed_hash(value), used_at__isnull=True, expires_at__gt=now, user__is_active=True
+        token_hash=keyed_hash(value), used_at__isnull=True, expires_at__gt=now
     ).update(used_at=now)
     if claimed != 1:
         return None
     token = DownloadToken.objects.select_related("user", "key").get(token_hash=keyed_hash(value))
     user, key, plain = token.user, token.key, None
+    if not user.is_active:
+        return None
     if token.key_mode == KeyMode.MINT:
         key, plain = mint_key(user, token.client, token.key_name)
         DownloadToken.objects.filter(pk=token.pk).update(key=key)

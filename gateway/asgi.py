@@ -93,6 +93,15 @@ def _register_openai() -> None:
     routes.register_prefix("GET", "/models/", openai_api.get_model)
 
 
+def _register_surfaces() -> None:
+    """Anthropic Messages and OpenAI Responses (`gateway.surfaces`), after OpenAI's own routes:
+    they take over `GET /v1/models` to answer Claude Code in Anthropic's shape."""
+    from .surfaces import register
+
+    if ("POST", "/messages") not in routes.v1:
+        register(routes)
+
+
 def public_base_url(scope: Scope) -> str:
     if settings.PORTAL_PUBLIC_URL:
         return settings.PORTAL_PUBLIC_URL + "/v1"
@@ -148,9 +157,17 @@ def build_application(django_app):
     from .pipeline import gateway
 
     _register_openai()
+    _register_surfaces()
 
     async def application(scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
+        if kind == "websocket" and routes.match("GET", scope["path"]) is not None:
+            # Codex's built-in provider tries Responses over a WebSocket first; a 426 at once makes
+            # it use HTTP instead of retrying (Django cannot take WebSockets either).
+            from .surfaces.responses import refuse_websocket
+
+            await refuse_websocket(scope, receive, send)
+            return
         if kind == "http":
             found = routes.match(scope["method"], scope["path"])
             if found is None:

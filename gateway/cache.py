@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import close_old_connections, connections
+from django.db import OperationalError, close_old_connections, connections
 
 logger = logging.getLogger(__name__)
 
@@ -52,12 +52,24 @@ _db_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-db"
 
 def _with_fresh_connection(fn, *args):
     close_old_connections()
-    return fn(*args)
+    for attempt in range(5):
+        try:
+            return fn(*args)
+        except OperationalError as exc:
+            # SQLite (embedded) answers "locked" when another process holds the write lock.
+            if "locked" not in str(exc) or attempt == 4:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    return None
 
 
 async def run_db(fn, *args):
     """Run a synchronous database function on the gateway's database thread."""
     return await asyncio.get_running_loop().run_in_executor(_db_executor, _with_fresh_connection, fn, *args)
+
+
+def db_executor() -> ThreadPoolExecutor:
+    return _db_executor
 
 
 async def close_db() -> None:
@@ -262,20 +274,30 @@ class Snapshot:
         self.missing: dict[str, float] = {}  # digests of unknown keys, with when we looked
         self.generation: tuple[str | None, str | None] | None = None
         self._catalog_lock: asyncio.Lock | None = None
+        self.routes_version = 0
         self._key_locks: dict[str, asyncio.Future] = {}
 
     @property
     def ttl(self) -> float:
-        # With Redis every request learns of changes through the generation; the TTL is a safety net.
+        """How long a cached key is trusted. With Redis every request learns of changes through the
+        generation, so this is only a safety net."""
         if settings.REDIS_URL:
             return float(getattr(settings, "GATEWAY_KEY_TTL", 60.0))
         return float(settings.GATEWAY_CACHE_TTL)
+
+    def reset(self) -> None:
+        """Forget everything, including loop-bound locks (a new event loop is starting)."""
+        self.invalidate()
+        self.generation = None
+        self._catalog_lock = None
+        self._key_locks = {}
 
     def invalidate(self, *, keys: bool = True, routes: bool = True) -> None:
         if keys:
             self.keys, self.missing = {}, {}
         if routes:
             self.catalog = None
+            self.routes_version += 1
 
     def observe_generation(self, gen_keys: str | None, gen_routes: str | None) -> bool:
         """Record the generations Redis reported; True when something changed since last time."""
@@ -292,17 +314,34 @@ class Snapshot:
         return False
 
     async def get_catalog(self) -> Catalog:
+        """The current catalog. It is reloaded in the background every GATEWAY_CACHE_TTL seconds
+        (`refresh_forever`), so a request only waits for a load after an invalidation."""
         cat = self.catalog
-        if cat is not None and time.monotonic() - cat.loaded_at < self.ttl:
+        if cat is not None:
             return cat
         if self._catalog_lock is None:
             self._catalog_lock = asyncio.Lock()
         async with self._catalog_lock:
-            cat = self.catalog
-            if cat is None or time.monotonic() - cat.loaded_at >= self.ttl:
+            if self.catalog is None:
+                version = self.routes_version
                 cat = await run_db(_load_catalog)
+                if version == self.routes_version:
+                    self.catalog = cat
+                return cat
+            return self.catalog
+
+    async def refresh_forever(self) -> None:
+        """Keep the catalog fresh for changes that send no signal (health checks use update())."""
+        while True:
+            await asyncio.sleep(float(settings.GATEWAY_CACHE_TTL))
+            version = self.routes_version
+            try:
+                cat = await run_db(_load_catalog)
+            except Exception:
+                logger.exception("reloading the gateway's model catalog failed; keeping the last one")
+                continue
+            if version == self.routes_version:
                 self.catalog = cat
-        return cat
 
     async def get_key(self, digest: str) -> KeyInfo | None:
         now = time.monotonic()

@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import itertools
 import logging
 import math
+import os
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -50,10 +51,10 @@ from keys.services import clean_presented_key
 from keys.usage import UsageEvent, UsageWriter
 from portal.secrets import keyed_hash
 
-from .cache import Catalog, KeyInfo, ModelInfo, close_db, namespace, normalize_model_name, snapshot
+from .cache import Catalog, KeyInfo, ModelInfo, close_db, db_executor, namespace, normalize_model_name, snapshot
 from .http import SSE_HEADERS, GatewayError, Request, send_bytes, sse_error_event
 from .limits import Admission, DatabaseLimiter, RedisLimiter, Refusal, Scope, make_limiter
-from .upstream import UpstreamClient, UpstreamResponse
+from .upstream import Prepare, UpstreamClient, UpstreamResponse
 
 logger = logging.getLogger(__name__)
 
@@ -67,24 +68,28 @@ class Gateway:
     def __init__(self) -> None:
         self.upstream = UpstreamClient()
         self.limiter: RedisLimiter | DatabaseLimiter | None = None
-        self.usage = UsageWriter()
+        self.usage = UsageWriter(executor=db_executor())
         self.started = False
         self._tasks: set[asyncio.Task] = set()
+        self._refresher: asyncio.Task | None = None
 
     async def start(self) -> None:
         if self.started:
             return
         self.started = True
-        snapshot.invalidate()
-        snapshot.generation = None
+        snapshot.reset()
         await self.upstream.start()
         self.limiter = make_limiter()
         self.usage.start()
+        self._refresher = asyncio.get_running_loop().create_task(snapshot.refresh_forever())
 
     async def stop(self) -> None:
         if not self.started:
             return
         self.started = False
+        if self._refresher is not None:
+            self._refresher.cancel()
+            self._refresher = None
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
         if self.limiter is not None:
@@ -103,6 +108,14 @@ gateway = Gateway()
 
 
 # ----------------------------------------------------------------------------------- helpers
+
+_ID_PREFIX = os.urandom(6).hex()
+_ID_COUNTER = itertools.count(1)
+
+
+def new_request_id() -> str:
+    """Unique across processes (random per-process prefix + counter), without a syscall."""
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):x}"
 
 
 def estimate_tokens(value: Any) -> int:
@@ -289,9 +302,18 @@ class Call:
         *,
         stream: bool | None = None,
         anthropic_native: bool = False,
+        prepare: Prepare | None = None,
+        routes: list | None = None,
     ) -> UpstreamResponse:
-        """Send `payload` to the model's routes in order until one answers (see `upstream`)."""
-        routes = self.model.ordered_routes()
+        """Send `payload` to the model's routes in order until one answers (see `upstream`).
+
+        `prepare(route)` picks path, payload and headers per route (pass-through vs translation).
+        `routes` narrows the candidates (e.g. `[r for r in call.model.ordered_routes() if
+        r.speaks_messages]` to pass an Anthropic request through natively, with
+        `anthropic_native=True` so the channel key goes out as `x-api-key`)."""
+        routes = self.model.ordered_routes() if routes is None else routes
+        if not routes:
+            raise GatewayError(503, f"No channel serves the model '{self.model.name}' this way.", code="no_channel")
         try:
             up = await gateway.upstream.open(
                 routes,
@@ -300,6 +322,7 @@ class Call:
                 client_headers,
                 stream=self.stream if stream is None else stream,
                 anthropic_native=anthropic_native,
+                prepare=prepare,
             )
         except GatewayError as exc:
             if exc.attempts:
@@ -377,6 +400,8 @@ class Call:
         client_wants_usage: bool = False,
         prefix: bytes = b"",
         epilogue: Callable[[Usage | None], bytes] | None = None,
+        on_error: Callable[[GatewayError], bytes] | None = None,
+        usage_of_event: Callable[[bytes, Usage | None], Usage | None] | None = None,
     ) -> None:
         """Relay an upstream SSE stream event by event, without buffering beyond one event.
 
@@ -384,7 +409,10 @@ class Call:
         for clients that did not ask for it. Without one, completion tokens are counted as the
         content-bearing events and the record is marked estimated. A client disconnect closes the
         upstream; an upstream failure becomes an SSE error event. `on_event` (for translating
-        surfaces) gets each raw event (`data: …`) and returns the bytes to send or None.
+        surfaces) gets each raw event (`data: …`) and returns the bytes to send or None;
+        `on_error` renders an upstream failure in the client's API (default: an OpenAI `data:`
+        error event); `usage_of_event(event, usage_so_far)` reads usage from a non-Chat upstream
+        stream (Anthropic splits it between `message_start` and `message_delta`).
         """
         send = self.req.send
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + self.rate_headers})
@@ -422,7 +450,9 @@ class Call:
                         break
                     event = buffer[: end + 2]
                     buffer = buffer[end + 2 :]
-                    if b'"usage":{' in event or b'"usage": {' in event:
+                    if usage_of_event is not None:
+                        usage = usage_of_event(event, usage)
+                    elif b'"usage":{' in event or b'"usage": {' in event:
                         found = _event_usage(event)
                         if found is not None:
                             usage = found
@@ -458,7 +488,8 @@ class Call:
             err = GatewayError(
                 502, "The upstream failed while streaming; the answer is incomplete.", code="upstream_stream_error"
             )
-            await send({"type": "http.response.body", "body": sse_error_event(err), "more_body": True})
+            body = on_error(err) if on_error is not None else sse_error_event(err)
+            await send({"type": "http.response.body", "body": body, "more_body": True})
         finally:
             watcher.cancel()
             if usage is None:
@@ -480,14 +511,15 @@ def _event_usage(event: bytes) -> Usage | None:
     return usage_from(data.get("usage")) if isinstance(data, dict) else None
 
 
-_EMPTY_CONTENT = (b'"content":""', b'"content": ""', b'"text":""', b'"text": ""')
-
-
 def _has_content(event: bytes) -> bool:
     """Does this SSE event carry generated text or tool arguments? (one event ≈ one token)"""
+    if b'"arguments"' in event:
+        return True
     if b'"content"' in event or b'"text"' in event:
-        return not any(e in event for e in _EMPTY_CONTENT) or b'"arguments"' in event
-    return b'"arguments"' in event
+        return not (
+            b'"content":""' in event or b'"content": ""' in event or b'"text":""' in event or b'"text": ""' in event
+        )
+    return False
 
 
 async def open_call(
@@ -503,7 +535,7 @@ async def open_call(
     started = time.perf_counter()
     if not gateway.started:
         await gateway.start()
-    request_id = uuid.uuid4().hex
+    request_id = new_request_id()
     if max_tokens is None:
         max_tokens = int(settings.GATEWAY_DEFAULT_MAX_TOKENS)
     reserve = max(int(prompt_tokens), 0) + max(int(max_tokens), 0)
@@ -524,7 +556,7 @@ async def open_call(
             # Keys or routes changed since we cached them: undo and decide again on fresh data.
             if isinstance(result, Admission):
                 limiter.undo(result)
-            request_id = uuid.uuid4().hex
+            request_id = new_request_id()
             continue
         break
     if isinstance(result, Refusal):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +60,9 @@ DROP_HEADERS = frozenset(
     }
 )
 FAILOVER_STATUSES = frozenset({401, 403, 408, 429})
+
+# (path, payload, client headers, anthropic_native) to send to one route
+Prepare = Callable[[RouteInfo], tuple[str, dict[str, Any], dict[str, str], bool]]
 MAX_ERROR_BODY = 64 * 1024
 
 
@@ -145,13 +149,19 @@ class UpstreamClient:
         *,
         stream: bool,
         anthropic_native: bool = False,
+        prepare: Prepare | None = None,
     ) -> UpstreamResponse:
-        """POST `payload` (with `model` rewritten per route) to the first route that answers."""
+        """POST `payload` (with `model` rewritten per route) to the first route that answers.
+
+        `prepare(route)`, when given, decides per route what to send (a translating surface sends
+        its own API as is to channels that speak it natively, Chat Completions to the others)."""
         if self.session is None:
             await self.start()
         attempts: list[Attempt] = []
         last_error: GatewayError | None = None
         for route in routes:
+            if prepare is not None:
+                path, payload, client_headers, anthropic_native = prepare(route)
             payload["model"] = route.upstream_id
             data = orjson.dumps(payload)
             headers = forward_headers(client_headers, route, anthropic_native=anthropic_native)

@@ -10,9 +10,7 @@ class HostsConfig(AppConfig):
 
         from portal import audit
 
-        from .tasks import ensure_schedule
-
-        post_migrate.connect(_after_migrate(ensure_schedule), sender=self, dispatch_uid="hosts-default-schedule")
+        post_migrate.connect(_register_schedule, sender=self, dispatch_uid="hosts-default-schedule")
 
         from .models import Deployment, Host
 
@@ -23,8 +21,8 @@ class HostsConfig(AppConfig):
         audit.register(Deployment, ignore={"status", "status_message", "pid", "context_window"})
 
 
-def _after_migrate(ensure_schedule):
-    def handler(**kwargs) -> None:
-        ensure_schedule()
+def _register_schedule(**kwargs) -> None:
+    """After `migrate`: the default periodic tasks (inventory every 5 min, stale-job sweep)."""
+    from .tasks import ensure_schedule
 
-    return handler
+    ensure_schedule()

@@ -144,7 +144,14 @@ def deployment_action(request: HttpRequest, pk: int, action: str) -> HttpRespons
         return render(
             request,
             "hosts/deploy_confirm.html",
-            {"deployment": deployment, "action": action, "label": JobAction(action).label, "explain": ACTIONS[action]},
+            {
+                "deployment": deployment,
+                "action": action,
+                "label": JobAction(action).label,
+                "question": f"{JobAction(action).label} {deployment.name}?",
+                "explain": ACTIONS[action],
+                "danger": action == JobAction.STOP,
+            },
         )
     try:
         job = services.request_job(deployment, action, user=request.user)
@@ -169,6 +176,8 @@ def deployment_delete(request: HttpRequest, pk: int) -> HttpResponse:
                 "deployment": deployment,
                 "action": "delete",
                 "label": "Delete",
+                "question": f"Delete {deployment.name}?",
+                "danger": True,
                 "explain": "Delete the deployment and its job history. Its channel stays until you delete it.",
             },
         )
@@ -194,21 +203,22 @@ def job_progress(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 # --- host actions (for the host page) ---------------------------------------------------------------
-def host_gpus_context(host: Host, *, refreshing: bool = False) -> dict:
-    """What `hosts/_host_gpus.html` needs: the host and its GPUs (`refreshing` reloads it once)."""
-    return {"host": host, "gpus": list(host.gpus.all()), "refreshing": refreshing}
+def host_gpus_context(host: Host, *, refreshing: bool = False, partial: bool = False) -> dict:
+    """What `hosts/_host_gpus.html` needs: the host and its GPUs (`refreshing` reloads it once;
+    `partial` shows flash messages inside it, for htmx swaps)."""
+    return {"host": host, "gpus": list(host.gpus.all()), "refreshing": refreshing, "partial_messages": partial}
 
 
 @admin_required
 @require_GET
 def host_gpus(request: HttpRequest, pk: int) -> HttpResponse:
     host = get_object_or_404(Host, pk=pk)
-    return render(request, "hosts/_host_gpus.html", host_gpus_context(host))
+    return render(request, "hosts/_host_gpus.html", host_gpus_context(host, partial=True))
 
 
 def _back(request: HttpRequest, host: Host, *, refreshing: bool = False) -> HttpResponse:
     if request.headers.get("HX-Request"):
-        return render(request, "hosts/_host_gpus.html", host_gpus_context(host, refreshing=refreshing))
+        return render(request, "hosts/_host_gpus.html", host_gpus_context(host, refreshing=refreshing, partial=True))
     target = request.POST.get("next") or request.META.get("HTTP_REFERER", "")
     if target and url_has_allowed_host_and_scheme(target, {request.get_host()}, request.is_secure()):
         return redirect(target)

@@ -90,6 +90,9 @@ class Deployment(TimeStampedModel):
     """
 
     name = models.CharField(max_length=63, unique=True, validators=[DEPLOYMENT_NAME_VALIDATOR])
+    # Deleting a host forgets its deployments (servers keep running; their channels stay, host unset).
+    # PROTECT: a deployment may still have a server running on the host; deleting the host must not
+    # silently forget it. The UI and the API explain what blocks the delete (409 in the API).
     host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="deployments")
     backend = models.CharField(max_length=16, choices=Backend)
     model_path = models.CharField(

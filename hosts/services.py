@@ -36,6 +36,7 @@ from channels.baseurl import normalize_base_url
 from channels.choices import ChannelStatus
 from channels.models import Channel, Model, ModelRoute
 from portal import audit
+from portal.choices import AuditAction
 
 from . import backends, fit, inventory, ssh
 from .choices import ACTIVE_JOB_STATES, DeploymentStatus, HostStatus, JobAction, JobState
@@ -83,8 +84,7 @@ def confirm_host_key(host: Host, fingerprint: str) -> None:
     host.host_key_fingerprint = fingerprint
     if host.status in (HostStatus.HOST_KEY_CHANGED, HostStatus.HOST_KEY_UNCONFIRMED):
         host.status, host.status_message = HostStatus.UNKNOWN, "Host key confirmed; refresh to read the GPUs."
-    host.save()
-    audit.record("change", host, message=f"host key {fingerprint} confirmed")
+    host.save()  # audited as a change of host_key_fingerprint
 
 
 def refresh_inventory(host: Host) -> str:
@@ -283,7 +283,9 @@ def request_job(deployment: Deployment, action: str, *, user=None) -> LaunchJob:
         active = deployment.jobs.filter(state__in=ACTIVE_JOB_STATES).first()
         what = f"Job #{active.pk} ({active.get_action_display()})" if active else "Another job"
         raise JobConflict(f"{what} is still running for {deployment}; wait for it to finish.") from None
-    audit.record("create", job, message=f"{action} requested", actor=user)
+    audit.record(
+        AuditAction.ACTION, deployment, message=f"{JobAction(action).label} requested (job #{job.pk})", actor=user
+    )
 
     def enqueue() -> None:
         from .tasks import run_job
@@ -358,6 +360,7 @@ def run_job(job_id: int) -> None:
                 _launch(job, deployment, remote)
             elif job.action == JobAction.ADOPT:
                 _adopt(job, deployment, remote)
+            _refresh_gpus(deployment.host, remote)
     except ssh.SSHError as exc:
         ssh.mark_contact(deployment.host, status=exc.status, message=exc.message)
         _fail(job, deployment, exc.message)
@@ -373,6 +376,14 @@ def run_job(job_id: int) -> None:
         trigger_probe(deployment.channel_id)
 
 
+def _refresh_gpus(host: Host, remote: ssh.Remote) -> None:
+    """The GPUs' memory just changed: update the inventory over the open connection."""
+    try:
+        inventory.store(host, inventory.collect(remote))
+    except (inventory.InventoryError, ssh.SSHError) as exc:
+        logger.info("inventory after a job on host %s failed: %s", host.pk, exc)
+
+
 def _fail(job: LaunchJob, deployment: Deployment, message: str, *, exit_code: int | None = None) -> None:
     _move(job, JobState.FAILED, message, exit_code=exit_code)
     _set_deployment(deployment, DeploymentStatus.FAILED, message)
@@ -384,8 +395,14 @@ def _dir(deployment: Deployment) -> str:
     return '"$HOME"/' + shlex.quote(deployment.remote_dir)
 
 
+def _alive_test(pid: int) -> str:
+    """Shell test: the process exists and is not a zombie (kill -0 succeeds on zombies until reaped)."""
+    p = str(int(pid))
+    return f"kill -0 {p} 2>/dev/null && [ \"$(sed 's/.*) //' /proc/{p}/stat 2>/dev/null | cut -c1)\" != Z ]"
+
+
 def _alive(remote: ssh.Remote, pid: int | None) -> bool:
-    return bool(pid) and remote.run(["kill", "-0", str(int(pid))]).ok
+    return bool(pid) and remote.run(_alive_test(pid)).ok
 
 
 def _pidfile_pid(remote: ssh.Remote, deployment: Deployment) -> int | None:
@@ -517,11 +534,12 @@ def _kill(remote: ssh.Remote, pid: int, grace: float | None = None) -> bool:
     """TERM the process group, KILL it after `grace` seconds. True when it is gone."""
     p = str(int(pid))
     steps = max(int(grace / 0.2), 1)
+    alive = _alive_test(int(pid))
     script = (
         f"kill -TERM -- -{p} 2>/dev/null || kill -TERM {p} 2>/dev/null; "
-        f"i=0; while [ $i -lt {steps} ]; do kill -0 {p} 2>/dev/null || exit 0; sleep 0.2; i=$((i+1)); done; "
-        f"kill -KILL -- -{p} 2>/dev/null || kill -KILL {p} 2>/dev/null; sleep 0.5; "
-        f"kill -0 {p} 2>/dev/null && exit 1; exit 0"
+        f"i=0; while [ $i -lt {steps} ]; do {alive} || exit 0; sleep 0.2; i=$((i+1)); done; "
+        f"kill -KILL -- -{p} 2>/dev/null || kill -KILL {p} 2>/dev/null; "
+        f"i=0; while [ $i -lt 25 ]; do {alive} || exit 0; sleep 0.2; i=$((i+1)); done; exit 1"
     )
     return remote.run(script, timeout=grace + 30).ok
 
@@ -534,7 +552,7 @@ def _register(deployment: Deployment, context_window: int | None) -> Channel:
     with transaction.atomic():
         channel = deployment.channel or Channel.objects.filter(host=deployment.host, base_url=base_url).first()
         if channel is None:
-            channel = Channel(name=f"{deployment.name}@{deployment.host.name}"[:100])
+            channel = Channel(name=_free_channel_name(f"{deployment.name}@{deployment.host.name}"[:96]))
         channel.kind = impl.channel_kind
         channel.base_url = base_url
         channel.api_key = deployment.upstream_api_key
@@ -560,6 +578,15 @@ def _register(deployment: Deployment, context_window: int | None) -> Channel:
         Deployment.objects.filter(pk=deployment.pk).update(channel=channel, context_window=context_window)
         deployment.channel, deployment.context_window = channel, context_window
     return channel
+
+
+def _free_channel_name(base: str) -> str:
+    """`base`, or `base-2`, `base-3`… when an unrelated channel already has the name."""
+    name, n = base, 1
+    while Channel.objects.filter(name=name).exists():
+        n += 1
+        name = f"{base}-{n}"
+    return name
 
 
 def trigger_probe(channel_id: int) -> None:
@@ -613,7 +640,7 @@ def _launch(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
     )
     try:
         _finish_healthy(job, deployment, remote, pid)
-    except JobFailed:
+    except Exception:  # whatever went wrong, do not leave a server nobody knows about
         if _alive(remote, pid):
             _kill(remote, pid, grace=5)
         Deployment.objects.filter(pk=deployment.pk).update(pid=None)
@@ -639,10 +666,12 @@ def _stop(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
         if _alive(remote, pid) and not _kill(remote, pid):
             raise JobFailed(f"PID {pid} survived TERM and KILL on {deployment.host}; check the host.")
     remote.run(f"rm -f {_dir(deployment)}/server.pid")
-    if deployment.channel_id:
-        Channel.objects.filter(pk=deployment.channel_id).update(
-            enabled=False, status_message=f"Deployment {deployment.name} was stopped; launch it to re-enable."
-        )
+    channel = Channel.objects.filter(pk=deployment.channel_id).first() if deployment.channel_id else None
+    if channel is not None:
+        # save(), not update(): the gateway drops its cached routes on the post_save signal.
+        channel.enabled = False
+        channel.status_message = f"Deployment {deployment.name} was stopped; launch it to re-enable."
+        channel.save(update_fields=["enabled", "status_message", "updated"])
     _set_deployment(deployment, DeploymentStatus.STOPPED, "Stopped.", pid=None)
     if job.action == JobAction.STOP:
         _move(job, JobState.STOPPED, "Stopped; the channel is disabled.", log_tail=_log_tail(remote, deployment))

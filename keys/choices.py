@@ -15,3 +15,12 @@ class ApiSurface(models.TextChoices):
     EMBEDDINGS = "embeddings", "Embeddings"
     MESSAGES = "messages", "Anthropic Messages"
     RESPONSES = "responses", "OpenAI Responses"
+
+
+class KeyState(models.TextChoices):
+    """Computed from revoked_at, expires_at and the owner's is_active (Key.state)."""
+
+    ACTIVE = "active", "active"
+    EXPIRED = "expired", "expired"
+    REVOKED = "revoked", "revoked"
+    OWNER_INACTIVE = "owner inactive", "owner inactive"

@@ -13,12 +13,13 @@ import asyncio
 import datetime as dt
 import logging
 import os
+import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import IntegrityError, close_old_connections, connections, transaction
+from django.db import IntegrityError, OperationalError, close_old_connections, connection, connections, transaction
 from django.db.models import F, Q, QuerySet, Sum
 from django.utils import timezone
 
@@ -54,35 +55,78 @@ class UsageEvent:
         return self.prompt_tokens + self.completion_tokens
 
 
+_RECORD_COLUMNS = (
+    "created",
+    "request_id",
+    "key_id",
+    "user_id",
+    "model",
+    "channel_id",
+    "surface",
+    "stream",
+    "prompt_tokens",
+    "completion_tokens",
+    "total_tokens",
+    "estimated",
+    "status",
+    "http_status",
+    "error",
+    "latency_ms",
+    "ttft_ms",
+)
+
+
+def _insert_records(events: list[UsageEvent]) -> None:
+    """One multi-row INSERT per batch: ORM object construction cost more CPU than the insert, and
+    the writer shares the gateway process with the hot path."""
+    table = connection.ops.quote_name(UsageRecord._meta.db_table)
+    cols = ", ".join(connection.ops.quote_name(c) for c in _RECORD_COLUMNS)
+    adapt = connection.ops.adapt_datetimefield_value if connection.vendor != "postgresql" else (lambda v: v)
+    rows = [
+        (
+            adapt(e.created),
+            e.request_id[:64],
+            e.key_id,
+            e.user_id,
+            e.model[:128],
+            e.channel_id,
+            e.surface,
+            e.stream,
+            max(e.prompt_tokens, 0),
+            max(e.completion_tokens, 0),
+            max(e.total_tokens, 0),
+            e.estimated,
+            e.status,
+            e.http_status,
+            e.error[:300],
+            e.latency_ms,
+            e.ttft_ms,
+        )
+        for e in events
+    ]
+    if connection.vendor == "postgresql":
+        # COPY: no SQL text to build, rows encoded in C.
+        connection.ensure_connection()
+        with connection.connection.cursor() as raw, raw.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        return
+    per_row = "(" + ", ".join(["%s"] * len(_RECORD_COLUMNS)) + ")"
+    step = max(1, 900 // len(_RECORD_COLUMNS))  # SQLite's bound-parameter limit
+    with connection.cursor() as cursor:
+        for i in range(0, len(rows), step):
+            chunk = rows[i : i + step]
+            # Only our own quoted identifiers and placeholders go into the text; values are bound.
+            sql = f"INSERT INTO {table} ({cols}) VALUES " + ", ".join([per_row] * len(chunk))  # noqa: S608
+            cursor.execute(sql, [v for row in chunk for v in row])
+
+
 def write_batch(events: list[UsageEvent]) -> None:
     """Persist a batch: records, daily buckets (F() upserts) and keys' last use. Safe to call from
     any thread with a database connection."""
     if not events:
         return
-    UsageRecord.objects.bulk_create(
-        [
-            UsageRecord(
-                created=e.created,
-                request_id=e.request_id[:64],
-                key_id=e.key_id,
-                user_id=e.user_id,
-                model=e.model[:128],
-                channel_id=e.channel_id,
-                surface=e.surface,
-                stream=e.stream,
-                prompt_tokens=max(e.prompt_tokens, 0),
-                completion_tokens=max(e.completion_tokens, 0),
-                total_tokens=max(e.total_tokens, 0),
-                estimated=e.estimated,
-                status=e.status,
-                http_status=e.http_status,
-                error=e.error[:300],
-                latency_ms=e.latency_ms,
-                ttft_ms=e.ttft_ms,
-            )
-            for e in events
-        ]
-    )
+    _insert_records(events)
     buckets: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
     last_used: dict[int, dt.datetime] = {}
     for e in events:
@@ -137,11 +181,12 @@ def write_batch(events: list[UsageEvent]) -> None:
 class UsageWriter:
     """Buffers events in memory and writes them in batches from one background thread."""
 
-    def __init__(self, interval: float | None = None) -> None:
+    def __init__(self, interval: float | None = None, executor: ThreadPoolExecutor | None = None) -> None:
         self._interval = interval
         self._buffer: list[UsageEvent] = []
         self._task: asyncio.Task | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="usage-writer")
+        # One thread: batches are written in order; the gateway shares its database thread.
+        self._executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="usage-writer")
         self._stopping = False
 
     def record(self, event: UsageEvent) -> None:
@@ -178,7 +223,15 @@ class UsageWriter:
     @staticmethod
     def _write(batch: list[UsageEvent]) -> None:
         close_old_connections()
-        write_batch(batch)
+        for attempt in range(5):
+            try:
+                with transaction.atomic():
+                    write_batch(batch)
+                return
+            except OperationalError as exc:  # SQLite busy with another process's write
+                if "locked" not in str(exc) or attempt == 4:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
 
     async def stop(self) -> None:
         self._stopping = True
@@ -224,3 +277,83 @@ def daily_totals(qs: QuerySet[UsageDaily], since: dt.date) -> list[dict]:
 
 def today() -> dt.date:
     return timezone.now().date()
+
+
+GROUPS = {
+    "model": ("model",),
+    "user": ("user__username",),
+    "key": ("key__name", "key__prefix", "key__last_four", "key__owner__username"),
+    "channel": ("channel__name",),
+}
+
+
+def grouped_totals(qs: QuerySet[UsageDaily], group_by: str, since: dt.date, until: dt.date) -> list[dict]:
+    """Totals per user, key, model or channel between two days (inclusive), largest first."""
+    fields = GROUPS[group_by]
+    rows = (
+        qs.filter(day__gte=since, day__lte=until)
+        .values(*fields)
+        .annotate(
+            requests=Sum("requests"),
+            errors=Sum("errors"),
+            prompt_tokens=Sum("prompt_tokens"),
+            completion_tokens=Sum("completion_tokens"),
+            total_tokens=Sum("total_tokens"),
+            estimated_requests=Sum("estimated_requests"),
+        )
+        .order_by("-total_tokens", *fields)
+    )
+    out = []
+    for row in rows:
+        if group_by == "key":
+            label = (
+                f"{row['key__name']} ({row['key__prefix']}…{row['key__last_four']}, {row['key__owner__username']})"
+                if row["key__name"] is not None
+                else "(deleted key)"
+            )
+        else:
+            value = row[fields[0]]
+            label = value if value is not None else "(none)"
+        out.append({"group": label, **{k: row[k] for k in row if k not in fields}})
+    return out
+
+
+def limit_status(user, keys) -> list[dict]:
+    """Tokens used today and this month against the limits of `user` and each of `keys`."""
+    now = timezone.now().date()
+    first = now.replace(day=1)
+    daily = UsageDaily.objects.filter(user=user, day__gte=first)
+    per_key: dict[int | None, list[int]] = defaultdict(lambda: [0, 0])
+    total = [0, 0]
+    for row in daily.values("key_id", "day").annotate(t=Sum("total_tokens")):
+        per_key[row["key_id"]][1] += row["t"]
+        total[1] += row["t"]
+        if row["day"] == now:
+            per_key[row["key_id"]][0] += row["t"]
+            total[0] += row["t"]
+    rows = [
+        {
+            "label": "Your account (all keys)",
+            "today": total[0],
+            "month": total[1],
+            "tokens_per_day": user.tokens_per_day,
+            "tokens_per_month": user.tokens_per_month,
+            "requests_per_minute": user.requests_per_minute,
+        }
+    ]
+    for key in keys:
+        used = per_key.get(key.id, [0, 0])
+        rows.append(
+            {
+                "label": f"Key {key.name} ({key.masked})",
+                "today": used[0],
+                "month": used[1],
+                "tokens_per_day": key.tokens_per_day,
+                "tokens_per_month": key.tokens_per_month,
+                "requests_per_minute": key.requests_per_minute,
+            }
+        )
+    for row in rows:
+        for window, limit in (("today", "tokens_per_day"), ("month", "tokens_per_month")):
+            row[f"{window}_pct"] = min(100, round(row[window] * 100 / row[limit])) if row[limit] else None
+    return rows

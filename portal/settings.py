@@ -82,6 +82,10 @@ try:
     DATABASES = {"default": penv.env.db_url("DATABASE_URL", default=_db_default)}
 except Exception as exc:  # django-environ raises several types for a bad URL
     raise penv.ConfigError(f"Invalid value for DATABASE_URL: {exc}") from None
+if DATABASES["default"]["ENGINE"] not in ("django.db.backends.sqlite3", "django.db.backends.postgresql"):
+    raise penv.ConfigError(
+        "Invalid value for DATABASE_URL: use postgres://user:password@host:5432/name (or leave it unset for SQLite)"
+    )
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL + IMMEDIATE: web, worker and beat share one file without "database is locked".
     DATABASES["default"].setdefault("OPTIONS", {}).update(
@@ -173,7 +177,16 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "Gateway Portal API",
     "DESCRIPTION": "Manage hosts, channels, models, keys and usage. Authenticate with "
-    "`Authorization: Token <personal API token>` (create one under Account → API tokens).",
+    "`Authorization: Token <personal API token>` (create one under Account → API tokens, or "
+    "`POST /api/tokens/` from a logged-in session).\n\n"
+    "```\n"
+    "curl -H 'Authorization: Token gpt-…' -H 'Content-Type: application/json' \\\n"
+    '     -d \'{"name": "laptop"}\' http://127.0.0.1:8000/api/keys/\n'
+    "```\n\n"
+    "Secrets (`key`, `token`, `password`) appear once, in the response that creates them; "
+    "write-only fields (`api_key`, `private_key`) show as `has_api_key`/`has_private_key`. "
+    "Errors are field-level JSON with status 400. Lists take `page`, `page_size`, `search`, "
+    "`ordering` and the filters listed per endpoint.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     # Every page needs a login, the API description included.
@@ -182,6 +195,23 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # One schema name per choice set, so clients get stable enum names (several apps have `status`).
+    "ENUM_NAME_OVERRIDES": {
+        "ChannelKindEnum": "channels.choices.ChannelKind",
+        "ChannelStatusEnum": "channels.choices.ChannelStatus",
+        "AlertKindEnum": "channels.choices.AlertKind",
+        "ProbeSourceEnum": "channels.choices.ProbeSource",
+        "HostStatusEnum": "hosts.choices.HostStatus",
+        "BackendEnum": "hosts.choices.Backend",
+        "DeploymentStatusEnum": "hosts.choices.DeploymentStatus",
+        "JobActionEnum": "hosts.choices.JobAction",
+        "JobStateEnum": "hosts.choices.JobState",
+        "UsageStatusEnum": "keys.choices.UsageStatus",
+        "ApiSurfaceEnum": "keys.choices.ApiSurface",
+        "KeyStateEnum": "keys.choices.KeyState",
+        "RoleEnum": "portal.choices.Role",
+        "AuditActionEnum": "portal.choices.AuditAction",
+    },
 }
 
 # --- Gateway -----------------------------------------------------------------------------------
@@ -189,6 +219,37 @@ GATEWAY_CONNECT_TIMEOUT = get("GATEWAY_CONNECT_TIMEOUT", float, 5.0)
 GATEWAY_READ_TIMEOUT = get("GATEWAY_READ_TIMEOUT", float, 300.0)
 GATEWAY_DEFAULT_MAX_TOKENS = get("GATEWAY_DEFAULT_MAX_TOKENS", int, 4096)
 GATEWAY_CACHE_TTL = get("GATEWAY_CACHE_TTL", float, 5.0)
+
+# --- Health checks (3/6) -----------------------------------------------------------------------
+PORTAL_PROBE_RETENTION_DAYS = get("PORTAL_PROBE_RETENTION_DAYS", int, 7)
+PORTAL_PROBE_HOURLY_RETENTION_DAYS = get("PORTAL_PROBE_HOURLY_RETENTION_DAYS", int, 180)
+PORTAL_PROBE_CONCURRENCY = get("PORTAL_PROBE_CONCURRENCY", int, 200)
+PORTAL_PROBE_CONNECT_TIMEOUT = get("PORTAL_PROBE_CONNECT_TIMEOUT", float, 5.0)
+PORTAL_PROBE_TIMEOUT = get("PORTAL_PROBE_TIMEOUT", float, 20.0)
+PORTAL_HEALTH_DOWN_AFTER = get("PORTAL_HEALTH_DOWN_AFTER", int, 3)
+PORTAL_HEALTH_UP_AFTER = get("PORTAL_HEALTH_UP_AFTER", int, 2)
+PORTAL_HEALTH_WINDOW_SECONDS = get("PORTAL_HEALTH_WINDOW_SECONDS", int, 600)
+PORTAL_HEALTH_DOWN_RATIO = get("PORTAL_HEALTH_DOWN_RATIO", float, 0.5)
+PORTAL_HEALTH_DOWN_MIN_SAMPLES = get("PORTAL_HEALTH_DOWN_MIN_SAMPLES", int, 10)
+PORTAL_HEALTH_DEGRADED_RATIO = get("PORTAL_HEALTH_DEGRADED_RATIO", float, 0.2)
+PORTAL_HEALTH_DEGRADED_MIN_SAMPLES = get("PORTAL_HEALTH_DEGRADED_MIN_SAMPLES", int, 5)
+PORTAL_HEALTH_PASSIVE_SKIP_MIN = get("PORTAL_HEALTH_PASSIVE_SKIP_MIN", int, 3)
+PORTAL_HEALTH_MAX_SKIP_SECONDS = get("PORTAL_HEALTH_MAX_SKIP_SECONDS", int, 600)
+PORTAL_ALERT_COOLDOWN_SECONDS = get("PORTAL_ALERT_COOLDOWN_SECONDS", int, 900)
+PORTAL_ALERT_TIMEOUT = get("PORTAL_ALERT_TIMEOUT", float, 5.0)
+PORTAL_PASSIVE_FLUSH_SECONDS = get("PORTAL_PASSIVE_FLUSH_SECONDS", float, 2.0)
+# Alert e-mail: smtp://user:password@host:587/?tls=True (default: e-mail alerts are logged, not sent).
+try:
+    vars().update(penv.env.email_url("EMAIL_URL", default="consolemail://"))
+except Exception as exc:
+    raise penv.ConfigError(f"Invalid value for EMAIL_URL: {exc}") from None
+DEFAULT_FROM_EMAIL = get("DEFAULT_FROM_EMAIL", str, "gateway-portal@localhost")
+
+# --- GPU hosts and launch jobs (4/6) -------------------------------------------------------------
+HOSTS_HEALTH_TIMEOUT = get("HOSTS_HEALTH_TIMEOUT", float, 900.0)
+HOSTS_HEALTH_POLL = get("HOSTS_HEALTH_POLL", float, 0.5)
+HOSTS_STOP_GRACE = get("HOSTS_STOP_GRACE", float, 20.0)
+HOSTS_STALE_JOB_SECONDS = get("HOSTS_STALE_JOB_SECONDS", float, 180.0)
 
 LOGGING = {
     "version": 1,

@@ -3,6 +3,13 @@ import pytest
 from portal.choices import Role
 
 
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    """PBKDF2's million rounds cost about a second per test user on a busy 2-core box; password
+    storage is Django's, not under test. Subprocess servers keep the real hashers."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def admin(django_user_model):
     return django_user_model.objects.create_user(

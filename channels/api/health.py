@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.db.models import Q
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -15,7 +15,24 @@ from channels.models import AlertDelivery, AlertTarget, Channel, ProbeResult, St
 from portal.api.permissions import IsAdmin
 
 
+class StatusField(serializers.CharField):
+    """A channel status in output only; plain string so the schema keeps one ChannelStatus enum."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("read_only", True)
+        kwargs.setdefault("help_text", "unknown, healthy, degraded, down or credentials_rejected")
+        super().__init__(**kwargs)
+
+
+@extend_schema_field({"type": "string", "enum": [k.value for k in AlertKind]})
+class AlertKindField(serializers.ChoiceField):
+    def __init__(self, **kwargs):
+        super().__init__(choices=AlertKind.choices, **kwargs)
+
+
 class ProbeResultSerializer(serializers.ModelSerializer):
+    status_after = StatusField()
+
     class Meta:
         model = ProbeResult
         fields = [
@@ -96,6 +113,8 @@ class CheckResultSerializer(serializers.Serializer):
 
 class StatusChangeSerializer(serializers.ModelSerializer):
     channel_name = serializers.CharField(source="channel.name", read_only=True)
+    from_status = StatusField()
+    to_status = StatusField()
 
     class Meta:
         model = StatusChange
@@ -103,6 +122,8 @@ class StatusChangeSerializer(serializers.ModelSerializer):
 
 
 class AlertTargetSerializer(serializers.ModelSerializer):
+    kind = AlertKindField(default=AlertKind.WEBHOOK)
+
     class Meta:
         model = AlertTarget
         fields = ["id", "name", "kind", "url", "email", "enabled", "created", "updated"]
@@ -215,7 +236,7 @@ class AlertTargetViewSet(viewsets.ModelViewSet):
     permission_classes = [IsAdmin]
     serializer_class = AlertTargetSerializer
     queryset = AlertTarget.objects.all()
-    filterset_fields = ["kind", "enabled"]
+    filterset_fields = ["enabled"]
     search_fields = ["name"]
 
     @extend_schema(request=None, responses={200: dict})

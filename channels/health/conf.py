@@ -1,7 +1,7 @@
-"""Health-check tunables: Django settings win (tests override them), else the environment, else defaults.
+"""Health-check tunables, read from settings (where portal/settings.py validates the environment at start).
 
-Only PORTAL_PROBE_RETENTION_DAYS is meant for operators (it is in `.env.example`); the rest are
-embedded defaults that a deployment rarely needs to touch.
+Every one has a line in `.env.example`; the defaults below also serve code that runs without
+the project settings (benchmarks).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ over one shared `httpx.AsyncClient`. Per channel:
 
 1. liveness: `GET {root}/health` (vLLM, llama.cpp) or `GET {base}/models` (others);
 2. discovery: the served models and their context windows (vLLM `/v1/models` → `max_model_len`,
-   llama.cpp `/props` → `default_generation_settings.n_ctx`);
+   llama.cpp `/props` → `default_generation_settings.n_ctx`); for vLLM and llama.cpp only when the
+   caller asks (limits rarely change, so the service refreshes them hourly and on Check now);
 3. latency (optional): a tiny streaming chat completion timing connect, first byte, first token,
    total and tokens/s.
 
@@ -20,9 +21,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpcore
 import httpx
 
 from channels.baseurl import root_url
+
+from .netbackend import AsyncioBackend
 
 PROMPT = "Reply with the single word: ok"
 ANTHROPIC_VERSION = "2023-06-01"
@@ -37,6 +41,7 @@ class Target:
     model: str = ""  # upstream model id for the latency probe; blank: the first one served
     inference: bool = True
     max_tokens: int = 4
+    discover: bool = True  # read the model list and limits (vLLM/llama.cpp: extra requests, so not every round)
 
 
 @dataclass(slots=True)
@@ -228,7 +233,8 @@ async def probe_one(client: httpx.AsyncClient, target: Target) -> Outcome:
         else:
             models_body = await _get_json(client, f"{target.base_url}/models", target, timer, "liveness")
         try:
-            out.served = await _discover(client, target, timer, models_body)
+            if target.discover or models_body is not None:
+                out.served = await _discover(client, target, timer, models_body)
         except ProbeFailure as exc:
             if exc.error == "auth" or target.kind in ("vllm", "llamacpp"):
                 raise
@@ -281,12 +287,23 @@ def run_loop(coro):
 
 
 def make_client(*, connect_timeout: float, timeout: float, ssl_context=None) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        timeout=httpx.Timeout(timeout, connect=connect_timeout),
+    transport = httpx.AsyncHTTPTransport(
+        verify=ssl_context if ssl_context is not None else True,
         limits=httpx.Limits(max_connections=2, max_keepalive_connections=1),
+        trust_env=False,
+    )
+    # Same pool, plain-asyncio sockets instead of anyio's (see netbackend for why).
+    transport._pool = httpcore.AsyncConnectionPool(
+        ssl_context=ssl_context or httpx.create_ssl_context(),
+        max_connections=2,
+        max_keepalive_connections=1,
+        network_backend=AsyncioBackend(),
+    )
+    return httpx.AsyncClient(
+        transport=transport,
+        timeout=httpx.Timeout(timeout, connect=connect_timeout),
         follow_redirects=False,
         trust_env=False,
-        verify=ssl_context if ssl_context is not None else True,
     )
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
+from collections import defaultdict
 from dataclasses import dataclass
 
 from django.db.models import F, Sum
@@ -56,8 +58,15 @@ def rules() -> Rules:
     )
 
 
-def target_for(channel: Channel) -> Target:
+def target_for(channel: Channel, *, force: bool = False) -> Target:
     routes = [r for r in channel.routes.all() if r.enabled]
+    stale = timezone.now() - DISCOVERY_REFRESH
+    discover = (
+        force
+        or not routes
+        or channel.status != ChannelStatus.HEALTHY
+        or any(r.discovered_at is None or r.discovered_at < stale for r in routes)
+    )
     return Target(
         channel_id=channel.pk,
         kind=channel.kind,
@@ -66,6 +75,7 @@ def target_for(channel: Channel) -> Target:
         model=routes[0].upstream_id if routes else "",
         inference=channel.probe_inference,
         max_tokens=channel.probe_max_tokens,
+        discover=discover,
     )
 
 
@@ -113,8 +123,10 @@ def run_round(channel_ids: list[int] | None = None, *, force: bool = False) -> l
             and now - ch.last_active_probe < max_skip
         )
         if force or not busy_and_fine:
-            targets.append(target_for(ch))
+            targets.append(target_for(ch, force=force))
+    t0 = time.perf_counter()
     outcomes = {o.channel_id: o for o in run_probes(targets)}
+    t1 = time.perf_counter()
 
     window_start = timezone.now() - dt.timedelta(seconds=setting("PORTAL_HEALTH_WINDOW_SECONDS"))
     window = {
@@ -124,27 +136,41 @@ def run_round(channel_ids: list[int] | None = None, *, force: bool = False) -> l
         .annotate(n=Sum("samples"), f=Sum("failures"))
     }
     r = rules()
-    done = [
-        _settle(ch, tallies.get(ch.pk), outcomes.get(ch.pk), window.get(ch.pk, (0, 0)), r, force) for ch in channels
-    ]
+    pending = [_evidence(ch, tallies.get(ch.pk), outcomes.get(ch.pk)) for ch in channels]
+    pending = [p for p in pending if p.pieces]
+    counters = _advance_counters(pending)
+    done = _settle(pending, counters, window, r, force)
     if any(d.changed or d.discovered for d in done):
         _tell_gateway()
     from .alerts import notify_pending
 
-    notify_pending([c.pk for c in channels])
+    t2 = time.perf_counter()
+    notify_pending([d.channel.pk for d in done])
+    logger.info(
+        "probe round: %d channels, %d probed in %.2f s, settled in %.2f s, alerts in %.2f s",
+        len(done),
+        len(targets),
+        t1 - t0,
+        t2 - t1,
+        time.perf_counter() - t2,
+    )
     return done
 
 
-def _settle(
-    ch: Channel,
-    tally: passive.Tally | None,
-    outcome: Outcome | None,
-    window: tuple[int, int],
-    r: Rules,
-    force: bool,
-) -> ChannelRound:
+@dataclass
+class _Pending:
+    channel: Channel
+    outcome: Outcome | None
+    tally: passive.Tally | None
+    passive_row: ProbeResult | None
+    active_row: ProbeResult | None
+    # "good", "fail", or neither: "slow" (answered over the TTFT threshold), "mixed" (some gateway failures)
+    pieces: tuple[str, ...]
+
+
+def _evidence(ch: Channel, tally: passive.Tally | None, outcome: Outcome | None) -> _Pending:
     now = timezone.now()
-    pieces: list[str] = []  # "good", "slow" (answered, but over the TTFT threshold) or "fail"
+    pieces: list[str] = []
     passive_row = active_row = None
     if tally is not None and tally.samples:
         passive_row = ProbeResult(
@@ -161,7 +187,8 @@ def _settle(
             ),
             ttft_ms=tally.ttft_ms,
         )
-        pieces.append("good" if tally.ok_count >= tally.fail_count else "fail")
+        # Mostly failing counts as a failure; some failures reset the success streak (like a slow answer).
+        pieces.append("fail" if tally.fail_count > tally.ok_count else "mixed" if tally.fail_count else "good")
     if outcome is not None:
         active_row = ProbeResult(
             channel=ch,
@@ -183,67 +210,14 @@ def _settle(
         )
         slow = outcome.ttft_ms is not None and outcome.ttft_ms > ch.ttft_degraded_ms
         pieces.append("fail" if not outcome.ok else "slow" if slow else "good")
-    if not pieces:
-        return ChannelRound(ch, None, None, ch.status, ch.status, ch.status_message)
-
-    cf, cs = _count(ch.pk, pieces)
-    rows = [x for x in (passive_row, active_row) if x is not None]
-    samples = window[0] + sum(x.samples for x in rows)
-    failures = window[1] + sum(x.failures for x in rows)
-    last = active_row or passive_row
-    auth = (outcome is not None and outcome.auth_rejected) or (
-        outcome is None and tally is not None and tally.auth_failures > 0 and tally.ok_count == 0
-    )
-    ttft = active_row.ttft_ms if active_row and active_row.ttft_ms is not None else (last.ttft_ms if last.ok else None)
-    current = ch.status
-    if force and current == ChannelStatus.CREDENTIALS_REJECTED and outcome is not None and outcome.ok:
-        current = ChannelStatus.UNKNOWN  # an admin checked by hand and the key works again
-    new, message = decide(
-        Evidence(
-            current=current,
-            consecutive_failures=cf,
-            consecutive_successes=cs,
-            window_samples=samples,
-            window_failures=failures,
-            last_ok=last.ok,
-            last_error=last.error,
-            last_error_message=last.error_message,
-            last_ttft_ms=ttft,
-            ttft_threshold_ms=ch.ttft_degraded_ms,
-            auth_rejected=auth,
-        ),
-        r,
-    )
-    message = message or ch.status_message
-    for row in rows:
-        row.status_after = new
-    ProbeResult.objects.bulk_create(rows)
-
-    fields: dict = {"status_message": message, "last_checked": now}
-    if ttft is not None:
-        fields["last_ttft_ms"] = ttft
-    if outcome is not None:
-        fields["last_active_probe"] = now
-    old = ch.status
-    if new != old:
-        fields.update(status=new, status_changed=now)
-    moved = Channel.objects.filter(pk=ch.pk, status=old).update(**fields)
-    if moved and new != old:
-        StatusChange.objects.create(channel=ch, created=now, from_status=old, to_status=new, message=message)
-        logger.info("channel %s: %s → %s (%s)", ch.name, old, new, message)
-    elif not moved:
-        new = Channel.objects.filter(pk=ch.pk).values_list("status", flat=True).first() or old
-        logger.info("channel %s: status moved by someone else meanwhile; left as %s", ch.name, new)
-    discovered = bool(outcome is not None and outcome.served and _record_discovery(ch, outcome.served, now))
-    ch.status, ch.status_message = new, message
-    return ChannelRound(ch, active_row, passive_row, old, new, message, discovered)
+    return _Pending(ch, outcome, tally, passive_row, active_row, tuple(pieces))
 
 
-def _count(pk: int, pieces: list[str]) -> tuple[int, int]:
-    """Advance the consecutive good/failed counters atomically; return (failures, successes).
+def _counter_update(pieces: tuple[str, ...]) -> dict:
+    """The counter change a round's evidence makes, as F() expressions (never read-modify-write).
 
-    A slow answer is neither: it resets both, so a slow channel has to answer fast M times in a
-    row before it counts as healthy again.
+    A slow answer (or traffic with some failures) is neither good nor failed: it resets both, so
+    such a channel has to answer well M times in a row before it counts as healthy again.
     """
     last = pieces[-1]
     trailing = 0
@@ -251,23 +225,136 @@ def _count(pk: int, pieces: list[str]) -> tuple[int, int]:
         if p != last:
             break
         trailing += 1
-    if last == "slow":
-        Channel.objects.filter(pk=pk).update(consecutive_successes=0, consecutive_failures=0)
-    elif trailing == len(pieces):
-        counter = "consecutive_successes" if last == "good" else "consecutive_failures"
-        other = "consecutive_failures" if last == "good" else "consecutive_successes"
-        Channel.objects.filter(pk=pk).update(**{counter: F(counter) + trailing, other: 0})
-    else:
-        good = last == "good"
-        Channel.objects.filter(pk=pk).update(
-            consecutive_successes=trailing if good else 0, consecutive_failures=0 if good else trailing
+    if last in ("slow", "mixed"):
+        return {"consecutive_successes": 0, "consecutive_failures": 0}
+    good = last == "good"
+    counter, other = (
+        ("consecutive_successes", "consecutive_failures") if good else ("consecutive_failures", "consecutive_successes")
+    )
+    if trailing == len(pieces):
+        return {counter: F(counter) + trailing, other: 0}
+    return {counter: trailing, other: 0}
+
+
+def _advance_counters(pending: list[_Pending]) -> dict[int, tuple[int, int]]:
+    """One UPDATE per distinct evidence pattern (a handful), then one SELECT: (failures, successes)."""
+    groups: dict[tuple[str, ...], list[int]] = defaultdict(list)
+    for p in pending:
+        groups[p.pieces].append(p.channel.pk)
+    for pieces, ids in groups.items():
+        for chunk in _chunks(ids):
+            Channel.objects.filter(pk__in=chunk).update(**_counter_update(pieces))
+    out: dict[int, tuple[int, int]] = {}
+    for chunk in _chunks([p.channel.pk for p in pending]):
+        for pk, cf, cs in Channel.objects.filter(pk__in=chunk).values_list(
+            "pk", "consecutive_failures", "consecutive_successes"
+        ):
+            out[pk] = (cf, cs)
+    return out
+
+
+def _chunks(items: list, size: int = 500):
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _settle(
+    pending: list[_Pending],
+    counters: dict[int, tuple[int, int]],
+    window: dict[int, tuple[int, int]],
+    r: Rules,
+    force: bool,
+) -> list[ChannelRound]:
+    """Decide every channel's status, then write everything in a few batched statements.
+
+    A status move is a per-channel compare-and-set; the telemetry of channels whose status and
+    message stay the same goes out in one bulk UPDATE (it never touches `status`).
+    """
+    now = timezone.now()
+    rows: list[ProbeResult] = []
+    moves: list[StatusChange] = []
+    quiet: list[Channel] = []
+    done: list[ChannelRound] = []
+    discovered_routes: list[ModelRoute] = []
+    for p in pending:
+        ch, outcome, tally = p.channel, p.outcome, p.tally
+        cf, cs = counters.get(ch.pk, (0, 0))
+        mine = [x for x in (p.passive_row, p.active_row) if x is not None]
+        samples = window.get(ch.pk, (0, 0))[0] + sum(x.samples for x in mine)
+        failures = window.get(ch.pk, (0, 0))[1] + sum(x.failures for x in mine)
+        last = p.active_row or p.passive_row
+        auth = (outcome is not None and outcome.auth_rejected) or (
+            outcome is None and tally is not None and tally.auth_failures > 0 and tally.ok_count == 0
         )
-    row = Channel.objects.filter(pk=pk).values("consecutive_failures", "consecutive_successes").first() or {}
-    return row.get("consecutive_failures", 0), row.get("consecutive_successes", 0)
+        if p.active_row is not None and p.active_row.ttft_ms is not None:
+            ttft = p.active_row.ttft_ms
+        else:
+            ttft = last.ttft_ms if last.ok else None
+        current = ch.status
+        if force and current == ChannelStatus.CREDENTIALS_REJECTED and outcome is not None and outcome.ok:
+            current = ChannelStatus.UNKNOWN  # an admin checked by hand and the key works again
+        new, message = decide(
+            Evidence(
+                current=current,
+                consecutive_failures=cf,
+                consecutive_successes=cs,
+                window_samples=samples,
+                window_failures=failures,
+                last_ok=last.ok,
+                last_error=last.error,
+                last_error_message=last.error_message,
+                last_ttft_ms=ttft,
+                ttft_threshold_ms=ch.ttft_degraded_ms,
+                auth_rejected=auth,
+            ),
+            r,
+        )
+        message = message or ch.status_message
+        for row in mine:
+            row.status_after = new
+        rows.extend(mine)
+
+        old = ch.status
+        ch.last_checked = now
+        if ttft is not None:
+            ch.last_ttft_ms = ttft
+        if outcome is not None:
+            ch.last_active_probe = now
+        if new == old and message == ch.status_message:
+            quiet.append(ch)
+        else:
+            fields = {
+                "status_message": message,
+                "last_checked": now,
+                "last_ttft_ms": ch.last_ttft_ms,
+                "last_active_probe": ch.last_active_probe,
+            }
+            if new != old:
+                fields.update(status=new, status_changed=now)
+            moved = Channel.objects.filter(pk=ch.pk, status=old).update(**fields)
+            if moved and new != old:
+                moves.append(
+                    StatusChange(channel=ch, created=now, from_status=old, to_status=new, message=message[:300])
+                )
+                logger.info("channel %s: %s → %s (%s)", ch.name, old, new, message)
+            elif not moved:
+                new = Channel.objects.filter(pk=ch.pk).values_list("status", flat=True).first() or old
+                logger.info("channel %s: status moved by someone else meanwhile; left as %s", ch.name, new)
+        discovered = bool(
+            outcome is not None and outcome.served and _discover(ch, outcome.served, now, discovered_routes)
+        )
+        ch.status, ch.status_message = new, message
+        done.append(ChannelRound(ch, p.active_row, p.passive_row, old, new, message, discovered))
+
+    ProbeResult.objects.bulk_create(rows, batch_size=500)
+    StatusChange.objects.bulk_create(moves, batch_size=500)
+    Channel.objects.bulk_update(quiet, ["last_checked", "last_ttft_ms", "last_active_probe"], batch_size=500)
+    ModelRoute.objects.bulk_update(discovered_routes, ["discovered_context_window", "discovered_at"], batch_size=500)
+    return done
 
 
-def _record_discovery(ch: Channel, served: dict[str, int | None], now: dt.datetime) -> bool:
-    """Write the context window each served model reports onto the matching routes; True if one changed."""
+def _discover(ch: Channel, served: dict[str, int | None], now: dt.datetime, out: list[ModelRoute]) -> bool:
+    """Queue the context window each served model reports for the matching routes; True if one changed."""
     changed = False
     for route in ch.routes.all():
         ctx = served.get(route.upstream_id)
@@ -276,7 +363,8 @@ def _record_discovery(ch: Channel, served: dict[str, int | None], now: dt.dateti
         stale = route.discovered_at is None or now - route.discovered_at > DISCOVERY_REFRESH
         if route.discovered_context_window != ctx or stale:
             changed |= route.discovered_context_window != ctx
-            ModelRoute.objects.filter(pk=route.pk).update(discovered_context_window=ctx, discovered_at=now)
+            route.discovered_context_window, route.discovered_at = ctx, now
+            out.append(route)
     return changed
 
 

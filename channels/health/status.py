@@ -71,7 +71,11 @@ def decide(e: Evidence, r: Rules) -> tuple[str, str]:
             f"Recovering: {e.consecutive_successes} of {r.up_after} successful checks needed to leave down."
         )
     slow = e.last_ttft_ms is not None and e.last_ttft_ms > e.ttft_threshold_ms
-    partly = (e.window_samples >= r.degraded_min_samples and ratio >= r.degraded_ratio) or not e.last_ok
+    # Old failures in the window stop counting once the channel has answered well M times in a row.
+    recovered = e.consecutive_successes >= r.up_after
+    partly = not e.last_ok or (
+        not recovered and e.window_samples >= r.degraded_min_samples and ratio >= r.degraded_ratio
+    )
     if slow or partly:
         reasons = []
         if slow:

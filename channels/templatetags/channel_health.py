@@ -43,13 +43,40 @@ def ms(value: float | None) -> str:
     return f"{value / 1000:.1f} s" if value >= 10_000 else f"{value:.0f} ms"
 
 
-@register.inclusion_tag("channels/_health_badge.html")
-def health_badge(channel):
+LIST_KEYS = ("object_list", "channels", "channel_list", "page_obj")
+
+
+def _siblings(context, channel) -> list:
+    """The other channels on the page, so the first badge fills them all in two queries."""
+    for key in LIST_KEYS:
+        items = context.get(key)
+        if items is None:
+            continue
+        items = getattr(items, "object_list", items)  # a Page
+        try:
+            items = list(items)
+        except TypeError:
+            continue
+        if any(getattr(i, "pk", None) == channel.pk and i.__class__ is channel.__class__ for i in items):
+            return [i for i in items if i.__class__ is channel.__class__]
+    return [channel]
+
+
+@register.inclusion_tag("channels/_health_badge_body.html", takes_context=True)
+def health_badge(context, channel):
     if not hasattr(channel, "health"):
-        history.attach_health([channel])
+        history.attach_health(_siblings(context, channel))
+        if not hasattr(channel, "health"):  # a different instance of a listed channel
+            history.attach_health([channel])
     return {"channel": channel, "health": channel.health, "color": health_color(channel.status)}
 
 
-@register.inclusion_tag("channels/_health_dashboard.html")
+@register.inclusion_tag("channels/_health_dashboard_body.html")
 def health_dashboard(limit: int = 5):
     return history.dashboard(limit)
+
+
+@register.simple_tag
+def health_probes(channel, limit: int = 5) -> list:
+    """`{% health_probes channel 5 as probes %}`: the channel's latest evidence rows."""
+    return list(channel.probes.all()[: int(limit)])

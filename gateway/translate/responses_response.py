@@ -457,3 +457,16 @@ async def stream_from_chat(
         return
     for event in state.finish():
         yield event
+
+
+def failure_events(status: int, message: str, *, response_id: str | None = None) -> list[dict[str, Any]]:
+    """`error` + `response.failed` for a stream that is not ours to number (a pass-through relay
+    whose upstream died): Codex reads `response.failed`, the SDK both."""
+    code = error_code(status)
+    failed = response_shell({}, response_id=response_id or new_id("resp_"), created_at=int(time.time()))
+    failed["status"] = "failed"
+    failed["error"] = {"code": code, "message": message}
+    return [
+        {"type": "error", "sequence_number": 0, "code": code, "message": message, "param": None},
+        {"type": "response.failed", "sequence_number": 1, "response": failed},
+    ]

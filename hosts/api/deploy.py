@@ -161,6 +161,11 @@ class DeploymentViewSet(viewsets.ModelViewSet):
     search_fields = ["name", "model_path", "served_model_name"]
     ordering_fields = ["name", "port", "status", "created"]
 
+    def perform_update(self, serializer) -> None:
+        if serializer.instance.status not in (DeploymentStatus.STOPPED, DeploymentStatus.FAILED):
+            raise ValidationError({"status": ["Stop the deployment before changing it."]})
+        serializer.save()
+
     def perform_destroy(self, instance: Deployment) -> None:
         if instance.status not in (DeploymentStatus.STOPPED, DeploymentStatus.FAILED):
             raise ValidationError({"status": ["Stop the deployment before deleting it."]})

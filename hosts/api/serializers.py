@@ -32,7 +32,8 @@ class GPUSerializer(serializers.ModelSerializer):
 
 class HostSerializer(serializers.ModelSerializer):
     """A GPU machine reached over SSH. Send `private_key` to set it (null or "" clears it, omit it
-    to keep it); responses only say `has_private_key`."""
+    to keep it); responses only say `has_private_key`. `host_key_fingerprint` is pinned by
+    confirming `seen_host_key_fingerprint` (POST /api/hosts/{id}/confirm-host-key/)."""
 
     private_key = serializers.CharField(
         write_only=True,
@@ -61,6 +62,7 @@ class HostSerializer(serializers.ModelSerializer):
             "private_key",
             "has_private_key",
             "host_key_fingerprint",
+            "seen_host_key_fingerprint",
             "labels",
             "notes",
             "status",
@@ -74,6 +76,7 @@ class HostSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = [
             "host_key_fingerprint",
+            "seen_host_key_fingerprint",
             "status",
             "status_message",
             "last_checked",

@@ -10,6 +10,7 @@ from django.db import transaction
 from rest_framework import serializers
 
 from channels.models import Model
+from keys.choices import KeyState
 from keys.models import Key
 from keys.services import MAX_CIDR_ENTRIES, issue_key, validate_key_settings
 from portal.api.serializers import LIMIT_FIELDS, drf_error, is_admin, limit_field
@@ -41,9 +42,7 @@ class KeySerializer(serializers.ModelSerializer):
         help_text="CIDR blocks (10.0.0.0/8, 2001:db8::/32, or one address); empty: any address.",
     )
     masked = serializers.CharField(read_only=True)
-    state = serializers.ChoiceField(
-        choices=["active", "expired", "revoked", "owner inactive"], read_only=True, help_text="Computed now."
-    )
+    state = serializers.ChoiceField(choices=KeyState.choices, read_only=True, help_text="Computed now.")
     requests_per_minute = limit_field()
     tokens_per_minute = limit_field()
     tokens_per_day = limit_field()

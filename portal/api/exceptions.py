@@ -1,6 +1,7 @@
-"""DRF exception handler: database integrity errors from user input become 400s, not 500s."""
+"""DRF exception handler: database errors caused by user input become 4xx, never 500s."""
 
 from django.db import IntegrityError
+from django.db.models import ProtectedError, RestrictedError
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_handler
@@ -8,9 +9,17 @@ from rest_framework.views import exception_handler as drf_handler
 
 def exception_handler(exc, context):
     response = drf_handler(exc, context)
-    if response is None and isinstance(exc, IntegrityError):
+    if response is not None:
+        return response
+    # ProtectedError subclasses IntegrityError: test it first, it deserves its own answer.
+    if isinstance(exc, ProtectedError | RestrictedError):
+        blocking = getattr(exc, "protected_objects", None) or getattr(exc, "restricted_objects", ())
+        names = sorted({str(o) for o in blocking})
+        listed = ", ".join(names[:10]) + ("…" if len(names) > 10 else "")
+        return Response({"detail": f"Still used by {listed}; remove those first."}, status=status.HTTP_409_CONFLICT)
+    if isinstance(exc, IntegrityError):
         return Response(
             {"non_field_errors": ["This conflicts with an existing object (duplicate name?)."]},
             status=status.HTTP_400_BAD_REQUEST,
         )
-    return response
+    return None

@@ -45,6 +45,9 @@ class IdOrNameRelatedField(serializers.RelatedField):
         queryset = self.get_queryset()
         if isinstance(data, bool) or not isinstance(data, int | str):
             self.fail("incorrect_type", data_type=type(data).__name__)
+        if isinstance(data, str) and ("\x00" in data or len(data) > 200):
+            # PostgreSQL refuses NUL in text even in a WHERE clause; no name is that long anyway.
+            self.fail("does_not_exist", model=queryset.model._meta.verbose_name, value=data[:100].replace("\x00", ""))
         try:
             if isinstance(data, int) or (isinstance(data, str) and data.isdigit()):
                 found = queryset.filter(pk=int(data)).first()
@@ -159,6 +162,7 @@ class UserSerializer(serializers.ModelSerializer):
     def create(self, validated_data: dict) -> User:
         models = validated_data.pop("allowed_models", None)
         password = validated_data.pop("password", None)
+        validated_data.setdefault("role", Role.DEVELOPER)
         user, plain = services.create_user(password=password, **validated_data)
         if models:
             user.allowed_models.set(models)

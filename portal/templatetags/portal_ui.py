@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from django import template
-from django.template import TemplateDoesNotExist
-from django.template.loader import get_template
 from django.utils.html import format_html
 
 register = template.Library()
@@ -28,24 +26,6 @@ _TONES = {
     "no_driver": "warn",
     "revoked": "bad",
 }
-
-
-@register.simple_tag(takes_context=True)
-def optional_include(context, template_name: str, fallback: str = ""):
-    """Include `template_name` if another part of the portal provides it, else `fallback` (or nothing).
-
-    Pages leave spots for widgets other apps add later (health badges, GPU tables); a missing
-    template must not break the page.
-    """
-    for name in (template_name, fallback):
-        if not name:
-            continue
-        try:
-            tpl = get_template(name)
-        except TemplateDoesNotExist:
-            continue
-        return tpl.render(context.flatten(), context.get("request"))
-    return ""
 
 
 @register.simple_tag

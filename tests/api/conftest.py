@@ -16,11 +16,12 @@ from portal.tokens import issue_token
 CHANNEL_API_KEY = "sk-upstream-secret-0123456789abcdef"
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    """PBKDF2 with a million rounds costs a second per test user on a busy CI box; these tests
-    are about the API, not password storage."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+@pytest.fixture(scope="session")
+def openapi_schema() -> dict:
+    """The OpenAPI document, generated once per run (it takes seconds on a busy box)."""
+    from drf_spectacular.generators import SchemaGenerator
+
+    return SchemaGenerator().get_schema(request=None, public=True)
 
 
 @pytest.fixture(scope="session")

@@ -254,3 +254,16 @@ def test_a_revoked_key_cannot_be_rotated_or_edited(alice_api, alice_key):
     assert alice_api.post(f"/api/keys/{alice_key.pk}/rotate/", {}, format="json").status_code == 400
     assert alice_api.patch(f"/api/keys/{alice_key.pk}/", {"name": "back"}, format="json").status_code == 400
     assert db_state() == before
+
+
+def test_deleting_a_host_with_a_deployment_is_a_409_that_names_it(admin_api):
+    from hosts.models import Deployment, Host
+
+    host = Host.objects.create(name="gpu-del", address="10.0.0.9", username="ubuntu")
+    Deployment.objects.create(
+        name="qwen-live", host=host, backend="vllm", model_path="Qwen/Qwen3-8B", served_model_name="q", port=8001
+    )
+    response = admin_api.delete(f"/api/hosts/{host.pk}/")
+    assert response.status_code == 409
+    assert "qwen-live" in response.json()["detail"]
+    assert Host.objects.filter(pk=host.pk).exists()

@@ -24,7 +24,6 @@ READ_URLS = [
     "/api/models/",
     "/api/keys/",
     "/api/keys/{alice_key}/",
-    "/api/schema/",
 ]
 
 

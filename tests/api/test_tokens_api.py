@@ -60,3 +60,15 @@ def test_tokens_are_private_even_from_admins(admin_api, mallory_api, alice_token
     assert mallory_api.get(f"/api/tokens/{alice_token.pk}/").status_code == 404
     assert admin_api.post(f"/api/tokens/{alice_token.pk}/revoke/").status_code == 404
     assert ApiToken.objects.get(pk=alice_token.pk).revoked_at is None
+
+
+def test_creating_and_revoking_a_token_is_audited_without_the_secret(alice, alice_api):
+    from portal.models import AuditLog
+
+    body = alice_api.post("/api/tokens/", {"name": "ci"}, format="json").json()
+    alice_api.post(f"/api/tokens/{body['id']}/revoke/")
+    entries = AuditLog.objects.filter(object_type="apitoken", object_id=str(body["id"])).order_by("id")
+    assert [e.action for e in entries] == ["create", "update"]
+    assert all(e.actor == alice for e in entries)
+    assert entries[0].changes["token_hash"] == "set" and "revoked_at" in entries[1].changes
+    assert body["token"] not in str([e.changes for e in entries])

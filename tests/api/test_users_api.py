@@ -43,9 +43,11 @@ def test_reset_password_returns_a_new_one_once_and_audits_it(admin, admin_api, a
     assert entry.actor == admin and response.json()["password"] not in str(entry.changes)
 
 
-def test_deactivate_and_reactivate(admin_api, alice):
+def test_deactivate_and_reactivate(admin, admin_api, alice):
     body = admin_api.post(f"/api/users/{alice.pk}/deactivate/").json()
     assert body["is_active"] is False
+    entry = AuditLog.objects.filter(object_type="user", object_id=str(alice.pk), action="update").first()
+    assert entry.actor == admin and entry.changes["is_active"] == [True, False]
     assert session_client(alice).get("/api/me/").status_code in (401, 403)
     assert admin_api.post(f"/api/users/{alice.pk}/reactivate/").json()["is_active"] is True
 
@@ -88,3 +90,8 @@ def test_me_shows_the_callers_profile_and_models(alice, alice_api, model):
     restricted = Model.objects.create(name="a-restricted")
     alice.allowed_models.set([restricted])
     assert alice_api.get("/api/me/").json()["models"] == ["a-restricted"]
+
+
+def test_a_user_created_with_only_a_username_is_a_developer(admin_api):
+    response = admin_api.post("/api/users/", {"username": "dana"}, format="json")
+    assert response.status_code == 201 and response.json()["role"] == "developer"

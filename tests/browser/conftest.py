@@ -41,9 +41,3 @@ def screenshots(tmp_path):
     folder = os.environ.get("PORTAL_SCREENSHOTS") or str(tmp_path)
     os.makedirs(folder, exist_ok=True)
     return folder
-
-
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    """PBKDF2's many rounds dominate on a busy CI box; the hash scheme is not under test here."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import tomllib
+import uuid
 from pathlib import Path
 
 import anthropic
@@ -29,7 +30,7 @@ UPSTREAM_KEY = "sk-upstream-e2e-0000"
 
 @pytest.fixture
 def portal(transactional_db, settings, monkeypatch):
-    monkeypatch.setenv("GATEWAY_REDIS_NAMESPACE", "cctest-e2e")
+    monkeypatch.setenv("GATEWAY_REDIS_NAMESPACE", "cctest-" + uuid.uuid4().hex[:10])
     settings.PORTAL_PUBLIC_URL = ""  # the request's own scheme and host, as behind no proxy
     settings.GATEWAY_USAGE_FLUSH_INTERVAL = 0.1
     with FakeUpstream(api_key=UPSTREAM_KEY, max_model_len=8192) as up:

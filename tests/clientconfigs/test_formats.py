@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import tomllib
-from pathlib import Path
 
 import pytest
 import yaml
@@ -14,7 +13,6 @@ from clientconfigs.clients.base import ENV_VAR, PLACEHOLDER_KEY
 
 from .conftest import SAMPLE_KEY, run_node, sample_input
 
-SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "claude-code-settings.json"
 PARSERS = {"json": json.loads, "jsonc": json.loads, "yaml": yaml.safe_load, "toml": tomllib.loads}
 
 
@@ -141,14 +139,27 @@ def test_cline_writes_both_storage_generations_and_no_vscode_settings():
         assert "cline.openaiBaseUrl" not in f.content and "cline.apiKey" not in f.content
 
 
-def test_claude_code_settings_validate_against_the_schemastore_schema(variant):
-    jsonschema = pytest.importorskip("jsonschema")
-    if not SCHEMA.exists():
-        pytest.skip("tests/schemas/claude-code-settings.json (SchemaStore) is not vendored in this repository")
-    _, inp = variant
-    schema = json.loads(SCHEMA.read_text())
-    settings = json.loads(files("claude-code", inp)["settings.json"].content)
-    jsonschema.Draft7Validator(schema).validate(settings)
+@pytest.fixture(scope="module")
+def claude_results(tmp_path_factory):
+    """SchemaStore's claude-code-settings (npm types generated from the schema) via tsc, in one process."""
+    folder = tmp_path_factory.mktemp("claude")
+    for name, key in (("minted.json", SAMPLE_KEY), ("placeholder.json", None)):
+        (folder / name).write_text(files("claude-code", sample_input(key))["settings.json"].content)
+    good = json.loads(files("claude-code", sample_input(SAMPLE_KEY))["settings.json"].content)
+    (folder / "number-in-env.json").write_text(json.dumps({**good, "env": {**good["env"], "X": 32768}}))
+    (folder / "unknown-key.json").write_text(json.dumps({**good, "anthropicBaseUrl": "https://x"}))
+    return run_node("claude_settings.mjs", sorted(folder.iterdir()))
+
+
+@pytest.mark.parametrize("name", ["minted", "placeholder"])
+def test_claude_code_settings_validate_against_the_schemastore_schema(claude_results, name):
+    result = claude_results[f"{name}.json"]
+    assert result["ok"], result["issues"]
+
+
+@pytest.mark.parametrize("name", ["number-in-env", "unknown-key"])
+def test_the_schemastore_check_rejects_invalid_settings(claude_results, name):
+    assert not claude_results[f"{name}.json"]["ok"]
 
 
 def test_claude_code_uses_the_root_url_and_only_the_auth_token(variant):

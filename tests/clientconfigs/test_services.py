@@ -75,13 +75,14 @@ def test_stale_banner_lists_clients_whose_download_is_out_of_date(alice, catalog
 
 
 def test_minted_keys_are_named_per_client_and_machine_and_scoped_like_the_default(alice, catalog):
-    alice.key_defaults = {"tokens_per_day": 5000, "allowed_models": ["qwen3-32b"]}
-    alice.save()
+    alice.key_defaults = {"tokens_per_day": 5000}
+    alice.allowed_models.set([catalog["qwen"]])
     key, plaintext = services.mint_key(alice, "cline", "laptop")
     again, _ = services.mint_key(alice, "cline", "laptop")
     assert (key.name, again.name) == ("cline@laptop", "cline@laptop-2")
     assert key.client == "cline" and key.tokens_per_day == 5000
-    assert list(key.allowed_models.values_list("name", flat=True)) == ["qwen3-32b"]
+    assert not key.allowed_models.exists()  # empty: the owner's models, narrowed when the owner's are
+    assert [s.name for s in services.model_specs(alice, key)] == ["qwen3-32b"]
     assert verify_key(plaintext) == key
     assert plaintext not in str(Key.objects.filter(pk=key.pk).values().first())
 
@@ -129,3 +130,35 @@ def test_gateway_url_prefers_the_public_url(settings, rf):
     assert services.gateway_url(rf.get("/")) == "https://portal.example.com"
     settings.PORTAL_PUBLIC_URL = ""
     assert services.gateway_url(rf.get("/", HTTP_HOST="gw.internal:8000")) == "http://gw.internal:8000"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_installers_racing_with_one_token_get_one_bundle(alice, catalog):
+    """The conditional update is the lock: on PostgreSQL both redemptions really run at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connection
+
+    from tests.services import require_postgres
+
+    require_postgres()
+    _, token = services.issue_download_token(alice, "cline", key_mode=KeyMode.MINT, key_name="race")
+
+    def redeem(_):
+        try:
+            return services.redeem_download_token(token, gateway=GW)
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(redeem, range(4)))
+    assert sum(r is not None for r in results) == 1
+    assert Key.objects.filter(owner=alice, name__startswith="cline@race").count() == 1
+
+
+def test_a_deactivated_developers_token_gives_nothing(alice, catalog):
+    _, token = services.issue_download_token(alice, "cline", key_mode=KeyMode.MINT)
+    alice.is_active = False
+    alice.save()
+    assert services.redeem_download_token(token, gateway=GW) is None
+    assert not Key.objects.filter(owner=alice).exists()

@@ -193,3 +193,8 @@ def test_mallory_does_not_see_alices_downloads_in_her_banner(client, mallory, al
     catalog["llama"].routes.update(context_window=4096)
     client.force_login(mallory)
     assert "out of date" not in client.get("/connect/").content.decode()
+
+
+def test_the_nav_links_to_the_page(alice_client, catalog):
+    html = alice_client.get("/").content.decode()
+    assert 'href="/connect/"' in html and "Connect your tools" in html

@@ -58,7 +58,7 @@ def write_tiny_gguf(path: str | os.PathLike[str], *, seed: int = 0, context_leng
     def w(*shape: int) -> np.ndarray:
         return (rng.standard_normal(shape) * 0.02).astype(np.float32)
 
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # concurrent writers never share a temp file
     writer = gguf.GGUFWriter(str(tmp), "llama")
     writer.add_name("tiny-test-llama")
     writer.add_context_length(context_length)

@@ -39,16 +39,15 @@ def sse_events(text: str) -> list[str]:
     [{"mode": "status", "status": 500}, {"mode": "status", "status": 429}, {"mode": "status", "status": 503}],
 )
 def test_it_fails_over_on_429_and_5xx(setup, gateway_url, upstream, backup, failure):
-    passive.drain()
+    passive.collect()  # start from an empty health window
     upstream.behave(**failure)
     r = httpx.post(gateway_url + "/v1/chat/completions", json=CHAT, headers=auth(setup))
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"].startswith("tok0")
     assert len(upstream.requests) == 1 and len(backup.requests) == 1
-    outcomes = passive.drain()
-    assert [(o.channel_id, o.ok, o.status) for o in outcomes] == [
-        (setup.channel.id, False, failure["status"]),
-        (backup.channel.id, True, 200),
-    ]
+    tallies = passive.collect()  # what the health checks (3/6) will fold into each channel's window
+    failed, served = tallies[setup.channel.id], tallies[backup.channel.id]
+    assert (failed.fail_count, failed.ok_count, failed.last_status) == (1, 0, failure["status"])
+    assert (served.ok_count, served.fail_count) == (1, 0)
     record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
     assert record.channel_id == backup.channel.id
 
@@ -164,7 +163,9 @@ def test_header_hygiene(setup, gateway_url, upstream):
 
 
 def test_streams_are_relayed_without_buffering(setup, gateway_url, upstream):
-    upstream.behave(tokens=6, token_delay=0.15)
+    # The upstream spaces 6 tokens 0.2 s apart. Relayed chunk by chunk, tok0 reaches the client about
+    # a second before the stream ends; buffered, both happen at once. Relative, so load can't flake it.
+    upstream.behave(tokens=6, token_delay=0.2)
     started = time.monotonic()
     with httpx.stream(
         "POST", gateway_url + "/v1/chat/completions", json={**CHAT, "stream": True}, headers=auth(setup)
@@ -174,4 +175,4 @@ def test_streams_are_relayed_without_buffering(setup, gateway_url, upstream):
             if first is None and '"tok0"' in line:
                 first = time.monotonic() - started
     total = time.monotonic() - started
-    assert first < 0.5 < total
+    assert first is not None and total - first >= 0.8, (first, total)

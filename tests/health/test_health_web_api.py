@@ -77,7 +77,10 @@ def test_check_now_answers_in_place_with_the_result_and_fresh_log(admin_client, 
     html = resp.content.decode()
     assert resp.status_code == 200 and "<html" not in html  # a fragment, not a page
     assert 'id="health-check-result"' in html and "OK" in html and "unknown → <strong>healthy" in html
-    assert 'id="health-probe-log" hx-swap-oob="true"' in html and 'id="health-status" hx-swap-oob="true"' in html
+    assert (
+        'id="health-probe-log" class="table-wrap" hx-swap-oob="true"' in html
+        and 'id="health-status" hx-swap-oob="true"' in html
+    )
     assert Channel.objects.get(pk=ch.pk).status == ChannelStatus.HEALTHY
 
 
@@ -210,7 +213,25 @@ def test_overview_and_partials_render(admin_client, upstream, make_channel):
     html = Template("{% load channel_health %}{% health_badge channel %}{% health_dashboard %}").render(
         Context({"channel": Channel.objects.get(pk=ch.pk)})
     )
-    assert "Healthy" in html and "1 healthy" in html
+    assert "Healthy" in html and 'class="health-dashboard"' in html and "gpu-e" in html
+
+
+def test_the_ui_pages_show_the_health_partials(admin_client, upstream, make_channel, django_assert_max_num_queries):
+    up = upstream()
+    channels = [make_channel(f"list-{i}", up.base_url) for i in range(8)]
+    from channels.health import service
+
+    service.run_round()
+
+    with django_assert_max_num_queries(25):  # badges are filled in one go, not per row
+        listing = admin_client.get(reverse("channel_list")).content.decode()
+    assert listing.count('data-status="healthy"') == 8
+
+    detail = admin_client.get(reverse("channel_detail", args=[channels[0].pk])).content.decode()
+    assert 'class="health-detail"' in detail and "Check now" in detail and 'id="health-probe-log"' in detail
+
+    dashboard = admin_client.get(reverse("dashboard")).content.decode()
+    assert 'class="health-dashboard"' in dashboard
 
 
 def test_check_channels_command_runs_one_round(upstream, make_channel):

@@ -89,15 +89,18 @@ def test_outcomes_flushed_to_redis_are_collected_once(make_channel):
         assert passive.collect() == {}
 
 
-def test_report_is_cheap(make_channel):
+def test_report_is_cheap_and_does_no_io(make_channel):
     import time
 
-    started = time.perf_counter()
-    for i in range(20_000):
-        passive.report(1, i % 7 != 0, status=200)
-    per_call_us = (time.perf_counter() - started) / 20_000 * 1e6
-    passive.drain()
-    assert per_call_us < 20
+    best = float("inf")
+    with override_settings(REDIS_URL="redis://127.0.0.1:1/0"):  # nothing there: any I/O would be slow or raise
+        for _ in range(5):  # best of five batches, so a busy machine does not fail it
+            started = time.perf_counter()
+            for i in range(2_000):
+                passive.report(1, i % 7 != 0, status=200)
+            best = min(best, (time.perf_counter() - started) / 2_000 * 1e6)
+    assert len(passive.drain()) == 10_000
+    assert best < 50  # microseconds per call; typically 2-3
 
 
 def _probe(ch, minutes_ago: float, ok=True, ttft=None, now=None):

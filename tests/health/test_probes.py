@@ -1,9 +1,11 @@
 """Probing real fake upstreams over TCP: what gets recorded, discovered and decided."""
 
+import datetime as dt
 import time
 
 import pytest
 from django.test import override_settings
+from django.utils import timezone
 
 from channels.choices import ChannelStatus
 from channels.health import service
@@ -226,3 +228,22 @@ def test_a_status_change_bumps_the_gateway_route_generation(upstream, make_chann
             service.run_round()  # unknown → healthy, and the context window was discovered
         after = int(client.get(gen_routes) or 0)
     assert after > before
+
+
+def test_limits_are_rediscovered_hourly_not_every_round(upstream, make_channel):
+    up = upstream(max_model_len=16384)
+    ch = make_channel("steady", up.base_url)
+    service.run_round()
+    up.requests.clear()
+
+    service.run_round()  # healthy, limits fresh: liveness and latency only
+    assert [r.path for r in up.requests] == ["/health", "/v1/chat/completions"]
+
+    ModelRoute.objects.filter(channel=ch).update(discovered_at=timezone.now() - dt.timedelta(hours=2))
+    up.requests.clear()
+    service.run_round()
+    assert "/v1/models" in [r.path for r in up.requests]
+
+    up.requests.clear()
+    service.check_channel(ch.pk)  # an admin's Check now always looks
+    assert "/v1/models" in [r.path for r in up.requests]

@@ -1,8 +1,10 @@
+import subprocess
+
 import pytest
 
 from hosts.models import Host
 from tests.fakes.sshd import SSHTarget
-from tests.services import require_binary
+from tests.services import require_binary, unavailable
 
 
 @pytest.fixture(scope="session")
@@ -10,8 +12,14 @@ def ssh_target():
     """One real sshd for the whole session (starting one costs ~0.2 s, but keys and files add up)."""
     sshd = require_binary("/usr/sbin/sshd", "apt-get install openssh-server")
     require_binary("ssh-keygen", "apt-get install openssh-client")
-    with SSHTarget(sshd=sshd) as target:
-        yield target
+    target = SSHTarget(sshd=sshd)
+    try:
+        target.start()
+    except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+        target.stop()
+        unavailable(f"a test sshd could not start here: {exc}")
+    yield target
+    target.stop()
 
 
 @pytest.fixture

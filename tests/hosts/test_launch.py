@@ -13,11 +13,11 @@ import socket
 import openai
 import pytest
 
-from channels.choices import ChannelKind
+from channels.choices import ChannelKind, ChannelStatus
 from channels.models import Channel, ModelRoute
 from hosts import inventory, services
 from hosts.choices import DeploymentStatus, JobAction, JobState
-from hosts.models import Deployment, LaunchJob
+from hosts.models import Deployment, Host, LaunchJob
 from tests.fakes.llamacpp import tiny_gguf_path
 from tests.services import free_port
 
@@ -42,6 +42,17 @@ def started_pids():
 
 
 @pytest.fixture
+def eager_celery():
+    """Queued tasks (the probe the launch job triggers) run inline, as a worker would run them."""
+    from portal.celery import app
+
+    before = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = before
+
+
+@pytest.fixture
 def online_host(gpu_host):
     inventory.refresh(gpu_host)
     return gpu_host
@@ -52,9 +63,12 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    # A zombie is gone for our purposes; sshd reaps it soon.
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split(") ", 1)[1][0] != "Z"
+    # A zombie is gone for our purposes (PID 1 in some containers never reaps).
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def llama_deployment(host, *, model_path=None, port=None, **options) -> Deployment:
@@ -79,11 +93,13 @@ def run(deployment: Deployment, action: str = JobAction.LAUNCH) -> LaunchJob:
     return job
 
 
-def test_llamacpp_deployment_launches_registers_a_channel_and_stops(online_host, started_pids):
+def test_llamacpp_deployment_launches_registers_a_channel_and_stops(online_host, started_pids, eager_celery):
     deployment = llama_deployment(online_host)
+    checked_before = Host.objects.get(pk=online_host.pk).last_checked
     job = run(deployment)
     if job.pid:
         started_pids.append(job.pid)
+    assert Host.objects.get(pk=online_host.pk).last_checked > checked_before  # GPUs re-read after the job
 
     assert job.state == JobState.RUNNING, job.message
     assert [t["state"] for t in job.transitions] == ["queued", "connecting", "starting", "waiting_health", "running"]
@@ -95,6 +111,7 @@ def test_llamacpp_deployment_launches_registers_a_channel_and_stops(online_host,
     assert channel.kind == ChannelKind.LLAMACPP
     assert channel.base_url == f"http://127.0.0.1:{deployment.port}/v1"
     assert channel.api_key == deployment.upstream_api_key and channel.host == online_host
+    assert channel.status == ChannelStatus.HEALTHY, channel.status_message  # the probe the job triggered
     route = ModelRoute.objects.get(channel=channel)
     assert route.model.name == "tiny-chat"
     assert route.context_window == route.discovered_context_window == 1024  # what llama.cpp's /props said
@@ -271,3 +288,133 @@ def test_chat_completion_through_the_gateway_reaches_the_launched_llamacpp(
 
     run(deployment, JobAction.STOP)
     assert not alive(job.pid)
+    with pytest.raises(openai.APIStatusError) as stopped:  # the disabled channel is no longer routed to
+        client.chat.completions.create(model="tiny-chat", messages=[{"role": "user", "content": "hi"}], max_tokens=1)
+    assert stopped.value.status_code in (404, 503)
+
+
+@pytest.mark.parametrize(
+    ("log", "exit_code", "expected"),
+    [
+        (
+            "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 12800.00 MiB on device 0: "
+            "cudaMalloc failed: out of memory\nllama_model_load: error loading model",
+            1,
+            "Out of memory (exit code 1)",
+        ),
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+            "of 79.10 GiB of which 1.2 GiB is free.",
+            1,
+            "Out of memory",
+        ),
+        (
+            "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`",
+            1,
+            "Out of memory",
+        ),
+        (
+            "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already in use",
+            1,
+            "Port 8000 is in use",
+        ),
+        ("sh: 1: vllm: not found", 127, "vllm was not found on the host's PATH"),
+        ("Traceback …\nKeyError: 'model_type'", 1, "The server exited (exit code 1)"),
+    ],
+)
+def test_failure_reasons_are_recognised_from_real_log_lines(db, log, exit_code, expected):
+    host = Host(name="h", address="10.0.0.1", username="u")
+    deployment = Deployment(host=host, name="d", backend="vllm", model_path="a/b", served_model_name="b", port=8000)
+    message = services.explain_failure(log, exit_code, deployment)
+    assert message.startswith(expected)
+    assert log.strip().splitlines()[-1] in message  # the last log lines come along
+
+
+def test_fit_reads_config_json_and_weight_sizes_over_ssh(online_host, tmp_path):
+    folder = tmp_path / "Qwen3-32B"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        '{"hidden_size": 5120, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,'
+        ' "num_hidden_layers": 64, "intermediate_size": 25600, "vocab_size": 151936,'
+        ' "max_position_embeddings": 40960}'
+    )
+    for i in range(2):  # sparse files: the size is what counts
+        with open(folder / f"model-0000{i}.safetensors", "wb") as f:
+            f.truncate(10 * 1024**3)
+    deployment = services.save_deployment(
+        host=online_host,
+        name="qwen32",
+        backend="vllm",
+        model_path=str(folder),
+        served_model_name="qwen3-32b",
+        gpu_indices=[0],
+        port=free_port(),
+        options={"max_model_len": 4096},
+        extra_args=[],
+    )
+    from hosts import ssh
+
+    with ssh.connect(online_host) as remote:
+        result = services.check_fit(deployment, remote)
+    assert result["source"] == "config.json"
+    assert result["weights_gib"] == 20.0  # the files, not the parameter count
+    assert result["verdict"] == "does_not_fit"  # on a 12 GB card
+
+
+def test_a_redelivered_job_resumes_and_finds_the_server_it_started(online_host, started_pids):
+    """The worker died after starting the server; Celery redelivers the task (acks_late)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    deployment = llama_deployment(online_host)
+    first = run(deployment)
+    started_pids.append(first.pid)
+    job = services.request_job(deployment, JobAction.LAUNCH)
+    LaunchJob.objects.filter(pk=job.pk).update(
+        state=JobState.WAITING_HEALTH, heartbeat=timezone.now() - timedelta(minutes=5)
+    )
+    services.run_job(job.pk)
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.pid == first.pid
+    assert Channel.objects.count() == 1
+    run(deployment, JobAction.STOP)
+
+
+def test_a_job_held_by_a_live_worker_is_not_run_twice(online_host):
+    from django.utils import timezone
+
+    deployment = llama_deployment(online_host)
+    job = services.request_job(deployment, JobAction.LAUNCH)
+    LaunchJob.objects.filter(pk=job.pk).update(state=JobState.STARTING, heartbeat=timezone.now())
+    services.run_job(job.pk)
+    job.refresh_from_db()
+    assert job.state == JobState.STARTING and len(job.transitions) == 1
+
+
+def test_stop_kills_a_server_that_ignores_term_after_the_grace_period(online_host, started_pids, settings):
+    from hosts import ssh
+
+    settings.HOSTS_STOP_GRACE = 0.5
+    deployment = llama_deployment(online_host)
+    with ssh.connect(online_host) as remote:
+        stubborn = (
+            "{ setsid nohup sh -c 'trap \"\" TERM; while :; do sleep 0.1; done' >/dev/null 2>&1 </dev/null & echo $!; }"
+        )
+        pid = int(remote.run(stubborn).stdout.strip())
+    started_pids.append(pid)
+    Deployment.objects.filter(pk=deployment.pk).update(pid=pid, status=DeploymentStatus.RUNNING)
+    deployment.refresh_from_db()
+    job = run(deployment, JobAction.STOP)
+    assert job.state == JobState.STOPPED, job.message
+    assert not alive(pid)
+
+
+def test_a_channel_name_taken_by_hand_gets_a_suffix(online_host, started_pids):
+    Channel.objects.create(name="tiny@gpu-box", kind="openai", base_url="https://api.example.com/v1")
+    deployment = llama_deployment(online_host)
+    job = run(deployment)
+    started_pids.append(job.pid)
+    assert job.state == JobState.RUNNING, job.message
+    assert deployment.channel.name == "tiny@gpu-box-2"
+    run(deployment, JobAction.STOP)

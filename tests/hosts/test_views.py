@@ -128,3 +128,13 @@ def test_host_gpus_partial_shows_memory_bars_and_the_key_to_confirm(admin_client
     assert r.status_code == 200 and "Confirm host key" not in r.content.decode()
     host.refresh_from_db()
     assert host.host_key_fingerprint == "SHA256:abc"
+
+
+def test_deleting_a_host_with_deployments_is_refused_with_a_reason(admin_client, host):
+    """A deployment may still have a server running there: the host is kept, and the page says why."""
+    Deployment.objects.create(
+        name="d", host=host, backend="vllm", model_path="a/b", served_model_name="b", port=8000, gpu_indices=[0]
+    )
+    r = admin_client.post(reverse("host_delete", args=[host.pk]), follow=True)
+    assert r.status_code == 200 and "is still used by d" in r.content.decode()
+    assert Deployment.objects.filter(host=host).exists()

@@ -6,12 +6,6 @@ from keys.services import issue_key
 from portal.tokens import issue_token
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    """PBKDF2's many rounds dominate these tests on a busy CI box; the hash scheme is not under test."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def host(db):
     return Host.objects.create(name="gpu-1", address="10.0.0.5", username="ubuntu", private_key="")

@@ -1,0 +1,333 @@
+#!/usr/bin/env python3
+"""Gateway benchmark: the same wrk load direct to a fast fake upstream and through the gateway.
+
+    uv run python bench/gateway_bench.py [--repeats 3] [--duration 8] [--duration-c1 5]
+
+What it does, all on 127.0.0.1 and bounded in time:
+  1. starts `bench/mock_upstream.py` (raw ASGI on uvicorn/uvloop, 16-token replies) pinned to
+     CPU 0 (`--mock-cpus`);
+  2. prepares the portal's database (migrate; a channel to the mock, a public model, a developer
+     key WITH limits on every dimension, set high enough never to refuse), in the database and
+     Redis the environment names (DATABASE_URL / REDIS_URL; without them a throwaway SQLite and
+     the database limiter, which is the embedded mode, not the fast path);
+  3. starts the gateway (`uvicorn portal.asgi:application`, uvloop + httptools, 1 worker) pinned to
+     CPU 1 (`--proxy-cpus`), so its figures are "what one core buys";
+  4. per repeat, runs wrk (pinned with the mock) for each phase against the mock directly, then
+     through the gateway: ns_c1 (non-streaming, c=1), ns (non-streaming, c=32), stream (SSE with
+     16 tokens, c=32);
+  5. prints req/s, p50/p95, the ratio to direct and the added p50/p95 per repeat, then the
+     spread (min / median / max) over repeats.
+
+Every process it starts runs in its own process group and is stopped by that group's id.
+The machine is shared: compare ratios within one run, not absolute numbers across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+WRK_RE = re.compile(r"^WRKJSON (\{.*\})\s*$", re.M)
+PHASES = ("ns_c1", "ns", "stream")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Group:
+    """Processes started here, each in its own process group, stopped by group id."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, cmd: list[str], cpus: str | None, env: dict, log: Path) -> subprocess.Popen:
+        if cpus and shutil.which("taskset"):
+            cmd = ["taskset", "-c", cpus, *cmd]
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.procs.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in reversed(self.procs):
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"process for {url} exited with {proc.returncode}")
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise SystemExit(f"timed out waiting for {url}")
+
+
+def body(stream: bool, tokens: int) -> str:
+    b = {
+        "model": "fake-model",
+        "messages": [{"role": "user", "content": "Say hello to the benchmark."}],
+        "max_tokens": tokens,
+    }
+    if stream:
+        b["stream"] = True
+    return json.dumps(b, separators=(",", ":"))
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """utime + stime of a process (the gateway is one process)."""
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as f:
+        rest = f.read().rsplit(")", 1)[1].split()
+    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_wrk(
+    url: str, key: str, conc: int, duration: int, stream: bool, tokens: int, cpus: str, pid: int | None = None
+) -> dict:
+    env = dict(os.environ, BENCH_BODY=body(stream, tokens), BENCH_KEY=key, BENCH_HEADERS="")
+    cmd = [
+        "wrk",
+        "-t",
+        "1",
+        "-c",
+        str(conc),
+        "-d",
+        f"{duration}s",
+        "--timeout",
+        "30s",
+        "-s",
+        str(HERE / "wrk_post.lua"),
+        url + "/v1/chat/completions",
+    ]
+    if cpus and shutil.which("taskset"):
+        cmd = ["taskset", "-c", cpus, *cmd]
+    cpu0 = cpu_seconds(pid)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=duration + 60)
+    cpu = cpu_seconds(pid) - cpu0
+    m = WRK_RE.search(p.stdout)
+    if p.returncode != 0 or not m:
+        raise SystemExit(f"wrk failed rc={p.returncode}\n{p.stdout}\n{p.stderr}")
+    w = json.loads(m.group(1))
+    dur = w["duration_us"] / 1e6
+    errors = w["err_connect"] + w["err_read"] + w["err_write"] + w["err_status"] + w["err_timeout"]
+    ok = max(0, w["requests"] - w["err_status"])
+    return {
+        "rps": ok / dur,
+        "p50": w["lat_p50_us"] / 1000,
+        "p95": w["lat_p95_us"] / 1000,
+        "errors": errors,
+        "cpu_ms_per_req": cpu * 1000 / ok if (pid and ok) else None,
+        "cores": cpu / dur if pid else None,
+    }
+
+
+def prepare_portal(mock_base: str, env: dict) -> str:
+    """Migrate and create the channel, model and a limited key; print the key."""
+    script = f"""
+import django, os
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+django.setup()
+from django.core.management import call_command
+call_command("migrate", interactive=False, verbosity=0)
+from channels.models import Channel, Model, ModelRoute
+from keys.services import issue_key
+from portal.models import User
+user, _ = User.objects.get_or_create(username="bench-dev", defaults={{"role": "developer"}})
+ch, _ = Channel.objects.update_or_create(name="bench-mock", defaults=dict(kind="vllm", base_url={mock_base!r},
+    api_key="sk-bench-upstream", status="healthy", enabled=True))
+m, _ = Model.objects.get_or_create(name="fake-model")
+ModelRoute.objects.get_or_create(model=m, channel=ch, defaults=dict(upstream_model="fake-model"))
+big = 10**11
+for k in user.keys.filter(revoked_at__isnull=True, name="bench"):
+    k.revoked_at = django.utils.timezone.now(); k.save()
+key, plain = issue_key(owner=user, name="bench", requests_per_minute=big, tokens_per_minute=big,
+                       tokens_per_day=big, tokens_per_month=big, max_parallel_requests=10**6)
+print("KEY=" + plain)
+"""
+    p = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    m = re.search(r"KEY=(\S+)", p.stdout)
+    if p.returncode != 0 or not m:
+        raise SystemExit("preparing the portal failed:\n" + p.stdout + p.stderr)
+    return m.group(1)
+
+
+def smoke(gw: str, key: str) -> None:
+    import httpx
+
+    h = {"Authorization": f"Bearer {key}"}
+    r = httpx.post(gw + "/v1/chat/completions", content=body(False, 4), headers=h, timeout=30)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4, r.text
+    with httpx.stream("POST", gw + "/v1/chat/completions", content=body(True, 4), headers=h, timeout=30) as s:
+        text = s.read().decode()
+    assert text.rstrip().endswith("data: [DONE]") and '"usage"' not in text, text
+    bad = httpx.post(
+        gw + "/v1/chat/completions", content=body(False, 4), headers={"Authorization": "Bearer gp-wrong"}, timeout=30
+    )
+    assert bad.status_code == 401
+    print("smoke: non-stream 200 with usage, stream ends with [DONE] (usage chunk hidden), wrong key 401")
+
+
+def fmt_row(rep, phase, target, r, base) -> str:
+    ratio = r["rps"] / base["rps"] if base else None
+    add50 = r["p50"] - base["p50"] if base else None
+    add95 = r["p95"] - base["p95"] if base else None
+    f = lambda v, nd=2: "-" if v is None else f"{v:.{nd}f}"  # noqa: E731
+    return (
+        f"| {rep} | {phase} | {target} | {r['rps']:.0f} | {f(ratio, 3)} | {r['p50']:.2f} | {r['p95']:.2f} "
+        f"| {f(add50)} | {f(add95)} | {r['errors']} | {f(r.get('cpu_ms_per_req'), 3)} | {f(r.get('cores'))} |"
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--duration", type=int, default=8, help="seconds per c=32 phase")
+    ap.add_argument("--duration-c1", type=int, default=5, help="seconds per c=1 phase")
+    ap.add_argument("--conc", type=int, default=32)
+    ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--mock-cpus", default="0", help="CPUs for the mock and wrk")
+    ap.add_argument("--proxy-cpus", default="1", help="CPUs for the gateway")
+    ap.add_argument("--phases", default=",".join(PHASES))
+    ap.add_argument("--out", default="", help="write all results as JSON here")
+    ap.add_argument("--profile", default="", help="py-spy record the gateway into this SVG (needs py-spy)")
+    a = ap.parse_args()
+    if not shutil.which("wrk"):
+        raise SystemExit("wrk is missing: apt-get install -y wrk")
+    if not 1 <= a.repeats <= 10:
+        raise SystemExit("--repeats must be 1..10")
+    phases = [p for p in a.phases.split(",") if p]
+    group = Group()
+    tmp = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
+    env = dict(os.environ)
+    env.setdefault("PORTAL_DATA_DIR", str(tmp / "data"))
+    env["GATEWAY_REDIS_NAMESPACE"] = "gwbench-" + str(os.getpid())
+    env["PORTAL_LOG_LEVEL"] = "WARNING"
+    try:
+        mock_port, gw_port = free_port(), free_port()
+        mock = group.start(
+            [sys.executable, str(HERE / "mock_upstream.py"), "--port", str(mock_port)],
+            a.mock_cpus,
+            env,
+            tmp / "mock.log",
+        )
+        mock_url = f"http://127.0.0.1:{mock_port}"
+        wait_http(mock_url + "/health", mock)
+        key = prepare_portal(mock_url + "/v1", env)
+        gw = group.start(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "portal.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(gw_port),
+                "--loop",
+                "uvloop",
+                "--http",
+                "httptools",
+                "--no-access-log",
+                "--lifespan",
+                "on",
+                "--log-level",
+                "warning",
+            ],
+            a.proxy_cpus,
+            env,
+            tmp / "gateway.log",
+        )
+        gw_url = f"http://127.0.0.1:{gw_port}"
+        wait_http(gw_url + "/v1/models", gw)
+        db = "PostgreSQL" if env.get("DATABASE_URL", "").startswith("postgres") else "SQLite"
+        print(
+            f"gateway: uvicorn+uvloop+httptools, 1 worker on CPU {a.proxy_cpus}; mock+wrk on CPU {a.mock_cpus}; "
+            f"database {db}; limiter {'Redis' if env.get('REDIS_URL') else 'database (embedded)'}; "
+            f"key with all five limits set; usage records on"
+        )
+        smoke(gw_url, key)
+        # warm-up, unmeasured
+        run_wrk(mock_url, "", a.conc, 2, False, a.tokens, a.mock_cpus)
+        run_wrk(gw_url, key, a.conc, 3, False, a.tokens, a.mock_cpus)
+        run_wrk(gw_url, key, a.conc, 2, True, a.tokens, a.mock_cpus)
+        profiler = None
+        if a.profile:
+            profiler = subprocess.Popen(
+                ["py-spy", "record", "-o", a.profile, "-f", "raw", "-p", str(gw.pid), "-r", "200", "--nonblocking"],
+                start_new_session=True,
+            )
+        results: list[dict] = []
+        print(
+            "\n| rep | phase | target | req/s | x direct | p50 ms | p95 ms | +p50 ms | +p95 ms | errors "
+            "| gateway CPU ms/req | gateway cores |"
+        )
+        print("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+        for rep in range(1, a.repeats + 1):
+            for phase in phases:
+                conc = 1 if phase.endswith("c1") else a.conc
+                dur = a.duration_c1 if conc == 1 else a.duration
+                stream = phase.startswith("stream")
+                direct = run_wrk(mock_url, "", conc, dur, stream, a.tokens, a.mock_cpus)
+                ours = run_wrk(gw_url, key, conc, dur, stream, a.tokens, a.mock_cpus, gw.pid)
+                print(fmt_row(rep, phase, "direct", direct, None))
+                print(fmt_row(rep, phase, "gateway", ours, direct), flush=True)
+                results.append({"rep": rep, "phase": phase, "direct": direct, "gateway": ours})
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)
+            profiler.wait(30)
+        print("\nSpread over repeats (min / median / max):")
+        for phase in phases:
+            rows = [r for r in results if r["phase"] == phase]
+            rps = sorted(r["gateway"]["rps"] for r in rows)
+            ratio = sorted(r["gateway"]["rps"] / r["direct"]["rps"] for r in rows)
+            add50 = sorted(r["gateway"]["p50"] - r["direct"]["p50"] for r in rows)
+            cpu = sorted(r["gateway"]["cpu_ms_per_req"] or 0 for r in rows)
+            print(
+                f"  {phase:<7} gateway req/s {rps[0]:.0f} / {statistics.median(rps):.0f} / {rps[-1]:.0f}"
+                f"   x direct {ratio[0]:.3f} / {statistics.median(ratio):.3f} / {ratio[-1]:.3f}"
+                f"   added p50 ms {add50[0]:.2f} / {statistics.median(add50):.2f} / {add50[-1]:.2f}"
+                f"   CPU ms/req {cpu[0]:.3f} / {statistics.median(cpu):.3f} / {cpu[-1]:.3f}"
+                f"   (=> {1000 / statistics.median(cpu):.0f} req/s per core)"
+                if cpu[0]
+                else ""
+            )
+        if a.out:
+            Path(a.out).write_text(json.dumps(results, indent=1))
+    finally:
+        group.stop_all()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

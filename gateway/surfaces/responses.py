@@ -1,0 +1,163 @@
+"""OpenAI Responses surface (Codex): `POST /v1/responses`, streaming and not.
+
+Channels marked `speaks_responses` get the request as is; all others get it translated to Chat
+Completions and the answer translated back (`gateway.translate.responses_*`). Errors keep the
+OpenAI shape, as for Chat Completions. Codex's built-in `openai` provider first tries Responses
+over a WebSocket; that gets a 426 at once (`refuse_websocket`, `refuse_get`) so it falls back to
+HTTP instead of retrying.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+
+from gateway.cache import RouteInfo
+from gateway.http import GatewayError, Receive, Request, Scope, Send
+from gateway.pipeline import Call, Usage, estimate_tokens, open_call, usage_from
+from gateway.translate import TranslationError, responses_request, responses_response
+from gateway.translate.common import encode_sse
+from keys.choices import ApiSurface
+
+from .relay import clamp, max_tokens_of, output_cap, sse_payload, translating_hooks, without_anthropic_headers
+
+logger = logging.getLogger(__name__)
+
+WEBSOCKET_REFUSAL = GatewayError(
+    426,
+    "This gateway serves the Responses API over HTTP only: send POST /v1/responses (in Codex, use a custom "
+    "model provider, whose `supports_websockets` is false).",
+    code="websocket_not_supported",
+)
+
+
+async def create_response(req: Request) -> None:
+    try:
+        await _create_response(req)
+    except TranslationError as exc:
+        raise GatewayError(400, exc.message, code="invalid_request", param=exc.param) from None
+
+
+async def _create_response(req: Request) -> None:
+    body = await req.json()
+    stream = bool(body.get("stream"))
+    max_tokens = max_tokens_of(body, "max_output_tokens")
+    try:
+        chat: dict[str, Any] | None = responses_request.to_chat_request(body)
+        problem: TranslationError | None = None
+    except TranslationError as exc:  # fatal only if a translating channel is picked
+        chat, problem = None, exc
+    prompt = estimate_tokens(chat["messages"] if chat else body.get("input"))
+    limit = clamp(max_tokens, await output_cap(body.get("model")))
+    if chat is not None and max_tokens is not None:
+        chat["max_tokens"] = limit
+    call = await open_call(
+        req,
+        surface=ApiSurface.RESPONSES,
+        model=body.get("model"),
+        stream=stream,
+        prompt_tokens=prompt,
+        max_tokens=limit,
+    )
+    chat_headers = without_anthropic_headers(req.headers)
+
+    def prepare(route: RouteInfo) -> tuple[str, dict[str, Any], dict[str, str], bool]:
+        if route.speaks_responses:
+            return "/responses", dict(body), req.headers, False
+        if problem is not None:
+            raise problem
+        return "/chat/completions", dict(chat), chat_headers, False
+
+    try:
+        up = await call.forward("/chat/completions", {}, req.headers, prepare=prepare)
+    except GatewayError as exc:
+        call.fail(exc)
+        raise
+    native = up.route.speaks_responses
+    # Echo the public model name, never the upstream id.
+    echo = {**body, "model": call.model.name}
+    if stream and up.status == 200:
+        if native:
+            await call.relay_sse(
+                up,
+                client_wants_usage=True,
+                usage_of_event=_native_usage,
+                on_error=lambda err: _encode(responses_response.failure_events(err.status, err.message)),
+            )
+        else:
+            translator = responses_response.StreamTranslator(echo)
+            await call.relay_sse(up, **translating_hooks(translator))
+        return
+    await _relay_json(call, up.status, up.body, native=native, request=echo, prompt=prompt)
+
+
+def _native_usage(event: bytes, current: Usage | None) -> Usage | None:
+    """Usage of a Responses stream: in the final `response.completed` / `response.incomplete`."""
+    if b'"usage"' not in event:  # deltas never carry it; lifecycle events do
+        return current
+    data = sse_payload(event)
+    if not isinstance(data, dict) or data.get("type") not in ("response.completed", "response.incomplete"):
+        return current
+    found = usage_from((data.get("response") or {}).get("usage"))
+    return found if found is not None else current
+
+
+def _encode(events: list[dict[str, Any]]) -> bytes:
+    return b"".join(encode_sse(e) for e in events)
+
+
+async def _relay_json(call: Call, status: int, raw: bytes, *, native: bool, request: dict, prompt: int) -> None:
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        data = None
+    if status >= 400:
+        if not (isinstance(data, dict) and isinstance(data.get("error"), dict)):
+            text = raw[:500].decode(errors="replace").strip() or f"HTTP {status}"
+            raw = GatewayError(status, f"The upstream rejected the request: {text}", code="upstream_error").body()
+        await call.send_json(status, raw, None)
+        return
+    if not isinstance(data, dict):
+        err = GatewayError(502, "The upstream answered with something that is not JSON.", code="upstream_error")
+        await call.send_json(502, err.body(), None)
+        return
+    usage = usage_from(data.get("usage"))
+    if native:
+        out = raw
+    else:
+        response = responses_response.from_chat_completion(data, request=request)
+        out = orjson.dumps(response)
+        if usage is None:
+            texts = [
+                p.get("text", "")
+                for item in response["output"]
+                for p in item.get("content") or []
+                if isinstance(p, dict)
+            ] + [item.get("arguments", "") for item in response["output"]]
+            usage = Usage(prompt, estimate_tokens(texts), estimated=True)
+            response["usage"] = responses_response.usage_of(
+                {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
+            )
+            out = orjson.dumps(response)
+    await call.send_json(status, out, usage)
+
+
+async def refuse_get(req: Request) -> None:
+    """A plain `GET /v1/responses` (a WebSocket handshake the server did not upgrade)."""
+    raise WEBSOCKET_REFUSAL
+
+
+async def refuse_websocket(scope: Scope, receive: Receive, send: Send) -> None:
+    """Turn down a WebSocket handshake with an HTTP 426 JSON body (403 where the server cannot)."""
+    message = await receive()
+    if message.get("type") != "websocket.connect":
+        return
+    if "websocket.http.response" in (scope.get("extensions") or {}):
+        body = WEBSOCKET_REFUSAL.body()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "websocket.http.response.start", "status": 426, "headers": headers})
+        await send({"type": "websocket.http.response.body", "body": body})
+    else:
+        await send({"type": "websocket.close", "code": 1008})

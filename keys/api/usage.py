@@ -1,0 +1,140 @@
+"""REST API for usage: records and daily aggregates (read-only, scoped: a developer sees their own,
+an admin everyone's) and totals grouped by user, key, model or channel."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import django_filters
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, viewsets
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from keys.models import UsageDaily, UsageRecord
+from keys.usage import GROUPS, daily_queryset, grouped_totals, today, usage_queryset
+
+
+class UsageRecordSerializer(serializers.ModelSerializer):
+    key_name = serializers.CharField(source="key.name", default=None, read_only=True)
+    username = serializers.CharField(source="user.username", default=None, read_only=True)
+    channel_name = serializers.CharField(source="channel.name", default=None, read_only=True)
+
+    class Meta:
+        model = UsageRecord
+        fields = [
+            "id",
+            "created",
+            "request_id",
+            "key",
+            "key_name",
+            "user",
+            "username",
+            "model",
+            "channel",
+            "channel_name",
+            "surface",
+            "stream",
+            "prompt_tokens",
+            "completion_tokens",
+            "total_tokens",
+            "estimated",
+            "status",
+            "http_status",
+            "error",
+            "latency_ms",
+            "ttft_ms",
+        ]
+        read_only_fields = fields
+
+
+class UsageDailySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = UsageDaily
+        fields = [
+            "id",
+            "day",
+            "user",
+            "key",
+            "model",
+            "channel",
+            "requests",
+            "errors",
+            "prompt_tokens",
+            "completion_tokens",
+            "total_tokens",
+            "estimated_requests",
+        ]
+        read_only_fields = fields
+
+
+class UsageRecordFilterSet(django_filters.FilterSet):
+    since = django_filters.IsoDateTimeFilter(field_name="created", lookup_expr="gte")
+    until = django_filters.IsoDateTimeFilter(field_name="created", lookup_expr="lt")
+
+    class Meta:
+        model = UsageRecord
+        fields = ["key", "user", "model", "channel", "surface", "status", "estimated", "stream", "since", "until"]
+
+
+class UsageDailyFilterSet(django_filters.FilterSet):
+    since = django_filters.DateFilter(field_name="day", lookup_expr="gte")
+    until = django_filters.DateFilter(field_name="day", lookup_expr="lte")
+
+    class Meta:
+        model = UsageDaily
+        fields = ["key", "user", "model", "channel", "day", "since", "until"]
+
+
+class UsageRecordViewSet(viewsets.ReadOnlyModelViewSet):
+    """One record per gateway request. Developers see their own; admins see all."""
+
+    serializer_class = UsageRecordSerializer
+    filterset_class = UsageRecordFilterSet
+    ordering_fields = ["created", "total_tokens", "latency_ms", "ttft_ms"]
+    search_fields = ["model", "request_id", "key__name"]
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return UsageRecord.objects.none()
+        return usage_queryset(self.request.user)
+
+
+class UsageDailyViewSet(viewsets.ReadOnlyModelViewSet):
+    """Per-day aggregates (kept when raw records are pruned)."""
+
+    serializer_class = UsageDailySerializer
+    filterset_class = UsageDailyFilterSet
+    ordering_fields = ["day", "total_tokens", "requests"]
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return UsageDaily.objects.none()
+        return daily_queryset(self.request.user)
+
+
+class UsageSummaryViewSet(viewsets.ViewSet):
+    """Totals grouped by user, key, model or channel over the last `days` days (default 30)."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("group_by", OpenApiTypes.STR, enum=list(GROUPS), default="model"),
+            OpenApiParameter("days", OpenApiTypes.INT, default=30),
+        ],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def list(self, request: Request) -> Response:
+        group_by = request.query_params.get("group_by", "model")
+        if group_by not in GROUPS:
+            raise serializers.ValidationError({"group_by": [f"Choose one of: {', '.join(GROUPS)}."]})
+        try:
+            days = int(request.query_params.get("days", 30))
+        except ValueError:
+            raise serializers.ValidationError({"days": ["A whole number of days."]}) from None
+        if not 1 <= days <= 366:
+            raise serializers.ValidationError({"days": ["Between 1 and 366."]})
+        until = today()
+        since = until - dt.timedelta(days=days - 1)
+        rows = grouped_totals(daily_queryset(request.user), group_by, since, until)
+        return Response({"group_by": group_by, "since": since, "until": until, "results": rows})

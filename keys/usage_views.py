@@ -1,0 +1,106 @@
+"""Usage pages: "My usage" for everyone, usage by user/key/model/channel for admins (with CSV)."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+
+from django.contrib.auth.mixins import LoginRequiredMixin
+from django.http import HttpResponse
+from django.shortcuts import render
+from django.views import View
+
+from portal.ui import AdminRequiredMixin
+
+from .models import Key, UsageDaily
+from .usage import GROUPS, daily_totals, grouped_totals, limit_status, today
+
+MAX_DAYS = 366
+
+
+def _days(request, default: int = 30) -> int:
+    try:
+        return max(1, min(MAX_DAYS, int(request.GET.get("days", default))))
+    except ValueError:
+        return default
+
+
+def chart_data(rows: list[dict], since: dt.date, until: dt.date) -> dict:
+    """Chart.js data: one stacked dataset of total tokens per model, one label per day."""
+    days = [(since + dt.timedelta(days=i)) for i in range((until - since).days + 1)]
+    index = {d: i for i, d in enumerate(days)}
+    series: dict[str, list[int]] = {}
+    for row in rows:
+        series.setdefault(row["model"], [0] * len(days))[index[row["day"]]] += row["total_tokens"] or 0
+    return {
+        "labels": [d.isoformat() for d in days],
+        "datasets": [{"label": model, "data": values} for model, values in sorted(series.items())],
+    }
+
+
+class MyUsageView(LoginRequiredMixin, View):
+    """Tokens per day per model for the signed-in user, against their limits."""
+
+    def get(self, request):
+        days = _days(request)
+        until = today()
+        since = until - dt.timedelta(days=days - 1)
+        rows = daily_totals(UsageDaily.objects.filter(user=request.user), since)
+        keys = Key.objects.filter(owner=request.user, revoked_at__isnull=True).order_by("name")
+        totals = {
+            "requests": sum(r["requests"] or 0 for r in rows),
+            "total_tokens": sum(r["total_tokens"] or 0 for r in rows),
+            "errors": sum(r["errors"] or 0 for r in rows),
+        }
+        return render(
+            request,
+            "keys/usage_mine.html",
+            {
+                "days": days,
+                "rows": list(reversed(rows)),
+                "totals": totals,
+                "chart": chart_data(rows, since, until),
+                "limits": limit_status(request.user, keys),
+            },
+        )
+
+
+class AdminUsageView(AdminRequiredMixin, View):
+    """Usage of everyone grouped by user, key, model or channel; `?format=csv` downloads it."""
+
+    def get(self, request):
+        group_by = request.GET.get("group_by", "user")
+        if group_by not in GROUPS:
+            group_by = "user"
+        days = _days(request)
+        until = today()
+        since = until - dt.timedelta(days=days - 1)
+        rows = grouped_totals(UsageDaily.objects.all(), group_by, since, until)
+        if request.GET.get("format") == "csv":
+            response = HttpResponse(content_type="text/csv")
+            response["Content-Disposition"] = f'attachment; filename="usage-by-{group_by}-{since}-{until}.csv"'
+            writer = csv.writer(response)
+            columns = ["requests", "errors", "prompt_tokens", "completion_tokens", "total_tokens", "estimated_requests"]
+            writer.writerow([group_by, "since", "until", *columns])
+            for row in rows:
+                writer.writerow([_csv_safe(str(row["group"])), since, until, *(row[c] or 0 for c in columns)])
+            return response
+        series = daily_totals(UsageDaily.objects.all(), since)
+        return render(
+            request,
+            "keys/usage_admin.html",
+            {
+                "rows": rows,
+                "group_by": group_by,
+                "groups": list(GROUPS),
+                "days": days,
+                "since": since,
+                "until": until,
+                "chart": chart_data(series, since, until),
+            },
+        )
+
+
+def _csv_safe(value: str) -> str:
+    """Spreadsheet apps run cells starting with = + - @ as formulas; names are user-chosen."""
+    return "'" + value if value[:1] in ("=", "+", "-", "@") else value

@@ -1,0 +1,121 @@
+"""Channels and models through the API: canonical base URL with notes, status reset on a
+connection edit, nested routes, and developers seeing only the models they may use."""
+
+from __future__ import annotations
+
+import pytest
+
+from channels.models import Channel, Model, ModelRoute
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_channel_is_created_with_the_fields_a_script_writer_guesses(admin_api):
+    response = admin_api.post(
+        "/api/channels/",
+        {
+            "name": "deepseek",
+            "kind": "openai",
+            "base_url": " https://api.deepseek.com/?utm_source=x ",
+            "api_key": "sk-1",
+        },
+        format="json",
+    )
+    assert response.status_code == 201
+    body = response.json()
+    assert body["base_url"] == "https://api.deepseek.com/v1"
+    assert any("query string" in n for n in body["base_url_notes"]) and any("/v1" in n for n in body["base_url_notes"])
+    assert body["has_api_key"] is True and "api_key" not in body
+    assert Channel.objects.get(name="deepseek").base_url == "https://api.deepseek.com/v1"
+    assert admin_api.get(f"/api/channels/{body['id']}/").json()["base_url_notes"] == []
+
+
+def test_an_anthropic_channel_always_speaks_messages(admin_api):
+    body = admin_api.post(
+        "/api/channels/",
+        {"name": "claude", "kind": "anthropic", "base_url": "https://api.anthropic.com", "speaks_messages": False},
+        format="json",
+    ).json()
+    assert body["speaks_messages"] is True
+
+
+def test_editing_the_connection_resets_a_rejected_channel_to_unknown(admin_api, channel):
+    Channel.objects.filter(pk=channel.pk).update(status="credentials_rejected", status_message="401 from upstream")
+    admin_api.patch(f"/api/channels/{channel.pk}/", {"priority": 9}, format="json")
+    channel.refresh_from_db()
+    assert channel.status == "credentials_rejected"  # an unrelated edit keeps the verdict
+    body = admin_api.patch(f"/api/channels/{channel.pk}/", {"api_key": "sk-new"}, format="json").json()
+    assert body["status"] == "unknown" and body["status_changed"] is not None
+
+
+def test_routes_are_replaced_as_a_set_and_keep_discovered_values(admin_api, model, channel):
+    other = Channel.objects.create(name="cloud", base_url="https://cloud.test/v1")
+    ModelRoute.objects.filter(model=model, channel=channel).update(discovered_context_window=40960)
+    response = admin_api.patch(
+        f"/api/models/{model.pk}/",
+        {
+            "routes": [
+                {"channel": channel.pk, "upstream_model": "Qwen/Qwen3-32B", "max_output_tokens": 4096},
+                {"channel": "cloud", "upstream_model": "qwen3-32b-instruct", "context_window": 131072},
+            ]
+        },
+        format="json",
+    )
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    routes = {r["channel_name"]: r for r in body["routes"]}
+    assert routes["vllm-a"]["discovered_context_window"] == 40960 and routes["vllm-a"]["max_output_tokens"] == 4096
+    assert routes["cloud"]["upstream_id"] == "qwen3-32b-instruct" and routes["cloud"]["channel"] == other.pk
+    assert body["context_window"] == 40960 and body["max_output_tokens"] == 4096
+
+    body = admin_api.patch(f"/api/models/{model.pk}/", {"routes": [{"channel": "cloud"}]}, format="json").json()
+    assert [r["channel_name"] for r in body["routes"]] == ["cloud"]
+    assert ModelRoute.objects.filter(model=model).count() == 1
+    admin_api.patch(f"/api/models/{model.pk}/", {"description": "kept routes"}, format="json")
+    assert ModelRoute.objects.filter(model=model).count() == 1
+
+
+def test_disabled_routes_and_channels_do_not_count_toward_effective_limits(admin_api, model, channel):
+    small = Channel.objects.create(name="small", base_url="https://small.test/v1", enabled=False)
+    ModelRoute.objects.create(model=model, channel=small, context_window=4096, max_output_tokens=512)
+    body = admin_api.get(f"/api/models/{model.pk}/").json()
+    assert body["context_window"] == 32768 and body["max_output_tokens"] == 8192
+
+
+def test_developers_see_only_models_they_may_use_and_no_routes(alice, alice_api, model):
+    hidden = Model.objects.create(name="secret-model")
+    disabled = Model.objects.create(name="old-model", enabled=False)
+    names = [m["name"] for m in alice_api.get("/api/models/").json()["results"]]
+    assert names == ["qwen3-32b", "secret-model"]
+    assert "routes" not in alice_api.get(f"/api/models/{model.pk}/").json()
+    assert alice_api.get(f"/api/models/{disabled.pk}/").status_code == 404
+
+    alice.allowed_models.set([model])
+    assert [m["name"] for m in alice_api.get("/api/models/").json()["results"]] == ["qwen3-32b"]
+    assert alice_api.get(f"/api/models/{hidden.pk}/").status_code == 404
+
+
+def test_hosts_keep_the_private_key_when_omitted_and_ignore_a_sent_fingerprint(admin_api, host, ssh_private_key):
+    response = admin_api.patch(
+        f"/api/hosts/{host.pk}/", {"notes": "n", "host_key_fingerprint": "SHA256:forged"}, format="json"
+    )
+    assert response.status_code == 200 and response.json()["has_private_key"] is True
+    host.refresh_from_db()
+    assert host.private_key.strip() == ssh_private_key.strip() and host.host_key_fingerprint == ""
+    assert response.json()["gpus"][0]["memory_free_mib"] == 80896
+
+
+def test_a_channel_names_its_host_by_id_or_name(admin_api, host):
+    payload = {"kind": "vllm", "base_url": "http://10.0.0.5:8001"}
+    by_name = admin_api.post("/api/channels/", {**payload, "name": "a", "host": "gpu-1"}, format="json")
+    by_id = admin_api.post("/api/channels/", {**payload, "name": "b", "host": host.pk}, format="json")
+    assert by_name.json()["host"] == by_id.json()["host"] == host.pk
+    cleared = admin_api.patch(f"/api/channels/{by_id.json()['id']}/", {"host": None}, format="json")
+    assert cleared.status_code == 200 and cleared.json()["host"] is None
+
+
+def test_a_hosts_private_key_can_be_cleared(admin_api, host):
+    response = admin_api.patch(f"/api/hosts/{host.pk}/", {"private_key": None}, format="json")
+    assert response.status_code == 200 and response.json()["has_private_key"] is False
+    host.refresh_from_db()
+    assert host.private_key == ""

@@ -1,0 +1,94 @@
+"""The gateway in front of a real llama.cpp server (xllamacpp on a tiny generated GGUF)."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from channels.models import Channel, Model, ModelRoute
+from keys.models import UsageRecord
+from keys.services import issue_key
+from tests.fakes.llamacpp import LlamaServer
+from tests.gateway.conftest import wait_for
+
+LLAMA_KEY = "llama-upstream-key"
+CTX = 256
+
+
+@pytest.fixture(scope="module")
+def llama():
+    with LlamaServer(ctx=CTX, api_key=LLAMA_KEY) as server:
+        yield server
+
+
+@pytest.fixture
+def llama_key(transactional_db, llama, alice):
+    channel = Channel.objects.create(
+        name="llama", kind="llamacpp", base_url=llama.base_url, api_key=LLAMA_KEY, status="healthy"
+    )
+    model = Model.objects.create(name="tiny-chat")
+    # What discovery records from the server's own metadata (/props n_ctx, /v1/models meta).
+    props = httpx.get(llama.root_url + "/props", headers={"Authorization": f"Bearer {LLAMA_KEY}"}).json()
+    ModelRoute.objects.create(
+        model=model,
+        channel=channel,
+        upstream_model=llama.model_id,
+        discovered_context_window=props["default_generation_settings"]["n_ctx"],
+    )
+    key, plaintext = issue_key(owner=alice, name="llama")
+    return key, plaintext
+
+
+@pytest.fixture
+def client(llama_key, gateway_url):
+    return openai.OpenAI(base_url=gateway_url + "/v1", api_key=llama_key[1], max_retries=0)
+
+
+def test_real_usage_is_relayed_and_recorded_exactly(llama_key, client):
+    reply = client.chat.completions.create(
+        model="tiny-chat", messages=[{"role": "user", "content": "hello world"}], max_tokens=4
+    )
+    assert reply.usage.completion_tokens == 4 and reply.usage.prompt_tokens > 0
+    record = wait_for(lambda: UsageRecord.objects.filter(key=llama_key[0]).first())
+    assert (record.prompt_tokens, record.completion_tokens) == (reply.usage.prompt_tokens, 4)
+    assert record.estimated is False
+
+
+def test_real_stream_usage_chunk_is_recorded_and_hidden_unless_asked(llama_key, client):
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny-chat", messages=[{"role": "user", "content": "hello"}], max_tokens=3, stream=True
+        )
+    )
+    assert all(c.usage is None for c in chunks)
+    record = wait_for(lambda: UsageRecord.objects.filter(key=llama_key[0], stream=True).first())
+    assert record.completion_tokens == 3 and record.estimated is False
+
+    asked = list(
+        client.chat.completions.create(
+            model="tiny-chat",
+            messages=[{"role": "user", "content": "hello"}],
+            max_tokens=3,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert asked[-1].usage is not None and asked[-1].usage.completion_tokens == 3
+
+
+def test_exceeding_the_context_is_a_clean_400_from_llamacpp(llama_key, client):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model="tiny-chat", messages=[{"role": "user", "content": "word " * (CTX * 2)}], max_tokens=4
+        )
+    body = caught.value.body
+    assert caught.value.status_code == 400
+    assert "context" in str(body).lower()
+    assert "exceed_context_size_error" in str(caught.value.response.json())
+
+
+def test_models_show_the_servers_context_window(llama, client):
+    models = client.models.list().data
+    assert [m.id for m in models] == ["tiny-chat"]
+    assert models[0].model_dump()["max_model_len"] == CTX

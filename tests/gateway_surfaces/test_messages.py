@@ -1,0 +1,316 @@
+"""Claude Code's API: the official anthropic SDK against the real gateway in front of FakeUpstream."""
+
+from __future__ import annotations
+
+import anthropic
+import httpx
+import pytest
+
+from channels.models import Channel
+from tests.gateway_surfaces.conftest import (
+    UPSTREAM_KEY,
+    add_channel,
+    add_native_channel,
+    record_for,
+    set_limits,
+)
+
+TOOLS = [
+    {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}}},
+    }
+]
+
+
+@pytest.fixture
+def client(setup, gateway_url):
+    # Claude Code's ANTHROPIC_BASE_URL has no /v1; the SDK appends /v1/messages.
+    return anthropic.Anthropic(base_url=gateway_url, api_key=setup.plaintext, max_retries=0)
+
+
+def test_create_translates_to_chat_for_a_vllm_channel(setup, client, upstream):
+    message = client.messages.create(
+        model="qwen3-32b",
+        max_tokens=3,
+        system="Be brief.",
+        messages=[{"role": "user", "content": "hello there"}],
+    )
+    assert [b.text for b in message.content] == ["tok0 tok1 tok2"]
+    assert message.model == "qwen3-32b" and message.stop_reason == "max_tokens"
+    assert (message.usage.input_tokens, message.usage.output_tokens) == (4, 3)
+    sent = upstream.requests[-1]
+    assert sent.path == "/v1/chat/completions"
+    assert sent.json["model"] == "fake-model" and sent.json["max_tokens"] == 3
+    assert sent.json["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hello there"},
+    ]
+    assert sent.headers["Authorization"] == f"Bearer {UPSTREAM_KEY}"
+    assert "anthropic-version" not in {k.lower() for k in sent.headers}
+    assert setup.plaintext not in str(sent.headers)
+    (record,) = record_for(setup.key)
+    assert (record.surface, record.stream, record.status) == ("messages", False, "ok")
+    assert (record.prompt_tokens, record.completion_tokens, record.estimated) == (4, 3, False)
+    assert record.channel_id == setup.channel.id
+
+
+def test_claude_codes_beta_query_and_bearer_auth_work(setup, gateway_url, upstream):
+    client = anthropic.Anthropic(base_url=gateway_url, auth_token=setup.plaintext, max_retries=0)
+    message = client.beta.messages.create(
+        model="qwen3-32b",
+        max_tokens=4000,
+        betas=["claude-code-20250219", "interleaved-thinking-2025-05-14"],
+        messages=[{"role": "user", "content": "hi"}],
+        metadata={"user_id": "session-1"},
+    )
+    assert message.content[0].text == "tok0 tok1 tok2 tok3 tok4"
+    sent = upstream.requests[-1]
+    assert "anthropic-beta" not in {k.lower() for k in sent.headers}
+    assert sent.json["max_tokens"] == 2048  # the route's max output, not the 4000 asked for
+
+
+def test_stream_emits_the_full_event_sequence_and_records_exact_usage(setup, client):
+    with client.messages.stream(model="qwen3-32b", max_tokens=100, messages=[{"role": "user", "content": "hi"}]) as s:
+        kinds = []
+        for event in s:
+            kinds.append(event.type)
+        final = s.get_final_message()
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    assert {"content_block_start", "content_block_delta", "content_block_stop", "message_delta"} <= set(kinds)
+    assert final.content[0].text == "tok0 tok1 tok2 tok3 tok4"
+    assert final.stop_reason == "end_turn"
+    assert (final.usage.input_tokens, final.usage.output_tokens) == (1, 5)
+    (record,) = record_for(setup.key)
+    assert (record.surface, record.stream, record.prompt_tokens, record.completion_tokens) == ("messages", True, 1, 5)
+    assert record.estimated is False and record.ttft_ms is not None
+
+
+def test_raw_stream_has_ping_and_event_lines(setup, gateway_url):
+    with httpx.stream(
+        "POST",
+        gateway_url + "/v1/messages?beta=true",
+        headers={"x-api-key": setup.plaintext, "anthropic-version": "2023-06-01"},
+        json={"model": "qwen3-32b", "max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": "x"}]},
+    ) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        names = [line[7:] for line in r.iter_lines() if line.startswith("event: ")]
+    assert names[:3] == ["message_start", "content_block_start", "ping"]
+    assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+
+
+def test_a_tool_call_split_over_many_chunks_round_trips(setup, client, upstream):
+    upstream.behave(mode="tool_call")
+    with client.messages.stream(
+        model="qwen3-32b", max_tokens=200, tools=TOOLS, messages=[{"role": "user", "content": "weather in Paris?"}]
+    ) as s:
+        partial = [e.delta.partial_json for e in s if e.type == "content_block_delta"]
+        first = s.get_final_message()
+    assert len(partial) > 5  # the fake splits the arguments 4 characters at a time
+    assert first.stop_reason == "tool_use"
+    (call,) = first.content
+    assert (call.type, call.name, call.input) == ("tool_use", "get_weather", {"city": "Paris", "unit": "celsius"})
+    sent = upstream.requests[-1].json
+    assert sent["tools"][0]["function"]["name"] == "get_weather"
+    assert sent["tools"][0]["function"]["parameters"] == TOOLS[0]["input_schema"]
+
+    record_for(setup.key)  # usage written: the next request does not race the writer (SQLite)
+    upstream.behave(mode="ok")
+    second = client.messages.create(
+        model="qwen3-32b",
+        max_tokens=200,
+        tools=TOOLS,
+        messages=[
+            {"role": "user", "content": "weather in Paris?"},
+            {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "18C"}]},
+        ],
+    )
+    assert second.stop_reason == "end_turn"
+    messages = upstream.requests[-1].json["messages"]
+    assert messages[1]["tool_calls"][0]["id"] == call.id
+    assert messages[2] == {"role": "tool", "tool_call_id": call.id, "content": "18C"}
+
+
+def test_a_non_streamed_tool_call_has_parsed_input(setup, client, upstream):
+    upstream.behave(mode="tool_call")
+    message = client.messages.create(
+        model="qwen3-32b",
+        max_tokens=200,
+        tools=TOOLS,
+        tool_choice={"type": "any"},
+        messages=[{"role": "user", "content": "weather?"}],
+    )
+    assert message.stop_reason == "tool_use"
+    assert message.content[0].input == {"city": "Paris", "unit": "celsius"}
+    assert upstream.requests[-1].json["tool_choice"] == "required"
+
+
+def test_count_tokens_uses_the_vllm_tokenizer(setup, client, upstream):
+    count = client.messages.count_tokens(
+        model="qwen3-32b", messages=[{"role": "user", "content": "one two three four"}]
+    )
+    assert count.input_tokens == 4 + 4  # four words from /tokenize + one message's template overhead
+    tokenize = upstream.requests[-1]
+    assert tokenize.path == "/tokenize" and tokenize.json == {"model": "fake-model", "prompt": "one two three four"}
+
+
+def test_count_tokens_estimates_for_a_channel_without_tokenizer(setup, client):
+    Channel.objects.filter(pk=setup.channel.pk).update(kind="openai")
+    setup.channel.refresh_from_db()
+    setup.channel.save()  # invalidate the gateway's route cache
+    count = client.messages.count_tokens(model="qwen3-32b", messages=[{"role": "user", "content": "x" * 40}])
+    assert count.input_tokens == 10 + 4
+
+
+def test_errors_have_the_anthropic_shape(setup, gateway_url, client):
+    bad = anthropic.Anthropic(base_url=gateway_url, api_key="gpk-not-a-real-key", max_retries=0)
+    with pytest.raises(anthropic.AuthenticationError) as caught:
+        bad.messages.create(model="qwen3-32b", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+    assert caught.value.body["type"] == "error"
+    assert caught.value.body["error"]["type"] == "authentication_error"
+    assert "gpk-not-a-real-key" not in caught.value.body["error"]["message"]
+
+    with pytest.raises(anthropic.NotFoundError) as caught:
+        client.messages.create(model="qwen3-32B", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+    assert caught.value.body["error"]["type"] == "not_found_error"
+    assert "qwen3-32b" in caught.value.body["error"]["message"]
+
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.messages.create(
+            model="qwen3-32b",
+            max_tokens=5,
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "document",
+                            "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBE"},
+                        }
+                    ],
+                }
+            ],
+        )
+    assert caught.value.body["error"]["type"] == "invalid_request_error"
+
+
+def test_request_limit_answers_429_in_anthropic_shape_and_records_it(setup, client):
+    set_limits(setup.key, requests_per_minute=2)
+    for n in range(1, 3):
+        client.messages.create(model="qwen3-32b", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+        record_for(setup.key, n)
+    with pytest.raises(anthropic.RateLimitError) as caught:
+        client.messages.create(model="qwen3-32b", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+    assert caught.value.body["error"]["type"] == "rate_limit_error"
+    assert int(caught.value.response.headers["retry-after"]) >= 1
+    records = record_for(setup.key, 3)
+    assert [r.status for r in records] == ["ok", "ok", "rate_limited"]
+    assert {r.surface for r in records} == {"messages"}
+
+
+def test_token_reservations_settle_to_the_real_usage(setup, client):
+    # Each request reserves its prompt estimate + max_tokens (40) and settles to what it used (~6).
+    # Without settling, the third request would not fit in 100 tokens a day.
+    set_limits(setup.key, tokens_per_day=100)
+    for n in range(1, 4):
+        with client.messages.stream(
+            model="qwen3-32b", max_tokens=40, messages=[{"role": "user", "content": "hi"}]
+        ) as s:
+            s.get_final_message()
+        record_for(setup.key, n)  # settled by now: the record is written after the settle
+    with pytest.raises(anthropic.RateLimitError):
+        client.messages.create(model="qwen3-32b", max_tokens=90, messages=[{"role": "user", "content": "hi"}])
+
+
+def test_failover_to_the_next_channel_before_the_first_byte(setup, client, upstream, second_upstream):
+    backup, _ = add_channel(second_upstream, "backup", priority=-1, model=setup.model)
+    upstream.enqueue(mode="status", status=503)
+    with client.messages.stream(model="qwen3-32b", max_tokens=50, messages=[{"role": "user", "content": "hi"}]) as s:
+        assert s.get_final_message().content[0].text.startswith("tok0")
+    assert second_upstream.requests[-1].path == "/v1/chat/completions"
+    (record,) = record_for(setup.key)
+    assert record.channel_id == backup.id and record.status == "ok"
+
+
+def test_an_upstream_dying_mid_stream_becomes_an_anthropic_error_event(setup, client, upstream):
+    upstream.behave(mode="disconnect", disconnect_after=3)
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        with client.messages.stream(
+            model="qwen3-32b", max_tokens=50, messages=[{"role": "user", "content": "hi"}]
+        ) as s:
+            s.get_final_message()
+    assert caught.value.body["type"] == "error" and caught.value.body["error"]["type"] == "api_error"
+    (record,) = record_for(setup.key)
+    assert record.status == "upstream_error" and record.completion_tokens > 0
+
+
+def test_a_client_disconnect_cancels_the_upstream_and_records_usage(setup, gateway_url, upstream):
+    upstream.behave(mode="stall", stall_after=3)
+    with httpx.stream(
+        "POST",
+        gateway_url + "/v1/messages",
+        headers={"x-api-key": setup.plaintext},
+        json={"model": "qwen3-32b", "max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": "x"}]},
+        timeout=10,
+    ) as r:
+        for line in r.iter_lines():
+            if "text_delta" in line:
+                break
+    (record,) = record_for(setup.key)
+    assert record.status == "client_disconnected" and record.surface == "messages"
+    assert record.completion_tokens >= 1
+    from tests.gateway_surfaces.conftest import wait_for
+
+    wait_for(lambda: upstream.open_streams == 0)
+
+
+def test_an_anthropic_channel_gets_the_request_as_is(setup, client, native_upstream):
+    channel = add_native_channel(setup, native_upstream, kind="anthropic")
+    message = client.beta.messages.create(
+        model="qwen3-32b", max_tokens=9, betas=["claude-code-20250219"], messages=[{"role": "user", "content": "a b"}]
+    )
+    assert message.content[0].text == "tok0 tok1 tok2 tok3 tok4"
+    sent = native_upstream.requests[-1]
+    assert sent.path == "/v1/messages" and sent.json["model"] == "native-model" and sent.json["max_tokens"] == 9
+    headers = {k.lower(): v for k, v in sent.headers.items()}
+    assert headers["x-api-key"] == "sk-native-secret" and "authorization" not in headers
+    assert headers["anthropic-version"]  # whatever the SDK sent, unchanged
+    assert headers["anthropic-beta"] == "claude-code-20250219"
+    record_for(setup.key)
+    with client.messages.stream(model="qwen3-32b", max_tokens=9, messages=[{"role": "user", "content": "a b c"}]) as s:
+        assert s.get_final_message().usage.output_tokens == 5
+    first, second = record_for(setup.key, 2)
+    assert (first.prompt_tokens, first.completion_tokens) == (2, 5)
+    assert (second.prompt_tokens, second.completion_tokens, second.stream, second.estimated) == (3, 5, True, False)
+    assert second.channel_id == channel.id
+
+
+def test_a_chat_channel_marked_as_speaking_messages_gets_it_as_is_with_bearer_auth(setup, client, native_upstream):
+    add_native_channel(setup, native_upstream, kind="vllm", speaks_messages=True)
+    client.messages.create(model="qwen3-32b", max_tokens=9, messages=[{"role": "user", "content": "hi"}])
+    sent = native_upstream.requests[-1]
+    assert sent.path == "/v1/messages"
+    assert sent.headers["Authorization"] == "Bearer sk-native-secret"
+
+
+def test_hello_probe_and_anthropic_model_discovery(setup, gateway_url, client):
+    assert httpx.head(gateway_url + "/api/hello").status_code == 200
+    page = client.models.list(limit=1000)
+    assert [m.id for m in page.data] == ["qwen3-32b"]
+    model = page.data[0]
+    assert model.type == "model" and model.display_name == "qwen3-32b" and model.created_at.year >= 1970
+    raw = httpx.get(
+        gateway_url + "/v1/models?limit=1000",
+        headers={"x-api-key": setup.plaintext, "anthropic-version": "2023-06-01"},
+    ).json()
+    assert raw["has_more"] is False and raw["first_id"] == raw["last_id"] == "qwen3-32b"
+    openai_shape = httpx.get(gateway_url + "/v1/models", headers={"authorization": f"Bearer {setup.plaintext}"})
+    assert openai_shape.json()["object"] == "list"
+
+
+def test_count_tokens_checks_the_model_like_create(setup, client):
+    with pytest.raises(anthropic.NotFoundError) as caught:
+        client.messages.count_tokens(model="no-such-model", messages=[{"role": "user", "content": "x"}])
+    assert caught.value.body["error"]["type"] == "not_found_error"

@@ -1,0 +1,38 @@
+"""Settings come from the environment, fail loudly, and every variable is documented."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_variable_read_by_settings_has_a_line_in_env_example():
+    source = (ROOT / "portal" / "settings.py").read_text() + (ROOT / "portal" / "env.py").read_text()
+    read = set(re.findall(r'(?:get|db_url|email_url|environ\.get)\(\s*"([A-Z][A-Z0-9_]+)"', source))
+    documented = set(re.findall(r"^([A-Z][A-Z0-9_]+)=", (ROOT / ".env.example").read_text(), re.M))
+    assert read, "the pattern found no variables: the test would pass vacuously"
+    assert read - documented == set()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("HOSTS_STOP_GRACE", "soon"),
+        ("REDIS_URL", "localhost:6379"),
+        ("DATABASE_URL", "nosuchdb://x"),
+        ("PORTAL_ENCRYPTION_KEYS", "not-a-fernet-key"),
+        ("EMAIL_URL", "pigeon://coop"),
+    ],
+)
+def test_a_bad_value_stops_the_process_at_start_naming_the_variable(tmp_path, name, value):
+    env = {**os.environ, "PORTAL_DATA_DIR": str(tmp_path), name: value}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode != 0
+    assert f"Invalid value for {name}" in result.stderr + result.stdout
