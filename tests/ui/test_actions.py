@@ -219,3 +219,11 @@ def test_rotating_twice_within_a_minute_with_grace_does_not_fail(alice_client, a
     # keys.services.rotate_key's minute-precision suffix collides here (reported); never a 500.
     assert second.status_code in (302, 400)
     assert Key.objects.filter(name="ci", revoked_at__isnull=True).count() == 1
+
+
+def test_audit_log_links_to_objects_that_still_exist(admin_client, host, alice_key):
+    page = admin_client.get(reverse("audit_log")).content.decode()
+    assert f'href="{reverse("host_detail", args=[host.pk])}"' in page
+    assert f'href="{reverse("key_detail", args=[alice_key.pk])}"' in page
+    page = admin_client.get(reverse("audit_log") + "?object_type=host&action=create").content.decode()
+    assert "gpu-1" in page and "laptop" not in page
