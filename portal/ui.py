@@ -12,7 +12,6 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.shortcuts import redirect
@@ -82,10 +81,6 @@ def _friendly_filter_widgets(form) -> None:
                 field.widget.choices = list(field.choices)
             else:
                 field.choices = [("", "any"), *[c for c in field.choices if c[0] != ""]]
-
-
-def paginate(request: HttpRequest, queryset, per_page: int = PAGE_SIZE):
-    return Paginator(queryset, per_page).get_page(request.GET.get("page"))
 
 
 def remember_secret(request: HttpRequest, slot: str, value: str) -> None:

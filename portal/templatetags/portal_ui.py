@@ -45,3 +45,26 @@ def limit(value):
         return f"{int(value):,}"
     except (TypeError, ValueError):
         return value
+
+
+_AUDIT_PAGES = {
+    "host": "host_detail",
+    "channel": "channel_detail",
+    "model": "model_detail",
+    "user": "user_detail",
+    "key": "key_detail",
+}
+
+
+@register.filter
+def audit_object_url(entry) -> str:
+    """The page of an audit entry's object, if it still has one ("" otherwise)."""
+    from django.urls import NoReverseMatch, reverse
+
+    name = _AUDIT_PAGES.get(entry.object_type)
+    if not name or not str(entry.object_id).isdigit() or entry.action == "delete":
+        return ""
+    try:
+        return reverse(name, args=[int(entry.object_id)])
+    except NoReverseMatch:
+        return ""

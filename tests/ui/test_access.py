@@ -156,3 +156,16 @@ def test_forbidden_and_not_found_pages_keep_the_layout(client, alice, mallory_ke
     missing = client.get(reverse("key_detail", args=[mallory_key.pk]))
     assert missing.status_code == 404 and "not yours to see" in missing.content.decode()
     assert mallory_key.masked not in missing.content.decode()
+
+
+def test_nav_links_to_the_other_apps_pages_by_role(client, admin, alice):
+    client.force_login(admin)
+    page = client.get(reverse("dashboard")).content.decode()
+    for name in ("deployment_list", "channel-alert-targets", "usage_admin", "connect"):
+        assert f'href="{reverse(name)}"' in page, name
+    client.force_login(alice)
+    page = client.get(reverse("dashboard")).content.decode()
+    for name in ("usage", "connect", "account"):
+        assert f'href="{reverse(name)}"' in page, name
+    for name in ("deployment_list", "channel-alert-targets", "usage_admin"):
+        assert f'href="{reverse(name)}"' not in page, name

@@ -219,3 +219,26 @@ def test_rotating_twice_within_a_minute_with_grace_does_not_fail(alice_client, a
     # keys.services.rotate_key's minute-precision suffix collides here (reported); never a 500.
     assert second.status_code in (302, 400)
     assert Key.objects.filter(name="ci", revoked_at__isnull=True).count() == 1
+
+
+def test_audit_log_links_to_objects_that_still_exist(admin_client, host, alice_key):
+    page = admin_client.get(reverse("audit_log")).content.decode()
+    assert f'href="{reverse("host_detail", args=[host.pk])}"' in page
+    assert f'href="{reverse("key_detail", args=[alice_key.pk])}"' in page
+    page = admin_client.get(reverse("audit_log") + "?object_type=host&action=create").content.decode()
+    assert "gpu-1" in page and "laptop" not in page
+
+
+def test_list_pages_use_a_fixed_number_of_queries(admin_client, alice, django_assert_max_num_queries):
+    from channels.models import ModelRoute
+
+    for i in range(12):
+        h = Host.objects.create(name=f"h{i}", address=f"10.0.0.{i + 1}", username="ubuntu")
+        c = Channel.objects.create(name=f"c{i}", kind="vllm", base_url=f"http://10.0.0.{i + 1}:8000/v1", host=h)
+        m = Model.objects.create(name=f"m{i}")
+        ModelRoute.objects.create(model=m, channel=c)
+        key, _ = issue_key(owner=alice, name=f"k{i}")
+        key.allowed_models.add(m)
+    for name in ("key_all", "key_list", "host_list", "channel_list", "model_list", "user_list", "audit_log"):
+        with django_assert_max_num_queries(12):  # 3-9 today; an N+1 over 12 rows would exceed it
+            assert admin_client.get(reverse(name)).status_code == 200

@@ -12,7 +12,6 @@ pytestmark = pytest.mark.django_db
 
 # Public on purpose: health for load balancers, the login form, and the client installers, which hold
 # no secret (the one-time token on their command line selects the bundle).
-# The installers hold no secret: the single-use download token on their command line selects the bundle.
 PUBLIC = {"healthz", "login", "logout", "connect_install_sh", "connect_install_ps1"}
 ADMIN_PREFIXES = ("hosts/", "channels/", "models/", "users/", "audit-log/", "deployments/", "jobs/", "keys/all/")
 SAMPLE_ARGS = {"int": "1", "str": "x", "slug": "x", "path": "x"}
