@@ -342,10 +342,6 @@ class RedisLimiter:
         ]
         self.redis.evalsha_nowait(SETTLE_LUA, [], args)
 
-    def undo(self, adm: Admission) -> None:
-        """Take back an admission entirely (the request is decided again on fresh data)."""
-        self.settle(adm, 0, undo=True)
-
     async def drain(self) -> None:
         try:
             await self.redis.call("PING")
@@ -479,9 +475,6 @@ class DatabaseLimiter:
         task = asyncio.get_running_loop().create_task(run_db(_db_settle, adm, max(int(actual), 0), undo))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    def undo(self, adm: Admission) -> None:
-        self.settle(adm, 0, undo=True)
 
     async def drain(self) -> None:
         if self._tasks:

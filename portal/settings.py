@@ -221,6 +221,10 @@ GATEWAY_CONNECT_TIMEOUT = get("GATEWAY_CONNECT_TIMEOUT", float, 5.0)
 GATEWAY_READ_TIMEOUT = get("GATEWAY_READ_TIMEOUT", float, 300.0)
 GATEWAY_DEFAULT_MAX_TOKENS = get("GATEWAY_DEFAULT_MAX_TOKENS", int, 4096)
 GATEWAY_CACHE_TTL = get("GATEWAY_CACHE_TTL", float, 5.0)
+GATEWAY_KEY_TTL = get("GATEWAY_KEY_TTL", float, 60.0)
+GATEWAY_USAGE_FLUSH_INTERVAL = get("GATEWAY_USAGE_FLUSH_INTERVAL", float, 0.5)
+# Read per call by gateway.cache.namespace() (tests switch it at run time); validated here.
+GATEWAY_REDIS_NAMESPACE = get("GATEWAY_REDIS_NAMESPACE", str, "gw")
 
 # --- Health checks (3/6) -----------------------------------------------------------------------
 PORTAL_PROBE_RETENTION_DAYS = get("PORTAL_PROBE_RETENTION_DAYS", int, 7)
