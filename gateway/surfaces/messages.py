@@ -25,7 +25,6 @@ from gateway.pipeline import (
     authenticate,
     estimate_tokens,
     gateway,
-    open_call,
     resolve_model,
     usable_models,
     usage_from,
@@ -35,7 +34,11 @@ from gateway.translate.common import encode_sse, prompt_text
 from gateway.translate.common import estimate_tokens as estimate_input_tokens
 from keys.choices import ApiSurface
 
-from .relay import clamp, max_tokens_of, output_cap, sse_payload, translating_hooks, without_anthropic_headers
+from .relay import (
+    open_translated_call,
+    sse_payload,
+    translating_hooks,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -71,26 +74,16 @@ async def create_message(req: Request) -> None:
 
 async def _create_message(req: Request) -> None:
     body = await req.json()
-    stream = bool(body.get("stream"))
-    max_tokens = max_tokens_of(body, "max_tokens")
-    try:
-        chat: dict[str, Any] | None = anthropic_request.to_chat_request(body)
-        problem: TranslationError | None = None
-    except TranslationError as exc:  # fatal only if a translating channel is picked
-        chat, problem = None, exc
-    prompt = estimate_tokens(chat["messages"] if chat else body.get("messages"))
-    limit = clamp(max_tokens, await output_cap(body.get("model")))
-    if chat is not None and max_tokens is not None:
-        chat["max_tokens"] = limit
-    call = await open_call(
+    opened = await open_translated_call(
         req,
+        body,
         surface=ApiSurface.MESSAGES,
-        model=body.get("model"),
-        stream=stream,
-        prompt_tokens=prompt,
-        max_tokens=limit,
+        to_chat=anthropic_request.to_chat_request,
+        max_tokens_field="max_tokens",
+        prompt_field="messages",
     )
-    chat_headers = without_anthropic_headers(req.headers)
+    call, stream, chat, problem, prompt = opened.call, opened.stream, opened.chat, opened.problem, opened.prompt
+    chat_headers = opened.chat_headers
 
     def prepare(route: RouteInfo) -> tuple[str, dict[str, Any], dict[str, str], bool]:
         if speaks_messages(route):

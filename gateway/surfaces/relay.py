@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
 
 from gateway.cache import snapshot
-from gateway.http import GatewayError
-from gateway.pipeline import Usage
+from gateway.http import GatewayError, Request
+from gateway.pipeline import Call, Usage, estimate_tokens, open_call
+from gateway.translate import TranslationError
 from gateway.translate.common import encode_sse
 
 logger = logging.getLogger(__name__)
@@ -103,3 +105,44 @@ def max_tokens_of(body: dict[str, Any], name: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise GatewayError(400, f"`{name}` must be a positive integer.", code="invalid_value", param=name)
     return value
+
+
+@dataclass(slots=True)
+class TranslatedCall:
+    """A call opened for a surface (Messages, Responses) that is translated to Chat Completions
+    for channels that do not speak it natively."""
+
+    call: Call
+    stream: bool
+    chat: dict[str, Any] | None  # the Chat Completions request, None when the body did not translate
+    problem: TranslationError | None  # why not: fatal only if a translating channel gets picked
+    prompt: int  # prompt estimate reserved against the limits
+    chat_headers: dict[str, str]  # client headers for translated requests (no anthropic-*)
+
+
+async def open_translated_call(
+    req: Request,
+    body: dict[str, Any],
+    *,
+    surface: str,
+    to_chat: Callable[[dict[str, Any]], dict[str, Any]],
+    max_tokens_field: str,
+    prompt_field: str,
+) -> TranslatedCall:
+    """Translate, cap the output to what the model's routes allow, and open the call (auth, model,
+    reserve). The translation is attempted up front so the reservation uses its token estimate."""
+    stream = bool(body.get("stream"))
+    max_tokens = max_tokens_of(body, max_tokens_field)
+    try:
+        chat: dict[str, Any] | None = to_chat(body)
+        problem: TranslationError | None = None
+    except TranslationError as exc:
+        chat, problem = None, exc
+    prompt = estimate_tokens(chat["messages"] if chat else body.get(prompt_field))
+    limit = clamp(max_tokens, await output_cap(body.get("model")))
+    if chat is not None and max_tokens is not None:
+        chat["max_tokens"] = limit
+    call = await open_call(
+        req, surface=surface, model=body.get("model"), stream=stream, prompt_tokens=prompt, max_tokens=limit
+    )
+    return TranslatedCall(call, stream, chat, problem, prompt, without_anthropic_headers(req.headers))

@@ -16,12 +16,16 @@ import orjson
 
 from gateway.cache import RouteInfo
 from gateway.http import GatewayError, Receive, Request, Scope, Send
-from gateway.pipeline import Call, Usage, estimate_tokens, open_call, usage_from
+from gateway.pipeline import Call, Usage, estimate_tokens, usage_from
 from gateway.translate import TranslationError, responses_request, responses_response
 from gateway.translate.common import encode_sse
 from keys.choices import ApiSurface
 
-from .relay import clamp, max_tokens_of, output_cap, sse_payload, translating_hooks, without_anthropic_headers
+from .relay import (
+    open_translated_call,
+    sse_payload,
+    translating_hooks,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -42,26 +46,16 @@ async def create_response(req: Request) -> None:
 
 async def _create_response(req: Request) -> None:
     body = await req.json()
-    stream = bool(body.get("stream"))
-    max_tokens = max_tokens_of(body, "max_output_tokens")
-    try:
-        chat: dict[str, Any] | None = responses_request.to_chat_request(body)
-        problem: TranslationError | None = None
-    except TranslationError as exc:  # fatal only if a translating channel is picked
-        chat, problem = None, exc
-    prompt = estimate_tokens(chat["messages"] if chat else body.get("input"))
-    limit = clamp(max_tokens, await output_cap(body.get("model")))
-    if chat is not None and max_tokens is not None:
-        chat["max_tokens"] = limit
-    call = await open_call(
+    opened = await open_translated_call(
         req,
+        body,
         surface=ApiSurface.RESPONSES,
-        model=body.get("model"),
-        stream=stream,
-        prompt_tokens=prompt,
-        max_tokens=limit,
+        to_chat=responses_request.to_chat_request,
+        max_tokens_field="max_output_tokens",
+        prompt_field="input",
     )
-    chat_headers = without_anthropic_headers(req.headers)
+    call, stream, chat, problem, prompt = opened.call, opened.stream, opened.chat, opened.problem, opened.prompt
+    chat_headers = opened.chat_headers
 
     def prepare(route: RouteInfo) -> tuple[str, dict[str, Any], dict[str, str], bool]:
         if route.speaks_responses:
