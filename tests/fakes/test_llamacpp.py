@@ -13,6 +13,10 @@ import pytest
 from tests.fakes.llamacpp import REPO_ROOT, LlamaServer, install_llama_server, tiny_gguf_path
 from tests.services import free_port
 
+# The tiny model has random weights and may emit EOS at once; llama.cpp's ignore_eos makes the
+# number of generated tokens exactly max_tokens, so usage can be asserted to the token.
+EXACT = {"ignore_eos": True}
+
 
 @pytest.fixture(scope="module")
 def llama():
@@ -23,7 +27,7 @@ def llama():
 def test_chat_completion_reports_usage(llama):
     client = openai.OpenAI(base_url=llama.base_url, api_key="test-upstream-key")
     reply = client.chat.completions.create(
-        model=llama.model_id, messages=[{"role": "user", "content": "hello world"}], max_tokens=4
+        model=llama.model_id, messages=[{"role": "user", "content": "hello world"}], max_tokens=4, extra_body=EXACT
     )
     assert reply.usage.completion_tokens == 4
     assert reply.usage.prompt_tokens > 0
@@ -37,6 +41,7 @@ def test_streamed_chat_completion_reports_usage_when_asked(llama):
             model=llama.model_id,
             messages=[{"role": "user", "content": "hello"}],
             max_tokens=3,
+            extra_body=EXACT,
             stream=True,
             stream_options={"include_usage": True},
         )

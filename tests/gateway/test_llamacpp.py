@@ -15,6 +15,10 @@ from tests.gateway.conftest import wait_for
 LLAMA_KEY = "llama-upstream-key"
 CTX = 256
 
+# The tiny model has random weights and may emit EOS at once; llama.cpp's ignore_eos makes the
+# number of generated tokens exactly max_tokens, so usage can be asserted to the token.
+EXACT = {"ignore_eos": True}
+
 
 @pytest.fixture(scope="module")
 def llama():
@@ -47,7 +51,7 @@ def client(llama_key, gateway_url):
 
 def test_real_usage_is_relayed_and_recorded_exactly(llama_key, client):
     reply = client.chat.completions.create(
-        model="tiny-chat", messages=[{"role": "user", "content": "hello world"}], max_tokens=4
+        model="tiny-chat", messages=[{"role": "user", "content": "hello world"}], max_tokens=4, extra_body=EXACT
     )
     assert reply.usage.completion_tokens == 4 and reply.usage.prompt_tokens > 0
     record = wait_for(lambda: UsageRecord.objects.filter(key=llama_key[0]).first())
@@ -58,7 +62,11 @@ def test_real_usage_is_relayed_and_recorded_exactly(llama_key, client):
 def test_real_stream_usage_chunk_is_recorded_and_hidden_unless_asked(llama_key, client):
     chunks = list(
         client.chat.completions.create(
-            model="tiny-chat", messages=[{"role": "user", "content": "hello"}], max_tokens=3, stream=True
+            model="tiny-chat",
+            messages=[{"role": "user", "content": "hello"}],
+            max_tokens=3,
+            extra_body=EXACT,
+            stream=True,
         )
     )
     assert all(c.usage is None for c in chunks)
@@ -70,6 +78,7 @@ def test_real_stream_usage_chunk_is_recorded_and_hidden_unless_asked(llama_key, 
             model="tiny-chat",
             messages=[{"role": "user", "content": "hello"}],
             max_tokens=3,
+            extra_body=EXACT,
             stream=True,
             stream_options={"include_usage": True},
         )

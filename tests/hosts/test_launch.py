@@ -21,6 +21,10 @@ from hosts.models import Deployment, Host, LaunchJob
 from tests.fakes.llamacpp import tiny_gguf_path
 from tests.services import free_port
 
+# The tiny model has random weights and may emit EOS at once; llama.cpp's ignore_eos makes the
+# number of generated tokens exactly max_tokens, so usage can be asserted to the token.
+EXACT = {"ignore_eos": True}
+
 
 @pytest.fixture(autouse=True)
 def quick_timings(settings):
@@ -282,7 +286,7 @@ def test_chat_completion_through_the_gateway_reaches_the_launched_llamacpp(
     client = openai.OpenAI(base_url=gateway + "/v1", api_key=plaintext)
     assert "tiny-chat" in [m.id for m in client.models.list().data]
     reply = client.chat.completions.create(
-        model="tiny-chat", messages=[{"role": "user", "content": "hello world"}], max_tokens=4
+        model="tiny-chat", messages=[{"role": "user", "content": "hello world"}], max_tokens=4, extra_body=EXACT
     )
     assert reply.usage.completion_tokens == 4 and reply.usage.prompt_tokens > 0
 
