@@ -21,7 +21,7 @@ import logging
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
-from gateway.translate.common import chat_usage, new_id, parse_arguments, status_of
+from gateway.translate.common import chat_usage, new_id, parse_arguments, status_of, tool_call_slot
 
 logger = logging.getLogger(__name__)
 
@@ -252,17 +252,7 @@ class StreamTranslator:
         return events
 
     def _tool(self, call: dict[str, Any]) -> list[dict[str, Any]]:
-        key = call.get("index")
-        if key is None:  # servers that omit `index` send one call per chunk run
-            known = {t["id"] for t in self.tools.values()}
-            key = len(self.tools) if (call.get("id") and call["id"] not in known) or not self.tools else max(self.tools)
-        tool = self.tools.setdefault(key, {"id": None, "name": None, "pending": "", "state": "waiting"})
-        function = call.get("function") or {}
-        if call.get("id") and not tool["id"]:
-            tool["id"] = call["id"]
-        if function.get("name") and not tool["name"]:
-            tool["name"] = function["name"]
-        arguments = function.get("arguments") or ""
+        key, tool, arguments = tool_call_slot(self.tools, call)
         events: list[dict[str, Any]] = []
         if tool["state"] == "waiting":
             tool["pending"] += arguments

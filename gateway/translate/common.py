@@ -158,3 +158,21 @@ def estimate_tokens(chat: dict[str, Any], text_tokens: int | None = None) -> int
     if text_tokens is None:
         text_tokens = -(-len(text) // CHARS_PER_TOKEN)
     return text_tokens + messages * MESSAGE_OVERHEAD_TOKENS + images * IMAGE_TOKENS
+
+
+def tool_call_slot(tools: dict[int, dict[str, Any]], call: dict[str, Any]) -> tuple[int, dict[str, Any], str]:
+    """Place one Chat Completions `tool_calls` delta: its slot key, the slot's accumulated state
+    (id, name, pending arguments, state) and the argument text this delta adds.
+
+    Servers that omit `index` send one call per run of chunks, so a new id opens a new slot."""
+    key = call.get("index")
+    if key is None:
+        known = {t["id"] for t in tools.values()}
+        key = len(tools) if (call.get("id") and call["id"] not in known) or not tools else max(tools)
+    tool = tools.setdefault(key, {"id": None, "name": None, "pending": "", "state": "waiting"})
+    function = call.get("function") or {}
+    if call.get("id") and not tool["id"]:
+        tool["id"] = call["id"]
+    if function.get("name") and not tool["name"]:
+        tool["name"] = function["name"]
+    return key, tool, function.get("arguments") or ""
