@@ -231,15 +231,14 @@ end
 return {1, gens[1], gens[2], used[1] or 0, used[2] or 0}
 """
 
-# ARGV: request id, reserved, actual, day, month, undo (1: forget the request entirely), prefixes.
+# ARGV: request id, reserved, actual, day, month, then the scope prefixes.
 SETTLE_LUA = """
 local rid = ARGV[1]
 local reserved = tonumber(ARGV[2])
 local actual = tonumber(ARGV[3])
 local delta = actual - reserved
-for i = 7, #ARGV do
+for i = 6, #ARGV do
   local p = ARGV[i]
-  if ARGV[6] == '1' then redis.call('ZREM', p .. ':r', rid) end
   if delta ~= 0 then
     local score = redis.call('ZSCORE', p .. ':t', rid .. '|' .. reserved)
     if score then
@@ -326,7 +325,7 @@ class RedisLimiter:
             generations=gens,
         )
 
-    def settle(self, adm: Admission, actual: int, *, undo: bool = False) -> None:
+    def settle(self, adm: Admission, actual: int) -> None:
         """Correct the reservation; off the request path (nothing waits for the reply)."""
         if adm.settled:
             return
@@ -337,7 +336,6 @@ class RedisLimiter:
             max(int(actual), 0),
             adm.day,
             adm.month,
-            "1" if undo else "0",
             *(s.prefix for s in adm.scopes),
         ]
         self.redis.evalsha_nowait(SETTLE_LUA, [], args)
@@ -436,7 +434,7 @@ def _db_admit(request_id: str, scopes: list[Scope], tokens: int) -> Admission | 
     return adm
 
 
-def _db_settle(adm: Admission, actual: int, undo: bool = False) -> None:
+def _db_settle(adm: Admission, actual: int) -> None:
     from django.db import transaction
     from django.db.models import F
 
@@ -449,8 +447,7 @@ def _db_settle(adm: Admission, actual: int, undo: bool = False) -> None:
             LimitCounter.objects.filter(scope__in=prefixes, kind="t", window=adm.request_id).update(value=actual)
             LimitCounter.objects.filter(scope__in=prefixes, kind="d", window=adm.day).update(value=F("value") + delta)
             LimitCounter.objects.filter(scope__in=prefixes, kind="m", window=adm.month).update(value=F("value") + delta)
-        gone = ("p", "r") if undo else ("p",)
-        LimitCounter.objects.filter(scope__in=prefixes, kind__in=gone, window=adm.request_id).delete()
+        LimitCounter.objects.filter(scope__in=prefixes, kind="p", window=adm.request_id).delete()
 
 
 class DatabaseLimiter:
@@ -468,11 +465,11 @@ class DatabaseLimiter:
     ) -> Admission | Refusal:
         return await run_db(_db_admit, request_id, scopes, tokens)
 
-    def settle(self, adm: Admission, actual: int, *, undo: bool = False) -> None:
+    def settle(self, adm: Admission, actual: int) -> None:
         if adm.settled:
             return
         adm.settled = True
-        task = asyncio.get_running_loop().create_task(run_db(_db_settle, adm, max(int(actual), 0), undo))
+        task = asyncio.get_running_loop().create_task(run_db(_db_settle, adm, max(int(actual), 0)))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
