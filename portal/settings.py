@@ -95,6 +95,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "timeout": 20,
         }
     )
+    # Tests on SQLite use a file too: Django's default in-memory test database runs in shared-cache
+    # mode, whose table locks fail at once ("database table is locked") where a WAL file with a busy
+    # timeout waits, as in production. Threads serving the gateway in tests need the latter.
+    DATABASES["default"].setdefault("TEST", {})["NAME"] = str(DATA_DIR / "test_portal.sqlite3")
 else:
     DATABASES["default"]["CONN_MAX_AGE"] = get("DATABASE_CONN_MAX_AGE", int, 60)
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
