@@ -21,7 +21,7 @@ import logging
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
-from gateway.translate.common import chat_usage, new_id, parse_arguments, status_of, tool_call_slot
+from gateway.translate.common import chat_usage, drive, new_id, parse_arguments, status_of, tool_call_slot
 
 logger = logging.getLogger(__name__)
 
@@ -331,16 +331,5 @@ async def stream_from_chat(
     state = StreamTranslator(
         model=model, thinking=thinking, message_id=message_id, input_tokens=input_tokens, make_id=make_id
     )
-    try:
-        async for chunk in chunks:
-            for event in state.feed(chunk):
-                yield event
-            if state.done:
-                return
-    except Exception:
-        logger.warning("chat->messages: upstream stream failed", exc_info=True)
-        for event in state.fail(502, "The upstream connection failed during the response."):
-            yield event
-        return
-    for event in state.finish():
+    async for event in drive(state, chunks, "chat->messages"):
         yield event

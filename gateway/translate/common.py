@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 import orjson
+
+logger = logging.getLogger(__name__)
 
 
 class TranslationError(ValueError):
@@ -176,3 +179,23 @@ def tool_call_slot(tools: dict[int, dict[str, Any]], call: dict[str, Any]) -> tu
     if function.get("name") and not tool["name"]:
         tool["name"] = function["name"]
     return key, tool, function.get("arguments") or ""
+
+
+async def drive(state: Any, chunks: AsyncIterator[dict[str, Any]], direction: str) -> AsyncIterator[dict[str, Any]]:
+    """Run an incremental StreamTranslator (`feed`/`finish`/`fail`/`done`) over parsed chunks.
+
+    An exception raised by `chunks` (the upstream died) ends the stream with the translator's own
+    error events instead of propagating, so the client always gets a well-formed ending."""
+    try:
+        async for chunk in chunks:
+            for event in state.feed(chunk):
+                yield event
+            if state.done:
+                return
+    except Exception:
+        logger.warning("%s: upstream stream failed", direction, exc_info=True)
+        for event in state.fail(502, "The upstream connection failed during the response."):
+            yield event
+        return
+    for event in state.finish():
+        yield event

@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
-from gateway.translate.common import chat_usage, new_id, status_of, tool_call_slot
+from gateway.translate.common import chat_usage, drive, new_id, status_of, tool_call_slot
 
 logger = logging.getLogger(__name__)
 
@@ -435,18 +435,7 @@ async def stream_from_chat(
     and a stream that stops before any `finish_reason` end with `error` + `response.failed`.
     """
     state = StreamTranslator(request, response_id=response_id, created_at=created_at, make_id=make_id)
-    try:
-        async for chunk in chunks:
-            for event in state.feed(chunk):
-                yield event
-            if state.done:
-                return
-    except Exception:
-        logger.warning("chat->responses: upstream stream failed", exc_info=True)
-        for event in state.fail(502, "The upstream connection failed during the response."):
-            yield event
-        return
-    for event in state.finish():
+    async for event in drive(state, chunks, "chat->responses"):
         yield event
 
 
