@@ -282,7 +282,7 @@ class Snapshot:
         """How long a cached key is trusted. With Redis every request learns of changes through the
         generation, so this is only a safety net."""
         if settings.REDIS_URL:
-            return float(getattr(settings, "GATEWAY_KEY_TTL", 60.0))
+            return settings.GATEWAY_KEY_TTL
         return float(settings.GATEWAY_CACHE_TTL)
 
     def reset(self) -> None:

@@ -44,18 +44,6 @@ from .models import GPU, Deployment, Host, LaunchJob
 
 logger = logging.getLogger(__name__)
 
-DEFAULTS = {
-    "HOSTS_HEALTH_TIMEOUT": 900.0,  # vLLM may download weights and compile graphs first
-    "HOSTS_HEALTH_POLL": 0.5,
-    "HOSTS_STOP_GRACE": 20.0,  # seconds between TERM and KILL
-    "HOSTS_STALE_JOB_SECONDS": 180.0,  # no heartbeat for this long: the worker died
-}
-
-
-def conf(name: str) -> float:
-    """Timing knobs, overridable in settings (tests shorten them)."""
-    return float(getattr(settings, name, DEFAULTS[name]))
-
 
 LOG_TAIL_BYTES = 8192
 
@@ -330,7 +318,7 @@ def _stale(cutoff: datetime.datetime) -> Q:
 
 def _claim(job: LaunchJob) -> bool:
     """Take the job unless a live worker already holds it (heartbeat younger than HOSTS_STALE_JOB_SECONDS)."""
-    cutoff = timezone.now() - datetime.timedelta(seconds=conf("HOSTS_STALE_JOB_SECONDS"))
+    cutoff = timezone.now() - datetime.timedelta(seconds=settings.HOSTS_STALE_JOB_SECONDS)
     moved = (
         LaunchJob.objects.filter(pk=job.pk, state__in=ACTIVE_JOB_STATES)
         .filter(_stale(cutoff) | Q(state=JobState.QUEUED))
@@ -493,7 +481,7 @@ def _wait_healthy(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, pi
     """Poll /health until 200; returns the context window the server reports."""
     impl = backends.get(deployment.backend)
     root = deployment.base_url.removesuffix("/v1")
-    timeout = conf("HOSTS_HEALTH_TIMEOUT")
+    timeout = settings.HOSTS_HEALTH_TIMEOUT
     deadline = time.monotonic() + timeout
     last_tail = 0.0
     with httpx.Client(timeout=5.0) as client:
@@ -526,11 +514,11 @@ def _wait_healthy(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, pi
             if time.monotonic() - last_tail > 2:
                 _beat(job, log_tail=_log_tail(remote, deployment))
                 last_tail = time.monotonic()
-            time.sleep(conf("HOSTS_HEALTH_POLL"))  # nothing to await: the remote server only answers when asked
+            time.sleep(settings.HOSTS_HEALTH_POLL)  # nothing to await: the remote server only answers when asked
 
 
 def _kill(remote: ssh.Remote, pid: int, grace: float | None = None) -> bool:
-    grace = conf("HOSTS_STOP_GRACE") if grace is None else grace
+    grace = settings.HOSTS_STOP_GRACE if grace is None else grace
     """TERM the process group, KILL it after `grace` seconds. True when it is gone."""
     p = str(int(pid))
     steps = max(int(grace / 0.2), 1)
@@ -711,7 +699,7 @@ def _adopt(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
 def recover_stale_jobs(now=None) -> int:
     """Fail active jobs whose worker stopped beating (died mid-job), so none stays `starting`."""
     now = now or timezone.now()
-    cutoff = now - datetime.timedelta(seconds=conf("HOSTS_STALE_JOB_SECONDS"))
+    cutoff = now - datetime.timedelta(seconds=settings.HOSTS_STALE_JOB_SECONDS)
     count = 0
     for job in (
         LaunchJob.objects.select_related("deployment").filter(state__in=ACTIVE_JOB_STATES).filter(_stale(cutoff))

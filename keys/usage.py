@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-import os
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -196,8 +195,7 @@ class UsageWriter:
     def interval(self) -> float:
         if self._interval:
             return self._interval
-        configured = getattr(settings, "GATEWAY_USAGE_FLUSH_INTERVAL", None)
-        return float(configured or os.environ.get("GATEWAY_USAGE_FLUSH_INTERVAL") or 0.5)
+        return float(settings.GATEWAY_USAGE_FLUSH_INTERVAL)
 
     def start(self) -> None:
         if self._task is None or self._task.done():

@@ -26,8 +26,6 @@ from django.utils import timezone
 from channels.choices import AlertKind, ChannelStatus
 from channels.models import AlertDelivery, AlertTarget, Channel, StatusChange
 
-from .conf import setting
-
 logger = logging.getLogger(__name__)
 
 QUIET = {"", ChannelStatus.UNKNOWN}  # a new channel coming up is not news
@@ -43,7 +41,7 @@ SEVERITY = {
 def notify_pending(channel_ids: list[int] | None = None) -> int:
     """Send what is due for `channel_ids` (or every channel); returns how many notifications went out."""
     now = timezone.now()
-    cooldown = dt.timedelta(seconds=setting("PORTAL_ALERT_COOLDOWN_SECONDS"))
+    cooldown = dt.timedelta(seconds=settings.PORTAL_ALERT_COOLDOWN_SECONDS)
     qs = Channel.objects.exclude(status=F("alerted_status"))
     if channel_ids is not None:
         qs = qs.filter(pk__in=channel_ids)
@@ -87,7 +85,7 @@ def payload(ch: Channel, change: StatusChange, previous: str, folded: int) -> di
     if ch.status_message:
         text += f" {ch.status_message}"
     if folded:
-        text += f" ({folded} more status changes during the {setting('PORTAL_ALERT_COOLDOWN_SECONDS')} s cool-down.)"
+        text += f" ({folded} more status changes during the {settings.PORTAL_ALERT_COOLDOWN_SECONDS} s cool-down.)"
     if link:
         text += f" {link}"
     return {
@@ -118,7 +116,7 @@ def send(target: AlertTarget, body: dict) -> tuple[bool, str]:
     """Send one notification; returns (ok, error). Never raises: a broken target must not stop a round."""
     try:
         if target.kind == AlertKind.WEBHOOK:
-            resp = httpx.post(target.url, json=body, timeout=setting("PORTAL_ALERT_TIMEOUT"), follow_redirects=False)
+            resp = httpx.post(target.url, json=body, timeout=settings.PORTAL_ALERT_TIMEOUT, follow_redirects=False)
             if resp.status_code >= 300:
                 return False, f"the webhook answered HTTP {resp.status_code}"
         else:

@@ -7,13 +7,12 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.db.models import Count, Max, Q, Sum
 from django.utils import timezone
 
 from channels.choices import ChannelStatus
 from channels.models import AlertDelivery, Channel, PassiveReport, ProbeHourly, ProbeResult, StatusChange
-
-from .conf import setting
 
 
 def percentile(values: list[float], p: float) -> float | None:
@@ -32,8 +31,8 @@ def _hour(t: dt.datetime) -> dt.datetime:
 def prune(now: dt.datetime | None = None) -> dict[str, int]:
     """Delete raw probes older than PORTAL_PROBE_RETENTION_DAYS and aggregates past theirs."""
     now = now or timezone.now()
-    raw_cut = now - dt.timedelta(days=setting("PORTAL_PROBE_RETENTION_DAYS"))
-    hourly_cut = now - dt.timedelta(days=setting("PORTAL_PROBE_HOURLY_RETENTION_DAYS"))
+    raw_cut = now - dt.timedelta(days=settings.PORTAL_PROBE_RETENTION_DAYS)
+    hourly_cut = now - dt.timedelta(days=settings.PORTAL_PROBE_HOURLY_RETENTION_DAYS)
     probes, _ = ProbeResult.objects.filter(created__lt=raw_cut).delete()
     hours, _ = ProbeHourly.objects.filter(hour__lt=hourly_cut).delete()
     changes, _ = StatusChange.objects.filter(created__lt=hourly_cut).delete()

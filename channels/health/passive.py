@@ -28,6 +28,8 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 
+from django.conf import settings
+
 logger = logging.getLogger(__name__)
 
 REDIS_KEY = "portal:health:passive"
@@ -178,9 +180,7 @@ def _start_flusher() -> None:
         if _flusher is not None:
             return
         try:
-            from .conf import setting
-
-            interval = setting("PORTAL_PASSIVE_FLUSH_SECONDS")
+            interval = settings.PORTAL_PASSIVE_FLUSH_SECONDS
         except Exception:
             interval = 2.0
         if interval <= 0:  # disabled (tests that drive flush() themselves): keep report() O(1) all the same

@@ -14,6 +14,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Sum
 from django.utils import timezone
@@ -22,7 +23,6 @@ from channels.choices import ChannelStatus, ProbeSource
 from channels.models import Channel, ModelRoute, ProbeResult, StatusChange
 
 from . import passive
-from .conf import setting
 from .probe import Outcome, Target, probe_many, run_loop
 from .status import Evidence, Rules, decide
 
@@ -50,12 +50,12 @@ class ChannelRound:
 
 def rules() -> Rules:
     return Rules(
-        down_after=setting("PORTAL_HEALTH_DOWN_AFTER"),
-        up_after=setting("PORTAL_HEALTH_UP_AFTER"),
-        down_ratio=setting("PORTAL_HEALTH_DOWN_RATIO"),
-        down_min_samples=setting("PORTAL_HEALTH_DOWN_MIN_SAMPLES"),
-        degraded_ratio=setting("PORTAL_HEALTH_DEGRADED_RATIO"),
-        degraded_min_samples=setting("PORTAL_HEALTH_DEGRADED_MIN_SAMPLES"),
+        down_after=settings.PORTAL_HEALTH_DOWN_AFTER,
+        up_after=settings.PORTAL_HEALTH_UP_AFTER,
+        down_ratio=settings.PORTAL_HEALTH_DOWN_RATIO,
+        down_min_samples=settings.PORTAL_HEALTH_DOWN_MIN_SAMPLES,
+        degraded_ratio=settings.PORTAL_HEALTH_DEGRADED_RATIO,
+        degraded_min_samples=settings.PORTAL_HEALTH_DEGRADED_MIN_SAMPLES,
     )
 
 
@@ -87,9 +87,9 @@ def run_probes(targets: list[Target]) -> list[Outcome]:
     return run_loop(
         probe_many(
             targets,
-            concurrency=setting("PORTAL_PROBE_CONCURRENCY"),
-            connect_timeout=setting("PORTAL_PROBE_CONNECT_TIMEOUT"),
-            timeout=setting("PORTAL_PROBE_TIMEOUT"),
+            concurrency=settings.PORTAL_PROBE_CONCURRENCY,
+            connect_timeout=settings.PORTAL_PROBE_CONNECT_TIMEOUT,
+            timeout=settings.PORTAL_PROBE_TIMEOUT,
         )
     )
 
@@ -111,8 +111,8 @@ def run_round(channel_ids: list[int] | None = None, *, force: bool = False) -> l
     if not force:
         qs = qs.exclude(status=ChannelStatus.CREDENTIALS_REJECTED)
     channels = list(qs)
-    skip_min = setting("PORTAL_HEALTH_PASSIVE_SKIP_MIN")
-    max_skip = dt.timedelta(seconds=setting("PORTAL_HEALTH_MAX_SKIP_SECONDS"))
+    skip_min = settings.PORTAL_HEALTH_PASSIVE_SKIP_MIN
+    max_skip = dt.timedelta(seconds=settings.PORTAL_HEALTH_MAX_SKIP_SECONDS)
 
     targets: list[Target] = []
     for ch in channels:
@@ -131,7 +131,7 @@ def run_round(channel_ids: list[int] | None = None, *, force: bool = False) -> l
     outcomes = {o.channel_id: o for o in run_probes(targets)}
     t1 = time.perf_counter()
 
-    window_start = timezone.now() - dt.timedelta(seconds=setting("PORTAL_HEALTH_WINDOW_SECONDS"))
+    window_start = timezone.now() - dt.timedelta(seconds=settings.PORTAL_HEALTH_WINDOW_SECONDS)
     window = {
         row["channel_id"]: (row["n"] or 0, row["f"] or 0)
         for row in ProbeResult.objects.filter(channel_id__in=[c.pk for c in channels], created__gte=window_start)
