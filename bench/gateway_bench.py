@@ -162,7 +162,7 @@ from django.core.management import call_command
 call_command("migrate", interactive=False, verbosity=0)
 from channels.models import Channel, Model, ModelRoute
 from keys.services import issue_key
-from portal.models import User
+from accounts.models import User
 user, _ = User.objects.get_or_create(username="bench-dev", defaults={{"role": "developer"}})
 ch, _ = Channel.objects.update_or_create(name="bench-mock", defaults=dict(kind="vllm", base_url={mock_base!r},
     api_key="sk-bench-upstream", status="healthy", enabled=True))

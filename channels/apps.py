@@ -7,7 +7,7 @@ class ChannelsConfig(AppConfig):
     verbose_name = "Channels"
 
     def ready(self) -> None:
-        from portal import audit
+        from portal import audit, dashboard
 
         from .models import Channel, Model, ModelRoute
 
@@ -32,3 +32,6 @@ class ChannelsConfig(AppConfig):
         pre_save.connect(reset_status_on_edit, sender=Channel, dispatch_uid="channels_health_reset_on_edit")
         audit.register(Model)
         audit.register(ModelRoute, ignore={"discovered_context_window", "discovered_at"})
+        dashboard.register_stat(20, "Channels", Channel.objects.count, "channel_list")
+        dashboard.register_stat(30, "Models", Model.objects.count, "model_list")
+        dashboard.register_context(lambda user: {"my_models": Model.objects.usable_by(user)})

@@ -85,6 +85,16 @@ class Channel(TimeStampedModel):
         return self.name
 
 
+class ModelQuerySet(models.QuerySet):
+    def usable_by(self, user) -> ModelQuerySet:
+        """Enabled models `user` may call: their allowlist, or every enabled model when it is empty."""
+        qs = self.filter(enabled=True)
+        allowed = user.allowed_models.all()
+        if allowed.exists():
+            qs = qs.filter(pk__in=allowed.values("pk"))
+        return qs
+
+
 class Model(TimeStampedModel):
     """The public model name developers use (e.g. `qwen3-32b`), served by one or more channels."""
 
@@ -93,6 +103,8 @@ class Model(TimeStampedModel):
     description = models.TextField(blank=True, max_length=2000)
     enabled = models.BooleanField(default=True)
     channels = models.ManyToManyField(Channel, through="ModelRoute", related_name="models")
+
+    objects = ModelQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]

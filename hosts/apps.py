@@ -8,7 +8,7 @@ class HostsConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_migrate
 
-        from portal import audit
+        from portal import audit, dashboard
 
         post_migrate.connect(_register_schedule, sender=self, dispatch_uid="hosts-default-schedule")
 
@@ -19,6 +19,7 @@ class HostsConfig(AppConfig):
         )
         # Status, PID and context window are moved by launch jobs; the jobs themselves are the record.
         audit.register(Deployment, ignore={"status", "status_message", "pid", "context_window"})
+        dashboard.register_stat(10, "Hosts", Host.objects.count, "host_list")
 
 
 def _register_schedule(**kwargs) -> None:

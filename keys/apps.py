@@ -6,8 +6,19 @@ class KeysConfig(AppConfig):
     verbose_name = "Keys"
 
     def ready(self) -> None:
-        from portal import audit
+        from portal import audit, dashboard
 
         from .models import Key
 
         audit.register(Key, ignore={"last_used_at"})
+        dashboard.register_stat(50, "Active keys", _active_keys, "key_all", "?state=active")
+        dashboard.register_context(lambda user: {"my_active_keys": _active_keys(owner=user)})
+
+
+def _active_keys(**filters) -> int:
+    from django.utils import timezone
+
+    from .models import Key
+
+    active = Key.objects.filter(revoked_at__isnull=True).exclude(expires_at__lte=timezone.now())
+    return active.filter(**filters).count()

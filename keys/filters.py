@@ -6,9 +6,9 @@ import django_filters
 from django.db.models import Q
 from django.utils import timezone
 
+from accounts.models import User
 from channels.models import Model
 from portal.filters import search
-from portal.models import User
 
 from .models import Key
 

@@ -114,11 +114,7 @@ def models_for_user(user):
     """Enabled public models `user` may use (their allowlist, or every enabled model if empty)."""
     from channels.models import Model
 
-    qs = Model.objects.filter(enabled=True)
-    allowed = user.allowed_models.all()
-    if allowed.exists():
-        qs = qs.filter(pk__in=allowed.values("pk"))
-    return qs
+    return Model.objects.usable_by(user)
 
 
 def normalize_cidrs(entries) -> list[str]:

@@ -13,8 +13,10 @@ import contextvars
 import datetime
 import decimal
 import uuid
+from collections.abc import Callable
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import models
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_save
 
@@ -26,6 +28,7 @@ _ip: contextvars.ContextVar = contextvars.ContextVar("audit_ip", default=None)
 SECRET_FIELDS = {"api_key", "private_key", "password", "key_hash", "token_hash", "upstream_api_key"}
 IGNORED_FIELDS = {"updated", "created", "last_login", "last_used_at", "last_checked"}
 _registered: dict[type[models.Model], set[str]] = {}
+_sink: Callable[[dict[str, Any]], None] | None = None
 
 
 def set_actor(user, ip: str | None = None) -> None:
@@ -80,6 +83,13 @@ def diff(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any]
     return changes
 
 
+def set_sink(write: Callable[[dict[str, Any]], None]) -> None:
+    """Where entries go: the accounts app stores them as `AuditLog` rows (set in its `ready()`), so
+    this ground-floor module records changes of every app without importing one."""
+    global _sink
+    _sink = write
+
+
 def record(
     action: str,
     instance: models.Model | None = None,
@@ -89,19 +99,21 @@ def record(
     message: str = "",
     actor=None,
 ) -> None:
-    from .models import AuditLog
-
+    if _sink is None:
+        raise ImproperlyConfigured("No audit log is installed: add the accounts app to INSTALLED_APPS.")
     actor = actor if actor is not None else _actor.get()
-    AuditLog.objects.create(
-        actor=actor if actor is not None and actor.pk else None,
-        actor_name=getattr(actor, "username", "") or "",
-        action=action,
-        object_type=object_type or (instance._meta.model_name if instance is not None else ""),
-        object_id=str(instance.pk) if instance is not None and instance.pk is not None else "",
-        object_repr=str(instance)[:200] if instance is not None else "",
-        changes=changes or {},
-        message=message[:300],
-        ip_address=_ip.get(),
+    _sink(
+        {
+            "actor": actor if actor is not None and actor.pk else None,
+            "actor_name": getattr(actor, "username", "") or "",
+            "action": action,
+            "object_type": object_type or (instance._meta.model_name if instance is not None else ""),
+            "object_id": str(instance.pk) if instance is not None and instance.pk is not None else "",
+            "object_repr": str(instance)[:200] if instance is not None else "",
+            "changes": changes or {},
+            "message": message[:300],
+            "ip_address": _ip.get(),
+        }
     )
 
 

@@ -1,11 +1,6 @@
 from django.db import models
 
 
-class Role(models.TextChoices):
-    ADMIN = "admin", "Admin"
-    DEVELOPER = "developer", "Developer"
-
-
 class AuditAction(models.TextChoices):
     CREATE = "create", "Created"
     UPDATE = "update", "Changed"

@@ -38,7 +38,7 @@ def ensure_admin(stdout=sys.stdout) -> None:
     from django.contrib.auth import get_user_model
     from django.db.models import Q
 
-    from portal.choices import Role
+    from accounts.choices import Role
 
     User = get_user_model()
     if User.objects.filter(Q(role=Role.ADMIN) | Q(is_superuser=True)).exists():

@@ -1,12 +1,8 @@
-"""FilterSets for users, API tokens and the audit log, shared by the REST API and the HTML lists."""
+"""Filter helpers every app's FilterSets share."""
 
 from __future__ import annotations
 
-import django_filters
 from django.db.models import Q, QuerySet
-
-from .choices import AuditAction, Role
-from .models import ApiToken, AuditLog, User
 
 
 def search(queryset: QuerySet, fields: tuple[str, ...], value: str) -> QuerySet:
@@ -18,54 +14,3 @@ def search(queryset: QuerySet, fields: tuple[str, ...], value: str) -> QuerySet:
     for field in fields:
         query |= Q(**{f"{field}__icontains": value})
     return queryset.filter(query)
-
-
-class UserFilterSet(django_filters.FilterSet):
-    q = django_filters.CharFilter(method="filter_q", label="Search")
-    role = django_filters.ChoiceFilter(choices=Role.choices)
-    is_active = django_filters.BooleanFilter()
-
-    class Meta:
-        model = User
-        fields = ["q", "role", "is_active", "username"]
-
-    def filter_q(self, queryset, name, value):
-        return search(queryset, ("username", "email", "first_name", "last_name"), value)
-
-
-class ApiTokenFilterSet(django_filters.FilterSet):
-    q = django_filters.CharFilter(method="filter_q", label="Search")
-    active = django_filters.BooleanFilter(method="filter_active", label="Active")
-
-    class Meta:
-        model = ApiToken
-        fields = ["q", "active"]
-
-    def filter_q(self, queryset, name, value):
-        return search(queryset, ("name", "prefix"), value)
-
-    def filter_active(self, queryset, name, value):
-        if value is None:
-            return queryset
-        from django.utils import timezone
-
-        active = Q(revoked_at__isnull=True) & (Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
-        return queryset.filter(active) if value else queryset.exclude(active)
-
-
-class AuditLogFilterSet(django_filters.FilterSet):
-    q = django_filters.CharFilter(method="filter_q", label="Search")
-    actor = django_filters.ModelChoiceFilter(queryset=User.objects.all())
-    actor_name = django_filters.CharFilter(lookup_expr="iexact")
-    object_type = django_filters.CharFilter(lookup_expr="iexact")
-    object_id = django_filters.CharFilter()
-    action = django_filters.ChoiceFilter(choices=AuditAction.choices)
-    created_after = django_filters.IsoDateTimeFilter(field_name="created", lookup_expr="gte", label="From")
-    created_before = django_filters.IsoDateTimeFilter(field_name="created", lookup_expr="lt", label="Until")
-
-    class Meta:
-        model = AuditLog
-        fields = ["q", "actor", "actor_name", "object_type", "object_id", "action", "created_after", "created_before"]
-
-    def filter_q(self, queryset, name, value):
-        return search(queryset, ("actor_name", "object_type", "object_repr", "message"), value)

@@ -34,6 +34,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_celery_beat",
     "portal",
+    "accounts",
     "channels",
     "keys",
     "hosts",
@@ -55,7 +56,7 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "portal.urls"
 ASGI_APPLICATION = "portal.asgi.application"
-AUTH_USER_MODEL = "portal.User"
+AUTH_USER_MODEL = "accounts.User"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard"
 LOGOUT_REDIRECT_URL = "login"
@@ -166,7 +167,7 @@ X_FRAME_OPTIONS = "DENY"
 # --- REST API ----------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "portal.api.authentication.ApiTokenAuthentication",
+        "accounts.api.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -215,7 +216,7 @@ SPECTACULAR_SETTINGS = {
         "UsageStatusEnum": "keys.choices.UsageStatus",
         "ApiSurfaceEnum": "keys.choices.ApiSurface",
         "KeyStateEnum": "keys.choices.KeyState",
-        "RoleEnum": "portal.choices.Role",
+        "RoleEnum": "accounts.choices.Role",
         "AuditActionEnum": "portal.choices.AuditAction",
     },
 }

@@ -1,6 +1,6 @@
 import pytest
 
-from portal.choices import Role
+from accounts.choices import Role
 
 
 @pytest.fixture(autouse=True)

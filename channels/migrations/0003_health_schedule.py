@@ -11,7 +11,7 @@ def create_schedule(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("channels", "0002_health"),
+        ("channels", "0002_initial"),
         ("django_celery_beat", "0019_alter_periodictasks_options"),
     ]
 

@@ -9,12 +9,12 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from rest_framework import serializers
 
+from accounts.models import User
 from channels.models import Model
 from keys.choices import KeyState
 from keys.models import Key
 from keys.services import MAX_CIDR_ENTRIES, issue_key, validate_key_settings
 from portal.api.serializers import LIMIT_FIELDS, drf_error, is_admin, limit_field
-from portal.models import User
 
 MAX_GRACE = datetime.timedelta(days=30)
 

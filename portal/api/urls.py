@@ -3,7 +3,7 @@
 from django.urls import include, path
 
 urlpatterns = [
-    path("", include("portal.api.app_urls")),
+    path("", include("accounts.api.urls")),
     path("", include("hosts.api.urls")),
     path("", include("hosts.api.deploy_urls")),
     path("", include("channels.api.urls")),

@@ -7,11 +7,11 @@ import asyncssh
 import pytest
 from rest_framework.test import APIClient
 
+from accounts.models import AuditLog
+from accounts.tokens import issue_token
 from channels.models import Channel, Model, ModelRoute
 from hosts.models import GPU, Host
 from keys.services import issue_key
-from portal.models import AuditLog
-from portal.tokens import issue_token
 
 CHANNEL_API_KEY = "sk-upstream-secret-0123456789abcdef"
 

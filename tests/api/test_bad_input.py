@@ -8,10 +8,10 @@ import asyncssh
 import pytest
 from django.utils import timezone
 
+from accounts.models import ApiToken, AuditLog, User
 from channels.models import Channel, Model, ModelRoute
 from hosts.models import GPU, Host
 from keys.models import Key
-from portal.models import ApiToken, AuditLog, User
 
 from .conftest import session_client
 

@@ -7,11 +7,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from accounts.models import AuditLog, User
 from channels.models import Channel, Model, ModelRoute
 from hosts.models import GPU, Host
 from keys.models import Key
 from keys.services import issue_key
-from portal.models import AuditLog, User
 
 from .conftest import session_client, token_client
 
@@ -242,7 +242,7 @@ def test_audit_log_list_query_count_is_bounded(world, admin_api, django_assert_m
 
 
 def test_token_list_query_count_is_bounded(alice, alice_api, django_assert_max_num_queries):
-    from portal.tokens import issue_token
+    from accounts.tokens import issue_token
 
     for i in range(15):
         issue_token(user=alice, name=f"t{i}")

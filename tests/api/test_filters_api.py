@@ -7,10 +7,10 @@ import datetime
 import pytest
 from django.utils import timezone
 
+from accounts.models import AuditLog
 from channels.models import Channel
 from hosts.models import Host
 from keys.services import issue_key
-from portal.models import AuditLog
 
 pytestmark = pytest.mark.django_db
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from portal.models import AuditLog
+from accounts.models import AuditLog
 
 from .conftest import CHANNEL_API_KEY
 

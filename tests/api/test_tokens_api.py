@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from portal.models import ApiToken
+from accounts.models import ApiToken
 
 pytestmark = pytest.mark.django_db
 
@@ -46,7 +46,7 @@ def test_a_bad_token_is_401_not_500(db, header):
 
 
 def test_a_deactivated_users_token_stops_working(admin_api, alice):
-    from portal.tokens import issue_token
+    from accounts.tokens import issue_token
 
     _token, plaintext = issue_token(user=alice, name="ci")
     admin_api.post(f"/api/users/{alice.pk}/deactivate/")
@@ -63,7 +63,7 @@ def test_tokens_are_private_even_from_admins(admin_api, mallory_api, alice_token
 
 
 def test_creating_and_revoking_a_token_is_audited_without_the_secret(alice, alice_api):
-    from portal.models import AuditLog
+    from accounts.models import AuditLog
 
     body = alice_api.post("/api/tokens/", {"name": "ci"}, format="json").json()
     alice_api.post(f"/api/tokens/{body['id']}/revoke/")

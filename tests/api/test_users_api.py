@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from portal.models import AuditLog, User
+from accounts.models import AuditLog, User
 
 from .conftest import session_client
 

@@ -1,9 +1,9 @@
 import pytest
 
+from accounts.tokens import issue_token
 from channels.models import Channel, Model, ModelRoute
 from hosts.models import Host
 from keys.services import issue_key
-from portal.tokens import issue_token
 
 
 @pytest.fixture

@@ -72,7 +72,7 @@ def test_admin_sees_every_page(admin_client, objects):
 
 
 def test_developer_gets_403_on_admin_pages_and_changes_nothing(client, alice, objects):
-    from portal.models import AuditLog
+    from accounts.models import AuditLog
 
     before = AuditLog.objects.count()
     client.force_login(alice)

@@ -6,12 +6,12 @@ import pytest
 from django.contrib.messages import get_messages
 from django.urls import reverse
 
+from accounts.models import ApiToken, AuditLog, User
+from accounts.tokens import verify_token
 from channels.models import Channel, Model
 from hosts.models import Host
 from keys.models import Key
 from keys.services import issue_key, verify_key
-from portal.models import ApiToken, AuditLog, User
-from portal.tokens import verify_token
 
 pytestmark = pytest.mark.django_db
 

@@ -6,10 +6,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from accounts.models import User
 from channels.models import Channel, Model, ModelRoute
 from hosts.models import Host
 from keys.models import Key
-from portal.models import User
 
 pytestmark = pytest.mark.django_db
 

@@ -4,7 +4,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 
 
 class ApiTokenAuthenticationScheme(OpenApiAuthenticationExtension):
-    target_class = "portal.api.authentication.ApiTokenAuthentication"
+    target_class = "accounts.api.authentication.ApiTokenAuthentication"
     name = "apiToken"
 
     def get_security_definition(self, auto_schema):

@@ -7,8 +7,8 @@ import secrets
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from . import audit
-from .choices import AuditAction
+from portal import audit
+from portal.choices import AuditAction
 
 
 def generate_password() -> str:

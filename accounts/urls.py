@@ -1,9 +1,11 @@
+from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from . import views
 
 urlpatterns = [
-    path("", views.dashboard, name="dashboard"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/", views.account, name="account"),
     path("account/password/", views.PasswordChangeView.as_view(), name="password_change"),
     path("account/tokens/new/", views.token_create, name="token_create"),

@@ -7,8 +7,9 @@ import secrets as pysecrets
 
 from django.utils import timezone
 
+from portal.secrets import keyed_hash
+
 from .models import ApiToken
-from .secrets import keyed_hash
 
 TOKEN_PREFIX = "gpt-"  # noqa: S105 (a public prefix, not a secret)
 

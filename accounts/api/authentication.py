@@ -1,7 +1,8 @@
 from rest_framework import authentication, exceptions
 
 from portal import audit
-from portal.tokens import verify_token
+
+from ..tokens import verify_token
 
 
 class ApiTokenAuthentication(authentication.BaseAuthentication):

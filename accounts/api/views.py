@@ -10,12 +10,12 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from portal import services
-from portal.filters import ApiTokenFilterSet, AuditLogFilterSet, UserFilterSet
-from portal.models import ApiToken, AuditLog, User
-from portal.tokens import issue_token, revoke_token
+from portal.api.permissions import IsAdmin
 
-from .permissions import IsAdmin
+from .. import services
+from ..filters import ApiTokenFilterSet, AuditLogFilterSet, UserFilterSet
+from ..models import ApiToken, AuditLog, User
+from ..tokens import issue_token, revoke_token
 from .serializers import (
     LIMIT_FIELDS,
     ApiTokenCreatedSerializer,

@@ -1,0 +1,239 @@
+"""Serializers for users, the caller's profile, personal API tokens and the audit log."""
+
+from __future__ import annotations
+
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import transaction
+from django.utils import timezone
+from rest_framework import serializers
+
+from channels.models import Model
+from portal.api.serializers import LIMIT_FIELDS, limit_field
+
+from .. import services
+from ..choices import Role
+from ..models import ApiToken, AuditLog, User
+
+# --- users ---------------------------------------------------------------------------------------
+
+
+class UserSerializer(serializers.ModelSerializer):
+    """Admins manage users. The password is write-only and create-only (use `reset-password` later);
+    limits are the ceiling for the user's keys and apply to all of them together."""
+
+    password = serializers.CharField(
+        write_only=True,
+        required=False,
+        max_length=128,
+        style={"input_type": "password"},
+        help_text="Only on create; omitted: a password is generated and returned once.",
+    )
+    allowed_models = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=Model.objects.all(),
+        many=True,
+        required=False,
+        help_text="Model names this user may use; empty: every enabled model.",
+    )
+    key_defaults = serializers.DictField(
+        child=serializers.IntegerField(min_value=1, max_value=10**12, allow_null=True),
+        required=False,
+        help_text='Limits pre-filled on the user\'s new keys, e.g. {"tokens_per_day": 200000}.',
+    )
+    is_admin = serializers.BooleanField(read_only=True)
+    requests_per_minute = limit_field()
+    tokens_per_minute = limit_field()
+    tokens_per_day = limit_field()
+    tokens_per_month = limit_field()
+    max_parallel_requests = limit_field()
+
+    class Meta:
+        model = User
+        fields = [
+            "id",
+            "username",
+            "email",
+            "first_name",
+            "last_name",
+            "role",
+            "is_active",
+            "is_admin",
+            "date_joined",
+            "last_login",
+            *LIMIT_FIELDS,
+            "key_defaults",
+            "allowed_models",
+            "password",
+        ]
+        read_only_fields = ["is_active", "date_joined", "last_login"]
+
+    def validate_key_defaults(self, value: dict) -> dict:
+        unknown = sorted(set(value) - set(LIMIT_FIELDS))
+        if unknown:
+            raise serializers.ValidationError(
+                f"Unknown limit(s): {', '.join(unknown)[:200]}. Known: {', '.join(LIMIT_FIELDS)}."
+            )
+        return {k: v for k, v in value.items() if v is not None}
+
+    def validate(self, attrs: dict) -> dict:
+        request = self.context.get("request")
+        errors: dict[str, list[str]] = {}
+        if self.instance is not None:
+            if "password" in attrs:
+                errors["password"] = ["Use the reset-password action to change a password."]
+            if (
+                request is not None
+                and self.instance.pk == request.user.pk
+                and attrs.get("role", self.instance.role) != Role.ADMIN
+            ):
+                errors["role"] = ["You cannot remove your own admin role; ask another admin."]
+        elif attrs.get("password"):
+            candidate = User(username=attrs.get("username", ""), email=attrs.get("email", ""))
+            try:
+                validate_password(attrs["password"], user=candidate)
+            except DjangoValidationError as exc:
+                errors["password"] = exc.messages
+        defaults = attrs.get("key_defaults")
+        if defaults:
+            for name, value in defaults.items():
+                ceiling = attrs[name] if name in attrs else getattr(self.instance, name, None)
+                if ceiling is not None and value > ceiling:
+                    errors.setdefault("key_defaults", []).append(
+                        f"{name} default {value:,} exceeds this user's limit of {ceiling:,}."
+                    )
+        if errors:
+            raise serializers.ValidationError(errors)
+        return attrs
+
+    @transaction.atomic
+    def create(self, validated_data: dict) -> User:
+        models = validated_data.pop("allowed_models", None)
+        password = validated_data.pop("password", None)
+        validated_data.setdefault("role", Role.DEVELOPER)
+        user, plain = services.create_user(password=password, **validated_data)
+        if models:
+            user.allowed_models.set(models)
+        if not password:
+            user.generated_password = plain
+        return user
+
+    @transaction.atomic
+    def update(self, instance: User, validated_data: dict) -> User:
+        if validated_data.get("role") == Role.DEVELOPER and instance.is_superuser:
+            # User.save() keeps superusers admin; demoting must drop the superuser flag too.
+            instance.is_superuser = False
+            instance.is_staff = False
+        return super().update(instance, validated_data)
+
+
+class UserCreatedSerializer(UserSerializer):
+    password = serializers.CharField(
+        read_only=True, required=False, help_text="The generated password, shown once (absent if you gave one)."
+    )
+
+
+class PasswordSerializer(serializers.Serializer):
+    password = serializers.CharField(read_only=True, help_text="The new password, shown once.")
+
+
+class MeSerializer(serializers.ModelSerializer):
+    """The caller's own profile: role, limits, key defaults and the models they may use."""
+
+    is_admin = serializers.BooleanField(read_only=True)
+    key_defaults = serializers.DictField(child=serializers.IntegerField(allow_null=True), read_only=True)
+    models = serializers.SerializerMethodField(help_text="Names of the models you may use.")
+
+    class Meta:
+        model = User
+        fields = [
+            "id",
+            "username",
+            "email",
+            "first_name",
+            "last_name",
+            "role",
+            "is_admin",
+            *LIMIT_FIELDS,
+            "key_defaults",
+            "models",
+        ]
+        read_only_fields = fields
+
+    def get_models(self, obj: User) -> list[str]:
+        return list(Model.objects.usable_by(obj).order_by("name").values_list("name", flat=True))
+
+
+# --- personal API tokens -------------------------------------------------------------------------
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):
+    """A personal API token. The plaintext appears once, as `token` in the create response."""
+
+    masked = serializers.SerializerMethodField()
+    active = serializers.BooleanField(source="is_active", read_only=True)
+
+    class Meta:
+        model = ApiToken
+        fields = [
+            "id",
+            "name",
+            "prefix",
+            "last_four",
+            "masked",
+            "active",
+            "created",
+            "last_used_at",
+            "expires_at",
+            "revoked_at",
+        ]
+        read_only_fields = ["prefix", "last_four", "created", "last_used_at", "revoked_at"]
+        validators: list = []  # the conditional unique name is checked in validate_name with a clear message
+
+    def get_masked(self, obj: ApiToken) -> str:
+        return f"{obj.prefix}…{obj.last_four}"
+
+    def validate_name(self, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise serializers.ValidationError("Enter a name.")
+        user = self.context["request"].user
+        if ApiToken.objects.filter(user=user, name=value, revoked_at__isnull=True).exists():
+            raise serializers.ValidationError("You already have an active token with this name.")
+        return value
+
+    def validate_expires_at(self, value):
+        if value is not None and value <= timezone.now():
+            raise serializers.ValidationError("The expiry must be in the future.")
+        return value
+
+
+class ApiTokenCreatedSerializer(ApiTokenSerializer):
+    token = serializers.CharField(read_only=True, help_text="The token, shown once: `Authorization: Token <token>`.")
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "token"]
+
+
+# --- audit log -----------------------------------------------------------------------------------
+
+
+class AuditLogSerializer(serializers.ModelSerializer):
+    changes = serializers.JSONField(read_only=True, help_text='Field: [old, new]; secrets only as "changed"/"set".')
+
+    class Meta:
+        model = AuditLog
+        fields = [
+            "id",
+            "created",
+            "actor",
+            "actor_name",
+            "action",
+            "object_type",
+            "object_id",
+            "object_repr",
+            "changes",
+            "message",
+            "ip_address",
+        ]
+        read_only_fields = fields

@@ -1,0 +1,6 @@
+from django.db import models
+
+
+class Role(models.TextChoices):
+    ADMIN = "admin", "Admin"
+    DEVELOPER = "developer", "Developer"

@@ -1,0 +1,63 @@
+"""FilterSets for users, API tokens and the audit log, shared by the REST API and the HTML lists."""
+
+from __future__ import annotations
+
+import django_filters
+from django.db.models import Q
+
+from portal.choices import AuditAction
+from portal.filters import search
+
+from .choices import Role
+from .models import ApiToken, AuditLog, User
+
+
+class UserFilterSet(django_filters.FilterSet):
+    q = django_filters.CharFilter(method="filter_q", label="Search")
+    role = django_filters.ChoiceFilter(choices=Role.choices)
+    is_active = django_filters.BooleanFilter()
+
+    class Meta:
+        model = User
+        fields = ["q", "role", "is_active", "username"]
+
+    def filter_q(self, queryset, name, value):
+        return search(queryset, ("username", "email", "first_name", "last_name"), value)
+
+
+class ApiTokenFilterSet(django_filters.FilterSet):
+    q = django_filters.CharFilter(method="filter_q", label="Search")
+    active = django_filters.BooleanFilter(method="filter_active", label="Active")
+
+    class Meta:
+        model = ApiToken
+        fields = ["q", "active"]
+
+    def filter_q(self, queryset, name, value):
+        return search(queryset, ("name", "prefix"), value)
+
+    def filter_active(self, queryset, name, value):
+        if value is None:
+            return queryset
+        from django.utils import timezone
+
+        active = Q(revoked_at__isnull=True) & (Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
+        return queryset.filter(active) if value else queryset.exclude(active)
+
+
+class AuditLogFilterSet(django_filters.FilterSet):
+    q = django_filters.CharFilter(method="filter_q", label="Search")
+    actor = django_filters.ModelChoiceFilter(queryset=User.objects.all())
+    actor_name = django_filters.CharFilter(lookup_expr="iexact")
+    object_type = django_filters.CharFilter(lookup_expr="iexact")
+    object_id = django_filters.CharFilter()
+    action = django_filters.ChoiceFilter(choices=AuditAction.choices)
+    created_after = django_filters.IsoDateTimeFilter(field_name="created", lookup_expr="gte", label="From")
+    created_before = django_filters.IsoDateTimeFilter(field_name="created", lookup_expr="lt", label="Until")
+
+    class Meta:
+        model = AuditLog
+        fields = ["q", "actor", "actor_name", "object_type", "object_id", "action", "created_after", "created_before"]
+
+    def filter_q(self, queryset, name, value):
+        return search(queryset, ("actor_name", "object_type", "object_repr", "message"), value)

@@ -1,0 +1,250 @@
+"""Account and personal API tokens, users (admin), audit log (admin)."""
+
+from __future__ import annotations
+
+import datetime
+
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.mixins import LoginRequiredMixin
+from django.db import transaction
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse, reverse_lazy
+from django.utils import timezone
+from django.views import View
+from django.views.generic import DetailView
+
+from portal import audit
+from portal.choices import AuditAction
+from portal.ui import AdminRequiredMixin, FilteredListView, done, pop_secret, remember_secret
+
+from . import services, tokens
+from .filters import AuditLogFilterSet, UserFilterSet
+from .forms import ApiTokenForm, UserCreateForm, UserEditForm
+from .models import ApiToken, AuditLog
+
+User = get_user_model()
+
+
+# --- account and personal API tokens -------------------------------------------------------
+
+
+@login_required
+def account(request):
+    user = request.user
+    context = {
+        "tokens": user.api_tokens.filter(revoked_at__isnull=True).order_by("-created"),
+        "token_form": ApiTokenForm(user=user),
+        "new_token": pop_secret(request, "api_token"),
+    }
+    return render(request, "accounts/account.html", context)
+
+
+@login_required
+def token_create(request):
+    if request.method != "POST":
+        return done(request, "Use the form to create a token.", "account", level=messages.INFO)
+    form = ApiTokenForm(request.POST, user=request.user)
+    if not form.is_valid():
+        tokens_qs = request.user.api_tokens.filter(revoked_at__isnull=True)
+        return render(request, "accounts/account.html", {"tokens": tokens_qs, "token_form": form}, status=400)
+    days = form.cleaned_data.get("expires_in_days")
+    expires = timezone.now() + datetime.timedelta(days=days) if days else None
+    token, plaintext = tokens.issue_token(user=request.user, name=form.cleaned_data["name"], expires_at=expires)
+    audit.record(AuditAction.CREATE, token, message="API token created")
+    remember_secret(request, "api_token", plaintext)
+    return done(request, f"API token “{token.name}” created. Copy it now.", "account")
+
+
+class TokenRevokeView(LoginRequiredMixin, View):
+    def get_token(self) -> ApiToken:
+        return get_object_or_404(ApiToken, pk=self.kwargs["pk"], user=self.request.user, revoked_at__isnull=True)
+
+    def get(self, request, pk):
+        token = self.get_token()
+        return render(
+            request,
+            "portal/confirm.html",
+            {
+                "title": "Revoke API token",
+                "question": f"Revoke the API token “{token.name}” ({token.prefix}…{token.last_four})?",
+                "detail": "Scripts using it stop working at once. This cannot be undone.",
+                "button": "Revoke token",
+                "danger": True,
+                "cancel_url": reverse("account"),
+            },
+        )
+
+    def post(self, request, pk):
+        token = self.get_token()
+        tokens.revoke_token(token)
+        audit.record(AuditAction.ACTION, token, message="API token revoked")
+        return done(request, f"API token “{token.name}” revoked.", "account")
+
+
+class PasswordChangeView(auth_views.PasswordChangeView):
+    template_name = "registration/password_change_form.html"
+    success_url = reverse_lazy("account")
+
+    def form_valid(self, form):
+        response = super().form_valid(form)
+        audit.record(AuditAction.ACTION, self.request.user, message="password changed")
+        messages.success(self.request, "Your password was changed.")
+        return response
+
+
+# --- users (admin) -------------------------------------------------------------------------
+
+
+class UserListView(AdminRequiredMixin, FilteredListView):
+    model = User
+    filterset_class = UserFilterSet
+    template_name = "accounts/user_list.html"
+
+    def get_base_queryset(self):
+        return User.objects.order_by("username")
+
+    def get_context_data(self, **kwargs):
+        return super().get_context_data(filter_fields=["role", "is_active"], **kwargs)
+
+
+class UserCreateView(AdminRequiredMixin, View):
+    template_name = "accounts/user_form.html"
+
+    def get(self, request):
+        return render(request, self.template_name, {"form": UserCreateForm(), "creating": True})
+
+    def post(self, request):
+        form = UserCreateForm(request.POST)
+        if not form.is_valid():
+            return render(request, self.template_name, {"form": form, "creating": True}, status=400)
+        data = form.cleaned_data
+        with transaction.atomic():
+            user, password = services.create_user(
+                username=data["username"],
+                role=data["role"],
+                email=data["email"],
+                first_name=data["first_name"],
+                last_name=data["last_name"],
+            )
+        remember_secret(request, f"password-{user.pk}", password)
+        return done(request, f"User {user.username} created. Give them the password below.", "user_detail", user.pk)
+
+
+class UserDetailView(AdminRequiredMixin, DetailView):
+    model = User
+    template_name = "accounts/user_detail.html"
+    context_object_name = "person"
+
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        person = self.object
+        context["new_password"] = pop_secret(self.request, f"password-{person.pk}")
+        context["keys"] = person.keys.order_by("revoked_at", "-created")[:50]
+        context["allowed"] = person.allowed_models.all()
+        return context
+
+
+class UserEditView(AdminRequiredMixin, View):
+    template_name = "accounts/user_edit.html"
+
+    def get(self, request, pk):
+        person = get_object_or_404(User, pk=pk)
+        form = UserEditForm(instance=person, acting_user=request.user)
+        return render(request, self.template_name, {"form": form, "person": person})
+
+    def post(self, request, pk):
+        person = get_object_or_404(User, pk=pk)
+        form = UserEditForm(request.POST, instance=person, acting_user=request.user)
+        if not form.is_valid():
+            person.refresh_from_db()
+            return render(request, self.template_name, {"form": form, "person": person}, status=400)
+        with transaction.atomic():
+            form.save()
+        return done(request, f"User {person.username} saved.", "user_detail", person.pk)
+
+
+class UserActivationView(AdminRequiredMixin, View):
+    """Deactivate (keys stop working) or reactivate, after a confirmation page."""
+
+    def dispatch(self, request, *args, **kwargs):
+        if request.user.is_authenticated and request.user.is_admin and str(kwargs.get("pk")) == str(request.user.pk):
+            return done(
+                request, "You cannot deactivate yourself.", "user_detail", request.user.pk, level=messages.ERROR
+            )
+        return super().dispatch(request, *args, **kwargs)
+
+    def setup_person(self, request, pk):
+        person = get_object_or_404(User, pk=pk)
+        return person, not person.is_active
+
+    def get(self, request, pk):
+        person, activate = self.setup_person(request, pk)
+        verb = "Reactivate" if activate else "Deactivate"
+        detail = (
+            f"{person.username} can log in again and their unrevoked keys work again."
+            if activate
+            else f"{person.username} cannot log in and all their keys stop working at once."
+        )
+        return render(
+            request,
+            "portal/confirm.html",
+            {
+                "title": f"{verb} user",
+                "question": f"{verb} {person.username}?",
+                "detail": detail,
+                "button": verb,
+                "danger": not activate,
+                "cancel_url": reverse("user_detail", args=[person.pk]),
+            },
+        )
+
+    def post(self, request, pk):
+        person, activate = self.setup_person(request, pk)
+        services.set_active(person, activate)
+        state = "reactivated" if activate else "deactivated; their keys no longer work"
+        return done(request, f"User {person.username} {state}.", "user_detail", person.pk)
+
+
+class UserResetPasswordView(AdminRequiredMixin, View):
+    def get(self, request, pk):
+        person = get_object_or_404(User, pk=pk)
+        return render(
+            request,
+            "portal/confirm.html",
+            {
+                "title": "Reset password",
+                "question": f"Reset the password of {person.username}?",
+                "detail": "Their current password stops working; the new one is shown to you once.",
+                "button": "Reset password",
+                "danger": True,
+                "cancel_url": reverse("user_detail", args=[person.pk]),
+            },
+        )
+
+    def post(self, request, pk):
+        person = get_object_or_404(User, pk=pk)
+        password = services.reset_password(person, actor=request.user)
+        remember_secret(request, f"password-{person.pk}", password)
+        return done(request, f"Password of {person.username} reset. Give them the new one below.", "user_detail", pk)
+
+
+# --- audit log (admin) ---------------------------------------------------------------------
+
+
+class AuditLogView(AdminRequiredMixin, FilteredListView):
+    model = AuditLog
+    filterset_class = AuditLogFilterSet
+    template_name = "accounts/audit_log.html"
+    paginate_by = 50
+
+    def get_base_queryset(self):
+        return AuditLog.objects.select_related("actor")
+
+    def get_context_data(self, **kwargs):
+        object_types = AuditLog.objects.order_by().values_list("object_type", flat=True).distinct()
+        return super().get_context_data(
+            filter_fields=["action", "actor"], object_types=sorted(set(object_types)), **kwargs
+        )
