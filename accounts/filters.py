@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import django_filters
-from django.db.models import Q
 
 from portal.choices import AuditAction
 from portal.filters import search
@@ -39,10 +38,8 @@ class ApiTokenFilterSet(django_filters.FilterSet):
     def filter_active(self, queryset, name, value):
         if value is None:
             return queryset
-        from django.utils import timezone
-
-        active = Q(revoked_at__isnull=True) & (Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
-        return queryset.filter(active) if value else queryset.exclude(active)
+        active = queryset.active()
+        return active if value else queryset.exclude(pk__in=active.values("pk"))
 
 
 class AuditLogFilterSet(django_filters.FilterSet):

@@ -7,7 +7,7 @@ from django.db import models
 from django.utils import timezone
 
 from portal.choices import AuditAction
-from portal.models import Limits, TimeStampedModel
+from portal.models import Limits, ShownOnceQuerySet, ShownOnceSecret
 
 from .choices import Role
 
@@ -45,17 +45,17 @@ class User(AbstractUser, Limits):
         return self.is_active and (self.role == Role.ADMIN or self.is_superuser)
 
 
-class ApiToken(TimeStampedModel):
+class ApiToken(ShownOnceSecret):
     """A personal token for scripts using the REST API. Shown once; stored as a keyed hash."""
+
+    PREFIX = "gpt-"
+    HASH_FIELD = "token_hash"
 
     user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(max_length=100)
-    prefix = models.CharField(max_length=16)
-    last_four = models.CharField(max_length=4)
     token_hash = models.CharField(max_length=64, unique=True)
-    last_used_at = models.DateTimeField(null=True, blank=True)
-    expires_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ShownOnceQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created"]
@@ -68,12 +68,7 @@ class ApiToken(TimeStampedModel):
         ]
 
     def __str__(self) -> str:
-        return f"{self.name} ({self.prefix}…{self.last_four})"
-
-    @property
-    def is_active(self) -> bool:
-        now = timezone.now()
-        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+        return f"{self.name} ({self.masked})"
 
 
 class AuditLog(models.Model):

@@ -1,9 +1,16 @@
-"""Abstract bases every app's models share: timestamps and the five gateway limits."""
+"""Abstract bases every app's models share: timestamps, the five gateway limits, shown-once secrets."""
 
 from __future__ import annotations
 
+import hmac
+import secrets as pysecrets
+from typing import ClassVar, Self
+
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.utils import timezone
+
+from .secrets import keyed_hash
 
 # A limit of 10^12 tokens is already absurd; anything above is a typo, not a plan.
 LIMIT_VALIDATORS = [MinValueValidator(1), MaxValueValidator(10**12)]
@@ -43,3 +50,76 @@ class Limits(models.Model):
 
     def limits(self) -> dict[str, int | None]:
         return {f: getattr(self, f) for f in self.LIMIT_FIELDS}
+
+
+class ShownOnceQuerySet(models.QuerySet):
+    def unrevoked(self):
+        """Not revoked (expired ones included): their names are still taken."""
+        return self.filter(revoked_at__isnull=True)
+
+    def active(self):
+        """Not revoked and not expired: the one spelling of "usable" for shown-once secrets."""
+        return self.unrevoked().exclude(expires_at__lte=timezone.now())
+
+
+class ShownOnceSecret(TimeStampedModel):
+    """A credential shown once and stored only as a keyed hash (developer keys, API tokens).
+
+    Subclasses name their public `PREFIX` and the field holding the hash (`HASH_FIELD`); lists show
+    `prefix…last_four`. Revoked, never deleted, because records point at it.
+    """
+
+    PREFIX: ClassVar[str]
+    HASH_FIELD: ClassVar[str]
+    MAX_PRESENTED = 200
+
+    prefix = models.CharField(max_length=16, help_text="First characters, shown in lists.")
+    last_four = models.CharField(max_length=4)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+    @property
+    def masked(self) -> str:
+        return f"{self.prefix}…{self.last_four}"
+
+    @property
+    def is_expired(self) -> bool:
+        return self.expires_at is not None and self.expires_at <= timezone.now()
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None and not self.is_expired
+
+    @classmethod
+    def mint(cls) -> tuple[dict[str, str], str]:
+        """A new plaintext (prefix + 256 random bits) and the fields that store it: prefix, last four
+        and the keyed hash. The plaintext itself is never stored."""
+        plaintext = cls.PREFIX + pysecrets.token_urlsafe(32)
+        stored = {
+            "prefix": plaintext[: len(cls.PREFIX) + 6],
+            "last_four": plaintext[-4:],
+            cls.HASH_FIELD: keyed_hash(plaintext),
+        }
+        return stored, plaintext
+
+    @classmethod
+    def find(cls, presented: str, queryset: models.QuerySet | None = None) -> Self | None:
+        """The row whose hash matches `presented` (active or not), or None; constant-time compare."""
+        value = (presented or "").strip()
+        if not value.startswith(cls.PREFIX) or len(value) > cls.MAX_PRESENTED:
+            return None
+        digest = keyed_hash(value)
+        rows = queryset if queryset is not None else cls._default_manager.all()
+        found = rows.filter(**{cls.HASH_FIELD: digest}).first()
+        if found is None or not hmac.compare_digest(getattr(found, cls.HASH_FIELD), digest):
+            return None
+        return found
+
+    def revoke(self) -> None:
+        if self.revoked_at is None:
+            self.revoked_at = timezone.now()
+            self.save(update_fields=["revoked_at", "updated"])

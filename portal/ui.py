@@ -10,26 +10,17 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.mixins import LoginRequiredMixin
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.shortcuts import redirect
 from django.views.generic import ListView
 
 from . import secrets
+from .permissions import AdminRequiredMixin as AdminRequiredMixin  # re-exported for the apps' views
 
 PAGE_SIZE = 25
 _SESSION_SECRETS = "portal_show_once"
-
-
-class AdminRequiredMixin(LoginRequiredMixin):
-    """Anonymous → login page; logged-in developer → 403."""
-
-    def dispatch(self, request, *args, **kwargs):
-        if request.user.is_authenticated and not request.user.is_admin:
-            raise PermissionDenied("Only admins can see this page.")
-        return super().dispatch(request, *args, **kwargs)
 
 
 class FilteredListView(ListView):

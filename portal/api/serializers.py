@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from portal import permissions
 from portal.models import LIMIT_VALIDATORS, Limits
 
 LIMIT_FIELDS = list(Limits.LIMIT_FIELDS)
@@ -20,8 +21,7 @@ def drf_error(exc: DjangoValidationError) -> serializers.ValidationError:
 
 
 def is_admin(request) -> bool:
-    user = getattr(request, "user", None)
-    return bool(user is not None and user.is_authenticated and user.is_admin)
+    return permissions.is_admin(getattr(request, "user", None))
 
 
 @extend_schema_field({"oneOf": [{"type": "integer"}, {"type": "string"}], "description": "Id or name."})

@@ -1,0 +1,65 @@
+"""The one admin check, for pages (mixin, decorator), the API (DRF permissions) and templates.
+
+Only `user.is_admin` is read (the accounts app defines it), so the ground floor needs no app.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.mixins import LoginRequiredMixin
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from rest_framework.permissions import SAFE_METHODS, BasePermission
+
+DENIED = "Only admins can see this page."
+
+
+def is_admin(user: Any) -> bool:
+    return bool(user is not None and user.is_authenticated and user.is_admin)
+
+
+class AdminRequiredMixin(LoginRequiredMixin):
+    """Anonymous → login page; logged-in developer → 403."""
+
+    denied_message = DENIED
+
+    def dispatch(self, request, *args, **kwargs):
+        if request.user.is_authenticated and not is_admin(request.user):
+            raise PermissionDenied(self.denied_message)
+        return super().dispatch(request, *args, **kwargs)
+
+
+def admin_required(view: Callable | None = None, *, message: str = DENIED) -> Callable:
+    """The same rule for function views: `@admin_required` or `@admin_required(message=...)`."""
+
+    def decorate(func: Callable) -> Callable:
+        @login_required
+        @functools.wraps(func)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not is_admin(request.user):
+                raise PermissionDenied(message)
+            return func(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorate(view) if view is not None else decorate
+
+
+class IsAdmin(BasePermission):
+    message = "Only admins can do this."
+
+    def has_permission(self, request, view):
+        return is_admin(request.user)
+
+
+class IsAdminOrReadOnly(BasePermission):
+    """Developers may read (e.g. the model list); only admins may change."""
+
+    def has_permission(self, request, view):
+        if not (request.user and request.user.is_authenticated):
+            return False
+        return request.method in SAFE_METHODS or is_admin(request.user)
