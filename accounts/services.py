@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import Q
 
 from portal import audit
 from portal.choices import AuditAction
+
+from .choices import Role
 
 
 def generate_password() -> str:
@@ -38,3 +42,24 @@ def create_user(*, username: str, role: str, email: str = "", password: str | No
     plain = password or generate_password()
     user = User.objects.create_user(username=username, email=email, password=plain, role=role, **fields)
     return user, plain
+
+
+def ensure_first_admin(stdout) -> None:
+    """Create `admin` when no admin exists. Password from PORTAL_ADMIN_PASSWORD or printed once."""
+    User = get_user_model()
+    if User.objects.filter(Q(role=Role.ADMIN) | Q(is_superuser=True)).exists():
+        return
+    password = os.environ.get("PORTAL_ADMIN_PASSWORD")
+    generated = not password
+    if generated:
+        password = generate_password()
+    User.objects.create_user(username="admin", password=password, role=Role.ADMIN, is_staff=True, is_superuser=True)
+    if generated:
+        stdout.write(
+            "\n  Created the first admin.\n"
+            f"    username: admin\n    password: {password}\n"
+            "  (shown once; set PORTAL_ADMIN_PASSWORD to choose it, change it under Account)\n"
+        )
+    else:
+        stdout.write("  Created the first admin: username admin, password from PORTAL_ADMIN_PASSWORD.\n")
+    stdout.flush()

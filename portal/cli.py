@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -31,33 +30,6 @@ def _setup_django() -> None:
     import django
 
     django.setup()
-
-
-def ensure_admin(stdout=sys.stdout) -> None:
-    """Create `admin` when no admin exists. Password from PORTAL_ADMIN_PASSWORD or printed once."""
-    from django.contrib.auth import get_user_model
-    from django.db.models import Q
-
-    from accounts.choices import Role
-
-    User = get_user_model()
-    if User.objects.filter(Q(role=Role.ADMIN) | Q(is_superuser=True)).exists():
-        return
-    password = os.environ.get("PORTAL_ADMIN_PASSWORD")
-    generated = not password
-    if generated:
-        password = secrets.token_urlsafe(12)
-    User.objects.create_user(username="admin", password=password, role=Role.ADMIN, is_staff=True, is_superuser=True)
-    if generated:
-        print(
-            "\n  Created the first admin.\n"
-            f"    username: admin\n    password: {password}\n"
-            "  (shown once; set PORTAL_ADMIN_PASSWORD to choose it, change it under Account)\n",
-            file=stdout,
-            flush=True,
-        )
-    else:
-        print("  Created the first admin: username admin, password from PORTAL_ADMIN_PASSWORD.", file=stdout)
 
 
 @dataclass
@@ -174,7 +146,7 @@ def cmd_up(args) -> int:
         flush=True,
     )
     call_command("migrate", interactive=False, verbosity=0)
-    ensure_admin()
+    call_command("ensure_admin")
     children = build_children(args, settings)
     url = f"http://{args.host}:{args.port}/"
     print(
