@@ -14,7 +14,6 @@ urlpatterns = [
     path("api/", include("portal.api.urls")),
     path("", include("portal.web_urls")),
     path("", include("hosts.urls")),
-    path("", include("hosts.deploy_urls")),
     path("", include("channels.urls")),
     path("", include("channels.health_urls")),
     path("", include("keys.urls")),
