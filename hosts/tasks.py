@@ -1,4 +1,9 @@
-"""Celery tasks for hosts: they take ids, re-fetch, call a service, and are safe to run twice."""
+"""Celery tasks for hosts: they take ids, re-fetch, call a service, and are safe to run twice.
+
+The receivers of `hosts.signals` live here too (connected by HostsConfig.ready()): they queue a
+requested launch job and the probe of a channel a job registered, so `hosts.jobs` never imports
+this module.
+"""
 
 from __future__ import annotations
 
