@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import django_filters
 
-from hosts.models import Host
 from portal.filters import search
 
 from .choices import ChannelKind, ChannelStatus
@@ -15,12 +14,11 @@ class ChannelFilterSet(django_filters.FilterSet):
     q = django_filters.CharFilter(method="filter_q", label="Search")
     kind = django_filters.MultipleChoiceFilter(choices=ChannelKind.choices)
     status = django_filters.MultipleChoiceFilter(choices=ChannelStatus.choices)
-    host = django_filters.ModelChoiceFilter(queryset=Host.objects.all())
     model = django_filters.CharFilter(field_name="routes__model__name", distinct=True, label="Serves model")
 
     class Meta:
         model = Channel
-        fields = ["q", "name", "kind", "status", "enabled", "host", "model"]
+        fields = ["q", "name", "kind", "status", "enabled", "model"]
 
     def filter_q(self, queryset, name, value):
         return search(queryset, ("name", "base_url", "notes"), value)

@@ -37,7 +37,6 @@ class ChannelForm(forms.ModelForm):
             "kind",
             "base_url",
             "api_key",
-            "host",
             "priority",
             "weight",
             "enabled",
@@ -67,8 +66,6 @@ class ChannelForm(forms.ModelForm):
                 "hx-target": "#base-url-preview",
             }
         )
-        self.fields["host"].required = False
-        self.fields["host"].empty_label = "— none (cloud or external) —"
 
     def clean_base_url(self) -> str:
         try:

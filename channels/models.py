@@ -29,7 +29,6 @@ class Channel(TimeStampedModel):
     kind = models.CharField(max_length=16, choices=ChannelKind, default=ChannelKind.OPENAI)
     base_url = models.CharField(max_length=500, help_text="Stored canonical, ending in /v1.")
     api_key = EncryptedTextField(blank=True, help_text="Sent upstream by the gateway; write-only.")
-    host = models.ForeignKey("hosts.Host", null=True, blank=True, on_delete=models.SET_NULL, related_name="channels")
     priority = models.IntegerField(
         default=0,
         validators=[MinValueValidator(-1000), MaxValueValidator(1000)],

@@ -30,3 +30,76 @@ def reset_status_after_edit(channel, *, previous_base_url: str, previous_api_key
         channel.status_message = "Connection settings changed; waiting for the next check."
         channel.status_changed = timezone.now()
     return True
+
+
+def register_served_model(
+    *,
+    channel,
+    name: str,
+    kind: str,
+    base_url: str,
+    api_key: str,
+    model_name: str,
+    upstream_model: str,
+    context_window: int | None,
+    status_message: str,
+):
+    """Point a channel at a server someone else started (a GPU host's launch job) and route
+    `model_name` to it alone, all or nothing. `channel` is the one registered before, or None for
+    a new one named `name` (suffixed `-2`, `-3`… when taken). It waits for its first health probe."""
+    from django.db import transaction
+    from django.utils import timezone
+
+    from .choices import ChannelStatus
+    from .models import Channel, Model, ModelRoute
+
+    base_url, _warnings = normalize_base_url(base_url)
+    now = timezone.now()
+    with transaction.atomic():
+        if channel is None:
+            channel = Channel(name=_free_channel_name(name))
+        channel.kind = kind
+        channel.base_url = base_url
+        channel.api_key = api_key
+        channel.enabled = True
+        channel.status = ChannelStatus.UNKNOWN
+        channel.status_message = status_message
+        channel.status_changed = now
+        channel.save()
+        model, _ = Model.objects.get_or_create(name=model_name)
+        ModelRoute.objects.filter(channel=channel).exclude(model=model).delete()
+        ModelRoute.objects.update_or_create(
+            model=model,
+            channel=channel,
+            defaults={
+                "upstream_model": upstream_model,
+                "context_window": context_window,
+                "discovered_context_window": context_window,
+                "discovered_at": now,
+                "enabled": True,
+            },
+        )
+    return channel
+
+
+def disable_served_channel(channel_id: int, *, status_message: str) -> None:
+    """The server behind a registered channel was stopped: stop routing to it, say why."""
+    from .models import Channel
+
+    channel = Channel.objects.filter(pk=channel_id).first()
+    if channel is not None:
+        # save(), not update(): the gateway drops its cached routes on the post_save signal.
+        channel.enabled = False
+        channel.status_message = status_message
+        channel.save(update_fields=["enabled", "status_message", "updated"])
+
+
+def _free_channel_name(base: str) -> str:
+    """`base`, or `base-2`, `base-3`… when an unrelated channel already has the name."""
+    from .models import Channel
+
+    name, n = base, 1
+    while Channel.objects.filter(name=name).exists():
+        n += 1
+        name = f"{base}-{n}"
+    return name

@@ -47,10 +47,10 @@ class ChannelListView(AdminRequiredMixin, FilteredListView):
     template_name = "channels/channel_list.html"
 
     def get_base_queryset(self):
-        return Channel.objects.select_related("host").prefetch_related("routes__model")
+        return Channel.objects.prefetch_related("routes__model", "deployments__host")
 
     def get_context_data(self, **kwargs):
-        context = super().get_context_data(filter_fields=["enabled", "host"], **kwargs)
+        context = super().get_context_data(filter_fields=["enabled"], **kwargs)
         context["object_list"] = attach_health(list(context["object_list"]))  # all badges in two queries
         return context
 

@@ -10,6 +10,8 @@ class HostsConfig(AppConfig):
 
         from portal import audit, dashboard
 
+        from . import tasks  # noqa: F401  (connects the receivers that queue jobs and probes)
+
         post_migrate.connect(_register_schedule, sender=self, dispatch_uid="hosts-default-schedule")
 
         from .models import Deployment, Host

@@ -37,6 +37,10 @@ class DeploymentStatus(models.TextChoices):
     FAILED = "failed", "Failed"
 
 
+# No server of the deployment should be up: it may be edited, deleted or launched.
+IDLE_DEPLOYMENT_STATUSES = (DeploymentStatus.STOPPED, DeploymentStatus.FAILED)
+
+
 class JobAction(models.TextChoices):
     LAUNCH = "launch", "Launch"
     STOP = "stop", "Stop"

@@ -9,7 +9,15 @@ from django.db import models
 from portal.fields import EncryptedTextField
 from portal.models import TimeStampedModel
 
-from .choices import ACTIVE_JOB_STATES, Backend, DeploymentStatus, HostStatus, JobAction, JobState
+from .choices import (
+    ACTIVE_JOB_STATES,
+    IDLE_DEPLOYMENT_STATUSES,
+    Backend,
+    DeploymentStatus,
+    HostStatus,
+    JobAction,
+    JobState,
+)
 
 USERNAME_VALIDATOR = RegexValidator(r"^[a-z_][a-z0-9_.-]{0,31}$", "A POSIX user name (lowercase, up to 32).")
 ADDRESS_VALIDATOR = RegexValidator(
@@ -18,12 +26,20 @@ ADDRESS_VALIDATOR = RegexValidator(
 )
 
 
+class HostQuerySet(models.QuerySet):
+    def key_confirmed(self) -> HostQuerySet:
+        """Hosts an admin has pinned a host key for: the only ones SSH will talk to."""
+        return self.exclude(host_key_fingerprint="")
+
+
 class Host(TimeStampedModel):
     """A GPU machine. The private key is encrypted at rest and decrypted only in the worker.
 
-    `host_key_fingerprint` is empty until the admin confirms the key seen on first contact (4/6);
+    `host_key_fingerprint` is empty until the admin confirms the key seen on first contact;
     afterwards a different key is refused.
     """
+
+    objects = HostQuerySet.as_manager()
 
     name = models.CharField(max_length=100, unique=True)
     address = models.CharField(max_length=253, validators=[ADDRESS_VALIDATOR])
@@ -81,6 +97,12 @@ DEPLOYMENT_NAME_VALIDATOR = RegexValidator(
 )
 
 
+class DeploymentQuerySet(models.QuerySet):
+    def active(self) -> DeploymentQuerySet:
+        """Deployments whose server may be up (starting, running or stopping)."""
+        return self.exclude(status__in=IDLE_DEPLOYMENT_STATUSES)
+
+
 class Deployment(TimeStampedModel):
     """A model served by vLLM or llama-server on some GPUs of a host, reached as one channel.
 
@@ -89,8 +111,9 @@ class Deployment(TimeStampedModel):
     (see `DeploymentStatus`); `pid` is the detached server's process group on the host.
     """
 
+    objects = DeploymentQuerySet.as_manager()
+
     name = models.CharField(max_length=63, unique=True, validators=[DEPLOYMENT_NAME_VALIDATOR])
-    # Deleting a host forgets its deployments (servers keep running; their channels stay, host unset).
     # PROTECT: a deployment may still have a server running on the host; deleting the host must not
     # silently forget it. The UI and the API explain what blocks the delete (409 in the API).
     host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="deployments")
@@ -131,6 +154,11 @@ class Deployment(TimeStampedModel):
         return self.name
 
     @property
+    def is_idle(self) -> bool:
+        """No server should be up: the deployment may be edited, deleted or launched."""
+        return self.status in IDLE_DEPLOYMENT_STATUSES
+
+    @property
     def remote_dir(self) -> str:
         """The deployment's folder on the host, relative to the SSH user's home."""
         return f".gateway-portal/deployments/{self.name}"
@@ -141,6 +169,12 @@ class Deployment(TimeStampedModel):
         return f"http://{address}:{self.port}/v1"
 
 
+class LaunchJobQuerySet(models.QuerySet):
+    def active(self) -> LaunchJobQuerySet:
+        """Jobs not finished yet; at most one per deployment (named constraint)."""
+        return self.filter(state__in=ACTIVE_JOB_STATES)
+
+
 class LaunchJob(TimeStampedModel):
     """One launch/stop/restart/adopt of a deployment, run by a Celery task.
 
@@ -148,6 +182,8 @@ class LaunchJob(TimeStampedModel):
     worker makes progress, so a job whose worker died is found and failed (`recover_stale_jobs`).
     At most one job per deployment is active at a time (named constraint).
     """
+
+    objects = LaunchJobQuerySet.as_manager()
 
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="jobs")
     action = models.CharField(max_length=16, choices=JobAction, default=JobAction.LAUNCH)

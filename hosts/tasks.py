@@ -1,4 +1,9 @@
-"""Celery tasks for hosts: they take ids, re-fetch, call a service, and are safe to run twice."""
+"""Celery tasks for hosts: they take ids, re-fetch, call a service, and are safe to run twice.
+
+The receivers of `hosts.signals` live here too (connected by HostsConfig.ready()): they queue a
+requested launch job and the probe of a channel a job registered, so `hosts.jobs` never imports
+this module.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,11 @@ import logging
 
 from celery import shared_task
 from django.db import transaction
+from django.dispatch import receiver
 
-from . import services
+from channels.tasks import probe_channel
+
+from . import jobs, services, signals
 from .models import Host
 
 logger = logging.getLogger(__name__)
@@ -20,7 +28,7 @@ INVENTORY_EVERY_MINUTES = 5
 @shared_task(name=INVENTORY_TASK, ignore_result=True)
 def refresh_inventory(host_id: int | None = None) -> None:
     """One host ("Refresh now"), or every host whose key is confirmed (the periodic run)."""
-    hosts = Host.objects.filter(pk=host_id) if host_id else Host.objects.exclude(host_key_fingerprint="")
+    hosts = Host.objects.filter(pk=host_id) if host_id else Host.objects.key_confirmed()
     for host in hosts:
         try:
             services.refresh_inventory(host)
@@ -32,14 +40,30 @@ def refresh_inventory(host_id: int | None = None) -> None:
 def run_job(job_id: int) -> None:
     """Run a launch/stop/restart/adopt job. Redelivered after a worker dies, it resumes: the job
     finds a server it already started through its pid file instead of starting a second one."""
-    services.run_job(job_id)
+    jobs.run_job(job_id)
 
 
 @shared_task(name=RECOVER_TASK, ignore_result=True)
 def recover_stale_jobs() -> None:
-    failed = services.recover_stale_jobs()
+    failed = jobs.recover_stale_jobs()
     if failed:
         logger.warning("failed %s launch job(s) whose worker stopped", failed)
+
+
+@receiver(signals.job_requested, dispatch_uid="hosts-queue-job")
+def _queue_job(sender, job_id: int, **_kwargs) -> None:
+    try:
+        run_job.delay(job_id)
+    except Exception:  # the broker is down: the stale-job sweep will fail it with a message
+        logger.exception("could not queue launch job %s", job_id)
+
+
+@receiver(signals.channel_registered, dispatch_uid="hosts-probe-channel")
+def _probe_channel(sender, channel_id: int, **_kwargs) -> None:
+    try:
+        probe_channel.delay(channel_id)
+    except Exception:
+        logger.exception("could not queue a probe of channel %s", channel_id)
 
 
 def ensure_schedule(**_kwargs) -> None:

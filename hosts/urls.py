@@ -1,4 +1,6 @@
-from django.urls import path
+"""Web URLs of the hosts app: host pages and their GPU panel, then deployments and launch jobs."""
+
+from django.urls import include, path
 
 from . import views
 
@@ -8,4 +10,8 @@ urlpatterns = [
     path("hosts/<int:pk>/", views.HostDetailView.as_view(), name="host_detail"),
     path("hosts/<int:pk>/edit/", views.HostUpdateView.as_view(), name="host_edit"),
     path("hosts/<int:pk>/delete/", views.HostDeleteView.as_view(), name="host_delete"),
+    path("hosts/<int:pk>/gpus/", views.host_gpus, name="host_gpus"),
+    path("hosts/<int:pk>/refresh/", views.host_refresh, name="host_refresh"),
+    path("hosts/<int:pk>/confirm-key/", views.host_confirm_key, name="host_confirm_key"),
+    path("", include("hosts.deployments.urls")),
 ]

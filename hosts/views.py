@@ -1,17 +1,40 @@
-"""Host pages (admin): list, create, edit, detail with GPUs, delete."""
+"""Host pages (admin): list, create, edit, detail with GPUs, delete; the GPU panel's actions."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse, reverse_lazy
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_POST
 from django.views.generic import CreateView, DeleteView, DetailView, UpdateView
 
+from channels.models import Channel
 from portal.ui import AdminRequiredMixin, FilteredListView, InvalidFormStatusMixin, SafeDeleteMixin
 
-from .deploy_views import host_gpus_context
+from . import services, tasks
 from .filters import HostFilterSet
 from .forms import HostForm
 from .models import Host
+
+
+def admin_required(view: Callable) -> Callable:
+    """`AdminRequiredMixin` for function views, with the hosts pages' own 403 message."""
+
+    @login_required
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        if not request.user.is_admin:
+            raise PermissionDenied("Only admins manage GPU hosts and deployments.")
+        return view(request, *args, **kwargs)
+
+    return wrapper
 
 
 class HostListView(AdminRequiredMixin, FilteredListView):
@@ -67,7 +90,8 @@ class HostDetailView(AdminRequiredMixin, DetailView):
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
         context.update(host_gpus_context(self.object))
-        context["channels"] = self.object.channels.order_by("name")
+        # The channels the host's deployments registered.
+        context["channels"] = Channel.objects.filter(deployments__host=self.object).distinct().order_by("name")
         return context
 
 
@@ -82,3 +106,49 @@ class HostDeleteView(AdminRequiredMixin, SafeDeleteMixin, DeleteView):
         response = super().form_valid(form)
         messages.success(self.request, f"Host {name} deleted.")
         return response
+
+
+# --- the GPU panel's actions -------------------------------------------------------------------
+def host_gpus_context(host: Host, *, refreshing: bool = False, partial: bool = False) -> dict:
+    """What `hosts/_host_gpus.html` needs: the host and its GPUs (`refreshing` reloads it once;
+    `partial` shows flash messages inside it, for htmx swaps)."""
+    return {"host": host, "gpus": list(host.gpus.all()), "refreshing": refreshing, "partial_messages": partial}
+
+
+@admin_required
+@require_GET
+def host_gpus(request: HttpRequest, pk: int) -> HttpResponse:
+    host = get_object_or_404(Host, pk=pk)
+    return render(request, "hosts/_host_gpus.html", host_gpus_context(host, partial=True))
+
+
+def _back(request: HttpRequest, host: Host, *, refreshing: bool = False) -> HttpResponse:
+    if request.headers.get("HX-Request"):
+        return render(request, "hosts/_host_gpus.html", host_gpus_context(host, refreshing=refreshing, partial=True))
+    target = request.POST.get("next") or request.META.get("HTTP_REFERER", "")
+    if target and url_has_allowed_host_and_scheme(target, {request.get_host()}, request.is_secure()):
+        return redirect(target)
+    return redirect(reverse("host_gpus", args=[host.pk]))
+
+
+@admin_required
+@require_POST
+def host_refresh(request: HttpRequest, pk: int) -> HttpResponse:
+    """ "Refresh now": queue the inventory task for this host."""
+    host = get_object_or_404(Host, pk=pk)
+    tasks.refresh_inventory.delay(host.pk)
+    messages.info(request, f"Inventory refresh of {host} queued; this part reloads in a few seconds.")
+    return _back(request, host, refreshing=True)
+
+
+@admin_required
+@require_POST
+def host_confirm_key(request: HttpRequest, pk: int) -> HttpResponse:
+    host = get_object_or_404(Host, pk=pk)
+    try:
+        services.confirm_host_key(host, request.POST.get("fingerprint", "").strip())
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, f"Host key {host.host_key_fingerprint} confirmed for {host}.")
+    return _back(request, host)

@@ -12,7 +12,6 @@ urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("", include("accounts.urls")),
     path("", include("hosts.urls")),
-    path("", include("hosts.deploy_urls")),
     path("", include("channels.urls")),
     path("", include("channels.health_urls")),
     path("", include("keys.urls")),

@@ -9,7 +9,6 @@ from rest_framework import serializers
 from channels.choices import ChannelKind
 from channels.models import Channel, Model, ModelRoute
 from channels.services import clean_base_url, reset_status_after_edit
-from hosts.models import Host
 from portal.api.serializers import IdOrNameRelatedField, is_admin
 
 MAX_API_KEY_CHARS = 4096
@@ -35,9 +34,6 @@ class ChannelSerializer(serializers.ModelSerializer):
         help_text="Sent upstream by the gateway; write-only.",
     )
     has_api_key = serializers.SerializerMethodField()
-    host = IdOrNameRelatedField(
-        queryset=Host.objects.all(), required=False, allow_null=True, help_text="GPU host id or name, if any."
-    )
     models = serializers.SlugRelatedField(
         slug_field="name", many=True, read_only=True, help_text="Public models routed to this channel."
     )
@@ -52,7 +48,6 @@ class ChannelSerializer(serializers.ModelSerializer):
             "base_url_notes",
             "api_key",
             "has_api_key",
-            "host",
             "priority",
             "weight",
             "enabled",

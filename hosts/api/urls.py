@@ -1,8 +1,15 @@
+"""The hosts app's one API router: hosts (with their actions), deployments, launch jobs, fit estimate."""
+
 from rest_framework.routers import SimpleRouter
+
+from hosts.deployments.api import views as deployments
 
 from . import views
 
 router = SimpleRouter()
 router.register("hosts", views.HostViewSet, basename="host")
+router.register("deployments", deployments.DeploymentViewSet, basename="deployment")
+router.register("jobs", deployments.LaunchJobViewSet, basename="launchjob")
+router.register("fit-estimate", deployments.FitEstimateViewSet, basename="fit-estimate")
 
 urlpatterns = router.urls

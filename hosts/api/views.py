@@ -1,9 +1,20 @@
-"""REST API for GPU hosts (admins only)."""
+"""REST API for GPU hosts (admins only).
+
+/api/hosts/ and /api/hosts/{id}/        list, create, read, update, delete (409 while deployments use it)
+/api/hosts/{id}/refresh-inventory/      POST → queued ("Refresh now")
+/api/hosts/{id}/confirm-host-key/       POST {"fingerprint": …} → pins the key seen last
+"""
 
 from __future__ import annotations
 
-from rest_framework import viewsets
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import extend_schema
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
 
+from hosts import services, tasks
 from hosts.filters import HostFilterSet
 from hosts.models import Host
 from portal.api.permissions import IsAdmin
@@ -18,3 +29,21 @@ class HostViewSet(viewsets.ModelViewSet):
     filterset_class = HostFilterSet
     search_fields = ["name", "address", "username", "notes"]
     ordering_fields = ["name", "address", "status", "last_checked", "created"]
+
+    @extend_schema(request=None, responses={202: dict})
+    @action(detail=True, methods=["post"], url_path="refresh-inventory")
+    def refresh_inventory(self, request, pk=None):
+        host = self.get_object()
+        tasks.refresh_inventory.delay(host.pk)
+        return Response({"detail": f"Inventory refresh of {host} queued."}, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=dict, responses={200: dict})
+    @action(detail=True, methods=["post"], url_path="confirm-host-key")
+    def confirm_host_key(self, request, pk=None):
+        host = self.get_object()
+        fingerprint = str(request.data.get("fingerprint", "")).strip()
+        try:
+            services.confirm_host_key(host, fingerprint)
+        except DjangoValidationError as exc:
+            raise ValidationError({"fingerprint": exc.messages}) from None
+        return Response({"host_key_fingerprint": host.host_key_fingerprint, "status": host.status})

@@ -5,7 +5,6 @@ from django.urls import include, path
 urlpatterns = [
     path("", include("accounts.api.urls")),
     path("", include("hosts.api.urls")),
-    path("", include("hosts.api.deploy_urls")),
     path("", include("channels.api.urls")),
     path("", include("channels.api.health_urls")),
     path("", include("keys.api.urls")),

@@ -75,7 +75,7 @@ def host(db, ssh_private_key) -> Host:
 @pytest.fixture
 def channel(db, host) -> Channel:
     return Channel.objects.create(
-        name="vllm-a", kind="vllm", base_url="http://10.0.0.5:8000/v1", api_key=CHANNEL_API_KEY, host=host
+        name="vllm-a", kind="vllm", base_url="http://10.0.0.5:8000/v1", api_key=CHANNEL_API_KEY
     )
 
 

@@ -50,8 +50,6 @@ CASES = [
     ("admin", "post", "/api/channels/", {**CHANNEL, "enabled": "maybe"}, "enabled"),
     ("admin", "post", "/api/channels/", {**CHANNEL, "api_key": ["sk-1"]}, "api_key"),
     ("admin", "post", "/api/channels/", {**CHANNEL, "api_key": "sk 1\nsk 2"}, "api_key"),
-    ("admin", "post", "/api/channels/", {**CHANNEL, "host": 9999}, "host"),
-    ("admin", "post", "/api/channels/", {**CHANNEL, "host": HUGE}, "host"),
     ("admin", "post", "/api/channels/", {**CHANNEL, "notes": "n" * 6000}, "notes"),
     ("admin", "post", "/api/channels/", {"name": "only-a-name"}, "base_url"),
     ("admin", "patch", "/api/channels/{channel}/", {"base_url": ""}, "base_url"),

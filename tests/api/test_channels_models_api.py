@@ -105,15 +105,6 @@ def test_hosts_keep_the_private_key_when_omitted_and_ignore_a_sent_fingerprint(a
     assert response.json()["gpus"][0]["memory_free_mib"] == 80896
 
 
-def test_a_channel_names_its_host_by_id_or_name(admin_api, host):
-    payload = {"kind": "vllm", "base_url": "http://10.0.0.5:8001"}
-    by_name = admin_api.post("/api/channels/", {**payload, "name": "a", "host": "gpu-1"}, format="json")
-    by_id = admin_api.post("/api/channels/", {**payload, "name": "b", "host": host.pk}, format="json")
-    assert by_name.json()["host"] == by_id.json()["host"] == host.pk
-    cleared = admin_api.patch(f"/api/channels/{by_id.json()['id']}/", {"host": None}, format="json")
-    assert cleared.status_code == 200 and cleared.json()["host"] is None
-
-
 def test_a_hosts_private_key_can_be_cleared(admin_api, host):
     response = admin_api.patch(f"/api/hosts/{host.pk}/", {"private_key": None}, format="json")
     assert response.status_code == 200 and response.json()["has_private_key"] is False

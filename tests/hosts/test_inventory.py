@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hosts import inventory
 from hosts.choices import HostStatus
 from hosts.models import GPU
+from hosts.remote import inventory
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

@@ -1,6 +1,6 @@
 """Launch jobs end to end: real sshd on 127.0.0.1, real llama.cpp (xllamacpp) started over SSH.
 
-The job runs in-process through `services.run_job` (what the Celery task calls); everything it
+The job runs in-process through `jobs.run_job` (what the Celery task calls); everything it
 touches is real: SSH, the detached server, its /health, /props, the database rows it writes.
 """
 
@@ -15,9 +15,11 @@ import pytest
 
 from channels.choices import ChannelKind, ChannelStatus
 from channels.models import Channel, ModelRoute
-from hosts import inventory, services
+from hosts import diagnose, jobs
 from hosts.choices import DeploymentStatus, JobAction, JobState
+from hosts.deployments import services
 from hosts.models import Deployment, Host, LaunchJob
+from hosts.remote import inventory
 from tests.fakes.llamacpp import tiny_gguf_path
 from tests.services import free_port
 
@@ -90,8 +92,8 @@ def llama_deployment(host, *, model_path=None, port=None, **options) -> Deployme
 
 
 def run(deployment: Deployment, action: str = JobAction.LAUNCH) -> LaunchJob:
-    job = services.request_job(deployment, action)
-    services.run_job(job.pk)
+    job = jobs.request_job(deployment, action)
+    jobs.run_job(job.pk)
     job.refresh_from_db()
     deployment.refresh_from_db()
     return job
@@ -114,7 +116,7 @@ def test_llamacpp_deployment_launches_registers_a_channel_and_stops(online_host,
     channel = deployment.channel
     assert channel.kind == ChannelKind.LLAMACPP
     assert channel.base_url == f"http://127.0.0.1:{deployment.port}/v1"
-    assert channel.api_key == deployment.upstream_api_key and channel.host == online_host
+    assert channel.api_key == deployment.upstream_api_key and channel.deployments.get().host == online_host
     assert channel.status == ChannelStatus.HEALTHY, channel.status_message  # the probe the job triggered
     route = ModelRoute.objects.get(channel=channel)
     assert route.model.name == "tiny-chat"
@@ -159,7 +161,7 @@ def test_adopt_takes_over_a_server_started_by_hand(online_host, ssh_target, star
     deployment = llama_deployment(online_host)
     port = deployment.port
     # Someone started llama-server by hand on the host, with their own key.
-    from hosts import ssh
+    from hosts.remote import ssh
 
     with ssh.connect(online_host) as remote:
         argv = f"llama-server -m {tiny_gguf_path()} -c 512 -t 1 --host 127.0.0.1 --port {port} --api-key hand-made-key"
@@ -236,9 +238,9 @@ def test_vllm_deployment_through_a_fake_vllm(online_host, started_pids):
 
 def test_a_second_job_while_one_is_active_is_refused(online_host):
     deployment = llama_deployment(online_host)
-    services.request_job(deployment, JobAction.LAUNCH)
-    with pytest.raises(services.JobConflict, match="still running"):
-        services.request_job(deployment, JobAction.STOP)
+    jobs.request_job(deployment, JobAction.LAUNCH)
+    with pytest.raises(jobs.JobConflict, match="still running"):
+        jobs.request_job(deployment, JobAction.STOP)
 
 
 def test_a_job_whose_worker_died_is_failed_not_left_starting(online_host):
@@ -247,16 +249,16 @@ def test_a_job_whose_worker_died_is_failed_not_left_starting(online_host):
     from django.utils import timezone
 
     deployment = llama_deployment(online_host)
-    job = services.request_job(deployment, JobAction.LAUNCH)
+    job = jobs.request_job(deployment, JobAction.LAUNCH)
     LaunchJob.objects.filter(pk=job.pk).update(
         state=JobState.STARTING, heartbeat=timezone.now() - timedelta(minutes=10)
     )
-    assert services.recover_stale_jobs() == 1
+    assert jobs.recover_stale_jobs() == 1
     job.refresh_from_db()
     deployment.refresh_from_db()
     assert job.state == JobState.FAILED and "worker stopped" in job.message
     assert deployment.status == DeploymentStatus.FAILED
-    services.run_job(job.pk)  # a redelivered task leaves a finished job alone
+    jobs.run_job(job.pk)  # a redelivered task leaves a finished job alone
     job.refresh_from_db()
     assert job.state == JobState.FAILED
 
@@ -329,7 +331,7 @@ def test_chat_completion_through_the_gateway_reaches_the_launched_llamacpp(
 def test_failure_reasons_are_recognised_from_real_log_lines(db, log, exit_code, expected):
     host = Host(name="h", address="10.0.0.1", username="u")
     deployment = Deployment(host=host, name="d", backend="vllm", model_path="a/b", served_model_name="b", port=8000)
-    message = services.explain_failure(log, exit_code, deployment)
+    message = diagnose.explain_failure(log, exit_code, deployment)
     assert message.startswith(expected)
     assert log.strip().splitlines()[-1] in message  # the last log lines come along
 
@@ -356,7 +358,7 @@ def test_fit_reads_config_json_and_weight_sizes_over_ssh(online_host, tmp_path):
         options={"max_model_len": 4096},
         extra_args=[],
     )
-    from hosts import ssh
+    from hosts.remote import ssh
 
     with ssh.connect(online_host) as remote:
         result = services.check_fit(deployment, remote)
@@ -374,11 +376,11 @@ def test_a_redelivered_job_resumes_and_finds_the_server_it_started(online_host, 
     deployment = llama_deployment(online_host)
     first = run(deployment)
     started_pids.append(first.pid)
-    job = services.request_job(deployment, JobAction.LAUNCH)
+    job = jobs.request_job(deployment, JobAction.LAUNCH)
     LaunchJob.objects.filter(pk=job.pk).update(
         state=JobState.WAITING_HEALTH, heartbeat=timezone.now() - timedelta(minutes=5)
     )
-    services.run_job(job.pk)
+    jobs.run_job(job.pk)
     job.refresh_from_db()
     assert job.state == JobState.RUNNING and job.pid == first.pid
     assert Channel.objects.count() == 1
@@ -389,15 +391,15 @@ def test_a_job_held_by_a_live_worker_is_not_run_twice(online_host):
     from django.utils import timezone
 
     deployment = llama_deployment(online_host)
-    job = services.request_job(deployment, JobAction.LAUNCH)
+    job = jobs.request_job(deployment, JobAction.LAUNCH)
     LaunchJob.objects.filter(pk=job.pk).update(state=JobState.STARTING, heartbeat=timezone.now())
-    services.run_job(job.pk)
+    jobs.run_job(job.pk)
     job.refresh_from_db()
     assert job.state == JobState.STARTING and len(job.transitions) == 1
 
 
 def test_stop_kills_a_server_that_ignores_term_after_the_grace_period(online_host, started_pids, settings):
-    from hosts import ssh
+    from hosts.remote import ssh
 
     settings.HOSTS_STOP_GRACE = 0.5
     deployment = llama_deployment(online_host)

@@ -6,9 +6,9 @@ import socket
 
 import pytest
 
-from hosts import inventory, ssh
 from hosts.choices import HostStatus
 from hosts.models import Host
+from hosts.remote import inventory, ssh
 from tests.services import free_port
 
 

@@ -13,7 +13,7 @@ def host(db):
 
 @pytest.fixture
 def channel(db, host):
-    return Channel.objects.create(name="vllm-a", kind="vllm", base_url="http://10.0.0.5:8000/v1", host=host)
+    return Channel.objects.create(name="vllm-a", kind="vllm", base_url="http://10.0.0.5:8000/v1")
 
 
 @pytest.fixture

@@ -233,8 +233,8 @@ def test_list_pages_use_a_fixed_number_of_queries(admin_client, alice, django_as
     from channels.models import ModelRoute
 
     for i in range(12):
-        h = Host.objects.create(name=f"h{i}", address=f"10.0.0.{i + 1}", username="ubuntu")
-        c = Channel.objects.create(name=f"c{i}", kind="vllm", base_url=f"http://10.0.0.{i + 1}:8000/v1", host=h)
+        Host.objects.create(name=f"h{i}", address=f"10.0.0.{i + 1}", username="ubuntu")
+        c = Channel.objects.create(name=f"c{i}", kind="vllm", base_url=f"http://10.0.0.{i + 1}:8000/v1")
         m = Model.objects.create(name=f"m{i}")
         ModelRoute.objects.create(model=m, channel=c)
         key, _ = issue_key(owner=alice, name=f"k{i}")

@@ -198,7 +198,6 @@ def channel_post(client, url=None, follow=False, **data):
         "kind": "vllm",
         "base_url": "http://10.0.0.5:8000",
         "api_key": "",
-        "host": "",
         "priority": "0",
         "weight": "1",
         "enabled": "on",

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 import asyncssh
 from django.utils import timezone
 
-from .choices import HostStatus
+from ..choices import HostStatus
 
 if TYPE_CHECKING:
-    from .models import Host
+    from ..models import Host
 
 logger = logging.getLogger(__name__)
 # asyncssh logs every command line at INFO; ours carry the upstream API key (`--api-key`).
@@ -110,7 +110,7 @@ def _where(host: Host) -> str:
 
 def _record_seen(host: Host, seen: str) -> None:
     """Store the offered fingerprint without touching the audited fields."""
-    from .models import Host as HostModel
+    from ..models import Host as HostModel
 
     if seen and seen != host.seen_host_key_fingerprint:
         HostModel.objects.filter(pk=host.pk).update(seen_host_key_fingerprint=seen)
@@ -253,7 +253,7 @@ def connect(host: Host, *, timeout: float = CONNECT_TIMEOUT) -> Remote:
 
 def mark_contact(host: Host, *, status: str, message: str = "") -> None:
     """Write the outcome of a contact onto the host (status, message, time)."""
-    from .models import Host as HostModel
+    from ..models import Host as HostModel
 
     HostModel.objects.filter(pk=host.pk).update(
         status=status, status_message=message[:300], last_checked=timezone.now()

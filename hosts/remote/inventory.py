@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from django.db import transaction
 from django.utils import timezone
 
+from ..choices import HostStatus
+from ..models import GPU, Host
 from . import ssh
-from .choices import HostStatus
-from .models import GPU, Host
 
 logger = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
-"""Web URLs for deployments, launch jobs and host actions (admins only)."""
+"""Web URLs for deployments and launch jobs (admins only); included by hosts/urls.py."""
 
 from django.urls import path
 
-from . import deploy_views as v
+from . import views as v
 
 urlpatterns = [
     path("deployments/", v.deployment_list, name="deployment_list"),
@@ -14,7 +14,4 @@ urlpatterns = [
     path("deployments/<int:pk>/<str:action>/", v.deployment_action, name="deployment_action"),
     path("jobs/<int:pk>/", v.job_detail, name="job_detail"),
     path("jobs/<int:pk>/progress/", v.job_progress, name="job_progress"),
-    path("hosts/<int:pk>/gpus/", v.host_gpus, name="host_gpus"),
-    path("hosts/<int:pk>/refresh/", v.host_refresh, name="host_refresh"),
-    path("hosts/<int:pk>/confirm-key/", v.host_confirm_key, name="host_confirm_key"),
 ]

@@ -1,4 +1,4 @@
-"""The deployment form: the same validation as the API (services.clean_deployment), as form errors."""
+"""The deployment form: the same validation as the API (`services.clean_deployment`), as form errors."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
-from . import backends, services
-from .choices import Backend
-from .models import Deployment, Host
+from .. import backends
+from ..choices import Backend
+from ..models import Deployment, Host
+from . import services
 
 
 def _option_field(opt: backends.Option) -> forms.Field:

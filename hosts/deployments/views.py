@@ -1,4 +1,4 @@
-"""Web pages for deployments and launch jobs, plus the host actions used by the host page.
+"""Web pages for deployments and their launch jobs.
 
 Admins only. Actions that change a server (launch, stop, restart, adopt) are POSTs behind a
 confirmation page; the job page polls its progress with htmx while the job is active.
@@ -6,22 +6,19 @@ confirmation page; the job page polls its progress with htmx while the job is ac
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from . import services, ssh
-from .choices import DeploymentStatus, JobAction
-from .deploy_forms import DeploymentForm
-from .models import Deployment, Host, LaunchJob
+from .. import jobs
+from ..choices import JobAction
+from ..models import Deployment, Host, LaunchJob
+from ..remote import ssh
+from ..views import admin_required
+from . import services
+from .forms import DeploymentForm
 
 ACTIONS = {
     JobAction.LAUNCH: "Launch the server on the host and register its channel.",
@@ -31,18 +28,6 @@ ACTIONS = {
 }
 
 
-def admin_required(view: Callable) -> Callable:
-    @login_required
-    @functools.wraps(view)
-    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        if not request.user.is_admin:
-            raise PermissionDenied("Only admins manage GPU hosts and deployments.")
-        return view(request, *args, **kwargs)
-
-    return wrapper
-
-
-# --- deployments ---------------------------------------------------------------------------------------
 @admin_required
 @require_GET
 def deployment_list(request: HttpRequest) -> HttpResponse:
@@ -70,7 +55,7 @@ def deployment_create(request: HttpRequest, host_pk: int) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def deployment_edit(request: HttpRequest, pk: int) -> HttpResponse:
     deployment = get_object_or_404(Deployment.objects.select_related("host"), pk=pk)
-    if deployment.status not in (DeploymentStatus.STOPPED, DeploymentStatus.FAILED):
+    if not deployment.is_idle:
         messages.error(request, "Stop the deployment before changing it.")
         return redirect("deployment_detail", pk=pk)
     return _deployment_form(request, deployment.host, deployment)
@@ -154,8 +139,8 @@ def deployment_action(request: HttpRequest, pk: int, action: str) -> HttpRespons
             },
         )
     try:
-        job = services.request_job(deployment, action, user=request.user)
-    except services.JobConflict as exc:
+        job = jobs.request_job(deployment, action, user=request.user)
+    except jobs.JobConflict as exc:
         messages.error(request, str(exc))
         return redirect("deployment_detail", pk=pk)
     return redirect("job_detail", pk=job.pk)
@@ -165,7 +150,7 @@ def deployment_action(request: HttpRequest, pk: int, action: str) -> HttpRespons
 @require_http_methods(["GET", "POST"])
 def deployment_delete(request: HttpRequest, pk: int) -> HttpResponse:
     deployment = get_object_or_404(Deployment, pk=pk)
-    if deployment.status not in (DeploymentStatus.STOPPED, DeploymentStatus.FAILED):
+    if not deployment.is_idle:
         messages.error(request, "Stop the deployment before deleting it.")
         return redirect("deployment_detail", pk=pk)
     if request.method == "GET":
@@ -200,51 +185,3 @@ def job_progress(request: HttpRequest, pk: int) -> HttpResponse:
     """The part of the job page htmx polls: states with times, message, log tail."""
     job = get_object_or_404(LaunchJob.objects.select_related("deployment__host"), pk=pk)
     return render(request, "hosts/job_progress.html", {"job": job})
-
-
-# --- host actions (for the host page) ---------------------------------------------------------------
-def host_gpus_context(host: Host, *, refreshing: bool = False, partial: bool = False) -> dict:
-    """What `hosts/_host_gpus.html` needs: the host and its GPUs (`refreshing` reloads it once;
-    `partial` shows flash messages inside it, for htmx swaps)."""
-    return {"host": host, "gpus": list(host.gpus.all()), "refreshing": refreshing, "partial_messages": partial}
-
-
-@admin_required
-@require_GET
-def host_gpus(request: HttpRequest, pk: int) -> HttpResponse:
-    host = get_object_or_404(Host, pk=pk)
-    return render(request, "hosts/_host_gpus.html", host_gpus_context(host, partial=True))
-
-
-def _back(request: HttpRequest, host: Host, *, refreshing: bool = False) -> HttpResponse:
-    if request.headers.get("HX-Request"):
-        return render(request, "hosts/_host_gpus.html", host_gpus_context(host, refreshing=refreshing, partial=True))
-    target = request.POST.get("next") or request.META.get("HTTP_REFERER", "")
-    if target and url_has_allowed_host_and_scheme(target, {request.get_host()}, request.is_secure()):
-        return redirect(target)
-    return redirect(reverse("host_gpus", args=[host.pk]))
-
-
-@admin_required
-@require_POST
-def host_refresh(request: HttpRequest, pk: int) -> HttpResponse:
-    """ "Refresh now": queue the inventory task for this host."""
-    from .tasks import refresh_inventory
-
-    host = get_object_or_404(Host, pk=pk)
-    refresh_inventory.delay(host.pk)
-    messages.info(request, f"Inventory refresh of {host} queued; this part reloads in a few seconds.")
-    return _back(request, host, refreshing=True)
-
-
-@admin_required
-@require_POST
-def host_confirm_key(request: HttpRequest, pk: int) -> HttpResponse:
-    host = get_object_or_404(Host, pk=pk)
-    try:
-        services.confirm_host_key(host, request.POST.get("fingerprint", "").strip())
-    except ValidationError as exc:
-        messages.error(request, " ".join(exc.messages))
-    else:
-        messages.success(request, f"Host key {host.host_key_fingerprint} confirmed for {host}.")
-    return _back(request, host)

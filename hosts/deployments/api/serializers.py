@@ -1,0 +1,166 @@
+"""Serializers for deployments, launch jobs and the fit estimate."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from rest_framework import serializers
+from rest_framework.exceptions import ValidationError
+
+from hosts.choices import Backend
+from hosts.models import Deployment, Host, LaunchJob
+
+from .. import services
+
+
+def field_errors(exc: DjangoValidationError) -> ValidationError:
+    if hasattr(exc, "error_dict"):
+        return ValidationError(exc.message_dict)
+    return ValidationError({"non_field_errors": exc.messages})
+
+
+class LaunchJobSerializer(serializers.ModelSerializer):
+    deployment_name = serializers.CharField(source="deployment.name", read_only=True)
+
+    class Meta:
+        model = LaunchJob
+        fields = [
+            "id",
+            "deployment",
+            "deployment_name",
+            "action",
+            "state",
+            "message",
+            "transitions",
+            "command",
+            "pid",
+            "exit_code",
+            "log_tail",
+            "heartbeat",
+            "finished",
+            "created",
+        ]
+        read_only_fields = fields
+
+
+class DeploymentSerializer(serializers.ModelSerializer):
+    """A model served on a host. The upstream API key is generated and never returned."""
+
+    host = serializers.PrimaryKeyRelatedField(queryset=Host.objects.all())
+    gpu_indices = serializers.ListField(child=serializers.IntegerField(min_value=0, max_value=255), max_length=64)
+    options = serializers.DictField(required=False, help_text="Typed backend options; see the backend.")
+    extra_args = serializers.ListField(
+        child=serializers.CharField(max_length=200, trim_whitespace=False), required=False, max_length=40
+    )
+    command_preview = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Deployment
+        fields = [
+            "id",
+            "name",
+            "host",
+            "backend",
+            "model_path",
+            "served_model_name",
+            "gpu_indices",
+            "port",
+            "options",
+            "extra_args",
+            "fit_override",
+            "status",
+            "status_message",
+            "pid",
+            "context_window",
+            "channel",
+            "last_fit",
+            "command_preview",
+            "created",
+            "updated",
+        ]
+        read_only_fields = [
+            "status",
+            "status_message",
+            "pid",
+            "context_window",
+            "channel",
+            "last_fit",
+            "created",
+            "updated",
+        ]
+        validators: list = []  # host+port clashes are reported on `port` by services.clean_deployment
+
+    def get_command_preview(self, obj: Deployment) -> str:
+        return services.command_preview(obj)
+
+    def validate(self, attrs):
+        instance = self.instance
+        merged = {
+            f: attrs.get(f, getattr(instance, f) if instance else None)
+            for f in (
+                "host",
+                "backend",
+                "model_path",
+                "served_model_name",
+                "gpu_indices",
+                "port",
+                "options",
+                "extra_args",
+            )
+        }
+        try:
+            cleaned = services.clean_deployment(
+                host=merged["host"],
+                backend=merged["backend"],
+                model_path=merged["model_path"] or "",
+                served_model_name=merged["served_model_name"] or "",
+                gpu_indices=merged["gpu_indices"] if merged["gpu_indices"] is not None else [],
+                port=merged["port"],
+                options=merged["options"] or {},
+                extra_args=merged["extra_args"] or [],
+                instance=instance,
+            )
+        except DjangoValidationError as exc:
+            raise field_errors(exc) from None
+        attrs.update(cleaned)
+        return attrs
+
+    def create(self, validated_data):
+        validated_data["upstream_api_key"] = services.generate_upstream_key()
+        validated_data["created_by"] = self.context["request"].user
+        return super().create(validated_data)
+
+
+class GPUSpecSerializer(serializers.Serializer):
+    index = serializers.IntegerField(min_value=0, default=0)
+    total_mib = serializers.IntegerField(min_value=1, max_value=10_000_000)
+    free_mib = serializers.IntegerField(min_value=0, max_value=10_000_000)
+
+
+class ArchitectureSerializer(serializers.Serializer):
+    params_b = serializers.FloatField(min_value=0.001, max_value=10_000)
+    layers = serializers.IntegerField(min_value=1, max_value=1000)
+    heads = serializers.IntegerField(min_value=1, max_value=1024)
+    kv_heads = serializers.IntegerField(min_value=1, max_value=1024)
+    head_dim = serializers.IntegerField(min_value=1, max_value=4096)
+    vocab = serializers.IntegerField(min_value=1, max_value=10_000_000, default=32000)
+    max_context = serializers.IntegerField(min_value=1, max_value=100_000_000, default=131072)
+
+
+class FitSpecSerializer(serializers.Serializer):
+    """Either `host` + `gpu_indices` (GPUs as last seen) or explicit `gpus`; the model by `model`
+    name (presets) or an explicit `architecture`."""
+
+    backend = serializers.ChoiceField(choices=Backend.choices)
+    model = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    architecture = ArchitectureSerializer(required=False)
+    options = serializers.DictField(required=False)
+    host = serializers.PrimaryKeyRelatedField(queryset=Host.objects.all(), required=False)
+    gpu_indices = serializers.ListField(child=serializers.IntegerField(min_value=0), required=False)
+    gpus = GPUSpecSerializer(many=True, required=False)
+
+    def validate(self, attrs):
+        if not attrs.get("architecture") and not attrs.get("model"):
+            raise ValidationError({"model": ["Give a model name (matched against presets) or an architecture."]})
+        if not attrs.get("gpus") and not attrs.get("host"):
+            raise ValidationError({"gpus": ["Give the GPUs, or a host and its GPU indices."]})
+        return attrs

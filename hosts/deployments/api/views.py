@@ -1,0 +1,134 @@
+"""REST API for deployments, launch jobs and the fit estimate (admins only).
+
+/api/deployments/                       list, create
+/api/deployments/{id}/                  read, update, delete (when stopped)
+/api/deployments/{id}/{launch,stop,restart,adopt}/   POST → the queued job (409 if one is active)
+/api/deployments/{id}/fit/              POST → estimate, reading the model's files over SSH
+/api/jobs/ and /api/jobs/{id}/          read, with the remote log tail
+/api/fit-estimate/                      POST a spec → estimate (nothing is stored)
+
+The host actions (/api/hosts/{id}/refresh-inventory/, /confirm-host-key/) are on the host
+resource, hosts/api/views.py.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import extend_schema
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+
+from hosts import backends, fit, jobs
+from hosts.choices import JobAction
+from hosts.models import Deployment, LaunchJob
+from hosts.remote import ssh
+from portal.api.permissions import IsAdmin
+
+from .. import services
+from ..filters import DeploymentFilterSet, LaunchJobFilterSet
+from .serializers import DeploymentSerializer, FitSpecSerializer, LaunchJobSerializer, field_errors
+
+
+class DeploymentViewSet(viewsets.ModelViewSet):
+    queryset = Deployment.objects.select_related("host", "channel")
+    serializer_class = DeploymentSerializer
+    permission_classes = [IsAdmin]
+    filterset_class = DeploymentFilterSet
+    search_fields = ["name", "model_path", "served_model_name"]
+    ordering_fields = ["name", "port", "status", "created"]
+
+    def perform_update(self, serializer) -> None:
+        if not serializer.instance.is_idle:
+            raise ValidationError({"status": ["Stop the deployment before changing it."]})
+        serializer.save()
+
+    def perform_destroy(self, instance: Deployment) -> None:
+        if not instance.is_idle:
+            raise ValidationError({"status": ["Stop the deployment before deleting it."]})
+        instance.delete()
+
+    def _job(self, request, pk, action_name: str) -> Response:
+        deployment = self.get_object()
+        try:
+            job = jobs.request_job(deployment, action_name, user=request.user)
+        except jobs.JobConflict as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        return Response(LaunchJobSerializer(job).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=None, responses={202: LaunchJobSerializer})
+    @action(detail=True, methods=["post"])
+    def launch(self, request, pk=None):
+        return self._job(request, pk, JobAction.LAUNCH)
+
+    @extend_schema(request=None, responses={202: LaunchJobSerializer})
+    @action(detail=True, methods=["post"])
+    def stop(self, request, pk=None):
+        return self._job(request, pk, JobAction.STOP)
+
+    @extend_schema(request=None, responses={202: LaunchJobSerializer})
+    @action(detail=True, methods=["post"])
+    def restart(self, request, pk=None):
+        return self._job(request, pk, JobAction.RESTART)
+
+    @extend_schema(request=None, responses={202: LaunchJobSerializer})
+    @action(detail=True, methods=["post"])
+    def adopt(self, request, pk=None):
+        return self._job(request, pk, JobAction.ADOPT)
+
+    @extend_schema(request=None, responses={200: dict})
+    @action(detail=True, methods=["post"])
+    def fit(self, request, pk=None):
+        """Estimate VRAM, reading config.json / GGUF metadata on the host (presets when unreachable)."""
+        deployment = self.get_object()
+        try:
+            with ssh.connect(deployment.host) as remote:
+                result = services.check_fit(deployment, remote)
+        except ssh.SSHError as exc:
+            result = services.check_fit(deployment)
+            result.setdefault("notes", []).append(f"Host not read: {exc.message}")
+        return Response(result)
+
+
+class LaunchJobViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = LaunchJob.objects.select_related("deployment")
+    serializer_class = LaunchJobSerializer
+    permission_classes = [IsAdmin]
+    filterset_class = LaunchJobFilterSet
+    ordering_fields = ["created", "state"]
+
+
+class FitEstimateViewSet(viewsets.GenericViewSet):
+    permission_classes = [IsAdmin]
+    serializer_class = FitSpecSerializer
+
+    @extend_schema(request=FitSpecSerializer, responses={200: dict})
+    def create(self, request):
+        spec = FitSpecSerializer(data=request.data)
+        spec.is_valid(raise_exception=True)
+        data = spec.validated_data
+        impl = backends.get(data["backend"])
+        try:
+            options = impl.clean_options(
+                data.get("options") or {}, max(len(data.get("gpu_indices") or data.get("gpus") or []), 1)
+            )
+        except DjangoValidationError as exc:
+            raise field_errors(exc) from None
+        if data.get("architecture"):
+            arch = fit.Architecture(**data["architecture"], source="given")
+        else:
+            arch = fit.preset_for(data["model"])
+            if arch is None:
+                raise ValidationError({"model": [f"No preset matches {data['model']!r}; give an architecture."]})
+        if data["backend"] == "llamacpp" and data.get("model"):
+            arch.quant = fit.quant_from_name(data["model"])
+        if data.get("gpus"):
+            gpus = [fit.GPUMemory(**g) for g in data["gpus"]]
+        else:
+            rows = data["host"].gpus.filter(index__in=data.get("gpu_indices") or [])
+            gpus = [fit.GPUMemory(g.index, g.memory_total_mib or 0, g.memory_free_mib or 0) for g in rows]
+        estimate = fit.estimate(
+            fit.FitRequest(arch=arch, backend=data["backend"], gpus=gpus, **impl.fit_params(options))
+        )
+        return Response(estimate.as_dict())

@@ -1,0 +1,25 @@
+"""FilterSets for deployments and launch jobs (the API's lists)."""
+
+from __future__ import annotations
+
+import django_filters
+
+from ..choices import Backend, DeploymentStatus, JobState
+from ..models import Deployment, LaunchJob
+
+
+class DeploymentFilterSet(django_filters.FilterSet):
+    status = django_filters.MultipleChoiceFilter(choices=DeploymentStatus.choices)
+    backend = django_filters.ChoiceFilter(choices=Backend.choices)
+
+    class Meta:
+        model = Deployment
+        fields = ["host", "status", "backend"]
+
+
+class LaunchJobFilterSet(django_filters.FilterSet):
+    state = django_filters.MultipleChoiceFilter(choices=JobState.choices)
+
+    class Meta:
+        model = LaunchJob
+        fields = ["deployment", "state", "action"]

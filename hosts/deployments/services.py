@@ -1,0 +1,158 @@
+"""Deployment workflows: validate and save a spec, the command it runs, its VRAM fit.
+
+Called by the deployment form, the API serializer and launch jobs alike.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+from .. import backends, fit
+from ..models import GPU, Deployment, Host
+from ..remote import commands
+from ..remote.ssh import Remote
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def generate_upstream_key() -> str:
+    return "gpk-" + secrets.token_urlsafe(32)
+
+
+def clean_deployment(
+    *,
+    host: Host,
+    backend: str,
+    model_path: str,
+    served_model_name: str,
+    gpu_indices: Any,
+    port: Any,
+    options: dict | None,
+    extra_args: Any,
+    instance: Deployment | None = None,
+) -> dict[str, Any]:
+    """Validate a deployment spec; returns cleaned values or raises a ValidationError by field."""
+    errors: dict[str, list[str]] = {}
+    try:
+        impl = backends.get(backend)
+    except KeyError as exc:
+        raise ValidationError({"backend": [str(exc)]}) from None
+    if not isinstance(gpu_indices, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) for i in gpu_indices
+    ):
+        errors["gpu_indices"] = ["A list of GPU indices, e.g. [0, 1]."]
+        gpu_indices = []
+    elif len(set(gpu_indices)) != len(gpu_indices):
+        errors["gpu_indices"] = ["Each GPU once."]
+    else:
+        known = set(GPU.objects.filter(host=host).values_list("index", flat=True))
+        missing = sorted(set(gpu_indices) - known)
+        if missing:
+            errors["gpu_indices"] = [
+                f"GPU {', '.join(map(str, missing))} not on {host} (known: {sorted(known) or 'none yet; refresh'})."
+            ]
+    try:
+        port = int(port)
+        if not 1024 <= port <= 65535:
+            raise ValueError
+    except (TypeError, ValueError):
+        errors["port"] = ["A port between 1024 and 65535."]
+    else:
+        clash = Deployment.objects.filter(host=host, port=port)
+        if instance is not None and instance.pk:
+            clash = clash.exclude(pk=instance.pk)
+        if clash.exists():
+            errors["port"] = [f"Port {port} is already used by deployment {clash.first()} on this host."]
+    try:
+        options, extra = impl.clean(
+            model_path=model_path,
+            served_model_name=served_model_name,
+            options=options,
+            extra_args=extra_args,
+            gpu_count=len(gpu_indices),
+        )
+    except ValidationError as exc:
+        for key, messages in exc.message_dict.items():
+            errors.setdefault(key, []).extend(messages)
+        options, extra = {}, []
+    if errors:
+        raise ValidationError(errors)
+    return {
+        "backend": backend,
+        "model_path": model_path,
+        "served_model_name": served_model_name,
+        "gpu_indices": gpu_indices,
+        "port": port,
+        "options": options,
+        "extra_args": extra,
+    }
+
+
+def save_deployment(
+    *, host: Host, name: str, fit_override: bool = False, user=None, instance=None, **spec
+) -> Deployment:
+    """Create or update a deployment from a spec validated by `clean_deployment`."""
+    cleaned = clean_deployment(host=host, instance=instance, **spec)
+    deployment = instance or Deployment(host=host, created_by=user, upstream_api_key=generate_upstream_key())
+    deployment.name = name
+    deployment.host = host
+    deployment.fit_override = fit_override
+    for key, value in cleaned.items():
+        setattr(deployment, key, value)
+    deployment.full_clean(exclude=["upstream_api_key"])
+    deployment.save()
+    return deployment
+
+
+def launch_spec(deployment: Deployment) -> backends.LaunchSpec:
+    """The backend's input. A host registered by a loopback address only needs a loopback server."""
+    return backends.LaunchSpec(
+        bind_host="127.0.0.1" if deployment.host.address in LOOPBACK else "0.0.0.0",
+        model_path=deployment.model_path,
+        served_model_name=deployment.served_model_name,
+        gpu_indices=list(deployment.gpu_indices),
+        port=deployment.port,
+        options=dict(deployment.options),
+        extra_args=list(deployment.extra_args),
+        api_key=deployment.upstream_api_key,
+    )
+
+
+def command_preview(deployment: Deployment) -> str:
+    """The exact command the job will run, with the API key masked."""
+    impl = backends.get(deployment.backend)
+    spec = launch_spec(deployment)
+    return backends.preview(impl.argv(spec), spec.env, spec.api_key)
+
+
+def fit_request(deployment: Deployment, arch: fit.Architecture) -> fit.FitRequest:
+    impl = backends.get(deployment.backend)
+    params = impl.fit_params(deployment.options)
+    gpus = [
+        fit.GPUMemory(index=g.index, total_mib=g.memory_total_mib or 0, free_mib=g.memory_free_mib or 0)
+        for g in GPU.objects.filter(host=deployment.host, index__in=deployment.gpu_indices)
+    ]
+    if deployment.backend == "llamacpp" and not arch.quant:
+        arch.quant = fit.quant_from_name(deployment.model_path)
+    return fit.FitRequest(arch=arch, backend=deployment.backend, gpus=gpus, **params)
+
+
+def check_fit(deployment: Deployment, remote: Remote | None = None) -> dict[str, Any]:
+    """Estimate and store it on the deployment. Without `remote` only presets are used."""
+    arch = commands.read_architecture(remote, deployment.backend, deployment.model_path) if remote else None
+    arch = arch or fit.preset_for(deployment.model_path)
+    if arch is None:
+        result = {
+            "verdict": "unknown",
+            "notes": ["Unknown model: no config.json/GGUF readable on the host and no preset matches its name."],
+        }
+    else:
+        result = fit.estimate(fit_request(deployment, arch)).as_dict()
+    result["checked"] = timezone.now().isoformat()
+    Deployment.objects.filter(pk=deployment.pk).update(last_fit=result)
+    deployment.last_fit = result
+    return result

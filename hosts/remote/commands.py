@@ -1,0 +1,151 @@
+"""Shell commands a launch job or a fit check runs on the host, over an open `ssh.Remote`.
+
+A server is started detached in the deployment's folder on the host:
+
+    cd ~/.gateway-portal/deployments/NAME && { setsid nohup sh -c '"$@"; echo $? >exit_code'
+    launch CMD… >server.log 2>&1 </dev/null & echo $!; }
+
+so its PID (a process group), exit code and log live in files next to it. Stopping sends TERM to
+the process group, then KILL after a grace period.
+"""
+
+from __future__ import annotations
+
+import base64
+import shlex
+
+from django.conf import settings
+
+from .. import backends, fit
+from .ssh import Remote
+
+LOG_TAIL_BYTES = 8192
+
+
+def deployment_dir(remote_dir: str) -> str:
+    """The deployment's folder, for a shell command (relative to the SSH user's home)."""
+    return '"$HOME"/' + shlex.quote(remote_dir)
+
+
+def alive_test(pid: int) -> str:
+    """Shell test: the process exists and is not a zombie (kill -0 succeeds on zombies until reaped)."""
+    p = str(int(pid))
+    return f"kill -0 {p} 2>/dev/null && [ \"$(sed 's/.*) //' /proc/{p}/stat 2>/dev/null | cut -c1)\" != Z ]"
+
+
+def is_alive(remote: Remote, pid: int | None) -> bool:
+    return bool(pid) and remote.run(alive_test(pid)).ok
+
+
+def read_pidfile(remote: Remote, folder: str) -> int | None:
+    result = remote.run(f"cat {folder}/server.pid 2>/dev/null")
+    text = result.stdout.strip()
+    return int(text) if text.isdigit() else None
+
+
+def write_pidfile(remote: Remote, folder: str, pid: int) -> None:
+    remote.run(f"mkdir -p {folder} && echo {int(pid)} >{folder}/server.pid")
+
+
+def remove_pidfile(remote: Remote, folder: str) -> None:
+    remote.run(f"rm -f {folder}/server.pid")
+
+
+def read_exit_code(remote: Remote, folder: str) -> int | None:
+    code_text = remote.run(f"cat {folder}/exit_code 2>/dev/null").stdout.strip()
+    return int(code_text) if code_text.lstrip("-").isdigit() else None
+
+
+def port_in_use(remote: Remote, port: int) -> bool:
+    """LISTEN sockets from /proc (no ss/netstat needed); state 0A is LISTEN."""
+    hexport = f"{int(port):04X}"
+    script = (
+        'awk \'NR>1 && $4=="0A" {split($2,a,":"); print a[length(a)]}\' /proc/net/tcp /proc/net/tcp6 2>/dev/null'
+        f" | grep -qx {hexport}"
+    )
+    return remote.run(script).ok
+
+
+def log_tail(remote: Remote, folder: str, secret: str) -> str:
+    """The end of the server's log, with `secret` (its API key) masked."""
+    result = remote.run(f"tail -c {LOG_TAIL_BYTES} {folder}/server.log 2>/dev/null")
+    return mask_secret(result.stdout, secret)
+
+
+def mask_secret(text: str, secret: str) -> str:
+    return text.replace(secret, backends.base.MASK) if secret else text
+
+
+def start_detached(remote: Remote, folder: str, argv: list[str], env: dict[str, str]) -> tuple[int | None, str]:
+    """Start `argv` detached in `folder`; returns (its PID, or None, and what the shell said)."""
+    env_args = [f"{k}={v}" for k, v in env.items()]
+    # `sh -c '"$@"; echo $? >exit_code' launch CMD…` keeps the exit code; braces detach cleanly.
+    inner = shlex.join(["env", *env_args, "sh", "-c", '"$@"; echo $? >exit_code', "launch", *argv])
+    script = (
+        f"mkdir -p {folder} && cd {folder} && rm -f exit_code"
+        " && { [ -f server.log ] && mv -f server.log server.log.1; true; }"
+        f" && {{ setsid nohup {inner} >server.log 2>&1 </dev/null & echo $! >server.pid; cat server.pid; }}"
+    )
+    result = remote.run(script, timeout=30)
+    pid_text = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    if not result.ok or not pid_text.isdigit():
+        return None, (result.stderr or result.stdout).strip()
+    return int(pid_text), ""
+
+
+def kill(remote: Remote, pid: int, grace: float | None = None) -> bool:
+    """TERM the process group, KILL it after `grace` seconds. True when it is gone."""
+    grace = settings.HOSTS_STOP_GRACE if grace is None else grace
+    p = str(int(pid))
+    steps = max(int(grace / 0.2), 1)
+    alive = alive_test(int(pid))
+    script = (
+        f"kill -TERM -- -{p} 2>/dev/null || kill -TERM {p} 2>/dev/null; "
+        f"i=0; while [ $i -lt {steps} ]; do {alive} || exit 0; sleep 0.2; i=$((i+1)); done; "
+        f"kill -KILL -- -{p} 2>/dev/null || kill -KILL {p} 2>/dev/null; "
+        f"i=0; while [ $i -lt 25 ]; do {alive} || exit 0; sleep 0.2; i=$((i+1)); done; exit 1"
+    )
+    return remote.run(script, timeout=grace + 30).ok
+
+
+def process_list(remote: Remote) -> list[tuple[int, str]]:
+    """(PID, command line) of every process the SSH user can see."""
+    rows = []
+    for line in remote.run(["ps", "-eo", "pid=,args="]).stdout.splitlines():
+        pid_text, _, args = line.strip().partition(" ")
+        if pid_text.isdigit():
+            rows.append((int(pid_text), args))
+    return rows
+
+
+def read_architecture(remote: Remote, backend: str, model_path: str) -> fit.Architecture | None:
+    """The model's architecture from the host's files (GGUF header or config.json), if readable."""
+    if backend == "llamacpp":
+        q = shlex.quote(model_path)
+        result = remote.run(f"stat -c %s {q} && head -c 2097152 {q} | base64 -w0", timeout=60)
+        if not result.ok:
+            return None
+        size_line, _, encoded = result.stdout.partition("\n")
+        try:
+            meta = fit.parse_gguf_metadata(base64.b64decode(encoded.strip()))
+            return fit.from_gguf_metadata(meta, file_size=int(size_line.strip()))
+        except (ValueError, TypeError):
+            return None
+    if model_path.startswith("/"):
+        folder = shlex.quote(model_path)
+    else:  # a Hugging Face id: look in the default cache
+        org, name = model_path.split("/", 1)
+        folder = '"$HOME"/.cache/huggingface/hub/' + shlex.quote(f"models--{org}--{name}") + "/snapshots/*"
+    script = (
+        f'for d in {folder}; do [ -f "$d/config.json" ] || continue; cat "$d/config.json"; echo; '
+        'echo "---portal-sizes---"; stat -L -c %s "$d"/*.safetensors 2>/dev/null; break; done'
+    )
+    result = remote.run(script, timeout=30)
+    config, sep, sizes = result.stdout.partition("---portal-sizes---")
+    if not sep:
+        return None
+    total = sum(int(s) for s in sizes.split() if s.isdigit())
+    try:
+        return fit.from_config_json(config, weights_bytes=total or None)
+    except ValueError:
+        return None

@@ -1,0 +1,11 @@
+"""Signals the launch-job machinery sends; `hosts.tasks` connects the receivers that enqueue work,
+so `hosts.jobs` never imports the tasks that call it."""
+
+from django.dispatch import Signal
+
+# After the commit that created a job: `job_id`. The receiver queues the Celery task that runs it.
+job_requested = Signal()
+
+# A job left a server serving behind a freshly registered channel: `channel_id`. The receiver
+# queues a health probe of the channel.
+channel_registered = Signal()
