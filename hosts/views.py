@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse, reverse_lazy
@@ -16,6 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.generic import CreateView, DeleteView, DetailView, UpdateView
 
 from channels.models import Channel
+from portal import permissions
 from portal.ui import AdminRequiredMixin, FilteredListView, InvalidFormStatusMixin, SafeDeleteMixin
 
 from . import services, tasks
@@ -23,18 +20,7 @@ from .filters import HostFilterSet
 from .forms import HostForm
 from .models import Host
 
-
-def admin_required(view: Callable) -> Callable:
-    """`AdminRequiredMixin` for function views, with the hosts pages' own 403 message."""
-
-    @login_required
-    @functools.wraps(view)
-    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        if not request.user.is_admin:
-            raise PermissionDenied("Only admins manage GPU hosts and deployments.")
-        return view(request, *args, **kwargs)
-
-    return wrapper
+admin_required = permissions.admin_required(message="Only admins manage GPU hosts and deployments.")
 
 
 class HostListView(AdminRequiredMixin, FilteredListView):
