@@ -24,11 +24,13 @@ _SESSION_SECRETS = "portal_show_once"
 
 
 class AdminRequiredMixin(LoginRequiredMixin):
-    """Anonymous → login page; logged-in developer → 403."""
+    """Anonymous → login page; logged-in developer → 403 with `permission_denied_message`."""
+
+    permission_denied_message = "Only admins can see this page."
 
     def dispatch(self, request, *args, **kwargs):
         if request.user.is_authenticated and not request.user.is_admin:
-            raise PermissionDenied("Only admins can see this page.")
+            raise PermissionDenied(self.get_permission_denied_message())
         return super().dispatch(request, *args, **kwargs)
 
 

@@ -16,7 +16,6 @@ urlpatterns = [
     path("", include("hosts.urls")),
     path("", include("hosts.deploy_urls")),
     path("", include("channels.urls")),
-    path("", include("channels.health_urls")),
     path("", include("keys.urls")),
     path("", include("keys.usage_urls")),
     path("", include("clientconfigs.urls")),
