@@ -8,9 +8,35 @@ from django.utils import timezone
 
 from portal.models import Limits, TimeStampedModel
 
-from .choices import ApiSurface, UsageStatus
+from .choices import ApiSurface, KeyState, UsageStatus
 
 KEY_PREFIX = "gp-"
+
+
+class OwnedQuerySet(models.QuerySet):
+    """Rows that belong to one user through `owner_field`."""
+
+    owner_field = "user"
+
+    def visible_to(self, user):
+        """Admins see every row; anyone else only their own (another user's rows are 404)."""
+        return self.all() if user.is_admin else self.filter(**{self.owner_field: user})
+
+
+class KeyQuerySet(OwnedQuerySet):
+    owner_field = "owner"
+
+    def not_revoked(self):
+        """Keys still holding their name: usable, expired or in a rotation's grace period."""
+        return self.filter(revoked_at__isnull=True)
+
+    def unexpired(self):
+        """Not revoked and not past `expires_at` (the key lists' "active" state; ignores the owner)."""
+        return self.not_revoked().filter(models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=timezone.now()))
+
+    def active(self):
+        """Keys the gateway accepts now: the QuerySet form of `Key.is_active`."""
+        return self.unexpired().filter(owner__is_active=True)
 
 
 class Key(TimeStampedModel, Limits):
@@ -40,6 +66,8 @@ class Key(TimeStampedModel, Limits):
     )
     client = models.CharField(max_length=32, blank=True, help_text="Client config this key was minted for.")
 
+    objects = KeyQuerySet.as_manager()
+
     class Meta:
         ordering = ["-created"]
         constraints = [
@@ -59,25 +87,22 @@ class Key(TimeStampedModel, Limits):
 
     @property
     def is_active(self) -> bool:
-        return (
-            self.revoked_at is None
-            and (self.expires_at is None or self.expires_at > timezone.now())
-            and self.owner.is_active
-        )
+        """Not revoked, not expired, owner active (`Key.objects.active()` is the same rule)."""
+        return self.state == KeyState.ACTIVE
 
     @property
     def state(self) -> str:
         if self.revoked_at is not None:
-            return "revoked"
+            return KeyState.REVOKED
         if self.expires_at is not None and self.expires_at <= timezone.now():
-            return "expired"
+            return KeyState.EXPIRED
         if not self.owner.is_active:
-            return "owner inactive"
-        return "active"
+            return KeyState.OWNER_INACTIVE
+        return KeyState.ACTIVE
 
 
 class UsageRecord(models.Model):
-    """One gateway request. Written in batches off the request path (2/6)."""
+    """One gateway request. Written in batches off the request path."""
 
     created = models.DateTimeField(default=timezone.now, db_index=True)
     request_id = models.CharField(max_length=64, blank=True)
@@ -98,6 +123,8 @@ class UsageRecord(models.Model):
     error = models.CharField(max_length=300, blank=True)
     latency_ms = models.FloatField(null=True, blank=True)
     ttft_ms = models.FloatField(null=True, blank=True)
+
+    objects = OwnedQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created", "-id"]
@@ -124,6 +151,8 @@ class UsageDaily(models.Model):
     completion_tokens = models.BigIntegerField(default=0)
     total_tokens = models.BigIntegerField(default=0)
     estimated_requests = models.PositiveIntegerField(default=0)
+
+    objects = OwnedQuerySet.as_manager()
 
     class Meta:
         ordering = ["-day", "model"]

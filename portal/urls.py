@@ -17,6 +17,5 @@ urlpatterns = [
     path("", include("hosts.deploy_urls")),
     path("", include("channels.urls")),
     path("", include("keys.urls")),
-    path("", include("keys.usage_urls")),
     path("", include("clientconfigs.urls")),
 ]

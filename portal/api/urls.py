@@ -8,6 +8,5 @@ urlpatterns = [
     path("", include("hosts.api.deploy_urls")),
     path("", include("channels.api.urls")),
     path("", include("keys.api.urls")),
-    path("", include("keys.api.usage_urls")),
     path("", include("clientconfigs.api.urls")),
 ]

@@ -10,10 +10,10 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views import View
 
+from keys.models import Key, UsageDaily
 from portal.ui import AdminRequiredMixin
 
-from .models import Key, UsageDaily
-from .usage import GROUPS, daily_totals, grouped_totals, limit_status, today
+from .services import GROUPS, daily_totals, grouped_totals, limit_status, today
 
 MAX_DAYS = 366
 
