@@ -17,12 +17,41 @@ MODEL_NAME_VALIDATOR = RegexValidator(
 )
 
 
+class ChannelQuerySet(models.QuerySet):
+    def enabled(self):
+        return self.filter(enabled=True)
+
+
+class ModelQuerySet(models.QuerySet):
+    def enabled(self):
+        return self.filter(enabled=True)
+
+    def usable_by(self, user):
+        """Enabled models `user` may use: their allow-list, or every enabled model if it is empty.
+        Duck typed: `user` needs only `allowed_models`."""
+        qs = self.enabled()
+        allowed = user.allowed_models.all()
+        if allowed.exists():
+            qs = qs.filter(pk__in=allowed.values("pk"))
+        return qs
+
+    def visible_to(self, user):
+        """Admins see every model; anyone else the ones they may use (`user.is_admin`, `user.allowed_models`)."""
+        return self.all() if user.is_admin else self.usable_by(user)
+
+
+class ModelRouteQuerySet(models.QuerySet):
+    def enabled(self):
+        """Routes the gateway may use: the route and its channel are both enabled."""
+        return self.filter(enabled=True, channel__enabled=True)
+
+
 class Channel(TimeStampedModel):
     """An upstream endpoint the gateway can route to.
 
-    `status` moves unknown → healthy ↔ degraded ↔ down (health checks, 3/6; gateway failures feed
-    the same window). `credentials_rejected` is set on a 401/403 and stays until an admin edits the
-    channel. A launch job (4/6) creates the channel for a deployment it started.
+    `status` moves unknown → healthy ↔ degraded ↔ down (health checks; gateway failures feed the
+    same window). `credentials_rejected` is set on a 401/403 and stays until an admin edits the
+    channel. A launch job creates the channel for a deployment it started.
     """
 
     name = models.CharField(max_length=100, unique=True)
@@ -53,7 +82,7 @@ class Channel(TimeStampedModel):
     last_checked = models.DateTimeField(null=True, blank=True)
     notes = models.TextField(blank=True, max_length=5000)
 
-    # --- health checks (3/6): what the probe does for this channel ---------------------------
+    # --- health checks: what the probe does for this channel ---------------------------------
     probe_inference = models.BooleanField(
         default=True,
         help_text="Send a tiny streaming chat completion on each check to measure time to first token "
@@ -78,6 +107,8 @@ class Channel(TimeStampedModel):
     alerted_status = models.CharField(max_length=24, blank=True)
     alerted_at = models.DateTimeField(null=True, blank=True)
 
+    objects = ChannelQuerySet.as_manager()
+
     class Meta:
         ordering = ["-priority", "name"]
 
@@ -94,6 +125,8 @@ class Model(TimeStampedModel):
     enabled = models.BooleanField(default=True)
     channels = models.ManyToManyField(Channel, through="ModelRoute", related_name="models")
 
+    objects = ModelQuerySet.as_manager()
+
     class Meta:
         ordering = ["name"]
 
@@ -104,7 +137,7 @@ class Model(TimeStampedModel):
         """(context window, max output tokens) a client can rely on: the smallest over the
         enabled routes, preferring each route's discovered context window."""
         ctx, out = [], []
-        for route in self.routes.filter(enabled=True, channel__enabled=True):
+        for route in self.routes.enabled():
             if route.effective_context_window:
                 ctx.append(route.effective_context_window)
             if route.max_output_tokens:
@@ -134,6 +167,8 @@ class ModelRoute(TimeStampedModel):
     discovered_at = models.DateTimeField(null=True, blank=True)
     enabled = models.BooleanField(default=True)
 
+    objects = ModelRouteQuerySet.as_manager()
+
     class Meta:
         ordering = ["model__name", "-channel__priority"]
         constraints = [models.UniqueConstraint(fields=["model", "channel"], name="modelroute_unique_model_channel")]
@@ -158,7 +193,7 @@ class ModelRoute(TimeStampedModel):
         )
 
 
-# --- health checks (3/6) ---------------------------------------------------------------------
+# --- health checks ---------------------------------------------------------------------------
 
 
 class ProbeResult(models.Model):

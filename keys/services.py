@@ -12,6 +12,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from channels.models import Model
 from portal.secrets import keyed_hash
 
 from .models import KEY_PREFIX, Key
@@ -110,17 +111,6 @@ def rotate_key(key: Key, *, grace: datetime.timedelta | None = None) -> tuple[Ke
 MAX_CIDR_ENTRIES = 50
 
 
-def models_for_user(user):
-    """Enabled public models `user` may use (their allowlist, or every enabled model if empty)."""
-    from channels.models import Model
-
-    qs = Model.objects.filter(enabled=True)
-    allowed = user.allowed_models.all()
-    if allowed.exists():
-        qs = qs.filter(pk__in=allowed.values("pk"))
-    return qs
-
-
 def normalize_cidrs(entries) -> list[str]:
     """Canonical CIDR strings, or ValueError naming the bad entry."""
     if isinstance(entries, str):
@@ -170,7 +160,7 @@ def validate_key_settings(
         cleaned[name] = number
     if allowed_models is not None:
         models = list(allowed_models)
-        permitted = set(models_for_user(owner).values_list("pk", flat=True))
+        permitted = set(Model.objects.usable_by(owner).values_list("pk", flat=True))
         refused = sorted(str(m) for m in models if m.pk not in permitted)
         if refused:
             errors.setdefault("allowed_models", []).append(f"{owner.username} may not use: {', '.join(refused)}.")

@@ -49,14 +49,12 @@ def dashboard(request):
     from channels.models import Channel, Model
     from hosts.models import Host
     from keys.models import Key
-    from keys.services import models_for_user
 
     user = request.user
-    now = timezone.now()
-    active_keys = Key.objects.filter(revoked_at__isnull=True).exclude(expires_at__lte=now)
+    active_keys = Key.objects.unexpired()
     context: dict = {
         "my_active_keys": active_keys.filter(owner=user).count(),
-        "my_models": models_for_user(user),
+        "my_models": Model.objects.usable_by(user),
     }
     if user.is_admin:
         context.update(

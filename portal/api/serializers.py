@@ -12,7 +12,6 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from channels.models import Model
-from keys.services import models_for_user
 from portal import services
 from portal.choices import Role
 from portal.models import LIMIT_VALIDATORS, ApiToken, AuditLog, Limits, User
@@ -213,7 +212,7 @@ class MeSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_models(self, obj: User) -> list[str]:
-        return list(models_for_user(obj).order_by("name").values_list("name", flat=True))
+        return list(Model.objects.usable_by(obj).order_by("name").values_list("name", flat=True))
 
 
 # --- personal API tokens -------------------------------------------------------------------------
