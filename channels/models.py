@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Self
+
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
@@ -18,15 +20,15 @@ MODEL_NAME_VALIDATOR = RegexValidator(
 
 
 class ChannelQuerySet(models.QuerySet):
-    def enabled(self):
+    def enabled(self) -> Self:
         return self.filter(enabled=True)
 
 
 class ModelQuerySet(models.QuerySet):
-    def enabled(self):
+    def enabled(self) -> Self:
         return self.filter(enabled=True)
 
-    def usable_by(self, user):
+    def usable_by(self, user) -> Self:
         """Enabled models `user` may use: their allow-list, or every enabled model if it is empty.
         Duck typed: `user` needs only `allowed_models`."""
         qs = self.enabled()
@@ -35,13 +37,13 @@ class ModelQuerySet(models.QuerySet):
             qs = qs.filter(pk__in=allowed.values("pk"))
         return qs
 
-    def visible_to(self, user):
+    def visible_to(self, user) -> Self:
         """Admins see every model; anyone else the ones they may use (`user.is_admin`, `user.allowed_models`)."""
         return self.all() if user.is_admin else self.usable_by(user)
 
 
 class ModelRouteQuerySet(models.QuerySet):
-    def enabled(self):
+    def enabled(self) -> Self:
         """Routes the gateway may use: the route and its channel are both enabled."""
         return self.filter(enabled=True, channel__enabled=True)
 

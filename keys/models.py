@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Self
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -18,7 +20,7 @@ class OwnedQuerySet(models.QuerySet):
 
     owner_field = "user"
 
-    def visible_to(self, user):
+    def visible_to(self, user) -> Self:
         """Admins see every row; anyone else only their own (another user's rows are 404)."""
         return self.all() if user.is_admin else self.filter(**{self.owner_field: user})
 
@@ -26,15 +28,15 @@ class OwnedQuerySet(models.QuerySet):
 class KeyQuerySet(OwnedQuerySet):
     owner_field = "owner"
 
-    def not_revoked(self):
+    def not_revoked(self) -> Self:
         """Keys still holding their name: usable, expired or in a rotation's grace period."""
         return self.filter(revoked_at__isnull=True)
 
-    def unexpired(self):
+    def unexpired(self) -> Self:
         """Not revoked and not past `expires_at` (the key lists' "active" state; ignores the owner)."""
         return self.not_revoked().filter(models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=timezone.now()))
 
-    def active(self):
+    def active(self) -> Self:
         """Keys the gateway accepts now: the QuerySet form of `Key.is_active`."""
         return self.unexpired().filter(owner__is_active=True)
 

@@ -49,11 +49,9 @@ class HealthChannelViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSe
         qs = ProbeResult.objects.filter(channel=channel)
         if request.query_params.get("ok") in ("true", "false"):
             qs = qs.filter(ok=request.query_params["ok"] == "true")
-        page = self.paginate_queryset_plain(qs)
+        # The paginator itself: paginate_queryset() would attach channel health to probe rows.
+        page = self.paginator.paginate_queryset(qs, request, view=self)
         return self.get_paginated_response(ProbeResultSerializer(page, many=True).data)
-
-    def paginate_queryset_plain(self, qs):
-        return self.paginator.paginate_queryset(qs, self.request, view=self)
 
     @extend_schema(request=None, responses=CheckResultSerializer)
     @action(detail=True, methods=["post"])
