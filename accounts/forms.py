@@ -108,6 +108,6 @@ class ApiTokenForm(forms.Form):
         name = self.cleaned_data["name"].strip()
         if not name:
             raise forms.ValidationError("Enter a name.")
-        if self.user is not None and self.user.api_tokens.unrevoked().filter(name=name).exists():
+        if self.user is not None and self.user.api_tokens.not_revoked().filter(name=name).exists():
             raise forms.ValidationError("You already have an active token with this name.")
         return name

@@ -35,7 +35,7 @@ User = get_user_model()
 def account(request):
     user = request.user
     context = {
-        "tokens": user.api_tokens.unrevoked().order_by("-created"),
+        "tokens": user.api_tokens.not_revoked().order_by("-created"),
         "token_form": ApiTokenForm(user=user),
         "new_token": pop_secret(request, "api_token"),
     }
@@ -48,7 +48,7 @@ def token_create(request):
         return done(request, "Use the form to create a token.", "account", level=messages.INFO)
     form = ApiTokenForm(request.POST, user=request.user)
     if not form.is_valid():
-        tokens_qs = request.user.api_tokens.unrevoked()
+        tokens_qs = request.user.api_tokens.not_revoked()
         return render(request, "accounts/account.html", {"tokens": tokens_qs, "token_form": form}, status=400)
     days = form.cleaned_data.get("expires_in_days")
     expires = timezone.now() + datetime.timedelta(days=days) if days else None
@@ -60,7 +60,7 @@ def token_create(request):
 
 class TokenRevokeView(LoginRequiredMixin, View):
     def get_token(self) -> ApiToken:
-        return get_object_or_404(ApiToken.objects.unrevoked(), pk=self.kwargs["pk"], user=self.request.user)
+        return get_object_or_404(ApiToken.objects.not_revoked(), pk=self.kwargs["pk"], user=self.request.user)
 
     def get(self, request, pk):
         token = self.get_token()

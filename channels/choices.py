@@ -11,7 +11,7 @@ class ChannelKind(models.TextChoices):
 class ChannelStatus(models.TextChoices):
     """unknown → healthy ↔ degraded ↔ down; credentials_rejected is terminal until an admin acts.
 
-    The health task (3/6) and the gateway's passive checks move the arrows; an admin edit of the
+    The health task and the gateway's passive checks move the arrows; an admin edit of the
     base URL or key resets to unknown.
     """
 

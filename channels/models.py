@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Self
+
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
@@ -17,12 +19,41 @@ MODEL_NAME_VALIDATOR = RegexValidator(
 )
 
 
+class ChannelQuerySet(models.QuerySet):
+    def enabled(self) -> Self:
+        return self.filter(enabled=True)
+
+
+class ModelQuerySet(models.QuerySet):
+    def enabled(self) -> Self:
+        return self.filter(enabled=True)
+
+    def usable_by(self, user) -> Self:
+        """Enabled models `user` may use: their allow-list, or every enabled model if it is empty.
+        Duck typed: `user` needs only `allowed_models`."""
+        qs = self.enabled()
+        allowed = user.allowed_models.all()
+        if allowed.exists():
+            qs = qs.filter(pk__in=allowed.values("pk"))
+        return qs
+
+    def visible_to(self, user) -> Self:
+        """Admins see every model; anyone else the ones they may use (`user.is_admin`, `user.allowed_models`)."""
+        return self.all() if user.is_admin else self.usable_by(user)
+
+
+class ModelRouteQuerySet(models.QuerySet):
+    def enabled(self) -> Self:
+        """Routes the gateway may use: the route and its channel are both enabled."""
+        return self.filter(enabled=True, channel__enabled=True)
+
+
 class Channel(TimeStampedModel):
     """An upstream endpoint the gateway can route to.
 
-    `status` moves unknown → healthy ↔ degraded ↔ down (health checks, 3/6; gateway failures feed
-    the same window). `credentials_rejected` is set on a 401/403 and stays until an admin edits the
-    channel. A launch job (4/6) creates the channel for a deployment it started.
+    `status` moves unknown → healthy ↔ degraded ↔ down (health checks; gateway failures feed the
+    same window). `credentials_rejected` is set on a 401/403 and stays until an admin edits the
+    channel. A launch job creates the channel for a deployment it started.
     """
 
     name = models.CharField(max_length=100, unique=True)
@@ -52,7 +83,7 @@ class Channel(TimeStampedModel):
     last_checked = models.DateTimeField(null=True, blank=True)
     notes = models.TextField(blank=True, max_length=5000)
 
-    # --- health checks (3/6): what the probe does for this channel ---------------------------
+    # --- health checks: what the probe does for this channel ---------------------------------
     probe_inference = models.BooleanField(
         default=True,
         help_text="Send a tiny streaming chat completion on each check to measure time to first token "
@@ -77,21 +108,13 @@ class Channel(TimeStampedModel):
     alerted_status = models.CharField(max_length=24, blank=True)
     alerted_at = models.DateTimeField(null=True, blank=True)
 
+    objects = ChannelQuerySet.as_manager()
+
     class Meta:
         ordering = ["-priority", "name"]
 
     def __str__(self) -> str:
         return self.name
-
-
-class ModelQuerySet(models.QuerySet):
-    def usable_by(self, user) -> ModelQuerySet:
-        """Enabled models `user` may call: their allowlist, or every enabled model when it is empty."""
-        qs = self.filter(enabled=True)
-        allowed = user.allowed_models.all()
-        if allowed.exists():
-            qs = qs.filter(pk__in=allowed.values("pk"))
-        return qs
 
 
 class Model(TimeStampedModel):
@@ -115,7 +138,7 @@ class Model(TimeStampedModel):
         """(context window, max output tokens) a client can rely on: the smallest over the
         enabled routes, preferring each route's discovered context window."""
         ctx, out = [], []
-        for route in self.routes.filter(enabled=True, channel__enabled=True):
+        for route in self.routes.enabled():
             if route.effective_context_window:
                 ctx.append(route.effective_context_window)
             if route.max_output_tokens:
@@ -145,6 +168,8 @@ class ModelRoute(TimeStampedModel):
     discovered_at = models.DateTimeField(null=True, blank=True)
     enabled = models.BooleanField(default=True)
 
+    objects = ModelRouteQuerySet.as_manager()
+
     class Meta:
         ordering = ["model__name", "-channel__priority"]
         constraints = [models.UniqueConstraint(fields=["model", "channel"], name="modelroute_unique_model_channel")]
@@ -169,7 +194,7 @@ class ModelRoute(TimeStampedModel):
         )
 
 
-# --- health checks (3/6) ---------------------------------------------------------------------
+# --- health checks ---------------------------------------------------------------------------
 
 
 class ProbeResult(models.Model):

@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import include, path
 
 from . import views
 
@@ -14,4 +14,5 @@ urlpatterns = [
     path("models/<int:pk>/", views.ModelDetailView.as_view(), name="model_detail"),
     path("models/<int:pk>/edit/", views.ModelEditView.as_view(), name="model_edit"),
     path("models/<int:pk>/delete/", views.ModelDeleteView.as_view(), name="model_delete"),
+    path("", include("channels.health.urls")),
 ]

@@ -24,5 +24,5 @@ class ConnectForm(forms.Form):
 
     def __init__(self, *args, user, model_names: list[str], **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["key"].queryset = Key.objects.filter(owner=user, revoked_at__isnull=True).order_by("name")
+        self.fields["key"].queryset = Key.objects.not_revoked().filter(owner=user).order_by("name")
         self.fields["model"].choices = [(n, n) for n in model_names]

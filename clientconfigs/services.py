@@ -47,12 +47,9 @@ def gateway_url(request=None) -> str:
 def usable_models(user, key: Key | None = None):
     """Enabled models with at least one enabled route on an enabled channel, narrowed by the
     owner's allow-list and then the key's (an empty list means no narrowing)."""
-    live_routes = ModelRoute.objects.filter(model=OuterRef("pk"), enabled=True, channel__enabled=True)
-    qs = Model.objects.filter(enabled=True).filter(Exists(live_routes))
+    live_routes = ModelRoute.objects.enabled().filter(model=OuterRef("pk"))
     owner = key.owner if key is not None else user
-    owner_allowed = list(owner.allowed_models.values_list("pk", flat=True))
-    if owner_allowed:
-        qs = qs.filter(pk__in=owner_allowed)
+    qs = Model.objects.usable_by(owner).filter(Exists(live_routes))
     if key is not None:
         key_allowed = list(key.allowed_models.values_list("pk", flat=True))
         if key_allowed:
@@ -74,7 +71,7 @@ def output_room(context_window: int | None, max_output: int | None) -> int | Non
 def model_specs(user, key: Key | None = None) -> tuple[ModelSpec, ...]:
     """Each usable model with the smallest context window its enabled routes really serve
     (discovered, else configured) and an output limit that leaves room for input."""
-    routes = ModelRoute.objects.filter(enabled=True, channel__enabled=True)
+    routes = ModelRoute.objects.enabled()
     specs = []
     for model in usable_models(user, key).prefetch_related(Prefetch("routes", queryset=routes, to_attr="live")):
         windows = [r.effective_context_window for r in model.live if r.effective_context_window]
@@ -120,7 +117,7 @@ def mint_key(user, client: str, machine: str = "") -> tuple[Key, str]:
     means every model the owner may use."""
     label = re.sub(r"[^A-Za-z0-9._-]+", "-", machine.strip())[:40].strip("-") or "portal"
     base = f"{client}@{label}"
-    taken = set(Key.objects.filter(owner=user, revoked_at__isnull=True).values_list("name", flat=True))
+    taken = set(Key.objects.not_revoked().filter(owner=user).values_list("name", flat=True))
     name, n = base, 2
     while name in taken:
         name, n = f"{base}-{n}", n + 1

@@ -32,7 +32,7 @@ def _own_key(user, key_id) -> Key | None:
         pk = int(key_id)
     except (TypeError, ValueError):
         raise Http404("Unknown key.") from None
-    return get_object_or_404(Key, pk=pk, owner=user, revoked_at__isnull=True)
+    return get_object_or_404(Key.objects.not_revoked(), pk=pk, owner=user)
 
 
 @never_cache

@@ -16,9 +16,6 @@ class KeysConfig(AppConfig):
 
 
 def _active_keys(**filters) -> int:
-    from django.utils import timezone
-
     from .models import Key
 
-    active = Key.objects.filter(revoked_at__isnull=True).exclude(expires_at__lte=timezone.now())
-    return active.filter(**filters).count()
+    return Key.objects.unexpired().filter(**filters).count()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import django_filters
-from django.db.models import Q
 from django.utils import timezone
 
 from accounts.models import User
@@ -32,11 +31,10 @@ class KeyFilterSet(django_filters.FilterSet):
         return search(queryset, ("name", "prefix", "last_four", "owner__username", "client"), value)
 
     def filter_state(self, queryset, name, value):
-        now = timezone.now()
         if value == "revoked":
             return queryset.filter(revoked_at__isnull=False)
         if value == "expired":
-            return queryset.filter(revoked_at__isnull=True, expires_at__lte=now)
+            return queryset.not_revoked().filter(expires_at__lte=timezone.now())
         if value == "active":
-            return queryset.filter(Q(revoked_at__isnull=True) & (Q(expires_at__isnull=True) | Q(expires_at__gt=now)))
+            return queryset.unexpired()
         return queryset

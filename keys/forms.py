@@ -13,7 +13,7 @@ from portal.forms import LIMIT_LABELS
 from portal.ui import add_validation_errors
 
 from .models import Key
-from .services import models_for_user, validate_key_settings
+from .services import validate_key_settings
 
 User = get_user_model()
 
@@ -92,7 +92,7 @@ class KeyForm(forms.Form):
 
     def _describe_choices(self) -> None:
         owner = self._owner_for_display()
-        models = models_for_user(owner) if owner is not None else Model.objects.filter(enabled=True)
+        models = Model.objects.usable_by(owner) if owner is not None else Model.objects.enabled()
         self.fields["allowed_models"].widget.choices = [(m.pk, m.name) for m in models]
         defaults = (owner.key_defaults or {}) if owner is not None else {}
         for name in LIMIT_LABELS:
@@ -136,7 +136,7 @@ class KeyForm(forms.Form):
         if owner is None:
             return cleaned
         name = cleaned.get("name")
-        same_name = Key.objects.filter(owner=owner, name=name, revoked_at__isnull=True)
+        same_name = Key.objects.not_revoked().filter(owner=owner, name=name)
         if self.instance is not None:
             same_name = same_name.exclude(pk=self.instance.pk)
         if name and same_name.exists():

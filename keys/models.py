@@ -2,32 +2,52 @@
 
 from __future__ import annotations
 
+from typing import Self
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from portal.models import Limits, TimeStampedModel
+from portal.models import Limits, ShownOnceQuerySet, ShownOnceSecret
 
-from .choices import ApiSurface, UsageStatus
+from .choices import ApiSurface, KeyState, UsageStatus
 
 KEY_PREFIX = "gp-"
 
 
-class Key(TimeStampedModel, Limits):
+class OwnedQuerySet(models.QuerySet):
+    """Rows that belong to one user through `owner_field`."""
+
+    owner_field = "user"
+
+    def visible_to(self, user) -> Self:
+        """Admins see every row; anyone else only their own (another user's rows are 404)."""
+        return self.all() if user.is_admin else self.filter(**{self.owner_field: user})
+
+
+class KeyQuerySet(ShownOnceQuerySet, OwnedQuerySet):
+    """`not_revoked()`, `unexpired()` (the key lists' "active" state; ignores the owner), `active()`."""
+
+    owner_field = "owner"
+
+    def active(self) -> Self:
+        """Keys the gateway accepts now: the QuerySet form of `Key.is_active`."""
+        return self.unexpired().filter(owner__is_active=True)
+
+
+class Key(ShownOnceSecret, Limits):
     """A developer's gateway key. Only its keyed hash is stored; the plaintext is shown once.
 
     Disabled, not deleted (`revoked_at`), because usage records point at it. Rotation issues a new
     key with the same settings and gives this one an `expires_at` grace period.
     """
 
+    PREFIX = KEY_PREFIX
+    HASH_FIELD = "key_hash"
+
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="keys")
     name = models.CharField(max_length=100)
-    prefix = models.CharField(max_length=16, help_text="First characters, shown in lists.")
-    last_four = models.CharField(max_length=4)
     key_hash = models.CharField(max_length=64, unique=True)
-    last_used_at = models.DateTimeField(null=True, blank=True)
-    expires_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
     allowed_models = models.ManyToManyField(
         "channels.Model",
         blank=True,
@@ -39,6 +59,8 @@ class Key(TimeStampedModel, Limits):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="rotated_to"
     )
     client = models.CharField(max_length=32, blank=True, help_text="Client config this key was minted for.")
+
+    objects = KeyQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created"]
@@ -54,30 +76,23 @@ class Key(TimeStampedModel, Limits):
         return f"{self.name} ({self.masked})"
 
     @property
-    def masked(self) -> str:
-        return f"{self.prefix}…{self.last_four}"
-
-    @property
     def is_active(self) -> bool:
-        return (
-            self.revoked_at is None
-            and (self.expires_at is None or self.expires_at > timezone.now())
-            and self.owner.is_active
-        )
+        """Not revoked, not expired, owner active (`Key.objects.active()` is the same rule)."""
+        return self.state == KeyState.ACTIVE
 
     @property
     def state(self) -> str:
         if self.revoked_at is not None:
-            return "revoked"
-        if self.expires_at is not None and self.expires_at <= timezone.now():
-            return "expired"
+            return KeyState.REVOKED
+        if self.is_expired:
+            return KeyState.EXPIRED
         if not self.owner.is_active:
-            return "owner inactive"
-        return "active"
+            return KeyState.OWNER_INACTIVE
+        return KeyState.ACTIVE
 
 
 class UsageRecord(models.Model):
-    """One gateway request. Written in batches off the request path (2/6)."""
+    """One gateway request. Written in batches off the request path."""
 
     created = models.DateTimeField(default=timezone.now, db_index=True)
     request_id = models.CharField(max_length=64, blank=True)
@@ -98,6 +113,8 @@ class UsageRecord(models.Model):
     error = models.CharField(max_length=300, blank=True)
     latency_ms = models.FloatField(null=True, blank=True)
     ttft_ms = models.FloatField(null=True, blank=True)
+
+    objects = OwnedQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created", "-id"]
@@ -124,6 +141,8 @@ class UsageDaily(models.Model):
     completion_tokens = models.BigIntegerField(default=0)
     total_tokens = models.BigIntegerField(default=0)
     estimated_requests = models.PositiveIntegerField(default=0)
+
+    objects = OwnedQuerySet.as_manager()
 
     class Meta:
         ordering = ["-day", "model"]

@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import datetime
-import hmac
 import ipaddress
-import secrets as pysecrets
 from collections.abc import Iterable
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from portal.secrets import keyed_hash
+from channels.models import Model
 
-from .models import KEY_PREFIX, Key
-
-
-def generate_plaintext() -> str:
-    """`gp-` + 43 url-safe characters (256 bits); the prefix lets secret scanners find leaks."""
-    return KEY_PREFIX + pysecrets.token_urlsafe(32)
+from .models import Key
 
 
 def clean_presented_key(raw: str | None) -> str:
@@ -33,15 +26,13 @@ def clean_presented_key(raw: str | None) -> str:
 @transaction.atomic
 def issue_key(*, owner, name: str, allowed_models: Iterable = (), **fields) -> tuple[Key, str]:
     """Create a key and return it with its plaintext, which is never stored."""
-    plaintext = generate_plaintext()
+    stored, plaintext = Key.mint()
     defaults = {k: v for k, v in (owner.key_defaults or {}).items() if k in Key.LIMIT_FIELDS}
     defaults.update(fields)
     key = Key.objects.create(
         owner=owner,
         name=name,
-        prefix=plaintext[: len(KEY_PREFIX) + 6],
-        last_four=plaintext[-4:],
-        key_hash=keyed_hash(plaintext),
+        **stored,
         **defaults,
     )
     models = list(allowed_models)
@@ -52,14 +43,7 @@ def issue_key(*, owner, name: str, allowed_models: Iterable = (), **fields) -> t
 
 def find_key(presented: str) -> Key | None:
     """The active or inactive key matching `presented`, or None. Constant-time final compare."""
-    value = clean_presented_key(presented)
-    if not value.startswith(KEY_PREFIX) or len(value) > 200:
-        return None
-    digest = keyed_hash(value)
-    key = Key.objects.select_related("owner").filter(key_hash=digest).first()
-    if key is None or not hmac.compare_digest(key.key_hash, digest):
-        return None
-    return key
+    return Key.find(clean_presented_key(presented), Key.objects.select_related("owner"))
 
 
 def verify_key(presented: str) -> Key | None:
@@ -69,9 +53,7 @@ def verify_key(presented: str) -> Key | None:
 
 
 def revoke_key(key: Key) -> Key:
-    if key.revoked_at is None:
-        key.revoked_at = timezone.now()
-        key.save(update_fields=["revoked_at", "updated"])
+    key.revoke()
     return key
 
 
@@ -108,13 +90,6 @@ def rotate_key(key: Key, *, grace: datetime.timedelta | None = None) -> tuple[Ke
 # --- validation shared by the web forms and the REST API --------------------------------------
 
 MAX_CIDR_ENTRIES = 50
-
-
-def models_for_user(user):
-    """Enabled public models `user` may use (their allowlist, or every enabled model if empty)."""
-    from channels.models import Model
-
-    return Model.objects.usable_by(user)
 
 
 def normalize_cidrs(entries) -> list[str]:
@@ -166,7 +141,7 @@ def validate_key_settings(
         cleaned[name] = number
     if allowed_models is not None:
         models = list(allowed_models)
-        permitted = set(models_for_user(owner).values_list("pk", flat=True))
+        permitted = set(Model.objects.usable_by(owner).values_list("pk", flat=True))
         refused = sorted(str(m) for m in models if m.pk not in permitted)
         if refused:
             errors.setdefault("allowed_models", []).append(f"{owner.username} may not use: {', '.join(refused)}.")

@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import include, path
 
 from . import views
 
@@ -10,4 +10,5 @@ urlpatterns = [
     path("keys/<int:pk>/edit/", views.KeyEditView.as_view(), name="key_edit"),
     path("keys/<int:pk>/revoke/", views.KeyRevokeView.as_view(), name="key_revoke"),
     path("keys/<int:pk>/rotate/", views.KeyRotateView.as_view(), name="key_rotate"),
+    path("", include("keys.usage.urls")),
 ]

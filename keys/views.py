@@ -18,9 +18,7 @@ from .services import issue_key, revoke_key, rotate_key
 
 
 def visible_keys(user):
-    """Admins see every key; a developer only their own (others' are 404)."""
-    qs = Key.objects.select_related("owner").prefetch_related("allowed_models")
-    return qs if user.is_admin else qs.filter(owner=user)
+    return Key.objects.select_related("owner").prefetch_related("allowed_models").visible_to(user)
 
 
 class MyKeyListView(LoginRequiredMixin, FilteredListView):
@@ -88,7 +86,7 @@ class KeyEditView(LoginRequiredMixin, View):
     template_name = "keys/key_form.html"
 
     def get_key(self) -> Key:
-        return get_object_or_404(visible_keys(self.request.user), pk=self.kwargs["pk"], revoked_at__isnull=True)
+        return get_object_or_404(visible_keys(self.request.user).not_revoked(), pk=self.kwargs["pk"])
 
     def get(self, request, pk):
         key = self.get_key()
@@ -107,7 +105,7 @@ class KeyEditView(LoginRequiredMixin, View):
 
 class KeyRevokeView(LoginRequiredMixin, View):
     def get_key(self) -> Key:
-        return get_object_or_404(visible_keys(self.request.user), pk=self.kwargs["pk"], revoked_at__isnull=True)
+        return get_object_or_404(visible_keys(self.request.user).not_revoked(), pk=self.kwargs["pk"])
 
     def get(self, request, pk):
         key = self.get_key()
@@ -134,7 +132,7 @@ class KeyRotateView(LoginRequiredMixin, View):
     template_name = "keys/key_rotate.html"
 
     def get_key(self) -> Key:
-        return get_object_or_404(visible_keys(self.request.user), pk=self.kwargs["pk"], revoked_at__isnull=True)
+        return get_object_or_404(visible_keys(self.request.user).not_revoked(), pk=self.kwargs["pk"])
 
     def get(self, request, pk):
         return render(request, self.template_name, {"key": self.get_key(), "form": RotateForm()})

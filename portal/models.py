@@ -53,13 +53,17 @@ class Limits(models.Model):
 
 
 class ShownOnceQuerySet(models.QuerySet):
-    def unrevoked(self):
-        """Not revoked (expired ones included): their names are still taken."""
+    def not_revoked(self) -> Self:
+        """Still holding their name: usable, expired or in a rotation's grace period."""
         return self.filter(revoked_at__isnull=True)
 
-    def active(self):
-        """Not revoked and not expired: the one spelling of "usable" for shown-once secrets."""
-        return self.unrevoked().exclude(expires_at__lte=timezone.now())
+    def unexpired(self) -> Self:
+        """Not revoked and not past `expires_at`."""
+        return self.not_revoked().filter(models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=timezone.now()))
+
+    def active(self) -> Self:
+        """Usable now; a subclass adds its owner's rule (the QuerySet form of `is_active`)."""
+        return self.unexpired()
 
 
 class ShownOnceSecret(TimeStampedModel):

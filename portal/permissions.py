@@ -23,13 +23,13 @@ def is_admin(user: Any) -> bool:
 
 
 class AdminRequiredMixin(LoginRequiredMixin):
-    """Anonymous → login page; logged-in developer → 403."""
+    """Anonymous → login page; logged-in developer → 403 with `permission_denied_message`."""
 
-    denied_message = DENIED
+    permission_denied_message = DENIED
 
     def dispatch(self, request, *args, **kwargs):
         if request.user.is_authenticated and not is_admin(request.user):
-            raise PermissionDenied(self.denied_message)
+            raise PermissionDenied(self.get_permission_denied_message())
         return super().dispatch(request, *args, **kwargs)
 
 

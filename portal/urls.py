@@ -13,8 +13,6 @@ urlpatterns = [
     path("", include("accounts.urls")),
     path("", include("hosts.urls")),
     path("", include("channels.urls")),
-    path("", include("channels.health_urls")),
     path("", include("keys.urls")),
-    path("", include("keys.usage_urls")),
     path("", include("clientconfigs.urls")),
 ]

@@ -198,7 +198,7 @@ class ApiTokenSerializer(serializers.ModelSerializer):
         if not value:
             raise serializers.ValidationError("Enter a name.")
         user = self.context["request"].user
-        if ApiToken.objects.unrevoked().filter(user=user, name=value).exists():
+        if ApiToken.objects.not_revoked().filter(user=user, name=value).exists():
             raise serializers.ValidationError("You already have an active token with this name.")
         return value
 

@@ -7,7 +7,6 @@ from rest_framework import viewsets
 
 from channels.filters import ChannelFilterSet, ModelFilterSet
 from channels.models import Channel, Model, ModelRoute
-from keys.services import models_for_user
 from portal.api.permissions import IsAdmin, IsAdminOrReadOnly
 
 from .serializers import ChannelSerializer, PublicModelSerializer
@@ -35,6 +34,4 @@ class ModelViewSet(viewsets.ModelViewSet):
         routes = Prefetch("routes", queryset=ModelRoute.objects.select_related("channel"))
         if getattr(self, "swagger_fake_view", False):
             return Model.objects.none()
-        user = self.request.user
-        qs = Model.objects.all() if user.is_admin else models_for_user(user)
-        return qs.prefetch_related(routes).order_by("name")
+        return Model.objects.visible_to(self.request.user).prefetch_related(routes).order_by("name")

@@ -174,16 +174,12 @@ def attach_health(channels: list[Channel], now: dt.datetime | None = None) -> li
 
 def dashboard(limit: int = 5) -> dict:
     """Context for the health dashboard partial: channels by status, slowest, recent changes."""
-    counts = dict(
-        Channel.objects.filter(enabled=True).values_list("status").annotate(n=Count("id")).values_list("status", "n")
-    )
+    counts = dict(Channel.objects.enabled().values_list("status").annotate(n=Count("id")).values_list("status", "n"))
     by_status = [{"status": s.value, "label": s.label, "count": counts.get(s.value, 0)} for s in ChannelStatus]
     attention = list(
-        Channel.objects.filter(enabled=True)
-        .exclude(status__in=[ChannelStatus.HEALTHY])
-        .order_by("status", "name")[:limit]
+        Channel.objects.enabled().exclude(status__in=[ChannelStatus.HEALTHY]).order_by("status", "name")[:limit]
     )
-    slowest = list(Channel.objects.filter(enabled=True, last_ttft_ms__isnull=False).order_by("-last_ttft_ms")[:limit])
+    slowest = list(Channel.objects.enabled().filter(last_ttft_ms__isnull=False).order_by("-last_ttft_ms")[:limit])
     changes = list(StatusChange.objects.select_related("channel").order_by("-created", "-id")[: limit * 2])
     return {
         "health_by_status": by_status,
@@ -191,7 +187,7 @@ def dashboard(limit: int = 5) -> dict:
         "health_attention": attention,
         "health_slowest": slowest,
         "health_changes": changes,
-        "health_last_round": Channel.objects.filter(enabled=True).aggregate(t=Max("last_checked"))["t"],
+        "health_last_round": Channel.objects.enabled().aggregate(t=Max("last_checked"))["t"],
         "health_failing_24h": ProbeResult.objects.filter(
             created__gte=timezone.now() - dt.timedelta(hours=24), ok=False
         ).aggregate(n=Count("id", filter=Q(source="active")))["n"],

@@ -105,7 +105,7 @@ def run_round(channel_ids: list[int] | None = None, *, force: bool = False) -> l
     # Gateway evidence is consumed by full rounds only: a one-channel check must not swallow the
     # other channels' share.
     tallies = passive.collect() if channel_ids is None else {}
-    qs = Channel.objects.filter(enabled=True).prefetch_related("routes__model")
+    qs = Channel.objects.enabled().prefetch_related("routes__model")
     if channel_ids is not None:
         qs = qs.filter(pk__in=channel_ids)
     if not force:

@@ -95,7 +95,7 @@ class KeySerializer(serializers.ModelSerializer):
         attrs["owner"] = owner
 
         name = attrs.get("name", key.name if key is not None else "")
-        clash = Key.objects.filter(owner=owner, name=name, revoked_at__isnull=True)
+        clash = Key.objects.not_revoked().filter(owner=owner, name=name)
         if key is not None:
             clash = clash.exclude(pk=key.pk)
         if clash.exists():

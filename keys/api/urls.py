@@ -1,8 +1,15 @@
+"""The keys API router: keys, and the usage sub-feature's viewsets."""
+
 from rest_framework.routers import SimpleRouter
+
+from keys.usage.api import views as usage
 
 from . import views
 
 router = SimpleRouter()
 router.register("keys", views.KeyViewSet, basename="key")
+router.register("usage/records", usage.UsageRecordViewSet, basename="usage-record")
+router.register("usage/daily", usage.UsageDailyViewSet, basename="usage-daily")
+router.register("usage/summary", usage.UsageSummaryViewSet, basename="usage-summary")
 
 urlpatterns = router.urls

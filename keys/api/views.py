@@ -35,9 +35,7 @@ class KeyViewSet(
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return Key.objects.none()
-        qs = Key.objects.select_related("owner").prefetch_related("allowed_models")
-        user = self.request.user
-        return qs if user.is_admin else qs.filter(owner=user)
+        return Key.objects.select_related("owner").prefetch_related("allowed_models").visible_to(self.request.user)
 
     def _data(self, key: Key, plaintext: str | None = None) -> dict:
         data = dict(KeySerializer(key, context=self.get_serializer_context()).data)

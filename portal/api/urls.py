@@ -6,8 +6,6 @@ urlpatterns = [
     path("", include("accounts.api.urls")),
     path("", include("hosts.api.urls")),
     path("", include("channels.api.urls")),
-    path("", include("channels.api.health_urls")),
     path("", include("keys.api.urls")),
-    path("", include("keys.api.usage_urls")),
     path("", include("clientconfigs.api.urls")),
 ]

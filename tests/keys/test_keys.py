@@ -109,3 +109,21 @@ def test_rotating_twice_within_a_minute_with_grace_works(alice):
     third, plain = rotate_key(second, grace=datetime.timedelta(minutes=5))
     assert third.name == "ci" and verify_key(plain) == third
     assert Key.objects.filter(owner=alice, revoked_at__isnull=True).count() == 3
+
+
+def test_the_active_queryset_and_is_active_agree_on_every_state(alice, mallory, admin):
+    past = timezone.now() - datetime.timedelta(seconds=1)
+    issue_key(owner=alice, name="usable")
+    revoke_key(issue_key(owner=alice, name="revoked")[0])
+    issue_key(owner=alice, name="expired", expires_at=past)
+    issue_key(owner=alice, name="grace", expires_at=timezone.now() + datetime.timedelta(minutes=5))
+    issue_key(owner=mallory, name="owner-gone")
+    mallory.is_active = False
+    mallory.save()
+    by_rule = {k.name for k in Key.objects.select_related("owner") if k.is_active}
+    assert by_rule == {"usable", "grace"}
+    assert set(Key.objects.active().values_list("name", flat=True)) == by_rule
+    assert set(Key.objects.unexpired().values_list("name", flat=True)) == {"usable", "grace", "owner-gone"}
+    assert set(Key.objects.not_revoked().values_list("name", flat=True)) == {"usable", "grace", "expired", "owner-gone"}
+    assert set(Key.objects.visible_to(alice).values_list("owner__username", flat=True)) == {"alice"}
+    assert Key.objects.visible_to(admin).count() == 5

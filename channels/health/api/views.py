@@ -3,149 +3,25 @@
 from __future__ import annotations
 
 from django.db.models import Q
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
-from rest_framework import mixins, serializers, status, viewsets
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from channels.choices import AlertKind
 from channels.health import alerts, history, schedule, service
 from channels.models import AlertDelivery, AlertTarget, Channel, ProbeResult, StatusChange
 from portal.api.permissions import IsAdmin
 
-
-class StatusField(serializers.CharField):
-    """A channel status in output only; plain string so the schema keeps one ChannelStatus enum."""
-
-    def __init__(self, **kwargs):
-        kwargs.setdefault("read_only", True)
-        kwargs.setdefault("help_text", "unknown, healthy, degraded, down or credentials_rejected")
-        super().__init__(**kwargs)
-
-
-@extend_schema_field({"type": "string", "enum": [k.value for k in AlertKind]})
-class AlertKindField(serializers.ChoiceField):
-    def __init__(self, **kwargs):
-        super().__init__(choices=AlertKind.choices, **kwargs)
-
-
-class ProbeResultSerializer(serializers.ModelSerializer):
-    status_after = StatusField()
-
-    class Meta:
-        model = ProbeResult
-        fields = [
-            "id",
-            "created",
-            "source",
-            "ok",
-            "samples",
-            "failures",
-            "http_status",
-            "error",
-            "error_message",
-            "model",
-            "connect_ms",
-            "ttfb_ms",
-            "ttft_ms",
-            "total_ms",
-            "tokens",
-            "tokens_per_s",
-            "status_after",
-        ]
-
-
-class ChannelHealthSerializer(serializers.ModelSerializer):
-    """A channel's health; only the probe settings are writable."""
-
-    error_ratio_24h = serializers.SerializerMethodField()
-    samples_24h = serializers.SerializerMethodField()
-
-    class Meta:
-        model = Channel
-        fields = [
-            "id",
-            "name",
-            "kind",
-            "enabled",
-            "status",
-            "status_message",
-            "status_changed",
-            "last_checked",
-            "last_ttft_ms",
-            "error_ratio_24h",
-            "samples_24h",
-            "probe_inference",
-            "probe_max_tokens",
-            "ttft_degraded_ms",
-        ]
-        read_only_fields = [
-            "id",
-            "name",
-            "kind",
-            "enabled",
-            "status",
-            "status_message",
-            "status_changed",
-            "last_checked",
-            "last_ttft_ms",
-        ]
-
-    def _health(self, obj: Channel):
-        if not hasattr(obj, "health"):
-            history.attach_health([obj])
-        return obj.health
-
-    def get_error_ratio_24h(self, obj: Channel) -> float | None:
-        ratio = self._health(obj).error_ratio
-        return round(ratio, 4) if ratio is not None else None
-
-    def get_samples_24h(self, obj: Channel) -> int:
-        return self._health(obj).samples_24h
-
-
-class CheckResultSerializer(serializers.Serializer):
-    channel = ChannelHealthSerializer()
-    previous_status = serializers.CharField()
-    probe = ProbeResultSerializer(allow_null=True)
-
-
-class StatusChangeSerializer(serializers.ModelSerializer):
-    channel_name = serializers.CharField(source="channel.name", read_only=True)
-    from_status = StatusField()
-    to_status = StatusField()
-
-    class Meta:
-        model = StatusChange
-        fields = ["id", "created", "channel", "channel_name", "from_status", "to_status", "message"]
-
-
-class AlertTargetSerializer(serializers.ModelSerializer):
-    kind = AlertKindField(default=AlertKind.WEBHOOK)
-
-    class Meta:
-        model = AlertTarget
-        fields = ["id", "name", "kind", "url", "email", "enabled", "created", "updated"]
-        read_only_fields = ["id", "created", "updated"]
-
-    def validate(self, attrs):
-        kind = attrs.get("kind", getattr(self.instance, "kind", AlertKind.WEBHOOK))
-        url = attrs.get("url", getattr(self.instance, "url", ""))
-        email = attrs.get("email", getattr(self.instance, "email", ""))
-        if kind == AlertKind.WEBHOOK and not url:
-            raise serializers.ValidationError({"url": "A webhook needs a URL."})
-        if kind == AlertKind.EMAIL and not email:
-            raise serializers.ValidationError({"email": "Enter the address to notify."})
-        return attrs
-
-
-class AlertDeliverySerializer(serializers.ModelSerializer):
-    status_change = StatusChangeSerializer()
-
-    class Meta:
-        model = AlertDelivery
-        fields = ["id", "created", "target", "target_name", "ok", "error", "suppressed", "status_change"]
+from .serializers import (
+    AlertDeliverySerializer,
+    AlertTargetSerializer,
+    ChannelHealthSerializer,
+    CheckResultSerializer,
+    ProbeResultSerializer,
+    ScheduleSerializer,
+    StatusChangeSerializer,
+)
 
 
 class HealthChannelViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
@@ -173,11 +49,9 @@ class HealthChannelViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSe
         qs = ProbeResult.objects.filter(channel=channel)
         if request.query_params.get("ok") in ("true", "false"):
             qs = qs.filter(ok=request.query_params["ok"] == "true")
-        page = self.paginate_queryset_plain(qs)
+        # The paginator itself: paginate_queryset() would attach channel health to probe rows.
+        page = self.paginator.paginate_queryset(qs, request, view=self)
         return self.get_paginated_response(ProbeResultSerializer(page, many=True).data)
-
-    def paginate_queryset_plain(self, qs):
-        return self.paginator.paginate_queryset(qs, self.request, view=self)
 
     @extend_schema(request=None, responses=CheckResultSerializer)
     @action(detail=True, methods=["post"])
@@ -255,12 +129,6 @@ class AlertTargetViewSet(viewsets.ModelViewSet):
             qs = qs.filter(~Q(ok=True))
         page = self.paginator.paginate_queryset(qs, request, view=self)
         return self.get_paginated_response(AlertDeliverySerializer(page, many=True).data)
-
-
-class ScheduleSerializer(serializers.Serializer):
-    interval_seconds = serializers.IntegerField(min_value=schedule.MIN_INTERVAL, max_value=schedule.MAX_INTERVAL)
-    enabled = serializers.BooleanField(default=True)
-    last_run_at = serializers.DateTimeField(read_only=True, allow_null=True)
 
 
 class ProbeScheduleView(APIView):

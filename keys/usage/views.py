@@ -10,10 +10,10 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views import View
 
+from keys.models import Key, UsageDaily
 from portal.ui import AdminRequiredMixin
 
-from .models import Key, UsageDaily
-from .usage import GROUPS, daily_totals, grouped_totals, limit_status, today
+from .services import GROUPS, daily_totals, grouped_totals, limit_status, today
 
 MAX_DAYS = 366
 
@@ -46,7 +46,7 @@ class MyUsageView(LoginRequiredMixin, View):
         until = today()
         since = until - dt.timedelta(days=days - 1)
         rows = daily_totals(UsageDaily.objects.filter(user=request.user), since)
-        keys = Key.objects.filter(owner=request.user, revoked_at__isnull=True).order_by("name")
+        keys = Key.objects.not_revoked().filter(owner=request.user).order_by("name")
         totals = {
             "requests": sum(r["requests"] or 0 for r in rows),
             "total_tokens": sum(r["total_tokens"] or 0 for r in rows),

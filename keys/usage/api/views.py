@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-import django_filters
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, viewsets
@@ -13,78 +12,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from keys.models import UsageDaily, UsageRecord
-from keys.usage import GROUPS, daily_queryset, grouped_totals, today, usage_queryset
+from keys.usage.filters import UsageDailyFilterSet, UsageRecordFilterSet
+from keys.usage.services import GROUPS, grouped_totals, today
 
-
-class UsageRecordSerializer(serializers.ModelSerializer):
-    key_name = serializers.CharField(source="key.name", default=None, read_only=True)
-    username = serializers.CharField(source="user.username", default=None, read_only=True)
-    channel_name = serializers.CharField(source="channel.name", default=None, read_only=True)
-
-    class Meta:
-        model = UsageRecord
-        fields = [
-            "id",
-            "created",
-            "request_id",
-            "key",
-            "key_name",
-            "user",
-            "username",
-            "model",
-            "channel",
-            "channel_name",
-            "surface",
-            "stream",
-            "prompt_tokens",
-            "completion_tokens",
-            "total_tokens",
-            "estimated",
-            "status",
-            "http_status",
-            "error",
-            "latency_ms",
-            "ttft_ms",
-        ]
-        read_only_fields = fields
-
-
-class UsageDailySerializer(serializers.ModelSerializer):
-    class Meta:
-        model = UsageDaily
-        fields = [
-            "id",
-            "day",
-            "user",
-            "key",
-            "model",
-            "channel",
-            "requests",
-            "errors",
-            "prompt_tokens",
-            "completion_tokens",
-            "total_tokens",
-            "estimated_requests",
-        ]
-        read_only_fields = fields
-
-
-class UsageRecordFilterSet(django_filters.FilterSet):
-    since = django_filters.IsoDateTimeFilter(field_name="created", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="created", lookup_expr="lt")
-
-    class Meta:
-        model = UsageRecord
-        fields = ["key", "user", "model", "channel", "surface", "status", "estimated", "stream", "since", "until"]
-
-
-class UsageDailyFilterSet(django_filters.FilterSet):
-    since = django_filters.DateFilter(field_name="day", lookup_expr="gte")
-    until = django_filters.DateFilter(field_name="day", lookup_expr="lte")
-
-    class Meta:
-        model = UsageDaily
-        fields = ["key", "user", "model", "channel", "day", "since", "until"]
+from .serializers import UsageDailySerializer, UsageRecordSerializer
 
 
 class UsageRecordViewSet(viewsets.ReadOnlyModelViewSet):
@@ -98,7 +29,7 @@ class UsageRecordViewSet(viewsets.ReadOnlyModelViewSet):
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return UsageRecord.objects.none()
-        return usage_queryset(self.request.user)
+        return UsageRecord.objects.select_related("key", "user", "channel").visible_to(self.request.user)
 
 
 class UsageDailyViewSet(viewsets.ReadOnlyModelViewSet):
@@ -111,7 +42,7 @@ class UsageDailyViewSet(viewsets.ReadOnlyModelViewSet):
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return UsageDaily.objects.none()
-        return daily_queryset(self.request.user)
+        return UsageDaily.objects.visible_to(self.request.user)
 
 
 class UsageSummaryViewSet(viewsets.ViewSet):
@@ -136,5 +67,5 @@ class UsageSummaryViewSet(viewsets.ViewSet):
             raise serializers.ValidationError({"days": ["Between 1 and 366."]})
         until = today()
         since = until - dt.timedelta(days=days - 1)
-        rows = grouped_totals(daily_queryset(request.user), group_by, since, until)
+        rows = grouped_totals(UsageDaily.objects.visible_to(request.user), group_by, since, until)
         return Response({"group_by": group_by, "since": since, "until": until, "results": rows})

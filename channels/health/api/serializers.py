@@ -1,0 +1,149 @@
+"""Serializers of the channel health API: probe results, health, status changes, alert targets, schedule."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from channels.choices import AlertKind
+from channels.health import history, schedule
+from channels.models import AlertDelivery, AlertTarget, Channel, ProbeResult, StatusChange
+
+
+class StatusField(serializers.CharField):
+    """A channel status in output only; plain string so the schema keeps one ChannelStatus enum."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("read_only", True)
+        kwargs.setdefault("help_text", "unknown, healthy, degraded, down or credentials_rejected")
+        super().__init__(**kwargs)
+
+
+@extend_schema_field({"type": "string", "enum": [k.value for k in AlertKind]})
+class AlertKindField(serializers.ChoiceField):
+    def __init__(self, **kwargs):
+        super().__init__(choices=AlertKind.choices, **kwargs)
+
+
+class ProbeResultSerializer(serializers.ModelSerializer):
+    status_after = StatusField()
+
+    class Meta:
+        model = ProbeResult
+        fields = [
+            "id",
+            "created",
+            "source",
+            "ok",
+            "samples",
+            "failures",
+            "http_status",
+            "error",
+            "error_message",
+            "model",
+            "connect_ms",
+            "ttfb_ms",
+            "ttft_ms",
+            "total_ms",
+            "tokens",
+            "tokens_per_s",
+            "status_after",
+        ]
+
+
+class ChannelHealthSerializer(serializers.ModelSerializer):
+    """A channel's health; only the probe settings are writable."""
+
+    error_ratio_24h = serializers.SerializerMethodField()
+    samples_24h = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Channel
+        fields = [
+            "id",
+            "name",
+            "kind",
+            "enabled",
+            "status",
+            "status_message",
+            "status_changed",
+            "last_checked",
+            "last_ttft_ms",
+            "error_ratio_24h",
+            "samples_24h",
+            "probe_inference",
+            "probe_max_tokens",
+            "ttft_degraded_ms",
+        ]
+        read_only_fields = [
+            "id",
+            "name",
+            "kind",
+            "enabled",
+            "status",
+            "status_message",
+            "status_changed",
+            "last_checked",
+            "last_ttft_ms",
+        ]
+
+    def _health(self, obj: Channel):
+        if not hasattr(obj, "health"):
+            history.attach_health([obj])
+        return obj.health
+
+    def get_error_ratio_24h(self, obj: Channel) -> float | None:
+        ratio = self._health(obj).error_ratio
+        return round(ratio, 4) if ratio is not None else None
+
+    def get_samples_24h(self, obj: Channel) -> int:
+        return self._health(obj).samples_24h
+
+
+class CheckResultSerializer(serializers.Serializer):
+    channel = ChannelHealthSerializer()
+    previous_status = serializers.CharField()
+    probe = ProbeResultSerializer(allow_null=True)
+
+
+class StatusChangeSerializer(serializers.ModelSerializer):
+    channel_name = serializers.CharField(source="channel.name", read_only=True)
+    from_status = StatusField()
+    to_status = StatusField()
+
+    class Meta:
+        model = StatusChange
+        fields = ["id", "created", "channel", "channel_name", "from_status", "to_status", "message"]
+
+
+class AlertTargetSerializer(serializers.ModelSerializer):
+    kind = AlertKindField(default=AlertKind.WEBHOOK)
+
+    class Meta:
+        model = AlertTarget
+        fields = ["id", "name", "kind", "url", "email", "enabled", "created", "updated"]
+        read_only_fields = ["id", "created", "updated"]
+
+    def validate(self, attrs):
+        kind = attrs.get("kind", getattr(self.instance, "kind", AlertKind.WEBHOOK))
+        url = attrs.get("url", getattr(self.instance, "url", ""))
+        email = attrs.get("email", getattr(self.instance, "email", ""))
+        if kind == AlertKind.WEBHOOK and not url:
+            raise serializers.ValidationError({"url": "A webhook needs a URL."})
+        if kind == AlertKind.EMAIL and not email:
+            raise serializers.ValidationError({"email": "Enter the address to notify."})
+        return attrs
+
+
+class AlertDeliverySerializer(serializers.ModelSerializer):
+    status_change = StatusChangeSerializer()
+
+    class Meta:
+        model = AlertDelivery
+        fields = ["id", "created", "target", "target_name", "ok", "error", "suppressed", "status_change"]
+
+
+class ScheduleSerializer(serializers.Serializer):
+    interval_seconds = serializers.IntegerField(min_value=schedule.MIN_INTERVAL, max_value=schedule.MAX_INTERVAL)
+    enabled = serializers.BooleanField(default=True)
+    last_run_at = serializers.DateTimeField(read_only=True, allow_null=True)

@@ -1,0 +1,155 @@
+"""Admin pages for channel health: per-channel chart and probe log, overview, alert targets."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views import View
+
+from channels.models import AlertDelivery, AlertTarget, Channel
+from portal.ui import AdminRequiredMixin
+
+from . import alerts, history, schedule, service
+from .forms import AlertTargetForm, ProbeScheduleForm, ProbeSettingsForm
+
+PROBE_LOG_LIMIT = 50
+
+
+class HealthAdminView(AdminRequiredMixin, View):
+    permission_denied_message = "Only admins can see channel health."
+
+
+def _channel_context(channel: Channel) -> dict:
+    history.attach_health([channel])
+    return {
+        "channel": channel,
+        "routes": list(channel.routes.select_related("model")),
+        "probes": list(channel.probes.all()[:PROBE_LOG_LIMIT]),
+        "status_changes": list(channel.status_changes.all()[:10]),
+    }
+
+
+def _overview(request: HttpRequest, form: ProbeScheduleForm, current: dict, status: int = 200) -> HttpResponse:
+    channels = history.attach_health(list(Channel.objects.all()))
+    return render(
+        request,
+        "channels/health_overview.html",
+        {"channels": channels, "schedule": current, "schedule_form": form, **history.dashboard()},
+        status=status,
+    )
+
+
+class ChannelHealthView(HealthAdminView):
+    http_method_names = ["get", "post"]
+
+    def get(self, request: HttpRequest, pk: int) -> HttpResponse:
+        channel = get_object_or_404(Channel, pk=pk)
+        form = ProbeSettingsForm(request.POST or None, instance=channel)
+        if request.method == "POST" and form.is_valid():
+            form.save()
+            messages.success(request, "Probe settings saved.")
+            return redirect("channel-health", pk=channel.pk)
+        return render(request, "channels/health_channel.html", {**_channel_context(channel), "settings_form": form})
+
+    post = get
+
+
+class ChannelHealthSeriesView(HealthAdminView):
+    http_method_names = ["get"]
+
+    def get(self, request: HttpRequest, pk: int) -> JsonResponse:
+        channel = get_object_or_404(Channel, pk=pk)
+        range_ = request.GET.get("range", "24h")
+        if range_ not in history.RANGES:
+            return JsonResponse({"error": f"range must be one of {', '.join(history.RANGES)}"}, status=400)
+        return JsonResponse(history.series(channel, range_))
+
+
+class ChannelHealthCheckView(HealthAdminView):
+    """The "Check now" button: probe at once and answer with the result and the refreshed log."""
+
+    http_method_names = ["post"]
+
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        channel = get_object_or_404(Channel, pk=pk)
+        done = service.check_channel(channel.pk)
+        channel.refresh_from_db()
+        ctx = {**_channel_context(channel), "done": done, "oob": True}
+        if not request.headers.get("HX-Request"):
+            if done is None:
+                messages.warning(request, "The channel is disabled; enable it to check it.")
+            return redirect("channel-health", pk=channel.pk)
+        return render(request, "channels/_health_check_result.html", ctx)
+
+
+class HealthOverviewView(HealthAdminView):
+    http_method_names = ["get"]
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        current = schedule.get_probe_schedule()
+        form = ProbeScheduleForm(
+            initial={"interval_seconds": current["interval_seconds"], "enabled": current["enabled"]}
+        )
+        return _overview(request, form, current)
+
+
+class HealthScheduleView(HealthAdminView):
+    http_method_names = ["post"]
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        form = ProbeScheduleForm(request.POST)
+        if form.is_valid():
+            schedule.set_probe_schedule(
+                interval_seconds=form.cleaned_data["interval_seconds"], enabled=form.cleaned_data["enabled"]
+            )
+            messages.success(request, "Probe schedule saved; the scheduler picks it up within a few seconds.")
+            return redirect("channel-health-overview")
+        return _overview(request, form, schedule.get_probe_schedule(), status=400)
+
+
+class AlertTargetsView(HealthAdminView):
+    http_method_names = ["get", "post"]
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        form = AlertTargetForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            target = form.save()
+            messages.success(request, f"Alert target {target.name} added.")
+            return redirect("channel-alert-targets")
+        return render(
+            request,
+            "channels/health_alert_targets.html",
+            {
+                "targets": AlertTarget.objects.all(),
+                "form": form,
+                "deliveries": AlertDelivery.objects.select_related("status_change__channel")[:20],
+            },
+            status=400 if request.method == "POST" else 200,
+        )
+
+    post = get
+
+
+class AlertTargetDeleteView(HealthAdminView):
+    http_method_names = ["get", "post"]
+
+    def get(self, request: HttpRequest, pk: int) -> HttpResponse:
+        target = get_object_or_404(AlertTarget, pk=pk)
+        return render(request, "channels/health_alert_target_delete.html", {"target": target})
+
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        target = get_object_or_404(AlertTarget, pk=pk)
+        name = target.name
+        target.delete()
+        messages.success(request, f"Alert target {name} deleted.")
+        return redirect("channel-alert-targets")
+
+
+class AlertTargetTestView(HealthAdminView):
+    http_method_names = ["post"]
+
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        target = get_object_or_404(AlertTarget, pk=pk)
+        ok, error = alerts.send_test(target)
+        return render(request, "channels/_health_alert_test.html", {"target": target, "ok": ok, "error": error})

@@ -1,0 +1,25 @@
+"""FilterSets of the usage API: records by time, daily aggregates by day."""
+
+from __future__ import annotations
+
+import django_filters
+
+from keys.models import UsageDaily, UsageRecord
+
+
+class UsageRecordFilterSet(django_filters.FilterSet):
+    since = django_filters.IsoDateTimeFilter(field_name="created", lookup_expr="gte")
+    until = django_filters.IsoDateTimeFilter(field_name="created", lookup_expr="lt")
+
+    class Meta:
+        model = UsageRecord
+        fields = ["key", "user", "model", "channel", "surface", "status", "estimated", "stream", "since", "until"]
+
+
+class UsageDailyFilterSet(django_filters.FilterSet):
+    since = django_filters.DateFilter(field_name="day", lookup_expr="gte")
+    until = django_filters.DateFilter(field_name="day", lookup_expr="lte")
+
+    class Meta:
+        model = UsageDaily
+        fields = ["key", "user", "model", "channel", "day", "since", "until"]
