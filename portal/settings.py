@@ -231,7 +231,7 @@ GATEWAY_USAGE_FLUSH_INTERVAL = get("GATEWAY_USAGE_FLUSH_INTERVAL", float, 0.5)
 # Read per call by gateway.cache.namespace() (tests switch it at run time); validated here.
 GATEWAY_REDIS_NAMESPACE = get("GATEWAY_REDIS_NAMESPACE", str, "gw")
 
-# --- Health checks (3/6) -----------------------------------------------------------------------
+# --- Health checks ----------------------------------------------------------------------------
 PORTAL_PROBE_RETENTION_DAYS = get("PORTAL_PROBE_RETENTION_DAYS", int, 7)
 PORTAL_PROBE_HOURLY_RETENTION_DAYS = get("PORTAL_PROBE_HOURLY_RETENTION_DAYS", int, 180)
 PORTAL_PROBE_CONCURRENCY = get("PORTAL_PROBE_CONCURRENCY", int, 200)
@@ -256,7 +256,7 @@ except Exception as exc:
     raise penv.ConfigError(f"Invalid value for EMAIL_URL: {exc}") from None
 DEFAULT_FROM_EMAIL = get("DEFAULT_FROM_EMAIL", str, "gateway-portal@localhost")
 
-# --- GPU hosts and launch jobs (4/6) -------------------------------------------------------------
+# --- GPU hosts and launch jobs ------------------------------------------------------------------
 HOSTS_HEALTH_TIMEOUT = get("HOSTS_HEALTH_TIMEOUT", float, 900.0)
 HOSTS_HEALTH_POLL = get("HOSTS_HEALTH_POLL", float, 0.5)
 HOSTS_STOP_GRACE = get("HOSTS_STOP_GRACE", float, 20.0)
