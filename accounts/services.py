@@ -8,11 +8,13 @@ import secrets
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Q
+from django.utils import timezone
 
 from portal import audit
 from portal.choices import AuditAction
 
 from .choices import Role
+from .models import ApiToken
 
 
 def generate_password() -> str:
@@ -63,3 +65,24 @@ def ensure_first_admin(stdout) -> None:
     else:
         stdout.write("  Created the first admin: username admin, password from PORTAL_ADMIN_PASSWORD.\n")
     stdout.flush()
+
+
+# --- personal API tokens: shown once, stored as a keyed hash ----------------------------------
+
+
+def issue_token(*, user, name: str, expires_at=None) -> tuple[ApiToken, str]:
+    stored, plaintext = ApiToken.mint()
+    token = ApiToken.objects.create(user=user, name=name, expires_at=expires_at, **stored)
+    return token, plaintext
+
+
+def verify_token(presented: str) -> ApiToken | None:
+    token = ApiToken.find(presented, ApiToken.objects.select_related("user"))
+    if token is None or not token.is_active or not token.user.is_active:
+        return None
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+    return token
+
+
+def revoke_token(token: ApiToken) -> None:
+    token.revoke()

@@ -20,7 +20,7 @@ from portal import audit
 from portal.choices import AuditAction
 from portal.ui import AdminRequiredMixin, FilteredListView, done, pop_secret, remember_secret
 
-from . import services, tokens
+from . import services
 from .filters import AuditLogFilterSet, UserFilterSet
 from .forms import ApiTokenForm, UserCreateForm, UserEditForm
 from .models import ApiToken, AuditLog
@@ -52,7 +52,7 @@ def token_create(request):
         return render(request, "accounts/account.html", {"tokens": tokens_qs, "token_form": form}, status=400)
     days = form.cleaned_data.get("expires_in_days")
     expires = timezone.now() + datetime.timedelta(days=days) if days else None
-    token, plaintext = tokens.issue_token(user=request.user, name=form.cleaned_data["name"], expires_at=expires)
+    token, plaintext = services.issue_token(user=request.user, name=form.cleaned_data["name"], expires_at=expires)
     audit.record(AuditAction.CREATE, token, message="API token created")
     remember_secret(request, "api_token", plaintext)
     return done(request, f"API token “{token.name}” created. Copy it now.", "account")
@@ -79,7 +79,7 @@ class TokenRevokeView(LoginRequiredMixin, View):
 
     def post(self, request, pk):
         token = self.get_token()
-        tokens.revoke_token(token)
+        services.revoke_token(token)
         audit.record(AuditAction.ACTION, token, message="API token revoked")
         return done(request, f"API token “{token.name}” revoked.", "account")
 

@@ -2,7 +2,7 @@ from rest_framework import authentication, exceptions
 
 from portal import audit
 
-from ..tokens import verify_token
+from ..services import verify_token
 
 
 class ApiTokenAuthentication(authentication.BaseAuthentication):

@@ -15,7 +15,7 @@ from portal.api.permissions import IsAdmin
 from .. import services
 from ..filters import ApiTokenFilterSet, AuditLogFilterSet, UserFilterSet
 from ..models import ApiToken, AuditLog, User
-from ..tokens import issue_token, revoke_token
+from ..services import issue_token, revoke_token
 from .serializers import (
     LIMIT_FIELDS,
     ApiTokenCreatedSerializer,

@@ -8,7 +8,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from accounts.models import AuditLog
-from accounts.tokens import issue_token
+from accounts.services import issue_token
 from channels.models import Channel, Model, ModelRoute
 from hosts.models import GPU, Host
 from keys.services import issue_key

@@ -242,7 +242,7 @@ def test_audit_log_list_query_count_is_bounded(world, admin_api, django_assert_m
 
 
 def test_token_list_query_count_is_bounded(alice, alice_api, django_assert_max_num_queries):
-    from accounts.tokens import issue_token
+    from accounts.services import issue_token
 
     for i in range(15):
         issue_token(user=alice, name=f"t{i}")

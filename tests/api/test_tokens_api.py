@@ -46,7 +46,7 @@ def test_a_bad_token_is_401_not_500(db, header):
 
 
 def test_a_deactivated_users_token_stops_working(admin_api, alice):
-    from accounts.tokens import issue_token
+    from accounts.services import issue_token
 
     _token, plaintext = issue_token(user=alice, name="ci")
     admin_api.post(f"/api/users/{alice.pk}/deactivate/")

@@ -1,6 +1,6 @@
 import pytest
 
-from accounts.tokens import issue_token
+from accounts.services import issue_token
 from channels.models import Channel, Model, ModelRoute
 from hosts.models import Host
 from keys.services import issue_key

@@ -7,7 +7,7 @@ from django.contrib.messages import get_messages
 from django.urls import reverse
 
 from accounts.models import ApiToken, AuditLog, User
-from accounts.tokens import verify_token
+from accounts.services import verify_token
 from channels.models import Channel, Model
 from hosts.models import Host
 from keys.models import Key
