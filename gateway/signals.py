@@ -1,5 +1,8 @@
 """Invalidate the gateway's per-process caches when keys, users, models, routes or channels change.
 
+Saves and deletes arrive as Django's model signals; changes written with `update()` (health
+checks moving a channel's status) arrive as `channels.signals.routes_changed`.
+
 In this process the snapshot is dropped at once; other processes learn of it through the Redis
 generation counters (`gw:gen:keys`, `gw:gen:routes`) bumped after the transaction commits, which
 every admission script reads (see `gateway.cache`).
@@ -75,6 +78,7 @@ def connect() -> None:
     from django.contrib.auth import get_user_model
 
     from channels.models import Channel, Model, ModelRoute
+    from channels.signals import routes_changed
     from keys.models import Key
 
     user = get_user_model()
@@ -88,3 +92,4 @@ def connect() -> None:
     for model in (Channel, Model, ModelRoute):
         post_save.connect(_routes_changed, sender=model, dispatch_uid=f"gw-routes-save-{model.__name__}")
         post_delete.connect(_routes_changed, sender=model, dispatch_uid=f"gw-routes-del-{model.__name__}")
+    routes_changed.connect(_routes_changed, dispatch_uid="gw-routes-changed")
