@@ -6,7 +6,7 @@ Invalidation (a revoked key must stop within seconds on every replica):
   a generation: in this process at once, and in Redis (`gw:gen:keys` / `gw:gen:routes`, see `namespace()`) after the
   transaction commits.
 - With Redis, the per-request admission script returns both generations; a process that sees a
-  new one drops its snapshot and re-runs the request from authentication (see `pipeline`). Entries
+  new one drops its snapshot and re-runs the request from authentication (see `admission`). Entries
   also expire after `GATEWAY_KEY_TTL` (60 s) as a safety net.
 - Without Redis (embedded, one process), the signals reach the same process, and entries expire
   after `GATEWAY_CACHE_TTL` (5 s) for changes made elsewhere (Celery, `manage.py shell`).
@@ -18,7 +18,6 @@ import asyncio
 import ipaddress
 import logging
 import os
-import random
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -107,21 +106,11 @@ class ModelInfo:
     context_window: int | None
     max_output_tokens: int | None
     description: str
-    # Routes grouped by (tier, -priority); each group is shuffled by weight per request.
+    # Routes grouped by (tier, -priority), best first: `catalog.ordered_routes` draws within a group.
     groups: list[list[RouteInfo]] = field(default_factory=list)
 
-    def ordered_routes(self) -> list[RouteInfo]:
-        """Routes to try in order: healthy before degraded before down, highest priority first,
-        weighted random within a priority."""
-        out: list[RouteInfo] = []
-        for group in self.groups:
-            if len(group) == 1:
-                out.append(group[0])
-            else:
-                # Efraimidis-Spirakis: a weighted random permutation in one sort.
-                out.extend(sorted(group, key=lambda r: random.random() ** (1.0 / max(r.weight, 1)), reverse=True))
-        return out
 
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 _NORM = re.compile(r"[\s_\-.:/]+")
 
@@ -152,7 +141,7 @@ class KeyInfo:
     owner_active: bool
     key_model_ids: frozenset[int]
     owner_model_ids: frozenset[int]
-    networks: tuple  # of ip_network; empty = any address
+    networks: tuple[Network, ...]  # empty = any address
     limits: dict[str, int | None]
     owner_limits: dict[str, int | None]
     loaded_at: float

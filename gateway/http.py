@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    from .call import Call
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -42,7 +45,7 @@ ERROR_TYPES = {
 
 
 class GatewayError(Exception):
-    """An error to answer in the OpenAI shape. Raised anywhere in the pipeline before the response
+    """An error to answer in the OpenAI shape. Raised anywhere on the request path before the response
     starts; after a stream has started it is sent as an SSE `data:` event instead."""
 
     def __init__(
@@ -85,7 +88,7 @@ class Request:
         self.subpath = subpath  # the path after the /v1 prefix(es), e.g. "/chat/completions"
         self.headers: dict[str, str] = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         self._body: bytes | None = None
-        self.call = None  # the pipeline.Call once one is open, so errors can finish it
+        self.call: Call | None = None  # once admission opened one, so errors can finish it
 
     @property
     def client_ip(self) -> str | None:
