@@ -26,6 +26,7 @@ from .surfaces import chat, messages, models, responses
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[Request], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Where = Literal["v1", "v1+bare", "v1-prefix", "exact"]
 
 # (method, path, handler, where): "v1" answers `/v1{path}` (and `/v1/v1{path}`); "v1+bare" also
@@ -94,7 +95,7 @@ routes = RouteTable(ROUTES)
 
 def public_base_url(scope: Scope) -> str:
     if settings.PORTAL_PUBLIC_URL:
-        return settings.PORTAL_PUBLIC_URL + "/v1"
+        return f"{settings.PORTAL_PUBLIC_URL}/v1"
     host = ""
     for k, v in scope.get("headers", ()):
         if k == b"host":
@@ -142,7 +143,7 @@ async def handle(handler: Handler, scope: Scope, receive: Receive, send: Send, s
         await send_error(send, err)
 
 
-def build_application(django_app):
+def build_application(django_app: ASGIApp) -> ASGIApp:
     """Wrap Django's ASGI app: gateway paths here, the rest to Django, lifespan for our state."""
 
     async def application(scope: Scope, receive: Receive, send: Send) -> None:

@@ -20,13 +20,17 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import OperationalError, close_old_connections, connections
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def namespace() -> str:
@@ -49,7 +53,7 @@ _LAST_RESORT = 2
 _db_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-db")
 
 
-def _with_fresh_connection(fn, *args):
+def _with_fresh_connection(fn: Callable[..., T], *args: Any) -> T:
     close_old_connections()
     for attempt in range(5):
         try:
@@ -59,10 +63,10 @@ def _with_fresh_connection(fn, *args):
             if "locked" not in str(exc) or attempt == 4:
                 raise
             time.sleep(0.05 * (attempt + 1))
-    return None
+    raise AssertionError("unreachable")
 
 
-async def run_db(fn, *args):
+async def run_db(fn: Callable[..., T], *args: Any) -> T:
     """Run a synchronous database function on the gateway's database thread."""
     return await asyncio.get_running_loop().run_in_executor(_db_executor, _with_fresh_connection, fn, *args)
 
@@ -202,15 +206,15 @@ def _load_catalog() -> Catalog:
         if r.max_output_tokens:
             out.setdefault(r.model_id, []).append(r.max_output_tokens)
     for model_id, rs in routes.items():
-        info = by_id.get(model_id)
-        if info is None:
+        model = by_id.get(model_id)
+        if model is None:
             continue
         grouped: dict[tuple[int, int], list[RouteInfo]] = {}
-        for r in rs:
-            grouped.setdefault((r.tier, -r.priority), []).append(r)
-        info.groups = [grouped[k] for k in sorted(grouped)]
-        info.context_window = min(ctx[model_id]) if model_id in ctx else None
-        info.max_output_tokens = min(out[model_id]) if model_id in out else None
+        for ri in rs:
+            grouped.setdefault((ri.tier, -ri.priority), []).append(ri)
+        model.groups = [grouped[k] for k in sorted(grouped)]
+        model.context_window = min(ctx[model_id]) if model_id in ctx else None
+        model.max_output_tokens = min(out[model_id]) if model_id in out else None
     by_norm: dict[str, list[str]] = {}
     for name in models:
         by_norm.setdefault(normalize_model_name(name), []).append(name)
@@ -264,14 +268,14 @@ class Snapshot:
         self.generation: tuple[str | None, str | None] | None = None
         self._catalog_lock: asyncio.Lock | None = None
         self.routes_version = 0
-        self._key_locks: dict[str, asyncio.Future] = {}
+        self._key_locks: dict[str, asyncio.Future[KeyInfo | None]] = {}
 
     @property
     def ttl(self) -> float:
         """How long a cached key is trusted. With Redis every request learns of changes through the
         generation, so this is only a safety net."""
         if settings.REDIS_URL:
-            return settings.GATEWAY_KEY_TTL
+            return float(settings.GATEWAY_KEY_TTL)
         return float(settings.GATEWAY_CACHE_TTL)
 
     def reset(self) -> None:
@@ -344,7 +348,7 @@ class Snapshot:
         pending = self._key_locks.get(digest)
         if pending is not None:
             return await asyncio.shield(pending)
-        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[KeyInfo | None] = asyncio.get_running_loop().create_future()
         self._key_locks[digest] = fut
         try:
             info = await run_db(_load_key, digest)

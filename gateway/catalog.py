@@ -83,4 +83,5 @@ def _kept(group: list[RouteInfo], filters: Sequence[RouteFilter], skipped: Skipp
 
 
 def _weighted_draw(r: RouteInfo) -> float:
-    return random.random() ** (1.0 / max(r.weight, 1))
+    draw: float = random.random() ** (1.0 / max(r.weight, 1))
+    return draw

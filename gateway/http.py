@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 if TYPE_CHECKING:
-    from .call import Call
+    from .call import Attempt, Call
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -65,7 +65,7 @@ class GatewayError(Exception):
         self.type = type or ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
         self.param = param
         self.headers = list(headers)
-        self.attempts: list = []  # upstream attempts that failed before this error (failover)
+        self.attempts: list[Attempt] = []  # upstream attempts that failed before this error (failover)
 
     def payload(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "code": self.code, "param": self.param}}

@@ -78,7 +78,7 @@ async def relay_sse(
                 end = buffer.find(b"\n\n")
                 if end < 0:
                     break
-                event: bytes | None = buffer[: end + 2]
+                event = buffer[: end + 2]
                 buffer = buffer[end + 2 :]
                 if usage_of_event is not None:
                     usage = usage_of_event(event, usage)
@@ -91,9 +91,10 @@ async def relay_sse(
                 elif _has_content(event):
                     content_events += 1
                 if on_event is not None:
-                    event = on_event(event)
-                    if event is None:
+                    translated = on_event(event)
+                    if translated is None:
                         continue
+                    event = translated
                 out.append(event)
             if out:
                 if call.ttft_ms is None:

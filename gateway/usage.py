@@ -174,7 +174,8 @@ def write_batch(events: list[UsageEvent]) -> None:
     if not events:
         return
     _insert_records(events)
-    buckets: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
+    Bucket = tuple[dt.date, int | None, int | None, str, int | None]
+    buckets: dict[Bucket, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
     last_used: dict[int, dt.datetime] = {}
     for e in events:
         b = buckets[(e.created.date(), e.user_id, e.key_id, e.model[:128], e.channel_id)]
@@ -231,7 +232,7 @@ class UsageWriter:
     def __init__(self, interval: float | None = None, executor: ThreadPoolExecutor | None = None) -> None:
         self._interval = interval
         self._buffer: list[UsageEvent] = []
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         # One thread: batches are written in order; the gateway shares its database thread.
         self._executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="usage-writer")
         self._stopping = False

@@ -93,6 +93,7 @@ async def _create_message(req: Request) -> None:
                 on_error=lambda err: encode_sse(anthropic_response.error_body(err.status, err.message)),
             )
         else:
+            assert chat is not None  # a translating channel was picked, so the body translated
             translator = anthropic_response.StreamTranslator(
                 model=public_model, thinking=thinking, input_tokens=estimate_input_tokens(chat)
             )
@@ -187,7 +188,9 @@ async def count_tokens(req: Request) -> None:
         await send_anthropic_error(req, _bad_request(exc))
 
 
-async def _upstream_count(route: RouteInfo, body: dict, chat: dict, headers: dict[str, str]) -> int | None:
+async def _upstream_count(
+    route: RouteInfo, body: dict[str, Any], chat: dict[str, Any], headers: dict[str, str]
+) -> int | None:
     session = gateway.upstream()
     try:
         if route.kind == "anthropic":

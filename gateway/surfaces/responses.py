@@ -10,6 +10,7 @@ HTTP instead of retrying.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import orjson
 
@@ -89,7 +90,9 @@ def _native_usage(event: bytes, current: Usage | None) -> Usage | None:
     return found if found is not None else current
 
 
-async def _relay_json(call: Call, status: int, raw: bytes, *, native: bool, request: dict, prompt: int) -> None:
+async def _relay_json(
+    call: Call, status: int, raw: bytes, *, native: bool, request: dict[str, Any], prompt: int
+) -> None:
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
