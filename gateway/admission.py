@@ -24,7 +24,7 @@ from .call import Call
 from .catalog import resolve_model
 from .http import GatewayError, Request
 from .limits import Admission, Refusal, Scope, Stale, rate_headers
-from .state import gateway
+from .state import process
 from .usage import UsageEvent
 
 _ID_PREFIX = os.urandom(6).hex()
@@ -47,9 +47,9 @@ async def open_call(
 ) -> Call:
     """Authenticate, resolve the model and reserve against the limits. Raises GatewayError."""
     started = time.perf_counter()
-    if not gateway.started:
-        await gateway.start()
-    limiter = gateway.limiter
+    if not process.started:
+        await process.start()
+    limiter = process.limiter
     assert limiter is not None
     request_id = new_request_id()
     ns = namespace()
@@ -129,7 +129,7 @@ def _refusal_error(refusal: Refusal, scopes: list[Scope]) -> GatewayError:
 def _record_refusal(
     request_id: str, key: KeyInfo, model: ModelInfo, surface: str, stream: bool, err: GatewayError, started: float
 ) -> None:
-    gateway.usage.record(
+    process.usage.record(
         UsageEvent(
             created=dt.datetime.now(dt.UTC),
             request_id=request_id,

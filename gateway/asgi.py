@@ -2,7 +2,7 @@
 
 `/v1/...` (also a doubled `/v1/v1/...`) and the bare gateway endpoints (`/chat/completions`
 without `/v1`) are answered here, without Django's middleware stack; everything else goes to
-Django. The lifespan opens and closes the per-process state (`state.gateway`).
+Django. The lifespan opens and closes the per-process state (`state.process`).
 
 A request's path, file by file: `asgi` (route) → `surfaces/<surface>` (parse) →
 `admission` (`auth` the key, `catalog` the model, `limits` reserve) → `catalog.ordered_routes` +
@@ -20,7 +20,7 @@ from typing import Literal
 from django.conf import settings
 
 from .http import GatewayError, Receive, Request, Scope, Send, send_error
-from .state import gateway
+from .state import process
 from .surfaces import chat, messages, models, responses
 
 logger = logging.getLogger(__name__)
@@ -169,7 +169,7 @@ def build_application(django_app: ASGIApp) -> ASGIApp:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
                     try:
-                        await gateway.start()
+                        await process.start()
                     except Exception as exc:
                         logger.exception("gateway start failed")
                         await send({"type": "lifespan.startup.failed", "message": str(exc)})
@@ -177,7 +177,7 @@ def build_application(django_app: ASGIApp) -> ASGIApp:
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     try:
-                        await gateway.stop()
+                        await process.stop()
                     finally:
                         await send({"type": "lifespan.shutdown.complete"})
                     return

@@ -30,7 +30,7 @@ from keys.choices import UsageStatus
 from .cache import KeyInfo, ModelInfo, RouteInfo
 from .http import GatewayError, Request, send_bytes
 from .limits import Admission
-from .state import gateway
+from .state import process
 from .usage import Usage, UsageEvent
 
 logger = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ class UpstreamResponse:
 
 async def send_upstream(plan: Plan, *, stream: bool) -> UpstreamResponse:
     """POST each route its `plan.outgoing(route)` in order until one answers."""
-    session = gateway.upstream()
+    session = process.upstream()
     attempts: list[Attempt] = []
     last_error: GatewayError | None = None
     for route in plan.routes:
@@ -288,9 +288,9 @@ class Call:
             return
         self.finished = True
         usage = usage or Usage(0, 0)
-        if gateway.limiter is not None:
-            gateway.limiter.settle(self.admission, usage.total)
-        gateway.usage.record(
+        if process.limiter is not None:
+            process.limiter.settle(self.admission, usage.total)
+        process.usage.record(
             UsageEvent(
                 created=dt.datetime.now(dt.UTC),
                 request_id=self.request_id,

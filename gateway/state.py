@@ -37,7 +37,7 @@ def open_session() -> aiohttp.ClientSession:
     )
 
 
-class Gateway:
+class ProcessState:
     """Per-process state: the upstream session, the limiter and the usage writer."""
 
     def __init__(self) -> None:
@@ -79,4 +79,4 @@ class Gateway:
         await close_db()
 
 
-gateway = Gateway()
+process = ProcessState()

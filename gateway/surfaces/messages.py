@@ -21,7 +21,7 @@ from gateway.call import Call, Outgoing, Plan
 from gateway.catalog import ordered_routes, resolve_model
 from gateway.http import GatewayError, Request, send_bytes, send_json
 from gateway.relay import relay_sse
-from gateway.state import gateway
+from gateway.state import process
 from gateway.translate import TranslationError, anthropic_request, anthropic_response
 from gateway.translate.common import encode_sse, prompt_text
 from gateway.translate.common import estimate_tokens as estimate_input_tokens
@@ -191,7 +191,7 @@ async def count_tokens(req: Request) -> None:
 async def _upstream_count(
     route: RouteInfo, body: dict[str, Any], chat: dict[str, Any], headers: dict[str, str]
 ) -> int | None:
-    session = gateway.upstream()
+    session = process.upstream()
     try:
         if route.kind == "anthropic":
             payload = {k: v for k, v in body.items() if k in ("messages", "system", "tools", "tool_choice", "thinking")}
