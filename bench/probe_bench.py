@@ -116,7 +116,7 @@ def main() -> None:
     parser.add_argument(
         "--db",
         action="store_true",
-        help="run the whole round (channels.health.service.run_round: probes + database + status) on "
+        help="run the whole round (channels.health.services.run_round: probes + database + status) on "
         "temporary channels in DATABASE_URL's database, deleted afterwards",
     )
     args = parser.parse_args()
@@ -190,7 +190,7 @@ def run_db_rounds(args, ports: list[int]) -> None:
     from django.conf import settings
     from django.db import connection
 
-    from channels.health import service
+    from channels.health import services
     from channels.models import Channel, Model, ModelRoute
 
     settings.PORTAL_PROBE_CONCURRENCY = args.concurrency
@@ -208,7 +208,7 @@ def run_db_rounds(args, ports: list[int]) -> None:
         for r in range(1, args.rounds + 1):
             started = time.perf_counter()
             cpu0 = time.process_time()
-            done = service.run_round(ids)
+            done = services.run_round(ids)
             elapsed = time.perf_counter() - started
             statuses = Counter(d.new_status for d in done)
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -99,7 +99,7 @@ class Channel(TimeStampedModel):
         validators=[MinValueValidator(10), MaxValueValidator(600_000)],
         help_text="Time to first token (ms) above which the channel counts as degraded.",
     )
-    # Hysteresis state, moved only with F() updates by channels.health.service.
+    # Hysteresis state, moved only with F() updates by channels.health.services.
     consecutive_failures = models.PositiveIntegerField(default=0)
     consecutive_successes = models.PositiveIntegerField(default=0)
     last_ttft_ms = models.FloatField(null=True, blank=True)

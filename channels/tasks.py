@@ -7,7 +7,7 @@ import logging
 from celery import shared_task
 from django.core.cache import cache
 
-from channels.health import history, service
+from channels.health import history, services
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +22,7 @@ def probe_all_channels() -> int:
         logger.info("probe round skipped: the previous one is still running")
         return 0
     try:
-        done = service.run_round()
+        done = services.run_round()
     finally:
         cache.delete(ROUND_LOCK)
     changed = sum(1 for d in done if d.changed)
@@ -33,7 +33,7 @@ def probe_all_channels() -> int:
 @shared_task(name="channels.tasks.probe_channel", ignore_result=True)
 def probe_channel(channel_id: int) -> str | None:
     """Probe one channel now (e.g. right after a launch job created it); returns its new status."""
-    done = service.check_channel(channel_id)
+    done = services.check_channel(channel_id)
     return done.new_status if done else None
 
 

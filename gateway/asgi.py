@@ -1,17 +1,13 @@
-"""The gateway's ASGI front door.
+"""The gateway's ASGI front door and its route table: every gateway path is in `ROUTES` below.
 
 `/v1/...` (also a doubled `/v1/v1/...`) and the bare gateway endpoints (`/chat/completions`
 without `/v1`) are answered here, without Django's middleware stack; everything else goes to
-Django. The lifespan opens and closes the per-process state (pooled upstream client, limiter,
-usage writer; see `pipeline.Gateway`).
+Django. The lifespan opens and closes the per-process state (`state.process`).
 
-Other surfaces register in the route table below:
-
-    from gateway.asgi import routes
-    routes.register("POST", "/messages", messages_handler)           # /v1/messages, /messages
-    routes.register("POST", "/messages/count_tokens", count_handler)
-    routes.register("POST", "/responses", responses_handler)
-    routes.register_exact("HEAD", "/api/hello", hello_handler)       # a path outside /v1
+A request's path, file by file: `asgi` (route) → `surfaces/<surface>` (parse) →
+`admission` (`auth` the key, `catalog` the model, `limits` reserve) → `catalog.ordered_routes` +
+`call.Plan` → `call` (forward with failover) → `relay` (SSE) or `Call.send_json` → `usage`
+(the record, written in batches).
 """
 
 from __future__ import annotations
@@ -19,38 +15,55 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Literal
 
 from django.conf import settings
 
 from .http import GatewayError, Receive, Request, Scope, Send, send_error
+from .state import process
+from .surfaces import chat, messages, models, responses
 
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[Request], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+Where = Literal["v1", "v1+bare", "v1-prefix", "exact"]
+
+# (method, path, handler, where): "v1" answers `/v1{path}` (and `/v1/v1{path}`); "v1+bare" also
+# `{path}` without the prefix; "v1-prefix" answers `/v1{path}<anything>`; "exact" one path as is.
+ROUTES: list[tuple[str, str, Handler, Where]] = [
+    ("POST", "/chat/completions", chat.chat_completions, "v1+bare"),
+    ("POST", "/completions", chat.completions, "v1+bare"),
+    ("POST", "/embeddings", chat.embeddings, "v1+bare"),
+    # Bare GET /models stays with Django: the portal's UI may use that path.
+    ("GET", "/models", models.list_models, "v1"),
+    ("GET", "/models/", models.get_model, "v1-prefix"),
+    ("POST", "/messages", messages.create_message, "v1+bare"),
+    ("POST", "/messages/count_tokens", messages.count_tokens, "v1+bare"),
+    ("HEAD", "/api/hello", models.hello, "exact"),
+    ("GET", "/api/hello", models.hello, "exact"),
+    ("POST", "/responses", responses.create_response, "v1+bare"),
+    ("GET", "/responses", responses.refuse_get, "v1+bare"),
+]
 
 
 class RouteTable:
     """Gateway paths, keyed by method and the path after the `/v1` prefix."""
 
-    def __init__(self) -> None:
+    def __init__(self, routes: list[tuple[str, str, Handler, Where]]) -> None:
         self.v1: dict[tuple[str, str], Handler] = {}
         self.v1_prefix: list[tuple[str, str, Handler]] = []
         self.bare: dict[tuple[str, str], Handler] = {}
         self.exact: dict[tuple[str, str], Handler] = {}
-
-    def register(self, method: str, subpath: str, handler: Handler, *, bare: bool = True) -> None:
-        """Serve `method /v1{subpath}`; with `bare` also `{subpath}` without the prefix."""
-        self.v1[(method, subpath)] = handler
-        if bare:
-            self.bare[(method, subpath)] = handler
-
-    def register_prefix(self, method: str, prefix: str, handler: Handler) -> None:
-        """Serve `method /v1{prefix}<anything>` (e.g. `/models/` + a model id)."""
-        self.v1_prefix.append((method, prefix, handler))
-
-    def register_exact(self, method: str, path: str, handler: Handler) -> None:
-        """Serve one exact path outside `/v1` (e.g. `HEAD /api/hello`)."""
-        self.exact[(method, path)] = handler
+        for method, path, handler, where in routes:
+            if where == "v1-prefix":
+                self.v1_prefix.append((method, path, handler))
+            elif where == "exact":
+                self.exact[(method, path)] = handler
+            else:
+                self.v1[(method, path)] = handler
+                if where == "v1+bare":
+                    self.bare[(method, path)] = handler
 
     def match(self, method: str, path: str) -> tuple[Handler | None, str] | None:
         """(handler or None for a gateway 404/405, subpath), or None when Django should answer."""
@@ -77,34 +90,12 @@ class RouteTable:
         return None
 
 
-routes = RouteTable()
-
-
-def _register_openai() -> None:
-    from . import openai_api
-
-    if ("POST", "/chat/completions") in routes.v1:
-        return
-    routes.register("POST", "/chat/completions", openai_api.chat_completions)
-    routes.register("POST", "/completions", openai_api.completions)
-    routes.register("POST", "/embeddings", openai_api.embeddings)
-    # GET /models stays with Django without the /v1 prefix: the portal's UI may use that path.
-    routes.register("GET", "/models", openai_api.list_models, bare=False)
-    routes.register_prefix("GET", "/models/", openai_api.get_model)
-
-
-def _register_surfaces() -> None:
-    """Anthropic Messages and OpenAI Responses (`gateway.surfaces`), after OpenAI's own routes:
-    they take over `GET /v1/models` to answer Claude Code in Anthropic's shape."""
-    from .surfaces import register
-
-    if ("POST", "/messages") not in routes.v1:
-        register(routes)
+routes = RouteTable(ROUTES)
 
 
 def public_base_url(scope: Scope) -> str:
     if settings.PORTAL_PUBLIC_URL:
-        return settings.PORTAL_PUBLIC_URL + "/v1"
+        return f"{settings.PORTAL_PUBLIC_URL}/v1"
     host = ""
     for k, v in scope.get("headers", ()):
         if k == b"host":
@@ -152,21 +143,15 @@ async def handle(handler: Handler, scope: Scope, receive: Receive, send: Send, s
         await send_error(send, err)
 
 
-def build_application(django_app):
+def build_application(django_app: ASGIApp) -> ASGIApp:
     """Wrap Django's ASGI app: gateway paths here, the rest to Django, lifespan for our state."""
-    from .pipeline import gateway
-
-    _register_openai()
-    _register_surfaces()
 
     async def application(scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "websocket" and routes.match("GET", scope["path"]) is not None:
             # Codex's built-in provider tries Responses over a WebSocket first; a 426 at once makes
             # it use HTTP instead of retrying (Django cannot take WebSockets either).
-            from .surfaces.responses import refuse_websocket
-
-            await refuse_websocket(scope, receive, send)
+            await responses.refuse_websocket(scope, receive, send)
             return
         if kind == "http":
             found = routes.match(scope["method"], scope["path"])
@@ -184,7 +169,7 @@ def build_application(django_app):
                 message = await receive()
                 if message["type"] == "lifespan.startup":
                     try:
-                        await gateway.start()
+                        await process.start()
                     except Exception as exc:
                         logger.exception("gateway start failed")
                         await send({"type": "lifespan.startup.failed", "message": str(exc)})
@@ -192,7 +177,7 @@ def build_application(django_app):
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     try:
-                        await gateway.stop()
+                        await process.stop()
                     finally:
                         await send({"type": "lifespan.shutdown.complete"})
                     return

@@ -6,7 +6,7 @@ Invalidation (a revoked key must stop within seconds on every replica):
   a generation: in this process at once, and in Redis (`gw:gen:keys` / `gw:gen:routes`, see `namespace()`) after the
   transaction commits.
 - With Redis, the per-request admission script returns both generations; a process that sees a
-  new one drops its snapshot and re-runs the request from authentication (see `pipeline`). Entries
+  new one drops its snapshot and re-runs the request from authentication (see `admission`). Entries
   also expire after `GATEWAY_KEY_TTL` (60 s) as a safety net.
 - Without Redis (embedded, one process), the signals reach the same process, and entries expire
   after `GATEWAY_CACHE_TTL` (5 s) for changes made elsewhere (Celery, `manage.py shell`).
@@ -18,16 +18,19 @@ import asyncio
 import ipaddress
 import logging
 import os
-import random
 import re
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import OperationalError, close_old_connections, connections
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def namespace() -> str:
@@ -50,7 +53,7 @@ _LAST_RESORT = 2
 _db_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-db")
 
 
-def _with_fresh_connection(fn, *args):
+def _with_fresh_connection(fn: Callable[..., T], *args: Any) -> T:
     close_old_connections()
     for attempt in range(5):
         try:
@@ -60,10 +63,10 @@ def _with_fresh_connection(fn, *args):
             if "locked" not in str(exc) or attempt == 4:
                 raise
             time.sleep(0.05 * (attempt + 1))
-    return None
+    raise AssertionError("unreachable")
 
 
-async def run_db(fn, *args):
+async def run_db(fn: Callable[..., T], *args: Any) -> T:
     """Run a synchronous database function on the gateway's database thread."""
     return await asyncio.get_running_loop().run_in_executor(_db_executor, _with_fresh_connection, fn, *args)
 
@@ -107,21 +110,11 @@ class ModelInfo:
     context_window: int | None
     max_output_tokens: int | None
     description: str
-    # Routes grouped by (tier, -priority); each group is shuffled by weight per request.
+    # Routes grouped by (tier, -priority), best first: `catalog.ordered_routes` draws within a group.
     groups: list[list[RouteInfo]] = field(default_factory=list)
 
-    def ordered_routes(self) -> list[RouteInfo]:
-        """Routes to try in order: healthy before degraded before down, highest priority first,
-        weighted random within a priority."""
-        out: list[RouteInfo] = []
-        for group in self.groups:
-            if len(group) == 1:
-                out.append(group[0])
-            else:
-                # Efraimidis-Spirakis: a weighted random permutation in one sort.
-                out.extend(sorted(group, key=lambda r: random.random() ** (1.0 / max(r.weight, 1)), reverse=True))
-        return out
 
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 _NORM = re.compile(r"[\s_\-.:/]+")
 
@@ -152,7 +145,7 @@ class KeyInfo:
     owner_active: bool
     key_model_ids: frozenset[int]
     owner_model_ids: frozenset[int]
-    networks: tuple  # of ip_network; empty = any address
+    networks: tuple[Network, ...]  # empty = any address
     limits: dict[str, int | None]
     owner_limits: dict[str, int | None]
     loaded_at: float
@@ -213,15 +206,15 @@ def _load_catalog() -> Catalog:
         if r.max_output_tokens:
             out.setdefault(r.model_id, []).append(r.max_output_tokens)
     for model_id, rs in routes.items():
-        info = by_id.get(model_id)
-        if info is None:
+        model = by_id.get(model_id)
+        if model is None:
             continue
         grouped: dict[tuple[int, int], list[RouteInfo]] = {}
-        for r in rs:
-            grouped.setdefault((r.tier, -r.priority), []).append(r)
-        info.groups = [grouped[k] for k in sorted(grouped)]
-        info.context_window = min(ctx[model_id]) if model_id in ctx else None
-        info.max_output_tokens = min(out[model_id]) if model_id in out else None
+        for ri in rs:
+            grouped.setdefault((ri.tier, -ri.priority), []).append(ri)
+        model.groups = [grouped[k] for k in sorted(grouped)]
+        model.context_window = min(ctx[model_id]) if model_id in ctx else None
+        model.max_output_tokens = min(out[model_id]) if model_id in out else None
     by_norm: dict[str, list[str]] = {}
     for name in models:
         by_norm.setdefault(normalize_model_name(name), []).append(name)
@@ -275,14 +268,14 @@ class Snapshot:
         self.generation: tuple[str | None, str | None] | None = None
         self._catalog_lock: asyncio.Lock | None = None
         self.routes_version = 0
-        self._key_locks: dict[str, asyncio.Future] = {}
+        self._key_locks: dict[str, asyncio.Future[KeyInfo | None]] = {}
 
     @property
     def ttl(self) -> float:
         """How long a cached key is trusted. With Redis every request learns of changes through the
         generation, so this is only a safety net."""
         if settings.REDIS_URL:
-            return settings.GATEWAY_KEY_TTL
+            return float(settings.GATEWAY_KEY_TTL)
         return float(settings.GATEWAY_CACHE_TTL)
 
     def reset(self) -> None:
@@ -355,7 +348,7 @@ class Snapshot:
         pending = self._key_locks.get(digest)
         if pending is not None:
             return await asyncio.shield(pending)
-        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[KeyInfo | None] = asyncio.get_running_loop().create_future()
         self._key_locks[digest] = fut
         try:
             info = await run_db(_load_key, digest)

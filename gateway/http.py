@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    from .call import Attempt, Call
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -42,7 +45,7 @@ ERROR_TYPES = {
 
 
 class GatewayError(Exception):
-    """An error to answer in the OpenAI shape. Raised anywhere in the pipeline before the response
+    """An error to answer in the OpenAI shape. Raised anywhere on the request path before the response
     starts; after a stream has started it is sent as an SSE `data:` event instead."""
 
     def __init__(
@@ -62,7 +65,7 @@ class GatewayError(Exception):
         self.type = type or ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
         self.param = param
         self.headers = list(headers)
-        self.attempts: list = []  # upstream attempts that failed before this error (failover)
+        self.attempts: list[Attempt] = []  # upstream attempts that failed before this error (failover)
 
     def payload(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "code": self.code, "param": self.param}}
@@ -85,7 +88,7 @@ class Request:
         self.subpath = subpath  # the path after the /v1 prefix(es), e.g. "/chat/completions"
         self.headers: dict[str, str] = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         self._body: bytes | None = None
-        self.call = None  # the pipeline.Call once one is open, so errors can finish it
+        self.call: Call | None = None  # once admission opened one, so errors can finish it
 
     @property
     def client_ip(self) -> str | None:

@@ -255,7 +255,7 @@ return 1
 """
 
 
-def _s(value) -> str | None:
+def _s(value: object) -> str | None:
     if value is None or value is False:
         return None
     return value.decode() if isinstance(value, bytes) else str(value)
@@ -278,7 +278,7 @@ class RedisLimiter:
         were built from), a newer generation in Redis returns Stale and reserves nothing."""
         now = time.time()
         day, month, to_day, to_month = _windows(now)
-        args: list = [
+        args: list[object] = [
             int(now * 1000),
             request_id,
             len(scopes),
@@ -454,7 +454,7 @@ class DatabaseLimiter:
     """The embedded fallback: same semantics, one transaction per check, settles in the background."""
 
     def __init__(self) -> None:
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def admit(
         self,

@@ -14,7 +14,8 @@ import collections
 import hashlib
 import logging
 import ssl
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
 logger = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ class RespError(Exception):
     """An error reply from Redis."""
 
 
-def encode(args: tuple | list) -> bytes:
+def encode(args: Sequence[object]) -> bytes:
     out = [b"*%d\r\n" % len(args)]
     for a in args:
         if isinstance(a, bytes):
@@ -76,7 +77,7 @@ def parse(buf: bytes | bytearray, pos: int) -> tuple[Any, int] | None:
 class _Protocol(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self.waiters: collections.deque[asyncio.Future] = collections.deque()
+        self.waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
         self.buf = bytearray()
         self.closed = False
         self.wbuf: list[bytes] = []
@@ -89,8 +90,8 @@ class _Protocol(asyncio.Protocol):
             self.wbuf.clear()
             self.transport.write(data)
 
-    def connection_made(self, transport) -> None:
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
@@ -111,7 +112,7 @@ class _Protocol(asyncio.Protocol):
         if pos:
             del self.buf[:pos]
 
-    def connection_lost(self, exc) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         err = ConnectionError(f"Redis connection lost: {exc!r}")
         while self.waiters:
@@ -163,12 +164,13 @@ class RespClient:
         if proto is not None and not proto.closed:
             return proto
         async with self._lock:
-            if self._proto is None or self._proto.closed:
-                await self._connect()
-            return self._proto
+            proto = self._proto
+            if proto is None or proto.closed:
+                proto = await self._connect()
+            return proto
 
     @staticmethod
-    def _send(proto: _Protocol, args) -> asyncio.Future:
+    def _send(proto: _Protocol, args: Sequence[object]) -> asyncio.Future[Any]:
         """Queue a command; everything queued in one loop iteration goes out in one write."""
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
@@ -179,11 +181,11 @@ class RespClient:
             loop.call_soon(proto.flush)
         return fut
 
-    async def call(self, *args) -> Any:
+    async def call(self, *args: object) -> Any:
         proto = await self._conn()
         return await self._send(proto, args)
 
-    async def evalsha(self, script: str, keys: list, args: list) -> Any:
+    async def evalsha(self, script: str, keys: list[str], args: list[object]) -> Any:
         """EVALSHA, loading the script on first use or after a Redis restart (NOSCRIPT)."""
         sha = self._shas.get(script) or hashlib.sha1(script.encode()).hexdigest()  # noqa: S324 - Redis's id
         self._shas[script] = sha
@@ -195,7 +197,7 @@ class RespClient:
             await self.call("SCRIPT", "LOAD", script)
             return await self.call("EVALSHA", sha, len(keys), *keys, *args)
 
-    def evalsha_nowait(self, script: str, keys: list, args: list) -> None:
+    def evalsha_nowait(self, script: str, keys: list[str], args: list[object]) -> None:
         """Fire and forget (settles): written at once when connected, errors are logged."""
         proto = self._proto
         sha = self._shas.get(script)
@@ -205,7 +207,7 @@ class RespClient:
             return
         fut = self._send(proto, ("EVALSHA", sha, len(keys), *keys, *args))
 
-        def done(f: asyncio.Future) -> None:
+        def done(f: asyncio.Future[Any]) -> None:
             exc = f.exception()
             if exc is None:
                 return
@@ -223,6 +225,6 @@ class RespClient:
         self._proto = None
 
 
-def _log_failure(task: asyncio.Future) -> None:
+def _log_failure(task: asyncio.Future[Any]) -> None:
     if not task.cancelled() and task.exception() is not None:
         logger.error("Redis script failed: %r", task.exception())

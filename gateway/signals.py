@@ -1,5 +1,8 @@
 """Invalidate the gateway's per-process caches when keys, users, models, routes or channels change.
 
+Saves and deletes arrive as Django's model signals; changes written with `update()` (health
+checks moving a channel's status) arrive as `channels.signals.routes_changed`.
+
 In this process the snapshot is dropped at once; other processes learn of it through the Redis
 generation counters (`gw:gen:keys`, `gw:gen:routes`) bumped after the transaction commits, which
 every admission script reads (see `gateway.cache`).
@@ -9,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
@@ -16,13 +21,16 @@ from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from .cache import generation_keys, snapshot
 
+if TYPE_CHECKING:
+    import redis
+
 logger = logging.getLogger(__name__)
 
-_client = None
+_client: redis.Redis | None = None
 _client_lock = threading.Lock()
 
 
-def _redis():
+def _redis() -> redis.Redis:
     global _client
     if _client is None:
         with _client_lock:
@@ -56,15 +64,15 @@ def bump(*, keys: bool = False, routes: bool = False) -> None:
     transaction.on_commit(publish)
 
 
-def _keys_changed(sender, **kwargs) -> None:
+def _keys_changed(sender: object, **kwargs: object) -> None:
     bump(keys=True)
 
 
-def _routes_changed(sender, **kwargs) -> None:
+def _routes_changed(sender: object, **kwargs: object) -> None:
     bump(routes=True)
 
 
-def _user_changed(sender, instance=None, update_fields=None, **kwargs) -> None:
+def _user_changed(sender: object, update_fields: Iterable[str] | None = None, **kwargs: object) -> None:
     # Logins save last_login only: nothing the gateway caches.
     if update_fields is not None and set(update_fields) <= {"last_login"}:
         return
@@ -75,12 +83,12 @@ def connect() -> None:
     from django.contrib.auth import get_user_model
 
     from channels.models import Channel, Model, ModelRoute
+    from channels.signals import routes_changed
     from keys.models import Key
 
     user = get_user_model()
-    for model in (Key,):
-        post_save.connect(_keys_changed, sender=model, dispatch_uid=f"gw-keys-save-{model.__name__}")
-        post_delete.connect(_keys_changed, sender=model, dispatch_uid=f"gw-keys-del-{model.__name__}")
+    post_save.connect(_keys_changed, sender=Key, dispatch_uid="gw-keys-save-Key")
+    post_delete.connect(_keys_changed, sender=Key, dispatch_uid="gw-keys-del-Key")
     post_save.connect(_user_changed, sender=user, dispatch_uid="gw-user-save")
     post_delete.connect(_keys_changed, sender=user, dispatch_uid="gw-user-del")
     m2m_changed.connect(_keys_changed, sender=Key.allowed_models.through, dispatch_uid="gw-key-models")
@@ -88,3 +96,4 @@ def connect() -> None:
     for model in (Channel, Model, ModelRoute):
         post_save.connect(_routes_changed, sender=model, dispatch_uid=f"gw-routes-save-{model.__name__}")
         post_delete.connect(_routes_changed, sender=model, dispatch_uid=f"gw-routes-del-{model.__name__}")
+    routes_changed.connect(_routes_changed, dispatch_uid="gw-routes-changed")

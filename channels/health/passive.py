@@ -11,7 +11,7 @@ Cross-process path (the gateway and the Celery worker are different processes):
              or else to the database (one `PassiveReport` row per channel).
     worker:  collect() takes everything atomically (Redis MULTI LRANGE+DEL; DB rows
              deleted by id) plus this process's own buffer, and the probe round
-             folds it into each channel's window (`channels.health.service`).
+             folds it into each channel's window (`channels.health.services`).
 
 So the hot path never touches the network; at most one small write per flush interval leaves
 the gateway, whatever the request rate. A gateway that dies loses at most one interval of

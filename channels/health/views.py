@@ -10,7 +10,7 @@ from django.views import View
 from channels.models import AlertDelivery, AlertTarget, Channel
 from portal.ui import AdminRequiredMixin
 
-from . import alerts, history, schedule, service
+from . import alerts, history, schedule, services
 from .forms import AlertTargetForm, ProbeScheduleForm, ProbeSettingsForm
 
 PROBE_LOG_LIMIT = 50
@@ -73,7 +73,7 @@ class ChannelHealthCheckView(HealthAdminView):
 
     def post(self, request: HttpRequest, pk: int) -> HttpResponse:
         channel = get_object_or_404(Channel, pk=pk)
-        done = service.check_channel(channel.pk)
+        done = services.check_channel(channel.pk)
         channel.refresh_from_db()
         ctx = {**_channel_context(channel), "done": done, "oob": True}
         if not request.headers.get("HX-Request"):

@@ -1,30 +1,9 @@
-"""API surfaces besides OpenAI's own: Anthropic Messages (Claude Code) and OpenAI Responses (Codex).
+"""The gateway's API surfaces, one module each, every path listed in `gateway.asgi.ROUTES`.
 
-Each surface is a handler over the shared pipeline (`gateway.pipeline`): the same key scope,
-limits, failover and usage as Chat Completions. Requests go through unchanged to channels that
-speak the surface's API natively and are translated (`gateway.translate`) for all others.
+`chat` (OpenAI Chat Completions, Completions, Embeddings), `messages` (Anthropic Messages, for
+Claude Code), `responses` (OpenAI Responses, for Codex) and `models` (discovery in OpenAI's or
+Anthropic's shape). Each handler runs the same stages: `admission.open_call` (key, model,
+limits), a `call.Plan` over `catalog.ordered_routes`, `Call.forward` (failover), then
+`relay.relay_sse` or `Call.send_json`. Messages and Responses go through unchanged to channels
+that speak them natively and are translated (`gateway.translate`, `translated`) for all others.
 """
-
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from gateway.asgi import RouteTable
-
-
-def register(routes: RouteTable) -> None:
-    """Add the surfaces' paths to the gateway's route table (called once by `gateway.asgi`)."""
-    from . import messages, responses
-
-    routes.register("POST", "/messages", messages.create_message)
-    routes.register("POST", "/messages/count_tokens", messages.count_tokens)
-    routes.register_exact("HEAD", "/api/hello", messages.hello)
-    routes.register_exact("GET", "/api/hello", messages.hello)
-    # Claude Code's model discovery sends `anthropic-version`; everyone else gets OpenAI's list.
-    routes.register("GET", "/models", messages.list_models, bare=False)
-    for i, (method, prefix, handler) in enumerate(routes.v1_prefix):
-        if (method, prefix) == ("GET", "/models/"):
-            routes.v1_prefix[i] = (method, prefix, messages.model_getter(handler))
-    routes.register("POST", "/responses", responses.create_response)
-    routes.register("GET", "/responses", responses.refuse_get)

@@ -1,44 +1,34 @@
-"""Anthropic Messages surface (Claude Code): `/v1/messages`, `/v1/messages/count_tokens`,
-`HEAD /api/hello`, and `/v1/models` in Anthropic's list shape for requests with `anthropic-version`.
+"""Anthropic Messages surface (Claude Code): `/v1/messages` and `/v1/messages/count_tokens`
+(its model discovery and `/api/hello` probe are in `surfaces.models`).
 
 Channels of kind `anthropic`, or marked `speaks_messages`, get the request as is, with the client's
 `anthropic-version` / `anthropic-beta`; all others get it translated to Chat Completions and the
-answer translated back (`gateway.translate.anthropic_*`). Every error, including the pipeline's
+answer translated back (`gateway.translate.anthropic_*`). Every error, including admission's
 (401, 403, 404, 429 with Retry-After, 5xx), leaves in Anthropic's `{"type": "error", ...}` shape.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 from typing import Any
 
 import aiohttp
 import orjson
 
+from gateway.auth import authenticate
 from gateway.cache import RouteInfo, snapshot
+from gateway.call import Call, Outgoing, Plan
+from gateway.catalog import ordered_routes, resolve_model
 from gateway.http import GatewayError, Request, send_bytes, send_json
-from gateway.openai_api import list_models as list_openai_models
-from gateway.pipeline import (
-    Call,
-    Usage,
-    authenticate,
-    estimate_tokens,
-    gateway,
-    resolve_model,
-    usable_models,
-    usage_from,
-)
+from gateway.relay import relay_sse
+from gateway.state import process
 from gateway.translate import TranslationError, anthropic_request, anthropic_response
 from gateway.translate.common import encode_sse, prompt_text
 from gateway.translate.common import estimate_tokens as estimate_input_tokens
+from gateway.usage import Usage, estimate_tokens, usage_from
 from keys.choices import ApiSurface
 
-from .relay import (
-    open_translated_call,
-    sse_payload,
-    translating_hooks,
-)
+from .translated import open_translated_call, sse_payload, translating_hooks
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +39,7 @@ def speaks_messages(route: RouteInfo) -> bool:
     return route.kind == "anthropic" or route.speaks_messages
 
 
-async def _send_anthropic_error(req: Request, exc: GatewayError) -> None:
+async def send_anthropic_error(req: Request, exc: GatewayError) -> None:
     if req.call is not None:
         req.call.fail(exc)
     body = orjson.dumps(anthropic_response.error_body(exc.status, exc.message))
@@ -67,9 +57,9 @@ async def create_message(req: Request) -> None:
     try:
         await _create_message(req)
     except GatewayError as exc:
-        await _send_anthropic_error(req, exc)
+        await send_anthropic_error(req, exc)
     except TranslationError as exc:
-        await _send_anthropic_error(req, _bad_request(exc))
+        await send_anthropic_error(req, _bad_request(exc))
 
 
 async def _create_message(req: Request) -> None:
@@ -82,37 +72,32 @@ async def _create_message(req: Request) -> None:
         max_tokens_field="max_tokens",
         prompt_field="messages",
     )
-    call, stream, chat, problem, prompt = opened.call, opened.stream, opened.chat, opened.problem, opened.prompt
-    chat_headers = opened.chat_headers
+    call, stream, chat, prompt = opened.call, opened.stream, opened.chat, opened.prompt
 
-    def prepare(route: RouteInfo) -> tuple[str, dict[str, Any], dict[str, str], bool]:
+    def outgoing(route: RouteInfo) -> Outgoing:
         if speaks_messages(route):
-            return "/messages", dict(body), req.headers, route.kind == "anthropic"
-        if problem is not None:
-            raise problem
-        return "/chat/completions", dict(chat), chat_headers, False
+            return Outgoing("/messages", dict(body), req.headers, anthropic_native=route.kind == "anthropic")
+        return Outgoing("/chat/completions", opened.chat_request(), opened.chat_headers)
 
-    try:
-        up = await call.forward("/chat/completions", {}, req.headers, prepare=prepare)
-    except GatewayError as exc:
-        call.fail(exc)
-        raise
+    up = await call.forward(Plan(ordered_routes(call.model), outgoing))
     native = speaks_messages(up.route)
     public_model = call.model.name
     thinking = isinstance(body.get("thinking"), dict) and body["thinking"].get("type") in ("enabled", "adaptive")
     if stream and up.status == 200:
         if native:
-            await call.relay_sse(
+            await relay_sse(
+                call,
                 up,
                 client_wants_usage=True,
                 usage_of_event=_native_usage,
                 on_error=lambda err: encode_sse(anthropic_response.error_body(err.status, err.message)),
             )
         else:
+            assert chat is not None  # a translating channel was picked, so the body translated
             translator = anthropic_response.StreamTranslator(
                 model=public_model, thinking=thinking, input_tokens=estimate_input_tokens(chat)
             )
-            await call.relay_sse(up, **translating_hooks(translator))
+            await relay_sse(call, up, **translating_hooks(translator))
         return
     await _relay_json(call, up.status, up.body, native=native, model=public_model, thinking=thinking, prompt=prompt)
 
@@ -192,22 +177,21 @@ async def count_tokens(req: Request) -> None:
         catalog = await snapshot.get_catalog()
         model = resolve_model(key, catalog, body.get("model"))
         chat = anthropic_request.to_chat_request({**body, "stream": False})
-        routes = model.ordered_routes()
+        routes = ordered_routes(model)
         count = await _upstream_count(routes[0], body, chat, req.headers) if routes else None
         if count is None:
             count = estimate_input_tokens(chat)
         await send_json(req.send, 200, {"input_tokens": count})
     except GatewayError as exc:
-        await _send_anthropic_error(req, exc)
+        await send_anthropic_error(req, exc)
     except TranslationError as exc:
-        await _send_anthropic_error(req, _bad_request(exc))
+        await send_anthropic_error(req, _bad_request(exc))
 
 
-async def _upstream_count(route: RouteInfo, body: dict, chat: dict, headers: dict[str, str]) -> int | None:
-    session = gateway.upstream.session
-    if session is None:
-        await gateway.upstream.start()
-        session = gateway.upstream.session
+async def _upstream_count(
+    route: RouteInfo, body: dict[str, Any], chat: dict[str, Any], headers: dict[str, str]
+) -> int | None:
+    session = process.upstream()
     try:
         if route.kind == "anthropic":
             payload = {k: v for k, v in body.items() if k in ("messages", "system", "tools", "tool_choice", "thinking")}
@@ -236,81 +220,3 @@ async def _upstream_count(route: RouteInfo, body: dict, chat: dict, headers: dic
     except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError) as exc:
         logger.info("count_tokens: channel %s could not count (%r); estimating", route.channel_name, exc)
         return None
-
-
-# --------------------------------------------------------------------------- discovery, probe
-
-
-async def hello(req: Request) -> None:
-    """Claude Code's startup connectivity probe."""
-    await send_bytes(req.send, 200, b"" if req.method == "HEAD" else b'{"ok":true}')
-
-
-def _created_at(epoch: int | None) -> str:
-    stamp = dt.datetime.fromtimestamp(epoch or 0, tz=dt.UTC)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-async def list_models(req: Request) -> None:
-    """OpenAI's list, or Anthropic's (`display_name`, `created_at`, paging) for Claude Code."""
-    if "anthropic-version" not in req.headers:
-        await list_openai_models(req)
-        return
-    try:
-        key = await authenticate(req)
-    except GatewayError as exc:
-        await _send_anthropic_error(req, exc)
-        return
-    catalog = await snapshot.get_catalog()
-    models = sorted(usable_models(key, catalog), key=lambda m: m.name)
-    data = [_model_object(m) for m in models]
-    query = dict(_query(req))
-    ids = [d["id"] for d in data]
-    if query.get("after_id") in ids:
-        data = data[ids.index(query["after_id"]) + 1 :]
-    elif query.get("before_id") in ids:
-        data = data[: ids.index(query["before_id"])]
-    try:
-        limit = max(1, min(int(query.get("limit", 1000)), 1000))
-    except ValueError:
-        limit = 1000
-    page, more = data[:limit], len(data) > limit
-    await send_json(
-        req.send,
-        200,
-        {
-            "data": page,
-            "has_more": more,
-            "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None,
-        },
-    )
-
-
-def model_getter(openai_handler):
-    """`GET /v1/models/{id}`: Anthropic's model object when the request carries
-    `anthropic-version`, else `openai_handler`'s answer."""
-
-    async def get_model(req: Request) -> None:
-        if "anthropic-version" not in req.headers:
-            await openai_handler(req)
-            return
-        try:
-            key = await authenticate(req)
-            model = resolve_model(key, await snapshot.get_catalog(), req.subpath[len("/models/") :])
-        except GatewayError as exc:
-            await _send_anthropic_error(req, exc)
-            return
-        await send_json(req.send, 200, _model_object(model))
-
-    return get_model
-
-
-def _model_object(m) -> dict[str, Any]:
-    return {"type": "model", "id": m.name, "display_name": m.name, "created_at": _created_at(m.created)}
-
-
-def _query(req: Request) -> list[tuple[str, str]]:
-    from urllib.parse import parse_qsl
-
-    return parse_qsl(req.scope.get("query_string", b"").decode("latin-1"))

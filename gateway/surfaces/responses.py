@@ -15,17 +15,15 @@ from typing import Any
 import orjson
 
 from gateway.cache import RouteInfo
+from gateway.call import Call, Outgoing, Plan
+from gateway.catalog import ordered_routes
 from gateway.http import GatewayError, Receive, Request, Scope, Send
-from gateway.pipeline import Call, Usage, estimate_tokens, usage_from
+from gateway.relay import relay_sse
 from gateway.translate import TranslationError, responses_request, responses_response
-from gateway.translate.common import encode_sse
+from gateway.usage import Usage, estimate_tokens, usage_from
 from keys.choices import ApiSurface
 
-from .relay import (
-    open_translated_call,
-    sse_payload,
-    translating_hooks,
-)
+from .translated import encode, open_translated_call, sse_payload, translating_hooks
 
 logger = logging.getLogger(__name__)
 
@@ -54,35 +52,29 @@ async def _create_response(req: Request) -> None:
         max_tokens_field="max_output_tokens",
         prompt_field="input",
     )
-    call, stream, chat, problem, prompt = opened.call, opened.stream, opened.chat, opened.problem, opened.prompt
-    chat_headers = opened.chat_headers
+    call, stream, prompt = opened.call, opened.stream, opened.prompt
 
-    def prepare(route: RouteInfo) -> tuple[str, dict[str, Any], dict[str, str], bool]:
+    def outgoing(route: RouteInfo) -> Outgoing:
         if route.speaks_responses:
-            return "/responses", dict(body), req.headers, False
-        if problem is not None:
-            raise problem
-        return "/chat/completions", dict(chat), chat_headers, False
+            return Outgoing("/responses", dict(body), req.headers)
+        return Outgoing("/chat/completions", opened.chat_request(), opened.chat_headers)
 
-    try:
-        up = await call.forward("/chat/completions", {}, req.headers, prepare=prepare)
-    except GatewayError as exc:
-        call.fail(exc)
-        raise
+    up = await call.forward(Plan(ordered_routes(call.model), outgoing))
     native = up.route.speaks_responses
     # Echo the public model name, never the upstream id.
     echo = {**body, "model": call.model.name}
     if stream and up.status == 200:
         if native:
-            await call.relay_sse(
+            await relay_sse(
+                call,
                 up,
                 client_wants_usage=True,
                 usage_of_event=_native_usage,
-                on_error=lambda err: _encode(responses_response.failure_events(err.status, err.message)),
+                on_error=lambda err: encode(responses_response.failure_events(err.status, err.message)),
             )
         else:
             translator = responses_response.StreamTranslator(echo)
-            await call.relay_sse(up, **translating_hooks(translator))
+            await relay_sse(call, up, **translating_hooks(translator))
         return
     await _relay_json(call, up.status, up.body, native=native, request=echo, prompt=prompt)
 
@@ -98,11 +90,9 @@ def _native_usage(event: bytes, current: Usage | None) -> Usage | None:
     return found if found is not None else current
 
 
-def _encode(events: list[dict[str, Any]]) -> bytes:
-    return b"".join(encode_sse(e) for e in events)
-
-
-async def _relay_json(call: Call, status: int, raw: bytes, *, native: bool, request: dict, prompt: int) -> None:
+async def _relay_json(
+    call: Call, status: int, raw: bytes, *, native: bool, request: dict[str, Any], prompt: int
+) -> None:
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:

@@ -204,14 +204,16 @@ def _image_url(source: dict[str, Any], where: str) -> str:
     if source.get("type") == "base64":
         return f"data:{source.get('media_type', 'image/png')};base64,{source.get('data', '')}"
     if source.get("type") == "url" and source.get("url"):
-        return source["url"]
+        url: str = source["url"]
+        return url
     raise TranslationError(f"`{where}` has an image whose source is neither base64 nor url.", where)
 
 
 def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
     """A lone text part as a plain string: every chat template understands that."""
     if len(parts) == 1 and parts[0]["type"] == "text":
-        return parts[0]["text"]
+        text: str = parts[0]["text"]
+        return text
     if not parts:
         return ""
     return parts

@@ -190,7 +190,7 @@ class StreamTranslator:
             "cache_creation_input_tokens": 0,
             "cache_read_input_tokens": 0,
         }
-        message = {
+        message: dict[str, Any] = {
             "id": self.message_id,
             "type": "message",
             "role": "assistant",

@@ -29,7 +29,8 @@ def new_id(prefix: str) -> str:
 
 def encode_sse(event: dict[str, Any]) -> bytes:
     """One SSE frame with an `event:` line: both Anthropic's and OpenAI's SDKs dispatch on it."""
-    return b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+    kind: str = event["type"]
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
 
 
 def parse_arguments(arguments: str | None) -> dict[str, Any]:
@@ -181,7 +182,7 @@ def tool_call_slot(tools: dict[int, dict[str, Any]], call: dict[str, Any]) -> tu
     return key, tool, function.get("arguments") or ""
 
 
-async def drive(state: Any, chunks: AsyncIterator[dict[str, Any]], direction: str) -> AsyncIterator[dict[str, Any]]:
+async def drive(state: Any, chunks: AsyncIterable[dict[str, Any]], direction: str) -> AsyncIterator[dict[str, Any]]:
     """Run an incremental StreamTranslator (`feed`/`finish`/`fail`/`done`) over parsed chunks.
 
     An exception raised by `chunks` (the upstream died) ends the stream with the translator's own

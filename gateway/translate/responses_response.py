@@ -318,12 +318,14 @@ class StreamTranslator:
             if reasoning:
                 if self.current is None or self.current["kind"] != "reasoning":
                     events += self._open("reasoning", _reasoning_item(self.make_id("rs_"), ""))
-                self.current["parts"].append(reasoning)
+                current = self.current
+                assert current is not None
+                current["parts"].append(reasoning)
                 events.append(
                     self._event(
                         "response.reasoning_text.delta",
-                        item_id=self.current["item"]["id"],
-                        output_index=self.current["index"],
+                        item_id=current["item"]["id"],
+                        output_index=current["index"],
                         content_index=0,
                         delta=reasoning,
                     )
@@ -332,12 +334,14 @@ class StreamTranslator:
             if text:
                 if self.current is None or self.current["kind"] != "message":
                     events += self._open("message", _message_item(self.make_id("msg_"), "", "in_progress"))
-                self.current["parts"].append(text)
+                current = self.current
+                assert current is not None
+                current["parts"].append(text)
                 events.append(
                     self._event(
                         "response.output_text.delta",
-                        item_id=self.current["item"]["id"],
-                        output_index=self.current["index"],
+                        item_id=current["item"]["id"],
+                        output_index=current["index"],
                         content_index=0,
                         delta=text,
                         logprobs=[],
@@ -365,11 +369,13 @@ class StreamTranslator:
         return events
 
     def _args_delta(self, arguments: str) -> dict[str, Any]:
-        self.current["parts"].append(arguments)
+        current = self.current
+        assert current is not None
+        current["parts"].append(arguments)
         return self._event(
             "response.function_call_arguments.delta",
-            item_id=self.current["item"]["id"],
-            output_index=self.current["index"],
+            item_id=current["item"]["id"],
+            output_index=current["index"],
             delta=arguments,
         )
 
@@ -378,6 +384,7 @@ class StreamTranslator:
         call_id = tool["id"] or self.make_id("call_")
         item = _call_item(self.make_id("fc_"), call_id, tool["name"] or "", "", "in_progress")
         events = self._open("function_call", item)
+        assert self.current is not None
         self.current["key"] = key
         if tool["pending"]:
             events.append(self._args_delta(tool["pending"]))

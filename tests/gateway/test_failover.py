@@ -46,7 +46,7 @@ def test_it_fails_over_on_429_and_5xx(setup, gateway_url, upstream, backup, fail
     assert len(upstream.requests) == 1 and len(backup.requests) == 1
     record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
     assert record.channel_id == backup.channel.id
-    # What the health checks (3/6) fold into each channel's window (collected once the usage writer
+    # What the health checks fold into each channel's window (collected once the usage writer
     # is idle: in-memory SQLite cannot run two write transactions side by side).
     tallies = passive.collect()
     failed, served = tallies[setup.channel.id], tallies[backup.channel.id]

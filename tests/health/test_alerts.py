@@ -11,7 +11,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from channels.choices import AlertKind, ChannelStatus
-from channels.health import service
+from channels.health import services
 from channels.health.alerts import notify_pending
 from channels.models import AlertDelivery, AlertTarget, Channel, StatusChange
 from tests.services import free_port
@@ -65,7 +65,7 @@ def test_each_step_down_sends_one_webhook_and_one_email(make_channel, receiver, 
     Channel.objects.filter(pk=ch.pk).update(status=ChannelStatus.HEALTHY, alerted_status=ChannelStatus.HEALTHY)
 
     for _ in range(5):
-        service.run_round()
+        services.run_round()
 
     # healthy → degraded (first failure), degraded → down (third): getting worse is never held back
     assert [p["status"] for p in receiver.posts] == ["degraded", "down"]
@@ -84,7 +84,7 @@ def test_a_flapping_channel_sends_a_bounded_number_of_alerts(upstream, make_chan
     with override_settings(PORTAL_HEALTH_DOWN_AFTER=1, PORTAL_HEALTH_UP_AFTER=1):
         for i in range(12):
             up.behave(mode="status" if i % 2 == 0 else "ok", status=503)
-            service.run_round()
+            services.run_round()
 
     changes = StatusChange.objects.filter(channel=ch).count()
     assert changes >= 10  # it really flapped
@@ -122,7 +122,7 @@ def test_a_status_that_returns_to_where_it_was_during_the_cool_down_sends_nothin
 def test_a_new_channel_coming_up_is_not_news(upstream, make_channel, receiver, targets):
     up = upstream()
     make_channel("fresh", up.base_url)
-    service.run_round()
+    services.run_round()
     assert receiver.posts == [] and mail.outbox == []
 
 

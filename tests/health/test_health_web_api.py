@@ -219,9 +219,9 @@ def test_overview_and_partials_render(admin_client, upstream, make_channel):
 def test_the_ui_pages_show_the_health_partials(admin_client, upstream, make_channel, django_assert_max_num_queries):
     up = upstream()
     channels = [make_channel(f"list-{i}", up.base_url) for i in range(8)]
-    from channels.health import service
+    from channels.health import services
 
-    service.run_round()
+    services.run_round()
 
     with django_assert_max_num_queries(25):  # badges are filled in one go, not per row
         listing = admin_client.get(reverse("channel_list")).content.decode()

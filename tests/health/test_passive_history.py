@@ -9,7 +9,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from channels.choices import ChannelStatus, ProbeSource
-from channels.health import history, passive, service
+from channels.health import history, passive, services
 from channels.models import Channel, PassiveReport, ProbeHourly, ProbeResult
 from tests.services import require_postgres, require_redis
 
@@ -23,7 +23,7 @@ def test_busy_healthy_channel_is_not_probed_its_traffic_counts_instead(upstream,
     for _ in range(5):
         passive.report(ch.pk, True, status=200, ttft_ms=42.0)
 
-    service.run_round()
+    services.run_round()
 
     assert up.requests == []  # no probe needed
     row = ProbeResult.objects.get(channel=ch)
@@ -38,7 +38,7 @@ def test_gateway_failures_feed_the_window_and_take_a_channel_down(upstream, make
     with override_settings(PORTAL_HEALTH_DOWN_MIN_SAMPLES=10, PORTAL_HEALTH_DOWN_AFTER=99):
         for _ in range(12):
             passive.report(ch.pk, False, status=502, error="http_5xx")
-        service.run_round()
+        services.run_round()
 
     ch.refresh_from_db()
     assert ch.status == ChannelStatus.DOWN and "13 recent" in ch.status_message
@@ -162,7 +162,7 @@ def test_a_single_channel_check_leaves_other_channels_gateway_evidence_for_the_r
     a, b = make_channel("a", up.base_url), make_channel("b", up.base_url)
     passive.report(b.pk, False, status=502, error="http_5xx")
 
-    service.check_channel(a.pk)
-    service.run_round()
+    services.check_channel(a.pk)
+    services.run_round()
 
     assert ProbeResult.objects.filter(channel=b, source=ProbeSource.PASSIVE, failures=1).exists()

@@ -8,7 +8,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from channels.choices import ChannelStatus
-from channels.health import service
+from channels.health import services
 from channels.health.probe import Target, probe_many
 from channels.models import Channel, ModelRoute, ProbeResult
 from tests.services import free_port
@@ -26,7 +26,7 @@ def test_a_healthy_vllm_channel_becomes_healthy_with_timings_and_sends_its_key(u
     up.behave(tokens=3)
     ch = make_channel("vllm-a", up.base_url, api_key="sk-upstream", probe_max_tokens=3)
 
-    [done] = service.run_round()
+    [done] = services.run_round()
 
     assert done.new_status == ChannelStatus.HEALTHY and status(ch) == ChannelStatus.HEALTHY
     probe = ProbeResult.objects.get(channel=ch)
@@ -47,7 +47,7 @@ def test_llamacpp_context_comes_from_props(upstream, make_channel):
     up = upstream(flavour="llamacpp", max_model_len=16384)
     ch = make_channel("llama", up.base_url, kind="llamacpp")
 
-    service.run_round()
+    services.run_round()
 
     assert [r.path for r in up.requests][:3] == ["/health", "/v1/models", "/props"]
     assert ModelRoute.objects.get(channel=ch).discovered_context_window == 16384
@@ -58,7 +58,7 @@ def test_an_openai_channel_is_checked_through_v1_models(upstream, make_channel):
     up = upstream()
     ch = make_channel("cloud", up.base_url, kind="openai", probe_inference=False)
 
-    service.run_round()
+    services.run_round()
 
     assert [r.path for r in up.requests] == ["/v1/models"]  # no paid completion when inference is off
     probe = ProbeResult.objects.get(channel=ch)
@@ -70,11 +70,11 @@ def test_connection_refused_goes_down_only_after_three_failures(make_channel):
     ch = make_channel("gone", f"http://127.0.0.1:{free_port()}/v1")
     Channel.objects.filter(pk=ch.pk).update(status=ChannelStatus.HEALTHY)
 
-    service.run_round()
+    services.run_round()
     assert status(ch) == ChannelStatus.DEGRADED
-    service.run_round()
+    services.run_round()
     assert status(ch) == ChannelStatus.DEGRADED
-    service.run_round()
+    services.run_round()
     assert status(ch) == ChannelStatus.DOWN
     assert "3 checks in a row failed" in ch.status_message and "cannot connect" in ch.status_message
     assert set(ProbeResult.objects.filter(channel=ch).values_list("error", flat=True)) == {"connect"}
@@ -85,9 +85,9 @@ def test_a_down_channel_needs_two_successes_to_be_healthy_again(upstream, make_c
     ch = make_channel("back", up.base_url)
     Channel.objects.filter(pk=ch.pk).update(status=ChannelStatus.DOWN, consecutive_failures=5)
 
-    service.run_round()
+    services.run_round()
     assert status(ch) == ChannelStatus.DOWN and "1 of 2" in ch.status_message
-    service.run_round()
+    services.run_round()
     assert status(ch) == ChannelStatus.HEALTHY
 
 
@@ -95,19 +95,19 @@ def test_401_marks_credentials_rejected_and_rounds_leave_it_alone_until_the_key_
     up = upstream(api_key="right")
     ch = make_channel("badkey", up.base_url, api_key="wrong")
 
-    service.run_round()
+    services.run_round()
     assert status(ch) == ChannelStatus.CREDENTIALS_REJECTED
     assert "API key" in ch.status_message
     assert ProbeResult.objects.get(channel=ch).error == "auth"
 
     before = len(up.requests)
-    service.run_round()
+    services.run_round()
     assert len(up.requests) == before  # not hammered with a bad key
 
     ch.api_key = "right"
     ch.save()
     assert status(ch) == ChannelStatus.UNKNOWN
-    service.run_round()
+    services.run_round()
     assert status(ch) == ChannelStatus.HEALTHY
 
 
@@ -116,7 +116,7 @@ def test_check_now_clears_credentials_rejected_when_the_key_works_again(upstream
     ch = make_channel("fixed-upstream", up.base_url, api_key="k")
     Channel.objects.filter(pk=ch.pk).update(status=ChannelStatus.CREDENTIALS_REJECTED)
 
-    done = service.check_channel(ch.pk)
+    done = services.check_channel(ch.pk)
 
     assert done.result.ok and status(ch) == ChannelStatus.HEALTHY
 
@@ -126,7 +126,7 @@ def test_500_from_the_completion_is_an_http_5xx_failure(upstream, make_channel):
     up.enqueue(mode="ok").enqueue(mode="ok").enqueue(mode="status", status=500, error_message="CUDA OOM")
     ch = make_channel("oom", up.base_url)
 
-    service.run_round()
+    services.run_round()
 
     probe = ProbeResult.objects.get(channel=ch)
     assert not probe.ok and probe.error == "http_5xx" and probe.http_status == 500
@@ -140,7 +140,7 @@ def test_a_stream_stalling_after_the_first_chunk_is_recorded_as_stalled(upstream
     ch = make_channel("stall", up.base_url)
 
     started = time.monotonic()
-    service.run_round()
+    services.run_round()
 
     assert time.monotonic() - started < 5
     probe = ProbeResult.objects.get(channel=ch)
@@ -153,14 +153,14 @@ def test_a_slow_first_token_degrades_the_channel(upstream, make_channel):
     ch = make_channel("slow", up.base_url, ttft_degraded_ms=100)
     Channel.objects.filter(pk=ch.pk).update(status=ChannelStatus.HEALTHY)
 
-    service.run_round()
+    services.run_round()
 
     assert status(ch) == ChannelStatus.DEGRADED
     assert "time to first token" in ch.status_message and ch.last_ttft_ms >= 300
     up.behave(mode="ok")
-    service.run_round()
+    services.run_round()
     assert status(ch) == ChannelStatus.DEGRADED  # one fast answer is not enough
-    service.run_round()
+    services.run_round()
     assert status(ch) == ChannelStatus.HEALTHY
 
 
@@ -171,7 +171,7 @@ def test_a_flapping_channel_ends_down_by_error_ratio(upstream, make_channel):
     with override_settings(PORTAL_HEALTH_DOWN_MIN_SAMPLES=6):
         for i in range(8):
             up.behave(mode="ok" if i % 2 == 0 else "status", status=502)
-            service.run_round()
+            services.run_round()
             seen.append(status(ch))
     assert ChannelStatus.DOWN in seen
     assert seen[-1] == ChannelStatus.DOWN  # never two successes in a row, so it stays down
@@ -182,7 +182,7 @@ def test_disabled_channels_are_not_probed(upstream, make_channel):
     up = upstream()
     make_channel("off", up.base_url, enabled=False)
 
-    assert service.run_round() == []
+    assert services.run_round() == []
     assert up.requests == []
 
 
@@ -225,7 +225,7 @@ def test_a_status_change_bumps_the_gateway_route_generation(upstream, make_chann
     with override_settings(REDIS_URL=url):
         before = int(client.get(gen_routes) or 0)
         with django_capture_on_commit_callbacks(execute=True):
-            service.run_round()  # unknown → healthy, and the context window was discovered
+            services.run_round()  # unknown → healthy, and the context window was discovered
         after = int(client.get(gen_routes) or 0)
     assert after > before
 
@@ -233,24 +233,24 @@ def test_a_status_change_bumps_the_gateway_route_generation(upstream, make_chann
 def test_limits_are_rediscovered_hourly_not_every_round(upstream, make_channel):
     up = upstream(max_model_len=16384)
     ch = make_channel("steady", up.base_url)
-    service.run_round()
+    services.run_round()
     up.requests.clear()
 
-    service.run_round()  # healthy, limits fresh: liveness and latency only
+    services.run_round()  # healthy, limits fresh: liveness and latency only
     assert [r.path for r in up.requests] == ["/health", "/v1/chat/completions"]
 
     ModelRoute.objects.filter(channel=ch).update(discovered_at=timezone.now() - dt.timedelta(hours=2))
     up.requests.clear()
-    service.run_round()
+    services.run_round()
     assert "/v1/models" in [r.path for r in up.requests]
 
     up.requests.clear()
-    service.check_channel(ch.pk)  # an admin's Check now always looks
+    services.check_channel(ch.pk)  # an admin's Check now always looks
     assert "/v1/models" in [r.path for r in up.requests]
 
 
 def test_a_channel_deleted_during_the_round_does_not_break_it(upstream, make_channel):
-    from channels.health.service import _insert_for_live_channels
+    from channels.health.services import _insert_for_live_channels
 
     up = upstream()
     keep, gone = make_channel("keep", up.base_url), make_channel("gone-mid-round", up.base_url)

@@ -5,7 +5,7 @@ import pytest
 from openai import OpenAI
 
 from channels.choices import ChannelStatus
-from channels.health import service
+from channels.health import services
 from channels.models import Channel, Model, ModelRoute
 from keys.services import issue_key
 from tests.gateway.conftest import ThreadServer
@@ -36,13 +36,13 @@ def test_the_gateway_skips_a_down_channel_and_takes_it_back_when_it_recovers(gat
         reply = client.chat.completions.create(model="qwen3-32b", messages=[{"role": "user", "content": "hi"}])
         assert reply.choices[0].message.content
 
-    service.run_round()
+    services.run_round()
     ask()
     assert (chats(primary), chats(backup)) == (1, 0)  # healthy primary wins on priority
 
     primary.behave(mode="status", status=503)
     for _ in range(3):
-        service.run_round()
+        services.run_round()
     assert Channel.objects.get(name="primary").status == ChannelStatus.DOWN
 
     ask()
@@ -51,8 +51,8 @@ def test_the_gateway_skips_a_down_channel_and_takes_it_back_when_it_recovers(gat
     assert chats(primary) == 1  # not even tried while down (a failover would have hit it first)
 
     primary.behave(mode="ok")
-    service.run_round()
-    service.run_round()
+    services.run_round()
+    services.run_round()
     assert Channel.objects.get(name="primary").status == ChannelStatus.HEALTHY
     ask()
     assert chats(primary) == 2

@@ -10,9 +10,9 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from channels.models import Channel
+from gateway.usage import UsageEvent, UsageWriter, write_batch
 from keys.models import Key, UsageDaily, UsageRecord
 from keys.services import issue_key
-from keys.usage import UsageEvent, UsageWriter, write_batch
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from channels.health import alerts, history, schedule, service
+from channels.health import alerts, history, schedule, services
 from channels.models import AlertDelivery, AlertTarget, Channel, ProbeResult, StatusChange
 from portal.api.permissions import IsAdmin
 
@@ -58,7 +58,7 @@ class HealthChannelViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSe
     def check(self, request, pk=None):
         """Probe this channel now and return the result (also clears credentials_rejected if the key works)."""
         channel = self.get_object()
-        done = service.check_channel(channel.pk)
+        done = services.check_channel(channel.pk)
         if done is None:
             return Response({"detail": "The channel is disabled; enable it to check it."}, status=409)
         channel.refresh_from_db()

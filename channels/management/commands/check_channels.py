@@ -6,7 +6,7 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from channels.health import service
+from channels.health import services
 from channels.health.schedule import get_probe_schedule
 
 
@@ -32,7 +32,7 @@ class Command(BaseCommand):
                 ids.append(ch.pk)
         while True:
             started = time.perf_counter()
-            done = service.run_round(ids, force=bool(ids))
+            done = services.run_round(ids, force=bool(ids))
             for d in done:
                 r = d.result
                 timing = (

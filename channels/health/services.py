@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from channels.choices import ChannelStatus, ProbeSource
 from channels.models import Channel, ModelRoute, ProbeResult, StatusChange
+from channels.signals import routes_changed
 
 from . import passive
 from .probe import Outcome, Target, probe_many, run_loop
@@ -384,13 +385,9 @@ def _discover(ch: Channel, served: dict[str, int | None], now: dt.datetime, out:
 
 
 def _tell_gateway() -> None:
-    """Status and limits are written with `update()` (compare-and-set, no signals), so bump the
-    gateway's route-cache generation ourselves: every gateway process re-reads routes at once."""
-    try:
-        from gateway.signals import bump
-    except ImportError:  # a deployment without the gateway app
-        return
-    bump(routes=True)
+    """Status and limits are written with `update()` (compare-and-set, no model signals), so say so
+    ourselves: the gateway bumps its route-cache generation and every process re-reads routes."""
+    routes_changed.send(sender=Channel)
 
 
 def check_channel(channel_id: int) -> ChannelRound | None:

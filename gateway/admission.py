@@ -1,0 +1,150 @@
+"""Request stage 3: admission. Authenticate (`auth`), resolve the model (`catalog`) and reserve
+against the key's and the owner's limits (`limits`); the result is an open `call.Call`.
+
+With Redis the admission script also reports the cache generations: when they show that this
+process's snapshot is stale, nothing was reserved, and the request is authenticated and resolved
+again on fresh data (once). A refusal is a 429 with `Retry-After` and is recorded as usage.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import math
+import os
+import time
+
+from django.conf import settings
+
+from keys.choices import UsageStatus
+
+from .auth import authenticate
+from .cache import KeyInfo, ModelInfo, namespace, snapshot
+from .call import Call
+from .catalog import resolve_model
+from .http import GatewayError, Request
+from .limits import Admission, Refusal, Scope, Stale, rate_headers
+from .state import process
+from .usage import UsageEvent
+
+_ID_PREFIX = os.urandom(6).hex()
+_ID_COUNTER = itertools.count(1)
+
+
+def new_request_id() -> str:
+    """Unique across processes (random per-process prefix + counter), without a syscall."""
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):x}"
+
+
+async def open_call(
+    req: Request,
+    *,
+    surface: str,
+    model: object,
+    stream: bool,
+    prompt_tokens: int,
+    max_tokens: int | None,
+) -> Call:
+    """Authenticate, resolve the model and reserve against the limits. Raises GatewayError."""
+    started = time.perf_counter()
+    if not process.started:
+        await process.start()
+    limiter = process.limiter
+    assert limiter is not None
+    request_id = new_request_id()
+    ns = namespace()
+    for attempt in (0, 1):
+        key = await authenticate(req)
+        catalog = await snapshot.get_catalog()
+        info = resolve_model(key, catalog, model)
+        if not info.groups:
+            raise GatewayError(503, f"No channel serves the model '{info.name}' right now.", code="no_channel")
+        reserve_max = max_tokens
+        if reserve_max is None:
+            # Nothing asked: reserve the default, but never more than the model can produce.
+            reserve_max = int(settings.GATEWAY_DEFAULT_MAX_TOKENS)
+            if info.max_output_tokens:
+                reserve_max = min(reserve_max, info.max_output_tokens)
+        reserve = max(int(prompt_tokens), 0) + max(int(reserve_max), 0)
+        scopes = [
+            Scope(f"{ns}:k:{key.id}", "key", key.limits),
+            Scope(f"{ns}:u:{key.owner_id}", "user", key.owner_limits),
+        ]
+        # First attempt: admit only if our cached keys/routes are current (else Stale, nothing
+        # reserved); the retry runs on freshly loaded data and is not checked again.
+        expected = snapshot.generation if attempt == 0 else None
+        result = await limiter.admit(request_id, scopes, reserve, expected=expected)
+        if isinstance(result, Stale):
+            snapshot.observe_generation(*result.generations)
+            continue
+        if result.generations is not None:
+            snapshot.observe_generation(*result.generations)
+        break
+    if isinstance(result, Refusal):
+        err = _refusal_error(result, scopes)
+        if result.limit.startswith("tokens_per"):
+            err.message += (
+                f" This request reserves {reserve} tokens (prompt ≈{int(prompt_tokens)} + max_tokens {reserve_max}"
+                f"{'' if max_tokens is not None else ', the default when none is sent'}); a smaller max_tokens may fit."
+            )
+        _record_refusal(request_id, key, info, surface, stream, err, started)
+        raise err
+    assert isinstance(result, Admission)
+    call = Call(
+        req,
+        surface,
+        key,
+        info,
+        result,
+        stream=stream,
+        prompt_estimate=int(prompt_tokens),
+        request_id=request_id,
+        started=started,
+    )
+    req.call = call
+    return call
+
+
+def _refusal_error(refusal: Refusal, scopes: list[Scope]) -> GatewayError:
+    """A 429 with Retry-After and the key's x-ratelimit-* headers, saying which limit and whose."""
+    retry = max(1, math.ceil(refusal.retry_after))
+    what = refusal.limit.replace("_", " ")
+    whose = "this key" if refusal.scope == "key" else "your account"
+    per_minute = refusal.limit in ("requests_per_minute", "tokens_per_minute")
+    headers = [(b"retry-after", str(retry).encode()), *rate_headers(scopes, None)]
+    if refusal.scope == "key" and per_minute:
+        which = b"requests" if refusal.limit == "requests_per_minute" else b"tokens"
+        headers += [
+            (b"x-ratelimit-remaining-" + which, b"0"),
+            (b"x-ratelimit-reset-" + which, str(retry).encode() + b"s"),
+        ]
+    return GatewayError(
+        429,
+        f"Rate limit reached: {what} for {whose} is {refusal.value}. Retry in {retry} s.",
+        code="rate_limit_exceeded" if "minute" in refusal.limit or "parallel" in refusal.limit else "quota_exceeded",
+        headers=headers,
+    )
+
+
+def _record_refusal(
+    request_id: str, key: KeyInfo, model: ModelInfo, surface: str, stream: bool, err: GatewayError, started: float
+) -> None:
+    process.usage.record(
+        UsageEvent(
+            created=dt.datetime.now(dt.UTC),
+            request_id=request_id,
+            key_id=key.id,
+            user_id=key.owner_id,
+            model=model.name,
+            channel_id=None,
+            surface=surface,
+            stream=stream,
+            prompt_tokens=0,
+            completion_tokens=0,
+            estimated=False,
+            status=UsageStatus.RATE_LIMITED,
+            http_status=429,
+            error=err.message[:300],
+            latency_ms=(time.perf_counter() - started) * 1000,
+        )
+    )

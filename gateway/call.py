@@ -1,0 +1,332 @@
+"""Request stage 4: the call upstream, with failover, and the record of it.
+
+A surface opens a `Call` (`admission.open_call`), builds a `Plan` (the routes to try, from
+`catalog.route`, and what each one is sent) and calls `call.forward(plan)`. Failover happens only
+before any byte reached the client: for a non-streaming request the whole upstream body is read
+inside the attempt; for a stream, the first chunk is. Connect errors, timeouts, 429, 5xx (and
+401/403: the channel's own key was refused) move on to the next route, and every attempt's
+outcome is reported to `channels.health.passive`.
+
+Every call ends in `call.finish(...)` (`send_json` and `relay.relay_sse` call it; `asgi.handle`
+fails a call an error left open): it settles the reservation with the real usage and queues the
+usage record, so a call never keeps holding a reservation.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+
+from channels.health import passive
+from keys.choices import UsageStatus
+
+from .cache import KeyInfo, ModelInfo, RouteInfo
+from .http import GatewayError, Request, send_bytes
+from .limits import Admission
+from .state import process
+from .usage import Usage, UsageEvent
+
+logger = logging.getLogger(__name__)
+
+# Never forwarded: credentials (ours or the developer's), framing and hop-by-hop headers, and
+# provider-account headers that would clash with the channel's own key.
+DROP_HEADERS = frozenset(
+    {
+        "authorization",
+        "x-api-key",
+        "api-key",
+        "cookie",
+        "host",
+        "content-length",
+        "content-type",
+        "accept-encoding",
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "expect",
+        "openai-organization",
+        "openai-project",
+        "x-forwarded-for",
+        "x-real-ip",
+        "forwarded",
+    }
+)
+FAILOVER_STATUSES = frozenset({401, 403, 408, 429})
+MAX_ERROR_BODY = 64 * 1024
+
+
+@dataclass(slots=True)
+class Outgoing:
+    """What one route is sent; `payload["model"]` is set to the route's upstream id on the way.
+    `anthropic_native` sends the channel key as `x-api-key` (with an `anthropic-version`)."""
+
+    path: str
+    payload: dict[str, Any]
+    headers: dict[str, str]  # the client's; `forward_headers` filters them
+    anthropic_native: bool = False
+
+
+@dataclass(slots=True)
+class Plan:
+    """How a call goes upstream: the routes to try in order and what each of them is sent."""
+
+    routes: list[RouteInfo]
+    outgoing: Callable[[RouteInfo], Outgoing]
+
+    @classmethod
+    def same(cls, routes: list[RouteInfo], outgoing: Outgoing) -> Plan:
+        """Every route gets the same request (a surface whose API every channel speaks)."""
+        return cls(routes, lambda _route: outgoing)
+
+
+def forward_headers(
+    client_headers: dict[str, str], route: RouteInfo, *, anthropic_native: bool = False
+) -> dict[str, str]:
+    """The client's headers minus the dropped ones, plus the channel's own credentials."""
+    out = {k: v for k, v in client_headers.items() if k not in DROP_HEADERS}
+    out["content-type"] = "application/json"
+    if route.api_key:
+        if anthropic_native:
+            out["x-api-key"] = route.api_key
+            out.setdefault("anthropic-version", "2023-06-01")
+        else:
+            out["authorization"] = "Bearer " + route.api_key
+    return out
+
+
+@dataclass(slots=True)
+class Attempt:
+    channel_id: int
+    channel_name: str
+    error: str  # connect, timeout, http_429, http_5xx, protocol
+    status: int | None = None
+
+
+@dataclass(slots=True)
+class UpstreamResponse:
+    """A committed upstream answer. `body` for non-streaming; `first_chunk` + `response` for SSE."""
+
+    route: RouteInfo
+    status: int
+    content_type: bytes
+    body: bytes = b""
+    first_chunk: bytes = b""
+    response: aiohttp.ClientResponse | None = None
+    attempts: list[Attempt] = field(default_factory=list)
+    ttfb_ms: float | None = None
+
+    def close(self) -> None:
+        """Drop the upstream connection (cancels generation on servers that watch for it)."""
+        if self.response is not None:
+            self.response.close()
+            self.response = None
+
+    def release(self) -> None:
+        """Return a fully read connection to the pool."""
+        if self.response is not None:
+            self.response.release()
+            self.response = None
+
+
+async def send_upstream(plan: Plan, *, stream: bool) -> UpstreamResponse:
+    """POST each route its `plan.outgoing(route)` in order until one answers."""
+    session = process.upstream()
+    attempts: list[Attempt] = []
+    last_error: GatewayError | None = None
+    for route in plan.routes:
+        out = plan.outgoing(route)
+        out.payload["model"] = route.upstream_id
+        data = orjson.dumps(out.payload)
+        headers = forward_headers(out.headers, route, anthropic_native=out.anthropic_native)
+        started = time.perf_counter()
+        resp: aiohttp.ClientResponse | None = None
+        try:
+            resp = await session.request("POST", route.base_url + out.path, data=data, headers=headers)
+            status = resp.status
+            if status in FAILOVER_STATUSES or status >= 500:
+                body = await resp.content.read(MAX_ERROR_BODY)
+                resp.close()
+                kind = "http_429" if status == 429 else ("http_5xx" if status >= 500 else f"http_{status}")
+                attempts.append(Attempt(route.channel_id, route.channel_name, kind, status))
+                passive.report(route.channel_id, False, status=status, error=kind)
+                last_error = upstream_error(status, body)
+                continue
+            ctype = resp.headers.get("content-type", "application/json").encode("latin-1")
+            if stream and status == 200:
+                first = await resp.content.readany()
+                if not first:
+                    raise aiohttp.ServerDisconnectedError("upstream closed the stream before the first byte")
+                ttfb = (time.perf_counter() - started) * 1000
+                passive.report(route.channel_id, True, status=status, ttft_ms=ttfb)
+                return UpstreamResponse(
+                    route, status, ctype, first_chunk=first, response=resp, attempts=attempts, ttfb_ms=ttfb
+                )
+            body = await resp.read()
+            resp.release()
+            ttfb = (time.perf_counter() - started) * 1000
+            passive.report(route.channel_id, True, status=status, ttft_ms=ttfb)
+            return UpstreamResponse(route, status, ctype, body=body, attempts=attempts, ttfb_ms=ttfb)
+        except TimeoutError:
+            kind, message, code = "timeout", "timed out", 504
+        except aiohttp.ClientConnectorError:
+            kind, message, code = "connect", "refused the connection", 502
+        except (aiohttp.ClientError, OSError) as exc:
+            kind, message, code = "protocol", f"failed ({exc.__class__.__name__})", 502
+        if resp is not None:
+            resp.close()
+        attempts.append(Attempt(route.channel_id, route.channel_name, kind))
+        passive.report(route.channel_id, False, error=kind)
+        last_error = GatewayError(code, f"The upstream for this model {message}.", code=f"upstream_{kind}")
+        logger.info("channel %s %s; trying the next route", route.channel_name, message)
+    if last_error is None:
+        last_error = GatewayError(503, "No upstream channel is available for this model.", code="no_channel")
+    last_error.attempts = attempts
+    raise last_error
+
+
+def upstream_error(status: int, body: bytes) -> GatewayError:
+    """An upstream's error as ours, keeping its message when it has the OpenAI shape."""
+    message = None
+    try:
+        data = orjson.loads(body)
+        err = data.get("error") if isinstance(data, dict) else None
+        if isinstance(err, dict):
+            message = err.get("message")
+        elif isinstance(err, str):
+            message = err
+    except (orjson.JSONDecodeError, TypeError):
+        pass
+    if status in (401, 403):
+        return GatewayError(
+            502,
+            "The upstream rejected this portal's credentials; an admin must fix the channel.",
+            code="upstream_auth_failed",
+        )
+    if status == 429:
+        return GatewayError(
+            429,
+            f"The upstream is rate limiting: {message or 'too many requests'}",
+            code="upstream_rate_limited",
+            headers=[(b"retry-after", b"1")],
+        )
+    return GatewayError(
+        502, f"The upstream failed with HTTP {status}: {message or 'no details'}", code="upstream_error"
+    )
+
+
+class Call:
+    """One admitted request: what it reserved, where it went, and its record when it ends."""
+
+    def __init__(
+        self,
+        req: Request,
+        surface: str,
+        key: KeyInfo,
+        model: ModelInfo,
+        admission: Admission,
+        *,
+        stream: bool,
+        prompt_estimate: int,
+        request_id: str,
+        started: float,
+    ) -> None:
+        self.req = req
+        self.surface = surface
+        self.key = key
+        self.model = model
+        self.admission = admission
+        self.stream = stream
+        self.prompt_estimate = prompt_estimate
+        self.request_id = request_id
+        self.started = started
+        self.channel_id: int | None = None
+        self.ttft_ms: float | None = None
+        self.finished = False
+
+    @property
+    def rate_headers(self) -> list[tuple[bytes, bytes]]:
+        return self.admission.headers
+
+    async def forward(self, plan: Plan) -> UpstreamResponse:
+        """Send the call along `plan`; a failure of every route fails the call and is raised."""
+        try:
+            if not plan.routes:
+                raise GatewayError(503, f"No channel serves the model '{self.model.name}' this way.", code="no_channel")
+            up = await send_upstream(plan, stream=self.stream)
+        except GatewayError as exc:
+            if exc.attempts:
+                self.channel_id = exc.attempts[-1].channel_id
+            self.fail(exc)
+            raise
+        self.channel_id = up.route.channel_id
+        return up
+
+    def finish(
+        self,
+        usage: Usage | None,
+        *,
+        status: str = UsageStatus.OK,
+        http_status: int = 200,
+        error: str = "",
+    ) -> None:
+        """Settle the reservation with what was really used and queue the usage record. Idempotent."""
+        if self.finished:
+            return
+        self.finished = True
+        usage = usage or Usage(0, 0)
+        if process.limiter is not None:
+            process.limiter.settle(self.admission, usage.total)
+        process.usage.record(
+            UsageEvent(
+                created=dt.datetime.now(dt.UTC),
+                request_id=self.request_id,
+                key_id=self.key.id,
+                user_id=self.key.owner_id,
+                model=self.model.name,
+                channel_id=self.channel_id,
+                surface=self.surface,
+                stream=self.stream,
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+                estimated=usage.estimated,
+                status=status,
+                http_status=http_status,
+                error=error,
+                latency_ms=(time.perf_counter() - self.started) * 1000,
+                ttft_ms=self.ttft_ms,
+            )
+        )
+
+    def fail(self, exc: GatewayError) -> None:
+        """Finish a call that ended in an error before any upstream tokens."""
+        upstream = exc.status >= 500 or (exc.code or "").startswith("upstream")
+        status = UsageStatus.UPSTREAM_ERROR if upstream else UsageStatus.CLIENT_ERROR
+        self.finish(None, status=status, http_status=exc.status, error=exc.message)
+
+    async def send_json(self, status: int, body: bytes, usage: Usage | None, content_type: bytes | None = None) -> None:
+        """Send a complete JSON answer, then finish the call."""
+        self.ttft_ms = (time.perf_counter() - self.started) * 1000
+        try:
+            await send_bytes(self.req.send, status, body, self.rate_headers, content_type)
+        finally:
+            ok = status < 400
+            self.finish(
+                usage,
+                status=UsageStatus.OK if ok else UsageStatus.CLIENT_ERROR,
+                http_status=status,
+                error="" if ok else body[:300].decode(errors="replace"),
+            )

@@ -1,0 +1,104 @@
+"""The OpenAI surface: `/v1/chat/completions`, `/v1/completions` and `/v1/embeddings`.
+
+Every channel speaks it, so the request goes to each route as sent (with `model` rewritten and
+usage always asked for in streams); the answer comes back as is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.admission import open_call
+from gateway.call import Call, Outgoing, Plan
+from gateway.catalog import ordered_routes
+from gateway.http import GatewayError, Request
+from gateway.relay import relay_sse
+from gateway.usage import Usage, estimate_tokens, usage_from
+from keys.choices import ApiSurface
+
+
+async def chat_completions(req: Request) -> None:
+    await _proxy(req, ApiSurface.CHAT, "/chat/completions")
+
+
+async def completions(req: Request) -> None:
+    await _proxy(req, ApiSurface.COMPLETIONS, "/completions")
+
+
+async def embeddings(req: Request) -> None:
+    await _proxy(req, ApiSurface.EMBEDDINGS, "/embeddings")
+
+
+async def _proxy(req: Request, surface: str, path: str) -> None:
+    body = await req.json()
+    stream = bool(body.get("stream")) and surface != ApiSurface.EMBEDDINGS
+    if surface == ApiSurface.CHAT:
+        if not isinstance(body.get("messages"), list):
+            raise GatewayError(400, "`messages` must be a list.", code="invalid_value", param="messages")
+        prompt = estimate_tokens(body["messages"])
+    elif surface == ApiSurface.COMPLETIONS:
+        prompt = estimate_tokens(body.get("prompt"))
+    else:
+        prompt = estimate_tokens(body.get("input"))
+    max_tokens = 0 if surface == ApiSurface.EMBEDDINGS else _max_tokens(body)
+    call = await open_call(
+        req, surface=surface, model=body.get("model"), stream=stream, prompt_tokens=prompt, max_tokens=max_tokens
+    )
+    client_wants_usage = False
+    if stream:
+        options = body.get("stream_options")
+        client_wants_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+        body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+    up = await call.forward(Plan.same(ordered_routes(call.model), Outgoing(path, body, req.headers)))
+    if stream and up.status == 200:
+        await relay_sse(call, up, client_wants_usage=client_wants_usage)
+        return
+    await _relay_json(call, up.status, up.body, up.content_type, prompt)
+
+
+def _max_tokens(body: dict[str, Any]) -> int | None:
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = body.get(name)
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise GatewayError(400, f"`{name}` must be a non-negative integer.", code="invalid_value", param=name)
+            return value
+    return None
+
+
+async def _relay_json(call: Call, status: int, raw: bytes, content_type: bytes, prompt: int) -> None:
+    usage: Usage | None = None
+    if status < 400:
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            data = None
+        usage = usage_from(data.get("usage")) if isinstance(data, dict) else None
+        if usage is None:
+            usage = Usage(prompt, _estimated_completion(data), estimated=True)
+    else:
+        # An upstream client error (e.g. llama.cpp's exceed_context_size_error) passes through,
+        # always in the OpenAI error shape.
+        try:
+            data = orjson.loads(raw)
+            shaped = isinstance(data, dict) and isinstance(data.get("error"), dict)
+        except orjson.JSONDecodeError:
+            shaped = False
+        if not shaped:
+            text = raw[:500].decode(errors="replace").strip() or f"HTTP {status}"
+            raw = GatewayError(status, f"The upstream rejected the request: {text}", code="upstream_error").body()
+            content_type = b"application/json"
+    await call.send_json(status, raw, usage, content_type)
+
+
+def _estimated_completion(data: Any) -> int:
+    """Completion tokens of a JSON answer without usage: ≈4 characters a token."""
+    if not isinstance(data, dict):
+        return 0
+    total = 0
+    for choice in data.get("choices") or ():
+        if isinstance(choice, dict):
+            total += estimate_tokens(choice.get("message") or {}) + estimate_tokens(choice.get("text") or "")
+    return total

@@ -1,0 +1,99 @@
+"""Model discovery: `GET /v1/models` and `GET /v1/models/{id}`, and Claude Code's `/api/hello` probe.
+
+Requests with `anthropic-version` (Claude Code) get Anthropic's shapes (`display_name`,
+`created_at`, paging) and errors; everyone else gets OpenAI's.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+from urllib.parse import parse_qsl
+
+from gateway.auth import authenticate
+from gateway.cache import ModelInfo, snapshot
+from gateway.catalog import resolve_model, usable_models
+from gateway.http import GatewayError, Request, send_bytes, send_json
+
+from .messages import send_anthropic_error
+
+
+async def list_models(req: Request) -> None:
+    if "anthropic-version" in req.headers:
+        await _list_anthropic(req)
+        return
+    key = await authenticate(req)
+    models = sorted(usable_models(key, await snapshot.get_catalog()), key=lambda m: m.name)
+    await send_json(req.send, 200, {"object": "list", "data": [_openai_model(m) for m in models]})
+
+
+async def _list_anthropic(req: Request) -> None:
+    try:
+        key = await authenticate(req)
+    except GatewayError as exc:
+        await send_anthropic_error(req, exc)
+        return
+    models = sorted(usable_models(key, await snapshot.get_catalog()), key=lambda m: m.name)
+    data = [_anthropic_model(m) for m in models]
+    query = dict(parse_qsl(req.scope.get("query_string", b"").decode("latin-1")))
+    ids = [d["id"] for d in data]
+    if query.get("after_id") in ids:
+        data = data[ids.index(query["after_id"]) + 1 :]
+    elif query.get("before_id") in ids:
+        data = data[: ids.index(query["before_id"])]
+    try:
+        limit = max(1, min(int(query.get("limit", 1000)), 1000))
+    except ValueError:
+        limit = 1000
+    page, more = data[:limit], len(data) > limit
+    await send_json(
+        req.send,
+        200,
+        {
+            "data": page,
+            "has_more": more,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+        },
+    )
+
+
+async def get_model(req: Request) -> None:
+    name = req.subpath[len("/models/") :]
+    if "anthropic-version" not in req.headers:
+        key = await authenticate(req)
+        model = resolve_model(key, await snapshot.get_catalog(), name)
+        if not model.groups:
+            raise GatewayError(404, f"The model '{name}' has no channel right now.", code="model_not_found")
+        await send_json(req.send, 200, _openai_model(model))
+        return
+    try:
+        key = await authenticate(req)
+        model = resolve_model(key, await snapshot.get_catalog(), name)
+    except GatewayError as exc:
+        await send_anthropic_error(req, exc)
+        return
+    await send_json(req.send, 200, _anthropic_model(model))
+
+
+async def hello(req: Request) -> None:
+    """Claude Code's startup connectivity probe."""
+    await send_bytes(req.send, 200, b"" if req.method == "HEAD" else b'{"ok":true}')
+
+
+def _openai_model(m: ModelInfo) -> dict[str, Any]:
+    return {
+        "id": m.name,
+        "object": "model",
+        "created": m.created,
+        "owned_by": "portal",
+        "max_model_len": m.context_window,
+        "context_window": m.context_window,
+        "max_output_tokens": m.max_output_tokens,
+        "description": m.description,
+    }
+
+
+def _anthropic_model(m: ModelInfo) -> dict[str, Any]:
+    created_at = dt.datetime.fromtimestamp(m.created or 0, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"type": "model", "id": m.name, "display_name": m.name, "created_at": created_at}

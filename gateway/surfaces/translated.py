@@ -1,0 +1,155 @@
+"""What the translated surfaces (Messages, Responses) share: opening a call whose body is also
+translated to Chat Completions, and running Chat stream chunks through a translator as they arrive."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+
+from gateway.admission import open_call
+from gateway.cache import snapshot
+from gateway.call import Call
+from gateway.http import GatewayError, Request
+from gateway.translate import TranslationError
+from gateway.translate.common import encode_sse
+from gateway.usage import Usage, estimate_tokens
+
+
+class Translator(Protocol):
+    done: bool
+
+    def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]: ...
+    def finish(self, usage: dict[str, Any] | None = None) -> list[dict[str, Any]]: ...
+    def fail(self, status: int, message: str) -> list[dict[str, Any]]: ...
+
+
+@dataclass(slots=True)
+class TranslatedCall:
+    """A call opened for a surface that is translated to Chat Completions for channels that do
+    not speak it natively."""
+
+    call: Call
+    stream: bool
+    chat: dict[str, Any] | None  # the Chat Completions request, None when the body did not translate
+    problem: TranslationError | None  # why not: fatal only if a translating channel gets picked
+    prompt: int  # prompt estimate reserved against the limits
+    chat_headers: dict[str, str]  # client headers for translated requests (no anthropic-*)
+
+    def chat_request(self) -> dict[str, Any]:
+        """A copy of the Chat Completions request for one route, or the translation's error."""
+        if self.problem is not None:
+            raise self.problem
+        assert self.chat is not None
+        return dict(self.chat)
+
+
+async def open_translated_call(
+    req: Request,
+    body: dict[str, Any],
+    *,
+    surface: str,
+    to_chat: Callable[[dict[str, Any]], dict[str, Any]],
+    max_tokens_field: str,
+    prompt_field: str,
+) -> TranslatedCall:
+    """Translate, cap the output to what the model's routes allow, and open the call (auth, model,
+    reserve). The translation is attempted up front so the reservation uses its token estimate."""
+    stream = bool(body.get("stream"))
+    max_tokens = max_tokens_of(body, max_tokens_field)
+    try:
+        chat: dict[str, Any] | None = to_chat(body)
+        problem: TranslationError | None = None
+    except TranslationError as exc:
+        chat, problem = None, exc
+    prompt = estimate_tokens(chat["messages"] if chat else body.get(prompt_field))
+    limit = clamp(max_tokens, await output_cap(body.get("model")))
+    if chat is not None and max_tokens is not None:
+        chat["max_tokens"] = limit
+    call = await open_call(
+        req, surface=surface, model=body.get("model"), stream=stream, prompt_tokens=prompt, max_tokens=limit
+    )
+    return TranslatedCall(call, stream, chat, problem, prompt, without_anthropic_headers(req.headers))
+
+
+def max_tokens_of(body: dict[str, Any], name: str) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise GatewayError(400, f"`{name}` must be a positive integer.", code="invalid_value", param=name)
+    return value
+
+
+async def output_cap(model: object) -> int | None:
+    """The model's configured max output tokens (the smallest over its routes), if any."""
+    if not isinstance(model, str):
+        return None
+    info = (await snapshot.get_catalog()).models.get(model)
+    return info.max_output_tokens if info is not None else None
+
+
+def clamp(max_tokens: int | None, cap: int | None) -> int | None:
+    """Claude Code asks for 32000 output tokens whatever the model; a vLLM channel refuses any
+    request whose prompt + max_tokens exceeds its context, so ask for no more than the route allows."""
+    if cap is None:
+        return max_tokens
+    return cap if max_tokens is None else min(max_tokens, cap)
+
+
+def without_anthropic_headers(headers: dict[str, str]) -> dict[str, str]:
+    """Client headers for a Chat upstream: Anthropic's own go only to Anthropic-native channels."""
+    return {k: v for k, v in headers.items() if not k.startswith("anthropic-")}
+
+
+def sse_payload(event: bytes) -> Any:
+    """The JSON of one raw SSE event's `data:` lines; None for comments, `[DONE]` and junk."""
+    data = [line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:")]
+    if not data:
+        return None
+    raw = b"\n".join(data)
+    if raw == b"[DONE]":
+        return None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def encode(events: list[dict[str, Any]]) -> bytes:
+    return b"".join(encode_sse(e) for e in events)
+
+
+def translating_hooks(translator: Translator) -> dict[str, Any]:
+    """`relay_sse` keyword arguments that run Chat chunks through `translator` as they arrive.
+
+    The closing events go out in the epilogue, after the upstream's usage chunk, with the usage the
+    call settles on (the upstream's, or its estimate when the upstream sent none).
+    """
+
+    def on_event(event: bytes) -> bytes | None:
+        chunk = sse_payload(event)
+        if not isinstance(chunk, dict):
+            return None
+        out = encode(translator.feed(chunk))
+        return out or None
+
+    def epilogue(usage: Usage | None) -> bytes:
+        return encode(translator.finish(_chat_usage(usage)))
+
+    def on_error(err: GatewayError) -> bytes:
+        return encode(translator.fail(err.status, err.message))
+
+    return {"on_event": on_event, "epilogue": epilogue, "on_error": on_error, "client_wants_usage": True}
+
+
+def _chat_usage(usage: Usage | None) -> dict[str, Any] | None:
+    if usage is None:
+        return None
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total,
+    }
