@@ -100,12 +100,6 @@ class ChannelDeleteView(AdminRequiredMixin, SafeDeleteMixin, DeleteView):
     context_object_name = "channel"
     success_url = reverse_lazy("channel_list")
 
-    def form_valid(self, form):
-        name = self.object.name
-        response = super().form_valid(form)
-        messages.success(self.request, f"Channel {name} deleted.")
-        return response
-
 
 # --- models --------------------------------------------------------------------------------
 
@@ -171,9 +165,3 @@ class ModelDeleteView(AdminRequiredMixin, SafeDeleteMixin, DeleteView):
     template_name = "channels/model_confirm_delete.html"
     context_object_name = "model_obj"
     success_url = reverse_lazy("model_list")
-
-    def form_valid(self, form):
-        name = self.object.name
-        response = super().form_valid(form)
-        messages.success(self.request, f"Model {name} deleted.")
-        return response

@@ -87,12 +87,6 @@ class HostDeleteView(AdminRequiredMixin, SafeDeleteMixin, DeleteView):
     context_object_name = "host"
     success_url = reverse_lazy("host_list")
 
-    def form_valid(self, form):
-        name = self.object.name
-        response = super().form_valid(form)
-        messages.success(self.request, f"Host {name} deleted.")
-        return response
-
 
 # --- the GPU panel's actions -------------------------------------------------------------------
 def host_gpus_context(host: Host, *, refreshing: bool = False, partial: bool = False) -> dict:

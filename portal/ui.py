@@ -14,6 +14,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.shortcuts import redirect
+from django.utils.text import capfirst
 from django.views.generic import ListView
 
 from . import secrets
@@ -118,17 +119,20 @@ class InvalidFormStatusMixin:
 
 
 class SafeDeleteMixin:
-    """A DeleteView that explains, instead of a 500, when other rows still need the object
-    (e.g. a host with deployments is protected)."""
+    """A DeleteView that says "<Model> <name> deleted." and explains, instead of a 500, when other
+    rows still need the object (e.g. a host with deployments is protected)."""
 
     def form_valid(self, form):
         from django.db.models import ProtectedError, RestrictedError
 
+        name = getattr(self.object, "name", self.object)
         try:
-            return super().form_valid(form)
+            response = super().form_valid(form)
         except (ProtectedError, RestrictedError) as exc:
             blocking = getattr(exc, "protected_objects", None) or getattr(exc, "restricted_objects", ())
             blockers = sorted({str(o) for o in blocking})
             listed = ", ".join(blockers[:5]) + ("…" if len(blockers) > 5 else "")
             messages.error(self.request, f"{self.object} is still used by {listed}; remove those first.")
             return redirect(self.request.path.rsplit("delete/", 1)[0])
+        messages.success(self.request, f"{capfirst(self.model._meta.verbose_name)} {name} deleted.")
+        return response

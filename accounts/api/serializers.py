@@ -9,7 +9,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from channels.models import Model
-from portal.api.serializers import LIMIT_FIELDS, limit_field
+from portal.api.serializers import LIMIT_FIELDS, LimitFields
 
 from .. import services
 from ..choices import Role
@@ -18,7 +18,7 @@ from ..models import ApiToken, AuditLog, User
 # --- users ---------------------------------------------------------------------------------------
 
 
-class UserSerializer(serializers.ModelSerializer):
+class UserSerializer(LimitFields, serializers.ModelSerializer):
     """Admins manage users. The password is write-only and create-only (use `reset-password` later);
     limits are the ceiling for the user's keys and apply to all of them together."""
 
@@ -42,11 +42,6 @@ class UserSerializer(serializers.ModelSerializer):
         help_text='Limits pre-filled on the user\'s new keys, e.g. {"tokens_per_day": 200000}.',
     )
     is_admin = serializers.BooleanField(read_only=True)
-    requests_per_minute = limit_field()
-    tokens_per_minute = limit_field()
-    tokens_per_day = limit_field()
-    tokens_per_month = limit_field()
-    max_parallel_requests = limit_field()
 
     class Meta:
         model = User

@@ -14,12 +14,12 @@ from channels.models import Model
 from keys.choices import KeyState
 from keys.models import Key
 from keys.services import MAX_CIDR_ENTRIES, issue_key, validate_key_settings
-from portal.api.serializers import LIMIT_FIELDS, drf_error, is_admin, limit_field
+from portal.api.serializers import LIMIT_FIELDS, LimitFields, drf_error, is_admin
 
 MAX_GRACE = datetime.timedelta(days=30)
 
 
-class KeySerializer(serializers.ModelSerializer):
+class KeySerializer(LimitFields, serializers.ModelSerializer):
     """A developer key. Only `name` is required; `owner` defaults to the caller (admins may name any
     active user). Limits left out take the owner's key defaults; a limit above the owner's own limit
     is refused."""
@@ -43,11 +43,6 @@ class KeySerializer(serializers.ModelSerializer):
     )
     masked = serializers.CharField(read_only=True)
     state = serializers.ChoiceField(choices=KeyState.choices, read_only=True, help_text="Computed now.")
-    requests_per_minute = limit_field()
-    tokens_per_minute = limit_field()
-    tokens_per_day = limit_field()
-    tokens_per_month = limit_field()
-    max_parallel_requests = limit_field()
 
     class Meta:
         model = Key

@@ -57,3 +57,13 @@ def limit_field() -> serializers.IntegerField:
     return serializers.IntegerField(
         required=False, allow_null=True, validators=LIMIT_VALIDATORS, help_text="Blank/null: unlimited."
     )
+
+
+class LimitFields(serializers.Serializer):
+    """The five limits as API fields (null: unlimited), for users' and keys' serializers."""
+
+    requests_per_minute = limit_field()
+    tokens_per_minute = limit_field()
+    tokens_per_day = limit_field()
+    tokens_per_month = limit_field()
+    max_parallel_requests = limit_field()
