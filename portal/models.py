@@ -17,6 +17,8 @@ LIMIT_VALIDATORS = [MinValueValidator(1), MaxValueValidator(10**12)]
 
 
 class TimeStampedModel(models.Model):
+    """`created` and `updated`, set by the database layer, on every model that has a history."""
+
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 

@@ -10,7 +10,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from portal.api.permissions import IsAdmin
+from portal.permissions import IsAdmin
 
 from .. import services
 from ..filters import ApiTokenFilterSet, AuditLogFilterSet, UserFilterSet

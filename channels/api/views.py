@@ -7,7 +7,7 @@ from rest_framework import viewsets
 
 from channels.filters import ChannelFilterSet, ModelFilterSet
 from channels.models import Channel, Model, ModelRoute
-from portal.api.permissions import IsAdmin, IsAdminOrReadOnly
+from portal.permissions import IsAdmin, IsAdminOrReadOnly
 
 from .serializers import ChannelSerializer, PublicModelSerializer
 

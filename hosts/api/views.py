@@ -17,7 +17,7 @@ from rest_framework.response import Response
 from hosts import services, tasks
 from hosts.filters import HostFilterSet
 from hosts.models import Host
-from portal.api.permissions import IsAdmin
+from portal.permissions import IsAdmin
 
 from .serializers import HostSerializer
 

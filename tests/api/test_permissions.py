@@ -103,7 +103,7 @@ def test_role_matrix(request, world, method, path, body, expected):
 
 
 MY_VIEW_MODULES = {
-    "portal.api.views",
+    "accounts.api.views",
     "hosts.api.views",
     "channels.api.views",
     "keys.api.views",

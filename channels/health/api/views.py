@@ -11,7 +11,7 @@ from rest_framework.views import APIView
 
 from channels.health import alerts, history, schedule, services
 from channels.models import AlertDelivery, AlertTarget, Channel, ProbeResult, StatusChange
-from portal.api.permissions import IsAdmin
+from portal.permissions import IsAdmin
 
 from .serializers import (
     AlertDeliverySerializer,

@@ -24,7 +24,7 @@ from hosts import backends, fit, jobs
 from hosts.choices import JobAction
 from hosts.models import Deployment, LaunchJob
 from hosts.remote import ssh
-from portal.api.permissions import IsAdmin
+from portal.permissions import IsAdmin
 
 from .. import services
 from ..filters import DeploymentFilterSet, LaunchJobFilterSet
