@@ -66,7 +66,7 @@ def snapshot(instance: models.Model, ignore: set[str] | None = None) -> dict[str
 
 
 def diff(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any]:
-    changes = {}
+    changes: dict[str, Any] = {}
     for name, new in after.items():
         old = before.get(name) if before is not None else None
         if before is not None and old == new:
@@ -96,7 +96,7 @@ def record(
         actor=actor if actor is not None and actor.pk else None,
         actor_name=getattr(actor, "username", "") or "",
         action=action,
-        object_type=object_type or (instance._meta.model_name if instance is not None else ""),
+        object_type=object_type or (instance._meta.model_name if instance is not None else "") or "",
         object_id=str(instance.pk) if instance is not None and instance.pk is not None else "",
         object_repr=str(instance)[:200] if instance is not None else "",
         changes=changes or {},

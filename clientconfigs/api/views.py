@@ -69,7 +69,7 @@ class ClientViewSet(viewsets.ViewSet):
     def _own_key(self, key_id) -> Key | None:
         if key_id is None:
             return None
-        key = Key.objects.filter(pk=key_id, owner=self.request.user, revoked_at__isnull=True).first()
+        key = Key.objects.filter(pk=key_id, owner_id=self.request.user.pk, revoked_at__isnull=True).first()
         if key is None:
             raise Http404
         return key
