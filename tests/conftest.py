@@ -2,6 +2,33 @@ import pytest
 
 from portal.choices import Role
 
+# Markers for the fast inner loop, `pytest -m "not services and not slow"` (CONTRIBUTING.md).
+# A test needs a service when it uses a fixture that starts or reaches one, or when its body calls
+# one of tests/services.py's `require_*` checks; modules that are slow as a whole say so themselves
+# with `pytestmark = pytest.mark.slow`.
+SERVICE_FIXTURES = {
+    "ssh_target",  # a real sshd (hosts/)
+    "browser",  # chromium driven by Playwright
+    "spawn_gateway",  # uvicorn subprocesses on PostgreSQL and Redis
+    "llama",  # llama.cpp (xllamacpp) in a subprocess
+    "continue_results",  # npm validators
+    "cline_results",
+    "claude_results",
+}
+SERVICE_CALLS = {"require_redis", "require_postgres", "require_binary", "unavailable", "run_node", "resolved_config"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        code = getattr(getattr(item, "function", None), "__code__", None)
+        called = set(code.co_names) | set(code.co_varnames) if code is not None else set()
+        if (
+            SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+            or SERVICE_CALLS & called
+            or item.get_closest_marker("browser")
+        ):
+            item.add_marker(pytest.mark.services)
+
 
 @pytest.fixture(autouse=True)
 def fast_password_hashing(settings):
