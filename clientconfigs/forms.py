@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import cast
+
 from django import forms
 
 from keys.models import Key
@@ -24,5 +26,6 @@ class ConnectForm(forms.Form):
 
     def __init__(self, *args, user, model_names: list[str], **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["key"].queryset = Key.objects.not_revoked().filter(owner=user).order_by("name")
-        self.fields["model"].choices = [(n, n) for n in model_names]
+        key = cast(forms.ModelChoiceField, self.fields["key"])
+        key.queryset = Key.objects.not_revoked().filter(owner=user).order_by("name")
+        cast(forms.ChoiceField, self.fields["model"]).choices = [(n, n) for n in model_names]

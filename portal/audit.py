@@ -69,7 +69,7 @@ def snapshot(instance: models.Model, ignore: set[str] | None = None) -> dict[str
 
 
 def diff(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any]:
-    changes = {}
+    changes: dict[str, Any] = {}
     for name, new in after.items():
         old = before.get(name) if before is not None else None
         if before is not None and old == new:

@@ -68,11 +68,12 @@ def _friendly_filter_widgets(form) -> None:
         elif isinstance(field, djforms.ModelChoiceField) and not isinstance(field, djforms.ModelMultipleChoiceField):
             field.empty_label = "any"
         elif isinstance(field, djforms.ChoiceField) and not isinstance(field, djforms.MultipleChoiceField):
+            choices: Any = field.choices  # the stubs' union includes the callable form the setter takes
             if hasattr(field, "empty_label"):  # django-filter adds its "---------" while iterating
                 field.empty_label = "any"
-                field.widget.choices = list(field.choices)
+                field.widget.choices = list(choices)
             else:
-                field.choices = [("", "any"), *[c for c in field.choices if c[0] != ""]]
+                field.choices = [("", "any"), *[c for c in choices if c[0] != ""]]
 
 
 def remember_secret(request: HttpRequest, slot: str, value: str) -> None:

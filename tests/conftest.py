@@ -2,6 +2,49 @@ import pytest
 
 from accounts.choices import Role
 
+# Markers for the fast inner loop, `pytest -m "not services and not slow"` (CONTRIBUTING.md).
+# A test needs a service when it uses a fixture that starts or reaches one, or when its body calls
+# one of tests/services.py's `require_*` checks. A test is slow when its module says so
+# (`pytestmark = pytest.mark.slow`) or when it is listed in SLOW below.
+SERVICE_FIXTURES = {
+    "ssh_target",  # a real sshd (hosts/)
+    "browser",  # chromium driven by Playwright
+    "spawn_gateway",  # uvicorn subprocesses on PostgreSQL and Redis
+    "llama",  # llama.cpp (xllamacpp) in a subprocess
+    "continue_results",  # npm validators
+    "cline_results",
+    "claude_results",
+}
+SERVICE_CALLS = {"require_redis", "require_postgres", "require_binary", "unavailable", "run_node", "resolved_config"}
+# Tests that wait on purpose (deadlines, stalls, held slots) or start Python subprocesses: about a
+# second each. Kept here rather than in their modules, as module or test names (parameters included).
+SLOW = {
+    "tests/gateway/test_limits.py",  # every limit twice (Redis and database limiter), held slots
+    "tests/gateway_surfaces/test_limits.py",
+    "tests/gateway/test_failover.py::test_it_fails_over_on_timeout_before_the_first_byte",
+    "tests/gateway/test_failover.py::test_streams_are_relayed_without_buffering",
+    "tests/health/test_probes.py::test_a_stream_stalling_after_the_first_chunk_is_recorded_as_stalled",
+    "tests/health/test_probes.py::test_a_slow_first_token_degrades_the_channel",
+    "tests/health/test_probes.py::test_probes_run_concurrently_not_one_after_another",
+    "tests/health/test_probes.py::test_the_semaphore_bounds_probes_in_flight",
+    "tests/portal/test_settings.py::test_a_bad_value_stops_the_process_at_start_naming_the_variable",
+}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        code = getattr(getattr(item, "function", None), "__code__", None)
+        called = set(code.co_names) | set(code.co_varnames) if code is not None else set()
+        if (
+            SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+            or SERVICE_CALLS & called
+            or item.get_closest_marker("browser")
+        ):
+            item.add_marker(pytest.mark.services)
+        name = item.nodeid.split("[", 1)[0]
+        if name in SLOW or name.split("::", 1)[0] in SLOW:
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(autouse=True)
 def fast_password_hashing(settings):

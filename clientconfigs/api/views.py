@@ -69,7 +69,7 @@ class ClientViewSet(viewsets.ViewSet):
     def _own_key(self, key_id) -> Key | None:
         if key_id is None:
             return None
-        key = Key.objects.not_revoked().filter(pk=key_id, owner=self.request.user).first()
+        key = Key.objects.not_revoked().filter(pk=key_id, owner_id=self.request.user.pk).first()
         if key is None:
             raise Http404
         return key

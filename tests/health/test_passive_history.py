@@ -140,7 +140,10 @@ def test_prune_drops_raw_probes_past_retention_but_keeps_aggregates(make_channel
     assert ProbeHourly.objects.count() == 1
 
 
-def test_series_and_badge_summaries(make_channel):
+def test_series_and_badge_summaries(make_channel, monkeypatch):
+    # A clock pinned mid-hour: "3 minutes ago" must fall in the current hour, whatever the real time.
+    now = timezone.now().replace(minute=30, second=0, microsecond=0)
+    monkeypatch.setattr(timezone, "now", lambda: now)
     ch = make_channel("chart", "http://127.0.0.1:9/v1")
     for m in range(0, 180, 10):
         _probe(ch, m, ttft=100.0 + m)

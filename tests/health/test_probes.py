@@ -147,10 +147,13 @@ def test_a_stream_stalling_after_the_first_chunk_is_recorded_as_stalled(upstream
     assert not probe.ok and probe.error == "stalled" and probe.ttfb_ms is not None
 
 
-def test_a_slow_first_token_degrades_the_channel(upstream, make_channel):
+def test_a_slow_first_token_degrades_the_channel(upstream, make_channel, settings):
+    # Far apart on both sides of the threshold, so a busy machine cannot push a fast answer over it
+    # and the slow one never hits the probe timeout.
+    settings.PORTAL_PROBE_TIMEOUT = 10.0
     up = upstream()
-    up.behave(mode="slow", delay=0.3)
-    ch = make_channel("slow", up.base_url, ttft_degraded_ms=100)
+    up.behave(mode="slow", delay=1.5)
+    ch = make_channel("slow", up.base_url, ttft_degraded_ms=1000)
     Channel.objects.filter(pk=ch.pk).update(status=ChannelStatus.HEALTHY)
 
     services.run_round()
