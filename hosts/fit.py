@@ -346,6 +346,7 @@ def estimate(req: FitRequest) -> Estimate:
     kv_per_token = int(2 * layers_on_gpu * arch.kv_heads * arch.head_dim * KV_BYTES.get(req.kv_dtype, 2))
     kv_tokens_per_ctx = req.parallel
 
+    available: float
     if req.backend == "llamacpp":
         base = 0.25 * GiB * n_gpus
         # The output layer (and its f32 logits for one micro-batch) is on the GPU only when every

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from django import forms
 from django.core.exceptions import ValidationError
@@ -13,12 +13,25 @@ from ..models import Deployment, Host
 from . import services
 
 
+class _FieldArgs(TypedDict):
+    label: str
+    required: bool
+    help_text: str
+
+
+def _int_bound(bound: float | None) -> int | None:
+    """An int option's bound (declared as ints; `Option.min`/`max` are typed for float options too)."""
+    return None if bound is None else int(bound)
+
+
 def _option_field(opt: backends.Option) -> forms.Field:
-    common = {"label": opt.label, "required": False, "help_text": opt.help}
+    common: _FieldArgs = {"label": opt.label, "required": False, "help_text": opt.help}
     if opt.type is bool:
         return forms.BooleanField(initial=bool(opt.default), **common)
     if opt.type is int:
-        return forms.IntegerField(initial=opt.default, min_value=opt.min, max_value=opt.max, **common)
+        return forms.IntegerField(
+            initial=opt.default, min_value=_int_bound(opt.min), max_value=_int_bound(opt.max), **common
+        )
     if opt.type is float:
         return forms.FloatField(initial=opt.default, min_value=opt.min, max_value=opt.max, step_size=None, **common)
     return forms.ChoiceField(initial=opt.default, choices=[(c, c or "none") for c in opt.choices], **common)
@@ -61,7 +74,9 @@ class DeploymentForm(forms.Form):
             kwargs["initial"] = initial
         super().__init__(*args, **kwargs)
         self.host, self.instance = host, instance
-        self.fields["gpu_indices"].choices = [
+        gpu_field = self.fields["gpu_indices"]
+        assert isinstance(gpu_field, forms.TypedMultipleChoiceField)  # declared above; narrows `Field`
+        gpu_field.choices = [
             (
                 g.index,
                 f"#{g.index} {g.name} ({(g.memory_free_mib or 0) / 1024:.1f} of "
@@ -81,7 +96,8 @@ class DeploymentForm(forms.Form):
         return [(kind, impl.label, self.option_fields(kind)) for kind, impl in backends.REGISTRY.items()]
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data  # what Form.clean() returns; its stub says it may be None
         backend = data.get("backend")
         if not backend or self.errors:
             return data

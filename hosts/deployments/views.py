@@ -134,7 +134,7 @@ def deployment_action(request: HttpRequest, pk: int, action: str) -> HttpRespons
                 "action": action,
                 "label": JobAction(action).label,
                 "question": f"{JobAction(action).label} {deployment.name}?",
-                "explain": ACTIONS[action],
+                "explain": ACTIONS[JobAction(action)],
                 "danger": action == JobAction.STOP,
             },
         )

@@ -34,7 +34,9 @@ def alive_test(pid: int) -> str:
 
 
 def is_alive(remote: Remote, pid: int | None) -> bool:
-    return bool(pid) and remote.run(alive_test(pid)).ok
+    if not pid:
+        return False
+    return remote.run(alive_test(pid)).ok
 
 
 def read_pidfile(remote: Remote, folder: str) -> int | None:
