@@ -1,3 +1,5 @@
+from typing import Any
+
 from django.apps import AppConfig
 
 
@@ -10,7 +12,10 @@ class AccountsConfig(AppConfig):
 
         from .models import ApiToken, AuditLog, User
 
-        audit.set_sink(lambda entry: AuditLog.objects.create(**entry))
+        def store(entry: dict[str, Any]) -> None:
+            AuditLog.objects.create(**entry)
+
+        audit.set_sink(store)
         audit.register(User, ignore={"last_login"})
         # Who minted or revoked a script's credential matters; the hash shows only as "set".
         audit.register(ApiToken, ignore={"last_used_at"})

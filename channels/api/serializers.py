@@ -34,7 +34,7 @@ class ChannelSerializer(serializers.ModelSerializer):
         help_text="Sent upstream by the gateway; write-only.",
     )
     has_api_key = serializers.SerializerMethodField()
-    models = serializers.SlugRelatedField(
+    models: serializers.SlugRelatedField[Model] = serializers.SlugRelatedField(
         slug_field="name", many=True, read_only=True, help_text="Public models routed to this channel."
     )
 
