@@ -7,7 +7,7 @@ are all it needs, and they are cheap.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
 SSE_HEADERS = [
