@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
@@ -12,6 +12,9 @@ from portal.fields import EncryptedTextField
 from portal.models import TimeStampedModel
 
 from .choices import AlertKind, ChannelKind, ChannelStatus, ProbeSource
+
+if TYPE_CHECKING:
+    from .health.history import HealthSummary
 
 MODEL_NAME_VALIDATOR = RegexValidator(
     r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$",
@@ -109,6 +112,8 @@ class Channel(TimeStampedModel):
     alerted_at = models.DateTimeField(null=True, blank=True)
 
     objects = ChannelQuerySet.as_manager()
+
+    health: HealthSummary  # only after `channels.health.history.attach_health()`; never stored
 
     class Meta:
         ordering = ["-priority", "name"]

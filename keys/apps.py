@@ -1,3 +1,5 @@
+from typing import Any
+
 from django.apps import AppConfig
 
 
@@ -15,7 +17,7 @@ class KeysConfig(AppConfig):
         dashboard.register_context(lambda user: {"my_active_keys": _active_keys(owner=user)})
 
 
-def _active_keys(**filters) -> int:
+def _active_keys(**filters: Any) -> int:
     from .models import Key
 
     return Key.objects.unexpired().filter(**filters).count()

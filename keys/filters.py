@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import django_filters
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from accounts.models import User
 from channels.models import Model
 from portal.filters import search
 
-from .models import Key
+from .models import Key, KeyQuerySet
 
 KEY_STATES = [("active", "Active"), ("expired", "Expired"), ("revoked", "Revoked")]
 
 
-class KeyFilterSet(django_filters.FilterSet):
+class KeyFilterSet(django_filters.FilterSet):  # type: ignore[misc]  # django-filter ships no type hints
     q = django_filters.CharFilter(method="filter_q", label="Search")
     owner = django_filters.ModelChoiceFilter(queryset=User.objects.all())
     state = django_filters.ChoiceFilter(choices=KEY_STATES, method="filter_state", label="State")
@@ -27,10 +28,10 @@ class KeyFilterSet(django_filters.FilterSet):
         model = Key
         fields = ["q", "owner", "state", "model", "client", "name"]
 
-    def filter_q(self, queryset, name, value):
+    def filter_q(self, queryset: QuerySet[Key], name: str, value: str) -> QuerySet[Key]:
         return search(queryset, ("name", "prefix", "last_four", "owner__username", "client"), value)
 
-    def filter_state(self, queryset, name, value):
+    def filter_state(self, queryset: KeyQuerySet, name: str, value: str) -> KeyQuerySet:
         if value == "revoked":
             return queryset.filter(revoked_at__isnull=False)
         if value == "expired":

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import datetime
+from typing import TYPE_CHECKING, Any, cast
 
 from django import forms
-from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
 
+from accounts.models import User
 from channels.models import Model
 from portal.forms import LIMIT_LABELS
 from portal.ui import add_validation_errors
@@ -15,7 +17,12 @@ from portal.ui import add_validation_errors
 from .models import Key
 from .services import validate_key_settings
 
-User = get_user_model()
+if TYPE_CHECKING:
+    from django.forms import BoundField
+
+    _UserChoiceField = forms.ModelChoiceField[User]
+else:
+    _UserChoiceField = forms.ModelChoiceField  # Django's form fields take no [] at runtime
 
 GRACE_CHOICES = [
     ("0", "No grace: the old key stops now"),
@@ -25,8 +32,10 @@ GRACE_CHOICES = [
 ]
 
 
-class OwnerChoiceField(forms.ModelChoiceField):
-    def label_from_instance(self, obj) -> str:
+class OwnerChoiceField(_UserChoiceField):
+    queryset: QuerySet[User]  # KeyForm always sets one
+
+    def label_from_instance(self, obj: User) -> str:
         return f"{obj.username} ({obj.get_role_display().lower()})"
 
 
@@ -60,7 +69,7 @@ class KeyForm(forms.Form):
         help_text="UTC. Blank: never expires.",
     )
 
-    def __init__(self, *args, user, instance: Key | None = None, **kwargs):
+    def __init__(self, *args: Any, user: User, instance: Key | None = None, **kwargs: Any) -> None:
         self.instance = instance
         if instance is not None:
             kwargs["initial"] = {
@@ -74,17 +83,18 @@ class KeyForm(forms.Form):
             }
         super().__init__(*args, **kwargs)
         self.user = user
+        owner = cast(OwnerChoiceField, self.fields["owner"])
         if instance is not None:
-            self.fields["owner"].queryset = User.objects.filter(pk=instance.owner_id)
-            self.fields["owner"].widget = forms.HiddenInput()
-            self.fields["owner"].disabled = True  # posted owner values are ignored
+            owner.queryset = User.objects.filter(pk=instance.owner_id)
+            owner.widget = forms.HiddenInput()
+            owner.disabled = True  # posted owner values are ignored
         elif user.is_admin:
-            self.fields["owner"].queryset = User.objects.filter(is_active=True).order_by("username")
-            self.fields["owner"].error_messages["invalid_choice"] = "Choose an active user."
+            owner.queryset = User.objects.filter(is_active=True).order_by("username")
+            owner.error_messages["invalid_choice"] = "Choose an active user."
         else:
-            self.fields["owner"].queryset = User.objects.filter(pk=user.pk)
-            self.fields["owner"].widget = forms.HiddenInput()
-        self.fields["owner"].initial = self.fields["owner"].initial or user.pk
+            owner.queryset = User.objects.filter(pk=user.pk)
+            owner.widget = forms.HiddenInput()
+        owner.initial = owner.initial or user.pk
         for name, label in LIMIT_LABELS.items():
             # No min/max here: keys.services.validate_key_settings owns those rules (and the ceilings).
             self.fields[name] = forms.IntegerField(label=label, required=False)
@@ -107,31 +117,33 @@ class KeyForm(forms.Form):
                 help_bits.append(f"At most {ceiling:,}.")
             field.help_text = " ".join(help_bits)
 
-    def _owner_for_display(self):
+    def _owner_for_display(self) -> User | None:
         if self.instance is not None:
             return self.instance.owner
-        raw = self.data.get("owner") if self.is_bound else self.initial.get("owner", self.fields["owner"].initial)
+        owner = cast(OwnerChoiceField, self.fields["owner"])
+        raw = self.data.get("owner") if self.is_bound else self.initial.get("owner", owner.initial)
         try:
-            return self.fields["owner"].queryset.filter(pk=int(str(raw))).first()
+            return owner.queryset.filter(pk=int(str(raw))).first()
         except (TypeError, ValueError):
             return None
 
     @property
-    def limit_fields(self):
+    def limit_fields(self) -> list[BoundField]:
         return [self[name] for name in LIMIT_LABELS]
 
     @property
-    def main_fields(self):
+    def main_fields(self) -> list[BoundField]:
         return [self[name] for name in ("owner", "name", "allowed_models", "ip_allowlist", "expires_at")]
 
     def clean_name(self) -> str:
-        name = self.cleaned_data["name"].strip()
+        name: str = self.cleaned_data["name"].strip()
         if not name:
             raise ValidationError("Enter a name.")
         return name
 
-    def clean(self):
+    def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
+        assert cleaned is not None  # Form.clean() returns cleaned_data
         owner = cleaned.get("owner")
         if owner is None:
             return cleaned
@@ -157,11 +169,11 @@ class KeyForm(forms.Form):
         except ValidationError as exc:
             add_validation_errors(self, exc)
             return cleaned
-        settings["expires_at"] = self.instance.expires_at if kept_expiry else expires_at
+        settings["expires_at"] = cast(Key, self.instance).expires_at if kept_expiry else expires_at
         self.settings = settings
         return cleaned
 
-    def _unchanged_expiry(self, value) -> bool:
+    def _unchanged_expiry(self, value: datetime.datetime | None) -> bool:
         """Editing an expired key without touching its expiry is fine (the minute-precision field
         cannot round-trip the stored seconds, so compare by minute)."""
         old = self.instance.expires_at if self.instance is not None else None
@@ -172,6 +184,7 @@ class KeyForm(forms.Form):
     def apply(self) -> Key:
         """Save the edited settings onto `instance` (audited by the model signals)."""
         key, s = self.instance, self.settings
+        assert key is not None  # only edits call apply()
         key.name = self.cleaned_data["name"]
         for name in LIMIT_LABELS:
             setattr(key, name, s.get(name))
@@ -181,7 +194,7 @@ class KeyForm(forms.Form):
         key.allowed_models.set(s.get("allowed_models") or [])
         return key
 
-    def issue_kwargs(self) -> dict:
+    def issue_kwargs(self) -> dict[str, Any]:
         """Arguments for `keys.services.issue_key`; blank limits are left out so owner defaults apply."""
         s = self.settings
         kwargs = {n: s[n] for n in LIMIT_LABELS if s.get(n) is not None}

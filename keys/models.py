@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Self
+from typing import TYPE_CHECKING, Self, TypeVar
 
 from django.conf import settings
 from django.db import models
@@ -12,20 +12,26 @@ from portal.models import Limits, ShownOnceQuerySet, ShownOnceSecret
 
 from .choices import ApiSurface, KeyState, UsageStatus
 
+if TYPE_CHECKING:
+    from accounts.models import User
+
 KEY_PREFIX = "gp-"
 
+_M = TypeVar("_M", bound=models.Model)
 
-class OwnedQuerySet(models.QuerySet):
+
+class OwnedQuerySet(models.QuerySet[_M]):
     """Rows that belong to one user through `owner_field`."""
 
     owner_field = "user"
 
-    def visible_to(self, user) -> Self:
+    def visible_to(self, user: User) -> Self:
         """Admins see every row; anyone else only their own (another user's rows are 404)."""
         return self.all() if user.is_admin else self.filter(**{self.owner_field: user})
 
 
-class KeyQuerySet(ShownOnceQuerySet, OwnedQuerySet):
+# django-stubs generates as_manager() from the first base only, so it cannot match the second's.
+class KeyQuerySet(ShownOnceQuerySet["Key"], OwnedQuerySet["Key"]):  # type: ignore[override]
     """`not_revoked()`, `unexpired()` (the key lists' "active" state; ignores the owner), `active()`."""
 
     owner_field = "owner"
@@ -61,6 +67,8 @@ class Key(ShownOnceSecret, Limits):
     client = models.CharField(max_length=32, blank=True, help_text="Client config this key was minted for.")
 
     objects = KeyQuerySet.as_manager()
+
+    plaintext: str  # only on a key just issued by the API (`KeySerializer.create`); never stored
 
     class Meta:
         ordering = ["-created"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -13,6 +14,9 @@ from django.utils import timezone
 from channels.models import Model
 
 from .models import Key
+
+if TYPE_CHECKING:
+    from accounts.models import User
 
 
 def clean_presented_key(raw: str | None) -> str:
@@ -24,7 +28,7 @@ def clean_presented_key(raw: str | None) -> str:
 
 
 @transaction.atomic
-def issue_key(*, owner, name: str, allowed_models: Iterable = (), **fields) -> tuple[Key, str]:
+def issue_key(*, owner: User, name: str, allowed_models: Iterable[Model] = (), **fields: Any) -> tuple[Key, str]:
     """Create a key and return it with its plaintext, which is never stored."""
     stored, plaintext = Key.mint()
     defaults = {k: v for k, v in (owner.key_defaults or {}).items() if k in Key.LIMIT_FIELDS}
@@ -92,7 +96,7 @@ def rotate_key(key: Key, *, grace: datetime.timedelta | None = None) -> tuple[Ke
 MAX_CIDR_ENTRIES = 50
 
 
-def normalize_cidrs(entries) -> list[str]:
+def normalize_cidrs(entries: str | Iterable[object] | None) -> list[str]:
     """Canonical CIDR strings, or ValueError naming the bad entry."""
     if isinstance(entries, str):
         entries = [e for e in entries.replace(",", "\n").split()]
@@ -111,17 +115,17 @@ def normalize_cidrs(entries) -> list[str]:
 
 
 def validate_key_settings(
-    owner,
+    owner: User,
     *,
-    limits: dict | None = None,
-    allowed_models=None,
-    ip_allowlist=None,
-    expires_at=None,
-) -> dict:
+    limits: dict[str, Any] | None = None,
+    allowed_models: Iterable[Model] | None = None,
+    ip_allowlist: str | Iterable[object] | None = None,
+    expires_at: datetime.datetime | None = None,
+) -> dict[str, Any]:
     """Check a key's settings against its owner; return cleaned values or raise ValidationError
     with field errors. Used by both the key form and the key serializer, so the rules are one."""
     errors: dict[str, list[str]] = {}
-    cleaned: dict = {}
+    cleaned: dict[str, Any] = {}
     for name, value in (limits or {}).items():
         if value in (None, ""):
             cleaned[name] = None

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.db import IntegrityError, transaction
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views import View
@@ -13,48 +16,59 @@ from portal.ui import AdminRequiredMixin, FilteredListView, done, pop_secret, re
 
 from .filters import KeyFilterSet
 from .forms import KeyForm, RotateForm
-from .models import Key
+from .models import Key, KeyQuerySet
 from .services import issue_key, revoke_key, rotate_key
 
+if TYPE_CHECKING:
+    from accounts.models import User
+    from portal.permissions import AuthenticatedHttpRequest
 
-def visible_keys(user):
+    _KeyDetailView = DetailView[Key]
+else:
+    _KeyDetailView = DetailView  # Django's generic views take no [] at runtime
+
+
+def visible_keys(user: User) -> KeyQuerySet:
     return Key.objects.select_related("owner").prefetch_related("allowed_models").visible_to(user)
 
 
 class MyKeyListView(LoginRequiredMixin, FilteredListView):
+    request: AuthenticatedHttpRequest
     model = Key
     filterset_class = KeyFilterSet
     template_name = "keys/key_list.html"
 
-    def get_base_queryset(self):
+    def get_base_queryset(self) -> KeyQuerySet:
         return visible_keys(self.request.user).filter(owner=self.request.user).order_by("revoked_at", "-created")
 
-    def get_context_data(self, **kwargs):
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         return super().get_context_data(filter_fields=["state"], title="My keys", show_owner=False, **kwargs)
 
 
 class AllKeyListView(AdminRequiredMixin, FilteredListView):
+    request: AuthenticatedHttpRequest
     model = Key
     filterset_class = KeyFilterSet
     template_name = "keys/key_list.html"
 
-    def get_base_queryset(self):
+    def get_base_queryset(self) -> KeyQuerySet:
         return visible_keys(self.request.user).order_by("revoked_at", "-created")
 
-    def get_context_data(self, **kwargs):
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         return super().get_context_data(filter_fields=["owner", "state"], title="All keys", show_owner=True, **kwargs)
 
 
 class KeyCreateView(LoginRequiredMixin, View):
+    request: AuthenticatedHttpRequest
     template_name = "keys/key_form.html"
 
-    def get(self, request):
-        initial = {}
+    def get(self, request: AuthenticatedHttpRequest) -> HttpResponse:
+        initial: dict[str, int] = {}
         if request.user.is_admin and request.GET.get("owner", "").isdigit():
             initial["owner"] = int(request.GET["owner"])
         return render(request, self.template_name, {"form": KeyForm(user=request.user, initial=initial)})
 
-    def post(self, request):
+    def post(self, request: AuthenticatedHttpRequest) -> HttpResponse:
         form = KeyForm(request.POST, user=request.user)
         if not form.is_valid():
             return render(request, self.template_name, {"form": form}, status=400)
@@ -65,14 +79,15 @@ class KeyCreateView(LoginRequiredMixin, View):
         return done(request, f"Key “{key.name}” created{owner}. Copy it now.", "key_detail", key.pk)
 
 
-class KeyDetailView(LoginRequiredMixin, DetailView):
+class KeyDetailView(LoginRequiredMixin, _KeyDetailView):
+    request: AuthenticatedHttpRequest
     template_name = "keys/key_detail.html"
     context_object_name = "key"
 
-    def get_queryset(self):
+    def get_queryset(self) -> KeyQuerySet:
         return visible_keys(self.request.user)
 
-    def get_context_data(self, **kwargs):
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         key = self.object
         context["plaintext"] = pop_secret(self.request, f"key-{key.pk}")
@@ -83,16 +98,17 @@ class KeyDetailView(LoginRequiredMixin, DetailView):
 class KeyEditView(LoginRequiredMixin, View):
     """Change a key's name, models, IP allowlist, expiry and limits (the same rules as create)."""
 
+    request: AuthenticatedHttpRequest
     template_name = "keys/key_form.html"
 
     def get_key(self) -> Key:
         return get_object_or_404(visible_keys(self.request.user).not_revoked(), pk=self.kwargs["pk"])
 
-    def get(self, request, pk):
+    def get(self, request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         key = self.get_key()
         return render(request, self.template_name, {"form": KeyForm(user=request.user, instance=key), "key": key})
 
-    def post(self, request, pk):
+    def post(self, request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         key = self.get_key()
         form = KeyForm(request.POST, user=request.user, instance=key)
         if not form.is_valid():
@@ -104,10 +120,12 @@ class KeyEditView(LoginRequiredMixin, View):
 
 
 class KeyRevokeView(LoginRequiredMixin, View):
+    request: AuthenticatedHttpRequest
+
     def get_key(self) -> Key:
         return get_object_or_404(visible_keys(self.request.user).not_revoked(), pk=self.kwargs["pk"])
 
-    def get(self, request, pk):
+    def get(self, request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         key = self.get_key()
         return render(
             request,
@@ -122,22 +140,23 @@ class KeyRevokeView(LoginRequiredMixin, View):
             },
         )
 
-    def post(self, request, pk):
+    def post(self, request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         key = self.get_key()
         revoke_key(key)
         return done(request, f"Key “{key.name}” ({key.masked}) revoked.", "key_detail", key.pk)
 
 
 class KeyRotateView(LoginRequiredMixin, View):
+    request: AuthenticatedHttpRequest
     template_name = "keys/key_rotate.html"
 
     def get_key(self) -> Key:
         return get_object_or_404(visible_keys(self.request.user).not_revoked(), pk=self.kwargs["pk"])
 
-    def get(self, request, pk):
+    def get(self, request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         return render(request, self.template_name, {"key": self.get_key(), "form": RotateForm()})
 
-    def post(self, request, pk):
+    def post(self, request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         key = self.get_key()
         form = RotateForm(request.POST)
         if not form.is_valid():

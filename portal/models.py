@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hmac
 import secrets as pysecrets
-from typing import ClassVar, Self
+from typing import ClassVar, Self, TypeVar
 
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -54,7 +54,10 @@ class Limits(models.Model):
         return {f: getattr(self, f) for f in self.LIMIT_FIELDS}
 
 
-class ShownOnceQuerySet(models.QuerySet):
+_M = TypeVar("_M", bound=models.Model)
+
+
+class ShownOnceQuerySet(models.QuerySet[_M]):
     def not_revoked(self) -> Self:
         """Still holding their name: usable, expired or in a rotation's grace period."""
         return self.filter(revoked_at__isnull=True)

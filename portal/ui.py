@@ -12,7 +12,7 @@ from typing import Any
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponseRedirect
 from django.shortcuts import redirect
 from django.utils.text import capfirst
 from django.views.generic import ListView
@@ -48,7 +48,7 @@ class FilteredListView(ListView):
         page = paginator.get_page(self.request.GET.get("page"))
         return paginator, page, page.object_list, page.has_other_pages()
 
-    def get_context_data(self, **kwargs):
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         context["filter"] = self.filterset
         query = self.request.GET.copy()
@@ -104,7 +104,9 @@ def add_validation_errors(form, exc: ValidationError) -> None:
         form.add_error(None, exc.messages)
 
 
-def done(request: HttpRequest, message: str, to: str, *args, level: int = messages.SUCCESS, **kwargs):
+def done(
+    request: HttpRequest, message: str, to: str, *args, level: int = messages.SUCCESS, **kwargs
+) -> HttpResponseRedirect:
     """Flash `message` and redirect: every action ends this way."""
     messages.add_message(request, level, message)
     return redirect(to, *args, **kwargs)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from typing import Any
 
 import httpx
 from django.conf import settings
@@ -29,7 +30,7 @@ from channels.models import AlertDelivery, AlertTarget, Channel, StatusChange
 logger = logging.getLogger(__name__)
 
 QUIET = {"", ChannelStatus.UNKNOWN}  # a new channel coming up is not news
-SEVERITY = {
+SEVERITY: dict[str, int] = {
     ChannelStatus.HEALTHY: 0,
     ChannelStatus.UNKNOWN: 0,
     ChannelStatus.DEGRADED: 1,
@@ -79,7 +80,7 @@ def _label(status: str) -> str:
         return status
 
 
-def payload(ch: Channel, change: StatusChange, previous: str, folded: int) -> dict:
+def payload(ch: Channel, change: StatusChange, previous: str, folded: int) -> dict[str, Any]:
     link = f"{settings.PORTAL_PUBLIC_URL}/channels/{ch.pk}/health/" if settings.PORTAL_PUBLIC_URL else ""
     text = f"[Gateway Portal] Channel {ch.name} is {_label(ch.status).lower()} (was {_label(previous).lower()})."
     if ch.status_message:
@@ -112,7 +113,7 @@ def deliver(ch: Channel, change: StatusChange, *, previous: str, folded: int = 0
     return sent
 
 
-def send(target: AlertTarget, body: dict) -> tuple[bool, str]:
+def send(target: AlertTarget, body: dict[str, Any]) -> tuple[bool, str]:
     """Send one notification; returns (ok, error). Never raises: a broken target must not stop a round."""
     try:
         if target.kind == AlertKind.WEBHOOK:

@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from django import forms
 
 from channels.choices import AlertKind
 from channels.health.schedule import MAX_INTERVAL, MIN_INTERVAL
 from channels.models import AlertTarget, Channel
 
+if TYPE_CHECKING:
+    _AlertTargetModelForm = forms.ModelForm[AlertTarget]
+    _ChannelModelForm = forms.ModelForm[Channel]
+else:  # Django's forms take no [] at runtime
+    _AlertTargetModelForm = _ChannelModelForm = forms.ModelForm
 
-class AlertTargetForm(forms.ModelForm):
+
+class AlertTargetForm(_AlertTargetModelForm):
     class Meta:
         model = AlertTarget
         fields = ["name", "kind", "url", "email", "enabled"]
 
-    def clean(self):
+    def clean(self) -> dict[str, Any]:
         data = super().clean()
+        assert data is not None  # ModelForm.clean() returns cleaned_data
         kind = data.get("kind")
         if kind == AlertKind.WEBHOOK:
             if not data.get("url"):
@@ -33,7 +42,7 @@ class ProbeScheduleForm(forms.Form):
     enabled = forms.BooleanField(required=False, label="Probing enabled")
 
 
-class ProbeSettingsForm(forms.ModelForm):
+class ProbeSettingsForm(_ChannelModelForm):
     class Meta:
         model = Channel
         fields = ["probe_inference", "probe_max_tokens", "ttft_degraded_ms"]

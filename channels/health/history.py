@@ -5,7 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, Max, Q, Sum
@@ -41,7 +43,7 @@ def prune(now: dt.datetime | None = None) -> dict[str, int]:
     return {"probes": probes, "hours": hours, "status_changes": changes, "deliveries": deliveries, "passive": stale}
 
 
-def summarize(rows: list[ProbeResult]) -> dict:
+def summarize(rows: list[ProbeResult]) -> dict[str, Any]:
     samples = sum(r.samples for r in rows)
     failures = sum(r.failures for r in rows)
     ttfts = [r.ttft_ms for r in rows if r.ttft_ms is not None]
@@ -75,12 +77,12 @@ def aggregate_hours(hours_back: int = 3, now: dt.datetime | None = None) -> int:
 RANGES = {"24h": dt.timedelta(hours=24), "7d": dt.timedelta(days=7)}
 
 
-def series(channel: Channel, range_: str = "24h", now: dt.datetime | None = None) -> dict:
+def series(channel: Channel, range_: str = "24h", now: dt.datetime | None = None) -> dict[str, Any]:
     """Chart data: hourly p50/p95 TTFT and error ratio. Raw rows for 24 h, aggregates (+ today) for 7 d."""
     now = now or timezone.now()
     span = RANGES.get(range_, RANGES["24h"])
     start = _hour(now - span) + dt.timedelta(hours=1)
-    points: dict[dt.datetime, dict] = {}
+    points: dict[dt.datetime, dict[str, Any]] = {}
     raw_from = start if range_ == "24h" else _hour(now) - dt.timedelta(hours=1)
     if range_ != "24h":
         for h in ProbeHourly.objects.filter(channel=channel, hour__gte=start, hour__lt=raw_from):
@@ -153,10 +155,11 @@ def attach_health(channels: list[Channel], now: dt.datetime | None = None) -> li
     for cid, created, ttft in ProbeResult.objects.filter(
         channel_id__in=ids, created__gte=first_hour, ttft_ms__isnull=False
     ).values_list("channel_id", "created", "ttft_ms"):
+        assert ttft is not None  # filtered on ttft_ms__isnull=False
         spark[cid][_hour(created)].append(ttft)
     hours = [first_hour + dt.timedelta(hours=i) for i in range(24)]
     for c in channels:
-        r = ratio.get(c.pk) or {}
+        r: Mapping[str, Any] = ratio.get(c.pk) or {}
         n, f = r.get("n") or 0, r.get("f") or 0
         per_hour = spark.get(c.pk, {})
         c.health = HealthSummary(
@@ -172,7 +175,7 @@ def attach_health(channels: list[Channel], now: dt.datetime | None = None) -> li
     return channels
 
 
-def dashboard(limit: int = 5) -> dict:
+def dashboard(limit: int = 5) -> dict[str, Any]:
     """Context for the health dashboard partial: channels by status, slowest, recent changes."""
     counts = dict(Channel.objects.enabled().values_list("status").annotate(n=Count("id")).values_list("status", "n"))
     by_status = [{"status": s.value, "label": s.label, "count": counts.get(s.value, 0)} for s in ChannelStatus]

@@ -12,10 +12,14 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import httpcore
 from httpcore._utils import is_socket_readable
+
+if TYPE_CHECKING:
+    from httpcore._backends.base import SOCKET_OPTION
 
 _CHUNK = 64 * 1024
 
@@ -91,7 +95,7 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         port: int,
         timeout: float | None = None,  # noqa: ASYNC109
         local_address: str | None = None,
-        socket_options=None,
+        socket_options: Iterable[SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         try:
             async with asyncio.timeout(timeout):
@@ -109,7 +113,12 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
                 sock.setsockopt(*option)
         return AsyncioStream(reader, writer)
 
-    async def connect_unix_socket(self, path: str, timeout: float | None = None, socket_options=None):  # noqa: ASYNC109
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109
+        socket_options: Iterable[SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
         raise httpcore.ConnectError("unix sockets are not used by the probe")
 
     async def sleep(self, seconds: float) -> None:

@@ -27,8 +27,12 @@ import logging
 import threading
 import time
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from django.conf import settings
+
+if TYPE_CHECKING:
+    from redis import Redis
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +134,7 @@ def tally(outcomes: list[Outcome]) -> dict[int, Tally]:
 # --- cross-process: gateway side ---------------------------------------------------------------
 
 
-def _redis():
+def _redis() -> Redis | None:
     from django.conf import settings
 
     url = getattr(settings, "REDIS_URL", "")

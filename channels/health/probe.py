@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpcore
 import httpx
@@ -136,7 +138,7 @@ def _parse_models(body: Any) -> dict[str, int | None]:
     return served
 
 
-async def _discover(client: httpx.AsyncClient, target: Target, timer: _Timer, models_body: Any) -> dict:
+async def _discover(client: httpx.AsyncClient, target: Target, timer: _Timer, models_body: Any) -> dict[str, Any]:
     if models_body is None:
         models_body = await _get_json(client, f"{target.base_url}/models", target, timer, "model list")
     served = _parse_models(models_body)
@@ -275,7 +277,10 @@ def _reason(exc: Exception) -> str:
     return (str(exc) or exc.__class__.__name__)[:200]
 
 
-def run_loop(coro):
+_T = TypeVar("_T")
+
+
+def run_loop(coro: Coroutine[Any, Any, _T]) -> _T:
     """Run `coro` on a fresh event loop: uvloop when installed (it comes with uvicorn[standard] and
     roughly halves the CPU a probe round costs), else asyncio's own."""
     try:
@@ -286,7 +291,9 @@ def run_loop(coro):
         return runner.run(coro)
 
 
-def make_client(*, connect_timeout: float, timeout: float, ssl_context=None) -> httpx.AsyncClient:
+def make_client(
+    *, connect_timeout: float, timeout: float, ssl_context: ssl.SSLContext | None = None
+) -> httpx.AsyncClient:
     transport = httpx.AsyncHTTPTransport(
         verify=ssl_context if ssl_context is not None else True,
         limits=httpx.Limits(max_connections=2, max_keepalive_connections=1),

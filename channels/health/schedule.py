@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from django_celery_beat.models import PeriodicTask
+
 PROBE_TASK_NAME = "Probe all channels"
 DEFAULT_TASKS = (
     # (periodic task name, celery task, every, period)
@@ -12,7 +17,7 @@ DEFAULT_TASKS = (
 MIN_INTERVAL, MAX_INTERVAL = 10, 86_400
 
 
-def ensure_default_schedule(interval_model, task_model) -> None:
+def ensure_default_schedule(interval_model: Any, task_model: Any) -> None:
     """Create the default periodic tasks if missing; never touches ones an admin has edited.
 
     Takes the model classes so the data migration can pass its historical models.
@@ -24,14 +29,14 @@ def ensure_default_schedule(interval_model, task_model) -> None:
         task_model.objects.create(name=name, task=task, interval=interval, enabled=True)
 
 
-def probe_task():
+def probe_task() -> PeriodicTask:
     from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
     ensure_default_schedule(IntervalSchedule, PeriodicTask)
     return PeriodicTask.objects.select_related("interval").get(name=PROBE_TASK_NAME)
 
 
-def get_probe_schedule() -> dict:
+def get_probe_schedule() -> dict[str, Any]:
     task = probe_task()
     seconds = task.interval.every * {"days": 86400, "hours": 3600, "minutes": 60, "seconds": 1}.get(
         task.interval.period, 1
@@ -39,7 +44,7 @@ def get_probe_schedule() -> dict:
     return {"interval_seconds": seconds, "enabled": task.enabled, "last_run_at": task.last_run_at}
 
 
-def set_probe_schedule(*, interval_seconds: int, enabled: bool) -> dict:
+def set_probe_schedule(*, interval_seconds: int, enabled: bool) -> dict[str, Any]:
     """Point the probe task at an IntervalSchedule of `interval_seconds`; beat picks it up by itself."""
     from django_celery_beat.models import IntervalSchedule
 

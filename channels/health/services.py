@@ -12,7 +12,9 @@ import datetime as dt
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -217,7 +219,7 @@ def _evidence(ch: Channel, tally: passive.Tally | None, outcome: Outcome | None)
     return _Pending(ch, outcome, tally, passive_row, active_row, tuple(pieces))
 
 
-def _counter_update(pieces: tuple[str, ...]) -> dict:
+def _counter_update(pieces: tuple[str, ...]) -> dict[str, Any]:
     """The counter change a round's evidence makes, as F() expressions (never read-modify-write).
 
     A slow answer (or traffic with some failures) is neither good nor failed: it resets both, so
@@ -257,7 +259,7 @@ def _advance_counters(pending: list[_Pending]) -> dict[int, tuple[int, int]]:
     return out
 
 
-def _chunks(items: list, size: int = 500):
+def _chunks(items: list[int], size: int = 500) -> Iterator[list[int]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
 
@@ -287,6 +289,8 @@ def _settle(
         samples = window.get(ch.pk, (0, 0))[0] + sum(x.samples for x in mine)
         failures = window.get(ch.pk, (0, 0))[1] + sum(x.failures for x in mine)
         last = p.active_row or p.passive_row
+        assert last is not None  # a channel with evidence (`pieces`) has at least one row
+        ttft: float | None
         auth = (outcome is not None and outcome.auth_rejected) or (
             outcome is None and tally is not None and tally.auth_failures > 0 and tally.ok_count == 0
         )

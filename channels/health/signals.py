@@ -3,12 +3,17 @@ counters reset to unknown (the health task moves it on from there)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from django.utils import timezone
 
 from channels.choices import ChannelStatus
 
+if TYPE_CHECKING:
+    from channels.models import Channel
 
-def reset_status_on_edit(sender, instance, raw=False, **kwargs) -> None:
+
+def reset_status_on_edit(sender: type[Channel], instance: Channel, raw: bool = False, **kwargs: Any) -> None:
     if raw or instance.pk is None:
         return
     old = sender.objects.filter(pk=instance.pk).only("base_url", "api_key", "status", "enabled").first()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -20,7 +22,7 @@ class HealthAdminView(AdminRequiredMixin, View):
     permission_denied_message = "Only admins can see channel health."
 
 
-def _channel_context(channel: Channel) -> dict:
+def _channel_context(channel: Channel) -> dict[str, Any]:
     history.attach_health([channel])
     return {
         "channel": channel,
@@ -30,7 +32,9 @@ def _channel_context(channel: Channel) -> dict:
     }
 
 
-def _overview(request: HttpRequest, form: ProbeScheduleForm, current: dict, status: int = 200) -> HttpResponse:
+def _overview(
+    request: HttpRequest, form: ProbeScheduleForm, current: dict[str, Any], status: int = 200
+) -> HttpResponse:
     channels = history.attach_health(list(Channel.objects.all()))
     return render(
         request,

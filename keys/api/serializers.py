@@ -4,6 +4,7 @@ rotate views add it, once, as `key`."""
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
@@ -19,7 +20,7 @@ from portal.api.serializers import LIMIT_FIELDS, LimitFields, drf_error, is_admi
 MAX_GRACE = datetime.timedelta(days=30)
 
 
-class KeySerializer(LimitFields, serializers.ModelSerializer):
+class KeySerializer(LimitFields, serializers.ModelSerializer[Key]):
     """A developer key. Only `name` is required; `owner` defaults to the caller (admins may name any
     active user). Limits left out take the owner's key defaults; a limit above the owner's own limit
     is refused."""
@@ -67,7 +68,7 @@ class KeySerializer(LimitFields, serializers.ModelSerializer):
             "updated",
         ]
         read_only_fields = ["prefix", "last_four", "last_used_at", "revoked_at", "rotated_from", "created", "updated"]
-        validators: list = []  # the conditional unique (owner, name) is checked in validate()
+        validators: list[Any] = []  # the conditional unique (owner, name) is checked in validate()
 
     def validate_name(self, value: str) -> str:
         value = value.strip()
@@ -75,7 +76,7 @@ class KeySerializer(LimitFields, serializers.ModelSerializer):
             raise serializers.ValidationError("Enter a name.")
         return value
 
-    def validate(self, attrs: dict) -> dict:
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         request = self.context["request"]
         key: Key | None = self.instance
         if key is not None and key.revoked_at is not None:
@@ -110,7 +111,7 @@ class KeySerializer(LimitFields, serializers.ModelSerializer):
         return attrs
 
     @transaction.atomic
-    def create(self, validated_data: dict) -> Key:
+    def create(self, validated_data: dict[str, Any]) -> Key:
         key, plaintext = issue_key(
             owner=validated_data.pop("owner"),
             name=validated_data.pop("name"),
@@ -120,7 +121,7 @@ class KeySerializer(LimitFields, serializers.ModelSerializer):
         key.plaintext = plaintext
         return key
 
-    def update(self, instance: Key, validated_data: dict) -> Key:
+    def update(self, instance: Key, validated_data: dict[str, Any]) -> Key:
         validated_data.pop("owner", None)
         return super().update(instance, validated_data)
 
@@ -132,7 +133,7 @@ class KeyCreatedSerializer(KeySerializer):
         fields = [*KeySerializer.Meta.fields, "key"]
 
 
-class RotateSerializer(serializers.Serializer):
+class RotateSerializer(serializers.Serializer[Any]):
     grace_seconds = serializers.IntegerField(
         min_value=0,
         max_value=int(MAX_GRACE.total_seconds()),

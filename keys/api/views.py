@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from typing import TYPE_CHECKING, Any
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
@@ -11,11 +12,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from keys.filters import KeyFilterSet
-from keys.models import Key
+from keys.models import Key, KeyQuerySet
 from keys.services import revoke_key, rotate_key
 from portal.api.serializers import LIMIT_FIELDS
 
 from .serializers import KeyCreatedSerializer, KeySerializer, RotateSerializer
+
+if TYPE_CHECKING:
+    from portal.permissions import AuthenticatedRequest
 
 
 class KeyViewSet(
@@ -23,28 +27,29 @@ class KeyViewSet(
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
     mixins.UpdateModelMixin,
-    viewsets.GenericViewSet,
+    viewsets.GenericViewSet[Key],
 ):
     """Keys are revoked, never deleted: usage records point at them. Another developer's key is 404."""
 
+    request: AuthenticatedRequest
     serializer_class = KeySerializer
     filterset_class = KeyFilterSet
     search_fields = ["name", "prefix", "last_four", "owner__username", "client"]
     ordering_fields = ["name", "created", "last_used_at", "expires_at", "revoked_at", "owner__username", *LIMIT_FIELDS]
 
-    def get_queryset(self):
+    def get_queryset(self) -> KeyQuerySet:
         if getattr(self, "swagger_fake_view", False):
             return Key.objects.none()
         return Key.objects.select_related("owner").prefetch_related("allowed_models").visible_to(self.request.user)
 
-    def _data(self, key: Key, plaintext: str | None = None) -> dict:
+    def _data(self, key: Key, plaintext: str | None = None) -> dict[str, Any]:
         data = dict(KeySerializer(key, context=self.get_serializer_context()).data)
         if plaintext is not None:
             data["key"] = plaintext
         return data
 
     @extend_schema(responses={201: KeyCreatedSerializer})
-    def create(self, request: Request, *args, **kwargs) -> Response:
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         key = serializer.save()
@@ -52,14 +57,14 @@ class KeyViewSet(
 
     @extend_schema(request=None, responses={200: KeySerializer})
     @action(detail=True, methods=["post"])
-    def revoke(self, request: Request, pk=None) -> Response:
+    def revoke(self, request: Request, pk: str | None = None) -> Response:
         """Stop the key now. Idempotent."""
         key = revoke_key(self.get_object())
         return Response(self._data(key))
 
     @extend_schema(request=RotateSerializer, responses={201: KeyCreatedSerializer})
     @action(detail=True, methods=["post"])
-    def rotate(self, request: Request, pk=None) -> Response:
+    def rotate(self, request: Request, pk: str | None = None) -> Response:
         """Issue a replacement with the same settings; the old key stops now or after `grace_seconds`."""
         key = self.get_object()
         params = RotateSerializer(data=request.data)

@@ -7,7 +7,7 @@ import django_filters
 from keys.models import UsageDaily, UsageRecord
 
 
-class UsageRecordFilterSet(django_filters.FilterSet):
+class UsageRecordFilterSet(django_filters.FilterSet):  # type: ignore[misc]  # django-filter ships no type hints
     since = django_filters.IsoDateTimeFilter(field_name="created", lookup_expr="gte")
     until = django_filters.IsoDateTimeFilter(field_name="created", lookup_expr="lt")
 
@@ -16,7 +16,7 @@ class UsageRecordFilterSet(django_filters.FilterSet):
         fields = ["key", "user", "model", "channel", "surface", "status", "estimated", "stream", "since", "until"]
 
 
-class UsageDailyFilterSet(django_filters.FilterSet):
+class UsageDailyFilterSet(django_filters.FilterSet):  # type: ignore[misc]  # django-filter ships no type hints
     since = django_filters.DateFilter(field_name="day", lookup_expr="gte")
     until = django_filters.DateFilter(field_name="day", lookup_expr="lte")
 

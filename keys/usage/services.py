@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, cast
 
 from django.db.models import QuerySet, Sum
 from django.utils import timezone
 
-from keys.models import UsageDaily
+from keys.models import Key, UsageDaily
+
+if TYPE_CHECKING:
+    from accounts.models import User
 
 
-def daily_totals(qs: QuerySet[UsageDaily], since: dt.date) -> list[dict]:
+def daily_totals(qs: QuerySet[UsageDaily], since: dt.date) -> list[dict[str, Any]]:
     """Tokens and requests per day per model since `since` (inclusive), oldest first."""
-    return list(
+    rows = (
         qs.filter(day__gte=since)
         .values("day", "model")
         .annotate(
@@ -26,6 +31,7 @@ def daily_totals(qs: QuerySet[UsageDaily], since: dt.date) -> list[dict]:
         )
         .order_by("day", "model")
     )
+    return cast("list[dict[str, Any]]", list(rows))  # values() rows are plain dicts
 
 
 def today() -> dt.date:
@@ -40,7 +46,7 @@ GROUPS = {
 }
 
 
-def grouped_totals(qs: QuerySet[UsageDaily], group_by: str, since: dt.date, until: dt.date) -> list[dict]:
+def grouped_totals(qs: QuerySet[UsageDaily], group_by: str, since: dt.date, until: dt.date) -> list[dict[str, Any]]:
     """Totals per user, key, model or channel between two days (inclusive), largest first."""
     fields = GROUPS[group_by]
     rows = (
@@ -71,19 +77,19 @@ def grouped_totals(qs: QuerySet[UsageDaily], group_by: str, since: dt.date, unti
     return out
 
 
-def limit_status(user, keys) -> list[dict]:
+def limit_status(user: User, keys: Iterable[Key]) -> list[dict[str, Any]]:
     """Tokens used today and this month against the limits of `user` and each of `keys`."""
     now = timezone.now().date()
     first = now.replace(day=1)
     daily = UsageDaily.objects.filter(user=user, day__gte=first)
     per_key: dict[int | None, list[int]] = defaultdict(lambda: [0, 0])
     total = [0, 0]
-    for row in daily.values("key_id", "day").annotate(t=Sum("total_tokens")):
-        per_key[row["key_id"]][1] += row["t"]
-        total[1] += row["t"]
-        if row["day"] == now:
-            per_key[row["key_id"]][0] += row["t"]
-            total[0] += row["t"]
+    for bucket in daily.values("key_id", "day").annotate(t=Sum("total_tokens")):
+        per_key[bucket["key_id"]][1] += bucket["t"]
+        total[1] += bucket["t"]
+        if bucket["day"] == now:
+            per_key[bucket["key_id"]][0] += bucket["t"]
+            total[0] += bucket["t"]
     rows = [
         {
             "label": "Your account (all keys)",

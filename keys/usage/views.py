@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth.mixins import LoginRequiredMixin
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views import View
 
@@ -15,17 +16,20 @@ from portal.ui import AdminRequiredMixin
 
 from .services import GROUPS, daily_totals, grouped_totals, limit_status, today
 
+if TYPE_CHECKING:
+    from portal.permissions import AuthenticatedHttpRequest
+
 MAX_DAYS = 366
 
 
-def _days(request, default: int = 30) -> int:
+def _days(request: HttpRequest, default: int = 30) -> int:
     try:
         return max(1, min(MAX_DAYS, int(request.GET.get("days", default))))
     except ValueError:
         return default
 
 
-def chart_data(rows: list[dict], since: dt.date, until: dt.date) -> dict:
+def chart_data(rows: list[dict[str, Any]], since: dt.date, until: dt.date) -> dict[str, Any]:
     """Chart.js data: one stacked dataset of total tokens per model, one label per day."""
     days = [(since + dt.timedelta(days=i)) for i in range((until - since).days + 1)]
     index = {d: i for i, d in enumerate(days)}
@@ -41,7 +45,7 @@ def chart_data(rows: list[dict], since: dt.date, until: dt.date) -> dict:
 class MyUsageView(LoginRequiredMixin, View):
     """Tokens per day per model for the signed-in user, against their limits."""
 
-    def get(self, request):
+    def get(self, request: AuthenticatedHttpRequest) -> HttpResponse:
         days = _days(request)
         until = today()
         since = until - dt.timedelta(days=days - 1)
@@ -68,7 +72,7 @@ class MyUsageView(LoginRequiredMixin, View):
 class AdminUsageView(AdminRequiredMixin, View):
     """Usage of everyone grouped by user, key, model or channel; `?format=csv` downloads it."""
 
-    def get(self, request):
+    def get(self, request: HttpRequest) -> HttpResponse:
         group_by = request.GET.get("group_by", "user")
         if group_by not in GROUPS:
             group_by = "user"

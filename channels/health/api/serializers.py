@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -13,7 +15,7 @@ from channels.models import AlertDelivery, AlertTarget, Channel, ProbeResult, St
 class StatusField(serializers.CharField):
     """A channel status in output only; plain string so the schema keeps one ChannelStatus enum."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("read_only", True)
         kwargs.setdefault("help_text", "unknown, healthy, degraded, down or credentials_rejected")
         super().__init__(**kwargs)
@@ -21,11 +23,11 @@ class StatusField(serializers.CharField):
 
 @extend_schema_field({"type": "string", "enum": [k.value for k in AlertKind]})
 class AlertKindField(serializers.ChoiceField):
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(choices=AlertKind.choices, **kwargs)
 
 
-class ProbeResultSerializer(serializers.ModelSerializer):
+class ProbeResultSerializer(serializers.ModelSerializer[ProbeResult]):
     status_after = StatusField()
 
     class Meta:
@@ -51,7 +53,7 @@ class ProbeResultSerializer(serializers.ModelSerializer):
         ]
 
 
-class ChannelHealthSerializer(serializers.ModelSerializer):
+class ChannelHealthSerializer(serializers.ModelSerializer[Channel]):
     """A channel's health; only the probe settings are writable."""
 
     error_ratio_24h = serializers.SerializerMethodField()
@@ -87,7 +89,7 @@ class ChannelHealthSerializer(serializers.ModelSerializer):
             "last_ttft_ms",
         ]
 
-    def _health(self, obj: Channel):
+    def _health(self, obj: Channel) -> history.HealthSummary:
         if not hasattr(obj, "health"):
             history.attach_health([obj])
         return obj.health
@@ -100,13 +102,13 @@ class ChannelHealthSerializer(serializers.ModelSerializer):
         return self._health(obj).samples_24h
 
 
-class CheckResultSerializer(serializers.Serializer):
+class CheckResultSerializer(serializers.Serializer[dict[str, Any]]):
     channel = ChannelHealthSerializer()
     previous_status = serializers.CharField()
     probe = ProbeResultSerializer(allow_null=True)
 
 
-class StatusChangeSerializer(serializers.ModelSerializer):
+class StatusChangeSerializer(serializers.ModelSerializer[StatusChange]):
     channel_name = serializers.CharField(source="channel.name", read_only=True)
     from_status = StatusField()
     to_status = StatusField()
@@ -116,7 +118,7 @@ class StatusChangeSerializer(serializers.ModelSerializer):
         fields = ["id", "created", "channel", "channel_name", "from_status", "to_status", "message"]
 
 
-class AlertTargetSerializer(serializers.ModelSerializer):
+class AlertTargetSerializer(serializers.ModelSerializer[AlertTarget]):
     kind = AlertKindField(default=AlertKind.WEBHOOK)
 
     class Meta:
@@ -124,7 +126,7 @@ class AlertTargetSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "kind", "url", "email", "enabled", "created", "updated"]
         read_only_fields = ["id", "created", "updated"]
 
-    def validate(self, attrs):
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         kind = attrs.get("kind", getattr(self.instance, "kind", AlertKind.WEBHOOK))
         url = attrs.get("url", getattr(self.instance, "url", ""))
         email = attrs.get("email", getattr(self.instance, "email", ""))
@@ -135,7 +137,7 @@ class AlertTargetSerializer(serializers.ModelSerializer):
         return attrs
 
 
-class AlertDeliverySerializer(serializers.ModelSerializer):
+class AlertDeliverySerializer(serializers.ModelSerializer[AlertDelivery]):
     status_change = StatusChangeSerializer()
 
     class Meta:
@@ -143,7 +145,7 @@ class AlertDeliverySerializer(serializers.ModelSerializer):
         fields = ["id", "created", "target", "target_name", "ok", "error", "suppressed", "status_change"]
 
 
-class ScheduleSerializer(serializers.Serializer):
+class ScheduleSerializer(serializers.Serializer[dict[str, Any]]):
     interval_seconds = serializers.IntegerField(min_value=schedule.MIN_INTERVAL, max_value=schedule.MAX_INTERVAL)
     enabled = serializers.BooleanField(default=True)
     last_run_at = serializers.DateTimeField(read_only=True, allow_null=True)

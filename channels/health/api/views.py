@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from django.db.models import Q
+from collections.abc import Sequence
+from typing import TypeVar, cast
+
+from django.db.models import Q, QuerySet
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -23,8 +27,10 @@ from .serializers import (
     StatusChangeSerializer,
 )
 
+_Row = TypeVar("_Row")
 
-class HealthChannelViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
+
+class HealthChannelViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet[Channel]):
     """Per-channel health (`/api/health/channels/`): status, latest TTFT, 24 h error ratio."""
 
     permission_classes = [IsAdmin]
@@ -35,27 +41,28 @@ class HealthChannelViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSe
     ordering_fields = ["name", "status", "last_ttft_ms", "last_checked"]
     http_method_names = ["get", "patch", "post", "head", "options"]
 
-    def paginate_queryset(self, queryset):
+    def paginate_queryset(self, queryset: QuerySet[Channel, _Row] | Sequence[_Row]) -> list[_Row] | None:
         page = super().paginate_queryset(queryset)
         if page is not None:
-            history.attach_health(page)  # two queries for the whole page, not two per channel
+            history.attach_health(cast("list[Channel]", page))  # two queries for the whole page, not two per channel
         return page
 
     @extend_schema(responses=ProbeResultSerializer(many=True), parameters=[OpenApiParameter("ok", bool)])
     @action(detail=True, methods=["get"])
-    def probes(self, request, pk=None):
+    def probes(self, request: Request, pk: str | None = None) -> Response:
         """Probe history of one channel, newest first (raw rows kept PORTAL_PROBE_RETENTION_DAYS)."""
         channel = self.get_object()
         qs = ProbeResult.objects.filter(channel=channel)
         if request.query_params.get("ok") in ("true", "false"):
             qs = qs.filter(ok=request.query_params["ok"] == "true")
         # The paginator itself: paginate_queryset() would attach channel health to probe rows.
+        assert self.paginator is not None  # DEFAULT_PAGINATION_CLASS is set
         page = self.paginator.paginate_queryset(qs, request, view=self)
         return self.get_paginated_response(ProbeResultSerializer(page, many=True).data)
 
     @extend_schema(request=None, responses=CheckResultSerializer)
     @action(detail=True, methods=["post"])
-    def check(self, request, pk=None):
+    def check(self, request: Request, pk: str | None = None) -> Response:
         """Probe this channel now and return the result (also clears credentials_rejected if the key works)."""
         channel = self.get_object()
         done = services.check_channel(channel.pk)
@@ -72,7 +79,7 @@ class HealthChannelViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSe
 
     @extend_schema(parameters=[OpenApiParameter("range", str, enum=list(history.RANGES))])
     @action(detail=True, methods=["get"])
-    def series(self, request, pk=None):
+    def series(self, request: Request, pk: str | None = None) -> Response:
         """Hourly p50/p95 TTFT and error ratio over 24 h or 7 d (chart data)."""
         range_ = request.query_params.get("range", "24h")
         if range_ not in history.RANGES:
@@ -80,7 +87,7 @@ class HealthChannelViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSe
         return Response(history.series(self.get_object(), range_))
 
     @action(detail=False, methods=["get"])
-    def summary(self, request):
+    def summary(self, request: Request) -> Response:
         """Counts by status, the slowest channels and recent status changes."""
         d = history.dashboard(limit=10)
         return Response(
@@ -99,14 +106,14 @@ class HealthChannelViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSe
         )
 
 
-class StatusChangeViewSet(viewsets.ReadOnlyModelViewSet):
+class StatusChangeViewSet(viewsets.ReadOnlyModelViewSet[StatusChange]):
     permission_classes = [IsAdmin]
     serializer_class = StatusChangeSerializer
     queryset = StatusChange.objects.select_related("channel")
     filterset_fields = ["channel", "to_status", "from_status"]
 
 
-class AlertTargetViewSet(viewsets.ModelViewSet):
+class AlertTargetViewSet(viewsets.ModelViewSet[AlertTarget]):
     permission_classes = [IsAdmin]
     serializer_class = AlertTargetSerializer
     queryset = AlertTarget.objects.all()
@@ -115,18 +122,19 @@ class AlertTargetViewSet(viewsets.ModelViewSet):
 
     @extend_schema(request=None, responses={200: dict})
     @action(detail=True, methods=["post"])
-    def test(self, request, pk=None):
+    def test(self, request: Request, pk: str | None = None) -> Response:
         """Send a test notification to this target."""
         ok, error = alerts.send_test(self.get_object())
         return Response({"ok": ok, "error": error}, status=200 if ok else 502)
 
     @extend_schema(responses=AlertDeliverySerializer(many=True))
     @action(detail=False, methods=["get"])
-    def deliveries(self, request):
+    def deliveries(self, request: Request) -> Response:
         """Recent notifications sent (or attempted) to any target."""
         qs = AlertDelivery.objects.select_related("status_change__channel")
         if request.query_params.get("failed") == "true":
             qs = qs.filter(~Q(ok=True))
+        assert self.paginator is not None  # DEFAULT_PAGINATION_CLASS is set
         page = self.paginator.paginate_queryset(qs, request, view=self)
         return self.get_paginated_response(AlertDeliverySerializer(page, many=True).data)
 
@@ -137,18 +145,18 @@ class ProbeScheduleView(APIView):
     permission_classes = [IsAdmin]
 
     @extend_schema(responses=ScheduleSerializer)
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         return Response(ScheduleSerializer(schedule.get_probe_schedule()).data)
 
     @extend_schema(request=ScheduleSerializer, responses=ScheduleSerializer)
-    def put(self, request):
+    def put(self, request: Request) -> Response:
         return self._save(request, partial=False)
 
     @extend_schema(request=ScheduleSerializer, responses=ScheduleSerializer)
-    def patch(self, request):
+    def patch(self, request: Request) -> Response:
         return self._save(request, partial=True)
 
-    def _save(self, request, partial: bool):
+    def _save(self, request: Request, partial: bool) -> Response:
         current = schedule.get_probe_schedule()
         ser = ScheduleSerializer(data=request.data, partial=partial)
         ser.is_valid(raise_exception=True)

@@ -7,7 +7,7 @@ from rest_framework import serializers
 from keys.models import UsageDaily, UsageRecord
 
 
-class UsageRecordSerializer(serializers.ModelSerializer):
+class UsageRecordSerializer(serializers.ModelSerializer[UsageRecord]):
     key_name = serializers.CharField(source="key.name", default=None, read_only=True)
     username = serializers.CharField(source="user.username", default=None, read_only=True)
     channel_name = serializers.CharField(source="channel.name", default=None, read_only=True)
@@ -40,7 +40,7 @@ class UsageRecordSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class UsageDailySerializer(serializers.ModelSerializer):
+class UsageDailySerializer(serializers.ModelSerializer[UsageDaily]):
     class Meta:
         model = UsageDaily
         fields = [

@@ -4,11 +4,11 @@ an admin everyone's) and totals grouped by user, key, model or channel."""
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, viewsets
-from rest_framework.request import Request
 from rest_framework.response import Response
 
 from keys.models import UsageDaily, UsageRecord
@@ -17,29 +17,35 @@ from keys.usage.services import GROUPS, grouped_totals, today
 
 from .serializers import UsageDailySerializer, UsageRecordSerializer
 
+if TYPE_CHECKING:
+    from keys.models import OwnedQuerySet
+    from portal.permissions import AuthenticatedRequest
 
-class UsageRecordViewSet(viewsets.ReadOnlyModelViewSet):
+
+class UsageRecordViewSet(viewsets.ReadOnlyModelViewSet[UsageRecord]):
     """One record per gateway request. Developers see their own; admins see all."""
 
+    request: AuthenticatedRequest
     serializer_class = UsageRecordSerializer
     filterset_class = UsageRecordFilterSet
     ordering_fields = ["created", "total_tokens", "latency_ms", "ttft_ms"]
     search_fields = ["model", "request_id", "key__name"]
 
-    def get_queryset(self):
+    def get_queryset(self) -> OwnedQuerySet[UsageRecord]:
         if getattr(self, "swagger_fake_view", False):
             return UsageRecord.objects.none()
         return UsageRecord.objects.select_related("key", "user", "channel").visible_to(self.request.user)
 
 
-class UsageDailyViewSet(viewsets.ReadOnlyModelViewSet):
+class UsageDailyViewSet(viewsets.ReadOnlyModelViewSet[UsageDaily]):
     """Per-day aggregates (kept when raw records are pruned)."""
 
+    request: AuthenticatedRequest
     serializer_class = UsageDailySerializer
     filterset_class = UsageDailyFilterSet
     ordering_fields = ["day", "total_tokens", "requests"]
 
-    def get_queryset(self):
+    def get_queryset(self) -> OwnedQuerySet[UsageDaily]:
         if getattr(self, "swagger_fake_view", False):
             return UsageDaily.objects.none()
         return UsageDaily.objects.visible_to(self.request.user)
@@ -55,7 +61,7 @@ class UsageSummaryViewSet(viewsets.ViewSet):
         ],
         responses={200: OpenApiTypes.OBJECT},
     )
-    def list(self, request: Request) -> Response:
+    def list(self, request: AuthenticatedRequest) -> Response:
         group_by = request.query_params.get("group_by", "model")
         if group_by not in GROUPS:
             raise serializers.ValidationError({"group_by": [f"Choose one of: {', '.join(GROUPS)}."]})
