@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
@@ -182,8 +183,62 @@ def tool_call_slot(tools: dict[int, dict[str, Any]], call: dict[str, Any]) -> tu
     return key, tool, function.get("arguments") or ""
 
 
-async def drive(state: Any, chunks: AsyncIterable[dict[str, Any]], direction: str) -> AsyncIterator[dict[str, Any]]:
-    """Run an incremental StreamTranslator (`feed`/`finish`/`fail`/`done`) over parsed chunks.
+def reasoning_of(message: dict[str, Any]) -> str:
+    """The reasoning text of a Chat message or delta (`reasoning_content` / `reasoning` from vLLM,
+    llama.cpp, DeepSeek…), empty when there is none."""
+    value = message.get("reasoning_content") or message.get("reasoning") or ""
+    return value if isinstance(value, str) else ""
+
+
+class ChatStreamTranslator(ABC):
+    """One streamed translation of Chat Completion chunks, driven chunk by chunk (by `drive` or the
+    gateway relay).
+
+    `feed(chunk)` returns the events for one parsed upstream chunk, `finish()` the closing events
+    once the upstream stream ended, `fail()` the error events for an upstream failure. After either
+    ending, `done` is true and every method returns nothing more. `feed` does what every
+    translation does with a chunk (an `error` chunk fails the stream; the first chunk opens it; the
+    latest `usage` is kept; only choice 0 counts, n > 1 has no equivalent) and hands each delta to
+    `_feed_choice`.
+    """
+
+    done: bool
+    usage: dict[str, Any] | None
+
+    @abstractmethod
+    def start(self) -> list[dict[str, Any]]:
+        """The opening events, once."""
+
+    @abstractmethod
+    def fail(self, status: int, message: str) -> list[dict[str, Any]]: ...
+
+    @abstractmethod
+    def finish(self, usage: dict[str, Any] | None = None) -> list[dict[str, Any]]: ...
+
+    @abstractmethod
+    def _feed_choice(self, choice: dict[str, Any], delta: dict[str, Any], events: list[dict[str, Any]]) -> None:
+        """Append to `events` what one choice-0 `delta` (of `choice`) becomes."""
+
+    def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
+        if self.done or not isinstance(chunk, dict):
+            return []
+        if chunk.get("error"):
+            error = chunk["error"]
+            message = error.get("message") if isinstance(error, dict) else str(error)
+            return self.fail(status_of(error), message or "Upstream error.")
+        events = self.start()
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) == 0:
+                self._feed_choice(choice, choice.get("delta") or {}, events)
+        return events
+
+
+async def drive(
+    state: ChatStreamTranslator, chunks: AsyncIterable[dict[str, Any]], direction: str
+) -> AsyncIterator[dict[str, Any]]:
+    """Run a ChatStreamTranslator over parsed chunks.
 
     An exception raised by `chunks` (the upstream died) ends the stream with the translator's own
     error events instead of propagating, so the client always gets a well-formed ending."""
