@@ -6,7 +6,7 @@ import json
 import logging
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -60,6 +60,31 @@ def text_of(content: Any) -> str:
                 texts.append(part["text"])
         return "\n".join(texts)
     return str(content)
+
+
+def chat_tools(tools: Any, function_of: Callable[[dict[str, Any]], dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """Chat Completions `tools` from a request's list of tool objects: `function_of` gives each
+    one's `function` (see `chat_function`), or None to drop a tool Chat has no equivalent for."""
+    if not tools:
+        return []
+    if not isinstance(tools, list):
+        raise TranslationError("`tools` must be a list.", "tools")
+    out = []
+    for tool in tools:
+        if not isinstance(tool, dict):
+            raise TranslationError("Each tool must be an object.", "tools")
+        function = function_of(tool)
+        if function is not None:
+            out.append({"type": "function", "function": function})
+    return out
+
+
+def chat_function(name: str, parameters: Any, description: Any) -> dict[str, Any]:
+    """A Chat Completions tool's `function` (an empty object schema when `parameters` is empty)."""
+    function: dict[str, Any] = {"name": name, "parameters": parameters or {"type": "object", "properties": {}}}
+    if description:
+        function["description"] = description
+    return function
 
 
 def chat_usage(usage: dict[str, Any] | None) -> tuple[int, int, int, int]:
