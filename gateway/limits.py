@@ -157,6 +157,11 @@ if ARGV[10] ~= '*' and ((gens[1] or '') ~= ARGV[10] or (gens[2] or '') ~= ARGV[1
   return {2, gens[1], gens[2]}
 end
 local edge = now - 60000
+local function retry_after(window, default)  -- ms until the oldest entry leaves a minute window
+  local first = redis.call('ZRANGE', window, 0, 0, 'WITHSCORES')
+  if first[2] then return tonumber(first[2]) + 60000 - now end
+  return default
+end
 local used = {}
 for i = 0, n - 1 do
   local o = 12 + i * 6
@@ -168,10 +173,7 @@ for i = 0, n - 1 do
     redis.call('ZREMRANGEBYSCORE', p .. ':r', '-inf', edge)
     r_used = redis.call('ZCARD', p .. ':r')
     if r_used + 1 > rpm then
-      local old = redis.call('ZRANGE', p .. ':r', 0, 0, 'WITHSCORES')
-      local retry = 1000
-      if old[2] then retry = tonumber(old[2]) + 60000 - now end
-      return {0, gens[1], gens[2], i, 'requests_per_minute', rpm, retry}
+      return {0, gens[1], gens[2], i, 'requests_per_minute', rpm, retry_after(p .. ':r', 1000)}
     end
   end
   if tpm >= 0 then
@@ -184,10 +186,7 @@ for i = 0, n - 1 do
     end
     t_used = tonumber(redis.call('GET', p .. ':ts') or '0')
     if t_used + tok > tpm then
-      local first = redis.call('ZRANGE', p .. ':t', 0, 0, 'WITHSCORES')
-      local retry = 60000
-      if first[2] then retry = tonumber(first[2]) + 60000 - now end
-      return {0, gens[1], gens[2], i, 'tokens_per_minute', tpm, retry}
+      return {0, gens[1], gens[2], i, 'tokens_per_minute', tpm, retry_after(p .. ':t', 60000)}
     end
   end
   if tpd >= 0 then

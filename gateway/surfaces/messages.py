@@ -20,7 +20,6 @@ from gateway.cache import RouteInfo, snapshot
 from gateway.call import Call, Outgoing, Plan
 from gateway.catalog import ordered_routes, resolve_model
 from gateway.http import GatewayError, Request, send_bytes, send_json
-from gateway.relay import relay_sse
 from gateway.state import process
 from gateway.translate import TranslationError, anthropic_request, anthropic_response
 from gateway.translate.common import encode_sse, prompt_text
@@ -28,7 +27,7 @@ from gateway.translate.common import estimate_tokens as estimate_input_tokens
 from gateway.usage import Usage, estimate_tokens, usage_from
 from keys.choices import ApiSurface
 
-from .translated import open_translated_call, sse_payload, translating_hooks
+from .translated import open_translated_call, relay_stream, sse_payload
 
 logger = logging.getLogger(__name__)
 
@@ -84,20 +83,16 @@ async def _create_message(req: Request) -> None:
     public_model = call.model.name
     thinking = isinstance(body.get("thinking"), dict) and body["thinking"].get("type") in ("enabled", "adaptive")
     if stream and up.status == 200:
-        if native:
-            await relay_sse(
-                call,
-                up,
-                client_wants_usage=True,
-                usage_of_event=_native_usage,
-                on_error=lambda err: encode_sse(anthropic_response.error_body(err.status, err.message)),
-            )
-        else:
+
+        def translator() -> anthropic_response.StreamTranslator:
             assert chat is not None  # a translating channel was picked, so the body translated
-            translator = anthropic_response.StreamTranslator(
+            return anthropic_response.StreamTranslator(
                 model=public_model, thinking=thinking, input_tokens=estimate_input_tokens(chat)
             )
-            await relay_sse(call, up, **translating_hooks(translator))
+
+        await relay_stream(
+            call, up, native=native, usage_of_event=_native_usage, on_error=_native_error, translator=translator
+        )
         return
     await _relay_json(call, up.status, up.body, native=native, model=public_model, thinking=thinking, prompt=prompt)
 
@@ -143,6 +138,10 @@ def _anthropic_usage(usage: dict[str, Any]) -> Usage:
         int(usage.get(k) or 0) for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
     )
     return Usage(prompt, int(usage.get("output_tokens") or 0))
+
+
+def _native_error(err: GatewayError) -> bytes:
+    return encode_sse(anthropic_response.error_body(err.status, err.message))
 
 
 def _native_usage(event: bytes, current: Usage | None) -> Usage | None:

@@ -18,12 +18,11 @@ from gateway.cache import RouteInfo
 from gateway.call import Call, Outgoing, Plan
 from gateway.catalog import ordered_routes
 from gateway.http import GatewayError, Receive, Request, Scope, Send
-from gateway.relay import relay_sse
 from gateway.translate import TranslationError, responses_request, responses_response
 from gateway.usage import Usage, estimate_tokens, usage_from
 from keys.choices import ApiSurface
 
-from .translated import encode, open_translated_call, sse_payload, translating_hooks
+from .translated import encode, open_translated_call, relay_stream, sse_payload
 
 logger = logging.getLogger(__name__)
 
@@ -64,19 +63,20 @@ async def _create_response(req: Request) -> None:
     # Echo the public model name, never the upstream id.
     echo = {**body, "model": call.model.name}
     if stream and up.status == 200:
-        if native:
-            await relay_sse(
-                call,
-                up,
-                client_wants_usage=True,
-                usage_of_event=_native_usage,
-                on_error=lambda err: encode(responses_response.failure_events(err.status, err.message)),
-            )
-        else:
-            translator = responses_response.StreamTranslator(echo)
-            await relay_sse(call, up, **translating_hooks(translator))
+        await relay_stream(
+            call,
+            up,
+            native=native,
+            usage_of_event=_native_usage,
+            on_error=_native_error,
+            translator=lambda: responses_response.StreamTranslator(echo),
+        )
         return
     await _relay_json(call, up.status, up.body, native=native, request=echo, prompt=prompt)
+
+
+def _native_error(err: GatewayError) -> bytes:
+    return encode(responses_response.failure_events(err.status, err.message))
 
 
 def _native_usage(event: bytes, current: Usage | None) -> Usage | None:

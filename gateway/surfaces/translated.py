@@ -1,29 +1,23 @@
 """What the translated surfaces (Messages, Responses) share: opening a call whose body is also
-translated to Chat Completions, and running Chat stream chunks through a translator as they arrive."""
+translated to Chat Completions, and relaying a stream as is from a native channel or through a
+translator of Chat chunks as they arrive."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
 from gateway.admission import open_call
 from gateway.cache import snapshot
-from gateway.call import Call
+from gateway.call import Call, UpstreamResponse
 from gateway.http import GatewayError, Request
+from gateway.relay import relay_sse
 from gateway.translate import TranslationError
-from gateway.translate.common import encode_sse
+from gateway.translate.common import ChatStreamTranslator, encode_sse
 from gateway.usage import Usage, estimate_tokens
-
-
-class Translator(Protocol):
-    done: bool
-
-    def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]: ...
-    def finish(self, usage: dict[str, Any] | None = None) -> list[dict[str, Any]]: ...
-    def fail(self, status: int, message: str) -> list[dict[str, Any]]: ...
 
 
 @dataclass(slots=True)
@@ -122,7 +116,24 @@ def encode(events: list[dict[str, Any]]) -> bytes:
     return b"".join(encode_sse(e) for e in events)
 
 
-def translating_hooks(translator: Translator) -> dict[str, Any]:
+async def relay_stream(
+    call: Call,
+    up: UpstreamResponse,
+    *,
+    native: bool,
+    usage_of_event: Callable[[bytes, Usage | None], Usage | None],
+    on_error: Callable[[GatewayError], bytes],
+    translator: Callable[[], ChatStreamTranslator],
+) -> None:
+    """Relay a successful stream: a native channel's as is (its usage read by `usage_of_event`,
+    a failure rendered by `on_error`), a Chat channel's through a `translator()` made for it."""
+    if native:
+        await relay_sse(call, up, client_wants_usage=True, usage_of_event=usage_of_event, on_error=on_error)
+    else:
+        await relay_sse(call, up, **translating_hooks(translator()))
+
+
+def translating_hooks(translator: ChatStreamTranslator) -> dict[str, Any]:
     """`relay_sse` keyword arguments that run Chat chunks through `translator` as they arrive.
 
     The closing events go out in the epilogue, after the upstream's usage chunk, with the usage the

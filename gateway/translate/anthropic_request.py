@@ -22,7 +22,7 @@ import json
 import logging
 from typing import Any
 
-from gateway.translate.common import TranslationError, text_of
+from gateway.translate.common import TranslationError, chat_function, chat_tools, text_of
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def to_chat_request(body: dict[str, Any]) -> dict[str, Any]:
             raise TranslationError("`stop_sequences` must be a list of strings.", "stop_sequences")
         chat["stop"] = list(stops)
 
-    tools = _tools(body.get("tools"))
+    tools = chat_tools(body.get("tools"), _function)
     choice = body.get("tool_choice")
     if tools:
         chat["tools"] = tools
@@ -219,28 +219,13 @@ def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
     return parts
 
 
-def _tools(tools: Any) -> list[dict[str, Any]]:
-    if not tools:
-        return []
-    if not isinstance(tools, list):
-        raise TranslationError("`tools` must be a list.", "tools")
-    out = []
-    for tool in tools:
-        if not isinstance(tool, dict):
-            raise TranslationError("Each tool must be an object.", "tools")
-        if tool.get("type") not in CLIENT_TOOL_TYPES:
-            logger.info("messages->chat: dropped server tool %s (%s)", tool.get("name"), tool.get("type"))
-            continue
-        if not tool.get("name"):
-            raise TranslationError("Each tool needs a `name`.", "tools")
-        function: dict[str, Any] = {
-            "name": tool["name"],
-            "parameters": tool.get("input_schema") or {"type": "object", "properties": {}},
-        }
-        if tool.get("description"):
-            function["description"] = tool["description"]
-        out.append({"type": "function", "function": function})
-    return out
+def _function(tool: dict[str, Any]) -> dict[str, Any] | None:
+    if tool.get("type") not in CLIENT_TOOL_TYPES:
+        logger.info("messages->chat: dropped server tool %s (%s)", tool.get("name"), tool.get("type"))
+        return None
+    if not tool.get("name"):
+        raise TranslationError("Each tool needs a `name`.", "tools")
+    return chat_function(tool["name"], tool.get("input_schema"), tool.get("description"))
 
 
 def _tool_choice(choice: Any) -> dict[str, Any]:

@@ -21,7 +21,15 @@ import logging
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
-from gateway.translate.common import chat_usage, drive, new_id, parse_arguments, status_of, tool_call_slot
+from gateway.translate.common import (
+    ChatStreamTranslator,
+    chat_usage,
+    drive,
+    new_id,
+    parse_arguments,
+    reasoning_of,
+    tool_call_slot,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -91,11 +99,6 @@ def _usage(usage: dict[str, Any] | None) -> dict[str, int]:
     }
 
 
-def _reasoning(message: dict[str, Any]) -> str:
-    value = message.get("reasoning_content") or message.get("reasoning") or ""
-    return value if isinstance(value, str) else ""
-
-
 def from_chat_completion(
     completion: dict[str, Any],
     *,
@@ -109,7 +112,7 @@ def from_chat_completion(
     choice = choices[0]
     message = choice.get("message") or {}
     content: list[dict[str, Any]] = []
-    reasoning = _reasoning(message)
+    reasoning = reasoning_of(message)
     if thinking and reasoning:
         content.append({"type": "thinking", "thinking": reasoning, "signature": ""})
     text = message.get("content")
@@ -149,13 +152,9 @@ def stream_error_event(message: str, status: int = 500) -> dict[str, Any]:
     return error_body(status, message)
 
 
-class StreamTranslator:
-    """One streamed translation, driven chunk by chunk (by `stream_from_chat` or the gateway relay).
-
-    `feed(chunk)` returns the events for one parsed upstream chunk, `finish()` the closing events
-    once the upstream stream ended, `fail()` the error event for an upstream failure. After an
-    error or the closing events, `done` is true and every method returns nothing more.
-    """
+class StreamTranslator(ChatStreamTranslator):
+    """Chat chunks -> Messages events, chunk by chunk (by `stream_from_chat` or the gateway relay);
+    `fail()` gives the `error` event for an upstream failure."""
 
     def __init__(
         self,
@@ -221,35 +220,21 @@ class StreamTranslator:
     def _delta(self, delta: dict[str, Any]) -> dict[str, Any]:
         return {"type": "content_block_delta", "index": self.index, "delta": delta}
 
-    def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
-        if self.done or not isinstance(chunk, dict):
-            return []
-        if chunk.get("error"):
-            error = chunk["error"]
-            message = error.get("message") if isinstance(error, dict) else str(error)
-            return self.fail(status_of(error), message or "Upstream error.")
-        events = self.start()
-        if chunk.get("usage"):
-            self.usage = chunk["usage"]
-        for choice in chunk.get("choices") or []:
-            if choice.get("index", 0) != 0:
-                continue  # n > 1 has no Messages equivalent
-            delta = choice.get("delta") or {}
-            reasoning = _reasoning(delta)
-            if reasoning and self.thinking:
-                if self.open != "thinking":
-                    events += self._begin("thinking", {"type": "thinking", "thinking": "", "signature": ""})
-                events.append(self._delta({"type": "thinking_delta", "thinking": reasoning}))
-            text = delta.get("content")
-            if text:
-                if self.open != "text":
-                    events += self._begin("text", {"type": "text", "text": ""})
-                events.append(self._delta({"type": "text_delta", "text": text}))
-            for call in delta.get("tool_calls") or []:
-                events += self._tool(call)
-            if choice.get("finish_reason"):
-                self.finish_choice = choice
-        return events
+    def _feed_choice(self, choice: dict[str, Any], delta: dict[str, Any], events: list[dict[str, Any]]) -> None:
+        reasoning = reasoning_of(delta)
+        if reasoning and self.thinking:
+            if self.open != "thinking":
+                events += self._begin("thinking", {"type": "thinking", "thinking": "", "signature": ""})
+            events.append(self._delta({"type": "thinking_delta", "thinking": reasoning}))
+        text = delta.get("content")
+        if text:
+            if self.open != "text":
+                events += self._begin("text", {"type": "text", "text": ""})
+            events.append(self._delta({"type": "text_delta", "text": text}))
+        for call in delta.get("tool_calls") or []:
+            events += self._tool(call)
+        if choice.get("finish_reason"):
+            self.finish_choice = choice
 
     def _tool(self, call: dict[str, Any]) -> list[dict[str, Any]]:
         key, tool, arguments = tool_call_slot(self.tools, call)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -59,6 +60,31 @@ def text_of(content: Any) -> str:
                 texts.append(part["text"])
         return "\n".join(texts)
     return str(content)
+
+
+def chat_tools(tools: Any, function_of: Callable[[dict[str, Any]], dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """Chat Completions `tools` from a request's list of tool objects: `function_of` gives each
+    one's `function` (see `chat_function`), or None to drop a tool Chat has no equivalent for."""
+    if not tools:
+        return []
+    if not isinstance(tools, list):
+        raise TranslationError("`tools` must be a list.", "tools")
+    out = []
+    for tool in tools:
+        if not isinstance(tool, dict):
+            raise TranslationError("Each tool must be an object.", "tools")
+        function = function_of(tool)
+        if function is not None:
+            out.append({"type": "function", "function": function})
+    return out
+
+
+def chat_function(name: str, parameters: Any, description: Any) -> dict[str, Any]:
+    """A Chat Completions tool's `function` (an empty object schema when `parameters` is empty)."""
+    function: dict[str, Any] = {"name": name, "parameters": parameters or {"type": "object", "properties": {}}}
+    if description:
+        function["description"] = description
+    return function
 
 
 def chat_usage(usage: dict[str, Any] | None) -> tuple[int, int, int, int]:
@@ -182,8 +208,62 @@ def tool_call_slot(tools: dict[int, dict[str, Any]], call: dict[str, Any]) -> tu
     return key, tool, function.get("arguments") or ""
 
 
-async def drive(state: Any, chunks: AsyncIterable[dict[str, Any]], direction: str) -> AsyncIterator[dict[str, Any]]:
-    """Run an incremental StreamTranslator (`feed`/`finish`/`fail`/`done`) over parsed chunks.
+def reasoning_of(message: dict[str, Any]) -> str:
+    """The reasoning text of a Chat message or delta (`reasoning_content` / `reasoning` from vLLM,
+    llama.cpp, DeepSeek…), empty when there is none."""
+    value = message.get("reasoning_content") or message.get("reasoning") or ""
+    return value if isinstance(value, str) else ""
+
+
+class ChatStreamTranslator(ABC):
+    """One streamed translation of Chat Completion chunks, driven chunk by chunk (by `drive` or the
+    gateway relay).
+
+    `feed(chunk)` returns the events for one parsed upstream chunk, `finish()` the closing events
+    once the upstream stream ended, `fail()` the error events for an upstream failure. After either
+    ending, `done` is true and every method returns nothing more. `feed` does what every
+    translation does with a chunk (an `error` chunk fails the stream; the first chunk opens it; the
+    latest `usage` is kept; only choice 0 counts, n > 1 has no equivalent) and hands each delta to
+    `_feed_choice`.
+    """
+
+    done: bool
+    usage: dict[str, Any] | None
+
+    @abstractmethod
+    def start(self) -> list[dict[str, Any]]:
+        """The opening events, once."""
+
+    @abstractmethod
+    def fail(self, status: int, message: str) -> list[dict[str, Any]]: ...
+
+    @abstractmethod
+    def finish(self, usage: dict[str, Any] | None = None) -> list[dict[str, Any]]: ...
+
+    @abstractmethod
+    def _feed_choice(self, choice: dict[str, Any], delta: dict[str, Any], events: list[dict[str, Any]]) -> None:
+        """Append to `events` what one choice-0 `delta` (of `choice`) becomes."""
+
+    def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
+        if self.done or not isinstance(chunk, dict):
+            return []
+        if chunk.get("error"):
+            error = chunk["error"]
+            message = error.get("message") if isinstance(error, dict) else str(error)
+            return self.fail(status_of(error), message or "Upstream error.")
+        events = self.start()
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) == 0:
+                self._feed_choice(choice, choice.get("delta") or {}, events)
+        return events
+
+
+async def drive(
+    state: ChatStreamTranslator, chunks: AsyncIterable[dict[str, Any]], direction: str
+) -> AsyncIterator[dict[str, Any]]:
+    """Run a ChatStreamTranslator over parsed chunks.
 
     An exception raised by `chunks` (the upstream died) ends the stream with the translator's own
     error events instead of propagating, so the client always gets a well-formed ending."""

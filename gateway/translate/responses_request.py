@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gateway.translate.common import TranslationError, text_of
+from gateway.translate.common import TranslationError, chat_function, chat_tools, text_of
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def to_chat_request(body: dict[str, Any], *, map_reasoning: bool = False) -> dic
     for name in ("temperature", "top_p"):
         if body.get(name) is not None:
             chat[name] = body[name]
-    tools = _tools(body.get("tools"))
+    tools = chat_tools(body.get("tools"), _function)
     if tools:
         chat["tools"] = tools
         choice = _tool_choice(body.get("tool_choice"))
@@ -222,28 +222,13 @@ def _parts(content: Any, where: str) -> list[dict[str, Any]]:
     return parts
 
 
-def _tools(tools: Any) -> list[dict[str, Any]]:
-    if not tools:
-        return []
-    if not isinstance(tools, list):
-        raise TranslationError("`tools` must be a list.", "tools")
-    out = []
-    for tool in tools:
-        if not isinstance(tool, dict):
-            raise TranslationError("Each tool must be an object.", "tools")
-        if tool.get("type") != "function":
-            logger.info("responses->chat: dropped %s tool %s", tool.get("type"), tool.get("name", ""))
-            continue
-        if not tool.get("name"):
-            raise TranslationError("Each function tool needs a `name`.", "tools")
-        function: dict[str, Any] = {
-            "name": tool["name"],
-            "parameters": tool.get("parameters") or {"type": "object", "properties": {}},
-        }
-        if tool.get("description"):
-            function["description"] = tool["description"]
-        out.append({"type": "function", "function": function})
-    return out
+def _function(tool: dict[str, Any]) -> dict[str, Any] | None:
+    if tool.get("type") != "function":
+        logger.info("responses->chat: dropped %s tool %s", tool.get("type"), tool.get("name", ""))
+        return None
+    if not tool.get("name"):
+        raise TranslationError("Each function tool needs a `name`.", "tools")
+    return chat_function(tool["name"], tool.get("parameters"), tool.get("description"))
 
 
 def _tool_choice(choice: Any) -> Any:

@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
-from gateway.translate.common import chat_usage, drive, new_id, status_of, tool_call_slot
+from gateway.translate.common import ChatStreamTranslator, chat_usage, drive, new_id, reasoning_of, tool_call_slot
 
 logger = logging.getLogger(__name__)
 
@@ -91,11 +91,6 @@ def usage_of(usage: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def _reasoning(message: dict[str, Any]) -> str:
-    value = message.get("reasoning_content") or message.get("reasoning") or ""
-    return value if isinstance(value, str) else ""
-
-
 def _text_part(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
@@ -150,7 +145,7 @@ def from_chat_completion(
     finish = choice.get("finish_reason")
     item_status = "incomplete" if finish == "length" else "completed"
     output: list[dict[str, Any]] = []
-    reasoning = _reasoning(message)
+    reasoning = reasoning_of(message)
     if reasoning:
         output.append(_reasoning_item(make_id("rs_"), reasoning))
     text = message.get("content") or message.get("refusal") or ""
@@ -176,13 +171,9 @@ def from_chat_completion(
     return response
 
 
-class StreamTranslator:
-    """One streamed translation, driven chunk by chunk (by `stream_from_chat` or the gateway relay).
-
-    `feed(chunk)` returns the events for one parsed upstream chunk, `finish()` the closing events
-    once the upstream stream ended, `fail()` the `error` + `response.failed` pair for an upstream
-    failure. After either ending, `done` is true and every method returns nothing more.
-    """
+class StreamTranslator(ChatStreamTranslator):
+    """Chat chunks -> Responses events, chunk by chunk (by `stream_from_chat` or the gateway relay);
+    `fail()` gives the `error` + `response.failed` pair for an upstream failure."""
 
     def __init__(
         self,
@@ -300,59 +291,33 @@ class StreamTranslator:
             )
         return events
 
-    def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
-        if self.done or not isinstance(chunk, dict):
-            return []
-        if chunk.get("error"):
-            error = chunk["error"]
-            message = error.get("message") if isinstance(error, dict) else str(error)
-            return self.fail(status_of(error), message or "Upstream error.")
-        events = self.start()
-        if chunk.get("usage"):
-            self.usage = chunk["usage"]
-        for choice in chunk.get("choices") or []:
-            if choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            reasoning = _reasoning(delta)
-            if reasoning:
-                if self.current is None or self.current["kind"] != "reasoning":
-                    events += self._open("reasoning", _reasoning_item(self.make_id("rs_"), ""))
-                current = self.current
-                assert current is not None
-                current["parts"].append(reasoning)
-                events.append(
-                    self._event(
-                        "response.reasoning_text.delta",
-                        item_id=current["item"]["id"],
-                        output_index=current["index"],
-                        content_index=0,
-                        delta=reasoning,
-                    )
-                )
-            text = delta.get("content")
-            if text:
-                if self.current is None or self.current["kind"] != "message":
-                    events += self._open("message", _message_item(self.make_id("msg_"), "", "in_progress"))
-                current = self.current
-                assert current is not None
-                current["parts"].append(text)
-                events.append(
-                    self._event(
-                        "response.output_text.delta",
-                        item_id=current["item"]["id"],
-                        output_index=current["index"],
-                        content_index=0,
-                        delta=text,
-                        logprobs=[],
-                    )
-                )
-            for call in delta.get("tool_calls") or []:
-                events += self._tool(call)
-            if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
-                self.finished = True
-        return events
+    def _feed_choice(self, choice: dict[str, Any], delta: dict[str, Any], events: list[dict[str, Any]]) -> None:
+        reasoning = reasoning_of(delta)
+        if reasoning:
+            if self.current is None or self.current["kind"] != "reasoning":
+                events += self._open("reasoning", _reasoning_item(self.make_id("rs_"), ""))
+            events.append(self._text_delta("response.reasoning_text.delta", reasoning))
+        text = delta.get("content")
+        if text:
+            if self.current is None or self.current["kind"] != "message":
+                events += self._open("message", _message_item(self.make_id("msg_"), "", "in_progress"))
+            event = self._text_delta("response.output_text.delta", text)
+            event["logprobs"] = []
+            events.append(event)
+        for call in delta.get("tool_calls") or []:
+            events += self._tool(call)
+        if choice.get("finish_reason"):
+            self.finish_reason = choice["finish_reason"]
+            self.finished = True
+
+    def _text_delta(self, kind: str, text: str) -> dict[str, Any]:
+        """Add `text` to the open reasoning or message item and return its `kind` delta event."""
+        current = self.current
+        assert current is not None
+        current["parts"].append(text)
+        return self._event(
+            kind, item_id=current["item"]["id"], output_index=current["index"], content_index=0, delta=text
+        )
 
     def _tool(self, call: dict[str, Any]) -> list[dict[str, Any]]:
         key, tool, arguments = tool_call_slot(self.tools, call)
