@@ -1,0 +1,1 @@
+"""Upstream channels, the public model catalog and its routes, and their health checks."""
