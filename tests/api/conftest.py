@@ -139,7 +139,9 @@ def launch_job(deployment, admin) -> LaunchJob:
 @pytest.fixture
 def channel_off(db) -> Channel:
     """A disabled channel: "check now" answers 409 without probing anything."""
-    return Channel.objects.create(name="vllm-off", kind="vllm", base_url="http://10.0.0.6:8000/v1", enabled=False)
+    return Channel.objects.create(
+        name="openai-off", kind="openai", base_url="https://off.example.test/v1", enabled=False
+    )
 
 
 @pytest.fixture
