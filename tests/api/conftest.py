@@ -5,13 +5,21 @@ from __future__ import annotations
 
 import asyncssh
 import pytest
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from accounts.models import AuditLog
 from accounts.services import issue_token
-from channels.models import Channel, Model, ModelRoute
-from hosts.models import GPU, Host
+from channels.models import AlertTarget, Channel, Model, ModelRoute, ProbeResult, StatusChange
+from clientconfigs import services as clientconfigs
+from clientconfigs.models import KeyMode
+from gateway.usage import write_batch
+from hosts import backends
+from hosts.choices import JobAction, JobState
+from hosts.models import GPU, Deployment, Host, LaunchJob
+from keys.models import UsageDaily, UsageRecord
 from keys.services import issue_key
+from tests.keys.test_usage import event
 
 CHANNEL_API_KEY = "sk-upstream-secret-0123456789abcdef"
 
@@ -101,8 +109,94 @@ def alice_token(alice):
 
 
 @pytest.fixture
-def world(admin, alice, mallory, host, channel, model, alice_key, alice_token) -> dict:
-    """Ids for the role matrix's URL templates."""
+def deployment(db, admin) -> Deployment:
+    """A stopped deployment on a host with no private key stored yet: anything that would open an
+    SSH connection for it fails at once, without touching the network (the fit check falls back
+    to presets), and a job requested for it stays queued (its task is sent only on commit)."""
+    keyless = Host.objects.create(name="gpu-keyless", address="10.0.0.7", username="ubuntu")
+    GPU.objects.create(host=keyless, index=0, name="NVIDIA A100", memory_total_mib=81920, memory_used_mib=1024)
+    return Deployment.objects.create(
+        name="qwen",
+        host=keyless,
+        backend="vllm",
+        model_path="Qwen/Qwen3-32B",
+        served_model_name="qwen3-32b",
+        gpu_indices=[0],
+        port=8000,
+        options=backends.get("vllm").clean_options({"max_model_len": 32768}, 1),  # as the form stores them
+        created_by=admin,
+    )
+
+
+@pytest.fixture
+def launch_job(deployment, admin) -> LaunchJob:
+    """A finished job, so the deployment is free for the next one."""
+    return LaunchJob.objects.create(
+        deployment=deployment, action=JobAction.LAUNCH, state=JobState.FAILED, requested_by=admin
+    )
+
+
+@pytest.fixture
+def channel_off(db) -> Channel:
+    """A disabled channel: "check now" answers 409 without probing anything."""
+    return Channel.objects.create(
+        name="openai-off", kind="openai", base_url="https://off.example.test/v1", enabled=False
+    )
+
+
+@pytest.fixture
+def probe(channel) -> ProbeResult:
+    return ProbeResult.objects.create(channel=channel, created=timezone.now(), ok=True, ttft_ms=120.0)
+
+
+@pytest.fixture
+def status_change(channel) -> StatusChange:
+    return StatusChange.objects.create(channel=channel, from_status="unknown", to_status="healthy")
+
+
+@pytest.fixture
+def alert_target(db) -> AlertTarget:
+    """An e-mail target: a test notification goes to Django's test mail outbox, not the network."""
+    return AlertTarget.objects.create(name="oncall", kind="email", email="oncall@example.com")
+
+
+@pytest.fixture
+def alice_usage(alice_key) -> tuple[UsageRecord, UsageDaily]:
+    """One gateway request by alice's key: its usage record and the daily bucket it went into."""
+    write_batch([event(alice_key)])
+    return UsageRecord.objects.get(key=alice_key), UsageDaily.objects.get(key=alice_key)
+
+
+@pytest.fixture
+def bundle_token(alice, alice_key) -> str:
+    """A one-use installer download token of alice's (placeholder mode, her key)."""
+    _token, plaintext = clientconfigs.issue_download_token(
+        alice, "continue", key_mode=KeyMode.PLACEHOLDER, key=alice_key
+    )
+    return plaintext
+
+
+@pytest.fixture
+def world(
+    admin,
+    alice,
+    mallory,
+    host,
+    channel,
+    channel_off,
+    model,
+    alice_key,
+    alice_token,
+    deployment,
+    launch_job,
+    probe,
+    status_change,
+    alert_target,
+    alice_usage,
+    bundle_token,
+) -> dict:
+    """Ids (and a few other values) for the role matrix's URL templates and bodies."""
+    usage_record, usage_daily = alice_usage
     return {
         "admin": admin.pk,
         "alice": alice.pk,
@@ -113,4 +207,14 @@ def world(admin, alice, mallory, host, channel, model, alice_key, alice_token) -
         "alice_key": alice_key.pk,
         "alice_token": alice_token.pk,
         "audit": AuditLog.objects.order_by("id").first().pk,
+        "deployment": deployment.pk,
+        "keyless_host": deployment.host_id,
+        "job": launch_job.pk,
+        "channel_off": channel_off.pk,
+        "status_change": status_change.pk,
+        "alert_target": alert_target.pk,
+        "alice_usage": usage_record.pk,
+        "alice_daily": usage_daily.pk,
+        "client": "continue",
+        "bundle_token": bundle_token,
     }

@@ -8,12 +8,32 @@ import re
 import pytest
 from django.db import transaction
 
+from clientconfigs.api.views import BundleView
+
 pytestmark = pytest.mark.django_db
 
 ROLES = ("anon", "alice", "mallory", "admin")
 
 HOST_PUT = {"name": "gpu-1", "address": "10.0.0.6", "username": "ubuntu"}
 CHANNEL_PUT = {"name": "vllm-a", "kind": "vllm", "base_url": "http://10.0.0.5:8000"}
+# "{name}" in a body is the world's value, as in the paths
+DEPLOYMENT_PUT = {
+    "name": "qwen",
+    "host": "{keyless_host}",
+    "backend": "vllm",
+    "model_path": "Qwen/Qwen3-32B",
+    "served_model_name": "qwen3-32b",
+    "gpu_indices": [0],
+    "port": 8000,
+    "options": {"max_model_len": 16384},
+}
+FIT_SPEC = {
+    "backend": "llamacpp",
+    "model": "Qwen3-Coder-30B-A3B-Instruct-Q4_K_M.gguf",
+    "options": {"n_gpu_layers": 25, "ctx_size": 32768, "flash_attn": "off"},
+    "gpus": [{"index": 0, "total_mib": 12288, "free_mib": 12288}],
+}
+ALERT_TARGET_PUT = {"name": "oncall", "kind": "email", "email": "pager@example.com"}
 
 # (method, path template, body, expected status for anon, alice, mallory, admin)
 MATRIX = [
@@ -76,6 +96,90 @@ MATRIX = [
     ("delete", "/api/keys/{alice_key}/", None, (401, 405, 405, 405)),
     ("post", "/api/keys/{alice_key}/revoke/", None, (401, 200, 404, 200)),
     ("post", "/api/keys/{alice_key}/rotate/", {"grace_seconds": 60}, (401, 201, 404, 201)),
+    # deployments: admins only; jobs are queued (their task is sent on commit, never in a test),
+    # the fit check reads nothing (the deployment's host has no key stored), nothing waits on SSH
+    ("get", "/api/deployments/", None, (401, 403, 403, 200)),
+    ("post", "/api/deployments/", {**DEPLOYMENT_PUT, "name": "qwen-2", "port": 8001}, (401, 403, 403, 201)),
+    ("get", "/api/deployments/{deployment}/", None, (401, 403, 403, 200)),
+    ("patch", "/api/deployments/{deployment}/", {"extra_args": ["--enforce-eager"]}, (401, 403, 403, 200)),
+    ("put", "/api/deployments/{deployment}/", DEPLOYMENT_PUT, (401, 403, 403, 200)),
+    ("delete", "/api/deployments/{deployment}/", None, (401, 403, 403, 204)),
+    ("post", "/api/deployments/{deployment}/launch/", None, (401, 403, 403, 202)),
+    ("post", "/api/deployments/{deployment}/stop/", None, (401, 403, 403, 202)),
+    ("post", "/api/deployments/{deployment}/restart/", None, (401, 403, 403, 202)),
+    ("post", "/api/deployments/{deployment}/adopt/", None, (401, 403, 403, 202)),
+    ("post", "/api/deployments/{deployment}/fit/", None, (401, 403, 403, 200)),
+    # launch jobs: admins, read-only
+    ("get", "/api/jobs/", None, (401, 403, 403, 200)),
+    ("get", "/api/jobs/{job}/", None, (401, 403, 403, 200)),
+    ("post", "/api/jobs/", {"deployment": "{deployment}"}, (401, 403, 403, 405)),
+    ("delete", "/api/jobs/{job}/", None, (401, 403, 403, 405)),
+    # the VRAM estimate: admins only, computed from the body (nothing stored, nothing read)
+    ("post", "/api/fit-estimate/", FIT_SPEC, (401, 403, 403, 200)),
+    ("get", "/api/fit-estimate/", None, (401, 403, 403, 405)),
+    # channel health: admins only; only the probe settings are writable
+    ("get", "/api/health/channels/", None, (401, 403, 403, 200)),
+    ("get", "/api/health/channels/summary/", None, (401, 403, 403, 200)),
+    ("get", "/api/health/channels/{channel}/", None, (401, 403, 403, 200)),
+    ("patch", "/api/health/channels/{channel}/", {"probe_max_tokens": 8}, (401, 403, 403, 200)),
+    ("put", "/api/health/channels/{channel}/", {"probe_max_tokens": 8}, (401, 403, 403, 405)),
+    ("delete", "/api/health/channels/{channel}/", None, (401, 403, 403, 405)),
+    ("get", "/api/health/channels/{channel}/probes/", None, (401, 403, 403, 200)),
+    ("get", "/api/health/channels/{channel}/series/", None, (401, 403, 403, 200)),
+    # a disabled channel is not probed, so even an admin's "check now" answers at once (409)
+    ("post", "/api/health/channels/{channel_off}/check/", None, (401, 403, 403, 409)),
+    ("get", "/api/health/status-changes/", None, (401, 403, 403, 200)),
+    ("get", "/api/health/status-changes/{status_change}/", None, (401, 403, 403, 200)),
+    ("post", "/api/health/status-changes/", {}, (401, 403, 403, 405)),
+    ("delete", "/api/health/status-changes/{status_change}/", None, (401, 403, 403, 405)),
+    # alert targets: admins only; the test notification of an e-mail target goes to the test outbox
+    ("get", "/api/health/alert-targets/", None, (401, 403, 403, 200)),
+    (
+        "post",
+        "/api/health/alert-targets/",
+        {"name": "ops", "kind": "email", "email": "ops@example.com"},
+        (401, 403, 403, 201),
+    ),
+    ("get", "/api/health/alert-targets/deliveries/", None, (401, 403, 403, 200)),
+    ("get", "/api/health/alert-targets/{alert_target}/", None, (401, 403, 403, 200)),
+    ("patch", "/api/health/alert-targets/{alert_target}/", {"enabled": False}, (401, 403, 403, 200)),
+    ("put", "/api/health/alert-targets/{alert_target}/", ALERT_TARGET_PUT, (401, 403, 403, 200)),
+    ("delete", "/api/health/alert-targets/{alert_target}/", None, (401, 403, 403, 204)),
+    ("post", "/api/health/alert-targets/{alert_target}/test/", None, (401, 403, 403, 200)),
+    # the probe round's schedule: admins only
+    ("get", "/api/health/schedule/", None, (401, 403, 403, 200)),
+    ("put", "/api/health/schedule/", {"interval_seconds": 300, "enabled": True}, (401, 403, 403, 200)),
+    ("patch", "/api/health/schedule/", {"enabled": False}, (401, 403, 403, 200)),
+    ("delete", "/api/health/schedule/", None, (401, 403, 403, 405)),
+    # usage: read-only; own rows for developers (another user's are 404), everyone's for admins
+    ("get", "/api/usage/records/", None, (401, 200, 200, 200)),
+    ("get", "/api/usage/records/{alice_usage}/", None, (401, 200, 404, 200)),
+    ("post", "/api/usage/records/", {}, (401, 405, 405, 405)),
+    ("delete", "/api/usage/records/{alice_usage}/", None, (401, 405, 405, 405)),
+    ("get", "/api/usage/daily/", None, (401, 200, 200, 200)),
+    ("get", "/api/usage/daily/{alice_daily}/", None, (401, 200, 404, 200)),
+    ("patch", "/api/usage/daily/{alice_daily}/", {"requests": 0}, (401, 405, 405, 405)),
+    ("get", "/api/usage/summary/", None, (401, 200, 200, 200)),
+    ("get", "/api/usage/summary/?group_by=user&days=7", None, (401, 200, 200, 200)),
+    ("post", "/api/usage/summary/", {}, (401, 405, 405, 405)),
+    # client configs: for the caller only, with the caller's own keys (even for admins)
+    ("get", "/api/client-configs/clients/", None, (401, 200, 200, 200)),
+    ("get", "/api/client-configs/clients/{client}/", None, (401, 200, 200, 200)),
+    ("get", "/api/client-configs/clients/{client}/files/", None, (401, 200, 200, 200)),
+    ("get", "/api/client-configs/clients/{client}/files/?key={alice_key}", None, (401, 200, 404, 404)),
+    ("post", "/api/client-configs/clients/{client}/mint/", {"machine": "ci"}, (401, 201, 201, 201)),
+    ("post", "/api/client-configs/clients/{client}/download-tokens/", {}, (401, 201, 201, 201)),
+    (
+        "post",
+        "/api/client-configs/clients/{client}/download-tokens/",
+        {"key_mode": "placeholder", "key": "{alice_key}"},
+        (401, 201, 404, 404),
+    ),
+    ("delete", "/api/client-configs/clients/{client}/", None, (401, 405, 405, 405)),
+    # the installer bundle: public, the one-use token in the body is the credential
+    ("post", "/api/client-configs/bundle/", {"token": "{bundle_token}"}, (200, 200, 200, 200)),
+    ("post", "/api/client-configs/bundle/", {"token": "gdt-unknown"}, (404, 404, 404, 404)),
+    ("get", "/api/client-configs/bundle/", None, (405, 405, 405, 405)),
     # the API description needs a login too
     ("get", "/api/schema/", None, (401, 200, 200, 200)),
     ("get", "/api/docs/", None, (401, 200, 200, 200)),
@@ -83,14 +187,29 @@ MATRIX = [
 ]
 
 
+def fill(body, world: dict):
+    """The body with each "{name}" string replaced by the world's value (an id stays an int)."""
+    if isinstance(body, dict):
+        return {k: fill(v, world) for k, v in body.items()}
+    if isinstance(body, list):
+        return [fill(v, world) for v in body]
+    if isinstance(body, str) and (m := re.fullmatch(r"\{(\w+)\}", body)):
+        return world[m[1]]
+    return body
+
+
 @pytest.mark.parametrize(
     ("method", "path", "body", "expected"),
     [pytest.param(*row, id=f"{row[0].upper()} {row[1]}") for row in MATRIX],
 )
-def test_role_matrix(request, world, method, path, body, expected):
+def test_role_matrix(request, monkeypatch, world, method, path, body, expected):
     """Each role runs in a savepoint that is rolled back, so every role sees the same world
-    (a delete by the admin cannot hide the object from the next role) at a quarter of the setup cost."""
+    (a delete by the admin cannot hide the object from the next role) at a quarter of the setup cost.
+    The installer bundle's throttle is off: its counts live in the cache, shared by every test
+    process, and this matrix must not use up the budget of tests/clientconfigs (or its own)."""
+    monkeypatch.setattr(BundleView, "throttle_classes", [])
     url = path.format(**world)
+    body = fill(body, world)
     got = {}
     for role in ROLES:
         client = request.getfixturevalue(f"{role}_api")
@@ -102,11 +221,43 @@ def test_role_matrix(request, world, method, path, body, expected):
     assert got == dict(zip(ROLES, expected, strict=True))
 
 
+# Lists answer 200 to every developer, so the matrix cannot tell whose rows are in them:
+# (list URL, world id of alice's row, which roles see it)
+OWN_ROWS = [
+    ("/api/keys/", "alice_key", {"alice", "admin"}),
+    ("/api/tokens/", "alice_token", {"alice"}),
+    ("/api/usage/records/", "alice_usage", {"alice", "admin"}),
+    ("/api/usage/daily/", "alice_daily", {"alice", "admin"}),
+]
+
+
+@pytest.mark.parametrize(("path", "row", "seen_by"), OWN_ROWS)
+def test_lists_hold_only_the_rows_the_caller_may_see(request, world, path, row, seen_by):
+    got = set()
+    for role in ROLES[1:]:
+        response = request.getfixturevalue(f"{role}_api").get(path)
+        assert response.status_code == 200
+        if world[row] in {r["id"] for r in response.json()["results"]}:
+            got.add(role)
+    assert got == seen_by
+
+
+def test_usage_totals_count_only_the_callers_rows(world, alice_api, mallory_api, admin_api):
+    def users(client) -> list[str]:
+        return [r["group"] for r in client.get("/api/usage/summary/?group_by=user").json()["results"]]
+
+    assert (users(alice_api), users(mallory_api), users(admin_api)) == (["alice"], [], ["alice"])
+
+
 MY_VIEW_MODULES = {
     "accounts.api.views",
     "hosts.api.views",
     "channels.api.views",
     "keys.api.views",
+    "hosts.deployments.api.views",
+    "channels.health.api.views",
+    "keys.usage.api.views",
+    "clientconfigs.api.views",
     "drf_spectacular.views",
 }
 
@@ -133,7 +284,7 @@ def api_routes() -> list[tuple[str, object]]:
 
 def test_the_matrix_covers_every_route_of_this_api():
     """A new endpoint in our modules must be added to the matrix."""
-    covered = {re.sub(r"\{[^}]+\}", "{}", p.lstrip("/")) for _m, p, _b, _e in MATRIX}
+    covered = {re.sub(r"\{[^}]+\}", "{}", p.lstrip("/").split("?")[0]) for _m, p, _b, _e in MATRIX}
     ours = {
         route
         for route, callback in api_routes()
