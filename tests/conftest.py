@@ -53,6 +53,19 @@ def fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def fresh_throttle_history(monkeypatch):
+    """DRF keeps throttle history in the default cache, which outlives a test (a file or a Redis db
+    shared by every test and every run): each test gets its own, so one test, or a rerun within a
+    minute, cannot use up another's budget. Subprocess servers keep the real cache."""
+    import uuid
+
+    from django.core.cache.backends.locmem import LocMemCache
+    from rest_framework.throttling import SimpleRateThrottle
+
+    monkeypatch.setattr(SimpleRateThrottle, "cache", LocMemCache(f"throttle-{uuid.uuid4()}", {}))
+
+
 @pytest.fixture
 def admin(django_user_model):
     return django_user_model.objects.create_user(

@@ -8,8 +8,6 @@ import re
 import pytest
 from django.db import transaction
 
-from clientconfigs.api.views import BundleView
-
 pytestmark = pytest.mark.django_db
 
 ROLES = ("anon", "alice", "mallory", "admin")
@@ -202,12 +200,9 @@ def fill(body, world: dict):
     ("method", "path", "body", "expected"),
     [pytest.param(*row, id=f"{row[0].upper()} {row[1]}") for row in MATRIX],
 )
-def test_role_matrix(request, monkeypatch, world, method, path, body, expected):
+def test_role_matrix(request, world, method, path, body, expected):
     """Each role runs in a savepoint that is rolled back, so every role sees the same world
-    (a delete by the admin cannot hide the object from the next role) at a quarter of the setup cost.
-    The installer bundle's throttle is off: its counts live in the cache, shared by every test
-    process, and this matrix must not use up the budget of tests/clientconfigs (or its own)."""
-    monkeypatch.setattr(BundleView, "throttle_classes", [])
+    (a delete by the admin cannot hide the object from the next role) at a quarter of the setup cost."""
     url = path.format(**world)
     body = fill(body, world)
     got = {}
