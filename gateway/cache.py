@@ -178,7 +178,7 @@ def _load_catalog() -> Catalog:
     routes: dict[int, list[RouteInfo]] = {}
     ctx: dict[int, list[int]] = {}
     out: dict[int, list[int]] = {}
-    for r in ModelRoute.objects.select_related("channel", "model").filter(enabled=True, channel__enabled=True):
+    for r in ModelRoute.objects.enabled().select_related("channel", "model"):
         ch = r.channel
         try:
             api_key = ch.api_key or ""

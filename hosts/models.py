@@ -97,12 +97,6 @@ DEPLOYMENT_NAME_VALIDATOR = RegexValidator(
 )
 
 
-class DeploymentQuerySet(models.QuerySet):
-    def active(self) -> DeploymentQuerySet:
-        """Deployments whose server may be up (starting, running or stopping)."""
-        return self.exclude(status__in=IDLE_DEPLOYMENT_STATUSES)
-
-
 class Deployment(TimeStampedModel):
     """A model served by vLLM or llama-server on some GPUs of a host, reached as one channel.
 
@@ -110,8 +104,6 @@ class Deployment(TimeStampedModel):
     by the channel; it never leaves the worker in clear. `status` is moved only by launch jobs
     (see `DeploymentStatus`); `pid` is the detached server's process group on the host.
     """
-
-    objects = DeploymentQuerySet.as_manager()
 
     name = models.CharField(max_length=63, unique=True, validators=[DEPLOYMENT_NAME_VALIDATOR])
     # PROTECT: a deployment may still have a server running on the host; deleting the host must not
