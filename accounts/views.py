@@ -18,7 +18,8 @@ from django.views.generic import DetailView
 
 from portal import audit
 from portal.choices import AuditAction
-from portal.ui import AdminRequiredMixin, FilteredListView, done, pop_secret, remember_secret
+from portal.permissions import AdminRequiredMixin
+from portal.ui import FilteredListView, done, pop_secret, remember_secret
 
 from . import services
 from .filters import AuditLogFilterSet, UserFilterSet

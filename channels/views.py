@@ -11,7 +11,8 @@ from django.urls import reverse, reverse_lazy
 from django.views import View
 from django.views.generic import CreateView, DeleteView, DetailView, UpdateView
 
-from portal.ui import AdminRequiredMixin, FilteredListView, InvalidFormStatusMixin, SafeDeleteMixin
+from portal.permissions import AdminRequiredMixin
+from portal.ui import FilteredListView, InvalidFormStatusMixin, SafeDeleteMixin
 
 from .filters import ChannelFilterSet, ModelFilterSet
 from .forms import ChannelForm, ModelForm, RouteFormSet

@@ -13,7 +13,8 @@ from django.views.generic import CreateView, DeleteView, DetailView, UpdateView
 
 from channels.models import Channel
 from portal import permissions
-from portal.ui import AdminRequiredMixin, FilteredListView, InvalidFormStatusMixin, SafeDeleteMixin
+from portal.permissions import AdminRequiredMixin
+from portal.ui import FilteredListView, InvalidFormStatusMixin, SafeDeleteMixin
 
 from . import services, tasks
 from .filters import HostFilterSet

@@ -12,7 +12,8 @@ from django.urls import reverse
 from django.views import View
 from django.views.generic import DetailView
 
-from portal.ui import AdminRequiredMixin, FilteredListView, done, pop_secret, remember_secret
+from portal.permissions import AdminRequiredMixin
+from portal.ui import FilteredListView, done, pop_secret, remember_secret
 
 from .filters import KeyFilterSet
 from .forms import KeyForm, RotateForm

@@ -1,4 +1,6 @@
-"""Small helpers every HTML view shares: role checks, filtered + paginated lists, show-once secrets.
+"""Small helpers every HTML view shares: filtered + paginated lists, show-once secrets, flash + redirect.
+
+The admin check is `portal.permissions`.
 
 Lists use the same FilterSets as the REST API (STYLE.md), so a filter means the same thing in both.
 Secrets (new keys, tokens, passwords) travel from the POST to the page that shows them through the
@@ -18,7 +20,6 @@ from django.utils.text import capfirst
 from django.views.generic import ListView
 
 from . import secrets
-from .permissions import AdminRequiredMixin as AdminRequiredMixin  # re-exported for the apps' views
 
 PAGE_SIZE = 25
 _SESSION_SECRETS = "portal_show_once"

@@ -10,7 +10,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 
 from channels.models import AlertDelivery, AlertTarget, Channel
-from portal.ui import AdminRequiredMixin
+from portal.permissions import AdminRequiredMixin
 
 from . import alerts, history, schedule, services
 from .forms import AlertTargetForm, ProbeScheduleForm, ProbeSettingsForm

@@ -12,7 +12,7 @@ from django.shortcuts import render
 from django.views import View
 
 from keys.models import Key, UsageDaily
-from portal.ui import AdminRequiredMixin
+from portal.permissions import AdminRequiredMixin
 
 from .services import GROUPS, daily_totals, grouped_totals, limit_status, today
 
