@@ -132,6 +132,16 @@ class PasswordSerializer(serializers.Serializer):
     password = serializers.CharField(read_only=True, help_text="The new password, shown once.")
 
 
+class ReactivateSerializer(serializers.Serializer):
+    restore_keys = serializers.BooleanField(
+        default=False, help_text="Keep the user's old keys working; by default they are revoked."
+    )
+
+
+class UnlockSerializer(serializers.Serializer):
+    cleared = serializers.IntegerField(read_only=True, help_text="Failed login attempts cleared.")
+
+
 class MeSerializer(serializers.ModelSerializer):
     """The caller's own profile: role, limits, key defaults and the models they may use."""
 

@@ -32,6 +32,13 @@
     return Promise.resolve();
   }
 
+  // <select data-autosubmit> submits its form on change (no inline handlers: the CSP forbids them).
+  document.addEventListener("change", function (event) {
+    if (event.target.matches("select[data-autosubmit]")) {
+      event.target.form.requestSubmit();
+    }
+  });
+
   document.addEventListener("click", function (event) {
     const button = event.target.closest("[data-copy-target]");
     if (button) {
