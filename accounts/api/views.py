@@ -52,9 +52,7 @@ class UserViewSet(
         serializer.is_valid(raise_exception=True)
         user = serializer.save()
         data = dict(UserSerializer(user, context=self.get_serializer_context()).data)
-        generated = getattr(user, "generated_password", None)
-        if generated:
-            data["password"] = generated
+        data["password"] = getattr(user, "generated_password", None)  # null when the admin chose it
         return Response(data, status=status.HTTP_201_CREATED)
 
     def _refuse_self(self, user: User, what: str) -> None:

@@ -105,3 +105,18 @@ class HostSerializer(serializers.ModelSerializer):
 
     def validate_labels(self, value: list[str]) -> list[str]:
         return list(dict.fromkeys(v.strip() for v in value if v.strip()))
+
+
+class ConfirmHostKeySerializer(serializers.Serializer):
+    fingerprint = serializers.CharField(
+        max_length=200, help_text="The `seen_host_key_fingerprint` you checked, e.g. SHA256:…"
+    )
+
+
+class HostKeyConfirmedSerializer(serializers.Serializer):
+    host_key_fingerprint = serializers.CharField()
+    status = serializers.CharField()
+
+
+class DetailSerializer(serializers.Serializer):
+    detail = serializers.CharField()
