@@ -20,9 +20,21 @@ django_app = get_asgi_application()
 from gateway.asgi import build_application  # noqa: E402
 
 
-def trusted_proxies(app):
-    """`app` behind the trusted-proxy rule; nothing is trusted when the list is empty."""
-    return ProxyHeadersMiddleware(app, trusted_hosts=list(settings.PORTAL_TRUSTED_PROXIES) or [""])
+class TrustedProxies:
+    """`app` behind the trusted-proxy rule; nothing is trusted when the list is empty. The list is
+    read per request (a tuple compare), so a changed setting holds at once (tests switch it)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+        self._for: tuple[str, ...] | None = None
+        self._middleware = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        trusted = tuple(settings.PORTAL_TRUSTED_PROXIES)
+        if trusted != self._for:
+            self._middleware = ProxyHeadersMiddleware(self.app, trusted_hosts=list(trusted) or [""])
+            self._for = trusted
+        await self._middleware(scope, receive, send)
 
 
-application = trusted_proxies(build_application(django_app))
+application = TrustedProxies(build_application(django_app))
