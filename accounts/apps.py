@@ -27,21 +27,28 @@ class AccountsConfig(AppConfig):
 
 
 def _audit_lockout(sender, request=None, username=None, ip_address=None, **kwargs) -> None:
-    """An audit entry each time django-axes locks a login out (the password is never recorded)."""
+    """An audit entry when django-axes locks a login out (never the password). axes signals every
+    refused attempt while locked too; those add nothing, so one entry per cool-off is written."""
     from django.conf import settings
+    from django.utils import timezone
 
     from portal import audit
     from portal.choices import AuditAction
 
-    from .models import User
+    from .models import AuditLog, User
 
+    name = f"username {str(username or '')[:60]!r}"
+    who = f"{name}, from {ip_address or 'an unknown address'}"
+    since = timezone.now() - settings.AXES_COOLOFF_TIME
+    seen = name if username else who  # one entry per locked username (or per address without one)
+    if AuditLog.objects.filter(created__gte=since, message__startswith="login locked out", message__contains=seen):
+        return
     person = User.objects.filter(username=username).first() if username else None
     audit.record(
         AuditAction.ACTION,
         person,
         object_type="" if person else "login",
-        message=f"login locked out after {settings.AXES_FAILURE_LIMIT} failed attempts "
-        f"(username {str(username or '')[:60]!r}, from {ip_address or 'an unknown address'})",
+        message=f"login locked out after {settings.AXES_FAILURE_LIMIT} failed attempts ({who})",
         actor=None,
     )
 

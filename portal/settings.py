@@ -348,5 +348,6 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": get("PORTAL_LOG_LEVEL", str, "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    # axes: lockouts are WARNING; each failed attempt (INFO) is in its AccessAttempt table.
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }
