@@ -108,7 +108,7 @@ def test_a_password_reset_revokes_tokens_and_ends_sessions(admin, alice):
 
 def test_deactivation_revokes_tokens_and_reactivation_does_not_bring_them_back(admin, alice):
     _token, plaintext = issue_token(user=alice, name="ci")
-    key, key_plaintext = issue_key(owner=alice, name="laptop")
+    key, _key_plaintext = issue_key(owner=alice, name="laptop")
     api = APIClient()
     api.force_authenticate(admin)
     api.post(f"/api/users/{alice.pk}/deactivate/")
