@@ -68,3 +68,11 @@ def audit_object_url(entry) -> str:
         return reverse(name, args=[int(entry.object_id)])
     except NoReverseMatch:
         return ""
+
+
+@register.inclusion_tag("includes/secret_problem.html")
+def secret_problem(obj):
+    """A red flag on a row whose stored secret cannot be decrypted, with what to do."""
+    from portal.fields import secret_problem as problem
+
+    return {"problem": problem(obj)}

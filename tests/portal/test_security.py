@@ -297,3 +297,51 @@ def test_developers_usage_hides_the_channel(alice, admin):
 def test_the_usage_csv_says_it_is_utf8(admin_client):
     response = admin_client.get(reverse("usage_admin"), {"format": "csv"})
     assert response["Content-Type"] == "text/csv; charset=utf-8"
+
+
+# --- a secret this process cannot decrypt flags its own row ------------------------------------
+
+
+@pytest.fixture
+def lost_key(settings):
+    """Rows written with a key, then a process that no longer has it."""
+    from cryptography.fernet import Fernet
+
+    from portal import secrets
+
+    old = Fernet.generate_key().decode()
+    settings.PORTAL_ENCRYPTION_KEYS = [old]
+    secrets.reset_cache()
+    yield lambda: (setattr(settings, "PORTAL_ENCRYPTION_KEYS", [Fernet.generate_key().decode()]), secrets.reset_cache())
+    secrets.reset_cache()
+
+
+def test_an_undecryptable_secret_flags_its_row_and_the_lists_still_work(lost_key, admin, admin_client):
+    from channels.models import Channel
+    from hosts.models import Host
+
+    broken = Channel.objects.create(name="old-key", kind="openai", base_url="https://a.test/v1", api_key="sk-a")
+    host = Host.objects.create(name="gpu-1", address="10.0.0.5", username="ubuntu", private_key="not-a-real-key")
+    stored = Channel.objects.filter(pk=broken.pk).values_list("api_key", flat=True).get()
+    lost_key()
+    Channel.objects.create(name="fine", kind="openai", base_url="https://b.test/v1", api_key="sk-b")
+
+    api = APIClient()
+    api.force_authenticate(admin)
+    rows = {r["name"]: r for r in api.get("/api/channels/").json()["results"]}
+    assert rows["fine"]["secret_problem"] == "" and rows["fine"]["has_api_key"] is True
+    assert "cannot be decrypted" in rows["old-key"]["secret_problem"] and rows["old-key"]["has_api_key"] is True
+    host_row = api.get("/api/hosts/").json()["results"][0]
+    assert "private key" in host_row["secret_problem"]
+    page = admin_client.get(reverse("channel_list")).content.decode()
+    assert page.count("secret unreadable") == 1
+    assert "secret unreadable" in admin_client.get(reverse("host_detail", args=[host.pk])).content.decode()
+
+    # Saving the row for another reason keeps the ciphertext (the old key may come back).
+    channel = Channel.objects.get(pk=broken.pk)
+    channel.priority = 5
+    channel.save()
+    assert Channel.objects.filter(pk=broken.pk).values_list("api_key", flat=True).get() == stored
+    # Entering the key again fixes the row.
+    assert api.patch(f"/api/channels/{broken.pk}/", {"api_key": "sk-new"}, format="json").status_code == 200
+    assert Channel.objects.get(pk=broken.pk).api_key == "sk-new"
