@@ -16,8 +16,8 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
-from typing import Literal
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Literal
 
 from django.conf import settings
 
@@ -138,7 +138,7 @@ async def handle_logged(handler: Handler, scope: Scope, receive: Receive, send: 
     started = time.perf_counter()
     status = 0
 
-    async def watch(message: dict) -> None:
+    async def watch(message: Mapping[str, Any]) -> None:
         nonlocal status
         if message["type"] == "http.response.start":
             status = message["status"]
