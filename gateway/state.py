@@ -76,6 +76,7 @@ class ProcessState:
         snapshot.reset()
         self.upstream()
         self.limiter = make_limiter()
+        self.limiter.start()
         self.usage.start()
         loop = asyncio.get_running_loop()
         self._refresher = loop.create_task(snapshot.refresh_forever())
