@@ -6,17 +6,21 @@ concurrent requests, on one replica or many:
 - requests/min and tokens/min are sliding 60-second logs (exact, no window-edge bursts);
 - tokens/day and tokens/month are calendar (UTC) counters, always kept so a limit set mid-day
   counts what was already used;
-- in-flight requests are leases that expire on their own if a process dies.
+- in-flight requests are short leases, renewed while the request runs, that expire on their own
+  when a process dies or their release is lost;
+- a settle that cannot reach Redis is queued and replayed when it answers again, so nobody is
+  charged for tokens that were reserved but not produced.
 
-A refused request reserves nothing. With `REDIS_URL`, one Lua script does the whole check-and-
-reserve for both scopes in one round trip (it also returns the cache generations, see `cache`);
-settles are batched into one pipelined round trip off the request path. Without Redis the same
-semantics run in one database transaction per check (`keys.models.LimitCounter`).
+A refused request reserves nothing. One Lua script does the whole check-and-reserve for both
+scopes in one round trip (it also returns the cache generations, see `cache`); settles are
+pipelined off the request path. The embedded default runs the same script on the embedded Redis
+(`portal.embedded_redis`): there is one limiter.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime as dt
 import logging
 import time
@@ -24,7 +28,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from .cache import close_db, generation_keys, run_db
+from .cache import generation_keys
 from .http import GatewayError
 from .resp import RespClient, RespError
 
@@ -41,8 +45,10 @@ UNLIMITED = -1
 
 
 def lease_seconds() -> float:
-    """How long an in-flight slot lives if its request never settles (a crashed process)."""
-    return float(settings.GATEWAY_READ_TIMEOUT) + 60.0
+    """How long an in-flight slot lives unless renewed: the process renews the slots of its
+    requests in flight every third of it, so a slot whose release was lost (Redis unreachable,
+    a crashed process) frees itself within one lease."""
+    return float(settings.GATEWAY_LEASE_SECONDS)
 
 
 @dataclass(slots=True)
@@ -254,6 +260,24 @@ return 1
 """
 
 
+# ARGV: lease end (ms), lease length (ms), then pairs of scope prefix and request id. Extends the
+# slots that still exist (a released one is not brought back).
+RENEW_LUA = """
+local until_ms = tonumber(ARGV[1])
+local lease = tonumber(ARGV[2])
+for i = 3, #ARGV, 2 do
+  local p = ARGV[i] .. ':p'
+  if redis.call('ZSCORE', p, ARGV[i + 1]) then
+    redis.call('ZADD', p, 'XX', until_ms, ARGV[i + 1])
+    redis.call('PEXPIRE', p, lease)
+  end
+end
+return 1
+"""
+
+MAX_PENDING_SETTLES = 100_000
+
+
 def _s(value: object) -> str | None:
     if value is None or value is False:
         return None
@@ -261,10 +285,45 @@ def _s(value: object) -> str | None:
 
 
 class RedisLimiter:
-    """Admission in one EVALSHA round trip; settles written without waiting (same connection)."""
+    """Admission in one EVALSHA round trip; settles written without waiting (same connection),
+    queued for a replay when Redis does not take them; the in-flight slots renewed in the
+    background (`start`)."""
 
     def __init__(self, url: str) -> None:
-        self.redis = RespClient(url)
+        self.redis = RespClient(url, timeout=float(settings.GATEWAY_REDIS_TIMEOUT))
+        self.in_flight: dict[str, Admission] = {}  # admissions holding a parallel slot
+        self.pending: collections.deque[list[object]] = collections.deque(maxlen=MAX_PENDING_SETTLES)
+        self._renewer: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._renewer is None or self._renewer.done():
+            self._renewer = asyncio.get_running_loop().create_task(self._renew_forever())
+
+    async def _renew_forever(self) -> None:
+        while True:
+            await asyncio.sleep(lease_seconds() / 3)
+            try:
+                await self.replay()
+                await self.renew()
+            except (OSError, RespError) as exc:  # Redis away: the next round tries again
+                logger.warning("renewing leases / replaying settles failed: %r", exc)
+
+    async def renew(self) -> None:
+        pairs: list[object] = []
+        for adm in self.in_flight.values():
+            for s in adm.scopes:
+                if s.arg("max_parallel_requests") >= 0:
+                    pairs += [s.prefix, adm.request_id]
+        if pairs:
+            lease = int(lease_seconds() * 1000)
+            await self.redis.evalsha(RENEW_LUA, [], [int(time.time() * 1000) + lease, lease, *pairs])
+
+    async def replay(self) -> None:
+        """Settles queued while Redis was unreachable, oldest first, until one fails again."""
+        while self.pending:
+            args = self.pending[0]
+            await self.redis.evalsha(SETTLE_LUA, [], args)
+            self.pending.popleft()
 
     async def admit(
         self,
@@ -315,6 +374,8 @@ class RedisLimiter:
         if int(res[0]) == 1:
             adm = Admission(request_id, scopes, tokens, day, month, generations=gens)
             adm.headers = rate_headers(scopes, [int(res[3]), int(res[4])])
+            if any(s.arg("max_parallel_requests") >= 0 for s in scopes):
+                self.in_flight[request_id] = adm
             return adm
         return Refusal(
             scope=scopes[int(res[3])].label,
@@ -329,7 +390,8 @@ class RedisLimiter:
         if adm.settled:
             return
         adm.settled = True
-        args = [
+        self.in_flight.pop(adm.request_id, None)
+        args: list[object] = [
             adm.request_id,
             adm.reserved,
             max(int(actual), 0),
@@ -337,151 +399,27 @@ class RedisLimiter:
             adm.month,
             *(s.prefix for s in adm.scopes),
         ]
-        self.redis.evalsha_nowait(SETTLE_LUA, [], args)
+
+        def queue(exc: BaseException) -> None:
+            logger.warning("settle of %s queued for a replay (Redis: %r)", adm.request_id, exc)
+            self.pending.append(args)
+
+        self.redis.evalsha_nowait(SETTLE_LUA, [], args, on_error=queue)
 
     async def drain(self) -> None:
         try:
             await self.redis.call("PING")
-        except Exception:
-            logger.exception("Redis unreachable while draining settles")
+            await self.replay()
+        except Exception as exc:
+            logger.error("Redis unreachable while draining settles (%d left): %r", len(self.pending), exc)
 
     async def close(self) -> None:
+        if self._renewer is not None:
+            self._renewer.cancel()
+            self._renewer = None
         await self.drain()
         await self.redis.close()
 
 
-# ------------------------------------------------------------------------------------ database
-
-
-def _db_admit(request_id: str, scopes: list[Scope], tokens: int) -> Admission | Refusal:
-    """The Redis script's semantics in one transaction. Rows of a scope are serialised by locking
-    its `lock` row (PostgreSQL), or by SQLite's single writer (transaction_mode IMMEDIATE)."""
-    from django.db import IntegrityError, transaction
-    from django.db.models import F, Sum
-    from django.utils import timezone
-
-    from keys.models import LimitCounter
-
-    now_ts = time.time()
-    now = timezone.now()
-    day, month, to_day, to_month = _windows(now_ts)
-    far = now + dt.timedelta(days=3650)
-    lease_until = now + dt.timedelta(seconds=lease_seconds())
-    for s in scopes:  # lock rows exist before anyone locks them
-        if not LimitCounter.objects.filter(scope=s.prefix, kind="lock", window="").exists():
-            try:
-                with transaction.atomic():
-                    LimitCounter.objects.create(scope=s.prefix, kind="lock", window="", expires_at=far)
-            except IntegrityError:
-                pass
-    with transaction.atomic():
-        list(
-            LimitCounter.objects.select_for_update()
-            .filter(scope__in=[s.prefix for s in scopes], kind="lock")
-            .order_by("scope")
-        )
-        counts = [0, 0]
-        for i, s in enumerate(scopes):
-            live = LimitCounter.objects.filter(scope=s.prefix, expires_at__gt=now)
-            LimitCounter.objects.filter(scope=s.prefix, kind__in=("r", "t", "p"), expires_at__lte=now).delete()
-            rpm, tpm, tpd, tpmo, par = (s.arg(n) for n in LIMIT_NAMES)
-            r_used = t_used = 0
-            if rpm >= 0:
-                r_used = live.filter(kind="r").count()
-                if r_used + 1 > rpm:
-                    first = live.filter(kind="r").order_by("expires_at").first()
-                    retry = (first.expires_at - now).total_seconds() if first else 1.0
-                    return Refusal(s.label, "requests_per_minute", rpm, retry)
-            if tpm >= 0:
-                t_used = live.filter(kind="t").aggregate(v=Sum("value"))["v"] or 0
-                if t_used + tokens > tpm:
-                    first = live.filter(kind="t").order_by("expires_at").first()
-                    retry = (first.expires_at - now).total_seconds() if first else 60.0
-                    return Refusal(s.label, "tokens_per_minute", tpm, retry)
-            if tpd >= 0:
-                row = LimitCounter.objects.filter(scope=s.prefix, kind="d", window=day).first()
-                if (row.value if row else 0) + tokens > tpd:
-                    return Refusal(s.label, "tokens_per_day", tpd, to_day)
-            if tpmo >= 0:
-                row = LimitCounter.objects.filter(scope=s.prefix, kind="m", window=month).first()
-                if (row.value if row else 0) + tokens > tpmo:
-                    return Refusal(s.label, "tokens_per_month", tpmo, to_month)
-            if par >= 0 and live.filter(kind="p").count() + 1 > par:
-                return Refusal(s.label, "max_parallel_requests", par, 1.0)
-            if i == 0:
-                counts = [r_used + 1, t_used + tokens]
-        minute = now + dt.timedelta(seconds=60)
-        for s in scopes:
-            rows = []
-            if s.arg("requests_per_minute") >= 0:
-                rows.append(LimitCounter(scope=s.prefix, kind="r", window=request_id, expires_at=minute))
-            if s.arg("tokens_per_minute") >= 0:
-                rows.append(LimitCounter(scope=s.prefix, kind="t", window=request_id, value=tokens, expires_at=minute))
-            if s.arg("max_parallel_requests") >= 0:
-                rows.append(LimitCounter(scope=s.prefix, kind="p", window=request_id, expires_at=lease_until))
-            LimitCounter.objects.bulk_create(rows)
-            for kind, window, keep in (("d", day, 2), ("m", month, 32)):
-                moved = LimitCounter.objects.filter(scope=s.prefix, kind=kind, window=window).update(
-                    value=F("value") + tokens
-                )
-                if not moved:
-                    LimitCounter.objects.create(
-                        scope=s.prefix, kind=kind, window=window, value=tokens, expires_at=now + dt.timedelta(days=keep)
-                    )
-    adm = Admission(request_id, scopes, tokens, day, month)
-    adm.headers = rate_headers(scopes, counts)
-    return adm
-
-
-def _db_settle(adm: Admission, actual: int) -> None:
-    from django.db import transaction
-    from django.db.models import F
-
-    from keys.models import LimitCounter
-
-    delta = actual - adm.reserved
-    prefixes = [s.prefix for s in adm.scopes]
-    with transaction.atomic():
-        if delta:
-            LimitCounter.objects.filter(scope__in=prefixes, kind="t", window=adm.request_id).update(value=actual)
-            LimitCounter.objects.filter(scope__in=prefixes, kind="d", window=adm.day).update(value=F("value") + delta)
-            LimitCounter.objects.filter(scope__in=prefixes, kind="m", window=adm.month).update(value=F("value") + delta)
-        LimitCounter.objects.filter(scope__in=prefixes, kind="p", window=adm.request_id).delete()
-
-
-class DatabaseLimiter:
-    """The embedded fallback: same semantics, one transaction per check, settles in the background."""
-
-    def __init__(self) -> None:
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def admit(
-        self,
-        request_id: str,
-        scopes: list[Scope],
-        tokens: int,
-        expected: tuple[str | None, str | None] | None = None,
-    ) -> Admission | Refusal:
-        return await run_db(_db_admit, request_id, scopes, tokens)
-
-    def settle(self, adm: Admission, actual: int) -> None:
-        if adm.settled:
-            return
-        adm.settled = True
-        task = asyncio.get_running_loop().create_task(run_db(_db_settle, adm, max(int(actual), 0)))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def drain(self) -> None:
-        if self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
-
-    async def close(self) -> None:
-        await self.drain()
-        await close_db()
-
-
-def make_limiter() -> RedisLimiter | DatabaseLimiter:
-    if settings.REDIS_URL:
-        return RedisLimiter(settings.REDIS_URL)
-    return DatabaseLimiter()
+def make_limiter() -> RedisLimiter:
+    return RedisLimiter(settings.REDIS_URL)
