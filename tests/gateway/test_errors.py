@@ -216,3 +216,11 @@ def test_behind_a_trusted_proxy_the_right_most_untrusted_address_counts(setup, g
     spoofed = {"X-Forwarded-For": "10.1.1.1, 203.0.113.5"}
     err = assert_openai_error(post(gateway_url, setup.plaintext, headers=spoofed), 403, "ip_not_allowed")
     assert "203.0.113.5" in err["message"]
+
+
+def test_a_deeply_nested_body_is_an_openai_shaped_400(setup, gateway_url):
+    deep: object = "x"
+    for _ in range(200):
+        deep = [deep]
+    body = {**CHAT, "metadata": deep}
+    assert_openai_error(post(gateway_url, setup.plaintext, body=body), 400, "invalid_json")
