@@ -96,9 +96,7 @@ def test_a_blip_while_requests_run_locks_nobody_out_and_charges_only_what_was_us
 
     async def slow_request() -> int:
         async with httpx.AsyncClient(timeout=30) as client:
-            r = await client.post(
-                url + "/v1/chat/completions", json=big, headers={"Authorization": f"Bearer {plain}"}
-            )
+            r = await client.post(url + "/v1/chat/completions", json=big, headers={"Authorization": f"Bearer {plain}"})
             return r.status_code
 
     async def scenario() -> int:
