@@ -42,6 +42,10 @@ def generation_keys() -> tuple[str, str]:
     return f"{ns}:gen:keys", f"{ns}:gen:routes"
 
 
+# A key expired by age is still served for this long while it reloads: with GATEWAY_KEY_TTL (4 s)
+# a change whose Redis bump was lost still ends within 5 s.
+STALE_GRACE = 1.0
+
 # Channel statuses in preference order; anything else (down, credentials_rejected) is a last resort.
 _TIER = {"healthy": 0, "unknown": 0, "degraded": 1}
 _LAST_RESORT = 2
@@ -347,7 +351,7 @@ class Snapshot:
             return None
         # One load per digest at a time: a burst of requests with a new key makes one query.
         pending = self._key_locks.get(digest)
-        if entry is not None and now - entry.loaded_at < 2 * self.ttl:
+        if entry is not None and now - entry.loaded_at < self.ttl + STALE_GRACE:
             # Expired by age only (a change would have dropped it): serve the cached copy while
             # it is reloaded, so a slow database never stalls a key's requests.
             if pending is None:
