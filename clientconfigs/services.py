@@ -71,14 +71,20 @@ def output_room(context_window: int | None, max_output: int | None) -> int | Non
 def model_specs(user, key: Key | None = None) -> tuple[ModelSpec, ...]:
     """Each usable model with the smallest context window its enabled routes really serve
     (discovered, else configured) and an output limit that leaves room for input."""
-    routes = ModelRoute.objects.enabled()
+    routes = ModelRoute.objects.enabled().select_related("channel")
     specs = []
     for model in usable_models(user, key).prefetch_related(Prefetch("routes", queryset=routes, to_attr="live")):
         windows = [r.effective_context_window for r in model.live if r.effective_context_window]
         outputs = [r.max_output_tokens for r in model.live if r.max_output_tokens]
         ctx = min(windows) if windows else None
         specs.append(
-            ModelSpec(model.name, ctx, output_room(ctx, min(outputs) if outputs else None), model.display_name)
+            ModelSpec(
+                model.name,
+                ctx,
+                output_room(ctx, min(outputs) if outputs else None),
+                model.display_name,
+                translated_responses=bool(model.live) and not any(r.channel.speaks_responses for r in model.live),
+            )
         )
     return tuple(specs)
 
@@ -214,6 +220,8 @@ def bundle(client: str, inp: RenderInput, rendered: Rendered, key: Key | None) -
                 "merge": f.merge,
                 "secret": f.secret,
                 "remove": list(f.remove),
+                "replace": list(f.replace),
+                "lists": list(f.lists),
                 "content": f.content,
             }
             for f in rendered.files

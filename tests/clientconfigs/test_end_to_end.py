@@ -92,12 +92,16 @@ def test_openai_sdk_configured_from_continue_files_completes_through_the_gateway
 
 def from_cline(home: Path) -> dict:
     providers = json.loads((home / ".cline" / "data" / "settings" / "providers.json").read_text())
-    settings = providers["providers"][providers["lastUsedProvider"]]["settings"]
+    provider = providers["lastUsedProvider"]
+    settings = providers["providers"][provider]["settings"]
+    # Per-model limits live in models.json (a provider-wide one would override every model's).
+    catalog = json.loads((home / ".cline" / "data" / "settings" / "models.json").read_text())
+    assert "contextWindow" not in settings and "maxTokens" not in settings
     return {
         "base_url": settings["baseUrl"],
         "api_key": settings["apiKey"],
         "model": settings["model"],
-        "max_tokens": settings["maxTokens"],
+        "max_tokens": catalog["providers"][provider]["models"][settings["model"]]["maxTokens"],
         "headers": settings["headers"],
     }
 

@@ -139,7 +139,8 @@ def test_continue_models_are_added_between_markers_and_replaced_on_reinstall(
         assert result.returncode == 0, result.stdout + result.stderr
     config = yaml.safe_load(target.read_text())
     assert config["name"] == "Mine" and config["rules"] == ["Be terse"]
-    assert [m["model"] for m in config["models"]] == ["llama-3.1-8b", "qwen3-32b", "llama3"]
+    # The default (largest window) first: Continue uses the first model of the list.
+    assert [m["model"] for m in config["models"]] == ["qwen3-32b", "llama-3.1-8b", "llama3"]
     assert target.read_text().count(">>> team-gateway") == 1
     env = env_file.read_text()
     assert "OTHER_SECRET=keep-me" in env and env.count("TEAM_GATEWAY_API_KEY=") == 1
