@@ -227,6 +227,8 @@ def bundle(client: str, inp: RenderInput, rendered: Rendered, key: Key | None) -
             for f in rendered.files
             if f.merge != "none"
         ],
-        "commands": [{"label": c.label, "text": c.text} for c in rendered.commands],
+        # Never a command that carries the key: the installer prints these, and a shell keeps them.
+        "commands": [{"label": c.label, "text": c.text} for c in rendered.commands if not c.secret],
         "notes": rendered.notes,
+        "warnings": rendered.warnings,
     }

@@ -358,6 +358,8 @@ def install(bundle, stamp=None):
         say("→", f"{c['label']}: {c['text']}")
     for n in bundle.get("notes", []):
         say("·", n)
+    for w in bundle.get("warnings", []):
+        say("!", w)
     say("·", f"config version {bundle['version']}")
     return 1 if failures else 0
 

@@ -48,10 +48,11 @@ def portal(transactional_db, settings, monkeypatch):
             server.stop()
 
 
-def installed(portal_url: str, home: Path, user, client: str) -> None:
+def installed(portal_url: str, home: Path, user, client: str):
     _, token = services.issue_download_token(user, client, key_mode=KeyMode.MINT, key_name="e2e")
     result = run_sh(fetch(portal_url + "/connect/install.sh"), home, token)
     assert result.returncode == 0, result.stdout + result.stderr
+    return result
 
 
 def test_openai_sdk_configured_from_continue_files_completes_through_the_gateway(portal, tmp_path, alice):
