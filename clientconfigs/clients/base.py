@@ -137,16 +137,19 @@ class Probe:
     """
 
     file: str  # ConfigFile.path
-    format: str
-    base_url: str  # dotted path to the base URL the client uses
+    format: str  # json | toml | yaml (a models list) | yaml-flat (top-level key: value)
+    base_url: str  # dotted path to the base URL the client uses; empty: the file holds none
     base_shape: str  # "v1": must end in /v1; "root": must not
     key: str = ""  # dotted path to the key (may be an env reference), empty: from the environment
     key_env: str = ""  # dotted path to the *name* of an env var holding the key (Codex env_key)
+    key_var: str = ""  # the env var holding the key, when the file does not name it (Zed)
+    key_file: str = ""  # a dotenv file the client reads that var from (~/.qwen/.env)
     models: str = ""  # dotted path to the model items ("." for the file's root, no `*`: one item)
     model_name: str = ""
     model_context: str = ""  # path inside an item to its context window
     model_output: str = ""  # path inside an item to its output limit
     model_base: str = ""  # path inside an item to its base URL (lists that mix ours with the user's)
+    name_prefix: str = ""  # stripped from the model name (Aider's `openai/`); names without it are not ours
     client: str = ""  # the client's name, for the doctor's messages
     needs: int = 0  # tokens the client's own prompt plus an answer take: a smaller window cannot work
 

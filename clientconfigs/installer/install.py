@@ -401,6 +401,8 @@ def walk(data, path):
                     nxt += [(str(i), v) for i, v in enumerate(node)]
             elif isinstance(node, dict) and part in node:
                 nxt.append((part, node[part]))
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                nxt.append((part, node[int(part)]))
         current = nxt
     yield from current
 
@@ -460,7 +462,12 @@ def load(path, fmt):
     with open(path, encoding="utf-8") as fh:
         text = fh.read()
     if fmt == "json":
-        return json.loads(text), text
+        try:
+            return json.loads(text), text
+        except ValueError:
+            # JSONC (Zed, VS Code): whole-line comments and trailing commas; read-only, never written.
+            bare = re.sub(r"(?m)^\s*//.*$", "", text)
+            return json.loads(re.sub(r",(\s*[}\]])", r"\1", bare)), text
     if fmt == "toml":
         try:
             import tomllib  # Python 3.11+
@@ -469,6 +476,13 @@ def load(path, fmt):
         return tomllib.loads(text), text
     if fmt == "yaml":
         return parse_yaml_models(text), text
+    if fmt == "yaml-flat":
+        data = {}
+        for ln in text.splitlines():
+            m = re.match(r"^([A-Za-z0-9_-]+):\s*(.*)$", ln)
+            if m and m.group(2):
+                data[m.group(1)] = _unquote(m.group(2))
+        return data, text
     raise ValueError(fmt)
 
 
@@ -492,9 +506,10 @@ def dotenv_value(path, name):
     return None
 
 
-def env_key(name):
+def env_key(name, extra=""):
     return (
         os.environ.get(name)
+        or (dotenv_value(extra, name) if extra else None)
         or dotenv_value("~/.config/team-gateway/env", name)
         or dotenv_value("~/.continue/.env", name)
     )
@@ -551,7 +566,13 @@ def entries_of(p, data, text, host):
         name = name_key if p["model_name"] == "$key" else one(item, p["model_name"])
         if not isinstance(name, str) or not name:
             continue
-        line = item.get("line") if p["format"] == "yaml" else line_of(text, json.dumps(name))
+        prefix = p.get("name_prefix", "")
+        if prefix:
+            if not name.startswith(prefix):
+                continue
+            name = name[len(prefix) :]
+        needle = prefix + name if prefix else json.dumps(name)
+        line = item.get("line") if p["format"] == "yaml" else line_of(text, needle)
         start = (line or 1) - 1
         ctx_key = (p.get("model_context") or "").split(".")[-1]
         out_key = (p.get("model_output") or "").split(".")[-1]
@@ -588,9 +609,9 @@ def check(gateway, probes, key_override=None):
             say("✗", f"{p['file']}: cannot be read ({exc.__class__.__name__}: {exc})")
             problems += 1
             continue
-        bases = [v for _, v in walk(data, p["base_url"]) if isinstance(v, str)]
+        bases = [v for _, v in walk(data, p["base_url"]) if isinstance(v, str)] if p["base_url"] else []
         ours = [b for b in bases if re.sub(r"^https?://", "", b).split("/")[0].lower() == host]
-        if not ours:
+        if p["base_url"] and not ours:
             say("✗", f"{p['file']}: no base URL points at {gateway} (found: {', '.join(bases) or 'none'})")
             problems += 1
         for b in ours:
@@ -607,7 +628,9 @@ def check(gateway, probes, key_override=None):
             key = next((k for k in map(resolve_key, (v for _, v in walk(data, p["key"]))) if k), None)
         if key is None and p.get("key_env"):
             name = one(data, p["key_env"])
-            key = env_key(name) if isinstance(name, str) else None
+            key = env_key(name, p.get("key_file", "")) if isinstance(name, str) else None
+        if key is None and p.get("key_var"):
+            key = env_key(p["key_var"], p.get("key_file", ""))
         if p.get("models"):
             for e in entries_of(p, data, text, host):
                 e["file"], e["probe"] = p["file"], p

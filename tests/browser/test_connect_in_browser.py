@@ -59,7 +59,7 @@ def test_developer_connects_continue_from_a_phone_with_the_default_installer(
     tmp_path,
     screenshots,
 ):
-    url, upstream = portal
+    url, _ = portal
     context = browser.new_context(viewport=PHONE)
     context.grant_permissions(["clipboard-read", "clipboard-write"], origin=url)
     page = context.new_page()

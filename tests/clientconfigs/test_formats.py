@@ -34,7 +34,16 @@ def test_every_generated_file_parses_in_its_format(slug, variant):
 
 # Files with no room for it: Cline's flat key store holding only the key, and the one-line VS Code
 # setting that points Roo at its (stamped) import file.
-UNSTAMPED = {("cline", "secrets.json"), ("roo", "VS Code settings.json")}
+# Strict JSON read by clients with no header, comment or free-text field for it: Aider's litellm
+# metadata (its .aider.conf.yml beside it is stamped), Zed's and Crush's settings (whose model
+# entries are checked against the server by the doctor instead).
+UNSTAMPED = {
+    ("cline", "secrets.json"),
+    ("roo", "VS Code settings.json"),
+    ("aider", ".aider.model.metadata.json"),
+    ("zed", "settings.json"),
+    ("crush", "crush.json"),
+}
 
 
 @pytest.mark.parametrize("slug", sorted(CLIENTS))

@@ -74,7 +74,10 @@ def test_installer_scripts_are_public_and_hold_no_secret(client, catalog):
 
 def test_api_lists_every_client(api):
     slugs = {c["slug"] for c in api.get(f"{API}/clients/").json()}
-    assert slugs == {"cline", "continue", "cc-switch", "claude-code", "codex", "opencode", "roo"}
+    assert slugs == {
+        *("cline", "continue", "cc-switch", "claude-code", "codex", "opencode", "roo"),
+        *("qwen-code", "kilo", "aider", "crush", "zed"),
+    }  # twelve
     assert api.get(f"{API}/clients/nope/").status_code == 404
 
 
