@@ -51,6 +51,7 @@ def rendered_data(inp: RenderInput, rendered: Rendered) -> dict:
         "commands": [{"label": c.label, "text": c.text} for c in rendered.commands],
         "links": [{"label": link.label, "url": link.url} for link in rendered.links],
         "notes": rendered.notes,
+        "warnings": rendered.warnings,
     }
 
 
