@@ -1,10 +1,13 @@
-"""The real clients that run headless here (Qwen Code, Kilo CLI, Aider), configured only by the
-portal's installer in a throwaway HOME, complete a request through the gateway to the fake upstream.
+"""The real clients that run headless here (Qwen Code, Kilo CLI, Aider; and Claude Code, Cline CLI,
+Continue CLI, OpenCode), configured only by the portal's installer in a throwaway HOME, complete a
+request through the gateway to the fake upstream, with the default model and limits the files set.
 
 Each runs in its own network namespace (`unshare -rn`) that has nothing but loopback, so no request
 can reach a vendor; `tests/fakes/nsbridge.py` carries its connections to the portal through a Unix
 socket, on the very URL the generated files hold. The clients are pinned and installed by .ci/run
 into throwaway folders (PORTAL_REAL_CLIENTS for npm, PORTAL_AIDER for the aider-chat venv).
+Two models: `qwen3-32b` (the default: largest window) and `tool-bot` (a smaller window and output
+cap), served upstream as `fake-model` and `fake-small`, so a request shows which one a client chose.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 BRIDGE = Path(__file__).resolve().parents[1] / "fakes" / "nsbridge.py"
 UPSTREAM_KEY = "sk-upstream-real-clients"
 WINDOW, OUTPUT = 65536, 8192  # large enough for every client's own prompt
+SMALL_WINDOW, SMALL_OUTPUT = 40960, 1024
 PROMPT = "Reply with the word pong."
 
 
@@ -45,6 +49,14 @@ def gateway(transactional_db, settings, monkeypatch):
         model = Model.objects.create(name="qwen3-32b")
         ModelRoute.objects.create(
             model=model, channel=channel, upstream_model="fake-model", context_window=WINDOW, max_output_tokens=OUTPUT
+        )
+        small = Model.objects.create(name="tool-bot")
+        ModelRoute.objects.create(
+            model=small,
+            channel=channel,
+            upstream_model="fake-small",
+            context_window=SMALL_WINDOW,
+            max_output_tokens=SMALL_OUTPUT,
         )
         server = ThreadServer().start()
         try:
@@ -89,8 +101,8 @@ def run_isolated(server, home: Path, argv: list[str], env: dict[str, str]) -> su
         bridge.close()
 
 
-def install(server, home: Path, user, client: str) -> None:
-    _, token = services.issue_download_token(user, client, key_mode=KeyMode.MINT, key_name="ci")
+def install(server, home: Path, user, client: str, default: str = "") -> None:
+    _, token = services.issue_download_token(user, client, key_mode=KeyMode.MINT, key_name="ci", default_model=default)
     result = run_sh(fetch(server.url + "/connect/install.sh"), home, token)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -150,3 +162,90 @@ def test_aider_answers_through_the_gateway_from_the_installed_files(gateway, tmp
     assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
     assert chat_requests(up) and chat_requests(up)[0]["model"] == "fake-model"
     assert "unknown context window" not in done.stdout.lower()  # the metadata file was read
+
+
+def test_continue_cli_uses_the_chosen_default_and_a_reinstall_keeps_one_entry_per_model(gateway, tmp_path, alice):
+    server, up = gateway
+    cn = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "cn")
+    home = tmp_path / "home"
+    home.mkdir()
+    for default, upstream_model in (("tool-bot", "fake-small"), ("qwen3-32b", "fake-model")):
+        install(server, home, alice, "continue", default=default)
+        done = run_isolated(server, home, [str(cn), "-p", PROMPT], {"CONTINUE_CLI_DISABLE_TELEMETRY": "1"})
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+        last = chat_requests(up)[-1]
+        assert last["model"] == upstream_model, (default, last["model"])  # `cn -p` took the default
+        assert last["max_tokens"] == (SMALL_OUTPUT if default == "tool-bot" else OUTPUT)
+    text = (home / ".continue" / "config.yaml").read_text()
+    assert text.count("model: qwen3-32b") == 1 and text.count("model: tool-bot") == 1
+
+
+def test_cline_cli_answers_on_the_default_model_and_on_a_second_one(gateway, tmp_path, alice):
+    """providers.json carries no provider-wide window or cap (it would override every model's own in
+    models.json); Cline 3.0.65 then still answers on both models. It sends no max_tokens, so the cap
+    itself is not visible on the wire: the assertion only rules out the default model's."""
+    server, up = gateway
+    cline = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "cline")
+    home = tmp_path / "home"
+    home.mkdir()
+    install(server, home, alice, "cline")
+    done = run_isolated(server, home, [str(cline), "--json", PROMPT], {})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+    assert chat_requests(up)[-1]["model"] == "fake-model"
+    again = run_isolated(server, home, [str(cline), "--json", "-m", "tool-bot", PROMPT], {})
+    assert again.returncode == 0, again.stdout + again.stderr
+    last = chat_requests(up)[-1]
+    assert last["model"] == "fake-small"
+    assert last.get("max_tokens") in (None, SMALL_OUTPUT)
+
+
+def test_opencode_answers_through_the_gateway_from_the_installed_files(gateway, tmp_path, alice):
+    server, up = gateway
+    opencode = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "opencode")
+    home = tmp_path / "home"
+    home.mkdir()
+    install(server, home, alice, "opencode")
+    env = {"OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_SHARE": "1"}
+    done = run_isolated(server, home, [str(opencode), "run", PROMPT], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+    sent = chat_requests(up)
+    assert sent and OUTPUT in {r.get("max_tokens") for r in sent if r["model"] == "fake-model"}
+
+
+def test_claude_code_answers_through_the_gateway_from_the_installed_settings(gateway, tmp_path, alice):
+    server, up = gateway
+    claude = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "claude")
+    home = tmp_path / "home"
+    home.mkdir()
+    install(server, home, alice, "claude-code")
+    env = {"DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"}
+    done = run_isolated(server, home, [str(claude), "-p", PROMPT], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+    assert any(r.json and r.json.get("model") == "fake-model" for r in up.requests)
+
+
+def test_codex_answers_over_responses_and_its_file_notes_the_dropped_tools(gateway, tmp_path, alice):
+    server, up = gateway
+    codex = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "codex")
+    home = tmp_path / "home"
+    home.mkdir()
+    install(server, home, alice, "codex")
+    config = (home / ".codex" / "config.toml").read_text()
+    # The fake upstream is a Chat Completions channel: the gateway translates Responses and drops
+    # Codex's web_search and multi-agent tools, and the file says so.
+    assert "# Team gateway note: qwen3-32b is served through Chat Completions" in config
+    assert "[analytics]\nenabled = false" in config
+    run = (
+        f". {home}/.config/team-gateway/env && exec {shlex.quote(str(codex))} exec --skip-git-repo-check "
+        + shlex.quote(PROMPT)
+    )
+    done = run_isolated(server, home, ["sh", "-c", run], {})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+    sent = chat_requests(up)
+    assert sent and sent[-1]["model"] == "fake-model"
+    assert not any(t.get("type") == "web_search" for t in sent[-1].get("tools", []))
