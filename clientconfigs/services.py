@@ -244,7 +244,19 @@ def bundle(client: str, inp: RenderInput, rendered: Rendered, key: Key | None) -
         "client": client,
         "version": inp.version,
         "gateway": inp.gateway_url,
-        "key": {"id": key.pk, "name": key.name, "masked": key.masked} if key is not None else None,
+        "key": {
+            "id": key.pk,
+            "name": key.name,
+            "masked": key.masked,
+            # Mint mode over an earlier download: the key this one replaced, and when it stops.
+            "replaced": (
+                {"masked": key.rotated_from.masked, "stops": key.rotated_from.expires_at.isoformat()}
+                if key.rotated_from is not None and key.rotated_from.expires_at is not None
+                else None
+            ),
+        }
+        if key is not None
+        else None,
         "files": [
             {
                 "name": f.name,

@@ -227,6 +227,7 @@ function Install-Bundle([string]$tok) {
     Write-Host "+ $path"
   }
   if ($bundle.key) { Write-Host "+ key $($bundle.key.name) ($($bundle.key.masked)) minted for this machine; revoke it on the portal if lost" }
+  if ($bundle.key -and $bundle.key.replaced) { Write-Host ". it replaces the key minted before for this client ($($bundle.key.replaced.masked)), which stops at $($bundle.key.replaced.stops)" }
   foreach ($c in $bundle.commands) { Write-Host "-> $($c.label): $($c.text)" }
   foreach ($n in $bundle.notes) { Write-Host ". $n" }
   foreach ($w in $bundle.warnings) { Write-Host "! $w" }

@@ -354,6 +354,12 @@ def install(bundle, stamp=None):
     key = bundle.get("key")
     if key:
         say("✓", f"key {key['name']} ({key['masked']}) minted for this machine; revoke it on the portal if lost")
+        if key.get("replaced"):
+            old = key["replaced"]
+            say(
+                "·",
+                f"it replaces the key minted before for this client ({old['masked']}), which stops at {old['stops']}",
+            )
     for c in bundle.get("commands", []):
         say("→", f"{c['label']}: {c['text']}")
     for n in bundle.get("notes", []):

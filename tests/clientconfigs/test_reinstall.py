@@ -71,6 +71,9 @@ def test_a_second_install_after_a_window_change_leaves_one_entry_per_model_with_
     printed = first.stdout + second.stdout + first.stderr + second.stderr
     assert re.findall(r"gp-[A-Za-z0-9_-]{30,}", printed) == []
     assert all(k.masked in printed for k in Key.objects.filter(owner=alice, client=client))
+    # The second install replaced the first install's key instead of adding one.
+    assert "it replaces the key minted before for this client" in second.stdout
+    assert Key.objects.active().filter(owner=alice, client=client, name=f"{client}@e2e").count() == 1
 
     # Corrupt the window by hand: the doctor names the file and the line.
     target = next(p["file"] for p in probes if p.get("models") and p.get("model_context"))
