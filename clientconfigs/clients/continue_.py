@@ -111,7 +111,9 @@ def render(inp: RenderInput) -> Rendered:
     if len(inp.models) > 1 and inp.primary:
         notes.append(
             f"{inp.primary.label} is first in the list, so Continue uses it by default (`cn -p` takes the "
-            f"first chat model); pick another in the editor's model list."
+            "first chat model); pick another in the editor's model list. `cn --model` does not choose among "
+            "them (Continue CLI 1.5.47 ignores it for a local config.yaml): for the CLI, choose the default "
+            "here and install again."
         )
     return Rendered(
         files=files,
