@@ -77,10 +77,42 @@ def vllm_3090(ctx: int) -> dict[str, Any]:
 
 CASES = [
     # llama.cpp on a 12 GB card, -fa auto (counted as off): the four measured cases of the requirements.
-    Case("qwen3-coder-ngl25-c24576-fa-auto", qwen3_coder, "total_gib", 11.8, card12(25, 24576, "auto"), True, "requirements"),
-    Case("qwen3-coder-ngl25-c32768-fa-auto", qwen3_coder, "total_gib", 12.6, card12(25, 32768, "auto"), False, "requirements (OOM)"),
-    Case("qwen3-coder-ngl30-c24576-fa-auto", qwen3_coder, "total_gib", 13.6, card12(30, 24576, "auto"), False, "requirements (OOM)"),
-    Case("qwen3-coder-ngl20-c32768-fa-auto", qwen3_coder, "total_gib", 10.8, card12(20, 32768, "auto"), True, "requirements"),
+    Case(
+        "qwen3-coder-ngl25-c24576-fa-auto",
+        qwen3_coder,
+        "total_gib",
+        11.8,
+        card12(25, 24576, "auto"),
+        True,
+        "requirements",
+    ),
+    Case(
+        "qwen3-coder-ngl25-c32768-fa-auto",
+        qwen3_coder,
+        "total_gib",
+        12.6,
+        card12(25, 32768, "auto"),
+        False,
+        "requirements (OOM)",
+    ),
+    Case(
+        "qwen3-coder-ngl30-c24576-fa-auto",
+        qwen3_coder,
+        "total_gib",
+        13.6,
+        card12(30, 24576, "auto"),
+        False,
+        "requirements (OOM)",
+    ),
+    Case(
+        "qwen3-coder-ngl20-c32768-fa-auto",
+        qwen3_coder,
+        "total_gib",
+        10.8,
+        card12(20, 32768, "auto"),
+        True,
+        "requirements",
+    ),
     # The same with -fa on: no attention-score buffer, so 32k fits with 25 layers; 30 layers still do not.
     Case("qwen3-coder-ngl25-c32768-fa-on", qwen3_coder, "total_gib", None, card12(25, 32768, "on"), True),
     Case("qwen3-coder-ngl30-c24576-fa-on", qwen3_coder, "total_gib", None, card12(30, 24576, "on"), False),
@@ -91,25 +123,99 @@ CASES = [
     Case("llama-3.1-405b-bf16-weights", lambda: preset("llama-3.1-405b"), "weights_gb", 810, source="HF-Llama-3.1"),
     Case(
         "llama-3.1-405b-fp8-checkpoint",
-        lambda: fit.from_config({**fit.PRESET_CONFIGS["llama-3.1-405b"], "quantization_config": {"quant_method": "fbgemm_fp8"}}),
-        "weights_gb", 405, source="HF-Llama-3.1",
+        lambda: fit.from_config(
+            {**fit.PRESET_CONFIGS["llama-3.1-405b"], "quantization_config": {"quant_method": "fbgemm_fp8"}}
+        ),
+        "weights_gb",
+        405,
+        source="HF-Llama-3.1",
     ),
-    Case("llama-3.1-8b-kv-128k", lambda: preset("llama-3.1-8b"), "kv_gib", 15.62, {"context": 128000}, source="HF-Llama-3.1"),
-    Case("llama-3.1-70b-kv-128k", lambda: preset("llama-3.1-70b"), "kv_gib", 39.06, {"context": 128000}, source="HF-Llama-3.1"),
+    Case(
+        "llama-3.1-8b-kv-128k",
+        lambda: preset("llama-3.1-8b"),
+        "kv_gib",
+        15.62,
+        {"context": 128000},
+        source="HF-Llama-3.1",
+    ),
+    Case(
+        "llama-3.1-70b-kv-128k",
+        lambda: preset("llama-3.1-70b"),
+        "kv_gib",
+        39.06,
+        {"context": 128000},
+        source="HF-Llama-3.1",
+    ),
     # vLLM's own report on a 24 GB card.
-    Case("vllm-llama-3.1-8b-3090-20k-kv", lambda: preset("meta-llama/Llama-3.1-8B-Instruct"), "kv_pool_gib", 3.81, vllm_3090(20000), True, "vllm#10517"),
-    Case("vllm-llama-3.1-8b-3090-20k-concurrency", lambda: preset("meta-llama/Llama-3.1-8B-Instruct"), "max_concurrency", 1.56, vllm_3090(20000), True, "vllm#10517"),
-    Case("vllm-llama-3.1-8b-3090-29k-concurrency", lambda: preset("meta-llama/Llama-3.1-8B-Instruct"), "max_concurrency", 0.82, vllm_3090(29000), False, "vllm#10517"),
+    Case(
+        "vllm-llama-3.1-8b-3090-20k-kv",
+        lambda: preset("meta-llama/Llama-3.1-8B-Instruct"),
+        "kv_pool_gib",
+        3.81,
+        vllm_3090(20000),
+        True,
+        "vllm#10517",
+    ),
+    Case(
+        "vllm-llama-3.1-8b-3090-20k-concurrency",
+        lambda: preset("meta-llama/Llama-3.1-8B-Instruct"),
+        "max_concurrency",
+        1.56,
+        vllm_3090(20000),
+        True,
+        "vllm#10517",
+    ),
+    Case(
+        "vllm-llama-3.1-8b-3090-29k-concurrency",
+        lambda: preset("meta-llama/Llama-3.1-8B-Instruct"),
+        "max_concurrency",
+        0.82,
+        vllm_3090(29000),
+        False,
+        "vllm#10517",
+    ),
     # MLA (DeepSeek), its MoE layers after the first dense ones, FP8 checkpoint.
     Case("deepseek-v3-params", lambda: config("deepseek-v3"), "params_b", 671, source="model card"),
-    Case("deepseek-v3-kv-bytes-per-token", lambda: config("deepseek-v3"), "kv_bytes_per_token", (512 + 64) * 61 * 2, source="DeepSeek-V2 paper"),
-    Case("deepseek-v2-lite-params", lambda: preset("deepseek-ai/DeepSeek-V2-Lite-Chat"), "params_b", 15.7, source="model card"),
-    Case("deepseek-v2-lite-kv-bytes-per-token", lambda: preset("deepseek-v2-lite"), "kv_bytes_per_token", (512 + 64) * 27 * 2, source="DeepSeek-V2 paper"),
+    Case(
+        "deepseek-v3-kv-bytes-per-token",
+        lambda: config("deepseek-v3"),
+        "kv_bytes_per_token",
+        (512 + 64) * 61 * 2,
+        source="DeepSeek-V2 paper",
+    ),
+    Case(
+        "deepseek-v2-lite-params",
+        lambda: preset("deepseek-ai/DeepSeek-V2-Lite-Chat"),
+        "params_b",
+        15.7,
+        source="model card",
+    ),
+    Case(
+        "deepseek-v2-lite-kv-bytes-per-token",
+        lambda: preset("deepseek-v2-lite"),
+        "kv_bytes_per_token",
+        (512 + 64) * 27 * 2,
+        source="DeepSeek-V2 paper",
+    ),
     # Llama 4: text_config nesting, MoE in every layer (Scout) or every other layer (Maverick), a shared expert.
-    Case("llama-4-scout-params", lambda: config("llama-4-scout-17b-16e-instruct"), "params_b", 109, source="model card"),
-    Case("llama-4-maverick-params", lambda: preset("meta-llama/Llama-4-Maverick-17B-128E-Instruct"), "params_b", 400, source="model card"),
+    Case(
+        "llama-4-scout-params", lambda: config("llama-4-scout-17b-16e-instruct"), "params_b", 109, source="model card"
+    ),
+    Case(
+        "llama-4-maverick-params",
+        lambda: preset("meta-llama/Llama-4-Maverick-17B-128E-Instruct"),
+        "params_b",
+        400,
+        source="model card",
+    ),
     # Other MoE and dense models.
-    Case("mixtral-8x7b-params", lambda: preset("mistralai/Mixtral-8x7B-Instruct-v0.1"), "params_b", 46.7, source="model card"),
+    Case(
+        "mixtral-8x7b-params",
+        lambda: preset("mistralai/Mixtral-8x7B-Instruct-v0.1"),
+        "params_b",
+        46.7,
+        source="model card",
+    ),
     Case("qwen3-30b-a3b-params", lambda: preset("Qwen/Qwen3-30B-A3B"), "params_b", 30.5, source="model card"),
     Case("qwen3-235b-a22b-params", lambda: preset("Qwen/Qwen3-235B-A22B"), "params_b", 235, source="model card"),
     Case("qwen3-32b-params", lambda: preset("Qwen/Qwen3-32B"), "params_b", 32.8, source="model card"),
@@ -121,9 +227,13 @@ CASES = [
     Case(
         "gpt-oss-120b-on-one-h100",
         lambda: config("gpt-oss-120b"),
-        "weights_gib", 60.8, {"backend": "vllm", "gpus": [H100], "context": 131072}, True, "model card",
+        "weights_gib",
+        60.8,
+        {"backend": "vllm", "gpus": [H100], "context": 131072},
+        True,
+        "model card",
     ),
-]  # fmt: skip
+]
 
 
 def measure(case: Case) -> tuple[float | None, fit.Estimate | None]:
@@ -317,9 +427,16 @@ def test_hybrid_linear_attention_layers_keep_no_kv():
         ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "int8", 8 + 24 / 128),
         ({"quant_method": "fp8"}, "fp8", 8),
         ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "int4", 4.5),
-        ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 8, "type": "float"}}}}, "fp8", 8),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {"g": {"weights": {"num_bits": 8, "type": "float"}}},
+            },
+            "fp8",
+            8,
+        ),
     ],
-)  # fmt: skip
+)
 def test_quantization_config_sets_the_weight_size(qc, name, bits):
     arch = fit.from_config({**fit.PRESET_CONFIGS["llama-3.1-8b"], "quantization_config": qc})
     assert (arch.quant, arch.quant_bits) == (name, pytest.approx(bits))
