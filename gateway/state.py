@@ -15,7 +15,7 @@ import orjson
 from django.conf import settings
 
 from .cache import close_db, db_executor, snapshot
-from .limits import DatabaseLimiter, RedisLimiter, make_limiter
+from .limits import RedisLimiter, make_limiter
 from .usage import UsageWriter
 
 
@@ -42,7 +42,7 @@ class ProcessState:
 
     def __init__(self) -> None:
         self.session: aiohttp.ClientSession | None = None
-        self.limiter: RedisLimiter | DatabaseLimiter | None = None
+        self.limiter: RedisLimiter | None = None
         self.usage = UsageWriter(executor=db_executor())
         self.started = False
         self._refresher: asyncio.Task[None] | None = None

@@ -1,5 +1,6 @@
 """Limits: exact per key and per user, reserved before forwarding and settled after, also across
-two gateway processes sharing Redis and PostgreSQL."""
+two gateway processes sharing Redis and the database (PostgreSQL in CI; the embedded default's
+two-replica test is in tests/test_portal_up.py)."""
 
 from __future__ import annotations
 
@@ -12,22 +13,6 @@ import pytest
 from keys.models import UsageRecord
 from keys.services import issue_key, revoke_key
 from tests.gateway.conftest import wait_for
-from tests.services import require_postgres, require_redis
-
-
-@pytest.fixture(params=["configured", "database"])
-def gateway_url(request, transactional_db, settings):
-    """Each single-process test runs with the configured limiter (Redis when REDIS_URL is set) and
-    with the database fallback of the embedded mode: the semantics must be the same."""
-    from tests.gateway.conftest import ThreadServer
-
-    if request.param == "database":
-        settings.REDIS_URL = ""
-    settings.GATEWAY_USAGE_FLUSH_INTERVAL = 0.1
-    server = ThreadServer().start()
-    yield server.url
-    server.stop()
-
 
 SHORT = {"model": "qwen3-32b", "messages": [{"role": "user", "content": "abcd"}], "max_tokens": 5}
 
@@ -117,8 +102,6 @@ async def burst(urls: list[str], key: str, n: int, body=SHORT, stream: bool = Fa
 
 @pytest.fixture
 def replicas(setup, spawn_gateway):
-    require_redis()
-    require_postgres()
     return [s.url for s in spawn_gateway(2)]
 
 
@@ -141,17 +124,6 @@ def test_limits_are_exact_across_two_replicas(setup, replicas, upstream, alice):
     upstream.behave(delay=3.0)
     statuses = asyncio.run(burst(replicas, parallel_plain, 200))
     assert (statuses.count(200), statuses.count(429)) == (5, 195)
-
-
-def test_the_database_fallback_is_exact_across_two_replicas_too(setup, spawn_gateway):
-    """Without Redis (embedded mode scaled out by mistake) the database transaction keeps the
-    same guarantee: row locks serialise the checks of one key across processes."""
-    require_postgres()
-    urls = [s.url for s in spawn_gateway(2, REDIS_URL="")]
-    setup.key.requests_per_minute = 20
-    setup.key.save()
-    statuses = asyncio.run(burst(urls, setup.plaintext, 60))
-    assert (statuses.count(200), statuses.count(429)) == (20, 40)
 
 
 def test_a_revoked_key_stops_within_seconds_on_every_replica(setup, replicas):
