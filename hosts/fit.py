@@ -539,6 +539,7 @@ class Estimate:
     tensor_parallel: int = 0
     pipeline_parallel: int = 0
     raw_total_gib: float = 0.0  # before the host's calibration
+    compute_gib: float = 0.0  # llama.cpp compute buffers; vLLM/SGLang activations (part of overhead)
     advice: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -628,13 +629,15 @@ def _llamacpp(req: FitRequest, context: int) -> tuple[list[Device], dict[str, fl
     span = context if a.full_layers else min(context, a.sliding_window or context)
     kq = a.heads * UBATCH * 4 * span if fa == "off" else 0  # f32 attention scores of one micro-batch
     logits = UBATCH * a.vocab * 4
-    parts = {"weights": gpu_w, "kv": kv_gpu, "overhead": 0.0}
+    parts = {"weights": gpu_w, "kv": kv_gpu, "overhead": 0.0, "compute": 0.0}
     devices: list[Device] = []
     free_total = sum(g.free_mib for g in gpus) * MiB
     for i, g in enumerate(gpus):
         share = g.free_mib * MiB / free_total if free_total else 1 / len(gpus)
-        overhead = CUDA_CONTEXT + (kq if on_gpu else 0) + (logits if output_on_gpu and i == len(gpus) - 1 else 0)
+        compute = (kq if on_gpu else 0) + (logits if output_on_gpu and i == len(gpus) - 1 else 0)
+        overhead = CUDA_CONTEXT + compute
         parts["overhead"] += overhead
+        parts["compute"] += compute
         devices.append(
             Device(f"GPU {g.index}", g.index, ((gpu_w + kv_gpu) * share + overhead) / GiB, g.free_mib / 1024)
         )
@@ -642,11 +645,9 @@ def _llamacpp(req: FitRequest, context: int) -> tuple[list[Device], dict[str, fl
     ram_need = (total_w - gpu_w) + a.kv_bytes(context, kvb, layers=cpu_layers)
     ram_need += (kq if cpu_layers else 0) + (0 if output_on_gpu else logits)
     if not gpus:
-        parts = {
-            "weights": total_w,
-            "kv": a.kv_bytes(context, kvb),
-            "overhead": ram_need - total_w - a.kv_bytes(context, kvb),
-        }
+        kv_all = a.kv_bytes(context, kvb)
+        parts = {"weights": total_w, "kv": kv_all, "overhead": ram_need - total_w - kv_all}
+        parts["compute"] = parts["overhead"]
     if req.ram_mib is not None and (not gpus or cpu_layers):
         devices.append(Device("RAM", None, ram_need / GiB, req.ram_mib / 1024))
     elif not gpus:
@@ -722,6 +723,7 @@ def _preallocating(req: FitRequest, context: int) -> tuple[list[Device], dict[st
         "weights": w * len(req.gpus),
         "kv": per_seq * len(req.gpus),
         "overhead": (act + overhead) * len(req.gpus),
+        "compute": act * len(req.gpus),
         "act": act,
         "pool": pool,
         "per_seq": per_seq,
@@ -815,6 +817,7 @@ def estimate(req: FitRequest, *, advise: bool = True) -> Estimate:
         short=short.name if short is not None else "",
         flash_attention=fa,
         raw_total_gib=raw_total / GiB,
+        compute_gib=parts.get("compute", 0.0) / GiB,
     )
     if req.backend != "llamacpp" and req.gpus:
         pool, per_seq = parts["pool"], parts["per_seq"]

@@ -37,7 +37,7 @@ from portal.choices import AuditAction
 
 from . import backends, signals
 from .choices import DeploymentStatus, JobAction, JobState
-from .deployments.services import check_fit, launch_spec
+from .deployments.services import check_fit, check_model_files, fit_refusal, launch_spec, record_allocation
 from .diagnose import explain_failure
 from .models import Deployment, Host, LaunchJob
 from .remote import commands, inventory, ssh
@@ -185,7 +185,7 @@ def _start(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> int:
     spec = launch_spec(deployment)
     argv = impl.argv(spec)
     job.command = backends.preview(argv, spec.env, spec.api_key)
-    pid, said = commands.start_detached(remote, _dir(deployment), argv, spec.env)
+    pid, said = commands.start_detached(remote, _dir(deployment), argv, spec.env, impl.secret(spec))
     if pid is None:
         raise JobFailed(f"Could not start the server: {said[:300]}")
     return pid
@@ -271,13 +271,11 @@ def _launch(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
         )
         _finish_healthy(job, deployment, remote, running)
         return
+    if missing := check_model_files(deployment, remote):
+        raise JobFailed(f"{missing} Nothing was started.")
     estimate = check_fit(deployment, remote)
-    if estimate.get("verdict") == "does_not_fit" and not deployment.fit_override:
-        raise JobFailed(
-            f"Does not fit: needs about {estimate.get('total_gib')} GiB, {estimate.get('available_gib')} GiB available"
-            + (f"; the largest context that fits is {estimate['max_context']}" if estimate.get("max_context") else "")
-            + ". Lower the context or choose more GPUs, or tick \u201claunch even if it does not fit\u201d."
-        )
+    if (refusal := fit_refusal(estimate)) and not deployment.fit_override:
+        raise JobFailed(refusal)
     if commands.port_in_use(remote, deployment.port):
         raise JobFailed(
             f"Port {deployment.port} is already in use on {deployment.host}: choose another port or stop what holds it."
@@ -303,6 +301,7 @@ def _launch(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
 def _finish_healthy(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, pid: int) -> None:
     ctx = _wait_healthy(job, deployment, remote, pid)
     channel = _register(deployment, ctx)
+    record_allocation(deployment, remote)  # estimate vs what the server reported; never fails the job
     message = (
         f"Serving {deployment.served_model_name} on {deployment.base_url} (context {ctx or 'unknown'}); "
         f"channel {channel.name}."

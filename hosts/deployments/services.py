@@ -5,17 +5,19 @@ Called by the deployment form, the API serializer and launch jobs alike.
 
 from __future__ import annotations
 
+import logging
 import secrets
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from .. import backends, fit
+from .. import backends, calibration, fit
 from ..models import GPU, Deployment, Host
 from ..remote import commands
 from ..remote.ssh import Remote
 
+logger = logging.getLogger(__name__)
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
@@ -49,9 +51,16 @@ def clean_deployment(
     elif len(set(gpu_indices)) != len(gpu_indices):
         errors["gpu_indices"] = ["Each GPU once."]
     else:
-        known = set(GPU.objects.filter(host=host).values_list("index", flat=True))
-        missing = sorted(set(gpu_indices) - known)
-        if missing:
+        rows = dict(GPU.objects.filter(host=host).values_list("index", "stale"))
+        known = {i for i, stale in rows.items() if not stale}
+        stale = sorted(set(gpu_indices) & (set(rows) - known))
+        missing = sorted(set(gpu_indices) - set(rows))
+        if stale:
+            errors["gpu_indices"] = [
+                f"GPU {', '.join(map(str, stale))} of {host} is stale: the last inventory failed "
+                f"({host.status_message or host.get_status_display()}). Refresh the inventory."
+            ]
+        elif missing:
             errors["gpu_indices"] = [
                 f"GPU {', '.join(map(str, missing))} not on {host} (known: {sorted(known) or 'none yet; refresh'})."
             ]
@@ -129,30 +138,78 @@ def command_preview(deployment: Deployment) -> str:
     return backends.preview(impl.argv(spec), spec.env, spec.api_key)
 
 
-def fit_request(deployment: Deployment, arch: fit.Architecture) -> fit.FitRequest:
+def fit_request(deployment: Deployment, arch: fit.Architecture, *, ram_mib: int | None = None) -> fit.FitRequest:
+    """The estimate's input: the deployment's options, its GPUs as last seen, the host's other GPUs
+    (for advice), its RAM when known, and the host's calibration for this backend."""
     impl = backends.get(deployment.backend)
     params = impl.fit_params(deployment.options)
-    gpus = [
-        fit.GPUMemory(index=g.index, total_mib=g.memory_total_mib or 0, free_mib=g.memory_free_mib or 0)
-        for g in GPU.objects.filter(host=deployment.host, index__in=deployment.gpu_indices)
-    ]
+    rows = list(GPU.objects.filter(host=deployment.host, stale=False))
+    memory = {g.index: fit.GPUMemory(g.index, g.memory_total_mib or 0, g.memory_free_mib or 0) for g in rows}
+    gpus = [memory[i] for i in deployment.gpu_indices if i in memory]
+    spare = [m for i, m in memory.items() if i not in deployment.gpu_indices]
     if deployment.backend == "llamacpp" and not arch.quant:
         arch.quant = fit.quant_from_name(deployment.model_path)
-    return fit.FitRequest(arch=arch, backend=deployment.backend, gpus=gpus, **params)
+    return fit.FitRequest(
+        arch=arch,
+        backend=deployment.backend,
+        gpus=gpus,
+        spare_gpus=spare,
+        ram_mib=ram_mib,
+        **params,
+        **calibration.correction_for(deployment.host, deployment.backend),
+    )
 
 
 def check_fit(deployment: Deployment, remote: Remote | None = None) -> dict[str, Any]:
-    """Estimate and store it on the deployment. Without `remote` only presets are used."""
+    """Estimate and store it on the deployment. Without `remote` only presets are used (and the
+    host's RAM is unknown)."""
     arch = commands.read_architecture(remote, deployment.backend, deployment.model_path) if remote else None
     arch = arch or fit.preset_for(deployment.model_path)
+    ram = commands.memory_available_mib(remote) if remote and deployment.backend == "llamacpp" else None
     if arch is None:
         result = {
             "verdict": "unknown",
             "notes": ["Unknown model: no config.json/GGUF readable on the host and no preset matches its name."],
         }
     else:
-        result = fit.estimate(fit_request(deployment, arch)).as_dict()
+        result = fit.estimate(fit_request(deployment, arch, ram_mib=ram)).as_dict()
     result["checked"] = timezone.now().isoformat()
-    Deployment.objects.filter(pk=deployment.pk).update(last_fit=result)
+    if deployment.pk:
+        Deployment.objects.filter(pk=deployment.pk).update(last_fit=result)
     deployment.last_fit = result
     return result
+
+
+def fit_refusal(estimate: dict[str, Any]) -> str:
+    """Why a launch is refused on the estimate, with what would make it fit ("" when it is not)."""
+    if estimate.get("verdict") != "does_not_fit":
+        return ""
+    if estimate.get("problems"):
+        return "Refused before launch: " + " ".join(estimate["problems"])
+    short = f" ({estimate['short']} is short)" if estimate.get("short") else ""
+    message = (
+        f"Does not fit{short}: needs about {estimate.get('total_gib')} GiB, {estimate.get('available_gib')} GiB "
+        "available"
+    )
+    if estimate.get("max_context"):
+        message += f"; the largest context that fits is {estimate['max_context']}"
+    if estimate.get("advice"):
+        message += f"; smallest change that fits: {estimate['advice'][0]['change']}"
+    return message + ". Change the deployment, or tick \u201claunch even if it does not fit\u201d."
+
+
+def check_model_files(deployment: Deployment, remote: Remote) -> str:
+    """Why the model cannot be loaded from the host (nothing has been started yet), or ""."""
+    return commands.check_model(remote, deployment.backend, deployment.model_path)
+
+
+def record_allocation(deployment: Deployment, remote: Remote) -> dict[str, Any]:
+    """Parse what the healthy server reported allocating and compare it with the estimate."""
+    impl = backends.get(deployment.backend)
+    try:
+        log = commands.log_head(remote, commands.deployment_dir(deployment.remote_dir), deployment.upstream_api_key)
+        actual = impl.parse_allocation(log)
+        return calibration.record(deployment, actual) if actual else {}
+    except Exception:  # a calibration must never fail a launch that worked
+        logger.exception("could not read the allocation of deployment %s", deployment.pk)
+        return {}

@@ -1,12 +1,14 @@
 """A stand-in for `vllm serve`: the fake OpenAI upstream (vLLM flavour) on the requested port.
 
 vLLM itself cannot run without a GPU; this accepts its command line, serves `--served-model-name`
-with `--max-model-len` and `--api-key`, ignores the tuning flags, and runs until SIGTERM.
+with `--max-model-len` and the key vLLM reads from `VLLM_API_KEY`, ignores the tuning flags, and
+runs until SIGTERM. It refuses `--api-key` on its command line (the portal must never put it there).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -22,6 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--api-key", default=None)
     args, _unknown = parser.parse_known_args(argv)
+    if args.api_key is not None:
+        print("fake vllm: the API key was on the command line, readable by any user with ps", file=sys.stderr)
+        return 2
+    args.api_key = os.environ.get("VLLM_API_KEY") or None
 
     from tests.fakes.upstream import FakeUpstream
 

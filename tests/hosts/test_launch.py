@@ -77,14 +77,14 @@ def alive(pid: int) -> bool:
         return False
 
 
-def llama_deployment(host, *, model_path=None, port=None, **options) -> Deployment:
+def llama_deployment(host, *, model_path=None, port=None, name="tiny", gpus=(0,), **options) -> Deployment:
     return services.save_deployment(
         host=host,
-        name="tiny",
+        name=name,
         backend="llamacpp",
         model_path=str(model_path or tiny_gguf_path()),
         served_model_name="tiny-chat",
-        gpu_indices=[0],
+        gpu_indices=list(gpus),
         port=port or free_port(),
         options={"ctx_size": 1024, "threads": 1, "parallel": 1, **options},
         extra_args=[],
@@ -110,7 +110,7 @@ def test_llamacpp_deployment_launches_registers_a_channel_and_stops(online_host,
     assert job.state == JobState.RUNNING, job.message
     assert [t["state"] for t in job.transitions] == ["queued", "connecting", "starting", "waiting_health", "running"]
     assert deployment.status == DeploymentStatus.RUNNING and deployment.pid == job.pid and alive(job.pid)
-    assert deployment.upstream_api_key not in job.command and "--api-key ****" in job.command
+    assert deployment.upstream_api_key not in job.command and job.command.endswith("--api-key-file api_key")
     assert deployment.last_fit["verdict"] == "fits" and deployment.last_fit["source"] == "GGUF metadata"
 
     channel = deployment.channel
@@ -176,13 +176,56 @@ def test_adopt_takes_over_a_server_started_by_hand(online_host, ssh_target, star
     assert not alive(pid)
 
 
-def test_launch_that_exits_at_once_reports_its_log_and_registers_nothing(online_host):
-    deployment = llama_deployment(online_host, model_path="/nonexistent/model-Q4_K_M.gguf")
+def test_a_missing_model_file_is_refused_before_anything_starts(online_host, ssh_target):
+    deployment = llama_deployment(online_host, model_path="/nonexistent/model-Q4_K_M.gguf", name="never-started")
+    job = run(deployment)
+    assert job.state == JobState.FAILED
+    assert (
+        job.message == "The model file /nonexistent/model-Q4_K_M.gguf does not exist on the host. Nothing was started."
+    )
+    assert job.pid is None and job.command == "" and "waiting_health" not in [t["state"] for t in job.transitions]
+    assert not (ssh_target.home / deployment.remote_dir / "server.log").exists()  # nothing ever ran
+    assert deployment.status == DeploymentStatus.FAILED
+    assert not Channel.objects.exists() and not ModelRoute.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [(b"", "is empty"), (b"PK\x03\x04 not a gguf", "is not a GGUF file")],
+)
+def test_a_model_file_that_is_not_gguf_is_refused_before_launch(online_host, tmp_path, content, expected):
+    bad = tmp_path / "model-Q4_K_M.gguf"
+    bad.write_bytes(content)
+    job = run(llama_deployment(online_host, model_path=bad))
+    assert job.state == JobState.FAILED and expected in job.message and job.pid is None
+
+
+def test_vllm_model_folder_without_config_is_refused_before_launch(online_host, tmp_path):
+    deployment = services.save_deployment(
+        host=online_host,
+        name="empty-folder",
+        backend="vllm",
+        model_path=str(tmp_path),
+        served_model_name="nothing",
+        gpu_indices=[0],
+        port=free_port(),
+        options={"max_model_len": 4096},
+        extra_args=[],
+        fit_override=True,
+    )
+    job = run(deployment)
+    assert job.state == JobState.FAILED and job.pid is None
+    assert job.message == f"The model folder {tmp_path} has no readable config.json. Nothing was started."
+
+
+def test_launch_that_exits_at_once_reports_its_log_and_registers_nothing(online_host, tmp_path):
+    broken = tmp_path / "broken-Q4_K_M.gguf"
+    broken.write_bytes(b"GGUF" + b"\xff" * 64)  # passes the pre-launch check, llama.cpp cannot load it
+    deployment = llama_deployment(online_host, model_path=broken)
     job = run(deployment)
     assert job.state == JobState.FAILED
     assert "exit code 1" in job.message
-    assert "/nonexistent/model-Q4_K_M.gguf" in job.message  # llama.cpp's own last log lines
-    assert job.exit_code == 1 and "nonexistent" in job.log_tail
+    assert job.exit_code == 1 and str(broken) in job.log_tail  # llama.cpp's own last log lines
     assert deployment.status == DeploymentStatus.FAILED
     assert not Channel.objects.exists() and not ModelRoute.objects.exists()
 
@@ -198,13 +241,16 @@ def test_port_in_use_is_refused_before_starting(online_host):
     assert job.pid is None and not Channel.objects.exists()
 
 
-def test_a_launch_that_does_not_fit_is_refused_unless_overridden(online_host):
-    deployment = llama_deployment(
-        online_host, model_path="/models/Qwen3-Coder-30B-A3B-Instruct-Q4_K_M.gguf", ctx_size=32768
-    )
+def test_a_launch_that_does_not_fit_is_refused_unless_overridden(online_host, tmp_path):
+    # A file by that name whose header cannot be read: the estimate falls back to the preset.
+    model = tmp_path / "Qwen3-Coder-30B-A3B-Instruct-Q4_K_M.gguf"
+    model.write_bytes(b"GGUF" + bytes(1024))
+    deployment = llama_deployment(online_host, model_path=model, ctx_size=32768)
     job = run(deployment)
     assert job.state == JobState.FAILED
-    assert job.message.startswith("Does not fit")
+    assert job.message.startswith("Does not fit (GPU 0 is short): needs about ")
+    assert "smallest change that fits: " in job.message
+    assert deployment.last_fit["source"] == "preset qwen3-coder-30b-a3b"
     assert job.pid is None
 
     Deployment.objects.filter(pk=deployment.pk).update(fit_override=True)
