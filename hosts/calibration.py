@@ -145,8 +145,15 @@ def compare(estimate: dict[str, Any], actual: dict[str, Any]) -> dict[str, Any]:
     if not actual or not estimate.get("verdict") or estimate.get("total_gib") is None:
         return {}
     rows: list[dict[str, Any]] = []
+    notes: list[str] = []
     if actual["backend"] == "llamacpp":
         on_gpu = (estimate.get("layers_on_gpu") or 0) > 0
+        if on_gpu and not any(actual["gpu"].values()):
+            on_gpu = False
+            notes.append(
+                "The estimate put layers on a GPU but llama.cpp allocated nothing there: is this build CPU-only "
+                "(no CUDA backend)? Compared with what it allocated in RAM."
+            )
         side = actual["gpu" if on_gpu else "host"]
         parts = [
             ("Weights (MiB)", estimate.get("weights_gib"), side["model"]),
@@ -170,7 +177,7 @@ def compare(estimate: dict[str, Any], actual: dict[str, Any]) -> dict[str, Any]:
         if budget and actual.get("kv_pool_gib") is not None and estimate.get("kv_pool_gib") is not None:
             est_rest, act_rest = budget - estimate["kv_pool_gib"], budget - actual["kv_pool_gib"]
             ratio = round(act_rest / est_rest, 3) if est_rest > 0 else None  # weights + activations + overhead
-    return {"rows": rows, "ratio": ratio, "flash_attention": actual.get("flash_attention", "")}
+    return {"rows": rows, "ratio": ratio, "flash_attention": actual.get("flash_attention", ""), "notes": notes}
 
 
 def record(deployment, actual: dict[str, Any]) -> dict[str, Any]:

@@ -88,6 +88,8 @@ def clean_deployment(
         for key, messages in exc.message_dict.items():
             errors.setdefault(key, []).extend(messages)
         options, extra = {}, []
+    else:
+        errors.update(_parallel_errors(backend, model_path, options, len(gpu_indices)))
     if errors:
         raise ValidationError(errors)
     return {
@@ -99,6 +101,19 @@ def clean_deployment(
         "options": options,
         "extra_args": extra,
     }
+
+
+def _parallel_errors(backend: str, model_path: str, options: dict[str, Any], gpus: int) -> dict[str, list[str]]:
+    """TP against the attention heads when the model is known by name (the launch checks again with
+    the model's own config.json, read on the host)."""
+    names = {"vllm": ("tensor_parallel_size", "pipeline_parallel_size"), "sglang": ("tp_size", "pp_size")}
+    arch = fit.preset_for(model_path) if backend in names else None
+    if arch is None or not gpus:
+        return {}
+    tp_name, pp_name = names[backend]
+    tp, pp = options.get(tp_name) or gpus, options.get(pp_name) or 1
+    problems = [p for p in fit.parallel_problems(arch, gpus, tp, pp) if "heads" in p]
+    return {f"options.{tp_name}": problems} if problems else {}
 
 
 def save_deployment(
