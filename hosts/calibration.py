@@ -155,8 +155,9 @@ def compare(estimate: dict[str, Any], actual: dict[str, Any]) -> dict[str, Any]:
                 "(no CUDA backend)? Compared with what it allocated in RAM."
             )
         side = actual["gpu" if on_gpu else "host"]
+        weights = estimate.get("weights_gib") if on_gpu else estimate.get("model_gib", estimate.get("weights_gib"))
         parts = [
-            ("Weights (MiB)", estimate.get("weights_gib"), side["model"]),
+            ("Weights (MiB)", weights, side["model"]),
             ("KV cache (MiB)", estimate.get("kv_cache_gib"), side["kv"]),
             ("Compute buffers (MiB)", estimate.get("compute_gib"), side["compute"]),
         ]

@@ -540,6 +540,7 @@ class Estimate:
     pipeline_parallel: int = 0
     raw_total_gib: float = 0.0  # before the host's calibration
     compute_gib: float = 0.0  # llama.cpp compute buffers; vLLM/SGLang activations (part of overhead)
+    model_gib: float = 0.0  # all the weights, wherever they are
     advice: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -548,8 +549,8 @@ class Estimate:
 
     def as_dict(self) -> dict[str, Any]:
         def rounded(value: Any) -> Any:
-            if isinstance(value, float):
-                return round(value, 2)
+            if isinstance(value, float):  # 4 significant digits: a tiny model's MiB must not round to 0
+                return float(f"{value:.4g}") if abs(value) < 100 else round(value, 1)
             if isinstance(value, list):
                 return [rounded(v) for v in value]
             if isinstance(value, dict):
@@ -818,6 +819,7 @@ def estimate(req: FitRequest, *, advise: bool = True) -> Estimate:
         flash_attention=fa,
         raw_total_gib=raw_total / GiB,
         compute_gib=parts.get("compute", 0.0) / GiB,
+        model_gib=weights_bytes(arch, arch.quant or req.weights_dtype) / GiB,
     )
     if req.backend != "llamacpp" and req.gpus:
         pool, per_seq = parts["pool"], parts["per_seq"]

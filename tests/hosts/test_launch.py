@@ -19,7 +19,7 @@ from hosts import diagnose, jobs
 from hosts.choices import DeploymentStatus, JobAction, JobState
 from hosts.deployments import services
 from hosts.models import Deployment, Host, LaunchJob
-from hosts.remote import inventory
+from hosts.remote import commands, inventory
 from tests.fakes.llamacpp import tiny_gguf_path
 from tests.services import free_port
 
@@ -469,4 +469,87 @@ def test_a_channel_name_taken_by_hand_gets_a_suffix(online_host, started_pids):
     started_pids.append(job.pid)
     assert job.state == JobState.RUNNING, job.message
     assert deployment.channel.name == "tiny@gpu-box-2"
+    run(deployment, JobAction.STOP)
+
+
+# --- the key never on a command line; the server's own memory report -------------------------------------
+def _command_lines(remote) -> str:
+    """Every process's argv as `ps` and /proc show it to any user of the host."""
+    ps = remote.run(["ps", "-eo", "pid=,args="]).stdout
+    proc = remote.run("for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' <\"$f\"; echo; done 2>/dev/null").stdout
+    return ps + proc
+
+
+def test_ps_on_the_host_never_shows_the_server_key(online_host, started_pids, ssh_target):
+    from hosts.remote import ssh
+
+    llama = llama_deployment(online_host, name="secret-llama")
+    vllm = services.save_deployment(
+        host=online_host,
+        name="secret-vllm",
+        backend="vllm",
+        model_path="Qwen/Qwen3-8B",
+        served_model_name="qwen3-8b",
+        gpu_indices=[0],
+        port=free_port(),
+        options={"max_model_len": 4096},
+        extra_args=[],
+        fit_override=True,
+    )
+    jobs_ = [run(llama), run(vllm)]
+    started_pids.extend(j.pid for j in jobs_ if j.pid)
+    assert [j.state for j in jobs_] == [JobState.RUNNING, JobState.RUNNING], [j.message for j in jobs_]
+    with ssh.connect(online_host) as remote:
+        seen = _command_lines(remote)
+        assert str(jobs_[0].pid) in seen and "llama-server" in seen and "tests.fakes.vllm_cli" in seen
+        for d in (llama, vllm):
+            assert d.upstream_api_key not in seen
+            mode = remote.run(f"stat -c %a {commands.deployment_dir(d.remote_dir)}/api_key").stdout.strip()
+            assert mode == "600"
+        # vLLM got it the way it documents, in its environment (readable only by the same user).
+        children = remote.run(["ps", "-o", "pid=", "--ppid", str(jobs_[1].pid)]).stdout.split()
+        environ = remote.run(f"tr '\\0' '\\n' </proc/{children[0]}/environ").stdout
+        assert f"VLLM_API_KEY={vllm.upstream_api_key}" in environ.splitlines()
+    for d in (llama, vllm):  # and the server enforces it
+        d.refresh_from_db()
+        client = openai.OpenAI(base_url=d.channel.base_url, api_key=d.upstream_api_key)
+        assert [m.id for m in client.models.list().data]
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=d.channel.base_url, api_key="wrong").models.list()
+    for d in (llama, vllm):
+        run(d, JobAction.STOP)
+
+
+def test_the_launch_compares_the_estimate_with_what_llamacpp_allocated(online_host, started_pids):
+    deployment = llama_deployment(online_host, name="calibrated")
+    job = run(deployment)
+    started_pids.append(job.pid)
+    assert job.state == JobState.RUNNING, job.message
+    alloc = deployment.last_allocation
+    assert alloc["actual"]["backend"] == "llamacpp" and alloc["actual"]["flash_attention"] == "on"
+    rows = {r["what"]: r for r in alloc["rows"]}
+    # llama.cpp's own KV buffer for -c 1024 of the tiny model is what the estimate says, to the byte.
+    assert rows["KV cache (MiB)"]["actual"] == 0.25 and rows["KV cache (MiB)"]["ratio"] == 1.0
+    assert rows["Weights (MiB)"]["ratio"] == pytest.approx(1.0, abs=0.1)
+    assert "CPU-only" in alloc["notes"][0]  # a GPU was chosen, this llama.cpp has no CUDA
+    online_host.refresh_from_db()
+    assert online_host.fit_calibration["llamacpp"]["flash_attention_auto"] == "on"
+    # The next estimate on this host knows that this build turns -fa auto on.
+    from hosts.remote import ssh
+
+    with ssh.connect(online_host) as remote:
+        again = services.check_fit(deployment, remote)
+    assert again["flash_attention"] == "on"
+    run(deployment, JobAction.STOP)
+
+
+def test_cpu_only_llamacpp_is_judged_against_the_hosts_ram(online_host, started_pids):
+    deployment = llama_deployment(online_host, name="cpu-only", gpus=())
+    job = run(deployment)
+    started_pids.append(job.pid)
+    assert job.state == JobState.RUNNING, job.message
+    fit = deployment.last_fit
+    assert fit["verdict"] == "fits" and fit["layers_on_gpu"] == 0
+    assert [d["name"] for d in fit["devices"]] == ["RAM"] and fit["devices"][0]["have_gib"] > 0
+    assert job.command.startswith("llama-server ")  # no CUDA_VISIBLE_DEVICES without GPUs
     run(deployment, JobAction.STOP)
