@@ -228,3 +228,91 @@ def record_allocation(deployment: Deployment, remote: Remote) -> dict[str, Any]:
     except Exception:  # a calibration must never fail a launch that worked
         logger.exception("could not read the allocation of deployment %s", deployment.pk)
         return {}
+
+
+def estimate_for_spec(
+    *,
+    backend: str,
+    options: dict[str, Any] | None = None,
+    model: str = "",
+    config: dict[str, Any] | str | None = None,
+    architecture: dict[str, Any] | None = None,
+    host: Host | None = None,
+    gpu_indices: list[int] | None = None,
+    gpus: list[dict[str, int]] | None = None,
+    ram_mib: int | None = None,
+    read_from_host: bool = False,
+) -> dict[str, Any]:
+    """The estimate for a spec nothing is saved for (the deploy form's live preview, `/api/fit-estimate/`).
+
+    The model is described, best first, by a pasted/uploaded `config` (config.json), by its own
+    files on `host` when `read_from_host` (config.json or GGUF header over SSH, and the host's RAM),
+    by an explicit `architecture`, or by a preset matched on `model`. GPUs are `gpus` as given, or
+    `gpu_indices` of `host` as last seen (stale ones refused). Raises a ValidationError by field."""
+    try:
+        impl = backends.get(backend)
+    except KeyError as exc:
+        raise ValidationError({"backend": [str(exc)]}) from None
+    n_gpus = len(gpus if gpus is not None else gpu_indices or [])
+    try:
+        cleaned = impl.clean_options(options or {}, max(n_gpus, 1) if backend != "llamacpp" else n_gpus)
+    except ValidationError as exc:
+        raise ValidationError(
+            {f"options.{k}" if k != "gpu_indices" else k: v for k, v in exc.message_dict.items()}
+        ) from None
+    arch: fit.Architecture | None = None
+    if config not in (None, "", {}):
+        try:
+            arch = fit.from_config_json(config) if isinstance(config, str) else fit.from_config(config)
+        except ValueError as exc:
+            raise ValidationError({"config_json": [str(exc)]}) from None
+        arch.source = "config.json (given)"
+    elif read_from_host and host is not None and model:
+        from ..remote import ssh
+
+        try:
+            with ssh.connect(host) as remote:
+                arch = commands.read_architecture(remote, backend, model)
+                if backend == "llamacpp" and ram_mib is None:
+                    ram_mib = commands.memory_available_mib(remote)
+        except ssh.SSHError as exc:
+            raise ValidationError({"host": [exc.message]}) from None
+    if arch is None and architecture:
+        arch = fit.Architecture(**architecture, source="given")
+    if arch is None and model:
+        arch = fit.preset_for(model)
+    if arch is None:
+        raise ValidationError(
+            {"model": [f"No config.json, readable model files or preset for {model!r}; paste its config.json."]}
+        )
+    if backend == "llamacpp" and model and not arch.quant:
+        arch.quant = fit.quant_from_name(model)
+    spare: list[fit.GPUMemory] = []
+    if gpus is not None:
+        memory = [fit.GPUMemory(g.get("index", i), g["total_mib"], g["free_mib"]) for i, g in enumerate(gpus)]
+    elif host is not None:
+        rows = {g.index: g for g in GPU.objects.filter(host=host)}
+        wanted = list(gpu_indices or [])
+        unknown = [i for i in wanted if i not in rows]
+        stale = [i for i in wanted if i in rows and rows[i].stale]
+        if unknown or stale:
+            what = f"GPU {', '.join(map(str, unknown + stale))} " + ("is stale" if stale else f"is not on {host}")
+            raise ValidationError({"gpu_indices": [what + "; refresh the host's inventory."]})
+
+        def mem(g: GPU) -> fit.GPUMemory:
+            return fit.GPUMemory(g.index, g.memory_total_mib or 0, g.memory_free_mib or 0)
+
+        memory = [mem(rows[i]) for i in wanted]
+        spare = [mem(g) for i, g in rows.items() if i not in wanted and not g.stale]
+    else:
+        raise ValidationError({"gpus": ["Give the GPUs, or a host and its GPU indices."]})
+    request = fit.FitRequest(
+        arch=arch,
+        backend=backend,
+        gpus=memory,
+        spare_gpus=spare,
+        ram_mib=ram_mib,
+        **impl.fit_params(cleaned),
+        **(calibration.correction_for(host, backend) if host is not None else {}),
+    )
+    return fit.estimate(request).as_dict()
