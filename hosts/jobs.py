@@ -37,6 +37,7 @@ from portal.choices import AuditAction
 
 from . import backends, signals
 from .choices import DeploymentStatus, JobAction, JobState
+from .deployments import multinode
 from .deployments.services import check_fit, check_model_files, fit_refusal, launch_spec, record_allocation
 from .diagnose import explain_failure
 from .models import Deployment, Host, LaunchJob
@@ -280,6 +281,10 @@ def _launch(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
         raise JobFailed(
             f"Port {deployment.port} is already in use on {deployment.host}: choose another port or stop what holds it."
         )
+    try:
+        multinode.start_cluster(deployment, remote)  # a Ray cluster when the deployment spans hosts
+    except multinode.ClusterError as exc:
+        raise JobFailed(exc.message) from None
     pid = _start(job, deployment, remote)
     _set_deployment(deployment, DeploymentStatus.STARTING, f"Started as PID {pid}; waiting for health.", pid=pid)
     _move(
@@ -294,6 +299,7 @@ def _launch(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
     except Exception:  # whatever went wrong, do not leave a server nobody knows about
         if commands.is_alive(remote, pid):
             commands.kill(remote, pid, grace=5)
+        multinode.stop_cluster(deployment, remote)
         Deployment.objects.filter(pk=deployment.pk).update(pid=None)
         raise
 
@@ -318,6 +324,8 @@ def _stop(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
         if commands.is_alive(remote, pid) and not commands.kill(remote, pid):
             raise JobFailed(f"PID {pid} survived TERM and KILL on {deployment.host}; check the host.")
     commands.remove_pidfile(remote, _dir(deployment))
+    if problems := multinode.stop_cluster(deployment, remote):
+        raise JobFailed("Ray could not be stopped on every node: " + "; ".join(problems))
     if deployment.channel_id:
         channel_services.disable_served_channel(
             deployment.channel_id,

@@ -129,6 +129,20 @@ class Deployment(TimeStampedModel):
     port = models.PositiveIntegerField(validators=[MinValueValidator(1024), MaxValueValidator(65535)])
     options = models.JSONField(default=dict, blank=True, help_text="Typed backend options (see the backend).")
     extra_args = models.JSONField(default=list, blank=True, help_text="Further arguments, one token each.")
+    # Multi-node vLLM: the same GPU indices on each worker host; TP within a node, PP across nodes,
+    # joined by a Ray cluster the launch job starts over SSH (hosts/deployments/multinode.py).
+    worker_hosts = models.ManyToManyField(
+        Host, blank=True, related_name="worker_deployments", help_text="Further nodes (vLLM over Ray)."
+    )
+    network_interface = models.CharField(
+        max_length=15,
+        blank=True,
+        validators=[RegexValidator(r"^[A-Za-z0-9_.:-]{1,15}$", "A network interface name, e.g. eth0 or ib0.")],
+        help_text="The interface the nodes reach each other on (NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME).",
+    )
+    ray_port = models.PositiveIntegerField(
+        default=6379, validators=[MinValueValidator(1024), MaxValueValidator(65535)], help_text="The Ray head's port."
+    )
     fit_override = models.BooleanField(
         default=False, help_text="Launch even when the VRAM estimate says it does not fit."
     )

@@ -82,10 +82,13 @@ class LaunchSpec:
     extra_args: list[str] = field(default_factory=list)
     api_key: str = ""
     bind_host: str = "0.0.0.0"  # the gateway reaches the server from another machine
+    extra_env: dict[str, str] = field(default_factory=dict)  # multi-node: Ray address, NCCL interface
+    distributed_backend: str = ""  # "ray" when the deployment spans several hosts
 
     @property
     def env(self) -> dict[str, str]:
-        return {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in self.gpu_indices)} if self.gpu_indices else {}
+        devices = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in self.gpu_indices)} if self.gpu_indices else {}
+        return {**devices, **self.extra_env}
 
 
 def validate_extra_args(tokens: Any, reserved: set[str]) -> list[str]:

@@ -76,9 +76,17 @@ class VLLM(Backend):
         Option("max_num_batched_tokens", int, "--max-num-batched-tokens", "Max batched tokens", None, 1, 10_000_000),
         Option("max_num_seqs", int, "--max-num-seqs", "Max sequences", None, 1, 4096),
     )
-    reserved_flags = {"--host", "--port", "--api-key", "--served-model-name", "--model", "--config", "-tp", "-pp"} | {
-        o.flag for o in options
-    }
+    reserved_flags = {
+        "--host",
+        "--port",
+        "--api-key",
+        "--served-model-name",
+        "--model",
+        "--config",
+        "-tp",
+        "-pp",
+        "--distributed-executor-backend",
+    } | {o.flag for o in options}
     key_env = "VLLM_API_KEY"
 
     def validate_model_path(self, path: str) -> str:
@@ -103,6 +111,8 @@ class VLLM(Backend):
             args += [self.option(name).flag, str(o[name])]
         if (o.get("pipeline_parallel_size") or 1) > 1:
             args += ["--pipeline-parallel-size", str(o["pipeline_parallel_size"])]
+        if spec.distributed_backend:
+            args += ["--distributed-executor-backend", spec.distributed_backend]
         for name in ("quantization",):
             if o.get(name):
                 args += [self.option(name).flag, o[name]]

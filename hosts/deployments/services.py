@@ -16,6 +16,7 @@ from .. import backends, calibration, fit
 from ..models import GPU, Deployment, Host
 from ..remote import commands
 from ..remote.ssh import Remote
+from . import multinode
 
 logger = logging.getLogger(__name__)
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -36,8 +37,14 @@ def clean_deployment(
     options: dict | None,
     extra_args: Any,
     instance: Deployment | None = None,
+    worker_hosts: list[Host] | None = None,
+    network_interface: str = "",
+    ray_port: Any = 6379,
 ) -> dict[str, Any]:
-    """Validate a deployment spec; returns cleaned values or raises a ValidationError by field."""
+    """Validate a deployment spec; returns cleaned values or raises a ValidationError by field.
+
+    With `worker_hosts` (vLLM only) the same GPU indices are used on every node, TP within a node
+    and PP across nodes (pipeline parallel size = nodes unless given)."""
     errors: dict[str, list[str]] = {}
     try:
         impl = backends.get(backend)
@@ -51,19 +58,29 @@ def clean_deployment(
     elif len(set(gpu_indices)) != len(gpu_indices):
         errors["gpu_indices"] = ["Each GPU once."]
     else:
-        rows = dict(GPU.objects.filter(host=host).values_list("index", "stale"))
-        known = {i for i, stale in rows.items() if not stale}
-        stale = sorted(set(gpu_indices) & (set(rows) - known))
-        missing = sorted(set(gpu_indices) - set(rows))
-        if stale:
-            errors["gpu_indices"] = [
-                f"GPU {', '.join(map(str, stale))} of {host} is stale: the last inventory failed "
-                f"({host.status_message or host.get_status_display()}). Refresh the inventory."
+        for node in [host, *(worker_hosts or [])]:
+            if problem := _gpu_problem(node, gpu_indices):
+                errors.setdefault("gpu_indices", []).append(problem)
+    workers = list(worker_hosts or [])
+    nodes = 1 + len(workers)
+    if workers:
+        if backend != "vllm":
+            errors["worker_hosts"] = ["Only vLLM deployments span several hosts (over a Ray cluster)."]
+        elif host in workers or len(set(workers)) != len(workers):
+            errors["worker_hosts"] = ["Each worker host once, and not the head host itself."]
+        if not network_interface:
+            errors["network_interface"] = [
+                "Name the interface the nodes reach each other on (e.g. eth0, ib0): NCCL and Gloo use it."
             ]
-        elif missing:
-            errors["gpu_indices"] = [
-                f"GPU {', '.join(map(str, missing))} not on {host} (known: {sorted(known) or 'none yet; refresh'})."
-            ]
+        options = dict(options or {})
+        if options.get("pipeline_parallel_size") in (None, ""):
+            options["pipeline_parallel_size"] = nodes  # PP across nodes, TP within one
+    try:
+        ray_port = int(ray_port)
+        if not 1024 <= ray_port <= 65535:
+            raise ValueError
+    except (TypeError, ValueError):
+        errors["ray_port"] = ["A port between 1024 and 65535."]
     try:
         port = int(port)
         if not 1024 <= port <= 65535:
@@ -82,14 +99,14 @@ def clean_deployment(
             served_model_name=served_model_name,
             options=options,
             extra_args=extra_args,
-            gpu_count=len(gpu_indices),
+            gpu_count=len(gpu_indices) * nodes,
         )
     except ValidationError as exc:
         for key, messages in exc.message_dict.items():
             errors.setdefault(key, []).extend(messages)
         options, extra = {}, []
     else:
-        errors.update(_parallel_errors(backend, model_path, options, len(gpu_indices)))
+        errors.update(_parallel_errors(backend, model_path, options, len(gpu_indices) * nodes))
     if errors:
         raise ValidationError(errors)
     return {
@@ -100,7 +117,25 @@ def clean_deployment(
         "port": port,
         "options": options,
         "extra_args": extra,
+        "worker_hosts": workers,
+        "network_interface": network_interface if workers else "",
+        "ray_port": ray_port,
     }
+
+
+def _gpu_problem(host: Host, gpu_indices: list[int]) -> str:
+    rows = dict(GPU.objects.filter(host=host).values_list("index", "stale"))
+    known = {i for i, stale in rows.items() if not stale}
+    stale = sorted(set(gpu_indices) & (set(rows) - known))
+    missing = sorted(set(gpu_indices) - set(rows))
+    if stale:
+        return (
+            f"GPU {', '.join(map(str, stale))} of {host} is stale: the last inventory failed "
+            f"({host.status_message or host.get_status_display()}). Refresh the inventory."
+        )
+    if missing:
+        return f"GPU {', '.join(map(str, missing))} not on {host} (known: {sorted(known) or 'none yet; refresh'})."
+    return ""
 
 
 def _parallel_errors(backend: str, model_path: str, options: dict[str, Any], gpus: int) -> dict[str, list[str]]:
@@ -125,16 +160,22 @@ def save_deployment(
     deployment.name = name
     deployment.host = host
     deployment.fit_override = fit_override
+    workers = cleaned.pop("worker_hosts")
     for key, value in cleaned.items():
         setattr(deployment, key, value)
     deployment.full_clean(exclude=["upstream_api_key"])
     deployment.save()
+    deployment.worker_hosts.set(workers)
     return deployment
 
 
 def launch_spec(deployment: Deployment) -> backends.LaunchSpec:
-    """The backend's input. A host registered by a loopback address only needs a loopback server."""
+    """The backend's input. A host registered by a loopback address only needs a loopback server;
+    a multi-node deployment runs on the Ray cluster its launch job started."""
+    cluster = multinode.head_env(deployment)
     return backends.LaunchSpec(
+        extra_env=cluster,
+        distributed_backend="ray" if cluster else "",
         bind_host="127.0.0.1" if deployment.host.address in LOOPBACK else "0.0.0.0",
         model_path=deployment.model_path,
         served_model_name=deployment.served_model_name,
@@ -162,6 +203,13 @@ def fit_request(deployment: Deployment, arch: fit.Architecture, *, ram_mib: int 
     memory = {g.index: fit.GPUMemory(g.index, g.memory_total_mib or 0, g.memory_free_mib or 0) for g in rows}
     gpus = [memory[i] for i in deployment.gpu_indices if i in memory]
     spare = [m for i, m in memory.items() if i not in deployment.gpu_indices]
+    for worker in multinode.workers(deployment):  # the same indices on every node, after the head's
+        there = {g.index: g for g in GPU.objects.filter(host=worker, stale=False)}
+        gpus += [
+            fit.GPUMemory(there[i].index, there[i].memory_total_mib or 0, there[i].memory_free_mib or 0)
+            for i in deployment.gpu_indices
+            if i in there
+        ]
     if deployment.backend == "llamacpp" and not arch.quant:
         arch.quant = fit.quant_from_name(deployment.model_path)
     return fit.FitRequest(

@@ -40,8 +40,8 @@ def is_alive(remote: Remote, pid: int | None) -> bool:
     return remote.run(alive_test(pid)).ok
 
 
-def read_pidfile(remote: Remote, folder: str) -> int | None:
-    result = remote.run(f"cat {folder}/server.pid 2>/dev/null")
+def read_pidfile(remote: Remote, folder: str, name: str = "server") -> int | None:
+    result = remote.run(f"cat {folder}/{name}.pid 2>/dev/null")
     text = result.stdout.strip()
     return int(text) if text.isdigit() else None
 
@@ -50,8 +50,8 @@ def write_pidfile(remote: Remote, folder: str, pid: int) -> None:
     remote.run(f"mkdir -p {folder} && echo {int(pid)} >{folder}/server.pid")
 
 
-def remove_pidfile(remote: Remote, folder: str) -> None:
-    remote.run(f"rm -f {folder}/server.pid")
+def remove_pidfile(remote: Remote, folder: str, name: str = "server") -> None:
+    remote.run(f"rm -f {folder}/{name}.pid")
 
 
 def read_exit_code(remote: Remote, folder: str) -> int | None:
@@ -75,9 +75,9 @@ def log_head(remote: Remote, folder: str, secret: str, size: int = 262144) -> st
     return mask_secret(result.stdout, secret)
 
 
-def log_tail(remote: Remote, folder: str, secret: str) -> str:
+def log_tail(remote: Remote, folder: str, secret: str, name: str = "server") -> str:
     """The end of the server's log, with `secret` (its API key) masked."""
-    result = remote.run(f"tail -c {LOG_TAIL_BYTES} {folder}/server.log 2>/dev/null")
+    result = remote.run(f"tail -c {LOG_TAIL_BYTES} {folder}/{name}.log 2>/dev/null")
     return mask_secret(result.stdout, secret)
 
 
@@ -86,15 +86,25 @@ def mask_secret(text: str, secret: str) -> str:
 
 
 def start_detached(
-    remote: Remote, folder: str, argv: list[str], env: dict[str, str], secret: Secret | None = None
+    remote: Remote,
+    folder: str,
+    argv: list[str],
+    env: dict[str, str],
+    secret: Secret | None = None,
+    *,
+    name: str = "server",
 ) -> tuple[int | None, str]:
     """Start `argv` detached in `folder`; returns (its PID, or None, and what the shell said).
 
     `secret` (the server's API key) is written to a 0600 file from stdin, never through a command
     line: neither the SSH command, nor `env`, nor the server's argv holds it. When the backend
-    reads it from a variable, the launcher's `sh -c` exports it from the file before exec."""
+    reads it from a variable, the launcher's `sh -c` exports it from the file before exec.
+    `name` names its files (`server.pid`, `server.log`; a Ray node of a multi-node deployment is
+    `ray.pid`, `ray.log`)."""
+    exit_file = "exit_code" if name == "server" else f"{name}.exit_code"
+    log, pidfile = f"{name}.log", f"{name}.pid"
     env_args = [f"{k}={v}" for k, v in env.items()]
-    body = '"$@"; echo $? >exit_code'
+    body = f'"$@"; echo $? >{exit_file}'
     write_secret = ""
     if secret is not None:
         name = shlex.quote(secret.file)
@@ -105,9 +115,9 @@ def start_detached(
     # `sh -c '…; "$@"; echo $? >exit_code' launch CMD…` keeps the exit code; braces detach cleanly.
     inner = shlex.join(["env", *env_args, "sh", "-c", body, "launch", *argv])
     script = (
-        f"mkdir -p {folder} && cd {folder} && rm -f exit_code{write_secret}"
-        " && { [ -f server.log ] && mv -f server.log server.log.1; true; }"
-        f" && {{ setsid nohup {inner} >server.log 2>&1 </dev/null & echo $! >server.pid; cat server.pid; }}"
+        f"mkdir -p {folder} && cd {folder} && rm -f {exit_file}{write_secret}"
+        f" && {{ [ -f {log} ] && mv -f {log} {log}.1; true; }}"
+        f" && {{ setsid nohup {inner} >{log} 2>&1 </dev/null & echo $! >{pidfile}; cat {pidfile}; }}"
     )
     result = remote.run(script, timeout=30, input=secret.text if secret is not None else None)
     pid_text = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
