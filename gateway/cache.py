@@ -137,6 +137,7 @@ class KeyInfo:
 
     id: int
     name: str
+    prefix: str  # the key's first characters, as shown in lists (access log); never the key
     owner_id: int
     owner_name: str
     revoked: bool
@@ -241,6 +242,7 @@ def _load_key(digest: str) -> KeyInfo | None:
     return KeyInfo(
         id=key.id,
         name=key.name,
+        prefix=key.prefix,
         owner_id=owner.id,
         owner_name=owner.username,
         revoked=key.revoked_at is not None,

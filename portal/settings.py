@@ -135,6 +135,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
     # sweep at worker start and every few seconds redelivers them (`hosts.jobs.recover_stale_jobs`).
     "visibility_timeout": get("CELERY_VISIBILITY_TIMEOUT", int, 3600),
 }
+CELERY_TASK_DEFAULT_QUEUE = get("CELERY_TASK_DEFAULT_QUEUE", str, "celery")
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ALWAYS_EAGER = get("CELERY_TASK_ALWAYS_EAGER", bool, False)
 CELERY_TASK_ACKS_LATE = True
@@ -262,7 +263,10 @@ DEFAULT_FROM_EMAIL = get("DEFAULT_FROM_EMAIL", str, "gateway-portal@localhost")
 HOSTS_HEALTH_TIMEOUT = get("HOSTS_HEALTH_TIMEOUT", float, 900.0)
 HOSTS_HEALTH_POLL = get("HOSTS_HEALTH_POLL", float, 0.5)
 HOSTS_STOP_GRACE = get("HOSTS_STOP_GRACE", float, 20.0)
-HOSTS_STALE_JOB_SECONDS = get("HOSTS_STALE_JOB_SECONDS", float, 180.0)
+HOSTS_STALE_JOB_SECONDS = get("HOSTS_STALE_JOB_SECONDS", float, 30.0)
+HOSTS_JOB_HEARTBEAT_SECONDS = get("HOSTS_JOB_HEARTBEAT_SECONDS", float, 5.0)
+HOSTS_JOB_MAX_ATTEMPTS = get("HOSTS_JOB_MAX_ATTEMPTS", int, 3)
+HOSTS_QUEUED_JOB_SECONDS = get("HOSTS_QUEUED_JOB_SECONDS", float, 600.0)
 
 LOGGING = {
     "version": 1,
