@@ -152,5 +152,6 @@ class DeploymentForm(forms.Form):
         """An unsaved deployment for the command preview and fit check."""
         d = Deployment(host=self.host, name=self.cleaned_data["name"], upstream_api_key="preview-key")
         for key, value in self.cleaned_spec.items():
-            setattr(d, key, value)
+            if key != "worker_hosts":  # a relation: an unsaved deployment cannot hold it
+                setattr(d, key, value)
         return d

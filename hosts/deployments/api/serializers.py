@@ -52,6 +52,9 @@ class DeploymentSerializer(serializers.ModelSerializer):
         child=serializers.CharField(max_length=200, trim_whitespace=False), required=False, max_length=40
     )
     command_preview = serializers.SerializerMethodField()
+    worker_hosts = serializers.PrimaryKeyRelatedField(
+        queryset=Host.objects.all(), many=True, required=False, help_text="Further nodes (vLLM over Ray)."
+    )
 
     class Meta:
         model = Deployment
@@ -66,6 +69,9 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "port",
             "options",
             "extra_args",
+            "worker_hosts",
+            "network_interface",
+            "ray_port",
             "fit_override",
             "status",
             "status_message",
@@ -73,6 +79,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "context_window",
             "channel",
             "last_fit",
+            "last_allocation",
             "command_preview",
             "created",
             "updated",
@@ -84,6 +91,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "context_window",
             "channel",
             "last_fit",
+            "last_allocation",
             "created",
             "updated",
         ]
@@ -105,8 +113,14 @@ class DeploymentSerializer(serializers.ModelSerializer):
                 "port",
                 "options",
                 "extra_args",
+                "network_interface",
+                "ray_port",
             )
         }
+        if "worker_hosts" in attrs:
+            merged["worker_hosts"] = attrs["worker_hosts"]
+        else:
+            merged["worker_hosts"] = list(instance.worker_hosts.all()) if instance else []
         try:
             cleaned = services.clean_deployment(
                 host=merged["host"],
@@ -118,6 +132,9 @@ class DeploymentSerializer(serializers.ModelSerializer):
                 options=merged["options"] or {},
                 extra_args=merged["extra_args"] or [],
                 instance=instance,
+                worker_hosts=merged["worker_hosts"],
+                network_interface=merged["network_interface"] or "",
+                ray_port=merged["ray_port"] or 6379,
             )
         except DjangoValidationError as exc:
             raise field_errors(exc) from None
