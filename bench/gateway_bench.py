@@ -229,10 +229,21 @@ def production_env(base: dict) -> dict | None:
     """DATABASE_URL/REDIS_URL from the environment, else this machine's PostgreSQL and Redis."""
     env = dict(base)
     if not env.get("DATABASE_URL"):
-        if shutil.which("createdb"):
-            subprocess.run(
-                ["createdb", "-h", "127.0.0.1", "-U", "postgres", "portal_bench"], capture_output=True, timeout=30
-            )
+        if shutil.which("createdb"):  # a fresh database per run: its secrets match this run's data folder
+            for tool in ("dropdb", "createdb"):
+                subprocess.run(
+                    [
+                        tool,
+                        *(["--if-exists"] if tool == "dropdb" else []),
+                        "-h",
+                        "127.0.0.1",
+                        "-U",
+                        "postgres",
+                        "portal_bench",
+                    ],
+                    capture_output=True,
+                    timeout=30,
+                )
         env["DATABASE_URL"] = "postgres://postgres@127.0.0.1:5432/portal_bench"
     env.setdefault("REDIS_URL", "redis://127.0.0.1:6379/14")
     try:

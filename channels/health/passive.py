@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 REDIS_KEY = "portal:health:passive"
+EXPIRE_SECONDS = 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,19 +140,36 @@ def _redis() -> Redis:
     return redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2)
 
 
-def flush() -> int:
-    """Move this process's buffered outcomes to the shared store; returns how many were moved."""
+def take_flush() -> tuple[int, list[str]]:
+    """This process's buffered outcomes as the JSON tallies `flush()` pushes: (outcomes, items).
+    The gateway pushes them through its own async Redis connection (`use_own_flusher`)."""
     outcomes = drain()
     if not outcomes:
+        return 0, []
+    return len(outcomes), [json.dumps(asdict(t)) for t in tally(outcomes).values()]
+
+
+def use_own_flusher() -> None:
+    """This process flushes by itself (the gateway, on its event loop): no flusher thread, and
+    no synchronous Redis client (redis-py: ~10-20 MiB of the gateway's memory)."""
+    global _flusher
+    with _lock:
+        if _flusher is None:
+            _flusher = threading.Thread(target=lambda: None, name="passive-health-flush-external")
+
+
+def flush() -> int:
+    """Move this process's buffered outcomes to the shared store; returns how many were moved."""
+    count, items = take_flush()
+    if not count:
         return 0
-    tallies = list(tally(outcomes).values())
     client = _redis()
     try:
-        client.rpush(REDIS_KEY, *(json.dumps(asdict(t)) for t in tallies))
-        client.expire(REDIS_KEY, 3600)  # nobody consuming for an hour: let it go
+        client.rpush(REDIS_KEY, *items)
+        client.expire(REDIS_KEY, EXPIRE_SECONDS)  # nobody consuming for an hour: let it go
     finally:
         client.close()
-    return len(outcomes)
+    return count
 
 
 def _flush_loop(interval: float) -> None:

@@ -134,3 +134,26 @@ def test_a_revoked_key_stops_within_seconds_on_every_replica(setup, replicas):
     for url in replicas:
         wait_for(lambda u=url: post(u, setup.plaintext).status_code == 401, timeout=5, interval=0.1)
     assert time.monotonic() - started < 5
+
+
+def test_the_gateway_flushes_passive_health_through_its_own_redis_connection(setup, settings):
+    """No flusher thread and no second Redis client in the gateway process: the outcomes of its
+    requests reach Redis on the event loop, where the worker's probe round collects them."""
+    import redis
+
+    from channels.health import passive
+    from tests.gateway.conftest import ThreadServer
+    from tests.services import redis_url
+
+    client = redis.Redis.from_url(redis_url())
+    client.delete(passive.REDIS_KEY)
+    settings.PORTAL_PASSIVE_FLUSH_SECONDS = 0.1
+    server = ThreadServer().start()
+    try:
+        assert post(server.url, setup.plaintext).status_code == 200
+        wait_for(lambda: client.llen(passive.REDIS_KEY) > 0)
+    finally:
+        server.stop()
+    tallies = passive.collect()
+    assert tallies[setup.channel.pk].ok_count == 1
+    client.close()
