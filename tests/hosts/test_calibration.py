@@ -95,3 +95,34 @@ def test_a_gpu_estimate_against_a_cpu_only_build_says_so():
     result = calibration.compare(est, calibration.parse_llamacpp_log(log("llamacpp_cpu_xllamacpp.log")))
     assert "is this build CPU-only" in result["notes"][0]
     assert result["rows"][0]["actual"] == 0.41  # compared with what it put in RAM
+
+
+def test_a_launch_feeds_the_hosts_correction_which_the_next_estimate_applies(db):
+    from hosts.models import Deployment, Host
+
+    host = Host.objects.create(name="gpu-a", address="10.0.0.5", username="u")
+    arch = fit.preset_for("meta-llama/Llama-3.1-8B-Instruct")
+    gpu = [GPUMemory(0, 24146, 24146)]
+    request = FitRequest(arch=arch, backend="vllm", context=20000, gpus=gpu, max_num_batched_tokens=20000)
+    deployment = Deployment.objects.create(
+        host=host, name="d", backend="vllm", model_path="meta-llama/Llama-3.1-8B-Instruct", served_model_name="m",
+        port=8000, last_fit=fit.estimate(request).as_dict(),
+    )  # fmt: skip
+    result = calibration.record(deployment, calibration.parse_vllm_log(log("vllm_v0_rtx3090_llama31_8b_20k.log")))
+    host.refresh_from_db()
+    entry = host.fit_calibration["vllm"]
+    assert entry["samples"] == [result["ratio"]] and entry["ratio"] == result["ratio"]
+    assert Deployment.objects.get(pk=deployment.pk).last_allocation["rows"] == result["rows"]
+
+    fields = calibration.correction_for(host, "vllm")
+    assert fields == {"correction": result["ratio"], "correction_samples": 1}
+    raw, corrected = fit.estimate(request), fit.estimate(FitRequest(**{**request.__dict__, **fields}))
+    assert corrected.devices[0].need_gib == pytest.approx(raw.devices[0].need_gib * result["ratio"])
+    assert any("Corrected by" in n and "1 launch(es)" in n for n in corrected.notes)
+
+
+def test_a_ratio_out_of_range_is_shown_but_not_applied():
+    arch = fit.preset_for("meta-llama/Llama-3.1-8B-Instruct")
+    request = FitRequest(arch=arch, backend="vllm", context=8192, gpus=[GPUMemory(0, 81559, 81559)])
+    wild = fit.estimate(FitRequest(**{**request.__dict__, "correction": 3.0, "correction_samples": 2}))
+    assert wild.devices[0].need_gib == pytest.approx(fit.estimate(request).devices[0].need_gib)
