@@ -103,6 +103,7 @@ async def open_call(
         request_id=request_id,
         started=started,
     )
+    call.max_tokens = reserve_max
     req.call = call
     return call
 
