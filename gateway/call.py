@@ -345,16 +345,40 @@ class Call:
         return self.admission.headers
 
     async def forward(self, plan: Plan) -> UpstreamResponse:
-        """Send the call along `plan`; a failure of every route fails the call and is raised."""
+        """Send the call along `plan`; a failure of every route fails the call and is raised.
+        A client that leaves meanwhile cancels the upstream call (its generation stops) and the
+        record says `client disconnected` (499)."""
+        current = asyncio.current_task()
+        gone = False
+
+        async def watch() -> None:
+            nonlocal gone
+            while (await self.req.receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            if current is not None:
+                current.cancel()
+
+        watcher = asyncio.get_running_loop().create_task(watch())
         try:
             if not plan.routes:
                 raise GatewayError(503, f"No channel serves the model '{self.model.name}' this way.", code="no_channel")
             up = await send_upstream(plan, stream=self.stream, deadline=self.deadline)
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            if current is not None:
+                current.uncancel()
+            err = GatewayError(499, "client disconnected", code="client_disconnected")
+            self.fail(err)
+            raise err from None
         except GatewayError as exc:
             if exc.attempts:
                 self.channel_id = exc.attempts[-1].channel_id
             self.fail(exc)
             raise
+        finally:
+            watcher.cancel()
         self.channel_id = up.route.channel_id
         return up
 

@@ -127,3 +127,14 @@ def test_a_long_upstream_silence_is_kept_alive_with_sse_comments(setup, upstream
     ) as r:
         text = r.read().decode()
     assert r.status_code == 200 and ": keep-alive" in text and text.rstrip().endswith("data: [DONE]")
+
+
+def test_a_non_streaming_client_that_leaves_cancels_the_upstream_call(setup, upstream, gateway, settings):
+    settings.GATEWAY_HEADERS_TIMEOUT = 30.0  # the upstream is slow, not stalled: only the client leaves
+    upstream.behave(mode="slow", delay=4.0)
+    with pytest.raises(httpx.ReadTimeout):
+        post(gateway, setup.plaintext, timeout=0.5)
+    left = time.monotonic()
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first(), timeout=10)
+    assert record.http_status == 499 and "client disconnected" in record.error
+    assert time.monotonic() - left < 3.0  # recorded when the client left, not when the upstream would answer
