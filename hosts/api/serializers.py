@@ -25,6 +25,7 @@ class GPUSerializer(serializers.ModelSerializer):
             "memory_free_mib",
             "utilization_pct",
             "temperature_c",
+            "stale",
             "updated",
         ]
         read_only_fields = fields
@@ -74,6 +75,7 @@ class HostSerializer(serializers.ModelSerializer):
             "last_checked",
             "driver_version",
             "cuda_version",
+            "fit_calibration",
             "gpus",
             "created",
             "updated",
@@ -86,6 +88,7 @@ class HostSerializer(serializers.ModelSerializer):
             "last_checked",
             "driver_version",
             "cuda_version",
+            "fit_calibration",
             "created",
             "updated",
         ]

@@ -1,19 +1,12 @@
-// Connect page: "Copy" and "Save" buttons for the generated files and commands.
+// Connect page: "Save" downloads the shown file (it holds a key only this page has: no URL could
+// serve it again). Copy buttons are portal.js's data-copy-target.
 document.addEventListener("click", function (event) {
-  var button = event.target.closest("button[data-copy]");
+  var button = event.target.closest("button[data-save]");
   if (!button) return;
-  var text = document.getElementById(button.dataset.copy).textContent;
-  if (button.classList.contains("save")) {
-    var a = document.createElement("a");
-    a.href = URL.createObjectURL(new Blob([text], {type: "text/plain"}));
-    a.download = button.dataset.filename.split("/").pop();
-    a.click();
-    URL.revokeObjectURL(a.href);
-    return;
-  }
-  navigator.clipboard.writeText(text).then(function () {
-    var label = button.textContent;
-    button.textContent = "Copied";
-    setTimeout(function () { button.textContent = label; }, 1500);
-  });
+  var text = document.getElementById(button.dataset.save).textContent;
+  var a = document.createElement("a");
+  a.href = URL.createObjectURL(new Blob([text], {type: "text/plain"}));
+  a.download = button.dataset.filename.split("/").pop();
+  a.click();
+  URL.revokeObjectURL(a.href);
 });

@@ -61,6 +61,10 @@ def test_misbehaving_redis_gets_a_503_within_the_deadline_then_service_resumes(s
         assert took < DEADLINE + 1.0, f"{mode}: answered after {took:.2f} s"
     proxy.set("pass")
     wait_for(lambda: post(url, setup.plaintext).status_code == 200, timeout=5, interval=0.1)
+    from keys.models import UsageRecord
+
+    # Every refusal is on the record, as unavailable (503).
+    wait_for(lambda: UsageRecord.objects.filter(key=setup.key, status="unavailable", http_status=503).count() >= 3)
 
 
 def test_many_requests_in_flight_when_redis_stalls_are_all_answered(setup, proxied):
@@ -96,9 +100,7 @@ def test_a_blip_while_requests_run_locks_nobody_out_and_charges_only_what_was_us
 
     async def slow_request() -> int:
         async with httpx.AsyncClient(timeout=30) as client:
-            r = await client.post(
-                url + "/v1/chat/completions", json=big, headers={"Authorization": f"Bearer {plain}"}
-            )
+            r = await client.post(url + "/v1/chat/completions", json=big, headers={"Authorization": f"Bearer {plain}"})
             return r.status_code
 
     async def scenario() -> int:

@@ -73,9 +73,10 @@ def test_preview_shows_the_command_with_the_key_masked_and_the_fit(admin_client,
     assert r.status_code == 200
     html = r.content.decode()
     assert "CUDA_VISIBLE_DEVICES=0 llama-server -m /models/Qwen3-Coder-30B-A3B-Instruct-Q4_K_M.gguf" in html
-    assert "--api-key ****" in html and "preview-key" not in html
-    # 24576 tokens needed ~11.8 GiB on an idle 12 GB card; Xorg's 287 MiB here tips it over.
-    assert "Does not fit" in html and "22784 tokens" in html
+    assert "--api-key-file api_key" in html and "preview-key" not in html
+    # 24576 tokens needed ~11.8 GiB on an idle 12 GB card; with Xorg's 287 MiB it is within 10 %.
+    assert "<strong>Tight</strong>" in html and "24576 tokens" in html
+    assert "<td>GPU 0</td><td>11.72 GiB</td><td>11.72 GiB</td><td>tight</td>" in html
     assert not Deployment.objects.exists()
 
 
@@ -92,7 +93,7 @@ def test_create_then_launch_goes_to_the_job_page(admin_client, host):
     assert r.status_code == 302 and r.url == reverse("deployment_detail", args=[deployment.pk])
     assert deployment.options["ctx_size"] == 24576 and deployment.upstream_api_key.startswith("gpk-")
     detail = admin_client.get(r.url).content.decode()
-    assert "--api-key ****" in detail and deployment.upstream_api_key not in detail
+    assert "--api-key-file api_key" in detail and deployment.upstream_api_key not in detail
 
     confirm = admin_client.get(reverse("deployment_action", args=[deployment.pk, "launch"]))
     assert b"Launch qwen-coder?" in confirm.content
