@@ -89,10 +89,11 @@ def test_pages_and_their_scripts_work_under_the_csp(live_server, browser, admin,
     assert page.url.endswith("/channels/health/alerts/")  # no full-page submit
     seen["alert_targets"] = violations(page)
 
-    # The connect page's copy buttons (moved from an inline script to a static file).
+    # The connect page's copy buttons (portal.js) and its save script (moved out of the page).
     page.goto(live_server.url + "/connect/")
-    button = page.locator("button[data-copy]").first
-    text = page.evaluate("id => document.getElementById(id).textContent", button.get_attribute("data-copy"))
+    button = page.locator("button[data-copy-target]").first
+    target = button.get_attribute("data-copy-target")
+    text = page.evaluate("id => document.getElementById(id).textContent.trim()", target)
     button.click()
     wait_until(page, "navigator.clipboard.readText().then(t => t.length > 0)")
     assert page.evaluate("navigator.clipboard.readText()") == text
