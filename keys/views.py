@@ -18,7 +18,7 @@ from portal.ui import FilteredListView, done, pop_secret, remember_secret
 from .filters import KeyFilterSet
 from .forms import KeyForm, RotateForm
 from .models import Key, KeyQuerySet
-from .services import issue_key, revoke_key, rotate_key
+from .services import effective_limits, issue_key, revoke_key, rotate_key
 
 if TYPE_CHECKING:
     from accounts.models import User
@@ -93,6 +93,7 @@ class KeyDetailView(LoginRequiredMixin, _KeyDetailView):
         key = self.object
         context["plaintext"] = pop_secret(self.request, f"key-{key.pk}")
         context["rotated_to"] = key.rotated_to.order_by("-created").first()
+        context["limits"] = effective_limits(key)
         return context
 
 

@@ -131,7 +131,7 @@ def deployment_action(request: HttpRequest, pk: int, action: str) -> HttpRespons
             "hosts/deploy_confirm.html",
             {
                 "deployment": deployment,
-                "action": action,
+                "job_action": action,
                 "label": JobAction(action).label,
                 "question": f"{JobAction(action).label} {deployment.name}?",
                 "explain": ACTIONS[JobAction(action)],
@@ -159,8 +159,7 @@ def deployment_delete(request: HttpRequest, pk: int) -> HttpResponse:
             "hosts/deploy_confirm.html",
             {
                 "deployment": deployment,
-                "action": "delete",
-                "label": "Delete",
+                                "label": "Delete",
                 "question": f"Delete {deployment.name}?",
                 "danger": True,
                 "explain": "Delete the deployment and its job history. Its channel stays until you delete it.",
