@@ -162,10 +162,13 @@ def attach_health(channels: list[Channel], now: dt.datetime | None = None) -> li
         r: Mapping[str, Any] = ratio.get(c.pk) or {}
         n, f = r.get("n") or 0, r.get("f") or 0
         per_hour = spark.get(c.pk, {})
+        # A disabled channel is not routed whatever its last check said (a stopped deployment
+        # disables its channel): its badge says so instead of a stale "Healthy".
         c.health = HealthSummary(
-            status=c.status,
-            label=c.get_status_display(),
-            message=c.status_message,
+            status=c.status if c.enabled else "disabled",
+            label=c.get_status_display() if c.enabled else "Disabled",
+            message=c.status_message if c.enabled else "Not routed: the channel is disabled. "
+            + (c.status_message or "Enable it to route requests to it again."),
             last_ttft_ms=c.last_ttft_ms,
             error_ratio=(f / n) if n else None,
             samples_24h=n,
