@@ -11,9 +11,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, Max, Q, Sum
+from django.urls import reverse
 from django.utils import timezone
 
 from channels.choices import ChannelStatus
+from portal.dashboard import Attention
+
 from channels.models import AlertDelivery, Channel, PassiveReport, ProbeHourly, ProbeResult, StatusChange
 
 
@@ -167,7 +170,9 @@ def attach_health(channels: list[Channel], now: dt.datetime | None = None) -> li
         c.health = HealthSummary(
             status=c.status if c.enabled else "disabled",
             label=c.get_status_display() if c.enabled else "Disabled",
-            message=c.status_message if c.enabled else "Not routed: the channel is disabled. "
+            message=c.status_message
+            if c.enabled
+            else "Not routed: the channel is disabled. "
             + (c.status_message or "Enable it to route requests to it again."),
             last_ttft_ms=c.last_ttft_ms,
             error_ratio=(f / n) if n else None,
@@ -198,3 +203,18 @@ def dashboard(limit: int = 5) -> dict[str, Any]:
             created__gte=timezone.now() - dt.timedelta(hours=24), ok=False
         ).aggregate(n=Count("id", filter=Q(source="active")))["n"],
     }
+
+
+def attention() -> list[Attention]:
+    """For the dashboard: enabled channels that are not healthy, with what to do next."""
+    return [
+        Attention(
+            "Channel",
+            c.name,
+            c.status,
+            c.get_status_display(),
+            c.status_message or ("Not checked yet: open it and press Check now." if not c.last_checked else ""),
+            reverse("channel_detail", args=[c.pk]),
+        )
+        for c in Channel.objects.enabled().exclude(status=ChannelStatus.HEALTHY).order_by("status", "name")
+    ]

@@ -159,7 +159,7 @@ def deployment_delete(request: HttpRequest, pk: int) -> HttpResponse:
             "hosts/deploy_confirm.html",
             {
                 "deployment": deployment,
-                                "label": "Delete",
+                "label": "Delete",
                 "question": f"Delete {deployment.name}?",
                 "danger": True,
                 "explain": "Delete the deployment and its job history. Its channel stays until you delete it.",

@@ -68,7 +68,16 @@ class KeySerializer(LimitFields, serializers.ModelSerializer[Key]):
             "created",
             "updated",
         ]
-        read_only_fields = ["admin_ceilings", "prefix", "last_four", "last_used_at", "revoked_at", "rotated_from", "created", "updated"]
+        read_only_fields = [
+            "admin_ceilings",
+            "prefix",
+            "last_four",
+            "last_used_at",
+            "revoked_at",
+            "rotated_from",
+            "created",
+            "updated",
+        ]
         validators: list[Any] = []  # the conditional unique (owner, name) is checked in validate()
 
     def validate_name(self, value: str) -> str:
