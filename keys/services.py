@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-from dataclasses import dataclass
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError

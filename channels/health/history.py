@@ -15,9 +15,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from channels.choices import ChannelStatus
-from portal.dashboard import Attention
-
 from channels.models import AlertDelivery, Channel, PassiveReport, ProbeHourly, ProbeResult, StatusChange
+from portal.dashboard import Attention
 
 
 def percentile(values: list[float], p: float) -> float | None:

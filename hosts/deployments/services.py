@@ -5,6 +5,7 @@ Called by the deployment form, the API serializer and launch jobs alike.
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from typing import Any
 
@@ -151,8 +152,46 @@ def check_fit(deployment: Deployment, remote: Remote | None = None) -> dict[str,
             "notes": ["Unknown model: no config.json/GGUF readable on the host and no preset matches its name."],
         }
     else:
-        result = fit.estimate(fit_request(deployment, arch)).as_dict()
+        request = fit_request(deployment, arch)
+        estimate = fit.estimate(request)
+        result = estimate.as_dict()
+        result["advice"] = fit_advice(deployment, request, estimate)
     result["checked"] = timezone.now().isoformat()
     Deployment.objects.filter(pk=deployment.pk).update(last_fit=result)
     deployment.last_fit = result
     return result
+
+
+# What to change in the form for the estimate to fit: (option, flag) of the context and the KV type.
+_CONTEXT_OPTION = {"vllm": ("max_model_len", "--max-model-len"), "llamacpp": ("ctx_size", "-c")}
+_SMALLER_KV = {"vllm": ("fp8", "use --kv-cache-dtype fp8"), "llamacpp": ("q8_0", "use KV cache type q8_0")}
+
+
+def fit_advice(deployment: Deployment, request: fit.FitRequest, estimate: fit.Estimate) -> list[str]:
+    """The changes that make a deployment that does not fit (or is tight) fit, each tried with the
+    same estimate: a smaller context, a smaller KV cache type, more GPUs. Plain text."""
+    if estimate.verdict == "fits":
+        return []
+    advice: list[str] = []
+    option, flag = _CONTEXT_OPTION.get(deployment.backend, ("", ""))
+    if option and estimate.max_context and estimate.max_context < request.context:
+        advice.append(f"Lower the context ({flag}) to {estimate.max_context:,} tokens.")
+    kv = _SMALLER_KV.get(deployment.backend)
+    if kv and request.kv_dtype not in ("fp8", "q8_0", "q4_0"):
+        smaller = fit.estimate(dataclasses.replace(request, kv_dtype=kv[0]))
+        if smaller.fits:
+            tight = " (tightly)" if smaller.verdict == "tight" else ""
+            advice.append(f"Or {kv[1]}: the KV cache halves and {request.context:,} tokens fit{tight}.")
+    chosen = set(deployment.gpu_indices)
+    spare = sorted(
+        (g for g in GPU.objects.filter(host=deployment.host) if g.index not in chosen),
+        key=lambda g: -(g.memory_free_mib or 0),
+    )
+    gpus = list(request.gpus)
+    for g in spare:
+        gpus.append(fit.GPUMemory(index=g.index, total_mib=g.memory_total_mib or 0, free_mib=g.memory_free_mib or 0))
+        if fit.estimate(dataclasses.replace(request, gpus=gpus)).verdict == "fits":
+            names = ", ".join(f"#{m.index}" for m in gpus)
+            advice.append(f"Or pick {len(gpus)} GPUs ({names}).")
+            break
+    return advice

@@ -45,6 +45,21 @@ def _preview_context(form: DeploymentForm) -> dict:
 
 
 @admin_required
+@require_POST
+def deployment_fit_preview(request: HttpRequest, host_pk: int) -> HttpResponse:
+    """The deploy form's live estimate: htmx posts the form here as its options change."""
+    host = get_object_or_404(Host, pk=host_pk)
+    instance = None
+    if request.GET.get("deployment", "").isdigit():
+        instance = get_object_or_404(Deployment, pk=int(request.GET["deployment"]), host=host)
+    form = DeploymentForm(request.POST, host=host, instance=instance)
+    context: dict = {"host": host, "form": form}
+    if form.is_valid():
+        context.update(_preview_context(form))
+    return render(request, "hosts/_deploy_fit_live.html", context)
+
+
+@admin_required
 @require_http_methods(["GET", "POST"])
 def deployment_create(request: HttpRequest, host_pk: int) -> HttpResponse:
     host = get_object_or_404(Host, pk=host_pk)
@@ -70,6 +85,7 @@ def _deployment_form(request: HttpRequest, host: Host, instance: Deployment | No
                 context.update(_preview_context(form))
             else:
                 deployment = form.save(request.user)
+                services.check_fit(deployment)  # presets now; "Re-check fit" reads the model on the host
                 messages.success(request, f"Deployment {deployment} saved. Check the fit, then launch it.")
                 return redirect("deployment_detail", pk=deployment.pk)
     else:
