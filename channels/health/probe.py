@@ -343,3 +343,15 @@ async def probe_many(
                 return Outcome(t.channel_id, error="timeout", error_message="probe took too long", started=time.time())
 
     return list(await asyncio.gather(*(bounded(t) for t in targets)))
+
+
+async def list_served_models(target: Target, *, connect_timeout: float, timeout: float) -> dict[str, int | None]:  # noqa: ASYNC109
+    """What the upstream serves (`/v1/models`) with each model's context window where the server
+    says it (vLLM `max_model_len`, llama.cpp `/props` `n_ctx`). Raises ProbeFailure."""
+    async with make_client(connect_timeout=connect_timeout, timeout=timeout) as client:
+        try:
+            return await asyncio.wait_for(_discover(client, target, _Timer(), None), timeout + connect_timeout)
+        except TimeoutError:
+            raise ProbeFailure("timeout", "model list: the upstream did not answer in time") from None
+        except httpx.HTTPError as exc:
+            raise ProbeFailure("connect", f"model list: {exc.__class__.__name__}: {exc}") from None
