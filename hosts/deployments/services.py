@@ -6,15 +6,17 @@ Called by the deployment form, the API serializer and launch jobs alike.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import secrets
 from typing import Any
 
+from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from .. import backends, fit
 from ..models import GPU, Deployment, Host
-from ..remote import commands
+from ..remote import commands, ssh
 from ..remote.ssh import Remote
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -142,9 +144,12 @@ def fit_request(deployment: Deployment, arch: fit.Architecture) -> fit.FitReques
     return fit.FitRequest(arch=arch, backend=deployment.backend, gpus=gpus, **params)
 
 
-def check_fit(deployment: Deployment, remote: Remote | None = None) -> dict[str, Any]:
-    """Estimate and store it on the deployment. Without `remote` only presets are used."""
-    arch = commands.read_architecture(remote, deployment.backend, deployment.model_path) if remote else None
+def check_fit(
+    deployment: Deployment, remote: Remote | None = None, *, arch: fit.Architecture | None = None
+) -> dict[str, Any]:
+    """Estimate and store it on the deployment. Without `remote` or `arch` only presets are used."""
+    if arch is None and remote is not None:
+        arch = commands.read_architecture(remote, deployment.backend, deployment.model_path)
     arch = arch or fit.preset_for(deployment.model_path)
     if arch is None:
         result = {
@@ -195,3 +200,27 @@ def fit_advice(deployment: Deployment, request: fit.FitRequest, estimate: fit.Es
             advice.append(f"Or pick {len(gpus)} GPUs ({names}).")
             break
     return advice
+
+
+ARCHITECTURE_CACHE_SECONDS = 600
+
+
+def host_architecture(deployment: Deployment) -> fit.Architecture | None:
+    """The model's architecture read from its files on the host, remembered for a while per host
+    and path, so the deploy form's live estimate connects once per model, not once per keystroke.
+    None when the host cannot be reached or the files say nothing (the estimate then uses presets)."""
+    host = deployment.host
+    if not host.host_key_fingerprint:
+        return None
+    digest = hashlib.sha256(f"{deployment.backend}\0{deployment.model_path}".encode()).hexdigest()[:32]
+    key = f"hosts:architecture:{host.pk}:{digest}"
+    cached = cache.get(key)
+    if cached is not None:
+        return cached[0]
+    try:
+        with ssh.connect(host) as remote:
+            arch = commands.read_architecture(remote, deployment.backend, deployment.model_path)
+    except ssh.SSHError:
+        return None
+    cache.set(key, (arch,), ARCHITECTURE_CACHE_SECONDS)
+    return arch

@@ -40,7 +40,7 @@ def _preview_context(form: DeploymentForm) -> dict:
     deployment = form.preview_deployment()
     return {
         "preview_command": services.command_preview(deployment),
-        "preview_fit": services.check_fit(deployment),
+        "preview_fit": services.check_fit(deployment, arch=services.host_architecture(deployment)),
     }
 
 
@@ -85,7 +85,7 @@ def _deployment_form(request: HttpRequest, host: Host, instance: Deployment | No
                 context.update(_preview_context(form))
             else:
                 deployment = form.save(request.user)
-                services.check_fit(deployment)  # presets now; "Re-check fit" reads the model on the host
+                services.check_fit(deployment, arch=services.host_architecture(deployment))
                 messages.success(request, f"Deployment {deployment} saved. Check the fit, then launch it.")
                 return redirect("deployment_detail", pk=deployment.pk)
     else:
