@@ -21,7 +21,6 @@ from hosts.models import Deployment, Host, LaunchJob
 from tests.browser.robot import Robot
 from tests.fakes.llamacpp import tiny_gguf_path
 from tests.fakes.upstream import FakeUpstream
-from tests.hosts.conftest import ssh_target  # noqa: F401  (a fixture: the real sshd)
 from tests.services import free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
