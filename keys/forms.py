@@ -95,6 +95,8 @@ class KeyForm(forms.Form):
             owner.queryset = User.objects.filter(pk=user.pk)
             owner.widget = forms.HiddenInput()
         owner.initial = owner.initial or user.pk
+        if instance is None:
+            self.fields["name"].widget.attrs["autofocus"] = True
         for name, label in LIMIT_LABELS.items():
             # No min/max here: keys.services.validate_key_settings owns those rules (and the ceilings).
             self.fields[name] = forms.IntegerField(label=label, required=False)
