@@ -6,7 +6,7 @@ from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
-from django.forms import inlineformset_factory
+from django.forms import BaseInlineFormSet, inlineformset_factory
 from django.urls import reverse
 
 from .choices import ChannelKind
@@ -126,8 +126,15 @@ class RouteForm(forms.ModelForm):
         }
 
 
+class _RouteFormSet(BaseInlineFormSet):
+    def add_fields(self, form: forms.BaseForm, index: int | None) -> None:
+        super().add_fields(form, index)
+        if "DELETE" in form.fields:  # added by the formset, after RouteForm labelled its own inputs
+            form.fields["DELETE"].widget.attrs["aria-label"] = "Remove this route"
+
+
 RouteFormSet = inlineformset_factory(
-    Model, ModelRoute, form=RouteForm, extra=1, can_delete=True, max_num=50, validate_max=True
+    Model, ModelRoute, form=RouteForm, formset=_RouteFormSet, extra=1, can_delete=True, max_num=50, validate_max=True
 )
 
 

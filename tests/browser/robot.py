@@ -68,3 +68,23 @@ class Robot:
     def overflow_px(self) -> int:
         """How far the page is wider than the viewport (0: no horizontal scrolling)."""
         return int(self.page.evaluate("document.documentElement.scrollWidth - window.innerWidth"))
+
+    def overflowing(self, limit: int = 3) -> list[str]:
+        """The outermost elements that stick out of the viewport on the right, to say what to fix."""
+        return self.page.evaluate(
+            """limit => {
+                const w = window.innerWidth, out = [];
+                for (const el of document.querySelectorAll('body *')) {
+                    const r = el.getBoundingClientRect();
+                    const p = el.parentElement && el.parentElement.getBoundingClientRect();
+                    if (r.right > w + 1 && (!p || p.right <= w + 1)) {
+                        out.push(el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
+                                 (el.className && typeof el.className === 'string' ? '.' + el.className.trim().replace(/\\s+/g, '.') : '') +
+                                 ' (' + Math.round(r.right - w) + ' px)');
+                        if (out.length >= limit) break;
+                    }
+                }
+                return out;
+            }""",
+            limit,
+        )

@@ -45,7 +45,9 @@ def test_admin_issued_limits_are_ceilings_alice_can_only_lower(live_server, brow
     help_text = robot.text("#id_tokens_per_day ~ small.help")
     assert "Set by an admin: at most 200,000" in help_text
     # The browser's own checks would stop these; remove them, as anyone can, and the server refuses.
-    robot.page.evaluate("document.querySelectorAll('input').forEach(i => { i.removeAttribute('max'); i.required = false; })")
+    robot.page.evaluate(
+        "document.querySelectorAll('input').forEach(i => { i.removeAttribute('max'); i.required = false; })"
+    )
     robot.fill("#id_tokens_per_day", "")
     robot.fill("#id_requests_per_minute", "600")
     robot.click("button:text-is('Save')")
