@@ -127,7 +127,7 @@ class RouteForm(forms.ModelForm):
 
 
 class _RouteFormSet(BaseInlineFormSet):
-    def add_fields(self, form: forms.BaseForm, index: int | None) -> None:
+    def add_fields(self, form: forms.ModelForm, index: int | None) -> None:
         super().add_fields(form, index)
         if "DELETE" in form.fields:  # added by the formset, after RouteForm labelled its own inputs
             form.fields["DELETE"].widget.attrs["aria-label"] = "Remove this route"

@@ -122,7 +122,7 @@ class KeyForm(forms.Form):
                 field.widget.attrs["required"] = True
             else:
                 help_bits = [f"Blank: {'the default ' + format(default, ',') if default else 'unlimited'}."]
-            if ceiling is not None:
+            if ceiling is not None and owner is not None:
                 help_bits.append(f"{owner.username}'s own limit, shared by all their keys: {ceiling:,}.")
             if self.user.is_admin and (owner is None or owner.pk != self.user.pk):
                 help_bits.append("A value you set is a ceiling the owner can only lower.")

@@ -144,11 +144,13 @@ def last_day(user: User, now: dt.datetime | None = None) -> dict[str, Any]:
         .distinct()
         .order_by("channel__name")
     ):
-        values = list(
-            records.filter(channel_id=channel_id, ttft_ms__isnull=False)
+        values = [
+            v
+            for v in records.filter(channel_id=channel_id, ttft_ms__isnull=False)
             .order_by("-created")
             .values_list("ttft_ms", flat=True)[:TTFT_SAMPLE_LIMIT]
-        )
+            if v is not None
+        ]
         ttft.append(
             {
                 "channel": name,

@@ -78,8 +78,9 @@ class Robot:
                     const r = el.getBoundingClientRect();
                     const p = el.parentElement && el.parentElement.getBoundingClientRect();
                     if (r.right > w + 1 && (!p || p.right <= w + 1)) {
+                        const cls = typeof el.className === 'string' && el.className.trim();
                         out.push(el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
-                                 (el.className && typeof el.className === 'string' ? '.' + el.className.trim().replace(/\\s+/g, '.') : '') +
+                                 (cls ? '.' + cls.replace(/\\s+/g, '.') : '') +
                                  ' (' + Math.round(r.right - w) + ' px)');
                         if (out.length >= limit) break;
                     }

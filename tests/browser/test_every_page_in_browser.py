@@ -116,9 +116,9 @@ def crawl(robot: Robot, *, label: str, phone: bool = False) -> dict[str, list[st
                     (f.getAttribute('method') || 'get').toUpperCase(),
                     new URL(f.getAttribute('action') || location.href, location.href).href,
                 ]),
-                ...[...document.querySelectorAll('[hx-post]')].map(e => ['POST', new URL(e.getAttribute('hx-post'), location.href).href]),
-                ...[...document.querySelectorAll('[hx-get]')].map(e => ['GET', new URL(e.getAttribute('hx-get'), location.href).href]),
-            ]"""
+                ...[...document.querySelectorAll('[hx-post]')].map(e => ['POST', e.getAttribute('hx-post')]),
+                ...[...document.querySelectorAll('[hx-get]')].map(e => ['GET', e.getAttribute('hx-get')]),
+            ].map(([method, url]) => [method, new URL(url, location.href).href])"""
         )
         if phone:
             targets = []
@@ -155,7 +155,9 @@ def test_every_page_loads_cleanly_and_every_form_goes_somewhere(live_server, bro
     if who == "admin":
         for fragment in ("/launch/", "/stop/", "/restart/", "/adopt/", "/delete/", "/revoke/"):
             assert any(fragment in v for v in visited), (fragment, visited)
-    assert found == {"forms": [], "axe": [], "status": [], "wide": []}, "\n".join(sum(found.values(), []))
+    assert found == {"forms": [], "axe": [], "status": [], "wide": []}, "\n".join(
+        line for lines in found.values() for line in lines
+    )
     assert robot.console_errors == []
 
 
