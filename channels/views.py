@@ -48,6 +48,14 @@ class ChannelListView(AdminRequiredMixin, FilteredListView):
     model = Channel
     filterset_class = ChannelFilterSet
     template_name = "channels/channel_list.html"
+    sort_fields = {
+        "name": "name",
+        "kind": "kind",
+        "base_url": "base_url",
+        "status": "status",
+        "priority": "priority",
+        "weight": "weight",
+    }
 
     def get_base_queryset(self):
         return Channel.objects.prefetch_related("routes__model", "deployments__host")
@@ -154,6 +162,7 @@ class ModelListView(AdminRequiredMixin, FilteredListView):
     model = Model
     filterset_class = ModelFilterSet
     template_name = "channels/model_list.html"
+    sort_fields = {"name": "name", "display_name": "display_name", "enabled": "enabled"}
 
     def get_base_queryset(self):
         return Model.objects.prefetch_related("routes__channel")

@@ -125,3 +125,24 @@ def test_the_dashboard_shows_usage_of_the_last_day_and_ttft_per_channel(admin_cl
     client.force_login(alice)
     page = client.get(reverse("dashboard")).content.decode()
     assert "<strong>10</strong> requests · <strong>80</strong> tokens" in page  # only hers
+
+
+def test_list_columns_sort_both_ways_and_keep_the_filters(admin_client):
+    from channels.models import Channel as Ch
+
+    for name, priority in (("b-chan", 5), ("a-chan", 1), ("c-chan", 9)):
+        Ch.objects.create(name=name, kind="vllm", base_url=f"http://10.0.0.{priority}:8000/v1", priority=priority)
+
+    def names(query):
+        page = admin_client.get(reverse("channel_list") + query).content.decode()
+        return re.findall(r">([abc]-chan)</a>", page), page
+
+    assert names("?sort=priority")[0] == ["a-chan", "b-chan", "c-chan"]
+    order, page = names("?sort=-priority&enabled=true")
+    assert order == ["c-chan", "b-chan", "a-chan"]
+    assert 'aria-sort="descending"' in page
+    # The sorted column's header sorts the other way, keeping the filter.
+    assert re.search(
+        r'aria-sort="descending"><a href="\?(sort=priority&amp;enabled=true|enabled=true&amp;sort=priority)"', page
+    )
+    assert names("?sort=nonsense")[1].count("a-chan") >= 1  # an unknown column is ignored, not a 500
