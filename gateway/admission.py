@@ -55,8 +55,10 @@ async def open_call(
     ns = namespace()
     for attempt in (0, 1):
         key = await authenticate(req)
+        req.key_prefix = key.prefix
         catalog = await snapshot.get_catalog()
         info = resolve_model(key, catalog, model)
+        req.model_name = info.name
         if not info.groups:
             raise GatewayError(503, f"No channel serves the model '{info.name}' right now.", code="no_channel")
         reserve_max = max_tokens

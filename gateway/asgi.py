@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Literal
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Literal
 
 from django.conf import settings
 
@@ -122,7 +124,44 @@ def not_found(scope: Scope, sub: str) -> GatewayError:
     )
 
 
-async def handle(handler: Handler, scope: Scope, receive: Receive, send: Send, sub: str) -> None:
+access_log = logging.getLogger("gateway.access")
+
+
+def access_log_enabled() -> bool:
+    """`portal up --access-log` (PORTAL_ACCESS_LOG=1 in the web process); off by default."""
+    return os.environ.get("PORTAL_ACCESS_LOG", "").lower() in ("1", "true", "yes", "on")
+
+
+async def handle_logged(handler: Handler, scope: Scope, receive: Receive, send: Send, sub: str) -> None:
+    """`handle`, then one line: method, path, status, model, key prefix (never the key), duration,
+    tokens. Costs a wrapper around `send`, so it is only used when the access log is on."""
+    started = time.perf_counter()
+    status = 0
+
+    async def watch(message: Mapping[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        await send(message)
+
+    req = await handle(handler, scope, receive, watch, sub)
+    call = req.call
+    tokens = "-"
+    if call is not None and call.usage is not None:
+        tokens = f"{call.usage.prompt_tokens}+{call.usage.completion_tokens}{'~' if call.usage.estimated else ''}"
+    access_log.info(
+        "%s %s %s model=%s key=%s %.1fms tokens=%s",
+        scope["method"],
+        scope["path"],
+        status or "-",
+        req.model_name or "-",
+        f"{req.key_prefix}…" if req.key_prefix else "-",
+        (time.perf_counter() - started) * 1000,
+        tokens,
+    )
+
+
+async def handle(handler: Handler, scope: Scope, receive: Receive, send: Send, sub: str) -> Request:
     """Run a gateway handler; any GatewayError before the response started becomes a JSON error."""
     req = Request(scope, receive, send, sub)
     try:
@@ -141,10 +180,12 @@ async def handle(handler: Handler, scope: Scope, receive: Receive, send: Send, s
         if req.call is not None:
             req.call.fail(err)
         await send_error(send, err)
+    return req
 
 
 def build_application(django_app: ASGIApp) -> ASGIApp:
     """Wrap Django's ASGI app: gateway paths here, the rest to Django, lifespan for our state."""
+    run = handle_logged if access_log_enabled() else handle
 
     async def application(scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -162,7 +203,7 @@ def build_application(django_app: ASGIApp) -> ASGIApp:
             if handler is None:
                 await send_error(send, not_found(scope, sub))
                 return
-            await handle(handler, scope, receive, send, sub)
+            await run(handler, scope, receive, send, sub)
             return
         if kind == "lifespan":
             while True:

@@ -5,11 +5,10 @@ Invalidation (a revoked key must stop within seconds on every replica):
 - Saving or deleting a Key, User, Model, ModelRoute or Channel (and their allowed-model M2Ms) bumps
   a generation: in this process at once, and in Redis (`gw:gen:keys` / `gw:gen:routes`, see `namespace()`) after the
   transaction commits.
-- With Redis, the per-request admission script returns both generations; a process that sees a
-  new one drops its snapshot and re-runs the request from authentication (see `admission`). Entries
-  also expire after `GATEWAY_KEY_TTL` (60 s) as a safety net.
-- Without Redis (embedded, one process), the signals reach the same process, and entries expire
-  after `GATEWAY_CACHE_TTL` (5 s) for changes made elsewhere (Celery, `manage.py shell`).
+- The per-request admission script returns both generations; a process that sees a new one drops
+  its snapshot and re-runs the request from authentication (see `admission`). Entries also expire
+  after `GATEWAY_KEY_TTL` (60 s) as a safety net. The embedded default works the same way, on the
+  embedded Redis.
 """
 
 from __future__ import annotations
@@ -138,6 +137,7 @@ class KeyInfo:
 
     id: int
     name: str
+    prefix: str  # the key's first characters, as shown in lists (access log); never the key
     owner_id: int
     owner_name: str
     revoked: bool
@@ -242,6 +242,7 @@ def _load_key(digest: str) -> KeyInfo | None:
     return KeyInfo(
         id=key.id,
         name=key.name,
+        prefix=key.prefix,
         owner_id=owner.id,
         owner_name=owner.username,
         revoked=key.revoked_at is not None,
@@ -272,11 +273,9 @@ class Snapshot:
 
     @property
     def ttl(self) -> float:
-        """How long a cached key is trusted. With Redis every request learns of changes through the
+        """How long a cached key is trusted: every request learns of changes through the Redis
         generation, so this is only a safety net."""
-        if settings.REDIS_URL:
-            return float(settings.GATEWAY_KEY_TTL)
-        return float(settings.GATEWAY_CACHE_TTL)
+        return float(settings.GATEWAY_KEY_TTL)
 
     def reset(self) -> None:
         """Forget everything, including loop-bound locks (a new event loop is starting)."""

@@ -256,6 +256,7 @@ class Call:
         self.channel_id: int | None = None
         self.ttft_ms: float | None = None
         self.finished = False
+        self.usage: Usage | None = None  # what finish() recorded
 
     @property
     def rate_headers(self) -> list[tuple[bytes, bytes]]:
@@ -287,7 +288,7 @@ class Call:
         if self.finished:
             return
         self.finished = True
-        usage = usage or Usage(0, 0)
+        usage = self.usage = usage or Usage(0, 0)
         if process.limiter is not None:
             process.limiter.settle(self.admission, usage.total)
         process.usage.record(

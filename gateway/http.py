@@ -77,7 +77,19 @@ class GatewayError(Exception):
 class Request:
     """What a gateway handler needs from an ASGI HTTP scope. Headers are lower-cased str."""
 
-    __slots__ = ("_body", "call", "headers", "method", "path", "receive", "scope", "send", "subpath")
+    __slots__ = (
+        "_body",
+        "call",
+        "headers",
+        "key_prefix",
+        "method",
+        "model_name",
+        "path",
+        "receive",
+        "scope",
+        "send",
+        "subpath",
+    )
 
     def __init__(self, scope: Scope, receive: Receive, send: Send, subpath: str) -> None:
         self.scope = scope
@@ -89,6 +101,9 @@ class Request:
         self.headers: dict[str, str] = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         self._body: bytes | None = None
         self.call: Call | None = None  # once admission opened one, so errors can finish it
+        # What admission learnt, for the access log (also of refused requests): never the key itself.
+        self.key_prefix: str | None = None
+        self.model_name: str | None = None
 
     @property
     def client_ip(self) -> str | None:

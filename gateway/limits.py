@@ -8,15 +8,14 @@ concurrent requests, on one replica or many:
   counts what was already used;
 - in-flight requests are leases that expire on their own if a process dies.
 
-A refused request reserves nothing. With `REDIS_URL`, one Lua script does the whole check-and-
-reserve for both scopes in one round trip (it also returns the cache generations, see `cache`);
-settles are batched into one pipelined round trip off the request path. Without Redis the same
-semantics run in one database transaction per check (`keys.models.LimitCounter`).
+A refused request reserves nothing. One Lua script does the whole check-and-reserve for both
+scopes in one round trip (it also returns the cache generations, see `cache`); settles are
+pipelined off the request path. The embedded default runs the same script on the embedded Redis
+(`portal.embedded_redis`): there is one limiter.
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
 import time
@@ -24,7 +23,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from .cache import close_db, generation_keys, run_db
+from .cache import generation_keys
 from .http import GatewayError
 from .resp import RespClient, RespError
 
@@ -350,138 +349,5 @@ class RedisLimiter:
         await self.redis.close()
 
 
-# ------------------------------------------------------------------------------------ database
-
-
-def _db_admit(request_id: str, scopes: list[Scope], tokens: int) -> Admission | Refusal:
-    """The Redis script's semantics in one transaction. Rows of a scope are serialised by locking
-    its `lock` row (PostgreSQL), or by SQLite's single writer (transaction_mode IMMEDIATE)."""
-    from django.db import IntegrityError, transaction
-    from django.db.models import F, Sum
-    from django.utils import timezone
-
-    from keys.models import LimitCounter
-
-    now_ts = time.time()
-    now = timezone.now()
-    day, month, to_day, to_month = _windows(now_ts)
-    far = now + dt.timedelta(days=3650)
-    lease_until = now + dt.timedelta(seconds=lease_seconds())
-    for s in scopes:  # lock rows exist before anyone locks them
-        if not LimitCounter.objects.filter(scope=s.prefix, kind="lock", window="").exists():
-            try:
-                with transaction.atomic():
-                    LimitCounter.objects.create(scope=s.prefix, kind="lock", window="", expires_at=far)
-            except IntegrityError:
-                pass
-    with transaction.atomic():
-        list(
-            LimitCounter.objects.select_for_update()
-            .filter(scope__in=[s.prefix for s in scopes], kind="lock")
-            .order_by("scope")
-        )
-        counts = [0, 0]
-        for i, s in enumerate(scopes):
-            live = LimitCounter.objects.filter(scope=s.prefix, expires_at__gt=now)
-            LimitCounter.objects.filter(scope=s.prefix, kind__in=("r", "t", "p"), expires_at__lte=now).delete()
-            rpm, tpm, tpd, tpmo, par = (s.arg(n) for n in LIMIT_NAMES)
-            r_used = t_used = 0
-            if rpm >= 0:
-                r_used = live.filter(kind="r").count()
-                if r_used + 1 > rpm:
-                    first = live.filter(kind="r").order_by("expires_at").first()
-                    retry = (first.expires_at - now).total_seconds() if first else 1.0
-                    return Refusal(s.label, "requests_per_minute", rpm, retry)
-            if tpm >= 0:
-                t_used = live.filter(kind="t").aggregate(v=Sum("value"))["v"] or 0
-                if t_used + tokens > tpm:
-                    first = live.filter(kind="t").order_by("expires_at").first()
-                    retry = (first.expires_at - now).total_seconds() if first else 60.0
-                    return Refusal(s.label, "tokens_per_minute", tpm, retry)
-            if tpd >= 0:
-                row = LimitCounter.objects.filter(scope=s.prefix, kind="d", window=day).first()
-                if (row.value if row else 0) + tokens > tpd:
-                    return Refusal(s.label, "tokens_per_day", tpd, to_day)
-            if tpmo >= 0:
-                row = LimitCounter.objects.filter(scope=s.prefix, kind="m", window=month).first()
-                if (row.value if row else 0) + tokens > tpmo:
-                    return Refusal(s.label, "tokens_per_month", tpmo, to_month)
-            if par >= 0 and live.filter(kind="p").count() + 1 > par:
-                return Refusal(s.label, "max_parallel_requests", par, 1.0)
-            if i == 0:
-                counts = [r_used + 1, t_used + tokens]
-        minute = now + dt.timedelta(seconds=60)
-        for s in scopes:
-            rows = []
-            if s.arg("requests_per_minute") >= 0:
-                rows.append(LimitCounter(scope=s.prefix, kind="r", window=request_id, expires_at=minute))
-            if s.arg("tokens_per_minute") >= 0:
-                rows.append(LimitCounter(scope=s.prefix, kind="t", window=request_id, value=tokens, expires_at=minute))
-            if s.arg("max_parallel_requests") >= 0:
-                rows.append(LimitCounter(scope=s.prefix, kind="p", window=request_id, expires_at=lease_until))
-            LimitCounter.objects.bulk_create(rows)
-            for kind, window, keep in (("d", day, 2), ("m", month, 32)):
-                moved = LimitCounter.objects.filter(scope=s.prefix, kind=kind, window=window).update(
-                    value=F("value") + tokens
-                )
-                if not moved:
-                    LimitCounter.objects.create(
-                        scope=s.prefix, kind=kind, window=window, value=tokens, expires_at=now + dt.timedelta(days=keep)
-                    )
-    adm = Admission(request_id, scopes, tokens, day, month)
-    adm.headers = rate_headers(scopes, counts)
-    return adm
-
-
-def _db_settle(adm: Admission, actual: int) -> None:
-    from django.db import transaction
-    from django.db.models import F
-
-    from keys.models import LimitCounter
-
-    delta = actual - adm.reserved
-    prefixes = [s.prefix for s in adm.scopes]
-    with transaction.atomic():
-        if delta:
-            LimitCounter.objects.filter(scope__in=prefixes, kind="t", window=adm.request_id).update(value=actual)
-            LimitCounter.objects.filter(scope__in=prefixes, kind="d", window=adm.day).update(value=F("value") + delta)
-            LimitCounter.objects.filter(scope__in=prefixes, kind="m", window=adm.month).update(value=F("value") + delta)
-        LimitCounter.objects.filter(scope__in=prefixes, kind="p", window=adm.request_id).delete()
-
-
-class DatabaseLimiter:
-    """The embedded fallback: same semantics, one transaction per check, settles in the background."""
-
-    def __init__(self) -> None:
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def admit(
-        self,
-        request_id: str,
-        scopes: list[Scope],
-        tokens: int,
-        expected: tuple[str | None, str | None] | None = None,
-    ) -> Admission | Refusal:
-        return await run_db(_db_admit, request_id, scopes, tokens)
-
-    def settle(self, adm: Admission, actual: int) -> None:
-        if adm.settled:
-            return
-        adm.settled = True
-        task = asyncio.get_running_loop().create_task(run_db(_db_settle, adm, max(int(actual), 0)))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def drain(self) -> None:
-        if self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
-
-    async def close(self) -> None:
-        await self.drain()
-        await close_db()
-
-
-def make_limiter() -> RedisLimiter | DatabaseLimiter:
-    if settings.REDIS_URL:
-        return RedisLimiter(settings.REDIS_URL)
-    return DatabaseLimiter()
+def make_limiter() -> RedisLimiter:
+    return RedisLimiter(settings.REDIS_URL)

@@ -44,8 +44,6 @@ def _redis() -> redis.Redis:
 def bump(*, keys: bool = False, routes: bool = False) -> None:
     """Drop this process's snapshot now and tell other processes after the commit."""
     snapshot.invalidate(keys=keys, routes=routes)
-    if not settings.REDIS_URL:
-        return
 
     def publish() -> None:
         # Again after the commit: a request may have cached the old row in between.

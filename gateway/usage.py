@@ -232,6 +232,7 @@ class UsageWriter:
     def __init__(self, interval: float | None = None, executor: ThreadPoolExecutor | None = None) -> None:
         self._interval = interval
         self._buffer: list[UsageEvent] = []
+        self.recorded = 0  # events since start (the heap is settled again once traffic warmed it)
         self._task: asyncio.Task[None] | None = None
         # One thread: batches are written in order; the gateway shares its database thread.
         self._executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="usage-writer")
@@ -239,6 +240,7 @@ class UsageWriter:
 
     def record(self, event: UsageEvent) -> None:
         self._buffer.append(event)
+        self.recorded += 1
 
     @property
     def interval(self) -> float:

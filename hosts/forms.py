@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-import asyncssh
 from django import forms
 
 from .models import Host
@@ -61,6 +60,8 @@ class HostForm(forms.ModelForm):
         if not value.strip():
             return ""
         text = value.strip() + "\n"
+        import asyncssh  # on use: see hosts.remote.ssh
+
         try:
             asyncssh.import_private_key(text)
         except asyncssh.KeyEncryptionError:

@@ -20,14 +20,17 @@ from __future__ import annotations
 
 import datetime
 import logging
+import os
 import re
+import socket
+import threading
 import time
 from typing import Any
 
 import httpx
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from channels import services as channel_services
@@ -70,6 +73,8 @@ def request_job(deployment: Deployment, action: str, *, user=None) -> LaunchJob:
             )
     except IntegrityError:
         active = deployment.jobs.active().first()
+        if action == JobAction.STOP and active is not None and _take_over(active, user):
+            return request_job(deployment, action, user=user)
         what = f"Job #{active.pk} ({active.get_action_display()})" if active else "Another job"
         raise JobConflict(f"{what} is still running for {deployment}; wait for it to finish.") from None
     audit.record(
@@ -87,7 +92,8 @@ def _move(job: LaunchJob, state: str, message: str = "", **fields: Any) -> None:
         setattr(job, key, value)
     if state in (JobState.RUNNING, JobState.STOPPED, JobState.FAILED):
         job.finished = now
-    job.save()
+    # Never `worker`/`attempts`: the sweep may have handed the job on meanwhile.
+    job.save(update_fields=["transitions", "state", "message", "heartbeat", "finished", "updated", *fields])
 
 
 def _beat(job: LaunchJob, **fields: Any) -> None:
@@ -108,20 +114,64 @@ def _stale(cutoff: datetime.datetime) -> Q:
     return Q(heartbeat__isnull=True) | Q(heartbeat__lt=cutoff)
 
 
+def worker_id() -> str:
+    """Who holds a job: this host and process (a pool process under prefork)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _stale_cutoff(now: datetime.datetime | None = None) -> datetime.datetime:
+    return (now or timezone.now()) - datetime.timedelta(seconds=settings.HOSTS_STALE_JOB_SECONDS)
+
+
 def _claim(job: LaunchJob) -> bool:
-    """Take the job unless a live worker already holds it (heartbeat younger than HOSTS_STALE_JOB_SECONDS)."""
-    cutoff = timezone.now() - datetime.timedelta(seconds=settings.HOSTS_STALE_JOB_SECONDS)
+    """Take the job unless a live worker already holds it: free (`worker` empty: queued or handed
+    back by the sweep) or silent for HOSTS_STALE_JOB_SECONDS. One UPDATE, so two workers that got
+    the same message cannot both win."""
+    me = worker_id()
     moved = (
         LaunchJob.objects.active()
         .filter(pk=job.pk)
-        .filter(_stale(cutoff) | Q(state=JobState.QUEUED))
-        .update(heartbeat=timezone.now())
+        .filter(Q(worker="") | _stale(_stale_cutoff()))
+        .update(heartbeat=timezone.now(), worker=me, attempts=F("attempts") + 1)
     )
+    if moved:
+        job.worker, job.attempts = me, job.attempts + 1
     return moved == 1
 
 
+class _Heartbeat:
+    """Touches the job's heartbeat every HOSTS_JOB_HEARTBEAT_SECONDS from a thread, whatever the
+    job is doing (an SSH call, a long wait for /health), so a short stale window is safe."""
+
+    def __init__(self, job: LaunchJob) -> None:
+        self.job_id, self.worker = job.pk, job.worker
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"job-{job.pk}-heartbeat", daemon=True)
+
+    def _run(self) -> None:
+        from django.db import connection
+
+        try:
+            while not self.stop.wait(float(settings.HOSTS_JOB_HEARTBEAT_SECONDS)):
+                try:
+                    LaunchJob.objects.filter(pk=self.job_id, worker=self.worker).update(heartbeat=timezone.now())
+                except Exception:  # a locked SQLite file or a blip: the next beat tries again
+                    logger.warning("heartbeat of launch job %s failed", self.job_id, exc_info=True)
+        finally:
+            connection.close()
+
+    def __enter__(self) -> _Heartbeat:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+
 def run_job(job_id: int) -> None:
-    """The body of the Celery task: safe to run twice; a job already finished is left alone."""
+    """The body of the Celery task: safe to run twice; a job already finished or held by a live
+    worker is left alone, a job handed back after its worker died resumes (see `_launch`)."""
     try:
         job = LaunchJob.objects.select_related("deployment__host").get(pk=job_id)
     except LaunchJob.DoesNotExist:
@@ -131,6 +181,11 @@ def run_job(job_id: int) -> None:
     if not _claim(job):
         logger.info("launch job %s is held by another worker", job_id)
         return
+    with _Heartbeat(job):
+        _run_claimed(job)
+
+
+def _run_claimed(job: LaunchJob) -> None:
     deployment = job.deployment
     try:
         _move(job, JobState.CONNECTING, f"Connecting to {deployment.host}")
@@ -150,7 +205,7 @@ def run_job(job_id: int) -> None:
         _fail(job, deployment, exc.message, exit_code=exc.exit_code)
         return
     except Exception as exc:
-        logger.exception("launch job %s crashed", job_id)
+        logger.exception("launch job %s crashed", job.pk)
         _fail(job, deployment, f"Internal error ({exc.__class__.__name__}); see the worker log.")
         return
     if job.state == JobState.RUNNING and deployment.channel_id:
@@ -358,25 +413,97 @@ def _adopt(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
     _finish_healthy(job, deployment, remote, pid)
 
 
+def _orphaned(job: LaunchJob, here: str) -> bool:
+    """Held by a process of this host that no longer exists (a worker that was killed)."""
+    host, _, pid = job.worker.rpartition(":")
+    if host != here or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:  # a zombie is gone for our purposes
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(") ", 1)[1][:1] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _dead(job: LaunchJob, now: datetime.datetime, here: str) -> bool:
+    """The job's worker is gone: it stopped beating, or it is a dead process of this host."""
+    if not job.worker:
+        return False  # queued or handed back: waiting for a worker, not held by one
+    return job.heartbeat is None or job.heartbeat < _stale_cutoff(now) or _orphaned(job, here)
+
+
+def _take_over(job: LaunchJob, user=None) -> bool:
+    """Stop asked while a job whose worker died is still marked active: fail that job so the stop
+    can run. Returns False when the job's worker is alive (the caller refuses as usual)."""
+    now = timezone.now()
+    if not _dead(job, now, socket.gethostname()):
+        return False
+    message = f"Taken over by Stop{f' ({user})' if user else ''}: the worker running this job had stopped."
+    moved = LaunchJob.objects.filter(pk=job.pk, state=job.state, worker=job.worker).update(
+        state=JobState.FAILED,
+        message=message,
+        finished=now,
+        worker="",
+        transitions=[*job.transitions, {"state": JobState.FAILED, "at": now.isoformat(), "message": message}],
+    )
+    return moved == 1
+
+
 def recover_stale_jobs(now=None) -> int:
-    """Fail active jobs whose worker stopped beating (died mid-job), so none stays `starting`."""
+    """Hand every job whose worker died back to the queue (it resumes: `_launch` finds the server it
+    had started through its pid file), or fail it after HOSTS_JOB_MAX_ATTEMPTS claims; fail a job
+    that no worker picked up within HOSTS_QUEUED_JOB_SECONDS. Runs when a worker starts and every
+    few seconds from beat, so a job whose worker was killed moves on within a minute. Returns how
+    many jobs it moved."""
     now = now or timezone.now()
-    cutoff = now - datetime.timedelta(seconds=settings.HOSTS_STALE_JOB_SECONDS)
+    here = socket.gethostname()
+    unclaimed_cutoff = now - datetime.timedelta(seconds=settings.HOSTS_QUEUED_JOB_SECONDS)
     count = 0
-    for job in LaunchJob.objects.active().select_related("deployment").filter(_stale(cutoff)):
-        if job.state == JobState.QUEUED and (job.heartbeat is None and job.created > cutoff):
+    for job in LaunchJob.objects.active().select_related("deployment"):
+        if _dead(job, now, here):
+            if job.attempts < settings.HOSTS_JOB_MAX_ATTEMPTS:
+                count += _redeliver(job, now)
+                continue
+            message = (
+                f"The worker stopped during this job {job.attempts} times (it was "
+                f"{job.get_state_display().lower()}). The server may still be running on the host: use Adopt "
+                "to take it over, or Launch again."
+            )
+        elif not job.worker and (job.heartbeat or job.created) < unclaimed_cutoff:
+            message = (
+                f"No worker picked this job up within {settings.HOSTS_QUEUED_JOB_SECONDS:g} s: is a Celery worker "
+                "running (`portal up` starts one)? Request it again once one is."
+            )
+        else:
             continue
-        message = (
-            f"The worker stopped during this job (it was {job.get_state_display().lower()}). The server may still be "
-            "running on the host: use Adopt to take it over, or Launch again."
-        )
-        moved = LaunchJob.objects.filter(pk=job.pk, state=job.state).update(
+        moved = LaunchJob.objects.filter(pk=job.pk, state=job.state, worker=job.worker).update(
             state=JobState.FAILED,
             message=message,
             finished=now,
+            worker="",
             transitions=[*job.transitions, {"state": JobState.FAILED, "at": now.isoformat(), "message": message}],
         )
         if moved:
             count += 1
             _set_deployment(job.deployment, DeploymentStatus.FAILED, message)
     return count
+
+
+def _redeliver(job: LaunchJob, now: datetime.datetime) -> int:
+    message = f"The worker running this job stopped ({job.worker}); handed to another worker."
+    moved = LaunchJob.objects.filter(pk=job.pk, state=job.state, worker=job.worker).update(
+        worker="",
+        heartbeat=now,
+        message=message,
+        transitions=[*job.transitions, {"state": job.state, "at": now.isoformat(), "message": message}],
+    )
+    if moved:
+        logger.warning("launch job %s: %s", job.pk, message)
+        signals.job_requested.send(sender=LaunchJob, job_id=job.pk)
+    return int(moved)

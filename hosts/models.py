@@ -170,8 +170,9 @@ class LaunchJobQuerySet(models.QuerySet):
 class LaunchJob(TimeStampedModel):
     """One launch/stop/restart/adopt of a deployment, run by a Celery task.
 
-    `transitions` lists every state with its time and message; `heartbeat` is touched while the
-    worker makes progress, so a job whose worker died is found and failed (`recover_stale_jobs`).
+    `transitions` lists every state with its time and message; `heartbeat` is touched every few
+    seconds by the worker holding it (`worker`), so a job whose worker died is found and handed to
+    another worker, or failed after `HOSTS_JOB_MAX_ATTEMPTS` (`hosts.jobs.recover_stale_jobs`).
     At most one job per deployment is active at a time (named constraint).
     """
 
@@ -187,6 +188,9 @@ class LaunchJob(TimeStampedModel):
     pid = models.PositiveIntegerField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     heartbeat = models.DateTimeField(null=True, blank=True)
+    # "host:pid" of the worker process holding the job ("" when none does); attempts counts claims.
+    worker = models.CharField(max_length=255, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
     finished = models.DateTimeField(null=True, blank=True)
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from celery.signals import worker_ready
 from django.db import transaction
 from django.dispatch import receiver
 
@@ -23,6 +24,7 @@ logger = logging.getLogger(__name__)
 INVENTORY_TASK = "hosts.tasks.refresh_inventory"
 RECOVER_TASK = "hosts.tasks.recover_stale_jobs"
 INVENTORY_EVERY_MINUTES = 5
+RECOVER_EVERY_SECONDS = 15
 
 
 @shared_task(name=INVENTORY_TASK, ignore_result=True)
@@ -45,9 +47,19 @@ def run_job(job_id: int) -> None:
 
 @shared_task(name=RECOVER_TASK, ignore_result=True)
 def recover_stale_jobs() -> None:
-    failed = jobs.recover_stale_jobs()
-    if failed:
-        logger.warning("failed %s launch job(s) whose worker stopped", failed)
+    moved = jobs.recover_stale_jobs()
+    if moved:
+        logger.warning("handed on or failed %s launch job(s) whose worker stopped", moved)
+
+
+@worker_ready.connect(dispatch_uid="hosts-sweep-at-worker-start")
+def _sweep_at_worker_start(**_kwargs) -> None:
+    """A worker that starts (again, after one was killed) hands on at once the jobs held by dead
+    processes of this host, instead of waiting for their heartbeat to go stale."""
+    try:
+        recover_stale_jobs()
+    except Exception:  # the worker must start even if the database is not there yet
+        logger.exception("the launch-job sweep at worker start failed")
 
 
 @receiver(signals.job_requested, dispatch_uid="hosts-queue-job")
@@ -74,10 +86,14 @@ def ensure_schedule(**_kwargs) -> None:
         every5, _ = IntervalSchedule.objects.get_or_create(
             every=INVENTORY_EVERY_MINUTES, period=IntervalSchedule.MINUTES
         )
-        every1, _ = IntervalSchedule.objects.get_or_create(every=1, period=IntervalSchedule.MINUTES)
+        every15s, _ = IntervalSchedule.objects.get_or_create(
+            every=RECOVER_EVERY_SECONDS, period=IntervalSchedule.SECONDS
+        )
         PeriodicTask.objects.get_or_create(
             name="hosts: refresh GPU inventory", defaults={"task": INVENTORY_TASK, "interval": every5}
         )
+        # Replaced by the 15-second sweep below (it fails jobs no more: it hands them on).
+        PeriodicTask.objects.filter(name="hosts: fail launch jobs whose worker died", task=RECOVER_TASK).delete()
         PeriodicTask.objects.get_or_create(
-            name="hosts: fail launch jobs whose worker died", defaults={"task": RECOVER_TASK, "interval": every1}
+            name="hosts: hand on launch jobs whose worker died", defaults={"task": RECOVER_TASK, "interval": every15s}
         )

@@ -168,27 +168,3 @@ class UsageDaily(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day} {self.model} {self.total_tokens}"
-
-
-class LimitCounter(models.Model):
-    """Gateway limit state when no Redis is configured (embedded mode); see `gateway.limits`.
-
-    kind: `r` one request in the last minute, `t` its tokens, `p` a request in flight (a lease),
-    `d`/`m` tokens of a UTC day/month (window = 20260131 / 202601), `lock` the row that serialises
-    a scope's checks. Rows of kind r/t/p expire and are pruned by the next check of that scope.
-    """
-
-    scope = models.CharField(max_length=32)  # "k:<key id>" or "u:<user id>"
-    kind = models.CharField(max_length=8)
-    window = models.CharField(max_length=64, blank=True)
-    value = models.BigIntegerField(default=0)
-    expires_at = models.DateTimeField()
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["scope", "kind", "window"], name="limitcounter_unique_window"),
-        ]
-        indexes = [models.Index(fields=["scope", "kind", "expires_at"], name="limitcounter_live")]
-
-    def __str__(self) -> str:
-        return f"{self.scope} {self.kind} {self.window} = {self.value}"

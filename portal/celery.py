@@ -1,4 +1,4 @@
-"""Celery app. Broker: Redis when REDIS_URL is set, else kombu's filesystem transport."""
+"""Celery app. Broker: REDIS_URL's Redis, or the embedded one `portal up` runs (`portal.embedded_redis`)."""
 
 import os
 

@@ -1,28 +1,41 @@
 """`portal` command: `portal up` runs the whole portal as one supervised process group.
 
-    portal up [--host 127.0.0.1] [--port 8000] [--no-worker] [--no-beat]
-    portal manage <django command> ...
+    portal up [--host 127.0.0.1] [--port 8000] [--no-worker] [--no-beat] [--access-log]
+    portal manage <django command> ...      e.g. `portal manage createtoken alice`
     portal genkey            # print a new Fernet key for PORTAL_ENCRYPTION_KEYS
 
-`up` applies migrations, creates the first admin if there is none, then starts uvicorn (web and
-gateway), a Celery worker and Celery beat as child processes. A child that crashes is restarted
-with back-off (a crash loop stops everything with its exit code); Ctrl-C or SIGTERM stops them all,
-TERM first, KILL after a grace period.
+`up` takes the data folder's lock (a second `up` on the same folder refuses, naming the first one's
+PID), checks the port, starts the embedded Redis when `REDIS_URL` is unset, applies migrations,
+creates the first admin if there is none, then starts uvicorn (web and gateway), a Celery worker
+and Celery beat as child processes. A child that crashes is restarted with back-off (a crash loop
+stops everything with its exit code). Ctrl-C, SIGTERM and SIGHUP (the terminal closed) stop them
+all, TERM first, KILL after a grace period, the embedded Redis last. Children die with the
+supervisor even when it is SIGKILLed (Linux `PR_SET_PDEATHSIG`).
+
+`./.env` is read when present (variables already set in the environment win).
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import errno
+import fcntl
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
 
 GRACE_SECONDS = 10
 MAX_RESTARTS = 5
 RESTART_WINDOW = 60.0
+_PR_SET_PDEATHSIG = 1
 
 
 def _setup_django() -> None:
@@ -32,17 +45,40 @@ def _setup_django() -> None:
     django.setup()
 
 
+def _die_with_parent(parent: int) -> None:
+    """In the child, before exec: get SIGTERM when the supervisor dies, however it dies."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the supervisor's own shutdown still applies
+        return
+    if os.getppid() != parent:  # the supervisor died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 @dataclass
 class Child:
     name: str
     argv: list[str]
-    essential: bool = True
+    env: dict[str, str] | None = None
+    prepare: Callable[[], None] | None = None  # before each start
+    ready: Callable[[subprocess.Popen], None] | None = None  # blocks until the child serves, or raises
     proc: subprocess.Popen | None = None
     restarts: list[float] = field(default_factory=list)
 
     def start(self) -> None:
-        # Own process group, so a terminal's Ctrl-C reaches only us and we stop children in order.
-        self.proc = subprocess.Popen(self.argv, start_new_session=True)
+        if self.prepare is not None:
+            self.prepare()
+        parent = os.getpid()
+        # Own session, so a terminal's Ctrl-C reaches only us and we stop children in order.
+        self.proc = subprocess.Popen(
+            self.argv,
+            start_new_session=True,
+            env=self.env,
+            preexec_fn=lambda: _die_with_parent(parent),
+        )
+        if self.ready is not None:
+            self.ready(self.proc)
 
     def signal(self, sig: int) -> None:
         if self.proc and self.proc.poll() is None:
@@ -51,24 +87,49 @@ class Child:
             except ProcessLookupError:
                 pass
 
+    def stop(self, deadline: float) -> None:
+        if not self.proc:
+            return
+        try:
+            self.proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            print(f"portal: {self.name} did not stop in {GRACE_SECONDS}s; killing.", file=sys.stderr)
+            self.signal(signal.SIGKILL)
+            self.proc.wait()
+
 
 class Supervisor:
-    def __init__(self, children: list[Child]):
+    """Starts `first` (the embedded Redis) before and stops it after the other children."""
+
+    def __init__(self, children: list[Child], first: list[Child] | None = None):
+        self.first = first or []
         self.children = children
         self.stopping = False
+
+    @property
+    def everyone(self) -> list[Child]:
+        return [*self.first, *self.children]
 
     def _on_signal(self, signum, frame) -> None:
         self.stopping = True
 
-    def run(self) -> int:
-        signal.signal(signal.SIGINT, self._on_signal)
-        signal.signal(signal.SIGTERM, self._on_signal)
-        for child in self.children:
+    def install_signals(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+
+    def start_first(self) -> None:
+        for child in self.first:
             child.start()
+
+    def run(self) -> int:
+        self.install_signals()
+        for child in self.children:
+            if not self.stopping:
+                child.start()
         code = 0
         while not self.stopping:
             time.sleep(0.2)
-            for child in self.children:
+            for child in self.everyone:
                 rc = child.proc.poll() if child.proc else None
                 if rc is None or self.stopping:
                     continue
@@ -81,29 +142,27 @@ class Supervisor:
                 print(f"portal: {child.name} exited with {rc}; restarting.", file=sys.stderr, flush=True)
                 child.restarts.append(now)
                 time.sleep(min(2 ** len(child.restarts) / 4, 5))
-                child.start()
+                try:
+                    child.start()
+                except Exception as exc:  # the embedded Redis did not come back: try again next round
+                    print(f"portal: {child.name} did not restart: {exc}", file=sys.stderr, flush=True)
         self.shutdown()
         return code
 
     def shutdown(self) -> None:
         print("portal: stopping…", file=sys.stderr, flush=True)
-        for child in reversed(self.children):
-            child.signal(signal.SIGTERM)
-        deadline = time.monotonic() + GRACE_SECONDS
-        for child in self.children:
-            if not child.proc:
-                continue
-            try:
-                child.proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                print(f"portal: {child.name} did not stop in {GRACE_SECONDS}s; killing.", file=sys.stderr)
-                child.signal(signal.SIGKILL)
-                child.proc.wait()
+        for group in (self.children, self.first):  # Redis last: the others flush into it
+            for child in reversed(group):
+                child.signal(signal.SIGTERM)
+            deadline = time.monotonic() + GRACE_SECONDS
+            for child in group:
+                child.stop(deadline)
         print("portal: stopped.", file=sys.stderr, flush=True)
 
 
 def build_children(args, settings) -> list[Child]:
     py = sys.executable
+    web_env = dict(os.environ, PORTAL_ACCESS_LOG="1" if args.access_log else "")
     children = [
         Child(
             "web",
@@ -122,16 +181,78 @@ def build_children(args, settings) -> list[Child]:
                 "--timeout-graceful-shutdown",
                 str(GRACE_SECONDS - 2),
             ],
+            env=web_env,
         ),
     ]
-    embedded = settings.CELERY_BROKER_URL.startswith("filesystem://")
     if not args.no_worker:
-        pool = ["-P", "threads", "-c", "4"] if embedded else ["-c", str(args.worker_concurrency)]
-        children.append(Child("worker", [py, "-m", "celery", "-A", "portal", "worker", "-l", "info", *pool]))
+        children.append(
+            Child(
+                "worker",
+                [py, "-m", "celery", "-A", "portal", "worker", "-l", "info", "-c", str(args.worker_concurrency)],
+            )
+        )
     if not args.no_beat:
         beat_schedule = str(settings.DATA_DIR / "celerybeat")
         children.append(Child("beat", [py, "-m", "celery", "-A", "portal", "beat", "-l", "info", "-s", beat_schedule]))
     return children
+
+
+def embedded_redis_child(settings) -> Child:
+    from portal import embedded_redis
+
+    sock = embedded_redis.socket_path(settings.DATA_DIR)
+    return Child(
+        "redis",
+        embedded_redis.server_argv(settings.DATA_DIR, sock),
+        # A socket file left by a killed server would block the bind.
+        prepare=lambda: sock.unlink(missing_ok=True),
+        ready=lambda proc: embedded_redis.wait_ready(sock, proc),
+    )
+
+
+class AlreadyRunning(Exception):
+    pass
+
+
+def take_lock(data_dir: Path) -> IO[str]:
+    """Hold `DATA_DIR/portal.pid` for as long as this process lives (the kernel drops it on death)."""
+    path = data_dir / "portal.pid"
+    fh = open(path, "a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        fh.seek(0)
+        pid = fh.read().strip() or "unknown"
+        fh.close()
+        raise AlreadyRunning(
+            f"portal: another `portal up` (PID {pid}) is already running on the data folder {data_dir}. "
+            "Stop it first (Ctrl-C in its terminal, or `kill " + pid + "`), or set PORTAL_DATA_DIR to another folder."
+        ) from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"{os.getpid()}\n")
+    fh.flush()
+    return fh
+
+
+def check_port(host: str, port: int) -> str | None:
+    """Why `host:port` cannot be listened on, or None (checked before any child starts)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        return f"portal: cannot listen on {host!r}: {exc.strerror}."
+    family, kind, proto, _name, addr = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+        try:
+            s.bind(addr)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"portal: port {port} on {host} is already in use; choose another with --port or PORTAL_PORT."
+            return f"portal: cannot listen on {host}:{port}: {exc.strerror}."
+    return None
 
 
 def cmd_up(args) -> int:
@@ -139,15 +260,34 @@ def cmd_up(args) -> int:
     from django.conf import settings
     from django.core.management import call_command
 
+    try:
+        lock = take_lock(settings.DATA_DIR)
+    except AlreadyRunning as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    problem = check_port(args.host, args.port)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 1
     print(f"portal: data folder {settings.DATA_DIR}", flush=True)
+    redis_where = "REDIS_URL"
+    if settings.PORTAL_EMBEDDED_REDIS:
+        redis_where = "embedded (valkey-server on a unix socket in the data folder)"
     print(
-        f"portal: database {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}, "
-        f"broker {settings.CELERY_BROKER_URL.split('://', 1)[0]}",
+        f"portal: database {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}, Redis {redis_where}",
         flush=True,
     )
-    call_command("migrate", interactive=False, verbosity=0)
-    call_command("ensure_admin")
-    children = build_children(args, settings)
+    first = [embedded_redis_child(settings)] if settings.PORTAL_EMBEDDED_REDIS else []
+    supervisor = Supervisor(build_children(args, settings), first=first)
+    supervisor.install_signals()
+    try:
+        supervisor.start_first()
+        call_command("migrate", interactive=False, verbosity=0)
+        call_command("ensure_admin")
+    except Exception as exc:
+        print(f"portal: could not start: {exc}", file=sys.stderr, flush=True)
+        supervisor.shutdown()
+        return 1
     url = f"http://{args.host}:{args.port}/"
     print(
         f"\n  Gateway Portal is starting at {url}\n"
@@ -156,24 +296,61 @@ def cmd_up(args) -> int:
         flush=True,
     )
     os.environ["PORTAL_SUPERVISED"] = "1"
-    return Supervisor(children).run()
+    try:
+        return supervisor.run()
+    finally:
+        lock.close()
+
+
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number (1-65535)") from None
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number (1-65535)")
+    return port
+
+
+def _env_port() -> int:
+    raw = (os.environ.get("PORTAL_PORT") or "").strip() or "8000"
+    try:
+        return _port(raw)
+    except argparse.ArgumentTypeError as exc:
+        raise SystemExit(f"portal: Invalid value for PORTAL_PORT: {exc}") from None
+
+
+def read_dotenv(path: Path) -> None:
+    """Variables from `path` (django-environ's reader); the environment wins over the file."""
+    if path.is_file():
+        import environ
+
+        environ.Env.read_env(str(path), overwrite=False)
 
 
 def main(argv: list[str] | None = None) -> int:
+    read_dotenv(Path.cwd() / ".env")
     parser = argparse.ArgumentParser(prog="portal", description="Gateway Portal")
     sub = parser.add_subparsers(dest="command", required=True)
-    up = sub.add_parser("up", help="migrate, create the first admin, run web + worker + beat")
-    up.add_argument("--host", default=os.environ.get("PORTAL_HOST", "127.0.0.1"))
-    up.add_argument("--port", type=int, default=int(os.environ.get("PORTAL_PORT", "8000")))
+    up = sub.add_parser("up", help="migrate, create the first admin, run Redis + web + worker + beat")
+    up.add_argument("--host", default=(os.environ.get("PORTAL_HOST") or "").strip() or "127.0.0.1")
+    up.add_argument("--port", type=_port, default=None, help="port to listen on (default: PORTAL_PORT or 8000)")
     up.add_argument("--no-worker", action="store_true", help="do not start a Celery worker")
     up.add_argument("--no-beat", action="store_true", help="do not start Celery beat")
     up.add_argument("--worker-concurrency", type=int, default=2)
-    manage = sub.add_parser("manage", help="run a Django management command")
+    up.add_argument(
+        "--access-log",
+        action="store_true",
+        help="log one line per gateway request (method, path, status, model, key prefix, duration, tokens)",
+    )
+    manage = sub.add_parser("manage", help="run a Django management command (e.g. createtoken USER)")
     manage.add_argument("rest", nargs=argparse.REMAINDER)
     sub.add_parser("genkey", help="print a new encryption key for PORTAL_ENCRYPTION_KEYS")
     args = parser.parse_args(argv)
 
     if args.command == "up":
+        if args.port is None:
+            args.port = _env_port()
         return cmd_up(args)
     if args.command == "genkey":
         from cryptography.fernet import Fernet

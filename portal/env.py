@@ -21,12 +21,49 @@ class ConfigError(SystemExit):
 env = environ.Env()
 
 
+def value(name: str) -> str | None:
+    """The raw value of `name`, or None when it is unset or empty: `DATABASE_URL=` as written in
+    `.env.example` means "use the default", not "an empty URL"."""
+    raw = os.environ.get(name)
+    return raw if raw is not None and raw.strip() != "" else None
+
+
 def get(name: str, cast, default):
-    """Read `name` with `cast`, turning any parse error into a message that names the variable."""
+    """Read `name` with `cast`, turning any parse error into a message that names the variable.
+    An empty value is the default."""
+    raw = value(name)
+    if raw is None:
+        return default
     try:
-        return env(name, cast=cast, default=default) if cast is not None else env(name, default=default)
-    except (ValueError, environ.ImproperlyConfigured) as exc:
-        raise ConfigError(f"Invalid value for {name}: {os.environ.get(name)!r} ({exc})") from None
+        return env.parse_value(raw.strip(), cast) if cast is not None else raw
+    except (ValueError, TypeError, environ.ImproperlyConfigured) as exc:
+        raise ConfigError(f"Invalid value for {name}: {raw!r} ({exc})") from None
+
+
+def allowed_hosts() -> list[str]:
+    """DJANGO_ALLOWED_HOSTS: unset means the default; set but empty (or only commas) is refused,
+    since Django would then answer every request with 400."""
+    raw = os.environ.get("DJANGO_ALLOWED_HOSTS")
+    if raw is None:
+        return ["*"]
+    hosts = [h.strip() for h in raw.split(",") if h.strip()]
+    if not hosts:
+        raise ConfigError(
+            "Invalid value for DJANGO_ALLOWED_HOSTS: it is set but empty, so every request would be refused. "
+            "List the host names this portal answers to (e.g. llm.example.com,127.0.0.1), or remove the line."
+        )
+    return hosts
+
+
+def celery_broker_url(redis_url: str) -> str:
+    """Celery speaks to the same Redis; kombu spells a unix socket `redis+socket:///path?virtual_host=N`."""
+    if redis_url.startswith("unix://"):
+        from urllib.parse import parse_qs, urlsplit
+
+        u = urlsplit(redis_url)
+        db = (parse_qs(u.query).get("db") or ["0"])[0]
+        return f"redis+socket://{u.path}?virtual_host={db}"
+    return redis_url
 
 
 def data_dir() -> Path:

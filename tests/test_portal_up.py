@@ -1,11 +1,15 @@
-"""`portal up` on a fresh data folder: it migrates, creates the admin, serves /healthz with the
-database and broker OK, lets the admin log in over HTTP, and stops cleanly on Ctrl-C.
+"""`portal up` on a fresh data folder, the way a new user runs it: it starts the embedded Redis,
+migrates, creates the admin, serves /healthz with the database and broker OK, lets the admin log in
+over HTTP, and stops cleanly on every signal a terminal or a service manager sends; a second `up`
+on the same folder refuses, a taken port refuses before any child starts, a dead embedded Redis is
+restarted, and two gateway processes on the embedded default keep limits exact.
 
-Runs the real command in a subprocess with the embedded defaults (SQLite, filesystem broker).
+Runs the real command in a subprocess with the embedded defaults (SQLite, embedded valkey-server).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -35,7 +39,21 @@ EXTERNAL = (
     "PORTAL_ADMIN_PASSWORD",
     "DJANGO_SETTINGS_MODULE",
     "PORTAL_SUPERVISED",
+    "PORTAL_ACCESS_LOG",
+    "PORTAL_PORT",
+    "PORTAL_HOST",
+    "DJANGO_ALLOWED_HOSTS",
+    "GATEWAY_REDIS_NAMESPACE",
 )
+
+
+def portal_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a new user's shell: none of the suite's services, a fresh data folder."""
+    env = {k: v for k, v in os.environ.items() if k not in EXTERNAL}
+    env["PORTAL_DATA_DIR"] = str(tmp_path / "data")
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
 
 
 def descendants(pid: int) -> set[int]:
@@ -70,20 +88,17 @@ def alive(pid: int) -> bool:
 class Portal:
     """`portal up` in a subprocess, with its output collected by a thread."""
 
-    def __init__(self, tmp_path: Path, admin_password: str | None):
-        self.port = free_port()
+    def __init__(self, tmp_path: Path, admin_password: str | None, *args: str, port: int | None = None):
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = {k: v for k, v in os.environ.items() if k not in EXTERNAL}
-        env["PORTAL_DATA_DIR"] = str(tmp_path / "data")
-        env["PYTHONUNBUFFERED"] = "1"
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        self.env = portal_env(tmp_path)
         if admin_password is not None:
-            env["PORTAL_ADMIN_PASSWORD"] = admin_password
+            self.env["PORTAL_ADMIN_PASSWORD"] = admin_password
         self.lines: list[str] = []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "portal.cli", "up", "--port", str(self.port)],
+            [sys.executable, "-m", "portal.cli", "up", "--port", str(self.port), *args],
             cwd=tmp_path,  # anything the command writes to its working folder stays out of the repo
-            env=env,
+            env=self.env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -115,9 +130,28 @@ class Portal:
             time.sleep(0.5)
         pytest.fail(f"/healthz not ready after {START_TIMEOUT}s (last: {last}):\n{self.output[-4000:]}")
 
-    def stop(self) -> int:
+    def family(self) -> set[int]:
+        return {pid for pid in descendants(self.proc.pid) if alive(pid)}
+
+    def commands(self) -> dict[int, str]:
+        out = {}
+        for pid in self.family():
+            try:
+                out[pid] = Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+            except OSError:
+                pass
+        return out
+
+    def wait_output(self, text: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.output:
+            if time.monotonic() > deadline:
+                pytest.fail(f"{text!r} not in the output after {timeout}s:\n{self.output[-3000:]}")
+            time.sleep(0.1)
+
+    def stop(self, sig: int = signal.SIGINT) -> int:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
+            self.proc.send_signal(sig)
         try:
             return self.proc.wait(timeout=60)
         finally:
@@ -138,8 +172,8 @@ class Portal:
 def start(tmp_path):
     started: list[Portal] = []
 
-    def _start(admin_password: str | None) -> Portal:
-        portal = Portal(tmp_path, admin_password)
+    def _start(admin_password: str | None, *args: str, **kwargs) -> Portal:
+        portal = Portal(tmp_path, admin_password, *args, **kwargs)
         started.append(portal)
         return portal
 
@@ -167,7 +201,7 @@ def check_up_then_stop(portal: Portal, password: str) -> None:
     health = portal.wait_healthy()
     assert health["status"] == "ok"
     assert health["database"]["ok"] and health["database"]["engine"] == "sqlite"
-    assert health["broker"] == {"ok": True, "transport": "filesystem"}
+    assert health["broker"] == {"ok": True, "transport": "redis", "embedded": True}
 
     wrong = log_in(portal.url, "admin", password + "-wrong")
     assert "/login/" in str(wrong.url)
@@ -175,10 +209,12 @@ def check_up_then_stop(portal: Portal, password: str) -> None:
     assert str(dashboard.url).rstrip("/") == portal.url, dashboard.url
     assert "Dashboard" in dashboard.text and "Log out" in dashboard.text
 
-    # All three children run: web, worker and beat.
-    family = descendants(portal.proc.pid)
-    commands = " ".join(Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ") for pid in family if alive(pid))
-    assert "uvicorn" in commands and " worker" in commands and " beat" in commands
+    # All four children run: the embedded Redis, web, worker and beat.
+    family = portal.family()
+    commands = " ".join(portal.commands().values())
+    assert "valkey-server" in commands and "uvicorn" in commands and " worker" in commands and " beat" in commands
+    data = Path(portal.env["PORTAL_DATA_DIR"])
+    assert (data / "redis" / "appendonlydir").is_dir()  # the embedded Redis keeps what it holds (AOF)
 
     assert portal.stop() == 0, portal.output[-4000:]
     assert "portal: stopped." in portal.output
@@ -201,3 +237,199 @@ def test_portal_up_prints_a_generated_admin_password_once(start):
     assert match, portal.output[-2000:]
     check_up_then_stop(portal, match.group(1))
     assert portal.output.count(match.group(1)) == 1
+
+
+def wait_gone(pids: set[int], timeout: float = 30) -> set[int]:
+    deadline = time.monotonic() + timeout
+    left = {pid for pid in pids if alive(pid)}
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = {pid for pid in left if alive(pid)}
+    return left
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL], ids=["TERM", "HUP", "KILL"])
+def test_every_way_the_supervisor_ends_leaves_no_process_behind(start, sig):
+    """SIGTERM (a service manager), SIGHUP (the terminal closed) and SIGKILL of the supervisor
+    itself (PR_SET_PDEATHSIG): every child, the embedded Redis included, is gone."""
+    portal = start("correct-horse-battery-9")
+    portal.wait_healthy()
+    family = portal.family()
+    commands = " ".join(portal.commands().values())
+    assert "valkey-server" in commands and "uvicorn" in commands, commands
+    if sig == signal.SIGKILL:
+        portal.proc.kill()
+        portal.proc.wait(timeout=30)
+    else:
+        assert portal.stop(sig) == 0, portal.output[-3000:]
+        assert "portal: stopped." in portal.output
+    assert wait_gone(family) == set(), f"left running after {sig.name}: {family}"
+
+
+def test_a_second_portal_up_on_the_same_folder_refuses_and_a_dead_redis_comes_back(start, tmp_path):
+    portal = start("correct-horse-battery-9")
+    portal.wait_healthy()
+
+    second = subprocess.run(
+        [sys.executable, "-m", "portal.cli", "up", "--port", str(free_port())],
+        cwd=tmp_path,
+        env=portal.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert second.returncode == 1
+    assert f"another `portal up` (PID {portal.proc.pid}) is already running" in second.stderr, second.stderr
+
+    redis_pid = next(pid for pid, cmd in portal.commands().items() if "valkey-server" in cmd)
+    os.kill(redis_pid, signal.SIGKILL)
+    portal.wait_output("portal: redis exited with")
+    deadline = time.monotonic() + 60
+    while True:
+        new = [pid for pid, cmd in portal.commands().items() if "valkey-server" in cmd and pid != redis_pid]
+        health = httpx.get(portal.url + "/healthz", timeout=5)
+        if new and health.status_code == 200 and health.json()["broker"]["ok"]:
+            break
+        assert time.monotonic() < deadline, portal.output[-3000:]
+        time.sleep(0.25)
+    assert portal.stop() == 0
+
+
+def test_a_port_in_use_is_refused_before_anything_starts(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "portal.cli", "up", "--port", str(port)],
+            cwd=tmp_path,
+            env=portal_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 1
+    assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
+    assert not (tmp_path / "data" / "redis").exists()  # no child was started, no Redis data written
+    assert "portal.sqlite3" not in {p.name for p in (tmp_path / "data").iterdir()}  # nor migrated
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("PORTAL_PORT", "abc", "Invalid value for PORTAL_PORT: 'abc' is not a port number"),
+        ("DJANGO_ALLOWED_HOSTS", "", "Invalid value for DJANGO_ALLOWED_HOSTS: it is set but empty"),
+        ("GATEWAY_READ_TIMEOUT", "soon", "Invalid value for GATEWAY_READ_TIMEOUT"),
+    ],
+)
+def test_a_bad_variable_is_a_message_not_a_traceback(tmp_path, variable, value, message):
+    env = {**portal_env(tmp_path), variable: value}
+    result = subprocess.run(
+        [sys.executable, "-m", "portal.cli", "up"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_empty_variables_mean_unset_and_dotenv_is_read(tmp_path):
+    """`.env.example` copied as is to ./.env: its empty `DATABASE_URL=`, `EMAIL_URL=`,
+    `CELERY_BROKER_URL=` and `REDIS_URL=` are the defaults, and a value set in .env is used."""
+    dotenv = (ROOT / ".env.example").read_text().replace("PORTAL_DATA_DIR=./var", "PORTAL_DATA_DIR=./from-dotenv")
+    (tmp_path / ".env").write_text(dotenv)
+    env = portal_env(tmp_path)
+    env.pop("PORTAL_DATA_DIR")
+    code = (
+        "import sys; sys.argv = ['portal', 'manage', 'shell', '-c', "
+        "'from django.conf import settings as s; "
+        'print(s.DATA_DIR.name, s.DATABASES["default"]["ENGINE"], s.PORTAL_EMBEDDED_REDIS, '
+        's.CELERY_BROKER_URL.split("://")[0], s.EMAIL_BACKEND.rsplit(".", 2)[-2])\']; '
+        "from portal.cli import main; main(sys.argv[1:])"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1].split() == [
+        "from-dotenv",
+        "django.db.backends.sqlite3",
+        "True",
+        "redis+socket",
+        "console",
+    ]
+
+
+def test_two_gateways_on_the_embedded_default_keep_limits_exact(start, tmp_path):
+    """The journey of a script on the embedded default: `portal manage createtoken admin` gives a
+    token, the REST API sets up a channel, a model and a key with 20 requests/min, and 60 requests
+    spread over two gateway processes (the supervised one and a second uvicorn on the same data
+    folder) get exactly 20 answers, with one access-log line each that names the key by prefix."""
+    from tests.fakes.upstream import FakeUpstream
+    from tests.gateway.test_limits import burst
+
+    portal = start("correct-horse-battery-9", "--access-log", "--no-beat")
+    portal.wait_healthy()
+    made = subprocess.run(
+        [sys.executable, "-m", "portal.cli", "manage", "createtoken", "admin", "--quiet"],
+        cwd=tmp_path,
+        env=portal.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr[-2000:]
+    token = made.stdout.strip()
+    assert token.startswith("gpt-"), made.stdout
+
+    second_port = free_port()
+    second = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "portal.asgi:application", "--port", str(second_port), "--lifespan", "on"],
+        cwd=tmp_path,
+        env={**portal.env, "PORTAL_ACCESS_LOG": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    with FakeUpstream(api_key="sk-up") as up:
+        try:
+            api = httpx.Client(base_url=portal.url, headers={"Authorization": f"Token {token}"}, timeout=30)
+            channel = api.post(
+                "/api/channels/", json={"name": "fake", "kind": "vllm", "base_url": up.base_url, "api_key": "sk-up"}
+            )
+            assert channel.status_code == 201, channel.text
+            model = api.post(
+                "/api/models/",
+                json={
+                    "name": "qwen3-32b",
+                    "routes": [{"channel": channel.json()["id"], "upstream_model": "fake-model"}],
+                },
+            )
+            assert model.status_code == 201, model.text
+            key = api.post("/api/keys/", json={"name": "burst", "requests_per_minute": 20})
+            assert key.status_code == 201, key.text
+            plaintext = key.json()["key"]
+
+            second_url = f"http://127.0.0.1:{second_port}"
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if httpx.get(second_url + "/healthz", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert second.poll() is None and time.monotonic() < deadline, "second gateway did not start"
+                time.sleep(0.2)
+
+            statuses = asyncio.run(burst([portal.url, second_url], plaintext, 60))
+            assert (statuses.count(200), statuses.count(429)) == (20, 40)
+        finally:
+            second.terminate()
+            second_log = second.communicate(timeout=30)[1]
+    assert portal.stop() == 0
+    lines = [ln for ln in portal.output.splitlines() if "gateway.access" in ln and "/v1/chat/completions" in ln]
+    lines += [ln for ln in second_log.splitlines() if "gateway.access" in ln]
+    assert len(lines) == 60, portal.output[-3000:]
+    assert sum(" 200 model=qwen3-32b " in ln for ln in lines) == 20
+    assert sum(" 429 model=qwen3-32b " in ln for ln in lines) == 40
+    prefix = plaintext[: len(key.json()["prefix"])]
+    assert all(f"key={prefix}…" in ln and plaintext not in ln for ln in lines)

@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from channels.choices import ChannelStatus
-from channels.models import AlertDelivery, Channel, PassiveReport, ProbeHourly, ProbeResult, StatusChange
+from channels.models import AlertDelivery, Channel, ProbeHourly, ProbeResult, StatusChange
 from portal.dashboard import Attention
 
 
@@ -41,8 +41,7 @@ def prune(now: dt.datetime | None = None) -> dict[str, int]:
     hours, _ = ProbeHourly.objects.filter(hour__lt=hourly_cut).delete()
     changes, _ = StatusChange.objects.filter(created__lt=hourly_cut).delete()
     deliveries, _ = AlertDelivery.objects.filter(created__lt=hourly_cut).delete()
-    stale, _ = PassiveReport.objects.filter(created__lt=now - dt.timedelta(hours=1)).delete()
-    return {"probes": probes, "hours": hours, "status_changes": changes, "deliveries": deliveries, "passive": stale}
+    return {"probes": probes, "hours": hours, "status_changes": changes, "deliveries": deliveries}
 
 
 def summarize(rows: list[ProbeResult]) -> dict[str, Any]:

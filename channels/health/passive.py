@@ -7,11 +7,10 @@ Cross-process path (the gateway and the Celery worker are different processes):
 
     gateway: report() → deque ──(flusher thread, every PORTAL_PASSIVE_FLUSH_SECONDS)──▶ flush()
              flush() folds the outcomes into one tally per channel and writes them
-             to Redis (RPUSH onto `portal:health:passive`, when REDIS_URL is set)
-             or else to the database (one `PassiveReport` row per channel).
-    worker:  collect() takes everything atomically (Redis MULTI LRANGE+DEL; DB rows
-             deleted by id) plus this process's own buffer, and the probe round
-             folds it into each channel's window (`channels.health.services`).
+             to Redis (RPUSH onto `portal:health:passive`; the embedded Redis by default).
+    worker:  collect() takes everything atomically (Redis MULTI LRANGE+DEL) plus
+             this process's own buffer, and the probe round folds it into each
+             channel's window (`channels.health.services`).
 
 So the hot path never touches the network; at most one small write per flush interval leaves
 the gateway, whatever the request rate. A gateway that dies loses at most one interval of
@@ -37,6 +36,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 REDIS_KEY = "portal:health:passive"
+EXPIRE_SECONDS = 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,40 +134,42 @@ def tally(outcomes: list[Outcome]) -> dict[int, Tally]:
 # --- cross-process: gateway side ---------------------------------------------------------------
 
 
-def _redis() -> Redis | None:
-    from django.conf import settings
-
-    url = getattr(settings, "REDIS_URL", "")
-    if not url:
-        return None
+def _redis() -> Redis:
     import redis
 
-    return redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+    return redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2)
+
+
+def take_flush() -> tuple[int, list[str]]:
+    """This process's buffered outcomes as the JSON tallies `flush()` pushes: (outcomes, items).
+    The gateway pushes them through its own async Redis connection (`use_own_flusher`)."""
+    outcomes = drain()
+    if not outcomes:
+        return 0, []
+    return len(outcomes), [json.dumps(asdict(t)) for t in tally(outcomes).values()]
+
+
+def use_own_flusher() -> None:
+    """This process flushes by itself (the gateway, on its event loop): no flusher thread, and
+    no synchronous Redis client (redis-py: ~10-20 MiB of the gateway's memory)."""
+    global _flusher
+    with _lock:
+        if _flusher is None:
+            _flusher = threading.Thread(target=lambda: None, name="passive-health-flush-external")
 
 
 def flush() -> int:
     """Move this process's buffered outcomes to the shared store; returns how many were moved."""
-    outcomes = drain()
-    if not outcomes:
+    count, items = take_flush()
+    if not count:
         return 0
-    tallies = list(tally(outcomes).values())
     client = _redis()
-    if client is not None:
-        try:
-            client.rpush(REDIS_KEY, *(json.dumps(asdict(t)) for t in tallies))
-            client.expire(REDIS_KEY, 3600)  # nobody consuming for an hour: let it go
-        finally:
-            client.close()
-        return len(outcomes)
-    from django.db import connection
-
-    from channels.models import PassiveReport
-
     try:
-        PassiveReport.objects.bulk_create([PassiveReport(**asdict(t)) for t in tallies])
+        client.rpush(REDIS_KEY, *items)
+        client.expire(REDIS_KEY, EXPIRE_SECONDS)  # nobody consuming for an hour: let it go
     finally:
-        connection.close()  # this runs on the flusher thread: do not keep a connection per thread
-    return len(outcomes)
+        client.close()
+    return count
 
 
 def _flush_loop(interval: float) -> None:
@@ -217,42 +219,16 @@ def collect() -> dict[int, Tally]:
             totals[t.channel_id] = t
 
     client = _redis()
-    if client is not None:
+    try:
+        with client.pipeline(transaction=True) as pipe:
+            pipe.lrange(REDIS_KEY, 0, -1)
+            pipe.delete(REDIS_KEY)
+            raw, _ = pipe.execute()
+    finally:
+        client.close()
+    for item in raw:
         try:
-            with client.pipeline(transaction=True) as pipe:
-                pipe.lrange(REDIS_KEY, 0, -1)
-                pipe.delete(REDIS_KEY)
-                raw, _ = pipe.execute()
-        finally:
-            client.close()
-        for item in raw:
-            try:
-                merge(Tally(**json.loads(item)))
-            except (ValueError, TypeError):
-                logger.warning("dropped a malformed passive health record")
-
-    from django.db import connection, transaction
-
-    from channels.models import PassiveReport
-
-    with transaction.atomic():
-        qs = PassiveReport.objects.order_by("id")
-        if connection.features.has_select_for_update_skip_locked:
-            qs = qs.select_for_update(skip_locked=True)  # two consumers never count a row twice
-        rows = list(qs[:50_000])
-        if rows:
-            PassiveReport.objects.filter(id__in=[r.id for r in rows]).delete()
-        for r in rows:
-            merge(
-                Tally(
-                    r.channel_id,
-                    r.ok_count,
-                    r.fail_count,
-                    r.auth_failures,
-                    r.ttft_ms_sum,
-                    r.ttft_count,
-                    r.last_error,
-                    r.last_status,
-                )
-            )
+            merge(Tally(**json.loads(item)))
+        except (ValueError, TypeError):
+            logger.warning("dropped a malformed passive health record")
     return totals

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncssh
 from rest_framework import serializers
 
 from hosts.models import GPU, Host
@@ -93,6 +92,8 @@ class HostSerializer(serializers.ModelSerializer):
         text = (value or "").strip()
         if not text:
             return ""
+        import asyncssh  # on use: see hosts.remote.ssh
+
         try:
             asyncssh.import_private_key(text)
         except Exception:  # asyncssh raises several types; none may reach the client as a 500

@@ -16,18 +16,20 @@ quotes them with `shlex.join`, so no user text reaches the remote shell unquoted
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import shlex
 import socket
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-import asyncssh
 from django.utils import timezone
 
 from ..choices import HostStatus
 
 if TYPE_CHECKING:
+    import asyncssh
+
     from ..models import Host
 
 logger = logging.getLogger(__name__)
@@ -92,16 +94,24 @@ def fingerprint(key: asyncssh.SSHKey) -> str:
     return key.get_fingerprint("sha256")
 
 
-class _PinningClient(asyncssh.SSHClient):
-    """Accept only the pinned host key; remember whatever key was offered."""
+@functools.cache
+def _pinning_client() -> Any:
+    """asyncssh is imported on first contact, not with the app: it is ~21 MiB of every web and
+    gateway process otherwise (bench/README.md, RSS)."""
+    import asyncssh
 
-    def __init__(self, pinned: str) -> None:
-        self.pinned = pinned
-        self.seen = ""
+    class PinningClient(asyncssh.SSHClient):
+        """Accept only the pinned host key; remember whatever key was offered."""
 
-    def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
-        self.seen = fingerprint(key)
-        return bool(self.pinned) and self.seen == self.pinned
+        def __init__(self, pinned: str) -> None:
+            self.pinned = pinned
+            self.seen = ""
+
+        def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
+            self.seen = fingerprint(key)
+            return bool(self.pinned) and self.seen == self.pinned
+
+    return PinningClient
 
 
 def _where(host: Host) -> str:
@@ -118,6 +128,8 @@ def _record_seen(host: Host, seen: str) -> None:
 
 
 async def _connect(host: Host, private_key: str, timeout: float) -> asyncssh.SSHClientConnection:  # noqa: ASYNC109
+    import asyncssh
+
     if not private_key:
         raise AuthFailed(f"No private key is stored for {host}: paste one on the host's edit page.")
     try:
@@ -126,7 +138,7 @@ async def _connect(host: Host, private_key: str, timeout: float) -> asyncssh.SSH
         raise AuthFailed(
             f"The private key stored for {host} cannot be read: paste an unencrypted OpenSSH private key."
         ) from None
-    client = _PinningClient(host.host_key_fingerprint)
+    client = _pinning_client()(host.host_key_fingerprint)
     try:
         conn, _ = await asyncio.wait_for(
             asyncssh.create_connection(
@@ -221,6 +233,8 @@ class Remote:
 
     def run(self, command: list[str] | str, *, timeout: float = COMMAND_TIMEOUT, input: str | None = None) -> Result:
         """Run an argument list (quoted here) or a script built only from quoted parts."""
+        import asyncssh
+
         assert self._loop is not None and self._conn is not None, "use Remote as a context manager"
         line = shlex.join(command) if isinstance(command, list) else command
         try:

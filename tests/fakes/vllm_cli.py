@@ -21,6 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--api-key", default=None)
+    # Not vLLM's: seconds before the server listens, as a real one loading weights (tests of a
+    # worker killed while a launch waits for /health).
+    parser.add_argument("--fake-startup-delay", type=float, default=0.0)
     args, _unknown = parser.parse_known_args(argv)
 
     from tests.fakes.upstream import FakeUpstream
@@ -34,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         api_key=args.api_key,
         port=args.port,
     )
+    if stop.wait(args.fake_startup_delay):
+        return 0
     try:
         upstream.start()
     except OSError as exc:

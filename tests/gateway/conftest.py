@@ -1,8 +1,8 @@
 """Gateway test rig: the real portal ASGI app under uvicorn on 127.0.0.1 in front of FakeUpstream.
 
-`gateway_url` runs uvicorn in a thread of the test process (SQLite or PostgreSQL, with or without
-Redis, whatever the environment gives); `spawn_gateway` starts separate uvicorn processes that
-share the test database and Redis with the tests (PostgreSQL only).
+`gateway_url` runs uvicorn in a thread of the test process (SQLite or PostgreSQL, and REDIS_URL's
+Redis or the suite's embedded one, whatever the environment gives); `spawn_gateway` starts
+separate uvicorn processes that share the test database and Redis with the tests.
 """
 
 from __future__ import annotations
@@ -163,6 +163,8 @@ def retry_locked(fn, timeout: float = 5.0):
 
 def database_url() -> str:
     db = settings.DATABASES["default"]
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        return f"sqlite:///{db['NAME']}"
     user = db.get("USER") or "postgres"
     password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
     host = db.get("HOST") or "127.0.0.1"

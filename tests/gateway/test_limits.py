@@ -1,5 +1,6 @@
 """Limits: exact per key and per user, reserved before forwarding and settled after, also across
-two gateway processes sharing Redis and PostgreSQL."""
+two gateway processes sharing Redis and the database (PostgreSQL in CI; the embedded default's
+two-replica test is in tests/test_portal_up.py)."""
 
 from __future__ import annotations
 
@@ -12,22 +13,6 @@ import pytest
 from keys.models import UsageRecord
 from keys.services import issue_key, revoke_key
 from tests.gateway.conftest import wait_for
-from tests.services import require_postgres, require_redis
-
-
-@pytest.fixture(params=["configured", "database"])
-def gateway_url(request, transactional_db, settings):
-    """Each single-process test runs with the configured limiter (Redis when REDIS_URL is set) and
-    with the database fallback of the embedded mode: the semantics must be the same."""
-    from tests.gateway.conftest import ThreadServer
-
-    if request.param == "database":
-        settings.REDIS_URL = ""
-    settings.GATEWAY_USAGE_FLUSH_INTERVAL = 0.1
-    server = ThreadServer().start()
-    yield server.url
-    server.stop()
-
 
 SHORT = {"model": "qwen3-32b", "messages": [{"role": "user", "content": "abcd"}], "max_tokens": 5}
 
@@ -117,8 +102,6 @@ async def burst(urls: list[str], key: str, n: int, body=SHORT, stream: bool = Fa
 
 @pytest.fixture
 def replicas(setup, spawn_gateway):
-    require_redis()
-    require_postgres()
     return [s.url for s in spawn_gateway(2)]
 
 
@@ -143,17 +126,6 @@ def test_limits_are_exact_across_two_replicas(setup, replicas, upstream, alice):
     assert (statuses.count(200), statuses.count(429)) == (5, 195)
 
 
-def test_the_database_fallback_is_exact_across_two_replicas_too(setup, spawn_gateway):
-    """Without Redis (embedded mode scaled out by mistake) the database transaction keeps the
-    same guarantee: row locks serialise the checks of one key across processes."""
-    require_postgres()
-    urls = [s.url for s in spawn_gateway(2, REDIS_URL="")]
-    setup.key.requests_per_minute = 20
-    setup.key.save()
-    statuses = asyncio.run(burst(urls, setup.plaintext, 60))
-    assert (statuses.count(200), statuses.count(429)) == (20, 40)
-
-
 def test_a_revoked_key_stops_within_seconds_on_every_replica(setup, replicas):
     for url in replicas:  # both replicas have the key cached
         assert post(url, setup.plaintext).status_code == 200
@@ -162,3 +134,26 @@ def test_a_revoked_key_stops_within_seconds_on_every_replica(setup, replicas):
     for url in replicas:
         wait_for(lambda u=url: post(u, setup.plaintext).status_code == 401, timeout=5, interval=0.1)
     assert time.monotonic() - started < 5
+
+
+def test_the_gateway_flushes_passive_health_through_its_own_redis_connection(setup, settings):
+    """No flusher thread and no second Redis client in the gateway process: the outcomes of its
+    requests reach Redis on the event loop, where the worker's probe round collects them."""
+    import redis
+
+    from channels.health import passive
+    from tests.gateway.conftest import ThreadServer
+    from tests.services import redis_url
+
+    client = redis.Redis.from_url(redis_url())
+    client.delete(passive.REDIS_KEY)
+    settings.PORTAL_PASSIVE_FLUSH_SECONDS = 0.1
+    server = ThreadServer().start()
+    try:
+        assert post(server.url, setup.plaintext).status_code == 200
+        wait_for(lambda: client.llen(passive.REDIS_KEY) > 0)
+    finally:
+        server.stop()
+    tallies = passive.collect()
+    assert tallies[setup.channel.pk].ok_count == 1
+    client.close()

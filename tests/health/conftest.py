@@ -8,7 +8,6 @@ FAST = {
     "PORTAL_PROBE_TIMEOUT": 1.0,
     "PORTAL_PROBE_CONNECT_TIMEOUT": 1.0,
     "PORTAL_ALERT_TIMEOUT": 2.0,
-    "REDIS_URL": "",  # the DB path for passive reports unless a test asks for Redis
     "PORTAL_PASSIVE_FLUSH_SECONDS": 0,  # tests call flush()/collect() themselves; no background writer
 }
 

@@ -1,4 +1,4 @@
-"""A real Celery worker and beat (subprocesses, Redis broker, PostgreSQL) run the probe schedule."""
+"""A real Celery worker and beat (subprocesses, the Redis broker, the test database) run the probe schedule."""
 
 import os
 import subprocess
@@ -9,11 +9,12 @@ import uuid
 import pytest
 from django.conf import settings
 from django.core.cache import cache
-from django.db import connection
 
 from channels.models import Channel, ProbeResult
 from channels.tasks import ROUND_LOCK
-from tests.services import require_postgres, require_redis
+from portal.env import celery_broker_url
+from tests.gateway.conftest import database_url
+from tests.services import require_redis
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -29,7 +30,6 @@ def _spawn(args: list[str], env: dict, log) -> subprocess.Popen:
 
 
 def test_beat_and_a_worker_probe_a_channel_on_schedule(transactional_db, upstream, tmp_path):
-    require_postgres()
     redis_url = require_redis()
     from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
@@ -43,12 +43,11 @@ def test_beat_and_a_worker_probe_a_channel_on_schedule(transactional_db, upstrea
     )
     cache.delete(ROUND_LOCK)
 
-    s = connection.settings_dict
     env = {
         **os.environ,
-        "DATABASE_URL": f"postgres://{s['USER']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}",
-        "REDIS_URL": settings.REDIS_URL or redis_url,
-        "CELERY_BROKER_URL": redis_url,
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": redis_url,
+        "CELERY_BROKER_URL": celery_broker_url(redis_url),
         "PORTAL_DATA_DIR": str(tmp_path),
         "CELERY_TASK_ALWAYS_EAGER": "false",
         "PORTAL_PROBE_TIMEOUT": "5",

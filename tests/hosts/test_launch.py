@@ -243,24 +243,103 @@ def test_a_second_job_while_one_is_active_is_refused(online_host):
         jobs.request_job(deployment, JobAction.STOP)
 
 
-def test_a_job_whose_worker_died_is_failed_not_left_starting(online_host):
+def test_a_job_whose_worker_died_is_handed_on_then_failed_after_its_attempts(online_host, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from hosts import signals
+
+    handed: list[int] = []
+
+    def receiver(sender, job_id, **kwargs):
+        handed.append(job_id)
+
+    signals.job_requested.connect(receiver, dispatch_uid="test-handed-on")
+    try:
+        deployment = llama_deployment(online_host)
+        job = jobs.request_job(deployment, JobAction.LAUNCH)
+        silent = timezone.now() - timedelta(seconds=settings.HOSTS_STALE_JOB_SECONDS + 5)
+        LaunchJob.objects.filter(pk=job.pk).update(
+            state=JobState.WAITING_HEALTH, heartbeat=silent, worker="other-host:4242", attempts=1
+        )
+        assert jobs.recover_stale_jobs() == 1
+        job.refresh_from_db()
+        assert job.state == JobState.WAITING_HEALTH and job.worker == "" and handed == [job.pk]
+        assert "handed to another worker" in job.message
+        assert jobs.recover_stale_jobs() == 0  # handed on, waiting for a worker: not handed on again
+
+        LaunchJob.objects.filter(pk=job.pk).update(
+            heartbeat=silent, worker="other-host:4243", attempts=settings.HOSTS_JOB_MAX_ATTEMPTS
+        )
+        assert jobs.recover_stale_jobs() == 1
+        job.refresh_from_db()
+        deployment.refresh_from_db()
+        assert job.state == JobState.FAILED and "worker stopped during this job 3 times" in job.message
+        assert deployment.status == DeploymentStatus.FAILED
+        jobs.run_job(job.pk)  # a redelivered task leaves a finished job alone
+        job.refresh_from_db()
+        assert job.state == JobState.FAILED
+    finally:
+        signals.job_requested.disconnect(dispatch_uid="test-handed-on")
+
+
+def test_a_job_held_by_a_dead_process_of_this_host_is_handed_on_at_once(online_host):
+    """The worker-start sweep: the heartbeat is fresh, but the process that held it is gone."""
+    import socket
+    import subprocess
+
+    from django.utils import timezone
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    deployment = llama_deployment(online_host)
+    job = jobs.request_job(deployment, JobAction.LAUNCH)
+    LaunchJob.objects.filter(pk=job.pk).update(
+        state=JobState.STARTING, heartbeat=timezone.now(), worker=f"{socket.gethostname()}:{gone.pid}", attempts=1
+    )
+    assert jobs.recover_stale_jobs() == 1
+    job.refresh_from_db()
+    assert job.worker == "" and job.state == JobState.STARTING
+
+
+def test_a_job_nobody_picks_up_is_failed_with_a_hint(online_host, settings):
     from datetime import timedelta
 
     from django.utils import timezone
 
     deployment = llama_deployment(online_host)
     job = jobs.request_job(deployment, JobAction.LAUNCH)
+    assert jobs.recover_stale_jobs() == 0  # just queued
     LaunchJob.objects.filter(pk=job.pk).update(
-        state=JobState.STARTING, heartbeat=timezone.now() - timedelta(minutes=10)
+        created=timezone.now() - timedelta(seconds=settings.HOSTS_QUEUED_JOB_SECONDS + 1)
     )
     assert jobs.recover_stale_jobs() == 1
     job.refresh_from_db()
-    deployment.refresh_from_db()
-    assert job.state == JobState.FAILED and "worker stopped" in job.message
-    assert deployment.status == DeploymentStatus.FAILED
-    jobs.run_job(job.pk)  # a redelivered task leaves a finished job alone
-    job.refresh_from_db()
-    assert job.state == JobState.FAILED
+    assert job.state == JobState.FAILED and "is a Celery worker running" in job.message
+
+
+def test_stop_takes_over_a_job_whose_worker_died(online_host, settings, started_pids):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    deployment = llama_deployment(online_host)
+    first = run(deployment)
+    started_pids.append(first.pid)
+    stuck = jobs.request_job(deployment, JobAction.RESTART)
+    LaunchJob.objects.filter(pk=stuck.pk).update(
+        state=JobState.STARTING, worker="other-host:1", heartbeat=timezone.now()
+    )
+    with pytest.raises(jobs.JobConflict):  # its worker is alive (fresh heartbeat): no take-over
+        jobs.request_job(deployment, JobAction.STOP)
+    LaunchJob.objects.filter(pk=stuck.pk).update(
+        heartbeat=timezone.now() - timedelta(seconds=settings.HOSTS_STALE_JOB_SECONDS + 5)
+    )
+    stop = run(deployment, JobAction.STOP)
+    stuck.refresh_from_db()
+    assert stuck.state == JobState.FAILED and "Taken over by Stop" in stuck.message
+    assert stop.state == JobState.STOPPED and not alive(first.pid)
 
 
 @pytest.fixture
@@ -378,7 +457,7 @@ def test_a_redelivered_job_resumes_and_finds_the_server_it_started(online_host, 
     started_pids.append(first.pid)
     job = jobs.request_job(deployment, JobAction.LAUNCH)
     LaunchJob.objects.filter(pk=job.pk).update(
-        state=JobState.WAITING_HEALTH, heartbeat=timezone.now() - timedelta(minutes=5)
+        state=JobState.WAITING_HEALTH, heartbeat=timezone.now() - timedelta(minutes=5), worker="dead-host:1"
     )
     jobs.run_job(job.pk)
     job.refresh_from_db()
@@ -392,7 +471,9 @@ def test_a_job_held_by_a_live_worker_is_not_run_twice(online_host):
 
     deployment = llama_deployment(online_host)
     job = jobs.request_job(deployment, JobAction.LAUNCH)
-    LaunchJob.objects.filter(pk=job.pk).update(state=JobState.STARTING, heartbeat=timezone.now())
+    LaunchJob.objects.filter(pk=job.pk).update(
+        state=JobState.STARTING, heartbeat=timezone.now(), worker="other-host:77"
+    )
     jobs.run_job(job.pk)
     job.refresh_from_db()
     assert job.state == JobState.STARTING and len(job.transitions) == 1

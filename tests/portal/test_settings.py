@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_every_variable_read_by_settings_has_a_line_in_env_example():
     source = (ROOT / "portal" / "settings.py").read_text() + (ROOT / "portal" / "env.py").read_text()
-    read = set(re.findall(r'(?:get|db_url|email_url|environ\.get)\(\s*"([A-Z][A-Z0-9_]+)"', source))
+    read = set(re.findall(r'(?:get|value|db_url|email_url|environ\.get)\(\s*"([A-Z][A-Z0-9_]+)"', source))
     documented = set(re.findall(r"^([A-Z][A-Z0-9_]+)=", (ROOT / ".env.example").read_text(), re.M))
     assert read, "the pattern found no variables: the test would pass vacuously"
     assert read - documented == set()

@@ -1,0 +1,43 @@
+"""`portal manage createtoken USER`: a personal API token for scripts, without a browser."""
+
+from __future__ import annotations
+
+import datetime
+
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
+
+from accounts.models import User
+from accounts.services import issue_token
+
+
+class Command(BaseCommand):
+    help = (
+        "Print a new personal API token for USER (shown once; use it as `Authorization: Token …`). "
+        "With --quiet only the token is printed, for `TOKEN=$(portal manage createtoken admin --quiet)`."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("username")
+        parser.add_argument("--name", default="command line", help="label shown under Account → API tokens")
+        parser.add_argument("--expires-days", type=int, default=None, help="expire after this many days")
+        parser.add_argument("--quiet", action="store_true", help="print only the token")
+
+    def handle(self, *args, username: str, name: str, expires_days: int | None, quiet: bool, **options):
+        try:
+            user = User.objects.get(username=username)
+        except User.DoesNotExist:
+            raise CommandError(f"No user named {username!r}. Users: `portal manage shell` or the Users page.") from None
+        if not user.is_active:
+            raise CommandError(f"User {username!r} is deactivated; reactivate them first.")
+        if expires_days is not None and expires_days <= 0:
+            raise CommandError("--expires-days must be a positive number of days.")
+        expires_at = timezone.now() + datetime.timedelta(days=expires_days) if expires_days else None
+        token, plaintext = issue_token(user=user, name=name[:100], expires_at=expires_at)
+        if quiet:
+            self.stdout.write(plaintext)
+            return
+        self.stdout.write(
+            f"API token for {user.username} ({token.name}); shown once, store it now:\n\n  {plaintext}\n\n"
+            f"  curl -H 'Authorization: Token {plaintext[:4]}…' http://127.0.0.1:8000/api/keys/\n"
+        )
