@@ -279,5 +279,6 @@ def test_tokens_per_second_is_measured_over_tokens_that_arrived_apart(upstream, 
     spaced = make_channel("spaced", up.base_url, model="fake-model", probe_max_tokens=4)
     services.run_round([spaced.pk])
     probe = ProbeResult.objects.get(channel=spaced)
-    # 3 tokens after the first over >= 0.15 s: at most 20 tokens/s, whatever the machine's load.
-    assert probe.ok and probe.tokens_per_s is not None and 0 < probe.tokens_per_s <= 20.5
+    # 3 tokens after the first, 50 ms apart: about 20 tokens/s (less on a loaded machine); the bound
+    # is far from both that and the thousands a batched stream would give.
+    assert probe.ok and probe.tokens_per_s is not None and 0 < probe.tokens_per_s < 100
