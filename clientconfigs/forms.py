@@ -12,9 +12,16 @@ from .models import KeyMode
 class ConnectForm(forms.Form):
     """How the files for one client are made: a new key, or a placeholder scoped like an existing key."""
 
-    key_mode = forms.ChoiceField(choices=KeyMode.choices, initial=KeyMode.PLACEHOLDER, widget=forms.RadioSelect)
+    # Minting is the default: a placeholder makes the installer write files that cannot work yet.
+    key_mode = forms.ChoiceField(choices=KeyMode.choices, initial=KeyMode.MINT, widget=forms.RadioSelect)
     machine = forms.CharField(
         max_length=40, required=False, initial="laptop", help_text="Names the new key, e.g. cline@laptop."
+    )
+    replace = forms.BooleanField(
+        required=False,
+        initial=True,
+        label="Replace the key minted before for this client and machine",
+        help_text="The old key keeps working for 10 minutes, then stops.",
     )
     key = forms.ModelChoiceField(
         queryset=Key.objects.none(),

@@ -35,6 +35,9 @@ class DownloadToken(TimeStampedModel):
         help_text="Placeholder mode: the key whose models to list. Mint mode: the key minted on redemption.",
     )
     default_model = models.CharField(max_length=128, blank=True)
+    replace_key = models.BooleanField(
+        default=True, help_text="Mint mode: the new key replaces the one minted before for this client and machine."
+    )
     token_hash = models.CharField(max_length=64, unique=True)
     expires_at = models.DateTimeField()
     used_at = models.DateTimeField(null=True, blank=True)

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from channels.models import Model, ModelRoute
 from keys.models import Key
-from keys.services import issue_key
+from keys.services import issue_key, rotate_key
 from portal import audit
 from portal.choices import AuditAction
 from portal.secrets import keyed_hash
@@ -33,6 +33,9 @@ TOKEN_PREFIX = "gdt-"  # noqa: S105 - a prefix, not a secret
 TOKEN_TTL = datetime.timedelta(minutes=10)
 # Input a request always keeps: Continue warns below 1000 tokens of room for the prompt.
 MIN_INPUT_ROOM = 1024
+# How long the key a new download replaces keeps working: long enough for the running session to
+# finish on the machine the installer just updated, short enough that keys do not pile up.
+REPLACE_GRACE = datetime.timedelta(minutes=10)
 
 
 def gateway_url(request=None) -> str:
@@ -71,14 +74,20 @@ def output_room(context_window: int | None, max_output: int | None) -> int | Non
 def model_specs(user, key: Key | None = None) -> tuple[ModelSpec, ...]:
     """Each usable model with the smallest context window its enabled routes really serve
     (discovered, else configured) and an output limit that leaves room for input."""
-    routes = ModelRoute.objects.enabled()
+    routes = ModelRoute.objects.enabled().select_related("channel")
     specs = []
     for model in usable_models(user, key).prefetch_related(Prefetch("routes", queryset=routes, to_attr="live")):
         windows = [r.effective_context_window for r in model.live if r.effective_context_window]
         outputs = [r.max_output_tokens for r in model.live if r.max_output_tokens]
         ctx = min(windows) if windows else None
         specs.append(
-            ModelSpec(model.name, ctx, output_room(ctx, min(outputs) if outputs else None), model.display_name)
+            ModelSpec(
+                model.name,
+                ctx,
+                output_room(ctx, min(outputs) if outputs else None),
+                model.display_name,
+                translated_responses=bool(model.live) and not any(r.channel.speaks_responses for r in model.live),
+            )
         )
     return tuple(specs)
 
@@ -111,12 +120,36 @@ def render(slug: str, inp: RenderInput) -> Rendered:
     return module.render(inp)
 
 
-def mint_key(user, client: str, machine: str = "") -> tuple[Key, str]:
+def key_label(client: str, machine: str = "") -> str:
+    """`cline@laptop`: the name a key minted for one client on one machine gets."""
+    label = re.sub(r"[^A-Za-z0-9._-]+", "-", machine.strip())[:40].strip("-") or "portal"
+    return f"{client}@{label}"
+
+
+def replaceable_key(user, client: str, machine: str = "") -> Key | None:
+    """The active key a new mint for this client and machine would replace."""
+    return Key.objects.active().filter(owner=user, client=client, name=key_label(client, machine)).first()
+
+
+@transaction.atomic
+def mint_key(user, client: str, machine: str = "", *, replace: bool = True) -> tuple[Key, str]:
     """A key for one client on one machine (`cline@laptop`), revocable on its own. Scoped like the
     developer's default key: `issue_key` applies their `key_defaults` limits, and an empty model list
-    means every model the owner may use."""
-    label = re.sub(r"[^A-Za-z0-9._-]+", "-", machine.strip())[:40].strip("-") or "portal"
-    base = f"{client}@{label}"
+    means every model the owner may use.
+
+    Downloading again for the same client and machine replaces the key minted last time: the new
+    key takes over its name and settings (limits an admin set stay), and the old one stops after
+    REPLACE_GRACE, so "download again" never piles up active keys."""
+    base = key_label(client, machine)
+    found = replaceable_key(user, client, machine) if replace else None
+    if found is not None:
+        # Locked and re-read: of two downloads racing for the same key, one replaces it and the
+        # other sees the renamed key and mints under a free name.
+        old = Key.objects.select_for_update().filter(pk=found.pk, name=base, revoked_at__isnull=True).first()
+        if old is not None:
+            new, plaintext = rotate_key(old, grace=REPLACE_GRACE)
+            audit.record(AuditAction.ACTION, old, message=f"replaced by a new {base} downloaded from the Connect page")
+            return new, plaintext
     taken = set(Key.objects.not_revoked().filter(owner=user).values_list("name", flat=True))
     name, n = base, 2
     while name in taken:
@@ -146,7 +179,14 @@ def stale_downloads(user, gateway: str) -> list[dict]:
 
 
 def issue_download_token(
-    user, client: str, *, key_mode: str, key: Key | None = None, key_name: str = "", default_model: str = ""
+    user,
+    client: str,
+    *,
+    key_mode: str,
+    key: Key | None = None,
+    key_name: str = "",
+    default_model: str = "",
+    replace_key: bool = True,
 ) -> tuple[DownloadToken, str]:
     """A token for one installer run. Never reusable; expires after TOKEN_TTL."""
     if clients.get(client) is None:
@@ -161,6 +201,7 @@ def issue_download_token(
         key_name=key_name[:100],
         key=key if key_mode == KeyMode.PLACEHOLDER else None,
         default_model=default_model[:128],
+        replace_key=replace_key,
         token_hash=keyed_hash(plaintext),
         expires_at=timezone.now() + TOKEN_TTL,
     )
@@ -186,7 +227,7 @@ def redeem_download_token(plaintext: str, *, gateway: str) -> dict | None:
     if not user.is_active:
         return None
     if token.key_mode == KeyMode.MINT:
-        key, plain = mint_key(user, token.client, token.key_name)
+        key, plain = mint_key(user, token.client, token.key_name, replace=token.replace_key)
         DownloadToken.objects.filter(pk=token.pk).update(key=key)
     elif key is not None and not key.is_active:
         key = None
@@ -203,7 +244,19 @@ def bundle(client: str, inp: RenderInput, rendered: Rendered, key: Key | None) -
         "client": client,
         "version": inp.version,
         "gateway": inp.gateway_url,
-        "key": {"id": key.pk, "name": key.name, "masked": key.masked} if key is not None else None,
+        "key": {
+            "id": key.pk,
+            "name": key.name,
+            "masked": key.masked,
+            # Mint mode over an earlier download: the key this one replaced, and when it stops.
+            "replaced": (
+                {"masked": key.rotated_from.masked, "stops": key.rotated_from.expires_at.isoformat()}
+                if key.rotated_from is not None and key.rotated_from.expires_at is not None
+                else None
+            ),
+        }
+        if key is not None
+        else None,
         "files": [
             {
                 "name": f.name,
@@ -214,11 +267,15 @@ def bundle(client: str, inp: RenderInput, rendered: Rendered, key: Key | None) -
                 "merge": f.merge,
                 "secret": f.secret,
                 "remove": list(f.remove),
+                "replace": list(f.replace),
+                "lists": list(f.lists),
                 "content": f.content,
             }
             for f in rendered.files
             if f.merge != "none"
         ],
-        "commands": [{"label": c.label, "text": c.text} for c in rendered.commands],
+        # Never a command that carries the key: the installer prints these, and a shell keeps them.
+        "commands": [{"label": c.label, "text": c.text} for c in rendered.commands if not c.secret],
         "notes": rendered.notes,
+        "warnings": rendered.warnings,
     }

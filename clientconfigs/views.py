@@ -57,10 +57,11 @@ def connect(request):
     default_model = ""
     if form.is_bound and form.is_valid():
         default_model = form.cleaned_data.get("model") or ""
+    machine = (form.cleaned_data.get("machine") if form.is_bound and form.is_valid() else None) or "laptop"
     if request.method == "POST" and form.is_valid():
-        machine = form.cleaned_data.get("machine") or ""
+        replace = bool(form.cleaned_data.get("replace"))
         if action == "mint":
-            minted, plaintext = services.mint_key(request.user, slug, machine)
+            minted, plaintext = services.mint_key(request.user, slug, machine, replace=replace)
             key = minted
         elif action == "installer":
             mode = form.cleaned_data["key_mode"]
@@ -71,6 +72,7 @@ def connect(request):
                 key=key if mode == KeyMode.PLACEHOLDER else None,
                 key_name=machine,
                 default_model=default_model,
+                replace_key=replace,
             )
     inp = services.render_input(
         request.user, gateway=gateway, key=key, plaintext=plaintext, default_model=default_model
@@ -95,6 +97,8 @@ def connect(request):
         "selected_key": key,
         "stale": services.stale_downloads(request.user, gateway),
         "has_doctor": slug in installer.probes(),
+        "replaceable": services.replaceable_key(request.user, slug, machine) if minted is None else None,
+        "key_label": services.key_label(slug, machine),
         "env_var": clients.base.ENV_VAR,
     }
     return render(request, "clientconfigs/connect.html", context)

@@ -42,6 +42,10 @@ def generation_keys() -> tuple[str, str]:
     return f"{ns}:gen:keys", f"{ns}:gen:routes"
 
 
+# A key expired by age is still served for this long while it reloads: with GATEWAY_KEY_TTL (4 s)
+# a change whose Redis bump was lost still ends within 5 s.
+STALE_GRACE = 1.0
+
 # Channel statuses in preference order; anything else (down, credentials_rejected) is a last resort.
 _TIER = {"healthy": 0, "unknown": 0, "degraded": 1}
 _LAST_RESORT = 2
@@ -269,6 +273,7 @@ class Snapshot:
         self.generation: tuple[str | None, str | None] | None = None
         self._catalog_lock: asyncio.Lock | None = None
         self.routes_version = 0
+        self.keys_version = 0  # a load that started before an invalidation must not be stored
         self._key_locks: dict[str, asyncio.Future[KeyInfo | None]] = {}
 
     @property
@@ -287,6 +292,7 @@ class Snapshot:
     def invalidate(self, *, keys: bool = True, routes: bool = True) -> None:
         if keys:
             self.keys, self.missing = {}, {}
+            self.keys_version += 1
         if routes:
             self.catalog = None
             self.routes_version += 1
@@ -345,15 +351,31 @@ class Snapshot:
             return None
         # One load per digest at a time: a burst of requests with a new key makes one query.
         pending = self._key_locks.get(digest)
+        if entry is not None and now - entry.loaded_at < self.ttl + STALE_GRACE:
+            # Expired by age only (a change would have dropped it): serve the cached copy while
+            # it is reloaded, so a slow database never stalls a key's requests.
+            if pending is None:
+                task = asyncio.get_running_loop().create_task(self._load_key(digest))
+                task.add_done_callback(_log_reload_failure)
+            return entry
+        if pending is not None:
+            return await asyncio.shield(pending)
+        return await self._load_key(digest)
+
+    async def _load_key(self, digest: str) -> KeyInfo | None:
+        pending = self._key_locks.get(digest)
         if pending is not None:
             return await asyncio.shield(pending)
         fut: asyncio.Future[KeyInfo | None] = asyncio.get_running_loop().create_future()
         self._key_locks[digest] = fut
+        version = self.keys_version
         try:
             info = await run_db(_load_key, digest)
             if len(self.keys) + len(self.missing) >= self.MAX_KEYS:
                 self.keys, self.missing = {}, {}
-            if info is None:
+            if version != self.keys_version:
+                pass  # changed meanwhile: answer this request, keep nothing
+            elif info is None:
                 self.missing[digest] = time.monotonic()
             else:
                 self.keys[digest] = info
@@ -365,6 +387,11 @@ class Snapshot:
             raise
         finally:
             self._key_locks.pop(digest, None)
+
+
+def _log_reload_failure(task: asyncio.Task[KeyInfo | None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("reloading a key failed; the cached copy is kept for now: %r", task.exception())
 
 
 snapshot = Snapshot()

@@ -6,7 +6,10 @@ concurrent requests, on one replica or many:
 - requests/min and tokens/min are sliding 60-second logs (exact, no window-edge bursts);
 - tokens/day and tokens/month are calendar (UTC) counters, always kept so a limit set mid-day
   counts what was already used;
-- in-flight requests are leases that expire on their own if a process dies.
+- in-flight requests are short leases, renewed while the request runs, that expire on their own
+  when a process dies or their release is lost;
+- a settle that cannot reach Redis is queued and replayed when it answers again, so nobody is
+  charged for tokens that were reserved but not produced.
 
 A refused request reserves nothing. One Lua script does the whole check-and-reserve for both
 scopes in one round trip (it also returns the cache generations, see `cache`); settles are
@@ -16,6 +19,8 @@ pipelined off the request path. The embedded default runs the same script on the
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import datetime as dt
 import logging
 import time
@@ -40,8 +45,10 @@ UNLIMITED = -1
 
 
 def lease_seconds() -> float:
-    """How long an in-flight slot lives if its request never settles (a crashed process)."""
-    return float(settings.GATEWAY_READ_TIMEOUT) + 60.0
+    """How long an in-flight slot lives unless renewed: the process renews the slots of its
+    requests in flight every third of it, so a slot whose release was lost (Redis unreachable,
+    a crashed process) frees itself within one lease."""
+    return float(settings.GATEWAY_LEASE_SECONDS)
 
 
 @dataclass(slots=True)
@@ -253,6 +260,24 @@ return 1
 """
 
 
+# ARGV: lease end (ms), lease length (ms), then pairs of scope prefix and request id. Extends the
+# slots that still exist (a released one is not brought back).
+RENEW_LUA = """
+local until_ms = tonumber(ARGV[1])
+local lease = tonumber(ARGV[2])
+for i = 3, #ARGV, 2 do
+  local p = ARGV[i] .. ':p'
+  if redis.call('ZSCORE', p, ARGV[i + 1]) then
+    redis.call('ZADD', p, 'XX', until_ms, ARGV[i + 1])
+    redis.call('PEXPIRE', p, lease)
+  end
+end
+return 1
+"""
+
+MAX_PENDING_SETTLES = 100_000
+
+
 def _s(value: object) -> str | None:
     if value is None or value is False:
         return None
@@ -260,10 +285,45 @@ def _s(value: object) -> str | None:
 
 
 class RedisLimiter:
-    """Admission in one EVALSHA round trip; settles written without waiting (same connection)."""
+    """Admission in one EVALSHA round trip; settles written without waiting (same connection),
+    queued for a replay when Redis does not take them; the in-flight slots renewed in the
+    background (`start`)."""
 
     def __init__(self, url: str) -> None:
-        self.redis = RespClient(url)
+        self.redis = RespClient(url, timeout=float(settings.GATEWAY_REDIS_TIMEOUT))
+        self.in_flight: dict[str, Admission] = {}  # admissions holding a parallel slot
+        self.pending: collections.deque[list[object]] = collections.deque(maxlen=MAX_PENDING_SETTLES)
+        self._renewer: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._renewer is None or self._renewer.done():
+            self._renewer = asyncio.get_running_loop().create_task(self._renew_forever())
+
+    async def _renew_forever(self) -> None:
+        while True:
+            await asyncio.sleep(lease_seconds() / 3)
+            try:
+                await self.replay()
+                await self.renew()
+            except (OSError, RespError) as exc:  # Redis away: the next round tries again
+                logger.warning("renewing leases / replaying settles failed: %r", exc)
+
+    async def renew(self) -> None:
+        pairs: list[object] = []
+        for adm in self.in_flight.values():
+            for s in adm.scopes:
+                if s.arg("max_parallel_requests") >= 0:
+                    pairs += [s.prefix, adm.request_id]
+        if pairs:
+            lease = int(lease_seconds() * 1000)
+            await self.redis.evalsha(RENEW_LUA, [], [int(time.time() * 1000) + lease, lease, *pairs])
+
+    async def replay(self) -> None:
+        """Settles queued while Redis was unreachable, oldest first, until one fails again."""
+        while self.pending:
+            args = self.pending[0]
+            await self.redis.evalsha(SETTLE_LUA, [], args)
+            self.pending.popleft()
 
     async def admit(
         self,
@@ -314,6 +374,8 @@ class RedisLimiter:
         if int(res[0]) == 1:
             adm = Admission(request_id, scopes, tokens, day, month, generations=gens)
             adm.headers = rate_headers(scopes, [int(res[3]), int(res[4])])
+            if any(s.arg("max_parallel_requests") >= 0 for s in scopes):
+                self.in_flight[request_id] = adm
             return adm
         return Refusal(
             scope=scopes[int(res[3])].label,
@@ -328,7 +390,8 @@ class RedisLimiter:
         if adm.settled:
             return
         adm.settled = True
-        args = [
+        self.in_flight.pop(adm.request_id, None)
+        args: list[object] = [
             adm.request_id,
             adm.reserved,
             max(int(actual), 0),
@@ -336,15 +399,24 @@ class RedisLimiter:
             adm.month,
             *(s.prefix for s in adm.scopes),
         ]
-        self.redis.evalsha_nowait(SETTLE_LUA, [], args)
+
+        def queue(exc: BaseException) -> None:
+            logger.warning("settle of %s queued for a replay (Redis: %r)", adm.request_id, exc)
+            self.pending.append(args)
+
+        self.redis.evalsha_nowait(SETTLE_LUA, [], args, on_error=queue)
 
     async def drain(self) -> None:
         try:
             await self.redis.call("PING")
-        except Exception:
-            logger.exception("Redis unreachable while draining settles")
+            await self.replay()
+        except Exception as exc:
+            logger.error("Redis unreachable while draining settles (%d left): %r", len(self.pending), exc)
 
     async def close(self) -> None:
+        if self._renewer is not None:
+            self._renewer.cancel()
+            self._renewer = None
         await self.drain()
         await self.redis.close()
 

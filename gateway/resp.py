@@ -1,10 +1,16 @@
-"""A minimal pipelined Redis client for the gateway's two scripts.
+"""A minimal pipelined Redis client for the gateway's scripts, with a deadline on every command.
 
-redis-py's asyncio client costs ~150 µs of CPU per command here (connection checkout, retries,
-observability hooks); the admission script runs on every request, so the gateway speaks RESP itself
-over one persistent connection: commands are written as they come and replies are matched in
-order (Redis answers one connection strictly in order), so concurrent requests share the socket
-without waiting for each other. Only what the scripts need is implemented.
+Kept instead of redis-py's asyncio client because it is measured 3.6x cheaper per admission
+script (`bench/redis_client_compare.py`: 23 against 85 µs of CPU per command, hiredis included),
+and the script runs on every request. Commands are written as they come and replies are matched in
+order (Redis answers one connection strictly in order), so concurrent requests share one socket.
+
+What keeps it from hanging (tests/gateway/test_redis_faults.py drives each through a TCP proxy):
+- every command has a deadline (`GATEWAY_REDIS_TIMEOUT`); when it passes, the connection is
+  dropped, so every command waiting on it fails at once and the next one reconnects;
+- a closed connection fails all its waiters at once and is replaced on the next command;
+- a reply nobody waits for (a server that speaks first, e.g. "max clients reached") or a reply
+  that cannot be parsed drops the connection: a reply is never matched to the wrong waiter.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import collections
 import hashlib
 import logging
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
@@ -98,10 +104,17 @@ class _Protocol(asyncio.Protocol):
         pos = 0
         buf = self.buf
         while pos < len(buf):
-            got = parse(buf, pos)
+            try:
+                got = parse(buf, pos)
+            except (RespError, ValueError, IndexError) as exc:
+                self.abort(ConnectionError(f"unreadable reply from Redis: {exc}"))
+                return
             if got is None:
                 break
             value, pos = got
+            if not self.waiters:
+                self.abort(ConnectionError(f"Redis sent a reply nobody asked for: {value!r:.120}"))
+                return
             fut = self.waiters.popleft()
             if fut.done():
                 continue
@@ -113,18 +126,29 @@ class _Protocol(asyncio.Protocol):
             del self.buf[:pos]
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.fail_all(ConnectionError(f"Redis connection lost: {exc!r}"))
+
+    def fail_all(self, err: Exception) -> None:
         self.closed = True
-        err = ConnectionError(f"Redis connection lost: {exc!r}")
+        self.buf.clear()
         while self.waiters:
             fut = self.waiters.popleft()
             if not fut.done():
                 fut.set_exception(err)
 
+    def abort(self, err: Exception) -> None:
+        """Drop the connection: every waiter fails now, the next command reconnects."""
+        logger.error("dropping the Redis connection: %s", err)
+        self.fail_all(err)
+        if self.transport is not None:
+            self.transport.abort()
+
 
 class RespClient:
     """One pipelined connection to the Redis of `url` (redis://, rediss:// or unix://)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, timeout: float = 1.0) -> None:
+        self.timeout = timeout
         u = urlsplit(url)
         self.scheme = u.scheme
         self.host = u.hostname or "127.0.0.1"
@@ -144,19 +168,22 @@ class RespClient:
 
     async def _connect(self) -> _Protocol:
         loop = asyncio.get_running_loop()
-        if self.scheme == "unix":
-            _t, proto = await loop.create_unix_connection(_Protocol, self.path)
-        else:
-            ctx = ssl.create_default_context() if self.scheme == "rediss" else None
-            _t, proto = await asyncio.wait_for(
-                loop.create_connection(_Protocol, self.host, self.port, ssl=ctx), timeout=5
-            )
-        self._proto = proto
+        try:
+            if self.scheme == "unix":
+                _t, proto = await asyncio.wait_for(loop.create_unix_connection(_Protocol, self.path), self.timeout)
+            else:
+                ctx = ssl.create_default_context() if self.scheme == "rediss" else None
+                _t, proto = await asyncio.wait_for(
+                    loop.create_connection(_Protocol, self.host, self.port, ssl=ctx), self.timeout
+                )
+        except TimeoutError:
+            raise ConnectionError(f"no connection to Redis within {self.timeout:g} s") from None
         if self.password:
             auth = ("AUTH", self.username, self.password) if self.username else ("AUTH", self.password)
-            await self._send(proto, auth)
+            await self._send(proto, auth, self.timeout)
         if self.db:
-            await self._send(proto, ("SELECT", self.db))
+            await self._send(proto, ("SELECT", self.db), self.timeout)
+        self._proto = proto
         return proto
 
     async def _conn(self) -> _Protocol:
@@ -170,20 +197,26 @@ class RespClient:
             return proto
 
     @staticmethod
-    def _send(proto: _Protocol, args: Sequence[object]) -> asyncio.Future[Any]:
-        """Queue a command; everything queued in one loop iteration goes out in one write."""
+    def _send(proto: _Protocol, args: Sequence[object], timeout: float) -> asyncio.Future[Any]:
+        """Queue a command; everything queued in one loop iteration goes out in one write. A
+        timer (cheaper than a wait_for task) drops the connection when the deadline passes."""
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
+        if proto.closed:
+            fut.set_exception(ConnectionError("Redis connection lost"))
+            return fut
         proto.waiters.append(fut)
         proto.wbuf.append(encode(args))
         if not proto.flush_scheduled:
             proto.flush_scheduled = True
             loop.call_soon(proto.flush)
+        timer = loop.call_later(timeout, _expire, proto, fut, timeout)
+        fut.add_done_callback(lambda _f: timer.cancel())
         return fut
 
     async def call(self, *args: object) -> Any:
         proto = await self._conn()
-        return await self._send(proto, args)
+        return await self._send(proto, args, self.timeout)
 
     async def evalsha(self, script: str, keys: list[str], args: list[object]) -> Any:
         """EVALSHA, loading the script on first use or after a Redis restart (NOSCRIPT)."""
@@ -197,15 +230,23 @@ class RespClient:
             await self.call("SCRIPT", "LOAD", script)
             return await self.call("EVALSHA", sha, len(keys), *keys, *args)
 
-    def evalsha_nowait(self, script: str, keys: list[str], args: list[object]) -> None:
-        """Fire and forget (settles): written at once when connected, errors are logged."""
+    def evalsha_nowait(
+        self,
+        script: str,
+        keys: list[str],
+        args: list[object],
+        on_error: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        """Fire and forget (settles): written at once when connected; a failure goes to
+        `on_error` (the limiter queues the settle for a replay), else to the log."""
+        report = on_error or (lambda exc: logger.error("Redis script failed: %r", exc))
         proto = self._proto
         sha = self._shas.get(script)
         if proto is None or proto.closed or sha is None:
             task = asyncio.get_running_loop().create_task(self.evalsha(script, keys, args))
-            task.add_done_callback(_log_failure)
+            task.add_done_callback(lambda t: _report_failure(t, report))
             return
-        fut = self._send(proto, ("EVALSHA", sha, len(keys), *keys, *args))
+        fut = self._send(proto, ("EVALSHA", sha, len(keys), *keys, *args), self.timeout)
 
         def done(f: asyncio.Future[Any]) -> None:
             exc = f.exception()
@@ -213,9 +254,9 @@ class RespClient:
                 return
             if isinstance(exc, RespError) and str(exc).startswith("NOSCRIPT"):
                 retry = asyncio.get_running_loop().create_task(self.evalsha(script, keys, args))
-                retry.add_done_callback(_log_failure)
+                retry.add_done_callback(lambda t: _report_failure(t, report))
             else:
-                logger.error("Redis script failed: %r", exc)
+                report(exc)
 
         fut.add_done_callback(done)
 
@@ -225,6 +266,11 @@ class RespClient:
         self._proto = None
 
 
-def _log_failure(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        logger.error("Redis script failed: %r", task.exception())
+def _expire(proto: _Protocol, fut: asyncio.Future[Any], timeout: float) -> None:
+    if not fut.done():
+        proto.abort(TimeoutError(f"Redis did not answer within {timeout:g} s"))
+
+
+def _report_failure(task: asyncio.Future[Any], report: Callable[[BaseException], None]) -> None:
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        report(exc)

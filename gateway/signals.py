@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -48,18 +49,46 @@ def bump(*, keys: bool = False, routes: bool = False) -> None:
     def publish() -> None:
         # Again after the commit: a request may have cached the old row in between.
         snapshot.invalidate(keys=keys, routes=routes)
-        try:
-            gen_keys, gen_routes = generation_keys()
-            pipe = _redis().pipeline(transaction=False)
-            if keys:
-                pipe.incr(gen_keys)
-            if routes:
-                pipe.incr(gen_routes)
-            pipe.execute()
-        except Exception:
-            logger.exception("could not publish a cache generation to Redis; replicas catch up by TTL")
+        if not _publish(keys, routes):
+            _retry_in_background(keys, routes)
 
     transaction.on_commit(publish)
+
+
+RETRY_FOR_SECONDS = 60.0
+
+
+def _publish(keys: bool, routes: bool) -> bool:
+    try:
+        gen_keys, gen_routes = generation_keys()
+        pipe = _redis().pipeline(transaction=False)
+        if keys:
+            pipe.incr(gen_keys)
+        if routes:
+            pipe.incr(gen_routes)
+        pipe.execute()
+        return True
+    except Exception as exc:
+        logger.warning("could not publish a cache generation to Redis (%r); retrying", exc)
+        return False
+
+
+def _retry_in_background(keys: bool, routes: bool) -> None:
+    """Keep trying until Redis takes the bump (a revocation must reach every replica); replicas
+    also drop cached keys after GATEWAY_KEY_TTL, so even a bump that never lands ends in seconds."""
+
+    def retry() -> None:
+        deadline = time.monotonic() + RETRY_FOR_SECONDS
+        delay = 0.2
+        while time.monotonic() < deadline:
+            time.sleep(delay)
+            if _publish(keys, routes):
+                logger.info("cache generation published after a retry")
+                return
+            delay = min(delay * 2, 2.0)
+        logger.error("gave up publishing a cache generation after %g s", RETRY_FOR_SECONDS)
+
+    threading.Thread(target=retry, name="gateway-generation-retry", daemon=True).start()
 
 
 def _keys_changed(sender: object, **kwargs: object) -> None:

@@ -18,7 +18,7 @@ from django.conf import settings
 
 from channels.health import passive
 
-from .cache import close_db, db_executor, snapshot
+from .cache import close_db, snapshot
 from .limits import RedisLimiter, make_limiter
 from .usage import UsageWriter
 
@@ -63,7 +63,8 @@ class ProcessState:
     def __init__(self) -> None:
         self.session: aiohttp.ClientSession | None = None
         self.limiter: RedisLimiter | None = None
-        self.usage = UsageWriter(executor=db_executor())
+        # Its own thread and connection: key and model lookups never wait behind a slow write.
+        self.usage = UsageWriter()
         self.started = False
         self._refresher: asyncio.Task[None] | None = None
         self._settler: asyncio.Task[None] | None = None
@@ -76,6 +77,7 @@ class ProcessState:
         snapshot.reset()
         self.upstream()
         self.limiter = make_limiter()
+        self.limiter.start()
         self.usage.start()
         loop = asyncio.get_running_loop()
         self._refresher = loop.create_task(snapshot.refresh_forever())

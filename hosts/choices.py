@@ -21,6 +21,7 @@ class Backend(models.TextChoices):
     """Inference servers a deployment can run; each has a module in `hosts/backends/`."""
 
     VLLM = "vllm", "vLLM"
+    SGLANG = "sglang", "SGLang"
     LLAMACPP = "llamacpp", "llama.cpp (llama-server)"
 
 

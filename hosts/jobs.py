@@ -40,7 +40,8 @@ from portal.choices import AuditAction
 
 from . import backends, signals
 from .choices import DeploymentStatus, JobAction, JobState
-from .deployments.services import check_fit, launch_spec
+from .deployments import multinode
+from .deployments.services import check_fit, check_model_files, fit_refusal, launch_spec, record_allocation
 from .diagnose import explain_failure
 from .models import Deployment, Host, LaunchJob
 from .remote import commands, inventory, ssh
@@ -240,7 +241,7 @@ def _start(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> int:
     spec = launch_spec(deployment)
     argv = impl.argv(spec)
     job.command = backends.preview(argv, spec.env, spec.api_key)
-    pid, said = commands.start_detached(remote, _dir(deployment), argv, spec.env)
+    pid, said = commands.start_detached(remote, _dir(deployment), argv, spec.env, impl.secret(spec))
     if pid is None:
         raise JobFailed(f"Could not start the server: {said[:300]}")
     return pid
@@ -326,17 +327,19 @@ def _launch(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
         )
         _finish_healthy(job, deployment, remote, running)
         return
+    if missing := check_model_files(deployment, remote):
+        raise JobFailed(f"{missing} Nothing was started.")
     estimate = check_fit(deployment, remote)
-    if estimate.get("verdict") == "does_not_fit" and not deployment.fit_override:
-        raise JobFailed(
-            f"Does not fit: needs about {estimate.get('total_gib')} GiB, {estimate.get('available_gib')} GiB available"
-            + (f"; the largest context that fits is {estimate['max_context']}" if estimate.get("max_context") else "")
-            + ". Lower the context or choose more GPUs, or tick \u201claunch even if it does not fit\u201d."
-        )
+    if (refusal := fit_refusal(estimate)) and not deployment.fit_override:
+        raise JobFailed(refusal)
     if commands.port_in_use(remote, deployment.port):
         raise JobFailed(
             f"Port {deployment.port} is already in use on {deployment.host}: choose another port or stop what holds it."
         )
+    try:
+        multinode.start_cluster(deployment, remote)  # a Ray cluster when the deployment spans hosts
+    except multinode.ClusterError as exc:
+        raise JobFailed(exc.message) from None
     pid = _start(job, deployment, remote)
     _set_deployment(deployment, DeploymentStatus.STARTING, f"Started as PID {pid}; waiting for health.", pid=pid)
     _move(
@@ -351,6 +354,7 @@ def _launch(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
     except Exception:  # whatever went wrong, do not leave a server nobody knows about
         if commands.is_alive(remote, pid):
             commands.kill(remote, pid, grace=5)
+        multinode.stop_cluster(deployment, remote)
         Deployment.objects.filter(pk=deployment.pk).update(pid=None)
         raise
 
@@ -358,6 +362,7 @@ def _launch(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
 def _finish_healthy(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, pid: int) -> None:
     ctx = _wait_healthy(job, deployment, remote, pid)
     channel = _register(deployment, ctx)
+    record_allocation(deployment, remote)  # estimate vs what the server reported; never fails the job
     message = (
         f"Serving {deployment.served_model_name} on {deployment.base_url} (context {ctx or 'unknown'}); "
         f"channel {channel.name}."
@@ -374,6 +379,8 @@ def _stop(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
         if commands.is_alive(remote, pid) and not commands.kill(remote, pid):
             raise JobFailed(f"PID {pid} survived TERM and KILL on {deployment.host}; check the host.")
     commands.remove_pidfile(remote, _dir(deployment))
+    if problems := multinode.stop_cluster(deployment, remote):
+        raise JobFailed("Ray could not be stopped on every node: " + "; ".join(problems))
     if deployment.channel_id:
         channel_services.disable_served_channel(
             deployment.channel_id,

@@ -20,7 +20,10 @@ SERVICE_FIXTURES = {
     "cline_results",
     "claude_results",
 }
-SERVICE_CALLS = {"require_postgres", "require_binary", "unavailable", "run_node", "resolved_config"}
+SERVICE_CALLS = {
+    *("require_postgres", "require_binary", "unavailable", "run_node", "resolved_config"),
+    "run_isolated",  # a real client in a network namespace (tests/clientconfigs/test_real_clients.py)
+}
 # Tests that wait on purpose (deadlines, stalls, held slots) or start Python subprocesses: about a
 # second each. Kept here rather than in their modules, as module or test names (parameters included).
 SLOW = {

@@ -10,9 +10,13 @@ class RenderQuerySerializer(serializers.Serializer):
     model = serializers.CharField(required=False, allow_blank=True, max_length=128, help_text="Default model.")
 
 
+REPLACE_HELP = "Replace the active key minted before for this client and machine (it stops 10 minutes later)."
+
+
 class MintSerializer(serializers.Serializer):
     machine = serializers.CharField(required=False, allow_blank=True, max_length=40, help_text="e.g. laptop")
     model = serializers.CharField(required=False, allow_blank=True, max_length=128)
+    replace = serializers.BooleanField(default=True, help_text=REPLACE_HELP)
 
 
 class DownloadTokenSerializer(serializers.Serializer):
@@ -20,6 +24,7 @@ class DownloadTokenSerializer(serializers.Serializer):
     key = serializers.IntegerField(required=False, help_text="Placeholder mode: scope the models to this key.")
     machine = serializers.CharField(required=False, allow_blank=True, max_length=40)
     model = serializers.CharField(required=False, allow_blank=True, max_length=128)
+    replace = serializers.BooleanField(default=True, help_text=REPLACE_HELP)
 
 
 class RedeemSerializer(serializers.Serializer):

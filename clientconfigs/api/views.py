@@ -51,6 +51,7 @@ def rendered_data(inp: RenderInput, rendered: Rendered) -> dict:
         "commands": [{"label": c.label, "text": c.text} for c in rendered.commands],
         "links": [{"label": link.label, "url": link.url} for link in rendered.links],
         "notes": rendered.notes,
+        "warnings": rendered.warnings,
     }
 
 
@@ -112,7 +113,9 @@ class ClientViewSet(viewsets.ViewSet):
         module = self._module(slug)
         body = MintSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        key, plaintext = services.mint_key(request.user, module.SLUG, body.validated_data.get("machine", ""))
+        key, plaintext = services.mint_key(
+            request.user, module.SLUG, body.validated_data.get("machine", ""), replace=body.validated_data["replace"]
+        )
         inp = services.render_input(
             request.user,
             gateway=services.gateway_url(request),
@@ -141,6 +144,7 @@ class ClientViewSet(viewsets.ViewSet):
             key=key,
             key_name=body.validated_data.get("machine", ""),
             default_model=body.validated_data.get("model", ""),
+            replace_key=body.validated_data["replace"],
         )
         gateway = services.gateway_url(request)
         return Response(

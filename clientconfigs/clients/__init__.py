@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import ccswitch, claude_code, cline, codex, continue_, opencode, roo
+from . import aider, ccswitch, claude_code, cline, codex, continue_, crush, kilo, opencode, qwen_code, roo, zed
 from .base import ConfigFile, ModelSpec, Rendered, RenderInput
 
-CLIENTS: dict[str, ModuleType] = {m.SLUG: m for m in (cline, continue_, ccswitch, claude_code, codex, opencode, roo)}
+CLIENTS: dict[str, ModuleType] = {
+    m.SLUG: m
+    for m in (cline, continue_, ccswitch, claude_code, codex, opencode, roo, qwen_code, kilo, aider, crush, zed)
+}
 
 __all__ = ["CLIENTS", "ConfigFile", "ModelSpec", "RenderInput", "Rendered", "get"]
 

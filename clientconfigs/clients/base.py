@@ -28,6 +28,9 @@ class ModelSpec:
     context_window: int | None
     max_output_tokens: int | None
     display_name: str = ""
+    # No live route's channel serves the Responses API natively: the gateway translates to Chat
+    # Completions and drops the tools only OpenAI can run (Codex's web_search, multi-agent tools).
+    translated_responses: bool = False
 
     @property
     def label(self) -> str:
@@ -63,6 +66,20 @@ class RenderInput:
         return max(self.models, key=lambda m: (m.context_window or 0, [-ord(c) for c in m.name]))
 
     @property
+    def ordered(self) -> tuple[ModelSpec, ...]:
+        """The models with the default first: clients that take the first entry then use it."""
+        primary = self.primary
+        if primary is None:
+            return self.models
+        return (primary, *(m for m in self.models if m is not primary))
+
+    @property
+    def smallest_window(self) -> ModelSpec | None:
+        """The listed model with the smallest known window (for clients with one global setting)."""
+        known = [m for m in self.models if m.context_window]
+        return min(known, key=lambda m: m.context_window or 0) if known else None
+
+    @property
     def stamp(self) -> str:
         return f"Team gateway config {self.version}: regenerate it from the portal when this changes."
 
@@ -82,6 +99,12 @@ class ConfigFile:
     windows_path: str = ""  # when it differs from %USERPROFILE% + path
     macos_path: str = ""  # when it differs from `path`
     remove: tuple[str, ...] = ()  # dotted keys a json merge deletes (e.g. a conflicting old key)
+    # Dotted keys whose value ours replaces whole instead of deep-merging into (our own model
+    # catalogues: a model an admin removed must not linger).
+    replace: tuple[str, ...] = ()
+    # "dotted.path:id:base" — a list shared with the user's own entries: ours replace theirs with the
+    # same id or the same base URL (entries we wrote before); the rest stay.
+    lists: tuple[str, ...] = ()
     note: str = ""
     windows_unconfirmed: bool = False  # the research could not confirm the Windows location
 
@@ -114,14 +137,21 @@ class Probe:
     """
 
     file: str  # ConfigFile.path
-    format: str
-    base_url: str  # dotted path to the base URL the client uses
+    format: str  # json | toml | yaml (a models list) | yaml-flat (top-level key: value)
+    base_url: str  # dotted path to the base URL the client uses; empty: the file holds none
     base_shape: str  # "v1": must end in /v1; "root": must not
     key: str = ""  # dotted path to the key (may be an env reference), empty: from the environment
     key_env: str = ""  # dotted path to the *name* of an env var holding the key (Codex env_key)
+    key_var: str = ""  # the env var holding the key, when the file does not name it (Zed)
+    key_file: str = ""  # a dotenv file the client reads that var from (~/.qwen/.env)
     models: str = ""  # dotted path to the model items ("." for the file's root, no `*`: one item)
     model_name: str = ""
     model_context: str = ""  # path inside an item to its context window
+    model_output: str = ""  # path inside an item to its output limit
+    model_base: str = ""  # path inside an item to its base URL (lists that mix ours with the user's)
+    name_prefix: str = ""  # stripped from the model name (Aider's `openai/`); names without it are not ours
+    client: str = ""  # the client's name, for the doctor's messages
+    needs: int = 0  # tokens the client's own prompt plus an answer take: a smaller window cannot work
 
 
 @dataclass(frozen=True)
@@ -131,6 +161,31 @@ class Rendered:
     links: list[Link] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     probes: list[Probe] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # shown prominently on the page and by the installer
+
+
+# What each client sends before the user types a word (system prompt + tool schemas), measured at
+# the gateway for a one-line request (upper of two runs; issue 14 and research/client-formats.md),
+# and the room left for an answer. A window below their sum fails even on "pong".
+ANSWER_ROOM = 2048
+
+
+def window_need(prompt_tokens: int, answer_floor: int = ANSWER_ROOM) -> int:
+    return prompt_tokens + answer_floor if prompt_tokens else 0
+
+
+def window_warnings(label: str, prompt_tokens: int, models: tuple[ModelSpec, ...], answer_floor: int = ANSWER_ROOM):
+    """One sentence per model whose window cannot hold the client's own prompt and an answer."""
+    need = window_need(prompt_tokens, answer_floor)
+    out = []
+    for m in models:
+        if need and m.context_window and m.context_window < need:
+            out.append(
+                f"{m.name}: its context window ({m.context_window:,} tokens) is too small for {label}, which "
+                f"sends about {prompt_tokens:,} tokens of its own prompt and tools before your first word; "
+                f"with room for an answer it needs at least {need:,}. Pick a larger model for {label}."
+            )
+    return out
 
 
 def dump_json(data: Any) -> str:

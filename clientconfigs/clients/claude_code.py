@@ -2,8 +2,10 @@
 
 Claude Code appends /v1/messages itself, so ANTHROPIC_BASE_URL is the root (a /v1 suffix gives
 /v1/v1/messages). Only ANTHROPIC_AUTH_TOKEN is set: with ANTHROPIC_API_KEY as well it sends both
-headers. The context window is global (CLAUDE_CODE_MAX_CONTEXT_TOKENS); without it Claude Code
-assumes 1M tokens for an unknown model.
+headers. The context window and output cap are global (CLAUDE_CODE_MAX_CONTEXT_TOKENS,
+CLAUDE_CODE_MAX_OUTPUT_TOKENS; without them Claude Code assumes 1M tokens for an unknown model), so
+the file lists one model, the default, for every role (main, haiku, sonnet, opus): one window is
+then right for every request it sends. The page says so.
 """
 
 from __future__ import annotations
@@ -11,13 +13,24 @@ from __future__ import annotations
 import json
 import shlex
 
-from .base import VERSION_HEADER, Command, ConfigFile, Probe, Rendered, RenderInput, dump_json
+from .base import (
+    VERSION_HEADER,
+    Command,
+    ConfigFile,
+    Probe,
+    Rendered,
+    RenderInput,
+    dump_json,
+    window_need,
+    window_warnings,
+)
 
 SLUG = "claude-code"
 LABEL = "Claude Code"
 ENV_INDIRECTION = False  # settings `env` values are literal; without a key we leave the token to the shell
 SCHEMA = "https://json.schemastore.org/claude-code-settings.json"
 PATH = "~/.claude/settings.json"
+PROMPT_TOKENS = 12300  # measured: 11.9-12.3k (12 tools) for a one-line request
 
 
 def env_block(inp: RenderInput) -> dict[str, str]:
@@ -43,21 +56,28 @@ def render(inp: RenderInput) -> Rendered:
     # A stale ANTHROPIC_API_KEY would be sent too; the deprecated small-fast model would win over
     # the haiku default. Without a minted key, an old token in settings would override the shell.
     remove = ["env.ANTHROPIC_API_KEY", "env.ANTHROPIC_SMALL_FAST_MODEL"]
+    # Limits from an earlier install for a model that no longer has them must not stay behind.
+    remove += ["env.CLAUDE_CODE_MAX_CONTEXT_TOKENS", "env.CLAUDE_CODE_MAX_OUTPUT_TOKENS"]
     if not inp.api_key:
         remove.append("env.ANTHROPIC_AUTH_TOKEN")
-    notes = [
-        "Claude Code talks Anthropic Messages: the gateway answers it on every channel.",
-        "The model, haiku, sonnet and opus defaults all point at the selected model; change them in "
-        "settings.json if the team has a smaller model for background tasks.",
-    ]
-    commands = [
-        Command(
-            "Try it once without changing settings.json",
-            "claude --settings " + shlex.quote(json.dumps(settings, separators=(",", ":"))),
-            secret=bool(inp.api_key),
+    primary = inp.primary
+    notes = ["Claude Code talks Anthropic Messages: the gateway answers it on every channel."]
+    if primary:
+        window = f" ({primary.context_window:,} tokens)" if primary.context_window else ""
+        notes.append(
+            f"Claude Code has one context-window setting for all models, so the file uses only "
+            f"{primary.name} (main, haiku, sonnet and opus) with its window{window}. To use another model, "
+            "pick it as the default model here and install again: switching with /model would keep this window."
         )
-    ]
+    commands = []
     if not inp.api_key:
+        # Only without a key: a minted key must not end up on a command line (shell history, ps).
+        commands.append(
+            Command(
+                "Try it once without changing settings.json",
+                "claude --settings " + shlex.quote(json.dumps(settings, separators=(",", ":"))),
+            )
+        )
         notes.append("No key is written: export ANTHROPIC_AUTH_TOKEN with your key before starting claude.")
         commands.insert(0, Command("Before starting claude", "export ANTHROPIC_AUTH_TOKEN=<your key>"))
     return Rendered(
@@ -74,6 +94,7 @@ def render(inp: RenderInput) -> Rendered:
         ],
         commands=commands,
         notes=notes,
+        warnings=window_warnings(LABEL, PROMPT_TOKENS, (primary,) if primary else ()),
         probes=[
             Probe(
                 file=PATH,
@@ -84,6 +105,9 @@ def render(inp: RenderInput) -> Rendered:
                 models="env",
                 model_name="ANTHROPIC_MODEL",
                 model_context="CLAUDE_CODE_MAX_CONTEXT_TOKENS",
+                model_output="CLAUDE_CODE_MAX_OUTPUT_TOKENS",
+                client=LABEL,
+                needs=window_need(PROMPT_TOKENS),
             )
         ],
     )

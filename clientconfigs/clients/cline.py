@@ -4,22 +4,26 @@ The SDK bundle (Cline 4.x SDK half, Cline CLI 3.x) reads ~/.cline/data/settings/
 models.json; the legacy bundle (3.66 to 3.89, the other half of 4.1.x) reads globalState.json and
 secrets.json and migrates them, but never overwrites a provider already in providers.json, so both
 are written. Cline reads nothing from VS Code settings.json: no keys are generated there.
+
+Per-model limits: the SDK takes a provider-level `contextWindow`/`maxTokens` in providers.json
+over every model's own (`@cline/core` 0.0.86 passes `settings.contextWindow` as the provider's
+`maxInputTokens`, which wins over the model catalogue), so providers.json carries none and each
+model's window and output cap live in models.json. The legacy bundle has one model per mode: its
+`*OpenAiModelInfo` is the default model's own.
 """
 
 from __future__ import annotations
 
-import shlex
-
 from .base import (
-    ENV_VAR,
     PROVIDER_NAME,
     VERSION_HEADER,
-    Command,
     ConfigFile,
     Probe,
     Rendered,
     RenderInput,
     dump_json,
+    window_need,
+    window_warnings,
 )
 
 SLUG = "cline"
@@ -28,6 +32,7 @@ ENV_INDIRECTION = False
 PROVIDER = "openai-compatible"
 SETTINGS = "~/.cline/data/settings"
 LEGACY = "~/.cline/data"
+PROMPT_TOKENS = 5600  # measured: 2.6-5.6k (25 tools) with the Cline CLI for a one-line request
 
 
 def _model_info(m) -> dict:
@@ -48,10 +53,6 @@ def render(inp: RenderInput) -> Rendered:
     settings: dict = {"provider": PROVIDER, "apiKey": key, "baseUrl": inp.api_base}
     if primary:
         settings["model"] = primary.name
-        if primary.max_output_tokens:
-            settings["maxTokens"] = primary.max_output_tokens
-        if primary.context_window:
-            settings["contextWindow"] = primary.context_window
     settings["headers"] = headers
     settings["capabilities"] = ["tools", "streaming"]
     providers = {
@@ -61,7 +62,7 @@ def render(inp: RenderInput) -> Rendered:
         "providers": {PROVIDER: {"settings": settings, "updatedAt": inp.generated_at, "tokenSource": "manual"}},
     }
     catalog: dict = {}
-    for m in inp.models:
+    for m in inp.ordered:
         entry: dict = {"id": m.name, "name": m.label}
         if m.context_window:
             entry["contextWindow"] = m.context_window
@@ -86,11 +87,6 @@ def render(inp: RenderInput) -> Rendered:
             state[f"{mode}OpenAiModelId"] = primary.name
             state[f"{mode}OpenAiModelInfo"] = _model_info(primary)
 
-    key_arg = shlex.quote(inp.api_key) if inp.api_key else f'"${ENV_VAR}"'
-    auth = (
-        f"cline auth -p {PROVIDER} -k {key_arg} -m {shlex.quote(primary.name if primary else '')} "
-        f"-b {shlex.quote(inp.api_base)}"
-    )
     notes = [
         "Quit VS Code (or the Cline CLI) before installing: Cline keeps these files in memory and "
         "rewrites them whole on every change.",
@@ -100,7 +96,8 @@ def render(inp: RenderInput) -> Rendered:
     if not inp.api_key:
         notes.append(
             f"Cline cannot read the key from an environment variable: replace {inp.key_or_placeholder} "
-            f"in providers.json and secrets.json, or run the cline auth line with {ENV_VAR} exported."
+            "in providers.json and secrets.json (a key given to `cline auth -k` would sit in your shell "
+            "history and in the process list)."
         )
     return Rendered(
         files=[
@@ -111,14 +108,23 @@ def render(inp: RenderInput) -> Rendered:
                 "json",
                 secret=True,
                 windows_unconfirmed=True,
+                # A provider-wide window from an earlier install would override every model's own.
+                remove=(f"providers.{PROVIDER}.settings.contextWindow", f"providers.{PROVIDER}.settings.maxTokens"),
             ),
-            ConfigFile("models.json", f"{SETTINGS}/models.json", dump_json(models), "json"),
+            ConfigFile(
+                "models.json",
+                f"{SETTINGS}/models.json",
+                dump_json(models),
+                "json",
+                replace=(f"providers.{PROVIDER}.models",),
+            ),
             ConfigFile(
                 "globalState.json",
                 f"{LEGACY}/globalState.json",
                 dump_json(state),
                 "json",
                 note="Legacy bundle (Cline 3.66 to 3.89 and half of 4.1.x).",
+                replace=("planModeOpenAiModelInfo", "actModeOpenAiModelInfo"),
             ),
             ConfigFile(
                 "secrets.json",
@@ -129,8 +135,8 @@ def render(inp: RenderInput) -> Rendered:
                 note="Legacy bundle: the key for globalState.json.",
             ),
         ],
-        commands=[Command("Cline CLI (writes providers.json)", auth, secret=bool(inp.api_key))],
         notes=notes,
+        warnings=window_warnings(LABEL, PROMPT_TOKENS, inp.models),
         probes=[
             Probe(
                 file=f"{SETTINGS}/providers.json",
@@ -147,6 +153,9 @@ def render(inp: RenderInput) -> Rendered:
                 models=f"providers.{PROVIDER}.models.*",
                 model_name="id",
                 model_context="contextWindow",
+                model_output="maxTokens",
+                client=LABEL,
+                needs=window_need(PROMPT_TOKENS),
             ),
             Probe(
                 file=f"{LEGACY}/globalState.json",

@@ -4,19 +4,40 @@ Never the built-in `openai` id (Codex refuses to redefine it, and pointing it at
 Codex try Responses over WebSocket first). `wire_api = "responses"` is the only wire Codex speaks
 now; base_url carries /v1 because Codex appends /responses. The key comes from an environment
 variable (`env_key`), so auth.json, which may hold the developer's ChatGPT login, is left alone.
+
+Codex runs one model at a time (`model`), so its one `model_context_window` is that model's.
+`[analytics] enabled = false` is Codex's documented metrics opt-out. The installer replaces our
+`# Team gateway` comment lines on every install instead of keeping the old ones.
 """
 
 from __future__ import annotations
 
 import tomli_w
 
-from .base import ENV_VAR, PROVIDER_ID, PROVIDER_NAME, VERSION_HEADER, Command, ConfigFile, Probe, Rendered, RenderInput
+from .base import (
+    ENV_VAR,
+    PROVIDER_ID,
+    PROVIDER_NAME,
+    VERSION_HEADER,
+    Command,
+    ConfigFile,
+    Probe,
+    Rendered,
+    RenderInput,
+    window_need,
+    window_warnings,
+)
 
 SLUG = "codex"
 LABEL = "Codex CLI"
 ENV_INDIRECTION = True
 PATH = "~/.codex/config.toml"
 ENV_FILE = "~/.config/team-gateway/env"
+PROMPT_TOKENS = 13300  # measured: 9.4-13.3k (Responses, 9 tools) for a one-line request
+TOOLS_NOTE = (
+    "Team gateway note: {model} is served through Chat Completions, so the gateway drops Codex's "
+    "web_search and multi-agent tools for it (the model never sees them)."
+)
 
 
 def config(inp: RenderInput) -> dict:
@@ -36,11 +57,16 @@ def config(inp: RenderInput) -> dict:
             "http_headers": {VERSION_HEADER: inp.version},
         }
     }
+    data["analytics"] = {"enabled": False}
     return data
 
 
 def render(inp: RenderInput) -> Rendered:
-    text = f"# {inp.stamp}\n" + tomli_w.dumps(config(inp))
+    primary = inp.primary
+    head = f"# {inp.stamp}\n"
+    if primary and primary.translated_responses:
+        head += f"# {TOOLS_NOTE.format(model=primary.name)}\n"
+    text = head + tomli_w.dumps(config(inp))
     files = [
         ConfigFile(
             "config.toml",
@@ -71,13 +97,19 @@ def render(inp: RenderInput) -> Rendered:
     else:
         commands.append(Command("Before starting codex", f"export {ENV_VAR}=<your key>"))
     commands.append(Command("Check the config", "codex debug models > /dev/null && echo config ok"))
+    notes = [
+        "Codex needs the gateway's Responses API (POST /v1/responses); the gateway serves it on every channel.",
+        "Codex does not read a per-model output limit; only model_context_window is written.",
+        "Codex runs one model at a time: the file is written for the default model and its window. To switch, "
+        "pick another default here and install again.",
+    ]
+    if primary and primary.translated_responses:
+        notes.append(TOOLS_NOTE.format(model=primary.name).removeprefix("Team gateway note: "))
     return Rendered(
         files=files,
         commands=commands,
-        notes=[
-            "Codex needs the gateway's Responses API (POST /v1/responses); the gateway serves it on every channel.",
-            "Codex does not read a per-model output limit; only model_context_window is written.",
-        ],
+        notes=notes,
+        warnings=window_warnings(LABEL, PROMPT_TOKENS, (primary,) if primary else ()),
         probes=[
             Probe(
                 file=PATH,
@@ -88,6 +120,8 @@ def render(inp: RenderInput) -> Rendered:
                 models=".",
                 model_name="model",
                 model_context="model_context_window",
+                client=LABEL,
+                needs=window_need(PROMPT_TOKENS),
             )
         ],
     )

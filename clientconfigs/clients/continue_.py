@@ -1,5 +1,10 @@
 """Continue: config.yaml (schema v1) with every allowed model, an optional .env for the key, and
-the legacy config.json for old installs (shown, never installed: config.yaml wins when present)."""
+the legacy config.json for old installs (shown, never installed: config.yaml wins when present).
+
+Continue has no "selected model" setting in the file: `cn -p` and a fresh editor use the first
+chat model of the list, so the default model is written first (and the installer puts our block
+at the top of the user's list). Per-model window and output: `defaultCompletionOptions`.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ from .base import (
     RenderInput,
     dump_json,
     dump_yaml,
+    window_need,
+    window_warnings,
 )
 
 SLUG = "continue"
@@ -20,13 +27,14 @@ LABEL = "Continue"
 ENV_INDIRECTION = True
 SECRET_REF = "${{ secrets.%s }}" % ENV_VAR  # noqa: UP031 - the braces are Continue's syntax
 ROLES = ["chat", "edit", "apply", "summarize"]
+PROMPT_TOKENS = 1400  # measured: 0.9-1.4k for a one-line request with `cn -p`
 
 
 def render(inp: RenderInput) -> Rendered:
     headers = {VERSION_HEADER: inp.version}
     models = []
     legacy = []
-    for m in inp.models:
+    for m in inp.ordered:
         entry: dict = {
             "name": f"{m.label} (team gateway)",
             "provider": "openai",
@@ -100,9 +108,17 @@ def render(inp: RenderInput) -> Rendered:
             "exists. Not installed by the installer.",
         )
     )
+    if len(inp.models) > 1 and inp.primary:
+        notes.append(
+            f"{inp.primary.label} is first in the list, so Continue uses it by default (`cn -p` takes the "
+            "first chat model); pick another in the editor's model list. `cn --model` does not choose among "
+            "them (Continue CLI 1.5.47 ignores it for a local config.yaml): for the CLI, choose the default "
+            "here and install again."
+        )
     return Rendered(
         files=files,
         notes=notes,
+        warnings=window_warnings(LABEL, PROMPT_TOKENS, inp.models),
         probes=[
             Probe(
                 file="~/.continue/config.yaml",
@@ -113,6 +129,10 @@ def render(inp: RenderInput) -> Rendered:
                 models="models.*",
                 model_name="model",
                 model_context="defaultCompletionOptions.contextLength",
+                model_output="defaultCompletionOptions.maxTokens",
+                model_base="apiBase",
+                client=LABEL,
+                needs=window_need(PROMPT_TOKENS),
             )
         ],
     )

@@ -17,12 +17,15 @@ from .base import (
     Rendered,
     RenderInput,
     dump_json,
+    window_need,
+    window_warnings,
 )
 
 SLUG = "opencode"
 LABEL = "OpenCode"
 ENV_INDIRECTION = True
 PATH = "~/.config/opencode/opencode.json"
+PROMPT_TOKENS = 7700  # measured: 6.1-7.7k for a one-line request
 
 
 def provider_entry(inp: RenderInput, api_key: str) -> dict:
@@ -61,9 +64,11 @@ def render(inp: RenderInput) -> Rendered:
                 secret=bool(inp.api_key),
                 windows_unconfirmed=True,
                 note="If you keep an opencode.jsonc instead, copy the provider block into it by hand.",
+                replace=(f"provider.{PROVIDER_ID}.models",),
             )
         ],
         commands=commands,
+        warnings=window_warnings(LABEL, PROMPT_TOKENS, inp.models),
         probes=[
             Probe(
                 file=PATH,
@@ -74,6 +79,9 @@ def render(inp: RenderInput) -> Rendered:
                 models=f"provider.{PROVIDER_ID}.models.*",
                 model_name="$key",
                 model_context="limit.context",
+                model_output="limit.output",
+                client=LABEL,
+                needs=window_need(PROMPT_TOKENS),
             )
         ],
     )

@@ -51,7 +51,12 @@ def render(inp: RenderInput) -> Rendered:
     return Rendered(
         files=[
             ConfigFile(
-                "roo-settings.json", PATH, dump_json({"providerProfiles": profiles}), "json", secret=bool(inp.api_key)
+                "roo-settings.json",
+                PATH,
+                dump_json({"providerProfiles": profiles}),
+                "json",
+                secret=bool(inp.api_key),
+                replace=("providerProfiles.apiConfigs",),  # the whole file is ours: no stale profiles
             ),
             ConfigFile(
                 "VS Code settings.json",
@@ -75,6 +80,8 @@ def render(inp: RenderInput) -> Rendered:
                 models="providerProfiles.apiConfigs.*",
                 model_name="openAiModelId",
                 model_context="openAiCustomModelInfo.contextWindow",
+                model_output="openAiCustomModelInfo.maxTokens",
+                client=LABEL,
             )
         ],
     )

@@ -35,13 +35,44 @@ function Merge-Deep($into, $new) {
   }
 }
 
+function Get-At($node, [string]$dotted) {
+  foreach ($p in $dotted.Split(".")) {
+    if ($node -is [System.Collections.IDictionary] -and $node.Contains($p)) { $node = $node[$p] } else { return $null }
+  }
+  return $node
+}
+
+function Set-At($node, [string]$dotted, $value) {
+  $parts = $dotted.Split(".")
+  for ($i = 0; $i -lt $parts.Length - 1; $i++) {
+    if (-not ($node[$parts[$i]] -is [System.Collections.IDictionary])) { $node[$parts[$i]] = [ordered]@{} }
+    $node = $node[$parts[$i]]
+  }
+  $node[$parts[-1]] = $value
+}
+
 function Merge-Json($old, $file) {
+  # Same rules as install.py's merge_json: deep merge; `replace` keys take our value whole; `lists`
+  # ("path:id:base") keep the user's entries that have neither our id nor our base URL.
   $new = ConvertTo-Table ($file.content | ConvertFrom-Json)
+  $theirs = [ordered]@{}
   if ($null -eq $old -or $old.Trim() -eq "") { $data = $new }
   else {
     $data = ConvertTo-Table ($old | ConvertFrom-Json)
     if (-not ($data -is [System.Collections.IDictionary])) { throw "the existing file is not a JSON object" }
+    $theirs = ConvertTo-Table ($old | ConvertFrom-Json)
     Merge-Deep $data $new
+  }
+  foreach ($dotted in $file.replace) {
+    $value = Get-At $new $dotted
+    if ($null -ne $value) { Set-At $data $dotted $value }
+  }
+  foreach ($spec in $file.lists) {
+    $dotted, $idKey, $baseKey = $spec.Split(":")
+    $ours = @(Get-At $new $dotted)
+    $ids = @($ours | ForEach-Object { $_[$idKey] }); $bases = @($ours | ForEach-Object { $_[$baseKey] } | Where-Object { $_ })
+    $kept = @(@(Get-At $theirs $dotted) | Where-Object { $_ -is [System.Collections.IDictionary] -and -not (($ids -contains $_[$idKey]) -or ($bases -contains $_[$baseKey])) })
+    Set-At $data $dotted (@($ours) + $kept)
   }
   foreach ($dotted in $file.remove) {
     $parts = $dotted.Split("."); $node = $data; $keep = $new
@@ -75,6 +106,7 @@ function Merge-Toml($old, $file) {
   $ours.top | Where-Object { $_.Trim() -ne "" } | ForEach-Object { [void]$out.Add($_) }
   [void]$out.Add("")
   foreach ($l in $theirs.top) {
+    if ($l.StartsWith("# Team gateway")) { continue }  # our stamp and notes: replaced, never piled up
     $m = $l -match '^\s*([A-Za-z0-9_\-"''.]+)\s*='
     if (-not ($m -and ($keys -contains $Matches[1].Trim('"', "'")))) { [void]$out.Add($l) }
   }
@@ -96,31 +128,65 @@ function Merge-Dotenv($old, $file) {
 }
 
 function Merge-YamlModels($old, $file) {
-  if ($null -eq $old -or $old.Trim() -eq "") { return $file.content }
-  $lines = New-Object System.Collections.ArrayList; $skip = $false
-  foreach ($l in ($old -split "`r?`n")) {
-    if ($l.Trim() -eq $Begin) { $skip = $true; continue }
-    if ($skip -and $l.Trim() -eq $End) { $skip = $false; continue }
-    if (-not $skip) { [void]$lines.Add($l) }
-  }
+  # As install.py: our block is always between the markers (a fresh install too, so the next one
+  # finds it), first in the list; unmarked entries with our name suffix and base URL are dropped.
   $ourLines = $file.content -split "`r?`n"; $start = [array]::IndexOf($ourLines, "models:") + 1
   $items = New-Object System.Collections.ArrayList
   for ($i = $start; $i -lt $ourLines.Length; $i++) {
     $l = $ourLines[$i]; if ($l -and -not ($l.StartsWith(" ") -or $l.StartsWith("-") -or $l.StartsWith("#"))) { break }; [void]$items.Add($l)
   }
+  $stamp = @($ourLines | Where-Object { $_.StartsWith("# Team gateway config") }) | Select-Object -First 1
+  $base = (@($items | Where-Object { $_ -match '^\s+apiBase:\s*(.+)$' } | ForEach-Object { $Matches[1].Trim() }) | Select-Object -First 1)
+  if ($null -eq $old -or $old.Trim() -eq "") {
+    $head = @($ourLines[0..($start - 1)] | Where-Object { -not $_.StartsWith("# Team gateway config") })
+    $tail = @(if ($start + $items.Count -lt $ourLines.Length) { $ourLines[($start + $items.Count)..($ourLines.Length - 1)] })
+    return ((@($head) + @($Begin, $stamp) + @($items) + @($End) + $tail) -join "`n").TrimEnd("`n") + "`n"
+  }
+  $lines = New-Object System.Collections.ArrayList; $skip = $false
+  foreach ($l in ($old -split "`r?`n")) {
+    if ($l.Trim() -eq $Begin) { $skip = $true; continue }
+    if ($skip) { if ($l.Trim() -eq $End) { $skip = $false }; continue }
+    if ($l.StartsWith("# Team gateway config")) { continue }
+    [void]$lines.Add($l)
+  }
+  # Unmarked entries we wrote before: "- name: ... (team gateway)" items whose apiBase is ours.
+  $kept = New-Object System.Collections.ArrayList; $item = $null; $itemIndent = -1
+  $flush = { if ($null -ne $item) { $ours = ($item[0] -match '\(team gateway\)\s*$') -and (@($item | Where-Object { $_ -match '^\s+apiBase:\s*(.+)$' -and $Matches[1].Trim() -eq $base }).Count -gt 0); if (-not $ours) { $item | ForEach-Object { [void]$kept.Add($_) } } } }
+  foreach ($l in $lines) {
+    if ($l -match '^(\s*)-\s+name:') { & $flush; $item = New-Object System.Collections.ArrayList; $itemIndent = $Matches[1].Length; [void]$item.Add($l); continue }
+    if ($null -ne $item -and ($l.Trim() -eq "" -or ($l.Length - $l.TrimStart().Length) -gt $itemIndent)) { [void]$item.Add($l); continue }
+    & $flush; $item = $null; [void]$kept.Add($l)
+  }
+  & $flush
+  $lines = $kept
   $idx = -1; for ($i = 0; $i -lt $lines.Count; $i++) { if ($lines[$i] -match '^models:\s*(#.*)?$') { $idx = $i; break } }
   if ($idx -lt 0) {
     if (@($lines | Where-Object { $_ -match '^models:' }).Count) { throw "the top-level models list is written inline; add the models by hand" }
-    return ((@($lines) + @("models:", $Begin) + @($items) + @($End)) -join "`n").TrimEnd("`n") + "`n"
+    return ((@($lines) + @("models:", $Begin, $stamp) + @($items) + @($End)) -join "`n").TrimEnd("`n") + "`n"
   }
-  $indent = 2
+  $indent = 0
   for ($i = $idx + 1; $i -lt $lines.Count; $i++) {
     $l = $lines[$i]; if ($l.Trim() -and -not $l.TrimStart().StartsWith("#")) { if ($l -match '^(\s*)-') { $indent = $Matches[1].Length }; break }
   }
   $pad = " " * $indent
-  $block = @("$pad$Begin") + @($items | ForEach-Object { if ($_) { "$pad$_" } else { $_ } }) + @("$pad$End")
+  $block = @("$pad$Begin", "$pad$stamp") + @($items | ForEach-Object { if ($_) { "$pad$_" } else { $_ } }) + @("$pad$End")
   $new = @($lines[0..$idx]) + $block + @(if ($idx + 1 -lt $lines.Count) { $lines[($idx + 1)..($lines.Count - 1)] })
   return ($new -join "`n").TrimEnd("`n") + "`n"
+}
+
+function Merge-YamlKeys($old, $file) {
+  if ($null -eq $old -or $old.Trim() -eq "") { return $file.content }
+  $keys = @($file.content -split "`r?`n" | Where-Object { $_ -match '^([A-Za-z0-9_-]+):' } | ForEach-Object { $Matches[1] })
+  $kept = New-Object System.Collections.ArrayList; $skip = $false
+  foreach ($l in ($old -split "`r?`n")) {
+    if ($l -match '^([A-Za-z0-9_-]+):') { $skip = $keys -contains $Matches[1] }
+    elseif ($l.StartsWith("# Team gateway")) { continue }
+    elseif ($l -and -not ($l.StartsWith(" ") -or $l.StartsWith("-"))) { $skip = $false }
+    if (-not $skip) { [void]$kept.Add($l) }
+  }
+  $body = ($kept -join "`n").Trim("`n")
+  if ($body) { return $file.content + "`n" + $body + "`n" }
+  return $file.content
 }
 
 function Protect-File([string]$path) {
@@ -145,6 +211,8 @@ function Install-Bundle([string]$tok) {
         "toml" { $text = Merge-Toml $old $f }
         "dotenv" { $text = Merge-Dotenv $old $f }
         "yaml-models" { $text = Merge-YamlModels $old $f }
+        "yaml-keys" { $text = Merge-YamlKeys $old $f }
+        default { throw "no Windows merge for '$($f.merge)'" }
       }
     } catch { $failures++; Write-Host "! $path left unchanged ($($_.Exception.Message)). Copy $($f.name) from the portal page by hand."; continue }
     New-Item -ItemType Directory -Force -Path (Split-Path $path) | Out-Null
@@ -159,8 +227,10 @@ function Install-Bundle([string]$tok) {
     Write-Host "+ $path"
   }
   if ($bundle.key) { Write-Host "+ key $($bundle.key.name) ($($bundle.key.masked)) minted for this machine; revoke it on the portal if lost" }
+  if ($bundle.key -and $bundle.key.replaced) { Write-Host ". it replaces the key minted before for this client ($($bundle.key.replaced.masked)), which stops at $($bundle.key.replaced.stops)" }
   foreach ($c in $bundle.commands) { Write-Host "-> $($c.label): $($c.text)" }
   foreach ($n in $bundle.notes) { Write-Host ". $n" }
+  foreach ($w in $bundle.warnings) { Write-Host "! $w" }
   Write-Host ". config version $($bundle.version)"
   if ($failures) { exit 1 }
 }

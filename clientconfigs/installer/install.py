@@ -18,6 +18,7 @@ import urllib.request
 
 BEGIN = "# >>> team-gateway models (managed by the portal installer; edits here are replaced)"
 END = "# <<< team-gateway models"
+OURS_COMMENT = "# Team gateway"  # our version stamp and notes: replaced on every install, never piled up
 
 
 def say(symbol, text):
@@ -32,18 +33,49 @@ def expand(file):
 # --- merges: each takes the existing text (or None) and our text, returns the new text ----------
 
 
-def merge_json(existing, ours, remove=()):
+def merge_json(existing, ours, remove=(), replace=(), lists=()):
+    """Deep-merge our object into theirs. `replace`: dotted keys whose value ours replaces whole (our
+    model catalogues, so a removed model does not linger). `lists`: "path:id:base" lists shared with
+    the user's entries; ours replace theirs with the same id or base URL, the rest stay after ours."""
     new = json.loads(ours)
     if existing is None or not existing.strip():
         data = new
+        old = {}
     else:
         data = json.loads(existing)  # raises on JSONC: the caller leaves such a file alone
         if not isinstance(data, dict):
             raise ValueError("the existing file is not a JSON object")
+        old = json.loads(existing)
         deep_merge(data, new)
+    for dotted in replace:
+        value = one(new, dotted)
+        if value is not None:
+            put(data, dotted.split("."), value)
+    for spec in lists:
+        dotted, id_key, base_key = spec.split(":")
+        ours_list = one(new, dotted)
+        theirs = one(old, dotted)
+        if not isinstance(ours_list, list):
+            continue
+        ids = {i.get(id_key) for i in ours_list if isinstance(i, dict)}
+        bases = {i.get(base_key) for i in ours_list if isinstance(i, dict) and i.get(base_key)}
+        kept = [
+            i
+            for i in (theirs if isinstance(theirs, list) else [])
+            if not (isinstance(i, dict) and (i.get(id_key) in ids or i.get(base_key) in bases))
+        ]
+        put(data, dotted.split("."), ours_list + kept)
     for dotted in remove:
         drop(data, dotted.split("."), keep=new)
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def put(data, parts, value):
+    for p in parts[:-1]:
+        if not isinstance(data.get(p), dict):
+            data[p] = {}
+        data = data[p]
+    data[parts[-1]] = value
 
 
 def deep_merge(into, new):
@@ -94,7 +126,11 @@ def merge_toml(existing, ours):
     def ours_or_below(name):
         return any(name == n or name.startswith(n + ".") for n in our_names)
 
-    kept_top = [ln for ln in their_top if not ((m := _ASSIGN.match(ln)) and m.group(1).strip("\"'") in our_keys)]
+    kept_top = [
+        ln
+        for ln in their_top
+        if not ((m := _ASSIGN.match(ln)) and m.group(1).strip("\"'") in our_keys) and not ln.startswith(OURS_COMMENT)
+    ]
     out = [ln for ln in our_top if ln.strip()] + [""] + kept_top
     for name, lines in their_tables:
         if not ours_or_below(name):
@@ -129,62 +165,147 @@ def merge_dotenv(existing, ours):
     return (body + "\n" if body else "") + ours
 
 
-def _our_items(ours):
-    """The model items of our config.yaml, at indent 0."""
-    lines = ours.splitlines()
-    start = next(i for i, ln in enumerate(lines) if ln.rstrip() == "models:") + 1
-    items = []
-    for ln in lines[start:]:
-        if ln and not ln.startswith((" ", "-", "#")):
+STAMP = "# Team gateway config"
+OUR_SUFFIX = "(team gateway)"
+
+
+def _unquote(value):
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value.split(" #", 1)[0].strip()
+
+
+def _models_line(lines):
+    return next((i for i, ln in enumerate(lines) if re.match(r"^models:\s*(#.*)?$", ln)), None)
+
+
+def yaml_items(lines):
+    """The items of the top-level `models:` block list: [(start, end, indent, fields)], where `fields`
+    holds the item's own scalar keys (name, model, apiBase...) and `line` its 1-based first line.
+    Enough YAML for the lists Continue users write (block style, any indent); no PyYAML needed."""
+    idx = _models_line(lines)
+    if idx is None:
+        return []
+    items, indent, i = [], None, idx + 1
+    while i < len(lines):
+        ln = lines[i]
+        body = ln.strip()
+        if not body or body.startswith("#"):
+            i += 1
+            continue
+        col = len(ln) - len(ln.lstrip(" "))
+        if indent is None:
+            if not body.startswith("-"):
+                break
+            indent = col
+        if col < indent or (col == indent and not body.startswith("-")):
             break
-        items.append(ln)
-    return items
+        if col == indent:
+            items.append([i, i + 1, indent, {"line": i + 1}])
+        item = items[-1]
+        item[1] = i + 1
+        m = re.match(r"^(?:-\s+)?([A-Za-z_][A-Za-z0-9_]*):\s*(.*)$", body)
+        own = col == indent or col == indent + 2
+        if m and m.group(2) and own and m.group(1) not in item[3]:
+            item[3][m.group(1)] = _unquote(m.group(2))
+        elif m and m.group(1) in ("contextLength", "maxTokens") and m.group(2):
+            item[3].setdefault(m.group(1), _unquote(m.group(2)))
+            item[3].setdefault(m.group(1) + "_line", i + 1)
+        i += 1
+    # Trailing comments and blank lines after an item belong to what follows, not to the item.
+    return [(a, b, ind, f) for a, b, ind, f in items]
+
+
+def _same_base(a, b):
+    return isinstance(a, str) and isinstance(b, str) and a.rstrip("/") == b.rstrip("/")
+
+
+def _our_items(ours):
+    """Our config.yaml's model items (at indent 0), their names and base URL."""
+    lines = ours.splitlines()
+    idx = _models_line(lines)
+    found = yaml_items(lines)
+    end = found[-1][1] if found else idx + 1
+    names = {f.get("name") for _, _, _, f in found}
+    base = next((f.get("apiBase") for _, _, _, f in found if f.get("apiBase")), None)
+    return lines[idx + 1 : end], names, base
 
 
 def merge_yaml_models(existing, ours):
-    """Put our models between marker comments in the top-level `models:` list; nothing else changes."""
+    """Our models first in the top-level `models:` list (Continue uses the first one), between
+    marker comments; nothing else changes. Entries we wrote before are dropped first: the marked
+    block, and also unmarked ones (a file written before the markers existed, or copied from the
+    page) when both their name and their base URL are ours. The user's own entries stay."""
+    items, names, base = _our_items(ours)
+    stamp = next((ln for ln in ours.splitlines() if ln.startswith(STAMP)), None)
     if existing is None or not existing.strip():
-        return ours
-    lines = [ln for ln in existing.splitlines()]
-    # Drop our previous block.
-    if any(ln.strip() == BEGIN for ln in lines):
-        out, skipping = [], False
-        for ln in lines:
-            if ln.strip() == BEGIN:
-                skipping = True
-                continue
-            if skipping and ln.strip() == END:
+        lines = [ln for ln in ours.splitlines() if not ln.startswith(STAMP)]
+        idx = _models_line(lines)
+        head = lines[: idx + 1]
+        tail = lines[idx + 1 + len(items) :]
+        block = [BEGIN] + ([stamp] if stamp else []) + items + [END]
+        return "\n".join(head + block + tail).rstrip("\n") + "\n"
+    lines = existing.splitlines()
+    out, skipping = [], False
+    for ln in lines:
+        if ln.strip() == BEGIN:
+            skipping = True
+            continue
+        if skipping:
+            if ln.strip() == END:
                 skipping = False
-                continue
-            if not skipping:
-                out.append(ln)
-        lines = out
-    items = _our_items(ours)
-    idx = next((i for i, ln in enumerate(lines) if re.match(r"^models:\s*(#.*)?$", ln)), None)
+            continue
+        if ln.startswith(STAMP):  # a version line from a file written before the markers
+            continue
+        out.append(ln)
+    lines = out
+    drop = set()
+    for start, end, _, fields in yaml_items(lines):
+        name = fields.get("name", "")
+        if _same_base(fields.get("apiBase"), base) and (name in names or name.endswith(OUR_SUFFIX)):
+            drop.update(range(start, end))
+    lines = [ln for i, ln in enumerate(lines) if i not in drop]
+    idx = _models_line(lines)
     if idx is None:
         if any(re.match(r"^models:", ln) for ln in lines):
             raise ValueError("the top-level models list is written inline; add the models by hand")
-        block = ["models:", BEGIN, *items, END]
+        block = ["models:", BEGIN, *([stamp] if stamp else []), *items, END]
         return "\n".join([*lines, *block]).rstrip("\n") + "\n"
-    # Indent of the existing list items (default two spaces).
-    indent = 2
-    for ln in lines[idx + 1 :]:
-        if ln.strip() and not ln.lstrip().startswith("#"):
-            m = re.match(r"^(\s*)-", ln)
-            if m:
-                indent = len(m.group(1))
-            break
-    pad = " " * indent
-    block = [pad + BEGIN] + [(pad + ln) if ln else ln for ln in items] + [pad + END]
+    # Indent of the existing list items (default: none, as PyYAML and Continue write it).
+    rest = yaml_items(lines)
+    pad = " " * (rest[0][2] if rest else 0)
+    block = [pad + BEGIN] + ([pad + stamp] if stamp else []) + [(pad + ln) if ln else ln for ln in items] + [pad + END]
     new = lines[: idx + 1] + block + lines[idx + 1 :]
     return "\n".join(new).rstrip("\n") + "\n"
 
 
+def merge_yaml_keys(existing, ours):
+    """Flat YAML (Aider's .aider.conf.yml): our top-level keys replace theirs, the rest stays."""
+    if existing is None or not existing.strip():
+        return ours
+    keys = {m.group(1) for m in (re.match(r"^([A-Za-z0-9_-]+):", ln) for ln in ours.splitlines()) if m}
+    kept, skipping = [], False
+    for ln in existing.splitlines():
+        m = re.match(r"^([A-Za-z0-9_-]+):", ln)
+        if m:
+            skipping = m.group(1) in keys
+        elif ln.startswith(OURS_COMMENT):
+            continue
+        elif ln and not ln.startswith((" ", "-", "\t")):
+            skipping = False
+        if not skipping:
+            kept.append(ln)
+    body = "\n".join(kept).strip("\n")
+    return ours + ("\n" + body + "\n" if body else "")
+
+
 MERGES = {
-    "json": lambda old, f: merge_json(old, f["content"], f.get("remove", ())),
+    "json": lambda old, f: merge_json(old, f["content"], f.get("remove", ()), f.get("replace", ()), f.get("lists", ())),
     "toml": lambda old, f: merge_toml(old, f["content"]),
     "dotenv": lambda old, f: merge_dotenv(old, f["content"]),
     "yaml-models": lambda old, f: merge_yaml_models(old, f["content"]),
+    "yaml-keys": lambda old, f: merge_yaml_keys(old, f["content"]),
 }
 
 
@@ -233,10 +354,18 @@ def install(bundle, stamp=None):
     key = bundle.get("key")
     if key:
         say("✓", f"key {key['name']} ({key['masked']}) minted for this machine; revoke it on the portal if lost")
+        if key.get("replaced"):
+            old = key["replaced"]
+            say(
+                "·",
+                f"it replaces the key minted before for this client ({old['masked']}), which stops at {old['stops']}",
+            )
     for c in bundle.get("commands", []):
         say("→", f"{c['label']}: {c['text']}")
     for n in bundle.get("notes", []):
         say("·", n)
+    for w in bundle.get("warnings", []):
+        say("!", w)
     say("·", f"config version {bundle['version']}")
     return 1 if failures else 0
 
@@ -278,6 +407,8 @@ def walk(data, path):
                     nxt += [(str(i), v) for i, v in enumerate(node)]
             elif isinstance(node, dict) and part in node:
                 nxt.append((part, node[part]))
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                nxt.append((part, node[int(part)]))
         current = nxt
     yield from current
 
@@ -286,27 +417,19 @@ def one(data, path):
     return next((v for _, v in walk(data, path)), None) if path else None
 
 
-def parse_yaml_block(text):
-    """Our marker block (or whole generated file) as a list of model dicts, without PyYAML."""
-    lines = text.splitlines()
-    if any(ln.strip() == BEGIN for ln in lines):
-        start = next(i for i, ln in enumerate(lines) if ln.strip() == BEGIN)
-        end = next((i for i, ln in enumerate(lines) if ln.strip() == END), len(lines))
-        lines = lines[start + 1 : end]
-    models, current = [], None
-    for ln in lines:
-        m = re.match(r"^\s*-\s+name:\s*(.*)$", ln)
-        if m:
-            current = {"name": m.group(1).strip(), "defaultCompletionOptions": {}}
-            models.append(current)
-            continue
-        m = re.match(r"^\s+(model|apiBase|apiKey|contextLength):\s*(.*)$", ln)
-        if m and current is not None:
-            value = m.group(2).strip().strip("'\"")
-            if m.group(1) == "contextLength":
-                current["defaultCompletionOptions"]["contextLength"] = int(value)
-            else:
-                current[m.group(1)] = value
+def parse_yaml_models(text):
+    """Every item of the top-level models list (ours and the user's) as a dict, with its line."""
+    models = []
+    for _, _, _, fields in yaml_items(text.splitlines()):
+        item = dict(fields)
+        for k in ("contextLength", "maxTokens"):
+            if k in item:
+                try:
+                    item[k] = int(item[k])
+                except ValueError:
+                    pass
+        item["defaultCompletionOptions"] = {k: item[k] for k in ("contextLength", "maxTokens") if k in item}
+        models.append(item)
     return {"models": models}
 
 
@@ -341,19 +464,40 @@ def parse_toml_simple(text):
 
 
 def load(path, fmt):
+    """(parsed data, text) of an installed file."""
     with open(path, encoding="utf-8") as fh:
         text = fh.read()
     if fmt == "json":
-        return json.loads(text)
+        try:
+            return json.loads(text), text
+        except ValueError:
+            # JSONC (Zed, VS Code): whole-line comments and trailing commas; read-only, never written.
+            bare = re.sub(r"(?m)^\s*//.*$", "", text)
+            return json.loads(re.sub(r",(\s*[}\]])", r"\1", bare)), text
     if fmt == "toml":
         try:
             import tomllib  # Python 3.11+
         except ImportError:
-            return parse_toml_simple(text)
-        return tomllib.loads(text)
+            return parse_toml_simple(text), text
+        return tomllib.loads(text), text
     if fmt == "yaml":
-        return parse_yaml_block(text)
+        return parse_yaml_models(text), text
+    if fmt == "yaml-flat":
+        data = {}
+        for ln in text.splitlines():
+            m = re.match(r"^([A-Za-z0-9_-]+):\s*(.*)$", ln)
+            if m and m.group(2):
+                data[m.group(1)] = _unquote(m.group(2))
+        return data, text
     raise ValueError(fmt)
+
+
+def line_of(text, needle, after=0):
+    """1-based number of the first line at or after line `after` that contains `needle`."""
+    for i, ln in enumerate(text.splitlines()[after:], start=after):
+        if needle in ln:
+            return i + 1
+    return after or None
 
 
 def dotenv_value(path, name):
@@ -368,9 +512,10 @@ def dotenv_value(path, name):
     return None
 
 
-def env_key(name):
+def env_key(name, extra=""):
     return (
         os.environ.get(name)
+        or (dotenv_value(extra, name) if extra else None)
         or dotenv_value("~/.config/team-gateway/env", name)
         or dotenv_value("~/.continue/.env", name)
     )
@@ -407,9 +552,56 @@ def context_of(item):
     return None
 
 
+def as_int(value):
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def entries_of(p, data, text, host):
+    """The model entries a probe finds in one file, each with the line to fix."""
+    found = []
+    for name_key, item in walk(data, p["models"]):
+        if not isinstance(item, dict):
+            continue
+        if p.get("model_base"):
+            base = one(item, p["model_base"])
+            if not isinstance(base, str) or re.sub(r"^https?://", "", base).split("/")[0].lower() != host:
+                continue  # the user's own model on another server
+        name = name_key if p["model_name"] == "$key" else one(item, p["model_name"])
+        if not isinstance(name, str) or not name:
+            continue
+        prefix = p.get("name_prefix", "")
+        if prefix:
+            if not name.startswith(prefix):
+                continue
+            name = name[len(prefix) :]
+        needle = prefix + name if prefix else json.dumps(name)
+        line = item.get("line") if p["format"] == "yaml" else line_of(text, needle)
+        start = (line or 1) - 1
+        ctx_key = (p.get("model_context") or "").split(".")[-1]
+        out_key = (p.get("model_output") or "").split(".")[-1]
+        ctx_line = item.get("contextLength_line") or (line_of(text, ctx_key, start) if ctx_key else line)
+        out_line = item.get("maxTokens_line") or (line_of(text, out_key, start) if out_key else line)
+        found.append(
+            {
+                "name": name,
+                "ctx": as_int(one(item, p["model_context"])) if p.get("model_context") else None,
+                "out": as_int(one(item, p["model_output"])) if p.get("model_output") else None,
+                "line": line,
+                "ctx_line": ctx_line,
+                "out_line": out_line,
+            }
+        )
+    return found
+
+
 def check(gateway, probes, key_override=None):
+    """Read the installed files, then compare every model they list with the gateway's /v1/models:
+    presence, duplicates, context window and output limit. Each problem names the file and line."""
     gateway = gateway.rstrip("/")
-    problems, key, configured = 0, key_override, {}
+    problems, key, entries = 0, key_override, []
     host = re.sub(r"^https?://", "", gateway).split("/")[0].lower()
     for p in probes:
         path = os.path.expanduser(p["file"])
@@ -418,14 +610,14 @@ def check(gateway, probes, key_override=None):
             problems += 1
             continue
         try:
-            data = load(path, p["format"])
+            data, text = load(path, p["format"])
         except Exception as exc:
             say("✗", f"{p['file']}: cannot be read ({exc.__class__.__name__}: {exc})")
             problems += 1
             continue
-        bases = [v for _, v in walk(data, p["base_url"]) if isinstance(v, str)]
+        bases = [v for _, v in walk(data, p["base_url"]) if isinstance(v, str)] if p["base_url"] else []
         ours = [b for b in bases if re.sub(r"^https?://", "", b).split("/")[0].lower() == host]
-        if not ours:
+        if p["base_url"] and not ours:
             say("✗", f"{p['file']}: no base URL points at {gateway} (found: {', '.join(bases) or 'none'})")
             problems += 1
         for b in ours:
@@ -435,26 +627,20 @@ def check(gateway, probes, key_override=None):
             if right:
                 say("✓", f"{p['file']}: base URL {b} has the right shape")
             else:
-                say("✗", f"{p['file']}: base URL {b} should be {want}")
+                say("✗", f"{p['file']} line {line_of(text, b)}: base URL {b} should be {want}")
                 problems += 1
             break
         if key is None and p.get("key"):
             key = next((k for k in map(resolve_key, (v for _, v in walk(data, p["key"]))) if k), None)
         if key is None and p.get("key_env"):
             name = one(data, p["key_env"])
-            key = env_key(name) if isinstance(name, str) else None
+            key = env_key(name, p.get("key_file", "")) if isinstance(name, str) else None
+        if key is None and p.get("key_var"):
+            key = env_key(p["key_var"], p.get("key_file", ""))
         if p.get("models"):
-            for name_key, item in walk(data, p["models"]):
-                if not isinstance(item, dict):
-                    continue
-                name = name_key if p["model_name"] == "$key" else one(item, p["model_name"])
-                if not isinstance(name, str) or not name:
-                    continue
-                ctx = one(item, p["model_context"]) if p.get("model_context") else None
-                try:
-                    configured[name] = int(ctx) if ctx is not None else None
-                except (TypeError, ValueError):
-                    configured[name] = None
+            for e in entries_of(p, data, text, host):
+                e["file"], e["probe"] = p["file"], p
+                entries.append(e)
     if key is None:
         key = env_key("TEAM_GATEWAY_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")
     if not key:
@@ -472,20 +658,58 @@ def check(gateway, probes, key_override=None):
         return 1
     say("✓", "key valid")
     served = {item.get("id"): item for item in body.get("data", []) if isinstance(item, dict)}
-    for name, ctx in sorted(configured.items()):
+    seen = {}
+    for e in entries:
+        seen.setdefault((e["file"], e["name"]), []).append(e["line"])
+    for (file, name), lines in sorted(seen.items()):
+        if len(lines) > 1:
+            where = ", ".join(str(n) for n in lines)
+            say("✗", f"{file} lines {where}: model {name} is listed {len(lines)} times; keep one (download again)")
+            problems += 1
+    for e in entries:
+        name, file, p = e["name"], e["file"], e["probe"]
+        where = f"{file} line {e['line']}"
         if name not in served:
-            say("✗", f"model {name}: not available to this key (available: {', '.join(sorted(served)) or 'none'})")
+            say(
+                "✗",
+                f"{where}: model {name} is not available to this key (available: "
+                f"{', '.join(sorted(served)) or 'none'}); download again",
+            )
             problems += 1
             continue
-        real = context_of(served[name])
-        if ctx is None or real is None:
-            say("✓", f"model {name}: reachable")
-        elif ctx == real:
-            say("✓", f"model {name}: reachable, context window {ctx} agrees with the server")
-        else:
-            say("✗", f"model {name}: context window {ctx} in the file, {real} on the server: download again")
+        real, real_out = context_of(served[name]), as_int(served[name].get("max_output_tokens"))
+        bad = False
+        if p.get("model_context") and real is not None and e["ctx"] != real:
+            have = "no context window" if e["ctx"] is None else f"context window {e['ctx']}"
+            say(
+                "✗",
+                f"{file} line {e['ctx_line']}: model {name} has {have} in the file, {real} on the server: "
+                "download again",
+            )
+            bad = True
+        if e["out"] is not None and ((real_out and e["out"] > real_out) or (real and e["out"] >= real)):
+            limit = f"{real_out}" if real_out and e["out"] > real_out else f"below the window {real}"
+            say(
+                "✗",
+                f"{file} line {e['out_line']}: model {name} output limit {e['out']} in the file, the server "
+                f"allows {limit}: download again",
+            )
+            bad = True
+        if bad:
             problems += 1
-    if not configured:
+        elif real is not None and p.get("model_context"):
+            say("✓", f"model {name}: reachable, context window {real} agrees with the server")
+        else:
+            say("✓", f"model {name}: reachable")
+        need = p.get("needs")
+        if need and real is not None and real < need:
+            say(
+                "!",
+                f"model {name}: its window ({real} tokens) cannot hold {p.get('client') or 'this client'}'s own "
+                f"prompt and an answer (about {need} tokens): it will fail even on a one-line request; use a "
+                "model with a larger window",
+            )
+    if not entries:
         say("·", f"models on the server for this key: {', '.join(sorted(served)) or 'none'}")
     say("✓" if not problems else "✗", "all checks passed" if not problems else f"{problems} problem(s)")
     return 1 if problems else 0

@@ -24,6 +24,7 @@ class GPUSerializer(serializers.ModelSerializer):
             "memory_free_mib",
             "utilization_pct",
             "temperature_c",
+            "stale",
             "updated",
         ]
         read_only_fields = fields
@@ -69,6 +70,7 @@ class HostSerializer(serializers.ModelSerializer):
             "last_checked",
             "driver_version",
             "cuda_version",
+            "fit_calibration",
             "gpus",
             "created",
             "updated",
@@ -81,6 +83,7 @@ class HostSerializer(serializers.ModelSerializer):
             "last_checked",
             "driver_version",
             "cuda_version",
+            "fit_calibration",
             "created",
             "updated",
         ]

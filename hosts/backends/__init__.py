@@ -11,11 +11,12 @@ how to ask the running server for its context window.
 
 from __future__ import annotations
 
-from .base import Backend, LaunchSpec, Option, mask, preview
+from .base import Backend, LaunchSpec, Option, Secret, mask, preview
 from .llamacpp import LlamaCpp
+from .sglang import SGLang
 from .vllm import VLLM
 
-REGISTRY: dict[str, Backend] = {b.kind: b for b in (VLLM(), LlamaCpp())}
+REGISTRY: dict[str, Backend] = {b.kind: b for b in (VLLM(), SGLang(), LlamaCpp())}
 
 
 def get(kind: str) -> Backend:
@@ -25,4 +26,4 @@ def get(kind: str) -> Backend:
         raise KeyError(f"unknown backend {kind!r}; known: {', '.join(REGISTRY)}") from None
 
 
-__all__ = ["REGISTRY", "Backend", "LaunchSpec", "Option", "get", "mask", "preview"]
+__all__ = ["REGISTRY", "Backend", "LaunchSpec", "Option", "Secret", "get", "mask", "preview"]

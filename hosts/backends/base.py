@@ -1,4 +1,10 @@
-"""What every backend shares: typed options, token validation, command preview with the key masked."""
+"""What every backend shares: typed options, token validation, command preview, the API key's file.
+
+The server's API key never goes on a command line (any user of the host could read it with `ps`):
+the launch writes it to a 0600 file in the deployment's folder and the server reads it from
+there, directly (llama-server `--api-key-file`, SGLang `--config`) or through an environment
+variable the launcher sets from the file (vLLM's `VLLM_API_KEY`). See `Secret`.
+"""
 
 from __future__ import annotations
 
@@ -76,10 +82,13 @@ class LaunchSpec:
     extra_args: list[str] = field(default_factory=list)
     api_key: str = ""
     bind_host: str = "0.0.0.0"  # the gateway reaches the server from another machine
+    extra_env: dict[str, str] = field(default_factory=dict)  # multi-node: Ray address, NCCL interface
+    distributed_backend: str = ""  # "ray" when the deployment spans several hosts
 
     @property
     def env(self) -> dict[str, str]:
-        return {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in self.gpu_indices)} if self.gpu_indices else {}
+        devices = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in self.gpu_indices)} if self.gpu_indices else {}
+        return {**devices, **self.extra_env}
 
 
 def validate_extra_args(tokens: Any, reserved: set[str]) -> list[str]:
@@ -117,6 +126,17 @@ def preview(argv: list[str], env: dict[str, str], secret: str) -> str:
     return shlex.join(prefix + mask(argv, secret)).replace(shlex.quote(MASK), MASK)
 
 
+@dataclass(frozen=True)
+class Secret:
+    """The API key as the server reads it: `text` goes to `file` (mode 0600, in the deployment's
+    folder, the server's working directory); when `env` is set the launcher exports the file's
+    first line as that variable."""
+
+    file: str
+    text: str
+    env: str = ""
+
+
 class Backend:
     """Base class: subclasses set the class attributes and implement `argv` and `context_window`."""
 
@@ -127,6 +147,20 @@ class Backend:
     options: tuple[Option, ...] = ()
     reserved_flags: set[str] = set()
     health_path = "/health"
+    key_file = "api_key"
+    key_env = ""  # the server reads its key from this variable, set from `key_file` by the launcher
+
+    def key_file_text(self, key: str) -> str:
+        return key + "\n"
+
+    def key_args(self) -> list[str]:
+        """Arguments that point the server at `key_file` (none when it reads `key_env`)."""
+        return []
+
+    def secret(self, spec: LaunchSpec) -> Secret | None:
+        if not spec.api_key:
+            return None
+        return Secret(file=self.key_file, text=self.key_file_text(spec.api_key), env=self.key_env)
 
     def option(self, name: str) -> Option:
         return next(o for o in self.options if o.name == name)
@@ -186,8 +220,12 @@ class Backend:
         raise NotImplementedError
 
     def fit_params(self, options: dict[str, Any]) -> dict[str, Any]:
-        """Inputs for the VRAM estimate taken from the options."""
+        """Inputs for the memory estimate taken from the options."""
         raise NotImplementedError
+
+    def parse_allocation(self, log: str) -> dict[str, Any]:
+        """What the server says it allocated, from its start-up log (`hosts.calibration`)."""
+        return {}
 
 
 _PATH = re.compile(r"^/[A-Za-z0-9_.+@=-][A-Za-z0-9_./+@=-]{0,498}$")

@@ -1,4 +1,7 @@
-"""llama.cpp: `llama-server -m MODEL.gguf -ngl … -c … [--jinja] [-fa on] [-np …] --host … --port … --api-key …`."""
+"""llama.cpp: `llama-server -m MODEL.gguf -ngl … -c … [--jinja] [-fa on] [-np …] --host … --port … --api-key-file …`.
+
+The key file is read by llama-server itself (one key per line); the key is never in argv.
+"""
 
 from __future__ import annotations
 
@@ -69,8 +72,11 @@ class LlamaCpp(Backend):
         args += list(spec.extra_args)
         args += ["--host", spec.bind_host, "--port", str(spec.port)]
         if spec.api_key:
-            args += ["--api-key", spec.api_key]
+            args += self.key_args()
         return args
+
+    def key_args(self) -> list[str]:
+        return ["--api-key-file", self.key_file]
 
     def context_window(self, client: httpx.Client, root_url: str, api_key: str, served_name: str) -> int | None:
         """The per-slot context from /props (what one request can use), else /v1/models meta."""
@@ -94,5 +100,10 @@ class LlamaCpp(Backend):
             "parallel": 1,  # -c is the total over all slots already
             "n_gpu_layers": options.get("n_gpu_layers", 999),
             "kv_dtype": {"q8_0": "q8_0", "q4_0": "q4_0"}.get(options.get("cache_type") or "f16", "fp16"),
-            "flash_attention": options.get("flash_attn", "auto") != "off",
+            "flash_attention": options.get("flash_attn") or "auto",
         }
+
+    def parse_allocation(self, log: str) -> dict[str, Any]:
+        from ..calibration import parse_llamacpp_log
+
+        return parse_llamacpp_log(log)

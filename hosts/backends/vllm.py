@@ -1,4 +1,7 @@
-"""vLLM: `vllm serve MODEL --served-model-name … --tensor-parallel-size … --max-model-len … …`."""
+"""vLLM: `vllm serve MODEL --served-model-name … --tensor-parallel-size … [--pipeline-parallel-size …] …`.
+
+The API key reaches vLLM as `VLLM_API_KEY`, exported by the launcher from the key file.
+"""
 
 from __future__ import annotations
 
@@ -27,7 +30,17 @@ class VLLM(Backend):
             None,
             1,
             64,
-            help="Must equal the number of GPUs chosen (filled in when blank).",
+            help="GPUs / pipeline parallel size (filled in when blank); must divide the attention heads.",
+        ),
+        Option(
+            "pipeline_parallel_size",
+            int,
+            "--pipeline-parallel-size",
+            "Pipeline parallel size",
+            1,
+            1,
+            64,
+            help="Stages the layers are split into; tensor x pipeline parallel = GPUs.",
         ),
         Option("max_model_len", int, "--max-model-len", "Context length", 8192, 256, 10_000_000),
         Option("gpu_memory_utilization", float, "--gpu-memory-utilization", "GPU memory utilisation", 0.9, 0.1, 0.99),
@@ -63,7 +76,18 @@ class VLLM(Backend):
         Option("max_num_batched_tokens", int, "--max-num-batched-tokens", "Max batched tokens", None, 1, 10_000_000),
         Option("max_num_seqs", int, "--max-num-seqs", "Max sequences", None, 1, 4096),
     )
-    reserved_flags = {"--host", "--port", "--api-key", "--served-model-name", "--model"} | {o.flag for o in options}
+    reserved_flags = {
+        "--host",
+        "--port",
+        "--api-key",
+        "--served-model-name",
+        "--model",
+        "--config",
+        "-tp",
+        "-pp",
+        "--distributed-executor-backend",
+    } | {o.flag for o in options}
+    key_env = "VLLM_API_KEY"
 
     def validate_model_path(self, path: str) -> str:
         if isinstance(path, str) and HF_ID.fullmatch(path) and ".." not in path:
@@ -78,20 +102,17 @@ class VLLM(Backend):
     def check(self, options: dict[str, Any], gpu_count: int) -> dict[str, Any]:
         if gpu_count < 1:
             raise ValidationError({"gpu_indices": ["vLLM needs at least one GPU."]})
-        tp = options.get("tensor_parallel_size")
-        if tp is None:
-            options["tensor_parallel_size"] = gpu_count
-        elif tp != gpu_count:
-            raise ValidationError(
-                {"tensor_parallel_size": [f"Tensor parallel size must equal the number of GPUs chosen ({gpu_count})."]}
-            )
-        return options
+        return check_parallel(options, gpu_count)
 
     def argv(self, spec: LaunchSpec) -> list[str]:
         o = spec.options
         args = [self.binary, "serve", spec.model_path, "--served-model-name", spec.served_model_name]
         for name in ("tensor_parallel_size", "max_model_len", "gpu_memory_utilization", "dtype"):
             args += [self.option(name).flag, str(o[name])]
+        if (o.get("pipeline_parallel_size") or 1) > 1:
+            args += ["--pipeline-parallel-size", str(o["pipeline_parallel_size"])]
+        if spec.distributed_backend:
+            args += ["--distributed-executor-backend", spec.distributed_backend]
         for name in ("quantization",):
             if o.get(name):
                 args += [self.option(name).flag, o[name]]
@@ -105,8 +126,6 @@ class VLLM(Backend):
                 args += [self.option(name).flag, str(o[name])]
         args += list(spec.extra_args)
         args += ["--host", spec.bind_host, "--port", str(spec.port)]
-        if spec.api_key:
-            args += ["--api-key", spec.api_key]
         return args
 
     def context_window(self, client: httpx.Client, root_url: str, api_key: str, served_name: str) -> int | None:
@@ -135,5 +154,34 @@ class VLLM(Backend):
             "weights_dtype": weights,
             "kv_dtype": "fp8" if str(options.get("kv_cache_dtype", "auto")).startswith("fp8") else "fp16",
             "gpu_memory_utilization": options.get("gpu_memory_utilization") or 0.9,
-            "flash_attention": True,
+            "tensor_parallel": options.get("tensor_parallel_size") or 0,
+            "pipeline_parallel": options.get("pipeline_parallel_size") or 1,
+            "max_num_batched_tokens": options.get("max_num_batched_tokens"),
         }
+
+    def parse_allocation(self, log: str) -> dict[str, Any]:
+        from ..calibration import parse_vllm_log
+
+        return parse_vllm_log(log)
+
+
+def check_parallel(
+    options: dict[str, Any],
+    gpu_count: int,
+    tp_name: str = "tensor_parallel_size",
+    pp_name: str = "pipeline_parallel_size",
+) -> dict[str, Any]:
+    """Tensor x pipeline parallel must use exactly the GPUs chosen (TP filled in when blank)."""
+    pp = options.get(pp_name) or 1
+    tp = options.get(tp_name)
+    if tp is None:
+        if gpu_count % pp:
+            raise ValidationError(
+                {pp_name: [f"Pipeline parallel size {pp} does not divide the {gpu_count} GPUs chosen."]}
+            )
+        options[tp_name] = gpu_count // pp
+    elif tp * pp != gpu_count:
+        raise ValidationError(
+            {tp_name: [f"Tensor parallel {tp} x pipeline parallel {pp} = {tp * pp}, but {gpu_count} GPUs are chosen."]}
+        )
+    return options

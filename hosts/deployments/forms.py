@@ -83,7 +83,14 @@ class DeploymentForm(forms.Form):
                 f"{(g.memory_total_mib or 0) / 1024:.1f} GiB free)",
             )
             for g in host.gpus.all()
+            if not g.stale
         ]
+        stale = [str(g.index) for g in host.gpus.all() if g.stale]
+        if stale:
+            gpu_field.help_text = (
+                f"GPU {', '.join(stale)} not offered: the last inventory failed, so their figures are old. "
+                "Refresh the host's inventory."
+            )
         for kind, impl in backends.REGISTRY.items():
             for opt in impl.options:
                 self.fields[f"{kind}__{opt.name}"] = _option_field(opt)
@@ -145,5 +152,6 @@ class DeploymentForm(forms.Form):
         """An unsaved deployment for the command preview and fit check."""
         d = Deployment(host=self.host, name=self.cleaned_data["name"], upstream_api_key="preview-key")
         for key, value in self.cleaned_spec.items():
-            setattr(d, key, value)
+            if key != "worker_hosts":  # a relation: an unsaved deployment cannot hold it
+                setattr(d, key, value)
         return d

@@ -5,8 +5,8 @@ Called by the deployment form, the API serializer and launch jobs alike.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
+import logging
 import secrets
 from typing import Any
 
@@ -14,11 +14,13 @@ from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from .. import backends, fit
+from .. import backends, calibration, fit
 from ..models import GPU, Deployment, Host
 from ..remote import commands, ssh
 from ..remote.ssh import Remote
+from . import multinode
 
+logger = logging.getLogger(__name__)
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
@@ -37,8 +39,14 @@ def clean_deployment(
     options: dict | None,
     extra_args: Any,
     instance: Deployment | None = None,
+    worker_hosts: list[Host] | None = None,
+    network_interface: str = "",
+    ray_port: Any = 6379,
 ) -> dict[str, Any]:
-    """Validate a deployment spec; returns cleaned values or raises a ValidationError by field."""
+    """Validate a deployment spec; returns cleaned values or raises a ValidationError by field.
+
+    With `worker_hosts` (vLLM only) the same GPU indices are used on every node, TP within a node
+    and PP across nodes (pipeline parallel size = nodes unless given)."""
     errors: dict[str, list[str]] = {}
     try:
         impl = backends.get(backend)
@@ -52,12 +60,29 @@ def clean_deployment(
     elif len(set(gpu_indices)) != len(gpu_indices):
         errors["gpu_indices"] = ["Each GPU once."]
     else:
-        known = set(GPU.objects.filter(host=host).values_list("index", flat=True))
-        missing = sorted(set(gpu_indices) - known)
-        if missing:
-            errors["gpu_indices"] = [
-                f"GPU {', '.join(map(str, missing))} not on {host} (known: {sorted(known) or 'none yet; refresh'})."
+        for node in [host, *(worker_hosts or [])]:
+            if problem := _gpu_problem(node, gpu_indices):
+                errors.setdefault("gpu_indices", []).append(problem)
+    workers = list(worker_hosts or [])
+    nodes = 1 + len(workers)
+    if workers:
+        if backend != "vllm":
+            errors["worker_hosts"] = ["Only vLLM deployments span several hosts (over a Ray cluster)."]
+        elif host in workers or len(set(workers)) != len(workers):
+            errors["worker_hosts"] = ["Each worker host once, and not the head host itself."]
+        if not network_interface:
+            errors["network_interface"] = [
+                "Name the interface the nodes reach each other on (e.g. eth0, ib0): NCCL and Gloo use it."
             ]
+        options = dict(options or {})
+        if options.get("pipeline_parallel_size") in (None, ""):
+            options["pipeline_parallel_size"] = nodes  # PP across nodes, TP within one
+    try:
+        ray_port = int(ray_port)
+        if not 1024 <= ray_port <= 65535:
+            raise ValueError
+    except (TypeError, ValueError):
+        errors["ray_port"] = ["A port between 1024 and 65535."]
     try:
         port = int(port)
         if not 1024 <= port <= 65535:
@@ -76,12 +101,14 @@ def clean_deployment(
             served_model_name=served_model_name,
             options=options,
             extra_args=extra_args,
-            gpu_count=len(gpu_indices),
+            gpu_count=len(gpu_indices) * nodes,
         )
     except ValidationError as exc:
         for key, messages in exc.message_dict.items():
             errors.setdefault(key, []).extend(messages)
         options, extra = {}, []
+    else:
+        errors.update(_parallel_errors(backend, model_path, options, len(gpu_indices) * nodes))
     if errors:
         raise ValidationError(errors)
     return {
@@ -92,7 +119,38 @@ def clean_deployment(
         "port": port,
         "options": options,
         "extra_args": extra,
+        "worker_hosts": workers,
+        "network_interface": network_interface if workers else "",
+        "ray_port": ray_port,
     }
+
+
+def _gpu_problem(host: Host, gpu_indices: list[int]) -> str:
+    rows = dict(GPU.objects.filter(host=host).values_list("index", "stale"))
+    known = {i for i, stale in rows.items() if not stale}
+    stale = sorted(set(gpu_indices) & (set(rows) - known))
+    missing = sorted(set(gpu_indices) - set(rows))
+    if stale:
+        return (
+            f"GPU {', '.join(map(str, stale))} of {host} is stale: the last inventory failed "
+            f"({host.status_message or host.get_status_display()}). Refresh the inventory."
+        )
+    if missing:
+        return f"GPU {', '.join(map(str, missing))} not on {host} (known: {sorted(known) or 'none yet; refresh'})."
+    return ""
+
+
+def _parallel_errors(backend: str, model_path: str, options: dict[str, Any], gpus: int) -> dict[str, list[str]]:
+    """TP against the attention heads when the model is known by name (the launch checks again with
+    the model's own config.json, read on the host)."""
+    names = {"vllm": ("tensor_parallel_size", "pipeline_parallel_size"), "sglang": ("tp_size", "pp_size")}
+    arch = fit.preset_for(model_path) if backend in names else None
+    if arch is None or not gpus:
+        return {}
+    tp_name, pp_name = names[backend]
+    tp, pp = options.get(tp_name) or gpus, options.get(pp_name) or 1
+    problems = [p for p in fit.parallel_problems(arch, gpus, tp, pp) if "heads" in p]
+    return {f"options.{tp_name}": problems} if problems else {}
 
 
 def save_deployment(
@@ -104,16 +162,22 @@ def save_deployment(
     deployment.name = name
     deployment.host = host
     deployment.fit_override = fit_override
+    workers = cleaned.pop("worker_hosts")
     for key, value in cleaned.items():
         setattr(deployment, key, value)
     deployment.full_clean(exclude=["upstream_api_key"])
     deployment.save()
+    deployment.worker_hosts.set(workers)
     return deployment
 
 
 def launch_spec(deployment: Deployment) -> backends.LaunchSpec:
-    """The backend's input. A host registered by a loopback address only needs a loopback server."""
+    """The backend's input. A host registered by a loopback address only needs a loopback server;
+    a multi-node deployment runs on the Ray cluster its launch job started."""
+    cluster = multinode.head_env(deployment)
     return backends.LaunchSpec(
+        extra_env=cluster,
+        distributed_backend="ray" if cluster else "",
         bind_host="127.0.0.1" if deployment.host.address in LOOPBACK else "0.0.0.0",
         model_path=deployment.model_path,
         served_model_name=deployment.served_model_name,
@@ -132,74 +196,179 @@ def command_preview(deployment: Deployment) -> str:
     return backends.preview(impl.argv(spec), spec.env, spec.api_key)
 
 
-def fit_request(deployment: Deployment, arch: fit.Architecture) -> fit.FitRequest:
+def fit_request(deployment: Deployment, arch: fit.Architecture, *, ram_mib: int | None = None) -> fit.FitRequest:
+    """The estimate's input: the deployment's options, its GPUs as last seen, the host's other GPUs
+    (for advice), its RAM when known, and the host's calibration for this backend."""
     impl = backends.get(deployment.backend)
     params = impl.fit_params(deployment.options)
-    gpus = [
-        fit.GPUMemory(index=g.index, total_mib=g.memory_total_mib or 0, free_mib=g.memory_free_mib or 0)
-        for g in GPU.objects.filter(host=deployment.host, index__in=deployment.gpu_indices)
-    ]
+    rows = list(GPU.objects.filter(host=deployment.host, stale=False))
+    memory = {g.index: fit.GPUMemory(g.index, g.memory_total_mib or 0, g.memory_free_mib or 0) for g in rows}
+    gpus = [memory[i] for i in deployment.gpu_indices if i in memory]
+    spare = [m for i, m in memory.items() if i not in deployment.gpu_indices]
+    for worker in multinode.workers(deployment):  # the same indices on every node, after the head's
+        there = {g.index: g for g in GPU.objects.filter(host=worker, stale=False)}
+        gpus += [
+            fit.GPUMemory(there[i].index, there[i].memory_total_mib or 0, there[i].memory_free_mib or 0)
+            for i in deployment.gpu_indices
+            if i in there
+        ]
     if deployment.backend == "llamacpp" and not arch.quant:
         arch.quant = fit.quant_from_name(deployment.model_path)
-    return fit.FitRequest(arch=arch, backend=deployment.backend, gpus=gpus, **params)
+    return fit.FitRequest(
+        arch=arch,
+        backend=deployment.backend,
+        gpus=gpus,
+        spare_gpus=spare,
+        ram_mib=ram_mib,
+        **params,
+        **calibration.correction_for(deployment.host, deployment.backend),
+    )
 
 
 def check_fit(
     deployment: Deployment, remote: Remote | None = None, *, arch: fit.Architecture | None = None
 ) -> dict[str, Any]:
-    """Estimate and store it on the deployment. Without `remote` or `arch` only presets are used."""
+    """Estimate and store it on the deployment. Without `remote` or `arch` only presets are used (and
+    the host's RAM is unknown); `arch` is the model as already read from the host (the live preview)."""
     if arch is None and remote is not None:
         arch = commands.read_architecture(remote, deployment.backend, deployment.model_path)
     arch = arch or fit.preset_for(deployment.model_path)
+    ram = commands.memory_available_mib(remote) if remote and deployment.backend == "llamacpp" else None
     if arch is None:
         result = {
             "verdict": "unknown",
             "notes": ["Unknown model: no config.json/GGUF readable on the host and no preset matches its name."],
         }
     else:
-        request = fit_request(deployment, arch)
-        estimate = fit.estimate(request)
-        result = estimate.as_dict()
-        result["advice"] = fit_advice(deployment, request, estimate)
+        result = fit.estimate(fit_request(deployment, arch, ram_mib=ram)).as_dict()
     result["checked"] = timezone.now().isoformat()
-    Deployment.objects.filter(pk=deployment.pk).update(last_fit=result)
+    if deployment.pk:
+        Deployment.objects.filter(pk=deployment.pk).update(last_fit=result)
     deployment.last_fit = result
     return result
 
 
-# What to change in the form for the estimate to fit: (option, flag) of the context and the KV type.
-_CONTEXT_OPTION = {"vllm": ("max_model_len", "--max-model-len"), "llamacpp": ("ctx_size", "-c")}
-_SMALLER_KV = {"vllm": ("fp8", "use --kv-cache-dtype fp8"), "llamacpp": ("q8_0", "use KV cache type q8_0")}
-
-
-def fit_advice(deployment: Deployment, request: fit.FitRequest, estimate: fit.Estimate) -> list[str]:
-    """The changes that make a deployment that does not fit (or is tight) fit, each tried with the
-    same estimate: a smaller context, a smaller KV cache type, more GPUs. Plain text."""
-    if estimate.verdict == "fits":
-        return []
-    advice: list[str] = []
-    option, flag = _CONTEXT_OPTION.get(deployment.backend, ("", ""))
-    if option and estimate.max_context and estimate.max_context < request.context:
-        advice.append(f"Lower the context ({flag}) to {estimate.max_context:,} tokens.")
-    kv = _SMALLER_KV.get(deployment.backend)
-    if kv and request.kv_dtype not in ("fp8", "q8_0", "q4_0"):
-        smaller = fit.estimate(dataclasses.replace(request, kv_dtype=kv[0]))
-        if smaller.fits:
-            tight = " (tightly)" if smaller.verdict == "tight" else ""
-            advice.append(f"Or {kv[1]}: the KV cache halves and {request.context:,} tokens fit{tight}.")
-    chosen = set(deployment.gpu_indices)
-    spare = sorted(
-        (g for g in GPU.objects.filter(host=deployment.host) if g.index not in chosen),
-        key=lambda g: -(g.memory_free_mib or 0),
+def fit_refusal(estimate: dict[str, Any]) -> str:
+    """Why a launch is refused on the estimate, with what would make it fit ("" when it is not)."""
+    if estimate.get("verdict") != "does_not_fit":
+        return ""
+    if estimate.get("problems"):
+        return "Refused before launch: " + " ".join(estimate["problems"])
+    short = f" ({estimate['short']} is short)" if estimate.get("short") else ""
+    message = (
+        f"Does not fit{short}: needs about {estimate.get('total_gib')} GiB, {estimate.get('available_gib')} GiB "
+        "available"
     )
-    gpus = list(request.gpus)
-    for g in spare:
-        gpus.append(fit.GPUMemory(index=g.index, total_mib=g.memory_total_mib or 0, free_mib=g.memory_free_mib or 0))
-        if fit.estimate(dataclasses.replace(request, gpus=gpus)).verdict == "fits":
-            names = ", ".join(f"#{m.index}" for m in gpus)
-            advice.append(f"Or pick {len(gpus)} GPUs ({names}).")
-            break
-    return advice
+    if estimate.get("max_context"):
+        message += f"; the largest context that fits is {estimate['max_context']}"
+    if estimate.get("advice"):
+        message += f"; smallest change that fits: {estimate['advice'][0]['change']}"
+    return message + ". Change the deployment, or tick \u201claunch even if it does not fit\u201d."
+
+
+def check_model_files(deployment: Deployment, remote: Remote) -> str:
+    """Why the model cannot be loaded from the host (nothing has been started yet), or ""."""
+    return commands.check_model(remote, deployment.backend, deployment.model_path)
+
+
+def record_allocation(deployment: Deployment, remote: Remote) -> dict[str, Any]:
+    """Parse what the healthy server reported allocating and compare it with the estimate."""
+    impl = backends.get(deployment.backend)
+    try:
+        log = commands.log_head(remote, commands.deployment_dir(deployment.remote_dir), deployment.upstream_api_key)
+        actual = impl.parse_allocation(log)
+        return calibration.record(deployment, actual) if actual else {}
+    except Exception:  # a calibration must never fail a launch that worked
+        logger.exception("could not read the allocation of deployment %s", deployment.pk)
+        return {}
+
+
+def estimate_for_spec(
+    *,
+    backend: str,
+    options: dict[str, Any] | None = None,
+    model: str = "",
+    config: dict[str, Any] | str | None = None,
+    architecture: dict[str, Any] | None = None,
+    host: Host | None = None,
+    gpu_indices: list[int] | None = None,
+    gpus: list[dict[str, int]] | None = None,
+    ram_mib: int | None = None,
+    read_from_host: bool = False,
+) -> dict[str, Any]:
+    """The estimate for a spec nothing is saved for (the deploy form's live preview, `/api/fit-estimate/`).
+
+    The model is described, best first, by a pasted/uploaded `config` (config.json), by its own
+    files on `host` when `read_from_host` (config.json or GGUF header over SSH, and the host's RAM),
+    by an explicit `architecture`, or by a preset matched on `model`. GPUs are `gpus` as given, or
+    `gpu_indices` of `host` as last seen (stale ones refused). Raises a ValidationError by field."""
+    try:
+        impl = backends.get(backend)
+    except KeyError as exc:
+        raise ValidationError({"backend": [str(exc)]}) from None
+    n_gpus = len(gpus if gpus is not None else gpu_indices or [])
+    try:
+        cleaned = impl.clean_options(options or {}, max(n_gpus, 1) if backend != "llamacpp" else n_gpus)
+    except ValidationError as exc:
+        raise ValidationError(
+            {f"options.{k}" if k != "gpu_indices" else k: v for k, v in exc.message_dict.items()}
+        ) from None
+    arch: fit.Architecture | None = None
+    if config not in (None, "", {}):
+        try:
+            arch = fit.from_config_json(config) if isinstance(config, str) else fit.from_config(config)
+        except ValueError as exc:
+            raise ValidationError({"config_json": [str(exc)]}) from None
+        arch.source = "config.json (given)"
+    elif read_from_host and host is not None and model:
+        from ..remote import ssh
+
+        try:
+            with ssh.connect(host) as remote:
+                arch = commands.read_architecture(remote, backend, model)
+                if backend == "llamacpp" and ram_mib is None:
+                    ram_mib = commands.memory_available_mib(remote)
+        except ssh.SSHError as exc:
+            raise ValidationError({"host": [exc.message]}) from None
+    if arch is None and architecture:
+        arch = fit.Architecture(**architecture, source="given")
+    if arch is None and model:
+        arch = fit.preset_for(model)
+    if arch is None:
+        raise ValidationError(
+            {"model": [f"No config.json, readable model files or preset for {model!r}; paste its config.json."]}
+        )
+    if backend == "llamacpp" and model and not arch.quant:
+        arch.quant = fit.quant_from_name(model)
+    spare: list[fit.GPUMemory] = []
+    if gpus is not None:
+        memory = [fit.GPUMemory(g.get("index", i), g["total_mib"], g["free_mib"]) for i, g in enumerate(gpus)]
+    elif host is not None:
+        rows = {g.index: g for g in GPU.objects.filter(host=host)}
+        wanted = list(gpu_indices or [])
+        unknown = [i for i in wanted if i not in rows]
+        stale = [i for i in wanted if i in rows and rows[i].stale]
+        if unknown or stale:
+            what = f"GPU {', '.join(map(str, unknown + stale))} " + ("is stale" if stale else f"is not on {host}")
+            raise ValidationError({"gpu_indices": [what + "; refresh the host's inventory."]})
+
+        def mem(g: GPU) -> fit.GPUMemory:
+            return fit.GPUMemory(g.index, g.memory_total_mib or 0, g.memory_free_mib or 0)
+
+        memory = [mem(rows[i]) for i in wanted]
+        spare = [mem(g) for i, g in rows.items() if i not in wanted and not g.stale]
+    else:
+        raise ValidationError({"gpus": ["Give the GPUs, or a host and its GPU indices."]})
+    request = fit.FitRequest(
+        arch=arch,
+        backend=backend,
+        gpus=memory,
+        spare_gpus=spare,
+        ram_mib=ram_mib,
+        **impl.fit_params(cleaned),
+        **(calibration.correction_for(host, backend) if host is not None else {}),
+    )
+    return fit.estimate(request).as_dict()
 
 
 ARCHITECTURE_CACHE_SECONDS = 600

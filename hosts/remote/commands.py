@@ -17,6 +17,7 @@ import shlex
 from django.conf import settings
 
 from .. import backends, fit
+from ..backends import Secret
 from .ssh import Remote
 
 LOG_TAIL_BYTES = 8192
@@ -39,8 +40,8 @@ def is_alive(remote: Remote, pid: int | None) -> bool:
     return remote.run(alive_test(pid)).ok
 
 
-def read_pidfile(remote: Remote, folder: str) -> int | None:
-    result = remote.run(f"cat {folder}/server.pid 2>/dev/null")
+def read_pidfile(remote: Remote, folder: str, name: str = "server") -> int | None:
+    result = remote.run(f"cat {folder}/{name}.pid 2>/dev/null")
     text = result.stdout.strip()
     return int(text) if text.isdigit() else None
 
@@ -49,8 +50,8 @@ def write_pidfile(remote: Remote, folder: str, pid: int) -> None:
     remote.run(f"mkdir -p {folder} && echo {int(pid)} >{folder}/server.pid")
 
 
-def remove_pidfile(remote: Remote, folder: str) -> None:
-    remote.run(f"rm -f {folder}/server.pid")
+def remove_pidfile(remote: Remote, folder: str, name: str = "server") -> None:
+    remote.run(f"rm -f {folder}/{name}.pid")
 
 
 def read_exit_code(remote: Remote, folder: str) -> int | None:
@@ -68,9 +69,15 @@ def port_in_use(remote: Remote, port: int) -> bool:
     return remote.run(script).ok
 
 
-def log_tail(remote: Remote, folder: str, secret: str) -> str:
+def log_head(remote: Remote, folder: str, secret: str, size: int = 262144) -> str:
+    """The start of the server's log (where servers report what they allocated), key masked."""
+    result = remote.run(f"head -c {int(size)} {folder}/server.log 2>/dev/null")
+    return mask_secret(result.stdout, secret)
+
+
+def log_tail(remote: Remote, folder: str, secret: str, name: str = "server") -> str:
     """The end of the server's log, with `secret` (its API key) masked."""
-    result = remote.run(f"tail -c {LOG_TAIL_BYTES} {folder}/server.log 2>/dev/null")
+    result = remote.run(f"tail -c {LOG_TAIL_BYTES} {folder}/{name}.log 2>/dev/null")
     return mask_secret(result.stdout, secret)
 
 
@@ -78,17 +85,41 @@ def mask_secret(text: str, secret: str) -> str:
     return text.replace(secret, backends.base.MASK) if secret else text
 
 
-def start_detached(remote: Remote, folder: str, argv: list[str], env: dict[str, str]) -> tuple[int | None, str]:
-    """Start `argv` detached in `folder`; returns (its PID, or None, and what the shell said)."""
+def start_detached(
+    remote: Remote,
+    folder: str,
+    argv: list[str],
+    env: dict[str, str],
+    secret: Secret | None = None,
+    *,
+    name: str = "server",
+) -> tuple[int | None, str]:
+    """Start `argv` detached in `folder`; returns (its PID, or None, and what the shell said).
+
+    `secret` (the server's API key) is written to a 0600 file from stdin, never through a command
+    line: neither the SSH command, nor `env`, nor the server's argv holds it. When the backend
+    reads it from a variable, the launcher's `sh -c` exports it from the file before exec.
+    `name` names its files (`server.pid`, `server.log`; a Ray node of a multi-node deployment is
+    `ray.pid`, `ray.log`)."""
+    exit_file = "exit_code" if name == "server" else f"{name}.exit_code"
+    log, pidfile = f"{name}.log", f"{name}.pid"
     env_args = [f"{k}={v}" for k, v in env.items()]
-    # `sh -c '"$@"; echo $? >exit_code' launch CMD…` keeps the exit code; braces detach cleanly.
-    inner = shlex.join(["env", *env_args, "sh", "-c", '"$@"; echo $? >exit_code', "launch", *argv])
+    body = f'"$@"; echo $? >{exit_file}'
+    write_secret = ""
+    if secret is not None:
+        name = shlex.quote(secret.file)
+        write_secret = f" && rm -f {name} && (umask 077 && cat >{name})"
+        if secret.env:
+            var = secret.env
+            body = f'{var}="$(head -n1 {name})"; export {var}; ' + body
+    # `sh -c '…; "$@"; echo $? >exit_code' launch CMD…` keeps the exit code; braces detach cleanly.
+    inner = shlex.join(["env", *env_args, "sh", "-c", body, "launch", *argv])
     script = (
-        f"mkdir -p {folder} && cd {folder} && rm -f exit_code"
-        " && { [ -f server.log ] && mv -f server.log server.log.1; true; }"
-        f" && {{ setsid nohup {inner} >server.log 2>&1 </dev/null & echo $! >server.pid; cat server.pid; }}"
+        f"mkdir -p {folder} && cd {folder} && rm -f {exit_file}{write_secret}"
+        f" && {{ [ -f {log} ] && mv -f {log} {log}.1; true; }}"
+        f" && {{ setsid nohup {inner} >{log} 2>&1 </dev/null & echo $! >{pidfile}; cat {pidfile}; }}"
     )
-    result = remote.run(script, timeout=30)
+    result = remote.run(script, timeout=30, input=secret.text if secret is not None else None)
     pid_text = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
     if not result.ok or not pid_text.isdigit():
         return None, (result.stderr or result.stdout).strip()
@@ -151,3 +182,49 @@ def read_architecture(remote: Remote, backend: str, model_path: str) -> fit.Arch
         return fit.from_config_json(config, weights_bytes=total or None)
     except ValueError:
         return None
+
+
+def memory_available_mib(remote: Remote) -> int | None:
+    """The host's available RAM (MemAvailable), for llama.cpp layers kept on the CPU."""
+    result = remote.run("grep -m1 '^MemAvailable:' /proc/meminfo")
+    parts = result.stdout.split()
+    return int(parts[1]) // 1024 if result.ok and len(parts) >= 2 and parts[1].isdigit() else None
+
+
+def check_model(remote: Remote, backend: str, model_path: str) -> str:
+    """Why the model cannot be loaded from the host's disk, or "" when it can (or will be
+    downloaded: a Hugging Face id vLLM/SGLang fetch themselves)."""
+    q = shlex.quote(model_path)
+    if backend == "llamacpp":
+        script = (
+            f"if [ ! -e {q} ]; then echo missing; elif [ ! -f {q} ]; then echo notfile; "
+            f"elif [ ! -r {q} ]; then echo unreadable; else echo ok $(stat -L -c %s {q}) $(head -c 4 {q}); fi"
+        )
+        words = remote.run(script).stdout.split()
+        state = words[0] if words else "missing"
+        if state == "missing":
+            return f"The model file {model_path} does not exist on the host."
+        if state == "notfile":
+            return f"{model_path} on the host is not a file (llama.cpp needs the .gguf file itself)."
+        if state == "unreadable":
+            return f"The model file {model_path} is not readable by the SSH user: check its permissions."
+        size = int(words[1]) if len(words) > 1 and words[1].isdigit() else 0
+        if size == 0:
+            return f"The model file {model_path} is empty (an interrupted download?)."
+        if len(words) < 3 or words[2] != "GGUF":
+            return f"{model_path} is not a GGUF file (it does not start with the GGUF magic)."
+        return ""
+    if not model_path.startswith("/"):
+        return ""  # a Hugging Face id: the server downloads it when it is not in the cache
+    script = (
+        f"if [ ! -e {q} ]; then echo missing; elif [ ! -d {q} ]; then echo notdir; "
+        f"elif [ ! -r {q}/config.json ]; then echo noconfig; else echo ok; fi"
+    )
+    state = (remote.run(script).stdout.split() or ["missing"])[0]
+    if state == "missing":
+        return f"The model folder {model_path} does not exist on the host."
+    if state == "notdir":
+        return f"{model_path} on the host is not a folder (give the model's folder, with its config.json)."
+    if state == "noconfig":
+        return f"The model folder {model_path} has no readable config.json."
+    return ""

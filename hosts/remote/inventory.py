@@ -176,6 +176,7 @@ def store(host: Host, inventory: Inventory) -> None:
                 "utilization_pct": info.utilization_pct,
                 "temperature_c": info.temperature_c,
                 "processes": info.processes,
+                "stale": False,
             },
         )
         seen.append(info.index)
@@ -193,6 +194,12 @@ def store(host: Host, inventory: Inventory) -> None:
     )
 
 
+def mark_stale(host: Host) -> int:
+    """The inventory failed: keep the rows (an admin wants to see what was there) but make them
+    unselectable until an inventory sees them again."""
+    return GPU.objects.filter(host=host, stale=False).update(stale=True)
+
+
 def refresh(host: Host) -> str:
     """Connect, collect and store. Returns the host's new status; failures land on the host."""
     try:
@@ -200,9 +207,11 @@ def refresh(host: Host) -> str:
             inventory = collect(remote)
     except ssh.SSHError as exc:
         ssh.mark_contact(host, status=exc.status, message=exc.message)
+        mark_stale(host)
         return exc.status
     except InventoryError as exc:
         ssh.mark_contact(host, status=HostStatus.NO_DRIVER, message=str(exc))
+        mark_stale(host)
         return HostStatus.NO_DRIVER
     store(host, inventory)
     host.refresh_from_db()

@@ -12,24 +12,40 @@
     event.detail.headers["X-CSRFToken"] = cookie("csrftoken");
   });
 
-  function copyText(text) {
-    if (navigator.clipboard && window.isSecureContext) {
-      return navigator.clipboard.writeText(text);
-    }
-    // http:// on a LAN: the async clipboard API is unavailable, fall back to a hidden textarea.
+  function copyWithTextarea(text) {
+    // http:// on a LAN: no async clipboard API; a selected textarea and execCommand still work.
     const area = document.createElement("textarea");
     area.value = text;
     area.setAttribute("readonly", "");
-    area.style.position = "absolute";
+    area.style.position = "fixed";
+    area.style.top = "0";
     area.style.left = "-9999px";
     document.body.appendChild(area);
     area.select();
+    let ok = false;
     try {
-      document.execCommand("copy");
+      ok = document.execCommand("copy");
+    } catch (e) {
+      ok = false;
     } finally {
       document.body.removeChild(area);
     }
-    return Promise.resolve();
+    return ok ? Promise.resolve() : Promise.reject(new Error("copy refused"));
+  }
+
+  function copyText(text) {
+    if (navigator.clipboard && window.isSecureContext) {
+      return navigator.clipboard.writeText(text).catch(function () { return copyWithTextarea(text); });
+    }
+    return copyWithTextarea(text);
+  }
+
+  function selectNode(node) {
+    const range = document.createRange();
+    range.selectNodeContents(node);
+    const selection = window.getSelection();
+    selection.removeAllRanges();
+    selection.addRange(range);
   }
 
   // The deploy form: choosing a backend opens its options and folds the other backend's.
@@ -45,10 +61,16 @@
     if (button) {
       const target = document.getElementById(button.dataset.copyTarget);
       if (!target) return;
+      const label = button.dataset.label || button.textContent;
+      button.dataset.label = label;
       copyText(target.textContent.trim()).then(function () {
-        const label = button.textContent;
         button.textContent = "Copied";
         setTimeout(function () { button.textContent = label; }, 1500);
+      }, function () {
+        // Nothing could write the clipboard: select the text so one keystroke copies it, and say so.
+        selectNode(target);
+        button.textContent = "Selected: press Ctrl+C (⌘C)";
+        setTimeout(function () { button.textContent = label; }, 4000);
       });
       return;
     }

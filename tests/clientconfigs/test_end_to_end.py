@@ -48,10 +48,11 @@ def portal(transactional_db, settings, monkeypatch):
             server.stop()
 
 
-def installed(portal_url: str, home: Path, user, client: str) -> None:
+def installed(portal_url: str, home: Path, user, client: str):
     _, token = services.issue_download_token(user, client, key_mode=KeyMode.MINT, key_name="e2e")
     result = run_sh(fetch(portal_url + "/connect/install.sh"), home, token)
     assert result.returncode == 0, result.stdout + result.stderr
+    return result
 
 
 def test_openai_sdk_configured_from_continue_files_completes_through_the_gateway(portal, tmp_path, alice):
@@ -92,12 +93,16 @@ def test_openai_sdk_configured_from_continue_files_completes_through_the_gateway
 
 def from_cline(home: Path) -> dict:
     providers = json.loads((home / ".cline" / "data" / "settings" / "providers.json").read_text())
-    settings = providers["providers"][providers["lastUsedProvider"]]["settings"]
+    provider = providers["lastUsedProvider"]
+    settings = providers["providers"][provider]["settings"]
+    # Per-model limits live in models.json (a provider-wide one would override every model's).
+    catalog = json.loads((home / ".cline" / "data" / "settings" / "models.json").read_text())
+    assert "contextWindow" not in settings and "maxTokens" not in settings
     return {
         "base_url": settings["baseUrl"],
         "api_key": settings["apiKey"],
         "model": settings["model"],
-        "max_tokens": settings["maxTokens"],
+        "max_tokens": catalog["providers"][provider]["models"][settings["model"]]["maxTokens"],
         "headers": settings["headers"],
     }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -34,7 +35,16 @@ def test_every_generated_file_parses_in_its_format(slug, variant):
 
 # Files with no room for it: Cline's flat key store holding only the key, and the one-line VS Code
 # setting that points Roo at its (stamped) import file.
-UNSTAMPED = {("cline", "secrets.json"), ("roo", "VS Code settings.json")}
+# Strict JSON read by clients with no header, comment or free-text field for it: Aider's litellm
+# metadata (its .aider.conf.yml beside it is stamped), Zed's and Crush's settings (whose model
+# entries are checked against the server by the doctor instead).
+UNSTAMPED = {
+    ("cline", "secrets.json"),
+    ("roo", "VS Code settings.json"),
+    ("aider", ".aider.model.metadata.json"),
+    ("zed", "settings.json"),
+    ("crush", "crush.json"),
+}
 
 
 @pytest.mark.parametrize("slug", sorted(CLIENTS))
@@ -204,3 +214,115 @@ def test_opencode_and_roo_carry_each_models_limits():
     assert qwen["openAiModelId"] == "qwen3-32b"
     assert qwen["openAiCustomModelInfo"]["contextWindow"] == 32768
     assert qwen["openAiApiKey"] == PLACEHOLDER_KEY
+
+
+def _selected(slug: str, inp) -> str:
+    """The model each client actually starts with, read the way the client reads its file."""
+    out = {f.name: f.content for f in CLIENTS[slug].render(inp).files}
+    if slug == "continue":
+        return yaml.safe_load(out["config.yaml"])["models"][0]["model"]  # `cn` and the editor take the first
+    if slug == "claude-code":
+        return json.loads(out["settings.json"])["env"]["ANTHROPIC_MODEL"]
+    if slug == "codex":
+        return tomllib.loads(out["config.toml"])["model"]
+    if slug == "cline":
+        return json.loads(out["providers.json"])["providers"]["openai-compatible"]["settings"]["model"]
+    if slug in ("opencode", "kilo"):
+        return json.loads(out[f"{slug}.json"])["model"].split("/", 1)[1]
+    if slug == "roo":
+        profiles = json.loads(out["roo-settings.json"])["providerProfiles"]
+        return profiles["apiConfigs"][profiles["currentApiConfigName"]]["openAiModelId"]
+    if slug == "qwen-code":
+        return json.loads(out["settings.json"])["model"]["name"]
+    if slug == "aider":
+        return yaml.safe_load(out[".aider.conf.yml"])["model"].removeprefix("openai/")
+    if slug == "crush":
+        return json.loads(out["crush.json"])["models"]["large"]["model"]
+    if slug == "zed":
+        return json.loads(out["settings.json"])["agent"]["default_model"]["model"]
+    raise AssertionError(f"no reader for {slug}")
+
+
+@pytest.mark.parametrize("slug", sorted(set(CLIENTS) - {"cc-switch"}))
+@pytest.mark.parametrize("default", ["llama-3.1-8b", "mystery-model"])
+def test_the_chosen_default_model_is_the_one_each_client_uses(slug, default):
+    inp = replace(sample_input(None), default_model=default)
+    assert _selected(slug, inp) == default
+
+
+def test_codex_file_says_when_tools_are_dropped_for_a_chat_only_upstream():
+    chat_only = replace(sample_input(None).models[0], translated_responses=True)
+    inp = replace(sample_input(None), models=(chat_only, *sample_input(None).models[1:]))
+    text = CLIENTS["codex"].render(inp).files[0].content
+    assert text.splitlines()[1].startswith("# Team gateway note: qwen3-32b is served through Chat Completions")
+    assert "web_search" in text.splitlines()[1]
+    assert "Team gateway note" not in CLIENTS["codex"].render(sample_input(None)).files[0].content
+    assert tomllib.loads(text)["analytics"] == {"enabled": False}
+
+
+# Every Model field charmbracelet/crush's schema.json lists as required (Crush itself cannot be
+# installed here: its npm package downloads the binary from GitHub).
+CRUSH_MODEL_FIELDS = {
+    "id",
+    "name",
+    "cost_per_1m_in",
+    "cost_per_1m_out",
+    "cost_per_1m_in_cached",
+    "cost_per_1m_out_cached",
+    "context_window",
+    "default_max_tokens",
+    "can_reason",
+    "supports_attachments",
+}
+
+
+def test_crush_file_has_every_required_model_field_and_its_roles_point_at_listed_models(variant):
+    _, inp = variant
+    data = json.loads(files("crush", inp)["crush.json"].content)
+    provider = data["providers"]["teamgw"]
+    assert provider["type"] == "openai-compat" and provider["base_url"] == inp.api_base
+    assert provider["discover_models"] is False
+    ids = [m["id"] for m in provider["models"]]
+    assert all(set(m) == CRUSH_MODEL_FIELDS for m in provider["models"])
+    for role in ("large", "small"):
+        assert data["models"][role]["provider"] == "teamgw" and data["models"][role]["model"] in ids
+        assert 0 < data["models"][role]["max_tokens"] <= 200000  # the schema's maximum
+    assert {m["id"]: m["context_window"] for m in provider["models"]}["qwen3-32b"] == 32768
+    if inp.api_key is None:
+        assert provider["api_key"] == "$" + ENV_VAR
+
+
+def test_zed_uses_the_window_as_max_tokens_and_never_stores_the_key(variant):
+    _, inp = variant
+    data = json.loads(files("zed", inp)["settings.json"].content)
+    provider = data["language_models"]["openai_compatible"]["teamgw"]
+    assert provider["api_url"] == inp.api_base
+    by_name = {m["name"]: m for m in provider["available_models"]}
+    assert by_name["qwen3-32b"]["max_tokens"] == 32768 and by_name["qwen3-32b"]["max_output_tokens"] == 8192
+    assert by_name["llama-3.1-8b"]["max_tokens"] == 131072
+    assert SAMPLE_KEY not in json.dumps(data)
+
+
+def test_clients_with_one_global_window_list_only_the_default_and_the_page_says_so():
+    inp = sample_input(SAMPLE_KEY)
+    claude = CLIENTS["claude-code"].render(inp)
+    env = json.loads(claude.files[0].content)["env"]
+    assert {env[k] for k in env if k.endswith("_MODEL")} == {"qwen3-32b"}
+    assert env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == "32768"
+    assert any("one context-window setting for all models" in n for n in claude.notes)
+    cline = CLIENTS["cline"].render(inp)
+    catalog = json.loads(cline.files[1].content)["providers"]["openai-compatible"]["models"]
+    assert {k: v["contextWindow"] for k, v in catalog.items() if "contextWindow" in v} == {
+        "qwen3-32b": 32768,
+        "llama-3.1-8b": 131072,
+    }
+
+
+def test_window_warnings_name_the_client_and_the_model_below_its_prompt():
+    small = replace(sample_input(None).models[0], name="tiny-llama", context_window=4096, max_output_tokens=1024)
+    inp = replace(sample_input(None), models=(small, *sample_input(None).models[1:]), default_model="tiny-llama")
+    for slug, label in (("claude-code", "Claude Code"), ("codex", "Codex CLI"), ("qwen-code", "Qwen Code")):
+        [warning] = CLIENTS[slug].render(inp).warnings
+        assert warning.startswith("tiny-llama: its context window (4,096 tokens) is too small for " + label)
+    assert CLIENTS["continue"].render(inp).warnings == []  # Continue's own prompt is about 1.4k
+    assert CLIENTS["aider"].render(inp).warnings == []

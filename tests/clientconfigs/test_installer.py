@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import tomllib
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from channels.models import ModelRoute
 from clientconfigs import services
 from clientconfigs.models import KeyMode
 from keys.services import issue_key, verify_key
@@ -139,7 +141,8 @@ def test_continue_models_are_added_between_markers_and_replaced_on_reinstall(
         assert result.returncode == 0, result.stdout + result.stderr
     config = yaml.safe_load(target.read_text())
     assert config["name"] == "Mine" and config["rules"] == ["Be terse"]
-    assert [m["model"] for m in config["models"]] == ["llama-3.1-8b", "qwen3-32b", "llama3"]
+    # The default (largest window) first: Continue uses the first model of the list.
+    assert [m["model"] for m in config["models"]] == ["qwen3-32b", "llama-3.1-8b", "llama3"]
     assert target.read_text().count(">>> team-gateway") == 1
     env = env_file.read_text()
     assert "OTHER_SECRET=keep-me" in env and env.count("TEAM_GATEWAY_API_KEY=") == 1
@@ -239,3 +242,56 @@ def test_doctor_reports_a_rejected_key_and_a_wrong_base_url(live_server, setting
     assert result.returncode == 1
     assert "should be ending in /v1" in result.stdout
     assert "rejected the key" in result.stdout
+
+
+CONTINUE_WITH_DUPLICATES = """name: Mine
+version: 0.0.1
+schema: v1
+models:
+- name: Local
+  provider: ollama
+  model: not-on-the-gateway
+- name: qwen3-32b (team gateway)
+  provider: openai
+  model: qwen3-32b
+  apiBase: {gw}/v1
+  apiKey: {key}
+  defaultCompletionOptions:
+    contextLength: 32768
+- name: qwen3-32b (team gateway)
+  provider: openai
+  model: qwen3-32b
+  apiBase: {gw}/v1
+  apiKey: {key}
+  defaultCompletionOptions:
+    contextLength: 512
+"""
+
+
+def test_doctor_fails_on_a_duplicated_model_naming_the_lines_and_ignores_the_users_own(
+    live_server, settings, home, gateway_stub
+):
+    """What the old installer left after a second Continue install: the doctor said all was well."""
+    up, _, plaintext = gateway_stub
+    settings.PORTAL_PUBLIC_URL = up.root_url
+    target = home / ".continue" / "config.yaml"
+    target.parent.mkdir()
+    target.write_text(CONTINUE_WITH_DUPLICATES.format(gw=up.root_url, key=plaintext))
+    result = run_sh(fetch(live_server.url + "/connect/install.sh"), home, "--check", "continue")
+    assert result.returncode == 1, result.stdout
+    assert "~/.continue/config.yaml lines 8, 15: model qwen3-32b is listed 2 times" in result.stdout
+    assert "~/.continue/config.yaml line 21: model qwen3-32b has context window 512 in the file, 32768" in result.stdout
+    assert "not-on-the-gateway" not in result.stdout  # the user's own model on another server is theirs
+    assert "all checks passed" not in result.stdout
+
+
+def test_doctor_warns_when_a_window_cannot_hold_the_clients_own_prompt(
+    live_server, settings, home, alice, gateway_stub
+):
+    up, _, plaintext = gateway_stub
+    up.max_model_len = 4096
+    ModelRoute.objects.update(context_window=4096, discovered_context_window=None, max_output_tokens=1024)
+    settings.PORTAL_PUBLIC_URL = up.root_url
+    write_files(home, "claude-code", alice, up.root_url, plaintext)
+    result = run_sh(fetch(live_server.url + "/connect/install.sh"), home, "--check", "claude-code")
+    assert re.search(r"! model \S+: its window \(4096 tokens\) cannot hold Claude Code's own prompt", result.stdout)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 
 import pytest
+from django.db.models import F
 from django.utils import timezone
 
 from channels.models import ModelRoute
@@ -78,7 +79,7 @@ def test_minted_keys_are_named_per_client_and_machine_and_scoped_like_the_defaul
     alice.key_defaults = {"tokens_per_day": 5000}
     alice.allowed_models.set([catalog["qwen"]])
     key, plaintext = services.mint_key(alice, "cline", "laptop")
-    again, _ = services.mint_key(alice, "cline", "laptop")
+    again, _ = services.mint_key(alice, "cline", "laptop", replace=False)
     assert (key.name, again.name) == ("cline@laptop", "cline@laptop-2")
     assert key.client == "cline" and key.tokens_per_day == 5000
     assert not key.allowed_models.exists()  # empty: the owner's models, narrowed when the owner's are
@@ -162,3 +163,40 @@ def test_a_deactivated_developers_token_gives_nothing(alice, catalog):
     alice.save()
     assert services.redeem_download_token(token, gateway=GW) is None
     assert not Key.objects.filter(owner=alice).exists()
+
+
+def test_downloading_again_replaces_the_key_minted_before_for_that_client_and_machine(alice, catalog):
+    first, first_plain = services.mint_key(alice, "cline", "laptop")
+    first.requests_per_minute = 30  # set by an admin: the replacement keeps it
+    first.save()
+    other, _ = services.mint_key(alice, "codex", "laptop")
+    before = timezone.now()
+    for _ in range(5):  # "download again", five times
+        latest, latest_plain = services.mint_key(alice, "cline", "laptop")
+    # One key carries the name; the replaced ones only run out their grace period.
+    assert list(Key.objects.active().filter(owner=alice, name="cline@laptop")) == [latest]
+    assert latest.name == "cline@laptop" and latest.requests_per_minute == 30
+    assert verify_key(latest_plain) == latest
+    first.refresh_from_db()
+    assert first.name.startswith("cline@laptop (rotated") and first.expires_at is not None
+    assert before + services.REPLACE_GRACE - datetime.timedelta(minutes=1) < first.expires_at
+    replaced = Key.objects.filter(owner=alice, client="cline").exclude(pk=latest.pk)
+    assert all(k.expires_at is not None and k.expires_at <= timezone.now() + services.REPLACE_GRACE for k in replaced)
+    # After the grace period (moved into the past rather than waited for) only the newest key works.
+    replaced.update(expires_at=F("expires_at") - services.REPLACE_GRACE - datetime.timedelta(seconds=1))
+    assert list(Key.objects.active().filter(owner=alice, client="cline")) == [latest]
+    assert verify_key(first_plain) is None
+    other.refresh_from_db()
+    assert other.is_active and other.name == "codex@laptop"  # another client's key is never touched
+
+
+def test_a_mint_mode_installer_replaces_the_previous_key(alice, catalog):
+    for _ in range(3):
+        _, token = services.issue_download_token(alice, "opencode", key_mode=KeyMode.MINT, key_name="desk")
+        bundle = services.redeem_download_token(token, gateway=GW)
+    assert bundle["key"]["name"] == "opencode@desk"
+    assert Key.objects.filter(owner=alice, client="opencode", name="opencode@desk").count() == 1
+    _, token = services.issue_download_token(
+        alice, "opencode", key_mode=KeyMode.MINT, key_name="desk", replace_key=False
+    )
+    assert services.redeem_download_token(token, gateway=GW)["key"]["name"] == "opencode@desk-2"

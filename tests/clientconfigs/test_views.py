@@ -74,7 +74,10 @@ def test_installer_scripts_are_public_and_hold_no_secret(client, catalog):
 
 def test_api_lists_every_client(api):
     slugs = {c["slug"] for c in api.get(f"{API}/clients/").json()}
-    assert slugs == {"cline", "continue", "cc-switch", "claude-code", "codex", "opencode", "roo"}
+    assert slugs == {
+        *("cline", "continue", "cc-switch", "claude-code", "codex", "opencode", "roo"),
+        *("qwen-code", "kilo", "aider", "crush", "zed"),
+    }  # twelve
     assert api.get(f"{API}/clients/nope/").status_code == 404
 
 
@@ -198,3 +201,35 @@ def test_mallory_does_not_see_alices_downloads_in_her_banner(client, mallory, al
 def test_the_nav_links_to_the_page(alice_client, catalog):
     html = alice_client.get("/").content.decode()
     assert 'href="/connect/"' in html and "Connect your tools" in html
+
+
+def test_page_warns_when_a_model_window_cannot_hold_the_clients_prompt(alice_client, catalog):
+    page = alice_client.get("/connect/?client=opencode").content.decode()
+    # llama-3.1-8b serves 8192 tokens; OpenCode sends about 7.7k of its own before the first word.
+    assert 'id="window-warnings"' in page
+    assert "llama-3.1-8b: its context window (8,192 tokens) is too small for OpenCode" in page
+    assert 'id="window-warnings"' not in alice_client.get("/connect/?client=continue").content.decode()
+
+
+def test_page_offers_to_replace_the_key_minted_before_and_does(alice_client, alice, catalog):
+    first = alice_client.post(
+        "/connect/?client=cline",
+        {"client": "cline", "key_mode": "mint", "machine": "laptop", "action": "mint", "replace": "on"},
+    )
+    assert first.status_code == 200
+    old = Key.objects.get(owner=alice, name="cline@laptop")
+    page = alice_client.get("/connect/?client=cline").content.decode()
+    assert "Replace the key for <code>cline@laptop</code>" in page
+    alice_client.post(
+        "/connect/?client=cline",
+        {"client": "cline", "key_mode": "mint", "machine": "laptop", "action": "mint", "replace": "on"},
+    )
+    new = Key.objects.get(owner=alice, name="cline@laptop")
+    old.refresh_from_db()
+    assert new.pk != old.pk and new.rotated_from_id == old.pk and old.expires_at is not None
+    # Unticked: another key beside it.
+    alice_client.post(
+        "/connect/?client=cline", {"client": "cline", "key_mode": "mint", "machine": "laptop", "action": "mint"}
+    )
+    assert Key.objects.filter(owner=alice, name="cline@laptop-2").exists()
+    assert "minted for cline" in alice_client.get("/keys/").content.decode()

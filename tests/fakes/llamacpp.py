@@ -150,11 +150,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--api-key", action="append", default=[])
+    p.add_argument("--api-key-file", default=None)
+    # A released llama-server prints its buffer sizes at its default verbosity; this build needs 4.
+    p.add_argument("-lv", "--verbosity", "--log-verbosity", type=int, default=4)
     p.add_argument("-t", "--threads", type=int, default=1)
     p.add_argument("-np", "--parallel", type=int, default=1)
     p.add_argument("-a", "--alias", default=None)
     p.add_argument("--jinja", action="store_true")
     p.add_argument("-fa", "--flash-attn", nargs="?", const="on", default="auto", choices=["on", "off", "auto"])
+    p.add_argument("--cache-type-k", "-ctk", default="f16")
+    p.add_argument("--cache-type-v", "-ctv", default="f16")
     return p
 
 
@@ -171,8 +176,19 @@ def main(argv: list[str] | None = None) -> int:
     params.hostnames = [args.host]
     params.port = args.port
     params.use_jinja = args.jinja
-    if args.api_key:
-        params.api_keys = args.api_key
+    keys = list(args.api_key)
+    if args.api_key_file:  # llama-server: one key per line
+        with open(args.api_key_file) as f:
+            keys += [line.strip() for line in f if line.strip()]
+    if not keys and os.environ.get("LLAMA_API_KEY"):
+        keys = [os.environ["LLAMA_API_KEY"]]
+    if keys:
+        params.api_keys = keys
+    params.verbosity = args.verbosity
+    fa = xlc.llama_flash_attn_type
+    params.flash_attn_type = {"on": fa.LLAMA_FLASH_ATTN_TYPE_ENABLED, "off": fa.LLAMA_FLASH_ATTN_TYPE_DISABLED}.get(
+        args.flash_attn, fa.LLAMA_FLASH_ATTN_TYPE_AUTO
+    )
     if args.alias:
         params.model_alias = {args.alias}
     if args.n_gpu_layers not in ("auto", "all"):

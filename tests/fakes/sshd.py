@@ -1,4 +1,4 @@
-"""A real OpenSSH server on 127.0.0.1 posing as a GPU host, for tests.
+"""A real OpenSSH server on 127.0.0.1 (or another loopback address) posing as a GPU host, for tests.
 
 Debian's `sshd` runs in the foreground with its own config on a free port, a generated host key
 and an `authorized_keys` holding a generated client key. Sessions get a private HOME and a PATH
@@ -7,7 +7,8 @@ whose first folder holds:
 - `nvidia-smi`: prints whatever fixture the test put in place (`target.use_gpus("nvidia_smi_rtx4090")`),
   or fails like a host without a driver when none is set;
 - `llama-server`: the real llama.cpp server from `tests.fakes.llamacpp`;
-- `vllm`: `vllm serve …` starts the fake OpenAI upstream (vLLM itself cannot run here).
+- `vllm`: `vllm serve …` starts the fake OpenAI upstream (vLLM itself cannot run here);
+- `ray`: `tests.fakes.ray_cli`, a stand-in for Ray's CLI that checks the multi-node contract.
 
     with SSHTarget() as target:
         target.port, target.client_private_key, target.host_key_fingerprint
@@ -51,23 +52,29 @@ export PYTHONPATH={root}
 exec {python} -m tests.fakes.vllm_cli "$@"
 """
 
+RAY = """#!/bin/sh
+export PYTHONPATH={root}
+exec {python} -m tests.fakes.ray_cli "$@"
+"""
 
-def _free_port() -> int:
+
+def _free_port(address: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((address, 0))
         return s.getsockname()[1]
 
 
 class SSHTarget:
     """Start sshd; stop it (and everything its sessions left running) on exit."""
 
-    def __init__(self, sshd: str = "/usr/sbin/sshd") -> None:
+    def __init__(self, sshd: str = "/usr/sbin/sshd", address: str = "127.0.0.1") -> None:
         self.sshd = sshd
+        self.address = address
         self.dir = Path(tempfile.mkdtemp(prefix="portal-sshd-"))
         self.home = self.dir / "home"
         self.bin = self.dir / "bin"
         self.state = self.dir / "nvidia"
-        self.port = _free_port()
+        self.port = _free_port(address)
         self.username = getpass.getuser()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -121,7 +128,8 @@ class SSHTarget:
         (self.bin / "vllm").write_text(
             VLLM.format(root=shlex.quote(str(REPO_ROOT)), python=shlex.quote(sys.executable))
         )
-        for f in ("nvidia-smi", "vllm"):
+        (self.bin / "ray").write_text(RAY.format(root=shlex.quote(str(REPO_ROOT)), python=shlex.quote(sys.executable)))
+        for f in ("nvidia-smi", "vllm", "ray"):
             (self.bin / f).chmod(0o755)
         install_llama_server(self.bin)
         Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation directory
@@ -130,7 +138,7 @@ class SSHTarget:
             "\n".join(
                 [
                     f"Port {self.port}",
-                    "ListenAddress 127.0.0.1",
+                    f"ListenAddress {self.address}",
                     f"HostKey {self.dir / 'host_key'}",
                     f"PidFile {self.dir / 'sshd.pid'}",
                     f"AuthorizedKeysFile {auth}",
@@ -157,7 +165,7 @@ class SSHTarget:
                 out = self.process.stdout.read().decode(errors="replace") if self.process.stdout else ""
                 raise RuntimeError(f"sshd exited with {self.process.returncode}: {out}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                with socket.create_connection((self.address, self.port), timeout=1) as s:
                     if s.recv(4).startswith(b"SSH-"):
                         return self
             except OSError:

@@ -77,6 +77,7 @@ class FakeUpstream:
     flavour: str = "vllm"  # or "llamacpp": /props and llama.cpp-shaped /v1/models
     api_key: str | None = None  # when set, requests must carry `Authorization: Bearer api_key`
     port: int = 0
+    bind: str = "127.0.0.1"  # the fake `vllm serve --host 0.0.0.0` of a multi-node test binds all
 
     def __post_init__(self) -> None:
         self.requests: list[Recorded] = []
@@ -150,7 +151,7 @@ class FakeUpstream:
         app.router.add_post("/v1/responses", self._responses)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+        site = web.TCPSite(self._runner, self.bind, self.port)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]
 

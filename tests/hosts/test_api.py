@@ -55,7 +55,7 @@ def test_admin_creates_a_deployment_and_never_sees_its_key(admin_client, host):
     assert body["command_preview"].startswith(
         "CUDA_VISIBLE_DEVICES=0,1 vllm serve Qwen/Qwen3-32B --served-model-name qwen3-32b --tensor-parallel-size 2"
     )
-    assert body["command_preview"].endswith("--host 0.0.0.0 --port 8000 --api-key ****")
+    assert body["command_preview"].endswith("--host 0.0.0.0 --port 8000")  # the key reaches vLLM as VLLM_API_KEY
 
 
 @pytest.mark.parametrize(
@@ -149,3 +149,60 @@ def test_a_running_deployment_cannot_be_deleted(admin_client, host):
 
 def test_free_port_helper_is_usable():
     assert 1024 < free_port() < 65536
+
+
+def test_fit_estimate_reads_a_pasted_config_json(admin_client):
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "fixtures" / "model_configs" / "deepseek-v3.json").read_text()
+    h200 = {"total_mib": 143771, "free_mib": 143771}
+    body = {"backend": "vllm", "config_json": text, "gpus": [{**h200, "index": i} for i in range(8)]}
+    body["options"] = {"max_model_len": 32768}
+    r = admin_client.post("/api/fit-estimate/", body, content_type="application/json")
+    assert r.status_code == 200, r.json()
+    est = r.json()
+    assert est["source"] == "config.json (given)" and est["kv_bytes_per_token"] == 576 * 61 * 2  # MLA
+    assert est["verdict"] in ("fits", "tight") and est["tensor_parallel"] == 8
+    assert est["max_concurrency"] > 1 and len(est["devices"]) == 8
+
+
+def test_fit_estimate_refuses_tp_that_does_not_divide_the_heads(admin_client):
+    body = {
+        "backend": "vllm",
+        "model": "meta-llama/Llama-3.3-70B-Instruct",
+        "gpus": [{"index": i, "total_mib": 81559, "free_mib": 81559} for i in range(3)],
+    }
+    est = admin_client.post("/api/fit-estimate/", body, content_type="application/json").json()
+    assert est["verdict"] == "does_not_fit"
+    assert est["problems"] == [
+        "Tensor parallel size 3 does not divide the model's 64 attention heads; use one of 1, 2, 4, 8."
+    ]
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [("{not json", "not JSON"), ({"model_type": "llama"}, "lacks what the estimate needs"), (["a"], "object")],
+)
+def test_fit_estimate_explains_a_bad_config_json(admin_client, config, message):
+    body = {"backend": "vllm", "config_json": config, "gpus": [{"total_mib": 24564, "free_mib": 24000}]}
+    r = admin_client.post("/api/fit-estimate/", body, content_type="application/json")
+    assert r.status_code == 400 and message in r.json()["config_json"][0]
+
+
+def test_fit_estimate_for_cpu_only_llamacpp_uses_the_ram_given(admin_client):
+    body = {"backend": "llamacpp", "model": "/models/Qwen3-8B-Q4_K_M.gguf", "gpus": [], "ram_mib": 32768}
+    body["options"] = {"n_gpu_layers": 0, "ctx_size": 8192}
+    est = admin_client.post("/api/fit-estimate/", body, content_type="application/json").json()
+    assert est["verdict"] == "fits" and est["devices"][0]["name"] == "RAM"
+
+
+def test_fit_estimate_advises_a_change_that_fits(admin_client):
+    body = {
+        "backend": "llamacpp",
+        "model": "Qwen3-Coder-30B-A3B-Instruct-Q4_K_M.gguf",
+        "options": {"n_gpu_layers": 25, "ctx_size": 32768},
+        "gpus": [{"index": 0, "total_mib": 12288, "free_mib": 12288}],
+    }
+    est = admin_client.post("/api/fit-estimate/", body, content_type="application/json").json()
+    assert est["verdict"] == "does_not_fit" and est["flash_attention"] == "off"  # -fa auto
+    assert est["advice"] and all(a["verdict"] in ("fits", "tight") for a in est["advice"])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from hosts.choices import HostStatus
 from hosts.models import GPU
 from hosts.remote import inventory
@@ -70,3 +72,35 @@ def test_a_host_without_driver_says_so(gpu_host, ssh_target):
     assert inventory.refresh(gpu_host) == HostStatus.NO_DRIVER
     gpu_host.refresh_from_db()
     assert "couldn't communicate with the NVIDIA driver" in gpu_host.status_message
+
+
+def test_a_host_that_lost_nvidia_smi_keeps_its_gpus_as_stale_and_unselectable(gpu_host, ssh_target):
+    from django.core.exceptions import ValidationError
+
+    from hosts.deployments import services
+    from hosts.deployments.forms import DeploymentForm
+
+    assert inventory.refresh(gpu_host) == HostStatus.ONLINE
+    assert not gpu_host.gpus.get().stale
+    ssh_target.use_gpus(None)  # the driver broke after an update
+    assert inventory.refresh(gpu_host) == HostStatus.NO_DRIVER
+    gpu_host.refresh_from_db()
+    gpu = gpu_host.gpus.get()
+    assert gpu.stale and gpu.name == "NVIDIA GeForce RTX 3080 Ti"  # kept, so the admin sees what was there
+    with pytest.raises(ValidationError) as err:
+        services.clean_deployment(
+            host=gpu_host,
+            backend="llamacpp",
+            model_path="/models/m-Q4_K_M.gguf",
+            served_model_name="m",
+            gpu_indices=[0],
+            port=8080,
+            options={},
+            extra_args=[],
+        )
+    assert "GPU 0 of gpu-box is stale: the last inventory failed" in err.value.message_dict["gpu_indices"][0]
+    form = DeploymentForm(host=gpu_host)
+    assert form.fields["gpu_indices"].choices == [] and "GPU 0 not offered" in form.fields["gpu_indices"].help_text
+    ssh_target.use_gpus("nvidia_smi_rtx3080ti")
+    assert inventory.refresh(gpu_host) == HostStatus.ONLINE
+    assert not gpu_host.gpus.get().stale  # seen again: selectable again

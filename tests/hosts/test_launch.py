@@ -19,7 +19,7 @@ from hosts import diagnose, jobs
 from hosts.choices import DeploymentStatus, JobAction, JobState
 from hosts.deployments import services
 from hosts.models import Deployment, Host, LaunchJob
-from hosts.remote import inventory
+from hosts.remote import commands, inventory
 from tests.fakes.llamacpp import tiny_gguf_path
 from tests.services import free_port
 
@@ -77,14 +77,14 @@ def alive(pid: int) -> bool:
         return False
 
 
-def llama_deployment(host, *, model_path=None, port=None, **options) -> Deployment:
+def llama_deployment(host, *, model_path=None, port=None, name="tiny", gpus=(0,), **options) -> Deployment:
     return services.save_deployment(
         host=host,
-        name="tiny",
+        name=name,
         backend="llamacpp",
         model_path=str(model_path or tiny_gguf_path()),
         served_model_name="tiny-chat",
-        gpu_indices=[0],
+        gpu_indices=list(gpus),
         port=port or free_port(),
         options={"ctx_size": 1024, "threads": 1, "parallel": 1, **options},
         extra_args=[],
@@ -110,7 +110,7 @@ def test_llamacpp_deployment_launches_registers_a_channel_and_stops(online_host,
     assert job.state == JobState.RUNNING, job.message
     assert [t["state"] for t in job.transitions] == ["queued", "connecting", "starting", "waiting_health", "running"]
     assert deployment.status == DeploymentStatus.RUNNING and deployment.pid == job.pid and alive(job.pid)
-    assert deployment.upstream_api_key not in job.command and "--api-key ****" in job.command
+    assert deployment.upstream_api_key not in job.command and job.command.endswith("--api-key-file api_key")
     assert deployment.last_fit["verdict"] == "fits" and deployment.last_fit["source"] == "GGUF metadata"
 
     channel = deployment.channel
@@ -176,13 +176,56 @@ def test_adopt_takes_over_a_server_started_by_hand(online_host, ssh_target, star
     assert not alive(pid)
 
 
-def test_launch_that_exits_at_once_reports_its_log_and_registers_nothing(online_host):
-    deployment = llama_deployment(online_host, model_path="/nonexistent/model-Q4_K_M.gguf")
+def test_a_missing_model_file_is_refused_before_anything_starts(online_host, ssh_target):
+    deployment = llama_deployment(online_host, model_path="/nonexistent/model-Q4_K_M.gguf", name="never-started")
+    job = run(deployment)
+    assert job.state == JobState.FAILED
+    assert (
+        job.message == "The model file /nonexistent/model-Q4_K_M.gguf does not exist on the host. Nothing was started."
+    )
+    assert job.pid is None and job.command == "" and "waiting_health" not in [t["state"] for t in job.transitions]
+    assert not (ssh_target.home / deployment.remote_dir / "server.log").exists()  # nothing ever ran
+    assert deployment.status == DeploymentStatus.FAILED
+    assert not Channel.objects.exists() and not ModelRoute.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [(b"", "is empty"), (b"PK\x03\x04 not a gguf", "is not a GGUF file")],
+)
+def test_a_model_file_that_is_not_gguf_is_refused_before_launch(online_host, tmp_path, content, expected):
+    bad = tmp_path / "model-Q4_K_M.gguf"
+    bad.write_bytes(content)
+    job = run(llama_deployment(online_host, model_path=bad))
+    assert job.state == JobState.FAILED and expected in job.message and job.pid is None
+
+
+def test_vllm_model_folder_without_config_is_refused_before_launch(online_host, tmp_path):
+    deployment = services.save_deployment(
+        host=online_host,
+        name="empty-folder",
+        backend="vllm",
+        model_path=str(tmp_path),
+        served_model_name="nothing",
+        gpu_indices=[0],
+        port=free_port(),
+        options={"max_model_len": 4096},
+        extra_args=[],
+        fit_override=True,
+    )
+    job = run(deployment)
+    assert job.state == JobState.FAILED and job.pid is None
+    assert job.message == f"The model folder {tmp_path} has no readable config.json. Nothing was started."
+
+
+def test_launch_that_exits_at_once_reports_its_log_and_registers_nothing(online_host, tmp_path):
+    broken = tmp_path / "broken-Q4_K_M.gguf"
+    broken.write_bytes(b"GGUF" + b"\xff" * 64)  # passes the pre-launch check, llama.cpp cannot load it
+    deployment = llama_deployment(online_host, model_path=broken)
     job = run(deployment)
     assert job.state == JobState.FAILED
     assert "exit code 1" in job.message
-    assert "/nonexistent/model-Q4_K_M.gguf" in job.message  # llama.cpp's own last log lines
-    assert job.exit_code == 1 and "nonexistent" in job.log_tail
+    assert job.exit_code == 1 and str(broken) in job.log_tail  # llama.cpp's own last log lines
     assert deployment.status == DeploymentStatus.FAILED
     assert not Channel.objects.exists() and not ModelRoute.objects.exists()
 
@@ -198,13 +241,16 @@ def test_port_in_use_is_refused_before_starting(online_host):
     assert job.pid is None and not Channel.objects.exists()
 
 
-def test_a_launch_that_does_not_fit_is_refused_unless_overridden(online_host):
-    deployment = llama_deployment(
-        online_host, model_path="/models/Qwen3-Coder-30B-A3B-Instruct-Q4_K_M.gguf", ctx_size=32768
-    )
+def test_a_launch_that_does_not_fit_is_refused_unless_overridden(online_host, tmp_path):
+    # A file by that name whose header cannot be read: the estimate falls back to the preset.
+    model = tmp_path / "Qwen3-Coder-30B-A3B-Instruct-Q4_K_M.gguf"
+    model.write_bytes(b"GGUF" + bytes(1024))
+    deployment = llama_deployment(online_host, model_path=model, ctx_size=32768)
     job = run(deployment)
     assert job.state == JobState.FAILED
-    assert job.message.startswith("Does not fit")
+    assert job.message.startswith("Does not fit (GPU 0 is short): needs about ")
+    assert "smallest change that fits: " in job.message
+    assert deployment.last_fit["source"] == "preset qwen3-coder-30b-a3b"
     assert job.pid is None
 
     Deployment.objects.filter(pk=deployment.pk).update(fit_override=True)
@@ -504,4 +550,87 @@ def test_a_channel_name_taken_by_hand_gets_a_suffix(online_host, started_pids):
     started_pids.append(job.pid)
     assert job.state == JobState.RUNNING, job.message
     assert deployment.channel.name == "tiny@gpu-box-2"
+    run(deployment, JobAction.STOP)
+
+
+# --- the key never on a command line; the server's own memory report -------------------------------------
+def _command_lines(remote) -> str:
+    """Every process's argv as `ps` and /proc show it to any user of the host."""
+    ps = remote.run(["ps", "-eo", "pid=,args="]).stdout
+    proc = remote.run("for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' <\"$f\"; echo; done 2>/dev/null").stdout
+    return ps + proc
+
+
+def test_ps_on_the_host_never_shows_the_server_key(online_host, started_pids, ssh_target):
+    from hosts.remote import ssh
+
+    llama = llama_deployment(online_host, name="secret-llama")
+    vllm = services.save_deployment(
+        host=online_host,
+        name="secret-vllm",
+        backend="vllm",
+        model_path="Qwen/Qwen3-8B",
+        served_model_name="qwen3-8b",
+        gpu_indices=[0],
+        port=free_port(),
+        options={"max_model_len": 4096},
+        extra_args=[],
+        fit_override=True,
+    )
+    jobs_ = [run(llama), run(vllm)]
+    started_pids.extend(j.pid for j in jobs_ if j.pid)
+    assert [j.state for j in jobs_] == [JobState.RUNNING, JobState.RUNNING], [j.message for j in jobs_]
+    with ssh.connect(online_host) as remote:
+        seen = _command_lines(remote)
+        assert str(jobs_[0].pid) in seen and "llama-server" in seen and "tests.fakes.vllm_cli" in seen
+        for d in (llama, vllm):
+            assert d.upstream_api_key not in seen
+            mode = remote.run(f"stat -c %a {commands.deployment_dir(d.remote_dir)}/api_key").stdout.strip()
+            assert mode == "600"
+        # vLLM got it the way it documents, in its environment (readable only by the same user).
+        children = remote.run(["ps", "-o", "pid=", "--ppid", str(jobs_[1].pid)]).stdout.split()
+        environ = remote.run(f"tr '\\0' '\\n' </proc/{children[0]}/environ").stdout
+        assert f"VLLM_API_KEY={vllm.upstream_api_key}" in environ.splitlines()
+    for d in (llama, vllm):  # and the server enforces it
+        d.refresh_from_db()
+        client = openai.OpenAI(base_url=d.channel.base_url, api_key=d.upstream_api_key)
+        assert [m.id for m in client.models.list().data]
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=d.channel.base_url, api_key="wrong").models.list()
+    for d in (llama, vllm):
+        run(d, JobAction.STOP)
+
+
+def test_the_launch_compares_the_estimate_with_what_llamacpp_allocated(online_host, started_pids):
+    deployment = llama_deployment(online_host, name="calibrated")
+    job = run(deployment)
+    started_pids.append(job.pid)
+    assert job.state == JobState.RUNNING, job.message
+    alloc = deployment.last_allocation
+    assert alloc["actual"]["backend"] == "llamacpp" and alloc["actual"]["flash_attention"] == "on"
+    rows = {r["what"]: r for r in alloc["rows"]}
+    # llama.cpp's own KV buffer for -c 1024 of the tiny model is what the estimate says, to the byte.
+    assert rows["KV cache (MiB)"]["actual"] == 0.25 and rows["KV cache (MiB)"]["ratio"] == 1.0
+    assert rows["Weights (MiB)"]["ratio"] == pytest.approx(1.0, abs=0.1)
+    assert "CPU-only" in alloc["notes"][0]  # a GPU was chosen, this llama.cpp has no CUDA
+    online_host.refresh_from_db()
+    assert online_host.fit_calibration["llamacpp"]["flash_attention_auto"] == "on"
+    # The next estimate on this host knows that this build turns -fa auto on.
+    from hosts.remote import ssh
+
+    with ssh.connect(online_host) as remote:
+        again = services.check_fit(deployment, remote)
+    assert again["flash_attention"] == "on"
+    run(deployment, JobAction.STOP)
+
+
+def test_cpu_only_llamacpp_is_judged_against_the_hosts_ram(online_host, started_pids):
+    deployment = llama_deployment(online_host, name="cpu-only", gpus=())
+    job = run(deployment)
+    started_pids.append(job.pid)
+    assert job.state == JobState.RUNNING, job.message
+    fit = deployment.last_fit
+    assert fit["verdict"] == "fits" and fit["layers_on_gpu"] == 0
+    assert [d["name"] for d in fit["devices"]] == ["RAM"] and fit["devices"][0]["have_gib"] > 0
+    assert job.command.startswith("llama-server ")  # no CUDA_VISIBLE_DEVICES without GPUs
     run(deployment, JobAction.STOP)

@@ -73,9 +73,10 @@ def test_preview_shows_the_command_with_the_key_masked_and_the_fit(admin_client,
     assert r.status_code == 200
     html = r.content.decode()
     assert "CUDA_VISIBLE_DEVICES=0 llama-server -m /models/Qwen3-Coder-30B-A3B-Instruct-Q4_K_M.gguf" in html
-    assert "--api-key ****" in html and "preview-key" not in html
-    # 24576 tokens needed ~11.8 GiB on an idle 12 GB card; Xorg's 287 MiB here tips it over.
-    assert "Does not fit" in html and "22784 tokens" in html
+    assert "--api-key-file api_key" in html and "preview-key" not in html
+    # 24576 tokens needed ~11.8 GiB on an idle 12 GB card; with Xorg's 287 MiB it is within 10 %.
+    assert "<strong>Tight</strong>" in html and "24576 tokens" in html
+    assert "<td>GPU 0</td><td>11.72 GiB</td><td>11.72 GiB</td><td>tight</td>" in html
     assert not Deployment.objects.exists()
 
 
@@ -92,7 +93,7 @@ def test_create_then_launch_goes_to_the_job_page(admin_client, host):
     assert r.status_code == 302 and r.url == reverse("deployment_detail", args=[deployment.pk])
     assert deployment.options["ctx_size"] == 24576 and deployment.upstream_api_key.startswith("gpk-")
     detail = admin_client.get(r.url).content.decode()
-    assert "--api-key ****" in detail and deployment.upstream_api_key not in detail
+    assert "--api-key-file api_key" in detail and deployment.upstream_api_key not in detail
 
     confirm = admin_client.get(reverse("deployment_action", args=[deployment.pk, "launch"]))
     assert b"Launch qwen-coder?" in confirm.content
@@ -159,21 +160,22 @@ def test_confirm_pages_post_to_their_own_url(admin_client, host):
 
 def test_the_live_fit_names_the_change_that_makes_it_fit(admin_client, host):
     url = reverse("deployment_fit_preview", args=[host.pk])
-    html = admin_client.post(url, form_data()).content.decode()
+    too_big = form_data(llamacpp__ctx_size="32768")  # ~13 GiB on a 12 GB card
+    html = admin_client.post(url, too_big).content.decode()
     assert "Does not fit" in html
     from hosts.deployments import services
 
     # The advice names the largest context the estimate itself says fits.
     d = Deployment(host=host, backend="llamacpp", model_path=form_data()["model_path"], gpu_indices=[0])
-    d.options = {"ctx_size": 24576, "n_gpu_layers": 25, "flash_attn": "off", "cache_type": "f16"}
+    d.options = {"ctx_size": 32768, "n_gpu_layers": 25, "flash_attn": "off", "cache_type": "f16"}
     max_context = services.check_fit(d)["max_context"]
-    assert f"Lower the context (-c) to {max_context:,} tokens." in html
-    assert "use KV cache type q8_0" in html
-    assert "pick 2 GPUs" not in html  # the host has one
+    assert f"lower the context to {max_context}" in html
+    assert "KV cache type q" in html  # a smaller KV cache type, as the estimate found it
+    assert "add GPU" not in html  # the host has one
 
     GPU.objects.create(host=host, index=1, name="NVIDIA GeForce RTX 3080 Ti", memory_total_mib=12288, memory_used_mib=0)
-    html = admin_client.post(url, form_data()).content.decode()
-    assert "Or pick 2 GPUs (#0, #1)." in html
+    html = admin_client.post(url, too_big).content.decode()
+    assert "add GPU 1 (2 in all)" in html
 
     fits = admin_client.post(url, form_data(llamacpp__ctx_size="4096")).content.decode()
     assert "<strong>Fits</strong>" in fits and "To make it fit" not in fits
@@ -183,7 +185,7 @@ def test_the_live_fit_names_the_change_that_makes_it_fit(admin_client, host):
 
 
 def test_a_saved_deployment_shows_its_estimate(admin_client, host):
-    admin_client.post(reverse("deployment_create", args=[host.pk]), form_data())
+    admin_client.post(reverse("deployment_create", args=[host.pk]), form_data(llamacpp__ctx_size="32768"))
     deployment = Deployment.objects.get()
     assert deployment.last_fit["verdict"] == "does_not_fit" and deployment.last_fit["advice"]
     page = admin_client.get(reverse("deployment_detail", args=[deployment.pk])).content.decode()

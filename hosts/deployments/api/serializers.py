@@ -52,6 +52,9 @@ class DeploymentSerializer(serializers.ModelSerializer):
         child=serializers.CharField(max_length=200, trim_whitespace=False), required=False, max_length=40
     )
     command_preview = serializers.SerializerMethodField()
+    worker_hosts = serializers.PrimaryKeyRelatedField(
+        queryset=Host.objects.all(), many=True, required=False, help_text="Further nodes (vLLM over Ray)."
+    )
 
     class Meta:
         model = Deployment
@@ -66,6 +69,9 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "port",
             "options",
             "extra_args",
+            "worker_hosts",
+            "network_interface",
+            "ray_port",
             "fit_override",
             "status",
             "status_message",
@@ -73,6 +79,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "context_window",
             "channel",
             "last_fit",
+            "last_allocation",
             "command_preview",
             "created",
             "updated",
@@ -84,6 +91,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "context_window",
             "channel",
             "last_fit",
+            "last_allocation",
             "created",
             "updated",
         ]
@@ -105,8 +113,14 @@ class DeploymentSerializer(serializers.ModelSerializer):
                 "port",
                 "options",
                 "extra_args",
+                "network_interface",
+                "ray_port",
             )
         }
+        if "worker_hosts" in attrs:
+            merged["worker_hosts"] = attrs["worker_hosts"]
+        else:
+            merged["worker_hosts"] = list(instance.worker_hosts.all()) if instance else []
         try:
             cleaned = services.clean_deployment(
                 host=merged["host"],
@@ -118,6 +132,9 @@ class DeploymentSerializer(serializers.ModelSerializer):
                 options=merged["options"] or {},
                 extra_args=merged["extra_args"] or [],
                 instance=instance,
+                worker_hosts=merged["worker_hosts"],
+                network_interface=merged["network_interface"] or "",
+                ray_port=merged["ray_port"] or 6379,
             )
         except DjangoValidationError as exc:
             raise field_errors(exc) from None
@@ -147,20 +164,34 @@ class ArchitectureSerializer(serializers.Serializer):
 
 
 class FitSpecSerializer(serializers.Serializer):
-    """Either `host` + `gpu_indices` (GPUs as last seen) or explicit `gpus`; the model by `model`
-    name (presets) or an explicit `architecture`."""
+    """The model by its `config_json` (a config.json, as an object or its text), by its files on
+    `host` (`read_from_host`), by an explicit `architecture`, or by `model` name (presets); the GPUs
+    as `gpus`, or `host` + `gpu_indices` as last seen. `gpus: []` with llama.cpp means CPU only
+    (then `ram_mib`, or the host's RAM when read from the host)."""
 
     backend = serializers.ChoiceField(choices=Backend.choices)
     model = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    config_json = serializers.JSONField(required=False, help_text="The model's config.json (object or text).")
     architecture = ArchitectureSerializer(required=False)
     options = serializers.DictField(required=False)
     host = serializers.PrimaryKeyRelatedField(queryset=Host.objects.all(), required=False)
     gpu_indices = serializers.ListField(child=serializers.IntegerField(min_value=0), required=False)
     gpus = GPUSpecSerializer(many=True, required=False)
+    ram_mib = serializers.IntegerField(min_value=0, max_value=1_000_000_000, required=False)
+    read_from_host = serializers.BooleanField(default=False)
+
+    def validate_config_json(self, value):
+        if len(str(value)) > 200_000:
+            raise ValidationError("A config.json of at most 200 kB.")
+        if not isinstance(value, dict | str):
+            raise ValidationError("A config.json object, or its text.")
+        return value
 
     def validate(self, attrs):
-        if not attrs.get("architecture") and not attrs.get("model"):
-            raise ValidationError({"model": ["Give a model name (matched against presets) or an architecture."]})
-        if not attrs.get("gpus") and not attrs.get("host"):
+        if not any(attrs.get(k) for k in ("architecture", "model", "config_json")):
+            raise ValidationError(
+                {"model": ["Give a model name (matched against presets), its config.json or an architecture."]}
+            )
+        if "gpus" not in attrs and not attrs.get("host"):
             raise ValidationError({"gpus": ["Give the GPUs, or a host and its GPU indices."]})
         return attrs

@@ -20,7 +20,7 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
-from hosts import backends, fit, jobs
+from hosts import jobs
 from hosts.choices import JobAction
 from hosts.models import Deployment, LaunchJob
 from hosts.remote import ssh
@@ -105,30 +105,23 @@ class FitEstimateViewSet(viewsets.GenericViewSet):
 
     @extend_schema(request=FitSpecSerializer, responses={200: dict})
     def create(self, request):
+        """The estimate for a spec (nothing is stored): what the deploy form's live preview calls."""
         spec = FitSpecSerializer(data=request.data)
         spec.is_valid(raise_exception=True)
         data = spec.validated_data
-        impl = backends.get(data["backend"])
         try:
-            options = impl.clean_options(
-                data.get("options") or {}, max(len(data.get("gpu_indices") or data.get("gpus") or []), 1)
+            estimate = services.estimate_for_spec(
+                backend=data["backend"],
+                options=data.get("options") or {},
+                model=data.get("model") or "",
+                config=data.get("config_json"),
+                architecture=data.get("architecture"),
+                host=data.get("host"),
+                gpu_indices=data.get("gpu_indices"),
+                gpus=data.get("gpus"),
+                ram_mib=data.get("ram_mib"),
+                read_from_host=data.get("read_from_host", False),
             )
         except DjangoValidationError as exc:
             raise field_errors(exc) from None
-        if data.get("architecture"):
-            arch = fit.Architecture(**data["architecture"], source="given")
-        else:
-            arch = fit.preset_for(data["model"])
-            if arch is None:
-                raise ValidationError({"model": [f"No preset matches {data['model']!r}; give an architecture."]})
-        if data["backend"] == "llamacpp" and data.get("model"):
-            arch.quant = fit.quant_from_name(data["model"])
-        if data.get("gpus"):
-            gpus = [fit.GPUMemory(**g) for g in data["gpus"]]
-        else:
-            rows = data["host"].gpus.filter(index__in=data.get("gpu_indices") or [])
-            gpus = [fit.GPUMemory(g.index, g.memory_total_mib or 0, g.memory_free_mib or 0) for g in rows]
-        estimate = fit.estimate(
-            fit.FitRequest(arch=arch, backend=data["backend"], gpus=gpus, **impl.fit_params(options))
-        )
-        return Response(estimate.as_dict())
+        return Response(estimate)

@@ -1,0 +1,94 @@
+"""Zed: `language_models.openai_compatible` in ~/.config/zed/settings.json (macOS the same path,
+Windows %APPDATA%\\Zed\\settings.json).
+
+Per model, `max_tokens` is the context window and `max_output_tokens` the output cap sent with
+requests. The key is never in settings.json: Zed reads `<PROVIDER_ID>_API_KEY` in upper snake case
+(TEAMGW_API_KEY) from the environment, else the key saved in its Agent settings (OS keychain).
+`agent.default_model` selects the default. Zed's own settings.json usually has comments: the
+installer leaves such a file alone and says to paste the block. Not run here (a GUI).
+"""
+
+from __future__ import annotations
+
+from .base import PROVIDER_ID, Command, ConfigFile, Probe, Rendered, RenderInput, dump_json
+
+SLUG = "zed"
+LABEL = "Zed"
+ENV_INDIRECTION = True
+PATH = "~/.config/zed/settings.json"
+ENV_FILE = "~/.config/team-gateway/env"
+KEY_VAR = f"{PROVIDER_ID.upper()}_API_KEY"
+PROMPT_TOKENS = 0  # not measured: Zed is a GUI
+FALLBACK_CONTEXT = 8192  # Zed needs a window per model; the small side is the safe one
+CAPABILITIES = {"tools": True, "images": False, "parallel_tool_calls": False, "prompt_cache_key": False}
+
+
+def render(inp: RenderInput) -> Rendered:
+    primary = inp.primary
+    models = []
+    for m in inp.ordered:
+        entry: dict = {"name": m.name, "display_name": f"{m.label} (team gateway)"}
+        entry["max_tokens"] = m.context_window or FALLBACK_CONTEXT
+        if m.max_output_tokens:
+            entry["max_output_tokens"] = m.max_output_tokens
+        entry["capabilities"] = {
+            "tools": True,
+            "images": False,
+            "parallel_tool_calls": False,
+            "prompt_cache_key": False,
+        }
+        models.append(entry)
+    data: dict = {
+        "language_models": {"openai_compatible": {PROVIDER_ID: {"api_url": inp.api_base, "available_models": models}}}
+    }
+    if primary:
+        data["agent"] = {"default_model": {"provider": PROVIDER_ID, "model": primary.name}}
+    data["telemetry"] = {"diagnostics": False, "metrics": False}
+    files = [
+        ConfigFile(
+            "settings.json",
+            PATH,
+            dump_json(data),
+            "jsonc",
+            windows_path="%APPDATA%\\Zed\\settings.json",
+            replace=(f"language_models.openai_compatible.{PROVIDER_ID}",),
+            note="If your settings.json has comments (Zed's default one does), the installer leaves it alone: "
+            "paste the language_models and agent blocks in by hand.",
+        )
+    ]
+    commands = []
+    if inp.api_key:
+        files.append(
+            ConfigFile(
+                "env",
+                ENV_FILE,
+                f"# {inp.stamp}\nexport {KEY_VAR}='{inp.api_key}'\n",
+                "dotenv",
+                merge="dotenv",
+                secret=True,
+                note=f"Load it from your shell profile (`. {ENV_FILE}`) and start Zed from that shell, or paste "
+                "the key in Zed's Agent settings (it keeps it in the keychain).",
+            )
+        )
+    else:
+        commands.append(Command("Before starting zed", f"export {KEY_VAR}=<your key>"))
+    return Rendered(
+        files=files,
+        commands=commands,
+        notes=[f"Zed reads the key from {KEY_VAR} or from its Agent settings; never from settings.json."],
+        probes=[
+            Probe(
+                file=PATH,
+                format="json",
+                base_url=f"language_models.openai_compatible.{PROVIDER_ID}.api_url",
+                base_shape="v1",
+                key_var=KEY_VAR,
+                key_file=ENV_FILE,
+                models=f"language_models.openai_compatible.{PROVIDER_ID}.available_models.*",
+                model_name="name",
+                model_context="max_tokens",
+                model_output="max_output_tokens",
+                client=LABEL,
+            )
+        ],
+    )

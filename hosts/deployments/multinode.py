@@ -1,0 +1,167 @@
+"""Multi-node vLLM: one deployment over several registered hosts, the way vLLM documents it.
+
+vLLM runs a model across nodes on a Ray cluster ("Distributed inference and serving": start a Ray
+head and join the workers, then `vllm serve` on the head with TP = GPUs per node and PP = nodes).
+The launch job does exactly that over SSH, every process detached in the deployment's folder on
+its host with its pid file and log (`ray.pid`, `ray.log`):
+
+    head     VLLM_HOST_IP=HEAD NCCL_SOCKET_IFNAME=IF GLOO_SOCKET_IFNAME=IF
+             ray start --head --port P --node-ip-address HEAD --block
+    worker   VLLM_HOST_IP=W NCCL_SOCKET_IFNAME=IF GLOO_SOCKET_IFNAME=IF
+             ray start --address HEAD:P --node-ip-address W --block
+    head     RAY_ADDRESS=HEAD:P NCCL_SOCKET_IFNAME=IF GLOO_SOCKET_IFNAME=IF VLLM_HOST_IP=HEAD
+             vllm serve … --tensor-parallel-size GPUS_PER_NODE --pipeline-parallel-size NODES
+             --distributed-executor-backend ray
+
+Before anything starts, each node's network interface is checked: it exists and carries the
+address the node is registered with (NCCL and Gloo are told to use it). The cluster is up when
+`ray status` lists every node. One channel serves the whole deployment (the head's API server);
+stopping it stops Ray on every node (`ray stop`, then the process group).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import re
+import shlex
+import time
+
+from django.conf import settings
+
+from ..models import Deployment, Host
+from ..remote import commands, ssh
+
+logger = logging.getLogger(__name__)
+
+RAY = "ray"
+_NODE_LINE = re.compile(r"^\s*\d+\s+node_\S+", re.M)
+
+
+class ClusterError(Exception):
+    """The Ray cluster could not be started; `message` says why and what to do."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def workers(deployment: Deployment) -> list[Host]:
+    if not deployment.pk:
+        return []
+    return list(deployment.worker_hosts.order_by("name"))
+
+
+def _env(deployment: Deployment, node_address: str) -> dict[str, str]:
+    iface = deployment.network_interface
+    return {"VLLM_HOST_IP": node_address, "NCCL_SOCKET_IFNAME": iface, "GLOO_SOCKET_IFNAME": iface}
+
+
+def head_address(deployment: Deployment) -> str:
+    return f"{deployment.host.address}:{deployment.ray_port}"
+
+
+def head_env(deployment: Deployment) -> dict[str, str]:
+    """What `vllm serve` on the head gets besides CUDA_VISIBLE_DEVICES ({} for one node)."""
+    if not workers(deployment):
+        return {}
+    return {"RAY_ADDRESS": head_address(deployment), **_env(deployment, deployment.host.address)}
+
+
+def check_interface(remote: ssh.Remote, iface: str, address: str) -> str:
+    """Why `iface` cannot carry the cluster's traffic for `address` on this node, or ""."""
+    q = shlex.quote(iface)
+    out = remote.run(
+        f"if [ -d /sys/class/net/{q} ]; then echo present; ip -o addr show dev {q} 2>/dev/null; else echo absent; fi"
+    ).stdout
+    if not out.startswith("present"):
+        return f"{remote.host}: network interface {iface} does not exist."
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return ""  # registered by name: nothing to compare with
+    nets = [ipaddress.ip_interface(m) for m in re.findall(r"inet6?\s+(\S+)", out)]
+    if nets and not any(ip in n.network for n in nets):
+        have = ", ".join(str(n) for n in nets)
+        return f"{remote.host}: {address} is not on interface {iface} ({have}); NCCL would use the wrong network."
+    return ""
+
+
+def _start_node(deployment: Deployment, remote: ssh.Remote, argv: list[str], address: str) -> int:
+    folder = commands.deployment_dir(deployment.remote_dir)
+    old = commands.read_pidfile(remote, folder, "ray")
+    if old and commands.is_alive(remote, old):
+        commands.kill(remote, old, grace=5)
+    pid, said = commands.start_detached(remote, folder, argv, _env(deployment, address), name="ray")
+    if pid is None:
+        raise ClusterError(f"Could not start Ray on {remote.host}: {said[:300]}")
+    return pid
+
+
+def _count_nodes(remote: ssh.Remote, deployment: Deployment) -> int:
+    result = remote.run([RAY, "status", "--address", head_address(deployment)], timeout=30)
+    return len(_NODE_LINE.findall(result.stdout)) if result.ok else 0
+
+
+def start_cluster(deployment: Deployment, head: ssh.Remote) -> None:
+    """Start the Ray head and join every worker; returns when `ray status` lists them all.
+    On failure everything started is stopped and ClusterError says why."""
+    nodes = workers(deployment)
+    if not nodes:
+        return
+    address = deployment.host.address
+    if problem := check_interface(head, deployment.network_interface, address):
+        raise ClusterError(problem)
+    started: list[tuple[Host, int]] = []
+    try:
+        argv = [RAY, "start", "--head", "--port", str(deployment.ray_port), "--node-ip-address", address, "--block"]
+        started.append((deployment.host, _start_node(deployment, head, argv, address)))
+        for node in nodes:
+            with ssh.connect(node) as remote:
+                if problem := check_interface(remote, deployment.network_interface, node.address):
+                    raise ClusterError(problem)
+                argv = [RAY, "start", "--address", head_address(deployment), "--node-ip-address", node.address]
+                started.append((node, _start_node(deployment, remote, [*argv, "--block"], node.address)))
+        deadline = time.monotonic() + settings.HOSTS_HEALTH_TIMEOUT
+        want = 1 + len(nodes)
+        while (seen := _count_nodes(head, deployment)) < want:
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"Ray lists {seen} of {want} nodes after {settings.HOSTS_HEALTH_TIMEOUT:g} s: can the workers "
+                    f"reach {head_address(deployment)} over {deployment.network_interface} (firewall)?"
+                )
+            time.sleep(settings.HOSTS_HEALTH_POLL)  # Ray offers nothing to wait on over SSH
+    except ClusterError:
+        stop_cluster(deployment, head)
+        raise
+    except ssh.SSHError as exc:
+        stop_cluster(deployment, head)
+        raise ClusterError(f"Could not reach a worker host: {exc.message}") from None
+    logger.info("ray cluster of deployment %s is up on %s nodes", deployment.pk, len(started))
+
+
+def stop_cluster(deployment: Deployment, head: ssh.Remote | None = None) -> list[str]:
+    """`ray stop` and the Ray process group on every node; returns what could not be stopped."""
+    nodes = workers(deployment)
+    if not nodes:
+        return []
+    problems = []
+    for node in [deployment.host, *nodes]:
+        try:
+            if node == deployment.host and head is not None:
+                _stop_node(deployment, head)
+            else:
+                with ssh.connect(node) as remote:
+                    _stop_node(deployment, remote)
+        except ssh.SSHError as exc:
+            problems.append(f"{node}: {exc.message}")
+    return problems
+
+
+def _stop_node(deployment: Deployment, remote: ssh.Remote) -> None:
+    folder = commands.deployment_dir(deployment.remote_dir)
+    remote.run([RAY, "stop", "--force"], timeout=60)
+    pid = commands.read_pidfile(remote, folder, "ray")
+    if pid and commands.is_alive(remote, pid):
+        commands.kill(remote, pid, grace=5)
+    commands.remove_pidfile(remote, folder, "ray")

@@ -1,0 +1,251 @@
+"""The real clients that run headless here (Qwen Code, Kilo CLI, Aider; and Claude Code, Cline CLI,
+Continue CLI, OpenCode), configured only by the portal's installer in a throwaway HOME, complete a
+request through the gateway to the fake upstream, with the default model and limits the files set.
+
+Each runs in its own network namespace (`unshare -rn`) that has nothing but loopback, so no request
+can reach a vendor; `tests/fakes/nsbridge.py` carries its connections to the portal through a Unix
+socket, on the very URL the generated files hold. The clients are pinned and installed by .ci/run
+into throwaway folders (PORTAL_REAL_CLIENTS for npm, PORTAL_AIDER for the aider-chat venv).
+Two models: `qwen3-32b` (the default: largest window) and `tool-bot` (a smaller window and output
+cap), served upstream as `fake-model` and `fake-small`, so a request shows which one a client chose.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from channels.models import Channel, Model, ModelRoute
+from clientconfigs import services
+from clientconfigs.models import KeyMode
+from tests.fakes.nsbridge import UnixToTcp
+from tests.fakes.upstream import FakeUpstream
+from tests.gateway.conftest import ThreadServer
+from tests.services import require_binary, unavailable
+
+from .test_installer import fetch, run_sh
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+BRIDGE = Path(__file__).resolve().parents[1] / "fakes" / "nsbridge.py"
+UPSTREAM_KEY = "sk-upstream-real-clients"
+WINDOW, OUTPUT = 65536, 8192  # large enough for every client's own prompt
+SMALL_WINDOW, SMALL_OUTPUT = 40960, 1024
+PROMPT = "Reply with the word pong."
+
+
+@pytest.fixture
+def gateway(transactional_db, settings, monkeypatch):
+    monkeypatch.setenv("GATEWAY_REDIS_NAMESPACE", "ccreal-" + uuid.uuid4().hex[:10])
+    settings.PORTAL_PUBLIC_URL = ""
+    with FakeUpstream(api_key=UPSTREAM_KEY, max_model_len=WINDOW) as up:
+        channel = Channel.objects.create(
+            name="gpu", kind="vllm", base_url=up.base_url, api_key=UPSTREAM_KEY, status="healthy"
+        )
+        model = Model.objects.create(name="qwen3-32b")
+        ModelRoute.objects.create(
+            model=model, channel=channel, upstream_model="fake-model", context_window=WINDOW, max_output_tokens=OUTPUT
+        )
+        small = Model.objects.create(name="tool-bot")
+        ModelRoute.objects.create(
+            model=small,
+            channel=channel,
+            upstream_model="fake-small",
+            context_window=SMALL_WINDOW,
+            max_output_tokens=SMALL_OUTPUT,
+        )
+        server = ThreadServer().start()
+        try:
+            yield server, up
+        finally:
+            server.stop()
+
+
+def tool(env: str, *parts: str) -> Path:
+    folder = os.environ.get(env, "")
+    path = Path(folder, *parts)
+    if not folder or not path.exists():
+        unavailable(f"{env} does not point at the pinned client installed by .ci/run ({'/'.join(parts)})")
+    return path
+
+
+def run_isolated(server, home: Path, argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Run `argv` in a loopback-only network namespace whose 127.0.0.1:PORT leads to the portal."""
+    require_binary("unshare", "util-linux")
+    require_binary("ip", "iproute2")
+    sock = str(home.parent / f"portal-{uuid.uuid4().hex[:8]}.sock")
+    bridge = UnixToTcp(sock, server.port)
+    log = home.parent / "bridge.log"
+    script = (
+        "set -e; ip link set lo up; "
+        f"python3 {shlex.quote(str(BRIDGE))} {server.port} {shlex.quote(sock)} > {shlex.quote(str(log))} 2>&1 & "
+        "trap 'kill $! 2>/dev/null' EXIT; "
+        f"until grep -q ready {shlex.quote(str(log))}; do sleep 0.05; done; " + " ".join(shlex.quote(a) for a in argv)
+    )
+    base = {"HOME": str(home), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "TERM": "dumb"}
+    try:
+        return subprocess.run(
+            ["unshare", "-rn", "sh", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env={**base, **env},
+            cwd=home,
+            stdin=subprocess.DEVNULL,
+        )
+    finally:
+        bridge.close()
+
+
+def install(server, home: Path, user, client: str, default: str = "") -> None:
+    _, token = services.issue_download_token(user, client, key_mode=KeyMode.MINT, key_name="ci", default_model=default)
+    result = run_sh(fetch(server.url + "/connect/install.sh"), home, token)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def chat_requests(up: FakeUpstream) -> list[dict]:
+    return [r.json for r in up.requests if r.path.endswith("/chat/completions")]
+
+
+def test_qwen_code_answers_through_the_gateway_from_the_installed_files(gateway, tmp_path, alice):
+    server, up = gateway
+    qwen = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "qwen")
+    home = tmp_path / "home"
+    home.mkdir()
+    install(server, home, alice, "qwen-code")
+    done = run_isolated(
+        server,
+        home,
+        [str(qwen), "-p", PROMPT, "--approval-mode", "yolo", "--output-format", "text"],
+        {"QWEN_USAGE_STATISTICS_ENABLED": "false", "QWEN_TELEMETRY_ENABLED": "false"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+    [first, *_] = chat_requests(up)
+    assert first["model"] == "fake-model" and first["stream"] is True
+    assert 0 < first["max_tokens"] <= OUTPUT  # Qwen clamps its cap to what the window leaves
+
+
+def test_kilo_cli_answers_through_the_gateway_from_the_installed_files(gateway, tmp_path, alice):
+    server, up = gateway
+    kilo = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "kilo")
+    home = tmp_path / "home"
+    home.mkdir()
+    install(server, home, alice, "kilo")
+    opt_out = dict(kv.split("=", 1) for kv in "KILO_TELEMETRY_LEVEL=off KILO_DISABLE_AUTOUPDATE=1".split())
+    env = {**opt_out, "KILO_DISABLE_MODELS_FETCH": "1", "KILO_DISABLE_SHARE": "1", "KILO_DISABLE_LSP_DOWNLOAD": "1"}
+    done = run_isolated(server, home, [str(kilo), "run", "--auto", PROMPT], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+    sent = chat_requests(up)
+    assert sent and all(r["model"] == "fake-model" for r in sent)
+    assert OUTPUT in {r.get("max_tokens") for r in sent}  # limit.output is what Kilo sends
+
+
+def test_aider_answers_through_the_gateway_from_the_installed_files(gateway, tmp_path, alice):
+    server, up = gateway
+    aider = tool("PORTAL_AIDER", "bin", "aider")
+    home = tmp_path / "home"
+    home.mkdir()
+    install(server, home, alice, "aider")
+    done = run_isolated(
+        server,
+        home,
+        [str(aider), "--message", PROMPT, "--yes-always", "--no-pretty", "--no-git", "--no-stream"],
+        {"LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+    assert chat_requests(up) and chat_requests(up)[0]["model"] == "fake-model"
+    assert "unknown context window" not in done.stdout.lower()  # the metadata file was read
+
+
+def test_continue_cli_uses_the_chosen_default_and_a_reinstall_keeps_one_entry_per_model(gateway, tmp_path, alice):
+    server, up = gateway
+    cn = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "cn")
+    home = tmp_path / "home"
+    home.mkdir()
+    for default, upstream_model in (("tool-bot", "fake-small"), ("qwen3-32b", "fake-model")):
+        install(server, home, alice, "continue", default=default)
+        done = run_isolated(server, home, [str(cn), "-p", PROMPT], {"CONTINUE_CLI_DISABLE_TELEMETRY": "1"})
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+        last = chat_requests(up)[-1]
+        assert last["model"] == upstream_model, (default, last["model"])  # `cn -p` took the default
+        assert last["max_tokens"] == (SMALL_OUTPUT if default == "tool-bot" else OUTPUT)
+    text = (home / ".continue" / "config.yaml").read_text()
+    assert text.count("model: qwen3-32b") == 1 and text.count("model: tool-bot") == 1
+
+
+def test_cline_cli_answers_on_the_default_model_and_on_a_second_one(gateway, tmp_path, alice):
+    """providers.json carries no provider-wide window or cap (it would override every model's own in
+    models.json); Cline 3.0.65 then still answers on both models. It sends no max_tokens, so the cap
+    itself is not visible on the wire: the assertion only rules out the default model's."""
+    server, up = gateway
+    cline = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "cline")
+    home = tmp_path / "home"
+    home.mkdir()
+    install(server, home, alice, "cline")
+    done = run_isolated(server, home, [str(cline), "--json", PROMPT], {})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+    assert chat_requests(up)[-1]["model"] == "fake-model"
+    again = run_isolated(server, home, [str(cline), "--json", "-m", "tool-bot", PROMPT], {})
+    assert again.returncode == 0, again.stdout + again.stderr
+    last = chat_requests(up)[-1]
+    assert last["model"] == "fake-small"
+    assert last.get("max_tokens") in (None, SMALL_OUTPUT)
+
+
+def test_opencode_answers_through_the_gateway_from_the_installed_files(gateway, tmp_path, alice):
+    server, up = gateway
+    opencode = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "opencode")
+    home = tmp_path / "home"
+    home.mkdir()
+    install(server, home, alice, "opencode")
+    env = {"OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_SHARE": "1"}
+    done = run_isolated(server, home, [str(opencode), "run", PROMPT], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+    sent = chat_requests(up)
+    assert sent and OUTPUT in {r.get("max_tokens") for r in sent if r["model"] == "fake-model"}
+
+
+def test_claude_code_answers_through_the_gateway_from_the_installed_settings(gateway, tmp_path, alice):
+    server, up = gateway
+    claude = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "claude")
+    home = tmp_path / "home"
+    home.mkdir()
+    install(server, home, alice, "claude-code")
+    env = {"DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"}
+    done = run_isolated(server, home, [str(claude), "-p", PROMPT], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+    assert any(r.json and r.json.get("model") == "fake-model" for r in up.requests)
+
+
+def test_codex_answers_over_responses_and_its_file_notes_the_dropped_tools(gateway, tmp_path, alice):
+    server, up = gateway
+    codex = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "codex")
+    home = tmp_path / "home"
+    home.mkdir()
+    install(server, home, alice, "codex")
+    config = (home / ".codex" / "config.toml").read_text()
+    # The fake upstream is a Chat Completions channel: the gateway translates Responses and drops
+    # Codex's web_search and multi-agent tools, and the file says so.
+    assert "# Team gateway note: qwen3-32b is served through Chat Completions" in config
+    assert "[analytics]\nenabled = false" in config
+    run = (
+        f". {home}/.config/team-gateway/env && exec {shlex.quote(str(codex))} exec --skip-git-repo-check "
+        + shlex.quote(PROMPT)
+    )
+    done = run_isolated(server, home, ["sh", "-c", run], {})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+    sent = chat_requests(up)
+    assert sent and sent[-1]["model"] == "fake-model"
+    assert not any(t.get("type") == "web_search" for t in sent[-1].get("tools", []))

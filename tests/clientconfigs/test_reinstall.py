@@ -1,0 +1,85 @@
+"""Install, change the served window, install again: for every client with files, the real `sh`
+installer (fetched from the real portal, which also serves the gateway) run twice in one throwaway
+HOME leaves exactly one entry per model with the new window, and the doctor, asking the real
+gateway's /v1/models, passes; a value corrupted by hand makes it fail, naming the file and line."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from channels.models import ModelRoute
+from clientconfigs import installer
+from clientconfigs.installer import install as inst
+from keys.models import Key
+
+from .test_end_to_end import installed, portal  # noqa: F401 - the fixture
+from .test_installer import fetch, run_sh
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+CLIENTS_WITH_FILES = sorted(installer.probes())
+
+
+def entries(home: Path, probes: list[dict], gateway: str) -> dict[str, list[tuple[str, int | None]]]:
+    """Every model entry each probed file lists for our gateway: {file: [(model, window)]}."""
+    host = re.sub(r"^https?://", "", gateway).split("/")[0]
+    out: dict[str, list[tuple[str, int | None]]] = {}
+    for p in probes:
+        if not p.get("models"):
+            continue
+        data, text = inst.load(str(home / p["file"].removeprefix("~/")), p["format"])
+        out[p["file"]] = [(e["name"], e["ctx"]) for e in inst.entries_of(p, data, text, host)]
+    return out
+
+
+def doctor(url: str, home: Path, client: str):
+    return run_sh(fetch(url + "/connect/install.sh"), home, "--check", client)
+
+
+@pytest.mark.parametrize("client", CLIENTS_WITH_FILES)
+def test_a_second_install_after_a_window_change_leaves_one_entry_per_model_with_the_new_window(
+    portal,  # noqa: F811
+    tmp_path,
+    alice,
+    client,
+):
+    url, _ = portal
+    home = tmp_path / "home"
+    home.mkdir()
+    probes = installer.probes()[client]
+    first = installed(url, home, alice, client)
+    assert doctor(url, home, client).returncode == 0
+    windows = {p["file"]: bool(p.get("model_context")) for p in probes}
+    for file, listed in entries(home, probes, url).items():
+        assert listed == [("qwen3-32b", 8192 if windows[file] else None)], (file, listed)
+
+    for route in ModelRoute.objects.all():  # an admin serves a larger window (save: the gateway hears it)
+        route.context_window = 16384
+        route.save()
+    second = installed(url, home, alice, client)
+
+    for file, listed in entries(home, probes, url).items():
+        assert listed == [("qwen3-32b", 16384 if windows[file] else None)], (file, listed)
+    check = doctor(url, home, client)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "context window 16384 agrees with the server" in check.stdout
+    assert "listed" not in check.stdout  # no duplicates
+
+    # Neither run printed the key it minted: only its masked form.
+    printed = first.stdout + second.stdout + first.stderr + second.stderr
+    assert re.findall(r"gp-[A-Za-z0-9_-]{30,}", printed) == []
+    assert all(k.masked in printed for k in Key.objects.filter(owner=alice, client=client))
+    # The second install replaced the first install's key instead of adding one.
+    assert "it replaces the key minted before for this client" in second.stdout
+    assert Key.objects.active().filter(owner=alice, client=client, name=f"{client}@e2e").count() == 1
+
+    # Corrupt the window by hand: the doctor names the file and the line.
+    target = next(p["file"] for p in probes if p.get("models") and p.get("model_context"))
+    path = home / target.removeprefix("~/")
+    path.write_text(path.read_text().replace("16384", "512"))
+    broken = doctor(url, home, client)
+    assert broken.returncode == 1, broken.stdout
+    wrong = r" line \d+: model qwen3-32b has context window 512 in the file, 16384 on the server"
+    assert re.search(re.escape(target) + wrong, broken.stdout), broken.stdout

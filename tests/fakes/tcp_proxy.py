@@ -1,0 +1,105 @@
+"""A TCP proxy the test controls, in front of a real server (Redis here), for fault injection.
+
+    with TcpProxy(target_url) as proxy:      # target: redis://host:port/… or unix:///path
+        proxy.url                              # redis://127.0.0.1:PORT/0
+        proxy.mode = "stall"                   # pass | stall | close | refuse | greet
+
+Modes apply to new and existing connections: `pass` forwards both ways; `stall` accepts and
+forwards nothing (a hung server or a black-holing load balancer); `close` accepts and closes at
+once (a proxy in front of a dead server, `maxclients` without a reply); `refuse` closes every
+connection and answers new ones with an immediate close; `greet` sends
+"-ERR max number of clients reached" before anything is asked, then closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from urllib.parse import urlsplit
+
+
+class TcpProxy:
+    def __init__(self, target_url: str) -> None:
+        u = urlsplit(target_url)
+        self.unix = u.path if u.scheme == "unix" else None
+        self.target = (u.hostname or "127.0.0.1", u.port or 6379)
+        self.mode = "pass"
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="tcp-proxy")
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def __enter__(self) -> TcpProxy:
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the proxy did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        loop = self._loop
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+        self._thread.join(10)
+
+    def set(self, mode: str) -> None:
+        """Switch mode; `close`/`refuse` also drop the connections already open."""
+        self.mode = mode
+        if mode in ("close", "refuse") and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._drop_all)
+
+    def _drop_all(self) -> None:
+        for w in list(self._writers):
+            w.transport.abort()
+        self._writers.clear()
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._server = loop.run_until_complete(asyncio.start_server(self._client, "127.0.0.1", 0))
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        loop.run_forever()
+        self._server.close()
+        loop.close()
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        try:
+            if self.mode in ("close", "refuse"):
+                return
+            if self.mode == "greet":
+                writer.write(b"-ERR max number of clients reached\r\n")
+                await writer.drain()
+                return
+            if self.unix:
+                up_r, up_w = await asyncio.open_unix_connection(self.unix)
+            else:
+                up_r, up_w = await asyncio.open_connection(*self.target)
+            self._writers.add(up_w)
+            await asyncio.gather(self._pipe(reader, up_w), self._pipe(up_r, writer), return_exceptions=True)
+        except OSError:
+            pass
+        finally:
+            self._writers.discard(writer)
+            writer.transport.abort()
+
+    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                data = await src.read(65536)
+                if not data:
+                    break
+                while self.mode == "stall":
+                    await asyncio.sleep(0.05)
+                if self.mode != "pass":
+                    break
+                dst.write(data)
+                await dst.drain()
+        finally:
+            dst.transport.abort()

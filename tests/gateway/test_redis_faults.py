@@ -1,0 +1,128 @@
+"""The gateway keeps its promises when Redis misbehaves: real Redis behind a TCP proxy the test
+controls (tests/fakes/tcp_proxy.py), the real gateway under uvicorn in front of the fake upstream.
+
+Each scenario asserts what a client sees: an answer (a 503 with Retry-After, never a 500) within
+the Redis deadline + 1 s while Redis misbehaves, and normal service once it is back, with no key
+locked out and nobody charged for tokens the upstream did not produce.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from keys.services import issue_key
+from tests.fakes.tcp_proxy import TcpProxy
+from tests.gateway.conftest import ThreadServer, wait_for
+from tests.services import redis_url
+
+pytestmark = [pytest.mark.slow]
+
+DEADLINE = 0.5  # GATEWAY_REDIS_TIMEOUT in these tests
+SHORT = {"model": "qwen3-32b", "messages": [{"role": "user", "content": "abcd"}], "max_tokens": 5}
+
+
+@pytest.fixture
+def proxied(setup, settings):
+    """The gateway with its Redis behind the proxy."""
+    with TcpProxy(redis_url()) as proxy:
+        settings.REDIS_URL = proxy.url
+        settings.GATEWAY_REDIS_TIMEOUT = DEADLINE
+        settings.GATEWAY_LEASE_SECONDS = 1.5
+        settings.GATEWAY_USAGE_FLUSH_INTERVAL = 0.1
+        server = ThreadServer().start()
+        try:
+            yield proxy, server.url
+        finally:
+            proxy.set("pass")
+            server.stop()
+
+
+def post(url: str, key: str, body=SHORT, timeout: float = 30) -> httpx.Response:
+    return httpx.post(
+        url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=timeout
+    )
+
+
+@pytest.mark.parametrize("mode", ["stall", "close", "greet", "refuse"])
+def test_misbehaving_redis_gets_a_503_within_the_deadline_then_service_resumes(setup, proxied, mode):
+    proxy, url = proxied
+    assert post(url, setup.plaintext).status_code == 200
+    proxy.set(mode)
+    for _ in range(3):
+        started = time.monotonic()
+        r = post(url, setup.plaintext, timeout=10)
+        took = time.monotonic() - started
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] == "limiter_unavailable" and r.headers["retry-after"]
+        assert took < DEADLINE + 1.0, f"{mode}: answered after {took:.2f} s"
+    proxy.set("pass")
+    wait_for(lambda: post(url, setup.plaintext).status_code == 200, timeout=5, interval=0.1)
+
+
+def test_many_requests_in_flight_when_redis_stalls_are_all_answered(setup, proxied):
+    proxy, url = proxied
+    assert post(url, setup.plaintext).status_code == 200
+    proxy.set("stall")
+
+    async def burst() -> list[int]:
+        async with httpx.AsyncClient(timeout=10) as client:
+            rs = await asyncio.gather(
+                *(
+                    client.post(
+                        url + "/v1/chat/completions", json=SHORT, headers={"Authorization": f"Bearer {setup.plaintext}"}
+                    )
+                    for _ in range(50)
+                )
+            )
+        return [r.status_code for r in rs]
+
+    started = time.monotonic()
+    statuses = asyncio.run(burst())
+    assert statuses == [503] * 50
+    assert time.monotonic() - started < DEADLINE + 1.0 + 1.0  # one deadline for all, not one each
+
+
+def test_a_blip_while_requests_run_locks_nobody_out_and_charges_only_what_was_used(setup, proxied, upstream, alice):
+    """Requests finish while Redis is away: their releases and token corrections are replayed when
+    it is back, so the one parallel slot is free again and the day's count is the real usage."""
+    proxy, url = proxied
+    key, plain = issue_key(owner=alice, name="one-at-a-time", max_parallel_requests=1, tokens_per_day=10_000)
+    upstream.behave(delay=1.0)
+    big = {**SHORT, "max_tokens": 100}  # reserves the prompt + 100; the fake produces 5
+
+    async def slow_request() -> int:
+        async with httpx.AsyncClient(timeout=30) as client:
+            r = await client.post(url + "/v1/chat/completions", json=big, headers={"Authorization": f"Bearer {plain}"})
+            return r.status_code
+
+    async def scenario() -> int:
+        task = asyncio.create_task(slow_request())
+        await asyncio.sleep(0.5)  # admitted: it holds the slot and reserved 1 + 5 tokens
+        proxy.set("refuse")  # Redis goes away while it runs; its settle cannot be written
+        status = await task
+        await asyncio.sleep(0.5)
+        proxy.set("pass")
+        return status
+
+    assert asyncio.run(scenario()) == 200
+    upstream.behave(delay=0.0)
+    back = time.monotonic()
+    wait_for(lambda: post(url, plain, big).status_code == 200, timeout=10, interval=0.2)
+    assert time.monotonic() - back < 10  # not locked out beyond one lease and a replay round
+
+    import redis as redis_py
+
+    from gateway.cache import namespace
+    from gateway.limits import _windows
+
+    client = redis_py.Redis.from_url(redis_url())
+    day = _windows(time.time())[0]
+    used = int(client.get(f"{namespace()}:k:{key.id}:d:{day}") or 0)
+    client.close()
+    # Two requests of 1 prompt token + 5 completion tokens each (the fake's usage), though each
+    # reserved 100 more: the correction of the one that ended during the blip was replayed.
+    assert used == 12

@@ -1,0 +1,96 @@
+"""Golden command lines of every backend, and the rule they share: the API key is never in argv."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from hosts import backends
+from hosts.backends import LaunchSpec
+
+KEY = "gpk-secret-key-123"
+
+
+def spec(kind: str, options: dict, gpus=(0, 1), model="Qwen/Qwen3-32B") -> LaunchSpec:
+    impl = backends.get(kind)
+    cleaned, extra = impl.clean(
+        model_path=model, served_model_name="qwen3-32b", options=options, extra_args=[], gpu_count=len(gpus)
+    )
+    return LaunchSpec(
+        model_path=model,
+        served_model_name="qwen3-32b",
+        gpu_indices=list(gpus),
+        port=30000,
+        options=cleaned,
+        extra_args=extra,
+        api_key=KEY,
+    )
+
+
+def test_sglang_golden_command():
+    s = spec("sglang", {"context_length": 32768, "mem_fraction_static": 0.8, "kv_cache_dtype": "fp8_e4m3"})
+    impl = backends.get("sglang")
+    assert backends.preview(impl.argv(s), s.env, s.api_key) == (
+        "CUDA_VISIBLE_DEVICES=0,1 python3 -m sglang.launch_server --model-path Qwen/Qwen3-32B "
+        "--served-model-name qwen3-32b --tp-size 2 --context-length 32768 --mem-fraction-static 0.8 --dtype auto "
+        "--kv-cache-dtype fp8_e4m3 --host 0.0.0.0 --port 30000 --config sglang.yaml"
+    )
+    secret = impl.secret(s)
+    assert secret is not None and secret.file == "sglang.yaml" and secret.text == f'api-key: "{KEY}"\n'
+
+
+def test_sglang_pipeline_parallel_and_batching():
+    s = spec("sglang", {"pp_size": 2, "chunked_prefill_size": 4096, "max_running_requests": 64}, gpus=(0, 1, 2, 3))
+    argv = backends.get("sglang").argv(s)
+    assert argv[argv.index("--tp-size") + 1] == "2" and argv[argv.index("--pp-size") + 1] == "2"
+    assert argv[argv.index("--chunked-prefill-size") + 1] == "4096"
+    assert argv[argv.index("--max-running-requests") + 1] == "64"
+
+
+def test_vllm_golden_command_with_pipeline_parallel():
+    s = spec("vllm", {"pipeline_parallel_size": 2, "max_model_len": 16384}, gpus=(0, 1, 2, 3))
+    impl = backends.get("vllm")
+    assert backends.preview(impl.argv(s), s.env, s.api_key) == (
+        "CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve Qwen/Qwen3-32B --served-model-name qwen3-32b "
+        "--tensor-parallel-size 2 --max-model-len 16384 --gpu-memory-utilization 0.9 --dtype auto "
+        "--pipeline-parallel-size 2 --host 0.0.0.0 --port 30000"
+    )
+    secret = impl.secret(s)
+    assert secret is not None and secret.env == "VLLM_API_KEY" and secret.text == KEY + "\n"
+
+
+def test_llamacpp_reads_its_key_from_a_file():
+    s = spec("llamacpp", {"ctx_size": 4096}, gpus=(0,), model="/models/qwen3-8b-Q4_K_M.gguf")
+    argv = backends.get("llamacpp").argv(s)
+    assert argv[-2:] == ["--api-key-file", "api_key"]
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang", "llamacpp"])
+def test_no_backend_puts_the_key_on_the_command_line(kind):
+    model = "/models/m-Q4_K_M.gguf" if kind == "llamacpp" else "Qwen/Qwen3-32B"
+    s = spec(kind, {}, gpus=(0,), model=model)
+    assert not any(KEY in a for a in backends.get(kind).argv(s))
+
+
+@pytest.mark.parametrize(
+    ("kind", "options", "gpus", "field"),
+    [
+        ("vllm", {"tensor_parallel_size": 2, "pipeline_parallel_size": 2}, 3, "tensor_parallel_size"),
+        ("vllm", {"pipeline_parallel_size": 2}, 3, "pipeline_parallel_size"),
+        ("sglang", {"tp_size": 3}, 4, "tp_size"),
+    ],
+)
+def test_tensor_times_pipeline_must_equal_the_gpus(kind, options, gpus, field):
+    with pytest.raises(ValidationError) as err:
+        backends.get(kind).clean(
+            model_path="Qwen/Qwen3-32B", served_model_name="q", options=options, extra_args=[], gpu_count=gpus
+        )
+    assert f"options.{field}" in err.value.message_dict
+
+
+@pytest.mark.parametrize("flag", ["--api-key", "--config", "--tp", "--context-length"])
+def test_sglang_reserves_the_flags_it_sets(flag):
+    with pytest.raises(ValidationError):
+        backends.get("sglang").clean(
+            model_path="Qwen/Qwen3-32B", served_model_name="q", options={}, extra_args=[flag], gpu_count=1
+        )

@@ -1,0 +1,195 @@
+"""Multi-node vLLM over Ray on two loopback "hosts": two real sshd on 127.0.0.2 and 127.0.0.3.
+
+`ray` and `vllm` on their PATH are fakes that check the contract vLLM documents (tests/fakes/
+ray_cli.py, vllm_cli.py): each Ray node gets VLLM_HOST_IP = its address and NCCL/Gloo the named
+interface; `vllm serve` on the head gets RAY_ADDRESS, one Ray node per pipeline stage, each with
+the tensor-parallel GPUs. Everything else is real: SSH, the detached processes, the job's states.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import openai
+import pytest
+
+from channels.models import Channel
+from hosts import jobs
+from hosts.choices import DeploymentStatus, JobAction, JobState
+from hosts.deployments import services
+from hosts.models import Host
+from hosts.remote import commands, inventory, ssh
+from tests.fakes.sshd import SSHTarget
+from tests.services import free_port, require_binary, unavailable
+
+
+def _target(address: str):
+    sshd = require_binary("/usr/sbin/sshd", "apt-get install openssh-server")
+    target = SSHTarget(sshd=sshd, address=address)
+    try:
+        target.start()
+    except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+        target.stop()
+        unavailable(f"a test sshd could not start on {address}: {exc}")
+    target.use_gpus("nvidia_smi_rtx4090")
+    return target
+
+
+@pytest.fixture(scope="module")
+def two_targets():
+    head, worker = _target("127.0.0.2"), _target("127.0.0.3")
+    yield head, worker
+    head.stop()
+    worker.stop()
+
+
+@pytest.fixture(autouse=True)
+def quick_timings(settings):
+    settings.HOSTS_HEALTH_TIMEOUT = 60
+    settings.HOSTS_HEALTH_POLL = 0.1
+    settings.HOSTS_STOP_GRACE = 5
+
+
+def _host(name: str, target: SSHTarget) -> Host:
+    host = Host.objects.create(
+        name=name,
+        address=target.address,
+        ssh_port=target.port,
+        username=target.username,
+        private_key=target.client_private_key,
+        host_key_fingerprint=target.host_key_fingerprint,
+    )
+    inventory.refresh(host)
+    return host
+
+
+@pytest.fixture
+def cluster(db, two_targets):
+    return _host("node-a", two_targets[0]), _host("node-b", two_targets[1])
+
+
+@pytest.fixture
+def started(cluster):
+    """(host, pid) of whatever a test leaves running, killed by PID afterwards over SSH."""
+    left: list[tuple[Host, int]] = []
+    yield left
+    for host, pid in left:
+        try:
+            with ssh.connect(host) as remote:
+                remote.run(f"kill -KILL -- -{int(pid)} 2>/dev/null; true")
+        except ssh.SSHError:
+            pass
+
+
+def deployment(cluster, **overrides):
+    head, worker = cluster
+    spec = {
+        "host": head,
+        "name": "qwen-two-nodes",
+        "backend": "vllm",
+        "model_path": "Qwen/Qwen3-8B",
+        "served_model_name": "qwen3-8b",
+        "gpu_indices": [0],
+        "port": free_port(),
+        "options": {"max_model_len": 8192},
+        "extra_args": [],
+        "worker_hosts": [worker],
+        "network_interface": "lo",
+        "ray_port": free_port(),
+        **overrides,
+    }
+    return services.save_deployment(**spec)
+
+
+def run(d, action=JobAction.LAUNCH):
+    job = jobs.request_job(d, action)
+    jobs.run_job(job.pk)
+    job.refresh_from_db()
+    d.refresh_from_db()
+    return job
+
+
+def ray_pid(host: Host, d) -> int | None:
+    with ssh.connect(host) as remote:
+        pid = commands.read_pidfile(remote, commands.deployment_dir(d.remote_dir), "ray")
+        return pid if pid and commands.is_alive(remote, pid) else None
+
+
+def test_a_deployment_over_two_hosts_runs_on_one_ray_cluster_and_stops_on_both(cluster, started):
+    head, worker = cluster
+    d = deployment(cluster)
+    assert d.options["tensor_parallel_size"] == 1 and d.options["pipeline_parallel_size"] == 2
+    job = run(d)
+    if job.pid:
+        started.append((head, job.pid))
+    for host in cluster:
+        if pid := ray_pid(host, d):
+            started.append((host, pid))
+    assert job.state == JobState.RUNNING, (job.message, job.log_tail)
+    port = d.ray_port
+    assert job.command.startswith(
+        f"CUDA_VISIBLE_DEVICES=0 RAY_ADDRESS=127.0.0.2:{port} VLLM_HOST_IP=127.0.0.2 NCCL_SOCKET_IFNAME=lo "
+        "GLOO_SOCKET_IFNAME=lo vllm serve Qwen/Qwen3-8B --served-model-name qwen3-8b --tensor-parallel-size 1 "
+    )
+    assert "--pipeline-parallel-size 2 --distributed-executor-backend ray" in job.command
+    assert f"Ray cluster 127.0.0.2:{port}: 2 nodes, TP 1" in job.log_tail  # what the fake vllm saw
+    assert ray_pid(head, d) and ray_pid(worker, d)
+    # The estimate counts both nodes' GPUs: a pipeline stage on each.
+    assert [x["name"] for x in d.last_fit["devices"]] == ["GPU 0", "GPU 0"] and d.last_fit["pipeline_parallel"] == 2
+
+    assert Channel.objects.count() == 1 and d.channel.base_url == f"http://127.0.0.2:{d.port}/v1"
+    client = openai.OpenAI(base_url=d.channel.base_url, api_key=d.upstream_api_key)
+    assert [m.id for m in client.models.list().data] == ["qwen3-8b"]
+
+    stop = run(d, JobAction.STOP)
+    assert stop.state == JobState.STOPPED, stop.message
+    assert ray_pid(head, d) is None and ray_pid(worker, d) is None
+    assert d.status == DeploymentStatus.STOPPED
+    d.channel.refresh_from_db()
+    assert d.channel.enabled is False
+
+
+def test_an_interface_that_does_not_exist_is_refused_before_anything_starts(cluster):
+    d = deployment(cluster, network_interface="nosuch0")
+    job = run(d)
+    assert job.state == JobState.FAILED and job.pid is None
+    assert job.message == "node-a: network interface nosuch0 does not exist."
+    assert ray_pid(cluster[0], d) is None
+
+
+def test_an_interface_that_does_not_carry_the_nodes_address_is_refused(cluster):
+    if not os.path.exists("/sys/class/net/eth0"):
+        pytest.skip("no eth0 here")
+    d = deployment(cluster, network_interface="eth0")
+    job = run(d)
+    assert job.state == JobState.FAILED
+    assert job.message.startswith("node-a: 127.0.0.2 is not on interface eth0")
+    assert ray_pid(cluster[0], d) is None
+
+
+def test_a_worker_that_cannot_be_reached_tears_the_head_down(cluster, two_targets):
+    head, worker = cluster
+    Host.objects.filter(pk=worker.pk).update(ssh_port=free_port())  # nothing listens there
+    d = deployment(cluster)
+    job = run(d)
+    assert job.state == JobState.FAILED and job.message.startswith("Could not reach a worker host:")
+    assert ray_pid(head, d) is None  # the head Ray node it had started is gone
+
+
+def test_multi_node_needs_vllm_an_interface_and_the_gpus_on_every_node(cluster):
+    from django.core.exceptions import ValidationError
+
+    head = cluster[0]
+    with pytest.raises(ValidationError) as err:
+        deployment(cluster, network_interface="")
+    assert "network_interface" in err.value.message_dict
+    with pytest.raises(ValidationError) as err:
+        deployment(cluster, gpu_indices=[0, 1])  # an RTX 4090 box has one GPU
+    assert any("node-b" in m for m in err.value.message_dict["gpu_indices"])
+    with pytest.raises(ValidationError) as err:
+        deployment(cluster, backend="llamacpp", model_path="/models/m-Q4_K_M.gguf", options={}, network_interface="lo")
+    assert "worker_hosts" in err.value.message_dict
+    with pytest.raises(ValidationError) as err:
+        deployment(cluster, worker_hosts=[head])
+    assert "worker_hosts" in err.value.message_dict
