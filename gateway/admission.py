@@ -75,7 +75,13 @@ async def open_call(
         # First attempt: admit only if our cached keys/routes are current (else Stale, nothing
         # reserved); the retry runs on freshly loaded data and is not checked again.
         expected = snapshot.generation if attempt == 0 else None
-        result = await limiter.admit(request_id, scopes, reserve, expected=expected)
+        try:
+            result = await limiter.admit(request_id, scopes, reserve, expected=expected)
+        except GatewayError as unavailable:  # Redis unreachable: refused, and on the record as such
+            _record_refusal(
+                request_id, key, info, surface, stream, unavailable, started, status=UsageStatus.UNAVAILABLE
+            )
+            raise
         if isinstance(result, Stale):
             snapshot.observe_generation(*result.generations)
             continue
@@ -103,6 +109,7 @@ async def open_call(
         request_id=request_id,
         started=started,
     )
+    call.max_tokens = reserve_max
     req.call = call
     return call
 
@@ -129,7 +136,15 @@ def _refusal_error(refusal: Refusal, scopes: list[Scope]) -> GatewayError:
 
 
 def _record_refusal(
-    request_id: str, key: KeyInfo, model: ModelInfo, surface: str, stream: bool, err: GatewayError, started: float
+    request_id: str,
+    key: KeyInfo,
+    model: ModelInfo,
+    surface: str,
+    stream: bool,
+    err: GatewayError,
+    started: float,
+    *,
+    status: str = UsageStatus.RATE_LIMITED,
 ) -> None:
     process.usage.record(
         UsageEvent(
@@ -144,8 +159,8 @@ def _record_refusal(
             prompt_tokens=0,
             completion_tokens=0,
             estimated=False,
-            status=UsageStatus.RATE_LIMITED,
-            http_status=429,
+            status=status,
+            http_status=err.status,
             error=err.message[:300],
             latency_ms=(time.perf_counter() - started) * 1000,
         )

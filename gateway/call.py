@@ -14,15 +14,18 @@ usage record, so a call never keeps holding a reservation.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import orjson
+from django.conf import settings
 
 from channels.health import passive
 from keys.choices import UsageStatus
@@ -142,11 +145,41 @@ class UpstreamResponse:
             self.response = None
 
 
-async def send_upstream(plan: Plan, *, stream: bool) -> UpstreamResponse:
-    """POST each route its `plan.outgoing(route)` in order until one answers."""
+class TooLarge(Exception):
+    """The upstream's answer passed GATEWAY_MAX_RESPONSE_BYTES."""
+
+
+async def read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
+    """The whole body, or TooLarge as soon as it passes `cap` (nothing beyond is kept)."""
+    if resp.content_length is not None and resp.content_length > cap:
+        raise TooLarge
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_any():
+        size += len(chunk)
+        if size > cap:
+            raise TooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _is_json(ctype: bytes) -> bool:
+    return b"json" in ctype
+
+
+async def send_upstream(plan: Plan, *, stream: bool, deadline: float | None = None) -> UpstreamResponse:
+    """POST each route its `plan.outgoing(route)` in order until one answers.
+
+    Each attempt has until GATEWAY_HEADERS_TIMEOUT for the response headers (a stalled server
+    fails over), a non-streaming answer until the call's total deadline for its body, at most
+    GATEWAY_MAX_RESPONSE_BYTES of it, and must be JSON when it says so. Redirects are never
+    followed: a 3xx is an upstream error like a 5xx."""
     session = process.upstream()
+    headers_timeout = float(settings.GATEWAY_HEADERS_TIMEOUT)
+    cap = int(settings.GATEWAY_MAX_RESPONSE_BYTES)
     attempts: list[Attempt] = []
     last_error: GatewayError | None = None
+    loop = asyncio.get_running_loop()
     for route in plan.routes:
         out = plan.outgoing(route)
         out.payload["model"] = route.upstream_id
@@ -155,19 +188,35 @@ async def send_upstream(plan: Plan, *, stream: bool) -> UpstreamResponse:
         started = time.perf_counter()
         resp: aiohttp.ClientResponse | None = None
         try:
-            resp = await session.request("POST", route.base_url + out.path, data=data, headers=headers)
+            until_headers = loop.time() + headers_timeout
+            if deadline is not None:
+                until_headers = min(until_headers, deadline)
+            async with asyncio.timeout_at(until_headers):
+                resp = await session.request(
+                    "POST", route.base_url + out.path, data=data, headers=headers, allow_redirects=False
+                )
             status = resp.status
-            if status in FAILOVER_STATUSES or status >= 500:
+            if status in FAILOVER_STATUSES or (status >= 300 and status < 400) or status >= 500:
                 body = await resp.content.read(MAX_ERROR_BODY)
+                retry_after = resp.headers.get("retry-after", "")
                 resp.close()
-                kind = "http_429" if status == 429 else ("http_5xx" if status >= 500 else f"http_{status}")
+                kind = (
+                    "http_429"
+                    if status == 429
+                    else "http_5xx"
+                    if status >= 500
+                    else "redirect"
+                    if status < 400
+                    else f"http_{status}"
+                )
                 attempts.append(Attempt(route.channel_id, route.channel_name, kind, status))
                 passive.report(route.channel_id, False, status=status, error=kind)
-                last_error = upstream_error(status, body)
+                last_error = upstream_error(status, body, retry_after=retry_after)
                 continue
             ctype = resp.headers.get("content-type", "application/json").encode("latin-1")
             if stream and status == 200:
-                first = await resp.content.readany()
+                async with asyncio.timeout_at(until_headers):
+                    first = await resp.content.readany()
                 if not first:
                     raise aiohttp.ServerDisconnectedError("upstream closed the stream before the first byte")
                 ttfb = (time.perf_counter() - started) * 1000
@@ -175,11 +224,26 @@ async def send_upstream(plan: Plan, *, stream: bool) -> UpstreamResponse:
                 return UpstreamResponse(
                     route, status, ctype, first_chunk=first, response=resp, attempts=attempts, ttfb_ms=ttfb
                 )
-            body = await resp.read()
+            async with asyncio.timeout_at(deadline) if deadline is not None else _no_deadline():
+                body = await read_capped(resp, cap)
             resp.release()
+            if status == 200 and _is_json(ctype):
+                try:
+                    orjson.loads(body)
+                except orjson.JSONDecodeError:
+                    kind = "invalid_json"
+                    attempts.append(Attempt(route.channel_id, route.channel_name, kind, status))
+                    passive.report(route.channel_id, False, status=status, error="protocol")
+                    last_error = GatewayError(
+                        502, "The upstream answered with invalid JSON.", code="upstream_invalid_response"
+                    )
+                    logger.info("channel %s answered invalid JSON; trying the next route", route.channel_name)
+                    continue
             ttfb = (time.perf_counter() - started) * 1000
             passive.report(route.channel_id, True, status=status, ttft_ms=ttfb)
             return UpstreamResponse(route, status, ctype, body=body, attempts=attempts, ttfb_ms=ttfb)
+        except TooLarge:
+            kind, message, code = "too_large", f"answered more than {cap} bytes", 502
         except TimeoutError:
             kind, message, code = "timeout", "timed out", 504
         except aiohttp.ClientConnectorError:
@@ -189,16 +253,23 @@ async def send_upstream(plan: Plan, *, stream: bool) -> UpstreamResponse:
         if resp is not None:
             resp.close()
         attempts.append(Attempt(route.channel_id, route.channel_name, kind))
-        passive.report(route.channel_id, False, error=kind)
+        passive.report(route.channel_id, False, error="protocol" if kind == "too_large" else kind)
         last_error = GatewayError(code, f"The upstream for this model {message}.", code=f"upstream_{kind}")
         logger.info("channel %s %s; trying the next route", route.channel_name, message)
+        if deadline is not None and loop.time() >= deadline:
+            break
     if last_error is None:
         last_error = GatewayError(503, "No upstream channel is available for this model.", code="no_channel")
     last_error.attempts = attempts
     raise last_error
 
 
-def upstream_error(status: int, body: bytes) -> GatewayError:
+@contextlib.asynccontextmanager
+async def _no_deadline() -> AsyncIterator[None]:
+    yield
+
+
+def upstream_error(status: int, body: bytes, *, retry_after: str = "") -> GatewayError:
     """An upstream's error as ours, keeping its message when it has the OpenAI shape."""
     message = None
     try:
@@ -221,11 +292,19 @@ def upstream_error(status: int, body: bytes) -> GatewayError:
             429,
             f"The upstream is rate limiting: {message or 'too many requests'}",
             code="upstream_rate_limited",
-            headers=[(b"retry-after", b"1")],
+            headers=[(b"retry-after", _retry_after(retry_after))],
         )
     return GatewayError(
         502, f"The upstream failed with HTTP {status}: {message or 'no details'}", code="upstream_error"
     )
+
+
+def _retry_after(value: str) -> bytes:
+    """The upstream's Retry-After in whole seconds (1 when it sent none or an HTTP date)."""
+    try:
+        return str(max(1, min(int(float(value.strip())), 3600))).encode()
+    except ValueError:
+        return b"1"
 
 
 class Call:
@@ -257,22 +336,49 @@ class Call:
         self.ttft_ms: float | None = None
         self.finished = False
         self.usage: Usage | None = None  # what finish() recorded
+        self.max_tokens: int | None = None  # what the reservation allows; a stream is cut past it
+        # The whole call's deadline (event-loop clock): failover and relay stop there.
+        self.deadline = asyncio.get_running_loop().time() + float(settings.GATEWAY_TOTAL_TIMEOUT)
 
     @property
     def rate_headers(self) -> list[tuple[bytes, bytes]]:
         return self.admission.headers
 
     async def forward(self, plan: Plan) -> UpstreamResponse:
-        """Send the call along `plan`; a failure of every route fails the call and is raised."""
+        """Send the call along `plan`; a failure of every route fails the call and is raised.
+        A client that leaves meanwhile cancels the upstream call (its generation stops) and the
+        record says `client disconnected` (499)."""
+        current = asyncio.current_task()
+        gone = False
+
+        async def watch() -> None:
+            nonlocal gone
+            while (await self.req.receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            if current is not None:
+                current.cancel()
+
+        watcher = asyncio.get_running_loop().create_task(watch())
         try:
             if not plan.routes:
                 raise GatewayError(503, f"No channel serves the model '{self.model.name}' this way.", code="no_channel")
-            up = await send_upstream(plan, stream=self.stream)
+            up = await send_upstream(plan, stream=self.stream, deadline=self.deadline)
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            if current is not None:
+                current.uncancel()
+            err = GatewayError(499, "client disconnected", code="client_disconnected")
+            self.fail(err)
+            raise err from None
         except GatewayError as exc:
             if exc.attempts:
                 self.channel_id = exc.attempts[-1].channel_id
             self.fail(exc)
             raise
+        finally:
+            watcher.cancel()
         self.channel_id = up.route.channel_id
         return up
 

@@ -13,15 +13,21 @@ import time
 from collections.abc import Callable
 
 import orjson
+from django.conf import settings
 
 from channels.health import passive
 from keys.choices import UsageStatus
 
-from .call import Call, UpstreamResponse
+from .call import Call, TooLarge, UpstreamResponse
 from .http import SSE_HEADERS, GatewayError, sse_error_event
 from .usage import Usage, usage_from
 
 logger = logging.getLogger(__name__)
+
+KEEPALIVE_SECONDS = 15.0
+# Content events counted as tokens may include one that is not (a role chunk with text): a stream
+# is cut only this far past its max_tokens.
+CUT_SLACK = 1
 
 
 async def relay_sse(
@@ -47,90 +53,133 @@ async def relay_sse(
     """
     send = call.req.send
     receive = call.req.receive
+    loop = asyncio.get_running_loop()
     await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + call.rate_headers})
     current = asyncio.current_task()
     disconnected = False
 
+    last_sent = loop.time()
+
     async def watch() -> None:
+        """Notice a client that leaves, and keep a quiet stream alive: an SSE comment after
+        KEEPALIVE_SECONDS without a byte, so proxies and clients do not time out while a long
+        prompt is processed upstream."""
         nonlocal disconnected
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), KEEPALIVE_SECONDS)
+            except TimeoutError:
+                if loop.time() - last_sent >= KEEPALIVE_SECONDS:
+                    await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
+                continue
             if message["type"] == "http.disconnect":
                 disconnected = True
                 if current is not None:
                     current.cancel()
                 return
 
-    watcher = asyncio.get_running_loop().create_task(watch())
+    watcher = loop.create_task(watch())
     usage: Usage | None = None
     content_events = 0
     status, http_status, error = UsageStatus.OK, 200, ""
     buffer = b""
     chunk = up.first_chunk
     content = up.response.content if up.response is not None else None
+    limit = call.max_tokens
+    cap = int(settings.GATEWAY_MAX_RESPONSE_BYTES)
+    relayed = 0
+    cut = False
     try:
-        while chunk:
-            if b"\r" in chunk:
-                chunk = chunk.replace(b"\r\n", b"\n")
-            buffer += chunk
-            out: list[bytes] = []
-            while True:
-                end = buffer.find(b"\n\n")
-                if end < 0:
-                    break
-                event = buffer[: end + 2]
-                buffer = buffer[end + 2 :]
-                if usage_of_event is not None:
-                    usage = usage_of_event(event, usage)
-                elif b'"usage":{' in event or b'"usage": {' in event:
-                    found = _event_usage(event)
-                    if found is not None:
-                        usage = found
-                        if not client_wants_usage and (b'"choices":[]' in event or b'"choices": []' in event):
+        async with asyncio.timeout_at(call.deadline):
+            while chunk and not cut:
+                relayed += len(chunk)
+                if relayed > cap:
+                    raise TooLarge
+                if b"\r" in chunk:
+                    chunk = chunk.replace(b"\r\n", b"\n")
+                buffer += chunk
+                out: list[bytes] = []
+                while True:
+                    end = buffer.find(b"\n\n")
+                    if end < 0:
+                        break
+                    event = buffer[: end + 2]
+                    buffer = buffer[end + 2 :]
+                    if usage_of_event is not None:
+                        usage = usage_of_event(event, usage)
+                    elif b'"usage":{' in event or b'"usage": {' in event:
+                        found = _event_usage(event)
+                        if found is not None:
+                            usage = found
+                            if not client_wants_usage and (b'"choices":[]' in event or b'"choices": []' in event):
+                                continue
+                    elif _has_content(event):
+                        content_events += 1
+                        if limit is not None and content_events > limit + CUT_SLACK:
+                            # The upstream ignores max_tokens: what the key reserved is all it gets.
+                            cut = True
+                            break
+                    if on_event is not None:
+                        translated = on_event(event)
+                        if translated is None:
                             continue
-                elif _has_content(event):
-                    content_events += 1
-                if on_event is not None:
-                    translated = on_event(event)
-                    if translated is None:
-                        continue
-                    event = translated
-                out.append(event)
-            if out:
-                if call.ttft_ms is None:
-                    call.ttft_ms = (time.perf_counter() - call.started) * 1000
-                await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
-            chunk = await content.readany() if content is not None else b""
-        if buffer.strip():
-            await send({"type": "http.response.body", "body": buffer, "more_body": True})
-        up.release()
+                        event = translated
+                    out.append(event)
+                if out:
+                    if call.ttft_ms is None:
+                        call.ttft_ms = (time.perf_counter() - call.started) * 1000
+                    await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+                    last_sent = loop.time()
+                if not cut:
+                    chunk = await content.readany() if content is not None else b""
+            if cut:
+                up.close()
+                logger.info("upstream %s ignored max_tokens=%s; the stream was cut there", up.route.channel_name, limit)
+                usage = Usage(call.prompt_estimate, content_events - 1, estimated=True)  # the event not sent
+                status, error = UsageStatus.OK, f"cut at max_tokens ({limit})"
+                if epilogue is None and on_event is None:
+                    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": True})
+            else:
+                if buffer.strip():
+                    await send({"type": "http.response.body", "body": buffer, "more_body": True})
+                up.release()
     except asyncio.CancelledError:
         up.close()
-        if not disconnected:
+        if not disconnected:  # cancelled by the server (shutdown): the answer is incomplete
+            status, http_status, error = UsageStatus.INTERRUPTED, 503, "interrupted by the gateway's shutdown"
             raise
         if current is not None:
             current.uncancel()
         status, http_status, error = UsageStatus.CLIENT_DISCONNECTED, 499, "client disconnected"
-    except Exception as exc:  # the upstream died or timed out mid-stream
+    except Exception as exc:  # the upstream died, timed out or sent too much mid-stream
         up.close()
         logger.info("upstream %s failed mid-stream: %r", up.route.channel_name, exc)
-        kind = "timeout" if isinstance(exc, TimeoutError) else "protocol"
-        passive.report(up.route.channel_id, False, error=kind)  # evidence for the health window
         status, http_status = UsageStatus.UPSTREAM_ERROR, 502
-        error = f"upstream failed mid-stream ({exc.__class__.__name__})"
-        err = GatewayError(
-            502, "The upstream failed while streaming; the answer is incomplete.", code="upstream_stream_error"
-        )
+        if isinstance(exc, TooLarge):
+            error = f"upstream sent more than {cap} bytes"
+            err = GatewayError(502, f"The upstream's answer passed {cap} bytes; it was cut.", code="upstream_too_large")
+        elif isinstance(exc, TimeoutError) and loop.time() >= call.deadline:
+            error = "the request passed its total deadline"
+            err = GatewayError(
+                504, "The answer took longer than this gateway allows (GATEWAY_TOTAL_TIMEOUT).", code="deadline"
+            )
+        else:
+            kind = "timeout" if isinstance(exc, TimeoutError) else "protocol"
+            passive.report(up.route.channel_id, False, error=kind)  # evidence for the health window
+            error = f"upstream failed mid-stream ({exc.__class__.__name__})"
+            err = GatewayError(
+                502, "The upstream failed while streaming; the answer is incomplete.", code="upstream_stream_error"
+            )
         body = on_error(err) if on_error is not None else sse_error_event(err)
         await send({"type": "http.response.body", "body": body, "more_body": True})
     finally:
         watcher.cancel()
         if usage is None:
             usage = Usage(call.prompt_estimate, content_events, estimated=True)
+        call.finish(usage, status=status, http_status=http_status, error=error)  # before any await
         if not disconnected:
             tail = epilogue(usage) if epilogue is not None else b""
             await send({"type": "http.response.body", "body": tail, "more_body": False})
-        call.finish(usage, status=status, http_status=http_status, error=error)
 
 
 def _event_usage(event: bytes) -> Usage | None:
@@ -150,6 +199,11 @@ def _has_content(event: bytes) -> bool:
         return True
     if b'"content"' in event or b'"text"' in event:
         return not (
-            b'"content":""' in event or b'"content": ""' in event or b'"text":""' in event or b'"text": ""' in event
+            b'"content":""' in event
+            or b'"content": ""' in event
+            or b'"content":null' in event
+            or b'"content": null' in event
+            or b'"text":""' in event
+            or b'"text": ""' in event
         )
     return False

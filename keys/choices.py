@@ -7,6 +7,8 @@ class UsageStatus(models.TextChoices):
     UPSTREAM_ERROR = "upstream_error", "Upstream error"
     CLIENT_DISCONNECTED = "client_disconnected", "Client disconnected"
     RATE_LIMITED = "rate_limited", "Rate limited"
+    UNAVAILABLE = "unavailable", "Gateway unavailable"  # refused because Redis could not be asked
+    INTERRUPTED = "interrupted", "Interrupted"  # cut by the gateway's own shutdown
 
 
 class ApiSurface(models.TextChoices):

@@ -45,6 +45,10 @@ DEFAULTS: dict[str, Any] = {
     "error_message": "upstream failure",
     "tool_name": "get_weather",
     "tool_arguments": '{"city": "Paris", "unit": "celsius"}',
+    "ignore_max_tokens": False,  # generate `tokens` whatever max_tokens says (a misbehaving server)
+    "retry_after": "",  # with mode=status: a Retry-After header on the error
+    "huge_bytes": 50 * 1024 * 1024,  # mode=huge: the size of the (endless-looking) answer
+    "trickle_delay": 0.2,  # mode=trickle: seconds between single bytes
     "reasoning": "",  # when set, the reply starts with this as `reasoning_content` (vLLM's reasoning parser)
 }
 
@@ -196,10 +200,36 @@ class FakeUpstream:
 
     @staticmethod
     def _error(b: dict[str, Any]) -> web.Response:
+        headers = {"Retry-After": str(b["retry_after"])} if b["retry_after"] else None
         return web.json_response(
             {"error": {"message": b["error_message"], "type": "server_error", "code": b["status"]}},
             status=b["status"],
+            headers=headers,
         )
+
+    async def _misbehave(self, request: web.Request, b: dict[str, Any]) -> web.StreamResponse | None:
+        """The faults of tests/gateway/test_upstream_faults.py (non-streaming and streaming alike)."""
+        mode = b["mode"]
+        if mode == "redirect":
+            raise web.HTTPFound(location="http://127.0.0.1:9/v1/chat/completions")
+        if mode == "invalid_json":
+            return web.Response(text="<html>upstream proxy error</html>", content_type="application/json")
+        if mode in ("huge", "trickle"):
+            resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+            await resp.prepare(request)
+            try:
+                if mode == "huge":
+                    block = b"x" * 65536
+                    for _ in range(b["huge_bytes"] // len(block)):
+                        await resp.write(block)
+                else:
+                    while True:
+                        await resp.write(b" ")
+                        await asyncio.sleep(b["trickle_delay"])
+            except (ConnectionError, RuntimeError):
+                pass
+            return resp
+        return None
 
     async def _pre(self, request: web.Request) -> tuple[Any, dict[str, Any], web.StreamResponse | None]:
         body = await self._record(request)
@@ -211,6 +241,9 @@ class FakeUpstream:
             return body, b, self._error(b)
         if b["mode"] == "slow" or b["delay"]:
             await asyncio.sleep(b["delay"])
+        odd = await self._misbehave(request, b)
+        if odd is not None:
+            return body, b, odd
         return body, b, None
 
     # --- endpoints -------------------------------------------------------------------------
@@ -312,6 +345,8 @@ class FakeUpstream:
                 n, finish = len(args.split()), "tool_calls"
             else:
                 limit = int(body.get("max_tokens") or body.get("max_completion_tokens") or 10**9)
+                if b["ignore_max_tokens"]:
+                    limit = 10**9
                 n = min(b["tokens"], limit)
                 pieces = [{"role": "assistant", "content": ""}]
                 pieces += [{"content": (" " if i else "") + f"tok{i}"} for i in range(n)]

@@ -61,6 +61,10 @@ def test_misbehaving_redis_gets_a_503_within_the_deadline_then_service_resumes(s
         assert took < DEADLINE + 1.0, f"{mode}: answered after {took:.2f} s"
     proxy.set("pass")
     wait_for(lambda: post(url, setup.plaintext).status_code == 200, timeout=5, interval=0.1)
+    from keys.models import UsageRecord
+
+    # Every refusal is on the record, as unavailable (503).
+    wait_for(lambda: UsageRecord.objects.filter(key=setup.key, status="unavailable", http_status=503).count() >= 3)
 
 
 def test_many_requests_in_flight_when_redis_stalls_are_all_answered(setup, proxied):

@@ -1,0 +1,185 @@
+"""The gateway keeps its promises when an upstream misbehaves: stalls before its headers, trickles,
+redirects, answers invalid JSON or 50 MB, rate limits with Retry-After, ignores max_tokens, or
+stays silent for a long time mid-stream. Real uvicorn in front of fake upstreams on 127.0.0.1."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from keys.models import UsageRecord
+from keys.services import issue_key
+from tests.fakes.upstream import FakeUpstream
+from tests.gateway.conftest import UPSTREAM_KEY, ThreadServer, add_channel, wait_for
+
+pytestmark = [pytest.mark.slow]
+
+BODY = {"model": "qwen3-32b", "messages": [{"role": "user", "content": "abcd"}], "max_tokens": 5}
+
+
+@pytest.fixture
+def backup(setup):
+    """A second channel for the same model, tried after the primary."""
+    with FakeUpstream(api_key=UPSTREAM_KEY) as up:
+        add_channel(up, "backup", priority=-1, model=setup.model)
+        yield up
+
+
+@pytest.fixture
+def gateway(transactional_db, settings):
+    settings.GATEWAY_USAGE_FLUSH_INTERVAL = 0.1
+    settings.GATEWAY_HEADERS_TIMEOUT = 1.0
+    settings.GATEWAY_TOTAL_TIMEOUT = 3.0
+    settings.GATEWAY_MAX_RESPONSE_BYTES = 1024 * 1024
+    server = ThreadServer().start()
+    yield server.url
+    server.stop()
+
+
+def post(url: str, key: str, body=BODY, timeout: float = 30) -> httpx.Response:
+    return httpx.post(
+        url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=timeout
+    )
+
+
+def test_a_header_stall_fails_over_within_the_headers_deadline(setup, upstream, backup, gateway):
+    upstream.behave(mode="slow", delay=20)
+    started = time.monotonic()
+    r = post(gateway, setup.plaintext)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"]
+    assert time.monotonic() - started < 1.0 + 2.0  # the 1 s headers deadline, not the upstream's 20 s
+    assert len(backup.requests) == 1
+
+
+@pytest.mark.parametrize("mode", ["redirect", "invalid_json", "huge"])
+def test_a_redirect_invalid_json_or_a_huge_answer_fails_over(setup, upstream, backup, gateway, mode):
+    upstream.behave(mode=mode)
+    r = post(gateway, setup.plaintext)
+    assert r.status_code == 200, r.text
+    assert len(backup.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("mode", "code"),
+    [("redirect", "upstream_error"), ("invalid_json", "upstream_invalid_response"), ("huge", "upstream_too_large")],
+)
+def test_alone_they_are_clean_502s(setup, upstream, gateway, mode, code):
+    upstream.behave(mode=mode)
+    r = post(gateway, setup.plaintext)
+    assert r.status_code == 502 and r.json()["error"]["code"] == code, r.text
+    assert "127.0.0.1:9" not in r.text  # the redirect's target was never followed nor shown
+
+
+def test_a_trickling_upstream_ends_at_the_total_deadline(setup, upstream, gateway):
+    upstream.behave(mode="trickle", trickle_delay=0.1)
+    started = time.monotonic()
+    r = post(gateway, setup.plaintext)
+    took = time.monotonic() - started
+    assert r.status_code == 504 and r.json()["error"]["code"] == "upstream_timeout", r.text
+    assert 2.5 < took < 3.0 + 2.0
+
+
+def test_the_upstreams_retry_after_is_passed_through(setup, upstream, gateway):
+    upstream.behave(mode="status", status=429, retry_after="7")
+    r = post(gateway, setup.plaintext)
+    assert r.status_code == 429 and r.headers["retry-after"] == "7"
+
+
+def test_an_upstream_ignoring_max_tokens_cannot_overspend_a_quota(setup, upstream, gateway, alice):
+    """60 tokens a day; each stream reserves 1 + 5. The upstream sends 40 tokens whatever it is
+    asked: the gateway cuts each stream at max_tokens, so the quota holds at 10 streams."""
+    upstream.behave(tokens=40, ignore_max_tokens=True)
+    key, plain = issue_key(owner=alice, name="daily", tokens_per_day=60)
+    statuses, contents = [], []
+    for _ in range(14):
+        with httpx.stream(
+            "POST",
+            gateway + "/v1/chat/completions",
+            json={**BODY, "stream": True},
+            headers={"Authorization": f"Bearer {plain}"},
+            timeout=30,
+        ) as r:
+            text = r.read().decode()
+            statuses.append(r.status_code)
+            if r.status_code == 200:
+                assert text.rstrip().endswith("data: [DONE]"), text[-300:]
+                contents.append(text.count('"content":"') + text.count('"content": "') - 1)  # minus the role chunk
+    assert statuses.count(200) >= 8 and statuses.count(429) >= 1
+    assert max(contents) <= 5 + 1  # max_tokens (+ the one event of slack), never 40
+    wait_for(lambda: UsageRecord.objects.filter(key=key, status="ok").count() == statuses.count(200))
+    spent = sum(r.total_tokens for r in UsageRecord.objects.filter(key=key))
+    assert spent <= 60 + 6, spent  # within one request's slack of the quota (it was 170 before)
+
+
+def test_a_long_upstream_silence_is_kept_alive_with_sse_comments(setup, upstream, gateway, monkeypatch):
+    from gateway import relay
+
+    monkeypatch.setattr(relay, "KEEPALIVE_SECONDS", 0.3)
+    upstream.behave(tokens=3, token_delay=1.0)
+    with httpx.stream(
+        "POST",
+        gateway + "/v1/chat/completions",
+        json={**BODY, "stream": True},
+        headers={"Authorization": f"Bearer {setup.plaintext}"},
+        timeout=30,
+    ) as r:
+        text = r.read().decode()
+    assert r.status_code == 200 and ": keep-alive" in text and text.rstrip().endswith("data: [DONE]")
+
+
+def test_a_non_streaming_client_that_leaves_cancels_the_upstream_call(setup, upstream, gateway, settings):
+    settings.GATEWAY_HEADERS_TIMEOUT = 30.0  # the upstream is slow, not stalled: only the client leaves
+    upstream.behave(mode="slow", delay=4.0)
+    with pytest.raises(httpx.ReadTimeout):
+        post(gateway, setup.plaintext, timeout=0.5)
+    left = time.monotonic()
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first(), timeout=10)
+    assert record.http_status == 499 and "client disconnected" in record.error
+    assert time.monotonic() - left < 3.0  # recorded when the client left, not when the upstream would answer
+
+
+def test_a_stream_cut_by_the_gateways_shutdown_is_recorded_interrupted(setup, upstream, settings):
+    import threading
+
+    import uvicorn
+
+    from portal.asgi import application
+    from tests.services import free_port
+
+    settings.GATEWAY_USAGE_FLUSH_INTERVAL = 0.1
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            application, host="127.0.0.1", port=port, lifespan="on", log_level="warning", timeout_graceful_shutdown=1
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_for(lambda: server.started, timeout=20)
+    upstream.behave(tokens=50, token_delay=0.2)  # a 10 s stream
+    got: list[bytes] = []
+
+    def client() -> None:
+        try:
+            with httpx.stream(
+                "POST",
+                f"http://127.0.0.1:{port}/v1/chat/completions",
+                json={**BODY, "max_tokens": 50, "stream": True},
+                headers={"Authorization": f"Bearer {setup.plaintext}"},
+                timeout=30,
+            ) as r:
+                for chunk in r.iter_bytes():
+                    got.append(chunk)
+        except httpx.HTTPError:
+            pass
+
+    reader = threading.Thread(target=client, daemon=True)
+    reader.start()
+    wait_for(lambda: len(got) >= 2, timeout=10)
+    server.should_exit = True  # shutdown mid-stream; in-flight requests get 1 s, then are cancelled
+    thread.join(20)
+    reader.join(20)
+    record = UsageRecord.objects.get(key=setup.key)
+    assert record.status == "interrupted" and "shutdown" in record.error
