@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('keys', '0002_one_redis_path'),
+        ('keys', '0003_usage_statuses'),
     ]
 
     operations = [
