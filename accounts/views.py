@@ -103,6 +103,14 @@ class UserListView(AdminRequiredMixin, FilteredListView):
     model = User
     filterset_class = UserFilterSet
     template_name = "accounts/user_list.html"
+    sort_fields = {
+        "username": "username",
+        "email": "email",
+        "role": "role",
+        "state": "is_active",
+        "tokens_per_day": "tokens_per_day",
+        "last_login": "last_login",
+    }
 
     def get_base_queryset(self):
         return User.objects.order_by("username")
@@ -283,6 +291,7 @@ class AuditLogView(AdminRequiredMixin, FilteredListView):
     filterset_class = AuditLogFilterSet
     template_name = "accounts/audit_log.html"
     paginate_by = 50
+    sort_fields = {"when": "created", "who": "actor_name", "action": "action", "object": "object_type"}
 
     def get_base_queryset(self):
         return AuditLog.objects.select_related("actor")

@@ -17,6 +17,13 @@ class KeysConfig(AppConfig):
         dashboard.register_stat(50, "Active keys", _active_keys, "key_all", "?state=active")
         dashboard.register_context(lambda user: {"my_active_keys": _active_keys(owner=user)})
         user_reactivated.connect(_revoke_keys_on_reactivation, dispatch_uid="keys-revoke-on-reactivation")
+        dashboard.register_section(10, "keys/_dashboard_usage.html", _usage_last_day)
+
+
+def _usage_last_day(user: Any) -> dict[str, Any]:
+    from .usage.services import last_day
+
+    return last_day(user)
 
 
 def _active_keys(**filters: Any) -> int:

@@ -55,6 +55,14 @@
     }
   });
 
+  // The deploy form: choosing a backend opens its options and folds the other backend's.
+  document.addEventListener("change", function (event) {
+    if (!event.target.matches("#deploy-form select[name=backend]")) return;
+    document.querySelectorAll("#deploy-form details[data-backend]").forEach(function (d) {
+      d.open = d.dataset.backend === event.target.value;
+    });
+  });
+
   document.addEventListener("click", function (event) {
     const button = event.target.closest("[data-copy-target]");
     if (button) {
