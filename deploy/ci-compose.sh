@@ -6,6 +6,7 @@
 #
 #   deploy/ci-compose.sh              # root, Debian bookworm; installs podman & co. if missing
 #   PORTAL_CI_KEEP=1 deploy/ci-compose.sh   # leave the stack running for a look (then `down -v`)
+#   PORTAL_CI_REPLICAS=1 PORTAL_CI_BENCH=20 deploy/ci-compose.sh   # + 20 s of wrk load (req/s)
 #
 # Docker users run the same file with `docker compose` (see README, "Production with Docker Compose").
 set -euo pipefail
@@ -175,5 +176,5 @@ for c in $(names proxy); do healthy "$c" 60; done
 # 7. The smoke suite, through the proxy's published port.
 stamp "smoke suite via http://127.0.0.1:$port"
 PORTAL_CI_PROJECT=$PROJECT python3 "$ROOT/deploy/ci/smoke.py" --url "http://127.0.0.1:$port" \
-  --admin-password "$admin_password" --replicas "$REPLICAS"
+  --admin-password "$admin_password" --replicas "$REPLICAS" --bench "${PORTAL_CI_BENCH:-0}"
 stamp "smoke suite passed"

@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -135,6 +136,7 @@ def main() -> None:
     parser.add_argument("--url", required=True)
     parser.add_argument("--admin-password", required=True)
     parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--bench", type=int, default=0, help="then SECONDS of wrk load through the proxy (req/s)")
     args = parser.parse_args()
     base = args.url.rstrip("/")
     webs = containers("web")
@@ -290,6 +292,48 @@ def main() -> None:
     expect(all(totals.values()), f"a replica served no gateway traffic: {totals}")
     ok(f"every web replica served gateway traffic (gateway.access lines): {totals}")
     print(f"smoke: {len(checks)} checks passed; gateway requests per replica: {json.dumps(totals)}", flush=True)
+    if args.bench:
+        status, fast = admin.api("POST", "/api/keys/", {"name": "bench", "owner": dev["id"]})
+        expect(status == 201, f"create bench key: {status}")
+        bench(base, fast["key"], args.bench, webs)
+
+
+def bench(base: str, key: str, seconds: int, webs: list[str]) -> None:
+    """Non-streaming chat completions through the proxy with wrk (32 connections), for the
+    1-vs-N-replica ratio; not a pass/fail check."""
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16})
+    script = (
+        'wrk.method = "POST"\n'
+        f"wrk.body = {json.dumps(body)}\n"
+        'wrk.headers["Content-Type"] = "application/json"\n'
+        f'wrk.headers["Authorization"] = "Bearer {key}"\n'
+    )
+    fd, path = tempfile.mkstemp(suffix=".lua")  # 0600: it holds the (throwaway) key
+    with os.fdopen(fd, "w") as f:
+        f.write(script)
+
+    def wrk(url: str) -> tuple[str, str]:
+        run = subprocess.run(
+            ["wrk", "-t2", "-c32", f"-d{seconds}s", "-s", path, url],
+            capture_output=True,
+            text=True,
+            timeout=seconds + 60,
+        )
+        rate = re.search(r"Requests/sec:\s+([\d.]+)", run.stdout)
+        errors = re.search(r"Non-2xx or 3xx responses: (\d+)", run.stdout)
+        return (rate.group(1) if rate else "?"), (errors.group(1) if errors else "0")
+
+    # The fake upstream alone first: a ceiling the gateway figures cannot pass.
+    upstream = wrk(f"http://{address(containers('upstream')[0])}:9000/v1/chat/completions")
+    print(f"bench: fake upstream directly, {upstream[0]} req/s", flush=True)
+    mark = access_counts(webs)
+    rate, errors = wrk(f"{base}/v1/chat/completions")
+    os.unlink(path)
+    served = {c: n - mark[c] for c, n in access_counts(webs).items()}
+    print(
+        f"bench: {len(webs)} replica(s) through the proxy, {rate} req/s, non-2xx {errors}, per replica {served}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":
