@@ -40,5 +40,7 @@ HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4)"]
 
 # One ASGI process per container; scale with replicas behind the proxy (see docker-compose.yml).
+# X-Forwarded-For is believed from PORTAL_TRUSTED_PROXIES only (applied in portal.asgi), so uvicorn's
+# own proxy-header handling is off.
 CMD ["uvicorn", "portal.asgi:application", "--host", "0.0.0.0", "--port", "8000", \
-     "--proxy-headers", "--forwarded-allow-ips", "*", "--no-access-log", "--timeout-graceful-shutdown", "20"]
+     "--no-proxy-headers", "--no-access-log", "--timeout-graceful-shutdown", "20"]

@@ -21,6 +21,36 @@ class AccountsConfig(AppConfig):
         audit.register(ApiToken, ignore={"last_used_at"})
         dashboard.register_stat(40, "Users", User.objects.filter(is_active=True).count, "user_list")
         dashboard.register_context(_recent_changes)
+        from axes.signals import user_locked_out
+
+        user_locked_out.connect(_audit_lockout, dispatch_uid="accounts-audit-lockout")
+
+
+def _audit_lockout(sender, request=None, username=None, ip_address=None, **kwargs) -> None:
+    """An audit entry when django-axes locks a login out (never the password). axes signals every
+    refused attempt while locked too; those add nothing, so one entry per cool-off is written."""
+    from django.conf import settings
+    from django.utils import timezone
+
+    from portal import audit
+    from portal.choices import AuditAction
+
+    from .models import AuditLog, User
+
+    name = f"username {str(username or '')[:60]!r}"
+    who = f"{name}, from {ip_address or 'an unknown address'}"
+    since = timezone.now() - settings.AXES_COOLOFF_TIME
+    seen = name if username else who  # one entry per locked username (or per address without one)
+    if AuditLog.objects.filter(created__gte=since, message__startswith="login locked out", message__contains=seen):
+        return
+    person = User.objects.filter(username=username).first() if username else None
+    audit.record(
+        AuditAction.ACTION,
+        person,
+        object_type="" if person else "login",
+        message=f"login locked out after {settings.AXES_FAILURE_LIMIT} failed attempts ({who})",
+        actor=None,
+    )
 
 
 def _recent_changes(user) -> dict:

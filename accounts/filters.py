@@ -5,7 +5,7 @@ from __future__ import annotations
 import django_filters
 
 from portal.choices import AuditAction
-from portal.filters import search
+from portal.filters import UTCDateTimeFilter, search
 
 from .choices import Role
 from .models import ApiToken, AuditLog, User
@@ -49,8 +49,8 @@ class AuditLogFilterSet(django_filters.FilterSet):
     object_type = django_filters.CharFilter(lookup_expr="iexact")
     object_id = django_filters.CharFilter()
     action = django_filters.ChoiceFilter(choices=AuditAction.choices)
-    created_after = django_filters.IsoDateTimeFilter(field_name="created", lookup_expr="gte", label="From")
-    created_before = django_filters.IsoDateTimeFilter(field_name="created", lookup_expr="lt", label="Until")
+    created_after = UTCDateTimeFilter(field_name="created", lookup_expr="gte", label="From")
+    created_before = UTCDateTimeFilter(field_name="created", lookup_expr="lt", label="Until")
 
     class Meta:
         model = AuditLog

@@ -5,9 +5,13 @@ from __future__ import annotations
 import os
 import secrets
 
-from django.contrib.auth import get_user_model
+from axes.models import AccessAttempt
+from axes.utils import reset as axes_reset
+from django.conf import settings
+from django.contrib.auth import SESSION_KEY, get_user_model
+from django.contrib.sessions.models import Session
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, Sum
 from django.utils import timezone
 
 from portal import audit
@@ -15,6 +19,7 @@ from portal.choices import AuditAction
 
 from .choices import Role
 from .models import ApiToken
+from .signals import user_reactivated
 
 
 def generate_password() -> str:
@@ -23,19 +28,68 @@ def generate_password() -> str:
 
 @transaction.atomic
 def reset_password(user, *, actor=None) -> str:
-    """Set a new random password and return it (shown once to the admin)."""
+    """Set a new random password and return it (shown once to the admin). Whoever held the old
+    one may have made tokens or kept a session: both end here."""
     password = generate_password()
     user.set_password(password)
     user.save(update_fields=["password"])
-    audit.record(AuditAction.ACTION, user, message="password reset", actor=actor)
+    ended = end_access(user)
+    audit.record(AuditAction.ACTION, user, message=f"password reset; {ended}", actor=actor)
     return password
 
 
-def set_active(user, active: bool) -> None:
-    """Deactivate or reactivate. A deactivated user's keys stop working (Key.is_active checks the owner)."""
-    if user.is_active != active:
-        user.is_active = active
-        user.save(update_fields=["is_active"])
+@transaction.atomic
+def set_active(user, active: bool, *, restore_keys: bool = False, actor=None) -> None:
+    """Deactivate or reactivate.
+
+    Deactivating ends the user's sessions and revokes their API tokens; their keys stop working
+    (Key.is_active checks the owner). Reactivating brings nothing back silently: the keys app
+    revokes the old keys unless the admin chose `restore_keys`; tokens stay revoked."""
+    if user.is_active == active:
+        return
+    user.is_active = active
+    user.save(update_fields=["is_active"])
+    if not active:
+        ended = end_access(user)
+        audit.record(AuditAction.ACTION, user, message=f"deactivated; {ended}", actor=actor)
+    else:
+        user_reactivated.send(sender=type(user), user=user, restore_keys=restore_keys, actor=actor)
+        kept = "old keys restored" if restore_keys else "old keys revoked"
+        audit.record(AuditAction.ACTION, user, message=f"reactivated; {kept}", actor=actor)
+
+
+def end_sessions(user) -> int:
+    """Delete every session logged in as `user` (database sessions); returns how many."""
+    mine = [
+        s.pk
+        for s in Session.objects.filter(expire_date__gt=timezone.now()).iterator()
+        if str(s.get_decoded().get(SESSION_KEY)) == str(user.pk)
+    ]
+    Session.objects.filter(pk__in=mine).delete()
+    return len(mine)
+
+
+def end_access(user) -> str:
+    """End `user`'s sessions and revoke their API tokens; says what it did (for the audit log)."""
+    sessions = end_sessions(user)
+    tokens = ApiToken.objects.filter(user=user).not_revoked().update(revoked_at=timezone.now())
+    return f"{sessions} session(s) ended, {tokens} API token(s) revoked"
+
+
+def unlock_login(user, *, actor=None) -> int:
+    """Clear django-axes' failed logins for `user`'s username; returns how many were cleared."""
+    cleared = axes_reset(username=user.get_username())
+    audit.record(AuditAction.ACTION, user, message=f"login unlocked ({cleared} failed attempt(s) cleared)", actor=actor)
+    return cleared
+
+
+def is_locked_out(user) -> bool:
+    """Whether logging in as `user` is currently blocked by django-axes (failed attempts)."""
+    recent = AccessAttempt.objects.filter(
+        username=user.get_username(), attempt_time__gte=timezone.now() - settings.AXES_COOLOFF_TIME
+    )
+    failures = recent.aggregate(n=Sum("failures_since_start"))["n"] or 0  # summed as axes does
+    return failures >= settings.AXES_FAILURE_LIMIT
 
 
 def create_user(*, username: str, role: str, email: str = "", password: str | None = None, **fields):

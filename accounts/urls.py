@@ -15,6 +15,7 @@ urlpatterns = [
     path("users/<int:pk>/", views.UserDetailView.as_view(), name="user_detail"),
     path("users/<int:pk>/edit/", views.UserEditView.as_view(), name="user_edit"),
     path("users/<int:pk>/activation/", views.UserActivationView.as_view(), name="user_activation"),
+    path("users/<int:pk>/unlock/", views.UserUnlockView.as_view(), name="user_unlock"),
     path("users/<int:pk>/reset-password/", views.UserResetPasswordView.as_view(), name="user_reset_password"),
     path("audit-log/", views.AuditLogView.as_view(), name="audit_log"),
 ]

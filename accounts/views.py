@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 
 from django.contrib import messages
-from django.contrib.auth import get_user_model
+from django.contrib.auth import get_user_model, update_session_auth_hash
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.mixins import LoginRequiredMixin
@@ -103,6 +103,14 @@ class UserListView(AdminRequiredMixin, FilteredListView):
     model = User
     filterset_class = UserFilterSet
     template_name = "accounts/user_list.html"
+    sort_fields = {
+        "username": "username",
+        "email": "email",
+        "role": "role",
+        "state": "is_active",
+        "tokens_per_day": "tokens_per_day",
+        "last_login": "last_login",
+    }
 
     def get_base_queryset(self):
         return User.objects.order_by("username")
@@ -145,6 +153,7 @@ class UserDetailView(AdminRequiredMixin, DetailView):
         context["new_password"] = pop_secret(self.request, f"password-{person.pk}")
         context["keys"] = person.keys.order_by("revoked_at", "-created")[:50]
         context["allowed"] = person.allowed_models.all()
+        context["locked_out"] = services.is_locked_out(person)
         return context
 
 
@@ -185,10 +194,13 @@ class UserActivationView(AdminRequiredMixin, View):
         person, activate = self.setup_person(request, pk)
         verb = "Reactivate" if activate else "Deactivate"
         detail = (
-            f"{person.username} can log in again and their unrevoked keys work again."
+            f"{person.username} can log in again. Their API tokens stay revoked; their old keys are "
+            "revoked too unless you keep them below."
             if activate
-            else f"{person.username} cannot log in and all their keys stop working at once."
+            else f"{person.username} is logged out everywhere, cannot log in, their API tokens are revoked "
+            "and all their keys stop working at once."
         )
+        old_keys = person.keys.filter(revoked_at__isnull=True).count() if activate else 0
         return render(
             request,
             "portal/confirm.html",
@@ -199,14 +211,44 @@ class UserActivationView(AdminRequiredMixin, View):
                 "button": verb,
                 "danger": not activate,
                 "cancel_url": reverse("user_detail", args=[person.pk]),
+                "choice_name": "restore_keys" if old_keys else "",
+                "choice_label": f"Keep their {old_keys} old key(s) working",
             },
         )
 
     def post(self, request, pk):
         person, activate = self.setup_person(request, pk)
-        services.set_active(person, activate)
-        state = "reactivated" if activate else "deactivated; their keys no longer work"
+        restore = activate and request.POST.get("restore_keys") == "on"
+        services.set_active(person, activate, restore_keys=restore, actor=request.user)
+        if activate:
+            state = "reactivated; " + ("their old keys work again" if restore else "their old keys were revoked")
+        else:
+            state = "deactivated; their sessions, tokens and keys no longer work"
         return done(request, f"User {person.username} {state}.", "user_detail", person.pk)
+
+
+class UserUnlockView(AdminRequiredMixin, View):
+    """Clear the failed logins that locked a username out (django-axes), after a confirmation."""
+
+    def get(self, request, pk):
+        person = get_object_or_404(User, pk=pk)
+        return render(
+            request,
+            "portal/confirm.html",
+            {
+                "title": "Unlock login",
+                "question": f"Let {person.username} try to log in again now?",
+                "detail": "Their failed login attempts are cleared. Addresses that failed too many times stay "
+                "blocked until the cool-off ends.",
+                "button": "Unlock login",
+                "cancel_url": reverse("user_detail", args=[person.pk]),
+            },
+        )
+
+    def post(self, request, pk):
+        person = get_object_or_404(User, pk=pk)
+        services.unlock_login(person, actor=request.user)
+        return done(request, f"{person.username} can log in again.", "user_detail", person.pk)
 
 
 class UserResetPasswordView(AdminRequiredMixin, View):
@@ -218,7 +260,8 @@ class UserResetPasswordView(AdminRequiredMixin, View):
             {
                 "title": "Reset password",
                 "question": f"Reset the password of {person.username}?",
-                "detail": "Their current password stops working; the new one is shown to you once.",
+                "detail": "Their current password stops working, they are logged out everywhere and their API "
+                "tokens are revoked; the new password is shown to you once.",
                 "button": "Reset password",
                 "danger": True,
                 "cancel_url": reverse("user_detail", args=[person.pk]),
@@ -228,8 +271,16 @@ class UserResetPasswordView(AdminRequiredMixin, View):
     def post(self, request, pk):
         person = get_object_or_404(User, pk=pk)
         password = services.reset_password(person, actor=request.user)
+        if person.pk == request.user.pk:  # resetting one's own ends this session too: keep it
+            update_session_auth_hash(request, person)
         remember_secret(request, f"password-{person.pk}", password)
-        return done(request, f"Password of {person.username} reset. Give them the new one below.", "user_detail", pk)
+        return done(
+            request,
+            f"Password of {person.username} reset; their sessions ended and API tokens were revoked. "
+            "Give them the new one below.",
+            "user_detail",
+            pk,
+        )
 
 
 # --- audit log (admin) ---------------------------------------------------------------------
@@ -240,6 +291,7 @@ class AuditLogView(AdminRequiredMixin, FilteredListView):
     filterset_class = AuditLogFilterSet
     template_name = "accounts/audit_log.html"
     paginate_by = 50
+    sort_fields = {"when": "created", "who": "actor_name", "action": "action", "object": "object_type"}
 
     def get_base_queryset(self):
         return AuditLog.objects.select_related("actor")

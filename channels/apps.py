@@ -34,4 +34,7 @@ class ChannelsConfig(AppConfig):
         audit.register(ModelRoute, ignore={"discovered_context_window", "discovered_at"})
         dashboard.register_stat(20, "Channels", Channel.objects.count, "channel_list")
         dashboard.register_stat(30, "Models", Model.objects.count, "model_list")
+        from .health.history import attention
+
+        dashboard.register_attention(attention)
         dashboard.register_context(lambda user: {"my_models": Model.objects.usable_by(user)})

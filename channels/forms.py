@@ -6,11 +6,11 @@ from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
-from django.forms import inlineformset_factory
+from django.forms import BaseInlineFormSet, inlineformset_factory
 from django.urls import reverse
 
 from .choices import ChannelKind
-from .models import Channel, Model, ModelRoute
+from .models import MODEL_NAME_VALIDATOR, Channel, Model, ModelRoute
 from .services import clean_base_url, reset_status_after_edit
 
 
@@ -109,6 +109,12 @@ class ModelForm(forms.ModelForm):
 
 
 class RouteForm(forms.ModelForm):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The route table's columns are headers, not <label>s: each input names itself.
+        for name, field in self.fields.items():
+            field.widget.attrs.setdefault("aria-label", str(field.label or name))
+
     class Meta:
         model = ModelRoute
         fields = ["channel", "upstream_model", "context_window", "max_output_tokens", "enabled"]
@@ -120,6 +126,25 @@ class RouteForm(forms.ModelForm):
         }
 
 
+class _RouteFormSet(BaseInlineFormSet):
+    def add_fields(self, form: forms.ModelForm, index: int | None) -> None:
+        super().add_fields(form, index)
+        if "DELETE" in form.fields:  # added by the formset, after RouteForm labelled its own inputs
+            form.fields["DELETE"].widget.attrs["aria-label"] = "Remove this route"
+
+
 RouteFormSet = inlineformset_factory(
-    Model, ModelRoute, form=RouteForm, extra=2, can_delete=True, max_num=50, validate_max=True
+    Model, ModelRoute, form=RouteForm, formset=_RouteFormSet, extra=1, can_delete=True, max_num=50, validate_max=True
 )
+
+
+class AddServedModelForm(forms.Form):
+    """One row of "Add models from this channel": a model the upstream lists, one click to add."""
+
+    upstream_model = forms.CharField(max_length=256, widget=forms.HiddenInput)
+    name = forms.CharField(
+        label="Public name", max_length=128, validators=[MODEL_NAME_VALIDATOR], help_text="What developers request."
+    )
+    context_window = forms.IntegerField(
+        label="Context window", required=False, min_value=256, max_value=10_000_000, help_text="Tokens; blank: unknown."
+    )

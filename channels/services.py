@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError
+from django.db import transaction
 
 from .baseurl import BaseURLError, normalize_base_url
 
@@ -103,3 +104,35 @@ def _free_channel_name(base: str) -> str:
         n += 1
         name = f"{base}-{n}"
     return name
+
+
+def suggest_public_name(upstream_id: str) -> str:
+    """A public name for a served model: its last path segment, lowercased, without `.gguf`
+    (`Qwen/Qwen3-32B` → `qwen3-32b`, `/models/tiny-Q4_K_M.gguf` → `tiny-q4_k_m`)."""
+    base = upstream_id.rstrip("/").rsplit("/", 1)[-1].removesuffix(".gguf").lower()
+    cleaned = "".join(c if c.isalnum() or c in "._:@+-" else "-" for c in base).lstrip("._:@+-")
+    return cleaned[:128] or "model"
+
+
+@transaction.atomic
+def add_served_model(*, channel, name: str, upstream_model: str, context_window: int | None):
+    """ "Add models from this channel": the public model (created unless it exists) and its route
+    to `channel`. Raises ValidationError by field."""
+    from .models import Model, ModelRoute
+
+    model = Model.objects.filter(name=name).first()
+    if model is None:
+        model = Model(name=name)
+        model.full_clean()
+        model.save()
+    elif ModelRoute.objects.filter(model=model, channel=channel).exists():
+        raise ValidationError({"name": [f"{name} already has a route to {channel.name}."]})
+    route = ModelRoute(
+        model=model,
+        channel=channel,
+        upstream_model="" if upstream_model == name else upstream_model,
+        context_window=context_window,
+    )
+    route.full_clean(exclude=["model", "channel"])
+    route.save()
+    return route

@@ -8,6 +8,7 @@ urlpatterns = [
     path("channels/new/", views.ChannelCreateView.as_view(), name="channel_create"),
     path("channels/<int:pk>/", views.ChannelDetailView.as_view(), name="channel_detail"),
     path("channels/<int:pk>/edit/", views.ChannelUpdateView.as_view(), name="channel_edit"),
+    path("channels/<int:pk>/models/", views.ChannelServedModelsView.as_view(), name="channel_served_models"),
     path("channels/<int:pk>/delete/", views.ChannelDeleteView.as_view(), name="channel_delete"),
     path("models/", views.ModelListView.as_view(), name="model_list"),
     path("models/new/", views.ModelEditView.as_view(), name="model_create"),

@@ -15,10 +15,12 @@ from portal.permissions import AdminRequiredMixin
 from portal.ui import FilteredListView, InvalidFormStatusMixin, SafeDeleteMixin
 
 from .filters import ChannelFilterSet, ModelFilterSet
-from .forms import ChannelForm, ModelForm, RouteFormSet
+from .forms import AddServedModelForm, ChannelForm, ModelForm, RouteFormSet
 from .health.history import attach_health
+from .health.probe import ProbeFailure
+from .health.services import served_models
 from .models import Channel, Model, ModelRoute
-from .services import clean_base_url
+from .services import add_served_model, clean_base_url, suggest_public_name
 
 
 def _saved_message(verb: str, channel: Channel, notes: list[str]) -> str:
@@ -46,6 +48,14 @@ class ChannelListView(AdminRequiredMixin, FilteredListView):
     model = Channel
     filterset_class = ChannelFilterSet
     template_name = "channels/channel_list.html"
+    sort_fields = {
+        "name": "name",
+        "kind": "kind",
+        "base_url": "base_url",
+        "status": "status",
+        "priority": "priority",
+        "weight": "weight",
+    }
 
     def get_base_queryset(self):
         return Channel.objects.prefetch_related("routes__model", "deployments__host")
@@ -102,6 +112,49 @@ class ChannelDeleteView(AdminRequiredMixin, SafeDeleteMixin, DeleteView):
     success_url = reverse_lazy("channel_list")
 
 
+class ChannelServedModelsView(AdminRequiredMixin, View):
+    """ "Add models from this channel": what the upstream lists, each one click from a public model
+    and its route, with the served context window prefilled."""
+
+    template_name = "channels/channel_served_models.html"
+
+    def get(self, request, pk, forms=None, status=200):
+        channel = get_object_or_404(Channel, pk=pk)
+        routed = {r.upstream_id: r for r in channel.routes.select_related("model")}
+        rows, error = [], ""
+        try:
+            served = served_models(channel)
+        except ProbeFailure as exc:
+            served, error = {}, exc.message
+        for index, (upstream_id, ctx) in enumerate(sorted(served.items())):
+            form = (forms or {}).get(upstream_id) or AddServedModelForm(
+                prefix=f"m{index}",
+                initial={
+                    "upstream_model": upstream_id,
+                    "name": suggest_public_name(upstream_id),
+                    "context_window": ctx,
+                },
+            )
+            rows.append({"upstream_id": upstream_id, "context": ctx, "route": routed.get(upstream_id), "form": form})
+        context = {"channel": channel, "rows": rows, "error": error}
+        return render(request, self.template_name, context, status=status)
+
+    def post(self, request, pk):
+        channel = get_object_or_404(Channel, pk=pk)
+        prefix = request.POST.get("prefix", "")
+        form = AddServedModelForm(request.POST, prefix=prefix if prefix.startswith("m") else None)
+        if form.is_valid():
+            try:
+                route = add_served_model(channel=channel, **form.cleaned_data)
+            except ValidationError as exc:
+                for field, errors in exc.message_dict.items():
+                    form.add_error(field if field in form.fields else None, errors)
+            else:
+                messages.success(request, f"Model {route.model.name} added, routed to {channel.name}.")
+                return redirect("channel_served_models", pk=channel.pk)
+        return self.get(request, pk, forms={form["upstream_model"].value(): form}, status=400)
+
+
 # --- models --------------------------------------------------------------------------------
 
 
@@ -109,6 +162,7 @@ class ModelListView(AdminRequiredMixin, FilteredListView):
     model = Model
     filterset_class = ModelFilterSet
     template_name = "channels/model_list.html"
+    sort_fields = {"name": "name", "display_name": "display_name", "enabled": "enabled"}
 
     def get_base_queryset(self):
         return Model.objects.prefetch_related("routes__channel")

@@ -23,6 +23,7 @@ from keys.models import Key
 from keys.services import issue_key, rotate_key
 from portal import audit
 from portal.choices import AuditAction
+from portal.public import public_url
 from portal.secrets import keyed_hash
 
 from . import clients
@@ -39,12 +40,9 @@ REPLACE_GRACE = datetime.timedelta(minutes=10)
 
 
 def gateway_url(request=None) -> str:
-    """The root developers' clients talk to: PORTAL_PUBLIC_URL, else the request's scheme and host."""
-    url = settings.PORTAL_PUBLIC_URL
-    if not url and request is not None:
-        url = f"{request.scheme}://{request.get_host()}"
-    url = (url or "http://127.0.0.1:8000").rstrip("/")
-    return re.sub(r"/v1$", "", url)
+    """The root developers' clients talk to: PORTAL_PUBLIC_URL, else the address this server
+    listens on; never the request's Host header (a forged one would land in installers)."""
+    return re.sub(r"/v1$", "", public_url(request).rstrip("/"))
 
 
 def usable_models(user, key: Key | None = None):

@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
-from django.conf import settings
+from portal.public import public_url
 
 from .http import GatewayError, Receive, Request, Scope, Send, send_error
 from .state import process
@@ -96,17 +96,9 @@ routes = RouteTable(ROUTES)
 
 
 def public_base_url(scope: Scope) -> str:
-    if settings.PORTAL_PUBLIC_URL:
-        return f"{settings.PORTAL_PUBLIC_URL}/v1"
-    host = ""
-    for k, v in scope.get("headers", ()):
-        if k == b"host":
-            host = v.decode("latin-1")
-            break
-    if not host and scope.get("server"):
-        server_host, port = scope["server"][0], scope["server"][1]
-        host = f"{server_host}:{port}" if port else server_host
-    return f"{scope.get('scheme', 'http')}://{host or 'localhost'}/v1"
+    """PORTAL_PUBLIC_URL, else the address this server listens on (never the Host header)."""
+    server = scope.get("server") or ("127.0.0.1", 8000)
+    return f"{public_url(server=(server[0], server[1] or ''), scheme=scope.get('scheme', 'http'))}/v1"
 
 
 def not_found(scope: Scope, sub: str) -> GatewayError:

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from portal.bodies import MAX_DEPTH, too_deep
+
 if TYPE_CHECKING:
     from .call import Attempt, Call
 
@@ -26,6 +28,9 @@ SSE_HEADERS = [
     (b"x-accel-buffering", b"no"),
 ]
 MAX_BODY = 64 * 1024 * 1024
+# Tool and response-format JSON schemas nest deeper than the REST API's bodies; still far below
+# what the translators (recursive) could walk.
+GATEWAY_MAX_DEPTH = 2 * MAX_DEPTH
 
 # OpenAI error types by status, so every error we make looks like one OpenAI's SDKs understand.
 ERROR_TYPES = {
@@ -134,6 +139,10 @@ class Request:
             data = orjson.loads(raw) if raw else None
         except orjson.JSONDecodeError:
             raise GatewayError(400, "The request body is not valid JSON.", code="invalid_json") from None
+        if too_deep(data, GATEWAY_MAX_DEPTH):
+            raise GatewayError(
+                400, f"The request body nests deeper than {GATEWAY_MAX_DEPTH} levels.", code="invalid_json"
+            )
         if not isinstance(data, dict):
             raise GatewayError(400, "The request body must be a JSON object.", code="invalid_json")
         return data

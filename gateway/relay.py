@@ -145,7 +145,8 @@ async def relay_sse(
                 up.release()
     except asyncio.CancelledError:
         up.close()
-        if not disconnected:
+        if not disconnected:  # cancelled by the server (shutdown): the answer is incomplete
+            status, http_status, error = UsageStatus.INTERRUPTED, 503, "interrupted by the gateway's shutdown"
             raise
         if current is not None:
             current.uncancel()
@@ -175,10 +176,10 @@ async def relay_sse(
         watcher.cancel()
         if usage is None:
             usage = Usage(call.prompt_estimate, content_events, estimated=True)
+        call.finish(usage, status=status, http_status=http_status, error=error)  # before any await
         if not disconnected:
             tail = epilogue(usage) if epilogue is not None else b""
             await send({"type": "http.response.body", "body": tail, "more_body": False})
-        call.finish(usage, status=status, http_status=http_status, error=error)
 
 
 def _event_usage(event: bytes) -> Usage | None:

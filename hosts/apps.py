@@ -22,6 +22,9 @@ class HostsConfig(AppConfig):
         # Status, PID and context window are moved by launch jobs; the jobs themselves are the record.
         audit.register(Deployment, ignore={"status", "status_message", "pid", "context_window"})
         dashboard.register_stat(10, "Hosts", Host.objects.count, "host_list")
+        from .services import attention
+
+        dashboard.register_attention(attention)
 
 
 def _register_schedule(**kwargs) -> None:

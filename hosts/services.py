@@ -7,10 +7,17 @@ launch-job state machine), `fit` (VRAM estimate), `remote/` (SSH, inventory, she
 
 from __future__ import annotations
 
-from django.core.exceptions import ValidationError
+import datetime as dt
 
-from .choices import HostStatus
-from .models import Host
+from django.core.exceptions import ValidationError
+from django.db.models import OuterRef, Subquery
+from django.urls import reverse
+from django.utils import timezone
+
+from portal.dashboard import Attention
+
+from .choices import DeploymentStatus, HostStatus, JobState
+from .models import Deployment, Host, LaunchJob
 from .remote import inventory
 
 
@@ -30,3 +37,54 @@ def confirm_host_key(host: Host, fingerprint: str) -> None:
 def refresh_inventory(host: Host) -> str:
     """Read the host's GPUs over SSH and store them; returns the host's new status."""
     return inventory.refresh(host)
+
+
+ATTENTION_WINDOW = dt.timedelta(hours=24)
+
+
+def attention() -> list[Attention]:
+    """For the dashboard: hosts not online, failed deployments, and deployments whose latest job
+    failed in the last 24 h (a failed stop leaves a server running)."""
+    items = [
+        Attention(
+            "Host",
+            h.name,
+            h.status,
+            h.get_status_display(),
+            h.status_message
+            or ("Confirm its host key, then refresh." if not h.host_key_fingerprint else "Refresh it."),
+            reverse("host_detail", args=[h.pk]),
+        )
+        for h in Host.objects.exclude(status=HostStatus.ONLINE).order_by("name")
+    ]
+    failed = list(Deployment.objects.filter(status=DeploymentStatus.FAILED).select_related("host").order_by("name"))
+    items += [
+        Attention(
+            "Deployment",
+            f"{d.name} on {d.host.name}",
+            "down",
+            d.get_status_display(),
+            d.status_message,
+            reverse("deployment_detail", args=[d.pk]),
+        )
+        for d in failed
+    ]
+    since = timezone.now() - ATTENTION_WINDOW
+    latest = LaunchJob.objects.filter(deployment=OuterRef("deployment")).order_by("-created", "-id").values("pk")[:1]
+    jobs = (
+        LaunchJob.objects.filter(state=JobState.FAILED, created__gte=since, pk=Subquery(latest))
+        .exclude(deployment__in=failed)
+        .select_related("deployment")
+    )
+    items += [
+        Attention(
+            "Job",
+            f"{j.get_action_display()} {j.deployment.name}",
+            "down",
+            j.get_state_display(),
+            j.message,
+            reverse("job_detail", args=[j.pk]),
+        )
+        for j in jobs
+    ]
+    return items

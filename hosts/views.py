@@ -28,6 +28,7 @@ class HostListView(AdminRequiredMixin, FilteredListView):
     model = Host
     filterset_class = HostFilterSet
     template_name = "hosts/host_list.html"
+    sort_fields = {"name": "name", "address": "address", "status": "status", "last_checked": "last_checked"}
 
     def get_base_queryset(self):
         return Host.objects.prefetch_related("gpus").order_by("name")

@@ -8,6 +8,7 @@ class KeysConfig(AppConfig):
     verbose_name = "Keys"
 
     def ready(self) -> None:
+        from accounts.signals import user_reactivated
         from portal import audit, dashboard
 
         from .models import Key
@@ -15,9 +16,26 @@ class KeysConfig(AppConfig):
         audit.register(Key, ignore={"last_used_at"})
         dashboard.register_stat(50, "Active keys", _active_keys, "key_all", "?state=active")
         dashboard.register_context(lambda user: {"my_active_keys": _active_keys(owner=user)})
+        user_reactivated.connect(_revoke_keys_on_reactivation, dispatch_uid="keys-revoke-on-reactivation")
+        dashboard.register_section(10, "keys/_dashboard_usage.html", _usage_last_day)
+
+
+def _usage_last_day(user: Any) -> dict[str, Any]:
+    from .usage.services import last_day
+
+    return last_day(user)
 
 
 def _active_keys(**filters: Any) -> int:
     from .models import Key
 
     return Key.objects.unexpired().filter(**filters).count()
+
+
+def _revoke_keys_on_reactivation(sender: Any, user: Any, restore_keys: bool, **kwargs: Any) -> None:
+    """A reactivated user's old keys stay dead unless the admin chose to restore them."""
+    from .models import Key
+
+    if not restore_keys:
+        for key in Key.objects.filter(owner=user).not_revoked():
+            key.revoke()  # one save each: the audit log and the gateway's key cache see it

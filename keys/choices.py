@@ -8,6 +8,7 @@ class UsageStatus(models.TextChoices):
     CLIENT_DISCONNECTED = "client_disconnected", "Client disconnected"
     RATE_LIMITED = "rate_limited", "Rate limited"
     UNAVAILABLE = "unavailable", "Gateway unavailable"  # refused because Redis could not be asked
+    INTERRUPTED = "interrupted", "Interrupted"  # cut by the gateway's own shutdown
 
 
 class ApiSurface(models.TextChoices):

@@ -95,6 +95,8 @@ class KeyForm(forms.Form):
             owner.queryset = User.objects.filter(pk=user.pk)
             owner.widget = forms.HiddenInput()
         owner.initial = owner.initial or user.pk
+        if instance is None:
+            self.fields["name"].widget.attrs["autofocus"] = True
         for name, label in LIMIT_LABELS.items():
             # No min/max here: keys.services.validate_key_settings owns those rules (and the ceilings).
             self.fields[name] = forms.IntegerField(label=label, required=False)
@@ -105,6 +107,7 @@ class KeyForm(forms.Form):
         models = Model.objects.usable_by(owner) if owner is not None else Model.objects.enabled()
         self.fields["allowed_models"].widget.choices = [(m.pk, m.name) for m in models]
         defaults = (owner.key_defaults or {}) if owner is not None else {}
+        admin_ceilings = (self.instance.admin_ceilings or {}) if self.instance is not None else {}
         for name in LIMIT_LABELS:
             field = self.fields[name]
             ceiling = getattr(owner, name, None) if owner is not None else None
@@ -112,9 +115,17 @@ class KeyForm(forms.Form):
             if self.instance is not None:
                 default = None  # editing: blank means unlimited, defaults only pre-fill new keys
             field.widget.attrs["placeholder"] = f"default {default:,}" if default else "unlimited"
-            help_bits = [f"Blank: {'the default ' + format(default, ',') if default else 'unlimited'}."]
-            if ceiling is not None:
-                help_bits.append(f"At most {ceiling:,}.")
+            locked = None if self.user.is_admin else admin_ceilings.get(name)
+            if locked is not None:
+                help_bits = [f"Set by an admin: at most {locked:,}; you can lower it, not raise or clear it."]
+                field.widget.attrs["max"] = min(locked, ceiling) if ceiling is not None else locked
+                field.widget.attrs["required"] = True
+            else:
+                help_bits = [f"Blank: {'the default ' + format(default, ',') if default else 'unlimited'}."]
+            if ceiling is not None and owner is not None:
+                help_bits.append(f"{owner.username}'s own limit, shared by all their keys: {ceiling:,}.")
+            if self.user.is_admin and (owner is None or owner.pk != self.user.pk):
+                help_bits.append("A value you set is a ceiling the owner can only lower.")
             field.help_text = " ".join(help_bits)
 
     def _owner_for_display(self) -> User | None:
@@ -161,6 +172,8 @@ class KeyForm(forms.Form):
         try:
             settings = validate_key_settings(
                 owner,
+                editor=self.user,
+                key=self.instance,
                 limits=limits,
                 allowed_models=cleaned.get("allowed_models") if "allowed_models" not in self.errors else None,
                 ip_allowlist=cleaned.get("ip_allowlist", ""),
@@ -190,6 +203,8 @@ class KeyForm(forms.Form):
             setattr(key, name, s.get(name))
         key.ip_allowlist = s.get("ip_allowlist", [])
         key.expires_at = s.get("expires_at")
+        if "admin_ceilings" in s:
+            key.admin_ceilings = s["admin_ceilings"]
         key.save()
         key.allowed_models.set(s.get("allowed_models") or [])
         return key
@@ -205,6 +220,8 @@ class KeyForm(forms.Form):
             ip_allowlist=s.get("ip_allowlist", []),
             expires_at=s.get("expires_at"),
         )
+        if s.get("admin_ceilings"):
+            kwargs["admin_ceilings"] = s["admin_ceilings"]
         return kwargs
 
 

@@ -65,6 +65,11 @@ class Key(ShownOnceSecret, Limits):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="rotated_to"
     )
     client = models.CharField(max_length=32, blank=True, help_text="Client config this key was minted for.")
+    admin_ceilings = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Limits an admin set on this key ({field: value}): the owner may lower them, never raise or clear.",
+    )
 
     objects = KeyQuerySet.as_manager()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
@@ -12,6 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from channels.models import Model
+from portal.forms import LIMIT_LABELS
 
 from .models import Key
 
@@ -87,6 +89,7 @@ def rotate_key(key: Key, *, grace: datetime.timedelta | None = None) -> tuple[Ke
         expires_at=keep_expiry,
         rotated_from=key,
         client=key.client,
+        admin_ceilings=dict(key.admin_ceilings or {}),
     )
     return new, plaintext
 
@@ -117,17 +120,30 @@ def normalize_cidrs(entries: str | Iterable[object] | None) -> list[str]:
 def validate_key_settings(
     owner: User,
     *,
+    editor: User | None = None,
+    key: Key | None = None,
     limits: dict[str, Any] | None = None,
     allowed_models: Iterable[Model] | None = None,
     ip_allowlist: str | Iterable[object] | None = None,
     expires_at: datetime.datetime | None = None,
 ) -> dict[str, Any]:
     """Check a key's settings against its owner; return cleaned values or raise ValidationError
-    with field errors. Used by both the key form and the key serializer, so the rules are one."""
+    with field errors. Used by both the key form and the key serializer, so the rules are one.
+
+    Limits have an owner: what an admin (`editor`) sets on a key becomes its ceiling
+    (`cleaned["admin_ceilings"]`); anyone else editing `key` may lower such a limit, never raise or
+    clear it. The owner's own limits (set by an admin on the user) cap every key of theirs."""
     errors: dict[str, list[str]] = {}
     cleaned: dict[str, Any] = {}
+    by_admin = editor is not None and editor.is_admin
+    ceilings: dict[str, int] = dict(key.admin_ceilings or {}) if key is not None else {}
     for name, value in (limits or {}).items():
+        ceiling_by_admin = None if by_admin else ceilings.get(name)
         if value in (None, ""):
+            if ceiling_by_admin is not None:
+                errors.setdefault(name, []).append(
+                    f"An admin set this limit to {ceiling_by_admin:,}; you can lower it but not remove it."
+                )
             cleaned[name] = None
             continue
         try:
@@ -142,7 +158,18 @@ def validate_key_settings(
         ceiling = getattr(owner, name, None)
         if ceiling is not None and number > ceiling:
             errors.setdefault(name, []).append(f"Cannot exceed the owner's limit of {ceiling:,}.")
+        if ceiling_by_admin is not None and number > ceiling_by_admin:
+            errors.setdefault(name, []).append(
+                f"An admin set this limit to {ceiling_by_admin:,}; you can lower it but not raise it."
+            )
         cleaned[name] = number
+    if by_admin and limits:
+        for name in limits:
+            if cleaned.get(name) is None:
+                ceilings.pop(name, None)
+            else:
+                ceilings[name] = cleaned[name]
+        cleaned["admin_ceilings"] = ceilings
     if allowed_models is not None:
         models = list(allowed_models)
         permitted = set(Model.objects.usable_by(owner).values_list("pk", flat=True))
@@ -162,3 +189,40 @@ def validate_key_settings(
     if errors:
         raise ValidationError(errors)
     return cleaned
+
+
+@dataclass(frozen=True)
+class EffectiveLimit:
+    """One limit of a key as the gateway applies it, and who set the value that binds."""
+
+    name: str
+    label: str
+    value: int | None  # what binds this key now; None: unlimited
+    source: str  # "key" | "user" | "" (unlimited)
+    set_by: str  # who set the binding value, for people: "an admin", "alice", ""
+    key_value: int | None
+    user_value: int | None
+    admin_ceiling: int | None  # the key's own ceiling set by an admin (the owner may only lower it)
+
+    @property
+    def locked_for_owner(self) -> bool:
+        return self.admin_ceiling is not None
+
+
+def effective_limits(key: Key) -> list[EffectiveLimit]:
+    """Each limit of `key`: the key's own value, its owner's (shared by all their keys), and the
+    smaller of the two, which is what the gateway enforces for this key."""
+    ceilings = key.admin_ceilings or {}
+    rows = []
+    for name, label in LIMIT_LABELS.items():
+        own, user = getattr(key, name), getattr(key.owner, name)
+        ceiling = ceilings.get(name)
+        if own is None and user is None:
+            value, source, set_by = None, "", ""
+        elif user is not None and (own is None or user < own):
+            value, source, set_by = user, "user", "an admin"
+        else:
+            value, source = own, "key"
+            set_by = "an admin" if ceiling is not None and own == ceiling else key.owner.username
+        rows.append(EffectiveLimit(name, label, value, source, set_by, own, user, ceiling))
+    return rows

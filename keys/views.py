@@ -18,7 +18,7 @@ from portal.ui import FilteredListView, done, pop_secret, remember_secret
 from .filters import KeyFilterSet
 from .forms import KeyForm, RotateForm
 from .models import Key, KeyQuerySet
-from .services import issue_key, revoke_key, rotate_key
+from .services import effective_limits, issue_key, revoke_key, rotate_key
 
 if TYPE_CHECKING:
     from accounts.models import User
@@ -33,11 +33,21 @@ def visible_keys(user: User) -> KeyQuerySet:
     return Key.objects.select_related("owner").prefetch_related("allowed_models").visible_to(user)
 
 
+KEY_SORT_FIELDS = {
+    "name": "name",
+    "owner": "owner__username",
+    "created": "created",
+    "last_used": "last_used_at",
+    "expires": "expires_at",
+}
+
+
 class MyKeyListView(LoginRequiredMixin, FilteredListView):
     request: AuthenticatedHttpRequest
     model = Key
     filterset_class = KeyFilterSet
     template_name = "keys/key_list.html"
+    sort_fields = KEY_SORT_FIELDS
 
     def get_base_queryset(self) -> KeyQuerySet:
         return visible_keys(self.request.user).filter(owner=self.request.user).order_by("revoked_at", "-created")
@@ -51,6 +61,7 @@ class AllKeyListView(AdminRequiredMixin, FilteredListView):
     model = Key
     filterset_class = KeyFilterSet
     template_name = "keys/key_list.html"
+    sort_fields = KEY_SORT_FIELDS
 
     def get_base_queryset(self) -> KeyQuerySet:
         return visible_keys(self.request.user).order_by("revoked_at", "-created")
@@ -93,6 +104,7 @@ class KeyDetailView(LoginRequiredMixin, _KeyDetailView):
         key = self.object
         context["plaintext"] = pop_secret(self.request, f"key-{key.pk}")
         context["rotated_to"] = key.rotated_to.order_by("-created").first()
+        context["limits"] = effective_limits(key)
         return context
 
 

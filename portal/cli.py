@@ -177,6 +177,7 @@ def build_children(args, settings) -> list[Child]:
                 str(args.port),
                 "--lifespan",
                 "on",
+                "--no-proxy-headers",  # portal.asgi applies PORTAL_TRUSTED_PROXIES itself
                 "--no-access-log",
                 "--timeout-graceful-shutdown",
                 str(GRACE_SECONDS - 2),

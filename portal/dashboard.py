@@ -19,8 +19,29 @@ class Stat:
     query: str = ""
 
 
+@dataclass(frozen=True)
+class Attention:
+    """Something an admin should look at: a failing host, a down channel, a failed job."""
+
+    kind: str  # "Host", "Channel", "Deployment", "Job"
+    name: str
+    status: str  # for the badge's colour
+    label: str
+    message: str  # what to do next
+    url: str
+
+
+@dataclass(frozen=True)
+class Section:
+    order: int
+    template: str
+    build: Callable[[Any], dict[str, Any] | None]  # None: nothing to show this user
+
+
 _stats: list[Stat] = []
 _contexts: list[Callable[[Any], dict[str, Any]]] = []
+_attention: list[Callable[[], list[Attention]]] = []
+_sections: list[Section] = []
 
 
 def register_stat(order: int, label: str, count: Callable[[], int], url_name: str, query: str = "") -> None:
@@ -36,10 +57,26 @@ def register_context(build: Callable[[Any], dict[str, Any]]) -> None:
         _contexts.append(build)
 
 
+def register_attention(build: Callable[[], list[Attention]]) -> None:
+    """`build()` lists what of an app needs an admin's attention now (empty when all is well)."""
+    if build not in _attention:
+        _attention.append(build)
+
+
+def register_section(order: int, template: str, build: Callable[[Any], dict[str, Any] | None]) -> None:
+    """An app's own block on the dashboard: `template` rendered with `build(user)` as `section`."""
+    _sections[:] = sorted(
+        [s for s in _sections if s.template != template] + [Section(order, template, build)], key=lambda s: s.order
+    )
+
+
 def context_for(user: Any) -> dict[str, Any]:
     context: dict[str, Any] = {}
     for build in _contexts:
         context.update(build(user))
     if user.is_admin:
         context["stats"] = [(s.label, s.count(), reverse(s.url_name) + s.query) for s in _stats]
+        context["attention"] = [item for build in _attention for item in build()]
+    sections = [(s.template, s.build(user)) for s in _sections]
+    context["sections"] = [{"template": t, "data": data} for t, data in sections if data is not None]
     return context

@@ -40,12 +40,12 @@ def get(name: str, cast, default):
         raise ConfigError(f"Invalid value for {name}: {raw!r} ({exc})") from None
 
 
-def allowed_hosts() -> list[str]:
-    """DJANGO_ALLOWED_HOSTS: unset means the default; set but empty (or only commas) is refused,
+def allowed_hosts(default: list[str]) -> list[str]:
+    """DJANGO_ALLOWED_HOSTS: unset means `default`; set but empty (or only commas) is refused,
     since Django would then answer every request with 400."""
     raw = os.environ.get("DJANGO_ALLOWED_HOSTS")
     if raw is None:
-        return ["*"]
+        return default
     hosts = [h.strip() for h in raw.split(",") if h.strip()]
     if not hosts:
         raise ConfigError(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
+
+import django_filters
 from django.db.models import Q, QuerySet
 
 
@@ -14,3 +17,15 @@ def search(queryset: QuerySet, fields: tuple[str, ...], value: str) -> QuerySet:
     for field in fields:
         query |= Q(**{f"{field}__icontains": value})
     return queryset.filter(query)
+
+
+class UTCDateTimeFilter(django_filters.IsoDateTimeFilter):
+    """An ISO 8601 date-time filter whose value is converted to UTC before it reaches the database.
+
+    Python accepts UTC offsets up to ±23:59; PostgreSQL refuses anything beyond ±15:59 (a 500 if
+    passed through). The instant is the same either way, so convert rather than refuse."""
+
+    def filter(self, qs, value):
+        if isinstance(value, datetime.datetime) and value.tzinfo is not None:
+            value = value.astimezone(datetime.UTC)
+        return super().filter(qs, value)

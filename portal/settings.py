@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from . import embedded_redis
 from . import env as penv
@@ -17,7 +19,6 @@ PORTAL_ENCRYPTION_KEYS = penv.encryption_keys(DATA_DIR)
 PORTAL_KEY_HASH_SECRET = penv.key_hash_secret(DATA_DIR)
 
 DEBUG = get("DJANGO_DEBUG", bool, False)
-ALLOWED_HOSTS = penv.allowed_hosts()
 CSRF_TRUSTED_ORIGINS = get("DJANGO_CSRF_TRUSTED_ORIGINS", list, [])
 PORTAL_PUBLIC_URL = get("PORTAL_PUBLIC_URL", str, "").rstrip("/")
 PORTAL_REQUIRE_SERVICES = get("PORTAL_REQUIRE_SERVICES", bool, False)
@@ -35,6 +36,8 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_celery_beat",
+    "axes",
+    "csp",
     "portal",
     "accounts",
     "channels",
@@ -53,7 +56,10 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     "portal.audit.AuditContextMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -163,9 +169,74 @@ STATIC_ROOT.mkdir(exist_ok=True)  # whitenoise warns at start when it is missing
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
+# --- Security: hosts, trusted proxies, HTTPS, CSP, login throttling ---------------------------
+# Every URL the portal writes into configs and installers comes from PORTAL_PUBLIC_URL (see
+# portal.public), never from the request's Host header. Django answers to the public URL's host
+# plus DJANGO_ALLOWED_HOSTS (default: loopback), so a forged Host is a 400.
+_public = urlsplit(PORTAL_PUBLIC_URL)
+ALLOWED_HOSTS = list(
+    dict.fromkeys(
+        ([_public.hostname] if _public.hostname else [])
+        + penv.allowed_hosts(default=["localhost", "127.0.0.1", "[::1]"])
+    )
+)
+# Reverse proxies whose X-Forwarded-For / X-Forwarded-Proto are believed (IPs or CIDRs). Applied
+# once, in portal.asgi (uvicorn's own ProxyHeadersMiddleware with this list; uvicorn itself runs with
+# --no-proxy-headers): the client address becomes the right-most address not in this list, and
+# everything after it (the gateway's key IP allowlists, DRF throttles, django-axes, the audit
+# log) reads that one address. Empty trusts nobody.
+PORTAL_TRUSTED_PROXIES = get("PORTAL_TRUSTED_PROXIES", list, ["127.0.0.1", "::1"])
+# HTTPS: on when the public URL is https. The scheme a request arrived with is the proxy's
+# X-Forwarded-Proto only when that proxy is trusted (above), so SECURE_PROXY_SSL_HEADER stays unset.
+# PORTAL_HTTPS empty or unset: follow the public URL.
+PORTAL_HTTPS = get("PORTAL_HTTPS", bool, False) if get("PORTAL_HTTPS", str, "") else _public.scheme == "https"
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads it to send X-CSRFToken
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = PORTAL_HTTPS
+SECURE_HSTS_SECONDS = get("PORTAL_HSTS_SECONDS", int, 31536000) if PORTAL_HTTPS else 0
+SECURE_SSL_REDIRECT = get("PORTAL_SSL_REDIRECT", bool, False)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # container health checks speak plain HTTP to the replica
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy (django-csp): only our own vendored files, no inline script or style.
+# The API docs pages (Swagger UI, ReDoc) relax style-src for themselves only (portal/urls.py).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],  # Pico's form icons are data: SVGs
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
+# Login throttling (django-axes): a username or an address is locked for AXES_COOLOFF_TIME after
+# AXES_FAILURE_LIMIT wrong passwords; an admin unlocks it on the user's page.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = get("PORTAL_LOGIN_FAILURE_LIMIT", int, 5)
+AXES_COOLOFF_TIME = datetime.timedelta(minutes=get("PORTAL_LOGIN_LOCKOUT_MINUTES", int, 15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each alone: per user and per address
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "portal.public.client_ip"
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_VERBOSE = False
+AXES_ALLOWED_CORS_ORIGINS = PORTAL_PUBLIC_URL or "null"  # axes' lockout JSON would say "*"
+AXES_SENSITIVE_PARAMETERS = ["password"]
+# REST API throttles: per API token (or per user on a session) and per address when anonymous.
+# The client address is REMOTE_ADDR, already resolved from trusted proxies, hence NUM_PROXIES = 0.
+PORTAL_API_RATE = get("PORTAL_API_RATE", str, "1200/minute")
+PORTAL_API_ANON_RATE = get("PORTAL_API_ANON_RATE", str, "60/minute")
+# Request bodies: the API's JSON parser (portal.api.parsers) holds JSON bodies to this size too.
+DATA_UPLOAD_MAX_MEMORY_SIZE = get("PORTAL_MAX_BODY_BYTES", int, 2_621_440)
 
 # --- REST API ----------------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -183,6 +254,14 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.api.exceptions.exception_handler",
+    "DEFAULT_PARSER_CLASSES": [
+        "portal.api.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
+    "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttling.TokenRateThrottle", "portal.api.throttling.AnonThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"token": PORTAL_API_RATE, "anon": PORTAL_API_ANON_RATE},
+    "NUM_PROXIES": 0,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Gateway Portal API",
@@ -279,5 +358,6 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": get("PORTAL_LOG_LEVEL", str, "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    # axes: lockouts are WARNING; each failed attempt (INFO) is in its AccessAttempt table.
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }

@@ -26,10 +26,13 @@ _SESSION_SECRETS = "portal_show_once"
 
 
 class FilteredListView(ListView):
-    """A ListView driven by a django-filter FilterSet, with a search box and pagination."""
+    """A ListView driven by a django-filter FilterSet, with a search box, pagination and sortable
+    columns: `sort_fields` maps a column's key to the ORM field it sorts by; `?sort=key` sorts
+    ascending, `?sort=-key` descending (`{% sort_header "key" "Label" %}` draws the header)."""
 
     filterset_class: Any = None
     paginate_by = PAGE_SIZE
+    sort_fields: dict[str, str] = {}
 
     def get_base_queryset(self) -> QuerySet:
         return super().get_queryset()
@@ -41,7 +44,16 @@ class FilteredListView(ListView):
         if self.filterset.is_bound and not self.filterset.is_valid():
             # An invalid filter value (e.g. ?owner=abc) shows the errors and an empty list, not a 500.
             return self.get_base_queryset().none()
-        return self.filterset.qs
+        return self.sorted(self.filterset.qs)
+
+    def sorted(self, qs: QuerySet) -> QuerySet:
+        raw = self.request.GET.get("sort", "")
+        key = raw.removeprefix("-")
+        self.sort = raw if key in self.sort_fields else ""  # an unknown key is ignored, not a 500
+        if not self.sort:
+            return qs
+        field = self.sort_fields[key]
+        return qs.order_by(f"-{field}" if raw.startswith("-") else field, "-pk")
 
     def paginate_queryset(self, queryset, page_size):
         # A stale ?page=99 (after deleting rows) shows the last page instead of a 404.
@@ -55,7 +67,8 @@ class FilteredListView(ListView):
         query = self.request.GET.copy()
         query.pop("page", None)
         context["query_string"] = query.urlencode()
-        context["filtered"] = any(v for k, v in self.request.GET.items() if k != "page")
+        context["filtered"] = any(v for k, v in self.request.GET.items() if k not in ("page", "sort"))
+        context["sort"] = getattr(self, "sort", "")
         return context
 
 

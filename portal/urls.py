@@ -1,13 +1,19 @@
+from csp.decorators import csp_update
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
 
 from . import views
+
+# The API docs pages run vendored Swagger UI / ReDoc, which style their widgets with inline styles
+# (ReDoc also runs its search in a blob: worker); scripts stay 'self' only (the split Swagger view
+# serves its start-up script as a file).
+docs_csp = csp_update({"style-src": ["'unsafe-inline'"], "worker-src": ["'self'", "blob:"]})
 
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
-    path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
+    path("api/docs/", docs_csp(SpectacularSwaggerSplitView.as_view(url_name="api-schema")), name="api-docs"),
+    path("api/redoc/", docs_csp(SpectacularRedocView.as_view(url_name="api-schema")), name="api-redoc"),
     path("api/", include("portal.api.urls")),
     path("", views.dashboard, name="dashboard"),
     path("", include("accounts.urls")),

@@ -186,7 +186,7 @@ def test_startup_order_and_health_checks(raw):
 
 
 def test_the_environment_compose_passes_is_accepted_by_the_settings(tmp_path):
-    config = resolved_config(tmp_path)
+    config = resolved_config(tmp_path, PORTAL_PUBLIC_URL="https://llm.example.com")
     env = {k: str(v) for k, v in config["services"]["web"]["environment"].items()}
     env["PORTAL_DATA_DIR"] = str(tmp_path / "data")  # /data does not exist outside the container
     probe = (
@@ -207,7 +207,8 @@ def test_the_environment_compose_passes_is_accepted_by_the_settings(tmp_path):
     seen = json.loads(result.stdout.strip().splitlines()[-1])
     assert seen["db"] == "postgres" and seen["engine"].endswith("postgresql")
     assert seen["broker"] == "redis://redis:6379/0" and seen["cache"].endswith("RedisCache")
-    assert seen["hosts"] == ["*"] and seen["csrf"] == []
+    # No "*": the public URL's host, and loopback for the containers' health checks.
+    assert seen["hosts"] == ["llm.example.com", "localhost", "127.0.0.1"] and seen["csrf"] == []
 
 
 def test_dockerfile_builds_a_slim_non_root_image_with_locked_deps_and_static_files():
@@ -221,3 +222,18 @@ def test_dockerfile_builds_a_slim_non_root_image_with_locked_deps_and_static_fil
     ignored = (ROOT / ".dockerignore").read_text().split()
     for path in (".git", ".venv", "var", ".env"):
         assert path in ignored
+
+
+def test_only_the_proxy_network_may_set_forwarded_headers(tmp_path, raw):
+    """No `--forwarded-allow-ips "*"`: uvicorn ignores X-Forwarded-* itself, and the app trusts the
+    proxy's network only (PORTAL_TRUSTED_PROXIES, applied in portal.asgi)."""
+    config = resolved_config(tmp_path)
+    web, proxy = config["services"]["web"], config["services"]["proxy"]
+    assert "--no-proxy-headers" in web["command"] and "*" not in web["command"]
+    assert "--forwarded-allow-ips" not in web["command"]
+    trusted = web["environment"]["PORTAL_TRUSTED_PROXIES"]
+    subnets = [c["subnet"] for c in config["networks"]["edge"]["ipam"]["config"]]
+    assert subnets == [trusted] and "*" not in trusted
+    assert "edge" in proxy["networks"] and "edge" in web["networks"]
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "--forwarded-allow-ips" not in dockerfile and "--no-proxy-headers" in dockerfile

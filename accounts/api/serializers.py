@@ -124,7 +124,7 @@ class UserSerializer(LimitFields, serializers.ModelSerializer):
 
 class UserCreatedSerializer(UserSerializer):
     password = serializers.CharField(
-        read_only=True, required=False, help_text="The generated password, shown once (absent if you gave one)."
+        read_only=True, allow_null=True, help_text="The generated password, shown once (null if you gave one)."
     )
 
 
@@ -132,10 +132,22 @@ class PasswordSerializer(serializers.Serializer):
     password = serializers.CharField(read_only=True, help_text="The new password, shown once.")
 
 
+class ReactivateSerializer(serializers.Serializer):
+    restore_keys = serializers.BooleanField(
+        default=False, help_text="Keep the user's old keys working; by default they are revoked."
+    )
+
+
+class UnlockSerializer(serializers.Serializer):
+    cleared = serializers.IntegerField(read_only=True, help_text="Failed login attempts cleared.")
+
+
 class MeSerializer(serializers.ModelSerializer):
     """The caller's own profile: role, limits, key defaults and the models they may use."""
 
     is_admin = serializers.BooleanField(read_only=True)
+    # Plain text in the schema: an empty address is allowed, which the "email" format refuses.
+    email = serializers.CharField(read_only=True, help_text="Empty when none is set.")
     key_defaults = serializers.DictField(child=serializers.IntegerField(allow_null=True), read_only=True)
     models = serializers.SerializerMethodField(help_text="Names of the models you may use.")
 

@@ -23,6 +23,8 @@ from .serializers import (
     AuditLogSerializer,
     MeSerializer,
     PasswordSerializer,
+    ReactivateSerializer,
+    UnlockSerializer,
     UserCreatedSerializer,
     UserSerializer,
 )
@@ -50,9 +52,7 @@ class UserViewSet(
         serializer.is_valid(raise_exception=True)
         user = serializer.save()
         data = dict(UserSerializer(user, context=self.get_serializer_context()).data)
-        generated = getattr(user, "generated_password", None)
-        if generated:
-            data["password"] = generated
+        data["password"] = getattr(user, "generated_password", None)  # null when the admin chose it
         return Response(data, status=status.HTTP_201_CREATED)
 
     def _refuse_self(self, user: User, what: str) -> None:
@@ -65,20 +65,30 @@ class UserViewSet(
         """Deactivate: the user can no longer log in and their keys and tokens stop working."""
         user = self.get_object()
         self._refuse_self(user, "deactivate")
-        services.set_active(user, False)
+        services.set_active(user, False, actor=request.user)
         return Response(UserSerializer(user, context=self.get_serializer_context()).data)
 
-    @extend_schema(request=None, responses={200: UserSerializer})
+    @extend_schema(request=ReactivateSerializer, responses={200: UserSerializer})
     @action(detail=True, methods=["post"])
     def reactivate(self, request: Request, pk=None) -> Response:
+        """Reactivate. API tokens stay revoked; old keys are revoked unless `restore_keys` is true."""
         user = self.get_object()
-        services.set_active(user, True)
+        body = ReactivateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        services.set_active(user, True, restore_keys=body.validated_data["restore_keys"], actor=request.user)
         return Response(UserSerializer(user, context=self.get_serializer_context()).data)
+
+    @extend_schema(request=None, responses={200: UnlockSerializer})
+    @action(detail=True, methods=["post"])
+    def unlock(self, request: Request, pk=None) -> Response:
+        """Clear the failed logins that locked this username out."""
+        user = self.get_object()
+        return Response({"cleared": services.unlock_login(user, actor=request.user)})
 
     @extend_schema(request=None, responses={200: PasswordSerializer})
     @action(detail=True, methods=["post"], url_path="reset-password")
     def reset_password(self, request: Request, pk=None) -> Response:
-        """Set a new random password and return it once."""
+        """Set a new random password and return it once; the user's sessions end and API tokens are revoked."""
         user = self.get_object()
         password = services.reset_password(user, actor=request.user)
         return Response({"password": password})

@@ -10,6 +10,7 @@ from channels.choices import ChannelKind
 from channels.models import Channel, Model, ModelRoute
 from channels.services import clean_base_url, reset_status_after_edit
 from portal.api.serializers import IdOrNameRelatedField, is_admin
+from portal.fields import secret_problem, undecryptable
 
 MAX_API_KEY_CHARS = 4096
 
@@ -34,6 +35,9 @@ class ChannelSerializer(serializers.ModelSerializer):
         help_text="Sent upstream by the gateway; write-only.",
     )
     has_api_key = serializers.SerializerMethodField()
+    secret_problem = serializers.SerializerMethodField(
+        help_text="Empty, or why the stored API key cannot be used and what to do (this row only)."
+    )
     models: serializers.SlugRelatedField[Model] = serializers.SlugRelatedField(
         slug_field="name", many=True, read_only=True, help_text="Public models routed to this channel."
     )
@@ -48,6 +52,7 @@ class ChannelSerializer(serializers.ModelSerializer):
             "base_url_notes",
             "api_key",
             "has_api_key",
+            "secret_problem",
             "priority",
             "weight",
             "enabled",
@@ -68,7 +73,10 @@ class ChannelSerializer(serializers.ModelSerializer):
         return list(getattr(self, "_base_url_notes", []))
 
     def get_has_api_key(self, obj: Channel) -> bool:
-        return bool(obj.api_key)
+        return bool(obj.api_key) or bool(undecryptable(obj))
+
+    def get_secret_problem(self, obj: Channel) -> str:
+        return secret_problem(obj)
 
     def validate_base_url(self, value: str) -> str:
         try:

@@ -11,10 +11,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, Max, Q, Sum
+from django.urls import reverse
 from django.utils import timezone
 
 from channels.choices import ChannelStatus
 from channels.models import AlertDelivery, Channel, ProbeHourly, ProbeResult, StatusChange
+from portal.dashboard import Attention
 
 
 def percentile(values: list[float], p: float) -> float | None:
@@ -161,10 +163,15 @@ def attach_health(channels: list[Channel], now: dt.datetime | None = None) -> li
         r: Mapping[str, Any] = ratio.get(c.pk) or {}
         n, f = r.get("n") or 0, r.get("f") or 0
         per_hour = spark.get(c.pk, {})
+        # A disabled channel is not routed whatever its last check said (a stopped deployment
+        # disables its channel): its badge says so instead of a stale "Healthy".
         c.health = HealthSummary(
-            status=c.status,
-            label=c.get_status_display(),
-            message=c.status_message,
+            status=c.status if c.enabled else "disabled",
+            label=c.get_status_display() if c.enabled else "Disabled",
+            message=c.status_message
+            if c.enabled
+            else "Not routed: the channel is disabled. "
+            + (c.status_message or "Enable it to route requests to it again."),
             last_ttft_ms=c.last_ttft_ms,
             error_ratio=(f / n) if n else None,
             samples_24h=n,
@@ -194,3 +201,18 @@ def dashboard(limit: int = 5) -> dict[str, Any]:
             created__gte=timezone.now() - dt.timedelta(hours=24), ok=False
         ).aggregate(n=Count("id", filter=Q(source="active")))["n"],
     }
+
+
+def attention() -> list[Attention]:
+    """For the dashboard: enabled channels that are not healthy, with what to do next."""
+    return [
+        Attention(
+            "Channel",
+            c.name,
+            c.status,
+            c.get_status_display(),
+            c.status_message or ("Not checked yet: open it and press Check now." if not c.last_checked else ""),
+            reverse("channel_detail", args=[c.pk]),
+        )
+        for c in Channel.objects.enabled().exclude(status=ChannelStatus.HEALTHY).order_by("status", "name")
+    ]

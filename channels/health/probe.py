@@ -31,6 +31,8 @@ from channels.baseurl import root_url
 from .netbackend import AsyncioBackend
 
 PROMPT = "Reply with the single word: ok"
+MIN_CHUNKS_FOR_RATE = 3  # token-bearing stream events, so at least two gaps are measured
+MIN_SECONDS_FOR_RATE = 0.005
 ANTHROPIC_VERSION = "2023-06-01"
 
 
@@ -170,6 +172,7 @@ async def _stream_chat(client: httpx.AsyncClient, target: Target, model: str, ou
     tokens = 0
     usage_tokens: int | None = None
     first_token_at: float | None = None
+    last_token_at = 0.0
     async with client.stream("POST", url, json=body, headers=_headers(target), extensions={"trace": timer}) as resp:
         out.ttfb_ms = _ms(start)
         out.http_status = resp.status_code
@@ -194,6 +197,7 @@ async def _stream_chat(client: httpx.AsyncClient, target: Target, model: str, ou
             text = _token_text(event, anthropic)
             if text:
                 tokens += 1
+                last_token_at = time.perf_counter()
                 if first_token_at is None:
                     first_token_at = time.perf_counter()
                     out.ttft_ms = round((first_token_at - start) * 1000, 2)
@@ -204,8 +208,10 @@ async def _stream_chat(client: httpx.AsyncClient, target: Target, model: str, ou
     if first_token_at is None:
         raise ProbeFailure("protocol", "latency probe: the stream ended without a token", out.http_status)
     out.tokens = int(usage_tokens) if usage_tokens else tokens
-    gen_s = time.perf_counter() - first_token_at
-    if out.tokens > 1 and gen_s > 0:
+    # A rate needs tokens that arrived apart: chunks delivered together (a proxy that buffers, a
+    # server that batches) would divide by microseconds and report 10,000 tokens/s.
+    gen_s = last_token_at - first_token_at
+    if tokens >= MIN_CHUNKS_FOR_RATE and gen_s >= MIN_SECONDS_FOR_RATE:
         out.tokens_per_s = round((out.tokens - 1) / gen_s, 2)
 
 
@@ -343,3 +349,15 @@ async def probe_many(
                 return Outcome(t.channel_id, error="timeout", error_message="probe took too long", started=time.time())
 
     return list(await asyncio.gather(*(bounded(t) for t in targets)))
+
+
+async def list_served_models(target: Target, *, connect_timeout: float, timeout: float) -> dict[str, int | None]:  # noqa: ASYNC109
+    """What the upstream serves (`/v1/models`) with each model's context window where the server
+    says it (vLLM `max_model_len`, llama.cpp `/props` `n_ctx`). Raises ProbeFailure."""
+    async with make_client(connect_timeout=connect_timeout, timeout=timeout) as client:
+        try:
+            return await asyncio.wait_for(_discover(client, target, _Timer(), None), timeout + connect_timeout)
+        except TimeoutError:
+            raise ProbeFailure("timeout", "model list: the upstream did not answer in time") from None
+        except httpx.HTTPError as exc:
+            raise ProbeFailure("connect", f"model list: {exc.__class__.__name__}: {exc}") from None

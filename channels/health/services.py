@@ -26,7 +26,7 @@ from channels.models import Channel, ModelRoute, ProbeResult, StatusChange
 from channels.signals import routes_changed
 
 from . import passive
-from .probe import Outcome, Target, probe_many, run_loop
+from .probe import Outcome, Target, list_served_models, probe_many, run_loop
 from .status import Evidence, Rules, decide
 
 logger = logging.getLogger(__name__)
@@ -398,3 +398,14 @@ def check_channel(channel_id: int) -> ChannelRound | None:
     """Probe one channel now, whatever its status (the "Check now" button, the API, launch jobs)."""
     done = run_round([channel_id], force=True)
     return done[0] if done else None
+
+
+def served_models(channel: Channel) -> dict[str, int | None]:
+    """The models `channel`'s upstream lists now, with their served context windows (for "Add
+    models from this channel"). Raises probe.ProbeFailure with a message for the admin."""
+    target = Target(channel_id=channel.pk, kind=channel.kind, base_url=channel.base_url, api_key=channel.api_key or "")
+    return run_loop(
+        list_served_models(
+            target, connect_timeout=settings.PORTAL_PROBE_CONNECT_TIMEOUT, timeout=settings.PORTAL_PROBE_TIMEOUT
+        )
+    )

@@ -29,3 +29,11 @@ class DownloadTokenSerializer(serializers.Serializer):
 
 class RedeemSerializer(serializers.Serializer):
     token = serializers.CharField(max_length=100)
+
+
+class ClientSummarySerializer(serializers.Serializer):
+    """One supported client (schema of the client list)."""
+
+    slug = serializers.CharField()
+    label = serializers.CharField()  # type: ignore[assignment]  # a field named like Field.label
+    env_indirection = serializers.BooleanField(help_text="The config reads the key from an environment variable.")

@@ -18,7 +18,13 @@ from keys.models import Key
 from .. import clients, services
 from ..clients.base import Rendered, RenderInput
 from ..models import KeyMode
-from .serializers import DownloadTokenSerializer, MintSerializer, RedeemSerializer, RenderQuerySerializer
+from .serializers import (
+    ClientSummarySerializer,
+    DownloadTokenSerializer,
+    MintSerializer,
+    RedeemSerializer,
+    RenderQuerySerializer,
+)
 
 
 def client_summary(module) -> dict:
@@ -75,7 +81,7 @@ class ClientViewSet(viewsets.ViewSet):
             raise Http404
         return key
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT}, operation_id="client_configs_clients_list")
+    @extend_schema(responses={200: ClientSummarySerializer(many=True)}, operation_id="client_configs_clients_list")
     def list(self, request):
         return Response([client_summary(m) for m in clients.CLIENTS.values()])
 

@@ -14,14 +14,12 @@ from .base import (
     PROVIDER_ID,
     Command,
     ConfigFile,
-    Probe,
     Rendered,
     RenderInput,
     dump_json,
-    window_need,
     window_warnings,
 )
-from .opencode import provider_entry
+from .opencode import provider_entry, provider_probe
 
 SLUG = "kilo"
 LABEL = "Kilo Code"
@@ -65,19 +63,5 @@ def render(inp: RenderInput) -> Rendered:
         ],
         commands=commands,
         warnings=window_warnings(LABEL, PROMPT_TOKENS, inp.models),
-        probes=[
-            Probe(
-                file=PATH,
-                format="json",
-                base_url=f"provider.{PROVIDER_ID}.options.baseURL",
-                base_shape="v1",
-                key=f"provider.{PROVIDER_ID}.options.apiKey",
-                models=f"provider.{PROVIDER_ID}.models.*",
-                model_name="$key",
-                model_context="limit.context",
-                model_output="limit.output",
-                client=LABEL,
-                needs=window_need(PROMPT_TOKENS),
-            )
-        ],
+        probes=[provider_probe(PATH, PROVIDER_ID, LABEL, PROMPT_TOKENS)],
     )

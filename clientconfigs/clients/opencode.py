@@ -69,19 +69,22 @@ def render(inp: RenderInput) -> Rendered:
         ],
         commands=commands,
         warnings=window_warnings(LABEL, PROMPT_TOKENS, inp.models),
-        probes=[
-            Probe(
-                file=PATH,
-                format="json",
-                base_url=f"provider.{PROVIDER_ID}.options.baseURL",
-                base_shape="v1",
-                key=f"provider.{PROVIDER_ID}.options.apiKey",
-                models=f"provider.{PROVIDER_ID}.models.*",
-                model_name="$key",
-                model_context="limit.context",
-                model_output="limit.output",
-                client=LABEL,
-                needs=window_need(PROMPT_TOKENS),
-            )
-        ],
+        probes=[provider_probe(PATH, PROVIDER_ID, LABEL, PROMPT_TOKENS)],
+    )
+
+
+def provider_probe(path: str, provider_id: str, label: str, prompt_tokens: int) -> Probe:
+    """What the doctor checks in an OpenCode-shaped file (Kilo CLI is a fork and reads the same)."""
+    return Probe(
+        file=path,
+        format="json",
+        base_url=f"provider.{provider_id}.options.baseURL",
+        base_shape="v1",
+        key=f"provider.{provider_id}.options.apiKey",
+        models=f"provider.{provider_id}.models.*",
+        model_name="$key",
+        model_context="limit.context",
+        model_output="limit.output",
+        client=label,
+        needs=window_need(prompt_tokens),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from hosts.models import GPU, Host
+from portal.fields import secret_problem, undecryptable
 
 MAX_PRIVATE_KEY_CHARS = 16_384
 
@@ -46,6 +47,9 @@ class HostSerializer(serializers.ModelSerializer):
         help_text="Unencrypted OpenSSH or PEM private key; write-only.",
     )
     has_private_key = serializers.SerializerMethodField()
+    secret_problem = serializers.SerializerMethodField(
+        help_text="Empty, or why the stored private key cannot be used and what to do (this row only)."
+    )
     labels = serializers.ListField(
         child=serializers.CharField(max_length=50), required=False, max_length=50, help_text="Free-form tags."
     )
@@ -61,6 +65,7 @@ class HostSerializer(serializers.ModelSerializer):
             "username",
             "private_key",
             "has_private_key",
+            "secret_problem",
             "host_key_fingerprint",
             "seen_host_key_fingerprint",
             "labels",
@@ -89,7 +94,10 @@ class HostSerializer(serializers.ModelSerializer):
         ]
 
     def get_has_private_key(self, obj: Host) -> bool:
-        return bool(obj.private_key)
+        return bool(obj.private_key) or bool(undecryptable(obj))
+
+    def get_secret_problem(self, obj: Host) -> str:
+        return secret_problem(obj)
 
     def validate_private_key(self, value: str | None) -> str:
         text = (value or "").strip()
@@ -109,3 +117,18 @@ class HostSerializer(serializers.ModelSerializer):
 
     def validate_labels(self, value: list[str]) -> list[str]:
         return list(dict.fromkeys(v.strip() for v in value if v.strip()))
+
+
+class ConfirmHostKeySerializer(serializers.Serializer):
+    fingerprint = serializers.CharField(
+        max_length=200, help_text="The `seen_host_key_fingerprint` you checked, e.g. SHA256:…"
+    )
+
+
+class HostKeyConfirmedSerializer(serializers.Serializer):
+    host_key_fingerprint = serializers.CharField()
+    status = serializers.CharField()
+
+
+class DetailSerializer(serializers.Serializer):
+    detail = serializers.CharField()

@@ -19,7 +19,7 @@ from hosts.filters import HostFilterSet
 from hosts.models import Host
 from portal.permissions import IsAdmin
 
-from .serializers import HostSerializer
+from .serializers import ConfirmHostKeySerializer, DetailSerializer, HostKeyConfirmedSerializer, HostSerializer
 
 
 class HostViewSet(viewsets.ModelViewSet):
@@ -30,18 +30,20 @@ class HostViewSet(viewsets.ModelViewSet):
     search_fields = ["name", "address", "username", "notes"]
     ordering_fields = ["name", "address", "status", "last_checked", "created"]
 
-    @extend_schema(request=None, responses={202: dict})
+    @extend_schema(request=None, responses={202: DetailSerializer})
     @action(detail=True, methods=["post"], url_path="refresh-inventory")
     def refresh_inventory(self, request, pk=None):
         host = self.get_object()
         tasks.refresh_inventory.delay(host.pk)
         return Response({"detail": f"Inventory refresh of {host} queued."}, status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(request=dict, responses={200: dict})
+    @extend_schema(request=ConfirmHostKeySerializer, responses={200: HostKeyConfirmedSerializer})
     @action(detail=True, methods=["post"], url_path="confirm-host-key")
     def confirm_host_key(self, request, pk=None):
         host = self.get_object()
-        fingerprint = str(request.data.get("fingerprint", "")).strip()
+        body = ConfirmHostKeySerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        fingerprint = body.validated_data["fingerprint"].strip()
         try:
             services.confirm_host_key(host, fingerprint)
         except DjangoValidationError as exc:

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from .base import Backend, LaunchSpec, Option
-from .vllm import VLLM, check_parallel
+from .vllm import DTYPE, QUANTIZATION, VLLM, check_parallel
 
 
 class SGLang(Backend):
@@ -47,25 +47,8 @@ class SGLang(Backend):
             0.98,
             help="Share of each GPU for weights + KV cache; the rest is for activations.",
         ),
-        Option("dtype", str, "--dtype", "Weights dtype", "auto", choices=("auto", "bfloat16", "float16", "float32")),
-        Option(
-            "quantization",
-            str,
-            "--quantization",
-            "Quantisation",
-            "",
-            choices=(
-                "",
-                "awq",
-                "awq_marlin",
-                "gptq",
-                "gptq_marlin",
-                "fp8",
-                "bitsandbytes",
-                "compressed-tensors",
-                "gguf",
-            ),
-        ),
+        DTYPE,
+        QUANTIZATION,
         Option(
             "kv_cache_dtype",
             str,

@@ -13,6 +13,17 @@ from django.core.exceptions import ValidationError
 
 from .base import Backend, LaunchSpec, Option, validate_absolute_path
 
+# Options vLLM and SGLang spell the same way (sglang.py uses these too).
+DTYPE = Option("dtype", str, "--dtype", "Weights dtype", "auto", choices=("auto", "bfloat16", "float16", "float32"))
+QUANTIZATION = Option(
+    "quantization",
+    str,
+    "--quantization",
+    "Quantisation",
+    "",
+    choices=("", "awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "bitsandbytes", "compressed-tensors", "gguf"),
+)
+
 HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 
 
@@ -44,25 +55,8 @@ class VLLM(Backend):
         ),
         Option("max_model_len", int, "--max-model-len", "Context length", 8192, 256, 10_000_000),
         Option("gpu_memory_utilization", float, "--gpu-memory-utilization", "GPU memory utilisation", 0.9, 0.1, 0.99),
-        Option("dtype", str, "--dtype", "Weights dtype", "auto", choices=("auto", "bfloat16", "float16", "float32")),
-        Option(
-            "quantization",
-            str,
-            "--quantization",
-            "Quantisation",
-            "",
-            choices=(
-                "",
-                "awq",
-                "awq_marlin",
-                "gptq",
-                "gptq_marlin",
-                "fp8",
-                "bitsandbytes",
-                "compressed-tensors",
-                "gguf",
-            ),
-        ),
+        DTYPE,
+        QUANTIZATION,
         Option(
             "kv_cache_dtype",
             str,

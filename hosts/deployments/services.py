@@ -5,16 +5,18 @@ Called by the deployment form, the API serializer and launch jobs alike.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import secrets
 from typing import Any
 
+from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from .. import backends, calibration, fit
 from ..models import GPU, Deployment, Host
-from ..remote import commands
+from ..remote import commands, ssh
 from ..remote.ssh import Remote
 from . import multinode
 
@@ -223,10 +225,13 @@ def fit_request(deployment: Deployment, arch: fit.Architecture, *, ram_mib: int 
     )
 
 
-def check_fit(deployment: Deployment, remote: Remote | None = None) -> dict[str, Any]:
-    """Estimate and store it on the deployment. Without `remote` only presets are used (and the
-    host's RAM is unknown)."""
-    arch = commands.read_architecture(remote, deployment.backend, deployment.model_path) if remote else None
+def check_fit(
+    deployment: Deployment, remote: Remote | None = None, *, arch: fit.Architecture | None = None
+) -> dict[str, Any]:
+    """Estimate and store it on the deployment. Without `remote` or `arch` only presets are used (and
+    the host's RAM is unknown); `arch` is the model as already read from the host (the live preview)."""
+    if arch is None and remote is not None:
+        arch = commands.read_architecture(remote, deployment.backend, deployment.model_path)
     arch = arch or fit.preset_for(deployment.model_path)
     ram = commands.memory_available_mib(remote) if remote and deployment.backend == "llamacpp" else None
     if arch is None:
@@ -364,3 +369,27 @@ def estimate_for_spec(
         **(calibration.correction_for(host, backend) if host is not None else {}),
     )
     return fit.estimate(request).as_dict()
+
+
+ARCHITECTURE_CACHE_SECONDS = 600
+
+
+def host_architecture(deployment: Deployment) -> fit.Architecture | None:
+    """The model's architecture read from its files on the host, remembered for a while per host
+    and path, so the deploy form's live estimate connects once per model, not once per keystroke.
+    None when the host cannot be reached or the files say nothing (the estimate then uses presets)."""
+    host = deployment.host
+    if not host.host_key_fingerprint:
+        return None
+    digest = hashlib.sha256(f"{deployment.backend}\0{deployment.model_path}".encode()).hexdigest()[:32]
+    key = f"hosts:architecture:{host.pk}:{digest}"
+    cached = cache.get(key)
+    if cached is not None:
+        return cached[0]
+    try:
+        with ssh.connect(host) as remote:
+            arch = commands.read_architecture(remote, deployment.backend, deployment.model_path)
+    except ssh.SSHError:
+        return None
+    cache.set(key, (arch,), ARCHITECTURE_CACHE_SECONDS)
+    return arch

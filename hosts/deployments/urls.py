@@ -7,6 +7,7 @@ from . import views as v
 urlpatterns = [
     path("deployments/", v.deployment_list, name="deployment_list"),
     path("hosts/<int:host_pk>/deployments/new/", v.deployment_create, name="deployment_create"),
+    path("hosts/<int:host_pk>/deployments/fit/", v.deployment_fit_preview, name="deployment_fit_preview"),
     path("deployments/<int:pk>/", v.deployment_detail, name="deployment_detail"),
     path("deployments/<int:pk>/edit/", v.deployment_edit, name="deployment_edit"),
     path("deployments/<int:pk>/delete/", v.deployment_delete, name="deployment_delete"),

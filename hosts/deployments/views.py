@@ -40,8 +40,23 @@ def _preview_context(form: DeploymentForm) -> dict:
     deployment = form.preview_deployment()
     return {
         "preview_command": services.command_preview(deployment),
-        "preview_fit": services.check_fit(deployment),
+        "preview_fit": services.check_fit(deployment, arch=services.host_architecture(deployment)),
     }
+
+
+@admin_required
+@require_POST
+def deployment_fit_preview(request: HttpRequest, host_pk: int) -> HttpResponse:
+    """The deploy form's live estimate: htmx posts the form here as its options change."""
+    host = get_object_or_404(Host, pk=host_pk)
+    instance = None
+    if request.GET.get("deployment", "").isdigit():
+        instance = get_object_or_404(Deployment, pk=int(request.GET["deployment"]), host=host)
+    form = DeploymentForm(request.POST, host=host, instance=instance)
+    context: dict = {"host": host, "form": form}
+    if form.is_valid():
+        context.update(_preview_context(form))
+    return render(request, "hosts/_deploy_fit_live.html", context)
 
 
 @admin_required
@@ -70,6 +85,7 @@ def _deployment_form(request: HttpRequest, host: Host, instance: Deployment | No
                 context.update(_preview_context(form))
             else:
                 deployment = form.save(request.user)
+                services.check_fit(deployment, arch=services.host_architecture(deployment))
                 messages.success(request, f"Deployment {deployment} saved. Check the fit, then launch it.")
                 return redirect("deployment_detail", pk=deployment.pk)
     else:
@@ -131,7 +147,7 @@ def deployment_action(request: HttpRequest, pk: int, action: str) -> HttpRespons
             "hosts/deploy_confirm.html",
             {
                 "deployment": deployment,
-                "action": action,
+                "job_action": action,
                 "label": JobAction(action).label,
                 "question": f"{JobAction(action).label} {deployment.name}?",
                 "explain": ACTIONS[JobAction(action)],
@@ -159,7 +175,6 @@ def deployment_delete(request: HttpRequest, pk: int) -> HttpResponse:
             "hosts/deploy_confirm.html",
             {
                 "deployment": deployment,
-                "action": "delete",
                 "label": "Delete",
                 "question": f"Delete {deployment.name}?",
                 "danger": True,

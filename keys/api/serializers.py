@@ -61,13 +61,23 @@ class KeySerializer(LimitFields, serializers.ModelSerializer[Key]):
             "ip_allowlist",
             "expires_at",
             *LIMIT_FIELDS,
+            "admin_ceilings",
             "last_used_at",
             "revoked_at",
             "rotated_from",
             "created",
             "updated",
         ]
-        read_only_fields = ["prefix", "last_four", "last_used_at", "revoked_at", "rotated_from", "created", "updated"]
+        read_only_fields = [
+            "admin_ceilings",
+            "prefix",
+            "last_four",
+            "last_used_at",
+            "revoked_at",
+            "rotated_from",
+            "created",
+            "updated",
+        ]
         validators: list[Any] = []  # the conditional unique (owner, name) is checked in validate()
 
     def validate_name(self, value: str) -> str:
@@ -100,6 +110,8 @@ class KeySerializer(LimitFields, serializers.ModelSerializer[Key]):
         try:
             cleaned = validate_key_settings(
                 owner,
+                editor=request.user,
+                key=key,
                 limits={f: attrs[f] for f in LIMIT_FIELDS if f in attrs},
                 allowed_models=attrs.get("allowed_models"),
                 ip_allowlist=attrs.get("ip_allowlist"),

@@ -5,11 +5,12 @@ from __future__ import annotations
 import django_filters
 
 from keys.models import UsageDaily, UsageRecord
+from portal.filters import UTCDateTimeFilter
 
 
 class UsageRecordFilterSet(django_filters.FilterSet):  # type: ignore[misc]  # django-filter ships no type hints
-    since = django_filters.IsoDateTimeFilter(field_name="created", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="created", lookup_expr="lt")
+    since = UTCDateTimeFilter(field_name="created", lookup_expr="gte")
+    until = UTCDateTimeFilter(field_name="created", lookup_expr="lt")
 
     class Meta:
         model = UsageRecord

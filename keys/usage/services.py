@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, cast
 from django.db.models import QuerySet, Sum
 from django.utils import timezone
 
-from keys.models import Key, UsageDaily
+from channels.health.history import percentile
+from keys.models import Key, UsageDaily, UsageRecord
 
 if TYPE_CHECKING:
     from accounts.models import User
@@ -116,3 +117,55 @@ def limit_status(user: User, keys: Iterable[Key]) -> list[dict[str, Any]]:
         for window, limit in (("today", "tokens_per_day"), ("month", "tokens_per_month")):
             row[f"{window}_pct"] = min(100, round(row[window] * 100 / row[limit])) if row[limit] else None
     return rows
+
+
+DASHBOARD_HOURS = 24
+TTFT_SAMPLE_LIMIT = 5000  # per channel, newest first: enough for p95 of a day without loading everything
+
+
+def last_day(user: User, now: dt.datetime | None = None) -> dict[str, Any]:
+    """The dashboard's usage: tokens and requests per hour over the last 24 h, and time to first
+    token (p50/p95) per channel over the same window, from the usage records `user` may see."""
+    now = now or timezone.now()
+    first = now.replace(minute=0, second=0, microsecond=0) - dt.timedelta(hours=DASHBOARD_HOURS - 1)
+    records = UsageRecord.objects.visible_to(user).filter(created__gte=first)
+    hours = [first + dt.timedelta(hours=i) for i in range(DASHBOARD_HOURS)]
+    tokens = dict.fromkeys(hours, 0)
+    requests = dict.fromkeys(hours, 0)
+    for created, total in records.values_list("created", "total_tokens").iterator():
+        hour = created.replace(minute=0, second=0, microsecond=0)
+        if hour in tokens:
+            tokens[hour] += total
+            requests[hour] += 1
+    ttft = []
+    for channel_id, name in (
+        records.filter(channel__isnull=False)
+        .values_list("channel_id", "channel__name")
+        .distinct()
+        .order_by("channel__name")
+    ):
+        values = [
+            v
+            for v in records.filter(channel_id=channel_id, ttft_ms__isnull=False)
+            .order_by("-created")
+            .values_list("ttft_ms", flat=True)[:TTFT_SAMPLE_LIMIT]
+            if v is not None
+        ]
+        ttft.append(
+            {
+                "channel": name,
+                "requests": records.filter(channel_id=channel_id).count(),
+                "p50": percentile(values, 50),
+                "p95": percentile(values, 95),
+            }
+        )
+    return {
+        "chart": {
+            "labels": [f"{h:%H}:00" for h in hours],
+            "tokens": [tokens[h] for h in hours],
+            "requests": [requests[h] for h in hours],
+        },
+        "total_tokens": sum(tokens.values()),
+        "total_requests": sum(requests.values()),
+        "ttft": ttft,
+    }

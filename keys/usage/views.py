@@ -81,7 +81,7 @@ class AdminUsageView(AdminRequiredMixin, View):
         since = until - dt.timedelta(days=days - 1)
         rows = grouped_totals(UsageDaily.objects.all(), group_by, since, until)
         if request.GET.get("format") == "csv":
-            response = HttpResponse(content_type="text/csv")
+            response = HttpResponse(content_type="text/csv; charset=utf-8")
             response["Content-Disposition"] = f'attachment; filename="usage-by-{group_by}-{since}-{until}.csv"'
             writer = csv.writer(response)
             columns = ["requests", "errors", "prompt_tokens", "completion_tokens", "total_tokens", "estimated_requests"]

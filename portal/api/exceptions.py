@@ -1,6 +1,6 @@
 """DRF exception handler: database errors caused by user input become 4xx, never 500s."""
 
-from django.db import IntegrityError
+from django.db import DataError, IntegrityError
 from django.db.models import ProtectedError, RestrictedError
 from rest_framework import status
 from rest_framework.response import Response
@@ -17,6 +17,13 @@ def exception_handler(exc, context):
         names = sorted({str(o) for o in blocking})
         listed = ", ".join(names[:10]) + ("…" if len(names) > 10 else "")
         return Response({"detail": f"Still used by {listed}; remove those first."}, status=status.HTTP_409_CONFLICT)
+    if isinstance(exc, DataError):
+        # A value the database cannot store or compare (PostgreSQL: a NUL character in text, a
+        # number out of range) that no serializer caught: the input is wrong, not the server.
+        return Response(
+            {"non_field_errors": ["A value cannot be stored as given (NUL character or number out of range?)."]},
+            status=status.HTTP_400_BAD_REQUEST,
+        )
     if isinstance(exc, IntegrityError):
         return Response(
             {"non_field_errors": ["This conflicts with an existing object (duplicate name?)."]},

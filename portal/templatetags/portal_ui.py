@@ -68,3 +68,33 @@ def audit_object_url(entry) -> str:
         return reverse(name, args=[int(entry.object_id)])
     except NoReverseMatch:
         return ""
+
+
+@register.inclusion_tag("includes/secret_problem.html")
+def secret_problem(obj):
+    """A red flag on a row whose stored secret cannot be decrypted, with what to do."""
+    from portal.fields import secret_problem as problem
+
+    return {"problem": problem(obj)}
+
+
+@register.simple_tag(takes_context=True)
+def sort_header(context, key: str, label: str, css: str = ""):
+    """A sortable column header for FilteredListView lists: a link that sorts by `key` (again:
+    the other way), keeping the filters, with aria-sort on the column sorted by."""
+    request = context["request"]
+    current = context.get("sort", "")
+    query = request.GET.copy()
+    query.pop("page", None)
+    ascending = current == key
+    query["sort"] = f"-{key}" if ascending else key
+    state = "ascending" if current == key else "descending" if current == f"-{key}" else ""
+    arrow = {"ascending": " ▲", "descending": " ▼"}.get(state, "")
+    return format_html(
+        '<th scope="col"{}{}><a href="?{}" class="sort">{}<span aria-hidden="true">{}</span></a></th>',
+        format_html(' class="{}"', css) if css else "",
+        format_html(' aria-sort="{}"', state) if state else "",
+        query.urlencode(),
+        label,
+        arrow,
+    )

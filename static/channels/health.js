@@ -14,13 +14,24 @@
     const resp = await fetch(canvas.dataset.url + "?range=" + encodeURIComponent(range), { credentials: "same-origin" });
     if (!resp.ok) return;
     const data = await resp.json();
+    // A new channel has one or two hours of checks: a line needs two points, so draw big dots
+    // and say why the chart is mostly empty instead of leaving one pixel at the right edge.
+    const measured = data.ttft_p50_ms.filter((v) => v !== null).length;
+    const radius = measured < 3 ? 5 : 1;
+    const note = document.getElementById("health-chart-note");
+    if (note) {
+      note.hidden = measured >= 3;
+      note.textContent = measured === 0
+        ? "No time to first token measured in this range yet: press Check now, or wait for the next round."
+        : "Only " + measured + " hour" + (measured === 1 ? "" : "s") + " with checks so far; each dot is one hour's median. The log below lists every check.";
+    }
     const config = {
       type: "line",
       data: {
         labels: data.labels.map((l) => label(l, range)),
         datasets: [
-          { label: "TTFT p50 (ms)", data: data.ttft_p50_ms, yAxisID: "ms", borderColor: "#1e6fd9", spanGaps: true, pointRadius: 1 },
-          { label: "TTFT p95 (ms)", data: data.ttft_p95_ms, yAxisID: "ms", borderColor: "#9c27b0", spanGaps: true, pointRadius: 1 },
+          { label: "TTFT p50 (ms)", data: data.ttft_p50_ms, yAxisID: "ms", borderColor: "#1e6fd9", backgroundColor: "#1e6fd9", spanGaps: true, pointRadius: radius },
+          { label: "TTFT p95 (ms)", data: data.ttft_p95_ms, yAxisID: "ms", borderColor: "#9c27b0", backgroundColor: "#9c27b0", spanGaps: true, pointRadius: radius },
           {
             label: "Error ratio (%)",
             data: data.error_ratio.map((v) => (v === null ? null : v * 100)),

@@ -48,6 +48,21 @@
     selection.addRange(range);
   }
 
+  // <select data-autosubmit> submits its form on change (no inline handlers: the CSP forbids them).
+  document.addEventListener("change", function (event) {
+    if (event.target.matches("select[data-autosubmit]")) {
+      event.target.form.requestSubmit();
+    }
+  });
+
+  // The deploy form: choosing a backend opens its options and folds the other backend's.
+  document.addEventListener("change", function (event) {
+    if (!event.target.matches("#deploy-form select[name=backend]")) return;
+    document.querySelectorAll("#deploy-form details[data-backend]").forEach(function (d) {
+      d.open = d.dataset.backend === event.target.value;
+    });
+  });
+
   document.addEventListener("click", function (event) {
     const button = event.target.closest("[data-copy-target]");
     if (button) {

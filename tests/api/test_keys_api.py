@@ -122,3 +122,42 @@ def test_a_deactivated_owners_keys_stop_working(admin_api, alice, alice_api):
     admin_api.post(f"/api/users/{alice.pk}/deactivate/")
     assert verify_key(body["key"]) is None
     assert admin_api.get(f"/api/keys/{body['id']}/").json()["state"] == "owner inactive"
+
+
+def test_limits_an_admin_set_on_a_key_are_a_ceiling_the_developer_can_only_lower(alice, admin_api, alice_api):
+    created = admin_api.post(
+        "/api/keys/",
+        {"name": "issued", "owner": alice.pk, "requests_per_minute": 60, "tokens_per_day": 200_000},
+        format="json",
+    ).json()
+    assert created["admin_ceilings"] == {"requests_per_minute": 60, "tokens_per_day": 200_000}
+    url = f"/api/keys/{created['id']}/"
+
+    cleared = alice_api.patch(url, {"tokens_per_day": None}, format="json")
+    assert cleared.status_code == 400
+    assert "not remove it" in cleared.json()["tokens_per_day"][0]
+    raised = alice_api.patch(url, {"requests_per_minute": 61}, format="json")
+    assert raised.status_code == 400 and "not raise it" in raised.json()["requests_per_minute"][0]
+    key = Key.objects.get(pk=created["id"])
+    assert (key.requests_per_minute, key.tokens_per_day) == (60, 200_000)
+
+    lowered = alice_api.patch(url, {"requests_per_minute": 30}, format="json")
+    assert lowered.status_code == 200 and lowered.json()["requests_per_minute"] == 30
+    # Lowered, the admin's ceiling still holds: back up to 60 is fine, above it is not.
+    assert alice_api.patch(url, {"requests_per_minute": 60}, format="json").status_code == 200
+    assert alice_api.patch(url, {"requests_per_minute": 90}, format="json").status_code == 400
+    # The ceiling is not writable through the API.
+    alice_api.patch(url, {"admin_ceilings": {}}, format="json")
+    assert Key.objects.get(pk=created["id"]).admin_ceilings == {"requests_per_minute": 60, "tokens_per_day": 200_000}
+
+    # The admin can lift it.
+    assert admin_api.patch(url, {"tokens_per_day": None}, format="json").status_code == 200
+    assert Key.objects.get(pk=created["id"]).admin_ceilings == {"requests_per_minute": 60}
+    assert alice_api.patch(url, {"requests_per_minute": 500, "tokens_per_day": None}, format="json").status_code == 400
+    assert alice_api.patch(url, {"tokens_per_day": 5}, format="json").status_code == 200
+
+
+def test_a_developer_sets_and_clears_the_limits_of_their_own_key_freely(alice_api):
+    body = alice_api.post("/api/keys/", {"name": "mine", "requests_per_minute": 10}, format="json").json()
+    assert body["admin_ceilings"] == {}
+    assert alice_api.patch(f"/api/keys/{body['id']}/", {"requests_per_minute": None}, format="json").status_code == 200

@@ -44,6 +44,7 @@ MATRIX = [
     ("delete", "/api/users/{alice}/", None, (401, 403, 403, 405)),
     ("post", "/api/users/{alice}/deactivate/", None, (401, 403, 403, 200)),
     ("post", "/api/users/{alice}/reactivate/", None, (401, 403, 403, 200)),
+    ("post", "/api/users/{alice}/unlock/", None, (401, 403, 403, 200)),
     ("post", "/api/users/{alice}/reset-password/", None, (401, 403, 403, 200)),
     # me: anyone logged in, read-only
     ("get", "/api/me/", None, (401, 200, 200, 200)),

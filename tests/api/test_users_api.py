@@ -29,7 +29,7 @@ def test_create_with_a_password_does_not_echo_it(admin_api):
     response = admin_api.post(
         "/api/users/", {"username": "bob", "role": "admin", "password": "correct-horse-battery"}, format="json"
     )
-    assert response.status_code == 201 and "password" not in response.json()
+    assert response.status_code == 201 and response.json()["password"] is None
     bob = User.objects.get(username="bob")
     assert bob.check_password("correct-horse-battery") and bob.is_admin
 
@@ -39,7 +39,9 @@ def test_reset_password_returns_a_new_one_once_and_audits_it(admin, admin_api, a
     assert response.status_code == 200
     alice.refresh_from_db()
     assert alice.check_password(response.json()["password"])
-    entry = AuditLog.objects.filter(object_type="user", object_id=str(alice.pk), message="password reset").get()
+    entry = AuditLog.objects.filter(
+        object_type="user", object_id=str(alice.pk), message__startswith="password reset"
+    ).get()
     assert entry.actor == admin and response.json()["password"] not in str(entry.changes)
 
 

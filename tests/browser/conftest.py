@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from tests.hosts.conftest import ssh_target  # noqa: F401  (the real sshd, for journeys that add a GPU host)
 from tests.services import require_binary
 
 CHROMIUM_ARGS = [

@@ -130,7 +130,11 @@ def test_gateway_url_prefers_the_public_url(settings, rf):
     settings.PORTAL_PUBLIC_URL = "https://portal.example.com"
     assert services.gateway_url(rf.get("/")) == "https://portal.example.com"
     settings.PORTAL_PUBLIC_URL = ""
-    assert services.gateway_url(rf.get("/", HTTP_HOST="gw.internal:8000")) == "http://gw.internal:8000"
+    # Unset: the address the server listens on, never the Host header (it can be forged).
+    request = rf.get("/", HTTP_HOST="evil.example", SERVER_NAME="gw.internal", SERVER_PORT="8000")
+    assert services.gateway_url(request) == "http://gw.internal:8000"
+    request = rf.get("/", HTTP_HOST="evil.example", SERVER_NAME="0.0.0.0", SERVER_PORT="8000")
+    assert services.gateway_url(request) == "http://127.0.0.1:8000"
 
 
 @pytest.mark.django_db(transaction=True)

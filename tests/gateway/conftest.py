@@ -94,8 +94,16 @@ class ThreadServer:
         from portal.asgi import application
 
         self.port = free_port()
+        # proxy_headers off, as `portal up`, the Dockerfile and compose run it: portal.asgi applies
+        # PORTAL_TRUSTED_PROXIES itself.
         config = uvicorn.Config(
-            application, host="127.0.0.1", port=self.port, lifespan="on", log_level="warning", loop="asyncio"
+            application,
+            host="127.0.0.1",
+            port=self.port,
+            lifespan="on",
+            log_level="warning",
+            loop="asyncio",
+            proxy_headers=False,
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -188,6 +196,7 @@ class ProcessServer:
                 "--lifespan",
                 "on",
                 "--no-access-log",
+                "--no-proxy-headers",
                 "--log-level",
                 "warning",
             ],

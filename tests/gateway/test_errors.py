@@ -196,3 +196,31 @@ def test_unreachable_redis_is_a_503_not_a_500(setup, transactional_db, settings)
         server.stop()
     assert_openai_error(r, 503, "limiter_unavailable")
     assert r.headers["retry-after"] == "2"
+
+
+def test_x_forwarded_for_from_an_untrusted_peer_is_ignored(setup, gateway_url, settings):
+    """The test client (127.0.0.1) is no trusted proxy here: its X-Forwarded-For is not believed."""
+    settings.PORTAL_TRUSTED_PROXIES = ["192.0.2.1"]
+    setup.key.ip_allowlist = ["10.0.0.0/8"]
+    setup.key.save()
+    forged = {"X-Forwarded-For": "10.1.1.1"}
+    assert_openai_error(post(gateway_url, setup.plaintext, headers=forged), 403, "ip_not_allowed")
+
+
+def test_behind_a_trusted_proxy_the_right_most_untrusted_address_counts(setup, gateway_url, settings):
+    settings.PORTAL_TRUSTED_PROXIES = ["127.0.0.1"]
+    setup.key.ip_allowlist = ["10.0.0.0/8"]
+    setup.key.save()
+    assert post(gateway_url, setup.plaintext, headers={"X-Forwarded-For": "10.1.1.1"}).status_code == 200
+    # The client put 10.1.1.1 in front itself; the proxy appended the address it really saw.
+    spoofed = {"X-Forwarded-For": "10.1.1.1, 203.0.113.5"}
+    err = assert_openai_error(post(gateway_url, setup.plaintext, headers=spoofed), 403, "ip_not_allowed")
+    assert "203.0.113.5" in err["message"]
+
+
+def test_a_deeply_nested_body_is_an_openai_shaped_400(setup, gateway_url):
+    deep: object = "x"
+    for _ in range(200):
+        deep = [deep]
+    body = {**CHAT, "metadata": deep}
+    assert_openai_error(post(gateway_url, setup.plaintext, body=body), 400, "invalid_json")

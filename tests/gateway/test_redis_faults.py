@@ -130,3 +130,34 @@ def test_a_blip_while_requests_run_locks_nobody_out_and_charges_only_what_was_us
     # Two requests of 1 prompt token + 5 completion tokens each (the fake's usage), though each
     # reserved 100 more: the correction of the one that ended during the blip was replayed.
     assert used == 12
+
+
+def test_a_revocation_during_a_redis_blip_reaches_both_replicas_within_5_s(setup, spawn_gateway, monkeypatch):
+    """The bump is lost while Redis is away; it is retried when Redis is back, and the key TTL bounds
+    it anyway: both replicas refuse the revoked key within 5 s of the revocation."""
+    import redis as redis_py
+
+    from gateway import signals
+    from keys.services import revoke_key
+
+    with TcpProxy(redis_url()) as proxy:
+        # The portal's side (this process) reaches Redis through the proxy too.
+        monkeypatch.setattr(
+            signals, "_client", redis_py.Redis.from_url(proxy.url, socket_connect_timeout=0.5, socket_timeout=0.5)
+        )
+        replicas = [s.url for s in spawn_gateway(2, REDIS_URL=proxy.url, GATEWAY_REDIS_TIMEOUT="0.5")]
+        for url in replicas:  # both have the key cached
+            assert post(url, setup.plaintext).status_code == 200
+        direct = redis_py.Redis.from_url(redis_url())
+        before = int(direct.get(signals.generation_keys()[0]) or 0)
+        proxy.set("refuse")
+        revoke_key(setup.key)  # its generation bump cannot reach Redis now
+        revoked = time.monotonic()
+        time.sleep(1.0)
+        proxy.set("pass")
+        for url in replicas:
+            wait_for(lambda u=url: post(u, setup.plaintext).status_code == 401, timeout=10, interval=0.1)
+        assert time.monotonic() - revoked < 5.0
+        # ...and the bump itself landed once Redis was back (retried in the background).
+        wait_for(lambda: int(direct.get(signals.generation_keys()[0]) or 0) > before)
+        direct.close()

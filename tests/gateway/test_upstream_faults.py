@@ -138,3 +138,48 @@ def test_a_non_streaming_client_that_leaves_cancels_the_upstream_call(setup, ups
     record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first(), timeout=10)
     assert record.http_status == 499 and "client disconnected" in record.error
     assert time.monotonic() - left < 3.0  # recorded when the client left, not when the upstream would answer
+
+
+def test_a_stream_cut_by_the_gateways_shutdown_is_recorded_interrupted(setup, upstream, settings):
+    import threading
+
+    import uvicorn
+
+    from portal.asgi import application
+    from tests.services import free_port
+
+    settings.GATEWAY_USAGE_FLUSH_INTERVAL = 0.1
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            application, host="127.0.0.1", port=port, lifespan="on", log_level="warning", timeout_graceful_shutdown=1
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_for(lambda: server.started, timeout=20)
+    upstream.behave(tokens=50, token_delay=0.2)  # a 10 s stream
+    got: list[bytes] = []
+
+    def client() -> None:
+        try:
+            with httpx.stream(
+                "POST",
+                f"http://127.0.0.1:{port}/v1/chat/completions",
+                json={**BODY, "max_tokens": 50, "stream": True},
+                headers={"Authorization": f"Bearer {setup.plaintext}"},
+                timeout=30,
+            ) as r:
+                for chunk in r.iter_bytes():
+                    got.append(chunk)
+        except httpx.HTTPError:
+            pass
+
+    reader = threading.Thread(target=client, daemon=True)
+    reader.start()
+    wait_for(lambda: len(got) >= 2, timeout=10)
+    server.should_exit = True  # shutdown mid-stream; in-flight requests get 1 s, then are cancelled
+    thread.join(20)
+    reader.join(20)
+    record = UsageRecord.objects.get(key=setup.key)
+    assert record.status == "interrupted" and "shutdown" in record.error

@@ -38,6 +38,13 @@ def test_check_now_shows_the_result_in_place_and_the_chart_draws(live_server, ad
             assert "Healthy" in page.inner_text("#health-status")
             assert "ok" in page.inner_text("#health-probe-log tbody")
             page.wait_for_function("() => window.Chart && Chart.getChart(document.getElementById('health-chart'))")
+            # One check so far: big dots and a note, not a lone pixel at the right edge.
+            page.wait_for_function(
+                "() => document.getElementById('health-chart-note').textContent.includes('Only 1 hour with checks')"
+            )
+            assert page.is_visible("#health-chart-note")
+            radius = "Chart.getChart(document.getElementById('health-chart')).data.datasets[0].pointRadius"
+            assert page.evaluate(radius) == 5
             page.click("text=7 days")
             page.wait_for_function(
                 "() => Chart.getChart(document.getElementById('health-chart')).data.labels.length === 168"

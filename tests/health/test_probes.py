@@ -263,3 +263,22 @@ def test_a_channel_deleted_during_the_round_does_not_break_it(upstream, make_cha
     _insert_for_live_channels(rows, [])
 
     assert list(ProbeResult.objects.values_list("channel_id", flat=True)) == [keep.pk]
+
+
+def test_tokens_per_second_is_measured_over_tokens_that_arrived_apart(upstream, make_channel):
+    """A rate from chunks delivered together divided by microseconds (a 10,034 tokens/s outlier
+    in the probe log); one is only reported over at least three chunks spread in time."""
+    up = upstream()
+    up.behave(tokens=1)
+    one = make_channel("one-token", up.base_url, probe_max_tokens=4)
+    services.run_round([one.pk])
+    probe = ProbeResult.objects.get(channel=one)
+    assert probe.ok and probe.tokens == 1 and probe.tokens_per_s is None
+
+    up.behave(tokens=4, token_delay=0.05)
+    spaced = make_channel("spaced", up.base_url, model="fake-model", probe_max_tokens=4)
+    services.run_round([spaced.pk])
+    probe = ProbeResult.objects.get(channel=spaced)
+    # 3 tokens after the first, 50 ms apart: about 20 tokens/s (less on a loaded machine); the bound
+    # is far from both that and the thousands a batched stream would give.
+    assert probe.ok and probe.tokens_per_s is not None and 0 < probe.tokens_per_s < 100

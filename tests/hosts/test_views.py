@@ -139,3 +139,61 @@ def test_deleting_a_host_with_deployments_is_refused_with_a_reason(admin_client,
     r = admin_client.post(reverse("host_delete", args=[host.pk]), follow=True)
     assert r.status_code == 200 and "is still used by d" in r.content.decode()
     assert Deployment.objects.filter(host=host).exists()
+
+
+def test_confirm_pages_post_to_their_own_url(admin_client, host):
+    """includes/confirm.html once took the views' `action` ("launch") as the form's URL: a 404."""
+    import re
+
+    deployment = Deployment.objects.create(
+        name="d", host=host, backend="vllm", model_path="a/b", served_model_name="b", port=8000, gpu_indices=[0]
+    )
+    for url in [
+        *(reverse("deployment_action", args=[deployment.pk, a]) for a in ("launch", "stop", "restart", "adopt")),
+        reverse("deployment_delete", args=[deployment.pk]),
+    ]:
+        html = admin_client.get(url).content.decode().split('<article class="confirm">', 1)[1]
+        form = re.search(r'<form method="post"([^>]*)>', html)
+        assert form is not None, url
+        assert "action=" not in form.group(1), (url, form.group(1))  # posts back to `url`
+
+
+def test_the_live_fit_names_the_change_that_makes_it_fit(admin_client, host):
+    url = reverse("deployment_fit_preview", args=[host.pk])
+    too_big = form_data(llamacpp__ctx_size="32768")  # ~13 GiB on a 12 GB card
+    html = admin_client.post(url, too_big).content.decode()
+    assert "Does not fit" in html
+    from hosts.deployments import services
+
+    # The advice names the largest context the estimate itself says fits.
+    d = Deployment(host=host, backend="llamacpp", model_path=form_data()["model_path"], gpu_indices=[0])
+    d.options = {"ctx_size": 32768, "n_gpu_layers": 25, "flash_attn": "off", "cache_type": "f16"}
+    max_context = services.check_fit(d)["max_context"]
+    assert f"lower the context to {max_context}" in html
+    assert "KV cache type q" in html  # a smaller KV cache type, as the estimate found it
+    assert "add GPU" not in html  # the host has one
+
+    GPU.objects.create(host=host, index=1, name="NVIDIA GeForce RTX 3080 Ti", memory_total_mib=12288, memory_used_mib=0)
+    html = admin_client.post(url, too_big).content.decode()
+    assert "add GPU 1 (2 in all)" in html
+
+    fits = admin_client.post(url, form_data(llamacpp__ctx_size="4096")).content.decode()
+    assert "<strong>Fits</strong>" in fits and "To make it fit" not in fits
+    incomplete = admin_client.post(url, form_data(model_path="")).content.decode()
+    assert "No estimate yet" in incomplete and "This field is required." in incomplete
+    assert not Deployment.objects.exists()
+
+
+def test_a_saved_deployment_shows_its_estimate(admin_client, host):
+    admin_client.post(reverse("deployment_create", args=[host.pk]), form_data(llamacpp__ctx_size="32768"))
+    deployment = Deployment.objects.get()
+    assert deployment.last_fit["verdict"] == "does_not_fit" and deployment.last_fit["advice"]
+    page = admin_client.get(reverse("deployment_detail", args=[deployment.pk])).content.decode()
+    assert "No estimate yet" not in page and "Does not fit" in page and "To make it fit" in page
+
+
+def test_without_gpus_the_deploy_form_says_how_to_get_them(admin_client):
+    bare = Host.objects.create(name="bare", address="10.0.0.8", username="u", host_key_fingerprint="SHA256:x")
+    page = admin_client.get(reverse("deployment_create", args=[bare.pk])).content.decode()
+    assert "No GPUs known for bare yet" in page
+    assert f'action="{reverse("host_refresh", args=[bare.pk])}"' in page and "Refresh inventory" in page

@@ -90,18 +90,31 @@ def test_reset_password_shows_it_once_and_is_audited(admin_client, alice):
     password = re.search(r'id="new-password" class="secret-value">([^<]+)<', page).group(1)
     alice.refresh_from_db()
     assert alice.check_password(password) and not alice.check_password("alice-pass-123")
-    assert AuditLog.objects.filter(object_type="user", message="password reset").exists()
+    assert AuditLog.objects.filter(object_type="user", message__startswith="password reset").exists()
 
 
-def test_deactivating_a_user_stops_their_keys_and_reactivating_restores_them(admin_client, alice):
+def test_deactivating_a_user_stops_their_keys_and_reactivating_restores_them_only_when_asked(admin_client, alice):
     _key, plaintext = issue_key(owner=alice, name="laptop")
     response = admin_client.post(reverse("user_activation", args=[alice.pk]))
     assert any("deactivated" in m for m in flashes(response))
     assert verify_key(plaintext) is None
     entry = AuditLog.objects.filter(object_type="user", object_id=str(alice.pk), action="update").latest("created")
     assert entry.changes["is_active"] == [True, False]
-    admin_client.post(reverse("user_activation", args=[alice.pk]))
+    # The confirmation page offers to keep the old key; ticked, it works again.
+    page = admin_client.get(reverse("user_activation", args=[alice.pk])).content.decode()
+    assert 'name="restore_keys"' in page and "Keep their 1 old key(s) working" in page
+    admin_client.post(reverse("user_activation", args=[alice.pk]), {"restore_keys": "on"})
     assert verify_key(plaintext) is not None
+
+
+def test_reactivating_without_keeping_the_keys_revokes_them(admin_client, alice):
+    key, plaintext = issue_key(owner=alice, name="laptop")
+    admin_client.post(reverse("user_activation", args=[alice.pk]))
+    response = admin_client.post(reverse("user_activation", args=[alice.pk]))
+    assert any("old keys were revoked" in m for m in flashes(response))
+    alice.refresh_from_db()
+    key.refresh_from_db()
+    assert alice.is_active and key.revoked_at is not None and verify_key(plaintext) is None
 
 
 def test_host_channel_model_crud_flashes_and_audits_without_secrets(admin_client, admin):

@@ -47,3 +47,103 @@ def test_a_developer_sees_their_own_keys_and_models_and_no_counters(client, alic
     assert "Recent changes" not in page
     assert "<strong>1</strong> active key" in page
     assert "<code>qwen3-32b</code>" in page and "hidden-model" not in page
+
+
+def test_needs_attention_lists_failing_hosts_channels_deployments_and_jobs(admin_client, host, channel):
+    from channels.choices import ChannelStatus
+    from hosts.choices import DeploymentStatus, HostStatus, JobState
+    from hosts.models import Deployment, Host, LaunchJob
+
+    page = admin_client.get(reverse("dashboard")).content.decode()
+    # A new host (never checked) and a never-checked channel are not "nothing to do".
+    assert "Nothing needs attention" not in page
+    Host.objects.filter(pk=host.pk).update(status=HostStatus.ONLINE)
+    Channel = channel.__class__
+    Channel.objects.filter(pk=channel.pk).update(status=ChannelStatus.HEALTHY)
+    page = admin_client.get(reverse("dashboard")).content.decode()
+    assert "Nothing needs attention" in page
+
+    Host.objects.create(
+        name="gpu-2",
+        address="10.0.0.6",
+        username="u",
+        status=HostStatus.UNREACHABLE,
+        status_message="Connection refused on port 22.",
+    )
+    Channel.objects.filter(pk=channel.pk).update(status=ChannelStatus.DOWN, status_message="Connection refused.")
+    broken = Deployment.objects.create(
+        host=host,
+        name="broken",
+        backend="llamacpp",
+        model_path="/m.gguf",
+        served_model_name="m",
+        port=8001,
+        status=DeploymentStatus.FAILED,
+        status_message="exit code 1",
+    )
+    running = Deployment.objects.create(
+        host=host,
+        name="stuck",
+        backend="llamacpp",
+        model_path="/m.gguf",
+        served_model_name="m2",
+        port=8002,
+        status=DeploymentStatus.RUNNING,
+    )
+    LaunchJob.objects.create(
+        deployment=running, action="stop", state=JobState.FAILED, message="kill: permission denied"
+    )
+    LaunchJob.objects.create(deployment=broken, action="launch", state=JobState.FAILED, message="exit code 1")
+    page = admin_client.get(reverse("dashboard")).content.decode()
+    assert "Nothing needs attention" not in page
+    attention = page.split('id="attention"', 1)[1].split("</ul>", 1)[0]
+    assert "gpu-2" in attention and "Connection refused on port 22." in attention
+    assert "vllm-a" in attention and "Connection refused." in attention
+    assert "broken on gpu-1" in attention and "exit code 1" in attention
+    assert "Stop stuck" in attention and "kill: permission denied" in attention
+    assert "Launch broken" not in attention  # its deployment is listed already
+
+
+def test_the_dashboard_shows_usage_of_the_last_day_and_ttft_per_channel(admin_client, client, alice, mallory, channel):
+    from gateway.usage import write_batch
+    from tests.keys.test_usage import event
+
+    a, _ = issue_key(owner=alice, name="a")
+    m, _ = issue_key(owner=mallory, name="m")
+    now = timezone.now()
+    write_batch(
+        [event(a, channel_id=channel.pk, ttft_ms=float(t), request_id=f"a{t}") for t in range(10, 110, 10)]
+        + [event(m, channel_id=channel.pk, ttft_ms=500.0, request_id="m1")]
+        + [event(a, created=now - datetime.timedelta(hours=30), request_id="old")]
+    )
+    page = admin_client.get(reverse("dashboard")).content.decode()
+    assert "<strong>11</strong> requests · <strong>88</strong> tokens" in page
+    row = page.split('id="ttft-by-channel"', 1)[1].split("</tbody>", 1)[0]
+    assert "vllm-a" in row and '<td class="num">11</td>' in row
+    assert "60 ms" in row and "500 ms" in row  # nearest-rank p50 of 10..100 and 500; p95 is 500
+
+    client.force_login(alice)
+    page = client.get(reverse("dashboard")).content.decode()
+    assert "<strong>10</strong> requests · <strong>80</strong> tokens" in page  # only hers
+    assert 'id="ttft-by-channel"' not in page and "vllm-a" not in page  # routes are hidden from developers
+
+
+def test_list_columns_sort_both_ways_and_keep_the_filters(admin_client):
+    from channels.models import Channel as Ch
+
+    for name, priority in (("b-chan", 5), ("a-chan", 1), ("c-chan", 9)):
+        Ch.objects.create(name=name, kind="vllm", base_url=f"http://10.0.0.{priority}:8000/v1", priority=priority)
+
+    def names(query):
+        page = admin_client.get(reverse("channel_list") + query).content.decode()
+        return re.findall(r">([abc]-chan)</a>", page), page
+
+    assert names("?sort=priority")[0] == ["a-chan", "b-chan", "c-chan"]
+    order, page = names("?sort=-priority&enabled=true")
+    assert order == ["c-chan", "b-chan", "a-chan"]
+    assert 'aria-sort="descending"' in page
+    # The sorted column's header sorts the other way, keeping the filter.
+    assert re.search(
+        r'aria-sort="descending"><a href="\?(sort=priority&amp;enabled=true|enabled=true&amp;sort=priority)"', page
+    )
+    assert names("?sort=nonsense")[1].count("a-chan") >= 1  # an unknown column is ignored, not a 500

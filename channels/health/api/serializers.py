@@ -118,6 +118,41 @@ class StatusChangeSerializer(serializers.ModelSerializer[StatusChange]):
         fields = ["id", "created", "channel", "channel_name", "from_status", "to_status", "message"]
 
 
+class HealthSeriesSerializer(serializers.Serializer[dict[str, Any]]):
+    """Chart data of `series` (schema only: the view returns history.series() as is)."""
+
+    range = serializers.CharField()
+    labels = serializers.ListField(child=serializers.DateTimeField())
+    ttft_p50_ms = serializers.ListField(child=serializers.FloatField(allow_null=True))
+    ttft_p95_ms = serializers.ListField(child=serializers.FloatField(allow_null=True))
+    error_ratio = serializers.ListField(child=serializers.FloatField(allow_null=True))
+
+
+class _AttentionSerializer(serializers.Serializer[dict[str, Any]]):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    status = StatusField()
+    message = serializers.CharField()
+
+
+class _SlowestSerializer(serializers.Serializer[dict[str, Any]]):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    last_ttft_ms = serializers.FloatField(allow_null=True)
+
+
+class HealthSummarySerializer(serializers.Serializer[dict[str, Any]]):
+    """The health overview of `summary` (schema only)."""
+
+    by_status = serializers.DictField(child=serializers.IntegerField())
+    total_enabled = serializers.IntegerField()
+    last_checked = serializers.DateTimeField(allow_null=True)
+    failed_probes_24h = serializers.IntegerField()
+    attention = _AttentionSerializer(many=True)
+    slowest = _SlowestSerializer(many=True)
+    recent_changes = StatusChangeSerializer(many=True)
+
+
 class AlertTargetSerializer(serializers.ModelSerializer[AlertTarget]):
     kind = AlertKindField(default=AlertKind.WEBHOOK)
 

@@ -22,6 +22,8 @@ from .serializers import (
     AlertTargetSerializer,
     ChannelHealthSerializer,
     CheckResultSerializer,
+    HealthSeriesSerializer,
+    HealthSummarySerializer,
     ProbeResultSerializer,
     ScheduleSerializer,
     StatusChangeSerializer,
@@ -77,7 +79,9 @@ class HealthChannelViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSe
             }
         )
 
-    @extend_schema(parameters=[OpenApiParameter("range", str, enum=list(history.RANGES))])
+    @extend_schema(
+        parameters=[OpenApiParameter("range", str, enum=list(history.RANGES))], responses=HealthSeriesSerializer
+    )
     @action(detail=True, methods=["get"])
     def series(self, request: Request, pk: str | None = None) -> Response:
         """Hourly p50/p95 TTFT and error ratio over 24 h or 7 d (chart data)."""
@@ -86,6 +90,7 @@ class HealthChannelViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSe
             return Response({"range": [f"Use one of: {', '.join(history.RANGES)}."]}, status=400)
         return Response(history.series(self.get_object(), range_))
 
+    @extend_schema(responses=HealthSummarySerializer)
     @action(detail=False, methods=["get"])
     def summary(self, request: Request) -> Response:
         """Counts by status, the slowest channels and recent status changes."""

@@ -2,15 +2,33 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 from keys.models import UsageDaily, UsageRecord
+from portal.permissions import is_admin
 
 
-class UsageRecordSerializer(serializers.ModelSerializer[UsageRecord]):
-    key_name = serializers.CharField(source="key.name", default=None, read_only=True)
-    username = serializers.CharField(source="user.username", default=None, read_only=True)
-    channel_name = serializers.CharField(source="channel.name", default=None, read_only=True)
+class HidesChannelFromDevelopers(serializers.ModelSerializer[Any]):
+    """Routes are hidden from developers: their usage names the model and key, the channel is null."""
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        data: dict[str, Any] = super().to_representation(instance)
+        request = self.context.get("request")
+        if not is_admin(getattr(request, "user", None)):
+            for name in ("channel", "channel_name"):
+                if name in data:
+                    data[name] = None
+        return data
+
+
+class UsageRecordSerializer(HidesChannelFromDevelopers):
+    key_name = serializers.CharField(source="key.name", default=None, read_only=True, allow_null=True)
+    username = serializers.CharField(source="user.username", default=None, read_only=True, allow_null=True)
+    channel_name = serializers.CharField(
+        source="channel.name", default=None, read_only=True, allow_null=True, help_text="Null for developers."
+    )
 
     class Meta:
         model = UsageRecord
@@ -40,7 +58,7 @@ class UsageRecordSerializer(serializers.ModelSerializer[UsageRecord]):
         read_only_fields = fields
 
 
-class UsageDailySerializer(serializers.ModelSerializer[UsageDaily]):
+class UsageDailySerializer(HidesChannelFromDevelopers):
     class Meta:
         model = UsageDaily
         fields = [

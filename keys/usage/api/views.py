@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from keys.models import UsageDaily, UsageRecord
 from keys.usage.filters import UsageDailyFilterSet, UsageRecordFilterSet
 from keys.usage.services import GROUPS, grouped_totals, today
+from portal.permissions import is_admin
 
 from .serializers import UsageDailySerializer, UsageRecordSerializer
 
@@ -65,6 +66,10 @@ class UsageSummaryViewSet(viewsets.ViewSet):
         group_by = request.query_params.get("group_by", "model")
         if group_by not in GROUPS:
             raise serializers.ValidationError({"group_by": [f"Choose one of: {', '.join(GROUPS)}."]})
+        if group_by == "channel" and not is_admin(request.user):
+            raise serializers.ValidationError(
+                {"group_by": ["Channels are shown to admins only; group by model or key."]}
+            )
         try:
             days = int(request.query_params.get("days", 30))
         except ValueError:

@@ -1,0 +1,15 @@
+// The usage page's stacked bar chart; its data is the page's json_script "usage-chart-data".
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("usage-chart-data").textContent);
+  new Chart(document.getElementById("usage-chart"), {
+    type: "bar",
+    data: data,
+    options: {
+      responsive: true,
+      animation: false,
+      scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true, title: { display: true, text: "tokens" } } },
+      plugins: { legend: { position: "bottom" } }
+    }
+  });
+})();

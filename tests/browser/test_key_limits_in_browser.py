@@ -1,0 +1,102 @@
+"""Limits have an owner, in a real browser: the admin issues alice a key with 60 requests/minute
+and 200,000 tokens/day; alice sees which limits bind and who set them, can lower them, and cannot
+raise or clear them (the form says so on the field; the server refuses whatever the browser sends).
+Keyboard only: alice logs in and creates her own key without the mouse."""
+
+from __future__ import annotations
+
+import pytest
+
+from keys.models import Key
+from tests.browser.robot import Robot
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def test_admin_issued_limits_are_ceilings_alice_can_only_lower(live_server, browser, admin, alice):
+    alice.tokens_per_month = 1_000_000
+    alice.save()
+    admin_robot = Robot(browser.new_context().new_page(), live_server.url)
+    admin_robot.goto("/")
+    admin_robot.log_in("admin", "admin-pass-123")
+    admin_robot.click("nav >> text=Users")
+    admin_robot.click("a:text-is('alice')")
+    admin_robot.click("text=Create a key for alice")
+    admin_robot.fill("#id_name", "issued")
+    admin_robot.fill("#id_requests_per_minute", "60")
+    admin_robot.fill("#id_tokens_per_day", "200000")
+    admin_robot.click("button:has-text('Create key')")
+    key = Key.objects.get(owner=alice, name="issued")
+    assert key.admin_ceilings == {"requests_per_minute": 60, "tokens_per_day": 200_000}
+
+    robot = Robot(browser.new_context().new_page(), live_server.url)
+    robot.goto("/")
+    robot.log_in("alice", "alice-pass-123")
+    robot.click("nav >> text=My keys")
+    robot.click("a:text-is('issued')")
+    limits = robot.page.locator("#key-limits")
+    rpm = limits.locator("tr[data-limit=requests_per_minute]").inner_text()
+    assert "60" in rpm and "key, set by an admin" in rpm
+    month = limits.locator("tr[data-limit=tokens_per_month]").inner_text()
+    assert "1,000,000" in month and "user limit, set by an admin" in month
+    assert "nobody" in limits.locator("tr[data-limit=tokens_per_minute]").inner_text()
+
+    robot.click("a[role=button]:text-is('Edit')")
+    help_text = robot.text("#id_tokens_per_day ~ small.help")
+    assert "Set by an admin: at most 200,000" in help_text
+    # The browser's own checks would stop these; remove them, as anyone can, and the server refuses.
+    robot.page.evaluate(
+        "document.querySelectorAll('input').forEach(i => { i.removeAttribute('max'); i.required = false; })"
+    )
+    robot.fill("#id_tokens_per_day", "")
+    robot.fill("#id_requests_per_minute", "600")
+    robot.click("button:text-is('Save')")
+    assert "you can lower it but not remove it" in robot.text("#id_tokens_per_day ~ .field-error")
+    assert "you can lower it but not raise it" in robot.text("#id_requests_per_minute ~ .field-error")
+    key.refresh_from_db()
+    assert (key.requests_per_minute, key.tokens_per_day) == (60, 200_000)
+
+    robot.fill("#id_tokens_per_day", "50000")
+    robot.fill("#id_requests_per_minute", "30")
+    robot.click("button:text-is('Save')")
+    assert "saved" in robot.text(".flash-success")
+    key.refresh_from_db()
+    assert (key.requests_per_minute, key.tokens_per_day) == (30, 50_000)
+    rpm = robot.page.locator("#key-limits tr[data-limit=requests_per_minute]").inner_text()
+    assert "key, set by alice" in rpm and "ceiling on this key: 60" in rpm
+    # The refused form comes back as 400 (field errors), which chromium logs; nothing else may.
+    assert [e for e in robot.console_errors if "status of 400" not in e] == []
+    assert len(robot.console_errors) == 1 and admin_robot.console_errors == []
+
+
+def test_keyboard_only_login_and_key_creation(live_server, browser, alice):
+    page = browser.new_context().new_page()
+    robot = Robot(page, live_server.url)
+    robot.goto("/login/")
+    assert page.evaluate("document.activeElement.id") == "id_username"  # autofocus
+    page.keyboard.type("alice")
+    page.keyboard.press("Tab")
+    page.keyboard.type("alice-pass-123")
+    page.keyboard.press("Enter")
+    page.wait_for_url(live_server.url + "/")
+
+    # The skip link comes first and lands in the page's content.
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent.trim()") == "Skip to content"
+    page.keyboard.press("Enter")
+    assert page.evaluate("document.activeElement.id") == "main"
+    # Then Tab to "New key", Enter, type a name (the field has the focus), Enter.
+    for _ in range(40):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.textContent.trim()") == "New key":
+            break
+    else:
+        raise AssertionError("New key is not reachable with Tab")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#id_name")
+    assert page.evaluate("document.activeElement.id") == "id_name"
+    page.keyboard.type("keyboard")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#new-key")
+    assert Key.objects.get(owner=alice).name == "keyboard"
+    assert robot.console_errors == []
