@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import http.cookiejar
+import ipaddress
 import json
 import os
 import re
@@ -142,6 +143,15 @@ def main() -> None:
     webs = containers("web")
     expect(len(webs) == args.replicas, f"{len(webs)} web containers running, expected {args.replicas}")
     ok(f"{len(webs)} web replicas: {', '.join(webs)}")
+
+    # The proxy sits in the `edge` subnet the replicas trust for X-Forwarded-For (PORTAL_TRUSTED_PROXIES).
+    trusted = podman("exec", webs[0], "printenv", "PORTAL_TRUSTED_PROXIES").strip()
+    proxy_ip = next(
+        iter(json.loads(podman("inspect", containers("proxy")[0]))[0]["NetworkSettings"]["Networks"].values())
+    )
+    network = ipaddress.ip_network(trusted)
+    expect(ipaddress.ip_address(proxy_ip["IPAddress"]) in network, f"proxy {proxy_ip['IPAddress']} not in {trusted}")
+    ok(f"the proxy ({proxy_ip['IPAddress']}) is in the trusted edge subnet {trusted}")
 
     status, raw, _ = request(f"{base}/healthz")
     health = json.loads(raw)
