@@ -59,7 +59,10 @@ runroot = "$CI_HOME/run"
 CONF
 export CONTAINERS_CONF="$CI_HOME/containers.conf" CONTAINERS_STORAGE_CONF="$CI_HOME/storage.conf"
 export DISABLE_HC_SYSTEMD=true
-PC=("$CI_HOME/venv/bin/podman-compose" -p "$PROJECT" -f docker-compose.yml -f compose.ci.yml)
+# A clean environment: compose interpolates the shell's variables over .env's (CI exports
+# DATABASE_URL, PORTAL_*...), and this stack must see only its own .env.
+PC=(env -i PATH="$PATH" HOME="$HOME" CONTAINERS_CONF="$CONTAINERS_CONF" CONTAINERS_STORAGE_CONF="$CONTAINERS_STORAGE_CONF"
+  DISABLE_HC_SYSTEMD=true "$CI_HOME/venv/bin/podman-compose" -p "$PROJECT" -f docker-compose.yml -f compose.ci.yml)
 
 # 3. Base images without a registry.
 MIRROR=$( (cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null || true) \
