@@ -5,7 +5,7 @@
 # with debootstrap from the Debian mirror apt already uses. Tears everything down on any exit.
 #
 #   deploy/ci-compose.sh              # root, Debian bookworm; installs podman & co. if missing
-#   PORTAL_CI_KEEP=1 deploy/ci-compose.sh   # leave the stack running for a look (then `down -v`)
+#   PORTAL_CI_KEEP=1 deploy/ci-compose.sh   # leave the stack running for a look (the next run removes it)
 #   PORTAL_CI_REPLICAS=1 PORTAL_CI_BENCH=20 deploy/ci-compose.sh   # + 20 s of wrk load (req/s)
 #
 # Docker users run the same file with `docker compose` (see README, "Production with Docker Compose").
@@ -123,6 +123,17 @@ names() {  # names SERVICE: the running containers of one service
   podman ps --filter "label=io.podman.compose.project=$PROJECT" --filter "label=com.docker.compose.service=$1" \
     --format '{{.Names}}' | sort
 }
+cleanup() {  # every container, volume and network of the project, even a killed run's
+  "${PC[@]}" down -v -t 5 >/dev/null 2>&1
+  ids=$(podman ps -aq --filter "label=io.podman.compose.project=$PROJECT")
+  [ -z "$ids" ] || podman rm -f -t 2 $ids >/dev/null 2>&1
+  vols=$(podman volume ls -q --filter "label=io.podman.compose.project=$PROJECT")
+  [ -z "$vols" ] || podman volume rm -f $vols >/dev/null 2>&1
+  nets=$(podman network ls -q --filter "label=io.podman.compose.project=$PROJECT")
+  [ -z "$nets" ] || podman network rm -f $nets >/dev/null 2>&1
+  podman network rm -f "${PROJECT}_default" "${PROJECT}_edge" >/dev/null 2>&1
+  return 0
+}
 teardown() {
   rc=$?
   set +e
@@ -133,22 +144,21 @@ teardown() {
     done
   fi
   if [ -n "${PORTAL_CI_KEEP:-}" ]; then
-    stamp "kept: cd $stage && CONTAINERS_CONF=$CONTAINERS_CONF CONTAINERS_STORAGE_CONF=$CONTAINERS_STORAGE_CONF ${PC[*]} down -v"
+    stamp "kept in $stage (podman: CONTAINERS_CONF=$CONTAINERS_CONF CONTAINERS_STORAGE_CONF=$CONTAINERS_STORAGE_CONF); the next run removes it"
     exit "$rc"
   fi
   stamp "teardown"
-  "${PC[@]}" down -v -t 5 >/dev/null 2>&1
-  ids=$(podman ps -aq --filter "label=io.podman.compose.project=$PROJECT")
-  [ -z "$ids" ] || podman rm -f -t 2 $ids >/dev/null 2>&1
-  vols=$(podman volume ls -q --filter "label=io.podman.compose.project=$PROJECT")
-  [ -z "$vols" ] || podman volume rm -f $vols >/dev/null 2>&1
-  podman network rm -f "${PROJECT}_default" >/dev/null 2>&1
+  cleanup
   rm -rf "$stage"
   stamp "done (exit $rc) in $(($(date +%s) - started)) s"
   exit "$rc"
 }
 trap teardown EXIT
 trap 'exit 130' INT TERM
+if [ -n "$(podman ps -aq --filter "label=io.podman.compose.project=$PROJECT")$(podman volume ls -q --filter "label=io.podman.compose.project=$PROJECT")" ]; then
+  stamp "removing what a previous run of project $PROJECT left behind"
+  (set +e; cleanup)
+fi
 
 healthy() {  # healthy CONTAINER TIMEOUT: run its health check (no systemd timers here) until it passes
   local deadline=$(($(date +%s) + $2))
