@@ -99,6 +99,23 @@ def run_isolated(server, home: Path, argv: list[str], env: dict[str, str]) -> su
         )
     finally:
         bridge.close()
+        kill_strays(home)
+
+
+def kill_strays(home: Path) -> None:
+    """Clients that leave a daemon behind (Cline's hub) must not outlive the test: kill every
+    process whose HOME is this test's throwaway one."""
+    import signal
+
+    marker = f"HOME={home}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
 
 
 def install(server, home: Path, user, client: str, default: str = "") -> None:
