@@ -1,6 +1,8 @@
 # Gateway Portal production image: web (uvicorn), worker and beat all run from it.
 #   docker build -t gateway-portal .
-FROM python:3.11-slim
+#   docker build --build-arg BASE_IMAGE=registry.example.com/python:3.11-slim -t gateway-portal .
+ARG BASE_IMAGE=python:3.11-slim
+FROM ${BASE_IMAGE}
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

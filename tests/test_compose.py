@@ -24,19 +24,28 @@ APP_SERVICES = ("migrate", "web", "worker", "beat")
 SECRETS = ("DJANGO_SECRET_KEY", "PORTAL_ENCRYPTION_KEYS", "PORTAL_KEY_HASH_SECRET")
 
 
-def resolved_config(tmp_path, **env) -> dict:
-    """`docker-compose config` output with an empty env file plus `env` (never a developer's .env)."""
+def compose_project(tmp_path, dotenv: str = "") -> Path:
+    """A copy of the compose project (docker-compose.yml, deploy/) with its own .env, never a
+    developer's: compose reads `.env` next to the file, and `env_file: .env` requires one."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "docker-compose.yml").write_text(COMPOSE.read_text())
+    (project / ".env").write_text(dotenv)
+    return project
+
+
+def resolved_config(tmp_path, dotenv: str = "", **env) -> dict:
+    """`docker-compose config` output with a given .env (default empty) plus `env`."""
     binary = require_binary("docker-compose", "apt-get install docker-compose (validates without an engine)")
-    env_file = tmp_path / "empty.env"
-    env_file.write_text("")
+    project = compose_project(tmp_path, dotenv)
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PORTAL_", "DJANGO_", "POSTGRES_", "WEB_"))}
     clean.update(env)
     result = subprocess.run(
-        [binary, "-f", str(COMPOSE), "--env-file", str(env_file), "config"],
+        [binary, "-f", str(project / "docker-compose.yml"), "config"],
         capture_output=True,
         text=True,
         env=clean,
-        cwd=ROOT,
+        cwd=project,
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
@@ -54,7 +63,10 @@ def env_example_names() -> set[str]:
 
 def test_compose_file_validates(tmp_path):
     binary = require_binary("docker-compose", "apt-get install docker-compose")
-    result = subprocess.run([binary, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, cwd=ROOT)
+    project = compose_project(tmp_path)
+    result = subprocess.run(
+        [binary, "-f", str(project / "docker-compose.yml"), "config", "-q"], capture_output=True, text=True, cwd=project
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -93,6 +105,7 @@ def test_app_services_get_database_redis_data_dir_and_every_secret(tmp_path):
         assert any(str(v).startswith("portal-data:/data") for v in service["volumes"]), name
         # Every variable handed to the app is documented in .env.example.
         assert set(env) <= env_example_names(), set(env) - env_example_names()
+        assert env["PORTAL_ACCESS_LOG"] == "1", name  # one gateway.access line per request, per replica
     assert config["services"]["postgres"]["environment"]["POSTGRES_PASSWORD"] == "pg-secret"
 
 
@@ -100,14 +113,56 @@ def test_web_scales_behind_one_published_port(tmp_path):
     config = resolved_config(tmp_path, WEB_REPLICAS="3", PORTAL_PORT="9000")
     web, proxy = config["services"]["web"], config["services"]["proxy"]
     assert web["deploy"]["replicas"] == 3
+    assert web["deploy"]["mode"] == "replicated"  # podman-compose ignores `replicas` without it
     assert "ports" not in web  # a fixed host port would stop a second replica
     assert "uvicorn" in web["command"] and "portal.asgi:application" in web["command"]
     assert "/healthz" in " ".join(web["healthcheck"]["test"])
-    assert "web:8000" in proxy["command"]
+    # The proxy balances with deploy/Caddyfile (mounted), not a fixed `--to web:8000` upstream.
+    assert "/etc/caddy/Caddyfile" in proxy["command"]
+    assert any(str(v).endswith("deploy/Caddyfile:/etc/caddy/Caddyfile:ro") for v in proxy["volumes"])
     port = proxy["ports"][0]  # docker-compose 1.x prints "9000:8080", 2.x a mapping
     published = str(port["published"]) if isinstance(port, dict) else port.split(":")[0]
     assert published == "9000"
     assert "/healthz" in " ".join(proxy["healthcheck"]["test"])
+
+
+def test_every_dotenv_variable_reaches_the_app_and_compose_still_wins(tmp_path):
+    dotenv = "EMAIL_URL=smtp://mail.example.com:587\nPORTAL_PROBE_TIMEOUT=17\nDATABASE_URL=sqlite:///nope\n"
+    config = resolved_config(tmp_path, dotenv=dotenv)
+    for name in APP_SERVICES:
+        env = config["services"][name]["environment"]
+        # Not listed under `environment:`: reaches the container through `env_file: .env`.
+        assert env["EMAIL_URL"] == "smtp://mail.example.com:587" and env["PORTAL_PROBE_TIMEOUT"] == "17", name
+        assert env["DATABASE_URL"].startswith("postgres://portal:"), name  # compose's own value wins
+
+
+def test_images_are_variables_and_the_base_image_an_argument(tmp_path):
+    config = resolved_config(
+        tmp_path,
+        PORTAL_IMAGE="reg.example/portal:1",
+        PYTHON_IMAGE="reg.example/python:3.11",
+        POSTGRES_IMAGE="reg.example/pg:16",
+        REDIS_IMAGE="reg.example/redis:7",
+        PROXY_IMAGE="reg.example/caddy:2",
+    )
+    services = config["services"]
+    assert services["postgres"]["image"] == "reg.example/pg:16"
+    assert services["redis"]["image"] == "reg.example/redis:7"
+    assert services["proxy"]["image"] == "reg.example/caddy:2"
+    for name in APP_SERVICES:
+        assert services[name]["image"] == "reg.example/portal:1"
+        assert services[name]["build"]["args"]["BASE_IMAGE"] == "reg.example/python:3.11"
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^ARG BASE_IMAGE=python:3\.11-slim$", dockerfile, re.M)
+    assert re.search(r"^FROM \$\{BASE_IMAGE\}$", dockerfile, re.M)
+
+
+def test_caddyfile_round_robins_over_every_replica_and_streams():
+    """The spread itself is proven by deploy/ci-compose.sh (requests per replica in the access logs)."""
+    text = (ROOT / "deploy" / "Caddyfile").read_text()
+    assert re.search(r"dynamic a \{\s*name web\s*port 8000\s*refresh \d+s", text)
+    assert re.search(r"^\s*lb_policy round_robin$", text, re.M)
+    assert re.search(r"^\s*flush_interval -1$", text, re.M)
 
 
 def test_startup_order_and_health_checks(raw):
@@ -123,6 +178,9 @@ def test_startup_order_and_health_checks(raw):
     assert services["beat"]["healthcheck"] == {"disable": True}
     assert services["migrate"]["healthcheck"] == {"disable": True}
     assert "worker" in services["worker"]["command"]
+    # `podman exec` (health checks) has no HOSTNAME; $(hostname) works under Docker and podman.
+    assert "celery@$$(hostname)" in services["worker"]["healthcheck"]["test"][-1]
+    assert "-s" not in services["beat"]["command"]  # the database scheduler keeps no schedule file
     for volume in ("pgdata", "redisdata", "portal-data"):
         assert volume in raw["volumes"]
 
@@ -155,7 +213,7 @@ def test_the_environment_compose_passes_is_accepted_by_the_settings(tmp_path):
 
 def test_dockerfile_builds_a_slim_non_root_image_with_locked_deps_and_static_files():
     text = (ROOT / "Dockerfile").read_text()
-    assert re.search(r"^FROM python:3\.11-slim", text, re.M)
+    assert re.search(r"^ARG BASE_IMAGE=python:3\.11-slim", text, re.M)
     assert "uv sync --frozen --no-dev" in text
     assert "collectstatic --noinput" in text
     user = re.findall(r"^USER (\S+)", text, re.M)
