@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
@@ -117,6 +118,7 @@ def not_found(scope: Scope, sub: str) -> GatewayError:
 
 
 access_log = logging.getLogger("gateway.access")
+REPLICA = f"{socket.gethostname()}:{os.getpid()}"  # which of N replicas served it (compose, two hosts)
 
 
 def access_log_enabled() -> bool:
@@ -142,7 +144,7 @@ async def handle_logged(handler: Handler, scope: Scope, receive: Receive, send: 
     if call is not None and call.usage is not None:
         tokens = f"{call.usage.prompt_tokens}+{call.usage.completion_tokens}{'~' if call.usage.estimated else ''}"
     access_log.info(
-        "%s %s %s model=%s key=%s %.1fms tokens=%s",
+        "%s %s %s model=%s key=%s %.1fms tokens=%s replica=%s",
         scope["method"],
         scope["path"],
         status or "-",
@@ -150,6 +152,7 @@ async def handle_logged(handler: Handler, scope: Scope, receive: Receive, send: 
         f"{req.key_prefix}…" if req.key_prefix else "-",
         (time.perf_counter() - started) * 1000,
         tokens,
+        REPLICA,
     )
 
 
