@@ -12,12 +12,16 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from portal.permissions import AdminRequiredMixin
+from portal.ui import FilteredListView
+
 from .. import jobs
 from ..choices import JobAction
 from ..models import Deployment, Host, LaunchJob
 from ..remote import ssh
 from ..views import admin_required
 from . import services
+from .filters import DeploymentFilterSet
 from .forms import DeploymentForm
 
 ACTIONS = {
@@ -28,12 +32,31 @@ ACTIONS = {
 }
 
 
-@admin_required
-@require_GET
-def deployment_list(request: HttpRequest) -> HttpResponse:
-    deployments = Deployment.objects.select_related("host", "channel").order_by("host__name", "port")
-    hosts = Host.objects.order_by("name")
-    return render(request, "hosts/deploy_list.html", {"deployments": deployments, "hosts": hosts})
+class DeploymentListView(AdminRequiredMixin, FilteredListView):
+    """Deployments with the API's filters (host, status, backend) and sortable columns."""
+
+    model = Deployment
+    filterset_class = DeploymentFilterSet
+    template_name = "hosts/deploy_list.html"
+    sort_fields = {
+        "name": "name",
+        "host": "host__name",
+        "backend": "backend",
+        "served": "served_model_name",
+        "port": "port",
+        "status": "status",
+    }
+
+    def get_base_queryset(self):
+        return Deployment.objects.select_related("host", "channel").order_by("host__name", "port")
+
+    def get_context_data(self, **kwargs):
+        return super().get_context_data(
+            filter_fields=["host", "status", "backend"], hosts=Host.objects.order_by("name"), **kwargs
+        )
+
+
+deployment_list = DeploymentListView.as_view()
 
 
 def _preview_context(form: DeploymentForm) -> dict:

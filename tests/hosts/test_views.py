@@ -197,3 +197,28 @@ def test_without_gpus_the_deploy_form_says_how_to_get_them(admin_client):
     page = admin_client.get(reverse("deployment_create", args=[bare.pk])).content.decode()
     assert "No GPUs known for bare yet" in page
     assert f'action="{reverse("host_refresh", args=[bare.pk])}"' in page and "Refresh inventory" in page
+
+
+def test_the_deployment_list_filters_and_sorts(admin_client, host):
+    from hosts.deployments import services as deploy_services
+    from tests.services import free_port
+
+    for name in ("zeta", "alpha"):
+        deploy_services.save_deployment(
+            host=host,
+            name=name,
+            backend="llamacpp",
+            model_path="/models/tiny.gguf",
+            served_model_name=f"{name}-chat",
+            gpu_indices=[0],
+            port=free_port(),
+            options={"ctx_size": 1024},
+            extra_args=[],
+        )
+    page = admin_client.get("/deployments/?sort=name").content.decode()
+    assert page.index("alpha-chat") < page.index("zeta-chat")
+    page = admin_client.get("/deployments/?sort=-name").content.decode()
+    assert page.index("zeta-chat") < page.index("alpha-chat")
+    assert 'aria-sort="descending"' in page
+    assert "No deployment matches" in admin_client.get("/deployments/?status=running").content.decode()
+    assert admin_client.get("/deployments/?sort=nonsense&status=bogus").status_code == 200  # not a 500
