@@ -76,12 +76,23 @@ def data_dir() -> Path:
 
 
 def generated_secret(folder: Path, filename: str, make) -> str:
-    """Return the secret stored in `folder/filename`, creating it (mode 0600) on first use."""
+    """Return the secret stored in `folder/filename`, creating it (mode 0600) on first use.
+
+    Processes starting together on a new data folder (a worker and beat) must agree on one secret:
+    each writes its candidate to a private file and links it into place; link() fails for all but
+    the first, and every process reads the winner's, never a half-written file."""
     path = folder / filename
     if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        tmp = folder / f".{filename}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(make())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process won the race: use its secret
+        finally:
+            tmp.unlink(missing_ok=True)
     return path.read_text().strip()
 
 

@@ -60,12 +60,19 @@ class TcpProxy:
 
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
         self._loop = loop
         self._server = loop.run_until_complete(asyncio.start_server(self._client, "127.0.0.1", 0))
         self.port = self._server.sockets[0].getsockname()[1]
         self._ready.set()
         loop.run_forever()
         self._server.close()
+        # Finish the connections' tasks on this loop before closing it (no "loop is closed" noise).
+        self._drop_all()
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         loop.close()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

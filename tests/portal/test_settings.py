@@ -36,3 +36,32 @@ def test_a_bad_value_stops_the_process_at_start_naming_the_variable(tmp_path, na
     )
     assert result.returncode != 0
     assert f"Invalid value for {name}" in result.stderr + result.stdout
+
+
+def _take_secret(folder: str, queue) -> None:
+    import secrets as _secrets
+
+    from portal.env import generated_secret
+
+    queue.put(generated_secret(Path(folder), "encryption_key", lambda: _secrets.token_hex(16)))
+
+
+def test_processes_starting_together_on_a_new_data_folder_agree_on_one_secret(tmp_path):
+    """A worker and beat started at once on a fresh folder (it failed CI once with FileExistsError)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    for round_ in range(10):
+        folder = tmp_path / str(round_)
+        folder.mkdir()
+        queue = ctx.Queue()
+        procs = [ctx.Process(target=_take_secret, args=(str(folder), queue)) for _ in range(6)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(30)
+        assert all(p.exitcode == 0 for p in procs)
+        got = {queue.get(timeout=10) for _ in procs}
+        assert len(got) == 1 and all(got)
+        assert (folder / "encryption_key").stat().st_mode & 0o777 == 0o600
+        assert [f.name for f in folder.iterdir()] == ["encryption_key"]  # no temporary file left
