@@ -51,8 +51,8 @@ _TIER = {"healthy": 0, "unknown": 0, "degraded": 1}
 _LAST_RESORT = 2
 
 
-# The gateway's own database work (cache misses, the embedded limiter) runs on one thread, so its
-# connection is reused and can be closed at shutdown, and SQLite sees a single writer.
+# The gateway's lookups (key and catalog loads) run on one thread, so its connection is reused and
+# can be closed at shutdown; the usage writer has its own thread and connection (`usage`).
 _db_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-db")
 
 
@@ -72,10 +72,6 @@ def _with_fresh_connection(fn: Callable[..., T], *args: Any) -> T:
 async def run_db(fn: Callable[..., T], *args: Any) -> T:
     """Run a synchronous database function on the gateway's database thread."""
     return await asyncio.get_running_loop().run_in_executor(_db_executor, _with_fresh_connection, fn, *args)
-
-
-def db_executor() -> ThreadPoolExecutor:
-    return _db_executor
 
 
 async def close_db() -> None:

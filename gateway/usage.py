@@ -229,13 +229,14 @@ def write_batch(events: list[UsageEvent]) -> None:
 class UsageWriter:
     """Buffers events in memory and writes them in batches from one background thread."""
 
-    def __init__(self, interval: float | None = None, executor: ThreadPoolExecutor | None = None) -> None:
+    def __init__(self, interval: float | None = None) -> None:
         self._interval = interval
         self._buffer: list[UsageEvent] = []
         self.recorded = 0  # events since start (the heap is settled again once traffic warmed it)
         self._task: asyncio.Task[None] | None = None
-        # One thread: batches are written in order; the gateway shares its database thread.
-        self._executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="usage-writer")
+        # Its own thread (and so its own connection): batches in order, and a slow or locked write
+        # never delays the gateway's key and model lookups.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="usage-writer")
         self._stopping = False
 
     def record(self, event: UsageEvent) -> None:
