@@ -189,7 +189,9 @@ def test_continue_cli_uses_the_chosen_default_and_a_reinstall_keeps_one_entry_pe
     for default, upstream_model in (("tool-bot", "fake-small"), ("qwen3-32b", "fake-model")):
         install(server, home, alice, "continue", default=default)
         done = run_isolated(server, home, [str(cn), "-p", PROMPT], {"CONTINUE_CLI_DISABLE_TELEMETRY": "1"})
-        assert done.returncode == 0, done.stdout + done.stderr
+        config = home / ".continue" / "config.yaml"
+        # The file cn read, in the failure message: it refused a generated one once in CI.
+        assert done.returncode == 0, done.stdout + done.stderr + "\n" + (config.read_text() if config.exists() else "")
         assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
         last = chat_requests(up)[-1]
         assert last["model"] == upstream_model, (default, last["model"])  # `cn -p` took the default
