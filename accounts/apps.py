@@ -10,13 +10,14 @@ class AccountsConfig(AppConfig):
     def ready(self) -> None:
         from portal import audit, dashboard
 
-        from .models import ApiToken, AuditLog, User
+        from .models import ApiToken, AuditLog, Team, User
 
         def store(entry: dict[str, Any]) -> None:
             AuditLog.objects.create(**entry)
 
         audit.set_sink(store)
         audit.register(User, ignore={"last_login"})
+        audit.register(Team)
         # Who minted or revoked a script's credential matters; the hash shows only as "set".
         audit.register(ApiToken, ignore={"last_used_at"})
         dashboard.register_stat(40, "Users", User.objects.filter(is_active=True).count, "user_list")

@@ -8,20 +8,32 @@ from portal.choices import AuditAction
 from portal.filters import UTCDateTimeFilter, search
 
 from .choices import Role
-from .models import ApiToken, AuditLog, User
+from .models import ApiToken, AuditLog, Team, User
 
 
 class UserFilterSet(django_filters.FilterSet):
     q = django_filters.CharFilter(method="filter_q", label="Search")
     role = django_filters.ChoiceFilter(choices=Role.choices)
     is_active = django_filters.BooleanFilter()
+    team = django_filters.ModelChoiceFilter(queryset=Team.objects.all())
 
     class Meta:
         model = User
-        fields = ["q", "role", "is_active", "username"]
+        fields = ["q", "role", "is_active", "team", "username"]
 
     def filter_q(self, queryset, name, value):
         return search(queryset, ("username", "email", "first_name", "last_name"), value)
+
+
+class TeamFilterSet(django_filters.FilterSet):
+    q = django_filters.CharFilter(method="filter_q", label="Search")
+
+    class Meta:
+        model = Team
+        fields = ["q", "name"]
+
+    def filter_q(self, queryset, name, value):
+        return search(queryset, ("name", "description"), value)
 
 
 class ApiTokenFilterSet(django_filters.FilterSet):

@@ -1,16 +1,20 @@
-"""Forms for users, personal API tokens and the account page."""
+"""Forms for users, teams and their members' limits, personal API tokens and the account page."""
 
 from __future__ import annotations
 
 from django import forms
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 
 from channels.models import Model
 from portal.forms import LIMIT_LABELS, limit_form_field
 from portal.models import Limits
+from portal.ui import add_validation_errors
 
+from . import services
 from .choices import Role
+from .models import Team
 
 User = get_user_model()
 
@@ -35,11 +39,12 @@ class UserEditForm(forms.ModelForm):
 
     class Meta:
         model = User
-        fields = ["email", "first_name", "last_name", "role", *Limits.LIMIT_FIELDS, "allowed_models"]
+        fields = ["email", "first_name", "last_name", "role", "team", *Limits.LIMIT_FIELDS, "allowed_models"]
 
     def __init__(self, *args, acting_user=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.acting_user = acting_user
+        self.fields["team"].help_text = "Its limits cap this user's; a team lead manages the team's members."
         for name in Limits.LIMIT_FIELDS:
             field = self.fields[name]
             field.label = LIMIT_LABELS[name]
@@ -60,7 +65,7 @@ class UserEditForm(forms.ModelForm):
 
     @property
     def profile_fields(self):
-        return [self[name] for name in ("email", "first_name", "last_name", "role", "allowed_models")]
+        return [self[name] for name in ("email", "first_name", "last_name", "role", "team", "allowed_models")]
 
     def clean_role(self):
         role = self.cleaned_data["role"]
@@ -76,6 +81,14 @@ class UserEditForm(forms.ModelForm):
             default, ceiling = cleaned.get(f"default_{name}"), cleaned.get(name)
             if default is not None and ceiling is not None and default > ceiling:
                 self.add_error(f"default_{name}", f"Cannot exceed this user's limit of {ceiling:,}.")
+        if self.acting_user is not None:
+            limits = {n: cleaned.get(n) for n in Limits.LIMIT_FIELDS if n not in self.errors}
+            try:
+                self.member_limits = services.validate_member_limits(
+                    self.instance, editor=self.acting_user, limits=limits, team=cleaned.get("team")
+                )
+            except ValidationError as exc:
+                add_validation_errors(self, exc)
         return cleaned
 
     def save(self, commit: bool = True):
@@ -85,6 +98,8 @@ class UserEditForm(forms.ModelForm):
             for name in Limits.LIMIT_FIELDS
             if self.cleaned_data.get(f"default_{name}") is not None
         }
+        if "admin_ceilings" in getattr(self, "member_limits", {}):
+            user.admin_ceilings = self.member_limits["admin_ceilings"]
         if commit:
             user.save()
             self.save_m2m()
@@ -111,3 +126,73 @@ class ApiTokenForm(forms.Form):
         if self.user is not None and self.user.api_tokens.not_revoked().filter(name=name).exists():
             raise forms.ValidationError("You already have an active token with this name.")
         return name
+
+
+class TeamForm(forms.ModelForm):
+    """A team's name, the models its members may use and its limits (admins only): a ceiling over
+    all its members together."""
+
+    allowed_models = forms.ModelMultipleChoiceField(
+        queryset=Model.objects.all(),
+        required=False,
+        widget=forms.SelectMultiple(attrs={"size": 6}),
+        help_text="Models the team's members may use. None selected: every enabled model.",
+    )
+
+    class Meta:
+        model = Team
+        fields = ["name", "description", *Limits.LIMIT_FIELDS, "allowed_models"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name in Limits.LIMIT_FIELDS:
+            field = self.fields[name]
+            field.label = LIMIT_LABELS[name]
+            field.help_text = "For all members together; members' and keys' own limits can only be lower."
+            field.widget.attrs["placeholder"] = "unlimited"
+
+    @property
+    def limit_fields(self):
+        return [self[name] for name in Limits.LIMIT_FIELDS]
+
+    @property
+    def profile_fields(self):
+        return [self[name] for name in ("name", "description", "allowed_models")]
+
+
+class MemberLimitsForm(forms.Form):
+    """A member's own limits as an admin or their team lead sets them (`validate_member_limits`)."""
+
+    def __init__(self, *args, member, editor, **kwargs):
+        kwargs.setdefault("initial", member.limits())
+        super().__init__(*args, **kwargs)
+        self.member, self.editor = member, editor
+        team = member.team
+        locked = {} if editor.is_admin else (member.admin_ceilings or {})
+        for name, label in LIMIT_LABELS.items():
+            field = limit_form_field(label)
+            bits = []
+            if locked.get(name) is not None:
+                bits.append(f"Set by an admin: at most {locked[name]:,}; you can lower it, not raise or clear it.")
+                field.widget.attrs["required"] = True
+            team_limit = getattr(team, name, None) if team is not None else None
+            if team_limit is not None:
+                bits.append(f"The team's limit (all members together): {team_limit:,}.")
+            field.help_text = " ".join(bits) or "Blank: unlimited."
+            self.fields[name] = field
+
+    @property
+    def limit_fields(self):
+        return [self[name] for name in LIMIT_LABELS]
+
+    def clean(self):
+        cleaned = super().clean()
+        limits = {n: cleaned.get(n) for n in LIMIT_LABELS if n not in self.errors}
+        try:
+            self.limits = services.validate_member_limits(self.member, editor=self.editor, limits=limits)
+        except ValidationError as exc:
+            add_validation_errors(self, exc)
+        return cleaned
+
+    def save(self):
+        services.save_member_limits(self.member, self.limits)

@@ -7,14 +7,44 @@ from django.db import models
 from django.utils import timezone
 
 from portal.choices import AuditAction
-from portal.models import Limits, ShownOnceQuerySet, ShownOnceSecret
+from portal.models import Limits, ShownOnceQuerySet, ShownOnceSecret, TimeStampedModel
 
 from .choices import Role
 
 
+class TeamQuerySet(models.QuerySet):
+    def visible_to(self, user) -> TeamQuerySet:
+        """Admins see every team; anyone else only their own."""
+        return self.all() if user.is_admin else self.filter(pk=user.team_id)
+
+
+class Team(TimeStampedModel, Limits):
+    """A group of people sharing a model allow-list and limits. Its limits (set by admins only) are
+    a ceiling over all its members together, on top of each member's own and each key's; a member
+    with role `team_lead` manages the team's members and their keys within them."""
+
+    name = models.CharField(max_length=100, unique=True)
+    description = models.CharField(max_length=300, blank=True)
+    allowed_models = models.ManyToManyField(
+        "channels.Model",
+        blank=True,
+        related_name="+",
+        help_text="Models the team's members may use; empty: every enabled model.",
+    )
+
+    objects = TeamQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class User(AbstractUser, Limits):
     """A person. `role` decides what they see; the limits apply to all their keys together and are
-    also the ceiling for any single key they own."""
+    also the ceiling for any single key they own. A user belongs to at most one team, whose limits
+    and models bound theirs."""
 
     role = models.CharField(max_length=16, choices=Role, default=Role.DEVELOPER)
     key_defaults = models.JSONField(
@@ -27,6 +57,12 @@ class User(AbstractUser, Limits):
         blank=True,
         related_name="+",
         help_text="Models this user may use; empty: every enabled model.",
+    )
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.SET_NULL, related_name="members")
+    admin_ceilings = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Limits an admin set on this user ({field: value}): a team lead may only lower them.",
     )
 
     class Meta(AbstractUser.Meta):
@@ -43,6 +79,17 @@ class User(AbstractUser, Limits):
     @property
     def is_admin(self) -> bool:
         return self.is_active and (self.role == Role.ADMIN or self.is_superuser)
+
+    @property
+    def led_team_id(self) -> int | None:
+        """The team this user leads (role team lead, active, in a team), else None."""
+        if self.is_active and self.role == Role.TEAM_LEAD and self.team_id is not None:
+            return self.team_id
+        return None
+
+    @property
+    def is_team_lead(self) -> bool:
+        return self.led_team_id is not None
 
 
 class ApiToken(ShownOnceSecret):

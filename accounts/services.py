@@ -140,3 +140,66 @@ def verify_token(presented: str) -> ApiToken | None:
 
 def revoke_token(token: ApiToken) -> None:
     token.revoke()
+
+
+# --- teams: a ceiling over their members; team leads manage members within it ------------------
+
+
+def may_manage(editor, member) -> bool:
+    """Admins manage everyone; a team lead the members of the team they lead (themselves included)."""
+    if editor.is_admin:
+        return True
+    return editor.led_team_id is not None and member.team_id == editor.led_team_id
+
+
+def validate_member_limits(member, *, editor, limits: dict, team=...) -> dict:
+    """Check limits for `member` as `editor` sets them; return cleaned values or raise
+    ValidationError with field errors. Used by the user form and serializer (admins) and the team
+    member form and API (team leads), so the rules are one. `team`: the team the member is being
+    put in, when that changes in the same edit.
+
+    Limits have an owner, as on keys: what an admin sets on a user becomes their ceiling
+    (`cleaned["admin_ceilings"]`); a team lead may lower such a limit, never raise or clear it. A
+    member's limit never exceeds their team's (the team's limits are set by admins only)."""
+    from django.core.exceptions import ValidationError
+
+    errors: dict[str, list[str]] = {}
+    cleaned: dict = {}
+    by_admin = editor.is_admin
+    ceilings = dict(member.admin_ceilings or {})
+    team = member.team if team is ... else team
+    for name, value in limits.items():
+        locked = None if by_admin else ceilings.get(name)
+        if value in (None, ""):
+            if locked is not None:
+                errors.setdefault(name, []).append(
+                    f"An admin set this limit to {locked:,}; you can lower it but not remove it."
+                )
+            cleaned[name] = None
+            continue
+        number = int(value)
+        team_limit = getattr(team, name, None) if team is not None else None
+        if team_limit is not None and number > team_limit:
+            errors.setdefault(name, []).append(f"Cannot exceed the team {team.name}'s limit of {team_limit:,}.")
+        if locked is not None and number > locked:
+            errors.setdefault(name, []).append(
+                f"An admin set this limit to {locked:,}; you can lower it but not raise it."
+            )
+        cleaned[name] = number
+    if by_admin:
+        for name in limits:
+            if cleaned.get(name) is None:
+                ceilings.pop(name, None)
+            else:
+                ceilings[name] = cleaned[name]
+        cleaned["admin_ceilings"] = ceilings
+    if errors:
+        raise ValidationError(errors)
+    return cleaned
+
+
+def save_member_limits(member, cleaned: dict) -> None:
+    """Store what `validate_member_limits` returned (audited by the model signals)."""
+    for name, value in cleaned.items():
+        setattr(member, name, value)
+    member.save(update_fields=list(cleaned))

@@ -17,5 +17,10 @@ urlpatterns = [
     path("users/<int:pk>/activation/", views.UserActivationView.as_view(), name="user_activation"),
     path("users/<int:pk>/unlock/", views.UserUnlockView.as_view(), name="user_unlock"),
     path("users/<int:pk>/reset-password/", views.UserResetPasswordView.as_view(), name="user_reset_password"),
+    path("teams/", views.TeamListView.as_view(), name="team_list"),
+    path("teams/new/", views.TeamCreateView.as_view(), name="team_create"),
+    path("teams/<int:pk>/", views.TeamDetailView.as_view(), name="team_detail"),
+    path("teams/<int:pk>/edit/", views.TeamEditView.as_view(), name="team_edit"),
+    path("teams/<int:pk>/members/<int:member_pk>/", views.MemberLimitsView.as_view(), name="team_member"),
     path("audit-log/", views.AuditLogView.as_view(), name="audit_log"),
 ]

@@ -1,4 +1,4 @@
-"""Account and personal API tokens, users (admin), audit log (admin)."""
+"""Account and personal API tokens, users (admin), teams (admin; a team lead their own), audit log (admin)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from django.contrib.auth import get_user_model, update_session_auth_hash
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.mixins import LoginRequiredMixin
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse, reverse_lazy
 from django.utils import timezone
@@ -18,13 +20,13 @@ from django.views.generic import DetailView
 
 from portal import audit
 from portal.choices import AuditAction
-from portal.permissions import AdminRequiredMixin
+from portal.permissions import AdminOrTeamLeadRequiredMixin, AdminRequiredMixin
 from portal.ui import FilteredListView, done, pop_secret, remember_secret
 
 from . import services
-from .filters import AuditLogFilterSet, UserFilterSet
-from .forms import ApiTokenForm, UserCreateForm, UserEditForm
-from .models import ApiToken, AuditLog
+from .filters import AuditLogFilterSet, TeamFilterSet, UserFilterSet
+from .forms import ApiTokenForm, MemberLimitsForm, TeamForm, UserCreateForm, UserEditForm
+from .models import ApiToken, AuditLog, Team
 
 User = get_user_model()
 
@@ -281,6 +283,99 @@ class UserResetPasswordView(AdminRequiredMixin, View):
             "user_detail",
             pk,
         )
+
+
+# --- teams (admin; a team lead manages their own team's members) ---------------------------
+
+
+class TeamListView(AdminRequiredMixin, FilteredListView):
+    model = Team
+    filterset_class = TeamFilterSet
+    template_name = "accounts/team_list.html"
+    sort_fields = {"name": "name", "requests_per_minute": "requests_per_minute", "tokens_per_day": "tokens_per_day"}
+
+    def get_base_queryset(self):
+        return Team.objects.annotate(member_count=Count("members")).order_by("name")
+
+
+class TeamCreateView(AdminRequiredMixin, View):
+    template_name = "accounts/team_form.html"
+
+    def get(self, request):
+        return render(request, self.template_name, {"form": TeamForm()})
+
+    def post(self, request):
+        form = TeamForm(request.POST)
+        if not form.is_valid():
+            return render(request, self.template_name, {"form": form}, status=400)
+        with transaction.atomic():
+            team = form.save()
+        return done(request, f"Team {team.name} created. Put people in it on their user page.", "team_detail", team.pk)
+
+
+class TeamEditView(AdminRequiredMixin, View):
+    template_name = "accounts/team_form.html"
+
+    def get(self, request, pk):
+        team = get_object_or_404(Team, pk=pk)
+        return render(request, self.template_name, {"form": TeamForm(instance=team), "team": team})
+
+    def post(self, request, pk):
+        team = get_object_or_404(Team, pk=pk)
+        form = TeamForm(request.POST, instance=team)
+        if not form.is_valid():
+            team.refresh_from_db()
+            return render(request, self.template_name, {"form": form, "team": team}, status=400)
+        with transaction.atomic():
+            form.save()
+        return done(request, f"Team {team.name} saved.", "team_detail", team.pk)
+
+
+def managed_team(request, pk) -> Team:
+    """The team `pk` if the user is an admin or its lead; another team is 404 (a lead's), 403 otherwise."""
+    team = get_object_or_404(Team.objects.visible_to(request.user), pk=pk)
+    if not (request.user.is_admin or request.user.led_team_id == team.pk):
+        raise PermissionDenied("Only admins and the team's leads can manage it.")
+    return team
+
+
+class TeamDetailView(AdminOrTeamLeadRequiredMixin, View):
+    """The team's limits and models, and its members with their own limits and keys."""
+
+    def get(self, request, pk):
+        team = managed_team(request, pk)
+        members = team.members.annotate(
+            active_keys=Count("keys", filter=Q(keys__revoked_at__isnull=True), distinct=True)
+        ).order_by("username")
+        return render(
+            request,
+            "accounts/team_detail.html",
+            {"team": team, "members": members, "allowed": team.allowed_models.all()},
+        )
+
+
+class MemberLimitsView(AdminOrTeamLeadRequiredMixin, View):
+    """A member's own limits, set by an admin or the team's lead (within the team's ceilings)."""
+
+    template_name = "accounts/member_limits.html"
+
+    def get_member(self, request, pk, member_pk):
+        team = managed_team(request, pk)
+        return team, get_object_or_404(team.members.all(), pk=member_pk)
+
+    def get(self, request, pk, member_pk):
+        team, member = self.get_member(request, pk, member_pk)
+        form = MemberLimitsForm(member=member, editor=request.user)
+        return render(request, self.template_name, {"form": form, "team": team, "member": member})
+
+    def post(self, request, pk, member_pk):
+        team, member = self.get_member(request, pk, member_pk)
+        form = MemberLimitsForm(request.POST, member=member, editor=request.user)
+        if not form.is_valid():
+            return render(request, self.template_name, {"form": form, "team": team, "member": member}, status=400)
+        with transaction.atomic():
+            form.save()
+        return done(request, f"Limits of {member.username} saved.", "team_detail", team.pk)
 
 
 # --- audit log (admin) ---------------------------------------------------------------------

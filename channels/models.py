@@ -32,12 +32,15 @@ class ModelQuerySet(models.QuerySet):
         return self.filter(enabled=True)
 
     def usable_by(self, user) -> Self:
-        """Enabled models `user` may use: their allow-list, or every enabled model if it is empty.
-        Duck typed: `user` needs only `allowed_models`."""
+        """Enabled models `user` may use: their allow-list, or every enabled model if it is empty,
+        and within their team's allow-list the same way. Duck typed: `user` needs only
+        `allowed_models` (and may have a `team` with its own `allowed_models`)."""
         qs = self.enabled()
-        allowed = user.allowed_models.all()
-        if allowed.exists():
-            qs = qs.filter(pk__in=allowed.values("pk"))
+        team = getattr(user, "team", None)
+        for holder in (user, team) if team is not None else (user,):
+            allowed = holder.allowed_models.all()
+            if allowed.exists():
+                qs = qs.filter(pk__in=allowed.values("pk"))
         return qs
 
     def visible_to(self, user) -> Self:

@@ -1,5 +1,5 @@
 """Request stage 3: admission. Authenticate (`auth`), resolve the model (`catalog`) and reserve
-against the key's and the owner's limits (`limits`); the result is an open `call.Call`.
+against the key's, the owner's and the owner's team's limits (`limits`); the result is an open `call.Call`.
 
 With Redis the admission script also reports the cache generations: when they show that this
 process's snapshot is stale, nothing was reserved, and the request is authenticated and resolved
@@ -72,6 +72,8 @@ async def open_call(
             Scope(f"{ns}:k:{key.id}", "key", key.limits),
             Scope(f"{ns}:u:{key.owner_id}", "user", key.owner_limits),
         ]
+        if key.team_id is not None:  # the team's limits are a ceiling over all its members together
+            scopes.append(Scope(f"{ns}:t:{key.team_id}", "team", key.team_limits))
         # First attempt: admit only if our cached keys/routes are current (else Stale, nothing
         # reserved); the retry runs on freshly loaded data and is not checked again.
         expected = snapshot.generation if attempt == 0 else None
@@ -118,7 +120,7 @@ def _refusal_error(refusal: Refusal, scopes: list[Scope]) -> GatewayError:
     """A 429 with Retry-After and the key's x-ratelimit-* headers, saying which limit and whose."""
     retry = max(1, math.ceil(refusal.retry_after))
     what = refusal.limit.replace("_", " ")
-    whose = "this key" if refusal.scope == "key" else "your account"
+    whose = {"key": "this key", "user": "your account", "team": "your team"}.get(refusal.scope, refusal.scope)
     per_minute = refusal.limit in ("requests_per_minute", "tokens_per_minute")
     headers = [(b"retry-after", str(retry).encode()), *rate_headers(scopes, None)]
     if refusal.scope == "key" and per_minute:
@@ -152,6 +154,7 @@ def _record_refusal(
             request_id=request_id,
             key_id=key.id,
             user_id=key.owner_id,
+            team_id=key.team_id,
             model=model.name,
             channel_id=None,
             surface=surface,

@@ -2,7 +2,7 @@
 
 Invalidation (a revoked key must stop within seconds on every replica):
 
-- Saving or deleting a Key, User, Model, ModelRoute or Channel (and their allowed-model M2Ms) bumps
+- Saving or deleting a Key, User, Team, Model, ModelRoute or Channel (and their allowed-model M2Ms) bumps
   a generation: in this process at once, and in Redis (`gw:gen:keys` / `gw:gen:routes`, see `namespace()`) after the
   transaction commits.
 - The per-request admission script returns both generations; a process that sees a new one drops
@@ -149,12 +149,16 @@ class KeyInfo:
     limits: dict[str, int | None]
     owner_limits: dict[str, int | None]
     loaded_at: float
+    team_id: int | None = None  # the owner's team: its limits are a third scope, its models a third list
+    team_model_ids: frozenset[int] = frozenset()
+    team_limits: dict[str, int | None] = field(default_factory=dict)
 
     def may_use(self, model: ModelInfo) -> bool:
         return (
             model.enabled
             and (not self.key_model_ids or model.id in self.key_model_ids)
             and (not self.owner_model_ids or model.id in self.owner_model_ids)
+            and (not self.team_model_ids or model.id in self.team_model_ids)
         )
 
 
@@ -225,8 +229,8 @@ def _load_key(digest: str) -> KeyInfo | None:
     from keys.models import Key
 
     key = (
-        Key.objects.select_related("owner")
-        .prefetch_related("allowed_models", "owner__allowed_models")
+        Key.objects.select_related("owner", "owner__team")
+        .prefetch_related("allowed_models", "owner__allowed_models", "owner__team__allowed_models")
         .filter(key_hash=digest)
         .first()
     )
@@ -239,6 +243,7 @@ def _load_key(digest: str) -> KeyInfo | None:
         except ValueError:
             logger.warning("key %s: ignoring invalid CIDR %r", key.id, cidr)
     owner = key.owner
+    team = owner.team
     return KeyInfo(
         id=key.id,
         name=key.name,
@@ -254,6 +259,9 @@ def _load_key(digest: str) -> KeyInfo | None:
         limits=key.limits(),
         owner_limits=owner.limits(),
         loaded_at=time.monotonic(),
+        team_id=team.id if team is not None else None,
+        team_model_ids=frozenset(m.id for m in team.allowed_models.all()) if team is not None else frozenset(),
+        team_limits=team.limits() if team is not None else {},
     )
 
 

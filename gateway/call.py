@@ -403,6 +403,7 @@ class Call:
                 request_id=self.request_id,
                 key_id=self.key.id,
                 user_id=self.key.owner_id,
+                team_id=self.key.team_id,
                 model=self.model.name,
                 channel_id=self.channel_id,
                 surface=self.surface,

@@ -1,4 +1,4 @@
-"""Exact limits per key and per user: requests/min, tokens/min, tokens/day, tokens/month, in flight.
+"""Exact limits per key, per user and per team: requests/min, tokens/min, tokens/day, tokens/month, in flight.
 
 Admission reserves before forwarding and settling corrects after, so a limit is never exceeded by
 concurrent requests, on one replica or many:
@@ -11,10 +11,10 @@ concurrent requests, on one replica or many:
 - a settle that cannot reach Redis is queued and replayed when it answers again, so nobody is
   charged for tokens that were reserved but not produced.
 
-A refused request reserves nothing. One Lua script does the whole check-and-reserve for both
-scopes in one round trip (it also returns the cache generations, see `cache`); settles are
-pipelined off the request path. The embedded default runs the same script on the embedded Redis
-(`portal.embedded_redis`): there is one limiter.
+A refused request reserves nothing. One Lua script does the whole check-and-reserve for every
+scope (the key, its owner, the owner's team) in one round trip (it also returns the cache
+generations, see `cache`); settles are pipelined off the request path. The embedded default
+runs the same script on the embedded Redis (`portal.embedded_redis`): there is one limiter.
 """
 
 from __future__ import annotations
@@ -53,10 +53,10 @@ def lease_seconds() -> float:
 
 @dataclass(slots=True)
 class Scope:
-    """One set of limits to enforce: a key (`k:ID`) or its owner (`u:ID`)."""
+    """One set of limits to enforce: a key (`k:ID`), its owner (`u:ID`) or the owner's team (`t:ID`)."""
 
     prefix: str
-    label: str  # "key" or "user", for messages
+    label: str  # "key", "user" or "team", for messages
     limits: dict[str, int | None]
 
     def arg(self, name: str) -> int:
@@ -66,7 +66,7 @@ class Scope:
 
 @dataclass(slots=True)
 class Refusal:
-    scope: str  # "key" or "user"
+    scope: str  # "key", "user" or "team"
     limit: str  # one of LIMIT_NAMES
     value: int
     retry_after: float  # seconds

@@ -1,4 +1,4 @@
-"""Invalidate the gateway's per-process caches when keys, users, models, routes or channels change.
+"""Invalidate the gateway's per-process caches when keys, users, teams, models, routes or channels change.
 
 Saves and deletes arrive as Django's model signals; changes written with `update()` (health
 checks moving a channel's status) arrive as `channels.signals.routes_changed`.
@@ -109,6 +109,7 @@ def _user_changed(sender: object, update_fields: Iterable[str] | None = None, **
 def connect() -> None:
     from django.contrib.auth import get_user_model
 
+    from accounts.models import Team
     from channels.models import Channel, Model, ModelRoute
     from channels.signals import routes_changed
     from keys.models import Key
@@ -120,6 +121,9 @@ def connect() -> None:
     post_delete.connect(_keys_changed, sender=user, dispatch_uid="gw-user-del")
     m2m_changed.connect(_keys_changed, sender=Key.allowed_models.through, dispatch_uid="gw-key-models")
     m2m_changed.connect(_keys_changed, sender=user.allowed_models.through, dispatch_uid="gw-user-models")
+    post_save.connect(_keys_changed, sender=Team, dispatch_uid="gw-keys-save-Team")
+    post_delete.connect(_keys_changed, sender=Team, dispatch_uid="gw-keys-del-Team")
+    m2m_changed.connect(_keys_changed, sender=Team.allowed_models.through, dispatch_uid="gw-team-models")
     for model in (Channel, Model, ModelRoute):
         post_save.connect(_routes_changed, sender=model, dispatch_uid=f"gw-routes-save-{model.__name__}")
         post_delete.connect(_routes_changed, sender=model, dispatch_uid=f"gw-routes-del-{model.__name__}")

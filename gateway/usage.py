@@ -3,7 +3,7 @@
 The gateway calls `writer.record(UsageEvent(...))` (an O(1) append). A background task in the
 gateway process flushes every `GATEWAY_USAGE_FLUSH_INTERVAL` seconds (0.5 by default) and at
 shutdown: one multi-row insert of UsageRecord rows, one F()-increment per (day, user, key, model,
-channel) bucket of UsageDaily, and one `last_used_at` update per key. The reports over these rows
+channel, team) bucket of UsageDaily, and one `last_used_at` update per key. The reports over these rows
 are `keys.usage.services`'s.
 """
 
@@ -96,6 +96,7 @@ class UsageEvent:
     error: str = ""
     latency_ms: float | None = None
     ttft_ms: float | None = None
+    team_id: int | None = None  # the owner's team when the request was made (usage by team stays exact)
 
     @property
     def total_tokens(self) -> int:
@@ -120,6 +121,7 @@ _RECORD_COLUMNS = (
     "error",
     "latency_ms",
     "ttft_ms",
+    "team_id",
 )
 
 
@@ -148,6 +150,7 @@ def _insert_records(events: list[UsageEvent]) -> None:
             e.error[:300],
             e.latency_ms,
             e.ttft_ms,
+            e.team_id,
         )
         for e in events
     ]
@@ -174,11 +177,11 @@ def write_batch(events: list[UsageEvent]) -> None:
     if not events:
         return
     _insert_records(events)
-    Bucket = tuple[dt.date, int | None, int | None, str, int | None]
+    Bucket = tuple[dt.date, int | None, int | None, str, int | None, int | None]
     buckets: dict[Bucket, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
     last_used: dict[int, dt.datetime] = {}
     for e in events:
-        b = buckets[(e.created.date(), e.user_id, e.key_id, e.model[:128], e.channel_id)]
+        b = buckets[(e.created.date(), e.user_id, e.key_id, e.model[:128], e.channel_id, e.team_id)]
         b[0] += 1
         b[1] += 0 if e.status == UsageStatus.OK else 1
         b[2] += e.prompt_tokens
@@ -187,7 +190,7 @@ def write_batch(events: list[UsageEvent]) -> None:
         b[5] += 1 if e.estimated else 0
         if e.key_id is not None and e.status != UsageStatus.RATE_LIMITED:
             last_used[e.key_id] = max(last_used.get(e.key_id, e.created), e.created)
-    for (day, user_id, key_id, model, channel_id), (req, err, pt, ct, tt, est) in buckets.items():
+    for (day, user_id, key_id, model, channel_id, team_id), (req, err, pt, ct, tt, est) in buckets.items():
         increments = {
             "requests": F("requests") + req,
             "errors": F("errors") + err,
@@ -201,6 +204,7 @@ def write_batch(events: list[UsageEvent]) -> None:
         match &= Q(user_id=user_id) if user_id is not None else Q(user__isnull=True)
         match &= Q(key_id=key_id) if key_id is not None else Q(key__isnull=True)
         match &= Q(channel_id=channel_id) if channel_id is not None else Q(channel__isnull=True)
+        match &= Q(team_id=team_id) if team_id is not None else Q(team__isnull=True)
         if UsageDaily.objects.filter(match).update(**increments):
             continue
         try:
@@ -211,6 +215,7 @@ def write_batch(events: list[UsageEvent]) -> None:
                     key_id=key_id,
                     model=model,
                     channel_id=channel_id,
+                    team_id=team_id,
                     requests=req,
                     errors=err,
                     prompt_tokens=pt,

@@ -41,7 +41,7 @@ class OwnerChoiceField(_UserChoiceField):
 
 class KeyForm(forms.Form):
     """Create a key (or, with `instance`, edit one). Developers can only own their keys; admins
-    pick any active user. The owner of an existing key never changes."""
+    pick any active user, team leads any active member of their team. The owner of an existing key never changes."""
 
     owner = OwnerChoiceField(
         queryset=User.objects.none(), error_messages={"invalid_choice": "You can only create keys for yourself."}
@@ -91,6 +91,9 @@ class KeyForm(forms.Form):
         elif user.is_admin:
             owner.queryset = User.objects.filter(is_active=True).order_by("username")
             owner.error_messages["invalid_choice"] = "Choose an active user."
+        elif user.led_team_id is not None:
+            owner.queryset = User.objects.filter(is_active=True, team_id=user.led_team_id).order_by("username")
+            owner.error_messages["invalid_choice"] = "Choose an active member of your team."
         else:
             owner.queryset = User.objects.filter(pk=user.pk)
             owner.widget = forms.HiddenInput()
@@ -124,6 +127,10 @@ class KeyForm(forms.Form):
                 help_bits = [f"Blank: {'the default ' + format(default, ',') if default else 'unlimited'}."]
             if ceiling is not None and owner is not None:
                 help_bits.append(f"{owner.username}'s own limit, shared by all their keys: {ceiling:,}.")
+            team = owner.team if owner is not None else None
+            team_ceiling = getattr(team, name, None) if team is not None else None
+            if team_ceiling is not None:
+                help_bits.append(f"The team {team}'s limit, shared by all its members: {team_ceiling:,}.")
             if self.user.is_admin and (owner is None or owner.pk != self.user.pk):
                 help_bits.append("A value you set is a ceiling the owner can only lower.")
             field.help_text = " ".join(help_bits)

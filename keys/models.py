@@ -21,13 +21,20 @@ _M = TypeVar("_M", bound=models.Model)
 
 
 class OwnedQuerySet(models.QuerySet[_M]):
-    """Rows that belong to one user through `owner_field`."""
+    """Rows that belong to one user through `owner_field`, and to a team through `team_field`."""
 
     owner_field = "user"
+    team_field = "team"
 
     def visible_to(self, user: User) -> Self:
-        """Admins see every row; anyone else only their own (another user's rows are 404)."""
-        return self.all() if user.is_admin else self.filter(**{self.owner_field: user})
+        """Admins see every row; a team lead their own and their team's; anyone else only their
+        own (another user's rows are 404)."""
+        if user.is_admin:
+            return self.all()
+        mine = models.Q(**{self.owner_field: user})
+        if user.led_team_id is not None:
+            mine |= models.Q(**{self.team_field: user.led_team_id})
+        return self.filter(mine)
 
 
 # django-stubs generates as_manager() from the first base only, so it cannot match the second's.
@@ -35,6 +42,7 @@ class KeyQuerySet(ShownOnceQuerySet["Key"], OwnedQuerySet["Key"]):  # type: igno
     """`not_revoked()`, `unexpired()` (the key lists' "active" state; ignores the owner), `active()`."""
 
     owner_field = "owner"
+    team_field = "owner__team"
 
     def active(self) -> Self:
         """Keys the gateway accepts now: the QuerySet form of `Key.is_active`."""
@@ -111,6 +119,8 @@ class UsageRecord(models.Model):
     request_id = models.CharField(max_length=64, blank=True)
     key = models.ForeignKey(Key, null=True, on_delete=models.SET_NULL, related_name="usage")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="usage")
+    # The owner's team at the time of the request: moving a user later does not rewrite history.
+    team = models.ForeignKey("accounts.Team", null=True, blank=True, on_delete=models.SET_NULL, related_name="usage")
     model = models.CharField(max_length=128, db_index=True)
     channel = models.ForeignKey(
         "channels.Channel", null=True, blank=True, on_delete=models.SET_NULL, related_name="usage"
@@ -134,6 +144,8 @@ class UsageRecord(models.Model):
         indexes = [
             models.Index(fields=["user", "created"], name="usage_user_created"),
             models.Index(fields=["key", "created"], name="usage_key_created"),
+            models.Index(fields=["team", "created"], name="usage_team_created"),
+            models.Index(fields=["channel", "created"], name="usage_channel_created"),
         ]
 
     def __str__(self) -> str:
@@ -148,6 +160,7 @@ class UsageDaily(models.Model):
     key = models.ForeignKey(Key, null=True, on_delete=models.SET_NULL, related_name="+")
     model = models.CharField(max_length=128)
     channel = models.ForeignKey("channels.Channel", null=True, on_delete=models.SET_NULL, related_name="+")
+    team = models.ForeignKey("accounts.Team", null=True, on_delete=models.SET_NULL, related_name="+")
     requests = models.PositiveIntegerField(default=0)
     errors = models.PositiveIntegerField(default=0)
     prompt_tokens = models.BigIntegerField(default=0)
@@ -161,7 +174,7 @@ class UsageDaily(models.Model):
         ordering = ["-day", "model"]
         constraints = [
             models.UniqueConstraint(
-                fields=["day", "user", "key", "model", "channel"],
+                fields=["day", "user", "key", "model", "channel", "team"],
                 name="usagedaily_unique_bucket",
             )
         ]

@@ -132,11 +132,13 @@ def validate_key_settings(
 
     Limits have an owner: what an admin (`editor`) sets on a key becomes its ceiling
     (`cleaned["admin_ceilings"]`); anyone else editing `key` may lower such a limit, never raise or
-    clear it. The owner's own limits (set by an admin on the user) cap every key of theirs."""
+    clear it. The owner's own limits and their team's cap every key of theirs. A team lead editing a
+    member's key is "anyone else": the admin's ceilings bind them too."""
     errors: dict[str, list[str]] = {}
     cleaned: dict[str, Any] = {}
     by_admin = editor is not None and editor.is_admin
     ceilings: dict[str, int] = dict(key.admin_ceilings or {}) if key is not None else {}
+    team = owner.team
     for name, value in (limits or {}).items():
         ceiling_by_admin = None if by_admin else ceilings.get(name)
         if value in (None, ""):
@@ -158,6 +160,9 @@ def validate_key_settings(
         ceiling = getattr(owner, name, None)
         if ceiling is not None and number > ceiling:
             errors.setdefault(name, []).append(f"Cannot exceed the owner's limit of {ceiling:,}.")
+        team_ceiling = getattr(team, name, None) if team is not None else None
+        if team_ceiling is not None and number > team_ceiling:
+            errors.setdefault(name, []).append(f"Cannot exceed the team {team}'s limit of {team_ceiling:,}.")
         if ceiling_by_admin is not None and number > ceiling_by_admin:
             errors.setdefault(name, []).append(
                 f"An admin set this limit to {ceiling_by_admin:,}; you can lower it but not raise it."
@@ -198,11 +203,12 @@ class EffectiveLimit:
     name: str
     label: str
     value: int | None  # what binds this key now; None: unlimited
-    source: str  # "key" | "user" | "" (unlimited)
+    source: str  # "key" | "user" | "team" | "" (unlimited)
     set_by: str  # who set the binding value, for people: "an admin", "alice", ""
     key_value: int | None
     user_value: int | None
     admin_ceiling: int | None  # the key's own ceiling set by an admin (the owner may only lower it)
+    team_value: int | None = None  # the owner's team's, shared by all its members
 
     @property
     def locked_for_owner(self) -> bool:
@@ -210,19 +216,27 @@ class EffectiveLimit:
 
 
 def effective_limits(key: Key) -> list[EffectiveLimit]:
-    """Each limit of `key`: the key's own value, its owner's (shared by all their keys), and the
-    smaller of the two, which is what the gateway enforces for this key."""
+    """Each limit of `key`: the key's own value, its owner's (shared by all their keys), their
+    team's (shared by all its members), and the smallest, which is what binds this key."""
     ceilings = key.admin_ceilings or {}
+    owner = key.owner
+    team = owner.team
+    user_ceilings = owner.admin_ceilings or {}
     rows = []
     for name, label in LIMIT_LABELS.items():
-        own, user = getattr(key, name), getattr(key.owner, name)
+        own, user = getattr(key, name), getattr(owner, name)
+        shared = getattr(team, name) if team is not None else None
         ceiling = ceilings.get(name)
-        if own is None and user is None:
+        candidates = [(v, src) for v, src in ((own, "key"), (user, "user"), (shared, "team")) if v is not None]
+        if not candidates:
             value, source, set_by = None, "", ""
-        elif user is not None and (own is None or user < own):
-            value, source, set_by = user, "user", "an admin"
         else:
-            value, source = own, "key"
-            set_by = "an admin" if ceiling is not None and own == ceiling else key.owner.username
-        rows.append(EffectiveLimit(name, label, value, source, set_by, own, user, ceiling))
+            value, source = min(candidates, key=lambda c: c[0])  # ties: the key's own value first
+            if source == "team":
+                set_by = "an admin"
+            elif source == "user":
+                set_by = "a team lead" if team is not None and user_ceilings.get(name) != user else "an admin"
+            else:
+                set_by = "an admin" if ceiling is not None and own == ceiling else owner.username
+        rows.append(EffectiveLimit(name, label, value, source, set_by, own, user, ceiling, shared))
     return rows

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.views import View
 from django.views.generic import DetailView
 
-from portal.permissions import AdminRequiredMixin
+from portal.permissions import AdminOrTeamLeadRequiredMixin
 from portal.ui import FilteredListView, done, pop_secret, remember_secret
 
 from .filters import KeyFilterSet
@@ -56,7 +56,9 @@ class MyKeyListView(LoginRequiredMixin, FilteredListView):
         return super().get_context_data(filter_fields=["state"], title="My keys", show_owner=False, **kwargs)
 
 
-class AllKeyListView(AdminRequiredMixin, FilteredListView):
+class AllKeyListView(AdminOrTeamLeadRequiredMixin, FilteredListView):
+    """Everyone's keys for admins; the team's members' keys for a team lead."""
+
     request: AuthenticatedHttpRequest
     model = Key
     filterset_class = KeyFilterSet
@@ -67,7 +69,8 @@ class AllKeyListView(AdminRequiredMixin, FilteredListView):
         return visible_keys(self.request.user).order_by("revoked_at", "-created")
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        return super().get_context_data(filter_fields=["owner", "state"], title="All keys", show_owner=True, **kwargs)
+        title = "All keys" if self.request.user.is_admin else "Team keys"
+        return super().get_context_data(filter_fields=["owner", "state"], title=title, show_owner=True, **kwargs)
 
 
 class KeyCreateView(LoginRequiredMixin, View):
@@ -76,7 +79,7 @@ class KeyCreateView(LoginRequiredMixin, View):
 
     def get(self, request: AuthenticatedHttpRequest) -> HttpResponse:
         initial: dict[str, int] = {}
-        if request.user.is_admin and request.GET.get("owner", "").isdigit():
+        if (request.user.is_admin or request.user.is_team_lead) and request.GET.get("owner", "").isdigit():
             initial["owner"] = int(request.GET["owner"])
         return render(request, self.template_name, {"form": KeyForm(user=request.user, initial=initial)})
 

@@ -1,6 +1,8 @@
 """The one admin check, for pages (mixin, decorator), the API (DRF permissions) and templates.
 
-Only `user.is_admin` is read (the accounts app defines it), so the ground floor needs no app.
+Only `user.is_admin` and `user.is_team_lead` are read (the accounts app defines them), so the ground
+floor needs no app. A team lead sees and manages their team's members and keys; what exactly is
+scoped by the querysets (`visible_to`) and the accounts services (`may_manage`).
 """
 
 from __future__ import annotations
@@ -31,10 +33,15 @@ if TYPE_CHECKING:
 
 
 DENIED = "Only admins can see this page."
+DENIED_LEAD = "Only admins and team leads can see this page."
 
 
 def is_admin(user: Any) -> bool:
     return bool(user is not None and user.is_authenticated and user.is_admin)
+
+
+def is_admin_or_team_lead(user: Any) -> bool:
+    return is_admin(user) or bool(user is not None and user.is_authenticated and user.is_team_lead)
 
 
 class AdminRequiredMixin(LoginRequiredMixin):
@@ -44,6 +51,17 @@ class AdminRequiredMixin(LoginRequiredMixin):
 
     def dispatch(self, request, *args, **kwargs):
         if request.user.is_authenticated and not is_admin(request.user):
+            raise PermissionDenied(self.get_permission_denied_message())
+        return super().dispatch(request, *args, **kwargs)
+
+
+class AdminOrTeamLeadRequiredMixin(LoginRequiredMixin):
+    """Like AdminRequiredMixin, for pages a team lead sees scoped to their team."""
+
+    permission_denied_message = DENIED_LEAD
+
+    def dispatch(self, request, *args, **kwargs):
+        if request.user.is_authenticated and not is_admin_or_team_lead(request.user):
             raise PermissionDenied(self.get_permission_denied_message())
         return super().dispatch(request, *args, **kwargs)
 
@@ -69,6 +87,13 @@ class IsAdmin(BasePermission):
 
     def has_permission(self, request, view):
         return is_admin(request.user)
+
+
+class IsAdminOrTeamLead(BasePermission):
+    message = "Only admins and team leads can do this."
+
+    def has_permission(self, request, view):
+        return is_admin_or_team_lead(request.user)
 
 
 class IsAdminOrReadOnly(BasePermission):

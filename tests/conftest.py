@@ -123,6 +123,25 @@ def mallory(django_user_model):
 
 
 @pytest.fixture
+def team(alice):
+    """Team alpha: alice is a member, lena (below) its lead; no limits until a test sets them."""
+    from accounts.models import Team
+
+    team = Team.objects.create(name="alpha")
+    alice.team = team
+    alice.save()
+    return team
+
+
+@pytest.fixture
+def lena(django_user_model, team):
+    """The lead of alice's team."""
+    return django_user_model.objects.create_user(
+        username="lena", password="lena-pass-123", role=Role.TEAM_LEAD, team=team
+    )
+
+
+@pytest.fixture
 def admin_client(client, admin):
     client.force_login(admin)
     return client

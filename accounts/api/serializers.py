@@ -9,11 +9,11 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from channels.models import Model
-from portal.api.serializers import LIMIT_FIELDS, LimitFields
+from portal.api.serializers import LIMIT_FIELDS, IdOrNameRelatedField, LimitFields, drf_error
 
 from .. import services
 from ..choices import Role
-from ..models import ApiToken, AuditLog, User
+from ..models import ApiToken, AuditLog, Team, User
 
 # --- users ---------------------------------------------------------------------------------------
 
@@ -42,6 +42,9 @@ class UserSerializer(LimitFields, serializers.ModelSerializer):
         help_text='Limits pre-filled on the user\'s new keys, e.g. {"tokens_per_day": 200000}.',
     )
     is_admin = serializers.BooleanField(read_only=True)
+    team = IdOrNameRelatedField(
+        queryset=Team.objects.all(), required=False, allow_null=True, help_text="Team id or name; null: no team."
+    )
 
     class Meta:
         model = User
@@ -52,16 +55,18 @@ class UserSerializer(LimitFields, serializers.ModelSerializer):
             "first_name",
             "last_name",
             "role",
+            "team",
             "is_active",
             "is_admin",
             "date_joined",
             "last_login",
             *LIMIT_FIELDS,
+            "admin_ceilings",
             "key_defaults",
             "allowed_models",
             "password",
         ]
-        read_only_fields = ["is_active", "date_joined", "last_login"]
+        read_only_fields = ["is_active", "date_joined", "last_login", "admin_ceilings"]
 
     def validate_key_defaults(self, value: dict) -> dict:
         unknown = sorted(set(value) - set(LIMIT_FIELDS))
@@ -99,6 +104,18 @@ class UserSerializer(LimitFields, serializers.ModelSerializer):
                     )
         if errors:
             raise serializers.ValidationError(errors)
+        limits = {f: attrs[f] for f in LIMIT_FIELDS if f in attrs}
+        if request is not None and (limits or "team" in attrs):
+            member = self.instance or User()
+            if "team" in attrs and not limits:  # a new team must still hold the limits already set
+                limits = {f: getattr(member, f) for f in LIMIT_FIELDS}
+            try:
+                cleaned = services.validate_member_limits(
+                    member, editor=request.user, limits=limits, team=attrs.get("team", ...)
+                )
+            except DjangoValidationError as exc:
+                raise drf_error(exc) from None
+            attrs.update(cleaned)
         return attrs
 
     @transaction.atomic
@@ -120,6 +137,72 @@ class UserSerializer(LimitFields, serializers.ModelSerializer):
             instance.is_superuser = False
             instance.is_staff = False
         return super().update(instance, validated_data)
+
+
+# --- teams ---------------------------------------------------------------------------------------
+
+
+class TeamSerializer(LimitFields, serializers.ModelSerializer):
+    """A team: its limits are a ceiling over all its members together (admins set them; members'
+    and keys' own limits can only be lower). Members are assigned on the user (`team`)."""
+
+    allowed_models = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=Model.objects.all(),
+        many=True,
+        required=False,
+        help_text="Model names the team's members may use; empty: every enabled model.",
+    )
+    members: serializers.SlugRelatedField = serializers.SlugRelatedField(
+        slug_field="username", many=True, read_only=True, help_text="Usernames of the team's members."
+    )
+    leads = serializers.SerializerMethodField(help_text="Usernames of the team's leads.")
+
+    class Meta:
+        model = Team
+        fields = [
+            "id",
+            "name",
+            "description",
+            *LIMIT_FIELDS,
+            "allowed_models",
+            "members",
+            "leads",
+            "created",
+            "updated",
+        ]
+        read_only_fields = ["created", "updated"]
+
+    def get_leads(self, obj: Team) -> list[str]:
+        return sorted(m.username for m in obj.members.all() if m.role == Role.TEAM_LEAD and m.is_active)
+
+    def validate_name(self, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise serializers.ValidationError("Enter a name.")
+        return value
+
+
+class MemberSerializer(LimitFields, serializers.ModelSerializer):
+    """A team member as the team's lead manages them: their limits (within the team's, and never
+    above what an admin set on them) and their keys (under /api/keys/)."""
+
+    class Meta:
+        model = User
+        fields = ["id", "username", "role", "is_active", *LIMIT_FIELDS, "admin_ceilings"]
+        read_only_fields = ["username", "role", "is_active", "admin_ceilings"]
+
+    def validate(self, attrs: dict) -> dict:
+        limits = {f: attrs[f] for f in LIMIT_FIELDS if f in attrs}
+        try:
+            cleaned = services.validate_member_limits(self.instance, editor=self.context["request"].user, limits=limits)
+        except DjangoValidationError as exc:
+            raise drf_error(exc) from None
+        return cleaned
+
+    def update(self, instance: User, validated_data: dict) -> User:
+        services.save_member_limits(instance, validated_data)
+        return instance
 
 
 class UserCreatedSerializer(UserSerializer):

@@ -5,6 +5,7 @@ from . import views
 
 router = SimpleRouter()
 router.register("users", views.UserViewSet, basename="user")
+router.register("teams", views.TeamViewSet, basename="team")
 router.register("tokens", views.ApiTokenViewSet, basename="apitoken")
 router.register("audit-log", views.AuditLogViewSet, basename="auditlog")
 

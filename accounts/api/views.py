@@ -1,29 +1,34 @@
-"""REST API for users (admins), the caller's profile, personal API tokens and the audit log."""
+"""REST API for users (admins), teams, the caller's profile, personal API tokens and the audit log."""
 
 from __future__ import annotations
 
+from django.db.models import Prefetch
+from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.generics import GenericAPIView
-from rest_framework.permissions import IsAuthenticated
+from rest_framework.permissions import SAFE_METHODS, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from portal.permissions import IsAdmin
+from portal.permissions import IsAdmin, IsAdminOrReadOnly
 
 from .. import services
-from ..filters import ApiTokenFilterSet, AuditLogFilterSet, UserFilterSet
-from ..models import ApiToken, AuditLog, User
+from ..filters import ApiTokenFilterSet, AuditLogFilterSet, TeamFilterSet, UserFilterSet
+from ..models import ApiToken, AuditLog, Team, User
 from ..services import issue_token, revoke_token
 from .serializers import (
     LIMIT_FIELDS,
     ApiTokenCreatedSerializer,
     ApiTokenSerializer,
     AuditLogSerializer,
+    MemberSerializer,
     MeSerializer,
     PasswordSerializer,
     ReactivateSerializer,
+    TeamSerializer,
     UnlockSerializer,
     UserCreatedSerializer,
     UserSerializer,
@@ -92,6 +97,71 @@ class UserViewSet(
         user = self.get_object()
         password = services.reset_password(user, actor=request.user)
         return Response({"password": password})
+
+
+class TeamViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.UpdateModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Teams: admins manage every team; a member reads their own team (another team is 404); its
+    lead also manages the members' limits (`members`). Not deleted: usage records point at them."""
+
+    serializer_class = TeamSerializer
+    permission_classes = [IsAdminOrReadOnly]
+    filterset_class = TeamFilterSet
+    search_fields = ["name", "description"]
+    ordering_fields = ["name", "created", *LIMIT_FIELDS]
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return Team.objects.none()
+        members = Prefetch("members", queryset=User.objects.order_by("username"))
+        return Team.objects.visible_to(self.request.user).prefetch_related("allowed_models", members)
+
+    def _managed_team(self) -> Team:
+        team = self.get_object()
+        user: User = self.request.user  # type: ignore[assignment]  # IsAdminOrReadOnly: signed in
+        if not (user.is_admin or user.led_team_id == team.pk):
+            raise PermissionDenied("Only admins and the team's leads can manage its members.")
+        return team
+
+    @extend_schema(responses={200: MemberSerializer(many=True)})
+    @action(
+        detail=True,
+        methods=["get"],
+        serializer_class=MemberSerializer,
+        permission_classes=[IsAuthenticated],
+        filter_backends=[],
+        pagination_class=None,
+    )
+    def members(self, request: Request, pk=None) -> Response:
+        """The team's members with their limits (admins and the team's leads)."""
+        team = self._managed_team()
+        return Response(MemberSerializer(team.members.order_by("username"), many=True).data)
+
+    @extend_schema(request=MemberSerializer, responses={200: MemberSerializer})
+    @action(
+        detail=True,
+        methods=["get", "patch"],
+        url_path=r"members/(?P<member_id>\d+)",
+        serializer_class=MemberSerializer,
+        permission_classes=[IsAuthenticated],  # who may is the team's business: `_managed_team`
+        filter_backends=[],
+        pagination_class=None,
+    )
+    def member(self, request: Request, pk=None, member_id=None) -> Response:
+        """One member's limits; a lead may set them within the team's and below an admin's."""
+        team = self._managed_team()
+        person = get_object_or_404(team.members.all(), pk=member_id)
+        if request.method in SAFE_METHODS:
+            return Response(MemberSerializer(person).data)
+        body = MemberSerializer(person, data=request.data, partial=True, context=self.get_serializer_context())
+        body.is_valid(raise_exception=True)
+        body.save()
+        return Response(MemberSerializer(person).data)
 
 
 class MeView(GenericAPIView):

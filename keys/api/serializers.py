@@ -11,22 +11,25 @@ from django.db import transaction
 from rest_framework import serializers
 
 from accounts.models import User
+from accounts.services import may_manage
 from channels.models import Model
 from keys.choices import KeyState
 from keys.models import Key
 from keys.services import MAX_CIDR_ENTRIES, issue_key, validate_key_settings
-from portal.api.serializers import LIMIT_FIELDS, LimitFields, drf_error, is_admin
+from portal.api.serializers import LIMIT_FIELDS, LimitFields, drf_error
 
 MAX_GRACE = datetime.timedelta(days=30)
 
 
 class KeySerializer(LimitFields, serializers.ModelSerializer[Key]):
     """A developer key. Only `name` is required; `owner` defaults to the caller (admins may name any
-    active user). Limits left out take the owner's key defaults; a limit above the owner's own limit
-    is refused."""
+    active user, team leads any member of their team). Limits left out take the owner's key
+    defaults; a limit above the owner's own limit or their team's is refused."""
 
     owner = serializers.PrimaryKeyRelatedField(
-        queryset=User.objects.all(), required=False, help_text="User id; default: you. Only admins may set another."
+        queryset=User.objects.all(),
+        required=False,
+        help_text="User id; default: you. Only admins (and team leads, for their members) may set another.",
     )
     owner_username = serializers.CharField(source="owner.username", read_only=True)
     allowed_models = serializers.SlugRelatedField(
@@ -94,8 +97,10 @@ class KeySerializer(LimitFields, serializers.ModelSerializer[Key]):
         owner = attrs.get("owner") or (key.owner if key is not None else request.user)
         if key is not None and owner != key.owner:
             raise serializers.ValidationError({"owner": ["A key's owner cannot change; create a key for them."]})
-        if owner != request.user and not is_admin(request):
-            raise serializers.ValidationError({"owner": ["You can only create keys for yourself."]})
+        if owner != request.user and not may_manage(request.user, owner):
+            raise serializers.ValidationError(
+                {"owner": ["You can only create keys for yourself (a team lead: for the team's members)."]}
+            )
         if not owner.is_active:
             raise serializers.ValidationError({"owner": [f"{owner.username} is deactivated."]})
         attrs["owner"] = owner

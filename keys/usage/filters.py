@@ -14,7 +14,19 @@ class UsageRecordFilterSet(django_filters.FilterSet):  # type: ignore[misc]  # d
 
     class Meta:
         model = UsageRecord
-        fields = ["key", "user", "model", "channel", "surface", "status", "estimated", "stream", "since", "until"]
+        fields = [
+            "key",
+            "user",
+            "team",
+            "model",
+            "channel",
+            "surface",
+            "status",
+            "estimated",
+            "stream",
+            "since",
+            "until",
+        ]
 
 
 class UsageDailyFilterSet(django_filters.FilterSet):  # type: ignore[misc]  # django-filter ships no type hints
@@ -23,4 +35,4 @@ class UsageDailyFilterSet(django_filters.FilterSet):  # type: ignore[misc]  # dj
 
     class Meta:
         model = UsageDaily
-        fields = ["key", "user", "model", "channel", "day", "since", "until"]
+        fields = ["key", "user", "team", "model", "channel", "day", "since", "until"]

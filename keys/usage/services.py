@@ -1,4 +1,4 @@
-"""Usage reports: tokens per day and model, totals grouped by user, key, model or channel, and
+"""Usage reports: tokens per day and model, totals grouped by user, team, key, model or channel, and
 today's and this month's use against limits. Shared by the usage pages and the usage API."""
 
 from __future__ import annotations
@@ -42,13 +42,14 @@ def today() -> dt.date:
 GROUPS = {
     "model": ("model",),
     "user": ("user__username",),
+    "team": ("team__name",),
     "key": ("key__name", "key__prefix", "key__last_four", "key__owner__username"),
     "channel": ("channel__name",),
 }
 
 
 def grouped_totals(qs: QuerySet[UsageDaily], group_by: str, since: dt.date, until: dt.date) -> list[dict[str, Any]]:
-    """Totals per user, key, model or channel between two days (inclusive), largest first."""
+    """Totals per user, team, key, model or channel between two days (inclusive), largest first."""
     fields = GROUPS[group_by]
     rows = (
         qs.filter(day__gte=since, day__lte=until)

@@ -1,4 +1,5 @@
-"""Usage pages: "My usage" for everyone, usage by user/key/model/channel for admins (with CSV)."""
+"""Usage pages: "My usage" for everyone, usage by user/team/key/model/channel for admins and, scoped
+to their team, for team leads (with CSV)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from django.shortcuts import render
 from django.views import View
 
 from keys.models import Key, UsageDaily
-from portal.permissions import AdminRequiredMixin
+from portal.permissions import AdminOrTeamLeadRequiredMixin
 
 from .services import GROUPS, daily_totals, grouped_totals, limit_status, today
 
@@ -69,17 +70,20 @@ class MyUsageView(LoginRequiredMixin, View):
         )
 
 
-class AdminUsageView(AdminRequiredMixin, View):
-    """Usage of everyone grouped by user, key, model or channel; `?format=csv` downloads it."""
+class AdminUsageView(AdminOrTeamLeadRequiredMixin, View):
+    """Usage of everyone (a team lead: of their team, as recorded at request time) grouped by user,
+    team, key, model or channel; `?format=csv` downloads it."""
 
-    def get(self, request: HttpRequest) -> HttpResponse:
+    def get(self, request: AuthenticatedHttpRequest) -> HttpResponse:
+        groups = list(GROUPS) if request.user.is_admin else [g for g in GROUPS if g not in ("channel", "team")]
         group_by = request.GET.get("group_by", "user")
-        if group_by not in GROUPS:
+        if group_by not in groups:
             group_by = "user"
         days = _days(request)
         until = today()
         since = until - dt.timedelta(days=days - 1)
-        rows = grouped_totals(UsageDaily.objects.all(), group_by, since, until)
+        visible = UsageDaily.objects.visible_to(request.user)
+        rows = grouped_totals(visible, group_by, since, until)
         if request.GET.get("format") == "csv":
             response = HttpResponse(content_type="text/csv; charset=utf-8")
             response["Content-Disposition"] = f'attachment; filename="usage-by-{group_by}-{since}-{until}.csv"'
@@ -89,14 +93,15 @@ class AdminUsageView(AdminRequiredMixin, View):
             for row in rows:
                 writer.writerow([_csv_safe(str(row["group"])), since, until, *(row[c] or 0 for c in columns)])
             return response
-        series = daily_totals(UsageDaily.objects.all(), since)
+        series = daily_totals(visible, since)
         return render(
             request,
             "keys/usage_admin.html",
             {
                 "rows": rows,
                 "group_by": group_by,
-                "groups": list(GROUPS),
+                "groups": groups,
+                "title": "Usage" if request.user.is_admin else "Team usage",
                 "days": days,
                 "since": since,
                 "until": until,

@@ -72,6 +72,11 @@ def mallory_api(mallory) -> APIClient:
 
 
 @pytest.fixture
+def lead_api(lena) -> APIClient:
+    return session_client(lena)
+
+
+@pytest.fixture
 def host(db, ssh_private_key) -> Host:
     host = Host.objects.create(
         name="gpu-1", address="10.0.0.5", username="ubuntu", private_key=ssh_private_key, labels=["a100"]
@@ -161,9 +166,10 @@ def alert_target(db) -> AlertTarget:
 
 
 @pytest.fixture
-def alice_usage(alice_key) -> tuple[UsageRecord, UsageDaily]:
-    """One gateway request by alice's key: its usage record and the daily bucket it went into."""
-    write_batch([event(alice_key)])
+def alice_usage(alice_key, team) -> tuple[UsageRecord, UsageDaily]:
+    """One gateway request by alice's key (a member of the team): its usage record and the daily
+    bucket it went into."""
+    write_batch([event(alice_key, team_id=team.pk)])
     return UsageRecord.objects.get(key=alice_key), UsageDaily.objects.get(key=alice_key)
 
 
@@ -181,6 +187,8 @@ def world(
     admin,
     alice,
     mallory,
+    team,
+    lena,
     host,
     channel,
     channel_off,
@@ -201,6 +209,8 @@ def world(
         "admin": admin.pk,
         "alice": alice.pk,
         "mallory": mallory.pk,
+        "team": team.pk,
+        "lena": lena.pk,
         "host": host.pk,
         "channel": channel.pk,
         "model": model.pk,

@@ -1,5 +1,6 @@
 """Role matrix: every API endpoint and method, as anonymous, alice (developer and owner of the
-alice_* objects), mallory (another developer) and admin. Other people's objects are 404."""
+alice_* objects, member of the team), mallory (another developer, in no team), lena (lead of
+alice's team) and admin. Other people's objects are 404."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from django.db import transaction
 
 pytestmark = pytest.mark.django_db
 
-ROLES = ("anon", "alice", "mallory", "admin")
+ROLES = ("anon", "alice", "mallory", "lead", "admin")
 
 HOST_PUT = {"name": "gpu-1", "address": "10.0.0.6", "username": "ubuntu"}
 CHANNEL_PUT = {"name": "vllm-a", "kind": "vllm", "base_url": "http://10.0.0.5:8000"}
@@ -33,156 +34,170 @@ FIT_SPEC = {
 }
 ALERT_TARGET_PUT = {"name": "oncall", "kind": "email", "email": "pager@example.com"}
 
-# (method, path template, body, expected status for anon, alice, mallory, admin)
+# (method, path template, body, expected status for anon, alice, mallory, lead, admin)
 MATRIX = [
     # users: admins only; deactivated, never deleted
-    ("get", "/api/users/", None, (401, 403, 403, 200)),
-    ("post", "/api/users/", {"username": "newbie", "role": "developer"}, (401, 403, 403, 201)),
-    ("get", "/api/users/{alice}/", None, (401, 403, 403, 200)),
-    ("patch", "/api/users/{alice}/", {"tokens_per_day": 1000}, (401, 403, 403, 200)),
-    ("put", "/api/users/{alice}/", {"username": "alice", "role": "developer"}, (401, 403, 403, 200)),
-    ("delete", "/api/users/{alice}/", None, (401, 403, 403, 405)),
-    ("post", "/api/users/{alice}/deactivate/", None, (401, 403, 403, 200)),
-    ("post", "/api/users/{alice}/reactivate/", None, (401, 403, 403, 200)),
-    ("post", "/api/users/{alice}/unlock/", None, (401, 403, 403, 200)),
-    ("post", "/api/users/{alice}/reset-password/", None, (401, 403, 403, 200)),
+    ("get", "/api/users/", None, (401, 403, 403, 403, 200)),
+    ("post", "/api/users/", {"username": "newbie", "role": "developer"}, (401, 403, 403, 403, 201)),
+    ("get", "/api/users/{alice}/", None, (401, 403, 403, 403, 200)),
+    ("patch", "/api/users/{alice}/", {"tokens_per_day": 1000}, (401, 403, 403, 403, 200)),
+    ("put", "/api/users/{alice}/", {"username": "alice", "role": "developer"}, (401, 403, 403, 403, 200)),
+    ("delete", "/api/users/{alice}/", None, (401, 403, 403, 403, 405)),
+    ("post", "/api/users/{alice}/deactivate/", None, (401, 403, 403, 403, 200)),
+    ("post", "/api/users/{alice}/reactivate/", None, (401, 403, 403, 403, 200)),
+    ("post", "/api/users/{alice}/unlock/", None, (401, 403, 403, 403, 200)),
+    ("post", "/api/users/{alice}/reset-password/", None, (401, 403, 403, 403, 200)),
+    # teams: admins manage them; members read their own team (another team is 404); its lead
+    # also manages the members' limits (within the team's and below an admin's)
+    ("get", "/api/teams/", None, (401, 200, 200, 200, 200)),
+    ("post", "/api/teams/", {"name": "beta"}, (401, 403, 403, 403, 201)),
+    ("get", "/api/teams/{team}/", None, (401, 200, 404, 200, 200)),
+    ("patch", "/api/teams/{team}/", {"requests_per_minute": 10}, (401, 403, 403, 403, 200)),
+    ("put", "/api/teams/{team}/", {"name": "alpha"}, (401, 403, 403, 403, 200)),
+    ("delete", "/api/teams/{team}/", None, (401, 403, 403, 403, 405)),
+    ("get", "/api/teams/{team}/members/", None, (401, 403, 404, 200, 200)),
+    ("post", "/api/teams/{team}/members/", {}, (401, 405, 405, 405, 405)),
+    ("get", "/api/teams/{team}/members/{alice}/", None, (401, 403, 404, 200, 200)),
+    ("patch", "/api/teams/{team}/members/{alice}/", {"tokens_per_day": 1000}, (401, 403, 404, 200, 200)),
+    ("patch", "/api/teams/{team}/members/{mallory}/", {"tokens_per_day": 1000}, (401, 403, 404, 404, 404)),
+    ("delete", "/api/teams/{team}/members/{alice}/", None, (401, 405, 405, 405, 405)),
     # me: anyone logged in, read-only
-    ("get", "/api/me/", None, (401, 200, 200, 200)),
-    ("post", "/api/me/", {}, (401, 405, 405, 405)),
-    ("patch", "/api/me/", {}, (401, 405, 405, 405)),
+    ("get", "/api/me/", None, (401, 200, 200, 200, 200)),
+    ("post", "/api/me/", {}, (401, 405, 405, 405, 405)),
+    ("patch", "/api/me/", {}, (401, 405, 405, 405, 405)),
     # personal API tokens: own only, even for admins
-    ("get", "/api/tokens/", None, (401, 200, 200, 200)),
-    ("post", "/api/tokens/", {"name": "ci"}, (401, 201, 201, 201)),
-    ("get", "/api/tokens/{alice_token}/", None, (401, 200, 404, 404)),
-    ("post", "/api/tokens/{alice_token}/revoke/", None, (401, 200, 404, 404)),
-    ("patch", "/api/tokens/{alice_token}/", {"name": "x"}, (401, 405, 405, 405)),
-    ("delete", "/api/tokens/{alice_token}/", None, (401, 405, 405, 405)),
+    ("get", "/api/tokens/", None, (401, 200, 200, 200, 200)),
+    ("post", "/api/tokens/", {"name": "ci"}, (401, 201, 201, 201, 201)),
+    ("get", "/api/tokens/{alice_token}/", None, (401, 200, 404, 404, 404)),
+    ("post", "/api/tokens/{alice_token}/revoke/", None, (401, 200, 404, 404, 404)),
+    ("patch", "/api/tokens/{alice_token}/", {"name": "x"}, (401, 405, 405, 405, 405)),
+    ("delete", "/api/tokens/{alice_token}/", None, (401, 405, 405, 405, 405)),
     # audit log: admins, read-only
-    ("get", "/api/audit-log/", None, (401, 403, 403, 200)),
-    ("get", "/api/audit-log/{audit}/", None, (401, 403, 403, 200)),
-    ("post", "/api/audit-log/", {}, (401, 403, 403, 405)),
-    ("delete", "/api/audit-log/{audit}/", None, (401, 403, 403, 405)),
+    ("get", "/api/audit-log/", None, (401, 403, 403, 403, 200)),
+    ("get", "/api/audit-log/{audit}/", None, (401, 403, 403, 403, 200)),
+    ("post", "/api/audit-log/", {}, (401, 403, 403, 403, 405)),
+    ("delete", "/api/audit-log/{audit}/", None, (401, 403, 403, 403, 405)),
     # hosts: admins only
-    ("get", "/api/hosts/", None, (401, 403, 403, 200)),
-    ("post", "/api/hosts/", {"name": "gpu-2", "address": "gpu-2.lan", "username": "root"}, (401, 403, 403, 201)),
-    ("get", "/api/hosts/{host}/", None, (401, 403, 403, 200)),
-    ("patch", "/api/hosts/{host}/", {"notes": "rack 3"}, (401, 403, 403, 200)),
-    ("put", "/api/hosts/{host}/", HOST_PUT, (401, 403, 403, 200)),
-    ("post", "/api/hosts/{host}/refresh-inventory/", None, (401, 403, 403, 202)),
+    ("get", "/api/hosts/", None, (401, 403, 403, 403, 200)),
+    ("post", "/api/hosts/", {"name": "gpu-2", "address": "gpu-2.lan", "username": "root"}, (401, 403, 403, 403, 201)),
+    ("get", "/api/hosts/{host}/", None, (401, 403, 403, 403, 200)),
+    ("patch", "/api/hosts/{host}/", {"notes": "rack 3"}, (401, 403, 403, 403, 200)),
+    ("put", "/api/hosts/{host}/", HOST_PUT, (401, 403, 403, 403, 200)),
+    ("post", "/api/hosts/{host}/refresh-inventory/", None, (401, 403, 403, 403, 202)),
     # nothing awaits confirmation on a fresh host, so even an admin gets a field error
-    ("post", "/api/hosts/{host}/confirm-host-key/", {"fingerprint": "SHA256:x"}, (401, 403, 403, 400)),
-    ("delete", "/api/hosts/{host}/", None, (401, 403, 403, 204)),
+    ("post", "/api/hosts/{host}/confirm-host-key/", {"fingerprint": "SHA256:x"}, (401, 403, 403, 403, 400)),
+    ("delete", "/api/hosts/{host}/", None, (401, 403, 403, 403, 204)),
     # channels: admins only
-    ("get", "/api/channels/", None, (401, 403, 403, 200)),
-    ("post", "/api/channels/", {"name": "c2", "kind": "openai", "base_url": "https://x.test"}, (401, 403, 403, 201)),
-    ("get", "/api/channels/{channel}/", None, (401, 403, 403, 200)),
-    ("patch", "/api/channels/{channel}/", {"priority": 5}, (401, 403, 403, 200)),
-    ("put", "/api/channels/{channel}/", CHANNEL_PUT, (401, 403, 403, 200)),
-    ("delete", "/api/channels/{channel}/", None, (401, 403, 403, 204)),
+    ("get", "/api/channels/", None, (401, 403, 403, 403, 200)),
+    ("post", "/api/channels/", {"name": "c2", "kind": "openai", "base_url": "https://x.test"}, (401, 403, 403, 403, 201)),
+    ("get", "/api/channels/{channel}/", None, (401, 403, 403, 403, 200)),
+    ("patch", "/api/channels/{channel}/", {"priority": 5}, (401, 403, 403, 403, 200)),
+    ("put", "/api/channels/{channel}/", CHANNEL_PUT, (401, 403, 403, 403, 200)),
+    ("delete", "/api/channels/{channel}/", None, (401, 403, 403, 403, 204)),
     # models: developers read the ones they may use, admins write
-    ("get", "/api/models/", None, (401, 200, 200, 200)),
-    ("post", "/api/models/", {"name": "llama-3"}, (401, 403, 403, 201)),
-    ("get", "/api/models/{model}/", None, (401, 200, 200, 200)),
-    ("patch", "/api/models/{model}/", {"description": "fast"}, (401, 403, 403, 200)),
-    ("put", "/api/models/{model}/", {"name": "qwen3-32b"}, (401, 403, 403, 200)),
-    ("delete", "/api/models/{model}/", None, (401, 403, 403, 204)),
+    ("get", "/api/models/", None, (401, 200, 200, 200, 200)),
+    ("post", "/api/models/", {"name": "llama-3"}, (401, 403, 403, 403, 201)),
+    ("get", "/api/models/{model}/", None, (401, 200, 200, 200, 200)),
+    ("patch", "/api/models/{model}/", {"description": "fast"}, (401, 403, 403, 403, 200)),
+    ("put", "/api/models/{model}/", {"name": "qwen3-32b"}, (401, 403, 403, 403, 200)),
+    ("delete", "/api/models/{model}/", None, (401, 403, 403, 403, 204)),
     # keys: own for developers, everyone's for admins; revoked, never deleted
-    ("get", "/api/keys/", None, (401, 200, 200, 200)),
-    ("post", "/api/keys/", {"name": "laptop"}, (401, 201, 201, 201)),
-    ("get", "/api/keys/{alice_key}/", None, (401, 200, 404, 200)),
-    ("patch", "/api/keys/{alice_key}/", {"name": "renamed"}, (401, 200, 404, 200)),
-    ("put", "/api/keys/{alice_key}/", {"name": "renamed"}, (401, 200, 404, 200)),
-    ("delete", "/api/keys/{alice_key}/", None, (401, 405, 405, 405)),
-    ("post", "/api/keys/{alice_key}/revoke/", None, (401, 200, 404, 200)),
-    ("post", "/api/keys/{alice_key}/rotate/", {"grace_seconds": 60}, (401, 201, 404, 201)),
+    ("get", "/api/keys/", None, (401, 200, 200, 200, 200)),
+    ("post", "/api/keys/", {"name": "laptop"}, (401, 201, 201, 201, 201)),
+    ("get", "/api/keys/{alice_key}/", None, (401, 200, 404, 200, 200)),
+    ("patch", "/api/keys/{alice_key}/", {"name": "renamed"}, (401, 200, 404, 200, 200)),
+    ("put", "/api/keys/{alice_key}/", {"name": "renamed"}, (401, 200, 404, 200, 200)),
+    ("delete", "/api/keys/{alice_key}/", None, (401, 405, 405, 405, 405)),
+    ("post", "/api/keys/{alice_key}/revoke/", None, (401, 200, 404, 200, 200)),
+    ("post", "/api/keys/{alice_key}/rotate/", {"grace_seconds": 60}, (401, 201, 404, 201, 201)),
     # deployments: admins only; jobs are queued (their task is sent on commit, never in a test),
     # the fit check reads nothing (the deployment's host has no key stored), nothing waits on SSH
-    ("get", "/api/deployments/", None, (401, 403, 403, 200)),
-    ("post", "/api/deployments/", {**DEPLOYMENT_PUT, "name": "qwen-2", "port": 8001}, (401, 403, 403, 201)),
-    ("get", "/api/deployments/{deployment}/", None, (401, 403, 403, 200)),
-    ("patch", "/api/deployments/{deployment}/", {"extra_args": ["--enforce-eager"]}, (401, 403, 403, 200)),
-    ("put", "/api/deployments/{deployment}/", DEPLOYMENT_PUT, (401, 403, 403, 200)),
-    ("delete", "/api/deployments/{deployment}/", None, (401, 403, 403, 204)),
-    ("post", "/api/deployments/{deployment}/launch/", None, (401, 403, 403, 202)),
-    ("post", "/api/deployments/{deployment}/stop/", None, (401, 403, 403, 202)),
-    ("post", "/api/deployments/{deployment}/restart/", None, (401, 403, 403, 202)),
-    ("post", "/api/deployments/{deployment}/adopt/", None, (401, 403, 403, 202)),
-    ("post", "/api/deployments/{deployment}/fit/", None, (401, 403, 403, 200)),
+    ("get", "/api/deployments/", None, (401, 403, 403, 403, 200)),
+    ("post", "/api/deployments/", {**DEPLOYMENT_PUT, "name": "qwen-2", "port": 8001}, (401, 403, 403, 403, 201)),
+    ("get", "/api/deployments/{deployment}/", None, (401, 403, 403, 403, 200)),
+    ("patch", "/api/deployments/{deployment}/", {"extra_args": ["--enforce-eager"]}, (401, 403, 403, 403, 200)),
+    ("put", "/api/deployments/{deployment}/", DEPLOYMENT_PUT, (401, 403, 403, 403, 200)),
+    ("delete", "/api/deployments/{deployment}/", None, (401, 403, 403, 403, 204)),
+    ("post", "/api/deployments/{deployment}/launch/", None, (401, 403, 403, 403, 202)),
+    ("post", "/api/deployments/{deployment}/stop/", None, (401, 403, 403, 403, 202)),
+    ("post", "/api/deployments/{deployment}/restart/", None, (401, 403, 403, 403, 202)),
+    ("post", "/api/deployments/{deployment}/adopt/", None, (401, 403, 403, 403, 202)),
+    ("post", "/api/deployments/{deployment}/fit/", None, (401, 403, 403, 403, 200)),
     # launch jobs: admins, read-only
-    ("get", "/api/jobs/", None, (401, 403, 403, 200)),
-    ("get", "/api/jobs/{job}/", None, (401, 403, 403, 200)),
-    ("post", "/api/jobs/", {"deployment": "{deployment}"}, (401, 403, 403, 405)),
-    ("delete", "/api/jobs/{job}/", None, (401, 403, 403, 405)),
+    ("get", "/api/jobs/", None, (401, 403, 403, 403, 200)),
+    ("get", "/api/jobs/{job}/", None, (401, 403, 403, 403, 200)),
+    ("post", "/api/jobs/", {"deployment": "{deployment}"}, (401, 403, 403, 403, 405)),
+    ("delete", "/api/jobs/{job}/", None, (401, 403, 403, 403, 405)),
     # the VRAM estimate: admins only, computed from the body (nothing stored, nothing read)
-    ("post", "/api/fit-estimate/", FIT_SPEC, (401, 403, 403, 200)),
-    ("get", "/api/fit-estimate/", None, (401, 403, 403, 405)),
+    ("post", "/api/fit-estimate/", FIT_SPEC, (401, 403, 403, 403, 200)),
+    ("get", "/api/fit-estimate/", None, (401, 403, 403, 403, 405)),
     # channel health: admins only; only the probe settings are writable
-    ("get", "/api/health/channels/", None, (401, 403, 403, 200)),
-    ("get", "/api/health/channels/summary/", None, (401, 403, 403, 200)),
-    ("get", "/api/health/channels/{channel}/", None, (401, 403, 403, 200)),
-    ("patch", "/api/health/channels/{channel}/", {"probe_max_tokens": 8}, (401, 403, 403, 200)),
-    ("put", "/api/health/channels/{channel}/", {"probe_max_tokens": 8}, (401, 403, 403, 405)),
-    ("delete", "/api/health/channels/{channel}/", None, (401, 403, 403, 405)),
-    ("get", "/api/health/channels/{channel}/probes/", None, (401, 403, 403, 200)),
-    ("get", "/api/health/channels/{channel}/series/", None, (401, 403, 403, 200)),
+    ("get", "/api/health/channels/", None, (401, 403, 403, 403, 200)),
+    ("get", "/api/health/channels/summary/", None, (401, 403, 403, 403, 200)),
+    ("get", "/api/health/channels/{channel}/", None, (401, 403, 403, 403, 200)),
+    ("patch", "/api/health/channels/{channel}/", {"probe_max_tokens": 8}, (401, 403, 403, 403, 200)),
+    ("put", "/api/health/channels/{channel}/", {"probe_max_tokens": 8}, (401, 403, 403, 403, 405)),
+    ("delete", "/api/health/channels/{channel}/", None, (401, 403, 403, 403, 405)),
+    ("get", "/api/health/channels/{channel}/probes/", None, (401, 403, 403, 403, 200)),
+    ("get", "/api/health/channels/{channel}/series/", None, (401, 403, 403, 403, 200)),
     # a disabled channel is not probed, so even an admin's "check now" answers at once (409)
-    ("post", "/api/health/channels/{channel_off}/check/", None, (401, 403, 403, 409)),
-    ("get", "/api/health/status-changes/", None, (401, 403, 403, 200)),
-    ("get", "/api/health/status-changes/{status_change}/", None, (401, 403, 403, 200)),
-    ("post", "/api/health/status-changes/", {}, (401, 403, 403, 405)),
-    ("delete", "/api/health/status-changes/{status_change}/", None, (401, 403, 403, 405)),
+    ("post", "/api/health/channels/{channel_off}/check/", None, (401, 403, 403, 403, 409)),
+    ("get", "/api/health/status-changes/", None, (401, 403, 403, 403, 200)),
+    ("get", "/api/health/status-changes/{status_change}/", None, (401, 403, 403, 403, 200)),
+    ("post", "/api/health/status-changes/", {}, (401, 403, 403, 403, 405)),
+    ("delete", "/api/health/status-changes/{status_change}/", None, (401, 403, 403, 403, 405)),
     # alert targets: admins only; the test notification of an e-mail target goes to the test outbox
-    ("get", "/api/health/alert-targets/", None, (401, 403, 403, 200)),
+    ("get", "/api/health/alert-targets/", None, (401, 403, 403, 403, 200)),
     (
         "post",
         "/api/health/alert-targets/",
         {"name": "ops", "kind": "email", "email": "ops@example.com"},
-        (401, 403, 403, 201),
+        (401, 403, 403, 403, 201),
     ),
-    ("get", "/api/health/alert-targets/deliveries/", None, (401, 403, 403, 200)),
-    ("get", "/api/health/alert-targets/{alert_target}/", None, (401, 403, 403, 200)),
-    ("patch", "/api/health/alert-targets/{alert_target}/", {"enabled": False}, (401, 403, 403, 200)),
-    ("put", "/api/health/alert-targets/{alert_target}/", ALERT_TARGET_PUT, (401, 403, 403, 200)),
-    ("delete", "/api/health/alert-targets/{alert_target}/", None, (401, 403, 403, 204)),
-    ("post", "/api/health/alert-targets/{alert_target}/test/", None, (401, 403, 403, 200)),
+    ("get", "/api/health/alert-targets/deliveries/", None, (401, 403, 403, 403, 200)),
+    ("get", "/api/health/alert-targets/{alert_target}/", None, (401, 403, 403, 403, 200)),
+    ("patch", "/api/health/alert-targets/{alert_target}/", {"enabled": False}, (401, 403, 403, 403, 200)),
+    ("put", "/api/health/alert-targets/{alert_target}/", ALERT_TARGET_PUT, (401, 403, 403, 403, 200)),
+    ("delete", "/api/health/alert-targets/{alert_target}/", None, (401, 403, 403, 403, 204)),
+    ("post", "/api/health/alert-targets/{alert_target}/test/", None, (401, 403, 403, 403, 200)),
     # the probe round's schedule: admins only
-    ("get", "/api/health/schedule/", None, (401, 403, 403, 200)),
-    ("put", "/api/health/schedule/", {"interval_seconds": 300, "enabled": True}, (401, 403, 403, 200)),
-    ("patch", "/api/health/schedule/", {"enabled": False}, (401, 403, 403, 200)),
-    ("delete", "/api/health/schedule/", None, (401, 403, 403, 405)),
+    ("get", "/api/health/schedule/", None, (401, 403, 403, 403, 200)),
+    ("put", "/api/health/schedule/", {"interval_seconds": 300, "enabled": True}, (401, 403, 403, 403, 200)),
+    ("patch", "/api/health/schedule/", {"enabled": False}, (401, 403, 403, 403, 200)),
+    ("delete", "/api/health/schedule/", None, (401, 403, 403, 403, 405)),
     # usage: read-only; own rows for developers (another user's are 404), everyone's for admins
-    ("get", "/api/usage/records/", None, (401, 200, 200, 200)),
-    ("get", "/api/usage/records/{alice_usage}/", None, (401, 200, 404, 200)),
-    ("post", "/api/usage/records/", {}, (401, 405, 405, 405)),
-    ("delete", "/api/usage/records/{alice_usage}/", None, (401, 405, 405, 405)),
-    ("get", "/api/usage/daily/", None, (401, 200, 200, 200)),
-    ("get", "/api/usage/daily/{alice_daily}/", None, (401, 200, 404, 200)),
-    ("patch", "/api/usage/daily/{alice_daily}/", {"requests": 0}, (401, 405, 405, 405)),
-    ("get", "/api/usage/summary/", None, (401, 200, 200, 200)),
-    ("get", "/api/usage/summary/?group_by=user&days=7", None, (401, 200, 200, 200)),
-    ("post", "/api/usage/summary/", {}, (401, 405, 405, 405)),
+    ("get", "/api/usage/records/", None, (401, 200, 200, 200, 200)),
+    ("get", "/api/usage/records/{alice_usage}/", None, (401, 200, 404, 200, 200)),
+    ("post", "/api/usage/records/", {}, (401, 405, 405, 405, 405)),
+    ("delete", "/api/usage/records/{alice_usage}/", None, (401, 405, 405, 405, 405)),
+    ("get", "/api/usage/daily/", None, (401, 200, 200, 200, 200)),
+    ("get", "/api/usage/daily/{alice_daily}/", None, (401, 200, 404, 200, 200)),
+    ("patch", "/api/usage/daily/{alice_daily}/", {"requests": 0}, (401, 405, 405, 405, 405)),
+    ("get", "/api/usage/summary/", None, (401, 200, 200, 200, 200)),
+    ("get", "/api/usage/summary/?group_by=user&days=7", None, (401, 200, 200, 200, 200)),
+    ("post", "/api/usage/summary/", {}, (401, 405, 405, 405, 405)),
     # client configs: for the caller only, with the caller's own keys (even for admins)
-    ("get", "/api/client-configs/clients/", None, (401, 200, 200, 200)),
-    ("get", "/api/client-configs/clients/{client}/", None, (401, 200, 200, 200)),
-    ("get", "/api/client-configs/clients/{client}/files/", None, (401, 200, 200, 200)),
-    ("get", "/api/client-configs/clients/{client}/files/?key={alice_key}", None, (401, 200, 404, 404)),
-    ("post", "/api/client-configs/clients/{client}/mint/", {"machine": "ci"}, (401, 201, 201, 201)),
-    ("post", "/api/client-configs/clients/{client}/download-tokens/", {}, (401, 201, 201, 201)),
+    ("get", "/api/client-configs/clients/", None, (401, 200, 200, 200, 200)),
+    ("get", "/api/client-configs/clients/{client}/", None, (401, 200, 200, 200, 200)),
+    ("get", "/api/client-configs/clients/{client}/files/", None, (401, 200, 200, 200, 200)),
+    ("get", "/api/client-configs/clients/{client}/files/?key={alice_key}", None, (401, 200, 404, 404, 404)),
+    ("post", "/api/client-configs/clients/{client}/mint/", {"machine": "ci"}, (401, 201, 201, 201, 201)),
+    ("post", "/api/client-configs/clients/{client}/download-tokens/", {}, (401, 201, 201, 201, 201)),
     (
         "post",
         "/api/client-configs/clients/{client}/download-tokens/",
         {"key_mode": "placeholder", "key": "{alice_key}"},
-        (401, 201, 404, 404),
+        (401, 201, 404, 404, 404),
     ),
-    ("delete", "/api/client-configs/clients/{client}/", None, (401, 405, 405, 405)),
+    ("delete", "/api/client-configs/clients/{client}/", None, (401, 405, 405, 405, 405)),
     # the installer bundle: public, the one-use token in the body is the credential
-    ("post", "/api/client-configs/bundle/", {"token": "{bundle_token}"}, (200, 200, 200, 200)),
-    ("post", "/api/client-configs/bundle/", {"token": "gdt-unknown"}, (404, 404, 404, 404)),
-    ("get", "/api/client-configs/bundle/", None, (405, 405, 405, 405)),
+    ("post", "/api/client-configs/bundle/", {"token": "{bundle_token}"}, (200, 200, 200, 200, 200)),
+    ("post", "/api/client-configs/bundle/", {"token": "gdt-unknown"}, (404, 404, 404, 404, 404)),
+    ("get", "/api/client-configs/bundle/", None, (405, 405, 405, 405, 405)),
     # the API description needs a login too
-    ("get", "/api/schema/", None, (401, 200, 200, 200)),
-    ("get", "/api/docs/", None, (401, 200, 200, 200)),
-    ("get", "/api/redoc/", None, (401, 200, 200, 200)),
+    ("get", "/api/schema/", None, (401, 200, 200, 200, 200)),
+    ("get", "/api/docs/", None, (401, 200, 200, 200, 200)),
+    ("get", "/api/redoc/", None, (401, 200, 200, 200, 200)),
 ]
 
 
@@ -220,10 +235,11 @@ def test_role_matrix(request, world, method, path, body, expected):
 # Lists answer 200 to every developer, so the matrix cannot tell whose rows are in them:
 # (list URL, world id of alice's row, which roles see it)
 OWN_ROWS = [
-    ("/api/keys/", "alice_key", {"alice", "admin"}),
+    ("/api/keys/", "alice_key", {"alice", "lead", "admin"}),
     ("/api/tokens/", "alice_token", {"alice"}),
-    ("/api/usage/records/", "alice_usage", {"alice", "admin"}),
-    ("/api/usage/daily/", "alice_daily", {"alice", "admin"}),
+    ("/api/usage/records/", "alice_usage", {"alice", "lead", "admin"}),
+    ("/api/usage/daily/", "alice_daily", {"alice", "lead", "admin"}),
+    ("/api/teams/", "team", {"alice", "lead", "admin"}),
 ]
 
 
@@ -238,11 +254,16 @@ def test_lists_hold_only_the_rows_the_caller_may_see(request, world, path, row, 
     assert got == seen_by
 
 
-def test_usage_totals_count_only_the_callers_rows(world, alice_api, mallory_api, admin_api):
+def test_usage_totals_count_only_the_callers_rows(world, alice_api, mallory_api, lead_api, admin_api):
     def users(client) -> list[str]:
         return [r["group"] for r in client.get("/api/usage/summary/?group_by=user").json()["results"]]
 
-    assert (users(alice_api), users(mallory_api), users(admin_api)) == (["alice"], [], ["alice"])
+    assert (users(alice_api), users(mallory_api), users(lead_api), users(admin_api)) == (
+        ["alice"],
+        [],
+        ["alice"],
+        ["alice"],
+    )
 
 
 MY_VIEW_MODULES = {

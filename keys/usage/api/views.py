@@ -1,5 +1,6 @@
 """REST API for usage: records and daily aggregates (read-only, scoped: a developer sees their own,
-an admin everyone's) and totals grouped by user, key, model or channel."""
+a team lead also their team's, an admin everyone's) and totals grouped by user, team, key, model or
+channel."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ class UsageDailyViewSet(viewsets.ReadOnlyModelViewSet[UsageDaily]):
 
 
 class UsageSummaryViewSet(viewsets.ViewSet):
-    """Totals grouped by user, key, model or channel over the last `days` days (default 30)."""
+    """Totals grouped by user, team, key, model or channel over the last `days` days (default 30)."""
 
     @extend_schema(
         parameters=[
