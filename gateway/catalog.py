@@ -20,7 +20,7 @@ Skipped = list[tuple[RouteInfo, str]]
 
 
 def usable_models(key: KeyInfo, catalog: Catalog) -> list[ModelInfo]:
-    """Models this key may use now: enabled, allowed for key and owner, with at least one route."""
+    """Models this key may use now: enabled, allowed for key, owner and team, with at least one route."""
     return [m for m in catalog.models.values() if m.groups and key.may_use(m)]
 
 

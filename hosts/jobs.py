@@ -45,6 +45,7 @@ from .deployments.services import check_fit, check_model_files, fit_refusal, lau
 from .diagnose import explain_failure
 from .models import Deployment, Host, LaunchJob
 from .remote import commands, inventory, ssh
+from .showback import services as showback
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +110,7 @@ def _set_deployment(deployment: Deployment, status: str, message: str = "", **fi
     Deployment.objects.filter(pk=deployment.pk).update(**fields)
     for key, value in fields.items():
         setattr(deployment, key, value)
+    showback.record_status(deployment)  # opens or closes the run whose GPU-hours are shown back
 
 
 def _stale(cutoff: datetime.datetime) -> Q:

@@ -238,3 +238,34 @@ class LaunchJob(TimeStampedModel):
     @property
     def is_active(self) -> bool:
         return self.state in ACTIVE_JOB_STATES
+
+
+class DeploymentRun(TimeStampedModel):
+    """One stretch of a deployment serving: opened when a launch job moves it to running, closed
+    when any job moves it off running (`hosts.showback.services.record_status`). GPU-hours are
+    `gpus` x the hours between `started` and `stopped` (open: now).
+
+    Kept when the deployment is deleted (its name stays), because the showback reads past months.
+    """
+
+    deployment = models.ForeignKey(Deployment, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs")
+    deployment_name = models.CharField(max_length=63)
+    host_name = models.CharField(max_length=100)
+    gpus = models.PositiveSmallIntegerField(help_text="GPUs it held: its GPU indices on each of its nodes.")
+    # The channel it served through, whose usage decides who the GPU-hours are attributed to.
+    channel = models.ForeignKey("channels.Channel", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    started = models.DateTimeField(db_index=True)
+    stopped = models.DateTimeField(null=True, blank=True, db_index=True)
+
+    class Meta:
+        ordering = ["-started"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["deployment"],
+                condition=models.Q(stopped__isnull=True),
+                name="deploymentrun_one_open_per_deployment",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_name} {self.started:%Y-%m-%d %H:%M}–{self.stopped or 'now'}"

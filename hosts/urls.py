@@ -1,8 +1,10 @@
-"""Web URLs of the hosts app: host pages and their GPU panel, then deployments and launch jobs."""
+"""Web URLs of the hosts app: host pages and their GPU panel, the GPU-hours showback, then
+deployments and launch jobs."""
 
 from django.urls import include, path
 
 from . import views
+from .showback.views import ShowbackView
 
 urlpatterns = [
     path("hosts/", views.HostListView.as_view(), name="host_list"),
@@ -13,5 +15,6 @@ urlpatterns = [
     path("hosts/<int:pk>/gpus/", views.host_gpus, name="host_gpus"),
     path("hosts/<int:pk>/refresh/", views.host_refresh, name="host_refresh"),
     path("hosts/<int:pk>/confirm-key/", views.host_confirm_key, name="host_confirm_key"),
+    path("gpu-hours/", ShowbackView.as_view(), name="gpu_showback"),
     path("", include("hosts.deployments.urls")),
 ]

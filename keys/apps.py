@@ -9,7 +9,7 @@ class KeysConfig(AppConfig):
 
     def ready(self) -> None:
         from accounts.signals import user_reactivated
-        from portal import audit, dashboard
+        from portal import audit, dashboard, showback
 
         from .models import Key
 
@@ -18,6 +18,9 @@ class KeysConfig(AppConfig):
         dashboard.register_context(lambda user: {"my_active_keys": _active_keys(owner=user)})
         user_reactivated.connect(_revoke_keys_on_reactivation, dispatch_uid="keys-revoke-on-reactivation")
         dashboard.register_section(10, "keys/_dashboard_usage.html", _usage_last_day)
+        from .usage.services import channel_token_shares
+
+        showback.register_token_source(channel_token_shares)
 
 
 def _usage_last_day(user: Any) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from channels.health.history import percentile
 from keys.models import Key, UsageDaily, UsageRecord
+from portal.showback import Share
 
 if TYPE_CHECKING:
     from accounts.models import User
@@ -170,3 +171,15 @@ def last_day(user: User, now: dt.datetime | None = None) -> dict[str, Any]:
         "total_requests": sum(requests.values()),
         "ttft": ttft,
     }
+
+
+def channel_token_shares(channel_id: int, since: dt.datetime, until: dt.datetime) -> list[Share]:
+    """Tokens per (team at request time, user) sent through one channel in [since, until): the
+    GPU-hours showback's token source (`portal.showback`)."""
+    rows = (
+        UsageRecord.objects.filter(channel_id=channel_id, created__gte=since, created__lt=until)
+        .values("team__name", "user__username")
+        .annotate(tokens=Sum("total_tokens"))
+        .order_by("team__name", "user__username")
+    )
+    return [Share(team=r["team__name"], user=r["user__username"], tokens=int(r["tokens"] or 0)) for r in rows]

@@ -89,7 +89,12 @@ MATRIX = [
     ("delete", "/api/hosts/{host}/", None, (401, 403, 403, 403, 204)),
     # channels: admins only
     ("get", "/api/channels/", None, (401, 403, 403, 403, 200)),
-    ("post", "/api/channels/", {"name": "c2", "kind": "openai", "base_url": "https://x.test"}, (401, 403, 403, 403, 201)),
+    (
+        "post",
+        "/api/channels/",
+        {"name": "c2", "kind": "openai", "base_url": "https://x.test"},
+        (401, 403, 403, 403, 201),
+    ),
     ("get", "/api/channels/{channel}/", None, (401, 403, 403, 403, 200)),
     ("patch", "/api/channels/{channel}/", {"priority": 5}, (401, 403, 403, 403, 200)),
     ("put", "/api/channels/{channel}/", CHANNEL_PUT, (401, 403, 403, 403, 200)),

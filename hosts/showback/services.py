@@ -1,0 +1,129 @@
+"""GPU-hours showback: how long each deployment held its GPUs (its runs), attributed to teams and
+developers by their share of the tokens sent through its channel while it ran.
+
+Runs are recorded by the launch jobs (`record_status`, called wherever a job moves a deployment's
+status); the token shares come from the app that records usage, through `portal.showback`
+(hosts and keys are independent siblings). GPU-hours no one sent tokens for are "idle".
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from portal.showback import token_shares
+
+from ..choices import DeploymentStatus
+from ..models import Deployment, DeploymentRun
+
+IDLE = "(idle)"
+
+
+def gpu_count(deployment: Deployment) -> int:
+    """GPUs the deployment holds: its GPU indices on its host and on each worker node."""
+    nodes = 1 + (deployment.worker_hosts.count() if deployment.pk else 0)
+    return len(deployment.gpu_indices or []) * nodes
+
+
+def record_status(deployment: Deployment, now: dt.datetime | None = None) -> None:
+    """Open a run when `deployment` is running and none is open; close the open one otherwise.
+    Safe to call twice (one open run per deployment, a named constraint)."""
+    now = now or timezone.now()
+    open_runs = DeploymentRun.objects.filter(deployment=deployment, stopped__isnull=True)
+    if deployment.status != DeploymentStatus.RUNNING:
+        open_runs.update(stopped=now, updated=now)
+        return
+    if open_runs.exists():
+        return
+    try:
+        with transaction.atomic():
+            DeploymentRun.objects.create(
+                deployment=deployment,
+                deployment_name=deployment.name,
+                host_name=deployment.host.name,
+                gpus=gpu_count(deployment),
+                channel_id=deployment.channel_id,
+                started=now,
+            )
+    except IntegrityError:  # another job opened it meanwhile
+        pass
+
+
+def month_bounds(month: dt.date) -> tuple[dt.datetime, dt.datetime]:
+    """[first instant, first instant of the next month) in UTC."""
+    first = dt.datetime(month.year, month.month, 1, tzinfo=dt.UTC)
+    following = (first + dt.timedelta(days=32)).replace(day=1)
+    return first, following
+
+
+@dataclass
+class DeploymentHours:
+    name: str
+    host: str
+    gpus: int
+    hours: float = 0.0  # hours running in the month
+    gpu_hours: float = 0.0
+
+
+@dataclass
+class Showback:
+    month: dt.date
+    since: dt.datetime
+    until: dt.datetime
+    deployments: list[DeploymentHours] = field(default_factory=list)
+    # (team or None, user or None, GPU-hours, tokens); the idle row has user IDLE
+    people: list[tuple[str | None, str | None, float, int]] = field(default_factory=list)
+    teams: list[tuple[str | None, float, int]] = field(default_factory=list)
+
+    @property
+    def total_gpu_hours(self) -> float:
+        return sum(d.gpu_hours for d in self.deployments)
+
+
+def monthly(month: dt.date, now: dt.datetime | None = None) -> Showback:
+    """The showback of the calendar month (UTC) holding `month`: GPU-hours per deployment, and
+    per developer and team by their token share on the deployment's channel during each run."""
+    now = now or timezone.now()
+    since, until = month_bounds(month)
+    report = Showback(month=since.date(), since=since, until=until)
+    runs = DeploymentRun.objects.filter(started__lt=until).filter(Q(stopped__isnull=True) | Q(stopped__gt=since))
+    per_deployment: dict[str, DeploymentHours] = {}
+    people: dict[tuple[str | None, str | None], list[float]] = defaultdict(lambda: [0.0, 0])
+    for run in runs.order_by("started"):
+        start, end = max(run.started, since), min(run.stopped or now, until)
+        if end <= start:
+            continue
+        hours = (end - start).total_seconds() / 3600
+        gpu_hours = hours * run.gpus
+        row = per_deployment.setdefault(run.deployment_name, DeploymentHours(run.deployment_name, run.host_name, 0))
+        row.gpus = max(row.gpus, run.gpus)
+        row.hours += hours
+        row.gpu_hours += gpu_hours
+        shares = [s for s in token_shares(run.channel_id, start, end) if s.tokens > 0] if run.channel_id else []
+        total = sum(s.tokens for s in shares)
+        if not total:
+            people[(None, IDLE)][0] += gpu_hours
+            continue
+        for s in shares:
+            bucket = people[(s.team, s.user)]
+            bucket[0] += gpu_hours * s.tokens / total
+            bucket[1] += s.tokens
+    report.deployments = sorted(per_deployment.values(), key=lambda d: (-d.gpu_hours, d.name))
+    report.people = sorted(
+        ((team, user, hours, int(tokens)) for (team, user), (hours, tokens) in people.items()),
+        key=lambda r: (-r[2], r[0] or "", r[1] or ""),
+    )
+    teams: dict[str | None, list[float]] = defaultdict(lambda: [0.0, 0])
+    for team, user, hours, tokens in report.people:
+        key = team if user != IDLE else IDLE
+        teams[key][0] += hours
+        teams[key][1] += tokens
+    report.teams = sorted(
+        ((team, hours, int(tokens)) for team, (hours, tokens) in teams.items()), key=lambda r: (-r[1], r[0] or "")
+    )
+    return report

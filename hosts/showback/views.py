@@ -1,0 +1,57 @@
+"""The GPU-hours showback page (admins): one calendar month, `?month=YYYY-MM`, `?format=csv`."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.views import View
+
+from portal.permissions import AdminRequiredMixin
+
+from .services import IDLE, monthly
+
+
+def _month(request: HttpRequest) -> dt.date:
+    """The month asked for (`YYYY-MM`), else this one (UTC); a bad value falls back, never a 500."""
+    try:
+        return dt.datetime.strptime(request.GET.get("month", ""), "%Y-%m").date()
+    except ValueError:
+        return timezone.now().date().replace(day=1)
+
+
+def _csv_safe(value: str) -> str:
+    """Spreadsheet apps run cells starting with = + - @ as formulas; names are user-chosen."""
+    return "'" + value if value[:1] in ("=", "+", "-", "@") else value
+
+
+class ShowbackView(AdminRequiredMixin, View):
+    """GPU-hours per deployment, and per team and developer by their token share."""
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        month = _month(request)
+        report = monthly(month)
+        label = f"{report.month:%Y-%m}"
+        if request.GET.get("format") == "csv":
+            response = HttpResponse(content_type="text/csv; charset=utf-8")
+            response["Content-Disposition"] = f'attachment; filename="gpu-hours-{label}.csv"'
+            writer = csv.writer(response)
+            writer.writerow(["month", "team", "user", "gpu_hours", "tokens"])
+            for team, user, hours, tokens in report.people:
+                writer.writerow([label, _csv_safe(team or ""), _csv_safe(user or ""), f"{hours:.3f}", tokens])
+            return response
+        previous = (report.since - dt.timedelta(days=1)).date()
+        return render(
+            request,
+            "hosts/showback.html",
+            {
+                "report": report,
+                "label": label,
+                "previous": f"{previous:%Y-%m}",
+                "next": f"{report.until:%Y-%m}" if report.until <= timezone.now() else "",
+                "idle": IDLE,
+            },
+        )

@@ -1,0 +1,37 @@
+"""Token shares for the GPU-hours showback, filled by the app that records usage.
+
+The hosts app knows how long each deployment held its GPUs; the keys app knows who sent tokens
+through its channel. They are independent siblings, so the keys app registers its reader here at
+start-up (as `portal.dashboard` is composed) and the showback asks through this module.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Share:
+    """Tokens one person sent through a channel in a window, and the team they were in then."""
+
+    team: str | None
+    user: str | None
+    tokens: int
+
+
+TokenSource = Callable[[int, dt.datetime, dt.datetime], list[Share]]
+
+_source: TokenSource | None = None
+
+
+def register_token_source(source: TokenSource) -> None:
+    """`source(channel_id, since, until)`: the shares of tokens on that channel in [since, until)."""
+    global _source
+    _source = source
+
+
+def token_shares(channel_id: int, since: dt.datetime, until: dt.datetime) -> list[Share]:
+    """Who sent tokens through `channel_id` in [since, until); empty when no app records usage."""
+    return _source(channel_id, since, until) if _source is not None else []

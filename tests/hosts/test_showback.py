@@ -1,0 +1,125 @@
+"""GPU-hours showback: runs recorded by the launch jobs' status moves, attributed by token share on
+the deployment's channel while it ran, per month; the page and its CSV are for admins."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+
+import pytest
+
+from accounts.models import Team
+from channels.models import Channel
+from gateway.usage import write_batch
+from hosts import jobs
+from hosts.choices import DeploymentStatus
+from hosts.models import Deployment, DeploymentRun, Host
+from hosts.showback.services import IDLE, monthly, record_status
+from keys.services import issue_key
+from tests.keys.test_usage import event
+
+pytestmark = pytest.mark.django_db
+
+UTC = dt.UTC
+
+
+def at(day: int, hour: int = 0, month: int = 11) -> dt.datetime:
+    return dt.datetime(2026, month, day, hour, tzinfo=UTC)
+
+
+@pytest.fixture
+def channel(db) -> Channel:
+    return Channel.objects.create(name="qwen@gpu-1", kind="vllm", base_url="http://10.0.0.5:8000/v1")
+
+
+@pytest.fixture
+def deployment(db, channel) -> Deployment:
+    host = Host.objects.create(name="gpu-1", address="10.0.0.5", username="ubuntu")
+    return Deployment.objects.create(
+        name="qwen",
+        host=host,
+        backend="vllm",
+        model_path="Qwen/Qwen3-32B",
+        served_model_name="qwen3-32b",
+        gpu_indices=[0, 1],
+        port=8000,
+        channel=channel,
+    )
+
+
+def run(deployment: Deployment, start: dt.datetime, stop: dt.datetime | None) -> None:
+    deployment.status = DeploymentStatus.RUNNING
+    record_status(deployment, now=start)
+    if stop is not None:
+        deployment.status = DeploymentStatus.STOPPED
+        record_status(deployment, now=stop)
+
+
+def test_the_launch_jobs_status_moves_open_and_close_a_run(deployment):
+    jobs._set_deployment(deployment, DeploymentStatus.RUNNING, "Serving")
+    jobs._set_deployment(deployment, DeploymentStatus.RUNNING, "Adopted")  # a second move keeps one run
+    (opened,) = DeploymentRun.objects.all()
+    assert (opened.gpus, opened.channel_id, opened.stopped) == (2, deployment.channel_id, None)
+    jobs._set_deployment(deployment, DeploymentStatus.STOPPING, "Stopping")
+    opened.refresh_from_db()
+    assert opened.stopped is not None
+    jobs._set_deployment(deployment, DeploymentStatus.STOPPED, "Stopped")
+    assert DeploymentRun.objects.count() == 1
+
+
+def test_gpu_hours_follow_the_token_share_while_it_ran(deployment, channel, alice, mallory, team):
+    """10 h on 2 GPUs: alice (team alpha) sent 300 tokens, mallory (no team) 100 → 15 and 5
+    GPU-hours. Tokens on the channel outside the run, and a run in another month, do not count."""
+    run(deployment, at(3, 8), at(3, 18))
+    run(deployment, at(2, 0, month=10), at(2, 5, month=10))
+    alice_key = issue_key(owner=alice, name="laptop")[0]
+    mallory_key = issue_key(owner=mallory, name="laptop")[0]
+    write_batch(
+        [
+            event(alice_key, created=at(3, 9), channel_id=channel.pk, team_id=team.pk, completion_tokens=297),
+            event(mallory_key, created=at(3, 10), channel_id=channel.pk, completion_tokens=97),
+            event(mallory_key, created=at(3, 20), channel_id=channel.pk, completion_tokens=10_000),  # after
+        ]
+    )
+    report = monthly(dt.date(2026, 11, 1), now=at(30))
+    assert [(d.name, d.gpus, d.hours, d.gpu_hours) for d in report.deployments] == [("qwen", 2, 10.0, 20.0)]
+    assert report.people == [("alpha", "alice", 15.0, 300), (None, "mallory", 5.0, 100)]
+    assert report.teams == [("alpha", 15.0, 300), (None, 5.0, 100)]
+
+
+def test_a_run_is_clipped_to_the_month_and_hours_without_tokens_are_idle(deployment):
+    run(deployment, at(30, 20, month=10), None)  # 4 h in October, still running on 2 November, 06:00
+    report = monthly(dt.date(2026, 11, 1), now=at(2, 6))
+    assert report.total_gpu_hours == pytest.approx(2 * 30)
+    assert report.people == [(None, IDLE, pytest.approx(60.0), 0)]
+    assert monthly(dt.date(2026, 10, 1), now=at(2, 6)).total_gpu_hours == pytest.approx(2 * 28)
+
+
+def test_a_moved_member_is_shown_back_under_the_team_of_the_request(deployment, channel, alice, team):
+    run(deployment, at(3, 0), at(3, 1))
+    key = issue_key(owner=alice, name="laptop")[0]
+    beta = Team.objects.create(name="beta")
+    write_batch([event(key, created=at(3, 0) + dt.timedelta(minutes=10), channel_id=channel.pk, team_id=team.pk)])
+    alice.team = beta
+    alice.save()
+    write_batch([event(key, created=at(3, 0) + dt.timedelta(minutes=20), channel_id=channel.pk, team_id=beta.pk)])
+    report = monthly(dt.date(2026, 11, 1), now=at(30))
+    assert sorted(report.teams) == [("alpha", 1.0, 8), ("beta", 1.0, 8)]
+
+
+def test_the_showback_page_and_csv_are_for_admins(deployment, channel, alice, team, admin_client, client):
+    run(deployment, at(3, 8), at(3, 18))
+    key = issue_key(owner=alice, name="laptop")[0]
+    write_batch([event(key, created=at(3, 9), channel_id=channel.pk, team_id=team.pk)])
+    page = admin_client.get("/gpu-hours/?month=2026-11")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'id="total-gpu-hours">20.00<' in html and "alpha" in html and "alice" in html
+    download = admin_client.get("/gpu-hours/?month=2026-11&format=csv")
+    assert download["Content-Type"].startswith("text/csv")
+    rows = list(csv.reader(io.StringIO(download.content.decode())))
+    assert rows == [["month", "team", "user", "gpu_hours", "tokens"], ["2026-11", "alpha", "alice", "20.000", "8"]]
+    assert admin_client.get("/gpu-hours/?month=garbage").status_code == 200  # this month, not a 500
+    client.force_login(alice)
+    assert client.get("/gpu-hours/").status_code == 403
