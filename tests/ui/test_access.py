@@ -28,16 +28,22 @@ ADMIN_PAGES = [
     ("user_edit", "alice"),
     ("user_activation", "alice"),
     ("user_reset_password", "alice"),
+    ("team_list", None),
+    ("team_create", None),
+    ("team_detail", "team"),
+    ("team_edit", "team"),
     ("key_all", None),
     ("audit_log", None),
+    ("gpu_showback", None),
 ]
 EVERYONE_PAGES = ["dashboard", "account", "password_change", "key_list", "key_create"]
 ALICE_KEY_PAGES = ["key_detail", "key_edit", "key_revoke", "key_rotate"]
 
 
 @pytest.fixture
-def objects(host, channel, model, alice, alice_key, alice_token):
-    return {"host": host, "channel": channel, "model": model, "alice": alice, "alice_key": alice_key}
+def objects(host, channel, model, alice, alice_key, alice_token, team):
+    """alice is a member of the team (not its lead): its pages are admin pages to her."""
+    return {"host": host, "channel": channel, "model": model, "alice": alice, "alice_key": alice_key, "team": team}
 
 
 def url_for(name, arg, objects):
@@ -119,7 +125,7 @@ def test_my_keys_lists_only_my_keys(client, mallory, alice_key, mallory_key):
 def test_developer_nav_has_no_admin_links(client, alice):
     client.force_login(alice)
     page = client.get(reverse("dashboard")).content.decode()
-    for name in ("host_list", "channel_list", "user_list", "key_all", "audit_log"):
+    for name in ("host_list", "channel_list", "user_list", "team_list", "key_all", "audit_log", "gpu_showback"):
         assert f'href="{reverse(name)}"' not in page
     assert f'href="{reverse("key_list")}"' in page
 
@@ -132,8 +138,10 @@ def test_admin_nav_has_every_section(admin_client):
         "channel_list",
         "model_list",
         "user_list",
+        "team_list",
         "key_all",
         "audit_log",
+        "gpu_showback",
         "key_list",
         "account",
     ):

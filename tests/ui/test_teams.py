@@ -1,0 +1,113 @@
+"""Team pages: admins make teams and set their ceilings; a team lead manages the members' limits
+and keys within them (and nothing else); usage by team."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+from django.urls import reverse
+
+from accounts.models import Team
+from gateway.usage import write_batch
+from keys.models import Key
+from keys.services import issue_key
+from tests.keys.test_usage import event
+
+pytestmark = pytest.mark.django_db
+
+
+def test_an_admin_creates_a_team_and_puts_a_user_in_it(admin_client, alice):
+    response = admin_client.post(
+        reverse("team_create"), {"name": "alpha", "description": "", "requests_per_minute": "30"}
+    )
+    team = Team.objects.get(name="alpha")
+    assert response.status_code == 302 and response["Location"] == reverse("team_detail", args=[team.pk])
+    edit = {"email": "", "first_name": "", "last_name": "", "role": "team_lead", "team": team.pk}
+    assert admin_client.post(reverse("user_edit", args=[alice.pk]), edit).status_code == 302
+    alice.refresh_from_db()
+    assert (alice.team, alice.is_team_lead) == (team, True)
+    page = admin_client.get(reverse("team_detail", args=[team.pk])).content.decode()
+    assert 'data-member="alice"' in page
+
+
+def test_an_admin_cannot_set_a_member_above_the_teams_limit(admin_client, alice, team):
+    team.tokens_per_day = 1000
+    team.save()
+    edit = {"email": "", "first_name": "", "last_name": "", "role": "developer", "team": team.pk}
+    response = admin_client.post(reverse("user_edit", args=[alice.pk]), {**edit, "tokens_per_day": "5000"})
+    assert response.status_code == 400
+    assert "Cannot exceed the team alpha&#x27;s limit of 1,000." in response.content.decode()
+
+
+def test_a_lead_sets_a_members_limits_within_the_teams_and_below_an_admins(client, admin_client, lena, alice, team):
+    team.requests_per_minute = 30
+    team.save()
+    edit = {"email": "", "first_name": "", "last_name": "", "role": "developer", "team": team.pk}
+    assert (
+        admin_client.post(reverse("user_edit", args=[alice.pk]), {**edit, "tokens_per_day": "800"}).status_code == 302
+    )
+    client.force_login(lena)
+    url = reverse("team_member", args=[team.pk, alice.pk])
+    assert client.get(url).status_code == 200
+    above_team = client.post(url, {"requests_per_minute": "31", "tokens_per_day": "800"})
+    assert above_team.status_code == 400 and "limit of 30" in above_team.content.decode()
+    above_admin = client.post(url, {"requests_per_minute": "20", "tokens_per_day": "900"})
+    assert above_admin.status_code == 400 and "An admin set this limit to 800" in above_admin.content.decode()
+    cleared = client.post(url, {"requests_per_minute": "20", "tokens_per_day": ""})
+    assert cleared.status_code == 400 and "not remove it" in cleared.content.decode()
+    assert client.post(url, {"requests_per_minute": "20", "tokens_per_day": "500"}).status_code == 302
+    alice.refresh_from_db()
+    assert (alice.requests_per_minute, alice.tokens_per_day, alice.admin_ceilings) == (20, 500, {"tokens_per_day": 800})
+
+
+def test_a_lead_manages_the_members_keys_and_nothing_else(client, lena, alice, mallory, team):
+    alices = issue_key(owner=alice, name="laptop")[0]
+    mallorys = issue_key(owner=mallory, name="laptop")[0]
+    client.force_login(lena)
+    listed = client.get(reverse("key_all")).content.decode()
+    assert "Team keys" in listed and alices.masked in listed and mallorys.masked not in listed
+    edit = client.post(
+        reverse("key_edit", args=[alices.pk]), {"owner": alice.pk, "name": "laptop", "tokens_per_day": "50"}
+    )
+    assert edit.status_code == 302
+    alices.refresh_from_db()
+    assert alices.tokens_per_day == 50
+    created = client.post(reverse("key_create"), {"owner": alice.pk, "name": "ci"})
+    assert created.status_code == 302 and Key.objects.filter(owner=alice, name="ci").exists()
+    refused = client.post(reverse("key_create"), {"owner": mallory.pk, "name": "sneaky"})
+    assert refused.status_code == 400 and not Key.objects.filter(name="sneaky").exists()
+    assert client.get(reverse("key_detail", args=[mallorys.pk])).status_code == 404
+    assert client.post(reverse("key_revoke", args=[mallorys.pk])).status_code == 404
+    other = Team.objects.create(name="beta")
+    assert client.get(reverse("team_detail", args=[other.pk])).status_code == 404
+    for admin_page in ("user_list", "team_list", "host_list", "audit_log"):
+        assert client.get(reverse(admin_page)).status_code == 403, admin_page
+    assert client.get(reverse("team_member", args=[team.pk, mallory.pk])).status_code == 404
+
+
+def test_a_member_who_is_not_the_lead_cannot_manage_the_team(client, alice, lena, team):
+    client.force_login(alice)
+    assert client.get(reverse("team_detail", args=[team.pk])).status_code == 403
+    assert client.get(reverse("team_member", args=[team.pk, lena.pk])).status_code == 403
+    assert client.get(reverse("key_all")).status_code == 403
+
+
+def test_usage_by_team_for_admins_and_the_teams_own_for_its_lead(client, admin_client, lena, alice, mallory, team):
+    write_batch(
+        [
+            event(issue_key(owner=alice, name="laptop")[0], team_id=team.pk, completion_tokens=97),
+            event(issue_key(owner=mallory, name="laptop")[0], completion_tokens=7),
+        ]
+    )
+    download = admin_client.get(reverse("usage_admin") + "?group_by=team&format=csv")
+    rows = {r[0]: r[-2] for r in csv.reader(io.StringIO(download.content.decode()))}
+    assert (rows["alpha"], rows["(none)"]) == ("100", "10")
+    client.force_login(lena)
+    page = client.get(reverse("usage_admin") + "?group_by=user")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "Team usage by user" in html and "alice" in html and "mallory" not in html
+    lead_csv = client.get(reverse("usage_admin") + "?group_by=user&format=csv").content.decode()
+    assert [r[0] for r in csv.reader(io.StringIO(lead_csv))] == ["user", "alice"]
