@@ -107,15 +107,17 @@ class UserSerializer(LimitFields, serializers.ModelSerializer):
         limits = {f: attrs[f] for f in LIMIT_FIELDS if f in attrs}
         if request is not None and (limits or "team" in attrs):
             member = self.instance or User()
-            if "team" in attrs and not limits:  # a new team must still hold the limits already set
-                limits = {f: getattr(member, f) for f in LIMIT_FIELDS}
+            # Moving a user checks the limits they already have against the new team (not recorded
+            # as set by this admin: only limits given here are).
+            checked = limits or {f: getattr(member, f) for f in LIMIT_FIELDS}
             try:
                 cleaned = services.validate_member_limits(
-                    member, editor=request.user, limits=limits, team=attrs.get("team", ...)
+                    member, editor=request.user, limits=checked, team=attrs.get("team", ...)
                 )
             except DjangoValidationError as exc:
                 raise drf_error(exc) from None
-            attrs.update(cleaned)
+            if limits:
+                attrs.update(cleaned)
         return attrs
 
     @transaction.atomic

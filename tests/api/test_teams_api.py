@@ -1,0 +1,59 @@
+"""/api/teams/ beyond the role matrix: the lead manages members' limits within the team's and
+below an admin's; keys for the team's members; moving a user checks the new team's ceilings."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_lead_sets_member_limits_within_the_team_and_below_an_admin(lead_api, admin_api, team, alice):
+    team.tokens_per_day, team.tokens_per_minute = 10_000, 1000
+    team.save()
+    assert admin_api.patch(f"/api/users/{alice.pk}/", {"tokens_per_day": 5000}, format="json").status_code == 200
+    url = f"/api/teams/{team.pk}/members/{alice.pk}/"
+    above = lead_api.patch(url, {"tokens_per_day": 6000}, format="json")
+    assert above.status_code == 400
+    assert above.json()["tokens_per_day"] == ["An admin set this limit to 5,000; you can lower it but not raise it."]
+    cleared = lead_api.patch(url, {"tokens_per_day": None}, format="json")
+    assert cleared.status_code == 400 and "not remove it" in cleared.json()["tokens_per_day"][0]
+    over_team = lead_api.patch(url, {"requests_per_minute": 5, "tokens_per_minute": 20_000}, format="json")
+    assert over_team.status_code == 400 and "requests_per_minute" not in over_team.json()
+    assert over_team.json()["tokens_per_minute"] == ["Cannot exceed the team alpha's limit of 1,000."]
+    lowered = lead_api.patch(url, {"tokens_per_day": 4000, "requests_per_minute": 5}, format="json")
+    assert lowered.status_code == 200
+    assert (lowered.json()["tokens_per_day"], lowered.json()["admin_ceilings"]) == (4000, {"tokens_per_day": 5000})
+    # the admin is not bound by their own ceiling, only by the team's
+    assert admin_api.patch(url, {"tokens_per_day": 9000}, format="json").status_code == 200
+    assert admin_api.patch(url, {"tokens_per_day": 20_000}, format="json").status_code == 400
+
+
+def test_team_limits_are_the_admins(lead_api, admin_api, team):
+    assert lead_api.patch(f"/api/teams/{team.pk}/", {"requests_per_minute": 1000}, format="json").status_code == 403
+    got = admin_api.patch(f"/api/teams/{team.pk}/", {"requests_per_minute": 30}, format="json")
+    assert got.status_code == 200 and got.json()["requests_per_minute"] == 30
+    assert lead_api.get(f"/api/teams/{team.pk}/").json()["leads"] == ["lena"]
+
+
+def test_a_lead_creates_keys_for_members_only_and_within_the_team(lead_api, team, alice, mallory):
+    team.requests_per_minute = 30
+    team.save()
+    made = lead_api.post("/api/keys/", {"name": "ci", "owner": alice.pk, "requests_per_minute": 10}, format="json")
+    assert made.status_code == 201 and made.json()["owner_username"] == "alice" and made.json()["key"]
+    over = lead_api.post("/api/keys/", {"name": "ci2", "owner": alice.pk, "requests_per_minute": 31}, format="json")
+    assert over.status_code == 400 and "team alpha's limit of 30" in over.json()["requests_per_minute"][0]
+    other = lead_api.post("/api/keys/", {"name": "ci", "owner": mallory.pk}, format="json")
+    assert other.status_code == 400 and "owner" in other.json()
+
+
+def test_moving_a_user_checks_the_new_teams_ceilings(admin_api, alice, team):
+    alice.requests_per_minute = 100
+    alice.save()
+    team.requests_per_minute = 30
+    team.save()
+    beta = admin_api.post("/api/teams/", {"name": "beta"}, format="json").json()
+    assert admin_api.patch(f"/api/users/{alice.pk}/", {"team": team.pk}, format="json").status_code == 400
+    moved = admin_api.patch(f"/api/users/{alice.pk}/", {"team": "beta"}, format="json")
+    assert moved.status_code == 200 and moved.json()["team"] == beta["id"]
+    assert moved.json()["admin_ceilings"] == {}  # moving is not setting limits
