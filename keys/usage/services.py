@@ -81,7 +81,8 @@ def grouped_totals(qs: QuerySet[UsageDaily], group_by: str, since: dt.date, unti
 
 
 def limit_status(user: User, keys: Iterable[Key]) -> list[dict[str, Any]]:
-    """Tokens used today and this month against the limits of `user` and each of `keys`."""
+    """Tokens used today and this month against the limits of `user`, their team (its members
+    together, as recorded at request time) and each of `keys`."""
     now = timezone.now().date()
     first = now.replace(day=1)
     daily = UsageDaily.objects.filter(user=user, day__gte=first)
@@ -103,6 +104,25 @@ def limit_status(user: User, keys: Iterable[Key]) -> list[dict[str, Any]]:
             "requests_per_minute": user.requests_per_minute,
         }
     ]
+    team = user.team
+    if team is not None:
+        used = [0, 0]
+        team_days = (
+            UsageDaily.objects.filter(team=team, day__gte=first).values_list("day").annotate(t=Sum("total_tokens"))
+        )
+        for day, tokens in team_days:
+            used[1] += tokens
+            used[0] += tokens if day == now else 0
+        rows.append(
+            {
+                "label": f"Your team {team.name} (all members)",
+                "today": used[0],
+                "month": used[1],
+                "tokens_per_day": team.tokens_per_day,
+                "tokens_per_month": team.tokens_per_month,
+                "requests_per_minute": team.requests_per_minute,
+            }
+        )
     for key in keys:
         used = per_key.get(key.id, [0, 0])
         rows.append(

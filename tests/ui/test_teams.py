@@ -111,3 +111,18 @@ def test_usage_by_team_for_admins_and_the_teams_own_for_its_lead(client, admin_c
     assert "Team usage by user" in html and "alice" in html and "mallory" not in html
     lead_csv = client.get(reverse("usage_admin") + "?group_by=user&format=csv").content.decode()
     assert [r[0] for r in csv.reader(io.StringIO(lead_csv))] == ["user", "alice"]
+
+
+def test_my_usage_shows_the_teams_use_against_its_limits(client, alice, lena, team):
+    team.tokens_per_day = 1000
+    team.save()
+    write_batch(
+        [
+            event(issue_key(owner=alice, name="laptop")[0], team_id=team.pk, completion_tokens=97),
+            event(issue_key(owner=lena, name="laptop")[0], team_id=team.pk, completion_tokens=97),
+        ]
+    )
+    client.force_login(alice)
+    html = client.get(reverse("usage")).content.decode()
+    row = html[html.index("Your team alpha (all members)") :][:400]
+    assert "200" in row and "1,000" in row
