@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import django_filters
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from accounts.models import User
@@ -15,9 +17,25 @@ from .models import Key, KeyQuerySet
 KEY_STATES = [("active", "Active"), ("expired", "Expired"), ("revoked", "Revoked")]
 
 
+def owners(request: Any) -> QuerySet[User]:
+    """The owner choices a caller may filter by: everyone for admins, a team lead's team, else
+    oneself (the choices are listed on the page: they must not name other people)."""
+    user = getattr(request, "user", None)
+    if user is None:
+        return User.objects.all()  # no request: the schema
+    if not user.is_authenticated:
+        return User.objects.none()
+    if user.is_admin:
+        return User.objects.all()
+    mine = Q(pk=user.pk)
+    if user.led_team_id is not None:
+        mine |= Q(team_id=user.led_team_id)
+    return User.objects.filter(mine).order_by("username")
+
+
 class KeyFilterSet(django_filters.FilterSet):  # type: ignore[misc]  # django-filter ships no type hints
     q = django_filters.CharFilter(method="filter_q", label="Search")
-    owner = django_filters.ModelChoiceFilter(queryset=User.objects.all())
+    owner = django_filters.ModelChoiceFilter(queryset=owners)
     state = django_filters.ChoiceFilter(choices=KEY_STATES, method="filter_state", label="State")
     model = django_filters.ModelChoiceFilter(
         field_name="allowed_models", queryset=Model.objects.all(), to_field_name="name", label="Allows model"

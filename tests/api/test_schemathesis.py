@@ -96,7 +96,7 @@ def unthrottled(monkeypatch):
     monkeypatch.setattr(TokenRateThrottle, "rate", "1000000/minute", raising=False)
 
 
-@pytest.mark.parametrize("role", ["admin", "alice"])
+@pytest.mark.parametrize("role", ["admin", "alice", "lena"])
 def test_the_whole_api_under_schemathesis_has_no_server_error_and_matches_its_schema(
     request, openapi_schema, world, unthrottled, in_test_transaction, role
 ):

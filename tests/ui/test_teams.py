@@ -126,3 +126,9 @@ def test_my_usage_shows_the_teams_use_against_its_limits(client, alice, lena, te
     html = client.get(reverse("usage")).content.decode()
     row = html[html.index("Your team alpha (all members)") :][:400]
     assert "200" in row and "1,000" in row
+
+
+def test_the_team_keys_owner_filter_names_only_the_team(client, lena, alice, mallory, team):
+    client.force_login(lena)
+    html = client.get(reverse("key_all")).content.decode()
+    assert ">alice<" in html and ">lena<" in html and "mallory" not in html
