@@ -85,7 +85,11 @@ class UserEditForm(forms.ModelForm):
             limits = {n: cleaned.get(n) for n in Limits.LIMIT_FIELDS if n not in self.errors}
             try:
                 self.member_limits = services.validate_member_limits(
-                    self.instance, editor=self.acting_user, limits=limits, team=cleaned.get("team")
+                    self.instance,
+                    editor=self.acting_user,
+                    limits=limits,
+                    team=cleaned.get("team"),
+                    changed=self.changed_data,
                 )
             except ValidationError as exc:
                 add_validation_errors(self, exc)
@@ -189,7 +193,9 @@ class MemberLimitsForm(forms.Form):
         cleaned = super().clean()
         limits = {n: cleaned.get(n) for n in LIMIT_LABELS if n not in self.errors}
         try:
-            self.limits = services.validate_member_limits(self.member, editor=self.editor, limits=limits)
+            self.limits = services.validate_member_limits(
+                self.member, editor=self.editor, limits=limits, changed=self.changed_data
+            )
         except ValidationError as exc:
             add_validation_errors(self, exc)
         return cleaned

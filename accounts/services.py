@@ -152,11 +152,12 @@ def may_manage(editor, member) -> bool:
     return editor.led_team_id is not None and member.team_id == editor.led_team_id
 
 
-def validate_member_limits(member, *, editor, limits: dict, team=...) -> dict:
+def validate_member_limits(member, *, editor, limits: dict, team=..., changed=None) -> dict:
     """Check limits for `member` as `editor` sets them; return cleaned values or raise
     ValidationError with field errors. Used by the user form and serializer (admins) and the team
     member form and API (team leads), so the rules are one. `team`: the team the member is being
-    put in, when that changes in the same edit.
+    put in, when that changes in the same edit; `changed`: the names this edit sets (a form posts
+    every limit; only those changed become an admin's ceiling), default all of `limits`.
 
     Limits have an owner, as on keys: what an admin sets on a user becomes their ceiling
     (`cleaned["admin_ceilings"]`); a team lead may lower such a limit, never raise or clear it. A
@@ -187,7 +188,7 @@ def validate_member_limits(member, *, editor, limits: dict, team=...) -> dict:
             )
         cleaned[name] = number
     if by_admin:
-        for name in limits:
+        for name in limits if changed is None else [n for n in limits if n in changed]:
             if cleaned.get(name) is None:
                 ceilings.pop(name, None)
             else:

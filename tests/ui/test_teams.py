@@ -132,3 +132,15 @@ def test_the_team_keys_owner_filter_names_only_the_team(client, lena, alice, mal
     client.force_login(lena)
     html = client.get(reverse("key_all")).content.decode()
     assert ">alice<" in html and ">lena<" in html and "mallory" not in html
+
+
+def test_an_admin_saving_a_user_records_only_the_limits_they_changed(admin_client, lena, alice, team):
+    alice.requests_per_minute = 20  # as her lead set it
+    alice.save()
+    edit = {"email": "", "first_name": "", "last_name": "", "role": "developer", "team": team.pk}
+    response = admin_client.post(
+        reverse("user_edit", args=[alice.pk]), {**edit, "requests_per_minute": "20", "tokens_per_day": "800"}
+    )
+    assert response.status_code == 302
+    alice.refresh_from_db()
+    assert alice.admin_ceilings == {"tokens_per_day": 800}
