@@ -118,7 +118,7 @@ class UserListView(AdminRequiredMixin, FilteredListView):
         return User.objects.order_by("username")
 
     def get_context_data(self, **kwargs):
-        return super().get_context_data(filter_fields=["role", "is_active"], **kwargs)
+        return super().get_context_data(filter_fields=["role", "team", "is_active"], **kwargs)
 
 
 class UserCreateView(AdminRequiredMixin, View):

@@ -30,6 +30,8 @@ def test_an_admin_creates_a_team_and_puts_a_user_in_it(admin_client, alice):
     assert (alice.team, alice.is_team_lead) == (team, True)
     page = admin_client.get(reverse("team_detail", args=[team.pk])).content.decode()
     assert 'data-member="alice"' in page
+    person = admin_client.get(reverse("user_detail", args=[alice.pk])).content.decode()
+    assert 'alpha</a> <small class="muted">(its lead)</small>' in person
 
 
 def test_an_admin_cannot_set_a_member_above_the_teams_limit(admin_client, alice, team):
