@@ -242,7 +242,7 @@ class LaunchJob(TimeStampedModel):
 
 class DeploymentRun(TimeStampedModel):
     """One stretch of a deployment serving: opened when a launch job moves it to running, closed
-    when any job moves it off running (`hosts.showback.services.record_status`). GPU-hours are
+    when a job moves it to stopped or failed (`hosts.showback.services.record_status`). GPU-hours are
     `gpus` x the hours between `started` and `stopped` (open: now).
 
     Kept when the deployment is deleted (its name stays), because the showback reads past months.

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from portal.showback import token_shares
 
-from ..choices import DeploymentStatus
+from ..choices import IDLE_DEPLOYMENT_STATUSES, DeploymentStatus
 from ..models import Deployment, DeploymentRun
 
 IDLE = "(idle)"
@@ -31,14 +31,17 @@ def gpu_count(deployment: Deployment) -> int:
 
 
 def record_status(deployment: Deployment, now: dt.datetime | None = None) -> None:
-    """Open a run when `deployment` is running and none is open; close the open one otherwise.
-    Safe to call twice (one open run per deployment, a named constraint)."""
+    """Open a run when `deployment` is running and none is open; close the open one when it is
+    stopped or failed. Starting and stopping keep an open run open: a launch of a running
+    deployment passes through "starting" while its server keeps serving, and a server being
+    stopped still holds its GPUs. Safe to call twice (one open run per deployment, a named
+    constraint)."""
     now = now or timezone.now()
     open_runs = DeploymentRun.objects.filter(deployment=deployment, stopped__isnull=True)
-    if deployment.status != DeploymentStatus.RUNNING:
+    if deployment.status in IDLE_DEPLOYMENT_STATUSES:
         open_runs.update(stopped=now, updated=now)
         return
-    if open_runs.exists():
+    if deployment.status != DeploymentStatus.RUNNING or open_runs.exists():
         return
     try:
         with transaction.atomic():

@@ -18,7 +18,7 @@ from channels.models import Channel, ModelRoute
 from hosts import diagnose, jobs
 from hosts.choices import DeploymentStatus, JobAction, JobState
 from hosts.deployments import services
-from hosts.models import Deployment, Host, LaunchJob
+from hosts.models import Deployment, DeploymentRun, Host, LaunchJob
 from hosts.remote import commands, inventory
 from tests.fakes.llamacpp import tiny_gguf_path
 from tests.services import free_port
@@ -143,6 +143,12 @@ def test_llamacpp_deployment_launches_registers_a_channel_and_stops(online_host,
     channel.refresh_from_db()
     assert deployment.status == DeploymentStatus.STOPPED and deployment.pid is None
     assert channel.enabled is False
+
+    # The GPU-hours showback's record: one run, on the channel it served, from running to stopped
+    # (the second launch found it running and opened nothing).
+    (gpu_run,) = DeploymentRun.objects.filter(deployment=deployment)
+    assert gpu_run.channel_id == channel.pk and gpu_run.gpus == len(deployment.gpu_indices)
+    assert gpu_run.stopped is not None and gpu_run.started < gpu_run.stopped
 
 
 def test_restart_replaces_the_process(online_host, started_pids):

@@ -61,10 +61,16 @@ def test_the_launch_jobs_status_moves_open_and_close_a_run(deployment):
     jobs._set_deployment(deployment, DeploymentStatus.RUNNING, "Adopted")  # a second move keeps one run
     (opened,) = DeploymentRun.objects.all()
     assert (opened.gpus, opened.channel_id, opened.stopped) == (2, deployment.channel_id, None)
-    jobs._set_deployment(deployment, DeploymentStatus.STOPPING, "Stopping")
+    # Relaunching a running deployment passes through "starting" while the server keeps serving,
+    # and a server being stopped still holds its GPUs: the run stays open through both.
+    for status in (DeploymentStatus.STARTING, DeploymentStatus.RUNNING, DeploymentStatus.STOPPING):
+        jobs._set_deployment(deployment, status, "")
+    opened.refresh_from_db()
+    assert opened.stopped is None and DeploymentRun.objects.count() == 1
+    jobs._set_deployment(deployment, DeploymentStatus.STOPPED, "Stopped")
     opened.refresh_from_db()
     assert opened.stopped is not None
-    jobs._set_deployment(deployment, DeploymentStatus.STOPPED, "Stopped")
+    jobs._set_deployment(deployment, DeploymentStatus.FAILED, "")
     assert DeploymentRun.objects.count() == 1
 
 
