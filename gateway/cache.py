@@ -7,8 +7,8 @@ Invalidation (a revoked key must stop within seconds on every replica):
   transaction commits.
 - The per-request admission script returns both generations; a process that sees a new one drops
   its snapshot and re-runs the request from authentication (see `admission`). Entries also expire
-  after `GATEWAY_KEY_TTL` (60 s) as a safety net. The embedded default works the same way, on the
-  embedded Redis.
+  after `GATEWAY_KEY_TTL` (4 s; routes `GATEWAY_CACHE_TTL`, 5 s) as a safety net. The embedded
+  default works the same way, on the embedded Redis.
 """
 
 from __future__ import annotations

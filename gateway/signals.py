@@ -20,6 +20,8 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
+from portal import propagation
+
 from .cache import generation_keys, snapshot
 
 if TYPE_CHECKING:
@@ -50,6 +52,10 @@ def bump(*, keys: bool = False, routes: bool = False) -> None:
         # Again after the commit: a request may have cached the old row in between.
         snapshot.invalidate(keys=keys, routes=routes)
         if not _publish(keys, routes):
+            # The request that made the change says it is not confirmed yet (portal.propagation).
+            for what, changed in (("keys", keys), ("routes", routes)):
+                if changed:
+                    propagation.unconfirmed(what)
             _retry_in_background(keys, routes)
 
     transaction.on_commit(publish)

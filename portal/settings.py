@@ -58,6 +58,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "portal.audit.AuditContextMiddleware",
+    # Inside MessageMiddleware: its warning must be stored with the response's other messages.
+    "portal.propagation.PropagationMiddleware",
     # Last, as django-axes asks: it turns a locked-out login into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]
