@@ -69,12 +69,13 @@ def log_out(page) -> None:
     page.wait_for_url("**/login/")
 
 
-def test_first_login_creates_the_user_and_a_removed_group_demotes(page, live_server, idp, caplog):
+def test_first_login_creates_the_user_and_a_removed_group_demotes(page, live_server, idp, caplog, screenshots):
     sub = idp.add_user("carol", "carol-at-idp", email="carol@example.com", groups=["portal-admins", "ml-eng"])
     assert not User.objects.filter(username="carol").exists()
 
     page.goto(live_server.url + "/login/")
     assert page.inner_text("#sso-login") == "Sign in with Example IdP"
+    page.screenshot(path=f"{screenshots}/sso-login.png")
     seen = violations(page)
     with caplog.at_level("WARNING", logger="accounts.sso.services"):
         sign_in_with_idp(page, live_server.url, idp, "carol", "carol-at-idp")
