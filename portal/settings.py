@@ -290,6 +290,7 @@ SPECTACULAR_SETTINGS = {
         "ChannelStatusEnum": "channels.choices.ChannelStatus",
         "AlertKindEnum": "channels.choices.AlertKind",
         "ProbeSourceEnum": "channels.choices.ProbeSource",
+        "BalancePolicyEnum": "channels.choices.BalancePolicy",
         "HostStatusEnum": "hosts.choices.HostStatus",
         "BackendEnum": "hosts.choices.Backend",
         "DeploymentStatusEnum": "hosts.choices.DeploymentStatus",
