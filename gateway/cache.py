@@ -109,6 +109,7 @@ class ModelInfo:
     context_window: int | None
     max_output_tokens: int | None
     description: str
+    balance: str = "weighted"  # channels.choices.BalancePolicy: how `gateway.balance` orders a group
     # Routes grouped by (tier, -priority), best first: `catalog.ordered_routes` draws within a group.
     groups: list[list[RouteInfo]] = field(default_factory=list)
 
@@ -172,6 +173,7 @@ def _load_catalog() -> Catalog:
             context_window=None,
             max_output_tokens=None,
             description=m.description,
+            balance=m.balance,
         )
         models[m.name] = info
         by_id[m.id] = info

@@ -30,6 +30,7 @@ from django.conf import settings
 from channels.health import passive
 from keys.choices import UsageStatus
 
+from . import balance
 from .cache import KeyInfo, ModelInfo, RouteInfo
 from .http import GatewayError, Request, send_bytes
 from .limits import Admission
@@ -337,6 +338,8 @@ class Call:
         self.finished = False
         self.usage: Usage | None = None  # what finish() recorded
         self.max_tokens: int | None = None  # what the reservation allows; a stream is cut past it
+        self.choice = balance.Choice()  # the balancing's session, pick and reason (`catalog.ordered_routes`)
+        self._busy: int | None = None  # the channel this call counts as in flight on (`balance.load`)
         # The whole call's deadline (event-loop clock): failover and relay stop there.
         self.deadline = asyncio.get_running_loop().time() + float(settings.GATEWAY_TOTAL_TIMEOUT)
 
@@ -363,6 +366,8 @@ class Call:
         try:
             if not plan.routes:
                 raise GatewayError(503, f"No channel serves the model '{self.model.name}' this way.", code="no_channel")
+            self._busy = first = plan.routes[0].channel_id
+            balance.load.begin(first)
             up = await send_upstream(plan, stream=self.stream, deadline=self.deadline)
         except asyncio.CancelledError:
             if not gone:
@@ -379,7 +384,13 @@ class Call:
             raise
         finally:
             watcher.cancel()
-        self.channel_id = up.route.channel_id
+        self.channel_id = served = up.route.channel_id
+        if served != first:  # failed over: the load moves with the call
+            balance.load.end(first)
+            balance.load.begin(served)
+            self._busy = served
+        balance.load.observe(served, up.ttfb_ms)
+        balance.settled(process.limiter.redis if process.limiter else None, self.model.id, self.choice, served)
         return up
 
     def finish(
@@ -394,6 +405,9 @@ class Call:
         if self.finished:
             return
         self.finished = True
+        if self._busy is not None:
+            balance.load.end(self._busy)
+            self._busy = None
         usage = self.usage = usage or Usage(0, 0)
         if process.limiter is not None:
             process.limiter.settle(self.admission, usage.total)

@@ -338,6 +338,7 @@ SPECTACULAR_SETTINGS = {
         "ChannelStatusEnum": "channels.choices.ChannelStatus",
         "AlertKindEnum": "channels.choices.AlertKind",
         "ProbeSourceEnum": "channels.choices.ProbeSource",
+        "BalancePolicyEnum": "channels.choices.BalancePolicy",
         "HostStatusEnum": "hosts.choices.HostStatus",
         "BackendEnum": "hosts.choices.Backend",
         "DeploymentStatusEnum": "hosts.choices.DeploymentStatus",
@@ -363,6 +364,8 @@ GATEWAY_KEY_TTL = get("GATEWAY_KEY_TTL", float, 4.0)
 GATEWAY_REDIS_TIMEOUT = get("GATEWAY_REDIS_TIMEOUT", float, 1.0)
 GATEWAY_LEASE_SECONDS = get("GATEWAY_LEASE_SECONDS", float, 9.0)
 GATEWAY_USAGE_FLUSH_INTERVAL = get("GATEWAY_USAGE_FLUSH_INTERVAL", float, 0.5)
+GATEWAY_AFFINITY_TTL = get("GATEWAY_AFFINITY_TTL", int, 1800)
+GATEWAY_AFFINITY_LOAD = get("GATEWAY_AFFINITY_LOAD", float, 1.25)
 # Read per call by gateway.cache.namespace() (tests switch it at run time); validated here.
 GATEWAY_REDIS_NAMESPACE = get("GATEWAY_REDIS_NAMESPACE", str, "gw")
 

@@ -78,7 +78,7 @@ async def _create_message(req: Request) -> None:
             return Outgoing("/messages", dict(body), req.headers, anthropic_native=route.kind == "anthropic")
         return Outgoing("/chat/completions", opened.chat_request(), opened.chat_headers)
 
-    up = await call.forward(Plan(ordered_routes(call.model), outgoing))
+    up = await call.forward(Plan(ordered_routes(call.model, choice=call.choice), outgoing))
     native = speaks_messages(up.route)
     public_model = call.model.name
     thinking = isinstance(body.get("thinking"), dict) and body["thinking"].get("type") in ("enabled", "adaptive")

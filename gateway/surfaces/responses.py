@@ -58,7 +58,7 @@ async def _create_response(req: Request) -> None:
             return Outgoing("/responses", dict(body), req.headers)
         return Outgoing("/chat/completions", opened.chat_request(), opened.chat_headers)
 
-    up = await call.forward(Plan(ordered_routes(call.model), outgoing))
+    up = await call.forward(Plan(ordered_routes(call.model, choice=call.choice), outgoing))
     native = up.route.speaks_responses
     # Echo the public model name, never the upstream id.
     echo = {**body, "model": call.model.name}
