@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from django.utils import timezone
 
-from keys.models import RequestPayload
+from keys.models import Key, RequestPayload, payload_logging_of
 from portal import audit
 from portal.choices import AuditAction
 
@@ -85,9 +85,9 @@ def bodies(payload: RequestPayload) -> dict[str, Any]:
     return {"request": _text(payload.request_body), "response": _text(payload.response_body)}
 
 
-def read(payload: RequestPayload, *, via: str) -> dict[str, Any]:
-    """The bodies of `payload`, with an audit entry naming the reader (the current actor)."""
-    audit.record(AuditAction.ACTION, payload, message=f"read the request log's bodies ({via})")
+def read(payload: RequestPayload, *, reader: Any, via: str) -> dict[str, Any]:
+    """The bodies of `payload`, with an audit entry naming `reader`."""
+    audit.record(AuditAction.ACTION, payload, message=f"read the request log's bodies ({via})", actor=reader)
     return bodies(payload)
 
 
@@ -103,3 +103,25 @@ def prune(now: dt.datetime | None = None, **kwargs: Any) -> dict[str, int]:
     """Delete stored bodies past their retention (the daily prune's `daily_prune` receiver)."""
     deleted, _ = RequestPayload.objects.filter(expires_at__lt=now or timezone.now()).delete()
     return {"request_payloads": deleted}
+
+
+@dataclass(slots=True)
+class LoggedKey:
+    name: str
+    masked: str
+    retention_days: int
+
+
+def logged_keys(user: Any) -> list[LoggedKey]:
+    """The user's usable keys whose requests are logged now, for the notice on the Connect page."""
+    out = []
+    keys = (
+        Key.objects.not_revoked()
+        .filter(owner=user)
+        .select_related("owner", "payload_logging", "owner__payload_logging")
+    )
+    for key in keys.order_by("name"):
+        policy = payload_logging_of(key)
+        if policy is not None and policy.enabled:
+            out.append(LoggedKey(key.name, key.masked, policy.retention_days))
+    return out

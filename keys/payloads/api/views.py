@@ -52,6 +52,6 @@ class RequestPayloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, vi
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         payload = self.get_object()
         serializer = RequestPayloadDetailSerializer(
-            payload, context={**self.get_serializer_context(), "bodies": read(payload, via="API")}
+            payload, context={**self.get_serializer_context(), "bodies": read(payload, reader=request.user, via="API")}
         )
         return Response(serializer.data)
