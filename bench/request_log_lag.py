@@ -18,6 +18,7 @@ import threading
 import time
 
 import django
+import orjson
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 django.setup()
@@ -28,7 +29,9 @@ from keys.payloads.redact import Redactor  # noqa: E402
 from keys.payloads.services import Captured, build  # noqa: E402
 
 LINE = "The deploy log says: connection refused at step {i}; retrying with backoff (attempt {i})."
-SECRETS = "OPENAI_API_KEY=sk-proj-Ab3dEf6hIjAb3dEf6hIjT3BlbkFJQr5tUv8xYzQr5tUv8xYz\naws_access_key_id = AKIAIOSFODNN7EXAMPLE"
+SECRETS = (
+    "OPENAI_API_KEY=sk-proj-Ab3dEf6hIjAb3dEf6hIjT3BlbkFJQr5tUv8xYzQr5tUv8xYz\naws_access_key_id = AKIAIOSFODNN7EXAMPLE"
+)
 
 
 def prompt(size: int) -> bytes:
@@ -38,8 +41,6 @@ def prompt(size: int) -> bytes:
         lines.append(line)
         total += len(line) + 1
         i += 1
-    import orjson
-
     return orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "\n".join(lines)}]})
 
 
