@@ -150,6 +150,7 @@ class KeyInfo:
     limits: dict[str, int | None]
     owner_limits: dict[str, int | None]
     loaded_at: float
+    payload_days: int | None = None  # request logs on (kept this many days), see keys.PayloadLogging
 
     def may_use(self, model: ModelInfo) -> bool:
         return (
@@ -224,10 +225,10 @@ def _load_catalog() -> Catalog:
 
 
 def _load_key(digest: str) -> KeyInfo | None:
-    from keys.models import Key
+    from keys.models import Key, payload_logging_of
 
     key = (
-        Key.objects.select_related("owner")
+        Key.objects.select_related("owner", "payload_logging", "owner__payload_logging")
         .prefetch_related("allowed_models", "owner__allowed_models")
         .filter(key_hash=digest)
         .first()
@@ -241,6 +242,7 @@ def _load_key(digest: str) -> KeyInfo | None:
         except ValueError:
             logger.warning("key %s: ignoring invalid CIDR %r", key.id, cidr)
     owner = key.owner
+    logging_policy = payload_logging_of(key)
     return KeyInfo(
         id=key.id,
         name=key.name,
@@ -256,6 +258,7 @@ def _load_key(digest: str) -> KeyInfo | None:
         limits=key.limits(),
         owner_limits=owner.limits(),
         loaded_at=time.monotonic(),
+        payload_days=logging_policy.retention_days if logging_policy and logging_policy.enabled else None,
     )
 
 

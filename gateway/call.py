@@ -29,11 +29,13 @@ from django.conf import settings
 
 from channels.health import passive
 from keys.choices import UsageStatus
+from keys.payloads.services import Captured
 
 from . import balance
 from .cache import KeyInfo, ModelInfo, RouteInfo
 from .http import GatewayError, Request, send_bytes
 from .limits import Admission
+from .payloads import RAW_STREAM_FACTOR, max_bytes
 from .state import process
 from .usage import Usage, UsageEvent
 
@@ -342,6 +344,10 @@ class Call:
         self._busy: int | None = None  # the channel this call counts as in flight on (`balance.load`)
         # The whole call's deadline (event-loop clock): failover and relay stop there.
         self.deadline = asyncio.get_running_loop().time() + float(settings.GATEWAY_TOTAL_TIMEOUT)
+        # What the client was sent, for a key whose request logs are on (None: not logged).
+        self.logged: list[bytes] | None = [] if key.payload_days is not None else None
+        self.logged_size = 0
+        self.logged_sse = False  # what was kept is SSE (the writer assembles its text)
 
     @property
     def rate_headers(self) -> list[tuple[bytes, bytes]]:
@@ -431,6 +437,44 @@ class Call:
                 ttft_ms=self.ttft_ms,
             )
         )
+        if self.logged is not None:
+            process.payloads.record(self._captured(status, http_status))
+
+    def log_response(self, data: bytes, *, sse: bool = False) -> None:
+        """Keep `data` (sent to the client) for the request log, up to its bound."""
+        assert self.logged is not None
+        self.logged_sse = sse
+        cap = max_bytes() * (RAW_STREAM_FACTOR if sse else 1)
+        if self.logged_size < cap:
+            self.logged.append(data[: cap - self.logged_size])
+        self.logged_size += len(data)
+
+    def _captured(self, status: str, http_status: int) -> Captured:
+        """This call for the request log; redacted and stored by the payload writer's thread."""
+        assert self.logged is not None and self.key.payload_days is not None
+        cap = max_bytes()
+        request = self.req.received
+        response = b"".join(self.logged)
+        return Captured(
+            created=dt.datetime.now(dt.UTC),
+            request_id=self.request_id,
+            key_id=self.key.id,
+            user_id=self.key.owner_id,
+            model=self.model.name,
+            surface=self.surface,
+            stream=self.stream,
+            status=status,
+            http_status=http_status,
+            retention_days=self.key.payload_days,
+            request=request[:cap],
+            response=response if self.logged_sse else response[:cap],
+            request_bytes=len(request),
+            response_bytes=self.logged_size,
+            truncated=len(request) > cap
+            or len(response) < self.logged_size
+            or (not self.logged_sse and len(response) > cap),
+            sse=self.logged_sse,
+        )
 
     def fail(self, exc: GatewayError) -> None:
         """Finish a call that ended in an error before any upstream tokens."""
@@ -441,6 +485,8 @@ class Call:
     async def send_json(self, status: int, body: bytes, usage: Usage | None, content_type: bytes | None = None) -> None:
         """Send a complete JSON answer, then finish the call."""
         self.ttft_ms = (time.perf_counter() - self.started) * 1000
+        if self.logged is not None:
+            self.log_response(body)
         try:
             await send_bytes(self.req.send, status, body, self.rate_headers, content_type)
         finally:

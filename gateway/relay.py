@@ -128,8 +128,11 @@ async def relay_sse(
                 if out:
                     if call.ttft_ms is None:
                         call.ttft_ms = (time.perf_counter() - call.started) * 1000
-                    await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+                    body = b"".join(out)
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
                     last_sent = loop.time()
+                    if call.logged is not None:
+                        call.log_response(body, sse=True)
                 if not cut:
                     chunk = await content.readany() if content is not None else b""
             if cut:

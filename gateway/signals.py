@@ -117,11 +117,12 @@ def connect() -> None:
 
     from channels.models import Channel, Model, ModelRoute
     from channels.signals import routes_changed
-    from keys.models import Key
+    from keys.models import Key, PayloadLogging
 
     user = get_user_model()
-    post_save.connect(_keys_changed, sender=Key, dispatch_uid="gw-keys-save-Key")
-    post_delete.connect(_keys_changed, sender=Key, dispatch_uid="gw-keys-del-Key")
+    for keyed in (Key, PayloadLogging):
+        post_save.connect(_keys_changed, sender=keyed, dispatch_uid=f"gw-keys-save-{keyed.__name__}")
+        post_delete.connect(_keys_changed, sender=keyed, dispatch_uid=f"gw-keys-del-{keyed.__name__}")
     post_save.connect(_user_changed, sender=user, dispatch_uid="gw-user-save")
     post_delete.connect(_keys_changed, sender=user, dispatch_uid="gw-user-del")
     m2m_changed.connect(_keys_changed, sender=Key.allowed_models.through, dispatch_uid="gw-key-models")

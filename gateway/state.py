@@ -21,6 +21,7 @@ from channels.health import passive
 
 from .cache import close_db, snapshot
 from .limits import RedisLimiter, make_limiter
+from .payloads import PayloadWriter
 from .usage import UsageWriter
 
 
@@ -66,6 +67,7 @@ class ProcessState:
         self.limiter: RedisLimiter | None = None
         # Its own thread and connection: key and model lookups never wait behind a slow write.
         self.usage = UsageWriter()
+        self.payloads = PayloadWriter()  # request logs (opt-in); its thread starts with the first
         self.started = False
         self._refresher: asyncio.Task[None] | None = None
         self._settler: asyncio.Task[None] | None = None
@@ -134,6 +136,7 @@ class ProcessState:
         if self.limiter is not None:
             await self.limiter.close()
         await self.usage.stop()
+        await self.payloads.stop()
         if self.session is not None:
             await self.session.close()
             self.session = None
