@@ -10,6 +10,7 @@ answer translated back (`gateway.translate.anthropic_*`). Every error, including
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -22,7 +23,7 @@ from gateway.catalog import ordered_routes, resolve_model
 from gateway.http import GatewayError, Request, send_bytes, send_json
 from gateway.state import process
 from gateway.translate import TranslationError, anthropic_request, anthropic_response
-from gateway.translate.common import encode_sse, prompt_text
+from gateway.translate.common import answer_usage, encode_sse, prompt_text
 from gateway.translate.common import estimate_tokens as estimate_input_tokens
 from gateway.usage import Usage, estimate_tokens, usage_from
 from keys.choices import ApiSurface
@@ -117,7 +118,7 @@ async def _relay_json(
         err = GatewayError(502, "The upstream answered with something that is not JSON.", code="upstream_error")
         await call.send_json(502, orjson.dumps(anthropic_response.error_body(502, err.message)), None)
         return
-    usage = usage_from(data.get("usage"))
+    usage = usage_from(answer_usage(data))
     if native:
         out = raw
         if usage is not None:
@@ -133,11 +134,12 @@ async def _relay_json(
 
 
 def _anthropic_usage(usage: dict[str, Any]) -> Usage:
-    """Anthropic splits input into uncached, cache-read and cache-write tokens: all were input."""
-    prompt = sum(
-        int(usage.get(k) or 0) for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
-    )
-    return Usage(prompt, int(usage.get("output_tokens") or 0))
+    """Anthropic splits input into uncached, cache-read and cache-write tokens: all were input,
+    and the cache-read and cache-write parts are recorded as such."""
+    read = int(usage.get("cache_read_input_tokens") or 0)
+    written = int(usage.get("cache_creation_input_tokens") or 0)
+    prompt = int(usage.get("input_tokens") or 0) + read + written
+    return Usage(prompt, int(usage.get("output_tokens") or 0), cached_tokens=read, cache_creation_tokens=written)
 
 
 def _native_error(err: GatewayError) -> bytes:
@@ -156,10 +158,12 @@ def _native_usage(event: bytes, current: Usage | None) -> Usage | None:
         return _anthropic_usage(usage)
     if data.get("type") == "message_delta":
         usage = data.get("usage") or {}
-        prompt = current.prompt_tokens if current is not None else 0
-        if usage.get("input_tokens") is not None:
-            prompt = _anthropic_usage(usage).prompt_tokens
-        return Usage(prompt, int(usage.get("output_tokens") or 0))
+        output = int(usage.get("output_tokens") or 0)
+        if usage.get("input_tokens") is not None:  # newer streams repeat the whole input split here
+            return replace(_anthropic_usage(usage), completion_tokens=output)
+        if current is None:
+            return Usage(0, output)
+        return replace(current, completion_tokens=output)
     return current
 
 
