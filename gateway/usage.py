@@ -26,6 +26,8 @@ from django.db.models import F, Q
 from keys.choices import UsageStatus
 from keys.models import Key, UsageDaily, UsageRecord
 
+from . import metrics
+
 logger = logging.getLogger(__name__)
 
 
@@ -263,6 +265,12 @@ class UsageWriter:
     def record(self, event: UsageEvent) -> None:
         self._buffer.append(event)
         self.recorded += 1
+        metrics.observe(event)
+
+    @property
+    def pending(self) -> int:
+        """Events queued, not yet written."""
+        return len(self._buffer)
 
     @property
     def interval(self) -> float:
@@ -288,6 +296,7 @@ class UsageWriter:
         try:
             await loop.run_in_executor(self._executor, self._write, batch)
         except Exception:
+            metrics.FLUSH_ERRORS.inc()
             logger.exception("writing %d usage records failed; they are kept for the next flush", len(batch))
             self._buffer[:0] = batch[:50_000]
 

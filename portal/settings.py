@@ -317,6 +317,8 @@ GATEWAY_LEASE_SECONDS = get("GATEWAY_LEASE_SECONDS", float, 9.0)
 GATEWAY_USAGE_FLUSH_INTERVAL = get("GATEWAY_USAGE_FLUSH_INTERVAL", float, 0.5)
 # Read per call by gateway.cache.namespace() (tests switch it at run time); validated here.
 GATEWAY_REDIS_NAMESPACE = get("GATEWAY_REDIS_NAMESPACE", str, "gw")
+# Bearer token of GET /metrics (Prometheus text format, per process); empty: /metrics answers 404.
+PORTAL_METRICS_TOKEN = get("PORTAL_METRICS_TOKEN", str, "")
 
 # --- Health checks ----------------------------------------------------------------------------
 PORTAL_PROBE_RETENTION_DAYS = get("PORTAL_PROBE_RETENTION_DAYS", int, 7)
