@@ -10,7 +10,6 @@ answer translated back (`gateway.translate.anthropic_*`). Every error, including
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -158,12 +157,16 @@ def _native_usage(event: bytes, current: Usage | None) -> Usage | None:
         return _anthropic_usage(usage)
     if data.get("type") == "message_delta":
         usage = data.get("usage") or {}
-        output = int(usage.get("output_tokens") or 0)
-        if usage.get("input_tokens") is not None:  # newer streams repeat the whole input split here
-            return replace(_anthropic_usage(usage), completion_tokens=output)
-        if current is None:
-            return Usage(0, output)
-        return replace(current, completion_tokens=output)
+        current = current or Usage(0, 0)
+        # Newer streams repeat the input split here (cumulative); a part left out or null keeps
+        # what `message_start` said.
+        had = {
+            "input_tokens": current.prompt_tokens - current.cached_tokens - current.cache_creation_tokens,
+            "cache_read_input_tokens": current.cached_tokens,
+            "cache_creation_input_tokens": current.cache_creation_tokens,
+        }
+        merged = {k: usage[k] if usage.get(k) is not None else v for k, v in had.items()}
+        return _anthropic_usage({**merged, "output_tokens": usage.get("output_tokens")})
     return current
 
 

@@ -5,10 +5,14 @@ official openai and anthropic SDKs parse them."""
 
 from __future__ import annotations
 
+import json
+
 import anthropic
 import openai
 import pytest
 
+from gateway.surfaces.messages import _native_usage
+from gateway.usage import Usage
 from keys.models import UsageDaily
 from tests.gateway_surfaces.conftest import add_native_channel, record_for
 
@@ -122,3 +126,16 @@ def test_responses_channel_reports_cached_tokens_as_is(setup, oai, native_upstre
     assert events[-1].response.usage.input_tokens_details.cached_tokens == 2
     first, second = record_for(setup.key, 2)
     assert (first.prompt_tokens, first.cached_tokens, second.cached_tokens) == (3, 2, 2)
+
+
+def test_an_anthropic_stream_keeps_the_cache_split_when_message_delta_repeats_part_of_it():
+    def event(data: dict) -> bytes:
+        return b"event: x\ndata: " + json.dumps(data).encode() + b"\n\n"
+
+    start = {"input_tokens": 2, "cache_read_input_tokens": 5, "cache_creation_input_tokens": 3, "output_tokens": 1}
+    usage = _native_usage(event({"type": "message_start", "message": {"usage": start}}), None)
+    delta = {"output_tokens": 9, "input_tokens": 2, "cache_read_input_tokens": None}
+    usage = _native_usage(event({"type": "message_delta", "usage": delta}), usage)
+    assert usage == Usage(10, 9, cached_tokens=5, cache_creation_tokens=3)
+    usage = _native_usage(event({"type": "message_delta", "usage": {"output_tokens": 11}}), usage)
+    assert usage == Usage(10, 11, cached_tokens=5, cache_creation_tokens=3)
