@@ -20,7 +20,7 @@ from django.conf import settings
 
 from keys.choices import UsageStatus
 
-from . import balance
+from . import balance, metrics
 from .auth import authenticate
 from .cache import KeyInfo, ModelInfo, namespace, snapshot
 from .call import Call
@@ -91,6 +91,7 @@ async def open_call(
             else:
                 result = await admit
         except GatewayError as unavailable:  # Redis unreachable: refused, and on the record as such
+            metrics.refused("unavailable", "")
             _record_refusal(
                 request_id, key, info, surface, stream, unavailable, started, status=UsageStatus.UNAVAILABLE
             )
@@ -102,6 +103,7 @@ async def open_call(
             snapshot.observe_generation(*result.generations)
         break
     if isinstance(result, Refusal):
+        metrics.refused(result.limit, result.scope)
         err = _refusal_error(result, scopes)
         if result.limit.startswith("tokens_per"):
             err.message += (

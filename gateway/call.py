@@ -435,6 +435,8 @@ class Call:
                 error=error,
                 latency_ms=(time.perf_counter() - self.started) * 1000,
                 ttft_ms=self.ttft_ms,
+                cached_tokens=usage.cached_tokens,
+                cache_creation_tokens=usage.cache_creation_tokens,
             )
         )
         if self.logged is not None:

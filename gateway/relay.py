@@ -20,6 +20,7 @@ from keys.choices import UsageStatus
 
 from .call import Call, TooLarge, UpstreamResponse
 from .http import SSE_HEADERS, GatewayError, sse_error_event
+from .translate.common import answer_usage
 from .usage import Usage, usage_from
 
 logger = logging.getLogger(__name__)
@@ -193,7 +194,7 @@ def _event_usage(event: bytes) -> Usage | None:
         data = orjson.loads(event[start:].strip())
     except orjson.JSONDecodeError:
         return None
-    return usage_from(data.get("usage")) if isinstance(data, dict) else None
+    return usage_from(answer_usage(data))
 
 
 def _has_content(event: bytes) -> bool:

@@ -19,6 +19,7 @@ from django.conf import settings
 
 from channels.health import passive
 
+from . import metrics
 from .cache import close_db, snapshot
 from .limits import RedisLimiter, make_limiter
 from .payloads import PayloadWriter
@@ -144,3 +145,4 @@ class ProcessState:
 
 
 process = ProcessState()
+metrics.QUEUE_DEPTH.set_function(lambda: process.usage.pending)

@@ -127,6 +127,12 @@ class UsageRecord(models.Model):
     error = models.CharField(max_length=300, blank=True)
     latency_ms = models.FloatField(null=True, blank=True)
     ttft_ms = models.FloatField(null=True, blank=True)
+    cached_tokens = models.PositiveIntegerField(
+        default=0, help_text="Prompt tokens the upstream read from its prompt cache (part of prompt_tokens)."
+    )
+    cache_creation_tokens = models.PositiveIntegerField(
+        default=0, help_text="Prompt tokens the upstream wrote to its prompt cache (Anthropic; part of prompt_tokens)."
+    )
 
     objects = OwnedQuerySet.as_manager()
 
@@ -155,6 +161,8 @@ class UsageDaily(models.Model):
     completion_tokens = models.BigIntegerField(default=0)
     total_tokens = models.BigIntegerField(default=0)
     estimated_requests = models.PositiveIntegerField(default=0)
+    cached_tokens = models.BigIntegerField(default=0)
+    cache_creation_tokens = models.BigIntegerField(default=0)
 
     objects = OwnedQuerySet.as_manager()
 

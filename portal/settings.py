@@ -372,6 +372,8 @@ GATEWAY_PAYLOAD_MAX_BYTES = get("GATEWAY_PAYLOAD_MAX_BYTES", int, 256 * 1024)
 GATEWAY_PAYLOAD_QUEUE = get("GATEWAY_PAYLOAD_QUEUE", int, 1000)
 # Read per call by gateway.cache.namespace() (tests switch it at run time); validated here.
 GATEWAY_REDIS_NAMESPACE = get("GATEWAY_REDIS_NAMESPACE", str, "gw")
+# Bearer token of GET /metrics (Prometheus text format, per process); empty: /metrics answers 404.
+PORTAL_METRICS_TOKEN = get("PORTAL_METRICS_TOKEN", str, "")
 
 # --- Health checks ----------------------------------------------------------------------------
 PORTAL_PROBE_RETENTION_DAYS = get("PORTAL_PROBE_RETENTION_DAYS", int, 7)

@@ -15,6 +15,7 @@ from gateway.call import Call, Outgoing, Plan
 from gateway.catalog import ordered_routes
 from gateway.http import GatewayError, Request
 from gateway.relay import relay_sse
+from gateway.translate.common import answer_usage
 from gateway.usage import Usage, estimate_tokens, usage_from
 from keys.choices import ApiSurface
 
@@ -82,7 +83,7 @@ async def _relay_json(call: Call, status: int, raw: bytes, content_type: bytes, 
             data = orjson.loads(raw)
         except orjson.JSONDecodeError:
             data = None
-        usage = usage_from(data.get("usage")) if isinstance(data, dict) else None
+        usage = usage_from(answer_usage(data))
         if usage is None:
             usage = Usage(prompt, _estimated_completion(data), estimated=True)
     else:

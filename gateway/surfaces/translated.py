@@ -163,4 +163,5 @@ def _chat_usage(usage: Usage | None) -> dict[str, Any] | None:
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.total,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
     }
