@@ -64,6 +64,9 @@ class User(AbstractUser, Limits):
         blank=True,
         help_text="Limits an admin set on this user ({field: value}): a team lead may only lower them.",
     )
+    # The single sign-on identity (the IdP's `sub`): set at the first OIDC login, how later ones find
+    # this user again whatever their username or e-mail became.
+    oidc_subject = models.CharField(max_length=255, unique=True, null=True, blank=True, editable=False)
 
     class Meta(AbstractUser.Meta):
         swappable = "AUTH_USER_MODEL"

@@ -2,9 +2,12 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from . import views
+from .sso import views as sso_views
 
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", views.LoginView.as_view(), name="login"),
+    path("oidc/login/", sso_views.OidcLoginView.as_view(), name="oidc_authentication_init"),
+    path("oidc/callback/", sso_views.OidcCallbackView.as_view(), name="oidc_authentication_callback"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/", views.account, name="account"),
     path("account/password/", views.PasswordChangeView.as_view(), name="password_change"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model, update_session_auth_hash
 from django.contrib.auth import views as auth_views
@@ -23,7 +24,7 @@ from portal.choices import AuditAction
 from portal.permissions import AdminOrTeamLeadRequiredMixin, AdminRequiredMixin
 from portal.ui import FilteredListView, done, pop_secret, remember_secret
 
-from . import services
+from . import services, sso
 from .filters import AuditLogFilterSet, TeamFilterSet, UserFilterSet
 from .forms import ApiTokenForm, MemberLimitsForm, TeamForm, UserCreateForm, UserEditForm
 from .models import ApiToken, AuditLog, Team
@@ -85,6 +86,17 @@ class TokenRevokeView(LoginRequiredMixin, View):
         services.revoke_token(token)
         audit.record(AuditAction.ACTION, token, message="API token revoked")
         return done(request, f"API token “{token.name}” revoked.", "account")
+
+
+class LoginView(auth_views.LoginView):
+    """The password form, and "Sign in with <IdP>" when single sign-on is on."""
+
+    def get_context_data(self, **kwargs):
+        return super().get_context_data(
+            sso_name=sso.provider_name() if sso.enabled() else "",
+            password_admins_only=settings.PORTAL_PASSWORD_LOGIN_ADMINS_ONLY,
+            **kwargs,
+        )
 
 
 class PasswordChangeView(auth_views.PasswordChangeView):

@@ -38,3 +38,8 @@ class ChannelsConfig(AppConfig):
 
         dashboard.register_attention(attention)
         dashboard.register_context(lambda user: {"my_models": Model.objects.usable_by(user)})
+        from portal.metrics import register_collector
+
+        from .metrics import ChannelCollector
+
+        register_collector(ChannelCollector())

@@ -30,3 +30,11 @@ class ProbeSource(models.TextChoices):
 class AlertKind(models.TextChoices):
     WEBHOOK = "webhook", "Webhook (JSON, Slack-compatible)"
     EMAIL = "email", "E-mail"
+
+
+class BalancePolicy(models.TextChoices):
+    """How the gateway spreads a model's requests over its equal-priority channels (`gateway.balance`)."""
+
+    WEIGHTED = "weighted", "Weighted random"
+    AFFINITY = "affinity", "Session affinity (prompt caches)"
+    LEAST_BUSY = "least_busy", "Least busy"

@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.forms import BaseInlineFormSet, inlineformset_factory
 from django.urls import reverse
 
-from .choices import ChannelKind
+from .choices import BalancePolicy, ChannelKind
 from .models import MODEL_NAME_VALIDATOR, Channel, Model, ModelRoute
 from .services import clean_base_url, reset_status_after_edit
 
@@ -101,11 +101,19 @@ class ChannelForm(forms.ModelForm):
 
 
 class ModelForm(forms.ModelForm):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["balance"].required = False  # a post without it keeps what the model has
+
     class Meta:
         model = Model
-        fields = ["name", "display_name", "description", "enabled"]
+        fields = ["name", "display_name", "description", "enabled", "balance"]
+        labels = {"balance": "Balancing"}
         widgets = {"description": forms.Textarea(attrs={"rows": 2})}
         help_texts = {"name": "The public name developers put in requests, e.g. qwen3-32b."}
+
+    def clean_balance(self) -> str:
+        return self.cleaned_data.get("balance") or self.instance.balance or BalancePolicy.WEIGHTED
 
 
 class RouteForm(forms.ModelForm):

@@ -11,7 +11,7 @@ from django.utils import timezone
 from portal.fields import EncryptedTextField
 from portal.models import TimeStampedModel
 
-from .choices import AlertKind, ChannelKind, ChannelStatus, ProbeSource
+from .choices import AlertKind, BalancePolicy, ChannelKind, ChannelStatus, ProbeSource
 
 if TYPE_CHECKING:
     from .health.history import HealthSummary
@@ -132,6 +132,14 @@ class Model(TimeStampedModel):
     display_name = models.CharField(max_length=200, blank=True)
     description = models.TextField(blank=True, max_length=2000)
     enabled = models.BooleanField(default=True)
+    balance = models.CharField(
+        max_length=16,
+        choices=BalancePolicy,
+        default=BalancePolicy.WEIGHTED,
+        help_text="How requests are spread over channels of the same priority: weighted random; session "
+        "affinity (each agent session stays on one replica, so its prompt cache is reused); least busy "
+        "(fewest requests in flight, then the fastest first token).",
+    )
     channels = models.ManyToManyField(Channel, through="ModelRoute", related_name="models")
 
     objects = ModelQuerySet.as_manager()

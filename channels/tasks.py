@@ -6,8 +6,10 @@ import logging
 
 from celery import shared_task
 from django.core.cache import cache
+from django.utils import timezone
 
 from channels.health import history, services
+from channels.signals import daily_prune
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +41,13 @@ def probe_channel(channel_id: int) -> str | None:
 
 @shared_task(name="channels.tasks.prune_probe_results", ignore_result=True)
 def prune_probe_results() -> dict[str, int]:
-    return history.prune()
+    """The daily prune: old probes here, then every app's rows past retention (`daily_prune`)."""
+    now = timezone.now()
+    result = history.prune(now)
+    for _receiver, deleted in daily_prune.send(sender=None, now=now):
+        if isinstance(deleted, dict):
+            result.update(deleted)
+    return result
 
 
 @shared_task(name="channels.tasks.aggregate_probe_hours", ignore_result=True)

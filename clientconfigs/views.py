@@ -10,6 +10,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
 from keys.models import Key
+from keys.payloads.services import logged_keys
 
 from . import clients, installer, services
 from .forms import ConnectForm
@@ -100,6 +101,7 @@ def connect(request):
         "replaceable": services.replaceable_key(request.user, slug, machine) if minted is None else None,
         "key_label": services.key_label(slug, machine),
         "env_var": clients.base.ENV_VAR,
+        "logged_keys": logged_keys(request.user),
     }
     return render(request, "clientconfigs/connect.html", context)
 

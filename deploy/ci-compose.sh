@@ -189,5 +189,5 @@ for c in $(names proxy); do healthy "$c" 60; done
 # 7. The smoke suite, through the proxy's published port.
 stamp "smoke suite via http://127.0.0.1:$port"
 PORTAL_CI_PROJECT=$PROJECT python3 "$ROOT/deploy/ci/smoke.py" --url "http://127.0.0.1:$port" \
-  --admin-password "$admin_password" --replicas "$REPLICAS" --bench "${PORTAL_CI_BENCH:-0}"
+  --admin-password="$admin_password" --replicas "$REPLICAS" --bench "${PORTAL_CI_BENCH:-0}"
 stamp "smoke suite passed"

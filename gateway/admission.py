@@ -8,16 +8,19 @@ again on fresh data (once). A refusal is a 429 with `Retry-After` and is recorde
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import itertools
 import math
 import os
 import time
+from typing import Any
 
 from django.conf import settings
 
 from keys.choices import UsageStatus
 
+from . import balance, metrics
 from .auth import authenticate
 from .cache import KeyInfo, ModelInfo, namespace, snapshot
 from .call import Call
@@ -44,8 +47,11 @@ async def open_call(
     stream: bool,
     prompt_tokens: int,
     max_tokens: int | None,
+    body: dict[str, Any] | None = None,
 ) -> Call:
-    """Authenticate, resolve the model and reserve against the limits. Raises GatewayError."""
+    """Authenticate, resolve the model and reserve against the limits. Raises GatewayError.
+    With the request's `body`, a model balanced by session affinity looks up where the session
+    went, in the same Redis write as the admission script (`balance`)."""
     started = time.perf_counter()
     if not process.started:
         await process.start()
@@ -53,6 +59,7 @@ async def open_call(
     assert limiter is not None
     request_id = new_request_id()
     ns = namespace()
+    choice = balance.Choice()
     for attempt in (0, 1):
         key = await authenticate(req)
         req.key_prefix = key.prefix
@@ -77,9 +84,16 @@ async def open_call(
         # First attempt: admit only if our cached keys/routes are current (else Stale, nothing
         # reserved); the retry runs on freshly loaded data and is not checked again.
         expected = snapshot.generation if attempt == 0 else None
+        admit = limiter.admit(request_id, scopes, reserve, expected=expected)
         try:
-            result = await limiter.admit(request_id, scopes, reserve, expected=expected)
+            if choice.session is None and body is not None and info.balance == balance.AFFINITY:
+                choice.session = balance.session_of(body, key.id)
+                recall = balance.recall(limiter.redis, info.id, choice.session)
+                result, choice.remembered = await asyncio.gather(admit, recall)
+            else:
+                result = await admit
         except GatewayError as unavailable:  # Redis unreachable: refused, and on the record as such
+            metrics.refused("unavailable", "")
             _record_refusal(
                 request_id, key, info, surface, stream, unavailable, started, status=UsageStatus.UNAVAILABLE
             )
@@ -91,6 +105,7 @@ async def open_call(
             snapshot.observe_generation(*result.generations)
         break
     if isinstance(result, Refusal):
+        metrics.refused(result.limit, result.scope)
         err = _refusal_error(result, scopes)
         if result.limit.startswith("tokens_per"):
             err.message += (
@@ -112,6 +127,7 @@ async def open_call(
         started=started,
     )
     call.max_tokens = reserve_max
+    call.choice = choice
     req.call = call
     return call
 

@@ -22,7 +22,9 @@ from typing import Any, Literal
 
 from portal.public import public_url
 
+from . import metrics
 from .http import GatewayError, Receive, Request, Scope, Send, send_error
+from .metrics import IN_FLIGHT
 from .state import process
 from .surfaces import chat, messages, models, responses
 
@@ -47,6 +49,7 @@ ROUTES: list[tuple[str, str, Handler, Where]] = [
     ("GET", "/api/hello", models.hello, "exact"),
     ("POST", "/responses", responses.create_response, "v1+bare"),
     ("GET", "/responses", responses.refuse_get, "v1+bare"),
+    ("GET", "/metrics", metrics.serve, "exact"),
 ]
 
 
@@ -159,6 +162,7 @@ async def handle_logged(handler: Handler, scope: Scope, receive: Receive, send: 
 async def handle(handler: Handler, scope: Scope, receive: Receive, send: Send, sub: str) -> Request:
     """Run a gateway handler; any GatewayError before the response started becomes a JSON error."""
     req = Request(scope, receive, send, sub)
+    IN_FLIGHT.n += 1
     try:
         await handler(req)
     except GatewayError as exc:
@@ -175,6 +179,8 @@ async def handle(handler: Handler, scope: Scope, receive: Receive, send: Send, s
         if req.call is not None:
             req.call.fail(err)
         await send_error(send, err)
+    finally:
+        IN_FLIGHT.n -= 1
     return req
 
 

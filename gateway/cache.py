@@ -7,8 +7,8 @@ Invalidation (a revoked key must stop within seconds on every replica):
   transaction commits.
 - The per-request admission script returns both generations; a process that sees a new one drops
   its snapshot and re-runs the request from authentication (see `admission`). Entries also expire
-  after `GATEWAY_KEY_TTL` (60 s) as a safety net. The embedded default works the same way, on the
-  embedded Redis.
+  after `GATEWAY_KEY_TTL` (4 s; routes `GATEWAY_CACHE_TTL`, 5 s) as a safety net. The embedded
+  default works the same way, on the embedded Redis.
 """
 
 from __future__ import annotations
@@ -109,6 +109,7 @@ class ModelInfo:
     context_window: int | None
     max_output_tokens: int | None
     description: str
+    balance: str = "weighted"  # channels.choices.BalancePolicy: how `gateway.balance` orders a group
     # Routes grouped by (tier, -priority), best first: `catalog.ordered_routes` draws within a group.
     groups: list[list[RouteInfo]] = field(default_factory=list)
 
@@ -152,6 +153,7 @@ class KeyInfo:
     team_id: int | None = None  # the owner's team: its limits are a third scope, its models a third list
     team_model_ids: frozenset[int] = frozenset()
     team_limits: dict[str, int | None] = field(default_factory=dict)
+    payload_days: int | None = None  # request logs on (kept this many days), see keys.PayloadLogging
 
     def may_use(self, model: ModelInfo) -> bool:
         return (
@@ -176,6 +178,7 @@ def _load_catalog() -> Catalog:
             context_window=None,
             max_output_tokens=None,
             description=m.description,
+            balance=m.balance,
         )
         models[m.name] = info
         by_id[m.id] = info
@@ -226,10 +229,10 @@ def _load_catalog() -> Catalog:
 
 
 def _load_key(digest: str) -> KeyInfo | None:
-    from keys.models import Key
+    from keys.models import Key, payload_logging_of
 
     key = (
-        Key.objects.select_related("owner", "owner__team")
+        Key.objects.select_related("owner", "owner__team", "payload_logging", "owner__payload_logging")
         .prefetch_related("allowed_models", "owner__allowed_models", "owner__team__allowed_models")
         .filter(key_hash=digest)
         .first()
@@ -244,6 +247,7 @@ def _load_key(digest: str) -> KeyInfo | None:
             logger.warning("key %s: ignoring invalid CIDR %r", key.id, cidr)
     owner = key.owner
     team = owner.team
+    logging_policy = payload_logging_of(key)
     return KeyInfo(
         id=key.id,
         name=key.name,
@@ -262,6 +266,7 @@ def _load_key(digest: str) -> KeyInfo | None:
         team_id=team.id if team is not None else None,
         team_model_ids=frozenset(m.id for m in team.allowed_models.all()) if team is not None else frozenset(),
         team_limits=team.limits() if team is not None else {},
+        payload_days=logging_policy.retention_days if logging_policy and logging_policy.enabled else None,
     )
 
 

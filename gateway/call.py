@@ -29,10 +29,13 @@ from django.conf import settings
 
 from channels.health import passive
 from keys.choices import UsageStatus
+from keys.payloads.services import Captured
 
+from . import balance
 from .cache import KeyInfo, ModelInfo, RouteInfo
 from .http import GatewayError, Request, send_bytes
 from .limits import Admission
+from .payloads import RAW_STREAM_FACTOR, max_bytes
 from .state import process
 from .usage import Usage, UsageEvent
 
@@ -337,8 +340,14 @@ class Call:
         self.finished = False
         self.usage: Usage | None = None  # what finish() recorded
         self.max_tokens: int | None = None  # what the reservation allows; a stream is cut past it
+        self.choice = balance.Choice()  # the balancing's session, pick and reason (`catalog.ordered_routes`)
+        self._busy: int | None = None  # the channel this call counts as in flight on (`balance.load`)
         # The whole call's deadline (event-loop clock): failover and relay stop there.
         self.deadline = asyncio.get_running_loop().time() + float(settings.GATEWAY_TOTAL_TIMEOUT)
+        # What the client was sent, for a key whose request logs are on (None: not logged).
+        self.logged: list[bytes] | None = [] if key.payload_days is not None else None
+        self.logged_size = 0
+        self.logged_sse = False  # what was kept is SSE (the writer assembles its text)
 
     @property
     def rate_headers(self) -> list[tuple[bytes, bytes]]:
@@ -363,6 +372,8 @@ class Call:
         try:
             if not plan.routes:
                 raise GatewayError(503, f"No channel serves the model '{self.model.name}' this way.", code="no_channel")
+            self._busy = first = plan.routes[0].channel_id
+            balance.load.begin(first)
             up = await send_upstream(plan, stream=self.stream, deadline=self.deadline)
         except asyncio.CancelledError:
             if not gone:
@@ -379,7 +390,13 @@ class Call:
             raise
         finally:
             watcher.cancel()
-        self.channel_id = up.route.channel_id
+        self.channel_id = served = up.route.channel_id
+        if served != first:  # failed over: the load moves with the call
+            balance.load.end(first)
+            balance.load.begin(served)
+            self._busy = served
+        balance.load.observe(served, up.ttfb_ms)
+        balance.settled(process.limiter.redis if process.limiter else None, self.model.id, self.choice, served)
         return up
 
     def finish(
@@ -394,6 +411,9 @@ class Call:
         if self.finished:
             return
         self.finished = True
+        if self._busy is not None:
+            balance.load.end(self._busy)
+            self._busy = None
         usage = self.usage = usage or Usage(0, 0)
         if process.limiter is not None:
             process.limiter.settle(self.admission, usage.total)
@@ -416,7 +436,47 @@ class Call:
                 error=error,
                 latency_ms=(time.perf_counter() - self.started) * 1000,
                 ttft_ms=self.ttft_ms,
+                cached_tokens=usage.cached_tokens,
+                cache_creation_tokens=usage.cache_creation_tokens,
             )
+        )
+        if self.logged is not None:
+            process.payloads.record(self._captured(status, http_status))
+
+    def log_response(self, data: bytes, *, sse: bool = False) -> None:
+        """Keep `data` (sent to the client) for the request log, up to its bound."""
+        assert self.logged is not None
+        self.logged_sse = sse
+        cap = max_bytes() * (RAW_STREAM_FACTOR if sse else 1)
+        if self.logged_size < cap:
+            self.logged.append(data[: cap - self.logged_size])
+        self.logged_size += len(data)
+
+    def _captured(self, status: str, http_status: int) -> Captured:
+        """This call for the request log; redacted and stored by the payload writer's thread."""
+        assert self.logged is not None and self.key.payload_days is not None
+        cap = max_bytes()
+        request = self.req.received
+        response = b"".join(self.logged)
+        return Captured(
+            created=dt.datetime.now(dt.UTC),
+            request_id=self.request_id,
+            key_id=self.key.id,
+            user_id=self.key.owner_id,
+            model=self.model.name,
+            surface=self.surface,
+            stream=self.stream,
+            status=status,
+            http_status=http_status,
+            retention_days=self.key.payload_days,
+            request=request[:cap],
+            response=response if self.logged_sse else response[:cap],
+            request_bytes=len(request),
+            response_bytes=self.logged_size,
+            truncated=len(request) > cap
+            or len(response) < self.logged_size
+            or (not self.logged_sse and len(response) > cap),
+            sse=self.logged_sse,
         )
 
     def fail(self, exc: GatewayError) -> None:
@@ -428,6 +488,8 @@ class Call:
     async def send_json(self, status: int, body: bytes, usage: Usage | None, content_type: bytes | None = None) -> None:
         """Send a complete JSON answer, then finish the call."""
         self.ttft_ms = (time.perf_counter() - self.started) * 1000
+        if self.logged is not None:
+            self.log_response(body)
         try:
             await send_bytes(self.req.send, status, body, self.rate_headers, content_type)
         finally:

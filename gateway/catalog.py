@@ -4,14 +4,15 @@ Resolving checks the public model name against what the key may use (404 with "d
 403 when it exists but is not allowed). Routing is filters, then score: each filter looks at one
 route and returns why it drops it (None keeps it), and the routes left are ordered by score:
 status tier (healthy and unknown before degraded before the rest) and priority, both precomputed
-as `ModelInfo.groups` when the catalog loads (`cache`), then a weighted random draw within a group.
+as `ModelInfo.groups` when the catalog loads (`cache`), then the model's balancing policy within a
+group (`balance`: weighted random, session affinity or least busy).
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Sequence
 
+from . import balance
 from .cache import Catalog, KeyInfo, ModelInfo, RouteInfo, normalize_model_name
 from .http import GatewayError
 
@@ -55,19 +56,20 @@ def resolve_model(key: KeyInfo, catalog: Catalog, name: object) -> ModelInfo:
 
 
 def ordered_routes(
-    model: ModelInfo, filters: Sequence[RouteFilter] = (), skipped: Skipped | None = None
+    model: ModelInfo,
+    filters: Sequence[RouteFilter] = (),
+    skipped: Skipped | None = None,
+    choice: balance.Choice | None = None,
 ) -> list[RouteInfo]:
     """The model's routes in the order to try them. `filters` drop routes first; each dropped
-    route is appended to `skipped` with its reason when a list is given."""
+    route is appended to `skipped` with its reason when a list is given. `choice` (the call's)
+    learns which route the balancing policy put first and why."""
     out: list[RouteInfo] = []
     for group in model.groups:
         if filters:
             group = _kept(group, filters, skipped)
-        if len(group) == 1:
-            out.append(group[0])
-        elif group:
-            # Efraimidis-Spirakis: a weighted random permutation in one sort.
-            out.extend(sorted(group, key=_weighted_draw, reverse=True))
+        if group:
+            out.extend(balance.order(group, model.balance, None if out else choice))
     return out
 
 
@@ -80,8 +82,3 @@ def _kept(group: list[RouteInfo], filters: Sequence[RouteFilter], skipped: Skipp
         elif skipped is not None:
             skipped.append((r, reason))
     return kept
-
-
-def _weighted_draw(r: RouteInfo) -> float:
-    draw: float = random.random() ** (1.0 / max(r.weight, 1))
-    return draw

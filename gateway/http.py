@@ -115,6 +115,11 @@ class Request:
         client = self.scope.get("client")
         return client[0] if client else None
 
+    @property
+    def received(self) -> bytes:
+        """The body as read so far (all of it once a surface parsed it)."""
+        return self._body or b""
+
     async def body(self) -> bytes:
         if self._body is None:
             chunks: list[bytes] = []

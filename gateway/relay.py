@@ -20,6 +20,7 @@ from keys.choices import UsageStatus
 
 from .call import Call, TooLarge, UpstreamResponse
 from .http import SSE_HEADERS, GatewayError, sse_error_event
+from .translate.common import answer_usage
 from .usage import Usage, usage_from
 
 logger = logging.getLogger(__name__)
@@ -128,8 +129,11 @@ async def relay_sse(
                 if out:
                     if call.ttft_ms is None:
                         call.ttft_ms = (time.perf_counter() - call.started) * 1000
-                    await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+                    body = b"".join(out)
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
                     last_sent = loop.time()
+                    if call.logged is not None:
+                        call.log_response(body, sse=True)
                 if not cut:
                     chunk = await content.readany() if content is not None else b""
             if cut:
@@ -190,7 +194,7 @@ def _event_usage(event: bytes) -> Usage | None:
         data = orjson.loads(event[start:].strip())
     except orjson.JSONDecodeError:
         return None
-    return usage_from(data.get("usage")) if isinstance(data, dict) else None
+    return usage_from(answer_usage(data))
 
 
 def _has_content(event: bytes) -> bool:

@@ -20,6 +20,8 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
+from portal import propagation
+
 from .cache import generation_keys, snapshot
 
 if TYPE_CHECKING:
@@ -50,6 +52,10 @@ def bump(*, keys: bool = False, routes: bool = False) -> None:
         # Again after the commit: a request may have cached the old row in between.
         snapshot.invalidate(keys=keys, routes=routes)
         if not _publish(keys, routes):
+            # The request that made the change says it is not confirmed yet (portal.propagation).
+            for what, changed in (("keys", keys), ("routes", routes)):
+                if changed:
+                    propagation.unconfirmed(what)
             _retry_in_background(keys, routes)
 
     transaction.on_commit(publish)
@@ -112,11 +118,12 @@ def connect() -> None:
     from accounts.models import Team
     from channels.models import Channel, Model, ModelRoute
     from channels.signals import routes_changed
-    from keys.models import Key
+    from keys.models import Key, PayloadLogging
 
     user = get_user_model()
-    post_save.connect(_keys_changed, sender=Key, dispatch_uid="gw-keys-save-Key")
-    post_delete.connect(_keys_changed, sender=Key, dispatch_uid="gw-keys-del-Key")
+    for keyed in (Key, PayloadLogging):
+        post_save.connect(_keys_changed, sender=keyed, dispatch_uid=f"gw-keys-save-{keyed.__name__}")
+        post_delete.connect(_keys_changed, sender=keyed, dispatch_uid=f"gw-keys-del-{keyed.__name__}")
     post_save.connect(_user_changed, sender=user, dispatch_uid="gw-user-save")
     post_delete.connect(_keys_changed, sender=user, dispatch_uid="gw-user-del")
     m2m_changed.connect(_keys_changed, sender=Key.allowed_models.through, dispatch_uid="gw-key-models")

@@ -19,8 +19,10 @@ from django.conf import settings
 
 from channels.health import passive
 
+from . import metrics
 from .cache import close_db, snapshot
 from .limits import RedisLimiter, make_limiter
+from .payloads import PayloadWriter
 from .usage import UsageWriter
 
 
@@ -66,6 +68,7 @@ class ProcessState:
         self.limiter: RedisLimiter | None = None
         # Its own thread and connection: key and model lookups never wait behind a slow write.
         self.usage = UsageWriter()
+        self.payloads = PayloadWriter()  # request logs (opt-in); its thread starts with the first
         self.started = False
         self._refresher: asyncio.Task[None] | None = None
         self._settler: asyncio.Task[None] | None = None
@@ -134,6 +137,7 @@ class ProcessState:
         if self.limiter is not None:
             await self.limiter.close()
         await self.usage.stop()
+        await self.payloads.stop()
         if self.session is not None:
             await self.session.close()
             self.session = None
@@ -141,3 +145,4 @@ class ProcessState:
 
 
 process = ProcessState()
+metrics.QUEUE_DEPTH.set_function(lambda: process.usage.pending)

@@ -3,8 +3,8 @@
 The gateway calls `writer.record(UsageEvent(...))` (an O(1) append). A background task in the
 gateway process flushes every `GATEWAY_USAGE_FLUSH_INTERVAL` seconds (0.5 by default) and at
 shutdown: one multi-row insert of UsageRecord rows, one F()-increment per (day, user, key, model,
-channel, team) bucket of UsageDaily, and one `last_used_at` update per key. The reports over these rows
-are `keys.usage.services`'s.
+channel, team) bucket of UsageDaily (cached prompt tokens included), and one `last_used_at`
+update per key. The reports over these rows are `keys.usage.services`'s.
 """
 
 from __future__ import annotations
@@ -26,16 +26,23 @@ from django.db.models import F, Q
 from keys.choices import UsageStatus
 from keys.models import Key, UsageDaily, UsageRecord
 
+from . import metrics
+
 logger = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
 class Usage:
-    """Tokens one call used (`estimated` when the upstream reported none)."""
+    """Tokens one call used (`estimated` when the upstream reported none). `cached_tokens` and
+    `cache_creation_tokens` are parts of `prompt_tokens`: read from a prompt cache (vLLM/OpenAI
+    `cached_tokens`, llama.cpp `cache_n`, Anthropic `cache_read_input_tokens`) and written to one
+    (Anthropic `cache_creation_input_tokens`)."""
 
     prompt_tokens: int
     completion_tokens: int
     estimated: bool = False
+    cached_tokens: int = 0
+    cache_creation_tokens: int = 0
 
     @property
     def total(self) -> int:
@@ -43,17 +50,21 @@ class Usage:
 
 
 def usage_from(data: Any) -> Usage | None:
-    """An OpenAI `usage` object as Usage, or None when absent or malformed."""
+    """An OpenAI `usage` object (Chat or Responses) as Usage, or None when absent or malformed.
+    Pass a Chat answer's usage through `translate.common.answer_usage` first (llama.cpp reports
+    its cache hits beside it)."""
     if not isinstance(data, dict):
         return None
     try:
         prompt = int(data.get("prompt_tokens") or data.get("input_tokens") or 0)
         completion = int(data.get("completion_tokens") or data.get("output_tokens") or 0)
-    except (TypeError, ValueError):
+        details = data.get("prompt_tokens_details") or data.get("input_tokens_details")
+        cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+    except (TypeError, ValueError, AttributeError):
         return None
     if prompt == 0 and completion == 0 and not data.get("total_tokens"):
         return None
-    return Usage(prompt, completion)
+    return Usage(prompt, completion, cached_tokens=max(0, min(cached, prompt)))
 
 
 def estimate_tokens(value: Any) -> int:
@@ -97,6 +108,8 @@ class UsageEvent:
     latency_ms: float | None = None
     ttft_ms: float | None = None
     team_id: int | None = None  # the owner's team when the request was made (usage by team stays exact)
+    cached_tokens: int = 0
+    cache_creation_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -122,6 +135,8 @@ _RECORD_COLUMNS = (
     "latency_ms",
     "ttft_ms",
     "team_id",
+    "cached_tokens",
+    "cache_creation_tokens",
 )
 
 
@@ -151,6 +166,8 @@ def _insert_records(events: list[UsageEvent]) -> None:
             e.latency_ms,
             e.ttft_ms,
             e.team_id,
+            max(e.cached_tokens, 0),
+            max(e.cache_creation_tokens, 0),
         )
         for e in events
     ]
@@ -178,7 +195,7 @@ def write_batch(events: list[UsageEvent]) -> None:
         return
     _insert_records(events)
     Bucket = tuple[dt.date, int | None, int | None, str, int | None, int | None]
-    buckets: dict[Bucket, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
+    buckets: dict[Bucket, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0, 0, 0])
     last_used: dict[int, dt.datetime] = {}
     for e in events:
         b = buckets[(e.created.date(), e.user_id, e.key_id, e.model[:128], e.channel_id, e.team_id)]
@@ -188,9 +205,12 @@ def write_batch(events: list[UsageEvent]) -> None:
         b[3] += e.completion_tokens
         b[4] += e.total_tokens
         b[5] += 1 if e.estimated else 0
+        b[6] += e.cached_tokens
+        b[7] += e.cache_creation_tokens
         if e.key_id is not None and e.status != UsageStatus.RATE_LIMITED:
             last_used[e.key_id] = max(last_used.get(e.key_id, e.created), e.created)
-    for (day, user_id, key_id, model, channel_id, team_id), (req, err, pt, ct, tt, est) in buckets.items():
+    for (day, user_id, key_id, model, channel_id, team_id), counts in buckets.items():
+        req, err, pt, ct, tt, est, cached, written = counts
         increments = {
             "requests": F("requests") + req,
             "errors": F("errors") + err,
@@ -198,6 +218,8 @@ def write_batch(events: list[UsageEvent]) -> None:
             "completion_tokens": F("completion_tokens") + ct,
             "total_tokens": F("total_tokens") + tt,
             "estimated_requests": F("estimated_requests") + est,
+            "cached_tokens": F("cached_tokens") + cached,
+            "cache_creation_tokens": F("cache_creation_tokens") + written,
         }
         # NULLs never collide in a unique constraint, so match them explicitly.
         match = Q(day=day, model=model)
@@ -222,6 +244,8 @@ def write_batch(events: list[UsageEvent]) -> None:
                     completion_tokens=ct,
                     total_tokens=tt,
                     estimated_requests=est,
+                    cached_tokens=cached,
+                    cache_creation_tokens=written,
                 )
         except IntegrityError:  # another process created the bucket meanwhile
             UsageDaily.objects.filter(match).update(**increments)
@@ -247,6 +271,12 @@ class UsageWriter:
     def record(self, event: UsageEvent) -> None:
         self._buffer.append(event)
         self.recorded += 1
+        metrics.observe(event)
+
+    @property
+    def pending(self) -> int:
+        """Events queued, not yet written."""
+        return len(self._buffer)
 
     @property
     def interval(self) -> float:
@@ -272,6 +302,7 @@ class UsageWriter:
         try:
             await loop.run_in_executor(self._executor, self._write, batch)
         except Exception:
+            metrics.FLUSH_ERRORS.inc()
             logger.exception("writing %d usage records failed; they are kept for the next flush", len(batch))
             self._buffer[:0] = batch[:50_000]
 

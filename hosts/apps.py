@@ -25,6 +25,11 @@ class HostsConfig(AppConfig):
         from .services import attention
 
         dashboard.register_attention(attention)
+        from portal.metrics import register_collector
+
+        from .metrics import LaunchJobCollector
+
+        register_collector(LaunchJobCollector())
 
 
 def _register_schedule(**kwargs) -> None:

@@ -9,11 +9,15 @@ class KeysConfig(AppConfig):
 
     def ready(self) -> None:
         from accounts.signals import user_reactivated
+        from channels.signals import daily_prune
         from portal import audit, dashboard, showback
 
-        from .models import Key
+        from .models import Key, PayloadLogging
+        from .payloads.services import prune as prune_payloads
 
         audit.register(Key, ignore={"last_used_at"})
+        audit.register(PayloadLogging)
+        daily_prune.connect(prune_payloads, dispatch_uid="keys-prune-request-payloads")
         dashboard.register_stat(50, "Active keys", _active_keys, "key_all", "?state=active")
         dashboard.register_context(lambda user: {"my_active_keys": _active_keys(owner=user)})
         user_reactivated.connect(_revoke_keys_on_reactivation, dispatch_uid="keys-revoke-on-reactivation")

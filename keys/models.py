@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Self, TypeVar
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
-from portal.models import Limits, ShownOnceQuerySet, ShownOnceSecret
+from portal.models import Limits, ShownOnceQuerySet, ShownOnceSecret, TimeStampedModel
 
 from .choices import ApiSurface, KeyState, UsageStatus
 
@@ -136,6 +137,12 @@ class UsageRecord(models.Model):
     error = models.CharField(max_length=300, blank=True)
     latency_ms = models.FloatField(null=True, blank=True)
     ttft_ms = models.FloatField(null=True, blank=True)
+    cached_tokens = models.PositiveIntegerField(
+        default=0, help_text="Prompt tokens the upstream read from its prompt cache (part of prompt_tokens)."
+    )
+    cache_creation_tokens = models.PositiveIntegerField(
+        default=0, help_text="Prompt tokens the upstream wrote to its prompt cache (Anthropic; part of prompt_tokens)."
+    )
 
     objects = OwnedQuerySet.as_manager()
 
@@ -167,6 +174,8 @@ class UsageDaily(models.Model):
     completion_tokens = models.BigIntegerField(default=0)
     total_tokens = models.BigIntegerField(default=0)
     estimated_requests = models.PositiveIntegerField(default=0)
+    cached_tokens = models.BigIntegerField(default=0)
+    cache_creation_tokens = models.BigIntegerField(default=0)
 
     objects = OwnedQuerySet.as_manager()
 
@@ -181,3 +190,87 @@ class UsageDaily(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day} {self.model} {self.total_tokens}"
+
+
+MAX_RETENTION_DAYS = 365
+
+
+class PayloadLogging(TimeStampedModel):
+    """An admin's switch for storing the bodies of one key's or one user's gateway requests.
+
+    Resolved most specific first (`payload_logging_of`): the key's own, else its owner's (a team's
+    would come next). A key-level row with `enabled=False` keeps one key out of its owner's logging.
+    Off when no row applies: nothing is stored by default.
+    """
+
+    key = models.OneToOneField(Key, null=True, blank=True, on_delete=models.CASCADE, related_name="payload_logging")
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="payload_logging"
+    )
+    enabled = models.BooleanField(default=True)
+    retention_days = models.PositiveSmallIntegerField(
+        default=7,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_RETENTION_DAYS)],
+        help_text="Stored bodies are deleted by the daily prune this many days after the request.",
+    )
+
+    class Meta:
+        ordering = ["-created"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(models.Q(key__isnull=False) & models.Q(user__isnull=True))
+                | (models.Q(key__isnull=True) & models.Q(user__isnull=False)),
+                name="payloadlogging_one_target",
+            )
+        ]
+
+    def __str__(self) -> str:
+        target = f"key {self.key}" if self.key_id else f"user {self.user}"
+        state = f"{self.retention_days} days" if self.enabled else "off"
+        return f"payload logging for {target}: {state}"
+
+
+def payload_logging_of(key: Key) -> PayloadLogging | None:
+    """The policy that applies to `key`'s requests, most specific first, or None (off).
+
+    Reads `key.payload_logging` and `key.owner.payload_logging`: select_related both (the gateway's
+    key load does) and this costs no query. A team's policy goes after the owner's.
+    """
+    for holder in (key, key.owner):
+        try:
+            return holder.payload_logging
+        except PayloadLogging.DoesNotExist:
+            continue
+    return None
+
+
+class RequestPayload(models.Model):
+    """The redacted, zlib-compressed bodies of one logged gateway request (see `PayloadLogging`).
+
+    `request_body` is the client's JSON with secrets redacted; `response_body` the answer (a stream:
+    the relayed text assembled), each cut at GATEWAY_PAYLOAD_MAX_BYTES (`truncated`). Deleted by the
+    daily prune once `expires_at` passes.
+    """
+
+    created = models.DateTimeField(default=timezone.now, db_index=True)
+    expires_at = models.DateTimeField(db_index=True)
+    request_id = models.CharField(max_length=64, db_index=True)
+    key = models.ForeignKey(Key, null=True, on_delete=models.SET_NULL, related_name="payloads")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="payloads")
+    model = models.CharField(max_length=128)
+    surface = models.CharField(max_length=16, choices=ApiSurface, default=ApiSurface.CHAT)
+    stream = models.BooleanField(default=False)
+    status = models.CharField(max_length=24, choices=UsageStatus, default=UsageStatus.OK)
+    http_status = models.PositiveSmallIntegerField(default=200)
+    request_body = models.BinaryField()
+    response_body = models.BinaryField()
+    request_bytes = models.PositiveIntegerField(default=0, help_text="Size as received, before redaction.")
+    response_bytes = models.PositiveIntegerField(default=0, help_text="Size as relayed, before redaction.")
+    truncated = models.BooleanField(default=False)
+    redactions = models.PositiveIntegerField(default=0, help_text="Secrets replaced before storage.")
+
+    class Meta:
+        ordering = ["-created", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.created:%Y-%m-%d %H:%M:%S} {self.model} {self.request_id}"

@@ -11,4 +11,5 @@ urlpatterns = [
     path("keys/<int:pk>/revoke/", views.KeyRevokeView.as_view(), name="key_revoke"),
     path("keys/<int:pk>/rotate/", views.KeyRotateView.as_view(), name="key_rotate"),
     path("", include("keys.usage.urls")),
+    path("", include("keys.payloads.urls")),
 ]

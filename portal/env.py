@@ -124,3 +124,28 @@ def key_hash_secret(folder: Path) -> str:
     return os.environ.get("PORTAL_KEY_HASH_SECRET") or generated_secret(
         folder, "key_hash_secret", lambda: secrets.token_urlsafe(32)
     )
+
+
+def oidc_group_map(name: str, roles: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """`GROUP=ROLE[:TEAM],…` → {group: {"role": ROLE, "team": TEAM}}. ROLE is one of `roles` or
+    empty (the group then only names a team); TEAM is optional. Group names may contain `=` and
+    `:` (the last `=` splits), not commas."""
+    raw = value(name)
+    rules: dict[str, dict[str, str]] = {}
+    for entry in (raw or "").split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        group, sep, target = entry.rpartition("=")
+        role, _, team = target.partition(":")
+        group, role, team = group.strip(), role.strip().lower(), team.strip()
+        if not sep or not group or not (role or team):
+            raise ConfigError(f"Invalid value for {name}: {entry!r} (expected GROUP=ROLE or GROUP=ROLE:TEAM)")
+        if role and role not in roles:
+            raise ConfigError(
+                f"Invalid value for {name}: {entry!r} names the role {role!r} (one of: {', '.join(roles)})"
+            )
+        if group in rules:
+            raise ConfigError(f"Invalid value for {name}: the group {group!r} is listed twice")
+        rules[group] = {"role": role, "team": team}
+    return rules

@@ -58,6 +58,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "portal.audit.AuditContextMiddleware",
+    # Inside MessageMiddleware: its warning must be stored with the response's other messages.
+    "portal.propagation.PropagationMiddleware",
     # Last, as django-axes asks: it turns a locked-out login into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -217,9 +219,11 @@ CONTENT_SECURITY_POLICY = {
 }
 # Login throttling (django-axes): a username or an address is locked for AXES_COOLOFF_TIME after
 # AXES_FAILURE_LIMIT wrong passwords; an admin unlocks it on the user's page.
+# The password backend refuses non-admins when PORTAL_PASSWORD_LOGIN_ADMINS_ONLY (single sign-on below).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    "accounts.sso.backends.PasswordBackend",
+    "accounts.sso.backends.OidcBackend",
 ]
 AXES_FAILURE_LIMIT = get("PORTAL_LOGIN_FAILURE_LIMIT", int, 5)
 AXES_COOLOFF_TIME = datetime.timedelta(minutes=get("PORTAL_LOGIN_LOCKOUT_MINUTES", int, 15))
@@ -231,6 +235,50 @@ AXES_HTTP_RESPONSE_CODE = 429
 AXES_VERBOSE = False
 AXES_ALLOWED_CORS_ORIGINS = PORTAL_PUBLIC_URL or "null"  # axes' lockout JSON would say "*"
 AXES_SENSITIVE_PARAMETERS = ["password"]
+# --- Single sign-on (OpenID Connect, mozilla-django-oidc; accounts/sso/) -------------------------
+# On when PORTAL_OIDC_CLIENT_ID is set. Endpoints come from the issuer's discovery document
+# (fetched at the first sign-in, kept an hour); each PORTAL_OIDC_*_ENDPOINT overrides its entry.
+PORTAL_OIDC_ISSUER = get("PORTAL_OIDC_ISSUER", str, "").rstrip("/")
+OIDC_RP_CLIENT_ID = get("PORTAL_OIDC_CLIENT_ID", str, "")
+OIDC_RP_CLIENT_SECRET = get("PORTAL_OIDC_CLIENT_SECRET", str, "")
+OIDC_RP_SCOPES = get("PORTAL_OIDC_SCOPES", str, "openid email profile")
+OIDC_RP_SIGN_ALGO = get("PORTAL_OIDC_SIGN_ALGO", str, "RS256")
+OIDC_OP_AUTHORIZATION_ENDPOINT = get("PORTAL_OIDC_AUTHORIZATION_ENDPOINT", str, "")
+OIDC_OP_TOKEN_ENDPOINT = get("PORTAL_OIDC_TOKEN_ENDPOINT", str, "")
+OIDC_OP_USER_ENDPOINT = get("PORTAL_OIDC_USERINFO_ENDPOINT", str, "")
+OIDC_OP_JWKS_ENDPOINT = get("PORTAL_OIDC_JWKS_ENDPOINT", str, "")
+OIDC_USE_PKCE = get("PORTAL_OIDC_USE_PKCE", bool, True)
+OIDC_TIMEOUT = get("PORTAL_OIDC_TIMEOUT", float, 10.0)
+LOGIN_REDIRECT_URL_FAILURE = "login"
+PORTAL_OIDC_NAME = get("PORTAL_OIDC_NAME", str, "single sign-on")  # the button says "Sign in with …"
+PORTAL_OIDC_USERNAME_CLAIM = get("PORTAL_OIDC_USERNAME_CLAIM", str, "preferred_username")
+PORTAL_OIDC_GROUPS_CLAIM = get("PORTAL_OIDC_GROUPS_CLAIM", str, "groups")
+PORTAL_OIDC_GROUP_MAP = penv.oidc_group_map("PORTAL_OIDC_GROUP_MAP", roles=("admin", "team_lead", "developer"))
+PORTAL_OIDC_DEFAULT_ROLE = get("PORTAL_OIDC_DEFAULT_ROLE", str, "developer").lower()
+if PORTAL_OIDC_DEFAULT_ROLE not in ("admin", "developer", "none"):
+    raise penv.ConfigError(
+        f"Invalid value for PORTAL_OIDC_DEFAULT_ROLE: {PORTAL_OIDC_DEFAULT_ROLE!r} "
+        "(developer, admin, or none to refuse people no mapped group names)"
+    )
+_oidc_on = bool(OIDC_RP_CLIENT_ID)
+if (
+    _oidc_on
+    and not PORTAL_OIDC_ISSUER
+    and not (
+        OIDC_OP_AUTHORIZATION_ENDPOINT and OIDC_OP_TOKEN_ENDPOINT and OIDC_OP_USER_ENDPOINT and OIDC_OP_JWKS_ENDPOINT
+    )
+):
+    raise penv.ConfigError(
+        "Invalid value for PORTAL_OIDC_CLIENT_ID: it turns single sign-on on, but PORTAL_OIDC_ISSUER is unset, so "
+        "there is no IdP to discover the endpoints from (set it, or all four PORTAL_OIDC_*_ENDPOINT variables)"
+    )
+# Password login for everyone (default), or for admins only once single sign-on is on.
+PORTAL_PASSWORD_LOGIN_ADMINS_ONLY = get("PORTAL_PASSWORD_LOGIN_ADMINS_ONLY", bool, False)
+if PORTAL_PASSWORD_LOGIN_ADMINS_ONLY and not _oidc_on:
+    raise penv.ConfigError(
+        "Invalid value for PORTAL_PASSWORD_LOGIN_ADMINS_ONLY: admins-only password login needs single sign-on "
+        "(set PORTAL_OIDC_CLIENT_ID and PORTAL_OIDC_ISSUER), or developers could not log in at all"
+    )
 # REST API throttles: per API token (or per user on a session) and per address when anonymous.
 # The client address is REMOTE_ADDR, already resolved from trusted proxies, hence NUM_PROXIES = 0.
 PORTAL_API_RATE = get("PORTAL_API_RATE", str, "1200/minute")
@@ -290,6 +338,7 @@ SPECTACULAR_SETTINGS = {
         "ChannelStatusEnum": "channels.choices.ChannelStatus",
         "AlertKindEnum": "channels.choices.AlertKind",
         "ProbeSourceEnum": "channels.choices.ProbeSource",
+        "BalancePolicyEnum": "channels.choices.BalancePolicy",
         "HostStatusEnum": "hosts.choices.HostStatus",
         "BackendEnum": "hosts.choices.Backend",
         "DeploymentStatusEnum": "hosts.choices.DeploymentStatus",
@@ -315,8 +364,16 @@ GATEWAY_KEY_TTL = get("GATEWAY_KEY_TTL", float, 4.0)
 GATEWAY_REDIS_TIMEOUT = get("GATEWAY_REDIS_TIMEOUT", float, 1.0)
 GATEWAY_LEASE_SECONDS = get("GATEWAY_LEASE_SECONDS", float, 9.0)
 GATEWAY_USAGE_FLUSH_INTERVAL = get("GATEWAY_USAGE_FLUSH_INTERVAL", float, 0.5)
+GATEWAY_AFFINITY_TTL = get("GATEWAY_AFFINITY_TTL", int, 1800)
+GATEWAY_AFFINITY_LOAD = get("GATEWAY_AFFINITY_LOAD", float, 1.25)
+# Request logs (opt-in per key or user): each body is kept up to this size, and at most this many
+# logged requests wait for redaction and storage (beyond: dropped, counted and logged).
+GATEWAY_PAYLOAD_MAX_BYTES = get("GATEWAY_PAYLOAD_MAX_BYTES", int, 256 * 1024)
+GATEWAY_PAYLOAD_QUEUE = get("GATEWAY_PAYLOAD_QUEUE", int, 1000)
 # Read per call by gateway.cache.namespace() (tests switch it at run time); validated here.
 GATEWAY_REDIS_NAMESPACE = get("GATEWAY_REDIS_NAMESPACE", str, "gw")
+# Bearer token of GET /metrics (Prometheus text format, per process); empty: /metrics answers 404.
+PORTAL_METRICS_TOKEN = get("PORTAL_METRICS_TOKEN", str, "")
 
 # --- Health checks ----------------------------------------------------------------------------
 PORTAL_PROBE_RETENTION_DAYS = get("PORTAL_PROBE_RETENTION_DAYS", int, 7)

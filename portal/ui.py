@@ -47,13 +47,8 @@ class FilteredListView(ListView):
         return self.sorted(self.filterset.qs)
 
     def sorted(self, qs: QuerySet) -> QuerySet:
-        raw = self.request.GET.get("sort", "")
-        key = raw.removeprefix("-")
-        self.sort = raw if key in self.sort_fields else ""  # an unknown key is ignored, not a 500
-        if not self.sort:
-            return qs
-        field = self.sort_fields[key]
-        return qs.order_by(f"-{field}" if raw.startswith("-") else field, "-pk")
+        qs, self.sort = sort_queryset(self.request, qs, self.sort_fields)
+        return qs
 
     def paginate_queryset(self, queryset, page_size):
         # A stale ?page=99 (after deleting rows) shows the last page instead of a 404.
@@ -70,6 +65,17 @@ class FilteredListView(ListView):
         context["filtered"] = any(v for k, v in self.request.GET.items() if k not in ("page", "sort"))
         context["sort"] = getattr(self, "sort", "")
         return context
+
+
+def sort_queryset(request: HttpRequest, qs: QuerySet, sort_fields: dict[str, str]) -> tuple[QuerySet, str]:
+    """Order `qs` by `?sort=key` / `?sort=-key` (keys of `sort_fields`, values ORM fields) and return
+    the sort in effect for `{% sort_header %}` (context "sort"); an unknown key is ignored, not a 500."""
+    raw = request.GET.get("sort", "")
+    key = raw.removeprefix("-")
+    if key not in sort_fields:
+        return qs, ""
+    field = sort_fields[key]
+    return qs.order_by(f"-{field}" if raw.startswith("-") else field, "-pk"), raw
 
 
 def _friendly_filter_widgets(form) -> None:

@@ -148,6 +148,7 @@ class PublicModelSerializer(serializers.ModelSerializer):
             "display_name",
             "description",
             "enabled",
+            "balance",
             "context_window",
             "max_output_tokens",
             "routes",

@@ -5,12 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
+from django.db.models import CharField
+from django.db.models.functions import Concat
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 
 from channels.models import AlertDelivery, AlertTarget, Channel
 from portal.permissions import AdminRequiredMixin
+from portal.ui import sort_queryset
 
 from . import alerts, history, schedule, services
 from .forms import AlertTargetForm, ProbeScheduleForm, ProbeSettingsForm
@@ -114,6 +117,7 @@ class HealthScheduleView(HealthAdminView):
 
 class AlertTargetsView(HealthAdminView):
     http_method_names = ["get", "post"]
+    sort_fields = {"name": "name", "kind": "kind", "destination": "destination_sort", "enabled": "enabled"}
 
     def get(self, request: HttpRequest) -> HttpResponse:
         form = AlertTargetForm(request.POST or None)
@@ -121,11 +125,15 @@ class AlertTargetsView(HealthAdminView):
             target = form.save()
             messages.success(request, f"Alert target {target.name} added.")
             return redirect("channel-alert-targets")
+        # A target has a URL or an e-mail address (the other is blank): sort by whichever it has.
+        targets = AlertTarget.objects.annotate(destination_sort=Concat("url", "email", output_field=CharField()))
+        targets, sort = sort_queryset(request, targets, self.sort_fields)
         return render(
             request,
             "channels/health_alert_targets.html",
             {
-                "targets": AlertTarget.objects.all(),
+                "targets": targets,
+                "sort": sort,
                 "form": form,
                 "deliveries": AlertDelivery.objects.select_related("status_change__channel")[:20],
             },

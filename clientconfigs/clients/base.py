@@ -7,6 +7,7 @@ clock. The page, the REST API and the installer bundle all call it, so they can 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -196,8 +197,21 @@ class _Dumper(yaml.SafeDumper):
     pass
 
 
+# What a YAML 1.2 core-schema parser (the `yaml` npm package in Continue and others) reads as a
+# number, boolean or null but PyYAML's YAML 1.1 resolver leaves bare: `012345678912`, `1234e56`,
+# `0o17`, `.5`. A config version hash once came out as `…e…` digits and Continue refused the file.
+_YAML12_NON_STRING = re.compile(
+    r"""[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+
+    |[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?
+    |[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)
+    |null|Null|NULL|~|true|True|TRUE|false|False|FALSE""",
+    re.VERBOSE,
+)
+
+
 def _str_presenter(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
-    return dumper.represent_scalar("tag:yaml.org,2002:str", data)
+    style = "'" if _YAML12_NON_STRING.fullmatch(data) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
 
 
 _Dumper.add_representer(str, _str_presenter)

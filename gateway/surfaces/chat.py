@@ -15,6 +15,7 @@ from gateway.call import Call, Outgoing, Plan
 from gateway.catalog import ordered_routes
 from gateway.http import GatewayError, Request
 from gateway.relay import relay_sse
+from gateway.translate.common import answer_usage
 from gateway.usage import Usage, estimate_tokens, usage_from
 from keys.choices import ApiSurface
 
@@ -44,14 +45,21 @@ async def _proxy(req: Request, surface: str, path: str) -> None:
         prompt = estimate_tokens(body.get("input"))
     max_tokens = 0 if surface == ApiSurface.EMBEDDINGS else _max_tokens(body)
     call = await open_call(
-        req, surface=surface, model=body.get("model"), stream=stream, prompt_tokens=prompt, max_tokens=max_tokens
+        req,
+        surface=surface,
+        model=body.get("model"),
+        stream=stream,
+        prompt_tokens=prompt,
+        max_tokens=max_tokens,
+        body=body,
     )
     client_wants_usage = False
     if stream:
         options = body.get("stream_options")
         client_wants_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
-    up = await call.forward(Plan.same(ordered_routes(call.model), Outgoing(path, body, req.headers)))
+    routes = ordered_routes(call.model, choice=call.choice)
+    up = await call.forward(Plan.same(routes, Outgoing(path, body, req.headers)))
     if stream and up.status == 200:
         await relay_sse(call, up, client_wants_usage=client_wants_usage)
         return
@@ -75,7 +83,7 @@ async def _relay_json(call: Call, status: int, raw: bytes, content_type: bytes, 
             data = orjson.loads(raw)
         except orjson.JSONDecodeError:
             data = None
-        usage = usage_from(data.get("usage")) if isinstance(data, dict) else None
+        usage = usage_from(answer_usage(data))
         if usage is None:
             usage = Usage(prompt, _estimated_completion(data), estimated=True)
     else:

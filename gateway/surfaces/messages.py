@@ -22,7 +22,7 @@ from gateway.catalog import ordered_routes, resolve_model
 from gateway.http import GatewayError, Request, send_bytes, send_json
 from gateway.state import process
 from gateway.translate import TranslationError, anthropic_request, anthropic_response
-from gateway.translate.common import encode_sse, prompt_text
+from gateway.translate.common import answer_usage, encode_sse, prompt_text
 from gateway.translate.common import estimate_tokens as estimate_input_tokens
 from gateway.usage import Usage, estimate_tokens, usage_from
 from keys.choices import ApiSurface
@@ -78,7 +78,7 @@ async def _create_message(req: Request) -> None:
             return Outgoing("/messages", dict(body), req.headers, anthropic_native=route.kind == "anthropic")
         return Outgoing("/chat/completions", opened.chat_request(), opened.chat_headers)
 
-    up = await call.forward(Plan(ordered_routes(call.model), outgoing))
+    up = await call.forward(Plan(ordered_routes(call.model, choice=call.choice), outgoing))
     native = speaks_messages(up.route)
     public_model = call.model.name
     thinking = isinstance(body.get("thinking"), dict) and body["thinking"].get("type") in ("enabled", "adaptive")
@@ -117,7 +117,7 @@ async def _relay_json(
         err = GatewayError(502, "The upstream answered with something that is not JSON.", code="upstream_error")
         await call.send_json(502, orjson.dumps(anthropic_response.error_body(502, err.message)), None)
         return
-    usage = usage_from(data.get("usage"))
+    usage = usage_from(answer_usage(data))
     if native:
         out = raw
         if usage is not None:
@@ -133,11 +133,12 @@ async def _relay_json(
 
 
 def _anthropic_usage(usage: dict[str, Any]) -> Usage:
-    """Anthropic splits input into uncached, cache-read and cache-write tokens: all were input."""
-    prompt = sum(
-        int(usage.get(k) or 0) for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
-    )
-    return Usage(prompt, int(usage.get("output_tokens") or 0))
+    """Anthropic splits input into uncached, cache-read and cache-write tokens: all were input,
+    and the cache-read and cache-write parts are recorded as such."""
+    read = int(usage.get("cache_read_input_tokens") or 0)
+    written = int(usage.get("cache_creation_input_tokens") or 0)
+    prompt = int(usage.get("input_tokens") or 0) + read + written
+    return Usage(prompt, int(usage.get("output_tokens") or 0), cached_tokens=read, cache_creation_tokens=written)
 
 
 def _native_error(err: GatewayError) -> bytes:
@@ -156,10 +157,16 @@ def _native_usage(event: bytes, current: Usage | None) -> Usage | None:
         return _anthropic_usage(usage)
     if data.get("type") == "message_delta":
         usage = data.get("usage") or {}
-        prompt = current.prompt_tokens if current is not None else 0
-        if usage.get("input_tokens") is not None:
-            prompt = _anthropic_usage(usage).prompt_tokens
-        return Usage(prompt, int(usage.get("output_tokens") or 0))
+        current = current or Usage(0, 0)
+        # Newer streams repeat the input split here (cumulative); a part left out or null keeps
+        # what `message_start` said.
+        had = {
+            "input_tokens": current.prompt_tokens - current.cached_tokens - current.cache_creation_tokens,
+            "cache_read_input_tokens": current.cached_tokens,
+            "cache_creation_input_tokens": current.cache_creation_tokens,
+        }
+        merged = {k: usage[k] if usage.get(k) is not None else v for k, v in had.items()}
+        return _anthropic_usage({**merged, "output_tokens": usage.get("output_tokens")})
     return current
 
 

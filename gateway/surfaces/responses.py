@@ -19,6 +19,7 @@ from gateway.call import Call, Outgoing, Plan
 from gateway.catalog import ordered_routes
 from gateway.http import GatewayError, Receive, Request, Scope, Send
 from gateway.translate import TranslationError, responses_request, responses_response
+from gateway.translate.common import answer_usage
 from gateway.usage import Usage, estimate_tokens, usage_from
 from keys.choices import ApiSurface
 
@@ -58,7 +59,7 @@ async def _create_response(req: Request) -> None:
             return Outgoing("/responses", dict(body), req.headers)
         return Outgoing("/chat/completions", opened.chat_request(), opened.chat_headers)
 
-    up = await call.forward(Plan(ordered_routes(call.model), outgoing))
+    up = await call.forward(Plan(ordered_routes(call.model, choice=call.choice), outgoing))
     native = up.route.speaks_responses
     # Echo the public model name, never the upstream id.
     echo = {**body, "model": call.model.name}
@@ -107,7 +108,7 @@ async def _relay_json(
         err = GatewayError(502, "The upstream answered with something that is not JSON.", code="upstream_error")
         await call.send_json(502, err.body(), None)
         return
-    usage = usage_from(data.get("usage"))
+    usage = usage_from(answer_usage(data))  # a Responses answer, or a Chat one (llama.cpp timings)
     if native:
         out = raw
     else:

@@ -63,7 +63,7 @@ async def open_translated_call(
     if chat is not None and max_tokens is not None:
         chat["max_tokens"] = limit
     call = await open_call(
-        req, surface=surface, model=body.get("model"), stream=stream, prompt_tokens=prompt, max_tokens=limit
+        req, surface=surface, model=body.get("model"), stream=stream, prompt_tokens=prompt, max_tokens=limit, body=body
     )
     return TranslatedCall(call, stream, chat, problem, prompt, without_anthropic_headers(req.headers))
 
@@ -163,4 +163,5 @@ def _chat_usage(usage: Usage | None) -> dict[str, Any] | None:
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.total,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
     }

@@ -23,6 +23,7 @@ from typing import Any
 
 from gateway.translate.common import (
     ChatStreamTranslator,
+    answer_usage,
     chat_usage,
     drive,
     new_id,
@@ -143,7 +144,7 @@ def from_chat_completion(
         "content": content,
         "stop_reason": stop_reason,
         "stop_sequence": stop_sequence,
-        "usage": _usage(completion.get("usage")),
+        "usage": _usage(answer_usage(completion)),
     }
 
 

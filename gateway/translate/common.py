@@ -87,6 +87,24 @@ def chat_function(name: str, parameters: Any, description: Any) -> dict[str, Any
     return function
 
 
+def answer_usage(answer: Any) -> dict[str, Any] | None:
+    """The `usage` of a Chat answer or chunk, with llama.cpp's prompt-cache hits (`timings.cache_n`,
+    beside the usage) as `prompt_tokens_details.cached_tokens` where the usage does not say."""
+    if not isinstance(answer, dict):
+        return None
+    usage = answer.get("usage")
+    timings = answer.get("timings")
+    if not isinstance(usage, dict) or not isinstance(timings, dict):
+        return usage if isinstance(usage, dict) else None
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict) and details.get("cached_tokens") is not None:
+        return usage
+    cache_n = timings.get("cache_n")
+    if not isinstance(cache_n, int) or isinstance(cache_n, bool) or cache_n <= 0:
+        return usage
+    return {**usage, "prompt_tokens_details": {**(details or {}), "cached_tokens": cache_n}}
+
+
 def chat_usage(usage: dict[str, Any] | None) -> tuple[int, int, int, int]:
     """(prompt, completion, cached prompt, reasoning) tokens from a Chat Completions usage object."""
     usage = usage or {}
@@ -253,7 +271,7 @@ class ChatStreamTranslator(ABC):
             return self.fail(status_of(error), message or "Upstream error.")
         events = self.start()
         if chunk.get("usage"):
-            self.usage = chunk["usage"]
+            self.usage = answer_usage(chunk)
         for choice in chunk.get("choices") or []:
             if choice.get("index", 0) == 0:
                 self._feed_choice(choice, choice.get("delta") or {}, events)

@@ -22,7 +22,15 @@ import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
-from gateway.translate.common import ChatStreamTranslator, chat_usage, drive, new_id, reasoning_of, tool_call_slot
+from gateway.translate.common import (
+    ChatStreamTranslator,
+    answer_usage,
+    chat_usage,
+    drive,
+    new_id,
+    reasoning_of,
+    tool_call_slot,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -166,7 +174,7 @@ def from_chat_completion(
             )
         )
     response["output"] = output
-    response["usage"] = usage_of(completion.get("usage"))
+    response["usage"] = usage_of(answer_usage(completion))
     _finish(response, finish)
     return response
 

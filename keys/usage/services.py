@@ -1,5 +1,6 @@
-"""Usage reports: tokens per day and model, totals grouped by user, team, key, model or channel, and
-today's and this month's use against limits. Shared by the usage pages and the usage API."""
+"""Usage reports: tokens per day and model, totals grouped by user, team, key, model or channel
+(with the prompt-cache hit ratio), and today's and this month's use against limits. Shared by the
+usage pages and the usage API."""
 
 from __future__ import annotations
 
@@ -19,6 +20,18 @@ if TYPE_CHECKING:
     from accounts.models import User
 
 
+def cache_hit_ratio(cached_tokens: int | None, prompt_tokens: int | None) -> float | None:
+    """The share of prompt tokens read from a prompt cache (0..1), None without prompt tokens."""
+    if not prompt_tokens:
+        return None
+    return round((cached_tokens or 0) / prompt_tokens, 4)
+
+
+def _with_ratio(row: dict[str, Any]) -> dict[str, Any]:
+    row["cache_hit_ratio"] = cache_hit_ratio(row.get("cached_tokens"), row.get("prompt_tokens"))
+    return row
+
+
 def daily_totals(qs: QuerySet[UsageDaily], since: dt.date) -> list[dict[str, Any]]:
     """Tokens and requests per day per model since `since` (inclusive), oldest first."""
     rows = (
@@ -30,10 +43,11 @@ def daily_totals(qs: QuerySet[UsageDaily], since: dt.date) -> list[dict[str, Any
             prompt_tokens=Sum("prompt_tokens"),
             completion_tokens=Sum("completion_tokens"),
             total_tokens=Sum("total_tokens"),
+            cached_tokens=Sum("cached_tokens"),
         )
         .order_by("day", "model")
     )
-    return cast("list[dict[str, Any]]", list(rows))  # values() rows are plain dicts
+    return [_with_ratio(row) for row in cast("list[dict[str, Any]]", list(rows))]  # values() rows are dicts
 
 
 def today() -> dt.date:
@@ -62,6 +76,8 @@ def grouped_totals(qs: QuerySet[UsageDaily], group_by: str, since: dt.date, unti
             completion_tokens=Sum("completion_tokens"),
             total_tokens=Sum("total_tokens"),
             estimated_requests=Sum("estimated_requests"),
+            cached_tokens=Sum("cached_tokens"),
+            cache_creation_tokens=Sum("cache_creation_tokens"),
         )
         .order_by("-total_tokens", *fields)
     )
@@ -76,7 +92,7 @@ def grouped_totals(qs: QuerySet[UsageDaily], group_by: str, since: dt.date, unti
         else:
             value = row[fields[0]]
             label = value if value is not None else "(none)"
-        out.append({"group": label, **{k: row[k] for k in row if k not in fields}})
+        out.append(_with_ratio({"group": label, **{k: row[k] for k in row if k not in fields}}))
     return out
 
 

@@ -15,7 +15,7 @@ from django.views import View
 from keys.models import Key, UsageDaily
 from portal.permissions import AdminOrTeamLeadRequiredMixin
 
-from .services import GROUPS, daily_totals, grouped_totals, limit_status, today
+from .services import GROUPS, cache_hit_ratio, daily_totals, grouped_totals, limit_status, today
 
 if TYPE_CHECKING:
     from portal.permissions import AuthenticatedHttpRequest
@@ -56,6 +56,9 @@ class MyUsageView(LoginRequiredMixin, View):
             "requests": sum(r["requests"] or 0 for r in rows),
             "total_tokens": sum(r["total_tokens"] or 0 for r in rows),
             "errors": sum(r["errors"] or 0 for r in rows),
+            "cache_hit_ratio": cache_hit_ratio(
+                sum(r["cached_tokens"] or 0 for r in rows), sum(r["prompt_tokens"] or 0 for r in rows)
+            ),
         }
         return render(
             request,
@@ -88,10 +91,20 @@ class AdminUsageView(AdminOrTeamLeadRequiredMixin, View):
             response = HttpResponse(content_type="text/csv; charset=utf-8")
             response["Content-Disposition"] = f'attachment; filename="usage-by-{group_by}-{since}-{until}.csv"'
             writer = csv.writer(response)
-            columns = ["requests", "errors", "prompt_tokens", "completion_tokens", "total_tokens", "estimated_requests"]
-            writer.writerow([group_by, "since", "until", *columns])
+            columns = [
+                "requests",
+                "errors",
+                "prompt_tokens",
+                "completion_tokens",
+                "total_tokens",
+                "estimated_requests",
+                "cached_tokens",
+                "cache_creation_tokens",
+            ]
+            writer.writerow([group_by, "since", "until", *columns, "cache_hit_ratio"])
             for row in rows:
-                writer.writerow([_csv_safe(str(row["group"])), since, until, *(row[c] or 0 for c in columns)])
+                ratio = "" if row["cache_hit_ratio"] is None else f"{row['cache_hit_ratio']:.4f}"
+                writer.writerow([_csv_safe(str(row["group"])), since, until, *(row[c] or 0 for c in columns), ratio])
             return response
         series = daily_totals(visible, since)
         return render(

@@ -174,6 +174,45 @@ def alice_usage(alice_key, team) -> tuple[UsageRecord, UsageDaily]:
 
 
 @pytest.fixture
+def alice_logging(alice_key):
+    """Request logging turned on for alice's key (7 days)."""
+    from keys.models import PayloadLogging
+
+    return PayloadLogging.objects.create(key=alice_key, retention_days=7)
+
+
+@pytest.fixture
+def alice_request_log(alice_key):
+    """One stored (redacted, compressed) request of alice's key."""
+    from django.utils import timezone
+
+    from keys.payloads.redact import Redactor
+    from keys.payloads.services import Captured, build
+
+    body = b'{"model": "qwen3-32b", "messages": [{"role": "user", "content": "hi"}]}'
+    captured = Captured(
+        created=timezone.now(),
+        request_id="req-alice-1",
+        key_id=alice_key.pk,
+        user_id=alice_key.owner_id,
+        model="qwen3-32b",
+        surface="chat",
+        stream=False,
+        status="ok",
+        http_status=200,
+        retention_days=7,
+        request=body,
+        response=b'{"choices": []}',
+        request_bytes=len(body),
+        response_bytes=15,
+        truncated=False,
+    )
+    row = build(captured, Redactor())
+    row.save()
+    return row
+
+
+@pytest.fixture
 def bundle_token(alice, alice_key) -> str:
     """A one-use installer download token of alice's (placeholder mode, her key)."""
     _token, plaintext = clientconfigs.issue_download_token(
@@ -202,6 +241,8 @@ def world(
     alert_target,
     alice_usage,
     bundle_token,
+    alice_logging,
+    alice_request_log,
 ) -> dict:
     """Ids (and a few other values) for the role matrix's URL templates and bodies."""
     usage_record, usage_daily = alice_usage
@@ -227,4 +268,6 @@ def world(
         "alice_daily": usage_daily.pk,
         "client": "continue",
         "bundle_token": bundle_token,
+        "alice_logging": alice_logging.pk,
+        "alice_request_log": alice_request_log.pk,
     }

@@ -110,3 +110,12 @@ def test_a_hosts_private_key_can_be_cleared(admin_api, host):
     assert response.status_code == 200 and response.json()["has_private_key"] is False
     host.refresh_from_db()
     assert host.private_key == ""
+
+
+def test_a_models_balancing_policy_is_set_and_checked(admin_api, model):
+    assert admin_api.get(f"/api/models/{model.pk}/").json()["balance"] == "weighted"
+    body = admin_api.patch(f"/api/models/{model.pk}/", {"balance": "affinity"}, format="json").json()
+    assert body["balance"] == "affinity" and Model.objects.get(pk=model.pk).balance == "affinity"
+    bad = admin_api.patch(f"/api/models/{model.pk}/", {"balance": "round_robin"}, format="json")
+    assert bad.status_code == 400 and "balance" in bad.json()
+    assert Model.objects.get(pk=model.pk).balance == "affinity"

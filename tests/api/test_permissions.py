@@ -181,6 +181,22 @@ MATRIX = [
     ("get", "/api/usage/summary/", None, (401, 200, 200, 200, 200)),
     ("get", "/api/usage/summary/?group_by=user&days=7", None, (401, 200, 200, 200, 200)),
     ("post", "/api/usage/summary/", {}, (401, 405, 405, 405, 405)),
+    # request logs: admins only, both the switch and the stored bodies (each read audit-logged)
+    ("get", "/api/payload-logging/", None, (401, 403, 403, 403, 200)),
+    ("post", "/api/payload-logging/", {"user": "{mallory}", "retention_days": 3}, (401, 403, 403, 403, 201)),
+    ("get", "/api/payload-logging/{alice_logging}/", None, (401, 403, 403, 403, 200)),
+    ("patch", "/api/payload-logging/{alice_logging}/", {"retention_days": 30}, (401, 403, 403, 403, 200)),
+    (
+        "put",
+        "/api/payload-logging/{alice_logging}/",
+        {"key": "{alice_key}", "enabled": False},
+        (401, 403, 403, 403, 200),
+    ),
+    ("delete", "/api/payload-logging/{alice_logging}/", None, (401, 403, 403, 403, 204)),
+    ("get", "/api/request-logs/", None, (401, 403, 403, 403, 200)),
+    ("get", "/api/request-logs/{alice_request_log}/", None, (401, 403, 403, 403, 200)),
+    ("post", "/api/request-logs/", {}, (401, 403, 403, 403, 405)),
+    ("delete", "/api/request-logs/{alice_request_log}/", None, (401, 403, 403, 403, 405)),
     # client configs: for the caller only, with the caller's own keys (even for admins)
     ("get", "/api/client-configs/clients/", None, (401, 200, 200, 200, 200)),
     ("get", "/api/client-configs/clients/{client}/", None, (401, 200, 200, 200, 200)),

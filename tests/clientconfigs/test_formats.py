@@ -78,6 +78,11 @@ def continue_results(tmp_path_factory):
     folder = tmp_path_factory.mktemp("continue")
     for name, key in (("minted.yaml", SAMPLE_KEY), ("placeholder.yaml", None)):
         (folder / name).write_text(files("continue", sample_input(key))["config.yaml"].content)
+    # Config versions are 12 hex digits of a hash; some read as numbers in YAML 1.2 (Continue
+    # refused `1234567e8901` in CI: "models.0: Invalid input").
+    for name, version in (("exponent-version.yaml", "1234567e8901"), ("octal-like-version.yaml", "012345678912")):
+        inp = replace(sample_input(SAMPLE_KEY), version=version)
+        (folder / name).write_text(files("continue", inp)["config.yaml"].content)
     bad = {
         "name": "x",
         "version": "1",
@@ -95,7 +100,7 @@ def continue_results(tmp_path_factory):
     return run_node("continue_yaml.mjs", sorted(folder.iterdir()))
 
 
-@pytest.mark.parametrize("name", ["minted", "placeholder"])
+@pytest.mark.parametrize("name", ["minted", "placeholder", "exponent-version", "octal-like-version"])
 def test_continue_config_passes_continues_own_validator(continue_results, name):
     result = continue_results[f"{name}.yaml"]
     assert result["ok"], result["issues"]

@@ -44,15 +44,24 @@ def _vocab() -> tuple[list[bytes], list[float], list[int]]:
     return tokens, scores, [int(t) for t in types]
 
 
-def write_tiny_gguf(path: str | os.PathLike[str], *, seed: int = 0, context_length: int = CONTEXT_LENGTH) -> Path:
-    """Write the model to `path` (idempotent: same seed, same bytes) and return the path."""
+def write_tiny_gguf(
+    path: str | os.PathLike[str],
+    *,
+    seed: int = 0,
+    context_length: int = CONTEXT_LENGTH,
+    n_embd: int = N_EMBD,
+    n_layer: int = N_LAYER,
+    n_ff: int = N_FF,
+) -> Path:
+    """Write the model to `path` (idempotent: same seed and sizes, same bytes) and return the path.
+    Larger sizes make prefill cost real time (`bench/affinity_bench.py`); the heads stay 4 and 2."""
     import gguf
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tokens, scores, types = _vocab()
     n_vocab = len(tokens)
-    head_dim = N_EMBD // N_HEAD
+    head_dim = n_embd // N_HEAD
     rng = np.random.default_rng(seed)
 
     def w(*shape: int) -> np.ndarray:
@@ -62,9 +71,9 @@ def write_tiny_gguf(path: str | os.PathLike[str], *, seed: int = 0, context_leng
     writer = gguf.GGUFWriter(str(tmp), "llama")
     writer.add_name("tiny-test-llama")
     writer.add_context_length(context_length)
-    writer.add_embedding_length(N_EMBD)
-    writer.add_block_count(N_LAYER)
-    writer.add_feed_forward_length(N_FF)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(n_ff)
     writer.add_head_count(N_HEAD)
     writer.add_head_count_kv(N_HEAD_KV)
     writer.add_rope_dimension_count(head_dim)
@@ -81,19 +90,19 @@ def write_tiny_gguf(path: str | os.PathLike[str], *, seed: int = 0, context_leng
     writer.add_chat_template(CHATML)
 
     # numpy shapes are ggml's ne reversed: a weight mapping n_in -> n_out is (n_out, n_in).
-    writer.add_tensor("token_embd.weight", w(n_vocab, N_EMBD))
-    writer.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-    writer.add_tensor("output.weight", w(n_vocab, N_EMBD))
-    for i in range(N_LAYER):
-        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-        writer.add_tensor(f"blk.{i}.attn_q.weight", w(N_EMBD, N_EMBD))
-        writer.add_tensor(f"blk.{i}.attn_k.weight", w(N_HEAD_KV * head_dim, N_EMBD))
-        writer.add_tensor(f"blk.{i}.attn_v.weight", w(N_HEAD_KV * head_dim, N_EMBD))
-        writer.add_tensor(f"blk.{i}.attn_output.weight", w(N_EMBD, N_EMBD))
-        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-        writer.add_tensor(f"blk.{i}.ffn_gate.weight", w(N_FF, N_EMBD))
-        writer.add_tensor(f"blk.{i}.ffn_up.weight", w(N_FF, N_EMBD))
-        writer.add_tensor(f"blk.{i}.ffn_down.weight", w(N_EMBD, N_FF))
+    writer.add_tensor("token_embd.weight", w(n_vocab, n_embd))
+    writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
+    writer.add_tensor("output.weight", w(n_vocab, n_embd))
+    for i in range(n_layer):
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        writer.add_tensor(f"blk.{i}.attn_q.weight", w(n_embd, n_embd))
+        writer.add_tensor(f"blk.{i}.attn_k.weight", w(N_HEAD_KV * head_dim, n_embd))
+        writer.add_tensor(f"blk.{i}.attn_v.weight", w(N_HEAD_KV * head_dim, n_embd))
+        writer.add_tensor(f"blk.{i}.attn_output.weight", w(n_embd, n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        writer.add_tensor(f"blk.{i}.ffn_gate.weight", w(n_ff, n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_up.weight", w(n_ff, n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_down.weight", w(n_embd, n_ff))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -50,6 +50,11 @@ DEFAULTS: dict[str, Any] = {
     "huge_bytes": 50 * 1024 * 1024,  # mode=huge: the size of the (endless-looking) answer
     "trickle_delay": 0.2,  # mode=trickle: seconds between single bytes
     "reasoning": "",  # when set, the reply starts with this as `reasoning_content` (vLLM's reasoning parser)
+    # Prompt tokens reported as read from the prompt cache: vLLM's `prompt_tokens_details.cached_tokens`,
+    # llama.cpp's `timings.cache_n` (flavour "llamacpp"), Anthropic's `cache_read_input_tokens`,
+    # Responses' `input_tokens_details.cached_tokens`; `cache_write`: Anthropic's `cache_creation_input_tokens`.
+    "cached": 0,
+    "cache_write": 0,
 }
 
 
@@ -300,8 +305,19 @@ class FakeUpstream:
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         }
         if b["mode"] != "omit_usage":
-            out["usage"] = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
+            out.update(self._chat_usage(b, prompt, n))
         return web.json_response(out)
+
+    def _chat_usage(self, b: dict[str, Any], prompt: int, n: int) -> dict[str, Any]:
+        """`usage` (and llama.cpp's `timings`) of a Chat answer or its last chunk."""
+        usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
+        cached = min(int(b["cached"]), prompt)
+        if self.flavour == "llamacpp":
+            timings = {"cache_n": cached, "prompt_n": prompt - cached, "predicted_n": n, "prompt_ms": 1.0}
+            return {"usage": usage, "timings": timings}
+        if cached:
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
+        return {"usage": usage}
 
     async def _stream_chat(self, request, body, b, model, prompt) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
@@ -368,14 +384,13 @@ class FakeUpstream:
                     await asyncio.sleep(b["token_delay"])
             await resp.write(chunk({}, finish))
             if include_usage and b["mode"] != "omit_usage":
-                usage = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
                 data = {
                     "id": cid,
                     "object": "chat.completion.chunk",
                     "created": created,
                     "model": model,
                     "choices": [],
-                    "usage": usage,
+                    **self._chat_usage(b, prompt, n),
                 }
                 await resp.write(b"data: " + json.dumps(data).encode() + b"\n\n")
             await resp.write(b"data: [DONE]\n\n")
@@ -514,7 +529,14 @@ class FakeUpstream:
         n = min(b["tokens"], int(body.get("max_tokens") or 10**9))
         text = " ".join(f"tok{i}" for i in range(n))
         mid = "msg_" + uuid.uuid4().hex[:24]
-        usage = {"input_tokens": prompt, "output_tokens": n}
+        read = min(int(b["cached"]), prompt)
+        written = min(int(b["cache_write"]), prompt - read)
+        usage = {
+            "input_tokens": prompt - read - written,
+            "output_tokens": n,
+            "cache_read_input_tokens": read,
+            "cache_creation_input_tokens": written,
+        }
         if not body.get("stream"):
             return web.json_response(
                 {
@@ -538,7 +560,7 @@ class FakeUpstream:
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": {"input_tokens": prompt, "output_tokens": 0},
+            "usage": {**usage, "output_tokens": 0},
         }
         await resp.write(self._sse("message_start", {"type": "message_start", "message": start}))
         block = {"type": "text", "text": ""}
@@ -579,7 +601,7 @@ class FakeUpstream:
         item = {"type": "message", "id": mid, "status": "completed", "role": "assistant", "content": [part]}
         usage = {
             "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": min(int(b["cached"]), prompt)},
             "output_tokens": n,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": prompt + n,

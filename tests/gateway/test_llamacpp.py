@@ -101,3 +101,23 @@ def test_models_show_the_servers_context_window(llama, client):
     models = client.models.list().data
     assert [m.id for m in models] == ["tiny-chat"]
     assert models[0].model_dump()["max_model_len"] == CTX
+
+
+def test_a_repeated_prompt_records_llamacpps_prompt_cache_hits(llama_key, gateway_url):
+    messages = [{"role": "user", "content": "the same long prefix of an agent session " * 4}]
+    body = {"model": "tiny-chat", "messages": messages, "max_tokens": 2, **EXACT}
+    headers = {"Authorization": f"Bearer {llama_key[1]}"}
+    answers = [httpx.post(gateway_url + "/v1/chat/completions", json=body, headers=headers, timeout=60).json()]
+    answers.append(httpx.post(gateway_url + "/v1/chat/completions", json=body, headers=headers, timeout=60).json())
+    second = answers[1]
+    # llama.cpp says it in `timings.cache_n` (newer builds also in prompt_tokens_details).
+    reported = second.get("timings", {}).get("cache_n") or second["usage"].get("prompt_tokens_details", {}).get(
+        "cached_tokens"
+    )
+    assert reported and 0 < reported < second["usage"]["prompt_tokens"]
+    records = wait_for(
+        lambda: (
+            (r := list(UsageRecord.objects.filter(key=llama_key[0]).order_by("created", "id"))) and len(r) == 2 and r
+        )
+    )
+    assert records[1].cached_tokens == reported

@@ -13,6 +13,7 @@ import time
 
 import httpx
 import pytest
+from django.urls import reverse
 
 from keys.services import issue_key
 from tests.fakes.tcp_proxy import TcpProxy
@@ -161,3 +162,35 @@ def test_a_revocation_during_a_redis_blip_reaches_both_replicas_within_5_s(setup
         # ...and the bump itself landed once Redis was back (retried in the background).
         wait_for(lambda: int(direct.get(signals.generation_keys()[0]) or 0) > before)
         direct.close()
+
+
+def test_a_change_redis_did_not_take_says_so_in_the_api_answer_and_on_the_page(setup, monkeypatch, admin_client):
+    """Revoking a key while Redis refuses: the API answer and the page say the replicas were not told
+    at once (and when they will be); with Redis up, nothing is said."""
+    import redis as redis_py
+
+    from gateway import signals
+
+    client = admin_client
+    other, _ = issue_key(owner=setup.key.owner, name="second")
+    with TcpProxy(redis_url()) as proxy:
+        monkeypatch.setattr(
+            signals, "_client", redis_py.Redis.from_url(proxy.url, socket_connect_timeout=0.5, socket_timeout=0.5)
+        )
+        ok = client.post(f"/api/keys/{other.pk}/revoke/")
+        assert ok.status_code == 200 and "X-Portal-Propagation" not in ok.headers
+        assert "propagation" not in ok.json()
+
+        proxy.set("refuse")
+        api = client.post(f"/api/keys/{setup.key.pk}/revoke/")
+        assert api.status_code == 200, api.content
+        assert api.headers["X-Portal-Propagation"] == "unconfirmed"
+        body = api.json()
+        assert body["revoked_at"] and body["propagation"]["confirmed"] is False
+        assert "within 4 s" in body["propagation"]["detail"]
+
+        third, _ = issue_key(owner=setup.key.owner, name="third")
+        page = client.post(reverse("key_revoke", args=[third.pk]), follow=True)
+        assert page.status_code == 200
+        assert "could not be told at once" in page.content.decode()
+        proxy.set("pass")

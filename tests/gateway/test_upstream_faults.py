@@ -4,6 +4,7 @@ stays silent for a long time mid-stream. Real uvicorn in front of fake upstreams
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import httpx
@@ -183,3 +184,35 @@ def test_a_stream_cut_by_the_gateways_shutdown_is_recorded_interrupted(setup, up
     reader.join(20)
     record = UsageRecord.objects.get(key=setup.key)
     assert record.status == "interrupted" and "shutdown" in record.error
+
+
+def _rss_mib(pid: int) -> float:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_four_50_mb_answers_at_once_leave_the_gateways_memory_bounded(setup, upstream, spawn_gateway):
+    """Before the size cap one 50 MB answer took a gateway from 149 to 284 MB and four to 418 MB.
+    With the cap (8 MiB here) the answers are refused as upstream_too_large and the process grows by
+    at most the four capped buffers and change, whatever the machine's speed."""
+    cap_mib = 8
+    (server,) = spawn_gateway(1, GATEWAY_MAX_RESPONSE_BYTES=str(cap_mib * 1024 * 1024))
+    for _ in range(3):  # warm: code paths, connection pools, caches
+        assert post(server.url, setup.plaintext).status_code == 200
+    before = _rss_mib(server.proc.pid)
+    upstream.behave(mode="huge")
+
+    async def four() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=60) as client:
+            headers = {"Authorization": f"Bearer {setup.plaintext}"}
+            calls = [client.post(server.url + "/v1/chat/completions", json=BODY, headers=headers) for _ in range(4)]
+            return await asyncio.gather(*calls)
+
+    answers = asyncio.run(four())
+    assert [r.json()["error"]["code"] for r in answers] == ["upstream_too_large"] * 4
+    grown = _rss_mib(server.proc.pid) - before
+    assert grown < 4 * cap_mib + 24, f"RSS grew by {grown:.1f} MiB"
+    upstream.behave()
+    assert post(server.url, setup.plaintext).status_code == 200

@@ -141,3 +141,32 @@ def test_api_daily_and_summary(alice, admin, alice_key, mallory_key):
     assert [r["group"] for r in mine] == ["alice"]
     bad = api(alice).get("/api/usage/summary/?group_by=nope")
     assert bad.status_code == 400 and "group_by" in bad.json().get("errors", bad.json()).__str__()
+
+
+def test_cached_tokens_add_up_with_the_hit_ratio_per_model_and_developer(
+    client, admin_client, admin, alice, alice_key, mallory_key
+):
+    write_batch(
+        [
+            event(alice_key, prompt_tokens=100, cached_tokens=80),
+            event(alice_key, prompt_tokens=100, cached_tokens=40, cache_creation_tokens=50),
+            event(mallory_key, model="llama-8b", prompt_tokens=10),
+        ]
+    )
+    (bucket,) = UsageDaily.objects.filter(key=alice_key)
+    assert (bucket.prompt_tokens, bucket.cached_tokens, bucket.cache_creation_tokens) == (200, 120, 50)
+    by_model = {r["group"]: r for r in api(alice).get("/api/usage/summary/?group_by=model").json()["results"]}
+    assert (by_model["qwen3-32b"]["cached_tokens"], by_model["qwen3-32b"]["cache_hit_ratio"]) == (120, 0.6)
+    summary = api(admin).get("/api/usage/summary/?group_by=user").json()["results"]
+    by_user = {r["group"]: r["cache_hit_ratio"] for r in summary}
+    assert by_user == {"alice": 0.6, "mallory": 0.0}
+    record = api(alice).get("/api/usage/records/").json()["results"][0]
+    assert (record["cached_tokens"], record["cache_creation_tokens"]) == (40, 50)
+    lines = admin_client.get("/usage/all/?group_by=user&format=csv").content.decode().strip().splitlines()
+    assert lines[0].endswith(",cached_tokens,cache_creation_tokens,cache_hit_ratio")
+    assert any(line.startswith("alice,") and line.endswith(",120,50,0.6000") for line in lines)
+    page = admin_client.get("/usage/all/?group_by=model").content.decode()
+    assert "Cache hits" in page and "60 %" in page
+    client.force_login(alice)
+    mine = client.get("/usage/").content.decode()
+    assert "60 %" in mine and "of prompt tokens from a prompt cache" in mine

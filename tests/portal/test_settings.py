@@ -27,6 +27,10 @@ def test_every_variable_read_by_settings_has_a_line_in_env_example():
         ("DATABASE_URL", "nosuchdb://x"),
         ("PORTAL_ENCRYPTION_KEYS", "not-a-fernet-key"),
         ("EMAIL_URL", "pigeon://coop"),
+        ("PORTAL_OIDC_GROUP_MAP", "portal-admins=root"),
+        ("PORTAL_OIDC_DEFAULT_ROLE", "root"),
+        ("PORTAL_OIDC_CLIENT_ID", "portal"),  # on, but no issuer to discover the endpoints from
+        ("PORTAL_PASSWORD_LOGIN_ADMINS_ONLY", "true"),  # without single sign-on nobody else could log in
     ],
 )
 def test_a_bad_value_stops_the_process_at_start_naming_the_variable(tmp_path, name, value):

@@ -299,6 +299,17 @@ def test_model_form_creates_routes_with_alias_and_limits(admin_client, channel):
     )
 
 
+def test_model_form_sets_the_balancing_policy_and_rejects_unknown_ones(admin_client):
+    assert model_post(admin_client, balance="least_busy").status_code == 302
+    model = Model.objects.get()
+    assert model.balance == "least_busy"
+    url = reverse("model_edit", args=[model.pk])
+    assert model_post(admin_client, url=url).status_code == 302  # not sent: kept
+    assert Model.objects.get().balance == "least_busy"
+    response = model_post(admin_client, url=url, balance="round_robin")
+    assert response.status_code == 400 and field_errors(response, "balance")
+
+
 @pytest.mark.parametrize("name", ["bad name with spaces", "x" * 129, "-leading-dash"])
 def test_model_form_rejects_bad_names(admin_client, name):
     response = model_post(admin_client, name=name)

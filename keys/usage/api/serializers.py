@@ -55,6 +55,8 @@ class UsageRecordSerializer(HidesChannelFromDevelopers):
             "error",
             "latency_ms",
             "ttft_ms",
+            "cached_tokens",
+            "cache_creation_tokens",
         ]
         read_only_fields = fields
 
@@ -76,5 +78,7 @@ class UsageDailySerializer(HidesChannelFromDevelopers):
             "completion_tokens",
             "total_tokens",
             "estimated_requests",
+            "cached_tokens",
+            "cache_creation_tokens",
         ]
         read_only_fields = fields

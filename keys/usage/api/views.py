@@ -54,7 +54,9 @@ class UsageDailyViewSet(viewsets.ReadOnlyModelViewSet[UsageDaily]):
 
 
 class UsageSummaryViewSet(viewsets.ViewSet):
-    """Totals grouped by user, team, key, model or channel over the last `days` days (default 30)."""
+    """Totals grouped by user, team, key, model or channel over the last `days` days (default 30),
+    each with its cached prompt tokens and `cache_hit_ratio` (cached / prompt tokens, null without
+    any)."""
 
     @extend_schema(
         parameters=[

@@ -8,9 +8,9 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('accounts', '0002_teams'),
+        ('accounts', '0003_teams'),
         ('channels', '0002_one_redis_path'),
-        ('keys', '0004_key_admin_ceilings'),
+        ('keys', '0006_cache_cached_tokens'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -1,0 +1,157 @@
+"""Prometheus metrics of this process, and `GET /metrics` (bearer token `PORTAL_METRICS_TOKEN`).
+
+Per-process scrape, not multiprocess mode: every deployment runs one ASGI process per container
+(`portal up`, the Dockerfile and docker-compose.yml; no `--workers`), so Prometheus scrapes each
+replica and sums over `instance` (README: "Metrics"). The samples stay in this process's memory:
+no mmap file and lock per sample, no files of dead processes to clean up.
+
+Every finished request is counted where its usage record is queued (`UsageWriter.record` calls
+`observe`), so the counters and the usage records agree by construction: requests by model,
+channel, surface and status, tokens (prompt, completion, cached, cache_creation), request duration
+and time to first token. The label children of each (model, channel, surface, status) are looked up
+once and kept, so a request costs a dict lookup and a few increments. In-flight requests and the
+usage writer's queue are read when scraped. The channels and hosts apps register their own
+collectors (channel status, probe TTFT, launch jobs), which read the database at scrape time; so
+the page is rendered on the gateway's database thread.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, Histogram, generate_latest
+
+from .cache import run_db, snapshot
+from .http import GatewayError, Request, send_bytes
+
+if TYPE_CHECKING:
+    from .usage import UsageEvent
+
+logger = logging.getLogger(__name__)
+
+REQUESTS = Counter(
+    "gateway_requests",
+    "Finished gateway requests (one per usage record), by public model, channel, API surface and usage status.",
+    ["model", "channel", "surface", "status"],
+)
+TOKENS = Counter(
+    "gateway_tokens",
+    "Tokens of finished requests by type: prompt, completion, cached (prompt tokens read from a prompt "
+    "cache, part of prompt) and cache_creation (written to one, Anthropic).",
+    ["model", "channel", "type"],
+)
+DURATION = Histogram(
+    "gateway_request_duration_seconds",
+    "Time from admission to the last byte of a finished request.",
+    ["model", "channel"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900),
+)
+TTFT = Histogram(
+    "gateway_ttft_seconds",
+    "Time to first token: from admission to the first event of a stream, or to a JSON answer's body.",
+    ["model", "channel"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+)
+REFUSALS = Counter(
+    "gateway_limiter_refusals",
+    "Requests the limiter refused, by the limit that refused them (`unavailable`: Redis did not answer) "
+    "and whose it was (key or user).",
+    ["limit", "scope"],
+)
+FLUSH_ERRORS = Counter("gateway_usage_flush_errors", "Usage batches whose write failed (kept for the next flush).")
+
+
+class InFlight:
+    """Gateway requests being handled now (`asgi.handle` counts them; read when scraped)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
+IN_FLIGHT = InFlight()
+Gauge("gateway_in_flight_requests", "Gateway requests being handled by this process.").set_function(lambda: IN_FLIGHT.n)
+# Its value is read from the usage writer when scraped (`state` sets the function).
+QUEUE_DEPTH = Gauge("gateway_usage_queue_depth", "Usage records queued in this process, not yet written.")
+
+# (model, channel id, surface, status) -> the label children one request touches.
+_Children = tuple[Counter, Counter, Counter, Counter, Counter, Histogram, Histogram]
+_children: dict[tuple[str, int | None, str, str], _Children] = {}
+
+
+def channel_name(channel_id: int | None) -> str:
+    """The channel's name from the catalog snapshot ('' for none, its id when it is not there)."""
+    if channel_id is None:
+        return ""
+    catalog = snapshot.catalog
+    if catalog is not None:
+        for info in catalog.models.values():
+            for group in info.groups:
+                for route in group:
+                    if route.channel_id == channel_id:
+                        return route.channel_name
+    return str(channel_id)
+
+
+def _make(model: str, channel_id: int | None, surface: str, status: str) -> _Children:
+    channel = channel_name(channel_id)
+    return (
+        REQUESTS.labels(model, channel, surface, status),
+        TOKENS.labels(model, channel, "prompt"),
+        TOKENS.labels(model, channel, "completion"),
+        TOKENS.labels(model, channel, "cached"),
+        TOKENS.labels(model, channel, "cache_creation"),
+        DURATION.labels(model, channel),
+        TTFT.labels(model, channel),
+    )
+
+
+def observe(event: UsageEvent) -> None:
+    """Count one finished request (called with its usage record)."""
+    key = (event.model, event.channel_id, event.surface, event.status)
+    children = _children.get(key)
+    if children is None:
+        children = _children[key] = _make(*key)
+    requests, prompt, completion, cached, created, duration, ttft = children
+    requests.inc()
+    if event.prompt_tokens > 0:
+        prompt.inc(event.prompt_tokens)
+    if event.completion_tokens > 0:
+        completion.inc(event.completion_tokens)
+    if event.cached_tokens > 0:
+        cached.inc(event.cached_tokens)
+    if event.cache_creation_tokens > 0:
+        created.inc(event.cache_creation_tokens)
+    if event.latency_ms is not None:
+        duration.observe(event.latency_ms / 1000)
+    if event.ttft_ms is not None:
+        ttft.observe(event.ttft_ms / 1000)
+
+
+def refused(limit: str, scope: str) -> None:
+    REFUSALS.labels(limit or "unknown", scope).inc()
+
+
+# ------------------------------------------------------------------------------------ /metrics
+
+
+async def serve(req: Request) -> None:
+    """The Prometheus text format, for `Authorization: Bearer $PORTAL_METRICS_TOKEN` only: 404
+    while no token is set (the endpoint is off), 401 for a missing or wrong one."""
+    token = str(settings.PORTAL_METRICS_TOKEN)
+    if not token:
+        raise GatewayError(404, "Metrics are off: set PORTAL_METRICS_TOKEN to turn on /metrics.", code="not_found")
+    sent = req.headers.get("authorization", "")
+    if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
+        raise GatewayError(
+            401,
+            "Send the metrics token as `Authorization: Bearer <PORTAL_METRICS_TOKEN>`.",
+            code="invalid_metrics_token",
+            headers=[(b"www-authenticate", b'Bearer realm="metrics"')],
+        )
+    body = await run_db(generate_latest, REGISTRY)
+    await send_bytes(req.send, 200, body, content_type=CONTENT_TYPE_LATEST.encode())

@@ -1,0 +1,1 @@
+"""Request logs: the opt-in, redacted and compressed bodies of gateway requests (see `PayloadLogging`)."""

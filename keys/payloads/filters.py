@@ -1,0 +1,23 @@
+"""FilterSets of request logs: the policies by key or user, the stored payloads by time and request."""
+
+from __future__ import annotations
+
+import django_filters
+
+from keys.models import PayloadLogging, RequestPayload
+from portal.filters import UTCDateTimeFilter
+
+
+class PayloadLoggingFilterSet(django_filters.FilterSet):  # type: ignore[misc]  # django-filter ships no type hints
+    class Meta:
+        model = PayloadLogging
+        fields = ["key", "user", "enabled"]
+
+
+class RequestPayloadFilterSet(django_filters.FilterSet):  # type: ignore[misc]  # django-filter ships no type hints
+    since = UTCDateTimeFilter(field_name="created", lookup_expr="gte")
+    until = UTCDateTimeFilter(field_name="created", lookup_expr="lt")
+
+    class Meta:
+        model = RequestPayload
+        fields = ["key", "user", "model", "request_id", "surface", "status", "stream", "since", "until"]

@@ -1,0 +1,35 @@
+"""The admin's form for turning request logs on (or off) for one key or one user."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django import forms
+
+from keys.models import Key, PayloadLogging
+
+if TYPE_CHECKING:
+    _PayloadLoggingModelForm = forms.ModelForm[PayloadLogging]
+else:  # Django's forms take no [] at runtime
+    _PayloadLoggingModelForm = forms.ModelForm
+
+
+class PayloadLoggingForm(_PayloadLoggingModelForm):
+    class Meta:
+        model = PayloadLogging
+        fields = ["key", "user", "enabled", "retention_days"]
+        help_texts = {"enabled": "Off on a key keeps it out of its owner's logging."}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["key"].queryset = Key.objects.not_revoked().select_related("owner")  # type: ignore[attr-defined]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if (data.get("key") is None) == (data.get("user") is None):
+            self.add_error("key", "Choose either a key or a user, not both.")
+        return data
+
+    def validate_unique(self) -> None:
+        """One row per key or user: saving for a target that has one changes that row (the view
+        passes it as the instance)."""

@@ -1,0 +1,141 @@
+"""Request logs outside the gateway: retention through the daily prune, admin-only reads that are
+audit-logged, the switch's form, the Connect page's notice, and the redactor on its own."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import orjson
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from accounts.models import AuditLog
+from channels.tasks import prune_probe_results
+from keys.models import PayloadLogging, RequestPayload, payload_logging_of
+from keys.payloads.redact import Redactor
+from keys.payloads.services import Captured, build
+from keys.services import issue_key
+
+pytestmark = pytest.mark.django_db
+
+SECRET_PROMPT = "my key is sk-proj-Ab3dEf6hIjAb3dEf6hIjT3BlbkFJQr5tUv8xYzQr5tUv8xYz thanks"
+
+
+def stored(key, *, created=None, days=7, content=SECRET_PROMPT) -> RequestPayload:
+    body = orjson.dumps({"model": "qwen3-32b", "messages": [{"role": "user", "content": content}]})
+    captured = Captured(
+        created=created or timezone.now(),
+        request_id="req-1",
+        key_id=key.pk,
+        user_id=key.owner_id,
+        model="qwen3-32b",
+        surface="chat",
+        stream=False,
+        status="ok",
+        http_status=200,
+        retention_days=days,
+        request=body,
+        response=b'{"choices": [{"message": {"content": "ok"}}]}',
+        request_bytes=len(body),
+        response_bytes=44,
+        truncated=False,
+    )
+    row = build(captured, Redactor())
+    row.save()
+    return row
+
+
+@pytest.fixture
+def alice_key(alice):
+    return issue_key(owner=alice, name="laptop")[0]
+
+
+def api(user) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def test_the_daily_prune_deletes_payloads_past_their_retention(alice_key):
+    now = timezone.now()
+    old = stored(alice_key, created=now - dt.timedelta(days=3, minutes=1), days=3)
+    kept_longer = stored(alice_key, created=now - dt.timedelta(days=3, minutes=1), days=30)
+    fresh = stored(alice_key, created=now - dt.timedelta(days=2, hours=23), days=3)
+    result = prune_probe_results()
+    assert result["request_payloads"] == 1
+    assert set(RequestPayload.objects.values_list("pk", flat=True)) == {kept_longer.pk, fresh.pk}
+    assert not RequestPayload.objects.filter(pk=old.pk).exists()
+
+
+def test_reading_bodies_through_the_api_is_audit_logged_and_redacted(admin, alice_key):
+    row = stored(alice_key)
+    listed = api(admin).get("/api/request-logs/")
+    assert listed.status_code == 200 and "request_body" not in listed.json()["results"][0]
+    assert not AuditLog.objects.filter(object_type="requestpayload").exists()  # a list shows no body
+    r = api(admin).get(f"/api/request-logs/{row.pk}/")
+    assert r.status_code == 200
+    assert "[REDACTED OpenAI Token]" in r.json()["request_body"] and "T3BlbkFJ" not in r.json()["request_body"]
+    (entry,) = AuditLog.objects.filter(object_type="requestpayload")
+    assert entry.actor == admin and entry.object_id == str(row.pk) and "API" in entry.message
+
+
+def test_the_request_log_pages_are_admin_only_and_each_view_is_audit_logged(client, admin, alice, alice_key):
+    row = stored(alice_key)
+    client.force_login(alice)
+    assert client.get(reverse("request_log_list")).status_code == 403
+    assert client.get(reverse("request_log_detail", args=[row.pk])).status_code == 403
+    assert client.post(reverse("request_log_list"), {"user": alice.pk, "retention_days": 7}).status_code == 403
+    assert not PayloadLogging.objects.exists()
+    assert not AuditLog.objects.filter(object_type="requestpayload").exists()
+    client.force_login(admin)
+    usage = client.get(reverse("usage_admin"))
+    assert reverse("request_log_list") in usage.content.decode()  # linked from the usage page
+    page = client.get(reverse("request_log_list")).content.decode()
+    assert reverse("request_log_detail", args=[row.pk]) in page
+    detail = client.get(reverse("request_log_detail", args=[row.pk])).content.decode()
+    assert "[REDACTED OpenAI Token]" in detail and "T3BlbkFJ" not in detail
+    (entry,) = AuditLog.objects.filter(object_type="requestpayload")
+    assert entry.actor == admin and "web" in entry.message
+
+
+def test_the_switch_form_sets_one_row_per_target_and_refuses_two_targets(admin_client, alice, alice_key):
+    url = reverse("request_log_list")
+    both = admin_client.post(url, {"user": alice.pk, "key": alice_key.pk, "retention_days": 7, "enabled": "on"})
+    assert both.status_code == 400 and "not both" in both.content.decode()
+    assert admin_client.post(url, {"user": alice.pk, "retention_days": 7, "enabled": "on"}).status_code == 302
+    assert admin_client.post(url, {"user": alice.pk, "retention_days": 30, "enabled": "on"}).status_code == 302
+    (policy,) = PayloadLogging.objects.all()
+    assert policy.user == alice and policy.retention_days == 30
+    bad = admin_client.post(url, {"user": alice.pk, "retention_days": 0, "enabled": "on"})
+    assert bad.status_code == 400
+    assert AuditLog.objects.filter(object_type="payloadlogging").count() == 2  # created, changed
+
+
+def test_the_api_refuses_a_policy_with_two_targets_with_a_field_error(admin, alice, alice_key):
+    r = api(admin).post("/api/payload-logging/", {"user": alice.pk, "key": alice_key.pk}, format="json")
+    assert r.status_code == 400 and "key" in r.json()
+
+
+def test_the_key_policy_wins_over_the_owners(alice, alice_key):
+    assert payload_logging_of(alice_key) is None  # off by default
+    PayloadLogging.objects.create(user=alice, retention_days=5)
+    alice_key.refresh_from_db()
+    assert payload_logging_of(alice_key).retention_days == 5
+    PayloadLogging.objects.create(key=alice_key, enabled=False)
+    alice_key = type(alice_key).objects.get(pk=alice_key.pk)
+    assert payload_logging_of(alice_key).enabled is False
+
+
+def test_the_connect_page_tells_the_developer_their_requests_are_logged(alice_client, alice, alice_key):
+    assert "Your requests are logged" not in alice_client.get(reverse("connect")).content.decode()
+    PayloadLogging.objects.create(user=alice, retention_days=14)
+    page = alice_client.get(reverse("connect")).content.decode()
+    assert "Your requests are logged" in page and "laptop" in page and "14 days" in page
+
+
+def test_the_redactor_leaves_ordinary_text_alone():
+    text = "def add(a, b):\n    return a + b  # see commit 3f786850, ask at 10.0.0.1\nThe weather is nice."
+    redactor = Redactor()
+    assert redactor.text(text) == text and redactor.count == 0
