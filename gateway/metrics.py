@@ -58,7 +58,7 @@ TTFT = Histogram(
 REFUSALS = Counter(
     "gateway_limiter_refusals",
     "Requests the limiter refused, by the limit that refused them (`unavailable`: Redis did not answer) "
-    "and whose it was (key or user).",
+    "and whose it was (key, user or team).",
     ["limit", "scope"],
 )
 FLUSH_ERRORS = Counter("gateway_usage_flush_errors", "Usage batches whose write failed (kept for the next flush).")
