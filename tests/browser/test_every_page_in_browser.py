@@ -31,8 +31,9 @@ PHONE = {"width": 390, "height": 844}
 
 
 @pytest.fixture
-def world(admin, alice, mallory):
-    """One of everything, so every list has a row and every detail page exists."""
+def world(admin, alice, mallory, team, lena):
+    """One of everything, so every list has a row and every detail page exists (alice is in team
+    alpha, which lena leads)."""
     host = Host.objects.create(
         name="gpu-1", address="127.0.0.1", ssh_port=9, username="gpu", status="unreachable", status_message="refused"
     )
@@ -139,7 +140,7 @@ def crawl(robot: Robot, *, label: str, phone: bool = False) -> dict[str, list[st
     return problems
 
 
-@pytest.mark.parametrize("who", ["admin", "alice"])
+@pytest.mark.parametrize("who", ["admin", "alice", "lena"])
 def test_every_page_loads_cleanly_and_every_form_goes_somewhere(live_server, browser, world, who):
     robot = Robot(browser.new_context(viewport={"width": 1280, "height": 900}).new_page(), live_server.url)
     robot.goto("/login/")
@@ -158,7 +159,7 @@ def test_every_page_loads_cleanly_and_every_form_goes_somewhere(live_server, bro
     assert robot.console_errors == []
 
 
-@pytest.mark.parametrize("who", ["admin", "alice"])
+@pytest.mark.parametrize("who", ["admin", "alice", "lena"])
 def test_no_page_overflows_a_phone(live_server, browser, world, who):
     robot = Robot(browser.new_context(viewport=PHONE).new_page(), live_server.url)
     robot.goto("/login/")

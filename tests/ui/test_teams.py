@@ -103,6 +103,7 @@ def test_usage_by_team_for_admins_and_the_teams_own_for_its_lead(client, admin_c
             event(issue_key(owner=mallory, name="laptop")[0], completion_tokens=7),
         ]
     )
+    assert reverse("request_log_list") in admin_client.get(reverse("usage_admin")).content.decode()
     download = admin_client.get(reverse("usage_admin") + "?group_by=team&format=csv")
     header, *rows = csv.reader(io.StringIO(download.content.decode()))
     tokens = {r[0]: r[header.index("total_tokens")] for r in rows}
@@ -112,6 +113,7 @@ def test_usage_by_team_for_admins_and_the_teams_own_for_its_lead(client, admin_c
     assert page.status_code == 200
     html = page.content.decode()
     assert "Team usage by user" in html and "alice" in html and "mallory" not in html
+    assert reverse("request_log_list") not in html  # request logs are the admins' (linked for them above)
     lead_csv = client.get(reverse("usage_admin") + "?group_by=user&format=csv").content.decode()
     assert [r[0] for r in csv.reader(io.StringIO(lead_csv))] == ["user", "alice"]
 
