@@ -20,8 +20,8 @@ from keys.choices import UsageStatus
 
 from .auth import authenticate
 from .cache import KeyInfo, ModelInfo, namespace, snapshot
-from .call import Call
-from .catalog import resolve_model
+from .call import Call, route_header, wants_route_header
+from .catalog import resolve_model, select_routes
 from .http import GatewayError, Request
 from .limits import Admission, Refusal, Scope, Stale, rate_headers
 from .state import process
@@ -59,7 +59,7 @@ async def open_call(
         catalog = await snapshot.get_catalog()
         info = resolve_model(key, catalog, model)
         req.model_name = info.name
-        if not info.groups:
+        if not info.has_routes:
             raise GatewayError(503, f"No channel serves the model '{info.name}' right now.", code="no_channel")
         reserve_max = max_tokens
         if reserve_max is None:
@@ -68,6 +68,25 @@ async def open_call(
             if info.max_output_tokens:
                 reserve_max = min(reserve_max, info.max_output_tokens)
         reserve = max(int(prompt_tokens), 0) + max(int(reserve_max), 0)
+        try:
+            # Before reserving: a request no route can hold is refused without touching the limits.
+            selection = select_routes(info, key, need=reserve)
+        except GatewayError as refused:
+            if refused.status < 500:
+                if wants_route_header(req):
+                    refused.headers.append(route_header(refused.explanation))
+                _record_refusal(
+                    request_id,
+                    key,
+                    info,
+                    surface,
+                    stream,
+                    refused,
+                    started,
+                    status=UsageStatus.CLIENT_ERROR,
+                    explanation=refused.explanation,
+                )
+            raise
         scopes = [
             Scope(f"{ns}:k:{key.id}", "key", key.limits),
             Scope(f"{ns}:u:{key.owner_id}", "user", key.owner_limits),
@@ -108,6 +127,7 @@ async def open_call(
         prompt_estimate=int(prompt_tokens),
         request_id=request_id,
         started=started,
+        selection=selection,
     )
     call.max_tokens = reserve_max
     req.call = call
@@ -145,6 +165,7 @@ def _record_refusal(
     started: float,
     *,
     status: str = UsageStatus.RATE_LIMITED,
+    explanation: list[str] | None = None,
 ) -> None:
     process.usage.record(
         UsageEvent(
@@ -163,5 +184,6 @@ def _record_refusal(
             http_status=err.status,
             error=err.message[:300],
             latency_ms=(time.perf_counter() - started) * 1000,
+            route_explanation=explanation or [],
         )
     )

@@ -1,16 +1,22 @@
 """Request stage 2: which model, and which of its channels to try.
 
 Resolving checks the public model name against what the key may use (404 with "did you mean",
-403 when it exists but is not allowed). Routing is filters, then score: each filter looks at one
-route and returns why it drops it (None keeps it), and the routes left are ordered by score:
-status tier (healthy and unknown before degraded before the rest) and priority, both precomputed
-as `ModelInfo.groups` when the catalog loads (`cache`), then a weighted random draw within a group.
+403 when it exists but is not allowed). Routing (`select_routes`) walks the model, or an alias's
+targets in order, and for each runs filters, then score: each filter looks at one route and
+returns why it drops it (None keeps it) — an external channel for a local-only key or alias, a
+window too small for the request's estimated tokens —, and the routes left are ordered by score
+(`ordered_routes`): status tier (healthy and unknown before degraded before the rest) and
+priority, both precomputed as `ModelInfo.groups` when the catalog loads (`cache`), then a
+weighted random draw within a group. Every step appends one short, ASCII line to the call's
+explanation (stored with its usage record, sent back on `X-Portal-Debug: route`); a scoring
+policy appends its own reason (e.g. "affinity hit") to `notes`.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from .cache import Catalog, KeyInfo, ModelInfo, RouteInfo, normalize_model_name
 from .http import GatewayError
@@ -20,8 +26,9 @@ Skipped = list[tuple[RouteInfo, str]]
 
 
 def usable_models(key: KeyInfo, catalog: Catalog) -> list[ModelInfo]:
-    """Models this key may use now: enabled, allowed for key and owner, with at least one route."""
-    return [m for m in catalog.models.values() if m.groups and key.may_use(m)]
+    """Models this key may use now: enabled, allowed for key and owner, with at least one route
+    (an alias: a target with one)."""
+    return [m for m in catalog.models.values() if m.has_routes and key.may_use(m)]
 
 
 def resolve_model(key: KeyInfo, catalog: Catalog, name: object) -> ModelInfo:
@@ -54,11 +61,113 @@ def resolve_model(key: KeyInfo, catalog: Catalog, name: object) -> ModelInfo:
     )
 
 
+@dataclass(slots=True)
+class Selection:
+    """The routes a call may use, in order, and why (`explanation`, one short step per line)."""
+
+    routes: list[RouteInfo]
+    explanation: list[str]
+    kept_local: bool = False  # external routes were dropped: a failure must say they were not tried
+
+
+def external_for_key(route: RouteInfo) -> str | None:
+    return None if route.local else "external channel, key is local-only"
+
+
+def external_for_model(route: RouteInfo) -> str | None:
+    return None if route.local else "external channel, model is local-only"
+
+
+def window_filter(need: int) -> RouteFilter:
+    """Drops a route whose served window (discovered, else configured) cannot hold `need` tokens;
+    a route whose window is unknown is kept."""
+
+    def too_small(route: RouteInfo) -> str | None:
+        window = route.context_window
+        if window is not None and window < need:
+            return f"window {window:,} < {need:,} needed"
+        return None
+
+    return too_small
+
+
+def select_routes(model: ModelInfo, key: KeyInfo, *, need: int) -> Selection:
+    """The routes to try for a request of about `need` tokens (prompt + requested output): the
+    model's, or an alias's targets' one after the other, filtered (locality, window) and scored.
+    None left is an error saying why: 400 naming the largest window, 403 when only external
+    channels serve a local-only request, 503 when nothing serves the model now."""
+    explanation: list[str] = []
+    targets = model.targets if model.is_alias else [model]
+    if model.is_alias:
+        explanation.append(f"alias {model.name} -> {', '.join(t.name for t in targets)}")
+    locality: RouteFilter | None = None
+    if key.local_only:
+        locality = external_for_key
+    elif model.local_only:
+        locality = external_for_model
+    filters: list[RouteFilter] = [locality] if locality is not None else []
+    if need > 0:
+        filters.append(window_filter(need))
+    routes: list[RouteInfo] = []
+    skipped: Skipped = []
+    for target in targets:
+        fs = filters
+        if target is not model:
+            if not target.enabled:
+                explanation.append(f"skipped {target.name}: disabled")
+                continue
+            if target.local_only and locality is None:
+                fs = [external_for_model, *filters]  # a local-only target stays local behind an alias too
+        routes += ordered_routes(target, fs, skipped, explanation)
+    for route, why in skipped:
+        where = f" ({route.model_name})" if model.is_alias else ""
+        explanation.append(f"skipped {route.channel_name}{where}: {why}")
+    if routes:
+        return Selection(routes, explanation, any(why.startswith("external ") for _, why in skipped))
+    raise _nothing_fits(model, skipped, need, explanation, key_local=key.local_only)
+
+
+def _nothing_fits(
+    model: ModelInfo, skipped: Skipped, need: int, explanation: list[str], *, key_local: bool
+) -> GatewayError:
+    too_small = [r for r, why in skipped if why.startswith("window ")]
+    external = [r for r, why in skipped if why.startswith("external ")]
+    err: GatewayError
+    if too_small:
+        largest = max(r.context_window or 0 for r in too_small)
+        where = " on local channels" if external else ""
+        err = GatewayError(
+            400,
+            f"This request needs about {need:,} tokens (prompt + requested output), more than the model "
+            f"'{model.name}' can serve{where}: its largest context window is {largest:,} tokens. "
+            "Shorten the conversation or lower max_tokens.",
+            code="context_length_exceeded",
+        )
+    elif external:
+        whose = "this key is" if key_local else f"'{model.name}' is"
+        err = GatewayError(
+            403,
+            f"Only external channels serve '{model.name}' and {whose} restricted to local channels, so the "
+            "request was not sent anywhere.",
+            code="local_only",
+            param="model",
+        )
+    else:
+        err = GatewayError(503, f"No channel serves the model '{model.name}' right now.", code="no_channel")
+    explanation.append(f"refused: {err.code}")
+    err.explanation = explanation
+    return err
+
+
 def ordered_routes(
-    model: ModelInfo, filters: Sequence[RouteFilter] = (), skipped: Skipped | None = None
+    model: ModelInfo,
+    filters: Sequence[RouteFilter] = (),
+    skipped: Skipped | None = None,
+    notes: list[str] | None = None,
 ) -> list[RouteInfo]:
     """The model's routes in the order to try them. `filters` drop routes first; each dropped
-    route is appended to `skipped` with its reason when a list is given."""
+    route is appended to `skipped` with its reason when a list is given. The scoring appends
+    why it ordered a group as it did to `notes` (where a balancing policy adds its own reason)."""
     out: list[RouteInfo] = []
     for group in model.groups:
         if filters:
@@ -67,7 +176,10 @@ def ordered_routes(
             out.append(group[0])
         elif group:
             # Efraimidis-Spirakis: a weighted random permutation in one sort.
-            out.extend(sorted(group, key=_weighted_draw, reverse=True))
+            drawn = sorted(group, key=_weighted_draw, reverse=True)
+            if notes is not None:
+                notes.append(f"weighted random: {drawn[0].channel_name} of {len(drawn)}")
+            out.extend(drawn)
     return out
 
 

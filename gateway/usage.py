@@ -16,9 +16,10 @@ import math
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from django.conf import settings
 from django.db import IntegrityError, OperationalError, close_old_connections, connection, connections, transaction
 from django.db.models import F, Q
@@ -96,6 +97,7 @@ class UsageEvent:
     error: str = ""
     latency_ms: float | None = None
     ttft_ms: float | None = None
+    route_explanation: list[str] = field(default_factory=list)  # `catalog.Selection.explanation`
 
     @property
     def total_tokens(self) -> int:
@@ -120,6 +122,7 @@ _RECORD_COLUMNS = (
     "error",
     "latency_ms",
     "ttft_ms",
+    "route_explanation",
 )
 
 
@@ -148,6 +151,7 @@ def _insert_records(events: list[UsageEvent]) -> None:
             e.error[:300],
             e.latency_ms,
             e.ttft_ms,
+            orjson.dumps(e.route_explanation).decode(),
         )
         for e in events
     ]
