@@ -81,7 +81,10 @@ def test_a_short_request_to_an_alias_goes_to_its_first_target(rig, gateway_url):
     assert "x-portal-route" not in r.headers  # only when asked
     rec = record(rig)
     assert rec.model == "coder" and rec.channel_id == rig.local_channel.id
-    assert rec.route_explanation == ["alias coder -> qwen3-coder, qwen3-coder-plus", "sent to local-llama (qwen3-coder)"]
+    assert rec.route_explanation == [
+        "alias coder -> qwen3-coder, qwen3-coder-plus",
+        "sent to local-llama (qwen3-coder)",
+    ]
 
 
 def test_the_alias_falls_through_to_the_target_whose_window_holds_the_request(rig, gateway_url):
@@ -207,7 +210,12 @@ def test_a_local_only_key_on_an_external_model_is_refused_saying_why(rig, local_
 
 
 def test_a_local_only_alias_keeps_every_key_local(rig, gateway_url):
-    save_alias(alias=Model.objects.get(name="coder"), name="coder", targets=["qwen3-coder", "qwen3-coder-plus"], local_only=True)
+    save_alias(
+        alias=Model.objects.get(name="coder"),
+        name="coder",
+        targets=["qwen3-coder", "qwen3-coder-plus"],
+        local_only=True,
+    )
     rig.local.behave(mode="status", status=503)
     r = httpx.post(gateway_url + "/v1/chat/completions", json=chat("hi"), headers=rig.auth)
     assert r.status_code == 502 and rig.cloud.requests == []

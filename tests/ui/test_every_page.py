@@ -13,7 +13,17 @@ pytestmark = pytest.mark.django_db
 # Public on purpose: health for load balancers, the login form, and the client installers, which hold
 # no secret (the one-time token on their command line selects the bundle).
 PUBLIC = {"healthz", "login", "logout", "connect_install_sh", "connect_install_ps1"}
-ADMIN_PREFIXES = ("hosts/", "channels/", "models/", "users/", "audit-log/", "deployments/", "jobs/", "keys/all/")
+ADMIN_PREFIXES = (
+    "hosts/",
+    "channels/",
+    "models/",
+    "users/",
+    "audit-log/",
+    "deployments/",
+    "jobs/",
+    "keys/all/",
+    "usage/requests/",
+)
 SAMPLE_ARGS = {"int": "1", "str": "x", "slug": "x", "path": "x"}
 
 
