@@ -73,7 +73,7 @@ async def open_call(
             selection = select_routes(info, key, need=reserve)
         except GatewayError as refused:
             if refused.status < 500:
-                if wants_route_header(req):
+                if wants_route_header(req, key):
                     refused.headers.append(route_header(refused.explanation))
                 _record_refusal(
                     request_id,

@@ -159,6 +159,7 @@ class KeyInfo:
     owner_model_ids: frozenset[int]
     networks: tuple[Network, ...]  # empty = any address
     local_only: bool
+    owner_is_admin: bool  # may see routing explanations (they name channels) on X-Portal-Route
     limits: dict[str, int | None]
     owner_limits: dict[str, int | None]
     loaded_at: float
@@ -290,6 +291,7 @@ def _load_key(digest: str) -> KeyInfo | None:
         owner_model_ids=frozenset(m.id for m in owner.allowed_models.all()),
         networks=tuple(networks),
         local_only=key.local_only,
+        owner_is_admin=owner.is_admin,
         limits=key.limits(),
         owner_limits=owner.limits(),
         loaded_at=time.monotonic(),

@@ -312,10 +312,11 @@ DEBUG_HEADER = "x-portal-debug"
 ROUTE_HEADER = b"x-portal-route"
 
 
-def wants_route_header(req: Request) -> bool:
-    """`X-Portal-Debug: route` asks for the routing explanation as `X-Portal-Route`."""
+def wants_route_header(req: Request, key: KeyInfo) -> bool:
+    """`X-Portal-Debug: route` asks for the routing explanation as `X-Portal-Route`. Only an admin's
+    key gets it: the explanation names channels, which developers are not shown anywhere."""
     value = req.headers.get(DEBUG_HEADER)
-    return value is not None and "route" in value.lower()
+    return value is not None and key.owner_is_admin and "route" in value.lower()
 
 
 def route_header(explanation: list[str]) -> tuple[bytes, bytes]:
@@ -359,7 +360,7 @@ class Call:
         self.routes = selection.routes
         self.explanation = selection.explanation
         self._kept_local = selection.kept_local
-        self.debug_route = wants_route_header(req)
+        self.debug_route = wants_route_header(req, key)
         self.channel_id: int | None = None
         self.ttft_ms: float | None = None
         self.finished = False

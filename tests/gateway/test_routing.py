@@ -52,7 +52,7 @@ def route(model: Model, ch: Channel, window: int) -> ModelRoute:
 
 
 @pytest.fixture
-def rig(transactional_db, alice):
+def rig(transactional_db, admin):
     with (
         FakeUpstream(api_key=UPSTREAM_KEY, max_model_len=LOCAL_WINDOW) as local,
         FakeUpstream(api_key=UPSTREAM_KEY, max_model_len=CLOUD_WINDOW) as cloud,
@@ -62,7 +62,7 @@ def rig(transactional_db, alice):
         route(Model.objects.create(name="qwen3-coder"), local_channel, LOCAL_WINDOW)
         route(Model.objects.create(name="qwen3-coder-plus"), cloud_channel, CLOUD_WINDOW)
         save_alias(name="coder", targets=["qwen3-coder", "qwen3-coder-plus"])
-        key, plaintext = issue_key(owner=alice, name="laptop")
+        key, plaintext = issue_key(owner=admin, name="laptop")
         yield Rig(local, cloud, local_channel, cloud_channel, key, plaintext)
 
 
@@ -151,6 +151,16 @@ def test_models_lists_the_alias_with_the_largest_window_it_serves(rig, gateway_u
     r = httpx.get(gateway_url + "/v1/models", headers=rig.auth)
     windows = {m["id"]: m["context_window"] for m in r.json()["data"]}
     assert windows == {"coder": CLOUD_WINDOW, "qwen3-coder": LOCAL_WINDOW, "qwen3-coder-plus": CLOUD_WINDOW}
+
+
+def test_a_developers_key_gets_no_route_header_even_when_asking(rig, gateway_url, alice):
+    """The explanation names channels, which developers are never shown."""
+    _key, plaintext = issue_key(owner=alice, name="laptop")
+    headers = {"Authorization": f"Bearer {plaintext}", "X-Portal-Debug": "route"}
+    r = httpx.post(gateway_url + "/v1/chat/completions", json=chat("hi"), headers=headers)
+    assert r.status_code == 200 and "x-portal-route" not in r.headers
+    r = httpx.post(gateway_url + "/v1/chat/completions", json=chat("hi", max_tokens=200_000), headers=headers)
+    assert r.status_code == 400 and "x-portal-route" not in r.headers
 
 
 # --- local-only keys and aliases ----------------------------------------------------------
