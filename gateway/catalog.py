@@ -18,6 +18,8 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from channels.models import alias_limits, route_limits
+
 from .cache import Catalog, KeyInfo, ModelInfo, RouteInfo, normalize_model_name
 from .http import GatewayError
 
@@ -27,8 +29,32 @@ Skipped = list[tuple[RouteInfo, str]]
 
 def usable_models(key: KeyInfo, catalog: Catalog) -> list[ModelInfo]:
     """Models this key may use now: enabled, allowed for key and owner, with at least one route
-    (an alias: a target with one)."""
-    return [m for m in catalog.models.values() if m.has_routes and key.may_use(m)]
+    (an alias: a target with one); for a local-only key or model, one on a local channel."""
+    return [
+        m
+        for m in catalog.models.values()
+        if m.has_routes and key.may_use(m) and (not (key.local_only or m.local_only) or _local_routes(m))
+    ]
+
+
+def limits_for(model: ModelInfo, key: KeyInfo) -> tuple[int | None, int | None]:
+    """(context window, max output) this key can rely on (`/v1/models`): the model's, or for a
+    local-only key the ones its local routes serve. Not on the request path."""
+    if not (key.local_only or model.local_only):
+        return model.context_window, model.max_output_tokens
+    if model.is_alias:
+        return alias_limits(route_limits(_pairs(_local_routes(t))) for t in model.targets if t.enabled)
+    return route_limits(_pairs(_local_routes(model)))
+
+
+def _local_routes(model: ModelInfo) -> list[RouteInfo]:
+    if model.is_alias:
+        return [r for t in model.targets if t.enabled for r in _local_routes(t)]
+    return [r for g in model.groups for r in g if r.local]
+
+
+def _pairs(routes: list[RouteInfo]) -> list[tuple[int | None, int | None]]:
+    return [(r.context_window, r.max_output_tokens) for r in routes]
 
 
 def resolve_model(key: KeyInfo, catalog: Catalog, name: object) -> ModelInfo:

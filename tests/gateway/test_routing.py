@@ -239,3 +239,11 @@ def test_a_disabled_target_is_skipped(rig, gateway_url):
     r = httpx.post(gateway_url + "/v1/chat/completions", json=chat("hi"), headers=rig.auth)
     assert r.status_code == 200 and rig.local.requests == [] and len(rig.cloud.requests) == 1
     assert "skipped qwen3-coder: disabled" in record(rig).route_explanation
+
+
+def test_models_shows_a_local_only_key_what_local_channels_serve(mixed, local_key, gateway_url):
+    models = {
+        m["id"]: m["context_window"] for m in httpx.get(gateway_url + "/v1/models", headers=mixed.auth).json()["data"]
+    }
+    # qwen3-coder-plus is cloud-only: not listed; coder and qwen3-32b: the local window
+    assert models == {"coder": LOCAL_WINDOW, "qwen3-coder": LOCAL_WINDOW, "qwen3-32b": LOCAL_WINDOW}
