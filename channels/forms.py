@@ -64,10 +64,11 @@ class ChannelForm(forms.ModelForm):
                 "api_key"
             ].help_text = "Not set. Sent upstream as the bearer token; encrypted at rest and never shown again."
             del self.fields["clear_api_key"]
+        # A new channel's locality follows its address unless the admin says otherwise; an edit
+        # that sends none keeps it.
+        locality = cast(forms.ChoiceField, self.fields["locality"])
+        locality.required = False
         if not self.instance.pk:
-            # A new channel's locality follows its address unless the admin says otherwise.
-            locality = cast(forms.ChoiceField, self.fields["locality"])
-            locality.required = False
             locality.choices = [FROM_ADDRESS, *Locality.choices]
             self.initial["locality"] = ""
         self.fields["base_url"].widget.attrs.update(
@@ -89,9 +90,11 @@ class ChannelForm(forms.ModelForm):
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
         assert cleaned is not None
-        if not cleaned.get("locality") and cleaned.get("base_url"):
-            cleaned["locality"] = suggest_locality(cleaned["base_url"])
-            self.instance.locality = cleaned["locality"]
+        if not cleaned.get("locality"):
+            if self.instance.pk:
+                cleaned["locality"] = Channel.objects.filter(pk=self.instance.pk).values_list("locality", flat=True)[0]
+            elif cleaned.get("base_url"):
+                cleaned["locality"] = suggest_locality(cleaned["base_url"])
         return cleaned
 
     def clean_api_key(self) -> str:

@@ -162,3 +162,11 @@ def test_developers_cannot_open_request_pages(alice_client, alice):
     record = UsageRecord.objects.create(user=alice, model="m")
     assert alice_client.get(reverse("usage_requests")).status_code == 403
     assert alice_client.get(reverse("usage_request_detail", args=[record.pk])).status_code == 403
+
+
+def test_an_edit_that_sends_no_locality_keeps_it(admin_client):
+    ch = Channel.objects.create(name="c", kind="openai", base_url="https://api.example.com/v1", locality="local")
+    payload = {"name": "c", "kind": "openai", "base_url": "https://api.example.com", "priority": 0, "weight": 1}
+    assert admin_client.post(reverse("channel_edit", args=[ch.pk]), payload).status_code == 302
+    ch.refresh_from_db()
+    assert ch.locality == "local"
