@@ -204,9 +204,14 @@ class ModelEditView(AdminRequiredMixin, View):
 
 class ModelDetailView(AdminRequiredMixin, DetailView):
     model = Model
-    queryset = Model.objects.served()
     template_name = "channels/model_detail.html"
     context_object_name = "model_obj"
+
+    def get(self, request, *args, **kwargs):
+        alias = Model.objects.aliases().filter(pk=kwargs["pk"]).first()
+        if alias is not None:  # a link that knows only "a model" (the audit log) opens the alias page
+            return redirect("model_alias_detail", alias.pk)
+        return super().get(request, *args, **kwargs)
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)

@@ -145,6 +145,8 @@ def select_routes(model: ModelInfo, key: KeyInfo, *, need: int) -> Selection:
             if target.local_only and locality is None:
                 fs = [external_for_model, *filters]  # a local-only target stays local behind an alias too
         routes += ordered_routes(target, fs, skipped, explanation)
+    if not skipped and routes:
+        return Selection(routes, explanation)  # the common case: nothing dropped
     for route, why in skipped:
         where = f" ({route.model_name})" if model.is_alias else ""
         explanation.append(f"skipped {route.channel_name}{where}: {why}")

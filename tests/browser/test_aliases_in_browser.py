@@ -26,7 +26,7 @@ def test_admin_adds_an_alias_by_clicking(live_server, browser, admin, screenshot
     robot.click("text=Add alias")
     robot.fill("#id_name", "coder")
     robot.click("button:has-text('Add alias')")
-    assert "Choose at least one target model." in robot.text("form")  # a field error, nothing saved
+    assert "Choose at least one target model." in robot.text("main")  # a field error, nothing saved
     assert not Model.objects.filter(name="coder").exists()
 
     page.select_option("#id_target_0", "qwen3-coder")

@@ -89,11 +89,14 @@ def test_deleting_a_model_says_which_aliases_stop_trying_it(admin_client, model)
     assert "The aliases coder stop trying it." in page
 
 
-def test_model_pages_do_not_open_an_alias(admin_client, model):
+def test_model_pages_do_not_edit_an_alias(admin_client, model):
     alias_post(admin_client, target_0="qwen3-32b")
     alias = Model.objects.get(name="coder")
-    for name in ("model_detail", "model_edit", "model_delete"):
+    for name in ("model_edit", "model_delete"):
         assert admin_client.get(reverse(name, args=[alias.pk])).status_code == 404
+    # a link that only knows "a model" (the audit log's) opens the alias page
+    response = admin_client.get(reverse("model_detail", args=[alias.pk]))
+    assert response.status_code == 302 and response["Location"] == reverse("model_alias_detail", args=[alias.pk])
 
 
 @pytest.mark.parametrize(
