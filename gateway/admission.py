@@ -70,7 +70,7 @@ async def open_call(
         reserve = max(int(prompt_tokens), 0) + max(int(reserve_max), 0)
         try:
             # Before reserving: a request no route can hold is refused without touching the limits.
-            selection = select_routes(info, key, need=reserve)
+            selection = select_routes(info, key, prompt=max(int(prompt_tokens), 0), output=max(int(reserve_max), 0))
         except GatewayError as refused:
             if refused.status < 500:
                 if wants_route_header(req, key):

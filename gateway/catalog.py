@@ -104,22 +104,32 @@ def external_for_model(route: RouteInfo) -> str | None:
     return None if route.local else "external channel, model is local-only"
 
 
-def window_filter(need: int) -> RouteFilter:
-    """Drops a route whose served window (discovered, else configured) cannot hold `need` tokens;
-    a route whose window is unknown is kept."""
+def route_need(route: RouteInfo, prompt: int, output: int) -> int:
+    """Tokens a request needs on `route`: the prompt plus the requested output, no more than the
+    route's max output where one is configured (the knob that lets Claude Code's 32,000
+    `max_tokens` fit a small local window)."""
+    cap = route.max_output_tokens
+    return prompt + (min(output, cap) if cap else output)
+
+
+def window_filter(prompt: int, output: int) -> RouteFilter:
+    """Drops a route whose served window (discovered, else configured) cannot hold the request
+    (`route_need`); a route whose window is unknown is kept."""
 
     def too_small(route: RouteInfo) -> str | None:
         window = route.context_window
-        if window is not None and window < need:
-            return f"window {window:,} < {need:,} needed"
+        if window is not None:
+            need = route_need(route, prompt, output)
+            if window < need:
+                return f"window {window:,} < {need:,} needed"
         return None
 
     return too_small
 
 
-def select_routes(model: ModelInfo, key: KeyInfo, *, need: int) -> Selection:
-    """The routes to try for a request of about `need` tokens (prompt + requested output): the
-    model's, or an alias's targets' one after the other, filtered (locality, window) and scored.
+def select_routes(model: ModelInfo, key: KeyInfo, *, prompt: int, output: int) -> Selection:
+    """The routes to try for a request of about `prompt` tokens asking for up to `output` more:
+    the model's, or an alias's targets' one after the other, filtered (locality, window) and scored.
     None left is an error saying why: 400 naming the largest window, 403 when only external
     channels serve a local-only request, 503 when nothing serves the model now."""
     explanation: list[str] = []
@@ -132,8 +142,8 @@ def select_routes(model: ModelInfo, key: KeyInfo, *, need: int) -> Selection:
     elif model.local_only:
         locality = external_for_model
     filters: list[RouteFilter] = [locality] if locality is not None else []
-    if need > 0:
-        filters.append(window_filter(need))
+    if prompt > 0 or output > 0:
+        filters.append(window_filter(prompt, output))
     routes: list[RouteInfo] = []
     skipped: Skipped = []
     for target in targets:
@@ -152,17 +162,18 @@ def select_routes(model: ModelInfo, key: KeyInfo, *, need: int) -> Selection:
         explanation.append(f"skipped {route.channel_name}{where}: {why}")
     if routes:
         return Selection(routes, explanation, any(why.startswith("external ") for _, why in skipped))
-    raise _nothing_fits(model, skipped, need, explanation, key_local=key.local_only)
+    raise _nothing_fits(model, skipped, prompt, output, explanation, key_local=key.local_only)
 
 
 def _nothing_fits(
-    model: ModelInfo, skipped: Skipped, need: int, explanation: list[str], *, key_local: bool
+    model: ModelInfo, skipped: Skipped, prompt: int, output: int, explanation: list[str], *, key_local: bool
 ) -> GatewayError:
     too_small = [r for r, why in skipped if why.startswith("window ")]
     external = [r for r, why in skipped if why.startswith("external ")]
     err: GatewayError
     if too_small:
-        largest = max(r.context_window or 0 for r in too_small)
+        biggest = max(too_small, key=lambda r: r.context_window or 0)
+        largest, need = biggest.context_window or 0, route_need(biggest, prompt, output)
         where = " on local channels" if external else ""
         err = GatewayError(
             400,

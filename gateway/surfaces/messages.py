@@ -177,7 +177,7 @@ async def count_tokens(req: Request) -> None:
         model = resolve_model(key, catalog, body.get("model"))
         chat = anthropic_request.to_chat_request({**body, "stream": False})
         try:  # the same channels a request would go to (a local-only key's prompt stays local)
-            routes = select_routes(model, key, need=0).routes
+            routes = select_routes(model, key, prompt=0, output=0).routes
         except GatewayError:
             routes = []
         count = await _upstream_count(routes[0], body, chat, req.headers) if routes else None

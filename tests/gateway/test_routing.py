@@ -247,3 +247,12 @@ def test_models_shows_a_local_only_key_what_local_channels_serve(mixed, local_ke
     }
     # qwen3-coder-plus is cloud-only: not listed; coder and qwen3-32b: the local window
     assert models == {"coder": LOCAL_WINDOW, "qwen3-coder": LOCAL_WINDOW, "qwen3-32b": LOCAL_WINDOW}
+
+
+def test_a_routes_max_output_caps_what_the_requested_output_needs(rig, gateway_url):
+    """Claude Code asks for 32,000 output tokens whatever the model: with a max output configured
+    on the local route, a short request still fits its 24,576 window."""
+    ModelRoute.objects.filter(channel=rig.local_channel).update(max_output_tokens=8192)
+    rig.local_channel.save()  # reload the gateway's catalog
+    r = httpx.post(gateway_url + "/v1/chat/completions", json=chat("hi", max_tokens=32_000), headers=rig.auth)
+    assert r.status_code == 200 and len(rig.local.requests) == 1 and rig.cloud.requests == []
