@@ -115,7 +115,7 @@ def _user_changed(sender: object, update_fields: Iterable[str] | None = None, **
 def connect() -> None:
     from django.contrib.auth import get_user_model
 
-    from channels.models import Channel, Model, ModelRoute
+    from channels.models import AliasTarget, Channel, Model, ModelRoute
     from channels.signals import routes_changed
     from keys.models import Key, PayloadLogging
 
@@ -127,7 +127,7 @@ def connect() -> None:
     post_delete.connect(_keys_changed, sender=user, dispatch_uid="gw-user-del")
     m2m_changed.connect(_keys_changed, sender=Key.allowed_models.through, dispatch_uid="gw-key-models")
     m2m_changed.connect(_keys_changed, sender=user.allowed_models.through, dispatch_uid="gw-user-models")
-    for model in (Channel, Model, ModelRoute):
+    for model in (Channel, Model, ModelRoute, AliasTarget):
         post_save.connect(_routes_changed, sender=model, dispatch_uid=f"gw-routes-save-{model.__name__}")
         post_delete.connect(_routes_changed, sender=model, dispatch_uid=f"gw-routes-del-{model.__name__}")
     routes_changed.connect(_routes_changed, dispatch_uid="gw-routes-changed")

@@ -16,9 +16,10 @@ import math
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from django.conf import settings
 from django.db import IntegrityError, OperationalError, close_old_connections, connection, connections, transaction
 from django.db.models import F, Q
@@ -109,6 +110,7 @@ class UsageEvent:
     ttft_ms: float | None = None
     cached_tokens: int = 0
     cache_creation_tokens: int = 0
+    route_explanation: list[str] = field(default_factory=list)  # `catalog.Selection.explanation`
 
     @property
     def total_tokens(self) -> int:
@@ -135,6 +137,7 @@ _RECORD_COLUMNS = (
     "ttft_ms",
     "cached_tokens",
     "cache_creation_tokens",
+    "route_explanation",
 )
 
 
@@ -165,6 +168,7 @@ def _insert_records(events: list[UsageEvent]) -> None:
             e.ttft_ms,
             max(e.cached_tokens, 0),
             max(e.cache_creation_tokens, 0),
+            orjson.dumps(e.route_explanation).decode(),
         )
         for e in events
     ]

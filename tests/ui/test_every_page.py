@@ -15,7 +15,17 @@ pytestmark = pytest.mark.django_db
 PUBLIC = {"healthz", "login", "logout", "connect_install_sh", "connect_install_ps1"}
 # Single sign-on: the two ends of the redirect to the identity provider are where anonymous users log in.
 PUBLIC |= {"oidc_authentication_init", "oidc_authentication_callback"}
-ADMIN_PREFIXES = ("hosts/", "channels/", "models/", "users/", "audit-log/", "deployments/", "jobs/", "keys/all/")
+ADMIN_PREFIXES = (
+    "hosts/",
+    "channels/",
+    "models/",
+    "users/",
+    "audit-log/",
+    "deployments/",
+    "jobs/",
+    "keys/all/",
+    "usage/requests/",
+)
 SAMPLE_ARGS = {"int": "1", "str": "x", "slug": "x", "path": "x"}
 
 
