@@ -9,7 +9,7 @@ class ChannelsConfig(AppConfig):
     def ready(self) -> None:
         from portal import audit, dashboard
 
-        from .models import Channel, Model, ModelRoute
+        from .models import AliasTarget, Channel, Model, ModelRoute
 
         audit.register(
             Channel,
@@ -32,8 +32,9 @@ class ChannelsConfig(AppConfig):
         pre_save.connect(reset_status_on_edit, sender=Channel, dispatch_uid="channels_health_reset_on_edit")
         audit.register(Model)
         audit.register(ModelRoute, ignore={"discovered_context_window", "discovered_at"})
+        audit.register(AliasTarget)
         dashboard.register_stat(20, "Channels", Channel.objects.count, "channel_list")
-        dashboard.register_stat(30, "Models", Model.objects.count, "model_list")
+        dashboard.register_stat(30, "Models", Model.objects.served().count, "model_list")
         from .health.history import attention
 
         dashboard.register_attention(attention)

@@ -8,6 +8,14 @@ class ChannelKind(models.TextChoices):
     ANTHROPIC = "anthropic", "Anthropic"
 
 
+class Locality(models.TextChoices):
+    """Where a channel's server runs. Requests of local-only keys and aliases never go to an
+    external one (the gateway drops those routes before failover can reach them)."""
+
+    LOCAL = "local", "Local (our own machines)"
+    EXTERNAL = "external", "External (a cloud provider)"
+
+
 class ChannelStatus(models.TextChoices):
     """unknown → healthy ↔ degraded ↔ down; credentials_rejected is terminal until an admin acts.
 

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.core.exceptions import ValidationError
 from django.forms import BaseInlineFormSet, inlineformset_factory
 from django.urls import reverse
 
-from .choices import BalancePolicy, ChannelKind
+from .choices import BalancePolicy, ChannelKind, Locality
 from .models import MODEL_NAME_VALIDATOR, Channel, Model, ModelRoute
-from .services import clean_base_url, reset_status_after_edit
+from .services import MAX_ALIAS_TARGETS, clean_base_url, reset_status_after_edit, suggest_locality
+
+FROM_ADDRESS = ("", "From the base URL (our own network: local; else external)")
 
 
 class ChannelForm(forms.ModelForm):
@@ -38,6 +40,7 @@ class ChannelForm(forms.ModelForm):
             "name",
             "kind",
             "base_url",
+            "locality",
             "api_key",
             "priority",
             "weight",
@@ -61,6 +64,13 @@ class ChannelForm(forms.ModelForm):
                 "api_key"
             ].help_text = "Not set. Sent upstream as the bearer token; encrypted at rest and never shown again."
             del self.fields["clear_api_key"]
+        # A new channel's locality follows its address unless the admin says otherwise; an edit
+        # that sends none keeps it.
+        locality = cast(forms.ChoiceField, self.fields["locality"])
+        locality.required = False
+        if not self.instance.pk:
+            locality.choices = [FROM_ADDRESS, *Locality.choices]
+            self.initial["locality"] = ""
         self.fields["base_url"].widget.attrs.update(
             {
                 "hx-get": reverse("channel_base_url_preview"),
@@ -76,6 +86,16 @@ class ChannelForm(forms.ModelForm):
             raise ValidationError(exc.message_dict.get("base_url") or exc.messages) from None
         self.base_url_notes = notes
         return canonical
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        assert cleaned is not None
+        if not cleaned.get("locality"):
+            if self.instance.pk:
+                cleaned["locality"] = Channel.objects.filter(pk=self.instance.pk).values_list("locality", flat=True)[0]
+            elif cleaned.get("base_url"):
+                cleaned["locality"] = suggest_locality(cleaned["base_url"])
+        return cleaned
 
     def clean_api_key(self) -> str:
         value = (self.cleaned_data.get("api_key") or "").strip()
@@ -156,3 +176,63 @@ class AddServedModelForm(forms.Form):
     context_window = forms.IntegerField(
         label="Context window", required=False, min_value=256, max_value=10_000_000, help_text="Tokens; blank: unknown."
     )
+
+
+ORDINALS = ("First", "Then", "Then", "Then", "Then", "Then", "Then", "Then", "Then", "Then")
+
+
+class AliasForm(forms.Form):
+    """An alias and its targets in order (one select per slot; empty slots are ignored). The
+    rules are `channels.services.save_alias`'s; the view maps its errors onto these fields."""
+
+    name = forms.CharField(
+        label="Public name",
+        max_length=128,
+        validators=[MODEL_NAME_VALIDATOR],
+        help_text="What developers request, e.g. coder.",
+    )
+    display_name = forms.CharField(max_length=200, required=False)
+    description = forms.CharField(max_length=2000, required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    enabled = forms.BooleanField(required=False, initial=True)
+    local_only = forms.BooleanField(
+        label="Local channels only",
+        required=False,
+        help_text="Never send requests for this alias to an external channel, even when no local one can hold them.",
+    )
+
+    def __init__(self, *args: Any, instance: Model | None = None, **kwargs: Any) -> None:
+        self.instance = instance
+        current = instance.target_names if instance is not None else []
+        if instance is not None:
+            kwargs["initial"] = {
+                "name": instance.name,
+                "display_name": instance.display_name,
+                "description": instance.description,
+                "enabled": instance.enabled,
+                "local_only": instance.local_only,
+                **{f"target_{i}": name for i, name in enumerate(current)},
+            }
+        super().__init__(*args, **kwargs)
+        posted = sum(1 for k in self.data if k.startswith("target_")) if self.is_bound else 0
+        slots = min(MAX_ALIAS_TARGETS, max(3, len(current) + 1, posted))
+        choices = [("", "—"), *((m.name, m.name) for m in Model.objects.served().order_by("name"))]
+        for i in range(slots):
+            self.fields[f"target_{i}"] = forms.ChoiceField(
+                label=f"{ORDINALS[i]} (target {i + 1})",
+                choices=choices,
+                required=False,
+                help_text="Tried first while its window holds the request." if i == 0 else "",
+            )
+
+    @property
+    def target_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in self.fields if name.startswith("target_")]
+
+    @property
+    def targets(self) -> list[str]:
+        return [v for name, v in self.cleaned_data.items() if name.startswith("target_") and v]
+
+    def add_service_errors(self, exc: ValidationError) -> None:
+        for field, errors in exc.message_dict.items():
+            target = "target_0" if field == "targets" else field
+            self.add_error(target if target in self.fields else None, errors)

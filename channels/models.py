@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Self
 
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
@@ -11,7 +12,7 @@ from django.utils import timezone
 from portal.fields import EncryptedTextField
 from portal.models import TimeStampedModel
 
-from .choices import AlertKind, BalancePolicy, ChannelKind, ChannelStatus, ProbeSource
+from .choices import AlertKind, BalancePolicy, ChannelKind, ChannelStatus, Locality, ProbeSource
 
 if TYPE_CHECKING:
     from .health.history import HealthSummary
@@ -26,10 +27,20 @@ class ChannelQuerySet(models.QuerySet):
     def enabled(self) -> Self:
         return self.filter(enabled=True)
 
+    def local(self) -> Self:
+        return self.filter(locality=Locality.LOCAL)
+
 
 class ModelQuerySet(models.QuerySet):
     def enabled(self) -> Self:
         return self.filter(enabled=True)
+
+    def aliases(self) -> Self:
+        return self.filter(is_alias=True)
+
+    def served(self) -> Self:
+        """Models with routes of their own (everything but aliases)."""
+        return self.filter(is_alias=False)
 
     def usable_by(self, user) -> Self:
         """Enabled models `user` may use: their allow-list, or every enabled model if it is empty,
@@ -83,6 +94,13 @@ class Channel(TimeStampedModel):
     speaks_responses = models.BooleanField(
         default=False, help_text="Serves the OpenAI Responses API natively (requests are passed through)."
     )
+    locality = models.CharField(
+        max_length=8,
+        choices=Locality,
+        default=Locality.EXTERNAL,
+        help_text="Local: a server on our own machines (deployments register theirs as local). External: a cloud "
+        "provider; requests of local-only keys and aliases are never sent there.",
+    )
     status = models.CharField(max_length=24, choices=ChannelStatus, default=ChannelStatus.UNKNOWN)
     status_message = models.CharField(max_length=300, blank=True)  # what an operator should do next
     status_changed = models.DateTimeField(null=True, blank=True)
@@ -124,9 +142,18 @@ class Channel(TimeStampedModel):
     def __str__(self) -> str:
         return self.name
 
+    @property
+    def is_local(self) -> bool:
+        return self.locality == Locality.LOCAL
+
 
 class Model(TimeStampedModel):
-    """The public model name developers use (e.g. `qwen3-32b`), served by one or more channels."""
+    """The public model name developers use (e.g. `qwen3-32b`), served by one or more channels.
+
+    An alias (`is_alias`, a virtual model such as `coder`) has no routes of its own: its targets
+    are other public models, tried in order (`AliasTarget`), e.g. a local model first and a cloud
+    one for what does not fit the local window. `local_only` keeps its requests on local channels.
+    """
 
     name = models.CharField(max_length=128, unique=True, validators=[MODEL_NAME_VALIDATOR])
     display_name = models.CharField(max_length=200, blank=True)
@@ -140,6 +167,10 @@ class Model(TimeStampedModel):
         "affinity (each agent session stays on one replica, so its prompt cache is reused); least busy "
         "(fewest requests in flight, then the fastest first token).",
     )
+    is_alias = models.BooleanField(default=False, editable=False)
+    local_only = models.BooleanField(
+        default=False, help_text="Requests for this name are only sent to local channels, even on failover."
+    )
     channels = models.ManyToManyField(Channel, through="ModelRoute", related_name="models")
 
     objects = ModelQuerySet.as_manager()
@@ -150,16 +181,61 @@ class Model(TimeStampedModel):
     def __str__(self) -> str:
         return self.name
 
-    def effective_limits(self) -> tuple[int | None, int | None]:
+    def effective_limits(self, *, local_only: bool = False) -> tuple[int | None, int | None]:
         """(context window, max output tokens) a client can rely on: the smallest over the
-        enabled routes, preferring each route's discovered context window."""
-        ctx, out = [], []
-        for route in self.routes.enabled():
-            if route.effective_context_window:
-                ctx.append(route.effective_context_window)
-            if route.max_output_tokens:
-                out.append(route.max_output_tokens)
-        return (min(ctx) if ctx else None, min(out) if out else None)
+        enabled routes, preferring each route's discovered context window. An alias can serve
+        the largest of its enabled targets' (`alias_limits`)."""
+        if self.is_alias:
+            local_only = local_only or self.local_only
+            targets = [t.target for t in self.targets.select_related("target") if t.target.enabled]
+            return alias_limits([t.effective_limits(local_only=local_only) for t in targets])
+        routes = self.routes.enabled()
+        if local_only:
+            routes = routes.filter(channel__locality=Locality.LOCAL)
+        return route_limits((r.effective_context_window, r.max_output_tokens) for r in routes)
+
+    @property
+    def target_names(self) -> list[str]:
+        return [t.target.name for t in self.targets.all()]
+
+
+def route_limits(routes: Iterable[tuple[int | None, int | None]]) -> tuple[int | None, int | None]:
+    """A model's (window, max output) from its routes' (effective window, max output): the
+    smallest known of each, since any route may serve a request."""
+    return _limits(routes, min)
+
+
+def alias_limits(targets: Iterable[tuple[int | None, int | None]]) -> tuple[int | None, int | None]:
+    """An alias's (window, max output) from its targets' in order: the largest known of each,
+    since the gateway falls through to the target that can hold the request."""
+    return _limits(targets, max)
+
+
+def _limits(pairs: Iterable[tuple[int | None, int | None]], pick) -> tuple[int | None, int | None]:
+    pairs = list(pairs)
+    ctx = [c for c, _ in pairs if c]
+    out = [o for _, o in pairs if o]
+    return (pick(ctx) if ctx else None, pick(out) if out else None)
+
+
+class AliasTarget(TimeStampedModel):
+    """One target of an alias, tried in `position` order (0 first). Targets are plain models,
+    never other aliases, so routing an alias is one level deep."""
+
+    alias = models.ForeignKey(Model, on_delete=models.CASCADE, related_name="targets")
+    target = models.ForeignKey(Model, on_delete=models.CASCADE, related_name="aliased_by")
+    position = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["alias", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["alias", "target"], name="aliastarget_unique_alias_target"),
+            models.UniqueConstraint(fields=["alias", "position"], name="aliastarget_unique_alias_position"),
+            models.CheckConstraint(condition=~models.Q(alias=models.F("target")), name="aliastarget_not_itself"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.alias} #{self.position} → {self.target}"
 
 
 class ModelRoute(TimeStampedModel):

@@ -2,10 +2,32 @@
 
 from __future__ import annotations
 
+import ipaddress
+from urllib.parse import urlsplit
+
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from .baseurl import BaseURLError, normalize_base_url
+from .choices import Locality
+
+LOCAL_SUFFIXES = (".local", ".lan", ".internal", ".localhost", ".home.arpa")
+
+
+def suggest_locality(base_url: str) -> str:
+    """Local for an address on our own network (loopback, private or link-local IP, `localhost`,
+    a single-label or `.local`/`.lan`/`.internal` name), else external: the default of a channel
+    added by hand. A deployment's channel is always local (`register_served_model`)."""
+    host = (urlsplit(base_url).hostname or "").lower().rstrip(".")
+    if not host:
+        return Locality.EXTERNAL
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        local = host == "localhost" or "." not in host or host.endswith(LOCAL_SUFFIXES)
+    else:
+        local = ip.is_private or ip.is_loopback or ip.is_link_local
+    return Locality.LOCAL if local else Locality.EXTERNAL
 
 
 def clean_base_url(raw: str) -> tuple[str, list[str]]:
@@ -60,6 +82,7 @@ def register_served_model(
         if channel is None:
             channel = Channel(name=_free_channel_name(name))
         channel.kind = kind
+        channel.locality = Locality.LOCAL  # we started the server, on one of our hosts
         channel.base_url = base_url
         channel.api_key = api_key
         channel.enabled = True
@@ -136,3 +159,75 @@ def add_served_model(*, channel, name: str, upstream_model: str, context_window:
     route.full_clean(exclude=["model", "channel"])
     route.save()
     return route
+
+
+MAX_ALIAS_TARGETS = 10
+
+
+@transaction.atomic
+def save_alias(
+    *,
+    alias=None,
+    name: str,
+    targets: list,
+    display_name: str = "",
+    description: str = "",
+    enabled: bool = True,
+    local_only: bool = False,
+):
+    """Create (`alias=None`) or update an alias: a public name whose requests go to `targets`
+    (models or their names, in the order to try), the first whose window holds the request.
+    Raises ValidationError by field (`name`, `targets`, ...)."""
+    from .models import AliasTarget, Model
+
+    if alias is None:
+        alias = Model(is_alias=True)
+    elif not alias.is_alias:
+        raise ValidationError({"name": [f"{alias.name} is a model with routes, not an alias."]})
+    alias.name, alias.display_name, alias.description = name, display_name, description
+    alias.enabled, alias.local_only = enabled, local_only
+    errors: dict[str, list[str]] = {}
+    try:
+        alias.full_clean(validate_unique=True)
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+    resolved = _alias_targets(alias, targets, errors)
+    if errors:
+        raise ValidationError(errors)
+    alias.save()
+    current = [t.target_id for t in AliasTarget.objects.filter(alias=alias).order_by("position")]
+    if current != [t.pk for t in resolved]:
+        # One row at a time (at most MAX_ALIAS_TARGETS): each is audited and reloads the gateway.
+        AliasTarget.objects.filter(alias=alias).delete()
+        for position, target in enumerate(resolved):
+            AliasTarget.objects.create(alias=alias, target=target, position=position)
+    return alias
+
+
+def _alias_targets(alias, targets: list, errors: dict[str, list[str]]) -> list:
+    from .models import Model
+
+    names = [t.name if isinstance(t, Model) else str(t).strip() for t in targets]
+    names = [n for n in names if n]
+    problems: list[str] = []
+    if not names:
+        problems.append("Choose at least one target model.")
+    if len(names) > MAX_ALIAS_TARGETS:
+        problems.append(f"An alias has at most {MAX_ALIAS_TARGETS} targets.")
+    if len(set(names)) != len(names):
+        problems.append("Each target may be listed once.")
+    found = {m.name: m for m in Model.objects.filter(name__in=names)}
+    resolved = []
+    for n in names:
+        model = found.get(n)
+        if model is None:
+            problems.append(f"There is no model named {n}.")
+        elif model.is_alias:
+            problems.append(f"{n} is an alias itself; point at the models it names instead.")
+        elif (alias.pk and model.pk == alias.pk) or n == alias.name:
+            problems.append("An alias cannot point at itself.")
+        else:
+            resolved.append(model)
+    if problems:
+        errors["targets"] = problems
+    return resolved

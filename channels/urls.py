@@ -15,5 +15,10 @@ urlpatterns = [
     path("models/<int:pk>/", views.ModelDetailView.as_view(), name="model_detail"),
     path("models/<int:pk>/edit/", views.ModelEditView.as_view(), name="model_edit"),
     path("models/<int:pk>/delete/", views.ModelDeleteView.as_view(), name="model_delete"),
+    path("models/aliases/", views.AliasListView.as_view(), name="model_alias_list"),
+    path("models/aliases/new/", views.AliasEditView.as_view(), name="model_alias_create"),
+    path("models/aliases/<int:pk>/", views.AliasDetailView.as_view(), name="model_alias_detail"),
+    path("models/aliases/<int:pk>/edit/", views.AliasEditView.as_view(), name="model_alias_edit"),
+    path("models/aliases/<int:pk>/delete/", views.AliasDeleteView.as_view(), name="model_alias_delete"),
     path("", include("channels.health.urls")),
 ]

@@ -15,12 +15,12 @@ from portal.permissions import AdminRequiredMixin
 from portal.ui import FilteredListView, InvalidFormStatusMixin, SafeDeleteMixin
 
 from .filters import ChannelFilterSet, ModelFilterSet
-from .forms import AddServedModelForm, ChannelForm, ModelForm, RouteFormSet
+from .forms import AddServedModelForm, AliasForm, ChannelForm, ModelForm, RouteFormSet
 from .health.history import attach_health
 from .health.probe import ProbeFailure
 from .health.services import served_models
 from .models import Channel, Model, ModelRoute
-from .services import add_served_model, clean_base_url, suggest_public_name
+from .services import add_served_model, clean_base_url, save_alias, suggest_public_name
 
 
 def _saved_message(verb: str, channel: Channel, notes: list[str]) -> str:
@@ -165,7 +165,7 @@ class ModelListView(AdminRequiredMixin, FilteredListView):
     sort_fields = {"name": "name", "display_name": "display_name", "enabled": "enabled"}
 
     def get_base_queryset(self):
-        return Model.objects.prefetch_related("routes__channel")
+        return Model.objects.served().prefetch_related("routes__channel")
 
     def get_context_data(self, **kwargs):
         return super().get_context_data(filter_fields=["enabled", "channel"], **kwargs)
@@ -178,7 +178,7 @@ class ModelEditView(AdminRequiredMixin, View):
 
     def get_object(self) -> Model | None:
         pk = self.kwargs.get("pk")
-        return get_object_or_404(Model, pk=pk) if pk else None
+        return get_object_or_404(Model.objects.served(), pk=pk) if pk else None
 
     def get(self, request, pk=None):
         obj = self.get_object()
@@ -207,6 +207,12 @@ class ModelDetailView(AdminRequiredMixin, DetailView):
     template_name = "channels/model_detail.html"
     context_object_name = "model_obj"
 
+    def get(self, request, *args, **kwargs):
+        alias = Model.objects.aliases().filter(pk=kwargs["pk"]).first()
+        if alias is not None:  # a link that knows only "a model" (the audit log) opens the alias page
+            return redirect("model_alias_detail", alias.pk)
+        return super().get(request, *args, **kwargs)
+
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
         context["routes"] = list(ModelRoute.objects.filter(model=self.object).select_related("channel"))
@@ -217,6 +223,95 @@ class ModelDetailView(AdminRequiredMixin, DetailView):
 
 class ModelDeleteView(AdminRequiredMixin, SafeDeleteMixin, DeleteView):
     model = Model
+    queryset = Model.objects.served()
     template_name = "channels/model_confirm_delete.html"
     context_object_name = "model_obj"
     success_url = reverse_lazy("model_list")
+
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        aliases = Model.objects.aliases().filter(targets__target=self.object).order_by("name")
+        detail = "Requests for it fail with 404 and its routes are deleted."
+        if aliases:
+            detail += f" The aliases {', '.join(a.name for a in aliases)} stop trying it."
+        context["detail"] = detail + " Past usage records are kept."
+        return context
+
+
+# --- aliases -------------------------------------------------------------------------------
+
+
+class AliasListView(AdminRequiredMixin, FilteredListView):
+    model = Model
+    filterset_class = ModelFilterSet
+    template_name = "channels/alias_list.html"
+    sort_fields = {"name": "name", "display_name": "display_name", "enabled": "enabled"}
+
+    def get_base_queryset(self):
+        return Model.objects.aliases().prefetch_related("targets__target")
+
+    def get_context_data(self, **kwargs):
+        return super().get_context_data(filter_fields=["enabled"], **kwargs)
+
+
+class AliasEditView(AdminRequiredMixin, View):
+    """Create or edit an alias: its public name and the models it tries, in order."""
+
+    template_name = "channels/alias_form.html"
+
+    def get_object(self) -> Model | None:
+        pk = self.kwargs.get("pk")
+        return get_object_or_404(Model.objects.aliases(), pk=pk) if pk else None
+
+    def get(self, request, pk=None):
+        obj = self.get_object()
+        return render(request, self.template_name, {"form": AliasForm(instance=obj), "object": obj})
+
+    def post(self, request, pk=None):
+        obj = self.get_object()
+        form = AliasForm(request.POST, instance=obj)
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                alias = save_alias(
+                    alias=obj,
+                    name=data["name"],
+                    targets=form.targets,
+                    display_name=data["display_name"],
+                    description=data["description"],
+                    enabled=data["enabled"],
+                    local_only=data["local_only"],
+                )
+            except ValidationError as exc:
+                form.add_service_errors(exc)
+            else:
+                messages.success(request, f"Alias {alias.name} {'saved' if obj else 'added'}.")
+                return redirect("model_alias_detail", alias.pk)
+        return render(request, self.template_name, {"form": form, "object": obj}, status=400)
+
+
+class AliasDetailView(AdminRequiredMixin, DetailView):
+    model = Model
+    queryset = Model.objects.aliases()
+    template_name = "channels/alias_detail.html"
+    context_object_name = "alias"
+
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        alias = self.object
+        rows = []
+        for t in alias.targets.select_related("target").order_by("position"):
+            window, output = t.target.effective_limits(local_only=alias.local_only)
+            routes = list(t.target.routes.enabled().select_related("channel"))
+            rows.append({"target": t.target, "window": window, "output": output, "routes": routes})
+        context["rows"] = rows
+        context["effective_context"], context["effective_output"] = alias.effective_limits()
+        return context
+
+
+class AliasDeleteView(AdminRequiredMixin, SafeDeleteMixin, DeleteView):
+    model = Model
+    queryset = Model.objects.aliases()
+    template_name = "channels/alias_confirm_delete.html"
+    context_object_name = "alias"
+    success_url = reverse_lazy("model_alias_list")

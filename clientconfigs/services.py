@@ -15,10 +15,11 @@ from dataclasses import asdict
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Prefetch
+from django.db.models import Exists, OuterRef, Prefetch, Q
 from django.utils import timezone
 
-from channels.models import Model, ModelRoute
+from channels.choices import Locality
+from channels.models import AliasTarget, Model, ModelRoute, alias_limits, route_limits
 from keys.models import Key
 from keys.services import issue_key, rotate_key
 from portal import audit
@@ -46,11 +47,23 @@ def gateway_url(request=None) -> str:
 
 
 def usable_models(user, key: Key | None = None):
-    """Enabled models with at least one enabled route on an enabled channel, narrowed by the
-    owner's allow-list and then the key's (an empty list means no narrowing)."""
+    """Enabled models with at least one enabled route on an enabled channel (an alias: an enabled
+    target with one), narrowed by the owner's allow-list and then the key's (an empty list means
+    no narrowing). For a local-only key, or behind a local-only alias, only local channels count."""
+    local = key is not None and key.local_only
     live_routes = ModelRoute.objects.enabled().filter(model=OuterRef("pk"))
+    on_local = Q(target__routes__channel__locality=Locality.LOCAL)
+    live_targets = AliasTarget.objects.filter(
+        on_local if local else on_local | Q(alias__local_only=False),
+        alias=OuterRef("pk"),
+        target__enabled=True,
+        target__routes__enabled=True,
+        target__routes__channel__enabled=True,
+    )
+    if local:
+        live_routes = live_routes.filter(channel__locality=Locality.LOCAL)
     owner = key.owner if key is not None else user
-    qs = Model.objects.usable_by(owner).filter(Exists(live_routes))
+    qs = Model.objects.usable_by(owner).filter(Exists(live_routes) | Exists(live_targets))
     if key is not None:
         key_allowed = list(key.allowed_models.values_list("pk", flat=True))
         if key_allowed:
@@ -71,23 +84,44 @@ def output_room(context_window: int | None, max_output: int | None) -> int | Non
 
 def model_specs(user, key: Key | None = None) -> tuple[ModelSpec, ...]:
     """Each usable model with the smallest context window its enabled routes really serve
-    (discovered, else configured) and an output limit that leaves room for input."""
+    (discovered, else configured) and an output limit that leaves room for input. An alias is
+    listed like any model, with the largest window one of its targets serves (the gateway falls
+    through to it), as `channels.models.Model.effective_limits` says."""
     routes = ModelRoute.objects.enabled().select_related("channel")
+    targets = AliasTarget.objects.select_related("target").order_by("position")
+    key_local = key is not None and key.local_only
     specs = []
-    for model in usable_models(user, key).prefetch_related(Prefetch("routes", queryset=routes, to_attr="live")):
-        windows = [r.effective_context_window for r in model.live if r.effective_context_window]
-        outputs = [r.max_output_tokens for r in model.live if r.max_output_tokens]
-        ctx = min(windows) if windows else None
+    for model in usable_models(user, key).prefetch_related(
+        Prefetch("routes", queryset=routes, to_attr="live"),
+        Prefetch("targets", queryset=targets, to_attr="live_targets"),
+        Prefetch("live_targets__target__routes", queryset=routes, to_attr="live"),
+    ):
+        local = key_local or model.local_only
+        if model.is_alias:
+            per_target = [
+                [r for r in t.target.live if r.channel.is_local or not local]
+                for t in model.live_targets
+                if t.target.enabled
+            ]
+            ctx, out = alias_limits(_limits_of(rs) for rs in per_target)
+            live = [r for rs in per_target for r in rs]
+        else:
+            live = [r for r in model.live if r.channel.is_local or not local]
+            ctx, out = _limits_of(live)
         specs.append(
             ModelSpec(
                 model.name,
                 ctx,
-                output_room(ctx, min(outputs) if outputs else None),
+                output_room(ctx, out),
                 model.display_name,
-                translated_responses=bool(model.live) and not any(r.channel.speaks_responses for r in model.live),
+                translated_responses=bool(live) and not any(r.channel.speaks_responses for r in live),
             )
         )
     return tuple(specs)
+
+
+def _limits_of(routes: list[ModelRoute]) -> tuple[int | None, int | None]:
+    return route_limits((r.effective_context_window, r.max_output_tokens) for r in routes)
 
 
 def version_of(gateway: str, specs: tuple[ModelSpec, ...]) -> str:

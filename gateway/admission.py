@@ -23,8 +23,8 @@ from keys.choices import UsageStatus
 from . import balance, metrics
 from .auth import authenticate
 from .cache import KeyInfo, ModelInfo, namespace, snapshot
-from .call import Call
-from .catalog import resolve_model
+from .call import Call, route_header, wants_route_header
+from .catalog import resolve_model, select_routes
 from .http import GatewayError, Request
 from .limits import Admission, Refusal, Scope, Stale, rate_headers
 from .state import process
@@ -66,7 +66,7 @@ async def open_call(
         catalog = await snapshot.get_catalog()
         info = resolve_model(key, catalog, model)
         req.model_name = info.name
-        if not info.groups:
+        if not info.has_routes:
             raise GatewayError(503, f"No channel serves the model '{info.name}' right now.", code="no_channel")
         reserve_max = max_tokens
         if reserve_max is None:
@@ -75,6 +75,26 @@ async def open_call(
             if info.max_output_tokens:
                 reserve_max = min(reserve_max, info.max_output_tokens)
         reserve = max(int(prompt_tokens), 0) + max(int(reserve_max), 0)
+        try:
+            # Before reserving: a request no route can hold is refused without touching the limits.
+            prompt, output = max(int(prompt_tokens), 0), max(int(reserve_max), 0)
+            selection = select_routes(info, key, prompt=prompt, output=output, choice=choice)
+        except GatewayError as refused:
+            if refused.status < 500:
+                if wants_route_header(req, key):
+                    refused.headers.append(route_header(refused.explanation))
+                _record_refusal(
+                    request_id,
+                    key,
+                    info,
+                    surface,
+                    stream,
+                    refused,
+                    started,
+                    status=UsageStatus.CLIENT_ERROR,
+                    explanation=refused.explanation,
+                )
+            raise
         scopes = [
             Scope(f"{ns}:k:{key.id}", "key", key.limits),
             Scope(f"{ns}:u:{key.owner_id}", "user", key.owner_limits),
@@ -86,10 +106,12 @@ async def open_call(
         expected = snapshot.generation if attempt == 0 else None
         admit = limiter.admit(request_id, scopes, reserve, expected=expected)
         try:
-            if choice.session is None and body is not None and info.balance == balance.AFFINITY:
+            if choice.session is None and body is not None and balance.affine(info):
                 choice.session = balance.session_of(body, key.id)
                 recall = balance.recall(limiter.redis, info.id, choice.session)
                 result, choice.remembered = await asyncio.gather(admit, recall)
+                # Now that Redis said where the session went, order the routes by it.
+                selection = select_routes(info, key, prompt=prompt, output=output, choice=choice)
             else:
                 result = await admit
         except GatewayError as unavailable:  # Redis unreachable: refused, and on the record as such
@@ -125,6 +147,7 @@ async def open_call(
         prompt_estimate=int(prompt_tokens),
         request_id=request_id,
         started=started,
+        selection=selection,
     )
     call.max_tokens = reserve_max
     call.choice = choice
@@ -163,6 +186,7 @@ def _record_refusal(
     started: float,
     *,
     status: str = UsageStatus.RATE_LIMITED,
+    explanation: list[str] | None = None,
 ) -> None:
     process.usage.record(
         UsageEvent(
@@ -182,5 +206,6 @@ def _record_refusal(
             http_status=err.status,
             error=err.message[:300],
             latency_ms=(time.perf_counter() - started) * 1000,
+            route_explanation=explanation or [],
         )
     )

@@ -5,7 +5,7 @@ without `/v1`) are answered here, without Django's middleware stack; everything 
 Django. The lifespan opens and closes the per-process state (`state.process`).
 
 A request's path, file by file: `asgi` (route) → `surfaces/<surface>` (parse) →
-`admission` (`auth` the key, `catalog` the model, `limits` reserve) → `catalog.ordered_routes` +
+`admission` (`auth` the key, `catalog` the model and its routes, `limits` reserve) →
 `call.Plan` → `call` (forward with failover) → `relay` (SSE) or `Call.send_json` → `usage`
 (the record, written in batches).
 """

@@ -40,7 +40,7 @@ from typing import Any
 import orjson
 from django.conf import settings
 
-from .cache import RouteInfo, namespace
+from .cache import ModelInfo, RouteInfo, namespace
 from .resp import RespClient, RespError
 
 logger = logging.getLogger(__name__)
@@ -95,8 +95,11 @@ load = Load()
 # --------------------------------------------------------------------------------- ordering
 
 
-def order(group: list[RouteInfo], policy: str, choice: Choice | None = None) -> list[RouteInfo]:
-    """`group` in the order to try it; `choice` (the first group's only) learns what was chosen and why."""
+def order(
+    group: list[RouteInfo], policy: str, choice: Choice | None = None, notes: list[str] | None = None
+) -> list[RouteInfo]:
+    """`group` in the order to try it; `choice` (the first group's only) learns what was chosen and
+    why; `notes` (the call's explanation) gets the reason when there was a choice to make."""
     if policy == AFFINITY and choice is not None and choice.session is not None:
         out, reason = _affinity(group, choice)
     elif policy == LEAST_BUSY:
@@ -106,6 +109,8 @@ def order(group: list[RouteInfo], policy: str, choice: Choice | None = None) -> 
     if choice is not None:
         choice.chosen = out[0].channel_id
         choice.reason = reason
+    if notes is not None and len(out) > 1:
+        notes.append(f"{reason}: {out[0].channel_name} of {len(out)}")
     return out
 
 
@@ -198,6 +203,14 @@ def _hash(data: bytes) -> int:
 
 
 # --------------------------------------------------------------------------------- sessions
+
+
+def affine(model: ModelInfo) -> bool:
+    """Whether requests for `model` look up their session: it is balanced by affinity, or it is an
+    alias whose first target is (the session's replica is remembered under the public model)."""
+    if model.balance == AFFINITY:
+        return True
+    return model.is_alias and bool(model.targets) and model.targets[0].balance == AFFINITY
 
 
 def session_of(body: dict[str, Any], key_id: int) -> str:

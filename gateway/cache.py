@@ -94,6 +94,10 @@ class RouteInfo:
     upstream_id: str
     speaks_messages: bool
     speaks_responses: bool
+    model_name: str = ""  # the public model this route serves (an alias's target, in explanations)
+    local: bool = False  # the channel is local (`Channel.locality`): local-only requests may use it
+    context_window: int | None = None  # served window: discovered, else configured; None = unknown
+    max_output_tokens: int | None = None
 
     @property
     def tier(self) -> int:
@@ -112,6 +116,14 @@ class ModelInfo:
     balance: str = "weighted"  # channels.choices.BalancePolicy: how `gateway.balance` orders a group
     # Routes grouped by (tier, -priority), best first: `catalog.ordered_routes` draws within a group.
     groups: list[list[RouteInfo]] = field(default_factory=list)
+    local_only: bool = False
+    is_alias: bool = False
+    targets: list[ModelInfo] = field(default_factory=list)  # an alias's models, in the order to try
+
+    @property
+    def has_routes(self) -> bool:
+        """Something can serve it: routes of its own, or (an alias) an enabled target with routes."""
+        return bool(self.groups) or any(t.enabled and t.groups for t in self.targets)
 
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -147,6 +159,8 @@ class KeyInfo:
     key_model_ids: frozenset[int]
     owner_model_ids: frozenset[int]
     networks: tuple[Network, ...]  # empty = any address
+    local_only: bool
+    owner_is_admin: bool  # may see routing explanations (they name channels) on X-Portal-Route
     limits: dict[str, int | None]
     owner_limits: dict[str, int | None]
     loaded_at: float
@@ -165,7 +179,8 @@ class KeyInfo:
 
 
 def _load_catalog() -> Catalog:
-    from channels.models import Model, ModelRoute
+    from channels.choices import Locality
+    from channels.models import AliasTarget, Model, ModelRoute, alias_limits, route_limits
 
     models: dict[str, ModelInfo] = {}
     by_id: dict[int, ModelInfo] = {}
@@ -179,6 +194,8 @@ def _load_catalog() -> Catalog:
             max_output_tokens=None,
             description=m.description,
             balance=m.balance,
+            local_only=m.local_only,
+            is_alias=m.is_alias,
         )
         models[m.name] = info
         by_id[m.id] = info
@@ -206,6 +223,10 @@ def _load_catalog() -> Catalog:
                 upstream_id=r.upstream_id,
                 speaks_messages=ch.speaks_messages,
                 speaks_responses=ch.speaks_responses,
+                model_name=r.model.name,
+                local=ch.locality == Locality.LOCAL,
+                context_window=r.effective_context_window,
+                max_output_tokens=r.max_output_tokens,
             )
         )
         if r.effective_context_window:
@@ -222,6 +243,24 @@ def _load_catalog() -> Catalog:
         model.groups = [grouped[k] for k in sorted(grouped)]
         model.context_window = min(ctx[model_id]) if model_id in ctx else None
         model.max_output_tokens = min(out[model_id]) if model_id in out else None
+    for t in AliasTarget.objects.order_by("alias_id", "position"):
+        alias, target = by_id.get(t.alias_id), by_id.get(t.target_id)
+        if alias is not None and target is not None and alias.is_alias and not target.is_alias:
+            alias.targets.append(target)
+    for alias in by_id.values():
+        if alias.is_alias:
+            # What the alias can serve: the largest of its enabled targets' (local routes only
+            # when the alias is local-only), as `channels.models.Model.effective_limits` says.
+            alias.context_window, alias.max_output_tokens = alias_limits(
+                route_limits(
+                    (r.context_window, r.max_output_tokens)
+                    for g in t.groups
+                    for r in g
+                    if r.local or not alias.local_only
+                )
+                for t in alias.targets
+                if t.enabled
+            )
     by_norm: dict[str, list[str]] = {}
     for name in models:
         by_norm.setdefault(normalize_model_name(name), []).append(name)
@@ -260,6 +299,8 @@ def _load_key(digest: str) -> KeyInfo | None:
         key_model_ids=frozenset(m.id for m in key.allowed_models.all()),
         owner_model_ids=frozenset(m.id for m in owner.allowed_models.all()),
         networks=tuple(networks),
+        local_only=key.local_only,
+        owner_is_admin=owner.is_admin,
         limits=key.limits(),
         owner_limits=owner.limits(),
         loaded_at=time.monotonic(),

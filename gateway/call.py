@@ -33,6 +33,7 @@ from keys.payloads.services import Captured
 
 from . import balance
 from .cache import KeyInfo, ModelInfo, RouteInfo
+from .catalog import Selection
 from .http import GatewayError, Request, send_bytes
 from .limits import Admission
 from .payloads import RAW_STREAM_FACTOR, max_bytes
@@ -310,8 +311,31 @@ def _retry_after(value: str) -> bytes:
         return b"1"
 
 
+DEBUG_HEADER = "x-portal-debug"
+ROUTE_HEADER = b"x-portal-route"
+
+
+def wants_route_header(req: Request, key: KeyInfo) -> bool:
+    """`X-Portal-Debug: route` asks for the routing explanation as `X-Portal-Route`. Only an admin's
+    key gets it: the explanation names channels, which developers are not shown anywhere."""
+    value = req.headers.get(DEBUG_HEADER)
+    return value is not None and key.owner_is_admin and "route" in value.lower()
+
+
+def route_header(explanation: list[str]) -> tuple[bytes, bytes]:
+    text = "; ".join(explanation).replace("\r", " ").replace("\n", " ")
+    return ROUTE_HEADER, text[:4000].encode("ascii", "replace")
+
+
+def attempt_note(a: Attempt) -> str:
+    return f"failover after {a.status or a.error} from {a.channel_name}"
+
+
 class Call:
-    """One admitted request: what it reserved, where it went, and its record when it ends."""
+    """One admitted request: what it reserved, where it went, and its record when it ends.
+
+    `routes` are the ones routing selected (`catalog.select_routes`); `explanation` says why, and
+    `forward` adds the failovers and where it went."""
 
     def __init__(
         self,
@@ -325,6 +349,7 @@ class Call:
         prompt_estimate: int,
         request_id: str,
         started: float,
+        selection: Selection,
     ) -> None:
         self.req = req
         self.surface = surface
@@ -335,6 +360,10 @@ class Call:
         self.prompt_estimate = prompt_estimate
         self.request_id = request_id
         self.started = started
+        self.routes = selection.routes
+        self.explanation = selection.explanation
+        self._kept_local = selection.kept_local
+        self.debug_route = wants_route_header(req, key)
         self.channel_id: int | None = None
         self.ttft_ms: float | None = None
         self.finished = False
@@ -351,6 +380,13 @@ class Call:
 
     @property
     def rate_headers(self) -> list[tuple[bytes, bytes]]:
+        return self.admission.headers
+
+    @property
+    def response_headers(self) -> list[tuple[bytes, bytes]]:
+        """The rate-limit headers, plus `X-Portal-Route` when the client asked for it."""
+        if self.debug_route:
+            return [*self.admission.headers, route_header(self.explanation)]
         return self.admission.headers
 
     async def forward(self, plan: Plan) -> UpstreamResponse:
@@ -386,6 +422,10 @@ class Call:
         except GatewayError as exc:
             if exc.attempts:
                 self.channel_id = exc.attempts[-1].channel_id
+            self.explanation += [attempt_note(a) for a in exc.attempts]
+            self.explanation.append("every route failed")
+            if self._kept_local:
+                exc.message += " External channels were not tried: this request is restricted to local channels."
             self.fail(exc)
             raise
         finally:
@@ -397,6 +437,10 @@ class Call:
             self._busy = served
         balance.load.observe(served, up.ttfb_ms)
         balance.settled(process.limiter.redis if process.limiter else None, self.model.id, self.choice, served)
+        self.channel_id = up.route.channel_id
+        self.explanation += [attempt_note(a) for a in up.attempts]
+        where = f" ({up.route.model_name})" if self.model.is_alias else ""
+        self.explanation.append(f"sent to {up.route.channel_name}{where}")
         return up
 
     def finish(
@@ -438,6 +482,7 @@ class Call:
                 ttft_ms=self.ttft_ms,
                 cached_tokens=usage.cached_tokens,
                 cache_creation_tokens=usage.cache_creation_tokens,
+                route_explanation=self.explanation,
             )
         )
         if self.logged is not None:
@@ -483,6 +528,8 @@ class Call:
         """Finish a call that ended in an error before any upstream tokens."""
         upstream = exc.status >= 500 or (exc.code or "").startswith("upstream")
         status = UsageStatus.UPSTREAM_ERROR if upstream else UsageStatus.CLIENT_ERROR
+        if self.debug_route and not self.finished:
+            exc.headers.append(route_header(self.explanation))
         self.finish(None, status=status, http_status=exc.status, error=exc.message)
 
     async def send_json(self, status: int, body: bytes, usage: Usage | None, content_type: bytes | None = None) -> None:
@@ -491,7 +538,7 @@ class Call:
         if self.logged is not None:
             self.log_response(body)
         try:
-            await send_bytes(self.req.send, status, body, self.rate_headers, content_type)
+            await send_bytes(self.req.send, status, body, self.response_headers, content_type)
         finally:
             ok = status < 400
             self.finish(

@@ -1,16 +1,23 @@
 """Request stage 2: which model, and which of its channels to try.
 
 Resolving checks the public model name against what the key may use (404 with "did you mean",
-403 when it exists but is not allowed). Routing is filters, then score: each filter looks at one
-route and returns why it drops it (None keeps it), and the routes left are ordered by score:
-status tier (healthy and unknown before degraded before the rest) and priority, both precomputed
-as `ModelInfo.groups` when the catalog loads (`cache`), then the model's balancing policy within a
-group (`balance`: weighted random, session affinity or least busy).
+403 when it exists but is not allowed). Routing (`select_routes`) walks the model, or an alias's
+targets in order, and for each runs filters, then score: each filter looks at one route and
+returns why it drops it (None keeps it) — an external channel for a local-only key or alias, a
+window too small for the request's estimated tokens —, and the routes left are ordered by score
+(`ordered_routes`): status tier (healthy and unknown before degraded before the rest) and
+priority, both precomputed as `ModelInfo.groups` when the catalog loads (`cache`), then the
+model's balancing policy within a group (`balance`: weighted random, session affinity or least
+busy). Every step appends one short, ASCII line to the call's explanation (stored with its usage
+record, sent back on `X-Portal-Debug: route`), the policy's reason included (e.g. "affinity hit").
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from channels.models import alias_limits, route_limits
 
 from . import balance
 from .cache import Catalog, KeyInfo, ModelInfo, RouteInfo, normalize_model_name
@@ -21,8 +28,33 @@ Skipped = list[tuple[RouteInfo, str]]
 
 
 def usable_models(key: KeyInfo, catalog: Catalog) -> list[ModelInfo]:
-    """Models this key may use now: enabled, allowed for key, owner and team, with at least one route."""
-    return [m for m in catalog.models.values() if m.groups and key.may_use(m)]
+    """Models this key may use now: enabled, allowed for key, owner and team, with at least one route
+    (an alias: a target with one); for a local-only key or model, one on a local channel."""
+    return [
+        m
+        for m in catalog.models.values()
+        if m.has_routes and key.may_use(m) and (not (key.local_only or m.local_only) or _local_routes(m))
+    ]
+
+
+def limits_for(model: ModelInfo, key: KeyInfo) -> tuple[int | None, int | None]:
+    """(context window, max output) this key can rely on (`/v1/models`): the model's, or for a
+    local-only key the ones its local routes serve. Not on the request path."""
+    if not (key.local_only or model.local_only):
+        return model.context_window, model.max_output_tokens
+    if model.is_alias:
+        return alias_limits(route_limits(_pairs(_local_routes(t))) for t in model.targets if t.enabled)
+    return route_limits(_pairs(_local_routes(model)))
+
+
+def _local_routes(model: ModelInfo) -> list[RouteInfo]:
+    if model.is_alias:
+        return [r for t in model.targets if t.enabled for r in _local_routes(t)]
+    return [r for g in model.groups for r in g if r.local]
+
+
+def _pairs(routes: list[RouteInfo]) -> list[tuple[int | None, int | None]]:
+    return [(r.context_window, r.max_output_tokens) for r in routes]
 
 
 def resolve_model(key: KeyInfo, catalog: Catalog, name: object) -> ModelInfo:
@@ -55,21 +87,137 @@ def resolve_model(key: KeyInfo, catalog: Catalog, name: object) -> ModelInfo:
     )
 
 
+@dataclass(slots=True)
+class Selection:
+    """The routes a call may use, in order, and why (`explanation`, one short step per line)."""
+
+    routes: list[RouteInfo]
+    explanation: list[str]
+    kept_local: bool = False  # external routes were dropped: a failure must say they were not tried
+
+
+def external_for_key(route: RouteInfo) -> str | None:
+    return None if route.local else "external channel, key is local-only"
+
+
+def external_for_model(route: RouteInfo) -> str | None:
+    return None if route.local else "external channel, model is local-only"
+
+
+def route_need(route: RouteInfo, prompt: int, output: int) -> int:
+    """Tokens a request needs on `route`: the prompt plus the requested output, no more than the
+    route's max output where one is configured (the knob that lets Claude Code's 32,000
+    `max_tokens` fit a small local window)."""
+    cap = route.max_output_tokens
+    return prompt + (min(output, cap) if cap else output)
+
+
+def window_filter(prompt: int, output: int) -> RouteFilter:
+    """Drops a route whose served window (discovered, else configured) cannot hold the request
+    (`route_need`); a route whose window is unknown is kept."""
+
+    def too_small(route: RouteInfo) -> str | None:
+        window = route.context_window
+        if window is not None:
+            need = route_need(route, prompt, output)
+            if window < need:
+                return f"window {window:,} < {need:,} needed"
+        return None
+
+    return too_small
+
+
+def select_routes(
+    model: ModelInfo, key: KeyInfo, *, prompt: int, output: int, choice: balance.Choice | None = None
+) -> Selection:
+    """The routes to try for a request of about `prompt` tokens asking for up to `output` more:
+    the model's, or an alias's targets' one after the other, filtered (locality, window) and scored.
+    None left is an error saying why: 400 naming the largest window, 403 when only external
+    channels serve a local-only request, 503 when nothing serves the model now. `choice` (the
+    call's balancing) goes to the first target with routes."""
+    explanation: list[str] = []
+    targets = model.targets if model.is_alias else [model]
+    if model.is_alias:
+        explanation.append(f"alias {model.name} -> {', '.join(t.name for t in targets)}")
+    locality: RouteFilter | None = None
+    if key.local_only:
+        locality = external_for_key
+    elif model.local_only:
+        locality = external_for_model
+    filters: list[RouteFilter] = [locality] if locality is not None else []
+    if prompt > 0 or output > 0:
+        filters.append(window_filter(prompt, output))
+    routes: list[RouteInfo] = []
+    skipped: Skipped = []
+    for target in targets:
+        fs = filters
+        if target is not model:
+            if not target.enabled:
+                explanation.append(f"skipped {target.name}: disabled")
+                continue
+            if target.local_only and locality is None:
+                fs = [external_for_model, *filters]  # a local-only target stays local behind an alias too
+        routes += ordered_routes(target, fs, skipped, explanation, None if routes else choice)
+    if not skipped and routes:
+        return Selection(routes, explanation)  # the common case: nothing dropped
+    for route, why in skipped:
+        where = f" ({route.model_name})" if model.is_alias else ""
+        explanation.append(f"skipped {route.channel_name}{where}: {why}")
+    if routes:
+        return Selection(routes, explanation, any(why.startswith("external ") for _, why in skipped))
+    raise _nothing_fits(model, skipped, prompt, output, explanation, key_local=key.local_only)
+
+
+def _nothing_fits(
+    model: ModelInfo, skipped: Skipped, prompt: int, output: int, explanation: list[str], *, key_local: bool
+) -> GatewayError:
+    too_small = [r for r, why in skipped if why.startswith("window ")]
+    external = [r for r, why in skipped if why.startswith("external ")]
+    err: GatewayError
+    if too_small:
+        biggest = max(too_small, key=lambda r: r.context_window or 0)
+        largest, need = biggest.context_window or 0, route_need(biggest, prompt, output)
+        where = " on local channels" if external else ""
+        err = GatewayError(
+            400,
+            f"This request needs about {need:,} tokens (prompt + requested output), more than the model "
+            f"'{model.name}' can serve{where}: its largest context window is {largest:,} tokens. "
+            "Shorten the conversation or lower max_tokens.",
+            code="context_length_exceeded",
+        )
+    elif external:
+        whose = "this key is" if key_local else f"'{model.name}' is"
+        err = GatewayError(
+            403,
+            f"Only external channels serve '{model.name}' and {whose} restricted to local channels, so the "
+            "request was not sent anywhere.",
+            code="local_only",
+            param="model",
+        )
+    else:
+        err = GatewayError(503, f"No channel serves the model '{model.name}' right now.", code="no_channel")
+    explanation.append(f"refused: {err.code}")
+    err.explanation = explanation
+    return err
+
+
 def ordered_routes(
     model: ModelInfo,
     filters: Sequence[RouteFilter] = (),
     skipped: Skipped | None = None,
+    notes: list[str] | None = None,
     choice: balance.Choice | None = None,
 ) -> list[RouteInfo]:
     """The model's routes in the order to try them. `filters` drop routes first; each dropped
-    route is appended to `skipped` with its reason when a list is given. `choice` (the call's)
-    learns which route the balancing policy put first and why."""
+    route is appended to `skipped` with its reason when a list is given. The balancing policy
+    appends why it put a route first to `notes`; `choice` (the call's) learns which route the
+    policy put first and why."""
     out: list[RouteInfo] = []
     for group in model.groups:
         if filters:
             group = _kept(group, filters, skipped)
         if group:
-            out.extend(balance.order(group, model.balance, None if out else choice))
+            out.extend(balance.order(group, model.balance, None if out else choice, notes))
     return out
 
 

@@ -71,6 +71,7 @@ class GatewayError(Exception):
         self.param = param
         self.headers = list(headers)
         self.attempts: list[Attempt] = []  # upstream attempts that failed before this error (failover)
+        self.explanation: list[str] = []  # the routing decision, when routing refused the request
 
     def payload(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "code": self.code, "param": self.param}}

@@ -55,7 +55,7 @@ async def relay_sse(
     send = call.req.send
     receive = call.req.receive
     loop = asyncio.get_running_loop()
-    await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + call.rate_headers})
+    await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + call.response_headers})
     current = asyncio.current_task()
     disconnected = False
 

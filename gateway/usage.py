@@ -16,9 +16,10 @@ import math
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from django.conf import settings
 from django.db import IntegrityError, OperationalError, close_old_connections, connection, connections, transaction
 from django.db.models import F, Q
@@ -110,6 +111,7 @@ class UsageEvent:
     team_id: int | None = None  # the owner's team when the request was made (usage by team stays exact)
     cached_tokens: int = 0
     cache_creation_tokens: int = 0
+    route_explanation: list[str] = field(default_factory=list)  # `catalog.Selection.explanation`
 
     @property
     def total_tokens(self) -> int:
@@ -137,6 +139,7 @@ _RECORD_COLUMNS = (
     "team_id",
     "cached_tokens",
     "cache_creation_tokens",
+    "route_explanation",
 )
 
 
@@ -168,6 +171,7 @@ def _insert_records(events: list[UsageEvent]) -> None:
             e.team_id,
             max(e.cached_tokens, 0),
             max(e.cache_creation_tokens, 0),
+            orjson.dumps(e.route_explanation).decode(),
         )
         for e in events
     ]

@@ -61,6 +61,11 @@ class KeyForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 2, "placeholder": "10.0.0.0/8, 192.168.1.20"}),
         help_text="CIDR blocks or addresses, comma or newline separated. Blank: any address.",
     )
+    local_only = forms.BooleanField(
+        label="Local channels only",
+        required=False,
+        help_text="Requests with this key stay on our own servers: never sent to a cloud provider, even on failover.",
+    )
     expires_at = forms.DateTimeField(
         label="Expires",
         required=False,
@@ -78,6 +83,7 @@ class KeyForm(forms.Form):
                 "allowed_models": list(instance.allowed_models.values_list("pk", flat=True)),
                 "ip_allowlist": "\n".join(instance.ip_allowlist or []),
                 "expires_at": instance.expires_at,
+                "local_only": instance.local_only,
                 **instance.limits(),
                 **kwargs.get("initial", {}),
             }
@@ -151,7 +157,7 @@ class KeyForm(forms.Form):
 
     @property
     def main_fields(self) -> list[BoundField]:
-        return [self[name] for name in ("owner", "name", "allowed_models", "ip_allowlist", "expires_at")]
+        return [self[name] for name in ("owner", "name", "allowed_models", "ip_allowlist", "expires_at", "local_only")]
 
     def clean_name(self) -> str:
         name: str = self.cleaned_data["name"].strip()
@@ -210,6 +216,7 @@ class KeyForm(forms.Form):
             setattr(key, name, s.get(name))
         key.ip_allowlist = s.get("ip_allowlist", [])
         key.expires_at = s.get("expires_at")
+        key.local_only = self.cleaned_data["local_only"]
         if "admin_ceilings" in s:
             key.admin_ceilings = s["admin_ceilings"]
         key.save()
@@ -226,6 +233,7 @@ class KeyForm(forms.Form):
             allowed_models=s.get("allowed_models") or [],
             ip_allowlist=s.get("ip_allowlist", []),
             expires_at=s.get("expires_at"),
+            local_only=self.cleaned_data["local_only"],
         )
         if s.get("admin_ceilings"):
             kwargs["admin_ceilings"] = s["admin_ceilings"]

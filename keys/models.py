@@ -74,6 +74,10 @@ class Key(ShownOnceSecret, Limits):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="rotated_to"
     )
     client = models.CharField(max_length=32, blank=True, help_text="Client config this key was minted for.")
+    local_only = models.BooleanField(
+        default=False,
+        help_text="Requests with this key only go to local channels, never to a cloud provider (even on failover).",
+    )
     admin_ceilings = models.JSONField(
         default=dict,
         blank=True,
@@ -143,6 +147,9 @@ class UsageRecord(models.Model):
     cache_creation_tokens = models.PositiveIntegerField(
         default=0, help_text="Prompt tokens the upstream wrote to its prompt cache (Anthropic; part of prompt_tokens)."
     )
+    # Why the gateway sent it where it did, one short step each ("alias coder -> qwen3-coder",
+    # "skipped local-a: window 24,576 < 30,120 needed", "failover after 502 from cloud-a").
+    route_explanation = models.JSONField(default=list, blank=True)
 
     objects = OwnedQuerySet.as_manager()
 

@@ -89,6 +89,7 @@ def rotate_key(key: Key, *, grace: datetime.timedelta | None = None) -> tuple[Ke
         expires_at=keep_expiry,
         rotated_from=key,
         client=key.client,
+        local_only=key.local_only,
         admin_ceilings=dict(key.admin_ceilings or {}),
     )
     return new, plaintext

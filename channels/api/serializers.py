@@ -8,7 +8,13 @@ from rest_framework import serializers
 
 from channels.choices import ChannelKind
 from channels.models import Channel, Model, ModelRoute
-from channels.services import clean_base_url, reset_status_after_edit
+from channels.services import (
+    MAX_ALIAS_TARGETS,
+    clean_base_url,
+    reset_status_after_edit,
+    save_alias,
+    suggest_locality,
+)
 from portal.api.serializers import IdOrNameRelatedField, is_admin
 from portal.fields import secret_problem, undecryptable
 
@@ -50,6 +56,7 @@ class ChannelSerializer(serializers.ModelSerializer):
             "kind",
             "base_url",
             "base_url_notes",
+            "locality",
             "api_key",
             "has_api_key",
             "secret_problem",
@@ -96,6 +103,8 @@ class ChannelSerializer(serializers.ModelSerializer):
         kind = attrs.get("kind", getattr(self.instance, "kind", ChannelKind.OPENAI))
         if kind == ChannelKind.ANTHROPIC:
             attrs["speaks_messages"] = True  # the Anthropic API is the Messages API
+        if self.instance is None and "locality" not in attrs and "base_url" in attrs:
+            attrs["locality"] = suggest_locality(attrs["base_url"])  # omitted: follow the address
         return attrs
 
     def update(self, instance: Channel, validated_data: dict) -> Channel:
@@ -212,3 +221,77 @@ class PublicModelSerializer(serializers.ModelSerializer):
                     changed = True
             if changed:
                 route.save()
+
+
+class AliasSerializer(serializers.ModelSerializer):
+    """An alias (virtual model): a public name whose requests go to `targets`, model names tried
+    in order (the first whose window holds the request and that answers). `context_window` is the
+    largest a target serves; `local_only` keeps its requests on local channels."""
+
+    targets = serializers.ListField(
+        source="target_names",
+        child=serializers.CharField(max_length=128),
+        min_length=1,
+        max_length=MAX_ALIAS_TARGETS,
+        help_text="Public model names (not aliases), in the order to try them.",
+    )
+    context_window = serializers.SerializerMethodField(help_text="The largest context window a target serves.")
+    max_output_tokens = serializers.SerializerMethodField(help_text="The largest max output a target allows.")
+
+    class Meta:
+        model = Model
+        fields = [
+            "id",
+            "name",
+            "display_name",
+            "description",
+            "enabled",
+            "local_only",
+            "targets",
+            "context_window",
+            "max_output_tokens",
+            "created",
+            "updated",
+        ]
+        validators: list = []  # name uniqueness is save_alias's, as a field error
+
+    def get_context_window(self, obj: Model) -> int | None:
+        return obj.effective_limits()[0]
+
+    def get_max_output_tokens(self, obj: Model) -> int | None:
+        return obj.effective_limits()[1]
+
+    def _save(self, alias: Model | None, data: dict) -> Model:
+        current = (
+            {
+                "name": alias.name,
+                "display_name": alias.display_name,
+                "description": alias.description,
+                "enabled": alias.enabled,
+                "local_only": alias.local_only,
+                "targets": alias.target_names,
+            }
+            if alias is not None
+            else {}
+        )
+        if "target_names" in data:
+            data = {**data, "targets": data.pop("target_names")}
+        merged = {**current, **data}
+        try:
+            return save_alias(
+                alias=alias,
+                name=merged.get("name", ""),
+                targets=merged.get("targets", []),
+                display_name=merged.get("display_name", ""),
+                description=merged.get("description", ""),
+                enabled=merged.get("enabled", True),
+                local_only=merged.get("local_only", False),
+            )
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from None
+
+    def create(self, validated_data: dict) -> Model:
+        return self._save(None, validated_data)
+
+    def update(self, instance: Model, validated_data: dict) -> Model:
+        return self._save(instance, validated_data)

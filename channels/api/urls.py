@@ -10,6 +10,7 @@ from . import views
 router = SimpleRouter()
 router.register("channels", views.ChannelViewSet, basename="channel")
 router.register("models", views.ModelViewSet, basename="model")
+router.register("aliases", views.AliasViewSet, basename="alias")
 router.register("health/channels", health.HealthChannelViewSet, basename="health-channel")
 router.register("health/status-changes", health.StatusChangeViewSet, basename="health-status-change")
 router.register("health/alert-targets", health.AlertTargetViewSet, basename="health-alert-target")

@@ -12,7 +12,6 @@ import orjson
 
 from gateway.admission import open_call
 from gateway.call import Call, Outgoing, Plan
-from gateway.catalog import ordered_routes
 from gateway.http import GatewayError, Request
 from gateway.relay import relay_sse
 from gateway.translate.common import answer_usage
@@ -58,8 +57,7 @@ async def _proxy(req: Request, surface: str, path: str) -> None:
         options = body.get("stream_options")
         client_wants_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
-    routes = ordered_routes(call.model, choice=call.choice)
-    up = await call.forward(Plan.same(routes, Outgoing(path, body, req.headers)))
+    up = await call.forward(Plan.same(call.routes, Outgoing(path, body, req.headers)))
     if stream and up.status == 200:
         await relay_sse(call, up, client_wants_usage=client_wants_usage)
         return

@@ -18,7 +18,7 @@ import orjson
 from gateway.auth import authenticate
 from gateway.cache import RouteInfo, snapshot
 from gateway.call import Call, Outgoing, Plan
-from gateway.catalog import ordered_routes, resolve_model
+from gateway.catalog import resolve_model, select_routes
 from gateway.http import GatewayError, Request, send_bytes, send_json
 from gateway.state import process
 from gateway.translate import TranslationError, anthropic_request, anthropic_response
@@ -78,7 +78,7 @@ async def _create_message(req: Request) -> None:
             return Outgoing("/messages", dict(body), req.headers, anthropic_native=route.kind == "anthropic")
         return Outgoing("/chat/completions", opened.chat_request(), opened.chat_headers)
 
-    up = await call.forward(Plan(ordered_routes(call.model, choice=call.choice), outgoing))
+    up = await call.forward(Plan(call.routes, outgoing))
     native = speaks_messages(up.route)
     public_model = call.model.name
     thinking = isinstance(body.get("thinking"), dict) and body["thinking"].get("type") in ("enabled", "adaptive")
@@ -183,7 +183,10 @@ async def count_tokens(req: Request) -> None:
         catalog = await snapshot.get_catalog()
         model = resolve_model(key, catalog, body.get("model"))
         chat = anthropic_request.to_chat_request({**body, "stream": False})
-        routes = ordered_routes(model)
+        try:  # the same channels a request would go to (a local-only key's prompt stays local)
+            routes = select_routes(model, key, prompt=0, output=0).routes
+        except GatewayError:
+            routes = []
         count = await _upstream_count(routes[0], body, chat, req.headers) if routes else None
         if count is None:
             count = estimate_input_tokens(chat)

@@ -11,8 +11,8 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from gateway.auth import authenticate
-from gateway.cache import ModelInfo, snapshot
-from gateway.catalog import resolve_model, usable_models
+from gateway.cache import KeyInfo, ModelInfo, snapshot
+from gateway.catalog import limits_for, resolve_model, usable_models
 from gateway.http import GatewayError, Request, send_bytes, send_json
 
 from .messages import send_anthropic_error
@@ -24,7 +24,7 @@ async def list_models(req: Request) -> None:
         return
     key = await authenticate(req)
     models = sorted(usable_models(key, await snapshot.get_catalog()), key=lambda m: m.name)
-    await send_json(req.send, 200, {"object": "list", "data": [_openai_model(m) for m in models]})
+    await send_json(req.send, 200, {"object": "list", "data": [_openai_model(m, key) for m in models]})
 
 
 async def _list_anthropic(req: Request) -> None:
@@ -63,9 +63,9 @@ async def get_model(req: Request) -> None:
     if "anthropic-version" not in req.headers:
         key = await authenticate(req)
         model = resolve_model(key, await snapshot.get_catalog(), name)
-        if not model.groups:
+        if not model.has_routes:
             raise GatewayError(404, f"The model '{name}' has no channel right now.", code="model_not_found")
-        await send_json(req.send, 200, _openai_model(model))
+        await send_json(req.send, 200, _openai_model(model, key))
         return
     try:
         key = await authenticate(req)
@@ -81,15 +81,16 @@ async def hello(req: Request) -> None:
     await send_bytes(req.send, 200, b"" if req.method == "HEAD" else b'{"ok":true}')
 
 
-def _openai_model(m: ModelInfo) -> dict[str, Any]:
+def _openai_model(m: ModelInfo, key: KeyInfo) -> dict[str, Any]:
+    window, output = limits_for(m, key)
     return {
         "id": m.name,
         "object": "model",
         "created": m.created,
         "owned_by": "portal",
-        "max_model_len": m.context_window,
-        "context_window": m.context_window,
-        "max_output_tokens": m.max_output_tokens,
+        "max_model_len": window,
+        "context_window": window,
+        "max_output_tokens": output,
         "description": m.description,
     }
 

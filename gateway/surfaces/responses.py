@@ -16,7 +16,6 @@ import orjson
 
 from gateway.cache import RouteInfo
 from gateway.call import Call, Outgoing, Plan
-from gateway.catalog import ordered_routes
 from gateway.http import GatewayError, Receive, Request, Scope, Send
 from gateway.translate import TranslationError, responses_request, responses_response
 from gateway.translate.common import answer_usage
@@ -59,7 +58,7 @@ async def _create_response(req: Request) -> None:
             return Outgoing("/responses", dict(body), req.headers)
         return Outgoing("/chat/completions", opened.chat_request(), opened.chat_headers)
 
-    up = await call.forward(Plan(ordered_routes(call.model, choice=call.choice), outgoing))
+    up = await call.forward(Plan(call.routes, outgoing))
     native = up.route.speaks_responses
     # Echo the public model name, never the upstream id.
     echo = {**body, "model": call.model.name}

@@ -63,6 +63,7 @@ class KeySerializer(LimitFields, serializers.ModelSerializer[Key]):
             "allowed_models",
             "ip_allowlist",
             "expires_at",
+            "local_only",
             *LIMIT_FIELDS,
             "admin_ceilings",
             "last_used_at",

@@ -8,17 +8,25 @@ import datetime as dt
 from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth.mixins import LoginRequiredMixin
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views import View
+from django.views.generic import DetailView
 
-from keys.models import Key, UsageDaily
-from portal.permissions import AdminOrTeamLeadRequiredMixin
+from keys.models import Key, UsageDaily, UsageRecord
+from portal.permissions import AdminOrTeamLeadRequiredMixin, AdminRequiredMixin
+from portal.ui import FilteredListView
 
+from .filters import UsageRecordFilterSet
 from .services import GROUPS, cache_hit_ratio, daily_totals, grouped_totals, limit_status, today
 
 if TYPE_CHECKING:
     from portal.permissions import AuthenticatedHttpRequest
+
+    _RecordDetailView = DetailView[UsageRecord]
+else:
+    _RecordDetailView = DetailView  # Django's generic views take no [] at runtime
 
 MAX_DAYS = 366
 
@@ -121,6 +129,32 @@ class AdminUsageView(AdminOrTeamLeadRequiredMixin, View):
                 "chart": chart_data(series, since, until),
             },
         )
+
+
+class RequestListView(AdminRequiredMixin, FilteredListView):
+    """The latest gateway requests, one row each, newest first; each opens its detail."""
+
+    model = UsageRecord
+    filterset_class = UsageRecordFilterSet
+    template_name = "keys/request_list.html"
+    sort_fields = {"created": "created", "model": "model", "total_tokens": "total_tokens", "latency": "latency_ms"}
+
+    def get_base_queryset(self) -> QuerySet[UsageRecord]:
+        return UsageRecord.objects.select_related("key", "user", "channel")
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        return super().get_context_data(filter_fields=["model", "status", "surface", "stream"], **kwargs)
+
+
+class RequestDetailView(AdminRequiredMixin, _RecordDetailView):
+    """One request: who, which model, where it went and why (the routing explanation)."""
+
+    model = UsageRecord
+    template_name = "keys/request_detail.html"
+    context_object_name = "record"
+
+    def get_queryset(self) -> QuerySet[UsageRecord]:
+        return UsageRecord.objects.select_related("key", "user", "channel")
 
 
 def _csv_safe(value: str) -> str:

@@ -102,6 +102,13 @@ def model(db, channel) -> Model:
 
 
 @pytest.fixture
+def alias(db, model) -> Model:
+    from channels.services import save_alias
+
+    return save_alias(name="coder", targets=[model.name])
+
+
+@pytest.fixture
 def alice_key(alice):
     key, _plaintext = issue_key(owner=alice, name="alice laptop")
     return key
@@ -232,6 +239,7 @@ def world(
     channel,
     channel_off,
     model,
+    alias,
     alice_key,
     alice_token,
     deployment,
@@ -255,6 +263,7 @@ def world(
         "host": host.pk,
         "channel": channel.pk,
         "model": model.pk,
+        "alias": alias.pk,
         "alice_key": alice_key.pk,
         "alice_token": alice_token.pk,
         "audit": AuditLog.objects.order_by("id").first().pk,

@@ -106,6 +106,13 @@ MATRIX = [
     ("patch", "/api/models/{model}/", {"description": "fast"}, (401, 403, 403, 403, 200)),
     ("put", "/api/models/{model}/", {"name": "qwen3-32b"}, (401, 403, 403, 403, 200)),
     ("delete", "/api/models/{model}/", None, (401, 403, 403, 403, 204)),
+    # aliases (virtual models): developers read the ones they may use, admins write
+    ("get", "/api/aliases/", None, (401, 200, 200, 200, 200)),
+    ("post", "/api/aliases/", {"name": "fast", "targets": ["qwen3-32b"]}, (401, 403, 403, 403, 201)),
+    ("get", "/api/aliases/{alias}/", None, (401, 200, 200, 200, 200)),
+    ("patch", "/api/aliases/{alias}/", {"local_only": True}, (401, 403, 403, 403, 200)),
+    ("put", "/api/aliases/{alias}/", {"name": "coder", "targets": ["qwen3-32b"]}, (401, 403, 403, 403, 200)),
+    ("delete", "/api/aliases/{alias}/", None, (401, 403, 403, 403, 204)),
     # keys: own for developers, everyone's for admins; revoked, never deleted
     ("get", "/api/keys/", None, (401, 200, 200, 200, 200)),
     ("post", "/api/keys/", {"name": "laptop"}, (401, 201, 201, 201, 201)),

@@ -15,9 +15,11 @@ from django.utils import timezone
 
 from accounts.services import issue_token
 from channels.models import AlertTarget, Channel, Model, ModelRoute, ProbeResult
+from channels.services import save_alias
 from hosts.choices import JobAction, JobState
 from hosts.deployments.services import save_deployment
 from hosts.models import GPU, Deployment, Host, LaunchJob
+from keys.models import UsageRecord
 from keys.services import issue_key
 from tests.browser.robot import Robot
 
@@ -64,8 +66,17 @@ def world(admin, alice, mallory, team, lena):
         finished=timezone.now(),
     )
     AlertTarget.objects.create(name="ops", kind="webhook", url="http://127.0.0.1:9/hook")
-    issue_key(owner=alice, name="laptop", requests_per_minute=60)
+    key, _ = issue_key(owner=alice, name="laptop", requests_per_minute=60)
     issue_key(owner=mallory, name="other")
+    save_alias(name="coder", targets=[model])
+    UsageRecord.objects.create(
+        key=key,
+        user=alice,
+        model="coder",
+        channel=channel,
+        request_id="1a2b3c",
+        route_explanation=["alias coder -> qwen3-32b", "window 32,768 < 40,000 needed", "sent to vllm-a (qwen3-32b)"],
+    )
     issue_token(user=alice, name="script")
     issue_token(user=admin, name="admin-script")
 

@@ -204,3 +204,45 @@ def test_a_mint_mode_installer_replaces_the_previous_key(alice, catalog):
         alice, "opencode", key_mode=KeyMode.MINT, key_name="desk", replace_key=False
     )
     assert services.redeem_download_token(token, gateway=GW)["key"]["name"] == "opencode@desk-2"
+
+
+# --- aliases and local-only keys (issue 15) --------------------------------------------------
+
+
+@pytest.fixture
+def coder(catalog):
+    """`coder` -> llama-3.1-8b (local gpu-a, 8,192) then cloud-only `cloud-big` (131,072)."""
+    from channels.models import Channel, Model
+    from channels.services import save_alias
+
+    Channel.objects.filter(pk=catalog["a"].pk).update(locality="local")
+    cloud = Channel.objects.create(name="cloud", base_url="https://api.example.com/v1", locality="external")
+    big = Model.objects.create(name="cloud-big")
+    ModelRoute.objects.create(model=big, channel=cloud, context_window=131_072, max_output_tokens=32_768)
+    return save_alias(name="coder", targets=["llama-3.1-8b", "cloud-big"])
+
+
+def test_an_alias_is_listed_like_any_model_with_the_largest_window_it_serves(alice, coder):
+    specs = {s.name: s for s in services.model_specs(alice)}
+    assert specs["coder"].context_window == 131_072 and specs["coder"].max_output_tokens == 32_768
+    rendered = services.render("continue", services.render_input(alice, gateway=GW))
+    text = "".join(f.content for f in rendered.files)
+    assert "coder" in text and "131072" in text
+
+
+def test_a_local_only_key_is_given_the_local_windows_only(alice, coder):
+    key, _ = issue_key(owner=alice, name="private", local_only=True)
+    specs = {s.name: s for s in services.model_specs(alice, key)}
+    # cloud-big has no local route; qwen3-32b's channel gpu-b is external, gpu-a (32,768) local
+    assert sorted(specs) == ["coder", "llama-3.1-8b", "qwen3-32b"]
+    assert specs["coder"].context_window == 8192
+    assert specs["qwen3-32b"].context_window == 32768
+
+
+def test_a_local_only_alias_counts_only_local_windows(alice, coder):
+    from channels.services import save_alias
+
+    save_alias(alias=coder, name="coder", targets=["llama-3.1-8b", "cloud-big"], local_only=True)
+    assert {s.name: s for s in services.model_specs(alice)}["coder"].context_window == 8192
+    save_alias(alias=coder, name="coder", targets=["cloud-big"], local_only=True)
+    assert "coder" not in names(services.model_specs(alice))

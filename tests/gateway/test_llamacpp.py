@@ -86,7 +86,21 @@ def test_real_stream_usage_chunk_is_recorded_and_hidden_unless_asked(llama_key, 
     assert asked[-1].usage is not None and asked[-1].usage.completion_tokens == 3
 
 
-def test_exceeding_the_context_is_a_clean_400_from_llamacpp(llama_key, client):
+def test_a_prompt_beyond_the_discovered_window_is_refused_before_llamacpp(llama_key, client):
+    """The gateway knows the server's n_ctx (discovered), so it answers the 400 itself, naming it."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model="tiny-chat", messages=[{"role": "user", "content": "word " * (CTX * 2)}], max_tokens=4
+        )
+    err = caught.value.response.json()["error"]
+    assert caught.value.status_code == 400 and err["code"] == "context_length_exceeded"
+    assert f"its largest context window is {CTX} tokens" in err["message"]
+
+
+def test_exceeding_an_unknown_window_is_a_clean_400_from_llamacpp(llama_key, client):
+    """Where the gateway does not know the window, llama.cpp's own refusal passes through."""
+    ModelRoute.objects.filter(model__name="tiny-chat").update(context_window=None, discovered_context_window=None)
+    Model.objects.get(name="tiny-chat").save()  # reload the gateway's catalog
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(
             model="tiny-chat", messages=[{"role": "user", "content": "word " * (CTX * 2)}], max_tokens=4

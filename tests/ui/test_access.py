@@ -22,6 +22,12 @@ ADMIN_PAGES = [
     ("model_detail", "model"),
     ("model_edit", "model"),
     ("model_delete", "model"),
+    ("model_alias_list", None),
+    ("model_alias_create", None),
+    ("model_alias_detail", "alias"),
+    ("model_alias_edit", "alias"),
+    ("model_alias_delete", "alias"),
+    ("usage_requests", None),
     ("user_list", None),
     ("user_create", None),
     ("user_detail", "alice"),
@@ -43,7 +49,18 @@ ALICE_KEY_PAGES = ["key_detail", "key_edit", "key_revoke", "key_rotate"]
 @pytest.fixture
 def objects(host, channel, model, alice, alice_key, alice_token, team):
     """alice is a member of the team (not its lead): its pages are admin pages to her."""
-    return {"host": host, "channel": channel, "model": model, "alice": alice, "alice_key": alice_key, "team": team}
+    from channels.services import save_alias
+
+    alias = save_alias(name="coder", targets=[model])
+    return {
+        "host": host,
+        "channel": channel,
+        "model": model,
+        "alias": alias,
+        "alice": alice,
+        "alice_key": alice_key,
+        "team": team,
+    }
 
 
 def url_for(name, arg, objects):

@@ -26,6 +26,7 @@ ADMIN_PREFIXES = (
     "jobs/",
     "keys/all/",
     "gpu-hours/",
+    "usage/requests/",
 )
 SAMPLE_ARGS = {"int": "1", "str": "x", "slug": "x", "path": "x"}
 

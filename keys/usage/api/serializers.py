@@ -11,13 +11,14 @@ from portal.permissions import is_admin
 
 
 class HidesChannelFromDevelopers(serializers.ModelSerializer[Any]):
-    """Routes are hidden from developers: their usage names the model and key, the channel is null."""
+    """Routes are hidden from developers: their usage names the model and key, the channel (and
+    the routing explanation, which names channels) is null."""
 
     def to_representation(self, instance: Any) -> dict[str, Any]:
         data: dict[str, Any] = super().to_representation(instance)
         request = self.context.get("request")
         if not is_admin(getattr(request, "user", None)):
-            for name in ("channel", "channel_name"):
+            for name in ("channel", "channel_name", "route_explanation"):
                 if name in data:
                     data[name] = None
         return data
@@ -28,6 +29,12 @@ class UsageRecordSerializer(HidesChannelFromDevelopers):
     username = serializers.CharField(source="user.username", default=None, read_only=True, allow_null=True)
     channel_name = serializers.CharField(
         source="channel.name", default=None, read_only=True, allow_null=True, help_text="Null for developers."
+    )
+    route_explanation = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        allow_null=True,
+        help_text="Why the gateway sent it where it did, one short step each. Null for developers.",
     )
 
     class Meta:
@@ -57,6 +64,7 @@ class UsageRecordSerializer(HidesChannelFromDevelopers):
             "ttft_ms",
             "cached_tokens",
             "cache_creation_tokens",
+            "route_explanation",
         ]
         read_only_fields = fields
 

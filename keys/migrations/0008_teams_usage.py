@@ -10,7 +10,7 @@ class Migration(migrations.Migration):
     dependencies = [
         ('accounts', '0003_teams'),
         ('channels', '0002_one_redis_path'),
-        ('keys', '0006_cache_cached_tokens'),
+        ('keys', '0007_route_explanation'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
