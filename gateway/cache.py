@@ -268,10 +268,10 @@ def _load_catalog() -> Catalog:
 
 
 def _load_key(digest: str) -> KeyInfo | None:
-    from keys.models import Key, payload_logging_of
+    from keys.models import PAYLOAD_LOGGING_RELATED, Key, payload_logging_of
 
     key = (
-        Key.objects.select_related("owner", "owner__team", "payload_logging", "owner__payload_logging")
+        Key.objects.select_related(*PAYLOAD_LOGGING_RELATED)
         .prefetch_related("allowed_models", "owner__allowed_models", "owner__team__allowed_models")
         .filter(key_hash=digest)
         .first()

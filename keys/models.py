@@ -203,16 +203,19 @@ MAX_RETENTION_DAYS = 365
 
 
 class PayloadLogging(TimeStampedModel):
-    """An admin's switch for storing the bodies of one key's or one user's gateway requests.
+    """An admin's switch for storing the bodies of one key's, one user's or one team's gateway requests.
 
-    Resolved most specific first (`payload_logging_of`): the key's own, else its owner's (a team's
-    would come next). A key-level row with `enabled=False` keeps one key out of its owner's logging.
+    Resolved most specific first (`payload_logging_of`): the key's own, else its owner's, else the
+    owner's team's. A row with `enabled=False` keeps one key (or one user) out of a wider logging.
     Off when no row applies: nothing is stored by default.
     """
 
     key = models.OneToOneField(Key, null=True, blank=True, on_delete=models.CASCADE, related_name="payload_logging")
     user = models.OneToOneField(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="payload_logging"
+    )
+    team = models.OneToOneField(
+        "accounts.Team", null=True, blank=True, on_delete=models.CASCADE, related_name="payload_logging"
     )
     enabled = models.BooleanField(default=True)
     retention_days = models.PositiveSmallIntegerField(
@@ -225,25 +228,45 @@ class PayloadLogging(TimeStampedModel):
         ordering = ["-created"]
         constraints = [
             models.CheckConstraint(
-                condition=(models.Q(key__isnull=False) & models.Q(user__isnull=True))
-                | (models.Q(key__isnull=True) & models.Q(user__isnull=False)),
+                condition=(models.Q(key__isnull=False) & models.Q(user__isnull=True) & models.Q(team__isnull=True))
+                | (models.Q(key__isnull=True) & models.Q(user__isnull=False) & models.Q(team__isnull=True))
+                | (models.Q(key__isnull=True) & models.Q(user__isnull=True) & models.Q(team__isnull=False)),
                 name="payloadlogging_one_target",
             )
         ]
 
     def __str__(self) -> str:
-        target = f"key {self.key}" if self.key_id else f"user {self.user}"
+        if self.key_id:
+            target = f"key {self.key}"
+        elif self.user_id:
+            target = f"user {self.user}"
+        else:
+            target = f"team {self.team}"
         state = f"{self.retention_days} days" if self.enabled else "off"
         return f"payload logging for {target}: {state}"
+
+
+# What `payload_logging_of` reads, for select_related on a Key queryset.
+PAYLOAD_LOGGING_RELATED = (
+    "owner",
+    "owner__team",
+    "payload_logging",
+    "owner__payload_logging",
+    "owner__team__payload_logging",
+)
 
 
 def payload_logging_of(key: Key) -> PayloadLogging | None:
     """The policy that applies to `key`'s requests, most specific first, or None (off).
 
-    Reads `key.payload_logging` and `key.owner.payload_logging`: select_related both (the gateway's
-    key load does) and this costs no query. A team's policy goes after the owner's.
+    Reads `key.payload_logging`, `key.owner.payload_logging` and `key.owner.team.payload_logging`:
+    select_related them (`PAYLOAD_LOGGING_RELATED`, as the gateway's key load does) and this costs
+    no query.
     """
-    for holder in (key, key.owner):
+    team = key.owner.team if key.owner.team_id else None
+    for holder in (key, key.owner, team):
+        if holder is None:
+            continue
         try:
             return holder.payload_logging
         except PayloadLogging.DoesNotExist:

@@ -1,4 +1,4 @@
-"""FilterSets of request logs: the policies by key or user, the stored payloads by time and request."""
+"""FilterSets of request logs: the policies by key, user or team, the stored payloads by time and request."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from portal.filters import UTCDateTimeFilter
 class PayloadLoggingFilterSet(django_filters.FilterSet):  # type: ignore[misc]  # django-filter ships no type hints
     class Meta:
         model = PayloadLogging
-        fields = ["key", "user", "enabled"]
+        fields = ["key", "user", "team", "enabled"]
 
 
 class RequestPayloadFilterSet(django_filters.FilterSet):  # type: ignore[misc]  # django-filter ships no type hints

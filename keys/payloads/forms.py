@@ -1,4 +1,4 @@
-"""The admin's form for turning request logs on (or off) for one key or one user."""
+"""The admin's form for turning request logs on (or off) for one key, one user or one team."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ else:  # Django's forms take no [] at runtime
 class PayloadLoggingForm(_PayloadLoggingModelForm):
     class Meta:
         model = PayloadLogging
-        fields = ["key", "user", "enabled", "retention_days"]
-        help_texts = {"enabled": "Off on a key keeps it out of its owner's logging."}
+        fields = ["key", "user", "team", "enabled", "retention_days"]
+        help_texts = {"enabled": "Off on a key (or a user) keeps it out of its owner's (or team's) logging."}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -26,10 +26,10 @@ class PayloadLoggingForm(_PayloadLoggingModelForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        if (data.get("key") is None) == (data.get("user") is None):
-            self.add_error("key", "Choose either a key or a user, not both.")
+        if sum(data.get(f) is not None for f in ("key", "user", "team")) != 1:
+            self.add_error("key", "Choose one key, one user or one team.")
         return data
 
     def validate_unique(self) -> None:
-        """One row per key or user: saving for a target that has one changes that row (the view
+        """One row per key, user or team: saving for a target that has one changes that row (the view
         passes it as the instance)."""

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from django.utils import timezone
 
-from keys.models import Key, RequestPayload, payload_logging_of
+from keys.models import PAYLOAD_LOGGING_RELATED, Key, RequestPayload, payload_logging_of
 from portal import audit
 from portal.choices import AuditAction
 
@@ -115,11 +115,7 @@ class LoggedKey:
 def logged_keys(user: Any) -> list[LoggedKey]:
     """The user's usable keys whose requests are logged now, for the notice on the Connect page."""
     out = []
-    keys = (
-        Key.objects.not_revoked()
-        .filter(owner=user)
-        .select_related("owner", "payload_logging", "owner__payload_logging")
-    )
+    keys = Key.objects.not_revoked().filter(owner=user).select_related(*PAYLOAD_LOGGING_RELATED)
     for key in keys.order_by("name"):
         policy = payload_logging_of(key)
         if policy is not None and policy.enabled:

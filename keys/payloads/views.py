@@ -1,4 +1,4 @@
-"""Request log pages (admins only): the switches per key or user, the stored requests, and one
+"""Request log pages (admins only): the switches per key, user or team, the stored requests, and one
 request's redacted bodies (every view of them is audit-logged)."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class RequestLogListView(AdminRequiredMixin, View):
             queryset=RequestPayload.objects.select_related("key", "user").defer("request_body", "response_body"),
         )
         context: dict[str, Any] = {
-            "policies": PayloadLogging.objects.select_related("key", "key__owner", "user"),
+            "policies": PayloadLogging.objects.select_related("key", "key__owner", "user", "team"),
             "form": form or PayloadLoggingForm(),
             "payloads": payloads.qs[:LIST_LIMIT],
             "limit": LIST_LIMIT,
@@ -43,6 +43,8 @@ class RequestLogListView(AdminRequiredMixin, View):
             instance = PayloadLogging.objects.filter(key_id=request.POST["key"]).first()
         elif request.POST.get("user"):
             instance = PayloadLogging.objects.filter(user_id=request.POST["user"]).first()
+        elif request.POST.get("team"):
+            instance = PayloadLogging.objects.filter(team_id=request.POST["team"]).first()
         form = PayloadLoggingForm(request.POST, instance=instance)
         if not form.is_valid():
             return self.get(request, form)

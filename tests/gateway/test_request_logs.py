@@ -137,6 +137,26 @@ def test_logging_turned_on_reaches_the_running_gateway_and_a_key_can_be_kept_out
     assert len(stored()) == 1
 
 
+def test_a_teams_logging_covers_its_members_and_a_member_can_be_kept_out(setup, gateway_url, alice):
+    from accounts.models import Team
+
+    team = Team.objects.create(name="platform")
+    PayloadLogging.objects.create(team=team, retention_days=5)
+    assert chat(gateway_url, setup.plaintext, content="before joining").status_code == 200
+    wait_for(lambda: UsageRecord.objects.count() == 1)
+    assert stored() == []  # alice is in no team yet
+    alice.team = team
+    alice.save()
+    assert chat(gateway_url, setup.plaintext, content="as a member").status_code == 200
+    (row,) = wait_for(stored)
+    assert "as a member" in decompressed(row.request_body)
+    assert (row.expires_at - row.created).days == 5  # the team's retention
+    PayloadLogging.objects.create(user=alice, enabled=False)  # the user's own switch wins over the team's
+    assert chat(gateway_url, setup.plaintext, content="kept out").status_code == 200
+    wait_for(lambda: UsageRecord.objects.count() == 3)
+    assert len(stored()) == 1
+
+
 def test_a_body_over_the_bound_is_cut_and_marked(setup, gateway_url, settings):
     settings.GATEWAY_PAYLOAD_MAX_BYTES = 2048
     PayloadLogging.objects.create(key=setup.key, retention_days=1)

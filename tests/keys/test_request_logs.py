@@ -103,7 +103,9 @@ def test_the_request_log_pages_are_admin_only_and_each_view_is_audit_logged(clie
 def test_the_switch_form_sets_one_row_per_target_and_refuses_two_targets(admin_client, alice, alice_key):
     url = reverse("request_log_list")
     both = admin_client.post(url, {"user": alice.pk, "key": alice_key.pk, "retention_days": 7, "enabled": "on"})
-    assert both.status_code == 400 and "not both" in both.content.decode()
+    assert both.status_code == 400 and "Choose one key, one user or one team." in both.content.decode()
+    none = admin_client.post(url, {"retention_days": 7, "enabled": "on"})
+    assert none.status_code == 400 and "Choose one key, one user or one team." in none.content.decode()
     assert admin_client.post(url, {"user": alice.pk, "retention_days": 7, "enabled": "on"}).status_code == 302
     assert admin_client.post(url, {"user": alice.pk, "retention_days": 30, "enabled": "on"}).status_code == 302
     (policy,) = PayloadLogging.objects.all()
@@ -116,6 +118,38 @@ def test_the_switch_form_sets_one_row_per_target_and_refuses_two_targets(admin_c
 def test_the_api_refuses_a_policy_with_two_targets_with_a_field_error(admin, alice, alice_key):
     r = api(admin).post("/api/payload-logging/", {"user": alice.pk, "key": alice_key.pk}, format="json")
     assert r.status_code == 400 and "key" in r.json()
+
+
+def test_a_team_switch_is_set_from_the_form_and_the_api(admin_client, admin):
+    from accounts.models import Team
+
+    team = Team.objects.create(name="platform")
+    url = reverse("request_log_list")
+    assert admin_client.post(url, {"team": team.pk, "retention_days": 9, "enabled": "on"}).status_code == 302
+    assert admin_client.post(url, {"team": team.pk, "retention_days": 3, "enabled": "on"}).status_code == 302
+    (policy,) = PayloadLogging.objects.all()
+    assert policy.team == team and policy.retention_days == 3  # one row per team
+    assert "team platform" in admin_client.get(url).content.decode()
+    other = Team.objects.create(name="research")
+    r = api(admin).post("/api/payload-logging/", {"team": other.pk, "retention_days": 2}, format="json")
+    assert r.status_code == 201 and r.json()["team"] == other.pk
+    third = Team.objects.create(name="ops")
+    two = api(admin).post("/api/payload-logging/", {"team": third.pk, "user": admin.pk}, format="json")
+    assert two.status_code == 400 and "key" in two.json()
+
+
+def test_the_key_policy_wins_over_the_owners_and_the_owners_over_the_teams(alice, alice_key):
+    from accounts.models import Team
+
+    team = Team.objects.create(name="platform")
+    PayloadLogging.objects.create(team=team, retention_days=11)
+    alice.team = team
+    alice.save()
+    alice_key.refresh_from_db()
+    assert payload_logging_of(alice_key).retention_days == 11
+    PayloadLogging.objects.create(user=alice, retention_days=4)
+    alice_key.refresh_from_db()
+    assert payload_logging_of(alice_key).retention_days == 4
 
 
 def test_the_key_policy_wins_over_the_owners(alice, alice_key):

@@ -12,14 +12,13 @@ from keys.models import PayloadLogging, RequestPayload
 class PayloadLoggingSerializer(serializers.ModelSerializer[PayloadLogging]):
     class Meta:
         model = PayloadLogging
-        fields = ["id", "key", "user", "enabled", "retention_days", "created", "updated"]
+        fields = ["id", "key", "user", "team", "enabled", "retention_days", "created", "updated"]
         read_only_fields = ["created", "updated"]
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        key = attrs.get("key", self.instance.key if self.instance else None)
-        user = attrs.get("user", self.instance.user if self.instance else None)
-        if (key is None) == (user is None):
-            raise serializers.ValidationError({"key": ["Set either a key or a user, not both."]})
+        targets = [attrs.get(f, getattr(self.instance, f) if self.instance else None) for f in ("key", "user", "team")]
+        if sum(t is not None for t in targets) != 1:
+            raise serializers.ValidationError({"key": ["Set one of key, user or team."]})
         return attrs
 
 
