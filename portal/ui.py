@@ -78,6 +78,23 @@ def sort_queryset(request: HttpRequest, qs: QuerySet, sort_fields: dict[str, str
     return qs.order_by(f"-{field}" if raw.startswith("-") else field, "-pk"), raw
 
 
+def sort_rows(request: HttpRequest, rows: list[dict[str, Any]], columns: set[str]) -> tuple[list[dict[str, Any]], str]:
+    """`sort_queryset` for rows already computed (aggregate tables): `?sort=key` / `?sort=-key` over
+    the dict keys in `columns`; empty values last either way. Unknown keys leave the order as is."""
+    raw = request.GET.get("sort", "")
+    key = raw.removeprefix("-")
+    if key not in columns:
+        return rows, ""
+    present = [r for r in rows if r.get(key) is not None]
+    missing = [r for r in rows if r.get(key) is None]
+    present.sort(key=lambda r: _sortable(r[key]), reverse=raw.startswith("-"))
+    return present + missing, raw
+
+
+def _sortable(value: Any) -> Any:
+    return value.casefold() if isinstance(value, str) else value
+
+
 def _friendly_filter_widgets(form) -> None:
     """'any / yes / no' instead of django's 'Unknown / Yes / No'; 'any' as the empty choice."""
     from django import forms as djforms

@@ -16,7 +16,7 @@ from django.views.generic import DetailView
 
 from keys.models import Key, UsageDaily, UsageRecord
 from portal.permissions import AdminOrTeamLeadRequiredMixin, AdminRequiredMixin
-from portal.ui import FilteredListView
+from portal.ui import FilteredListView, sort_rows
 
 from .filters import UsageRecordFilterSet
 from .services import GROUPS, cache_hit_ratio, daily_totals, grouped_totals, limit_status, today
@@ -68,17 +68,33 @@ class MyUsageView(LoginRequiredMixin, View):
                 sum(r["cached_tokens"] or 0 for r in rows), sum(r["prompt_tokens"] or 0 for r in rows)
             ),
         }
+        shown, sort = sort_rows(request, list(reversed(rows)), {"day", "model", *USAGE_COLUMNS})
         return render(
             request,
             "keys/usage_mine.html",
             {
                 "days": days,
-                "rows": list(reversed(rows)),
+                "rows": shown,
+                "sort": sort,
                 "totals": totals,
                 "chart": chart_data(rows, since, until),
                 "limits": limit_status(request.user, keys),
             },
         )
+
+
+# Columns the usage tables sort by (`?sort=`), as in the rows `grouped_totals`/`daily_totals` return.
+USAGE_COLUMNS = {
+    "name",
+    "requests",
+    "errors",
+    "prompt_tokens",
+    "completion_tokens",
+    "total_tokens",
+    "estimated_requests",
+    "cached_tokens",
+    "cache_hit_ratio",
+}
 
 
 class AdminUsageView(AdminOrTeamLeadRequiredMixin, View):
@@ -95,6 +111,9 @@ class AdminUsageView(AdminOrTeamLeadRequiredMixin, View):
         since = until - dt.timedelta(days=days - 1)
         visible = UsageDaily.objects.visible_to(request.user)
         rows = grouped_totals(visible, group_by, since, until)
+        for row in rows:  # the group's name sorts as text whatever it is (a user, a model…)
+            row["name"] = str(row["group"])
+        rows, sort = sort_rows(request, rows, USAGE_COLUMNS)
         if request.GET.get("format") == "csv":
             response = HttpResponse(content_type="text/csv; charset=utf-8")
             response["Content-Disposition"] = f'attachment; filename="usage-by-{group_by}-{since}-{until}.csv"'
@@ -127,6 +146,7 @@ class AdminUsageView(AdminOrTeamLeadRequiredMixin, View):
                 "since": since,
                 "until": until,
                 "chart": chart_data(series, since, until),
+                "sort": sort,
             },
         )
 

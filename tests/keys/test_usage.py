@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import re
 
 import pytest
 from django.utils import timezone
@@ -101,6 +102,34 @@ def test_admin_usage_groups_and_exports_csv(admin_client, alice_key, mallory_key
     assert any(line.startswith("qwen3-32b,") and ",16," in line for line in lines)
     keyed = admin_client.get("/usage/all/?group_by=key&format=csv").content.decode()
     assert "'=HYPERLINK(1)" in keyed
+
+
+def test_usage_tables_sort_by_any_column_both_ways(admin_client, client, alice_key, mallory_key, alice):
+    write_batch(
+        [
+            event(alice_key, model="b-model", prompt_tokens=100, completion_tokens=1),
+            event(mallory_key, model="a-model", prompt_tokens=1, completion_tokens=50, request_id="m1"),
+            event(mallory_key, model="c-model", prompt_tokens=10, completion_tokens=10, request_id="m2"),
+        ]
+    )
+
+    def models(url: str) -> list[str]:
+        return re.findall(r"<td>([abc]-model)</td>", admin_client.get(url).content.decode())
+
+    base = "/usage/all/?group_by=model&days=7"
+    assert models(base) == ["b-model", "a-model", "c-model"]  # most tokens first by default
+    assert models(base + "&sort=name") == ["a-model", "b-model", "c-model"]
+    assert models(base + "&sort=-name") == ["c-model", "b-model", "a-model"]
+    assert models(base + "&sort=completion_tokens") == ["b-model", "c-model", "a-model"]
+    assert models(base + "&sort=-prompt_tokens") == ["b-model", "c-model", "a-model"]
+    page = admin_client.get(base + "&sort=-requests").content.decode()
+    assert 'aria-sort="descending"' in page and "group_by=model" in page.split('aria-sort="descending"')[1][:200]
+    assert models(base + "&sort=nonsense") == ["b-model", "a-model", "c-model"]  # ignored, not a 500
+
+    client.force_login(alice)
+    write_batch([event(alice_key, model="a-model", prompt_tokens=1, completion_tokens=1, request_id="a2")])
+    mine = client.get("/usage/?sort=-model").content.decode()
+    assert re.findall(r"<td>([abc]-model)</td>", mine) == ["b-model", "a-model"]
 
 
 def test_developers_cannot_see_the_admin_report(client, alice):
