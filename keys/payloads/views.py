@@ -13,6 +13,7 @@ from django.views import View
 
 from keys.models import PayloadLogging, RequestPayload
 from portal.permissions import AdminRequiredMixin
+from portal.ui import sort_queryset
 
 from .filters import RequestPayloadFilterSet
 from .forms import PayloadLoggingForm
@@ -24,15 +25,27 @@ LIST_LIMIT = 200
 class RequestLogListView(AdminRequiredMixin, View):
     """Who is logged (and for how long), a form to change it, and the latest stored requests."""
 
+    sort_fields = {
+        "created": "created",
+        "user": "user__username",
+        "key": "key__name",
+        "model": "model",
+        "surface": "surface",
+        "status": "http_status",
+        "expires": "expires_at",
+    }
+
     def get(self, request: HttpRequest, form: PayloadLoggingForm | None = None) -> HttpResponse:
         payloads = RequestPayloadFilterSet(
             request.GET,
             queryset=RequestPayload.objects.select_related("key", "user").defer("request_body", "response_body"),
         )
+        shown, sort = sort_queryset(request, payloads.qs, self.sort_fields)
         context: dict[str, Any] = {
             "policies": PayloadLogging.objects.select_related("key", "key__owner", "user", "team"),
             "form": form or PayloadLoggingForm(),
-            "payloads": payloads.qs[:LIST_LIMIT],
+            "payloads": shown[:LIST_LIMIT],
+            "sort": sort,
             "limit": LIST_LIMIT,
         }
         return render(request, "keys/request_logs.html", context, status=400 if form is not None else 200)

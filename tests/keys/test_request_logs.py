@@ -4,6 +4,7 @@ audit-logged, the switch's form, the Connect page's notice, and the redactor on 
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import orjson
 import pytest
@@ -173,3 +174,20 @@ def test_the_redactor_leaves_ordinary_text_alone():
     text = "def add(a, b):\n    return a + b  # see commit 3f786850, ask at 10.0.0.1\nThe weather is nice."
     redactor = Redactor()
     assert redactor.text(text) == text and redactor.count == 0
+
+
+def test_the_stored_requests_sort_by_column(admin_client):
+    now = timezone.now()
+    for name in ("b-model", "c-model", "a-model"):
+        RequestPayload.objects.create(
+            expires_at=now + dt.timedelta(days=1), request_id=name, model=name, request_body=b"", response_body=b""
+        )
+    url = reverse("request_log_list")
+
+    def models(query: str) -> list[str]:
+        return re.findall(r"<td>([abc]-model)</td>", admin_client.get(url + query).content.decode())
+
+    assert models("?sort=model") == ["a-model", "b-model", "c-model"]
+    assert models("?sort=-model") == ["c-model", "b-model", "a-model"]
+    assert 'aria-sort="descending"' in admin_client.get(url + "?sort=-model").content.decode()
+    assert len(models("?sort=nonsense")) == 3  # ignored, not a 500
