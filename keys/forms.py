@@ -15,7 +15,7 @@ from portal.forms import LIMIT_LABELS
 from portal.ui import add_validation_errors
 
 from .models import Key
-from .services import validate_key_settings
+from .services import LOCAL_ONLY_LOCK, validate_key_settings
 
 if TYPE_CHECKING:
     from django.forms import BoundField
@@ -117,6 +117,10 @@ class KeyForm(forms.Form):
         self.fields["allowed_models"].widget.choices = [(m.pk, m.name) for m in models]
         defaults = (owner.key_defaults or {}) if owner is not None else {}
         admin_ceilings = (self.instance.admin_ceilings or {}) if self.instance is not None else {}
+        if not self.user.is_admin and admin_ceilings.get(LOCAL_ONLY_LOCK):
+            local = self.fields["local_only"]
+            local.disabled = True  # a posted value is ignored: the key stays local-only
+            local.help_text = "Set by an admin: this key stays on local channels; only an admin can lift it."
         for name in LIMIT_LABELS:
             field = self.fields[name]
             ceiling = getattr(owner, name, None) if owner is not None else None
@@ -191,6 +195,7 @@ class KeyForm(forms.Form):
                 allowed_models=cleaned.get("allowed_models") if "allowed_models" not in self.errors else None,
                 ip_allowlist=cleaned.get("ip_allowlist", ""),
                 expires_at=None if kept_expiry else expires_at,
+                local_only=bool(cleaned.get("local_only")),
             )
         except ValidationError as exc:
             add_validation_errors(self, exc)

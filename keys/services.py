@@ -118,6 +118,10 @@ def normalize_cidrs(entries: str | Iterable[object] | None) -> list[str]:
     return list(dict.fromkeys(result))
 
 
+# In `Key.admin_ceilings`: an admin set "Local channels only", so nobody else may clear it.
+LOCAL_ONLY_LOCK = "local_only"
+
+
 def validate_key_settings(
     owner: User,
     *,
@@ -127,6 +131,7 @@ def validate_key_settings(
     allowed_models: Iterable[Model] | None = None,
     ip_allowlist: str | Iterable[object] | None = None,
     expires_at: datetime.datetime | None = None,
+    local_only: bool | None = None,
 ) -> dict[str, Any]:
     """Check a key's settings against its owner; return cleaned values or raise ValidationError
     with field errors. Used by both the key form and the key serializer, so the rules are one.
@@ -134,7 +139,8 @@ def validate_key_settings(
     Limits have an owner: what an admin (`editor`) sets on a key becomes its ceiling
     (`cleaned["admin_ceilings"]`); anyone else editing `key` may lower such a limit, never raise or
     clear it. The owner's own limits and their team's cap every key of theirs. A team lead editing a
-    member's key is "anyone else": the admin's ceilings bind them too."""
+    member's key is "anyone else": the admin's ceilings bind them too. "Local channels only" works
+    the same way: set by an admin (`admin_ceilings["local_only"]`), only an admin lifts it."""
     errors: dict[str, list[str]] = {}
     cleaned: dict[str, Any] = {}
     by_admin = editor is not None and editor.is_admin
@@ -176,6 +182,18 @@ def validate_key_settings(
             else:
                 ceilings[name] = cleaned[name]
         cleaned["admin_ceilings"] = ceilings
+    if local_only is not None:
+        if by_admin:
+            if local_only:
+                ceilings[LOCAL_ONLY_LOCK] = 1
+            else:
+                ceilings.pop(LOCAL_ONLY_LOCK, None)
+            cleaned["admin_ceilings"] = ceilings
+        elif not local_only and ceilings.get(LOCAL_ONLY_LOCK):
+            errors.setdefault("local_only", []).append(
+                "An admin restricted this key to local channels; only an admin can lift it."
+            )
+        cleaned["local_only"] = local_only
     if allowed_models is not None:
         models = list(allowed_models)
         permitted = set(Model.objects.usable_by(owner).values_list("pk", flat=True))

@@ -122,6 +122,7 @@ class KeySerializer(LimitFields, serializers.ModelSerializer[Key]):
                 allowed_models=attrs.get("allowed_models"),
                 ip_allowlist=attrs.get("ip_allowlist"),
                 expires_at=attrs.get("expires_at"),
+                local_only=attrs.get("local_only"),
             )
         except DjangoValidationError as exc:
             raise drf_error(exc) from None

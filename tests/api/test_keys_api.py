@@ -157,6 +157,20 @@ def test_limits_an_admin_set_on_a_key_are_a_ceiling_the_developer_can_only_lower
     assert alice_api.patch(url, {"tokens_per_day": 5}, format="json").status_code == 200
 
 
+def test_local_only_set_by_an_admin_is_kept_by_the_developer_and_lifted_by_the_admin(alice, admin_api, alice_api):
+    created = admin_api.post("/api/keys/", {"name": "private", "owner": alice.pk, "local_only": True}, format="json")
+    assert created.status_code == 201 and created.json()["admin_ceilings"] == {"local_only": 1}
+    url = f"/api/keys/{created.json()['id']}/"
+    lifted = alice_api.patch(url, {"local_only": False}, format="json")
+    assert lifted.status_code == 400 and "only an admin can lift it" in lifted.json()["local_only"][0]
+    assert Key.objects.get(pk=created.json()["id"]).local_only
+    assert alice_api.patch(url, {"name": "private-2"}, format="json").status_code == 200  # other edits are fine
+    assert admin_api.patch(url, {"local_only": False}, format="json").status_code == 200
+    assert Key.objects.get(pk=created.json()["id"]).admin_ceilings == {}
+    assert alice_api.patch(url, {"local_only": True}, format="json").status_code == 200  # her own choice now
+    assert alice_api.patch(url, {"local_only": False}, format="json").status_code == 200
+
+
 def test_a_developer_sets_and_clears_the_limits_of_their_own_key_freely(alice_api):
     body = alice_api.post("/api/keys/", {"name": "mine", "requests_per_minute": 10}, format="json").json()
     assert body["admin_ceilings"] == {}

@@ -438,6 +438,32 @@ def test_key_edit_applies_the_same_rules_and_never_changes_the_owner(alice_clien
     assert (key.name, key.tokens_per_day, key.ip_allowlist, key.owner) == ("laptop-2", 5000, ["10.0.0.0/8"], alice)
 
 
+def test_local_only_an_admin_set_in_the_form_stays_on_when_the_developer_edits(admin, alice):
+    from django.test import Client
+
+    admin_client, alice_client = Client(), Client()
+    admin_client.force_login(admin)
+    alice_client.force_login(alice)
+    created = admin_client.post(
+        reverse("key_create"),
+        {"owner": alice.pk, "name": "private", "ip_allowlist": "", "expires_at": "", "local_only": "on"},
+    )
+    assert created.status_code in (200, 302)
+    key = Key.objects.get(name="private")
+    assert key.local_only and key.admin_ceilings == {"local_only": 1}
+    url = reverse("key_edit", args=[key.pk])
+    page = alice_client.get(url).content.decode()
+    assert "only an admin can lift it" in page
+    # The box is disabled for her; a hand-made POST without it changes nothing.
+    response = alice_client.post(url, {"name": "private-2", "ip_allowlist": "", "expires_at": ""})
+    assert response.status_code == 302
+    key.refresh_from_db()
+    assert key.name == "private-2" and key.local_only
+    admin_client.post(url, {"name": "private-2", "ip_allowlist": "", "expires_at": ""})  # the admin lifts it
+    key.refresh_from_db()
+    assert not key.local_only and key.admin_ceilings == {}
+
+
 def test_editing_an_expired_key_keeps_its_expiry_without_complaint(alice_client, alice):
     from keys.services import issue_key
 
