@@ -91,6 +91,8 @@ def register_served_model(
         channel.status_changed = now
         channel.save()
         model, _ = Model.objects.get_or_create(name=model_name)
+        if model.is_alias:  # the deployment form refuses this name; an alias made since must not get a route
+            raise ValueError(f"'{model_name}' is now an alias; serve the model under its own name.")
         ModelRoute.objects.filter(channel=channel).exclude(model=model).delete()
         ModelRoute.objects.update_or_create(
             model=model,

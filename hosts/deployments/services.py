@@ -14,6 +14,8 @@ from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from channels.models import Model
+
 from .. import backends, calibration, fit
 from ..models import GPU, Deployment, Host
 from ..remote import commands, ssh
@@ -109,6 +111,11 @@ def clean_deployment(
         options, extra = {}, []
     else:
         errors.update(_parallel_errors(backend, model_path, options, len(gpu_indices) * nodes))
+    if served_model_name and Model.objects.filter(name=served_model_name, is_alias=True).exists():
+        errors.setdefault("served_model_name", []).append(
+            f"“{served_model_name}” is an alias (its targets are other models); serve the model under its "
+            "own name and add that to the alias."
+        )
     if errors:
         raise ValidationError(errors)
     return {

@@ -87,6 +87,29 @@ def test_injection_in_extra_args_is_a_form_error(admin_client, host):
     assert not Deployment.objects.exists()
 
 
+def test_an_alias_name_cannot_be_a_deployments_public_model(admin_client, host):
+    from channels.models import Model
+    from channels.services import register_served_model
+
+    Model.objects.create(name="coder", is_alias=True)
+    r = admin_client.post(reverse("deployment_create", args=[host.pk]), form_data(served_model_name="coder"))
+    assert r.status_code == 200 and "is an alias" in r.content.decode()
+    assert not Deployment.objects.exists()
+    with pytest.raises(ValueError, match="alias"):  # an alias made after the deployment was saved
+        register_served_model(
+            channel=None,
+            name="d",
+            kind="llamacpp",
+            base_url="http://127.0.0.1:9/v1",
+            api_key="",
+            model_name="coder",
+            upstream_model="coder",
+            context_window=None,
+            status_message="",
+        )
+    assert not Model.objects.get(name="coder").routes.exists()
+
+
 def test_create_then_launch_goes_to_the_job_page(admin_client, host):
     r = admin_client.post(reverse("deployment_create", args=[host.pk]), form_data())
     deployment = Deployment.objects.get()
