@@ -38,6 +38,8 @@ from .http import GatewayError, Request, send_bytes
 from .limits import Admission
 from .payloads import RAW_STREAM_FACTOR, max_bytes
 from .state import process
+from .translate.common import estimate_tokens as chat_tokens
+from .translate.common import prompt_text
 from .usage import Usage, UsageEvent
 
 logger = logging.getLogger(__name__)
@@ -135,6 +137,7 @@ class UpstreamResponse:
     response: aiohttp.ClientResponse | None = None
     attempts: list[Attempt] = field(default_factory=list)
     ttfb_ms: float | None = None
+    payload: dict[str, Any] | None = None  # what this route was sent (`recount` tokenizes its prompt)
 
     def close(self) -> None:
         """Drop the upstream connection (cancels generation on servers that watch for it)."""
@@ -169,6 +172,47 @@ async def read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
 
 def _is_json(ctype: bytes) -> bool:
     return b"json" in ctype
+
+
+# Servers with a /tokenize endpoint, and how they take the text (llama.cpp `content`, vLLM `prompt`).
+TOKENIZING_KINDS = ("llamacpp", "vllm")
+TOKENIZE_TIMEOUT = aiohttp.ClientTimeout(total=5)
+
+
+async def tokenize(route: RouteInfo, text: str, *, within: aiohttp.ClientTimeout = TOKENIZE_TIMEOUT) -> int | None:
+    """Tokens of `text` by the route's own tokenizer (`/tokenize`), or None where it has none or fails."""
+    if route.kind not in TOKENIZING_KINDS:
+        return None
+    payload = {"content": text} if route.kind == "llamacpp" else {"model": route.upstream_id, "prompt": text}
+    send = {"authorization": "Bearer " + route.api_key} if route.api_key else {}
+    root = route.base_url.removesuffix("/v1")
+    try:
+        async with process.upstream().post(root + "/tokenize", json=payload, headers=send, timeout=within) as resp:
+            if resp.status != 200:
+                return None
+            data = await resp.json(content_type=None)
+        count = data.get("count")
+        return count if isinstance(count, int) else len(data.get("tokens") or [])
+    except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError, TypeError) as exc:
+        logger.info("channel %s could not tokenize (%r)", route.channel_name, exc)
+        return None
+
+
+async def recount(up: UpstreamResponse, usage: Usage, answer: str | None = None) -> Usage:
+    """An estimated usage (the upstream reported none) counted again with the upstream's own
+    tokenizer where it has one: the prompt it was sent, and a non-streaming `answer` (a stream's
+    completion is its number of content events already). Bounded: 1 s, else the estimate stands."""
+    chat = up.payload
+    if not usage.estimated or up.route.kind not in TOKENIZING_KINDS or not isinstance(chat, dict):
+        return usage
+    quick = aiohttp.ClientTimeout(total=1)
+    text, _, _ = prompt_text(chat)
+    counted = await tokenize(up.route, text, within=quick)
+    prompt = chat_tokens(chat, text_tokens=counted) if counted is not None else usage.prompt_tokens
+    completion = usage.completion_tokens
+    if answer is not None and (answered := await tokenize(up.route, answer, within=quick)) is not None:
+        completion = answered
+    return Usage(prompt, completion, estimated=True)
 
 
 async def send_upstream(plan: Plan, *, stream: bool, deadline: float | None = None) -> UpstreamResponse:
@@ -226,7 +270,14 @@ async def send_upstream(plan: Plan, *, stream: bool, deadline: float | None = No
                 ttfb = (time.perf_counter() - started) * 1000
                 passive.report(route.channel_id, True, status=status, ttft_ms=ttfb)
                 return UpstreamResponse(
-                    route, status, ctype, first_chunk=first, response=resp, attempts=attempts, ttfb_ms=ttfb
+                    route,
+                    status,
+                    ctype,
+                    first_chunk=first,
+                    response=resp,
+                    attempts=attempts,
+                    ttfb_ms=ttfb,
+                    payload=out.payload,
                 )
             async with asyncio.timeout_at(deadline) if deadline is not None else _no_deadline():
                 body = await read_capped(resp, cap)
@@ -245,7 +296,9 @@ async def send_upstream(plan: Plan, *, stream: bool, deadline: float | None = No
                     continue
             ttfb = (time.perf_counter() - started) * 1000
             passive.report(route.channel_id, True, status=status, ttft_ms=ttfb)
-            return UpstreamResponse(route, status, ctype, body=body, attempts=attempts, ttfb_ms=ttfb)
+            return UpstreamResponse(
+                route, status, ctype, body=body, attempts=attempts, ttfb_ms=ttfb, payload=out.payload
+            )
         except TooLarge:
             kind, message, code = "too_large", f"answered more than {cap} bytes", 502
         except TimeoutError:

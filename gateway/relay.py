@@ -18,7 +18,7 @@ from django.conf import settings
 from channels.health import passive
 from keys.choices import UsageStatus
 
-from .call import Call, TooLarge, UpstreamResponse
+from .call import Call, TooLarge, UpstreamResponse, recount
 from .http import SSE_HEADERS, GatewayError, sse_error_event
 from .translate.common import answer_usage
 from .usage import Usage, usage_from
@@ -180,6 +180,12 @@ async def relay_sse(
         watcher.cancel()
         if usage is None:
             usage = Usage(call.prompt_estimate, content_events, estimated=True)
+            if status == UsageStatus.OK and not disconnected:
+                try:  # the upstream reported none: its own tokenizer counts the prompt (bounded)
+                    usage = await recount(up, usage)
+                except BaseException:
+                    call.finish(usage, status=status, http_status=http_status, error=error)
+                    raise
         call.finish(usage, status=status, http_status=http_status, error=error)  # before any await
         if not disconnected:
             tail = epilogue(usage) if epilogue is not None else b""

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from gateway.admission import open_call
-from gateway.call import Call, Outgoing, Plan
+from gateway.call import Call, Outgoing, Plan, UpstreamResponse, recount
 from gateway.http import GatewayError, Request
 from gateway.relay import relay_sse
 from gateway.translate.common import answer_usage
@@ -61,7 +61,7 @@ async def _proxy(req: Request, surface: str, path: str) -> None:
     if stream and up.status == 200:
         await relay_sse(call, up, client_wants_usage=client_wants_usage)
         return
-    await _relay_json(call, up.status, up.body, up.content_type, prompt)
+    await _relay_json(call, up, prompt)
 
 
 def _max_tokens(body: dict[str, Any]) -> int | None:
@@ -74,7 +74,8 @@ def _max_tokens(body: dict[str, Any]) -> int | None:
     return None
 
 
-async def _relay_json(call: Call, status: int, raw: bytes, content_type: bytes, prompt: int) -> None:
+async def _relay_json(call: Call, up: UpstreamResponse, prompt: int) -> None:
+    status, raw, content_type = up.status, up.body, up.content_type
     usage: Usage | None = None
     if status < 400:
         try:
@@ -83,7 +84,8 @@ async def _relay_json(call: Call, status: int, raw: bytes, content_type: bytes, 
             data = None
         usage = usage_from(answer_usage(data))
         if usage is None:
-            usage = Usage(prompt, _estimated_completion(data), estimated=True)
+            # No usage from the upstream: its own tokenizer counts where it has one, else ≈4 chars a token.
+            usage = await recount(up, Usage(prompt, _estimated_completion(data), estimated=True), _answer_text(data))
     else:
         # An upstream client error (e.g. llama.cpp's exceed_context_size_error) passes through,
         # always in the OpenAI error shape.
@@ -97,6 +99,18 @@ async def _relay_json(call: Call, status: int, raw: bytes, content_type: bytes, 
             raw = GatewayError(status, f"The upstream rejected the request: {text}", code="upstream_error").body()
             content_type = b"application/json"
     await call.send_json(status, raw, usage, content_type)
+
+
+def _answer_text(data: Any) -> str | None:
+    if not isinstance(data, dict):
+        return None
+    parts = []
+    for choice in data.get("choices") or ():
+        if isinstance(choice, dict):
+            message = choice.get("message") or {}
+            parts.append(str(message.get("content") or "") if isinstance(message, dict) else "")
+            parts.append(str(choice.get("text") or ""))
+    return "".join(parts)
 
 
 def _estimated_completion(data: Any) -> int:

@@ -17,7 +17,7 @@ import orjson
 
 from gateway.auth import authenticate
 from gateway.cache import RouteInfo, snapshot
-from gateway.call import Call, Outgoing, Plan
+from gateway.call import TOKENIZE_TIMEOUT, Call, Outgoing, Plan, UpstreamResponse, recount, tokenize
 from gateway.catalog import resolve_model, select_routes
 from gateway.http import GatewayError, Request, send_bytes, send_json
 from gateway.state import process
@@ -30,8 +30,6 @@ from keys.choices import ApiSurface
 from .translated import open_translated_call, relay_stream, sse_payload
 
 logger = logging.getLogger(__name__)
-
-TOKENIZE_TIMEOUT = aiohttp.ClientTimeout(total=5)
 
 
 def speaks_messages(route: RouteInfo) -> bool:
@@ -94,12 +92,13 @@ async def _create_message(req: Request) -> None:
             call, up, native=native, usage_of_event=_native_usage, on_error=_native_error, translator=translator
         )
         return
-    await _relay_json(call, up.status, up.body, native=native, model=public_model, thinking=thinking, prompt=prompt)
+    await _relay_json(call, up, native=native, model=public_model, thinking=thinking, prompt=prompt)
 
 
 async def _relay_json(
-    call: Call, status: int, raw: bytes, *, native: bool, model: str, thinking: bool, prompt: int
+    call: Call, up: UpstreamResponse, *, native: bool, model: str, thinking: bool, prompt: int
 ) -> None:
+    status, raw = up.status, up.body
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -126,7 +125,7 @@ async def _relay_json(
         message = anthropic_response.from_chat_completion(data, model=model, thinking=thinking)
         if usage is None:  # the client sees the same estimate that is recorded
             text = "".join(b.get("text", "") + orjson.dumps(b.get("input") or "").decode() for b in message["content"])
-            usage = Usage(prompt, estimate_tokens(text), estimated=True)
+            usage = await recount(up, Usage(prompt, estimate_tokens(text), estimated=True), text)
             message["usage"].update(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens)
         out = orjson.dumps(message)
     await call.send_json(status, out, usage)
@@ -214,18 +213,9 @@ async def _upstream_count(
                 if resp.status == 200:
                     return int((await resp.json(content_type=None))["input_tokens"])
             return None
-        if route.kind not in ("vllm", "llamacpp"):
-            return None
         text, _, _ = prompt_text(chat)
-        payload = {"content": text} if route.kind == "llamacpp" else {"model": route.upstream_id, "prompt": text}
-        send = {"authorization": "Bearer " + route.api_key} if route.api_key else {}
-        root = route.base_url.removesuffix("/v1")
-        async with session.post(root + "/tokenize", json=payload, headers=send, timeout=TOKENIZE_TIMEOUT) as resp:
-            if resp.status != 200:
-                return None
-            data = await resp.json(content_type=None)
-        tokens = data.get("count") if isinstance(data.get("count"), int) else len(data.get("tokens") or [])
-        return estimate_input_tokens(chat, text_tokens=tokens)
+        tokens = await tokenize(route, text)
+        return None if tokens is None else estimate_input_tokens(chat, text_tokens=tokens)
     except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError) as exc:
         logger.info("count_tokens: channel %s could not count (%r); estimating", route.channel_name, exc)
         return None

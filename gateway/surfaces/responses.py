@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from gateway.cache import RouteInfo
-from gateway.call import Call, Outgoing, Plan
+from gateway.call import Call, Outgoing, Plan, UpstreamResponse, recount
 from gateway.http import GatewayError, Receive, Request, Scope, Send
 from gateway.translate import TranslationError, responses_request, responses_response
 from gateway.translate.common import answer_usage
@@ -72,7 +72,7 @@ async def _create_response(req: Request) -> None:
             translator=lambda: responses_response.StreamTranslator(echo),
         )
         return
-    await _relay_json(call, up.status, up.body, native=native, request=echo, prompt=prompt)
+    await _relay_json(call, up, native=native, request=echo, prompt=prompt)
 
 
 def _native_error(err: GatewayError) -> bytes:
@@ -90,9 +90,8 @@ def _native_usage(event: bytes, current: Usage | None) -> Usage | None:
     return found if found is not None else current
 
 
-async def _relay_json(
-    call: Call, status: int, raw: bytes, *, native: bool, request: dict[str, Any], prompt: int
-) -> None:
+async def _relay_json(call: Call, up: UpstreamResponse, *, native: bool, request: dict[str, Any], prompt: int) -> None:
+    status, raw = up.status, up.body
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -120,7 +119,7 @@ async def _relay_json(
                 for p in item.get("content") or []
                 if isinstance(p, dict)
             ] + [item.get("arguments", "") for item in response["output"]]
-            usage = Usage(prompt, estimate_tokens(texts), estimated=True)
+            usage = await recount(up, Usage(prompt, estimate_tokens(texts), estimated=True), "".join(texts))
             response["usage"] = responses_response.usage_of(
                 {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
             )

@@ -140,6 +140,36 @@ def test_upstream_omitting_usage_is_counted_locally_and_marked_estimated(setup, 
     assert streamed.completion_tokens == 4
 
 
+LONG_PROMPT = " ".join(f"w{i % 9}" for i in range(600))  # 600 tokens by the fake's tokenizer (words)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_usage_an_upstream_omits_is_counted_by_its_own_tokenizer(setup, gateway_url, upstream, stream):
+    """The fake counts tokens as words, in its usage and in /tokenize; with usage omitted the gateway
+    asks /tokenize (vLLM and llama.cpp have it) and lands within 5 % of what the fake would have
+    reported. The 4-characters-a-token estimate it replaces is 25 % low on this text."""
+    messages = [{"role": "user", "content": LONG_PROMPT}]
+    upstream.behave(tokens=7)
+    client = openai.OpenAI(base_url=gateway_url + "/v1", api_key=setup.plaintext, max_retries=0)
+    client.chat.completions.create(model="qwen3-32b", messages=messages)
+    wait_for(lambda: UsageRecord.objects.filter(key=setup.key).count() == 1)
+    reported = UsageRecord.objects.get(key=setup.key)
+    assert not reported.estimated and reported.prompt_tokens == 600  # the fake's own count
+
+    upstream.behave(mode="omit_usage", tokens=7)
+    if stream:
+        list(client.chat.completions.create(model="qwen3-32b", messages=messages, stream=True))
+    else:
+        client.chat.completions.create(model="qwen3-32b", messages=messages)
+    wait_for(lambda: UsageRecord.objects.filter(key=setup.key).count() == 2)
+    counted = UsageRecord.objects.filter(key=setup.key).latest("created")
+    assert counted.estimated  # not reported by the upstream, and on the record as such
+    assert abs(counted.prompt_tokens - 600) <= 0.05 * 600, counted.prompt_tokens
+    assert abs(-(-len(LONG_PROMPT) // 4) - 600) > 0.05 * 600  # what the character estimate says
+    assert counted.completion_tokens == 7  # "tok0 … tok6": events when streamed, /tokenize otherwise
+    assert any(r.path.endswith("/tokenize") for r in upstream.requests)
+
+
 def test_header_hygiene(setup, gateway_url, upstream):
     r = httpx.post(
         gateway_url + "/v1/chat/completions",

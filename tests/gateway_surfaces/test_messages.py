@@ -387,5 +387,6 @@ def test_usage_is_estimated_not_zero_when_the_upstream_reports_none(setup, clien
         message = client.messages.create(**ask)
     assert message.content[0].text == "tok0 tok1 tok2 tok3 tok4"
     (record,) = record_for(setup.key)
-    assert record.estimated is True and record.prompt_tokens == 2 and record.completion_tokens > 0
+    # The channel (vLLM) has /tokenize: 1 token by the fake's tokenizer + 4 for the message's markers.
+    assert record.estimated is True and record.prompt_tokens == 1 + 4 and record.completion_tokens > 0
     assert message.usage.output_tokens == record.completion_tokens
