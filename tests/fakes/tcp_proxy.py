@@ -1,7 +1,7 @@
 """A TCP proxy the test controls, in front of a real server (Redis here), for fault injection.
 
     with TcpProxy(target_url) as proxy:      # target: redis://host:port/… or unix:///path
-        proxy.url                              # redis://127.0.0.1:PORT/0
+        proxy.url                              # redis://127.0.0.1:PORT/<the target's db>
         proxy.mode = "stall"                   # pass | stall | close | refuse | greet
 
 Modes apply to new and existing connections: `pass` forwards both ways; `stall` accepts and
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 
 class TcpProxy:
@@ -23,6 +23,10 @@ class TcpProxy:
         u = urlsplit(target_url)
         self.unix = u.path if u.scheme == "unix" else None
         self.target = (u.hostname or "127.0.0.1", u.port or 6379)
+        # The same database as the target (redis://host/9, unix:///sock?db=9), so what a test reads
+        # directly and what it reads through the proxy agree.
+        db = parse_qs(u.query).get("db", ["0"])[0] if self.unix else u.path.strip("/") or "0"
+        self.db = int(db) if db.isdigit() else 0
         self.mode = "pass"
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -33,7 +37,7 @@ class TcpProxy:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://127.0.0.1:{self.port}/{self.db}"
 
     def __enter__(self) -> TcpProxy:
         self._thread.start()
