@@ -34,6 +34,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.fakes import processes
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _lock = threading.Lock()
 
@@ -126,13 +128,7 @@ class LlamaServer:
         raise RuntimeError(f"llama.cpp server not healthy after {self.startup_timeout}s:\n{self.log()[-2000:]}")
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        processes.stop(self.process)
 
     def __enter__(self) -> LlamaServer:
         return self.start()

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.fakes import processes
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CLIENT_ID = "gateway-portal"
 
@@ -285,13 +287,7 @@ class OidcProvider:
         return response.json()["sub"]
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        processes.stop(self.process)
 
     def __enter__(self) -> OidcProvider:
         return self.start()

@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import processes
 from .llamacpp import REPO_ROOT, install_llama_server
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
@@ -174,13 +175,7 @@ class SSHTarget:
         raise RuntimeError("sshd did not start listening within 10 s")
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        processes.stop(self.process)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> SSHTarget:

@@ -22,6 +22,7 @@ from django.conf import settings
 
 from channels.models import Channel, Model, ModelRoute
 from keys.services import issue_key
+from tests.fakes import processes
 from tests.fakes.upstream import FakeUpstream
 from tests.services import free_port
 
@@ -224,13 +225,7 @@ class ProcessServer:
         raise RuntimeError("gateway process did not start")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        processes.stop(self.proc, timeout=15)
 
 
 @pytest.fixture
