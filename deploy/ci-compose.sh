@@ -16,85 +16,20 @@ started=$(date +%s)
 stamp() { printf '[ci-compose %4ss] %s\n' "$(($(date +%s) - started))" "$*"; }
 export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# Everything podman keeps (storage, base rootfs, podman-compose venv) lives here; it is a cache:
-# delete it for a cold run.
-CI_HOME=${PORTAL_CI_HOME:-/var/tmp/portal-ci-podman}
 PROJECT=${PORTAL_CI_PROJECT:-portalci}
 REPLICAS=${PORTAL_CI_REPLICAS:-2}
-mkdir -p "$CI_HOME"
-
-# 1. podman & friends from Debian; podman-compose from PyPI into a throwaway venv.
-pkgs=(podman runc conmon slirp4netns fuse-overlayfs uidmap containernetworking-plugins
-  golang-github-containernetworking-plugin-dnsname dnsmasq-base debootstrap iptables curl)
-missing=()
-for p in "${pkgs[@]}"; do dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
-if [ ${#missing[@]} -gt 0 ]; then
-  stamp "apt-get install ${missing[*]}"
-  apt-get update -qq
-  apt-get install -y -qq -o DPkg::Lock::Timeout=600 --no-install-recommends "${missing[@]}" >/dev/null
-fi
+# 1-4. podman, its configuration, the base images and the project image (shared with ci-kube.sh).
+source deploy/ci/podman-images.sh
+# podman-compose from PyPI into a throwaway venv.
 if [ ! -x "$CI_HOME/venv/bin/podman-compose" ]; then
   stamp "podman-compose into $CI_HOME/venv"
   python3 -m venv "$CI_HOME/venv"
   "$CI_HOME/venv/bin/pip" install -q "podman-compose>=1.5,<2"
 fi
-
-# 2. podman configuration for this host: runc (crun refuses the hybrid cgroup layout), cgroupfs and
-# file events (no systemd), ulimits the host can grant, storage in the cache folder.
-cat >"$CI_HOME/containers.conf" <<CONF
-[containers]
-default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-[network]
-network_backend = "cni"
-CONF
-cat >"$CI_HOME/storage.conf" <<CONF
-[storage]
-driver = "overlay"
-graphroot = "$CI_HOME/storage"
-runroot = "$CI_HOME/run"
-CONF
-export CONTAINERS_CONF="$CI_HOME/containers.conf" CONTAINERS_STORAGE_CONF="$CI_HOME/storage.conf"
-export DISABLE_HC_SYSTEMD=true
 # A clean environment: compose interpolates the shell's variables over .env's (CI exports
 # DATABASE_URL, PORTAL_*...), and this stack must see only its own .env.
 PC=(env -i PATH="$PATH" HOME="$HOME" CONTAINERS_CONF="$CONTAINERS_CONF" CONTAINERS_STORAGE_CONF="$CONTAINERS_STORAGE_CONF"
   DISABLE_HC_SYSTEMD=true "$CI_HOME/venv/bin/podman-compose" -p "$PROJECT" -f docker-compose.yml -f compose.ci.yml)
-
-# 3. Base images without a registry.
-MIRROR=$( (cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null || true) \
-  | grep -oE '^(URIs:|deb) +https?://[^ ]+/debian/?$' | head -1 | awk '{print $2}' || true)
-MIRROR=${MIRROR:-http://deb.debian.org/debian}
-if ! podman image exists localhost/debian:bookworm; then
-  stamp "debootstrap bookworm from $MIRROR"
-  rm -rf "$CI_HOME/rootfs"
-  debootstrap --variant=minbase bookworm "$CI_HOME/rootfs" "$MIRROR" >"$CI_HOME/debootstrap.log" 2>&1 \
-    || { tail -20 "$CI_HOME/debootstrap.log"; exit 1; }
-  tar -C "$CI_HOME/rootfs" -c . | podman import -q - localhost/debian:bookworm >/dev/null
-  rm -rf "$CI_HOME/rootfs"
-fi
-ctx="$CI_HOME/base-context"
-rm -rf "$ctx" && mkdir -p "$ctx/ca" && cp deploy/ci/images/* "$ctx/"
-# The build containers reach PyPI and Debian through this host's network: trust its extra CAs.
-cp -r /usr/local/share/ca-certificates/. "$ctx/ca/" 2>/dev/null || true
-base() {  # base NAME CONTAINERFILE
-  if ! podman image exists "$1"; then
-    stamp "base image $1"
-    podman build -q --pull=never -t "$1" -f "$ctx/$2" "$ctx" >/dev/null
-  fi
-}
-base localhost/python:3.11-bookworm python.Containerfile
-base localhost/postgres:15-bookworm postgres.Containerfile
-base localhost/redis:7-bookworm redis.Containerfile
-base localhost/caddy:2-bookworm caddy.Containerfile
-
-# 4. The project image from the project's Dockerfile (`--format docker` keeps its HEALTHCHECK).
-stamp "podman build the project image"
-podman build -q --format docker --pull=never --build-arg BASE_IMAGE=localhost/python:3.11-bookworm \
-  -t localhost/gateway-portal:ci -f Dockerfile . >/dev/null
 
 # 5. The compose project in a scratch folder: the project's docker-compose.yml and deploy/, the CI
 # override, and a .env (never the developer's own .env).
