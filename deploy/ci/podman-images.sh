@@ -1,4 +1,4 @@
-# Sourced by deploy/ci-compose.sh and deploy/ci-kube.sh (needs `stamp` and ROOT): podman and its
+# Sourced by deploy/ci-compose.sh and deploy/ci-kube.sh (needs `stamp`): podman and its
 # configuration for this host, the base images made without a registry, and the project's image
 # localhost/gateway-portal:ci built from its own Dockerfile. Everything is cached under CI_HOME.
 # Everything podman keeps (storage, base rootfs, podman-compose venv) lives in CI_HOME; it is a
@@ -8,7 +8,7 @@ mkdir -p "$CI_HOME"
 
 # 1. podman & friends from Debian.
 pkgs=(podman runc conmon slirp4netns fuse-overlayfs uidmap containernetworking-plugins
-  golang-github-containernetworking-plugin-dnsname dnsmasq-base debootstrap iptables curl)
+  golang-github-containernetworking-plugin-dnsname dnsmasq-base debootstrap iptables curl catatonit)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

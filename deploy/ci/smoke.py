@@ -1,4 +1,6 @@
-"""Smoke suite for the compose stack, run by deploy/ci-compose.sh against the proxy's port.
+"""Smoke suite for the compose stack (deploy/ci-compose.sh, through the proxy's port) and the
+Kubernetes manifests run by podman kube play (deploy/ci-kube.sh, `--platform kube`, through the
+portal-web Service's stand-in).
 
 Standard library only (it runs on the CI host's python3). Everything goes through the proxy except
 what must name one replica: per-replica access-log counts (`podman logs`), and the revocation
@@ -24,6 +26,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 PROJECT = os.environ.get("PORTAL_CI_PROJECT", "portalci")
+PLATFORM = "compose"  # or "kube": how containers are found (compose labels or the pods' labels)
+KUBE_COMPONENT = {"web": "web", "worker": "worker", "beat": "beat", "proxy": "service"}
 MODEL = "fake-model"
 checks: list[str] = []
 
@@ -48,6 +52,11 @@ def podman(*args: str) -> str:
 
 
 def containers(service: str) -> list[str]:
+    if PLATFORM == "kube":
+        # A pod's containers carry its template's labels; init containers have exited (not listed).
+        component = KUBE_COMPONENT[service]
+        out = podman("ps", "--filter", f"label=app.kubernetes.io/component={component}", "--format", "{{.Names}}")
+        return sorted(name for name in out.split() if not name.endswith("-wait-for-migrations"))
     out = podman(
         "ps",
         "--filter",
@@ -62,7 +71,10 @@ def containers(service: str) -> list[str]:
 
 def address(container: str) -> str:
     info = json.loads(podman("inspect", container))[0]
-    networks = info["NetworkSettings"]["Networks"]
+    networks = info["NetworkSettings"].get("Networks") or {}
+    if not networks and info.get("Pod"):  # a pod's containers share its infra container's network
+        infra = json.loads(podman("pod", "inspect", info["Pod"]))["InfraContainerID"]
+        networks = json.loads(podman("inspect", infra))[0]["NetworkSettings"]["Networks"]
     return next(iter(networks.values()))["IPAddress"]
 
 
@@ -138,47 +150,63 @@ def main() -> None:
     parser.add_argument("--admin-password", required=True)
     parser.add_argument("--replicas", type=int, default=2)
     parser.add_argument("--bench", type=int, default=0, help="then SECONDS of wrk load through the proxy (req/s)")
+    parser.add_argument("--platform", choices=("compose", "kube"), default="compose")
     args = parser.parse_args()
+    global PLATFORM
+    PLATFORM = args.platform
     base = args.url.rstrip("/")
     webs = containers("web")
     expect(len(webs) == args.replicas, f"{len(webs)} web containers running, expected {args.replicas}")
     ok(f"{len(webs)} web replicas: {', '.join(webs)}")
 
-    # The proxy sits in the `edge` subnet the replicas trust for X-Forwarded-For (PORTAL_TRUSTED_PROXIES).
-    trusted = podman("exec", webs[0], "printenv", "PORTAL_TRUSTED_PROXIES").strip()
-    proxy_ip = next(
-        iter(json.loads(podman("inspect", containers("proxy")[0]))[0]["NetworkSettings"]["Networks"].values())
-    )
-    network = ipaddress.ip_network(trusted)
-    expect(ipaddress.ip_address(proxy_ip["IPAddress"]) in network, f"proxy {proxy_ip['IPAddress']} not in {trusted}")
-    ok(f"the proxy ({proxy_ip['IPAddress']}) is in the trusted edge subnet {trusted}")
+    if PLATFORM == "compose":
+        # The proxy sits in the `edge` subnet the replicas trust for X-Forwarded-For (PORTAL_TRUSTED_PROXIES).
+        trusted = podman("exec", webs[0], "printenv", "PORTAL_TRUSTED_PROXIES").strip()
+        proxy_ip = next(
+            iter(json.loads(podman("inspect", containers("proxy")[0]))[0]["NetworkSettings"]["Networks"].values())
+        )
+        network = ipaddress.ip_network(trusted)
+        expect(
+            ipaddress.ip_address(proxy_ip["IPAddress"]) in network, f"proxy {proxy_ip['IPAddress']} not in {trusted}"
+        )
+        ok(f"the proxy ({proxy_ip['IPAddress']}) is in the trusted edge subnet {trusted}")
 
     status, raw, _ = request(f"{base}/healthz")
     health = json.loads(raw)
     expect(status == 200 and health["database"]["ok"] and health["broker"]["ok"], f"/healthz: {status} {health}")
     ok("/healthz through the proxy: PostgreSQL and Redis ok")
 
-    # .env reaches every app container (env_file), compose's own variables still win.
-    for service in ("web", "worker", "beat"):
-        for container in containers(service):
-            env = podman("exec", container, "printenv")
-            expect(
-                "DEFAULT_FROM_EMAIL=ci-compose@example.invalid" in env,
-                f"{container}: .env's DEFAULT_FROM_EMAIL missing",
-            )
-            expect("PORTAL_PROBE_TIMEOUT=17" in env, f"{container}: .env's PORTAL_PROBE_TIMEOUT missing")
-            expect("DATABASE_URL=postgres://portal:" in env, f"{container}: DATABASE_URL is not compose's")
-    seen = podman(
-        "exec",
-        webs[0],
-        "python",
-        "manage.py",
-        "shell",
-        "-c",
-        "from django.conf import settings; print(settings.DEFAULT_FROM_EMAIL)",
-    ).strip()
-    expect(seen.endswith("ci-compose@example.invalid"), f"settings.DEFAULT_FROM_EMAIL is {seen!r}")
-    ok(".env variables reach web, worker and beat, and the settings read them")
+    if PLATFORM == "compose":
+        # .env reaches every app container (env_file), compose's own variables still win.
+        for service in ("web", "worker", "beat"):
+            for container in containers(service):
+                env = podman("exec", container, "printenv")
+                expect(
+                    "DEFAULT_FROM_EMAIL=ci-compose@example.invalid" in env,
+                    f"{container}: .env's DEFAULT_FROM_EMAIL missing",
+                )
+                expect("PORTAL_PROBE_TIMEOUT=17" in env, f"{container}: .env's PORTAL_PROBE_TIMEOUT missing")
+                expect("DATABASE_URL=postgres://portal:" in env, f"{container}: DATABASE_URL is not compose's")
+        seen = podman(
+            "exec",
+            webs[0],
+            "python",
+            "manage.py",
+            "shell",
+            "-c",
+            "from django.conf import settings; print(settings.DEFAULT_FROM_EMAIL)",
+        ).strip()
+        expect(seen.endswith("ci-compose@example.invalid"), f"settings.DEFAULT_FROM_EMAIL is {seen!r}")
+        ok(".env variables reach web, worker and beat, and the settings read them")
+    else:
+        # The ConfigMap and the Secret (inlined by kube_play.py) reach web, worker and beat.
+        for service in ("web", "worker", "beat"):
+            expect(containers(service), f"no {service} pod is running")
+            for container in containers(service):
+                env = podman("exec", container, "printenv")
+                expect(f"PORTAL_PUBLIC_URL={base}" in env, f"{container}: the ConfigMap's PORTAL_PUBLIC_URL missing")
+                expect("DATABASE_URL=postgres://portal:" in env, f"{container}: the Secret's DATABASE_URL missing")
+        ok("the ConfigMap and the Secret reach web, worker and beat")
 
     admin = Admin(base, args.admin_password)
     for i in range(20):

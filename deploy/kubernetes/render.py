@@ -25,6 +25,7 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 PORTAL_IMAGE = "gateway-portal:latest"  # the placeholder every portal container carries in base/
+DATASTORE_IMAGES = {"postgres": "postgres:16-alpine", "redis": "redis:7-alpine"}  # optional/datastores.yaml
 Doc = dict[str, Any]
 
 
@@ -90,7 +91,11 @@ def render(args: argparse.Namespace) -> list[Doc]:
         if args.namespace:
             meta["namespace"] = args.namespace
         for container in containers(doc):
-            if container["image"] == PORTAL_IMAGE:
+            if container["image"] == DATASTORE_IMAGES["postgres"] and args.postgres_image:
+                container["image"] = args.postgres_image
+            elif container["image"] == DATASTORE_IMAGES["redis"] and args.redis_image:
+                container["image"] = args.redis_image
+            elif container["image"] == PORTAL_IMAGE:
                 container["image"] = args.image
                 if args.pull_policy:
                     container["imagePullPolicy"] = args.pull_policy
@@ -123,6 +128,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pull-policy", choices=("Always", "IfNotPresent", "Never"), default=None)
     p.add_argument("--trusted-proxies", type=cidr, action="append", help="the Ingress controller's addresses")
     p.add_argument("--datastores", action="store_true", help="add one PostgreSQL and one Redis pod (trying it out)")
+    p.add_argument("--postgres-image", default=None, help=f"with --datastores (default {DATASTORE_IMAGES['postgres']})")
+    p.add_argument("--redis-image", default=None, help=f"with --datastores (default {DATASTORE_IMAGES['redis']})")
     p.add_argument(
         "--network-policy", action="store_true", help="workers reach only --gpu-cidr, DNS and the datastores"
     )
