@@ -84,7 +84,7 @@ until_ok() {  # until_ok SECONDS WHAT COMMAND...: retry until the command succee
 }
 pod_ip() { podman inspect --format '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' \
   "$(podman pod inspect --format '{{.InfraContainerID}}' "$1")"; }
-ready() { curl -fsS -o /dev/null --max-time 4 "http://$(pod_ip "$1"):8000$2"; }
+ready() { curl -fsS -o /dev/null --max-time 4 -H "Host: ${probe[1]}" "http://$(pod_ip "$1"):8000$2"; }
 
 # 6. Up in the order a cluster converges to: datastores, the migrate Job, the portal, the Service.
 stamp "kube play: postgres, redis (StatefulSets), the fake upstream"
@@ -96,12 +96,21 @@ play 2-migrate
 migrate=$(podman ps -a --filter "label=app.kubernetes.io/component=migrate" --format '{{.Names}}' | grep -- '-migrate$')
 migrate_rc=$(podman wait "$migrate")
 [ "$migrate_rc" = 0 ] || { podman logs "$migrate"; stamp "migrate exited $migrate_rc"; exit 1; }
+stamp "init containers (wait-for-migrations) as podman kube play cannot run them"
+while read -r line; do
+  mapfile -t gate < <(python3 -c 'import json, sys; print("\n".join(json.loads(sys.argv[1])))' "$line")
+  timeout 300 podman run --rm --network "$NETWORK" --env-file "${gate[1]}" "${gate[0]}" "${gate[@]:2}"
+done <"$stage/init-containers"
 stamp "kube play: portal-web x$REPLICAS, portal-worker, portal-beat"
 play 3-portal
-readiness=$(uv run --quiet python -c 'import sys, yaml
+# The readiness probe as the manifest has it (path and Host header), asked the way the kubelet would.
+mapfile -t probe < <(uv run --quiet python -c 'import sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
 web = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "portal-web")
-print(web["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["path"])' "$stage/rendered.yaml")
+get = web["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]
+print(get["path"])
+print(next(h["value"] for h in get["httpHeaders"] if h["name"] == "Host"))' "$stage/rendered.yaml")
+readiness=${probe[0]}
 for i in $(seq 0 $((REPLICAS - 1))); do
   until_ok 240 "portal-web-pod-$i $readiness" ready "portal-web-pod-$i" "$readiness"
 done

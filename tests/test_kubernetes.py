@@ -150,6 +150,11 @@ def test_web_pods_wait_for_migrations_and_probe_readiness_and_liveness_apart():
     container = web["containers"][0]
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    # The kubelet sends the pod IP as Host, which the portal's allowed hosts refuse.
+    allowed = by_kind(rendered(), "ConfigMap")["portal-config"]["data"]["DJANGO_ALLOWED_HOSTS"].split(",")
+    for probe in ("readinessProbe", "livenessProbe"):
+        host = {h["name"]: h["value"] for h in container[probe]["httpGet"]["httpHeaders"]}["Host"]
+        assert host in allowed
     assert container["resources"]["requests"]["cpu"] and container["resources"]["limits"]["memory"]
     assert {"configMapRef": {"name": "portal-config"}} in container["envFrom"]
     assert {"secretRef": {"name": "portal-secrets"}} in container["envFrom"]

@@ -12,6 +12,10 @@ and each emulation is printed so the log says what was not run as written:
   (podman has no kube-proxy); Services of single pods -> nothing (the pod's name is the Service's).
 - Secret references (envFrom secretRef, env secretKeyRef) -> plain env values from --secret
   (podman 4.3 cannot read Kubernetes Secrets: containers/podman#17071).
+- initContainers are run by ci-kube.sh (podman run, same image, command and env) before the
+  Deployment's pods start: podman 4.3 fails to remove a finished init container ("cannot remove
+  container … as it is running") and leaves the pod down.
+- containerPorts are not declared (podman 4.3 would publish each on the host); probes name the number.
 - readinessProbe is not run by podman: ci-kube.sh polls it itself. HorizontalPodAutoscaler,
   PodDisruptionBudget and NetworkPolicy have no podman equivalent and are left out.
 
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -57,6 +62,30 @@ def inline_secrets(spec: Doc, secrets: dict[str, str]) -> None:
             container.pop("envFrom", None)
 
 
+def unpublish(spec: Doc) -> None:
+    """podman 4.3 publishes every containerPort on the host (two web pods would both bind :8000);
+    in-pod and pod-to-pod traffic needs no declaration, so ports go and probes name the number."""
+    for container in spec.get("initContainers", []) + spec.get("containers", []):
+        named = {p["name"]: p["containerPort"] for p in container.pop("ports", []) if "name" in p}
+        for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+            action = container.get(probe, {}).get("httpGet")
+            if action and isinstance(action["port"], str):
+                action["port"] = named[action["port"]]
+
+
+def gate(deployment: str, init: Doc, configmaps: dict[str, dict[str, str]], outdir: str) -> str:
+    """One init container as a line for ci-kube.sh: `IMAGE ENV_FILE COMMAND…` (JSON), env resolved
+    from its ConfigMaps and the inlined secrets into a 0600 file (never on a command line)."""
+    env: dict[str, str] = {}
+    for source in init.get("envFrom", []):
+        env.update(configmaps[source["configMapRef"]["name"]])
+    env.update({v["name"]: v["value"] for v in init.get("env", [])})
+    env_file = Path(outdir, f"{deployment}-{init['name']}.env")
+    env_file.touch(mode=0o600)
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+    return json.dumps([init["image"], str(env_file), *init["command"]]) + "\n"
+
+
 def pod(name: str, template: Doc, restart: str | None = None) -> Doc:
     spec = copy.deepcopy(template["spec"])
     if restart:
@@ -70,6 +99,8 @@ def pod(name: str, template: Doc, restart: str | None = None) -> Doc:
 
 
 def convert(docs: list[Doc], secrets: dict[str, str], args: argparse.Namespace) -> dict[str, list[Doc]]:
+    configmaps = {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "ConfigMap"}
+    gates: list[str] = []
     phases: dict[str, list[Doc]] = {
         "configmap": [],
         "1-datastores": [],
@@ -82,6 +113,7 @@ def convert(docs: list[Doc], secrets: dict[str, str], args: argparse.Namespace) 
         kind, name = doc["kind"], doc["metadata"]["name"]
         for template in [doc["spec"]["template"]] if "template" in doc.get("spec", {}) else []:
             inline_secrets(template["spec"], secrets)
+            unpublish(template["spec"])
         if kind in DROPPED:
             note(f"{kind} {name}: no podman equivalent, not run")
         elif kind == "ConfigMap":
@@ -107,6 +139,9 @@ def convert(docs: list[Doc], secrets: dict[str, str], args: argparse.Namespace) 
                 )
             phases["1-datastores"].append(p)
         elif kind == "Deployment":
+            for init in doc["spec"]["template"]["spec"].pop("initContainers", []):
+                note(f"Deployment {name}: init container {init['name']} run by ci-kube.sh before the pods")
+                gates.append(gate(name, init, configmaps, args.outdir))
             if name == "portal-web":
                 web_replicas = doc["spec"]["replicas"]
             phases["3-portal"].append(doc)
@@ -115,6 +150,7 @@ def convert(docs: list[Doc], secrets: dict[str, str], args: argparse.Namespace) 
                 note(f"Service {name}: its pod is named {name} (podman's DNS resolves pod names)")
         else:
             raise SystemExit(f"kube_play.py: no conversion for {kind} {name}")
+    Path(args.outdir, "init-containers").write_text("".join(gates))
     upstreams = " ".join(f"portal-web-pod-{i}:8000" for i in range(web_replicas))
     note(f"Service portal-web -> Caddy pod portal-web:80, round robin over {upstreams}")
     Path(args.outdir, "Caddyfile").write_text(
