@@ -119,10 +119,11 @@ def links(inp: RenderInput) -> list[Link]:
 
 def probes() -> list[Probe]:
     """The doctor reads our rows back from CC Switch's database (`format: ccswitch`): one probe per app."""
-    common = {"file": DB_PATH, "format": "ccswitch", "client": LABEL}
     return [
         Probe(
-            **common,
+            file=DB_PATH,
+            format="ccswitch",
+            client=LABEL,
             base_url="claude.env.ANTHROPIC_BASE_URL",
             base_shape="root",
             key="claude.env.ANTHROPIC_AUTH_TOKEN",
@@ -130,7 +131,9 @@ def probes() -> list[Probe]:
             model_name="ANTHROPIC_MODEL",
         ),
         Probe(
-            **common,
+            file=DB_PATH,
+            format="ccswitch",
+            client=LABEL,
             base_url=f"codex.config.model_providers.{PROVIDER_ID}.base_url",
             base_shape="v1",
             key="codex.auth.OPENAI_API_KEY",
@@ -138,7 +141,9 @@ def probes() -> list[Probe]:
             model_name="model",
         ),
         Probe(
-            **common,
+            file=DB_PATH,
+            format="ccswitch",
+            client=LABEL,
             base_url="opencode.options.baseURL",
             base_shape="v1",
             key="opencode.options.apiKey",
