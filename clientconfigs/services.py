@@ -308,6 +308,9 @@ def bundle(client: str, inp: RenderInput, rendered: Rendered, key: Key | None) -
         ],
         # Never a command that carries the key: the installer prints these, and a shell keeps them.
         "commands": [{"label": c.label, "text": c.text} for c in rendered.commands if not c.secret],
+        # Import links (CC Switch's carry the key): opened or printed where no file or database takes it.
+        "links": [{"label": link.label, "url": link.url} for link in rendered.links],
+        "db_providers": rendered.db_providers,
         "notes": rendered.notes,
         "warnings": rendered.warnings,
     }

@@ -163,6 +163,9 @@ class Rendered:
     notes: list[str] = field(default_factory=list)
     probes: list[Probe] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # shown prominently on the page and by the installer
+    # Providers the installer writes into a client's own database (CC Switch's cc-switch.db): one per
+    # app, {"app_type", "settings_config"}; upserted under PROVIDER_ID, so a second run updates them.
+    db_providers: list[dict] = field(default_factory=list)
 
 
 # What each client sends before the user types a word (system prompt + tool schemas), measured at

@@ -1,9 +1,16 @@
-"""CC Switch: `ccswitch://v1/import?resource=provider&…` deep links, one per app it manages.
+"""CC Switch: the team's provider for Claude Code, Codex and OpenCode, in CC Switch's own database.
 
-CC Switch writes the app's own files when the provider is switched on. The endpoint follows the
-target app's convention: root for Claude Code, /v1 for Codex and OpenCode. Extra settings (context
-window, version header) travel in `config`, URL-safe Base64 of the app's native config; URL
-parameters win over it. No files: the links are the whole import.
+CC Switch (farion1231/cc-switch) keeps providers in `~/.cc-switch/cc-switch.db` (SQLite, table
+`providers`, primary key (id, app_type)) and writes the app's own files when a provider is switched
+on. The installer upserts one row per app under our fixed id, so a second run updates the same
+provider (a deep-link import would add another: it names each import `<name>-<timestamp>`), keeps
+whether it is the current one, and never touches the user's other providers. `settings_config` is
+exactly what CC Switch's deep-link import builds (src-tauri/src/deeplink/provider.rs).
+
+Where CC Switch has no database yet, the installer opens (or prints) the `ccswitch://v1/import`
+deep links instead: they carry the key, so it is never lost. The endpoint follows the target app's
+convention: root for Claude Code, /v1 for Codex and OpenCode. Extra settings (context window,
+version header) travel in `config`, URL-safe Base64 of the app's native config.
 """
 
 from __future__ import annotations
@@ -15,11 +22,12 @@ from urllib.parse import quote, urlencode
 import tomli_w
 
 from . import claude_code, codex, opencode
-from .base import PROVIDER_ID, PROVIDER_NAME, Link, Rendered, RenderInput
+from .base import PROVIDER_ID, PROVIDER_NAME, Link, Probe, Rendered, RenderInput
 
 SLUG = "cc-switch"
 LABEL = "CC Switch"
 ENV_INDIRECTION = False
+DB_PATH = "~/.cc-switch/cc-switch.db"
 
 
 def b64(text: str) -> str:
@@ -30,13 +38,51 @@ def deep_link(params: dict[str, str]) -> str:
     return "ccswitch://v1/import?" + urlencode(params, quote_via=quote)
 
 
+def claude_env(inp: RenderInput) -> dict[str, str]:
+    """The env block CC Switch writes to ~/.claude/settings.json: our extra settings, then the
+    standard fields (the import's URL parameters, which win)."""
+    env = claude_code.env_block(inp)
+    out = {k: v for k, v in env.items() if k.startswith(("CLAUDE_CODE_", "ANTHROPIC_CUSTOM_HEADERS"))}
+    out.update(ANTHROPIC_AUTH_TOKEN=inp.key_or_placeholder, ANTHROPIC_BASE_URL=inp.gateway_url)
+    if inp.primary:
+        model = inp.primary.name
+        out.update(
+            ANTHROPIC_MODEL=model,
+            ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
+            ANTHROPIC_DEFAULT_SONNET_MODEL=model,
+            ANTHROPIC_DEFAULT_OPUS_MODEL=model,
+        )
+    return out
+
+
+def codex_config(inp: RenderInput) -> dict:
+    cfg = codex.config(inp)
+    provider = cfg["model_providers"][PROVIDER_ID]
+    # CC Switch writes the key to Codex's auth.json and marks the provider requires_openai_auth.
+    provider = {k: v for k, v in provider.items() if k != "env_key"} | {"requires_openai_auth": True}
+    return {**cfg, "model_providers": {PROVIDER_ID: provider}}
+
+
+def providers(inp: RenderInput) -> list[dict]:
+    """One row's `settings_config` per app, as CC Switch's own import would store it."""
+    key = inp.key_or_placeholder
+    return [
+        {"app_type": "claude", "settings_config": {"env": claude_env(inp)}},
+        {
+            "app_type": "codex",
+            "settings_config": {"auth": {"OPENAI_API_KEY": key}, "config": tomli_w.dumps(codex_config(inp))},
+        },
+        {"app_type": "opencode", "settings_config": opencode.provider_entry(inp, key)},
+    ]
+
+
 def links(inp: RenderInput) -> list[Link]:
     key = inp.key_or_placeholder
     primary = inp.primary
     model = primary.name if primary else ""
     out = []
 
-    env = claude_code.env_block(inp)
+    env = claude_env(inp)
     extra = {k: v for k, v in env.items() if k.startswith(("CLAUDE_CODE_", "ANTHROPIC_CUSTOM_HEADERS"))}
     claude = {
         "resource": "provider",
@@ -50,11 +96,6 @@ def links(inp: RenderInput) -> list[Link]:
     claude.update(config=b64(json.dumps({"env": extra}, separators=(",", ":"))), configFormat="json")
     out.append(Link("Claude Code", deep_link(claude)))
 
-    cfg = codex.config(inp)
-    provider = cfg["model_providers"][PROVIDER_ID]
-    # CC Switch writes the key to Codex's auth.json and marks the provider requires_openai_auth.
-    provider = {k: v for k, v in provider.items() if k != "env_key"} | {"requires_openai_auth": True}
-    cfg = {**cfg, "model_providers": {PROVIDER_ID: provider}}
     codex_params = {
         "resource": "provider",
         "app": "codex",
@@ -64,10 +105,8 @@ def links(inp: RenderInput) -> list[Link]:
     }
     if model:
         codex_params["model"] = model
-    codex_params.update(
-        config=b64(json.dumps({"auth": {"OPENAI_API_KEY": key}, "config": tomli_w.dumps(cfg)}, separators=(",", ":"))),
-        configFormat="json",
-    )
+    config = {"auth": {"OPENAI_API_KEY": key}, "config": tomli_w.dumps(codex_config(inp))}
+    codex_params.update(config=b64(json.dumps(config, separators=(",", ":"))), configFormat="json")
     out.append(Link("Codex", deep_link(codex_params)))
 
     oc = {"resource": "provider", "app": "opencode", "name": PROVIDER_NAME, "endpoint": inp.api_base, "apiKey": key}
@@ -78,14 +117,53 @@ def links(inp: RenderInput) -> list[Link]:
     return out
 
 
+def probes() -> list[Probe]:
+    """The doctor reads our rows back from CC Switch's database (`format: ccswitch`): one probe per app."""
+    return [
+        Probe(
+            file=DB_PATH,
+            format="ccswitch",
+            client=LABEL,
+            base_url="claude.env.ANTHROPIC_BASE_URL",
+            base_shape="root",
+            key="claude.env.ANTHROPIC_AUTH_TOKEN",
+            models="claude.env",
+            model_name="ANTHROPIC_MODEL",
+        ),
+        Probe(
+            file=DB_PATH,
+            format="ccswitch",
+            client=LABEL,
+            base_url=f"codex.config.model_providers.{PROVIDER_ID}.base_url",
+            base_shape="v1",
+            key="codex.auth.OPENAI_API_KEY",
+            models="codex.config",
+            model_name="model",
+        ),
+        Probe(
+            file=DB_PATH,
+            format="ccswitch",
+            client=LABEL,
+            base_url="opencode.options.baseURL",
+            base_shape="v1",
+            key="opencode.options.apiKey",
+            models="opencode.models.*",
+            model_name="$key",
+            model_context="limit.context",
+            model_output="limit.output",
+        ),
+    ]
+
+
 def render(inp: RenderInput) -> Rendered:
     notes = [
-        "Needs CC Switch 3.16 or newer (custom env fields kept on import). CC Switch shows the full "
-        "provider before importing; switch to it there.",
+        f'The installer writes the provider "{PROVIDER_NAME}" for Claude Code, Codex and OpenCode into '
+        f"CC Switch's database ({DB_PATH}, a backup first); switch to it in CC Switch. Without CC Switch's "
+        "database it opens these import links instead (CC Switch 3.16 or newer).",
     ]
     if not inp.api_key:
         notes.append(
             f"CC Switch needs a key in the link: these links carry {inp.key_or_placeholder}; edit the provider's "
             "key in CC Switch after importing, or mint a key for this download."
         )
-    return Rendered(links=links(inp), notes=notes)
+    return Rendered(links=links(inp), notes=notes, probes=probes(), db_providers=providers(inp))

@@ -226,6 +226,14 @@ function Install-Bundle([string]$tok) {
     }
     Write-Host "+ $path"
   }
+  # CC Switch: PowerShell has no SQLite, so its import links (they carry the key; printed only when
+  # they cannot be opened, so no console keeps the key).
+  if ($bundle.links -and ($bundle.db_providers -or -not $bundle.files)) {
+    foreach ($l in $bundle.links) {
+      try { Start-Process $l.url; Write-Host "+ $($l.label): import link opened in CC Switch; confirm it there" }
+      catch { Write-Host "-> $($l.label): open this link on this machine (it holds your key): $($l.url)" }
+    }
+  }
   if ($bundle.key) { Write-Host "+ key $($bundle.key.name) ($($bundle.key.masked)) minted for this machine; revoke it on the portal if lost" }
   if ($bundle.key -and $bundle.key.replaced) { Write-Host ". it replaces the key minted before for this client ($($bundle.key.replaced.masked)), which stops at $($bundle.key.replaced.stops)" }
   foreach ($c in $bundle.commands) { Write-Host "-> $($c.label): $($c.text)" }
@@ -255,6 +263,7 @@ function Invoke-Doctor([string]$client) {
   if (-not $probes) { Write-Host "unknown client $client"; exit 2 }
   $problems = 0; $key = $env:TEAM_GATEWAY_API_KEY
   foreach ($p in $probes) {
+    if ($p.format -eq "ccswitch") { Write-Host ". $($p.file): CC Switch's database is checked on macOS and Linux only"; continue }
     $path = Expand-TeamPath $p.file
     if (-not (Test-Path $path)) { Write-Host "x $($p.file): not found"; $problems++; continue }
     $text = [IO.File]::ReadAllText($path)

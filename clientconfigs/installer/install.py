@@ -11,6 +11,9 @@ import json
 import os
 import platform
 import re
+import shutil
+import sqlite3
+import subprocess
 import sys
 import tempfile
 import urllib.error
@@ -18,7 +21,19 @@ import urllib.request
 
 BEGIN = "# >>> team-gateway models (managed by the portal installer; edits here are replaced)"
 END = "# <<< team-gateway models"
-OURS_COMMENT = "# Team gateway"  # our version stamp and notes: replaced on every install, never piled up
+OURS_COMMENT = "# Team gateway"
+CCSWITCH_DB = "~/.cc-switch/cc-switch.db"
+CCSWITCH_ID = "teamgw"  # our provider's id in CC Switch's database, the same on every install
+CCSWITCH_COLUMNS = {
+    "id",
+    "app_type",
+    "name",
+    "settings_config",
+    "website_url",
+    "meta",
+    "is_current",
+    "created_at",
+}  # our version stamp and notes: replaced on every install, never piled up
 
 
 def say(symbol, text):
@@ -329,6 +344,89 @@ def write_file(path, text, secret):
         raise
 
 
+def ccswitch_upsert(path, bundle, stamp):
+    """Write our provider into CC Switch's database: one row per app under CCSWITCH_ID, updated in
+    place on a second run (its is_current and failover flags kept), the user's providers untouched.
+    Mirrors CC Switch's own save_provider (src-tauri/src/database/dao/providers.rs)."""
+    conn = sqlite3.connect(path, timeout=10)
+    try:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(providers)")}
+        missing = CCSWITCH_COLUMNS - columns
+        if missing:
+            raise ValueError(f"no providers table with {', '.join(sorted(missing))}: not a CC Switch 3.8+ database")
+        backup = sqlite3.connect(f"{path}.bak-{stamp}")
+        with backup:
+            conn.backup(backup)  # consistent even while CC Switch has it open
+        backup.close()
+        os.chmod(f"{path}.bak-{stamp}", 0o600)
+        now = int(datetime.datetime.now().timestamp() * 1000)
+        current = []
+        with conn:
+            conn.execute("BEGIN IMMEDIATE")
+            for row in bundle["db_providers"]:
+                app, settings = row["app_type"], json.dumps(row["settings_config"], ensure_ascii=False)
+                found = conn.execute(
+                    "SELECT is_current FROM providers WHERE id = ? AND app_type = ?", (CCSWITCH_ID, app)
+                ).fetchone()
+                if found:
+                    conn.execute(
+                        "UPDATE providers SET name = ?, settings_config = ?, website_url = ?"
+                        " WHERE id = ? AND app_type = ?",
+                        ("Team Gateway", settings, bundle["gateway"], CCSWITCH_ID, app),
+                    )
+                    if found[0]:
+                        current.append(app)
+                else:
+                    conn.execute(
+                        "INSERT INTO providers (id, app_type, name, settings_config, website_url, created_at, meta,"
+                        " is_current) VALUES (?, ?, ?, ?, ?, ?, '{}', 0)",
+                        (CCSWITCH_ID, app, "Team Gateway", settings, bundle["gateway"], now),
+                    )
+    finally:
+        conn.close()
+    return current
+
+
+def open_links(links):
+    """Hand each import link to the desktop (CC Switch registers ccswitch://); a link that could not
+    be opened is printed (it carries the key: one that opened is not, so no terminal keeps it)."""
+    opener = {"Darwin": ["open"], "Windows": ["cmd", "/c", "start", ""]}.get(platform.system(), ["xdg-open"])
+    desktop = platform.system() != "Linux" or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+    for link in links:
+        opened = False
+        if shutil.which(opener[0]) and desktop:
+            opened = subprocess.run([*opener, link["url"]], capture_output=True, timeout=30).returncode == 0
+        if opened:
+            say("✓", f"{link['label']}: import link opened in CC Switch; confirm it there")
+        else:
+            say("→", f"{link['label']}: open this link on this machine (it holds your key): {link['url']}")
+
+
+def install_db_providers(bundle, stamp):
+    """CC Switch: its database when it has one, else its import links. Returns 1 on a failure."""
+    path = os.path.expanduser(CCSWITCH_DB)
+    if not os.path.exists(path):
+        say("·", f"no CC Switch database at {CCSWITCH_DB} (CC Switch not installed or never started here)")
+        open_links(bundle.get("links", []))
+        return 0
+    try:
+        current = ccswitch_upsert(path, bundle, stamp)
+    except (sqlite3.Error, ValueError) as exc:
+        say("!", f"{path}: left unchanged ({exc}); import with the links instead:")
+        open_links(bundle.get("links", []))
+        return 1
+    apps = ", ".join(row["app_type"] for row in bundle["db_providers"])
+    say("✓", f"{path}: provider Team Gateway for {apps} (backup: {os.path.basename(path)}.bak-{stamp})")
+    if current:
+        say(
+            "·",
+            f"it is CC Switch's current provider for {', '.join(current)}: switch away and back in CC Switch to apply",
+        )
+    else:
+        say("·", "switch to Team Gateway in CC Switch (restart CC Switch first if it is open)")
+    return 0
+
+
 def install(bundle, stamp=None):
     stamp = stamp or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     failures = 0
@@ -351,6 +449,10 @@ def install(bundle, stamp=None):
             os.chmod(backup, 0o600)
         write_file(path, text, f.get("secret", False))
         say("✓", f"{path}" + (f" (backup: {os.path.basename(path)}.bak-{stamp})" if old is not None else ""))
+    if bundle.get("db_providers"):
+        failures += install_db_providers(bundle, stamp)
+    elif bundle.get("links") and not bundle["files"]:
+        open_links(bundle["links"])
     key = bundle.get("key")
     if key:
         say("✓", f"key {key['name']} ({key['masked']}) minted for this machine; revoke it on the portal if lost")
@@ -463,8 +565,31 @@ def parse_toml_simple(text):
     return data
 
 
+def load_ccswitch(path):
+    """Our rows of CC Switch's database as {app_type: settings_config}, Codex's TOML parsed."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    try:
+        rows = conn.execute("SELECT app_type, settings_config FROM providers WHERE id = ?", (CCSWITCH_ID,)).fetchall()
+    finally:
+        conn.close()
+    data = {app: json.loads(settings) for app, settings in rows}
+    if isinstance(data.get("codex", {}).get("config"), str):
+        data["codex"]["config"] = load_toml_text(data["codex"]["config"])
+    return data, json.dumps(data, indent=2)
+
+
+def load_toml_text(text):
+    try:
+        import tomllib  # Python 3.11+
+    except ImportError:
+        return parse_toml_simple(text)
+    return tomllib.loads(text)
+
+
 def load(path, fmt):
     """(parsed data, text) of an installed file."""
+    if fmt == "ccswitch":
+        return load_ccswitch(path)
     with open(path, encoding="utf-8") as fh:
         text = fh.read()
     if fmt == "json":
@@ -475,11 +600,7 @@ def load(path, fmt):
             bare = re.sub(r"(?m)^\s*//.*$", "", text)
             return json.loads(re.sub(r",(\s*[}\]])", r"\1", bare)), text
     if fmt == "toml":
-        try:
-            import tomllib  # Python 3.11+
-        except ImportError:
-            return parse_toml_simple(text), text
-        return tomllib.loads(text), text
+        return load_toml_text(text), text
     if fmt == "yaml":
         return parse_yaml_models(text), text
     if fmt == "yaml-flat":
@@ -603,7 +724,7 @@ def check(gateway, probes, key_override=None):
     gateway = gateway.rstrip("/")
     problems, key, entries = 0, key_override, []
     host = re.sub(r"^https?://", "", gateway).split("/")[0].lower()
-    for p in probes:
+    for slot, p in enumerate(probes):
         path = os.path.expanduser(p["file"])
         if not os.path.exists(path):
             say("✗", f"{p['file']}: not found (run the installer first)")
@@ -639,7 +760,7 @@ def check(gateway, probes, key_override=None):
             key = env_key(p["key_var"], p.get("key_file", ""))
         if p.get("models"):
             for e in entries_of(p, data, text, host):
-                e["file"], e["probe"] = p["file"], p
+                e["file"], e["probe"], e["slot"] = p["file"], p, slot
                 entries.append(e)
     if key is None:
         key = env_key("TEAM_GATEWAY_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")
@@ -658,10 +779,10 @@ def check(gateway, probes, key_override=None):
         return 1
     say("✓", "key valid")
     served = {item.get("id"): item for item in body.get("data", []) if isinstance(item, dict)}
-    seen = {}
+    seen = {}  # per probe: one file may hold several apps' lists (CC Switch's database)
     for e in entries:
-        seen.setdefault((e["file"], e["name"]), []).append(e["line"])
-    for (file, name), lines in sorted(seen.items()):
+        seen.setdefault((e["slot"], e["file"], e["name"]), []).append(e["line"])
+    for (_, file, name), lines in sorted(seen.items()):
         if len(lines) > 1:
             where = ", ".join(str(n) for n in lines)
             say("✗", f"{file} lines {where}: model {name} is listed {len(lines)} times; keep one (download again)")

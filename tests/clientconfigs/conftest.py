@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -9,6 +10,8 @@ import pytest
 
 from channels.models import Channel, Model, ModelRoute
 from clientconfigs.clients.base import ModelSpec, RenderInput
+from keys.services import issue_key
+from tests.fakes.upstream import FakeUpstream
 from tests.services import unavailable
 
 HERE = Path(__file__).resolve().parent
@@ -79,3 +82,61 @@ def catalog(db):
     ModelRoute.objects.create(model=hidden, channel=a, context_window=4096)
     ModelRoute.objects.create(model=orphan, channel=off, context_window=4096)
     return {"qwen": qwen, "llama": llama, "hidden": hidden, "orphan": orphan, "a": a, "b": b}
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    return home
+
+
+@pytest.fixture
+def gateway_stub(alice, catalog):
+    """A real HTTP server answering /v1/models for alice's key, vLLM-shaped (max_model_len)."""
+    key, plaintext = issue_key(owner=alice, name="doctor")
+    up = FakeUpstream(models=["qwen3-32b", "llama-3.1-8b"], max_model_len=32768, api_key=plaintext).start()
+    yield up, key, plaintext
+    up.stop()
+
+
+# CC Switch's tables as its schema.rs creates them (farion1231/cc-switch, schema version 17): the
+# installer must work against this, not against a table of our own making.
+CCSWITCH_SCHEMA = """
+CREATE TABLE providers (
+    id TEXT NOT NULL,
+    app_type TEXT NOT NULL,
+    name TEXT NOT NULL,
+    settings_config TEXT NOT NULL,
+    website_url TEXT,
+    category TEXT,
+    created_at INTEGER,
+    sort_index INTEGER,
+    notes TEXT,
+    icon TEXT,
+    icon_color TEXT,
+    meta TEXT NOT NULL DEFAULT '{}',
+    is_current BOOLEAN NOT NULL DEFAULT 0,
+    in_failover_queue BOOLEAN NOT NULL DEFAULT 0,
+    PRIMARY KEY (id, app_type)
+);
+CREATE TABLE provider_endpoints (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    provider_id TEXT NOT NULL,
+    app_type TEXT NOT NULL,
+    url TEXT NOT NULL,
+    added_at INTEGER,
+    FOREIGN KEY (provider_id, app_type) REFERENCES providers(id, app_type) ON DELETE CASCADE
+);
+PRAGMA user_version = 17;
+"""
+
+
+def make_ccswitch_db(home: Path) -> Path:
+    """An empty CC Switch database where CC Switch keeps it, as its first start leaves it."""
+    path = home / ".cc-switch" / "cc-switch.db"
+    path.parent.mkdir(parents=True)
+    conn = sqlite3.connect(path)
+    conn.executescript(CCSWITCH_SCHEMA)
+    conn.close()
+    return path

@@ -19,18 +19,10 @@ import yaml
 from channels.models import ModelRoute
 from clientconfigs import services
 from clientconfigs.models import KeyMode
-from keys.services import issue_key, verify_key
-from tests.fakes.upstream import FakeUpstream
+from keys.services import verify_key
 from tests.services import require_binary
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-@pytest.fixture
-def home(tmp_path) -> Path:
-    home = tmp_path / "home"
-    home.mkdir()
-    return home
 
 
 def fetch(url: str) -> str:
@@ -186,15 +178,6 @@ def test_a_file_that_is_not_json_is_left_alone(live_server, settings, home, alic
 
 
 # --- doctor --------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def gateway_stub(alice, catalog):
-    """A real HTTP server answering /v1/models for alice's key, vLLM-shaped (max_model_len)."""
-    key, plaintext = issue_key(owner=alice, name="doctor")
-    up = FakeUpstream(models=["qwen3-32b", "llama-3.1-8b"], max_model_len=32768, api_key=plaintext).start()
-    yield up, key, plaintext
-    up.stop()
 
 
 def write_files(home: Path, slug: str, user, gateway: str, plaintext: str | None) -> None:

@@ -6,6 +6,7 @@ gateway's /v1/models, passes; a value corrupted by hand makes it fail, naming th
 from __future__ import annotations
 
 import re
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from clientconfigs import installer
 from clientconfigs.installer import install as inst
 from keys.models import Key
 
+from .conftest import make_ccswitch_db
 from .test_end_to_end import installed, portal  # noqa: F401 - the fixture
 from .test_installer import fetch, run_sh
 
@@ -49,6 +51,8 @@ def test_a_second_install_after_a_window_change_leaves_one_entry_per_model_with_
     home = tmp_path / "home"
     home.mkdir()
     probes = installer.probes()[client]
+    if client == "cc-switch":
+        make_ccswitch_db(home)  # CC Switch is installed and has been started once
     first = installed(url, home, alice, client)
     assert doctor(url, home, client).returncode == 0
     windows = {p["file"]: bool(p.get("model_context")) for p in probes}
@@ -78,7 +82,13 @@ def test_a_second_install_after_a_window_change_leaves_one_entry_per_model_with_
     # Corrupt the window by hand: the doctor names the file and the line.
     target = next(p["file"] for p in probes if p.get("models") and p.get("model_context"))
     path = home / target.removeprefix("~/")
-    path.write_text(path.read_text().replace("16384", "512"))
+    if client == "cc-switch":  # a database: edited through SQL, as CC Switch's own editor would
+        conn = sqlite3.connect(path)
+        with conn:
+            conn.execute("UPDATE providers SET settings_config = replace(settings_config, '16384', '512')")
+        conn.close()
+    else:
+        path.write_text(path.read_text().replace("16384", "512"))
     broken = doctor(url, home, client)
     assert broken.returncode == 1, broken.stdout
     wrong = r" line \d+: model qwen3-32b has context window 512 in the file, 16384 on the server"
