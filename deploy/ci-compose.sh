@@ -69,25 +69,7 @@ cleanup() {  # every container, volume and network of the project, even a killed
   podman network rm -f "${PROJECT}_default" "${PROJECT}_edge" >/dev/null 2>&1
   return 0
 }
-teardown() {
-  rc=$?
-  set +e
-  if [ "$rc" -ne 0 ]; then
-    stamp "FAILED (exit $rc); last log lines of every container:"
-    for c in $(podman ps -a --filter "label=io.podman.compose.project=$PROJECT" --format '{{.Names}}'); do
-      echo "----- $c"; podman logs --tail 25 "$c" 2>&1
-    done
-  fi
-  if [ -n "${PORTAL_CI_KEEP:-}" ]; then
-    stamp "kept in $stage (podman: CONTAINERS_CONF=$CONTAINERS_CONF CONTAINERS_STORAGE_CONF=$CONTAINERS_STORAGE_CONF); the next run removes it"
-    exit "$rc"
-  fi
-  stamp "teardown"
-  cleanup
-  rm -rf "$stage"
-  stamp "done (exit $rc) in $(($(date +%s) - started)) s"
-  exit "$rc"
-}
+STAGE_FILTER="label=io.podman.compose.project=$PROJECT"  # teardown (deploy/ci/podman-images.sh) shows these containers' logs
 trap teardown EXIT
 trap 'exit 130' INT TERM
 if [ -n "$(podman ps -aq --filter "label=io.podman.compose.project=$PROJECT")$(podman volume ls -q --filter "label=io.podman.compose.project=$PROJECT")" ]; then

@@ -34,25 +34,7 @@ cleanup() {  # every pod, volume and the network of this stage, even a killed ru
   podman network rm -f "$NETWORK" >/dev/null 2>&1
   return 0
 }
-teardown() {
-  rc=$?
-  set +e
-  if [ "$rc" -ne 0 ]; then
-    stamp "FAILED (exit $rc); last log lines of every container:"
-    for c in $(podman ps -a --filter "label=portal-ci=kube" --format '{{.Names}}'); do
-      echo "----- $c"; podman logs --tail 25 "$c" 2>&1
-    done
-  fi
-  if [ -n "${PORTAL_CI_KEEP:-}" ]; then
-    stamp "kept in $stage (podman: CONTAINERS_CONF=$CONTAINERS_CONF CONTAINERS_STORAGE_CONF=$CONTAINERS_STORAGE_CONF)"
-    exit "$rc"
-  fi
-  stamp "teardown"
-  cleanup
-  rm -rf "$stage"
-  stamp "done (exit $rc) in $(($(date +%s) - started)) s"
-  exit "$rc"
-}
+STAGE_FILTER="label=portal-ci=kube"  # teardown (deploy/ci/podman-images.sh) shows these containers' logs
 trap teardown EXIT
 trap 'exit 130' INT TERM
 (set +e; cleanup)

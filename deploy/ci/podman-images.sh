@@ -1,6 +1,7 @@
 # Sourced by deploy/ci-compose.sh and deploy/ci-kube.sh (needs `stamp`): podman and its
 # configuration for this host, the base images made without a registry, and the project's image
-# localhost/gateway-portal:ci built from its own Dockerfile. Everything is cached under CI_HOME.
+# localhost/gateway-portal:ci built from its own Dockerfile (cached under CI_HOME), and the stages'
+# common exit, `teardown`.
 # Everything podman keeps (storage, base rootfs, podman-compose venv) lives in CI_HOME; it is a
 # cache: delete it for a cold run.
 CI_HOME=${PORTAL_CI_HOME:-/var/tmp/portal-ci-podman}
@@ -69,3 +70,24 @@ stamp "podman build the project image"
 podman build -q --format docker --pull=never --build-arg BASE_IMAGE=localhost/python:3.11-bookworm \
   -t localhost/gateway-portal:ci -f Dockerfile . >/dev/null
 
+# The stage's exit: on failure the last log lines of its containers (those matching STAGE_FILTER),
+# then `cleanup` (each script defines it) unless PORTAL_CI_KEEP is set. `trap teardown EXIT`.
+teardown() {
+  rc=$?
+  set +e
+  if [ "$rc" -ne 0 ]; then
+    stamp "FAILED (exit $rc); last log lines of every container:"
+    for c in $(podman ps -a --filter "$STAGE_FILTER" --format '{{.Names}}'); do
+      echo "----- $c"; podman logs --tail 25 "$c" 2>&1
+    done
+  fi
+  if [ -n "${PORTAL_CI_KEEP:-}" ]; then
+    stamp "kept in $stage (podman: CONTAINERS_CONF=$CONTAINERS_CONF CONTAINERS_STORAGE_CONF=$CONTAINERS_STORAGE_CONF); the next run removes it"
+    exit "$rc"
+  fi
+  stamp "teardown"
+  cleanup
+  rm -rf "$stage"
+  stamp "done (exit $rc) in $(($(date +%s) - started)) s"
+  exit "$rc"
+}
