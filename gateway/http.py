@@ -14,8 +14,12 @@ import orjson
 
 from portal.bodies import MAX_DEPTH, too_deep
 
+from .errors import ERROR_TYPES, GatewayError
+
+__all__ = ["ERROR_TYPES", "GatewayError", "Request", "send_bytes", "send_error", "send_json", "sse_error_event"]
+
 if TYPE_CHECKING:
-    from .call import Attempt, Call
+    from .call import Call
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -31,53 +35,6 @@ MAX_BODY = 64 * 1024 * 1024
 # Tool and response-format JSON schemas nest deeper than the REST API's bodies; still far below
 # what the translators (recursive) could walk.
 GATEWAY_MAX_DEPTH = 2 * MAX_DEPTH
-
-# OpenAI error types by status, so every error we make looks like one OpenAI's SDKs understand.
-ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    413: "invalid_request_error",
-    429: "rate_limit_error",
-    499: "client_disconnected",
-    500: "server_error",
-    502: "upstream_error",
-    503: "service_unavailable",
-    504: "timeout_error",
-}
-
-
-class GatewayError(Exception):
-    """An error to answer in the OpenAI shape. Raised anywhere on the request path before the response
-    starts; after a stream has started it is sent as an SSE `data:` event instead."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        code: str | None = None,
-        type: str | None = None,
-        param: str | None = None,
-        headers: Iterable[tuple[bytes, bytes]] = (),
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.code = code
-        self.type = type or ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-        self.param = param
-        self.headers = list(headers)
-        self.attempts: list[Attempt] = []  # upstream attempts that failed before this error (failover)
-        self.explanation: list[str] = []  # the routing decision, when routing refused the request
-
-    def payload(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "code": self.code, "param": self.param}}
-
-    def body(self) -> bytes:
-        return orjson.dumps(self.payload())
 
 
 class Request:

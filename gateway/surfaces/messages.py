@@ -69,7 +69,7 @@ async def _create_message(req: Request) -> None:
         max_tokens_field="max_tokens",
         prompt_field="messages",
     )
-    call, stream, chat, prompt = opened.call, opened.stream, opened.chat, opened.prompt
+    call, chat, prompt = opened.call, opened.chat, opened.prompt
 
     def outgoing(route: RouteInfo) -> Outgoing:
         if speaks_messages(route):
@@ -80,7 +80,7 @@ async def _create_message(req: Request) -> None:
     native = speaks_messages(up.route)
     public_model = call.model.name
     thinking = isinstance(body.get("thinking"), dict) and body["thinking"].get("type") in ("enabled", "adaptive")
-    if stream and up.status == 200:
+    if up.streaming:
 
         def translator() -> anthropic_response.StreamTranslator:
             assert chat is not None  # a translating channel was picked, so the body translated
