@@ -168,7 +168,7 @@ async def handle(handler: Handler, scope: Scope, receive: Receive, send: Send, s
     except GatewayError as exc:
         if req.call is not None:
             req.call.fail(exc)
-        await send_error(send, exc)
+        await send_error(req.send, exc)
     except asyncio.CancelledError:
         if req.call is not None:
             req.call.fail(GatewayError(499, "client disconnected", code="client_disconnected"))
@@ -178,7 +178,7 @@ async def handle(handler: Handler, scope: Scope, receive: Receive, send: Send, s
         err = GatewayError(500, "The gateway failed unexpectedly; it has been logged.", code="internal")
         if req.call is not None:
             req.call.fail(err)
-        await send_error(send, err)
+        await send_error(req.send, err)
     finally:
         IN_FLIGHT.n -= 1
     return req

@@ -490,6 +490,8 @@ async def _assemble(
                 assembler.add(passed)
             for ended in closing:
                 assembler.add(ended)
+            if reader.done:
+                break
         if reader.done or reader.ended:
             break
         until = loop.time() + idle
@@ -613,6 +615,7 @@ class Call:
         self.finished = False
         self.usage: Usage | None = None  # what finish() recorded
         self.max_tokens: int | None = None  # what the reservation allows; a stream is cut past it
+        self.choices = 1  # `n`: the reservation is per choice
         self.choice = balance.Choice()  # the balancing's session, pick and reason (`catalog.ordered_routes`)
         self._busy: int | None = None  # the channel this call counts as in flight on (`balance.load`)
         # The whole call's deadline (event-loop clock): failover and relay stop there.
@@ -711,13 +714,17 @@ class Call:
         if self._busy is not None:
             balance.load.end(self._busy)
             self._busy = None
-        usage = self.usage = usage or Usage(0, 0)
+        usage, flag = self.bounded(usage or Usage(0, 0))
+        self.usage = usage
+        if flag:
+            error = f"{error}; {flag}" if error else flag
         if process.limiter is not None:
             process.limiter.settle(self.admission, usage.total)
         process.usage.record(
             UsageEvent(
                 created=dt.datetime.now(dt.UTC),
                 request_id=self.request_id,
+                upstream_request_id=self.upstream_request_id,
                 key_id=self.key.id,
                 user_id=self.key.owner_id,
                 team_id=self.key.team_id,
@@ -740,6 +747,37 @@ class Call:
         )
         if self.logged is not None:
             process.payloads.record(self._captured(status, http_status))
+
+    def bounded(self, usage: Usage) -> tuple[Usage, str]:
+        """Usage as charged: an upstream's report is bounded by what was sent (the prompt cannot
+        hold more tokens than its bytes, plus room for templates and images) and what was
+        reserved (max_tokens per choice). An implausible report is charged at the bounds, recorded
+        as estimated, and flagged in the record's error (empty when plausible)."""
+        received = self.req.received
+        prompt_cap = len(received) + 4096 * (1 + received.count(b"image")) + self.prompt_estimate
+        output_cap = None if self.max_tokens is None else self.max_tokens * self.choices
+        prompt, completion = usage.prompt_tokens, usage.completion_tokens
+        if prompt <= prompt_cap and (output_cap is None or completion <= output_cap) and prompt >= 0 <= completion:
+            return usage, ""
+        bounded_prompt = max(0, min(prompt, prompt_cap))
+        bounded_completion = max(0, completion if output_cap is None else min(completion, output_cap))
+        logger.warning(
+            "channel %s reported implausible usage %s+%s; charged %s+%s",
+            self.channel_id,
+            prompt,
+            completion,
+            bounded_prompt,
+            bounded_completion,
+        )
+        charged = Usage(
+            bounded_prompt,
+            bounded_completion,
+            estimated=True,
+            cached_tokens=min(max(usage.cached_tokens, 0), bounded_prompt),
+            cache_creation_tokens=min(max(usage.cache_creation_tokens, 0), bounded_prompt),
+        )
+        flag = f"implausible upstream usage {prompt}+{completion} tokens, charged {bounded_prompt}+{bounded_completion}"
+        return charged, flag[:200]
 
     def log_response(self, data: bytes, *, sse: bool = False) -> None:
         """Keep `data` (sent to the client) for the request log, up to its bound."""

@@ -14,7 +14,7 @@ import orjson
 
 from portal.bodies import MAX_DEPTH, too_deep
 
-from .errors import ERROR_TYPES, GatewayError
+from .errors import ERROR_TYPES, GatewayError, new_request_id
 
 __all__ = ["ERROR_TYPES", "GatewayError", "Request", "send_bytes", "send_error", "send_json", "sse_error_event"]
 
@@ -49,6 +49,7 @@ class Request:
         "model_name",
         "path",
         "receive",
+        "request_id",
         "scope",
         "send",
         "subpath",
@@ -57,7 +58,16 @@ class Request:
     def __init__(self, scope: Scope, receive: Receive, send: Send, subpath: str) -> None:
         self.scope = scope
         self.receive = receive
-        self.send = send
+        self.request_id = new_request_id()
+        rid = self.request_id.encode()
+
+        async def send_with_id(message: Mapping[str, Any]) -> None:
+            """Every gateway answer carries its request id (`x-request-id`, as OpenAI's does)."""
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), (b"x-request-id", rid)]}
+            await send(message)
+
+        self.send: Send = send_with_id
         self.method: str = scope["method"]
         self.path: str = scope["path"]
         self.subpath = subpath  # the path after the /v1 prefix(es), e.g. "/chat/completions"

@@ -181,7 +181,12 @@ async def relay(call: Call, up: UpstreamResponse, dialect: Dialect) -> None:
             if relayed > cap:
                 raise TooLarge
             events, buffer = split_events(buffer + chunk)
-            out = b"".join([dialect.feed(event) for event in events])
+            parts = []
+            for event in events:
+                parts.append(dialect.feed(event))
+                if dialect.done:  # nothing past the reservation, not even a usage chunk
+                    break
+            out = b"".join(parts)
             if out:
                 if call.ttft_ms is None:
                     call.ttft_ms = (time.perf_counter() - call.started) * 1000

@@ -56,7 +56,8 @@ async def _proxy(req: Request, surface: str, path: str) -> None:
     )
     options = body.get("stream_options")
     wants_usage = stream and isinstance(options, dict) and bool(options.get("include_usage"))
-    choices = body.get("n") if isinstance(body.get("n"), int) else 1
+    n = body.get("n")
+    call.choices = choices = n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 128 else 1
     # Chat and Completions go upstream as streams (`call.send_upstream`), asked for usage.
     up = await call.forward(Plan.same(call.routes, Outgoing(path, body, req.headers)))
     if up.streaming:

@@ -32,6 +32,9 @@ from .translated import open_translated_call, relay_stream, sse_payload
 logger = logging.getLogger(__name__)
 
 
+OVERLOADED = 529
+
+
 def speaks_messages(route: RouteInfo) -> bool:
     return route.kind == "anthropic" or route.speaks_messages
 
@@ -39,8 +42,11 @@ def speaks_messages(route: RouteInfo) -> bool:
 async def send_anthropic_error(req: Request, exc: GatewayError) -> None:
     if req.call is not None:
         req.call.fail(exc)
-    body = orjson.dumps(anthropic_response.error_body(exc.status, exc.message))
-    await send_bytes(req.send, exc.status, body, exc.headers)
+    status = exc.status
+    if exc.code == "upstream_overloaded":  # Anthropic's own status for it, which its SDK retries
+        status = OVERLOADED
+    body = orjson.dumps(anthropic_response.error_body(status, exc.message))
+    await send_bytes(req.send, status, body, exc.headers)
 
 
 def _bad_request(exc: TranslationError) -> GatewayError:

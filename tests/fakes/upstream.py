@@ -10,8 +10,13 @@ Behaviour is scripted per test:
     up.requests                       # what arrived: method, path, headers, json
     up.stop()
 
-Modes: ok, omit_usage (no usage in body or stream), stall (stream: send `stall_after` chunks,
-then hang; non-stream: hang before answering), disconnect (stream: send `disconnect_after` chunks,
+A non-streaming Chat answer is sent (headers and all) only once it is generated, after `tokens`
+× `token_delay` seconds, like vLLM, SGLang and llama.cpp; a stream sends its headers at once and
+one token every `token_delay`. Every Chat answer has an `x-request-id` header (`up-…`).
+
+Modes: ok, omit_usage (no usage in body or stream), stream_error / stream_junk (stream: after
+`stall_after` chunks an error event carrying `error_message`, or a chunk of invalid JSON),
+stall (stream: send `stall_after` chunks, then hang; non-stream: hang before answering), disconnect (stream: send `disconnect_after` chunks,
 then drop the TCP connection), status (answer `status` with an OpenAI error body), slow (sleep
 `delay` seconds before the first byte), tool_call (the reply is a function call split over many
 chunks). `tokens` sets how many completion tokens ("tok0 tok1 …") are generated; `token_delay`
@@ -55,6 +60,9 @@ DEFAULTS: dict[str, Any] = {
     # Responses' `input_tokens_details.cached_tokens`; `cache_write`: Anthropic's `cache_creation_input_tokens`.
     "cached": 0,
     "cache_write": 0,
+    "usage_override": None,  # a dict merged over the usage reported (an upstream reporting absurd usage)
+    "error_type": "server_error",  # with mode=status: the error's `type` (Anthropic's `overloaded_error`)
+    "system_fingerprint": None,  # when set, every Chat chunk / answer carries it (vLLM, OpenAI)
 }
 
 
@@ -207,7 +215,7 @@ class FakeUpstream:
     def _error(b: dict[str, Any]) -> web.Response:
         headers = {"Retry-After": str(b["retry_after"])} if b["retry_after"] else None
         return web.json_response(
-            {"error": {"message": b["error_message"], "type": "server_error", "code": b["status"]}},
+            {"error": {"message": b["error_message"], "type": b["error_type"], "code": b["status"]}},
             status=b["status"],
             headers=headers,
         )
@@ -279,6 +287,10 @@ class FakeUpstream:
             await asyncio.sleep(3600)
         n = int(body.get("max_tokens") or b["tokens"]) if b["mode"] != "tool_call" else 0
         n = min(n, b["tokens"]) if b["mode"] != "tool_call" else 0
+        if b["ignore_max_tokens"] and b["mode"] != "tool_call":
+            n = b["tokens"]
+        if b["token_delay"]:  # the headers go out only when the whole answer is generated
+            await asyncio.sleep(max(n, 1) * b["token_delay"])
         message: dict[str, Any] = {"role": "assistant", "content": " ".join(f"tok{i}" for i in range(n))}
         finish = "stop" if n < int(body.get("max_tokens") or 10**9) else "length"
         if b["mode"] == "tool_call":
@@ -306,11 +318,15 @@ class FakeUpstream:
         }
         if b["mode"] != "omit_usage":
             out.update(self._chat_usage(b, prompt, n))
-        return web.json_response(out)
+        if b["system_fingerprint"]:
+            out["system_fingerprint"] = b["system_fingerprint"]
+        return web.json_response(out, headers={"x-request-id": "up-" + uuid.uuid4().hex[:16]})
 
     def _chat_usage(self, b: dict[str, Any], prompt: int, n: int) -> dict[str, Any]:
         """`usage` (and llama.cpp's `timings`) of a Chat answer or its last chunk."""
         usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
+        if b["usage_override"]:
+            usage.update(b["usage_override"])
         cached = min(int(b["cached"]), prompt)
         if self.flavour == "llamacpp":
             timings = {"cache_n": cached, "prompt_n": prompt - cached, "predicted_n": n, "prompt_ms": 1.0}
@@ -320,9 +336,16 @@ class FakeUpstream:
         return {"usage": usage}
 
     async def _stream_chat(self, request, body, b, model, prompt) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        resp = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                "x-request-id": "up-" + uuid.uuid4().hex[:16],
+            }
+        )
         await resp.prepare(request)
         self.open_streams += 1
+        logprobs = bool(body.get("logprobs"))
         cid, created = "chatcmpl-" + uuid.uuid4().hex, int(time.time())
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
@@ -334,6 +357,11 @@ class FakeUpstream:
                 "model": model,
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
             }
+            if b["system_fingerprint"]:
+                data["system_fingerprint"] = b["system_fingerprint"]
+            if logprobs and delta.get("content"):
+                token = {"token": delta["content"], "logprob": -0.5, "bytes": list(delta["content"].encode())}
+                data["choices"][0]["logprobs"] = {"content": [{**token, "top_logprobs": []}]}
             if include_usage:
                 data["usage"] = None
             return b"data: " + json.dumps(data).encode() + b"\n\n"
@@ -376,6 +404,15 @@ class FakeUpstream:
             for i, delta in enumerate(pieces):
                 if b["mode"] == "stall" and i == b["stall_after"]:
                     await asyncio.sleep(3600)
+                if b["mode"] == "stream_error" and i == b["stall_after"]:
+                    error = {"error": {"message": b["error_message"], "type": "server_error", "code": 500}}
+                    await resp.write(b"data: " + json.dumps(error).encode() + b"\n\n")
+                    await resp.write_eof()
+                    return resp
+                if b["mode"] == "stream_junk" and i == b["stall_after"]:
+                    await resp.write(b'data: {"id": "chatcmpl-x", "choices": [{"index": 0, "delta": \n\n')
+                    await resp.write_eof()
+                    return resp
                 if b["mode"] == "disconnect" and i == b["disconnect_after"]:
                     request.transport.close()
                     return resp
