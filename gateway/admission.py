@@ -21,7 +21,7 @@ from keys.choices import UsageStatus
 from . import balance, metrics
 from .auth import authenticate
 from .cache import KeyInfo, ModelInfo, RouteInfo, namespace, snapshot
-from .call import Call, route_header, wants_route_header
+from .call import Call, current, route_header, wants_route_header
 from .catalog import resolve_model, select_routes
 from .http import GatewayError, Request
 from .limits import Admission, Refusal, Scope, Stale, rate_headers
@@ -140,7 +140,7 @@ async def open_call(
     )
     call.max_tokens = reserve_max
     call.choice = choice
-    req.call = call
+    current.set(call)
     return call
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import datetime as dt
 import logging
 import time
@@ -574,6 +575,17 @@ def route_header(explanation: list[str]) -> tuple[bytes, bytes]:
 
 def attempt_note(a: Attempt) -> str:
     return f"failover after {a.status or a.error} from {a.channel_name}"
+
+
+# The call the running request opened (admission sets it): `asgi.handle` fails a call an error
+# left open, without the request pointing back at its call. One per task (uvicorn runs each
+# request in a task of its own).
+current: contextvars.ContextVar[Call | None] = contextvars.ContextVar("gateway_call", default=None)
+
+
+def opened() -> Call | None:
+    """The call this request opened, if admission got that far."""
+    return current.get()
 
 
 class Call:

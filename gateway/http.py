@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -18,8 +18,6 @@ from .errors import ERROR_TYPES, GatewayError, new_request_id
 
 __all__ = ["ERROR_TYPES", "GatewayError", "Request", "send_bytes", "send_error", "send_json", "sse_error_event"]
 
-if TYPE_CHECKING:
-    from .call import Call
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -42,7 +40,6 @@ class Request:
 
     __slots__ = (
         "_body",
-        "call",
         "headers",
         "key_prefix",
         "method",
@@ -73,7 +70,6 @@ class Request:
         self.subpath = subpath  # the path after the /v1 prefix(es), e.g. "/chat/completions"
         self.headers: dict[str, str] = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         self._body: bytes | None = None
-        self.call: Call | None = None  # once admission opened one, so errors can finish it
         # What admission learnt, for the access log (also of refused requests): never the key itself.
         self.key_prefix: str | None = None
         self.model_name: str | None = None

@@ -355,6 +355,8 @@ SPECTACULAR_SETTINGS = {
 # --- Gateway -----------------------------------------------------------------------------------
 GATEWAY_CONNECT_TIMEOUT = get("GATEWAY_CONNECT_TIMEOUT", float, 5.0)
 GATEWAY_READ_TIMEOUT = get("GATEWAY_READ_TIMEOUT", float, 300.0)
+# Every listener (gateway and Django): a request's body must arrive within this many seconds (408).
+PORTAL_BODY_TIMEOUT = get("PORTAL_BODY_TIMEOUT", float, 30.0)
 GATEWAY_HEADERS_TIMEOUT = get("GATEWAY_HEADERS_TIMEOUT", float, 30.0)
 # Liveness of a generation (Chat and Completions always go upstream as streams, even for a client
 # that did not ask for one): the first token within GATEWAY_FIRST_TOKEN_TIMEOUT plus one second per

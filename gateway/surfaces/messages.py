@@ -17,7 +17,7 @@ import orjson
 
 from gateway.auth import authenticate
 from gateway.cache import RouteInfo, snapshot
-from gateway.call import TOKENIZE_TIMEOUT, Call, Outgoing, Plan, UpstreamResponse, recount, tokenize
+from gateway.call import TOKENIZE_TIMEOUT, Call, Outgoing, Plan, UpstreamResponse, opened, recount, tokenize
 from gateway.catalog import resolve_model, select_routes
 from gateway.http import GatewayError, Request, send_bytes, send_json
 from gateway.state import process
@@ -40,8 +40,9 @@ def speaks_messages(route: RouteInfo) -> bool:
 
 
 async def send_anthropic_error(req: Request, exc: GatewayError) -> None:
-    if req.call is not None:
-        req.call.fail(exc)
+    call = opened()
+    if call is not None:
+        call.fail(exc)
     status = exc.status
     if exc.code == "upstream_overloaded":  # Anthropic's own status for it, which its SDK retries
         status = OVERLOADED

@@ -245,3 +245,18 @@ def test_every_answer_has_a_request_id_and_our_own_rate_headers(setup, upstream,
     assert r.status_code == 200 and r.headers["x-ratelimit-limit-requests"] == "7"
     status, _ = stream_text(gateway, plain, BODY)
     assert status == 200
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/api/keys/", "/login/"])
+def test_a_body_that_never_arrives_gets_408(setup, gateway, settings, path):
+    import socket
+
+    settings.PORTAL_BODY_TIMEOUT = 1.0
+    port = int(gateway.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+        )
+        sock.sendall(head.encode() + b'{"model"')  # a tenth of the body, then nothing
+        answer = sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
