@@ -18,6 +18,7 @@ as is, `NativeDialect`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any, Protocol
@@ -217,7 +218,9 @@ async def relay(call: Call, up: UpstreamResponse, dialect: Dialect) -> None:
                 f"The gateway is shutting down; the answer is incomplete (request {call.request_id}).",
                 code="shutdown",
             )
-            await _finish(call, up, dialect, status, http_status, error, failed, disconnected)
+            with contextlib.suppress(Exception):  # the connection may be gone already
+                await _finish(call, up, dialect, status, http_status, error, failed, disconnected)
+            call.finish(None, status=status, http_status=http_status, error=error)  # no-op once finished
             raise
         if current is not None:
             current.uncancel()

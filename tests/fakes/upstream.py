@@ -11,15 +11,15 @@ Behaviour is scripted per test:
     up.stop()
 
 A non-streaming Chat answer is sent (headers and all) only once it is generated, after `tokens`
-× `token_delay` seconds, like vLLM, SGLang and llama.cpp; a stream sends its headers at once and
+times `token_delay` seconds, like vLLM, SGLang and llama.cpp; a stream sends its headers at once and
 one token every `token_delay`. Every Chat answer has an `x-request-id` header (`up-…`).
 
 Modes: ok, omit_usage (no usage in body or stream), stream_error / stream_junk (stream: after
 `stall_after` chunks an error event carrying `error_message`, or a chunk of invalid JSON),
-stall (stream: send `stall_after` chunks, then hang; non-stream: hang before answering), disconnect (stream: send `disconnect_after` chunks,
-then drop the TCP connection), status (answer `status` with an OpenAI error body), slow (sleep
-`delay` seconds before the first byte), tool_call (the reply is a function call split over many
-chunks). `tokens` sets how many completion tokens ("tok0 tok1 …") are generated; `token_delay`
+stall (stream: send `stall_after` chunks, then hang; non-stream: hang before answering),
+disconnect (stream: send `disconnect_after` chunks, then drop the TCP connection), status
+(answer `status` with an OpenAI error body), slow (sleep `delay` seconds before the first byte),
+tool_call (the reply is a function call split over many chunks). `tokens` sets how many completion tokens ("tok0 tok1 …") are generated; `token_delay`
 spaces stream chunks; `reasoning` makes the reply start with that text as `reasoning_content`.
 Anthropic-native `/v1/messages` and Responses-native `/v1/responses` answer
 the same canned text (modes ok/status/slow) for the gateway's pass-through paths. Prompt tokens are
@@ -349,13 +349,15 @@ class FakeUpstream:
         cid, created = "chatcmpl-" + uuid.uuid4().hex, int(time.time())
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
-        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choices = int(body.get("n") or 1)  # vLLM streams each choice in chunks of its own
+
+        def chunk(delta: dict[str, Any], finish: str | None = None, index: int = 0) -> bytes:
             data = {
                 "id": cid,
                 "object": "chat.completion.chunk",
                 "created": created,
                 "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                "choices": [{"index": index, "delta": delta, "finish_reason": finish}],
             }
             if b["system_fingerprint"]:
                 data["system_fingerprint"] = b["system_fingerprint"]
@@ -416,10 +418,12 @@ class FakeUpstream:
                 if b["mode"] == "disconnect" and i == b["disconnect_after"]:
                     request.transport.close()
                     return resp
-                await resp.write(chunk(delta))
+                for index in range(choices):
+                    await resp.write(chunk(delta, index=index))
                 if b["token_delay"]:
                     await asyncio.sleep(b["token_delay"])
-            await resp.write(chunk({}, finish))
+            for index in range(choices):
+                await resp.write(chunk({}, finish, index=index))
             if include_usage and b["mode"] != "omit_usage":
                 data = {
                     "id": cid,

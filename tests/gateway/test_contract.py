@@ -260,3 +260,25 @@ def test_a_body_that_never_arrives_gets_408(setup, gateway, settings, path):
         sock.sendall(head.encode() + b'{"model"')  # a tenth of the body, then nothing
         answer = sock.recv(4096)
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_n_choices_are_cut_each_at_the_reservation(setup, upstream, gateway, stream):
+    upstream.behave(tokens=40, ignore_max_tokens=True)
+    body = {**BODY, "n": 2, "max_tokens": 3}
+    if stream:
+        status, text = stream_text(gateway, setup.plaintext, body)
+        assert status == 200
+        got: dict[int, list[str]] = {0: [], 1: []}
+        finish: dict[int, str] = {}
+        for chunk in chunks_of(text):
+            for choice in chunk["choices"]:
+                if choice["delta"].get("content"):
+                    got[choice["index"]].append(choice["delta"]["content"])
+                if choice["finish_reason"]:
+                    finish[choice["index"]] = choice["finish_reason"]
+        assert got == {0: ["tok0", " tok1", " tok2"], 1: ["tok0", " tok1", " tok2"]}
+        assert finish == {0: "length", 1: "length"}
+    else:
+        choices = post(gateway, setup.plaintext, body).json()["choices"]
+        assert [(c["message"]["content"], c["finish_reason"]) for c in choices] == [("tok0 tok1 tok2", "length")] * 2

@@ -184,6 +184,8 @@ def test_a_stream_cut_by_the_gateways_shutdown_is_recorded_interrupted(setup, up
     reader.join(20)
     record = UsageRecord.objects.get(key=setup.key)
     assert record.status == "interrupted" and "shutdown" in record.error
+    text = b"".join(got).decode()
+    assert "shutting down" in text and f"request {record.request_id}" in text, text[-300:]
 
 
 def _rss_mib(pid: int) -> float:
