@@ -15,16 +15,15 @@ times `token_delay` seconds, like vLLM, SGLang and llama.cpp; a stream sends its
 one token every `token_delay`. Every Chat answer has an `x-request-id` header (`up-…`).
 
 Modes: ok, omit_usage (no usage in body or stream), stream_error / stream_junk (stream: after
-`stall_after` chunks an error event carrying `error_message`, or a chunk of invalid JSON),
-stall (stream: send `stall_after` chunks, then hang; non-stream: hang before answering),
-disconnect (stream: send `disconnect_after` chunks, then drop the TCP connection), status
-(answer `status` with an OpenAI error body), slow (sleep `delay` seconds before the first byte),
-tool_call (the reply is a function call split over many chunks). `tokens` sets how many completion tokens ("tok0 tok1 …") are generated; `token_delay`
-spaces stream chunks; `reasoning` makes the reply start with that text as `reasoning_content`.
-Anthropic-native `/v1/messages` and Responses-native `/v1/responses` answer
-the same canned text (modes ok/status/slow) for the gateway's pass-through paths. Prompt tokens are
-the number of whitespace-separated words in the input.
-"""
+`stall_after` chunks an error event carrying `error_message`, or a chunk of invalid JSON), stall
+(stream: send `stall_after` chunks, then hang; non-stream: hang before answering), disconnect
+(stream: send `disconnect_after` chunks, then drop the TCP connection), status (answer `status` with
+an OpenAI error body), slow (sleep `delay` seconds before the first byte), tool_call (the reply is a
+function call split over many chunks). `tokens` sets how many completion tokens ("tok0 tok1 …") are
+generated; `token_delay` spaces stream chunks; `reasoning` makes the reply start with that text as
+`reasoning_content`. Anthropic-native `/v1/messages` and Responses-native `/v1/responses` answer the
+same canned text (modes ok/status/slow) for the gateway's pass-through paths. Prompt tokens are the
+number of whitespace-separated words in the input."""
 
 from __future__ import annotations
 
