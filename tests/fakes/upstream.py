@@ -455,7 +455,7 @@ class FakeUpstream:
                     "id": "cmpl-1",
                     "object": "text_completion",
                     "model": model,
-                    "choices": [{"index": 0, "text": f" tok{i}", "finish_reason": None}],
+                    "choices": [{"index": 0, "text": (" " if i else "") + f"tok{i}", "finish_reason": None}],
                 }
                 await resp.write(b"data: " + json.dumps(data).encode() + b"\n\n")
             if include_usage and b["mode"] != "omit_usage":
