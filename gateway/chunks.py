@@ -15,6 +15,7 @@ import orjson
 from .errors import UpstreamStreamError
 
 DONE = b"[DONE]"
+NONE: list[dict[str, Any]] = []  # no closing chunks (shared, never appended to)
 
 
 def split_events(buffer: bytes) -> tuple[list[bytes], bytes]:
@@ -34,8 +35,8 @@ def split_events(buffer: bytes) -> tuple[list[bytes], bytes]:
 
 def event_data(event: bytes) -> bytes | None:
     """The `data:` payload of one SSE event; None for a comment or an event without data."""
-    if event.startswith(b"data:") and event.count(b"data:") == 1:
-        return event[5:].strip()
+    if event.startswith(b"data: ") and event.find(b"\ndata:") < 0:
+        return event[6:-2]
     lines = [line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:")]
     return b"\n".join(lines) if lines else None
 
@@ -48,7 +49,7 @@ def delta_has_output(choice: dict[str, Any]) -> bool:
     """Does this choice of a chunk carry generated text, reasoning or tool arguments (≈ one token)?"""
     delta = choice.get("delta")
     if isinstance(delta, dict):
-        if _text(delta.get("content")) or _text(delta.get("reasoning_content")) or _text(delta.get("reasoning")):
+        if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"):
             return True
         calls = delta.get("tool_calls")
         if isinstance(calls, list):
@@ -93,7 +94,7 @@ class ChunkReader:
         self.changed = False
         if data == DONE:
             self.ended = True
-            return None, []
+            return None, NONE
         try:
             chunk = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -110,7 +111,16 @@ class ChunkReader:
             self.usage = _with_cache_hits(usage, chunk.get("timings"))
         choices = chunk.get("choices")
         if not choices or not isinstance(choices, list):
-            return chunk, []
+            return chunk, NONE
+        if self.choices == 1 and len(choices) == 1 and not self.cut:  # the common case, kept cheap
+            choice = choices[0]
+            if isinstance(choice, dict) and choice.get("index", 0) == 0:
+                if not delta_has_output(choice):
+                    return chunk, NONE
+                seen = self.counts.get(0, 0) + 1
+                if self.limit is None or seen <= self.limit:
+                    self.counts[0] = seen
+                    return chunk, NONE
         closing: list[dict[str, Any]] = []
         kept: list[Any] = []
         for choice in choices:
@@ -159,6 +169,9 @@ def _with_cache_hits(usage: dict[str, Any], timings: Any) -> dict[str, Any]:
     return {**usage, "prompt_tokens_details": {**(details or {}), "cached_tokens": cache_n}}
 
 
+FIRST_ONLY = frozenset({"id", "created", "model", "object", "choices"})  # kept from the first chunk
+
+
 class Assembler:
     """Builds the non-streaming answer from the chunks of a stream, keeping every field the
     upstream sent: content, reasoning, tool calls, logprobs, `system_fingerprint`, usage,
@@ -168,18 +181,32 @@ class Assembler:
         self.legacy = legacy  # Completions (`text`) rather than Chat (`delta` → `message`)
         self.top: dict[str, Any] = {}
         self.choices: dict[int, dict[str, Any]] = {}
+        self.parts: dict[Any, list[str]] = {}  # a Chat choice's content pieces, joined once at the end
 
     def add(self, chunk: dict[str, Any]) -> None:
-        for key, value in chunk.items():
-            if key == "choices":
-                continue
-            if key == "object":
-                continue
-            if key not in self.top or (value is not None and key not in ("id", "created", "model")):
-                self.top[key] = value
+        top = self.top
+        if not top:
+            top.update((k, v) for k, v in chunk.items() if k != "choices" and k != "object")
+        else:
+            for key, value in chunk.items():
+                if value is not None and key not in FIRST_ONLY:
+                    top[key] = value
         for choice in chunk.get("choices") or ():
             if isinstance(choice, dict):
-                self._choice(choice)
+                part = self.parts.get(choice.get("index", 0))
+                delta = choice.get("delta")
+                # The common chunk: one more piece of text and nothing else.
+                if (
+                    part is not None
+                    and type(delta) is dict
+                    and len(delta) == 1
+                    and type(delta.get("content")) is str
+                    and choice.get("finish_reason") is None
+                    and choice.get("logprobs") is None
+                ):
+                    part.append(delta["content"])
+                else:
+                    self._choice(choice)
 
     def _choice(self, part: dict[str, Any]) -> None:
         index = part.get("index", 0)
@@ -189,6 +216,7 @@ class Assembler:
             choice = self.choices[index] = {"index": index}
             if not self.legacy:
                 choice["message"] = {"role": "assistant", "content": None}
+                self.parts[index] = []
             else:
                 choice["text"] = ""
             choice["logprobs"] = None
@@ -197,6 +225,9 @@ class Assembler:
             if key == "index":
                 continue
             if key == "delta" and isinstance(value, dict):
+                if isinstance(value.get("content"), str):
+                    self.parts[index].append(value["content"])
+                    value = {k: v for k, v in value.items() if k != "content"}
                 _merge_delta(choice["message"], value)
             elif key == "text" and isinstance(value, str):
                 choice["text"] += value
@@ -208,6 +239,9 @@ class Assembler:
     def answer(self) -> dict[str, Any]:
         out = dict(self.top)
         out["object"] = "text_completion" if self.legacy else "chat.completion"
+        for index, pieces in self.parts.items():
+            if pieces:
+                self.choices[index]["message"]["content"] = "".join(pieces)
         out["choices"] = [self.choices[i] for i in sorted(self.choices)]
         return out
 
