@@ -354,7 +354,7 @@ SPECTACULAR_SETTINGS = {
 
 # --- Gateway -----------------------------------------------------------------------------------
 GATEWAY_CONNECT_TIMEOUT = get("GATEWAY_CONNECT_TIMEOUT", float, 5.0)
-GATEWAY_READ_TIMEOUT = get("GATEWAY_READ_TIMEOUT", float, 300.0)
+GATEWAY_READ_TIMEOUT = get("GATEWAY_READ_TIMEOUT", float, 300.0)  # the former name of GATEWAY_IDLE_TIMEOUT
 # Every listener (gateway and Django): a request's body must arrive within this many seconds (408).
 PORTAL_BODY_TIMEOUT = get("PORTAL_BODY_TIMEOUT", float, 30.0)
 GATEWAY_HEADERS_TIMEOUT = get("GATEWAY_HEADERS_TIMEOUT", float, 30.0)

@@ -282,3 +282,16 @@ def test_n_choices_are_cut_each_at_the_reservation(setup, upstream, gateway, str
     else:
         choices = post(gateway, setup.plaintext, body).json()["choices"]
         assert [(c["message"]["content"], c["finish_reason"]) for c in choices] == [("tok0 tok1 tok2", "length")] * 2
+
+
+def test_an_overloaded_anthropic_upstream_is_529_on_the_messages_surface(setup, upstream, gateway):
+    import anthropic
+
+    setup.channel.kind = "anthropic"
+    setup.channel.save()
+    upstream.behave(mode="status", status=529, error_type="overloaded_error")
+    client = anthropic.Anthropic(base_url=gateway, api_key=setup.plaintext, max_retries=0)
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        client.messages.create(model="qwen3-32b", max_tokens=5, messages=MESSAGES)
+    assert raised.value.status_code == 529 and raised.value.body["error"]["type"] == "overloaded_error"
+    assert raised.value.response.headers["x-request-id"]
