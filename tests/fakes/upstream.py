@@ -203,7 +203,8 @@ class FakeUpstream:
     def _unauthorized(self, request: web.Request) -> web.Response | None:
         if self.api_key is None:
             return None
-        if request.headers.get("Authorization") != f"Bearer {self.api_key}":
+        anthropic = request.headers.get("x-api-key") == self.api_key  # Anthropic's own header
+        if request.headers.get("Authorization") != f"Bearer {self.api_key}" and not anthropic:
             return web.json_response(
                 {"error": {"message": "Invalid API key", "type": "authentication_error", "code": 401}},
                 status=401,
