@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import itertools
 import math
-import os
 import time
 from typing import Any
 
@@ -22,21 +20,13 @@ from keys.choices import UsageStatus
 
 from . import balance, metrics
 from .auth import authenticate
-from .cache import KeyInfo, ModelInfo, namespace, snapshot
-from .call import Call, route_header, wants_route_header
+from .cache import KeyInfo, ModelInfo, RouteInfo, namespace, snapshot
+from .call import Call, current, route_header, wants_route_header
 from .catalog import resolve_model, select_routes
 from .http import GatewayError, Request
 from .limits import Admission, Refusal, Scope, Stale, rate_headers
 from .state import process
 from .usage import UsageEvent
-
-_ID_PREFIX = os.urandom(6).hex()
-_ID_COUNTER = itertools.count(1)
-
-
-def new_request_id() -> str:
-    """Unique across processes (random per-process prefix + counter), without a syscall."""
-    return f"{_ID_PREFIX}{next(_ID_COUNTER):x}"
 
 
 async def open_call(
@@ -57,7 +47,7 @@ async def open_call(
         await process.start()
     limiter = process.limiter
     assert limiter is not None
-    request_id = new_request_id()
+    request_id = req.request_id
     ns = namespace()
     choice = balance.Choice()
     for attempt in (0, 1):
@@ -68,17 +58,13 @@ async def open_call(
         req.model_name = info.name
         if not info.has_routes:
             raise GatewayError(503, f"No channel serves the model '{info.name}' right now.", code="no_channel")
-        reserve_max = max_tokens
-        if reserve_max is None:
-            # Nothing asked: reserve the default, but never more than the model can produce.
-            reserve_max = int(settings.GATEWAY_DEFAULT_MAX_TOKENS)
-            if info.max_output_tokens:
-                reserve_max = min(reserve_max, info.max_output_tokens)
-        reserve = max(int(prompt_tokens), 0) + max(int(reserve_max), 0)
+        prompt = max(int(prompt_tokens), 0)
         try:
             # Before reserving: a request no route can hold is refused without touching the limits.
-            prompt, output = max(int(prompt_tokens), 0), max(int(reserve_max), 0)
-            selection = select_routes(info, key, prompt=prompt, output=output, choice=choice)
+            # Without a max_tokens only the prompt must fit: the output reserved is what the
+            # routes can give (never a refusal for a default the client did not send).
+            asked = max(int(max_tokens), 0) if max_tokens is not None else 0
+            selection = select_routes(info, key, prompt=prompt, output=asked, choice=choice)
         except GatewayError as refused:
             if refused.status < 500:
                 if wants_route_header(req, key):
@@ -95,6 +81,9 @@ async def open_call(
                     explanation=refused.explanation,
                 )
             raise
+        reserve_max = asked if max_tokens is not None else default_output(info, selection.routes, prompt)
+        output = asked
+        reserve = prompt + reserve_max
         scopes = [
             Scope(f"{ns}:k:{key.id}", "key", key.limits),
             Scope(f"{ns}:u:{key.owner_id}", "user", key.owner_limits),
@@ -151,8 +140,21 @@ async def open_call(
     )
     call.max_tokens = reserve_max
     call.choice = choice
-    req.call = call
+    current.set(call)
     return call
+
+
+def default_output(model: ModelInfo, routes: list[RouteInfo], prompt: int) -> int:
+    """The output reserved for a request that sent no max_tokens: what its routes can give (a
+    route's max output, else its window minus the prompt), at most GATEWAY_DEFAULT_MAX_TOKENS."""
+    default = int(settings.GATEWAY_DEFAULT_MAX_TOKENS)
+    if model.max_output_tokens:
+        default = min(default, model.max_output_tokens)
+    gives = []
+    for route in routes:
+        give = route.max_output_tokens or (route.context_window - prompt if route.context_window else None)
+        gives.append(default if give is None else min(default, give))
+    return max(1, max(gives, default=default))
 
 
 def _refusal_error(refusal: Refusal, scopes: list[Scope]) -> GatewayError:

@@ -23,6 +23,7 @@ from typing import Any, Literal
 from portal.public import public_url
 
 from . import metrics
+from .call import Call, current, opened
 from .http import GatewayError, Receive, Request, Scope, Send, send_error
 from .metrics import IN_FLIGHT
 from .state import process
@@ -141,8 +142,7 @@ async def handle_logged(handler: Handler, scope: Scope, receive: Receive, send: 
             status = message["status"]
         await send(message)
 
-    req = await handle(handler, scope, receive, watch, sub)
-    call = req.call
+    req, call = await handle(handler, scope, receive, watch, sub)
     tokens = "-"
     if call is not None and call.usage is not None:
         tokens = f"{call.usage.prompt_tokens}+{call.usage.completion_tokens}{'~' if call.usage.estimated else ''}"
@@ -159,29 +159,31 @@ async def handle_logged(handler: Handler, scope: Scope, receive: Receive, send: 
     )
 
 
-async def handle(handler: Handler, scope: Scope, receive: Receive, send: Send, sub: str) -> Request:
-    """Run a gateway handler; any GatewayError before the response started becomes a JSON error."""
+async def handle(handler: Handler, scope: Scope, receive: Receive, send: Send, sub: str) -> tuple[Request, Call | None]:
+    """Run a gateway handler; any GatewayError before the response started becomes a JSON error,
+    and a call the error left open is failed (finished with its record)."""
     req = Request(scope, receive, send, sub)
+    current.set(None)
     IN_FLIGHT.n += 1
     try:
         await handler(req)
     except GatewayError as exc:
-        if req.call is not None:
-            req.call.fail(exc)
-        await send_error(send, exc)
+        if (call := opened()) is not None:
+            call.fail(exc)
+        await send_error(req.send, exc)
     except asyncio.CancelledError:
-        if req.call is not None:
-            req.call.fail(GatewayError(499, "client disconnected", code="client_disconnected"))
+        if (call := opened()) is not None:
+            call.fail(GatewayError(499, "client disconnected", code="client_disconnected"))
         raise
     except Exception:
         logger.exception("gateway error on %s %s", scope["method"], scope["path"])
         err = GatewayError(500, "The gateway failed unexpectedly; it has been logged.", code="internal")
-        if req.call is not None:
-            req.call.fail(err)
-        await send_error(send, err)
+        if (call := opened()) is not None:
+            call.fail(err)
+        await send_error(req.send, err)
     finally:
         IN_FLIGHT.n -= 1
-    return req
+    return req, opened()
 
 
 def build_application(django_app: ASGIApp) -> ASGIApp:

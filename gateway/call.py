@@ -7,7 +7,7 @@ inside the attempt; for a stream, the first chunk is. Connect errors, timeouts, 
 401/403: the channel's own key was refused) move on to the next route, and every attempt's
 outcome is reported to `channels.health.passive`.
 
-Every call ends in `call.finish(...)` (`send_json` and `relay.relay_sse` call it; `asgi.handle`
+Every call ends in `call.finish(...)` (`send_json` and `relay.relay` call it; `asgi.handle`
 fails a call an error left open): it settles the reservation with the real usage and queues the
 usage record, so a call never keeps holding a reservation.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import datetime as dt
 import logging
 import time
@@ -34,7 +35,9 @@ from keys.payloads.services import Captured
 from . import balance
 from .cache import KeyInfo, ModelInfo, RouteInfo
 from .catalog import Selection
-from .http import GatewayError, Request, send_bytes
+from .chunks import DONE, Assembler, ChunkReader, event_data, finish_answer, split_events
+from .errors import TIMEOUT_SETTINGS, Attempt, Failure, GatewayError, UpstreamStreamError
+from .http import Request, send_bytes
 from .limits import Admission
 from .payloads import RAW_STREAM_FACTOR, max_bytes
 from .state import process
@@ -118,14 +121,6 @@ def forward_headers(
 
 
 @dataclass(slots=True)
-class Attempt:
-    channel_id: int
-    channel_name: str
-    error: str  # connect, timeout, http_429, http_5xx, protocol
-    status: int | None = None
-
-
-@dataclass(slots=True)
 class UpstreamResponse:
     """A committed upstream answer. `body` for non-streaming; `first_chunk` + `response` for SSE."""
 
@@ -137,7 +132,14 @@ class UpstreamResponse:
     response: aiohttp.ClientResponse | None = None
     attempts: list[Attempt] = field(default_factory=list)
     ttfb_ms: float | None = None
+    first_at: float | None = None  # perf_counter when the first token arrived (streamed upstreams)
     payload: dict[str, Any] | None = None  # what this route was sent (`recount` tokenizes its prompt)
+    upstream_request_id: str = ""  # the upstream's own `x-request-id`, kept on the usage record
+
+    @property
+    def streaming(self) -> bool:
+        """Relayed as a stream (the client asked for one and the upstream answered one)."""
+        return self.response is not None
 
     def close(self) -> None:
         """Drop the upstream connection (cancels generation on servers that watch for it)."""
@@ -215,15 +217,63 @@ async def recount(up: UpstreamResponse, usage: Usage, answer: str | None = None)
     return Usage(prompt, completion, estimated=True)
 
 
-async def send_upstream(plan: Plan, *, stream: bool, deadline: float | None = None) -> UpstreamResponse:
+# Paths whose answer is always asked for as a stream: a non-streaming answer is assembled from it,
+# so a long generation is bounded by its liveness (first token, gaps between tokens), not a wall.
+STREAMED_PATHS = frozenset({"/chat/completions", "/completions"})
+
+
+def first_token_timeout(prompt_tokens: int) -> float:
+    """Seconds from the headers to the first token: GATEWAY_FIRST_TOKEN_TIMEOUT plus the prompt's
+    prefill at GATEWAY_PREFILL_TOKENS_PER_SECOND (a 30k-token prompt on a slow server needs minutes)."""
+    rate = float(settings.GATEWAY_PREFILL_TOKENS_PER_SECOND)
+    extra = max(prompt_tokens, 0) / rate if rate > 0 else 0.0
+    return float(settings.GATEWAY_FIRST_TOKEN_TIMEOUT) + extra
+
+
+def ask_for_stream(payload: dict[str, Any]) -> None:
+    """A Chat/Completions request as a stream with its usage (the client's own choice is kept by
+    the surface: usage is stripped again for a client that did not ask for it)."""
+    payload["stream"] = True
+    options = payload.get("stream_options")
+    payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+
+
+def timeout_error(failure: Failure, seconds: float) -> GatewayError:
+    setting = TIMEOUT_SETTINGS[failure]
+    what = {
+        Failure.HEADERS_TIMEOUT: "sent no response headers",
+        Failure.FIRST_TOKEN_TIMEOUT: "sent no first token",
+        Failure.IDLE_TIMEOUT: "went silent mid-answer",
+        Failure.DEADLINE: "did not finish",
+    }[failure]
+    return GatewayError(
+        504,
+        f"The upstream for this model {what} within {setting} ({seconds:g} s).",
+        code="upstream_timeout",
+    )
+
+
+async def send_upstream(
+    plan: Plan,
+    *,
+    stream: bool,
+    deadline: float | None = None,
+    prompt_tokens: int = 0,
+    limit: int | None = None,
+) -> UpstreamResponse:
     """POST each route its `plan.outgoing(route)` in order until one answers.
 
-    Each attempt has until GATEWAY_HEADERS_TIMEOUT for the response headers (a stalled server
-    fails over), a non-streaming answer until the call's total deadline for its body, at most
-    GATEWAY_MAX_RESPONSE_BYTES of it, and must be JSON when it says so. Redirects are never
-    followed: a 3xx is an upstream error like a 5xx."""
+    Each attempt has GATEWAY_HEADERS_TIMEOUT for the response headers (a stalled server fails
+    over). Chat and Completions are always asked for as a stream: the first token must come
+    within `first_token_timeout(prompt)` and each next one within GATEWAY_IDLE_TIMEOUT; a
+    non-streaming answer is assembled from the stream inside the attempt (cut at `limit` output
+    tokens per choice), so any failure before the client got a byte fails over. Other answers get
+    the call's total deadline for their body, at most GATEWAY_MAX_RESPONSE_BYTES of it, and must be
+    JSON when they say so. Redirects are never followed: a 3xx is an upstream error like a 5xx."""
     session = process.upstream()
     headers_timeout = float(settings.GATEWAY_HEADERS_TIMEOUT)
+    idle_timeout = float(settings.GATEWAY_IDLE_TIMEOUT)
+    first_timeout = first_token_timeout(prompt_tokens)
     cap = int(settings.GATEWAY_MAX_RESPONSE_BYTES)
     attempts: list[Attempt] = []
     last_error: GatewayError | None = None
@@ -231,15 +281,17 @@ async def send_upstream(plan: Plan, *, stream: bool, deadline: float | None = No
     for route in plan.routes:
         out = plan.outgoing(route)
         out.payload["model"] = route.upstream_id
+        streamed = out.path in STREAMED_PATHS and not out.anthropic_native
+        if streamed:
+            ask_for_stream(out.payload)
         data = orjson.dumps(out.payload)
         headers = forward_headers(out.headers, route, anthropic_native=out.anthropic_native)
         started = time.perf_counter()
         resp: aiohttp.ClientResponse | None = None
+        phase, phase_seconds = Failure.HEADERS_TIMEOUT, headers_timeout
         try:
-            until_headers = loop.time() + headers_timeout
-            if deadline is not None:
-                until_headers = min(until_headers, deadline)
-            async with asyncio.timeout_at(until_headers):
+            until = loop.time() + headers_timeout
+            async with asyncio.timeout_at(until if deadline is None else min(until, deadline)):
                 resp = await session.request(
                     "POST", route.base_url + out.path, data=data, headers=headers, allow_redirects=False
                 )
@@ -248,37 +300,59 @@ async def send_upstream(plan: Plan, *, stream: bool, deadline: float | None = No
                 body = await resp.content.read(MAX_ERROR_BODY)
                 retry_after = resp.headers.get("retry-after", "")
                 resp.close()
-                kind = (
-                    "http_429"
-                    if status == 429
-                    else "http_5xx"
-                    if status >= 500
-                    else "redirect"
-                    if status < 400
-                    else f"http_{status}"
-                )
+                last_error = upstream_error(status, body, retry_after=retry_after)
+                kind = failure_of(status, last_error)
                 attempts.append(Attempt(route.channel_id, route.channel_name, kind, status))
                 passive.report(route.channel_id, False, status=status, error=kind)
-                last_error = upstream_error(status, body, retry_after=retry_after)
                 continue
             ctype = resp.headers.get("content-type", "application/json").encode("latin-1")
-            if stream and status == 200:
-                async with asyncio.timeout_at(until_headers):
-                    first = await resp.content.readany()
-                if not first:
-                    raise aiohttp.ServerDisconnectedError("upstream closed the stream before the first byte")
-                ttfb = (time.perf_counter() - started) * 1000
+            upstream_id = resp.headers.get("x-request-id", "")[:100]
+            if status == 200 and (stream or streamed) and b"event-stream" in ctype:
+                phase, phase_seconds = Failure.FIRST_TOKEN_TIMEOUT, first_timeout
+                until = loop.time() + first_timeout
+                async with asyncio.timeout_at(until if deadline is None else min(until, deadline)):
+                    first = await _first_event(resp)
+                first_at = time.perf_counter()
+                ttfb = (first_at - started) * 1000
+                if stream:
+                    passive.report(route.channel_id, True, status=status, ttft_ms=ttfb)
+                    return UpstreamResponse(
+                        route,
+                        status,
+                        ctype,
+                        first_chunk=first,
+                        response=resp,
+                        attempts=attempts,
+                        ttfb_ms=ttfb,
+                        first_at=first_at,
+                        payload=out.payload,
+                        upstream_request_id=upstream_id,
+                    )
+                phase, phase_seconds = Failure.IDLE_TIMEOUT, idle_timeout
+                answer = await _assemble(
+                    resp,
+                    first,
+                    out.path,
+                    limit=limit,
+                    choices=_choices(out.payload),
+                    idle=idle_timeout,
+                    cap=cap,
+                    deadline=deadline,
+                )
+                resp.close()  # read to its end, or cut at the reservation: either way the generation stops
                 passive.report(route.channel_id, True, status=status, ttft_ms=ttfb)
                 return UpstreamResponse(
                     route,
                     status,
-                    ctype,
-                    first_chunk=first,
-                    response=resp,
+                    b"application/json",
+                    body=orjson.dumps(answer),
                     attempts=attempts,
                     ttfb_ms=ttfb,
+                    first_at=first_at,
                     payload=out.payload,
+                    upstream_request_id=upstream_id,
                 )
+            phase, phase_seconds = Failure.DEADLINE, float(settings.GATEWAY_TOTAL_TIMEOUT)
             async with asyncio.timeout_at(deadline) if deadline is not None else _no_deadline():
                 body = await read_capped(resp, cap)
             resp.release()
@@ -286,39 +360,148 @@ async def send_upstream(plan: Plan, *, stream: bool, deadline: float | None = No
                 try:
                     orjson.loads(body)
                 except orjson.JSONDecodeError:
-                    kind = "invalid_json"
-                    attempts.append(Attempt(route.channel_id, route.channel_name, kind, status))
-                    passive.report(route.channel_id, False, status=status, error="protocol")
-                    last_error = GatewayError(
-                        502, "The upstream answered with invalid JSON.", code="upstream_invalid_response"
-                    )
-                    logger.info("channel %s answered invalid JSON; trying the next route", route.channel_name)
-                    continue
+                    raise UpstreamStreamError(Failure.INVALID_JSON) from None
             ttfb = (time.perf_counter() - started) * 1000
             passive.report(route.channel_id, True, status=status, ttft_ms=ttfb)
             return UpstreamResponse(
-                route, status, ctype, body=body, attempts=attempts, ttfb_ms=ttfb, payload=out.payload
+                route,
+                status,
+                ctype,
+                body=body,
+                attempts=attempts,
+                ttfb_ms=ttfb,
+                payload=out.payload,
+                upstream_request_id=upstream_id,
             )
         except TooLarge:
-            kind, message, code = "too_large", f"answered more than {cap} bytes", 502
+            kind, err = (
+                Failure.TOO_LARGE,
+                GatewayError(
+                    502, f"The upstream for this model answered more than {cap} bytes.", code="upstream_too_large"
+                ),
+            )
         except TimeoutError:
-            kind, message, code = "timeout", "timed out", 504
+            if deadline is not None and loop.time() >= deadline:
+                phase, phase_seconds = Failure.DEADLINE, float(settings.GATEWAY_TOTAL_TIMEOUT)
+            kind, err = phase, timeout_error(phase, phase_seconds)
+        except UpstreamStreamError as exc:
+            kind = exc.failure
+            if kind == Failure.INVALID_JSON:
+                err = GatewayError(502, "The upstream answered with invalid JSON.", code="upstream_invalid_response")
+            else:
+                err = GatewayError(502, "The upstream failed while answering.", code="upstream_error")
         except aiohttp.ClientConnectorError:
-            kind, message, code = "connect", "refused the connection", 502
+            kind, err = (
+                Failure.CONNECT,
+                GatewayError(502, "The upstream for this model refused the connection.", code="upstream_connect"),
+            )
         except (aiohttp.ClientError, OSError) as exc:
-            kind, message, code = "protocol", f"failed ({exc.__class__.__name__})", 502
+            kind, err = (
+                Failure.PROTOCOL,
+                GatewayError(
+                    502, f"The upstream for this model failed ({exc.__class__.__name__}).", code="upstream_protocol"
+                ),
+            )
         if resp is not None:
             resp.close()
         attempts.append(Attempt(route.channel_id, route.channel_name, kind))
-        passive.report(route.channel_id, False, error="protocol" if kind == "too_large" else kind)
-        last_error = GatewayError(code, f"The upstream for this model {message}.", code=f"upstream_{kind}")
-        logger.info("channel %s %s; trying the next route", route.channel_name, message)
+        passive.report(route.channel_id, False, error=Failure.PROTOCOL if kind == Failure.TOO_LARGE else kind)
+        last_error = err
+        logger.info("channel %s failed (%s); trying the next route", route.channel_name, kind)
         if deadline is not None and loop.time() >= deadline:
             break
     if last_error is None:
         last_error = GatewayError(503, "No upstream channel is available for this model.", code="no_channel")
     last_error.attempts = attempts
     raise last_error
+
+
+def failure_of(status: int, err: GatewayError) -> Failure:
+    if err.code == "upstream_overloaded":
+        return Failure.OVERLOADED
+    if status == 429:
+        return Failure.RATE_LIMITED
+    if status >= 500:
+        return Failure.SERVER_ERROR
+    if status < 400:
+        return Failure.REDIRECT
+    return Failure.REFUSED
+
+
+def _choices(payload: dict[str, Any]) -> int:
+    n = payload.get("n")
+    return n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 128 else 1
+
+
+async def _first_event(resp: aiohttp.ClientResponse) -> bytes:
+    """Read until the stream's first complete event with data (SSE comments do not count: a
+    server that only keeps the connection alive has not started answering). Its JSON is checked:
+    an upstream that streams junk fails over before the client sees a byte."""
+    buffer = b""
+    while True:
+        chunk = await resp.content.readany()
+        if not chunk:
+            raise aiohttp.ServerDisconnectedError("upstream closed the stream before its first event")
+        buffer += chunk
+        if len(buffer) > MAX_ERROR_BODY * 4:
+            raise UpstreamStreamError(Failure.INVALID_JSON)
+        events, _rest = split_events(buffer)
+        for event in events:
+            data = event_data(event)
+            if data is None:
+                continue
+            if data != DONE:
+                try:
+                    parsed = orjson.loads(data)
+                except orjson.JSONDecodeError:
+                    raise UpstreamStreamError(Failure.INVALID_JSON) from None
+                if isinstance(parsed, dict) and "error" in parsed and not parsed.get("choices"):
+                    raise UpstreamStreamError(Failure.STREAM_ERROR)
+            return buffer
+
+
+async def _assemble(
+    resp: aiohttp.ClientResponse,
+    first: bytes,
+    path: str,
+    *,
+    limit: int | None,
+    choices: int,
+    idle: float,
+    cap: int,
+    deadline: float | None,
+) -> dict[str, Any]:
+    """The non-streaming answer, from the rest of the stream: each read within `idle` seconds,
+    cut at `limit` output tokens per choice (the connection is closed there)."""
+    reader = ChunkReader(limit, choices)
+    assembler = Assembler(legacy=path == "/completions")
+    loop = asyncio.get_running_loop()
+    buffer, size, chunk = b"", 0, first
+    while chunk:
+        size += len(chunk)
+        if size > cap:
+            raise TooLarge
+        events, buffer = split_events(buffer + chunk)
+        for event in events:
+            data = event_data(event)
+            if data is None:
+                continue
+            passed, closing = reader.read(data)
+            if passed is not None:
+                assembler.add(passed)
+            for ended in closing:
+                assembler.add(ended)
+            if reader.done:
+                break
+        if reader.done or reader.ended:
+            break
+        until = loop.time() + idle
+        async with asyncio.timeout_at(until if deadline is None else min(until, deadline)):
+            chunk = await resp.content.readany()
+    answer = assembler.answer()
+    if reader.done and reader.usage is None:
+        answer.pop("usage", None)
+    return finish_answer(answer)
 
 
 @contextlib.asynccontextmanager
@@ -329,15 +512,25 @@ async def _no_deadline() -> AsyncIterator[None]:
 def upstream_error(status: int, body: bytes, *, retry_after: str = "") -> GatewayError:
     """An upstream's error as ours, keeping its message when it has the OpenAI shape."""
     message = None
+    kind = None
     try:
         data = orjson.loads(body)
         err = data.get("error") if isinstance(data, dict) else None
         if isinstance(err, dict):
             message = err.get("message")
+            kind = err.get("type")
         elif isinstance(err, str):
             message = err
     except (orjson.JSONDecodeError, TypeError):
         pass
+    if status == 529 or kind == "overloaded_error":
+        # Anthropic's "overloaded": the Messages surface answers 529 again, the others 503.
+        return GatewayError(
+            503,
+            "The upstream is overloaded; retry later.",
+            code="upstream_overloaded",
+            headers=[(b"retry-after", _retry_after(retry_after) if retry_after else b"5")],
+        )
     if status in (401, 403):
         return GatewayError(
             502,
@@ -384,6 +577,17 @@ def attempt_note(a: Attempt) -> str:
     return f"failover after {a.status or a.error} from {a.channel_name}"
 
 
+# The call the running request opened (admission sets it): `asgi.handle` fails a call an error
+# left open, without the request pointing back at its call. One per task (uvicorn runs each
+# request in a task of its own).
+current: contextvars.ContextVar[Call | None] = contextvars.ContextVar("gateway_call", default=None)
+
+
+def opened() -> Call | None:
+    """The call this request opened, if admission got that far."""
+    return current.get()
+
+
 class Call:
     """One admitted request: what it reserved, where it went, and its record when it ends.
 
@@ -419,9 +623,11 @@ class Call:
         self.debug_route = wants_route_header(req, key)
         self.channel_id: int | None = None
         self.ttft_ms: float | None = None
+        self.upstream_request_id = ""
         self.finished = False
         self.usage: Usage | None = None  # what finish() recorded
         self.max_tokens: int | None = None  # what the reservation allows; a stream is cut past it
+        self.choices = 1  # `n`: the reservation is per choice
         self.choice = balance.Choice()  # the balancing's session, pick and reason (`catalog.ordered_routes`)
         self._busy: int | None = None  # the channel this call counts as in flight on (`balance.load`)
         # The whole call's deadline (event-loop clock): failover and relay stop there.
@@ -463,7 +669,13 @@ class Call:
                 raise GatewayError(503, f"No channel serves the model '{self.model.name}' this way.", code="no_channel")
             self._busy = first = plan.routes[0].channel_id
             balance.load.begin(first)
-            up = await send_upstream(plan, stream=self.stream, deadline=self.deadline)
+            up = await send_upstream(
+                plan,
+                stream=self.stream,
+                deadline=self.deadline,
+                prompt_tokens=self.prompt_estimate,
+                limit=self.max_tokens,
+            )
         except asyncio.CancelledError:
             if not gone:
                 raise
@@ -484,6 +696,9 @@ class Call:
         finally:
             watcher.cancel()
         self.channel_id = served = up.route.channel_id
+        self.upstream_request_id = up.upstream_request_id
+        if up.first_at is not None:  # time to the first token, streamed to the client or assembled
+            self.ttft_ms = (up.first_at - self.started) * 1000
         if served != first:  # failed over: the load moves with the call
             balance.load.end(first)
             balance.load.begin(served)
@@ -511,13 +726,17 @@ class Call:
         if self._busy is not None:
             balance.load.end(self._busy)
             self._busy = None
-        usage = self.usage = usage or Usage(0, 0)
+        usage, flag = self.bounded(usage or Usage(0, 0))
+        self.usage = usage
+        if flag:
+            error = f"{error}; {flag}" if error else flag
         if process.limiter is not None:
             process.limiter.settle(self.admission, usage.total)
         process.usage.record(
             UsageEvent(
                 created=dt.datetime.now(dt.UTC),
                 request_id=self.request_id,
+                upstream_request_id=self.upstream_request_id,
                 key_id=self.key.id,
                 user_id=self.key.owner_id,
                 team_id=self.key.team_id,
@@ -540,6 +759,37 @@ class Call:
         )
         if self.logged is not None:
             process.payloads.record(self._captured(status, http_status))
+
+    def bounded(self, usage: Usage) -> tuple[Usage, str]:
+        """Usage as charged: an upstream's report is bounded by what was sent (the prompt cannot
+        hold more tokens than its bytes, plus room for templates and images) and what was
+        reserved (max_tokens per choice). An implausible report is charged at the bounds, recorded
+        as estimated, and flagged in the record's error (empty when plausible)."""
+        received = self.req.received
+        prompt_cap = len(received) + 4096 * (1 + received.count(b"image")) + self.prompt_estimate
+        output_cap = None if self.max_tokens is None else self.max_tokens * self.choices
+        prompt, completion = usage.prompt_tokens, usage.completion_tokens
+        if prompt <= prompt_cap and (output_cap is None or completion <= output_cap) and prompt >= 0 <= completion:
+            return usage, ""
+        bounded_prompt = max(0, min(prompt, prompt_cap))
+        bounded_completion = max(0, completion if output_cap is None else min(completion, output_cap))
+        logger.warning(
+            "channel %s reported implausible usage %s+%s; charged %s+%s",
+            self.channel_id,
+            prompt,
+            completion,
+            bounded_prompt,
+            bounded_completion,
+        )
+        charged = Usage(
+            bounded_prompt,
+            bounded_completion,
+            estimated=True,
+            cached_tokens=min(max(usage.cached_tokens, 0), bounded_prompt),
+            cache_creation_tokens=min(max(usage.cache_creation_tokens, 0), bounded_prompt),
+        )
+        flag = f"implausible upstream usage {prompt}+{completion} tokens, charged {bounded_prompt}+{bounded_completion}"
+        return charged, flag[:200]
 
     def log_response(self, data: bytes, *, sse: bool = False) -> None:
         """Keep `data` (sent to the client) for the request log, up to its bound."""
@@ -587,7 +837,8 @@ class Call:
 
     async def send_json(self, status: int, body: bytes, usage: Usage | None, content_type: bytes | None = None) -> None:
         """Send a complete JSON answer, then finish the call."""
-        self.ttft_ms = (time.perf_counter() - self.started) * 1000
+        if self.ttft_ms is None:
+            self.ttft_ms = (time.perf_counter() - self.started) * 1000
         if self.logged is not None:
             self.log_response(body)
         try:

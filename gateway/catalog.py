@@ -178,11 +178,16 @@ def _nothing_fits(
         biggest = max(too_small, key=lambda r: r.context_window or 0)
         largest, need = biggest.context_window or 0, route_need(biggest, prompt, output)
         where = " on local channels" if external else ""
+        if output:
+            counted = f"prompt ≈{prompt:,} (estimated) + max_tokens {min(output, need - prompt):,}"
+            advice = "Shorten the conversation or lower max_tokens."
+        else:
+            counted = f"the prompt alone, ≈{prompt:,} estimated; no max_tokens was sent"
+            advice = "Shorten the conversation."
         err = GatewayError(
             400,
-            f"This request needs about {need:,} tokens (prompt + requested output), more than the model "
-            f"'{model.name}' can serve{where}: its largest context window is {largest:,} tokens. "
-            "Shorten the conversation or lower max_tokens.",
+            f"This request needs about {need:,} tokens ({counted}), more than the model "
+            f"'{model.name}' can serve{where}: its largest context window is {largest:,} tokens. {advice}",
             code="context_length_exceeded",
         )
     elif external:

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from portal.bodies import MAX_DEPTH, too_deep
 
-if TYPE_CHECKING:
-    from .call import Attempt, Call
+from .errors import ERROR_TYPES, GatewayError, new_request_id
+
+__all__ = ["ERROR_TYPES", "GatewayError", "Request", "send_bytes", "send_error", "send_json", "sse_error_event"]
+
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -32,66 +34,19 @@ MAX_BODY = 64 * 1024 * 1024
 # what the translators (recursive) could walk.
 GATEWAY_MAX_DEPTH = 2 * MAX_DEPTH
 
-# OpenAI error types by status, so every error we make looks like one OpenAI's SDKs understand.
-ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    413: "invalid_request_error",
-    429: "rate_limit_error",
-    499: "client_disconnected",
-    500: "server_error",
-    502: "upstream_error",
-    503: "service_unavailable",
-    504: "timeout_error",
-}
-
-
-class GatewayError(Exception):
-    """An error to answer in the OpenAI shape. Raised anywhere on the request path before the response
-    starts; after a stream has started it is sent as an SSE `data:` event instead."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        code: str | None = None,
-        type: str | None = None,
-        param: str | None = None,
-        headers: Iterable[tuple[bytes, bytes]] = (),
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.code = code
-        self.type = type or ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-        self.param = param
-        self.headers = list(headers)
-        self.attempts: list[Attempt] = []  # upstream attempts that failed before this error (failover)
-        self.explanation: list[str] = []  # the routing decision, when routing refused the request
-
-    def payload(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "code": self.code, "param": self.param}}
-
-    def body(self) -> bytes:
-        return orjson.dumps(self.payload())
-
 
 class Request:
     """What a gateway handler needs from an ASGI HTTP scope. Headers are lower-cased str."""
 
     __slots__ = (
         "_body",
-        "call",
         "headers",
         "key_prefix",
         "method",
         "model_name",
         "path",
         "receive",
+        "request_id",
         "scope",
         "send",
         "subpath",
@@ -100,13 +55,21 @@ class Request:
     def __init__(self, scope: Scope, receive: Receive, send: Send, subpath: str) -> None:
         self.scope = scope
         self.receive = receive
-        self.send = send
+        self.request_id = new_request_id()
+        rid = self.request_id.encode()
+
+        async def send_with_id(message: Mapping[str, Any]) -> None:
+            """Every gateway answer carries its request id (`x-request-id`, as OpenAI's does)."""
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), (b"x-request-id", rid)]}
+            await send(message)
+
+        self.send: Send = send_with_id
         self.method: str = scope["method"]
         self.path: str = scope["path"]
         self.subpath = subpath  # the path after the /v1 prefix(es), e.g. "/chat/completions"
         self.headers: dict[str, str] = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         self._body: bytes | None = None
-        self.call: Call | None = None  # once admission opened one, so errors can finish it
         # What admission learnt, for the access log (also of refused requests): never the key itself.
         self.key_prefix: str | None = None
         self.model_name: str | None = None

@@ -1,16 +1,27 @@
-"""Request stage 5 for streams: relay an upstream SSE stream to the client, event by event.
+"""Request stage 5 for streams: relay an upstream SSE stream to the client, event by event,
+through the surface's `Dialect`.
 
-A JSON answer goes out whole with `Call.send_json`; a stream goes through `relay_sse`, which
-never buffers beyond one event, handles client disconnects and upstream death, and finishes the
-call with the usage it saw (or its estimate).
+A JSON answer goes out whole with `Call.send_json`; a stream goes through `relay`, which never
+buffers beyond one read, keeps a quiet stream alive, notices a client that leaves (the upstream
+connection is closed at once: generation stops), bounds each gap between the upstream's events
+(GATEWAY_IDLE_TIMEOUT) and the whole call (GATEWAY_TOTAL_TIMEOUT), and finishes the call with the
+usage it saw (or its estimate).
+
+A `Dialect` is how one surface reads an upstream stream and writes its client's: it passes each
+upstream event on (as is, stripped, or translated), keeps the usage and the output tokens per
+choice, says when the reservation is used up (`done`), and renders the end and an error in the
+client's API. Chat ↔ Chat is `ChatDialect`; translated surfaces add their own
+(`surfaces/translated.py`: Chat chunks → Messages / Responses events; a native channel's events
+as is, `NativeDialect`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from typing import Any, Protocol
 
 import orjson
 from django.conf import settings
@@ -19,46 +30,166 @@ from channels.health import passive
 from keys.choices import UsageStatus
 
 from .call import Call, TooLarge, UpstreamResponse, recount
-from .http import SSE_HEADERS, GatewayError, sse_error_event
-from .translate.common import answer_usage
+from .chunks import ChunkReader, event_data, split_events
+from .errors import Failure, GatewayError, UpstreamStreamError
+from .http import SSE_HEADERS, sse_error_event
 from .usage import Usage, usage_from
 
 logger = logging.getLogger(__name__)
 
 KEEPALIVE_SECONDS = 15.0
-# Content events counted as tokens may include one that is not (a role chunk with text): a stream
-# is cut only this far past its max_tokens.
-CUT_SLACK = 1
 
 
-async def relay_sse(
-    call: Call,
-    up: UpstreamResponse,
-    *,
-    on_event: Callable[[bytes], bytes | None] | None = None,
-    client_wants_usage: bool = False,
-    epilogue: Callable[[Usage | None], bytes] | None = None,
-    on_error: Callable[[GatewayError], bytes] | None = None,
-    usage_of_event: Callable[[bytes, Usage | None], Usage | None] | None = None,
-) -> None:
-    """Relay `up` to the client and finish `call`.
+class Dialect(Protocol):
+    """One surface's stream (see the module docstring). `feed` may raise UpstreamStreamError (an
+    upstream error event or invalid JSON): the relay then sends `error(...)` of its own making,
+    never the upstream's text."""
 
-    Usage comes from the upstream's usage chunk (which we always ask for); the chunk is dropped
-    for clients that did not ask for it. Without one, completion tokens are counted as the
-    content-bearing events and the record is marked estimated. A client disconnect closes the
-    upstream; an upstream failure becomes an SSE error event. `on_event` (for translating
-    surfaces) gets each raw event (`data: …`) and returns the bytes to send or None;
-    `on_error` renders an upstream failure in the client's API (default: an OpenAI `data:`
-    error event); `usage_of_event(event, usage_so_far)` reads usage from a non-Chat upstream
-    stream (Anthropic splits it between `message_start` and `message_delta`).
-    """
+    @property
+    def usage(self) -> Usage | None:
+        """What the upstream reported so far, None when it reported nothing."""
+
+    @property
+    def tokens(self) -> int:
+        """Output events seen (the completion estimate when the upstream reports no usage)."""
+
+    @property
+    def done(self) -> bool:
+        """The reservation is used up on every choice: stop reading, close the upstream."""
+
+    def feed(self, event: bytes) -> bytes:
+        """The bytes to send for one upstream SSE event (b"" for none)."""
+
+    def close(self, usage: Usage) -> bytes:
+        """The last bytes, once the upstream ended or was cut (`usage` is what the call settles on)."""
+
+    def error(self, err: GatewayError) -> bytes:
+        """The error event(s) ending a stream that failed after its first byte."""
+
+
+def sse(chunk: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+
+class ChatDialect:
+    """Chat Completions (and legacy Completions) relayed to a client of the same API: events go
+    out byte for byte, minus what the gateway asked for on its own behalf (the usage chunk and the
+    `"usage":null` of every chunk, for a client that did not ask for usage); a choice that passes
+    its reservation ends there with finish reason `length`."""
+
+    __slots__ = ("reader", "wants_usage")
+
+    def __init__(self, limit: int | None, *, choices: int = 1, wants_usage: bool = False) -> None:
+        self.reader = ChunkReader(limit, choices)
+        self.wants_usage = wants_usage
+
+    @property
+    def usage(self) -> Usage | None:
+        return usage_from(self.reader.usage)
+
+    @property
+    def tokens(self) -> int:
+        return self.reader.tokens
+
+    @property
+    def done(self) -> bool:
+        return self.reader.done
+
+    def feed(self, event: bytes) -> bytes:
+        reader = self.reader
+        if (
+            reader.choices == 1
+            and not reader.cut
+            and event.startswith(b"data: {")
+            and b'"usage":{' not in event
+            and b'"usage": {' not in event
+            and b'"error"' not in event
+        ):
+            # The common event (one choice, text or a role, no usage): checked to be JSON, counted
+            # by its bytes, passed on as it came. Everything else is read in full below.
+            try:
+                orjson.loads(event[6:])
+            except orjson.JSONDecodeError:
+                raise UpstreamStreamError(Failure.INVALID_JSON) from None
+            if has_output(event):
+                seen = reader.counts.get(0, 0) + 1
+                if reader.limit is not None and seen > reader.limit:
+                    return self._slow(event)  # the cut: the full path ends the choice
+                reader.counts[0] = seen
+            if not self.wants_usage and b'"usage"' in event:
+                return event.replace(b',"usage":null', b"").replace(b', "usage": null', b"")
+            return event
+        return self._slow(event)
+
+    def _slow(self, event: bytes) -> bytes:
+        data = event_data(event)
+        if data is None:
+            return b""  # comments: the relay sends its own keep-alives
+        chunk, closing = self.reader.read(data)
+        out = b""
+        if chunk is not None:
+            if chunk.get("usage") is not None and not self.wants_usage:
+                if chunk.get("choices"):  # usage on a content chunk (continuous usage): strip it
+                    out = sse({k: v for k, v in chunk.items() if k != "usage"})
+            else:
+                out = sse(chunk) if self.reader.changed else event
+                if not self.wants_usage and b'"usage"' in out:
+                    out = out.replace(b',"usage":null', b"").replace(b', "usage": null', b"")
+        for ended in closing:
+            out += sse(ended)
+        return out
+
+    def close(self, usage: Usage) -> bytes:
+        return b"data: [DONE]\n\n"
+
+    def error(self, err: GatewayError) -> bytes:
+        return sse_error_event(err)
+
+
+def has_output(event: bytes) -> bool:
+    """Does this Chat/Completions event carry text, reasoning or tool arguments? (by its bytes: the
+    event is one choice's delta, so one such event is about one token)"""
+    if b'"arguments":"' in event or b'"arguments": "' in event:
+        return b'"arguments":""' not in event and b'"arguments": ""' not in event
+    if b'"content"' in event or b'"text"' in event or b'"reasoning' in event:
+        return not (
+            b'"content":""' in event
+            or b'"content": ""' in event
+            or b'"content":null' in event
+            or b'"content": null' in event
+            or b'"text":""' in event
+            or b'"text": ""' in event
+        ) or b'"reasoning_content":"' in event.replace(b'"reasoning_content":""', b"")
+    return False
+
+
+def stream_failure(call: Call, failure: Failure) -> GatewayError:
+    """Our own error for a stream that broke after its first byte: a generic message with our
+    request id, never the upstream's text (which can carry anything, even the channel's key)."""
+    if failure == Failure.IDLE_TIMEOUT:
+        seconds = float(settings.GATEWAY_IDLE_TIMEOUT)
+        message = f"The upstream went silent mid-answer for GATEWAY_IDLE_TIMEOUT ({seconds:g} s)"
+        status, code = 504, "upstream_timeout"
+    elif failure == Failure.DEADLINE:
+        message = "The answer took longer than this gateway allows (GATEWAY_TOTAL_TIMEOUT)"
+        status, code = 504, "deadline"
+    elif failure == Failure.TOO_LARGE:
+        message = f"The upstream's answer passed {int(settings.GATEWAY_MAX_RESPONSE_BYTES)} bytes"
+        status, code = 502, "upstream_too_large"
+    else:
+        message = "The upstream failed while streaming"
+        status, code = 502, "upstream_stream_error"
+    return GatewayError(status, f"{message}; the answer is incomplete (request {call.request_id}).", code=code)
+
+
+async def relay(call: Call, up: UpstreamResponse, dialect: Dialect) -> None:
+    """Relay `up` to the client through `dialect` and finish `call`."""
     send = call.req.send
     receive = call.req.receive
     loop = asyncio.get_running_loop()
     await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + call.response_headers})
     current = asyncio.current_task()
     disconnected = False
-
     last_sent = loop.time()
 
     async def watch() -> None:
@@ -80,140 +211,104 @@ async def relay_sse(
                 return
 
     watcher = loop.create_task(watch())
-    usage: Usage | None = None
-    content_events = 0
     status, http_status, error = UsageStatus.OK, 200, ""
+    failed: GatewayError | None = None
     buffer = b""
     chunk = up.first_chunk
     content = up.response.content if up.response is not None else None
-    limit = call.max_tokens
     cap = int(settings.GATEWAY_MAX_RESPONSE_BYTES)
+    idle = float(settings.GATEWAY_IDLE_TIMEOUT)
     relayed = 0
-    cut = False
     try:
-        async with asyncio.timeout_at(call.deadline):
-            while chunk and not cut:
-                relayed += len(chunk)
-                if relayed > cap:
-                    raise TooLarge
-                if b"\r" in chunk:
-                    chunk = chunk.replace(b"\r\n", b"\n")
-                buffer += chunk
-                out: list[bytes] = []
-                while True:
-                    end = buffer.find(b"\n\n")
-                    if end < 0:
-                        break
-                    event = buffer[: end + 2]
-                    buffer = buffer[end + 2 :]
-                    if usage_of_event is not None:
-                        usage = usage_of_event(event, usage)
-                    elif b'"usage":{' in event or b'"usage": {' in event:
-                        found = _event_usage(event)
-                        if found is not None:
-                            usage = found
-                            if not client_wants_usage and (b'"choices":[]' in event or b'"choices": []' in event):
-                                continue
-                    elif _has_content(event):
-                        content_events += 1
-                        if limit is not None and content_events > limit + CUT_SLACK:
-                            # The upstream ignores max_tokens: what the key reserved is all it gets.
-                            cut = True
-                            break
-                    if on_event is not None:
-                        translated = on_event(event)
-                        if translated is None:
-                            continue
-                        event = translated
-                    out.append(event)
-                if out:
-                    if call.ttft_ms is None:
-                        call.ttft_ms = (time.perf_counter() - call.started) * 1000
-                    body = b"".join(out)
-                    await send({"type": "http.response.body", "body": body, "more_body": True})
-                    last_sent = loop.time()
-                    if call.logged is not None:
-                        call.log_response(body, sse=True)
-                if not cut:
-                    chunk = await content.readany() if content is not None else b""
-            if cut:
-                up.close()
-                logger.info("upstream %s ignored max_tokens=%s; the stream was cut there", up.route.channel_name, limit)
-                usage = Usage(call.prompt_estimate, content_events - 1, estimated=True)  # the event not sent
-                status, error = UsageStatus.OK, f"cut at max_tokens ({limit})"
-                if epilogue is None and on_event is None:
-                    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": True})
-            else:
-                if buffer.strip():
-                    await send({"type": "http.response.body", "body": buffer, "more_body": True})
-                up.release()
+        while chunk:
+            relayed += len(chunk)
+            if relayed > cap:
+                raise TooLarge
+            events, buffer = split_events(buffer + chunk)
+            parts = []
+            for event in events:
+                parts.append(dialect.feed(event))
+                if dialect.done:  # nothing past the reservation, not even a usage chunk
+                    break
+            out = b"".join(parts)
+            if out:
+                if call.ttft_ms is None:
+                    call.ttft_ms = (time.perf_counter() - call.started) * 1000
+                await send({"type": "http.response.body", "body": out, "more_body": True})
+                last_sent = loop.time()
+                if call.logged is not None:
+                    call.log_response(out, sse=True)
+            if dialect.done:
+                break
+            if content is None:
+                break
+            async with asyncio.timeout_at(min(loop.time() + idle, call.deadline)):
+                chunk = await content.readany()
+        if dialect.done:
+            up.close()  # the upstream ignores max_tokens: what the key reserved is all it gets
+            logger.info(
+                "upstream %s passed max_tokens=%s; the stream was cut there", up.route.channel_name, call.max_tokens
+            )
+            error = f"cut at max_tokens ({call.max_tokens})"
+        else:
+            up.release()
     except asyncio.CancelledError:
         up.close()
         if not disconnected:  # cancelled by the server (shutdown): the answer is incomplete
             status, http_status, error = UsageStatus.INTERRUPTED, 503, "interrupted by the gateway's shutdown"
+            failed = GatewayError(
+                503,
+                f"The gateway is shutting down; the answer is incomplete (request {call.request_id}).",
+                code="shutdown",
+            )
+            with contextlib.suppress(Exception):  # the connection may be gone already
+                await _finish(call, up, dialect, status, http_status, error, failed, disconnected)
+            call.finish(None, status=status, http_status=http_status, error=error)  # no-op once finished
             raise
         if current is not None:
             current.uncancel()
         status, http_status, error = UsageStatus.CLIENT_DISCONNECTED, 499, "client disconnected"
-    except Exception as exc:  # the upstream died, timed out or sent too much mid-stream
+    except Exception as exc:  # the upstream died, timed out, sent junk or too much mid-stream
         up.close()
-        logger.info("upstream %s failed mid-stream: %r", up.route.channel_name, exc)
-        status, http_status = UsageStatus.UPSTREAM_ERROR, 502
         if isinstance(exc, TooLarge):
-            error = f"upstream sent more than {cap} bytes"
-            err = GatewayError(502, f"The upstream's answer passed {cap} bytes; it was cut.", code="upstream_too_large")
-        elif isinstance(exc, TimeoutError) and loop.time() >= call.deadline:
-            error = "the request passed its total deadline"
-            err = GatewayError(
-                504, "The answer took longer than this gateway allows (GATEWAY_TOTAL_TIMEOUT).", code="deadline"
-            )
+            failure = Failure.TOO_LARGE
+        elif isinstance(exc, TimeoutError):
+            failure = Failure.DEADLINE if loop.time() >= call.deadline else Failure.IDLE_TIMEOUT
+        elif isinstance(exc, UpstreamStreamError):
+            failure = exc.failure
         else:
-            kind = "timeout" if isinstance(exc, TimeoutError) else "protocol"
-            passive.report(up.route.channel_id, False, error=kind)  # evidence for the health window
-            error = f"upstream failed mid-stream ({exc.__class__.__name__})"
-            err = GatewayError(
-                502, "The upstream failed while streaming; the answer is incomplete.", code="upstream_stream_error"
-            )
-        body = on_error(err) if on_error is not None else sse_error_event(err)
-        await send({"type": "http.response.body", "body": body, "more_body": True})
+            failure = Failure.PROTOCOL
+        logger.info("upstream %s failed mid-stream (%s): %r", up.route.channel_name, failure, exc)
+        if failure != Failure.DEADLINE:
+            passive.report(up.route.channel_id, False, error=failure)  # evidence for the health window
+        failed = stream_failure(call, failure)
+        status, http_status, error = UsageStatus.UPSTREAM_ERROR, failed.status, f"{failure}: {failed.message}"
     finally:
         watcher.cancel()
-        if usage is None:
-            usage = Usage(call.prompt_estimate, content_events, estimated=True)
-            if status == UsageStatus.OK and not disconnected:
-                try:  # the upstream reported none: its own tokenizer counts the prompt (bounded)
-                    usage = await recount(up, usage)
-                except BaseException:
-                    call.finish(usage, status=status, http_status=http_status, error=error)
-                    raise
-        call.finish(usage, status=status, http_status=http_status, error=error)  # before any await
-        if not disconnected:
-            tail = epilogue(usage) if epilogue is not None else b""
-            await send({"type": "http.response.body", "body": tail, "more_body": False})
+    await _finish(call, up, dialect, status, http_status, error, failed, disconnected)
 
 
-def _event_usage(event: bytes) -> Usage | None:
-    start = event.find(b"{")
-    if start < 0:
-        return None
-    try:
-        data = orjson.loads(event[start:].strip())
-    except orjson.JSONDecodeError:
-        return None
-    return usage_from(answer_usage(data))
-
-
-def _has_content(event: bytes) -> bool:
-    """Does this SSE event carry generated text or tool arguments? (one event ≈ one token)"""
-    if b'"arguments"' in event:
-        return True
-    if b'"content"' in event or b'"text"' in event:
-        return not (
-            b'"content":""' in event
-            or b'"content": ""' in event
-            or b'"content":null' in event
-            or b'"content": null' in event
-            or b'"text":""' in event
-            or b'"text": ""' in event
-        )
-    return False
+async def _finish(
+    call: Call,
+    up: UpstreamResponse,
+    dialect: Dialect,
+    status: str,
+    http_status: int,
+    error: str,
+    failed: GatewayError | None,
+    disconnected: bool,
+) -> None:
+    usage = dialect.usage
+    if usage is None:
+        usage = Usage(call.prompt_estimate, dialect.tokens, estimated=True)
+        if status == UsageStatus.OK and not disconnected:
+            try:  # the upstream reported none: its own tokenizer counts the prompt (bounded)
+                usage = await recount(up, usage)
+            except BaseException:
+                call.finish(usage, status=status, http_status=http_status, error=error)
+                raise
+    call.finish(usage, status=status, http_status=http_status, error=error)  # before any await
+    if disconnected:
+        return
+    tail = dialect.error(failed) if failed is not None else dialect.close(call.usage or usage)
+    await call.req.send({"type": "http.response.body", "body": tail, "more_body": False})

@@ -27,13 +27,10 @@ from .usage import UsageWriter
 
 
 def open_session() -> aiohttp.ClientSession:
-    """The process's one upstream client: no overall deadline (streams run long), connect and
-    read deadlines from settings, no redirects followed."""
-    timeout = aiohttp.ClientTimeout(
-        total=None,
-        sock_connect=float(settings.GATEWAY_CONNECT_TIMEOUT),
-        sock_read=float(settings.GATEWAY_READ_TIMEOUT),
-    )
+    """The process's one upstream client: no overall deadline (streams run long), the connect
+    deadline from settings, no redirects followed. Reads are bounded by `call`/`relay` themselves
+    (headers, first token, idle gap, total), each naming its setting when it fires."""
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=float(settings.GATEWAY_CONNECT_TIMEOUT))
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=30)
     return aiohttp.ClientSession(
         connector=connector,

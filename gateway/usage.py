@@ -112,6 +112,7 @@ class UsageEvent:
     cached_tokens: int = 0
     cache_creation_tokens: int = 0
     route_explanation: list[str] = field(default_factory=list)  # `catalog.Selection.explanation`
+    upstream_request_id: str = ""  # the upstream's own `x-request-id` (ours is `request_id`)
 
     @property
     def total_tokens(self) -> int:
@@ -140,6 +141,7 @@ _RECORD_COLUMNS = (
     "cached_tokens",
     "cache_creation_tokens",
     "route_explanation",
+    "upstream_request_id",
 )
 
 
@@ -172,6 +174,7 @@ def _insert_records(events: list[UsageEvent]) -> None:
             max(e.cached_tokens, 0),
             max(e.cache_creation_tokens, 0),
             orjson.dumps(e.route_explanation).decode(),
+            e.upstream_request_id[:100],
         )
         for e in events
     ]

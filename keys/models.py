@@ -121,7 +121,8 @@ class UsageRecord(models.Model):
     """One gateway request. Written in batches off the request path."""
 
     created = models.DateTimeField(default=timezone.now, db_index=True)
-    request_id = models.CharField(max_length=64, blank=True)
+    request_id = models.CharField(max_length=64, blank=True)  # the gateway's `x-request-id`
+    upstream_request_id = models.CharField(max_length=100, blank=True)  # the upstream's, when it sent one
     key = models.ForeignKey(Key, null=True, on_delete=models.SET_NULL, related_name="usage")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="usage")
     # The owner's team at the time of the request: moving a user later does not rewrite history.

@@ -18,6 +18,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 django_app = get_asgi_application()
 
 from gateway.asgi import build_application  # noqa: E402
+from portal.body_deadline import BodyDeadline  # noqa: E402
 
 
 class TrustedProxies:
@@ -37,4 +38,4 @@ class TrustedProxies:
         await self._middleware(scope, receive, send)
 
 
-application = TrustedProxies(build_application(django_app))
+application = TrustedProxies(BodyDeadline(build_application(django_app)))

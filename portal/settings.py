@@ -354,8 +354,16 @@ SPECTACULAR_SETTINGS = {
 
 # --- Gateway -----------------------------------------------------------------------------------
 GATEWAY_CONNECT_TIMEOUT = get("GATEWAY_CONNECT_TIMEOUT", float, 5.0)
-GATEWAY_READ_TIMEOUT = get("GATEWAY_READ_TIMEOUT", float, 300.0)
+GATEWAY_READ_TIMEOUT = get("GATEWAY_READ_TIMEOUT", float, 300.0)  # the former name of GATEWAY_IDLE_TIMEOUT
+# Every listener (gateway and Django): a request's body must arrive within this many seconds (408).
+PORTAL_BODY_TIMEOUT = get("PORTAL_BODY_TIMEOUT", float, 30.0)
 GATEWAY_HEADERS_TIMEOUT = get("GATEWAY_HEADERS_TIMEOUT", float, 30.0)
+# Liveness of a generation (Chat and Completions always go upstream as streams, even for a client
+# that did not ask for one): the first token within GATEWAY_FIRST_TOKEN_TIMEOUT plus one second per
+# GATEWAY_PREFILL_TOKENS_PER_SECOND prompt tokens, then no gap between tokens over GATEWAY_IDLE_TIMEOUT.
+GATEWAY_FIRST_TOKEN_TIMEOUT = get("GATEWAY_FIRST_TOKEN_TIMEOUT", float, 120.0)
+GATEWAY_PREFILL_TOKENS_PER_SECOND = get("GATEWAY_PREFILL_TOKENS_PER_SECOND", float, 100.0)
+GATEWAY_IDLE_TIMEOUT = get("GATEWAY_IDLE_TIMEOUT", float, GATEWAY_READ_TIMEOUT)
 GATEWAY_TOTAL_TIMEOUT = get("GATEWAY_TOTAL_TIMEOUT", float, 900.0)
 GATEWAY_MAX_RESPONSE_BYTES = get("GATEWAY_MAX_RESPONSE_BYTES", int, 16 * 1024 * 1024)
 GATEWAY_DEFAULT_MAX_TOKENS = get("GATEWAY_DEFAULT_MAX_TOKENS", int, 4096)

@@ -4,6 +4,6 @@
 Claude Code), `responses` (OpenAI Responses, for Codex) and `models` (discovery in OpenAI's or
 Anthropic's shape). Each handler runs the same stages: `admission.open_call` (key, model,
 limits), a `call.Plan` over `call.routes` (`catalog.select_routes`), `Call.forward` (failover), then
-`relay.relay_sse` or `Call.send_json`. Messages and Responses go through unchanged to channels
+`relay.relay` or `Call.send_json`. Messages and Responses go through unchanged to channels
 that speak them natively and are translated (`gateway.translate`, `translated`) for all others.
 """

@@ -1,7 +1,9 @@
 """The OpenAI surface: `/v1/chat/completions`, `/v1/completions` and `/v1/embeddings`.
 
-Every channel speaks it, so the request goes to each route as sent (with `model` rewritten and
-usage always asked for in streams); the answer comes back as is.
+Every channel speaks it, so the request goes to each route as sent (with `model` rewritten);
+Chat and Completions always as a stream asked for usage, assembled again for a client that did
+not ask for one (`call.send_upstream`); the answer comes back as is, minus what the gateway
+asked for on its own behalf.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import orjson
 from gateway.admission import open_call
 from gateway.call import Call, Outgoing, Plan, UpstreamResponse, recount
 from gateway.http import GatewayError, Request
-from gateway.relay import relay_sse
+from gateway.relay import ChatDialect, relay
 from gateway.translate.common import answer_usage
 from gateway.usage import Usage, estimate_tokens, usage_from
 from keys.choices import ApiSurface
@@ -52,14 +54,14 @@ async def _proxy(req: Request, surface: str, path: str) -> None:
         max_tokens=max_tokens,
         body=body,
     )
-    client_wants_usage = False
-    if stream:
-        options = body.get("stream_options")
-        client_wants_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-        body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+    options = body.get("stream_options")
+    wants_usage = stream and isinstance(options, dict) and bool(options.get("include_usage"))
+    n = body.get("n")
+    call.choices = choices = n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 128 else 1
+    # Chat and Completions go upstream as streams (`call.send_upstream`), asked for usage.
     up = await call.forward(Plan.same(call.routes, Outgoing(path, body, req.headers)))
-    if stream and up.status == 200:
-        await relay_sse(call, up, client_wants_usage=client_wants_usage)
+    if up.streaming:
+        await relay(call, up, ChatDialect(call.max_tokens, choices=choices, wants_usage=wants_usage))
         return
     await _relay_json(call, up, prompt)
 

@@ -17,7 +17,7 @@ import orjson
 
 from gateway.auth import authenticate
 from gateway.cache import RouteInfo, snapshot
-from gateway.call import TOKENIZE_TIMEOUT, Call, Outgoing, Plan, UpstreamResponse, recount, tokenize
+from gateway.call import TOKENIZE_TIMEOUT, Call, Outgoing, Plan, UpstreamResponse, opened, recount, tokenize
 from gateway.catalog import resolve_model, select_routes
 from gateway.http import GatewayError, Request, send_bytes, send_json
 from gateway.state import process
@@ -32,15 +32,22 @@ from .translated import open_translated_call, relay_stream, sse_payload
 logger = logging.getLogger(__name__)
 
 
+OVERLOADED = 529
+
+
 def speaks_messages(route: RouteInfo) -> bool:
     return route.kind == "anthropic" or route.speaks_messages
 
 
 async def send_anthropic_error(req: Request, exc: GatewayError) -> None:
-    if req.call is not None:
-        req.call.fail(exc)
-    body = orjson.dumps(anthropic_response.error_body(exc.status, exc.message))
-    await send_bytes(req.send, exc.status, body, exc.headers)
+    call = opened()
+    if call is not None:
+        call.fail(exc)
+    status = exc.status
+    if exc.code == "upstream_overloaded":  # Anthropic's own status for it, which its SDK retries
+        status = OVERLOADED
+    body = orjson.dumps(anthropic_response.error_body(status, exc.message))
+    await send_bytes(req.send, status, body, exc.headers)
 
 
 def _bad_request(exc: TranslationError) -> GatewayError:
@@ -69,7 +76,7 @@ async def _create_message(req: Request) -> None:
         max_tokens_field="max_tokens",
         prompt_field="messages",
     )
-    call, stream, chat, prompt = opened.call, opened.stream, opened.chat, opened.prompt
+    call, chat, prompt = opened.call, opened.chat, opened.prompt
 
     def outgoing(route: RouteInfo) -> Outgoing:
         if speaks_messages(route):
@@ -80,7 +87,7 @@ async def _create_message(req: Request) -> None:
     native = speaks_messages(up.route)
     public_model = call.model.name
     thinking = isinstance(body.get("thinking"), dict) and body["thinking"].get("type") in ("enabled", "adaptive")
-    if stream and up.status == 200:
+    if up.streaming:
 
         def translator() -> anthropic_response.StreamTranslator:
             assert chat is not None  # a translating channel was picked, so the body translated

@@ -51,7 +51,7 @@ async def _create_response(req: Request) -> None:
         max_tokens_field="max_output_tokens",
         prompt_field="input",
     )
-    call, stream, prompt = opened.call, opened.stream, opened.prompt
+    call, prompt = opened.call, opened.prompt
 
     def outgoing(route: RouteInfo) -> Outgoing:
         if route.speaks_responses:
@@ -62,7 +62,7 @@ async def _create_response(req: Request) -> None:
     native = up.route.speaks_responses
     # Echo the public model name, never the upstream id.
     echo = {**body, "model": call.model.name}
-    if stream and up.status == 200:
+    if up.streaming:
         await relay_stream(
             call,
             up,

@@ -13,11 +13,13 @@ import orjson
 from gateway.admission import open_call
 from gateway.cache import snapshot
 from gateway.call import Call, UpstreamResponse
+from gateway.chunks import ChunkReader, event_data
+from gateway.errors import Failure, UpstreamStreamError
 from gateway.http import GatewayError, Request
-from gateway.relay import relay_sse
+from gateway.relay import Dialect, relay
 from gateway.translate import TranslationError
 from gateway.translate.common import ChatStreamTranslator, encode_sse
-from gateway.usage import Usage, estimate_tokens
+from gateway.usage import Usage, estimate_tokens, usage_from
 
 
 @dataclass(slots=True)
@@ -127,33 +129,99 @@ async def relay_stream(
 ) -> None:
     """Relay a successful stream: a native channel's as is (its usage read by `usage_of_event`,
     a failure rendered by `on_error`), a Chat channel's through a `translator()` made for it."""
+    dialect: Dialect
     if native:
-        await relay_sse(call, up, client_wants_usage=True, usage_of_event=usage_of_event, on_error=on_error)
+        dialect = NativeDialect(usage_of_event, on_error, call.max_tokens)
     else:
-        await relay_sse(call, up, **translating_hooks(translator()))
+        dialect = TranslatedDialect(translator(), call.max_tokens)
+    await relay(call, up, dialect)
 
 
-def translating_hooks(translator: ChatStreamTranslator) -> dict[str, Any]:
-    """`relay_sse` keyword arguments that run Chat chunks through `translator` as they arrive.
+class TranslatedDialect:
+    """Chat chunks from the upstream, another API's events to the client (`translator`): the
+    chunks are read (usage, tokens, the cut at the reservation) as for a Chat client, and each
+    one the Chat client would get is translated. The closing events go out after the upstream's
+    usage chunk, with the usage the call settles on (the upstream's, or its estimate)."""
 
-    The closing events go out in the epilogue, after the upstream's usage chunk, with the usage the
-    call settles on (the upstream's, or its estimate when the upstream sent none).
-    """
+    def __init__(self, translator: ChatStreamTranslator, limit: int | None) -> None:
+        self.translator = translator
+        self.reader = ChunkReader(limit, 1)
 
-    def on_event(event: bytes) -> bytes | None:
-        chunk = sse_payload(event)
-        if not isinstance(chunk, dict):
-            return None
-        out = encode(translator.feed(chunk))
-        return out or None
+    @property
+    def usage(self) -> Usage | None:
+        return usage_from(self.reader.usage)
 
-    def epilogue(usage: Usage | None) -> bytes:
-        return encode(translator.finish(_chat_usage(usage)))
+    @property
+    def tokens(self) -> int:
+        return self.reader.tokens
 
-    def on_error(err: GatewayError) -> bytes:
-        return encode(translator.fail(err.status, err.message))
+    @property
+    def done(self) -> bool:
+        return self.reader.done
 
-    return {"on_event": on_event, "epilogue": epilogue, "on_error": on_error, "client_wants_usage": True}
+    def feed(self, event: bytes) -> bytes:
+        data = event_data(event)
+        if data is None:
+            return b""
+        chunk, closing = self.reader.read(data)
+        events: list[dict[str, Any]] = []
+        for part in ([chunk] if chunk is not None else []) + closing:
+            events += self.translator.feed(part)
+        return encode(events)
+
+    def close(self, usage: Usage) -> bytes:
+        return encode(self.translator.finish(_chat_usage(usage)))
+
+    def error(self, err: GatewayError) -> bytes:
+        return encode(self.translator.fail(err.status, err.message))
+
+
+class NativeDialect:
+    """A channel that speaks the client's API (Anthropic Messages, Responses): events go out as
+    they came; `usage_of_event` reads its usage, `on_error` renders our error in its API. An
+    upstream error event or invalid JSON is replaced by our own error; output past the
+    reservation ends the stream."""
+
+    def __init__(
+        self,
+        usage_of_event: Callable[[bytes, Usage | None], Usage | None],
+        on_error: Callable[[GatewayError], bytes],
+        limit: int | None,
+    ) -> None:
+        self.usage_of_event = usage_of_event
+        self.on_error = on_error
+        self.limit = limit
+        self.usage: Usage | None = None
+        self.tokens = 0
+        self.done = False
+
+    def feed(self, event: bytes) -> bytes:
+        data = event_data(event)
+        if data is None:
+            return b""
+        try:
+            parsed = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise UpstreamStreamError(Failure.INVALID_JSON) from None
+        kind = parsed.get("type") if isinstance(parsed, dict) else None
+        if kind in ("error", "response.failed") or (isinstance(parsed, dict) and "error" in parsed and kind is None):
+            raise UpstreamStreamError(Failure.STREAM_ERROR)
+        self.usage = self.usage_of_event(event, self.usage)
+        if kind in ("content_block_delta", "response.output_text.delta", "response.function_call_arguments.delta"):
+            self.tokens += 1
+            if self.limit is not None and self.tokens > self.limit:
+                self.tokens -= 1
+                self.done = True
+                return b""
+        return event
+
+    def close(self, usage: Usage) -> bytes:
+        if self.done:  # cut at the reservation: the stream still ends in its API's error shape
+            return self.on_error(GatewayError(502, "The answer passed its max_tokens and was cut.", code="cut"))
+        return b""
+
+    def error(self, err: GatewayError) -> bytes:
+        return self.on_error(err)
 
 
 def _chat_usage(usage: Usage | None) -> dict[str, Any] | None:

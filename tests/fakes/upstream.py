@@ -10,16 +10,20 @@ Behaviour is scripted per test:
     up.requests                       # what arrived: method, path, headers, json
     up.stop()
 
-Modes: ok, omit_usage (no usage in body or stream), stall (stream: send `stall_after` chunks,
-then hang; non-stream: hang before answering), disconnect (stream: send `disconnect_after` chunks,
-then drop the TCP connection), status (answer `status` with an OpenAI error body), slow (sleep
-`delay` seconds before the first byte), tool_call (the reply is a function call split over many
-chunks). `tokens` sets how many completion tokens ("tok0 tok1 …") are generated; `token_delay`
-spaces stream chunks; `reasoning` makes the reply start with that text as `reasoning_content`.
-Anthropic-native `/v1/messages` and Responses-native `/v1/responses` answer
-the same canned text (modes ok/status/slow) for the gateway's pass-through paths. Prompt tokens are
-the number of whitespace-separated words in the input.
-"""
+A non-streaming Chat answer is sent (headers and all) only once it is generated, after `tokens`
+times `token_delay` seconds, like vLLM, SGLang and llama.cpp; a stream sends its headers at once and
+one token every `token_delay`. Every Chat answer has an `x-request-id` header (`up-…`).
+
+Modes: ok, omit_usage (no usage in body or stream), stream_error / stream_junk (stream: after
+`stall_after` chunks an error event carrying `error_message`, or a chunk of invalid JSON), stall
+(stream: send `stall_after` chunks, then hang; non-stream: hang before answering), disconnect
+(stream: send `disconnect_after` chunks, then drop the TCP connection), status (answer `status` with
+an OpenAI error body), slow (sleep `delay` seconds before the first byte), tool_call (the reply is a
+function call split over many chunks). `tokens` sets how many completion tokens ("tok0 tok1 …") are
+generated; `token_delay` spaces stream chunks; `reasoning` makes the reply start with that text as
+`reasoning_content`. Anthropic-native `/v1/messages` and Responses-native `/v1/responses` answer the
+same canned text (modes ok/status/slow) for the gateway's pass-through paths. Prompt tokens are the
+number of whitespace-separated words in the input."""
 
 from __future__ import annotations
 
@@ -55,6 +59,9 @@ DEFAULTS: dict[str, Any] = {
     # Responses' `input_tokens_details.cached_tokens`; `cache_write`: Anthropic's `cache_creation_input_tokens`.
     "cached": 0,
     "cache_write": 0,
+    "usage_override": None,  # a dict merged over the usage reported (an upstream reporting absurd usage)
+    "error_type": "server_error",  # with mode=status: the error's `type` (Anthropic's `overloaded_error`)
+    "system_fingerprint": None,  # when set, every Chat chunk / answer carries it (vLLM, OpenAI)
 }
 
 
@@ -196,7 +203,8 @@ class FakeUpstream:
     def _unauthorized(self, request: web.Request) -> web.Response | None:
         if self.api_key is None:
             return None
-        if request.headers.get("Authorization") != f"Bearer {self.api_key}":
+        anthropic = request.headers.get("x-api-key") == self.api_key  # Anthropic's own header
+        if request.headers.get("Authorization") != f"Bearer {self.api_key}" and not anthropic:
             return web.json_response(
                 {"error": {"message": "Invalid API key", "type": "authentication_error", "code": 401}},
                 status=401,
@@ -207,7 +215,7 @@ class FakeUpstream:
     def _error(b: dict[str, Any]) -> web.Response:
         headers = {"Retry-After": str(b["retry_after"])} if b["retry_after"] else None
         return web.json_response(
-            {"error": {"message": b["error_message"], "type": "server_error", "code": b["status"]}},
+            {"error": {"message": b["error_message"], "type": b["error_type"], "code": b["status"]}},
             status=b["status"],
             headers=headers,
         )
@@ -279,6 +287,10 @@ class FakeUpstream:
             await asyncio.sleep(3600)
         n = int(body.get("max_tokens") or b["tokens"]) if b["mode"] != "tool_call" else 0
         n = min(n, b["tokens"]) if b["mode"] != "tool_call" else 0
+        if b["ignore_max_tokens"] and b["mode"] != "tool_call":
+            n = b["tokens"]
+        if b["token_delay"]:  # the headers go out only when the whole answer is generated
+            await asyncio.sleep(max(n, 1) * b["token_delay"])
         message: dict[str, Any] = {"role": "assistant", "content": " ".join(f"tok{i}" for i in range(n))}
         finish = "stop" if n < int(body.get("max_tokens") or 10**9) else "length"
         if b["mode"] == "tool_call":
@@ -306,11 +318,15 @@ class FakeUpstream:
         }
         if b["mode"] != "omit_usage":
             out.update(self._chat_usage(b, prompt, n))
-        return web.json_response(out)
+        if b["system_fingerprint"]:
+            out["system_fingerprint"] = b["system_fingerprint"]
+        return web.json_response(out, headers={"x-request-id": "up-" + uuid.uuid4().hex[:16]})
 
     def _chat_usage(self, b: dict[str, Any], prompt: int, n: int) -> dict[str, Any]:
         """`usage` (and llama.cpp's `timings`) of a Chat answer or its last chunk."""
         usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
+        if b["usage_override"]:
+            usage.update(b["usage_override"])
         cached = min(int(b["cached"]), prompt)
         if self.flavour == "llamacpp":
             timings = {"cache_n": cached, "prompt_n": prompt - cached, "predicted_n": n, "prompt_ms": 1.0}
@@ -320,20 +336,34 @@ class FakeUpstream:
         return {"usage": usage}
 
     async def _stream_chat(self, request, body, b, model, prompt) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        resp = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                "x-request-id": "up-" + uuid.uuid4().hex[:16],
+            }
+        )
         await resp.prepare(request)
         self.open_streams += 1
+        logprobs = bool(body.get("logprobs"))
         cid, created = "chatcmpl-" + uuid.uuid4().hex, int(time.time())
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
-        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choices = int(body.get("n") or 1)  # vLLM streams each choice in chunks of its own
+
+        def chunk(delta: dict[str, Any], finish: str | None = None, index: int = 0) -> bytes:
             data = {
                 "id": cid,
                 "object": "chat.completion.chunk",
                 "created": created,
                 "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                "choices": [{"index": index, "delta": delta, "finish_reason": finish}],
             }
+            if b["system_fingerprint"]:
+                data["system_fingerprint"] = b["system_fingerprint"]
+            if logprobs and delta.get("content"):
+                token = {"token": delta["content"], "logprob": -0.5, "bytes": list(delta["content"].encode())}
+                data["choices"][0]["logprobs"] = {"content": [{**token, "top_logprobs": []}]}
             if include_usage:
                 data["usage"] = None
             return b"data: " + json.dumps(data).encode() + b"\n\n"
@@ -376,13 +406,24 @@ class FakeUpstream:
             for i, delta in enumerate(pieces):
                 if b["mode"] == "stall" and i == b["stall_after"]:
                     await asyncio.sleep(3600)
+                if b["mode"] == "stream_error" and i == b["stall_after"]:
+                    error = {"error": {"message": b["error_message"], "type": "server_error", "code": 500}}
+                    await resp.write(b"data: " + json.dumps(error).encode() + b"\n\n")
+                    await resp.write_eof()
+                    return resp
+                if b["mode"] == "stream_junk" and i == b["stall_after"]:
+                    await resp.write(b'data: {"id": "chatcmpl-x", "choices": [{"index": 0, "delta": \n\n')
+                    await resp.write_eof()
+                    return resp
                 if b["mode"] == "disconnect" and i == b["disconnect_after"]:
                     request.transport.close()
                     return resp
-                await resp.write(chunk(delta))
+                for index in range(choices):
+                    await resp.write(chunk(delta, index=index))
                 if b["token_delay"]:
                     await asyncio.sleep(b["token_delay"])
-            await resp.write(chunk({}, finish))
+            for index in range(choices):
+                await resp.write(chunk({}, finish, index=index))
             if include_usage and b["mode"] != "omit_usage":
                 data = {
                     "id": cid,
@@ -415,7 +456,7 @@ class FakeUpstream:
                     "id": "cmpl-1",
                     "object": "text_completion",
                     "model": model,
-                    "choices": [{"index": 0, "text": f" tok{i}", "finish_reason": None}],
+                    "choices": [{"index": 0, "text": (" " if i else "") + f"tok{i}", "finish_reason": None}],
                 }
                 await resp.write(b"data: " + json.dumps(data).encode() + b"\n\n")
             if include_usage and b["mode"] != "omit_usage":

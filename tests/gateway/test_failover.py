@@ -101,7 +101,7 @@ def test_no_failover_after_the_first_byte_the_client_gets_an_error_event(setup, 
 def test_it_fails_over_on_timeout_before_the_first_byte(setup, transactional_db, upstream, backup, settings):
     from tests.gateway.conftest import ThreadServer
 
-    settings.GATEWAY_READ_TIMEOUT = 0.5
+    settings.GATEWAY_IDLE_TIMEOUT = 0.5  # the answer is assembled from a stream: its idle gap
     upstream.behave(mode="stall")
     server = ThreadServer().start()
     try:

@@ -135,3 +135,33 @@ def test_a_repeated_prompt_records_llamacpps_prompt_cache_hits(llama_key, gatewa
         )
     )
     assert records[1].cached_tokens == reported
+
+
+@pytest.fixture(scope="module")
+def llama512():
+    with LlamaServer(ctx=512, api_key=LLAMA_KEY) as server:
+        yield server
+
+
+def test_a_newcomers_first_call_without_max_tokens_on_a_512_token_model_answers(
+    transactional_db, llama512, alice, gateway_url
+):
+    """The openai SDK sends no max_tokens: the gateway reserves what the 512-token window leaves
+    after the prompt (not GATEWAY_DEFAULT_MAX_TOKENS, which no route could hold) and answers 200."""
+    channel = Channel.objects.create(
+        name="llama512", kind="llamacpp", base_url=llama512.base_url, api_key=LLAMA_KEY, status="healthy"
+    )
+    model = Model.objects.create(name="tiny-512")
+    props = httpx.get(llama512.root_url + "/props", headers={"Authorization": f"Bearer {LLAMA_KEY}"}).json()
+    assert props["default_generation_settings"]["n_ctx"] == 512
+    ModelRoute.objects.create(
+        model=model, channel=channel, upstream_model=llama512.model_id, discovered_context_window=512
+    )
+    key, plaintext = issue_key(owner=alice, name="first")
+    client = openai.OpenAI(base_url=gateway_url + "/v1", api_key=plaintext, max_retries=0)
+    reply = client.chat.completions.create(
+        model="tiny-512", messages=[{"role": "user", "content": "Hello! What can you do?"}]
+    )
+    assert reply.choices[0].finish_reason in ("stop", "length") and reply.usage.completion_tokens > 0
+    record = wait_for(lambda: UsageRecord.objects.filter(key=key).first())
+    assert record.http_status == 200 and record.status == "ok"

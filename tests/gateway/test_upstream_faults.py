@@ -107,8 +107,9 @@ def test_an_upstream_ignoring_max_tokens_cannot_overspend_a_quota(setup, upstrea
             if r.status_code == 200:
                 assert text.rstrip().endswith("data: [DONE]"), text[-300:]
                 contents.append(text.count('"content":"') + text.count('"content": "') - 1)  # minus the role chunk
-    assert statuses.count(200) >= 8 and statuses.count(429) >= 1
-    assert max(contents) <= 5 + 1  # max_tokens (+ the one event of slack), never 40
+    # Each stream is charged ≈10 (the upstream's tokenizer counts the prompt with its template).
+    assert statuses.count(200) >= 5 and statuses.count(429) >= 1
+    assert max(contents) == 5  # exactly max_tokens, never 40
     wait_for(lambda: UsageRecord.objects.filter(key=key, status="ok").count() == statuses.count(200))
     spent = sum(r.total_tokens for r in UsageRecord.objects.filter(key=key))
     assert spent <= 60 + 6, spent  # within one request's slack of the quota (it was 170 before)
@@ -184,6 +185,8 @@ def test_a_stream_cut_by_the_gateways_shutdown_is_recorded_interrupted(setup, up
     reader.join(20)
     record = UsageRecord.objects.get(key=setup.key)
     assert record.status == "interrupted" and "shutdown" in record.error
+    text = b"".join(got).decode()
+    assert "shutting down" in text and f"request {record.request_id}" in text, text[-300:]
 
 
 def _rss_mib(pid: int) -> float:

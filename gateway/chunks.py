@@ -1,0 +1,305 @@
+"""Reading an OpenAI stream (Chat Completions or legacy Completions chunks): usage, tokens per
+choice, the cut at the reserved output, and the assembly of a non-streaming answer from it.
+
+Below `call` and `relay` (it imports only `errors`): `call` assembles a non-streaming answer from
+the stream it asked the upstream for, `relay` relays one to a streaming client; both read the
+chunks through one `ChunkReader`, so both paths cut at the same place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from .errors import UpstreamStreamError
+
+DONE = b"[DONE]"
+NONE: list[dict[str, Any]] = []  # no closing chunks (shared, never appended to)
+
+
+def split_events(buffer: bytes) -> tuple[list[bytes], bytes]:
+    """Complete SSE events (each ending in a blank line) and what is left of `buffer`."""
+    if b"\r" in buffer:
+        buffer = buffer.replace(b"\r\n", b"\n")
+    events: list[bytes] = []
+    start = 0
+    while True:
+        end = buffer.find(b"\n\n", start)
+        if end < 0:
+            break
+        events.append(buffer[start : end + 2])
+        start = end + 2
+    return events, buffer[start:]
+
+
+def event_data(event: bytes) -> bytes | None:
+    """The `data:` payload of one SSE event; None for a comment or an event without data."""
+    if event.startswith(b"data: ") and event.find(b"\ndata:") < 0:
+        return event[6:-2]
+    lines = [line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:")]
+    return b"\n".join(lines) if lines else None
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+def delta_has_output(choice: dict[str, Any]) -> bool:
+    """Does this choice of a chunk carry generated text, reasoning or tool arguments (≈ one token)?"""
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"):
+            return True
+        calls = delta.get("tool_calls")
+        if isinstance(calls, list):
+            return any(
+                isinstance(c, dict) and isinstance(c.get("function"), dict) and _text(c["function"].get("arguments"))
+                for c in calls
+            )
+        return False
+    return _text(choice.get("text"))  # legacy Completions
+
+
+class ChunkReader:
+    """Reads the chunks of one upstream stream. `limit` is the output reserved per choice: the
+    chunk that would pass it is dropped and the choice ends there with finish reason `length`
+    (an upstream that ignores max_tokens gets no further). `done` once every choice is cut."""
+
+    __slots__ = ("changed", "choices", "counts", "cut", "ended", "first", "limit", "usage", "usage_chunk")
+
+    def __init__(self, limit: int | None, choices: int = 1) -> None:
+        self.limit = limit
+        self.choices = max(1, choices)
+        self.counts: dict[int, int] = {}
+        self.cut: set[int] = set()
+        self.usage: dict[str, Any] | None = None  # the upstream's usage object (llama.cpp cache hits folded in)
+        self.usage_chunk: dict[str, Any] | None = None  # the chunk that carried it (timings and all)
+        self.first: dict[str, Any] | None = None  # the first chunk (id, created, model, fingerprint)
+        self.ended = False  # `[DONE]` seen
+        self.changed = False  # the last chunk read was changed (a choice dropped by the cut)
+
+    @property
+    def done(self) -> bool:
+        return len(self.cut) >= self.choices
+
+    @property
+    def tokens(self) -> int:
+        """Output chunks seen (the completion estimate when the upstream reports no usage)."""
+        return sum(self.counts.values())
+
+    def read(self, data: bytes) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """One event's data: (the chunk to pass on, or None to drop it; the closing chunks of
+        choices cut by this event). Raises UpstreamStreamError for an error event or invalid JSON."""
+        self.changed = False
+        if data == DONE:
+            self.ended = True
+            return None, NONE
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise UpstreamStreamError("invalid_json") from None
+        if not isinstance(chunk, dict):
+            raise UpstreamStreamError("invalid_json")
+        if "error" in chunk and not chunk.get("choices"):
+            raise UpstreamStreamError("stream_error")
+        if self.first is None:
+            self.first = chunk
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.usage_chunk = chunk
+            self.usage = _with_cache_hits(usage, chunk.get("timings"))
+        choices = chunk.get("choices")
+        if not choices or not isinstance(choices, list):
+            return chunk, NONE
+        if self.choices == 1 and len(choices) == 1 and not self.cut:  # the common case, kept cheap
+            choice = choices[0]
+            if isinstance(choice, dict) and choice.get("index", 0) == 0:
+                if not delta_has_output(choice):
+                    return chunk, NONE
+                seen = self.counts.get(0, 0) + 1
+                if self.limit is None or seen <= self.limit:
+                    self.counts[0] = seen
+                    return chunk, NONE
+        closing: list[dict[str, Any]] = []
+        kept: list[Any] = []
+        for choice in choices:
+            if not isinstance(choice, dict):
+                kept.append(choice)
+                continue
+            index = choice.get("index", 0)
+            index = index if isinstance(index, int) else 0
+            if index in self.cut:
+                continue  # the choice already ended at its reservation
+            if delta_has_output(choice):
+                seen = self.counts.get(index, 0) + 1
+                if self.limit is not None and seen > self.limit:
+                    self.cut.add(index)
+                    closing.append(self._closing(chunk, choice, index))
+                    continue
+                self.counts[index] = seen
+            kept.append(choice)
+        if len(kept) == len(choices):
+            return chunk, closing
+        self.changed = True
+        return ({**chunk, "choices": kept} if kept else None), closing
+
+    def _closing(self, chunk: dict[str, Any], choice: dict[str, Any], index: int) -> dict[str, Any]:
+        """The chunk that ends a choice cut at the reservation: finish reason `length`."""
+        ended: dict[str, Any] = {"index": index, "finish_reason": "length"}
+        if "delta" in choice:
+            ended["delta"] = {}
+        else:
+            ended["text"] = ""
+        out = {k: v for k, v in chunk.items() if k not in ("choices", "usage")}
+        out["choices"] = [ended]
+        return out
+
+
+def _with_cache_hits(usage: dict[str, Any], timings: Any) -> dict[str, Any]:
+    """llama.cpp reports its prompt-cache hits as `timings.cache_n` beside the usage."""
+    if not isinstance(timings, dict):
+        return usage
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict) and details.get("cached_tokens") is not None:
+        return usage
+    cache_n = timings.get("cache_n")
+    if not isinstance(cache_n, int) or isinstance(cache_n, bool) or cache_n <= 0:
+        return usage
+    return {**usage, "prompt_tokens_details": {**(details or {}), "cached_tokens": cache_n}}
+
+
+FIRST_ONLY = frozenset({"id", "created", "model", "object", "choices"})  # kept from the first chunk
+
+
+class Assembler:
+    """Builds the non-streaming answer from the chunks of a stream, keeping every field the
+    upstream sent: content, reasoning, tool calls, logprobs, `system_fingerprint`, usage,
+    llama.cpp's `timings` and whatever else a server adds."""
+
+    def __init__(self, *, legacy: bool) -> None:
+        self.legacy = legacy  # Completions (`text`) rather than Chat (`delta` → `message`)
+        self.top: dict[str, Any] = {}
+        self.choices: dict[int, dict[str, Any]] = {}
+        self.parts: dict[Any, list[str]] = {}  # a Chat choice's content pieces, joined once at the end
+
+    def add(self, chunk: dict[str, Any]) -> None:
+        top = self.top
+        if not top:
+            top.update((k, v) for k, v in chunk.items() if k != "choices" and k != "object")
+        else:
+            for key, value in chunk.items():
+                if value is not None and key not in FIRST_ONLY:
+                    top[key] = value
+        for choice in chunk.get("choices") or ():
+            if isinstance(choice, dict):
+                part = self.parts.get(choice.get("index", 0))
+                delta = choice.get("delta")
+                # The common chunk: one more piece of text and nothing else.
+                if (
+                    part is not None
+                    and type(delta) is dict
+                    and len(delta) == 1
+                    and type(delta.get("content")) is str
+                    and choice.get("finish_reason") is None
+                    and choice.get("logprobs") is None
+                ):
+                    part.append(delta["content"])
+                else:
+                    self._choice(choice)
+
+    def _choice(self, part: dict[str, Any]) -> None:
+        index = part.get("index", 0)
+        index = index if isinstance(index, int) else 0
+        choice = self.choices.get(index)
+        if choice is None:
+            choice = self.choices[index] = {"index": index}
+            if not self.legacy:
+                choice["message"] = {"role": "assistant", "content": None}
+                self.parts[index] = []
+            else:
+                choice["text"] = ""
+            choice["logprobs"] = None
+            choice["finish_reason"] = None
+        for key, value in part.items():
+            if key == "index":
+                continue
+            if key == "delta" and isinstance(value, dict):
+                if isinstance(value.get("content"), str):
+                    self.parts[index].append(value["content"])
+                    value = {k: v for k, v in value.items() if k != "content"}
+                _merge_delta(choice["message"], value)
+            elif key == "text" and isinstance(value, str):
+                choice["text"] += value
+            elif key == "logprobs":
+                choice["logprobs"] = _merge_logprobs(choice["logprobs"], value)
+            elif value is not None or key not in choice:
+                choice[key] = value
+
+    def answer(self) -> dict[str, Any]:
+        out = dict(self.top)
+        out["object"] = "text_completion" if self.legacy else "chat.completion"
+        for index, pieces in self.parts.items():
+            if pieces:
+                self.choices[index]["message"]["content"] = "".join(pieces)
+        out["choices"] = [self.choices[i] for i in sorted(self.choices)]
+        return out
+
+
+def _merge_delta(message: dict[str, Any], delta: dict[str, Any]) -> None:
+    for key, value in delta.items():
+        if key == "tool_calls" and isinstance(value, list):
+            calls = message.setdefault("tool_calls", [])
+            for part in value:
+                if isinstance(part, dict):
+                    _merge_tool_call(calls, part)
+        elif isinstance(value, str) and key != "role":
+            had = message.get(key)
+            message[key] = (had if isinstance(had, str) else "") + value
+        elif value is not None or key not in message:
+            message[key] = value
+
+
+def _merge_tool_call(calls: list[dict[str, Any]], part: dict[str, Any]) -> None:
+    index = part.get("index", len(calls))
+    for call in calls:
+        if call["_index"] == index:
+            break
+    else:
+        call = {"_index": index, "id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+        calls.append(call)
+    for key, value in part.items():
+        if key == "index":
+            continue
+        if key == "function" and isinstance(value, dict):
+            for fk, fv in value.items():
+                if isinstance(fv, str):
+                    call["function"][fk] = call["function"].get(fk, "") + fv
+                elif fv is not None:
+                    call["function"][fk] = fv
+        elif value is not None:
+            call[key] = value
+
+
+def _merge_logprobs(had: Any, part: Any) -> Any:
+    """Chat `{"content": [...]}` lists and legacy `tokens`/`token_logprobs`/… lists are appended."""
+    if not isinstance(part, dict):
+        return had if part is None else part
+    if not isinstance(had, dict):
+        return {k: list(v) if isinstance(v, list) else v for k, v in part.items()}
+    for key, value in part.items():
+        if isinstance(value, list) and isinstance(had.get(key), list):
+            had[key].extend(value)
+        elif value is not None:
+            had[key] = list(value) if isinstance(value, list) else value
+    return had
+
+
+def finish_answer(answer: dict[str, Any]) -> dict[str, Any]:
+    """Drop the assembler's bookkeeping (tool-call indexes) before the answer leaves."""
+    for choice in answer.get("choices") or ():
+        message = choice.get("message")
+        if isinstance(message, dict):
+            for call in message.get("tool_calls") or ():
+                call.pop("_index", None)
+    return answer

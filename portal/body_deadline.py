@@ -1,0 +1,61 @@
+"""A request's body must arrive within PORTAL_BODY_TIMEOUT seconds, on every path (gateway and
+Django alike): a client that sends its headers and then nothing, or trickles, gets 408 instead of
+holding a connection and a task forever. ASGI middleware, in front of both apps (`portal.asgi`)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from django.conf import settings
+
+BODY_TIMEOUT_ANSWER = (
+    b'{"error":{"message":"The request body did not arrive in time (PORTAL_BODY_TIMEOUT).",'
+    b'"type":"invalid_request_error","code":"request_timeout","param":null}}'
+)
+
+
+class BodyDeadline:
+    """Bounds the time to receive a request's whole body; then steps aside (a streamed answer's
+    disconnect watch is not timed). A late body looks like a client that left to the app, and the
+    client gets 408 when nothing was answered yet."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        loop = asyncio.get_running_loop()
+        until = loop.time() + float(settings.PORTAL_BODY_TIMEOUT)
+        complete = False
+        timed_out = False
+
+        async def timed_receive() -> dict[str, Any]:
+            nonlocal complete, timed_out
+            if complete:
+                return await receive()
+            try:
+                async with asyncio.timeout_at(until):
+                    message = await receive()
+            except TimeoutError:
+                timed_out = complete = True
+                return {"type": "http.disconnect"}
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                complete = True
+            return message
+
+        try:
+            await self.app(scope, timed_receive, send)
+        except asyncio.CancelledError:
+            if not timed_out:
+                raise
+        if timed_out:  # the app was still reading the body: it has not answered
+            headers = [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(BODY_TIMEOUT_ANSWER)).encode()),
+                (b"connection", b"close"),
+            ]
+            await send({"type": "http.response.start", "status": 408, "headers": headers})
+            await send({"type": "http.response.body", "body": BODY_TIMEOUT_ANSWER})

@@ -1,0 +1,297 @@
+"""The gateway keeps its contract with real model servers (issue 24): a non-streaming answer is
+bounded by liveness (first token, gaps between tokens), not a headers wall; the output reserved
+holds against an upstream that ignores max_tokens, streamed or not; usage an upstream reports is
+bounded; and the relay is faithful (request ids, no usage the client did not ask for, our own
+error events). Real uvicorn in front of fake upstreams on 127.0.0.1, the `openai` SDK as client."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import openai
+import orjson
+import pytest
+
+from keys.models import UsageRecord
+from keys.services import issue_key
+from tests.fakes.upstream import FakeUpstream
+from tests.gateway.conftest import UPSTREAM_KEY, ThreadServer, add_channel, wait_for
+
+pytestmark = [pytest.mark.slow]
+
+MESSAGES = [{"role": "user", "content": "abcd"}]
+BODY = {"model": "qwen3-32b", "messages": MESSAGES, "max_tokens": 5}
+
+
+@pytest.fixture
+def gateway(transactional_db, settings):
+    """Deadlines far below the defaults, so a test proves which one holds without waiting long."""
+    settings.GATEWAY_USAGE_FLUSH_INTERVAL = 0.1
+    settings.GATEWAY_HEADERS_TIMEOUT = 1.0
+    settings.GATEWAY_FIRST_TOKEN_TIMEOUT = 30.0
+    settings.GATEWAY_IDLE_TIMEOUT = 30.0
+    server = ThreadServer().start()
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture
+def backup(setup):
+    with FakeUpstream(api_key=UPSTREAM_KEY) as up:
+        add_channel(up, "backup", priority=-1, model=setup.model)
+        yield up
+
+
+def sdk(url: str, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=60)
+
+
+def post(url: str, key: str, body=BODY) -> httpx.Response:
+    return httpx.post(url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+
+
+def stream_text(url: str, key: str, body) -> tuple[int, str]:
+    with httpx.stream(
+        "POST",
+        url + "/v1/chat/completions",
+        json={**body, "stream": True},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=60,
+    ) as r:
+        return r.status_code, r.read().decode()
+
+
+def chunks_of(text: str) -> list[dict]:
+    return [orjson.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+
+
+# --- liveness, not a wall ---------------------------------------------------------------------
+
+
+def test_a_non_streaming_answer_slower_than_the_headers_timeout_succeeds(setup, upstream, gateway):
+    """vLLM sends a non-streaming answer's headers only once it is generated: here after 3 s,
+    three times GATEWAY_HEADERS_TIMEOUT (1 s). Asked for as a stream, the server sends its headers
+    at once and a token every 0.5 s, so the answer arrives whole, and the client's call succeeds."""
+    upstream.behave(tokens=6, token_delay=0.5)
+    started = time.monotonic()
+    raw = sdk(gateway, setup.plaintext).chat.completions.with_raw_response.create(
+        model="qwen3-32b", messages=MESSAGES, max_tokens=10
+    )
+    took = time.monotonic() - started
+    reply = raw.parse()
+    assert reply.choices[0].message.content == "tok0 tok1 tok2 tok3 tok4 tok5"
+    assert reply.choices[0].finish_reason == "stop" and reply.usage.completion_tokens == 6
+    assert took > 2.5  # longer than the headers deadline: it was not what bounded the call
+    sent = upstream.requests[-1].json
+    assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert record.status == "ok" and not record.estimated and record.completion_tokens == 6
+    assert record.ttft_ms is not None and record.ttft_ms < record.latency_ms
+    assert raw.headers["x-request-id"] == record.request_id == reply._request_id
+    assert record.upstream_request_id.startswith("up-")
+
+
+def test_the_assembled_answer_keeps_every_field(setup, upstream, gateway):
+    upstream.behave(tokens=3, reasoning="let me think", system_fingerprint="fp_abc")
+    data = post(gateway, setup.plaintext, {**BODY, "max_tokens": 20, "logprobs": True}).json()
+    choice = data["choices"][0]
+    assert data["object"] == "chat.completion" and data["system_fingerprint"] == "fp_abc"
+    assert choice["message"]["content"] == "tok0 tok1 tok2"
+    assert choice["message"]["reasoning_content"] == "let me think"
+    assert [t["token"] for t in choice["logprobs"]["content"]] == ["tok0", " tok1", " tok2"]
+    assert data["usage"]["completion_tokens"] == 6 and "usage" not in choice
+
+    upstream.behave(mode="tool_call")
+    message = sdk(gateway, setup.plaintext).chat.completions.create(model="qwen3-32b", messages=MESSAGES).choices[0]
+    assert message.finish_reason == "tool_calls"
+    call = message.message.tool_calls[0]
+    assert call.function.name == "get_weather" and orjson.loads(call.function.arguments)["city"] == "Paris"
+    assert call.id.startswith("call_")
+
+
+def test_llamacpp_timings_are_kept(setup, gateway, transactional_db):
+    with FakeUpstream(api_key=UPSTREAM_KEY, flavour="llamacpp") as llama:
+        setup.channel.base_url = llama.base_url
+        setup.channel.save()
+        llama.behave(tokens=2, cached=1)
+        data = post(gateway, setup.plaintext).json()
+    assert data["timings"]["predicted_n"] == 2 and data["usage"]["completion_tokens"] == 2
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_stall_between_tokens_names_the_idle_timeout(setup, upstream, gateway, settings, stream):
+    settings.GATEWAY_IDLE_TIMEOUT = 1.0
+    upstream.behave(mode="stall", stall_after=2)
+    if stream:
+        status, text = stream_text(gateway, setup.plaintext, BODY)
+        assert status == 200 and "GATEWAY_IDLE_TIMEOUT" in text and text.rstrip().endswith("data: [DONE]")
+    else:
+        r = post(gateway, setup.plaintext)
+        assert r.status_code == 504 and "GATEWAY_IDLE_TIMEOUT" in r.json()["error"]["message"], r.text
+
+
+def test_a_server_that_never_starts_answering_names_the_first_token_timeout(setup, upstream, gateway, settings):
+    settings.GATEWAY_FIRST_TOKEN_TIMEOUT = 1.0
+    upstream.behave(mode="stall", stall_after=0)  # headers, then nothing
+    r = post(gateway, setup.plaintext)
+    assert r.status_code == 504 and "GATEWAY_FIRST_TOKEN_TIMEOUT" in r.json()["error"]["message"], r.text
+
+
+def test_the_first_token_deadline_scales_with_the_prompt(settings):
+    from gateway.call import first_token_timeout
+
+    settings.GATEWAY_FIRST_TOKEN_TIMEOUT = 120.0
+    settings.GATEWAY_PREFILL_TOKENS_PER_SECOND = 100.0
+    assert first_token_timeout(0) == 120.0 and first_token_timeout(30_000) == 420.0
+
+
+# --- the reservation holds --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_upstream_ignoring_max_tokens_is_cut_exactly_and_the_quota_holds(setup, upstream, gateway, alice, stream):
+    """60 tokens a day, each request reserves 1 + 5; the upstream generates 40 whatever it is
+    asked. Every answer is cut at exactly 5 tokens with finish reason `length`, and what is spent
+    stays within one reservation of the quota."""
+    upstream.behave(tokens=40, ignore_max_tokens=True)
+    key, plain = issue_key(owner=alice, name="daily", tokens_per_day=60)
+    statuses = []
+    for _ in range(14):
+        if stream:
+            status, text = stream_text(gateway, plain, BODY)
+            statuses.append(status)
+            if status == 200:
+                chunks = chunks_of(text)
+                words = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
+                assert [w for w in words if w] == ["tok0", " tok1", " tok2", " tok3", " tok4"]
+                assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+                assert text.rstrip().endswith("data: [DONE]")
+        else:
+            r = post(gateway, plain)
+            statuses.append(r.status_code)
+            if r.status_code == 200:
+                choice = r.json()["choices"][0]
+                assert choice["message"]["content"] == "tok0 tok1 tok2 tok3 tok4"
+                assert choice["finish_reason"] == "length"
+    # Each answer is charged ≈10 (the upstream's tokenizer counts the prompt with its template).
+    assert statuses.count(200) >= 5 and statuses.count(429) >= 1
+    wait_for(lambda: UsageRecord.objects.filter(key=key, status="ok").count() == statuses.count(200))
+    spent = sum(r.total_tokens for r in UsageRecord.objects.filter(key=key))
+    assert spent <= 60 + 6, spent
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_absurd_upstream_usage_is_bounded_and_flagged(setup, upstream, gateway, alice, stream):
+    upstream.behave(tokens=3, usage_override={"prompt_tokens": 10**18, "completion_tokens": 10**18})
+    key, plain = issue_key(owner=alice, name="daily", tokens_per_day=100_000)
+    for _ in range(2):  # the first did not lock the key out for the day
+        if stream:
+            assert stream_text(gateway, plain, BODY)[0] == 200
+        else:
+            assert post(gateway, plain).status_code == 200
+    records = wait_for(
+        lambda: list(UsageRecord.objects.filter(key=key)) if UsageRecord.objects.filter(key=key).count() == 2 else None
+    )
+    for record in records:
+        assert record.estimated and "implausible" in record.error
+        assert record.completion_tokens <= 5 and record.prompt_tokens < 10_000
+
+
+# --- a faithful relay -------------------------------------------------------------------------
+
+
+def test_no_usage_is_injected_into_chunks_the_client_did_not_ask_for(setup, upstream, gateway):
+    status, text = stream_text(gateway, setup.plaintext, BODY)
+    assert status == 200 and '"usage"' not in text
+    status, text = stream_text(gateway, setup.plaintext, {**BODY, "stream_options": {"include_usage": True}})
+    assert chunks_of(text)[-1]["usage"]["completion_tokens"] == 5
+
+
+def test_a_mid_stream_error_is_replaced_by_ours(setup, upstream, gateway):
+    upstream.behave(mode="stream_error", stall_after=2, error_message="boom sk-upstream-secret-0000")
+    status, text = stream_text(gateway, setup.plaintext, BODY)
+    assert status == 200 and "sk-upstream" not in text and "boom" not in text
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert f"request {record.request_id}" in text and record.status == "upstream_error"
+
+
+def test_invalid_json_on_a_stream_fails_over_before_the_first_byte(setup, upstream, backup, gateway):
+    upstream.behave(mode="stream_junk", stall_after=0)
+    status, text = stream_text(gateway, setup.plaintext, BODY)
+    assert status == 200 and "tok4" in text and len(backup.requests) == 1
+
+
+def test_invalid_json_after_the_first_byte_is_an_error(setup, upstream, gateway):
+    upstream.behave(mode="stream_junk", stall_after=3)
+    status, text = stream_text(gateway, setup.plaintext, BODY)
+    assert status == 200 and "upstream_stream_error" in text
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert record.status == "upstream_error" and "invalid_json" in record.error
+
+
+def test_an_overloaded_upstream_is_503_with_retry_after(setup, upstream, gateway):
+    upstream.behave(mode="status", status=529, error_type="overloaded_error", retry_after="3")
+    r = post(gateway, setup.plaintext)
+    assert r.status_code == 503 and r.headers["retry-after"] == "3"
+    assert r.json()["error"]["code"] == "upstream_overloaded"
+
+
+def test_every_answer_has_a_request_id_and_our_own_rate_headers(setup, upstream, gateway, alice):
+    refused = httpx.post(gateway + "/v1/chat/completions", json=BODY, headers={"Authorization": "Bearer nope"})
+    assert refused.status_code == 401 and refused.headers["x-request-id"]
+    _key, plain = issue_key(owner=alice, name="limited", requests_per_minute=7)
+    r = post(gateway, plain)
+    assert r.status_code == 200 and r.headers["x-ratelimit-limit-requests"] == "7"
+    status, _ = stream_text(gateway, plain, BODY)
+    assert status == 200
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/api/keys/", "/login/"])
+def test_a_body_that_never_arrives_gets_408(setup, gateway, settings, path):
+    import socket
+
+    settings.PORTAL_BODY_TIMEOUT = 1.0
+    port = int(gateway.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+        )
+        sock.sendall(head.encode() + b'{"model"')  # a tenth of the body, then nothing
+        answer = sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_n_choices_are_cut_each_at_the_reservation(setup, upstream, gateway, stream):
+    upstream.behave(tokens=40, ignore_max_tokens=True)
+    body = {**BODY, "n": 2, "max_tokens": 3}
+    if stream:
+        status, text = stream_text(gateway, setup.plaintext, body)
+        assert status == 200
+        got: dict[int, list[str]] = {0: [], 1: []}
+        finish: dict[int, str] = {}
+        for chunk in chunks_of(text):
+            for choice in chunk["choices"]:
+                if choice["delta"].get("content"):
+                    got[choice["index"]].append(choice["delta"]["content"])
+                if choice["finish_reason"]:
+                    finish[choice["index"]] = choice["finish_reason"]
+        assert got == {0: ["tok0", " tok1", " tok2"], 1: ["tok0", " tok1", " tok2"]}
+        assert finish == {0: "length", 1: "length"}
+    else:
+        choices = post(gateway, setup.plaintext, body).json()["choices"]
+        assert [(c["message"]["content"], c["finish_reason"]) for c in choices] == [("tok0 tok1 tok2", "length")] * 2
+
+
+def test_an_overloaded_anthropic_upstream_is_529_on_the_messages_surface(setup, upstream, gateway):
+    import anthropic
+
+    setup.channel.kind = "anthropic"
+    setup.channel.save()
+    upstream.behave(mode="status", status=529, error_type="overloaded_error")
+    client = anthropic.Anthropic(base_url=gateway, api_key=setup.plaintext, max_retries=0)
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        client.messages.create(model="qwen3-32b", max_tokens=5, messages=MESSAGES)
+    assert raised.value.status_code == 529 and raised.value.body["error"]["type"] == "overloaded_error"
+    assert raised.value.response.headers["x-request-id"]
