@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import sqlite3
 import threading
 import time
 from typing import Any
@@ -64,9 +63,7 @@ def is_disk_full(exc: BaseException | None) -> bool:
         text = str(exc).lower()
         if "database or disk is full" in text or "no space left on device" in text:
             return True
-        if text.startswith("misconf") or "misconf" in text.split(" ", 1)[0]:
-            return True
-        if isinstance(exc, sqlite3.OperationalError) and "disk is full" in text:
+        if text.lstrip("-").startswith("misconf"):
             return True
         exc = exc.__cause__ or exc.__context__
         seen += 1
