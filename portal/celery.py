@@ -35,7 +35,7 @@ def _closed_transport_is_a_connection_error() -> None:
         return original(self, asynchronous=asynchronous)
 
     _connparams.portal_guarded = True  # type: ignore[attr-defined]
-    transport.Channel._connparams = _connparams
+    transport.Channel._connparams = _connparams  # type: ignore[method-assign]
 
 
 _closed_transport_is_a_connection_error()
