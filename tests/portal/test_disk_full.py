@@ -19,7 +19,8 @@ from tests.gateway.conftest import ProcessServer, wait_for
 from tests.portal.datafolder import CHAT, env_for, seed
 from tests.services import unavailable
 
-pytestmark = [pytest.mark.services, pytest.mark.slow]
+# Several real processes (migrate, seed, servers, backup, restore): minutes on a loaded 2-core box.
+pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 @pytest.fixture
