@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from channels.health import history, services
 from channels.signals import daily_prune
+from portal import faults
 
 logger = logging.getLogger(__name__)
 
@@ -20,13 +21,22 @@ ROUND_LOCK_SECONDS = 300
 @shared_task(name="channels.tasks.probe_all_channels", ignore_result=True)
 def probe_all_channels() -> int:
     """One probe round over every enabled channel, concurrently. Overlapping rounds are skipped."""
-    if not cache.add(ROUND_LOCK, "1", ROUND_LOCK_SECONDS):
+    try:
+        taken = cache.add(ROUND_LOCK, "1", ROUND_LOCK_SECONDS)
+    except faults.redis_errors() as exc:
+        # Fails closed (portal.faults): without the lock two rounds could overlap; the next tick retries.
+        logger.warning("probe round skipped: Redis did not answer for its lock (%s)", exc)
+        return 0
+    if not taken:
         logger.info("probe round skipped: the previous one is still running")
         return 0
     try:
         done = services.run_round()
     finally:
-        cache.delete(ROUND_LOCK)
+        try:
+            cache.delete(ROUND_LOCK)
+        except faults.redis_errors() as exc:
+            logger.warning("could not release the probe round's lock (%s); it expires by itself", exc)
     changed = sum(1 for d in done if d.changed)
     logger.info("probe round: %d channels, %d status changes", len(done), changed)
     return len(done)

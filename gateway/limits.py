@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
+from portal import faults
+
 from .cache import generation_keys
 from .http import GatewayError
 from .resp import RespClient, RespError
@@ -361,10 +363,13 @@ class RedisLimiter:
         try:
             res = await self.redis.evalsha(ADMIT_LUA, list(generation_keys()), args)
         except (OSError, RespError) as exc:  # ConnectionError is an OSError
-            logger.error("Redis admission failed: %r", exc)
+            full = faults.is_disk_full(exc)  # Redis refuses writes it cannot append to its file
+            logger.error("Redis admission failed: %r%s", exc, f" ({faults.disk_full_message()})" if full else "")
             raise GatewayError(
                 503,
-                "The gateway cannot check rate limits right now (Redis unreachable); retry shortly.",
+                f"The gateway cannot check rate limits right now: {faults.disk_full_message()}"
+                if full
+                else "The gateway cannot check rate limits right now (Redis unreachable); retry shortly.",
                 code="limiter_unavailable",
                 headers=[(b"retry-after", b"2")],
             ) from None

@@ -26,6 +26,7 @@ from django.db.models import F, Q
 
 from keys.choices import UsageStatus
 from keys.models import Key, UsageDaily, UsageRecord
+from portal import faults
 
 from . import metrics
 
@@ -308,9 +309,16 @@ class UsageWriter:
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(self._executor, self._write, batch)
-        except Exception:
+        except Exception as exc:
             metrics.FLUSH_ERRORS.inc()
-            logger.exception("writing %d usage records failed; they are kept for the next flush", len(batch))
+            if faults.is_disk_full(exc):
+                logger.error(
+                    "writing %d usage records failed, they are kept for the next flush: %s",
+                    len(batch),
+                    faults.disk_full_message(),
+                )
+            else:
+                logger.exception("writing %d usage records failed; they are kept for the next flush", len(batch))
             self._buffer[:0] = batch[:50_000]
 
     @staticmethod

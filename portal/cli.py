@@ -3,6 +3,8 @@
     portal up [--host 127.0.0.1] [--port 8000] [--no-worker] [--no-beat] [--access-log]
     portal manage <django command> ...      e.g. `portal manage createtoken alice`
     portal genkey            # print a new Fernet key for PORTAL_ENCRYPTION_KEYS
+    portal backup [--output FILE]            # database, embedded Redis and secrets in one 0600 archive
+    portal restore FILE [--force]            # into PORTAL_DATA_DIR (and DATABASE_URL), empty unless --force
 
 `up` takes the data folder's lock (a second `up` on the same folder refuses, naming the first one's
 PID), checks the port, starts the embedded Redis when `REDIS_URL` is unset, applies migrations,
@@ -160,6 +162,11 @@ class Supervisor:
         print("portal: stopped.", file=sys.stderr, flush=True)
 
 
+# Gossip (worker-to-worker events) and mingle (a start-up exchange with other workers) serve nothing
+# here; each is one more broker conversation to redo, and to fail, after every broker restart.
+WORKER_FLAGS = ["--without-gossip", "--without-mingle"]
+
+
 def build_children(args, settings) -> list[Child]:
     py = sys.executable
     web_env = dict(os.environ, PORTAL_ACCESS_LOG="1" if args.access_log else "")
@@ -186,10 +193,11 @@ def build_children(args, settings) -> list[Child]:
         ),
     ]
     if not args.no_worker:
+        concurrency = args.worker_concurrency
         children.append(
             Child(
                 "worker",
-                [py, "-m", "celery", "-A", "portal", "worker", "-l", "info", "-c", str(args.worker_concurrency)],
+                [py, "-m", "celery", "-A", "portal", "worker", "-l", "info", "-c", str(concurrency), *WORKER_FLAGS],
             )
         )
     if not args.no_beat:
@@ -303,6 +311,44 @@ def cmd_up(args) -> int:
         lock.close()
 
 
+def cmd_backup(args) -> int:
+    _setup_django()
+    from django.conf import settings
+
+    from portal import backup
+
+    output = Path(args.output) if args.output else backup.default_output()
+    try:
+        manifest = backup.backup(settings, output)
+    except backup.BackupError as exc:
+        print(f"portal: backup failed: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"portal: backed up the {manifest['database']} database, Redis ({manifest['redis']}) and "
+        f"{len(manifest['secrets'])} secret files of {settings.DATA_DIR} to {output.resolve()} (mode 0600)."
+    )
+    if len(manifest["secrets"]) < len(backup.SECRET_FILES):
+        print("portal: secrets set in the environment are not in the archive: keep your .env with it.")
+    return 0
+
+
+def cmd_restore(args) -> int:
+    from portal import backup
+
+    try:
+        manifest = backup.restore(Path(args.archive), force=args.force)
+    except backup.BackupError as exc:
+        print(f"portal: restore refused: {exc}", file=sys.stderr)
+        return 1
+    from portal import env as penv
+
+    print(
+        f"portal: restored the backup of {manifest['created']} into {penv.data_dir()}. "
+        "Start it with `portal up` (newer migrations, if any, are applied then)."
+    )
+    return 0
+
+
 def _port(value: str) -> int:
     try:
         port = int(value)
@@ -347,12 +393,21 @@ def main(argv: list[str] | None = None) -> int:
     manage = sub.add_parser("manage", help="run a Django management command (e.g. createtoken USER)")
     manage.add_argument("rest", nargs=argparse.REMAINDER)
     sub.add_parser("genkey", help="print a new encryption key for PORTAL_ENCRYPTION_KEYS")
+    backup = sub.add_parser("backup", help="copy the database, the embedded Redis and the secrets into one archive")
+    backup.add_argument("--output", "-o", help="archive to write (default: ./portal-backup-<UTC time>.tar.gz)")
+    restore = sub.add_parser("restore", help="restore an archive of `portal backup` into an empty data folder")
+    restore.add_argument("archive")
+    restore.add_argument("--force", action="store_true", help="replace what the data folder (or database) holds")
     args = parser.parse_args(argv)
 
     if args.command == "up":
         if args.port is None:
             args.port = _env_port()
         return cmd_up(args)
+    if args.command == "backup":
+        return cmd_backup(args)
+    if args.command == "restore":
+        return cmd_restore(args)
     if args.command == "genkey":
         from cryptography.fernet import Fernet
 

@@ -66,6 +66,15 @@ def celery_broker_url(redis_url: str) -> str:
     return redis_url
 
 
+def redis_cache(redis_url: str, timeout: float) -> dict:
+    """Django's Redis cache on `redis_url`, every command bounded by `timeout` seconds."""
+    return {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": redis_url,
+        "OPTIONS": {"socket_connect_timeout": timeout, "socket_timeout": timeout},
+    }
+
+
 def data_dir() -> Path:
     path = Path(os.environ.get("PORTAL_DATA_DIR") or "var").expanduser().resolve()
     try:

@@ -60,6 +60,8 @@ MIDDLEWARE = [
     "portal.audit.AuditContextMiddleware",
     # Inside MessageMiddleware: its warning must be stored with the response's other messages.
     "portal.propagation.PropagationMiddleware",
+    # A page that failed because Redis did not answer, or the disk is full: a 503 page, not a 500.
+    "portal.faults.FaultMiddleware",
     # Last, as django-axes asks: it turns a locked-out login into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -129,7 +131,10 @@ elif not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
         f"Invalid value for REDIS_URL: {REDIS_URL!r} (expected redis://host:port/db, rediss://… or unix:///path)"
     )
 
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+# Every Redis command of the web side has a deadline (a stalled Redis must not hang a page); what each
+# use does when Redis errs is written down in portal.faults.
+PORTAL_REDIS_TIMEOUT = get("PORTAL_REDIS_TIMEOUT", float, 1.0)
+CACHES = {"default": penv.redis_cache(REDIS_URL, PORTAL_REDIS_TIMEOUT)}
 
 # --- Celery ------------------------------------------------------------------------------------
 CELERY_BROKER_URL = get("CELERY_BROKER_URL", str, "") or penv.celery_broker_url(REDIS_URL)
@@ -142,7 +147,16 @@ CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
     # A message a dead worker held comes back after this long. Launch jobs do not wait for it: a
     # sweep at worker start and every few seconds redelivers them (`hosts.jobs.recover_stale_jobs`).
     "visibility_timeout": get("CELERY_VISIBILITY_TIMEOUT", int, 3600),
+    # A Redis that stalls or restarts (the embedded one under `portal up`, an external one failing
+    # over): every command has a deadline, and a consumer on a dead connection notices within
+    # brpop_timeout (1 s) + 2 x health_check_interval and reconnects, instead of kombu's 51 s.
+    "socket_timeout": get("CELERY_BROKER_SOCKET_TIMEOUT", float, 3.0),
+    "socket_connect_timeout": get("CELERY_BROKER_SOCKET_TIMEOUT", float, 3.0),
+    "health_check_interval": 5,
 }
+# Queuing a task from a page or the API while the broker is away: one retry, then the request gets
+# a 503 (portal.faults), rather than four tries of CELERY_BROKER_SOCKET_TIMEOUT each.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.5, "interval_max": 0.5}
 CELERY_TASK_DEFAULT_QUEUE = get("CELERY_TASK_DEFAULT_QUEUE", str, "celery")
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ALWAYS_EAGER = get("CELERY_TASK_ALWAYS_EAGER", bool, False)
@@ -300,7 +314,7 @@ REST_FRAMEWORK = {
         "rest_framework.filters.SearchFilter",
         "rest_framework.filters.OrderingFilter",
     ],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "portal.api.schema.AutoSchema",
     "EXCEPTION_HANDLER": "portal.api.exceptions.exception_handler",
     "DEFAULT_PARSER_CLASSES": [
         "portal.api.parsers.JSONParser",

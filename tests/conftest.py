@@ -48,14 +48,14 @@ def pytest_configure(config):
     from django.conf import settings
 
     from portal import embedded_redis
-    from portal.env import celery_broker_url
+    from portal.env import celery_broker_url, redis_cache
 
     folder = Path(tempfile.mkdtemp(prefix="portal-test-redis-"))
     server = embedded_redis.EmbeddedRedis(folder).start()
     config.stash[_EMBEDDED_REDIS] = (server, folder)
     os.environ["REDIS_URL"] = server.url
     settings.REDIS_URL = server.url
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": server.url}}
+    settings.CACHES = {"default": redis_cache(server.url, settings.PORTAL_REDIS_TIMEOUT)}
     settings.CELERY_BROKER_URL = celery_broker_url(server.url)
 
 

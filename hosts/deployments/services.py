@@ -15,6 +15,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from channels.models import Model
+from portal import faults
 
 from .. import backends, calibration, fit
 from ..models import GPU, Deployment, Host
@@ -379,6 +380,7 @@ def estimate_for_spec(
 
 
 ARCHITECTURE_CACHE_SECONDS = 600
+_architecture_cache = faults.FailOpen("host architecture cache")
 
 
 def host_architecture(deployment: Deployment) -> fit.Architecture | None:
@@ -390,7 +392,7 @@ def host_architecture(deployment: Deployment) -> fit.Architecture | None:
         return None
     digest = hashlib.sha256(f"{deployment.backend}\0{deployment.model_path}".encode()).hexdigest()[:32]
     key = f"hosts:architecture:{host.pk}:{digest}"
-    cached = cache.get(key)
+    cached = _architecture_cache.call(lambda: cache.get(key), None)  # Redis away: a miss
     if cached is not None:
         return cached[0]
     try:
@@ -398,5 +400,5 @@ def host_architecture(deployment: Deployment) -> fit.Architecture | None:
             arch = commands.read_architecture(remote, deployment.backend, deployment.model_path)
     except ssh.SSHError:
         return None
-    cache.set(key, (arch,), ARCHITECTURE_CACHE_SECONDS)
+    _architecture_cache.call(lambda: cache.set(key, (arch,), ARCHITECTURE_CACHE_SECONDS), None)
     return arch

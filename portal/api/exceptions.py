@@ -1,10 +1,18 @@
-"""DRF exception handler: database errors caused by user input become 4xx, never 500s."""
+"""DRF exception handler: database errors caused by user input become 4xx, and Redis faults or a
+full disk a 503 with `Retry-After` (`{"detail", "code"}`, documented on every operation by
+`portal.api.schema`), never 500s."""
+
+import logging
 
 from django.db import DataError, IntegrityError
 from django.db.models import ProtectedError, RestrictedError
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_handler
+
+from portal import faults
+
+logger = logging.getLogger(__name__)
 
 
 def exception_handler(exc, context):
@@ -23,6 +31,15 @@ def exception_handler(exc, context):
         return Response(
             {"non_field_errors": ["A value cannot be stored as given (NUL character or number out of range?)."]},
             status=status.HTTP_400_BAD_REQUEST,
+        )
+    if faults.is_redis_fault(exc) or faults.is_disk_full(exc):
+        code, message = faults.describe(exc)
+        view = context.get("view")
+        logger.error("API %s: %s (%r)", view.__class__.__name__ if view else "?", code, exc)
+        return Response(
+            {"detail": message, "code": code},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(faults.RETRY_AFTER_SECONDS)},
         )
     if isinstance(exc, IntegrityError):
         return Response(

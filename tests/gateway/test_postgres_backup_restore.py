@@ -1,0 +1,69 @@
+"""`portal backup` / `portal restore` on PostgreSQL (pg_dump / pg_restore): the test database is
+backed up, restored into a new database the test creates (and drops), and a gateway started on
+the restored database and folder serves the old key. The SQLite + embedded Redis journey is
+tests/portal/test_backup_restore.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from django.conf import settings
+
+from tests.gateway.conftest import ProcessServer, database_url
+from tests.services import require_binary, require_postgres
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+SHORT = {"model": "qwen3-32b", "messages": [{"role": "user", "content": "abcd"}], "max_tokens": 5}
+
+
+def portal(env: dict[str, str], *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "portal.cli", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+
+
+def psql(url: str, sql: str) -> None:
+    subprocess.run(["psql", "--no-psqlrc", "-d", url, "-c", sql], check=True, capture_output=True, timeout=120)
+
+
+def test_a_postgresql_backup_restored_into_a_new_database_serves_the_old_key(setup, tmp_path, redis_namespace):
+    require_postgres()
+    require_binary("pg_dump", "apt install postgresql-client")
+    source = database_url()
+    name = settings.DATABASES["default"]["NAME"] + "_restore"
+    target = source.rsplit("/", 1)[0] + "/" + name
+    base = {**os.environ, "PYTHONPATH": str(settings.BASE_DIR), "GATEWAY_REDIS_NAMESPACE": redis_namespace}
+    archive = tmp_path / "pg.tar.gz"
+    done = portal({**base, "DATABASE_URL": source, "PORTAL_DATA_DIR": str(settings.DATA_DIR)}, "backup", "-o",
+                  str(archive), cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+    psql(source, f'DROP DATABASE IF EXISTS "{name}"')
+    psql(source, f'CREATE DATABASE "{name}"')
+    server = None
+    try:
+        restored = {**base, "DATABASE_URL": target, "PORTAL_DATA_DIR": str(tmp_path / "new")}
+        done = portal(restored, "restore", str(archive), cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        again = portal({**restored, "PORTAL_DATA_DIR": str(tmp_path / "other")}, "restore", str(archive), cwd=tmp_path)
+        assert again.returncode == 1 and "already has" in again.stderr and "--force" in again.stderr
+
+        server = ProcessServer(restored)
+        server.wait_ready()
+        r = httpx.post(
+            server.url + "/v1/chat/completions",
+            json=SHORT,
+            headers={"Authorization": f"Bearer {setup.plaintext}"},
+            timeout=30,
+        )
+        assert r.status_code == 200, r.text
+    finally:
+        if server is not None:
+            server.stop()
+        psql(source, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
