@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import stat
 from pathlib import Path
 
 import environ
@@ -66,13 +67,53 @@ def celery_broker_url(redis_url: str) -> str:
     return redis_url
 
 
+# What the portal, the embedded Redis and SQLite create is for this user only: files 0600,
+# folders 0700. SQLite gives its -wal and -shm files the database file's mode.
+PRIVATE_UMASK = 0o077
+
+
+def restrict_umask() -> None:
+    """Every file this process (and any child it starts: the embedded valkey-server) creates is
+    private to its user, whatever the shell's umask."""
+    os.umask(PRIVATE_UMASK)
+
+
 def data_dir() -> Path:
     path = Path(os.environ.get("PORTAL_DATA_DIR") or "var").expanduser().resolve()
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"PORTAL_DATA_DIR {str(path)!r} cannot be created: {exc}") from None
     return path
+
+
+def tighten(folder: Path) -> tuple[int, list[str]]:
+    """Take group and other access away from `folder` and everything in it (a folder made by an
+    older version is 0755 with 0644 files). Returns how many entries changed, and the ones that
+    could not be changed (not ours), with why. Symbolic links are not followed."""
+    changed, failed = 0, []
+    for root, dirs, files in os.walk(folder):
+        for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+            try:
+                st = os.lstat(name)
+                if stat.S_ISLNK(st.st_mode) or not st.st_mode & PRIVATE_UMASK:
+                    continue
+                os.chmod(name, stat.S_IMODE(st.st_mode) & ~PRIVATE_UMASK)
+                changed += 1
+            except FileNotFoundError:
+                continue  # removed meanwhile (a socket, a temporary file)
+            except OSError as exc:
+                failed.append(f"{name}: {exc.strerror}")
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
+    return changed, failed
+
+
+def readable_by_others(folder: Path) -> bool:
+    """Whether group or other users may enter or read `folder` itself."""
+    try:
+        return bool(os.stat(folder).st_mode & PRIVATE_UMASK)
+    except OSError:
+        return False
 
 
 def generated_secret(folder: Path, filename: str, make) -> str:

@@ -12,6 +12,7 @@ from . import env as penv
 from .env import get
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+penv.restrict_umask()  # before anything is created: files 0600, folders 0700 (portal.env)
 DATA_DIR = penv.data_dir()
 
 SECRET_KEY = penv.secret_key(DATA_DIR)
