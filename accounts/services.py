@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import math
 import os
 import secrets
 
@@ -11,7 +13,7 @@ from django.conf import settings
 from django.contrib.auth import SESSION_KEY, get_user_model
 from django.contrib.sessions.models import Session
 from django.db import transaction
-from django.db.models import Q, Sum
+from django.db.models import Max, Q, Sum
 from django.utils import timezone
 
 from portal import audit
@@ -83,13 +85,41 @@ def unlock_login(user, *, actor=None) -> int:
     return cleared
 
 
-def is_locked_out(user) -> bool:
-    """Whether logging in as `user` is currently blocked by django-axes (failed attempts)."""
-    recent = AccessAttempt.objects.filter(
-        username=user.get_username(), attempt_time__gte=timezone.now() - settings.AXES_COOLOFF_TIME
+def _recent_attempts(username: str):
+    return AccessAttempt.objects.filter(
+        username=username, attempt_time__gte=timezone.now() - settings.AXES_COOLOFF_TIME
     )
-    failures = recent.aggregate(n=Sum("failures_since_start"))["n"] or 0  # summed as axes does
-    return failures >= settings.AXES_FAILURE_LIMIT
+
+
+def is_locked_out(user) -> bool:
+    """Whether django-axes blocks logging in as `user` from some address (failed attempts, summed
+    per address as axes does)."""
+    per_address = _recent_attempts(user.get_username()).values("ip_address").annotate(n=Sum("failures_since_start"))
+    return per_address.filter(n__gte=settings.AXES_FAILURE_LIMIT).exists()
+
+
+def is_trusted_address(address: str | None) -> bool:
+    """Whether `address` is one of PORTAL_LOGIN_TRUSTED_ADDRESSES (never slowed down)."""
+    try:
+        ip = ipaddress.ip_address(address or "")
+    except ValueError:
+        return False
+    return any(ip in net for net in settings.PORTAL_LOGIN_TRUSTED_ADDRESSES)
+
+
+def login_delay(username: str) -> int:
+    """Seconds before `username` may try a password again, from anywhere but a trusted address.
+
+    Past AXES_FAILURE_LIMIT failures (every address together, within the cool-off) each next
+    attempt waits 1, 2, 4 … seconds (up to PORTAL_LOGIN_MAX_DELAY_SECONDS) after the last failure:
+    a slower rate, never a lock, so failures from elsewhere cannot keep the owner out."""
+    recent = _recent_attempts(username).aggregate(n=Sum("failures_since_start"), last=Max("attempt_time"))
+    over = (recent["n"] or 0) - settings.AXES_FAILURE_LIMIT
+    if over < 0 or recent["last"] is None:
+        return 0
+    delay = min(2 ** min(over, 30), settings.PORTAL_LOGIN_MAX_DELAY_SECONDS)
+    left = delay - (timezone.now() - recent["last"]).total_seconds()
+    return max(0, math.ceil(left))
 
 
 def create_user(*, username: str, role: str, email: str = "", password: str | None = None, **fields):

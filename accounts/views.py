@@ -13,15 +13,18 @@ from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Count, Q
+from django.forms.utils import ErrorDict
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse, reverse_lazy
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 from django.views import View
 from django.views.generic import DetailView
 
 from portal import audit
 from portal.choices import AuditAction
 from portal.permissions import AdminOrTeamLeadRequiredMixin, AdminRequiredMixin
+from portal.public import client_ip
 from portal.ui import FilteredListView, done, pop_secret, remember_secret
 
 from . import services, sso
@@ -89,7 +92,25 @@ class TokenRevokeView(LoginRequiredMixin, View):
 
 
 class LoginView(auth_views.LoginView):
-    """The password form, and "Sign in with <IdP>" when single sign-on is on."""
+    """The password form, and "Sign in with <IdP>" when single sign-on is on. A username with many
+    recent failures is slowed down (`services.login_delay`), except from a trusted address."""
+
+    def post(self, request, *args, **kwargs):
+        username = request.POST.get("username", "")
+        if username and not services.is_trusted_address(client_ip(request)):
+            wait = services.login_delay(username)
+            if wait:
+                form = self.get_form()  # not validated: that would check the password
+                form._errors, form.cleaned_data = ErrorDict(), {}
+                form.add_error(
+                    None,
+                    _("Too many failed logins for this username. Try again in %(seconds)s seconds.")
+                    % {"seconds": wait},
+                )
+                response = self.render_to_response(self.get_context_data(form=form), status=429)
+                response["Retry-After"] = str(wait)
+                return response
+        return super().post(request, *args, **kwargs)
 
     def get_context_data(self, **kwargs):
         return super().get_context_data(

@@ -6,6 +6,7 @@ that names the variable, never later in a request.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import stat
@@ -54,6 +55,16 @@ def allowed_hosts(default: list[str]) -> list[str]:
             "List the host names this portal answers to (e.g. llm.example.com,127.0.0.1), or remove the line."
         )
     return hosts
+
+
+def networks(name: str, default: list[str]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """A comma-separated list of addresses or CIDRs (`10.0.0.0/8,192.168.1.5`)."""
+    raw = value(name)
+    entries = [e.strip() for e in raw.split(",") if e.strip()] if raw is not None else default
+    try:
+        return [ipaddress.ip_network(e, strict=False) for e in entries]
+    except ValueError as exc:
+        raise ConfigError(f"Invalid value for {name}: {exc} (expected addresses or CIDRs, comma-separated)") from None
 
 
 def celery_broker_url(redis_url: str) -> str:

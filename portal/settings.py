@@ -218,8 +218,12 @@ CONTENT_SECURITY_POLICY = {
         "frame-ancestors": ["'none'"],
     },
 }
-# Login throttling (django-axes): a username or an address is locked for AXES_COOLOFF_TIME after
-# AXES_FAILURE_LIMIT wrong passwords; an admin unlocks it on the user's page.
+# Login throttling (django-axes): a (username, address) pair is locked for AXES_COOLOFF_TIME after
+# AXES_FAILURE_LIMIT wrong passwords; an admin unlocks it on the user's page (or
+# `portal manage axes_reset_username NAME`). Never the username alone, or anyone could lock the admin
+# out: past the limit a username's failures from every address together only slow its next
+# attempt down (accounts.services.login_delay: 1, 2, 4 … up to PORTAL_LOGIN_MAX_DELAY_SECONDS),
+# and not at all from PORTAL_LOGIN_TRUSTED_ADDRESSES (default loopback).
 # The password backend refuses non-admins when PORTAL_PASSWORD_LOGIN_ADMINS_ONLY (single sign-on below).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
@@ -228,7 +232,10 @@ AUTHENTICATION_BACKENDS = [
 ]
 AXES_FAILURE_LIMIT = get("PORTAL_LOGIN_FAILURE_LIMIT", int, 5)
 AXES_COOLOFF_TIME = datetime.timedelta(minutes=get("PORTAL_LOGIN_LOCKOUT_MINUTES", int, 15))
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each alone: per user and per address
+# The pair, and an address alone (one address spraying usernames): an attacker locks only themselves.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
+PORTAL_LOGIN_MAX_DELAY_SECONDS = get("PORTAL_LOGIN_MAX_DELAY_SECONDS", int, 60)
+PORTAL_LOGIN_TRUSTED_ADDRESSES = penv.networks("PORTAL_LOGIN_TRUSTED_ADDRESSES", default=["127.0.0.0/8", "::1/128"])
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "portal.public.client_ip"
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
@@ -284,6 +291,8 @@ if PORTAL_PASSWORD_LOGIN_ADMINS_ONLY and not _oidc_on:
 # The client address is REMOTE_ADDR, already resolved from trusted proxies, hence NUM_PROXIES = 0.
 PORTAL_API_RATE = get("PORTAL_API_RATE", str, "1200/minute")
 PORTAL_API_ANON_RATE = get("PORTAL_API_ANON_RATE", str, "60/minute")
+# Failed API-token authentications per address; past it, 429 (portal.api.throttling.FailedTokenThrottle).
+PORTAL_API_FAILED_AUTH_RATE = get("PORTAL_API_FAILED_AUTH_RATE", str, "20/minute")
 # Request bodies: the API's JSON parser (portal.api.parsers) holds JSON bodies to this size too.
 DATA_UPLOAD_MAX_MEMORY_SIZE = get("PORTAL_MAX_BODY_BYTES", int, 2_621_440)
 
@@ -309,7 +318,11 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.MultiPartParser",
     ],
     "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttling.TokenRateThrottle", "portal.api.throttling.AnonThrottle"],
-    "DEFAULT_THROTTLE_RATES": {"token": PORTAL_API_RATE, "anon": PORTAL_API_ANON_RATE},
+    "DEFAULT_THROTTLE_RATES": {
+        "token": PORTAL_API_RATE,
+        "anon": PORTAL_API_ANON_RATE,
+        "failed_token": PORTAL_API_FAILED_AUTH_RATE,
+    },
     "NUM_PROXIES": 0,
 }
 SPECTACULAR_SETTINGS = {
