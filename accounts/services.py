@@ -29,15 +29,23 @@ def generate_password() -> str:
 
 
 @transaction.atomic
-def reset_password(user, *, actor=None) -> str:
+def reset_password(user, *, actor=None, revoke_access: bool = True) -> str:
     """Set a new random password and return it (shown once to the admin). Whoever held the old
-    one may have made tokens or kept a session: both end here."""
+    one may have made tokens or kept a session: both end here unless `revoke_access` is False."""
     password = generate_password()
     user.set_password(password)
     user.save(update_fields=["password"])
-    ended = end_access(user)
+    ended = end_access(user) if revoke_access else "API tokens and sessions kept"
     audit.record(AuditAction.ACTION, user, message=f"password reset; {ended}", actor=actor)
     return password
+
+
+@transaction.atomic
+def password_changed(user, *, current_session: str | None, revoke_access: bool = True) -> None:
+    """After `user` changed their own password: end their other sessions and revoke their API
+    tokens when they asked to (the default), and say which in the audit log."""
+    ended = end_access(user, keep_session=current_session) if revoke_access else "API tokens and sessions kept"
+    audit.record(AuditAction.ACTION, user, message=f"password changed; {ended}", actor=user)
 
 
 @transaction.atomic
@@ -60,20 +68,21 @@ def set_active(user, active: bool, *, restore_keys: bool = False, actor=None) ->
         audit.record(AuditAction.ACTION, user, message=f"reactivated; {kept}", actor=actor)
 
 
-def end_sessions(user) -> int:
-    """Delete every session logged in as `user` (database sessions); returns how many."""
+def end_sessions(user, *, keep: str | None = None) -> int:
+    """Delete every session logged in as `user` (database sessions) but `keep`; returns how many."""
     mine = [
         s.pk
-        for s in Session.objects.filter(expire_date__gt=timezone.now()).iterator()
+        for s in Session.objects.filter(expire_date__gt=timezone.now()).exclude(pk=keep or "").iterator()
         if str(s.get_decoded().get(SESSION_KEY)) == str(user.pk)
     ]
     Session.objects.filter(pk__in=mine).delete()
     return len(mine)
 
 
-def end_access(user) -> str:
-    """End `user`'s sessions and revoke their API tokens; says what it did (for the audit log)."""
-    sessions = end_sessions(user)
+def end_access(user, *, keep_session: str | None = None) -> str:
+    """End `user`'s sessions (but `keep_session`) and revoke their API tokens; says what it did
+    (for the audit log)."""
+    sessions = end_sessions(user, keep=keep_session)
     tokens = ApiToken.objects.filter(user=user).not_revoked().update(revoked_at=timezone.now())
     return f"{sessions} session(s) ended, {tokens} API token(s) revoked"
 

@@ -164,6 +164,72 @@ def test_a_password_reset_revokes_tokens_and_ends_sessions(admin, alice):
     assert "1 session(s) ended, 1 API token(s) revoked" in entry.message
 
 
+def change_password(browser: Client, *, revoke: bool):
+    data = {
+        "old_password": "alice-pass-123",
+        "new_password1": "n3w-Pass-phrase-26",
+        "new_password2": "n3w-Pass-phrase-26",
+    }
+    if revoke:
+        data["revoke_access"] = "on"
+    return browser.post(reverse("password_change"), data, REMOTE_ADDR="198.51.100.7")
+
+
+@pytest.mark.parametrize("revoke", [True, False], ids=["revoke", "keep"])
+def test_changing_ones_password_offers_to_revoke_tokens_and_other_sessions(alice, revoke):
+    _token, plaintext = issue_token(user=alice, name="ci")
+    here, elsewhere = Client(), Client()
+    assert login(here, "alice", "alice-pass-123").status_code == 302
+    assert login(elsewhere, "alice", "alice-pass-123", ip="203.0.113.8").status_code == 302
+    form = here.get(reverse("password_change")).content.decode()
+    assert 'name="revoke_access"' in form and "checked" in form.split('name="revoke_access"')[1].split(">")[0]
+
+    response = change_password(here, revoke=revoke)
+    assert response.status_code == 302
+    assert here.get(reverse("account")).status_code == 200  # this session stays
+    assert (verify_token(plaintext) is None) is revoke
+    entry = AuditLog.objects.filter(object_id=str(alice.pk), message__startswith="password changed").get()
+    if revoke:
+        assert "1 session(s) ended, 1 API token(s) revoked" in entry.message
+        assert elsewhere.get(reverse("account")).status_code == 302
+    else:
+        assert "API tokens and sessions kept" in entry.message
+        script = APIClient()
+        script.credentials(HTTP_AUTHORIZATION=f"Token {plaintext}")
+        assert script.get("/api/me/").status_code == 200
+
+
+def test_an_admin_resetting_a_password_on_the_page_may_keep_the_users_tokens(admin_client, alice):
+    _token, plaintext = issue_token(user=alice, name="ci")
+    url = reverse("user_reset_password", args=[alice.pk])
+    page = admin_client.get(url).content.decode()
+    assert 'name="revoke_access" checked' in page  # offered, ticked
+    assert admin_client.post(url, {"revoke_access_offered": "1"}).status_code == 302  # unticked
+    assert verify_token(plaintext) is not None
+    kept = AuditLog.objects.filter(object_id=str(alice.pk), message__startswith="password reset").get()
+    assert "API tokens and sessions kept" in kept.message
+    assert admin_client.post(url, {"revoke_access_offered": "1", "revoke_access": "on"}).status_code == 302
+    assert verify_token(plaintext) is None
+    assert AuditLog.objects.filter(object_id=str(alice.pk), message__contains="1 API token(s) revoked").exists()
+
+
+def test_the_api_reset_may_keep_the_users_tokens(admin, alice):
+    _token, plaintext = issue_token(user=alice, name="ci")
+    api = APIClient()
+    api.force_authenticate(admin)
+    kept = api.post(f"/api/users/{alice.pk}/reset-password/", {"revoke_access": False}, format="json")
+    assert kept.status_code == 200 and kept.json()["password"]
+    assert verify_token(plaintext) is not None
+    assert api.post(f"/api/users/{alice.pk}/reset-password/", {}, format="json").status_code == 200  # default
+    assert verify_token(plaintext) is None
+    messages = list(
+        AuditLog.objects.filter(object_id=str(alice.pk), message__startswith="password reset").values_list(
+            "message", flat=True
+        )
+    )
+    assert sorted("kept" in m for m in messages) == [False, True]
+
+
 def test_deactivation_revokes_tokens_and_reactivation_does_not_bring_them_back(admin, alice):
     _token, plaintext = issue_token(user=alice, name="ci")
     key, _key_plaintext = issue_key(owner=alice, name="laptop")
