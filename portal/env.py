@@ -11,6 +11,7 @@ import os
 import secrets
 import stat
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import environ
 from cryptography.fernet import Fernet
@@ -40,6 +41,43 @@ def get(name: str, cast, default):
         return env.parse_value(raw.strip(), cast) if cast is not None else raw
     except (ValueError, TypeError, environ.ImproperlyConfigured) as exc:
         raise ConfigError(f"Invalid value for {name}: {raw!r} ({exc})") from None
+
+
+WEB = ("http", "https")
+
+
+def check_url(name: str, raw: str, schemes: tuple[str, ...] = WEB, *, host: bool = True) -> str:
+    """`raw` if it is a URL with one of `schemes` and (when `host`) a host name, else a ConfigError
+    naming `name`: every URL setting is checked at start, not when a request first uses it."""
+    u = urlsplit(raw)
+    problem = ""
+    if u.scheme not in schemes:
+        problem = f"the scheme must be {' or '.join(s + '://' for s in schemes)}"
+    elif host and not u.hostname:
+        problem = "it has no host name"
+    elif any(c.isspace() for c in raw):
+        problem = "it contains spaces"
+    else:
+        try:
+            u.port  # noqa: B018 - raises on a port that is not a number in range
+        except ValueError:
+            problem = "its port is not a number from 1 to 65535"
+    if problem:
+        example = f"{schemes[0]}://llm.example.com" if schemes[0] in WEB else f"{schemes[0]}://host"
+        raise ConfigError(f"Invalid value for {name}: {raw!r} is not a URL ({problem}; e.g. {example})")
+    return raw
+
+
+def url(name: str, default: str = "", schemes: tuple[str, ...] = WEB) -> str:
+    """A URL setting (`check_url`), empty or unset meaning `default`."""
+    raw = value(name)
+    return check_url(name, raw.strip(), schemes) if raw is not None else default
+
+
+def urls(name: str, schemes: tuple[str, ...] = WEB) -> list[str]:
+    """A comma-separated list of URLs (`DJANGO_CSRF_TRUSTED_ORIGINS`), each checked."""
+    raw = value(name) or ""
+    return [check_url(name, e.strip(), schemes) for e in raw.split(",") if e.strip()]
 
 
 def allowed_hosts(default: list[str]) -> list[str]:

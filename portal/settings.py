@@ -20,8 +20,8 @@ PORTAL_ENCRYPTION_KEYS = penv.encryption_keys(DATA_DIR)
 PORTAL_KEY_HASH_SECRET = penv.key_hash_secret(DATA_DIR)
 
 DEBUG = get("DJANGO_DEBUG", bool, False)
-CSRF_TRUSTED_ORIGINS = get("DJANGO_CSRF_TRUSTED_ORIGINS", list, [])
-PORTAL_PUBLIC_URL = get("PORTAL_PUBLIC_URL", str, "").rstrip("/")
+CSRF_TRUSTED_ORIGINS = penv.urls("DJANGO_CSRF_TRUSTED_ORIGINS")
+PORTAL_PUBLIC_URL = penv.url("PORTAL_PUBLIC_URL").rstrip("/")
 PORTAL_REQUIRE_SERVICES = get("PORTAL_REQUIRE_SERVICES", bool, False)
 
 INSTALLED_APPS = [
@@ -129,6 +129,8 @@ elif not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
     raise penv.ConfigError(
         f"Invalid value for REDIS_URL: {REDIS_URL!r} (expected redis://host:port/db, rediss://… or unix:///path)"
     )
+else:
+    penv.check_url("REDIS_URL", REDIS_URL, ("redis", "rediss", "unix"), host=not REDIS_URL.startswith("unix://"))
 
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 
@@ -139,6 +141,8 @@ if not CELERY_BROKER_URL.startswith(("redis://", "rediss://", "redis+socket://",
         f"Invalid value for CELERY_BROKER_URL: {CELERY_BROKER_URL!r} (expected redis://… or amqp://…; "
         "leave it unset to use REDIS_URL)"
     )
+if not CELERY_BROKER_URL.startswith("redis+socket://"):
+    penv.check_url("CELERY_BROKER_URL", CELERY_BROKER_URL, ("redis", "rediss", "amqp", "amqps"))
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
     # A message a dead worker held comes back after this long. Launch jobs do not wait for it: a
     # sweep at worker start and every few seconds redelivers them (`hosts.jobs.recover_stale_jobs`).
@@ -246,15 +250,15 @@ AXES_SENSITIVE_PARAMETERS = ["password"]
 # --- Single sign-on (OpenID Connect, mozilla-django-oidc; accounts/sso/) -------------------------
 # On when PORTAL_OIDC_CLIENT_ID is set. Endpoints come from the issuer's discovery document
 # (fetched at the first sign-in, kept an hour); each PORTAL_OIDC_*_ENDPOINT overrides its entry.
-PORTAL_OIDC_ISSUER = get("PORTAL_OIDC_ISSUER", str, "").rstrip("/")
+PORTAL_OIDC_ISSUER = penv.url("PORTAL_OIDC_ISSUER").rstrip("/")
 OIDC_RP_CLIENT_ID = get("PORTAL_OIDC_CLIENT_ID", str, "")
 OIDC_RP_CLIENT_SECRET = get("PORTAL_OIDC_CLIENT_SECRET", str, "")
 OIDC_RP_SCOPES = get("PORTAL_OIDC_SCOPES", str, "openid email profile")
 OIDC_RP_SIGN_ALGO = get("PORTAL_OIDC_SIGN_ALGO", str, "RS256")
-OIDC_OP_AUTHORIZATION_ENDPOINT = get("PORTAL_OIDC_AUTHORIZATION_ENDPOINT", str, "")
-OIDC_OP_TOKEN_ENDPOINT = get("PORTAL_OIDC_TOKEN_ENDPOINT", str, "")
-OIDC_OP_USER_ENDPOINT = get("PORTAL_OIDC_USERINFO_ENDPOINT", str, "")
-OIDC_OP_JWKS_ENDPOINT = get("PORTAL_OIDC_JWKS_ENDPOINT", str, "")
+OIDC_OP_AUTHORIZATION_ENDPOINT = penv.url("PORTAL_OIDC_AUTHORIZATION_ENDPOINT")
+OIDC_OP_TOKEN_ENDPOINT = penv.url("PORTAL_OIDC_TOKEN_ENDPOINT")
+OIDC_OP_USER_ENDPOINT = penv.url("PORTAL_OIDC_USERINFO_ENDPOINT")
+OIDC_OP_JWKS_ENDPOINT = penv.url("PORTAL_OIDC_JWKS_ENDPOINT")
 OIDC_USE_PKCE = get("PORTAL_OIDC_USE_PKCE", bool, True)
 OIDC_TIMEOUT = get("PORTAL_OIDC_TIMEOUT", float, 10.0)
 LOGIN_REDIRECT_URL_FAILURE = "login"

@@ -322,6 +322,7 @@ def test_a_port_in_use_is_refused_before_anything_starts(tmp_path):
         ("PORTAL_PORT", "abc", "Invalid value for PORTAL_PORT: 'abc' is not a port number"),
         ("DJANGO_ALLOWED_HOSTS", "", "Invalid value for DJANGO_ALLOWED_HOSTS: it is set but empty"),
         ("GATEWAY_READ_TIMEOUT", "soon", "Invalid value for GATEWAY_READ_TIMEOUT"),
+        ("PORTAL_PUBLIC_URL", "not-a-url", "Invalid value for PORTAL_PUBLIC_URL: 'not-a-url' is not a URL"),
     ],
 )
 def test_a_bad_variable_is_a_message_not_a_traceback(tmp_path, variable, value, message):
