@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 import time
+from functools import partial
 from typing import Any
 
 from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
@@ -117,6 +118,11 @@ def _mark(kind: str) -> str:
     return f"[REDACTED {kind}]"
 
 
+def _replace(mark: str, match: re.Match[str]) -> str:
+    """The mark in place of the secret; a `keep` group (a header's name) stays."""
+    return (match.groupdict().get("keep") or "") + mark
+
+
 class Redactor:
     def __init__(self) -> None:
         self.formats = [(re.compile(p, re.DOTALL), _mark(label)) for label, p in FORMATS]
@@ -138,7 +144,7 @@ class Redactor:
         """`value` with every secret found replaced by `[REDACTED <kind>]`."""
         value = self._aws_secrets(value)
         for pattern, mark in self.formats:
-            value, n = pattern.subn(lambda m, mark=mark: (m.groupdict().get("keep") or "") + mark, value)
+            value, n = pattern.subn(partial(_replace, mark), value)
             self.count += n
         out: list[str] = []
         for line in value.split("\n"):

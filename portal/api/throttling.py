@@ -29,6 +29,8 @@ class FailedTokenThrottle(SimpleRateThrottle):
     guessing tokens costs the guesser time, not the owner of a good one elsewhere."""
 
     scope = "failed_token"
+    num_requests: int  # set from the rate by SimpleRateThrottle.__init__
+    duration: int
 
     def get_cache_key(self, request, view=None):
         return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
