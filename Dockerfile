@@ -30,7 +30,10 @@ RUN uv sync --frozen --no-dev \
     && PORTAL_DATA_DIR=/tmp/build DJANGO_SECRET_KEY=build-only PORTAL_KEY_HASH_SECRET=build-only \
        python manage.py collectstatic --noinput -v0 \
     && mv /tmp/build/staticfiles /data/staticfiles && rm -rf /tmp/build \
-    && chown -R portal:portal /data
+    && chown -R portal:portal /data \
+    # The volume is seeded from this folder: private to the portal user (0700, files 0600), as
+    # every process's umask (077, portal.env) keeps what it writes there later.
+    && chmod -R go-rwx /data
 
 USER portal
 EXPOSE 8000

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from django import forms
+from django.contrib.auth import forms as auth_forms
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
+from django.utils.translation import gettext_lazy as _
 
 from channels.models import Model
 from portal.forms import LIMIT_LABELS, limit_form_field
@@ -202,3 +204,14 @@ class MemberLimitsForm(forms.Form):
 
     def save(self):
         services.save_member_limits(self.member, self.limits)
+
+
+class PasswordChangeForm(auth_forms.PasswordChangeForm):
+    """Django's form, plus the choice to end everything the old password may have let someone keep."""
+
+    revoke_access = forms.BooleanField(
+        required=False,
+        initial=True,
+        label=_("Also revoke my API tokens and log out my other sessions"),
+        help_text=_("Recommended if someone else may have known your old password."),
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import math
 import os
 import secrets
 
@@ -11,7 +13,7 @@ from django.conf import settings
 from django.contrib.auth import SESSION_KEY, get_user_model
 from django.contrib.sessions.models import Session
 from django.db import transaction
-from django.db.models import Q, Sum
+from django.db.models import Max, Q, Sum
 from django.utils import timezone
 
 from portal import audit
@@ -27,15 +29,23 @@ def generate_password() -> str:
 
 
 @transaction.atomic
-def reset_password(user, *, actor=None) -> str:
+def reset_password(user, *, actor=None, revoke_access: bool = True) -> str:
     """Set a new random password and return it (shown once to the admin). Whoever held the old
-    one may have made tokens or kept a session: both end here."""
+    one may have made tokens or kept a session: both end here unless `revoke_access` is False."""
     password = generate_password()
     user.set_password(password)
     user.save(update_fields=["password"])
-    ended = end_access(user)
+    ended = end_access(user) if revoke_access else "API tokens and sessions kept"
     audit.record(AuditAction.ACTION, user, message=f"password reset; {ended}", actor=actor)
     return password
+
+
+@transaction.atomic
+def password_changed(user, *, current_session: str | None, revoke_access: bool = True) -> None:
+    """After `user` changed their own password: end their other sessions and revoke their API
+    tokens when they asked to (the default), and say which in the audit log."""
+    ended = end_access(user, keep_session=current_session) if revoke_access else "API tokens and sessions kept"
+    audit.record(AuditAction.ACTION, user, message=f"password changed; {ended}", actor=user)
 
 
 @transaction.atomic
@@ -58,20 +68,21 @@ def set_active(user, active: bool, *, restore_keys: bool = False, actor=None) ->
         audit.record(AuditAction.ACTION, user, message=f"reactivated; {kept}", actor=actor)
 
 
-def end_sessions(user) -> int:
-    """Delete every session logged in as `user` (database sessions); returns how many."""
+def end_sessions(user, *, keep: str | None = None) -> int:
+    """Delete every session logged in as `user` (database sessions) but `keep`; returns how many."""
     mine = [
         s.pk
-        for s in Session.objects.filter(expire_date__gt=timezone.now()).iterator()
+        for s in Session.objects.filter(expire_date__gt=timezone.now()).exclude(pk=keep or "").iterator()
         if str(s.get_decoded().get(SESSION_KEY)) == str(user.pk)
     ]
     Session.objects.filter(pk__in=mine).delete()
     return len(mine)
 
 
-def end_access(user) -> str:
-    """End `user`'s sessions and revoke their API tokens; says what it did (for the audit log)."""
-    sessions = end_sessions(user)
+def end_access(user, *, keep_session: str | None = None) -> str:
+    """End `user`'s sessions (but `keep_session`) and revoke their API tokens; says what it did
+    (for the audit log)."""
+    sessions = end_sessions(user, keep=keep_session)
     tokens = ApiToken.objects.filter(user=user).not_revoked().update(revoked_at=timezone.now())
     return f"{sessions} session(s) ended, {tokens} API token(s) revoked"
 
@@ -83,13 +94,41 @@ def unlock_login(user, *, actor=None) -> int:
     return cleared
 
 
-def is_locked_out(user) -> bool:
-    """Whether logging in as `user` is currently blocked by django-axes (failed attempts)."""
-    recent = AccessAttempt.objects.filter(
-        username=user.get_username(), attempt_time__gte=timezone.now() - settings.AXES_COOLOFF_TIME
+def _recent_attempts(username: str):
+    return AccessAttempt.objects.filter(
+        username=username, attempt_time__gte=timezone.now() - settings.AXES_COOLOFF_TIME
     )
-    failures = recent.aggregate(n=Sum("failures_since_start"))["n"] or 0  # summed as axes does
-    return failures >= settings.AXES_FAILURE_LIMIT
+
+
+def is_locked_out(user) -> bool:
+    """Whether django-axes blocks logging in as `user` from some address (failed attempts, summed
+    per address as axes does)."""
+    per_address = _recent_attempts(user.get_username()).values("ip_address").annotate(n=Sum("failures_since_start"))
+    return per_address.filter(n__gte=settings.AXES_FAILURE_LIMIT).exists()
+
+
+def is_trusted_address(address: str | None) -> bool:
+    """Whether `address` is one of PORTAL_LOGIN_TRUSTED_ADDRESSES (never slowed down)."""
+    try:
+        ip = ipaddress.ip_address(address or "")
+    except ValueError:
+        return False
+    return any(ip in net for net in settings.PORTAL_LOGIN_TRUSTED_ADDRESSES)
+
+
+def login_delay(username: str) -> int:
+    """Seconds before `username` may try a password again, from anywhere but a trusted address.
+
+    Past AXES_FAILURE_LIMIT failures (every address together, within the cool-off) each next
+    attempt waits 1, 2, 4 … seconds (up to PORTAL_LOGIN_MAX_DELAY_SECONDS) after the last failure:
+    a slower rate, never a lock, so failures from elsewhere cannot keep the owner out."""
+    recent = _recent_attempts(username).aggregate(n=Sum("failures_since_start"), last=Max("attempt_time"))
+    over = (recent["n"] or 0) - settings.AXES_FAILURE_LIMIT
+    if over < 0 or recent["last"] is None:
+        return 0
+    delay = min(2 ** min(over, 30), settings.PORTAL_LOGIN_MAX_DELAY_SECONDS)
+    left = delay - (timezone.now() - recent["last"]).total_seconds()
+    return max(0, math.ceil(left))
 
 
 def create_user(*, username: str, role: str, email: str = "", password: str | None = None, **fields):

@@ -13,20 +13,23 @@ from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Count, Q
+from django.forms.utils import ErrorDict
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse, reverse_lazy
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 from django.views import View
 from django.views.generic import DetailView
 
 from portal import audit
 from portal.choices import AuditAction
 from portal.permissions import AdminOrTeamLeadRequiredMixin, AdminRequiredMixin
+from portal.public import client_ip
 from portal.ui import FilteredListView, done, pop_secret, remember_secret
 
 from . import services, sso
 from .filters import AuditLogFilterSet, TeamFilterSet, UserFilterSet
-from .forms import ApiTokenForm, MemberLimitsForm, TeamForm, UserCreateForm, UserEditForm
+from .forms import ApiTokenForm, MemberLimitsForm, PasswordChangeForm, TeamForm, UserCreateForm, UserEditForm
 from .models import ApiToken, AuditLog, Team
 
 User = get_user_model()
@@ -89,7 +92,25 @@ class TokenRevokeView(LoginRequiredMixin, View):
 
 
 class LoginView(auth_views.LoginView):
-    """The password form, and "Sign in with <IdP>" when single sign-on is on."""
+    """The password form, and "Sign in with <IdP>" when single sign-on is on. A username with many
+    recent failures is slowed down (`services.login_delay`), except from a trusted address."""
+
+    def post(self, request, *args, **kwargs):
+        username = request.POST.get("username", "")
+        if username and not services.is_trusted_address(client_ip(request)):
+            wait = services.login_delay(username)
+            if wait:
+                form = self.get_form()  # not validated: that would check the password
+                form._errors, form.cleaned_data = ErrorDict(), {}
+                form.add_error(
+                    None,
+                    _("Too many failed logins for this username. Try again in %(seconds)s seconds.")
+                    % {"seconds": wait},
+                )
+                response = self.render_to_response(self.get_context_data(form=form), status=429)
+                response["Retry-After"] = str(wait)
+                return response
+        return super().post(request, *args, **kwargs)
 
     def get_context_data(self, **kwargs):
         return super().get_context_data(
@@ -102,11 +123,21 @@ class LoginView(auth_views.LoginView):
 class PasswordChangeView(auth_views.PasswordChangeView):
     template_name = "registration/password_change_form.html"
     success_url = reverse_lazy("account")
+    form_class = PasswordChangeForm
 
     def form_valid(self, form):
-        response = super().form_valid(form)
-        audit.record(AuditAction.ACTION, self.request.user, message="password changed")
-        messages.success(self.request, "Your password was changed.")
+        response = super().form_valid(form)  # keeps this session (update_session_auth_hash)
+        revoke = form.cleaned_data["revoke_access"]
+        services.password_changed(
+            self.request.user, current_session=self.request.session.session_key, revoke_access=revoke
+        )
+        if revoke:
+            messages.success(
+                self.request,
+                _("Your password was changed; your API tokens were revoked and your other sessions ended."),
+            )
+        else:
+            messages.success(self.request, _("Your password was changed; your API tokens were kept."))
         return response
 
 
@@ -274,8 +305,10 @@ class UserResetPasswordView(AdminRequiredMixin, View):
             {
                 "title": "Reset password",
                 "question": f"Reset the password of {person.username}?",
-                "detail": "Their current password stops working, they are logged out everywhere and their API "
-                "tokens are revoked; the new password is shown to you once.",
+                "detail": "Their current password stops working; the new password is shown to you once.",
+                "choice_name": "revoke_access",
+                "choice_label": _("Also revoke their API tokens and end their sessions (recommended)"),
+                "choice_checked": True,
                 "button": "Reset password",
                 "danger": True,
                 "cancel_url": reverse("user_detail", args=[person.pk]),
@@ -284,17 +317,20 @@ class UserResetPasswordView(AdminRequiredMixin, View):
 
     def post(self, request, pk):
         person = get_object_or_404(User, pk=pk)
-        password = services.reset_password(person, actor=request.user)
+        # Ticked by default; a POST that was not offered the choice (a script) revokes.
+        revoke = request.POST.get("revoke_access") == "on" or not request.POST.get("revoke_access_offered")
+        password = services.reset_password(person, actor=request.user, revoke_access=revoke)
         if person.pk == request.user.pk:  # resetting one's own ends this session too: keep it
             update_session_auth_hash(request, person)
         remember_secret(request, f"password-{person.pk}", password)
-        return done(
-            request,
-            f"Password of {person.username} reset; their sessions ended and API tokens were revoked. "
-            "Give them the new one below.",
-            "user_detail",
-            pk,
-        )
+        if revoke:
+            text = _(
+                "Password of %(username)s reset; their sessions ended and API tokens were revoked. "
+                "Give them the new one below."
+            )
+        else:
+            text = _("Password of %(username)s reset; their API tokens were kept. Give them the new one below.")
+        return done(request, text % {"username": person.username}, "user_detail", pk)
 
 
 # --- teams (admin; a team lead manages their own team's members) ---------------------------

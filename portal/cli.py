@@ -265,6 +265,9 @@ def check_port(host: str, port: int) -> str | None:
 
 
 def cmd_up(args) -> int:
+    from portal import startup
+
+    startup.QUIET = True  # printed below as one banner, not logged by every process
     _setup_django()
     from django.conf import settings
     from django.core.management import call_command
@@ -279,6 +282,11 @@ def cmd_up(args) -> int:
         print(problem, file=sys.stderr)
         return 1
     print(f"portal: data folder {settings.DATA_DIR}", flush=True)
+    unsafe = startup.warnings()
+    if unsafe:
+        bar = "!" * 78
+        lines = "\n".join(f"  SECURITY WARNING: {text}" for text in unsafe)
+        print(f"\n{bar}\n{lines}\n{bar}\n", file=sys.stderr, flush=True)
     redis_where = "REDIS_URL"
     if settings.PORTAL_EMBEDDED_REDIS:
         redis_where = "embedded (valkey-server on a unix socket in the data folder)"

@@ -8,8 +8,9 @@ none past 3.11 and would compile on install; about the same size (6 MB). Only it
 the supervisor starts and stops the server itself.
 
 The server listens on a unix socket only (`port 0`, mode 0700: no password, no network), keeps its
-data in `DATA_DIR/redis/` with the append-only file on (fsync every second), and stops with a
-clean `SHUTDOWN` on SIGTERM.
+data in `DATA_DIR/redis/` (0700) with the append-only file on (fsync every second), and stops with a
+clean `SHUTDOWN` on SIGTERM. It inherits the portal's umask (077, `portal.env.restrict_umask`), so
+its append-only files are 0600.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def url_for(path: Path) -> str:
 def server_argv(data_dir: Path, sock: Path, *, appendonly: bool = True) -> list[str]:
     """The server's command line: settings only, never a secret."""
     store = Path(data_dir) / "redis"
-    store.mkdir(parents=True, exist_ok=True)
+    store.mkdir(mode=0o700, parents=True, exist_ok=True)
     return [
         server_binary(),
         "--port",

@@ -6,9 +6,12 @@ that names the variable, never later in a request.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
+import stat
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import environ
 from cryptography.fernet import Fernet
@@ -40,6 +43,43 @@ def get(name: str, cast, default):
         raise ConfigError(f"Invalid value for {name}: {raw!r} ({exc})") from None
 
 
+WEB = ("http", "https")
+
+
+def check_url(name: str, raw: str, schemes: tuple[str, ...] = WEB, *, host: bool = True) -> str:
+    """`raw` if it is a URL with one of `schemes` and (when `host`) a host name, else a ConfigError
+    naming `name`: every URL setting is checked at start, not when a request first uses it."""
+    u = urlsplit(raw)
+    problem = ""
+    if u.scheme not in schemes:
+        problem = f"the scheme must be {' or '.join(s + '://' for s in schemes)}"
+    elif host and not u.hostname:
+        problem = "it has no host name"
+    elif any(c.isspace() for c in raw):
+        problem = "it contains spaces"
+    else:
+        try:
+            u.port  # noqa: B018 - raises on a port that is not a number in range
+        except ValueError:
+            problem = "its port is not a number from 1 to 65535"
+    if problem:
+        example = f"{schemes[0]}://llm.example.com" if schemes[0] in WEB else f"{schemes[0]}://host"
+        raise ConfigError(f"Invalid value for {name}: {raw!r} is not a URL ({problem}; e.g. {example})")
+    return raw
+
+
+def url(name: str, default: str = "", schemes: tuple[str, ...] = WEB) -> str:
+    """A URL setting (`check_url`), empty or unset meaning `default`."""
+    raw = value(name)
+    return check_url(name, raw.strip(), schemes) if raw is not None else default
+
+
+def urls(name: str, schemes: tuple[str, ...] = WEB) -> list[str]:
+    """A comma-separated list of URLs (`DJANGO_CSRF_TRUSTED_ORIGINS`), each checked."""
+    raw = value(name) or ""
+    return [check_url(name, e.strip(), schemes) for e in raw.split(",") if e.strip()]
+
+
 def allowed_hosts(default: list[str]) -> list[str]:
     """DJANGO_ALLOWED_HOSTS: unset means `default`; set but empty (or only commas) is refused,
     since Django would then answer every request with 400."""
@@ -53,6 +93,16 @@ def allowed_hosts(default: list[str]) -> list[str]:
             "List the host names this portal answers to (e.g. llm.example.com,127.0.0.1), or remove the line."
         )
     return hosts
+
+
+def networks(name: str, default: list[str]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """A comma-separated list of addresses or CIDRs (`10.0.0.0/8,192.168.1.5`)."""
+    raw = value(name)
+    entries = [e.strip() for e in raw.split(",") if e.strip()] if raw is not None else default
+    try:
+        return [ipaddress.ip_network(e, strict=False) for e in entries]
+    except ValueError as exc:
+        raise ConfigError(f"Invalid value for {name}: {exc} (expected addresses or CIDRs, comma-separated)") from None
 
 
 def celery_broker_url(redis_url: str) -> str:
@@ -75,13 +125,53 @@ def redis_cache(redis_url: str, timeout: float) -> dict:
     }
 
 
+# What the portal, the embedded Redis and SQLite create is for this user only: files 0600,
+# folders 0700. SQLite gives its -wal and -shm files the database file's mode.
+PRIVATE_UMASK = 0o077
+
+
+def restrict_umask() -> None:
+    """Every file this process (and any child it starts: the embedded valkey-server) creates is
+    private to its user, whatever the shell's umask."""
+    os.umask(PRIVATE_UMASK)
+
+
 def data_dir() -> Path:
     path = Path(os.environ.get("PORTAL_DATA_DIR") or "var").expanduser().resolve()
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"PORTAL_DATA_DIR {str(path)!r} cannot be created: {exc}") from None
     return path
+
+
+def tighten(folder: Path) -> tuple[int, list[str]]:
+    """Take group and other access away from `folder` and everything in it (a folder made by an
+    older version is 0755 with 0644 files). Returns how many entries changed, and the ones that
+    could not be changed (not ours), with why. Symbolic links are not followed."""
+    changed, failed = 0, []
+    for root, dirs, files in os.walk(folder):
+        for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+            try:
+                st = os.lstat(name)
+                if stat.S_ISLNK(st.st_mode) or not st.st_mode & PRIVATE_UMASK:
+                    continue
+                os.chmod(name, stat.S_IMODE(st.st_mode) & ~PRIVATE_UMASK)
+                changed += 1
+            except FileNotFoundError:
+                continue  # removed meanwhile (a socket, a temporary file)
+            except OSError as exc:
+                failed.append(f"{name}: {exc.strerror}")
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
+    return changed, failed
+
+
+def readable_by_others(folder: Path) -> bool:
+    """Whether group or other users may enter or read `folder` itself."""
+    try:
+        return bool(os.stat(folder).st_mode & PRIVATE_UMASK)
+    except OSError:
+        return False
 
 
 def generated_secret(folder: Path, filename: str, make) -> str:

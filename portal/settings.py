@@ -12,6 +12,7 @@ from . import env as penv
 from .env import get
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+penv.restrict_umask()  # before anything is created: files 0600, folders 0700 (portal.env)
 DATA_DIR = penv.data_dir()
 
 SECRET_KEY = penv.secret_key(DATA_DIR)
@@ -19,8 +20,8 @@ PORTAL_ENCRYPTION_KEYS = penv.encryption_keys(DATA_DIR)
 PORTAL_KEY_HASH_SECRET = penv.key_hash_secret(DATA_DIR)
 
 DEBUG = get("DJANGO_DEBUG", bool, False)
-CSRF_TRUSTED_ORIGINS = get("DJANGO_CSRF_TRUSTED_ORIGINS", list, [])
-PORTAL_PUBLIC_URL = get("PORTAL_PUBLIC_URL", str, "").rstrip("/")
+CSRF_TRUSTED_ORIGINS = penv.urls("DJANGO_CSRF_TRUSTED_ORIGINS")
+PORTAL_PUBLIC_URL = penv.url("PORTAL_PUBLIC_URL").rstrip("/")
 PORTAL_REQUIRE_SERVICES = get("PORTAL_REQUIRE_SERVICES", bool, False)
 
 INSTALLED_APPS = [
@@ -130,6 +131,8 @@ elif not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
     raise penv.ConfigError(
         f"Invalid value for REDIS_URL: {REDIS_URL!r} (expected redis://host:port/db, rediss://… or unix:///path)"
     )
+else:
+    penv.check_url("REDIS_URL", REDIS_URL, ("redis", "rediss", "unix"), host=not REDIS_URL.startswith("unix://"))
 
 # Every Redis command of the web side has a deadline (a stalled Redis must not hang a page); what each
 # use does when Redis errs is written down in portal.faults.
@@ -143,6 +146,8 @@ if not CELERY_BROKER_URL.startswith(("redis://", "rediss://", "redis+socket://",
         f"Invalid value for CELERY_BROKER_URL: {CELERY_BROKER_URL!r} (expected redis://… or amqp://…; "
         "leave it unset to use REDIS_URL)"
     )
+if not CELERY_BROKER_URL.startswith("redis+socket://"):
+    penv.check_url("CELERY_BROKER_URL", CELERY_BROKER_URL, ("redis", "rediss", "amqp", "amqps"))
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
     # A message a dead worker held comes back after this long. Launch jobs do not wait for it: a
     # sweep at worker start and every few seconds redelivers them (`hosts.jobs.recover_stale_jobs`).
@@ -231,8 +236,12 @@ CONTENT_SECURITY_POLICY = {
         "frame-ancestors": ["'none'"],
     },
 }
-# Login throttling (django-axes): a username or an address is locked for AXES_COOLOFF_TIME after
-# AXES_FAILURE_LIMIT wrong passwords; an admin unlocks it on the user's page.
+# Login throttling (django-axes): a (username, address) pair is locked for AXES_COOLOFF_TIME after
+# AXES_FAILURE_LIMIT wrong passwords; an admin unlocks it on the user's page (or
+# `portal manage axes_reset_username NAME`). Never the username alone, or anyone could lock the admin
+# out: past the limit a username's failures from every address together only slow its next
+# attempt down (accounts.services.login_delay: 1, 2, 4 … up to PORTAL_LOGIN_MAX_DELAY_SECONDS),
+# and not at all from PORTAL_LOGIN_TRUSTED_ADDRESSES (default loopback).
 # The password backend refuses non-admins when PORTAL_PASSWORD_LOGIN_ADMINS_ONLY (single sign-on below).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
@@ -241,7 +250,10 @@ AUTHENTICATION_BACKENDS = [
 ]
 AXES_FAILURE_LIMIT = get("PORTAL_LOGIN_FAILURE_LIMIT", int, 5)
 AXES_COOLOFF_TIME = datetime.timedelta(minutes=get("PORTAL_LOGIN_LOCKOUT_MINUTES", int, 15))
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each alone: per user and per address
+# The pair, and an address alone (one address spraying usernames): an attacker locks only themselves.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
+PORTAL_LOGIN_MAX_DELAY_SECONDS = get("PORTAL_LOGIN_MAX_DELAY_SECONDS", int, 60)
+PORTAL_LOGIN_TRUSTED_ADDRESSES = penv.networks("PORTAL_LOGIN_TRUSTED_ADDRESSES", default=["127.0.0.0/8", "::1/128"])
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "portal.public.client_ip"
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
@@ -252,15 +264,15 @@ AXES_SENSITIVE_PARAMETERS = ["password"]
 # --- Single sign-on (OpenID Connect, mozilla-django-oidc; accounts/sso/) -------------------------
 # On when PORTAL_OIDC_CLIENT_ID is set. Endpoints come from the issuer's discovery document
 # (fetched at the first sign-in, kept an hour); each PORTAL_OIDC_*_ENDPOINT overrides its entry.
-PORTAL_OIDC_ISSUER = get("PORTAL_OIDC_ISSUER", str, "").rstrip("/")
+PORTAL_OIDC_ISSUER = penv.url("PORTAL_OIDC_ISSUER").rstrip("/")
 OIDC_RP_CLIENT_ID = get("PORTAL_OIDC_CLIENT_ID", str, "")
 OIDC_RP_CLIENT_SECRET = get("PORTAL_OIDC_CLIENT_SECRET", str, "")
 OIDC_RP_SCOPES = get("PORTAL_OIDC_SCOPES", str, "openid email profile")
 OIDC_RP_SIGN_ALGO = get("PORTAL_OIDC_SIGN_ALGO", str, "RS256")
-OIDC_OP_AUTHORIZATION_ENDPOINT = get("PORTAL_OIDC_AUTHORIZATION_ENDPOINT", str, "")
-OIDC_OP_TOKEN_ENDPOINT = get("PORTAL_OIDC_TOKEN_ENDPOINT", str, "")
-OIDC_OP_USER_ENDPOINT = get("PORTAL_OIDC_USERINFO_ENDPOINT", str, "")
-OIDC_OP_JWKS_ENDPOINT = get("PORTAL_OIDC_JWKS_ENDPOINT", str, "")
+OIDC_OP_AUTHORIZATION_ENDPOINT = penv.url("PORTAL_OIDC_AUTHORIZATION_ENDPOINT")
+OIDC_OP_TOKEN_ENDPOINT = penv.url("PORTAL_OIDC_TOKEN_ENDPOINT")
+OIDC_OP_USER_ENDPOINT = penv.url("PORTAL_OIDC_USERINFO_ENDPOINT")
+OIDC_OP_JWKS_ENDPOINT = penv.url("PORTAL_OIDC_JWKS_ENDPOINT")
 OIDC_USE_PKCE = get("PORTAL_OIDC_USE_PKCE", bool, True)
 OIDC_TIMEOUT = get("PORTAL_OIDC_TIMEOUT", float, 10.0)
 LOGIN_REDIRECT_URL_FAILURE = "login"
@@ -297,6 +309,8 @@ if PORTAL_PASSWORD_LOGIN_ADMINS_ONLY and not _oidc_on:
 # The client address is REMOTE_ADDR, already resolved from trusted proxies, hence NUM_PROXIES = 0.
 PORTAL_API_RATE = get("PORTAL_API_RATE", str, "1200/minute")
 PORTAL_API_ANON_RATE = get("PORTAL_API_ANON_RATE", str, "60/minute")
+# Failed API-token authentications per address; past it, 429 (portal.api.throttling.FailedTokenThrottle).
+PORTAL_API_FAILED_AUTH_RATE = get("PORTAL_API_FAILED_AUTH_RATE", str, "20/minute")
 # Request bodies: the API's JSON parser (portal.api.parsers) holds JSON bodies to this size too.
 DATA_UPLOAD_MAX_MEMORY_SIZE = get("PORTAL_MAX_BODY_BYTES", int, 2_621_440)
 
@@ -322,7 +336,11 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.MultiPartParser",
     ],
     "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttling.TokenRateThrottle", "portal.api.throttling.AnonThrottle"],
-    "DEFAULT_THROTTLE_RATES": {"token": PORTAL_API_RATE, "anon": PORTAL_API_ANON_RATE},
+    "DEFAULT_THROTTLE_RATES": {
+        "token": PORTAL_API_RATE,
+        "anon": PORTAL_API_ANON_RATE,
+        "failed_token": PORTAL_API_FAILED_AUTH_RATE,
+    },
     "NUM_PROXIES": 0,
 }
 SPECTACULAR_SETTINGS = {

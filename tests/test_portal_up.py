@@ -121,7 +121,7 @@ class Portal:
             if self.proc.poll() is not None:
                 pytest.fail(f"portal up exited with {self.proc.returncode}:\n{self.output[-4000:]}")
             try:
-                response = httpx.get(self.url + "/healthz", timeout=5)
+                response = httpx.get(self.url + "/healthz", timeout=30)  # a loaded box: 8 s seen
                 last = response.status_code
                 if response.status_code == 200:
                     return response.json()
@@ -322,6 +322,7 @@ def test_a_port_in_use_is_refused_before_anything_starts(tmp_path):
         ("PORTAL_PORT", "abc", "Invalid value for PORTAL_PORT: 'abc' is not a port number"),
         ("DJANGO_ALLOWED_HOSTS", "", "Invalid value for DJANGO_ALLOWED_HOSTS: it is set but empty"),
         ("GATEWAY_READ_TIMEOUT", "soon", "Invalid value for GATEWAY_READ_TIMEOUT"),
+        ("PORTAL_PUBLIC_URL", "not-a-url", "Invalid value for PORTAL_PUBLIC_URL: 'not-a-url' is not a URL"),
     ],
 )
 def test_a_bad_variable_is_a_message_not_a_traceback(tmp_path, variable, value, message):
@@ -433,3 +434,69 @@ def test_two_gateways_on_the_embedded_default_keep_limits_exact(start, tmp_path)
     assert sum(" 429 model=qwen3-32b " in ln for ln in lines) == 40
     prefix = plaintext[: len(key.json()["prefix"])]
     assert all(f"key={prefix}…" in ln and plaintext not in ln for ln in lines)
+
+
+def modes(folder: Path) -> dict[str, int]:
+    """Every entry under `folder` (itself included), relative name → permission bits."""
+    out = {".": folder.stat().st_mode & 0o7777}
+    for path in folder.rglob("*"):
+        if not path.is_symlink():
+            out[str(path.relative_to(folder))] = path.lstat().st_mode & 0o7777
+    return out
+
+
+def assert_private(folder: Path) -> dict[str, int]:
+    found = modes(folder)
+    opened = {name: oct(mode) for name, mode in found.items() if mode & 0o077}
+    assert opened == {}, f"readable by others: {opened}"
+    for name, mode in found.items():
+        path = folder / name
+        if path.is_dir():
+            assert mode == 0o700, (name, oct(mode))
+        elif path.is_file():
+            assert mode == 0o600, (name, oct(mode))
+    return found
+
+
+@pytest.fixture
+def shell_umask():
+    """What a user's shell has (022; the suite's own process runs under the portal's 077): the
+    command must not depend on it."""
+    before = os.umask(0o022)
+    yield
+    os.umask(before)
+
+
+def test_the_data_folder_is_private_when_new_and_is_made_private_when_an_older_version_opened_it(
+    start, tmp_path, shell_umask
+):
+    """A fresh `portal up` under a 022 umask: the folder 0700, and the database with its WAL and
+    SHM, the embedded Redis's append-only files, the generated secrets, the lock and beat's
+    schedule 0600. Then the folder as an older version left it (0755, files 0644): the next start
+    says so in one line and closes it again."""
+    data = tmp_path / "data"
+    portal = start("correct-horse-battery-9")
+    portal.wait_healthy()
+    assert str(log_in(portal.url, "admin", "correct-horse-battery-9").url).rstrip("/") == portal.url  # a session row
+    created = assert_private(data)
+    for name in ("portal.sqlite3", "portal.sqlite3-wal", "portal.sqlite3-shm", "secret_key", "encryption_key"):
+        assert name in created, sorted(created)
+    assert any(name.startswith("redis/appendonlydir/") for name in created), sorted(created)
+    assert "group/other access removed" not in portal.output  # nothing to correct on a new folder
+    assert portal.stop() == 0
+
+    for path in [data, *data.rglob("*")]:
+        if path.is_dir() and not path.is_symlink():
+            path.chmod(0o755)
+        elif path.is_file():
+            path.chmod(0o644)
+    assert modes(data)["portal.sqlite3"] == 0o644
+
+    again = start("correct-horse-battery-9")
+    again.wait_healthy()
+    assert re.search(r"data folder \S+: group/other access removed from \d+ files and folders", again.output), (
+        again.output[-3000:]
+    )
+    assert_private(data)
+    assert str(log_in(again.url, "admin", "correct-horse-battery-9").url).rstrip("/") == again.url
+    assert again.stop() == 0

@@ -1,6 +1,8 @@
+from django.utils.translation import gettext_lazy as _
 from rest_framework import authentication, exceptions
 
 from portal import audit
+from portal.api.throttling import FailedTokenThrottle
 
 from ..services import verify_token
 
@@ -17,8 +19,15 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         parts = header.split(None, 1)
         if len(parts) != 2 or parts[0].lower() not in self.keywords:
             return None
+        throttle = FailedTokenThrottle()
+        wait = throttle.wait_before(request)
+        if wait is not None:
+            raise exceptions.Throttled(
+                wait=wait, detail=str(_("Too many failed API token authentications from this address."))
+            )
         token = verify_token(parts[1])
         if token is None:
+            throttle.failed(request)
             raise exceptions.AuthenticationFailed("Invalid, expired or revoked API token.")
         audit.set_actor(token.user, request.META.get("REMOTE_ADDR"))
         return (token.user, token)

@@ -213,6 +213,12 @@ class UserCreatedSerializer(UserSerializer):
     )
 
 
+class ResetPasswordSerializer(serializers.Serializer):
+    revoke_access = serializers.BooleanField(
+        default=True, help_text="Also revoke the user's API tokens and end their sessions (the default)."
+    )
+
+
 class PasswordSerializer(serializers.Serializer):
     password = serializers.CharField(read_only=True, help_text="The new password, shown once.")
 

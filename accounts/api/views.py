@@ -28,6 +28,7 @@ from .serializers import (
     MeSerializer,
     PasswordSerializer,
     ReactivateSerializer,
+    ResetPasswordSerializer,
     TeamSerializer,
     UnlockSerializer,
     UserCreatedSerializer,
@@ -90,12 +91,15 @@ class UserViewSet(
         user = self.get_object()
         return Response({"cleared": services.unlock_login(user, actor=request.user)})
 
-    @extend_schema(request=None, responses={200: PasswordSerializer})
+    @extend_schema(request=ResetPasswordSerializer, responses={200: PasswordSerializer})
     @action(detail=True, methods=["post"], url_path="reset-password")
     def reset_password(self, request: Request, pk=None) -> Response:
-        """Set a new random password and return it once; the user's sessions end and API tokens are revoked."""
+        """Set a new random password and return it once; the user's sessions end and API tokens are
+        revoked unless `revoke_access` is false."""
         user = self.get_object()
-        password = services.reset_password(user, actor=request.user)
+        body = ResetPasswordSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        password = services.reset_password(user, actor=request.user, revoke_access=body.validated_data["revoke_access"])
         return Response({"password": password})
 
 

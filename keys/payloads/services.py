@@ -66,7 +66,7 @@ def build(captured: Captured, redactor: Redactor) -> RequestPayload:
         request_id=captured.request_id[:64],
         key_id=captured.key_id,
         user_id=captured.user_id,
-        model=captured.model[:128],
+        model=redactor.text(captured.model)[:128],  # shown in the list: a secret sent as a model name too
         surface=captured.surface,
         stream=captured.stream,
         status=captured.status,

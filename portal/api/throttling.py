@@ -35,3 +35,29 @@ class TokenRateThrottle(FailOpenThrottle):
 
 class AnonThrottle(FailOpenThrottle, AnonRateThrottle):
     """Per address for requests without credentials."""
+
+
+class FailedTokenThrottle(SimpleRateThrottle):
+    """Failed API-token authentications per address (`PORTAL_API_FAILED_AUTH_RATE`). Only failures
+    count; past the rate every token from that address is answered 429 before it is checked, so
+    guessing tokens costs the guesser time, not the owner of a good one elsewhere."""
+
+    scope = "failed_token"
+    num_requests: int  # set from the rate by SimpleRateThrottle.__init__
+    duration: int
+
+    def get_cache_key(self, request, view=None):
+        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
+
+    def wait_before(self, request) -> float | None:
+        """Seconds this address must wait before a token is checked, or None."""
+        self.key = self.get_cache_key(request)
+        self.history = self.cache.get(self.key, [])
+        self.now = self.timer()
+        while self.history and self.history[-1] <= self.now - self.duration:
+            self.history.pop()
+        return self.wait() if len(self.history) >= self.num_requests else None
+
+    def failed(self, request) -> None:
+        self.wait_before(request)
+        self.throttle_success()

@@ -54,6 +54,7 @@ DEFAULTS: dict[str, Any] = {
     "huge_bytes": 50 * 1024 * 1024,  # mode=huge: the size of the (endless-looking) answer
     "trickle_delay": 0.2,  # mode=trickle: seconds between single bytes
     "reasoning": "",  # when set, the reply starts with this as `reasoning_content` (vLLM's reasoning parser)
+    "reasoning_chunk": 0,  # stream the reasoning in pieces of this many characters (default: word by word)
     # Prompt tokens reported as read from the prompt cache: vLLM's `prompt_tokens_details.cached_tokens`,
     # llama.cpp's `timings.cache_n` (flavour "llamacpp"), Anthropic's `cache_read_input_tokens`,
     # Responses' `input_tokens_details.cached_tokens`; `cache_write`: Anthropic's `cache_creation_input_tokens`.
@@ -400,6 +401,9 @@ class FakeUpstream:
             if b["reasoning"]:
                 words = b["reasoning"].split()
                 thoughts = [{"reasoning_content": (" " if i else "") + w} for i, w in enumerate(words)]
+                if b["reasoning_chunk"]:
+                    size, text = b["reasoning_chunk"], b["reasoning"]
+                    thoughts = [{"reasoning_content": text[i : i + size]} for i in range(0, len(text), size)]
                 thoughts[0]["role"] = "assistant"
                 pieces = thoughts + pieces
                 n += len(words)

@@ -119,6 +119,33 @@ def test_a_logged_users_stream_stores_the_relayed_text_redacted(setup, gateway_u
     assert not any(secret in request for secret in SECRETS)
 
 
+def test_a_stream_that_splits_every_secret_of_the_corpus_across_events_is_stored_without_them(
+    setup, gateway_url, upstream
+):
+    """Through the real gateway: the upstream streams the whole corpus five characters an event,
+    so nearly every secret is cut across events; the stored text has none of them."""
+    from tests.keys.test_redaction_corpus import CORPUS, assert_gone
+
+    text = "\n".join(f"{name}: {context}" for name, _, context in CORPUS)
+    upstream.behave(reasoning=text, reasoning_chunk=5, tokens=2)
+    PayloadLogging.objects.create(key=setup.key, retention_days=1)
+    with httpx.stream(
+        "POST",
+        f"{gateway_url}/v1/chat/completions",
+        json={"model": "qwen3-32b", "messages": [{"role": "user", "content": "hi"}], "stream": True},
+        headers={"Authorization": f"Bearer {setup.plaintext}"},
+        timeout=30,
+    ) as r:
+        relayed = b"".join(r.iter_bytes())
+    assert r.status_code == 200 and relayed.count(b"data:") > len(text) // 5  # really split
+    (row,) = wait_for(stored)
+    stored_text = decompressed(row.response_body)
+    for name, secret, _ in CORPUS:
+        assert_gone(secret, stored_text, name)
+        assert f"{name}: " in stored_text  # the text around each secret is kept
+    assert row.redactions >= len(CORPUS)
+
+
 def test_logging_turned_on_reaches_the_running_gateway_and_a_key_can_be_kept_out(setup, gateway_url):
     assert chat(gateway_url, setup.plaintext, content="first").status_code == 200
     wait_for(lambda: UsageRecord.objects.count() == 1)

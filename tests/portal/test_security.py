@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -35,9 +36,12 @@ def test_wrong_passwords_lock_the_username_until_an_admin_unlocks_it(settings, a
     client = Client()
     codes = [login(client, "alice", "wrong").status_code for _ in range(settings.AXES_FAILURE_LIMIT)]
     assert codes == [200] * (settings.AXES_FAILURE_LIMIT - 1) + [429]  # the form again, then the lockout
-    # Locked: even the right password is refused now, from any address.
-    locked = login(client, "alice", "alice-pass-123", ip="203.0.113.50")
+    # Locked from that address: even the right password is refused now; from another one the
+    # username is slowed down (accounts.services.login_delay), not locked.
+    locked = login(client, "alice", "alice-pass-123")
     assert locked.status_code == 429 and b"Too many failed logins" in locked.content
+    slowed = login(client, "alice", "alice-pass-123", ip="203.0.113.50")
+    assert slowed.status_code == 429 and b"Try again in" in slowed.content
     assert "_auth_user_id" not in client.session
     entry = AuditLog.objects.get(object_type="user", object_id=str(alice.pk), message__startswith="login locked out")
     assert "198.51.100.7" in entry.message and "wrong" not in entry.message
@@ -52,6 +56,60 @@ def test_wrong_passwords_lock_the_username_until_an_admin_unlocks_it(settings, a
 
     response = login(client, "alice", "alice-pass-123")
     assert response.status_code == 302 and client.session["_auth_user_id"] == str(alice.pk)
+
+
+def test_the_admin_logs_in_from_a_trusted_address_after_50_failures_from_elsewhere(settings, admin, monkeypatch):
+    from django.utils import timezone
+
+    now = timezone.now()
+    monkeypatch.setattr(timezone, "now", lambda: now)  # the clock stands still during the attack
+    attacker = [login(Client(), "admin", f"guess-{i}", ip=f"203.0.113.{i + 1}") for i in range(50)]
+    codes = [r.status_code for r in attacker]
+    # The first failures are counted; every later attempt waits for the delay, unchecked.
+    assert codes == [200] * settings.AXES_FAILURE_LIMIT + [429] * (50 - settings.AXES_FAILURE_LIMIT)
+
+    # From loopback (PORTAL_LOGIN_TRUSTED_ADDRESSES) at once.
+    trusted = Client()
+    response = login(trusted, "admin", "admin-pass-123", ip="127.0.0.1")
+    assert response.status_code == 302 and trusted.session["_auth_user_id"] == str(admin.pk)
+
+    # From elsewhere: slowed down, never locked. Once the delay has passed, the right password works.
+    elsewhere = Client()
+    slowed = login(elsewhere, "admin", "admin-pass-123", ip="198.51.100.20")
+    assert slowed.status_code == 429 and b"Try again in" in slowed.content
+    assert 1 <= int(slowed["Retry-After"]) <= settings.PORTAL_LOGIN_MAX_DELAY_SECONDS
+    later = now + timedelta(seconds=settings.PORTAL_LOGIN_MAX_DELAY_SECONDS + 1)
+    monkeypatch.setattr(timezone, "now", lambda: later)
+    assert login(elsewhere, "admin", "admin-pass-123", ip="198.51.100.20").status_code == 302
+
+
+def test_the_recovery_command_lets_the_admin_in_from_anywhere_at_once(settings, admin):
+    from django.core.management import call_command
+
+    for i in range(20):
+        login(Client(), "admin", "wrong", ip=f"203.0.113.{i + 1}")
+    assert login(Client(), "admin", "admin-pass-123", ip="198.51.100.30").status_code == 429
+    call_command("axes_reset_username", "admin")
+    assert login(Client(), "admin", "admin-pass-123", ip="198.51.100.30").status_code == 302
+
+
+def test_failed_api_token_authentications_are_throttled_per_address(settings, alice):
+    from rest_framework.throttling import SimpleRateThrottle
+
+    _token, good = issue_token(user=alice, name="ci")
+    allowed, _ = SimpleRateThrottle.parse_rate(None, settings.PORTAL_API_FAILED_AUTH_RATE)
+    bad = APIClient(REMOTE_ADDR="203.0.113.77")
+    bad.credentials(HTTP_AUTHORIZATION="Token gpt-" + "x" * 43)
+    codes = [bad.get("/api/me/").status_code for _ in range(allowed + 5)]
+    assert codes == [401] * allowed + [429] * 5
+    refused = bad.get("/api/me/")
+    assert refused.status_code == 429 and int(refused["Retry-After"]) >= 1
+    # Another address is not affected, and a good token from it works.
+    other = APIClient(REMOTE_ADDR="198.51.100.77")
+    other.credentials(HTTP_AUTHORIZATION="Token gpt-" + "y" * 43)
+    assert other.get("/api/me/").status_code == 401
+    other.credentials(HTTP_AUTHORIZATION=f"Token {good}")
+    assert other.get("/api/me/").status_code == 200
 
 
 def test_one_address_trying_many_usernames_is_locked_too(settings, alice, mallory):
@@ -104,6 +162,72 @@ def test_a_password_reset_revokes_tokens_and_ends_sessions(admin, alice):
     assert not [s for s in Session.objects.all() if s.get_decoded().get("_auth_user_id") == str(alice.pk)]
     entry = AuditLog.objects.filter(object_id=str(alice.pk), message__startswith="password reset").get()
     assert "1 session(s) ended, 1 API token(s) revoked" in entry.message
+
+
+def change_password(browser: Client, *, revoke: bool):
+    data = {
+        "old_password": "alice-pass-123",
+        "new_password1": "n3w-Pass-phrase-26",
+        "new_password2": "n3w-Pass-phrase-26",
+    }
+    if revoke:
+        data["revoke_access"] = "on"
+    return browser.post(reverse("password_change"), data, REMOTE_ADDR="198.51.100.7")
+
+
+@pytest.mark.parametrize("revoke", [True, False], ids=["revoke", "keep"])
+def test_changing_ones_password_offers_to_revoke_tokens_and_other_sessions(alice, revoke):
+    _token, plaintext = issue_token(user=alice, name="ci")
+    here, elsewhere = Client(), Client()
+    assert login(here, "alice", "alice-pass-123").status_code == 302
+    assert login(elsewhere, "alice", "alice-pass-123", ip="203.0.113.8").status_code == 302
+    form = here.get(reverse("password_change")).content.decode()
+    assert 'name="revoke_access"' in form and "checked" in form.split('name="revoke_access"')[1].split(">")[0]
+
+    response = change_password(here, revoke=revoke)
+    assert response.status_code == 302
+    assert here.get(reverse("account")).status_code == 200  # this session stays
+    assert (verify_token(plaintext) is None) is revoke
+    entry = AuditLog.objects.filter(object_id=str(alice.pk), message__startswith="password changed").get()
+    if revoke:
+        assert "1 session(s) ended, 1 API token(s) revoked" in entry.message
+        assert elsewhere.get(reverse("account")).status_code == 302
+    else:
+        assert "API tokens and sessions kept" in entry.message
+        script = APIClient()
+        script.credentials(HTTP_AUTHORIZATION=f"Token {plaintext}")
+        assert script.get("/api/me/").status_code == 200
+
+
+def test_an_admin_resetting_a_password_on_the_page_may_keep_the_users_tokens(admin_client, alice):
+    _token, plaintext = issue_token(user=alice, name="ci")
+    url = reverse("user_reset_password", args=[alice.pk])
+    page = admin_client.get(url).content.decode()
+    assert 'name="revoke_access" checked' in page  # offered, ticked
+    assert admin_client.post(url, {"revoke_access_offered": "1"}).status_code == 302  # unticked
+    assert verify_token(plaintext) is not None
+    kept = AuditLog.objects.filter(object_id=str(alice.pk), message__startswith="password reset").get()
+    assert "API tokens and sessions kept" in kept.message
+    assert admin_client.post(url, {"revoke_access_offered": "1", "revoke_access": "on"}).status_code == 302
+    assert verify_token(plaintext) is None
+    assert AuditLog.objects.filter(object_id=str(alice.pk), message__contains="1 API token(s) revoked").exists()
+
+
+def test_the_api_reset_may_keep_the_users_tokens(admin, alice):
+    _token, plaintext = issue_token(user=alice, name="ci")
+    api = APIClient()
+    api.force_authenticate(admin)
+    kept = api.post(f"/api/users/{alice.pk}/reset-password/", {"revoke_access": False}, format="json")
+    assert kept.status_code == 200 and kept.json()["password"]
+    assert verify_token(plaintext) is not None
+    assert api.post(f"/api/users/{alice.pk}/reset-password/", {}, format="json").status_code == 200  # default
+    assert verify_token(plaintext) is None
+    messages = list(
+        AuditLog.objects.filter(object_id=str(alice.pk), message__startswith="password reset").values_list(
+            "message", flat=True
+        )
+    )
+    assert sorted("kept" in m for m in messages) == [False, True]
 
 
 def test_deactivation_revokes_tokens_and_reactivation_does_not_bring_them_back(admin, alice):

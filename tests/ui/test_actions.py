@@ -184,7 +184,7 @@ def test_password_change_flashes_and_keeps_the_session(alice_client, alice):
         {"old_password": "alice-pass-123", "new_password1": "n3w-pass-word-x", "new_password2": "n3w-pass-word-x"},
         follow=True,
     )
-    assert "Your password was changed." in response.content.decode()
+    assert "Your password was changed; your API tokens were kept." in response.content.decode()  # not ticked
     assert alice_client.get(reverse("key_list")).status_code == 200
 
 
