@@ -2,7 +2,7 @@
 
 Every row of `CASES` is a public model described by its own config.json (the fields are copied from
 the model's config.json on Hugging Face: tests/fixtures/model_configs/ holds three whole files,
-the presets in hosts/fit_presets.json the rest) with a figure someone published or measured, and
+the presets in hosts/fit/presets.json the rest) with a figure someone published or measured, and
 where it matters the verdict that figure implies. The estimate must land within 10 % and give
 that verdict. Sources:
 
