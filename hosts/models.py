@@ -198,7 +198,7 @@ class LaunchJob(TimeStampedModel):
 
     `transitions` lists every state with its time and message; `heartbeat` is touched every few
     seconds by the worker holding it (`worker`), so a job whose worker died is found and handed to
-    another worker, or failed after `HOSTS_JOB_MAX_ATTEMPTS` (`hosts.jobs.recover_stale_jobs`).
+    another worker, or failed after `HOSTS_JOB_MAX_ATTEMPTS` (`hosts.deployments.jobs.recover_stale_jobs`).
     At most one job per deployment is active at a time (named constraint).
     """
 

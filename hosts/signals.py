@@ -1,5 +1,5 @@
 """Signals the launch-job machinery sends; `hosts.tasks` connects the receivers that enqueue work,
-so `hosts.jobs` never imports the tasks that call it."""
+so `hosts.deployments.jobs` never imports the tasks that call it."""
 
 from django.dispatch import Signal
 

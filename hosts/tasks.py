@@ -1,7 +1,7 @@
 """Celery tasks for hosts: they take ids, re-fetch, call a service, and are safe to run twice.
 
 The receivers of `hosts.signals` live here too (connected by HostsConfig.ready()): they queue a
-requested launch job and the probe of a channel a job registered, so `hosts.jobs` never imports
+requested launch job and the probe of a channel a job registered, so `hosts.deployments.jobs` never imports
 this module.
 """
 
@@ -16,13 +16,15 @@ from django.dispatch import receiver
 
 from channels.tasks import probe_channel
 
-from . import jobs, services, signals
+from . import services, signals
+from .deployments import jobs
 from .models import Host
 
 logger = logging.getLogger(__name__)
 
 INVENTORY_TASK = "hosts.tasks.refresh_inventory"
 RECOVER_TASK = "hosts.tasks.recover_stale_jobs"
+POLL_TASK = "hosts.tasks.poll_job"
 INVENTORY_EVERY_MINUTES = 5
 RECOVER_EVERY_SECONDS = 15
 
@@ -38,11 +40,31 @@ def refresh_inventory(host_id: int | None = None) -> None:
             logger.exception("inventory of host %s failed", host.pk)
 
 
-@shared_task(name="hosts.tasks.run_job", ignore_result=True, acks_late=True, reject_on_worker_lost=True)
-def run_job(job_id: int) -> None:
+@shared_task(name="hosts.tasks.run_job", bind=True, ignore_result=True, acks_late=True, reject_on_worker_lost=True)
+def run_job(self, job_id: int) -> None:
     """Run a launch/stop/restart/adopt job. Redelivered after a worker dies, it resumes: the job
-    finds a server it already started through its pid file instead of starting a second one."""
-    jobs.run_job(job_id)
+    finds a server it already started through its pid file instead of starting a second one.
+    While the server starts, each look at its health is `poll_job`, re-scheduled with a countdown
+    (no worker sleeps); run eagerly (tests, no broker) the job runs to its end inline."""
+    if self.request.is_eager:
+        jobs.run_inline(job_id)
+        return
+    _look_again(job_id, jobs.run_job(job_id))
+
+
+@shared_task(name=POLL_TASK, ignore_result=True)
+def poll_job(job_id: int) -> None:
+    """One look at a starting server's health; safe to run twice (only a job waiting for it moves)."""
+    _look_again(job_id, jobs.poll_job(job_id))
+
+
+def _look_again(job_id: int, delay: float | None) -> None:
+    if delay is None:
+        return
+    try:
+        poll_job.apply_async((job_id,), countdown=delay)
+    except Exception:  # the broker is down: the stale-job sweep hands the job on once its heartbeat is old
+        logger.exception("could not schedule the next health look of launch job %s", job_id)
 
 
 @shared_task(name=RECOVER_TASK, ignore_result=True)

@@ -140,7 +140,7 @@ if not CELERY_BROKER_URL.startswith(("redis://", "rediss://", "redis+socket://",
     )
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
     # A message a dead worker held comes back after this long. Launch jobs do not wait for it: a
-    # sweep at worker start and every few seconds redelivers them (`hosts.jobs.recover_stale_jobs`).
+    # sweep at worker start and every few seconds redelivers them (`hosts.deployments.jobs.recover_stale_jobs`).
     "visibility_timeout": get("CELERY_VISIBILITY_TIMEOUT", int, 3600),
 }
 CELERY_TASK_DEFAULT_QUEUE = get("CELERY_TASK_DEFAULT_QUEUE", str, "celery")

@@ -20,10 +20,21 @@ from .. import backends, calibration, fit
 from ..models import GPU, Deployment, Host
 from ..remote import commands, ssh
 from ..remote.ssh import Remote
+from ..showback import services as showback
 from . import multinode
 
 logger = logging.getLogger(__name__)
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def set_status(deployment: Deployment, status: str, message: str = "", **fields: Any) -> None:
+    """The one way a deployment's status changes (launch jobs, the supervisor): the row, the
+    in-memory object, and the showback run its GPU-hours are counted by."""
+    fields.update(status=status, status_message=message[:500])
+    Deployment.objects.filter(pk=deployment.pk).update(**fields)
+    for key, value in fields.items():
+        setattr(deployment, key, value)
+    showback.record_status(deployment)  # opens or closes the run whose GPU-hours are shown back
 
 
 def generate_upstream_key() -> str:
