@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from portal.fields import EncryptedTextField
 from portal.models import TimeStampedModel
@@ -163,6 +164,22 @@ class Deployment(TimeStampedModel):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # Supervision (hosts/deployments/supervisor.py): restart a crashed server by itself, with
+    # backoff, at most `max_restarts_per_hour` times an hour before giving up ("crash loop").
+    auto_restart = models.BooleanField(
+        default=True, verbose_name=_("restart automatically"), help_text=_("Restart the server when it crashes.")
+    )
+    max_restarts_per_hour = models.PositiveSmallIntegerField(
+        default=3,
+        validators=[MinValueValidator(1), MaxValueValidator(60)],
+        verbose_name=_("restarts per hour"),
+        help_text=_("After this many automatic restarts within an hour it stops retrying (crash loop)."),
+    )
+    next_restart_at = models.DateTimeField(null=True, blank=True)
+    # The supervisor queued the running launch: its failure counts as one more crash.
+    restarting = models.BooleanField(default=False)
+    unhealthy_checks = models.PositiveSmallIntegerField(default=0)  # consecutive, process alive
+    last_supervised = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["host__name", "port"]
@@ -185,6 +202,27 @@ class Deployment(TimeStampedModel):
     def base_url(self) -> str:
         address = f"[{self.host.address}]" if ":" in self.host.address else self.host.address
         return f"http://{address}:{self.port}/v1"
+
+
+class DeploymentEvent(TimeStampedModel):
+    """One change of a deployment's status, as the deployment page and the audit log show it: by a
+    launch job or by the supervisor (`automatic`), with the crash's exit code and last log lines,
+    and whether the alert targets were told (`alerted`: "name: ok" / "name: error" lines)."""
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="events")
+    previous = models.CharField(max_length=16, choices=DeploymentStatus, blank=True)
+    status = models.CharField(max_length=16, choices=DeploymentStatus)
+    message = models.CharField(max_length=500, blank=True)
+    automatic = models.BooleanField(default=False)
+    exit_code = models.IntegerField(null=True, blank=True)
+    log_tail = models.TextField(blank=True)
+    alerted = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id}: {self.previous} → {self.status}"
 
 
 class LaunchJobQuerySet(models.QuerySet):

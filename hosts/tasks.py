@@ -17,7 +17,7 @@ from django.dispatch import receiver
 from channels.tasks import probe_channel
 
 from . import services, signals
-from .deployments import jobs
+from .deployments import alerts, jobs, supervisor
 from .models import Host
 
 logger = logging.getLogger(__name__)
@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 INVENTORY_TASK = "hosts.tasks.refresh_inventory"
 RECOVER_TASK = "hosts.tasks.recover_stale_jobs"
 POLL_TASK = "hosts.tasks.poll_job"
+SUPERVISE_TASK = "hosts.tasks.supervise_deployments"
 INVENTORY_EVERY_MINUTES = 5
 RECOVER_EVERY_SECONDS = 15
 
@@ -74,6 +75,27 @@ def recover_stale_jobs() -> None:
         logger.warning("handed on or failed %s launch job(s) whose worker stopped", moved)
 
 
+@shared_task(name=SUPERVISE_TASK, ignore_result=True)
+def supervise_deployments() -> None:
+    """Beat, every SUPERVISE_EVERY_SECONDS: crashed servers are noticed, restarted, or put in crash loop."""
+    counts = supervisor.supervise()
+    if counts["crashed"] or counts["restarted"]:
+        logger.warning("supervisor: %s", counts)
+
+
+@shared_task(name="hosts.tasks.alert_deployment_event", ignore_result=True)
+def alert_deployment_event(event_id: int) -> None:
+    alerts.deliver(event_id)
+
+
+@receiver(signals.deployment_event, dispatch_uid="hosts-alert-deployment-event")
+def _queue_alert(sender, event_id: int, **_kwargs) -> None:
+    try:
+        alert_deployment_event.delay(event_id)
+    except Exception:
+        logger.exception("could not queue the alert of deployment event %s", event_id)
+
+
 @worker_ready.connect(dispatch_uid="hosts-sweep-at-worker-start")
 def _sweep_at_worker_start(**_kwargs) -> None:
     """A worker that starts (again, after one was killed) hands on at once the jobs held by dead
@@ -118,4 +140,10 @@ def ensure_schedule(**_kwargs) -> None:
         PeriodicTask.objects.filter(name="hosts: fail launch jobs whose worker died", task=RECOVER_TASK).delete()
         PeriodicTask.objects.get_or_create(
             name="hosts: hand on launch jobs whose worker died", defaults={"task": RECOVER_TASK, "interval": every15s}
+        )
+        every20s, _ = IntervalSchedule.objects.get_or_create(
+            every=supervisor.SUPERVISE_EVERY_SECONDS, period=IntervalSchedule.SECONDS
+        )
+        PeriodicTask.objects.get_or_create(
+            name="hosts: supervise running deployments", defaults={"task": SUPERVISE_TASK, "interval": every20s}
         )

@@ -408,6 +408,12 @@ HOSTS_STALE_JOB_SECONDS = get("HOSTS_STALE_JOB_SECONDS", float, 30.0)
 HOSTS_JOB_HEARTBEAT_SECONDS = get("HOSTS_JOB_HEARTBEAT_SECONDS", float, 5.0)
 HOSTS_JOB_MAX_ATTEMPTS = get("HOSTS_JOB_MAX_ATTEMPTS", int, 3)
 HOSTS_QUEUED_JOB_SECONDS = get("HOSTS_QUEUED_JOB_SECONDS", float, 600.0)
+# Supervised deployments (hosts/deployments/supervisor.py): the first automatic restart waits this
+# long, each further one within the hour twice as long, at most the maximum; a live process whose
+# health endpoint fails this many rounds in a row is killed as hung.
+HOSTS_RESTART_BACKOFF_SECONDS = get("HOSTS_RESTART_BACKOFF_SECONDS", float, 10.0)
+HOSTS_RESTART_BACKOFF_MAX_SECONDS = get("HOSTS_RESTART_BACKOFF_MAX_SECONDS", float, 300.0)
+HOSTS_SUPERVISE_UNHEALTHY_CHECKS = get("HOSTS_SUPERVISE_UNHEALTHY_CHECKS", int, 3)
 
 LOGGING = {
     "version": 1,

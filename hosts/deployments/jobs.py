@@ -88,6 +88,9 @@ def request_job(deployment: Deployment, action: str, *, user=None) -> LaunchJob:
             return request_job(deployment, action, user=user)
         what = f"Job #{active.pk} ({active.get_action_display()})" if active else "Another job"
         raise JobConflict(f"{what} is still running for {deployment}; wait for it to finish.") from None
+    if user is not None and user.pk:  # an admin's job overrides a pending automatic restart
+        Deployment.objects.filter(pk=deployment.pk).update(restarting=False, next_restart_at=None)
+        deployment.restarting, deployment.next_restart_at = False, None
     audit.record(
         AuditAction.ACTION, deployment, message=f"{JobAction(action).label} requested (job #{job.pk})", actor=user
     )

@@ -137,6 +137,7 @@ def deployment_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "command": services.command_preview(deployment),
             "fit": deployment.last_fit,
             "jobs": jobs,
+            "events": deployment.events.all()[:50],
             "active_job": next((j for j in jobs if j.is_active), None),
             "actions": ACTIONS,
         },
