@@ -67,6 +67,7 @@ class DeploymentForm(forms.Form):
         min_value=1,
         max_value=60,
         initial=3,
+        required=False,
         label=_("Automatic restarts per hour"),
         help_text=_("After this many restarts within an hour it stops retrying and shows a crash loop."),
     )
@@ -160,7 +161,7 @@ class DeploymentForm(forms.Form):
             name=self.cleaned_data["name"],
             fit_override=self.cleaned_data["fit_override"],
             auto_restart=self.cleaned_data["auto_restart"],
-            max_restarts_per_hour=self.cleaned_data["max_restarts_per_hour"],
+            max_restarts_per_hour=self.cleaned_data.get("max_restarts_per_hour") or 3,
             user=user,
             instance=self.instance,
             **spec,

@@ -276,7 +276,7 @@ def fit_request(deployment: Deployment, arch: fit.Architecture, *, ram_mib: int 
     """The estimate's input: the deployment's options, its GPUs as last seen, the host's other GPUs
     (for advice), its RAM when known, and the host's calibration for this backend."""
     impl = backends.get(deployment.backend)
-    params = impl.fit_params(deployment.options)
+    params = impl.fit_params(deployment.options, deployment.model_path)
     rows = list(GPU.objects.filter(host=deployment.host, stale=False))
     memory = {g.index: fit.GPUMemory(g.index, g.memory_total_mib or 0, g.memory_free_mib or 0) for g in rows}
     gpus = [memory[i] for i in deployment.gpu_indices if i in memory]
@@ -348,12 +348,19 @@ def check_model_files(deployment: Deployment, remote: Remote) -> str:
 
 
 def record_allocation(deployment: Deployment, remote: Remote) -> dict[str, Any]:
-    """Parse what the healthy server reported allocating and compare it with the estimate."""
+    """Parse what the healthy server reported allocating and compare it with the estimate. A log
+    without a memory report the backend's parser knows is recorded as such (`no_report`), so the
+    page says so instead of "not launched"."""
     impl = backends.get(deployment.backend)
     try:
         log = commands.log_head(remote, commands.deployment_dir(deployment.remote_dir), deployment.upstream_api_key)
         actual = impl.parse_allocation(log)
-        return calibration.record(deployment, actual) if actual else {}
+        if actual:
+            return calibration.record(deployment, actual)
+        result = {"no_report": True, "checked": timezone.now().isoformat()}
+        Deployment.objects.filter(pk=deployment.pk).update(last_allocation=result)
+        deployment.last_allocation = result
+        return result
     except Exception:  # a calibration must never fail a launch that worked
         logger.exception("could not read the allocation of deployment %s", deployment.pk)
         return {}
@@ -441,7 +448,7 @@ def estimate_for_spec(
         gpus=memory,
         spare_gpus=spare,
         ram_mib=ram_mib,
-        **impl.fit_params(cleaned),
+        **impl.fit_params(cleaned, model),
         **(calibration.correction_for(host, backend) if host is not None else {}),
     )
     return fit.estimate(request).as_dict()

@@ -76,7 +76,10 @@ def estimate(req: FitRequest, *, advise: bool = True) -> Estimate:
     short = next((d for d in devices if d.verdict == Verdict.DOES_NOT_FIT), None)
     if short is not None and not problems:
         what = "the host's RAM" if short.name == "RAM" else short.name
-        notes.insert(0, f"{what} is short: needs about {short.need_gib:.1f} GiB, has {short.have_gib:.1f} GiB.")
+        if short.need_gib > short.have_gib or not short.reason:
+            notes.insert(0, f"{what} is short: needs about {short.need_gib:.1f} GiB, has {short.have_gib:.1f} GiB.")
+        else:  # enough memory in all, refused by the server's own rule (a busy GPU, a KV pool too small)
+            notes.insert(0, short.reason)
     if any(d.verdict == Verdict.UNKNOWN for d in devices):
         notes.append("The host's free RAM is not known yet (refresh the inventory); judged against it once known.")
 
@@ -89,11 +92,17 @@ def estimate(req: FitRequest, *, advise: bool = True) -> Estimate:
     fa = ""
     if req.backend == "llamacpp":
         fa = llamacpp.flash_attention_of(req)
-        if req.flash_attention == "auto" and fa == "off" and parts.get("on_gpu"):
-            notes.append(
-                "-fa auto is counted as off (the build decides at start; the first launch's log tells the portal). "
-                "-fa on saves the attention-score buffer."
-            )
+        if req.flash_attention == "auto" and parts.get("on_gpu"):
+            if req.flash_attention_auto_on is False:
+                notes.append(
+                    "-fa auto is counted as off: this host's llama.cpp build ran it off at its last launch. "
+                    "-fa on saves the attention-score buffer."
+                )
+            elif req.flash_attention_auto_on is None:
+                notes.append(
+                    f"-fa auto is counted as {fa}, as llama.cpp decides it on a {req.device_backend.upper()} GPU; "
+                    "the first launch's log tells the portal what this build did."
+                )
     if req.correction_samples and 0.5 <= req.correction <= 2.0:
         notes.append(
             f"Corrected by {req.correction:.2f}x: what {req.backend} allocated on this host over "

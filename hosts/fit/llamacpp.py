@@ -15,14 +15,24 @@ from .types import (
     weights_bytes,
 )
 
+# Device backends whose flash-attention kernels llama.cpp's `-fa auto` turns on (it resolves auto at
+# start to on when the device holding the KV cache supports the FLASH_ATTN_EXT op: CUDA, ROCm/HIP
+# (the CUDA code), Metal, Vulkan and the CPU do).
+FLASH_ATTENTION_BACKENDS = {"cuda", "rocm", "hip", "metal", "vulkan", "cpu"}
+
 
 def flash_attention_of(req: FitRequest) -> str:
-    """llama.cpp's -fa as the estimate takes it: auto is off unless this build is known to turn it on."""
+    """llama.cpp's -fa as the estimate takes it. `auto` is what this host's build did at its last
+    launch when known, else what llama.cpp decides: on where the device backend supports it."""
     fa = req.flash_attention
     if isinstance(fa, bool):
         return "on" if fa else "off"
     if fa == "auto":
-        return "on" if req.flash_attention_auto_on else "off"
+        if req.flash_attention_auto_on is not None:
+            return "on" if req.flash_attention_auto_on else "off"
+        on_gpu = bool(req.gpus) and req.n_gpu_layers != 0
+        backend = req.device_backend.lower() if on_gpu else "cpu"
+        return "on" if backend in FLASH_ATTENTION_BACKENDS else "off"
     return "on" if fa == "on" else "off"
 
 

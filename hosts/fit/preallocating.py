@@ -52,9 +52,9 @@ class Split:
     overhead: float
 
 
-# A backend's rule for one GPU: (what it needs, what the server reserves, its KV pool, a verdict
-# forced by the rule or None to judge need against the reservation).
-GPURule = Callable[[FitRequest, GPUMemory, Split], tuple[float, float, float, Verdict | None]]
+# A backend's rule for one GPU: (what it needs, what the server reserves, its KV pool, and why the
+# rule refuses it when it does, "" to judge need against the reservation).
+GPURule = Callable[[FitRequest, GPUMemory, Split], tuple[float, float, float, str]]
 
 
 def estimate_devices(req: FitRequest, context: int, rule: GPURule) -> tuple[list[Device], dict[str, float]]:
@@ -72,11 +72,15 @@ def estimate_devices(req: FitRequest, context: int, rule: GPURule) -> tuple[list
     split = Split(weights=w, per_seq=per_seq, act=act, overhead=overhead)
     devices, pools = [], []
     for g in req.gpus:
-        need, budget, pool, verdict = rule(req, g, split)
-        if pool < per_seq:
-            verdict = Verdict.DOES_NOT_FIT
+        need, budget, pool, reason = rule(req, g, split)
+        if not reason and pool < per_seq:
+            reason = (
+                f"GPU {g.index}: the KV cache gets {max(pool, 0) / GiB:.1f} GiB after the weights and activations, "
+                f"less than one sequence of {context} tokens needs ({per_seq / GiB:.1f} GiB)."
+            )
         pools.append(pool)
-        devices.append(Device(f"GPU {g.index}", g.index, need / GiB, budget / GiB, verdict=verdict))
+        verdict = Verdict.DOES_NOT_FIT if reason else None
+        devices.append(Device(f"GPU {g.index}", g.index, need / GiB, budget / GiB, verdict=verdict, reason=reason))
     pool = min(pools) if pools else 0.0
     per_token = a.kv_layer_token_bytes(kvb, tp) * layers * (a.layers - a.stateless_layers) / a.layers
     return devices, {

@@ -78,7 +78,10 @@ class FitRequest:
     n_gpu_layers: int | None = None  # llama.cpp -ngl; None: all
     gpu_memory_utilization: float = 0.9  # vLLM; SGLang's --mem-fraction-static
     flash_attention: str | bool = "auto"  # llama.cpp -fa: on / off / auto
-    flash_attention_auto_on: bool = False  # this build turns `-fa auto` on (seen in its log)
+    # What this host's build did with `-fa auto` at its last launch (its log), None when not seen yet:
+    # then it is counted as llama.cpp decides it, by whether the device backend supports it.
+    flash_attention_auto_on: bool | None = None
+    device_backend: str = "cuda"  # llama.cpp's backend for the GPUs (hosts are inventoried with nvidia-smi)
     tensor_parallel: int = 0  # 0: GPUs / pipeline_parallel
     pipeline_parallel: int = 1
     max_num_batched_tokens: int | None = None  # vLLM; SGLang's --chunked-prefill-size
@@ -97,6 +100,7 @@ class Device:
     need_gib: float
     have_gib: float
     verdict: Verdict | None = None  # None until judged (a backend's rule may decide it first)
+    reason: str = ""  # why a backend's rule refused it when it is not plainly short of memory
 
 
 @dataclass
