@@ -101,6 +101,31 @@ class GPU(TimeStampedModel):
         return max(self.memory_total_mib - self.memory_used_mib, 0)
 
 
+class GPUHour(TimeStampedModel):
+    """One GPU's figures over one hour, rolled up from the samples of that hour (`hosts.gpu_history`):
+    averages are the sums over `samples`. Kept 30 days (pruned by the sampling task)."""
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="gpu_hours")
+    gpu_index = models.PositiveSmallIntegerField()
+    hour = models.DateTimeField(db_index=True)
+    samples = models.PositiveIntegerField(default=0)
+    utilization_sum = models.BigIntegerField(default=0)
+    utilization_max = models.PositiveSmallIntegerField(default=0)
+    memory_used_sum_mib = models.BigIntegerField(default=0)
+    memory_used_max_mib = models.PositiveIntegerField(default=0)
+    temperature_sum = models.BigIntegerField(default=0)
+    temperature_max = models.SmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["host", "gpu_index", "hour"]
+        constraints = [
+            models.UniqueConstraint(fields=["host", "gpu_index", "hour"], name="gpuhour_unique_host_gpu_hour")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.host_id}#{self.gpu_index} {self.hour:%Y-%m-%d %H}:00"
+
+
 DEPLOYMENT_NAME_VALIDATOR = RegexValidator(
     r"^[a-z0-9][a-z0-9-]{0,62}$", "Lowercase letters, digits and dashes (it names a folder on the host)."
 )

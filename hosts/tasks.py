@@ -16,7 +16,7 @@ from django.dispatch import receiver
 
 from channels.tasks import probe_channel
 
-from . import services, signals
+from . import gpu_history, services, signals
 from .deployments import alerts, jobs, supervisor
 from .models import Host
 
@@ -26,6 +26,7 @@ INVENTORY_TASK = "hosts.tasks.refresh_inventory"
 RECOVER_TASK = "hosts.tasks.recover_stale_jobs"
 POLL_TASK = "hosts.tasks.poll_job"
 SUPERVISE_TASK = "hosts.tasks.supervise_deployments"
+SAMPLE_TASK = "hosts.tasks.sample_gpus"
 INVENTORY_EVERY_MINUTES = 5
 RECOVER_EVERY_SECONDS = 15
 
@@ -73,6 +74,18 @@ def recover_stale_jobs() -> None:
     moved = jobs.recover_stale_jobs()
     if moved:
         logger.warning("handed on or failed %s launch job(s) whose worker stopped", moved)
+
+
+@shared_task(name=SAMPLE_TASK, ignore_result=True)
+def sample_gpus() -> None:
+    """Beat, every minute: one nvidia-smi --query-gpu call per host into the hourly GPU history,
+    and the history past its 30 days deleted."""
+    for host in Host.objects.key_confirmed():
+        try:
+            gpu_history.sample(host)
+        except Exception:  # one broken host must not starve the others
+            logger.exception("GPU sample of host %s failed", host.pk)
+    gpu_history.prune()
 
 
 @shared_task(name=SUPERVISE_TASK, ignore_result=True)
@@ -146,4 +159,8 @@ def ensure_schedule(**_kwargs) -> None:
         )
         PeriodicTask.objects.get_or_create(
             name="hosts: supervise running deployments", defaults={"task": SUPERVISE_TASK, "interval": every20s}
+        )
+        every1, _ = IntervalSchedule.objects.get_or_create(every=1, period=IntervalSchedule.MINUTES)
+        PeriodicTask.objects.get_or_create(
+            name="hosts: sample GPU history", defaults={"task": SAMPLE_TASK, "interval": every1}
         )
