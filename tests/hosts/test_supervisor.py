@@ -176,3 +176,6 @@ def test_a_crash_without_automatic_restart_stays_crashed(
     deployment.refresh_from_db()
     assert deployment.status == DeploymentStatus.CRASHED and "Automatic restart is off" in deployment.status_message
     assert deployment.jobs.count() == 1 and [p["status"] for p in receiver.posts] == ["crashed"]
+    from hosts.services import attention
+
+    assert any(a.name == "manual on gpu-box" for a in attention())  # on the dashboard
