@@ -120,6 +120,30 @@ def disable_served_channel(channel_id: int, *, status_message: str) -> None:
         channel.save(update_fields=["enabled", "status_message", "updated"])
 
 
+def take_served_channel_down(channel_id: int, *, status_message: str) -> None:
+    """The server behind a registered channel crashed: out of routing at once (down and disabled)
+    until its deployment registers it again (`register_served_model` re-enables it)."""
+    from django.utils import timezone
+
+    from .choices import ChannelStatus
+    from .models import Channel, StatusChange
+
+    channel = Channel.objects.filter(pk=channel_id).first()
+    if channel is None:
+        return
+    previous = channel.status
+    channel.enabled = False
+    channel.status = ChannelStatus.DOWN
+    channel.status_message = status_message
+    channel.status_changed = timezone.now()
+    # save(), not update(): the gateway drops its cached routes on the post_save signal.
+    channel.save(update_fields=["enabled", "status", "status_message", "status_changed", "updated"])
+    if previous != ChannelStatus.DOWN:
+        StatusChange.objects.create(
+            channel=channel, from_status=previous, to_status=ChannelStatus.DOWN, message=status_message[:300]
+        )
+
+
 def _free_channel_name(base: str) -> str:
     """`base`, or `base-2`, `base-3`… when an unrelated channel already has the name."""
     from .models import Channel

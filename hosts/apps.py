@@ -27,9 +27,10 @@ class HostsConfig(AppConfig):
         dashboard.register_attention(attention)
         from portal.metrics import register_collector
 
-        from .metrics import LaunchJobCollector
+        from .metrics import GPUCollector, LaunchJobCollector
 
         register_collector(LaunchJobCollector())
+        register_collector(GPUCollector())
 
 
 def _register_schedule(**kwargs) -> None:

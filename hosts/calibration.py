@@ -24,6 +24,7 @@ from typing import Any
 from django.db import transaction
 
 KEEP_SAMPLES = 10
+APPLIED = (0.5, 2.0)  # ratios outside are a misread log or a different build: shown, not applied
 
 # llama.cpp -----------------------------------------------------------------------------------------------
 _LLAMA_BUFFER = re.compile(
@@ -192,9 +193,11 @@ def record(deployment, actual: dict[str, Any]) -> dict[str, Any]:
         host = Host.objects.select_for_update().get(pk=deployment.host_id)
         calibration = dict(host.fit_calibration or {})
         entry = dict(calibration.get(deployment.backend) or {})
-        if result.get("ratio"):
+        if result.get("ratio") and APPLIED[0] <= result["ratio"] <= APPLIED[1]:
             samples = [*entry.get("samples", []), result["ratio"]][-KEEP_SAMPLES:]
             entry.update(samples=samples, ratio=round(sum(samples) / len(samples), 3))
+        elif result.get("ratio"):  # shown, kept apart, never averaged into later estimates
+            entry["rejected"] = [*entry.get("rejected", []), result["ratio"]][-KEEP_SAMPLES:]
         if result.get("flash_attention") and (deployment.options or {}).get("flash_attn", "auto") == "auto":
             entry["flash_attention_auto"] = result["flash_attention"]
         if entry:
@@ -210,6 +213,6 @@ def correction_for(host, backend: str) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     if entry.get("ratio"):
         fields.update(correction=float(entry["ratio"]), correction_samples=len(entry.get("samples", [])))
-    if entry.get("flash_attention_auto") == "on":
-        fields["flash_attention_auto_on"] = True
+    if entry.get("flash_attention_auto") in ("on", "off"):
+        fields["flash_attention_auto_on"] = entry["flash_attention_auto"] == "on"
     return fields

@@ -1,4 +1,5 @@
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class HostStatus(models.TextChoices):
@@ -26,20 +27,32 @@ class Backend(models.TextChoices):
 
 
 class DeploymentStatus(models.TextChoices):
-    """stopped → starting → running | failed; running → stopped | failed.
+    """stopped → starting → running | failed; running → stopped | failed;
+    running → crashed → starting (automatic restart) → running, or → crash_loop.
 
-    Launch, stop, restart and adopt jobs move every arrow; the admin only asks for them.
+    Launch, stop, restart and adopt jobs move the first arrows; the admin only asks for them. The
+    supervisor (`hosts.deployments.supervisor`, a beat task) moves running → crashed when the server's
+    process is gone, crashed → starting when it queues the automatic restart (with backoff), and
+    crashed → crash_loop when the deployment crashed more than its restarts per hour allow (or an
+    automatic restart failed that often); only an admin's launch leaves crash_loop.
     """
 
-    STOPPED = "stopped", "Stopped"
-    STARTING = "starting", "Starting"
-    RUNNING = "running", "Running"
-    STOPPING = "stopping", "Stopping"
-    FAILED = "failed", "Failed"
+    STOPPED = "stopped", _("Stopped")
+    STARTING = "starting", _("Starting")
+    RUNNING = "running", _("Running")
+    STOPPING = "stopping", _("Stopping")
+    FAILED = "failed", _("Failed")
+    CRASHED = "crashed", _("Crashed")
+    CRASH_LOOP = "crash_loop", _("Crash loop")
 
 
 # No server of the deployment should be up: it may be edited, deleted or launched.
-IDLE_DEPLOYMENT_STATUSES = (DeploymentStatus.STOPPED, DeploymentStatus.FAILED)
+IDLE_DEPLOYMENT_STATUSES = (
+    DeploymentStatus.STOPPED,
+    DeploymentStatus.FAILED,
+    DeploymentStatus.CRASHED,
+    DeploymentStatus.CRASH_LOOP,
+)
 
 
 class JobAction(models.TextChoices):

@@ -32,3 +32,33 @@ class LaunchJobCollector(Collector):
         for state, n in counts.items():
             family.add_metric([state], n)
         yield family
+
+
+class GPUCollector(Collector):
+    """Per GPU (labels host, gpu): `portal_gpu_utilization_percent`, `portal_gpu_memory_used_bytes`,
+    `portal_gpu_memory_total_bytes`, `portal_gpu_temperature_celsius`, as the last sample saw them
+    (the per-minute sampling task; stale GPUs are left out)."""
+
+    FIGURES = (
+        ("portal_gpu_utilization_percent", "GPU utilisation at the last sample.", "utilization_pct", 1),
+        ("portal_gpu_memory_used_bytes", "GPU memory used at the last sample.", "memory_used_mib", 1024**2),
+        ("portal_gpu_memory_total_bytes", "GPU memory in all.", "memory_total_mib", 1024**2),
+        ("portal_gpu_temperature_celsius", "GPU temperature at the last sample.", "temperature_c", 1),
+    )
+
+    def _families(self) -> list[GaugeMetricFamily]:
+        return [GaugeMetricFamily(name, doc, labels=["host", "gpu"]) for name, doc, _f, _s in self.FIGURES]
+
+    def describe(self) -> Iterator[Metric]:
+        yield from self._families()
+
+    def collect(self) -> Iterator[Metric]:
+        from .models import GPU
+
+        families = self._families()
+        for gpu in GPU.objects.filter(stale=False).select_related("host"):
+            for family, (_name, _doc, field, scale) in zip(families, self.FIGURES, strict=True):
+                value = getattr(gpu, field)
+                if value is not None:
+                    family.add_metric([gpu.host.name, str(gpu.index)], value * scale)
+        yield from families

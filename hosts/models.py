@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from portal.fields import EncryptedTextField
 from portal.models import TimeStampedModel
@@ -100,6 +101,31 @@ class GPU(TimeStampedModel):
         return max(self.memory_total_mib - self.memory_used_mib, 0)
 
 
+class GPUHour(TimeStampedModel):
+    """One GPU's figures over one hour, rolled up from the samples of that hour (`hosts.gpu_history`):
+    averages are the sums over `samples`. Kept 30 days (pruned by the sampling task)."""
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="gpu_hours")
+    gpu_index = models.PositiveSmallIntegerField()
+    hour = models.DateTimeField(db_index=True)
+    samples = models.PositiveIntegerField(default=0)
+    utilization_sum = models.BigIntegerField(default=0)
+    utilization_max = models.PositiveSmallIntegerField(default=0)
+    memory_used_sum_mib = models.BigIntegerField(default=0)
+    memory_used_max_mib = models.PositiveIntegerField(default=0)
+    temperature_sum = models.BigIntegerField(default=0)
+    temperature_max = models.SmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["host", "gpu_index", "hour"]
+        constraints = [
+            models.UniqueConstraint(fields=["host", "gpu_index", "hour"], name="gpuhour_unique_host_gpu_hour")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.host_id}#{self.gpu_index} {self.hour:%Y-%m-%d %H}:00"
+
+
 DEPLOYMENT_NAME_VALIDATOR = RegexValidator(
     r"^[a-z0-9][a-z0-9-]{0,62}$", "Lowercase letters, digits and dashes (it names a folder on the host)."
 )
@@ -163,6 +189,22 @@ class Deployment(TimeStampedModel):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # Supervision (hosts/deployments/supervisor.py): restart a crashed server by itself, with
+    # backoff, at most `max_restarts_per_hour` times an hour before giving up ("crash loop").
+    auto_restart = models.BooleanField(
+        default=True, verbose_name=_("restart automatically"), help_text=_("Restart the server when it crashes.")
+    )
+    max_restarts_per_hour = models.PositiveSmallIntegerField(
+        default=3,
+        validators=[MinValueValidator(1), MaxValueValidator(60)],
+        verbose_name=_("restarts per hour"),
+        help_text=_("After this many automatic restarts within an hour it stops retrying (crash loop)."),
+    )
+    next_restart_at = models.DateTimeField(null=True, blank=True)
+    # The supervisor queued the running launch: its failure counts as one more crash.
+    restarting = models.BooleanField(default=False)
+    unhealthy_checks = models.PositiveSmallIntegerField(default=0)  # consecutive, process alive
+    last_supervised = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["host__name", "port"]
@@ -187,6 +229,27 @@ class Deployment(TimeStampedModel):
         return f"http://{address}:{self.port}/v1"
 
 
+class DeploymentEvent(TimeStampedModel):
+    """One change of a deployment's status, as the deployment page and the audit log show it: by a
+    launch job or by the supervisor (`automatic`), with the crash's exit code and last log lines,
+    and whether the alert targets were told (`alerted`: "name: ok" / "name: error" lines)."""
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="events")
+    previous = models.CharField(max_length=16, choices=DeploymentStatus, blank=True)
+    status = models.CharField(max_length=16, choices=DeploymentStatus)
+    message = models.CharField(max_length=500, blank=True)
+    automatic = models.BooleanField(default=False)
+    exit_code = models.IntegerField(null=True, blank=True)
+    log_tail = models.TextField(blank=True)
+    alerted = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id}: {self.previous} → {self.status}"
+
+
 class LaunchJobQuerySet(models.QuerySet):
     def active(self) -> LaunchJobQuerySet:
         """Jobs not finished yet; at most one per deployment (named constraint)."""
@@ -198,7 +261,7 @@ class LaunchJob(TimeStampedModel):
 
     `transitions` lists every state with its time and message; `heartbeat` is touched every few
     seconds by the worker holding it (`worker`), so a job whose worker died is found and handed to
-    another worker, or failed after `HOSTS_JOB_MAX_ATTEMPTS` (`hosts.jobs.recover_stale_jobs`).
+    another worker, or failed after `HOSTS_JOB_MAX_ATTEMPTS` (`hosts.deployments.jobs.recover_stale_jobs`).
     At most one job per deployment is active at a time (named constraint).
     """
 

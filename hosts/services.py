@@ -43,8 +43,8 @@ ATTENTION_WINDOW = dt.timedelta(hours=24)
 
 
 def attention() -> list[Attention]:
-    """For the dashboard: hosts not online, failed deployments, and deployments whose latest job
-    failed in the last 24 h (a failed stop leaves a server running)."""
+    """For the dashboard: hosts not online, failed, crashed or crash-looping deployments, and
+    deployments whose latest job failed in the last 24 h (a failed stop leaves a server running)."""
     items = [
         Attention(
             "Host",
@@ -57,7 +57,8 @@ def attention() -> list[Attention]:
         )
         for h in Host.objects.exclude(status=HostStatus.ONLINE).order_by("name")
     ]
-    failed = list(Deployment.objects.filter(status=DeploymentStatus.FAILED).select_related("host").order_by("name"))
+    broken = (DeploymentStatus.FAILED, DeploymentStatus.CRASHED, DeploymentStatus.CRASH_LOOP)
+    failed = list(Deployment.objects.filter(status__in=broken).select_related("host").order_by("name"))
     items += [
         Attention(
             "Deployment",

@@ -1,5 +1,5 @@
 """Signals the launch-job machinery sends; `hosts.tasks` connects the receivers that enqueue work,
-so `hosts.jobs` never imports the tasks that call it."""
+so `hosts.deployments.jobs` never imports the tasks that call it."""
 
 from django.dispatch import Signal
 
@@ -9,3 +9,7 @@ job_requested = Signal()
 # A job left a server serving behind a freshly registered channel: `channel_id`. The receiver
 # queues a health probe of the channel.
 channel_registered = Signal()
+
+# A deployment's status change the alert targets should hear of (a crash, a crash loop, how an
+# automatic restart ended), after its commit: `event_id` (a `DeploymentEvent`).
+deployment_event = Signal()

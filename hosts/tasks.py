@@ -1,7 +1,7 @@
 """Celery tasks for hosts: they take ids, re-fetch, call a service, and are safe to run twice.
 
 The receivers of `hosts.signals` live here too (connected by HostsConfig.ready()): they queue a
-requested launch job and the probe of a channel a job registered, so `hosts.jobs` never imports
+requested launch job and the probe of a channel a job registered, so `hosts.deployments.jobs` never imports
 this module.
 """
 
@@ -16,13 +16,17 @@ from django.dispatch import receiver
 
 from channels.tasks import probe_channel
 
-from . import jobs, services, signals
+from . import gpu_history, services, signals
+from .deployments import alerts, jobs, supervisor
 from .models import Host
 
 logger = logging.getLogger(__name__)
 
 INVENTORY_TASK = "hosts.tasks.refresh_inventory"
 RECOVER_TASK = "hosts.tasks.recover_stale_jobs"
+POLL_TASK = "hosts.tasks.poll_job"
+SUPERVISE_TASK = "hosts.tasks.supervise_deployments"
+SAMPLE_TASK = "hosts.tasks.sample_gpus"
 INVENTORY_EVERY_MINUTES = 5
 RECOVER_EVERY_SECONDS = 15
 
@@ -38,11 +42,31 @@ def refresh_inventory(host_id: int | None = None) -> None:
             logger.exception("inventory of host %s failed", host.pk)
 
 
-@shared_task(name="hosts.tasks.run_job", ignore_result=True, acks_late=True, reject_on_worker_lost=True)
-def run_job(job_id: int) -> None:
+@shared_task(name="hosts.tasks.run_job", bind=True, ignore_result=True, acks_late=True, reject_on_worker_lost=True)
+def run_job(self, job_id: int) -> None:
     """Run a launch/stop/restart/adopt job. Redelivered after a worker dies, it resumes: the job
-    finds a server it already started through its pid file instead of starting a second one."""
-    jobs.run_job(job_id)
+    finds a server it already started through its pid file instead of starting a second one.
+    While the server starts, each look at its health is `poll_job`, re-scheduled with a countdown
+    (no worker sleeps); run eagerly (tests, no broker) the job runs to its end inline."""
+    if self.request.is_eager:
+        jobs.run_inline(job_id)
+        return
+    _look_again(job_id, jobs.run_job(job_id))
+
+
+@shared_task(name=POLL_TASK, ignore_result=True)
+def poll_job(job_id: int) -> None:
+    """One look at a starting server's health; safe to run twice (only a job waiting for it moves)."""
+    _look_again(job_id, jobs.poll_job(job_id))
+
+
+def _look_again(job_id: int, delay: float | None) -> None:
+    if delay is None:
+        return
+    try:
+        poll_job.apply_async((job_id,), countdown=delay)
+    except Exception:  # the broker is down: the stale-job sweep hands the job on once its heartbeat is old
+        logger.exception("could not schedule the next health look of launch job %s", job_id)
 
 
 @shared_task(name=RECOVER_TASK, ignore_result=True)
@@ -50,6 +74,39 @@ def recover_stale_jobs() -> None:
     moved = jobs.recover_stale_jobs()
     if moved:
         logger.warning("handed on or failed %s launch job(s) whose worker stopped", moved)
+
+
+@shared_task(name=SAMPLE_TASK, ignore_result=True)
+def sample_gpus() -> None:
+    """Beat, every minute: one nvidia-smi --query-gpu call per host into the hourly GPU history,
+    and the history past its 30 days deleted."""
+    for host in Host.objects.key_confirmed():
+        try:
+            gpu_history.sample(host)
+        except Exception:  # one broken host must not starve the others
+            logger.exception("GPU sample of host %s failed", host.pk)
+    gpu_history.prune()
+
+
+@shared_task(name=SUPERVISE_TASK, ignore_result=True)
+def supervise_deployments() -> None:
+    """Beat, every SUPERVISE_EVERY_SECONDS: crashed servers are noticed, restarted, or put in crash loop."""
+    counts = supervisor.supervise()
+    if counts["crashed"] or counts["restarted"]:
+        logger.warning("supervisor: %s", counts)
+
+
+@shared_task(name="hosts.tasks.alert_deployment_event", ignore_result=True)
+def alert_deployment_event(event_id: int) -> None:
+    alerts.deliver(event_id)
+
+
+@receiver(signals.deployment_event, dispatch_uid="hosts-alert-deployment-event")
+def _queue_alert(sender, event_id: int, **_kwargs) -> None:
+    try:
+        alert_deployment_event.delay(event_id)
+    except Exception:
+        logger.exception("could not queue the alert of deployment event %s", event_id)
 
 
 @worker_ready.connect(dispatch_uid="hosts-sweep-at-worker-start")
@@ -96,4 +153,14 @@ def ensure_schedule(**_kwargs) -> None:
         PeriodicTask.objects.filter(name="hosts: fail launch jobs whose worker died", task=RECOVER_TASK).delete()
         PeriodicTask.objects.get_or_create(
             name="hosts: hand on launch jobs whose worker died", defaults={"task": RECOVER_TASK, "interval": every15s}
+        )
+        every20s, _ = IntervalSchedule.objects.get_or_create(
+            every=supervisor.SUPERVISE_EVERY_SECONDS, period=IntervalSchedule.SECONDS
+        )
+        PeriodicTask.objects.get_or_create(
+            name="hosts: supervise running deployments", defaults={"task": SUPERVISE_TASK, "interval": every20s}
+        )
+        every1, _ = IntervalSchedule.objects.get_or_create(every=1, period=IntervalSchedule.MINUTES)
+        PeriodicTask.objects.get_or_create(
+            name="hosts: sample GPU history", defaults={"task": SAMPLE_TASK, "interval": every1}
         )

@@ -16,7 +16,7 @@ from portal import permissions
 from portal.permissions import AdminRequiredMixin
 from portal.ui import FilteredListView, InvalidFormStatusMixin, SafeDeleteMixin
 
-from . import services, tasks
+from . import gpu_history, services, tasks
 from .filters import HostFilterSet
 from .forms import HostForm
 from .models import Host
@@ -80,6 +80,7 @@ class HostDetailView(AdminRequiredMixin, DetailView):
         context.update(host_gpus_context(self.object))
         # The channels the host's deployments registered.
         context["channels"] = Channel.objects.filter(deployments__host=self.object).distinct().order_by("name")
+        context["gpu_history"] = gpu_history.series(self.object)
         return context
 
 

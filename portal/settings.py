@@ -150,7 +150,7 @@ if not CELERY_BROKER_URL.startswith("redis+socket://"):
     penv.check_url("CELERY_BROKER_URL", CELERY_BROKER_URL, ("redis", "rediss", "amqp", "amqps"))
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
     # A message a dead worker held comes back after this long. Launch jobs do not wait for it: a
-    # sweep at worker start and every few seconds redelivers them (`hosts.jobs.recover_stale_jobs`).
+    # sweep at worker start and every few seconds redelivers them (`hosts.deployments.jobs.recover_stale_jobs`).
     "visibility_timeout": get("CELERY_VISIBILITY_TIMEOUT", int, 3600),
     # A Redis that stalls or restarts (the embedded one under `portal up`, an external one failing
     # over): every command has a deadline, and a consumer on a dead connection notices within
@@ -448,6 +448,12 @@ HOSTS_STALE_JOB_SECONDS = get("HOSTS_STALE_JOB_SECONDS", float, 30.0)
 HOSTS_JOB_HEARTBEAT_SECONDS = get("HOSTS_JOB_HEARTBEAT_SECONDS", float, 5.0)
 HOSTS_JOB_MAX_ATTEMPTS = get("HOSTS_JOB_MAX_ATTEMPTS", int, 3)
 HOSTS_QUEUED_JOB_SECONDS = get("HOSTS_QUEUED_JOB_SECONDS", float, 600.0)
+# Supervised deployments (hosts/deployments/supervisor.py): the first automatic restart waits this
+# long, each further one within the hour twice as long, at most the maximum; a live process whose
+# health endpoint fails this many rounds in a row is killed as hung.
+HOSTS_RESTART_BACKOFF_SECONDS = get("HOSTS_RESTART_BACKOFF_SECONDS", float, 10.0)
+HOSTS_RESTART_BACKOFF_MAX_SECONDS = get("HOSTS_RESTART_BACKOFF_MAX_SECONDS", float, 300.0)
+HOSTS_SUPERVISE_UNHEALTHY_CHECKS = get("HOSTS_SUPERVISE_UNHEALTHY_CHECKS", int, 3)
 
 LOGGING = {
     "version": 1,

@@ -113,6 +113,12 @@ def deliver(ch: Channel, change: StatusChange, *, previous: str, folded: int = 0
     return sent
 
 
+def broadcast(body: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    """Send `body` (with a Slack-compatible `text`) to every enabled target, for news that is not a
+    channel's status change (an upper app's, e.g. a deployment that crashed); (target, ok, error) each."""
+    return [(target.name, *send(target, body)) for target in AlertTarget.objects.filter(enabled=True)]
+
+
 def send(target: AlertTarget, body: dict[str, Any]) -> tuple[bool, str]:
     """Send one notification; returns (ok, error). Never raises: a broken target must not stop a round."""
     try:

@@ -219,7 +219,7 @@ class Backend:
     def context_window(self, client: httpx.Client, root_url: str, api_key: str, served_name: str) -> int | None:
         raise NotImplementedError
 
-    def fit_params(self, options: dict[str, Any]) -> dict[str, Any]:
+    def fit_params(self, options: dict[str, Any], model_path: str = "") -> dict[str, Any]:
         """Inputs for the memory estimate taken from the options."""
         raise NotImplementedError
 

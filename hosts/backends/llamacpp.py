@@ -94,7 +94,7 @@ class LlamaCpp(Backend):
                 return n_ctx
         return None
 
-    def fit_params(self, options: dict[str, Any]) -> dict[str, Any]:
+    def fit_params(self, options: dict[str, Any], model_path: str = "") -> dict[str, Any]:
         return {
             "context": options.get("ctx_size") or 8192,
             "parallel": 1,  # -c is the total over all slots already

@@ -126,14 +126,15 @@ class SGLang(Backend):
                 return ctx
         return None
 
-    def fit_params(self, options: dict[str, Any]) -> dict[str, Any]:
+    def fit_params(self, options: dict[str, Any], model_path: str = "") -> dict[str, Any]:
         vllm_like = VLLM().fit_params(
             {
                 "max_model_len": options.get("context_length"),
                 "dtype": options.get("dtype"),
                 "quantization": options.get("quantization"),
                 "kv_cache_dtype": options.get("kv_cache_dtype"),
-            }
+            },
+            model_path,
         )
         return {
             **vllm_like,

@@ -27,6 +27,9 @@ QUANTIZATION = Option(
 HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 
 
+_EIGHT_BIT = re.compile(r"(?<![0-9])(8[-_]?bit|int8|bnb[-_]?8)(?![0-9])", re.I)
+
+
 class VLLM(Backend):
     kind = "vllm"
     label = "vLLM"
@@ -131,7 +134,9 @@ class VLLM(Backend):
                 return m["max_model_len"]
         return None
 
-    def fit_params(self, options: dict[str, Any]) -> dict[str, Any]:
+    def fit_params(self, options: dict[str, Any], model_path: str = "") -> dict[str, Any]:
+        """A pre-quantised checkpoint's own `quantization_config` wins over these (the estimate reads
+        it); without one (a preset), a bitsandbytes checkpoint named 8-bit is sized as 8-bit."""
         dtype = options.get("dtype") or "auto"
         quant = options.get("quantization") or ""
         weights = {
@@ -140,8 +145,10 @@ class VLLM(Backend):
             "awq_marlin": "int4",
             "gptq": "int4",
             "gptq_marlin": "int4",
-            "bitsandbytes": "int4",
+            "bitsandbytes": "int4",  # in-flight quantisation is 4-bit; an 8-bit checkpoint says so (below)
         }.get(quant) or {"float32": "fp32"}.get(dtype, "bf16")
+        if quant == "bitsandbytes" and model_path and _EIGHT_BIT.search(model_path.rsplit("/", 1)[-1]):
+            weights = "int8"
         return {
             "context": options.get("max_model_len") or 8192,
             "parallel": 1,

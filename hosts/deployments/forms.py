@@ -6,6 +6,7 @@ from typing import Any, TypedDict
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.utils.translation import gettext_lazy as _
 
 from .. import backends
 from ..choices import Backend
@@ -56,6 +57,20 @@ class DeploymentForm(forms.Form):
         help_text="Further arguments, one token per line (e.g. --trust-remote-code).",
     )
     fit_override = forms.BooleanField(required=False, label="Launch even if the VRAM estimate says it does not fit")
+    auto_restart = forms.BooleanField(
+        required=False,
+        initial=True,
+        label=_("Restart automatically when it crashes"),
+        help_text=_("The supervisor checks every running deployment every 20 s and restarts a crashed server."),
+    )
+    max_restarts_per_hour = forms.IntegerField(
+        min_value=1,
+        max_value=60,
+        initial=3,
+        required=False,
+        label=_("Automatic restarts per hour"),
+        help_text=_("After this many restarts within an hour it stops retrying and shows a crash loop."),
+    )
 
     def __init__(self, *args: Any, host: Host, instance: Deployment | None = None, **kwargs: Any) -> None:
         if instance is not None and "initial" not in kwargs:
@@ -68,6 +83,8 @@ class DeploymentForm(forms.Form):
                 "port": instance.port,
                 "extra_args": "\n".join(instance.extra_args),
                 "fit_override": instance.fit_override,
+                "auto_restart": instance.auto_restart,
+                "max_restarts_per_hour": instance.max_restarts_per_hour,
             }
             for key, value in instance.options.items():
                 initial[f"{instance.backend}__{key}"] = value
@@ -143,6 +160,8 @@ class DeploymentForm(forms.Form):
             host=self.host,
             name=self.cleaned_data["name"],
             fit_override=self.cleaned_data["fit_override"],
+            auto_restart=self.cleaned_data["auto_restart"],
+            max_restarts_per_hour=self.cleaned_data.get("max_restarts_per_hour") or 3,
             user=user,
             instance=self.instance,
             **spec,

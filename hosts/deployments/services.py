@@ -12,19 +12,77 @@ from typing import Any
 
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.utils import timezone
 
 from channels.models import Model
-from portal import faults
+from portal import audit, faults
+from portal.choices import AuditAction
 
-from .. import backends, calibration, fit
-from ..models import GPU, Deployment, Host
+from .. import backends, calibration, fit, signals
+from ..choices import DeploymentStatus
+from ..models import GPU, Deployment, DeploymentEvent, Host
 from ..remote import commands, ssh
 from ..remote.ssh import Remote
+from ..showback import services as showback
 from . import multinode
 
 logger = logging.getLogger(__name__)
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def set_status(
+    deployment: Deployment,
+    status: str,
+    message: str = "",
+    *,
+    expect: str | None = None,
+    automatic: bool = False,
+    alert: bool = False,
+    exit_code: int | None = None,
+    log_tail: str = "",
+    **fields: Any,
+) -> bool:
+    """The one way a deployment's status changes (launch jobs, the supervisor): the row, the
+    in-memory object, and the showback run its GPU-hours are counted by. A change of status is also
+    a `DeploymentEvent` (the deployment page) and an audit entry, and with `alert` (the supervisor's
+    moves, and how an automatic restart ends) it is sent to the alert targets after the commit.
+
+    With `expect` the row moves only from that status (two supervisor rounds, or a job and the
+    supervisor, race); returns whether it moved."""
+    previous = expect or deployment.status
+    if deployment.restarting and status in (DeploymentStatus.RUNNING, DeploymentStatus.FAILED):
+        alert = True  # how the supervisor's restart ended is news; the supervisor reads FAILED next
+        if status == DeploymentStatus.RUNNING:
+            fields["restarting"] = False
+    fields.update(status=status, status_message=message[:500])
+    rows = Deployment.objects.filter(pk=deployment.pk)
+    if expect is not None:
+        rows = rows.filter(status=expect)
+    if not rows.update(**fields):
+        return False
+    for key, value in fields.items():
+        setattr(deployment, key, value)
+    showback.record_status(deployment)  # opens or closes the run whose GPU-hours are shown back
+    if status == previous:
+        return True
+    event = DeploymentEvent.objects.create(
+        deployment=deployment,
+        previous=previous,
+        status=status,
+        message=message[:500],
+        automatic=automatic,
+        exit_code=exit_code,
+        log_tail=log_tail[-20000:],
+    )
+    audit.record(
+        AuditAction.ACTION,
+        deployment,
+        message=f"{DeploymentStatus(previous).label} → {DeploymentStatus(status).label}: {message}"[:1000],
+    )
+    if alert:
+        transaction.on_commit(lambda: signals.deployment_event.send(sender=DeploymentEvent, event_id=event.pk))
+    return True
 
 
 def generate_upstream_key() -> str:
@@ -162,7 +220,15 @@ def _parallel_errors(backend: str, model_path: str, options: dict[str, Any], gpu
 
 
 def save_deployment(
-    *, host: Host, name: str, fit_override: bool = False, user=None, instance=None, **spec
+    *,
+    host: Host,
+    name: str,
+    fit_override: bool = False,
+    auto_restart: bool = True,
+    max_restarts_per_hour: int = 3,
+    user=None,
+    instance=None,
+    **spec,
 ) -> Deployment:
     """Create or update a deployment from a spec validated by `clean_deployment`."""
     cleaned = clean_deployment(host=host, instance=instance, **spec)
@@ -170,6 +236,8 @@ def save_deployment(
     deployment.name = name
     deployment.host = host
     deployment.fit_override = fit_override
+    deployment.auto_restart = auto_restart
+    deployment.max_restarts_per_hour = max_restarts_per_hour
     workers = cleaned.pop("worker_hosts")
     for key, value in cleaned.items():
         setattr(deployment, key, value)
@@ -208,7 +276,7 @@ def fit_request(deployment: Deployment, arch: fit.Architecture, *, ram_mib: int 
     """The estimate's input: the deployment's options, its GPUs as last seen, the host's other GPUs
     (for advice), its RAM when known, and the host's calibration for this backend."""
     impl = backends.get(deployment.backend)
-    params = impl.fit_params(deployment.options)
+    params = impl.fit_params(deployment.options, deployment.model_path)
     rows = list(GPU.objects.filter(host=deployment.host, stale=False))
     memory = {g.index: fit.GPUMemory(g.index, g.memory_total_mib or 0, g.memory_free_mib or 0) for g in rows}
     gpus = [memory[i] for i in deployment.gpu_indices if i in memory]
@@ -280,12 +348,19 @@ def check_model_files(deployment: Deployment, remote: Remote) -> str:
 
 
 def record_allocation(deployment: Deployment, remote: Remote) -> dict[str, Any]:
-    """Parse what the healthy server reported allocating and compare it with the estimate."""
+    """Parse what the healthy server reported allocating and compare it with the estimate. A log
+    without a memory report the backend's parser knows is recorded as such (`no_report`), so the
+    page says so instead of "not launched"."""
     impl = backends.get(deployment.backend)
     try:
         log = commands.log_head(remote, commands.deployment_dir(deployment.remote_dir), deployment.upstream_api_key)
         actual = impl.parse_allocation(log)
-        return calibration.record(deployment, actual) if actual else {}
+        if actual:
+            return calibration.record(deployment, actual)
+        result = {"no_report": True, "checked": timezone.now().isoformat()}
+        Deployment.objects.filter(pk=deployment.pk).update(last_allocation=result)
+        deployment.last_allocation = result
+        return result
     except Exception:  # a calibration must never fail a launch that worked
         logger.exception("could not read the allocation of deployment %s", deployment.pk)
         return {}
@@ -373,7 +448,7 @@ def estimate_for_spec(
         gpus=memory,
         spare_gpus=spare,
         ram_mib=ram_mib,
-        **impl.fit_params(cleaned),
+        **impl.fit_params(cleaned, model),
         **(calibration.correction_for(host, backend) if host is not None else {}),
     )
     return fit.estimate(request).as_dict()

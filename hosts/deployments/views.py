@@ -15,12 +15,11 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from portal.permissions import AdminRequiredMixin
 from portal.ui import FilteredListView
 
-from .. import jobs
 from ..choices import JobAction
 from ..models import Deployment, Host, LaunchJob
 from ..remote import ssh
 from ..views import admin_required
-from . import services
+from . import jobs, services
 from .filters import DeploymentFilterSet
 from .forms import DeploymentForm
 
@@ -138,6 +137,7 @@ def deployment_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "command": services.command_preview(deployment),
             "fit": deployment.last_fit,
             "jobs": jobs,
+            "events": deployment.events.all()[:50],
             "active_job": next((j for j in jobs if j.is_active), None),
             "actions": ACTIONS,
         },

@@ -181,6 +181,9 @@ def store(host: Host, inventory: Inventory) -> None:
         )
         seen.append(info.index)
     GPU.objects.filter(host=host).exclude(index__in=seen).delete()
+    from .. import gpu_history
+
+    gpu_history.record(host, inventory.gpus)  # every inventory is a sample of the history too
     if inventory.gpus:
         status, message = HostStatus.ONLINE, f"{len(inventory.gpus)} GPU(s) seen."
     else:

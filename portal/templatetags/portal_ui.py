@@ -25,6 +25,8 @@ _TONES = {
     "host_key_changed": "bad",
     "no_driver": "warn",
     "revoked": "bad",
+    "crashed": "bad",
+    "crash_loop": "bad",
 }
 
 

@@ -200,9 +200,12 @@ def test_fit_estimate_advises_a_change_that_fits(admin_client):
     body = {
         "backend": "llamacpp",
         "model": "Qwen3-Coder-30B-A3B-Instruct-Q4_K_M.gguf",
-        "options": {"n_gpu_layers": 25, "ctx_size": 32768},
+        "options": {"n_gpu_layers": 25, "ctx_size": 32768, "flash_attn": "off"},
         "gpus": [{"index": 0, "total_mib": 12288, "free_mib": 12288}],
     }
     est = admin_client.post("/api/fit-estimate/", body, content_type="application/json").json()
-    assert est["verdict"] == "does_not_fit" and est["flash_attention"] == "off"  # -fa auto
+    assert est["verdict"] == "does_not_fit" and est["flash_attention"] == "off"
     assert est["advice"] and all(a["verdict"] in ("fits", "tight") for a in est["advice"])
+    del body["options"]["flash_attn"]  # -fa auto, no launch seen: as llama.cpp decides it on CUDA
+    auto = admin_client.post("/api/fit-estimate/", body, content_type="application/json").json()
+    assert auto["flash_attention"] == "on" and auto["verdict"] != "does_not_fit"

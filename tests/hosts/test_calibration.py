@@ -126,3 +126,39 @@ def test_a_ratio_out_of_range_is_shown_but_not_applied():
     request = FitRequest(arch=arch, backend="vllm", context=8192, gpus=[GPUMemory(0, 81559, 81559)])
     wild = fit.estimate(FitRequest(**{**request.__dict__, "correction": 3.0, "correction_samples": 2}))
     assert wild.devices[0].need_gib == pytest.approx(fit.estimate(request).devices[0].need_gib)
+
+
+def test_a_rejected_reading_is_kept_apart_and_never_averaged_into_later_ones(db):
+    from hosts.models import Deployment, Host
+
+    host = Host.objects.create(
+        name="gpu-b",
+        address="10.0.0.6",
+        username="u",
+        fit_calibration={"vllm": {"samples": [1.1], "ratio": 1.1}},
+    )
+    # The estimate left 2 GiB of a 20 GiB share for weights + activations (18 GiB of KV cache);
+    # the ratio is what the server left for them over that.
+    estimate = {"verdict": "fits", "total_gib": 20.0, "devices": [{"have_gib": 20.0}], "kv_pool_gib": 18.0}
+    deployment = Deployment.objects.create(
+        host=host, name="d2", backend="vllm", model_path="m", served_model_name="m", port=8001, last_fit=estimate
+    )
+    for kv_pool in (12.0, 19.6, 17.4):  # ratios 4.0 and 0.2 (misreads), then 1.3
+        calibration.record(deployment, {"backend": "vllm", "kv_pool_gib": kv_pool})
+    entry = Host.objects.get(pk=host.pk).fit_calibration["vllm"]
+    assert entry["samples"] == [1.1, 1.3] and entry["ratio"] == 1.2  # not (1.1 + 4.0 + 0.2 + 1.3) / 4
+    assert entry["rejected"] == [4.0, 0.2]
+    assert calibration.correction_for(Host.objects.get(pk=host.pk), "vllm") == {
+        "correction": 1.2,
+        "correction_samples": 2,
+    }
+
+
+def test_what_fa_auto_did_on_the_host_decides_the_next_estimate(db):
+    from hosts.models import Host
+
+    off = Host(name="x", fit_calibration={"llamacpp": {"flash_attention_auto": "off"}})
+    on = Host(name="y", fit_calibration={"llamacpp": {"flash_attention_auto": "on"}})
+    assert calibration.correction_for(off, "llamacpp") == {"flash_attention_auto_on": False}
+    assert calibration.correction_for(on, "llamacpp") == {"flash_attention_auto_on": True}
+    assert calibration.correction_for(Host(name="z"), "llamacpp") == {}  # not seen: llama.cpp's own rule

@@ -1,6 +1,6 @@
 """Launch jobs end to end: real sshd on 127.0.0.1, real llama.cpp (xllamacpp) started over SSH.
 
-The job runs in-process through `jobs.run_job` (what the Celery task calls); everything it
+The job runs in-process through `jobs.run_inline` (what the Celery tasks call, one health look at a time); everything it
 touches is real: SSH, the detached server, its /health, /props, the database rows it writes.
 """
 
@@ -15,9 +15,9 @@ import pytest
 
 from channels.choices import ChannelKind, ChannelStatus
 from channels.models import Channel, ModelRoute
-from hosts import diagnose, jobs
+from hosts import diagnose
 from hosts.choices import DeploymentStatus, JobAction, JobState
-from hosts.deployments import services
+from hosts.deployments import jobs, services
 from hosts.models import Deployment, DeploymentRun, Host, LaunchJob
 from hosts.remote import commands, inventory
 from tests.fakes.llamacpp import tiny_gguf_path
@@ -93,7 +93,7 @@ def llama_deployment(host, *, model_path=None, port=None, name="tiny", gpus=(0,)
 
 def run(deployment: Deployment, action: str = JobAction.LAUNCH) -> LaunchJob:
     job = jobs.request_job(deployment, action)
-    jobs.run_job(job.pk)
+    jobs.run_inline(job.pk)
     job.refresh_from_db()
     deployment.refresh_from_db()
     return job
@@ -286,6 +286,39 @@ def test_vllm_deployment_through_a_fake_vllm(online_host, started_pids):
     assert ModelRoute.objects.get(channel=deployment.channel).context_window == 4096
     run(deployment, JobAction.STOP)
     assert not alive(job.pid)
+
+
+def test_no_worker_waits_while_the_server_loads_each_health_look_is_rescheduled(online_host, started_pids):
+    """The task returns after one look at /health with the delay of the next (hosts.tasks re-schedules
+    it with that countdown); between looks no process holds the job, and looks are not attempts."""
+    deployment = services.save_deployment(
+        host=online_host,
+        name="slow",
+        backend="vllm",
+        model_path="Qwen/Qwen3-8B",
+        served_model_name="qwen3-8b",
+        gpu_indices=[0],
+        port=free_port(),
+        options={"max_model_len": 4096},
+        extra_args=["--fake-startup-delay", "3"],  # /health answers after 3 s
+        fit_override=True,
+    )
+    job = jobs.request_job(deployment, JobAction.LAUNCH)
+    delay = jobs.run_job(job.pk)
+    job.refresh_from_db()
+    started_pids.append(job.pid)
+    assert delay == 0.1  # HOSTS_HEALTH_POLL
+    assert job.state == JobState.WAITING_HEALTH and job.worker.startswith(jobs.POLL)
+    assert jobs.run_job(job.pk) is None  # a duplicate delivery does not take a job waiting for its look
+    looks = 0
+    while delay is not None:
+        looks += 1
+        delay = jobs.poll_job(job.pk)
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING, job.message
+    assert looks >= 2 and job.attempts == 1
+    assert jobs.poll_job(job.pk) is None  # a late look leaves a running job alone
+    run(deployment, JobAction.STOP)
 
 
 def test_a_second_job_while_one_is_active_is_refused(online_host):
@@ -511,7 +544,7 @@ def test_a_redelivered_job_resumes_and_finds_the_server_it_started(online_host, 
     LaunchJob.objects.filter(pk=job.pk).update(
         state=JobState.WAITING_HEALTH, heartbeat=timezone.now() - timedelta(minutes=5), worker="dead-host:1"
     )
-    jobs.run_job(job.pk)
+    jobs.run_inline(job.pk)
     job.refresh_from_db()
     assert job.state == JobState.RUNNING and job.pid == first.pid
     assert Channel.objects.count() == 1

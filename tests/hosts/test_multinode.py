@@ -15,9 +15,8 @@ import openai
 import pytest
 
 from channels.models import Channel
-from hosts import jobs
 from hosts.choices import DeploymentStatus, JobAction, JobState
-from hosts.deployments import services
+from hosts.deployments import jobs, services
 from hosts.models import Host
 from hosts.remote import commands, inventory, ssh
 from tests.fakes.sshd import SSHTarget
@@ -104,7 +103,7 @@ def deployment(cluster, **overrides):
 
 def run(d, action=JobAction.LAUNCH):
     job = jobs.request_job(d, action)
-    jobs.run_job(job.pk)
+    jobs.run_inline(job.pk)
     job.refresh_from_db()
     d.refresh_from_db()
     return job

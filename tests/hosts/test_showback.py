@@ -12,8 +12,8 @@ import pytest
 from accounts.models import Team
 from channels.models import Channel
 from gateway.usage import write_batch
-from hosts import jobs
 from hosts.choices import DeploymentStatus
+from hosts.deployments import services
 from hosts.models import Deployment, DeploymentRun, Host
 from hosts.showback.services import IDLE, monthly, record_status
 from keys.services import issue_key
@@ -57,20 +57,20 @@ def run(deployment: Deployment, start: dt.datetime, stop: dt.datetime | None) ->
 
 
 def test_the_launch_jobs_status_moves_open_and_close_a_run(deployment):
-    jobs._set_deployment(deployment, DeploymentStatus.RUNNING, "Serving")
-    jobs._set_deployment(deployment, DeploymentStatus.RUNNING, "Adopted")  # a second move keeps one run
+    services.set_status(deployment, DeploymentStatus.RUNNING, "Serving")
+    services.set_status(deployment, DeploymentStatus.RUNNING, "Adopted")  # a second move keeps one run
     (opened,) = DeploymentRun.objects.all()
     assert (opened.gpus, opened.channel_id, opened.stopped) == (2, deployment.channel_id, None)
     # Relaunching a running deployment passes through "starting" while the server keeps serving,
     # and a server being stopped still holds its GPUs: the run stays open through both.
     for status in (DeploymentStatus.STARTING, DeploymentStatus.RUNNING, DeploymentStatus.STOPPING):
-        jobs._set_deployment(deployment, status, "")
+        services.set_status(deployment, status, "")
     opened.refresh_from_db()
     assert opened.stopped is None and DeploymentRun.objects.count() == 1
-    jobs._set_deployment(deployment, DeploymentStatus.STOPPED, "Stopped")
+    services.set_status(deployment, DeploymentStatus.STOPPED, "Stopped")
     opened.refresh_from_db()
     assert opened.stopped is not None
-    jobs._set_deployment(deployment, DeploymentStatus.FAILED, "")
+    services.set_status(deployment, DeploymentStatus.FAILED, "")
     assert DeploymentRun.objects.count() == 1
 
 

@@ -11,7 +11,14 @@ from hosts.models import GPU, Deployment, Host, LaunchJob
 
 @pytest.fixture
 def host(db):
-    host = Host.objects.create(name="rtx-box", address="10.0.0.9", username="gpu", private_key="x")
+    # The 12 GB card of the measured cases; its llama.cpp build ran `-fa auto` as off (its calibration).
+    host = Host.objects.create(
+        name="rtx-box",
+        address="10.0.0.9",
+        username="gpu",
+        private_key="x",
+        fit_calibration={"llamacpp": {"flash_attention_auto": "off"}},
+    )
     GPU.objects.create(
         host=host,
         index=0,
@@ -245,3 +252,36 @@ def test_the_deployment_list_filters_and_sorts(admin_client, host):
     assert 'aria-sort="descending"' in page
     assert "No deployment matches" in admin_client.get("/deployments/?status=running").content.decode()
     assert admin_client.get("/deployments/?sort=nonsense&status=bogus").status_code == 200  # not a 500
+
+
+def test_a_launch_whose_log_had_no_memory_report_does_not_say_not_launched(admin_client, host):
+    admin_client.post(reverse("deployment_create", args=[host.pk]), form_data())
+    deployment = Deployment.objects.get()
+    page = admin_client.get(reverse("deployment_detail", args=[deployment.pk])).content.decode()
+    assert "Not launched by the portal yet" in page  # never launched
+    Deployment.objects.filter(pk=deployment.pk).update(last_allocation={"no_report": True})
+    page = admin_client.get(reverse("deployment_detail", args=[deployment.pk])).content.decode()
+    assert "Not launched by the portal yet" not in page
+    assert "had no memory report this portal can read" in page
+
+
+def test_the_deployment_page_shows_supervision_and_events(admin_client, host):
+    from hosts.choices import DeploymentStatus
+    from hosts.deployments.services import set_status
+
+    admin_client.post(reverse("deployment_create", args=[host.pk]), {**form_data(), "auto_restart": "on"})
+    deployment = Deployment.objects.get()
+    assert deployment.auto_restart and deployment.max_restarts_per_hour == 3
+    set_status(deployment, DeploymentStatus.RUNNING, "Serving")
+    set_status(
+        deployment,
+        DeploymentStatus.CRASHED,
+        "Crashed: The server exited.",
+        automatic=True,
+        exit_code=137,
+        log_tail="boom",
+    )
+    page = admin_client.get(reverse("deployment_detail", args=[deployment.pk])).content.decode()
+    assert "Restarted automatically when it crashes, at most 3 times an hour." in page
+    assert 'id="deployment-events"' in page and "Crashed: The server exited." in page and "(exit code 137)" in page
+    assert "boom" in page and "supervisor" in page

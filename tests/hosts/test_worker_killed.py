@@ -15,9 +15,8 @@ import uuid
 import pytest
 from django.conf import settings
 
-from hosts import jobs
 from hosts.choices import JobAction, JobState
-from hosts.deployments import services
+from hosts.deployments import jobs, services
 from hosts.models import LaunchJob
 from hosts.remote import inventory
 from portal.env import celery_broker_url

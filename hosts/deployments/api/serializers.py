@@ -73,6 +73,9 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "network_interface",
             "ray_port",
             "fit_override",
+            "auto_restart",
+            "max_restarts_per_hour",
+            "next_restart_at",
             "status",
             "status_message",
             "pid",
@@ -85,6 +88,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "updated",
         ]
         read_only_fields = [
+            "next_restart_at",
             "status",
             "status_message",
             "pid",

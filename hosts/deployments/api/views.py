@@ -20,8 +20,8 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
-from hosts import jobs
 from hosts.choices import JobAction
+from hosts.deployments import jobs
 from hosts.models import Deployment, LaunchJob
 from hosts.remote import ssh
 from portal.permissions import IsAdmin

@@ -5,15 +5,19 @@ A launch job, step by step (each step is a `JobState` with its time in `job.tran
     connecting      SSH to the host (pinned host key)
     starting        already running? → take it over; fit check; port free?; start detached
                     (`remote.commands.start_detached`)
-    waiting_health  poll http://HOST:PORT/health until it answers 200, the process dies, or time runs out
+    waiting_health  look at http://HOST:PORT/health until it answers 200, the process dies, or time runs
+                    out: one look per task run, the next one re-scheduled HOSTS_HEALTH_POLL seconds later
+                    (`run_job`/`poll_job` return that delay; `hosts.tasks` re-schedules), so no worker
+                    sleeps while a server loads its weights
     running         the server's context window is read, then channel + model + route are registered
                     through `channels.services` in one transaction and a probe is queued
 
 Any failure before the registration leaves the channel tables untouched and stops what was
 started. Stop sends TERM to the server's process group, then KILL after a grace period.
 
-`request_job` queues a job and `run_job` is the body of the Celery task; enqueuing goes through
-`hosts.signals`, whose receivers live in `hosts.tasks`.
+`request_job` queues a job and `run_job`/`poll_job` are the bodies of the Celery tasks; enqueuing
+goes through `hosts.signals`, whose receivers live in `hosts.tasks`. Every state change of a job is
+`change_state` (its deployment's: `services.set_status`).
 """
 
 from __future__ import annotations
@@ -38,16 +42,21 @@ from channels.models import Channel
 from portal import audit
 from portal.choices import AuditAction
 
-from . import backends, signals
-from .choices import DeploymentStatus, JobAction, JobState
-from .deployments import multinode
-from .deployments.services import check_fit, check_model_files, fit_refusal, launch_spec, record_allocation
-from .diagnose import explain_failure
-from .models import Deployment, Host, LaunchJob
-from .remote import commands, inventory, ssh
-from .showback import services as showback
+from .. import backends, signals
+from ..choices import DeploymentStatus, JobAction, JobState
+from ..diagnose import explain_failure
+from ..models import Deployment, Host, LaunchJob
+from ..remote import commands, inventory, ssh
+from . import multinode
+from .services import check_fit, check_model_files, fit_refusal, launch_spec, record_allocation, set_status
 
 logger = logging.getLogger(__name__)
+
+# A job between two looks at its server's health is held by no process: `worker` is this prefix and
+# the process that scheduled the next look, so a look may be taken by any worker, and the sweep still
+# sees a job whose scheduling process died (`_dead`).
+POLL = "poll:"
+FINISHED_STATES = (JobState.RUNNING, JobState.STOPPED, JobState.FAILED)
 
 
 class JobConflict(Exception):
@@ -79,6 +88,9 @@ def request_job(deployment: Deployment, action: str, *, user=None) -> LaunchJob:
             return request_job(deployment, action, user=user)
         what = f"Job #{active.pk} ({active.get_action_display()})" if active else "Another job"
         raise JobConflict(f"{what} is still running for {deployment}; wait for it to finish.") from None
+    if user is not None and user.pk:  # an admin's job overrides a pending automatic restart
+        Deployment.objects.filter(pk=deployment.pk).update(restarting=False, next_restart_at=None)
+        deployment.restarting, deployment.next_restart_at = False, None
     audit.record(
         AuditAction.ACTION, deployment, message=f"{JobAction(action).label} requested (job #{job.pk})", actor=user
     )
@@ -86,16 +98,45 @@ def request_job(deployment: Deployment, action: str, *, user=None) -> LaunchJob:
     return job
 
 
-def _move(job: LaunchJob, state: str, message: str = "", **fields: Any) -> None:
+def change_state(
+    job: LaunchJob,
+    state: str,
+    message: str = "",
+    *,
+    deployment_status: str | None = None,
+    guard: bool = False,
+    **fields: Any,
+) -> bool:
+    """The one way a job changes state: appends the transition, sets message, heartbeat and (when it
+    ends) `finished`, and with `deployment_status` moves its deployment too (`services.set_status`).
+
+    With `guard` the row moves only if it is still in the state and held by the worker it was read
+    with (the sweep and a take-over race the worker holding it); returns whether it moved. Never
+    writes `worker`/`attempts` unless given: the sweep may have handed the job on meanwhile."""
     now = timezone.now()
-    job.transitions = [*job.transitions, {"state": state, "at": now.isoformat(), "message": message[:500]}]
-    job.state, job.message, job.heartbeat = state, message[:1000], now
-    for key, value in fields.items():
+    values: dict[str, Any] = {
+        "transitions": [*job.transitions, {"state": state, "at": now.isoformat(), "message": message[:500]}],
+        "state": state,
+        "message": message[:1000],
+        "heartbeat": now,
+        **fields,
+    }
+    if state in FINISHED_STATES:
+        values["finished"] = now
+    rows = LaunchJob.objects.filter(pk=job.pk)
+    if guard:
+        rows = rows.filter(state=job.state, worker=job.worker)
+    if not rows.update(updated=now, **values):
+        return False
+    for key, value in values.items():
         setattr(job, key, value)
-    if state in (JobState.RUNNING, JobState.STOPPED, JobState.FAILED):
-        job.finished = now
-    # Never `worker`/`attempts`: the sweep may have handed the job on meanwhile.
-    job.save(update_fields=["transitions", "state", "message", "heartbeat", "finished", "updated", *fields])
+    if deployment_status is not None:
+        set_status(job.deployment, deployment_status, message)
+    return True
+
+
+def _move(job: LaunchJob, state: str, message: str = "", **fields: Any) -> None:
+    change_state(job, state, message, **fields)
 
 
 def _beat(job: LaunchJob, **fields: Any) -> None:
@@ -103,14 +144,6 @@ def _beat(job: LaunchJob, **fields: Any) -> None:
     LaunchJob.objects.filter(pk=job.pk).update(**fields)
     for key, value in fields.items():
         setattr(job, key, value)
-
-
-def _set_deployment(deployment: Deployment, status: str, message: str = "", **fields: Any) -> None:
-    fields.update(status=status, status_message=message[:500])
-    Deployment.objects.filter(pk=deployment.pk).update(**fields)
-    for key, value in fields.items():
-        setattr(deployment, key, value)
-    showback.record_status(deployment)  # opens or closes the run whose GPU-hours are shown back
 
 
 def _stale(cutoff: datetime.datetime) -> Q:
@@ -140,6 +173,21 @@ def _claim(job: LaunchJob) -> bool:
     if moved:
         job.worker, job.attempts = me, job.attempts + 1
     return moved == 1
+
+
+def _claim_poll(job: LaunchJob) -> bool:
+    """Take a job that waits for its next look at the server's health (no attempt is counted)."""
+    me = worker_id()
+    moved = LaunchJob.objects.filter(pk=job.pk, state=JobState.WAITING_HEALTH, worker__startswith=POLL).update(
+        heartbeat=timezone.now(), worker=me
+    )
+    if moved:
+        job.worker = me
+    return moved == 1
+
+
+def _release_for_poll(job: LaunchJob) -> None:
+    LaunchJob.objects.filter(pk=job.pk, worker=job.worker).update(worker=POLL + job.worker, heartbeat=timezone.now())
 
 
 class _Heartbeat:
@@ -172,47 +220,78 @@ class _Heartbeat:
         self.thread.join(timeout=10)
 
 
-def run_job(job_id: int) -> None:
+def run_job(job_id: int) -> float | None:
     """The body of the Celery task: safe to run twice; a job already finished or held by a live
-    worker is left alone, a job handed back after its worker died resumes (see `_launch`)."""
+    worker is left alone, a job handed back after its worker died resumes (see `_launch`). Returns
+    the seconds until the next look at the starting server (`poll_job`), or None when it is done."""
     try:
         job = LaunchJob.objects.select_related("deployment__host").get(pk=job_id)
     except LaunchJob.DoesNotExist:
-        return
+        return None
     if not job.is_active:
-        return
+        return None
     if not _claim(job):
         logger.info("launch job %s is held by another worker", job_id)
-        return
+        return None
     with _Heartbeat(job):
-        _run_claimed(job)
+        delay = _run_claimed(job)
+    if delay is not None:
+        _release_for_poll(job)
+    return delay
 
 
-def _run_claimed(job: LaunchJob) -> None:
+def poll_job(job_id: int) -> float | None:
+    """One look at a starting server's health (the re-scheduled task); the same return as `run_job`."""
+    job = LaunchJob.objects.select_related("deployment__host").filter(pk=job_id).first()
+    if job is None or job.state != JobState.WAITING_HEALTH or not _claim_poll(job):
+        return None
+    with _Heartbeat(job):
+        delay = _run_claimed(job, poll=True)
+    if delay is not None:
+        _release_for_poll(job)
+    return delay
+
+
+def run_inline(job_id: int) -> None:
+    """Run a job to its end in this process, sleeping between looks (tests, eager Celery)."""
+    delay = run_job(job_id)
+    while delay is not None:
+        time.sleep(delay)
+        delay = poll_job(job_id)
+
+
+def _run_claimed(job: LaunchJob, *, poll: bool = False) -> float | None:
     deployment = job.deployment
+    delay: float | None = None
     try:
-        _move(job, JobState.CONNECTING, f"Connecting to {deployment.host}")
+        if not poll:
+            _move(job, JobState.CONNECTING, f"Connecting to {deployment.host}")
         with ssh.connect(deployment.host) as remote:
-            if job.action in (JobAction.STOP, JobAction.RESTART):
-                _stop(job, deployment, remote)
-            if job.action in (JobAction.LAUNCH, JobAction.RESTART):
-                _launch(job, deployment, remote)
-            elif job.action == JobAction.ADOPT:
-                _adopt(job, deployment, remote)
-            _refresh_gpus(deployment.host, remote)
+            if poll:
+                delay = _await_health(job, deployment, remote)
+            else:
+                if job.action in (JobAction.STOP, JobAction.RESTART):
+                    _stop(job, deployment, remote)
+                if job.action in (JobAction.LAUNCH, JobAction.RESTART):
+                    delay = _launch(job, deployment, remote)
+                elif job.action == JobAction.ADOPT:
+                    delay = _adopt(job, deployment, remote)
+            if delay is None:
+                _refresh_gpus(deployment.host, remote)
     except ssh.SSHError as exc:
         ssh.mark_contact(deployment.host, status=exc.status, message=exc.message)
-        _fail(job, deployment, exc.message)
-        return
+        _fail(job, exc.message)
+        return None
     except JobFailed as exc:
-        _fail(job, deployment, exc.message, exit_code=exc.exit_code)
-        return
+        _fail(job, exc.message, exit_code=exc.exit_code)
+        return None
     except Exception as exc:
         logger.exception("launch job %s crashed", job.pk)
-        _fail(job, deployment, f"Internal error ({exc.__class__.__name__}); see the worker log.")
-        return
-    if job.state == JobState.RUNNING and deployment.channel_id:
+        _fail(job, f"Internal error ({exc.__class__.__name__}); see the worker log.")
+        return None
+    if delay is None and job.state == JobState.RUNNING and deployment.channel_id:
         signals.channel_registered.send(sender=LaunchJob, channel_id=deployment.channel_id)
+    return delay
 
 
 def _refresh_gpus(host: Host, remote: ssh.Remote) -> None:
@@ -223,9 +302,8 @@ def _refresh_gpus(host: Host, remote: ssh.Remote) -> None:
         logger.info("inventory after a job on host %s failed: %s", host.pk, exc)
 
 
-def _fail(job: LaunchJob, deployment: Deployment, message: str, *, exit_code: int | None = None) -> None:
-    _move(job, JobState.FAILED, message, exit_code=exit_code)
-    _set_deployment(deployment, DeploymentStatus.FAILED, message)
+def _fail(job: LaunchJob, message: str, *, exit_code: int | None = None) -> None:
+    change_state(job, JobState.FAILED, message, deployment_status=DeploymentStatus.FAILED, exit_code=exit_code)
     logger.info("launch job %s failed: %s", job.pk, message)
 
 
@@ -249,43 +327,75 @@ def _start(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> int:
     return pid
 
 
-def _wait_healthy(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, pid: int) -> int | None:
-    """Poll /health until 200; returns the context window the server reports."""
+def _waiting_since(job: LaunchJob) -> datetime.datetime:
+    for step in reversed(job.transitions):
+        if step["state"] == JobState.WAITING_HEALTH:
+            return datetime.datetime.fromisoformat(step["at"])
+    return timezone.now()
+
+
+def _wait_for_health(
+    job: LaunchJob, deployment: Deployment, remote: ssh.Remote, pid: int, message: str
+) -> float | None:
+    _move(job, JobState.WAITING_HEALTH, message, pid=pid)
+    return _await_health(job, deployment, remote)
+
+
+def _await_health(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> float | None:
+    """One look at the starting server: None once it is registered and running, else the seconds
+    until the next look. Whatever goes wrong, a server the job started is not left behind."""
+    pid = job.pid
+    assert pid is not None
+    try:
+        ctx = _look(job, deployment, remote, pid)
+    except Exception:
+        if job.action != JobAction.ADOPT:  # do not leave a server nobody knows about
+            if commands.is_alive(remote, pid):
+                commands.kill(remote, pid, grace=5)
+            multinode.stop_cluster(deployment, remote)
+            Deployment.objects.filter(pk=deployment.pk).update(pid=None)
+        raise
+    if ctx is _NOT_YET:
+        return float(settings.HOSTS_HEALTH_POLL)
+    _finish_healthy(job, deployment, remote, pid, ctx)
+    return None
+
+
+_NOT_YET = object()
+
+
+def _look(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, pid: int) -> Any:
+    """/health once: the context window the server reports when it answers 200, `_NOT_YET` while it
+    loads; raises JobFailed when the process died or HOSTS_HEALTH_TIMEOUT passed."""
     impl = backends.get(deployment.backend)
     root = deployment.base_url.removesuffix("/v1")
     timeout = settings.HOSTS_HEALTH_TIMEOUT
-    deadline = time.monotonic() + timeout
-    last_tail = 0.0
     with httpx.Client(timeout=5.0) as client:
-        while True:
+        try:
+            healthy = client.get(root + impl.health_path).status_code == 200
+        except httpx.HTTPError:
+            healthy = False
+        if healthy:
             try:
-                healthy = client.get(root + impl.health_path).status_code == 200
-            except httpx.HTTPError:
-                healthy = False
-            if healthy:
-                try:
-                    ctx = impl.context_window(client, root, deployment.upstream_api_key, deployment.served_model_name)
-                except (httpx.HTTPError, ValueError) as exc:
-                    raise JobFailed(f"The server is up but did not say its context window ({exc}).") from None
-                _beat(job, log_tail=_log_tail(remote, deployment))
-                return ctx
-            if not commands.is_alive(remote, pid):
-                exit_code = commands.read_exit_code(remote, _dir(deployment))
-                log = _log_tail(remote, deployment)
-                _beat(job, log_tail=log)
-                raise JobFailed(explain_failure(log, exit_code, deployment), exit_code=exit_code)
-            if time.monotonic() > deadline:
-                log = _log_tail(remote, deployment)
-                _beat(job, log_tail=log)
-                commands.kill(remote, pid)
-                raise JobFailed(
-                    f"No healthy answer from {root}/health within {timeout:g} s; the server was stopped. "
-                    "Is the port reachable from the portal (firewall)? " + explain_failure(log, None, deployment)
-                )
-            if time.monotonic() - last_tail > 2:
-                _beat(job, log_tail=_log_tail(remote, deployment))
-                last_tail = time.monotonic()
-            time.sleep(settings.HOSTS_HEALTH_POLL)  # nothing to await: the remote server only answers when asked
+                ctx = impl.context_window(client, root, deployment.upstream_api_key, deployment.served_model_name)
+            except (httpx.HTTPError, ValueError) as exc:
+                raise JobFailed(f"The server is up but did not say its context window ({exc}).") from None
+            _beat(job, log_tail=_log_tail(remote, deployment))
+            return ctx
+    if not commands.is_alive(remote, pid):
+        exit_code = commands.read_exit_code(remote, _dir(deployment))
+        log = _log_tail(remote, deployment)
+        _beat(job, log_tail=log)
+        raise JobFailed(explain_failure(log, exit_code, deployment), exit_code=exit_code)
+    log = _log_tail(remote, deployment)
+    _beat(job, log_tail=log)
+    if (timezone.now() - _waiting_since(job)).total_seconds() > timeout:
+        commands.kill(remote, pid)
+        raise JobFailed(
+            f"No healthy answer from {root}/health within {timeout:g} s; the server was stopped. "
+            "Is the port reachable from the portal (firewall)? " + explain_failure(log, None, deployment)
+        )
+    return _NOT_YET
 
 
 def _register(deployment: Deployment, context_window: int | None) -> Channel:
@@ -315,20 +425,15 @@ def _unowned_channel_at(base_url: str) -> Channel | None:
     return Channel.objects.filter(base_url=canonical, deployments__isnull=True).first()
 
 
-def _launch(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
+def _launch(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> float | None:
     _move(job, JobState.STARTING, "Checking the host")
-    _set_deployment(deployment, DeploymentStatus.STARTING, f"Job #{job.pk} is starting it.")
+    set_status(deployment, DeploymentStatus.STARTING, f"Job #{job.pk} is starting it.")
     running = commands.read_pidfile(remote, _dir(deployment))
     if running and commands.is_alive(remote, running):
         # Launching twice must not start a second server: take over the one that runs.
-        _move(
-            job,
-            JobState.WAITING_HEALTH,
-            f"Already running as PID {running}; not starting a second server.",
-            pid=running,
+        return _wait_for_health(
+            job, deployment, remote, running, f"Already running as PID {running}; not starting a second server."
         )
-        _finish_healthy(job, deployment, remote, running)
-        return
     if missing := check_model_files(deployment, remote):
         raise JobFailed(f"{missing} Nothing was started.")
     estimate = check_fit(deployment, remote)
@@ -343,39 +448,31 @@ def _launch(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
     except multinode.ClusterError as exc:
         raise JobFailed(exc.message) from None
     pid = _start(job, deployment, remote)
-    _set_deployment(deployment, DeploymentStatus.STARTING, f"Started as PID {pid}; waiting for health.", pid=pid)
-    _move(
+    set_status(deployment, DeploymentStatus.STARTING, f"Started as PID {pid}; waiting for health.", pid=pid)
+    LaunchJob.objects.filter(pk=job.pk).update(command=job.command)
+    return _wait_for_health(
         job,
-        JobState.WAITING_HEALTH,
+        deployment,
+        remote,
+        pid,
         f"Started as PID {pid}; waiting for {deployment.base_url.removesuffix('/v1')}/health",
-        pid=pid,
-        command=job.command,
     )
-    try:
-        _finish_healthy(job, deployment, remote, pid)
-    except Exception:  # whatever went wrong, do not leave a server nobody knows about
-        if commands.is_alive(remote, pid):
-            commands.kill(remote, pid, grace=5)
-        multinode.stop_cluster(deployment, remote)
-        Deployment.objects.filter(pk=deployment.pk).update(pid=None)
-        raise
 
 
-def _finish_healthy(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, pid: int) -> None:
-    ctx = _wait_healthy(job, deployment, remote, pid)
+def _finish_healthy(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, pid: int, ctx: int | None) -> None:
     channel = _register(deployment, ctx)
     record_allocation(deployment, remote)  # estimate vs what the server reported; never fails the job
     message = (
         f"Serving {deployment.served_model_name} on {deployment.base_url} (context {ctx or 'unknown'}); "
         f"channel {channel.name}."
     )
-    _set_deployment(deployment, DeploymentStatus.RUNNING, message, pid=pid)
+    set_status(deployment, DeploymentStatus.RUNNING, message, pid=pid)
     _move(job, JobState.RUNNING, message, pid=pid)
 
 
 def _stop(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
     _move(job, JobState.STOPPING, "Stopping the server")
-    _set_deployment(deployment, DeploymentStatus.STOPPING, f"Job #{job.pk} is stopping it.")
+    set_status(deployment, DeploymentStatus.STOPPING, f"Job #{job.pk} is stopping it.")
     pids = {p for p in (deployment.pid, commands.read_pidfile(remote, _dir(deployment))) if p}
     for pid in pids:
         if commands.is_alive(remote, pid) and not commands.kill(remote, pid):
@@ -388,7 +485,7 @@ def _stop(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
             deployment.channel_id,
             status_message=f"Deployment {deployment.name} was stopped; launch it to re-enable.",
         )
-    _set_deployment(deployment, DeploymentStatus.STOPPED, "Stopped.", pid=None)
+    set_status(deployment, DeploymentStatus.STOPPED, "Stopped.", pid=None)
     if job.action == JobAction.STOP:
         _move(job, JobState.STOPPED, "Stopped; the channel is disabled.", log_tail=_log_tail(remote, deployment))
 
@@ -396,7 +493,7 @@ def _stop(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
 _API_KEY_ARG = re.compile(r"--api-key(?:=|\s+)(\S+)")
 
 
-def _adopt(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
+def _adopt(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> float | None:
     """Take over a server already running on the deployment's port (started by us or by hand)."""
     _move(job, JobState.STARTING, "Looking for a running server")
     pid = commands.read_pidfile(remote, _dir(deployment))
@@ -418,13 +515,12 @@ def _adopt(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
             f"No {deployment.get_backend_display()} server found on port {deployment.port} of {deployment.host}."
         )
     commands.write_pidfile(remote, _dir(deployment), pid)
-    _move(job, JobState.WAITING_HEALTH, f"Found PID {pid}; checking its health", pid=pid)
-    _finish_healthy(job, deployment, remote, pid)
+    return _wait_for_health(job, deployment, remote, pid, f"Found PID {pid}; checking its health")
 
 
 def _orphaned(job: LaunchJob, here: str) -> bool:
     """Held by a process of this host that no longer exists (a worker that was killed)."""
-    host, _, pid = job.worker.rpartition(":")
+    host, _, pid = job.worker.removeprefix(POLL).rpartition(":")
     if host != here or not pid.isdigit() or int(pid) == os.getpid():
         return False
     try:
@@ -454,14 +550,7 @@ def _take_over(job: LaunchJob, user=None) -> bool:
     if not _dead(job, now, socket.gethostname()):
         return False
     message = f"Taken over by Stop{f' ({user})' if user else ''}: the worker running this job had stopped."
-    moved = LaunchJob.objects.filter(pk=job.pk, state=job.state, worker=job.worker).update(
-        state=JobState.FAILED,
-        message=message,
-        finished=now,
-        worker="",
-        transitions=[*job.transitions, {"state": JobState.FAILED, "at": now.isoformat(), "message": message}],
-    )
-    return moved == 1
+    return change_state(job, JobState.FAILED, message, guard=True, worker="")
 
 
 def recover_stale_jobs(now=None) -> int:
@@ -477,7 +566,7 @@ def recover_stale_jobs(now=None) -> int:
     for job in LaunchJob.objects.active().select_related("deployment"):
         if _dead(job, now, here):
             if job.attempts < settings.HOSTS_JOB_MAX_ATTEMPTS:
-                count += _redeliver(job, now)
+                count += _redeliver(job)
                 continue
             message = (
                 f"The worker stopped during this job {job.attempts} times (it was "
@@ -491,27 +580,16 @@ def recover_stale_jobs(now=None) -> int:
             )
         else:
             continue
-        moved = LaunchJob.objects.filter(pk=job.pk, state=job.state, worker=job.worker).update(
-            state=JobState.FAILED,
-            message=message,
-            finished=now,
-            worker="",
-            transitions=[*job.transitions, {"state": JobState.FAILED, "at": now.isoformat(), "message": message}],
-        )
-        if moved:
+        if change_state(
+            job, JobState.FAILED, message, deployment_status=DeploymentStatus.FAILED, guard=True, worker=""
+        ):
             count += 1
-            _set_deployment(job.deployment, DeploymentStatus.FAILED, message)
     return count
 
 
-def _redeliver(job: LaunchJob, now: datetime.datetime) -> int:
+def _redeliver(job: LaunchJob) -> int:
     message = f"The worker running this job stopped ({job.worker}); handed to another worker."
-    moved = LaunchJob.objects.filter(pk=job.pk, state=job.state, worker=job.worker).update(
-        worker="",
-        heartbeat=now,
-        message=message,
-        transitions=[*job.transitions, {"state": job.state, "at": now.isoformat(), "message": message}],
-    )
+    moved = change_state(job, job.state, message, guard=True, worker="")
     if moved:
         logger.warning("launch job %s: %s", job.pk, message)
         signals.job_requested.send(sender=LaunchJob, job_id=job.pk)
