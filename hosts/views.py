@@ -80,6 +80,7 @@ class HostDetailView(AdminRequiredMixin, DetailView):
         context.update(host_gpus_context(self.object))
         # The channels the host's deployments registered.
         context["channels"] = Channel.objects.filter(deployments__host=self.object).distinct().order_by("name")
+        context["downloads"] = self.object.downloads.all()[:10]  # hosts/downloads/
         return context
 
 
