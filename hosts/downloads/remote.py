@@ -29,7 +29,7 @@ SHA256 = 'cd "$1" || exit 90; shift; exec sha256sum -- "$@"'
 LIST_MODELS = (
     'd="$HOME/$1"; [ -d "$d" ] || exit 0; cd "$d" || exit 0; for e in */; do e="${e%/}"; [ -d "$e" ] || continue; '
     'printf "%s\\t%s\\t" "$e" "$(du -sb -- "$e" | cut -f1)"; '
-    "(cd \"$e\" && find . -name .cache -prune -o -name ._____temp -prune -o -type f "
+    '(cd "$e" && find . -name .cache -prune -o -name ._____temp -prune -o -type f '
     "\\( -name '*.gguf' -o -name config.json \\) -printf '%P|'); echo; done"
 )
 

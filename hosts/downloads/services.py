@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime
 import logging
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -40,10 +40,21 @@ logger = logging.getLogger(__name__)
 LEASE_SECONDS = 120
 FINISHED = (DownloadState.DONE, DownloadState.FAILED, DownloadState.CANCELLED)
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,250}$")
-# What each source's tool is called on the host, its package, its venv under ~/.gateway-portal/tools.
+
+
+class Tool(NamedTuple):
+    """What a source's tool is called on the host (and its older name), its PyPI package, and its
+    venv under ~/.gateway-portal/tools when the portal installs it."""
+
+    name: str
+    alt: str
+    package: str
+    venv: str
+
+
 TOOLS = {
-    DownloadSource.HUGGINGFACE: {"names": ("hf", "huggingface-cli"), "package": "huggingface_hub", "venv": "hf"},
-    DownloadSource.MODELSCOPE: {"names": ("modelscope", ""), "package": "modelscope", "venv": "modelscope"},
+    DownloadSource.HUGGINGFACE: Tool("hf", "huggingface-cli", "huggingface_hub", "hf"),
+    DownloadSource.MODELSCOPE: Tool("modelscope", "", "modelscope", "modelscope"),
 }
 
 
@@ -197,7 +208,11 @@ def advance(job_id: int) -> bool:
         _move(job, DownloadState.FAILED, exc.message)
     except Exception as exc:
         logger.exception("download %s crashed", job.pk)
-        _move(job, DownloadState.FAILED, _("Internal error (%(error)s); see the worker log.") % {"error": type(exc).__name__})
+        _move(
+            job,
+            DownloadState.FAILED,
+            _("Internal error (%(error)s); see the worker log.") % {"error": type(exc).__name__},
+        )
     finally:
         ModelDownload.objects.filter(pk=job_id).update(lease_until=None, polled=timezone.now())
     job.refresh_from_db()
@@ -281,8 +296,7 @@ def _check(job: ModelDownload, conn: ssh.Remote) -> None:
             }
         )
     tool = TOOLS[DownloadSource(job.source)]
-    names = tool["names"]
-    found = remote.find_tool(conn, tool["venv"], names[0], names[1])
+    found = remote.find_tool(conn, tool.venv, tool.name, tool.alt)
     if found:
         _update(job, tool=found)
         _start_download(job, conn)
@@ -294,13 +308,13 @@ def _check(job: ModelDownload, conn: ssh.Remote) -> None:
                 "with “install the tool” ticked to let the portal install it into ~/%(venv)s."
             )
             % {
-                "tool": " / ".join(n for n in names if n),
+                "tool": " / ".join(n for n in (tool.name, tool.alt) if n),
                 "host": job.host,
-                "package": tool["package"],
-                "venv": f"{remote.TOOLS_DIR}/{tool['venv']}",
+                "package": tool.package,
+                "venv": f"{remote.TOOLS_DIR}/{tool.venv}",
             }
         )
-    argv = ["sh", "-c", remote.INSTALL_TOOL, "install", f"{remote.TOOLS_DIR}/{tool['venv']}", tool["package"]]
+    argv = ["sh", "-c", remote.INSTALL_TOOL, "install", f"{remote.TOOLS_DIR}/{tool.venv}", tool.package]
     pid, said = remote.start(conn, job.remote_dir, "install", argv, {})
     if pid is None:
         raise DownloadFailed(_("The tool could not be installed: %(said)s") % {"said": said[:300]})
@@ -308,7 +322,7 @@ def _check(job: ModelDownload, conn: ssh.Remote) -> None:
         job,
         DownloadState.INSTALLING,
         _("Installing %(package)s into ~/%(venv)s on the host.")
-        % {"package": tool["package"], "venv": f"{remote.TOOLS_DIR}/{tool['venv']}"},
+        % {"package": tool.package, "venv": f"{remote.TOOLS_DIR}/{tool.venv}"},
         pid=pid,
     )
 
@@ -319,11 +333,11 @@ def _installing(job: ModelDownload, conn: ssh.Remote) -> None:
     if seen.alive:
         return
     tool = TOOLS[DownloadSource(job.source)]
-    found = remote.find_tool(conn, tool["venv"], tool["names"][0], tool["names"][1])
+    found = remote.find_tool(conn, tool.venv, tool.name, tool.alt)
     if seen.exit_code != 0 or not found:
         raise DownloadFailed(
             _("Installing %(package)s on the host failed (exit code %(code)s); see the log below.")
-            % {"package": tool["package"], "code": seen.exit_code}
+            % {"package": tool.package, "code": seen.exit_code}
         )
     _update(job, tool=found)
     _start_download(job, conn)
@@ -446,7 +460,12 @@ def _start_verify(job: ModelDownload, conn: ssh.Remote) -> None:
         )
     hashed = [r["name"] for r in job.files if r.get("sha256")]
     if not hashed:
-        _move(job, DownloadState.DONE, _("Downloaded %(size)s; no checksums to verify.") % {"size": filesizeformat(job.total_bytes)}, pid=None)
+        _move(
+            job,
+            DownloadState.DONE,
+            _("Downloaded %(size)s; no checksums to verify.") % {"size": filesizeformat(job.total_bytes)},
+            pid=None,
+        )
         return
     argv = ["sh", "-c", remote.SHA256, "verify", job.local_path, *hashed]
     pid, said = remote.start(conn, job.remote_dir, "verify", argv, {})

@@ -41,7 +41,7 @@ class RepoFile:
 
     @property
     def blob_id(self) -> str:  # git's blob id, as the Hub reports it for non-LFS files
-        return hashlib.sha1(b"blob %d\0" % len(self.data) + self.data).hexdigest()
+        return hashlib.sha1(b"blob %d\0" % len(self.data) + self.data, usedforsecurity=False).hexdigest()
 
     @property
     def etag(self) -> str:
@@ -158,7 +158,11 @@ class FakeHub:
                                 "rfilename": name,
                                 "size": len(f.data),
                                 "blobId": f.blob_id,
-                                **({"lfs": {"sha256": f.sha256, "size": len(f.data), "pointerSize": 130}} if f.lfs else {}),
+                                **(
+                                    {"lfs": {"sha256": f.sha256, "size": len(f.data), "pointerSize": 130}}
+                                    if f.lfs
+                                    else {}
+                                ),
                             }
                             for name, f in files.items()
                         ]
@@ -171,7 +175,11 @@ class FakeHub:
                                     "path": name,
                                     "size": len(f.data),
                                     "oid": f.blob_id,
-                                    **({"lfs": {"oid": f.sha256, "size": len(f.data), "pointerSize": 130}} if f.lfs else {}),
+                                    **(
+                                        {"lfs": {"oid": f.sha256, "size": len(f.data), "pointerSize": 130}}
+                                        if f.lfs
+                                        else {}
+                                    ),
                                 }
                                 for name, f in files.items()
                             ]

@@ -192,7 +192,9 @@ def test_download_progress_cut_resume_restart_checksums_and_launch(
     browser.force_login(admin)
     form = browser.get(f"/hosts/{gpu_host.pk}/deployments/new/").content.decode()
     assert str(on_disk) in form and "Already on gpu-box" in form
-    prefilled = browser.get(f"/hosts/{gpu_host.pk}/deployments/new/", {"model_path": str(on_disk), "backend": "llamacpp"})
+    prefilled = browser.get(
+        f"/hosts/{gpu_host.pk}/deployments/new/", {"model_path": str(on_disk), "backend": "llamacpp"}
+    )
     assert f'value="{on_disk}"' in prefilled.content.decode()
     inventory.refresh(gpu_host)
     deployment = deployment_services.save_deployment(
@@ -231,8 +233,11 @@ def test_download_progress_cut_resume_restart_checksums_and_launch(
 
 def test_a_download_that_does_not_fit_is_refused_before_it_starts(gpu_host, admin, hub, hf_on_host, host_bin, quick):
     # The host's df says 5 MiB are free: less than the 21 MB GGUF.
-    host_bin("df", script="#!/bin/sh\necho 'Filesystem 1-blocks Used Available Capacity Mounted on'\n"
-             "echo '/dev/fake 100000000 94757280 5242880 95% /'\n")
+    host_bin(
+        "df",
+        script="#!/bin/sh\necho 'Filesystem 1-blocks Used Available Capacity Mounted on'\n"
+        "echo '/dev/fake 100000000 94757280 5242880 95% /'\n",
+    )
     job, created = services.request_download(host=gpu_host, repo_id=REPO, pattern="*.gguf", token=TOKEN, user=admin)
     job = drive(job, lambda j: False)
     assert created and job.state == DownloadState.FAILED

@@ -36,7 +36,9 @@ class DownloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         try:
             job, created = services.request_download(user=request.user, **body.validated_data)
         except DjangoValidationError as exc:
-            raise ValidationError(exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}) from None
+            raise ValidationError(
+                exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+            ) from None
         answer = DownloadSerializer(job, context={**self.get_serializer_context(), "joined": not created})
         return Response(answer.data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
