@@ -26,6 +26,7 @@ from hosts.deployments import services as deployment_services
 from hosts.downloads import services
 from hosts.downloads.choices import DownloadState
 from hosts.downloads.models import ModelDownload
+from hosts.models import Deployment
 from hosts.remote import inventory
 from tests.fakes.hf_hub import COMMIT, FakeHub, small_repo
 from tests.fakes.tinygguf import write_tiny_gguf
@@ -279,3 +280,17 @@ def test_the_sweep_restarts_the_polling_of_a_job_whose_worker_died(db, gpu_host,
     assert services.sweep() == []
     later = timezone.now() + timezone.timedelta(seconds=60)
     assert services.sweep(later) == [job.pk] and sent == [job.pk]
+
+
+def test_a_downloaded_folder_feeds_the_fit_from_its_config_json(gpu_host, admin, hub, hf_on_host, quick):
+    job, _ = services.request_download(
+        host=gpu_host, repo_id=REPO, pattern="config.json tokenizer.json", token=TOKEN, user=admin
+    )
+    job = drive(job, lambda j: False)
+    assert job.state == DownloadState.DONE, (job.message, job.log_tail)
+    assert "no checksums" in job.message  # no LFS file among them: sizes checked only
+    offers = services.downloaded_on(gpu_host)
+    assert [(o["path"], o["backend"]) for o in offers] == [(job.local_path, "vllm")]
+    deployment = Deployment(host=gpu_host, backend="vllm", model_path=offers[0]["path"])
+    arch = deployment_services.host_architecture(deployment)
+    assert arch is not None and (arch.layers, arch.heads, arch.kv_heads, arch.hidden) == (2, 4, 2, 256)
