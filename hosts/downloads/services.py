@@ -30,7 +30,7 @@ from portal.choices import AuditAction
 
 from ..backends.base import Secret
 from ..models import Host
-from ..remote import ssh
+from ..remote import commands, ssh
 from . import listing, remote, signals
 from .choices import ACTIVE_DOWNLOAD_STATES, DownloadSource, DownloadState
 from .models import ModelDownload
@@ -201,7 +201,9 @@ def advance(job_id: int) -> bool:
     queues the next one."""
     if not _lease(job_id):
         return False
-    job = ModelDownload.objects.select_related("host").get(pk=job_id)
+    job = ModelDownload.objects.select_related("host").filter(pk=job_id).first()
+    if job is None:  # its host was deleted meanwhile
+        return False
     try:
         _step(job)
     except DownloadFailed as exc:
@@ -365,6 +367,17 @@ def tool_argv(job: ModelDownload) -> tuple[list[str], dict[str, str], Secret | N
 
 
 def _start_download(job: ModelDownload, conn: ssh.Remote, *, again: str = "") -> None:
+    if not again:
+        # A step whose worker died after starting the tool runs again: re-attach to that process.
+        running = commands.read_pidfile(conn, remote.job_dir(job.remote_dir), "download")
+        if running and commands.is_alive(conn, running):
+            _move(
+                job,
+                DownloadState.DOWNLOADING,
+                _("Re-attached to the download running as PID %(pid)s.") % {"pid": running},
+                pid=running,
+            )
+            return
     argv, env, secret = tool_argv(job)
     wrapped = ["sh", "-c", remote.RUN_IN_FOLDER, "download", job.local_path, *argv]
     pid, said = remote.start(conn, job.remote_dir, "download", wrapped, env, secret)
