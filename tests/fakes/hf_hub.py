@@ -10,8 +10,9 @@ It answers what `huggingface_hub` (the portal's listing and the host's `hf downl
 Faults the tests ask for: `cut_after[file] = N` closes the connection after N bytes of the first
 GET of that file (the client then resumes with a Range request); `hold_at[file] = N` pauses a GET
 once N bytes of the file have been sent until `release()` (so a test sees a download in flight
-without depending on speed); `token` makes every request need `Authorization: Bearer <token>`.
-`requests` records (method, path, Range, Authorization) of each request.
+without depending on speed); `token` makes every request need `Authorization: Bearer <token>`;
+a name in `corrupt` is served with its first byte changed. `requests` records (method, path,
+Range, Authorization) of each request.
 
     with FakeHub(repo_files) as hub:
         hub.url  # HF_ENDPOINT
@@ -54,6 +55,7 @@ class FakeHub:
         self.token = token
         self.cut_after: dict[str, int] = {}
         self.hold_at: dict[str, int] = {}
+        self.corrupt: set[str] = set()  # served with one byte changed (the listing keeps the true sha256)
         self.requests: list[tuple[str, str, str, str]] = []
         self._gets: dict[str, int] = {}
         self._released = threading.Event()
@@ -236,8 +238,11 @@ class FakeHub:
                     if hold is not None and pos == hold and not hub._released.is_set():
                         hub.holding.set()
                         hub._released.wait(HOLD_TIMEOUT)
+                    piece = f.data[pos:end]
+                    if name in hub.corrupt and pos == 0 and piece:
+                        piece = bytes([piece[0] ^ 0xFF]) + piece[1:]
                     try:
-                        self.wfile.write(f.data[pos:end])
+                        self.wfile.write(piece)
                         self.wfile.flush()
                     except OSError:
                         return

@@ -259,6 +259,11 @@ def test_cancel_stops_the_remote_download(gpu_host, admin, hub, hf_on_host, quic
     job, _ = services.request_download(host=gpu_host, repo_id=REPO, pattern="*.gguf", token=TOKEN, user=admin)
     job = drive(job, lambda j: hub.holding.is_set())
     killed.append(job.pid)
+    # A worker died after starting the tool but before recording it: the next step re-attaches.
+    ModelDownload.objects.filter(pk=job.pk).update(state=DownloadState.CHECKING, pid=None)
+    job = drive(job, lambda j: j.state == DownloadState.DOWNLOADING)
+    assert job.state == DownloadState.DOWNLOADING and "Re-attached" in job.message and job.pid == killed[0]
+    assert len(hub.gets_of(GGUF)) == 1  # no second download process
     answer = api(admin).post(f"/api/downloads/{job.pk}/cancel/")
     assert answer.status_code == 200 and answer.json()["state"] == "cancelled"
     assert not alive(job.pid)
@@ -294,3 +299,35 @@ def test_a_downloaded_folder_feeds_the_fit_from_its_config_json(gpu_host, admin,
     deployment = Deployment(host=gpu_host, backend="vllm", model_path=offers[0]["path"])
     arch = deployment_services.host_architecture(deployment)
     assert arch is not None and (arch.layers, arch.heads, arch.kv_heads, arch.hidden) == (2, 4, 2, 256)
+
+
+def test_a_checksum_mismatch_fails_and_deletes_the_file(gpu_host, admin, hub, hf_on_host, quick):
+    hub.corrupt.add(GGUF)
+    job, _ = services.request_download(host=gpu_host, repo_id=REPO, pattern="*.gguf", token=TOKEN, user=admin)
+    job = drive(job, lambda j: False)
+    assert job.state == DownloadState.FAILED and f"Checksum mismatch for {GGUF}" in job.message
+    assert not (Path(job.local_path) / GGUF).exists()
+
+
+def test_with_consent_a_missing_tool_is_installed_into_a_venv_first(gpu_host, admin, hub, host_bin, quick):
+    # The far end of the install: `python3 -m venv DIR` makes DIR/bin/{pip,hf} (hf: the real one),
+    # and pip records what it was asked to install (the host has no PyPI here).
+    real_hf = Path(sys.executable).parent / "hf"
+    host_bin(
+        "python3",
+        script=f"""#!/bin/sh
+[ "$1 $2" = "-m venv" ] || exit 2
+mkdir -p "$3/bin" && ln -sf {real_hf} "$3/bin/hf"
+printf '#!/bin/sh\necho "$@" >"$(dirname "$0")/../pip-args"\n' >"$3/bin/pip" && chmod +x "$3/bin/pip"
+""",
+    )
+    job, _ = services.request_download(
+        host=gpu_host, repo_id=REPO, pattern="config.json", token=TOKEN, install_tool=True, user=admin
+    )
+    job = drive(job, lambda j: False)
+    assert job.state == DownloadState.DONE, (job.message, job.log_tail)
+    states = [t["state"] for t in job.transitions]
+    assert states == ["queued", "checking", "installing", "downloading", "done"]
+    venv = Path(job.local_path).parents[1] / "tools" / "hf"
+    assert job.tool == str(venv / "bin" / "hf")
+    assert (venv / "pip-args").read_text().split() == ["install", "--quiet", "--upgrade", "huggingface_hub"]
