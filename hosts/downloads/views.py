@@ -45,6 +45,10 @@ def download_create(request: HttpRequest, host_pk: int) -> HttpResponse:
                 return redirect("download_detail", pk=job.pk)
     else:
         initial = {k: request.GET[k] for k in PREFILL if request.GET.get(k)}
+        if "endpoint" not in initial:  # the mirror this host used last, if any
+            last = host.downloads.exclude(endpoint="").values_list("endpoint", flat=True).first()
+            if last:
+                initial["endpoint"] = last
         form = DownloadForm(initial=initial or None)
     status = 400 if form.is_bound else 200
     return render(request, "hosts/downloads/form.html", {"host": host, "form": form}, status=status)

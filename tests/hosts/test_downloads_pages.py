@@ -101,3 +101,9 @@ def test_the_launch_form_offers_finished_downloads_and_prefills_from_one(admin_c
     assert gguf in page and "/home/u/m/Qwen--Qwen3-8B" in page and "Download a model first" in page
     filled = admin_client.get(f"/hosts/{host.pk}/deployments/new/", {"model_path": gguf, "backend": "llamacpp"})
     assert f'value="{gguf}"' in filled.content.decode()
+
+
+def test_the_form_proposes_the_mirror_this_host_used_last(admin_client, host):
+    assert b'value="https://hf-mirror.com"' not in admin_client.get(f"/hosts/{host.pk}/downloads/new/").content
+    services.request_download(host=host, repo_id="a/b", endpoint="https://hf-mirror.com")
+    assert b'value="https://hf-mirror.com"' in admin_client.get(f"/hosts/{host.pk}/downloads/new/").content
