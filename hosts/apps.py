@@ -14,6 +14,10 @@ class HostsConfig(AppConfig):
 
         post_migrate.connect(_register_schedule, sender=self, dispatch_uid="hosts-default-schedule")
 
+        from .downloads import tasks as download_tasks  # weight downloads: their tasks, receiver, sweep
+
+        post_migrate.connect(download_tasks.ensure_schedule, sender=self, dispatch_uid="hosts-downloads-schedule")
+
         from .models import Deployment, Host
 
         audit.register(

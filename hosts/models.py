@@ -332,3 +332,6 @@ class DeploymentRun(TimeStampedModel):
 
     def __str__(self) -> str:
         return f"{self.deployment_name} {self.started:%Y-%m-%d %H:%M}–{self.stopped or 'now'}"
+
+
+from .downloads.models import ModelDownload  # noqa: E402,F401  (weight downloads: hosts/downloads/)

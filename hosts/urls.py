@@ -17,4 +17,5 @@ urlpatterns = [
     path("hosts/<int:pk>/confirm-key/", views.host_confirm_key, name="host_confirm_key"),
     path("gpu-hours/", ShowbackView.as_view(), name="gpu_showback"),
     path("", include("hosts.deployments.urls")),
+    path("", include("hosts.downloads.urls")),
 ]

@@ -81,6 +81,7 @@ class HostDetailView(AdminRequiredMixin, DetailView):
         # The channels the host's deployments registered.
         context["channels"] = Channel.objects.filter(deployments__host=self.object).distinct().order_by("name")
         context["gpu_history"] = gpu_history.series(self.object)
+        context["downloads"] = self.object.downloads.all()[:10]  # hosts/downloads/
         return context
 
 

@@ -454,6 +454,15 @@ HOSTS_QUEUED_JOB_SECONDS = get("HOSTS_QUEUED_JOB_SECONDS", float, 600.0)
 HOSTS_RESTART_BACKOFF_SECONDS = get("HOSTS_RESTART_BACKOFF_SECONDS", float, 10.0)
 HOSTS_RESTART_BACKOFF_MAX_SECONDS = get("HOSTS_RESTART_BACKOFF_MAX_SECONDS", float, 300.0)
 HOSTS_SUPERVISE_UNHEALTHY_CHECKS = get("HOSTS_SUPERVISE_UNHEALTHY_CHECKS", int, 3)
+# Weight downloads (hosts/downloads/): the Hub or a mirror (HF_ENDPOINT) when a job names none, the
+# download folder under each host's SSH home, how often a running download is polled, the disk
+# space kept free, and how often a dead remote download is started again (it resumes).
+HOSTS_HF_ENDPOINT = get("HOSTS_HF_ENDPOINT", str, "https://huggingface.co")
+HOSTS_MODELSCOPE_ENDPOINT = get("HOSTS_MODELSCOPE_ENDPOINT", str, "https://modelscope.cn")
+HOSTS_DOWNLOAD_DIR = get("HOSTS_DOWNLOAD_DIR", str, ".gateway-portal/models")
+HOSTS_DOWNLOAD_POLL_SECONDS = get("HOSTS_DOWNLOAD_POLL_SECONDS", float, 3.0)
+HOSTS_DOWNLOAD_DISK_RESERVE_MIB = get("HOSTS_DOWNLOAD_DISK_RESERVE_MIB", int, 1024)
+HOSTS_DOWNLOAD_MAX_RESTARTS = get("HOSTS_DOWNLOAD_MAX_RESTARTS", int, 5)
 
 LOGGING = {
     "version": 1,

@@ -16,6 +16,7 @@ from portal.permissions import AdminRequiredMixin
 from portal.ui import FilteredListView
 
 from ..choices import JobAction
+from ..downloads import services as downloads
 from ..models import Deployment, Host, LaunchJob
 from ..remote import ssh
 from ..views import admin_required
@@ -115,12 +116,14 @@ def _deployment_form(request: HttpRequest, host: Host, instance: Deployment | No
         if instance is None:
             gpus = list(host.gpus.values_list("index", flat=True))
             initial = {"gpu_indices": gpus[:1], "port": 8000, "backend": "vllm"}
+            initial.update(downloads.offered_initial(request.GET))  # "already on this host"
         form = (
             DeploymentForm(host=host, instance=instance, initial=initial)
             if initial
             else DeploymentForm(host=host, instance=instance)
         )
     context["form"] = form
+    context["on_host"] = downloads.downloaded_on(host) if instance is None else []
     return render(request, "hosts/deploy_form.html", context)
 
 

@@ -141,6 +141,14 @@ def deployment(db, admin) -> Deployment:
 
 
 @pytest.fixture
+def download(host, admin):
+    """A queued weight download with no remote process yet (hosts/downloads/)."""
+    from hosts.downloads.models import ModelDownload
+
+    return ModelDownload.objects.create(host=host, repo_id="acme/tiny", requested_by=admin)
+
+
+@pytest.fixture
 def launch_job(deployment, admin) -> LaunchJob:
     """A finished job, so the deployment is free for the next one."""
     return LaunchJob.objects.create(
@@ -244,6 +252,7 @@ def world(
     alice_token,
     deployment,
     launch_job,
+    download,
     probe,
     status_change,
     alert_target,
@@ -270,6 +279,7 @@ def world(
         "deployment": deployment.pk,
         "keyless_host": deployment.host_id,
         "job": launch_job.pk,
+        "download": download.pk,
         "channel_off": channel_off.pk,
         "status_change": status_change.pk,
         "alert_target": alert_target.pk,

@@ -135,6 +135,14 @@ MATRIX = [
     ("post", "/api/deployments/{deployment}/restart/", None, (401, 403, 403, 403, 202)),
     ("post", "/api/deployments/{deployment}/adopt/", None, (401, 403, 403, 403, 202)),
     ("post", "/api/deployments/{deployment}/fit/", None, (401, 403, 403, 403, 200)),
+    # weight downloads: admins only; a POST to a host whose key is unconfirmed is refused (400),
+    # cancel of a queued job with no remote process needs no SSH
+    ("get", "/api/downloads/", None, (401, 403, 403, 403, 200)),
+    ("post", "/api/downloads/", {"host": "{host}", "repo_id": "acme/tiny"}, (401, 403, 403, 403, 400)),
+    ("get", "/api/downloads/{download}/", None, (401, 403, 403, 403, 200)),
+    ("post", "/api/downloads/{download}/cancel/", None, (401, 403, 403, 403, 200)),
+    ("patch", "/api/downloads/{download}/", {"pattern": "*.gguf"}, (401, 403, 403, 403, 405)),
+    ("delete", "/api/downloads/{download}/", None, (401, 403, 403, 403, 405)),
     # launch jobs: admins, read-only
     ("get", "/api/jobs/", None, (401, 403, 403, 403, 200)),
     ("get", "/api/jobs/{job}/", None, (401, 403, 403, 403, 200)),
@@ -300,6 +308,7 @@ MY_VIEW_MODULES = {
     "channels.api.views",
     "keys.api.views",
     "hosts.deployments.api.views",
+    "hosts.downloads.api.views",
     "channels.health.api.views",
     "keys.usage.api.views",
     "clientconfigs.api.views",

@@ -1,0 +1,53 @@
+"""REST API for weight downloads (admins only).
+
+/api/downloads/                 list (filters: host, state, source, repo_id); POST queues one, or
+                                joins the running one for the same target (200, `joined: true`)
+/api/downloads/{id}/            progress as the last poll wrote it (bytes, per file, rate, ETA)
+/api/downloads/{id}/cancel/     POST → stops the remote process; 409 once finished
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+
+from hosts.downloads import services
+from hosts.downloads.filters import DownloadFilterSet
+from hosts.downloads.models import ModelDownload
+from portal.permissions import IsAdmin
+
+from .serializers import DownloadSerializer
+
+
+class DownloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    queryset = ModelDownload.objects.select_related("host")
+    serializer_class = DownloadSerializer
+    permission_classes = [IsAdmin]
+    filterset_class = DownloadFilterSet
+    ordering_fields = ["created", "state", "done_bytes"]
+
+    def create(self, request, *args, **kwargs):
+        body = self.get_serializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            job, created = services.request_download(user=request.user, **body.validated_data)
+        except DjangoValidationError as exc:
+            raise ValidationError(
+                exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+            ) from None
+        answer = DownloadSerializer(job, context={**self.get_serializer_context(), "joined": not created})
+        return Response(answer.data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    @extend_schema(request=None, responses={200: DownloadSerializer, 409: dict})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        job = self.get_object()
+        try:
+            services.cancel(job, user=request.user)
+        except services.DownloadConflict as exc:
+            return Response({"detail": exc.message}, status=status.HTTP_409_CONFLICT)
+        return Response(DownloadSerializer(job, context=self.get_serializer_context()).data)

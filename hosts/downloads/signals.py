@@ -1,0 +1,8 @@
+"""Sent by the download services; `hosts.downloads.tasks` connects the receiver that queues the
+next step, so the services never import the tasks that call them."""
+
+from django.dispatch import Signal
+
+# A download needs a step (after the commit that created it, or after a step that left it
+# active): `download_id`, `countdown` seconds to wait first.
+step_needed = Signal()

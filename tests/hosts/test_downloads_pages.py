@@ -1,0 +1,109 @@
+"""Download pages and API without a host to talk to: requests only queue jobs (the step task is
+sent on commit, never inside a test transaction), so nothing here opens SSH."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import IntegrityError, transaction
+
+from hosts.downloads import services
+from hosts.downloads.choices import DownloadState
+from hosts.downloads.models import ModelDownload
+from hosts.models import Host
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def host() -> Host:
+    return Host.objects.create(
+        name="gpu-a", address="10.0.0.9", username="ubuntu", host_key_fingerprint="SHA256:pinned"
+    )
+
+
+@pytest.fixture
+def admin_api_client(admin):
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.force_login(admin)
+    return client
+
+
+FORM = {"source": "huggingface", "repo_id": "unsloth/Qwen3-8B-GGUF", "revision": "main", "pattern": " *Q4_K_M.gguf "}
+
+
+def test_the_form_queues_a_download_and_a_second_request_joins_it(admin_client, host):
+    first = admin_client.post(f"/hosts/{host.pk}/downloads/new/", {**FORM, "token": "hf_x"}, follow=True)
+    job = ModelDownload.objects.get()
+    assert first.redirect_chain[-1][0] == f"/downloads/{job.pk}/"
+    assert job.pattern == "*Q4_K_M.gguf" and job.token == "hf_x" and job.state == DownloadState.QUEUED
+    assert b"hf_x" not in first.content and b"set (encrypted)" in first.content
+
+    second = admin_client.post(f"/hosts/{host.pk}/downloads/new/", FORM, follow=True)
+    assert second.redirect_chain[-1][0] == f"/downloads/{job.pk}/"
+    assert b"already running" in second.content and ModelDownload.objects.count() == 1
+
+    page = admin_client.get(f"/hosts/{host.pk}/").content.decode()
+    assert "unsloth/Qwen3-8B-GGUF" in page and f"/downloads/{job.pk}/" in page
+
+
+def test_the_database_allows_one_active_job_per_target(host):
+    ModelDownload.objects.create(host=host, repo_id="a/b", pattern="*.gguf")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        ModelDownload.objects.create(host=host, repo_id="a/b", pattern="*.gguf")
+    ModelDownload.objects.create(host=host, repo_id="a/b", pattern="*.safetensors")  # another target
+    ModelDownload.objects.filter(pattern="*.gguf").update(state=DownloadState.DONE)
+    ModelDownload.objects.create(host=host, repo_id="a/b", pattern="*.gguf")  # the old one finished
+
+
+def test_bad_input_is_refused_with_field_errors(admin_client, admin_api_client, host):
+    page = admin_client.post(
+        f"/hosts/{host.pk}/downloads/new/", {**FORM, "repo_id": "no-slash", "pattern": "-rf /", "revision": "../x"}
+    )
+    assert page.status_code == 400 and not ModelDownload.objects.exists()
+    answer = admin_api_client.post("/api/downloads/", {"host": host.pk, "repo_id": "a/b", "endpoint": "file:///etc"})
+    assert answer.status_code == 400 and "endpoint" in answer.json()
+    unconfirmed = Host.objects.create(name="new", address="10.0.0.10", username="ubuntu")
+    answer = admin_api_client.post("/api/downloads/", {"host": unconfirmed.pk, "repo_id": "a/b"})
+    assert answer.status_code == 400 and "Confirm the host key" in str(answer.json())
+
+
+def test_developers_cannot_see_or_request_downloads(alice_client, host):
+    job, _ = services.request_download(host=host, repo_id="a/b")
+    assert alice_client.get(f"/downloads/{job.pk}/").status_code == 403
+    assert alice_client.post(f"/hosts/{host.pk}/downloads/new/", FORM).status_code == 403
+    assert alice_client.get(f"/hosts/{host.pk}/models/").status_code == 403
+
+
+def test_cancel_has_a_confirmation_page_and_a_queued_job_needs_no_host(admin_client, host):
+    job, _ = services.request_download(host=host, repo_id="a/b", token="hf_secret")
+    confirm = admin_client.get(f"/downloads/{job.pk}/cancel/")
+    assert confirm.status_code == 200 and b"Cancel the download of a/b to gpu-a?" in confirm.content
+    admin_client.post(f"/downloads/{job.pk}/cancel/")
+    job.refresh_from_db()
+    assert job.state == DownloadState.CANCELLED and job.token == "" and job.finished is not None
+
+
+def test_the_launch_form_offers_finished_downloads_and_prefills_from_one(admin_client, host):
+    ModelDownload.objects.create(
+        host=host,
+        repo_id="unsloth/Qwen3-8B-GGUF",
+        state=DownloadState.DONE,
+        local_path="/home/u/.gateway-portal/models/unsloth--Qwen3-8B-GGUF",
+        files=[{"name": "Qwen3-8B-Q4_K_M.gguf", "size": 5, "done": 5}],
+    )
+    ModelDownload.objects.create(
+        host=host, repo_id="Qwen/Qwen3-8B", state=DownloadState.DONE, local_path="/home/u/m/Qwen--Qwen3-8B"
+    )
+    page = admin_client.get(f"/hosts/{host.pk}/deployments/new/").content.decode()
+    gguf = "/home/u/.gateway-portal/models/unsloth--Qwen3-8B-GGUF/Qwen3-8B-Q4_K_M.gguf"
+    assert gguf in page and "/home/u/m/Qwen--Qwen3-8B" in page and "Download a model first" in page
+    filled = admin_client.get(f"/hosts/{host.pk}/deployments/new/", {"model_path": gguf, "backend": "llamacpp"})
+    assert f'value="{gguf}"' in filled.content.decode()
+
+
+def test_the_form_proposes_the_mirror_this_host_used_last(admin_client, host):
+    assert b'value="https://hf-mirror.com"' not in admin_client.get(f"/hosts/{host.pk}/downloads/new/").content
+    services.request_download(host=host, repo_id="a/b", endpoint="https://hf-mirror.com")
+    assert b'value="https://hf-mirror.com"' in admin_client.get(f"/hosts/{host.pk}/downloads/new/").content
