@@ -27,6 +27,8 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.db import OperationalError, close_old_connections, connections
 
+from portal.db import use_timeouts
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -53,7 +55,9 @@ _LAST_RESORT = 2
 
 # The gateway's lookups (key and catalog loads) run on one thread, so its connection is reused and
 # can be closed at shutdown; the usage writer has its own thread and connection (`usage`).
-_db_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-db")
+_db_executor = ThreadPoolExecutor(
+    max_workers=1, thread_name_prefix="gateway-db", initializer=use_timeouts, initargs=("gateway",)
+)
 
 
 def _with_fresh_connection(fn: Callable[..., T], *args: Any) -> T:

@@ -26,6 +26,7 @@ from django.db.models import F, Q
 
 from keys.choices import UsageStatus
 from keys.models import Key, UsageDaily, UsageRecord
+from portal.db import use_timeouts
 
 from . import metrics
 
@@ -269,7 +270,9 @@ class UsageWriter:
         self._task: asyncio.Task[None] | None = None
         # Its own thread (and so its own connection): batches in order, and a slow or locked write
         # never delays the gateway's key and model lookups.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="usage-writer")
+        self._executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="usage-writer", initializer=use_timeouts, initargs=("gateway",)
+        )
         self._stopping = False
 
     def record(self, event: UsageEvent) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from . import db as pdb
 from . import embedded_redis
 from . import env as penv
 from .env import get
@@ -115,6 +116,23 @@ else:
 # Kept connections on both engines: reopening SQLite (and its PRAGMAs) per query costs more than
 # the query. Health checks are PostgreSQL's; a SQLite file connection does not go stale.
 DATABASES["default"]["CONN_MAX_AGE"] = get("DATABASE_CONN_MAX_AGE", int, 60)
+# Deadlines per process kind (`portal.db`): the UI's here, the Celery worker's set when it starts,
+# the gateway's (tighter: it serves from its snapshot when the database is slow) on its own threads.
+DATABASE_CONNECT_TIMEOUT = get("DATABASE_CONNECT_TIMEOUT", float, 3.0)
+DATABASE_STATEMENT_TIMEOUT = get("DATABASE_STATEMENT_TIMEOUT", float, 30.0)
+DATABASE_WORKER_STATEMENT_TIMEOUT = get("DATABASE_WORKER_STATEMENT_TIMEOUT", float, 600.0)
+GATEWAY_DB_CONNECT_TIMEOUT = get("GATEWAY_DB_CONNECT_TIMEOUT", float, 2.0)
+GATEWAY_DB_TIMEOUT = get("GATEWAY_DB_TIMEOUT", float, 3.0)
+for _name, _seconds in (
+    ("DATABASE_CONNECT_TIMEOUT", DATABASE_CONNECT_TIMEOUT),
+    ("DATABASE_STATEMENT_TIMEOUT", DATABASE_STATEMENT_TIMEOUT),
+    ("DATABASE_WORKER_STATEMENT_TIMEOUT", DATABASE_WORKER_STATEMENT_TIMEOUT),
+    ("GATEWAY_DB_CONNECT_TIMEOUT", GATEWAY_DB_CONNECT_TIMEOUT),
+    ("GATEWAY_DB_TIMEOUT", GATEWAY_DB_TIMEOUT),
+):
+    if not _seconds > 0:
+        raise penv.ConfigError(f"Invalid value for {_name}: {_seconds!r} (expected seconds > 0)")
+pdb.configure(DATABASES["default"], DATABASE_CONNECT_TIMEOUT, DATABASE_STATEMENT_TIMEOUT)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: the broker, the cache and the gateway's counters ----------------------------------
