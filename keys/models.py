@@ -122,6 +122,9 @@ class UsageRecord(models.Model):
 
     created = models.DateTimeField(default=timezone.now, db_index=True)
     request_id = models.CharField(max_length=64, blank=True)
+    # The gateway's idempotency key for this record: a batch replayed from its journal after an
+    # outage (or retried after a lost commit) inserts each record at most once.
+    event_id = models.UUIDField(null=True, blank=True, editable=False)
     key = models.ForeignKey(Key, null=True, on_delete=models.SET_NULL, related_name="usage")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="usage")
     # The owner's team at the time of the request: moving a user later does not rewrite history.
@@ -161,6 +164,7 @@ class UsageRecord(models.Model):
             models.Index(fields=["team", "created"], name="usage_team_created"),
             models.Index(fields=["channel", "created"], name="usage_channel_created"),
         ]
+        constraints = [models.UniqueConstraint(fields=["event_id"], name="usage_event_id_unique")]
 
     def __str__(self) -> str:
         return f"{self.created:%Y-%m-%d %H:%M:%S} {self.model} {self.total_tokens} tok"

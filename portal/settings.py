@@ -379,6 +379,12 @@ GATEWAY_MAX_RESPONSE_BYTES = get("GATEWAY_MAX_RESPONSE_BYTES", int, 16 * 1024 * 
 GATEWAY_DEFAULT_MAX_TOKENS = get("GATEWAY_DEFAULT_MAX_TOKENS", int, 4096)
 GATEWAY_CACHE_TTL = get("GATEWAY_CACHE_TTL", float, 5.0)
 GATEWAY_KEY_TTL = get("GATEWAY_KEY_TTL", float, 4.0)
+# Gateway: seconds it serves keys, users, teams, models and routes from its snapshot while the
+# database is unreachable (ARCHITECTURE.md, "When a dependency fails").
+GATEWAY_DB_OUTAGE_GRACE = get("GATEWAY_DB_OUTAGE_GRACE", float, 900.0)
+# Gateway: usage events kept in memory at most; past it (or while the database is down) they wait
+# in the usage journal only.
+GATEWAY_USAGE_QUEUE = get("GATEWAY_USAGE_QUEUE", int, 10_000)
 GATEWAY_REDIS_TIMEOUT = get("GATEWAY_REDIS_TIMEOUT", float, 1.0)
 GATEWAY_LEASE_SECONDS = get("GATEWAY_LEASE_SECONDS", float, 9.0)
 GATEWAY_USAGE_FLUSH_INTERVAL = get("GATEWAY_USAGE_FLUSH_INTERVAL", float, 0.5)
