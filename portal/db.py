@@ -182,7 +182,9 @@ def _guard_connection(sender: Any, connection: Any, **kwargs: Any) -> None:
     is_usable = connection.is_usable
 
     def guarded_is_usable() -> bool:
-        with deadline(connection):
+        # A round trip, not a statement: a kept connection a stalled network holds is dropped
+        # within the connect timeout (and the request reconnects, or fails fast).
+        with deadline(connection, connection.settings_dict["OPTIONS"].get("connect_timeout")):
             return is_usable()
 
     connection.is_usable = guarded_is_usable

@@ -118,7 +118,7 @@ else:
 DATABASES["default"]["CONN_MAX_AGE"] = get("DATABASE_CONN_MAX_AGE", int, 60)
 # Deadlines per process kind (`portal.db`): the UI's here, the Celery worker's set when it starts,
 # the gateway's (tighter: it serves from its snapshot when the database is slow) on its own threads.
-DATABASE_CONNECT_TIMEOUT = get("DATABASE_CONNECT_TIMEOUT", float, 3.0)
+DATABASE_CONNECT_TIMEOUT = get("DATABASE_CONNECT_TIMEOUT", float, 2.0)
 DATABASE_STATEMENT_TIMEOUT = get("DATABASE_STATEMENT_TIMEOUT", float, 30.0)
 DATABASE_WORKER_STATEMENT_TIMEOUT = get("DATABASE_WORKER_STATEMENT_TIMEOUT", float, 600.0)
 GATEWAY_DB_CONNECT_TIMEOUT = get("GATEWAY_DB_CONNECT_TIMEOUT", float, 2.0)

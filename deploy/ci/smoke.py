@@ -153,10 +153,10 @@ def main() -> None:
     expect(ipaddress.ip_address(proxy_ip["IPAddress"]) in network, f"proxy {proxy_ip['IPAddress']} not in {trusted}")
     ok(f"the proxy ({proxy_ip['IPAddress']}) is in the trusted edge subnet {trusted}")
 
-    status, raw, _ = request(f"{base}/healthz")
+    status, raw, _ = request(f"{base}/readyz")
     health = json.loads(raw)
-    expect(status == 200 and health["database"]["ok"] and health["broker"]["ok"], f"/healthz: {status} {health}")
-    ok("/healthz through the proxy: PostgreSQL and Redis ok")
+    expect(status == 200 and health["database"]["ok"] and health["redis"]["ok"], f"/readyz: {status} {health}")
+    ok("/readyz through the proxy: PostgreSQL and Redis ok")
 
     # .env reaches every app container (env_file), compose's own variables still win.
     for service in ("web", "worker", "beat"):

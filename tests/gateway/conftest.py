@@ -213,7 +213,8 @@ class ProcessServer:
         return f"http://127.0.0.1:{self.port}"
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + 30
+        # Importing Django and the apps takes 30 s and more on a loaded 2-core machine.
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError("gateway process died: " + self.proc.stderr.read().decode()[-2000:])
