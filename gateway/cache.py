@@ -437,7 +437,7 @@ class SnapshotFile:
 
     @property
     def path(self) -> Path:
-        return Path(settings.DATA_DIR) / self.NAME
+        return Path(settings.GATEWAY_STATE_DIR) / self.NAME
 
     def _read(self) -> dict[str, Any] | None:
         try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 from django.conf import settings
 from django.db import connection
@@ -34,7 +35,7 @@ def _select_one() -> None:
         cur.fetchone()
 
 
-async def _timed(check) -> dict:
+async def _timed(check: Callable[[], Awaitable[None]]) -> dict[str, object]:
     started = time.perf_counter()
     try:
         await asyncio.wait_for(check(), READY_DEADLINE)

@@ -339,7 +339,7 @@ class Journal:
 
     @property
     def root(self) -> Path:
-        return Path(settings.DATA_DIR) / "usage-journal"
+        return Path(settings.GATEWAY_STATE_DIR) / "usage-journal"
 
     def open(self) -> None:
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)

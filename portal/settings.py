@@ -385,6 +385,9 @@ GATEWAY_DB_OUTAGE_GRACE = get("GATEWAY_DB_OUTAGE_GRACE", float, 900.0)
 # Gateway: usage events kept in memory at most; past it (or while the database is down) they wait
 # in the usage journal only.
 GATEWAY_USAGE_QUEUE = get("GATEWAY_USAGE_QUEUE", int, 10_000)
+# Gateway: where its on-disk snapshot and usage journal live (replicas that share it adopt each
+# other's journals and snapshot); default the data folder.
+GATEWAY_STATE_DIR = Path(get("GATEWAY_STATE_DIR", str, "") or DATA_DIR)
 GATEWAY_REDIS_TIMEOUT = get("GATEWAY_REDIS_TIMEOUT", float, 1.0)
 GATEWAY_LEASE_SECONDS = get("GATEWAY_LEASE_SECONDS", float, 9.0)
 GATEWAY_USAGE_FLUSH_INTERVAL = get("GATEWAY_USAGE_FLUSH_INTERVAL", float, 0.5)
