@@ -361,7 +361,7 @@ class Journal:
         if self.dir is None:
             return adopted
         for other in sorted(self.root.iterdir()):
-            if other == self.dir or not other.is_dir():
+            if other == self.dir or not other.is_dir() or other.name == "failed":
                 continue
             try:
                 fd = os.open(other / "lock", os.O_WRONLY | os.O_CREAT, 0o600)
@@ -392,6 +392,17 @@ class Journal:
         if adopted:
             logger.warning("adopted %d usage journal files of a process that stopped", len(adopted))
         return adopted
+
+    def quarantine(self, seg: Segment) -> None:
+        """Move a file whose batch cannot be written to `usage-journal/failed/` for an operator."""
+        if seg.path == Path():
+            return
+        failed = self.root / "failed"
+        try:
+            failed.mkdir(mode=0o700, exist_ok=True)
+            os.replace(seg.path, failed / f"{uuid.uuid4().hex[:8]}-{seg.path.name}")
+        except OSError as exc:
+            logger.error("could not set aside %s: %s", seg.path, exc)
 
     def close(self, *, remove: bool) -> None:
         if self.dir is not None and remove:
@@ -539,6 +550,13 @@ class UsageWriter:
                 await loop.run_in_executor(self._executor, self._write_segment, seg)
             except Exception as exc:
                 metrics.FLUSH_ERRORS.inc()
+                if not isinstance(exc, (OperationalError, InterfaceError)):
+                    # Not the database being away: this batch cannot be written as it is (a bug, a
+                    # row it references deleted). Set it aside, so it does not block the others.
+                    logger.exception("a usage batch of %d records cannot be written; kept aside", seg.count)
+                    self._sealed.pop(0)
+                    self.journal.quarantine(seg)
+                    continue
                 if self._down_since is None:
                     self._down_since = time.monotonic()
                     if isinstance(exc, (OperationalError, InterfaceError)):
@@ -547,8 +565,6 @@ class UsageWriter:
                             exc.__class__.__name__,
                             self.journaled,
                         )
-                    else:
-                        logger.exception("writing %d usage records failed; they are kept for the next flush", seg.count)
                 return
             self._sealed.pop(0)
             if self._down_since is not None:

@@ -70,7 +70,13 @@ class Driver:
                 r = await client.post(
                     url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
                 )
-                self.statuses[r.status_code] += 1
+                if r.status_code == 200:
+                    self.statuses[200] += 1
+                else:  # which error, from which gateway: the failure message says
+                    code = r.json().get("error", {}).get("code") if "json" in r.headers.get("content-type", "") else ""
+                    self.statuses[
+                        f"{r.status_code} {code} from {self.live.index(url) if url in self.live else url}"
+                    ] += 1
                 self.by_url[url] += 1
             except httpx.HTTPError as exc:
                 self.statuses[type(exc).__name__] += 1
@@ -80,7 +86,7 @@ class Driver:
 
     @property
     def answered(self) -> int:
-        return sum(n for s, n in self.statuses.items() if isinstance(s, int))
+        return sum(n for s, n in self.statuses.items() if isinstance(s, int) or s[:1].isdigit())
 
 
 def probe(url: str, key: str) -> httpx.Response:
