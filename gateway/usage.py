@@ -537,10 +537,13 @@ class UsageWriter:
                     waiting.events = None
 
     async def flush(self) -> None:
-        self._seal()
-        if not self._sealed:
-            return
         if self._down_since is not None and time.monotonic() - self._last_try < self.RETRY_EVERY:
+            return
+        if not self._sealed:
+            # While older batches wait for the database, the current file keeps growing: the
+            # outage's records are then one batch, not one per flush interval.
+            self._seal()
+        if not self._sealed:
             return
         loop = asyncio.get_running_loop()
         while self._sealed:
@@ -609,5 +612,8 @@ class UsageWriter:
         if self._sealed:
             logger.warning("%d usage records stay in the journal for the next gateway to write", self.journaled)
         await asyncio.get_running_loop().run_in_executor(self._executor, connections.close_all)
-        self.journal.close(remove=not self._sealed)
-        self._sealed, self._current = [], None
+        current = self._current
+        if current is not None and current.fd is not None:
+            os.close(current.fd)  # its records stay in the file for the next gateway
+        self.journal.close(remove=not self._sealed and (current is None or current.count == 0))
+        self._sealed, self._current, self._buffer = [], None, []
