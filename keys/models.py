@@ -196,6 +196,9 @@ class UsageDaily(models.Model):
             models.UniqueConstraint(
                 fields=["day", "user", "key", "model", "channel", "team"],
                 name="usagedaily_unique_bucket",
+                # A bucket without a team (or key, channel) is one bucket: with NULLs distinct, two
+                # gateways creating it at once made two, and every later F() update counted twice.
+                nulls_distinct=False,
             )
         ]
 
