@@ -40,7 +40,7 @@ EXPOSE 8000
 VOLUME ["/data"]
 
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4)"]
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=4)"]
 
 # One ASGI process per container; scale with replicas behind the proxy (see docker-compose.yml).
 # X-Forwarded-For is believed from PORTAL_TRUSTED_PROXIES only (applied in portal.asgi), so uvicorn's

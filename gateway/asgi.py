@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from portal.public import public_url
 
-from . import metrics
+from . import health, metrics
 from .call import Call, current, opened
 from .http import GatewayError, Receive, Request, Scope, Send, send_error
 from .metrics import IN_FLIGHT
@@ -51,6 +51,8 @@ ROUTES: list[tuple[str, str, Handler, Where]] = [
     ("POST", "/responses", responses.create_response, "v1+bare"),
     ("GET", "/responses", responses.refuse_get, "v1+bare"),
     ("GET", "/metrics", metrics.serve, "exact"),
+    ("GET", "/healthz", health.healthz, "exact"),
+    ("GET", "/readyz", health.readyz, "exact"),
 ]
 
 

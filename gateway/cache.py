@@ -9,23 +9,39 @@ Invalidation (a revoked key must stop within seconds on every replica):
   its snapshot and re-runs the request from authentication (see `admission`). Entries also expire
   after `GATEWAY_KEY_TTL` (4 s; routes `GATEWAY_CACHE_TTL`, 5 s) as a safety net. The embedded
   default works the same way, on the embedded Redis.
+
+Database outages (ARCHITECTURE.md, "When a dependency fails"): every load runs through `run_db`,
+which knows the database's health (`db_health`). While the database is unreachable or stalled, a
+key or catalog this process has loaded is served from the snapshot for up to
+`GATEWAY_DB_OUTAGE_GRACE` seconds after its last successful load; a key never seen (or dropped by a
+change Redis announced before the outage) is answered 503 with Retry-After, never served from an
+older copy. The snapshot is also kept on disk (`SnapshotFile`, encrypted, 0600), so a gateway
+restarted during an outage serves the keys its replicas had loaded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import ipaddress
 import logging
 import os
+import pickle
 import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import OperationalError, close_old_connections, connections
+from django.db import InterfaceError, OperationalError, close_old_connections, connections
+
+from portal.db import use_timeouts
+from portal.secrets import decrypt_bytes, encrypt_bytes
+
+from .http import GatewayError
 
 logger = logging.getLogger(__name__)
 
@@ -53,29 +69,116 @@ _LAST_RESORT = 2
 
 # The gateway's lookups (key and catalog loads) run on one thread, so its connection is reused and
 # can be closed at shutdown; the usage writer has its own thread and connection (`usage`).
-_db_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-db")
+_db_executor = ThreadPoolExecutor(
+    max_workers=1, thread_name_prefix="gateway-db", initializer=use_timeouts, initargs=("gateway",)
+)
+
+
+class DatabaseUnavailable(GatewayError):
+    """The database did not answer (refused, stalled past its deadline, or known to be down and not
+    due for another try): a 503 with Retry-After in the OpenAI shape when nothing cached can serve."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            503,
+            "The gateway cannot reach the portal's database right now; retry in a few seconds.",
+            code="database_unavailable",
+            headers=[(b"retry-after", b"5")],
+        )
+
+
+class DatabaseHealth:
+    """What this process knows of the database: when it last answered, since when it has not.
+    While it is down, one load is tried per `PROBE_INTERVAL`; the others fail at once, so requests
+    never queue behind a stalled connection on the one database thread."""
+
+    PROBE_INTERVAL = 1.0
+    SLOW_AFTER = 1.0  # a load running longer than this: serve the cached copy instead of waiting
+
+    def __init__(self) -> None:
+        self.last_ok = time.time()  # wall clock: the on-disk snapshot carries it across restarts
+        self.down_since: float | None = None
+        self.busy_since: float | None = None  # monotonic start of the load running now
+        self._last_try = 0.0
+
+    @property
+    def down(self) -> bool:
+        return self.down_since is not None
+
+    def degraded(self) -> bool:
+        """Down, or the load running now has taken longer than a healthy database would."""
+        busy = self.busy_since
+        return self.down or (busy is not None and time.monotonic() - busy > self.SLOW_AFTER)
+
+    def may_try(self) -> bool:
+        return self.down_since is None or time.monotonic() - self._last_try >= self.PROBE_INTERVAL
+
+    def staleness(self) -> float:
+        """Seconds since this process (or, after a restart, the snapshot it restored) last read the
+        database; the /readyz answer and `gateway_snapshot_staleness_seconds` export it."""
+        return max(0.0, time.time() - self.last_ok)
+
+    def mark_ok(self) -> None:
+        self.last_ok = time.time()
+        if self.down_since is not None:
+            logger.warning("database reachable again after %.0f s", time.time() - self.down_since)
+            self.down_since = None
+
+    def mark_failed(self, exc: BaseException) -> None:
+        if self.down_since is None:
+            self.down_since = time.time()
+            logger.error("database unreachable (%s): serving from the snapshot", exc.__class__.__name__)
+
+
+db_health = DatabaseHealth()
+
+
+def outage_grace() -> float:
+    return float(settings.GATEWAY_DB_OUTAGE_GRACE)
 
 
 def _with_fresh_connection(fn: Callable[..., T], *args: Any) -> T:
-    close_old_connections()
-    for attempt in range(5):
-        try:
-            return fn(*args)
-        except OperationalError as exc:
-            # SQLite (embedded) answers "locked" when another process holds the write lock.
-            if "locked" not in str(exc) or attempt == 4:
-                raise
-            time.sleep(0.05 * (attempt + 1))
-    raise AssertionError("unreachable")
+    if not db_health.may_try():  # went down while this job waited its turn
+        raise DatabaseUnavailable
+    db_health._last_try = time.monotonic()
+    db_health.busy_since = time.monotonic()
+    try:
+        close_old_connections()
+        for attempt in range(5):
+            try:
+                return fn(*args)
+            except OperationalError as exc:
+                # SQLite (embedded) answers "locked" when another process holds the write lock.
+                if "locked" not in str(exc) or attempt == 4:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+        raise AssertionError("unreachable")
+    finally:
+        db_health.busy_since = None
 
 
 async def run_db(fn: Callable[..., T], *args: Any) -> T:
-    """Run a synchronous database function on the gateway's database thread."""
-    return await asyncio.get_running_loop().run_in_executor(_db_executor, _with_fresh_connection, fn, *args)
+    """Run a synchronous database function on the gateway's database thread. Raises
+    DatabaseUnavailable (a 503) when the database is down, refused or stalled past its deadline."""
+    if not db_health.may_try():
+        raise DatabaseUnavailable
+    try:
+        result = await asyncio.get_running_loop().run_in_executor(_db_executor, _with_fresh_connection, fn, *args)
+    except (OperationalError, InterfaceError) as exc:
+        db_health.mark_failed(exc)
+        close_db_soon()
+        raise DatabaseUnavailable from exc
+    db_health.mark_ok()
+    return result
 
 
 async def close_db() -> None:
     await asyncio.get_running_loop().run_in_executor(_db_executor, connections.close_all)
+
+
+def close_db_soon() -> None:
+    """Drop the database thread's broken connection (the next load reconnects)."""
+    _db_executor.submit(connections.close_all)
 
 
 @dataclass(slots=True, frozen=True)
@@ -311,6 +414,104 @@ def _load_key(digest: str) -> KeyInfo | None:
     )
 
 
+@dataclass(slots=True)
+class Saved:
+    catalog: Catalog
+    keys: dict[str, KeyInfo]
+    generation: tuple[str | None, str | None] | None
+    saved_at: float  # wall clock
+
+
+class SnapshotFile:
+    """The snapshot on disk (`<data folder>/gateway-snapshot.bin`), shared by the replicas that share
+    the data folder: each merges the keys it loaded into it (under a file lock, newest load wins, only
+    entries loaded under the current key generation) every GATEWAY_CACHE_TTL while the database
+    answers. Pickled, then encrypted and authenticated with PORTAL_ENCRYPTION_KEYS (it holds the
+    channels' API keys and the key hashes); a file no key opens is ignored, so nothing another user
+    wrote is ever unpickled. Mode 0600."""
+
+    NAME = "gateway-snapshot.bin"
+
+    def __init__(self) -> None:
+        self.known: set[str] = set()  # digests in the file (a key gone from the database leaves it)
+
+    @property
+    def path(self) -> Path:
+        return Path(settings.GATEWAY_STATE_DIR) / self.NAME
+
+    def _read(self) -> dict[str, Any] | None:
+        try:
+            blob = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            data = pickle.loads(decrypt_bytes(blob))  # noqa: S301 - authenticated with our own key
+        except Exception as exc:
+            logger.warning("ignoring the gateway snapshot on disk: %s", exc)
+            return None
+        return data if isinstance(data, dict) and data.get("v") == 1 else None
+
+    def save(
+        self,
+        catalog: Catalog,
+        keys: dict[str, KeyInfo],
+        gone: list[str],
+        generation: tuple[str | None, str | None] | None,
+    ) -> None:
+        now, mono = time.time(), time.monotonic()
+        gen_keys = generation[0] if generation else None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            current = self._read() or {}
+            entries: dict[str, tuple[float, KeyInfo]] = {}
+            if current.get("gen_keys") == gen_keys:  # else they predate (or postdate) a change
+                entries = dict(current.get("keys", {}))
+            for digest, info in keys.items():
+                wall = now - (mono - info.loaded_at)
+                old = entries.get(digest)
+                if old is None or old[0] <= wall:
+                    entries[digest] = (wall, info)
+            for digest in gone:
+                entries.pop(digest, None)
+            grace = outage_grace()
+            entries = {d: e for d, e in entries.items() if now - e[0] <= grace}
+            data = {
+                "v": 1,
+                "saved_at": now,
+                "generation": generation,
+                "gen_keys": gen_keys,
+                "catalog": (now - (mono - catalog.loaded_at), catalog),
+                "keys": entries,
+            }
+            blob = encrypt_bytes(pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL))
+            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.write(fd, blob)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+            self.known = set(entries)
+
+    def load(self) -> Saved | None:
+        data = self._read()
+        if data is None:
+            return None
+        now, mono = time.time(), time.monotonic()
+        if now - float(data["saved_at"]) > outage_grace():
+            return None
+        wall, catalog = data["catalog"]
+        catalog.loaded_at = mono - (now - wall)
+        keys = {}
+        for digest, (loaded, info) in data["keys"].items():
+            info.loaded_at = mono - (now - loaded)
+            keys[digest] = info
+        self.known = set(keys)
+        return Saved(catalog=catalog, keys=keys, generation=data["generation"], saved_at=float(data["saved_at"]))
+
+
 class Snapshot:
     """The process-wide cache. All access happens on the event loop thread."""
 
@@ -318,6 +519,7 @@ class Snapshot:
 
     def __init__(self) -> None:
         self.catalog: Catalog | None = None
+        self.last_catalog: Catalog | None = None  # the last one loaded: served while the database is down
         self.keys: dict[str, KeyInfo] = {}
         self.missing: dict[str, float] = {}  # digests of unknown keys, with when we looked
         self.generation: tuple[str | None, str | None] | None = None
@@ -325,6 +527,8 @@ class Snapshot:
         self.routes_version = 0
         self.keys_version = 0  # a load that started before an invalidation must not be stored
         self._key_locks: dict[str, asyncio.Future[KeyInfo | None]] = {}
+        self.dirty = False  # loaded something since the last save to disk
+        self.file = SnapshotFile()
 
     @property
     def ttl(self) -> float:
@@ -335,11 +539,14 @@ class Snapshot:
     def reset(self) -> None:
         """Forget everything, including loop-bound locks (a new event loop is starting)."""
         self.invalidate()
+        self.last_catalog = None
         self.generation = None
         self._catalog_lock = None
         self._key_locks = {}
 
     def invalidate(self, *, keys: bool = True, routes: bool = True) -> None:
+        # A dropped key is never served from an older copy, even during an outage: a revocation
+        # announced before the database went away holds (SECURITY.md).
         if keys:
             self.keys, self.missing = {}, {}
             self.keys_version += 1
@@ -361,56 +568,120 @@ class Snapshot:
             return True
         return False
 
+    def _usable_in_outage(self, cat: Catalog | None) -> Catalog | None:
+        if cat is not None and time.monotonic() - cat.loaded_at <= outage_grace():
+            return cat
+        return None
+
     async def get_catalog(self) -> Catalog:
         """The current catalog. It is reloaded in the background every GATEWAY_CACHE_TTL seconds
-        (`refresh_forever`), so a request only waits for a load after an invalidation."""
+        (`refresh_forever`), so a request only waits for a load after an invalidation. While the
+        database is unreachable, the last one loaded (routing changes are not access changes)."""
         cat = self.catalog
         if cat is not None:
             return cat
         if self._catalog_lock is None:
             self._catalog_lock = asyncio.Lock()
+        fallback = self._usable_in_outage(self.last_catalog)
+        if fallback is not None and db_health.degraded():
+            return fallback
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._load_catalog()), self._patience(fallback))
+        except (DatabaseUnavailable, TimeoutError):
+            if fallback is None:
+                raise DatabaseUnavailable from None
+            return fallback
+
+    @staticmethod
+    def _patience(fallback: object) -> float | None:
+        """How long a request waits for a load when a cached copy could answer it instead."""
+        return DatabaseHealth.SLOW_AFTER if fallback is not None else None
+
+    async def _load_catalog(self) -> Catalog:
+        assert self._catalog_lock is not None
         async with self._catalog_lock:
             if self.catalog is None:
                 version = self.routes_version
                 cat = await run_db(_load_catalog)
+                self.last_catalog = cat
+                self.dirty = True
                 if version == self.routes_version:
                     self.catalog = cat
                 return cat
             return self.catalog
 
     async def refresh_forever(self) -> None:
-        """Keep the catalog fresh for changes that send no signal (health checks use update())."""
+        """Keep the catalog fresh for changes that send no signal (health checks use update()),
+        and the on-disk copy of the snapshot current."""
         while True:
             await asyncio.sleep(float(settings.GATEWAY_CACHE_TTL))
             version = self.routes_version
             try:
                 cat = await run_db(_load_catalog)
+            except DatabaseUnavailable:
+                continue  # logged once by db_health; the last catalog is kept
             except Exception:
                 logger.exception("reloading the gateway's model catalog failed; keeping the last one")
                 continue
+            self.last_catalog = cat
             if version == self.routes_version:
                 self.catalog = cat
+            await self.save()
+
+    async def save(self) -> None:
+        """Write what changed to the on-disk snapshot (only from fresh data: never during an outage)."""
+        if not self.dirty or db_health.down or self.last_catalog is None:
+            return
+        self.dirty = False
+        keys = {d: k for d, k in self.keys.items()}
+        gone = list(self.missing)
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                None, self.file.save, self.last_catalog, keys, gone, self.generation
+            )
+        except Exception:
+            logger.exception("saving the gateway's snapshot to disk failed")
+
+    def restore(self) -> None:
+        """At start: the on-disk snapshot, if young enough, as the fallback for an outage. Its keys
+        are due for a reload at once; its generation makes the first Redis answer drop them if
+        anything changed since it was saved."""
+        saved = self.file.load()
+        if saved is None:
+            return
+        self.last_catalog = saved.catalog
+        self.keys = saved.keys
+        self.generation = saved.generation
+        db_health.last_ok = saved.saved_at
+        logger.info("restored the gateway snapshot saved %.0f s ago (%d keys)", db_health.staleness(), len(self.keys))
 
     async def get_key(self, digest: str) -> KeyInfo | None:
         now = time.monotonic()
         entry = self.keys.get(digest)
-        if entry is not None and now - entry.loaded_at < self.ttl:
+        age = now - entry.loaded_at if entry is not None else 0.0
+        if entry is not None and age < self.ttl:
             return entry
         missing_at = self.missing.get(digest)
         if missing_at is not None and now - missing_at < self.ttl:
             return None
         # One load per digest at a time: a burst of requests with a new key makes one query.
         pending = self._key_locks.get(digest)
-        if entry is not None and now - entry.loaded_at < self.ttl + STALE_GRACE:
-            # Expired by age only (a change would have dropped it): serve the cached copy while
-            # it is reloaded, so a slow database never stalls a key's requests.
-            if pending is None:
+        in_outage = db_health.degraded() and age <= outage_grace()
+        usable = entry is not None and (age < self.ttl + STALE_GRACE or in_outage)
+        if usable:
+            # Expired by age only (a change would have dropped it), or the database is down: serve
+            # the cached copy while it is reloaded, so a slow database never stalls a key's requests.
+            if pending is None and db_health.may_try():
                 task = asyncio.get_running_loop().create_task(self._load_key(digest))
                 task.add_done_callback(_log_reload_failure)
             return entry
-        if pending is not None:
-            return await asyncio.shield(pending)
-        return await self._load_key(digest)
+        load = asyncio.shield(pending if pending is not None else asyncio.ensure_future(self._load_key(digest)))
+        if entry is None or age > outage_grace():
+            return await load
+        try:  # a copy a little older than the TTL: wait for the reload, but not through a stall
+            return await asyncio.wait_for(load, DatabaseHealth.SLOW_AFTER)
+        except (DatabaseUnavailable, TimeoutError):
+            return entry
 
     async def _load_key(self, digest: str) -> KeyInfo | None:
         pending = self._key_locks.get(digest)
@@ -427,8 +698,10 @@ class Snapshot:
                 pass  # changed meanwhile: answer this request, keep nothing
             elif info is None:
                 self.missing[digest] = time.monotonic()
+                self.dirty = self.dirty or digest in self.file.known
             else:
                 self.keys[digest] = info
+                self.dirty = True
             fut.set_result(info)
             return info
         except BaseException as exc:
@@ -440,7 +713,7 @@ class Snapshot:
 
 
 def _log_reload_failure(task: asyncio.Task[KeyInfo | None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
+    if not task.cancelled() and task.exception() is not None and not isinstance(task.exception(), DatabaseUnavailable):
         logger.warning("reloading a key failed; the cached copy is kept for now: %r", task.exception())
 
 

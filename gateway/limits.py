@@ -144,6 +144,8 @@ def rate_headers(scopes: list[Scope], counts: list[int] | None = None) -> list[t
 
 # --------------------------------------------------------------------------------------- Redis
 
+# The clock is Redis's (TIME), so replicas whose clocks differ share the same minute windows;
+# ARGV[1] is the caller's estimate of it, unused by the script.
 # ARGV: now_ms, request id, scope count, reserve tokens, day, month, lease_ms, ms to day end,
 #       ms to month end, expected keys generation ('*': do not check), expected routes generation,
 #       then per scope: prefix, rpm, tpm, tpd, tpmo, par.
@@ -151,7 +153,8 @@ def rate_headers(scopes: list[Scope], counts: list[int] | None = None) -> list[t
 #         {0, gen_keys, gen_routes, scope index, limit name, limit value, retry_ms}, or
 #         {2, gen_keys, gen_routes} when the caller's caches are stale (nothing reserved).
 ADMIT_LUA = """
-local now = tonumber(ARGV[1])
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local rid = ARGV[2]
 local n = tonumber(ARGV[3])
 local tok = tonumber(ARGV[4])
@@ -262,11 +265,12 @@ return 1
 """
 
 
-# ARGV: lease end (ms), lease length (ms), then pairs of scope prefix and request id. Extends the
-# slots that still exist (a released one is not brought back).
+# ARGV: lease end (ms; unused: Redis's TIME + the lease is), lease length (ms), then pairs of scope
+# prefix and request id. Extends the slots that still exist (a released one is not brought back).
 RENEW_LUA = """
-local until_ms = tonumber(ARGV[1])
 local lease = tonumber(ARGV[2])
+local clock = redis.call('TIME')
+local until_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) + lease
 for i = 3, #ARGV, 2 do
   local p = ARGV[i] .. ':p'
   if redis.call('ZSCORE', p, ARGV[i + 1]) then
@@ -296,15 +300,34 @@ class RedisLimiter:
         self.in_flight: dict[str, Admission] = {}  # admissions holding a parallel slot
         self.pending: collections.deque[list[object]] = collections.deque(maxlen=MAX_PENDING_SETTLES)
         self._renewer: asyncio.Task[None] | None = None
+        # Redis's clock minus ours (seconds), measured with TIME at start and with every renewal:
+        # the day and month a reservation counts in are Redis's too (the minute windows are
+        # computed by the script itself), so replicas with skewed clocks agree.
+        self.clock_offset = 0.0
+
+    def now(self) -> float:
+        """Redis's clock, as far as this process knows it."""
+        return time.time() + self.clock_offset
+
+    async def sync_clock(self) -> None:
+        sent = time.time()
+        secs, micros = await self.redis.call("TIME")
+        received = time.time()
+        self.clock_offset = int(secs) + int(micros) / 1e6 - (sent + received) / 2
 
     def start(self) -> None:
         if self._renewer is None or self._renewer.done():
             self._renewer = asyncio.get_running_loop().create_task(self._renew_forever())
 
     async def _renew_forever(self) -> None:
+        try:
+            await self.sync_clock()
+        except (OSError, RespError) as exc:
+            logger.warning("reading Redis's clock failed: %r", exc)
         while True:
             await asyncio.sleep(lease_seconds() / 3)
             try:
+                await self.sync_clock()
                 await self.replay()
                 await self.renew()
             except (OSError, RespError) as exc:  # Redis away: the next round tries again
@@ -318,7 +341,7 @@ class RedisLimiter:
                     pairs += [s.prefix, adm.request_id]
         if pairs:
             lease = int(lease_seconds() * 1000)
-            await self.redis.evalsha(RENEW_LUA, [], [int(time.time() * 1000) + lease, lease, *pairs])
+            await self.redis.evalsha(RENEW_LUA, [], [int(self.now() * 1000) + lease, lease, *pairs])
 
     async def replay(self) -> None:
         """Settles queued while Redis was unreachable, oldest first, until one fails again."""
@@ -336,7 +359,7 @@ class RedisLimiter:
     ) -> Admission | Refusal | Stale:
         """Reserve for every scope at once. With `expected` (the generations the caller's caches
         were built from), a newer generation in Redis returns Stale and reserves nothing."""
-        now = time.time()
+        now = self.now()
         day, month, to_day, to_month = _windows(now)
         args: list[object] = [
             int(now * 1000),

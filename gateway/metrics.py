@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, Histogram, generate_latest
 
-from .cache import run_db, snapshot
+from .cache import DatabaseUnavailable, db_health, run_db, snapshot
 from .http import GatewayError, Request, send_bytes
 
 if TYPE_CHECKING:
@@ -77,6 +77,18 @@ IN_FLIGHT = InFlight()
 Gauge("gateway_in_flight_requests", "Gateway requests being handled by this process.").set_function(lambda: IN_FLIGHT.n)
 # Its value is read from the usage writer when scraped (`state` sets the function).
 QUEUE_DEPTH = Gauge("gateway_usage_queue_depth", "Usage records queued in this process, not yet written.")
+Gauge(
+    "gateway_snapshot_staleness_seconds",
+    "Seconds since this process last read the database (keys, models and routes are served from its "
+    "snapshot meanwhile, for up to GATEWAY_DB_OUTAGE_GRACE).",
+).set_function(db_health.staleness)
+Gauge(
+    "gateway_database_up", "1 while this process reaches the database, 0 while it serves from its snapshot."
+).set_function(lambda: 0.0 if db_health.down else 1.0)
+# Read from the usage writer when scraped (`state` sets the function).
+JOURNAL_DEPTH = Gauge(
+    "gateway_usage_journal_events", "Usage records waiting in this process's journal for the database to answer."
+)
 
 # (model, channel id, surface, status) -> the label children one request touches.
 _Children = tuple[Counter, Counter, Counter, Counter, Counter, Histogram, Histogram]
@@ -153,5 +165,17 @@ async def serve(req: Request) -> None:
             code="invalid_metrics_token",
             headers=[(b"www-authenticate", b'Bearer realm="metrics"')],
         )
-    body = await run_db(generate_latest, REGISTRY)
+    try:
+        body = await run_db(generate_latest, REGISTRY)
+    except DatabaseUnavailable:
+        # The collectors that read the database cannot answer: the gateway's own series still do.
+        body = generate_latest(REGISTRY.restricted_registry(_own_names()))
     await send_bytes(req.send, 200, body, content_type=CONTENT_TYPE_LATEST.encode())
+
+
+def _own_names() -> list[str]:
+    """The names of this process's in-memory series (not the apps' database collectors)."""
+    from portal.metrics import database_collectors
+
+    skip = database_collectors()
+    return [name for name, c in REGISTRY._names_to_collectors.items() if c not in skip]

@@ -23,6 +23,7 @@ from django.db import OperationalError, close_old_connections, connections
 from keys.models import RequestPayload
 from keys.payloads.redact import Redactor
 from keys.payloads.services import Captured, build
+from portal.db import use_timeouts
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +119,7 @@ class PayloadWriter:
         self._thread.start()
 
     def _run(self, q: queue.Queue[Captured | object]) -> None:
+        use_timeouts("gateway")
         redactor = Redactor()
         stopping = False
         while not stopping:

@@ -76,6 +76,7 @@ class ProcessState:
             return
         self.started = True
         snapshot.reset()
+        snapshot.restore()  # the fallback if the database is down now
         self.upstream()
         self.limiter = make_limiter()
         self.limiter.start()
@@ -135,6 +136,7 @@ class ProcessState:
             await self.limiter.close()
         await self.usage.stop()
         await self.payloads.stop()
+        await snapshot.save()
         if self.session is not None:
             await self.session.close()
             self.session = None
@@ -143,3 +145,4 @@ class ProcessState:
 
 process = ProcessState()
 metrics.QUEUE_DEPTH.set_function(lambda: process.usage.pending)
+metrics.JOURNAL_DEPTH.set_function(lambda: process.usage.journaled)

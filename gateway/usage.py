@@ -5,28 +5,51 @@ gateway process flushes every `GATEWAY_USAGE_FLUSH_INTERVAL` seconds (0.5 by def
 shutdown: one multi-row insert of UsageRecord rows, one F()-increment per (day, user, key, model,
 channel, team) bucket of UsageDaily (cached prompt tokens included), and one `last_used_at`
 update per key. The reports over these rows are `keys.usage.services`'s.
+
+Nothing counted is lost, nothing is counted twice (`Journal`): every event is appended to this
+process's journal file when it is recorded (one write(2): a SIGTERM or SIGKILL of the process loses
+nothing the kernel has), the file is fsynced before its batch is written (a power loss loses at most
+one flush interval), and deleted once the batch is committed. While the database is unreachable the
+sealed files wait on disk (at most GATEWAY_USAGE_QUEUE events stay in memory as well) and are
+written when it answers again; the files of a process that died are adopted by the next gateway
+that starts or by a running replica. Every record carries an idempotency key (`event_id`, unique):
+a retried or replayed batch inserts with ON CONFLICT DO NOTHING and counts the daily buckets of
+the rows it inserted only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import fcntl
 import logging
 import math
+import os
 import time
+import uuid
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
 from django.conf import settings
-from django.db import IntegrityError, OperationalError, close_old_connections, connection, connections, transaction
+from django.db import (
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    connections,
+    transaction,
+)
 from django.db.models import F, Q
 
 from keys.choices import UsageStatus
 from keys.models import Key, UsageDaily, UsageRecord
 from portal import faults
+from portal.db import use_timeouts
 
 from . import metrics
 
@@ -114,6 +137,7 @@ class UsageEvent:
     cache_creation_tokens: int = 0
     route_explanation: list[str] = field(default_factory=list)  # `catalog.Selection.explanation`
     upstream_request_id: str = ""  # the upstream's own `x-request-id` (ours is `request_id`)
+    event_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # idempotency key of its record
 
     @property
     def total_tokens(self) -> int:
@@ -143,12 +167,14 @@ _RECORD_COLUMNS = (
     "cache_creation_tokens",
     "route_explanation",
     "upstream_request_id",
+    "event_id",
 )
 
 
-def _insert_records(events: list[UsageEvent]) -> None:
+def _insert_records(events: list[UsageEvent], *, replay: bool = False) -> list[UsageEvent]:
     """One multi-row INSERT per batch: ORM object construction cost more CPU than the insert, and
-    the writer shares the gateway process with the hot path."""
+    the writer shares the gateway process with the hot path. A first attempt (fresh ids) uses COPY
+    on PostgreSQL; a `replay` skips the records already there and returns the ones it inserted."""
     table = connection.ops.quote_name(UsageRecord._meta.db_table)
     cols = ", ".join(connection.ops.quote_name(c) for c in _RECORD_COLUMNS)
     adapt = connection.ops.adapt_datetimefield_value if connection.vendor != "postgresql" else (lambda v: v)
@@ -176,16 +202,19 @@ def _insert_records(events: list[UsageEvent]) -> None:
             max(e.cache_creation_tokens, 0),
             orjson.dumps(e.route_explanation).decode(),
             e.upstream_request_id[:100],
+            e.event_id if connection.vendor != "postgresql" or not replay else uuid.UUID(e.event_id),
         )
         for e in events
     ]
+    if replay:
+        return _insert_new_only(table, cols, rows, events)
     if connection.vendor == "postgresql":
         # COPY: no SQL text to build, rows encoded in C.
         connection.ensure_connection()
         with connection.connection.cursor() as raw, raw.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row(row)
-        return
+        return events
     per_row = "(" + ", ".join(["%s"] * len(_RECORD_COLUMNS)) + ")"
     step = max(1, 900 // len(_RECORD_COLUMNS))  # SQLite's bound-parameter limit
     with connection.cursor() as cursor:
@@ -194,14 +223,35 @@ def _insert_records(events: list[UsageEvent]) -> None:
             # Only our own quoted identifiers and placeholders go into the text; values are bound.
             sql = f"INSERT INTO {table} ({cols}) VALUES " + ", ".join([per_row] * len(chunk))  # noqa: S608
             cursor.execute(sql, [v for row in chunk for v in row])
+    return events
 
 
-def write_batch(events: list[UsageEvent]) -> None:
+def _insert_new_only(table: str, cols: str, rows: list[tuple[Any, ...]], events: list[UsageEvent]) -> list[UsageEvent]:
+    """INSERT … ON CONFLICT (event_id) DO NOTHING RETURNING event_id (PostgreSQL and SQLite ≥ 3.35)."""
+    per_row = "(" + ", ".join(["%s"] * len(_RECORD_COLUMNS)) + ")"
+    step = max(1, 900 // len(_RECORD_COLUMNS))
+    conflict = connection.ops.quote_name("event_id")
+    inserted: set[str] = set()
+    with connection.cursor() as cursor:
+        for i in range(0, len(rows), step):
+            chunk = rows[i : i + step]
+            sql = (
+                f"INSERT INTO {table} ({cols}) VALUES "  # noqa: S608 - our quoted identifiers only
+                + ", ".join([per_row] * len(chunk))
+                + f" ON CONFLICT ({conflict}) DO NOTHING RETURNING {conflict}"
+            )
+            cursor.execute(sql, [v for row in chunk for v in row])
+            inserted.update(uuid.UUID(str(r[0])).hex for r in cursor.fetchall())
+    return [e for e in events if e.event_id in inserted]
+
+
+def write_batch(events: list[UsageEvent], *, replay: bool = False) -> None:
     """Persist a batch: records, daily buckets (F() upserts) and keys' last use. Safe to call from
-    any thread with a database connection."""
+    any thread with a database connection. With `replay` (a retry, or a journal from before an
+    outage) records already stored are skipped and counted nowhere."""
     if not events:
         return
-    _insert_records(events)
+    events = _insert_records(events, replay=replay)
     Bucket = tuple[dt.date, int | None, int | None, str, int | None, int | None]
     buckets: dict[Bucket, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0, 0, 0])
     last_used: dict[int, dt.datetime] = {}
@@ -263,28 +313,182 @@ def write_batch(events: list[UsageEvent]) -> None:
         )
 
 
+def event_from_json(line: bytes) -> UsageEvent:
+    data = orjson.loads(line)
+    data["created"] = dt.datetime.fromisoformat(data["created"])
+    return UsageEvent(**data)
+
+
+@dataclass(slots=True)
+class Segment:
+    """One journal file: the events recorded between two flushes."""
+
+    path: Path
+    fd: int | None  # open for appending until sealed and synced
+    count: int = 0
+    events: list[UsageEvent] | None = None  # in memory too (None: read it back from the file)
+    tried: bool = False  # a write was attempted: its outcome may be unknown, so retries skip duplicates
+    overflowed: bool = False  # recorded past the memory bound: read back from the file
+
+
+class Journal:
+    """This process's usage journal: `<data folder>/usage-journal/<process id>/<n>.jsonl`, one JSON
+    line per event, files 0600 in 0700 folders. The folder is locked (flock) for the process's
+    life; a folder whose lock is free belonged to a process that died, and its files are adopted."""
+
+    def __init__(self) -> None:
+        self.dir: Path | None = None
+        self._lock_fd: int | None = None
+        self._seq = 0
+
+    @property
+    def root(self) -> Path:
+        return Path(settings.GATEWAY_STATE_DIR) / "usage-journal"
+
+    def open(self) -> None:
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        own = self.root / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        own.mkdir(mode=0o700)
+        fd = os.open(own / "lock", os.O_WRONLY | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self.dir, self._lock_fd = own, fd
+
+    def new_segment(self) -> Segment:
+        assert self.dir is not None
+        self._seq += 1
+        path = self.dir / f"{self._seq:09d}.jsonl"
+        return Segment(path, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+
+    def adopt_orphans(self) -> list[Segment]:
+        """The segments of dead processes (their folder's lock is free), moved into ours."""
+        adopted: list[Segment] = []
+        if self.dir is None:
+            return adopted
+        for other in sorted(self.root.iterdir()):
+            if other == self.dir or not other.is_dir() or other.name == "failed":
+                continue
+            try:
+                fd = os.open(other / "lock", os.O_WRONLY | os.O_CREAT, 0o600)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue  # alive
+            try:
+                for old in sorted(other.glob("*.jsonl")):
+                    if old.stat().st_size == 0:
+                        old.unlink()
+                        continue
+                    self._seq += 1
+                    path = self.dir / f"{self._seq:09d}.jsonl"
+                    os.replace(old, path)
+                    # Its last write may have been cut (SIGKILL): such a batch may also be in the
+                    # database already, so it is written as a replay.
+                    adopted.append(Segment(path, None, tried=True))
+                (other / "lock").unlink(missing_ok=True)
+                other.rmdir()
+            except OSError as exc:
+                logger.warning("could not adopt the usage journal %s: %s", other, exc)
+            finally:
+                os.close(fd)
+        if adopted:
+            logger.warning("adopted %d usage journal files of a process that stopped", len(adopted))
+        return adopted
+
+    def quarantine(self, seg: Segment) -> None:
+        """Move a file whose batch cannot be written to `usage-journal/failed/` for an operator."""
+        if seg.path == Path():
+            return
+        failed = self.root / "failed"
+        try:
+            failed.mkdir(mode=0o700, exist_ok=True)
+            os.replace(seg.path, failed / f"{uuid.uuid4().hex[:8]}-{seg.path.name}")
+        except OSError as exc:
+            logger.error("could not set aside %s: %s", seg.path, exc)
+
+    def close(self, *, remove: bool) -> None:
+        if self.dir is not None and remove:
+            for leftover in self.dir.glob("*.jsonl"):
+                if leftover.stat().st_size == 0:
+                    leftover.unlink()
+            if not any(self.dir.glob("*.jsonl")):
+                (self.dir / "lock").unlink(missing_ok=True)
+                self.dir.rmdir()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+        self.dir, self._lock_fd = None, None
+
+
+def read_segment(path: Path) -> list[UsageEvent]:
+    events = []
+    for line in path.read_bytes().splitlines():
+        try:
+            events.append(event_from_json(line))
+        except (ValueError, TypeError):  # a line cut by a kill: it was never counted anywhere else
+            logger.warning("skipping a torn line in the usage journal %s", path.name)
+    return events
+
+
 class UsageWriter:
-    """Buffers events in memory and writes them in batches from one background thread."""
+    """Buffers events in memory and in the journal, and writes them in batches from one thread."""
+
+    ADOPT_EVERY = 10.0  # seconds between looks for journals of processes that died
+    RETRY_EVERY = 1.0  # while the database is down
 
     def __init__(self, interval: float | None = None) -> None:
         self._interval = interval
+        self._current: Segment | None = None
         self._buffer: list[UsageEvent] = []
+        self._sealed: list[Segment] = []
+        self.journal = Journal()
+        self._journal_failed = False
         self.recorded = 0  # events since start (the heap is settled again once traffic warmed it)
         self._task: asyncio.Task[None] | None = None
         # Its own thread (and so its own connection): batches in order, and a slow or locked write
         # never delays the gateway's key and model lookups.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="usage-writer")
+        self._executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="usage-writer", initializer=use_timeouts, initargs=("gateway",)
+        )
         self._stopping = False
+        self._down_since: float | None = None
+        self._last_try = 0.0
+        self._last_adopt = 0.0
+
+    def _segment(self) -> Segment | None:
+        if self._current is None and not self._journal_failed:
+            try:
+                if self.journal.dir is None:
+                    self.journal.open()
+                self._current = self.journal.new_segment()
+            except OSError as exc:
+                self._journal_failed = True  # usage still flows to the database; say so once
+                logger.error("usage journal unavailable (%s): usage is kept in memory only", exc)
+        return self._current
 
     def record(self, event: UsageEvent) -> None:
-        self._buffer.append(event)
+        seg = self._segment()
+        if seg is not None:
+            assert seg.fd is not None
+            os.write(seg.fd, orjson.dumps(event) + b"\n")
+            seg.count += 1
+        if seg is None or len(self._buffer) < int(settings.GATEWAY_USAGE_QUEUE):
+            self._buffer.append(event)
+        else:
+            seg.overflowed = True  # past the memory bound: this batch is read back from its file
         self.recorded += 1
         metrics.observe(event)
 
     @property
     def pending(self) -> int:
         """Events queued, not yet written."""
-        return len(self._buffer)
+        return self.journaled + (self._current.count if self._current is not None else len(self._buffer))
+
+    @property
+    def journaled(self) -> int:
+        """Events in sealed journal files waiting for the database."""
+        return sum(seg.count for seg in self._sealed)
 
     @property
     def interval(self) -> float:
@@ -295,39 +499,103 @@ class UsageWriter:
     def start(self) -> None:
         if self._task is None or self._task.done():
             self._stopping = False
+            self._segment()
+            self._adopt()
             self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def _adopt(self) -> None:
+        self._last_adopt = time.monotonic()
+        try:
+            for seg in self.journal.adopt_orphans():
+                seg.count = sum(1 for _ in seg.path.open("rb"))
+                self._sealed.append(seg)
+        except OSError as exc:
+            logger.warning("looking for usage journals to adopt failed: %s", exc)
 
     async def _run(self) -> None:
         while not self._stopping:
             await asyncio.sleep(self.interval)
+            if time.monotonic() - self._last_adopt > self.ADOPT_EVERY:
+                self._adopt()
             await self.flush()
 
+    def _seal(self) -> None:
+        seg = self._current
+        if seg is not None:
+            if seg.count == 0:
+                return
+            seg.events = None if seg.overflowed else self._buffer
+            self._current = None
+        else:  # no journal: the memory buffer is all there is
+            if not self._buffer:
+                return
+            seg = Segment(Path(), None, count=len(self._buffer), events=self._buffer)
+        self._buffer = []
+        self._sealed.append(seg)
+        # Past the memory bound, the oldest waiting batches are kept on disk only.
+        kept = 0
+        for waiting in reversed(self._sealed):
+            if waiting.events is not None:
+                kept += len(waiting.events)
+                if kept > int(settings.GATEWAY_USAGE_QUEUE) and waiting.path != Path():
+                    waiting.events = None
+
     async def flush(self) -> None:
-        if not self._buffer:
+        if self._down_since is not None and time.monotonic() - self._last_try < self.RETRY_EVERY:
             return
-        batch, self._buffer = self._buffer, []
+        if not self._sealed:
+            # While older batches wait for the database, the current file keeps growing: the
+            # outage's records are then one batch, not one per flush interval.
+            self._seal()
+        if not self._sealed:
+            return
         loop = asyncio.get_running_loop()
-        try:
-            await loop.run_in_executor(self._executor, self._write, batch)
-        except Exception as exc:
-            metrics.FLUSH_ERRORS.inc()
-            if faults.is_disk_full(exc):
-                logger.error(
-                    "writing %d usage records failed, they are kept for the next flush: %s",
-                    len(batch),
-                    faults.disk_full_message(),
-                )
-            else:
-                logger.exception("writing %d usage records failed; they are kept for the next flush", len(batch))
-            self._buffer[:0] = batch[:50_000]
+        while self._sealed:
+            seg = self._sealed[0]
+            self._last_try = time.monotonic()
+            try:
+                await loop.run_in_executor(self._executor, self._write_segment, seg)
+            except Exception as exc:
+                metrics.FLUSH_ERRORS.inc()
+                if not isinstance(exc, (OperationalError, InterfaceError)):
+                    # Not the database being away: this batch cannot be written as it is (a bug, a
+                    # row it references deleted). Set it aside, so it does not block the others.
+                    logger.exception("a usage batch of %d records cannot be written; kept aside", seg.count)
+                    self._sealed.pop(0)
+                    self.journal.quarantine(seg)
+                    continue
+                if self._down_since is None:
+                    self._down_since = time.monotonic()
+                    logger.error(
+                        "writing usage failed (%s): %d records wait in the journal until the database answers",
+                        faults.disk_full_message() if faults.is_disk_full(exc) else exc.__class__.__name__,
+                        self.journaled,
+                    )
+                return
+            self._sealed.pop(0)
+            if self._down_since is not None:
+                logger.warning("usage writes resumed after %.0f s", time.monotonic() - self._down_since)
+                self._down_since = None
 
     @staticmethod
-    def _write(batch: list[UsageEvent]) -> None:
+    def _write_segment(seg: Segment) -> None:
+        if seg.fd is not None:
+            os.fsync(seg.fd)
+            os.close(seg.fd)
+            seg.fd = None
+        events = seg.events if seg.events is not None else read_segment(seg.path)
+        replay, seg.tried = seg.tried, True
+        UsageWriter._write(events, replay=replay)
+        if seg.path != Path():
+            seg.path.unlink(missing_ok=True)
+
+    @staticmethod
+    def _write(batch: list[UsageEvent], *, replay: bool = False) -> None:
         close_old_connections()
         for attempt in range(5):
             try:
                 with transaction.atomic():
-                    write_batch(batch)
+                    write_batch(batch, replay=replay)
                 return
             except OperationalError as exc:  # SQLite busy with another process's write
                 if "locked" not in str(exc) or attempt == 4:
@@ -342,5 +610,13 @@ class UsageWriter:
                 await self._task
             except asyncio.CancelledError:
                 pass
+        self._down_since = None  # one last try, whatever the last one said
         await self.flush()
+        if self._sealed:
+            logger.warning("%d usage records stay in the journal for the next gateway to write", self.journaled)
         await asyncio.get_running_loop().run_in_executor(self._executor, connections.close_all)
+        current = self._current
+        if current is not None and current.fd is not None:
+            os.close(current.fd)  # its records stay in the file for the next gateway
+        self.journal.close(remove=not self._sealed and (current is None or current.count == 0))
+        self._sealed, self._current, self._buffer = [], None, []

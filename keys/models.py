@@ -123,6 +123,9 @@ class UsageRecord(models.Model):
     created = models.DateTimeField(default=timezone.now, db_index=True)
     request_id = models.CharField(max_length=64, blank=True)  # the gateway's `x-request-id`
     upstream_request_id = models.CharField(max_length=100, blank=True)  # the upstream's, when it sent one
+    # The gateway's idempotency key for this record: a batch replayed from its journal after an
+    # outage (or retried after a lost commit) inserts each record at most once.
+    event_id = models.UUIDField(null=True, blank=True, editable=False)
     key = models.ForeignKey(Key, null=True, on_delete=models.SET_NULL, related_name="usage")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="usage")
     # The owner's team at the time of the request: moving a user later does not rewrite history.
@@ -162,6 +165,7 @@ class UsageRecord(models.Model):
             models.Index(fields=["team", "created"], name="usage_team_created"),
             models.Index(fields=["channel", "created"], name="usage_channel_created"),
         ]
+        constraints = [models.UniqueConstraint(fields=["event_id"], name="usage_event_id_unique")]
 
     def __str__(self) -> str:
         return f"{self.created:%Y-%m-%d %H:%M:%S} {self.model} {self.total_tokens} tok"
@@ -193,6 +197,9 @@ class UsageDaily(models.Model):
             models.UniqueConstraint(
                 fields=["day", "user", "key", "model", "channel", "team"],
                 name="usagedaily_unique_bucket",
+                # A bucket without a team (or key, channel) is one bucket: with NULLs distinct, two
+                # gateways creating it at once made two, and every later F() update counted twice.
+                nulls_distinct=False,
             )
         ]
 

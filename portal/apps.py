@@ -14,3 +14,4 @@ class PortalConfig(AppConfig):
 
         startup.secure_data_dir()
         startup.log_warnings()
+        from . import db  # noqa: F401 - connects the query deadline to every new connection

@@ -1,5 +1,5 @@
 """ASGI entry point: `/v1` and the other gateway paths go to the fast gateway app, which does not
-cross Django's middleware stack; everything else (UI, REST API, /healthz) goes to Django.
+cross Django's middleware stack (nor do /healthz and /readyz); everything else (UI, REST API) goes to Django.
 
 In front of both, uvicorn's ProxyHeadersMiddleware with settings.PORTAL_TRUSTED_PROXIES: the
 client address (and scheme) come from X-Forwarded-For/-Proto only when the peer is a trusted proxy,

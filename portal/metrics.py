@@ -8,6 +8,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.registry import Collector
 
 _registered: set[str] = set()
+_collectors: list[Collector] = []
 
 
 def register_collector(collector: Collector) -> None:
@@ -17,4 +18,10 @@ def register_collector(collector: Collector) -> None:
     if kind in _registered:
         return
     _registered.add(kind)
+    _collectors.append(collector)
     REGISTRY.register(collector)
+
+
+def database_collectors() -> list[Collector]:
+    """The registered collectors (all read the database): left out of a scrape while it is down."""
+    return list(_collectors)

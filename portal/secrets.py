@@ -45,6 +45,19 @@ def decrypt(token: str) -> str:
         ) from None
 
 
+def encrypt_bytes(data: bytes) -> bytes:
+    """Encrypt and authenticate a blob (files the portal keeps in its data folder)."""
+    return _fernet().encrypt(data)
+
+
+def decrypt_bytes(token: bytes) -> bytes:
+    """The blob `encrypt_bytes` made; ValueError when no key opens it or it was changed."""
+    try:
+        return _fernet().decrypt(token)
+    except InvalidToken:
+        raise ValueError("blob cannot be decrypted with PORTAL_ENCRYPTION_KEYS") from None
+
+
 def rotate(token: str) -> str:
     """Re-encrypt with the newest key; unchanged if empty."""
     if not token:

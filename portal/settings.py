@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from . import db as pdb
 from . import embedded_redis
 from . import env as penv
 from .env import get
@@ -118,6 +119,23 @@ else:
 # Kept connections on both engines: reopening SQLite (and its PRAGMAs) per query costs more than
 # the query. Health checks are PostgreSQL's; a SQLite file connection does not go stale.
 DATABASES["default"]["CONN_MAX_AGE"] = get("DATABASE_CONN_MAX_AGE", int, 60)
+# Deadlines per process kind (`portal.db`): the UI's here, the Celery worker's set when it starts,
+# the gateway's (tighter: it serves from its snapshot when the database is slow) on its own threads.
+DATABASE_CONNECT_TIMEOUT = get("DATABASE_CONNECT_TIMEOUT", float, 2.0)
+DATABASE_STATEMENT_TIMEOUT = get("DATABASE_STATEMENT_TIMEOUT", float, 30.0)
+DATABASE_WORKER_STATEMENT_TIMEOUT = get("DATABASE_WORKER_STATEMENT_TIMEOUT", float, 600.0)
+GATEWAY_DB_CONNECT_TIMEOUT = get("GATEWAY_DB_CONNECT_TIMEOUT", float, 2.0)
+GATEWAY_DB_TIMEOUT = get("GATEWAY_DB_TIMEOUT", float, 3.0)
+for _name, _seconds in (
+    ("DATABASE_CONNECT_TIMEOUT", DATABASE_CONNECT_TIMEOUT),
+    ("DATABASE_STATEMENT_TIMEOUT", DATABASE_STATEMENT_TIMEOUT),
+    ("DATABASE_WORKER_STATEMENT_TIMEOUT", DATABASE_WORKER_STATEMENT_TIMEOUT),
+    ("GATEWAY_DB_CONNECT_TIMEOUT", GATEWAY_DB_CONNECT_TIMEOUT),
+    ("GATEWAY_DB_TIMEOUT", GATEWAY_DB_TIMEOUT),
+):
+    if not _seconds > 0:
+        raise penv.ConfigError(f"Invalid value for {_name}: {_seconds!r} (expected seconds > 0)")
+pdb.configure(DATABASES["default"], DATABASE_CONNECT_TIMEOUT, DATABASE_STATEMENT_TIMEOUT)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: the broker, the cache and the gateway's counters ----------------------------------
@@ -401,6 +419,15 @@ GATEWAY_MAX_RESPONSE_BYTES = get("GATEWAY_MAX_RESPONSE_BYTES", int, 16 * 1024 * 
 GATEWAY_DEFAULT_MAX_TOKENS = get("GATEWAY_DEFAULT_MAX_TOKENS", int, 4096)
 GATEWAY_CACHE_TTL = get("GATEWAY_CACHE_TTL", float, 5.0)
 GATEWAY_KEY_TTL = get("GATEWAY_KEY_TTL", float, 4.0)
+# Gateway: seconds it serves keys, users, teams, models and routes from its snapshot while the
+# database is unreachable (ARCHITECTURE.md, "When a dependency fails").
+GATEWAY_DB_OUTAGE_GRACE = get("GATEWAY_DB_OUTAGE_GRACE", float, 900.0)
+# Gateway: usage events kept in memory at most; past it (or while the database is down) they wait
+# in the usage journal only.
+GATEWAY_USAGE_QUEUE = get("GATEWAY_USAGE_QUEUE", int, 10_000)
+# Gateway: where its on-disk snapshot and usage journal live (replicas that share it adopt each
+# other's journals and snapshot); default the data folder.
+GATEWAY_STATE_DIR = Path(get("GATEWAY_STATE_DIR", str, "") or DATA_DIR)
 GATEWAY_REDIS_TIMEOUT = get("GATEWAY_REDIS_TIMEOUT", float, 1.0)
 GATEWAY_LEASE_SECONDS = get("GATEWAY_LEASE_SECONDS", float, 9.0)
 GATEWAY_USAGE_FLUSH_INTERVAL = get("GATEWAY_USAGE_FLUSH_INTERVAL", float, 0.5)

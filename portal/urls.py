@@ -10,7 +10,6 @@ from . import views
 docs_csp = csp_update({"style-src": ["'unsafe-inline'"], "worker-src": ["'self'", "blob:"]})
 
 urlpatterns = [
-    path("healthz", views.healthz, name="healthz"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", docs_csp(SpectacularSwaggerSplitView.as_view(url_name="api-schema")), name="api-docs"),
     path("api/redoc/", docs_csp(SpectacularRedocView.as_view(url_name="api-schema")), name="api-redoc"),
@@ -22,3 +21,5 @@ urlpatterns = [
     path("", include("keys.urls")),
     path("", include("clientconfigs.urls")),
 ]
+
+handler500 = "portal.views.server_error"

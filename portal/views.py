@@ -1,29 +1,44 @@
-"""Pages of the ground floor: the health check and the dashboard the apps compose."""
+"""Pages of the ground floor: the dashboard the apps compose, and the error page for a database outage."""
 
 from __future__ import annotations
 
+import logging
+import sys
+
 from django.contrib.auth.decorators import login_required
-from django.http import JsonResponse
+from django.db import InterfaceError, OperationalError
+from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
-from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+from django.template.loader import render_to_string
+from django.utils.translation import gettext_lazy as _
+from django.views import defaults
 
 from . import dashboard as home
-from . import health
 
-
-@never_cache
-@require_GET
-def healthz(request):
-    """Liveness for load balancers and `portal up`: 200 when the database and broker answer."""
-    database, broker = health.check_database(), health.check_broker()
-    ok = database["ok"] and broker["ok"]
-    return JsonResponse(
-        {"status": "ok" if ok else "error", "database": database, "broker": broker}, status=200 if ok else 503
-    )
+logger = logging.getLogger(__name__)
 
 
 @login_required
 def dashboard(request):
     """Admins: counts and recent changes. Developers: their keys and the models they may use."""
     return render(request, "portal/dashboard.html", home.context_for(request.user))
+
+
+DATABASE_ERRORS = (OperationalError, InterfaceError)
+
+
+def server_error(request):
+    """handler500: a database that does not answer is a 503 (a small page, or JSON under /api/)
+    that needs nothing from the database; anything else is Django's 500."""
+    exc = sys.exc_info()[1]
+    if not isinstance(exc, DATABASE_ERRORS):
+        return defaults.server_error(request)
+    logger.error("database unavailable while serving %s: %s", request.path, exc.__class__.__name__)
+    message = _("The portal cannot reach its database right now. Please try again in a minute.")
+    if request.path.startswith("/api/"):
+        response = JsonResponse({"detail": str(message), "code": "database_unavailable"}, status=503)
+    else:
+        response = HttpResponse(render_to_string("portal/503.html", {"message": message}), status=503)
+    response["Retry-After"] = "30"
+    response["Cache-Control"] = "no-store"
+    return response

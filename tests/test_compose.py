@@ -116,7 +116,7 @@ def test_web_scales_behind_one_published_port(tmp_path):
     assert web["deploy"]["mode"] == "replicated"  # podman-compose ignores `replicas` without it
     assert "ports" not in web  # a fixed host port would stop a second replica
     assert "uvicorn" in web["command"] and "portal.asgi:application" in web["command"]
-    assert "/healthz" in " ".join(web["healthcheck"]["test"])
+    assert "/readyz" in " ".join(web["healthcheck"]["test"])
     # The proxy balances with deploy/Caddyfile (mounted), not a fixed `--to web:8000` upstream.
     assert "/etc/caddy/Caddyfile" in proxy["command"]
     assert any(str(v).endswith("deploy/Caddyfile:/etc/caddy/Caddyfile:ro") for v in proxy["volumes"])
@@ -218,7 +218,7 @@ def test_dockerfile_builds_a_slim_non_root_image_with_locked_deps_and_static_fil
     assert "collectstatic --noinput" in text
     user = re.findall(r"^USER (\S+)", text, re.M)
     assert user and user[-1] not in ("root", "0")
-    assert "/healthz" in text
+    assert "/readyz" in text
     ignored = (ROOT / ".dockerignore").read_text().split()
     for path in (".git", ".venv", "var", ".env"):
         assert path in ignored

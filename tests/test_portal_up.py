@@ -1,5 +1,5 @@
 """`portal up` on a fresh data folder, the way a new user runs it: it starts the embedded Redis,
-migrates, creates the admin, serves /healthz with the database and broker OK, lets the admin log in
+migrates, creates the admin, serves /readyz with the database and Redis OK, lets the admin log in
 over HTTP, and stops cleanly on every signal a terminal or a service manager sends; a second `up`
 on the same folder refuses, a taken port refuses before any child starts, a dead embedded Redis is
 restarted, and two gateway processes on the embedded default keep limits exact.
@@ -121,14 +121,14 @@ class Portal:
             if self.proc.poll() is not None:
                 pytest.fail(f"portal up exited with {self.proc.returncode}:\n{self.output[-4000:]}")
             try:
-                response = httpx.get(self.url + "/healthz", timeout=30)  # a loaded box: 8 s seen
+                response = httpx.get(self.url + "/readyz", timeout=30)  # a loaded box: 8 s seen
                 last = response.status_code
                 if response.status_code == 200:
                     return response.json()
             except httpx.HTTPError as exc:
                 last = exc.__class__.__name__
             time.sleep(0.5)
-        pytest.fail(f"/healthz not ready after {START_TIMEOUT}s (last: {last}):\n{self.output[-4000:]}")
+        pytest.fail(f"/readyz not ready after {START_TIMEOUT}s (last: {last}):\n{self.output[-4000:]}")
 
     def family(self) -> set[int]:
         return {pid for pid in descendants(self.proc.pid) if alive(pid)}
@@ -201,7 +201,7 @@ def check_up_then_stop(portal: Portal, password: str) -> None:
     health = portal.wait_healthy()
     assert health["status"] == "ok"
     assert health["database"]["ok"] and health["database"]["engine"] == "sqlite"
-    assert health["broker"] == {"ok": True, "transport": "redis", "embedded": True}
+    assert health["redis"]["ok"] and health["embedded_redis"] is True
 
     wrong = log_in(portal.url, "admin", password + "-wrong")
     assert "/login/" in str(wrong.url)
@@ -287,8 +287,8 @@ def test_a_second_portal_up_on_the_same_folder_refuses_and_a_dead_redis_comes_ba
     deadline = time.monotonic() + 60
     while True:
         new = [pid for pid, cmd in portal.commands().items() if "valkey-server" in cmd and pid != redis_pid]
-        health = httpx.get(portal.url + "/healthz", timeout=5)
-        if new and health.status_code == 200 and health.json()["broker"]["ok"]:
+        health = httpx.get(portal.url + "/readyz", timeout=5)
+        if new and health.status_code == 200 and health.json()["redis"]["ok"]:
             break
         assert time.monotonic() < deadline, portal.output[-3000:]
         time.sleep(0.25)

@@ -171,10 +171,10 @@ def main() -> None:
         )
         ok(f"the proxy ({proxy_ip['IPAddress']}) is in the trusted edge subnet {trusted}")
 
-    status, raw, _ = request(f"{base}/healthz")
+    status, raw, _ = request(f"{base}/readyz")
     health = json.loads(raw)
-    expect(status == 200 and health["database"]["ok"] and health["broker"]["ok"], f"/healthz: {status} {health}")
-    ok("/healthz through the proxy: PostgreSQL and Redis ok")
+    expect(status == 200 and health["database"]["ok"] and health["redis"]["ok"], f"/readyz: {status} {health}")
+    ok("/readyz through the proxy: PostgreSQL and Redis ok")
 
     if PLATFORM == "compose":
         # .env reaches every app container (env_file), compose's own variables still win.

@@ -128,8 +128,9 @@ class ThreadServer:
 
 
 @pytest.fixture
-def gateway_url(transactional_db, settings):
+def gateway_url(transactional_db, settings, tmp_path):
     settings.GATEWAY_USAGE_FLUSH_INTERVAL = 0.1
+    settings.GATEWAY_STATE_DIR = tmp_path / "gateway-state"
     server = ThreadServer().start()
     yield server.url
     server.stop()
@@ -213,7 +214,8 @@ class ProcessServer:
         return f"http://127.0.0.1:{self.port}"
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + 120  # importing Django and the apps takes 30 s+ on a loaded 2-core box
+        # Importing Django and the apps takes 30 s and more on a loaded 2-core machine.
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError("gateway process died: " + self.proc.stderr.read().decode()[-2000:])
@@ -229,7 +231,7 @@ class ProcessServer:
 
 
 @pytest.fixture
-def spawn_gateway(transactional_db, redis_namespace):
+def spawn_gateway(transactional_db, redis_namespace, tmp_path):
     """Start N uvicorn processes sharing this test's database and Redis namespace."""
     started: list[ProcessServer] = []
 
@@ -240,6 +242,8 @@ def spawn_gateway(transactional_db, redis_namespace):
             "PORTAL_DATA_DIR": str(settings.DATA_DIR),
             "GATEWAY_REDIS_NAMESPACE": redis_namespace,
             "GATEWAY_USAGE_FLUSH_INTERVAL": "0.1",
+            # This test's processes share a snapshot and usage journal, no other test's.
+            "GATEWAY_STATE_DIR": str(tmp_path / "gateway-state"),
             **extra_env,
         }
         servers = [ProcessServer(env) for _ in range(n)]

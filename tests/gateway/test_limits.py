@@ -5,6 +5,9 @@ two-replica test is in tests/test_portal_up.py)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 
 import httpx
@@ -12,7 +15,7 @@ import pytest
 
 from keys.models import UsageRecord
 from keys.services import issue_key, revoke_key
-from tests.gateway.conftest import wait_for
+from tests.gateway.conftest import ROOT, wait_for
 
 SHORT = {"model": "qwen3-32b", "messages": [{"role": "user", "content": "abcd"}], "max_tokens": 5}
 
@@ -157,3 +160,26 @@ def test_the_gateway_flushes_passive_health_through_its_own_redis_connection(set
     tallies = passive.collect()
     assert tallies[setup.channel.pk].ok_count == 1
     client.close()
+
+
+def test_limits_are_exact_across_replicas_whose_clocks_differ(setup, spawn_gateway, tmp_path):
+    """One replica's clock 40 s ahead, the other's 40 s behind: the windows are Redis's clock, so
+    exactly the limit passes (with each replica's own clock, the one ahead no longer saw the other's
+    requests in its minute and let more through)."""
+    skewed = str(ROOT / "tests" / "fakes" / "skewed_clock")
+    ahead, behind = (spawn_gateway(1, PYTHONPATH=skewed, PORTAL_TEST_CLOCK_SKEW=str(skew))[0].url for skew in (40, -40))
+    check = subprocess.run(
+        [sys.executable, "-c", "import time; print(time.time())"],
+        env={**os.environ, "PYTHONPATH": skewed, "PORTAL_TEST_CLOCK_SKEW": "40"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert float(check.stdout) - time.time() > 30  # the skew is real in a spawned process
+    setup.key.requests_per_minute = 20
+    setup.key.save()
+    statuses = []
+    for i in range(60):  # alternating, one at a time: the two clocks interleave in one window
+        url = (ahead, behind)[i % 2]
+        statuses.append(post(url, setup.plaintext).status_code)
+    assert (statuses.count(200), statuses.count(429)) == (20, 40), statuses

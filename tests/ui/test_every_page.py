@@ -12,7 +12,7 @@ pytestmark = pytest.mark.django_db
 
 # Public on purpose: health for load balancers, the login form, and the client installers, which hold
 # no secret (the one-time token on their command line selects the bundle).
-PUBLIC = {"healthz", "login", "logout", "connect_install_sh", "connect_install_ps1"}
+PUBLIC = {"login", "logout", "connect_install_sh", "connect_install_ps1"}
 # Single sign-on: the two ends of the redirect to the identity provider are where anonymous users log in.
 PUBLIC |= {"oidc_authentication_init", "oidc_authentication_callback"}
 ADMIN_PREFIXES = (
