@@ -26,9 +26,13 @@ from schemathesis.specs.openapi.checks import response_schema_conformance
 from accounts.services import issue_token
 from portal.api.throttling import TokenRateThrottle
 
-pytestmark = [pytest.mark.django_db, pytest.mark.slow]
-
 EXAMPLES_PER_OPERATION = int(os.environ.get("PORTAL_SCHEMATHESIS_EXAMPLES", "25"))
+# One role's run is a few thousand requests: pyproject's 300 s per test fired in the middle of an
+# example on a loaded box, where hypothesis took the timeout for that example's failure and the
+# interrupted query left the test's transaction broken for every later operation (500s).
+TIMEOUT = int(os.environ.get("PORTAL_SCHEMATHESIS_TIMEOUT", "2400"))
+
+pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.timeout(TIMEOUT)]
 CHECKS = [not_a_server_error, response_schema_conformance]
 
 
@@ -60,7 +64,10 @@ def fuzz(openapi_schema, world, user) -> list[str]:
         operation = result.ok()
         try:
             failure = fuzz_operation(operation, headers)
-        except BaseException as exc:  # anything else (the request raised, the transaction broke): in full
+        except Exception as exc:  # anything else (the request raised, the transaction broke): in full
+            stop = outcome_inside(exc)
+            if stop is not None:
+                raise stop from None  # the test's timeout or an interrupt, not this operation's failure
             failures.append(f"{operation.label}:\n" + "".join(traceback.format_exception(exc)))
             if isinstance(exc, BrokenTransaction):
                 break  # every later example would fail for this one's fault
@@ -68,6 +75,20 @@ def fuzz(openapi_schema, world, user) -> list[str]:
             if failure:
                 failures.append(failure)
     return failures
+
+
+def outcome_inside(exc: BaseException) -> BaseException | None:
+    """pytest-timeout's `Failed`, a KeyboardInterrupt… that hypothesis caught inside an example and
+    wrapped ("Failed on the first call but did not on a subsequent one": the timeout fired once,
+    the replay had none). Such an exception ends the test as itself."""
+    if not isinstance(exc, Exception):
+        return exc
+    for inner in getattr(exc, "exceptions", ()):
+        found = outcome_inside(inner)
+        if found is not None:
+            return found
+    cause = exc.__cause__ or exc.__context__
+    return outcome_inside(cause) if cause is not None and cause is not exc else None
 
 
 class BrokenTransaction(AssertionError):
