@@ -19,6 +19,7 @@ from django.core.signals import got_request_exception, request_finished, request
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections, connection, transaction
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import FailureGroup
 from schemathesis.specs.openapi.checks import response_schema_conformance
@@ -191,3 +192,24 @@ def test_the_whole_api_under_schemathesis_has_no_server_error_and_matches_its_sc
     failures = fuzz(openapi_schema, world, user)
     labels = [f.split(":", 1)[0] for f in failures]
     assert not failures, f"{len(failures)} operation(s) failed: {labels}\n\n" + "\n\n".join(failures)
+
+
+def test_a_timeout_inside_an_example_ends_the_fuzzing_as_a_timeout_not_as_a_flaky_example():
+    """pytest-timeout raises `Failed` wherever the test is: inside an example, hypothesis catches
+    it, replays the example without the alarm and reports "Failed on the first call but did not
+    on a subsequent one"; fuzz() must find the timeout in that report and re-raise it."""
+    calls = []
+
+    @given(case=st.integers())
+    @settings(max_examples=5, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate])
+    def check(case):
+        calls.append(case)
+        if len(calls) == 3:
+            pytest.fail("Timeout (>300.0s) from pytest-timeout.")
+
+    with pytest.raises(Exception) as caught:  # hypothesis's FlakyFailure
+        check()
+    assert "Failed on the first call but did not on a subsequent one" in str(caught.value)
+    found = outcome_inside(caught.value)
+    assert isinstance(found, pytest.fail.Exception) and "Timeout" in str(found)
+    assert outcome_inside(ValueError("a real failing example")) is None
