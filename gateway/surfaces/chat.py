@@ -1,7 +1,8 @@
 """The OpenAI surface: `/v1/chat/completions`, `/v1/completions` and `/v1/embeddings`.
 
-Every channel speaks it, so the request goes to each route as sent (with `model` rewritten and
-usage always asked for in streams); the answer comes back as is.
+Every channel but Anthropic's speaks it, so the request goes to each route as sent (with `model`
+rewritten and usage always asked for in streams); the answer comes back as is. Anthropic channels
+get it translated to Messages and the answer translated back (`chat_anthropic`).
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ from typing import Any
 import orjson
 
 from gateway.admission import open_call
-from gateway.call import Call, Outgoing, Plan, UpstreamResponse, recount
+from gateway.call import Call, Plan, UpstreamResponse, recount
 from gateway.http import GatewayError, Request
 from gateway.relay import relay_sse
 from gateway.translate.common import answer_usage
 from gateway.usage import Usage, estimate_tokens, usage_from
 from keys.choices import ApiSurface
+
+from . import chat_anthropic
 
 
 async def chat_completions(req: Request) -> None:
@@ -57,7 +60,14 @@ async def _proxy(req: Request, surface: str, path: str) -> None:
         options = body.get("stream_options")
         client_wants_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
-    up = await call.forward(Plan.same(call.routes, Outgoing(path, body, req.headers)))
+    # Chat-on-Anthropic: an Anthropic channel gets the body translated to Messages (chat_anthropic).
+    default_max = max_tokens if max_tokens is not None else call.max_tokens
+    up = await call.forward(
+        Plan(call.routes, chat_anthropic.outgoing_for(surface, path, body, req.headers, default_max))
+    )
+    if chat_anthropic.translates(up.route):
+        await chat_anthropic.relay(call, up, surface=surface, stream=stream, include_usage=client_wants_usage)
+        return
     if stream and up.status == 200:
         await relay_sse(call, up, client_wants_usage=client_wants_usage)
         return
