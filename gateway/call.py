@@ -351,6 +351,15 @@ def upstream_error(status: int, body: bytes, *, retry_after: str = "") -> Gatewa
             code="upstream_rate_limited",
             headers=[(b"retry-after", _retry_after(retry_after))],
         )
+    if status == 529 or (status == 503 and retry_after):
+        # Anthropic's 529 overloaded_error (a 503 that says when to retry is the same): busy, not
+        # broken; 503 because the OpenAI surfaces have no 529, and the upstream's Retry-After kept.
+        return GatewayError(
+            503,
+            f"The upstream is overloaded: {message or 'try again later'}",
+            code="upstream_overloaded",
+            headers=[(b"retry-after", _retry_after(retry_after))],
+        )
     return GatewayError(
         502, f"The upstream failed with HTTP {status}: {message or 'no details'}", code="upstream_error"
     )

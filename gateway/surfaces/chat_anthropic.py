@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+from django.conf import settings
 
 from gateway.cache import RouteInfo
 from gateway.call import Call, Outgoing, UpstreamResponse
@@ -51,7 +52,10 @@ def outgoing_for(
         if translated is None:
             try:
                 chat = completions_as_chat(body) if surface == ApiSurface.COMPLETIONS else body
-                translated = chat_request.to_messages_request(chat, default_max_tokens=default_max_tokens or 4096)
+                default = default_max_tokens or int(settings.GATEWAY_DEFAULT_MAX_TOKENS)
+                if route.max_output_tokens:
+                    default = min(default, route.max_output_tokens)
+                translated = chat_request.to_messages_request(chat, default_max_tokens=default)
             except TranslationError as exc:
                 raise GatewayError(400, exc.message, code="invalid_request", param=exc.param) from None
         return Outgoing("/messages", dict(translated), headers, anthropic_native=True)
