@@ -74,8 +74,14 @@ def completions_as_chat(body: dict[str, Any]) -> dict[str, Any]:
             "one user message); use /v1/chat/completions for anything else.",
             "prompt",
         )
-    for name in ("suffix", "echo", "best_of", "logprobs"):
-        if body.get(name) not in (None, False, 1) or (name == "logprobs" and body.get(name) is not None):
+    asked = {
+        "suffix": bool(body.get("suffix")),
+        "echo": bool(body.get("echo")),
+        "best_of": body.get("best_of") not in (None, 1),
+        "logprobs": body.get("logprobs") is not None,
+    }
+    for name, used in asked.items():
+        if used:
             raise TranslationError(
                 f"`{name}` is not available for legacy completions on this model's channel (Anthropic).", name
             )

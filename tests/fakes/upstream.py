@@ -284,6 +284,9 @@ class FakeUpstream:
         n = min(n, b["tokens"]) if b["mode"] != "tool_call" else 0
         message: dict[str, Any] = {"role": "assistant", "content": " ".join(f"tok{i}" for i in range(n))}
         finish = "stop" if n < int(body.get("max_tokens") or 10**9) else "length"
+        n, matched = self._stop_at(body, n)
+        if matched is not None:
+            message["content"], finish = " ".join(f"tok{i}" for i in range(n)), "stop"
         if b["mode"] == "tool_call":
             message = {
                 "role": "assistant",
@@ -307,9 +310,24 @@ class FakeUpstream:
             "model": model,
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         }
+        if matched is not None and self.flavour == "vllm":
+            out["choices"][0]["stop_reason"] = matched  # vLLM names the stop string that matched
         if b["mode"] != "omit_usage":
             out.update(self._chat_usage(b, prompt, n))
         return web.json_response(out)
+
+    @staticmethod
+    def _stop_at(body: dict[str, Any], n: int) -> tuple[int, str | None]:
+        """`stop` as vLLM and llama.cpp apply it: the words before the first stop string that the
+        answer "tok0 tok1 …" contains, and that string (None when none matched)."""
+        stops = body.get("stop")
+        stops = [stops] if isinstance(stops, str) else stops if isinstance(stops, list) else []
+        text = " ".join(f"tok{i}" for i in range(n))
+        found = [(text.find(s), s) for s in stops if isinstance(s, str) and s and s in text]
+        if not found:
+            return n, None
+        at, matched = min(found)
+        return len(text[:at].split()), matched
 
     def _chat_usage(self, b: dict[str, Any], prompt: int, n: int) -> dict[str, Any]:
         """`usage` (and llama.cpp's `timings`) of a Chat answer or its last chunk."""
@@ -341,6 +359,7 @@ class FakeUpstream:
                 data["usage"] = None
             return b"data: " + json.dumps(data).encode() + b"\n\n"
 
+        matched: str | None = None
         try:
             pieces: list[dict[str, Any]]
             if b["mode"] == "tool_call":
@@ -367,9 +386,12 @@ class FakeUpstream:
                 if b["ignore_max_tokens"]:
                     limit = 10**9
                 n = min(b["tokens"], limit)
+                finish = "length" if n >= limit else "stop"
+                n, matched = self._stop_at(body, n)
+                if matched is not None:
+                    finish = "stop"
                 pieces = [{"role": "assistant", "content": ""}]
                 pieces += [{"content": (" " if i else "") + f"tok{i}"} for i in range(n)]
-                finish = "length" if n >= limit else "stop"
             if b["reasoning"]:
                 words = b["reasoning"].split()
                 thoughts = [{"reasoning_content": (" " if i else "") + w} for i, w in enumerate(words)]
@@ -385,7 +407,10 @@ class FakeUpstream:
                 await resp.write(chunk(delta))
                 if b["token_delay"]:
                     await asyncio.sleep(b["token_delay"])
-            await resp.write(chunk({}, finish))
+            last = json.loads(chunk({}, finish)[6:])
+            if matched is not None and self.flavour == "vllm":
+                last["choices"][0]["stop_reason"] = matched
+            await resp.write(b"data: " + json.dumps(last).encode() + b"\n\n")
             if include_usage and b["mode"] != "omit_usage":
                 data = {
                     "id": cid,
