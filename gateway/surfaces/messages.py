@@ -39,8 +39,10 @@ def speaks_messages(route: RouteInfo) -> bool:
 async def send_anthropic_error(req: Request, exc: GatewayError) -> None:
     if req.call is not None:
         req.call.fail(exc)
-    body = orjson.dumps(anthropic_response.error_body(exc.status, exc.message))
-    await send_bytes(req.send, exc.status, body, exc.headers)
+    # An overloaded upstream is Anthropic's own 529 here (503 on the OpenAI surfaces, which have none).
+    status = 529 if exc.code == "upstream_overloaded" else exc.status
+    body = orjson.dumps(anthropic_response.error_body(status, exc.message))
+    await send_bytes(req.send, status, body, exc.headers)
 
 
 def _bad_request(exc: TranslationError) -> GatewayError:

@@ -409,3 +409,12 @@ def test_a_stop_sequence_comes_back_as_stop_sequence_streamed_or_not(setup, clie
     # A server that does not say which stop string matched (llama.cpp): the end of the turn.
     upstream.flavour = "llamacpp"
     assert client.messages.create(**ask).stop_reason == "end_turn"
+
+
+def test_an_overloaded_anthropic_channel_is_a_529_with_retry_after(setup, client, native_upstream):
+    add_native_channel(setup, native_upstream, kind="anthropic")
+    native_upstream.behave(mode="status", status=529, error_message="Overloaded", retry_after="5")
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        client.messages.create(model="qwen3-32b", max_tokens=9, messages=[{"role": "user", "content": "hi"}])
+    assert caught.value.status_code == 529 and caught.value.response.headers["retry-after"] == "5"
+    assert caught.value.body["error"]["type"] == "overloaded_error"
