@@ -103,10 +103,16 @@ def to_messages_request(body: dict[str, Any], *, default_max_tokens: int) -> dic
         out["stop_sequences"] = [s for s in stops if s.strip()]  # Messages refuses blank ones
         if not out["stop_sequences"]:
             del out["stop_sequences"]
-    if body.get("temperature") is not None:
-        out["temperature"] = min(float(body["temperature"]), 1.0)
-    if body.get("top_p") is not None:
-        out["top_p"] = body["top_p"]
+    temperature = body.get("temperature")
+    if temperature is not None:
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+            raise TranslationError("`temperature` must be a number.", "temperature")
+        out["temperature"] = min(float(temperature), 1.0)
+    top_p = body.get("top_p")
+    if top_p is not None:
+        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)):
+            raise TranslationError("`top_p` must be a number.", "top_p")
+        out["top_p"] = top_p
     if isinstance(body.get("user"), str) and body["user"]:
         out["metadata"] = {"user_id": body["user"]}
 

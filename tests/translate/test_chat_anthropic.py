@@ -196,6 +196,7 @@ def test_images_and_cache_control():
         ({"messages": [{"role": "system", "content": "only a system prompt"}]}, "messages"),
         ({"reasoning_effort": "max"}, "reasoning_effort"),
         ({"max_tokens": 0}, "max_tokens"),
+        ({"temperature": "hot"}, "temperature"),
     ],
 )
 def test_it_refuses_what_messages_cannot_express_naming_the_param(body, param):
