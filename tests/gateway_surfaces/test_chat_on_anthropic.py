@@ -10,6 +10,7 @@ import httpx
 import openai
 import pytest
 
+from channels.models import Channel, ModelRoute
 from tests.fakes.upstream import FakeUpstream
 from tests.gateway_surfaces.conftest import add_native_channel, record_for
 
@@ -259,3 +260,25 @@ def test_legacy_completions_take_one_prompt_and_refuse_the_rest(setup, client, a
     with pytest.raises(openai.BadRequestError) as caught:
         client.completions.create(model="qwen3-32b", prompt=["a", "b"])
     assert caught.value.body["param"] == "prompt" and "one `prompt` string" in caught.value.body["message"]
+
+
+def test_an_overloaded_anthropic_channel_fails_over_to_a_chat_channel(setup, gateway_url, anthropic_up, upstream):
+    # The vLLM channel of `setup` stays, below an Anthropic channel of higher priority.
+    channel = Channel.objects.create(
+        name="claude",
+        kind="anthropic",
+        base_url=anthropic_up.base_url,
+        api_key="sk-native-secret",
+        priority=10,
+        status="healthy",
+    )
+    ModelRoute.objects.create(model=setup.model, channel=channel, upstream_model="native-model")
+    client = openai.OpenAI(base_url=gateway_url + "/v1", api_key=setup.plaintext, max_retries=0)
+    ask = {"model": "qwen3-32b", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    assert client.chat.completions.create(**ask).choices[0].message.content == "tok0 tok1 tok2 tok3"
+    assert anthropic_up.requests[-1].path == "/v1/messages" and not upstream.requests
+    anthropic_up.behave(mode="status", status=529, error_message="Overloaded")
+    assert client.chat.completions.create(**ask).choices[0].message.content == "tok0 tok1 tok2 tok3"
+    sent = upstream.requests[-1]
+    assert sent.path == "/v1/chat/completions" and sent.json["messages"] == ask["messages"]
+    assert sent.json["max_tokens"] == 4
