@@ -4,7 +4,7 @@ A message becomes one choice: `text` blocks -> `content`, `thinking` blocks -> `
 (the field vLLM, llama.cpp and DeepSeek use), `tool_use` blocks -> `tool_calls` (input as JSON
 `arguments`). `stop_reason` -> `finish_reason` (`STOP_REASONS`); a matched stop sequence is `stop`.
 Usage: `prompt_tokens` counts every input token (uncached + cache read + cache write), the cache
-reads are `prompt_tokens_details.cached_tokens`.
+reads are `prompt_tokens_details.cached_tokens`, the cache writes `cache_write_tokens` beside them.
 
 Streaming (`StreamTranslator`, one upstream event in, zero or more Chat chunks out): the first
 chunk carries `role`; `text_delta` -> `content`, `thinking_delta` -> `reasoning_content`, each
@@ -62,11 +62,14 @@ def chat_usage(usage: Any) -> dict[str, Any]:
     written = int(usage.get("cache_creation_input_tokens") or 0)
     prompt = int(usage.get("input_tokens") or 0) + read + written
     completion = int(usage.get("output_tokens") or 0)
+    details = {"cached_tokens": read}
+    if written:  # OpenRouter's name for it; `usage.usage_from` records it as cache creation
+        details["cache_write_tokens"] = written
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": read},
+        "prompt_tokens_details": details,
     }
 
 

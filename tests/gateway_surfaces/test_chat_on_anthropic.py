@@ -44,6 +44,7 @@ def client(setup, gateway_url, channel):
 
 
 def test_a_chat_completion_is_translated_to_messages_and_back(setup, client, anthropic_up, channel):
+    anthropic_up.behave(cached=2, cache_write=1)
     answer = client.chat.completions.create(
         model="qwen3-32b",
         messages=[
@@ -71,6 +72,8 @@ def test_a_chat_completion_is_translated_to_messages_and_back(setup, client, ant
     (record,) = record_for(setup.key)
     assert (record.surface, record.status, record.channel_id) == ("chat", "ok", channel.id)
     assert (record.prompt_tokens, record.completion_tokens, record.estimated) == (6, 5, False)
+    assert (record.cached_tokens, record.cache_creation_tokens) == (2, 1)  # assembled, the cache parts kept
+    assert answer.usage.prompt_tokens_details.cached_tokens == 2
 
 
 def test_a_stream_has_chunks_usage_with_cache_hits_and_done(setup, client, anthropic_up, gateway_url):

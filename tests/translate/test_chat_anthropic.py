@@ -345,7 +345,7 @@ def test_a_stream_becomes_chunks_the_openai_accumulator_assembles():
         "prompt_tokens": 45,
         "completion_tokens": 20,
         "total_tokens": 65,
-        "prompt_tokens_details": {"cached_tokens": 30},
+        "prompt_tokens_details": {"cached_tokens": 30, "cache_write_tokens": 5},
     }
     assert state.done
     assert chat_response.encode(chunks[:1], done=True).endswith(b"\n\ndata: [DONE]\n\n")
