@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
@@ -90,6 +90,20 @@ class Outgoing:
     payload: dict[str, Any]
     headers: dict[str, str]  # the client's; `forward_headers` filters them
     anthropic_native: bool = False
+    # Another API's stream read as Chat chunks: the answer is asked for as a stream and a
+    # non-streaming Chat answer assembled from it, as on STREAMED_PATHS (Chat on Anthropic).
+    as_chat: Callable[[], ChatEvents] | None = None
+
+
+class ChatEvents(Protocol):
+    """Reads another API's stream as Chat Completions chunks (`Outgoing.as_chat`)."""
+
+    def chunks(self, data: bytes) -> list[dict[str, Any]]:
+        """The Chat chunks for one event's data; raises UpstreamStreamError for an error event or junk."""
+
+    def end(self) -> list[dict[str, Any]]:
+        """The closing chunks (the usage chunk) once the stream ended; raises UpstreamStreamError
+        when it ended before the answer was complete."""
 
 
 @dataclass(slots=True)
@@ -284,6 +298,9 @@ async def send_upstream(
         streamed = out.path in STREAMED_PATHS and not out.anthropic_native
         if streamed:
             ask_for_stream(out.payload)
+        as_chat = out.as_chat() if out.as_chat is not None and not stream else None
+        if as_chat is not None:
+            streamed = out.payload["stream"] = True
         data = orjson.dumps(out.payload)
         headers = forward_headers(out.headers, route, anthropic_native=out.anthropic_native)
         started = time.perf_counter()
@@ -335,6 +352,7 @@ async def send_upstream(
                     out.path,
                     limit=limit,
                     choices=_choices(out.payload),
+                    as_chat=as_chat,
                     idle=idle_timeout,
                     cap=cap,
                     deadline=deadline,
@@ -470,13 +488,23 @@ async def _assemble(
     idle: float,
     cap: int,
     deadline: float | None,
+    as_chat: ChatEvents | None = None,
 ) -> dict[str, Any]:
     """The non-streaming answer, from the rest of the stream: each read within `idle` seconds,
-    cut at `limit` output tokens per choice (the connection is closed there)."""
+    cut at `limit` output tokens per choice (the connection is closed there). Another API's
+    stream is read as Chat chunks through `as_chat`."""
     reader = ChunkReader(limit, choices)
     assembler = Assembler(legacy=path == "/completions")
     loop = asyncio.get_running_loop()
     buffer, size, chunk = b"", 0, first
+
+    def add(data: bytes) -> None:
+        passed, closing = reader.read(data)
+        if passed is not None:
+            assembler.add(passed)
+        for ended in closing:
+            assembler.add(ended)
+
     while chunk:
         size += len(chunk)
         if size > cap:
@@ -486,11 +514,10 @@ async def _assemble(
             data = event_data(event)
             if data is None:
                 continue
-            passed, closing = reader.read(data)
-            if passed is not None:
-                assembler.add(passed)
-            for ended in closing:
-                assembler.add(ended)
+            for part in [data] if as_chat is None else [orjson.dumps(c) for c in as_chat.chunks(data)]:
+                add(part)
+                if reader.done:
+                    break
             if reader.done:
                 break
         if reader.done or reader.ended:
@@ -498,6 +525,9 @@ async def _assemble(
         until = loop.time() + idle
         async with asyncio.timeout_at(until if deadline is None else min(until, deadline)):
             chunk = await resp.content.readany()
+    if as_chat is not None and not reader.done:
+        for closing in as_chat.end():
+            add(orjson.dumps(closing))
     answer = assembler.answer()
     if reader.done and reader.usage is None:
         answer.pop("usage", None)
@@ -523,8 +553,9 @@ def upstream_error(status: int, body: bytes, *, retry_after: str = "") -> Gatewa
             message = err
     except (orjson.JSONDecodeError, TypeError):
         pass
-    if status == 529 or kind == "overloaded_error":
-        # Anthropic's "overloaded": the Messages surface answers 529 again, the others 503.
+    if status == 529 or kind == "overloaded_error" or (status == 503 and retry_after):
+        # Anthropic's "overloaded" (a 503 that says when to retry is the same): busy, not broken.
+        # The Messages surface answers 529 again, the others 503 (they have no 529).
         return GatewayError(
             503,
             "The upstream is overloaded; retry later.",

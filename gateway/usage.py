@@ -85,11 +85,14 @@ def usage_from(data: Any) -> Usage | None:
         completion = int(data.get("completion_tokens") or data.get("output_tokens") or 0)
         details = data.get("prompt_tokens_details") or data.get("input_tokens_details")
         cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+        # Prompt-cache writes (OpenRouter's name; Chat on an Anthropic channel reports them so)
+        written = int(details.get("cache_write_tokens") or 0) if isinstance(details, dict) else 0
     except (TypeError, ValueError, AttributeError):
         return None
     if prompt == 0 and completion == 0 and not data.get("total_tokens"):
         return None
-    return Usage(prompt, completion, cached_tokens=max(0, min(cached, prompt)))
+    cached = max(0, min(cached, prompt))
+    return Usage(prompt, completion, cached_tokens=cached, cache_creation_tokens=max(0, min(written, prompt - cached)))
 
 
 def estimate_tokens(value: Any) -> int:

@@ -1,9 +1,10 @@
 """The OpenAI surface: `/v1/chat/completions`, `/v1/completions` and `/v1/embeddings`.
 
-Every channel speaks it, so the request goes to each route as sent (with `model` rewritten);
-Chat and Completions always as a stream asked for usage, assembled again for a client that did
-not ask for one (`call.send_upstream`); the answer comes back as is, minus what the gateway
-asked for on its own behalf.
+Every channel but Anthropic's speaks it, so the request goes to each route as sent (with `model`
+rewritten); Chat and Completions always as a stream asked for usage, assembled again for a client
+that did not ask for one (`call.send_upstream`); the answer comes back as is, minus what the
+gateway asked for on its own behalf. Anthropic channels get the request translated to Messages
+and the answer translated back (`chat_anthropic`).
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from typing import Any
 import orjson
 
 from gateway.admission import open_call
-from gateway.call import Call, Outgoing, Plan, UpstreamResponse, recount
+from gateway.call import Call, Plan, UpstreamResponse, recount
 from gateway.http import GatewayError, Request
 from gateway.relay import ChatDialect, relay
 from gateway.translate.common import answer_usage
 from gateway.usage import Usage, estimate_tokens, usage_from
 from keys.choices import ApiSurface
+
+from . import chat_anthropic
 
 
 async def chat_completions(req: Request) -> None:
@@ -58,8 +61,19 @@ async def _proxy(req: Request, surface: str, path: str) -> None:
     wants_usage = stream and isinstance(options, dict) and bool(options.get("include_usage"))
     n = body.get("n")
     call.choices = choices = n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 128 else 1
-    # Chat and Completions go upstream as streams (`call.send_upstream`), asked for usage.
-    up = await call.forward(Plan.same(call.routes, Outgoing(path, body, req.headers)))
+    # Chat and Completions go upstream as streams (`call.send_upstream`), asked for usage; an
+    # Anthropic channel gets the body translated to Messages (`chat_anthropic`).
+    default_max = max_tokens if max_tokens is not None else call.max_tokens
+    up = await call.forward(
+        Plan(call.routes, chat_anthropic.outgoing_for(call, surface, path, body, req.headers, default_max))
+    )
+    legacy = surface == ApiSurface.COMPLETIONS
+    if chat_anthropic.translates(up.route):
+        if up.streaming:
+            await relay(call, up, chat_anthropic.AnthropicChatDialect(call, legacy=legacy, include_usage=wants_usage))
+        else:
+            await chat_anthropic.relay_json(call, up, legacy=legacy)
+        return
     if up.streaming:
         await relay(call, up, ChatDialect(call.max_tokens, choices=choices, wants_usage=wants_usage))
         return

@@ -83,10 +83,15 @@ def error_from_openai(status: int, body: Any) -> dict[str, Any]:
 
 
 def _stop(choice: dict[str, Any]) -> tuple[str, str | None]:
+    """(stop_reason, stop_sequence) of a Chat choice. Which stop string ended the answer is known
+    where the server says it: vLLM's `stop_reason`, SGLang's `matched_stop` (a number there is a
+    stop token, not one of the client's sequences). llama.cpp does not say, so there a stop
+    sequence cannot be told from the end of the turn."""
     finish = choice.get("finish_reason")
-    matched = choice.get("stop_reason")  # vLLM: the stop string that ended generation
-    if finish == "stop" and isinstance(matched, str) and matched:
-        return "stop_sequence", matched
+    for field in ("stop_reason", "matched_stop"):
+        matched = choice.get(field)
+        if finish == "stop" and isinstance(matched, str) and matched:
+            return "stop_sequence", matched
     return STOP_REASONS.get(finish or "stop", "end_turn"), None
 
 

@@ -8,11 +8,12 @@ assistant text just before them, share one assistant message, as Chat expects fo
 `function_call_output` -> `tool` messages (images in an output go to a user message after them);
 `tools` of type `function` (flat Responses shape -> nested Chat shape), `tool_choice`,
 `parallel_tool_calls`, `max_output_tokens` -> `max_tokens`, `temperature`, `top_p`,
-`text.format` json_schema / json_object -> `response_format`, `stream` (+ usage in the stream).
+`text.format` json_schema / json_object -> `response_format`, `reasoning.effort` ->
+`reasoning_effort`, `stream` (+ usage in the stream).
 
 Dropped on purpose, with an info log: tools of other types (Codex sends `web_search`,
 `namespace`, `local_shell`, `custom`… which no Chat upstream can run), `reasoning` items sent back
-by the client, `reasoning` settings (unless `map_reasoning` asks for `reasoning_effort`), `store`,
+by the client, `reasoning.summary`, `store`,
 `include`, `prompt_cache_key`, `client_metadata`, `metadata`, `truncation`, `service_tier`,
 `user`, `safety_identifier`. `previous_response_id` and `conversation` are refused: the gateway
 stores no responses, so it cannot continue one.
@@ -27,15 +28,18 @@ from gateway.translate.common import TranslationError, chat_function, chat_tools
 
 logger = logging.getLogger(__name__)
 
-REASONING_EFFORTS = ("low", "medium", "high")
+# Responses' `reasoning.effort` -> Chat's `reasoning_effort`, in the three values every server
+# that takes it accepts (vLLM refuses others); "none" asks for no reasoning, so nothing is sent.
+REASONING_EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
 TEXT_PART_TYPES = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 
 
-def to_chat_request(body: dict[str, Any], *, map_reasoning: bool = False) -> dict[str, Any]:
+def to_chat_request(body: dict[str, Any], *, map_reasoning: bool = True) -> dict[str, Any]:
     """Translate a Responses request body; raises TranslationError for what cannot be expressed.
 
-    `map_reasoning` forwards `reasoning.effort` as Chat's `reasoning_effort`; only for channels
-    known to accept it, since providers reject it for models that do not reason.
+    `reasoning.effort` is forwarded as Chat's `reasoning_effort` (`REASONING_EFFORTS`): the
+    client asked for it, and vLLM, llama.cpp and OpenAI-compatible reasoning models take it;
+    `map_reasoning=False` leaves it out.
     """
     if not isinstance(body, dict):
         raise TranslationError("The request body must be a JSON object.")
@@ -77,7 +81,8 @@ def to_chat_request(body: dict[str, Any], *, map_reasoning: bool = False) -> dic
     if response_format:
         chat["response_format"] = response_format
     effort = (body.get("reasoning") or {}).get("effort") if isinstance(body.get("reasoning"), dict) else None
-    if map_reasoning and effort in REASONING_EFFORTS:
+    effort = REASONING_EFFORTS.get(effort) if isinstance(effort, str) else None
+    if map_reasoning and effort is not None:
         chat["reasoning_effort"] = effort
     if body.get("stream"):
         chat["stream"] = True

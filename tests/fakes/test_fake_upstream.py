@@ -71,7 +71,9 @@ def test_native_messages_and_responses_answer_for_pass_through(upstream):
     r = httpx.post(upstream.base_url + "/responses", json={"model": "m", "input": "one two three"}).json()
     assert r["output"][0]["content"][0]["text"] == "tok0 tok1 tok2 tok3 tok4" and r["usage"]["input_tokens"] == 3
     with httpx.stream(
-        "POST", upstream.base_url + "/messages", json={"model": "m", "stream": True, "messages": []}
+        "POST",
+        upstream.base_url + "/messages",
+        json={"model": "m", "stream": True, "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}]},
     ) as s:
         kinds = [line[7:] for line in s.iter_lines() if line.startswith("event: ")]
     assert kinds[0] == "message_start" and kinds[-1] == "message_stop"

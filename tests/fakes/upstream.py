@@ -21,15 +21,18 @@ Modes: ok, omit_usage (no usage in body or stream), stream_error / stream_junk (
 an OpenAI error body), slow (sleep `delay` seconds before the first byte), tool_call (the reply is a
 function call split over many chunks). `tokens` sets how many completion tokens ("tok0 tok1 …") are
 generated; `token_delay` spaces stream chunks; `reasoning` makes the reply start with that text as
-`reasoning_content`. Anthropic-native `/v1/messages` and Responses-native `/v1/responses` answer the
-same canned text (modes ok/status/slow) for the gateway's pass-through paths. Prompt tokens are the
-number of whitespace-separated words in the input."""
+`reasoning_content`. Anthropic-native `/v1/messages` behaves like Anthropic's API (request checks,
+stop sequences, tool use, thinking, cache usage, its error shape and 529, the exact SSE event
+sequence; mode stream_error sends an `error` event mid-stream); Responses-native `/v1/responses`
+answers the same canned text (modes ok/status/slow) for the gateway's pass-through paths. Prompt
+tokens are the number of whitespace-separated words in the input."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
 import json
+import re
 import threading
 import time
 import uuid
@@ -294,6 +297,9 @@ class FakeUpstream:
             await asyncio.sleep(max(n, 1) * b["token_delay"])
         message: dict[str, Any] = {"role": "assistant", "content": " ".join(f"tok{i}" for i in range(n))}
         finish = "stop" if n < int(body.get("max_tokens") or 10**9) else "length"
+        n, matched = self._stop_at(body, n)
+        if matched is not None:
+            message["content"], finish = " ".join(f"tok{i}" for i in range(n)), "stop"
         if b["mode"] == "tool_call":
             message = {
                 "role": "assistant",
@@ -317,11 +323,26 @@ class FakeUpstream:
             "model": model,
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         }
+        if matched is not None and self.flavour == "vllm":
+            out["choices"][0]["stop_reason"] = matched  # vLLM names the stop string that matched
         if b["mode"] != "omit_usage":
             out.update(self._chat_usage(b, prompt, n))
         if b["system_fingerprint"]:
             out["system_fingerprint"] = b["system_fingerprint"]
         return web.json_response(out, headers={"x-request-id": "up-" + uuid.uuid4().hex[:16]})
+
+    @staticmethod
+    def _stop_at(body: dict[str, Any], n: int) -> tuple[int, str | None]:
+        """`stop` as vLLM and llama.cpp apply it: the words before the first stop string that the
+        answer "tok0 tok1 …" contains, and that string (None when none matched)."""
+        stops = body.get("stop")
+        stops = [stops] if isinstance(stops, str) else stops if isinstance(stops, list) else []
+        text = " ".join(f"tok{i}" for i in range(n))
+        found = [(text.find(s), s) for s in stops if isinstance(s, str) and s and s in text]
+        if not found:
+            return n, None
+        at, matched = min(found)
+        return len(text[:at].split()), matched
 
     def _chat_usage(self, b: dict[str, Any], prompt: int, n: int) -> dict[str, Any]:
         """`usage` (and llama.cpp's `timings`) of a Chat answer or its last chunk."""
@@ -369,6 +390,7 @@ class FakeUpstream:
                 data["usage"] = None
             return b"data: " + json.dumps(data).encode() + b"\n\n"
 
+        matched: str | None = None
         try:
             pieces: list[dict[str, Any]]
             if b["mode"] == "tool_call":
@@ -395,9 +417,12 @@ class FakeUpstream:
                 if b["ignore_max_tokens"]:
                     limit = 10**9
                 n = min(b["tokens"], limit)
+                finish = "length" if n >= limit else "stop"
+                n, matched = self._stop_at(body, n)
+                if matched is not None:
+                    finish = "stop"
                 pieces = [{"role": "assistant", "content": ""}]
                 pieces += [{"content": (" " if i else "") + f"tok{i}"} for i in range(n)]
-                finish = "length" if n >= limit else "stop"
             if b["reasoning"]:
                 words = b["reasoning"].split()
                 thoughts = [{"reasoning_content": (" " if i else "") + w} for i, w in enumerate(words)]
@@ -427,7 +452,10 @@ class FakeUpstream:
                 if b["token_delay"]:
                     await asyncio.sleep(b["token_delay"])
             for index in range(choices):
-                await resp.write(chunk({}, finish, index=index))
+                last = json.loads(chunk({}, finish, index=index)[6:])
+                if matched is not None and self.flavour == "vllm":
+                    last["choices"][0]["stop_reason"] = matched
+                await resp.write(b"data: " + json.dumps(last).encode() + b"\n\n")
             if include_usage and b["mode"] != "omit_usage":
                 data = {
                     "id": cid,
@@ -565,14 +593,117 @@ class FakeUpstream:
     def _sse(kind: str, data: dict[str, Any]) -> bytes:
         return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
 
+    @staticmethod
+    def _anthropic_error(status: int, kind: str, message: str, retry_after: str = "") -> web.Response:
+        headers = {"retry-after": retry_after} if retry_after else None
+        body = {"type": "error", "error": {"type": kind, "message": message}}
+        return web.json_response(body, status=status, headers=headers)
+
+    @staticmethod
+    def _messages_problem(body: dict[str, Any]) -> str | None:
+        """What the real Messages API refuses with 400 invalid_request_error (the checks a translation
+        can get wrong), else None."""
+        if not isinstance(body.get("max_tokens"), int):
+            return "max_tokens: Field required"
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return "messages: at least one message is required"
+        for name in ("n", "stop", "tool_calls", "reasoning_effort", "response_format", "max_completion_tokens"):
+            if name in body:
+                return f"{name}: Extra inputs are not permitted"
+        if not isinstance(body.get("system", ""), (str, list)):
+            return "system: Input should be a valid string or list"
+        thinking = body.get("thinking")
+        if isinstance(thinking, dict) and thinking.get("type") == "enabled":
+            budget = thinking.get("budget_tokens")
+            if not isinstance(budget, int) or budget < 1024 or budget >= body["max_tokens"]:
+                return "thinking.budget_tokens: must be >= 1024 and less than max_tokens"
+            if "temperature" in body and body["temperature"] != 1:
+                return "temperature may only be set to 1 when thinking is enabled"
+        if isinstance(body.get("temperature"), (int, float)) and not 0 <= body["temperature"] <= 1:
+            return "temperature: Input should be less than or equal to 1"
+        tool_ids: set[str] = set()
+        previous = None
+        for i, message in enumerate(messages):
+            role = message.get("role") if isinstance(message, dict) else None
+            if role not in ("user", "assistant"):
+                return f"messages.{i}.role: Input should be 'user' or 'assistant'"
+            content = message.get("content")
+            blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+            if not isinstance(blocks, list) or not blocks:
+                return f"messages.{i}: content must be non-empty"
+            for block in blocks:
+                kind = block.get("type")
+                if kind == "text" and not str(block.get("text") or "").strip():
+                    return f"messages.{i}: text content blocks must contain non-whitespace text"
+                if kind == "image":
+                    source = block.get("source") or {}
+                    if source.get("type") not in ("base64", "url") or not (source.get("data") or source.get("url")):
+                        return f"messages.{i}: image source must be base64 or url"
+                if kind == "tool_use":
+                    if role != "assistant":
+                        return f"messages.{i}: tool_use blocks belong to assistant messages"
+                    tool_ids.add(block.get("id"))
+                if kind == "tool_result":
+                    if previous != "assistant" or block.get("tool_use_id") not in tool_ids:
+                        return (
+                            f"messages.{i}: unexpected `tool_use_id` found in `tool_result` blocks: "
+                            f"{block.get('tool_use_id')}. Each `tool_result` block must have a corresponding "
+                            "`tool_use` block in the previous message."
+                        )
+                if kind not in ("text", "image", "tool_use", "tool_result", "thinking", "document"):
+                    return f"messages.{i}: unknown content block type {kind!r}"
+            if role == previous:
+                return f"messages.{i}: roles must alternate between user and assistant"
+            previous = role
+        return None
+
     async def _messages(self, request: web.Request) -> web.StreamResponse:
-        body, b, early = await self._pre(request)
-        if early is not None:
-            return early
+        """A Messages API that behaves like Anthropic's: request checks, `stop_sequences` (the
+        text is cut before a matched one), `max_tokens`, tool use (mode tool_call), thinking,
+        cache usage, errors in its own shape (mode status; 529 is `overloaded_error`), and the
+        stream's exact event sequence (mode stream_error: an `error` event after two deltas; mode
+        stall: silence after `stall_after` deltas; `ignore_max_tokens`: more deltas than asked)."""
+        body = await self._record(request)
+        if self.api_key is not None and self.api_key not in (
+            request.headers.get("x-api-key"),
+            request.headers.get("Authorization", "").removeprefix("Bearer "),
+        ):
+            return self._anthropic_error(401, "authentication_error", "invalid x-api-key")
+        b = self._next()
+        if b["mode"] == "status":
+            kinds = {400: "invalid_request_error", 401: "authentication_error", 429: "rate_limit_error"}
+            kind = "overloaded_error" if b["status"] in (503, 529) else kinds.get(b["status"], "api_error")
+            return self._anthropic_error(b["status"], kind, b["error_message"], str(b["retry_after"] or ""))
+        if b["mode"] == "slow" or b["delay"]:
+            await asyncio.sleep(b["delay"])
         body = body if isinstance(body, dict) else {}
+        problem = self._messages_problem(body)
+        if problem is not None:
+            return self._anthropic_error(400, "invalid_request_error", problem)
         prompt = _words(body.get("messages")) + _words(body.get("system"))
-        n = min(b["tokens"], int(body.get("max_tokens") or 10**9))
-        text = " ".join(f"tok{i}" for i in range(n))
+        max_tokens = int(body["max_tokens"])
+        n = b["tokens"] if b["ignore_max_tokens"] else min(b["tokens"], max_tokens)
+        words = [f"tok{i}" for i in range(n)]
+        stop_reason, stop_sequence = ("max_tokens" if n >= max_tokens else "end_turn"), None
+        text = " ".join(words)
+        for sequence in body.get("stop_sequences") or []:
+            at = text.find(sequence)
+            if at >= 0:
+                text, stop_reason, stop_sequence = text[:at], "stop_sequence", sequence
+                n = len(text.split())
+                break
+        thinking = isinstance(body.get("thinking"), dict) and body["thinking"].get("type") == "enabled"
+        content: list[dict[str, Any]] = []
+        if thinking:
+            content.append({"type": "thinking", "thinking": "Let me think.", "signature": "sig-" + uuid.uuid4().hex})
+        if b["mode"] == "tool_call":
+            arguments = b["tool_arguments"]
+            tool = {"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:24], "name": b["tool_name"]}
+            content.append({**tool, "input": json.loads(arguments)})
+            stop_reason, stop_sequence, n = "tool_use", None, len(arguments.split())
+        elif text:
+            content.append({"type": "text", "text": text})
         mid = "msg_" + uuid.uuid4().hex[:24]
         read = min(int(b["cached"]), prompt)
         written = min(int(b["cache_write"]), prompt - read)
@@ -582,50 +713,77 @@ class FakeUpstream:
             "cache_read_input_tokens": read,
             "cache_creation_input_tokens": written,
         }
-        if not body.get("stream"):
-            return web.json_response(
-                {
-                    "id": mid,
-                    "type": "message",
-                    "role": "assistant",
-                    "model": body.get("model"),
-                    "content": [{"type": "text", "text": text}],
-                    "stop_reason": "end_turn",
-                    "stop_sequence": None,
-                    "usage": usage,
-                }
-            )
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        start = {
+        message = {
             "id": mid,
             "type": "message",
             "role": "assistant",
             "model": body.get("model"),
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": {**usage, "output_tokens": 0},
+            "content": content,
+            "stop_reason": stop_reason,
+            "stop_sequence": stop_sequence,
+            "usage": usage,
         }
-        await resp.write(self._sse("message_start", {"type": "message_start", "message": start}))
-        block = {"type": "text", "text": ""}
-        await resp.write(
-            self._sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": block})
-        )
-        for i in range(n):
-            delta = {"type": "text_delta", "text": (" " if i else "") + f"tok{i}"}
-            await resp.write(
-                self._sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
-            )
-        await resp.write(self._sse("content_block_stop", {"type": "content_block_stop", "index": 0}))
-        end = {
-            "type": "message_delta",
-            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-            "usage": {"output_tokens": n},
-        }
-        await resp.write(self._sse("message_delta", end))
-        await resp.write(self._sse("message_stop", {"type": "message_stop"}))
-        await resp.write_eof()
+        if not body.get("stream"):
+            return web.json_response(message)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        self.open_streams += 1
+        try:
+            start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
+            start["usage"] = {**usage, "output_tokens": 1}
+            await resp.write(self._sse("message_start", {"type": "message_start", "message": start}))
+            await resp.write(self._sse("ping", {"type": "ping"}))
+            sent = 0
+            for index, block in enumerate(content):
+                opening = {**block, "input": {}} if block["type"] == "tool_use" else {**block}
+                if block["type"] in ("text", "thinking"):
+                    opening[block["type"]] = ""
+                if block["type"] == "thinking":
+                    opening["signature"] = ""
+                await resp.write(
+                    self._sse(
+                        "content_block_start", {"type": "content_block_start", "index": index, "content_block": opening}
+                    )
+                )
+                if block["type"] == "text":
+                    pieces = [{"type": "text_delta", "text": w} for w in re.split(r"(?<= )", block["text"])]
+                elif block["type"] == "thinking":
+                    pieces = [
+                        {"type": "thinking_delta", "thinking": block["thinking"]},
+                        {"type": "signature_delta", "signature": block["signature"]},
+                    ]
+                else:  # tool_use: the JSON arrives in small pieces, as Anthropic streams it
+                    raw = b["tool_arguments"]
+                    pieces = [
+                        {"type": "input_json_delta", "partial_json": raw[i : i + 7]} for i in range(0, len(raw), 7)
+                    ]
+                for delta in pieces:
+                    if b["mode"] == "stall" and sent == b["stall_after"]:
+                        await asyncio.sleep(3600)
+                    if b["mode"] == "stream_error" and sent == 2:
+                        error = {"type": "error", "error": {"type": "overloaded_error", "message": b["error_message"]}}
+                        await resp.write(self._sse("error", error))
+                        await resp.write_eof()
+                        return resp
+                    await resp.write(
+                        self._sse(
+                            "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+                        )
+                    )
+                    sent += 1
+                    if b["token_delay"]:
+                        await asyncio.sleep(b["token_delay"])
+                await resp.write(self._sse("content_block_stop", {"type": "content_block_stop", "index": index}))
+            end = {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
+                "usage": {"output_tokens": n},
+            }
+            await resp.write(self._sse("message_delta", end))
+            await resp.write(self._sse("message_stop", {"type": "message_stop"}))
+            await resp.write_eof()
+        finally:
+            self.open_streams -= 1
         return resp
 
     async def _count_tokens(self, request: web.Request) -> web.Response:

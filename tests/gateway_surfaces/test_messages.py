@@ -390,3 +390,31 @@ def test_usage_is_estimated_not_zero_when_the_upstream_reports_none(setup, clien
     # The channel (vLLM) has /tokenize: 1 token by the fake's tokenizer + 4 for the message's markers.
     assert record.estimated is True and record.prompt_tokens == 1 + 4 and record.completion_tokens > 0
     assert message.usage.output_tokens == record.completion_tokens
+
+
+def test_a_stop_sequence_comes_back_as_stop_sequence_streamed_or_not(setup, client, upstream):
+    ask = {
+        "model": "qwen3-32b",
+        "max_tokens": 50,
+        "stop_sequences": ["tok3"],
+        "messages": [{"role": "user", "content": "n"}],
+    }
+    message = client.messages.create(**ask)
+    assert upstream.requests[-1].json["stop"] == ["tok3"]
+    assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "tok3")
+    assert message.content[0].text == "tok0 tok1 tok2"
+    with client.messages.stream(**ask) as s:
+        final = s.get_final_message()
+    assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", "tok3")
+    # A server that does not say which stop string matched (llama.cpp): the end of the turn.
+    upstream.flavour = "llamacpp"
+    assert client.messages.create(**ask).stop_reason == "end_turn"
+
+
+def test_an_overloaded_anthropic_channel_is_a_529_with_retry_after(setup, client, native_upstream):
+    add_native_channel(setup, native_upstream, kind="anthropic")
+    native_upstream.behave(mode="status", status=529, error_message="Overloaded", retry_after="5")
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        client.messages.create(model="qwen3-32b", max_tokens=9, messages=[{"role": "user", "content": "hi"}])
+    assert caught.value.status_code == 529 and caught.value.response.headers["retry-after"] == "5"
+    assert caught.value.body["error"]["type"] == "overloaded_error"

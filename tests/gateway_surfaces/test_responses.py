@@ -228,3 +228,8 @@ def test_usage_is_estimated_not_zero_when_the_upstream_reports_none(setup, clien
     # The channel (vLLM) has /tokenize: 1 token by the fake's tokenizer + 4 for the message's markers.
     assert record.estimated is True and record.prompt_tokens == 1 + 4 and record.completion_tokens > 0
     assert response.usage.output_tokens == record.completion_tokens
+
+
+def test_reasoning_effort_reaches_a_chat_channel(setup, client, upstream):
+    client.responses.create(model="qwen3-32b", input="think", reasoning={"effort": "high", "summary": "auto"})
+    assert upstream.requests[-1].json["reasoning_effort"] == "high"

@@ -47,12 +47,18 @@ def test_it_refuses_untranslatable_responses_requests_with_the_offending_param(r
     assert caught.value.param == row["param"]
 
 
-@pytest.mark.parametrize(("mapped", "expected"), [(False, None), (True, "high")])
-def test_reasoning_effort_is_forwarded_only_when_asked(mapped, expected):
-    chat = responses_request.to_chat_request(
-        {"model": "m", "input": "x", "reasoning": {"effort": "high"}}, map_reasoning=mapped
-    )
+@pytest.mark.parametrize(
+    ("effort", "expected"),
+    [("high", "high"), ("medium", "medium"), ("minimal", "low"), ("xhigh", "high"), ("none", None)],
+)
+def test_reasoning_effort_is_forwarded_as_chats_reasoning_effort(effort, expected):
+    chat = responses_request.to_chat_request({"model": "m", "input": "x", "reasoning": {"effort": effort}})
     assert chat.get("reasoning_effort") == expected
+    CHAT_PARAMS.validate_python(chat)
+    off = responses_request.to_chat_request(
+        {"model": "m", "input": "x", "reasoning": {"effort": effort}}, map_reasoning=False
+    )
+    assert "reasoning_effort" not in off
 
 
 @pytest.mark.parametrize("row", cases("completions"))
