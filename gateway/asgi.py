@@ -191,6 +191,9 @@ async def handle(handler: Handler, scope: Scope, receive: Receive, send: Send, s
 def build_application(django_app: ASGIApp) -> ASGIApp:
     """Wrap Django's ASGI app: gateway paths here, the rest to Django, lifespan for our state."""
     run = handle_logged if access_log_enabled() else handle
+    # Health probes come every few seconds from each container's check, the proxy and the kubelet:
+    # the access log is for requests people and clients make.
+    probes = {health.healthz, health.readyz}
 
     async def application(scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -208,7 +211,7 @@ def build_application(django_app: ASGIApp) -> ASGIApp:
             if handler is None:
                 await send_error(send, not_found(scope, sub))
                 return
-            await run(handler, scope, receive, send, sub)
+            await (handle if handler in probes else run)(handler, scope, receive, send, sub)
             return
         if kind == "lifespan":
             while True:

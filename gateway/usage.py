@@ -439,6 +439,7 @@ class UsageWriter:
 
     ADOPT_EVERY = 10.0  # seconds between looks for journals of processes that died
     RETRY_EVERY = 1.0  # while the database is down
+    JOURNAL_RETRY_EVERY = 10.0  # seconds before a journal that could not be written is tried again
 
     def __init__(self, interval: float | None = None) -> None:
         self._interval = interval
@@ -447,6 +448,7 @@ class UsageWriter:
         self._sealed: list[Segment] = []
         self.journal = Journal()
         self._journal_failed = False
+        self._journal_retry_at = 0.0
         self.recorded = 0  # events since start (the heap is settled again once traffic warmed it)
         self._task: asyncio.Task[None] | None = None
         # Its own thread (and so its own connection): batches in order, and a slow or locked write
@@ -460,22 +462,41 @@ class UsageWriter:
         self._last_adopt = 0.0
 
     def _segment(self) -> Segment | None:
-        if self._current is None and not self._journal_failed:
+        if self._journal_failed and (self._current is not None or time.monotonic() < self._journal_retry_at):
+            return None  # the file a write failed on is sealed as it is; a new one is tried later
+        if self._current is None:
             try:
                 if self.journal.dir is None:
                     self.journal.open()
                 self._current = self.journal.new_segment()
             except OSError as exc:
-                self._journal_failed = True  # usage still flows to the database; say so once
-                logger.error("usage journal unavailable (%s): usage is kept in memory only", exc)
+                self._journal_lost(exc)
+                return None
+            if self._journal_failed:
+                self._journal_failed = False
+                logger.warning("usage journal writable again")
         return self._current
+
+    def _journal_lost(self, exc: OSError) -> None:
+        """The journal cannot be written (a full disk, above all): usage goes on in memory, to the
+        database as before, and the journal is tried again a little later. Said once per episode."""
+        if not self._journal_failed:
+            reason = faults.disk_full_message() if faults.is_disk_full(exc) else str(exc)
+            logger.error("usage journal unavailable (%s): usage is kept in memory only until it can be written", reason)
+        self._journal_failed = True
+        self._journal_retry_at = time.monotonic() + self.JOURNAL_RETRY_EVERY
 
     def record(self, event: UsageEvent) -> None:
         seg = self._segment()
         if seg is not None:
             assert seg.fd is not None
-            os.write(seg.fd, orjson.dumps(event) + b"\n")
-            seg.count += 1
+            try:
+                os.write(seg.fd, orjson.dumps(event) + b"\n")
+            except OSError as exc:  # never fail the request for the journal: this event is in memory
+                self._journal_lost(exc)
+                seg = None
+            else:
+                seg.count += 1
         if seg is None or len(self._buffer) < int(settings.GATEWAY_USAGE_QUEUE):
             self._buffer.append(event)
         else:
@@ -525,7 +546,7 @@ class UsageWriter:
     def _seal(self) -> None:
         seg = self._current
         if seg is not None:
-            if seg.count == 0:
+            if seg.count == 0 and not self._buffer:
                 return
             seg.events = None if seg.overflowed else self._buffer
             self._current = None
@@ -583,9 +604,16 @@ class UsageWriter:
     @staticmethod
     def _write_segment(seg: Segment) -> None:
         if seg.fd is not None:
-            os.fsync(seg.fd)
-            os.close(seg.fd)
-            seg.fd = None
+            try:
+                os.fsync(seg.fd)
+            except OSError:
+                if seg.events is None:
+                    raise  # the file is the only copy
+                # The journal is a copy of what is in memory: a disk that cannot take it (full)
+                # must not keep the batch from the database.
+            finally:
+                os.close(seg.fd)
+                seg.fd = None
         events = seg.events if seg.events is not None else read_segment(seg.path)
         replay, seg.tried = seg.tried, True
         UsageWriter._write(events, replay=replay)

@@ -11,6 +11,7 @@ from rest_framework.throttling import AnonRateThrottle, SimpleRateThrottle
 from portal.faults import FailOpen
 
 _open = FailOpen("REST API throttle")
+_open_failed = FailOpen("failed API-token throttle")
 
 
 class FailOpenThrottle(SimpleRateThrottle):
@@ -40,7 +41,10 @@ class AnonThrottle(FailOpenThrottle, AnonRateThrottle):
 class FailedTokenThrottle(SimpleRateThrottle):
     """Failed API-token authentications per address (`PORTAL_API_FAILED_AUTH_RATE`). Only failures
     count; past the rate every token from that address is answered 429 before it is checked, so
-    guessing tokens costs the guesser time, not the owner of a good one elsewhere."""
+    guessing tokens costs the guesser time, not the owner of a good one elsewhere.
+
+    It fails open like the others: a token is 256 random bits, so what this throttle saves is load,
+    and failing closed would refuse every script (an admin's revoke included) while Redis is away."""
 
     scope = "failed_token"
     num_requests: int  # set from the rate by SimpleRateThrottle.__init__
@@ -50,7 +54,11 @@ class FailedTokenThrottle(SimpleRateThrottle):
         return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
 
     def wait_before(self, request) -> float | None:
-        """Seconds this address must wait before a token is checked, or None."""
+        """Seconds this address must wait before a token is checked, or None (also when Redis
+        does not answer)."""
+        return _open_failed.call(lambda: self._wait_before(request), None)
+
+    def _wait_before(self, request) -> float | None:
         self.key = self.get_cache_key(request)
         self.history = self.cache.get(self.key, [])
         self.now = self.timer()
@@ -59,5 +67,8 @@ class FailedTokenThrottle(SimpleRateThrottle):
         return self.wait() if len(self.history) >= self.num_requests else None
 
     def failed(self, request) -> None:
-        self.wait_before(request)
-        self.throttle_success()
+        def record() -> None:
+            self._wait_before(request)
+            self.throttle_success()
+
+        _open_failed.call(record, None)

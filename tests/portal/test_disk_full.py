@@ -89,4 +89,7 @@ def test_a_full_disk_is_named_in_answers_and_logs_and_the_portal_recovers(small_
             server.stop()
         redis.stop()
     log = server.proc.stderr.read().decode() if server is not None and server.proc.stderr else ""
-    assert "usage records failed, they are kept for the next flush: The disk holding" in log, log[-3000:]
+    # The usage writer names the disk: its journal could not be written (the requests went on, usage
+    # in memory), and its database write failed and waits.
+    assert "usage journal unavailable (The disk holding" in log, log[-3000:]
+    assert "writing usage failed (The disk holding" in log, log[-3000:]
