@@ -71,17 +71,12 @@ def sse(chunk: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(chunk) + b"\n\n"
 
 
-class ChatDialect:
-    """Chat Completions (and legacy Completions) relayed to a client of the same API: events go
-    out byte for byte, minus what the gateway asked for on its own behalf (the usage chunk and the
-    `"usage":null` of every chunk, for a client that did not ask for usage); a choice that passes
-    its reservation ends there with finish reason `length`."""
+class ReadsChunks:
+    """A dialect whose upstream speaks Chat chunks, read by a `ChunkReader` (usage, tokens, the cut
+    at the reservation): the Dialect attributes come from the reader."""
 
-    __slots__ = ("reader", "wants_usage")
-
-    def __init__(self, limit: int | None, *, choices: int = 1, wants_usage: bool = False) -> None:
-        self.reader = ChunkReader(limit, choices)
-        self.wants_usage = wants_usage
+    __slots__ = ()
+    reader: ChunkReader
 
     @property
     def usage(self) -> Usage | None:
@@ -94,6 +89,19 @@ class ChatDialect:
     @property
     def done(self) -> bool:
         return self.reader.done
+
+
+class ChatDialect(ReadsChunks):
+    """Chat Completions (and legacy Completions) relayed to a client of the same API: events go
+    out byte for byte, minus what the gateway asked for on its own behalf (the usage chunk and the
+    `"usage":null` of every chunk, for a client that did not ask for usage); a choice that passes
+    its reservation ends there with finish reason `length`."""
+
+    __slots__ = ("reader", "wants_usage")
+
+    def __init__(self, limit: int | None, *, choices: int = 1, wants_usage: bool = False) -> None:
+        self.reader = ChunkReader(limit, choices)
+        self.wants_usage = wants_usage
 
     def feed(self, event: bytes) -> bytes:
         reader = self.reader

@@ -16,10 +16,10 @@ from gateway.call import Call, UpstreamResponse
 from gateway.chunks import ChunkReader, event_data
 from gateway.errors import Failure, UpstreamStreamError
 from gateway.http import GatewayError, Request
-from gateway.relay import Dialect, relay
+from gateway.relay import Dialect, ReadsChunks, relay
 from gateway.translate import TranslationError
 from gateway.translate.common import ChatStreamTranslator, encode_sse
-from gateway.usage import Usage, estimate_tokens, usage_from
+from gateway.usage import Usage, estimate_tokens
 
 
 @dataclass(slots=True)
@@ -137,7 +137,7 @@ async def relay_stream(
     await relay(call, up, dialect)
 
 
-class TranslatedDialect:
+class TranslatedDialect(ReadsChunks):
     """Chat chunks from the upstream, another API's events to the client (`translator`): the
     chunks are read (usage, tokens, the cut at the reservation) as for a Chat client, and each
     one the Chat client would get is translated. The closing events go out after the upstream's
@@ -146,18 +146,6 @@ class TranslatedDialect:
     def __init__(self, translator: ChatStreamTranslator, limit: int | None) -> None:
         self.translator = translator
         self.reader = ChunkReader(limit, 1)
-
-    @property
-    def usage(self) -> Usage | None:
-        return usage_from(self.reader.usage)
-
-    @property
-    def tokens(self) -> int:
-        return self.reader.tokens
-
-    @property
-    def done(self) -> bool:
-        return self.reader.done
 
     def feed(self, event: bytes) -> bytes:
         data = event_data(event)
