@@ -1,3 +1,5 @@
+import os
+import signal
 import subprocess
 
 import pytest
@@ -34,3 +36,15 @@ def gpu_host(db, ssh_target):
         private_key=ssh_target.client_private_key,
         host_key_fingerprint=ssh_target.host_key_fingerprint,
     )
+
+
+@pytest.fixture
+def started_pids():
+    """Whatever a test leaves running is killed by PID afterwards (never by name)."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass

@@ -90,17 +90,6 @@ def quick(settings, hub):
     settings.HOSTS_STOP_GRACE = 5
 
 
-@pytest.fixture
-def killed():
-    pids: list[int] = []
-    yield pids
-    for pid in pids:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
 def drive(job: ModelDownload, until, *, timeout: float = 120.0) -> ModelDownload:
     """Run steps as the re-scheduled task would, until `until(job)` or the job finishes."""
     deadline = time.monotonic() + timeout
@@ -129,7 +118,7 @@ def api(user) -> APIClient:
 
 
 def test_download_progress_cut_resume_restart_checksums_and_launch(
-    gpu_host, admin, django_user_model, hub, hf_on_host, quick, killed
+    gpu_host, admin, django_user_model, hub, hf_on_host, quick, started_pids
 ):
     hub.cut_after[GGUF] = 12 * MiB  # the first GET of the GGUF is cut mid-body
     hub.hold_at[GGUF] = 16 * MiB  # every GET then waits there until released
@@ -152,7 +141,7 @@ def test_download_progress_cut_resume_restart_checksums_and_launch(
     gguf_size = len(hub.repos[REPO][GGUF].data)
     assert job.total_bytes == gguf_size + len(hub.repos[REPO]["config.json"].data)
     assert job.tool.endswith("/hf") and job.local_path.endswith("/.gateway-portal/models/acme--tiny-chat")
-    killed.append(job.pid)
+    started_pids.append(job.pid)
 
     # Held at 16 MiB after the cut at 12 MiB: the client resumed with a Range request and has
     # written its first 10 MiB chunk. Progress comes from the database, for anyone.
@@ -178,7 +167,7 @@ def test_download_progress_cut_resume_restart_checksums_and_launch(
     os.killpg(job.pid, signal.SIGKILL)
     job = drive(job, lambda j: j.restarts == 1)
     assert job.state == DownloadState.DOWNLOADING and "started again" in job.message
-    killed.append(job.pid)
+    started_pids.append(job.pid)
 
     hub.release()
     job = drive(job, lambda j: False)
@@ -215,7 +204,7 @@ def test_download_progress_cut_resume_restart_checksums_and_launch(
     jobs.run_inline(launch.pk)
     launch.refresh_from_db()
     if launch.pid:
-        killed.append(launch.pid)
+        started_pids.append(launch.pid)
     deployment.refresh_from_db()
     assert launch.state == JobState.RUNNING, launch.message
     assert deployment.status == DeploymentStatus.RUNNING
@@ -254,15 +243,15 @@ def test_without_the_tool_and_without_consent_it_refuses_and_says_how(gpu_host, 
     assert "install the tool" in job.message
 
 
-def test_cancel_stops_the_remote_download(gpu_host, admin, hub, hf_on_host, quick, killed):
+def test_cancel_stops_the_remote_download(gpu_host, admin, hub, hf_on_host, quick, started_pids):
     hub.hold_at[GGUF] = 4 * MiB
     job, _ = services.request_download(host=gpu_host, repo_id=REPO, pattern="*.gguf", token=TOKEN, user=admin)
     job = drive(job, lambda j: hub.holding.is_set())
-    killed.append(job.pid)
+    started_pids.append(job.pid)
     # A worker died after starting the tool but before recording it: the next step re-attaches.
     ModelDownload.objects.filter(pk=job.pk).update(state=DownloadState.CHECKING, pid=None)
     job = drive(job, lambda j: j.state == DownloadState.DOWNLOADING)
-    assert job.state == DownloadState.DOWNLOADING and "Re-attached" in job.message and job.pid == killed[0]
+    assert job.state == DownloadState.DOWNLOADING and "Re-attached" in job.message and job.pid == started_pids[0]
     assert len(hub.gets_of(GGUF)) == 1  # no second download process
     answer = api(admin).post(f"/api/downloads/{job.pk}/cancel/")
     assert answer.status_code == 200 and answer.json()["state"] == "cancelled"

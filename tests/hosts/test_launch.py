@@ -7,7 +7,6 @@ touches is real: SSH, the detached server, its /health, /props, the database row
 from __future__ import annotations
 
 import os
-import signal
 import socket
 
 import openai
@@ -33,18 +32,6 @@ def quick_timings(settings):
     settings.HOSTS_HEALTH_TIMEOUT = 60
     settings.HOSTS_HEALTH_POLL = 0.1
     settings.HOSTS_STOP_GRACE = 5
-
-
-@pytest.fixture
-def started_pids():
-    """Whatever a test leaves running is killed by PID afterwards (never by name)."""
-    pids: list[int] = []
-    yield pids
-    for pid in pids:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 @pytest.fixture

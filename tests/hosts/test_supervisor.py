@@ -27,7 +27,6 @@ from tests.hosts.test_launch import (  # noqa: F401  (fixtures)
     online_host,
     quick_timings,
     run,
-    started_pids,
 )
 
 pytestmark = pytest.mark.slow
@@ -60,7 +59,7 @@ def statuses(deployment: Deployment) -> list[str]:
 
 def test_a_killed_server_is_seen_crashed_then_runs_again_by_itself(
     online_host,  # noqa: F811
-    started_pids,  # noqa: F811
+    started_pids,
     settings,
     beat,
     receiver,
@@ -118,7 +117,7 @@ def test_a_killed_server_is_seen_crashed_then_runs_again_by_itself(
 
 def test_a_server_that_dies_at_once_ends_in_crash_loop_after_its_limit(
     online_host,  # noqa: F811
-    started_pids,  # noqa: F811
+    started_pids,
     settings,
     beat,
     receiver,
@@ -161,7 +160,7 @@ def test_a_server_that_dies_at_once_ends_in_crash_loop_after_its_limit(
 
 def test_a_crash_without_automatic_restart_stays_crashed(
     online_host,  # noqa: F811
-    started_pids,  # noqa: F811
+    started_pids,
     beat,
     receiver,
 ):
