@@ -24,6 +24,7 @@ END = "# <<< team-gateway models"
 OURS_COMMENT = "# Team gateway"
 CCSWITCH_DB = "~/.cc-switch/cc-switch.db"
 CCSWITCH_ID = "teamgw"  # our provider's id in CC Switch's database, the same on every install
+CCSWITCH_NAME = "Team Gateway"  # clients/base.py PROVIDER_NAME (this file runs alone on the developer's machine)
 CCSWITCH_COLUMNS = {
     "id",
     "app_type",
@@ -372,7 +373,7 @@ def ccswitch_upsert(path, bundle, stamp):
                     conn.execute(
                         "UPDATE providers SET name = ?, settings_config = ?, website_url = ?"
                         " WHERE id = ? AND app_type = ?",
-                        ("Team Gateway", settings, bundle["gateway"], CCSWITCH_ID, app),
+                        (CCSWITCH_NAME, settings, bundle["gateway"], CCSWITCH_ID, app),
                     )
                     if found[0]:
                         current.append(app)
@@ -380,7 +381,7 @@ def ccswitch_upsert(path, bundle, stamp):
                     conn.execute(
                         "INSERT INTO providers (id, app_type, name, settings_config, website_url, created_at, meta,"
                         " is_current) VALUES (?, ?, ?, ?, ?, ?, '{}', 0)",
-                        (CCSWITCH_ID, app, "Team Gateway", settings, bundle["gateway"], now),
+                        (CCSWITCH_ID, app, CCSWITCH_NAME, settings, bundle["gateway"], now),
                     )
     finally:
         conn.close()
@@ -416,14 +417,14 @@ def install_db_providers(bundle, stamp):
         open_links(bundle.get("links", []))
         return 1
     apps = ", ".join(row["app_type"] for row in bundle["db_providers"])
-    say("✓", f"{path}: provider Team Gateway for {apps} (backup: {os.path.basename(path)}.bak-{stamp})")
+    say("✓", f"{path}: provider {CCSWITCH_NAME} for {apps} (backup: {os.path.basename(path)}.bak-{stamp})")
     if current:
         say(
             "·",
             f"it is CC Switch's current provider for {', '.join(current)}: switch away and back in CC Switch to apply",
         )
     else:
-        say("·", "switch to Team Gateway in CC Switch (restart CC Switch first if it is open)")
+        say("·", f"switch to {CCSWITCH_NAME} in CC Switch (restart CC Switch first if it is open)")
     return 0
 
 
