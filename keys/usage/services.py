@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from django.db.models import QuerySet, Sum
+from django.db.models import Case, F, FloatField, QuerySet, Sum, Value, When
 from django.utils import timezone
 
 from keys.models import TTFT_BOUNDS_MS, TTFT_FIELDS, Key, UsageDaily, UsageHourly
@@ -242,36 +242,22 @@ def last_day(user: User, now: dt.datetime | None = None) -> dict[str, Any]:
 
 def channel_token_shares(channel_id: int, since: dt.datetime, until: dt.datetime) -> list[Share]:
     """Tokens per (team at request time, user) sent through one channel in [since, until): the
-    GPU-hours showback's token source (`portal.showback`). From the hourly rollups: the hours wholly
-    inside the window in one grouped query, and the (at most two) hours it cuts weighted by the
-    share of the hour it covers, so adjacent runs never count one hour twice."""
+    GPU-hours showback's token source (`portal.showback`). One grouped query over the hourly
+    rollups; an hour the window only partly covers counts by the share it covers, so two adjacent
+    runs never count one hour twice."""
     hour = dt.timedelta(hours=1)
-    start = since.replace(minute=0, second=0, microsecond=0)
-    full_from = start if start == since else start + hour
-    full_until = until.replace(minute=0, second=0, microsecond=0)
-    buckets = UsageHourly.objects.filter(channel_id=channel_id)
-    shares: dict[tuple[str | None, str | None], float] = defaultdict(float)
-    if full_from < full_until:
-        for team, user, tokens in (
-            buckets.filter(hour__gte=full_from, hour__lt=full_until)
-            .values_list("team__name", "user__username")
-            .annotate(Sum("total_tokens"))
-            .order_by()
-        ):
-            shares[(team, user)] += tokens or 0
-    edges = {h for h in (start, full_until) if not full_from <= h < full_until}
-    for edge in sorted(edges):
-        overlap = (min(edge + hour, until) - max(edge, since)) / hour
-        if overlap <= 0:
-            continue
-        for team, user, tokens in (
-            buckets.filter(hour=edge)
-            .values_list("team__name", "user__username")
-            .annotate(Sum("total_tokens"))
-            .order_by()
-        ):
-            shares[(team, user)] += (tokens or 0) * overlap
-    return [
-        Share(team=team, user=user, tokens=round(tokens))
-        for (team, user), tokens in sorted(shares.items(), key=lambda kv: (kv[0][0] or "", kv[0][1] or ""))
-    ]
+    first = since.replace(minute=0, second=0, microsecond=0)
+    last = until.replace(minute=0, second=0, microsecond=0)
+    weights = {first: (min(first + hour, until) - since) / hour}
+    if last != first and last < until:
+        weights[last] = (until - last) / hour
+    weight = Case(
+        *(When(hour=h, then=Value(w)) for h, w in weights.items()), default=Value(1.0), output_field=FloatField()
+    )
+    rows = (
+        UsageHourly.objects.filter(channel_id=channel_id, hour__gte=first, hour__lt=until)
+        .values_list("team__name", "user__username")
+        .annotate(tokens=Sum(F("total_tokens") * weight, output_field=FloatField()))
+        .order_by("team__name", "user__username")
+    )
+    return [Share(team=team, user=user, tokens=round(tokens or 0)) for team, user, tokens in rows]
