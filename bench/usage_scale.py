@@ -65,7 +65,7 @@ def setup_people() -> dict:
         admin = User.objects.create_superuser(username="bench-admin", password="x" * 20)
         teams = [Team.objects.create(name=f"team-{t:02d}") for t in range(TEAMS)]
         for u in range(USERS):
-            user = User.objects.create_user(username=f"dev-{u:03d}", password="x" * 20, team=teams[u % TEAMS])
+            user = User.objects.create_user(username=f"dev-{u:03d}", password=None, team=teams[u % TEAMS])  # no hashing: fast
             issue_key(owner=user, name="laptop")
         for c in range(CHANNELS):
             Channel.objects.create(name=f"gpu-{c:02d}", kind="vllm", base_url=f"http://127.0.0.1:{9000 + c}/v1")
