@@ -146,7 +146,7 @@ def generate(n: int, people: dict) -> float:
         now = "now()" if pg else "datetime('now')"
         if pg:
             created = f"{now} - (g * {DAYS * 86400.0 / n}) * interval '1 second'"
-            series = f"generate_series(1, {n}) AS g"
+            series = f"generate_series(1::bigint, {n}) AS g"
             pick = "mod(g * 7919, {m})"
             hour = "date_trunc('hour', r.created)"
             day = "r.created::date"
