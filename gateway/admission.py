@@ -52,7 +52,6 @@ async def open_call(
     choice = balance.Choice()
     for attempt in (0, 1):
         key = await authenticate(req)
-        req.key_prefix = key.prefix
         catalog = await snapshot.get_catalog()
         info = resolve_model(key, catalog, model)
         req.model_name = info.name

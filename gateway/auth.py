@@ -34,6 +34,7 @@ async def authenticate(req: Request) -> KeyInfo:
         key = await snapshot.get_key(keyed_hash(value))
     if key is None:
         raise GatewayError(401, "Invalid API key. Check the key you copied from the portal.", code="invalid_api_key")
+    req.key_prefix = key.prefix  # the access log's `key=` on every path that authenticates (never the key)
     if key.revoked:
         raise GatewayError(401, "This API key has been revoked.", code="key_revoked")
     if key.expires_at is not None and key.expires_at <= time.time():

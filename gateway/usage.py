@@ -3,8 +3,8 @@
 The gateway calls `writer.record(UsageEvent(...))` (an O(1) append). A background task in the
 gateway process flushes every `GATEWAY_USAGE_FLUSH_INTERVAL` seconds (0.5 by default) and at
 shutdown: one multi-row insert of UsageRecord rows, one F()-increment per (day, user, key, model,
-channel, team) bucket of UsageDaily (cached prompt tokens included), and one `last_used_at`
-update per key. The reports over these rows are `keys.usage.services`'s.
+channel, team) bucket of UsageDaily and per (hour, …) bucket of UsageHourly (with its TTFT
+histogram), and one `last_used_at` update per key. The reports over these rows are `keys.usage.services`'s.
 
 Nothing counted is lost, nothing is counted twice (`Journal`): every event is appended to this
 process's journal file when it is recorded (one write(2): a SIGTERM or SIGKILL of the process loses
@@ -47,7 +47,7 @@ from django.db import (
 from django.db.models import F, Q
 
 from keys.choices import UsageStatus
-from keys.models import Key, UsageDaily, UsageRecord
+from keys.models import Key, UsageDaily, UsageHourly, UsageRecord, ttft_field
 from portal import faults
 from portal.db import use_timeouts
 
@@ -255,65 +255,62 @@ def write_batch(events: list[UsageEvent], *, replay: bool = False) -> None:
     if not events:
         return
     events = _insert_records(events, replay=replay)
-    Bucket = tuple[dt.date, int | None, int | None, str, int | None, int | None]
-    buckets: dict[Bucket, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0, 0, 0])
+    daily: dict[tuple[Any, ...], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    hourly: dict[tuple[Any, ...], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     last_used: dict[int, dt.datetime] = {}
     for e in events:
-        b = buckets[(e.created.date(), e.user_id, e.key_id, e.model[:128], e.channel_id, e.team_id)]
-        b[0] += 1
-        b[1] += 0 if e.status == UsageStatus.OK else 1
-        b[2] += e.prompt_tokens
-        b[3] += e.completion_tokens
-        b[4] += e.total_tokens
-        b[5] += 1 if e.estimated else 0
-        b[6] += e.cached_tokens
-        b[7] += e.cache_creation_tokens
+        dims = (e.user_id, e.key_id, e.model[:128], e.channel_id, e.team_id)
+        counts = {
+            "requests": 1,
+            "errors": 0 if e.status == UsageStatus.OK else 1,
+            "prompt_tokens": e.prompt_tokens,
+            "completion_tokens": e.completion_tokens,
+            "total_tokens": e.total_tokens,
+            "estimated_requests": 1 if e.estimated else 0,
+            "cached_tokens": e.cached_tokens,
+            "cache_creation_tokens": e.cache_creation_tokens,
+        }
+        day = daily[(e.created.date(), *dims)]
+        hour = hourly[(e.created.replace(minute=0, second=0, microsecond=0), *dims)]
+        for name, value in counts.items():
+            day[name] += value
+            hour[name] += value
+        if e.ttft_ms is not None:
+            hour[ttft_field(e.ttft_ms)] += 1
         if e.key_id is not None and e.status != UsageStatus.RATE_LIMITED:
             last_used[e.key_id] = max(last_used.get(e.key_id, e.created), e.created)
-    for (day, user_id, key_id, model, channel_id, team_id), counts in buckets.items():
-        req, err, pt, ct, tt, est, cached, written = counts
-        increments = {
-            "requests": F("requests") + req,
-            "errors": F("errors") + err,
-            "prompt_tokens": F("prompt_tokens") + pt,
-            "completion_tokens": F("completion_tokens") + ct,
-            "total_tokens": F("total_tokens") + tt,
-            "estimated_requests": F("estimated_requests") + est,
-            "cached_tokens": F("cached_tokens") + cached,
-            "cache_creation_tokens": F("cache_creation_tokens") + written,
-        }
-        # NULLs never collide in a unique constraint, so match them explicitly.
-        match = Q(day=day, model=model)
-        match &= Q(user_id=user_id) if user_id is not None else Q(user__isnull=True)
-        match &= Q(key_id=key_id) if key_id is not None else Q(key__isnull=True)
-        match &= Q(channel_id=channel_id) if channel_id is not None else Q(channel__isnull=True)
-        match &= Q(team_id=team_id) if team_id is not None else Q(team__isnull=True)
-        if UsageDaily.objects.filter(match).update(**increments):
-            continue
-        try:
-            with transaction.atomic():
-                UsageDaily.objects.create(
-                    day=day,
-                    user_id=user_id,
-                    key_id=key_id,
-                    model=model,
-                    channel_id=channel_id,
-                    team_id=team_id,
-                    requests=req,
-                    errors=err,
-                    prompt_tokens=pt,
-                    completion_tokens=ct,
-                    total_tokens=tt,
-                    estimated_requests=est,
-                    cached_tokens=cached,
-                    cache_creation_tokens=written,
-                )
-        except IntegrityError:  # another process created the bucket meanwhile
-            UsageDaily.objects.filter(match).update(**increments)
+    for (day_, *day_dims), counts in daily.items():
+        _add_to_bucket(UsageDaily, {"day": day_}, day_dims, counts)
+    for (hour_, *hour_dims), counts in hourly.items():
+        _add_to_bucket(UsageHourly, {"hour": hour_}, hour_dims, counts)
     for key_id, when in last_used.items():
         Key.objects.filter(pk=key_id).filter(Q(last_used_at__isnull=True) | Q(last_used_at__lt=when)).update(
             last_used_at=when
         )
+
+
+def _add_to_bucket(
+    rollup: type[UsageDaily | UsageHourly], period: dict[str, Any], dims: list[Any], counts: dict[str, int]
+) -> None:
+    """Add `counts` to one rollup bucket (period + user, key, model, channel, team), creating it
+    when it does not exist yet; concurrent writers (replicas) never lose an increment."""
+    user_id, key_id, model, channel_id, team_id = dims
+    increments = {name: F(name) + value for name, value in counts.items() if value}
+    # NULLs never collide in a unique constraint, so match them explicitly.
+    match = Q(model=model, **period)
+    match &= Q(user_id=user_id) if user_id is not None else Q(user__isnull=True)
+    match &= Q(key_id=key_id) if key_id is not None else Q(key__isnull=True)
+    match &= Q(channel_id=channel_id) if channel_id is not None else Q(channel__isnull=True)
+    match &= Q(team_id=team_id) if team_id is not None else Q(team__isnull=True)
+    if rollup.objects.filter(match).update(**increments):
+        return
+    try:
+        with transaction.atomic():
+            rollup.objects.create(
+                **period, user_id=user_id, key_id=key_id, model=model, channel_id=channel_id, team_id=team_id, **counts
+            )
+    except IntegrityError:  # another process created the bucket meanwhile
+        rollup.objects.filter(match).update(**increments)
 
 
 def event_from_json(line: bytes) -> UsageEvent:

@@ -14,10 +14,12 @@ class KeysConfig(AppConfig):
 
         from .models import Key, PayloadLogging
         from .payloads.services import prune as prune_payloads
+        from .usage.retention import prune as prune_usage
 
         audit.register(Key, ignore={"last_used_at"})
         audit.register(PayloadLogging)
         daily_prune.connect(prune_payloads, dispatch_uid="keys-prune-request-payloads")
+        daily_prune.connect(prune_usage, dispatch_uid="keys-prune-usage")
         dashboard.register_stat(50, "Active keys", _active_keys, "key_all", "?state=active")
         dashboard.register_context(lambda user: {"my_active_keys": _active_keys(owner=user)})
         user_reactivated.connect(_revoke_keys_on_reactivation, dispatch_uid="keys-revoke-on-reactivation")

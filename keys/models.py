@@ -207,6 +207,72 @@ class UsageDaily(models.Model):
         return f"{self.day} {self.model} {self.total_tokens}"
 
 
+# Upper bounds (ms) of the time-to-first-token histogram kept per hourly bucket; a last bucket
+# holds everything slower. Percentiles over any window are estimated from these counts (as
+# Prometheus histograms are), so the dashboards never read raw records.
+TTFT_BOUNDS_MS = (50, 100, 200, 300, 500, 750, 1000, 1500, 2000, 3000, 5000, 10000, 20000)
+TTFT_FIELDS = (*(f"ttft_le_{b}" for b in TTFT_BOUNDS_MS), "ttft_slower")
+
+
+def ttft_field(ttft_ms: float) -> str:
+    """The histogram column counting one request with this time to first token."""
+    for bound, name in zip(TTFT_BOUNDS_MS, TTFT_FIELDS, strict=False):
+        if ttft_ms <= bound:
+            return name
+    return TTFT_FIELDS[-1]
+
+
+class UsageHourly(models.Model):
+    """Per-hour aggregate with the dimensions of `UsageDaily` and a TTFT histogram: the source of
+    the dashboards and the GPU-hours showback, so neither reads raw records (which are pruned
+    after `PORTAL_USAGE_RETENTION_DAYS`). Written with the daily buckets, by the same F() upserts."""
+
+    hour = models.DateTimeField(db_index=True)  # the hour's first instant, UTC
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    key = models.ForeignKey(Key, null=True, on_delete=models.SET_NULL, related_name="+")
+    model = models.CharField(max_length=128)
+    channel = models.ForeignKey("channels.Channel", null=True, on_delete=models.SET_NULL, related_name="+")
+    team = models.ForeignKey("accounts.Team", null=True, on_delete=models.SET_NULL, related_name="+")
+    requests = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.BigIntegerField(default=0)
+    completion_tokens = models.BigIntegerField(default=0)
+    total_tokens = models.BigIntegerField(default=0)
+    estimated_requests = models.PositiveIntegerField(default=0)
+    cached_tokens = models.BigIntegerField(default=0)
+    cache_creation_tokens = models.BigIntegerField(default=0)
+    ttft_le_50 = models.PositiveIntegerField(default=0)
+    ttft_le_100 = models.PositiveIntegerField(default=0)
+    ttft_le_200 = models.PositiveIntegerField(default=0)
+    ttft_le_300 = models.PositiveIntegerField(default=0)
+    ttft_le_500 = models.PositiveIntegerField(default=0)
+    ttft_le_750 = models.PositiveIntegerField(default=0)
+    ttft_le_1000 = models.PositiveIntegerField(default=0)
+    ttft_le_1500 = models.PositiveIntegerField(default=0)
+    ttft_le_2000 = models.PositiveIntegerField(default=0)
+    ttft_le_3000 = models.PositiveIntegerField(default=0)
+    ttft_le_5000 = models.PositiveIntegerField(default=0)
+    ttft_le_10000 = models.PositiveIntegerField(default=0)
+    ttft_le_20000 = models.PositiveIntegerField(default=0)
+    ttft_slower = models.PositiveIntegerField(default=0)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-hour", "model"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["hour", "user", "key", "model", "channel", "team"],
+                name="usagehourly_unique_bucket",
+                nulls_distinct=False,
+            )
+        ]
+        indexes = [models.Index(fields=["channel", "hour"], name="usagehourly_channel_hour")]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H}:00 {self.model} {self.total_tokens}"
+
+
 MAX_RETENTION_DAYS = 365
 
 

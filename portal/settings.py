@@ -433,6 +433,10 @@ GATEWAY_LEASE_SECONDS = get("GATEWAY_LEASE_SECONDS", float, 9.0)
 GATEWAY_USAGE_FLUSH_INTERVAL = get("GATEWAY_USAGE_FLUSH_INTERVAL", float, 0.5)
 GATEWAY_AFFINITY_TTL = get("GATEWAY_AFFINITY_TTL", int, 1800)
 GATEWAY_AFFINITY_LOAD = get("GATEWAY_AFFINITY_LOAD", float, 1.25)
+# Raw usage records (one per request) are kept this many days, then pruned in small batches by the
+# daily prune; the hourly and daily rollups the pages and budgets read are kept for years.
+PORTAL_USAGE_RETENTION_DAYS = get("PORTAL_USAGE_RETENTION_DAYS", int, 90)
+PORTAL_ROLLUP_RETENTION_DAYS = get("PORTAL_ROLLUP_RETENTION_DAYS", int, 5 * 366)
 # Request logs (opt-in per key, user or team): each body is kept up to this size, and at most this many
 # logged requests wait for redaction and storage (beyond: dropped, counted and logged).
 GATEWAY_PAYLOAD_MAX_BYTES = get("GATEWAY_PAYLOAD_MAX_BYTES", int, 256 * 1024)

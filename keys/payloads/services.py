@@ -101,8 +101,9 @@ def _text(blob: bytes | memoryview) -> str:
 
 def prune(now: dt.datetime | None = None, **kwargs: Any) -> dict[str, int]:
     """Delete stored bodies past their retention (the daily prune's `daily_prune` receiver)."""
-    deleted, _ = RequestPayload.objects.filter(expires_at__lt=now or timezone.now()).delete()
-    return {"request_payloads": deleted}
+    from keys.usage.retention import delete_in_batches
+
+    return {"request_payloads": delete_in_batches(RequestPayload, expires_at__lt=now or timezone.now())}
 
 
 @dataclass(slots=True)

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from django.db.models import QuerySet, Sum
+from django.db.models import Case, F, FloatField, QuerySet, Sum, Value, When
 from django.utils import timezone
 
-from channels.health.history import percentile
-from keys.models import Key, UsageDaily, UsageRecord
+from keys.models import TTFT_BOUNDS_MS, TTFT_FIELDS, Key, UsageDaily, UsageHourly
 from portal.showback import Share
 
 if TYPE_CHECKING:
@@ -56,19 +55,42 @@ def today() -> dt.date:
 
 GROUPS = {
     "model": ("model",),
-    "user": ("user__username",),
-    "team": ("team__name",),
-    "key": ("key__name", "key__prefix", "key__last_four", "key__owner__username"),
-    "channel": ("channel__name",),
+    "user": ("user_id",),
+    "team": ("team_id",),
+    "key": ("key_id",),
+    "channel": ("channel_id",),
 }
+
+
+def _labels(group_by: str, ids: set[Any]) -> dict[Any, str]:
+    """Names for the grouped ids, in one query: the rollups are grouped by integer ids (cheap to
+    sort and hash at millions of rows), never by joined text columns."""
+    from accounts.models import Team, User
+    from channels.models import Channel
+
+    ids.discard(None)
+    if group_by == "model":
+        return {m: m for m in ids}
+    if group_by == "user":
+        return dict(User.objects.filter(pk__in=ids).values_list("pk", "username"))
+    if group_by == "team":
+        return dict(Team.objects.filter(pk__in=ids).values_list("pk", "name"))
+    if group_by == "channel":
+        return dict(Channel.objects.filter(pk__in=ids).values_list("pk", "name"))
+    return {
+        pk: f"{name} ({prefix}…{last_four}, {owner})"
+        for pk, name, prefix, last_four, owner in Key.objects.filter(pk__in=ids).values_list(
+            "pk", "name", "prefix", "last_four", "owner__username"
+        )
+    }
 
 
 def grouped_totals(qs: QuerySet[UsageDaily], group_by: str, since: dt.date, until: dt.date) -> list[dict[str, Any]]:
     """Totals per user, team, key, model or channel between two days (inclusive), largest first."""
-    fields = GROUPS[group_by]
-    rows = (
+    (field,) = GROUPS[group_by]
+    rows = list(
         qs.filter(day__gte=since, day__lte=until)
-        .values(*fields)
+        .values(field)
         .annotate(
             requests=Sum("requests"),
             errors=Sum("errors"),
@@ -79,20 +101,15 @@ def grouped_totals(qs: QuerySet[UsageDaily], group_by: str, since: dt.date, unti
             cached_tokens=Sum("cached_tokens"),
             cache_creation_tokens=Sum("cache_creation_tokens"),
         )
-        .order_by("-total_tokens", *fields)
+        .order_by("-total_tokens", field)
     )
+    labels = _labels(group_by, {row[field] for row in rows})
+    missing = "(deleted key)" if group_by == "key" else "(none)"
     out = []
     for row in rows:
-        if group_by == "key":
-            label = (
-                f"{row['key__name']} ({row['key__prefix']}…{row['key__last_four']}, {row['key__owner__username']})"
-                if row["key__name"] is not None
-                else "(deleted key)"
-            )
-        else:
-            value = row[fields[0]]
-            label = value if value is not None else "(none)"
-        out.append(_with_ratio({"group": label, **{k: row[k] for k in row if k not in fields}}))
+        value = row.pop(field)
+        label = labels.get(value, missing) if value is not None else missing
+        out.append(_with_ratio({"group": label, **row}))
     return out
 
 
@@ -158,43 +175,57 @@ def limit_status(user: User, keys: Iterable[Key]) -> list[dict[str, Any]]:
 
 
 DASHBOARD_HOURS = 24
-TTFT_SAMPLE_LIMIT = 5000  # per channel, newest first: enough for p95 of a day without loading everything
+
+
+def ttft_percentile(histogram: Mapping[str, Any], pct: float) -> float | None:
+    """The `pct` percentile (ms) estimated from an hourly rollup's TTFT histogram: linear within
+    the bucket holding it (as Prometheus' histogram_quantile does); the open last bucket answers its
+    lower bound. None without samples."""
+    total = sum(int(histogram.get(name, 0) or 0) for name in TTFT_FIELDS)
+    if not total:
+        return None
+    rank = total * pct / 100
+    seen = 0
+    lower = 0.0
+    for bound, name in zip((*TTFT_BOUNDS_MS, None), TTFT_FIELDS, strict=True):
+        count = int(histogram.get(name, 0) or 0)
+        if count and seen + count >= rank:
+            if bound is None:
+                return lower
+            return round(lower + (bound - lower) * (rank - seen) / count, 1)
+        seen += count
+        lower = float(bound) if bound is not None else lower
+    return lower
 
 
 def last_day(user: User, now: dt.datetime | None = None) -> dict[str, Any]:
     """The dashboard's usage: tokens and requests per hour over the last 24 h, and time to first
-    token (p50/p95) per channel over the same window, from the usage records `user` may see."""
+    token (p50/p95, estimated from the hourly histograms) per channel over the same window, from the
+    hourly rollups `user` may see. Two queries, whatever the traffic or the number of channels."""
     now = now or timezone.now()
     first = now.replace(minute=0, second=0, microsecond=0) - dt.timedelta(hours=DASHBOARD_HOURS - 1)
-    records = UsageRecord.objects.visible_to(user).filter(created__gte=first)
+    buckets = UsageHourly.objects.visible_to(user).filter(hour__gte=first)
     hours = [first + dt.timedelta(hours=i) for i in range(DASHBOARD_HOURS)]
     tokens = dict.fromkeys(hours, 0)
     requests = dict.fromkeys(hours, 0)
-    for created, total in records.values_list("created", "total_tokens").iterator():
-        hour = created.replace(minute=0, second=0, microsecond=0)
+    for hour, total, count in buckets.values_list("hour").annotate(Sum("total_tokens"), Sum("requests")).order_by():
         if hour in tokens:
-            tokens[hour] += total
-            requests[hour] += 1
+            tokens[hour] += total or 0
+            requests[hour] += count or 0
     ttft = []
-    for channel_id, name in (
-        records.filter(channel__isnull=False)
-        .values_list("channel_id", "channel__name")
-        .distinct()
+    per_channel = (
+        buckets.filter(channel__isnull=False)
+        .values("channel__name")
+        .annotate(requests=Sum("requests"), **{name: Sum(name) for name in TTFT_FIELDS})
         .order_by("channel__name")
-    ):
-        values = [
-            v
-            for v in records.filter(channel_id=channel_id, ttft_ms__isnull=False)
-            .order_by("-created")
-            .values_list("ttft_ms", flat=True)[:TTFT_SAMPLE_LIMIT]
-            if v is not None
-        ]
+    )
+    for row in per_channel:
         ttft.append(
             {
-                "channel": name,
-                "requests": records.filter(channel_id=channel_id).count(),
-                "p50": percentile(values, 50),
-                "p95": percentile(values, 95),
+                "channel": row["channel__name"],
+                "requests": row["requests"],
+                "p50": ttft_percentile(row, 50),
+                "p95": ttft_percentile(row, 95),
             }
         )
     return {
@@ -211,11 +242,22 @@ def last_day(user: User, now: dt.datetime | None = None) -> dict[str, Any]:
 
 def channel_token_shares(channel_id: int, since: dt.datetime, until: dt.datetime) -> list[Share]:
     """Tokens per (team at request time, user) sent through one channel in [since, until): the
-    GPU-hours showback's token source (`portal.showback`)."""
+    GPU-hours showback's token source (`portal.showback`). One grouped query over the hourly
+    rollups; an hour the window only partly covers counts by the share it covers, so two adjacent
+    runs never count one hour twice."""
+    hour = dt.timedelta(hours=1)
+    first = since.replace(minute=0, second=0, microsecond=0)
+    last = until.replace(minute=0, second=0, microsecond=0)
+    weights = {first: (min(first + hour, until) - since) / hour}
+    if last != first and last < until:
+        weights[last] = (until - last) / hour
+    weight = Case(
+        *(When(hour=h, then=Value(w)) for h, w in weights.items()), default=Value(1.0), output_field=FloatField()
+    )
     rows = (
-        UsageRecord.objects.filter(channel_id=channel_id, created__gte=since, created__lt=until)
-        .values("team__name", "user__username")
-        .annotate(tokens=Sum("total_tokens"))
+        UsageHourly.objects.filter(channel_id=channel_id, hour__gte=first, hour__lt=until)
+        .values_list("team__name", "user__username")
+        .annotate(tokens=Sum(F("total_tokens") * weight, output_field=FloatField()))
         .order_by("team__name", "user__username")
     )
-    return [Share(team=r["team__name"], user=r["user__username"], tokens=int(r["tokens"] or 0)) for r in rows]
+    return [Share(team=team, user=user, tokens=round(tokens or 0)) for team, user, tokens in rows]

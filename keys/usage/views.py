@@ -7,6 +7,7 @@ import csv
 import datetime as dt
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -15,10 +16,12 @@ from django.views import View
 from django.views.generic import DetailView
 
 from keys.models import Key, UsageDaily, UsageRecord
+from portal.pagination import CappedCountPaginator
 from portal.permissions import AdminOrTeamLeadRequiredMixin, AdminRequiredMixin
 from portal.ui import FilteredListView, sort_rows
 
 from .filters import UsageRecordFilterSet
+from .retention import raw_cutoff
 from .services import GROUPS, cache_hit_ratio, daily_totals, grouped_totals, limit_status, today
 
 if TYPE_CHECKING:
@@ -157,13 +160,19 @@ class RequestListView(AdminRequiredMixin, FilteredListView):
     model = UsageRecord
     filterset_class = UsageRecordFilterSet
     template_name = "keys/request_list.html"
+    paginator_class = CappedCountPaginator  # a full COUNT(*) over millions of records on every view
     sort_fields = {"created": "created", "model": "model", "total_tokens": "total_tokens", "latency": "latency_ms"}
 
     def get_base_queryset(self) -> QuerySet[UsageRecord]:
         return UsageRecord.objects.select_related("key", "user", "channel")
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        return super().get_context_data(filter_fields=["model", "status", "surface", "stream"], **kwargs)
+        return super().get_context_data(
+            filter_fields=["model", "status", "surface", "stream"],
+            retention_days=settings.PORTAL_USAGE_RETENTION_DAYS,
+            raw_since=raw_cutoff(),
+            **kwargs,
+        )
 
 
 class RequestDetailView(AdminRequiredMixin, _RecordDetailView):

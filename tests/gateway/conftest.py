@@ -89,10 +89,11 @@ def setup(transactional_db, upstream, alice) -> Setup:
 class ThreadServer:
     """uvicorn serving `portal.asgi.application` from a thread of this process."""
 
-    def __init__(self) -> None:
+    def __init__(self, application=None) -> None:
         import uvicorn
 
-        from portal.asgi import application
+        if application is None:
+            from portal.asgi import application
 
         self.port = free_port()
         # proxy_headers off, as `portal up`, the Dockerfile and compose run it: portal.asgi applies

@@ -418,3 +418,25 @@ def test_an_overloaded_anthropic_channel_is_a_529_with_retry_after(setup, client
         client.messages.create(model="qwen3-32b", max_tokens=9, messages=[{"role": "user", "content": "hi"}])
     assert caught.value.status_code == 529 and caught.value.response.headers["retry-after"] == "5"
     assert caught.value.body["error"]["type"] == "overloaded_error"
+
+
+def test_the_access_log_names_the_key_and_model_of_a_count_tokens_call(setup, settings, tmp_path, monkeypatch, caplog):
+    """Every authenticated path logs its key prefix and model, count_tokens too (it reserves nothing)."""
+    from gateway.asgi import build_application
+    from portal import asgi
+    from tests.gateway.conftest import ThreadServer
+
+    monkeypatch.setenv("PORTAL_ACCESS_LOG", "1")  # read when the application is built, as `portal up` does
+    settings.GATEWAY_STATE_DIR = tmp_path / "gateway-state"
+    server = ThreadServer(asgi.TrustedProxies(asgi.BodyDeadline(build_application(asgi.django_app)))).start()
+    try:
+        client = anthropic.Anthropic(base_url=server.url, api_key=setup.plaintext, max_retries=0)
+        with caplog.at_level("INFO", logger="gateway.access"):
+            client.messages.count_tokens(model="qwen3-32b", messages=[{"role": "user", "content": "one two"}])
+    finally:
+        server.stop()
+    (line,) = [
+        r.getMessage() for r in caplog.records if r.name == "gateway.access" and "/count_tokens" in r.getMessage()
+    ]
+    assert "model=qwen3-32b" in line and f"key={setup.key.prefix}…" in line, line
+    assert setup.plaintext not in line

@@ -65,7 +65,11 @@ def test_batches_write_records_and_add_up_daily_buckets(alice_key):
     assert alice_key.last_used_at is not None
 
 
-def test_the_writer_flushes_in_the_background_and_at_stop(alice_key, transactional_db):
+def test_the_writer_flushes_in_the_background_and_at_stop(alice_key, transactional_db, settings, tmp_path):
+    # A journal folder of its own: journals an interrupted run left in the data folder would be
+    # adopted (and their records written) by this writer too.
+    settings.GATEWAY_STATE_DIR = tmp_path
+
     async def run():
         writer = UsageWriter(interval=0.05)
         writer.start()

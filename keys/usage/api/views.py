@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from keys.models import UsageDaily, UsageRecord
 from keys.usage.filters import UsageDailyFilterSet, UsageRecordFilterSet
 from keys.usage.services import GROUPS, grouped_totals, today
+from portal.api.pagination import CappedCountPagination
 from portal.permissions import is_admin
 
 from .serializers import UsageDailySerializer, UsageRecordSerializer
@@ -29,6 +30,7 @@ class UsageRecordViewSet(viewsets.ReadOnlyModelViewSet[UsageRecord]):
 
     request: AuthenticatedRequest
     serializer_class = UsageRecordSerializer
+    pagination_class = CappedCountPagination
     filterset_class = UsageRecordFilterSet
     ordering_fields = ["created", "total_tokens", "latency_ms", "ttft_ms"]
     search_fields = ["model", "request_id", "key__name"]

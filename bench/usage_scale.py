@@ -1,0 +1,310 @@
+"""Time the pages and API lists people open often at 100 k, 1 M and 10 M usage records.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/portal_bench_usage \\
+        uv run python bench/usage_scale.py --sizes 100k,1M,10M --repeats 5
+
+Each size starts from empty usage tables in the database DATABASE_URL names (created and migrated
+when missing; SQLite works too, e.g. DATABASE_URL=sqlite:////tmp/bench.sqlite3 for the embedded
+default up to 1 M). 200 developers in 20 teams, one key each, 50 models on 20 channels; each
+developer uses two or three models (as people do), over the last 30 days. Records are generated in
+SQL, and the hourly and daily rollups from them the way the gateway's writer keeps them (one
+grouped INSERT each). 40 deployment runs over the month feed the GPU-hours page.
+
+Every page is requested `--repeats` times through Django's test client (the whole view, template
+and middleware, no HTTP server) after one warm-up; the table prints the median and the spread in
+ms and the number of SQL queries, then each size's median against the smallest size's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/portal_bench_usage")
+# Generating 10 M rows takes minutes per statement; the pages timed are far below any deadline.
+os.environ.setdefault("DATABASE_STATEMENT_TIMEOUT", "3600")
+
+USERS, TEAMS, MODELS, CHANNELS, DAYS = 200, 20, 50, 20, 30
+
+
+def parse_size(text: str) -> int:
+    text = text.strip().lower()
+    for suffix, factor in (("k", 1_000), ("m", 1_000_000)):
+        if text.endswith(suffix):
+            return int(float(text[: -len(suffix)]) * factor)
+    return int(text)
+
+
+def ensure_database() -> None:
+    url = os.environ["DATABASE_URL"]
+    if not url.startswith("postgres"):
+        return
+    import psycopg
+
+    base, name = url.rsplit("/", 1)
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def setup_people() -> dict:
+    """Users, teams, keys, models, channels and deployment runs (once per database)."""
+    from accounts.models import Team, User
+    from channels.models import Channel
+    from hosts.models import DeploymentRun
+    from keys.models import Key
+    from keys.services import issue_key
+
+    admin = User.objects.filter(username="bench-admin").first()
+    if admin is None:
+        admin = User.objects.create_superuser(username="bench-admin", password="x" * 20)
+        teams = [Team.objects.create(name=f"team-{t:02d}") for t in range(TEAMS)]
+        for u in range(USERS):
+            user = User.objects.create_user(username=f"dev-{u:03d}", password=None, team=teams[u % TEAMS])
+            issue_key(owner=user, name="laptop")
+        for c in range(CHANNELS):
+            Channel.objects.create(name=f"gpu-{c:02d}", kind="vllm", base_url=f"http://127.0.0.1:{9000 + c}/v1")
+    channels = list(Channel.objects.order_by("pk").values_list("pk", flat=True))
+    if not DeploymentRun.objects.exists():
+        now = dt.datetime.now(dt.UTC)
+        runs = []
+        for i in range(40):  # two runs per channel: a restart half-way through the month
+            start = now - dt.timedelta(days=DAYS) if i < CHANNELS else now - dt.timedelta(days=DAYS / 2)
+            stop = now - dt.timedelta(days=DAYS / 2, minutes=7) if i < CHANNELS else None
+            runs.append(
+                DeploymentRun(
+                    deployment_name=f"dep-{i:02d}",
+                    host_name=f"host-{i % 5}",
+                    gpus=2,
+                    channel_id=channels[i % CHANNELS],
+                    started=start,
+                    stopped=stop,
+                )
+            )
+        DeploymentRun.objects.bulk_create(runs)
+    developer = User.objects.get(username="dev-007")
+    return {
+        "admin": admin,
+        "developer": developer,
+        "keys": list(Key.objects.order_by("pk").values_list("pk", "owner_id", "owner__team_id")),
+        "channels": channels,
+    }
+
+
+def _defaults(model, given: dict[str, str]) -> tuple[list[str], list[str]]:
+    """Columns and SQL expressions for an INSERT … SELECT: `given` for the named columns, each other
+    concrete field's Python default as a literal (so new columns need no change here)."""
+    import json
+
+    from django.db import connection
+
+    columns, values = [], []
+    for f in model._meta.concrete_fields:
+        if f.primary_key:
+            continue
+        columns.append(connection.ops.quote_name(f.column))
+        if f.column in given:
+            values.append(given[f.column])
+            continue
+        default = f.get_default()
+        if default is None:
+            values.append("NULL")
+        elif isinstance(default, bool):
+            values.append("TRUE" if default else "FALSE")
+        elif isinstance(default, int | float):
+            values.append(str(default))
+        elif isinstance(default, list | dict):
+            values.append("'" + json.dumps(default) + "'")
+        else:
+            values.append("'" + str(default).replace("'", "''") + "'")
+    return columns, values
+
+
+def generate(n: int, people: dict) -> float:
+    """Empty the usage tables and fill them with `n` records and their rollups; seconds taken."""
+    from django.db import connection
+
+    from keys.models import UsageDaily, UsageHourly, UsageRecord
+
+    started = time.perf_counter()
+    pg = connection.vendor == "postgresql"
+    with connection.cursor() as c:
+        for model in (UsageRecord, UsageHourly, UsageDaily):
+            c.execute(f"DELETE FROM {model._meta.db_table}")
+        keys = people["keys"]
+        channels = people["channels"]
+        # A developer's models: 2 or 3 of the 50, each served by one channel (model m on channel m % 20).
+        key_rows = ",".join(f"({i}, {k}, {u}, {t if t else 'NULL'})" for i, (k, u, t) in enumerate(keys))
+        chan_rows = ",".join(f"({i}, {ch})" for i, ch in enumerate(channels))
+        now = "now()" if pg else "datetime('now')"
+        if pg:
+            created = f"{now} - (g * {DAYS * 86400.0 / n}) * interval '1 second'"
+            series = f"generate_series(1::bigint, {n}) AS g"
+            pick = "mod(g * 7919, {m})"
+            hour = "date_trunc('hour', r.created)"
+            day = "r.created::date"
+        else:
+            created = f"strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || (g * {DAYS * 86400.0 / n}) || ' seconds')"
+            series = f"(WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < {n}) SELECT g FROM s)"
+            pick = "((g * 7919) % {m})"
+            hour = "strftime('%Y-%m-%d %H:00:00', r.created)"
+            day = "date(r.created)"
+        given = {
+            "created": created,
+            "model": "'model-' || ((k.i * 3 + " + pick.format(m=3) + ") % 50)",
+            "key_id": "k.key_id",
+            "user_id": "k.user_id",
+            "team_id": "k.team_id",
+            "channel_id": "c.ch",
+            "request_id": "'r' || g",
+            "prompt_tokens": f"100 + {pick.format(m=4000)}",
+            "completion_tokens": f"10 + {pick.format(m=600)}",
+            "total_tokens": f"110 + {pick.format(m=4000)} + {pick.format(m=600)}",
+            "ttft_ms": f"20.0 + {pick.format(m=1500)}",
+            "latency_ms": f"200.0 + {pick.format(m=9000)}",
+        }
+        columns, values = _defaults(UsageRecord, given)
+        table = UsageRecord._meta.db_table
+        chans_cte = f"chans(i, ch) AS (VALUES {chan_rows})"
+        keys_cte = f"ks(i, key_id, user_id, team_id) AS (VALUES {key_rows})"
+        if pg:
+            select = (
+                f"WITH {chans_cte}, {keys_cte} SELECT {', '.join(values)} FROM {series} "
+                f"JOIN ks AS k ON k.i = mod(g, {len(keys)}) "
+                f"JOIN chans AS c ON c.i = mod(mod(k.i * 3 + {pick.format(m=3)}, 50), {CHANNELS})"
+            )
+        else:
+            select = (
+                f"WITH {chans_cte}, {keys_cte} SELECT {', '.join(values)} FROM {series} "
+                f"JOIN ks AS k ON k.i = (g % {len(keys)}) "
+                f"JOIN chans AS c ON c.i = (((k.i * 3 + {pick.format(m=3)}) % 50) % {CHANNELS})"
+            )
+        c.execute(f"INSERT INTO {table} ({', '.join(columns)}) {select}")
+        from keys.models import TTFT_BOUNDS_MS, TTFT_FIELDS
+
+        hist, lower = {}, None
+        for bound, name in zip((*TTFT_BOUNDS_MS, None), TTFT_FIELDS, strict=True):
+            cond = [f"r.ttft_ms > {lower}"] if lower is not None else []
+            cond += [f"r.ttft_ms <= {bound}"] if bound is not None else []
+            hist[name] = f"SUM(CASE WHEN {' AND '.join(cond)} THEN 1 ELSE 0 END)"
+            lower = bound
+        sums = {
+            "requests": "COUNT(*)",
+            "errors": "SUM(CASE WHEN r.status <> 'ok' THEN 1 ELSE 0 END)",
+            "prompt_tokens": "SUM(r.prompt_tokens)",
+            "completion_tokens": "SUM(r.completion_tokens)",
+            "total_tokens": "SUM(r.total_tokens)",
+            "estimated_requests": "SUM(CASE WHEN r.estimated THEN 1 ELSE 0 END)",
+            "cached_tokens": "SUM(r.cached_tokens)",
+            "cache_creation_tokens": "SUM(r.cache_creation_tokens)",
+        }
+        dims = {"user_id": "r.user_id", "key_id": "r.key_id", "model": "r.model", "channel_id": "r.channel_id"}
+        dims["team_id"] = "r.team_id"
+        for rollup, period_col, period in ((UsageHourly, "hour", hour), (UsageDaily, "day", day)):
+            extra = {**sums, **(hist if rollup is UsageHourly else {})}
+            cols, vals = _defaults(rollup, {period_col: period, **dims, **extra})
+            group = ", ".join([period, *dims.values()])
+            c.execute(
+                f"INSERT INTO {rollup._meta.db_table} ({', '.join(cols)}) "
+                f"SELECT {', '.join(vals)} FROM {table} AS r GROUP BY {group}"
+            )
+        if pg:
+            c.execute(f"ANALYZE {table}; ANALYZE {UsageHourly._meta.db_table}; ANALYZE {UsageDaily._meta.db_table}")
+    return time.perf_counter() - started
+
+
+PAGES = [
+    ("admin dashboard", "admin", "/"),
+    ("developer dashboard", "developer", "/"),
+    ("my usage (30 d)", "developer", "/usage/"),
+    ("usage by user (30 d)", "admin", "/usage/all/?group_by=user"),
+    ("usage by key (30 d)", "admin", "/usage/all/?group_by=key"),
+    ("usage by model (30 d)", "admin", "/usage/all/?group_by=model"),
+    ("usage by key CSV", "admin", "/usage/all/?group_by=key&format=csv"),
+    ("request list", "admin", "/usage/requests/"),
+    ("request list, page 50", "admin", "/usage/requests/?page=50"),
+    ("request list, one model", "admin", "/usage/requests/?model=model-7"),
+    ("GPU-hours (this month)", "admin", "/gpu-hours/"),
+    ("API usage summary by key", "admin", "/api/usage/summary/?group_by=key"),
+    ("API usage records", "admin", "/api/usage/records/"),
+    ("API usage daily", "admin", "/api/usage/daily/"),
+]
+
+
+def time_pages(people: dict, repeats: int) -> dict[str, tuple[float, float, float, int]]:
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+    from rest_framework.test import APIClient
+
+    clients = {}
+    for who in ("admin", "developer"):
+        web = Client()
+        web.force_login(people[who])
+        api = APIClient()
+        api.force_authenticate(people[who])
+        clients[who] = (web, api)
+    out = {}
+    for name, who, path in PAGES:
+        web, api = clients[who]
+        client = api if path.startswith("/api/") else web
+        response = client.get(path)  # warm-up
+        assert response.status_code == 200, (name, response.status_code)
+        times = []
+        for _ in range(repeats):
+            with CaptureQueriesContext(connection) as queries:
+                t = time.perf_counter()
+                response = client.get(path)
+                if getattr(response, "streaming", False):
+                    b"".join(response.streaming_content)
+                times.append((time.perf_counter() - t) * 1000)
+        out[name] = (statistics.median(times), min(times), max(times), len(queries))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="100k,1M")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    ensure_database()
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.core.management import call_command
+
+    settings.ALLOWED_HOSTS = ["*"]
+    settings.DEBUG = False
+    call_command("migrate", verbosity=0)
+    people = setup_people()
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    results = {}
+    for n in sizes:
+        took = generate(n, people)
+        print(f"# {n:,} records generated with their rollups in {took:.0f} s", flush=True)
+        results[n] = time_pages(people, args.repeats)
+        for name, (median, low, high, queries) in results[n].items():
+            print(f"  {name:28} {median:8.1f} ms  ({low:.1f}-{high:.1f})  {queries} queries", flush=True)
+    base = sizes[0]
+    print()
+    print("| page | " + " | ".join(f"{n:,} records: median ms (min-max), queries" for n in sizes) + " | ratio |")
+    print("|---|" + "--:|" * (len(sizes) + 1))
+    for name, _who, _path in PAGES:
+        cells = []
+        for n in sizes:
+            median, low, high, queries = results[n][name]
+            cells.append(f"{median:.0f} ({low:.0f}-{high:.0f}), {queries} q")
+        ratio = results[sizes[-1]][name][0] / results[base][name][0]
+        print(f"| {name} | " + " | ".join(cells) + f" | {ratio:.2f}× |")
+
+
+if __name__ == "__main__":
+    main()
