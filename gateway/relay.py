@@ -9,10 +9,12 @@ usage it saw (or its estimate).
 
 A `Dialect` is how one surface reads an upstream stream and writes its client's: it passes each
 upstream event on (as is, stripped, or translated), keeps the usage and the output tokens per
-choice, says when the reservation is used up (`done`), and renders the end and an error in the
-client's API. Chat ↔ Chat is `ChatDialect`; translated surfaces add their own
-(`surfaces/translated.py`: Chat chunks → Messages / Responses events; a native channel's events
-as is, `NativeDialect`).
+choice, says when the reservation is used up (`done`) and whether the upstream's stream reached
+its own end (`complete`: a stream that stops before it is an error, not an answer), and renders
+the end and an error in the client's API. Chat ↔ Chat is `ChatDialect`; the other surfaces add
+their own (`surfaces/translated.py`: Chat chunks → Messages / Responses events; a native
+channel's events as they came, `MessagesDialect`, `ResponsesDialect`; Messages events → Chat
+chunks, `AnthropicChatDialect`).
 """
 
 from __future__ import annotations
@@ -57,6 +59,10 @@ class Dialect(Protocol):
     def done(self) -> bool:
         """The reservation is used up on every choice: stop reading, close the upstream."""
 
+    @property
+    def complete(self) -> bool:
+        """The upstream's stream reached its own last event (`message_stop`, `response.completed`)."""
+
     def feed(self, event: bytes) -> bytes:
         """The bytes to send for one upstream SSE event (b"" for none)."""
 
@@ -89,6 +95,12 @@ class ReadsChunks:
     @property
     def done(self) -> bool:
         return self.reader.done
+
+    @property
+    def complete(self) -> bool:
+        # Chat streams are not held to their `[DONE]`: a connection that breaks mid-stream is an
+        # error of its own (the chunked body ends short), and the finish reason is in the chunks.
+        return True
 
 
 class ChatDialect(ReadsChunks):
@@ -181,6 +193,9 @@ def stream_failure(call: Call, failure: Failure) -> GatewayError:
     elif failure == Failure.DEADLINE:
         message = "The answer took longer than this gateway allows (GATEWAY_TOTAL_TIMEOUT)"
         status, code = 504, "deadline"
+    elif failure == Failure.TRUNCATED:
+        message = "The upstream ended the stream before the answer was complete"
+        status, code = 502, "upstream_truncated"
     elif failure == Failure.TOO_LARGE:
         message = f"The upstream's answer passed {int(settings.GATEWAY_MAX_RESPONSE_BYTES)} bytes"
         status, code = 502, "upstream_too_large"
@@ -252,6 +267,8 @@ async def relay(call: Call, up: UpstreamResponse, dialect: Dialect) -> None:
                 break
             async with asyncio.timeout_at(min(loop.time() + idle, call.deadline)):
                 chunk = await content.readany()
+        if not dialect.done and not dialect.complete:
+            raise UpstreamStreamError(Failure.TRUNCATED)  # closed before its last event: incomplete
         if dialect.done:
             up.close()  # the upstream ignores max_tokens: what the key reserved is all it gets
             logger.info(
