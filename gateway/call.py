@@ -417,6 +417,10 @@ async def send_upstream(
             kind = exc.failure
             if kind == Failure.INVALID_JSON:
                 err = GatewayError(502, "The upstream answered with invalid JSON.", code="upstream_invalid_response")
+            elif kind == Failure.TRUNCATED:
+                err = GatewayError(
+                    502, "The upstream's answer ended before it was complete (truncated).", code="upstream_truncated"
+                )
             else:
                 err = GatewayError(502, "The upstream failed while answering.", code="upstream_error")
         except aiohttp.ClientConnectorError:
