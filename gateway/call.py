@@ -35,7 +35,7 @@ from keys.payloads.services import Captured
 from . import balance
 from .cache import KeyInfo, ModelInfo, RouteInfo
 from .catalog import Selection
-from .chunks import DONE, ChatAssembly, event_data, split_events
+from .chunks import DONE, ChatAssembly, event_data, split_data, split_events
 from .errors import TIMEOUT_SETTINGS, Attempt, Failure, GatewayError, UpstreamStreamError
 from .http import Request, send_bytes
 from .limits import Admission
@@ -165,6 +165,16 @@ class UpstreamResponse:
     upstream_request_id: str = ""  # the upstream's own `x-request-id`, kept on the usage record
     cut: bool = False  # an assembled answer ended by us at the reservation (its usage is an estimate)
     tokens: int = 0  # output events of an assembled answer
+    answer: dict[str, Any] | None = None  # an assembled answer as built (`body` is its JSON)
+
+    def json(self) -> Any:
+        """The answer's JSON (None when the body is not JSON), parsed once."""
+        if self.answer is not None:
+            return self.answer
+        try:
+            return orjson.loads(self.body)
+        except orjson.JSONDecodeError:
+            return None
 
     @property
     def streaming(self) -> bool:
@@ -294,10 +304,12 @@ async def send_upstream(
     """POST each route its `plan.outgoing(route)` in order until one answers.
 
     Each attempt has GATEWAY_HEADERS_TIMEOUT for the response headers (a stalled server fails
-    over). Chat and Completions are always asked for as a stream: the first token must come
-    within `first_token_timeout(prompt)` and each next one within GATEWAY_IDLE_TIMEOUT; a
-    non-streaming answer is assembled from the stream inside the attempt (cut at `limit` output
-    tokens per choice), so any failure before the client got a byte fails over. Other answers get
+    over). Chat and Completions, and whatever `Outgoing.assemble` says how to assemble (native
+    Messages and Responses), are always asked for as a stream: the first token must come within
+    `first_token_timeout(prompt)` and each next one within GATEWAY_IDLE_TIMEOUT; a non-streaming
+    answer is assembled from the stream inside the attempt (cut at `limit` output tokens per
+    choice; a stream that ends before its last event is an error), so any failure before the
+    client got a byte fails over. Other answers get
     the call's total deadline for their body, at most GATEWAY_MAX_RESPONSE_BYTES of it, and must be
     JSON when they say so. Redirects are never followed: a 3xx is an upstream error like a 5xx."""
     session = process.upstream()
@@ -380,6 +392,7 @@ async def send_upstream(
                     upstream_request_id=upstream_id,
                     cut=assembly.done,
                     tokens=assembly.tokens,
+                    answer=answer,
                 )
             phase, phase_seconds = Failure.DEADLINE, float(settings.GATEWAY_TOTAL_TIMEOUT)
             async with asyncio.timeout_at(deadline) if deadline is not None else _no_deadline():
@@ -515,18 +528,18 @@ async def _assemble(
         size += len(chunk)
         if size > cap:
             raise TooLarge
-        events, buffer = split_events(buffer + chunk)
-        for event in events:
-            data = event_data(event)
-            if data is not None:
-                assembly.feed(data)
-                if assembly.done:
-                    break
+        datas, buffer = split_data(buffer + chunk)
+        for data in datas:
+            assembly.feed(data)
+            if assembly.done:
+                break
         if assembly.done or assembly.ended:
             break
-        until = loop.time() + idle
-        async with asyncio.timeout_at(until if deadline is None else min(until, deadline)):
-            chunk = await resp.content.readany()
+        chunk = resp.content.read_nowait()  # what already arrived needs no deadline (nor its cost)
+        if not chunk and not resp.content.at_eof():
+            until = loop.time() + idle
+            async with asyncio.timeout_at(until if deadline is None else min(until, deadline)):
+                chunk = await resp.content.readany()
     return assembly.answer()
 
 

@@ -34,6 +34,25 @@ def split_events(buffer: bytes) -> tuple[list[bytes], bytes]:
     return events, buffer[start:]
 
 
+def split_data(buffer: bytes) -> tuple[list[bytes], bytes]:
+    """The `data:` payloads of the complete SSE events in `buffer` (comments and events without
+    data left out) and what is left of it: `split_events` + `event_data` in one pass, for a reader
+    that needs only the data."""
+    if b"\r" in buffer:
+        buffer = buffer.replace(b"\r\n", b"\n")
+    parts = buffer.split(b"\n\n")
+    rest = parts.pop()
+    out: list[bytes] = []
+    for part in parts:
+        if part.startswith(b"data: ") and b"\n" not in part:  # the common event: one data line
+            out.append(part[6:])
+        else:
+            lines = [line[5:].strip() for line in part.split(b"\n") if line.startswith(b"data:")]
+            if lines:
+                out.append(b"\n".join(lines))
+    return out, rest
+
+
 def event_data(event: bytes) -> bytes | None:
     """The `data:` payload of one SSE event; None for a comment or an event without data."""
     if event.startswith(b"data: ") and event.find(b"\ndata:") < 0:
@@ -194,8 +213,9 @@ class Assembler:
         if not top:
             top.update((k, v) for k, v in chunk.items() if k != "choices" and k != "object")
         else:
-            for key, value in chunk.items():
-                if value is not None and key not in FIRST_ONLY:
+            for key in chunk.keys() - FIRST_ONLY:  # usually one key (`usage`, null), or none
+                value = chunk[key]
+                if value is not None:
                     top[key] = value
         for choice in chunk.get("choices") or ():
             if isinstance(choice, dict):

@@ -32,7 +32,7 @@ from channels.health import passive
 from keys.choices import UsageStatus
 
 from .call import Call, TooLarge, UpstreamResponse, recount
-from .chunks import ChunkReader, event_data, split_events
+from .chunks import ChunkReader, delta_has_output, event_data, split_events
 from .errors import Failure, GatewayError, UpstreamStreamError
 from .http import SSE_HEADERS, sse_error_event
 from .usage import Usage, usage_from
@@ -117,28 +117,30 @@ class ChatDialect(ReadsChunks):
 
     def feed(self, event: bytes) -> bytes:
         reader = self.reader
-        if (
-            reader.choices == 1
-            and not reader.cut
-            and event.startswith(b"data: {")
-            and b'"usage":{' not in event
-            and b'"usage": {' not in event
-            and b'"error"' not in event
-        ):
-            # The common event (one choice, text or a role, no usage): checked to be JSON, counted
-            # by its bytes, passed on as it came. Everything else is read in full below.
+        if reader.choices == 1 and not reader.cut and event.startswith(b"data: {"):
+            # The common event (one choice, text or a role, no usage): parsed once (junk is an
+            # error), counted, passed on as it came. Everything else is read in full below.
             try:
-                orjson.loads(event[6:])
+                chunk = orjson.loads(event[6:])
             except orjson.JSONDecodeError:
                 raise UpstreamStreamError(Failure.INVALID_JSON) from None
-            if has_output(event):
-                seen = reader.counts.get(0, 0) + 1
-                if reader.limit is not None and seen > reader.limit:
-                    return self._slow(event)  # the cut: the full path ends the choice
-                reader.counts[0] = seen
-            if not self.wants_usage and b'"usage"' in event:
-                return event.replace(b',"usage":null', b"").replace(b', "usage": null', b"")
-            return event
+            choices = chunk.get("choices") if type(chunk) is dict else None
+            if (
+                choices
+                and len(choices) == 1
+                and type(choices[0]) is dict
+                and choices[0].get("index", 0) == 0
+                and chunk.get("usage") is None
+                and "error" not in chunk
+            ):
+                if delta_has_output(choices[0]):
+                    seen = reader.counts.get(0, 0) + 1
+                    if reader.limit is not None and seen > reader.limit:
+                        return self._slow(event)  # the cut: the full path ends the choice
+                    reader.counts[0] = seen
+                if not self.wants_usage and "usage" in chunk:
+                    return event.replace(b',"usage":null', b"").replace(b', "usage": null', b"")
+                return event
         return self._slow(event)
 
     def _slow(self, event: bytes) -> bytes:
@@ -164,23 +166,6 @@ class ChatDialect(ReadsChunks):
 
     def error(self, err: GatewayError) -> bytes:
         return sse_error_event(err)
-
-
-def has_output(event: bytes) -> bool:
-    """Does this Chat/Completions event carry text, reasoning or tool arguments? (by its bytes: the
-    event is one choice's delta, so one such event is about one token)"""
-    if b'"arguments":"' in event or b'"arguments": "' in event:
-        return b'"arguments":""' not in event and b'"arguments": ""' not in event
-    if b'"content"' in event or b'"text"' in event or b'"reasoning' in event:
-        return not (
-            b'"content":""' in event
-            or b'"content": ""' in event
-            or b'"content":null' in event
-            or b'"content": null' in event
-            or b'"text":""' in event
-            or b'"text": ""' in event
-        ) or b'"reasoning_content":"' in event.replace(b'"reasoning_content":""', b"")
-    return False
 
 
 def stream_failure(call: Call, failure: Failure) -> GatewayError:
@@ -265,8 +250,10 @@ async def relay(call: Call, up: UpstreamResponse, dialect: Dialect) -> None:
                 break
             if content is None:
                 break
-            async with asyncio.timeout_at(min(loop.time() + idle, call.deadline)):
-                chunk = await content.readany()
+            chunk = content.read_nowait()  # what already arrived needs no deadline (nor its cost)
+            if not chunk and not content.at_eof():
+                async with asyncio.timeout_at(min(loop.time() + idle, call.deadline)):
+                    chunk = await content.readany()
         if not dialect.done and not dialect.complete:
             raise UpstreamStreamError(Failure.TRUNCATED)  # closed before its last event: incomplete
         if dialect.done:

@@ -188,10 +188,7 @@ class AnthropicChatDialect:
 async def relay_json(call: Call, up: UpstreamResponse, *, legacy: bool) -> None:
     """A non-streaming answer from an Anthropic channel: the Chat answer assembled from its
     stream (`MessagesAsChat`), or its error translated to the OpenAI shape."""
-    try:
-        data = orjson.loads(up.body)
-    except orjson.JSONDecodeError:
-        data = None
+    data = up.json()
     if up.status >= 400:
         status, error = chat_response.error_from_anthropic(up.status, data)
         await call.send_json(status, orjson.dumps(error), None)

@@ -112,10 +112,7 @@ async def _relay_json(
     call: Call, up: UpstreamResponse, *, native: bool, model: str, thinking: bool, prompt: int
 ) -> None:
     status, raw = up.status, up.body
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        data = None
+    data = up.json()
     if status >= 400:
         if native and isinstance(data, dict) and data.get("type") == "error":
             out = raw

@@ -123,10 +123,7 @@ class ResponsesDialect:
 
 async def _relay_json(call: Call, up: UpstreamResponse, *, native: bool, request: dict[str, Any], prompt: int) -> None:
     status, raw = up.status, up.body
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        data = None
+    data = up.json()
     if status >= 400:
         if not (isinstance(data, dict) and isinstance(data.get("error"), dict)):
             text = raw[:500].decode(errors="replace").strip() or f"HTTP {status}"
