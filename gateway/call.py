@@ -35,7 +35,7 @@ from keys.payloads.services import Captured
 from . import balance
 from .cache import KeyInfo, ModelInfo, RouteInfo
 from .catalog import Selection
-from .chunks import DONE, Assembler, ChunkReader, event_data, finish_answer, split_events
+from .chunks import DONE, ChatAssembly, event_data, split_data, split_events
 from .errors import TIMEOUT_SETTINGS, Attempt, Failure, GatewayError, UpstreamStreamError
 from .http import Request, send_bytes
 from .limits import Admission
@@ -90,20 +90,34 @@ class Outgoing:
     payload: dict[str, Any]
     headers: dict[str, str]  # the client's; `forward_headers` filters them
     anthropic_native: bool = False
-    # Another API's stream read as Chat chunks: the answer is asked for as a stream and a
-    # non-streaming Chat answer assembled from it, as on STREAMED_PATHS (Chat on Anthropic).
-    as_chat: Callable[[], ChatEvents] | None = None
+    # How a non-streaming answer is assembled from a stream (given the output reserved per
+    # choice): the request is then asked for as a stream, as Chat and Completions always are
+    # (STREAMED_PATHS, read as Chat chunks), so a long answer is bounded by its liveness.
+    # None elsewhere: the JSON answer is read as it comes (embeddings).
+    assemble: Callable[[int | None], Assembly] | None = None
 
 
-class ChatEvents(Protocol):
-    """Reads another API's stream as Chat Completions chunks (`Outgoing.as_chat`)."""
+class Assembly(Protocol):
+    """Reads the events of a stream into the non-streaming answer (`chunks.ChatAssembly`,
+    `native.MessagesReader`, `native.ResponsesReader`)."""
 
-    def chunks(self, data: bytes) -> list[dict[str, Any]]:
-        """The Chat chunks for one event's data; raises UpstreamStreamError for an error event or junk."""
+    @property
+    def done(self) -> bool:
+        """Cut at the reservation: stop reading, close the upstream."""
 
-    def end(self) -> list[dict[str, Any]]:
-        """The closing chunks (the usage chunk) once the stream ended; raises UpstreamStreamError
-        when it ended before the answer was complete."""
+    @property
+    def ended(self) -> bool:
+        """The stream's own last event was seen."""
+
+    @property
+    def tokens(self) -> int:
+        """Output events seen."""
+
+    def feed(self, data: bytes) -> None:
+        """One event's data; raises UpstreamStreamError for an error event or junk."""
+
+    def answer(self) -> dict[str, Any]:
+        """The whole answer; raises UpstreamStreamError when the stream ended before it was complete."""
 
 
 @dataclass(slots=True)
@@ -149,6 +163,18 @@ class UpstreamResponse:
     first_at: float | None = None  # perf_counter when the first token arrived (streamed upstreams)
     payload: dict[str, Any] | None = None  # what this route was sent (`recount` tokenizes its prompt)
     upstream_request_id: str = ""  # the upstream's own `x-request-id`, kept on the usage record
+    cut: bool = False  # an assembled answer ended by us at the reservation (its usage is an estimate)
+    tokens: int = 0  # output events of an assembled answer
+    answer: dict[str, Any] | None = None  # an assembled answer as built (`body` is its JSON)
+
+    def json(self) -> Any:
+        """The answer's JSON (None when the body is not JSON), parsed once."""
+        if self.answer is not None:
+            return self.answer
+        try:
+            return orjson.loads(self.body)
+        except orjson.JSONDecodeError:
+            return None
 
     @property
     def streaming(self) -> bool:
@@ -278,10 +304,12 @@ async def send_upstream(
     """POST each route its `plan.outgoing(route)` in order until one answers.
 
     Each attempt has GATEWAY_HEADERS_TIMEOUT for the response headers (a stalled server fails
-    over). Chat and Completions are always asked for as a stream: the first token must come
-    within `first_token_timeout(prompt)` and each next one within GATEWAY_IDLE_TIMEOUT; a
-    non-streaming answer is assembled from the stream inside the attempt (cut at `limit` output
-    tokens per choice), so any failure before the client got a byte fails over. Other answers get
+    over). Chat and Completions, and whatever `Outgoing.assemble` says how to assemble (native
+    Messages and Responses), are always asked for as a stream: the first token must come within
+    `first_token_timeout(prompt)` and each next one within GATEWAY_IDLE_TIMEOUT; a non-streaming
+    answer is assembled from the stream inside the attempt (cut at `limit` output tokens per
+    choice; a stream that ends before its last event is an error), so any failure before the
+    client got a byte fails over. Other answers get
     the call's total deadline for their body, at most GATEWAY_MAX_RESPONSE_BYTES of it, and must be
     JSON when they say so. Redirects are never followed: a 3xx is an upstream error like a 5xx."""
     session = process.upstream()
@@ -295,12 +323,13 @@ async def send_upstream(
     for route in plan.routes:
         out = plan.outgoing(route)
         out.payload["model"] = route.upstream_id
-        streamed = out.path in STREAMED_PATHS and not out.anthropic_native
-        if streamed:
+        assemble = out.assemble
+        if assemble is None and out.path in STREAMED_PATHS and not out.anthropic_native:
             ask_for_stream(out.payload)
-        as_chat = out.as_chat() if out.as_chat is not None and not stream else None
-        if as_chat is not None:
-            streamed = out.payload["stream"] = True
+            assemble = _chat_assembly(out.path, _choices(out.payload))
+        streamed = assemble is not None
+        if streamed and not stream:
+            out.payload["stream"] = True
         data = orjson.dumps(out.payload)
         headers = forward_headers(out.headers, route, anthropic_native=out.anthropic_native)
         started = time.perf_counter()
@@ -346,17 +375,9 @@ async def send_upstream(
                         upstream_request_id=upstream_id,
                     )
                 phase, phase_seconds = Failure.IDLE_TIMEOUT, idle_timeout
-                answer = await _assemble(
-                    resp,
-                    first,
-                    out.path,
-                    limit=limit,
-                    choices=_choices(out.payload),
-                    as_chat=as_chat,
-                    idle=idle_timeout,
-                    cap=cap,
-                    deadline=deadline,
-                )
+                assert assemble is not None
+                assembly = assemble(limit)
+                answer = await _assemble(resp, first, assembly, idle=idle_timeout, cap=cap, deadline=deadline)
                 resp.close()  # read to its end, or cut at the reservation: either way the generation stops
                 passive.report(route.channel_id, True, status=status, ttft_ms=ttfb)
                 return UpstreamResponse(
@@ -369,6 +390,9 @@ async def send_upstream(
                     first_at=first_at,
                     payload=out.payload,
                     upstream_request_id=upstream_id,
+                    cut=assembly.done,
+                    tokens=assembly.tokens,
+                    answer=answer,
                 )
             phase, phase_seconds = Failure.DEADLINE, float(settings.GATEWAY_TOTAL_TIMEOUT)
             async with asyncio.timeout_at(deadline) if deadline is not None else _no_deadline():
@@ -406,6 +430,10 @@ async def send_upstream(
             kind = exc.failure
             if kind == Failure.INVALID_JSON:
                 err = GatewayError(502, "The upstream answered with invalid JSON.", code="upstream_invalid_response")
+            elif kind == Failure.TRUNCATED:
+                err = GatewayError(
+                    502, "The upstream's answer ended before it was complete (truncated).", code="upstream_truncated"
+                )
             else:
                 err = GatewayError(502, "The upstream failed while answering.", code="upstream_error")
         except aiohttp.ClientConnectorError:
@@ -478,60 +506,41 @@ async def _first_event(resp: aiohttp.ClientResponse) -> bytes:
             return buffer
 
 
+def _chat_assembly(path: str, choices: int) -> Callable[[int | None], Assembly]:
+    legacy = path == "/completions"
+    return lambda limit: ChatAssembly(limit, choices=choices, legacy=legacy)
+
+
 async def _assemble(
     resp: aiohttp.ClientResponse,
     first: bytes,
-    path: str,
+    assembly: Assembly,
     *,
-    limit: int | None,
-    choices: int,
     idle: float,
     cap: int,
     deadline: float | None,
-    as_chat: ChatEvents | None = None,
 ) -> dict[str, Any]:
     """The non-streaming answer, from the rest of the stream: each read within `idle` seconds,
-    cut at `limit` output tokens per choice (the connection is closed there). Another API's
-    stream is read as Chat chunks through `as_chat`."""
-    reader = ChunkReader(limit, choices)
-    assembler = Assembler(legacy=path == "/completions")
+    until the stream's end or the cut at the reservation (the connection is closed there)."""
     loop = asyncio.get_running_loop()
     buffer, size, chunk = b"", 0, first
-
-    def add(data: bytes) -> None:
-        passed, closing = reader.read(data)
-        if passed is not None:
-            assembler.add(passed)
-        for ended in closing:
-            assembler.add(ended)
-
     while chunk:
         size += len(chunk)
         if size > cap:
             raise TooLarge
-        events, buffer = split_events(buffer + chunk)
-        for event in events:
-            data = event_data(event)
-            if data is None:
-                continue
-            for part in [data] if as_chat is None else [orjson.dumps(c) for c in as_chat.chunks(data)]:
-                add(part)
-                if reader.done:
-                    break
-            if reader.done:
+        datas, buffer = split_data(buffer + chunk)
+        for data in datas:
+            assembly.feed(data)
+            if assembly.done:
                 break
-        if reader.done or reader.ended:
+        if assembly.done or assembly.ended:
             break
-        until = loop.time() + idle
-        async with asyncio.timeout_at(until if deadline is None else min(until, deadline)):
-            chunk = await resp.content.readany()
-    if as_chat is not None and not reader.done:
-        for closing in as_chat.end():
-            add(orjson.dumps(closing))
-    answer = assembler.answer()
-    if reader.done and reader.usage is None:
-        answer.pop("usage", None)
-    return finish_answer(answer)
+        chunk = resp.content.read_nowait()  # what already arrived needs no deadline (nor its cost)
+        if not chunk and not resp.content.at_eof():
+            until = loop.time() + idle
+            async with asyncio.timeout_at(until if deadline is None else min(until, deadline)):
+                chunk = await resp.content.readany()
+    return assembly.answer()
 
 
 @contextlib.asynccontextmanager

@@ -2,13 +2,14 @@
 choice, the cut at the reserved output, and the assembly of a non-streaming answer from it.
 
 Below `call` and `relay` (it imports only `errors`): `call` assembles a non-streaming answer from
-the stream it asked the upstream for, `relay` relays one to a streaming client; both read the
-chunks through one `ChunkReader`, so both paths cut at the same place.
+the stream it asked the upstream for (`ChatAssembly`), `relay` relays one to a streaming client;
+both read the chunks through one `ChunkReader`, so both paths cut at the same place. (`native`
+does the same for Messages and Responses streams.)
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -31,6 +32,25 @@ def split_events(buffer: bytes) -> tuple[list[bytes], bytes]:
         events.append(buffer[start : end + 2])
         start = end + 2
     return events, buffer[start:]
+
+
+def split_data(buffer: bytes) -> tuple[list[bytes], bytes]:
+    """The `data:` payloads of the complete SSE events in `buffer` (comments and events without
+    data left out) and what is left of it: `split_events` + `event_data` in one pass, for a reader
+    that needs only the data."""
+    if b"\r" in buffer:
+        buffer = buffer.replace(b"\r\n", b"\n")
+    parts = buffer.split(b"\n\n")
+    rest = parts.pop()
+    out: list[bytes] = []
+    for part in parts:
+        if part.startswith(b"data: ") and b"\n" not in part:  # the common event: one data line
+            out.append(part[6:])
+        else:
+            lines = [line[5:].strip() for line in part.split(b"\n") if line.startswith(b"data:")]
+            if lines:
+                out.append(b"\n".join(lines))
+    return out, rest
 
 
 def event_data(event: bytes) -> bytes | None:
@@ -101,6 +121,11 @@ class ChunkReader:
             raise UpstreamStreamError("invalid_json") from None
         if not isinstance(chunk, dict):
             raise UpstreamStreamError("invalid_json")
+        return self.take(chunk)
+
+    def take(self, chunk: dict[str, Any]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """`read` for a chunk already parsed (or made by a translation)."""
+        self.changed = False
         if "error" in chunk and not chunk.get("choices"):
             raise UpstreamStreamError("stream_error")
         if self.first is None:
@@ -188,8 +213,9 @@ class Assembler:
         if not top:
             top.update((k, v) for k, v in chunk.items() if k != "choices" and k != "object")
         else:
-            for key, value in chunk.items():
-                if value is not None and key not in FIRST_ONLY:
+            for key in chunk.keys() - FIRST_ONLY:  # usually one key (`usage`, null), or none
+                value = chunk[key]
+                if value is not None:
                     top[key] = value
         for choice in chunk.get("choices") or ():
             if isinstance(choice, dict):
@@ -293,6 +319,68 @@ def _merge_logprobs(had: Any, part: Any) -> Any:
         elif value is not None:
             had[key] = list(value) if isinstance(value, list) else value
     return had
+
+
+class ChatEvents(Protocol):
+    """Reads another API's stream as Chat Completions chunks (Chat on an Anthropic channel)."""
+
+    def chunks(self, data: bytes) -> list[dict[str, Any]]:
+        """The Chat chunks for one event's data; raises UpstreamStreamError for an error event or junk."""
+
+    def end(self) -> list[dict[str, Any]]:
+        """The closing chunks (the usage chunk) once the stream ended; raises UpstreamStreamError
+        when it ended before the answer was complete."""
+
+
+class ChatAssembly:
+    """A non-streaming Chat (or legacy Completions) answer from the events of a stream: read by a
+    `ChunkReader` (cut at `limit` output tokens per choice), built by an `Assembler`. Another
+    API's stream is read as Chat chunks through `as_chat`. (`call.Assembly`)"""
+
+    __slots__ = ("as_chat", "assembler", "reader")
+
+    def __init__(
+        self, limit: int | None, *, choices: int = 1, legacy: bool = False, as_chat: ChatEvents | None = None
+    ) -> None:
+        self.reader = ChunkReader(limit, choices)
+        self.assembler = Assembler(legacy=legacy)
+        self.as_chat = as_chat
+
+    @property
+    def done(self) -> bool:
+        return self.reader.done
+
+    @property
+    def ended(self) -> bool:
+        return self.reader.ended
+
+    @property
+    def tokens(self) -> int:
+        return self.reader.tokens
+
+    def feed(self, data: bytes) -> None:
+        if self.as_chat is None:
+            self._add(*self.reader.read(data))
+            return
+        for chunk in self.as_chat.chunks(data):
+            self._add(*self.reader.take(chunk))
+            if self.reader.done:
+                return
+
+    def _add(self, passed: dict[str, Any] | None, closing: list[dict[str, Any]]) -> None:
+        if passed is not None:
+            self.assembler.add(passed)
+        for ended in closing:
+            self.assembler.add(ended)
+
+    def answer(self) -> dict[str, Any]:
+        if self.as_chat is not None and not self.reader.done:
+            for chunk in self.as_chat.end():
+                self._add(*self.reader.take(chunk))
+        answer = self.assembler.answer()
+        if self.reader.done and self.reader.usage is None:
+            answer.pop("usage", None)
+        return finish_answer(answer)
 
 
 def finish_answer(answer: dict[str, Any]) -> dict[str, Any]:

@@ -40,6 +40,7 @@ class Failure(enum.StrEnum):
     TOO_LARGE = "too_large"
     PROTOCOL = "protocol"  # the connection broke or the answer made no sense
     STREAM_ERROR = "stream_error"  # the upstream sent an error event mid-stream
+    TRUNCATED = "truncated"  # the stream ended before its own last event (message_stop, response.completed)
 
 
 # Which settings a timeout failure is named after (the error tells the operator what to raise).

@@ -9,10 +9,12 @@ usage it saw (or its estimate).
 
 A `Dialect` is how one surface reads an upstream stream and writes its client's: it passes each
 upstream event on (as is, stripped, or translated), keeps the usage and the output tokens per
-choice, says when the reservation is used up (`done`), and renders the end and an error in the
-client's API. Chat ↔ Chat is `ChatDialect`; translated surfaces add their own
-(`surfaces/translated.py`: Chat chunks → Messages / Responses events; a native channel's events
-as is, `NativeDialect`).
+choice, says when the reservation is used up (`done`) and whether the upstream's stream reached
+its own end (`complete`: a stream that stops before it is an error, not an answer), and renders
+the end and an error in the client's API. Chat ↔ Chat is `ChatDialect`; the other surfaces add
+their own (`surfaces/translated.py`: Chat chunks → Messages / Responses events; a native
+channel's events as they came, `MessagesDialect`, `ResponsesDialect`; Messages events → Chat
+chunks, `AnthropicChatDialect`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from channels.health import passive
 from keys.choices import UsageStatus
 
 from .call import Call, TooLarge, UpstreamResponse, recount
-from .chunks import ChunkReader, event_data, split_events
+from .chunks import ChunkReader, delta_has_output, event_data, split_events
 from .errors import Failure, GatewayError, UpstreamStreamError
 from .http import SSE_HEADERS, sse_error_event
 from .usage import Usage, usage_from
@@ -56,6 +58,10 @@ class Dialect(Protocol):
     @property
     def done(self) -> bool:
         """The reservation is used up on every choice: stop reading, close the upstream."""
+
+    @property
+    def complete(self) -> bool:
+        """The upstream's stream reached its own last event (`message_stop`, `response.completed`)."""
 
     def feed(self, event: bytes) -> bytes:
         """The bytes to send for one upstream SSE event (b"" for none)."""
@@ -90,6 +96,12 @@ class ReadsChunks:
     def done(self) -> bool:
         return self.reader.done
 
+    @property
+    def complete(self) -> bool:
+        # Chat streams are not held to their `[DONE]`: a connection that breaks mid-stream is an
+        # error of its own (the chunked body ends short), and the finish reason is in the chunks.
+        return True
+
 
 class ChatDialect(ReadsChunks):
     """Chat Completions (and legacy Completions) relayed to a client of the same API: events go
@@ -105,28 +117,30 @@ class ChatDialect(ReadsChunks):
 
     def feed(self, event: bytes) -> bytes:
         reader = self.reader
-        if (
-            reader.choices == 1
-            and not reader.cut
-            and event.startswith(b"data: {")
-            and b'"usage":{' not in event
-            and b'"usage": {' not in event
-            and b'"error"' not in event
-        ):
-            # The common event (one choice, text or a role, no usage): checked to be JSON, counted
-            # by its bytes, passed on as it came. Everything else is read in full below.
+        if reader.choices == 1 and not reader.cut and event.startswith(b"data: {"):
+            # The common event (one choice, text or a role, no usage): parsed once (junk is an
+            # error), counted, passed on as it came. Everything else is read in full below.
             try:
-                orjson.loads(event[6:])
+                chunk = orjson.loads(event[6:])
             except orjson.JSONDecodeError:
                 raise UpstreamStreamError(Failure.INVALID_JSON) from None
-            if has_output(event):
-                seen = reader.counts.get(0, 0) + 1
-                if reader.limit is not None and seen > reader.limit:
-                    return self._slow(event)  # the cut: the full path ends the choice
-                reader.counts[0] = seen
-            if not self.wants_usage and b'"usage"' in event:
-                return event.replace(b',"usage":null', b"").replace(b', "usage": null', b"")
-            return event
+            choices = chunk.get("choices") if type(chunk) is dict else None
+            if (
+                choices
+                and len(choices) == 1
+                and type(choices[0]) is dict
+                and choices[0].get("index", 0) == 0
+                and chunk.get("usage") is None
+                and "error" not in chunk
+            ):
+                if delta_has_output(choices[0]):
+                    seen = reader.counts.get(0, 0) + 1
+                    if reader.limit is not None and seen > reader.limit:
+                        return self._slow(event)  # the cut: the full path ends the choice
+                    reader.counts[0] = seen
+                if not self.wants_usage and "usage" in chunk:
+                    return event.replace(b',"usage":null', b"").replace(b', "usage": null', b"")
+                return event
         return self._slow(event)
 
     def _slow(self, event: bytes) -> bytes:
@@ -154,23 +168,6 @@ class ChatDialect(ReadsChunks):
         return sse_error_event(err)
 
 
-def has_output(event: bytes) -> bool:
-    """Does this Chat/Completions event carry text, reasoning or tool arguments? (by its bytes: the
-    event is one choice's delta, so one such event is about one token)"""
-    if b'"arguments":"' in event or b'"arguments": "' in event:
-        return b'"arguments":""' not in event and b'"arguments": ""' not in event
-    if b'"content"' in event or b'"text"' in event or b'"reasoning' in event:
-        return not (
-            b'"content":""' in event
-            or b'"content": ""' in event
-            or b'"content":null' in event
-            or b'"content": null' in event
-            or b'"text":""' in event
-            or b'"text": ""' in event
-        ) or b'"reasoning_content":"' in event.replace(b'"reasoning_content":""', b"")
-    return False
-
-
 def stream_failure(call: Call, failure: Failure) -> GatewayError:
     """Our own error for a stream that broke after its first byte: a generic message with our
     request id, never the upstream's text (which can carry anything, even the channel's key)."""
@@ -181,6 +178,9 @@ def stream_failure(call: Call, failure: Failure) -> GatewayError:
     elif failure == Failure.DEADLINE:
         message = "The answer took longer than this gateway allows (GATEWAY_TOTAL_TIMEOUT)"
         status, code = 504, "deadline"
+    elif failure == Failure.TRUNCATED:
+        message = "The upstream ended the stream before the answer was complete"
+        status, code = 502, "upstream_truncated"
     elif failure == Failure.TOO_LARGE:
         message = f"The upstream's answer passed {int(settings.GATEWAY_MAX_RESPONSE_BYTES)} bytes"
         status, code = 502, "upstream_too_large"
@@ -250,8 +250,12 @@ async def relay(call: Call, up: UpstreamResponse, dialect: Dialect) -> None:
                 break
             if content is None:
                 break
-            async with asyncio.timeout_at(min(loop.time() + idle, call.deadline)):
-                chunk = await content.readany()
+            chunk = content.read_nowait()  # what already arrived needs no deadline (nor its cost)
+            if not chunk and not content.at_eof():
+                async with asyncio.timeout_at(min(loop.time() + idle, call.deadline)):
+                    chunk = await content.readany()
+        if not dialect.done and not dialect.complete:
+            raise UpstreamStreamError(Failure.TRUNCATED)  # closed before its last event: incomplete
         if dialect.done:
             up.close()  # the upstream ignores max_tokens: what the key reserved is all it gets
             logger.info(

@@ -94,10 +94,7 @@ async def _relay_json(call: Call, up: UpstreamResponse, prompt: int) -> None:
     status, raw, content_type = up.status, up.body, up.content_type
     usage: Usage | None = None
     if status < 400:
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            data = None
+        data = up.json()
         usage = usage_from(answer_usage(data))
         if usage is None:
             # No usage from the upstream: its own tokenizer counts where it has one, else ≈4 chars a token.

@@ -14,7 +14,6 @@ or `logprobs` are refused with a 400 saying so.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -23,15 +22,14 @@ from django.conf import settings
 
 from gateway.cache import RouteInfo
 from gateway.call import Call, Outgoing, UpstreamResponse
-from gateway.chunks import event_data
+from gateway.chunks import ChatAssembly, event_data
 from gateway.errors import Failure, UpstreamStreamError
 from gateway.http import GatewayError, sse_error_event
+from gateway.native import MessagesReader, anthropic_usage
 from gateway.translate import TranslationError, chat_request, chat_response
 from gateway.translate.common import answer_usage
 from gateway.usage import Usage, estimate_tokens, usage_from
 from keys.choices import ApiSurface
-
-from .messages import _anthropic_usage, _native_usage
 
 
 def translates(route: RouteInfo) -> bool:
@@ -48,7 +46,9 @@ def outgoing_for(
     translated: dict[str, Any] | None = None
     original = dict(body)  # as the client sent it: a Chat route tried first is asked for a stream
     model = call.model.name
-    as_chat = None if call.stream else lambda: MessagesAsChat(model)
+
+    def assemble(limit: int | None) -> ChatAssembly:
+        return ChatAssembly(limit, as_chat=MessagesAsChat(model))
 
     def outgoing(route: RouteInfo) -> Outgoing:
         nonlocal translated
@@ -67,7 +67,7 @@ def outgoing_for(
                 translated = chat_request.to_messages_request(chat, default_max_tokens=default)
             except TranslationError as exc:
                 raise GatewayError(400, exc.message, code="invalid_request", param=exc.param) from None
-        return Outgoing("/messages", dict(translated), headers, anthropic_native=True, as_chat=as_chat)
+        return Outgoing("/messages", dict(translated), headers, anthropic_native=True, assemble=assemble)
 
     return outgoing
 
@@ -113,7 +113,7 @@ def _event(data: bytes) -> dict[str, Any]:
 
 
 class MessagesAsChat:
-    """A Messages stream read as Chat chunks (`call.ChatEvents`), for a non-streaming answer
+    """A Messages stream read as Chat chunks (`chunks.ChatEvents`), for a non-streaming answer
     assembled in `call.send_upstream`: the usage chunk at the end, an incomplete stream an error."""
 
     def __init__(self, model: str) -> None:
@@ -125,44 +125,45 @@ class MessagesAsChat:
     def end(self) -> list[dict[str, Any]]:
         closing = self.translator.finish()
         if any("error" in c for c in closing):  # ended before `message_stop`
-            raise UpstreamStreamError(Failure.PROTOCOL)
+            raise UpstreamStreamError(Failure.TRUNCATED)
         return closing
 
 
 class AnthropicChatDialect:
     """A Messages stream from an Anthropic channel relayed to a Chat (or legacy Completions)
-    client (`relay.Dialect`): each event through the `StreamTranslator`, the usage read as on the
-    Messages surface (cache reads and writes kept), one output token per `content_block_delta`; at
-    the reservation the answer ends with finish reason `length` and the relay closes the upstream."""
+    client (`relay.Dialect`): each event through the `StreamTranslator`, the usage, the output
+    tokens and the cut read by a `MessagesReader` as on the Messages surface (cache reads and
+    writes kept); at the reservation the answer ends with finish reason `length` and the relay
+    closes the upstream; a stream that ends before `message_stop` is incomplete."""
 
     def __init__(self, call: Call, *, legacy: bool, include_usage: bool) -> None:
         self.translator = chat_response.StreamTranslator(model=call.model.name, include_usage=include_usage)
         self.legacy = legacy
-        self.limit = call.max_tokens
-        self.reported: Usage | None = None
-        self.tokens = 0
-        self.done = False
+        self.reader = MessagesReader(call.max_tokens)
 
     @property
     def usage(self) -> Usage | None:
-        """The upstream's usage; `message_start` says 1 output token and only `message_delta`
-        the rest, so a stream cut or broken before it is charged the deltas seen (estimated)."""
-        reported = self.reported
-        if reported is not None and reported.completion_tokens < self.tokens:
-            return dataclasses.replace(reported, completion_tokens=self.tokens, estimated=True)
-        return reported
+        return self.reader.usage
+
+    @property
+    def tokens(self) -> int:
+        return self.reader.tokens
+
+    @property
+    def done(self) -> bool:
+        return self.reader.done
+
+    @property
+    def complete(self) -> bool:
+        return self.reader.ended
 
     def feed(self, event: bytes) -> bytes:
         data = event_data(event)
         if data is None:
             return b""  # comments and `ping`-less keep-alives: the relay sends its own
-        parsed = _event(data)
-        self.reported = _native_usage(event, self.reported)
-        if parsed.get("type") == "content_block_delta":
-            if self.limit is not None and self.tokens >= self.limit:
-                self.done = True
-                return self._encode(self.translator.cut())
-            self.tokens += 1
+        parsed = self.reader.read(data)
+        if parsed is None:  # past the reservation
+            return self._encode(self.translator.cut())
         return self._encode(self.translator.feed(parsed))
 
     def close(self, usage: Usage) -> bytes:
@@ -187,10 +188,7 @@ class AnthropicChatDialect:
 async def relay_json(call: Call, up: UpstreamResponse, *, legacy: bool) -> None:
     """A non-streaming answer from an Anthropic channel: the Chat answer assembled from its
     stream (`MessagesAsChat`), or its error translated to the OpenAI shape."""
-    try:
-        data = orjson.loads(up.body)
-    except orjson.JSONDecodeError:
-        data = None
+    data = up.json()
     if up.status >= 400:
         status, error = chat_response.error_from_anthropic(up.status, data)
         await call.send_json(status, orjson.dumps(error), None)
@@ -199,7 +197,7 @@ async def relay_json(call: Call, up: UpstreamResponse, *, legacy: bool) -> None:
     if isinstance(data, dict) and data.get("type") == "message":  # an upstream that did not stream
         completion = chat_response.from_message(data, model=call.model.name)
         if isinstance(data.get("usage"), dict):
-            usage = _anthropic_usage(data["usage"])
+            usage = anthropic_usage(data["usage"])
     elif isinstance(data, dict) and data.get("object") == "chat.completion":
         completion = data
     else:

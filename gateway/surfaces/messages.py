@@ -2,13 +2,17 @@
 (its model discovery and `/api/hello` probe are in `surfaces.models`).
 
 Channels of kind `anthropic`, or marked `speaks_messages`, get the request as is, with the client's
-`anthropic-version` / `anthropic-beta`; all others get it translated to Chat Completions and the
-answer translated back (`gateway.translate.anthropic_*`). Every error, including admission's
+`anthropic-version` / `anthropic-beta`, always as a stream: a non-streaming answer is assembled
+from it (`native.MessagesReader`), so a long answer is bounded by its liveness (first token, gaps
+between tokens) rather than a headers deadline, and cut exactly at the reservation. All other
+channels get it translated to Chat Completions and the answer translated back
+(`gateway.translate.anthropic_*`). Every error, including admission's
 (401, 403, 404, 429 with Retry-After, 5xx), leaves in Anthropic's `{"type": "error", ...}` shape.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -19,7 +23,9 @@ from gateway.auth import authenticate
 from gateway.cache import RouteInfo, snapshot
 from gateway.call import TOKENIZE_TIMEOUT, Call, Outgoing, Plan, UpstreamResponse, opened, recount, tokenize
 from gateway.catalog import resolve_model, select_routes
+from gateway.chunks import event_data
 from gateway.http import GatewayError, Request, send_bytes, send_json
+from gateway.native import MessagesReader, anthropic_usage
 from gateway.state import process
 from gateway.translate import TranslationError, anthropic_request, anthropic_response
 from gateway.translate.common import answer_usage, encode_sse, prompt_text
@@ -27,7 +33,7 @@ from gateway.translate.common import estimate_tokens as estimate_input_tokens
 from gateway.usage import Usage, estimate_tokens, usage_from
 from keys.choices import ApiSurface
 
-from .translated import open_translated_call, relay_stream, sse_payload
+from .translated import encode, open_translated_call, relay_stream
 
 logger = logging.getLogger(__name__)
 
@@ -79,8 +85,10 @@ async def _create_message(req: Request) -> None:
     call, chat, prompt = opened.call, opened.chat, opened.prompt
 
     def outgoing(route: RouteInfo) -> Outgoing:
-        if speaks_messages(route):
-            return Outgoing("/messages", dict(body), req.headers, anthropic_native=route.kind == "anthropic")
+        if speaks_messages(route):  # streamed upstream even for a non-streaming client (`MessagesReader`)
+            return Outgoing(
+                "/messages", dict(body), req.headers, anthropic_native=route.kind == "anthropic", assemble=_assembly
+            )
         return Outgoing("/chat/completions", opened.chat_request(), opened.chat_headers)
 
     up = await call.forward(Plan(call.routes, outgoing))
@@ -95,9 +103,7 @@ async def _create_message(req: Request) -> None:
                 model=public_model, thinking=thinking, input_tokens=estimate_input_tokens(chat)
             )
 
-        await relay_stream(
-            call, up, native=native, usage_of_event=_native_usage, on_error=_native_error, translator=translator
-        )
+        await relay_stream(call, up, native=MessagesDialect(call.max_tokens) if native else None, translator=translator)
         return
     await _relay_json(call, up, native=native, model=public_model, thinking=thinking, prompt=prompt)
 
@@ -106,10 +112,7 @@ async def _relay_json(
     call: Call, up: UpstreamResponse, *, native: bool, model: str, thinking: bool, prompt: int
 ) -> None:
     status, raw = up.status, up.body
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        data = None
+    data = up.json()
     if status >= 400:
         if native and isinstance(data, dict) and data.get("type") == "error":
             out = raw
@@ -126,8 +129,12 @@ async def _relay_json(
     usage = usage_from(answer_usage(data))
     if native:
         out = raw
-        if usage is not None:
-            usage = _anthropic_usage(data["usage"])
+        if usage is None:  # the upstream reported none: the prompt estimate and the deltas counted
+            usage = Usage(prompt, up.tokens, estimated=True)
+        else:
+            usage = anthropic_usage(data["usage"])
+            if up.cut:  # ended by us at the reservation: the output is the deltas counted
+                usage = dataclasses.replace(usage, estimated=True)
     else:
         message = anthropic_response.from_chat_completion(data, model=model, thinking=thinking)
         if usage is None:  # the client sees the same estimate that is recorded
@@ -138,42 +145,49 @@ async def _relay_json(
     await call.send_json(status, out, usage)
 
 
-def _anthropic_usage(usage: dict[str, Any]) -> Usage:
-    """Anthropic splits input into uncached, cache-read and cache-write tokens: all were input,
-    and the cache-read and cache-write parts are recorded as such."""
-    read = int(usage.get("cache_read_input_tokens") or 0)
-    written = int(usage.get("cache_creation_input_tokens") or 0)
-    prompt = int(usage.get("input_tokens") or 0) + read + written
-    return Usage(prompt, int(usage.get("output_tokens") or 0), cached_tokens=read, cache_creation_tokens=written)
+def _assembly(limit: int | None) -> MessagesReader:
+    return MessagesReader(limit, assemble=True)
 
 
-def _native_error(err: GatewayError) -> bytes:
-    return encode_sse(anthropic_response.error_body(err.status, err.message))
+class MessagesDialect:
+    """A Messages stream from a channel that speaks it, relayed to a Messages client
+    (`relay.Dialect`): events go out as they came; the usage, the output tokens and the cut are
+    read by a `MessagesReader`. A stream cut at its reservation ends as Anthropic ends one at
+    max_tokens (`message_delta` with stop reason `max_tokens`, `message_stop`); one that ends
+    before `message_stop` is incomplete, and our error event goes out instead of the upstream's."""
 
+    __slots__ = ("reader",)
 
-def _native_usage(event: bytes, current: Usage | None) -> Usage | None:
-    """Usage of an Anthropic stream: input in `message_start`, cumulative output in `message_delta`."""
-    if b'"usage"' not in event:
-        return current
-    data = sse_payload(event)
-    if not isinstance(data, dict):
-        return current
-    if data.get("type") == "message_start":
-        usage = (data.get("message") or {}).get("usage") or {}
-        return _anthropic_usage(usage)
-    if data.get("type") == "message_delta":
-        usage = data.get("usage") or {}
-        current = current or Usage(0, 0)
-        # Newer streams repeat the input split here (cumulative); a part left out or null keeps
-        # what `message_start` said.
-        had = {
-            "input_tokens": current.prompt_tokens - current.cached_tokens - current.cache_creation_tokens,
-            "cache_read_input_tokens": current.cached_tokens,
-            "cache_creation_input_tokens": current.cache_creation_tokens,
-        }
-        merged = {k: usage[k] if usage.get(k) is not None else v for k, v in had.items()}
-        return _anthropic_usage({**merged, "output_tokens": usage.get("output_tokens")})
-    return current
+    def __init__(self, limit: int | None) -> None:
+        self.reader = MessagesReader(limit)
+
+    @property
+    def usage(self) -> Usage | None:
+        return self.reader.usage
+
+    @property
+    def tokens(self) -> int:
+        return self.reader.tokens
+
+    @property
+    def done(self) -> bool:
+        return self.reader.done
+
+    @property
+    def complete(self) -> bool:
+        return self.reader.ended
+
+    def feed(self, event: bytes) -> bytes:
+        data = event_data(event)
+        if data is None:
+            return b""  # comments: the relay sends its own keep-alives
+        return event if self.reader.read(data) is not None else b""
+
+    def close(self, usage: Usage) -> bytes:
+        return encode(self.reader.cut_events(usage)) if self.reader.done else b""
+
+    def error(self, err: GatewayError) -> bytes:
+        return encode_sse(anthropic_response.error_body(err.status, err.message))
 
 
 # ------------------------------------------------------------------ /v1/messages/count_tokens

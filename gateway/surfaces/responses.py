@@ -1,7 +1,9 @@
 """OpenAI Responses surface (Codex): `POST /v1/responses`, streaming and not.
 
-Channels marked `speaks_responses` get the request as is; all others get it translated to Chat
-Completions and the answer translated back (`gateway.translate.responses_*`). Errors keep the
+Channels marked `speaks_responses` get the request as is, always as a stream: a non-streaming
+answer is assembled from it (`native.ResponsesReader`), so a long answer is bounded by its liveness
+rather than a headers deadline, and cut exactly at the reservation. All others get it translated to
+Chat Completions and the answer translated back (`gateway.translate.responses_*`). Errors keep the
 OpenAI shape, as for Chat Completions. Codex's built-in `openai` provider first tries Responses
 over a WebSocket; that gets a 426 at once (`refuse_websocket`, `refuse_get`) so it falls back to
 HTTP instead of retrying.
@@ -16,13 +18,15 @@ import orjson
 
 from gateway.cache import RouteInfo
 from gateway.call import Call, Outgoing, Plan, UpstreamResponse, recount
+from gateway.chunks import event_data
 from gateway.http import GatewayError, Receive, Request, Scope, Send
+from gateway.native import ResponsesReader, responses_usage
 from gateway.translate import TranslationError, responses_request, responses_response
 from gateway.translate.common import answer_usage
 from gateway.usage import Usage, estimate_tokens, usage_from
 from keys.choices import ApiSurface
 
-from .translated import encode, open_translated_call, relay_stream, sse_payload
+from .translated import encode, open_translated_call, relay_stream
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +58,8 @@ async def _create_response(req: Request) -> None:
     call, prompt = opened.call, opened.prompt
 
     def outgoing(route: RouteInfo) -> Outgoing:
-        if route.speaks_responses:
-            return Outgoing("/responses", dict(body), req.headers)
+        if route.speaks_responses:  # streamed upstream even for a non-streaming client (`ResponsesReader`)
+            return Outgoing("/responses", dict(body), req.headers, assemble=ResponsesReader)
         return Outgoing("/chat/completions", opened.chat_request(), opened.chat_headers)
 
     up = await call.forward(Plan(call.routes, outgoing))
@@ -66,36 +70,60 @@ async def _create_response(req: Request) -> None:
         await relay_stream(
             call,
             up,
-            native=native,
-            usage_of_event=_native_usage,
-            on_error=_native_error,
+            native=ResponsesDialect(call.max_tokens) if native else None,
             translator=lambda: responses_response.StreamTranslator(echo),
         )
         return
     await _relay_json(call, up, native=native, request=echo, prompt=prompt)
 
 
-def _native_error(err: GatewayError) -> bytes:
-    return encode(responses_response.failure_events(err.status, err.message))
+class ResponsesDialect:
+    """A Responses stream from a channel that speaks it, relayed to a Responses client
+    (`relay.Dialect`): events go out as they came; the usage, the output tokens and the cut are
+    read by a `ResponsesReader`. A stream cut at its reservation ends as one the upstream stops
+    at max_output_tokens (the open items' `.done` events, `response.incomplete`); one that ends
+    before `response.completed` is incomplete. Our error events continue the upstream's response
+    (its id, the next sequence numbers), never its text."""
 
+    __slots__ = ("reader",)
 
-def _native_usage(event: bytes, current: Usage | None) -> Usage | None:
-    """Usage of a Responses stream: in the final `response.completed` / `response.incomplete`."""
-    if b'"usage"' not in event:  # deltas never carry it; lifecycle events do
-        return current
-    data = sse_payload(event)
-    if not isinstance(data, dict) or data.get("type") not in ("response.completed", "response.incomplete"):
-        return current
-    found = usage_from((data.get("response") or {}).get("usage"))
-    return found if found is not None else current
+    def __init__(self, limit: int | None) -> None:
+        self.reader = ResponsesReader(limit)
+
+    @property
+    def usage(self) -> Usage | None:
+        return self.reader.usage
+
+    @property
+    def tokens(self) -> int:
+        return self.reader.tokens
+
+    @property
+    def done(self) -> bool:
+        return self.reader.done
+
+    @property
+    def complete(self) -> bool:
+        return self.reader.ended
+
+    def feed(self, event: bytes) -> bytes:
+        data = event_data(event)
+        if data is None:
+            return b""  # comments: the relay sends its own keep-alives
+        return event if self.reader.read(data) is not None else b""
+
+    def close(self, usage: Usage) -> bytes:
+        return encode(self.reader.cut_events(usage)) if self.reader.done else b""
+
+    def error(self, err: GatewayError) -> bytes:
+        code = responses_response.error_code(err.status)
+        events = self.reader.fail_events(code, err.message)
+        return encode(events if events is not None else responses_response.failure_events(err.status, err.message))
 
 
 async def _relay_json(call: Call, up: UpstreamResponse, *, native: bool, request: dict[str, Any], prompt: int) -> None:
     status, raw = up.status, up.body
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        data = None
+    data = up.json()
     if status >= 400:
         if not (isinstance(data, dict) and isinstance(data.get("error"), dict)):
             text = raw[:500].decode(errors="replace").strip() or f"HTTP {status}"
@@ -109,6 +137,10 @@ async def _relay_json(call: Call, up: UpstreamResponse, *, native: bool, request
     usage = usage_from(answer_usage(data))  # a Responses answer, or a Chat one (llama.cpp timings)
     if native:
         out = raw
+        if usage is None:  # cut by us at the reservation, or no usage reported: estimated
+            usage = Usage(prompt, up.tokens, estimated=True)
+            data["usage"] = responses_usage(usage)
+            out = orjson.dumps(data)
     else:
         response = responses_response.from_chat_completion(data, request=request)
         out = orjson.dumps(response)

@@ -1,6 +1,6 @@
 """What the translated surfaces (Messages, Responses) share: opening a call whose body is also
-translated to Chat Completions, and relaying a stream as is from a native channel or through a
-translator of Chat chunks as they arrive."""
+translated to Chat Completions, and relaying a stream from a native channel through the surface's
+own dialect or from a Chat channel through a translator of Chat chunks as they arrive."""
 
 from __future__ import annotations
 
@@ -8,13 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from gateway.admission import open_call
 from gateway.cache import snapshot
 from gateway.call import Call, UpstreamResponse
 from gateway.chunks import ChunkReader, event_data
-from gateway.errors import Failure, UpstreamStreamError
 from gateway.http import GatewayError, Request
 from gateway.relay import Dialect, ReadsChunks, relay
 from gateway.translate import TranslationError
@@ -100,20 +97,6 @@ def without_anthropic_headers(headers: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in headers.items() if not k.startswith("anthropic-")}
 
 
-def sse_payload(event: bytes) -> Any:
-    """The JSON of one raw SSE event's `data:` lines; None for comments, `[DONE]` and junk."""
-    data = [line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:")]
-    if not data:
-        return None
-    raw = b"\n".join(data)
-    if raw == b"[DONE]":
-        return None
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-
-
 def encode(events: list[dict[str, Any]]) -> bytes:
     return b"".join(encode_sse(e) for e in events)
 
@@ -122,19 +105,12 @@ async def relay_stream(
     call: Call,
     up: UpstreamResponse,
     *,
-    native: bool,
-    usage_of_event: Callable[[bytes, Usage | None], Usage | None],
-    on_error: Callable[[GatewayError], bytes],
+    native: Dialect | None,
     translator: Callable[[], ChatStreamTranslator],
 ) -> None:
-    """Relay a successful stream: a native channel's as is (its usage read by `usage_of_event`,
-    a failure rendered by `on_error`), a Chat channel's through a `translator()` made for it."""
-    dialect: Dialect
-    if native:
-        dialect = NativeDialect(usage_of_event, on_error, call.max_tokens)
-    else:
-        dialect = TranslatedDialect(translator(), call.max_tokens)
-    await relay(call, up, dialect)
+    """Relay a successful stream: a native channel's through the surface's own dialect
+    (`native`), a Chat channel's through a `translator()` made for it."""
+    await relay(call, up, native if native is not None else TranslatedDialect(translator(), call.max_tokens))
 
 
 class TranslatedDialect(ReadsChunks):
@@ -162,54 +138,6 @@ class TranslatedDialect(ReadsChunks):
 
     def error(self, err: GatewayError) -> bytes:
         return encode(self.translator.fail(err.status, err.message))
-
-
-class NativeDialect:
-    """A channel that speaks the client's API (Anthropic Messages, Responses): events go out as
-    they came; `usage_of_event` reads its usage, `on_error` renders our error in its API. An
-    upstream error event or invalid JSON is replaced by our own error; output past the
-    reservation ends the stream."""
-
-    def __init__(
-        self,
-        usage_of_event: Callable[[bytes, Usage | None], Usage | None],
-        on_error: Callable[[GatewayError], bytes],
-        limit: int | None,
-    ) -> None:
-        self.usage_of_event = usage_of_event
-        self.on_error = on_error
-        self.limit = limit
-        self.usage: Usage | None = None
-        self.tokens = 0
-        self.done = False
-
-    def feed(self, event: bytes) -> bytes:
-        data = event_data(event)
-        if data is None:
-            return b""
-        try:
-            parsed = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            raise UpstreamStreamError(Failure.INVALID_JSON) from None
-        kind = parsed.get("type") if isinstance(parsed, dict) else None
-        if kind in ("error", "response.failed") or (isinstance(parsed, dict) and "error" in parsed and kind is None):
-            raise UpstreamStreamError(Failure.STREAM_ERROR)
-        self.usage = self.usage_of_event(event, self.usage)
-        if kind in ("content_block_delta", "response.output_text.delta", "response.function_call_arguments.delta"):
-            self.tokens += 1
-            if self.limit is not None and self.tokens > self.limit:
-                self.tokens -= 1
-                self.done = True
-                return b""
-        return event
-
-    def close(self, usage: Usage) -> bytes:
-        if self.done:  # cut at the reservation: the stream still ends in its API's error shape
-            return self.on_error(GatewayError(502, "The answer passed its max_tokens and was cut.", code="cut"))
-        return b""
-
-    def error(self, err: GatewayError) -> bytes:
-        return self.on_error(err)
 
 
 def _chat_usage(usage: Usage | None) -> dict[str, Any] | None:

@@ -23,9 +23,12 @@ function call split over many chunks). `tokens` sets how many completion tokens 
 generated; `token_delay` spaces stream chunks; `reasoning` makes the reply start with that text as
 `reasoning_content`. Anthropic-native `/v1/messages` behaves like Anthropic's API (request checks,
 stop sequences, tool use, thinking, cache usage, its error shape and 529, the exact SSE event
-sequence; mode stream_error sends an `error` event mid-stream); Responses-native `/v1/responses`
-answers the same canned text (modes ok/status/slow) for the gateway's pass-through paths. Prompt
-tokens are the number of whitespace-separated words in the input."""
+sequence; mode stream_error sends an `error` event mid-stream). Responses-native `/v1/responses`
+behaves like OpenAI's (its event sequence, reasoning and function-call items, `response.incomplete`
+at max_output_tokens, modes ok/status/slow/tool_call/stall/stream_error). On both, a non-streaming
+answer's headers go out only once it is generated (`token_delay`, as for Chat), and mode truncate
+ends a stream cleanly after `stall_after` deltas without its last event (`message_stop`,
+`response.completed`). Prompt tokens are the number of whitespace-separated words in the input."""
 
 from __future__ import annotations
 
@@ -724,6 +727,8 @@ class FakeUpstream:
             "usage": usage,
         }
         if not body.get("stream"):
+            if b["token_delay"]:  # the headers go out only when the whole answer is generated
+                await asyncio.sleep(max(n, 1) * b["token_delay"])
             return web.json_response(message)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
@@ -760,6 +765,9 @@ class FakeUpstream:
                 for delta in pieces:
                     if b["mode"] == "stall" and sent == b["stall_after"]:
                         await asyncio.sleep(3600)
+                    if b["mode"] == "truncate" and sent == b["stall_after"]:
+                        await resp.write_eof()  # a clean end of the body, without `message_stop`
+                        return resp
                     if b["mode"] == "stream_error" and sent == 2:
                         error = {"type": "error", "error": {"type": "overloaded_error", "message": b["error_message"]}}
                         await resp.write(self._sse("error", error))
@@ -792,74 +800,132 @@ class FakeUpstream:
         return web.json_response({"input_tokens": _words(body.get("messages")) + _words(body.get("system"))})
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
+        """A Responses API that behaves like OpenAI's: output items (a reasoning item when
+        `reasoning` is set; a function call in mode tool_call; else a message), `response.incomplete`
+        with reason max_output_tokens when the limit ends the answer, and the stream's exact event
+        sequence (created, in_progress, per item added / deltas / done, completed)."""
         body, b, early = await self._pre(request)
         if early is not None:
             return early
         body = body if isinstance(body, dict) else {}
         prompt = _words(body.get("input")) + _words(body.get("instructions"))
-        n = min(b["tokens"], int(body.get("max_output_tokens") or 10**9))
-        text = " ".join(f"tok{i}" for i in range(n))
-        rid, mid = "resp_" + uuid.uuid4().hex[:24], "msg_" + uuid.uuid4().hex[:24]
-        part = {"type": "output_text", "text": text, "annotations": []}
-        item = {"type": "message", "id": mid, "status": "completed", "role": "assistant", "content": [part]}
+        limit = int(body.get("max_output_tokens") or 10**9)
+        n = b["tokens"] if b["ignore_max_tokens"] else min(b["tokens"], limit)
+        rid = "resp_" + uuid.uuid4().hex[:24]
+        items: list[dict[str, Any]] = []
+        pieces: list[list[str]] = []  # the deltas of each item
+        if b["reasoning"]:
+            words = b["reasoning"].split()
+            thought = {"type": "reasoning_text", "text": b["reasoning"]}
+            items.append(
+                {"type": "reasoning", "id": "rs_" + uuid.uuid4().hex[:24], "summary": [], "content": [thought]}
+            )
+            pieces.append([(" " if i else "") + w for i, w in enumerate(words)])
+        if b["mode"] == "tool_call":
+            args = b["tool_arguments"]
+            call = {"type": "function_call", "id": "fc_" + uuid.uuid4().hex[:24], "call_id": "call_" + uuid.uuid4().hex}
+            items.append({**call, "name": b["tool_name"], "arguments": args, "status": "completed"})
+            pieces.append([args[i : i + 4] for i in range(0, len(args), 4)])
+            n = len(args.split())
+        else:
+            text = " ".join(f"tok{i}" for i in range(n))
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            mid = "msg_" + uuid.uuid4().hex[:24]
+            items.append({"type": "message", "id": mid, "status": "completed", "role": "assistant", "content": [part]})
+            pieces.append([(" " if i else "") + f"tok{i}" for i in range(n)])
+        reasoning = len(b["reasoning"].split())
+        incomplete = n >= limit and b["mode"] != "tool_call"
+        if incomplete and items[-1]["type"] == "message":
+            items[-1]["status"] = "incomplete"
         usage = {
             "input_tokens": prompt,
             "input_tokens_details": {"cached_tokens": min(int(b["cached"]), prompt)},
-            "output_tokens": n,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": prompt + n,
+            "output_tokens": n + reasoning,
+            "output_tokens_details": {"reasoning_tokens": reasoning},
+            "total_tokens": prompt + n + reasoning,
         }
         done = {
             "id": rid,
             "object": "response",
             "created_at": int(time.time()),
-            "status": "completed",
+            "status": "incomplete" if incomplete else "completed",
+            "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+            "error": None,
             "model": body.get("model"),
-            "output": [item],
+            "output": items,
             "parallel_tool_calls": True,
             "tool_choice": "auto",
             "tools": [],
+            "max_output_tokens": body.get("max_output_tokens"),
             "usage": usage,
         }
         if not body.get("stream"):
+            if b["mode"] == "stall":
+                await asyncio.sleep(3600)
+            if b["token_delay"]:  # the headers go out only when the whole answer is generated
+                await asyncio.sleep(max(n, 1) * b["token_delay"])
             return web.json_response(done)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        self.open_streams += 1
         seq = iter(range(10**6))
-        started = {**done, "status": "in_progress", "output": [], "usage": None}
-        await resp.write(
-            self._sse(
-                "response.created", {"type": "response.created", "sequence_number": next(seq), "response": started}
-            )
-        )
-        added = {**item, "status": "in_progress", "content": []}
-        await resp.write(
-            self._sse(
-                "response.output_item.added",
-                {"type": "response.output_item.added", "sequence_number": next(seq), "output_index": 0, "item": added},
-            )
-        )
-        for i in range(n):
-            delta = {
-                "type": "response.output_text.delta",
-                "sequence_number": next(seq),
-                "item_id": mid,
-                "output_index": 0,
-                "content_index": 0,
-                "delta": (" " if i else "") + f"tok{i}",
-                "logprobs": [],
-            }
-            await resp.write(self._sse(delta["type"], delta))
-        await resp.write(
-            self._sse(
-                "response.output_item.done",
-                {"type": "response.output_item.done", "sequence_number": next(seq), "output_index": 0, "item": item},
-            )
-        )
-        await resp.write(
-            self._sse(
-                "response.completed", {"type": "response.completed", "sequence_number": next(seq), "response": done}
-            )
-        )
-        await resp.write_eof()
+
+        async def send(kind: str, **fields: Any) -> None:
+            await resp.write(self._sse(kind, {"type": kind, "sequence_number": next(seq), **fields}))
+
+        try:
+            started = {**done, "status": "in_progress", "incomplete_details": None, "output": [], "usage": None}
+            await send("response.created", response=started)
+            await send("response.in_progress", response=started)
+            sent = 0
+            for index, (item, deltas) in enumerate(zip(items, pieces, strict=True)):
+                kind = item["type"]
+                opening = {**item}
+                if kind == "message":
+                    opening.update(status="in_progress", content=[])
+                elif kind == "function_call":
+                    opening.update(status="in_progress", arguments="")
+                else:
+                    opening.update(content=[])
+                await send("response.output_item.added", output_index=index, item=opening)
+                where = {"item_id": item["id"], "output_index": index}
+                if kind == "message":
+                    await send(
+                        "response.content_part.added", **where, content_index=0, part={**item["content"][0], "text": ""}
+                    )
+                delta_kind = {
+                    "message": "response.output_text.delta",
+                    "function_call": "response.function_call_arguments.delta",
+                    "reasoning": "response.reasoning_text.delta",
+                }[kind]
+                for piece in deltas:
+                    if b["mode"] == "stall" and sent == b["stall_after"]:
+                        await asyncio.sleep(3600)
+                    if b["mode"] == "truncate" and sent == b["stall_after"]:
+                        await resp.write_eof()  # a clean end of the body, without `response.completed`
+                        return resp
+                    if b["mode"] == "stream_error" and sent == b["stall_after"]:
+                        await send("error", code="server_error", message=b["error_message"], param=None)
+                        await resp.write_eof()
+                        return resp
+                    extra = {"content_index": 0} if kind != "function_call" else {}
+                    if kind == "message":
+                        extra["logprobs"] = []
+                    await send(delta_kind, **where, **extra, delta=piece)
+                    sent += 1
+                    if b["token_delay"]:
+                        await asyncio.sleep(b["token_delay"])
+                if kind == "message":
+                    part = item["content"][0]
+                    await send("response.output_text.done", **where, content_index=0, text=part["text"], logprobs=[])
+                    await send("response.content_part.done", **where, content_index=0, part=part)
+                elif kind == "function_call":
+                    await send("response.function_call_arguments.done", **where, arguments=item["arguments"])
+                else:
+                    await send("response.reasoning_text.done", **where, content_index=0, text=b["reasoning"])
+                await send("response.output_item.done", output_index=index, item=item)
+            await send("response.incomplete" if incomplete else "response.completed", response=done)
+            await resp.write_eof()
+        finally:
+            self.open_streams -= 1
         return resp

@@ -11,7 +11,7 @@ import anthropic
 import openai
 import pytest
 
-from gateway.surfaces.messages import _native_usage
+from gateway.native import MessagesReader
 from gateway.usage import Usage
 from keys.models import UsageDaily
 from tests.gateway_surfaces.conftest import add_native_channel, record_for
@@ -129,13 +129,11 @@ def test_responses_channel_reports_cached_tokens_as_is(setup, oai, native_upstre
 
 
 def test_an_anthropic_stream_keeps_the_cache_split_when_message_delta_repeats_part_of_it():
-    def event(data: dict) -> bytes:
-        return b"event: x\ndata: " + json.dumps(data).encode() + b"\n\n"
-
+    reader = MessagesReader(None)
     start = {"input_tokens": 2, "cache_read_input_tokens": 5, "cache_creation_input_tokens": 3, "output_tokens": 1}
-    usage = _native_usage(event({"type": "message_start", "message": {"usage": start}}), None)
+    reader.read(json.dumps({"type": "message_start", "message": {"usage": start}}).encode())
     delta = {"output_tokens": 9, "input_tokens": 2, "cache_read_input_tokens": None}
-    usage = _native_usage(event({"type": "message_delta", "usage": delta}), usage)
-    assert usage == Usage(10, 9, cached_tokens=5, cache_creation_tokens=3)
-    usage = _native_usage(event({"type": "message_delta", "usage": {"output_tokens": 11}}), usage)
-    assert usage == Usage(10, 11, cached_tokens=5, cache_creation_tokens=3)
+    reader.read(json.dumps({"type": "message_delta", "usage": delta}).encode())
+    assert reader.usage == Usage(10, 9, cached_tokens=5, cache_creation_tokens=3)
+    reader.read(json.dumps({"type": "message_delta", "usage": {"output_tokens": 11}}).encode())
+    assert reader.usage == Usage(10, 11, cached_tokens=5, cache_creation_tokens=3)
