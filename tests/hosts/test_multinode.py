@@ -135,7 +135,9 @@ def test_a_deployment_over_two_hosts_runs_on_one_ray_cluster_and_stops_on_both(c
     assert f"Ray cluster 127.0.0.2:{port}: 2 nodes, TP 1" in job.log_tail  # what the fake vllm saw
     assert ray_pid(head, d) and ray_pid(worker, d)
     # The estimate counts both nodes' GPUs: a pipeline stage on each.
-    assert [x["name"] for x in d.last_fit["devices"]] == ["GPU 0", "GPU 0"] and d.last_fit["pipeline_parallel"] == 2
+    assert [x["name"] for x in d.last_fit["devices"]] == ["node-a GPU 0", "node-b GPU 0"] and d.last_fit[
+        "pipeline_parallel"
+    ] == 2
 
     assert Channel.objects.count() == 1 and d.channel.base_url == f"http://127.0.0.2:{d.port}/v1"
     client = openai.OpenAI(base_url=d.channel.base_url, api_key=d.upstream_api_key)
@@ -185,7 +187,7 @@ def test_multi_node_needs_vllm_an_interface_and_the_gpus_on_every_node(cluster):
     assert "network_interface" in err.value.message_dict
     with pytest.raises(ValidationError) as err:
         deployment(cluster, gpu_indices=[0, 1])  # an RTX 4090 box has one GPU
-    assert any("node-b" in m for m in err.value.message_dict["gpu_indices"])
+    assert any("node-b" in m for m in err.value.message_dict["worker_hosts"])
     with pytest.raises(ValidationError) as err:
         deployment(cluster, backend="llamacpp", model_path="/models/m-Q4_K_M.gguf", options={}, network_interface="lo")
     assert "worker_hosts" in err.value.message_dict
