@@ -7,6 +7,7 @@ from typing import Any, TypedDict
 from django import forms
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 from .. import backends
 from ..choices import Backend
@@ -40,7 +41,7 @@ def _option_field(opt: backends.Option) -> forms.Field:
 
 def _worker_label(host: Host) -> str:
     gpus = [g for g in host.gpus.all() if not g.stale]
-    return _("%(name)s (%(address)s, %(count)s GPUs)") % {
+    return ngettext("%(name)s (%(address)s, %(count)s GPU)", "%(name)s (%(address)s, %(count)s GPUs)", len(gpus)) % {
         "name": host.name,
         "address": host.address,
         "count": len(gpus),

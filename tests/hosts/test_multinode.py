@@ -194,3 +194,43 @@ def test_multi_node_needs_vllm_an_interface_and_the_gpus_on_every_node(cluster):
     with pytest.raises(ValidationError) as err:
         deployment(cluster, worker_hosts=[head])
     assert "worker_hosts" in err.value.message_dict
+
+
+def test_a_dead_worker_ray_node_crashes_the_deployment_naming_the_worker(cluster, started):
+    """The supervisor looks at every node's Ray process, not only the head's server."""
+    from hosts.choices import RayState
+    from hosts.deployments import supervisor
+
+    head, worker = cluster
+    d = deployment(cluster, auto_restart=False)
+    job = run(d)
+    if job.pid:
+        started.append((head, job.pid))
+    pids = {host.name: ray_pid(host, d) for host in cluster}
+    started.extend((host, pid) for host in cluster if (pid := pids[host.name]))
+    assert job.state == JobState.RUNNING, (job.message, job.log_tail)
+    nodes = {n.host.name: n for n in d.nodes.select_related("host")}
+    assert {name: (n.role, n.ray_state, n.ray_pid) for name, n in nodes.items()} == {
+        "node-a": ("head", RayState.RUNNING, pids["node-a"]),
+        "node-b": ("worker", RayState.RUNNING, pids["node-b"]),
+    }
+    assert supervisor.supervise()["crashed"] == 0  # all alive: nothing to say
+
+    os.killpg(pids["node-b"], 9)  # the worker's Ray dies on its host, nobody asked
+    assert supervisor.supervise()["crashed"] == 1
+    d.refresh_from_db()
+    assert d.status == DeploymentStatus.CRASHED
+    assert d.status_message.startswith(
+        f"Crashed: Ray on the worker node node-b (127.0.0.3) is gone (PID {pids['node-b']})."
+    ), d.status_message
+    event = d.events.first()
+    assert event.automatic and f"Joined 127.0.0.2:{d.ray_port} as 127.0.0.3" in event.log_tail  # its Ray log
+    dead = d.nodes.get(host=worker)
+    assert dead.ray_state == RayState.DEAD and "node-b" in dead.message
+    # The rest of the cluster and the server on the head were stopped: a restart starts it afresh.
+    assert d.nodes.get(host=head).ray_state == RayState.STOPPED
+    assert ray_pid(head, d) is None
+    with ssh.connect(head) as remote:
+        assert not commands.is_alive(remote, job.pid)
+    d.channel.refresh_from_db()
+    assert d.channel.status == "down"
