@@ -115,7 +115,7 @@ def ray_pid(host: Host, d) -> int | None:
         return pid if pid and commands.is_alive(remote, pid) else None
 
 
-def test_a_deployment_over_two_hosts_runs_on_one_ray_cluster_and_stops_on_both(cluster, started):
+def test_a_deployment_over_two_hosts_runs_on_one_ray_cluster_and_stops_on_both(cluster, started, admin_client):
     head, worker = cluster
     d = deployment(cluster)
     assert d.options["tensor_parallel_size"] == 1 and d.options["pipeline_parallel_size"] == 2
@@ -134,6 +134,11 @@ def test_a_deployment_over_two_hosts_runs_on_one_ray_cluster_and_stops_on_both(c
     assert "--pipeline-parallel-size 2 --distributed-executor-backend ray" in job.command
     assert f"Ray cluster 127.0.0.2:{port}: 2 nodes, TP 1" in job.log_tail  # what the fake vllm saw
     assert ray_pid(head, d) and ray_pid(worker, d)
+    nodes = admin_client.get(f"/api/deployments/{d.pk}/").json()["nodes"]  # as the page lists them
+    assert [(n["host_name"], n["role"], n["ray_state"], n["ray_pid"]) for n in nodes] == [
+        ("node-a", "head", "running", ray_pid(head, d)),
+        ("node-b", "worker", "running", ray_pid(worker, d)),
+    ]
     # The estimate counts both nodes' GPUs: a pipeline stage on each.
     assert [x["name"] for x in d.last_fit["devices"]] == ["node-a GPU 0", "node-b GPU 0"] and d.last_fit[
         "pipeline_parallel"
@@ -146,6 +151,7 @@ def test_a_deployment_over_two_hosts_runs_on_one_ray_cluster_and_stops_on_both(c
     stop = run(d, JobAction.STOP)
     assert stop.state == JobState.STOPPED, stop.message
     assert ray_pid(head, d) is None and ray_pid(worker, d) is None
+    assert set(d.nodes.values_list("ray_state", "ray_pid")) == {("stopped", None)}
     assert d.status == DeploymentStatus.STOPPED
     d.channel.refresh_from_db()
     assert d.channel.enabled is False
