@@ -9,7 +9,14 @@ import os
 import sys
 from pathlib import Path
 
-ENV = ("CUDA_VISIBLE_DEVICES", "VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "RAY_ADDRESS")
+ENV = (
+    "CUDA_VISIBLE_DEVICES",
+    "VLLM_HOST_IP",
+    "NCCL_SOCKET_IFNAME",
+    "GLOO_SOCKET_IFNAME",
+    "RAY_ADDRESS",
+    "MODELSCOPE_DOMAIN",
+)  # never a token
 NAME = ".fake-argv.jsonl"
 
 
