@@ -276,7 +276,7 @@ class DeploymentNode(TimeStampedModel):
         constraints = [models.UniqueConstraint(fields=["deployment", "host"], name="deploymentnode_unique_host")]
 
     def __str__(self) -> str:
-        return f"{self.deployment_id} {self.role} {self.host_id}"
+        return f"{self.deployment} ({self.get_role_display()}: {self.host})"
 
 
 class LaunchJobQuerySet(models.QuerySet):

@@ -17,7 +17,7 @@ import pytest
 from channels.models import Channel
 from hosts.choices import DeploymentStatus, JobAction, JobState
 from hosts.deployments import jobs, services
-from hosts.models import Host
+from hosts.models import Deployment, Host
 from hosts.remote import commands, inventory, ssh
 from tests.fakes.sshd import SSHTarget
 from tests.services import free_port, require_binary, unavailable
@@ -240,3 +240,36 @@ def test_a_dead_worker_ray_node_crashes_the_deployment_naming_the_worker(cluster
         assert not commands.is_alive(remote, job.pid)
     d.channel.refresh_from_db()
     assert d.channel.status == "down"
+
+
+def test_the_form_names_the_head_posted_as_its_own_worker_on_the_worker_field(cluster, admin_client):
+    """The head is not offered as a worker; posted anyway, the answer is a clear field error, not a 500."""
+    head, worker = cluster
+    url = f"/hosts/{head.pk}/deployments/new/"
+    form = admin_client.get(url).content.decode()
+    assert f'value="{worker.pk}"' in form and f'name="worker_hosts" value="{head.pk}"' not in form
+    data = {
+        "name": "self-worker",
+        "backend": "vllm",
+        "model_path": "Qwen/Qwen3-8B",
+        "served_model_name": "qwen3-8b",
+        "gpu_indices": ["0"],
+        "port": "8000",
+        "worker_hosts": [str(head.pk)],
+        "network_interface": "lo",
+        "ray_port": "6379",
+        "max_restarts_per_hour": "3",
+    }
+    page = admin_client.post(url, data)
+    assert page.status_code == 200
+    errors = page.context["form"].errors
+    assert errors["worker_hosts"] == ["Each worker host once, and not the head host node-a itself."]
+    assert not Deployment.objects.filter(name="self-worker").exists()
+
+
+def test_the_inventory_keeps_the_hosts_network_interfaces(cluster):
+    head = cluster[0]
+    names = [i["name"] for i in head.network_interfaces]
+    assert "lo" in names  # the sshd targets run on this machine: its interfaces, loopback first
+    lo = next(i for i in head.network_interfaces if i["name"] == "lo")
+    assert "127.0.0.1/8" in lo["addresses"]
