@@ -228,6 +228,3 @@ class DeploymentForm(forms.Form):
     def interface_choices(self) -> list[dict]:
         """The head host's interfaces as its last inventory saw them (offered in a datalist)."""
         return [i for i in self.host.network_interfaces if isinstance(i, dict) and i.get("name")]
-
-    def node_fields(self) -> list[forms.BoundField]:
-        return [self["worker_hosts"], self["network_interface"], self["ray_port"]]

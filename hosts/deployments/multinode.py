@@ -269,9 +269,11 @@ def _look_at_node(node: DeploymentNode, remote: ssh.Remote, folder: str) -> Dead
     if pid and commands.is_alive(remote, pid):
         return None
     log = commands.log_tail(remote, folder, "", name="ray")
-    role = node.get_role_display().lower()
-    reason = _("Ray on the %(role)s node %(host)s (%(address)s) is gone (PID %(pid)s).") % {
-        "role": role,
+    if node.role == NodeRole.HEAD:
+        reason = _("Ray on the head node %(host)s (%(address)s) is gone (PID %(pid)s).")
+    else:
+        reason = _("Ray on the worker node %(host)s (%(address)s) is gone (PID %(pid)s).")
+    reason = reason % {
         "host": node.host.name,
         "address": node.host.address,
         "pid": pid or "?",

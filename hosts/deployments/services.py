@@ -311,6 +311,7 @@ def fit_request(deployment: Deployment, arch: fit.Architecture, *, ram_mib: int 
         for g in rows
     }
     gpus = [memory[i] for i in deployment.gpu_indices if i in memory]
+    # "Add GPU n" advice assumes one node; over several, a GPU more is one more on every node.
     spare = [] if workers else [m for i, m in memory.items() if i not in deployment.gpu_indices]
     for worker in workers:  # the same indices on every node, after the head's
         there = {g.index: g for g in GPU.objects.filter(host=worker, stale=False)}

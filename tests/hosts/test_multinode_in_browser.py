@@ -20,6 +20,7 @@ import pytest
 from hosts.choices import DeploymentStatus, JobState, RayState
 from hosts.models import Deployment, LaunchJob
 from tests.browser.conftest import browser, screenshots  # noqa: F401 (fixtures)
+from tests.browser.robot import Robot
 from tests.fakes import argv_log
 from tests.hosts.test_fit_in_browser import eager_celery  # noqa: F401 (fixture)
 from tests.hosts.test_multinode import _host, quick_timings, two_targets  # noqa: F401 (fixtures)
@@ -63,6 +64,7 @@ def test_admin_creates_and_launches_a_two_node_deployment_in_the_browser(
     head = nodes[0]
     port, ray_port = free_port(), free_port()
     page = browser.new_context(viewport={"width": 1280, "height": 1100}).new_page()
+    robot = Robot(page, live_server.url)  # for its axe-core check and the console errors it keeps
     page.set_default_timeout(60_000)
     page.goto(live_server.url + "/login/")
     page.fill("#id_username", "admin")
@@ -97,6 +99,7 @@ def test_admin_creates_and_launches_a_two_node_deployment_in_the_browser(
         tp_error = page.locator("#id_vllm__tensor_parallel_size_error").inner_text()
         assert "Tensor parallel 2 x pipeline parallel 4 = 8, but 4 GPUs are chosen." in tp_error
         page.screenshot(path=f"{screenshots}/multinode_form_errors.png", full_page=True)
+        assert robot.axe_violations() == []
 
         # Fixed: one GPU on each node, TP and PP left to fill in; the live fit covers both nodes.
         page.uncheck("#deploy-form input[name=gpu_indices][value='1']")
@@ -149,6 +152,7 @@ def test_admin_creates_and_launches_a_two_node_deployment_in_the_browser(
         head_logs = page.locator(".node-log[data-host=node-a]").inner_text()
         assert f"Head at 127.0.0.2:{ray_port}" in head_logs and "vLLM log on node-a" in head_logs
         page.screenshot(path=f"{screenshots}/multinode_deployment_page.png", full_page=True)
+        assert robot.axe_violations() == [] and robot.console_errors == []
     finally:
         _kill_what_it_started(Deployment.objects.filter(name="qwen-two-nodes").first())
 
