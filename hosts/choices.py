@@ -55,6 +55,25 @@ IDLE_DEPLOYMENT_STATUSES = (
 )
 
 
+class NodeRole(models.TextChoices):
+    """A node of a multi-node deployment: the head runs Ray's head and the API server."""
+
+    HEAD = "head", _("Head")
+    WORKER = "worker", _("Worker")
+
+
+class RayState(models.TextChoices):
+    """not_started → running → stopped (stop job) | dead (the supervisor found its process gone);
+    unreachable when the supervisor could not reach the node over SSH. Launch jobs move a node to
+    running, stop jobs to stopped, the supervisor to dead or unreachable (and back to running)."""
+
+    NOT_STARTED = "not_started", _("Not started")
+    RUNNING = "running", _("Running")
+    STOPPED = "stopped", _("Stopped")
+    DEAD = "dead", _("Dead")
+    UNREACHABLE = "unreachable", _("Unreachable")
+
+
 class JobAction(models.TextChoices):
     LAUNCH = "launch", "Launch"
     STOP = "stop", "Stop"

@@ -18,6 +18,8 @@ from .choices import (
     HostStatus,
     JobAction,
     JobState,
+    NodeRole,
+    RayState,
 )
 
 USERNAME_VALIDATOR = RegexValidator(r"^[a-z_][a-z0-9_.-]{0,31}$", "A POSIX user name (lowercase, up to 32).")
@@ -58,6 +60,9 @@ class Host(TimeStampedModel):
     last_checked = models.DateTimeField(null=True, blank=True)
     driver_version = models.CharField(max_length=50, blank=True)
     cuda_version = models.CharField(max_length=50, blank=True)
+    # [{"name": "eth0", "addresses": ["10.0.0.5/24"]}, …] as the last inventory saw them: offered
+    # as the network interface of a multi-node deployment whose head this host is.
+    network_interfaces = models.JSONField(default=list, blank=True)
     fit_calibration = models.JSONField(
         default=dict,
         blank=True,
@@ -205,6 +210,9 @@ class Deployment(TimeStampedModel):
     restarting = models.BooleanField(default=False)
     unhealthy_checks = models.PositiveSmallIntegerField(default=0)  # consecutive, process alive
     last_supervised = models.DateTimeField(null=True, blank=True)
+    # Not a field: the worker hosts of an unsaved deployment (the form's live preview), since a
+    # relation needs a saved row; read by `hosts.deployments.multinode.workers`.
+    unsaved_workers: list[Host]
 
     class Meta:
         ordering = ["host__name", "port"]
@@ -248,6 +256,27 @@ class DeploymentEvent(TimeStampedModel):
 
     def __str__(self) -> str:
         return f"{self.deployment_id}: {self.previous} → {self.status}"
+
+
+class DeploymentNode(TimeStampedModel):
+    """One host of a multi-node deployment (the head included) and its Ray node: written by the
+    launch job that starts it (`ray_pid`), moved by stop jobs and the supervisor (see `RayState`).
+    Single-node deployments have none."""
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="nodes")
+    host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="deployment_nodes")
+    role = models.CharField(max_length=8, choices=NodeRole)
+    ray_pid = models.PositiveIntegerField(null=True, blank=True)
+    ray_state = models.CharField(max_length=16, choices=RayState, default=RayState.NOT_STARTED)
+    message = models.CharField(max_length=300, blank=True)
+    last_checked = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["role", "host__name"]  # "head" sorts before "worker"
+        constraints = [models.UniqueConstraint(fields=["deployment", "host"], name="deploymentnode_unique_host")]
+
+    def __str__(self) -> str:
+        return f"{self.deployment} ({self.get_role_display()}: {self.host})"
 
 
 class LaunchJobQuerySet(models.QuerySet):

@@ -7,6 +7,7 @@ from typing import Any, TypedDict
 from django import forms
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 from .. import backends
 from ..choices import Backend
@@ -38,6 +39,15 @@ def _option_field(opt: backends.Option) -> forms.Field:
     return forms.ChoiceField(initial=opt.default, choices=[(c, c or "none") for c in opt.choices], **common)
 
 
+def _worker_label(host: Host) -> str:
+    gpus = [g for g in host.gpus.all() if not g.stale]
+    return ngettext("%(name)s (%(address)s, %(count)s GPU)", "%(name)s (%(address)s, %(count)s GPUs)", len(gpus)) % {
+        "name": host.name,
+        "address": host.address,
+        "count": len(gpus),
+    }
+
+
 class DeploymentForm(forms.Form):
     """Backend options are `<backend>__<option>` fields; only the chosen backend's are used."""
 
@@ -55,6 +65,31 @@ class DeploymentForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3}),
         required=False,
         help_text="Further arguments, one token per line (e.g. --trust-remote-code).",
+    )
+    worker_hosts = forms.ModelMultipleChoiceField(
+        queryset=Host.objects.none(),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label=_("Worker hosts"),
+        help_text=_(
+            "vLLM only. Further hosts joined to this one over Ray, each on the same GPU indices: tensor "
+            "parallel within a node, pipeline parallel across nodes."
+        ),
+    )
+    network_interface = forms.CharField(
+        max_length=40,
+        required=False,
+        label=_("Network interface"),
+        help_text=_("The interface the nodes reach each other on (NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME)."),
+        widget=forms.TextInput(attrs={"list": "network-interfaces", "autocomplete": "off"}),
+    )
+    ray_port = forms.IntegerField(
+        min_value=1024,
+        max_value=65535,
+        initial=6379,
+        required=False,
+        label=_("Ray port"),
+        help_text=_("The port of the Ray head on this host; the workers connect to it."),
     )
     fit_override = forms.BooleanField(required=False, label="Launch even if the VRAM estimate says it does not fit")
     auto_restart = forms.BooleanField(
@@ -85,6 +120,9 @@ class DeploymentForm(forms.Form):
                 "fit_override": instance.fit_override,
                 "auto_restart": instance.auto_restart,
                 "max_restarts_per_hour": instance.max_restarts_per_hour,
+                "worker_hosts": [h.pk for h in instance.worker_hosts.all()],
+                "network_interface": instance.network_interface,
+                "ray_port": instance.ray_port,
             }
             for key, value in instance.options.items():
                 initial[f"{instance.backend}__{key}"] = value
@@ -108,6 +146,14 @@ class DeploymentForm(forms.Form):
                 f"GPU {', '.join(stale)} not offered: the last inventory failed, so their figures are old. "
                 "Refresh the host's inventory."
             )
+        workers_field = self.fields["worker_hosts"]
+        assert isinstance(workers_field, forms.ModelMultipleChoiceField)
+        # Any host validates, so a head posted as its own worker gets the service's clear error;
+        # only the others are offered.
+        workers_field.queryset = Host.objects.order_by("name")
+        workers_field.widget.choices = [
+            (h.pk, _worker_label(h)) for h in Host.objects.order_by("name").prefetch_related("gpus") if h.pk != host.pk
+        ]
         for kind, impl in backends.REGISTRY.items():
             for opt in impl.options:
                 self.fields[f"{kind}__{opt.name}"] = _option_field(opt)
@@ -140,6 +186,9 @@ class DeploymentForm(forms.Form):
                 options=options,
                 extra_args=extra,
                 instance=self.instance,
+                worker_hosts=list(data.get("worker_hosts") or []),
+                network_interface=(data.get("network_interface") or "").strip(),
+                ray_port=data.get("ray_port") or 6379,
             )
         except ValidationError as exc:
             for key, messages in exc.message_dict.items():
@@ -173,4 +222,9 @@ class DeploymentForm(forms.Form):
         for key, value in self.cleaned_spec.items():
             if key != "worker_hosts":  # a relation: an unsaved deployment cannot hold it
                 setattr(d, key, value)
+        d.unsaved_workers = list(self.cleaned_spec.get("worker_hosts") or [])  # read by multinode.workers
         return d
+
+    def interface_choices(self) -> list[dict]:
+        """The head host's interfaces as its last inventory saw them (offered in a datalist)."""
+        return [i for i in self.host.network_interfaces if isinstance(i, dict) and i.get("name")]

@@ -17,6 +17,10 @@ Before anything starts, each node's network interface is checked: it exists and 
 address the node is registered with (NCCL and Gloo are told to use it). The cluster is up when
 `ray status` lists every node. One channel serves the whole deployment (the head's API server);
 stopping it stops Ray on every node (`ray stop`, then the process group).
+
+Each node is a `DeploymentNode` row (role, Ray PID and state) the deployment page lists: the launch
+job writes it, a stop job marks it stopped, and the supervisor (`check_nodes`) marks a node whose
+Ray process is gone as dead, which crashes the deployment naming that node.
 """
 
 from __future__ import annotations
@@ -26,10 +30,14 @@ import logging
 import re
 import shlex
 import time
+from dataclasses import dataclass
 
 from django.conf import settings
+from django.utils import timezone
+from django.utils.translation import gettext as _
 
-from ..models import Deployment, Host
+from ..choices import NodeRole, RayState
+from ..models import Deployment, DeploymentNode, Host
 from ..remote import commands, ssh
 
 logger = logging.getLogger(__name__)
@@ -47,9 +55,52 @@ class ClusterError(Exception):
 
 
 def workers(deployment: Deployment) -> list[Host]:
+    """The worker hosts; for an unsaved deployment (the form's live preview) the ones it was given
+    as `unsaved_workers`, since an unsaved row cannot hold a relation."""
     if not deployment.pk:
-        return []
+        return list(getattr(deployment, "unsaved_workers", []))
     return list(deployment.worker_hosts.order_by("name"))
+
+
+def layout(deployment: Deployment) -> dict | None:
+    """How a multi-node deployment spreads over its nodes (None for one node), for the pages:
+    the nodes, the GPU indices each runs on, tensor x pipeline parallel and the GPUs in all."""
+    nodes = workers(deployment)
+    if not nodes:
+        return None
+    options = deployment.options or {}
+    return {
+        "nodes": [deployment.host, *nodes],
+        "gpu_indices": list(deployment.gpu_indices),
+        "tensor_parallel": options.get("tensor_parallel_size") or len(deployment.gpu_indices),
+        "pipeline_parallel": options.get("pipeline_parallel_size") or 1 + len(nodes),
+        "gpus": len(deployment.gpu_indices) * (1 + len(nodes)),
+    }
+
+
+def _record_node(deployment: Deployment, host: Host, pid: int | None, state: str, message: str = "") -> None:
+    role = NodeRole.HEAD if host.pk == deployment.host_id else NodeRole.WORKER
+    DeploymentNode.objects.update_or_create(
+        deployment=deployment,
+        host=host,
+        defaults={
+            "role": role,
+            "ray_pid": pid,
+            "ray_state": state,
+            "message": message[:300],
+            "last_checked": timezone.now(),
+        },
+    )
+
+
+def sync_nodes(deployment: Deployment) -> list[DeploymentNode]:
+    """The deployment's node rows, one per host it spans now (an edit may have changed them)."""
+    hosts = [deployment.host, *workers(deployment)] if workers(deployment) else []
+    DeploymentNode.objects.filter(deployment=deployment).exclude(host__in=hosts).delete()
+    for host in hosts:
+        role = NodeRole.HEAD if host.pk == deployment.host_id else NodeRole.WORKER
+        DeploymentNode.objects.get_or_create(deployment=deployment, host=host, defaults={"role": role})
+    return list(DeploymentNode.objects.filter(deployment=deployment).select_related("host"))
 
 
 def _env(deployment: Deployment, node_address: str) -> dict[str, str]:
@@ -113,15 +164,18 @@ def start_cluster(deployment: Deployment, head: ssh.Remote) -> None:
     if problem := check_interface(head, deployment.network_interface, address):
         raise ClusterError(problem)
     started: list[tuple[Host, int]] = []
+    sync_nodes(deployment)
     try:
         argv = [RAY, "start", "--head", "--port", str(deployment.ray_port), "--node-ip-address", address, "--block"]
         started.append((deployment.host, _start_node(deployment, head, argv, address)))
+        _record_node(deployment, deployment.host, started[-1][1], RayState.RUNNING)
         for node in nodes:
             with ssh.connect(node) as remote:
                 if problem := check_interface(remote, deployment.network_interface, node.address):
                     raise ClusterError(problem)
                 argv = [RAY, "start", "--address", head_address(deployment), "--node-ip-address", node.address]
                 started.append((node, _start_node(deployment, remote, [*argv, "--block"], node.address)))
+                _record_node(deployment, node, started[-1][1], RayState.RUNNING)
         deadline = time.monotonic() + settings.HOSTS_HEALTH_TIMEOUT
         want = 1 + len(nodes)
         while (seen := _count_nodes(head, deployment)) < want:
@@ -155,6 +209,11 @@ def stop_cluster(deployment: Deployment, head: ssh.Remote | None = None) -> list
                     _stop_node(deployment, remote)
         except ssh.SSHError as exc:
             problems.append(f"{node}: {exc.message}")
+            _record_node(deployment, node, None, RayState.UNREACHABLE, exc.message)
+        else:  # a node the supervisor found dead stays so on the page: that is why it was stopped
+            DeploymentNode.objects.filter(deployment=deployment, host=node).exclude(ray_state=RayState.DEAD).update(
+                ray_pid=None, ray_state=RayState.STOPPED, message="", last_checked=timezone.now()
+            )
     return problems
 
 
@@ -165,3 +224,61 @@ def _stop_node(deployment: Deployment, remote: ssh.Remote) -> None:
     if pid and commands.is_alive(remote, pid):
         commands.kill(remote, pid, grace=5)
     commands.remove_pidfile(remote, folder, "ray")
+
+
+@dataclass
+class DeadNode:
+    """A node whose Ray process the supervisor found gone: which, and what its log said last."""
+
+    node: DeploymentNode
+    reason: str
+    log: str
+
+
+def check_nodes(deployment: Deployment, head: ssh.Remote) -> DeadNode | None:
+    """The supervisor's look at every node's Ray process (the head's over `head`, each worker over
+    its own connection); records what it saw on each node and returns the first dead one. A worker
+    that cannot be reached is recorded as such, not as dead (the host's status says why)."""
+    if not workers(deployment):
+        return None
+    folder = commands.deployment_dir(deployment.remote_dir)
+    now = timezone.now()
+    dead: DeadNode | None = None
+    for node in sync_nodes(deployment):
+        try:
+            if node.host_id == deployment.host_id:
+                found = _look_at_node(node, head, folder)
+            else:
+                with ssh.connect(node.host) as remote:
+                    found = _look_at_node(node, remote, folder)
+        except ssh.SSHError as exc:
+            ssh.mark_contact(node.host, status=exc.status, message=exc.message)
+            DeploymentNode.objects.filter(pk=node.pk).update(
+                ray_state=RayState.UNREACHABLE, message=exc.message[:300], last_checked=now
+            )
+            continue
+        if found is None:
+            DeploymentNode.objects.filter(pk=node.pk).update(ray_state=RayState.RUNNING, message="", last_checked=now)
+        elif dead is None:
+            dead = found
+    return dead
+
+
+def _look_at_node(node: DeploymentNode, remote: ssh.Remote, folder: str) -> DeadNode | None:
+    pid = node.ray_pid or commands.read_pidfile(remote, folder, "ray")
+    if pid and commands.is_alive(remote, pid):
+        return None
+    log = commands.log_tail(remote, folder, "", name="ray")
+    if node.role == NodeRole.HEAD:
+        reason = _("Ray on the head node %(host)s (%(address)s) is gone (PID %(pid)s).")
+    else:
+        reason = _("Ray on the worker node %(host)s (%(address)s) is gone (PID %(pid)s).")
+    reason = reason % {
+        "host": node.host.name,
+        "address": node.host.address,
+        "pid": pid or "?",
+    }
+    DeploymentNode.objects.filter(pk=node.pk).update(
+        ray_state=RayState.DEAD, ray_pid=None, message=reason[:300], last_checked=timezone.now()
+    )
+    return DeadNode(node=node, reason=reason, log=log)

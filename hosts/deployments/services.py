@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import secrets
 from typing import Any
 
@@ -14,6 +15,7 @@ from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from channels.models import Model
 from portal import audit, faults
@@ -29,6 +31,7 @@ from . import multinode
 
 logger = logging.getLogger(__name__)
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+NETWORK_INTERFACE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")  # what Linux accepts as a name (IFNAMSIZ)
 
 
 def set_status(
@@ -121,19 +124,36 @@ def clean_deployment(
     elif len(set(gpu_indices)) != len(gpu_indices):
         errors["gpu_indices"] = ["Each GPU once."]
     else:
-        for node in [host, *(worker_hosts or [])]:
-            if problem := _gpu_problem(node, gpu_indices):
-                errors.setdefault("gpu_indices", []).append(problem)
+        if problem := _gpu_problem(host, gpu_indices):
+            errors["gpu_indices"] = [problem]
+        for node in worker_hosts or []:  # a worker short of GPUs is the worker's fault, not the head's
+            if node != host and (problem := _gpu_problem(node, gpu_indices)):
+                errors.setdefault("worker_hosts", []).append(
+                    _("%(problem)s Every worker runs on the same GPU indices as the head.") % {"problem": problem}
+                )
     workers = list(worker_hosts or [])
     nodes = 1 + len(workers)
     if workers:
         if backend != "vllm":
-            errors["worker_hosts"] = ["Only vLLM deployments span several hosts (over a Ray cluster)."]
+            errors["worker_hosts"] = [_("Only vLLM deployments span several hosts (over a Ray cluster).")]
         elif host in workers or len(set(workers)) != len(workers):
-            errors["worker_hosts"] = ["Each worker host once, and not the head host itself."]
+            errors["worker_hosts"] = [
+                _("Each worker host once, and not the head host %(head)s itself.") % {"head": host.name}
+            ]
+        else:
+            for node in workers:
+                if not node.host_key_fingerprint:
+                    errors.setdefault("worker_hosts", []).append(
+                        _("Confirm the host key of %(host)s on its host page first.") % {"host": node.name}
+                    )
         if not network_interface:
             errors["network_interface"] = [
-                "Name the interface the nodes reach each other on (e.g. eth0, ib0): NCCL and Gloo use it."
+                _("Name the interface the nodes reach each other on (e.g. eth0, ib0): NCCL and Gloo use it.")
+            ]
+        elif not NETWORK_INTERFACE.match(network_interface):
+            errors["network_interface"] = [
+                _("“%(name)s” is not a network interface name: letters, digits and . _ : - (at most 15).")
+                % {"name": network_interface[:40]}
             ]
         options = dict(options or {})
         if options.get("pipeline_parallel_size") in (None, ""):
@@ -244,6 +264,7 @@ def save_deployment(
     deployment.full_clean(exclude=["upstream_api_key"])
     deployment.save()
     deployment.worker_hosts.set(workers)
+    multinode.sync_nodes(deployment)
     return deployment
 
 
@@ -277,14 +298,27 @@ def fit_request(deployment: Deployment, arch: fit.Architecture, *, ram_mib: int 
     (for advice), its RAM when known, and the host's calibration for this backend."""
     impl = backends.get(deployment.backend)
     params = impl.fit_params(deployment.options, deployment.model_path)
+    workers = multinode.workers(deployment)
     rows = list(GPU.objects.filter(host=deployment.host, stale=False))
-    memory = {g.index: fit.GPUMemory(g.index, g.memory_total_mib or 0, g.memory_free_mib or 0) for g in rows}
+
+    def label(host: Host, index: int) -> str:  # several nodes: say which one each GPU is on
+        return f"{host.name} GPU {index}" if workers else ""
+
+    memory = {
+        g.index: fit.GPUMemory(
+            g.index, g.memory_total_mib or 0, g.memory_free_mib or 0, label(deployment.host, g.index)
+        )
+        for g in rows
+    }
     gpus = [memory[i] for i in deployment.gpu_indices if i in memory]
-    spare = [m for i, m in memory.items() if i not in deployment.gpu_indices]
-    for worker in multinode.workers(deployment):  # the same indices on every node, after the head's
+    # "Add GPU n" advice assumes one node; over several, a GPU more is one more on every node.
+    spare = [] if workers else [m for i, m in memory.items() if i not in deployment.gpu_indices]
+    for worker in workers:  # the same indices on every node, after the head's
         there = {g.index: g for g in GPU.objects.filter(host=worker, stale=False)}
         gpus += [
-            fit.GPUMemory(there[i].index, there[i].memory_total_mib or 0, there[i].memory_free_mib or 0)
+            fit.GPUMemory(
+                there[i].index, there[i].memory_total_mib or 0, there[i].memory_free_mib or 0, label(worker, i)
+            )
             for i in deployment.gpu_indices
             if i in there
         ]

@@ -14,6 +14,10 @@ Each round (`supervise`, every SUPERVISE_EVERY_SECONDS from beat):
                  event like any other: running (the channel registered and probed again: back in
                  routing) or failed, which the next round counts as one more crash.
 
+A multi-node deployment is also checked node by node (`multinode.check_nodes`): when the Ray
+process of any node (head or worker) is gone, the deployment crashed, named after that node; the
+server on the head is stopped with the rest of the cluster, so the restart starts all of it afresh.
+
 A server whose process is alive but whose health endpoint does not answer for
 HOSTS_SUPERVISE_UNHEALTHY_CHECKS rounds in a row is hung: it is killed and handled as a crash.
 A host that cannot be reached is not a crash of its server (the channel's health checks take it out
@@ -39,7 +43,7 @@ from ..choices import DeploymentStatus, JobAction
 from ..diagnose import explain_failure
 from ..models import Deployment, DeploymentEvent, LaunchJob
 from ..remote import commands, ssh
-from . import jobs
+from . import jobs, multinode
 from .services import set_status
 
 logger = logging.getLogger(__name__)
@@ -80,6 +84,11 @@ def _check(deployment: Deployment, now: dt.datetime) -> int:
     folder = commands.deployment_dir(deployment.remote_dir)
     try:
         with ssh.connect(deployment.host) as remote:
+            if dead := multinode.check_nodes(deployment, remote):
+                if deployment.pid and commands.is_alive(remote, deployment.pid):
+                    commands.kill(remote, deployment.pid, grace=5)  # it cannot serve without that node
+                multinode.stop_cluster(deployment, remote)
+                return _crashed(deployment, now, reason=dead.reason, exit_code=None, log=dead.log)
             if not (deployment.pid and commands.is_alive(remote, deployment.pid)):
                 exit_code = commands.read_exit_code(remote, folder)
                 log = commands.log_tail(remote, folder, deployment.upstream_api_key)

@@ -15,12 +15,12 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from portal.permissions import AdminRequiredMixin
 from portal.ui import FilteredListView
 
-from ..choices import JobAction
+from ..choices import JobAction, NodeRole
 from ..downloads import services as downloads
-from ..models import Deployment, Host, LaunchJob
-from ..remote import ssh
+from ..models import Deployment, DeploymentNode, Host, LaunchJob
+from ..remote import commands, ssh
 from ..views import admin_required
-from . import jobs, services
+from . import jobs, multinode, services
 from .filters import DeploymentFilterSet
 from .forms import DeploymentForm
 
@@ -64,6 +64,7 @@ def _preview_context(form: DeploymentForm) -> dict:
     return {
         "preview_command": services.command_preview(deployment),
         "preview_fit": services.check_fit(deployment, arch=services.host_architecture(deployment)),
+        "preview_layout": multinode.layout(deployment),
     }
 
 
@@ -143,8 +144,34 @@ def deployment_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "events": deployment.events.all()[:50],
             "active_job": next((j for j in jobs if j.is_active), None),
             "actions": ACTIONS,
+            "nodes": deployment.nodes.select_related("host"),
+            "layout": multinode.layout(deployment),
         },
     )
+
+
+@admin_required
+@require_GET
+def deployment_node_log(request: HttpRequest, pk: int, node_pk: int) -> HttpResponse:
+    """One node's logs (Ray's, and the server's on the head), read over SSH when asked for: the
+    deployment page loads it into the node's row with htmx."""
+    node = get_object_or_404(
+        DeploymentNode.objects.select_related("host", "deployment__host"), pk=node_pk, deployment=pk
+    )
+    deployment = node.deployment
+    folder = commands.deployment_dir(deployment.remote_dir)
+    logs: list[tuple[str, str]] = []
+    error = ""
+    try:
+        with ssh.connect(node.host) as remote:
+            logs.append(("Ray", commands.log_tail(remote, folder, deployment.upstream_api_key, name="ray")))
+            if node.role == NodeRole.HEAD:
+                logs.append(
+                    (deployment.get_backend_display(), commands.log_tail(remote, folder, deployment.upstream_api_key))
+                )
+    except ssh.SSHError as exc:
+        error = exc.message
+    return render(request, "hosts/_node_log.html", {"node": node, "logs": logs, "error": error})
 
 
 @admin_required

@@ -80,7 +80,9 @@ def estimate_devices(req: FitRequest, context: int, rule: GPURule) -> tuple[list
             )
         pools.append(pool)
         verdict = Verdict.DOES_NOT_FIT if reason else None
-        devices.append(Device(f"GPU {g.index}", g.index, need / GiB, budget / GiB, verdict=verdict, reason=reason))
+        devices.append(
+            Device(g.label or f"GPU {g.index}", g.index, need / GiB, budget / GiB, verdict=verdict, reason=reason)
+        )
     pool = min(pools) if pools else 0.0
     per_token = a.kv_layer_token_bytes(kvb, tp) * layers * (a.layers - a.stateless_layers) / a.layers
     return devices, {

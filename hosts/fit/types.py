@@ -64,6 +64,7 @@ class GPUMemory:
     index: int
     total_mib: int
     free_mib: int
+    label: str = ""  # how the estimate names it; "GPU <index>" when blank (a multi-node one adds its host)
 
 
 @dataclass

@@ -30,6 +30,7 @@ APPS_QUERY = [
     "--format=csv,noheader,nounits",
 ]
 VERSION_QUERY = ["nvidia-smi", "--version"]
+INTERFACES_QUERY = ["ip", "-o", "addr", "show"]
 HEADER_QUERY = ["nvidia-smi"]
 
 
@@ -130,11 +131,23 @@ def attach_processes(gpus: list[GPUInfo], apps: list[dict]) -> None:
             gpu.processes.append({"pid": app["pid"], "name": app["name"], "used_mib": app["used_mib"]})
 
 
+def parse_interfaces(text: str) -> list[dict]:
+    """`ip -o addr show` → [{"name": "eth0", "addresses": ["10.0.0.5/24", …]}, …] in the order seen."""
+    found: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[2] in ("inet", "inet6"):
+            name = parts[1].split("@", 1)[0]
+            found.setdefault(name, []).append(parts[3])
+    return [{"name": name, "addresses": addresses} for name, addresses in found.items()]
+
+
 @dataclass
 class Inventory:
     gpus: list[GPUInfo]
     driver_version: str
     cuda_version: str
+    interfaces: list[dict] = field(default_factory=list)
 
 
 def collect(remote: ssh.Remote) -> Inventory:
@@ -157,7 +170,13 @@ def collect(remote: ssh.Remote) -> Inventory:
         banner = remote.run(HEADER_QUERY)
         driver2, cuda2 = parse_versions(banner.stdout)
         driver, cuda = driver or driver2, cuda or cuda2
-    return Inventory(gpus=gpus, driver_version=driver, cuda_version=cuda)
+    interfaces = remote.run(INTERFACES_QUERY)  # no `ip` (a minimal image): none offered, typed instead
+    return Inventory(
+        gpus=gpus,
+        driver_version=driver,
+        cuda_version=cuda,
+        interfaces=parse_interfaces(interfaces.stdout) if interfaces.ok else [],
+    )
 
 
 @transaction.atomic
@@ -194,6 +213,7 @@ def store(host: Host, inventory: Inventory) -> None:
         last_checked=timezone.now(),
         driver_version=inventory.driver_version[:50],
         cuda_version=inventory.cuda_version[:50],
+        network_interfaces=inventory.interfaces,
     )
 
 

@@ -27,6 +27,7 @@ _TONES = {
     "revoked": "bad",
     "crashed": "bad",
     "crash_loop": "bad",
+    "dead": "bad",
 }
 
 

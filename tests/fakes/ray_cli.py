@@ -25,6 +25,8 @@ import sys
 import threading
 from pathlib import Path
 
+from tests.fakes import argv_log
+
 STATE = Path(os.environ.get("HOME", "/tmp")) / ".fake-ray"
 
 
@@ -129,6 +131,7 @@ def status(address: str) -> dict[str, int] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv_log.record("ray", argv)
     parser = argparse.ArgumentParser(prog="ray")
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("start")

@@ -10,6 +10,8 @@ whose first folder holds:
 - `vllm`: `vllm serve …` starts the fake OpenAI upstream (vLLM itself cannot run here);
 - `ray`: `tests.fakes.ray_cli`, a stand-in for Ray's CLI that checks the multi-node contract.
 
+`vllm` and `ray` log each call's argv and environment in `$HOME/.fake-argv.jsonl` (`tests.fakes.argv_log`).
+
     with SSHTarget() as target:
         target.port, target.client_private_key, target.host_key_fingerprint
 """

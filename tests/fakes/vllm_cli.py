@@ -13,8 +13,11 @@ import signal
 import sys
 import threading
 
+from tests.fakes import argv_log
+
 
 def main(argv: list[str] | None = None) -> int:
+    argv_log.record("vllm", argv)
     parser = argparse.ArgumentParser(prog="vllm")
     parser.add_argument("command", choices=["serve"])
     parser.add_argument("model")

@@ -320,3 +320,49 @@ printf '#!/bin/sh\necho "$@" >"$(dirname "$0")/../pip-args"\n' >"$3/bin/pip" && 
     venv = Path(job.local_path).parents[1] / "tools" / "hf"
     assert job.tool == str(venv / "bin" / "hf")
     assert (venv / "pip-args").read_text().split() == ["install", "--quiet", "--upgrade", "huggingface_hub"]
+
+
+MODELSCOPE_CLI = """#!/bin/sh
+export PYTHONPATH={root}
+exec {python} -m tests.fakes.modelscope "$@"
+"""
+
+
+def test_a_modelscope_download_runs_the_hosts_modelscope_tool(
+    gpu_host, admin, host_bin, ssh_target, settings, gguf_bytes
+):
+    """ModelScope as the source: the host's `modelscope download` (a stand-in: tests/fakes/modelscope.py)
+    against a ModelScope-compatible hub on loopback, named by MODELSCOPE_DOMAIN, the token in its
+    environment; sizes and sha256 from the hub's file list are checked on the host afterwards."""
+    from tests.fakes import argv_log
+    from tests.fakes.llamacpp import REPO_ROOT
+    from tests.fakes.modelscope import FakeModelScope
+
+    (ssh_target.home / argv_log.NAME).unlink(missing_ok=True)
+    host_bin("modelscope", script=MODELSCOPE_CLI.format(root=REPO_ROOT, python=sys.executable))
+    settings.HOSTS_DOWNLOAD_DISK_RESERVE_MIB = 1
+    with FakeModelScope({REPO: small_repo(gguf_bytes)}, token=TOKEN) as hub:
+        settings.HOSTS_MODELSCOPE_ENDPOINT = hub.url
+        job, created = services.request_download(
+            host=gpu_host, repo_id=REPO, pattern="*.gguf config.json", source="modelscope", token=TOKEN, user=admin
+        )
+        job = drive(job, lambda j: False)
+    assert created and job.state == DownloadState.DONE, (job.message, job.log_tail)
+    assert job.local_path.endswith("/.gateway-portal/models/modelscope--acme--tiny-chat")
+    assert sorted(f["name"] for f in job.files) == ["config.json", GGUF]
+    assert job.done_bytes == job.total_bytes == len(gguf_bytes) + len(hub.repos[REPO]["config.json"].data)
+    assert "sha256" in job.message and job.token == ""
+    on_disk = Path(job.local_path) / GGUF
+    assert hashlib.sha256(on_disk.read_bytes()).hexdigest() == hub.repos[REPO][GGUF].sha256
+    assert not (Path(job.local_path) / "._____temp" / GGUF).exists()
+
+    [call] = argv_log.calls(ssh_target.home, "modelscope")
+    assert call["argv"] == [
+        "download", "--model", REPO, "--revision", "main", "--local_dir", ".", "--include", "*.gguf", "config.json"
+    ]  # fmt: skip
+    assert call["env"] == {"MODELSCOPE_DOMAIN": hub.url.removeprefix("http://")}
+    # The token reached the hub from the host's tool (the fake hub demands it), never on its argv.
+    downloads = [r for r in hub.requests if r[1]]
+    assert sorted(r[1] for r in downloads) == ["config.json", GGUF]
+    assert all(r[2] == f"Bearer {TOKEN}" for r in downloads)
+    assert TOKEN not in " ".join(call["argv"])

@@ -104,3 +104,17 @@ def test_a_host_that_lost_nvidia_smi_keeps_its_gpus_as_stale_and_unselectable(gp
     ssh_target.use_gpus("nvidia_smi_rtx3080ti")
     assert inventory.refresh(gpu_host) == HostStatus.ONLINE
     assert not gpu_host.gpus.get().stale  # seen again: selectable again
+
+
+def test_network_interfaces_are_parsed_from_ip_addr():
+    out = (
+        "1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever\n"
+        "1: lo    inet6 ::1/128 scope host \\       valid_lft forever preferred_lft forever\n"
+        "4: eth0    inet 10.0.0.5/24 brd 10.0.0.255 scope global eth0\\       valid_lft forever\n"
+        "7: ib0@if6    inet 192.168.100.2/24 scope global ib0\\       valid_lft forever\n"
+    )
+    assert inventory.parse_interfaces(out) == [
+        {"name": "lo", "addresses": ["127.0.0.1/8", "::1/128"]},
+        {"name": "eth0", "addresses": ["10.0.0.5/24"]},
+        {"name": "ib0", "addresses": ["192.168.100.2/24"]},
+    ]

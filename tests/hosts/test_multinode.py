@@ -17,7 +17,7 @@ import pytest
 from channels.models import Channel
 from hosts.choices import DeploymentStatus, JobAction, JobState
 from hosts.deployments import jobs, services
-from hosts.models import Host
+from hosts.models import Deployment, Host
 from hosts.remote import commands, inventory, ssh
 from tests.fakes.sshd import SSHTarget
 from tests.services import free_port, require_binary, unavailable
@@ -115,7 +115,7 @@ def ray_pid(host: Host, d) -> int | None:
         return pid if pid and commands.is_alive(remote, pid) else None
 
 
-def test_a_deployment_over_two_hosts_runs_on_one_ray_cluster_and_stops_on_both(cluster, started):
+def test_a_deployment_over_two_hosts_runs_on_one_ray_cluster_and_stops_on_both(cluster, started, admin_client):
     head, worker = cluster
     d = deployment(cluster)
     assert d.options["tensor_parallel_size"] == 1 and d.options["pipeline_parallel_size"] == 2
@@ -134,8 +134,15 @@ def test_a_deployment_over_two_hosts_runs_on_one_ray_cluster_and_stops_on_both(c
     assert "--pipeline-parallel-size 2 --distributed-executor-backend ray" in job.command
     assert f"Ray cluster 127.0.0.2:{port}: 2 nodes, TP 1" in job.log_tail  # what the fake vllm saw
     assert ray_pid(head, d) and ray_pid(worker, d)
+    nodes = admin_client.get(f"/api/deployments/{d.pk}/").json()["nodes"]  # as the page lists them
+    assert [(n["host_name"], n["role"], n["ray_state"], n["ray_pid"]) for n in nodes] == [
+        ("node-a", "head", "running", ray_pid(head, d)),
+        ("node-b", "worker", "running", ray_pid(worker, d)),
+    ]
     # The estimate counts both nodes' GPUs: a pipeline stage on each.
-    assert [x["name"] for x in d.last_fit["devices"]] == ["GPU 0", "GPU 0"] and d.last_fit["pipeline_parallel"] == 2
+    assert [x["name"] for x in d.last_fit["devices"]] == ["node-a GPU 0", "node-b GPU 0"] and d.last_fit[
+        "pipeline_parallel"
+    ] == 2
 
     assert Channel.objects.count() == 1 and d.channel.base_url == f"http://127.0.0.2:{d.port}/v1"
     client = openai.OpenAI(base_url=d.channel.base_url, api_key=d.upstream_api_key)
@@ -144,6 +151,7 @@ def test_a_deployment_over_two_hosts_runs_on_one_ray_cluster_and_stops_on_both(c
     stop = run(d, JobAction.STOP)
     assert stop.state == JobState.STOPPED, stop.message
     assert ray_pid(head, d) is None and ray_pid(worker, d) is None
+    assert set(d.nodes.values_list("ray_state", "ray_pid")) == {("stopped", None)}
     assert d.status == DeploymentStatus.STOPPED
     d.channel.refresh_from_db()
     assert d.channel.enabled is False
@@ -185,10 +193,83 @@ def test_multi_node_needs_vllm_an_interface_and_the_gpus_on_every_node(cluster):
     assert "network_interface" in err.value.message_dict
     with pytest.raises(ValidationError) as err:
         deployment(cluster, gpu_indices=[0, 1])  # an RTX 4090 box has one GPU
-    assert any("node-b" in m for m in err.value.message_dict["gpu_indices"])
+    assert any("node-b" in m for m in err.value.message_dict["worker_hosts"])
     with pytest.raises(ValidationError) as err:
         deployment(cluster, backend="llamacpp", model_path="/models/m-Q4_K_M.gguf", options={}, network_interface="lo")
     assert "worker_hosts" in err.value.message_dict
     with pytest.raises(ValidationError) as err:
         deployment(cluster, worker_hosts=[head])
     assert "worker_hosts" in err.value.message_dict
+
+
+def test_a_dead_worker_ray_node_crashes_the_deployment_naming_the_worker(cluster, started):
+    """The supervisor looks at every node's Ray process, not only the head's server."""
+    from hosts.choices import RayState
+    from hosts.deployments import supervisor
+
+    head, worker = cluster
+    d = deployment(cluster, auto_restart=False)
+    job = run(d)
+    if job.pid:
+        started.append((head, job.pid))
+    pids = {host.name: ray_pid(host, d) for host in cluster}
+    started.extend((host, pid) for host in cluster if (pid := pids[host.name]))
+    assert job.state == JobState.RUNNING, (job.message, job.log_tail)
+    nodes = {n.host.name: n for n in d.nodes.select_related("host")}
+    assert {name: (n.role, n.ray_state, n.ray_pid) for name, n in nodes.items()} == {
+        "node-a": ("head", RayState.RUNNING, pids["node-a"]),
+        "node-b": ("worker", RayState.RUNNING, pids["node-b"]),
+    }
+    assert supervisor.supervise()["crashed"] == 0  # all alive: nothing to say
+
+    os.killpg(pids["node-b"], 9)  # the worker's Ray dies on its host, nobody asked
+    assert supervisor.supervise()["crashed"] == 1
+    d.refresh_from_db()
+    assert d.status == DeploymentStatus.CRASHED
+    assert d.status_message.startswith(
+        f"Crashed: Ray on the worker node node-b (127.0.0.3) is gone (PID {pids['node-b']})."
+    ), d.status_message
+    event = d.events.first()
+    assert event.automatic and f"Joined 127.0.0.2:{d.ray_port} as 127.0.0.3" in event.log_tail  # its Ray log
+    dead = d.nodes.get(host=worker)
+    assert dead.ray_state == RayState.DEAD and "node-b" in dead.message
+    # The rest of the cluster and the server on the head were stopped: a restart starts it afresh.
+    assert d.nodes.get(host=head).ray_state == RayState.STOPPED
+    assert ray_pid(head, d) is None
+    with ssh.connect(head) as remote:
+        assert not commands.is_alive(remote, job.pid)
+    d.channel.refresh_from_db()
+    assert d.channel.status == "down"
+
+
+def test_the_form_names_the_head_posted_as_its_own_worker_on_the_worker_field(cluster, admin_client):
+    """The head is not offered as a worker; posted anyway, the answer is a clear field error, not a 500."""
+    head, worker = cluster
+    url = f"/hosts/{head.pk}/deployments/new/"
+    form = admin_client.get(url).content.decode()
+    assert f'value="{worker.pk}"' in form and f'name="worker_hosts" value="{head.pk}"' not in form
+    data = {
+        "name": "self-worker",
+        "backend": "vllm",
+        "model_path": "Qwen/Qwen3-8B",
+        "served_model_name": "qwen3-8b",
+        "gpu_indices": ["0"],
+        "port": "8000",
+        "worker_hosts": [str(head.pk)],
+        "network_interface": "lo",
+        "ray_port": "6379",
+        "max_restarts_per_hour": "3",
+    }
+    page = admin_client.post(url, data)
+    assert page.status_code == 200
+    errors = page.context["form"].errors
+    assert errors["worker_hosts"] == ["Each worker host once, and not the head host node-a itself."]
+    assert not Deployment.objects.filter(name="self-worker").exists()
+
+
+def test_the_inventory_keeps_the_hosts_network_interfaces(cluster):
+    head = cluster[0]
+    names = [i["name"] for i in head.network_interfaces]
+    assert "lo" in names  # the sshd targets run on this machine: its interfaces, loopback first
+    lo = next(i for i in head.network_interfaces if i["name"] == "lo")
+    assert "127.0.0.1/8" in lo["addresses"]

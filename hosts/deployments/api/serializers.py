@@ -7,7 +7,7 @@ from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 
 from hosts.choices import Backend
-from hosts.models import Deployment, Host, LaunchJob
+from hosts.models import Deployment, DeploymentNode, Host, LaunchJob
 
 from .. import services
 
@@ -42,6 +42,17 @@ class LaunchJobSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class DeploymentNodeSerializer(serializers.ModelSerializer):
+    """One node of a multi-node deployment: its host, role and Ray process as last seen."""
+
+    host_name = serializers.CharField(source="host.name", read_only=True)
+
+    class Meta:
+        model = DeploymentNode
+        fields = ["host", "host_name", "role", "ray_pid", "ray_state", "message", "last_checked"]
+        read_only_fields = fields
+
+
 class DeploymentSerializer(serializers.ModelSerializer):
     """A model served on a host. The upstream API key is generated and never returned."""
 
@@ -52,6 +63,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
         child=serializers.CharField(max_length=200, trim_whitespace=False), required=False, max_length=40
     )
     command_preview = serializers.SerializerMethodField()
+    nodes = DeploymentNodeSerializer(many=True, read_only=True)
     worker_hosts = serializers.PrimaryKeyRelatedField(
         queryset=Host.objects.all(), many=True, required=False, help_text="Further nodes (vLLM over Ray)."
     )
@@ -72,6 +84,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "worker_hosts",
             "network_interface",
             "ray_port",
+            "nodes",
             "fit_override",
             "auto_restart",
             "max_restarts_per_hour",
@@ -88,6 +101,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "updated",
         ]
         read_only_fields = [
+            "nodes",
             "next_restart_at",
             "status",
             "status_message",
