@@ -18,6 +18,7 @@ from portal.ui import FilteredListView
 from ..choices import JobAction
 from ..downloads import services as downloads
 from ..models import Deployment, Host, LaunchJob
+from ..ondemand import services as ondemand
 from ..remote import ssh
 from ..views import admin_required
 from . import jobs, services
@@ -143,6 +144,7 @@ def deployment_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "events": deployment.events.all()[:50],
             "active_job": next((j for j in jobs if j.is_active), None),
             "actions": ACTIONS,
+            "on_demand": ondemand.overview(deployment) if deployment.on_demand else None,
         },
     )
 
