@@ -616,6 +616,12 @@ class Snapshot:
                 raise DatabaseUnavailable from None
             return fallback
 
+    async def reload_catalog(self) -> Catalog:
+        """Load the catalog now and wait for it, whatever the database's speed (a model that just
+        started on demand must be routed to, not served from the older copy)."""
+        self.invalidate(keys=False, routes=True)
+        return await self._load_catalog()
+
     @staticmethod
     def _patience(fallback: object) -> float | None:
         """How long a request waits for a load when a cached copy could answer it instead."""

@@ -87,42 +87,32 @@ async def wait_until_warm(req: Request, info: ModelInfo, *, stream: bool) -> flo
         metrics.ondemand_refused("queue_full")
         raise _unavailable(info, "is starting and its queue is full.", _retry_after(info, state))
     wait = allowance(req, info.on_demand.budget)
+    if state.outcome is None or state.outcome.done():
+        state.outcome = asyncio.get_running_loop().create_future()
+        state.poller = asyncio.create_task(_watch(deployment_id, state.outcome))
+    outcome = state.outcome
+    if wait <= 0:  # the start goes on; the client comes back
+        metrics.ondemand_refused("no_wait")
+        raise _unavailable(info, "is starting.", _retry_after(info, state))
     state.waiting += 1
     try:
-        if state.outcome is None or state.outcome.done():
-            observed = await run_db(ondemand.demand, deployment_id)
-            state.last = observed
-            if observed["state"] == "ready":
-                return _done(started)
-            if wait <= 0:
-                metrics.ondemand_refused("no_wait")
-                raise _unavailable(info, "is starting.", _retry_after(info, state))
-            state.outcome = asyncio.get_running_loop().create_future()
-            state.poller = asyncio.create_task(_poll(deployment_id, observed["cold_start_id"], state.outcome))
-        elif wait <= 0:
-            metrics.ondemand_refused("no_wait")
-            raise _unavailable(info, "is starting.", _retry_after(info, state))
-        outcome = state.outcome
-        if stream:
+        if stream and not outcome.done():
             await _start_stream(req)
         result = await _wait(req, outcome, wait, stream=stream)
-        if result is None:
-            metrics.ondemand_refused("budget")
-            raise _unavailable(
-                info, f"did not start within {wait:g} s (it is still starting).", _retry_after(info, state)
-            )
-        if result["state"] != "ready":
-            metrics.ondemand_refused("failed")
-            raise GatewayError(
-                503,
-                f"The model '{info.name}' could not be started: {result.get('message') or 'see its deployment'}.",
-                code="model_start_failed",
-                headers=[(b"retry-after", b"30")],
-            )
-        snapshot.invalidate(keys=False, routes=True)  # its channel is registered now
-        return _done(started)
     finally:
         state.waiting -= 1
+    if result is None:
+        metrics.ondemand_refused("budget")
+        raise _unavailable(info, f"did not start within {wait:g} s (it is still starting).", _retry_after(info, state))
+    if result["state"] != "ready":
+        metrics.ondemand_refused("failed")
+        raise GatewayError(
+            503,
+            f"The model '{info.name}' could not be started: {result.get('message') or 'see its deployment'}.",
+            code="model_start_failed",
+            headers=[(b"retry-after", b"30")],
+        )
+    return _done(started)
 
 
 def _done(started: float) -> float:
@@ -137,27 +127,30 @@ def _retry_after(info: ModelInfo, state: _Model) -> float:
     return info.on_demand.estimate if info.on_demand is not None else 30.0
 
 
-async def _poll(deployment_id: int, cold_start_id: int, outcome: asyncio.Future[dict[str, Any]]) -> None:
-    """Watch the cold start until it ends; one per model per process, however many wait."""
+async def _watch(deployment_id: int, outcome: asyncio.Future[dict[str, Any]]) -> None:
+    """Ask for the model (opening its cold start unless one is active), then watch the cold start
+    until it ends and load the catalog that routes to it: one per model per process, however many
+    requests wait. Stops early when nobody here waits any more (the next request looks again)."""
     state = _models[deployment_id]
     try:
-        while True:
-            try:
-                observed = await run_db(ondemand.observe, cold_start_id)
-            except GatewayError:  # the database is away: keep trying while requests wait
-                observed = {}
-            except Exception:
-                logger.exception("watching cold start %s failed", cold_start_id)
-                observed = {}
-            if observed:
-                state.last = observed
-            if observed.get("state") in ("ready", "failed"):
-                outcome.set_result(observed)
-                return
-            if state.waiting == 0:  # nobody waits here any more; the next request looks again
-                outcome.cancel()
+        observed = await run_db(ondemand.demand, deployment_id)
+        state.last = observed
+        while observed.get("state") not in ("ready", "failed"):
+            if state.waiting == 0:
                 return
             await asyncio.sleep(POLL_SECONDS)
+            try:
+                observed = await run_db(ondemand.observe, observed["cold_start_id"]) or observed
+            except GatewayError:  # the database is away: keep trying while requests wait
+                continue
+            state.last = observed
+        if observed["state"] == "ready":
+            await snapshot.reload_catalog()  # its channel is registered now
+        outcome.set_result(observed)
+    except Exception as exc:
+        logger.exception("watching the cold start of deployment %s failed", deployment_id)
+        if not outcome.done():
+            outcome.set_result({"state": "failed", "message": f"the gateway could not follow its start ({exc!r})"})
     finally:
         if not outcome.done():
             outcome.cancel()
