@@ -679,6 +679,9 @@ class Snapshot:
         saved = self.file.load()
         if saved is None:
             return
+        for model in saved.catalog.models.values():
+            if not hasattr(model, "on_demand"):  # saved by a version before models on demand
+                model.on_demand = None
         self.last_catalog = saved.catalog
         self.keys = saved.keys
         self.generation = saved.generation
