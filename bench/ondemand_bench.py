@@ -96,10 +96,33 @@ def cold_start(gateway_url: str, key: str, model: str) -> float:
         timeout=300,
     ) as resp:
         assert resp.status_code == 200
+        seen = []
         for line in resp.iter_lines():
+            seen.append(line)
             if line.startswith("data: {") and '"content"' in line:
                 return time.perf_counter() - started
-    raise AssertionError("no token")
+    raise AssertionError(f"no token: {seen}")
+
+
+def _phases(d) -> str:
+    """Where one cold start's time went: placement (asked → launch job created), then each step
+    of the launch job, from their stored times."""
+    from hosts.models import ColdStart, LaunchJob
+
+    cold = ColdStart.objects.filter(deployment=d).order_by("-created").first()
+    job = LaunchJob.objects.filter(deployment=d, action=JobAction.LAUNCH).order_by("-created").first()
+    if cold is None or job is None:
+        return "no phases"
+    steps = [f"placement {(job.created - cold.created).total_seconds():.2f}"]
+    previous = job.created
+    from datetime import datetime
+
+    for t in job.transitions:
+        at = datetime.fromisoformat(t["at"])
+        steps.append(f"{t['state']} +{(at - previous).total_seconds():.2f}")
+        previous = at
+    ready = f"ready {(cold.finished - previous).total_seconds():.2f}" if cold.finished else "not ready"
+    return "  ".join([*steps, ready, f"total {cold.seconds or 0:.2f}"])
 
 
 def test_cold_start_vs_bare_start(hosts, gateway, worker, servers, alice, two_targets):  # noqa: F811
@@ -107,12 +130,16 @@ def test_cold_start_vs_bare_start(hosts, gateway, worker, servers, alice, two_ta
     d = on_demand(a, "bench-cold", "bench-cold")
     _key, key = issue_key(owner=alice, name="bench")
     bare = [bare_start(d, two_targets[0].bin) for _ in range(RUNS)]
-    cold = []
-    for _ in range(RUNS):
+    cold: list[float] = []
+    phases: list[str] = []
+    for run in range(RUNS + 1):  # run 0 warms the worker up (its first task imports Django): not counted
         d.refresh_from_db()
         assert d.status != DeploymentStatus.RUNNING
-        cold.append(cold_start(gateway, key, "bench-cold"))
+        seconds = cold_start(gateway, key, "bench-cold")
         d.refresh_from_db()
+        if run:
+            cold.append(seconds)
+            phases.append(_phases(d))
         job = jobs.request_job(d, JobAction.STOP)
         jobs.run_inline(job.pk)
 
@@ -129,4 +156,5 @@ def test_cold_start_vs_bare_start(hosts, gateway, worker, servers, alice, two_ta
         f"\nadded by the portal: p50 {pct(cold, 50) - pct(bare, 50):.2f} s, p95 {pct(cold, 95) - pct(bare, 95):.2f} s"
     )
     print(report)
+    print("\n".join(phases))
     pytest.bench_report = report  # type: ignore[attr-defined]
