@@ -9,7 +9,7 @@ Celery worker and the real gateway under uvicorn.) Two figures, each `ONDEMAND_B
 - **bare start**: the same llama-server command line the launch job runs, started directly on
   this machine, until its `/health` answers 200 (polled every 20 ms);
 - **cold start**: a streamed chat request to the stopped on-demand model through the gateway,
-  until its first token (first `data:` event with content), the deployment stopped again between
+  until its first token (the first `data:` event, as the gateway's TTFT counts it), the deployment stopped again between
   runs. It includes the gateway's admission and wait, the worker's placement (a fresh
   `nvidia-smi` over SSH and the fit), the launch job (SSH, file and port checks, start), its
   health looks (`HOSTS_HEALTH_POLL`, 0.2 s here), the channel registration and the catalog reload.
@@ -99,7 +99,7 @@ def cold_start(gateway_url: str, key: str, model: str) -> float:
         seen = []
         for line in resp.iter_lines():
             seen.append(line)
-            if line.startswith("data: {") and '"content"' in line:
+            if line.startswith("data: {"):  # the first event (the tiny model's tokens may print as nothing)
                 return time.perf_counter() - started
     raise AssertionError(f"no token: {seen}")
 

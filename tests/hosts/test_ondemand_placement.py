@@ -123,3 +123,16 @@ def test_a_pinned_deployment_is_only_placed_on_its_host(hosts):
     assert cold.reasons[-1] == "chosen gpu-b" and cold.state == ColdStartState.LAUNCHING
     free.refresh_from_db()
     assert free.host == b
+
+
+def test_client_configs_and_metrics_know_an_on_demand_model_while_it_is_stopped(hosts, alice):
+    from clientconfigs.services import usable_models
+    from hosts.ondemand.metrics import OnDemandCollector
+
+    stopped = deployment(hosts[0], "listed-cold")
+    assert "listed-cold" in [m.name for m in usable_models(alice)]
+    ondemand.demand(stopped.pk)
+    starts, _evictions = OnDemandCollector().collect()
+    assert [(s.labels, s.value) for s in starts.samples if s.name.endswith("_total")] == [
+        ({"model": "listed-cold", "state": "placing"}, 1)
+    ]
