@@ -620,6 +620,8 @@ class Snapshot:
         """Load the catalog now and wait for it, whatever the database's speed (a model that just
         started on demand must be routed to, not served from the older copy)."""
         self.invalidate(keys=False, routes=True)
+        if self._catalog_lock is None:
+            self._catalog_lock = asyncio.Lock()
         return await self._load_catalog()
 
     @staticmethod
