@@ -162,8 +162,7 @@ def on_demand(host: Host, name: str, served: str, **fields) -> Deployment:
         extra_args=[],
         on_demand=True,
         idle_ttl=30,
-        cold_start_budget=150,
-        **fields,
+        **{"cold_start_budget": 150, **fields},
     )
 
 
@@ -312,3 +311,36 @@ def test_a_client_that_cannot_wait_gets_503_with_an_estimate_and_the_start_goes_
     wait_for(lambda: UsageRecord.objects.filter(model="od-nowait").exists(), 30, "the refusal on the record")
     record = UsageRecord.objects.get(model="od-nowait")
     assert record.http_status == 503
+
+
+def test_what_cannot_start_in_its_budget_is_refused_never_dropped(transactional_db, hosts, gateway, alice, settings):
+    """No worker runs the placement here, so the model never starts: with a queue of one per
+    process, of two requests at once one is refused at once (queue full), the other (a stream, kept
+    alive meanwhile) after the 5 s budget, as an error event; both 503 with Retry-After."""
+    settings.GATEWAY_ONDEMAND_QUEUE = 1
+    on_demand(hosts[0], "od-slow", "od-slow", cold_start_budget=5)
+    _key, key = issue_key(owner=alice, name="laptop")
+
+    def stream() -> list[str]:
+        with httpx.stream(
+            "POST",
+            f"{gateway}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {key}"},
+            json={"model": "od-slow", "messages": [{"role": "user", "content": "hi"}], "stream": True},
+            timeout=60,
+        ) as resp:
+            assert resp.status_code == 200  # the SSE headers went out before the wait
+            return list(resp.iter_lines())
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        streamed = pool.submit(stream)
+        wait_for(lambda: ColdStart.objects.filter(deployment__name="od-slow").exists(), 30, "the stream waiting")
+        refused = chat(gateway, key, "od-slow")
+        lines = streamed.result()
+    assert refused.status_code == 503 and "queue is full" in refused.json()["error"]["message"]
+    assert int(refused.headers["retry-after"]) >= 1
+    assert lines[0] == ": waiting for model"
+    errors = [line for line in lines if line.startswith("data: {")]
+    assert len(errors) == 1 and '"code":"model_starting"' in errors[0] and "did not start within 5 s" in errors[0]
+    assert lines[-2:] == ["data: [DONE]", ""] or "data: [DONE]" in lines
+    wait_for(lambda: UsageRecord.objects.filter(model="od-slow", http_status=503).count() == 2, 30, "two refusals")
