@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from channels.choices import Locality
 from channels.models import AliasTarget, Model, ModelRoute, alias_limits, route_limits
+from hosts.models import Deployment
 from keys.models import Key
 from keys.services import issue_key, rotate_key
 from portal import audit
@@ -63,7 +64,9 @@ def usable_models(user, key: Key | None = None):
     if local:
         live_routes = live_routes.filter(channel__locality=Locality.LOCAL)
     owner = key.owner if key is not None else user
-    qs = Model.objects.usable_by(owner).filter(Exists(live_routes) | Exists(live_targets))
+    # A model served on demand is offered while stopped: the first request starts it (hosts/ondemand/).
+    on_demand = Deployment.objects.filter(on_demand=True, served_model_name=OuterRef("name"))
+    qs = Model.objects.usable_by(owner).filter(Exists(live_routes) | Exists(live_targets) | Exists(on_demand))
     if key is not None:
         key_allowed = list(key.allowed_models.values_list("pk", flat=True))
         if key_allowed:

@@ -18,11 +18,11 @@ from django.conf import settings
 
 from keys.choices import UsageStatus
 
-from . import balance, metrics
+from . import balance, metrics, ondemand
 from .auth import authenticate
 from .cache import KeyInfo, ModelInfo, RouteInfo, namespace, snapshot
 from .call import Call, current, route_header, wants_route_header
-from .catalog import resolve_model, select_routes
+from .catalog import Selection, resolve_model, select_routes
 from .http import GatewayError, Request
 from .limits import Admission, Refusal, Scope, Stale, rate_headers
 from .state import process
@@ -55,7 +55,8 @@ async def open_call(
         catalog = await snapshot.get_catalog()
         info = resolve_model(key, catalog, model)
         req.model_name = info.name
-        if not info.has_routes:
+        cold = info.cold  # on demand and stopped: started below, once the limits admitted the request
+        if not info.has_routes and not cold:
             raise GatewayError(503, f"No channel serves the model '{info.name}' right now.", code="no_channel")
         prompt = max(int(prompt_tokens), 0)
         try:
@@ -63,7 +64,10 @@ async def open_call(
             # Without a max_tokens only the prompt must fit: the output reserved is what the
             # routes can give (never a refusal for a default the client did not send).
             asked = max(int(max_tokens), 0) if max_tokens is not None else 0
-            selection = select_routes(info, key, prompt=prompt, output=asked, choice=choice)
+            if cold:
+                selection = Selection([], ["on-demand model is stopped: this request starts it"])
+            else:
+                selection = select_routes(info, key, prompt=prompt, output=asked, choice=choice)
         except GatewayError as refused:
             if refused.status < 500:
                 if wants_route_header(req, key):
@@ -94,7 +98,7 @@ async def open_call(
         expected = snapshot.generation if attempt == 0 else None
         admit = limiter.admit(request_id, scopes, reserve, expected=expected)
         try:
-            if choice.session is None and body is not None and balance.affine(info):
+            if choice.session is None and body is not None and balance.affine(info) and not cold:
                 choice.session = balance.session_of(body, key.id)
                 recall = balance.recall(limiter.redis, info.id, choice.session)
                 result, choice.remembered = await asyncio.gather(admit, recall)
@@ -125,6 +129,11 @@ async def open_call(
         _record_refusal(request_id, key, info, surface, stream, err, started)
         raise err
     assert isinstance(result, Admission)
+    waited: float | None = None
+    if cold:
+        info, selection, waited = await _warm_up(
+            req, key, info, model, result, surface, stream, started, prompt=prompt, output=output, choice=choice
+        )
     call = Call(
         req,
         surface,
@@ -139,8 +148,47 @@ async def open_call(
     )
     call.max_tokens = reserve_max
     call.choice = choice
+    if waited is not None:
+        call.cold_start_ms = waited * 1000
+        call.explanation.append(f"waited {waited:.1f} s for the on-demand model to start")
+    if info.on_demand is not None:
+        ondemand.began(info.on_demand.deployment_id, request_id)
     current.set(call)
     return call
+
+
+async def _warm_up(
+    req: Request,
+    key: KeyInfo,
+    info: ModelInfo,
+    model: object,
+    admission: Admission,
+    surface: str,
+    stream: bool,
+    started: float,
+    *,
+    prompt: int,
+    output: int,
+    choice: balance.Choice,
+) -> tuple[ModelInfo, Selection, float]:
+    """The request was admitted for a stopped on-demand model: start it, wait, route on the fresh
+    catalog. Anything that ends the wait settles the reservation unused and is on the record."""
+    try:
+        waited = await ondemand.wait_until_warm(req, info, stream=stream)
+        info = resolve_model(key, await snapshot.get_catalog(), model)
+        if not info.has_routes:
+            raise GatewayError(503, f"No channel serves the model '{info.name}' right now.", code="no_channel")
+        return info, select_routes(info, key, prompt=prompt, output=output, choice=choice), waited
+    except GatewayError as err:
+        if process.limiter is not None:
+            process.limiter.settle(admission, 0)
+        status = UsageStatus.UNAVAILABLE if err.status >= 500 else UsageStatus.CLIENT_ERROR
+        _record_refusal(req.request_id, key, info, surface, stream, err, started, status=status)
+        raise
+    except BaseException:
+        if process.limiter is not None:
+            process.limiter.settle(admission, 0)
+        raise
 
 
 def default_output(model: ModelInfo, routes: list[RouteInfo], prompt: int) -> int:

@@ -207,6 +207,16 @@ class RouteInfo:
         return _TIER.get(self.status, _LAST_RESORT)
 
 
+@dataclass(slots=True, frozen=True)
+class OnDemandInfo:
+    """A model served by an on-demand deployment (`hosts.ondemand`): listed while it is stopped,
+    started by the first request (`gateway.ondemand`)."""
+
+    deployment_id: int
+    budget: float  # seconds a request may wait for it to start
+    estimate: float  # seconds a cold start takes (its history's median)
+
+
 @dataclass(slots=True)
 class ModelInfo:
     id: int
@@ -222,6 +232,12 @@ class ModelInfo:
     local_only: bool = False
     is_alias: bool = False
     targets: list[ModelInfo] = field(default_factory=list)  # an alias's models, in the order to try
+    on_demand: OnDemandInfo | None = None
+
+    @property
+    def cold(self) -> bool:
+        """An on-demand model with no channel serving it now: a request starts it."""
+        return self.on_demand is not None and not self.has_routes
 
     @property
     def has_routes(self) -> bool:
@@ -364,6 +380,14 @@ def _load_catalog() -> Catalog:
                 for t in alias.targets
                 if t.enabled
             )
+    from hosts.ondemand.services import catalog_entries
+
+    for name, entry in catalog_entries().items():
+        model = models.get(name)
+        if model is not None and not model.is_alias:
+            model.on_demand = OnDemandInfo(entry["deployment_id"], entry["budget"], entry["estimate"])
+            if not model.groups and model.context_window is None:
+                model.context_window = entry["context_window"]
     by_norm: dict[str, list[str]] = {}
     for name in models:
         by_norm.setdefault(normalize_model_name(name), []).append(name)
@@ -592,6 +616,14 @@ class Snapshot:
                 raise DatabaseUnavailable from None
             return fallback
 
+    async def reload_catalog(self) -> Catalog:
+        """Load the catalog now and wait for it, whatever the database's speed (a model that just
+        started on demand must be routed to, not served from the older copy)."""
+        self.invalidate(keys=False, routes=True)
+        if self._catalog_lock is None:
+            self._catalog_lock = asyncio.Lock()
+        return await self._load_catalog()
+
     @staticmethod
     def _patience(fallback: object) -> float | None:
         """How long a request waits for a load when a cached copy could answer it instead."""
@@ -649,6 +681,9 @@ class Snapshot:
         saved = self.file.load()
         if saved is None:
             return
+        for model in saved.catalog.models.values():
+            if not hasattr(model, "on_demand"):  # saved by a version before models on demand
+                model.on_demand = None
         self.last_catalog = saved.catalog
         self.keys = saved.keys
         self.generation = saved.generation

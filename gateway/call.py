@@ -39,6 +39,7 @@ from .chunks import DONE, ChatAssembly, event_data, split_data, split_events
 from .errors import TIMEOUT_SETTINGS, Attempt, Failure, GatewayError, UpstreamStreamError
 from .http import Request, send_bytes
 from .limits import Admission
+from .ondemand import ended as ondemand_ended
 from .payloads import RAW_STREAM_FACTOR, max_bytes
 from .state import process
 from .translate.common import estimate_tokens as chat_tokens
@@ -663,6 +664,7 @@ class Call:
         self.debug_route = wants_route_header(req, key)
         self.channel_id: int | None = None
         self.ttft_ms: float | None = None
+        self.cold_start_ms: float | None = None  # waited for its on-demand model to start (`gateway.ondemand`)
         self.upstream_request_id = ""
         self.finished = False
         self.usage: Usage | None = None  # what finish() recorded
@@ -766,6 +768,8 @@ class Call:
         if self._busy is not None:
             balance.load.end(self._busy)
             self._busy = None
+        if self.model.on_demand is not None:
+            ondemand_ended(self.model.on_demand.deployment_id, self.request_id)
         usage, flag = self.bounded(usage or Usage(0, 0))
         self.usage = usage
         if flag:
@@ -795,6 +799,7 @@ class Call:
                 cached_tokens=usage.cached_tokens,
                 cache_creation_tokens=usage.cache_creation_tokens,
                 route_explanation=self.explanation,
+                cold_start_ms=self.cold_start_ms,
             )
         )
         if self.logged is not None:

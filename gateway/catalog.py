@@ -29,11 +29,14 @@ Skipped = list[tuple[RouteInfo, str]]
 
 def usable_models(key: KeyInfo, catalog: Catalog) -> list[ModelInfo]:
     """Models this key may use now: enabled, allowed for key, owner and team, with at least one route
-    (an alias: a target with one); for a local-only key or model, one on a local channel."""
+    (an alias: a target with one) or served on demand (started by a request, on a host of ours, so
+    local); for a local-only key or model, one on a local channel."""
     return [
         m
         for m in catalog.models.values()
-        if m.has_routes and key.may_use(m) and (not (key.local_only or m.local_only) or _local_routes(m))
+        if (m.has_routes or m.on_demand is not None)
+        and key.may_use(m)
+        and (not (key.local_only or m.local_only) or _local_routes(m) or m.on_demand is not None)
     ]
 
 

@@ -61,6 +61,17 @@ REFUSALS = Counter(
     "and whose it was (key, user or team).",
     ["limit", "scope"],
 )
+ONDEMAND_WAIT = Histogram(
+    "gateway_ondemand_wait_seconds",
+    "Time a request to an on-demand model waited for it to start (its queue wait), in this process.",
+    buckets=(0.1, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600),
+)
+ONDEMAND_REFUSED = Counter(
+    "gateway_ondemand_refused",
+    "Requests to a cold on-demand model answered 503 instead of waiting, by why: queue_full, no_wait "
+    "(Prefer: wait=0), budget (it did not start in time), failed (its start failed).",
+    ["reason"],
+)
 FLUSH_ERRORS = Counter("gateway_usage_flush_errors", "Usage batches whose write failed (kept for the next flush).")
 
 
@@ -179,3 +190,11 @@ def _own_names() -> list[str]:
 
     skip = database_collectors()
     return [name for name, c in REGISTRY._names_to_collectors.items() if c not in skip]
+
+
+def ondemand_waited(seconds: float) -> None:
+    ONDEMAND_WAIT.observe(seconds)
+
+
+def ondemand_refused(reason: str) -> None:
+    ONDEMAND_REFUSED.labels(reason).inc()

@@ -135,3 +135,7 @@ def connect() -> None:
         post_save.connect(_routes_changed, sender=model, dispatch_uid=f"gw-routes-save-{model.__name__}")
         post_delete.connect(_routes_changed, sender=model, dispatch_uid=f"gw-routes-del-{model.__name__}")
     routes_changed.connect(_routes_changed, dispatch_uid="gw-routes-changed")
+    from hosts.models import Deployment  # an on-demand deployment lists its model while stopped
+
+    post_save.connect(_routes_changed, sender=Deployment, dispatch_uid="gw-routes-save-Deployment")
+    post_delete.connect(_routes_changed, sender=Deployment, dispatch_uid="gw-routes-del-Deployment")

@@ -141,6 +141,7 @@ class UsageEvent:
     route_explanation: list[str] = field(default_factory=list)  # `catalog.Selection.explanation`
     upstream_request_id: str = ""  # the upstream's own `x-request-id` (ours is `request_id`)
     event_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # idempotency key of its record
+    cold_start_ms: float | None = None  # waited this long for its on-demand model to start
 
     @property
     def total_tokens(self) -> int:
@@ -171,6 +172,7 @@ _RECORD_COLUMNS = (
     "route_explanation",
     "upstream_request_id",
     "event_id",
+    "cold_start_ms",
 )
 
 
@@ -206,6 +208,7 @@ def _insert_records(events: list[UsageEvent], *, replay: bool = False) -> list[U
             orjson.dumps(e.route_explanation).decode(),
             e.upstream_request_id[:100],
             e.event_id if connection.vendor != "postgresql" or not replay else uuid.UUID(e.event_id),
+            e.cold_start_ms,
         )
         for e in events
     ]

@@ -18,6 +18,10 @@ class HostsConfig(AppConfig):
 
         post_migrate.connect(download_tasks.ensure_schedule, sender=self, dispatch_uid="hosts-downloads-schedule")
 
+        from .ondemand import tasks as ondemand_tasks  # models on demand: placement, idle sweep
+
+        post_migrate.connect(ondemand_tasks.ensure_schedule, sender=self, dispatch_uid="hosts-ondemand-schedule")
+
         from .models import Deployment, Host
 
         audit.register(
@@ -35,6 +39,9 @@ class HostsConfig(AppConfig):
 
         register_collector(LaunchJobCollector())
         register_collector(GPUCollector())
+        from .ondemand.metrics import OnDemandCollector
+
+        register_collector(OnDemandCollector())
 
 
 def _register_schedule(**kwargs) -> None:

@@ -213,6 +213,30 @@ class Deployment(TimeStampedModel):
     # Not a field: the worker hosts of an unsaved deployment (the form's live preview), since a
     # relation needs a saved row; read by `hosts.deployments.multinode.workers`.
     unsaved_workers: list[Host]
+    # On demand (hosts/ondemand/): listed while stopped, started by the gateway on its first
+    # request (placed by the fit on the host with room unless `pin_host`), stopped after `idle_ttl`.
+    on_demand = models.BooleanField(
+        default=False,
+        verbose_name=_("on demand"),
+        help_text=_("Start it on the first request and stop it when idle; its model is listed while stopped."),
+    )
+    idle_ttl = models.PositiveIntegerField(
+        default=900,
+        validators=[MinValueValidator(30), MaxValueValidator(7 * 86400)],
+        verbose_name=_("idle time to live (s)"),
+        help_text=_("Stop it after this many seconds without a request."),
+    )
+    pin_host = models.BooleanField(
+        default=False,
+        verbose_name=_("pin to its host"),
+        help_text=_("Start it only on the host above; otherwise the fit chooses among the hosts."),
+    )
+    cold_start_budget = models.PositiveIntegerField(
+        default=120,
+        validators=[MinValueValidator(5), MaxValueValidator(3600)],
+        verbose_name=_("cold-start budget (s)"),
+        help_text=_("How long a request waits for it to start before it is answered 503 with Retry-After."),
+    )
 
     class Meta:
         ordering = ["host__name", "port"]
@@ -364,3 +388,4 @@ class DeploymentRun(TimeStampedModel):
 
 
 from .downloads.models import ModelDownload  # noqa: E402,F401  (weight downloads: hosts/downloads/)
+from .ondemand.models import ColdStart  # noqa: E402,F401  (models on demand: hosts/ondemand/)

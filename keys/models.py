@@ -145,6 +145,8 @@ class UsageRecord(models.Model):
     error = models.CharField(max_length=300, blank=True)
     latency_ms = models.FloatField(null=True, blank=True)
     ttft_ms = models.FloatField(null=True, blank=True)
+    # The request waited this long for its on-demand model to start (null: it did not wait).
+    cold_start_ms = models.FloatField(null=True, blank=True)
     cached_tokens = models.PositiveIntegerField(
         default=0, help_text="Prompt tokens the upstream read from its prompt cache (part of prompt_tokens)."
     )

@@ -494,6 +494,12 @@ HOSTS_DOWNLOAD_DIR = get("HOSTS_DOWNLOAD_DIR", str, ".gateway-portal/models")
 HOSTS_DOWNLOAD_POLL_SECONDS = get("HOSTS_DOWNLOAD_POLL_SECONDS", float, 3.0)
 HOSTS_DOWNLOAD_DISK_RESERVE_MIB = get("HOSTS_DOWNLOAD_DISK_RESERVE_MIB", int, 1024)
 HOSTS_DOWNLOAD_MAX_RESTARTS = get("HOSTS_DOWNLOAD_MAX_RESTARTS", int, 5)
+# Models on demand (hosts/ondemand/): an idle on-demand deployment may be stopped to make room
+# only after this long without a request; a placement without room is retried this often.
+HOSTS_ONDEMAND_EVICT_IDLE_SECONDS = get("HOSTS_ONDEMAND_EVICT_IDLE_SECONDS", float, 30.0)
+HOSTS_ONDEMAND_RETRY_SECONDS = get("HOSTS_ONDEMAND_RETRY_SECONDS", float, 2.0)
+# How many requests one gateway process holds per cold model while it starts (more: 503).
+GATEWAY_ONDEMAND_QUEUE = get("GATEWAY_ONDEMAND_QUEUE", int, 64)
 
 LOGGING = {
     "version": 1,

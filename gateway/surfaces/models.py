@@ -63,7 +63,7 @@ async def get_model(req: Request) -> None:
     if "anthropic-version" not in req.headers:
         key = await authenticate(req)
         model = resolve_model(key, await snapshot.get_catalog(), name)
-        if not model.has_routes:
+        if not model.has_routes and model.on_demand is None:
             raise GatewayError(404, f"The model '{name}' has no channel right now.", code="model_not_found")
         await send_json(req.send, 200, _openai_model(model, key))
         return
@@ -92,6 +92,7 @@ def _openai_model(m: ModelInfo, key: KeyInfo) -> dict[str, Any]:
         "context_window": window,
         "max_output_tokens": output,
         "description": m.description,
+        **({"on_demand": True, "cold": m.cold} if m.on_demand is not None else {}),
     }
 
 

@@ -106,6 +106,34 @@ class DeploymentForm(forms.Form):
         label=_("Automatic restarts per hour"),
         help_text=_("After this many restarts within an hour it stops retrying and shows a crash loop."),
     )
+    # Models on demand (hosts/ondemand/): its own fieldset on the page.
+    on_demand = forms.BooleanField(
+        required=False,
+        label=_("On demand"),
+        help_text=_("Listed while stopped; the first request starts it on a host with room, and it stops when idle."),
+    )
+    idle_ttl = forms.IntegerField(
+        min_value=30,
+        max_value=7 * 86400,
+        initial=900,
+        required=False,
+        label=_("Idle time to live (seconds)"),
+        help_text=_("Stopped after this many seconds without a request."),
+    )
+    pin_host = forms.BooleanField(
+        required=False,
+        label=_("Pin to this host"),
+        help_text=_("Start it only here; otherwise the placement chooses the host by free GPU memory."),
+    )
+    cold_start_budget = forms.IntegerField(
+        min_value=5,
+        max_value=3600,
+        initial=120,
+        required=False,
+        label=_("Cold-start budget (seconds)"),
+        help_text=_("How long a request waits for it to start before it is answered 503 with Retry-After."),
+    )
+    ON_DEMAND_FIELDS = ("on_demand", "idle_ttl", "pin_host", "cold_start_budget")
 
     def __init__(self, *args: Any, host: Host, instance: Deployment | None = None, **kwargs: Any) -> None:
         if instance is not None and "initial" not in kwargs:
@@ -123,6 +151,7 @@ class DeploymentForm(forms.Form):
                 "worker_hosts": [h.pk for h in instance.worker_hosts.all()],
                 "network_interface": instance.network_interface,
                 "ray_port": instance.ray_port,
+                **{name: getattr(instance, name) for name in self.ON_DEMAND_FIELDS},
             }
             for key, value in instance.options.items():
                 initial[f"{instance.backend}__{key}"] = value
@@ -158,6 +187,9 @@ class DeploymentForm(forms.Form):
             for opt in impl.options:
                 self.fields[f"{kind}__{opt.name}"] = _option_field(opt)
         self.cleaned_spec: dict[str, Any] = {}
+
+    def on_demand_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in self.ON_DEMAND_FIELDS]
 
     def option_fields(self, kind: str) -> list[forms.BoundField]:
         return [self[f"{kind}__{o.name}"] for o in backends.get(kind).options]
@@ -211,6 +243,10 @@ class DeploymentForm(forms.Form):
             fit_override=self.cleaned_data["fit_override"],
             auto_restart=self.cleaned_data["auto_restart"],
             max_restarts_per_hour=self.cleaned_data.get("max_restarts_per_hour") or 3,
+            on_demand=self.cleaned_data.get("on_demand", False),
+            idle_ttl=self.cleaned_data.get("idle_ttl") or 900,
+            pin_host=self.cleaned_data.get("pin_host", False),
+            cold_start_budget=self.cleaned_data.get("cold_start_budget") or 120,
             user=user,
             instance=self.instance,
             **spec,

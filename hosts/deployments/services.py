@@ -246,6 +246,10 @@ def save_deployment(
     fit_override: bool = False,
     auto_restart: bool = True,
     max_restarts_per_hour: int = 3,
+    on_demand: bool = False,
+    idle_ttl: int = 900,
+    pin_host: bool = False,
+    cold_start_budget: int = 120,
     user=None,
     instance=None,
     **spec,
@@ -258,6 +262,8 @@ def save_deployment(
     deployment.fit_override = fit_override
     deployment.auto_restart = auto_restart
     deployment.max_restarts_per_hour = max_restarts_per_hour
+    deployment.on_demand, deployment.idle_ttl = on_demand, idle_ttl
+    deployment.pin_host, deployment.cold_start_budget = pin_host, cold_start_budget
     workers = cleaned.pop("worker_hosts")
     for key, value in cleaned.items():
         setattr(deployment, key, value)
@@ -265,7 +271,15 @@ def save_deployment(
     deployment.save()
     deployment.worker_hosts.set(workers)
     multinode.sync_nodes(deployment)
+    if on_demand:
+        list_on_demand_model(deployment)
     return deployment
+
+
+def list_on_demand_model(deployment: Deployment) -> None:
+    """An on-demand deployment's public model exists before its first launch: the gateway lists
+    it while it is stopped and starts it on the first request (hosts/ondemand/)."""
+    Model.objects.get_or_create(name=deployment.served_model_name)
 
 
 def launch_spec(deployment: Deployment) -> backends.LaunchSpec:

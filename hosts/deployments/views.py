@@ -18,6 +18,7 @@ from portal.ui import FilteredListView
 from ..choices import JobAction, NodeRole
 from ..downloads import services as downloads
 from ..models import Deployment, DeploymentNode, Host, LaunchJob
+from ..ondemand import services as ondemand
 from ..remote import commands, ssh
 from ..views import admin_required
 from . import jobs, multinode, services
@@ -146,6 +147,7 @@ def deployment_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "actions": ACTIONS,
             "nodes": deployment.nodes.select_related("host"),
             "layout": multinode.layout(deployment),
+            "on_demand": ondemand.overview(deployment) if deployment.on_demand else None,
         },
     )
 

@@ -88,6 +88,10 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "fit_override",
             "auto_restart",
             "max_restarts_per_hour",
+            "on_demand",
+            "idle_ttl",
+            "pin_host",
+            "cold_start_budget",
             "next_restart_at",
             "status",
             "status_message",
@@ -163,6 +167,12 @@ class DeploymentSerializer(serializers.ModelSerializer):
         validated_data["upstream_api_key"] = services.generate_upstream_key()
         validated_data["created_by"] = self.context["request"].user
         return super().create(validated_data)
+
+    def save(self, **kwargs):
+        deployment = super().save(**kwargs)
+        if deployment.on_demand:  # listed while stopped (hosts/ondemand/)
+            services.list_on_demand_model(deployment)
+        return deployment
 
 
 class GPUSpecSerializer(serializers.Serializer):

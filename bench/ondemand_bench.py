@@ -1,0 +1,160 @@
+"""Cold-start latency of a model on demand vs the bare start of the same server.
+
+    uv run pytest bench/ondemand_bench.py -p tests.conftest -n 0 -s --timeout 1800
+
+(pytest only for the suite's harness: its PostgreSQL/Redis, a real sshd "GPU host", a real
+Celery worker and the real gateway under uvicorn.) Two figures, each `ONDEMAND_BENCH_RUNS` times
+(10 by default):
+
+- **bare start**: the same llama-server command line the launch job runs, started directly on
+  this machine, until its `/health` answers 200 (polled every 20 ms);
+- **cold start**: a streamed chat request to the stopped on-demand model through the gateway,
+  until its first token (the first `data:` event, as the gateway's TTFT counts it), the deployment stopped again between
+  runs. It includes the gateway's admission and wait, the worker's placement (a fresh
+  `nvidia-smi` over SSH and the fit), the launch job (SSH, file and port checks, start), its
+  health looks (`HOSTS_HEALTH_POLL`, 0.2 s here), the channel registration and the catalog reload.
+
+Prints p50/p95 of both and the difference (the goal: the gateway adds < 1 s).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from hosts import backends
+from hosts.choices import DeploymentStatus, JobAction
+from hosts.deployments import jobs
+from hosts.deployments.services import launch_spec
+from keys.services import issue_key
+from tests.hosts.test_ondemand import (  # noqa: F401  (fixtures: sshd pair, worker, gateway)
+    gateway,
+    hosts,
+    namespace,
+    on_demand,
+    servers,
+    two_targets,
+    wait_for,
+    worker,
+)
+from tests.services import free_port
+
+RUNS = int(os.environ.get("ONDEMAND_BENCH_RUNS", "10"))
+
+
+def pct(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
+
+
+def bare_start(deployment, bin_dir: Path) -> float:
+    spec = launch_spec(deployment)
+    spec.port = free_port()
+    impl = backends.get("llamacpp")
+    argv = impl.argv(spec)
+    with tempfile.TemporaryDirectory() as folder:
+        Path(folder, "api_key").write_text(spec.api_key)
+        env = {**os.environ, **spec.env, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            argv, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        try:
+            while True:
+                try:
+                    if httpx.get(f"http://127.0.0.1:{spec.port}/health", timeout=1).status_code == 200:
+                        return time.perf_counter() - started
+                except httpx.HTTPError:
+                    pass
+                if proc.poll() is not None:
+                    raise RuntimeError(f"llama-server exited ({proc.returncode})")
+                time.sleep(0.02)
+        finally:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+
+
+def cold_start(gateway_url: str, key: str, model: str) -> float:
+    started = time.perf_counter()
+    with httpx.stream(
+        "POST",
+        f"{gateway_url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {key}"},
+        json={
+            "model": model,
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 3,
+            "stream": True,
+            "ignore_eos": True,
+        },
+        timeout=300,
+    ) as resp:
+        assert resp.status_code == 200
+        seen = []
+        for line in resp.iter_lines():
+            seen.append(line)
+            if line.startswith("data: {"):  # the first event (the tiny model's tokens may print as nothing)
+                return time.perf_counter() - started
+    raise AssertionError(f"no token: {seen}")
+
+
+def _phases(d) -> str:
+    """Where one cold start's time went: placement (asked → launch job created), then each step
+    of the launch job, from their stored times."""
+    from hosts.models import ColdStart, LaunchJob
+
+    cold = ColdStart.objects.filter(deployment=d).order_by("-created").first()
+    job = LaunchJob.objects.filter(deployment=d, action=JobAction.LAUNCH).order_by("-created").first()
+    if cold is None or job is None:
+        return "no phases"
+    steps = [f"placement {(job.created - cold.created).total_seconds():.2f}"]
+    previous = job.created
+    from datetime import datetime
+
+    for t in job.transitions:
+        at = datetime.fromisoformat(t["at"])
+        steps.append(f"{t['state']} +{(at - previous).total_seconds():.2f}")
+        previous = at
+    ready = f"ready {(cold.finished - previous).total_seconds():.2f}" if cold.finished else "not ready"
+    return "  ".join([*steps, ready, f"total {cold.seconds or 0:.2f}"])
+
+
+def test_cold_start_vs_bare_start(hosts, gateway, worker, servers, alice, two_targets):  # noqa: F811
+    a, _b = hosts
+    d = on_demand(a, "bench-cold", "bench-cold")
+    _key, key = issue_key(owner=alice, name="bench")
+    bare = [bare_start(d, two_targets[0].bin) for _ in range(RUNS)]
+    cold: list[float] = []
+    phases: list[str] = []
+    for run in range(RUNS + 1):  # run 0 warms the worker up (its first task imports Django): not counted
+        d.refresh_from_db()
+        assert d.status != DeploymentStatus.RUNNING
+        seconds = cold_start(gateway, key, "bench-cold")
+        d.refresh_from_db()
+        if run:
+            cold.append(seconds)
+            phases.append(_phases(d))
+        job = jobs.request_job(d, JobAction.STOP)
+        jobs.run_inline(job.pk)
+
+        def stopped() -> bool:
+            d.refresh_from_db()
+            return d.status == DeploymentStatus.STOPPED
+
+        wait_for(stopped, 60, "stopped", worker)
+        time.sleep(0.5)  # let the gateway's catalog see the stop (not part of any figure)
+    report = (
+        f"\nbare llama-server start (to /health 200), {RUNS} runs: p50 {pct(bare, 50):.2f} s, p95 {pct(bare, 95):.2f} s"
+        f"\ncold start through the gateway (request to first token), {RUNS} runs: "
+        f"p50 {pct(cold, 50):.2f} s, p95 {pct(cold, 95):.2f} s"
+        f"\nadded by the portal: p50 {pct(cold, 50) - pct(bare, 50):.2f} s, p95 {pct(cold, 95) - pct(bare, 95):.2f} s"
+    )
+    print(report)
+    print("\n".join(phases))
+    pytest.bench_report = report  # type: ignore[attr-defined]

@@ -1,0 +1,237 @@
+"""Models on demand at the gateway: hold a request for a cold model while it starts.
+
+Admission calls `wait_until_warm` once the key's limits admitted the request (a key without
+quota never starts a model). The first request opens the deployment's cold start in the database
+(`hosts.ondemand.services.demand`: one active per deployment, so however many requests and
+replicas ask, one launch); this process then watches it with ONE poller per model and wakes every
+request waiting for it. Each model holds at most GATEWAY_ONDEMAND_QUEUE requests per process; a
+stream gets its SSE headers at once and a `: waiting for model` comment every few seconds; every
+request waits at most the deployment's cold-start budget (less if the client sends
+`Prefer: wait=N`; `wait=0` is "do not wait"). Whatever does not get the model in time is answered
+503 with `Retry-After` from the model's cold-start history: never dropped.
+
+While a request to an on-demand model is in flight it is counted in Redis (`hosts.ondemand.activity`),
+so the placement never evicts, and the idle sweep never stops, a deployment that is serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from hosts.ondemand import activity
+from hosts.ondemand import services as ondemand
+
+from . import metrics
+from .cache import ModelInfo, run_db, snapshot
+from .http import SSE_HEADERS, GatewayError, Request
+
+logger = logging.getLogger(__name__)
+
+KEEPALIVE_SECONDS = 5.0
+POLL_SECONDS = 0.5
+WAITING_COMMENT = b": waiting for model\n\n"
+_PREFER_WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*(\d+)")
+
+
+@dataclass(slots=True)
+class _Model:
+    """This process's waiters of one cold deployment."""
+
+    waiting: int = 0
+    outcome: asyncio.Future[dict[str, Any]] | None = None  # the cold start's end, seen by the poller
+    poller: asyncio.Task[None] | None = None
+    last: dict[str, Any] = field(default_factory=dict)
+
+
+_models: dict[int, _Model] = {}
+
+
+def is_cold(model: ModelInfo) -> bool:
+    return model.on_demand is not None and not model.has_routes
+
+
+def allowance(req: Request, budget: float) -> float:
+    """How long this request may wait: the budget, or less if the client said `Prefer: wait=N`."""
+    found = _PREFER_WAIT.search(req.headers.get("prefer", ""))
+    return min(budget, float(found.group(1))) if found else budget
+
+
+def _unavailable(info: ModelInfo, message: str, retry_after: float) -> GatewayError:
+    retry = max(1, math.ceil(retry_after))
+    return GatewayError(
+        503,
+        f"The model '{info.name}' {message} Retry in about {retry} s.",
+        code="model_starting",
+        headers=[(b"retry-after", str(retry).encode())],
+    )
+
+
+async def wait_until_warm(req: Request, info: ModelInfo, *, stream: bool) -> float:
+    """Start the model if needed and wait until a channel serves it; returns the seconds waited.
+    Raises GatewayError 503 (with Retry-After) when it cannot wait or the budget runs out; for a
+    stream whose SSE headers were already sent that error goes out as a `data:` event."""
+    assert info.on_demand is not None
+    deployment_id = info.on_demand.deployment_id
+    started = time.perf_counter()
+    state = _models.setdefault(deployment_id, _Model())
+    if state.waiting >= int(settings.GATEWAY_ONDEMAND_QUEUE):
+        metrics.ondemand_refused("queue_full")
+        raise _unavailable(info, "is starting and its queue is full.", _retry_after(info, state))
+    wait = allowance(req, info.on_demand.budget)
+    if state.outcome is None or state.outcome.done():
+        state.outcome = asyncio.get_running_loop().create_future()
+        state.poller = asyncio.create_task(_watch(deployment_id, state.outcome))
+    outcome = state.outcome
+    if wait <= 0:  # the start goes on; the client comes back
+        metrics.ondemand_refused("no_wait")
+        raise _unavailable(info, "is starting.", _retry_after(info, state))
+    state.waiting += 1
+    try:
+        if stream and not outcome.done():
+            await _start_stream(req)
+        result = await _wait(req, outcome, wait, stream=stream)
+    finally:
+        state.waiting -= 1
+    if result is None:
+        metrics.ondemand_refused("budget")
+        raise _unavailable(info, f"did not start within {wait:g} s (it is still starting).", _retry_after(info, state))
+    if result["state"] != "ready":
+        metrics.ondemand_refused("failed")
+        raise GatewayError(
+            503,
+            f"The model '{info.name}' could not be started: {result.get('message') or 'see its deployment'}.",
+            code="model_start_failed",
+            headers=[(b"retry-after", b"30")],
+        )
+    return _done(started)
+
+
+def _done(started: float) -> float:
+    waited = time.perf_counter() - started
+    metrics.ondemand_waited(waited)
+    return waited
+
+
+def _retry_after(info: ModelInfo, state: _Model) -> float:
+    if state.last.get("retry_after"):
+        return float(state.last["retry_after"])
+    return info.on_demand.estimate if info.on_demand is not None else 30.0
+
+
+async def _watch(deployment_id: int, outcome: asyncio.Future[dict[str, Any]]) -> None:
+    """Ask for the model (opening its cold start unless one is active), then watch the cold start
+    until it ends and load the catalog that routes to it: one per model per process, however many
+    requests wait. Stops early when nobody here waits any more (the next request looks again)."""
+    state = _models[deployment_id]
+    try:
+        observed = await run_db(ondemand.demand, deployment_id)
+        state.last = observed
+        while observed.get("state") not in ("ready", "failed"):
+            if state.waiting == 0:
+                return
+            await asyncio.sleep(POLL_SECONDS)
+            try:
+                observed = await run_db(ondemand.observe, observed["cold_start_id"]) or observed
+            except GatewayError:  # the database is away: keep trying while requests wait
+                continue
+            state.last = observed
+        if observed["state"] == "ready":
+            await snapshot.reload_catalog()  # its channel is registered now
+        outcome.set_result(observed)
+    except Exception as exc:
+        logger.exception("watching the cold start of deployment %s failed", deployment_id)
+        if not outcome.done():
+            outcome.set_result({"state": "failed", "message": f"the gateway could not follow its start ({exc!r})"})
+    finally:
+        if not outcome.done():
+            outcome.cancel()
+
+
+async def _wait(
+    req: Request, outcome: asyncio.Future[dict[str, Any]], wait: float, *, stream: bool
+) -> dict[str, Any] | None:
+    """The cold start's outcome, or None when `wait` seconds passed first; a stream gets a
+    keep-alive comment every KEEPALIVE_SECONDS meanwhile."""
+    deadline = time.monotonic() + wait
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        try:
+            return await asyncio.wait_for(asyncio.shield(outcome), min(left, KEEPALIVE_SECONDS))
+        except TimeoutError:
+            if stream:
+                await req.send({"type": "http.response.body", "body": WAITING_COMMENT, "more_body": True})
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if outcome.cancelled() and task is not None and not task.cancelling():
+                return None  # the poller stopped (it failed): the client retries
+            raise
+
+
+async def _start_stream(req: Request) -> None:
+    """Send the SSE headers and a first comment now; what the handler sends later is fitted in:
+    its own response start is dropped, and an error answer becomes one `data:` event."""
+    send = req.send
+    await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+    await send({"type": "http.response.body", "body": WAITING_COMMENT, "more_body": True})
+    error: list[bytes] | None = None
+
+    async def after_prelude(message: Mapping[str, Any]) -> None:
+        nonlocal error
+        if message["type"] == "http.response.start":
+            if int(message.get("status", 200)) >= 400:
+                error = []
+            return
+        if error is not None and message["type"] == "http.response.body":
+            error.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                event = b"data: " + b"".join(error) + b"\n\ndata: [DONE]\n\n"
+                await send({"type": "http.response.body", "body": event})
+            return
+        await send(message)
+
+    req.send = after_prelude
+
+
+# --- in flight --------------------------------------------------------------------------------------
+def began(deployment_id: int, request_id: str) -> None:
+    """Count a request to an on-demand deployment as in flight (fire and forget)."""
+    _spawn("ZADD", activity.busy_key(deployment_id), time.time() + activity.LEASE_SECONDS, request_id)
+
+
+def ended(deployment_id: int, request_id: str) -> None:
+    _spawn("ZREM", activity.busy_key(deployment_id), request_id)
+    _spawn("SET", activity.last_key(deployment_id), repr(time.time()), "EX", 30 * 86400)
+
+
+def _spawn(*args: object) -> None:
+    from .state import process
+
+    limiter = process.limiter
+    if limiter is None:
+        return
+    try:
+        task = asyncio.get_running_loop().create_task(limiter.redis.call(*args))
+    except RuntimeError:
+        return
+    _pending.add(task)
+    task.add_done_callback(_forget)
+
+
+_pending: set[asyncio.Task[Any]] = set()
+
+
+def _forget(task: asyncio.Task[Any]) -> None:
+    _pending.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("on-demand activity not recorded in Redis: %r", task.exception())

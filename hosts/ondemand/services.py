@@ -1,0 +1,432 @@
+"""Models on demand: the gateway's demand, the placement, making room, the idle sweep, the history.
+
+**Placement** (`place`): the hosts the deployment may run on (only its own when `pin_host`),
+each asked for its GPUs' memory by a fresh `nvidia-smi` (stored as the inventory), judged by the
+fit estimate (`hosts.fit`) against each GPU's free memory, taken as the smaller of what
+`nvidia-smi` says and the GPU's total minus what the portal's own starting/running deployments
+there were estimated to need (a server still loading has not allocated yet). A host is dropped,
+with its reason, when it cannot be reached, lacks the weights of a llama.cpp model (a file
+path), has the deployment's port taken, or has no room even after making some. Among the hosts
+left: fewest evictions first, then a host that has the weights, then the least loaded (share of
+its GPU memory already claimed), then by name.
+
+**Making room**: on a host without room, idle on-demand deployments are stopped, in this order:
+idle longest first (last request ended earliest), then cheapest to restart (smallest cold-start
+p50), then name. Only a deployment that is on demand, running, has no request in flight (the
+gateway's count in Redis; unreadable counts as busy) and has been idle at least
+`HOSTS_ONDEMAND_EVICT_IDLE_SECONDS` may be evicted; never one that is not on demand or busy.
+
+**No thrash**: a model just started for waiting requests is not idle for that grace, so a second
+cold model that needs its room waits (the placement is retried every
+`HOSTS_ONDEMAND_RETRY_SECONDS`) until the first has served its queue and gone quiet, and is
+refused (503 with Retry-After at the gateway) when its cold-start budget runs out first.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from .. import backends, calibration, fit
+from ..choices import IDLE_DEPLOYMENT_STATUSES, DeploymentStatus, JobAction, JobState
+from ..deployments import jobs
+from ..models import GPU, Deployment, Host
+from ..remote import commands, inventory, ssh
+from . import activity, signals
+from .models import ColdStart, ColdStartState
+
+logger = logging.getLogger(__name__)
+
+HISTORY = 20  # cold starts the estimates are taken from
+DEFAULT_ESTIMATE_SECONDS = 60.0  # before the first cold start of a deployment
+CLAIMING = (DeploymentStatus.STARTING, DeploymentStatus.RUNNING, DeploymentStatus.STOPPING)
+
+
+# --- what the gateway asks --------------------------------------------------------------------------
+def catalog_entries() -> dict[str, dict[str, Any]]:
+    """Per public model served by an on-demand deployment: what the gateway's catalog keeps of it."""
+    entries: dict[str, dict[str, Any]] = {}
+    for d in Deployment.objects.filter(on_demand=True).order_by("pk"):
+        entries.setdefault(
+            d.served_model_name,
+            {
+                "deployment_id": d.pk,
+                "budget": float(d.cold_start_budget),
+                "estimate": estimate_seconds(d.pk),
+                "context_window": d.context_window,
+            },
+        )
+    return entries
+
+
+def estimate_seconds(deployment_id: int, q: float = 0.5) -> float:
+    """A cold start's expected length from this deployment's history (its quantile `q`)."""
+    seconds = [
+        float(s)
+        for s in ColdStart.objects.filter(
+            deployment_id=deployment_id, state=ColdStartState.READY, seconds__isnull=False
+        )
+        .order_by("-created")
+        .values_list("seconds", flat=True)[:HISTORY]
+        if s is not None
+    ]
+    return quantile(seconds, q) if seconds else DEFAULT_ESTIMATE_SECONDS
+
+
+def quantile(values: list[float], q: float) -> float:
+    if len(values) == 1:
+        return float(values[0])
+    return float(statistics.quantiles(values, n=100, method="inclusive")[max(0, min(98, int(q * 100) - 1))])
+
+
+def is_ready(deployment: Deployment) -> bool:
+    return (
+        deployment.status == DeploymentStatus.RUNNING
+        and deployment.channel_id is not None
+        and deployment.channel.enabled  # type: ignore[union-attr]
+    )
+
+
+def demand(deployment_id: int) -> dict[str, Any]:
+    """A request wants the deployment's model (the gateway, after the key's limits admitted it):
+    its state, opening a cold start unless one is active. The one-active constraint makes this
+    one launch however many requests and replicas ask at once."""
+    d = Deployment.objects.select_related("channel").get(pk=deployment_id)
+    if is_ready(d):
+        return {"state": "ready"}
+    cold = ColdStart.objects.active().filter(deployment=d).first()
+    if cold is None:
+        deadline = timezone.now() + datetime.timedelta(seconds=d.cold_start_budget)
+        try:
+            with transaction.atomic():
+                cold = ColdStart.objects.create(deployment=d, deadline=deadline, message="Choosing a host.")
+        except IntegrityError:  # another request, here or on another replica, opened it first
+            cold = ColdStart.objects.active().get(deployment=d)
+        else:
+            cold_id = cold.pk
+            transaction.on_commit(lambda: signals.placement_needed.send(sender=ColdStart, cold_start_id=cold_id))
+    return observe(cold.pk)
+
+
+def observe(cold_start_id: int) -> dict[str, Any]:
+    """Where a cold start stands, for the requests waiting on it; a launching one whose
+    deployment has become ready (or failed) is moved on here, by whoever looks first."""
+    cold = ColdStart.objects.select_related("deployment__channel").get(pk=cold_start_id)
+    d = cold.deployment
+    if cold.state == ColdStartState.LAUNCHING:
+        if is_ready(d):
+            finish(cold, ColdStartState.READY, f"Serving on {d.host.name}.")
+        elif d.status in IDLE_DEPLOYMENT_STATUSES and not d.jobs.active().exists():
+            finish(cold, ColdStartState.FAILED, d.status_message or "The launch failed.")
+    elif cold.is_active and timezone.now() > cold.deadline + datetime.timedelta(seconds=30):
+        finish(cold, ColdStartState.FAILED, "No placement within the cold-start budget.")  # the task died
+    elapsed = (timezone.now() - cold.created).total_seconds()
+    return {
+        "cold_start_id": cold.pk,
+        "state": "ready" if cold.state == ColdStartState.READY else cold.state,
+        "message": cold.message,
+        "elapsed": elapsed,
+        "retry_after": max(1.0, estimate_seconds(d.pk) - elapsed),
+    }
+
+
+def finish(cold: ColdStart, state: str, message: str) -> bool:
+    now = timezone.now()
+    seconds = (now - cold.created).total_seconds()
+    moved = ColdStart.objects.filter(pk=cold.pk, state=cold.state).update(
+        state=state, message=message[:500], finished=now, seconds=seconds if state == ColdStartState.READY else None
+    )
+    if moved:
+        cold.state, cold.message, cold.finished = state, message[:500], now
+        if state == ColdStartState.READY:
+            activity.touch(cold.deployment_id)  # its waiting requests follow: not idle yet
+    return bool(moved)
+
+
+# --- placement --------------------------------------------------------------------------------------
+@dataclass
+class Candidate:
+    host: Host
+    gpu_indices: list[int] = field(default_factory=list)
+    victims: list[Deployment] = field(default_factory=list)
+    weights: bool = False
+    load: float = 0.0
+    reason: str = ""
+
+
+def place(cold_start_id: int) -> float | None:
+    """One placement attempt (the Celery task's body): choose the host, make room, ask for the
+    launch. Returns seconds until the next attempt while it waits for room, else None."""
+    cold = ColdStart.objects.select_related("deployment__host").filter(pk=cold_start_id).first()
+    if cold is None or cold.state not in (ColdStartState.PLACING, ColdStartState.WAITING_ROOM):
+        return None
+    d = cold.deployment
+    ColdStart.objects.filter(pk=cold.pk).update(attempts=cold.attempts + 1)
+    if d.status == DeploymentStatus.RUNNING or d.jobs.active().filter(action=JobAction.LAUNCH).exists():
+        _move(cold, ColdStartState.LAUNCHING, "Already starting or running.")
+        return None
+    if d.status not in IDLE_DEPLOYMENT_STATUSES:  # being stopped (its idle TTL, an admin): next round
+        return _wait(cold, "The deployment is being stopped; starting it again once it is.", [])
+    hosts = [d.host] if d.pin_host else list(Host.objects.key_confirmed())
+    candidates: list[Candidate] = []
+    reasons: list[str] = []
+    for host in hosts:
+        candidate = assess(d, host)
+        reasons.append(f"{host.name}: {candidate.reason}")
+        if candidate.gpu_indices or (candidate.reason.startswith("fits") and not d.gpu_indices):
+            candidates.append(candidate)
+    if not candidates:
+        return _wait(cold, "No host has room for it now, even after stopping idle on-demand models.", reasons)
+    candidates.sort(key=lambda c: (len(c.victims), not c.weights, c.load, c.host.name))
+    chosen = candidates[0]
+    reasons.append(f"chosen {chosen.host.name}" + (" (pinned)" if d.pin_host else ""))
+    evicted = []
+    for victim in chosen.victims:
+        if not evict(victim, f"Stopped to make room for {d.served_model_name} (on demand)."):
+            return _wait(cold, f"Could not stop {victim.name} to make room; trying again.", reasons)
+        evicted.append({"name": victim.name, "host": chosen.host.name})
+    Deployment.objects.filter(pk=d.pk).update(host=chosen.host, gpu_indices=chosen.gpu_indices)
+    d.host, d.gpu_indices = chosen.host, chosen.gpu_indices
+    try:
+        jobs.request_job(d, JobAction.LAUNCH)
+    except jobs.JobConflict as exc:
+        return _wait(cold, str(exc), reasons)
+    ColdStart.objects.filter(pk=cold.pk).update(
+        state=ColdStartState.LAUNCHING,
+        message=f"Launching on {chosen.host.name}.",
+        host_name=chosen.host.name,
+        reasons=reasons,
+        evicted=evicted,
+    )
+    return None
+
+
+def _move(cold: ColdStart, state: str, message: str, **fields: Any) -> None:
+    ColdStart.objects.filter(pk=cold.pk).update(state=state, message=message[:500], **fields)
+
+
+def _wait(cold: ColdStart, message: str, reasons: list[str]) -> float | None:
+    if timezone.now() >= cold.deadline:
+        _move(cold, ColdStartState.WAITING_ROOM, message, reasons=reasons)
+        cold.state = ColdStartState.WAITING_ROOM
+        finish(cold, ColdStartState.FAILED, f"{message} Gave up after the cold-start budget.")
+        return None
+    _move(cold, ColdStartState.WAITING_ROOM, message, reasons=reasons)
+    return float(settings.HOSTS_ONDEMAND_RETRY_SECONDS)
+
+
+def assess(d: Deployment, host: Host) -> Candidate:
+    """Can `d` run on `host`, on which GPUs, after stopping which idle deployments; and why not."""
+    candidate = Candidate(host=host)
+    if Deployment.objects.filter(host=host, port=d.port).exclude(pk=d.pk).exists():
+        candidate.reason = f"port {d.port} is taken by another deployment"
+        return candidate
+    try:
+        with ssh.connect(host) as remote:
+            try:
+                inventory.store(host, inventory.collect(remote))  # the fresh nvidia-smi
+            except inventory.InventoryError as exc:
+                candidate.reason = f"no GPUs ({exc})"
+                return candidate
+            candidate.weights = not commands.check_model(remote, d.backend, d.model_path)
+            if not candidate.weights and d.backend == "llamacpp":
+                candidate.reason = "the model file is not on this host"
+                return candidate
+            arch = commands.read_architecture(remote, d.backend, d.model_path) if candidate.weights else None
+    except ssh.SSHError as exc:
+        candidate.reason = f"unreachable ({exc.message})"
+        return candidate
+    arch = arch or fit.preset_for(d.model_path)
+    if arch is None:
+        candidate.reason = "the model's size is unknown (no readable files, no preset)"
+        return candidate
+    if d.backend == "llamacpp" and not arch.quant:
+        arch.quant = fit.quant_from_name(d.model_path)
+    gpus = {g.index: g for g in GPU.objects.filter(host=host, stale=False)}
+    claims = _claims(host, exclude=d.pk)
+    total = sum(g.memory_total_mib or 0 for g in gpus.values()) or 1
+    candidate.load = sum(sum(c.values()) for c in claims.values()) / total
+    victims = _evictable(host, exclude=d.pk)
+    freed: dict[int, float] = {}
+    for n_evicted in range(len(victims) + 1):
+        chosen = _fit(d, arch, host, gpus, claims, freed)
+        if chosen is not None:
+            candidate.gpu_indices = chosen
+            candidate.victims = victims[:n_evicted]
+            have = "has the weights" if candidate.weights else "downloads the weights"
+            made = f", after stopping {', '.join(v.name for v in candidate.victims)}" if candidate.victims else ""
+            candidate.reason = f"fits on GPU {','.join(map(str, chosen))}{made}; {have}; {candidate.load:.0%} claimed"
+            return candidate
+        if n_evicted < len(victims):
+            for index, mib in claims.get(victims[n_evicted].pk, {}).items():
+                freed[index] = freed.get(index, 0) + mib
+    candidate.reason = (
+        f"no room: {_free_text(gpus, claims, freed)} free"
+        + (f" even after stopping {len(victims)} idle on-demand deployment(s)" if victims else "")
+        + f"; {len(_busy_or_pinned(host, d.pk))} other deployment(s) may not be stopped"
+    )
+    return candidate
+
+
+def _claims(host: Host, *, exclude: int) -> dict[int, dict[int, float]]:
+    """MiB per GPU index each starting/running deployment on the host was estimated to need."""
+    claims: dict[int, dict[int, float]] = {}
+    for other in Deployment.objects.filter(host=host, status__in=CLAIMING).exclude(pk=exclude):
+        devices = (other.last_fit or {}).get("devices") or []
+        per = {dev["index"]: float(dev["need_gib"]) * 1024 for dev in devices if dev.get("index") is not None}
+        if not per:  # no estimate stored: the whole of its GPUs
+            per = {i: float("inf") for i in other.gpu_indices}
+        claims[other.pk] = per
+    return claims
+
+
+def _free(gpus: dict[int, GPU], claims: dict[int, dict[int, float]], freed: dict[int, float]) -> dict[int, int]:
+    free = {}
+    for index, g in gpus.items():
+        claimed = sum(c.get(index, 0) for c in claims.values()) - freed.get(index, 0)
+        by_portal = (g.memory_total_mib or 0) - claimed
+        by_smi = (g.memory_free_mib or 0) + freed.get(index, 0)
+        free[index] = int(max(0, min(by_smi, by_portal)))
+    return free
+
+
+def _free_text(gpus: dict[int, GPU], claims: dict[int, dict[int, float]], freed: dict[int, float]) -> str:
+    return ", ".join(f"GPU {i} {mib} MiB" for i, mib in sorted(_free(gpus, claims, freed).items())) or "no GPU"
+
+
+def _fit(
+    d: Deployment,
+    arch: fit.Architecture,
+    host: Host,
+    gpus: dict[int, GPU],
+    claims: dict[int, dict[int, float]],
+    freed: dict[int, float],
+) -> list[int] | None:
+    """The GPUs (as many as the deployment uses, most free first) it fits on, or None."""
+    want = len(d.gpu_indices)
+    free = _free(gpus, claims, freed)
+    if want == 0 or len(free) < want:
+        return [] if want == 0 else None
+    chosen = sorted(free, key=lambda i: (-free[i], i))[:want]
+    impl = backends.get(d.backend)
+    request = fit.FitRequest(
+        arch=arch,
+        backend=d.backend,
+        gpus=[fit.GPUMemory(i, gpus[i].memory_total_mib or 0, free[i]) for i in sorted(chosen)],
+        **impl.fit_params(d.options, d.model_path),
+        **calibration.correction_for(host, d.backend),
+    )
+    return sorted(chosen) if fit.estimate(request).fits else None
+
+
+def _idle_since(d: Deployment) -> float:
+    """Epoch seconds since which the deployment has had no request (its last request, else its start)."""
+    last = activity.last_request(d.pk) or 0.0
+    started = d.cold_starts.filter(state=ColdStartState.READY).values_list("finished", flat=True).first()
+    run = d.runs.filter(stopped__isnull=True).values_list("started", flat=True).first()
+    known = [t.timestamp() for t in (started, run) if t is not None]
+    return max([last, *known]) if (last or known) else 0.0
+
+
+def _evictable(host: Host, *, exclude: int) -> list[Deployment]:
+    """Idle on-demand deployments of the host, in eviction order (see the module's docstring)."""
+    now = time.time()
+    grace = float(settings.HOSTS_ONDEMAND_EVICT_IDLE_SECONDS)
+    found = []
+    for other in Deployment.objects.filter(host=host, on_demand=True, status=DeploymentStatus.RUNNING).exclude(
+        pk=exclude
+    ):
+        if other.jobs.active().exists() or activity.in_flight(other.pk) != 0:
+            continue
+        idle_since = _idle_since(other)
+        if now - idle_since < grace:
+            continue
+        found.append((idle_since, estimate_seconds(other.pk), other.name, other))
+    found.sort(key=lambda t: t[:3])
+    return [t[3] for t in found]
+
+
+def _busy_or_pinned(host: Host, exclude: int) -> list[int]:
+    ids = set(
+        Deployment.objects.filter(host=host, status__in=CLAIMING).exclude(pk=exclude).values_list("pk", flat=True)
+    )
+    return sorted(ids - {v.pk for v in _evictable(host, exclude=exclude)})
+
+
+def evict(d: Deployment, why: str) -> bool:
+    """Stop an idle on-demand deployment now (a stop job, run here: a stop is seconds)."""
+    try:
+        job = jobs.request_job(d, JobAction.STOP)
+    except jobs.JobConflict:
+        return False
+    jobs.run_job(job.pk)
+    job.refresh_from_db()
+    if job.state != JobState.STOPPED:
+        return False
+    Deployment.objects.filter(pk=d.pk).update(status_message=why[:500])  # the reason on its page
+    return True
+
+
+# --- the idle sweep ---------------------------------------------------------------------------------
+def sweep_idle(now: float | None = None) -> list[str]:
+    """Beat: stop every on-demand deployment idle past its TTL with nothing in flight; move on
+    cold starts whose deployment settled. Returns the names it stopped."""
+    now = now or time.time()
+    for cold in ColdStart.objects.active().filter(state=ColdStartState.LAUNCHING):
+        observe(cold.pk)
+    stopped = []
+    for d in Deployment.objects.filter(on_demand=True, status=DeploymentStatus.RUNNING):
+        if d.jobs.active().exists() or ColdStart.objects.active().filter(deployment=d).exists():
+            continue
+        if now - _idle_since(d) < d.idle_ttl or activity.in_flight(d.pk) != 0:
+            continue
+        try:
+            jobs.request_job(d, JobAction.STOP)
+        except jobs.JobConflict:
+            continue
+        Deployment.objects.filter(pk=d.pk).update(status_message=f"Idle for {d.idle_ttl} s: stopping (on demand).")
+        stopped.append(d.name)
+    return stopped
+
+
+# --- what the admin sees ----------------------------------------------------------------------------
+def overview(d: Deployment) -> dict[str, Any]:
+    """The on-demand section of a deployment's page: state, where it last ran, cold-start
+    p50/p95, starts and evictions per day (last 7 days), the last placements and their reasons."""
+    since = timezone.now() - datetime.timedelta(days=7)
+    starts = list(d.cold_starts.filter(created__gte=since).order_by("created"))
+    seconds = [c.seconds for c in starts if c.seconds is not None]
+    evictions = [
+        c.created
+        for c in ColdStart.objects.filter(created__gte=since).exclude(evicted=[])
+        if any(e.get("name") == d.name for e in c.evicted)
+    ]
+    per_day: dict[str, dict[str, int]] = {}
+    for c in starts:
+        per_day.setdefault(c.created.date().isoformat(), {"starts": 0, "evictions": 0})["starts"] += 1
+    for at in evictions:
+        per_day.setdefault(at.date().isoformat(), {"starts": 0, "evictions": 0})["evictions"] += 1
+    if d.status == DeploymentStatus.RUNNING:
+        state = "warm"
+    elif d.cold_starts.active().exists():
+        state = "starting"
+    else:
+        state = "cold"
+    last = d.cold_starts.exclude(host_name="").first()
+    return {
+        "state": state,
+        "last_host": last.host_name if last else d.host.name,
+        "p50": quantile(seconds, 0.5) if seconds else None,
+        "p95": quantile(seconds, 0.95) if seconds else None,
+        "per_day": sorted(per_day.items(), reverse=True),
+        "recent": list(d.cold_starts.all()[:10]),
+        "in_flight": activity.in_flight(d.pk),
+    }

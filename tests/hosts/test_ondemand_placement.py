@@ -1,0 +1,138 @@
+"""The placement's rules against two real sshd "GPU hosts" (fake nvidia-smi: 390 and 290 MiB free,
+room for one tiny llama.cpp model each): what may be evicted and in which order, a pinned host,
+and the no-thrash rule (a cold model whose room is held by a busy or just-used model waits, and is
+refused when its cold-start budget runs out). The placement runs here, as the worker's task does;
+the deployments said to be running hold their memory through their stored estimates."""
+
+from __future__ import annotations
+
+import datetime
+import time
+import uuid
+
+import pytest
+from django.utils import timezone
+
+from hosts.choices import DeploymentStatus
+from hosts.deployments import services
+from hosts.models import ColdStart, Deployment
+from hosts.ondemand import activity
+from hosts.ondemand import services as ondemand
+from hosts.ondemand.models import ColdStartState
+from tests.fakes.llamacpp import tiny_gguf_path
+from tests.services import free_port
+
+from .test_ondemand import _host, two_targets  # noqa: F401  (the module-scoped sshd pair)
+
+TINY_NEED = [{"name": "GPU 0", "index": 0, "need_gib": 0.2508, "have_gib": 0.38}]
+
+
+@pytest.fixture(autouse=True)
+def namespace(monkeypatch):
+    monkeypatch.setenv("GATEWAY_REDIS_NAMESPACE", "odplace-" + uuid.uuid4().hex[:10])
+
+
+@pytest.fixture
+def hosts(db, two_targets):  # noqa: F811
+    return _host("gpu-a", two_targets[0]), _host("gpu-b", two_targets[1])
+
+
+def deployment(host, name, *, on_demand=True, running=False, **fields) -> Deployment:
+    d = services.save_deployment(
+        host=host,
+        name=name,
+        backend="llamacpp",
+        model_path=str(tiny_gguf_path()),
+        served_model_name=name,
+        gpu_indices=[0],
+        port=free_port(),
+        options={"ctx_size": 1024, "threads": 1, "parallel": 1},
+        extra_args=[],
+        on_demand=on_demand,
+        **fields,
+    )
+    if running:
+        Deployment.objects.filter(pk=d.pk).update(status=DeploymentStatus.RUNNING, last_fit={"devices": TINY_NEED})
+        d.refresh_from_db()
+    return d
+
+
+def test_evictable_are_idle_on_demand_ones_idle_longest_first_never_busy_or_not_on_demand(hosts, settings):
+    settings.HOSTS_ONDEMAND_EVICT_IDLE_SECONDS = 10
+    a, _b = hosts
+    older = deployment(a, "idle-longest", running=True)
+    newer = deployment(a, "idle-shorter", running=True)
+    busy = deployment(a, "busy", running=True)
+    recent = deployment(a, "just-used", running=True)
+    fixed = deployment(a, "not-on-demand", on_demand=False, running=True)
+    now = time.time()
+    activity.touch(older.pk, now - 600)
+    activity.touch(newer.pk, now - 60)
+    activity.touch(busy.pk, now - 900)
+    activity.touch(recent.pk, now - 2)  # within the grace: it just served the requests that started it
+    activity.touch(fixed.pk, now - 3600)
+    import redis
+    from django.conf import settings as django_settings
+
+    redis.Redis.from_url(django_settings.REDIS_URL).zadd(activity.busy_key(busy.pk), {"r1": now + 600})
+    assert [d.name for d in ondemand._evictable(a, exclude=0)] == ["idle-longest", "idle-shorter"]
+
+
+def test_a_cold_model_whose_room_is_held_waits_then_is_refused_at_its_budget(hosts, settings):
+    """No thrash: gpu-a holds an on-demand model that has just served (within the grace), gpu-b a
+    model that is not on demand. The new one waits for room, never evicting either, and gives up
+    when its budget is spent."""
+    settings.HOSTS_ONDEMAND_EVICT_IDLE_SECONDS = 30
+    a, b = hosts
+    first = deployment(a, "first", running=True)
+    activity.touch(first.pk)
+    deployment(b, "always-on", on_demand=False, running=True)
+    second = deployment(a, "second")
+    cold = ColdStart.objects.get(pk=ondemand.demand(second.pk)["cold_start_id"])
+
+    assert ondemand.place(cold.pk) == settings.HOSTS_ONDEMAND_RETRY_SECONDS  # it waits, retried
+    cold.refresh_from_db()
+    assert cold.state == ColdStartState.WAITING_ROOM and cold.evicted == []
+    assert any(line.startswith("gpu-a: no room") for line in cold.reasons), cold.reasons
+    assert any(line.startswith("gpu-b: no room") for line in cold.reasons), cold.reasons
+    first.refresh_from_db()
+    assert first.status == DeploymentStatus.RUNNING
+
+    ColdStart.objects.filter(pk=cold.pk).update(deadline=timezone.now() - datetime.timedelta(seconds=1))
+    assert ondemand.place(cold.pk) is None
+    cold.refresh_from_db()
+    assert cold.state == ColdStartState.FAILED and "cold-start budget" in cold.message
+    seen = ondemand.observe(cold.pk)
+    assert seen["state"] == "failed" and seen["retry_after"] >= 1
+
+
+def test_a_pinned_deployment_is_only_placed_on_its_host(hosts):
+    a, b = hosts
+    deployment(a, "holds-a", on_demand=False, running=True)
+    pinned = deployment(a, "pinned", pin_host=True)
+    cold = ColdStart.objects.get(pk=ondemand.demand(pinned.pk)["cold_start_id"])
+    ondemand.place(cold.pk)
+    cold.refresh_from_db()
+    assert [line.split(":")[0] for line in cold.reasons] == ["gpu-a"]  # gpu-b (room) was not considered
+    assert cold.state == ColdStartState.WAITING_ROOM
+
+    free = deployment(a, "free-to-move")
+    cold = ColdStart.objects.get(pk=ondemand.demand(free.pk)["cold_start_id"])
+    ondemand.place(cold.pk)
+    cold.refresh_from_db()
+    assert cold.reasons[-1] == "chosen gpu-b" and cold.state == ColdStartState.LAUNCHING
+    free.refresh_from_db()
+    assert free.host == b
+
+
+def test_client_configs_and_metrics_know_an_on_demand_model_while_it_is_stopped(hosts, alice):
+    from clientconfigs.services import usable_models
+    from hosts.ondemand.metrics import OnDemandCollector
+
+    stopped = deployment(hosts[0], "listed-cold")
+    assert "listed-cold" in [m.name for m in usable_models(alice)]
+    ondemand.demand(stopped.pk)
+    starts, _evictions = OnDemandCollector().collect()
+    assert [(s.labels, s.value) for s in starts.samples if s.name.endswith("_total")] == [
+        ({"model": "listed-cold", "state": "placing"}, 1)
+    ]
