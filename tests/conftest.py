@@ -49,15 +49,26 @@ SLOW = {
 DEFAULT_WORKERS = 4
 REDIS_DATABASES = 16  # Redis's default `databases`: REDIS_URL's db + the worker's index must stay below
 
-# The modules that take longest (worker-seconds, measured with `--durations`), longest first: under
-# xdist they are handed out before everything else, so no long one starts near the end and leaves
-# one worker running alone while the others idle. Order matters, completeness does not: a module
-# not listed runs after these, in collection order.
+# The modules that take longest, longest test first (worker-seconds from `--durations` of a whole
+# run, 2026-12-02: backup/restore 414 s for one test, schemathesis 350-405 s per role, `portal up`
+# 140-280 s each of 8 tests, the admin's crawl 240 s…): under xdist they are handed out before
+# everything else, so no long one starts near the end and runs alone while the other workers idle.
+# Order matters, completeness does not: a module not listed runs after these, in collection order.
 LONGEST_FIRST = (
-    "tests/gateway/test_db_outage.py",
+    "tests/portal/test_backup_restore.py",
     "tests/api/test_schemathesis.py",
+    "tests/test_portal_up.py",
     "tests/browser/test_every_page_in_browser.py",
+    "tests/portal/test_disk_full.py",
+    "tests/gateway/test_db_outage.py",
+    "tests/gateway/test_postgres_backup_restore.py",
+    "tests/portal/test_settings.py",
+    "tests/hosts/test_worker_killed.py",
+    "tests/gateway/test_limits.py",
     "tests/clientconfigs/test_real_clients.py",
+    "tests/health/test_worker_survives_broker_restarts.py",
+    "tests/gateway/test_api_redis_faults.py",
+    "tests/health/test_celery_live.py",
 )
 
 
