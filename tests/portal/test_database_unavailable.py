@@ -1,14 +1,26 @@
 """The UI and the REST API answer a clear 503 (a page, or JSON under /api/) at once when the
-database cannot be reached."""
+database cannot be reached: refused (nothing listens), or stalled (a proxy or load balancer that
+accepts and forwards nothing, so only the portal's own deadlines end the wait)."""
 
 from __future__ import annotations
 
 import time
 from contextlib import contextmanager
 
+import httpx
 import pytest
+from django.conf import settings
 from django.db import connections
 from django.test import Client
+
+from tests.fakes.tcp_proxy import TcpProxy
+from tests.gateway.conftest import database_url, redis_namespace, spawn_gateway  # noqa: F401
+from tests.services import require_postgres
+
+# "Within 2 s" is the promise (the connect timeout and the health check's deadline, 2 s each at
+# most); on this shared box a loaded second is common, so the bound here is wider, yet far below
+# the UI's 30 s statement timeout a hang would take.
+STALL_BOUND = 10.0
 
 
 @contextmanager
@@ -30,6 +42,33 @@ def broken_database():
     finally:
         conn.close()
         conn.settings_dict = saved
+
+
+@contextmanager
+def stalled_database():
+    """This thread's connection reached through a TCP proxy that stalls once the block starts:
+    the kept connection and any new one hang rather than fail."""
+    require_postgres()
+    conn = connections["default"]
+    saved = conn.settings_dict
+    conn.close()
+    with TcpProxy(f"redis://{saved.get('HOST') or '127.0.0.1'}:{saved.get('PORT') or 5432}/0") as proxy:
+        conn.settings_dict = {**saved, "HOST": "127.0.0.1", "PORT": proxy.port}
+        try:
+            with conn.cursor() as cur:  # the kept connection is a proxied one
+                cur.execute("SELECT 1")
+            proxy.set("stall")
+            yield
+        finally:
+            conn.close()
+            conn.settings_dict = saved
+            proxy.set("pass")
+
+
+def timed(client: Client, path: str):
+    started = time.monotonic()
+    r = client.get(path)
+    return r, time.monotonic() - started
 
 
 @pytest.fixture
@@ -67,3 +106,57 @@ def test_other_errors_stay_500(logged_in, monkeypatch):
     monkeypatch.setattr(dashboard, "context_for", boom)
     r = logged_in.get("/")
     assert r.status_code == 500
+
+
+def test_a_page_is_a_503_page_within_its_bound_when_the_database_is_stalled(logged_in):
+    assert logged_in.get("/").status_code == 200  # warm: the first request imports every view
+    with stalled_database():
+        r, took = timed(logged_in, "/")
+        # Then a second one: its own new connection, no kept one to check.
+        again, took_again = timed(logged_in, "/keys/")
+    print(f"\nstalled database: 503 page after {took:.2f} s, then {took_again:.2f} s")
+    assert took < STALL_BOUND and took_again < STALL_BOUND, (took, took_again)
+    for answer in (r, again):
+        assert answer.status_code == 503
+        assert answer["Retry-After"] and answer["Content-Type"].startswith("text/html")
+        assert b"cannot reach its database" in answer.content
+
+
+def test_the_api_answers_json_503_within_its_bound_when_the_database_is_stalled(logged_in):
+    assert logged_in.get("/api/keys/").status_code == 200
+    with stalled_database():
+        r, took = timed(logged_in, "/api/keys/")
+    print(f"\nstalled database: API 503 after {took:.2f} s")
+    assert took < STALL_BOUND, took
+    assert r.status_code == 503
+    assert r.json()["code"] == "database_unavailable" and r["Retry-After"]
+
+
+def test_a_web_process_answers_503_within_its_bound_when_its_database_stalls(logged_in, spawn_gateway):  # noqa: F811
+    """The deployed path: a uvicorn process (portal.asgi, as `portal up` and compose run it) whose
+    database is behind a proxy that stalls; the page and the API answer 503 fast, and again."""
+    require_postgres()
+    db = settings.DATABASES["default"]
+    port = db.get("PORT") or 5432
+    cookies = {settings.SESSION_COOKIE_NAME: logged_in.cookies[settings.SESSION_COOKIE_NAME].value}
+    with TcpProxy(f"redis://{db.get('HOST') or '127.0.0.1'}:{port}/0") as proxy:
+        (web,) = spawn_gateway(1, DATABASE_URL=database_url().replace(f":{port}/", f":{proxy.port}/"))
+        with httpx.Client(base_url=web.url, cookies=cookies, timeout=60) as client:
+            assert client.get("/").status_code == 200
+            assert client.get("/api/keys/").status_code == 200
+            proxy.set("stall")
+            took: list[float] = []
+            for path in ("/", "/api/keys/", "/"):
+                started = time.monotonic()
+                r = client.get(path)
+                took.append(time.monotonic() - started)
+                assert r.status_code == 503, (path, r.status_code, r.text[:300])
+                assert r.headers["retry-after"]
+                if path.startswith("/api/"):
+                    assert r.json()["code"] == "database_unavailable"
+                else:
+                    assert "cannot reach its database" in r.text
+                assert took[-1] < STALL_BOUND, took
+            print(f"\nstalled database, a web process: {took}")
+            proxy.set("pass")
+            assert client.get("/").status_code == 200  # healed: served again

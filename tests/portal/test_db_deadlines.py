@@ -78,10 +78,12 @@ def test_a_query_a_stalled_network_swallows_is_cut_at_its_deadline(settings):
                 assert cur.fetchone() == (1,)
             proxy.set("stall")
             started = time.monotonic()
-            with pytest.raises(OperationalError), conn.cursor() as cur:
-                cur.execute("SELECT 1")  # the server never sees it: only the client-side deadline ends it
+            with pytest.raises(OperationalError) as cut, conn.cursor() as cur:
+                cur.execute("SELECT 1")  # the server never sees it: only the client-side checks end it
             took = time.monotonic() - started
-            assert 2.0 <= took < 30, took  # statement timeout + 1 s margin, far from "forever"
+            # The early check (the server does not answer on a new socket either), not the deadline.
+            assert "does not answer" in str(cut.value)
+            assert pdb.PROBE_AFTER <= took < 30, took
             conn.close()
             started = time.monotonic()
             with pytest.raises(OperationalError):
@@ -94,3 +96,36 @@ def test_a_query_a_stalled_network_swallows_is_cut_at_its_deadline(settings):
                 assert cur.fetchone() == (1,)
         finally:
             conn.close()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_slow_query_on_a_server_that_answers_keeps_its_statement_timeout(settings):
+    """The early check cuts only what a stall holds: a query the server is busy with runs on."""
+    require_postgres()
+    settings.GATEWAY_DB_CONNECT_TIMEOUT, settings.GATEWAY_DB_TIMEOUT = 2.0, 10.0
+    with TcpProxy("redis://127.0.0.1:%s/0" % (settings.DATABASES["default"]["PORT"] or 5432)) as proxy:
+        conn = proxied_connection(proxy, "gateway")
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT pg_sleep(%s), 1", [pdb.PROBE_AFTER + pdb.PROBE_TIMEOUT + 0.5])
+                assert cur.fetchone()[1] == 1
+        finally:
+            conn.close()
+
+
+def test_the_early_check_tells_a_stalled_server_from_one_that_answers():
+    require_postgres()
+    db = settings.DATABASES["default"]
+    address = pdb.server_address(db) or ("127.0.0.1", 5432)
+    assert pdb.answers(address)
+    with TcpProxy(f"redis://{address[0]}:{address[1]}/0") as proxy:
+        assert pdb.answers(("127.0.0.1", proxy.port))
+        proxy.set("stall")
+        started = time.monotonic()
+        assert not pdb.answers(("127.0.0.1", proxy.port))
+        assert time.monotonic() - started < 5
+        proxy.set("refuse")
+        assert not pdb.answers(("127.0.0.1", proxy.port))
+    assert pdb.server_address({"HOST": "/run/postgresql", "PORT": ""}) == "/run/postgresql/.s.PGSQL.5432"
+    assert pdb.server_address({"HOST": "a,b", "PORT": "5432"}) is None
