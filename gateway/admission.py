@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 
-from keys.choices import UsageStatus
+from keys.choices import ApiSurface, UsageStatus
 
 from . import balance, metrics
 from .auth import authenticate
@@ -53,6 +53,9 @@ async def open_call(
     for attempt in (0, 1):
         key = await authenticate(req)
         req.key_prefix = key.prefix
+        if req.playground:  # the record says where it came from; the API is the same
+            surface = ApiSurface.PLAYGROUND
+        pinned = pinned_channel(req, key)
         catalog = await snapshot.get_catalog()
         info = resolve_model(key, catalog, model)
         req.model_name = info.name
@@ -64,7 +67,7 @@ async def open_call(
             # Without a max_tokens only the prompt must fit: the output reserved is what the
             # routes can give (never a refusal for a default the client did not send).
             asked = max(int(max_tokens), 0) if max_tokens is not None else 0
-            selection = select_routes(info, key, prompt=prompt, output=asked, choice=choice)
+            selection = select_routes(info, key, prompt=prompt, output=asked, choice=choice, pinned=pinned)
         except GatewayError as refused:
             if refused.status < 500:
                 if wants_route_header(req, key):
@@ -100,7 +103,7 @@ async def open_call(
                 recall = balance.recall(limiter.redis, info.id, choice.session)
                 result, choice.remembered = await asyncio.gather(admit, recall)
                 # Now that Redis said where the session went, order the routes by it.
-                selection = select_routes(info, key, prompt=prompt, output=output, choice=choice)
+                selection = select_routes(info, key, prompt=prompt, output=output, choice=choice, pinned=pinned)
             else:
                 result = await admit
         except GatewayError as unavailable:  # Redis unreachable: refused, and on the record as such
@@ -142,6 +145,18 @@ async def open_call(
     call.choice = choice
     current.set(call)
     return call
+
+
+PIN_HEADER = "x-portal-channel"
+
+
+def pinned_channel(req: Request, key: KeyInfo) -> int | None:
+    """The channel an admin tests alone from the playground (`X-Portal-Channel: <id>`); ignored on
+    any other request (a key cannot steer routing)."""
+    value = req.headers.get(PIN_HEADER, "")
+    if req.playground and key.owner_is_admin and value.isdigit():
+        return int(value)
+    return None
 
 
 def default_output(model: ModelInfo, routes: list[RouteInfo], prompt: int) -> int:
