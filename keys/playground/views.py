@@ -122,12 +122,13 @@ def issue_credential(request: HttpRequest) -> HttpResponse:
 @require_GET
 def call_record(request: HttpRequest, request_id: str) -> HttpResponse:
     """The usage record of one of this user's own calls, by the gateway's `x-request-id` (404 until
-    the usage writer has stored it). Channel and routing explanation only for admins."""
+    the usage writer has stored it: 202 with `pending`, which the page polls). Channel and routing
+    explanation only for admins."""
     record = (
         UsageRecord.objects.select_related("key", "user", "channel")
         .filter(user_id=int(request.user.pk or 0), request_id=request_id[:64])
         .first()
     )
     if record is None:
-        return JsonResponse({"detail": _("The usage record is not written yet.")}, status=404)
+        return JsonResponse({"pending": True, "detail": _("The usage record is not written yet.")}, status=202)
     return JsonResponse(UsageRecordSerializer(record, context={"request": request}).data)

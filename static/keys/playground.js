@@ -260,8 +260,10 @@
     var details = usage.prompt_tokens_details || {};
     var generating = result.ttft === null ? null : (result.elapsed - result.ttft) / 1000;
     metric(list, T.ttft, result.ttft === null ? null : Math.round(result.ttft) + " ms", "pg-ttft");
-    if (usage.completion_tokens && generating && generating > 0) {
-      metric(list, T.speed, (usage.completion_tokens / generating).toFixed(1), "pg-speed");
+    if (usage.completion_tokens && generating !== null) {
+      // Over the generation after the first token; a burst too short to time is taken over the whole call.
+      var seconds = generating >= 0.05 ? generating : result.elapsed / 1000;
+      metric(list, T.speed, (usage.completion_tokens / seconds).toFixed(1), "pg-speed");
     }
     metric(list, T.prompt, usage.prompt_tokens, "pg-prompt-tokens");
     metric(list, T.completion, usage.completion_tokens, "pg-completion-tokens");
@@ -271,16 +273,16 @@
     if (result.requestId) fetchRecord(result, list, 0);
   }
 
-  // The usage record (written off the request path, so polled briefly): the channel (admins),
+  // The usage record (written off the request path: 202 until then, so polled briefly): the channel (admins),
   // the status the gateway recorded and its error, which names the upstream's status.
   function fetchRecord(result, list, attempt) {
     fetch(config.record_url.replace("REQUEST_ID", encodeURIComponent(result.requestId)), {credentials: "same-origin"})
       .then(function (resp) {
-        if (resp.status === 404 && attempt < 20) {
+        if (resp.status === 202 && attempt < 20) {
           setTimeout(function () { fetchRecord(result, list, attempt + 1); }, 250 + attempt * 100);
           return null;
         }
-        return resp.ok ? resp.json() : null;
+        return resp.status === 200 ? resp.json() : null;
       })
       .then(function (record) {
         if (!record) return;

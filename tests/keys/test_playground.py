@@ -176,4 +176,4 @@ def test_call_records_are_the_users_own(world, alice, mallory):
     assert mine.json()["surface"] == "playground" and mine.json()["channel_name"] is None  # hidden from developers
     other = Client()
     other.force_login(mallory)
-    assert other.get(f"/playground/calls/{rid}/").status_code == 404
+    assert other.get(f"/playground/calls/{rid}/").status_code == 202  # never someone else's record
