@@ -86,7 +86,13 @@ class PlaygroundView(LoginRequiredMixin, TemplateView):
                 "gateway_url": public_url(self.request) + "/v1",
                 "is_admin": admin,
                 "model": self.request.GET.get("model", "")[:128],
-                "channel": {"id": channel.pk, "name": channel.name} if channel is not None else None,
+                "channel": {
+                    "id": channel.pk,
+                    "name": channel.name,
+                    "models": sorted(r.model.name for r in channel.routes.select_related("model")),
+                }
+                if channel is not None
+                else None,
                 "refresh_seconds": max(30, credential.lifetime() - 60),
                 "texts": _texts(),
             },

@@ -306,6 +306,9 @@
   function loadModels() {
     return gateway("/models", {}).then(function (resp) { return resp.json(); }).then(function (data) {
       models = (data.data || []).map(function (m) { return m.id; }).sort();
+      if (config.channel) {  // testing one channel: the models it serves (aliases route elsewhere)
+        models = models.filter(function (id) { return config.channel.models.indexOf(id) >= 0; });
+      }
       var select = $("pg-model");
       select.replaceChildren();
       if (!models.length) select.appendChild(el("option", {value: "", text: T.no_models}));

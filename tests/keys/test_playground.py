@@ -177,3 +177,21 @@ def test_call_records_are_the_users_own(world, alice, mallory):
     other = Client()
     other.force_login(mallory)
     assert other.get(f"/playground/calls/{rid}/").status_code == 202  # never someone else's record
+
+
+def test_try_links_and_the_pinned_channel_page(world, admin_client):
+    models = admin_client.get("/models/").content.decode()
+    assert "/playground/?model=local-chat" in models
+    channels = admin_client.get("/channels/").content.decode()
+    channel = world["cloud_channel"]
+    assert f"/playground/?channel={channel.pk}&amp;model=cloud-chat" in channels
+    page = admin_client.get(f"/playground/?channel={channel.pk}&model=cloud-chat")
+    assert page.status_code == 200
+    assert b'"models": ["cloud-chat"]' in page.content and b"pinned-channel" in page.content
+
+
+def test_a_developer_cannot_pin_a_channel_on_the_page(world, alice):
+    client = Client()
+    client.force_login(alice)
+    page = client.get(f"/playground/?channel={world['cloud_channel'].pk}")
+    assert page.status_code == 200 and b"pinned-channel" not in page.content
