@@ -37,7 +37,7 @@ class Claims:
 
 
 def lifetime() -> int:
-    return int(getattr(settings, "PLAYGROUND_CREDENTIAL_SECONDS", 600))
+    return int(settings.PLAYGROUND_CREDENTIAL_SECONDS)
 
 
 def session_digest(session_key: str) -> str:
