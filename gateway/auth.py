@@ -6,6 +6,7 @@ import ipaddress
 import time
 
 from django.conf import settings
+from django.http.cookie import parse_cookie
 
 from keys.models import KEY_PREFIX
 from keys.playground import credential
@@ -24,15 +25,8 @@ def presented_key(headers: dict[str, str]) -> str:
 
 
 def cookies(headers: dict[str, str]) -> dict[str, str]:
-    """The request's cookies (only the playground's request sends any the gateway reads)."""
-    from http.cookies import SimpleCookie
-
-    jar: SimpleCookie = SimpleCookie()
-    try:
-        jar.load(headers.get("cookie", ""))
-    except Exception:  # a malformed Cookie header: as if none was sent
-        return {}
-    return {name: morsel.value for name, morsel in jar.items()}
+    """The request's cookies, parsed as Django parses them (lenient, like browsers)."""
+    return parse_cookie(headers.get("cookie", ""))
 
 
 async def playground_key(req: Request) -> str:

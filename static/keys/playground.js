@@ -146,6 +146,8 @@
     });
   }
 
+  window.PortalMarkdown = {render: renderMarkdown};  // for the browser test of its safety
+
   // --- SSE ------------------------------------------------------------------------------------
   // Reads an SSE body, calling onEvent(object) for each `data:` JSON event; resolves at the end.
   function readEvents(resp, onEvent) {

@@ -147,6 +147,16 @@ def test_developer_chats_with_llama_and_the_key_never_reaches_the_page(world, br
     page.click("#pg-clear")
     assert page.query_selector(".pg-turn") is None
 
+    # Markdown from a model is text: markup in it is shown, never run or inserted.
+    html = page.evaluate(
+        """() => { const d = document.createElement('div');
+          PortalMarkdown.render('<img src=x onerror=alert(1)>\\n\\n```js\\n<b>x</b>\\n```\\n- **bold** `code`', d);
+          return d.innerHTML; }"""
+    )
+    assert "<img" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert '<pre><code data-lang="js">&lt;b&gt;x&lt;/b&gt;</code></pre>' in html
+    assert "<li><strong>bold</strong> <code>code</code></li>" in html
+
     # Copy as code: the gateway URL and a placeholder, never a key.
     page.click("[data-tab=code]")
     page.click("[data-code=openai]")
@@ -201,7 +211,33 @@ def test_local_only_developer_compare_and_surface_check(world, browser, alice, a
     assert page.text_content(".pg-compare-column[data-model=cloud-chat] .pg-answer") == "tok0 tok1 tok2 tok3 tok4 tok5"
     page.screenshot(path=f"{screenshots}/playground-compare.png", full_page=True)
 
+    # A failed call shows the gateway's real error, the upstream's status in it, and (admin) the routing.
+    page.click("[data-tab=chat]")
     page.select_option("#pg-model", "cloud-chat")
+    world["cloud"].enqueue(mode="status", status=500, error_message="CUDA out of memory")
+    page.fill("#pg-input", "fail please")
+    page.click("#pg-send")
+    page.wait_for_selector(".pg-assistant .pg-answer[data-state=error]")
+    error = page.text_content(".pg-assistant .pg-error")
+    assert "HTTP 500" in error and "CUDA out of memory" in error, error
+    page.wait_for_selector(".pg-assistant .pg-metrics[data-record=loaded]")
+    assert page.text_content(".pg-assistant .pg-http-status") == "502"
+    assert "every route failed" in page.text_content(".pg-assistant .pg-route")
+
+    # An image goes with the next message as an image_url part.
+    png = bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+        "1f15c4890000000d49444154789c63f8cfc0f01f0005000201e2213bc40000000049454e44ae426082"
+    )
+    page.set_input_files("#pg-image", files=[{"name": "dot.png", "mimeType": "image/png", "buffer": png}])
+    page.wait_for_selector("#pg-attached:has-text('dot.png')")
+    page.fill("#pg-input", "what is this?")
+    page.click("#pg-send")
+    page.wait_for_selector("#pg-conversation > .pg-turn:nth-child(4) .pg-answer[data-state=done]")
+    parts = world["cloud"].requests[-1].json["messages"][-1]["content"]
+    assert parts[0] == {"type": "text", "text": "what is this?"}
+    assert parts[1]["image_url"]["url"].startswith("data:image/png;base64,")
+
     page.click("[data-tab=surfaces]")
     page.click("#pg-surfaces-run")
     page.wait_for_selector("#pg-surfaces-table[data-done='1']", timeout=60_000)
