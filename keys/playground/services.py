@@ -21,8 +21,10 @@ CLIENT = "playground"
 
 @transaction.atomic
 def playground_key(user: User) -> Key:
-    """The user's playground key (not revoked), issued now if they have none."""
-    key = Key.objects.not_revoked().filter(owner=user, client=CLIENT).order_by("created").first()
+    """The user's playground key: the newest not revoked (after a rotation, the replacement), issued
+    now if they have none. Revoking it only makes a new one: to keep someone out of the playground,
+    take the models away or set their limits, as for their other keys."""
+    key = Key.objects.not_revoked().filter(owner=user, client=CLIENT).order_by("-created").first()
     if key is not None:
         return key
     name = gettext("Playground")
