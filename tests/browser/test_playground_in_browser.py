@@ -110,7 +110,8 @@ def test_developer_chats_with_llama_and_the_key_never_reaches_the_page(world, br
     responses = []
     page.on("response", lambda r: responses.append(r))
     open_playground(page, url)
-    csp = page.evaluate("1") and responses[0].headers.get("content-security-policy", "")
+    document = next(r for r in responses if r.url == url + "/playground/")
+    csp = document.headers.get("content-security-policy", "")
     assert "unsafe-inline" not in csp and "script-src 'self'" in csp
 
     assert page.eval_on_selector_all("#pg-model option", "os => os.map(o => o.value)") == ["cloud-chat", "tiny-chat"]
