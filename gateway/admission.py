@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 
-from keys.choices import UsageStatus
+from keys.choices import ApiSurface, UsageStatus
 
 from . import balance, metrics, ondemand
 from .auth import authenticate
@@ -52,6 +52,9 @@ async def open_call(
     choice = balance.Choice()
     for attempt in (0, 1):
         key = await authenticate(req)
+        if req.playground:  # the record says where it came from; the API is the same
+            surface = ApiSurface.PLAYGROUND
+        pinned = pinned_channel(req, key)
         catalog = await snapshot.get_catalog()
         info = resolve_model(key, catalog, model)
         req.model_name = info.name
@@ -67,7 +70,7 @@ async def open_call(
             if cold:
                 selection = Selection([], ["on-demand model is stopped: this request starts it"])
             else:
-                selection = select_routes(info, key, prompt=prompt, output=asked, choice=choice)
+                selection = select_routes(info, key, prompt=prompt, output=asked, choice=choice, pinned=pinned)
         except GatewayError as refused:
             if refused.status < 500:
                 if wants_route_header(req, key):
@@ -103,7 +106,7 @@ async def open_call(
                 recall = balance.recall(limiter.redis, info.id, choice.session)
                 result, choice.remembered = await asyncio.gather(admit, recall)
                 # Now that Redis said where the session went, order the routes by it.
-                selection = select_routes(info, key, prompt=prompt, output=output, choice=choice)
+                selection = select_routes(info, key, prompt=prompt, output=output, choice=choice, pinned=pinned)
             else:
                 result = await admit
         except GatewayError as unavailable:  # Redis unreachable: refused, and on the record as such
@@ -189,6 +192,18 @@ async def _warm_up(
         if process.limiter is not None:
             process.limiter.settle(admission, 0)
         raise
+
+
+PIN_HEADER = "x-portal-channel"
+
+
+def pinned_channel(req: Request, key: KeyInfo) -> int | None:
+    """The channel an admin tests alone from the playground (`X-Portal-Channel: <id>`); ignored on
+    any other request (a key cannot steer routing)."""
+    value = req.headers.get(PIN_HEADER, "")
+    if req.playground and key.owner_is_admin and value.isdigit():
+        return int(value)
+    return None
 
 
 def default_output(model: ModelInfo, routes: list[RouteInfo], prompt: int) -> int:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
@@ -24,7 +23,7 @@ from portal.public import public_url
 
 from . import health, metrics
 from .call import Call, current, opened
-from .http import GatewayError, Receive, Request, Scope, Send, send_error
+from .http import REPLICA, GatewayError, Receive, Request, Scope, Send, send_error
 from .metrics import IN_FLIGHT
 from .state import process
 from .surfaces import chat, messages, models, responses
@@ -124,7 +123,6 @@ def not_found(scope: Scope, sub: str) -> GatewayError:
 
 
 access_log = logging.getLogger("gateway.access")
-REPLICA = f"{socket.gethostname()}:{os.getpid()}"  # which of N replicas served it (compose, two hosts)
 
 
 def access_log_enabled() -> bool:

@@ -5,11 +5,15 @@ from __future__ import annotations
 import ipaddress
 import time
 
+from django.conf import settings
+from django.http.cookie import parse_cookie
+
 from keys.models import KEY_PREFIX
+from keys.playground import credential
 from keys.services import clean_presented_key
 from portal.secrets import keyed_hash
 
-from .cache import KeyInfo, Network, snapshot
+from .cache import KeyInfo, Network, run_db, snapshot
 from .http import GatewayError, Request
 
 
@@ -20,9 +24,40 @@ def presented_key(headers: dict[str, str]) -> str:
     return clean_presented_key(headers.get("x-api-key") or headers.get("api-key"))
 
 
+def cookies(headers: dict[str, str]) -> dict[str, str]:
+    """The request's cookies, parsed as Django parses them (lenient, like browsers)."""
+    return parse_cookie(headers.get("cookie", ""))
+
+
+async def playground_key(req: Request) -> str:
+    """The stored hash of the playground key of the signed-in browser session that sent this
+    request (`keys.playground.credential`), or a 401 saying why not."""
+    jar = cookies(req.headers)
+    value, session_key = jar.get(credential.COOKIE, ""), jar.get(settings.SESSION_COOKIE_NAME, "")
+    if not value:
+        raise GatewayError(
+            401, "Missing playground credential. Reload the playground.", code="missing_playground_credential"
+        )
+    try:
+        claims = credential.verify(value, session_key)
+        digest = await run_db(credential.live_key_hash, claims, session_key)
+    except credential.CredentialError as refused:
+        raise GatewayError(401, str(refused), code="invalid_playground_credential") from None
+    req.playground = True
+    return digest
+
+
 async def authenticate(req: Request) -> KeyInfo:
-    """The caller's key, or a 401 that never echoes what was presented."""
+    """The caller's key, or a 401 that never echoes what was presented. Without a key, the
+    playground's session-bound credential (`X-Portal-Playground` and its cookie) stands for the
+    user's playground key; every check below applies to it alike."""
     value = presented_key(req.headers)
+    if not value and credential.HEADER in req.headers:
+        key = await snapshot.get_key(await playground_key(req))
+        if key is None:
+            raise GatewayError(401, "The playground key is gone. Reload the playground.", code="invalid_api_key")
+        req.reveal_replica = key.owner_is_admin
+        return _checked(req, key)
     if not value:
         raise GatewayError(
             401,
@@ -34,6 +69,10 @@ async def authenticate(req: Request) -> KeyInfo:
         key = await snapshot.get_key(keyed_hash(value))
     if key is None:
         raise GatewayError(401, "Invalid API key. Check the key you copied from the portal.", code="invalid_api_key")
+    return _checked(req, key)
+
+
+def _checked(req: Request, key: KeyInfo) -> KeyInfo:
     req.key_prefix = key.prefix  # the access log's `key=` on every path that authenticates (never the key)
     if key.revoked:
         raise GatewayError(401, "This API key has been revoked.", code="key_revoked")

@@ -107,6 +107,15 @@ def external_for_model(route: RouteInfo) -> str | None:
     return None if route.local else "external channel, model is local-only"
 
 
+def pinned_to(channel_id: int) -> RouteFilter:
+    """An admin's playground test of one channel (`X-Portal-Channel`): every other route is dropped."""
+
+    def other(route: RouteInfo) -> str | None:
+        return None if route.channel_id == channel_id else "not the channel under test"
+
+    return other
+
+
 def route_need(route: RouteInfo, prompt: int, output: int) -> int:
     """Tokens a request needs on `route`: the prompt plus the requested output, no more than the
     route's max output where one is configured (the knob that lets Claude Code's 32,000
@@ -131,13 +140,20 @@ def window_filter(prompt: int, output: int) -> RouteFilter:
 
 
 def select_routes(
-    model: ModelInfo, key: KeyInfo, *, prompt: int, output: int, choice: balance.Choice | None = None
+    model: ModelInfo,
+    key: KeyInfo,
+    *,
+    prompt: int,
+    output: int,
+    choice: balance.Choice | None = None,
+    pinned: int | None = None,
 ) -> Selection:
     """The routes to try for a request of about `prompt` tokens asking for up to `output` more:
     the model's, or an alias's targets' one after the other, filtered (locality, window) and scored.
     None left is an error saying why: 400 naming the largest window, 403 when only external
     channels serve a local-only request, 503 when nothing serves the model now. `choice` (the
-    call's balancing) goes to the first target with routes."""
+    call's balancing) goes to the first target with routes. `pinned`: only that channel's routes
+    (an admin testing one channel from the playground)."""
     explanation: list[str] = []
     targets = model.targets if model.is_alias else [model]
     if model.is_alias:
@@ -148,6 +164,9 @@ def select_routes(
     elif model.local_only:
         locality = external_for_model
     filters: list[RouteFilter] = [locality] if locality is not None else []
+    if pinned is not None:
+        explanation.append(f"pinned to channel #{pinned} (playground test)")
+        filters.insert(0, pinned_to(pinned))
     if prompt > 0 or output > 0:
         filters.append(window_filter(prompt, output))
     routes: list[RouteInfo] = []
@@ -177,7 +196,14 @@ def _nothing_fits(
     too_small = [r for r, why in skipped if why.startswith("window ")]
     external = [r for r, why in skipped if why.startswith("external ")]
     err: GatewayError
-    if too_small:
+    if skipped and all(why == "not the channel under test" for _, why in skipped):
+        err = GatewayError(
+            400,
+            f"The channel under test does not serve the model '{model.name}' (or its route is disabled).",
+            code="channel_not_serving",
+            param="model",
+        )
+    elif too_small:
         biggest = max(too_small, key=lambda r: r.context_window or 0)
         largest, need = biggest.context_window or 0, route_need(biggest, prompt, output)
         where = " on local channels" if external else ""

@@ -7,6 +7,8 @@ are all it needs, and they are cheap.
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
@@ -20,6 +22,7 @@ __all__ = ["ERROR_TYPES", "GatewayError", "Request", "send_bytes", "send_error",
 
 
 Scope = dict[str, Any]
+REPLICA = f"{socket.gethostname()}:{os.getpid()}"  # which of N replicas served it (compose, two hosts)
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 
@@ -45,8 +48,10 @@ class Request:
         "method",
         "model_name",
         "path",
+        "playground",
         "receive",
         "request_id",
+        "reveal_replica",
         "scope",
         "send",
         "subpath",
@@ -61,7 +66,10 @@ class Request:
         async def send_with_id(message: Mapping[str, Any]) -> None:
             """Every gateway answer carries its request id (`x-request-id`, as OpenAI's does)."""
             if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", ()), (b"x-request-id", rid)]}
+                extra = [(b"x-request-id", rid)]
+                if self.playground and self.reveal_replica:  # an admin's playground: which replica answered
+                    extra.append((b"x-portal-replica", REPLICA.encode()))
+                message = {**message, "headers": [*message.get("headers", ()), *extra]}
             await send(message)
 
         self.send: Send = send_with_id
@@ -73,6 +81,8 @@ class Request:
         # What admission learnt, for the access log (also of refused requests): never the key itself.
         self.key_prefix: str | None = None
         self.model_name: str | None = None
+        self.playground = False  # sent by the playground page with its session-bound credential
+        self.reveal_replica = False
 
     @property
     def client_ip(self) -> str | None:

@@ -1,4 +1,5 @@
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class UsageStatus(models.TextChoices):
@@ -17,6 +18,7 @@ class ApiSurface(models.TextChoices):
     EMBEDDINGS = "embeddings", "Embeddings"
     MESSAGES = "messages", "Anthropic Messages"
     RESPONSES = "responses", "OpenAI Responses"
+    PLAYGROUND = "playground", _("Playground")  # any of the above, sent from the portal's playground page
 
 
 class KeyState(models.TextChoices):

@@ -12,4 +12,5 @@ urlpatterns = [
     path("keys/<int:pk>/rotate/", views.KeyRotateView.as_view(), name="key_rotate"),
     path("", include("keys.usage.urls")),
     path("", include("keys.payloads.urls")),
+    path("", include("keys.playground.urls")),
 ]

@@ -417,6 +417,8 @@ GATEWAY_IDLE_TIMEOUT = get("GATEWAY_IDLE_TIMEOUT", float, GATEWAY_READ_TIMEOUT)
 GATEWAY_TOTAL_TIMEOUT = get("GATEWAY_TOTAL_TIMEOUT", float, 900.0)
 GATEWAY_MAX_RESPONSE_BYTES = get("GATEWAY_MAX_RESPONSE_BYTES", int, 16 * 1024 * 1024)
 GATEWAY_DEFAULT_MAX_TOKENS = get("GATEWAY_DEFAULT_MAX_TOKENS", int, 4096)
+# Playground: seconds its session-bound credential lives (the page renews it; SECURITY.md).
+PLAYGROUND_CREDENTIAL_SECONDS = get("PLAYGROUND_CREDENTIAL_SECONDS", int, 600)
 GATEWAY_CACHE_TTL = get("GATEWAY_CACHE_TTL", float, 5.0)
 GATEWAY_KEY_TTL = get("GATEWAY_KEY_TTL", float, 4.0)
 # Gateway: seconds it serves keys, users, teams, models and routes from its snapshot while the

@@ -32,7 +32,9 @@ from tests.browser.robot import Robot
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.timeout(900)]
 
 # Not pages: JSON, downloads, the API (its docs are drf-spectacular's own), and leaving.
-SKIP_PREFIXES = ("/api/", "/static/", "/logout/", "/connect/install", "/admin/")
+# The playground talks to the gateway at /v1/, which live_server does not serve: its own browser test
+# runs it against the real ASGI app (tests/browser/test_playground_in_browser.py).
+SKIP_PREFIXES = ("/api/", "/static/", "/logout/", "/connect/install", "/admin/", "/playground/")
 SKIP_CONTAINS = ("/files/", "/series/", "/progress/")
 MAX_PAGES = 120
 PHONE = {"width": 390, "height": 844}

@@ -78,6 +78,7 @@ class LlamaServer:
         model_path: str | os.PathLike[str] | None = None,
         port: int | None = None,
         startup_timeout: float = 30.0,
+        ignore_eos: bool = False,
     ) -> None:
         from tests.services import free_port
 
@@ -88,6 +89,7 @@ class LlamaServer:
         self.model_path = Path(model_path) if model_path else tiny_gguf_path()
         self.port = port or free_port()
         self.startup_timeout = startup_timeout
+        self.ignore_eos = ignore_eos  # llama-server's --ignore-eos: every answer runs to max_tokens
         self.process: subprocess.Popen[bytes] | None = None
         self._log = tempfile.TemporaryFile()
 
@@ -105,6 +107,8 @@ class LlamaServer:
         args += ["-a", self.model_id, "--jinja"]
         if self.api_key:
             args += ["--api-key", self.api_key]
+        if self.ignore_eos:
+            args.append("--ignore-eos")
         return args
 
     def log(self) -> str:
@@ -156,6 +160,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-fa", "--flash-attn", nargs="?", const="on", default="auto", choices=["on", "off", "auto"])
     p.add_argument("--cache-type-k", "-ctk", default="f16")
     p.add_argument("--cache-type-v", "-ctv", default="f16")
+    p.add_argument("--ignore-eos", action="store_true")
     return p
 
 
@@ -172,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     params.hostnames = [args.host]
     params.port = args.port
     params.use_jinja = args.jinja
+    params.sampling.ignore_eos = args.ignore_eos
     keys = list(args.api_key)
     if args.api_key_file:  # llama-server: one key per line
         with open(args.api_key_file) as f:

@@ -19,7 +19,8 @@ Modes: ok, omit_usage (no usage in body or stream), stream_error / stream_junk (
 (stream: send `stall_after` chunks, then hang; non-stream: hang before answering), disconnect
 (stream: send `disconnect_after` chunks, then drop the TCP connection), status (answer `status` with
 an OpenAI error body), slow (sleep `delay` seconds before the first byte), tool_call (the reply is a
-function call split over many chunks). `tokens` sets how many completion tokens ("tok0 tok1 …") are
+function call split over many chunks), no_tools (a request with `tools` is refused with vLLM's 400
+for a server started without a tool-call parser). `tokens` sets how many completion tokens ("tok0 tok1 …") are
 generated; `token_delay` spaces stream chunks; `reasoning` makes the reply start with that text as
 `reasoning_content`. Anthropic-native `/v1/messages` behaves like Anthropic's API (request checks,
 stop sequences, tool use, thinking, cache usage, its error shape and 529, the exact SSE event
@@ -274,6 +275,19 @@ class FakeUpstream:
         if not isinstance(body, dict) or "messages" not in body:
             return web.json_response(
                 {"error": {"message": "messages is required", "type": "invalid_request_error"}}, status=400
+            )
+        if b["mode"] == "no_tools" and body.get("tools"):  # vLLM started without a tool-call parser
+            return web.json_response(
+                {
+                    "error": {
+                        "code": 400,
+                        "type": "BadRequestError",
+                        "message": (
+                            '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+                        ),
+                    }
+                },
+                status=400,
             )
         prompt = _words(body.get("messages"))
         if prompt > self.max_model_len:

@@ -1,0 +1,140 @@
+"""The playground page, its credential and the record of each call it made."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.mixins import LoginRequiredMixin
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_GET, require_POST
+from django.views.generic import TemplateView
+
+from channels.models import Channel
+from keys.models import UsageRecord
+from keys.usage.api.serializers import UsageRecordSerializer
+from portal.permissions import is_admin
+from portal.public import public_url
+
+from . import credential
+from .services import playground_key
+
+
+def _texts() -> dict[str, str]:
+    """What the script shows, translated here (the page has no JavaScript catalog)."""
+    return {
+        "you": _("You"),
+        "assistant": _("Assistant"),
+        "send": _("Send"),
+        "stop": _("Stop"),
+        "thinking": _("Waiting for the first token…"),
+        "no_models": _("No model is available to you right now."),
+        "pick_model": _("Choose a model first."),
+        "error": _("Error"),
+        "http_status": _("HTTP status"),
+        "upstream_status": _("Upstream status"),
+        "channel": _("Channel"),
+        "replica": _("Gateway replica"),
+        "ttft": _("Time to first token"),
+        "speed": _("Tokens per second"),
+        "prompt": _("Prompt tokens"),
+        "completion": _("Completion tokens"),
+        "cached": _("Cached tokens"),
+        "estimated": _("estimated"),
+        "request_id": _("Request id"),
+        "routing": _("Routing explanation"),
+        "record_pending": _("The usage record is not written yet."),
+        "pass": _("pass"),
+        "fail": _("fail"),
+        "text": _("Text"),
+        "stream": _("Streaming"),
+        "tool_call": _("Tool call"),
+        "no_tool_call": _("The model answered without calling the tool."),
+        "no_text": _("The answer has no text."),
+        "checking": _("Checking…"),
+        "copied": _("Copied"),
+        "credential_failed": _("The playground could not get a credential. Reload the page or sign in again."),
+        "image_attached": _("Image attached: {name}"),
+        "compare_pick": _("Choose two or three models to compare."),
+        "key_placeholder": _("YOUR_KEY"),
+    }
+
+
+class PlaygroundView(LoginRequiredMixin, TemplateView):
+    """Chat with any model the user may use, compare models, check surfaces, copy the request."""
+
+    template_name = "keys/playground.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        user = self.request.user
+        key = playground_key(user)  # type: ignore[arg-type]
+        admin = is_admin(user)
+        channel = None
+        if admin and self.request.GET.get("channel", "").isdigit():
+            channel = Channel.objects.filter(pk=int(self.request.GET["channel"])).first()
+        context.update(
+            key=key,
+            key_url=reverse("key_detail", args=[key.pk]),
+            channel=channel,
+            config={
+                "credential_url": reverse("playground_credential"),
+                "record_url": reverse("playground_record", args=["REQUEST_ID"]),
+                "gateway_url": public_url(self.request) + "/v1",
+                "is_admin": admin,
+                "model": self.request.GET.get("model", "")[:128],
+                "channel": {
+                    "id": channel.pk,
+                    "name": channel.name,
+                    "models": sorted(r.model.name for r in channel.routes.select_related("model")),
+                }
+                if channel is not None
+                else None,
+                "refresh_seconds": max(30, credential.lifetime() - 60),
+                "texts": _texts(),
+            },
+        )
+        return context
+
+
+@login_required
+@require_POST
+def issue_credential(request: HttpRequest) -> HttpResponse:
+    """Set the playground cookie for this session (POST with the CSRF token; the page calls it on
+    load and before the credential expires). The answer carries no secret."""
+    key = playground_key(request.user)  # type: ignore[arg-type]
+    session_key = request.session.session_key
+    if not session_key:
+        return JsonResponse({"detail": _("Sign in again to use the playground.")}, status=403)
+    value = credential.mint(user_id=key.owner_id, key_id=key.pk, session_key=session_key)
+    response = JsonResponse({"expires_in": credential.lifetime(), "key": key.name, "local_only": key.local_only})
+    response.set_cookie(
+        credential.COOKIE,
+        value,
+        max_age=credential.lifetime(),
+        path=credential.COOKIE_PATH,
+        secure=request.is_secure() or settings.SESSION_COOKIE_SECURE,
+        httponly=True,
+        samesite="Strict",
+    )
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@login_required
+@require_GET
+def call_record(request: HttpRequest, request_id: str) -> HttpResponse:
+    """The usage record of one of this user's own calls, by the gateway's `x-request-id` (404 until
+    the usage writer has stored it: 202 with `pending`, which the page polls). Channel and routing
+    explanation only for admins."""
+    record = (
+        UsageRecord.objects.select_related("key", "user", "channel")
+        .filter(user_id=int(request.user.pk or 0), request_id=request_id[:64])
+        .first()
+    )
+    if record is None:
+        return JsonResponse({"pending": True, "detail": _("The usage record is not written yet.")}, status=202)
+    return JsonResponse(UsageRecordSerializer(record, context={"request": request}).data)
