@@ -46,7 +46,7 @@ from django.db import (
 )
 from django.db.models import F, Q
 
-from keys.choices import UsageStatus
+from keys.choices import Pricing, UsageStatus
 from keys.models import Key, UsageDaily, UsageRecord
 from portal import faults
 from portal.db import use_timeouts
@@ -141,6 +141,9 @@ class UsageEvent:
     route_explanation: list[str] = field(default_factory=list)  # `catalog.Selection.explanation`
     upstream_request_id: str = ""  # the upstream's own `x-request-id` (ours is `request_id`)
     event_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # idempotency key of its record
+    # nano-units of PORTAL_CURRENCY from the route's price when the call finished (None: no price)
+    cost_nanos: int | None = 0
+    pricing: str = Pricing.PRICED
 
     @property
     def total_tokens(self) -> int:
@@ -171,6 +174,8 @@ _RECORD_COLUMNS = (
     "route_explanation",
     "upstream_request_id",
     "event_id",
+    "cost_nanos",
+    "pricing",
 )
 
 
@@ -206,6 +211,8 @@ def _insert_records(events: list[UsageEvent], *, replay: bool = False) -> list[U
             orjson.dumps(e.route_explanation).decode(),
             e.upstream_request_id[:100],
             e.event_id if connection.vendor != "postgresql" or not replay else uuid.UUID(e.event_id),
+            e.cost_nanos,
+            e.pricing,
         )
         for e in events
     ]
@@ -256,7 +263,7 @@ def write_batch(events: list[UsageEvent], *, replay: bool = False) -> None:
         return
     events = _insert_records(events, replay=replay)
     Bucket = tuple[dt.date, int | None, int | None, str, int | None, int | None]
-    buckets: dict[Bucket, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0, 0, 0])
+    buckets: dict[Bucket, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0])
     last_used: dict[int, dt.datetime] = {}
     for e in events:
         b = buckets[(e.created.date(), e.user_id, e.key_id, e.model[:128], e.channel_id, e.team_id)]
@@ -268,10 +275,12 @@ def write_batch(events: list[UsageEvent], *, replay: bool = False) -> None:
         b[5] += 1 if e.estimated else 0
         b[6] += e.cached_tokens
         b[7] += e.cache_creation_tokens
+        b[8] += e.cost_nanos or 0
+        b[9] += 1 if e.cost_nanos is None else 0
         if e.key_id is not None and e.status != UsageStatus.RATE_LIMITED:
             last_used[e.key_id] = max(last_used.get(e.key_id, e.created), e.created)
     for (day, user_id, key_id, model, channel_id, team_id), counts in buckets.items():
-        req, err, pt, ct, tt, est, cached, written = counts
+        req, err, pt, ct, tt, est, cached, written, cost, unpriced = counts
         increments = {
             "requests": F("requests") + req,
             "errors": F("errors") + err,
@@ -281,6 +290,8 @@ def write_batch(events: list[UsageEvent], *, replay: bool = False) -> None:
             "estimated_requests": F("estimated_requests") + est,
             "cached_tokens": F("cached_tokens") + cached,
             "cache_creation_tokens": F("cache_creation_tokens") + written,
+            "cost_nanos": F("cost_nanos") + cost,
+            "unpriced_requests": F("unpriced_requests") + unpriced,
         }
         # NULLs never collide in a unique constraint, so match them explicitly.
         match = Q(day=day, model=model)
@@ -307,6 +318,8 @@ def write_batch(events: list[UsageEvent], *, replay: bool = False) -> None:
                     estimated_requests=est,
                     cached_tokens=cached,
                     cache_creation_tokens=written,
+                    cost_nanos=cost,
+                    unpriced_requests=unpriced,
                 )
         except IntegrityError:  # another process created the bucket meanwhile
             UsageDaily.objects.filter(match).update(**increments)
@@ -314,6 +327,16 @@ def write_batch(events: list[UsageEvent], *, replay: bool = False) -> None:
         Key.objects.filter(pk=key_id).filter(Q(last_used_at__isnull=True) | Q(last_used_at__lt=when)).update(
             last_used_at=when
         )
+
+
+def _send_budget_alerts(owner_id: int, budget_ids: list[int]) -> None:
+    from keys.budgets.services import send_alerts
+
+    close_old_connections()
+    try:
+        send_alerts(budget_ids)
+    except Exception:
+        logger.exception("budget alert for user %s failed", owner_id)
 
 
 def event_from_json(line: bytes) -> UsageEvent:
@@ -456,6 +479,7 @@ class UsageWriter:
         self._executor = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="usage-writer", initializer=use_timeouts, initargs=("gateway",)
         )
+        self._alerts: ThreadPoolExecutor | None = None
         self._stopping = False
         self._down_since: float | None = None
         self._last_try = 0.0
@@ -485,6 +509,14 @@ class UsageWriter:
             logger.error("usage journal unavailable (%s): usage is kept in memory only until it can be written", reason)
         self._journal_failed = True
         self._journal_retry_at = time.monotonic() + self.JOURNAL_RETRY_EVERY
+
+    def alert_budgets(self, owner_id: int, budget_ids: list[int]) -> None:
+        """Send budget alerts off the request path (their own thread: a slow webhook delays no batch)."""
+        if self._alerts is None:
+            self._alerts = ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="budget-alerts", initializer=use_timeouts, initargs=("gateway",)
+            )
+        self._alerts.submit(_send_budget_alerts, owner_id, budget_ids)
 
     def record(self, event: UsageEvent) -> None:
         seg = self._segment()

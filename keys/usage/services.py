@@ -13,6 +13,7 @@ from django.db.models import QuerySet, Sum
 from django.utils import timezone
 
 from channels.health.history import percentile
+from channels.prices import amount_text, format_money
 from keys.models import Key, UsageDaily, UsageRecord
 from portal.showback import Share
 
@@ -28,7 +29,15 @@ def cache_hit_ratio(cached_tokens: int | None, prompt_tokens: int | None) -> flo
 
 
 def _with_ratio(row: dict[str, Any]) -> dict[str, Any]:
+    """Adds the cache-hit ratio, and the cost as an exact decimal string (`cost`, in PORTAL_CURRENCY)
+    and as text (`cost_text`); `unpriced_requests` had no price (their cost is unknown, not 0)."""
     row["cache_hit_ratio"] = cache_hit_ratio(row.get("cached_tokens"), row.get("prompt_tokens"))
+    if "cost_nanos" in row:
+        nanos = int(row["cost_nanos"] or 0)
+        row["cost"] = amount_text(nanos)
+        row["cost_nanos"] = nanos
+        row["cost_text"] = format_money(nanos)
+        row["unpriced_requests"] = int(row.get("unpriced_requests") or 0)
     return row
 
 
@@ -44,6 +53,8 @@ def daily_totals(qs: QuerySet[UsageDaily], since: dt.date) -> list[dict[str, Any
             completion_tokens=Sum("completion_tokens"),
             total_tokens=Sum("total_tokens"),
             cached_tokens=Sum("cached_tokens"),
+            cost_nanos=Sum("cost_nanos"),
+            unpriced_requests=Sum("unpriced_requests"),
         )
         .order_by("day", "model")
     )
@@ -78,6 +89,8 @@ def grouped_totals(qs: QuerySet[UsageDaily], group_by: str, since: dt.date, unti
             estimated_requests=Sum("estimated_requests"),
             cached_tokens=Sum("cached_tokens"),
             cache_creation_tokens=Sum("cache_creation_tokens"),
+            cost_nanos=Sum("cost_nanos"),
+            unpriced_requests=Sum("unpriced_requests"),
         )
         .order_by("-total_tokens", *fields)
     )
