@@ -12,11 +12,12 @@ class KeysConfig(AppConfig):
         from channels.signals import daily_prune
         from portal import audit, dashboard, showback
 
-        from .models import Key, PayloadLogging
+        from .models import Budget, Key, PayloadLogging
         from .payloads.services import prune as prune_payloads
 
         audit.register(Key, ignore={"last_used_at"})
         audit.register(PayloadLogging)
+        audit.register(Budget)
         daily_prune.connect(prune_payloads, dispatch_uid="keys-prune-request-payloads")
         dashboard.register_stat(50, "Active keys", _active_keys, "key_all", "?state=active")
         dashboard.register_context(lambda user: {"my_active_keys": _active_keys(owner=user)})

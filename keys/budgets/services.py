@@ -120,7 +120,8 @@ def budgets_for(user: User) -> list[BudgetStatus]:
 
 
 def may_set(editor: User, target: Any) -> bool:
-    """Admins set any budget; a team lead their members' and their members' keys' (never the team's own)."""
+    """Admins set any budget; a team lead their members' and their members' keys' (never the team's
+    own). A developer sets none: a budget is a cap others put on them (they read theirs)."""
     if editor.is_admin:
         return True
     if editor.led_team_id is None:

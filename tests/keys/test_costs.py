@@ -144,3 +144,34 @@ def test_a_price_row_is_never_edited_twice_at_the_same_moment(alice_key):
         set_route_price(route, input="3", output="4", effective_from=when)
     with pytest.raises(ValidationError):
         set_route_price(route, input="-1", output="4")
+
+
+def test_admin_sets_a_price_and_loads_the_catalogue_on_the_prices_page(admin, alice):
+    admin_client, alice_client = Client(), Client()
+    admin_client.force_login(admin)
+    alice_client.force_login(alice)
+    channel = Channel.objects.create(name="openai", base_url="https://api.openai.com/v1", locality="external")
+    route = ModelRoute.objects.create(model=Model.objects.create(name="m"), channel=channel, upstream_model="gpt-4.1")
+    page = admin_client.get(reverse("price_list")).content.decode()
+    assert "no price" in page and 'data-testid="unpriced-routes"' in page
+    r = admin_client.post(reverse("price_list"), {"route": route.pk, "input": "-1", "output": "2"})
+    assert r.status_code == 400 and not RoutePrice.objects.exists()
+    r = admin_client.post(reverse("price_list"), {"route": route.pk, "input": "2.5", "output": "10"})
+    assert r.status_code == 302 and RoutePrice.objects.get().output == Decimal("10.000")
+    other = ModelRoute.objects.create(model=Model.objects.create(name="n"), channel=channel, upstream_model="o3")
+    admin_client.post(reverse("price_list"), {"action": "catalogue"})
+    assert RoutePrice.objects.get(route=other).input == Decimal("2.000")
+    assert alice_client.get(reverse("price_list")).status_code == 403
+
+
+def test_a_lead_sets_a_members_budget_on_the_budgets_page_within_the_teams(lena, alice, team, admin, client):
+    save_budget(editor=admin, target=team, window="month", amount="100")
+    client.force_login(lena)
+    page = client.get(reverse("budget_list")).content.decode()
+    assert f"user:{alice.pk}" in page and f"team:{team.pk}" not in page
+    too_much = client.post(reverse("budget_list"), {"target": f"user:{alice.pk}", "window": "month", "amount": "150"})
+    assert too_much.status_code == 400 and "the team&#x27;s budget" in too_much.content.decode()
+    ok = client.post(reverse("budget_list"), {"target": f"user:{alice.pk}", "window": "month", "amount": "50"})
+    assert ok.status_code == 302 and Budget.objects.get(user=alice).amount == 50
+    client.force_login(alice)
+    assert client.get(reverse("budget_list")).status_code == 403
