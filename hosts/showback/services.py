@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -130,3 +131,78 @@ def monthly(month: dt.date, now: dt.datetime | None = None) -> Showback:
         ((team, hours, int(tokens)) for team, (hours, tokens) in teams.items()), key=lambda r: (-r[1], r[0] or "")
     )
     return report
+
+
+# --- prices of self-hosted models from their GPU-hours -------------------------------------------
+
+PRICE_WINDOW_DAYS = 30
+
+
+@dataclass
+class DerivedPrice:
+    """A local route's price per million tokens from its host's GPU-hour cost and the tokens its
+    deployment served per GPU-hour while it ran (the showback's runs and token counts)."""
+
+    deployment: str
+    gpu_hour_cost: Decimal
+    gpu_hours: float
+    tokens: int
+    per_million: Decimal | None  # None: nothing to derive from (no cost set, no runs or no tokens)
+    reason: str = ""
+
+    @property
+    def tokens_per_gpu_hour(self) -> float:
+        return self.tokens / self.gpu_hours if self.gpu_hours else 0.0
+
+
+def derive_price(
+    deployment: Deployment, *, days: int = PRICE_WINDOW_DAYS, now: dt.datetime | None = None
+) -> DerivedPrice:
+    """cost per GPU-hour * GPU-hours / tokens served, per million tokens, over the last `days`:
+    what one token cost in GPU time at the deployment's measured throughput. Input and output
+    tokens share the price (a GPU-hour serves both)."""
+    now = now or timezone.now()
+    since = now - dt.timedelta(days=days)
+    cost = deployment.host.gpu_hour_cost
+    result = DerivedPrice(deployment.name, cost or Decimal(0), 0.0, 0, None)
+    if cost is None:
+        result.reason = f"host {deployment.host.name} has no cost per GPU-hour"
+        return result
+    runs = DeploymentRun.objects.filter(deployment=deployment, started__lt=now).filter(
+        Q(stopped__isnull=True) | Q(stopped__gt=since)
+    )
+    for r in runs:
+        start, end = max(r.started, since), min(r.stopped or now, now)
+        if end <= start:
+            continue
+        result.gpu_hours += (end - start).total_seconds() / 3600 * r.gpus
+        if r.channel_id:
+            result.tokens += sum(s.tokens for s in token_shares(r.channel_id, start, end))
+    if not result.gpu_hours or not result.tokens:
+        result.reason = f"no tokens served by {deployment.name} in the last {days} days to measure"
+        return result
+    per_million = cost * Decimal(str(result.gpu_hours)) * 1_000_000 / result.tokens
+    result.per_million = per_million.quantize(Decimal("0.001"), rounding=ROUND_HALF_UP)
+    return result
+
+
+def price_from_gpu_hours(deployment: Deployment, *, days: int = PRICE_WINDOW_DAYS) -> tuple[DerivedPrice, list]:
+    """Set the derived price (a new price row from now) on every route of the deployment's channel."""
+    from channels.choices import PriceSource
+    from channels.models import ModelRoute
+    from channels.services import set_route_price
+
+    derived = derive_price(deployment, days=days)
+    if derived.per_million is None or deployment.channel_id is None:
+        return derived, []
+    note = (
+        f"{derived.gpu_hour_cost}/GPU-h × {derived.gpu_hours:.2f} GPU-h ÷ {derived.tokens} tokens "
+        f"({derived.tokens_per_gpu_hour:.0f} tokens/GPU-h, last {days} days)"
+    )
+    prices = [
+        set_route_price(
+            route, input=derived.per_million, output=derived.per_million, source=PriceSource.GPU_HOURS, note=note
+        )
+        for route in ModelRoute.objects.filter(channel_id=deployment.channel_id)
+    ]
+    return derived, prices
