@@ -23,6 +23,7 @@ from keys.models import Budget, UsageDaily, UsageRecord
 from keys.services import issue_key, rotate_key
 from tests.gateway.conftest import add_channel, wait_for
 from tests.gateway.test_limits import SHORT, burst, post
+from tests.gateway.test_metrics import TOKEN, delta, scrape
 from tests.gateway.test_team_limits import burst_keys
 
 # One SHORT request: 1 prompt token and 5 reserved output tokens.
@@ -42,7 +43,9 @@ def spend(**match) -> int:
     return sum(r.cost_nanos or 0 for r in UsageRecord.objects.filter(status="ok", **match))
 
 
-def test_cached_tokens_are_priced_at_their_price(setup, gateway_url, upstream):
+def test_cached_tokens_are_priced_at_their_price(setup, gateway_url, upstream, settings):
+    settings.PORTAL_METRICS_TOKEN = TOKEN
+    before = scrape(gateway_url)
     set_route_price(setup.route, input="1.000", cached_input="0.100", output="2.000")
     upstream.behave(cached=4, tokens=3)
     body = {**SHORT, "messages": [{"role": "user", "content": " ".join(["word"] * 10)}], "max_tokens": 3}
@@ -53,6 +56,8 @@ def test_cached_tokens_are_priced_at_their_price(setup, gateway_url, upstream):
     assert record.cost_nanos == 6 * 1000 + 4 * 100 + 3 * 2000 == 12_400
     assert record.pricing == "priced"
     assert UsageDaily.objects.get(key=setup.key).cost_nanos == 12_400
+    cost = delta(scrape(gateway_url), before, "gateway_cost_total", model="qwen3-32b", currency="USD")
+    assert sum(cost.values()) == pytest.approx(12_400 / NANOS)
 
 
 def test_a_price_change_mid_month_keeps_earlier_costs(setup, gateway_url, upstream):
