@@ -23,9 +23,10 @@ class KeysConfig(AppConfig):
         dashboard.register_context(lambda user: {"my_active_keys": _active_keys(owner=user)})
         user_reactivated.connect(_revoke_keys_on_reactivation, dispatch_uid="keys-revoke-on-reactivation")
         dashboard.register_section(10, "keys/_dashboard_usage.html", _usage_last_day)
-        from .usage.services import channel_token_shares
+        from .usage.services import channel_token_shares, spend_by_person
 
         showback.register_token_source(channel_token_shares)
+        showback.register_spend_source(spend_by_person)
 
 
 def _usage_last_day(user: Any) -> dict[str, Any]:

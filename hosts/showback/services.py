@@ -17,10 +17,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from portal.showback import token_shares
+from channels.prices import NANOS
+from portal.showback import spend, token_shares
 
 from ..choices import IDLE_DEPLOYMENT_STATUSES, DeploymentStatus
-from ..models import Deployment, DeploymentRun
+from ..models import Deployment, DeploymentRun, Host
 
 IDLE = "(idle)"
 
@@ -83,6 +84,18 @@ class Showback:
     # (team or None, user or None, GPU-hours, tokens); the idle row has user IDLE
     people: list[tuple[str | None, str | None, float, int]] = field(default_factory=list)
     teams: list[tuple[str | None, float, int]] = field(default_factory=list)
+    # (team, user) -> GPU cost (the host's cost per GPU-hour * the person's GPU-hours on it) and
+    # priced spend on every route, both in nano-units of PORTAL_CURRENCY
+    gpu_cost: dict[tuple[str | None, str | None], int] = field(default_factory=dict)
+    spend: dict[tuple[str | None, str | None], int] = field(default_factory=dict)
+    unpriced_hosts: set[str] = field(default_factory=set)  # ran this month without a cost per GPU-hour
+
+    @property
+    def money(self) -> list[tuple[str | None, str | None, int, int]]:
+        """(team, user, GPU cost, spend) per person, largest first."""
+        people = set(self.gpu_cost) | set(self.spend)
+        rows = [(t, u, self.gpu_cost.get((t, u), 0), self.spend.get((t, u), 0)) for t, u in people]
+        return sorted(rows, key=lambda r: (-(r[2] + r[3]), r[0] or "", r[1] or ""))
 
     @property
     def total_gpu_hours(self) -> float:
@@ -97,6 +110,8 @@ def monthly(month: dt.date, now: dt.datetime | None = None) -> Showback:
     report = Showback(month=since.date(), since=since, until=until)
     runs = DeploymentRun.objects.filter(started__lt=until).filter(Q(stopped__isnull=True) | Q(stopped__gt=since))
     per_deployment: dict[str, DeploymentHours] = {}
+    host_costs = dict(Host.objects.values_list("name", "gpu_hour_cost"))
+    gpu_cost: dict[tuple[str | None, str | None], float] = defaultdict(float)
     people: dict[tuple[str | None, str | None], list[float]] = defaultdict(lambda: [0.0, 0])
     for run in runs.order_by("started"):
         start, end = max(run.started, since), min(run.stopped or now, until)
@@ -110,14 +125,22 @@ def monthly(month: dt.date, now: dt.datetime | None = None) -> Showback:
         row.gpu_hours += gpu_hours
         shares = [s for s in token_shares(run.channel_id, start, end) if s.tokens > 0] if run.channel_id else []
         total = sum(s.tokens for s in shares)
+        rate = host_costs.get(run.host_name)
+        if rate is None:
+            report.unpriced_hosts.add(run.host_name)
+        per_hour = float(rate or 0) * NANOS
         if not total:
             people[(None, IDLE)][0] += gpu_hours
+            gpu_cost[(None, IDLE)] += gpu_hours * per_hour
             continue
         for s in shares:
             bucket = people[(s.team, s.user)]
             bucket[0] += gpu_hours * s.tokens / total
             bucket[1] += s.tokens
+            gpu_cost[(s.team, s.user)] += gpu_hours * s.tokens / total * per_hour
     report.deployments = sorted(per_deployment.values(), key=lambda d: (-d.gpu_hours, d.name))
+    report.gpu_cost = {k: round(v) for k, v in gpu_cost.items()}
+    report.spend = spend(since, until)
     report.people = sorted(
         ((team, user, hours, int(tokens)) for (team, user), (hours, tokens) in people.items()),
         key=lambda r: (-r[2], r[0] or "", r[1] or ""),

@@ -232,3 +232,14 @@ def channel_token_shares(channel_id: int, since: dt.datetime, until: dt.datetime
         .order_by("team__name", "user__username")
     )
     return [Share(team=r["team__name"], user=r["user__username"], tokens=int(r["tokens"] or 0)) for r in rows]
+
+
+def spend_by_person(since: dt.datetime, until: dt.datetime) -> dict[tuple[str | None, str | None], int]:
+    """Nano-units spent per (team at request time, user) on the UTC days in [since, until): the
+    showback's spend beside the GPU-hours (`portal.showback`)."""
+    rows = (
+        UsageDaily.objects.filter(day__gte=since.date(), day__lt=until.date())
+        .values("team__name", "user__username")
+        .annotate(cost=Sum("cost_nanos"))
+    )
+    return {(r["team__name"], r["user__username"]): int(r["cost"] or 0) for r in rows}

@@ -180,3 +180,22 @@ def test_a_local_routes_price_from_gpu_hours_matches_a_hand_calculation(deployme
     price = RoutePrice.objects.get(route=route)
     assert (price.input, price.output, price.source) == (Decimal("125.000"), Decimal("125.000"), "gpu_hours")
     assert "20.00 GPU-h" in price.note
+
+
+def test_the_showback_puts_spend_beside_the_gpu_cost_per_developer(deployment, channel, alice, admin_client):
+    """10 h on 2 GPUs at $1.50 per GPU-hour = $30 of GPU time, all alice's (she sent every token);
+    her cloud spend this month beside it."""
+    from decimal import Decimal
+
+    deployment.host.gpu_hour_cost = Decimal("1.50")
+    deployment.host.save()
+    start = at(3, 8)
+    run(deployment, start, at(3, 18))
+    key = issue_key(owner=alice, name="k")[0]
+    write_batch([event(key, channel_id=channel.id, created=start + dt.timedelta(minutes=30))])
+    write_batch([event(key, channel_id=None, created=start, cost_nanos=2_500_000_000)])  # $2.50 in the cloud
+    report = monthly(start.date())
+    ((_team, _user, gpu, spent),) = [row for row in report.money if row[1] == "alice"]
+    assert (gpu, spent) == (30 * 10**9, 2_500_000_000)
+    page = admin_client.get("/gpu-hours/?month=" + f"{start:%Y-%m}").content.decode()
+    assert "$30.0000" in page and "$2.5000" in page and "$32.5000" in page
