@@ -236,3 +236,19 @@ def test_budget_answers_are_openai_shaped(setup, gateway_url):
     )
     assert r.status_code == 429
     assert set(r.json()["error"]) >= {"message", "type", "code"}
+
+
+def test_a_budget_past_its_alert_share_tells_the_alert_targets_once(setup, gateway_url, settings):
+    from django.core import mail
+
+    from channels.models import AlertTarget
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    AlertTarget.objects.create(name="finance", kind="email", email="finance@example.com")
+    set_route_price(setup.route, input=INPUT, output=OUTPUT)
+    Budget.objects.create(key=setup.key, window="day", amount=DAILY, alert_percent=50)
+    # $0.011 reserved each: the third takes the day past $0.025
+    for _ in range(4):
+        assert post(gateway_url, setup.plaintext).status_code == 200
+    wait_for(lambda: len(mail.outbox) >= 1)
+    assert len(mail.outbox) == 1 and "has used 50% of its per day budget" in mail.outbox[0].body
