@@ -501,6 +501,10 @@ class Saved:
     saved_at: float  # wall clock
 
 
+# The pickled shape of KeyInfo and RouteInfo: a file of another shape is ignored (2: budgets, prices).
+SNAPSHOT_FORMAT = 2
+
+
 class SnapshotFile:
     """The snapshot on disk (`<data folder>/gateway-snapshot.bin`), shared by the replicas that share
     the data folder: each merges the keys it loaded into it (under a file lock, newest load wins, only
@@ -528,7 +532,7 @@ class SnapshotFile:
         except Exception as exc:
             logger.warning("ignoring the gateway snapshot on disk: %s", exc)
             return None
-        return data if isinstance(data, dict) and data.get("v") == 1 else None
+        return data if isinstance(data, dict) and data.get("v") == SNAPSHOT_FORMAT else None
 
     def save(
         self,
@@ -556,7 +560,7 @@ class SnapshotFile:
             grace = outage_grace()
             entries = {d: e for d, e in entries.items() if now - e[0] <= grace}
             data = {
-                "v": 1,
+                "v": SNAPSHOT_FORMAT,
                 "saved_at": now,
                 "generation": generation,
                 "gen_keys": gen_keys,

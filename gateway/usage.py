@@ -342,6 +342,9 @@ def _send_budget_alerts(owner_id: int, budget_ids: list[int]) -> None:
 def event_from_json(line: bytes) -> UsageEvent:
     data = orjson.loads(line)
     data["created"] = dt.datetime.fromisoformat(data["created"])
+    if "pricing" not in data and (data.get("prompt_tokens") or data.get("completion_tokens")):
+        # journaled by a gateway from before prices: its cost is unknown, not 0
+        data["cost_nanos"], data["pricing"] = None, Pricing.NONE
     return UsageEvent(**data)
 
 
