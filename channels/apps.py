@@ -9,7 +9,7 @@ class ChannelsConfig(AppConfig):
     def ready(self) -> None:
         from portal import audit, dashboard
 
-        from .models import AliasTarget, Channel, Model, ModelRoute
+        from .models import AliasTarget, Channel, Model, ModelRoute, RoutePrice
 
         audit.register(
             Channel,
@@ -33,6 +33,7 @@ class ChannelsConfig(AppConfig):
         audit.register(Model)
         audit.register(ModelRoute, ignore={"discovered_context_window", "discovered_at"})
         audit.register(AliasTarget)
+        audit.register(RoutePrice)
         dashboard.register_stat(20, "Channels", Channel.objects.count, "channel_list")
         dashboard.register_stat(30, "Models", Model.objects.served().count, "model_list")
         from .health.history import attention

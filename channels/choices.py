@@ -1,4 +1,5 @@
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class ChannelKind(models.TextChoices):
@@ -46,3 +47,11 @@ class BalancePolicy(models.TextChoices):
     WEIGHTED = "weighted", "Weighted random"
     AFFINITY = "affinity", "Session affinity (prompt caches)"
     LEAST_BUSY = "least_busy", "Least busy"
+
+
+class PriceSource(models.TextChoices):
+    """Where a route's price came from."""
+
+    MANUAL = "manual", _("Set by hand")
+    CATALOGUE = "catalogue", _("Price catalogue")
+    GPU_HOURS = "gpu_hours", _("GPU-hour cost ÷ measured tokens per hour")

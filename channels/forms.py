@@ -8,6 +8,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.forms import BaseInlineFormSet, inlineformset_factory
 from django.urls import reverse
+from django.utils.translation import gettext_lazy as _
 
 from .choices import BalancePolicy, ChannelKind, Locality
 from .models import MODEL_NAME_VALIDATOR, Channel, Model, ModelRoute
@@ -236,3 +237,36 @@ class AliasForm(forms.Form):
         for field, errors in exc.message_dict.items():
             target = "target_0" if field == "targets" else field
             self.add_error(target if target in self.fields else None, errors)
+
+
+class RoutePriceForm(forms.Form):
+    """A new price for one route from a moment on (now by default); the old one stays for the past."""
+
+    route = forms.ModelChoiceField(
+        queryset=ModelRoute.objects.select_related("model", "channel").order_by("model__name", "channel__name"),
+        label=_("Route"),
+    )
+    input = forms.DecimalField(label=_("Input"), min_value=0, max_digits=12, decimal_places=3)
+    cached_input = forms.DecimalField(
+        label=_("Cached input"),
+        min_value=0,
+        max_digits=12,
+        decimal_places=3,
+        required=False,
+        help_text=_("Blank: the input price."),
+    )
+    cache_write = forms.DecimalField(
+        label=_("Cache write"),
+        min_value=0,
+        max_digits=12,
+        decimal_places=3,
+        required=False,
+        help_text=_("Blank: the input price."),
+    )
+    output = forms.DecimalField(label=_("Output"), min_value=0, max_digits=12, decimal_places=3)
+    effective_from = forms.DateTimeField(
+        label=_("Effective from (UTC)"),
+        required=False,
+        help_text=_("Blank: now."),
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )

@@ -8,13 +8,16 @@ from typing import TYPE_CHECKING, Self
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from portal.fields import EncryptedTextField
 from portal.models import TimeStampedModel
 
-from .choices import AlertKind, BalancePolicy, ChannelKind, ChannelStatus, Locality, ProbeSource
+from .choices import AlertKind, BalancePolicy, ChannelKind, ChannelStatus, Locality, PriceSource, ProbeSource
 
 if TYPE_CHECKING:
+    from django.utils.functional import _StrPromise
+
     from .health.history import HealthSummary
 
 MODEL_NAME_VALIDATOR = RegexValidator(
@@ -284,6 +287,57 @@ class ModelRoute(TimeStampedModel):
             and self.context_window
             and self.discovered_context_window != self.context_window
         )
+
+
+def price_field(help_text: _StrPromise, *, blank: bool = False) -> models.DecimalField:
+    return models.DecimalField(
+        max_digits=12,
+        decimal_places=3,
+        null=blank,
+        blank=blank,
+        validators=[MinValueValidator(0)],
+        help_text=help_text,
+    )
+
+
+class RoutePriceQuerySet(models.QuerySet):
+    def in_effect(self, at=None) -> Self:
+        """Each route's price rows that have started by `at` (now), newest first: the first row per
+        route is the one in effect."""
+        return self.filter(effective_from__lte=at or timezone.now()).order_by("route_id", "-effective_from", "-id")
+
+
+class RoutePrice(TimeStampedModel):
+    """What one route costs per million tokens, in the portal's currency (PORTAL_CURRENCY), from
+    `effective_from` on.
+
+    A price change is a new row, never an edit of the old one: a usage record's cost is computed
+    when it is written, from the row in effect then, so past usage keeps the price it was made at
+    and this table is the history. A route without any row in effect has no price ("no price" on
+    the usage pages; a budgeted key is refused or charged the fallback, PORTAL_UNPRICED_ROUTES).
+    """
+
+    route = models.ForeignKey(ModelRoute, on_delete=models.CASCADE, related_name="prices")
+    effective_from = models.DateTimeField(default=timezone.now, db_index=True)
+    input = price_field(_("Input, per million tokens"))
+    cached_input = price_field(
+        _("Cached input (read from the prompt cache), per million tokens; blank: the input price"), blank=True
+    )
+    cache_write = price_field(_("Cache write, per million tokens; blank: the input price"), blank=True)
+    output = price_field(_("Output, per million tokens"))
+    source = models.CharField(max_length=16, choices=PriceSource, default=PriceSource.MANUAL)
+    note = models.CharField(max_length=300, blank=True)  # how a derived price was computed
+
+    objects = RoutePriceQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["route_id", "-effective_from", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["route", "effective_from"], name="routeprice_unique_route_start")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.route}: {self.input}/{self.output} from {self.effective_from:%Y-%m-%d %H:%M}"
 
 
 # --- health checks ---------------------------------------------------------------------------

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import ipaddress
+import json
+from decimal import Decimal
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from .baseurl import BaseURLError, normalize_base_url
-from .choices import Locality
+from .choices import Locality, PriceSource
 
 LOCAL_SUFFIXES = (".local", ".lan", ".internal", ".localhost", ".home.arpa")
 
@@ -257,3 +262,90 @@ def _alias_targets(alias, targets: list, errors: dict[str, list[str]]) -> list:
     if problems:
         errors["targets"] = problems
     return resolved
+
+
+# --- prices ------------------------------------------------------------------------------------
+
+CATALOGUE = Path(__file__).resolve().parent / "data" / "price_catalogue.json"
+
+
+def set_route_price(
+    route,
+    *,
+    input,
+    output,
+    cached_input=None,
+    cache_write=None,
+    effective_from=None,
+    source: str = PriceSource.MANUAL,
+    note: str = "",
+):
+    """Add a price row for `route` (from `effective_from`, now by default). Rows are never edited:
+    the old price stays in effect for the usage made before the new one starts."""
+    from .models import RoutePrice
+
+    when = effective_from or timezone.now()
+    price = RoutePrice(
+        route=route,
+        effective_from=when,
+        input=Decimal(str(input)),
+        output=Decimal(str(output)),
+        cached_input=None if cached_input in (None, "") else Decimal(str(cached_input)),
+        cache_write=None if cache_write in (None, "") else Decimal(str(cache_write)),
+        source=source,
+        note=note[:300],
+    )
+    price.full_clean(exclude=["route"])
+    if RoutePrice.objects.filter(route=route, effective_from=when).exists():
+        raise ValidationError({"effective_from": _("This route already has a price starting at that moment.")})
+    price.save()
+    return price
+
+
+def catalogue_entries(currency: str) -> list[dict]:
+    """The starter catalogue's entries in `currency` (channels/data/price_catalogue.json)."""
+    data = json.loads(CATALOGUE.read_text())
+    return [e for e in data["prices"] if e.get("currency", "USD") == currency]
+
+
+def _catalogue_match(upstream_id: str, entries: list[dict]) -> dict | None:
+    """The entry whose `match` is the longest prefix of the id (`gpt-4o-mini-2024…` is gpt-4o-mini)."""
+    name = upstream_id.lower().rsplit("/", 1)[-1]
+    best, best_len = None, -1
+    for entry in entries:
+        for m in entry["match"]:
+            m = m.lower()
+            if (name == m or name.startswith(m + "-") or name.startswith(m + ":")) and len(m) > best_len:
+                best, best_len = entry, len(m)
+    return best
+
+
+def load_price_catalogue(*, overwrite: bool = False) -> list:
+    """Price every external route the catalogue knows and that has no price yet (or every one it
+    knows, with `overwrite`: a new row from now on, the old kept). Returns the rows added."""
+    from django.conf import settings
+
+    from .models import ModelRoute, RoutePrice
+
+    entries = catalogue_entries(settings.PORTAL_CURRENCY)
+    priced = set(RoutePrice.objects.values_list("route_id", flat=True))
+    added = []
+    routes = ModelRoute.objects.select_related("model", "channel").filter(channel__locality=Locality.EXTERNAL)
+    for route in routes:
+        if route.id in priced and not overwrite:
+            continue
+        entry = _catalogue_match(route.upstream_id, entries)
+        if entry is None:
+            continue
+        added.append(
+            set_route_price(
+                route,
+                input=entry["input"],
+                output=entry["output"],
+                cached_input=entry.get("cached_input"),
+                cache_write=entry.get("cache_write"),
+                source=PriceSource.CATALOGUE,
+                note=f"catalogue: {entry['match'][0]}",
+            )
+        )
+    return added

@@ -15,6 +15,7 @@ urlpatterns = [
     path("models/<int:pk>/", views.ModelDetailView.as_view(), name="model_detail"),
     path("models/<int:pk>/edit/", views.ModelEditView.as_view(), name="model_edit"),
     path("models/<int:pk>/delete/", views.ModelDeleteView.as_view(), name="model_delete"),
+    path("models/prices/", views.PriceListView.as_view(), name="price_list"),
     path("models/aliases/", views.AliasListView.as_view(), name="model_alias_list"),
     path("models/aliases/new/", views.AliasEditView.as_view(), name="model_alias_create"),
     path("models/aliases/<int:pk>/", views.AliasDetailView.as_view(), name="model_alias_detail"),

@@ -8,6 +8,8 @@ from django.db import transaction
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse, reverse_lazy
+from django.utils import timezone
+from django.utils.translation import gettext as _
 from django.views import View
 from django.views.generic import CreateView, DeleteView, DetailView, UpdateView
 
@@ -15,12 +17,20 @@ from portal.permissions import AdminRequiredMixin
 from portal.ui import FilteredListView, InvalidFormStatusMixin, SafeDeleteMixin
 
 from .filters import ChannelFilterSet, ModelFilterSet
-from .forms import AddServedModelForm, AliasForm, ChannelForm, ModelForm, RouteFormSet
+from .forms import AddServedModelForm, AliasForm, ChannelForm, ModelForm, RouteFormSet, RoutePriceForm
 from .health.history import attach_health
 from .health.probe import ProbeFailure
 from .health.services import served_models
-from .models import Channel, Model, ModelRoute
-from .services import add_served_model, clean_base_url, save_alias, suggest_public_name
+from .models import Channel, Model, ModelRoute, RoutePrice
+from .prices import currency
+from .services import (
+    add_served_model,
+    clean_base_url,
+    load_price_catalogue,
+    save_alias,
+    set_route_price,
+    suggest_public_name,
+)
 
 
 def _saved_message(verb: str, channel: Channel, notes: list[str]) -> str:
@@ -315,3 +325,54 @@ class AliasDeleteView(AdminRequiredMixin, SafeDeleteMixin, DeleteView):
     template_name = "channels/alias_confirm_delete.html"
     context_object_name = "alias"
     success_url = reverse_lazy("model_alias_list")
+
+
+class PriceListView(AdminRequiredMixin, View):
+    """Every route with the price in effect (or "no price"), the history, a form for a new price and
+    the starter catalogue's button."""
+
+    template_name = "channels/price_list.html"
+
+    def context(self, form: RoutePriceForm) -> dict:
+        now = timezone.now()
+        current: dict[int, RoutePrice] = {}
+        for price in RoutePrice.objects.in_effect(now):
+            current.setdefault(price.route_id, price)
+        routes = ModelRoute.objects.select_related("model", "channel").order_by("model__name", "channel__name")
+        rows = [{"route": r, "price": current.get(r.id)} for r in routes]
+        history = RoutePrice.objects.select_related("route__model", "route__channel").order_by("-effective_from", "-id")
+        return {
+            "rows": rows,
+            "history": history[:200],
+            "form": form,
+            "currency": currency(),
+            "unpriced": sum(1 for r in rows if r["price"] is None),
+        }
+
+    def get(self, request):
+        return render(request, self.template_name, self.context(RoutePriceForm()))
+
+    def post(self, request):
+        if request.POST.get("action") == "catalogue":
+            added = load_price_catalogue()
+            messages.success(request, _("%(n)d route(s) priced from the starter catalogue.") % {"n": len(added)})
+            return redirect("price_list")
+        form = RoutePriceForm(request.POST)
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                set_route_price(
+                    data["route"],
+                    input=data["input"],
+                    output=data["output"],
+                    cached_input=data["cached_input"],
+                    cache_write=data["cache_write"],
+                    effective_from=data["effective_from"],
+                )
+            except ValidationError as exc:
+                for field, errors in exc.message_dict.items():
+                    form.add_error(field if field in form.fields else None, errors)
+            else:
+                messages.success(request, _("Price saved for %(route)s.") % {"route": data["route"]})
+                return redirect("price_list")
+        return render(request, self.template_name, self.context(form), status=400)

@@ -9,6 +9,7 @@ from django.shortcuts import get_object_or_404, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
+from keys.budgets.services import budgets_for
 from keys.models import Key
 from keys.payloads.services import logged_keys
 
@@ -102,6 +103,7 @@ def connect(request):
         "key_label": services.key_label(slug, machine),
         "env_var": clients.base.ENV_VAR,
         "logged_keys": logged_keys(request.user),
+        "budgets": budgets_for(request.user),
     }
     return render(request, "clientconfigs/connect.html", context)
 

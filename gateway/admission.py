@@ -16,11 +16,12 @@ from typing import Any
 
 from django.conf import settings
 
+from channels.prices import format_money
 from keys.choices import ApiSurface, UsageStatus
 
 from . import balance, metrics, ondemand
 from .auth import authenticate
-from .cache import KeyInfo, ModelInfo, RouteInfo, namespace, snapshot
+from .cache import BudgetInfo, KeyInfo, ModelInfo, RouteInfo, namespace, snapshot
 from .call import Call, current, route_header, wants_route_header
 from .catalog import Selection, resolve_model, select_routes
 from .http import GatewayError, Request
@@ -90,6 +91,18 @@ async def open_call(
         reserve_max = asked if max_tokens is not None else default_output(info, selection.routes, prompt)
         output = asked
         reserve = prompt + reserve_max
+        cost = 0
+        # The most the request can cost on any route it may take (never 0 for "no price"). A stopped
+        # on-demand model has no routes yet: its request reserves no cost and is charged its real
+        # cost when it finishes (a budget can be passed by that one request).
+        if key.budgets and not cold:
+            try:
+                cost = budget_reservation(info, selection, prompt, reserve_max * choices_of(body), limiter.now())
+            except GatewayError as unpriced:
+                _record_refusal(
+                    request_id, key, info, surface, stream, unpriced, started, status=UsageStatus.CLIENT_ERROR
+                )
+                raise
         scopes = [
             Scope(f"{ns}:k:{key.id}", "key", key.limits),
             Scope(f"{ns}:u:{key.owner_id}", "user", key.owner_limits),
@@ -99,7 +112,9 @@ async def open_call(
         # First attempt: admit only if our cached keys/routes are current (else Stale, nothing
         # reserved); the retry runs on freshly loaded data and is not checked again.
         expected = snapshot.generation if attempt == 0 else None
-        admit = limiter.admit(request_id, scopes, reserve, expected=expected)
+        admit = limiter.admit(
+            request_id, scopes, reserve, expected=expected, budgets=key.budgets, cost=cost, namespace=ns
+        )
         try:
             if choice.session is None and body is not None and balance.affine(info) and not cold:
                 choice.session = balance.session_of(body, key.id)
@@ -107,6 +122,8 @@ async def open_call(
                 result, choice.remembered = await asyncio.gather(admit, recall)
                 # Now that Redis said where the session went, order the routes by it.
                 selection = select_routes(info, key, prompt=prompt, output=output, choice=choice, pinned=pinned)
+                if key.budgets:
+                    selection.routes[:] = priced_routes(selection, limiter.now()) or selection.routes
             else:
                 result = await admit
         except GatewayError as unavailable:  # Redis unreachable: refused, and on the record as such
@@ -123,7 +140,7 @@ async def open_call(
         break
     if isinstance(result, Refusal):
         metrics.refused(result.limit, result.scope)
-        err = _refusal_error(result, scopes)
+        err = _budget_error(result, cost) if result.budget is not None else _refusal_error(result, scopes)
         if result.limit.startswith("tokens_per"):
             err.message += (
                 f" This request reserves {reserve} tokens (prompt ≈{int(prompt_tokens)} + max_tokens {reserve_max}"
@@ -132,6 +149,8 @@ async def open_call(
         _record_refusal(request_id, key, info, surface, stream, err, started)
         raise err
     assert isinstance(result, Admission)
+    if result.alerts:
+        alert_budgets(key, result.alerts)
     waited: float | None = None
     if cold:
         info, selection, waited = await _warm_up(
@@ -204,6 +223,64 @@ def pinned_channel(req: Request, key: KeyInfo) -> int | None:
     if req.playground and key.owner_is_admin and value.isdigit():
         return int(value)
     return None
+
+
+def choices_of(body: dict[str, Any] | None) -> int:
+    """`n`: every choice may produce the reserved output."""
+    n = (body or {}).get("n")
+    return n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 128 else 1
+
+
+def priced_routes(selection: Selection, now: float) -> list[RouteInfo]:
+    """The selection's routes that have a price (or the fallback the admin allows)."""
+    return [route for route in selection.routes if route.rates(now)[0] is not None]
+
+
+def budget_reservation(model: ModelInfo, selection: Selection, prompt: int, output: int, now: float) -> int:
+    """The most the request can cost (nano-units) on any route it may be sent to. Routes without a
+    price are dropped from the selection when the admin chose to refuse them (PORTAL_UNPRICED_ROUTES)
+    and charged the fallback otherwise; with none left the request is refused, never counted as free."""
+    kept = priced_routes(selection, now)
+    for route in selection.routes:
+        if route not in kept:
+            selection.explanation.append(f"skipped {route.channel_name}: no price, and this key has a budget")
+    most = max((r.rates(now)[0].most(prompt, output) for r in kept), default=0)  # type: ignore[union-attr]
+    if not kept:
+        raise GatewayError(
+            403,
+            f"The model '{model.name}' has no price on any channel that serves it, and this key has a budget: "
+            "an admin must set its price (or allow a fallback price) before budgeted keys may use it.",
+            code="model_not_priced",
+        )
+    selection.routes[:] = kept
+    return most
+
+
+def alert_budgets(key: KeyInfo, budgets: list[BudgetInfo]) -> None:
+    """Tell the alert targets and the owner, once per window, that a budget passed its alert share
+    (sent from the usage writer's thread: nothing on the request path)."""
+    process.usage.alert_budgets(key.owner_id, [b.id for b in budgets])
+
+
+def _budget_error(refusal: Refusal, cost: int) -> GatewayError:
+    """A 429 saying which budget, whose, and when it resets (Retry-After), or that it never does."""
+    budget = refusal.budget
+    assert budget is not None
+    whose = {"key": "this key", "user": "your account", "team": "your team"}.get(budget.label, budget.label)
+    window = {"day": "daily", "week": "weekly", "month": "monthly", "once": "one-off"}.get(budget.window, budget.window)
+    text = (
+        f"Budget reached: the {window} budget of {whose} is {format_money(refusal.value, 2)}; "
+        f"this request may cost up to {format_money(cost)}."
+    )
+    headers: list[tuple[bytes, bytes]] = []
+    if refusal.retry_after >= 0:
+        retry = max(1, math.ceil(refusal.retry_after))
+        resets = dt.datetime.fromtimestamp(time.time() + retry, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        text += f" It resets at {resets} (in {retry} s); a smaller max_tokens may fit meanwhile."
+        headers.append((b"retry-after", str(retry).encode()))
+    else:
+        text += " It does not reset: ask an admin for a top-up."
+    return GatewayError(429, text, code="budget_exceeded", headers=headers)
 
 
 def default_output(model: ModelInfo, routes: list[RouteInfo], prompt: int) -> int:

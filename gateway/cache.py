@@ -37,7 +37,11 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections, connections
+from django.db.models import Q
+from django.utils import timezone as dj_timezone
 
+from channels.prices import Rates, fallback_rates, in_effect, rates_of, to_nanos
+from keys.choices import Pricing
 from portal.db import use_timeouts
 from portal.secrets import decrypt_bytes, encrypt_bytes
 
@@ -201,10 +205,23 @@ class RouteInfo:
     local: bool = False  # the channel is local (`Channel.locality`): local-only requests may use it
     context_window: int | None = None  # served window: discovered, else configured; None = unknown
     max_output_tokens: int | None = None
+    # The route's price in effect when the catalog was loaded and any that start later, oldest
+    # first (`channels.RoutePrice`); empty: no price.
+    prices: tuple[Rates, ...] = ()
 
     @property
     def tier(self) -> int:
         return _TIER.get(self.status, _LAST_RESORT)
+
+    def rates(self, at: float) -> tuple[Rates | None, str]:
+        """The price of a call made at `at` (epoch seconds) and how it was found (`keys.choices.Pricing`):
+        the route's price in effect, else the fallback when the admin chose one, else none."""
+        found = in_effect(self.prices, at)
+        if found is not None:
+            return found, Pricing.PRICED
+        if settings.PORTAL_UNPRICED_ROUTES == "fallback":
+            return fallback_rates(), Pricing.FALLBACK
+        return None, Pricing.NONE
 
 
 @dataclass(slots=True, frozen=True)
@@ -263,6 +280,22 @@ class Catalog:
     loaded_at: float
 
 
+@dataclass(slots=True, frozen=True)
+class BudgetInfo:
+    """One `keys.Budget` as the admission script needs it (amounts in nano-units)."""
+
+    id: int
+    label: str  # "key", "user" or "team"
+    window: str  # keys.choices.BudgetWindow
+    amount: int
+    topup: int = 0
+    topup_until: float | None = None  # epoch seconds
+    alert_percent: int | None = None
+
+    def cap(self, at: float) -> int:
+        return self.amount + (self.topup if self.topup_until is not None and self.topup_until > at else 0)
+
+
 @dataclass(slots=True)
 class KeyInfo:
     """What the gateway needs of a key and its owner; built once per key per process."""
@@ -287,6 +320,7 @@ class KeyInfo:
     team_model_ids: frozenset[int] = frozenset()
     team_limits: dict[str, int | None] = field(default_factory=dict)
     payload_days: int | None = None  # request logs on (kept this many days), see keys.PayloadLogging
+    budgets: tuple[BudgetInfo, ...] = ()  # the key's, its owner's and the owner's team's
 
     def may_use(self, model: ModelInfo) -> bool:
         return (
@@ -318,6 +352,7 @@ def _load_catalog() -> Catalog:
         )
         models[m.name] = info
         by_id[m.id] = info
+    prices = _load_prices()
     routes: dict[int, list[RouteInfo]] = {}
     ctx: dict[int, list[int]] = {}
     out: dict[int, list[int]] = {}
@@ -346,6 +381,7 @@ def _load_catalog() -> Catalog:
                 local=ch.locality == Locality.LOCAL,
                 context_window=r.effective_context_window,
                 max_output_tokens=r.max_output_tokens,
+                prices=prices.get(r.id, ()),
             )
         )
         if r.effective_context_window:
@@ -394,6 +430,48 @@ def _load_catalog() -> Catalog:
     return Catalog(models=models, by_id=by_id, by_norm=by_norm, loaded_at=time.monotonic())
 
 
+def _load_prices() -> dict[int, tuple[Rates, ...]]:
+    """Per route: its price in effect now and those that start later, oldest first."""
+    from channels.models import RoutePrice
+
+    now = dj_timezone.now()
+    out: dict[int, list[Rates]] = {}
+    for p in RoutePrice.objects.order_by("route_id", "effective_from", "id"):
+        rates = rates_of(
+            since=p.effective_from.timestamp(),
+            input=p.input,
+            output=p.output,
+            cached_input=p.cached_input,
+            cache_write=p.cache_write,
+        )
+        mine = out.setdefault(p.route_id, [])
+        if p.effective_from <= now and mine and mine[-1].since <= now.timestamp():
+            mine[-1] = rates  # a newer price in effect replaces the older one
+        else:
+            mine.append(rates)
+    return {route_id: tuple(rs) for route_id, rs in out.items()}
+
+
+def _budgets_of(key: Any) -> tuple[BudgetInfo, ...]:
+    from keys.models import Budget
+
+    match = Q(key=key) | Q(user_id=key.owner_id)
+    if key.owner.team_id is not None:
+        match |= Q(team_id=key.owner.team_id)
+    return tuple(
+        BudgetInfo(
+            id=b.id,
+            label=b.label,
+            window=b.window,
+            amount=to_nanos(b.amount),
+            topup=to_nanos(b.topup),
+            topup_until=b.topup_until.timestamp() if b.topup_until else None,
+            alert_percent=b.alert_percent,
+        )
+        for b in Budget.objects.filter(match).order_by("id")
+    )
+
+
 def _load_key(digest: str) -> KeyInfo | None:
     from keys.models import PAYLOAD_LOGGING_RELATED, Key, payload_logging_of
 
@@ -435,6 +513,7 @@ def _load_key(digest: str) -> KeyInfo | None:
         team_model_ids=frozenset(m.id for m in team.allowed_models.all()) if team is not None else frozenset(),
         team_limits=team.limits() if team is not None else {},
         payload_days=logging_policy.retention_days if logging_policy and logging_policy.enabled else None,
+        budgets=_budgets_of(key),
     )
 
 
@@ -444,6 +523,10 @@ class Saved:
     keys: dict[str, KeyInfo]
     generation: tuple[str | None, str | None] | None
     saved_at: float  # wall clock
+
+
+# The pickled shape of KeyInfo and RouteInfo: a file of another shape is ignored (2: budgets, prices).
+SNAPSHOT_FORMAT = 2
 
 
 class SnapshotFile:
@@ -473,7 +556,7 @@ class SnapshotFile:
         except Exception as exc:
             logger.warning("ignoring the gateway snapshot on disk: %s", exc)
             return None
-        return data if isinstance(data, dict) and data.get("v") == 1 else None
+        return data if isinstance(data, dict) and data.get("v") == SNAPSHOT_FORMAT else None
 
     def save(
         self,
@@ -501,7 +584,7 @@ class SnapshotFile:
             grace = outage_grace()
             entries = {d: e for d, e in entries.items() if now - e[0] <= grace}
             data = {
-                "v": 1,
+                "v": SNAPSHOT_FORMAT,
                 "saved_at": now,
                 "generation": generation,
                 "gen_keys": gen_keys,

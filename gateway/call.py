@@ -29,7 +29,7 @@ import orjson
 from django.conf import settings
 
 from channels.health import passive
-from keys.choices import UsageStatus
+from keys.choices import Pricing, UsageStatus
 from keys.payloads.services import Captured
 
 from . import balance
@@ -663,6 +663,7 @@ class Call:
         self._kept_local = selection.kept_local
         self.debug_route = wants_route_header(req, key)
         self.channel_id: int | None = None
+        self.route: RouteInfo | None = None  # the route that served the call (its price is the cost's)
         self.ttft_ms: float | None = None
         self.cold_start_ms: float | None = None  # waited for its on-demand model to start (`gateway.ondemand`)
         self.upstream_request_id = ""
@@ -738,6 +739,7 @@ class Call:
         finally:
             watcher.cancel()
         self.channel_id = served = up.route.channel_id
+        self.route = up.route
         self.upstream_request_id = up.upstream_request_id
         if up.first_at is not None:  # time to the first token, streamed to the client or assembled
             self.ttft_ms = (up.first_at - self.started) * 1000
@@ -774,8 +776,9 @@ class Call:
         self.usage = usage
         if flag:
             error = f"{error}; {flag}" if error else flag
+        cost, pricing = self.cost(usage)
         if process.limiter is not None:
-            process.limiter.settle(self.admission, usage.total)
+            process.limiter.settle(self.admission, usage.total, cost or 0)
         process.usage.record(
             UsageEvent(
                 created=dt.datetime.now(dt.UTC),
@@ -800,10 +803,24 @@ class Call:
                 cache_creation_tokens=usage.cache_creation_tokens,
                 route_explanation=self.explanation,
                 cold_start_ms=self.cold_start_ms,
+                cost_nanos=cost,
+                pricing=pricing,
             )
         )
         if self.logged is not None:
             process.payloads.record(self._captured(status, http_status))
+
+    def cost(self, usage: Usage) -> tuple[int | None, str]:
+        """What the call cost (nano-units; None: its route has no price) from the served route's
+        price in effect now, cached and cache-written prompt tokens at their own prices."""
+        if usage.total == 0 or self.route is None:
+            return 0, Pricing.PRICED
+        rates, pricing = self.route.rates(time.time())
+        if rates is None:
+            return None, pricing
+        return rates.cost(
+            usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, usage.cache_creation_tokens
+        ), pricing
 
     def bounded(self, usage: Usage) -> tuple[Usage, str]:
         """Usage as charged: an upstream's report is bounded by what was sent (the prompt cannot

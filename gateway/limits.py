@@ -30,7 +30,7 @@ from django.conf import settings
 
 from portal import faults
 
-from .cache import generation_keys
+from .cache import BudgetInfo, generation_keys
 from .http import GatewayError
 from .resp import RespClient, RespError
 
@@ -69,10 +69,11 @@ class Scope:
 @dataclass(slots=True)
 class Refusal:
     scope: str  # "key", "user" or "team"
-    limit: str  # one of LIMIT_NAMES
-    value: int
-    retry_after: float  # seconds
+    limit: str  # one of LIMIT_NAMES, or "budget"
+    value: int  # a budget's cap in nano-units
+    retry_after: float  # seconds (a one-off budget: -1, it never resets)
     generations: tuple[str | None, str | None] | None = None
+    budget: BudgetInfo | None = None
 
 
 @dataclass(slots=True)
@@ -97,6 +98,9 @@ class Admission:
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     generations: tuple[str | None, str | None] | None = None
     settled: bool = False
+    budget_keys: list[str] = field(default_factory=list)  # the counters the cost was reserved on
+    cost: int = 0  # nano-units reserved on each
+    alerts: list[BudgetInfo] = field(default_factory=list)  # budgets this reservation took past their alert
 
 
 _windows_cache: tuple[int, tuple[str, str, float, float]] = (-1, ("", "", 0.0, 0.0))
@@ -124,6 +128,30 @@ def _compute_windows(now: float) -> tuple[str, str, float, float]:
     return day, month, (next_day - t).total_seconds(), (next_month - t).total_seconds()
 
 
+def budget_window(window: str, now: float) -> tuple[str, int]:
+    """A budget window's tag and the milliseconds to its end (-1: a one-off never ends), by
+    Redis's clock (`now`), in UTC: days, ISO weeks from Monday, calendar months."""
+    t = dt.datetime.fromtimestamp(now, dt.UTC)
+    start = t.replace(hour=0, minute=0, second=0, microsecond=0)
+    if window == "day":
+        tag, end = t.strftime("%Y%m%d"), start + dt.timedelta(days=1)
+    elif window == "week":
+        year, week, _ = t.isocalendar()
+        tag, end = f"{year}w{week:02d}", start + dt.timedelta(days=7 - t.weekday())
+    elif window == "month":
+        first = start.replace(day=1)
+        tag, end = t.strftime("%Y%m"), (first + dt.timedelta(days=32)).replace(day=1)
+    else:
+        return "once", -1
+    return tag, max(int((end - t).total_seconds() * 1000), 1)
+
+
+def budget_key(ns: str, budget: BudgetInfo, tag: str) -> str:
+    """A budget's spend counter for one window: by the budget's id, so a rotated key (whose
+    budgets move to its successor) keeps counting in the same window."""
+    return f"{ns}:b:{budget.id}:{tag}"
+
+
 def rate_headers(scopes: list[Scope], counts: list[int] | None = None) -> list[tuple[bytes, bytes]]:
     """x-ratelimit-* for the key's per-minute limits (what OpenAI's clients read)."""
     if not scopes:
@@ -148,9 +176,12 @@ def rate_headers(scopes: list[Scope], counts: list[int] | None = None) -> list[t
 # ARGV[1] is the caller's estimate of it, unused by the script.
 # ARGV: now_ms, request id, scope count, reserve tokens, day, month, lease_ms, ms to day end,
 #       ms to month end, expected keys generation ('*': do not check), expected routes generation,
-#       then per scope: prefix, rpm, tpm, tpd, tpmo, par.
-# Returns {1, gen_keys, gen_routes, key_rpm_used, key_tpm_used},
-#         {0, gen_keys, gen_routes, scope index, limit name, limit value, retry_ms}, or
+#       then per scope: prefix, rpm, tpm, tpd, tpmo, par;
+#       then the budget count, the cost reserved (nano-units), and per budget: its window's counter,
+#       cap, ms to the window's end (-1: never), alert threshold (-1: none).
+# Returns {1, gen_keys, gen_routes, key_rpm_used, key_tpm_used, budgets that crossed their alert},
+#         {0, gen_keys, gen_routes, scope index, limit name, limit value, retry_ms} ('budget': the
+#         budget's index, its cap, ms to its window's end or -1), or
 #         {2, gen_keys, gen_routes} when the caller's caches are stale (nothing reserved).
 ADMIT_LUA = """
 local clock = redis.call('TIME')
@@ -216,6 +247,18 @@ for i = 0, n - 1 do
   end
   if i == 0 then used = {r_used + 1, t_used + tok} end
 end
+local bo = 12 + n * 6
+local nb = tonumber(ARGV[bo] or '0')
+local cost = tonumber(ARGV[bo + 1] or '0')
+for j = 0, nb - 1 do
+  local o = bo + 2 + j * 4
+  local cap = tonumber(ARGV[o + 1])
+  local spent = tonumber(redis.call('GET', ARGV[o]) or '0')
+  if spent + cost > cap then
+    local ttl = tonumber(ARGV[o + 2])
+    return {0, gens[1], gens[2], j, 'budget', cap, ttl}
+  end
+end
 for i = 0, n - 1 do
   local o = 12 + i * 6
   local p = ARGV[o]
@@ -238,16 +281,39 @@ for i = 0, n - 1 do
     redis.call('PEXPIRE', p .. ':p', lease)
   end
 end
-return {1, gens[1], gens[2], used[1] or 0, used[2] or 0}
+local alerts = {}
+for j = 0, nb - 1 do
+  local o = bo + 2 + j * 4
+  local b = ARGV[o]
+  local ttl = tonumber(ARGV[o + 2])
+  local spent = redis.call('INCRBY', b, cost)
+  -- a day past the window's end, so a settle arriving late still finds it
+  if ttl >= 0 then redis.call('PEXPIRE', b, ttl + 86400000) end
+  local alert = tonumber(ARGV[o + 3])
+  if alert >= 0 and spent >= alert and spent - cost < alert then
+    local flag = redis.call('SET', b .. ':alerted', '1', 'NX', 'PX', ttl >= 0 and ttl + 86400000 or 31622400000)
+    if flag then alerts[#alerts + 1] = tostring(j) end
+  end
+end
+return {1, gens[1], gens[2], used[1] or 0, used[2] or 0, table.concat(alerts, ',')}
 """
 
-# ARGV: request id, reserved, actual, day, month, then the scope prefixes.
+# ARGV: request id, reserved, actual, day, month, scope count, cost reserved, cost actual (nano-units),
+# then the scope prefixes, then the budgets' counters.
 SETTLE_LUA = """
 local rid = ARGV[1]
 local reserved = tonumber(ARGV[2])
 local actual = tonumber(ARGV[3])
 local delta = actual - reserved
-for i = 6, #ARGV do
+local n = tonumber(ARGV[6])
+local cost_delta = tonumber(ARGV[8]) - tonumber(ARGV[7])
+if cost_delta ~= 0 then
+  for i = 9 + n, #ARGV do
+    -- a counter gone (its window ended long ago) is not brought back without an expiry
+    if redis.call('EXISTS', ARGV[i]) == 1 then redis.call('INCRBY', ARGV[i], cost_delta) end
+  end
+end
+for i = 9, 8 + n do
   local p = ARGV[i]
   if delta ~= 0 then
     local score = redis.call('ZSCORE', p .. ':t', rid .. '|' .. reserved)
@@ -356,9 +422,14 @@ class RedisLimiter:
         scopes: list[Scope],
         tokens: int,
         expected: tuple[str | None, str | None] | None = None,
+        *,
+        budgets: tuple[BudgetInfo, ...] = (),
+        cost: int = 0,
+        namespace: str = "gw",
     ) -> Admission | Refusal | Stale:
-        """Reserve for every scope at once. With `expected` (the generations the caller's caches
-        were built from), a newer generation in Redis returns Stale and reserves nothing."""
+        """Reserve for every scope at once, and `cost` (nano-units, the most the request can cost)
+        on every one of `budgets`. With `expected` (the generations the caller's caches were built
+        from), a newer generation in Redis returns Stale and reserves nothing."""
         now = self.now()
         day, month, to_day, to_month = _windows(now)
         args: list[object] = [
@@ -383,6 +454,15 @@ class RedisLimiter:
                 s.arg("tokens_per_month"),
                 s.arg("max_parallel_requests"),
             ]
+        budget_keys: list[str] = []
+        if budgets:
+            args += [len(budgets), cost]
+            for b in budgets:
+                tag, ttl = budget_window(b.window, now)
+                cap = b.cap(now)
+                budget_keys.append(budget_key(namespace, b, tag))
+                alert = cap * b.alert_percent // 100 if b.alert_percent else -1
+                args += [budget_keys[-1], cap, ttl, alert]
         try:
             res = await self.redis.evalsha(ADMIT_LUA, list(generation_keys()), args)
         except (OSError, RespError) as exc:  # ConnectionError is an OSError
@@ -402,19 +482,36 @@ class RedisLimiter:
         if int(res[0]) == 1:
             adm = Admission(request_id, scopes, tokens, day, month, generations=gens)
             adm.headers = rate_headers(scopes, [int(res[3]), int(res[4])])
+            if budgets:
+                adm.budget_keys, adm.cost = budget_keys, cost
+                crossed = _s(res[5]) if len(res) > 5 else None
+                adm.alerts = [budgets[int(j)] for j in crossed.split(",")] if crossed else []
             if any(s.arg("max_parallel_requests") >= 0 for s in scopes):
                 self.in_flight[request_id] = adm
             return adm
+        limit = _s(res[4]) or ""
+        if limit == "budget":
+            budget = budgets[int(res[3])]
+            ms = int(res[6])
+            return Refusal(
+                scope=budget.label,
+                limit=limit,
+                value=int(res[5]),
+                retry_after=-1.0 if ms < 0 else ms / 1000.0,
+                generations=gens,
+                budget=budget,
+            )
         return Refusal(
             scope=scopes[int(res[3])].label,
-            limit=_s(res[4]) or "",
+            limit=limit,
             value=int(res[5]),
             retry_after=max(int(res[6]), 0) / 1000.0,
             generations=gens,
         )
 
-    def settle(self, adm: Admission, actual: int) -> None:
-        """Correct the reservation; off the request path (nothing waits for the reply)."""
+    def settle(self, adm: Admission, actual: int, cost: int | None = None) -> None:
+        """Correct the reservation (tokens, and the budgets' reserved cost to `cost`, nano-units);
+        off the request path (nothing waits for the reply)."""
         if adm.settled:
             return
         adm.settled = True
@@ -425,7 +522,11 @@ class RedisLimiter:
             max(int(actual), 0),
             adm.day,
             adm.month,
+            len(adm.scopes),
+            adm.cost,
+            adm.cost if cost is None else max(int(cost), 0),
             *(s.prefix for s in adm.scopes),
+            *adm.budget_keys,
         ]
 
         def queue(exc: BaseException) -> None:

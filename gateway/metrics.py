@@ -7,12 +7,12 @@ no mmap file and lock per sample, no files of dead processes to clean up.
 
 Every finished request is counted where its usage record is queued (`UsageWriter.record` calls
 `observe`), so the counters and the usage records agree by construction: requests by model,
-channel, surface and status, tokens (prompt, completion, cached, cache_creation), request duration
-and time to first token. The label children of each (model, channel, surface, status) are looked up
-once and kept, so a request costs a dict lookup and a few increments. In-flight requests and the
-usage writer's queue are read when scraped. The channels and hosts apps register their own
-collectors (channel status, probe TTFT, launch jobs), which read the database at scrape time; so
-the page is rendered on the gateway's database thread.
+channel, surface and status, tokens (prompt, completion, cached, cache_creation), cost (and the
+requests without a price), request duration and time to first token. The label children of each
+(model, channel, surface, status) are looked up once and kept, so a request costs a dict lookup
+and a few increments. In-flight requests and the usage writer's queue are read when scraped. The
+channels and hosts apps register their own collectors (channel status, probe TTFT, launch jobs),
+which read the database at scrape time; so the page is rendered on the gateway's database thread.
 """
 
 from __future__ import annotations
@@ -72,6 +72,17 @@ ONDEMAND_REFUSED = Counter(
     "(Prefer: wait=0), budget (it did not start in time), failed (its start failed).",
     ["reason"],
 )
+COST = Counter(
+    "gateway_cost",
+    "Cost of finished requests in the portal's currency (PORTAL_CURRENCY, the `currency` label), from the "
+    "price of the route that served each when it finished (the fallback price where the admin chose one).",
+    ["model", "channel", "currency"],
+)
+UNPRICED = Counter(
+    "gateway_unpriced_requests",
+    "Finished requests with tokens whose route had no price (their cost is unknown, not 0).",
+    ["model", "channel"],
+)
 FLUSH_ERRORS = Counter("gateway_usage_flush_errors", "Usage batches whose write failed (kept for the next flush).")
 
 
@@ -102,7 +113,7 @@ JOURNAL_DEPTH = Gauge(
 )
 
 # (model, channel id, surface, status) -> the label children one request touches.
-_Children = tuple[Counter, Counter, Counter, Counter, Counter, Histogram, Histogram]
+_Children = tuple[Counter, Counter, Counter, Counter, Counter, Histogram, Histogram, Counter, Counter]
 _children: dict[tuple[str, int | None, str, str], _Children] = {}
 
 
@@ -130,6 +141,8 @@ def _make(model: str, channel_id: int | None, surface: str, status: str) -> _Chi
         TOKENS.labels(model, channel, "cache_creation"),
         DURATION.labels(model, channel),
         TTFT.labels(model, channel),
+        COST.labels(model, channel, str(settings.PORTAL_CURRENCY)),
+        UNPRICED.labels(model, channel),
     )
 
 
@@ -139,7 +152,7 @@ def observe(event: UsageEvent) -> None:
     children = _children.get(key)
     if children is None:
         children = _children[key] = _make(*key)
-    requests, prompt, completion, cached, created, duration, ttft = children
+    requests, prompt, completion, cached, created, duration, ttft, cost, unpriced = children
     requests.inc()
     if event.prompt_tokens > 0:
         prompt.inc(event.prompt_tokens)
@@ -153,6 +166,10 @@ def observe(event: UsageEvent) -> None:
         duration.observe(event.latency_ms / 1000)
     if event.ttft_ms is not None:
         ttft.observe(event.ttft_ms / 1000)
+    if event.cost_nanos is None:
+        unpriced.inc()
+    elif event.cost_nanos > 0:
+        cost.inc(event.cost_nanos / 1e9)
 
 
 def refused(limit: str, scope: str) -> None:

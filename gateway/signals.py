@@ -116,12 +116,12 @@ def connect() -> None:
     from django.contrib.auth import get_user_model
 
     from accounts.models import Team
-    from channels.models import AliasTarget, Channel, Model, ModelRoute
+    from channels.models import AliasTarget, Channel, Model, ModelRoute, RoutePrice
     from channels.signals import routes_changed
-    from keys.models import Key, PayloadLogging
+    from keys.models import Budget, Key, PayloadLogging
 
     user = get_user_model()
-    for keyed in (Key, PayloadLogging):
+    for keyed in (Key, PayloadLogging, Budget):
         post_save.connect(_keys_changed, sender=keyed, dispatch_uid=f"gw-keys-save-{keyed.__name__}")
         post_delete.connect(_keys_changed, sender=keyed, dispatch_uid=f"gw-keys-del-{keyed.__name__}")
     post_save.connect(_user_changed, sender=user, dispatch_uid="gw-user-save")
@@ -131,7 +131,7 @@ def connect() -> None:
     post_save.connect(_keys_changed, sender=Team, dispatch_uid="gw-keys-save-Team")
     post_delete.connect(_keys_changed, sender=Team, dispatch_uid="gw-keys-del-Team")
     m2m_changed.connect(_keys_changed, sender=Team.allowed_models.through, dispatch_uid="gw-team-models")
-    for model in (Channel, Model, ModelRoute, AliasTarget):
+    for model in (Channel, Model, ModelRoute, AliasTarget, RoutePrice):
         post_save.connect(_routes_changed, sender=model, dispatch_uid=f"gw-routes-save-{model.__name__}")
         post_delete.connect(_routes_changed, sender=model, dispatch_uid=f"gw-routes-del-{model.__name__}")
     routes_changed.connect(_routes_changed, dispatch_uid="gw-routes-changed")

@@ -46,7 +46,7 @@ from django.db import (
 )
 from django.db.models import F, Q
 
-from keys.choices import UsageStatus
+from keys.choices import Pricing, UsageStatus
 from keys.models import Key, UsageDaily, UsageHourly, UsageRecord, ttft_field
 from portal import faults
 from portal.db import use_timeouts
@@ -142,6 +142,9 @@ class UsageEvent:
     upstream_request_id: str = ""  # the upstream's own `x-request-id` (ours is `request_id`)
     event_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # idempotency key of its record
     cold_start_ms: float | None = None  # waited this long for its on-demand model to start
+    # nano-units of PORTAL_CURRENCY from the route's price when the call finished (None: no price)
+    cost_nanos: int | None = 0
+    pricing: str = Pricing.PRICED
 
     @property
     def total_tokens(self) -> int:
@@ -173,6 +176,8 @@ _RECORD_COLUMNS = (
     "upstream_request_id",
     "event_id",
     "cold_start_ms",
+    "cost_nanos",
+    "pricing",
 )
 
 
@@ -209,6 +214,8 @@ def _insert_records(events: list[UsageEvent], *, replay: bool = False) -> list[U
             e.upstream_request_id[:100],
             e.event_id if connection.vendor != "postgresql" or not replay else uuid.UUID(e.event_id),
             e.cold_start_ms,
+            e.cost_nanos,
+            e.pricing,
         )
         for e in events
     ]
@@ -272,6 +279,8 @@ def write_batch(events: list[UsageEvent], *, replay: bool = False) -> None:
             "estimated_requests": 1 if e.estimated else 0,
             "cached_tokens": e.cached_tokens,
             "cache_creation_tokens": e.cache_creation_tokens,
+            "cost_nanos": e.cost_nanos or 0,
+            "unpriced_requests": 1 if e.cost_nanos is None else 0,
         }
         day = daily[(e.created.date(), *dims)]
         hour = hourly[(e.created.replace(minute=0, second=0, microsecond=0), *dims)]
@@ -316,9 +325,22 @@ def _add_to_bucket(
         rollup.objects.filter(match).update(**increments)
 
 
+def _send_budget_alerts(owner_id: int, budget_ids: list[int]) -> None:
+    from keys.budgets.services import send_alerts
+
+    close_old_connections()
+    try:
+        send_alerts(budget_ids)
+    except Exception:
+        logger.exception("budget alert for user %s failed", owner_id)
+
+
 def event_from_json(line: bytes) -> UsageEvent:
     data = orjson.loads(line)
     data["created"] = dt.datetime.fromisoformat(data["created"])
+    if "pricing" not in data and (data.get("prompt_tokens") or data.get("completion_tokens")):
+        # journaled by a gateway from before prices: its cost is unknown, not 0
+        data["cost_nanos"], data["pricing"] = None, Pricing.NONE
     return UsageEvent(**data)
 
 
@@ -456,6 +478,7 @@ class UsageWriter:
         self._executor = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="usage-writer", initializer=use_timeouts, initargs=("gateway",)
         )
+        self._alerts: ThreadPoolExecutor | None = None
         self._stopping = False
         self._down_since: float | None = None
         self._last_try = 0.0
@@ -485,6 +508,14 @@ class UsageWriter:
             logger.error("usage journal unavailable (%s): usage is kept in memory only until it can be written", reason)
         self._journal_failed = True
         self._journal_retry_at = time.monotonic() + self.JOURNAL_RETRY_EVERY
+
+    def alert_budgets(self, owner_id: int, budget_ids: list[int]) -> None:
+        """Send budget alerts off the request path (their own thread: a slow webhook delays no batch)."""
+        if self._alerts is None:
+            self._alerts = ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="budget-alerts", initializer=use_timeouts, initargs=("gateway",)
+            )
+        self._alerts.submit(_send_budget_alerts, owner_id, budget_ids)
 
     def record(self, event: UsageEvent) -> None:
         seg = self._segment()

@@ -36,7 +36,7 @@ class HostForm(forms.ModelForm):
 
     class Meta:
         model = Host
-        fields = ["name", "address", "ssh_port", "username", "private_key", "labels", "notes"]
+        fields = ["name", "address", "ssh_port", "username", "private_key", "labels", "gpu_hour_cost", "notes"]
         widgets = {"notes": forms.Textarea(attrs={"rows": 3})}
 
     def __init__(self, *args, **kwargs):

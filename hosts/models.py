@@ -54,6 +54,16 @@ class Host(TimeStampedModel):
         max_length=100, blank=True, help_text="Key offered on the last contact, awaiting confirmation."
     )
     labels = models.JSONField(default=list, blank=True)
+    gpu_hour_cost = models.DecimalField(
+        max_digits=12,
+        decimal_places=4,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text=_(
+            "What one GPU of this host costs per hour, in the portal's currency (for the prices of its models)."
+        ),
+    )
     notes = models.TextField(blank=True, max_length=5000)
     status = models.CharField(max_length=20, choices=HostStatus, default=HostStatus.UNKNOWN)
     status_message = models.CharField(max_length=300, blank=True)

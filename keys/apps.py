@@ -12,21 +12,23 @@ class KeysConfig(AppConfig):
         from channels.signals import daily_prune
         from portal import audit, dashboard, showback
 
-        from .models import Key, PayloadLogging
+        from .models import Budget, Key, PayloadLogging
         from .payloads.services import prune as prune_payloads
         from .usage.retention import prune as prune_usage
 
         audit.register(Key, ignore={"last_used_at"})
         audit.register(PayloadLogging)
+        audit.register(Budget)
         daily_prune.connect(prune_payloads, dispatch_uid="keys-prune-request-payloads")
         daily_prune.connect(prune_usage, dispatch_uid="keys-prune-usage")
         dashboard.register_stat(50, "Active keys", _active_keys, "key_all", "?state=active")
         dashboard.register_context(lambda user: {"my_active_keys": _active_keys(owner=user)})
         user_reactivated.connect(_revoke_keys_on_reactivation, dispatch_uid="keys-revoke-on-reactivation")
         dashboard.register_section(10, "keys/_dashboard_usage.html", _usage_last_day)
-        from .usage.services import channel_token_shares
+        from .usage.services import channel_token_shares, spend_by_person
 
         showback.register_token_source(channel_token_shares)
+        showback.register_spend_source(spend_by_person)
 
 
 def _usage_last_day(user: Any) -> dict[str, Any]:

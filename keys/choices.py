@@ -28,3 +28,20 @@ class KeyState(models.TextChoices):
     EXPIRED = "expired", "expired"
     REVOKED = "revoked", "revoked"
     OWNER_INACTIVE = "owner inactive", "owner inactive"
+
+
+class BudgetWindow(models.TextChoices):
+    """How a budget's spend resets: each UTC day, ISO week (from Monday), calendar month, or never."""
+
+    DAY = "day", _("per day")
+    WEEK = "week", _("per week")
+    MONTH = "month", _("per month")
+    ONCE = "once", _("one-off (never resets)")
+
+
+class Pricing(models.TextChoices):
+    """How a usage record's cost was found."""
+
+    PRICED = "priced", _("route price")
+    FALLBACK = "fallback", _("fallback price (the route has no price)")
+    NONE = "none", _("no price")

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Self, TypeVar
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from portal.models import Limits, ShownOnceQuerySet, ShownOnceSecret, TimeStampedModel
 
-from .choices import ApiSurface, KeyState, UsageStatus
+from .choices import ApiSurface, BudgetWindow, KeyState, Pricing, UsageStatus
 
 if TYPE_CHECKING:
     from accounts.models import User
@@ -153,6 +156,10 @@ class UsageRecord(models.Model):
     cache_creation_tokens = models.PositiveIntegerField(
         default=0, help_text="Prompt tokens the upstream wrote to its prompt cache (Anthropic; part of prompt_tokens)."
     )
+    # What it cost in nano-units of PORTAL_CURRENCY (`channels.prices`), from the route's price in
+    # effect when it was written; null: the route had no price (`pricing` says which).
+    cost_nanos = models.BigIntegerField(null=True, blank=True)
+    pricing = models.CharField(max_length=8, choices=Pricing, default=Pricing.NONE)
     # Why the gateway sent it where it did, one short step each ("alias coder -> qwen3-coder",
     # "skipped local-a: window 24,576 < 30,120 needed", "failover after 502 from cloud-a").
     route_explanation = models.JSONField(default=list, blank=True)
@@ -190,6 +197,8 @@ class UsageDaily(models.Model):
     estimated_requests = models.PositiveIntegerField(default=0)
     cached_tokens = models.BigIntegerField(default=0)
     cache_creation_tokens = models.BigIntegerField(default=0)
+    cost_nanos = models.BigIntegerField(default=0)  # of the priced requests
+    unpriced_requests = models.PositiveIntegerField(default=0)  # served by a route without a price
 
     objects = OwnedQuerySet.as_manager()
 
@@ -243,6 +252,8 @@ class UsageHourly(models.Model):
     estimated_requests = models.PositiveIntegerField(default=0)
     cached_tokens = models.BigIntegerField(default=0)
     cache_creation_tokens = models.BigIntegerField(default=0)
+    cost_nanos = models.BigIntegerField(default=0)  # of the priced requests
+    unpriced_requests = models.PositiveIntegerField(default=0)  # served by a route without a price
     ttft_le_50 = models.PositiveIntegerField(default=0)
     ttft_le_100 = models.PositiveIntegerField(default=0)
     ttft_le_200 = models.PositiveIntegerField(default=0)
@@ -273,6 +284,95 @@ class UsageHourly(models.Model):
 
     def __str__(self) -> str:
         return f"{self.hour:%Y-%m-%d %H}:00 {self.model} {self.total_tokens}"
+
+
+class BudgetQuerySet(models.QuerySet["Budget"]):
+    def visible_to(self, user: User) -> Self:
+        """Admins see every budget; a team lead their team's, their members' and their members'
+        keys'; anyone else their own and their own keys' (and their team's, read only)."""
+        if user.is_admin:
+            return self.all()
+        mine = models.Q(user=user) | models.Q(key__owner=user)
+        if user.team_id is not None:
+            mine |= models.Q(team_id=user.team_id)
+        if user.led_team_id is not None:
+            mine |= models.Q(user__team_id=user.led_team_id) | models.Q(key__owner__team_id=user.led_team_id)
+        return self.filter(mine)
+
+
+class Budget(TimeStampedModel):
+    """A spending cap on a key, a user (all their keys) or a team (all its members), over one window.
+
+    Several budgets may apply to one request (a key's daily and monthly, its owner's, the team's):
+    the gateway reserves the most the request can cost against every one of them in the same atomic
+    Redis admission as the token limits, and settles to the real cost; the most restrictive refuses.
+    Spend is counted per budget (`b:<id>:<window>` in Redis), so rotating a key (its budgets move to
+    the new key) keeps the window's spend. `topup` raises the cap until `topup_until` (an admin's
+    temporary top-up). At `alert_percent` of the cap the alert targets and the owner are told once
+    per window.
+    """
+
+    key = models.ForeignKey(Key, null=True, blank=True, on_delete=models.CASCADE, related_name="budgets")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="budgets"
+    )
+    team = models.ForeignKey("accounts.Team", null=True, blank=True, on_delete=models.CASCADE, related_name="budgets")
+    window = models.CharField(max_length=8, choices=BudgetWindow, default=BudgetWindow.MONTH)
+    amount = models.DecimalField(
+        max_digits=14,
+        decimal_places=4,
+        validators=[MinValueValidator(0)],
+        help_text=_("The most that may be spent in one window, in the portal's currency."),
+    )
+    alert_percent = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text=_("Tell the alert targets and the owner when this share of the budget is spent (blank: no alert)."),
+    )
+    topup = models.DecimalField(
+        max_digits=14,
+        decimal_places=4,
+        default=0,
+        validators=[MinValueValidator(0)],
+        help_text=_("A temporary addition to the amount, until the top-up ends."),
+    )
+    topup_until = models.DateTimeField(null=True, blank=True)
+
+    objects = BudgetQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["team_id", "user_id", "key_id", "window"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(models.Q(key__isnull=False) & models.Q(user__isnull=True) & models.Q(team__isnull=True))
+                | (models.Q(key__isnull=True) & models.Q(user__isnull=False) & models.Q(team__isnull=True))
+                | (models.Q(key__isnull=True) & models.Q(user__isnull=True) & models.Q(team__isnull=False)),
+                name="budget_one_target",
+            ),
+            models.UniqueConstraint(fields=["key", "window"], name="budget_unique_key_window"),
+            models.UniqueConstraint(fields=["user", "window"], name="budget_unique_user_window"),
+            models.UniqueConstraint(fields=["team", "window"], name="budget_unique_team_window"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.label} budget {self.amount} {self.get_window_display()} of {self.target}"
+
+    @property
+    def label(self) -> str:
+        """ "key", "user" or "team" (the scope names of the gateway's limits)."""
+        return "key" if self.key_id else "user" if self.user_id else "team"
+
+    @property
+    def target(self) -> object:
+        return self.key or self.user or self.team
+
+    def topup_active(self, at: datetime | None = None) -> bool:
+        return bool(self.topup) and self.topup_until is not None and self.topup_until > (at or timezone.now())
+
+    def cap(self, at: datetime | None = None) -> Decimal:
+        """The amount in effect now: the budget plus a running top-up."""
+        return self.amount + (self.topup if self.topup_active(at) else Decimal(0))
 
 
 MAX_RETENTION_DAYS = 365

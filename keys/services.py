@@ -92,6 +92,8 @@ def rotate_key(key: Key, *, grace: datetime.timedelta | None = None) -> tuple[Ke
         local_only=key.local_only,
         admin_ceilings=dict(key.admin_ceilings or {}),
     )
+    # The budgets move with the key: their spend is counted per budget, so the window goes on.
+    key.budgets.update(key=new)
     return new, plaintext
 
 

@@ -10,6 +10,7 @@ urlpatterns = [
     path("keys/<int:pk>/edit/", views.KeyEditView.as_view(), name="key_edit"),
     path("keys/<int:pk>/revoke/", views.KeyRevokeView.as_view(), name="key_revoke"),
     path("keys/<int:pk>/rotate/", views.KeyRotateView.as_view(), name="key_rotate"),
+    path("", include("keys.budgets.urls")),
     path("", include("keys.usage.urls")),
     path("", include("keys.payloads.urls")),
     path("", include("keys.playground.urls")),

@@ -448,6 +448,25 @@ GATEWAY_REDIS_NAMESPACE = get("GATEWAY_REDIS_NAMESPACE", str, "gw")
 # Bearer token of GET /metrics (Prometheus text format, per process); empty: /metrics answers 404.
 PORTAL_METRICS_TOKEN = get("PORTAL_METRICS_TOKEN", str, "")
 
+# --- Money: prices, costs and budgets ----------------------------------------------------------
+# The one currency of every price, cost and budget of this portal: USD or CNY.
+PORTAL_CURRENCY = get("PORTAL_CURRENCY", str, "USD").upper()
+if PORTAL_CURRENCY not in ("USD", "CNY"):
+    raise penv.ConfigError(f"Invalid value for PORTAL_CURRENCY: {PORTAL_CURRENCY!r} (USD or CNY)")
+# A request of a key with a budget on a route without a price: "refuse" (a clear 403) or
+# "fallback" (charged at PORTAL_UNPRICED_FALLBACK_PRICE per million tokens, input and output alike).
+PORTAL_UNPRICED_ROUTES = get("PORTAL_UNPRICED_ROUTES", str, "refuse").lower()
+if PORTAL_UNPRICED_ROUTES not in ("refuse", "fallback"):
+    raise penv.ConfigError(f"Invalid value for PORTAL_UNPRICED_ROUTES: {PORTAL_UNPRICED_ROUTES!r} (refuse or fallback)")
+PORTAL_UNPRICED_FALLBACK_PRICE = get("PORTAL_UNPRICED_FALLBACK_PRICE", str, "10")
+try:
+    if float(PORTAL_UNPRICED_FALLBACK_PRICE) < 0:
+        raise ValueError
+except ValueError:
+    raise penv.ConfigError(
+        f"Invalid value for PORTAL_UNPRICED_FALLBACK_PRICE: {PORTAL_UNPRICED_FALLBACK_PRICE!r} (a price ≥ 0)"
+    ) from None
+
 # --- Health checks ----------------------------------------------------------------------------
 PORTAL_PROBE_RETENTION_DAYS = get("PORTAL_PROBE_RETENTION_DAYS", int, 7)
 PORTAL_PROBE_HOURLY_RETENTION_DAYS = get("PORTAL_PROBE_HOURLY_RETENTION_DAYS", int, 180)

@@ -35,3 +35,20 @@ def register_token_source(source: TokenSource) -> None:
 def token_shares(channel_id: int, since: dt.datetime, until: dt.datetime) -> list[Share]:
     """Who sent tokens through `channel_id` in [since, until); empty when no app records usage."""
     return _source(channel_id, since, until) if _source is not None else []
+
+
+# (team at request time, user) -> spend in nano-units of PORTAL_CURRENCY
+SpendSource = Callable[[dt.datetime, dt.datetime], dict[tuple[str | None, str | None], int]]
+
+_spend: SpendSource | None = None
+
+
+def register_spend_source(source: SpendSource) -> None:
+    """`source(since, until)`: each person's priced spend (cloud and local routes) in [since, until)."""
+    global _spend
+    _spend = source
+
+
+def spend(since: dt.datetime, until: dt.datetime) -> dict[tuple[str | None, str | None], int]:
+    """Spend per (team, user) in [since, until); empty when no app records usage."""
+    return _spend(since, until) if _spend is not None else {}

@@ -7,12 +7,14 @@ from django.db import transaction
 from rest_framework import serializers
 
 from channels.choices import ChannelKind
-from channels.models import Channel, Model, ModelRoute
+from channels.models import Channel, Model, ModelRoute, RoutePrice
+from channels.prices import currency
 from channels.services import (
     MAX_ALIAS_TARGETS,
     clean_base_url,
     reset_status_after_edit,
     save_alias,
+    set_route_price,
     suggest_locality,
 )
 from portal.api.serializers import IdOrNameRelatedField, is_admin
@@ -295,3 +297,49 @@ class AliasSerializer(serializers.ModelSerializer):
 
     def update(self, instance: Model, validated_data: dict) -> Model:
         return self._save(instance, validated_data)
+
+
+class RoutePriceSerializer(serializers.ModelSerializer):
+    """A route's price per million tokens in the portal's currency, from `effective_from` (default:
+    now). Rows are added, never edited: past usage keeps the price it was made at."""
+
+    model = serializers.CharField(source="route.model.name", read_only=True)
+    channel = serializers.CharField(source="route.channel.name", read_only=True)
+    currency = serializers.SerializerMethodField()
+
+    class Meta:
+        model = RoutePrice
+        fields = [
+            "id",
+            "route",
+            "model",
+            "channel",
+            "effective_from",
+            "input",
+            "cached_input",
+            "cache_write",
+            "output",
+            "currency",
+            "source",
+            "note",
+            "created",
+        ]
+        read_only_fields = ["id", "model", "channel", "currency", "source", "note", "created"]
+        extra_kwargs = {"effective_from": {"required": False}}
+        validators: list = []  # the unique (route, start) is the service's check, with a field error
+
+    def get_currency(self, price: RoutePrice) -> str:
+        return currency()
+
+    def create(self, validated_data):
+        try:
+            return set_route_price(
+                validated_data["route"],
+                input=validated_data["input"],
+                output=validated_data["output"],
+                cached_input=validated_data.get("cached_input"),
+                cache_write=validated_data.get("cache_write"),
+                effective_from=validated_data.get("effective_from"),
+            )
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from None

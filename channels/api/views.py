@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from django.db.models import Prefetch
-from rest_framework import viewsets
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
 
 from channels.filters import ChannelFilterSet, ModelFilterSet
-from channels.models import AliasTarget, Channel, Model, ModelRoute
+from channels.models import AliasTarget, Channel, Model, ModelRoute, RoutePrice
+from channels.services import load_price_catalogue
 from portal.permissions import IsAdmin, IsAdminOrReadOnly
 
-from .serializers import AliasSerializer, ChannelSerializer, PublicModelSerializer
+from .serializers import AliasSerializer, ChannelSerializer, PublicModelSerializer, RoutePriceSerializer
 
 
 class ChannelViewSet(viewsets.ModelViewSet):
@@ -51,3 +56,26 @@ class AliasViewSet(viewsets.ModelViewSet):
             return Model.objects.none()
         targets = Prefetch("targets", queryset=AliasTarget.objects.select_related("target").order_by("position"))
         return Model.objects.aliases().visible_to(self.request.user).prefetch_related(targets).order_by("name")
+
+
+class RoutePriceViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Prices per route (admins). A change is a new row from its `effective_from`; rows are never
+    edited or deleted, so the list is the price history."""
+
+    serializer_class = RoutePriceSerializer
+    permission_classes = [IsAdmin]
+    queryset = RoutePrice.objects.select_related("route__model", "route__channel").order_by("-effective_from", "-id")
+    filterset_fields = ["route", "source"]
+    ordering_fields = ["effective_from", "created"]
+
+    @extend_schema(request=None, responses={200: RoutePriceSerializer(many=True)})
+    @action(detail=False, methods=["post"], url_path="load-catalogue")
+    def load_catalogue(self, request: Request) -> Response:
+        """Price the external routes the starter catalogue knows and that have no price yet."""
+        added = load_price_catalogue()
+        return Response(RoutePriceSerializer(added, many=True, context=self.get_serializer_context()).data)

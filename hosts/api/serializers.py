@@ -69,6 +69,7 @@ class HostSerializer(serializers.ModelSerializer):
             "host_key_fingerprint",
             "seen_host_key_fingerprint",
             "labels",
+            "gpu_hour_cost",
             "notes",
             "status",
             "status_message",

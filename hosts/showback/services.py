@@ -11,15 +11,17 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from portal.showback import token_shares
+from channels.prices import NANOS
+from portal.showback import spend, token_shares
 
 from ..choices import IDLE_DEPLOYMENT_STATUSES, DeploymentStatus
-from ..models import Deployment, DeploymentRun
+from ..models import Deployment, DeploymentRun, Host
 
 IDLE = "(idle)"
 
@@ -82,6 +84,18 @@ class Showback:
     # (team or None, user or None, GPU-hours, tokens); the idle row has user IDLE
     people: list[tuple[str | None, str | None, float, int]] = field(default_factory=list)
     teams: list[tuple[str | None, float, int]] = field(default_factory=list)
+    # (team, user) -> GPU cost (the host's cost per GPU-hour * the person's GPU-hours on it) and
+    # priced spend on every route, both in nano-units of PORTAL_CURRENCY
+    gpu_cost: dict[tuple[str | None, str | None], int] = field(default_factory=dict)
+    spend: dict[tuple[str | None, str | None], int] = field(default_factory=dict)
+    unpriced_hosts: set[str] = field(default_factory=set)  # ran this month without a cost per GPU-hour
+
+    @property
+    def money(self) -> list[tuple[str | None, str | None, int, int]]:
+        """(team, user, GPU cost, spend) per person, largest first."""
+        people = set(self.gpu_cost) | set(self.spend)
+        rows = [(t, u, self.gpu_cost.get((t, u), 0), self.spend.get((t, u), 0)) for t, u in people]
+        return sorted(rows, key=lambda r: (-(r[2] + r[3]), r[0] or "", r[1] or ""))
 
     @property
     def total_gpu_hours(self) -> float:
@@ -96,6 +110,8 @@ def monthly(month: dt.date, now: dt.datetime | None = None) -> Showback:
     report = Showback(month=since.date(), since=since, until=until)
     runs = DeploymentRun.objects.filter(started__lt=until).filter(Q(stopped__isnull=True) | Q(stopped__gt=since))
     per_deployment: dict[str, DeploymentHours] = {}
+    host_costs = dict(Host.objects.values_list("name", "gpu_hour_cost"))
+    gpu_cost: dict[tuple[str | None, str | None], float] = defaultdict(float)
     people: dict[tuple[str | None, str | None], list[float]] = defaultdict(lambda: [0.0, 0])
     for run in runs.order_by("started"):
         start, end = max(run.started, since), min(run.stopped or now, until)
@@ -109,14 +125,22 @@ def monthly(month: dt.date, now: dt.datetime | None = None) -> Showback:
         row.gpu_hours += gpu_hours
         shares = [s for s in token_shares(run.channel_id, start, end) if s.tokens > 0] if run.channel_id else []
         total = sum(s.tokens for s in shares)
+        rate = host_costs.get(run.host_name)
+        if rate is None:
+            report.unpriced_hosts.add(run.host_name)
+        per_hour = float(rate or 0) * NANOS
         if not total:
             people[(None, IDLE)][0] += gpu_hours
+            gpu_cost[(None, IDLE)] += gpu_hours * per_hour
             continue
         for s in shares:
             bucket = people[(s.team, s.user)]
             bucket[0] += gpu_hours * s.tokens / total
             bucket[1] += s.tokens
+            gpu_cost[(s.team, s.user)] += gpu_hours * s.tokens / total * per_hour
     report.deployments = sorted(per_deployment.values(), key=lambda d: (-d.gpu_hours, d.name))
+    report.gpu_cost = {k: round(v) for k, v in gpu_cost.items()}
+    report.spend = spend(since, until)
     report.people = sorted(
         ((team, user, hours, int(tokens)) for (team, user), (hours, tokens) in people.items()),
         key=lambda r: (-r[2], r[0] or "", r[1] or ""),
@@ -130,3 +154,78 @@ def monthly(month: dt.date, now: dt.datetime | None = None) -> Showback:
         ((team, hours, int(tokens)) for team, (hours, tokens) in teams.items()), key=lambda r: (-r[1], r[0] or "")
     )
     return report
+
+
+# --- prices of self-hosted models from their GPU-hours -------------------------------------------
+
+PRICE_WINDOW_DAYS = 30
+
+
+@dataclass
+class DerivedPrice:
+    """A local route's price per million tokens from its host's GPU-hour cost and the tokens its
+    deployment served per GPU-hour while it ran (the showback's runs and token counts)."""
+
+    deployment: str
+    gpu_hour_cost: Decimal
+    gpu_hours: float
+    tokens: int
+    per_million: Decimal | None  # None: nothing to derive from (no cost set, no runs or no tokens)
+    reason: str = ""
+
+    @property
+    def tokens_per_gpu_hour(self) -> float:
+        return self.tokens / self.gpu_hours if self.gpu_hours else 0.0
+
+
+def derive_price(
+    deployment: Deployment, *, days: int = PRICE_WINDOW_DAYS, now: dt.datetime | None = None
+) -> DerivedPrice:
+    """cost per GPU-hour * GPU-hours / tokens served, per million tokens, over the last `days`:
+    what one token cost in GPU time at the deployment's measured throughput. Input and output
+    tokens share the price (a GPU-hour serves both)."""
+    now = now or timezone.now()
+    since = now - dt.timedelta(days=days)
+    cost = deployment.host.gpu_hour_cost
+    result = DerivedPrice(deployment.name, cost or Decimal(0), 0.0, 0, None)
+    if cost is None:
+        result.reason = f"host {deployment.host.name} has no cost per GPU-hour"
+        return result
+    runs = DeploymentRun.objects.filter(deployment=deployment, started__lt=now).filter(
+        Q(stopped__isnull=True) | Q(stopped__gt=since)
+    )
+    for r in runs:
+        start, end = max(r.started, since), min(r.stopped or now, now)
+        if end <= start:
+            continue
+        result.gpu_hours += (end - start).total_seconds() / 3600 * r.gpus
+        if r.channel_id:
+            result.tokens += sum(s.tokens for s in token_shares(r.channel_id, start, end))
+    if not result.gpu_hours or not result.tokens:
+        result.reason = f"no tokens served by {deployment.name} in the last {days} days to measure"
+        return result
+    per_million = cost * Decimal(str(result.gpu_hours)) * 1_000_000 / result.tokens
+    result.per_million = per_million.quantize(Decimal("0.001"), rounding=ROUND_HALF_UP)
+    return result
+
+
+def price_from_gpu_hours(deployment: Deployment, *, days: int = PRICE_WINDOW_DAYS) -> tuple[DerivedPrice, list]:
+    """Set the derived price (a new price row from now) on every route of the deployment's channel."""
+    from channels.choices import PriceSource
+    from channels.models import ModelRoute
+    from channels.services import set_route_price
+
+    derived = derive_price(deployment, days=days)
+    if derived.per_million is None or deployment.channel_id is None:
+        return derived, []
+    note = (
+        f"{derived.gpu_hour_cost}/GPU-h × {derived.gpu_hours:.2f} GPU-h ÷ {derived.tokens} tokens "
+        f"({derived.tokens_per_gpu_hour:.0f} tokens/GPU-h, last {days} days)"
+    )
+    prices = [
+        set_route_price(
+            route, input=derived.per_million, output=derived.per_million, source=PriceSource.GPU_HOURS, note=note
+        )
+        for route in ModelRoute.objects.filter(channel_id=deployment.channel_id)
+    ]
+    return derived, prices

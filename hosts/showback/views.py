@@ -10,6 +10,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views import View
 
+from channels.prices import format_money
 from portal.permissions import AdminRequiredMixin
 
 from .services import IDLE, monthly
@@ -53,5 +54,9 @@ class ShowbackView(AdminRequiredMixin, View):
                 "previous": f"{previous:%Y-%m}",
                 "next": f"{report.until:%Y-%m}" if report.until <= timezone.now() else "",
                 "idle": IDLE,
+                "money": [
+                    (team, user, format_money(gpu), format_money(spent), format_money(gpu + spent))
+                    for team, user, gpu, spent in report.money
+                ],
             },
         )

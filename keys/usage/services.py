@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 from django.db.models import Case, F, FloatField, QuerySet, Sum, Value, When
 from django.utils import timezone
 
+from channels.prices import amount_text, format_money
 from keys.models import TTFT_BOUNDS_MS, TTFT_FIELDS, Key, UsageDaily, UsageHourly
 from portal.showback import Share
 
@@ -27,7 +28,15 @@ def cache_hit_ratio(cached_tokens: int | None, prompt_tokens: int | None) -> flo
 
 
 def _with_ratio(row: dict[str, Any]) -> dict[str, Any]:
+    """Adds the cache-hit ratio, and the cost as an exact decimal string (`cost`, in PORTAL_CURRENCY)
+    and as text (`cost_text`); `unpriced_requests` had no price (their cost is unknown, not 0)."""
     row["cache_hit_ratio"] = cache_hit_ratio(row.get("cached_tokens"), row.get("prompt_tokens"))
+    if "cost_nanos" in row:
+        nanos = int(row["cost_nanos"] or 0)
+        row["cost"] = amount_text(nanos)
+        row["cost_nanos"] = nanos
+        row["cost_text"] = format_money(nanos)
+        row["unpriced_requests"] = int(row.get("unpriced_requests") or 0)
     return row
 
 
@@ -43,6 +52,8 @@ def daily_totals(qs: QuerySet[UsageDaily], since: dt.date) -> list[dict[str, Any
             completion_tokens=Sum("completion_tokens"),
             total_tokens=Sum("total_tokens"),
             cached_tokens=Sum("cached_tokens"),
+            cost_nanos=Sum("cost_nanos"),
+            unpriced_requests=Sum("unpriced_requests"),
         )
         .order_by("day", "model")
     )
@@ -100,6 +111,8 @@ def grouped_totals(qs: QuerySet[UsageDaily], group_by: str, since: dt.date, unti
             estimated_requests=Sum("estimated_requests"),
             cached_tokens=Sum("cached_tokens"),
             cache_creation_tokens=Sum("cache_creation_tokens"),
+            cost_nanos=Sum("cost_nanos"),
+            unpriced_requests=Sum("unpriced_requests"),
         )
         .order_by("-total_tokens", field)
     )
@@ -261,3 +274,14 @@ def channel_token_shares(channel_id: int, since: dt.datetime, until: dt.datetime
         .order_by("team__name", "user__username")
     )
     return [Share(team=team, user=user, tokens=round(tokens or 0)) for team, user, tokens in rows]
+
+
+def spend_by_person(since: dt.datetime, until: dt.datetime) -> dict[tuple[str | None, str | None], int]:
+    """Nano-units spent per (team at request time, user) on the UTC days in [since, until): the
+    showback's spend beside the GPU-hours (`portal.showback`)."""
+    rows = (
+        UsageDaily.objects.filter(day__gte=since.date(), day__lt=until.date())
+        .values("team__name", "user__username")
+        .annotate(cost=Sum("cost_nanos"))
+    )
+    return {(r["team__name"], r["user__username"]): int(r["cost"] or 0) for r in rows}

@@ -15,6 +15,8 @@ from django.shortcuts import render
 from django.views import View
 from django.views.generic import DetailView
 
+from channels.prices import currency, format_money
+from keys.budgets.services import budgets_for
 from keys.models import Key, UsageDaily, UsageRecord
 from portal.pagination import CappedCountPaginator
 from portal.permissions import AdminOrTeamLeadRequiredMixin, AdminRequiredMixin
@@ -63,7 +65,10 @@ class MyUsageView(LoginRequiredMixin, View):
         since = until - dt.timedelta(days=days - 1)
         rows = daily_totals(UsageDaily.objects.filter(user=request.user), since)
         keys = Key.objects.not_revoked().filter(owner=request.user).order_by("name")
+        cost = sum(r["cost_nanos"] for r in rows)
         totals = {
+            "cost_text": format_money(cost),
+            "unpriced_requests": sum(r["unpriced_requests"] for r in rows),
             "requests": sum(r["requests"] or 0 for r in rows),
             "total_tokens": sum(r["total_tokens"] or 0 for r in rows),
             "errors": sum(r["errors"] or 0 for r in rows),
@@ -82,6 +87,7 @@ class MyUsageView(LoginRequiredMixin, View):
                 "totals": totals,
                 "chart": chart_data(rows, since, until),
                 "limits": limit_status(request.user, keys),
+                "budgets": budgets_for(request.user),
             },
         )
 
@@ -97,6 +103,8 @@ USAGE_COLUMNS = {
     "estimated_requests",
     "cached_tokens",
     "cache_hit_ratio",
+    "cost_nanos",
+    "unpriced_requests",
 }
 
 
@@ -131,10 +139,23 @@ class AdminUsageView(AdminOrTeamLeadRequiredMixin, View):
                 "cached_tokens",
                 "cache_creation_tokens",
             ]
-            writer.writerow([group_by, "since", "until", *columns, "cache_hit_ratio"])
+            writer.writerow(
+                [group_by, "since", "until", *columns, "cache_hit_ratio", "cost", "currency", "unpriced_requests"]
+            )
             for row in rows:
                 ratio = "" if row["cache_hit_ratio"] is None else f"{row['cache_hit_ratio']:.4f}"
-                writer.writerow([_csv_safe(str(row["group"])), since, until, *(row[c] or 0 for c in columns), ratio])
+                writer.writerow(
+                    [
+                        _csv_safe(str(row["group"])),
+                        since,
+                        until,
+                        *(row[c] or 0 for c in columns),
+                        ratio,
+                        row["cost"],
+                        currency(),
+                        row["unpriced_requests"],
+                    ]
+                )
             return response
         series = daily_totals(visible, since)
         return render(
@@ -150,6 +171,7 @@ class AdminUsageView(AdminOrTeamLeadRequiredMixin, View):
                 "until": until,
                 "chart": chart_data(series, since, until),
                 "sort": sort,
+                "unpriced": sum(r["unpriced_requests"] for r in rows),
             },
         )
 

@@ -260,6 +260,8 @@ def world(
     bundle_token,
     alice_logging,
     alice_request_log,
+    alice_budget,
+    route_price,
 ) -> dict:
     """Ids (and a few other values) for the role matrix's URL templates and bodies."""
     usage_record, usage_daily = alice_usage
@@ -289,4 +291,25 @@ def world(
         "bundle_token": bundle_token,
         "alice_logging": alice_logging.pk,
         "alice_request_log": alice_request_log.pk,
+        "alice_budget": alice_budget.pk,
+        "route_price": route_price.pk,
+        "route": route_price.route_id,
     }
+
+
+@pytest.fixture
+def alice_budget(alice):
+    from keys.models import Budget
+
+    return Budget.objects.create(user=alice, window="month", amount=50)
+
+
+@pytest.fixture
+def route_price(channel, model):
+    from channels.models import ModelRoute
+    from channels.services import set_route_price
+
+    route = ModelRoute.objects.filter(channel=channel).first() or ModelRoute.objects.create(
+        model=model, channel=channel
+    )
+    return set_route_price(route, input="1", output="2")

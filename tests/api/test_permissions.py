@@ -212,6 +212,27 @@ MATRIX = [
     ("get", "/api/request-logs/{alice_request_log}/", None, (401, 403, 403, 403, 200)),
     ("post", "/api/request-logs/", {}, (401, 403, 403, 403, 405)),
     ("delete", "/api/request-logs/{alice_request_log}/", None, (401, 403, 403, 403, 405)),
+    # prices: admins only; added, never edited or deleted (the list is the history)
+    ("get", "/api/prices/", None, (401, 403, 403, 403, 200)),
+    ("post", "/api/prices/", {"route": "{route}", "input": "2", "output": "4"}, (401, 403, 403, 403, 201)),
+    ("get", "/api/prices/{route_price}/", None, (401, 403, 403, 403, 200)),
+    ("patch", "/api/prices/{route_price}/", {"input": "9"}, (401, 403, 403, 403, 405)),
+    ("delete", "/api/prices/{route_price}/", None, (401, 403, 403, 403, 405)),
+    ("post", "/api/prices/load-catalogue/", None, (401, 403, 403, 403, 200)),
+    # budgets: everyone reads the ones that bound them; admins set any, a lead their members'
+    # (within the team's); a top-up is an admin's
+    ("get", "/api/budgets/", None, (401, 200, 200, 200, 200)),
+    ("post", "/api/budgets/", {"user": "{alice}", "window": "day", "amount": "5"}, (401, 403, 403, 201, 201)),
+    ("post", "/api/budgets/", {"team": "{team}", "window": "day", "amount": "5"}, (401, 403, 403, 403, 201)),
+    ("get", "/api/budgets/{alice_budget}/", None, (401, 200, 404, 200, 200)),
+    ("patch", "/api/budgets/{alice_budget}/", {"amount": "20"}, (401, 403, 404, 200, 200)),
+    ("delete", "/api/budgets/{alice_budget}/", None, (401, 403, 404, 204, 204)),
+    (
+        "post",
+        "/api/budgets/{alice_budget}/top-up/",
+        {"amount": "5", "until": "2099-01-01T00:00:00Z"},
+        (401, 403, 403, 403, 200),
+    ),
     # client configs: for the caller only, with the caller's own keys (even for admins)
     ("get", "/api/client-configs/clients/", None, (401, 200, 200, 200, 200)),
     ("get", "/api/client-configs/clients/{client}/", None, (401, 200, 200, 200, 200)),

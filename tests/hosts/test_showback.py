@@ -129,3 +129,73 @@ def test_the_showback_page_and_csv_are_for_admins(deployment, channel, alice, te
     assert admin_client.get("/gpu-hours/?month=garbage").status_code == 200  # this month, not a 500
     client.force_login(alice)
     assert client.get("/gpu-hours/").status_code == 403
+
+
+def test_a_local_routes_price_from_gpu_hours_matches_a_hand_calculation(deployment, channel, alice):
+    """$2.50 per GPU-hour, 10 h on 2 GPUs = 20 GPU-hours = $50, for 400,000 tokens served:
+    $50 / 0.4 million tokens = $125.000 per million, for input and output alike."""
+    from decimal import Decimal
+
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    from channels.models import Model, ModelRoute, RoutePrice
+    from hosts.showback.services import derive_price
+
+    route = ModelRoute.objects.create(model=Model.objects.create(name="qwen3-32b"), channel=channel)
+    now = timezone.now()
+    assert derive_price(deployment).per_million is None  # no cost set: nothing derived, never 0
+    deployment.host.gpu_hour_cost = Decimal("2.50")
+    deployment.host.save()
+    run(deployment, now - dt.timedelta(hours=12), now - dt.timedelta(hours=2))
+    key = issue_key(owner=alice, name="k")[0]
+    write_batch(
+        [
+            event(
+                key,
+                channel_id=channel.id,
+                prompt_tokens=150_000,
+                completion_tokens=50_000,
+                created=now - dt.timedelta(hours=5),
+            ),
+            event(
+                key,
+                channel_id=channel.id,
+                prompt_tokens=100_000,
+                completion_tokens=100_000,
+                created=now - dt.timedelta(hours=4),
+            ),
+            # outside the run: not served by this deployment's GPU time
+            event(
+                key, channel_id=channel.id, prompt_tokens=999, completion_tokens=1, created=now - dt.timedelta(hours=1)
+            ),
+        ]
+    )
+    derived = derive_price(deployment)
+    assert (round(derived.gpu_hours, 6), derived.tokens) == (20.0, 400_000)
+    assert derived.per_million == Decimal("2.50") * 20 / Decimal("0.4") == Decimal("125.000")
+    out = io.StringIO()
+    call_command("price_local_routes", stdout=out)
+    assert "125.000 per million" in out.getvalue()
+    price = RoutePrice.objects.get(route=route)
+    assert (price.input, price.output, price.source) == (Decimal("125.000"), Decimal("125.000"), "gpu_hours")
+    assert "20.00 GPU-h" in price.note
+
+
+def test_the_showback_puts_spend_beside_the_gpu_cost_per_developer(deployment, channel, alice, admin_client):
+    """10 h on 2 GPUs at $1.50 per GPU-hour = $30 of GPU time, all alice's (she sent every token);
+    her cloud spend this month beside it."""
+    from decimal import Decimal
+
+    deployment.host.gpu_hour_cost = Decimal("1.50")
+    deployment.host.save()
+    start = at(3, 8)
+    run(deployment, start, at(3, 18))
+    key = issue_key(owner=alice, name="k")[0]
+    write_batch([event(key, channel_id=channel.id, created=start + dt.timedelta(minutes=30))])
+    write_batch([event(key, channel_id=None, created=start, cost_nanos=2_500_000_000)])  # $2.50 in the cloud
+    report = monthly(start.date())
+    ((_team, _user, gpu, spent),) = [row for row in report.money if row[1] == "alice"]
+    assert (gpu, spent) == (30 * 10**9, 2_500_000_000)
+    page = admin_client.get("/gpu-hours/?month=" + f"{start:%Y-%m}").content.decode()
+    assert "$30.0000" in page and "$2.5000" in page and "$32.5000" in page

@@ -196,8 +196,8 @@ def test_cached_tokens_add_up_with_the_hit_ratio_per_model_and_developer(
     record = api(alice).get("/api/usage/records/").json()["results"][0]
     assert (record["cached_tokens"], record["cache_creation_tokens"]) == (40, 50)
     lines = admin_client.get("/usage/all/?group_by=user&format=csv").content.decode().strip().splitlines()
-    assert lines[0].endswith(",cached_tokens,cache_creation_tokens,cache_hit_ratio")
-    assert any(line.startswith("alice,") and line.endswith(",120,50,0.6000") for line in lines)
+    assert lines[0].endswith(",cached_tokens,cache_creation_tokens,cache_hit_ratio,cost,currency,unpriced_requests")
+    assert any(line.startswith("alice,") and line.endswith(",120,50,0.6000,0.000000000,USD,0") for line in lines)
     page = admin_client.get("/usage/all/?group_by=model").content.decode()
     assert "Cache hits" in page and "60 %" in page
     client.force_login(alice)

@@ -6,6 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from channels.prices import amount_text
 from keys.models import UsageDaily, UsageRecord
 from portal.permissions import is_admin
 
@@ -29,6 +30,9 @@ class UsageRecordSerializer(HidesChannelFromDevelopers):
     username = serializers.CharField(source="user.username", default=None, read_only=True, allow_null=True)
     channel_name = serializers.CharField(
         source="channel.name", default=None, read_only=True, allow_null=True, help_text="Null for developers."
+    )
+    cost = serializers.SerializerMethodField(
+        help_text="What the request cost in the portal's currency (exact decimal string); null: its route had no price."
     )
     route_explanation = serializers.ListField(
         child=serializers.CharField(),
@@ -64,12 +68,22 @@ class UsageRecordSerializer(HidesChannelFromDevelopers):
             "ttft_ms",
             "cached_tokens",
             "cache_creation_tokens",
+            "cost",
+            "pricing",
             "route_explanation",
         ]
         read_only_fields = fields
 
+    def get_cost(self, record: UsageRecord) -> str | None:
+        return None if record.cost_nanos is None else amount_text(record.cost_nanos)
+
 
 class UsageDailySerializer(HidesChannelFromDevelopers):
+    cost = serializers.SerializerMethodField(help_text="Cost of the bucket's priced requests (exact decimal string).")
+
+    def get_cost(self, bucket: UsageDaily) -> str:
+        return amount_text(bucket.cost_nanos)
+
     class Meta:
         model = UsageDaily
         fields = [
@@ -88,5 +102,7 @@ class UsageDailySerializer(HidesChannelFromDevelopers):
             "estimated_requests",
             "cached_tokens",
             "cache_creation_tokens",
+            "cost",
+            "unpriced_requests",
         ]
         read_only_fields = fields

@@ -12,6 +12,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, viewsets
 from rest_framework.response import Response
 
+from channels.prices import currency
 from keys.models import UsageDaily, UsageRecord
 from keys.usage.filters import UsageDailyFilterSet, UsageRecordFilterSet
 from keys.usage.services import GROUPS, grouped_totals, today
@@ -57,8 +58,8 @@ class UsageDailyViewSet(viewsets.ReadOnlyModelViewSet[UsageDaily]):
 
 class UsageSummaryViewSet(viewsets.ViewSet):
     """Totals grouped by user, team, key, model or channel over the last `days` days (default 30),
-    each with its cached prompt tokens and `cache_hit_ratio` (cached / prompt tokens, null without
-    any)."""
+    each with its cached prompt tokens, `cache_hit_ratio` (cached / prompt tokens, null without
+    any), `cost` (exact decimal string in `currency`) and `unpriced_requests` (no price: not 0)."""
 
     @extend_schema(
         parameters=[
@@ -84,4 +85,6 @@ class UsageSummaryViewSet(viewsets.ViewSet):
         until = today()
         since = until - dt.timedelta(days=days - 1)
         rows = grouped_totals(UsageDaily.objects.visible_to(request.user), group_by, since, until)
-        return Response({"group_by": group_by, "since": since, "until": until, "results": rows})
+        for row in rows:
+            row.pop("cost_text", None)
+        return Response({"group_by": group_by, "since": since, "until": until, "currency": currency(), "results": rows})

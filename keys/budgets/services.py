@@ -1,0 +1,199 @@
+"""Budgets: spend per window from the usage records, who may set which budget, top-ups, alerts.
+
+The gateway enforces budgets in its admission script (`gateway.limits`, Redis counters per budget
+and window); the pages and the API show the spend the usage records hold (the same costs, written
+a flush interval later).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import Q, QuerySet, Sum
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from channels.prices import format_money, to_amount, to_nanos
+
+from ..choices import BudgetWindow
+from ..models import Budget, Key, UsageRecord
+
+if TYPE_CHECKING:
+    from accounts.models import User
+
+logger = logging.getLogger(__name__)
+
+
+def window_bounds(window: str, at: dt.datetime | None = None) -> tuple[dt.datetime | None, dt.datetime | None]:
+    """[start, end) of the window holding `at`, UTC (a one-off: (None, None), all time)."""
+    t = (at or timezone.now()).astimezone(dt.UTC)
+    day = t.replace(hour=0, minute=0, second=0, microsecond=0)
+    if window == BudgetWindow.DAY:
+        return day, day + dt.timedelta(days=1)
+    if window == BudgetWindow.WEEK:
+        start = day - dt.timedelta(days=t.weekday())
+        return start, start + dt.timedelta(days=7)
+    if window == BudgetWindow.MONTH:
+        first = day.replace(day=1)
+        return first, (first + dt.timedelta(days=32)).replace(day=1)
+    return None, None
+
+
+def key_lineage(key: Key) -> list[int]:
+    """The key and the keys it replaced by rotation (their spend counts in its budget's window)."""
+    ids, seen = [], set()
+    current: Key | None = key
+    while current is not None and current.pk not in seen:
+        seen.add(current.pk)
+        ids.append(current.pk)
+        current = current.rotated_from
+    return ids
+
+
+def records_of(budget: Budget) -> QuerySet[UsageRecord]:
+    if budget.key_id:
+        assert budget.key is not None
+        match = Q(key_id__in=key_lineage(budget.key))
+    elif budget.user_id:
+        match = Q(user_id=budget.user_id)
+    else:
+        match = Q(team_id=budget.team_id)
+    qs = UsageRecord.objects.filter(match)
+    start, end = window_bounds(budget.window)
+    if start is not None:
+        qs = qs.filter(created__gte=start, created__lt=end)
+    return qs
+
+
+def spent(budget: Budget) -> int:
+    """Nano-units spent in the budget's current window."""
+    return int(records_of(budget).aggregate(s=Sum("cost_nanos"))["s"] or 0)
+
+
+@dataclass
+class BudgetStatus:
+    budget: Budget
+    spent: int  # nano-units
+    cap: int
+
+    @property
+    def remaining(self) -> int:
+        return max(self.cap - self.spent, 0)
+
+    @property
+    def percent(self) -> int:
+        return min(100, int(self.spent * 100 // self.cap)) if self.cap else 100
+
+    @property
+    def resets_at(self) -> dt.datetime | None:
+        return window_bounds(self.budget.window)[1]
+
+    @property
+    def spent_text(self) -> str:
+        return format_money(self.spent)
+
+    @property
+    def cap_text(self) -> str:
+        return format_money(self.cap, 2)
+
+    @property
+    def remaining_text(self) -> str:
+        return format_money(self.remaining)
+
+
+def status_of(budget: Budget) -> BudgetStatus:
+    return BudgetStatus(budget, spent(budget), to_nanos(budget.cap()))
+
+
+def budgets_for(user: User) -> list[BudgetStatus]:
+    """Every budget that bounds `user`'s requests: their keys', their own, their team's."""
+    match = Q(key__owner=user, key__revoked_at__isnull=True) | Q(user=user)
+    if user.team_id is not None:
+        match |= Q(team_id=user.team_id)
+    qs = Budget.objects.filter(match).select_related("key", "user", "team").order_by("team_id", "user_id", "key_id")
+    return [status_of(b) for b in qs]
+
+
+def may_set(editor: User, target: Any) -> bool:
+    """Admins set any budget; a team lead their members' and their members' keys' (never the team's
+    own). A developer sets none: a budget is a cap others put on them (they read theirs)."""
+    if editor.is_admin:
+        return True
+    if editor.led_team_id is None:
+        return False
+    if isinstance(target, Key):
+        return target.owner.team_id == editor.led_team_id
+    return bool(hasattr(target, "role") and target.team_id == editor.led_team_id)
+
+
+def save_budget(
+    *, editor: User, target: Any, window: str, amount: Decimal | str, alert_percent: int | None = None
+) -> Budget:
+    """Create or change `target`'s budget for `window` (a key, a user or a team). A team lead's
+    budgets for a member stay within the team's budget for the same window, like limits."""
+    if not may_set(editor, target):
+        raise PermissionDenied(_("You may not set this budget."))
+    amount = Decimal(str(amount))
+    if amount < 0:
+        raise ValidationError({"amount": _("A budget cannot be negative.")})
+    if window not in BudgetWindow.values:
+        raise ValidationError({"window": _("Choose day, week, month or once.")})
+    if not editor.is_admin and editor.led_team_id is not None:
+        team_budget = Budget.objects.filter(team_id=editor.led_team_id, window=window).first()
+        if team_budget is not None and amount > team_budget.amount:
+            raise ValidationError(
+                {
+                    "amount": _("At most %(cap)s: the team's budget for this window.")
+                    % {"cap": format_money(to_nanos(team_budget.amount), 2)}
+                }
+            )
+    field = "key" if isinstance(target, Key) else "user" if hasattr(target, "role") else "team"
+    budget, _created = Budget.objects.update_or_create(
+        **{field: target, "window": window}, defaults={"amount": amount, "alert_percent": alert_percent}
+    )
+    return budget
+
+
+def top_up(budget: Budget, *, editor: User, amount: Decimal | str, until: dt.datetime) -> Budget:
+    """An admin's temporary addition to a budget, until `until`."""
+    if not editor.is_admin:
+        raise PermissionDenied(_("Only an admin may top up a budget."))
+    if until <= timezone.now():
+        raise ValidationError({"topup_until": _("The top-up must end in the future.")})
+    budget.topup, budget.topup_until = Decimal(str(amount)), until
+    budget.full_clean()
+    budget.save()
+    return budget
+
+
+def send_alerts(budget_ids: list[int]) -> None:
+    """Tell the alert targets and each budget's owner (by e-mail, when they have one) that it
+    passed its alert share. Called once per budget and window (the admission script's flag)."""
+    from django.core.mail import send_mail
+
+    from channels.health.alerts import broadcast
+
+    for budget in Budget.objects.filter(pk__in=budget_ids).select_related("key__owner", "user", "team"):
+        status = status_of(budget)
+        text = _("Budget alert: %(target)s has used %(percent)s%% of its %(window)s budget (%(spent)s of %(cap)s).") % {
+            "target": str(budget.target),
+            "percent": budget.alert_percent,
+            "window": budget.get_window_display(),
+            "spent": status.spent_text,
+            "cap": status.cap_text,
+        }
+        broadcast({"text": text, "event": "budget_alert", "budget": budget.id})
+        owner = budget.key.owner if budget.key is not None else budget.user
+        if owner is not None and owner.email:
+            try:
+                send_mail(text[:150], text, None, [owner.email], fail_silently=False)
+            except Exception as exc:  # SMTP raises many types; the log keeps the class only
+                logger.warning("budget alert e-mail to user %s failed: %s", owner.id, exc.__class__.__name__)
+
+
+__all__ = ["BudgetStatus", "budgets_for", "save_budget", "send_alerts", "spent", "status_of", "to_amount", "top_up"]

@@ -1,0 +1,84 @@
+"""The budgets page: admins set any budget, a team lead their members' (within the team's)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
+from django.views import View
+
+from channels.prices import currency
+from keys.models import Budget
+from portal.permissions import AdminOrTeamLeadRequiredMixin
+
+from .forms import BudgetForm, TopUpForm, resolve_target
+from .services import may_set, save_budget, status_of, top_up
+
+if TYPE_CHECKING:
+    from portal.permissions import AuthenticatedHttpRequest
+
+
+class BudgetListView(AdminOrTeamLeadRequiredMixin, View):
+    template_name = "keys/budget_list.html"
+
+    def context(self, request: AuthenticatedHttpRequest, form: BudgetForm) -> dict[str, Any]:
+        budgets = Budget.objects.visible_to(request.user).select_related("key__owner", "user", "team")
+        return {
+            "budgets": [status_of(b) for b in budgets],
+            "form": form,
+            "topup_form": TopUpForm() if request.user.is_admin else None,
+            "currency": currency(),
+        }
+
+    def get(self, request: AuthenticatedHttpRequest) -> HttpResponse:
+        return render(request, self.template_name, self.context(request, BudgetForm(editor=request.user)))
+
+    def post(self, request: AuthenticatedHttpRequest) -> HttpResponse:
+        action = request.POST.get("action", "save")
+        if action == "delete":
+            budget = get_object_or_404(Budget.objects.visible_to(request.user), pk=request.POST.get("budget"))
+            if not may_set(request.user, budget.target):
+                raise PermissionDenied(_("You may not remove this budget."))
+            budget.delete()
+            messages.success(request, _("Budget removed."))
+            return redirect("budget_list")
+        if action == "topup":
+            topup = TopUpForm(request.POST)
+            if topup.is_valid():
+                budget = get_object_or_404(Budget.objects.visible_to(request.user), pk=topup.cleaned_data["budget"])
+                try:
+                    top_up(
+                        budget,
+                        editor=request.user,
+                        amount=topup.cleaned_data["amount"],
+                        until=topup.cleaned_data["until"],
+                    )
+                except ValidationError as exc:
+                    messages.error(request, " ".join(exc.messages))
+                else:
+                    messages.success(request, _("Top-up saved."))
+            else:
+                messages.error(request, _("The top-up needs an amount and an end in the future."))
+            return redirect("budget_list")
+        form = BudgetForm(request.POST, editor=request.user)
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                save_budget(
+                    editor=request.user,
+                    target=resolve_target(data["target"]),
+                    window=data["window"],
+                    amount=data["amount"],
+                    alert_percent=data["alert_percent"],
+                )
+            except ValidationError as exc:
+                for errors in exc.message_dict.values():
+                    form.add_error("amount", errors)
+            else:
+                messages.success(request, _("Budget saved."))
+                return redirect("budget_list")
+        return render(request, self.template_name, self.context(request, form), status=400)

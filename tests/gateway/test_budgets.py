@@ -1,0 +1,254 @@
+"""Money: every usage record's cost from the route's price in effect, and budgets enforced in the
+same atomic Redis admission as the token limits (reserve the most a request can cost, settle to
+the real cost), exact across two gateway processes."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from decimal import Decimal
+
+import httpx
+import pytest
+import redis
+from django.conf import settings as django_settings
+from django.utils import timezone
+
+from accounts.choices import Role
+from accounts.models import User
+from channels.models import Model
+from channels.prices import NANOS
+from channels.services import set_route_price
+from keys.models import Budget, UsageDaily, UsageRecord
+from keys.services import issue_key, rotate_key
+from tests.gateway.conftest import add_channel, wait_for
+from tests.gateway.test_limits import SHORT, burst, post
+from tests.gateway.test_metrics import TOKEN, delta, scrape
+from tests.gateway.test_team_limits import burst_keys
+
+# One SHORT request: 1 prompt token and 5 reserved output tokens.
+# At 1000 / 2000 per million tokens it reserves 1 * 1000 + 5 * 2000 = 11,000 per million: $0.011.
+INPUT, OUTPUT = Decimal("1000"), Decimal("2000")
+MOST = (1 * 1000 + 5 * 2000) * 1000  # nano-units
+DAILY = Decimal("0.05")
+
+
+def cost_of(prompt: int, completion: int, *, input=INPUT, output=OUTPUT, cached: int = 0, cached_price=None) -> int:
+    per = 1000  # nano-units per token for a price of 1 per million
+    cached_price = input if cached_price is None else cached_price
+    return int(((prompt - cached) * input + cached * cached_price + completion * output) * per)
+
+
+def spend(**match) -> int:
+    return sum(r.cost_nanos or 0 for r in UsageRecord.objects.filter(status="ok", **match))
+
+
+def test_cached_tokens_are_priced_at_their_price(setup, gateway_url, upstream, settings):
+    settings.PORTAL_METRICS_TOKEN = TOKEN
+    before = scrape(gateway_url)
+    set_route_price(setup.route, input="1.000", cached_input="0.100", output="2.000")
+    upstream.behave(cached=4, tokens=3)
+    body = {**SHORT, "messages": [{"role": "user", "content": " ".join(["word"] * 10)}], "max_tokens": 3}
+    assert post(gateway_url, setup.plaintext, body).status_code == 200
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert (record.prompt_tokens, record.cached_tokens, record.completion_tokens) == (10, 4, 3)
+    # 6 plain prompt tokens at 1.000, 4 cached at 0.100, 3 output at 2.000 per million
+    assert record.cost_nanos == 6 * 1000 + 4 * 100 + 3 * 2000 == 12_400
+    assert record.pricing == "priced"
+    assert UsageDaily.objects.get(key=setup.key).cost_nanos == 12_400
+    cost = delta(scrape(gateway_url), before, "gateway_cost_total", model="qwen3-32b", currency="USD")
+    assert sum(cost.values()) == pytest.approx(12_400 / NANOS)
+
+
+def test_a_price_change_mid_month_keeps_earlier_costs(setup, gateway_url, upstream):
+    set_route_price(setup.route, input="1", output="2", effective_from=timezone.now() - dt.timedelta(days=10))
+    assert post(gateway_url, setup.plaintext).status_code == 200
+    first = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert first.cost_nanos == cost_of(1, 5, input=1, output=2)
+    set_route_price(setup.route, input="3", output="7")  # from now on
+    # and one not yet in effect, which must not apply
+    set_route_price(setup.route, input="100", output="100", effective_from=timezone.now() + dt.timedelta(days=3))
+    assert post(gateway_url, setup.plaintext).status_code == 200
+    wait_for(lambda: UsageRecord.objects.filter(key=setup.key).count() == 2)
+    second = UsageRecord.objects.filter(key=setup.key).exclude(pk=first.pk).get()
+    assert second.cost_nanos == cost_of(1, 5, input=3, output=7)
+    first.refresh_from_db()
+    assert first.cost_nanos == cost_of(1, 5, input=1, output=2)
+
+
+def test_an_unpriced_route_is_no_price_not_zero(setup, gateway_url):
+    assert post(gateway_url, setup.plaintext).status_code == 200
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert record.cost_nanos is None and record.pricing == "none"
+    wait_for(lambda: UsageDaily.objects.filter(key=setup.key, unpriced_requests=1).exists())
+
+
+@pytest.fixture
+def local_unpriced(transactional_db, upstream, alice):
+    model = Model.objects.create(name="local-coder")
+    add_channel(upstream, "gpu-box", model=model, locality="local")
+    key, plaintext = issue_key(owner=alice, name="budgeted")
+    Budget.objects.create(key=key, window="day", amount=DAILY)
+    return key, plaintext
+
+
+def test_a_budgeted_key_is_refused_on_an_unpriced_route_when_the_admin_chose_so(local_unpriced, gateway_url, settings):
+    settings.PORTAL_UNPRICED_ROUTES = "refuse"
+    key, plaintext = local_unpriced
+    refused = post(gateway_url, plaintext, {**SHORT, "model": "local-coder"})
+    assert refused.status_code == 403
+    error = refused.json()["error"]
+    assert error["code"] == "model_not_priced" and "has no price" in error["message"]
+    # a key without a budget still uses it (its record says "no price")
+    _free, free_plain = issue_key(owner=key.owner, name="unbudgeted")
+    assert post(gateway_url, free_plain, {**SHORT, "model": "local-coder"}).status_code == 200
+
+
+def test_a_budgeted_key_pays_the_fallback_on_an_unpriced_route_when_the_admin_chose_so(
+    local_unpriced, gateway_url, settings
+):
+    settings.PORTAL_UNPRICED_ROUTES = "fallback"
+    settings.PORTAL_UNPRICED_FALLBACK_PRICE = "2000"
+    key, plaintext = local_unpriced
+    assert post(gateway_url, plaintext, {**SHORT, "model": "local-coder"}).status_code == 200
+    record = wait_for(lambda: UsageRecord.objects.filter(key=key).first())
+    assert record.pricing == "fallback" and record.cost_nanos == 6 * 2000 * 1000
+    # $0.05 at $0.012 a request (1 + 5 tokens at 2000 per million): three more fit, the fifth does not
+    for _ in range(3):
+        assert post(gateway_url, plaintext, {**SHORT, "model": "local-coder"}).status_code == 200
+    refused = post(gateway_url, plaintext, {**SHORT, "model": "local-coder"})
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "budget_exceeded"
+
+
+def test_the_429_names_the_budget_and_when_it_resets(setup, gateway_url):
+    set_route_price(setup.route, input=INPUT, output=OUTPUT)
+    Budget.objects.create(key=setup.key, window="day", amount=Decimal("0.02"))
+    assert post(gateway_url, setup.plaintext).status_code == 200
+    refused = post(gateway_url, setup.plaintext)
+    assert refused.status_code == 429
+    error = refused.json()["error"]
+    assert error["code"] == "budget_exceeded"
+    assert "daily budget of this key is $0.02" in error["message"]
+    tomorrow = (timezone.now() + dt.timedelta(days=1)).strftime("%Y-%m-%d 00:00 UTC")
+    assert f"It resets at {tomorrow}" in error["message"]
+    assert 1 <= int(refused.headers["retry-after"]) <= 86400
+
+
+def test_a_one_off_budget_never_resets_and_an_admin_top_up_lifts_it(setup, gateway_url):
+    set_route_price(setup.route, input=INPUT, output=OUTPUT)
+    budget = Budget.objects.create(key=setup.key, window="once", amount=Decimal("0.02"))
+    assert post(gateway_url, setup.plaintext).status_code == 200
+    refused = post(gateway_url, setup.plaintext)
+    assert refused.status_code == 429 and "does not reset" in refused.json()["error"]["message"]
+    assert "retry-after" not in refused.headers
+    budget.topup, budget.topup_until = Decimal("0.02"), timezone.now() + dt.timedelta(hours=1)
+    budget.save()
+    assert post(gateway_url, setup.plaintext).status_code == 200
+
+
+def test_rotating_a_key_keeps_its_budget_window(setup, gateway_url):
+    set_route_price(setup.route, input=INPUT, output=OUTPUT)
+    Budget.objects.create(key=setup.key, window="day", amount=Decimal("0.02"))
+    assert post(gateway_url, setup.plaintext).status_code == 200
+    new, plaintext = rotate_key(setup.key)
+    assert Budget.objects.get().key_id == new.pk
+    refused = post(gateway_url, plaintext)
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "budget_exceeded"
+
+
+def test_the_most_restrictive_budget_wins(setup, gateway_url, alice):
+    set_route_price(setup.route, input=INPUT, output=OUTPUT)
+    Budget.objects.create(key=setup.key, window="month", amount=Decimal("10"))
+    Budget.objects.create(user=alice, window="week", amount=Decimal("0.02"))
+    assert post(gateway_url, setup.plaintext).status_code == 200
+    refused = post(gateway_url, setup.plaintext)
+    assert refused.status_code == 429
+    assert "weekly budget of your account" in refused.json()["error"]["message"]
+
+
+# --- two gateway processes sharing Redis and PostgreSQL --------------------------------------
+
+
+@pytest.fixture
+def replicas(setup, spawn_gateway):
+    return [s.url for s in spawn_gateway(2)]
+
+
+def redis_spend(redis_namespace: str, budget: Budget) -> int:
+    client = redis.Redis.from_url(django_settings.REDIS_URL)
+    tag = {"day": "%Y%m%d", "month": "%Y%m"}[budget.window]
+    return int(client.get(f"{redis_namespace}:b:{budget.id}:{dt.datetime.now(dt.UTC).strftime(tag)}") or 0)
+
+
+def test_a_daily_budget_holds_across_two_replicas(setup, replicas, upstream, redis_namespace):
+    """$0.05/day, 100 concurrent requests over two processes, each reserving $0.011 and using less:
+    the spend never passes the budget by more than one request's maximum, and the Redis counter
+    equals the records' costs once every reservation is settled."""
+    set_route_price(setup.route, input=INPUT, output=OUTPUT)
+    budget = Budget.objects.create(key=setup.key, window="day", amount=DAILY)
+    upstream.behave(tokens=2)  # uses 1 + 2 of the 1 + 5 reserved
+    statuses = asyncio.run(burst(replicas, setup.plaintext, 100))
+    ok = statuses.count(200)
+    assert ok >= 4 and statuses.count(429) == 100 - ok
+    wait_for(lambda: UsageRecord.objects.filter(key=setup.key).count() == 100, timeout=30)
+    spent = spend(key=setup.key)
+    assert spent == ok * cost_of(1, 2)
+    assert spent <= int(DAILY * NANOS) + MOST
+    assert UsageRecord.objects.filter(key=setup.key, status="rate_limited", error__contains="daily budget").count() == (
+        100 - ok
+    )
+    wait_for(lambda: redis_spend(redis_namespace, budget) == spent, timeout=15)
+    # Spend keeps being admitted until the budget is used up, one request after another.
+    while (r := post(replicas[0], setup.plaintext)).status_code == 200:
+        pass
+    assert r.json()["error"]["code"] == "budget_exceeded"
+    wait_for(lambda: redis_spend(redis_namespace, budget) == spend(key=setup.key), timeout=15)
+    assert int(DAILY * NANOS) - MOST < spend(key=setup.key) <= int(DAILY * NANOS)
+
+
+def test_a_team_budget_holds_across_three_members_and_two_replicas(setup, team, replicas):
+    """Three members, ten requests each at once, a $0.05/day team budget: exactly four fit
+    ($0.044; each request uses what it reserved), whoever sent them."""
+    set_route_price(setup.route, input=INPUT, output=OUTPUT)
+    Budget.objects.create(team=team, window="day", amount=DAILY)
+    members = [User.objects.get(pk=setup.key.owner_id)]
+    members += [
+        User.objects.create_user(username=f"dev{i}", password="x-pass-123456", role=Role.DEVELOPER, team=team)
+        for i in (2, 3)
+    ]
+    keys = [setup.plaintext] + [issue_key(owner=m, name="laptop")[1] for m in members[1:]]
+    results = asyncio.run(burst_keys(replicas, keys, 10))
+    statuses = [s for s, _m in results]
+    assert (statuses.count(200), statuses.count(429)) == (4, 26)
+    assert all("daily budget of your team" in m for s, m in results if s == 429)
+    wait_for(lambda: UsageRecord.objects.filter(team=team).count() == 30, timeout=30)
+    assert spend(team=team) == 4 * MOST <= int(DAILY * NANOS)
+
+
+def test_budget_answers_are_openai_shaped(setup, gateway_url):
+    set_route_price(setup.route, input=INPUT, output=OUTPUT)
+    Budget.objects.create(key=setup.key, window="day", amount=Decimal("0"))
+    r = httpx.post(
+        gateway_url + "/v1/chat/completions",
+        json=SHORT,
+        headers={"Authorization": f"Bearer {setup.plaintext}"},
+        timeout=30,
+    )
+    assert r.status_code == 429
+    assert set(r.json()["error"]) >= {"message", "type", "code"}
+
+
+def test_a_budget_past_its_alert_share_tells_the_alert_targets_once(setup, gateway_url, settings):
+    from django.core import mail
+
+    from channels.models import AlertTarget
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    AlertTarget.objects.create(name="finance", kind="email", email="finance@example.com")
+    set_route_price(setup.route, input=INPUT, output=OUTPUT)
+    Budget.objects.create(key=setup.key, window="day", amount=DAILY, alert_percent=50)
+    # $0.011 reserved each: the third takes the day past $0.025
+    for _ in range(4):
+        assert post(gateway_url, setup.plaintext).status_code == 200
+    wait_for(lambda: len(mail.outbox) >= 1)
+    assert len(mail.outbox) == 1 and "has used 50% of its per day budget" in mail.outbox[0].body

@@ -1,0 +1,177 @@
+"""Cost beside tokens: the usage pages (with a visible "no price" warning), the CSV, the usage API
+and the daily buckets; budgets on My usage and Connect; the price catalogue as data."""
+
+from __future__ import annotations
+
+import csv
+import io
+from decimal import Decimal
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+from django.urls import reverse
+from rest_framework.test import APIClient
+
+from channels.models import Channel, Model, ModelRoute, RoutePrice
+from channels.prices import NANOS, Rates, format_money, in_effect, per_token
+from channels.services import load_price_catalogue, set_route_price
+from gateway.usage import write_batch
+from keys.budgets.services import save_budget, status_of
+from keys.models import Budget, UsageDaily
+from keys.services import issue_key
+from tests.keys.test_usage import event
+
+pytestmark = pytest.mark.django_db
+
+CENT = NANOS // 100
+
+
+@pytest.fixture
+def alice_key(alice):
+    return issue_key(owner=alice, name="laptop")[0]
+
+
+def test_price_arithmetic_is_exact():
+    assert per_token("0.075") == 75  # nano-units per token
+    rates = Rates(
+        since=0,
+        input=per_token("3"),
+        cached_input=per_token("0.3"),
+        cache_write=per_token("3.75"),
+        output=per_token("15"),
+    )
+    # 1000 prompt tokens of which 600 cached and 100 written, 200 output
+    assert rates.cost(1000, 200, cached=600, written=100) == 300 * 3000 + 600 * 300 + 100 * 3750 + 200 * 15000
+    assert rates.most(1000, 200) == 1000 * 3750 + 200 * 15000
+    assert in_effect((Rates(10, 1, 1, 1, 1), Rates(20, 2, 2, 2, 2)), 15).input == 1
+    assert in_effect((Rates(10, 1, 1, 1, 1),), 5) is None
+    assert format_money(12_400) == "$0.0000"
+    assert format_money(123_456_789) == "$0.1235"
+
+
+def test_usage_pages_csv_and_api_show_the_cost_and_warn_of_no_price(alice_key, alice, admin):
+    alice_client, admin_client = Client(), Client()
+    alice_client.force_login(alice)
+    admin_client.force_login(admin)
+    write_batch([event(alice_key, cost_nanos=3 * CENT, pricing="priced")])
+    write_batch([event(alice_key, cost_nanos=None, pricing="none", model="local-coder")])
+    bucket = UsageDaily.objects.get(model="qwen3-32b")
+    assert (bucket.cost_nanos, bucket.unpriced_requests) == (3 * CENT, 0)
+    assert UsageDaily.objects.get(model="local-coder").unpriced_requests == 1
+
+    mine = alice_client.get(reverse("usage")).content.decode()
+    assert (
+        "$0.0300" in mine and 'data-testid="no-price"' in mine and "1 request went to a route without a price" in mine
+    )
+    admin = admin_client.get(reverse("usage_admin") + "?group_by=model").content.decode()
+    assert "$0.0300" in admin and "1 request with no price" in admin
+
+    rows = list(
+        csv.DictReader(
+            io.StringIO(admin_client.get(reverse("usage_admin") + "?group_by=model&format=csv").content.decode())
+        )
+    )
+    by_model = {r["model"]: r for r in rows}
+    assert by_model["qwen3-32b"]["cost"] == "0.030000000" and by_model["qwen3-32b"]["currency"] == "USD"
+    assert by_model["local-coder"]["unpriced_requests"] == "1"
+
+    api = APIClient()
+    api.force_authenticate(alice)
+    summary = api.get("/api/usage/summary/?group_by=model").json()
+    assert summary["currency"] == "USD"
+    costs = {r["group"]: (r["cost"], r["unpriced_requests"]) for r in summary["results"]}
+    assert costs == {"qwen3-32b": ("0.030000000", 0), "local-coder": ("0.000000000", 1)}
+    records = {r["model"]: (r["cost"], r["pricing"]) for r in api.get("/api/usage/records/").json()["results"]}
+    assert records == {"qwen3-32b": ("0.030000000", "priced"), "local-coder": (None, "none")}
+
+
+def test_developer_sees_spend_and_remaining_budget_on_my_usage_and_connect(alice_key, alice_client, alice, team):
+    Budget.objects.create(team=team, window="month", amount=Decimal("10"))
+    Budget.objects.create(key=alice_key, window="day", amount=Decimal("0.05"))
+    write_batch([event(alice_key, cost_nanos=2 * CENT, team_id=team.id)])
+    for page in (reverse("usage"), reverse("connect")):
+        html = alice_client.get(page).content.decode()
+        assert 'data-testid="budgets"' in html
+        assert "$0.0300" in html  # $0.05 - $0.02 left of the key's daily budget
+        assert "$9.9800" in html  # of the team's monthly
+
+
+def test_a_lead_sets_members_budgets_within_the_teams(lena, alice, mallory, team, admin):
+    from django.core.exceptions import PermissionDenied, ValidationError
+
+    save_budget(editor=admin, target=team, window="month", amount="100")
+    budget = save_budget(editor=lena, target=alice, window="month", amount="40")
+    assert status_of(budget).cap == 40 * NANOS
+    with pytest.raises(ValidationError):
+        save_budget(editor=lena, target=alice, window="month", amount="101")
+    with pytest.raises(PermissionDenied):
+        save_budget(editor=lena, target=mallory, window="month", amount="1")
+    with pytest.raises(PermissionDenied):
+        save_budget(editor=lena, target=team, window="month", amount="1000")
+    with pytest.raises(PermissionDenied):
+        save_budget(editor=alice, target=alice, window="day", amount="1")
+
+
+def test_the_catalogue_prices_known_external_routes_and_keeps_history():
+    cloud = Channel.objects.create(name="openai", base_url="https://api.openai.com/v1", locality="external")
+    local = Channel.objects.create(name="gpu", base_url="http://10.0.0.5:8000/v1", locality="local")
+    mini = ModelRoute.objects.create(
+        model=Model.objects.create(name="mini"), channel=cloud, upstream_model="gpt-4o-mini-2024-07-18"
+    )
+    ModelRoute.objects.create(model=Model.objects.create(name="qwen"), channel=local, upstream_model="gpt-4o")
+    ModelRoute.objects.create(model=Model.objects.create(name="odd"), channel=cloud, upstream_model="unknown-model")
+    added = load_price_catalogue()
+    assert [p.route_id for p in added] == [mini.id]
+    price = RoutePrice.objects.get(route=mini)
+    assert (price.input, price.cached_input, price.output) == (Decimal("0.150"), Decimal("0.075"), Decimal("0.600"))
+    assert load_price_catalogue() == []  # priced routes are left alone
+    out = io.StringIO()
+    call_command("load_price_catalogue", "--overwrite", stdout=out)
+    assert "1 route(s) priced" in out.getvalue()
+    assert RoutePrice.objects.filter(route=mini).count() == 2  # a new row; the old one kept
+
+
+def test_a_price_row_is_never_edited_twice_at_the_same_moment(alice_key):
+    from django.core.exceptions import ValidationError
+    from django.utils import timezone
+
+    channel = Channel.objects.create(name="c", base_url="https://example.com/v1")
+    route = ModelRoute.objects.create(model=Model.objects.create(name="m"), channel=channel)
+    when = timezone.now()
+    set_route_price(route, input="1", output="2", effective_from=when)
+    with pytest.raises(ValidationError):
+        set_route_price(route, input="3", output="4", effective_from=when)
+    with pytest.raises(ValidationError):
+        set_route_price(route, input="-1", output="4")
+
+
+def test_admin_sets_a_price_and_loads_the_catalogue_on_the_prices_page(admin, alice):
+    admin_client, alice_client = Client(), Client()
+    admin_client.force_login(admin)
+    alice_client.force_login(alice)
+    channel = Channel.objects.create(name="openai", base_url="https://api.openai.com/v1", locality="external")
+    route = ModelRoute.objects.create(model=Model.objects.create(name="m"), channel=channel, upstream_model="gpt-4.1")
+    page = admin_client.get(reverse("price_list")).content.decode()
+    assert "no price" in page and 'data-testid="unpriced-routes"' in page
+    r = admin_client.post(reverse("price_list"), {"route": route.pk, "input": "-1", "output": "2"})
+    assert r.status_code == 400 and not RoutePrice.objects.exists()
+    r = admin_client.post(reverse("price_list"), {"route": route.pk, "input": "2.5", "output": "10"})
+    assert r.status_code == 302 and RoutePrice.objects.get().output == Decimal("10.000")
+    other = ModelRoute.objects.create(model=Model.objects.create(name="n"), channel=channel, upstream_model="o3")
+    admin_client.post(reverse("price_list"), {"action": "catalogue"})
+    assert RoutePrice.objects.get(route=other).input == Decimal("2.000")
+    assert alice_client.get(reverse("price_list")).status_code == 403
+
+
+def test_a_lead_sets_a_members_budget_on_the_budgets_page_within_the_teams(lena, alice, team, admin, client):
+    save_budget(editor=admin, target=team, window="month", amount="100")
+    client.force_login(lena)
+    page = client.get(reverse("budget_list")).content.decode()
+    assert f"user:{alice.pk}" in page and f"team:{team.pk}" not in page
+    too_much = client.post(reverse("budget_list"), {"target": f"user:{alice.pk}", "window": "month", "amount": "150"})
+    assert too_much.status_code == 400 and "the team&#x27;s budget" in too_much.content.decode()
+    ok = client.post(reverse("budget_list"), {"target": f"user:{alice.pk}", "window": "month", "amount": "50"})
+    assert ok.status_code == 302 and Budget.objects.get(user=alice).amount == 50
+    client.force_login(alice)
+    assert client.get(reverse("budget_list")).status_code == 403
