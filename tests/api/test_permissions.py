@@ -359,6 +359,7 @@ def test_every_api_route_refuses_anonymous_callers(db, anon_api, method):
         if route in PUBLIC_BY_DESIGN:
             continue
         response = getattr(anon_api, method)("/" + route.replace("{}", "1"))
-        if response.status_code not in (401, 403, 404, 405):
+        to_login = response.status_code == 302 and response["Location"].startswith("/login/")  # the docs pages
+        if response.status_code not in (401, 403, 404, 405) and not to_login:
             opened.append((route, response.status_code))
     assert not opened
