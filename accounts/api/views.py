@@ -70,7 +70,7 @@ class UserViewSet(
         try:
             services.set_active(user, False, actor=request.user)
         except DjangoValidationError as exc:
-            raise serializers.ValidationError({"detail": exc.messages}) from None
+            raise serializers.ValidationError({"detail": " ".join(exc.messages)}) from None
         return Response(UserSerializer(user, context=self.get_serializer_context()).data)
 
     @extend_schema(request=ReactivateSerializer, responses={200: UserSerializer})

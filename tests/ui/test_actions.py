@@ -272,7 +272,7 @@ def test_an_admin_cannot_deactivate_themselves_on_the_page_or_through_the_api(ad
     api.force_login(admin)
     refused = api.post(f"/api/users/{admin.pk}/deactivate/")
     assert refused.status_code == 400
-    assert refused.json()["detail"] == ["You cannot deactivate your own account; ask another admin."]
+    assert refused.json()["detail"] == "You cannot deactivate your own account; ask another admin."
     # The rule is the service's: a command calling it directly is refused too.
     with pytest.raises(ValidationError):
         set_active(admin, False, actor=admin)
