@@ -1,6 +1,7 @@
 from typing import Any
 
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class AccountsConfig(AppConfig):
@@ -21,10 +22,20 @@ class AccountsConfig(AppConfig):
         # Who minted or revoked a script's credential matters; the hash shows only as "set".
         audit.register(ApiToken, ignore={"last_used_at"})
         dashboard.register_stat(40, "Users", User.objects.filter(is_active=True).count, "user_list")
+        dashboard.register_step(
+            30, "developer", _("Add a developer"), _has_developer, "user_create", _("Add a developer")
+        )
         dashboard.register_context(_recent_changes)
         from axes.signals import user_locked_out
 
         user_locked_out.connect(_audit_lockout, dispatch_uid="accounts-audit-lockout")
+
+
+def _has_developer() -> bool:
+    from .choices import Role
+    from .models import User
+
+    return User.objects.filter(is_active=True).exclude(role=Role.ADMIN).exists()
 
 
 def _audit_lockout(sender, request=None, username=None, ip_address=None, **kwargs) -> None:

@@ -48,13 +48,25 @@ def password_changed(user, *, current_session: str | None, revoke_access: bool =
     audit.record(AuditAction.ACTION, user, message=f"password changed; {ended}", actor=user)
 
 
+def check_set_active(user, active: bool, *, actor=None) -> None:
+    """Raise ValidationError when `actor` may not make this change: nobody deactivates their own
+    account (an admin would lock themselves out, perhaps the last admin). The page asks before it
+    shows its confirmation; `set_active` asks again, so the page, the API and a command agree."""
+    from django.core.exceptions import ValidationError
+    from django.utils.translation import gettext as _
+
+    if not active and actor is not None and actor.pk == user.pk:
+        raise ValidationError(_("You cannot deactivate your own account; ask another admin."), code="self")
+
+
 @transaction.atomic
 def set_active(user, active: bool, *, restore_keys: bool = False, actor=None) -> None:
-    """Deactivate or reactivate.
+    """Deactivate or reactivate (never one's own account: `check_set_active`).
 
     Deactivating ends the user's sessions and revokes their API tokens; their keys stop working
     (Key.is_active checks the owner). Reactivating brings nothing back silently: the keys app
     revokes the old keys unless the admin chose `restore_keys`; tokens stay revoked."""
+    check_set_active(user, active, actor=actor)
     if user.is_active == active:
         return
     user.is_active = active

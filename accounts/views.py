@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model, update_session_auth_hash
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.mixins import LoginRequiredMixin
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Count, Q
 from django.forms.utils import ErrorDict
@@ -224,19 +224,22 @@ class UserEditView(AdminRequiredMixin, View):
 class UserActivationView(AdminRequiredMixin, View):
     """Deactivate (keys stop working) or reactivate, after a confirmation page."""
 
-    def dispatch(self, request, *args, **kwargs):
-        if request.user.is_authenticated and request.user.is_admin and str(kwargs.get("pk")) == str(request.user.pk):
-            return done(
-                request, "You cannot deactivate yourself.", "user_detail", request.user.pk, level=messages.ERROR
-            )
-        return super().dispatch(request, *args, **kwargs)
-
     def setup_person(self, request, pk):
         person = get_object_or_404(User, pk=pk)
         return person, not person.is_active
 
+    def refused(self, request, person, activate):
+        """The service's answer when this change is not allowed (e.g. deactivating oneself)."""
+        try:
+            services.check_set_active(person, activate, actor=request.user)
+        except ValidationError as exc:
+            return done(request, " ".join(exc.messages), "user_detail", person.pk, level=messages.ERROR)
+        return None
+
     def get(self, request, pk):
         person, activate = self.setup_person(request, pk)
+        if refusal := self.refused(request, person, activate):
+            return refusal
         verb = "Reactivate" if activate else "Deactivate"
         detail = (
             f"{person.username} can log in again. Their API tokens stay revoked; their old keys are "
@@ -263,6 +266,8 @@ class UserActivationView(AdminRequiredMixin, View):
 
     def post(self, request, pk):
         person, activate = self.setup_person(request, pk)
+        if refusal := self.refused(request, person, activate):
+            return refusal
         restore = activate and request.POST.get("restore_keys") == "on"
         services.set_active(person, activate, restore_keys=restore, actor=request.user)
         if activate:

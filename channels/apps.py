@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class ChannelsConfig(AppConfig):
@@ -36,6 +37,10 @@ class ChannelsConfig(AppConfig):
         audit.register(RoutePrice)
         dashboard.register_stat(20, "Channels", Channel.objects.count, "channel_list")
         dashboard.register_stat(30, "Models", Model.objects.served().count, "model_list")
+        dashboard.register_step(
+            10, "source", _("Add a channel or a GPU host"), Channel.objects.exists, "channel_create", _("Add a channel")
+        )
+        dashboard.register_step(20, "model", _("Add a model"), Model.objects.exists, "model_create", _("Add a model"))
         from .health.history import attention
 
         dashboard.register_attention(attention)

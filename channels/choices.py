@@ -6,6 +6,7 @@ class ChannelKind(models.TextChoices):
     OPENAI = "openai", "OpenAI-compatible (cloud)"
     VLLM = "vllm", "vLLM"
     LLAMACPP = "llamacpp", "llama.cpp (llama-server)"
+    SGLANG = "sglang", "SGLang"
     ANTHROPIC = "anthropic", "Anthropic"
 
 

@@ -1,6 +1,7 @@
 from typing import Any
 
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class KeysConfig(AppConfig):
@@ -23,6 +24,9 @@ class KeysConfig(AppConfig):
         daily_prune.connect(prune_usage, dispatch_uid="keys-prune-usage")
         dashboard.register_stat(50, "Active keys", _active_keys, "key_all", "?state=active")
         dashboard.register_context(lambda user: {"my_active_keys": _active_keys(owner=user)})
+        dashboard.register_step(
+            40, "key", _("Give the developer a key"), _developer_has_key, "key_create", _("Create a key")
+        )
         user_reactivated.connect(_revoke_keys_on_reactivation, dispatch_uid="keys-revoke-on-reactivation")
         dashboard.register_section(10, "keys/_dashboard_usage.html", _usage_last_day)
         from .usage.services import channel_token_shares, spend_by_person
@@ -35,6 +39,14 @@ def _usage_last_day(user: Any) -> dict[str, Any]:
     from .usage.services import last_day
 
     return last_day(user)
+
+
+def _developer_has_key() -> bool:
+    from accounts.choices import Role
+
+    from .models import Key
+
+    return Key.objects.not_revoked().exclude(owner__role=Role.ADMIN).exists()
 
 
 def _active_keys(**filters: Any) -> int:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, cast
 from django import forms
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
+from django.utils.translation import gettext as _
 
 from accounts.models import User
 from channels.models import Model
@@ -15,7 +16,7 @@ from portal.forms import LIMIT_LABELS
 from portal.ui import add_validation_errors
 
 from .models import Key
-from .services import LOCAL_ONLY_LOCK, validate_key_settings
+from .services import ADMIN, LOCAL_ONLY_LOCK, binding_ceilings, validate_key_settings
 
 if TYPE_CHECKING:
     from django.forms import BoundField
@@ -116,11 +117,18 @@ class KeyForm(forms.Form):
         models = Model.objects.usable_by(owner) if owner is not None else Model.objects.enabled()
         self.fields["allowed_models"].widget.choices = [(m.pk, m.name) for m in models]
         defaults = (owner.key_defaults or {}) if owner is not None else {}
-        admin_ceilings = (self.instance.admin_ceilings or {}) if self.instance is not None else {}
-        if not self.user.is_admin and admin_ceilings.get(LOCAL_ONLY_LOCK):
+        binding = binding_ceilings(self.instance, self.user)
+        lock = binding.get(LOCAL_ONLY_LOCK)
+        if lock is not None:
             local = self.fields["local_only"]
             local.disabled = True  # a posted value is ignored: the key stays local-only
-            local.help_text = "Set by an admin: this key stays on local channels; only an admin can lift it."
+            local.help_text = (
+                "Set by an admin: this key stays on local channels; only an admin can lift it."
+                if lock[1] == ADMIN
+                else _(
+                    "Set by a team lead: this key stays on local channels; only a team lead or an admin can lift it."
+                )
+            )
         for name in LIMIT_LABELS:
             field = self.fields[name]
             ceiling = getattr(owner, name, None) if owner is not None else None
@@ -128,9 +136,15 @@ class KeyForm(forms.Form):
             if self.instance is not None:
                 default = None  # editing: blank means unlimited, defaults only pre-fill new keys
             field.widget.attrs["placeholder"] = f"default {default:,}" if default else "unlimited"
-            locked = None if self.user.is_admin else admin_ceilings.get(name)
-            if locked is not None:
-                help_bits = [f"Set by an admin: at most {locked:,}; you can lower it, not raise or clear it."]
+            bound = binding.get(name)
+            if bound is not None:
+                locked, who = bound
+                help_bits = [
+                    f"Set by an admin: at most {locked:,}; you can lower it, not raise or clear it."
+                    if who == ADMIN
+                    else _("Set by a team lead: at most %(value)s; you can lower it, not raise or clear it.")
+                    % {"value": f"{locked:,}"}
+                ]
                 field.widget.attrs["max"] = min(locked, ceiling) if ceiling is not None else locked
                 field.widget.attrs["required"] = True
             else:
@@ -143,6 +157,9 @@ class KeyForm(forms.Form):
                 help_bits.append(f"The team {team}'s limit, shared by all its members: {team_ceiling:,}.")
             if self.user.is_admin and (owner is None or owner.pk != self.user.pk):
                 help_bits.append("A value you set is a ceiling the owner can only lower.")
+            elif owner is not None and self.user.pk != owner.pk and self.user.led_team_id is not None:
+                lead_note = _("A value you set is a ceiling %(owner)s can only lower.")
+                help_bits.append(lead_note % {"owner": owner.username})
             field.help_text = " ".join(help_bits)
 
     def _owner_for_display(self) -> User | None:
@@ -224,6 +241,8 @@ class KeyForm(forms.Form):
         key.local_only = self.cleaned_data["local_only"]
         if "admin_ceilings" in s:
             key.admin_ceilings = s["admin_ceilings"]
+        if "lead_ceilings" in s:
+            key.lead_ceilings = s["lead_ceilings"]
         key.save()
         key.allowed_models.set(s.get("allowed_models") or [])
         return key
@@ -240,8 +259,9 @@ class KeyForm(forms.Form):
             expires_at=s.get("expires_at"),
             local_only=self.cleaned_data["local_only"],
         )
-        if s.get("admin_ceilings"):
-            kwargs["admin_ceilings"] = s["admin_ceilings"]
+        for ceilings in ("admin_ceilings", "lead_ceilings"):
+            if s.get(ceilings):
+                kwargs[ceilings] = s[ceilings]
         return kwargs
 
 

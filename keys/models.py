@@ -86,6 +86,12 @@ class Key(ShownOnceSecret, Limits):
         blank=True,
         help_text="Limits an admin set on this key ({field: value}): the owner may lower them, never raise or clear.",
     )
+    lead_ceilings = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Limits the owner's team lead set on this key ({field: value}): the owner may lower them, "
+        "never raise or clear; the lead or an admin may.",
+    )
 
     objects = KeyQuerySet.as_manager()
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from channels.models import Model
 from portal.forms import LIMIT_LABELS
@@ -91,6 +92,7 @@ def rotate_key(key: Key, *, grace: datetime.timedelta | None = None) -> tuple[Ke
         client=key.client,
         local_only=key.local_only,
         admin_ceilings=dict(key.admin_ceilings or {}),
+        lead_ceilings=dict(key.lead_ceilings or {}),
     )
     # The budgets move with the key: their spend is counted per budget, so the window goes on.
     key.budgets.update(key=new)
@@ -120,8 +122,53 @@ def normalize_cidrs(entries: str | Iterable[object] | None) -> list[str]:
     return list(dict.fromkeys(result))
 
 
-# In `Key.admin_ceilings`: an admin set "Local channels only", so nobody else may clear it.
+# In `Key.admin_ceilings` / `Key.lead_ceilings`: an admin (a team lead) set "Local channels only".
 LOCAL_ONLY_LOCK = "local_only"
+
+ADMIN, LEAD = "admin", "lead"  # who set a ceiling
+
+
+def editor_role(editor: User | None, owner: User) -> str:
+    """What `editor` is to the owner of a key: ADMIN, LEAD (the lead of the owner's team, not the
+    owner), or "" (the owner, or nobody in particular: a command)."""
+    from accounts.services import may_manage
+
+    if editor is not None and editor.is_admin:
+        return ADMIN
+    if editor is not None and editor.pk != owner.pk and may_manage(editor, owner):
+        return LEAD
+    return ""
+
+
+def binding_ceilings(key: Key | None, editor: User | None) -> dict[str, tuple[int, str]]:
+    """The limits of `key` that `editor` may lower but never raise or clear, each with who set it
+    (ADMIN or LEAD; the smaller when both did): an admin's bind everyone but admins, a team lead's
+    bind the member (the lead who set them and admins may lift them)."""
+    if key is None:
+        return {}
+    role = editor_role(editor, key.owner)
+    if role == ADMIN:
+        return {}
+    found = {name: (int(value), ADMIN) for name, value in (key.admin_ceilings or {}).items()}
+    if role != LEAD:
+        for name, value in (key.lead_ceilings or {}).items():
+            if name not in found or int(value) < found[name][0]:
+                found[name] = (int(value), LEAD)
+    return found
+
+
+def _ceiling_error(who: str, value: int, cleared: bool) -> str:
+    if who == ADMIN:
+        if cleared:
+            return _("An admin set this limit to %(value)s; you can lower it but not remove it.") % {
+                "value": f"{value:,}"
+            }
+        return _("An admin set this limit to %(value)s; you can lower it but not raise it.") % {"value": f"{value:,}"}
+    if cleared:
+        return _("A team lead set this limit to %(value)s; you can lower it but not remove it.") % {
+            "value": f"{value:,}"
+        }
+    return _("A team lead set this limit to %(value)s; you can lower it but not raise it.") % {"value": f"{value:,}"}
 
 
 def validate_key_settings(
@@ -138,23 +185,24 @@ def validate_key_settings(
     """Check a key's settings against its owner; return cleaned values or raise ValidationError
     with field errors. Used by both the key form and the key serializer, so the rules are one.
 
-    Limits have an owner: what an admin (`editor`) sets on a key becomes its ceiling
-    (`cleaned["admin_ceilings"]`); anyone else editing `key` may lower such a limit, never raise or
-    clear it. The owner's own limits and their team's cap every key of theirs. A team lead editing a
-    member's key is "anyone else": the admin's ceilings bind them too. "Local channels only" works
-    the same way: set by an admin (`admin_ceilings["local_only"]`), only an admin lifts it."""
+    Limits keep their owner by role: what an admin (`editor`) sets on a key becomes its ceiling
+    (`cleaned["admin_ceilings"]`) that only an admin lifts; what the lead of the owner's team sets
+    on a member's key becomes a lead's ceiling (`cleaned["lead_ceilings"]`) that the member may
+    lower, never raise or clear (the lead or an admin may). A limit counts as set by this edit
+    when it differs from the key's (a form posts every limit). The owner's own limits and their
+    team's cap every key of theirs. "Local channels only" works the same way (`LOCAL_ONLY_LOCK`)."""
     errors: dict[str, list[str]] = {}
     cleaned: dict[str, Any] = {}
-    by_admin = editor is not None and editor.is_admin
-    ceilings: dict[str, int] = dict(key.admin_ceilings or {}) if key is not None else {}
+    role = editor_role(editor, owner)
+    binding = binding_ceilings(key, editor)
+    admin_ceilings: dict[str, int] = dict(key.admin_ceilings or {}) if key is not None else {}
+    lead_ceilings: dict[str, int] = dict(key.lead_ceilings or {}) if key is not None else {}
     team = owner.team
     for name, value in (limits or {}).items():
-        ceiling_by_admin = None if by_admin else ceilings.get(name)
+        bound = binding.get(name)
         if value in (None, ""):
-            if ceiling_by_admin is not None:
-                errors.setdefault(name, []).append(
-                    f"An admin set this limit to {ceiling_by_admin:,}; you can lower it but not remove it."
-                )
+            if bound is not None:
+                errors.setdefault(name, []).append(_ceiling_error(bound[1], bound[0], cleared=True))
             cleaned[name] = None
             continue
         try:
@@ -172,28 +220,40 @@ def validate_key_settings(
         team_ceiling = getattr(team, name, None) if team is not None else None
         if team_ceiling is not None and number > team_ceiling:
             errors.setdefault(name, []).append(f"Cannot exceed the team {team}'s limit of {team_ceiling:,}.")
-        if ceiling_by_admin is not None and number > ceiling_by_admin:
-            errors.setdefault(name, []).append(
-                f"An admin set this limit to {ceiling_by_admin:,}; you can lower it but not raise it."
-            )
+        if bound is not None and number > bound[0]:
+            errors.setdefault(name, []).append(_ceiling_error(bound[1], bound[0], cleared=False))
         cleaned[name] = number
-    if by_admin and limits:
-        for name in limits:
-            if cleaned.get(name) is None:
-                ceilings.pop(name, None)
+    changed = [n for n in (limits or {}) if n in cleaned and (key is None or cleaned[n] != getattr(key, n))]
+    if role and changed:
+        for name in changed:
+            value = cleaned[name]
+            if role == ADMIN:
+                # An admin's value replaces whatever a lead set; clearing lifts both.
+                lead_ceilings.pop(name, None)
+                target = admin_ceilings
             else:
-                ceilings[name] = cleaned[name]
-        cleaned["admin_ceilings"] = ceilings
+                target = lead_ceilings
+            if value is None:
+                target.pop(name, None)
+            else:
+                target[name] = value
+        cleaned["admin_ceilings"], cleaned["lead_ceilings"] = admin_ceilings, lead_ceilings
     if local_only is not None:
-        if by_admin:
+        if role:
+            locks = admin_ceilings if role == ADMIN else lead_ceilings
             if local_only:
-                ceilings[LOCAL_ONLY_LOCK] = 1
+                locks[LOCAL_ONLY_LOCK] = 1
             else:
-                ceilings.pop(LOCAL_ONLY_LOCK, None)
-            cleaned["admin_ceilings"] = ceilings
-        elif not local_only and ceilings.get(LOCAL_ONLY_LOCK):
+                locks.pop(LOCAL_ONLY_LOCK, None)
+                if role == ADMIN:
+                    lead_ceilings.pop(LOCAL_ONLY_LOCK, None)
+            cleaned["admin_ceilings"], cleaned["lead_ceilings"] = admin_ceilings, lead_ceilings
+        lock = binding.get(LOCAL_ONLY_LOCK)
+        if not local_only and lock is not None:
             errors.setdefault("local_only", []).append(
                 "An admin restricted this key to local channels; only an admin can lift it."
+                if lock[1] == ADMIN
+                else _("A team lead restricted this key to local channels; only a team lead or an admin can lift it.")
             )
         cleaned["local_only"] = local_only
     if allowed_models is not None:
@@ -230,16 +290,18 @@ class EffectiveLimit:
     user_value: int | None
     admin_ceiling: int | None  # the key's own ceiling set by an admin (the owner may only lower it)
     team_value: int | None = None  # the owner's team's, shared by all its members
+    lead_ceiling: int | None = None  # the key's own ceiling set by the owner's team lead
 
     @property
     def locked_for_owner(self) -> bool:
-        return self.admin_ceiling is not None
+        return self.admin_ceiling is not None or self.lead_ceiling is not None
 
 
 def effective_limits(key: Key) -> list[EffectiveLimit]:
     """Each limit of `key`: the key's own value, its owner's (shared by all their keys), their
     team's (shared by all its members), and the smallest, which is what binds this key."""
     ceilings = key.admin_ceilings or {}
+    lead_ceilings = key.lead_ceilings or {}
     owner = key.owner
     team = owner.team
     user_ceilings = owner.admin_ceilings or {}
@@ -247,7 +309,7 @@ def effective_limits(key: Key) -> list[EffectiveLimit]:
     for name, label in LIMIT_LABELS.items():
         own, user = getattr(key, name), getattr(owner, name)
         shared = getattr(team, name) if team is not None else None
-        ceiling = ceilings.get(name)
+        ceiling, lead_ceiling = ceilings.get(name), lead_ceilings.get(name)
         candidates = [(v, src) for v, src in ((own, "key"), (user, "user"), (shared, "team")) if v is not None]
         if not candidates:
             value, source, set_by = None, "", ""
@@ -257,7 +319,11 @@ def effective_limits(key: Key) -> list[EffectiveLimit]:
                 set_by = "an admin"
             elif source == "user":
                 set_by = "a team lead" if team is not None and user_ceilings.get(name) != user else "an admin"
+            elif ceiling is not None and own == ceiling:
+                set_by = "an admin"
+            elif lead_ceiling is not None and own == lead_ceiling:
+                set_by = "a team lead"
             else:
-                set_by = "an admin" if ceiling is not None and own == ceiling else owner.username
-        rows.append(EffectiveLimit(name, label, value, source, set_by, own, user, ceiling, shared))
+                set_by = owner.username
+        rows.append(EffectiveLimit(name, label, value, source, set_by, own, user, ceiling, shared, lead_ceiling))
     return rows

@@ -1,4 +1,5 @@
 from csp.decorators import csp_update
+from django.contrib.auth.views import redirect_to_login
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
 
@@ -7,7 +8,21 @@ from . import views
 # The API docs pages run vendored Swagger UI / ReDoc, which style their widgets with inline styles
 # (ReDoc also runs its search in a blob: worker); scripts stay 'self' only (the split Swagger view
 # serves its start-up script as a file).
-docs_csp = csp_update({"style-src": ["'unsafe-inline'"], "worker-src": ["'self'", "blob:"]})
+_docs_csp = csp_update({"style-src": ["'unsafe-inline'"], "worker-src": ["'self'", "blob:"]})
+
+
+def docs_csp(view):
+    """The docs pages are pages: signed out, the browser goes to the login page (and back after it)
+    instead of a bare 401; the schema itself stays an API answer (401)."""
+    wrapped = _docs_csp(view)
+
+    def docs_page(request, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        return wrapped(request, *args, **kwargs)
+
+    return docs_page
+
 
 urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

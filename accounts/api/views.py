@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
@@ -61,17 +62,15 @@ class UserViewSet(
         data["password"] = getattr(user, "generated_password", None)  # null when the admin chose it
         return Response(data, status=status.HTTP_201_CREATED)
 
-    def _refuse_self(self, user: User, what: str) -> None:
-        if user.pk == self.request.user.pk:
-            raise serializers.ValidationError({"detail": f"You cannot {what} your own account; ask another admin."})
-
     @extend_schema(request=None, responses={200: UserSerializer})
     @action(detail=True, methods=["post"])
     def deactivate(self, request: Request, pk=None) -> Response:
         """Deactivate: the user can no longer log in and their keys and tokens stop working."""
         user = self.get_object()
-        self._refuse_self(user, "deactivate")
-        services.set_active(user, False, actor=request.user)
+        try:
+            services.set_active(user, False, actor=request.user)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError({"detail": " ".join(exc.messages)}) from None
         return Response(UserSerializer(user, context=self.get_serializer_context()).data)
 
     @extend_schema(request=ReactivateSerializer, responses={200: UserSerializer})

@@ -75,6 +75,7 @@ def aggregate_hours(hours_back: int = 3, now: dt.datetime | None = None) -> int:
     return len(buckets)
 
 
+CHECKS_LIMIT = 300
 RANGES = {"24h": dt.timedelta(hours=24), "7d": dt.timedelta(days=7)}
 
 
@@ -100,6 +101,10 @@ def series(channel: Channel, range_: str = "24h", now: dt.datetime | None = None
         buckets[_hour(r.created)].append(r)
     for hour, rows in buckets.items():
         points[hour] = summarize(rows)
+    # Each check's own TTFT (the last 24 h at most): a new channel's few checks draw a line of
+    # their own instead of one dot on a 24-hour axis.
+    measured = sorted((r.created, r.ttft_ms) for rows in buckets.values() for r in rows if r.ttft_ms)
+    checks = [{"at": at.isoformat(), "ttft_ms": ttft} for at, ttft in measured[-CHECKS_LIMIT:]]
     labels, p50, p95, err = [], [], [], []
     hour = start
     while hour <= now:
@@ -109,7 +114,14 @@ def series(channel: Channel, range_: str = "24h", now: dt.datetime | None = None
         p95.append(p and p.get("ttft_p95_ms"))
         err.append(round(p["failures"] / p["samples"], 4) if p and p.get("samples") else None)
         hour += dt.timedelta(hours=1)
-    return {"range": range_, "labels": labels, "ttft_p50_ms": p50, "ttft_p95_ms": p95, "error_ratio": err}
+    return {
+        "range": range_,
+        "labels": labels,
+        "ttft_p50_ms": p50,
+        "ttft_p95_ms": p95,
+        "error_ratio": err,
+        "checks": checks if range_ == "24h" else [],
+    }
 
 
 @dataclass

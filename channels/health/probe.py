@@ -229,6 +229,11 @@ def _token_text(event: dict[str, Any], anthropic: bool) -> str:
     return ""
 
 
+# Servers we run ourselves: liveness is their /health (not the model list), and a model list they
+# cannot give is a failure, not a cloud's quirk. SGLang, like vLLM, reports max_model_len.
+SELF_HOSTED_KINDS = ("vllm", "llamacpp", "sglang")
+
+
 async def probe_one(client: httpx.AsyncClient, target: Target) -> Outcome:
     """Probe one channel; never raises (every failure is an Outcome with an error class)."""
     out = Outcome(channel_id=target.channel_id, started=time.time())
@@ -236,7 +241,7 @@ async def probe_one(client: httpx.AsyncClient, target: Target) -> Outcome:
     start = time.perf_counter()
     try:
         models_body = None
-        if target.kind in ("vllm", "llamacpp"):
+        if target.kind in SELF_HOSTED_KINDS:
             await _get_json(client, f"{root_url(target.base_url)}/health", target, timer, "liveness")
         else:
             models_body = await _get_json(client, f"{target.base_url}/models", target, timer, "liveness")
@@ -244,7 +249,7 @@ async def probe_one(client: httpx.AsyncClient, target: Target) -> Outcome:
             if target.discover or models_body is not None:
                 out.served = await _discover(client, target, timer, models_body)
         except ProbeFailure as exc:
-            if exc.error == "auth" or target.kind in ("vllm", "llamacpp"):
+            if exc.error == "auth" or target.kind in SELF_HOSTED_KINDS:
                 raise
             out.served = {}  # some clouds do not list models; liveness already answered
         if target.inference:

@@ -22,7 +22,7 @@ class SGLang(Backend):
     label = "SGLang"
     binary = "python3"
     module = "sglang.launch_server"
-    channel_kind = "vllm"  # self-hosted OpenAI-compatible: /health, max_model_len in /v1/models
+    channel_kind = "sglang"  # self-hosted OpenAI-compatible: /health, max_model_len in /v1/models
     key_file = "sglang.yaml"
     options = (
         Option(

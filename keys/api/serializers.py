@@ -66,6 +66,7 @@ class KeySerializer(LimitFields, serializers.ModelSerializer[Key]):
             "local_only",
             *LIMIT_FIELDS,
             "admin_ceilings",
+            "lead_ceilings",
             "last_used_at",
             "revoked_at",
             "rotated_from",
@@ -74,6 +75,7 @@ class KeySerializer(LimitFields, serializers.ModelSerializer[Key]):
         ]
         read_only_fields = [
             "admin_ceilings",
+            "lead_ceilings",
             "prefix",
             "last_four",
             "last_used_at",

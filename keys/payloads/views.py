@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
+from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -15,11 +16,11 @@ from keys.models import PayloadLogging, RequestPayload
 from portal.permissions import AdminRequiredMixin
 from portal.ui import sort_queryset
 
-from .filters import RequestPayloadFilterSet
-from .forms import PayloadLoggingForm
+from .filters import RequestLogPageFilterSet
+from .forms import PayloadLoggingForm, find_key
 from .services import read
 
-LIST_LIMIT = 200
+PAGE_SIZE = 50
 
 
 class RequestLogListView(AdminRequiredMixin, View):
@@ -36,24 +37,33 @@ class RequestLogListView(AdminRequiredMixin, View):
     }
 
     def get(self, request: HttpRequest, form: PayloadLoggingForm | None = None) -> HttpResponse:
-        payloads = RequestPayloadFilterSet(
-            request.GET,
+        payloads = RequestLogPageFilterSet(
+            request.GET or None,
             queryset=RequestPayload.objects.select_related("key", "user").defer("request_body", "response_body"),
         )
-        shown, sort = sort_queryset(request, payloads.qs, self.sort_fields)
+        rows = payloads.qs if not payloads.is_bound or payloads.is_valid() else RequestPayload.objects.none()
+        shown, sort = sort_queryset(request, rows, self.sort_fields)
+        page = Paginator(shown, PAGE_SIZE).get_page(request.GET.get("page"))
+        query = request.GET.copy()
+        query.pop("page", None)
         context: dict[str, Any] = {
             "policies": PayloadLogging.objects.select_related("key", "key__owner", "user", "team"),
             "form": form or PayloadLoggingForm(),
-            "payloads": shown[:LIST_LIMIT],
+            "filter": payloads,
+            "filter_fields": ["key", "user", "model", "status", "since", "until"],
+            "filtered": any(v for k, v in request.GET.items() if k not in ("page", "sort")),
+            "payloads": page.object_list,
+            "page_obj": page,
+            "query_string": query.urlencode(),
             "sort": sort,
-            "limit": LIST_LIMIT,
         }
         return render(request, "keys/request_logs.html", context, status=400 if form is not None else 200)
 
     def post(self, request: HttpRequest) -> HttpResponse:
         instance = None
-        if request.POST.get("key"):
-            instance = PayloadLogging.objects.filter(key_id=request.POST["key"]).first()
+        key = find_key(request.POST.get("key", ""))
+        if key is not None:
+            instance = PayloadLogging.objects.filter(key=key).first()
         elif request.POST.get("user"):
             instance = PayloadLogging.objects.filter(user_id=request.POST["user"]).first()
         elif request.POST.get("team"):

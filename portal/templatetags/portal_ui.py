@@ -101,3 +101,12 @@ def sort_header(context, key: str, label: str, css: str = ""):
         label,
         arrow,
     )
+
+
+@register.inclusion_tag("includes/public_url_warning.html", takes_context=True)
+def public_url_warning(context):
+    """The warning that generated files point elsewhere than the browser's host (portal.public)."""
+    from portal.public import host_mismatch
+
+    request = context.get("request")
+    return {"mismatch": host_mismatch(request) if request is not None else None}

@@ -25,6 +25,31 @@
         ? "No time to first token measured in this range yet: press Check now, or wait for the next round."
         : "Only " + measured + " hour" + (measured === 1 ? "" : "s") + " with checks so far; each dot is one hour's median. The log below lists every check.";
     }
+    const checks = data.checks || [];
+    if (measured < 3 && checks.length) {
+      // Sparse: one point per check, on the checks' own times; a single check is carried to now
+      // (dashed) so the chart shows a line at its value rather than a lone dot.
+      const points = checks.map((c) => ({ at: c.at, ttft: c.ttft_ms, carried: false }));
+      if (points.length === 1) points.push({ at: new Date().toISOString(), ttft: points[0].ttft, carried: true });
+      const sparse = {
+        type: "line",
+        data: {
+          labels: points.map((p) => new Date(p.at).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" })),
+          datasets: [{
+            label: "TTFT per check (ms)", data: points.map((p) => p.ttft), yAxisID: "ms",
+            borderColor: "#1e6fd9", backgroundColor: "#1e6fd9", pointRadius: points.map((p) => (p.carried ? 0 : 5)),
+            segment: { borderDash: (ctx) => (points[ctx.p1DataIndex].carried ? [6, 4] : undefined) },
+          }],
+        },
+        options: {
+          animation: false, maintainAspectRatio: false,
+          scales: { ms: { type: "linear", position: "left", beginAtZero: true, title: { display: true, text: "ms" } } },
+        },
+      };
+      if (chart) chart.destroy();
+      chart = new Chart(canvas, sparse);
+      return;
+    }
     const config = {
       type: "line",
       data: {

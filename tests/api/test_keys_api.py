@@ -175,3 +175,59 @@ def test_a_developer_sets_and_clears_the_limits_of_their_own_key_freely(alice_ap
     body = alice_api.post("/api/keys/", {"name": "mine", "requests_per_minute": 10}, format="json").json()
     assert body["admin_ceilings"] == {}
     assert alice_api.patch(f"/api/keys/{body['id']}/", {"requests_per_minute": None}, format="json").status_code == 200
+
+
+def test_a_limit_a_team_lead_set_binds_the_member_not_the_lead_or_an_admin(alice, lena, admin_api, alice_api):
+    from tests.api.conftest import session_client
+
+    lena_api = session_client(lena)
+    key = alice_api.post("/api/keys/", {"name": "laptop"}, format="json").json()
+    url = f"/api/keys/{key['id']}/"
+    set_by_lead = lena_api.patch(url, {"tokens_per_day": 5000, "local_only": True}, format="json")
+    assert set_by_lead.status_code == 200
+    assert set_by_lead.json()["lead_ceilings"] == {"tokens_per_day": 5000, "local_only": 1}
+    assert set_by_lead.json()["admin_ceilings"] == {}
+
+    cleared = alice_api.patch(url, {"tokens_per_day": None}, format="json")
+    assert cleared.status_code == 400
+    assert cleared.json()["tokens_per_day"] == [
+        "A team lead set this limit to 5,000; you can lower it but not remove it."
+    ]
+    raised = alice_api.patch(url, {"tokens_per_day": 5001}, format="json")
+    assert raised.status_code == 400 and "not raise it" in raised.json()["tokens_per_day"][0]
+    unlocked = alice_api.patch(url, {"local_only": False}, format="json")
+    assert unlocked.status_code == 400 and "only a team lead or an admin" in unlocked.json()["local_only"][0]
+    alice_api.patch(url, {"lead_ceilings": {}}, format="json")  # not writable
+    stored = Key.objects.get(pk=key["id"])
+    assert (stored.tokens_per_day, stored.local_only, stored.lead_ceilings) == (
+        5000,
+        True,
+        {"tokens_per_day": 5000, "local_only": 1},
+    )
+    assert alice_api.patch(url, {"tokens_per_day": 10}, format="json").status_code == 200  # lowering is fine
+
+    # The lead lifts their own limit; then the member is free again.
+    assert lena_api.patch(url, {"tokens_per_day": None}, format="json").status_code == 200
+    assert Key.objects.get(pk=key["id"]).lead_ceilings == {"local_only": 1}
+    assert alice_api.patch(url, {"tokens_per_day": 99_000}, format="json").status_code == 200
+
+    # An admin lifts a lead's limit too; what the admin sets, the lead cannot lift.
+    assert admin_api.patch(url, {"local_only": False, "tokens_per_day": 800}, format="json").status_code == 200
+    stored = Key.objects.get(pk=key["id"])
+    assert (stored.lead_ceilings, stored.admin_ceilings) == ({}, {"tokens_per_day": 800})
+    by_lead = lena_api.patch(url, {"tokens_per_day": None}, format="json")
+    assert by_lead.status_code == 400 and by_lead.json()["tokens_per_day"] == [
+        "An admin set this limit to 800; you can lower it but not remove it."
+    ]
+    assert lena_api.patch(url, {"tokens_per_day": 500}, format="json").status_code == 200
+    assert Key.objects.get(pk=key["id"]).lead_ceilings == {"tokens_per_day": 500}
+    assert alice_api.patch(url, {"tokens_per_day": 600}, format="json").status_code == 400
+
+
+def test_a_lead_is_bound_by_nothing_on_their_own_key(lena):
+    from tests.api.conftest import session_client
+
+    lena_api = session_client(lena)
+    key = lena_api.post("/api/keys/", {"name": "mine", "tokens_per_day": 10}, format="json").json()
+    assert (key["admin_ceilings"], key["lead_ceilings"]) == ({}, {})
+    assert lena_api.patch(f"/api/keys/{key['id']}/", {"tokens_per_day": None}, format="json").status_code == 200

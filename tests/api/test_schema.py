@@ -61,3 +61,10 @@ def test_docs_pages_load_only_local_assets(alice_api, client, page):
         asset = client.get(url)
         assert asset.status_code == 200, url
         asset.close()
+
+
+@pytest.mark.parametrize("page", ["/api/docs/", "/api/redoc/"])
+def test_docs_pages_send_a_signed_out_browser_to_the_login_page(client, page):
+    response = client.get(page)
+    assert response.status_code == 302 and response["Location"] == f"/login/?next={page}"
+    assert client.get("/api/schema/").status_code == 401  # the schema is an API answer

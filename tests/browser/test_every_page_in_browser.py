@@ -38,6 +38,7 @@ SKIP_PREFIXES = ("/api/", "/static/", "/logout/", "/connect/install", "/admin/",
 SKIP_CONTAINS = ("/files/", "/series/", "/progress/")
 MAX_PAGES = 120
 PHONE = {"width": 390, "height": 844}
+LONG = ("very-long-unbroken-name-" * 5)[:100]
 
 
 @pytest.fixture
@@ -87,6 +88,14 @@ def world(admin, alice, mallory, team, lena):
     )
     issue_token(user=alice, name="script")
     issue_token(user=admin, name="admin-script")
+    # A 100-character name without spaces on every kind of row, so no page may widen past a phone.
+    long_channel = Channel.objects.create(name=LONG, kind="vllm", base_url="http://127.0.0.1:9/v1")
+    long_model = Model.objects.create(name=LONG)
+    ModelRoute.objects.create(model=long_model, channel=long_channel, upstream_model=LONG, context_window=8192)
+    long_key, _ = issue_key(owner=alice, name=LONG)
+    UsageRecord.objects.create(
+        key=long_key, user=alice, model=LONG, channel=long_channel, request_id="4d5e6f", route_explanation=[LONG]
+    )
 
 
 def allowed_methods(path: str) -> set[str] | None:

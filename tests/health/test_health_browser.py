@@ -43,8 +43,11 @@ def test_check_now_shows_the_result_in_place_and_the_chart_draws(live_server, ad
                 "() => document.getElementById('health-chart-note').textContent.includes('Only 1 hour with checks')"
             )
             assert page.is_visible("#health-chart-note")
+            # ... and a line: the one check carried to now (two points), not a lone dot on a 24 h axis.
             radius = "Chart.getChart(document.getElementById('health-chart')).data.datasets[0].pointRadius"
-            assert page.evaluate(radius) == 5
+            assert page.evaluate(radius) == [5, 0]
+            drawn = "Chart.getChart(document.getElementById('health-chart')).getDatasetMeta(0).data.length"
+            assert page.evaluate(drawn) == 2
             page.click("text=7 days")
             page.wait_for_function(
                 "() => Chart.getChart(document.getElementById('health-chart')).data.labels.length === 168"

@@ -43,6 +43,17 @@ def test_a_healthy_vllm_channel_becomes_healthy_with_timings_and_sends_its_key(u
     assert route.context_mismatch  # configured 4096 vs discovered 32768
 
 
+def test_an_sglang_channel_is_probed_at_health_and_its_window_discovered(upstream, make_channel):
+    up = upstream(max_model_len=65536)
+    ch = make_channel("sglang-a", up.base_url, kind="sglang")
+
+    services.run_round()
+
+    assert [r.path for r in up.requests][:2] == ["/health", "/v1/models"]
+    assert ModelRoute.objects.get(channel=ch).discovered_context_window == 65536
+    assert status(ch) == ChannelStatus.HEALTHY
+
+
 def test_llamacpp_context_comes_from_props(upstream, make_channel):
     up = upstream(flavour="llamacpp", max_model_len=16384)
     ch = make_channel("llama", up.base_url, kind="llamacpp")

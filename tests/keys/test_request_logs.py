@@ -191,3 +191,60 @@ def test_the_stored_requests_sort_by_column(admin_client):
     assert models("?sort=-model") == ["c-model", "b-model", "a-model"]
     assert 'aria-sort="descending"' in admin_client.get(url + "?sort=-model").content.decode()
     assert len(models("?sort=nonsense")) == 3  # ignored, not a 500
+
+
+def _rows(admin_client, query: str = "") -> list[str]:
+    page = admin_client.get(reverse("request_log_list") + query).content.decode()
+    return re.findall(r'<tr data-request="([^"]+)">', page)
+
+
+def test_the_stored_requests_paginate_and_filter_by_user_key_model_status_and_day(admin_client, alice, mallory):
+    laptop, _ = issue_key(owner=alice, name="laptop")
+    ci, _ = issue_key(owner=mallory, name="ci")
+    now = timezone.now()
+    day = dt.timedelta(days=1)
+    for i in range(60):
+        key = laptop if i % 2 == 0 else ci
+        RequestPayload.objects.create(
+            created=now - dt.timedelta(minutes=i) - (3 * day if i >= 55 else dt.timedelta()),
+            expires_at=now + day,
+            request_id=f"req-{i}",
+            key=key,
+            user=key.owner,
+            model="qwen3-32b" if i % 3 else "llama-70b",
+            status="ok" if i % 5 else "upstream_error",
+            http_status=200 if i % 5 else 502,
+            request_body=b"",
+            response_body=b"",
+        )
+    first = admin_client.get(reverse("request_log_list")).content.decode()
+    assert len(re.findall(r'<tr data-request="', first)) == 50 and "Page 1 of 2 · 60 total" in first
+    assert _rows(admin_client, "?page=2") == [f"req-{i}" for i in range(50, 60)]
+    # The key picker is a text input with suggestions, not a select of every key.
+    assert '<select name="key"' not in first and 'list="id_key-options"' in first
+    assert f'<option value="{laptop.masked} laptop (alice)">' in first
+
+    assert _rows(admin_client, "?user=mallory") == [f"req-{i}" for i in range(1, 60, 2)][:50]
+    by_key = _rows(admin_client, "?key=" + f"{ci.masked} ci (mallory)".replace(" ", "+"))
+    assert set(by_key) == {f"req-{i}" for i in range(1, 60, 2)}
+    assert set(_rows(admin_client, f"?key={laptop.pk}")) == {f"req-{i}" for i in range(0, 60, 2)}
+    assert _rows(admin_client, "?key=nothing-like-it") == []
+    assert set(_rows(admin_client, "?model=llama-70b&status=upstream_error")) == {"req-0", "req-15", "req-30", "req-45"}
+    three_days_ago = (now - 3 * day).date().isoformat()
+    assert set(_rows(admin_client, f"?until={three_days_ago}")) == {f"req-{i}" for i in range(55, 60)}
+    # Filters survive paging: page 2 of a filter keeps it.
+    four_days_ago = (now - 4 * day).date().isoformat()
+    page = admin_client.get(reverse("request_log_list") + f"?since={four_days_ago}").content.decode()
+    assert f'href="?since={four_days_ago}&amp;page=2" rel="next"' in page
+    bad = admin_client.get(reverse("request_log_list") + "?since=yesterday")
+    assert bad.status_code == 200 and _rows(admin_client, "?since=yesterday") == []
+
+
+def test_the_switch_form_takes_a_key_typed_as_the_picker_suggests(admin_client, alice_key):
+    url = reverse("request_log_list")
+    label = f"{alice_key.masked} {alice_key.name} ({alice_key.owner.username})"
+    assert admin_client.post(url, {"key": label, "retention_days": 5, "enabled": "on"}).status_code == 302
+    (policy,) = PayloadLogging.objects.all()
+    assert policy.key == alice_key and policy.retention_days == 5
+    unknown = admin_client.post(url, {"key": "gp-nope…0000", "retention_days": 5, "enabled": "on"})
+    assert unknown.status_code == 400 and "No active key matches" in unknown.content.decode()

@@ -255,3 +255,26 @@ def test_list_pages_use_a_fixed_number_of_queries(admin_client, alice, django_as
     for name in ("key_all", "key_list", "host_list", "channel_list", "model_list", "user_list", "audit_log"):
         with django_assert_max_num_queries(12):  # 3-9 today; an N+1 over 12 rows would exceed it
             assert admin_client.get(reverse(name)).status_code == 200
+
+
+def test_an_admin_cannot_deactivate_themselves_on_the_page_or_through_the_api(admin_client, admin):
+    from django.core.exceptions import ValidationError
+    from rest_framework.test import APIClient
+
+    from accounts.services import set_active
+
+    url = reverse("user_activation", args=[admin.pk])
+    for response in (admin_client.get(url), admin_client.post(url)):
+        assert response.status_code == 302 and response["Location"] == reverse("user_detail", args=[admin.pk])
+    flashed = admin_client.get(reverse("user_detail", args=[admin.pk])).content.decode()
+    assert "You cannot deactivate your own account; ask another admin." in flashed
+    api = APIClient()
+    api.force_login(admin)
+    refused = api.post(f"/api/users/{admin.pk}/deactivate/")
+    assert refused.status_code == 400
+    assert refused.json()["detail"] == "You cannot deactivate your own account; ask another admin."
+    # The rule is the service's: a command calling it directly is refused too.
+    with pytest.raises(ValidationError):
+        set_active(admin, False, actor=admin)
+    admin.refresh_from_db()
+    assert admin.is_active

@@ -149,3 +149,61 @@ def test_list_columns_sort_both_ways_and_keep_the_filters(admin_client):
         r'aria-sort="descending"><a href="\?(sort=priority&amp;enabled=true|enabled=true&amp;sort=priority)"', page
     )
     assert names("?sort=nonsense")[1].count("a-chan") >= 1  # an unknown column is ignored, not a 500
+
+
+def _steps(page: str) -> dict[str, str]:
+    """The first-run checklist: step key -> "done" / "todo"."""
+    return dict(re.findall(r'<li data-step="(\w+)" class="(done|todo)">', page))
+
+
+def test_the_first_run_checklist_ticks_each_step_and_goes_away_when_all_are_done(admin_client, django_user_model):
+    from channels.models import Channel
+    from clientconfigs.models import ConfigDownload
+
+    page = admin_client.get(reverse("dashboard")).content.decode()
+    assert _steps(page) == {"source": "todo", "model": "todo", "developer": "todo", "key": "todo", "connect": "todo"}
+    assert reverse("channel_create") in page and reverse("host_create") in page
+    assert ">New key</a>" not in page  # useless before a channel and a model exist
+    channel = Channel.objects.create(name="local", base_url="http://127.0.0.1:9/v1")
+    Model.objects.create(name="qwen3-32b")
+    bob = django_user_model.objects.create_user(username="bob", password="bob-pass-123")
+    assert _steps(admin_client.get(reverse("dashboard")).content.decode()) == {
+        "source": "done",
+        "model": "done",
+        "developer": "done",
+        "key": "todo",
+        "connect": "todo",
+    }
+    key = issue_key(owner=bob, name="laptop")[0]
+    ConfigDownload.objects.create(user=bob, client="cline", version="1", key=key)
+    page = admin_client.get(reverse("dashboard")).content.decode()
+    assert _steps(page) == {} and 'id="first-run"' not in page and ">New key</a>" in page
+    assert channel.pk  # the channel stays; nothing else is needed
+
+
+def test_a_host_alone_ticks_the_first_step(admin_client, host):
+    assert _steps(admin_client.get(reverse("dashboard")).content.decode())["source"] == "done"
+
+
+def test_developers_never_see_the_checklist(alice_client):
+    assert _steps(alice_client.get(reverse("dashboard")).content.decode()) == {}
+
+
+def test_the_public_url_warning_names_the_host_the_browser_used(admin_client, settings):
+    settings.ALLOWED_HOSTS = ["localhost", "127.0.0.1", "gpu-portal.lan"]
+    settings.PORTAL_PUBLIC_URL = ""
+    assert (
+        'id="public-url-warning"' not in admin_client.get(reverse("dashboard"), HTTP_HOST="localhost").content.decode()
+    )
+    lan = admin_client.get(reverse("dashboard"), HTTP_HOST="gpu-portal.lan:8000").content.decode()
+    assert 'id="public-url-warning"' in lan and "PORTAL_PUBLIC_URL is not set" in lan and "gpu-portal.lan" in lan
+    connect = admin_client.get(reverse("connect"), HTTP_HOST="gpu-portal.lan:8000").content.decode()
+    assert 'id="public-url-warning"' in connect
+
+    settings.PORTAL_PUBLIC_URL = "http://gpu-portal.lan:8000"
+    assert (
+        'id="public-url-warning"'
+        not in admin_client.get(reverse("dashboard"), HTTP_HOST="gpu-portal.lan:8000").content.decode()
+    )
+    local = admin_client.get(reverse("dashboard"), HTTP_HOST="127.0.0.1:8000").content.decode()
+    assert "You opened the portal as 127.0.0.1, but every generated file points at http://gpu-portal.lan:8000." in local

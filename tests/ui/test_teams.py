@@ -149,3 +149,45 @@ def test_an_admin_saving_a_user_records_only_the_limits_they_changed(admin_clien
     assert response.status_code == 302
     alice.refresh_from_db()
     assert alice.admin_ceilings == {"tokens_per_day": 800}
+
+
+def test_a_member_cannot_lift_a_limit_their_lead_set_and_the_key_page_credits_the_lead(client, lena, alice, team):
+    key = issue_key(owner=alice, name="laptop")[0]
+    client.force_login(lena)
+    form = {"owner": alice.pk, "name": "laptop", "tokens_per_day": "50"}
+    assert client.post(reverse("key_edit", args=[key.pk]), form).status_code == 302
+    key.refresh_from_db()
+    assert key.lead_ceilings == {"tokens_per_day": 50}
+
+    client.force_login(alice)
+    edit_page = client.get(reverse("key_edit", args=[key.pk])).content.decode()
+    assert "Set by a team lead: at most 50" in edit_page
+    cleared = client.post(reverse("key_edit", args=[key.pk]), {**form, "tokens_per_day": ""})
+    assert cleared.status_code == 400
+    assert "A team lead set this limit to 50; you can lower it but not remove it." in cleared.content.decode()
+    key.refresh_from_db()
+    assert key.tokens_per_day == 50
+    page = client.get(reverse("key_detail", args=[key.pk])).content.decode()
+    row = page.split('data-limit="tokens_per_day"')[1].split("</tr>")[0]
+    assert "key, set by a team lead" in row and "a team lead's ceiling on this key: 50" in row
+    assert "set by alice" not in row
+
+    # Lowered by alice, the row credits her; the lead's ceiling still holds.
+    assert client.post(reverse("key_edit", args=[key.pk]), {**form, "tokens_per_day": "20"}).status_code == 302
+    row = client.get(reverse("key_detail", args=[key.pk])).content.decode().split('data-limit="tokens_per_day"')[1]
+    assert "key, set by alice" in row.split("</tr>")[0]
+    assert client.post(reverse("key_edit", args=[key.pk]), {**form, "tokens_per_day": "51"}).status_code == 400
+
+    # The lead lifts it.
+    client.force_login(lena)
+    assert client.post(reverse("key_edit", args=[key.pk]), {**form, "tokens_per_day": ""}).status_code == 302
+    key.refresh_from_db()
+    assert (key.tokens_per_day, key.lead_ceilings) == (None, {})
+
+
+def test_a_key_made_for_someone_else_says_whose_it_is(client, lena, alice, team):
+    client.force_login(lena)
+    created = client.post(reverse("key_create"), {"owner": alice.pk, "name": "ci"})
+    page = client.get(created["Location"]).content.decode()
+    assert "Key for alice" in page and "Your new key" not in page
+    assert "← Keys of alice" in page and "← My keys" not in page
