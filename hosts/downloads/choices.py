@@ -35,3 +35,15 @@ ACTIVE_DOWNLOAD_STATES = (
     DownloadState.DOWNLOADING,
     DownloadState.VERIFYING,
 )
+
+
+# Each hub's default branch: what "main" (the form's default) means for that source.
+DEFAULT_REVISION: dict[str, str] = {DownloadSource.HUGGINGFACE: "main", DownloadSource.MODELSCOPE: "master"}
+
+
+def default_revision(source: str, revision: str) -> str:
+    """`revision`, or the source's default branch when it is empty or the generic "main" (ModelScope
+    repositories live on "master", so "main" there would not be found)."""
+    revision = (revision or "").strip()
+    default = DEFAULT_REVISION.get(source, "main")
+    return default if not revision or revision == "main" else revision

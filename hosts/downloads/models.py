@@ -10,7 +10,7 @@ from django.utils.translation import gettext_lazy as _
 from portal.fields import EncryptedTextField
 from portal.models import TimeStampedModel
 
-from .choices import ACTIVE_DOWNLOAD_STATES, DownloadSource, DownloadState
+from .choices import ACTIVE_DOWNLOAD_STATES, DEFAULT_REVISION, DownloadSource, DownloadState
 
 REPO_VALIDATOR = RegexValidator(
     r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$",
@@ -113,7 +113,7 @@ class ModelDownload(TimeStampedModel):
         name = self.repo_id.replace("/", "--")
         if self.source == DownloadSource.MODELSCOPE:
             name = f"modelscope--{name}"
-        if self.revision != "main":
+        if self.revision != DEFAULT_REVISION.get(self.source, "main"):
             name += "@" + self.revision.replace("/", "-")
         return name
 

@@ -32,7 +32,7 @@ from ..backends.base import Secret
 from ..models import Host
 from ..remote import commands, ssh
 from . import listing, remote, signals
-from .choices import ACTIVE_DOWNLOAD_STATES, DownloadSource, DownloadState
+from .choices import ACTIVE_DOWNLOAD_STATES, DownloadSource, DownloadState, default_revision
 from .models import ModelDownload
 
 logger = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ def request_download(
         "host": host,
         "source": source,
         "repo_id": repo_id.strip(),
-        "revision": (revision or "main").strip(),
+        "revision": default_revision(source, revision),
         "pattern": " ".join(pattern.split()),
     }
     job = ModelDownload(

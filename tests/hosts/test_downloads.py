@@ -358,7 +358,7 @@ def test_a_modelscope_download_runs_the_hosts_modelscope_tool(
 
     [call] = argv_log.calls(ssh_target.home, "modelscope")
     assert call["argv"] == [
-        "download", "--model", REPO, "--revision", "main", "--local_dir", ".", "--include", "*.gguf", "config.json"
+        "download", "--model", REPO, "--revision", "master", "--local_dir", ".", "--include", "*.gguf", "config.json"
     ]  # fmt: skip
     assert call["env"] == {"MODELSCOPE_DOMAIN": hub.url.removeprefix("http://")}
     # The token reached the hub from the host's tool (the fake hub demands it), never on its argv.
