@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import django_filters
+from django.utils.translation import gettext_lazy as _
 
 from portal.choices import AuditAction
 from portal.filters import UTCDateTimeFilter, search
@@ -12,10 +13,12 @@ from .models import ApiToken, AuditLog, Team, User
 
 
 class UserFilterSet(django_filters.FilterSet):
-    q = django_filters.CharFilter(method="filter_q", label="Search")
-    role = django_filters.ChoiceFilter(choices=Role.choices)
-    is_active = django_filters.BooleanFilter()
-    team = django_filters.ModelChoiceFilter(queryset=Team.objects.all())
+    q = django_filters.CharFilter(method="filter_q", label=_("Search"))
+    role = django_filters.ChoiceFilter(label=_("Role"), choices=Role.choices)
+    is_active = django_filters.BooleanFilter(
+        label=_("Active"),
+    )
+    team = django_filters.ModelChoiceFilter(label=_("Team"), queryset=Team.objects.all())
 
     class Meta:
         model = User
@@ -26,7 +29,7 @@ class UserFilterSet(django_filters.FilterSet):
 
 
 class TeamFilterSet(django_filters.FilterSet):
-    q = django_filters.CharFilter(method="filter_q", label="Search")
+    q = django_filters.CharFilter(method="filter_q", label=_("Search"))
 
     class Meta:
         model = Team
@@ -37,8 +40,8 @@ class TeamFilterSet(django_filters.FilterSet):
 
 
 class ApiTokenFilterSet(django_filters.FilterSet):
-    q = django_filters.CharFilter(method="filter_q", label="Search")
-    active = django_filters.BooleanFilter(method="filter_active", label="Active")
+    q = django_filters.CharFilter(method="filter_q", label=_("Search"))
+    active = django_filters.BooleanFilter(method="filter_active", label=_("Active"))
 
     class Meta:
         model = ApiToken
@@ -55,14 +58,16 @@ class ApiTokenFilterSet(django_filters.FilterSet):
 
 
 class AuditLogFilterSet(django_filters.FilterSet):
-    q = django_filters.CharFilter(method="filter_q", label="Search")
-    actor = django_filters.ModelChoiceFilter(queryset=User.objects.all())
-    actor_name = django_filters.CharFilter(lookup_expr="iexact")
-    object_type = django_filters.CharFilter(lookup_expr="iexact")
-    object_id = django_filters.CharFilter()
-    action = django_filters.ChoiceFilter(choices=AuditAction.choices)
-    created_after = UTCDateTimeFilter(field_name="created", lookup_expr="gte", label="From")
-    created_before = UTCDateTimeFilter(field_name="created", lookup_expr="lt", label="Until")
+    q = django_filters.CharFilter(method="filter_q", label=_("Search"))
+    actor = django_filters.ModelChoiceFilter(label=_("Who"), queryset=User.objects.all())
+    actor_name = django_filters.CharFilter(label=_("Who"), lookup_expr="iexact")
+    object_type = django_filters.CharFilter(label=_("Object"), lookup_expr="iexact")
+    object_id = django_filters.CharFilter(
+        label=_("Object id"),
+    )
+    action = django_filters.ChoiceFilter(label=_("Action"), choices=AuditAction.choices)
+    created_after = UTCDateTimeFilter(field_name="created", lookup_expr="gte", label=_("From"))
+    created_before = UTCDateTimeFilter(field_name="created", lookup_expr="lt", label=_("Until"))
 
     class Meta:
         model = AuditLog

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import django_filters
+from django.utils.translation import gettext_lazy as _
 
 from portal.filters import search
 
@@ -11,10 +12,10 @@ from .models import Channel, Model
 
 
 class ChannelFilterSet(django_filters.FilterSet):
-    q = django_filters.CharFilter(method="filter_q", label="Search")
-    kind = django_filters.MultipleChoiceFilter(choices=ChannelKind.choices)
-    status = django_filters.MultipleChoiceFilter(choices=ChannelStatus.choices)
-    model = django_filters.CharFilter(field_name="routes__model__name", distinct=True, label="Serves model")
+    q = django_filters.CharFilter(method="filter_q", label=_("Search"))
+    kind = django_filters.MultipleChoiceFilter(label=_("Kind"), choices=ChannelKind.choices)
+    status = django_filters.MultipleChoiceFilter(label=_("Status"), choices=ChannelStatus.choices)
+    model = django_filters.CharFilter(field_name="routes__model__name", distinct=True, label=_("Serves model"))
 
     class Meta:
         model = Channel
@@ -25,9 +26,9 @@ class ChannelFilterSet(django_filters.FilterSet):
 
 
 class ModelFilterSet(django_filters.FilterSet):
-    q = django_filters.CharFilter(method="filter_q", label="Search")
+    q = django_filters.CharFilter(method="filter_q", label=_("Search"))
     channel = django_filters.ModelChoiceFilter(
-        field_name="routes__channel", queryset=Channel.objects.all(), distinct=True, label="Served by channel"
+        field_name="routes__channel", queryset=Channel.objects.all(), distinct=True, label=_("Served by channel")
     )
 
     class Meta:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import django_filters
+from django.utils.translation import gettext_lazy as _
 
 from portal.filters import search
 
@@ -13,9 +14,9 @@ from .models import GPU, Host
 
 
 class HostFilterSet(django_filters.FilterSet):
-    q = django_filters.CharFilter(method="filter_q", label="Search")
-    status = django_filters.MultipleChoiceFilter(choices=HostStatus.choices)
-    label = django_filters.CharFilter(method="filter_label", label="Label")
+    q = django_filters.CharFilter(method="filter_q", label=_("Search"))
+    status = django_filters.MultipleChoiceFilter(label=_("Status"), choices=HostStatus.choices)
+    label = django_filters.CharFilter(method="filter_label", label=_("Label"))
 
     class Meta:
         model = Host

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, cast
 from django import forms
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
+from django.utils.translation import gettext_lazy as _
 
 from accounts.models import User
 from channels.models import Model
@@ -46,32 +47,37 @@ class KeyForm(forms.Form):
     owner = OwnerChoiceField(
         queryset=User.objects.none(), error_messages={"invalid_choice": "You can only create keys for yourself."}
     )
-    name = forms.CharField(max_length=100, help_text="Where the key is used, e.g. “laptop” or “ci”.")
+    name = forms.CharField(
+        label=_("Name"), max_length=100, help_text=_("Where the key is used, e.g. “laptop” or “ci”.")
+    )
     allowed_models = forms.ModelMultipleChoiceField(
+        label=_("Allowed models"),
         queryset=Model.objects.all(),
         required=False,
         widget=forms.SelectMultiple(attrs={"size": 5}),
-        help_text="None selected: every model the owner may use.",
+        help_text=_("None selected: every model the owner may use."),
         error_messages={"invalid_choice": "Unknown model: %(value)s.", "invalid_pk_value": "Unknown model: %(pk)s."},
     )
     ip_allowlist = forms.CharField(
-        label="IP allowlist",
+        label=_("IP allowlist"),
         required=False,
         max_length=5000,
         widget=forms.Textarea(attrs={"rows": 2, "placeholder": "10.0.0.0/8, 192.168.1.20"}),
-        help_text="CIDR blocks or addresses, comma or newline separated. Blank: any address.",
+        help_text=_("CIDR blocks or addresses, comma or newline separated. Blank: any address."),
     )
     local_only = forms.BooleanField(
-        label="Local channels only",
+        label=_("Local channels only"),
         required=False,
-        help_text="Requests with this key stay on our own servers: never sent to a cloud provider, even on failover.",
+        help_text=_(
+            "Requests with this key stay on our own servers: never sent to a cloud provider, even on failover."
+        ),
     )
     expires_at = forms.DateTimeField(
-        label="Expires",
+        label=_("Expires"),
         required=False,
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"],
-        help_text="UTC. Blank: never expires.",
+        help_text=_("UTC. Blank: never expires."),
     )
 
     def __init__(self, *args: Any, user: User, instance: Key | None = None, **kwargs: Any) -> None:
@@ -166,7 +172,7 @@ class KeyForm(forms.Form):
     def clean_name(self) -> str:
         name: str = self.cleaned_data["name"].strip()
         if not name:
-            raise ValidationError("Enter a name.")
+            raise ValidationError(_("Enter a name."))
         return name
 
     def clean(self) -> dict[str, Any]:
@@ -181,7 +187,9 @@ class KeyForm(forms.Form):
             same_name = same_name.exclude(pk=self.instance.pk)
         if name and same_name.exists():
             self.add_error(
-                "name", f"{owner.username} already has a key named “{name}”; pick another name or revoke it."
+                "name",
+                _("%(username)s already has a key named “%(name)s”; pick another name or revoke it.")
+                % {"username": owner.username, "name": name},
             )
         limits = {n: cleaned.get(n) for n in LIMIT_LABELS if n not in self.errors}
         expires_at = cleaned.get("expires_at")
@@ -247,11 +255,11 @@ class KeyForm(forms.Form):
 
 class RotateForm(forms.Form):
     grace = forms.ChoiceField(
-        label="Keep the old key working for",
+        label=_("Keep the old key working for"),
         choices=GRACE_CHOICES,
         initial="3600",
         widget=forms.RadioSelect,
-        help_text="Time to roll the new key out before the old one stops.",
+        help_text=_("Time to roll the new key out before the old one stops."),
     )
 
     def grace_period(self) -> datetime.timedelta | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -61,16 +62,18 @@ class UserViewSet(
         data["password"] = getattr(user, "generated_password", None)  # null when the admin chose it
         return Response(data, status=status.HTTP_201_CREATED)
 
-    def _refuse_self(self, user: User, what: str) -> None:
+    def _refuse_self(self, user: User) -> None:
         if user.pk == self.request.user.pk:
-            raise serializers.ValidationError({"detail": f"You cannot {what} your own account; ask another admin."})
+            raise serializers.ValidationError(
+                {"detail": _("You cannot deactivate your own account; ask another admin.")}
+            )
 
     @extend_schema(request=None, responses={200: UserSerializer})
     @action(detail=True, methods=["post"])
     def deactivate(self, request: Request, pk=None) -> Response:
         """Deactivate: the user can no longer log in and their keys and tokens stop working."""
         user = self.get_object()
-        self._refuse_self(user, "deactivate")
+        self._refuse_self(user)
         services.set_active(user, False, actor=request.user)
         return Response(UserSerializer(user, context=self.get_serializer_context()).data)
 
@@ -129,7 +132,7 @@ class TeamViewSet(
         team = self.get_object()
         user: User = self.request.user  # type: ignore[assignment]  # IsAdminOrReadOnly: signed in
         if not (user.is_admin or user.led_team_id == team.pk):
-            raise PermissionDenied("Only admins and the team's leads can manage its members.")
+            raise PermissionDenied(_("Only admins and the team's leads can manage its members."))
         return team
 
     @extend_schema(responses={200: MemberSerializer(many=True)})

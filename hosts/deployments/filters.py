@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import django_filters
+from django.utils.translation import gettext_lazy as _
 
 from ..choices import Backend, DeploymentStatus, JobState
 from ..models import Deployment, LaunchJob
 
 
 class DeploymentFilterSet(django_filters.FilterSet):
-    status = django_filters.MultipleChoiceFilter(choices=DeploymentStatus.choices)
-    backend = django_filters.ChoiceFilter(choices=Backend.choices)
+    status = django_filters.MultipleChoiceFilter(label=_("Status"), choices=DeploymentStatus.choices)
+    backend = django_filters.ChoiceFilter(label=_("Backend"), choices=Backend.choices)
 
     class Meta:
         model = Deployment
@@ -18,7 +19,7 @@ class DeploymentFilterSet(django_filters.FilterSet):
 
 
 class LaunchJobFilterSet(django_filters.FilterSet):
-    state = django_filters.MultipleChoiceFilter(choices=JobState.choices)
+    state = django_filters.MultipleChoiceFilter(label=_("State"), choices=JobState.choices)
 
     class Meta:
         model = LaunchJob

@@ -14,6 +14,7 @@ from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from channels.models import Model
 from portal import audit, faults
@@ -441,7 +442,7 @@ def estimate_for_spec(
         memory = [mem(rows[i]) for i in wanted]
         spare = [mem(g) for i, g in rows.items() if i not in wanted and not g.stale]
     else:
-        raise ValidationError({"gpus": ["Give the GPUs, or a host and its GPU indices."]})
+        raise ValidationError({"gpus": [_("Give the GPUs, or a host and its GPU indices.")]})
     request = fit.FitRequest(
         arch=arch,
         backend=backend,
