@@ -6,13 +6,13 @@ import django_filters
 from django.utils.translation import gettext_lazy as _
 
 from portal.choices import AuditAction
-from portal.filters import UTCDateTimeFilter, search
+from portal.filters import FilterSet, UTCDateTimeFilter, search
 
 from .choices import Role
 from .models import ApiToken, AuditLog, Team, User
 
 
-class UserFilterSet(django_filters.FilterSet):
+class UserFilterSet(FilterSet):
     q = django_filters.CharFilter(method="filter_q", label=_("Search"))
     role = django_filters.ChoiceFilter(label=_("Role"), choices=Role.choices)
     is_active = django_filters.BooleanFilter(
@@ -28,7 +28,7 @@ class UserFilterSet(django_filters.FilterSet):
         return search(queryset, ("username", "email", "first_name", "last_name"), value)
 
 
-class TeamFilterSet(django_filters.FilterSet):
+class TeamFilterSet(FilterSet):
     q = django_filters.CharFilter(method="filter_q", label=_("Search"))
 
     class Meta:
@@ -39,7 +39,7 @@ class TeamFilterSet(django_filters.FilterSet):
         return search(queryset, ("name", "description"), value)
 
 
-class ApiTokenFilterSet(django_filters.FilterSet):
+class ApiTokenFilterSet(FilterSet):
     q = django_filters.CharFilter(method="filter_q", label=_("Search"))
     active = django_filters.BooleanFilter(method="filter_active", label=_("Active"))
 
@@ -57,7 +57,7 @@ class ApiTokenFilterSet(django_filters.FilterSet):
         return active if value else queryset.exclude(pk__in=active.values("pk"))
 
 
-class AuditLogFilterSet(django_filters.FilterSet):
+class AuditLogFilterSet(FilterSet):
     q = django_filters.CharFilter(method="filter_q", label=_("Search"))
     actor = django_filters.ModelChoiceFilter(label=_("Who"), queryset=User.objects.all())
     actor_name = django_filters.CharFilter(label=_("Who"), lookup_expr="iexact")

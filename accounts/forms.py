@@ -49,11 +49,11 @@ class UserEditForm(forms.ModelForm):
     def __init__(self, *args, acting_user=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.acting_user = acting_user
-        self.fields["team"].help_text = "Its limits cap this user's; a team lead manages the team's members."
+        self.fields["team"].help_text = _("Its limits cap this user's; a team lead manages the team's members.")
         for name in Limits.LIMIT_FIELDS:
             field = self.fields[name]
             field.label = LIMIT_LABELS[name]
-            field.help_text = "Ceiling for all this user's keys together. Blank: unlimited."
+            field.help_text = _("Ceiling for all this user's keys together. Blank: unlimited.")
             field.widget.attrs["placeholder"] = "unlimited"
             self.fields[f"default_{name}"] = limit_form_field(
                 LIMIT_LABELS[name], "Pre-filled on this user's new keys. Blank: no default."
@@ -161,7 +161,7 @@ class TeamForm(forms.ModelForm):
         for name in Limits.LIMIT_FIELDS:
             field = self.fields[name]
             field.label = LIMIT_LABELS[name]
-            field.help_text = "For all members together; members' and keys' own limits can only be lower."
+            field.help_text = _("For all members together; members' and keys' own limits can only be lower.")
             field.widget.attrs["placeholder"] = "unlimited"
 
     @property
@@ -191,7 +191,7 @@ class MemberLimitsForm(forms.Form):
             team_limit = getattr(team, name, None) if team is not None else None
             if team_limit is not None:
                 bits.append(f"The team's limit (all members together): {team_limit:,}.")
-            field.help_text = " ".join(bits) or "Blank: unlimited."
+            field.help_text = " ".join(str(b) for b in bits) or _("Blank: unlimited.")
             self.fields[name] = field
 
     @property

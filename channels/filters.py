@@ -5,13 +5,13 @@ from __future__ import annotations
 import django_filters
 from django.utils.translation import gettext_lazy as _
 
-from portal.filters import search
+from portal.filters import FilterSet, search
 
 from .choices import ChannelKind, ChannelStatus
 from .models import Channel, Model
 
 
-class ChannelFilterSet(django_filters.FilterSet):
+class ChannelFilterSet(FilterSet):
     q = django_filters.CharFilter(method="filter_q", label=_("Search"))
     kind = django_filters.MultipleChoiceFilter(label=_("Kind"), choices=ChannelKind.choices)
     status = django_filters.MultipleChoiceFilter(label=_("Status"), choices=ChannelStatus.choices)
@@ -25,7 +25,7 @@ class ChannelFilterSet(django_filters.FilterSet):
         return search(queryset, ("name", "base_url", "notes"), value)
 
 
-class ModelFilterSet(django_filters.FilterSet):
+class ModelFilterSet(FilterSet):
     q = django_filters.CharFilter(method="filter_q", label=_("Search"))
     channel = django_filters.ModelChoiceFilter(
         field_name="routes__channel", queryset=Channel.objects.all(), distinct=True, label=_("Served by channel")

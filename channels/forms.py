@@ -60,13 +60,13 @@ class ChannelForm(forms.ModelForm):
         self.base_url_notes: list[str] = []
         self.initial.pop("api_key", None)
         if self.instance.pk and self.instance.api_key:
-            self.fields[
-                "api_key"
-            ].help_text = "A key is <strong>set</strong>. Leave blank to keep it; type a new one to replace it."
+            self.fields["api_key"].help_text = _(
+                "A key is <strong>set</strong>. Leave blank to keep it; type a new one to replace it."
+            )
         else:
-            self.fields[
-                "api_key"
-            ].help_text = "Not set. Sent upstream as the bearer token; encrypted at rest and never shown again."
+            self.fields["api_key"].help_text = _(
+                "Not set. Sent upstream as the bearer token; encrypted at rest and never shown again."
+            )
             del self.fields["clear_api_key"]
         # A new channel's locality follows its address unless the admin says otherwise; an edit
         # that sends none keeps it.

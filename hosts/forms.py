@@ -47,13 +47,13 @@ class HostForm(forms.ModelForm):
         self.initial.pop("private_key", None)
         has_key = bool(self.instance.pk and self.instance.private_key)
         if has_key:
-            self.fields[
-                "private_key"
-            ].help_text = "A key is <strong>set</strong>. Leave blank to keep it; paste a new one to replace it."
+            self.fields["private_key"].help_text = _(
+                "A key is <strong>set</strong>. Leave blank to keep it; paste a new one to replace it."
+            )
         else:
-            self.fields[
-                "private_key"
-            ].help_text = "Not set. Paste an unencrypted OpenSSH or PEM private key; it is encrypted at rest."
+            self.fields["private_key"].help_text = _(
+                "Not set. Paste an unencrypted OpenSSH or PEM private key; it is encrypted at rest."
+            )
             del self.fields["clear_private_key"]
         self.initial["labels"] = ", ".join(self.instance.labels or []) if self.instance.pk else ""
 

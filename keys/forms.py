@@ -26,10 +26,10 @@ else:
     _UserChoiceField = forms.ModelChoiceField  # Django's form fields take no [] at runtime
 
 GRACE_CHOICES = [
-    ("0", "No grace: the old key stops now"),
-    ("3600", "1 hour"),
-    ("86400", "24 hours"),
-    ("604800", "7 days"),
+    ("0", _("No grace: the old key stops now")),
+    ("3600", _("1 hour")),
+    ("86400", _("24 hours")),
+    ("604800", _("7 days")),
 ]
 
 
@@ -126,7 +126,7 @@ class KeyForm(forms.Form):
         if not self.user.is_admin and admin_ceilings.get(LOCAL_ONLY_LOCK):
             local = self.fields["local_only"]
             local.disabled = True  # a posted value is ignored: the key stays local-only
-            local.help_text = "Set by an admin: this key stays on local channels; only an admin can lift it."
+            local.help_text = _("Set by an admin: this key stays on local channels; only an admin can lift it.")
         for name in LIMIT_LABELS:
             field = self.fields[name]
             ceiling = getattr(owner, name, None) if owner is not None else None
@@ -149,7 +149,7 @@ class KeyForm(forms.Form):
                 help_bits.append(f"The team {team}'s limit, shared by all its members: {team_ceiling:,}.")
             if self.user.is_admin and (owner is None or owner.pk != self.user.pk):
                 help_bits.append("A value you set is a ceiling the owner can only lower.")
-            field.help_text = " ".join(help_bits)
+            field.help_text = " ".join(str(b) for b in help_bits)
 
     def _owner_for_display(self) -> User | None:
         if self.instance is not None:

@@ -54,7 +54,7 @@ class MyKeyListView(LoginRequiredMixin, FilteredListView):
         return visible_keys(self.request.user).filter(owner=self.request.user).order_by("revoked_at", "-created")
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        return super().get_context_data(filter_fields=["state"], title="My keys", show_owner=False, **kwargs)
+        return super().get_context_data(filter_fields=["state"], title=_("My keys"), show_owner=False, **kwargs)
 
 
 class AllKeyListView(AdminOrTeamLeadRequiredMixin, FilteredListView):
@@ -70,7 +70,7 @@ class AllKeyListView(AdminOrTeamLeadRequiredMixin, FilteredListView):
         return visible_keys(self.request.user).order_by("revoked_at", "-created")
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        title = "All keys" if self.request.user.is_admin else "Team keys"
+        title = _("All keys") if self.request.user.is_admin else _("Team keys")
         return super().get_context_data(filter_fields=["owner", "state"], title=title, show_owner=True, **kwargs)
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import django_filters
 from django.utils.translation import gettext_lazy as _
 
+from portal.filters import FilterSet
+
 from ..choices import Backend, DeploymentStatus, JobState
 from ..models import Deployment, LaunchJob
 
 
-class DeploymentFilterSet(django_filters.FilterSet):
+class DeploymentFilterSet(FilterSet):
     status = django_filters.MultipleChoiceFilter(label=_("Status"), choices=DeploymentStatus.choices)
     backend = django_filters.ChoiceFilter(label=_("Backend"), choices=Backend.choices)
 
@@ -18,7 +20,7 @@ class DeploymentFilterSet(django_filters.FilterSet):
         fields = ["host", "status", "backend"]
 
 
-class LaunchJobFilterSet(django_filters.FilterSet):
+class LaunchJobFilterSet(FilterSet):
     state = django_filters.MultipleChoiceFilter(label=_("State"), choices=JobState.choices)
 
     class Meta:

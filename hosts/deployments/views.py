@@ -26,10 +26,10 @@ from .filters import DeploymentFilterSet
 from .forms import DeploymentForm
 
 ACTIONS = {
-    JobAction.LAUNCH: "Launch the server on the host and register its channel.",
-    JobAction.STOP: "Stop the server (TERM, then KILL after a grace period) and disable its channel.",
-    JobAction.RESTART: "Stop the server, then launch it again.",
-    JobAction.ADOPT: "Take over a server already running on this port (started by hand or by an earlier job).",
+    JobAction.LAUNCH: _("Launch the server on the host and register its channel."),
+    JobAction.STOP: _("Stop the server (TERM, then KILL after a grace period) and disable its channel."),
+    JobAction.RESTART: _("Stop the server, then launch it again."),
+    JobAction.ADOPT: _("Take over a server already running on this port (started by hand or by an earlier job)."),
 }
 
 

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import django_filters
-
 from keys.models import PayloadLogging, RequestPayload
-from portal.filters import UTCDateTimeFilter
+from portal.filters import FilterSet, UTCDateTimeFilter
 
 
-class PayloadLoggingFilterSet(django_filters.FilterSet):  # type: ignore[misc]  # django-filter ships no type hints
+class PayloadLoggingFilterSet(FilterSet):  # type: ignore[misc]  # django-filter ships no type hints
     class Meta:
         model = PayloadLogging
         fields = ["key", "user", "team", "enabled"]
 
 
-class RequestPayloadFilterSet(django_filters.FilterSet):  # type: ignore[misc]  # django-filter ships no type hints
+class RequestPayloadFilterSet(FilterSet):  # type: ignore[misc]  # django-filter ships no type hints
     since = UTCDateTimeFilter(field_name="created", lookup_expr="gte")
     until = UTCDateTimeFilter(field_name="created", lookup_expr="lt")
 
