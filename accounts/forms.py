@@ -54,9 +54,9 @@ class UserEditForm(forms.ModelForm):
             field = self.fields[name]
             field.label = LIMIT_LABELS[name]
             field.help_text = _("Ceiling for all this user's keys together. Blank: unlimited.")
-            field.widget.attrs["placeholder"] = "unlimited"
+            field.widget.attrs["placeholder"] = _("unlimited")
             self.fields[f"default_{name}"] = limit_form_field(
-                LIMIT_LABELS[name], "Pre-filled on this user's new keys. Blank: no default."
+                LIMIT_LABELS[name], _("Pre-filled on this user's new keys. Blank: no default.")
             )
             self.fields[f"default_{name}"].initial = (self.instance.key_defaults or {}).get(name)
 
@@ -162,7 +162,7 @@ class TeamForm(forms.ModelForm):
             field = self.fields[name]
             field.label = LIMIT_LABELS[name]
             field.help_text = _("For all members together; members' and keys' own limits can only be lower.")
-            field.widget.attrs["placeholder"] = "unlimited"
+            field.widget.attrs["placeholder"] = _("unlimited")
 
     @property
     def limit_fields(self):

@@ -34,7 +34,7 @@ def owners(request: Any) -> QuerySet[User]:
     return User.objects.filter(mine).order_by("username")
 
 
-class KeyFilterSet(FilterSet):  # type: ignore[misc]  # django-filter ships no type hints
+class KeyFilterSet(FilterSet):
     q = django_filters.CharFilter(method="filter_q", label=_("Search"))
     owner = django_filters.ModelChoiceFilter(label=_("Owner"), queryset=owners)
     state = django_filters.ChoiceFilter(choices=KEY_STATES, method="filter_state", label=_("State"))

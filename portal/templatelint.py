@@ -25,9 +25,12 @@ WORD = re.compile(r"[A-Za-z]{2,}")
 ATTRIBUTES = {"title", "placeholder", "aria-label", "alt", "hx-confirm", "data-confirm"}
 SKIP_ELEMENTS = {"code", "pre", "script", "style", "kbd", "samp"}
 MARK = "\x00"
-# A literal string a person reads, passed in a tag or a filter (`default:"never"`,
+# A literal string a person reads, passed in a tag or a filter (`default:"not yet"`,
 # `with label="Your key"`): must be `_("…")` or come from {% translate … as x %}.
-LITERAL_ARG = re.compile(r"""(?:default:|\bwith\s+\w+=|\s\w+=)(["'])([^"']*[A-Za-z]{2,}[^"']*\s[^"']*)\1""")
+LITERAL_ARG = re.compile(
+    r"""default:(["'])(?=[^"']*[A-Za-z]{2})(?=[^"']*[\sA-Z])[^"']*\1"""  # ids and CSS classes: one lowercase word
+    r"""|\s\w*(?:label|lost|title|question|detail|button|text|message)\w*=(["'])[^"']*[A-Za-z]{2,}[^"']*\2"""
+)
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,13 @@ from keys.models import PayloadLogging, RequestPayload
 from portal.filters import FilterSet, UTCDateTimeFilter
 
 
-class PayloadLoggingFilterSet(FilterSet):  # type: ignore[misc]  # django-filter ships no type hints
+class PayloadLoggingFilterSet(FilterSet):
     class Meta:
         model = PayloadLogging
         fields = ["key", "user", "team", "enabled"]
 
 
-class RequestPayloadFilterSet(FilterSet):  # type: ignore[misc]  # django-filter ships no type hints
+class RequestPayloadFilterSet(FilterSet):
     since = UTCDateTimeFilter(field_name="created", lookup_expr="gte")
     until = UTCDateTimeFilter(field_name="created", lookup_expr="lt")
 

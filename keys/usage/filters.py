@@ -9,7 +9,7 @@ from keys.models import UsageDaily, UsageRecord
 from portal.filters import FilterSet, UTCDateTimeFilter
 
 
-class UsageRecordFilterSet(FilterSet):  # type: ignore[misc]  # django-filter ships no type hints
+class UsageRecordFilterSet(FilterSet):
     since = UTCDateTimeFilter(field_name="created", lookup_expr="gte")
     until = UTCDateTimeFilter(field_name="created", lookup_expr="lt")
 
@@ -30,7 +30,7 @@ class UsageRecordFilterSet(FilterSet):  # type: ignore[misc]  # django-filter sh
         ]
 
 
-class UsageDailyFilterSet(FilterSet):  # type: ignore[misc]  # django-filter ships no type hints
+class UsageDailyFilterSet(FilterSet):
     since = django_filters.DateFilter(label=_("From"), field_name="day", lookup_expr="gte")
     until = django_filters.DateFilter(label=_("Until"), field_name="day", lookup_expr="lte")
 

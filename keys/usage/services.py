@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from django.db.models import QuerySet, Sum
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from channels.health.history import percentile
 from keys.models import Key, UsageDaily, UsageRecord
@@ -112,7 +113,7 @@ def limit_status(user: User, keys: Iterable[Key]) -> list[dict[str, Any]]:
             total[0] += bucket["t"]
     rows = [
         {
-            "label": "Your account (all keys)",
+            "label": gettext("Your account (all keys)"),
             "today": total[0],
             "month": total[1],
             "tokens_per_day": user.tokens_per_day,
@@ -131,7 +132,7 @@ def limit_status(user: User, keys: Iterable[Key]) -> list[dict[str, Any]]:
             used[0] += tokens if day == now else 0
         rows.append(
             {
-                "label": f"Your team {team.name} (all members)",
+                "label": gettext("Your team %(team)s (all members)") % {"team": team.name},
                 "today": used[0],
                 "month": used[1],
                 "tokens_per_day": team.tokens_per_day,

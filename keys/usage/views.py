@@ -142,7 +142,7 @@ class AdminUsageView(AdminOrTeamLeadRequiredMixin, View):
                 "rows": rows,
                 "group_by": group_by,
                 "groups": groups,
-                "title": _("Usage") if request.user.is_admin else "Team usage",
+                "title": _("Usage") if request.user.is_admin else _("Team usage"),
                 "days": days,
                 "since": since,
                 "until": until,

@@ -26,8 +26,10 @@ DATA = {
     "NVIDIA", "GeForce", "RTX", "UTC", "p50", "p95", "KV", "CSV", "SHA256", "GiB", "MiB", "kB", "Hub",
     "sha256", "Token", "Bearer", "Authorization", "webhook", "Webhook", "Slack", "Ray", "NCCL", "Chat",
     "Completions", "Embeddings", "Messages", "Responses", "err", "flash", "attention", "Flash", "ok",
+    "token", "Base", "IP", "GGUF", "venv", "CLI", "VS", "Code", "KILL", "TERM", "shell",
 }  # fmt: skip
-WORD = re.compile(r"(?<![\w./:@-])[A-Za-z]{2,}(?![\w./:@-])")
+# A word glued to code-like characters (a path, a masked secret `gpt-Ab…yz`) is not prose.
+WORD = re.compile(r"(?<![\w./:@…-])[A-Za-z]{2,}(?![\w./:@…-])")
 MAX_PAGES = 150
 
 
@@ -66,7 +68,7 @@ class _Text(HTMLParser):
 def english_words(html: str) -> list[str]:
     parser = _Text()
     parser.feed(html)
-    text = " ".join(parser.chunks)
+    text = re.sub(r"`[^`]*`", " ", " ".join(parser.chunks))  # `commands` quoted in notes
     for allowed in sorted(ALLOWED, key=len, reverse=True):
         text = text.replace(allowed, " ")
     return sorted({w for w in WORD.findall(text) if w not in DATA})
