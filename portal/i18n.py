@@ -27,7 +27,14 @@ class UserLanguageMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        code = language_of(getattr(request, "user", None))
+        user = getattr(request, "user", None)
+        code = language_of(user)
+        if not code and getattr(user, "is_authenticated", False):
+            # A choice made with the switcher before logging in becomes the person's preference.
+            code = supported(request.COOKIES.get(settings.LANGUAGE_COOKIE_NAME))
+            if code:
+                user.language = code
+                user.save(update_fields=["language"])
         if code and code != getattr(request, "LANGUAGE_CODE", None):
             translation.activate(code)
             request.LANGUAGE_CODE = code
