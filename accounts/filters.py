@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import django_filters
+from django.utils.translation import gettext_lazy as _
 
 from portal.choices import AuditAction
-from portal.filters import UTCDateTimeFilter, search
+from portal.filters import FilterSet, UTCDateTimeFilter, search
 
 from .choices import Role
 from .models import ApiToken, AuditLog, Team, User
 
 
-class UserFilterSet(django_filters.FilterSet):
-    q = django_filters.CharFilter(method="filter_q", label="Search")
-    role = django_filters.ChoiceFilter(choices=Role.choices)
-    is_active = django_filters.BooleanFilter()
-    team = django_filters.ModelChoiceFilter(queryset=Team.objects.all())
+class UserFilterSet(FilterSet):
+    q = django_filters.CharFilter(method="filter_q", label=_("Search"))
+    role = django_filters.ChoiceFilter(label=_("Role"), choices=Role.choices)
+    is_active = django_filters.BooleanFilter(
+        label=_("Active"),
+    )
+    team = django_filters.ModelChoiceFilter(label=_("Team"), queryset=Team.objects.all())
 
     class Meta:
         model = User
@@ -25,8 +28,8 @@ class UserFilterSet(django_filters.FilterSet):
         return search(queryset, ("username", "email", "first_name", "last_name"), value)
 
 
-class TeamFilterSet(django_filters.FilterSet):
-    q = django_filters.CharFilter(method="filter_q", label="Search")
+class TeamFilterSet(FilterSet):
+    q = django_filters.CharFilter(method="filter_q", label=_("Search"))
 
     class Meta:
         model = Team
@@ -36,9 +39,9 @@ class TeamFilterSet(django_filters.FilterSet):
         return search(queryset, ("name", "description"), value)
 
 
-class ApiTokenFilterSet(django_filters.FilterSet):
-    q = django_filters.CharFilter(method="filter_q", label="Search")
-    active = django_filters.BooleanFilter(method="filter_active", label="Active")
+class ApiTokenFilterSet(FilterSet):
+    q = django_filters.CharFilter(method="filter_q", label=_("Search"))
+    active = django_filters.BooleanFilter(method="filter_active", label=_("Active"))
 
     class Meta:
         model = ApiToken
@@ -54,15 +57,17 @@ class ApiTokenFilterSet(django_filters.FilterSet):
         return active if value else queryset.exclude(pk__in=active.values("pk"))
 
 
-class AuditLogFilterSet(django_filters.FilterSet):
-    q = django_filters.CharFilter(method="filter_q", label="Search")
-    actor = django_filters.ModelChoiceFilter(queryset=User.objects.all())
-    actor_name = django_filters.CharFilter(lookup_expr="iexact")
-    object_type = django_filters.CharFilter(lookup_expr="iexact")
-    object_id = django_filters.CharFilter()
-    action = django_filters.ChoiceFilter(choices=AuditAction.choices)
-    created_after = UTCDateTimeFilter(field_name="created", lookup_expr="gte", label="From")
-    created_before = UTCDateTimeFilter(field_name="created", lookup_expr="lt", label="Until")
+class AuditLogFilterSet(FilterSet):
+    q = django_filters.CharFilter(method="filter_q", label=_("Search"))
+    actor = django_filters.ModelChoiceFilter(label=_("Who"), queryset=User.objects.all())
+    actor_name = django_filters.CharFilter(label=_("Who"), lookup_expr="iexact")
+    object_type = django_filters.CharFilter(label=_("Object"), lookup_expr="iexact")
+    object_id = django_filters.CharFilter(
+        label=_("Object id"),
+    )
+    action = django_filters.ChoiceFilter(label=_("Action"), choices=AuditAction.choices)
+    created_after = UTCDateTimeFilter(field_name="created", lookup_expr="gte", label=_("From"))
+    created_before = UTCDateTimeFilter(field_name="created", lookup_expr="lt", label=_("Until"))
 
     class Meta:
         model = AuditLog

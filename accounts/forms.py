@@ -10,7 +10,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.utils.translation import gettext_lazy as _
 
 from channels.models import Model
-from portal.forms import LIMIT_LABELS, limit_form_field
+from portal.forms import FIELD_LABELS, LIMIT_LABELS, limit_form_field
 from portal.models import Limits
 from portal.ui import add_validation_errors
 
@@ -26,6 +26,7 @@ class UserCreateForm(forms.ModelForm):
 
     class Meta:
         model = User
+        labels = FIELD_LABELS
         fields = ["username", "email", "role", "first_name", "last_name"]
 
 
@@ -33,27 +34,29 @@ class UserEditForm(forms.ModelForm):
     """Role, limits (the ceiling for every key the user owns), key defaults and allowed models."""
 
     allowed_models = forms.ModelMultipleChoiceField(
+        label=_("Allowed models"),
         queryset=Model.objects.all(),
         required=False,
         widget=forms.SelectMultiple(attrs={"size": 6}),
-        help_text="Models this user may use. None selected: every enabled model.",
+        help_text=_("Models this user may use. None selected: every enabled model."),
     )
 
     class Meta:
         model = User
+        labels = FIELD_LABELS
         fields = ["email", "first_name", "last_name", "role", "team", *Limits.LIMIT_FIELDS, "allowed_models"]
 
     def __init__(self, *args, acting_user=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.acting_user = acting_user
-        self.fields["team"].help_text = "Its limits cap this user's; a team lead manages the team's members."
+        self.fields["team"].help_text = _("Its limits cap this user's; a team lead manages the team's members.")
         for name in Limits.LIMIT_FIELDS:
             field = self.fields[name]
             field.label = LIMIT_LABELS[name]
-            field.help_text = "Ceiling for all this user's keys together. Blank: unlimited."
-            field.widget.attrs["placeholder"] = "unlimited"
+            field.help_text = _("Ceiling for all this user's keys together. Blank: unlimited.")
+            field.widget.attrs["placeholder"] = _("unlimited")
             self.fields[f"default_{name}"] = limit_form_field(
-                LIMIT_LABELS[name], "Pre-filled on this user's new keys. Blank: no default."
+                LIMIT_LABELS[name], _("Pre-filled on this user's new keys. Blank: no default.")
             )
             self.fields[f"default_{name}"].initial = (self.instance.key_defaults or {}).get(name)
 
@@ -72,9 +75,9 @@ class UserEditForm(forms.ModelForm):
     def clean_role(self):
         role = self.cleaned_data["role"]
         if self.acting_user is not None and self.instance.pk == self.acting_user.pk and role != Role.ADMIN:
-            raise forms.ValidationError("You cannot remove your own admin role; ask another admin.")
+            raise forms.ValidationError(_("You cannot remove your own admin role; ask another admin."))
         if self.instance.is_superuser and role != Role.ADMIN:
-            raise forms.ValidationError("This account is a superuser and always an admin.")
+            raise forms.ValidationError(_("This account is a superuser and always an admin."))
         return role
 
     def clean(self):
@@ -82,7 +85,9 @@ class UserEditForm(forms.ModelForm):
         for name in Limits.LIMIT_FIELDS:
             default, ceiling = cleaned.get(f"default_{name}"), cleaned.get(name)
             if default is not None and ceiling is not None and default > ceiling:
-                self.add_error(f"default_{name}", f"Cannot exceed this user's limit of {ceiling:,}.")
+                self.add_error(
+                    f"default_{name}", _("Cannot exceed this user's limit of %(limit)s.") % {"limit": f"{ceiling:,}"}
+                )
         if self.acting_user is not None:
             limits = {n: cleaned.get(n) for n in Limits.LIMIT_FIELDS if n not in self.errors}
             try:
@@ -113,12 +118,12 @@ class UserEditForm(forms.ModelForm):
 
 
 class ApiTokenForm(forms.Form):
-    name = forms.CharField(max_length=100, help_text="What the token is for, e.g. “deploy script”.")
+    name = forms.CharField(label=_("Name"), max_length=100, help_text=_("What the token is for, e.g. “deploy script”."))
     expires_in_days = forms.IntegerField(
-        label="Expires after (days)",
+        label=_("Expires after (days)"),
         required=False,
         validators=[MinValueValidator(1), MaxValueValidator(3650)],
-        help_text="Blank: never expires.",
+        help_text=_("Blank: never expires."),
     )
 
     def __init__(self, *args, user=None, **kwargs):
@@ -128,9 +133,9 @@ class ApiTokenForm(forms.Form):
     def clean_name(self):
         name = self.cleaned_data["name"].strip()
         if not name:
-            raise forms.ValidationError("Enter a name.")
+            raise forms.ValidationError(_("Enter a name."))
         if self.user is not None and self.user.api_tokens.not_revoked().filter(name=name).exists():
-            raise forms.ValidationError("You already have an active token with this name.")
+            raise forms.ValidationError(_("You already have an active token with this name."))
         return name
 
 
@@ -139,14 +144,16 @@ class TeamForm(forms.ModelForm):
     all its members together."""
 
     allowed_models = forms.ModelMultipleChoiceField(
+        label=_("Allowed models"),
         queryset=Model.objects.all(),
         required=False,
         widget=forms.SelectMultiple(attrs={"size": 6}),
-        help_text="Models the team's members may use. None selected: every enabled model.",
+        help_text=_("Models the team's members may use. None selected: every enabled model."),
     )
 
     class Meta:
         model = Team
+        labels = FIELD_LABELS
         fields = ["name", "description", *Limits.LIMIT_FIELDS, "allowed_models"]
 
     def __init__(self, *args, **kwargs):
@@ -154,8 +161,8 @@ class TeamForm(forms.ModelForm):
         for name in Limits.LIMIT_FIELDS:
             field = self.fields[name]
             field.label = LIMIT_LABELS[name]
-            field.help_text = "For all members together; members' and keys' own limits can only be lower."
-            field.widget.attrs["placeholder"] = "unlimited"
+            field.help_text = _("For all members together; members' and keys' own limits can only be lower.")
+            field.widget.attrs["placeholder"] = _("unlimited")
 
     @property
     def limit_fields(self):
@@ -184,7 +191,7 @@ class MemberLimitsForm(forms.Form):
             team_limit = getattr(team, name, None) if team is not None else None
             if team_limit is not None:
                 bits.append(f"The team's limit (all members together): {team_limit:,}.")
-            field.help_text = " ".join(bits) or "Blank: unlimited."
+            field.help_text = " ".join(str(b) for b in bits) or _("Blank: unlimited.")
             self.fields[name] = field
 
     @property

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractUser
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from portal.choices import AuditAction
 from portal.models import Limits, ShownOnceQuerySet, ShownOnceSecret, TimeStampedModel
@@ -29,7 +31,7 @@ class Team(TimeStampedModel, Limits):
         "channels.Model",
         blank=True,
         related_name="+",
-        help_text="Models the team's members may use; empty: every enabled model.",
+        help_text=_("Models the team's members may use; empty: every enabled model."),
     )
 
     objects = TeamQuerySet.as_manager()
@@ -56,14 +58,17 @@ class User(AbstractUser, Limits):
         "channels.Model",
         blank=True,
         related_name="+",
-        help_text="Models this user may use; empty: every enabled model.",
+        help_text=_("Models this user may use; empty: every enabled model."),
     )
     team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.SET_NULL, related_name="members")
     admin_ceilings = models.JSONField(
         default=dict,
         blank=True,
-        help_text="Limits an admin set on this user ({field: value}): a team lead may only lower them.",
+        help_text=_("Limits an admin set on this user ({field: value}): a team lead may only lower them."),
     )
+    # The language of the portal's pages, e-mails and generated installers for this person; blank:
+    # whatever the browser asks for (portal.i18n).
+    language = models.CharField(_("language"), max_length=16, blank=True, choices=settings.LANGUAGES)
     # The single sign-on identity (the IdP's `sub`): set at the first OIDC login, how later ones find
     # this user again whatever their username or e-mail became.
     oidc_subject = models.CharField(max_length=255, unique=True, null=True, blank=True, editable=False)

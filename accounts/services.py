@@ -143,6 +143,14 @@ def login_delay(username: str) -> int:
     return max(0, math.ceil(left))
 
 
+def set_language(user, code: str) -> None:
+    """Save the language of `user`'s pages ("": the browser's); an unknown code is refused."""
+    if code and code not in dict(settings.LANGUAGES):
+        raise ValueError(f"unsupported language: {code!r}")
+    user.language = code
+    user.save(update_fields=["language"])
+
+
 def create_user(*, username: str, role: str, email: str = "", password: str | None = None, **fields):
     """Create a user; returns (user, password) — the password is generated when not given."""
     User = get_user_model()

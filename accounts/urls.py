@@ -10,6 +10,7 @@ urlpatterns = [
     path("oidc/callback/", sso_views.OidcCallbackView.as_view(), name="oidc_authentication_callback"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/", views.account, name="account"),
+    path("language/", views.set_language, name="set_language"),
     path("account/password/", views.PasswordChangeView.as_view(), name="password_change"),
     path("account/tokens/new/", views.token_create, name="token_create"),
     path("account/tokens/<int:pk>/revoke/", views.TokenRevokeView.as_view(), name="token_revoke"),

@@ -14,15 +14,20 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Count, Q
 from django.forms.utils import ErrorDict
+from django.http import HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse, reverse_lazy
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 from django.views import View
+from django.views.decorators.http import require_POST
 from django.views.generic import DetailView
 
 from portal import audit
 from portal.choices import AuditAction
+from portal.i18n import set_language_cookie, supported
 from portal.permissions import AdminOrTeamLeadRequiredMixin, AdminRequiredMixin
 from portal.public import client_ip
 from portal.ui import FilteredListView, done, pop_secret, remember_secret
@@ -52,7 +57,7 @@ def account(request):
 @login_required
 def token_create(request):
     if request.method != "POST":
-        return done(request, "Use the form to create a token.", "account", level=messages.INFO)
+        return done(request, _("Use the form to create a token."), "account", level=messages.INFO)
     form = ApiTokenForm(request.POST, user=request.user)
     if not form.is_valid():
         tokens_qs = request.user.api_tokens.not_revoked()
@@ -62,7 +67,27 @@ def token_create(request):
     token, plaintext = services.issue_token(user=request.user, name=form.cleaned_data["name"], expires_at=expires)
     audit.record(AuditAction.CREATE, token, message="API token created")
     remember_secret(request, "api_token", plaintext)
-    return done(request, f"API token “{token.name}” created. Copy it now.", "account")
+    return done(request, _("API token “%(name)s” created. Copy it now.") % {"name": token.name}, "account")
+
+
+@require_POST
+def set_language(request):
+    """The header's language switcher and the account page's choice: saves a signed-in person's
+    preference (portal.i18n) and sets the language cookie for everyone, then goes back."""
+    code = supported(request.POST.get("language"))
+    if request.user.is_authenticated and ("language" in request.POST) and (code or not request.POST["language"]):
+        services.set_language(request.user, code)
+    target = request.POST.get("next") or request.META.get("HTTP_REFERER") or "/"
+    if not url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        target = "/"
+    response = HttpResponseRedirect(target)
+    if code:
+        set_language_cookie(response, code)
+    else:
+        response.delete_cookie(settings.LANGUAGE_COOKIE_NAME, samesite=settings.LANGUAGE_COOKIE_SAMESITE)
+    return response
 
 
 class TokenRevokeView(LoginRequiredMixin, View):
@@ -75,10 +100,11 @@ class TokenRevokeView(LoginRequiredMixin, View):
             request,
             "portal/confirm.html",
             {
-                "title": "Revoke API token",
-                "question": f"Revoke the API token “{token.name}” ({token.prefix}…{token.last_four})?",
-                "detail": "Scripts using it stop working at once. This cannot be undone.",
-                "button": "Revoke token",
+                "title": _("Revoke API token"),
+                "question": _("Revoke the API token “%(name)s” (%(prefix)s…%(last_four)s)?")
+                % {"name": token.name, "prefix": token.prefix, "last_four": token.last_four},
+                "detail": _("Scripts using it stop working at once. This cannot be undone."),
+                "button": _("Revoke token"),
                 "danger": True,
                 "cancel_url": reverse("account"),
             },
@@ -88,7 +114,7 @@ class TokenRevokeView(LoginRequiredMixin, View):
         token = self.get_token()
         services.revoke_token(token)
         audit.record(AuditAction.ACTION, token, message="API token revoked")
-        return done(request, f"API token “{token.name}” revoked.", "account")
+        return done(request, _("API token “%(name)s” revoked.") % {"name": token.name}, "account")
 
 
 class LoginView(auth_views.LoginView):
@@ -184,7 +210,12 @@ class UserCreateView(AdminRequiredMixin, View):
                 last_name=data["last_name"],
             )
         remember_secret(request, f"password-{user.pk}", password)
-        return done(request, f"User {user.username} created. Give them the password below.", "user_detail", user.pk)
+        return done(
+            request,
+            _("User %(username)s created. Give them the password below.") % {"username": user.username},
+            "user_detail",
+            user.pk,
+        )
 
 
 class UserDetailView(AdminRequiredMixin, DetailView):
@@ -218,7 +249,7 @@ class UserEditView(AdminRequiredMixin, View):
             return render(request, self.template_name, {"form": form, "person": person}, status=400)
         with transaction.atomic():
             form.save()
-        return done(request, f"User {person.username} saved.", "user_detail", person.pk)
+        return done(request, _("User %(username)s saved.") % {"username": person.username}, "user_detail", person.pk)
 
 
 class UserActivationView(AdminRequiredMixin, View):
@@ -238,29 +269,43 @@ class UserActivationView(AdminRequiredMixin, View):
 
     def get(self, request, pk):
         person, activate = self.setup_person(request, pk)
-        if refusal := self.refused(request, person, activate):
-            return refusal
-        verb = "Reactivate" if activate else "Deactivate"
-        detail = (
-            f"{person.username} can log in again. Their API tokens stay revoked; their old keys are "
-            "revoked too unless you keep them below."
-            if activate
-            else f"{person.username} is logged out everywhere, cannot log in, their API tokens are revoked "
-            "and all their keys stop working at once."
-        )
+        names = {"username": person.username}
+        if activate:
+            title, button = _("Reactivate user"), _("Reactivate")
+            question = _("Reactivate %(username)s?") % names
+            detail = (
+                _(
+                    "%(username)s can log in again. Their API tokens stay revoked; their old keys are "
+                    "revoked too unless you keep them below."
+                )
+                % names
+            )
+        else:
+            title, button = _("Deactivate user"), _("Deactivate")
+            question = _("Deactivate %(username)s?") % names
+            detail = (
+                _(
+                    "%(username)s is logged out everywhere, cannot log in, their API tokens are revoked "
+                    "and all their keys stop working at once."
+                )
+                % names
+            )
         old_keys = person.keys.filter(revoked_at__isnull=True).count() if activate else 0
         return render(
             request,
             "portal/confirm.html",
             {
-                "title": f"{verb} user",
-                "question": f"{verb} {person.username}?",
+                "title": title,
+                "question": question,
                 "detail": detail,
-                "button": verb,
+                "button": button,
                 "danger": not activate,
                 "cancel_url": reverse("user_detail", args=[person.pk]),
                 "choice_name": "restore_keys" if old_keys else "",
-                "choice_label": f"Keep their {old_keys} old key(s) working",
+                "choice_label": ngettext(
+                    "Keep their %(count)d old key working", "Keep their %(count)d old keys working", old_keys
+                )
+                % {"count": old_keys},
             },
         )
 
@@ -270,11 +315,14 @@ class UserActivationView(AdminRequiredMixin, View):
             return refusal
         restore = activate and request.POST.get("restore_keys") == "on"
         services.set_active(person, activate, restore_keys=restore, actor=request.user)
-        if activate:
-            state = "reactivated; " + ("their old keys work again" if restore else "their old keys were revoked")
+        names = {"username": person.username}
+        if not activate:
+            text = _("User %(username)s deactivated; their sessions, tokens and keys no longer work.")
+        elif restore:
+            text = _("User %(username)s reactivated; their old keys work again.")
         else:
-            state = "deactivated; their sessions, tokens and keys no longer work"
-        return done(request, f"User {person.username} {state}.", "user_detail", person.pk)
+            text = _("User %(username)s reactivated; their old keys were revoked.")
+        return done(request, text % names, "user_detail", person.pk)
 
 
 class UserUnlockView(AdminRequiredMixin, View):
@@ -286,11 +334,13 @@ class UserUnlockView(AdminRequiredMixin, View):
             request,
             "portal/confirm.html",
             {
-                "title": "Unlock login",
-                "question": f"Let {person.username} try to log in again now?",
-                "detail": "Their failed login attempts are cleared. Addresses that failed too many times stay "
-                "blocked until the cool-off ends.",
-                "button": "Unlock login",
+                "title": _("Unlock login"),
+                "question": _("Let %(username)s try to log in again now?") % {"username": person.username},
+                "detail": _(
+                    "Their failed login attempts are cleared. Addresses that failed too many times stay "
+                    "blocked until the cool-off ends."
+                ),
+                "button": _("Unlock login"),
                 "cancel_url": reverse("user_detail", args=[person.pk]),
             },
         )
@@ -298,7 +348,9 @@ class UserUnlockView(AdminRequiredMixin, View):
     def post(self, request, pk):
         person = get_object_or_404(User, pk=pk)
         services.unlock_login(person, actor=request.user)
-        return done(request, f"{person.username} can log in again.", "user_detail", person.pk)
+        return done(
+            request, _("%(username)s can log in again.") % {"username": person.username}, "user_detail", person.pk
+        )
 
 
 class UserResetPasswordView(AdminRequiredMixin, View):
@@ -308,13 +360,13 @@ class UserResetPasswordView(AdminRequiredMixin, View):
             request,
             "portal/confirm.html",
             {
-                "title": "Reset password",
-                "question": f"Reset the password of {person.username}?",
-                "detail": "Their current password stops working; the new password is shown to you once.",
+                "title": _("Reset password"),
+                "question": _("Reset the password of %(username)s?") % {"username": person.username},
+                "detail": _("Their current password stops working; the new password is shown to you once."),
                 "choice_name": "revoke_access",
                 "choice_label": _("Also revoke their API tokens and end their sessions (recommended)"),
                 "choice_checked": True,
-                "button": "Reset password",
+                "button": _("Reset password"),
                 "danger": True,
                 "cancel_url": reverse("user_detail", args=[person.pk]),
             },
@@ -363,7 +415,12 @@ class TeamCreateView(AdminRequiredMixin, View):
             return render(request, self.template_name, {"form": form}, status=400)
         with transaction.atomic():
             team = form.save()
-        return done(request, f"Team {team.name} created. Put people in it on their user page.", "team_detail", team.pk)
+        return done(
+            request,
+            _("Team %(team)s created. Put people in it on their user page.") % {"team": team.name},
+            "team_detail",
+            team.pk,
+        )
 
 
 class TeamEditView(AdminRequiredMixin, View):
@@ -381,14 +438,14 @@ class TeamEditView(AdminRequiredMixin, View):
             return render(request, self.template_name, {"form": form, "team": team}, status=400)
         with transaction.atomic():
             form.save()
-        return done(request, f"Team {team.name} saved.", "team_detail", team.pk)
+        return done(request, _("Team %(team)s saved.") % {"team": team.name}, "team_detail", team.pk)
 
 
 def managed_team(request, pk) -> Team:
     """The team `pk` if the user is an admin or its lead; another team is 404 (a lead's), 403 otherwise."""
     team = get_object_or_404(Team.objects.visible_to(request.user), pk=pk)
     if not (request.user.is_admin or request.user.led_team_id == team.pk):
-        raise PermissionDenied("Only admins and the team's leads can manage it.")
+        raise PermissionDenied(_("Only admins and the team's leads can manage it."))
     return team
 
 
@@ -428,7 +485,7 @@ class MemberLimitsView(AdminOrTeamLeadRequiredMixin, View):
             return render(request, self.template_name, {"form": form, "team": team, "member": member}, status=400)
         with transaction.atomic():
             form.save()
-        return done(request, f"Limits of {member.username} saved.", "team_detail", team.pk)
+        return done(request, _("Limits of %(username)s saved.") % {"username": member.username}, "team_detail", team.pk)
 
 
 # --- audit log (admin) ---------------------------------------------------------------------

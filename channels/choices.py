@@ -3,19 +3,19 @@ from django.utils.translation import gettext_lazy as _
 
 
 class ChannelKind(models.TextChoices):
-    OPENAI = "openai", "OpenAI-compatible (cloud)"
-    VLLM = "vllm", "vLLM"
-    LLAMACPP = "llamacpp", "llama.cpp (llama-server)"
-    SGLANG = "sglang", "SGLang"
-    ANTHROPIC = "anthropic", "Anthropic"
+    OPENAI = "openai", _("OpenAI-compatible (cloud)")
+    VLLM = "vllm", _("vLLM")
+    LLAMACPP = "llamacpp", _("llama.cpp (llama-server)")
+    SGLANG = "sglang", _("SGLang")
+    ANTHROPIC = "anthropic", _("Anthropic")
 
 
 class Locality(models.TextChoices):
     """Where a channel's server runs. Requests of local-only keys and aliases never go to an
     external one (the gateway drops those routes before failover can reach them)."""
 
-    LOCAL = "local", "Local (our own machines)"
-    EXTERNAL = "external", "External (a cloud provider)"
+    LOCAL = "local", _("Local (our own machines)")
+    EXTERNAL = "external", _("External (a cloud provider)")
 
 
 class ChannelStatus(models.TextChoices):
@@ -25,29 +25,29 @@ class ChannelStatus(models.TextChoices):
     base URL or key resets to unknown.
     """
 
-    UNKNOWN = "unknown", "Unknown"
-    HEALTHY = "healthy", "Healthy"
-    DEGRADED = "degraded", "Degraded"
-    DOWN = "down", "Down"
-    CREDENTIALS_REJECTED = "credentials_rejected", "Credentials rejected"
+    UNKNOWN = "unknown", _("Unknown")
+    HEALTHY = "healthy", _("Healthy")
+    DEGRADED = "degraded", _("Degraded")
+    DOWN = "down", _("Down")
+    CREDENTIALS_REJECTED = "credentials_rejected", _("Credentials rejected")
 
 
 class ProbeSource(models.TextChoices):
-    ACTIVE = "active", "Probe"
-    PASSIVE = "passive", "Gateway traffic"
+    ACTIVE = "active", _("Probe")
+    PASSIVE = "passive", _("Gateway traffic")
 
 
 class AlertKind(models.TextChoices):
-    WEBHOOK = "webhook", "Webhook (JSON, Slack-compatible)"
-    EMAIL = "email", "E-mail"
+    WEBHOOK = "webhook", _("Webhook (JSON, Slack-compatible)")
+    EMAIL = "email", _("E-mail")
 
 
 class BalancePolicy(models.TextChoices):
     """How the gateway spreads a model's requests over its equal-priority channels (`gateway.balance`)."""
 
-    WEIGHTED = "weighted", "Weighted random"
-    AFFINITY = "affinity", "Session affinity (prompt caches)"
-    LEAST_BUSY = "least_busy", "Least busy"
+    WEIGHTED = "weighted", _("Weighted random")
+    AFFINITY = "affinity", _("Session affinity (prompt caches)")
+    LEAST_BUSY = "least_busy", _("Least busy")
 
 
 class PriceSource(models.TextChoices):

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import django_filters
+from django.utils.translation import gettext_lazy as _
 
-from portal.filters import search
+from portal.filters import FilterSet, search
 
 from .choices import ChannelKind, ChannelStatus
 from .models import Channel, Model
 
 
-class ChannelFilterSet(django_filters.FilterSet):
-    q = django_filters.CharFilter(method="filter_q", label="Search")
-    kind = django_filters.MultipleChoiceFilter(choices=ChannelKind.choices)
-    status = django_filters.MultipleChoiceFilter(choices=ChannelStatus.choices)
-    model = django_filters.CharFilter(field_name="routes__model__name", distinct=True, label="Serves model")
+class ChannelFilterSet(FilterSet):
+    q = django_filters.CharFilter(method="filter_q", label=_("Search"))
+    kind = django_filters.MultipleChoiceFilter(label=_("Kind"), choices=ChannelKind.choices)
+    status = django_filters.MultipleChoiceFilter(label=_("Status"), choices=ChannelStatus.choices)
+    model = django_filters.CharFilter(field_name="routes__model__name", distinct=True, label=_("Serves model"))
 
     class Meta:
         model = Channel
@@ -24,10 +25,10 @@ class ChannelFilterSet(django_filters.FilterSet):
         return search(queryset, ("name", "base_url", "notes"), value)
 
 
-class ModelFilterSet(django_filters.FilterSet):
-    q = django_filters.CharFilter(method="filter_q", label="Search")
+class ModelFilterSet(FilterSet):
+    q = django_filters.CharFilter(method="filter_q", label=_("Search"))
     channel = django_filters.ModelChoiceFilter(
-        field_name="routes__channel", queryset=Channel.objects.all(), distinct=True, label="Served by channel"
+        field_name="routes__channel", queryset=Channel.objects.all(), distinct=True, label=_("Served by channel")
     )
 
     class Meta:

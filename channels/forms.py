@@ -10,6 +10,8 @@ from django.forms import BaseInlineFormSet, inlineformset_factory
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
+from portal.forms import FIELD_LABELS
+
 from .choices import BalancePolicy, ChannelKind, Locality
 from .models import MODEL_NAME_VALIDATOR, Channel, Model, ModelRoute
 from .services import MAX_ALIAS_TARGETS, clean_base_url, reset_status_after_edit, suggest_locality
@@ -19,7 +21,7 @@ FROM_ADDRESS = ("", "From the base URL (our own network: local; else external)")
 
 class ChannelForm(forms.ModelForm):
     base_url = forms.CharField(
-        label="Base URL",
+        label=_("Base URL"),
         max_length=2000,
         strip=False,  # clean_base_url reports stripped whitespace as a note
         help_text=(
@@ -28,15 +30,16 @@ class ChannelForm(forms.ModelForm):
         ),
     )
     api_key = forms.CharField(
-        label="API key",
+        label=_("API key"),
         required=False,
         max_length=5000,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
     )
-    clear_api_key = forms.BooleanField(label="Remove the stored API key", required=False)
+    clear_api_key = forms.BooleanField(label=_("Remove the stored API key"), required=False)
 
     class Meta:
         model = Channel
+        labels = FIELD_LABELS
         fields = [
             "name",
             "kind",
@@ -57,13 +60,13 @@ class ChannelForm(forms.ModelForm):
         self.base_url_notes: list[str] = []
         self.initial.pop("api_key", None)
         if self.instance.pk and self.instance.api_key:
-            self.fields[
-                "api_key"
-            ].help_text = "A key is <strong>set</strong>. Leave blank to keep it; type a new one to replace it."
+            self.fields["api_key"].help_text = _(
+                "A key is <strong>set</strong>. Leave blank to keep it; type a new one to replace it."
+            )
         else:
-            self.fields[
-                "api_key"
-            ].help_text = "Not set. Sent upstream as the bearer token; encrypted at rest and never shown again."
+            self.fields["api_key"].help_text = _(
+                "Not set. Sent upstream as the bearer token; encrypted at rest and never shown again."
+            )
             del self.fields["clear_api_key"]
         # A new channel's locality follows its address unless the admin says otherwise; an edit
         # that sends none keeps it.
@@ -101,7 +104,7 @@ class ChannelForm(forms.ModelForm):
     def clean_api_key(self) -> str:
         value = (self.cleaned_data.get("api_key") or "").strip()
         if any(c.isspace() for c in value):
-            raise ValidationError("An API key cannot contain spaces or line breaks.")
+            raise ValidationError(_("An API key cannot contain spaces or line breaks."))
         return value
 
     def save(self, commit: bool = True):
@@ -129,7 +132,7 @@ class ModelForm(forms.ModelForm):
     class Meta:
         model = Model
         fields = ["name", "display_name", "description", "enabled", "balance"]
-        labels = {"balance": "Balancing"}
+        labels = FIELD_LABELS
         widgets = {"description": forms.Textarea(attrs={"rows": 2})}
         help_texts = {"name": "The public name developers put in requests, e.g. qwen3-32b."}
 
@@ -147,7 +150,7 @@ class RouteForm(forms.ModelForm):
     class Meta:
         model = ModelRoute
         fields = ["channel", "upstream_model", "context_window", "max_output_tokens", "enabled"]
-        labels = {"upstream_model": "Upstream model id", "max_output_tokens": "Max output tokens"}
+        labels = {**FIELD_LABELS, "upstream_model": _("Upstream model id")}
         widgets = {
             "upstream_model": forms.TextInput(attrs={"placeholder": "same as public name"}),
             "context_window": forms.NumberInput(attrs={"placeholder": "unknown"}),
@@ -170,12 +173,19 @@ RouteFormSet = inlineformset_factory(
 class AddServedModelForm(forms.Form):
     """One row of "Add models from this channel": a model the upstream lists, one click to add."""
 
-    upstream_model = forms.CharField(max_length=256, widget=forms.HiddenInput)
+    upstream_model = forms.CharField(label=_("Upstream model id"), max_length=256, widget=forms.HiddenInput)
     name = forms.CharField(
-        label="Public name", max_length=128, validators=[MODEL_NAME_VALIDATOR], help_text="What developers request."
+        label=_("Public name"),
+        max_length=128,
+        validators=[MODEL_NAME_VALIDATOR],
+        help_text=_("What developers request."),
     )
     context_window = forms.IntegerField(
-        label="Context window", required=False, min_value=256, max_value=10_000_000, help_text="Tokens; blank: unknown."
+        label=_("Context window"),
+        required=False,
+        min_value=256,
+        max_value=10_000_000,
+        help_text=_("Tokens; blank: unknown."),
     )
 
 
@@ -187,18 +197,20 @@ class AliasForm(forms.Form):
     rules are `channels.services.save_alias`'s; the view maps its errors onto these fields."""
 
     name = forms.CharField(
-        label="Public name",
+        label=_("Public name"),
         max_length=128,
         validators=[MODEL_NAME_VALIDATOR],
-        help_text="What developers request, e.g. coder.",
+        help_text=_("What developers request, e.g. coder."),
     )
-    display_name = forms.CharField(max_length=200, required=False)
-    description = forms.CharField(max_length=2000, required=False, widget=forms.Textarea(attrs={"rows": 2}))
-    enabled = forms.BooleanField(required=False, initial=True)
+    display_name = forms.CharField(label=_("Display name"), max_length=200, required=False)
+    description = forms.CharField(
+        label=_("Description"), max_length=2000, required=False, widget=forms.Textarea(attrs={"rows": 2})
+    )
+    enabled = forms.BooleanField(label=_("Enabled"), required=False, initial=True)
     local_only = forms.BooleanField(
-        label="Local channels only",
+        label=_("Local channels only"),
         required=False,
-        help_text="Never send requests for this alias to an external channel, even when no local one can hold them.",
+        help_text=_("Never send requests for this alias to an external channel, even when no local one can hold them."),
     )
 
     def __init__(self, *args: Any, instance: Model | None = None, **kwargs: Any) -> None:
@@ -222,7 +234,7 @@ class AliasForm(forms.Form):
                 label=f"{ORDINALS[i]} (target {i + 1})",
                 choices=choices,
                 required=False,
-                help_text="Tried first while its window holds the request." if i == 0 else "",
+                help_text=_("Tried first while its window holds the request.") if i == 0 else "",
             )
 
     @property

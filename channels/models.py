@@ -78,31 +78,33 @@ class Channel(TimeStampedModel):
 
     name = models.CharField(max_length=100, unique=True)
     kind = models.CharField(max_length=16, choices=ChannelKind, default=ChannelKind.OPENAI)
-    base_url = models.CharField(max_length=500, help_text="Stored canonical, ending in /v1.")
-    api_key = EncryptedTextField(blank=True, help_text="Sent upstream by the gateway; write-only.")
+    base_url = models.CharField(max_length=500, help_text=_("Stored canonical, ending in /v1."))
+    api_key = EncryptedTextField(blank=True, help_text=_("Sent upstream by the gateway; write-only."))
     priority = models.IntegerField(
         default=0,
         validators=[MinValueValidator(-1000), MaxValueValidator(1000)],
-        help_text="Higher is tried first.",
+        help_text=_("Higher is tried first."),
     )
     weight = models.PositiveIntegerField(
         default=1,
         validators=[MinValueValidator(1), MaxValueValidator(1000)],
-        help_text="Share of traffic among channels of the same priority.",
+        help_text=_("Share of traffic among channels of the same priority."),
     )
     enabled = models.BooleanField(default=True)
     speaks_messages = models.BooleanField(
-        default=False, help_text="Serves the Anthropic Messages API natively (always true for kind anthropic)."
+        default=False, help_text=_("Serves the Anthropic Messages API natively (always true for kind anthropic).")
     )
     speaks_responses = models.BooleanField(
-        default=False, help_text="Serves the OpenAI Responses API natively (requests are passed through)."
+        default=False, help_text=_("Serves the OpenAI Responses API natively (requests are passed through).")
     )
     locality = models.CharField(
         max_length=8,
         choices=Locality,
         default=Locality.EXTERNAL,
-        help_text="Local: a server on our own machines (deployments register theirs as local). External: a cloud "
-        "provider; requests of local-only keys and aliases are never sent there.",
+        help_text=_(
+            "Local: a server on our own machines (deployments register theirs as local). External: a cloud "
+            "provider; requests of local-only keys and aliases are never sent there."
+        ),
     )
     status = models.CharField(max_length=24, choices=ChannelStatus, default=ChannelStatus.UNKNOWN)
     status_message = models.CharField(max_length=300, blank=True)  # what an operator should do next
@@ -113,18 +115,20 @@ class Channel(TimeStampedModel):
     # --- health checks: what the probe does for this channel ---------------------------------
     probe_inference = models.BooleanField(
         default=True,
-        help_text="Send a tiny streaming chat completion on each check to measure time to first token "
-        "(turn off for paid cloud channels; liveness and model discovery still run).",
+        help_text=_(
+            "Send a tiny streaming chat completion on each check to measure time to first token "
+            "(turn off for paid cloud channels; liveness and model discovery still run)."
+        ),
     )
     probe_max_tokens = models.PositiveIntegerField(
         default=4,
         validators=[MinValueValidator(1), MaxValueValidator(4096)],
-        help_text="max_tokens of the latency probe (reasoning models need more before the first answer token).",
+        help_text=_("max_tokens of the latency probe (reasoning models need more before the first answer token)."),
     )
     ttft_degraded_ms = models.PositiveIntegerField(
         default=5000,
         validators=[MinValueValidator(10), MaxValueValidator(600_000)],
-        help_text="Time to first token (ms) above which the channel counts as degraded.",
+        help_text=_("Time to first token (ms) above which the channel counts as degraded."),
     )
     # Hysteresis state, moved only with F() updates by channels.health.services.
     consecutive_failures = models.PositiveIntegerField(default=0)
@@ -166,13 +170,15 @@ class Model(TimeStampedModel):
         max_length=16,
         choices=BalancePolicy,
         default=BalancePolicy.WEIGHTED,
-        help_text="How requests are spread over channels of the same priority: weighted random; session "
-        "affinity (each agent session stays on one replica, so its prompt cache is reused); least busy "
-        "(fewest requests in flight, then the fastest first token).",
+        help_text=_(
+            "How requests are spread over channels of the same priority: weighted random; session "
+            "affinity (each agent session stays on one replica, so its prompt cache is reused); least busy "
+            "(fewest requests in flight, then the fastest first token)."
+        ),
     )
     is_alias = models.BooleanField(default=False, editable=False)
     local_only = models.BooleanField(
-        default=False, help_text="Requests for this name are only sent to local channels, even on failover."
+        default=False, help_text=_("Requests for this name are only sent to local channels, even on failover.")
     )
     channels = models.ManyToManyField(Channel, through="ModelRoute", related_name="models")
 
@@ -247,7 +253,7 @@ class ModelRoute(TimeStampedModel):
     model = models.ForeignKey(Model, on_delete=models.CASCADE, related_name="routes")
     channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="routes")
     upstream_model = models.CharField(
-        max_length=256, blank=True, help_text="The id the upstream knows; blank means the public name."
+        max_length=256, blank=True, help_text=_("The id the upstream knows; blank means the public name.")
     )
     context_window = models.PositiveIntegerField(
         null=True,
@@ -421,7 +427,7 @@ class AlertTarget(TimeStampedModel):
 
     name = models.CharField(max_length=100, unique=True)
     kind = models.CharField(max_length=8, choices=AlertKind, default=AlertKind.WEBHOOK)
-    url = models.URLField(max_length=500, blank=True, help_text="Webhook URL (Slack incoming webhooks work).")
+    url = models.URLField(max_length=500, blank=True, help_text=_("Webhook URL (Slack incoming webhooks work)."))
     email = models.EmailField(blank=True)
     enabled = models.BooleanField(default=True)
 

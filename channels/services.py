@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
-from django.utils.translation import gettext_lazy as _
+from django.utils.translation import gettext as _
 
 from .baseurl import BaseURLError, normalize_base_url
 from .choices import Locality, PriceSource
@@ -180,7 +180,9 @@ def add_served_model(*, channel, name: str, upstream_model: str, context_window:
         model.full_clean()
         model.save()
     elif ModelRoute.objects.filter(model=model, channel=channel).exists():
-        raise ValidationError({"name": [f"{name} already has a route to {channel.name}."]})
+        raise ValidationError(
+            {"name": [_("%(name)s already has a route to %(channel)s.") % {"name": name, "channel": channel.name}]}
+        )
     route = ModelRoute(
         model=model,
         channel=channel,
@@ -214,7 +216,7 @@ def save_alias(
     if alias is None:
         alias = Model(is_alias=True)
     elif not alias.is_alias:
-        raise ValidationError({"name": [f"{alias.name} is a model with routes, not an alias."]})
+        raise ValidationError({"name": [_("%(alias)s is a model with routes, not an alias.") % {"alias": alias.name}]})
     alias.name, alias.display_name, alias.description = name, display_name, description
     alias.enabled, alias.local_only = enabled, local_only
     errors: dict[str, list[str]] = {}
@@ -242,17 +244,17 @@ def _alias_targets(alias, targets: list, errors: dict[str, list[str]]) -> list:
     names = [n for n in names if n]
     problems: list[str] = []
     if not names:
-        problems.append("Choose at least one target model.")
+        problems.append(_("Choose at least one target model."))
     if len(names) > MAX_ALIAS_TARGETS:
-        problems.append(f"An alias has at most {MAX_ALIAS_TARGETS} targets.")
+        problems.append(_("An alias has at most %(count)d targets.") % {"count": MAX_ALIAS_TARGETS})
     if len(set(names)) != len(names):
-        problems.append("Each target may be listed once.")
+        problems.append(_("Each target may be listed once."))
     found = {m.name: m for m in Model.objects.filter(name__in=names)}
     resolved = []
     for n in names:
         model = found.get(n)
         if model is None:
-            problems.append(f"There is no model named {n}.")
+            problems.append(_("There is no model named %(name)s.") % {"name": n})
         elif model.is_alias:
             problems.append(f"{n} is an alias itself; point at the models it names instead.")
         elif (alias.pk and model.pk == alias.pk) or n == alias.name:

@@ -34,9 +34,13 @@ from .services import (
 
 
 def _saved_message(verb: str, channel: Channel, notes: list[str]) -> str:
-    text = f"Channel {channel.name} {verb}."
+    names = {"name": channel.name, "url": channel.base_url, "notes": "; ".join(notes)}
+    if verb == "added":
+        text = _("Channel %(name)s added.") % names
+    else:
+        text = _("Channel %(name)s saved.") % names
     if notes:
-        text += f" We stored {channel.base_url}: {'; '.join(notes)}."
+        text += " " + _("We stored %(url)s: %(notes)s.") % names
     return text
 
 
@@ -160,7 +164,11 @@ class ChannelServedModelsView(AdminRequiredMixin, View):
                 for field, errors in exc.message_dict.items():
                     form.add_error(field if field in form.fields else None, errors)
             else:
-                messages.success(request, f"Model {route.model.name} added, routed to {channel.name}.")
+                messages.success(
+                    request,
+                    _("Model %(model)s added, routed to %(channel)s.")
+                    % {"model": route.model.name, "channel": channel.name},
+                )
                 return redirect("channel_served_models", pk=channel.pk)
         return self.get(request, pk, forms={form["upstream_model"].value(): form}, status=400)
 
@@ -241,10 +249,14 @@ class ModelDeleteView(AdminRequiredMixin, SafeDeleteMixin, DeleteView):
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
         aliases = Model.objects.aliases().filter(targets__target=self.object).order_by("name")
-        detail = "Requests for it fail with 404 and its routes are deleted."
         if aliases:
-            detail += f" The aliases {', '.join(a.name for a in aliases)} stop trying it."
-        context["detail"] = detail + " Past usage records are kept."
+            detail = _(
+                "Requests for it fail with 404 and its routes are deleted. The aliases %(aliases)s stop trying it. "
+                "Past usage records are kept."
+            ) % {"aliases": ", ".join(a.name for a in aliases)}
+        else:
+            detail = _("Requests for it fail with 404 and its routes are deleted. Past usage records are kept.")
+        context["detail"] = detail
         return context
 
 

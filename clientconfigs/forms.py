@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import cast
 
 from django import forms
+from django.utils.translation import gettext_lazy as _
 
 from keys.models import Key
 
@@ -13,23 +14,29 @@ class ConnectForm(forms.Form):
     """How the files for one client are made: a new key, or a placeholder scoped like an existing key."""
 
     # Minting is the default: a placeholder makes the installer write files that cannot work yet.
-    key_mode = forms.ChoiceField(choices=KeyMode.choices, initial=KeyMode.MINT, widget=forms.RadioSelect)
+    key_mode = forms.ChoiceField(
+        label=_("Key"), choices=KeyMode.choices, initial=KeyMode.MINT, widget=forms.RadioSelect
+    )
     machine = forms.CharField(
-        max_length=40, required=False, initial="laptop", help_text="Names the new key, e.g. cline@laptop."
+        label=_("Machine name"),
+        max_length=40,
+        required=False,
+        initial="laptop",
+        help_text=_("Names the new key, e.g. cline@laptop."),
     )
     replace = forms.BooleanField(
         required=False,
         initial=True,
-        label="Replace the key minted before for this client and machine",
-        help_text="The old key keeps working for 10 minutes, then stops.",
+        label=_("Replace the key minted before for this client and machine"),
+        help_text=_("The old key keeps working for 10 minutes, then stops."),
     )
     key = forms.ModelChoiceField(
         queryset=Key.objects.none(),
         required=False,
         empty_label="All models I may use",
-        help_text="Placeholder mode: list only the models this key may use.",
+        help_text=_("Placeholder mode: list only the models this key may use."),
     )
-    model = forms.ChoiceField(choices=(), required=False, label="Default model")
+    model = forms.ChoiceField(choices=(), required=False, label=_("Default model"))
 
     def __init__(self, *args, user, model_names: list[str], **kwargs):
         super().__init__(*args, **kwargs)

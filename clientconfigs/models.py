@@ -5,13 +5,14 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from portal.models import TimeStampedModel
 
 
 class KeyMode(models.TextChoices):
-    MINT = "mint", "Mint a new key for this client"
-    PLACEHOLDER = "placeholder", "Placeholder (use a key I already have)"
+    MINT = "mint", _("Mint a new key for this client")
+    PLACEHOLDER = "placeholder", _("Placeholder (use a key I already have)")
 
 
 class DownloadToken(TimeStampedModel):
@@ -25,18 +26,18 @@ class DownloadToken(TimeStampedModel):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="download_tokens")
     client = models.CharField(max_length=32)
     key_mode = models.CharField(max_length=16, choices=KeyMode, default=KeyMode.PLACEHOLDER)
-    key_name = models.CharField(max_length=100, blank=True, help_text="Name of the key minted on redemption.")
+    key_name = models.CharField(max_length=100, blank=True, help_text=_("Name of the key minted on redemption."))
     key = models.ForeignKey(
         "keys.Key",
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
         related_name="+",
-        help_text="Placeholder mode: the key whose models to list. Mint mode: the key minted on redemption.",
+        help_text=_("Placeholder mode: the key whose models to list. Mint mode: the key minted on redemption."),
     )
     default_model = models.CharField(max_length=128, blank=True)
     replace_key = models.BooleanField(
-        default=True, help_text="Mint mode: the new key replaces the one minted before for this client and machine."
+        default=True, help_text=_("Mint mode: the new key replaces the one minted before for this client and machine.")
     )
     token_hash = models.CharField(max_length=64, unique=True)
     expires_at = models.DateTimeField()
@@ -65,7 +66,7 @@ class ConfigDownload(models.Model):
     client = models.CharField(max_length=32)
     version = models.CharField(max_length=32)
     key = models.ForeignKey("keys.Key", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    via = models.CharField(max_length=16, default="page", help_text="page, api or installer")
+    via = models.CharField(max_length=16, default="page", help_text=_("page, api or installer"))
 
     class Meta:
         ordering = ["-created", "-id"]

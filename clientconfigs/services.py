@@ -16,7 +16,7 @@ from dataclasses import asdict
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Prefetch, Q
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from channels.choices import Locality
 from channels.models import AliasTarget, Model, ModelRoute, alias_limits, route_limits
@@ -267,7 +267,10 @@ def redeem_download_token(plaintext: str, *, gateway: str) -> dict | None:
     elif key is not None and not key.is_active:
         key = None
     inp = render_input(user, gateway=gateway, key=key, plaintext=plain, default_model=token.default_model)
-    rendered = render(token.client, inp)
+    # The installer's curl sends no Accept-Language: its notes and file comments are in the language
+    # of the person who asked for it, when they chose one, else the request's.
+    with translation.override(getattr(user, "language", "") or translation.get_language()):
+        rendered = render(token.client, inp)
     record_download(user, token.client, inp.version, key, via="installer")
     audit.record(AuditAction.ACTION, token, message=f"installer bundle for {token.client} downloaded")
     return bundle(token.client, inp, rendered, key)

@@ -9,21 +9,21 @@ class HostStatus(models.TextChoices):
     moves host_key_unconfirmed/host_key_changed back to unknown until the next contact.
     """
 
-    UNKNOWN = "unknown", "Unknown"
-    ONLINE = "online", "Online"
-    UNREACHABLE = "unreachable", "Unreachable"
-    NO_DRIVER = "no_driver", "No GPU driver"
-    HOST_KEY_CHANGED = "host_key_changed", "Host key changed"
-    AUTH_FAILED = "auth_failed", "Authentication failed"
-    HOST_KEY_UNCONFIRMED = "host_key_unconfirmed", "Host key awaiting confirmation"
+    UNKNOWN = "unknown", _("Unknown")
+    ONLINE = "online", _("Online")
+    UNREACHABLE = "unreachable", _("Unreachable")
+    NO_DRIVER = "no_driver", _("No GPU driver")
+    HOST_KEY_CHANGED = "host_key_changed", _("Host key changed")
+    AUTH_FAILED = "auth_failed", _("Authentication failed")
+    HOST_KEY_UNCONFIRMED = "host_key_unconfirmed", _("Host key awaiting confirmation")
 
 
 class Backend(models.TextChoices):
     """Inference servers a deployment can run; each has a module in `hosts/backends/`."""
 
-    VLLM = "vllm", "vLLM"
-    SGLANG = "sglang", "SGLang"
-    LLAMACPP = "llamacpp", "llama.cpp (llama-server)"
+    VLLM = "vllm", _("vLLM")
+    SGLANG = "sglang", _("SGLang")
+    LLAMACPP = "llamacpp", _("llama.cpp (llama-server)")
 
 
 class DeploymentStatus(models.TextChoices):
@@ -75,10 +75,10 @@ class RayState(models.TextChoices):
 
 
 class JobAction(models.TextChoices):
-    LAUNCH = "launch", "Launch"
-    STOP = "stop", "Stop"
-    RESTART = "restart", "Restart"
-    ADOPT = "adopt", "Adopt"
+    LAUNCH = "launch", _("Launch")
+    STOP = "stop", _("Stop")
+    RESTART = "restart", _("Restart")
+    ADOPT = "adopt", _("Adopt")
 
 
 class JobState(models.TextChoices):
@@ -88,14 +88,14 @@ class JobState(models.TextChoices):
     `recover_stale_jobs` fails a job whose worker died (no heartbeat) so none stays active forever.
     """
 
-    QUEUED = "queued", "Queued"
-    CONNECTING = "connecting", "Connecting"
-    STARTING = "starting", "Starting"
-    WAITING_HEALTH = "waiting_health", "Waiting for health"
-    RUNNING = "running", "Running"
-    STOPPING = "stopping", "Stopping"
-    STOPPED = "stopped", "Stopped"
-    FAILED = "failed", "Failed"
+    QUEUED = "queued", _("Queued")
+    CONNECTING = "connecting", _("Connecting")
+    STARTING = "starting", _("Starting")
+    WAITING_HEALTH = "waiting_health", _("Waiting for health")
+    RUNNING = "running", _("Running")
+    STOPPING = "stopping", _("Stopping")
+    STOPPED = "stopped", _("Stopped")
+    FAILED = "failed", _("Failed")
 
 
 ACTIVE_JOB_STATES = (

@@ -5,17 +5,18 @@ from __future__ import annotations
 import json
 
 import django_filters
+from django.utils.translation import gettext_lazy as _
 
-from portal.filters import search
+from portal.filters import FilterSet, search
 
 from .choices import HostStatus
 from .models import GPU, Host
 
 
-class HostFilterSet(django_filters.FilterSet):
-    q = django_filters.CharFilter(method="filter_q", label="Search")
-    status = django_filters.MultipleChoiceFilter(choices=HostStatus.choices)
-    label = django_filters.CharFilter(method="filter_label", label="Label")
+class HostFilterSet(FilterSet):
+    q = django_filters.CharFilter(method="filter_q", label=_("Search"))
+    status = django_filters.MultipleChoiceFilter(label=_("Status"), choices=HostStatus.choices)
+    label = django_filters.CharFilter(method="filter_label", label=_("Label"))
 
     class Meta:
         model = Host
@@ -30,7 +31,7 @@ class HostFilterSet(django_filters.FilterSet):
         return queryset.filter(labels__icontains=json.dumps(value)) if value else queryset
 
 
-class GPUFilterSet(django_filters.FilterSet):
+class GPUFilterSet(FilterSet):
     class Meta:
         model = GPU
         fields = ["host", "index", "name"]

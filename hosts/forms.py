@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from django import forms
+from django.utils.translation import gettext_lazy as _
 
 from .models import Host
 
@@ -14,7 +15,7 @@ MAX_LABELS = 20
 
 class HostForm(forms.ModelForm):
     private_key = forms.CharField(
-        label="SSH private key",
+        label=_("SSH private key"),
         required=False,
         max_length=20000,
         strip=False,
@@ -27,11 +28,12 @@ class HostForm(forms.ModelForm):
             }
         ),
     )
-    clear_private_key = forms.BooleanField(label="Remove the stored private key", required=False)
+    clear_private_key = forms.BooleanField(label=_("Remove the stored private key"), required=False)
     labels = forms.CharField(
+        label=_("Labels"),
         required=False,
         max_length=1000,
-        help_text="Comma-separated, e.g. “h100, rack-2”.",
+        help_text=_("Comma-separated, e.g. “h100, rack-2”."),
     )
 
     class Meta:
@@ -45,13 +47,13 @@ class HostForm(forms.ModelForm):
         self.initial.pop("private_key", None)
         has_key = bool(self.instance.pk and self.instance.private_key)
         if has_key:
-            self.fields[
-                "private_key"
-            ].help_text = "A key is <strong>set</strong>. Leave blank to keep it; paste a new one to replace it."
+            self.fields["private_key"].help_text = _(
+                "A key is <strong>set</strong>. Leave blank to keep it; paste a new one to replace it."
+            )
         else:
-            self.fields[
-                "private_key"
-            ].help_text = "Not set. Paste an unencrypted OpenSSH or PEM private key; it is encrypted at rest."
+            self.fields["private_key"].help_text = _(
+                "Not set. Paste an unencrypted OpenSSH or PEM private key; it is encrypted at rest."
+            )
             del self.fields["clear_private_key"]
         self.initial["labels"] = ", ".join(self.instance.labels or []) if self.instance.pk else ""
 
@@ -65,9 +67,9 @@ class HostForm(forms.ModelForm):
         try:
             asyncssh.import_private_key(text)
         except asyncssh.KeyEncryptionError:
-            raise forms.ValidationError("This key is protected by a passphrase; use a key without one.") from None
+            raise forms.ValidationError(_("This key is protected by a passphrase; use a key without one.")) from None
         except (asyncssh.KeyImportError, ValueError):
-            raise forms.ValidationError("This is not a private key we can read (OpenSSH or PEM format).") from None
+            raise forms.ValidationError(_("This is not a private key we can read (OpenSSH or PEM format).")) from None
         return text
 
     def clean_labels(self) -> list[str]:
@@ -76,10 +78,11 @@ class HostForm(forms.ModelForm):
         bad = [label for label in labels if not LABEL_RE.match(label)]
         if bad:
             raise forms.ValidationError(
-                f"Not a valid label: {', '.join(bad)} (letters, digits and . _ : = / -, up to 50)."
+                _("Not a valid label: %(labels)s (letters, digits and . _ : = / -, up to 50).")
+                % {"labels": ", ".join(bad)}
             )
         if len(labels) > MAX_LABELS:
-            raise forms.ValidationError(f"At most {MAX_LABELS} labels.")
+            raise forms.ValidationError(_("At most %(MAX_LABELS)s labels.") % {"MAX_LABELS": MAX_LABELS})
         return list(dict.fromkeys(labels))
 
     def save(self, commit: bool = True):

@@ -48,10 +48,10 @@ class Host(TimeStampedModel):
     address = models.CharField(max_length=253, validators=[ADDRESS_VALIDATOR])
     ssh_port = models.PositiveIntegerField(default=22, validators=[MinValueValidator(1), MaxValueValidator(65535)])
     username = models.CharField(max_length=32, validators=[USERNAME_VALIDATOR])
-    private_key = EncryptedTextField(blank=True, help_text="OpenSSH private key; write-only.")
+    private_key = EncryptedTextField(blank=True, help_text=_("OpenSSH private key; write-only."))
     host_key_fingerprint = models.CharField(max_length=100, blank=True)
     seen_host_key_fingerprint = models.CharField(
-        max_length=100, blank=True, help_text="Key offered on the last contact, awaiting confirmation."
+        max_length=100, blank=True, help_text=_("Key offered on the last contact, awaiting confirmation.")
     )
     labels = models.JSONField(default=list, blank=True)
     gpu_hour_cost = models.DecimalField(
@@ -76,7 +76,7 @@ class Host(TimeStampedModel):
     fit_calibration = models.JSONField(
         default=dict,
         blank=True,
-        help_text="Per backend: actual / estimated memory over the last launches, and what -fa auto did.",
+        help_text=_("Per backend: actual / estimated memory over the last launches, and what -fa auto did."),
     )
 
     class Meta:
@@ -161,31 +161,33 @@ class Deployment(TimeStampedModel):
     host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="deployments")
     backend = models.CharField(max_length=16, choices=Backend)
     model_path = models.CharField(
-        max_length=500, help_text="Hugging Face id or folder (vLLM), or the .gguf file (llama.cpp) on the host."
+        max_length=500, help_text=_("Hugging Face id or folder (vLLM), or the .gguf file (llama.cpp) on the host.")
     )
     served_model_name = models.CharField(
-        max_length=128, help_text="The public model name the gateway will serve it under."
+        max_length=128, help_text=_("The public model name the gateway will serve it under.")
     )
-    gpu_indices = models.JSONField(default=list, blank=True, help_text="GPU indices → CUDA_VISIBLE_DEVICES.")
+    gpu_indices = models.JSONField(default=list, blank=True, help_text=_("GPU indices → CUDA_VISIBLE_DEVICES."))
     port = models.PositiveIntegerField(validators=[MinValueValidator(1024), MaxValueValidator(65535)])
-    options = models.JSONField(default=dict, blank=True, help_text="Typed backend options (see the backend).")
-    extra_args = models.JSONField(default=list, blank=True, help_text="Further arguments, one token each.")
+    options = models.JSONField(default=dict, blank=True, help_text=_("Typed backend options (see the backend)."))
+    extra_args = models.JSONField(default=list, blank=True, help_text=_("Further arguments, one token each."))
     # Multi-node vLLM: the same GPU indices on each worker host; TP within a node, PP across nodes,
     # joined by a Ray cluster the launch job starts over SSH (hosts/deployments/multinode.py).
     worker_hosts = models.ManyToManyField(
-        Host, blank=True, related_name="worker_deployments", help_text="Further nodes (vLLM over Ray)."
+        Host, blank=True, related_name="worker_deployments", help_text=_("Further nodes (vLLM over Ray).")
     )
     network_interface = models.CharField(
         max_length=15,
         blank=True,
         validators=[RegexValidator(r"^[A-Za-z0-9_.:-]{1,15}$", "A network interface name, e.g. eth0 or ib0.")],
-        help_text="The interface the nodes reach each other on (NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME).",
+        help_text=_("The interface the nodes reach each other on (NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME)."),
     )
     ray_port = models.PositiveIntegerField(
-        default=6379, validators=[MinValueValidator(1024), MaxValueValidator(65535)], help_text="The Ray head's port."
+        default=6379,
+        validators=[MinValueValidator(1024), MaxValueValidator(65535)],
+        help_text=_("The Ray head's port."),
     )
     fit_override = models.BooleanField(
-        default=False, help_text="Launch even when the VRAM estimate says it does not fit."
+        default=False, help_text=_("Launch even when the VRAM estimate says it does not fit.")
     )
     upstream_api_key = EncryptedTextField(blank=True)
     channel = models.ForeignKey(
@@ -194,12 +196,14 @@ class Deployment(TimeStampedModel):
     status = models.CharField(max_length=16, choices=DeploymentStatus, default=DeploymentStatus.STOPPED)
     status_message = models.CharField(max_length=500, blank=True)
     pid = models.PositiveIntegerField(null=True, blank=True)
-    context_window = models.PositiveIntegerField(null=True, blank=True, help_text="As the running server reports it.")
+    context_window = models.PositiveIntegerField(
+        null=True, blank=True, help_text=_("As the running server reports it.")
+    )
     last_fit = models.JSONField(
-        default=dict, blank=True, help_text="The last VRAM estimate, with what it was based on."
+        default=dict, blank=True, help_text=_("The last VRAM estimate, with what it was based on.")
     )
     last_allocation = models.JSONField(
-        default=dict, blank=True, help_text="What the server reported allocating at its last start, vs the estimate."
+        default=dict, blank=True, help_text=_("What the server reported allocating at its last start, vs the estimate.")
     )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -335,7 +339,7 @@ class LaunchJob(TimeStampedModel):
     state = models.CharField(max_length=16, choices=JobState, default=JobState.QUEUED)
     message = models.CharField(max_length=1000, blank=True)  # why it failed / what it waits for
     transitions = models.JSONField(default=list, blank=True)
-    command = models.TextField(blank=True, help_text="The command run, API key masked.")
+    command = models.TextField(blank=True, help_text=_("The command run, API key masked."))
     log_tail = models.TextField(blank=True)
     pid = models.PositiveIntegerField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
@@ -377,7 +381,7 @@ class DeploymentRun(TimeStampedModel):
     deployment = models.ForeignKey(Deployment, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs")
     deployment_name = models.CharField(max_length=63)
     host_name = models.CharField(max_length=100)
-    gpus = models.PositiveSmallIntegerField(help_text="GPUs it held: its GPU indices on each of its nodes.")
+    gpus = models.PositiveSmallIntegerField(help_text=_("GPUs it held: its GPU indices on each of its nodes."))
     # The channel it served through, whose usage decides who the GPU-hours are attributed to.
     channel = models.ForeignKey("channels.Channel", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     started = models.DateTimeField(db_index=True)

@@ -13,6 +13,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import OuterRef, Subquery
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from portal.dashboard import Attention
 
@@ -25,9 +26,9 @@ def confirm_host_key(host: Host, fingerprint: str) -> None:
     """Pin the key seen on the last contact. `fingerprint` must match it, so a page left open
     while the key changed cannot confirm a different key than the one the admin read."""
     if not host.seen_host_key_fingerprint:
-        raise ValidationError("No host key has been seen yet: refresh the host first.")
+        raise ValidationError(_("No host key has been seen yet: refresh the host first."))
     if fingerprint != host.seen_host_key_fingerprint:
-        raise ValidationError("The host offered a different key since this page was loaded; check it again.")
+        raise ValidationError(_("The host offered a different key since this page was loaded; check it again."))
     host.host_key_fingerprint = fingerprint
     if host.status in (HostStatus.HOST_KEY_CHANGED, HostStatus.HOST_KEY_UNCONFIRMED):
         host.status, host.status_message = HostStatus.UNKNOWN, "Host key confirmed; refresh to read the GPUs."

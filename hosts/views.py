@@ -8,6 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse, reverse_lazy
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_GET, require_POST
 from django.views.generic import CreateView, DeleteView, DetailView, UpdateView
 
@@ -44,7 +45,7 @@ class HostCreateView(AdminRequiredMixin, InvalidFormStatusMixin, CreateView):
 
     def form_valid(self, form):
         response = super().form_valid(form)
-        messages.success(self.request, f"Host {self.object.name} added.")
+        messages.success(self.request, _("Host %(name)s added.") % {"name": self.object.name})
         return response
 
     def get_success_url(self):
@@ -63,7 +64,7 @@ class HostUpdateView(AdminRequiredMixin, InvalidFormStatusMixin, UpdateView):
         elif form.cleaned_data.get("clear_private_key"):
             note = " (private key removed)"
         response = super().form_valid(form)
-        messages.success(self.request, f"Host {self.object.name} saved{note}.")
+        messages.success(self.request, _("Host %(name)s saved%(note)s.") % {"name": self.object.name, "note": note})
         return response
 
     def get_success_url(self):
@@ -121,7 +122,9 @@ def host_refresh(request: HttpRequest, pk: int) -> HttpResponse:
     """ "Refresh now": queue the inventory task for this host."""
     host = get_object_or_404(Host, pk=pk)
     tasks.refresh_inventory.delay(host.pk)
-    messages.info(request, f"Inventory refresh of {host} queued; this part reloads in a few seconds.")
+    messages.info(
+        request, _("Inventory refresh of %(host)s queued; this part reloads in a few seconds.") % {"host": host}
+    )
     return _back(request, host, refreshing=True)
 
 
@@ -134,5 +137,9 @@ def host_confirm_key(request: HttpRequest, pk: int) -> HttpResponse:
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
     else:
-        messages.success(request, f"Host key {host.host_key_fingerprint} confirmed for {host}.")
+        messages.success(
+            request,
+            _("Host key %(host_key_fingerprint)s confirmed for %(host)s.")
+            % {"host_key_fingerprint": host.host_key_fingerprint, "host": host},
+        )
     return _back(request, host)

@@ -3,31 +3,31 @@ from django.utils.translation import gettext_lazy as _
 
 
 class UsageStatus(models.TextChoices):
-    OK = "ok", "OK"
-    CLIENT_ERROR = "client_error", "Client error"
-    UPSTREAM_ERROR = "upstream_error", "Upstream error"
-    CLIENT_DISCONNECTED = "client_disconnected", "Client disconnected"
-    RATE_LIMITED = "rate_limited", "Rate limited"
-    UNAVAILABLE = "unavailable", "Gateway unavailable"  # refused because Redis could not be asked
-    INTERRUPTED = "interrupted", "Interrupted"  # cut by the gateway's own shutdown
+    OK = "ok", _("OK")
+    CLIENT_ERROR = "client_error", _("Client error")
+    UPSTREAM_ERROR = "upstream_error", _("Upstream error")
+    CLIENT_DISCONNECTED = "client_disconnected", _("Client disconnected")
+    RATE_LIMITED = "rate_limited", _("Rate limited")
+    UNAVAILABLE = "unavailable", _("Gateway unavailable")  # refused because Redis could not be asked
+    INTERRUPTED = "interrupted", _("Interrupted")  # cut by the gateway's own shutdown
 
 
 class ApiSurface(models.TextChoices):
-    CHAT = "chat", "Chat Completions"
-    COMPLETIONS = "completions", "Completions"
-    EMBEDDINGS = "embeddings", "Embeddings"
-    MESSAGES = "messages", "Anthropic Messages"
-    RESPONSES = "responses", "OpenAI Responses"
+    CHAT = "chat", _("Chat Completions")
+    COMPLETIONS = "completions", _("Completions")
+    EMBEDDINGS = "embeddings", _("Embeddings")
+    MESSAGES = "messages", _("Anthropic Messages")
+    RESPONSES = "responses", _("OpenAI Responses")
     PLAYGROUND = "playground", _("Playground")  # any of the above, sent from the portal's playground page
 
 
 class KeyState(models.TextChoices):
     """Computed from revoked_at, expires_at and the owner's is_active (Key.state)."""
 
-    ACTIVE = "active", "active"
-    EXPIRED = "expired", "expired"
-    REVOKED = "revoked", "revoked"
-    OWNER_INACTIVE = "owner inactive", "owner inactive"
+    ACTIVE = "active", _("active")
+    EXPIRED = "expired", _("expired")
+    REVOKED = "revoked", _("revoked")
+    OWNER_INACTIVE = "owner inactive", _("owner inactive")
 
 
 class BudgetWindow(models.TextChoices):

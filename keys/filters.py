@@ -7,10 +7,11 @@ from typing import Any
 import django_filters
 from django.db.models import Q, QuerySet
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from accounts.models import User
 from channels.models import Model
-from portal.filters import search
+from portal.filters import FilterSet, search
 
 from .models import Key, KeyQuerySet
 
@@ -33,14 +34,16 @@ def owners(request: Any) -> QuerySet[User]:
     return User.objects.filter(mine).order_by("username")
 
 
-class KeyFilterSet(django_filters.FilterSet):  # type: ignore[misc]  # django-filter ships no type hints
-    q = django_filters.CharFilter(method="filter_q", label="Search")
-    owner = django_filters.ModelChoiceFilter(queryset=owners)
-    state = django_filters.ChoiceFilter(choices=KEY_STATES, method="filter_state", label="State")
+class KeyFilterSet(FilterSet):
+    q = django_filters.CharFilter(method="filter_q", label=_("Search"))
+    owner = django_filters.ModelChoiceFilter(label=_("Owner"), queryset=owners)
+    state = django_filters.ChoiceFilter(choices=KEY_STATES, method="filter_state", label=_("State"))
     model = django_filters.ModelChoiceFilter(
-        field_name="allowed_models", queryset=Model.objects.all(), to_field_name="name", label="Allows model"
+        field_name="allowed_models", queryset=Model.objects.all(), to_field_name="name", label=_("Allows model")
     )
-    client = django_filters.CharFilter()
+    client = django_filters.CharFilter(
+        label=_("Client"),
+    )
 
     class Meta:
         model = Key

@@ -26,10 +26,10 @@ else:
     _UserChoiceField = forms.ModelChoiceField  # Django's form fields take no [] at runtime
 
 GRACE_CHOICES = [
-    ("0", "No grace: the old key stops now"),
-    ("3600", "1 hour"),
-    ("86400", "24 hours"),
-    ("604800", "7 days"),
+    ("0", _("No grace: the old key stops now")),
+    ("3600", _("1 hour")),
+    ("86400", _("24 hours")),
+    ("604800", _("7 days")),
 ]
 
 
@@ -47,32 +47,37 @@ class KeyForm(forms.Form):
     owner = OwnerChoiceField(
         queryset=User.objects.none(), error_messages={"invalid_choice": "You can only create keys for yourself."}
     )
-    name = forms.CharField(max_length=100, help_text="Where the key is used, e.g. “laptop” or “ci”.")
+    name = forms.CharField(
+        label=_("Name"), max_length=100, help_text=_("Where the key is used, e.g. “laptop” or “ci”.")
+    )
     allowed_models = forms.ModelMultipleChoiceField(
+        label=_("Allowed models"),
         queryset=Model.objects.all(),
         required=False,
         widget=forms.SelectMultiple(attrs={"size": 5}),
-        help_text="None selected: every model the owner may use.",
+        help_text=_("None selected: every model the owner may use."),
         error_messages={"invalid_choice": "Unknown model: %(value)s.", "invalid_pk_value": "Unknown model: %(pk)s."},
     )
     ip_allowlist = forms.CharField(
-        label="IP allowlist",
+        label=_("IP allowlist"),
         required=False,
         max_length=5000,
         widget=forms.Textarea(attrs={"rows": 2, "placeholder": "10.0.0.0/8, 192.168.1.20"}),
-        help_text="CIDR blocks or addresses, comma or newline separated. Blank: any address.",
+        help_text=_("CIDR blocks or addresses, comma or newline separated. Blank: any address."),
     )
     local_only = forms.BooleanField(
-        label="Local channels only",
+        label=_("Local channels only"),
         required=False,
-        help_text="Requests with this key stay on our own servers: never sent to a cloud provider, even on failover.",
+        help_text=_(
+            "Requests with this key stay on our own servers: never sent to a cloud provider, even on failover."
+        ),
     )
     expires_at = forms.DateTimeField(
-        label="Expires",
+        label=_("Expires"),
         required=False,
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"],
-        help_text="UTC. Blank: never expires.",
+        help_text=_("UTC. Blank: never expires."),
     )
 
     def __init__(self, *args: Any, user: User, instance: Key | None = None, **kwargs: Any) -> None:
@@ -123,7 +128,7 @@ class KeyForm(forms.Form):
             local = self.fields["local_only"]
             local.disabled = True  # a posted value is ignored: the key stays local-only
             local.help_text = (
-                "Set by an admin: this key stays on local channels; only an admin can lift it."
+                _("Set by an admin: this key stays on local channels; only an admin can lift it.")
                 if lock[1] == ADMIN
                 else _(
                     "Set by a team lead: this key stays on local channels; only a team lead or an admin can lift it."
@@ -160,7 +165,7 @@ class KeyForm(forms.Form):
             elif owner is not None and self.user.pk != owner.pk and self.user.led_team_id is not None:
                 lead_note = _("A value you set is a ceiling %(owner)s can only lower.")
                 help_bits.append(lead_note % {"owner": owner.username})
-            field.help_text = " ".join(help_bits)
+            field.help_text = " ".join(str(b) for b in help_bits)
 
     def _owner_for_display(self) -> User | None:
         if self.instance is not None:
@@ -183,7 +188,7 @@ class KeyForm(forms.Form):
     def clean_name(self) -> str:
         name: str = self.cleaned_data["name"].strip()
         if not name:
-            raise ValidationError("Enter a name.")
+            raise ValidationError(_("Enter a name."))
         return name
 
     def clean(self) -> dict[str, Any]:
@@ -198,7 +203,9 @@ class KeyForm(forms.Form):
             same_name = same_name.exclude(pk=self.instance.pk)
         if name and same_name.exists():
             self.add_error(
-                "name", f"{owner.username} already has a key named “{name}”; pick another name or revoke it."
+                "name",
+                _("%(username)s already has a key named “%(name)s”; pick another name or revoke it.")
+                % {"username": owner.username, "name": name},
             )
         limits = {n: cleaned.get(n) for n in LIMIT_LABELS if n not in self.errors}
         expires_at = cleaned.get("expires_at")
@@ -267,11 +274,11 @@ class KeyForm(forms.Form):
 
 class RotateForm(forms.Form):
     grace = forms.ChoiceField(
-        label="Keep the old key working for",
+        label=_("Keep the old key working for"),
         choices=GRACE_CHOICES,
         initial="3600",
         widget=forms.RadioSelect,
-        help_text="Time to roll the new key out before the old one stops.",
+        help_text=_("Time to roll the new key out before the old one stops."),
     )
 
     def grace_period(self) -> datetime.timedelta | None:

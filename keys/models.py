@@ -70,21 +70,23 @@ class Key(ShownOnceSecret, Limits):
         "channels.Model",
         blank=True,
         related_name="keys",
-        help_text="Empty: every model the owner may use.",
+        help_text=_("Empty: every model the owner may use."),
     )
-    ip_allowlist = models.JSONField(default=list, blank=True, help_text="CIDR blocks; empty: any address.")
+    ip_allowlist = models.JSONField(default=list, blank=True, help_text=_("CIDR blocks; empty: any address."))
     rotated_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="rotated_to"
     )
-    client = models.CharField(max_length=32, blank=True, help_text="Client config this key was minted for.")
+    client = models.CharField(max_length=32, blank=True, help_text=_("Client config this key was minted for."))
     local_only = models.BooleanField(
         default=False,
-        help_text="Requests with this key only go to local channels, never to a cloud provider (even on failover).",
+        help_text=_("Requests with this key only go to local channels, never to a cloud provider (even on failover)."),
     )
     admin_ceilings = models.JSONField(
         default=dict,
         blank=True,
-        help_text="Limits an admin set on this key ({field: value}): the owner may lower them, never raise or clear.",
+        help_text=_(
+            "Limits an admin set on this key ({field: value}): the owner may lower them, never raise or clear."
+        ),
     )
     lead_ceilings = models.JSONField(
         default=dict,
@@ -148,7 +150,7 @@ class UsageRecord(models.Model):
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
     total_tokens = models.PositiveIntegerField(default=0)
-    estimated = models.BooleanField(default=False, help_text="Counted locally: the upstream reported no usage.")
+    estimated = models.BooleanField(default=False, help_text=_("Counted locally: the upstream reported no usage."))
     status = models.CharField(max_length=24, choices=UsageStatus, default=UsageStatus.OK)
     http_status = models.PositiveSmallIntegerField(default=200)
     error = models.CharField(max_length=300, blank=True)
@@ -157,10 +159,11 @@ class UsageRecord(models.Model):
     # The request waited this long for its on-demand model to start (null: it did not wait).
     cold_start_ms = models.FloatField(null=True, blank=True)
     cached_tokens = models.PositiveIntegerField(
-        default=0, help_text="Prompt tokens the upstream read from its prompt cache (part of prompt_tokens)."
+        default=0, help_text=_("Prompt tokens the upstream read from its prompt cache (part of prompt_tokens).")
     )
     cache_creation_tokens = models.PositiveIntegerField(
-        default=0, help_text="Prompt tokens the upstream wrote to its prompt cache (Anthropic; part of prompt_tokens)."
+        default=0,
+        help_text=_("Prompt tokens the upstream wrote to its prompt cache (Anthropic; part of prompt_tokens)."),
     )
     # What it cost in nano-units of PORTAL_CURRENCY (`channels.prices`), from the route's price in
     # effect when it was written; null: the route had no price (`pricing` says which).
@@ -403,7 +406,7 @@ class PayloadLogging(TimeStampedModel):
     retention_days = models.PositiveSmallIntegerField(
         default=7,
         validators=[MinValueValidator(1), MaxValueValidator(MAX_RETENTION_DAYS)],
-        help_text="Stored bodies are deleted by the daily prune this many days after the request.",
+        help_text=_("Stored bodies are deleted by the daily prune this many days after the request."),
     )
 
     class Meta:
@@ -476,10 +479,10 @@ class RequestPayload(models.Model):
     http_status = models.PositiveSmallIntegerField(default=200)
     request_body = models.BinaryField()
     response_body = models.BinaryField()
-    request_bytes = models.PositiveIntegerField(default=0, help_text="Size as received, before redaction.")
-    response_bytes = models.PositiveIntegerField(default=0, help_text="Size as relayed, before redaction.")
+    request_bytes = models.PositiveIntegerField(default=0, help_text=_("Size as received, before redaction."))
+    response_bytes = models.PositiveIntegerField(default=0, help_text=_("Size as relayed, before redaction."))
     truncated = models.BooleanField(default=False)
-    redactions = models.PositiveIntegerField(default=0, help_text="Secrets replaced before storage.")
+    redactions = models.PositiveIntegerField(default=0, help_text=_("Secrets replaced before storage."))
 
     class Meta:
         ordering = ["-created", "-id"]

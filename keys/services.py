@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext
 from django.utils.translation import gettext as _
 
 from channels.models import Model
@@ -316,14 +317,18 @@ def effective_limits(key: Key) -> list[EffectiveLimit]:
         else:
             value, source = min(candidates, key=lambda c: c[0])  # ties: the key's own value first
             if source == "team":
-                set_by = "an admin"
+                set_by = gettext("an admin")
             elif source == "user":
-                set_by = "a team lead" if team is not None and user_ceilings.get(name) != user else "an admin"
+                set_by = (
+                    gettext("a team lead")
+                    if team is not None and user_ceilings.get(name) != user
+                    else gettext("an admin")
+                )
             elif ceiling is not None and own == ceiling:
-                set_by = "an admin"
+                set_by = gettext("an admin")
             elif lead_ceiling is not None and own == lead_ceiling:
-                set_by = "a team lead"
+                set_by = gettext("a team lead")
             else:
                 set_by = owner.username
-        rows.append(EffectiveLimit(name, label, value, source, set_by, own, user, ceiling, shared, lead_ceiling))
+        rows.append(EffectiveLimit(name, str(label), value, source, set_by, own, user, ceiling, shared, lead_ceiling))
     return rows

@@ -9,6 +9,7 @@ from django.db import IntegrityError, transaction
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
+from django.utils.translation import gettext_lazy as _
 from django.views import View
 from django.views.generic import DetailView
 
@@ -53,7 +54,7 @@ class MyKeyListView(LoginRequiredMixin, FilteredListView):
         return visible_keys(self.request.user).filter(owner=self.request.user).order_by("revoked_at", "-created")
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        return super().get_context_data(filter_fields=["state"], title="My keys", show_owner=False, **kwargs)
+        return super().get_context_data(filter_fields=["state"], title=_("My keys"), show_owner=False, **kwargs)
 
 
 class AllKeyListView(AdminOrTeamLeadRequiredMixin, FilteredListView):
@@ -69,7 +70,7 @@ class AllKeyListView(AdminOrTeamLeadRequiredMixin, FilteredListView):
         return visible_keys(self.request.user).order_by("revoked_at", "-created")
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        title = "All keys" if self.request.user.is_admin else "Team keys"
+        title = _("All keys") if self.request.user.is_admin else _("Team keys")
         return super().get_context_data(filter_fields=["owner", "state"], title=title, show_owner=True, **kwargs)
 
 
@@ -91,7 +92,12 @@ class KeyCreateView(LoginRequiredMixin, View):
             key, plaintext = issue_key(**form.issue_kwargs())
         remember_secret(request, f"key-{key.pk}", plaintext)
         owner = "" if key.owner_id == request.user.pk else f" for {key.owner.username}"
-        return done(request, f"Key “{key.name}” created{owner}. Copy it now.", "key_detail", key.pk)
+        return done(
+            request,
+            _("Key “%(name)s” created%(owner)s. Copy it now.") % {"name": key.name, "owner": owner},
+            "key_detail",
+            key.pk,
+        )
 
 
 class KeyDetailView(LoginRequiredMixin, _KeyDetailView):
@@ -132,7 +138,7 @@ class KeyEditView(LoginRequiredMixin, View):
             return render(request, self.template_name, {"form": form, "key": key}, status=400)
         with transaction.atomic():
             form.apply()
-        return done(request, f"Key “{key.name}” saved.", "key_detail", key.pk)
+        return done(request, _("Key “%(name)s” saved.") % {"name": key.name}, "key_detail", key.pk)
 
 
 class KeyRevokeView(LoginRequiredMixin, View):
@@ -148,9 +154,9 @@ class KeyRevokeView(LoginRequiredMixin, View):
             "keys/key_confirm_revoke.html",
             {
                 "key": key,
-                "question": f"Revoke the key “{key.name}” ({key.masked})?",
-                "detail": "Every tool using it gets 401 from now on. This cannot be undone.",
-                "button": "Revoke key",
+                "question": _("Revoke the key “%(name)s” (%(masked)s)?") % {"name": key.name, "masked": key.masked},
+                "detail": _("Every tool using it gets 401 from now on. This cannot be undone."),
+                "button": _("Revoke key"),
                 "danger": True,
                 "cancel_url": reverse("key_detail", args=[key.pk]),
             },
@@ -159,7 +165,12 @@ class KeyRevokeView(LoginRequiredMixin, View):
     def post(self, request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         key = self.get_key()
         revoke_key(key)
-        return done(request, f"Key “{key.name}” ({key.masked}) revoked.", "key_detail", key.pk)
+        return done(
+            request,
+            _("Key “%(name)s” (%(masked)s) revoked.") % {"name": key.name, "masked": key.masked},
+            "key_detail",
+            key.pk,
+        )
 
 
 class KeyRotateView(LoginRequiredMixin, View):
@@ -184,8 +195,13 @@ class KeyRotateView(LoginRequiredMixin, View):
         except IntegrityError:
             # rotate_key names the outgoing key "<name> (rotated <minute>)"; a second rotation with
             # grace in the same minute collides with the first one's still-active old key.
-            form.add_error(None, "This key was rotated less than a minute ago; wait a minute and try again.")
+            form.add_error(None, _("This key was rotated less than a minute ago; wait a minute and try again."))
             return render(request, self.template_name, {"key": key, "form": form}, status=400)
         remember_secret(request, f"key-{new.pk}", plaintext)
         old = f"the old key works until {key.expires_at:%Y-%m-%d %H:%M} UTC" if grace else "the old key stopped working"
-        return done(request, f"Key “{new.name}” rotated: {old}. Copy the new key now.", "key_detail", new.pk)
+        return done(
+            request,
+            _("Key “%(name)s” rotated: %(old)s. Copy the new key now.") % {"name": new.name, "old": old},
+            "key_detail",
+            new.pk,
+        )

@@ -1,8 +1,9 @@
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class AuditAction(models.TextChoices):
-    CREATE = "create", "Created"
-    UPDATE = "update", "Changed"
-    DELETE = "delete", "Deleted"
-    ACTION = "action", "Action"
+    CREATE = "create", _("Created")
+    UPDATE = "update", _("Changed")
+    DELETE = "delete", _("Deleted")
+    ACTION = "action", _("Action")

@@ -7,6 +7,8 @@ import datetime
 import django_filters
 from django.db.models import Q, QuerySet
 
+from .forms import FIELD_LABELS
+
 
 def search(queryset: QuerySet, fields: tuple[str, ...], value: str) -> QuerySet:
     """Case-insensitive OR over `fields` for the `q` box of a list (NetBox's quick search)."""
@@ -29,3 +31,15 @@ class UTCDateTimeFilter(django_filters.IsoDateTimeFilter):
         if isinstance(value, datetime.datetime) and value.tzinfo is not None:
             value = value.astimezone(datetime.UTC)
         return super().filter(qs, value)
+
+
+class FilterSet(django_filters.FilterSet):
+    """A FilterSet whose generated filters carry the translated labels of `portal.forms.FIELD_LABELS`
+    (django-filter would label them with the model field's name, which no translation reaches)."""
+
+    @classmethod
+    def filter_for_field(cls, field, field_name, lookup_expr=None):
+        made = super().filter_for_field(field, field_name, lookup_expr)
+        if field_name in FIELD_LABELS:
+            made.label = FIELD_LABELS[field_name]
+        return made

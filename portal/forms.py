@@ -3,27 +3,86 @@
 from __future__ import annotations
 
 from django import forms
+from django.utils.translation import gettext_lazy as _
 
 LIMIT_MAX = 10**12
 
 
-def limit_form_field(label: str, help_text: str = "Blank: unlimited.") -> forms.IntegerField:
+def limit_form_field(label: str, help_text: str | None = None) -> forms.IntegerField:
     return forms.IntegerField(
         label=label,
         required=False,
         min_value=1,
         max_value=LIMIT_MAX,
-        help_text=help_text,
-        widget=forms.NumberInput(attrs={"placeholder": "unlimited"}),
+        help_text=_("Blank: unlimited.") if help_text is None else help_text,
+        widget=forms.NumberInput(attrs={"placeholder": _("unlimited")}),
     )
 
 
 LIMIT_LABELS = {
-    "requests_per_minute": "Requests / minute",
-    "tokens_per_minute": "Tokens / minute",
-    "tokens_per_day": "Tokens / day (UTC)",
-    "tokens_per_month": "Tokens / month",
-    "max_parallel_requests": "Parallel requests",
+    "requests_per_minute": _("Requests / minute"),
+    "tokens_per_minute": _("Tokens / minute"),
+    "tokens_per_day": _("Tokens / day (UTC)"),
+    "tokens_per_month": _("Tokens / month"),
+    "max_parallel_requests": _("Parallel requests"),
+}
+
+# The labels of model fields in every ModelForm (`Meta.labels = FIELD_LABELS`): a model field's
+# own verbose name is its attribute name, which a translation cannot reach without a migration.
+FIELD_LABELS = {
+    **LIMIT_LABELS,
+    "name": _("Name"),
+    "description": _("Description"),
+    "role": _("Role"),
+    "team": _("Team"),
+    "allowed_models": _("Allowed models"),
+    "kind": _("Kind"),
+    "url": _("URL"),
+    "email": _("E-mail"),
+    "enabled": _("Enabled"),
+    "display_name": _("Display name"),
+    "balance": _("Balancing"),
+    "channel": _("Channel"),
+    "upstream_model": _("Upstream model"),
+    "context_window": _("Context window"),
+    "max_output_tokens": _("Max output tokens"),
+    "key": _("Key"),
+    "user": _("User"),
+    "retention_days": _("Retention (days)"),
+    "source": _("Source"),
+    "repo_id": _("Repository"),
+    "revision": _("Revision"),
+    "pattern": _("File pattern"),
+    "endpoint": _("Endpoint"),
+    "token": _("Token"),
+    "install_tool": _("Install the download tool"),
+    "address": _("Address"),
+    "ssh_port": _("SSH port"),
+    "username": _("Username"),
+    "private_key": _("SSH private key"),
+    "labels": _("Labels"),
+    "notes": _("Notes"),
+    "probe_inference": _("Measure time to first token"),
+    "probe_max_tokens": _("Probe max_tokens"),
+    "ttft_degraded_ms": _("Degraded above (ms time to first token)"),
+    "base_url": _("Base URL"),
+    "locality": _("Locality"),
+    "api_key": _("API key"),
+    "priority": _("Priority"),
+    "weight": _("Weight"),
+    "speaks_messages": _("Speaks Anthropic Messages"),
+    "speaks_responses": _("Speaks OpenAI Responses"),
+    "host": _("Host"),
+    "model": _("Model"),
+    "status": _("Status"),
+    "backend": _("Backend"),
+    "state": _("State"),
+    "owner": _("Owner"),
+    "client": _("Client"),
+    "surface": _("API"),
+    "deployment": _("Deployment"),
+    "action": _("Action"),
+    "created": _("Created"),
 }
 
 

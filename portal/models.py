@@ -9,6 +9,7 @@ from typing import ClassVar, Self, TypeVar
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from .secrets import keyed_hash
 
@@ -82,7 +83,7 @@ class ShownOnceSecret(TimeStampedModel):
     HASH_FIELD: ClassVar[str]
     MAX_PRESENTED = 200
 
-    prefix = models.CharField(max_length=16, help_text="First characters, shown in lists.")
+    prefix = models.CharField(max_length=16, help_text=_("First characters, shown in lists."))
     last_four = models.CharField(max_length=4)
     last_used_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)

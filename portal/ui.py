@@ -17,6 +17,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponseRedirect
 from django.shortcuts import redirect
 from django.utils.text import capfirst
+from django.utils.translation import gettext_lazy as _
 from django.views.generic import ListView
 
 from . import secrets
@@ -172,7 +173,11 @@ class SafeDeleteMixin:
             blocking = getattr(exc, "protected_objects", None) or getattr(exc, "restricted_objects", ())
             blockers = sorted({str(o) for o in blocking})
             listed = ", ".join(blockers[:5]) + ("…" if len(blockers) > 5 else "")
-            messages.error(self.request, f"{self.object} is still used by {listed}; remove those first.")
+            messages.error(
+                self.request,
+                _("%(object)s is still used by %(listed)s; remove those first.")
+                % {"object": self.object, "listed": listed},
+            )
             return redirect(self.request.path.rsplit("delete/", 1)[0])
         messages.success(self.request, f"{capfirst(self.model._meta.verbose_name)} {name} deleted.")
         return response

@@ -6,6 +6,7 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from channels.models import Model
@@ -27,14 +28,14 @@ class UserSerializer(LimitFields, serializers.ModelSerializer):
         required=False,
         max_length=128,
         style={"input_type": "password"},
-        help_text="Only on create; omitted: a password is generated and returned once.",
+        help_text=_("Only on create; omitted: a password is generated and returned once."),
     )
     allowed_models = serializers.SlugRelatedField(
         slug_field="name",
         queryset=Model.objects.all(),
         many=True,
         required=False,
-        help_text="Model names this user may use; empty: every enabled model.",
+        help_text=_("Model names this user may use; empty: every enabled model."),
     )
     key_defaults = serializers.DictField(
         child=serializers.IntegerField(min_value=1, max_value=10**12, allow_null=True),
@@ -43,7 +44,7 @@ class UserSerializer(LimitFields, serializers.ModelSerializer):
     )
     is_admin = serializers.BooleanField(read_only=True)
     team = IdOrNameRelatedField(
-        queryset=Team.objects.all(), required=False, allow_null=True, help_text="Team id or name; null: no team."
+        queryset=Team.objects.all(), required=False, allow_null=True, help_text=_("Team id or name; null: no team.")
     )
 
     class Meta:
@@ -72,7 +73,8 @@ class UserSerializer(LimitFields, serializers.ModelSerializer):
         unknown = sorted(set(value) - set(LIMIT_FIELDS))
         if unknown:
             raise serializers.ValidationError(
-                f"Unknown limit(s): {', '.join(unknown)[:200]}. Known: {', '.join(LIMIT_FIELDS)}."
+                _("Unknown limit(s): %(unknown)s. Known: %(known)s.")
+                % {"unknown": ", ".join(unknown)[:200], "known": ", ".join(LIMIT_FIELDS)}
             )
         return {k: v for k, v in value.items() if v is not None}
 
@@ -100,7 +102,8 @@ class UserSerializer(LimitFields, serializers.ModelSerializer):
                 ceiling = attrs[name] if name in attrs else getattr(self.instance, name, None)
                 if ceiling is not None and value > ceiling:
                     errors.setdefault("key_defaults", []).append(
-                        f"{name} default {value:,} exceeds this user's limit of {ceiling:,}."
+                        _("%(name)s default %(value)s exceeds this user's limit of %(ceiling)s.")
+                        % {"name": name, "value": f"{value:,}", "ceiling": f"{ceiling:,}"}
                     )
         if errors:
             raise serializers.ValidationError(errors)
@@ -153,12 +156,12 @@ class TeamSerializer(LimitFields, serializers.ModelSerializer):
         queryset=Model.objects.all(),
         many=True,
         required=False,
-        help_text="Model names the team's members may use; empty: every enabled model.",
+        help_text=_("Model names the team's members may use; empty: every enabled model."),
     )
     members: serializers.SlugRelatedField = serializers.SlugRelatedField(
-        slug_field="username", many=True, read_only=True, help_text="Usernames of the team's members."
+        slug_field="username", many=True, read_only=True, help_text=_("Usernames of the team's members.")
     )
-    leads = serializers.SerializerMethodField(help_text="Usernames of the team's leads.")
+    leads = serializers.SerializerMethodField(help_text=_("Usernames of the team's leads."))
 
     class Meta:
         model = Team
@@ -181,7 +184,7 @@ class TeamSerializer(LimitFields, serializers.ModelSerializer):
     def validate_name(self, value: str) -> str:
         value = value.strip()
         if not value:
-            raise serializers.ValidationError("Enter a name.")
+            raise serializers.ValidationError(_("Enter a name."))
         return value
 
 
@@ -209,28 +212,28 @@ class MemberSerializer(LimitFields, serializers.ModelSerializer):
 
 class UserCreatedSerializer(UserSerializer):
     password = serializers.CharField(
-        read_only=True, allow_null=True, help_text="The generated password, shown once (null if you gave one)."
+        read_only=True, allow_null=True, help_text=_("The generated password, shown once (null if you gave one).")
     )
 
 
 class ResetPasswordSerializer(serializers.Serializer):
     revoke_access = serializers.BooleanField(
-        default=True, help_text="Also revoke the user's API tokens and end their sessions (the default)."
+        default=True, help_text=_("Also revoke the user's API tokens and end their sessions (the default).")
     )
 
 
 class PasswordSerializer(serializers.Serializer):
-    password = serializers.CharField(read_only=True, help_text="The new password, shown once.")
+    password = serializers.CharField(read_only=True, help_text=_("The new password, shown once."))
 
 
 class ReactivateSerializer(serializers.Serializer):
     restore_keys = serializers.BooleanField(
-        default=False, help_text="Keep the user's old keys working; by default they are revoked."
+        default=False, help_text=_("Keep the user's old keys working; by default they are revoked.")
     )
 
 
 class UnlockSerializer(serializers.Serializer):
-    cleared = serializers.IntegerField(read_only=True, help_text="Failed login attempts cleared.")
+    cleared = serializers.IntegerField(read_only=True, help_text=_("Failed login attempts cleared."))
 
 
 class MeSerializer(serializers.ModelSerializer):
@@ -238,9 +241,9 @@ class MeSerializer(serializers.ModelSerializer):
 
     is_admin = serializers.BooleanField(read_only=True)
     # Plain text in the schema: an empty address is allowed, which the "email" format refuses.
-    email = serializers.CharField(read_only=True, help_text="Empty when none is set.")
+    email = serializers.CharField(read_only=True, help_text=_("Empty when none is set."))
     key_defaults = serializers.DictField(child=serializers.IntegerField(allow_null=True), read_only=True)
-    models = serializers.SerializerMethodField(help_text="Names of the models you may use.")
+    models = serializers.SerializerMethodField(help_text=_("Names of the models you may use."))
 
     class Meta:
         model = User
@@ -294,20 +297,20 @@ class ApiTokenSerializer(serializers.ModelSerializer):
     def validate_name(self, value: str) -> str:
         value = value.strip()
         if not value:
-            raise serializers.ValidationError("Enter a name.")
+            raise serializers.ValidationError(_("Enter a name."))
         user = self.context["request"].user
         if ApiToken.objects.not_revoked().filter(user=user, name=value).exists():
-            raise serializers.ValidationError("You already have an active token with this name.")
+            raise serializers.ValidationError(_("You already have an active token with this name."))
         return value
 
     def validate_expires_at(self, value):
         if value is not None and value <= timezone.now():
-            raise serializers.ValidationError("The expiry must be in the future.")
+            raise serializers.ValidationError(_("The expiry must be in the future."))
         return value
 
 
 class ApiTokenCreatedSerializer(ApiTokenSerializer):
-    token = serializers.CharField(read_only=True, help_text="The token, shown once: `Authorization: Token <token>`.")
+    token = serializers.CharField(read_only=True, help_text=_("The token, shown once: `Authorization: Token <token>`."))
 
     class Meta(ApiTokenSerializer.Meta):
         fields = [*ApiTokenSerializer.Meta.fields, "token"]

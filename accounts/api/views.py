@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -128,7 +129,7 @@ class TeamViewSet(
         team = self.get_object()
         user: User = self.request.user  # type: ignore[assignment]  # IsAdminOrReadOnly: signed in
         if not (user.is_admin or user.led_team_id == team.pk):
-            raise PermissionDenied("Only admins and the team's leads can manage its members.")
+            raise PermissionDenied(_("Only admins and the team's leads can manage its members."))
         return team
 
     @extend_schema(responses={200: MemberSerializer(many=True)})

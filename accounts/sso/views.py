@@ -12,6 +12,7 @@ from django.core.exceptions import SuspiciousOperation
 from django.http import Http404
 from django.shortcuts import redirect
 from django.urls import reverse
+from django.utils.translation import gettext_lazy as _
 from django.views import View
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
@@ -39,7 +40,10 @@ class OidcLoginView(OIDCAuthenticationRequestView):
             op = discovery.provider()
         except discovery.DiscoveryError as exc:
             logger.warning("single sign-on: discovery failed: %s", exc)
-            messages.error(request, f"{provider_name()} cannot be reached right now. Try again in a minute.")
+            messages.error(
+                request,
+                _("%(provider)s cannot be reached right now. Try again in a minute.") % {"provider": provider_name()},
+            )
             return redirect(settings.LOGIN_URL)
         self.OIDC_OP_AUTH_ENDPOINT = op.authorization_endpoint
         self.OIDC_RP_CLIENT_ID = settings.OIDC_RP_CLIENT_ID
@@ -65,9 +69,11 @@ class OidcCallbackView(OIDCAuthenticationCallbackView):
         reason = getattr(self.request, "sso_refusal", None)
         user = getattr(self, "user", None)
         if not reason and user is not None and not user.is_active:
-            reason = "Your account is deactivated. Ask an admin."
+            reason = _("Your account is deactivated. Ask an admin.")
         messages.error(
             self.request,
-            reason or f"Signing in with {provider_name()} did not work. Try again; if it keeps failing, ask an admin.",
+            reason
+            or _("Signing in with %(provider)s did not work. Try again; if it keeps failing, ask an admin.")
+            % {"provider": provider_name()},
         )
         return redirect(settings.LOGIN_URL)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
+from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from channels.choices import ChannelKind
@@ -28,10 +29,10 @@ class ChannelSerializer(serializers.ModelSerializer):
     changed in the URL you sent. `api_key` is write-only (null or "" clears it, omit it to keep it)."""
 
     base_url = serializers.CharField(
-        max_length=2000, help_text="Any form (with or without /v1, trailing slash, query); stored canonical."
+        max_length=2000, help_text=_("Any form (with or without /v1, trailing slash, query); stored canonical.")
     )
     base_url_notes = serializers.SerializerMethodField(
-        help_text="What normalisation changed in the base_url you sent (create/update responses; else empty)."
+        help_text=_("What normalisation changed in the base_url you sent (create/update responses; else empty).")
     )
     api_key = serializers.CharField(
         write_only=True,
@@ -40,14 +41,14 @@ class ChannelSerializer(serializers.ModelSerializer):
         allow_null=True,
         max_length=MAX_API_KEY_CHARS,
         style={"input_type": "password"},
-        help_text="Sent upstream by the gateway; write-only.",
+        help_text=_("Sent upstream by the gateway; write-only."),
     )
     has_api_key = serializers.SerializerMethodField()
     secret_problem = serializers.SerializerMethodField(
-        help_text="Empty, or why the stored API key cannot be used and what to do (this row only)."
+        help_text=_("Empty, or why the stored API key cannot be used and what to do (this row only).")
     )
     models: serializers.SlugRelatedField[Model] = serializers.SlugRelatedField(
-        slug_field="name", many=True, read_only=True, help_text="Public models routed to this channel."
+        slug_field="name", many=True, read_only=True, help_text=_("Public models routed to this channel.")
     )
 
     class Meta:
@@ -98,7 +99,7 @@ class ChannelSerializer(serializers.ModelSerializer):
     def validate_api_key(self, value: str | None) -> str:
         value = (value or "").strip()
         if any(c.isspace() for c in value):
-            raise serializers.ValidationError("An API key cannot contain spaces or line breaks.")
+            raise serializers.ValidationError(_("An API key cannot contain spaces or line breaks."))
         return value
 
     def validate(self, attrs: dict) -> dict:
@@ -119,9 +120,9 @@ class ChannelSerializer(serializers.ModelSerializer):
 
 
 class ModelRouteSerializer(serializers.ModelSerializer):
-    channel = IdOrNameRelatedField(queryset=Channel.objects.all(), help_text="Channel id or name.")
+    channel = IdOrNameRelatedField(queryset=Channel.objects.all(), help_text=_("Channel id or name."))
     channel_name = serializers.CharField(source="channel.name", read_only=True)
-    upstream_id = serializers.CharField(read_only=True, help_text="upstream_model, or the public name if blank.")
+    upstream_id = serializers.CharField(read_only=True, help_text=_("upstream_model, or the public name if blank."))
     effective_context_window = serializers.IntegerField(read_only=True, allow_null=True)
 
     class Meta:
@@ -145,11 +146,11 @@ class PublicModelSerializer(serializers.ModelSerializer):
     """A public model name and the channels serving it. Sending `routes` replaces the whole set
     (matched by channel, so discovered context windows survive); omit it to keep the routes."""
 
-    routes = ModelRouteSerializer(many=True, required=False, help_text="Admins only.")
+    routes = ModelRouteSerializer(many=True, required=False, help_text=_("Admins only."))
     context_window = serializers.SerializerMethodField(
-        help_text="Smallest effective context window over the enabled routes."
+        help_text=_("Smallest effective context window over the enabled routes.")
     )
-    max_output_tokens = serializers.SerializerMethodField(help_text="Smallest max output over the enabled routes.")
+    max_output_tokens = serializers.SerializerMethodField(help_text=_("Smallest max output over the enabled routes."))
 
     class Meta:
         model = Model
@@ -189,7 +190,9 @@ class PublicModelSerializer(serializers.ModelSerializer):
         seen: set[int] = set()
         for route in routes:
             if route["channel"].pk in seen:
-                raise serializers.ValidationError(f"Channel {route['channel'].name} is listed twice.")
+                raise serializers.ValidationError(
+                    _("Channel %(channel)s is listed twice.") % {"channel": route["channel"].name}
+                )
             seen.add(route["channel"].pk)
         return routes
 
@@ -235,10 +238,10 @@ class AliasSerializer(serializers.ModelSerializer):
         child=serializers.CharField(max_length=128),
         min_length=1,
         max_length=MAX_ALIAS_TARGETS,
-        help_text="Public model names (not aliases), in the order to try them.",
+        help_text=_("Public model names (not aliases), in the order to try them."),
     )
-    context_window = serializers.SerializerMethodField(help_text="The largest context window a target serves.")
-    max_output_tokens = serializers.SerializerMethodField(help_text="The largest max output a target allows.")
+    context_window = serializers.SerializerMethodField(help_text=_("The largest context window a target serves."))
+    max_output_tokens = serializers.SerializerMethodField(help_text=_("The largest max output a target allows."))
 
     class Meta:
         model = Model

@@ -75,7 +75,7 @@ def notify_pending(channel_ids: list[int] | None = None) -> int:
 
 def _label(status: str) -> str:
     try:
-        return ChannelStatus(status).label
+        return str(ChannelStatus(status).label)
     except ValueError:
         return status
 

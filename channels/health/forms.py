@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django import forms
+from django.utils.translation import gettext_lazy as _
 
 from channels.choices import AlertKind
 from channels.health.schedule import MAX_INTERVAL, MIN_INTERVAL
 from channels.models import AlertTarget, Channel
+from portal.forms import FIELD_LABELS
 
 if TYPE_CHECKING:
     _AlertTargetModelForm = forms.ModelForm[AlertTarget]
@@ -20,6 +22,7 @@ else:  # Django's forms take no [] at runtime
 class AlertTargetForm(_AlertTargetModelForm):
     class Meta:
         model = AlertTarget
+        labels = FIELD_LABELS
         fields = ["name", "kind", "url", "email", "enabled"]
 
     def clean(self) -> dict[str, Any]:
@@ -28,18 +31,20 @@ class AlertTargetForm(_AlertTargetModelForm):
         kind = data.get("kind")
         if kind == AlertKind.WEBHOOK:
             if not data.get("url"):
-                self.add_error("url", "A webhook needs a URL.")
+                self.add_error("url", _("A webhook needs a URL."))
             data["email"] = ""
         elif kind == AlertKind.EMAIL:
             if not data.get("email"):
-                self.add_error("email", "Enter the address to notify.")
+                self.add_error("email", _("Enter the address to notify."))
             data["url"] = ""
         return data
 
 
 class ProbeScheduleForm(forms.Form):
-    interval_seconds = forms.IntegerField(min_value=MIN_INTERVAL, max_value=MAX_INTERVAL, label="Probe every (seconds)")
-    enabled = forms.BooleanField(required=False, label="Probing enabled")
+    interval_seconds = forms.IntegerField(
+        min_value=MIN_INTERVAL, max_value=MAX_INTERVAL, label=_("Probe every (seconds)")
+    )
+    enabled = forms.BooleanField(required=False, label=_("Probing enabled"))
 
 
 class ProbeSettingsForm(_ChannelModelForm):
@@ -47,7 +52,7 @@ class ProbeSettingsForm(_ChannelModelForm):
         model = Channel
         fields = ["probe_inference", "probe_max_tokens", "ttft_degraded_ms"]
         labels = {
-            "probe_inference": "Latency probe (a tiny chat completion)",
-            "probe_max_tokens": "Probe max_tokens",
-            "ttft_degraded_ms": "Degraded above TTFT (ms)",
+            "probe_inference": _("Latency probe (a tiny chat completion)"),
+            "probe_max_tokens": _("Probe max_tokens"),
+            "ttft_degraded_ms": _("Degraded above TTFT (ms)"),
         }

@@ -9,6 +9,7 @@ from django.db.models import CharField
 from django.db.models.functions import Concat
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext_lazy as _
 from django.views import View
 
 from channels.models import AlertDelivery, AlertTarget, Channel
@@ -55,7 +56,7 @@ class ChannelHealthView(HealthAdminView):
         form = ProbeSettingsForm(request.POST or None, instance=channel)
         if request.method == "POST" and form.is_valid():
             form.save()
-            messages.success(request, "Probe settings saved.")
+            messages.success(request, _("Probe settings saved."))
             return redirect("channel-health", pk=channel.pk)
         return render(request, "channels/health_channel.html", {**_channel_context(channel), "settings_form": form})
 
@@ -85,7 +86,7 @@ class ChannelHealthCheckView(HealthAdminView):
         ctx = {**_channel_context(channel), "done": done, "oob": True}
         if not request.headers.get("HX-Request"):
             if done is None:
-                messages.warning(request, "The channel is disabled; enable it to check it.")
+                messages.warning(request, _("The channel is disabled; enable it to check it."))
             return redirect("channel-health", pk=channel.pk)
         return render(request, "channels/_health_check_result.html", ctx)
 
@@ -110,7 +111,7 @@ class HealthScheduleView(HealthAdminView):
             schedule.set_probe_schedule(
                 interval_seconds=form.cleaned_data["interval_seconds"], enabled=form.cleaned_data["enabled"]
             )
-            messages.success(request, "Probe schedule saved; the scheduler picks it up within a few seconds.")
+            messages.success(request, _("Probe schedule saved; the scheduler picks it up within a few seconds."))
             return redirect("channel-health-overview")
         return _overview(request, form, schedule.get_probe_schedule(), status=400)
 
@@ -123,7 +124,7 @@ class AlertTargetsView(HealthAdminView):
         form = AlertTargetForm(request.POST or None)
         if request.method == "POST" and form.is_valid():
             target = form.save()
-            messages.success(request, f"Alert target {target.name} added.")
+            messages.success(request, _("Alert target %(target)s added.") % {"target": target.name})
             return redirect("channel-alert-targets")
         # A target has a URL or an e-mail address (the other is blank): sort by whichever it has.
         targets = AlertTarget.objects.annotate(destination_sort=Concat("url", "email", output_field=CharField()))
@@ -154,7 +155,7 @@ class AlertTargetDeleteView(HealthAdminView):
         target = get_object_or_404(AlertTarget, pk=pk)
         name = target.name
         target.delete()
-        messages.success(request, f"Alert target {name} deleted.")
+        messages.success(request, _("Alert target %(name)s deleted.") % {"name": name})
         return redirect("channel-alert-targets")
 
 

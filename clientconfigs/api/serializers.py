@@ -1,27 +1,28 @@
 from __future__ import annotations
 
+from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from ..models import KeyMode
 
 
 class RenderQuerySerializer(serializers.Serializer):
-    key = serializers.IntegerField(required=False, help_text="List only the models this key of yours may use.")
-    model = serializers.CharField(required=False, allow_blank=True, max_length=128, help_text="Default model.")
+    key = serializers.IntegerField(required=False, help_text=_("List only the models this key of yours may use."))
+    model = serializers.CharField(required=False, allow_blank=True, max_length=128, help_text=_("Default model."))
 
 
 REPLACE_HELP = "Replace the active key minted before for this client and machine (it stops 10 minutes later)."
 
 
 class MintSerializer(serializers.Serializer):
-    machine = serializers.CharField(required=False, allow_blank=True, max_length=40, help_text="e.g. laptop")
+    machine = serializers.CharField(required=False, allow_blank=True, max_length=40, help_text=_("e.g. laptop"))
     model = serializers.CharField(required=False, allow_blank=True, max_length=128)
     replace = serializers.BooleanField(default=True, help_text=REPLACE_HELP)
 
 
 class DownloadTokenSerializer(serializers.Serializer):
     key_mode = serializers.ChoiceField(choices=KeyMode.choices, default=KeyMode.PLACEHOLDER)
-    key = serializers.IntegerField(required=False, help_text="Placeholder mode: scope the models to this key.")
+    key = serializers.IntegerField(required=False, help_text=_("Placeholder mode: scope the models to this key."))
     machine = serializers.CharField(required=False, allow_blank=True, max_length=40)
     model = serializers.CharField(required=False, allow_blank=True, max_length=128)
     replace = serializers.BooleanField(default=True, help_text=REPLACE_HELP)
@@ -36,4 +37,4 @@ class ClientSummarySerializer(serializers.Serializer):
 
     slug = serializers.CharField()
     label = serializers.CharField()  # type: ignore[assignment]  # a field named like Field.label
-    env_indirection = serializers.BooleanField(help_text="The config reads the key from an environment variable.")
+    env_indirection = serializers.BooleanField(help_text=_("The config reads the key from an environment variable."))

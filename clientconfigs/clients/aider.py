@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 
+from django.utils.translation import gettext as _
+
 from .base import Command, ConfigFile, Probe, Rendered, RenderInput, dump_json, window_need, window_warnings
 
 SLUG = "aider"
@@ -64,12 +66,12 @@ def render(inp: RenderInput) -> Rendered:
                 merge="yaml-keys",
                 secret=bool(inp.api_key),
                 windows_unconfirmed=True,
-                note="Your other options stay; ours replace the same keys.",
+                note=_("Your other options stay; ours replace the same keys."),
             ),
             ConfigFile(".aider.model.metadata.json", METADATA, dump_json(metadata), "json", windows_unconfirmed=True),
         ],
         commands=commands,
-        notes=["Aider uses one model per run (`--model openai/<name>` picks another listed here)."],
+        notes=[_("Aider uses one model per run (`--model openai/<name>` picks another listed here).")],
         warnings=window_warnings(LABEL, PROMPT_TOKENS, inp.models),
         probes=[
             Probe(

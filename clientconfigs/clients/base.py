@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from django.utils.translation import gettext as _
 
 # Written where a client has no way to read the key from the environment and no key was minted.
 PLACEHOLDER_KEY = "PASTE-YOUR-GATEWAY-KEY-HERE"
@@ -82,6 +83,7 @@ class RenderInput:
 
     @property
     def stamp(self) -> str:
+        # Not translated: the installer finds its earlier stamp by this English prefix when it merges.
         return f"Team gateway config {self.version}: regenerate it from the portal when this changes."
 
 
@@ -185,9 +187,18 @@ def window_warnings(label: str, prompt_tokens: int, models: tuple[ModelSpec, ...
     for m in models:
         if need and m.context_window and m.context_window < need:
             out.append(
-                f"{m.name}: its context window ({m.context_window:,} tokens) is too small for {label}, which "
-                f"sends about {prompt_tokens:,} tokens of its own prompt and tools before your first word; "
-                f"with room for an answer it needs at least {need:,}. Pick a larger model for {label}."
+                _(
+                    "%(model)s: its context window (%(window)s tokens) is too small for %(client)s, which "
+                    "sends about %(prompt)s tokens of its own prompt and tools before your first word; "
+                    "with room for an answer it needs at least %(need)s. Pick a larger model for %(client)s."
+                )
+                % {
+                    "model": m.name,
+                    "window": f"{m.context_window:,}",
+                    "client": label,
+                    "prompt": f"{prompt_tokens:,}",
+                    "need": f"{need:,}",
+                }
             )
     return out
 

@@ -20,6 +20,7 @@ import json
 from urllib.parse import quote, urlencode
 
 import tomli_w
+from django.utils.translation import gettext as _
 
 from . import claude_code, codex, opencode
 from .base import PROVIDER_ID, PROVIDER_NAME, Link, Probe, Rendered, RenderInput
@@ -157,13 +158,19 @@ def probes() -> list[Probe]:
 
 def render(inp: RenderInput) -> Rendered:
     notes = [
-        f'The installer writes the provider "{PROVIDER_NAME}" for Claude Code, Codex and OpenCode into '
-        f"CC Switch's database ({DB_PATH}, a backup first); switch to it in CC Switch. Without CC Switch's "
-        "database it opens these import links instead (CC Switch 3.16 or newer).",
+        _(
+            'The installer writes the provider "%(provider)s" for Claude Code, Codex and OpenCode into '
+            "CC Switch's database (%(db)s, a backup first); switch to it in CC Switch. Without CC Switch's "
+            "database it opens these import links instead (CC Switch 3.16 or newer)."
+        )
+        % {"provider": PROVIDER_NAME, "db": DB_PATH},
     ]
     if not inp.api_key:
         notes.append(
-            f"CC Switch needs a key in the link: these links carry {inp.key_or_placeholder}; edit the provider's "
-            "key in CC Switch after importing, or mint a key for this download."
+            _(
+                "CC Switch needs a key in the link: these links carry %(placeholder)s; edit the provider's "
+                "key in CC Switch after importing, or mint a key for this download."
+            )
+            % {"placeholder": inp.key_or_placeholder}
         )
     return Rendered(links=links(inp), notes=notes, probes=probes(), db_providers=providers(inp))

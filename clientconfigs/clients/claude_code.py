@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import shlex
 
+from django.utils.translation import gettext as _
+
 from .base import (
     VERSION_HEADER,
     Command,
@@ -61,13 +63,17 @@ def render(inp: RenderInput) -> Rendered:
     if not inp.api_key:
         remove.append("env.ANTHROPIC_AUTH_TOKEN")
     primary = inp.primary
-    notes = ["Claude Code talks Anthropic Messages: the gateway answers it on every channel."]
+    notes = [_("Claude Code talks Anthropic Messages: the gateway answers it on every channel.")]
     if primary:
         window = f" ({primary.context_window:,} tokens)" if primary.context_window else ""
         notes.append(
-            f"Claude Code has one context-window setting for all models, so the file uses only "
-            f"{primary.name} (main, haiku, sonnet and opus) with its window{window}. To use another model, "
-            "pick it as the default model here and install again: switching with /model would keep this window."
+            _(
+                "Claude Code has one context-window setting for all models, so the file uses only "
+                "%(model)s (main, haiku, sonnet and opus) with its window%(window)s. To use another model, "
+                "pick it as the default model here and install again: switching with /model would keep this "
+                "window."
+            )
+            % {"model": primary.name, "window": window}
         )
     commands = []
     if not inp.api_key:
@@ -78,7 +84,7 @@ def render(inp: RenderInput) -> Rendered:
                 "claude --settings " + shlex.quote(json.dumps(settings, separators=(",", ":"))),
             )
         )
-        notes.append("No key is written: export ANTHROPIC_AUTH_TOKEN with your key before starting claude.")
+        notes.append(_("No key is written: export ANTHROPIC_AUTH_TOKEN with your key before starting claude."))
         commands.insert(0, Command("Before starting claude", "export ANTHROPIC_AUTH_TOKEN=<your key>"))
     return Rendered(
         files=[

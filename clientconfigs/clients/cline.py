@@ -14,6 +14,8 @@ model's window and output cap live in models.json. The legacy bundle has one mod
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
+
 from .base import (
     PROVIDER_NAME,
     VERSION_HEADER,
@@ -88,16 +90,23 @@ def render(inp: RenderInput) -> Rendered:
             state[f"{mode}OpenAiModelInfo"] = _model_info(primary)
 
     notes = [
-        "Quit VS Code (or the Cline CLI) before installing: Cline keeps these files in memory and "
-        "rewrites them whole on every change.",
-        "Cline has no settings.json keys for providers; anything that tells you to set "
-        "cline.openaiBaseUrl in VS Code settings is wrong.",
+        _(
+            "Quit VS Code (or the Cline CLI) before installing: Cline keeps these files in memory and "
+            "rewrites them whole on every change."
+        ),
+        _(
+            "Cline has no settings.json keys for providers; anything that tells you to set "
+            "cline.openaiBaseUrl in VS Code settings is wrong."
+        ),
     ]
     if not inp.api_key:
         notes.append(
-            f"Cline cannot read the key from an environment variable: replace {inp.key_or_placeholder} "
-            "in providers.json and secrets.json (a key given to `cline auth -k` would sit in your shell "
-            "history and in the process list)."
+            _(
+                "Cline cannot read the key from an environment variable: replace %(placeholder)s "
+                "in providers.json and secrets.json (a key given to `cline auth -k` would sit in your shell "
+                "history and in the process list)."
+            )
+            % {"placeholder": inp.key_or_placeholder}
         )
     return Rendered(
         files=[
@@ -123,7 +132,7 @@ def render(inp: RenderInput) -> Rendered:
                 f"{LEGACY}/globalState.json",
                 dump_json(state),
                 "json",
-                note="Legacy bundle (Cline 3.66 to 3.89 and half of 4.1.x).",
+                note=_("Legacy bundle (Cline 3.66 to 3.89 and half of 4.1.x)."),
                 replace=("planModeOpenAiModelInfo", "actModeOpenAiModelInfo"),
             ),
             ConfigFile(
@@ -132,7 +141,7 @@ def render(inp: RenderInput) -> Rendered:
                 dump_json({"openAiApiKey": key}),
                 "json",
                 secret=True,
-                note="Legacy bundle: the key for globalState.json.",
+                note=_("Legacy bundle: the key for globalState.json."),
             ),
         ],
         notes=notes,

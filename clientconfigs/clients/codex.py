@@ -13,6 +13,7 @@ Codex runs one model at a time (`model`), so its one `model_context_window` is t
 from __future__ import annotations
 
 import tomli_w
+from django.utils.translation import gettext as _
 
 from .base import (
     ENV_VAR,
@@ -75,8 +76,11 @@ def render(inp: RenderInput) -> Rendered:
             "toml",
             merge="toml",
             windows_unconfirmed=True,
-            note=f"Your other settings stay; our top-level model keys and [model_providers.{PROVIDER_ID}] replace "
-            "any earlier ones.",
+            note=_(
+                "Your other settings stay; our top-level model keys and [model_providers.%(provider)s] replace "
+                "any earlier ones."
+            )
+            % {"provider": PROVIDER_ID},
         )
     ]
     commands = []
@@ -89,8 +93,11 @@ def render(inp: RenderInput) -> Rendered:
                 "dotenv",
                 merge="dotenv",
                 secret=True,
-                note=f"Load it from your shell profile: add `. {ENV_FILE}` to ~/.profile, ~/.bashrc or ~/.zshrc. "
-                "The Windows installer sets it as a user environment variable instead.",
+                note=_(
+                    "Load it from your shell profile: add `. %(file)s` to ~/.profile, ~/.bashrc or ~/.zshrc. "
+                    "The Windows installer sets it as a user environment variable instead."
+                )
+                % {"file": ENV_FILE},
             )
         )
         commands.append(Command("Load the key in this shell", f". {ENV_FILE}"))
@@ -98,10 +105,12 @@ def render(inp: RenderInput) -> Rendered:
         commands.append(Command("Before starting codex", f"export {ENV_VAR}=<your key>"))
     commands.append(Command("Check the config", "codex debug models > /dev/null && echo config ok"))
     notes = [
-        "Codex needs the gateway's Responses API (POST /v1/responses); the gateway serves it on every channel.",
-        "Codex does not read a per-model output limit; only model_context_window is written.",
-        "Codex runs one model at a time: the file is written for the default model and its window. To switch, "
-        "pick another default here and install again.",
+        _("Codex needs the gateway's Responses API (POST /v1/responses); the gateway serves it on every channel."),
+        _("Codex does not read a per-model output limit; only model_context_window is written."),
+        _(
+            "Codex runs one model at a time: the file is written for the default model and its window. To switch, "
+            "pick another default here and install again."
+        ),
     ]
     if primary and primary.translated_responses:
         notes.append(TOOLS_NOTE.format(model=primary.name).removeprefix("Team gateway note: "))

@@ -8,6 +8,8 @@ at the top of the user's list). Per-model window and output: `defaultCompletionO
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
+
 from .base import (
     ENV_VAR,
     PROVIDER_NAME,
@@ -78,11 +80,13 @@ def render(inp: RenderInput) -> Rendered:
             yaml_text,
             "yaml",
             merge="yaml-models",
-            note="The installer adds these models to your existing models list (between "
-            "team-gateway marker comments) and leaves everything else as it is.",
+            note=_(
+                "The installer adds these models to your existing models list (between "
+                "team-gateway marker comments) and leaves everything else as it is."
+            ),
         )
     ]
-    notes = [f"The key is read from {ENV_VAR}: ~/.continue/.env first, then your environment."]
+    notes = [_("The key is read from %(var)s: ~/.continue/.env first, then your environment.") % {"var": ENV_VAR}]
     if inp.api_key:
         files.append(
             ConfigFile(
@@ -95,7 +99,10 @@ def render(inp: RenderInput) -> Rendered:
             )
         )
     else:
-        notes.append(f"Put {ENV_VAR}=<your key> in ~/.continue/.env, or export it before starting your editor.")
+        notes.append(
+            _("Put %(var)s=<your key> in ~/.continue/.env, or export it before starting your editor.")
+            % {"var": ENV_VAR}
+        )
     files.append(
         ConfigFile(
             "config.json (legacy)",
@@ -104,16 +111,21 @@ def render(inp: RenderInput) -> Rendered:
             "json",
             merge="none",
             secret=bool(inp.api_key),
-            note="Only for old Continue versions without config.yaml support; ignored when config.yaml "
-            "exists. Not installed by the installer.",
+            note=_(
+                "Only for old Continue versions without config.yaml support; ignored when config.yaml "
+                "exists. Not installed by the installer."
+            ),
         )
     )
     if len(inp.models) > 1 and inp.primary:
         notes.append(
-            f"{inp.primary.label} is first in the list, so Continue uses it by default (`cn -p` takes the "
-            "first chat model); pick another in the editor's model list. `cn --model` does not choose among "
-            "them (Continue CLI 1.5.47 ignores it for a local config.yaml): for the CLI, choose the default "
-            "here and install again."
+            _(
+                "%(model)s is first in the list, so Continue uses it by default (`cn -p` takes the "
+                "first chat model); pick another in the editor's model list. `cn --model` does not choose among "
+                "them (Continue CLI 1.5.47 ignores it for a local config.yaml): for the CLI, choose the default "
+                "here and install again."
+            )
+            % {"model": inp.primary.label}
         )
     return Rendered(
         files=files,

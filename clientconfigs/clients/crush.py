@@ -9,6 +9,8 @@ GitHub at install time, which a registry-only machine cannot reach, so it has no
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
+
 from .base import ENV_VAR, PROVIDER_ID, PROVIDER_NAME, Command, ConfigFile, Probe, Rendered, RenderInput, dump_json
 
 SLUG = "crush"
@@ -75,8 +77,10 @@ def render(inp: RenderInput) -> Rendered:
         ],
         commands=commands,
         notes=[
-            "Crush has not been run by us (its npm package downloads the binary from GitHub); the file follows "
-            "its source and schema."
+            _(
+                "Crush has not been run by us (its npm package downloads the binary from GitHub); the file follows "
+                "its source and schema."
+            )
         ],
         probes=[
             Probe(

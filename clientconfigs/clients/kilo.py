@@ -9,6 +9,8 @@ package is missing from npm; 7.7.7 is what was run.
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
+
 from .base import (
     ENV_VAR,
     PROVIDER_ID,
@@ -58,7 +60,7 @@ def render(inp: RenderInput) -> Rendered:
                 secret=bool(inp.api_key),
                 windows_unconfirmed=True,
                 replace=(f"provider.{PROVIDER_ID}.models",),
-                note="If you keep a kilo.jsonc instead, copy the provider block into it by hand.",
+                note=_("If you keep a kilo.jsonc instead, copy the provider block into it by hand."),
             )
         ],
         commands=commands,

@@ -6,6 +6,8 @@ in the environment with `{env:VAR}`. `limit.output` becomes the request's max_to
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
+
 from .base import (
     ENV_VAR,
     PROVIDER_ID,
@@ -63,7 +65,7 @@ def render(inp: RenderInput) -> Rendered:
                 "json",
                 secret=bool(inp.api_key),
                 windows_unconfirmed=True,
-                note="If you keep an opencode.jsonc instead, copy the provider block into it by hand.",
+                note=_("If you keep an opencode.jsonc instead, copy the provider block into it by hand."),
                 replace=(f"provider.{PROVIDER_ID}.models",),
             )
         ],

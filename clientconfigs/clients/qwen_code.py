@@ -11,6 +11,8 @@ our base URL. Qwen Code clamps the output cap to what the window leaves
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
+
 from .base import (
     ENV_VAR,
     VERSION_HEADER,
@@ -63,7 +65,7 @@ def render(inp: RenderInput) -> Rendered:
             dump_json(data),
             "json",
             lists=("modelProviders.openai:id:baseUrl",),
-            note="Your other settings and providers stay; our models replace the ones written before.",
+            note=_("Your other settings and providers stay; our models replace the ones written before."),
         )
     ]
     commands = []
@@ -80,8 +82,11 @@ def render(inp: RenderInput) -> Rendered:
         files=files,
         commands=commands,
         notes=[
-            "Qwen Code shrinks the output cap to what the window leaves after its own prompt (at least 4000 tokens).",
-            "Project settings (.qwen/settings.json in a repository) replace these providers as a whole.",
+            _(
+                "Qwen Code shrinks the output cap to what the window leaves after its own prompt "
+                "(at least 4000 tokens)."
+            ),
+            _("Project settings (.qwen/settings.json in a repository) replace these providers as a whole."),
         ],
         warnings=window_warnings(LABEL, PROMPT_TOKENS, inp.models, ANSWER_FLOOR),
         probes=[

@@ -7,6 +7,8 @@ merging the profiles into the existing ones. One profile per model, because a Ro
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
+
 from .base import PROVIDER_NAME, VERSION_HEADER, ConfigFile, Probe, Rendered, RenderInput, dump_json
 
 SLUG = "roo"
@@ -45,9 +47,12 @@ def render(inp: RenderInput) -> Rendered:
     if inp.primary:
         profiles = {"currentApiConfigName": profile_name(inp.primary.label), **profiles}
     vscode = {"roo-cline.autoImportSettingsPath": PATH}
-    notes = ["Restart VS Code after installing: Roo imports the file when it starts."]
+    notes = [_("Restart VS Code after installing: Roo imports the file when it starts.")]
     if not inp.api_key:
-        notes.append(f"Roo cannot read the key from the environment: replace {inp.key_or_placeholder} in the file.")
+        notes.append(
+            _("Roo cannot read the key from the environment: replace %(placeholder)s in the file.")
+            % {"placeholder": inp.key_or_placeholder}
+        )
     return Rendered(
         files=[
             ConfigFile(
@@ -65,8 +70,10 @@ def render(inp: RenderInput) -> Rendered:
                 "jsonc",
                 macos_path="~/Library/Application Support/Code/User/settings.json",
                 windows_path="%APPDATA%\\Code\\User\\settings.json",
-                note="Only this one line is added; if your settings.json has comments the installer leaves it "
-                "alone and tells you to add the line yourself.",
+                note=_(
+                    "Only this one line is added; if your settings.json has comments the installer leaves it "
+                    "alone and tells you to add the line yourself."
+                ),
             ),
         ],
         notes=notes,

@@ -10,6 +10,8 @@ installer leaves such a file alone and says to paste the block. Not run here (a 
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
+
 from .base import PROVIDER_ID, Command, ConfigFile, Probe, Rendered, RenderInput, dump_json
 
 SLUG = "zed"
@@ -52,8 +54,10 @@ def render(inp: RenderInput) -> Rendered:
             "jsonc",
             windows_path="%APPDATA%\\Zed\\settings.json",
             replace=(f"language_models.openai_compatible.{PROVIDER_ID}",),
-            note="If your settings.json has comments (Zed's default one does), the installer leaves it alone: "
-            "paste the language_models and agent blocks in by hand.",
+            note=_(
+                "If your settings.json has comments (Zed's default one does), the installer leaves it alone: "
+                "paste the language_models and agent blocks in by hand."
+            ),
         )
     ]
     commands = []
@@ -66,8 +70,11 @@ def render(inp: RenderInput) -> Rendered:
                 "dotenv",
                 merge="dotenv",
                 secret=True,
-                note=f"Load it from your shell profile (`. {ENV_FILE}`) and start Zed from that shell, or paste "
-                "the key in Zed's Agent settings (it keeps it in the keychain).",
+                note=_(
+                    "Load it from your shell profile (`. %(file)s`) and start Zed from that shell, or paste "
+                    "the key in Zed's Agent settings (it keeps it in the keychain)."
+                )
+                % {"file": ENV_FILE},
             )
         )
     else:
@@ -75,7 +82,9 @@ def render(inp: RenderInput) -> Rendered:
     return Rendered(
         files=files,
         commands=commands,
-        notes=[f"Zed reads the key from {KEY_VAR} or from its Agent settings; never from settings.json."],
+        notes=[
+            _("Zed reads the key from %(var)s or from its Agent settings; never from settings.json.") % {"var": KEY_VAR}
+        ],
         probes=[
             Probe(
                 file=PATH,

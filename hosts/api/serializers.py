@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from hosts.models import GPU, Host
@@ -44,14 +45,14 @@ class HostSerializer(serializers.ModelSerializer):
         trim_whitespace=False,
         max_length=MAX_PRIVATE_KEY_CHARS,
         style={"input_type": "password", "base_template": "textarea.html"},
-        help_text="Unencrypted OpenSSH or PEM private key; write-only.",
+        help_text=_("Unencrypted OpenSSH or PEM private key; write-only."),
     )
     has_private_key = serializers.SerializerMethodField()
     secret_problem = serializers.SerializerMethodField(
-        help_text="Empty, or why the stored private key cannot be used and what to do (this row only)."
+        help_text=_("Empty, or why the stored private key cannot be used and what to do (this row only).")
     )
     labels = serializers.ListField(
-        child=serializers.CharField(max_length=50), required=False, max_length=50, help_text="Free-form tags."
+        child=serializers.CharField(max_length=50), required=False, max_length=50, help_text=_("Free-form tags.")
     )
     gpus = GPUSerializer(many=True, read_only=True)
 
@@ -111,8 +112,10 @@ class HostSerializer(serializers.ModelSerializer):
         except Exception:  # asyncssh raises several types; none may reach the client as a 500
             # Never echo the value back: it is a secret even when it is malformed.
             raise serializers.ValidationError(
-                "Not a usable private key: paste an OpenSSH or PEM private key without a passphrase "
-                "(-----BEGIN OPENSSH PRIVATE KEY----- …); remove a passphrase with ssh-keygen -p."
+                _(
+                    "Not a usable private key: paste an OpenSSH or PEM private key without a passphrase "
+                    "(-----BEGIN OPENSSH PRIVATE KEY----- …); remove a passphrase with ssh-keygen -p."
+                )
             ) from None
         return text + "\n"
 
@@ -122,7 +125,7 @@ class HostSerializer(serializers.ModelSerializer):
 
 class ConfirmHostKeySerializer(serializers.Serializer):
     fingerprint = serializers.CharField(
-        max_length=200, help_text="The `seen_host_key_fingerprint` you checked, e.g. SHA256:…"
+        max_length=200, help_text=_("The `seen_host_key_fingerprint` you checked, e.g. SHA256:…")
     )
 
 

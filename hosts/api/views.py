@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
@@ -35,7 +36,9 @@ class HostViewSet(viewsets.ModelViewSet):
     def refresh_inventory(self, request, pk=None):
         host = self.get_object()
         tasks.refresh_inventory.delay(host.pk)
-        return Response({"detail": f"Inventory refresh of {host} queued."}, status=status.HTTP_202_ACCEPTED)
+        return Response(
+            {"detail": _("Inventory refresh of %(host)s queued.") % {"host": host}}, status=status.HTTP_202_ACCEPTED
+        )
 
     @extend_schema(request=ConfirmHostKeySerializer, responses={200: HostKeyConfirmedSerializer})
     @action(detail=True, methods=["post"], url_path="confirm-host-key")

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 from django.core.exceptions import ValidationError
+from django.utils.translation import gettext_lazy as _
 
 from channels.models import MODEL_NAME_VALIDATOR
 
@@ -49,24 +50,24 @@ class Option:
                 return True
             if str(value).lower() in ("0", "false", "off", "no"):
                 return False
-            raise ValidationError("Expected true or false.")
+            raise ValidationError(_("Expected true or false."))
         if self.type is int:
             if isinstance(value, bool) or not re.fullmatch(r"-?\d+", str(value).strip()):
-                raise ValidationError("Expected a whole number.")
+                raise ValidationError(_("Expected a whole number."))
             value = int(str(value).strip())
         elif self.type is float:
             try:
                 value = float(value)
             except (TypeError, ValueError):
-                raise ValidationError("Expected a number.") from None
+                raise ValidationError(_("Expected a number.")) from None
         else:
             value = str(value)
             if self.choices and value not in self.choices:
-                raise ValidationError(f"Choose one of: {', '.join(self.choices)}.")
+                raise ValidationError(_("Choose one of: %(choices)s.") % {"choices": ", ".join(self.choices)})
         if self.min is not None and value < self.min:
-            raise ValidationError(f"At least {self.min:g}.")
+            raise ValidationError(_("At least %(min)s.") % {"min": f"{self.min:g}"})
         if self.max is not None and value > self.max:
-            raise ValidationError(f"At most {self.max:g}.")
+            raise ValidationError(_("At most %(max)s.") % {"max": f"{self.max:g}"})
         return value
 
 
@@ -95,9 +96,9 @@ def validate_extra_args(tokens: Any, reserved: set[str]) -> list[str]:
     if tokens in (None, ""):
         return []
     if isinstance(tokens, str):
-        raise ValidationError("Give extra arguments as a list of tokens, one per item.")
+        raise ValidationError(_("Give extra arguments as a list of tokens, one per item."))
     if not isinstance(tokens, list) or len(tokens) > MAX_EXTRA_ARGS:
-        raise ValidationError(f"A list of at most {MAX_EXTRA_ARGS} tokens.")
+        raise ValidationError(_("A list of at most %(MAX_EXTRA_ARGS)s tokens.") % {"MAX_EXTRA_ARGS": MAX_EXTRA_ARGS})
     cleaned = []
     for token in tokens:
         if not isinstance(token, str) or not TOKEN.fullmatch(token):
@@ -106,7 +107,7 @@ def validate_extra_args(tokens: Any, reserved: set[str]) -> list[str]:
             )
         flag = token.split("=", 1)[0]
         if flag in reserved:
-            raise ValidationError(f"{flag} is set by the portal; use the form field instead.")
+            raise ValidationError(_("%(flag)s is set by the portal; use the form field instead.") % {"flag": flag})
         cleaned.append(token)
     return cleaned
 
@@ -173,7 +174,10 @@ class Backend:
         unknown = set(options) - {o.name for o in self.options}
         errors: dict[str, list[str]] = {}
         if unknown:
-            errors["options"] = [f"Unknown option(s) for {self.label}: {', '.join(sorted(unknown))}."]
+            errors["options"] = [
+                _("Unknown option(s) for %(backend)s: %(options)s.")
+                % {"backend": self.label, "options": ", ".join(sorted(unknown))}
+            ]
         cleaned = {}
         for opt in self.options:
             try:
@@ -233,7 +237,9 @@ _PATH = re.compile(r"^/[A-Za-z0-9_.+@=-][A-Za-z0-9_./+@=-]{0,498}$")
 
 def validate_absolute_path(path: str, *, suffix: str = "") -> str:
     if not isinstance(path, str) or not _PATH.fullmatch(path) or "/../" in path + "/" or "//" in path:
-        raise ValidationError("An absolute path on the host of letters, digits and _ . / + @ = - (no spaces, no ..).")
+        raise ValidationError(
+            _("An absolute path on the host of letters, digits and _ . / + @ = - (no spaces, no ..).")
+        )
     if suffix and not path.endswith(suffix):
-        raise ValidationError(f"The path must end in {suffix}.")
+        raise ValidationError(_("The path must end in %(suffix)s.") % {"suffix": suffix})
     return path

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 import httpx
+from django.utils.translation import gettext_lazy as _
 
 from .base import Backend, LaunchSpec, Option
 from .vllm import DTYPE, QUANTIZATION, VLLM, check_parallel
@@ -81,7 +82,7 @@ class SGLang(Backend):
         from django.core.exceptions import ValidationError
 
         if gpu_count < 1:
-            raise ValidationError({"gpu_indices": ["SGLang needs at least one GPU."]})
+            raise ValidationError({"gpu_indices": [_("SGLang needs at least one GPU.")]})
         return check_parallel(options, gpu_count, "tp_size", "pp_size")
 
     def key_file_text(self, key: str) -> str:

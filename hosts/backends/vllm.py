@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 from django.core.exceptions import ValidationError
+from django.utils.translation import gettext_lazy as _
 
 from .base import Backend, LaunchSpec, Option, validate_absolute_path
 
@@ -93,12 +94,12 @@ class VLLM(Backend):
             return validate_absolute_path(path)
         except ValidationError:
             raise ValidationError(
-                "A Hugging Face id (org/name) or an absolute folder on the host, without spaces or shell characters."
+                _("A Hugging Face id (org/name) or an absolute folder on the host, without spaces or shell characters.")
             ) from None
 
     def check(self, options: dict[str, Any], gpu_count: int) -> dict[str, Any]:
         if gpu_count < 1:
-            raise ValidationError({"gpu_indices": ["vLLM needs at least one GPU."]})
+            raise ValidationError({"gpu_indices": [_("vLLM needs at least one GPU.")]})
         return check_parallel(options, gpu_count)
 
     def argv(self, spec: LaunchSpec) -> list[str]:
@@ -178,11 +179,21 @@ def check_parallel(
     if tp is None:
         if gpu_count % pp:
             raise ValidationError(
-                {pp_name: [f"Pipeline parallel size {pp} does not divide the {gpu_count} GPUs chosen."]}
+                {
+                    pp_name: [
+                        _("Pipeline parallel size %(pp)s does not divide the %(gpu_count)s GPUs chosen.")
+                        % {"pp": pp, "gpu_count": gpu_count}
+                    ]
+                }
             )
         options[tp_name] = gpu_count // pp
     elif tp * pp != gpu_count:
         raise ValidationError(
-            {tp_name: [f"Tensor parallel {tp} x pipeline parallel {pp} = {tp * pp}, but {gpu_count} GPUs are chosen."]}
+            {
+                tp_name: [
+                    _("Tensor parallel %(tp)d x pipeline parallel %(pp)d = %(product)d, but %(gpus)d GPUs are chosen.")
+                    % {"tp": tp, "pp": pp, "product": tp * pp, "gpus": gpu_count}
+                ]
+            }
         )
     return options

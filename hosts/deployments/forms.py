@@ -51,20 +51,27 @@ def _worker_label(host: Host) -> str:
 class DeploymentForm(forms.Form):
     """Backend options are `<backend>__<option>` fields; only the chosen backend's are used."""
 
-    name = forms.CharField(max_length=63, help_text="Lowercase letters, digits and dashes; names a folder on the host.")
-    backend = forms.ChoiceField(choices=Backend.choices)
+    name = forms.CharField(
+        label=_("Name"), max_length=63, help_text=_("Lowercase letters, digits and dashes; names a folder on the host.")
+    )
+    backend = forms.ChoiceField(label=_("Backend"), choices=Backend.choices)
     model_path = forms.CharField(
-        max_length=500, help_text="vLLM: Hugging Face id or folder on the host. llama.cpp: the .gguf file's path."
+        label=_("Model path"),
+        max_length=500,
+        help_text=_("vLLM: Hugging Face id or folder on the host. llama.cpp: the .gguf file's path."),
     )
-    served_model_name = forms.CharField(max_length=128, help_text="The public model name in the gateway.")
+    served_model_name = forms.CharField(
+        label=_("Served model name"), max_length=128, help_text=_("The public model name in the gateway.")
+    )
     gpu_indices = forms.TypedMultipleChoiceField(
-        coerce=int, widget=forms.CheckboxSelectMultiple, required=False, label="GPUs"
+        coerce=int, widget=forms.CheckboxSelectMultiple, required=False, label=_("GPUs")
     )
-    port = forms.IntegerField(min_value=1024, max_value=65535)
+    port = forms.IntegerField(label=_("Port"), min_value=1024, max_value=65535)
     extra_args = forms.CharField(
+        label=_("Extra arguments"),
         widget=forms.Textarea(attrs={"rows": 3}),
         required=False,
-        help_text="Further arguments, one token per line (e.g. --trust-remote-code).",
+        help_text=_("Further arguments, one token per line (e.g. --trust-remote-code)."),
     )
     worker_hosts = forms.ModelMultipleChoiceField(
         queryset=Host.objects.none(),
@@ -91,7 +98,7 @@ class DeploymentForm(forms.Form):
         label=_("Ray port"),
         help_text=_("The port of the Ray head on this host; the workers connect to it."),
     )
-    fit_override = forms.BooleanField(required=False, label="Launch even if the VRAM estimate says it does not fit")
+    fit_override = forms.BooleanField(required=False, label=_("Launch even if the VRAM estimate says it does not fit"))
     auto_restart = forms.BooleanField(
         required=False,
         initial=True,
@@ -232,7 +239,7 @@ class DeploymentForm(forms.Form):
         if self.instance is not None:
             name_clash = name_clash.exclude(pk=self.instance.pk)
         if name_clash.exists():
-            self.add_error("name", "A deployment with this name exists.")
+            self.add_error("name", _("A deployment with this name exists."))
         return data
 
     def save(self, user) -> Deployment:

@@ -489,7 +489,7 @@ def estimate_for_spec(
         memory = [mem(rows[i]) for i in wanted]
         spare = [mem(g) for i, g in rows.items() if i not in wanted and not g.stale]
     else:
-        raise ValidationError({"gpus": ["Give the GPUs, or a host and its GPU indices."]})
+        raise ValidationError({"gpus": [_("Give the GPUs, or a host and its GPU indices.")]})
     request = fit.FitRequest(
         arch=arch,
         backend=backend,

@@ -10,6 +10,7 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from portal.permissions import AdminRequiredMixin
@@ -26,10 +27,10 @@ from .filters import DeploymentFilterSet
 from .forms import DeploymentForm
 
 ACTIONS = {
-    JobAction.LAUNCH: "Launch the server on the host and register its channel.",
-    JobAction.STOP: "Stop the server (TERM, then KILL after a grace period) and disable its channel.",
-    JobAction.RESTART: "Stop the server, then launch it again.",
-    JobAction.ADOPT: "Take over a server already running on this port (started by hand or by an earlier job).",
+    JobAction.LAUNCH: _("Launch the server on the host and register its channel."),
+    JobAction.STOP: _("Stop the server (TERM, then KILL after a grace period) and disable its channel."),
+    JobAction.RESTART: _("Stop the server, then launch it again."),
+    JobAction.ADOPT: _("Take over a server already running on this port (started by hand or by an earlier job)."),
 }
 
 
@@ -96,7 +97,7 @@ def deployment_create(request: HttpRequest, host_pk: int) -> HttpResponse:
 def deployment_edit(request: HttpRequest, pk: int) -> HttpResponse:
     deployment = get_object_or_404(Deployment.objects.select_related("host"), pk=pk)
     if not deployment.is_idle:
-        messages.error(request, "Stop the deployment before changing it.")
+        messages.error(request, _("Stop the deployment before changing it."))
         return redirect("deployment_detail", pk=pk)
     return _deployment_form(request, deployment.host, deployment)
 
@@ -111,7 +112,10 @@ def _deployment_form(request: HttpRequest, host: Host, instance: Deployment | No
             else:
                 deployment = form.save(request.user)
                 services.check_fit(deployment, arch=services.host_architecture(deployment))
-                messages.success(request, f"Deployment {deployment} saved. Check the fit, then launch it.")
+                messages.success(
+                    request,
+                    _("Deployment %(deployment)s saved. Check the fit, then launch it.") % {"deployment": deployment},
+                )
                 return redirect("deployment_detail", pk=deployment.pk)
     else:
         initial = None
@@ -186,7 +190,9 @@ def deployment_fit(request: HttpRequest, pk: int) -> HttpResponse:
             services.check_fit(deployment, remote)
     except ssh.SSHError as exc:
         services.check_fit(deployment)
-        messages.warning(request, f"Could not read the model on the host, used presets: {exc.message}")
+        messages.warning(
+            request, _("Could not read the model on the host, used presets: %(message)s") % {"message": exc.message}
+        )
     return redirect("deployment_detail", pk=pk)
 
 
@@ -194,7 +200,7 @@ def deployment_fit(request: HttpRequest, pk: int) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def deployment_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     if action not in ACTIONS:
-        raise PermissionDenied("Unknown action.")
+        raise PermissionDenied(_("Unknown action."))
     deployment = get_object_or_404(Deployment.objects.select_related("host"), pk=pk)
     if request.method == "GET":
         return render(
@@ -222,7 +228,7 @@ def deployment_action(request: HttpRequest, pk: int, action: str) -> HttpRespons
 def deployment_delete(request: HttpRequest, pk: int) -> HttpResponse:
     deployment = get_object_or_404(Deployment, pk=pk)
     if not deployment.is_idle:
-        messages.error(request, "Stop the deployment before deleting it.")
+        messages.error(request, _("Stop the deployment before deleting it."))
         return redirect("deployment_detail", pk=pk)
     if request.method == "GET":
         return render(
@@ -231,13 +237,13 @@ def deployment_delete(request: HttpRequest, pk: int) -> HttpResponse:
             {
                 "deployment": deployment,
                 "label": "Delete",
-                "question": f"Delete {deployment.name}?",
+                "question": _("Delete %(deployment)s?") % {"deployment": deployment.name},
                 "danger": True,
                 "explain": "Delete the deployment and its job history. Its channel stays until you delete it.",
             },
         )
     deployment.delete()
-    messages.success(request, f"Deployment {deployment.name} deleted.")
+    messages.success(request, _("Deployment %(deployment)s deleted.") % {"deployment": deployment.name})
     return redirect("deployment_list")
 
 

@@ -1,9 +1,9 @@
-import django_filters
+from portal.filters import FilterSet
 
 from .models import ModelDownload
 
 
-class DownloadFilterSet(django_filters.FilterSet):
+class DownloadFilterSet(FilterSet):
     class Meta:
         model = ModelDownload
         fields = ["host", "state", "source", "repo_id"]

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from ..choices import HostStatus
 
@@ -131,7 +132,9 @@ async def _connect(host: Host, private_key: str, timeout: float) -> asyncssh.SSH
     import asyncssh
 
     if not private_key:
-        raise AuthFailed(f"No private key is stored for {host}: paste one on the host's edit page.")
+        raise AuthFailed(
+            gettext("No private key is stored for %(host)s: paste one on the host's edit page.") % {"host": host}
+        )
     try:
         key = asyncssh.import_private_key(private_key)
     except (asyncssh.KeyImportError, ValueError):

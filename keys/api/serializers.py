@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
+from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from accounts.models import User
@@ -29,7 +30,7 @@ class KeySerializer(LimitFields, serializers.ModelSerializer[Key]):
     owner = serializers.PrimaryKeyRelatedField(
         queryset=User.objects.all(),
         required=False,
-        help_text="User id; default: you. Only admins (and team leads, for their members) may set another.",
+        help_text=_("User id; default: you. Only admins (and team leads, for their members) may set another."),
     )
     owner_username = serializers.CharField(source="owner.username", read_only=True)
     allowed_models = serializers.SlugRelatedField(
@@ -37,16 +38,16 @@ class KeySerializer(LimitFields, serializers.ModelSerializer[Key]):
         queryset=Model.objects.all(),
         many=True,
         required=False,
-        help_text="Model names; empty: every model the owner may use.",
+        help_text=_("Model names; empty: every model the owner may use."),
     )
     ip_allowlist = serializers.ListField(
         child=serializers.CharField(max_length=64),
         required=False,
         max_length=MAX_CIDR_ENTRIES,
-        help_text="CIDR blocks (10.0.0.0/8, 2001:db8::/32, or one address); empty: any address.",
+        help_text=_("CIDR blocks (10.0.0.0/8, 2001:db8::/32, or one address); empty: any address."),
     )
     masked = serializers.CharField(read_only=True)
-    state = serializers.ChoiceField(choices=KeyState.choices, read_only=True, help_text="Computed now.")
+    state = serializers.ChoiceField(choices=KeyState.choices, read_only=True, help_text=_("Computed now."))
 
     class Meta:
         model = Key
@@ -89,23 +90,25 @@ class KeySerializer(LimitFields, serializers.ModelSerializer[Key]):
     def validate_name(self, value: str) -> str:
         value = value.strip()
         if not value:
-            raise serializers.ValidationError("Enter a name.")
+            raise serializers.ValidationError(_("Enter a name."))
         return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         request = self.context["request"]
         key: Key | None = self.instance
         if key is not None and key.revoked_at is not None:
-            raise serializers.ValidationError({"non_field_errors": ["A revoked key cannot be changed."]})
+            raise serializers.ValidationError({"non_field_errors": [_("A revoked key cannot be changed.")]})
         owner = attrs.get("owner") or (key.owner if key is not None else request.user)
         if key is not None and owner != key.owner:
-            raise serializers.ValidationError({"owner": ["A key's owner cannot change; create a key for them."]})
+            raise serializers.ValidationError({"owner": [_("A key's owner cannot change; create a key for them.")]})
         if owner != request.user and not may_manage(request.user, owner):
             raise serializers.ValidationError(
                 {"owner": ["You can only create keys for yourself (a team lead: for the team's members)."]}
             )
         if not owner.is_active:
-            raise serializers.ValidationError({"owner": [f"{owner.username} is deactivated."]})
+            raise serializers.ValidationError(
+                {"owner": [_("%(username)s is deactivated.") % {"username": owner.username}]}
+            )
         attrs["owner"] = owner
 
         name = attrs.get("name", key.name if key is not None else "")
@@ -113,7 +116,9 @@ class KeySerializer(LimitFields, serializers.ModelSerializer[Key]):
         if key is not None:
             clash = clash.exclude(pk=key.pk)
         if clash.exists():
-            raise serializers.ValidationError({"name": [f"{owner.username} already has an active key with this name."]})
+            raise serializers.ValidationError(
+                {"name": [_("%(username)s already has an active key with this name.") % {"username": owner.username}]}
+            )
 
         try:
             cleaned = validate_key_settings(
@@ -148,7 +153,7 @@ class KeySerializer(LimitFields, serializers.ModelSerializer[Key]):
 
 
 class KeyCreatedSerializer(KeySerializer):
-    key = serializers.CharField(read_only=True, help_text="The key, shown once. Store it now.")
+    key = serializers.CharField(read_only=True, help_text=_("The key, shown once. Store it now."))
 
     class Meta(KeySerializer.Meta):
         fields = [*KeySerializer.Meta.fields, "key"]
@@ -159,5 +164,5 @@ class RotateSerializer(serializers.Serializer[Any]):
         min_value=0,
         max_value=int(MAX_GRACE.total_seconds()),
         default=0,
-        help_text="How long the old key keeps working (0 to 30 days); 0: it stops now.",
+        help_text=_("How long the old key keeps working (0 to 30 days); 0: it stops now."),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -70,7 +71,7 @@ class KeyViewSet(
         params = RotateSerializer(data=request.data)
         params.is_valid(raise_exception=True)
         if key.revoked_at is not None:
-            raise serializers.ValidationError({"non_field_errors": ["A revoked key cannot be rotated."]})
+            raise serializers.ValidationError({"non_field_errors": [_("A revoked key cannot be rotated.")]})
         grace = datetime.timedelta(seconds=params.validated_data["grace_seconds"])
         new, plaintext = rotate_key(key, grace=grace or None)
         return Response(self._data(new, plaintext), status=status.HTTP_201_CREATED)

@@ -10,17 +10,17 @@ from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
 
 from keys.models import PayloadLogging, RequestPayload
-from portal.filters import UTCDateTimeFilter
+from portal.filters import FilterSet, UTCDateTimeFilter
 from portal.forms import DatalistInput
 
 
-class PayloadLoggingFilterSet(django_filters.FilterSet):  # type: ignore[misc]  # django-filter ships no type hints
+class PayloadLoggingFilterSet(FilterSet):
     class Meta:
         model = PayloadLogging
         fields = ["key", "user", "team", "enabled"]
 
 
-class RequestPayloadFilterSet(django_filters.FilterSet):  # type: ignore[misc]  # django-filter ships no type hints
+class RequestPayloadFilterSet(FilterSet):
     since = UTCDateTimeFilter(field_name="created", lookup_expr="gte")
     until = UTCDateTimeFilter(field_name="created", lookup_expr="lt")
 

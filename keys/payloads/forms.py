@@ -8,7 +8,7 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from keys.models import Key, PayloadLogging
-from portal.forms import DatalistInput
+from portal.forms import FIELD_LABELS, DatalistInput
 
 KEY_OPTIONS = 1000  # suggestions in the key picker's datalist; any other key can still be typed
 
@@ -80,6 +80,7 @@ else:  # Django's forms take no [] at runtime
 class PayloadLoggingForm(_PayloadLoggingModelForm):
     class Meta:
         model = PayloadLogging
+        labels = FIELD_LABELS
         fields = ["key", "user", "team", "enabled", "retention_days"]
         help_texts = {"enabled": "Off on a key (or a user) keeps it out of its owner's (or team's) logging."}
 
@@ -88,7 +89,7 @@ class PayloadLoggingForm(_PayloadLoggingModelForm):
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         if sum(data.get(f) is not None for f in ("key", "user", "team")) != 1:
-            self.add_error("key", "Choose one key, one user or one team.")
+            self.add_error("key", _("Choose one key, one user or one team."))
         return data
 
     def validate_unique(self) -> None:

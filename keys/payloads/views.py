@@ -10,6 +10,7 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
+from django.utils.translation import gettext_lazy as _
 from django.views import View
 
 from keys.models import PayloadLogging, RequestPayload
@@ -72,7 +73,7 @@ class RequestLogListView(AdminRequiredMixin, View):
         if not form.is_valid():
             return self.get(request, form)
         policy = form.save()
-        messages.success(request, f"Saved: {policy}.")
+        messages.success(request, _("Saved: %(policy)s.") % {"policy": policy})
         return HttpResponseRedirect(reverse("request_log_list"))
 
 
@@ -80,7 +81,7 @@ class PayloadLoggingDeleteView(AdminRequiredMixin, View):
     def post(self, request: HttpRequest, pk: int) -> HttpResponse:
         policy = get_object_or_404(PayloadLogging, pk=pk)
         policy.delete()
-        messages.success(request, f"Removed: {policy}.")
+        messages.success(request, _("Removed: %(policy)s.") % {"policy": policy})
         return HttpResponseRedirect(reverse("request_log_list"))
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import django_filters
+from django.utils.translation import gettext_lazy as _
 
 from keys.models import UsageDaily, UsageRecord
-from portal.filters import UTCDateTimeFilter
+from portal.filters import FilterSet, UTCDateTimeFilter
 
 
-class UsageRecordFilterSet(django_filters.FilterSet):  # type: ignore[misc]  # django-filter ships no type hints
+class UsageRecordFilterSet(FilterSet):
     since = UTCDateTimeFilter(field_name="created", lookup_expr="gte")
     until = UTCDateTimeFilter(field_name="created", lookup_expr="lt")
 
@@ -29,9 +30,9 @@ class UsageRecordFilterSet(django_filters.FilterSet):  # type: ignore[misc]  # d
         ]
 
 
-class UsageDailyFilterSet(django_filters.FilterSet):  # type: ignore[misc]  # django-filter ships no type hints
-    since = django_filters.DateFilter(field_name="day", lookup_expr="gte")
-    until = django_filters.DateFilter(field_name="day", lookup_expr="lte")
+class UsageDailyFilterSet(FilterSet):
+    since = django_filters.DateFilter(label=_("From"), field_name="day", lookup_expr="gte")
+    until = django_filters.DateFilter(label=_("Until"), field_name="day", lookup_expr="lte")
 
     class Meta:
         model = UsageDaily

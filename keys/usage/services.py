@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from django.db.models import Case, F, FloatField, QuerySet, Sum, Value, When
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from channels.prices import amount_text, format_money
 from keys.models import TTFT_BOUNDS_MS, TTFT_FIELDS, Key, UsageDaily, UsageHourly
@@ -142,7 +143,7 @@ def limit_status(user: User, keys: Iterable[Key]) -> list[dict[str, Any]]:
             total[0] += bucket["t"]
     rows = [
         {
-            "label": "Your account (all keys)",
+            "label": gettext("Your account (all keys)"),
             "today": total[0],
             "month": total[1],
             "tokens_per_day": user.tokens_per_day,
@@ -161,7 +162,7 @@ def limit_status(user: User, keys: Iterable[Key]) -> list[dict[str, Any]]:
             used[0] += tokens if day == now else 0
         rows.append(
             {
-                "label": f"Your team {team.name} (all members)",
+                "label": gettext("Your team %(team)s (all members)") % {"team": team.name},
                 "today": used[0],
                 "month": used[1],
                 "tokens_per_day": team.tokens_per_day,
@@ -173,7 +174,7 @@ def limit_status(user: User, keys: Iterable[Key]) -> list[dict[str, Any]]:
         used = per_key.get(key.id, [0, 0])
         rows.append(
             {
-                "label": f"Key {key.name} ({key.masked})",
+                "label": gettext("Key %(name)s (%(masked)s)") % {"name": key.name, "masked": key.masked},
                 "today": used[0],
                 "month": used[1],
                 "tokens_per_day": key.tokens_per_day,

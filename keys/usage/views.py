@@ -12,6 +12,7 @@ from django.contrib.auth.mixins import LoginRequiredMixin
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils.translation import gettext_lazy as _
 from django.views import View
 from django.views.generic import DetailView
 
@@ -165,7 +166,7 @@ class AdminUsageView(AdminOrTeamLeadRequiredMixin, View):
                 "rows": rows,
                 "group_by": group_by,
                 "groups": groups,
-                "title": "Usage" if request.user.is_admin else "Team usage",
+                "title": _("Usage") if request.user.is_admin else _("Team usage"),
                 "days": days,
                 "since": since,
                 "until": until,

@@ -6,6 +6,7 @@ import logging
 
 from django.db import DataError, IntegrityError
 from django.db.models import ProtectedError, RestrictedError
+from django.utils.translation import gettext_lazy as _
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_handler
@@ -24,7 +25,10 @@ def exception_handler(exc, context):
         blocking = getattr(exc, "protected_objects", None) or getattr(exc, "restricted_objects", ())
         names = sorted({str(o) for o in blocking})
         listed = ", ".join(names[:10]) + ("…" if len(names) > 10 else "")
-        return Response({"detail": f"Still used by {listed}; remove those first."}, status=status.HTTP_409_CONFLICT)
+        return Response(
+            {"detail": _("Still used by %(listed)s; remove those first.") % {"listed": listed}},
+            status=status.HTTP_409_CONFLICT,
+        )
     if isinstance(exc, DataError):
         # A value the database cannot store or compare (PostgreSQL: a NUL character in text, a
         # number out of range) that no serializer caught: the input is wrong, not the server.

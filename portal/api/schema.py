@@ -4,15 +4,16 @@
 
 from __future__ import annotations
 
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 
 
 class ServiceUnavailableSerializer(serializers.Serializer):
-    detail = serializers.CharField(help_text="What went wrong and what to do, for a person.")
+    detail = serializers.CharField(help_text=_("What went wrong and what to do, for a person."))
     code = serializers.ChoiceField(
-        choices=["redis_unavailable", "disk_full"], help_text="Stable id of the cause, for a script."
+        choices=["redis_unavailable", "disk_full"], help_text=_("Stable id of the cause, for a script.")
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.core.exceptions import ObjectDoesNotExist
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -55,7 +56,7 @@ class IdOrNameRelatedField(serializers.RelatedField):
 
 def limit_field() -> serializers.IntegerField:
     return serializers.IntegerField(
-        required=False, allow_null=True, validators=LIMIT_VALIDATORS, help_text="Blank/null: unlimited."
+        required=False, allow_null=True, validators=LIMIT_VALIDATORS, help_text=_("Blank/null: unlimited.")
     )
 
 

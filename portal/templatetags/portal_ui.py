@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django import template
 from django.utils.html import format_html
+from django.utils.translation import gettext
 
 register = template.Library()
 
@@ -43,7 +44,7 @@ def badge(value, label=None):
 def limit(value):
     """A limit for display: blank means unlimited."""
     if value in (None, ""):
-        return "unlimited"
+        return gettext("unlimited")
     try:
         return f"{int(value):,}"
     except (TypeError, ValueError):

@@ -42,7 +42,7 @@ class Robot:
     def log_in(self, username: str, password: str) -> None:
         self.fill("#id_username", username)
         self.fill("#id_password", password)
-        self.click("button[type=submit]")
+        self.click("main button[type=submit]")
         self.page.wait_for_url(self.base_url + "/")
 
     @property

@@ -70,7 +70,7 @@ def test_developer_connects_continue_from_a_phone_with_the_default_installer(
     page.goto(url + "/login/")
     page.fill("#id_username", "alice")
     page.fill("#id_password", "alice-pass-123")
-    page.click("button[type=submit]")
+    page.click("main button[type=submit]")
     page.wait_for_url(url + "/")
     clicks = 0
     page.click("header nav >> text=Connect your tools")

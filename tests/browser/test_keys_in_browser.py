@@ -23,7 +23,7 @@ def test_admin_creates_a_developer_and_a_key_that_is_shown_once(live_server, bro
     assert "/login/" in page.url
     page.fill("#id_username", "admin")
     page.fill("#id_password", "admin-pass-123")
-    page.click("button[type=submit]")
+    page.click("main button[type=submit]")
     page.wait_for_url(live_server.url + "/")
     page.screenshot(path=f"{screenshots}/dashboard.png", full_page=True)
 
@@ -68,7 +68,7 @@ def test_admin_creates_a_developer_and_a_key_that_is_shown_once(live_server, bro
     dev.goto(live_server.url + "/login/")
     dev.fill("#id_username", "dana")
     dev.fill("#id_password", password)
-    dev.click("button[type=submit]")
+    dev.click("main button[type=submit]")
     dev.wait_for_url(live_server.url + "/")
     dev.click("nav >> text=My keys")
     row = dev.locator("table tbody tr").first
@@ -88,7 +88,7 @@ def test_htmx_posts_carry_the_csrf_token(live_server, browser, alice):
     page.goto(live_server.url + "/login/")
     page.fill("#id_username", "alice")
     page.fill("#id_password", "alice-pass-123")
-    page.click("button[type=submit]")
+    page.click("main button[type=submit]")
     page.wait_for_url(live_server.url + "/")
     page.wait_for_function("window.htmx !== undefined")
     status = page.evaluate(

@@ -29,7 +29,7 @@ def log_in(page, base: str, username: str, password: str) -> None:
     page.goto(base + "/login/")
     page.fill("#id_username", username)
     page.fill("#id_password", password)
-    page.click("button[type=submit]")
+    page.click("main button[type=submit]")
 
 
 def wait_until(page, expression: str, timeout: float = 20.0) -> None:

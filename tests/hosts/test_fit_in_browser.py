@@ -51,7 +51,7 @@ def test_admin_checks_the_fit_launches_and_sees_estimate_vs_actual(
     page.goto(live_server.url + "/login/")
     page.fill("#id_username", "admin")
     page.fill("#id_password", "admin-pass-123")
-    page.click("button[type=submit]")
+    page.click("main button[type=submit]")
     page.goto(f"{live_server.url}/deployments/{deployment.pk}/")
     try:
         assert "Not launched by the portal yet" in page.content()

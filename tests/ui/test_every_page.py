@@ -15,6 +15,8 @@ pytestmark = pytest.mark.django_db
 PUBLIC = {"login", "logout", "connect_install_sh", "connect_install_ps1"}
 # Single sign-on: the two ends of the redirect to the identity provider are where anonymous users log in.
 PUBLIC |= {"oidc_authentication_init", "oidc_authentication_callback"}
+# The language switcher works before login too (tests/portal/test_i18n.py checks it).
+PUBLIC |= {"set_language"}
 ADMIN_PREFIXES = (
     "hosts/",
     "channels/",

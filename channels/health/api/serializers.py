@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -166,9 +167,9 @@ class AlertTargetSerializer(serializers.ModelSerializer[AlertTarget]):
         url = attrs.get("url", getattr(self.instance, "url", ""))
         email = attrs.get("email", getattr(self.instance, "email", ""))
         if kind == AlertKind.WEBHOOK and not url:
-            raise serializers.ValidationError({"url": "A webhook needs a URL."})
+            raise serializers.ValidationError({"url": _("A webhook needs a URL.")})
         if kind == AlertKind.EMAIL and not email:
-            raise serializers.ValidationError({"email": "Enter the address to notify."})
+            raise serializers.ValidationError({"email": _("Enter the address to notify.")})
         return attrs
 
 

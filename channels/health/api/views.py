@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TypeVar, cast
 
 from django.db.models import Q, QuerySet
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -69,7 +70,7 @@ class HealthChannelViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSe
         channel = self.get_object()
         done = services.check_channel(channel.pk)
         if done is None:
-            return Response({"detail": "The channel is disabled; enable it to check it."}, status=409)
+            return Response({"detail": _("The channel is disabled; enable it to check it.")}, status=409)
         channel.refresh_from_db()
         return Response(
             {

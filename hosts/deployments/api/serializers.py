@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 
@@ -58,14 +59,14 @@ class DeploymentSerializer(serializers.ModelSerializer):
 
     host = serializers.PrimaryKeyRelatedField(queryset=Host.objects.all())
     gpu_indices = serializers.ListField(child=serializers.IntegerField(min_value=0, max_value=255), max_length=64)
-    options = serializers.DictField(required=False, help_text="Typed backend options; see the backend.")
+    options = serializers.DictField(required=False, help_text=_("Typed backend options; see the backend."))
     extra_args = serializers.ListField(
         child=serializers.CharField(max_length=200, trim_whitespace=False), required=False, max_length=40
     )
     command_preview = serializers.SerializerMethodField()
     nodes = DeploymentNodeSerializer(many=True, read_only=True)
     worker_hosts = serializers.PrimaryKeyRelatedField(
-        queryset=Host.objects.all(), many=True, required=False, help_text="Further nodes (vLLM over Ray)."
+        queryset=Host.objects.all(), many=True, required=False, help_text=_("Further nodes (vLLM over Ray).")
     )
 
     class Meta:
@@ -199,7 +200,7 @@ class FitSpecSerializer(serializers.Serializer):
 
     backend = serializers.ChoiceField(choices=Backend.choices)
     model = serializers.CharField(max_length=500, required=False, allow_blank=True)
-    config_json = serializers.JSONField(required=False, help_text="The model's config.json (object or text).")
+    config_json = serializers.JSONField(required=False, help_text=_("The model's config.json (object or text)."))
     architecture = ArchitectureSerializer(required=False)
     options = serializers.DictField(required=False)
     host = serializers.PrimaryKeyRelatedField(queryset=Host.objects.all(), required=False)
@@ -210,9 +211,9 @@ class FitSpecSerializer(serializers.Serializer):
 
     def validate_config_json(self, value):
         if len(str(value)) > 200_000:
-            raise ValidationError("A config.json of at most 200 kB.")
+            raise ValidationError(_("A config.json of at most 200 kB."))
         if not isinstance(value, dict | str):
-            raise ValidationError("A config.json object, or its text.")
+            raise ValidationError(_("A config.json object, or its text."))
         return value
 
     def validate(self, attrs):
@@ -221,5 +222,5 @@ class FitSpecSerializer(serializers.Serializer):
                 {"model": ["Give a model name (matched against presets), its config.json or an architecture."]}
             )
         if "gpus" not in attrs and not attrs.get("host"):
-            raise ValidationError({"gpus": ["Give the GPUs, or a host and its GPU indices."]})
+            raise ValidationError({"gpus": [_("Give the GPUs, or a host and its GPU indices.")]})
         return attrs

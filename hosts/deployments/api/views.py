@@ -14,6 +14,7 @@ resource, hosts/api/views.py.
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
@@ -41,12 +42,12 @@ class DeploymentViewSet(viewsets.ModelViewSet):
 
     def perform_update(self, serializer) -> None:
         if not serializer.instance.is_idle:
-            raise ValidationError({"status": ["Stop the deployment before changing it."]})
+            raise ValidationError({"status": [_("Stop the deployment before changing it.")]})
         serializer.save()
 
     def perform_destroy(self, instance: Deployment) -> None:
         if not instance.is_idle:
-            raise ValidationError({"status": ["Stop the deployment before deleting it."]})
+            raise ValidationError({"status": [_("Stop the deployment before deleting it.")]})
         instance.delete()
 
     def _job(self, request, pk, action_name: str) -> Response:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from hosts.downloads.models import ModelDownload
@@ -19,11 +20,11 @@ class DownloadSerializer(serializers.ModelSerializer):
         allow_blank=True,
         max_length=500,
         style={"input_type": "password"},
-        help_text="Access token for private or gated repositories; write-only, stored encrypted.",
+        help_text=_("Access token for private or gated repositories; write-only, stored encrypted."),
     )
     has_token = serializers.SerializerMethodField()
     percent = serializers.IntegerField(read_only=True)
-    joined = serializers.SerializerMethodField(help_text="True when this request joined a running download.")
+    joined = serializers.SerializerMethodField(help_text=_("True when this request joined a running download."))
 
     class Meta:
         model = ModelDownload

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from keys.models import PayloadLogging, RequestPayload
@@ -18,7 +19,7 @@ class PayloadLoggingSerializer(serializers.ModelSerializer[PayloadLogging]):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         targets = [attrs.get(f, getattr(self.instance, f) if self.instance else None) for f in ("key", "user", "team")]
         if sum(t is not None for t in targets) != 1:
-            raise serializers.ValidationError({"key": ["Set one of key, user or team."]})
+            raise serializers.ValidationError({"key": [_("Set one of key, user or team.")]})
         return attrs
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from channels.prices import amount_text
@@ -29,7 +30,7 @@ class UsageRecordSerializer(HidesChannelFromDevelopers):
     key_name = serializers.CharField(source="key.name", default=None, read_only=True, allow_null=True)
     username = serializers.CharField(source="user.username", default=None, read_only=True, allow_null=True)
     channel_name = serializers.CharField(
-        source="channel.name", default=None, read_only=True, allow_null=True, help_text="Null for developers."
+        source="channel.name", default=None, read_only=True, allow_null=True, help_text=_("Null for developers.")
     )
     cost = serializers.SerializerMethodField(
         help_text="What the request cost in the portal's currency (exact decimal string); null: its route had no price."
@@ -38,7 +39,7 @@ class UsageRecordSerializer(HidesChannelFromDevelopers):
         child=serializers.CharField(),
         read_only=True,
         allow_null=True,
-        help_text="Why the gateway sent it where it did, one short step each. Null for developers.",
+        help_text=_("Why the gateway sent it where it did, one short step each. Null for developers."),
     )
 
     class Meta:

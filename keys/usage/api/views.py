@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING
 
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, viewsets
@@ -79,9 +80,9 @@ class UsageSummaryViewSet(viewsets.ViewSet):
         try:
             days = int(request.query_params.get("days", 30))
         except ValueError:
-            raise serializers.ValidationError({"days": ["A whole number of days."]}) from None
+            raise serializers.ValidationError({"days": [_("A whole number of days.")]}) from None
         if not 1 <= days <= 366:
-            raise serializers.ValidationError({"days": ["Between 1 and 366."]})
+            raise serializers.ValidationError({"days": [_("Between 1 and 366.")]})
         until = today()
         since = until - dt.timedelta(days=days - 1)
         rows = grouped_totals(UsageDaily.objects.visible_to(request.user), group_by, since, until)

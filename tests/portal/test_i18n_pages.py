@@ -1,0 +1,112 @@
+"""The every-page crawl in Chinese: as the admin, a developer and a team lead, every page the
+navigation leads to (the browser crawl's world and skip list) is rendered in zh-Hans and its text
+holds no English word left untranslated. It checks the rendered pages, not only the catalog, so a
+string built in Python without gettext, a label Django derived from a field name or a choice
+without a translation shows up here."""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from html.parser import HTMLParser
+
+import pytest
+
+from portal.templatelint import ALLOWED
+from tests.browser.test_every_page_in_browser import SKIP_CONTAINS, SKIP_PREFIXES, world  # noqa: F401
+from tests.portal.test_i18n import PENDING
+
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
+
+# What the world fixture puts in the database (names, users, messages stored as data) and words
+# that are the same in Chinese text (units, protocol and product names).
+DATA = {
+    "admin", "alice", "mallory", "lena", "alpha", "laptop", "other", "script", "coder", "tiny", "ops",
+    "refused", "connect", "exit", "code", "alias", "window", "needed", "sent", "to", "llamacpp", "vllm",
+    "NVIDIA", "GeForce", "RTX", "UTC", "p50", "p95", "KV", "CSV", "SHA256", "GiB", "MiB", "kB", "Hub",
+    "sha256", "Token", "Bearer", "Authorization", "webhook", "Webhook", "Slack", "Ray", "NCCL", "Chat",
+    "Completions", "Embeddings", "Messages", "Responses", "err", "flash", "attention", "Flash", "ok",
+    "token", "Base", "IP", "GGUF", "venv", "CLI", "VS", "Code", "KILL", "TERM", "shell",
+}  # fmt: skip
+# A word glued to code-like characters (a path, a masked secret `gpt-Ab…yz`) is not prose.
+WORD = re.compile(r"(?<![\w./:@…-])[A-Za-z]{2,}(?![\w./:@…-])")
+MAX_PAGES = 150
+
+
+class _Text(HTMLParser):
+    """The text a person reads in <main> (the header and footer belong to base.html, which is
+    PENDING until it is marked), without code, preformatted text, scripts and form values."""
+
+    SKIP = {"code", "pre", "script", "style", "kbd", "samp", "textarea", "option", "svg"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.depth_main, self.skipping, self.chunks = 0, [], []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "main":
+            self.depth_main += 1
+        elif tag in self.SKIP:
+            self.skipping.append(tag)
+        elif self.depth_main and not self.skipping:
+            attributes = dict(attrs)
+            for name in ("title", "placeholder", "aria-label", "alt"):
+                if attributes.get(name):
+                    self.chunks.append(attributes[name])
+
+    def handle_endtag(self, tag):
+        if tag == "main":
+            self.depth_main -= 1
+        elif self.skipping and self.skipping[-1] == tag:
+            self.skipping.pop()
+
+    def handle_data(self, data):
+        if self.depth_main and not self.skipping:
+            self.chunks.append(data)
+
+
+def english_words(html: str) -> list[str]:
+    parser = _Text()
+    parser.feed(html)
+    text = re.sub(r"`[^`]*`", " ", " ".join(parser.chunks))  # `commands` quoted in notes
+    for allowed in sorted(ALLOWED, key=len, reverse=True):
+        text = text.replace(allowed, " ")
+    return sorted({w for w in WORD.findall(text) if w not in DATA})
+
+
+def links(html: str) -> list[str]:
+    return re.findall(r'<a [^>]*href="(/[^"#?]*)', html)
+
+
+def crawl_in_chinese(client) -> tuple[list[str], dict[str, list[str]]]:
+    client.post("/language/", {"language": "zh-hans", "next": "/"})
+    start = client.get("/").content.decode()
+    queue, seen, visited, found = deque(links(start)), set(links(start)), [], {}
+    while queue and len(visited) < MAX_PAGES:
+        path = queue.popleft()
+        if path.startswith(SKIP_PREFIXES) or any(s in path for s in SKIP_CONTAINS):
+            continue
+        response = client.get(path)
+        if response.status_code != 200 or not response["Content-Type"].startswith("text/html"):
+            continue
+        html = response.content.decode()
+        visited.append(path)
+        names = {t.name for t in response.templates if t.name}
+        if not names & PENDING - {"base.html"}:
+            if words := english_words(html):
+                found[path] = words
+        for link in links(html):
+            if link not in seen:
+                seen.add(link)
+                queue.append(link)
+    return visited, found
+
+
+@pytest.mark.parametrize("who", ["admin", "alice", "lena"])
+def test_every_page_in_chinese_has_no_english_left(client, world, who, django_user_model):  # noqa: F811
+    client.force_login(django_user_model.objects.get(username=who))
+    visited, found = crawl_in_chinese(client)
+    assert len(visited) >= (25 if who == "admin" else 5), visited
+    assert found == {}, "Untranslated text on these pages:\n" + "\n".join(
+        f"{path}: {' '.join(words)}" for path, words in found.items()
+    )
