@@ -20,6 +20,7 @@ ALLOWED = {
     "Hugging Face", "ModelScope", "NVIDIA", "Docker", "PowerShell", "Cline", "Roo Code", "Kilo Code",
     "Continue", "Aider", "Codex", "Claude Code", "Qwen Code", "OpenCode", "Crush", "Zed", "CC Switch",
     "Linux", "macOS", "Windows", "PID", "Swagger", "ReDoc", "OIDC", "SSO", "LAN", "RPM", "TPM",
+    "curl", "Python", "JavaScript", "openai", "anthropic",
 }  # fmt: skip
 WORD = re.compile(r"[A-Za-z]{2,}")
 ATTRIBUTES = {"title", "placeholder", "aria-label", "alt", "hx-confirm", "data-confirm"}
