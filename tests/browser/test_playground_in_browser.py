@@ -86,7 +86,7 @@ def sign_in(browser, url: str, username: str, password: str, *, errors: list[str
     page.goto(url + "/login/")
     page.fill("#id_username", username)
     page.fill("#id_password", password)
-    page.click("button[type=submit]")
+    page.click("main button[type=submit]")
     page.wait_for_url(url + "/")
     return context, page
 

@@ -69,7 +69,7 @@ def test_admin_creates_and_launches_a_two_node_deployment_in_the_browser(
     page.goto(live_server.url + "/login/")
     page.fill("#id_username", "admin")
     page.fill("#id_password", "admin-pass-123")
-    page.click("button[type=submit]")
+    page.click("main button[type=submit]")
     page.wait_for_url(live_server.url + "/")
     page.goto(f"{live_server.url}/hosts/{head.pk}/deployments/new/")
     try:
