@@ -23,7 +23,6 @@ from gateway.auth import authenticate
 from gateway.cache import RouteInfo, snapshot
 from gateway.call import TOKENIZE_TIMEOUT, Call, Outgoing, Plan, UpstreamResponse, opened, recount, tokenize
 from gateway.catalog import resolve_model, select_routes
-from gateway.chunks import event_data
 from gateway.http import GatewayError, Request, send_bytes, send_json
 from gateway.native import MessagesReader, anthropic_usage
 from gateway.state import process
@@ -33,7 +32,7 @@ from gateway.translate.common import estimate_tokens as estimate_input_tokens
 from gateway.usage import Usage, estimate_tokens, usage_from
 from keys.choices import ApiSurface
 
-from .translated import encode, open_translated_call, relay_stream
+from .translated import ReadsNativeEvents, open_translated_call, relay_stream
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +148,7 @@ def _assembly(limit: int | None) -> MessagesReader:
     return MessagesReader(limit, assemble=True)
 
 
-class MessagesDialect:
+class MessagesDialect(ReadsNativeEvents):
     """A Messages stream from a channel that speaks it, relayed to a Messages client
     (`relay.Dialect`): events go out as they came; the usage, the output tokens and the cut are
     read by a `MessagesReader`. A stream cut at its reservation ends as Anthropic ends one at
@@ -157,34 +156,10 @@ class MessagesDialect:
     before `message_stop` is incomplete, and our error event goes out instead of the upstream's."""
 
     __slots__ = ("reader",)
+    reader: MessagesReader
 
     def __init__(self, limit: int | None) -> None:
         self.reader = MessagesReader(limit)
-
-    @property
-    def usage(self) -> Usage | None:
-        return self.reader.usage
-
-    @property
-    def tokens(self) -> int:
-        return self.reader.tokens
-
-    @property
-    def done(self) -> bool:
-        return self.reader.done
-
-    @property
-    def complete(self) -> bool:
-        return self.reader.ended
-
-    def feed(self, event: bytes) -> bytes:
-        data = event_data(event)
-        if data is None:
-            return b""  # comments: the relay sends its own keep-alives
-        return event if self.reader.read(data) is not None else b""
-
-    def close(self, usage: Usage) -> bytes:
-        return encode(self.reader.cut_events(usage)) if self.reader.done else b""
 
     def error(self, err: GatewayError) -> bytes:
         return encode_sse(anthropic_response.error_body(err.status, err.message))

@@ -18,7 +18,6 @@ import orjson
 
 from gateway.cache import RouteInfo
 from gateway.call import Call, Outgoing, Plan, UpstreamResponse, recount
-from gateway.chunks import event_data
 from gateway.http import GatewayError, Receive, Request, Scope, Send
 from gateway.native import ResponsesReader, responses_usage
 from gateway.translate import TranslationError, responses_request, responses_response
@@ -26,7 +25,7 @@ from gateway.translate.common import answer_usage
 from gateway.usage import Usage, estimate_tokens, usage_from
 from keys.choices import ApiSurface
 
-from .translated import encode, open_translated_call, relay_stream
+from .translated import ReadsNativeEvents, encode, open_translated_call, relay_stream
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +76,7 @@ async def _create_response(req: Request) -> None:
     await _relay_json(call, up, native=native, request=echo, prompt=prompt)
 
 
-class ResponsesDialect:
+class ResponsesDialect(ReadsNativeEvents):
     """A Responses stream from a channel that speaks it, relayed to a Responses client
     (`relay.Dialect`): events go out as they came; the usage, the output tokens and the cut are
     read by a `ResponsesReader`. A stream cut at its reservation ends as one the upstream stops
@@ -86,34 +85,10 @@ class ResponsesDialect:
     (its id, the next sequence numbers), never its text."""
 
     __slots__ = ("reader",)
+    reader: ResponsesReader
 
     def __init__(self, limit: int | None) -> None:
         self.reader = ResponsesReader(limit)
-
-    @property
-    def usage(self) -> Usage | None:
-        return self.reader.usage
-
-    @property
-    def tokens(self) -> int:
-        return self.reader.tokens
-
-    @property
-    def done(self) -> bool:
-        return self.reader.done
-
-    @property
-    def complete(self) -> bool:
-        return self.reader.ended
-
-    def feed(self, event: bytes) -> bytes:
-        data = event_data(event)
-        if data is None:
-            return b""  # comments: the relay sends its own keep-alives
-        return event if self.reader.read(data) is not None else b""
-
-    def close(self, usage: Usage) -> bytes:
-        return encode(self.reader.cut_events(usage)) if self.reader.done else b""
 
     def error(self, err: GatewayError) -> bytes:
         code = responses_response.error_code(err.status)

@@ -13,6 +13,7 @@ from gateway.cache import snapshot
 from gateway.call import Call, UpstreamResponse
 from gateway.chunks import ChunkReader, event_data
 from gateway.http import GatewayError, Request
+from gateway.native import MessagesReader, ResponsesReader
 from gateway.relay import Dialect, ReadsChunks, relay
 from gateway.translate import TranslationError
 from gateway.translate.common import ChatStreamTranslator, encode_sse
@@ -111,6 +112,41 @@ async def relay_stream(
     """Relay a successful stream: a native channel's through the surface's own dialect
     (`native`), a Chat channel's through a `translator()` made for it."""
     await relay(call, up, native if native is not None else TranslatedDialect(translator(), call.max_tokens))
+
+
+class ReadsNativeEvents:
+    """A dialect relaying a native stream (Messages, Responses) to a client of the same API: events
+    go out as they came, and a reader (`native.MessagesReader`, `native.ResponsesReader`) keeps the
+    usage, the output tokens, the cut at the reservation and whether the stream reached its last
+    event. Each surface adds its `__init__` (its reader) and its `error` event."""
+
+    __slots__ = ()
+    reader: MessagesReader | ResponsesReader
+
+    @property
+    def usage(self) -> Usage | None:
+        return self.reader.usage
+
+    @property
+    def tokens(self) -> int:
+        return self.reader.tokens
+
+    @property
+    def done(self) -> bool:
+        return self.reader.done
+
+    @property
+    def complete(self) -> bool:
+        return self.reader.ended
+
+    def feed(self, event: bytes) -> bytes:
+        data = event_data(event)
+        if data is None:
+            return b""  # comments: the relay sends its own keep-alives
+        return event if self.reader.read(data) is not None else b""
+
+    def close(self, usage: Usage) -> bytes:
+        return encode(self.reader.cut_events(usage)) if self.reader.done else b""
 
 
 class TranslatedDialect(ReadsChunks):
