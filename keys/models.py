@@ -189,10 +189,10 @@ class UsageRecord(models.Model):
         return f"{self.created:%Y-%m-%d %H:%M:%S} {self.model} {self.total_tokens} tok"
 
 
-class UsageDaily(models.Model):
-    """Per-day aggregate, kept when raw records are pruned. Updated with F() increments."""
+class UsageBucket(models.Model):
+    """What a daily and an hourly rollup both count per (period, user, key, model, channel, team);
+    the gateway's writer adds to both with the same F() upserts (`gateway.usage._add_to_bucket`)."""
 
-    day = models.DateField(db_index=True)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     key = models.ForeignKey(Key, null=True, on_delete=models.SET_NULL, related_name="+")
     model = models.CharField(max_length=128)
@@ -210,6 +210,15 @@ class UsageDaily(models.Model):
     unpriced_requests = models.PositiveIntegerField(default=0)  # served by a route without a price
 
     objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+
+class UsageDaily(UsageBucket):
+    """Per-day aggregate, kept when raw records are pruned. Updated with F() increments."""
+
+    day = models.DateField(db_index=True)
 
     class Meta:
         ordering = ["-day", "model"]
@@ -242,27 +251,12 @@ def ttft_field(ttft_ms: float) -> str:
     return TTFT_FIELDS[-1]
 
 
-class UsageHourly(models.Model):
+class UsageHourly(UsageBucket):
     """Per-hour aggregate with the dimensions of `UsageDaily` and a TTFT histogram: the source of
     the dashboards and the GPU-hours showback, so neither reads raw records (which are pruned
     after `PORTAL_USAGE_RETENTION_DAYS`). Written with the daily buckets, by the same F() upserts."""
 
     hour = models.DateTimeField(db_index=True)  # the hour's first instant, UTC
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
-    key = models.ForeignKey(Key, null=True, on_delete=models.SET_NULL, related_name="+")
-    model = models.CharField(max_length=128)
-    channel = models.ForeignKey("channels.Channel", null=True, on_delete=models.SET_NULL, related_name="+")
-    team = models.ForeignKey("accounts.Team", null=True, on_delete=models.SET_NULL, related_name="+")
-    requests = models.PositiveIntegerField(default=0)
-    errors = models.PositiveIntegerField(default=0)
-    prompt_tokens = models.BigIntegerField(default=0)
-    completion_tokens = models.BigIntegerField(default=0)
-    total_tokens = models.BigIntegerField(default=0)
-    estimated_requests = models.PositiveIntegerField(default=0)
-    cached_tokens = models.BigIntegerField(default=0)
-    cache_creation_tokens = models.BigIntegerField(default=0)
-    cost_nanos = models.BigIntegerField(default=0)  # of the priced requests
-    unpriced_requests = models.PositiveIntegerField(default=0)  # served by a route without a price
     ttft_le_50 = models.PositiveIntegerField(default=0)
     ttft_le_100 = models.PositiveIntegerField(default=0)
     ttft_le_200 = models.PositiveIntegerField(default=0)
@@ -277,8 +271,6 @@ class UsageHourly(models.Model):
     ttft_le_10000 = models.PositiveIntegerField(default=0)
     ttft_le_20000 = models.PositiveIntegerField(default=0)
     ttft_slower = models.PositiveIntegerField(default=0)
-
-    objects = OwnedQuerySet.as_manager()
 
     class Meta:
         ordering = ["-hour", "model"]
