@@ -21,7 +21,7 @@ class AccountsConfig(AppConfig):
         audit.register(Team)
         # Who minted or revoked a script's credential matters; the hash shows only as "set".
         audit.register(ApiToken, ignore={"last_used_at"})
-        dashboard.register_stat(40, "Users", User.objects.filter(is_active=True).count, "user_list")
+        dashboard.register_stat(40, _("Users"), User.objects.filter(is_active=True).count, "user_list")
         dashboard.register_step(
             30, "developer", _("Add a developer"), _has_developer, "user_create", _("Add a developer")
         )

@@ -35,8 +35,8 @@ class ChannelsConfig(AppConfig):
         audit.register(ModelRoute, ignore={"discovered_context_window", "discovered_at"})
         audit.register(AliasTarget)
         audit.register(RoutePrice)
-        dashboard.register_stat(20, "Channels", Channel.objects.count, "channel_list")
-        dashboard.register_stat(30, "Models", Model.objects.served().count, "model_list")
+        dashboard.register_stat(20, _("Channels"), Channel.objects.count, "channel_list")
+        dashboard.register_stat(30, _("Models"), Model.objects.served().count, "model_list")
         dashboard.register_step(
             10, "source", _("Add a channel or a GPU host"), Channel.objects.exists, "channel_create", _("Add a channel")
         )

@@ -30,7 +30,7 @@ class HostsConfig(AppConfig):
         )
         # Status, PID and context window are moved by launch jobs; the jobs themselves are the record.
         audit.register(Deployment, ignore={"status", "status_message", "pid", "context_window"})
-        dashboard.register_stat(10, "Hosts", Host.objects.count, "host_list")
+        dashboard.register_stat(10, _("Hosts"), Host.objects.count, "host_list")
         dashboard.register_step(
             10, "source", _("Add a channel or a GPU host"), Host.objects.exists, "host_create", _("Add a GPU host")
         )

@@ -13,6 +13,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import OuterRef, Subquery
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from portal.dashboard import Attention
@@ -48,12 +49,14 @@ def attention() -> list[Attention]:
     deployments whose latest job failed in the last 24 h (a failed stop leaves a server running)."""
     items = [
         Attention(
-            "Host",
+            gettext("Host"),
             h.name,
             h.status,
             h.get_status_display(),
             h.status_message
-            or ("Confirm its host key, then refresh." if not h.host_key_fingerprint else "Refresh it."),
+            or (
+                gettext("Confirm its host key, then refresh.") if not h.host_key_fingerprint else gettext("Refresh it.")
+            ),
             reverse("host_detail", args=[h.pk]),
         )
         for h in Host.objects.exclude(status=HostStatus.ONLINE).order_by("name")
@@ -62,8 +65,8 @@ def attention() -> list[Attention]:
     failed = list(Deployment.objects.filter(status__in=broken).select_related("host").order_by("name"))
     items += [
         Attention(
-            "Deployment",
-            f"{d.name} on {d.host.name}",
+            gettext("Deployment"),
+            gettext("%(name)s on %(host)s") % {"name": d.name, "host": d.host.name},
             "down",
             d.get_status_display(),
             d.status_message,
@@ -80,7 +83,7 @@ def attention() -> list[Attention]:
     )
     items += [
         Attention(
-            "Job",
+            gettext("Job"),
             f"{j.get_action_display()} {j.deployment.name}",
             "down",
             j.get_state_display(),

@@ -22,7 +22,7 @@ class KeysConfig(AppConfig):
         audit.register(Budget)
         daily_prune.connect(prune_payloads, dispatch_uid="keys-prune-request-payloads")
         daily_prune.connect(prune_usage, dispatch_uid="keys-prune-usage")
-        dashboard.register_stat(50, "Active keys", _active_keys, "key_all", "?state=active")
+        dashboard.register_stat(50, _("Active keys"), _active_keys, "key_all", "?state=active")
         dashboard.register_context(lambda user: {"my_active_keys": _active_keys(owner=user)})
         dashboard.register_step(
             40, "key", _("Give the developer a key"), _developer_has_key, "key_create", _("Create a key")

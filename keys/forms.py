@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, cast
 from django import forms
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
-from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy as _
 
 from accounts.models import User
 from channels.models import Model

@@ -8,12 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.urls import reverse
+from django.utils.functional import Promise
 
 
 @dataclass(frozen=True)
 class Stat:
     order: int
-    label: str
+    label: str | Promise  # gettext_lazy: rendered in the reader's language
     count: Callable[[], int]
     url_name: str
     query: str = ""
@@ -58,7 +59,7 @@ _attention: list[Callable[[], list[Attention]]] = []
 _sections: list[Section] = []
 
 
-def register_stat(order: int, label: str, count: Callable[[], int], url_name: str, query: str = "") -> None:
+def register_stat(order: int, label: str | Promise, count: Callable[[], int], url_name: str, query: str = "") -> None:
     """An admin's counter tile, e.g. `register_stat(10, "Hosts", Host.objects.count, "host_list")`."""
     _stats[:] = sorted(
         [s for s in _stats if s.label != label] + [Stat(order, label, count, url_name, query)], key=lambda s: s.order

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db.models import Count, Max, Q, Sum
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from channels.choices import ChannelStatus
 from channels.models import AlertDelivery, Channel, ProbeHourly, ProbeResult, StatusChange
@@ -219,11 +220,12 @@ def attention() -> list[Attention]:
     """For the dashboard: enabled channels that are not healthy, with what to do next."""
     return [
         Attention(
-            "Channel",
+            gettext("Channel"),
             c.name,
             c.status,
             c.get_status_display(),
-            c.status_message or ("Not checked yet: open it and press Check now." if not c.last_checked else ""),
+            c.status_message
+            or (gettext("Not checked yet: open it and press Check now.") if not c.last_checked else ""),
             reverse("channel_detail", args=[c.pk]),
         )
         for c in Channel.objects.enabled().exclude(status=ChannelStatus.HEALTHY).order_by("status", "name")

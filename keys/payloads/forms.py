@@ -82,7 +82,7 @@ class PayloadLoggingForm(_PayloadLoggingModelForm):
         model = PayloadLogging
         labels = FIELD_LABELS
         fields = ["key", "user", "team", "enabled", "retention_days"]
-        help_texts = {"enabled": "Off on a key (or a user) keeps it out of its owner's (or team's) logging."}
+        help_texts = {"enabled": _("Off on a key (or a user) keeps it out of its owner's (or team's) logging.")}
 
     key = KeyPickerField(label=_("Key"), required=False)
 
