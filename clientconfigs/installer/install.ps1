@@ -212,6 +212,7 @@ function Install-Bundle([string]$tok) {
         "dotenv" { $text = Merge-Dotenv $old $f }
         "yaml-models" { $text = Merge-YamlModels $old $f }
         "yaml-keys" { $text = Merge-YamlKeys $old $f }
+        "text" { $text = $f.content }
         default { throw "no Windows merge for '$($f.merge)'" }
       }
     } catch { $failures++; Write-Host "! $path left unchanged ($($_.Exception.Message)). Copy $($f.name) from the portal page by hand."; continue }
