@@ -7,7 +7,22 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import aider, ccswitch, claude_code, cline, codex, continue_, crush, kilo, llm_cli, opencode, qwen_code, roo, zed
+from . import (
+    aider,
+    ccswitch,
+    claude_code,
+    cline,
+    codex,
+    continue_,
+    crush,
+    goose,
+    kilo,
+    llm_cli,
+    opencode,
+    qwen_code,
+    roo,
+    zed,
+)
 from .base import ConfigFile, ModelSpec, Rendered, RenderInput
 
 CLIENTS: dict[str, ModuleType] = {
@@ -26,6 +41,7 @@ CLIENTS: dict[str, ModuleType] = {
         crush,
         zed,
         llm_cli,
+        goose,
     )
 }
 

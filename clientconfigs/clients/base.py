@@ -142,7 +142,7 @@ class Probe:
     file: str  # ConfigFile.path
     format: str  # json | toml | yaml (a models list) | yaml-flat (top-level key: value)
     base_url: str  # dotted path to the base URL the client uses; empty: the file holds none
-    base_shape: str  # "v1": must end in /v1; "root": must not
+    base_shape: str  # "v1": must end in /v1; "chat": in /v1/chat/completions (Goose); "root": no /v1
     key: str = ""  # dotted path to the key (may be an env reference), empty: from the environment
     key_env: str = ""  # dotted path to the *name* of an env var holding the key (Codex env_key)
     key_var: str = ""  # the env var holding the key, when the file does not name it (Zed)

@@ -277,7 +277,7 @@ function Invoke-Doctor([string]$client) {
     }
     foreach ($b in $bases) {
       $b = $b.TrimEnd("/")
-      $ok = if ($p.base_shape -eq "v1") { $b.EndsWith("/v1") } else { -not $b.EndsWith("/v1") }
+      $ok = if ($p.base_shape -eq "v1") { $b.EndsWith("/v1") } elseif ($p.base_shape -eq "chat") { $b.EndsWith("/v1/chat/completions") } else { -not $b.EndsWith("/v1") }
       if ($ok) { Write-Host "+ $($p.file): base URL $b has the right shape" } else { Write-Host "x $($p.file): base URL $b has the wrong shape ($($p.base_shape))"; $problems++ }
       break
     }

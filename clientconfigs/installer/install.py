@@ -803,8 +803,10 @@ def check(gateway, probes, key_override=None):
             problems += 1
         for b in ours:
             b = b.rstrip("/")
-            right = b.endswith("/v1") if p["base_shape"] == "v1" else not b.endswith("/v1")
-            want = "ending in /v1" if p["base_shape"] == "v1" else "without /v1 (the client adds /v1/messages)"
+            right, want = {
+                "v1": (b.endswith("/v1"), "ending in /v1"),
+                "chat": (b.endswith("/v1/chat/completions"), "ending in /v1/chat/completions"),
+            }.get(p["base_shape"], (not b.endswith("/v1"), "without /v1 (the client adds /v1/messages)"))
             if right:
                 say("✓", f"{p['file']}: base URL {b} has the right shape")
             else:

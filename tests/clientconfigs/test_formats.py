@@ -250,6 +250,12 @@ def _selected(slug: str, inp) -> str:
         return json.loads(out["crush.json"])["models"]["large"]["model"]
     if slug == "zed":
         return json.loads(out["settings.json"])["agent"]["default_model"]["model"]
+    if slug == "goose":
+        assert (
+            json.loads(out["custom_teamgw.json"])["models"][0]["name"]
+            == yaml.safe_load(out["config.yaml"])["GOOSE_MODEL"]
+        )
+        return yaml.safe_load(out["config.yaml"])["GOOSE_MODEL"]
     if slug == "llm":
         return out["default_model.txt"].strip().removeprefix("teamgw/")
     raise AssertionError(f"no reader for {slug}")
@@ -365,7 +371,7 @@ def test_llm_reads_our_models_its_key_and_default_through_its_own_loader(tmp_pat
         old = target.read_text() if target.exists() else None
         target.write_text(inst.MERGES[f.merge](old, {"content": f.content}))
     env = {"PATH": "/usr/bin:/bin", "LLM_USER_PATH": str(tmp_path), "HOME": str(tmp_path)}
-    done = subprocess.run([python, "-c", LLM_PROBE], capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run([python, "-c", LLM_PROBE], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
     assert seen["ours"] == ["teamgw/llama-3.1-8b", "teamgw/qwen3-32b", "teamgw/mystery-model"]  # default first

@@ -157,3 +157,20 @@ def test_an_inline_llm_list_is_refused_not_mangled():
         inst.merge_yaml_list("[{model_id: x, model_name: y}]\n", ours)
     with pytest.raises(ValueError):
         inst.merge_yaml_list("models:\n- model_id: x\n", ours)
+
+
+def test_goose_config_keeps_the_users_extensions_and_replaces_only_provider_and_model():
+    from clientconfigs.clients import goose
+
+    ours = next(f for f in goose.render(sample_input(None)).files if f.name == "config.yaml").content
+    theirs = (
+        "GOOSE_PROVIDER: openai\nGOOSE_MODEL: gpt-4o\nextensions:\n  developer:\n    enabled: true\n    type: builtin\n"
+    )
+    once = inst.merge_yaml_keys(theirs, ours)
+    twice = yaml.safe_load(inst.merge_yaml_keys(once, ours))
+    assert twice == {
+        "GOOSE_PROVIDER": "custom_teamgw",
+        "GOOSE_MODEL": "qwen3-32b",
+        "extensions": {"developer": {"enabled": True, "type": "builtin"}},
+    }
+    assert inst.merge_yaml_keys(once, ours).count("Team gateway config") == 1
