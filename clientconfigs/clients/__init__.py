@@ -7,12 +7,42 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import aider, ccswitch, claude_code, cline, codex, continue_, crush, kilo, opencode, qwen_code, roo, zed
+from . import (
+    aider,
+    ccswitch,
+    claude_code,
+    cline,
+    codex,
+    continue_,
+    crush,
+    goose,
+    kilo,
+    llm_cli,
+    opencode,
+    qwen_code,
+    roo,
+    zed,
+)
 from .base import ConfigFile, ModelSpec, Rendered, RenderInput
 
 CLIENTS: dict[str, ModuleType] = {
     m.SLUG: m
-    for m in (cline, continue_, ccswitch, claude_code, codex, opencode, roo, qwen_code, kilo, aider, crush, zed)
+    for m in (
+        cline,
+        continue_,
+        ccswitch,
+        claude_code,
+        codex,
+        opencode,
+        roo,
+        qwen_code,
+        kilo,
+        aider,
+        crush,
+        zed,
+        llm_cli,
+        goose,
+    )
 }
 
 __all__ = ["CLIENTS", "ConfigFile", "ModelSpec", "RenderInput", "Rendered", "get"]

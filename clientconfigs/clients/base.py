@@ -91,12 +91,16 @@ class RenderInput:
 class ConfigFile:
     """A file the developer puts on disk. `merge` tells the installer how to combine it with an
     existing file: json (deep merge of objects), toml (our top-level keys and tables replace
-    theirs), dotenv (our variables replace theirs), or none (shown on the page, never installed)."""
+    theirs), dotenv (our variables replace theirs), yaml-models (Continue's `models:` list), yaml-keys
+    (flat YAML: our top-level keys replace theirs), yaml-list (a file that is one list, llm's: our
+    items between markers), text (a one-value file, ours whole), or none (shown on the page, never
+    installed). The Windows installer has no yaml-list merge yet: it leaves such a file unchanged and
+    says to copy it by hand."""
 
     name: str
     path: str  # home-relative with forward slashes, e.g. ~/.claude/settings.json
     content: str
-    format: str  # json | yaml | toml | dotenv | jsonc
+    format: str  # json | yaml | toml | dotenv | jsonc | text
     merge: str = "json"
     secret: bool = False  # holds a key: the installer writes it with mode 0600
     windows_path: str = ""  # when it differs from %USERPROFILE% + path
@@ -142,7 +146,7 @@ class Probe:
     file: str  # ConfigFile.path
     format: str  # json | toml | yaml (a models list) | yaml-flat (top-level key: value)
     base_url: str  # dotted path to the base URL the client uses; empty: the file holds none
-    base_shape: str  # "v1": must end in /v1; "root": must not
+    base_shape: str  # "v1": must end in /v1; "chat": in /v1/chat/completions (Goose); "root": no /v1
     key: str = ""  # dotted path to the key (may be an env reference), empty: from the environment
     key_env: str = ""  # dotted path to the *name* of an env var holding the key (Codex env_key)
     key_var: str = ""  # the env var holding the key, when the file does not name it (Zed)

@@ -212,6 +212,7 @@ function Install-Bundle([string]$tok) {
         "dotenv" { $text = Merge-Dotenv $old $f }
         "yaml-models" { $text = Merge-YamlModels $old $f }
         "yaml-keys" { $text = Merge-YamlKeys $old $f }
+        "text" { $text = $f.content }
         default { throw "no Windows merge for '$($f.merge)'" }
       }
     } catch { $failures++; Write-Host "! $path left unchanged ($($_.Exception.Message)). Copy $($f.name) from the portal page by hand."; continue }
@@ -276,7 +277,7 @@ function Invoke-Doctor([string]$client) {
     }
     foreach ($b in $bases) {
       $b = $b.TrimEnd("/")
-      $ok = if ($p.base_shape -eq "v1") { $b.EndsWith("/v1") } else { -not $b.EndsWith("/v1") }
+      $ok = if ($p.base_shape -eq "v1") { $b.EndsWith("/v1") } elseif ($p.base_shape -eq "chat") { $b.EndsWith("/v1/chat/completions") } else { -not $b.EndsWith("/v1") }
       if ($ok) { Write-Host "+ $($p.file): base URL $b has the right shape" } else { Write-Host "x $($p.file): base URL $b has the wrong shape ($($p.base_shape))"; $problems++ }
       break
     }

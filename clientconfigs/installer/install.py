@@ -183,6 +183,7 @@ def merge_dotenv(existing, ours):
 
 STAMP = "# Team gateway config"
 OUR_SUFFIX = "(team gateway)"
+LLM_PREFIX = "teamgw/"  # llm's model ids we write (clients/llm_cli.py PREFIX)
 
 
 def _unquote(value):
@@ -316,12 +317,68 @@ def merge_yaml_keys(existing, ours):
     return ours + ("\n" + body + "\n" if body else "")
 
 
+def yaml_list_items(lines):
+    """The items of a top-level YAML block list (llm's extra-openai-models.yaml):
+    [(start, end, indent, fields)] with each item's own scalar keys and its 1-based `line`."""
+    items, indent = [], None
+    for i, ln in enumerate(lines):
+        body = ln.strip()
+        if not body or body.startswith("#"):
+            continue
+        col = len(ln) - len(ln.lstrip(" "))
+        if indent is None:
+            if not body.startswith("-"):
+                raise ValueError("the file is not a block list of models")
+            indent = col
+        if col < indent or (col == indent and not body.startswith("-")):
+            raise ValueError(f"line {i + 1} is not part of the list of models")
+        if col == indent:
+            items.append([i, i + 1, indent, {"line": i + 1}])
+        item = items[-1]
+        item[1] = i + 1
+        m = re.match(r"^(?:-\s+)?([A-Za-z_][A-Za-z0-9_]*):\s*(.*)$", body)
+        if m and m.group(2) and col in (indent, indent + 2) and m.group(1) not in item[3]:
+            item[3][m.group(1)] = _unquote(m.group(2))
+    return [(a, b, ind, f) for a, b, ind, f in items]
+
+
+def merge_yaml_list(existing, ours):
+    """A file that is one top-level list (llm's extra-openai-models.yaml): our items go between
+    marker comments at its end; the block we wrote before, and unmarked items named like ours
+    (`teamgw/...`, copied from the page), are dropped first. The user's own items stay."""
+    ours_lines = ours.rstrip("\n").splitlines()
+    if existing is None or not existing.strip():
+        return "\n".join([BEGIN, *ours_lines, END]) + "\n"
+    if re.match(r"^\s*\[", "\n".join(ln for ln in existing.splitlines() if not ln.lstrip().startswith("#"))):
+        raise ValueError("the list is written inline; add the models by hand")
+    lines, skipping = [], False
+    for ln in existing.splitlines():
+        if ln.strip() == BEGIN:
+            skipping = True
+        elif skipping:
+            skipping = ln.strip() != END
+        elif not ln.startswith(STAMP):
+            lines.append(ln)
+    names = {f.get("model_id") for _, _, _, f in yaml_list_items(ours_lines)}
+    drop = set()
+    items = yaml_list_items(lines)
+    for start, end, _, fields in items:
+        if fields.get("model_id") in names or fields.get("model_id", "").startswith(LLM_PREFIX):
+            drop.update(range(start, end))
+    lines = [ln for i, ln in enumerate(lines) if i not in drop]
+    pad = " " * (items[0][2] if items else 0)
+    block = [pad + BEGIN] + [(pad + ln) if ln else ln for ln in ours_lines] + [pad + END]
+    return "\n".join([*lines, *block]).strip("\n") + "\n"
+
+
 MERGES = {
     "json": lambda old, f: merge_json(old, f["content"], f.get("remove", ()), f.get("replace", ()), f.get("lists", ())),
     "toml": lambda old, f: merge_toml(old, f["content"]),
     "dotenv": lambda old, f: merge_dotenv(old, f["content"]),
     "yaml-models": lambda old, f: merge_yaml_models(old, f["content"]),
     "yaml-keys": lambda old, f: merge_yaml_keys(old, f["content"]),
+    "yaml-list": lambda old, f: merge_yaml_list(old, f["content"]),
+    "text": lambda old, f: f["content"],  # a one-value file (llm's default_model.txt): ours
 }
 
 
@@ -604,6 +661,8 @@ def load(path, fmt):
         return load_toml_text(text), text
     if fmt == "yaml":
         return parse_yaml_models(text), text
+    if fmt == "yaml-list":
+        return [dict(f) for _, _, _, f in yaml_list_items(text.splitlines())], text
     if fmt == "yaml-flat":
         data = {}
         for ln in text.splitlines():
@@ -700,7 +759,7 @@ def entries_of(p, data, text, host):
                 continue
             name = name[len(prefix) :]
         needle = prefix + name if prefix else json.dumps(name)
-        line = item.get("line") if p["format"] == "yaml" else line_of(text, needle)
+        line = item.get("line") if p["format"] in ("yaml", "yaml-list") else line_of(text, needle)
         start = (line or 1) - 1
         ctx_key = (p.get("model_context") or "").split(".")[-1]
         out_key = (p.get("model_output") or "").split(".")[-1]
@@ -744,8 +803,10 @@ def check(gateway, probes, key_override=None):
             problems += 1
         for b in ours:
             b = b.rstrip("/")
-            right = b.endswith("/v1") if p["base_shape"] == "v1" else not b.endswith("/v1")
-            want = "ending in /v1" if p["base_shape"] == "v1" else "without /v1 (the client adds /v1/messages)"
+            right, want = {
+                "v1": (b.endswith("/v1"), "ending in /v1"),
+                "chat": (b.endswith("/v1/chat/completions"), "ending in /v1/chat/completions"),
+            }.get(p["base_shape"], (not b.endswith("/v1"), "without /v1 (the client adds /v1/messages)"))
             if right:
                 say("✓", f"{p['file']}: base URL {b} has the right shape")
             else:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import tomllib
 from dataclasses import replace
 
@@ -11,10 +13,11 @@ import yaml
 
 from clientconfigs.clients import CLIENTS
 from clientconfigs.clients.base import ENV_VAR, PLACEHOLDER_KEY
+from tests.services import unavailable
 
 from .conftest import SAMPLE_KEY, run_node, sample_input
 
-PARSERS = {"json": json.loads, "jsonc": json.loads, "yaml": yaml.safe_load, "toml": tomllib.loads}
+PARSERS = {"json": json.loads, "jsonc": json.loads, "yaml": yaml.safe_load, "toml": tomllib.loads, "text": str.strip}
 
 
 def files(slug, inp):
@@ -44,6 +47,8 @@ UNSTAMPED = {
     ("aider", ".aider.model.metadata.json"),
     ("zed", "settings.json"),
     ("crush", "crush.json"),
+    ("llm", "keys.json"),
+    ("llm", "default_model.txt"),
 }
 
 
@@ -245,6 +250,14 @@ def _selected(slug: str, inp) -> str:
         return json.loads(out["crush.json"])["models"]["large"]["model"]
     if slug == "zed":
         return json.loads(out["settings.json"])["agent"]["default_model"]["model"]
+    if slug == "goose":
+        assert (
+            json.loads(out["custom_teamgw.json"])["models"][0]["name"]
+            == yaml.safe_load(out["config.yaml"])["GOOSE_MODEL"]
+        )
+        return yaml.safe_load(out["config.yaml"])["GOOSE_MODEL"]
+    if slug == "llm":
+        return out["default_model.txt"].strip().removeprefix("teamgw/")
     raise AssertionError(f"no reader for {slug}")
 
 
@@ -331,3 +344,38 @@ def test_window_warnings_name_the_client_and_the_model_below_its_prompt():
         assert warning.startswith("tiny-llama: its context window (4,096 tokens) is too small for " + label)
     assert CLIENTS["continue"].render(inp).warnings == []  # Continue's own prompt is about 1.4k
     assert CLIENTS["aider"].render(inp).warnings == []
+
+
+# What llm itself makes of the files (its own loader in llm/default_plugins/openai_models.py).
+LLM_PROBE = """
+import json, llm
+models = {m.model_id: m for m in llm.get_models()}
+ours = [i for i in models if i.startswith("teamgw/")]
+m = llm.get_model(llm.get_default_model())
+print(json.dumps({"ours": ours, "default": m.model_id, "name": m.model_name, "base": m.api_base,
+    "tools": m.supports_tools, "headers": m.headers, "key": m.get_key(), "mine": "local" in models}))
+"""
+
+
+def test_llm_reads_our_models_its_key_and_default_through_its_own_loader(tmp_path):
+    folder = os.environ.get("PORTAL_LLM", "")
+    python = os.path.join(folder, "bin", "python")
+    if not folder or not os.path.exists(python):
+        unavailable("PORTAL_LLM does not point at the pinned llm installed by .ci/run")
+    from clientconfigs.installer import install as inst
+
+    mine = "- model_id: local\n  model_name: qwen\n  api_base: http://localhost:8080/v1\n"
+    (tmp_path / "extra-openai-models.yaml").write_text(mine)
+    for f in CLIENTS["llm"].render(replace(sample_input(SAMPLE_KEY), default_model="llama-3.1-8b")).files:
+        target = tmp_path / f.path.rsplit("/", 1)[-1]
+        old = target.read_text() if target.exists() else None
+        target.write_text(inst.MERGES[f.merge](old, {"content": f.content}))
+    env = {"PATH": "/usr/bin:/bin", "LLM_USER_PATH": str(tmp_path), "HOME": str(tmp_path)}
+    done = subprocess.run([python, "-c", LLM_PROBE], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["ours"] == ["teamgw/llama-3.1-8b", "teamgw/qwen3-32b", "teamgw/mystery-model"]  # default first
+    assert seen["mine"]  # the user's own entry still loads
+    assert (seen["default"], seen["name"]) == ("teamgw/llama-3.1-8b", "llama-3.1-8b")
+    assert seen["base"] == "https://llm.example.com/v1" and seen["tools"] is True
+    assert seen["key"] == SAMPLE_KEY and seen["headers"] == {"X-Gateway-Config-Version": "0123456789ab"}

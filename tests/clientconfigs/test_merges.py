@@ -121,3 +121,56 @@ def test_toml_merge_replaces_our_version_comment_instead_of_piling_it_up():
     first = codex.render(sample_input(None)).files[0].content
     again = inst.merge_toml(inst.merge_toml(first, first), first.replace("0123456789ab", "fedcba987654"))
     assert again.count("# Team gateway config") == 1 and "0123456789ab" not in again
+
+
+def llm_models(text: str) -> list[str]:
+    return [m["model_id"] for m in yaml.safe_load(text)]
+
+
+def test_llm_models_join_the_users_own_list_and_a_second_run_replaces_ours():
+    from clientconfigs.clients import llm_cli
+
+    ours = llm_cli.render(sample_input(SAMPLE_KEY)).files[0].content
+    theirs = "# my models\n- model_id: local\n  model_name: qwen\n  api_base: http://localhost:8080/v1\n"
+    once = inst.merge_yaml_list(theirs, ours)
+    assert llm_models(once) == ["local", "teamgw/qwen3-32b", "teamgw/llama-3.1-8b", "teamgw/mystery-model"]
+    fewer = llm_cli.render(replace(sample_input(SAMPLE_KEY), models=sample_input(None).models[:1])).files[0].content
+    twice = inst.merge_yaml_list(once, fewer)
+    assert llm_models(twice) == ["local", "teamgw/qwen3-32b"]  # the model an admin removed is gone
+    assert twice.startswith("# my models\n") and twice.count(inst.BEGIN) == 1
+    assert llm_models(inst.merge_yaml_list(None, ours)) == llm_models(ours)
+
+
+def test_llm_entries_copied_from_the_page_without_markers_are_replaced_not_doubled():
+    from clientconfigs.clients import llm_cli
+
+    ours = llm_cli.render(sample_input(None)).files[0].content
+    pasted = "- model_id: mine\n  model_name: m\n" + ours.split("\n", 1)[1]  # no markers, no stamp line
+    assert llm_models(inst.merge_yaml_list(pasted, ours)) == ["mine", *llm_models(ours)]
+
+
+def test_an_inline_llm_list_is_refused_not_mangled():
+    from clientconfigs.clients import llm_cli
+
+    ours = llm_cli.render(sample_input(None)).files[0].content
+    with pytest.raises(ValueError):
+        inst.merge_yaml_list("[{model_id: x, model_name: y}]\n", ours)
+    with pytest.raises(ValueError):
+        inst.merge_yaml_list("models:\n- model_id: x\n", ours)
+
+
+def test_goose_config_keeps_the_users_extensions_and_replaces_only_provider_and_model():
+    from clientconfigs.clients import goose
+
+    ours = next(f for f in goose.render(sample_input(None)).files if f.name == "config.yaml").content
+    theirs = (
+        "GOOSE_PROVIDER: openai\nGOOSE_MODEL: gpt-4o\nextensions:\n  developer:\n    enabled: true\n    type: builtin\n"
+    )
+    once = inst.merge_yaml_keys(theirs, ours)
+    twice = yaml.safe_load(inst.merge_yaml_keys(once, ours))
+    assert twice == {
+        "GOOSE_PROVIDER": "custom_teamgw",
+        "GOOSE_MODEL": "qwen3-32b",
+        "extensions": {"developer": {"enabled": True, "type": "builtin"}},
+    }
+    assert inst.merge_yaml_keys(once, ours).count("Team gateway config") == 1

@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 
 from channels.models import Channel, Model, ModelRoute
 from clientconfigs import services
@@ -268,3 +269,33 @@ def test_codex_answers_over_responses_and_its_file_notes_the_dropped_tools(gatew
     sent = chat_requests(up)
     assert sent and sent[-1]["model"] == "fake-model"
     assert not any(t.get("type") == "web_search" for t in sent[-1].get("tools", []))
+
+
+def test_llm_cli_completes_a_tool_round_trip_and_a_second_install_keeps_it_working(gateway, tmp_path, alice):
+    """Simon Willison's llm (pinned in .ci/run): our default model answers, the built-in
+    `llm_version` tool goes to the model and its result comes back, and a reinstall leaves one
+    entry per model next to the user's own."""
+    server, up = gateway
+    llm = tool("PORTAL_LLM", "bin", "llm")
+    home = tmp_path / "home"
+    user_dir = home / ".config" / "io.datasette.llm"
+    user_dir.mkdir(parents=True)
+    (user_dir / "extra-openai-models.yaml").write_text("- model_id: mine\n  model_name: m\n  api_base: http://x/v1\n")
+    install(server, home, alice, "llm")
+    done = run_isolated(server, home, [str(llm), PROMPT], {})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+    assert chat_requests(up)[-1]["model"] == "fake-model"
+
+    install(server, home, alice, "llm", default="tool-bot")
+    models = yaml.safe_load((user_dir / "extra-openai-models.yaml").read_text())
+    assert sorted(m["model_id"] for m in models) == ["mine", "teamgw/qwen3-32b", "teamgw/tool-bot"]
+    up.enqueue(mode="tool_call", tool_name="llm_version", tool_arguments="{}")
+    done = run_isolated(server, home, [str(llm), "-T", "llm_version", "Which llm version is this?"], {})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+    asked, answered = chat_requests(up)[-2:]
+    assert asked["model"] == answered["model"] == "fake-small"  # the new default
+    assert [t["function"]["name"] for t in asked["tools"]] == ["llm_version"]
+    result = [m for m in answered["messages"] if m["role"] == "tool"]
+    assert len(result) == 1 and result[0]["content"] == "0.36"  # llm ran the tool and sent its answer back

@@ -68,7 +68,10 @@ def test_a_second_install_after_a_window_change_leaves_one_entry_per_model_with_
         assert listed == [("qwen3-32b", 16384 if windows[file] else None)], (file, listed)
     check = doctor(url, home, client)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert "context window 16384 agrees with the server" in check.stdout
+    if not any(windows.values()):  # llm's format has no window: the doctor checks the model names
+        assert "model qwen3-32b: reachable" in check.stdout
+    else:
+        assert "context window 16384 agrees with the server" in check.stdout
     assert "listed" not in check.stdout  # no duplicates
 
     # Neither run printed the key it minted: only its masked form.
@@ -79,6 +82,14 @@ def test_a_second_install_after_a_window_change_leaves_one_entry_per_model_with_
     assert "it replaces the key minted before for this client" in second.stdout
     assert Key.objects.active().filter(owner=alice, client=client, name=f"{client}@e2e").count() == 1
 
+    if not any(windows.values()):  # a model renamed by hand: the doctor names the file and the line
+        target = next(p["file"] for p in probes if p.get("models"))
+        path = home / target.removeprefix("~/")
+        path.write_text(path.read_text().replace("qwen3-32b\n", "qwen3-33b\n", 1))
+        broken = doctor(url, home, client)
+        assert broken.returncode == 1, broken.stdout
+        assert re.search(re.escape(target) + r" line \d+: model qwen3-33b is not available", broken.stdout)
+        return
     # Corrupt the window by hand: the doctor names the file and the line.
     target = next(p["file"] for p in probes if p.get("models") and p.get("model_context"))
     path = home / target.removeprefix("~/")

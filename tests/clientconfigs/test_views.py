@@ -76,8 +76,8 @@ def test_api_lists_every_client(api):
     slugs = {c["slug"] for c in api.get(f"{API}/clients/").json()}
     assert slugs == {
         *("cline", "continue", "cc-switch", "claude-code", "codex", "opencode", "roo"),
-        *("qwen-code", "kilo", "aider", "crush", "zed"),
-    }  # twelve
+        *("qwen-code", "kilo", "aider", "crush", "zed", "llm", "goose"),
+    }  # fourteen
     assert api.get(f"{API}/clients/nope/").status_code == 404
 
 

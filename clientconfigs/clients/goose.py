@@ -1,0 +1,116 @@
+"""Goose (block/goose), files only: a custom provider and the default in ~/.config/goose/config.yaml.
+
+Goose loads every `~/.config/goose/custom_providers/*.json` as a declarative provider
+(crates/goose/src/config/declarative_providers.rs): `name` (its id), `engine` ("openai"),
+`display_name`, `api_key_env`, `base_url`, `models` ([{name, context_limit}]), `headers`,
+`supports_streaming`. The OpenAI engine posts to the base URL's own path when it has one beyond
+`/v1`, so ours names `/v1/chat/completions` in full. The key is read through `get_secret`, which
+tries the environment variable named by `api_key_env` before the keyring: ours stays in
+~/.config/team-gateway/env. `GOOSE_PROVIDER` and `GOOSE_MODEL` in config.yaml pick it. Goose does
+not run here (a desktop/Rust binary); the format is from its source.
+"""
+
+from __future__ import annotations
+
+from django.utils.translation import gettext as _
+
+from .base import (
+    ENV_VAR,
+    PROVIDER_NAME,
+    VERSION_HEADER,
+    Command,
+    ConfigFile,
+    Probe,
+    Rendered,
+    RenderInput,
+    dump_json,
+)
+
+SLUG = "goose"
+LABEL = "Goose"
+ENV_INDIRECTION = True
+PROVIDER = "custom_teamgw"
+PROVIDER_FILE = f"~/.config/goose/custom_providers/{PROVIDER}.json"
+CONFIG = "~/.config/goose/config.yaml"
+ENV_FILE = "~/.config/team-gateway/env"
+# A model whose window the gateway does not know gets the smallest listed one (safe: Goose
+# compacts before it), else this; Goose's own default (128000) could overrun a small server.
+UNKNOWN_WINDOW = 8192
+
+
+def render(inp: RenderInput) -> Rendered:
+    smallest = inp.smallest_window
+    unknown = smallest.context_window if smallest and smallest.context_window else UNKNOWN_WINDOW
+    provider = {
+        "name": PROVIDER,
+        "engine": "openai",
+        "display_name": PROVIDER_NAME,
+        "description": inp.stamp,
+        "api_key_env": ENV_VAR,
+        "base_url": inp.api_base + "/chat/completions",
+        "models": [{"name": m.name, "context_limit": m.context_window or unknown} for m in inp.ordered],
+        "headers": {VERSION_HEADER: inp.version},
+        "supports_streaming": True,
+    }
+    files = [
+        ConfigFile(
+            f"{PROVIDER}.json",
+            PROVIDER_FILE,
+            dump_json(provider),
+            "json",
+            replace=("models",),
+            windows_path=f"%APPDATA%\\Block\\goose\\config\\custom_providers\\{PROVIDER}.json",
+            windows_unconfirmed=True,
+        )
+    ]
+    primary = inp.primary
+    if primary:
+        lines = [f"# {inp.stamp}", f"GOOSE_PROVIDER: {PROVIDER}", f"GOOSE_MODEL: {dump_json(primary.name).strip()}"]
+        files.append(
+            ConfigFile(
+                "config.yaml",
+                CONFIG,
+                "\n".join(lines) + "\n",
+                "yaml",
+                merge="yaml-keys",
+                windows_path="%APPDATA%\\Block\\goose\\config\\config.yaml",
+                windows_unconfirmed=True,
+                note=_("Your extensions and other settings stay; GOOSE_PROVIDER and GOOSE_MODEL are replaced."),
+            )
+        )
+    if inp.api_key:
+        files.append(
+            ConfigFile(
+                "env",
+                ENV_FILE,
+                f"# {inp.stamp}\nexport {ENV_VAR}='{inp.api_key}'\n",
+                "dotenv",
+                merge="dotenv",
+                secret=True,
+                note=_("Load it from your shell profile: add `. %(file)s` to ~/.profile, ~/.bashrc or ~/.zshrc.")
+                % {"file": ENV_FILE},
+            )
+        )
+        commands = [Command("Load the key in this shell", f". {ENV_FILE}")]
+    else:
+        commands = [Command("Before starting goose", f"export {ENV_VAR}=<your key>")]
+    commands.append(Command("Try it", 'goose run -t "Reply with the word pong."'))
+    return Rendered(
+        files=files,
+        commands=commands,
+        notes=[_("Goose reads the key from the environment variable the provider file names, before its keyring.")],
+        probes=[
+            Probe(
+                file=PROVIDER_FILE,
+                format="json",
+                base_url="base_url",
+                base_shape="chat",
+                key_env="api_key_env",
+                key_file=ENV_FILE,
+                models="models.*",
+                model_name="name",
+                model_context="context_limit",
+                client=LABEL,
+            )
+        ],
+    )
