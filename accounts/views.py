@@ -269,6 +269,8 @@ class UserActivationView(AdminRequiredMixin, View):
 
     def get(self, request, pk):
         person, activate = self.setup_person(request, pk)
+        if refusal := self.refused(request, person, activate):
+            return refusal
         names = {"username": person.username}
         if activate:
             title, button = _("Reactivate user"), _("Reactivate")

@@ -8,7 +8,13 @@ class ChannelsConfig(AppConfig):
     verbose_name = "Channels"
 
     def ready(self) -> None:
+        from django.db.models.signals import post_migrate
+
         from portal import audit, dashboard
+
+        # The probe, aggregate and prune tasks: created by migration 0001 and again after every
+        # migrate or flush (a flushed test database, a restore), like the other apps' schedules.
+        post_migrate.connect(_ensure_schedule, sender=self, dispatch_uid="channels-default-schedule")
 
         from .models import AliasTarget, Channel, Model, ModelRoute, RoutePrice
 
@@ -50,3 +56,11 @@ class ChannelsConfig(AppConfig):
         from .metrics import ChannelCollector
 
         register_collector(ChannelCollector())
+
+
+def _ensure_schedule(**kwargs: object) -> None:
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    from .health.schedule import ensure_default_schedule
+
+    ensure_default_schedule(IntervalSchedule, PeriodicTask)

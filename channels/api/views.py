@@ -74,7 +74,7 @@ class RoutePriceViewSet(
     ordering_fields = ["effective_from", "created"]
 
     @extend_schema(request=None, responses={200: RoutePriceSerializer(many=True)})
-    @action(detail=False, methods=["post"], url_path="load-catalogue")
+    @action(detail=False, methods=["post"], url_path="load-catalogue", pagination_class=None)
     def load_catalogue(self, request: Request) -> Response:
         """Price the external routes the starter catalogue knows and that have no price yet."""
         added = load_price_catalogue()

@@ -73,6 +73,8 @@ def test_developer_connects_continue_from_a_phone_with_the_default_installer(
     page.click("main button[type=submit]")
     page.wait_for_url(url + "/")
     clicks = 0
+    page.click("header label.nav-toggle-label")  # a phone: the navigation is behind its menu button
+    clicks += 1
     page.click("header nav >> text=Connect your tools")
     clicks += 1
     page.click("nav.client-tabs >> text=Continue")  # Cline is the default client; Continue is one more click
@@ -91,7 +93,7 @@ def test_developer_connects_continue_from_a_phone_with_the_default_installer(
     page.screenshot(path=f"{screenshots}/connect_phone.png", full_page=True)
     line = copy_install_line(context, page)
     clicks += 1
-    assert clicks == 4  # Connect, the client, the installer, Copy: then one pasted line
+    assert clicks == 5  # Menu, Connect, the client, the installer, Copy: then one pasted line
     assert line == page.locator("#install-sh").inner_text().strip()
     assert re.fullmatch(r"curl -fsSL http://127\.0\.0\.1:\d+/connect/install\.sh \| sh -s -- gdt-\S+", line)
 

@@ -40,7 +40,7 @@ def test_an_admin_sets_prices_and_a_team_budget_and_a_developer_sees_what_is_lef
     price = RoutePrice.objects.get(route=route)
     assert (price.input, price.output) == (1000, 2000)
 
-    robot.click("nav >> text=Usage")
+    robot.click("nav a:text-is('Usage')")
     robot.click("a[role=button]:text-is('Budgets')")
     robot.page.select_option("#id_target", f"team:{team.pk}")
     robot.page.select_option("#id_window", "day")
@@ -76,7 +76,7 @@ def test_an_admin_sets_prices_and_a_team_budget_and_a_developer_sees_what_is_lef
     dev = Robot(browser.new_context().new_page(), live_server.url)
     dev.goto("/")
     dev.log_in("alice", "alice-pass-123")
-    dev.click("nav >> text=Usage")
+    dev.click("nav a:text-is('Usage')")
     assert dev.text("[data-testid=spend]") == "$0.0110"
     budgets = dev.text("[data-testid=budgets]")
     assert "Your team alpha" in budgets and "$0.0390" in budgets

@@ -119,7 +119,7 @@ def test_password_login_is_for_admins_only_when_turned_off(page, live_server, id
     # alice's right password is refused like a wrong one, and the page says where to sign in.
     log_in(page, live_server.url, "alice", "alice-pass-123")
     page.wait_for_url("**/login/")
-    assert "correct username and password" in page.inner_text("form")
+    assert "correct username and password" in page.inner_text("main form")
     assert "Password login is for admins only; everyone else signs in with Example IdP" in page.inner_text("footer")
 
     # She signs in with the IdP instead: her existing account (same verified e-mail) is linked.
