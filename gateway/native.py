@@ -416,3 +416,28 @@ class ResponsesReader:
             {"type": "error", "sequence_number": self._next(), "code": code, "message": message, "param": None},
             {"type": "response.failed", "sequence_number": self._next(), "response": failed},
         ]
+
+
+class ReadsNative:
+    """A dialect whose upstream speaks a native stream (Messages, Responses), read by its reader:
+    the usage, the output tokens, the cut at the reservation and whether the stream reached its
+    last event (`relay.Dialect`'s attributes) come from the reader."""
+
+    __slots__ = ()
+    reader: MessagesReader | ResponsesReader
+
+    @property
+    def usage(self) -> Usage | None:
+        return self.reader.usage
+
+    @property
+    def tokens(self) -> int:
+        return self.reader.tokens
+
+    @property
+    def done(self) -> bool:
+        return self.reader.done
+
+    @property
+    def complete(self) -> bool:
+        return self.reader.ended

@@ -25,7 +25,7 @@ from gateway.call import Call, Outgoing, UpstreamResponse
 from gateway.chunks import ChatAssembly, event_data
 from gateway.errors import Failure, UpstreamStreamError
 from gateway.http import GatewayError, sse_error_event
-from gateway.native import MessagesReader, anthropic_usage
+from gateway.native import MessagesReader, ReadsNative, anthropic_usage
 from gateway.translate import TranslationError, chat_request, chat_response
 from gateway.translate.common import answer_usage
 from gateway.usage import Usage, estimate_tokens, usage_from
@@ -129,7 +129,7 @@ class MessagesAsChat:
         return closing
 
 
-class AnthropicChatDialect:
+class AnthropicChatDialect(ReadsNative):
     """A Messages stream from an Anthropic channel relayed to a Chat (or legacy Completions)
     client (`relay.Dialect`): each event through the `StreamTranslator`, the usage, the output
     tokens and the cut read by a `MessagesReader` as on the Messages surface (cache reads and
@@ -139,23 +139,7 @@ class AnthropicChatDialect:
     def __init__(self, call: Call, *, legacy: bool, include_usage: bool) -> None:
         self.translator = chat_response.StreamTranslator(model=call.model.name, include_usage=include_usage)
         self.legacy = legacy
-        self.reader = MessagesReader(call.max_tokens)
-
-    @property
-    def usage(self) -> Usage | None:
-        return self.reader.usage
-
-    @property
-    def tokens(self) -> int:
-        return self.reader.tokens
-
-    @property
-    def done(self) -> bool:
-        return self.reader.done
-
-    @property
-    def complete(self) -> bool:
-        return self.reader.ended
+        self.reader: MessagesReader = MessagesReader(call.max_tokens)
 
     def feed(self, event: bytes) -> bytes:
         data = event_data(event)

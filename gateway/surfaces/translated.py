@@ -13,7 +13,7 @@ from gateway.cache import snapshot
 from gateway.call import Call, UpstreamResponse
 from gateway.chunks import ChunkReader, event_data
 from gateway.http import GatewayError, Request
-from gateway.native import MessagesReader, ResponsesReader
+from gateway.native import ReadsNative
 from gateway.relay import Dialect, ReadsChunks, relay
 from gateway.translate import TranslationError
 from gateway.translate.common import ChatStreamTranslator, encode_sse
@@ -114,30 +114,12 @@ async def relay_stream(
     await relay(call, up, native if native is not None else TranslatedDialect(translator(), call.max_tokens))
 
 
-class ReadsNativeEvents:
+class ReadsNativeEvents(ReadsNative):
     """A dialect relaying a native stream (Messages, Responses) to a client of the same API: events
-    go out as they came, and a reader (`native.MessagesReader`, `native.ResponsesReader`) keeps the
-    usage, the output tokens, the cut at the reservation and whether the stream reached its last
-    event. Each surface adds its `__init__` (its reader) and its `error` event."""
+    go out as they came, and the reader keeps the usage, the tokens and the cut (`ReadsNative`).
+    Each surface adds its `__init__` (its reader) and its `error` event."""
 
     __slots__ = ()
-    reader: MessagesReader | ResponsesReader
-
-    @property
-    def usage(self) -> Usage | None:
-        return self.reader.usage
-
-    @property
-    def tokens(self) -> int:
-        return self.reader.tokens
-
-    @property
-    def done(self) -> bool:
-        return self.reader.done
-
-    @property
-    def complete(self) -> bool:
-        return self.reader.ended
 
     def feed(self, event: bytes) -> bytes:
         data = event_data(event)
