@@ -235,8 +235,16 @@ def main() -> None:
     secret = key["key"]
     ok("channel to the fake upstream, a model, a developer and their key (API, admin session)")
 
-    status, raw, _ = request(f"{base}/v1/models", headers={"Authorization": f"Bearer {secret}"})
-    expect(status == 200 and MODEL in [m["id"] for m in json.loads(raw)["data"]], f"/v1/models: {status} {raw[:300]!r}")
+    # A new model reaches every replica's catalog when its cached generation is next checked
+    # (GATEWAY_CACHE_TTL, 5 s): the replica that answers may not have seen it yet.
+    deadline = time.monotonic() + 30
+    while True:
+        status, raw, _ = request(f"{base}/v1/models", headers={"Authorization": f"Bearer {secret}"})
+        listed = status == 200 and MODEL in [m["id"] for m in json.loads(raw)["data"]]
+        if listed or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    expect(listed, f"/v1/models: {status} {raw[:300]!r}")
     ok("/v1/models lists the model")
     status, raw = chat(base, secret)
     answer = json.loads(raw) if status == 200 else {}
