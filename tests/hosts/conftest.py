@@ -48,3 +48,20 @@ def started_pids():
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def registered_host(name: str, target: SSHTarget) -> Host:
+    """A host registered for the sshd `target` (its key pinned) and inventoried, as an admin's
+    "add host" then "refresh" leaves it."""
+    from hosts.remote import inventory
+
+    host = Host.objects.create(
+        name=name,
+        address=target.address,
+        ssh_port=target.port,
+        username=target.username,
+        private_key=target.client_private_key,
+        host_key_fingerprint=target.host_key_fingerprint,
+    )
+    inventory.refresh(host)
+    return host

@@ -18,8 +18,9 @@ from channels.models import Channel
 from hosts.choices import DeploymentStatus, JobAction, JobState
 from hosts.deployments import jobs, services
 from hosts.models import Deployment, Host
-from hosts.remote import commands, inventory, ssh
+from hosts.remote import commands, ssh
 from tests.fakes.sshd import SSHTarget
+from tests.hosts.conftest import registered_host
 from tests.services import free_port, require_binary, unavailable
 
 
@@ -50,22 +51,9 @@ def quick_timings(settings):
     settings.HOSTS_STOP_GRACE = 5
 
 
-def _host(name: str, target: SSHTarget) -> Host:
-    host = Host.objects.create(
-        name=name,
-        address=target.address,
-        ssh_port=target.port,
-        username=target.username,
-        private_key=target.client_private_key,
-        host_key_fingerprint=target.host_key_fingerprint,
-    )
-    inventory.refresh(host)
-    return host
-
-
 @pytest.fixture
 def cluster(db, two_targets):
-    return _host("node-a", two_targets[0]), _host("node-b", two_targets[1])
+    return registered_host("node-a", two_targets[0]), registered_host("node-b", two_targets[1])
 
 
 @pytest.fixture

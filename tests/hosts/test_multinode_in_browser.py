@@ -22,8 +22,9 @@ from hosts.models import Deployment, LaunchJob
 from tests.browser.conftest import browser, screenshots  # noqa: F401 (fixtures)
 from tests.browser.robot import Robot
 from tests.fakes import argv_log
+from tests.hosts.conftest import registered_host
 from tests.hosts.test_fit_in_browser import eager_celery  # noqa: F401 (fixture)
-from tests.hosts.test_multinode import _host, quick_timings, two_targets  # noqa: F401 (fixtures)
+from tests.hosts.test_multinode import quick_timings, two_targets  # noqa: F401 (fixtures)
 from tests.services import free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -37,7 +38,7 @@ def nodes(db, two_targets):  # noqa: F811
     worker_target.use_gpus("nvidia_smi_rtx4090")
     for target in two_targets:
         (target.home / argv_log.NAME).unlink(missing_ok=True)
-    return _host("node-a", head_target), _host("node-b", worker_target)
+    return registered_host("node-a", head_target), registered_host("node-b", worker_target)
 
 
 def _kill_what_it_started(deployment: Deployment | None) -> None:

@@ -27,13 +27,13 @@ from hosts.deployments import services
 from hosts.models import ColdStart, Deployment, Host, LaunchJob
 from hosts.ondemand import activity
 from hosts.ondemand import services as ondemand
-from hosts.remote import inventory
 from keys.models import UsageRecord
 from keys.services import issue_key
 from portal.env import celery_broker_url
 from tests.fakes.llamacpp import tiny_gguf_path
 from tests.fakes.sshd import SSHTarget
 from tests.gateway.conftest import ThreadServer, database_url
+from tests.hosts.conftest import registered_host
 from tests.services import free_port, redis_url, require_binary, unavailable
 
 pytestmark = [pytest.mark.slow]
@@ -67,22 +67,9 @@ def namespace(monkeypatch):
     monkeypatch.setenv("GATEWAY_REDIS_NAMESPACE", "odtest-" + uuid.uuid4().hex[:10])
 
 
-def _host(name: str, target: SSHTarget) -> Host:
-    host = Host.objects.create(
-        name=name,
-        address="127.0.0.1",
-        ssh_port=target.port,
-        username=target.username,
-        private_key=target.client_private_key,
-        host_key_fingerprint=target.host_key_fingerprint,
-    )
-    inventory.refresh(host)
-    return host
-
-
 @pytest.fixture
 def hosts(transactional_db, two_targets):
-    return _host("gpu-a", two_targets[0]), _host("gpu-b", two_targets[1])
+    return registered_host("gpu-a", two_targets[0]), registered_host("gpu-b", two_targets[1])
 
 
 @pytest.fixture

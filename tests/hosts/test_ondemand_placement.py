@@ -20,9 +20,10 @@ from hosts.ondemand import activity
 from hosts.ondemand import services as ondemand
 from hosts.ondemand.models import ColdStartState
 from tests.fakes.llamacpp import tiny_gguf_path
+from tests.hosts.conftest import registered_host
 from tests.services import free_port
 
-from .test_ondemand import _host, two_targets  # noqa: F401  (the module-scoped sshd pair)
+from .test_ondemand import two_targets  # noqa: F401  (the module-scoped sshd pair)
 
 TINY_NEED = [{"name": "GPU 0", "index": 0, "need_gib": 0.2508, "have_gib": 0.38}]
 
@@ -34,7 +35,7 @@ def namespace(monkeypatch):
 
 @pytest.fixture
 def hosts(db, two_targets):  # noqa: F811
-    return _host("gpu-a", two_targets[0]), _host("gpu-b", two_targets[1])
+    return registered_host("gpu-a", two_targets[0]), registered_host("gpu-b", two_targets[1])
 
 
 def deployment(host, name, *, on_demand=True, running=False, **fields) -> Deployment:
