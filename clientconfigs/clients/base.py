@@ -20,6 +20,12 @@ ENV_VAR = "TEAM_GATEWAY_API_KEY"
 PROVIDER_ID = "teamgw"
 PROVIDER_NAME = "Team Gateway"
 VERSION_HEADER = "X-Gateway-Config-Version"
+# The shell environment file several clients share (Codex, Goose, Copilot CLI): sourced from the
+# shell profile on macOS and Linux; the Windows installer sets its variables for the user instead.
+ENV_FILE = "~/.config/team-gateway/env"
+# A model whose window the gateway does not know gets the smallest listed one (safe: the client
+# compacts before it), else this: the clients' own defaults (128k and up) could overrun a small server.
+UNKNOWN_WINDOW = 8192
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,19 @@ class RenderInput:
         """The listed model with the smallest known window (for clients with one global setting)."""
         known = [m for m in self.models if m.context_window]
         return min(known, key=lambda m: m.context_window or 0) if known else None
+
+    @property
+    def fallback_window(self) -> int:
+        """The window to write for a model whose window the gateway does not know."""
+        smallest = self.smallest_window
+        return smallest.context_window if smallest and smallest.context_window else UNKNOWN_WINDOW
+
+    def window_of(self, m: ModelSpec) -> int:
+        return m.context_window or self.fallback_window
+
+    def output_of(self, m: ModelSpec) -> int:
+        """The model's output cap, else a quarter of the window it is given (the prompt keeps the rest)."""
+        return m.max_output_tokens or max(1, self.window_of(m) // 4)
 
     @property
     def stamp(self) -> str:
@@ -205,6 +224,21 @@ def window_warnings(label: str, prompt_tokens: int, models: tuple[ModelSpec, ...
                 }
             )
     return out
+
+
+def env_file(inp: RenderInput, variables: dict[str, str], note: str = "") -> ConfigFile:
+    """ENV_FILE with our variables (merged by name), a secret when it carries the minted key."""
+    lines = [f"# {inp.stamp}"] + [f"export {name}='{value}'" for name, value in variables.items()]
+    return ConfigFile(
+        "env",
+        ENV_FILE,
+        "\n".join(lines) + "\n",
+        "dotenv",
+        merge="dotenv",
+        secret=bool(inp.api_key) and inp.api_key in variables.values(),
+        note=note
+        or _("Load it from your shell profile: add `. %(file)s` to ~/.profile, ~/.bashrc or ~/.zshrc.") % {"file": ENV_FILE},
+    )
 
 
 def dump_json(data: Any) -> str:

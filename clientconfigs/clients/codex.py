@@ -16,6 +16,7 @@ import tomli_w
 from django.utils.translation import gettext as _
 
 from .base import (
+    ENV_FILE,
     ENV_VAR,
     PROVIDER_ID,
     PROVIDER_NAME,
@@ -25,6 +26,7 @@ from .base import (
     Probe,
     Rendered,
     RenderInput,
+    env_file,
     window_need,
     window_warnings,
 )
@@ -33,7 +35,6 @@ SLUG = "codex"
 LABEL = "Codex CLI"
 ENV_INDIRECTION = True
 PATH = "~/.codex/config.toml"
-ENV_FILE = "~/.config/team-gateway/env"
 PROMPT_TOKENS = 13300  # measured: 9.4-13.3k (Responses, 9 tools) for a one-line request
 TOOLS_NOTE = (
     "Team gateway note: {model} is served through Chat Completions, so the gateway drops Codex's "
@@ -86,14 +87,10 @@ def render(inp: RenderInput) -> Rendered:
     commands = []
     if inp.api_key:
         files.append(
-            ConfigFile(
-                "env",
-                ENV_FILE,
-                f"# {inp.stamp}\nexport {ENV_VAR}='{inp.api_key}'\n",
-                "dotenv",
-                merge="dotenv",
-                secret=True,
-                note=_(
+            env_file(
+                inp,
+                {ENV_VAR: inp.api_key},
+                _(
                     "Load it from your shell profile: add `. %(file)s` to ~/.profile, ~/.bashrc or ~/.zshrc. "
                     "The Windows installer sets it as a user environment variable instead."
                 )

@@ -131,30 +131,39 @@ def _toml_split(text):
     return top, tables
 
 
+def _toml_top(our_top, their_top):
+    """Our top-level lines, then theirs without the keys we set and without our old comments."""
+    our_keys = {m.group(1).strip("\"'") for m in map(_ASSIGN.match, our_top) if m}
+    kept = [
+        ln
+        for ln in their_top
+        if not ((m := _ASSIGN.match(ln)) and m.group(1).strip("\"'") in our_keys) and not ln.startswith(OURS_COMMENT)
+    ]
+    return [ln for ln in our_top if ln.strip()] + [""] + kept
+
+
 def merge_toml(existing, ours):
     if existing is None or not existing.strip():
         return ours
     our_top, our_tables = _toml_split(ours)
     their_top, their_tables = _toml_split(existing)
-    our_keys = {m.group(1).strip("\"'") for m in map(_ASSIGN.match, our_top) if m}
     our_names = {name for name, _ in our_tables}
 
     def ours_or_below(name):
         return any(name == n or name.startswith(n + ".") for n in our_names)
 
-    kept_top = [
-        ln
-        for ln in their_top
-        if not ((m := _ASSIGN.match(ln)) and m.group(1).strip("\"'") in our_keys) and not ln.startswith(OURS_COMMENT)
-    ]
-    out = [ln for ln in our_top if ln.strip()] + [""] + kept_top
+    out = _toml_top(our_top, their_top)
     for name, lines in their_tables:
         if not ours_or_below(name):
             out += lines
     for _, lines in our_tables:
         out += ["", *lines]
     text = "\n".join(out).strip("\n") + "\n"
-    text = re.sub(r"\n{3,}", "\n\n", text)
+    return _toml_checked(re.sub(r"\n{3,}", "\n\n", text))
+
+
+def _toml_checked(text):
+    """The merged text, after Python 3.11+ has parsed it (a merge that breaks the file raises)."""
     try:
         import tomllib  # Python 3.11+
 
@@ -371,9 +380,42 @@ def merge_yaml_list(existing, ours):
     return "\n".join([*lines, *block]).strip("\n") + "\n"
 
 
+OUR_ITEM = re.compile(r'^\s*(name|provider)\s*=\s*"teamgw"\s*$')  # clients/base.py PROVIDER_ID
+
+
+def _toml_items(tables):
+    """Tables grouped into items: a `[[x]]` header with the `[x.y]` subtables after it."""
+    items = []
+    for name, lines in tables:
+        head = lines[0].lstrip()
+        if items and not head.startswith("[[") and name.startswith(items[-1][0] + "."):
+            items[-1][1].extend(lines)
+        else:
+            items.append((name, list(lines)))
+    return items
+
+
+def merge_toml_items(existing, ours):
+    """A TOML file whose lists of tables ([[providers]], [[models]]: Mistral Vibe's config.toml) hold
+    the user's entries beside ours: our top-level keys replace theirs, their items that are ours
+    (`name` or `provider` = "teamgw") are dropped, ours are appended; every other table stays."""
+    if existing is None or not existing.strip():
+        return ours
+    our_top, our_tables = _toml_split(ours)
+    their_top, their_tables = _toml_split(existing)
+    out = _toml_top(our_top, their_top)
+    for _, lines in _toml_items(their_tables):
+        if not any(OUR_ITEM.match(ln) for ln in lines):
+            out += ["", *lines]
+    for _, lines in our_tables:
+        out += ["", *lines]
+    return _toml_checked(re.sub(r"\n{3,}", "\n\n", "\n".join(out).strip("\n") + "\n"))
+
+
 MERGES = {
     "json": lambda old, f: merge_json(old, f["content"], f.get("remove", ()), f.get("replace", ()), f.get("lists", ())),
     "toml": lambda old, f: merge_toml(old, f["content"]),
+    "toml-items": lambda old, f: merge_toml_items(old, f["content"]),
     "dotenv": lambda old, f: merge_dotenv(old, f["content"]),
     "yaml-models": lambda old, f: merge_yaml_models(old, f["content"]),
     "yaml-keys": lambda old, f: merge_yaml_keys(old, f["content"]),
@@ -663,6 +705,8 @@ def load(path, fmt):
         return parse_yaml_models(text), text
     if fmt == "yaml-list":
         return [dict(f) for _, _, _, f in yaml_list_items(text.splitlines())], text
+    if fmt == "dotenv":  # Copilot CLI's variables in the shared environment file
+        return {n: dotenv_value(path, n) for n in re.findall(r"(?m)^\s*(?:export\s+)?([A-Za-z_]\w*)=", text)}, text
     if fmt == "yaml-flat":
         data = {}
         for ln in text.splitlines():
@@ -706,8 +750,11 @@ def resolve_key(value):
     if not isinstance(value, str) or not value:
         return None
     m = re.match(r"^\$\{\{\s*secrets\.([A-Za-z0-9_]+)\s*\}\}$", value) or re.match(r"^\{env:([A-Za-z0-9_]+)\}$", value)
+    m = m or re.match(r"^\$\{([A-Za-z0-9_]+)\}$", value)  # Droid's and Junie's `${VAR}`
     if m:
         return env_key(m.group(1))
+    if re.match(r"^[A-Z][A-Z0-9_]*$", value):  # pi: a variable's name (a key is not upper-case)
+        return env_key(value)
     if value.startswith("PASTE-"):
         return None
     return value

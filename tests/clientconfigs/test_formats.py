@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tomllib
 from dataclasses import replace
@@ -49,6 +50,8 @@ UNSTAMPED = {
     ("crush", "crush.json"),
     ("llm", "keys.json"),
     ("llm", "default_model.txt"),
+    ("pi", "settings.json"),
+    ("jetbrains", "teamgw.json"),
 }
 
 
@@ -226,6 +229,16 @@ def test_opencode_and_roo_carry_each_models_limits():
     assert qwen["openAiApiKey"] == PLACEHOLDER_KEY
 
 
+def dotenv(text: str) -> dict[str, str]:
+    """The variables a shell gets from sourcing the file (single-quoted values only)."""
+    return dict(re.findall(r"(?m)^export (\w+)='([^']*)'$", text))
+
+
+def droid_id(entry: dict) -> str:
+    """The id Droid 0.225 gives a custom model (its `custom:${displayName, spaces as dashes}-${n}`)."""
+    return "custom:" + re.sub(r"\s+", "-", entry["displayName"].strip()) + "-0"
+
+
 def _selected(slug: str, inp) -> str:
     """The model each client actually starts with, read the way the client reads its file."""
     out = {f.name: f.content for f in CLIENTS[slug].render(inp).files}
@@ -258,6 +271,22 @@ def _selected(slug: str, inp) -> str:
         return yaml.safe_load(out["config.yaml"])["GOOSE_MODEL"]
     if slug == "llm":
         return out["default_model.txt"].strip().removeprefix("teamgw/")
+    if slug == "copilot-cli":
+        return dotenv(out["env"])["COPILOT_MODEL"]
+    if slug == "pi":
+        assert json.loads(out["settings.json"])["defaultProvider"] == "teamgw"
+        return json.loads(out["settings.json"])["defaultModel"]
+    if slug == "factory-droid":
+        data = json.loads(out["settings.json"])
+        [chosen] = [m for m in data["customModels"] if droid_id(m) == data["sessionDefaultSettings"]["model"]]
+        return chosen["model"]
+    if slug == "mistral-vibe":
+        config = tomllib.loads(out["config.toml"])
+        return next(m["name"] for m in config["models"] if m["alias"] == config["active_model"])
+    if slug == "openhands":
+        return json.loads(out["agent_settings.json"])["llm"]["model"].removeprefix("openai/")
+    if slug == "jetbrains":
+        return json.loads(out["teamgw.json"])["id"]
     raise AssertionError(f"no reader for {slug}")
 
 

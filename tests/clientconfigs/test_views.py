@@ -77,7 +77,8 @@ def test_api_lists_every_client(api):
     assert slugs == {
         *("cline", "continue", "cc-switch", "claude-code", "codex", "opencode", "roo"),
         *("qwen-code", "kilo", "aider", "crush", "zed", "llm", "goose"),
-    }  # fourteen
+        *("copilot-cli", "pi", "factory-droid", "mistral-vibe", "openhands", "jetbrains"),
+    }  # twenty
     assert api.get(f"{API}/clients/nope/").status_code == 404
 
 
