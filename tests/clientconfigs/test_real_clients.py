@@ -12,6 +12,7 @@ cap), served upstream as `fake-model` and `fake-small`, so a request shows which
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -299,3 +300,91 @@ def test_llm_cli_completes_a_tool_round_trip_and_a_second_install_keeps_it_worki
     assert [t["function"]["name"] for t in asked["tools"]] == ["llm_version"]
     result = [m for m in answered["messages"] if m["role"] == "tool"]
     assert len(result) == 1 and result[0]["content"] == "0.36"  # llm ran the tool and sent its answer back
+
+
+def sourced(home: Path, *argv: str) -> list[str]:
+    """`argv` run by a shell that has loaded the installed environment file first, as a profile would."""
+    return ["sh", "-c", f". {home}/.config/team-gateway/env && exec " + " ".join(shlex.quote(a) for a in argv)]
+
+
+def test_copilot_cli_answers_through_the_gateway_and_a_reinstall_switches_its_model(gateway, tmp_path, alice):
+    """GitHub Copilot CLI reads its provider from the environment file only: no GitHub sign-in."""
+    server, up = gateway
+    copilot = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "copilot")
+    home = tmp_path / "home"
+    (home / ".config" / "team-gateway").mkdir(parents=True)
+    (home / ".config" / "team-gateway" / "env").write_text("export MY_OWN=1\n")
+    env = {"COPILOT_DISABLE_TELEMETRY": "1", "NO_UPDATE_NOTIFIER": "1"}
+    for default, upstream_model, cap in (("qwen3-32b", "fake-model", OUTPUT), ("tool-bot", "fake-small", SMALL_OUTPUT)):
+        install(server, home, alice, "copilot-cli", default=default)
+        done = run_isolated(server, home, sourced(home, str(copilot), "-p", PROMPT, "--allow-all-tools"), env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+        last = chat_requests(up)[-1]
+        assert last["model"] == upstream_model
+        assert last.get("max_tokens", cap) <= cap
+    assert "export MY_OWN=1" in (home / ".config" / "team-gateway" / "env").read_text()
+
+
+def test_pi_answers_through_the_gateway_next_to_the_users_own_provider(gateway, tmp_path, alice):
+    server, up = gateway
+    pi = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "pi")
+    home = tmp_path / "home"
+    agent = home / ".pi" / "agent"
+    agent.mkdir(parents=True)
+    mine = {"providers": {"ollama": {"baseUrl": "http://localhost:11434/v1", "api": "openai-completions",
+                                     "apiKey": "ollama", "models": [{"id": "llama3.1:8b"}]}}}
+    (agent / "models.json").write_text(json.dumps(mine))
+    for default, upstream_model, cap in (("qwen3-32b", "fake-model", OUTPUT), ("tool-bot", "fake-small", SMALL_OUTPUT)):
+        install(server, home, alice, "pi", default=default)
+        done = run_isolated(server, home, [str(pi), "-p", PROMPT], {"PI_SKIP_VERSION_CHECK": "1"})
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+        last = chat_requests(up)[-1]
+        assert last["model"] == upstream_model and last.get("max_tokens", cap) <= cap, last
+    assert json.loads((agent / "models.json").read_text())["providers"]["ollama"] == mine["providers"]["ollama"]
+
+
+def test_factory_droid_answers_through_the_gateway_from_the_installed_settings(gateway, tmp_path, alice):
+    server, up = gateway
+    droid = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "droid")
+    home = tmp_path / "home"
+    install(server, home, alice, "factory-droid")
+    settings = json.loads((home / ".factory" / "settings.json").read_text())
+    model = settings["sessionDefaultSettings"]["model"]
+    done = run_isolated(server, home, [str(droid), "exec", "-m", model, PROMPT], {})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+    assert chat_requests(up)[-1]["model"] == "fake-model"
+
+
+def test_mistral_vibe_answers_through_the_gateway_next_to_the_users_own_models(gateway, tmp_path, alice):
+    server, up = gateway
+    vibe = tool("PORTAL_VIBE", "bin", "vibe")
+    home = tmp_path / "home"
+    (home / ".vibe").mkdir(parents=True)
+    (home / ".vibe" / "config.toml").write_text(
+        'vim_keybindings = true\n\n[[providers]]\nname = "llamacpp"\napi_base = "http://127.0.0.1:8080/v1"\n\n'
+        '[[models]]\nname = "devstral"\nprovider = "llamacpp"\nalias = "devstral"\n'
+    )
+    for default, upstream_model, cap in (("qwen3-32b", "fake-model", OUTPUT), ("tool-bot", "fake-small", SMALL_OUTPUT)):
+        install(server, home, alice, "mistral-vibe", default=default)
+        done = run_isolated(server, home, [str(vibe), "-p", PROMPT, "--trust"], {})
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+        last = chat_requests(up)[-1]
+        assert last["model"] == upstream_model and last.get("max_tokens", cap) <= cap, last
+    text = (home / ".vibe" / "config.toml").read_text()
+    assert text.count('name = "teamgw"') == 1 and 'alias = "devstral"' in text and "vim_keybindings = true" in text
+
+
+def test_openhands_cli_answers_through_the_gateway_from_the_installed_agent_settings(gateway, tmp_path, alice):
+    server, up = gateway
+    openhands = tool("PORTAL_OPENHANDS", "bin", "openhands")
+    home = tmp_path / "home"
+    install(server, home, alice, "openhands")
+    env = {"OPENHANDS_SUPPRESS_BANNER": "1"}
+    done = run_isolated(server, home, [str(openhands), "--headless", "-t", PROMPT], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+    assert chat_requests(up)[-1]["model"] == "fake-model"
