@@ -15,6 +15,7 @@ from keys.payloads.services import logged_keys
 
 from . import clients, installer, services
 from .forms import ConnectForm
+from .installer.messages import lang_query, language_of
 from .models import KeyMode
 
 DEFAULT_CLIENT = "cline"
@@ -102,6 +103,7 @@ def connect(request):
         "replaceable": services.replaceable_key(request.user, slug, machine) if minted is None else None,
         "key_label": services.key_label(slug, machine),
         "env_var": clients.base.ENV_VAR,
+        "lang_query": lang_query(),
         "logged_keys": logged_keys(request.user),
         "budgets": budgets_for(request.user),
     }
@@ -131,12 +133,16 @@ def download(request, client: str, index: int):
 
 @require_GET
 def install_sh(request):
-    """The installer itself holds no secret: the token on its command line selects the bundle."""
+    """The installer itself holds no secret: the token on its command line selects the bundle. It
+    prints in the language `?lang=` names (the Connect page adds the developer's), else the request's."""
     gateway = services.gateway_url(request)
-    return HttpResponse(installer.sh_script(gateway, gateway), content_type="text/x-shellscript; charset=utf-8")
+    language = language_of(request.GET.get("lang"))
+    script = installer.sh_script(gateway, gateway, language)
+    return HttpResponse(script, content_type="text/x-shellscript; charset=utf-8")
 
 
 @require_GET
 def install_ps1(request):
     gateway = services.gateway_url(request)
-    return HttpResponse(installer.ps1_script(gateway, gateway), content_type="text/plain; charset=utf-8")
+    script = installer.ps1_script(gateway, gateway, language_of(request.GET.get("lang")))
+    return HttpResponse(script, content_type="text/plain; charset=utf-8")

@@ -17,6 +17,7 @@ from portal.api.throttling import AnonThrottle
 
 from .. import clients, services
 from ..clients.base import Rendered, RenderInput
+from ..installer.messages import lang_query
 from ..models import KeyMode
 from .serializers import (
     ClientSummarySerializer,
@@ -153,14 +154,15 @@ class ClientViewSet(viewsets.ViewSet):
             replace_key=body.validated_data["replace"],
         )
         gateway = services.gateway_url(request)
+        sh, ps1 = f"{gateway}/connect/install.sh{lang_query()}", f"{gateway}/connect/install.ps1{lang_query()}"
         return Response(
             {
                 "token": plaintext,
                 "expires_at": token.expires_at,
                 "key_mode": mode,
-                "install_sh": f"curl -fsSL {gateway}/connect/install.sh | sh -s -- {plaintext}",
-                "install_ps1": f"& ([scriptblock]::Create((irm {gateway}/connect/install.ps1))) -Token {plaintext}",
-                "check_sh": f"curl -fsSL {gateway}/connect/install.sh | sh -s -- --check {module.SLUG}",
+                "install_sh": f"curl -fsSL {sh} | sh -s -- {plaintext}",
+                "install_ps1": f"& ([scriptblock]::Create((irm {ps1}))) -Token {plaintext}",
+                "check_sh": f"curl -fsSL {sh} | sh -s -- --check {module.SLUG}",
             },
             status=status.HTTP_201_CREATED,
         )

@@ -112,9 +112,9 @@ class ConfigFile:
     existing file: json (deep merge of objects), toml (our top-level keys and tables replace
     theirs), dotenv (our variables replace theirs), yaml-models (Continue's `models:` list), yaml-keys
     (flat YAML: our top-level keys replace theirs), yaml-list (a file that is one list, llm's: our
-    items between markers), text (a one-value file, ours whole), or none (shown on the page, never
-    installed). The Windows installer has no yaml-list merge yet: it leaves such a file unchanged and
-    says to copy it by hand."""
+    items between markers), toml-items (TOML lists of tables shared with the user's, Vibe's: ours are
+    the items named "teamgw"), text (a one-value file, ours whole), or none (shown on the page, never
+    installed). install.py and install.ps1 implement each one."""
 
     name: str
     path: str  # home-relative with forward slashes, e.g. ~/.claude/settings.json

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..clients import CLIENTS
 from ..clients.base import RenderInput
+from .messages import table
 
 HERE = Path(__file__).resolve().parent
 
@@ -33,9 +34,10 @@ def _sh_quote(text: str) -> str:
     return "'" + text.replace("'", "'\"'\"'") + "'"
 
 
-def sh_script(portal: str, gateway: str) -> str:
+def sh_script(portal: str, gateway: str, language: str = "en") -> str:
     python = (HERE / "install.py").read_text()
     return SH.format(
+        messages=_sh_quote(json.dumps(table(language), ensure_ascii=False, separators=(",", ":"))),
         portal=_sh_quote(portal),
         portal_raw=portal.replace("\n", ""),
         gateway=_sh_quote(gateway),
@@ -49,13 +51,14 @@ def _ps_quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def ps1_script(portal: str, gateway: str) -> str:
+def ps1_script(portal: str, gateway: str, language: str = "en") -> str:
     return (
         (HERE / "install.ps1")
         .read_text()
         .replace("__PORTAL__", _ps_quote(portal))
         .replace("__GATEWAY__", _ps_quote(gateway))
         .replace("__PROBES__", _ps_quote(json.dumps(probes(), separators=(",", ":"))))
+        .replace("__MESSAGES__", _ps_quote(json.dumps(table(language), ensure_ascii=False, separators=(",", ":"))))
     )
 
 
@@ -84,7 +87,8 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 cat > "$tmp/install.py" <<'TEAMGW_PY'
 {python}TEAMGW_PY
 TEAM_GATEWAY_PROBES={probes}
-export TEAM_GATEWAY_PROBES
+TEAM_GATEWAY_MESSAGES={messages}
+export TEAM_GATEWAY_PROBES TEAM_GATEWAY_MESSAGES
 case "${{1:-}}" in
   --check) [ $# -ge 2 ] || usage; python3 "$tmp/install.py" check "$GATEWAY" "$2" ;;
   ''|-h|--help) usage ;;

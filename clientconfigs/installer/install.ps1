@@ -8,12 +8,30 @@ $ErrorActionPreference = "Stop"
 $Portal = __PORTAL__
 $Gateway = __GATEWAY__
 $Probes = __PROBES__ | ConvertFrom-Json
+$Messages = __MESSAGES__ | ConvertFrom-Json
 $Begin = "# >>> team-gateway models (managed by the portal installer; edits here are replaced)"
 $End = "# <<< team-gateway models"
 
 function Expand-TeamPath([string]$p) {
   if ($p.StartsWith("~/")) { $p = Join-Path $env:USERPROFILE ($p.Substring(2) -replace "/", "\") }
   return [Environment]::ExpandEnvironmentVariables($p)
+}
+
+function Convert-TeamText([string]$text) {
+  # As install.py's translate: the portal's templates ({name} stands for a value), most specific first.
+  foreach ($t in @($Messages.PSObject.Properties | Sort-Object { -($_.Name -replace '\{\w+\}', '').Length })) {
+    $names = @([regex]::Matches($t.Name, '\{(\w+)\}') | ForEach-Object { $_.Groups[1].Value })
+    $pattern = '^' + (([regex]::Escape($t.Name)) -replace '\\\{(\w+)}', '(?<$1>.+?)') + '$'
+    $m = [regex]::Match($text, $pattern, 'Singleline')
+    if ($m.Success) { $out = $t.Value; foreach ($n in $names) { $out = $out.Replace("{$n}", $m.Groups[$n].Value) }; return $out }
+  }
+  return $text
+}
+
+function Write-Host([string]$Object) {
+  # Every message goes out in the developer's language: its symbol stays, the rest is translated.
+  if ($Object -match '^(\+|x|\.|!|->) (.*)$') { $Object = "$($Matches[1]) $(Convert-TeamText $Matches[2])" }
+  Microsoft.PowerShell.Utility\Write-Host $Object
 }
 
 function ConvertTo-Table($o) {
@@ -189,6 +207,57 @@ function Merge-YamlKeys($old, $file) {
   return $file.content
 }
 
+function Merge-YamlList($old, $file) {
+  # As install.py's merge_yaml_list (llm's extra-openai-models.yaml, one top-level list): our items
+  # between the markers at the end; the old block and unmarked items with our model_id prefix go first.
+  $ours = @($file.content.TrimEnd("`n") -split "`r?`n")
+  if ($null -eq $old -or $old.Trim() -eq "") { return ((@($Begin) + $ours + @($End)) -join "`n") + "`n" }
+  $body = @($old -split "`r?`n" | Where-Object { -not $_.TrimStart().StartsWith("#") -and $_.Trim() })
+  if ($body.Count -and $body[0].TrimStart().StartsWith("[")) { throw "the list is written inline; add the models by hand" }
+  $lines = New-Object System.Collections.ArrayList; $skip = $false
+  foreach ($l in ($old -split "`r?`n")) {
+    if ($l.Trim() -eq $Begin) { $skip = $true; continue }
+    if ($skip) { if ($l.Trim() -eq $End) { $skip = $false }; continue }
+    if (-not $l.StartsWith("# Team gateway config")) { [void]$lines.Add($l) }
+  }
+  $kept = New-Object System.Collections.ArrayList; $item = $null; $indent = -1; $pad = ""
+  $flush = { if ($null -ne $item) { if (-not (@($item | Where-Object { $_ -match '^\s*-?\s*model_id:\s*[''"]?teamgw/' }).Count)) { $item | ForEach-Object { [void]$kept.Add($_) } } } }
+  foreach ($l in $lines) {
+    if ($l -match '^(\s*)-') { if ($indent -lt 0) { $indent = $Matches[1].Length; $pad = $Matches[1] }; if ($Matches[1].Length -eq $indent) { & $flush; $item = New-Object System.Collections.ArrayList; [void]$item.Add($l); continue } }
+    if ($null -ne $item) { [void]$item.Add($l) } else { [void]$kept.Add($l) }
+  }
+  & $flush
+  $block = @("$pad$Begin") + @($ours | ForEach-Object { if ($_) { "$pad$_" } else { $_ } }) + @("$pad$End")
+  return ((@($kept) + $block) -join "`n").Trim("`n") + "`n"
+}
+
+function Merge-TomlItems($old, $file) {
+  # As install.py's merge_toml_items (Mistral Vibe): our top-level keys replace theirs; their
+  # [[providers]]/[[models]] items with name or provider "teamgw" are dropped, ours appended.
+  if ($null -eq $old -or $old.Trim() -eq "") { return $file.content }
+  $ours = Split-Toml $file.content; $theirs = Split-Toml $old
+  $keys = @($ours.top | Where-Object { $_ -match '^\s*([A-Za-z0-9_\-"''.]+)\s*=' } | ForEach-Object { ($_ -split "=")[0].Trim().Trim('"', "'") })
+  $out = New-Object System.Collections.ArrayList
+  $ours.top | Where-Object { $_.Trim() -ne "" } | ForEach-Object { [void]$out.Add($_) }
+  [void]$out.Add("")
+  foreach ($l in $theirs.top) {
+    if ($l.StartsWith("# Team gateway")) { continue }
+    $m = $l -match '^\s*([A-Za-z0-9_\-"''.]+)\s*='
+    if (-not ($m -and ($keys -contains $Matches[1].Trim('"', "'")))) { [void]$out.Add($l) }
+  }
+  $items = New-Object System.Collections.ArrayList
+  foreach ($t in $theirs.tables) {
+    $head = $t.lines[0].TrimStart()
+    if ($items.Count -and -not $head.StartsWith("[[") -and $t.name.StartsWith($items[-1].name + ".")) { $t.lines | ForEach-Object { [void]$items[-1].lines.Add($_) } }
+    else { [void]$items.Add(@{ name = $t.name; lines = [System.Collections.ArrayList]@($t.lines) }) }
+  }
+  foreach ($i in $items) {
+    if (-not (@($i.lines | Where-Object { $_ -match '^\s*(name|provider)\s*=\s*"teamgw"\s*$' }).Count)) { [void]$out.Add(""); $i.lines | ForEach-Object { [void]$out.Add($_) } }
+  }
+  foreach ($t in $ours.tables) { [void]$out.Add(""); $t.lines | ForEach-Object { [void]$out.Add($_) } }
+  return ((($out -join "`n").Trim("`n")) -replace "`n{3,}", "`n`n") + "`n"
+}
+
 function Protect-File([string]$path) {
   # The Windows equivalent of mode 0600: no inherited access, full control for this user only.
   & icacls $path /inheritance:r /grant:r "$($env:USERNAME):(F)" | Out-Null
@@ -212,6 +281,8 @@ function Install-Bundle([string]$tok) {
         "dotenv" { $text = Merge-Dotenv $old $f }
         "yaml-models" { $text = Merge-YamlModels $old $f }
         "yaml-keys" { $text = Merge-YamlKeys $old $f }
+        "yaml-list" { $text = Merge-YamlList $old $f }
+        "toml-items" { $text = Merge-TomlItems $old $f }
         "text" { $text = $f.content }
         default { throw "no Windows merge for '$($f.merge)'" }
       }

@@ -38,7 +38,37 @@ CCSWITCH_COLUMNS = {
 
 
 def say(symbol, text):
-    print(f"{symbol} {text}")
+    print(f"{symbol} {translate(text)}")
+
+
+def message_patterns():
+    """The portal's {English template: translation} table (TEAM_GATEWAY_MESSAGES, in the developer's
+    language) as (regex, translation) pairs, the most specific template first."""
+    table = json.loads(os.environ.get("TEAM_GATEWAY_MESSAGES") or "{}")
+    out = []
+    for template, translated in table.items():
+        parts = re.split(r"\{(\w+)\}", template)
+        regex = "".join(re.escape(p) if i % 2 == 0 else f"(?P<{p}>.+?)" for i, p in enumerate(parts))
+        out.append((len("".join(parts[::2])), re.compile(regex + r"\Z", re.S), translated))
+    return [(r, t) for _, r, t in sorted(out, key=lambda x: -x[0])]
+
+
+def translate(text):
+    """`text` in the developer's language when it is one of the portal's templates, else as it is."""
+    global PATTERNS
+    if PATTERNS is None:
+        PATTERNS = message_patterns()
+    for regex, translated in PATTERNS:
+        m = regex.match(text)
+        if m:
+            try:
+                return translated.format(**m.groupdict())
+            except (KeyError, IndexError, ValueError):
+                return text
+    return text
+
+
+PATTERNS = None
 
 
 def expand(file):
