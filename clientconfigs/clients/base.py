@@ -226,6 +226,11 @@ def window_warnings(label: str, prompt_tokens: int, models: tuple[ModelSpec, ...
     return out
 
 
+def profile_name(model: str) -> str:
+    """A file-name-safe profile name for one model (Codex's --profile, Claude Code's --settings file)."""
+    return PROVIDER_ID + "-" + re.sub(r"[^A-Za-z0-9._-]+", "-", model).strip("-")
+
+
 def env_file(inp: RenderInput, variables: dict[str, str], note: str = "") -> ConfigFile:
     """ENV_FILE with our variables (merged by name), a secret when it carries the minted key."""
     lines = [f"# {inp.stamp}"] + [f"export {name}='{value}'" for name, value in variables.items()]
@@ -237,7 +242,8 @@ def env_file(inp: RenderInput, variables: dict[str, str], note: str = "") -> Con
         merge="dotenv",
         secret=bool(inp.api_key) and inp.api_key in variables.values(),
         note=note
-        or _("Load it from your shell profile: add `. %(file)s` to ~/.profile, ~/.bashrc or ~/.zshrc.") % {"file": ENV_FILE},
+        or _("Load it from your shell profile: add `. %(file)s` to ~/.profile, ~/.bashrc or ~/.zshrc.")
+        % {"file": ENV_FILE},
     )
 
 

@@ -5,7 +5,9 @@ Claude Code appends /v1/messages itself, so ANTHROPIC_BASE_URL is the root (a /v
 headers. The context window and output cap are global (CLAUDE_CODE_MAX_CONTEXT_TOKENS,
 CLAUDE_CODE_MAX_OUTPUT_TOKENS; without them Claude Code assumes 1M tokens for an unknown model), so
 the file lists one model, the default, for every role (main, haiku, sonnet, opus): one window is
-then right for every request it sends. The page says so.
+then right for every request it sends. Per model, `~/.claude/teamgw-<model>.json` sets that model for
+every role with its own window and cap, for `claude --settings ~/.claude/teamgw-<model>.json` (a
+settings layer over settings.json, which keeps the URL and key). The page says so.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from .base import (
     Rendered,
     RenderInput,
     dump_json,
+    profile_name,
     window_need,
     window_warnings,
 )
@@ -53,6 +56,28 @@ def env_block(inp: RenderInput) -> dict[str, str]:
     return env
 
 
+def model_settings(inp: RenderInput) -> list[ConfigFile]:
+    """One `--settings` file per model: it in every role, with its own window and output cap."""
+    out = []
+    for m in inp.ordered:
+        roles = ("ANTHROPIC_MODEL", *(f"ANTHROPIC_DEFAULT_{r}_MODEL" for r in ("SONNET", "OPUS", "HAIKU")))
+        env = dict.fromkeys(roles, m.name)
+        env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] = str(inp.window_of(m))
+        env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = str(inp.output_of(m))
+        name = profile_name(m.name)
+        out.append(
+            ConfigFile(
+                f"{name}.json",
+                f"~/.claude/{name}.json",
+                dump_json({"$schema": SCHEMA, "env": env}),
+                "json",
+                replace=("env",),
+                windows_unconfirmed=True,
+            )
+        )
+    return out
+
+
 def render(inp: RenderInput) -> Rendered:
     settings = {"$schema": SCHEMA, "env": env_block(inp)}
     # A stale ANTHROPIC_API_KEY would be sent too; the deprecated small-fast model would win over
@@ -68,12 +93,12 @@ def render(inp: RenderInput) -> Rendered:
         window = f" ({primary.context_window:,} tokens)" if primary.context_window else ""
         notes.append(
             _(
-                "Claude Code has one context-window setting for all models, so the file uses only "
-                "%(model)s (main, haiku, sonnet and opus) with its window%(window)s. To use another model, "
-                "pick it as the default model here and install again: switching with /model would keep this "
-                "window."
+                "Claude Code has one context-window setting for all models, so settings.json uses only "
+                "%(model)s (main, haiku, sonnet and opus) with its window%(window)s: switching with /model would "
+                "keep this window. For another model start `claude --settings ~/.claude/%(profile)s.json` "
+                "(teamgw- and the model's name): it sets that model with its own window."
             )
-            % {"model": primary.name, "window": window}
+            % {"model": primary.name, "window": window, "profile": profile_name(inp.ordered[-1].name)}
         )
     commands = []
     if not inp.api_key:
@@ -96,7 +121,8 @@ def render(inp: RenderInput) -> Rendered:
                 secret=bool(inp.api_key),
                 remove=tuple(remove),
                 windows_unconfirmed=True,
-            )
+            ),
+            *model_settings(inp),
         ],
         commands=commands,
         notes=notes,

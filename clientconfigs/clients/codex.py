@@ -5,7 +5,9 @@ Codex try Responses over WebSocket first). `wire_api = "responses"` is the only 
 now; base_url carries /v1 because Codex appends /responses. The key comes from an environment
 variable (`env_key`), so auth.json, which may hold the developer's ChatGPT login, is left alone.
 
-Codex runs one model at a time (`model`), so its one `model_context_window` is that model's.
+Codex runs one model at a time (`model`), so its one `model_context_window` is that model's; every
+model also gets a profile, `~/.codex/teamgw-<model>.config.toml` (`codex --profile teamgw-<model>`),
+which layers that model and its own window over config.toml.
 `[analytics] enabled = false` is Codex's documented metrics opt-out. The installer replaces our
 `# Team gateway` comment lines on every install instead of keeping the old ones.
 """
@@ -27,6 +29,7 @@ from .base import (
     Rendered,
     RenderInput,
     env_file,
+    profile_name,
     window_need,
     window_warnings,
 )
@@ -63,6 +66,25 @@ def config(inp: RenderInput) -> dict:
     return data
 
 
+def profiles(inp: RenderInput) -> list[ConfigFile]:
+    """One profile per model: its name and window over config.toml's provider."""
+    out = []
+    for m in inp.ordered:
+        data = {"model": m.name, "model_provider": PROVIDER_ID, "model_context_window": inp.window_of(m)}
+        name = profile_name(m.name)
+        out.append(
+            ConfigFile(
+                f"{name}.config.toml",
+                f"~/.codex/{name}.config.toml",
+                f"# {inp.stamp}\n" + tomli_w.dumps(data),
+                "toml",
+                merge="toml",
+                windows_unconfirmed=True,
+            )
+        )
+    return out
+
+
 def render(inp: RenderInput) -> Rendered:
     primary = inp.primary
     head = f"# {inp.stamp}\n"
@@ -84,6 +106,7 @@ def render(inp: RenderInput) -> Rendered:
             % {"provider": PROVIDER_ID},
         )
     ]
+    files += profiles(inp)
     commands = []
     if inp.api_key:
         files.append(
@@ -105,9 +128,10 @@ def render(inp: RenderInput) -> Rendered:
         _("Codex needs the gateway's Responses API (POST /v1/responses); the gateway serves it on every channel."),
         _("Codex does not read a per-model output limit; only model_context_window is written."),
         _(
-            "Codex runs one model at a time: the file is written for the default model and its window. To switch, "
-            "pick another default here and install again."
-        ),
+            "Codex runs one model at a time: config.toml is written for the default model and its window. Every "
+            "model has a profile with its own window: `codex --profile %(profile)s` (teamgw- and the model's name)."
+        )
+        % {"profile": profile_name(inp.ordered[-1].name) if inp.models else PROVIDER_ID},
     ]
     if primary and primary.translated_responses:
         notes.append(TOOLS_NOTE.format(model=primary.name).removeprefix("Team gateway note: "))

@@ -252,6 +252,13 @@ def test_claude_code_answers_through_the_gateway_from_the_installed_settings(gat
     assert done.returncode == 0, done.stdout + done.stderr
     assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
     assert any(r.json and r.json.get("model") == "fake-model" for r in up.requests)
+    # Another model with its own window: the per-model settings layer over settings.json.
+    done = run_isolated(
+        server, home, [str(claude), "--settings", f"{home}/.claude/teamgw-tool-bot.json", "-p", PROMPT], env
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    sent = [r.json for r in up.requests if r.path.endswith("/chat/completions") and r.json.get("model") == "fake-small"]
+    assert sent and all(r["max_tokens"] <= SMALL_OUTPUT for r in sent)
 
 
 def test_codex_answers_over_responses_and_its_file_notes_the_dropped_tools(gateway, tmp_path, alice):
@@ -275,6 +282,12 @@ def test_codex_answers_over_responses_and_its_file_notes_the_dropped_tools(gatew
     sent = chat_requests(up)
     assert sent and sent[-1]["model"] == "fake-model"
     assert not any(t.get("type") == "web_search" for t in sent[-1].get("tools", []))
+    # Another model through its profile, which carries that model's own window.
+    done = run_isolated(
+        server, home, ["sh", "-c", run.replace(" exec --skip", " --profile teamgw-tool-bot exec --skip")], {}
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert chat_requests(up)[-1]["model"] == "fake-small"
 
 
 def test_llm_cli_completes_a_tool_round_trip_and_a_second_install_keeps_it_working(gateway, tmp_path, alice):
@@ -305,7 +318,6 @@ def test_llm_cli_completes_a_tool_round_trip_and_a_second_install_keeps_it_worki
     assert [t["function"]["name"] for t in asked["tools"]] == ["llm_version"]
     result = [m for m in answered["messages"] if m["role"] == "tool"]
     assert len(result) == 1 and result[0]["content"] == "0.36"  # llm ran the tool and sent its answer back
-
 
 
 def sourced(home: Path, *argv: str) -> list[str]:
