@@ -64,6 +64,7 @@ def model_settings(inp: RenderInput) -> list[ConfigFile]:
         env = dict.fromkeys(roles, m.name)
         env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] = str(inp.window_of(m))
         env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = str(inp.output_of(m))
+        env["ANTHROPIC_CUSTOM_HEADERS"] = f"{VERSION_HEADER}: {inp.version}"
         name = profile_name(m.name)
         out.append(
             ConfigFile(

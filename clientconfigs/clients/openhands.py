@@ -31,7 +31,7 @@ TOOLS = ("terminal", "file_editor", "task_tracker", "task_tool_set")  # openhand
 
 def llm(inp: RenderInput, usage: str) -> dict:
     primary = inp.primary
-    data = {"model": PREFIX + primary.name if primary else "", "api_key": inp.key_or_placeholder}
+    data: dict = {"model": PREFIX + primary.name if primary else "", "api_key": inp.key_or_placeholder}
     data["base_url"] = inp.api_base
     if primary:
         output = inp.output_of(primary)

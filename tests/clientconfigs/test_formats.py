@@ -408,3 +408,22 @@ def test_llm_reads_our_models_its_key_and_default_through_its_own_loader(tmp_pat
     assert (seen["default"], seen["name"]) == ("teamgw/llama-3.1-8b", "llama-3.1-8b")
     assert seen["base"] == "https://llm.example.com/v1" and seen["tools"] is True
     assert seen["key"] == SAMPLE_KEY and seen["headers"] == {"X-Gateway-Config-Version": "0123456789ab"}
+
+
+# Junie's model-profile fields as JetBrains' own junie-local model files spell them (`junieConfig`):
+# Junie's CLI installs from JetBrains' site and AI Assistant is an IDE plugin, so neither runs here.
+JUNIE_FIELDS = {"id", "displayName", "providerName", "baseUrl", "apiType", "apiKey", "maxContextLength"}
+
+
+def test_junie_profile_uses_junies_fields_a_full_endpoint_and_the_default_models_window(variant):
+    _, inp = variant
+    rendered = CLIENTS["jetbrains"].render(inp)
+    [f] = rendered.files
+    assert f.path == "~/.junie/models/teamgw.json"  # the profile `custom:teamgw`
+    profile = json.loads(f.content)
+    assert set(profile) == JUNIE_FIELDS
+    assert profile["apiType"] == "OpenAICompletion"
+    assert profile["baseUrl"] == inp.api_base + "/chat/completions"  # Junie appends nothing
+    assert (profile["id"], profile["maxContextLength"]) == ("qwen3-32b", 32768)
+    assert profile["apiKey"] == (inp.api_key or "${%s}" % ENV_VAR)  # noqa: UP031
+    assert any(inp.api_base in n and "AI Assistant" in n for n in rendered.notes)
