@@ -6,6 +6,12 @@ headers. The context window and output cap are global (CLAUDE_CODE_MAX_CONTEXT_T
 CLAUDE_CODE_MAX_OUTPUT_TOKENS; without them Claude Code assumes 1M tokens for an unknown model), so
 the file lists one model, the default, for every role (main, haiku, sonnet, opus): one window is
 then right for every request it sends. The page says so.
+
+The team's MCP servers go where `claude mcp add --scope user` puts them: `mcpServers` of
+~/.claude.json (settings.json has no MCP servers), as `type: http` entries with the key in an
+Authorization header (without a minted key: `${ANTHROPIC_AUTH_TOKEN}`, which Claude Code expands
+from the environment). ~/.claude.json is also Claude Code's own state file, rewritten whole while it
+runs: install with Claude Code closed.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import shlex
 from django.utils.translation import gettext as _
 
 from .base import (
+    MCP_PREFIX,
     VERSION_HEADER,
     Command,
     ConfigFile,
@@ -32,6 +39,7 @@ LABEL = "Claude Code"
 ENV_INDIRECTION = False  # settings `env` values are literal; without a key we leave the token to the shell
 SCHEMA = "https://json.schemastore.org/claude-code-settings.json"
 PATH = "~/.claude/settings.json"
+MCP_PATH = "~/.claude.json"
 PROMPT_TOKENS = 12300  # measured: 11.9-12.3k (12 tools) for a one-line request
 
 
@@ -51,6 +59,24 @@ def env_block(inp: RenderInput) -> dict[str, str]:
             env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = str(primary.max_output_tokens)
     env["ANTHROPIC_CUSTOM_HEADERS"] = f"{VERSION_HEADER}: {inp.version}"
     return env
+
+
+def mcp_file(inp: RenderInput) -> ConfigFile:
+    """User-scope MCP servers: one `teamgw-<slug>` entry per server this key may use."""
+    auth = "Bearer " + (inp.api_key or "${ANTHROPIC_AUTH_TOKEN}")
+    servers = {
+        s.entry: {"type": "http", "url": inp.mcp_url(s), "headers": {"Authorization": auth}} for s in inp.mcp_servers
+    }
+    return ConfigFile(
+        ".claude.json",
+        MCP_PATH,
+        dump_json({"mcpServers": servers}),
+        "json",
+        secret=True,  # Claude Code keeps it 0600 too: it holds OAuth account data
+        owned=(f"mcpServers.{MCP_PREFIX}",),
+        windows_unconfirmed=True,
+        note=_("Only the team's MCP servers (teamgw-…) are ours; your own servers and Claude Code's state stay."),
+    )
 
 
 def render(inp: RenderInput) -> Rendered:
@@ -75,6 +101,19 @@ def render(inp: RenderInput) -> Rendered:
             )
             % {"model": primary.name, "window": window}
         )
+    files = [
+        ConfigFile(
+            "settings.json",
+            PATH,
+            dump_json(settings),
+            "json",
+            secret=bool(inp.api_key),
+            remove=tuple(remove),
+            windows_unconfirmed=True,
+        )
+    ]
+    if inp.mcp_servers:
+        files.append(mcp_file(inp))
     commands = []
     if not inp.api_key:
         # Only without a key: a minted key must not end up on a command line (shell history, ps).
@@ -87,17 +126,7 @@ def render(inp: RenderInput) -> Rendered:
         notes.append(_("No key is written: export ANTHROPIC_AUTH_TOKEN with your key before starting claude."))
         commands.insert(0, Command("Before starting claude", "export ANTHROPIC_AUTH_TOKEN=<your key>"))
     return Rendered(
-        files=[
-            ConfigFile(
-                "settings.json",
-                PATH,
-                dump_json(settings),
-                "json",
-                secret=bool(inp.api_key),
-                remove=tuple(remove),
-                windows_unconfirmed=True,
-            )
-        ],
+        files=files,
         commands=commands,
         notes=notes,
         warnings=window_warnings(LABEL, PROMPT_TOKENS, (primary,) if primary else ()),
@@ -114,6 +143,7 @@ def render(inp: RenderInput) -> Rendered:
                 model_output="CLAUDE_CODE_MAX_OUTPUT_TOKENS",
                 client=LABEL,
                 needs=window_need(PROMPT_TOKENS),
-            )
+            ),
+            Probe(file=MCP_PATH, format="json", base_url="", base_shape="root", mcp="mcpServers", client=LABEL),
         ],
     )

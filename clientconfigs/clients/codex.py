@@ -8,6 +8,10 @@ variable (`env_key`), so auth.json, which may hold the developer's ChatGPT login
 Codex runs one model at a time (`model`), so its one `model_context_window` is that model's.
 `[analytics] enabled = false` is Codex's documented metrics opt-out. The installer replaces our
 `# Team gateway` comment lines on every install instead of keeping the old ones.
+
+The team's MCP servers are `[mcp_servers.teamgw-<slug>]` tables (Streamable HTTP: `url`), with
+`bearer_token_env_var` naming the same variable as the provider's `env_key`: Codex refuses an inline
+`bearer_token` in the file, and the key then stays out of it and off every command line.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from django.utils.translation import gettext as _
 
 from .base import (
     ENV_VAR,
+    MCP_PREFIX,
     PROVIDER_ID,
     PROVIDER_NAME,
     VERSION_HEADER,
@@ -59,6 +64,10 @@ def config(inp: RenderInput) -> dict:
         }
     }
     data["analytics"] = {"enabled": False}
+    if inp.mcp_servers:
+        data["mcp_servers"] = {
+            s.entry: {"url": inp.mcp_url(s), "bearer_token_env_var": ENV_VAR} for s in inp.mcp_servers
+        }
     return data
 
 
@@ -75,6 +84,7 @@ def render(inp: RenderInput) -> Rendered:
             text,
             "toml",
             merge="toml",
+            owned=(f"mcp_servers.{MCP_PREFIX}",),
             windows_unconfirmed=True,
             note=_(
                 "Your other settings stay; our top-level model keys and [model_providers.%(provider)s] replace "
@@ -129,6 +139,7 @@ def render(inp: RenderInput) -> Rendered:
                 models=".",
                 model_name="model",
                 model_context="model_context_window",
+                mcp="mcp_servers",
                 client=LABEL,
                 needs=window_need(PROMPT_TOKENS),
             )
