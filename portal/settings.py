@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "channels",
     "keys",
     "hosts",
+    "mcpservers",
     "gateway",
     "clientconfigs",
 ]

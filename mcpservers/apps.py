@@ -1,0 +1,17 @@
+from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
+
+
+class McpServersConfig(AppConfig):
+    name = "mcpservers"
+    label = "mcpservers"
+    verbose_name = _("MCP servers")
+
+    def ready(self) -> None:
+        from portal import audit
+
+        from .models import McpGrant, McpServer, McpTool
+
+        audit.register(McpServer, ignore={"status", "status_message", "last_checked", "last_error", "last_duration_ms"})
+        audit.register(McpTool, ignore={"description", "input_schema", "last_seen"})
+        audit.register(McpGrant)
