@@ -65,14 +65,19 @@ def mcp_file(inp: RenderInput) -> ConfigFile:
     """User-scope MCP servers: one `teamgw-<slug>` entry per server this key may use."""
     auth = "Bearer " + (inp.api_key or "${ANTHROPIC_AUTH_TOKEN}")
     servers = {
-        s.entry: {"type": "http", "url": inp.mcp_url(s), "headers": {"Authorization": auth}} for s in inp.mcp_servers
+        s.entry: {
+            "type": "http",
+            "url": inp.mcp_url(s),
+            "headers": {"Authorization": auth, VERSION_HEADER: inp.version},
+        }
+        for s in inp.mcp_servers
     }
     return ConfigFile(
         ".claude.json",
         MCP_PATH,
         dump_json({"mcpServers": servers}),
         "json",
-        secret=True,  # Claude Code keeps it 0600 too: it holds OAuth account data
+        secret=bool(inp.api_key),
         owned=(f"mcpServers.{MCP_PREFIX}",),
         windows_unconfirmed=True,
         note=_("Only the team's MCP servers (teamgw-…) are ours; your own servers and Claude Code's state stay."),

@@ -60,7 +60,7 @@ def mcp_file(inp: RenderInput) -> ConfigFile:
         s.entry: {
             "type": "streamableHttp",
             "url": inp.mcp_url(s),
-            "headers": {"Authorization": auth},
+            "headers": {"Authorization": auth, VERSION_HEADER: inp.version},
             "disabled": False,
         }
         for s in inp.mcp_servers
@@ -70,7 +70,7 @@ def mcp_file(inp: RenderInput) -> ConfigFile:
         MCP_PATH,
         dump_json({"mcpServers": servers}),
         "json",
-        secret=True,
+        secret=bool(inp.api_key),
         owned=(f"mcpServers.{MCP_PREFIX}",),
         windows_unconfirmed=True,
     )

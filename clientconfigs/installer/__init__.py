@@ -85,7 +85,8 @@ def uninstall_spec(f: ConfigFile) -> dict:
         spec["prefix"] = PROVIDER_ID
     # What our own fresh install leaves once ours is taken out: a file back to this is deleted.
     fresh = inst.MERGES[f.merge](None, {"content": f.content, "owned": list(f.owned)})
-    spec["skeleton"] = inst.UNMERGES[f.merge](fresh, spec, SAMPLE.gateway_url)
+    skeleton = inst.UNMERGES[f.merge](fresh, spec, SAMPLE.gateway_url)
+    spec["skeleton"] = None if SAMPLE.models[0].name in skeleton else skeleton
     return spec
 
 
