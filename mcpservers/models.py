@@ -51,7 +51,11 @@ class McpServer(TimeStampedModel):
     headers = EncryptedTextField(
         blank=True, help_text=_('Extra headers sent upstream, as a JSON object ({"X-Api-Key": "…"}); write-only.')
     )
-    oauth_token_url = models.URLField(max_length=500, blank=True)
+    oauth_issuer = models.URLField(
+        max_length=500,
+        blank=True,
+        help_text=_("The authorization server's issuer URL; its token endpoint is discovered from it."),
+    )
     oauth_client_id = models.CharField(max_length=200, blank=True)
     oauth_client_secret = EncryptedTextField(blank=True, help_text=_("Write-only."))
     oauth_scope = models.CharField(max_length=300, blank=True)
@@ -96,7 +100,7 @@ class McpServer(TimeStampedModel):
         if self.auth == AuthKind.OAUTH_CLIENT_CREDENTIALS:
             missing = {
                 f: _("Required for OAuth client credentials.")
-                for f in ("oauth_token_url", "oauth_client_id", "oauth_client_secret")
+                for f in ("oauth_issuer", "oauth_client_id", "oauth_client_secret")
                 if not getattr(self, f)
             }
             if missing:
@@ -171,11 +175,11 @@ class McpGrant(TimeStampedModel):
 
     def __str__(self) -> str:
         holder = f"key {self.key}" if self.key_id else f"user {self.user}" if self.user_id else f"team {self.team}"
-        what = f"{self.server}/{self.tool.name}" if self.tool_id else f"{self.server} (all tools)"
+        what = f"{self.server}/{self.tool.name}" if self.tool is not None else f"{self.server} (all tools)"
         return f"{holder}: {what}"
 
     def clean(self) -> None:
-        if self.tool_id and self.server_id and self.tool.server_id != self.server_id:
+        if self.tool is not None and self.server_id and self.tool.server_id != self.server_id:
             raise ValidationError({"tool": _("Choose a tool of the chosen server.")})
 
 

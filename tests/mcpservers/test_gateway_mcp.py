@@ -1,0 +1,150 @@
+"""MCP through the gateway, end to end: the official SDK's client → /mcp/<slug> with a developer key →
+the real MCP server (official SDK) on 127.0.0.1 with the team's bearer token."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import httpx2
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from keys.services import issue_key
+from mcpservers.models import McpCall
+from mcpservers.services import check_server
+from tests.gateway.conftest import wait_for
+from tests.mcpservers.conftest import UPSTREAM_TOKEN
+from tests.mcpservers.factories import grant, make_server
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
+
+
+async def _session_run(url: str, key: str, work):
+    seen: list[str] = []
+
+    async def log(response: httpx2.Response) -> None:
+        await response.aread()
+        seen.append(response.text)
+        seen.append(json.dumps(dict(response.headers)))
+
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, event_hooks={"response": [log]})
+    async with http, streamable_http_client(url, http_client=http) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            return await work(session), seen
+
+
+def run(url: str, key: str, work):
+    """Run `work(session)` in an MCP client session on `url` with `key`; (result, every response body
+    and header set the client received)."""
+    return asyncio.run(_session_run(url, key, work))
+
+
+@pytest.fixture
+def tracker(mcp_upstream, alice):
+    server = make_server(slug="tracker", url=mcp_upstream.url, tools=(), auth="bearer", bearer_token=UPSTREAM_TOKEN)
+    assert check_server(server.pk).status == "healthy"
+    return server
+
+
+def test_health_check_lists_the_servers_tools(tracker):
+    assert sorted(tracker.tools.values_list("name", flat=True)) == ["delete_everything", "echo", "whoami"]
+    assert tracker.tools.get(name="echo").input_schema["properties"]["text"]["type"] == "string"
+
+
+def test_a_key_lists_and_calls_only_its_allowed_tools(gateway_url, tracker, mcp_upstream, alice):
+    key, plaintext = issue_key(owner=alice, name="laptop")
+    grant(tracker, tool="echo", key=key)
+    grant(tracker, tool="whoami", user=alice)
+    url = f"{gateway_url}/mcp/tracker"
+
+    async def work(session: ClientSession):
+        listed = sorted(t.name for t in (await session.list_tools()).tools)
+        echoed = await session.call_tool("echo", {"text": "hello"})
+        who = await session.call_tool("whoami", {})
+        with pytest.raises(MCPError) as refused:
+            await session.call_tool("delete_everything", {})
+        return listed, echoed, who, refused.value
+
+    (listed, echoed, who, refused), seen = run(url, plaintext, work)
+    assert listed == ["echo", "whoami"]
+    assert echoed.content[0].text == "hello" and not echoed.is_error
+    # The tool that needs the server's own credential got it, from the gateway.
+    assert who.content[0].text == "the team's service account" and not who.is_error
+    assert refused.code == -32003 and "not allowed" in refused.message
+    # The refused call never reached the server; the allowed ones came with the team's token.
+    calls = mcp_upstream.calls()
+    assert [c["tool"] for c in calls] == ["echo", "whoami"]
+    assert all(c["authorization"] == f"Bearer {UPSTREAM_TOKEN}" for c in calls)
+    # Nothing the developer received carries the team's credential.
+    assert not any(UPSTREAM_TOKEN in text for text in seen)
+    records = wait_for(lambda: list(McpCall.objects.order_by("created")) if McpCall.objects.count() == 3 else None)
+    assert [(r.tool, r.status, r.key_id, r.user_id) for r in records] == [
+        ("echo", "ok", key.pk, alice.pk),
+        ("whoami", "ok", key.pk, alice.pk),
+        ("delete_everything", "forbidden", key.pk, alice.pk),
+    ]
+    assert all(r.duration_ms is not None and r.arguments is None for r in records)
+
+
+def test_it_refuses_unknown_keys_and_servers_the_key_may_not_use(gateway_url, tracker, alice, mallory):
+    key, plaintext = issue_key(owner=alice, name="laptop")
+    grant(tracker, key=key)
+    _other, other_plain = issue_key(owner=mallory, name="m")
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {"accept": "application/json, text/event-stream"}
+    no_key = httpx.post(f"{gateway_url}/mcp/tracker", json=body, headers=headers)
+    assert no_key.status_code == 401 and no_key.json()["error"]["code"] == -32001
+    for who in (other_plain,):
+        answer = httpx.post(
+            f"{gateway_url}/mcp/tracker", json=body, headers={**headers, "authorization": f"Bearer {who}"}
+        )
+        assert answer.status_code == 404 and answer.json()["error"]["code"] == -32002
+    missing = httpx.post(
+        f"{gateway_url}/mcp/nope", json=body, headers={**headers, "authorization": f"Bearer {plaintext}"}
+    )
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == -32002
+
+
+def test_it_rate_limits_tool_calls_per_key(gateway_url, tracker, mcp_upstream, alice):
+    key, plaintext = issue_key(owner=alice, name="laptop", requests_per_minute=2)
+    grant(tracker, key=key)
+
+    async def work(session: ClientSession):
+        await session.call_tool("echo", {"text": "1"})
+        await session.call_tool("echo", {"text": "2"})
+        with pytest.raises(MCPError) as refused:
+            await session.call_tool("echo", {"text": "3"})
+        return refused.value
+
+    refused, _seen = run(f"{gateway_url}/mcp/tracker", plaintext, work)
+    assert refused.code == -32004 and "2 MCP tool calls per minute" in refused.message
+    assert refused.data["retry_after"] >= 1
+    assert [c["arguments"]["text"] for c in mcp_upstream.calls()] == ["1", "2"]
+    wait_for(lambda: McpCall.objects.filter(status="rate_limited").exists())
+
+
+def test_a_down_upstream_is_a_clear_jsonrpc_error(gateway_url, tracker, mcp_upstream, alice):
+    key, plaintext = issue_key(owner=alice, name="laptop")
+    grant(tracker, key=key)
+    mcp_upstream.process.terminate()
+    mcp_upstream.process.wait(20)
+
+    async def work(session: ClientSession):
+        with pytest.raises(MCPError) as failed:
+            await session.call_tool("echo", {"text": "x"})
+        with pytest.raises(MCPError) as listing:
+            await session.list_tools()
+        return failed.value, listing.value
+
+    (failed, listing), seen = run(f"{gateway_url}/mcp/tracker", plaintext, work)
+    assert failed.code == -32005 and "tracker" in failed.message and "unreachable" in failed.message
+    assert listing.code == -32005
+    assert not any(UPSTREAM_TOKEN in text for text in seen)
+    record = wait_for(lambda: McpCall.objects.filter(status="upstream_error").first())
+    assert record.tool == "echo"
+    assert check_server(tracker.pk).status == "down"
