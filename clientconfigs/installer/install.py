@@ -993,6 +993,17 @@ def rpc(url, key, message, session=None):
     return status, next((a for a in answers if a.get("id") == message.get("id")), None), session
 
 
+def refusal(step, status, answer):
+    """Why the gateway's MCP endpoint said no, in words a developer can act on."""
+    error = answer.get("error", {}).get("message") if isinstance(answer, dict) else None
+    detail = f" ({error})" if error else ""
+    if status in (401, 403):
+        return f"the gateway refused the key ({status}){detail}: it is wrong, revoked or expired"
+    if status == 404:
+        return f"the gateway refused: this key may call nothing on this server any more{detail}; install again"
+    return f"{step} answered {status}{detail}"
+
+
 def mcp_tools(url, key):
     """(tool names, None) this key may call on one gateway MCP endpoint, or (None, why not)."""
     hello = {
@@ -1007,20 +1018,14 @@ def mcp_tools(url, key):
     }
     try:
         status, answer, session = rpc(url, key, hello)
-        if status in (401, 403):
-            return None, f"the gateway refused the key ({status})"
         if status != 200 or not answer or "result" not in answer:
-            error = (answer or {}).get("error", {}).get("message") if isinstance(answer, dict) else None
-            return None, f"initialize answered {status}" + (f": {error}" if error else "")
+            return None, refusal("initialize", status, answer)
         rpc(url, key, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
         status, answer, _ = rpc(url, key, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, session)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return None, f"cannot reach it ({exc})"
-    if status in (401, 403):
-        return None, f"the gateway refused the key ({status})"
     if status != 200 or not answer or "result" not in answer:
-        error = (answer or {}).get("error", {}).get("message") if isinstance(answer, dict) else None
-        return None, f"tools/list answered {status}" + (f": {error}" if error else "")
+        return None, refusal("tools/list", status, answer)
     return sorted(t.get("name", "?") for t in answer["result"].get("tools", [])), None
 
 

@@ -315,8 +315,12 @@ def _mcp_namespace(tool: Any) -> list[dict[str, Any]] | None:
         isinstance(tool, dict) and tool.get("type") == "namespace" and str(tool.get("name")).startswith(MCP_NAMESPACE)
     ):
         return None
-    inner = tool.get("tools") if isinstance(tool.get("tools"), list) else []
-    return [t for t in inner if isinstance(t, dict) and t.get("type") == "function" and t.get("name")]
+    inner = tool.get("tools")
+    return [
+        t
+        for t in (inner if isinstance(inner, list) else [])
+        if isinstance(t, dict) and t.get("type") == "function" and t.get("name")
+    ]
 
 
 def mcp_functions(tools: Any) -> dict[str, tuple[str, str]]:
