@@ -236,6 +236,30 @@ def window_warnings(label: str, prompt_tokens: int, models: tuple[ModelSpec, ...
     return out
 
 
+def mcp_servers_file(name: str, path: str, inp: RenderInput, kind: str, key: str, **extra: Any) -> ConfigFile:
+    """A JSON file whose `mcpServers` object holds the team's servers (Claude Code, Cline): one
+    `teamgw-<slug>` entry of type `kind` each, the key (`key`) as a bearer; the user's entries stay."""
+    servers = {
+        s.entry: {
+            "type": kind,
+            "url": inp.mcp_url(s),
+            "headers": {"Authorization": f"Bearer {key}", VERSION_HEADER: inp.version},
+            **extra,
+        }
+        for s in inp.mcp_servers
+    }
+    return ConfigFile(
+        name,
+        path,
+        dump_json({"mcpServers": servers}),
+        "json",
+        secret=bool(inp.api_key),
+        owned=(f"mcpServers.{MCP_PREFIX}",),
+        windows_unconfirmed=True,
+        note=_("Only the team's MCP servers (teamgw-…) are the installer's; your own servers stay."),
+    )
+
+
 def dump_json(data: Any) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 

@@ -22,7 +22,6 @@ import shlex
 from django.utils.translation import gettext as _
 
 from .base import (
-    MCP_PREFIX,
     VERSION_HEADER,
     Command,
     ConfigFile,
@@ -30,6 +29,7 @@ from .base import (
     Rendered,
     RenderInput,
     dump_json,
+    mcp_servers_file,
     window_need,
     window_warnings,
 )
@@ -63,25 +63,7 @@ def env_block(inp: RenderInput) -> dict[str, str]:
 
 def mcp_file(inp: RenderInput) -> ConfigFile:
     """User-scope MCP servers: one `teamgw-<slug>` entry per server this key may use."""
-    auth = "Bearer " + (inp.api_key or "${ANTHROPIC_AUTH_TOKEN}")
-    servers = {
-        s.entry: {
-            "type": "http",
-            "url": inp.mcp_url(s),
-            "headers": {"Authorization": auth, VERSION_HEADER: inp.version},
-        }
-        for s in inp.mcp_servers
-    }
-    return ConfigFile(
-        ".claude.json",
-        MCP_PATH,
-        dump_json({"mcpServers": servers}),
-        "json",
-        secret=bool(inp.api_key),
-        owned=(f"mcpServers.{MCP_PREFIX}",),
-        windows_unconfirmed=True,
-        note=_("Only the team's MCP servers (teamgw-…) are ours; your own servers and Claude Code's state stay."),
-    )
+    return mcp_servers_file(".claude.json", MCP_PATH, inp, "http", inp.api_key or "${ANTHROPIC_AUTH_TOKEN}")
 
 
 def render(inp: RenderInput) -> Rendered:

@@ -21,7 +21,6 @@ from __future__ import annotations
 from django.utils.translation import gettext as _
 
 from .base import (
-    MCP_PREFIX,
     PROVIDER_NAME,
     VERSION_HEADER,
     ConfigFile,
@@ -29,6 +28,7 @@ from .base import (
     Rendered,
     RenderInput,
     dump_json,
+    mcp_servers_file,
     window_need,
     window_warnings,
 )
@@ -55,24 +55,8 @@ def _model_info(m) -> dict:
 
 
 def mcp_file(inp: RenderInput) -> ConfigFile:
-    auth = "Bearer " + inp.key_or_placeholder
-    servers = {
-        s.entry: {
-            "type": "streamableHttp",
-            "url": inp.mcp_url(s),
-            "headers": {"Authorization": auth, VERSION_HEADER: inp.version},
-            "disabled": False,
-        }
-        for s in inp.mcp_servers
-    }
-    return ConfigFile(
-        "cline_mcp_settings.json",
-        MCP_PATH,
-        dump_json({"mcpServers": servers}),
-        "json",
-        secret=bool(inp.api_key),
-        owned=(f"mcpServers.{MCP_PREFIX}",),
-        windows_unconfirmed=True,
+    return mcp_servers_file(
+        "cline_mcp_settings.json", MCP_PATH, inp, "streamableHttp", inp.key_or_placeholder, disabled=False
     )
 
 
