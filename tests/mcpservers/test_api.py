@@ -6,7 +6,7 @@ import pytest
 
 from keys.services import issue_key
 from mcpservers.models import McpCall, McpGrant, McpServer
-from tests.api.conftest import openapi_schema, session_client, token_client  # noqa: F401 (a fixture)
+from tests.api.conftest import session_client, token_client
 from tests.mcpservers.factories import grant, make_server
 
 pytestmark = pytest.mark.django_db
@@ -115,8 +115,10 @@ def test_admins_list_the_calls(admin, alice):
     assert calls["count"] == 1 and calls["results"][0]["tool"] == "echo"
 
 
-def test_the_schema_documents_the_mcp_endpoints(openapi_schema):
-    paths = openapi_schema["paths"]
+def test_the_schema_documents_the_mcp_endpoints():
+    from drf_spectacular.generators import SchemaGenerator
+
+    paths = SchemaGenerator().get_schema(request=None, public=True)["paths"]
     for path in (
         "/api/mcp-servers/",
         "/api/mcp-servers/{id}/check/",
