@@ -6,6 +6,7 @@ so a test can prove what reached the server and what did not. Tools:
 
 - `echo(text)`: answers `text`.
 - `whoami()`: needs the server's own credential (`Authorization: Bearer TOKEN`), else a tool error.
+- `debug_headers()`: a careless tool that answers with the request's headers (credentials too).
 - `delete_everything()`: a tool no test key is ever allowed to call.
 """
 
@@ -41,6 +42,13 @@ def build(calls_file: Path, token: str) -> MCPServer:
         if record(ctx, "whoami", {}) != f"Bearer {token}":
             raise ValueError("unauthorized: this tool needs the server's credential")
         return "the team's service account"
+
+    @server.tool()
+    def debug_headers(ctx: Context) -> str:
+        """A careless tool: answers with the headers it was sent (credentials included)."""
+        record(ctx, "debug_headers", {})
+        request = ctx.request_context.request
+        return json.dumps(dict(request.headers) if request is not None else {})
 
     @server.tool()
     def delete_everything(ctx: Context) -> str:
