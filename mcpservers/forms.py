@@ -27,16 +27,6 @@ def _secret(label: Any) -> forms.CharField:
 
 
 class McpServerForm(forms.ModelForm):
-    url = forms.URLField(
-        label=_("URL"), max_length=500, assume_scheme="https", help_text=McpServer._meta.get_field("url").help_text
-    )
-    oauth_issuer = forms.URLField(
-        label=_("OAuth issuer"),
-        max_length=500,
-        required=False,
-        assume_scheme="https",
-        help_text=McpServer._meta.get_field("oauth_issuer").help_text,
-    )
     bearer_token = _secret(_("Bearer token"))
     headers = forms.CharField(
         label=_("Extra headers"),
