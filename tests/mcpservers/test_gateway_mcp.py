@@ -219,3 +219,38 @@ def test_an_sse_upstream_is_served_as_streamable_http(gateway_url, tmp_path, ali
         assert who.content[0].text == "the team's service account"
     finally:
         processes.stop(upstream.process)
+
+
+def test_a_server_behind_oauth_client_credentials(gateway_url, tmp_path, alice):
+    """The gateway gets its access token with the client-credentials grant (discovered from the
+    server's protected-resource metadata) and calls with it; the developer never sees either."""
+    from tests.fakes import processes
+    from tests.fakes.mcp_upstream import ACCESS_TOKEN, CLIENT_ID
+    from tests.mcpservers.conftest import start_upstream
+
+    upstream = start_upstream(tmp_path, "oauth")
+    try:
+        root = upstream.url.removesuffix("/mcp")
+        server = make_server(
+            slug="oauthed",
+            url=upstream.url,
+            tools=(),
+            auth="oauth",
+            oauth_issuer=root,
+            oauth_client_id=CLIENT_ID,
+            oauth_client_secret=UPSTREAM_TOKEN,
+        )
+        assert check_server(server.pk).status == "healthy", server.last_error
+        key, plaintext = issue_key(owner=alice, name="laptop")
+        grant(server, key=key)
+
+        async def work(session: ClientSession):
+            return await session.call_tool("whoami", {})
+
+        who, seen = run(f"{gateway_url}/mcp/oauthed", plaintext, work)
+        assert who.content[0].text == "the team's service account", who
+        assert not any(secret in "".join(seen) for secret in (ACCESS_TOKEN, UPSTREAM_TOKEN))
+        assert upstream.calls()[-1] == {"tool": "whoami", "arguments": {}, "authorization": f"Bearer {ACCESS_TOKEN}"}
+        assert any(c["tool"] == "oauth:token" for c in upstream.calls())
+    finally:
+        processes.stop(upstream.process)
