@@ -13,7 +13,7 @@ from accounts.models import Team
 from keys.models import Key
 
 from .models import McpGrant, McpServer, McpTool
-from .services import SECRET_FIELDS, save_server
+from .services import EDITABLE_FIELDS, SECRET_FIELDS, save_server
 
 
 def _secret(label: Any) -> forms.CharField:
@@ -39,22 +39,7 @@ class McpServerForm(forms.ModelForm):
 
     class Meta:
         model = McpServer
-        fields = [
-            "name",
-            "slug",
-            "url",
-            "transport",
-            "enabled",
-            "description",
-            "auth",
-            "bearer_token",
-            "headers",
-            "oauth_issuer",
-            "oauth_client_id",
-            "oauth_client_secret",
-            "oauth_scope",
-            "timeout_seconds",
-        ]
+        fields = list(EDITABLE_FIELDS)
         widgets = {"description": forms.Textarea(attrs={"rows": 2})}
         labels = {
             "name": _("Name"),

@@ -21,7 +21,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from portal.fields import EncryptedTextField
-from portal.models import TimeStampedModel
+from portal.models import TimeStampedModel, exactly_one_set
 
 from .choices import AuthKind, CallStatus, ServerStatus, Transport
 
@@ -165,12 +165,7 @@ class McpGrant(TimeStampedModel):
     class Meta:
         ordering = ["server", "tool", "-created"]
         constraints = [
-            models.CheckConstraint(
-                condition=(models.Q(key__isnull=False) & models.Q(user__isnull=True) & models.Q(team__isnull=True))
-                | (models.Q(key__isnull=True) & models.Q(user__isnull=False) & models.Q(team__isnull=True))
-                | (models.Q(key__isnull=True) & models.Q(user__isnull=True) & models.Q(team__isnull=False)),
-                name="mcpgrant_one_holder",
-            ),
+            models.CheckConstraint(condition=exactly_one_set("key", "user", "team"), name="mcpgrant_one_holder"),
             models.UniqueConstraint(
                 fields=["server", "tool", "key", "user", "team"],
                 nulls_distinct=False,

@@ -69,6 +69,23 @@ def record_call(**fields: Any) -> McpCall:
 
 
 SECRET_FIELDS = ("bearer_token", "headers", "oauth_client_secret")
+# What an admin edits, in the order the form and the API show it.
+EDITABLE_FIELDS = (
+    "name",
+    "slug",
+    "url",
+    "transport",
+    "enabled",
+    "description",
+    "auth",
+    "bearer_token",
+    "headers",
+    "oauth_issuer",
+    "oauth_client_id",
+    "oauth_client_secret",
+    "oauth_scope",
+    "timeout_seconds",
+)
 CONNECTION_FIELDS = ("url", "transport", "auth", "oauth_issuer", "oauth_client_id", "oauth_scope", *SECRET_FIELDS)
 
 

@@ -11,7 +11,7 @@ from rest_framework import serializers
 from portal.api.serializers import drf_error
 
 from ..models import McpCall, McpGrant, McpServer, McpTool
-from ..services import SECRET_FIELDS, save_server
+from ..services import EDITABLE_FIELDS, SECRET_FIELDS, save_server
 
 
 def _secret(help_text: Any) -> serializers.CharField:
@@ -41,23 +41,10 @@ class McpServerSerializer(serializers.ModelSerializer):
         model = McpServer
         fields = [
             "id",
-            "name",
-            "slug",
-            "url",
-            "transport",
-            "enabled",
-            "description",
-            "auth",
-            "bearer_token",
+            *EDITABLE_FIELDS,
             "has_bearer_token",
-            "headers",
             "has_headers",
-            "oauth_issuer",
-            "oauth_client_id",
-            "oauth_client_secret",
             "has_oauth_client_secret",
-            "oauth_scope",
-            "timeout_seconds",
             "status",
             "status_message",
             "last_checked",

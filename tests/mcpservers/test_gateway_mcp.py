@@ -17,7 +17,7 @@ from keys.services import issue_key
 from mcpservers.models import McpCall
 from mcpservers.services import check_server
 from tests.gateway.conftest import wait_for
-from tests.mcpservers.conftest import UPSTREAM_TOKEN
+from tests.mcpservers.conftest import UPSTREAM_TOKEN, running_upstream
 from tests.mcpservers.factories import grant, make_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
@@ -200,11 +200,7 @@ def test_arguments_are_kept_redacted_only_where_request_logging_is_on(gateway_ur
 
 
 def test_an_sse_upstream_is_served_as_streamable_http(gateway_url, tmp_path, alice):
-    from tests.fakes import processes
-    from tests.mcpservers.conftest import start_upstream
-
-    upstream = start_upstream(tmp_path, "sse")
-    try:
+    with running_upstream(tmp_path, "sse") as upstream:
         server = make_server(
             slug="legacy", url=upstream.url, tools=(), transport="sse", auth="bearer", bearer_token=UPSTREAM_TOKEN
         )
@@ -217,19 +213,14 @@ def test_an_sse_upstream_is_served_as_streamable_http(gateway_url, tmp_path, ali
 
         who, _seen = run(f"{gateway_url}/mcp/legacy", plaintext, work)
         assert who.content[0].text == "the team's service account"
-    finally:
-        processes.stop(upstream.process)
 
 
 def test_a_server_behind_oauth_client_credentials(gateway_url, tmp_path, alice):
     """The gateway gets its access token with the client-credentials grant (discovered from the
     server's protected-resource metadata) and calls with it; the developer never sees either."""
-    from tests.fakes import processes
     from tests.fakes.mcp_upstream import ACCESS_TOKEN, CLIENT_ID
-    from tests.mcpservers.conftest import start_upstream
 
-    upstream = start_upstream(tmp_path, "oauth")
-    try:
+    with running_upstream(tmp_path, "oauth") as upstream:
         root = upstream.url.removesuffix("/mcp")
         server = make_server(
             slug="oauthed",
@@ -252,5 +243,3 @@ def test_a_server_behind_oauth_client_credentials(gateway_url, tmp_path, alice):
         assert not any(secret in "".join(seen) for secret in (ACCESS_TOKEN, UPSTREAM_TOKEN))
         assert upstream.calls()[-1] == {"tool": "whoami", "arguments": {}, "authorization": f"Bearer {ACCESS_TOKEN}"}
         assert any(c["tool"] == "oauth:token" for c in upstream.calls())
-    finally:
-        processes.stop(upstream.process)
