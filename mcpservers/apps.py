@@ -8,7 +8,13 @@ class McpServersConfig(AppConfig):
     verbose_name = _("MCP servers")
 
     def ready(self) -> None:
+        from django.db.models.signals import post_migrate
+
         from portal import audit
+
+        from .tasks import ensure_schedule
+
+        post_migrate.connect(ensure_schedule, sender=self, dispatch_uid="mcpservers-default-schedule")
 
         from .models import McpGrant, McpServer, McpTool
 

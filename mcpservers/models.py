@@ -14,16 +14,18 @@ import json
 from typing import Self
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.exceptions import ObjectDoesNotExist, ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator, URLValidator
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from portal.fields import EncryptedTextField
-from portal.models import TimeStampedModel
+from portal.models import TimeStampedModel, exactly_one_set
 
 from .choices import AuthKind, CallStatus, ServerStatus, Transport
+
+HTTP_URL = URLValidator(schemes=["http", "https"])
 
 
 class McpServerQuerySet(models.QuerySet["McpServer"]):
@@ -42,7 +44,9 @@ class McpServer(TimeStampedModel):
     slug = models.SlugField(
         max_length=64, unique=True, help_text=_("Developers reach the server at /mcp/<slug> on the gateway.")
     )
-    url = models.URLField(max_length=500, help_text=_("The upstream server's MCP endpoint."))
+    url = models.CharField(
+        max_length=500, validators=[HTTP_URL], help_text=_("The upstream server's MCP endpoint (http or https).")
+    )
     transport = models.CharField(max_length=16, choices=Transport, default=Transport.STREAMABLE_HTTP)
     enabled = models.BooleanField(default=True)
     description = models.TextField(blank=True, max_length=2000)
@@ -51,9 +55,10 @@ class McpServer(TimeStampedModel):
     headers = EncryptedTextField(
         blank=True, help_text=_('Extra headers sent upstream, as a JSON object ({"X-Api-Key": "…"}); write-only.')
     )
-    oauth_issuer = models.URLField(
+    oauth_issuer = models.CharField(
         max_length=500,
         blank=True,
+        validators=[HTTP_URL],
         help_text=_("The authorization server's issuer URL; its token endpoint is discovered from it."),
     )
     oauth_client_id = models.CharField(max_length=200, blank=True)
@@ -160,12 +165,7 @@ class McpGrant(TimeStampedModel):
     class Meta:
         ordering = ["server", "tool", "-created"]
         constraints = [
-            models.CheckConstraint(
-                condition=(models.Q(key__isnull=False) & models.Q(user__isnull=True) & models.Q(team__isnull=True))
-                | (models.Q(key__isnull=True) & models.Q(user__isnull=False) & models.Q(team__isnull=True))
-                | (models.Q(key__isnull=True) & models.Q(user__isnull=True) & models.Q(team__isnull=False)),
-                name="mcpgrant_one_holder",
-            ),
+            models.CheckConstraint(condition=exactly_one_set("key", "user", "team"), name="mcpgrant_one_holder"),
             models.UniqueConstraint(
                 fields=["server", "tool", "key", "user", "team"],
                 nulls_distinct=False,
@@ -174,8 +174,11 @@ class McpGrant(TimeStampedModel):
         ]
 
     def __str__(self) -> str:
-        holder = f"key {self.key}" if self.key_id else f"user {self.user}" if self.user_id else f"team {self.team}"
-        what = f"{self.server}/{self.tool.name}" if self.tool is not None else f"{self.server} (all tools)"
+        try:
+            holder = f"key {self.key}" if self.key_id else f"user {self.user}" if self.user_id else f"team {self.team}"
+            what = f"{self.server}/{self.tool.name}" if self.tool is not None else f"{self.server} (all tools)"
+        except ObjectDoesNotExist:  # the audit entry of a grant deleted with its server or tool
+            return f"MCP grant #{self.pk}"
         return f"{holder}: {what}"
 
     def clean(self) -> None:

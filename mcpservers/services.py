@@ -66,3 +66,48 @@ def check_server(server_id: int) -> McpServer | None:
 def record_call(**fields: Any) -> McpCall:
     """Append one call record (the gateway calls this on its database thread)."""
     return McpCall.objects.create(**fields)
+
+
+SECRET_FIELDS = ("bearer_token", "headers", "oauth_client_secret")
+# What an admin edits, in the order the form and the API show it.
+EDITABLE_FIELDS = (
+    "name",
+    "slug",
+    "url",
+    "transport",
+    "enabled",
+    "description",
+    "auth",
+    "bearer_token",
+    "headers",
+    "oauth_issuer",
+    "oauth_client_id",
+    "oauth_client_secret",
+    "oauth_scope",
+    "timeout_seconds",
+)
+CONNECTION_FIELDS = ("url", "transport", "auth", "oauth_issuer", "oauth_client_id", "oauth_scope", *SECRET_FIELDS)
+
+
+def save_server(server: McpServer, *, secrets: dict[str, str | None], commit: bool = True) -> McpServer:
+    """Save `server` (validated), writing the secrets given: a value replaces the stored one, ""
+    clears it, None (or absent) keeps it. A change of address or credentials voids the last check."""
+    previous = McpServer.objects.filter(pk=server.pk).first() if server.pk else None
+    for name in SECRET_FIELDS:
+        value = secrets.get(name)
+        if value is not None:
+            setattr(server, name, value)
+        elif previous is not None:
+            setattr(server, name, getattr(previous, name))
+    server.full_clean()
+    if previous is not None and any(getattr(previous, f) != getattr(server, f) for f in CONNECTION_FIELDS):
+        server.status, server.status_message, server.last_error = ServerStatus.UNKNOWN, "", ""
+    if commit:
+        server.save()
+    return server
+
+
+def set_tool_enabled(tool: McpTool, enabled: bool) -> McpTool:
+    McpTool.objects.filter(pk=tool.pk).update(enabled=enabled)
+    tool.enabled = enabled
+    return tool

@@ -80,6 +80,18 @@ class Upstream:
             oauth = (server.oauth_issuer, server.oauth_client_id, server.oauth_client_secret, server.oauth_scope)
         return cls(server.pk, server.slug, server.url, server.transport, float(server.timeout_seconds), headers, oauth)
 
+    def secrets(self) -> list[str]:
+        """The credential values an answer must never carry back to a developer (the bearer token,
+        header values, the OAuth client secret and the access token it got); short values such as
+        "1" are left out, they would redact ordinary text."""
+        values = [v.removeprefix("Bearer ").strip() for v in self.headers.values()]
+        if self.oauth is not None:
+            values.append(self.oauth[2])
+            store = _token_stores.get((self.id, self.oauth[1]))
+            if store is not None and store.tokens is not None:
+                values.append(store.tokens.access_token)
+        return [v for v in values if len(v) >= 8]
+
     def auth(self) -> httpx2.Auth | None:
         if self.oauth is None:
             return None

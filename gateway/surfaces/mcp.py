@@ -22,7 +22,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import mcp_types as types
 import orjson
@@ -31,6 +31,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel
 
 from keys.models import Key
 from mcpservers.access import PATH_PREFIX, allowed_tools
@@ -123,6 +124,23 @@ def record(caller: Caller, tool: str, status: str, started: float, error: str = 
     task.add_done_callback(_pending.discard)
 
 
+REDACTED = "[redacted by the gateway]"
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def scrubbed(answer: _M, secrets: list[str]) -> _M:
+    """`answer` without any of the team's credentials in it: an upstream that echoes its request's
+    headers (a debug tool, an error message) must not hand them to the developer."""
+    raw = answer.model_dump_json(by_alias=True, exclude_unset=True)
+    found = [s for s in (orjson.dumps(v).decode()[1:-1] for v in secrets) if s in raw]
+    if not found:
+        return answer
+    for secret in found:
+        raw = raw.replace(secret, REDACTED)
+    return type(answer).model_validate_json(raw)
+
+
 def _caller(ctx: ServerRequestContext[Any, Any]) -> Caller:
     caller: Caller = ctx.request.scope[SCOPE_KEY]  # type: ignore[union-attr]
     return caller
@@ -134,7 +152,8 @@ async def _list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> types
         tools = await list_tools(caller.upstream)
     except UpstreamFailure as exc:
         raise MCPError(UPSTREAM_UNAVAILABLE, str(exc)) from None
-    return types.ListToolsResult(tools=[t for t in tools if t.name in caller.allowed])
+    listed = types.ListToolsResult(tools=[t for t in tools if t.name in caller.allowed])
+    return scrubbed(listed, caller.upstream.secrets())
 
 
 def calls_per_minute(key: KeyInfo) -> int | None:
@@ -188,7 +207,7 @@ async def _call_tool(
         raise MCPError(UPSTREAM_UNAVAILABLE, str(exc)) from None
     failed = bool(getattr(result, "is_error", False))
     record(caller, name, CallStatus.TOOL_ERROR if failed else CallStatus.OK, started, "", params.arguments)
-    return result
+    return scrubbed(result, caller.upstream.secrets())
 
 
 class Front:

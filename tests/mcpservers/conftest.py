@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +37,16 @@ class McpUpstream:
         return [json.loads(line) for line in self.calls_file.read_text().splitlines() if line]
 
 
+@contextmanager
+def running_upstream(tmp_path: Path, transport: str = "streamable-http") -> Iterator[McpUpstream]:
+    """The fake MCP server (`streamable-http`, `sse` or `oauth`) for the duration of the block."""
+    upstream = start_upstream(tmp_path, transport)
+    try:
+        yield upstream
+    finally:
+        processes.stop(upstream.process)
+
+
 def start_upstream(tmp_path: Path, transport: str = "streamable-http") -> McpUpstream:
     port = free_port()
     calls = tmp_path / f"mcp-calls-{uuid.uuid4().hex[:6]}.jsonl"
@@ -56,9 +68,8 @@ def start_upstream(tmp_path: Path, transport: str = "streamable-http") -> McpUps
 
 @pytest.fixture
 def mcp_upstream(tmp_path):
-    upstream = start_upstream(tmp_path)
-    yield upstream
-    processes.stop(upstream.process)
+    with running_upstream(tmp_path) as upstream:
+        yield upstream
 
 
 @pytest.fixture(autouse=True)

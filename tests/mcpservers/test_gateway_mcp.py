@@ -17,7 +17,7 @@ from keys.services import issue_key
 from mcpservers.models import McpCall
 from mcpservers.services import check_server
 from tests.gateway.conftest import wait_for
-from tests.mcpservers.conftest import UPSTREAM_TOKEN
+from tests.mcpservers.conftest import UPSTREAM_TOKEN, running_upstream
 from tests.mcpservers.factories import grant, make_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
@@ -52,7 +52,12 @@ def tracker(mcp_upstream, alice):
 
 
 def test_health_check_lists_the_servers_tools(tracker):
-    assert sorted(tracker.tools.values_list("name", flat=True)) == ["delete_everything", "echo", "whoami"]
+    assert sorted(tracker.tools.values_list("name", flat=True)) == [
+        "debug_headers",
+        "delete_everything",
+        "echo",
+        "whoami",
+    ]
     assert tracker.tools.get(name="echo").input_schema["properties"]["text"]["type"] == "string"
 
 
@@ -148,3 +153,93 @@ def test_a_down_upstream_is_a_clear_jsonrpc_error(gateway_url, tracker, mcp_upst
     record = wait_for(lambda: McpCall.objects.filter(status="upstream_error").first())
     assert record.tool == "echo"
     assert check_server(tracker.pk).status == "down"
+
+
+def test_a_careless_upstream_cannot_hand_the_credentials_to_the_developer(gateway_url, mcp_upstream, alice):
+    server = make_server(
+        slug="careless",
+        url=mcp_upstream.url,
+        tools=(),
+        auth="bearer",
+        bearer_token=UPSTREAM_TOKEN,
+        headers='{"X-Team-Secret": "team-header-secret-0042"}',
+    )
+    check_server(server.pk)
+    key, plaintext = issue_key(owner=alice, name="laptop")
+    grant(server, tool="debug_headers", key=key)
+
+    async def work(session: ClientSession):
+        return await session.call_tool("debug_headers", {})
+
+    answer, seen = run(f"{gateway_url}/mcp/careless", plaintext, work)
+    text = answer.content[0].text
+    assert "x-team-secret" in text and "[redacted by the gateway]" in text
+    assert not any(secret in "".join(seen) for secret in (UPSTREAM_TOKEN, "team-header-secret-0042"))
+    # It did reach the server with both credentials.
+    assert mcp_upstream.calls()[-1]["authorization"] == f"Bearer {UPSTREAM_TOKEN}"
+
+
+def test_arguments_are_kept_redacted_only_where_request_logging_is_on(gateway_url, tracker, alice):
+    from keys.models import PayloadLogging
+
+    logged, logged_plain = issue_key(owner=alice, name="logged")
+    PayloadLogging.objects.create(key=logged, enabled=True)
+    quiet, quiet_plain = issue_key(owner=alice, name="quiet")
+    grant(tracker, tool="echo", user=alice)
+    secret = "sk-" + "A1b2C3d4" * 5
+
+    async def work(session: ClientSession):
+        return await session.call_tool("echo", {"text": f"deploy with {secret}"})
+
+    run(f"{gateway_url}/mcp/tracker", logged_plain, work)
+    run(f"{gateway_url}/mcp/tracker", quiet_plain, work)
+    kept = wait_for(lambda: McpCall.objects.filter(key=logged).first())
+    assert kept.arguments is not None and "deploy with" in kept.arguments["text"]
+    assert secret not in json.dumps(kept.arguments)
+    assert wait_for(lambda: McpCall.objects.filter(key=quiet).first()).arguments is None
+
+
+def test_an_sse_upstream_is_served_as_streamable_http(gateway_url, tmp_path, alice):
+    with running_upstream(tmp_path, "sse") as upstream:
+        server = make_server(
+            slug="legacy", url=upstream.url, tools=(), transport="sse", auth="bearer", bearer_token=UPSTREAM_TOKEN
+        )
+        assert check_server(server.pk).status == "healthy"
+        key, plaintext = issue_key(owner=alice, name="laptop")
+        grant(server, key=key)
+
+        async def work(session: ClientSession):
+            return await session.call_tool("whoami", {})
+
+        who, _seen = run(f"{gateway_url}/mcp/legacy", plaintext, work)
+        assert who.content[0].text == "the team's service account"
+
+
+def test_a_server_behind_oauth_client_credentials(gateway_url, tmp_path, alice):
+    """The gateway gets its access token with the client-credentials grant (discovered from the
+    server's protected-resource metadata) and calls with it; the developer never sees either."""
+    from tests.fakes.mcp_upstream import ACCESS_TOKEN, CLIENT_ID
+
+    with running_upstream(tmp_path, "oauth") as upstream:
+        root = upstream.url.removesuffix("/mcp")
+        server = make_server(
+            slug="oauthed",
+            url=upstream.url,
+            tools=(),
+            auth="oauth",
+            oauth_issuer=root,
+            oauth_client_id=CLIENT_ID,
+            oauth_client_secret=UPSTREAM_TOKEN,
+        )
+        assert check_server(server.pk).status == "healthy", server.last_error
+        key, plaintext = issue_key(owner=alice, name="laptop")
+        grant(server, key=key)
+
+        async def work(session: ClientSession):
+            return await session.call_tool("whoami", {})
+
+        who, seen = run(f"{gateway_url}/mcp/oauthed", plaintext, work)
+        assert who.content[0].text == "the team's service account", who
+        assert not any(secret in "".join(seen) for secret in (ACCESS_TOKEN, UPSTREAM_TOKEN))
+        assert upstream.calls()[-1] == {"tool": "whoami", "arguments": {}, "authorization": f"Bearer {ACCESS_TOKEN}"}
+        assert any(c["tool"] == "oauth:token" for c in upstream.calls())
