@@ -10,9 +10,8 @@ import pytest
 
 from mcpservers.models import McpGrant
 from mcpservers.services import check_server
-from tests.fakes import processes
 from tests.gateway.conftest import ThreadServer
-from tests.mcpservers.conftest import UPSTREAM_TOKEN, start_upstream
+from tests.mcpservers.conftest import UPSTREAM_TOKEN, running_upstream
 from tests.mcpservers.factories import grant, make_server
 
 from .test_installer import fetch, run_sh
@@ -25,13 +24,12 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 def portal(transactional_db, settings, monkeypatch, tmp_path):
     monkeypatch.setenv("GATEWAY_REDIS_NAMESPACE", "mcpdoc-" + tmp_path.name[-10:])
     settings.PORTAL_PUBLIC_URL = ""
-    up = start_upstream(tmp_path)
-    server = ThreadServer().start()
-    try:
-        yield server, up
-    finally:
-        server.stop()
-        processes.stop(up.process)
+    with running_upstream(tmp_path) as up:
+        server = ThreadServer().start()
+        try:
+            yield server, up
+        finally:
+            server.stop()
 
 
 def test_the_doctor_lists_the_tools_this_key_may_call_and_says_when_the_gateway_refuses(portal, tmp_path, alice):

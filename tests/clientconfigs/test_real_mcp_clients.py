@@ -14,8 +14,7 @@ import shlex
 import pytest
 
 from mcpservers.services import check_server
-from tests.fakes import processes
-from tests.mcpservers.conftest import UPSTREAM_TOKEN, start_upstream
+from tests.mcpservers.conftest import UPSTREAM_TOKEN, running_upstream
 from tests.mcpservers.factories import grant, make_server
 
 from .test_installer import fetch, run_sh
@@ -29,14 +28,11 @@ MINE = {"type": "http", "url": "http://127.0.0.1:9/my-own-mcp"}
 @pytest.fixture
 def tracker(gateway, tmp_path, alice):  # noqa: F811 - the fixture
     """The team's `tracker` MCP server (it needs its own bearer), echo granted to alice."""
-    up = start_upstream(tmp_path)
-    try:
+    with running_upstream(tmp_path) as up:
         server = make_server(slug="tracker", url=up.url, tools=(), auth="bearer", bearer_token=UPSTREAM_TOKEN)
         check_server(server.pk)
         grant(server, tool="echo", user=alice)
         yield up
-    finally:
-        processes.stop(up.process)
 
 
 def tool_results(request: dict) -> list[str]:
