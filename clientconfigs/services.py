@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Prefetch, Q
 from django.utils import timezone, translation
+from mcpservers.access import allowed_servers
 
 from channels.choices import Locality
 from channels.models import AliasTarget, Model, ModelRoute, alias_limits, route_limits
@@ -29,7 +30,7 @@ from portal.public import public_url
 from portal.secrets import keyed_hash
 
 from . import clients
-from .clients.base import ModelSpec, Rendered, RenderInput
+from .clients.base import McpServerSpec, ModelSpec, Rendered, RenderInput
 from .models import ConfigDownload, DownloadToken, KeyMode
 
 TOKEN_PREFIX = "gdt-"  # noqa: S105 - a prefix, not a secret
@@ -127,22 +128,32 @@ def _limits_of(routes: list[ModelRoute]) -> tuple[int | None, int | None]:
     return route_limits((r.effective_context_window, r.max_output_tokens) for r in routes)
 
 
-def version_of(gateway: str, specs: tuple[ModelSpec, ...]) -> str:
+def mcp_specs(key: Key | None) -> tuple[McpServerSpec, ...]:
+    """The team MCP servers `key` may call a tool on (none without a key: the allowlist is per key)."""
+    if key is None:
+        return ()
+    return tuple(McpServerSpec(s.slug, s.name, s.description) for s in allowed_servers(key))
+
+
+def version_of(gateway: str, specs: tuple[ModelSpec, ...], mcp: tuple[McpServerSpec, ...] = ()) -> str:
     """A short hash over everything written into the files except the key: changes when an admin
-    changes models, limits or the gateway URL."""
-    payload = json.dumps([gateway, [asdict(s) for s in specs]], sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()[:12]
+    changes models, limits, the key's MCP servers or the gateway URL."""
+    payload: list = [gateway, [asdict(s) for s in specs]]
+    if mcp:  # without servers the hash stays what it was before MCP existed
+        payload.append([asdict(s) for s in mcp])
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def render_input(
     user, *, gateway: str, key: Key | None = None, plaintext: str | None = None, default_model: str = ""
 ) -> RenderInput:
-    specs = model_specs(user, key)
+    specs, mcp = model_specs(user, key), mcp_specs(key)
     return RenderInput(
         gateway_url=gateway,
         api_key=plaintext,
         models=specs,
-        version=version_of(gateway, specs),
+        mcp_servers=mcp,
+        version=version_of(gateway, specs, mcp),
         default_model=default_model,
         generated_at=timezone.now().strftime("%Y-%m-%dT%H:%M:%S.000Z"),
     )
@@ -204,7 +215,7 @@ def stale_downloads(user, gateway: str) -> list[dict]:
     stale = []
     for client, d in sorted(latest.items()):
         key = d.key if d.key is not None and d.key.owner_id == user.pk and d.key.is_active else None
-        current = version_of(gateway, model_specs(user, key))
+        current = version_of(gateway, model_specs(user, key), mcp_specs(key))
         if current != d.version:
             label = getattr(clients.get(client), "LABEL", client)
             stale.append(
@@ -307,6 +318,7 @@ def bundle(client: str, inp: RenderInput, rendered: Rendered, key: Key | None) -
                 "remove": list(f.remove),
                 "replace": list(f.replace),
                 "lists": list(f.lists),
+                "owned": list(f.owned),
                 "content": f.content,
             }
             for f in rendered.files

@@ -26,16 +26,17 @@ from .call import Call, current, opened
 from .http import REPLICA, GatewayError, Receive, Request, Scope, Send, send_error
 from .metrics import IN_FLIGHT
 from .state import process
-from .surfaces import chat, messages, models, responses
+from .surfaces import chat, mcp, messages, models, responses
 
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[Request], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-Where = Literal["v1", "v1+bare", "v1-prefix", "exact"]
+Where = Literal["v1", "v1+bare", "v1-prefix", "exact", "prefix"]
 
 # (method, path, handler, where): "v1" answers `/v1{path}` (and `/v1/v1{path}`); "v1+bare" also
-# `{path}` without the prefix; "v1-prefix" answers `/v1{path}<anything>`; "exact" one path as is.
+# `{path}` without the prefix; "v1-prefix" answers `/v1{path}<anything>`; "exact" one path as is;
+# "prefix" answers `{path}<anything>` (not under /v1: the MCP endpoints, `/mcp/<slug>`).
 ROUTES: list[tuple[str, str, Handler, Where]] = [
     ("POST", "/chat/completions", chat.chat_completions, "v1+bare"),
     ("POST", "/completions", chat.completions, "v1+bare"),
@@ -52,6 +53,9 @@ ROUTES: list[tuple[str, str, Handler, Where]] = [
     ("GET", "/metrics", metrics.serve, "exact"),
     ("GET", "/healthz", health.healthz, "exact"),
     ("GET", "/readyz", health.readyz, "exact"),
+    ("POST", "/mcp/", mcp.serve, "prefix"),
+    ("GET", "/mcp/", mcp.serve, "prefix"),
+    ("DELETE", "/mcp/", mcp.serve, "prefix"),
 ]
 
 
@@ -63,9 +67,12 @@ class RouteTable:
         self.v1_prefix: list[tuple[str, str, Handler]] = []
         self.bare: dict[tuple[str, str], Handler] = {}
         self.exact: dict[tuple[str, str], Handler] = {}
+        self.prefix: list[tuple[str, str, Handler]] = []
         for method, path, handler, where in routes:
             if where == "v1-prefix":
                 self.v1_prefix.append((method, path, handler))
+            elif where == "prefix":
+                self.prefix.append((method, path, handler))
             elif where == "exact":
                 self.exact[(method, path)] = handler
             else:
@@ -91,6 +98,9 @@ class RouteTable:
         handler = self.exact.get((method, path))
         if handler is not None:
             return handler, path
+        for m, prefix, h in self.prefix:
+            if m == method and path.startswith(prefix) and len(path) > len(prefix):
+                return h, path
         stripped = path.rstrip("/") if len(path) > 1 else path
         handler = self.bare.get((method, stripped))
         if handler is not None:
@@ -224,6 +234,7 @@ def build_application(django_app: ASGIApp) -> ASGIApp:
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     try:
+                        await mcp.front.stop()
                         await process.stop()
                     finally:
                         await send({"type": "lifespan.shutdown.complete"})

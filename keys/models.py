@@ -12,7 +12,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from portal.models import Limits, ShownOnceQuerySet, ShownOnceSecret, TimeStampedModel
+from portal.models import Limits, ShownOnceQuerySet, ShownOnceSecret, TimeStampedModel, exactly_one_set
 
 from .choices import ApiSurface, BudgetWindow, KeyState, Pricing, UsageStatus
 
@@ -345,12 +345,7 @@ class Budget(TimeStampedModel):
     class Meta:
         ordering = ["team_id", "user_id", "key_id", "window"]
         constraints = [
-            models.CheckConstraint(
-                condition=(models.Q(key__isnull=False) & models.Q(user__isnull=True) & models.Q(team__isnull=True))
-                | (models.Q(key__isnull=True) & models.Q(user__isnull=False) & models.Q(team__isnull=True))
-                | (models.Q(key__isnull=True) & models.Q(user__isnull=True) & models.Q(team__isnull=False)),
-                name="budget_one_target",
-            ),
+            models.CheckConstraint(condition=exactly_one_set("key", "user", "team"), name="budget_one_target"),
             models.UniqueConstraint(fields=["key", "window"], name="budget_unique_key_window"),
             models.UniqueConstraint(fields=["user", "window"], name="budget_unique_user_window"),
             models.UniqueConstraint(fields=["team", "window"], name="budget_unique_team_window"),
@@ -404,12 +399,7 @@ class PayloadLogging(TimeStampedModel):
     class Meta:
         ordering = ["-created"]
         constraints = [
-            models.CheckConstraint(
-                condition=(models.Q(key__isnull=False) & models.Q(user__isnull=True) & models.Q(team__isnull=True))
-                | (models.Q(key__isnull=True) & models.Q(user__isnull=False) & models.Q(team__isnull=True))
-                | (models.Q(key__isnull=True) & models.Q(user__isnull=True) & models.Q(team__isnull=False)),
-                name="payloadlogging_one_target",
-            )
+            models.CheckConstraint(condition=exactly_one_set("key", "user", "team"), name="payloadlogging_one_target")
         ]
 
     def __str__(self) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import hmac
+import operator
 import secrets as pysecrets
 from typing import ClassVar, Self, TypeVar
 
@@ -25,6 +27,16 @@ class TimeStampedModel(models.Model):
 
     class Meta:
         abstract = True
+
+
+def exactly_one_set(*fields: str) -> models.Q:
+    """A CheckConstraint condition: exactly one of the nullable `fields` is set (a row for a key, a
+    user or a team)."""
+    terms = [
+        functools.reduce(operator.and_, (models.Q(**{f"{f}__isnull": f != chosen}) for f in fields))
+        for chosen in fields
+    ]
+    return functools.reduce(operator.or_, terms)
 
 
 def limit_field(help_text: str):

@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "channels",
     "keys",
     "hosts",
+    "mcpservers",
     "gateway",
     "clientconfigs",
 ]
@@ -443,6 +444,9 @@ GATEWAY_STATE_DIR = Path(get("GATEWAY_STATE_DIR", str, "") or DATA_DIR)
 GATEWAY_REDIS_TIMEOUT = get("GATEWAY_REDIS_TIMEOUT", float, 1.0)
 GATEWAY_LEASE_SECONDS = get("GATEWAY_LEASE_SECONDS", float, 9.0)
 GATEWAY_USAGE_FLUSH_INTERVAL = get("GATEWAY_USAGE_FLUSH_INTERVAL", float, 0.5)
+# Tool calls per key and minute through the MCP endpoints (/mcp/<slug>); a key's own requests_per_minute
+# lowers it. 0: no MCP limit beyond the key's own.
+GATEWAY_MCP_CALLS_PER_MINUTE = get("GATEWAY_MCP_CALLS_PER_MINUTE", int, 120)
 GATEWAY_AFFINITY_TTL = get("GATEWAY_AFFINITY_TTL", int, 1800)
 GATEWAY_AFFINITY_LOAD = get("GATEWAY_AFFINITY_LOAD", float, 1.25)
 # Raw usage records (one per request) are kept this many days, then pruned in small batches by the

@@ -34,6 +34,7 @@ urlpatterns = [
     path("", include("hosts.urls")),
     path("", include("channels.urls")),
     path("", include("keys.urls")),
+    path("", include("mcpservers.urls")),
     path("", include("clientconfigs.urls")),
 ]
 

@@ -26,6 +26,9 @@ ENV_FILE = "~/.config/team-gateway/env"
 # A model whose window the gateway does not know gets the smallest listed one (safe: the client
 # compacts before it), else this: the clients' own defaults (128k and up) could overrun a small server.
 UNKNOWN_WINDOW = 8192
+# Our MCP entries in a client's own list of servers are `teamgw-<server slug>`: the installer owns
+# every entry with this prefix (a second run replaces them, uninstall removes them) and no other.
+MCP_PREFIX = PROVIDER_ID + "-"
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,20 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
+class McpServerSpec:
+    """One team MCP server this key may call tools on, reached through the gateway at `/mcp/<slug>`."""
+
+    slug: str
+    name: str
+    description: str = ""
+
+    @property
+    def entry(self) -> str:
+        """The entry's name in the client's list of servers (its tools show as `teamgw-docs…`)."""
+        return MCP_PREFIX + self.slug
+
+
+@dataclass(frozen=True)
 class RenderInput:
     gateway_url: str  # the root, e.g. https://llm.example.com (no /v1, no trailing slash)
     api_key: str | None  # plaintext of a key minted for this download; None: placeholder / env var
@@ -53,6 +70,11 @@ class RenderInput:
     version: str
     default_model: str = ""
     generated_at: str = "2026-01-01T00:00:00.000Z"  # ISO time; passed in so output is reproducible
+    mcp_servers: tuple[McpServerSpec, ...] = ()  # mcpservers.access.allowed_servers(key), by name
+
+    def mcp_url(self, server: McpServerSpec) -> str:
+        """The gateway's Streamable HTTP endpoint for one server (mcpservers.access.server_path)."""
+        return f"{self.gateway_url}/mcp/{server.slug}"
 
     @property
     def api_base(self) -> str:
@@ -131,6 +153,11 @@ class ConfigFile:
     # "dotted.path:id:base" — a list shared with the user's own entries: ours replace theirs with the
     # same id or the same base URL (entries we wrote before); the rest stay.
     lists: tuple[str, ...] = ()
+    # Dotted prefixes of what the installer owns by name in a container shared with the user's own
+    # entries: "mcpServers.teamgw-" (JSON: keys of `mcpServers` starting with `teamgw-`) or
+    # "mcp_servers.teamgw-" (TOML: those tables). A second run drops them before writing ours, so a
+    # server no longer allowed disappears; uninstall drops them; the user's entries stay.
+    owned: tuple[str, ...] = ()
     note: str = ""
     windows_unconfirmed: bool = False  # the research could not confirm the Windows location
 
@@ -176,6 +203,8 @@ class Probe:
     model_output: str = ""  # path inside an item to its output limit
     model_base: str = ""  # path inside an item to its base URL (lists that mix ours with the user's)
     name_prefix: str = ""  # stripped from the model name (Aider's `openai/`); names without it are not ours
+    mcp: str = ""  # dotted path to the client's MCP servers (an object or TOML tables); ours: MCP_PREFIX
+    mcp_url: str = "url"  # key of an MCP entry's URL (Qwen Code's `httpUrl`)
     client: str = ""  # the client's name, for the doctor's messages
     needs: int = 0  # tokens the client's own prompt plus an answer take: a smaller window cannot work
 
@@ -244,6 +273,27 @@ def env_file(inp: RenderInput, variables: dict[str, str], note: str = "") -> Con
         note=note
         or _("Load it from your shell profile: add `. %(file)s` to ~/.profile, ~/.bashrc or ~/.zshrc.")
         % {"file": ENV_FILE},
+def mcp_servers_file(name: str, path: str, inp: RenderInput, kind: str, key: str, **extra: Any) -> ConfigFile:
+    """A JSON file whose `mcpServers` object holds the team's servers (Claude Code, Cline): one
+    `teamgw-<slug>` entry of type `kind` each, the key (`key`) as a bearer; the user's entries stay."""
+    servers = {
+        s.entry: {
+            "type": kind,
+            "url": inp.mcp_url(s),
+            "headers": {"Authorization": f"Bearer {key}", VERSION_HEADER: inp.version},
+            **extra,
+        }
+        for s in inp.mcp_servers
+    }
+    return ConfigFile(
+        name,
+        path,
+        dump_json({"mcpServers": servers}),
+        "json",
+        secret=bool(inp.api_key),
+        owned=(f"mcpServers.{MCP_PREFIX}",),
+        windows_unconfirmed=True,
+        note=_("Only the team's MCP servers (teamgw-…) are the installer's; your own servers stay."),
     )
 
 

@@ -57,7 +57,9 @@ def claude_env(inp: RenderInput) -> dict[str, str]:
 
 
 def codex_config(inp: RenderInput) -> dict:
-    cfg = codex.config(inp)
+    # CC Switch manages MCP servers on its own (its mcp table, synced into each app): the team's go
+    # into Codex's config.toml through our installer, not into a provider CC Switch may switch away.
+    cfg = {k: v for k, v in codex.config(inp).items() if k != "mcp_servers"}
     provider = cfg["model_providers"][PROVIDER_ID]
     # CC Switch writes the key to Codex's auth.json and marks the provider requires_openai_auth.
     provider = {k: v for k, v in provider.items() if k != "env_key"} | {"requires_openai_auth": True}

@@ -8,6 +8,12 @@ the file lists one model, the default, for every role (main, haiku, sonnet, opus
 then right for every request it sends. Per model, `~/.claude/teamgw-<model>.json` sets that model for
 every role with its own window and cap, for `claude --settings ~/.claude/teamgw-<model>.json` (a
 settings layer over settings.json, which keeps the URL and key). The page says so.
+
+The team's MCP servers go where `claude mcp add --scope user` puts them: `mcpServers` of
+~/.claude.json (settings.json has no MCP servers), as `type: http` entries with the key in an
+Authorization header (without a minted key: `${ANTHROPIC_AUTH_TOKEN}`, which Claude Code expands
+from the environment). ~/.claude.json is also Claude Code's own state file, rewritten whole while it
+runs: install with Claude Code closed.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from .base import (
     Rendered,
     RenderInput,
     dump_json,
+    mcp_servers_file,
     profile_name,
     window_need,
     window_warnings,
@@ -35,6 +42,7 @@ LABEL = "Claude Code"
 ENV_INDIRECTION = False  # settings `env` values are literal; without a key we leave the token to the shell
 SCHEMA = "https://json.schemastore.org/claude-code-settings.json"
 PATH = "~/.claude/settings.json"
+MCP_PATH = "~/.claude.json"
 PROMPT_TOKENS = 12300  # measured: 11.9-12.3k (12 tools) for a one-line request
 
 
@@ -77,6 +85,9 @@ def model_settings(inp: RenderInput) -> list[ConfigFile]:
             )
         )
     return out
+def mcp_file(inp: RenderInput) -> ConfigFile:
+    """User-scope MCP servers: one `teamgw-<slug>` entry per server this key may use."""
+    return mcp_servers_file(".claude.json", MCP_PATH, inp, "http", inp.api_key or "${ANTHROPIC_AUTH_TOKEN}")
 
 
 def render(inp: RenderInput) -> Rendered:
@@ -101,6 +112,20 @@ def render(inp: RenderInput) -> Rendered:
             )
             % {"model": primary.name, "window": window, "profile": profile_name(inp.ordered[-1].name)}
         )
+    files = [
+        ConfigFile(
+            "settings.json",
+            PATH,
+            dump_json(settings),
+            "json",
+            secret=bool(inp.api_key),
+            remove=tuple(remove),
+            windows_unconfirmed=True,
+        ),
+        *model_settings(inp),
+    ]
+    if inp.mcp_servers:
+        files.append(mcp_file(inp))
     commands = []
     if not inp.api_key:
         # Only without a key: a minted key must not end up on a command line (shell history, ps).
@@ -113,18 +138,7 @@ def render(inp: RenderInput) -> Rendered:
         notes.append(_("No key is written: export ANTHROPIC_AUTH_TOKEN with your key before starting claude."))
         commands.insert(0, Command("Before starting claude", "export ANTHROPIC_AUTH_TOKEN=<your key>"))
     return Rendered(
-        files=[
-            ConfigFile(
-                "settings.json",
-                PATH,
-                dump_json(settings),
-                "json",
-                secret=bool(inp.api_key),
-                remove=tuple(remove),
-                windows_unconfirmed=True,
-            ),
-            *model_settings(inp),
-        ],
+        files=files,
         commands=commands,
         notes=notes,
         warnings=window_warnings(LABEL, PROMPT_TOKENS, (primary,) if primary else ()),
@@ -141,6 +155,7 @@ def render(inp: RenderInput) -> Rendered:
                 model_output="CLAUDE_CODE_MAX_OUTPUT_TOKENS",
                 client=LABEL,
                 needs=window_need(PROMPT_TOKENS),
-            )
+            ),
+            Probe(file=MCP_PATH, format="json", base_url="", base_shape="root", mcp="mcpServers", client=LABEL),
         ],
     )

@@ -10,6 +10,10 @@ over every model's own (`@cline/core` 0.0.86 passes `settings.contextWindow` as 
 `maxInputTokens`, which wins over the model catalogue), so providers.json carries none and each
 model's window and output cap live in models.json. The legacy bundle has one model per mode: its
 `*OpenAiModelInfo` is the default model's own.
+
+The team's MCP servers go in Cline's own MCP file, settings/cline_mcp_settings.json beside
+providers.json (McpHub's GlobalFileNames.mcpSettings), as `streamableHttp` entries named
+`teamgw-<slug>` with the key in an Authorization header; the user's servers in it stay.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from .base import (
     Rendered,
     RenderInput,
     dump_json,
+    mcp_servers_file,
     window_need,
     window_warnings,
 )
@@ -34,6 +39,7 @@ ENV_INDIRECTION = False
 PROVIDER = "openai-compatible"
 SETTINGS = "~/.cline/data/settings"
 LEGACY = "~/.cline/data"
+MCP_PATH = f"{SETTINGS}/cline_mcp_settings.json"
 PROMPT_TOKENS = 5600  # measured: 2.6-5.6k (25 tools) with the Cline CLI for a one-line request
 
 
@@ -46,6 +52,12 @@ def _model_info(m) -> dict:
     info["supportsImages"] = False
     info["supportsPromptCache"] = False
     return info
+
+
+def mcp_file(inp: RenderInput) -> ConfigFile:
+    return mcp_servers_file(
+        "cline_mcp_settings.json", MCP_PATH, inp, "streamableHttp", inp.key_or_placeholder, disabled=False
+    )
 
 
 def render(inp: RenderInput) -> Rendered:
@@ -108,42 +120,45 @@ def render(inp: RenderInput) -> Rendered:
             )
             % {"placeholder": inp.key_or_placeholder}
         )
+    files = [
+        ConfigFile(
+            "providers.json",
+            f"{SETTINGS}/providers.json",
+            dump_json(providers),
+            "json",
+            secret=True,
+            windows_unconfirmed=True,
+            # A provider-wide window from an earlier install would override every model's own.
+            remove=(f"providers.{PROVIDER}.settings.contextWindow", f"providers.{PROVIDER}.settings.maxTokens"),
+        ),
+        ConfigFile(
+            "models.json",
+            f"{SETTINGS}/models.json",
+            dump_json(models),
+            "json",
+            replace=(f"providers.{PROVIDER}.models",),
+        ),
+        ConfigFile(
+            "globalState.json",
+            f"{LEGACY}/globalState.json",
+            dump_json(state),
+            "json",
+            note=_("Legacy bundle (Cline 3.66 to 3.89 and half of 4.1.x)."),
+            replace=("planModeOpenAiModelInfo", "actModeOpenAiModelInfo"),
+        ),
+        ConfigFile(
+            "secrets.json",
+            f"{LEGACY}/secrets.json",
+            dump_json({"openAiApiKey": key}),
+            "json",
+            secret=True,
+            note=_("Legacy bundle: the key for globalState.json."),
+        ),
+    ]
+    if inp.mcp_servers:
+        files.append(mcp_file(inp))
     return Rendered(
-        files=[
-            ConfigFile(
-                "providers.json",
-                f"{SETTINGS}/providers.json",
-                dump_json(providers),
-                "json",
-                secret=True,
-                windows_unconfirmed=True,
-                # A provider-wide window from an earlier install would override every model's own.
-                remove=(f"providers.{PROVIDER}.settings.contextWindow", f"providers.{PROVIDER}.settings.maxTokens"),
-            ),
-            ConfigFile(
-                "models.json",
-                f"{SETTINGS}/models.json",
-                dump_json(models),
-                "json",
-                replace=(f"providers.{PROVIDER}.models",),
-            ),
-            ConfigFile(
-                "globalState.json",
-                f"{LEGACY}/globalState.json",
-                dump_json(state),
-                "json",
-                note=_("Legacy bundle (Cline 3.66 to 3.89 and half of 4.1.x)."),
-                replace=("planModeOpenAiModelInfo", "actModeOpenAiModelInfo"),
-            ),
-            ConfigFile(
-                "secrets.json",
-                f"{LEGACY}/secrets.json",
-                dump_json({"openAiApiKey": key}),
-                "json",
-                secret=True,
-                note=_("Legacy bundle: the key for globalState.json."),
-            ),
-        ],
+        files=files,
         notes=notes,
         warnings=window_warnings(LABEL, PROMPT_TOKENS, inp.models),
         probes=[
@@ -172,5 +187,6 @@ def render(inp: RenderInput) -> Rendered:
                 base_url="openAiBaseUrl",
                 base_shape="v1",
             ),
+            Probe(file=MCP_PATH, format="json", base_url="", base_shape="v1", mcp="mcpServers", client=LABEL),
         ],
     )

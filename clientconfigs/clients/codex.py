@@ -10,6 +10,10 @@ model also gets a profile, `~/.codex/teamgw-<model>.config.toml` (`codex --profi
 which layers that model and its own window over config.toml.
 `[analytics] enabled = false` is Codex's documented metrics opt-out. The installer replaces our
 `# Team gateway` comment lines on every install instead of keeping the old ones.
+
+The team's MCP servers are `[mcp_servers.teamgw-<slug>]` tables (Streamable HTTP: `url`), with
+`bearer_token_env_var` naming the same variable as the provider's `env_key`: Codex refuses an inline
+`bearer_token` in the file, and the key then stays out of it and off every command line.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from django.utils.translation import gettext as _
 from .base import (
     ENV_FILE,
     ENV_VAR,
+    MCP_PREFIX,
     PROVIDER_ID,
     PROVIDER_NAME,
     VERSION_HEADER,
@@ -63,6 +68,10 @@ def config(inp: RenderInput) -> dict:
         }
     }
     data["analytics"] = {"enabled": False}
+    if inp.mcp_servers:
+        data["mcp_servers"] = {
+            s.entry: {"url": inp.mcp_url(s), "bearer_token_env_var": ENV_VAR} for s in inp.mcp_servers
+        }
     return data
 
 
@@ -98,6 +107,7 @@ def render(inp: RenderInput) -> Rendered:
             text,
             "toml",
             merge="toml",
+            owned=(f"mcp_servers.{MCP_PREFIX}",),
             windows_unconfirmed=True,
             note=_(
                 "Your other settings stay; our top-level model keys and [model_providers.%(provider)s] replace "
@@ -150,6 +160,7 @@ def render(inp: RenderInput) -> Rendered:
                 models=".",
                 model_name="model",
                 model_context="model_context_window",
+                mcp="mcp_servers",
                 client=LABEL,
                 needs=window_need(PROMPT_TOKENS),
             )

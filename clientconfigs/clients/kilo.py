@@ -21,7 +21,7 @@ from .base import (
     dump_json,
     window_warnings,
 )
-from .opencode import provider_entry, provider_probe
+from .opencode import MCP_OWNED, mcp_entries, provider_entry, provider_probe
 
 SLUG = "kilo"
 LABEL = "Kilo Code"
@@ -38,6 +38,8 @@ def render(inp: RenderInput) -> Rendered:
     if primary:
         data["model"] = f"{PROVIDER_ID}/{primary.name}"
         data["small_model"] = f"{PROVIDER_ID}/{primary.name}"
+    if inp.mcp_servers:
+        data["mcp"] = mcp_entries(inp, api_key)
     data["autoupdate"] = False
     data["share"] = "disabled"
     commands = []
@@ -60,6 +62,7 @@ def render(inp: RenderInput) -> Rendered:
                 secret=bool(inp.api_key),
                 windows_unconfirmed=True,
                 replace=(f"provider.{PROVIDER_ID}.models",),
+                owned=MCP_OWNED,
                 note=_("If you keep a kilo.jsonc instead, copy the provider block into it by hand."),
             )
         ],

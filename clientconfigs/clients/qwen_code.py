@@ -7,6 +7,9 @@ from ~/.qwen/.env. `model.name` with `security.auth.selectedType` is the selecte
 list is shared with the user's own providers: the installer replaces only entries with our ids or
 our base URL. Qwen Code clamps the output cap to what the window leaves
 (`min(cap, max(4000, window - prompt - max(10000, 5 % of window)))`), hence its 4000-token floor.
+The team's MCP servers are `mcpServers.teamgw-<slug>` entries with `httpUrl` (Streamable HTTP; `url`
+would mean SSE) and the key in an Authorization header: written literally when one was minted (the
+file is then 0600), else `$TEAM_GATEWAY_API_KEY`, which Qwen Code expands from the environment.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from django.utils.translation import gettext as _
 
 from .base import (
     ENV_VAR,
+    MCP_PREFIX,
     VERSION_HEADER,
     Command,
     ConfigFile,
@@ -55,6 +59,11 @@ def render(inp: RenderInput) -> Rendered:
     }
     if primary:
         data["model"] = {"name": primary.name}
+    if inp.mcp_servers:
+        auth = "Bearer " + (inp.api_key or f"${ENV_VAR}")
+        data["mcpServers"] = {
+            s.entry: {"httpUrl": inp.mcp_url(s), "headers": {"Authorization": auth}} for s in inp.mcp_servers
+        }
     data["privacy"] = {"usageStatisticsEnabled": False}
     data["telemetry"] = {"enabled": False}
     data["general"] = {"enableAutoUpdate": False}
@@ -65,6 +74,8 @@ def render(inp: RenderInput) -> Rendered:
             dump_json(data),
             "json",
             lists=("modelProviders.openai:id:baseUrl",),
+            owned=(f"mcpServers.{MCP_PREFIX}",),
+            secret=bool(inp.api_key and inp.mcp_servers),
             note=_("Your other settings and providers stay; our models replace the ones written before."),
         )
     ]
@@ -102,6 +113,8 @@ def render(inp: RenderInput) -> Rendered:
                 model_context="generationConfig.contextWindowSize",
                 model_output="generationConfig.samplingParams.max_tokens",
                 model_base="baseUrl",
+                mcp="mcpServers",
+                mcp_url="httpUrl",
                 client=LABEL,
                 needs=window_need(PROMPT_TOKENS, ANSWER_FLOOR),
             )

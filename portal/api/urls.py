@@ -7,5 +7,6 @@ urlpatterns = [
     path("", include("hosts.api.urls")),
     path("", include("channels.api.urls")),
     path("", include("keys.api.urls")),
+    path("", include("mcpservers.api.urls")),
     path("", include("clientconfigs.api.urls")),
 ]

@@ -262,6 +262,7 @@ def world(
     alice_request_log,
     alice_budget,
     route_price,
+    mcp_world,
 ) -> dict:
     """Ids (and a few other values) for the role matrix's URL templates and bodies."""
     usage_record, usage_daily = alice_usage
@@ -294,6 +295,7 @@ def world(
         "alice_budget": alice_budget.pk,
         "route_price": route_price.pk,
         "route": route_price.route_id,
+        **mcp_world,
     }
 
 
@@ -313,3 +315,15 @@ def route_price(channel, model):
         model=model, channel=channel
     )
     return set_route_price(route, input="1", output="2")
+
+
+@pytest.fixture
+def mcp_world(alice, alice_key) -> dict:
+    """An MCP server (unreachable: its check answers "down"), a tool, alice's key's grant and a call."""
+    from mcpservers.models import McpCall
+    from tests.mcpservers.factories import grant, make_server
+
+    server = make_server(slug="tracker", url="http://127.0.0.1:9/mcp", tools=["echo"], timeout_seconds=2)
+    row = grant(server, tool="echo", key=alice_key)
+    call = McpCall.objects.create(server=server, server_slug="tracker", tool="echo", key=alice_key, status="ok")
+    return {"mcp_server": server.pk, "mcp_tool": row.tool_id, "mcp_grant": row.pk, "mcp_call": call.pk}

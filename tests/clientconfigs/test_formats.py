@@ -157,7 +157,7 @@ def test_cline_core_schema_rejects_a_bad_base_url(cline_results):
 
 def test_cline_writes_both_storage_generations_and_no_vscode_settings():
     names = set(files("cline", sample_input(SAMPLE_KEY)))
-    assert names == {"providers.json", "models.json", "globalState.json", "secrets.json"}
+    assert names == {"providers.json", "models.json", "globalState.json", "secrets.json", "cline_mcp_settings.json"}
     for f in CLIENTS["cline"].render(sample_input(SAMPLE_KEY)).files:
         assert "cline.openaiBaseUrl" not in f.content and "cline.apiKey" not in f.content
 

@@ -28,6 +28,9 @@ ADMIN_PAGES = [
     ("model_alias_edit", "alias"),
     ("model_alias_delete", "alias"),
     ("usage_requests", None),
+    ("mcp_server_list", None),
+    ("mcp_server_create", None),
+    ("mcp_call_list", None),
     ("user_list", None),
     ("user_create", None),
     ("user_detail", "alice"),
@@ -142,7 +145,17 @@ def test_my_keys_lists_only_my_keys(client, mallory, alice_key, mallory_key):
 def test_developer_nav_has_no_admin_links(client, alice):
     client.force_login(alice)
     page = client.get(reverse("dashboard")).content.decode()
-    for name in ("host_list", "channel_list", "user_list", "team_list", "key_all", "audit_log", "gpu_showback"):
+    for name in (
+        "host_list",
+        "channel_list",
+        "mcp_server_list",
+        "mcp_call_list",
+        "user_list",
+        "team_list",
+        "key_all",
+        "audit_log",
+        "gpu_showback",
+    ):
         assert f'href="{reverse(name)}"' not in page
     assert f'href="{reverse("key_list")}"' in page
 
@@ -154,6 +167,8 @@ def test_admin_nav_has_every_section(admin_client):
         "host_list",
         "channel_list",
         "model_list",
+        "mcp_server_list",
+        "mcp_call_list",
         "user_list",
         "team_list",
         "key_all",

@@ -1,0 +1,281 @@
+"""MCP for developers: one endpoint per team server, `/mcp/<slug>`, behind the gateway key.
+
+The protocol is the official SDK's: a low-level `Server` whose two handlers (`tools/list`,
+`tools/call`) forward to the upstream server through `mcpservers.upstream`, served by the SDK's
+Streamable HTTP session manager in stateless mode (every POST stands alone, so any replica can
+answer any request and nothing is kept between them). This module does what the SDK does not:
+
+1. the developer's key (`auth.authenticate`, as on /v1) and the server with the tools this key may
+   call (`mcpservers.access`), before the SDK sees the request; an unknown server and a server the
+   key may call nothing on are the same 404, so a key cannot probe for servers;
+2. `tools/list` is the upstream's list filtered to the allowed tools; a `tools/call` of another
+   tool is refused here and never reaches the upstream;
+3. each call takes a slot of the key's MCP rate limit (`limits.RedisLimiter`, the same atomic
+   script as /v1, in its own `mcp:` window), and is recorded (`mcpservers.McpCall`);
+4. the team's credentials go upstream only; every error the developer sees is ours, JSON-RPC
+   shaped, and never carries them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import mcp_types as types
+import orjson
+from django.conf import settings
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel
+
+from keys.models import Key
+from mcpservers.access import PATH_PREFIX, allowed_tools
+from mcpservers.choices import CallStatus
+from mcpservers.models import McpServer
+from mcpservers.services import record_call
+from mcpservers.upstream import Upstream, UpstreamFailure, call_tool, list_tools
+
+from ..auth import authenticate
+from ..cache import KeyInfo, namespace, run_db
+from ..http import GatewayError, Request, send_bytes
+from ..limits import Refusal, Scope, Stale
+from ..state import process
+
+logger = logging.getLogger(__name__)
+
+SCOPE_KEY = "portal.mcp"  # where the handler leaves `Caller` in the ASGI scope for the SDK's handlers
+
+# JSON-RPC error codes (the implementation-defined server range -32000..-32099).
+NOT_AUTHENTICATED = -32001
+UNKNOWN_SERVER = -32002
+TOOL_NOT_ALLOWED = -32003
+RATE_LIMITED = -32004
+UPSTREAM_UNAVAILABLE = -32005
+GATEWAY_UNAVAILABLE = -32006
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who is calling which server, resolved before the SDK parses the request."""
+
+    key: KeyInfo
+    upstream: Upstream
+    allowed: frozenset[str]
+    team_id: int | None
+
+
+def _load(key_id: int, slug: str) -> tuple[Upstream, frozenset[str]] | None:
+    """The server at `slug` and the tools the key may call there, or None (unknown, disabled, or
+    nothing allowed: one answer for all three). Runs on the gateway's database thread."""
+    server = McpServer.objects.enabled().filter(slug=slug).first()
+    key = Key.objects.select_related("owner").filter(pk=key_id).first()
+    if server is None or key is None:
+        return None
+    allowed = frozenset(allowed_tools(key, server).values_list("name", flat=True))
+    return (Upstream.of(server), allowed) if allowed else None
+
+
+_redactor: Any = None
+
+
+def _record(caller: Caller, tool: str, status: str, started: float, error: str, arguments: Any) -> None:
+    """One McpCall row; the arguments only for keys whose request logging is on, redacted."""
+    global _redactor
+    kept = None
+    if arguments is not None and caller.key.payload_days:
+        if _redactor is None:
+            from keys.payloads.redact import Redactor
+
+            _redactor = Redactor()
+        kept = _redactor.json(arguments)
+    record_call(
+        server_id=caller.upstream.id,
+        server_slug=caller.upstream.slug,
+        tool=tool[:200],
+        key_id=caller.key.id,
+        user_id=caller.key.owner_id,
+        team_id=caller.team_id,
+        status=status,
+        duration_ms=(time.perf_counter() - started) * 1000,
+        error=error[:300],
+        arguments=kept,
+    )
+
+
+_pending: set[asyncio.Task[None]] = set()
+
+
+def record(caller: Caller, tool: str, status: str, started: float, error: str = "", arguments: Any = None) -> None:
+    """Write the call's record off the request path (the database thread; a failure is logged)."""
+
+    async def write() -> None:
+        try:
+            await run_db(_record, caller, tool, status, started, error, arguments)
+        except Exception as exc:
+            logger.warning("MCP call record for %s/%s not written: %r", caller.upstream.slug, tool, exc)
+
+    task = asyncio.get_running_loop().create_task(write())
+    _pending.add(task)
+    task.add_done_callback(_pending.discard)
+
+
+REDACTED = "[redacted by the gateway]"
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def scrubbed(answer: _M, secrets: list[str]) -> _M:
+    """`answer` without any of the team's credentials in it: an upstream that echoes its request's
+    headers (a debug tool, an error message) must not hand them to the developer."""
+    raw = answer.model_dump_json(by_alias=True, exclude_unset=True)
+    found = [s for s in (orjson.dumps(v).decode()[1:-1] for v in secrets) if s in raw]
+    if not found:
+        return answer
+    for secret in found:
+        raw = raw.replace(secret, REDACTED)
+    return type(answer).model_validate_json(raw)
+
+
+def _caller(ctx: ServerRequestContext[Any, Any]) -> Caller:
+    caller: Caller = ctx.request.scope[SCOPE_KEY]  # type: ignore[union-attr]
+    return caller
+
+
+async def _list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> types.ListToolsResult:
+    caller = _caller(ctx)
+    try:
+        tools = await list_tools(caller.upstream)
+    except UpstreamFailure as exc:
+        raise MCPError(UPSTREAM_UNAVAILABLE, str(exc)) from None
+    listed = types.ListToolsResult(tools=[t for t in tools if t.name in caller.allowed])
+    return scrubbed(listed, caller.upstream.secrets())
+
+
+def calls_per_minute(key: KeyInfo) -> int | None:
+    """The key's MCP limit: GATEWAY_MCP_CALLS_PER_MINUTE, lowered by the key's own requests/min."""
+    limits = [n for n in (settings.GATEWAY_MCP_CALLS_PER_MINUTE or None, key.limits.get("requests_per_minute")) if n]
+    return min(limits) if limits else None
+
+
+async def _admit(caller: Caller, request_id: str) -> None:
+    """Take one slot of the key's MCP window, or raise the JSON-RPC refusal."""
+    limit = calls_per_minute(caller.key)
+    if limit is None or process.limiter is None:
+        return
+    scope = Scope(f"{namespace()}:mcp:k:{caller.key.id}", "key", {"requests_per_minute": limit})
+    try:
+        result = await process.limiter.admit(request_id, [scope], 0)
+    except GatewayError as exc:
+        raise MCPError(GATEWAY_UNAVAILABLE, exc.message) from None
+    if isinstance(result, Refusal):
+        retry = max(1, round(result.retry_after))
+        raise MCPError(
+            RATE_LIMITED,
+            f"Rate limit reached: this key may make {limit} MCP tool calls per minute; retry in {retry} s.",
+            {"retry_after": retry, "limit": limit},
+        )
+    assert not isinstance(result, Stale)  # no generations were asked for
+
+
+async def _call_tool(
+    ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+) -> types.CallToolResult | types.InputRequiredResult:
+    caller = _caller(ctx)
+    started = time.perf_counter()
+    name = params.name
+    if name not in caller.allowed:
+        record(caller, name, CallStatus.FORBIDDEN, started, "not allowed")
+        raise MCPError(
+            TOOL_NOT_ALLOWED,
+            f"The tool {name!r} is not allowed for this key on the MCP server {caller.upstream.slug!r}. "
+            "Ask an admin to allow it in the portal.",
+        )
+    try:
+        await _admit(caller, f"mcp-{ctx.request_id}-{time.monotonic_ns()}")
+    except MCPError as refused:
+        record(caller, name, CallStatus.RATE_LIMITED, started, refused.message)
+        raise
+    try:
+        result = await call_tool(caller.upstream, name, params.arguments)
+    except UpstreamFailure as exc:
+        record(caller, name, CallStatus.UPSTREAM_ERROR, started, str(exc), params.arguments)
+        raise MCPError(UPSTREAM_UNAVAILABLE, str(exc)) from None
+    failed = bool(getattr(result, "is_error", False))
+    record(caller, name, CallStatus.TOOL_ERROR if failed else CallStatus.OK, started, "", params.arguments)
+    return scrubbed(result, caller.upstream.secrets())
+
+
+class Front:
+    """The SDK's server and session manager for every /mcp/<slug>, started with the first request
+    (its task group lives in a task of its own) and stopped with the process."""
+
+    def __init__(self) -> None:
+        self.manager: StreamableHTTPSessionManager | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> StreamableHTTPSessionManager:
+        async with self._lock:
+            if self.manager is None:
+                server: Server[Any] = Server("portal-gateway", on_list_tools=_list_tools, on_call_tool=_call_tool)
+                manager = StreamableHTTPSessionManager(server, json_response=True, stateless=True)
+                ready = asyncio.Event()
+                self._stop = asyncio.Event()
+
+                async def run() -> None:
+                    async with manager.run():
+                        ready.set()
+                        await self._stop.wait()
+
+                self._runner = asyncio.get_running_loop().create_task(run())
+                await ready.wait()
+                self.manager = manager
+            return self.manager
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            self._stop.set()
+            await asyncio.gather(self._runner, return_exceptions=True)
+        self.manager = self._runner = None
+        if _pending:
+            await asyncio.gather(*_pending, return_exceptions=True)
+
+
+front = Front()
+
+
+async def jsonrpc_error(req: Request, status: int, code: int, message: str) -> None:
+    body = orjson.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}})
+    headers = [(b"www-authenticate", b'Bearer realm="portal"')] if status == 401 else []
+    await send_bytes(req.send, status, body, headers)
+
+
+async def serve(req: Request) -> None:
+    """/mcp/<slug> (POST; GET and DELETE as the SDK answers them in stateless mode)."""
+    slug = req.subpath[len(PATH_PREFIX) :].strip("/")
+    try:
+        key = await authenticate(req)
+        found = await run_db(_load, key.id, slug)
+    except GatewayError as exc:
+        code = NOT_AUTHENTICATED if exc.status in (401, 403) else GATEWAY_UNAVAILABLE
+        await jsonrpc_error(req, exc.status, code, exc.message)
+        return
+    if found is None:
+        await jsonrpc_error(
+            req,
+            404,
+            UNKNOWN_SERVER,
+            f"No MCP server {slug!r} that this key may use. The servers you may use are listed on the portal's "
+            "Connect page.",
+        )
+        return
+    upstream, allowed = found
+    manager = await front.start()
+    scope = {**req.scope, SCOPE_KEY: Caller(key, upstream, allowed, key.team_id)}
+    await manager.handle_request(scope, req.receive, req.send)

@@ -1,0 +1,187 @@
+"""Talking to an upstream MCP server with the team's credentials, through the official SDK's client.
+
+Used by the gateway (per developer request) and by the health check (`services.check_server`).
+`Upstream` is a plain snapshot of a server's connection settings, built on the database thread,
+so the async side never touches the ORM. Every failure comes out as `UpstreamFailure`, whose
+message names the server and what went wrong in words that never contain a credential (the
+SDK's exceptions can carry request headers or URLs with tokens, so they are not passed on).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx2
+import mcp_types as types
+from mcp import ClientSession
+from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+from mcp.shared.exceptions import MCPError
+
+from .choices import AuthKind, Transport
+from .models import McpServer
+
+logger = logging.getLogger(__name__)
+
+
+class UpstreamFailure(Exception):
+    """The upstream server could not be reached or did not answer as MCP (message is safe to show)."""
+
+
+class MemoryTokens:
+    """Where the OAuth client-credentials provider keeps its access token: in this process only."""
+
+    def __init__(self) -> None:
+        self.tokens: OAuthToken | None = None
+        self.client_info: OAuthClientInformationFull | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client_info
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self.client_info = client_info
+
+
+_token_stores: dict[tuple[int, str], MemoryTokens] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """What it takes to call one server; `headers` carries its credentials (never shown)."""
+
+    id: int
+    slug: str
+    url: str
+    transport: str
+    timeout: float
+    headers: dict[str, str] = field(repr=False)
+    oauth: tuple[str, str, str, str] | None = field(default=None, repr=False)  # issuer, id, secret, scope
+
+    @classmethod
+    def of(cls, server: McpServer) -> Upstream:
+        headers = server.extra_headers()
+        if server.auth == AuthKind.BEARER and server.bearer_token:
+            headers["Authorization"] = f"Bearer {server.bearer_token}"
+        oauth = None
+        if server.auth == AuthKind.OAUTH_CLIENT_CREDENTIALS:
+            oauth = (server.oauth_issuer, server.oauth_client_id, server.oauth_client_secret, server.oauth_scope)
+        return cls(server.pk, server.slug, server.url, server.transport, float(server.timeout_seconds), headers, oauth)
+
+    def secrets(self) -> list[str]:
+        """The credential values an answer must never carry back to a developer (the bearer token,
+        header values, the OAuth client secret and the access token it got); short values such as
+        "1" are left out, they would redact ordinary text."""
+        values = [v.removeprefix("Bearer ").strip() for v in self.headers.values()]
+        if self.oauth is not None:
+            values.append(self.oauth[2])
+            store = _token_stores.get((self.id, self.oauth[1]))
+            if store is not None and store.tokens is not None:
+                values.append(store.tokens.access_token)
+        return [v for v in values if len(v) >= 8]
+
+    def auth(self) -> httpx2.Auth | None:
+        if self.oauth is None:
+            return None
+        issuer, client_id, secret, scope = self.oauth
+        # One token store per server and client id: the token is reused until it expires.
+        store = _token_stores.setdefault((self.id, client_id), MemoryTokens())
+        return ClientCredentialsOAuthProvider(
+            server_url=self.url,
+            storage=store,
+            client_id=client_id,
+            client_secret=secret,
+            scope=scope or None,
+            issuer=issuer,
+        )
+
+
+@asynccontextmanager
+async def session(upstream: Upstream) -> AsyncIterator[ClientSession]:
+    """An initialized client session to `upstream`, within its timeout."""
+    timeout = httpx2.Timeout(upstream.timeout)
+    async with httpx2.AsyncClient(headers=upstream.headers, timeout=timeout, auth=upstream.auth()) as http:
+        if upstream.transport == Transport.SSE:
+
+            def factory(headers: Any = None, timeout: Any = None, auth: Any = None) -> httpx2.AsyncClient:
+                return httpx2.AsyncClient(headers=upstream.headers, timeout=timeout, auth=upstream.auth())
+
+            streams = sse_client(upstream.url, timeout=upstream.timeout, httpx_client_factory=factory)
+        else:
+            streams = streamable_http_client(upstream.url, http_client=http)
+        async with streams as (read, write), ClientSession(read, write) as client:
+            await client.initialize()
+            yield client
+
+
+async def _run(upstream: Upstream, what: str, call: Any) -> Any:
+    """Run `call(session)` against `upstream`; any failure becomes an UpstreamFailure."""
+    try:
+        with anyio.fail_after(upstream.timeout):
+            async with session(upstream) as client:
+                return await call(client)
+    except MCPError as exc:
+        # A JSON-RPC error the server sent: its message is the server's own words, not ours to
+        # trust with secrets, so only the code is passed on.
+        raise UpstreamFailure(f"MCP server {upstream.slug!r} refused {what} (JSON-RPC error {exc.code}).") from None
+    except TimeoutError:
+        raise UpstreamFailure(
+            f"MCP server {upstream.slug!r} did not answer {what} within {upstream.timeout:g} s."
+        ) from None
+    except Exception as exc:
+        logger.warning("MCP server %s: %s failed: %s", upstream.slug, what, _describe(exc))
+        raise UpstreamFailure(f"MCP server {upstream.slug!r} is unreachable or failed: {_describe(exc)}.") from None
+
+
+def _describe(exc: BaseException) -> str:
+    """A credential-free description of a failure: the exception's kind and, for HTTP, its status."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, httpx2.HTTPStatusError):
+        return f"HTTP {exc.response.status_code}"
+    if isinstance(exc, httpx2.ConnectError | ConnectionError):
+        return "connection refused or unreachable"
+    if isinstance(exc, httpx2.TimeoutException):
+        return "timed out"
+    return type(exc).__name__
+
+
+async def list_tools(upstream: Upstream) -> list[types.Tool]:
+    """Every tool the server lists (all pages)."""
+
+    async def call(client: ClientSession) -> list[types.Tool]:
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        while True:
+            page = await client.list_tools(params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                return tools
+
+    result: list[types.Tool] = await _run(upstream, "tools/list", call)
+    return result
+
+
+async def call_tool(
+    upstream: Upstream, name: str, arguments: dict[str, Any] | None
+) -> types.CallToolResult | types.InputRequiredResult:
+    """The server's answer to one tool call (a tool error is an answer, `is_error`)."""
+
+    async def call(client: ClientSession) -> types.CallToolResult | types.InputRequiredResult:
+        return await client.call_tool(name, arguments or {})
+
+    result: types.CallToolResult | types.InputRequiredResult = await _run(upstream, f"tools/call {name!r}", call)
+    return result

@@ -1,0 +1,245 @@
+"""MCP through the gateway, end to end: the official SDK's client → /mcp/<slug> with a developer key →
+the real MCP server (official SDK) on 127.0.0.1 with the team's bearer token."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import httpx2
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from keys.services import issue_key
+from mcpservers.models import McpCall
+from mcpservers.services import check_server
+from tests.gateway.conftest import wait_for
+from tests.mcpservers.conftest import UPSTREAM_TOKEN, running_upstream
+from tests.mcpservers.factories import grant, make_server
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
+
+
+async def _session_run(url: str, key: str, work):
+    seen: list[str] = []
+
+    async def log(response: httpx2.Response) -> None:
+        await response.aread()
+        seen.append(response.text)
+        seen.append(json.dumps(dict(response.headers)))
+
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, event_hooks={"response": [log]})
+    async with http, streamable_http_client(url, http_client=http) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            return await work(session), seen
+
+
+def run(url: str, key: str, work):
+    """Run `work(session)` in an MCP client session on `url` with `key`; (result, every response body
+    and header set the client received)."""
+    return asyncio.run(_session_run(url, key, work))
+
+
+@pytest.fixture
+def tracker(mcp_upstream, alice):
+    server = make_server(slug="tracker", url=mcp_upstream.url, tools=(), auth="bearer", bearer_token=UPSTREAM_TOKEN)
+    assert check_server(server.pk).status == "healthy"
+    return server
+
+
+def test_health_check_lists_the_servers_tools(tracker):
+    assert sorted(tracker.tools.values_list("name", flat=True)) == [
+        "debug_headers",
+        "delete_everything",
+        "echo",
+        "whoami",
+    ]
+    assert tracker.tools.get(name="echo").input_schema["properties"]["text"]["type"] == "string"
+
+
+def test_a_key_lists_and_calls_only_its_allowed_tools(gateway_url, tracker, mcp_upstream, alice):
+    key, plaintext = issue_key(owner=alice, name="laptop")
+    grant(tracker, tool="echo", key=key)
+    grant(tracker, tool="whoami", user=alice)
+    url = f"{gateway_url}/mcp/tracker"
+
+    async def work(session: ClientSession):
+        listed = sorted(t.name for t in (await session.list_tools()).tools)
+        echoed = await session.call_tool("echo", {"text": "hello"})
+        who = await session.call_tool("whoami", {})
+        with pytest.raises(MCPError) as refused:
+            await session.call_tool("delete_everything", {})
+        return listed, echoed, who, refused.value
+
+    (listed, echoed, who, refused), seen = run(url, plaintext, work)
+    assert listed == ["echo", "whoami"]
+    assert echoed.content[0].text == "hello" and not echoed.is_error
+    # The tool that needs the server's own credential got it, from the gateway.
+    assert who.content[0].text == "the team's service account" and not who.is_error
+    assert refused.code == -32003 and "not allowed" in refused.message
+    # The refused call never reached the server; the allowed ones came with the team's token.
+    calls = mcp_upstream.calls()
+    assert [c["tool"] for c in calls] == ["echo", "whoami"]
+    assert all(c["authorization"] == f"Bearer {UPSTREAM_TOKEN}" for c in calls)
+    # Nothing the developer received carries the team's credential.
+    assert not any(UPSTREAM_TOKEN in text for text in seen)
+    records = wait_for(lambda: list(McpCall.objects.order_by("created")) if McpCall.objects.count() == 3 else None)
+    assert [(r.tool, r.status, r.key_id, r.user_id) for r in records] == [
+        ("echo", "ok", key.pk, alice.pk),
+        ("whoami", "ok", key.pk, alice.pk),
+        ("delete_everything", "forbidden", key.pk, alice.pk),
+    ]
+    assert all(r.duration_ms is not None and r.arguments is None for r in records)
+
+
+def test_it_refuses_unknown_keys_and_servers_the_key_may_not_use(gateway_url, tracker, alice, mallory):
+    key, plaintext = issue_key(owner=alice, name="laptop")
+    grant(tracker, key=key)
+    _other, other_plain = issue_key(owner=mallory, name="m")
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {"accept": "application/json, text/event-stream"}
+    no_key = httpx.post(f"{gateway_url}/mcp/tracker", json=body, headers=headers)
+    assert no_key.status_code == 401 and no_key.json()["error"]["code"] == -32001
+    for who in (other_plain,):
+        answer = httpx.post(
+            f"{gateway_url}/mcp/tracker", json=body, headers={**headers, "authorization": f"Bearer {who}"}
+        )
+        assert answer.status_code == 404 and answer.json()["error"]["code"] == -32002
+    missing = httpx.post(
+        f"{gateway_url}/mcp/nope", json=body, headers={**headers, "authorization": f"Bearer {plaintext}"}
+    )
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == -32002
+
+
+def test_it_rate_limits_tool_calls_per_key(gateway_url, tracker, mcp_upstream, alice):
+    key, plaintext = issue_key(owner=alice, name="laptop", requests_per_minute=2)
+    grant(tracker, key=key)
+
+    async def work(session: ClientSession):
+        await session.call_tool("echo", {"text": "1"})
+        await session.call_tool("echo", {"text": "2"})
+        with pytest.raises(MCPError) as refused:
+            await session.call_tool("echo", {"text": "3"})
+        return refused.value
+
+    refused, _seen = run(f"{gateway_url}/mcp/tracker", plaintext, work)
+    assert refused.code == -32004 and "2 MCP tool calls per minute" in refused.message
+    assert refused.data["retry_after"] >= 1
+    assert [c["arguments"]["text"] for c in mcp_upstream.calls()] == ["1", "2"]
+    wait_for(lambda: McpCall.objects.filter(status="rate_limited").exists())
+
+
+def test_a_down_upstream_is_a_clear_jsonrpc_error(gateway_url, tracker, mcp_upstream, alice):
+    key, plaintext = issue_key(owner=alice, name="laptop")
+    grant(tracker, key=key)
+    mcp_upstream.process.terminate()
+    mcp_upstream.process.wait(20)
+
+    async def work(session: ClientSession):
+        with pytest.raises(MCPError) as failed:
+            await session.call_tool("echo", {"text": "x"})
+        with pytest.raises(MCPError) as listing:
+            await session.list_tools()
+        return failed.value, listing.value
+
+    (failed, listing), seen = run(f"{gateway_url}/mcp/tracker", plaintext, work)
+    assert failed.code == -32005 and "tracker" in failed.message and "unreachable" in failed.message
+    assert listing.code == -32005
+    assert not any(UPSTREAM_TOKEN in text for text in seen)
+    record = wait_for(lambda: McpCall.objects.filter(status="upstream_error").first())
+    assert record.tool == "echo"
+    assert check_server(tracker.pk).status == "down"
+
+
+def test_a_careless_upstream_cannot_hand_the_credentials_to_the_developer(gateway_url, mcp_upstream, alice):
+    server = make_server(
+        slug="careless",
+        url=mcp_upstream.url,
+        tools=(),
+        auth="bearer",
+        bearer_token=UPSTREAM_TOKEN,
+        headers='{"X-Team-Secret": "team-header-secret-0042"}',
+    )
+    check_server(server.pk)
+    key, plaintext = issue_key(owner=alice, name="laptop")
+    grant(server, tool="debug_headers", key=key)
+
+    async def work(session: ClientSession):
+        return await session.call_tool("debug_headers", {})
+
+    answer, seen = run(f"{gateway_url}/mcp/careless", plaintext, work)
+    text = answer.content[0].text
+    assert "x-team-secret" in text and "[redacted by the gateway]" in text
+    assert not any(secret in "".join(seen) for secret in (UPSTREAM_TOKEN, "team-header-secret-0042"))
+    # It did reach the server with both credentials.
+    assert mcp_upstream.calls()[-1]["authorization"] == f"Bearer {UPSTREAM_TOKEN}"
+
+
+def test_arguments_are_kept_redacted_only_where_request_logging_is_on(gateway_url, tracker, alice):
+    from keys.models import PayloadLogging
+
+    logged, logged_plain = issue_key(owner=alice, name="logged")
+    PayloadLogging.objects.create(key=logged, enabled=True)
+    quiet, quiet_plain = issue_key(owner=alice, name="quiet")
+    grant(tracker, tool="echo", user=alice)
+    secret = "sk-" + "A1b2C3d4" * 5
+
+    async def work(session: ClientSession):
+        return await session.call_tool("echo", {"text": f"deploy with {secret}"})
+
+    run(f"{gateway_url}/mcp/tracker", logged_plain, work)
+    run(f"{gateway_url}/mcp/tracker", quiet_plain, work)
+    kept = wait_for(lambda: McpCall.objects.filter(key=logged).first())
+    assert kept.arguments is not None and "deploy with" in kept.arguments["text"]
+    assert secret not in json.dumps(kept.arguments)
+    assert wait_for(lambda: McpCall.objects.filter(key=quiet).first()).arguments is None
+
+
+def test_an_sse_upstream_is_served_as_streamable_http(gateway_url, tmp_path, alice):
+    with running_upstream(tmp_path, "sse") as upstream:
+        server = make_server(
+            slug="legacy", url=upstream.url, tools=(), transport="sse", auth="bearer", bearer_token=UPSTREAM_TOKEN
+        )
+        assert check_server(server.pk).status == "healthy"
+        key, plaintext = issue_key(owner=alice, name="laptop")
+        grant(server, key=key)
+
+        async def work(session: ClientSession):
+            return await session.call_tool("whoami", {})
+
+        who, _seen = run(f"{gateway_url}/mcp/legacy", plaintext, work)
+        assert who.content[0].text == "the team's service account"
+
+
+def test_a_server_behind_oauth_client_credentials(gateway_url, tmp_path, alice):
+    """The gateway gets its access token with the client-credentials grant (discovered from the
+    server's protected-resource metadata) and calls with it; the developer never sees either."""
+    from tests.fakes.mcp_upstream import ACCESS_TOKEN, CLIENT_ID
+
+    with running_upstream(tmp_path, "oauth") as upstream:
+        root = upstream.url.removesuffix("/mcp")
+        server = make_server(
+            slug="oauthed",
+            url=upstream.url,
+            tools=(),
+            auth="oauth",
+            oauth_issuer=root,
+            oauth_client_id=CLIENT_ID,
+            oauth_client_secret=UPSTREAM_TOKEN,
+        )
+        assert check_server(server.pk).status == "healthy", server.last_error
+        key, plaintext = issue_key(owner=alice, name="laptop")
+        grant(server, key=key)
+
+        async def work(session: ClientSession):
+            return await session.call_tool("whoami", {})
+
+        who, seen = run(f"{gateway_url}/mcp/oauthed", plaintext, work)
+        assert who.content[0].text == "the team's service account", who
+        assert not any(secret in "".join(seen) for secret in (ACCESS_TOKEN, UPSTREAM_TOKEN))
+        assert upstream.calls()[-1] == {"tool": "whoami", "arguments": {}, "authorization": f"Bearer {ACCESS_TOKEN}"}
+        assert any(c["tool"] == "oauth:token" for c in upstream.calls())
