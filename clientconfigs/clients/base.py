@@ -273,6 +273,9 @@ def env_file(inp: RenderInput, variables: dict[str, str], note: str = "") -> Con
         note=note
         or _("Load it from your shell profile: add `. %(file)s` to ~/.profile, ~/.bashrc or ~/.zshrc.")
         % {"file": ENV_FILE},
+    )
+
+
 def mcp_servers_file(name: str, path: str, inp: RenderInput, kind: str, key: str, **extra: Any) -> ConfigFile:
     """A JSON file whose `mcpServers` object holds the team's servers (Claude Code, Cline): one
     `teamgw-<slug>` entry of type `kind` each, the key (`key`) as a bearer; the user's entries stay."""
