@@ -12,7 +12,7 @@ from django.utils.translation import gettext_lazy as _
 from channels.models import Model
 from portal.forms import FIELD_LABELS, LIMIT_LABELS, limit_form_field
 from portal.models import Limits
-from portal.ui import add_validation_errors
+from portal.ui import Fieldset, add_validation_errors
 
 from . import services
 from .choices import Role
@@ -46,6 +46,12 @@ class UserEditForm(forms.ModelForm):
         labels = FIELD_LABELS
         fields = ["email", "first_name", "last_name", "role", "team", *Limits.LIMIT_FIELDS, "allowed_models"]
 
+    fieldsets = (
+        Fieldset(("email", "first_name", "last_name", "role", "team", "allowed_models"), _("Profile and access")),
+        Fieldset(Limits.LIMIT_FIELDS, _("Limits (ceiling for every key)")),
+        Fieldset([f"default_{name}" for name in Limits.LIMIT_FIELDS], _("Defaults for new keys")),
+    )
+
     def __init__(self, *args, acting_user=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.acting_user = acting_user
@@ -60,22 +66,12 @@ class UserEditForm(forms.ModelForm):
             )
             self.fields[f"default_{name}"].initial = (self.instance.key_defaults or {}).get(name)
 
-    @property
-    def limit_fields(self):
-        return [self[name] for name in Limits.LIMIT_FIELDS]
-
-    @property
-    def default_fields(self):
-        return [self[f"default_{name}"] for name in Limits.LIMIT_FIELDS]
-
-    @property
-    def profile_fields(self):
-        return [self[name] for name in ("email", "first_name", "last_name", "role", "team", "allowed_models")]
-
     def clean_role(self):
         role = self.cleaned_data["role"]
-        if self.acting_user is not None and self.instance.pk == self.acting_user.pk and role != Role.ADMIN:
-            raise forms.ValidationError(_("You cannot remove your own admin role; ask another admin."))
+        try:
+            services.check_role_change(self.instance, role, actor=self.acting_user)
+        except ValidationError as exc:
+            raise forms.ValidationError(exc.message_dict["role"]) from None
         if self.instance.is_superuser and role != Role.ADMIN:
             raise forms.ValidationError(_("This account is a superuser and always an admin."))
         return role
@@ -164,13 +160,10 @@ class TeamForm(forms.ModelForm):
             field.help_text = _("For all members together; members' and keys' own limits can only be lower.")
             field.widget.attrs["placeholder"] = _("unlimited")
 
-    @property
-    def limit_fields(self):
-        return [self[name] for name in Limits.LIMIT_FIELDS]
-
-    @property
-    def profile_fields(self):
-        return [self[name] for name in ("name", "description", "allowed_models")]
+    fieldsets = (
+        Fieldset(("name", "description", "allowed_models"), _("Team")),
+        Fieldset(Limits.LIMIT_FIELDS, _("Limits (all members together)")),
+    )
 
 
 class MemberLimitsForm(forms.Form):
@@ -186,17 +179,18 @@ class MemberLimitsForm(forms.Form):
             field = limit_form_field(label)
             bits = []
             if locked.get(name) is not None:
-                bits.append(f"Set by an admin: at most {locked[name]:,}; you can lower it, not raise or clear it.")
+                bits.append(
+                    _("Set by an admin: at most %(limit)s; you can lower it, not raise or clear it.")
+                    % {"limit": f"{locked[name]:,}"}
+                )
                 field.widget.attrs["required"] = True
             team_limit = getattr(team, name, None) if team is not None else None
             if team_limit is not None:
-                bits.append(f"The team's limit (all members together): {team_limit:,}.")
+                bits.append(_("The team's limit (all members together): %(limit)s.") % {"limit": f"{team_limit:,}"})
             field.help_text = " ".join(str(b) for b in bits) or _("Blank: unlimited.")
             self.fields[name] = field
 
-    @property
-    def limit_fields(self):
-        return [self[name] for name in LIMIT_LABELS]
+    fieldsets = (Fieldset(tuple(LIMIT_LABELS), _("Limits")),)
 
     def clean(self):
         cleaned = super().clean()

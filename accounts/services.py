@@ -59,6 +59,16 @@ def check_set_active(user, active: bool, *, actor=None) -> None:
         raise ValidationError(_("You cannot deactivate your own account; ask another admin."), code="self")
 
 
+def check_role_change(user, role: str, *, actor=None) -> None:
+    """Raise ValidationError when `actor` may not give `user` this role: nobody removes their own
+    admin role (the last admin could lock everyone out). The page and the API both ask here."""
+    from django.core.exceptions import ValidationError
+    from django.utils.translation import gettext as _
+
+    if actor is not None and user.pk is not None and actor.pk == user.pk and role != Role.ADMIN:
+        raise ValidationError({"role": _("You cannot remove your own admin role; ask another admin.")}, code="self")
+
+
 @transaction.atomic
 def set_active(user, active: bool, *, restore_keys: bool = False, actor=None) -> None:
     """Deactivate or reactivate (never one's own account: `check_set_active`).

@@ -7,6 +7,8 @@ import re
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from portal.ui import Fieldset
+
 from .models import Host
 
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:=/-]{0,49}$")
@@ -34,6 +36,11 @@ class HostForm(forms.ModelForm):
         required=False,
         max_length=1000,
         help_text=_("Comma-separated, e.g. “h100, rack-2”."),
+    )
+
+    fieldsets = (
+        Fieldset(("name", "address", "ssh_port", "username")),
+        Fieldset(("private_key", "clear_private_key", "labels", "gpu_hour_cost", "notes"), grid=False),
     )
 
     class Meta:

@@ -6,23 +6,24 @@ from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse, reverse_lazy
+from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_GET, require_POST
-from django.views.generic import CreateView, DeleteView, DetailView, UpdateView
+from django.views.generic import DetailView
 
 from channels.models import Channel
 from portal import permissions
 from portal.permissions import AdminRequiredMixin
-from portal.ui import FilteredListView, InvalidFormStatusMixin, SafeDeleteMixin
+from portal.ui import FilteredListView, ObjectDeleteView, ObjectFormView, names
 
 from . import gpu_history, services, tasks
 from .filters import HostFilterSet
 from .forms import HostForm
 from .models import Host
 
-admin_required = permissions.admin_required(message="Only admins manage GPU hosts and deployments.")
+DENIED = _("Only admins manage GPU hosts and deployments.")
+admin_required = permissions.admin_required(message=DENIED)
 
 
 class HostListView(AdminRequiredMixin, FilteredListView):
@@ -38,37 +39,22 @@ class HostListView(AdminRequiredMixin, FilteredListView):
         return super().get_context_data(filter_fields=["label"], **kwargs)
 
 
-class HostCreateView(AdminRequiredMixin, InvalidFormStatusMixin, CreateView):
-    model = Host
+class HostEditView(AdminRequiredMixin, ObjectFormView):
+    """Add (no pk) or edit a host."""
+
     form_class = HostForm
-    template_name = "hosts/host_form.html"
+    queryset = Host.objects.all()
+    success, cancel = "host_detail", "host_list"
+    title = (_("Add host"), _("Edit host"))
+    button = (_("Add host"), _("Save"))
+    saved = (_("Host %(name)s added."), _("Host %(name)s saved."))
 
-    def form_valid(self, form):
-        response = super().form_valid(form)
-        messages.success(self.request, _("Host %(name)s added.") % {"name": self.object.name})
-        return response
-
-    def get_success_url(self):
-        return reverse("host_detail", args=[self.object.pk])
-
-
-class HostUpdateView(AdminRequiredMixin, InvalidFormStatusMixin, UpdateView):
-    model = Host
-    form_class = HostForm
-    template_name = "hosts/host_form.html"
-
-    def form_valid(self, form):
-        note = ""
-        if form.cleaned_data.get("private_key"):
-            note = " (private key replaced)"
-        elif form.cleaned_data.get("clear_private_key"):
-            note = " (private key removed)"
-        response = super().form_valid(form)
-        messages.success(self.request, _("Host %(name)s saved%(note)s.") % {"name": self.object.name, "note": note})
-        return response
-
-    def get_success_url(self):
-        return reverse("host_detail", args=[self.object.pk])
+    def saved_message(self, obj: Host, form: HostForm) -> str:
+        if not self.creating and form.cleaned_data.get("private_key"):
+            return _("Host %(name)s saved; its private key was replaced.") % names(obj)
+        if not self.creating and form.cleaned_data.get("clear_private_key"):
+            return _("Host %(name)s saved; its private key was removed.") % names(obj)
+        return super().saved_message(obj, form)
 
 
 class HostDetailView(AdminRequiredMixin, DetailView):
@@ -86,11 +72,14 @@ class HostDetailView(AdminRequiredMixin, DetailView):
         return context
 
 
-class HostDeleteView(AdminRequiredMixin, SafeDeleteMixin, DeleteView):
-    model = Host
-    template_name = "hosts/host_confirm_delete.html"
-    context_object_name = "host"
-    success_url = reverse_lazy("host_list")
+class HostDeleteView(AdminRequiredMixin, ObjectDeleteView):
+    queryset = Host.objects.all()
+    cancel, success = "host_detail", "host_list"
+    title = _("Delete host")
+    question = _("Delete the host %(name)s?")
+    detail = _("Its GPU records and stored private key are deleted. Channels on it stay, without a host.")
+    button = _("Delete host")
+    deleted = _("Host %(name)s deleted.")
 
 
 # --- the GPU panel's actions -------------------------------------------------------------------

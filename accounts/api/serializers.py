@@ -84,12 +84,12 @@ class UserSerializer(LimitFields, serializers.ModelSerializer):
         if self.instance is not None:
             if "password" in attrs:
                 errors["password"] = ["Use the reset-password action to change a password."]
-            if (
-                request is not None
-                and self.instance.pk == request.user.pk
-                and attrs.get("role", self.instance.role) != Role.ADMIN
-            ):
-                errors["role"] = ["You cannot remove your own admin role; ask another admin."]
+            try:
+                services.check_role_change(
+                    self.instance, attrs.get("role", self.instance.role), actor=request.user if request else None
+                )
+            except DjangoValidationError as exc:
+                errors.update(exc.message_dict)
         elif attrs.get("password"):
             candidate = User(username=attrs.get("username", ""), email=attrs.get("email", ""))
             try:

@@ -525,3 +525,17 @@ def host_architecture(deployment: Deployment) -> fit.Architecture | None:
         return None
     _architecture_cache.call(lambda: cache.set(key, (arch,), ARCHITECTURE_CACHE_SECONDS), None)
     return arch
+
+
+def check_changeable(deployment: Deployment) -> None:
+    """A deployment is changed only while stopped (its server would no longer match its settings):
+    raises ValidationError otherwise. The page and the API both ask here."""
+    if not deployment.is_idle:
+        raise ValidationError({"status": _("Stop the deployment before changing it.")}, code="running")
+
+
+def delete_deployment(deployment: Deployment) -> None:
+    """Delete a stopped deployment and its job history (its channel stays until deleted)."""
+    if not deployment.is_idle:
+        raise ValidationError({"status": _("Stop the deployment before deleting it.")}, code="running")
+    deployment.delete()

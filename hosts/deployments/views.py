@@ -6,22 +6,24 @@ confirmation page; the job page polls its progress with htmx while the job is ac
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from portal.permissions import AdminRequiredMixin
-from portal.ui import FilteredListView
+from portal.ui import ConfirmView, FilteredListView, ObjectDeleteView, names
 
 from ..choices import JobAction, NodeRole
 from ..downloads import services as downloads
 from ..models import Deployment, DeploymentNode, Host, LaunchJob
 from ..ondemand import services as ondemand
 from ..remote import commands, ssh
-from ..views import admin_required
+from ..views import DENIED, admin_required
 from . import jobs, multinode, services
 from .filters import DeploymentFilterSet
 from .forms import DeploymentForm
@@ -96,8 +98,10 @@ def deployment_create(request: HttpRequest, host_pk: int) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def deployment_edit(request: HttpRequest, pk: int) -> HttpResponse:
     deployment = get_object_or_404(Deployment.objects.select_related("host"), pk=pk)
-    if not deployment.is_idle:
-        messages.error(request, _("Stop the deployment before changing it."))
+    try:
+        services.check_changeable(deployment)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
         return redirect("deployment_detail", pk=pk)
     return _deployment_form(request, deployment.host, deployment)
 
@@ -196,55 +200,65 @@ def deployment_fit(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect("deployment_detail", pk=pk)
 
 
-@admin_required
-@require_http_methods(["GET", "POST"])
-def deployment_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
-    if action not in ACTIONS:
-        raise PermissionDenied(_("Unknown action."))
-    deployment = get_object_or_404(Deployment.objects.select_related("host"), pk=pk)
-    if request.method == "GET":
-        return render(
-            request,
-            "hosts/deploy_confirm.html",
-            {
-                "deployment": deployment,
-                "job_action": action,
-                "label": JobAction(action).label,
-                "question": f"{JobAction(action).label} {deployment.name}?",
-                "explain": ACTIONS[JobAction(action)],
-                "danger": action == JobAction.STOP,
-            },
-        )
-    try:
-        job = jobs.request_job(deployment, action, user=request.user)
-    except jobs.JobConflict as exc:
-        messages.error(request, str(exc))
-        return redirect("deployment_detail", pk=pk)
-    return redirect("job_detail", pk=job.pk)
+QUESTIONS = {
+    JobAction.LAUNCH: _("Launch %(name)s?"),
+    JobAction.STOP: _("Stop %(name)s?"),
+    JobAction.RESTART: _("Restart %(name)s?"),
+    JobAction.ADOPT: _("Adopt %(name)s?"),
+}
 
 
-@admin_required
-@require_http_methods(["GET", "POST"])
-def deployment_delete(request: HttpRequest, pk: int) -> HttpResponse:
-    deployment = get_object_or_404(Deployment, pk=pk)
-    if not deployment.is_idle:
-        messages.error(request, _("Stop the deployment before deleting it."))
-        return redirect("deployment_detail", pk=pk)
-    if request.method == "GET":
-        return render(
-            request,
-            "hosts/deploy_confirm.html",
-            {
-                "deployment": deployment,
-                "label": "Delete",
-                "question": _("Delete %(deployment)s?") % {"deployment": deployment.name},
-                "danger": True,
-                "explain": "Delete the deployment and its job history. Its channel stays until you delete it.",
-            },
-        )
-    deployment.delete()
-    messages.success(request, _("Deployment %(deployment)s deleted.") % {"deployment": deployment.name})
-    return redirect("deployment_list")
+class DeploymentConfirmView(AdminRequiredMixin, ConfirmView):
+    permission_denied_message = DENIED
+    queryset = Deployment.objects.select_related("host")
+    cancel = "deployment_detail"
+
+    def texts(self, deployment: Deployment) -> dict[str, Any]:
+        about = _("Host %(host)s, port %(port)s, model %(model)s.") % {
+            "host": deployment.host.name,
+            "port": deployment.port,
+            "model": deployment.served_model_name,
+        }
+        return {**super().texts(deployment), "about": about}
+
+
+class DeploymentActionView(DeploymentConfirmView):
+    """Launch, stop, restart or adopt: the job is queued after a confirmation (one at a time)."""
+
+    def get_object(self) -> Deployment:
+        if self.kwargs["action"] not in ACTIONS:
+            raise PermissionDenied(_("Unknown action."))
+        return super().get_object()
+
+    def texts(self, deployment: Deployment) -> dict[str, Any]:
+        action = JobAction(self.kwargs["action"])
+        question = QUESTIONS[action] % names(deployment)
+        texts = {"title": question, "question": question, "detail": ACTIONS[action], "button": action.label}
+        return {**super().texts(deployment), **texts, "danger": action == JobAction.STOP}
+
+    def act(self, deployment: Deployment) -> HttpResponse:
+        try:
+            job = jobs.request_job(deployment, self.kwargs["action"], user=self.request.user)
+        except jobs.JobConflict as exc:
+            messages.error(self.request, str(exc))
+            return redirect("deployment_detail", pk=deployment.pk)
+        return redirect("job_detail", pk=job.pk)
+
+
+class DeploymentDeleteView(DeploymentConfirmView, ObjectDeleteView):
+    queryset = Deployment.objects.all()
+    success = "deployment_list"
+    title = _("Delete deployment")
+    question = _("Delete %(name)s?")
+    detail = _("Delete the deployment and its job history. Its channel stays until you delete it.")
+    button = _("Delete")
+    deleted = _("Deployment %(name)s deleted.")
+
+    def check(self, deployment: Deployment) -> None:
+        services.check_changeable(deployment)  # asked again by delete_deployment
+
+    def delete(self, deployment: Deployment) -> None:
+        services.delete_deployment(deployment)
 
 
 # --- jobs ----------------------------------------------------------------------------------------------

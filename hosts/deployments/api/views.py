@@ -14,7 +14,6 @@ resource, hosts/api/views.py.
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
@@ -40,15 +39,18 @@ class DeploymentViewSet(viewsets.ModelViewSet):
     search_fields = ["name", "model_path", "served_model_name"]
     ordering_fields = ["name", "port", "status", "created"]
 
-    def perform_update(self, serializer) -> None:
-        if not serializer.instance.is_idle:
-            raise ValidationError({"status": [_("Stop the deployment before changing it.")]})
+    def perform_update(self, serializer: DeploymentSerializer) -> None:
+        try:
+            services.check_changeable(serializer.instance)
+        except DjangoValidationError as exc:
+            raise ValidationError(exc.message_dict) from None
         serializer.save()
 
     def perform_destroy(self, instance: Deployment) -> None:
-        if not instance.is_idle:
-            raise ValidationError({"status": [_("Stop the deployment before deleting it.")]})
-        instance.delete()
+        try:
+            services.delete_deployment(instance)
+        except DjangoValidationError as exc:
+            raise ValidationError(exc.message_dict) from None
 
     def _job(self, request, pk, action_name: str) -> Response:
         deployment = self.get_object()
