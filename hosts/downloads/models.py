@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from portal.choices import labelled
 from portal.fields import EncryptedTextField
 from portal.models import TimeStampedModel
 
@@ -102,6 +105,11 @@ class ModelDownload(TimeStampedModel):
     @property
     def is_active(self) -> bool:
         return self.state in ACTIVE_DOWNLOAD_STATES
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """`transitions` with each state's label (`labelled`)."""
+        return labelled(self.transitions, DownloadState)
 
     @property
     def percent(self) -> int:
