@@ -156,7 +156,7 @@ class KeyForm(forms.Form):
                 help_bits = [
                     _("Blank: the default %(value)s.") % {"value": f"{default:,}"}
                     if default
-                    else _("Blank: unlimited.")
+                    else str(_("Blank: unlimited."))
                 ]
             if ceiling is not None and owner is not None:
                 help_bits.append(
@@ -171,7 +171,7 @@ class KeyForm(forms.Form):
                     % {"team": team, "value": f"{team_ceiling:,}"}
                 )
             if self.user.is_admin and (owner is None or owner.pk != self.user.pk):
-                help_bits.append(_("A value you set is a ceiling the owner can only lower."))
+                help_bits.append(str(_("A value you set is a ceiling the owner can only lower.")))
             elif owner is not None and self.user.pk != owner.pk and self.user.led_team_id is not None:
                 lead_note = _("A value you set is a ceiling %(owner)s can only lower.")
                 help_bits.append(lead_note % {"owner": owner.username})

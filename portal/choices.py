@@ -15,4 +15,4 @@ def labelled(transitions: list[dict[str, Any]], states: type[models.TextChoices]
     """A job's `transitions` (each {"state", "at", "message"}) with the state's label added, in the
     reader's language: the stored state is a code ("waiting_health"), never shown as such."""
     labels = dict(states.choices)
-    return [{**t, "label": labels.get(t.get("state"), t.get("state"))} for t in transitions]
+    return [{**t, "label": labels.get(str(t.get("state")), t.get("state"))} for t in transitions]

@@ -15,6 +15,7 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
+from django.utils.functional import Promise
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def is_admin_or_team_lead(user: Any) -> bool:
 class AdminRequiredMixin(LoginRequiredMixin):
     """Anonymous → login page; logged-in developer → 403 with `permission_denied_message`."""
 
-    permission_denied_message = DENIED
+    permission_denied_message: str | Promise = DENIED
 
     def dispatch(self, request, *args, **kwargs):
         if request.user.is_authenticated and not is_admin(request.user):
@@ -58,7 +59,7 @@ class AdminRequiredMixin(LoginRequiredMixin):
 class AdminOrTeamLeadRequiredMixin(LoginRequiredMixin):
     """Like AdminRequiredMixin, for pages a team lead sees scoped to their team."""
 
-    permission_denied_message = DENIED_LEAD
+    permission_denied_message: str | Promise = DENIED_LEAD
 
     def dispatch(self, request, *args, **kwargs):
         if request.user.is_authenticated and not is_admin_or_team_lead(request.user):
@@ -66,7 +67,7 @@ class AdminOrTeamLeadRequiredMixin(LoginRequiredMixin):
         return super().dispatch(request, *args, **kwargs)
 
 
-def admin_required(view: Callable | None = None, *, message: str = DENIED) -> Callable:
+def admin_required(view: Callable | None = None, *, message: str | Promise = DENIED) -> Callable:
     """The same rule for function views: `@admin_required` or `@admin_required(message=...)`."""
 
     def decorate(func: Callable) -> Callable:

@@ -25,7 +25,7 @@ session, encrypted, and are removed when shown: a reload shows nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +34,7 @@ from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import ProtectedError, QuerySet, RestrictedError
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.functional import Promise
@@ -228,7 +228,7 @@ class ObjectFormView(View):
 
     object: Any = None
 
-    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         self.object = self.get_object()  # after the permission mixins put before this class
         return super().dispatch(request, *args, **kwargs)
 
@@ -393,7 +393,7 @@ class ObjectDeleteView(ConfirmView):
             with transaction.atomic():
                 self.delete(obj)
         except (ProtectedError, RestrictedError) as exc:
-            blocking = getattr(exc, "protected_objects", None) or getattr(exc, "restricted_objects", ())
+            blocking: Iterable[Any] = getattr(exc, "protected_objects", None) or getattr(exc, "restricted_objects", ())
             blockers = sorted({str(o) for o in blocking})
             listed = ", ".join(blockers[:5]) + ("…" if len(blockers) > 5 else "")
             return done(
