@@ -65,7 +65,7 @@ def _audit_lockout(sender, request=None, username=None, ip_address=None, **kwarg
     )
 
 
-def _recent_changes(user) -> dict:
+def _recent_changes(user) -> dict[str, Any]:
     from .models import AuditLog
 
     return {"recent_audit": AuditLog.objects.select_related("actor")[:10]} if user.is_admin else {}

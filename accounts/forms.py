@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django import forms
 from django.contrib.auth import forms as auth_forms
-from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.utils.translation import gettext_lazy as _
@@ -16,12 +17,17 @@ from portal.ui import Fieldset, add_validation_errors
 
 from . import services
 from .choices import Role
-from .models import Team
+from .models import Team, User
 
-User = get_user_model()
+if TYPE_CHECKING:
+    _UserModelForm = forms.ModelForm[User]
+    _TeamModelForm = forms.ModelForm[Team]
+else:  # Django's generic forms and views take no [] at runtime
+    _UserModelForm = forms.ModelForm
+    _TeamModelForm = forms.ModelForm
 
 
-class UserCreateForm(forms.ModelForm):
+class UserCreateForm(_UserModelForm):
     """Username, email and role; the password is generated and shown once."""
 
     class Meta:
@@ -30,7 +36,7 @@ class UserCreateForm(forms.ModelForm):
         fields = ["username", "email", "role", "first_name", "last_name"]
 
 
-class UserEditForm(forms.ModelForm):
+class UserEditForm(_UserModelForm):
     """Role, limits (the ceiling for every key the user owns), key defaults and allowed models."""
 
     allowed_models = forms.ModelMultipleChoiceField(
@@ -52,7 +58,7 @@ class UserEditForm(forms.ModelForm):
         Fieldset([f"default_{name}" for name in Limits.LIMIT_FIELDS], _("Defaults for new keys")),
     )
 
-    def __init__(self, *args, acting_user=None, **kwargs):
+    def __init__(self, *args, acting_user=None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.acting_user = acting_user
         self.fields["team"].help_text = _("Its limits cap this user's; a team lead manages the team's members.")
@@ -122,7 +128,7 @@ class ApiTokenForm(forms.Form):
         help_text=_("Blank: never expires."),
     )
 
-    def __init__(self, *args, user=None, **kwargs):
+    def __init__(self, *args, user=None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.user = user
 
@@ -135,7 +141,7 @@ class ApiTokenForm(forms.Form):
         return name
 
 
-class TeamForm(forms.ModelForm):
+class TeamForm(_TeamModelForm):
     """A team's name, the models its members may use and its limits (admins only): a ceiling over
     all its members together."""
 
@@ -152,7 +158,7 @@ class TeamForm(forms.ModelForm):
         labels = FIELD_LABELS
         fields = ["name", "description", *Limits.LIMIT_FIELDS, "allowed_models"]
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         for name in Limits.LIMIT_FIELDS:
             field = self.fields[name]
@@ -169,7 +175,7 @@ class TeamForm(forms.ModelForm):
 class MemberLimitsForm(forms.Form):
     """A member's own limits as an admin or their team lead sets them (`validate_member_limits`)."""
 
-    def __init__(self, *args, member, editor, **kwargs):
+    def __init__(self, *args, member, editor, **kwargs) -> None:
         kwargs.setdefault("initial", member.limits())
         super().__init__(*args, **kwargs)
         self.member, self.editor = member, editor
@@ -203,7 +209,7 @@ class MemberLimitsForm(forms.Form):
             add_validation_errors(self, exc)
         return cleaned
 
-    def save(self):
+    def save(self) -> None:
         services.save_member_limits(self.member, self.limits)
 
 

@@ -14,7 +14,7 @@ from portal.models import Limits, ShownOnceQuerySet, ShownOnceSecret, TimeStampe
 from .choices import Role
 
 
-class TeamQuerySet(models.QuerySet):
+class TeamQuerySet(models.QuerySet["Team"]):
     def visible_to(self, user) -> TeamQuerySet:
         """Admins see every team; anyone else only their own."""
         return self.all() if user.is_admin else self.filter(pk=user.team_id)
@@ -79,7 +79,7 @@ class User(AbstractUser, Limits):
     def __str__(self) -> str:
         return self.username
 
-    def save(self, *args, **kwargs):
+    def save(self, *args, **kwargs) -> None:
         if self.is_superuser:
             self.role = Role.ADMIN
         super().save(*args, **kwargs)

@@ -6,11 +6,12 @@ import ipaddress
 import math
 import os
 import secrets
+from typing import Any
 
 from axes.models import AccessAttempt
 from axes.utils import reset as axes_reset
 from django.conf import settings
-from django.contrib.auth import SESSION_KEY, get_user_model
+from django.contrib.auth import SESSION_KEY
 from django.contrib.sessions.models import Session
 from django.db import transaction
 from django.db.models import Max, Q, Sum
@@ -20,7 +21,7 @@ from portal import audit
 from portal.choices import AuditAction
 
 from .choices import Role
-from .models import ApiToken
+from .models import ApiToken, User
 from .signals import user_reactivated
 
 
@@ -163,7 +164,6 @@ def set_language(user, code: str) -> None:
 
 def create_user(*, username: str, role: str, email: str = "", password: str | None = None, **fields):
     """Create a user; returns (user, password) — the password is generated when not given."""
-    User = get_user_model()
     plain = password or generate_password()
     user = User.objects.create_user(username=username, email=email, password=plain, role=role, **fields)
     return user, plain
@@ -171,7 +171,6 @@ def create_user(*, username: str, role: str, email: str = "", password: str | No
 
 def ensure_first_admin(stdout) -> None:
     """Create `admin` when no admin exists. Password from PORTAL_ADMIN_PASSWORD or printed once."""
-    User = get_user_model()
     if User.objects.filter(Q(role=Role.ADMIN) | Q(is_superuser=True)).exists():
         return
     password = os.environ.get("PORTAL_ADMIN_PASSWORD")
@@ -221,7 +220,7 @@ def may_manage(editor, member) -> bool:
     return editor.led_team_id is not None and member.team_id == editor.led_team_id
 
 
-def validate_member_limits(member, *, editor, limits: dict, team=..., changed=None) -> dict:
+def validate_member_limits(member, *, editor, limits: dict[str, Any], team=..., changed=None) -> dict[str, Any]:
     """Check limits for `member` as `editor` sets them; return cleaned values or raise
     ValidationError with field errors. Used by the user form and serializer (admins) and the team
     member form and API (team leads), so the rules are one. `team`: the team the member is being
@@ -234,7 +233,7 @@ def validate_member_limits(member, *, editor, limits: dict, team=..., changed=No
     from django.core.exceptions import ValidationError
 
     errors: dict[str, list[str]] = {}
-    cleaned: dict = {}
+    cleaned: dict[str, Any] = {}
     by_admin = editor.is_admin
     ceilings = dict(member.admin_ceilings or {})
     team = member.team if team is ... else team
@@ -268,7 +267,7 @@ def validate_member_limits(member, *, editor, limits: dict, team=..., changed=No
     return cleaned
 
 
-def save_member_limits(member, cleaned: dict) -> None:
+def save_member_limits(member, cleaned: dict[str, Any]) -> None:
     """Store what `validate_member_limits` returned (audited by the model signals)."""
     for name, value in cleaned.items():
         setattr(member, name, value)

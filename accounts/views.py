@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth import get_user_model, update_session_auth_hash
+from django.contrib.auth import update_session_auth_hash
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.mixins import LoginRequiredMixin
@@ -35,10 +35,7 @@ from portal.ui import ConfirmView, FilteredListView, ObjectFormView, done, names
 from . import services, sso
 from .filters import AuditLogFilterSet, TeamFilterSet, UserFilterSet
 from .forms import ApiTokenForm, MemberLimitsForm, PasswordChangeForm, TeamForm, UserCreateForm, UserEditForm
-from .models import ApiToken, AuditLog, Team
-
-User = get_user_model()
-
+from .models import ApiToken, AuditLog, Team, User
 
 # --- account and personal API tokens -------------------------------------------------------
 
@@ -88,6 +85,12 @@ def set_language(request):
     else:
         response.delete_cookie(settings.LANGUAGE_COOKIE_NAME, samesite=settings.LANGUAGE_COOKIE_SAMESITE)
     return response
+
+
+if TYPE_CHECKING:
+    _UserDetailView = DetailView[User]
+else:  # Django's generic forms and views take no [] at runtime
+    _UserDetailView = DetailView
 
 
 class TokenRevokeView(LoginRequiredMixin, ConfirmView):
@@ -208,7 +211,7 @@ class UserCreateView(AdminRequiredMixin, ObjectFormView):
         return user
 
 
-class UserDetailView(AdminRequiredMixin, DetailView):
+class UserDetailView(AdminRequiredMixin, _UserDetailView):
     model = User
     template_name = "accounts/user_detail.html"
     context_object_name = "person"

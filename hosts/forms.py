@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from django import forms
 from django.utils.translation import gettext_lazy as _
@@ -15,7 +16,13 @@ LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:=/-]{0,49}$")
 MAX_LABELS = 20
 
 
-class HostForm(forms.ModelForm):
+if TYPE_CHECKING:
+    _HostModelForm = forms.ModelForm[Host]
+else:  # Django's generic forms and views take no [] at runtime
+    _HostModelForm = forms.ModelForm
+
+
+class HostForm(_HostModelForm):
     private_key = forms.CharField(
         label=_("SSH private key"),
         required=False,
@@ -48,7 +55,7 @@ class HostForm(forms.ModelForm):
         fields = ["name", "address", "ssh_port", "username", "private_key", "labels", "gpu_hour_cost", "notes"]
         widgets = {"notes": forms.Textarea(attrs={"rows": 3})}
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.fields["private_key"].initial = ""  # write-only: never sent back to the browser
         self.initial.pop("private_key", None)

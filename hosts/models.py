@@ -32,7 +32,7 @@ ADDRESS_VALIDATOR = RegexValidator(
 )
 
 
-class HostQuerySet(models.QuerySet):
+class HostQuerySet(models.QuerySet[Any]):
     def key_confirmed(self) -> HostQuerySet:
         """Hosts an admin has pinned a host key for: the only ones SSH will talk to."""
         return self.exclude(host_key_fingerprint="")
@@ -320,7 +320,7 @@ class DeploymentNode(TimeStampedModel):
         return f"{self.deployment} ({self.get_role_display()}: {self.host})"
 
 
-class LaunchJobQuerySet(models.QuerySet):
+class LaunchJobQuerySet(models.QuerySet[Any]):
     def active(self) -> LaunchJobQuerySet:
         """Jobs not finished yet; at most one per deployment (named constraint)."""
         return self.filter(state__in=ACTIVE_JOB_STATES)

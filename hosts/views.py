@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
@@ -24,6 +26,12 @@ from .models import Host
 
 DENIED = _("Only admins manage GPU hosts and deployments.")
 admin_required = permissions.admin_required(message=DENIED)
+
+
+if TYPE_CHECKING:
+    _HostDetailView = DetailView[Host]
+else:  # Django's generic forms and views take no [] at runtime
+    _HostDetailView = DetailView
 
 
 class HostListView(AdminRequiredMixin, FilteredListView):
@@ -57,7 +65,7 @@ class HostEditView(AdminRequiredMixin, ObjectFormView):
         return super().saved_message(obj, form)
 
 
-class HostDetailView(AdminRequiredMixin, DetailView):
+class HostDetailView(AdminRequiredMixin, _HostDetailView):
     model = Host
     template_name = "hosts/host_detail.html"
     context_object_name = "host"
@@ -83,7 +91,7 @@ class HostDeleteView(AdminRequiredMixin, ObjectDeleteView):
 
 
 # --- the GPU panel's actions -------------------------------------------------------------------
-def host_gpus_context(host: Host, *, refreshing: bool = False, partial: bool = False) -> dict:
+def host_gpus_context(host: Host, *, refreshing: bool = False, partial: bool = False) -> dict[str, Any]:
     """What `hosts/_host_gpus.html` needs: the host and its GPUs (`refreshing` reloads it once;
     `partial` shows flash messages inside it, for htmx swaps)."""
     return {"host": host, "gpus": list(host.gpus.all()), "refreshing": refreshing, "partial_messages": partial}

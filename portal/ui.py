@@ -25,7 +25,7 @@ session, encrypted, and are removed when shown: a reload shows nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -393,7 +393,7 @@ class ObjectDeleteView(ConfirmView):
             with transaction.atomic():
                 self.delete(obj)
         except (ProtectedError, RestrictedError) as exc:
-            blocking: Iterable[Any] = getattr(exc, "protected_objects", None) or getattr(exc, "restricted_objects", ())
+            blocking = exc.protected_objects if isinstance(exc, ProtectedError) else exc.restricted_objects
             blockers = sorted({str(o) for o in blocking})
             listed = ", ".join(blockers[:5]) + ("…" if len(blockers) > 5 else "")
             return done(

@@ -32,7 +32,7 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         audit.set_actor(token.user, request.META.get("REMOTE_ADDR"))
         return (token.user, token)
 
-    def authenticate_header(self, request):
+    def authenticate_header(self, request) -> str:
         return "Token"
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
@@ -43,7 +45,7 @@ class UserViewSet(
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
     mixins.UpdateModelMixin,
-    viewsets.GenericViewSet,
+    viewsets.GenericViewSet[User],
 ):
     """Users (admins only). Users are deactivated, never deleted: their usage history stays."""
 
@@ -108,7 +110,7 @@ class TeamViewSet(
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
     mixins.UpdateModelMixin,
-    viewsets.GenericViewSet,
+    viewsets.GenericViewSet[Any],
 ):
     """Teams: admins manage every team; a member reads their own team (another team is 404); its
     lead also manages the members' limits (`members`). Not deleted: usage records point at them."""
@@ -168,13 +170,13 @@ class TeamViewSet(
         return Response(MemberSerializer(person).data)
 
 
-class MeView(GenericAPIView):
+class MeView(GenericAPIView[Any]):
     """The caller's own profile, limits and the models they may use."""
 
     serializer_class = MeSerializer
     permission_classes = [IsAuthenticated]
     pagination_class = None
-    filter_backends: list = []
+    filter_backends: list[Any] = []
 
     def get(self, request: Request) -> Response:
         return Response(MeSerializer(request.user, context=self.get_serializer_context()).data)
@@ -184,7 +186,7 @@ class ApiTokenViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
-    viewsets.GenericViewSet,
+    viewsets.GenericViewSet[AuditLog],
 ):
     """The caller's personal API tokens. Revoked, not deleted, so `last_used_at` stays visible."""
 
@@ -220,7 +222,7 @@ class ApiTokenViewSet(
         return Response(ApiTokenSerializer(token, context=self.get_serializer_context()).data)
 
 
-class AuditLogViewSet(viewsets.ReadOnlyModelViewSet):
+class AuditLogViewSet(viewsets.ReadOnlyModelViewSet[AuditLog]):
     """Who changed what, when (admins only). Secrets appear only as "changed" or "set"."""
 
     queryset = AuditLog.objects.all()

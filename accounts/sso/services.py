@@ -11,11 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from ..choices import Role
-from ..models import Team
+from ..models import Team, User
 
 logger = logging.getLogger(__name__)
 NOT_ALLOWED = re.compile(r"[^\w.@+-]")
@@ -64,7 +63,6 @@ def map_groups(groups: Iterable[str]) -> GroupMapping:
 
 def sign_in(claims: Mapping[str, Any]):
     """The user `claims` (ID token and userinfo, already verified) name, created or updated."""
-    User = get_user_model()
     subject = str(claims.get("sub") or "")
     if not subject:
         raise SignInRefused("The sign-in provider sent no subject (sub) for this account.")
@@ -91,7 +89,6 @@ def _link_by_email(claims: Mapping[str, Any]):
     email = str(claims.get("email") or "")
     if not email or claims.get("email_verified") is not True:
         return None
-    User = get_user_model()
     found = list(
         User.objects.select_for_update().filter(email__iexact=email, oidc_subject__isnull=True, is_superuser=False)[:2]
     )
@@ -102,7 +99,6 @@ def _link_by_email(claims: Mapping[str, Any]):
 
 
 def _free_username(claims: Mapping[str, Any], subject: str) -> str:
-    User = get_user_model()
     wanted = str(claims.get(settings.PORTAL_OIDC_USERNAME_CLAIM) or "")
     if not wanted:
         wanted = str(claims.get("email") or "").split("@")[0] or subject

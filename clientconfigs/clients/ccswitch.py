@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import tomli_w
@@ -56,7 +57,7 @@ def claude_env(inp: RenderInput) -> dict[str, str]:
     return out
 
 
-def codex_config(inp: RenderInput) -> dict:
+def codex_config(inp: RenderInput) -> dict[str, Any]:
     cfg = codex.config(inp)
     provider = cfg["model_providers"][PROVIDER_ID]
     # CC Switch writes the key to Codex's auth.json and marks the provider requires_openai_auth.
@@ -64,7 +65,7 @@ def codex_config(inp: RenderInput) -> dict:
     return {**cfg, "model_providers": {PROVIDER_ID: provider}}
 
 
-def providers(inp: RenderInput) -> list[dict]:
+def providers(inp: RenderInput) -> list[dict[str, Any]]:
     """One row's `settings_config` per app, as CC Switch's own import would store it."""
     key = inp.key_or_placeholder
     return [

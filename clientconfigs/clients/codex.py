@@ -12,6 +12,8 @@ Codex runs one model at a time (`model`), so its one `model_context_window` is t
 
 from __future__ import annotations
 
+from typing import Any
+
 import tomli_w
 from django.utils.translation import gettext as _
 
@@ -41,8 +43,8 @@ TOOLS_NOTE = (
 )
 
 
-def config(inp: RenderInput) -> dict:
-    data: dict = {}
+def config(inp: RenderInput) -> dict[str, Any]:
+    data: dict[str, Any] = {}
     primary = inp.primary
     if primary:
         data["model"] = primary.name

@@ -9,9 +9,22 @@ GitHub at install time, which a registry-only machine cannot reach, so it has no
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils.translation import gettext as _
 
-from .base import ENV_VAR, PROVIDER_ID, PROVIDER_NAME, Command, ConfigFile, Probe, Rendered, RenderInput, dump_json
+from .base import (
+    ENV_VAR,
+    PROVIDER_ID,
+    PROVIDER_NAME,
+    Command,
+    ConfigFile,
+    ModelSpec,
+    Probe,
+    Rendered,
+    RenderInput,
+    dump_json,
+)
 
 SLUG = "crush"
 LABEL = "Crush"
@@ -23,7 +36,7 @@ FALLBACK_CONTEXT = 8192
 FALLBACK_OUTPUT = 2048
 
 
-def model_entry(m) -> dict:
+def model_entry(m: ModelSpec) -> dict[str, Any]:
     return {
         "id": m.name,
         "name": m.label,
@@ -40,7 +53,7 @@ def model_entry(m) -> dict:
 
 def render(inp: RenderInput) -> Rendered:
     primary = inp.primary
-    data: dict = {
+    data: dict[str, Any] = {
         "$schema": "https://charm.land/crush.json",
         "providers": {
             PROVIDER_ID: {

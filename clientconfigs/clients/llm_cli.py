@@ -12,6 +12,8 @@ top-level YAML list yet: there the page's file is copied by hand.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils.translation import gettext as _
 
 from .base import (
@@ -38,7 +40,7 @@ DEFAULT = DIR + "/default_model.txt"
 PREFIX = PROVIDER_ID + "/"
 
 
-def _file(name: str, content: str, fmt: str, merge: str, **kw) -> ConfigFile:
+def _file(name: str, content: str, fmt: str, merge: str, **kw: Any) -> ConfigFile:
     return ConfigFile(
         name,
         f"{DIR}/{name}",

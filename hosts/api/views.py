@@ -23,7 +23,7 @@ from portal.permissions import IsAdmin
 from .serializers import ConfirmHostKeySerializer, DetailSerializer, HostKeyConfirmedSerializer, HostSerializer
 
 
-class HostViewSet(viewsets.ModelViewSet):
+class HostViewSet(viewsets.ModelViewSet[Host]):
     queryset = Host.objects.prefetch_related("gpus")
     serializer_class = HostSerializer
     permission_classes = [IsAdmin]

@@ -268,6 +268,6 @@ class DeploymentForm(forms.Form):
         d.unsaved_workers = list(self.cleaned_spec.get("worker_hosts") or [])  # read by multinode.workers
         return d
 
-    def interface_choices(self) -> list[dict]:
+    def interface_choices(self) -> list[dict[str, Any]]:
         """The head host's interfaces as its last inventory saw them (offered in a datalist)."""
         return [i for i in self.host.network_interfaces if isinstance(i, dict) and i.get("name")]

@@ -100,7 +100,7 @@ def clean_deployment(
     served_model_name: str,
     gpu_indices: Any,
     port: Any,
-    options: dict | None,
+    options: dict[str, Any] | None,
     extra_args: Any,
     instance: Deployment | None = None,
     worker_hosts: list[Host] | None = None,

@@ -63,7 +63,7 @@ class DeploymentListView(AdminRequiredMixin, FilteredListView):
 deployment_list = DeploymentListView.as_view()
 
 
-def _preview_context(form: DeploymentForm) -> dict:
+def _preview_context(form: DeploymentForm) -> dict[str, Any]:
     deployment = form.preview_deployment()
     return {
         "preview_command": services.command_preview(deployment),
@@ -81,7 +81,7 @@ def deployment_fit_preview(request: HttpRequest, host_pk: int) -> HttpResponse:
     if request.GET.get("deployment", "").isdigit():
         instance = get_object_or_404(Deployment, pk=int(request.GET["deployment"]), host=host)
     form = DeploymentForm(request.POST, host=host, instance=instance)
-    context: dict = {"host": host, "form": form}
+    context: dict[str, Any] = {"host": host, "form": form}
     if form.is_valid():
         context.update(_preview_context(form))
     return render(request, "hosts/_deploy_fit_live.html", context)
@@ -107,7 +107,7 @@ def deployment_edit(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _deployment_form(request: HttpRequest, host: Host, instance: Deployment | None) -> HttpResponse:
-    context: dict = {"host": host, "deployment": instance}
+    context: dict[str, Any] = {"host": host, "deployment": instance}
     if request.method == "POST":
         form = DeploymentForm(request.POST, host=host, instance=instance)
         if form.is_valid():

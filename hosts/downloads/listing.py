@@ -10,6 +10,7 @@ fetches. ModelScope: its repository file listing.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import httpx
 from django.utils.translation import gettext as _
@@ -30,7 +31,7 @@ class RepoFile:
     sha256: str = ""  # LFS files: the checksum verified after the download
     etag: str = ""  # what the client names its partial file after (`<hash>.<etag>.incomplete`)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "done": 0}
 
 

@@ -30,7 +30,7 @@ PATTERN_VALIDATOR = RegexValidator(
 ENDPOINT_VALIDATOR = RegexValidator(r"^https?://[^\s]+$", _("An http(s) URL, e.g. https://hf-mirror.com."))
 
 
-class ModelDownloadQuerySet(models.QuerySet):
+class ModelDownloadQuerySet(models.QuerySet[Any]):
     def active(self) -> ModelDownloadQuerySet:
         """Jobs not finished yet; at most one per (host, source, repo, revision, pattern)."""
         return self.filter(state__in=ACTIVE_DOWNLOAD_STATES)

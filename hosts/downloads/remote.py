@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..remote import commands
 from ..remote.ssh import Remote
@@ -106,7 +107,7 @@ def remove_job_dir(remote: Remote, remote_dir: str) -> None:
     remote.run(["sh", "-c", 'rm -rf -- "$HOME/$1"', "rm", remote_dir])
 
 
-def list_models(remote: Remote, download_dir: str) -> list[dict]:
+def list_models(remote: Remote, download_dir: str) -> list[dict[str, Any]]:
     """The folders in the host's download folder: name, bytes, GGUF files and whether a
     config.json is there."""
     result = remote.run(["sh", "-c", LIST_MODELS, "list-models", download_dir], timeout=120)

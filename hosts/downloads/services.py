@@ -150,7 +150,7 @@ def cancel(job: ModelDownload, *, user=None) -> ModelDownload:
 
 
 # --- the step ---------------------------------------------------------------------------------------
-def _transition(state: str, message: str) -> dict:
+def _transition(state: str, message: str) -> dict[str, Any]:
     return {"state": state, "at": timezone.now().isoformat(), "message": message[:500]}
 
 
@@ -392,7 +392,7 @@ def _start_download(job: ModelDownload, conn: ssh.Remote, *, again: str = "") ->
         remote.stop(conn, pid)  # cancelled meanwhile: do not leave it running
 
 
-def _progress(rows: list[dict], sizes: dict[str, int], source: str) -> int:
+def _progress(rows: list[dict[str, Any]], sizes: dict[str, int], source: str) -> int:
     """Fill each file's `done` from what is on disk; returns the bytes done in all.
 
     A finished file has its own name; huggingface_hub writes a partial one as
@@ -542,7 +542,7 @@ def sweep(now: datetime.datetime | None = None) -> list[int]:
 
 
 # --- what is on a host's disk ---------------------------------------------------------------------
-def models_on_disk(host: Host) -> list[dict]:
+def models_on_disk(host: Host) -> list[dict[str, Any]]:
     """The folders in the host's download folder with their sizes (over SSH), marked when an
     active download writes into them."""
     with ssh.connect(host) as conn:
@@ -568,10 +568,10 @@ def delete_model(host: Host, name: str, *, user=None) -> None:
     audit.record(AuditAction.DELETE, host, message=f"Model folder {name} deleted from the host's disk", actor=user)
 
 
-def downloaded_on(host: Host) -> list[dict]:
+def downloaded_on(host: Host) -> list[dict[str, Any]]:
     """What the launch form offers as "already on this host": each finished download's GGUF
     files (llama.cpp) or its folder (vLLM, SGLang: the fit reads its config.json)."""
-    offers: list[dict] = []
+    offers: list[dict[str, Any]] = []
     seen: set[str] = set()
     for job in host.downloads.done().order_by("-finished"):
         choices = [(f"{job.local_path}/{g}", "llamacpp") for g in job.gguf_files] or [(job.local_path, "vllm")]
@@ -582,10 +582,10 @@ def downloaded_on(host: Host) -> list[dict]:
     return offers
 
 
-def offered_initial(params) -> dict:
+def offered_initial(params) -> dict[str, Any]:
     """The launch form's initial model path and backend when it is opened from an offer."""
     path, backend = params.get("model_path", ""), params.get("backend", "")
-    initial: dict = {}
+    initial: dict[str, Any] = {}
     if path.startswith("/") and len(path) <= 500:
         initial["model_path"] = path
         if backend in ("llamacpp", "vllm", "sglang"):

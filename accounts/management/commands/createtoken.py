@@ -17,7 +17,7 @@ class Command(BaseCommand):
         "With --quiet only the token is printed, for `TOKEN=$(portal manage createtoken admin --quiet)`."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser) -> None:
         parser.add_argument("username")
         parser.add_argument("--name", default="command line", help="label shown under Account → API tokens")
         parser.add_argument("--expires-days", type=int, default=None, help="expire after this many days")

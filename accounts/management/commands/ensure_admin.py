@@ -10,5 +10,5 @@ from accounts.services import ensure_first_admin
 class Command(BaseCommand):
     help = "Create the user `admin` when no admin exists (password from PORTAL_ADMIN_PASSWORD, else printed once)."
 
-    def handle(self, *args, **options):
+    def handle(self, *args, **options) -> None:
         ensure_first_admin(sys.stdout)

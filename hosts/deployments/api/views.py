@@ -13,6 +13,8 @@ resource, hosts/api/views.py.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema
 from rest_framework import status, viewsets
@@ -31,7 +33,7 @@ from ..filters import DeploymentFilterSet, LaunchJobFilterSet
 from .serializers import DeploymentSerializer, FitSpecSerializer, LaunchJobSerializer, field_errors
 
 
-class DeploymentViewSet(viewsets.ModelViewSet):
+class DeploymentViewSet(viewsets.ModelViewSet[Deployment]):
     queryset = Deployment.objects.select_related("host", "channel")
     serializer_class = DeploymentSerializer
     permission_classes = [IsAdmin]
@@ -94,7 +96,7 @@ class DeploymentViewSet(viewsets.ModelViewSet):
         return Response(result)
 
 
-class LaunchJobViewSet(viewsets.ReadOnlyModelViewSet):
+class LaunchJobViewSet(viewsets.ReadOnlyModelViewSet[LaunchJob]):
     queryset = LaunchJob.objects.select_related("deployment")
     serializer_class = LaunchJobSerializer
     permission_classes = [IsAdmin]
@@ -102,7 +104,7 @@ class LaunchJobViewSet(viewsets.ReadOnlyModelViewSet):
     ordering_fields = ["created", "state"]
 
 
-class FitEstimateViewSet(viewsets.GenericViewSet):
+class FitEstimateViewSet(viewsets.GenericViewSet[Any]):
     permission_classes = [IsAdmin]
     serializer_class = FitSpecSerializer
 

@@ -23,7 +23,7 @@ from portal.permissions import IsAdmin
 from .serializers import DownloadSerializer
 
 
-class DownloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+class DownloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet[ModelDownload]):
     queryset = ModelDownload.objects.select_related("host")
     serializer_class = DownloadSerializer
     permission_classes = [IsAdmin]
