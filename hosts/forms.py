@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.utils.translation import gettext_lazy as _
@@ -55,7 +55,7 @@ class HostForm(_HostModelForm):
         fields = ["name", "address", "ssh_port", "username", "private_key", "labels", "gpu_hour_cost", "notes"]
         widgets = {"notes": forms.Textarea(attrs={"rows": 3})}
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["private_key"].initial = ""  # write-only: never sent back to the browser
         self.initial.pop("private_key", None)
@@ -99,7 +99,7 @@ class HostForm(_HostModelForm):
             raise forms.ValidationError(_("At most %(MAX_LABELS)s labels.") % {"MAX_LABELS": MAX_LABELS})
         return list(dict.fromkeys(labels))
 
-    def save(self, commit: bool = True):
+    def save(self, commit: bool = True) -> Host:
         host = super().save(commit=False)
         new_key = self.cleaned_data.get("private_key")
         if self.cleaned_data.get("clear_private_key") and not new_key:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -40,10 +41,10 @@ class HostListView(AdminRequiredMixin, FilteredListView):
     template_name = "hosts/host_list.html"
     sort_fields = {"name": "name", "address": "address", "status": "status", "last_checked": "last_checked"}
 
-    def get_base_queryset(self):
+    def get_base_queryset(self) -> QuerySet[Host]:
         return Host.objects.prefetch_related("gpus").order_by("name")
 
-    def get_context_data(self, **kwargs):
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         return super().get_context_data(filter_fields=["label"], **kwargs)
 
 
@@ -70,7 +71,7 @@ class HostDetailView(AdminRequiredMixin, _HostDetailView):
     template_name = "hosts/host_detail.html"
     context_object_name = "host"
 
-    def get_context_data(self, **kwargs):
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         context.update(host_gpus_context(self.object))
         # The channels the host's deployments registered.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Prefetch
@@ -38,6 +38,9 @@ from .serializers import (
     UserCreatedSerializer,
     UserSerializer,
 )
+
+if TYPE_CHECKING:
+    from portal.permissions import AuthenticatedRequest
 
 
 class UserViewSet(
@@ -110,7 +113,7 @@ class TeamViewSet(
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
     mixins.UpdateModelMixin,
-    viewsets.GenericViewSet[Any],
+    viewsets.GenericViewSet[Team],
 ):
     """Teams: admins manage every team; a member reads their own team (another team is 404); its
     lead also manages the members' limits (`members`). Not deleted: usage records point at them."""
@@ -178,7 +181,7 @@ class MeView(GenericAPIView[Any]):
     pagination_class = None
     filter_backends: list[Any] = []
 
-    def get(self, request: Request) -> Response:
+    def get(self, request: AuthenticatedRequest) -> Response:
         return Response(MeSerializer(request.user, context=self.get_serializer_context()).data)
 
 
@@ -186,7 +189,7 @@ class ApiTokenViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
-    viewsets.GenericViewSet[AuditLog],
+    viewsets.GenericViewSet[ApiToken],
 ):
     """The caller's personal API tokens. Revoked, not deleted, so `last_used_at` stays visible."""
 

@@ -6,11 +6,12 @@ confirmation page; the job page polls its progress with htmx while the job is ac
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import HttpRequest, HttpResponse
+from django.db.models import QuerySet
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -27,6 +28,9 @@ from ..views import DENIED, admin_required
 from . import jobs, multinode, services
 from .filters import DeploymentFilterSet
 from .forms import DeploymentForm
+
+if TYPE_CHECKING:
+    from portal.permissions import AuthenticatedHttpRequest
 
 ACTIONS = {
     JobAction.LAUNCH: _("Launch the server on the host and register its channel."),
@@ -51,10 +55,10 @@ class DeploymentListView(AdminRequiredMixin, FilteredListView):
         "status": "status",
     }
 
-    def get_base_queryset(self):
+    def get_base_queryset(self) -> QuerySet[Deployment]:
         return Deployment.objects.select_related("host", "channel").order_by("host__name", "port")
 
-    def get_context_data(self, **kwargs):
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         return super().get_context_data(
             filter_fields=["host", "status", "backend"], hosts=Host.objects.order_by("name"), **kwargs
         )
@@ -74,7 +78,7 @@ def _preview_context(form: DeploymentForm) -> dict[str, Any]:
 
 @admin_required
 @require_POST
-def deployment_fit_preview(request: HttpRequest, host_pk: int) -> HttpResponse:
+def deployment_fit_preview(request: AuthenticatedHttpRequest, host_pk: int) -> HttpResponse:
     """The deploy form's live estimate: htmx posts the form here as its options change."""
     host = get_object_or_404(Host, pk=host_pk)
     instance = None
@@ -89,14 +93,14 @@ def deployment_fit_preview(request: HttpRequest, host_pk: int) -> HttpResponse:
 
 @admin_required
 @require_http_methods(["GET", "POST"])
-def deployment_create(request: HttpRequest, host_pk: int) -> HttpResponse:
+def deployment_create(request: AuthenticatedHttpRequest, host_pk: int) -> HttpResponse:
     host = get_object_or_404(Host, pk=host_pk)
     return _deployment_form(request, host, None)
 
 
 @admin_required
 @require_http_methods(["GET", "POST"])
-def deployment_edit(request: HttpRequest, pk: int) -> HttpResponse:
+def deployment_edit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     deployment = get_object_or_404(Deployment.objects.select_related("host"), pk=pk)
     try:
         services.check_changeable(deployment)
@@ -106,7 +110,7 @@ def deployment_edit(request: HttpRequest, pk: int) -> HttpResponse:
     return _deployment_form(request, deployment.host, deployment)
 
 
-def _deployment_form(request: HttpRequest, host: Host, instance: Deployment | None) -> HttpResponse:
+def _deployment_form(request: AuthenticatedHttpRequest, host: Host, instance: Deployment | None) -> HttpResponse:
     context: dict[str, Any] = {"host": host, "deployment": instance}
     if request.method == "POST":
         form = DeploymentForm(request.POST, host=host, instance=instance)
@@ -139,7 +143,7 @@ def _deployment_form(request: HttpRequest, host: Host, instance: Deployment | No
 
 @admin_required
 @require_GET
-def deployment_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def deployment_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     deployment = get_object_or_404(Deployment.objects.select_related("host", "channel"), pk=pk)
     jobs = deployment.jobs.all()[:50]
     return render(
@@ -162,7 +166,7 @@ def deployment_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 @admin_required
 @require_GET
-def deployment_node_log(request: HttpRequest, pk: int, node_pk: int) -> HttpResponse:
+def deployment_node_log(request: AuthenticatedHttpRequest, pk: int, node_pk: int) -> HttpResponse:
     """One node's logs (Ray's, and the server's on the head), read over SSH when asked for: the
     deployment page loads it into the node's row with htmx."""
     node = get_object_or_404(
@@ -186,7 +190,7 @@ def deployment_node_log(request: HttpRequest, pk: int, node_pk: int) -> HttpResp
 
 @admin_required
 @require_POST
-def deployment_fit(request: HttpRequest, pk: int) -> HttpResponse:
+def deployment_fit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """Re-estimate, reading config.json / GGUF metadata on the host."""
     deployment = get_object_or_404(Deployment.objects.select_related("host"), pk=pk)
     try:
@@ -209,6 +213,7 @@ QUESTIONS = {
 
 
 class DeploymentConfirmView(AdminRequiredMixin, ConfirmView):
+    request: AuthenticatedHttpRequest
     permission_denied_message = DENIED
     queryset = Deployment.objects.select_related("host")
     cancel = "deployment_detail"
@@ -228,7 +233,8 @@ class DeploymentActionView(DeploymentConfirmView):
     def get_object(self) -> Deployment:
         if self.kwargs["action"] not in ACTIONS:
             raise PermissionDenied(_("Unknown action."))
-        return super().get_object()
+        deployment: Deployment = super().get_object()
+        return deployment
 
     def texts(self, deployment: Deployment) -> dict[str, Any]:
         action = JobAction(self.kwargs["action"])
@@ -264,14 +270,14 @@ class DeploymentDeleteView(DeploymentConfirmView, ObjectDeleteView):
 # --- jobs ----------------------------------------------------------------------------------------------
 @admin_required
 @require_GET
-def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def job_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     job = get_object_or_404(LaunchJob.objects.select_related("deployment__host"), pk=pk)
     return render(request, "hosts/job_detail.html", {"job": job})
 
 
 @admin_required
 @require_GET
-def job_progress(request: HttpRequest, pk: int) -> HttpResponse:
+def job_progress(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """The part of the job page htmx polls: states with times, message, log tail."""
     job = get_object_or_404(LaunchJob.objects.select_related("deployment__host"), pk=pk)
     return render(request, "hosts/job_progress.html", {"job": job})

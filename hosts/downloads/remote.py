@@ -14,6 +14,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..backends.base import Secret
 from ..remote import commands
 from ..remote.ssh import Remote
 
@@ -93,7 +94,9 @@ def read_log(remote: Remote, remote_dir: str, name: str) -> str:
     return remote.run(f"cat {job_dir(remote_dir)}/{shlex.quote(name)}.log 2>/dev/null", timeout=60).stdout
 
 
-def start(remote: Remote, remote_dir: str, name: str, argv: list[str], env: dict[str, str], secret=None):
+def start(
+    remote: Remote, remote_dir: str, name: str, argv: list[str], env: dict[str, str], secret: Secret | None = None
+) -> tuple[int | None, str]:
     return commands.start_detached(remote, job_dir(remote_dir), argv, env, secret, name=name)
 
 

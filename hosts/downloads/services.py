@@ -15,7 +15,8 @@ from __future__ import annotations
 import datetime
 import logging
 import re
-from typing import Any, NamedTuple
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -34,6 +35,9 @@ from ..remote import commands, ssh
 from . import listing, remote, signals
 from .choices import ACTIVE_DOWNLOAD_STATES, DownloadSource, DownloadState, default_revision
 from .models import ModelDownload
+
+if TYPE_CHECKING:
+    from accounts.models import User
 
 logger = logging.getLogger(__name__)
 
@@ -74,8 +78,8 @@ def endpoint_for(job: ModelDownload) -> str:
     if job.endpoint:
         return job.endpoint.rstrip("/")
     if job.source == DownloadSource.MODELSCOPE:
-        return settings.HOSTS_MODELSCOPE_ENDPOINT.rstrip("/")
-    return settings.HOSTS_HF_ENDPOINT.rstrip("/")
+        return str(settings.HOSTS_MODELSCOPE_ENDPOINT).rstrip("/")
+    return str(settings.HOSTS_HF_ENDPOINT).rstrip("/")
 
 
 # --- requests --------------------------------------------------------------------------------------
@@ -89,7 +93,7 @@ def request_download(
     endpoint: str = "",
     token: str = "",
     install_tool: bool = False,
-    user=None,
+    user: User | None = None,
 ) -> tuple[ModelDownload, bool]:
     """Queue a download, or join the active one for the same (host, source, repo, revision,
     pattern): returns (job, created). The database's unique constraint on active jobs decides, so
@@ -130,7 +134,7 @@ def request_download(
     return job, True
 
 
-def cancel(job: ModelDownload, *, user=None) -> ModelDownload:
+def cancel(job: ModelDownload, *, user: User | None = None) -> ModelDownload:
     """Stop the remote process (when the host answers) and mark the job cancelled."""
     if not job.is_active:
         raise DownloadConflict(_("Download #%(id)s has already finished.") % {"id": job.pk})
@@ -553,7 +557,7 @@ def models_on_disk(host: Host) -> list[dict[str, Any]]:
     return rows
 
 
-def delete_model(host: Host, name: str, *, user=None) -> None:
+def delete_model(host: Host, name: str, *, user: User | None = None) -> None:
     """Delete one folder of the host's download folder (never while a download writes into it)."""
     if not MODEL_NAME.match(name):
         raise ValidationError(_("%(name)s is not a model folder.") % {"name": name})
@@ -582,7 +586,7 @@ def downloaded_on(host: Host) -> list[dict[str, Any]]:
     return offers
 
 
-def offered_initial(params) -> dict[str, Any]:
+def offered_initial(params: Mapping[str, str]) -> dict[str, Any]:
     """The launch form's initial model path and backend when it is opened from an offer."""
     path, backend = params.get("model_path", ""), params.get("backend", "")
     initial: dict[str, Any] = {}

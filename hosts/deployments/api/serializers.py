@@ -125,9 +125,9 @@ class DeploymentSerializer(serializers.ModelSerializer[Deployment]):
     def get_command_preview(self, obj: Deployment) -> str:
         return services.command_preview(obj)
 
-    def validate(self, attrs):
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         instance = self.instance
-        merged = {
+        merged: dict[str, Any] = {
             f: attrs.get(f, getattr(instance, f) if instance else None)
             for f in (
                 "host",
@@ -166,13 +166,13 @@ class DeploymentSerializer(serializers.ModelSerializer[Deployment]):
         attrs.update(cleaned)
         return attrs
 
-    def create(self, validated_data):
+    def create(self, validated_data: dict[str, Any]) -> Deployment:
         validated_data["upstream_api_key"] = services.generate_upstream_key()
         validated_data["created_by"] = self.context["request"].user
         return super().create(validated_data)
 
-    def save(self, **kwargs):
-        deployment = super().save(**kwargs)
+    def save(self, **kwargs: Any) -> Deployment:
+        deployment: Deployment = super().save(**kwargs)
         if deployment.on_demand:  # listed while stopped (hosts/ondemand/)
             services.list_on_demand_model(deployment)
         return deployment
@@ -211,14 +211,14 @@ class FitSpecSerializer(serializers.Serializer[Any]):
     ram_mib = serializers.IntegerField(min_value=0, max_value=1_000_000_000, required=False)
     read_from_host = serializers.BooleanField(default=False)
 
-    def validate_config_json(self, value):
+    def validate_config_json(self, value: Any) -> Any:
         if len(str(value)) > 200_000:
             raise ValidationError(_("A config.json of at most 200 kB."))
         if not isinstance(value, dict | str):
             raise ValidationError(_("A config.json object, or its text."))
         return value
 
-    def validate(self, attrs):
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if not any(attrs.get(k) for k in ("architecture", "model", "config_json")):
             raise ValidationError(
                 {"model": ["Give a model name (matched against presets), its config.json or an architecture."]}

@@ -13,7 +13,7 @@ resource, hosts/api/views.py.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema
@@ -32,6 +32,11 @@ from .. import services
 from ..filters import DeploymentFilterSet, LaunchJobFilterSet
 from .serializers import DeploymentSerializer, FitSpecSerializer, LaunchJobSerializer, field_errors
 
+if TYPE_CHECKING:
+    from rest_framework.serializers import BaseSerializer
+
+    from portal.permissions import AuthenticatedRequest
+
 
 class DeploymentViewSet(viewsets.ModelViewSet[Deployment]):
     queryset = Deployment.objects.select_related("host", "channel")
@@ -41,9 +46,9 @@ class DeploymentViewSet(viewsets.ModelViewSet[Deployment]):
     search_fields = ["name", "model_path", "served_model_name"]
     ordering_fields = ["name", "port", "status", "created"]
 
-    def perform_update(self, serializer: DeploymentSerializer) -> None:
+    def perform_update(self, serializer: BaseSerializer[Deployment]) -> None:
         try:
-            services.check_changeable(serializer.instance)
+            services.check_changeable(self.get_object())
         except DjangoValidationError as exc:
             raise ValidationError(exc.message_dict) from None
         serializer.save()
@@ -54,7 +59,7 @@ class DeploymentViewSet(viewsets.ModelViewSet[Deployment]):
         except DjangoValidationError as exc:
             raise ValidationError(exc.message_dict) from None
 
-    def _job(self, request, pk, action_name: str) -> Response:
+    def _job(self, request: AuthenticatedRequest, pk: str | None, action_name: str) -> Response:
         deployment = self.get_object()
         try:
             job = jobs.request_job(deployment, action_name, user=request.user)
@@ -64,27 +69,27 @@ class DeploymentViewSet(viewsets.ModelViewSet[Deployment]):
 
     @extend_schema(request=None, responses={202: LaunchJobSerializer})
     @action(detail=True, methods=["post"])
-    def launch(self, request, pk=None):
+    def launch(self, request: AuthenticatedRequest, pk: str | None = None) -> Response:
         return self._job(request, pk, JobAction.LAUNCH)
 
     @extend_schema(request=None, responses={202: LaunchJobSerializer})
     @action(detail=True, methods=["post"])
-    def stop(self, request, pk=None):
+    def stop(self, request: AuthenticatedRequest, pk: str | None = None) -> Response:
         return self._job(request, pk, JobAction.STOP)
 
     @extend_schema(request=None, responses={202: LaunchJobSerializer})
     @action(detail=True, methods=["post"])
-    def restart(self, request, pk=None):
+    def restart(self, request: AuthenticatedRequest, pk: str | None = None) -> Response:
         return self._job(request, pk, JobAction.RESTART)
 
     @extend_schema(request=None, responses={202: LaunchJobSerializer})
     @action(detail=True, methods=["post"])
-    def adopt(self, request, pk=None):
+    def adopt(self, request: AuthenticatedRequest, pk: str | None = None) -> Response:
         return self._job(request, pk, JobAction.ADOPT)
 
     @extend_schema(request=None, responses={200: dict})
     @action(detail=True, methods=["post"])
-    def fit(self, request, pk=None):
+    def fit(self, request: AuthenticatedRequest, pk: str | None = None) -> Response:
         """Estimate VRAM, reading config.json / GGUF metadata on the host (presets when unreachable)."""
         deployment = self.get_object()
         try:
@@ -109,7 +114,7 @@ class FitEstimateViewSet(viewsets.GenericViewSet[Any]):
     serializer_class = FitSpecSerializer
 
     @extend_schema(request=FitSpecSerializer, responses={200: dict})
-    def create(self, request):
+    def create(self, request: AuthenticatedRequest) -> Response:
         """The estimate for a spec (nothing is stored): what the deploy form's live preview calls."""
         spec = FitSpecSerializer(data=request.data)
         spec.is_valid(raise_exception=True)
