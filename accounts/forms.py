@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib.auth import forms as auth_forms
@@ -58,7 +58,7 @@ class UserEditForm(_UserModelForm):
         Fieldset([f"default_{name}" for name in Limits.LIMIT_FIELDS], _("Defaults for new keys")),
     )
 
-    def __init__(self, *args, acting_user=None, **kwargs) -> None:
+    def __init__(self, *args: Any, acting_user: User | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.acting_user = acting_user
         self.fields["team"].help_text = _("Its limits cap this user's; a team lead manages the team's members.")
@@ -72,8 +72,8 @@ class UserEditForm(_UserModelForm):
             )
             self.fields[f"default_{name}"].initial = (self.instance.key_defaults or {}).get(name)
 
-    def clean_role(self):
-        role = self.cleaned_data["role"]
+    def clean_role(self) -> str:
+        role: str = self.cleaned_data["role"]
         try:
             services.check_role_change(self.instance, role, actor=self.acting_user)
         except ValidationError as exc:
@@ -82,8 +82,9 @@ class UserEditForm(_UserModelForm):
             raise forms.ValidationError(_("This account is a superuser and always an admin."))
         return role
 
-    def clean(self):
+    def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
+        assert cleaned is not None  # ModelForm.clean() returns cleaned_data
         for name in Limits.LIMIT_FIELDS:
             default, ceiling = cleaned.get(f"default_{name}"), cleaned.get(name)
             if default is not None and ceiling is not None and default > ceiling:
@@ -104,7 +105,7 @@ class UserEditForm(_UserModelForm):
                 add_validation_errors(self, exc)
         return cleaned
 
-    def save(self, commit: bool = True):
+    def save(self, commit: bool = True) -> User:
         user = super().save(commit=False)
         user.key_defaults = {
             name: self.cleaned_data[f"default_{name}"]
@@ -128,12 +129,12 @@ class ApiTokenForm(forms.Form):
         help_text=_("Blank: never expires."),
     )
 
-    def __init__(self, *args, user=None, **kwargs) -> None:
+    def __init__(self, *args: Any, user: User | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.user = user
 
-    def clean_name(self):
-        name = self.cleaned_data["name"].strip()
+    def clean_name(self) -> str:
+        name: str = self.cleaned_data["name"].strip()
         if not name:
             raise forms.ValidationError(_("Enter a name."))
         if self.user is not None and self.user.api_tokens.not_revoked().filter(name=name).exists():
@@ -158,7 +159,7 @@ class TeamForm(_TeamModelForm):
         labels = FIELD_LABELS
         fields = ["name", "description", *Limits.LIMIT_FIELDS, "allowed_models"]
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for name in Limits.LIMIT_FIELDS:
             field = self.fields[name]
@@ -175,7 +176,7 @@ class TeamForm(_TeamModelForm):
 class MemberLimitsForm(forms.Form):
     """A member's own limits as an admin or their team lead sets them (`validate_member_limits`)."""
 
-    def __init__(self, *args, member, editor, **kwargs) -> None:
+    def __init__(self, *args: Any, member: User, editor: User, **kwargs: Any) -> None:
         kwargs.setdefault("initial", member.limits())
         super().__init__(*args, **kwargs)
         self.member, self.editor = member, editor
@@ -198,8 +199,9 @@ class MemberLimitsForm(forms.Form):
 
     fieldsets = (Fieldset(tuple(LIMIT_LABELS), _("Limits")),)
 
-    def clean(self):
+    def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
+        assert cleaned is not None  # Form.clean() returns cleaned_data
         limits = {n: cleaned.get(n) for n in LIMIT_LABELS if n not in self.errors}
         try:
             self.limits = services.validate_member_limits(

@@ -7,14 +7,15 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import forms as auth_forms
 from django.contrib.auth import update_session_auth_hash
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Q
+from django.db.models import Count, Q, QuerySet
 from django.forms.utils import ErrorDict
-from django.http import HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse, reverse_lazy
 from django.utils import timezone
@@ -41,7 +42,7 @@ from .models import ApiToken, AuditLog, Team, User
 
 
 @login_required
-def account(request):
+def account(request: AuthenticatedHttpRequest) -> HttpResponse:
     user = request.user
     context = {
         "tokens": user.api_tokens.not_revoked().order_by("-created"),
@@ -52,9 +53,9 @@ def account(request):
 
 
 @login_required
-def token_create(request):
+def token_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     if request.method != "POST":
-        return done(request, _("Use the form to create a token."), "account", level=messages.INFO)
+        return done(request, str(_("Use the form to create a token.")), "account", level=messages.INFO)
     form = ApiTokenForm(request.POST, user=request.user)
     if not form.is_valid():
         tokens_qs = request.user.api_tokens.not_revoked()
@@ -68,7 +69,7 @@ def token_create(request):
 
 
 @require_POST
-def set_language(request):
+def set_language(request: HttpRequest) -> HttpResponse:
     """The header's language switcher and the account page's choice: saves a signed-in person's
     preference (portal.i18n) and sets the language cookie for everyone, then goes back."""
     code = supported(request.POST.get("language"))
@@ -88,12 +89,15 @@ def set_language(request):
 
 
 if TYPE_CHECKING:
+    from portal.permissions import AuthenticatedHttpRequest
+
     _UserDetailView = DetailView[User]
 else:  # Django's generic forms and views take no [] at runtime
     _UserDetailView = DetailView
 
 
 class TokenRevokeView(LoginRequiredMixin, ConfirmView):
+    request: AuthenticatedHttpRequest
     title = _("Revoke API token")
     question = _("Revoke the API token “%(name)s” (%(prefix)s…%(last_four)s)?")
     detail = _("Scripts using it stop working at once. This cannot be undone.")
@@ -119,13 +123,14 @@ class LoginView(auth_views.LoginView):
     """The password form, and "Sign in with <IdP>" when single sign-on is on. A username with many
     recent failures is slowed down (`services.login_delay`), except from a trusted address."""
 
-    def post(self, request, *args, **kwargs):
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         username = request.POST.get("username", "")
         if username and not services.is_trusted_address(client_ip(request)):
             wait = services.login_delay(username)
             if wait:
                 form = self.get_form()  # not validated: that would check the password
-                form._errors, form.cleaned_data = ErrorDict(), {}
+                form._errors = ErrorDict()  # type: ignore[attr-defined]  # Django's own, not in the stubs
+                form.cleaned_data = {}
                 form.add_error(
                     None,
                     _("Too many failed logins for this username. Try again in %(seconds)s seconds.")
@@ -136,7 +141,7 @@ class LoginView(auth_views.LoginView):
                 return response
         return super().post(request, *args, **kwargs)
 
-    def get_context_data(self, **kwargs):
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         return super().get_context_data(
             sso_name=sso.provider_name() if sso.enabled() else "",
             password_admins_only=settings.PORTAL_PASSWORD_LOGIN_ADMINS_ONLY,
@@ -145,11 +150,12 @@ class LoginView(auth_views.LoginView):
 
 
 class PasswordChangeView(auth_views.PasswordChangeView):
+    request: AuthenticatedHttpRequest
     template_name = "registration/password_change_form.html"
     success_url = reverse_lazy("account")
     form_class = PasswordChangeForm
 
-    def form_valid(self, form):
+    def form_valid(self, form: auth_forms.PasswordChangeForm) -> HttpResponse:
         response = super().form_valid(form)  # keeps this session (update_session_auth_hash)
         revoke = form.cleaned_data["revoke_access"]
         services.password_changed(
@@ -181,14 +187,15 @@ class UserListView(AdminRequiredMixin, FilteredListView):
         "last_login": "last_login",
     }
 
-    def get_base_queryset(self):
+    def get_base_queryset(self) -> QuerySet[User]:
         return User.objects.order_by("username")
 
-    def get_context_data(self, **kwargs):
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         return super().get_context_data(filter_fields=["role", "team", "is_active"], **kwargs)
 
 
 class UserCreateView(AdminRequiredMixin, ObjectFormView):
+    request: AuthenticatedHttpRequest
     form_class = UserCreateForm
     success, cancel = "user_detail", "user_list"
     title = (_("New user"), "")
@@ -216,7 +223,7 @@ class UserDetailView(AdminRequiredMixin, _UserDetailView):
     template_name = "accounts/user_detail.html"
     context_object_name = "person"
 
-    def get_context_data(self, **kwargs):
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         person = self.object
         context["new_password"] = pop_secret(self.request, f"password-{person.pk}")
@@ -240,6 +247,8 @@ class UserEditView(AdminRequiredMixin, ObjectFormView):
 class UserActivationView(AdminRequiredMixin, ConfirmView):
     """Deactivate (keys stop working) or reactivate, after a confirmation page; the service refuses
     deactivating oneself (`services.check_set_active`), here and in the API."""
+
+    request: AuthenticatedHttpRequest
 
     queryset = User.objects.all()
     cancel = "user_detail"
@@ -301,6 +310,8 @@ class UserActivationView(AdminRequiredMixin, ConfirmView):
 class UserUnlockView(AdminRequiredMixin, ConfirmView):
     """Clear the failed logins that locked a username out (django-axes), after a confirmation."""
 
+    request: AuthenticatedHttpRequest
+
     queryset = User.objects.all()
     cancel = "user_detail"
     title = _("Unlock login")
@@ -317,6 +328,7 @@ class UserUnlockView(AdminRequiredMixin, ConfirmView):
 
 
 class UserResetPasswordView(AdminRequiredMixin, ConfirmView):
+    request: AuthenticatedHttpRequest
     queryset = User.objects.all()
     cancel = "user_detail"
     title = _("Reset password")
@@ -353,7 +365,7 @@ class TeamListView(AdminRequiredMixin, FilteredListView):
     template_name = "accounts/team_list.html"
     sort_fields = {"name": "name", "requests_per_minute": "requests_per_minute", "tokens_per_day": "tokens_per_day"}
 
-    def get_base_queryset(self):
+    def get_base_queryset(self) -> QuerySet[Team]:
         return Team.objects.annotate(member_count=Count("members")).order_by("name")
 
 
@@ -367,7 +379,7 @@ class TeamEditView(AdminRequiredMixin, ObjectFormView):
     saved = (_("Team %(name)s created. Put people in it on their user page."), _("Team %(name)s saved."))
 
 
-def managed_team(request, pk) -> Team:
+def managed_team(request: AuthenticatedHttpRequest, pk: int) -> Team:
     """The team `pk` if the user is an admin or its lead; another team is 404 (a lead's), 403 otherwise."""
     team = get_object_or_404(Team.objects.visible_to(request.user), pk=pk)
     if not (request.user.is_admin or request.user.led_team_id == team.pk):
@@ -378,7 +390,7 @@ def managed_team(request, pk) -> Team:
 class TeamDetailView(AdminOrTeamLeadRequiredMixin, View):
     """The team's limits and models, and its members with their own limits and keys."""
 
-    def get(self, request, pk):
+    def get(self, request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         team = managed_team(request, pk)
         members = team.members.annotate(
             active_keys=Count("keys", filter=Q(keys__revoked_at__isnull=True), distinct=True)
@@ -392,6 +404,8 @@ class TeamDetailView(AdminOrTeamLeadRequiredMixin, View):
 
 class MemberLimitsView(AdminOrTeamLeadRequiredMixin, ObjectFormView):
     """A member's own limits, set by an admin or the team's lead (within the team's ceilings)."""
+
+    request: AuthenticatedHttpRequest
 
     form_class = MemberLimitsForm
     template_name = "accounts/member_limits.html"
@@ -414,7 +428,8 @@ class MemberLimitsView(AdminOrTeamLeadRequiredMixin, ObjectFormView):
 
     def save(self, form: MemberLimitsForm) -> User:
         form.save()
-        return self.object
+        member: User = self.object
+        return member
 
     def get_success_url(self, obj: User) -> str:
         return reverse("team_detail", args=[self.team.pk])
@@ -430,10 +445,10 @@ class AuditLogView(AdminRequiredMixin, FilteredListView):
     paginate_by = 50
     sort_fields = {"when": "created", "who": "actor_name", "action": "action", "object": "object_type"}
 
-    def get_base_queryset(self):
+    def get_base_queryset(self) -> QuerySet[AuditLog]:
         return AuditLog.objects.select_related("actor")
 
-    def get_context_data(self, **kwargs):
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         object_types = AuditLog.objects.order_by().values_list("object_type", flat=True).distinct()
         return super().get_context_data(
             filter_fields=["action", "actor"], object_types=sorted(set(object_types)), **kwargs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from django.contrib.auth.password_validation import validate_password
@@ -24,6 +25,8 @@ from ..models import ApiToken, AuditLog, Team, User
 class UserSerializer(LimitFields, serializers.ModelSerializer[User]):
     """Admins manage users. The password is write-only and create-only (use `reset-password` later);
     limits are the ceiling for the user's keys and apply to all of them together."""
+
+    generated_password: str | None = None  # set by create() when the portal chose the password
 
     password = serializers.CharField(
         write_only=True,
@@ -133,8 +136,7 @@ class UserSerializer(LimitFields, serializers.ModelSerializer[User]):
         user, plain = services.create_user(password=password, **validated_data)
         if models:
             user.allowed_models.set(models)
-        if not password:
-            user.generated_password = plain
+        self.generated_password = None if password else plain  # shown once, in the create answer
         return user
 
     @transaction.atomic
@@ -201,6 +203,7 @@ class MemberSerializer(LimitFields, serializers.ModelSerializer[User]):
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         limits = {f: attrs[f] for f in LIMIT_FIELDS if f in attrs}
+        assert self.instance is not None  # a member's limits are only ever updated
         try:
             cleaned = services.validate_member_limits(self.instance, editor=self.context["request"].user, limits=limits)
         except DjangoValidationError as exc:
@@ -305,7 +308,7 @@ class ApiTokenSerializer(serializers.ModelSerializer[ApiToken]):
             raise serializers.ValidationError(_("You already have an active token with this name."))
         return value
 
-    def validate_expires_at(self, value):
+    def validate_expires_at(self, value: datetime.datetime | None) -> datetime.datetime | None:
         if value is not None and value <= timezone.now():
             raise serializers.ValidationError(_("The expiry must be in the future."))
         return value

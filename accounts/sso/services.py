@@ -61,7 +61,7 @@ def map_groups(groups: Iterable[str]) -> GroupMapping:
     return GroupMapping(role=role, teams=list(dict.fromkeys(teams)))
 
 
-def sign_in(claims: Mapping[str, Any]):
+def sign_in(claims: Mapping[str, Any]) -> User:
     """The user `claims` (ID token and userinfo, already verified) name, created or updated."""
     subject = str(claims.get("sub") or "")
     if not subject:
@@ -83,7 +83,7 @@ def sign_in(claims: Mapping[str, Any]):
     return user
 
 
-def _link_by_email(claims: Mapping[str, Any]):
+def _link_by_email(claims: Mapping[str, Any]) -> User | None:
     """An existing account with the same verified e-mail and no IdP identity yet (a user an admin
     made before single sign-on was on). Never a superuser: that account stays local."""
     email = str(claims.get("email") or "")
@@ -110,7 +110,7 @@ def _free_username(claims: Mapping[str, Any], subject: str) -> str:
     return name
 
 
-def _apply(user, claims: Mapping[str, Any], subject: str, role: str) -> bool:
+def _apply(user: User, claims: Mapping[str, Any], subject: str, role: str) -> bool:
     """Set what the IdP is the source of; returns whether anything changed."""
     wanted = {
         "oidc_subject": subject,
@@ -129,7 +129,7 @@ def _apply(user, claims: Mapping[str, Any], subject: str, role: str) -> bool:
     return changed
 
 
-def _apply_teams(user, teams: list[str]) -> None:
+def _apply_teams(user: User, teams: list[str]) -> None:
     """Team membership from the groups claim, again at every login, when PORTAL_OIDC_GROUP_MAP names
     any team: the first mapped team (created at its first use, with no limits until an admin sets
     them), or no team when none of the person's groups maps to one (a removed group takes them out).
