@@ -244,14 +244,18 @@ class UserEditView(AdminRequiredMixin, ObjectFormView):
         return {"instance": self.object, "acting_user": self.request.user}
 
 
-class UserActivationView(AdminRequiredMixin, ConfirmView):
+class UserConfirmView(AdminRequiredMixin, ConfirmView):
+    """An admin's action on a user, asked first; Cancel goes back to the user's page."""
+
+    request: AuthenticatedHttpRequest
+    queryset = User.objects.all()
+    cancel = "user_detail"
+
+
+class UserActivationView(UserConfirmView):
     """Deactivate (keys stop working) or reactivate, after a confirmation page; the service refuses
     deactivating oneself (`services.check_set_active`), here and in the API."""
 
-    request: AuthenticatedHttpRequest
-
-    queryset = User.objects.all()
-    cancel = "user_detail"
     choice = "restore_keys"
 
     def activating(self, person: User) -> bool:
@@ -307,13 +311,9 @@ class UserActivationView(AdminRequiredMixin, ConfirmView):
         return done(self.request, text % {"username": person.username}, "user_detail", person.pk)
 
 
-class UserUnlockView(AdminRequiredMixin, ConfirmView):
+class UserUnlockView(UserConfirmView):
     """Clear the failed logins that locked a username out (django-axes), after a confirmation."""
 
-    request: AuthenticatedHttpRequest
-
-    queryset = User.objects.all()
-    cancel = "user_detail"
     title = _("Unlock login")
     question = _("Let %(name)s try to log in again now?")
     detail = _(
@@ -327,10 +327,7 @@ class UserUnlockView(AdminRequiredMixin, ConfirmView):
         return done(self.request, _("%(name)s can log in again.") % names(person), "user_detail", person.pk)
 
 
-class UserResetPasswordView(AdminRequiredMixin, ConfirmView):
-    request: AuthenticatedHttpRequest
-    queryset = User.objects.all()
-    cancel = "user_detail"
+class UserResetPasswordView(UserConfirmView):
     title = _("Reset password")
     question = _("Reset the password of %(name)s?")
     detail = _("Their current password stops working; the new password is shown to you once.")

@@ -150,7 +150,7 @@ class AlertTargetDeleteView(AdminRequiredMixin, ObjectDeleteView):
     queryset = AlertTarget.objects.all()
     success = "channel-alert-targets"
     title = _("Delete alert target")
-    question = _("Delete the alert target %(name)s?")
+    question = _("Delete alert target %(name)s?")
     detail = _("Notifications will no longer go to %(destination)s. Past notifications stay in the log.")
     button = _("Delete")
     deleted = _("Alert target %(name)s deleted.")

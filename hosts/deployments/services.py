@@ -531,15 +531,17 @@ def host_architecture(deployment: Deployment) -> fit.Architecture | None:
     return arch
 
 
-def check_changeable(deployment: Deployment) -> None:
-    """A deployment is changed only while stopped (its server would no longer match its settings):
-    raises ValidationError otherwise. The page and the API both ask here."""
+def check_changeable(deployment: Deployment, *, deleting: bool = False) -> None:
+    """A deployment is changed or deleted only while stopped (its server would no longer match its
+    settings, or run on unowned): raises ValidationError otherwise. The page and the API ask here."""
     if not deployment.is_idle:
-        raise ValidationError({"status": _("Stop the deployment before changing it.")}, code="running")
+        text = (
+            _("Stop the deployment before deleting it.") if deleting else _("Stop the deployment before changing it.")
+        )
+        raise ValidationError({"status": text}, code="running")
 
 
 def delete_deployment(deployment: Deployment) -> None:
     """Delete a stopped deployment and its job history (its channel stays until deleted)."""
-    if not deployment.is_idle:
-        raise ValidationError({"status": _("Stop the deployment before deleting it.")}, code="running")
+    check_changeable(deployment, deleting=True)
     deployment.delete()

@@ -261,7 +261,7 @@ class DeploymentDeleteView(DeploymentConfirmView, ObjectDeleteView):
     deleted = _("Deployment %(name)s deleted.")
 
     def check(self, deployment: Deployment) -> None:
-        services.check_changeable(deployment)  # asked again by delete_deployment
+        services.check_changeable(deployment, deleting=True)  # asked again by delete_deployment
 
     def delete(self, deployment: Deployment) -> None:
         services.delete_deployment(deployment)
