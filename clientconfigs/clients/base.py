@@ -219,7 +219,7 @@ class Rendered:
     warnings: list[str] = field(default_factory=list)  # shown prominently on the page and by the installer
     # Providers the installer writes into a client's own database (CC Switch's cc-switch.db): one per
     # app, {"app_type", "settings_config"}; upserted under PROVIDER_ID, so a second run updates them.
-    db_providers: list[dict] = field(default_factory=list)
+    db_providers: list[dict[str, Any]] = field(default_factory=list)
 
 
 # What each client sends before the user types a word (system prompt + tool schemas), measured at
@@ -232,7 +232,9 @@ def window_need(prompt_tokens: int, answer_floor: int = ANSWER_ROOM) -> int:
     return prompt_tokens + answer_floor if prompt_tokens else 0
 
 
-def window_warnings(label: str, prompt_tokens: int, models: tuple[ModelSpec, ...], answer_floor: int = ANSWER_ROOM):
+def window_warnings(
+    label: str, prompt_tokens: int, models: tuple[ModelSpec, ...], answer_floor: int = ANSWER_ROOM
+) -> list[str]:
     """One sentence per model whose window cannot hold the client's own prompt and an answer."""
     need = window_need(prompt_tokens, answer_floor)
     out = []

@@ -18,12 +18,15 @@ providers.json (McpHub's GlobalFileNames.mcpSettings), as `streamableHttp` entri
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils.translation import gettext as _
 
 from .base import (
     PROVIDER_NAME,
     VERSION_HEADER,
     ConfigFile,
+    ModelSpec,
     Probe,
     Rendered,
     RenderInput,
@@ -43,8 +46,8 @@ MCP_PATH = f"{SETTINGS}/cline_mcp_settings.json"
 PROMPT_TOKENS = 5600  # measured: 2.6-5.6k (25 tools) with the Cline CLI for a one-line request
 
 
-def _model_info(m) -> dict:
-    info: dict = {}
+def _model_info(m: ModelSpec) -> dict[str, Any]:
+    info: dict[str, Any] = {}
     if m.context_window:
         info["contextWindow"] = m.context_window
     if m.max_output_tokens:
@@ -64,7 +67,7 @@ def render(inp: RenderInput) -> Rendered:
     primary = inp.primary
     key = inp.key_or_placeholder
     headers = {VERSION_HEADER: inp.version}
-    settings: dict = {"provider": PROVIDER, "apiKey": key, "baseUrl": inp.api_base}
+    settings: dict[str, Any] = {"provider": PROVIDER, "apiKey": key, "baseUrl": inp.api_base}
     if primary:
         settings["model"] = primary.name
     settings["headers"] = headers
@@ -75,9 +78,9 @@ def render(inp: RenderInput) -> Rendered:
         "modes": {},
         "providers": {PROVIDER: {"settings": settings, "updatedAt": inp.generated_at, "tokenSource": "manual"}},
     }
-    catalog: dict = {}
+    catalog: dict[str, Any] = {}
     for m in inp.ordered:
-        entry: dict = {"id": m.name, "name": m.label}
+        entry: dict[str, Any] = {"id": m.name, "name": m.label}
         if m.context_window:
             entry["contextWindow"] = m.context_window
             entry["maxInputTokens"] = m.context_window
@@ -85,12 +88,12 @@ def render(inp: RenderInput) -> Rendered:
             entry["maxTokens"] = m.max_output_tokens
         entry["capabilities"] = ["streaming", "tools"]
         catalog[m.name] = entry
-    provider_meta: dict = {"name": f"{PROVIDER_NAME} (config {inp.version})", "baseUrl": inp.api_base}
+    provider_meta: dict[str, Any] = {"name": f"{PROVIDER_NAME} (config {inp.version})", "baseUrl": inp.api_base}
     if primary:
         provider_meta["defaultModelId"] = primary.name
     models = {"version": 1, "providers": {PROVIDER: {"provider": provider_meta, "models": catalog}}}
 
-    state: dict = {
+    state: dict[str, Any] = {
         "planModeApiProvider": "openai",
         "actModeApiProvider": "openai",
         "openAiBaseUrl": inp.api_base,

@@ -18,6 +18,8 @@ The team's MCP servers are `[mcp_servers.teamgw-<slug>]` tables (Streamable HTTP
 
 from __future__ import annotations
 
+from typing import Any
+
 import tomli_w
 from django.utils.translation import gettext as _
 
@@ -50,8 +52,8 @@ TOOLS_NOTE = (
 )
 
 
-def config(inp: RenderInput) -> dict:
-    data: dict = {}
+def config(inp: RenderInput) -> dict[str, Any]:
+    data: dict[str, Any] = {}
     primary = inp.primary
     if primary:
         data["model"] = primary.name

@@ -11,6 +11,8 @@ The team's MCP servers are `mcp.teamgw-<slug>` entries of type `http` (its MCPCo
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils.translation import gettext as _
 
 from .base import (
@@ -20,6 +22,7 @@ from .base import (
     PROVIDER_NAME,
     Command,
     ConfigFile,
+    ModelSpec,
     Probe,
     Rendered,
     RenderInput,
@@ -36,7 +39,7 @@ FALLBACK_CONTEXT = 8192
 FALLBACK_OUTPUT = 2048
 
 
-def model_entry(m) -> dict:
+def model_entry(m: ModelSpec) -> dict[str, Any]:
     return {
         "id": m.name,
         "name": m.label,
@@ -53,7 +56,7 @@ def model_entry(m) -> dict:
 
 def render(inp: RenderInput) -> Rendered:
     primary = inp.primary
-    data: dict = {
+    data: dict[str, Any] = {
         "$schema": "https://charm.land/crush.json",
         "providers": {
             PROVIDER_ID: {

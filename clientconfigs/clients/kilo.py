@@ -9,6 +9,8 @@ package is missing from npm; 7.7.7 is what was run.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils.translation import gettext as _
 
 from .base import (
@@ -33,7 +35,10 @@ OPT_OUT = "KILO_TELEMETRY_LEVEL=off KILO_DISABLE_AUTOUPDATE=1 KILO_DISABLE_MODEL
 
 def render(inp: RenderInput) -> Rendered:
     api_key = inp.api_key or "{env:%s}" % ENV_VAR  # noqa: UP031 - Kilo's (OpenCode's) own syntax
-    data: dict = {"$schema": "https://app.kilo.ai/config.json", "provider": {PROVIDER_ID: provider_entry(inp, api_key)}}
+    data: dict[str, Any] = {
+        "$schema": "https://app.kilo.ai/config.json",
+        "provider": {PROVIDER_ID: provider_entry(inp, api_key)},
+    }
     primary = inp.primary
     if primary:
         data["model"] = f"{PROVIDER_ID}/{primary.name}"

@@ -11,6 +11,8 @@ second install replaces them, the user's own entries stay (on Windows too).
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils.translation import gettext as _
 
 from .base import (
@@ -37,7 +39,7 @@ DEFAULT = DIR + "/default_model.txt"
 PREFIX = PROVIDER_ID + "/"
 
 
-def _file(name: str, content: str, fmt: str, merge: str, **kw) -> ConfigFile:
+def _file(name: str, content: str, fmt: str, merge: str, **kw: Any) -> ConfigFile:
     return ConfigFile(
         name,
         f"{DIR}/{name}",

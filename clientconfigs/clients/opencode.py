@@ -8,6 +8,8 @@ MCP servers are `mcp.teamgw-<slug>` entries of type `remote` with the key as a b
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils.translation import gettext as _
 
 from .base import (
@@ -33,10 +35,10 @@ PATH = "~/.config/opencode/opencode.json"
 PROMPT_TOKENS = 7700  # measured: 6.1-7.7k for a one-line request
 
 
-def provider_entry(inp: RenderInput, api_key: str) -> dict:
-    models: dict = {}
+def provider_entry(inp: RenderInput, api_key: str) -> dict[str, Any]:
+    models: dict[str, Any] = {}
     for m in inp.models:
-        entry: dict = {"name": m.label}
+        entry: dict[str, Any] = {"name": m.label}
         if m.context_window and m.max_output_tokens:
             entry["limit"] = {"context": m.context_window, "output": m.max_output_tokens}
         entry["tool_call"] = True
@@ -67,7 +69,10 @@ MCP_OWNED = (f"mcp.{MCP_PREFIX}",)
 
 def render(inp: RenderInput) -> Rendered:
     api_key = inp.api_key or "{env:%s}" % ENV_VAR  # noqa: UP031 - OpenCode's own syntax
-    data: dict = {"$schema": "https://opencode.ai/config.json", "provider": {PROVIDER_ID: provider_entry(inp, api_key)}}
+    data: dict[str, Any] = {
+        "$schema": "https://opencode.ai/config.json",
+        "provider": {PROVIDER_ID: provider_entry(inp, api_key)},
+    }
     primary = inp.primary
     if primary:
         data["model"] = f"{PROVIDER_ID}/{primary.name}"

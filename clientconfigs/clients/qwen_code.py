@@ -14,6 +14,8 @@ file is then 0600), else `$TEAM_GATEWAY_API_KEY`, which Qwen Code expands from t
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils.translation import gettext as _
 
 from .base import (
@@ -22,6 +24,7 @@ from .base import (
     VERSION_HEADER,
     Command,
     ConfigFile,
+    ModelSpec,
     Probe,
     Rendered,
     RenderInput,
@@ -39,9 +42,14 @@ PROMPT_TOKENS = 19400  # measured: 14 tools, plus a ~10.9k background request af
 ANSWER_FLOOR = 4000  # the smallest output cap Qwen Code sends
 
 
-def provider(m, inp: RenderInput) -> dict:
-    entry: dict = {"id": m.name, "name": f"{m.label} (team gateway)", "envKey": ENV_VAR, "baseUrl": inp.api_base}
-    generation: dict = {"customHeaders": {VERSION_HEADER: inp.version}}
+def provider(m: ModelSpec, inp: RenderInput) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "id": m.name,
+        "name": f"{m.label} (team gateway)",
+        "envKey": ENV_VAR,
+        "baseUrl": inp.api_base,
+    }
+    generation: dict[str, Any] = {"customHeaders": {VERSION_HEADER: inp.version}}
     if m.context_window:
         generation["contextWindowSize"] = m.context_window
     if m.max_output_tokens:
@@ -52,7 +60,7 @@ def provider(m, inp: RenderInput) -> dict:
 
 def render(inp: RenderInput) -> Rendered:
     primary = inp.primary
-    data: dict = {
+    data: dict[str, Any] = {
         "$version": 4,
         "modelProviders": {"openai": [provider(m, inp) for m in inp.ordered]},
         "security": {"auth": {"selectedType": "openai"}},
