@@ -18,13 +18,13 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 from django.utils import timezone, translation
-from mcpservers.access import allowed_servers
 
 from channels.choices import Locality
 from channels.models import AliasTarget, Model, ModelRoute, alias_limits, route_limits
 from hosts.models import Deployment
 from keys.models import Key
 from keys.services import issue_key, rotate_key
+from mcpservers.access import allowed_servers
 from portal import audit
 from portal.choices import AuditAction
 from portal.public import public_url
@@ -147,7 +147,7 @@ def mcp_specs(key: Key | None) -> tuple[McpServerSpec, ...]:
 def version_of(gateway: str, specs: tuple[ModelSpec, ...], mcp: tuple[McpServerSpec, ...] = ()) -> str:
     """A short hash over everything written into the files except the key: changes when an admin
     changes models, limits, the key's MCP servers or the gateway URL."""
-    payload: list = [gateway, [asdict(s) for s in specs]]
+    payload: list[Any] = [gateway, [asdict(s) for s in specs]]
     if mcp:  # without servers the hash stays what it was before MCP existed
         payload.append([asdict(s) for s in mcp])
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]

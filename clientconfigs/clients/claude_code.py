@@ -85,6 +85,8 @@ def model_settings(inp: RenderInput) -> list[ConfigFile]:
             )
         )
     return out
+
+
 def mcp_file(inp: RenderInput) -> ConfigFile:
     """User-scope MCP servers: one `teamgw-<slug>` entry per server this key may use."""
     return mcp_servers_file(".claude.json", MCP_PATH, inp, "http", inp.api_key or "${ANTHROPIC_AUTH_TOKEN}")

@@ -12,6 +12,7 @@ names or our base URL; the user's own stay.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from django.utils.translation import gettext as _
 
@@ -57,7 +58,7 @@ def render(inp: RenderInput) -> Rendered:
         }
         for m in inp.ordered
     ]
-    data: dict = {"customModels": entries}
+    data: dict[str, Any] = {"customModels": entries}
     primary = inp.primary
     if primary:
         data["sessionDefaultSettings"] = {"model": model_id(primary.label)}

@@ -13,6 +13,8 @@ write, so the page lists what to enter under Settings | Tools | AI Assistant | P
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils.translation import gettext as _
 
 from .base import (
@@ -35,7 +37,7 @@ PATH = f"~/.junie/models/{PROVIDER_ID}.json"
 
 def render(inp: RenderInput) -> Rendered:
     primary = inp.primary
-    profile: dict = {}
+    profile: dict[str, Any] = {}
     if primary:
         profile = {"id": primary.name, "displayName": f"{primary.label} ({PROVIDER_NAME})"}
     profile |= {

@@ -51,7 +51,7 @@ def provider_entry(inp: RenderInput, api_key: str) -> dict[str, Any]:
     }
 
 
-def mcp_entries(inp: RenderInput, api_key: str) -> dict:
+def mcp_entries(inp: RenderInput, api_key: str) -> dict[str, Any]:
     """OpenCode's (and Kilo's) remote MCP servers: one `teamgw-<slug>` entry per allowed server."""
     return {
         s.entry: {

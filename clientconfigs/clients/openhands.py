@@ -10,6 +10,8 @@ placeholder), `max_input_tokens` (what the window leaves after the answer) and `
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils.translation import gettext as _
 
 from .base import (
@@ -29,9 +31,9 @@ PREFIX = "openai/"
 TOOLS = ("terminal", "file_editor", "task_tracker", "task_tool_set")  # openhands_cli's defaults
 
 
-def llm(inp: RenderInput, usage: str) -> dict:
+def llm(inp: RenderInput, usage: str) -> dict[str, Any]:
     primary = inp.primary
-    data: dict = {"model": PREFIX + primary.name if primary else "", "api_key": inp.key_or_placeholder}
+    data: dict[str, Any] = {"model": PREFIX + primary.name if primary else "", "api_key": inp.key_or_placeholder}
     data["base_url"] = inp.api_base
     if primary:
         output = inp.output_of(primary)

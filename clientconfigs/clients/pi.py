@@ -11,6 +11,8 @@ role and `reasoning_effort`, which OpenAI-compatible servers such as vLLM may no
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils.translation import gettext as _
 
 from .base import (
@@ -32,7 +34,7 @@ MODELS = "~/.pi/agent/models.json"
 SETTINGS = "~/.pi/agent/settings.json"
 
 
-def provider(inp: RenderInput) -> dict:
+def provider(inp: RenderInput) -> dict[str, Any]:
     return {
         "baseUrl": inp.api_base,
         "api": "openai-completions",

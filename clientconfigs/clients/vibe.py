@@ -10,6 +10,8 @@ from the variable `api_key_env_var` names, which Vibe also loads from ~/.vibe/.e
 
 from __future__ import annotations
 
+from typing import Any
+
 import tomli_w
 from django.utils.translation import gettext as _
 
@@ -32,8 +34,8 @@ ENV_FILE = "~/.vibe/.env"
 PREFIX = PROVIDER_ID + "/"
 
 
-def config(inp: RenderInput) -> dict:
-    data: dict = {}
+def config(inp: RenderInput) -> dict[str, Any]:
+    data: dict[str, Any] = {}
     primary = inp.primary
     if primary:
         data["active_model"] = PREFIX + primary.name
