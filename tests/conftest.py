@@ -1,11 +1,13 @@
 import os
 import shutil
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
 
 from accounts.choices import Role
+from tests import template_db
 
 # Markers for the fast inner loop, `pytest -m "not services and not slow"` (CONTRIBUTING.md).
 # A test needs a service when it uses a fixture that starts or reaches one, or when its body calls
@@ -84,9 +86,13 @@ def pytest_cmdline_main(config):
         workers = int(os.environ.get("PORTAL_TEST_WORKERS", DEFAULT_WORKERS))
         if workers > 1:
             config.option.numprocesses = workers
+    if config.getoption("numprocesses", None) in (None, 0):
+        return
     # An explicit `-n N` too: loadgroup unless another --dist was asked for.
-    if config.getoption("numprocesses", None) not in (None, 0) and config.option.dist == "no":
+    if config.option.dist == "no":
         config.option.dist = "loadgroup"
+    if config.option.testrunuid is None:  # the workers' template database is named by it (template_db)
+        config.option.testrunuid = uuid.uuid4().hex
 
 
 def _worker_index(config) -> int | None:
@@ -137,6 +143,8 @@ def pytest_configure(config):
     worker sees another's keys. Subprocesses the tests start inherit it through REDIS_URL."""
     config.pluginmanager.register(_LongestFirst(), "portal-longest-first")
     worker = _worker_index(config)
+    if worker is not None and not (config.option.reuse_db or config.option.nomigrations):
+        config.pluginmanager.register(template_db.TemplateDatabase(), "portal-template-db")
     if worker is None and config.getoption("dist", "no") != "no":
         return  # the xdist controller runs no test: its workers set up their own Redis
     if os.environ.get("REDIS_URL"):
@@ -155,6 +163,15 @@ def pytest_configure(config):
     server = embedded_redis.EmbeddedRedis(folder).start()
     config.stash[_EMBEDDED_REDIS] = (server, folder)
     _use_redis(server.url)
+
+
+def pytest_sessionfinish(session):
+    config = session.config
+    if _worker_index(config) is None and config.getoption("dist", "no") != "no":
+        from pytest_django.plugin import blocking_manager_key
+
+        with config.stash[blocking_manager_key].unblock():
+            template_db.drop_template(config)
 
 
 def pytest_unconfigure(config):
