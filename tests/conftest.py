@@ -144,7 +144,7 @@ def pytest_configure(config):
     config.pluginmanager.register(_LongestFirst(), "portal-longest-first")
     worker = _worker_index(config)
     if worker is not None and not (config.option.reuse_db or config.option.nomigrations):
-        config.pluginmanager.register(template_db.TemplateDatabase(), "portal-template-db")
+        config.pluginmanager.register(template_db, "portal-template-db")
     if worker is None and config.getoption("dist", "no") != "no":
         return  # the xdist controller runs no test: its workers set up their own Redis
     if os.environ.get("REDIS_URL"):
@@ -172,6 +172,8 @@ def pytest_sessionfinish(session):
 
         with config.stash[blocking_manager_key].unblock():
             template_db.drop_template(config)
+    if _worker_index(config) is None:
+        template_db.remove_made(config)
 
 
 def pytest_unconfigure(config):
@@ -225,6 +227,33 @@ def _shares_a_module_fixture(item) -> bool:
     info = getattr(item, "_fixtureinfo", None)
     defs = info.name2fixturedefs.values() if info is not None else ()
     return any(d[-1].scope in ("module", "class") for d in defs if d)
+
+
+@pytest.fixture(scope="session")
+def migrated_data_folder(request) -> Path:
+    """A data folder as a first `portal up` leaves it just before it creates the admin (SQLite
+    migrated and the secrets made by `portal manage migrate`), made once per run: tests that run the
+    portal's processes on a data folder, and do not test a new one, start from a copy of it."""
+
+    def make(folder: Path) -> None:
+        import subprocess
+        import sys
+
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_", "REDIS_", "CELERY_"))}
+        env.update(PORTAL_DATA_DIR=str(folder / "data"), PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+        for name in ("DJANGO_SECRET_KEY", "PORTAL_ENCRYPTION_KEYS", "PORTAL_KEY_HASH_SECRET", "DJANGO_SETTINGS_MODULE"):
+            env.pop(name, None)
+        done = subprocess.run(
+            [sys.executable, "-m", "portal.cli", "manage", "migrate", "-v0"],
+            cwd=folder,  # `portal` reads ./.env: none here
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    return template_db.made_once(request.config, "migrated-data", make) / "data"
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ Runs the real command in a subprocess with the embedded defaults (SQLite, embedd
 A start is four Python processes and, on a new folder, 39 migrations, so starts are few: the tests
 that look at a running portal and leave it running share one (`running`, on a new folder; the last
 of them stops it with Ctrl-C), and the tests of how it stops start from a copy of a folder migrated
-once (`migrated`), as a second start would find it.
+once per run (`migrated_data_folder`), as a second start would find it.
 """
 
 from __future__ import annotations
@@ -188,23 +188,6 @@ class Portal:
 
 
 @pytest.fixture(scope="module")
-def migrated(tmp_path_factory) -> Path:
-    """A data folder as a first `up` leaves it just before it creates the admin: migrated by the
-    portal's own command (secrets and SQLite made there), once for the module."""
-    folder = tmp_path_factory.mktemp("migrated")
-    done = subprocess.run(
-        [sys.executable, "-m", "portal.cli", "manage", "migrate", "-v0"],
-        cwd=folder,
-        env=portal_env(folder),
-        capture_output=True,
-        text=True,
-        timeout=START_TIMEOUT,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return folder / "data"
-
-
-@pytest.fixture(scope="module")
 def running(tmp_path_factory):
     """One `portal up` as a new user starts it (a new data folder, a shell's 022 umask, the admin
     password from the environment, the access log on), shared by the tests that look at a running
@@ -294,8 +277,8 @@ def test_portal_up_with_admin_password_from_the_environment(up):
     assert "correct-horse-battery-9" not in up.output
 
 
-def test_portal_up_prints_a_generated_admin_password_once(start, migrated):
-    portal = start(None, data=migrated)
+def test_portal_up_prints_a_generated_admin_password_once(start, migrated_data_folder):
+    portal = start(None, data=migrated_data_folder)
     portal.wait_healthy()
     match = re.search(r"^\s*password: (\S+)\s*$", portal.output, re.M)
     assert match, portal.output[-2000:]
@@ -313,11 +296,11 @@ def wait_gone(pids: set[int], timeout: float = 30) -> set[int]:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL], ids=["TERM", "HUP", "KILL"])
-def test_every_way_the_supervisor_ends_leaves_no_process_behind(start, migrated, sig):
+def test_every_way_the_supervisor_ends_leaves_no_process_behind(start, migrated_data_folder, sig):
     """SIGTERM (a service manager), SIGHUP (the terminal closed) and SIGKILL of the supervisor
     itself (PR_SET_PDEATHSIG): every child, the embedded Redis included, is gone. (Ctrl-C: the
     generated password's test and the data folder's.)"""
-    portal = start("correct-horse-battery-9", data=migrated)
+    portal = start("correct-horse-battery-9", data=migrated_data_folder)
     portal.wait_healthy()
     family = portal.family()
     commands = " ".join(portal.commands().values())

@@ -50,7 +50,7 @@ def fill(folder: Path) -> Path:
     return filler
 
 
-def test_a_full_disk_is_named_in_answers_and_logs_and_the_portal_recovers(small_disk, tmp_path):
+def test_a_full_disk_is_named_in_answers_and_logs_and_the_portal_recovers(small_disk, tmp_path, migrated_data_folder):
     data = small_disk / "data"
     data.mkdir()
     redis = embedded_redis.EmbeddedRedis(data, appendonly=True).start()
@@ -58,7 +58,7 @@ def test_a_full_disk_is_named_in_answers_and_logs_and_the_portal_recovers(small_
     try:
         with FakeUpstream() as upstream:
             env = env_for(data, GATEWAY_USAGE_FLUSH_INTERVAL="0.2")
-            made = seed(env, upstream.base_url)
+            made = seed(env, upstream.base_url, migrated_data_folder)
             server = ProcessServer(env)
             server.wait_ready()
             api = httpx.Client(base_url=server.url, headers={"Authorization": f"Token {made['token']}"}, timeout=30)
