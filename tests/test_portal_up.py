@@ -33,7 +33,7 @@ from tests.services import free_port
 pytestmark = [pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
-START_TIMEOUT = 180  # migrations + uvicorn + celery on a busy 2-core CI box
+START_TIMEOUT = 180  # migrations + uvicorn + celery on a busy 2-core CI box; also any one Python process
 # Variables that would point the command away from its embedded defaults.
 EXTERNAL = (
     "DATABASE_URL",
@@ -322,7 +322,7 @@ def test_a_second_portal_up_on_the_same_folder_refuses_and_a_dead_redis_comes_ba
         env=portal.env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=START_TIMEOUT,
     )
     assert second.returncode == 1
     assert f"another `portal up` (PID {portal.proc.pid}) is already running" in second.stderr, second.stderr
@@ -330,7 +330,7 @@ def test_a_second_portal_up_on_the_same_folder_refuses_and_a_dead_redis_comes_ba
     redis_pid = next(pid for pid, cmd in portal.commands().items() if "valkey-server" in cmd)
     os.kill(redis_pid, signal.SIGKILL)
     portal.wait_output("portal: redis exited with")
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + START_TIMEOUT
     while True:
         new = [pid for pid, cmd in portal.commands().items() if "valkey-server" in cmd and pid != redis_pid]
         health = httpx.get(portal.url + "/readyz", timeout=5)
@@ -353,7 +353,7 @@ def test_a_port_in_use_is_refused_before_anything_starts(tmp_path):
             env=portal_env(tmp_path),
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=START_TIMEOUT,
         )
     assert result.returncode == 1
     assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
@@ -373,7 +373,12 @@ def test_a_port_in_use_is_refused_before_anything_starts(tmp_path):
 def test_a_bad_variable_is_a_message_not_a_traceback(tmp_path, variable, value, message):
     env = {**portal_env(tmp_path), variable: value}
     result = subprocess.run(
-        [sys.executable, "-m", "portal.cli", "up"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "portal.cli", "up"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT,
     )
     assert result.returncode != 0
     assert message in result.stderr, result.stderr
@@ -420,7 +425,7 @@ def test_two_gateways_on_the_embedded_default_keep_limits_exact(up):
         env=portal.env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=START_TIMEOUT,
     )
     assert made.returncode == 0, made.stderr[-2000:]
     token = made.stdout.strip()
@@ -455,7 +460,7 @@ def test_two_gateways_on_the_embedded_default_keep_limits_exact(up):
             plaintext = key.json()["key"]
 
             second_url = f"http://127.0.0.1:{second_port}"
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + START_TIMEOUT
             while True:
                 try:
                     if httpx.get(second_url + "/healthz", timeout=2).status_code == 200:
