@@ -128,9 +128,9 @@ def crawl(robot: Robot, *, label: str) -> dict[str, list[str]]:
     queue, seen = deque(nav), set(nav)
     visited = []
     started: set = set()  # the page's requests not yet answered in full
-    page.on("request", started.add)
-    page.on("requestfinished", started.discard)
-    page.on("requestfailed", started.discard)
+    page.on("request", lambda request: started.add(request))  # playwright takes functions, not builtins
+    page.on("requestfinished", lambda request: started.discard(request))
+    page.on("requestfailed", lambda request: started.discard(request))
     while queue and len(visited) < MAX_PAGES:
         href = queue.popleft()
         path = urlparse(href).path
