@@ -56,6 +56,8 @@ REDIS_DATABASES = 16  # Redis's default `databases`: REDIS_URL's db + the worker
 # 140-280 s each of 8 tests, the admin's crawl 240 s…): under xdist they are handed out before
 # everything else, so no long one starts near the end and runs alone while the other workers idle.
 # Order matters, completeness does not: a module not listed runs after these, in collection order.
+# `portal up`'s module is cheaper since (one shared portal for four tests, which then run on one
+# worker as a group, 6 starts instead of 9) but stays early: that group is its longest chain.
 LONGEST_FIRST = (
     "tests/portal/test_backup_restore.py",
     "tests/api/test_schemathesis.py",
