@@ -1,11 +1,13 @@
 import os
 import shutil
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
 
 from accounts.choices import Role
+from tests import template_db
 
 # Markers for the fast inner loop, `pytest -m "not services and not slow"` (CONTRIBUTING.md).
 # A test needs a service when it uses a fixture that starts or reaches one, or when its body calls
@@ -54,6 +56,8 @@ REDIS_DATABASES = 16  # Redis's default `databases`: REDIS_URL's db + the worker
 # 140-280 s each of 8 tests, the admin's crawl 240 s…): under xdist they are handed out before
 # everything else, so no long one starts near the end and runs alone while the other workers idle.
 # Order matters, completeness does not: a module not listed runs after these, in collection order.
+# `portal up`'s module is cheaper since (one shared portal for four tests, which then run on one
+# worker as a group, 6 starts instead of 9) but stays early: that group is its longest chain.
 LONGEST_FIRST = (
     "tests/portal/test_backup_restore.py",
     "tests/api/test_schemathesis.py",
@@ -84,9 +88,13 @@ def pytest_cmdline_main(config):
         workers = int(os.environ.get("PORTAL_TEST_WORKERS", DEFAULT_WORKERS))
         if workers > 1:
             config.option.numprocesses = workers
+    if config.getoption("numprocesses", None) in (None, 0):
+        return
     # An explicit `-n N` too: loadgroup unless another --dist was asked for.
-    if config.getoption("numprocesses", None) not in (None, 0) and config.option.dist == "no":
+    if config.option.dist == "no":
         config.option.dist = "loadgroup"
+    if config.option.testrunuid is None:  # the workers' template database is named by it (template_db)
+        config.option.testrunuid = uuid.uuid4().hex
 
 
 def _worker_index(config) -> int | None:
@@ -137,6 +145,8 @@ def pytest_configure(config):
     worker sees another's keys. Subprocesses the tests start inherit it through REDIS_URL."""
     config.pluginmanager.register(_LongestFirst(), "portal-longest-first")
     worker = _worker_index(config)
+    if worker is not None and not (config.option.reuse_db or config.option.nomigrations):
+        config.pluginmanager.register(template_db, "portal-template-db")
     if worker is None and config.getoption("dist", "no") != "no":
         return  # the xdist controller runs no test: its workers set up their own Redis
     if os.environ.get("REDIS_URL"):
@@ -155,6 +165,17 @@ def pytest_configure(config):
     server = embedded_redis.EmbeddedRedis(folder).start()
     config.stash[_EMBEDDED_REDIS] = (server, folder)
     _use_redis(server.url)
+
+
+def pytest_sessionfinish(session):
+    config = session.config
+    if _worker_index(config) is None and config.getoption("dist", "no") != "no":
+        from pytest_django.plugin import blocking_manager_key
+
+        with config.stash[blocking_manager_key].unblock():
+            template_db.drop_template(config)
+    if _worker_index(config) is None:
+        template_db.remove_made(config)
 
 
 def pytest_unconfigure(config):
@@ -208,6 +229,33 @@ def _shares_a_module_fixture(item) -> bool:
     info = getattr(item, "_fixtureinfo", None)
     defs = info.name2fixturedefs.values() if info is not None else ()
     return any(d[-1].scope in ("module", "class") for d in defs if d)
+
+
+@pytest.fixture(scope="session")
+def migrated_data_folder(request) -> Path:
+    """A data folder as a first `portal up` leaves it just before it creates the admin (SQLite
+    migrated and the secrets made by `portal manage migrate`), made once per run: tests that run the
+    portal's processes on a data folder, and do not test a new one, start from a copy of it."""
+
+    def make(folder: Path) -> None:
+        import subprocess
+        import sys
+
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_", "REDIS_", "CELERY_"))}
+        env.update(PORTAL_DATA_DIR=str(folder / "data"), PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+        for name in ("DJANGO_SECRET_KEY", "PORTAL_ENCRYPTION_KEYS", "PORTAL_KEY_HASH_SECRET", "DJANGO_SETTINGS_MODULE"):
+            env.pop(name, None)
+        done = subprocess.run(
+            [sys.executable, "-m", "portal.cli", "manage", "migrate", "-v0"],
+            cwd=folder,  # `portal` reads ./.env: none here
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    return template_db.made_once(request.config, "migrated-data", make) / "data"
 
 
 @pytest.fixture(autouse=True)

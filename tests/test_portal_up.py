@@ -5,6 +5,10 @@ on the same folder refuses, a taken port refuses before any child starts, a dead
 restarted, and two gateway processes on the embedded default keep limits exact.
 
 Runs the real command in a subprocess with the embedded defaults (SQLite, embedded valkey-server).
+A start is four Python processes and, on a new folder, 39 migrations, so starts are few: the tests
+that look at a running portal and leave it running share one (`running`, on a new folder; the last
+of them stops it with Ctrl-C), and the tests of how it stops start from a copy of a folder migrated
+once per run (`migrated_data_folder`), as a second start would find it.
 """
 
 from __future__ import annotations
@@ -12,22 +16,26 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.fakes import processes
 from tests.services import free_port
 
-pytestmark = [pytest.mark.slow]
+# The shared portal's start (a new folder's migrations and four processes) counts in its first test's
+# time: minutes at a load of 30 on 2 cores, more than pyproject's 300 s per test.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parent.parent
-START_TIMEOUT = 180  # migrations + uvicorn + celery on a busy 2-core CI box
+START_TIMEOUT = 300  # migrations + uvicorn + celery on a busy 2-core box (180 s ran out at load 30); any process
 # Variables that would point the command away from its embedded defaults.
 EXTERNAL = (
     "DATABASE_URL",
@@ -88,13 +96,18 @@ def alive(pid: int) -> bool:
 class Portal:
     """`portal up` in a subprocess, with its output collected by a thread."""
 
-    def __init__(self, tmp_path: Path, admin_password: str | None, *args: str, port: int | None = None):
+    def __init__(
+        self, tmp_path: Path, admin_password: str | None, *args: str, port: int | None = None, data: Path | None = None
+    ):
+        """`data`: a data folder to copy in first (else `up` makes a new one)."""
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.cwd = tmp_path
         self.env = portal_env(tmp_path)
+        if data is not None:
+            shutil.copytree(data, self.env["PORTAL_DATA_DIR"])  # modes kept (copy2)
         if admin_password is not None:
             self.env["PORTAL_ADMIN_PASSWORD"] = admin_password
-        self.lines: list[str] = []
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "portal.cli", "up", "--port", str(self.port), *args],
             cwd=tmp_path,  # anything the command writes to its working folder stays out of the repo
@@ -103,16 +116,11 @@ class Portal:
             stderr=subprocess.STDOUT,
             text=True,
         )
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.append(line)
+        self.reader = processes.Output(self.proc.stdout)
 
     @property
     def output(self) -> str:
-        return "".join(self.lines)
+        return self.reader.text
 
     def wait_healthy(self) -> dict:
         deadline = time.monotonic() + START_TIMEOUT
@@ -142,12 +150,10 @@ class Portal:
                 pass
         return out
 
-    def wait_output(self, text: str, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while text not in self.output:
-            if time.monotonic() > deadline:
-                pytest.fail(f"{text!r} not in the output after {timeout}s:\n{self.output[-3000:]}")
-            time.sleep(0.1)
+    def wait_output(self, found: str | Callable[[str], bool], timeout: float = 60) -> None:
+        """Until the output holds `found` (a text, or a test of the whole output)."""
+        if not self.reader.wait_for(found, timeout):
+            pytest.fail(f"{found!r} not in the output after {timeout}s:\n{self.output[-3000:]}")
 
     def stop(self, sig: int = signal.SIGINT) -> int:
         if self.proc.poll() is None:
@@ -168,12 +174,37 @@ class Portal:
             self.proc.wait()
 
 
+@pytest.fixture(scope="module")
+def running(tmp_path_factory):
+    """One `portal up` as a new user starts it (a new data folder, a shell's 022 umask, the admin
+    password from the environment, the access log on), shared by the tests that look at a running
+    portal and leave it running; the last of them (the data folder's) stops it with Ctrl-C."""
+    before = os.umask(0o022)
+    try:
+        portal = Portal(tmp_path_factory.mktemp("running"), "correct-horse-battery-9", "--access-log")
+    finally:
+        os.umask(before)
+    try:
+        portal.wait_healthy()
+        yield portal
+    finally:
+        portal.kill()
+
+
+@pytest.fixture
+def up(running) -> Portal:
+    """The shared portal, still running."""
+    assert running.proc.poll() is None, "the shared portal was stopped by an earlier test (run the module in order)"
+    return running
+
+
 @pytest.fixture
 def start(tmp_path):
     started: list[Portal] = []
 
-    def _start(admin_password: str | None, *args: str, **kwargs) -> Portal:
-        portal = Portal(tmp_path, admin_password, *args, **kwargs)
+    def _start(admin_password: str | None, *args: str, where: Path | None = None, **kwargs) -> Portal:
+        """`portal up` run from `where` (default: the test's own folder)."""
+        portal = Portal(where or tmp_path, admin_password, *args, **kwargs)
         started.append(portal)
         return portal
 
@@ -197,7 +228,8 @@ def log_in(url: str, username: str, password: str) -> httpx.Response:
         return response
 
 
-def check_up_then_stop(portal: Portal, password: str) -> None:
+def check_up(portal: Portal, password: str) -> set[int]:
+    """/readyz, a log-in over HTTP, and all four children running; returns the process family."""
     health = portal.wait_healthy()
     assert health["status"] == "ok"
     assert health["database"]["ok"] and health["database"]["engine"] == "sqlite"
@@ -215,7 +247,10 @@ def check_up_then_stop(portal: Portal, password: str) -> None:
     assert "valkey-server" in commands and "uvicorn" in commands and " worker" in commands and " beat" in commands
     data = Path(portal.env["PORTAL_DATA_DIR"])
     assert (data / "redis" / "appendonlydir").is_dir()  # the embedded Redis keeps what it holds (AOF)
+    return family
 
+
+def check_ctrl_c_stops_everything(portal: Portal, family: set[int]) -> None:
     assert portal.stop() == 0, portal.output[-4000:]
     assert "portal: stopped." in portal.output
     assert not [pid for pid in family if alive(pid)], "children survived Ctrl-C"
@@ -223,19 +258,18 @@ def check_up_then_stop(portal: Portal, password: str) -> None:
         httpx.get(portal.url + "/healthz", timeout=2)
 
 
-def test_portal_up_with_admin_password_from_the_environment(start):
-    portal = start("correct-horse-battery-9")
-    check_up_then_stop(portal, "correct-horse-battery-9")
-    assert "password from PORTAL_ADMIN_PASSWORD" in portal.output
-    assert "correct-horse-battery-9" not in portal.output
+def test_portal_up_with_admin_password_from_the_environment(up):
+    check_up(up, "correct-horse-battery-9")
+    assert "password from PORTAL_ADMIN_PASSWORD" in up.output
+    assert "correct-horse-battery-9" not in up.output
 
 
-def test_portal_up_prints_a_generated_admin_password_once(start):
-    portal = start(None)
+def test_portal_up_prints_a_generated_admin_password_once(start, migrated_data_folder):
+    portal = start(None, data=migrated_data_folder)
     portal.wait_healthy()
     match = re.search(r"^\s*password: (\S+)\s*$", portal.output, re.M)
     assert match, portal.output[-2000:]
-    check_up_then_stop(portal, match.group(1))
+    check_ctrl_c_stops_everything(portal, check_up(portal, match.group(1)))
     assert portal.output.count(match.group(1)) == 1
 
 
@@ -249,10 +283,11 @@ def wait_gone(pids: set[int], timeout: float = 30) -> set[int]:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL], ids=["TERM", "HUP", "KILL"])
-def test_every_way_the_supervisor_ends_leaves_no_process_behind(start, sig):
+def test_every_way_the_supervisor_ends_leaves_no_process_behind(start, migrated_data_folder, sig):
     """SIGTERM (a service manager), SIGHUP (the terminal closed) and SIGKILL of the supervisor
-    itself (PR_SET_PDEATHSIG): every child, the embedded Redis included, is gone."""
-    portal = start("correct-horse-battery-9")
+    itself (PR_SET_PDEATHSIG): every child, the embedded Redis included, is gone. (Ctrl-C: the
+    generated password's test and the data folder's.)"""
+    portal = start("correct-horse-battery-9", data=migrated_data_folder)
     portal.wait_healthy()
     family = portal.family()
     commands = " ".join(portal.commands().values())
@@ -266,17 +301,15 @@ def test_every_way_the_supervisor_ends_leaves_no_process_behind(start, sig):
     assert wait_gone(family) == set(), f"left running after {sig.name}: {family}"
 
 
-def test_a_second_portal_up_on_the_same_folder_refuses_and_a_dead_redis_comes_back(start, tmp_path):
-    portal = start("correct-horse-battery-9")
-    portal.wait_healthy()
-
+def test_a_second_portal_up_on_the_same_folder_refuses_and_a_dead_redis_comes_back(up):
+    portal = up
     second = subprocess.run(
         [sys.executable, "-m", "portal.cli", "up", "--port", str(free_port())],
-        cwd=tmp_path,
+        cwd=portal.cwd,
         env=portal.env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=START_TIMEOUT,
     )
     assert second.returncode == 1
     assert f"another `portal up` (PID {portal.proc.pid}) is already running" in second.stderr, second.stderr
@@ -284,7 +317,7 @@ def test_a_second_portal_up_on_the_same_folder_refuses_and_a_dead_redis_comes_ba
     redis_pid = next(pid for pid, cmd in portal.commands().items() if "valkey-server" in cmd)
     os.kill(redis_pid, signal.SIGKILL)
     portal.wait_output("portal: redis exited with")
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + START_TIMEOUT
     while True:
         new = [pid for pid, cmd in portal.commands().items() if "valkey-server" in cmd and pid != redis_pid]
         health = httpx.get(portal.url + "/readyz", timeout=5)
@@ -292,7 +325,6 @@ def test_a_second_portal_up_on_the_same_folder_refuses_and_a_dead_redis_comes_ba
             break
         assert time.monotonic() < deadline, portal.output[-3000:]
         time.sleep(0.25)
-    assert portal.stop() == 0
 
 
 def test_a_port_in_use_is_refused_before_anything_starts(tmp_path):
@@ -308,7 +340,7 @@ def test_a_port_in_use_is_refused_before_anything_starts(tmp_path):
             env=portal_env(tmp_path),
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=START_TIMEOUT,
         )
     assert result.returncode == 1
     assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
@@ -328,7 +360,12 @@ def test_a_port_in_use_is_refused_before_anything_starts(tmp_path):
 def test_a_bad_variable_is_a_message_not_a_traceback(tmp_path, variable, value, message):
     env = {**portal_env(tmp_path), variable: value}
     result = subprocess.run(
-        [sys.executable, "-m", "portal.cli", "up"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "portal.cli", "up"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT,
     )
     assert result.returncode != 0
     assert message in result.stderr, result.stderr
@@ -360,7 +397,7 @@ def test_empty_variables_mean_unset_and_dotenv_is_read(tmp_path):
     ]
 
 
-def test_two_gateways_on_the_embedded_default_keep_limits_exact(start, tmp_path):
+def test_two_gateways_on_the_embedded_default_keep_limits_exact(up):
     """The journey of a script on the embedded default: `portal manage createtoken admin` gives a
     token, the REST API sets up a channel, a model and a key with 20 requests/min, and 60 requests
     spread over two gateway processes (the supervised one and a second uvicorn on the same data
@@ -368,15 +405,14 @@ def test_two_gateways_on_the_embedded_default_keep_limits_exact(start, tmp_path)
     from tests.fakes.upstream import FakeUpstream
     from tests.gateway.test_limits import burst
 
-    portal = start("correct-horse-battery-9", "--access-log", "--no-beat")
-    portal.wait_healthy()
+    portal = up
     made = subprocess.run(
         [sys.executable, "-m", "portal.cli", "manage", "createtoken", "admin", "--quiet"],
-        cwd=tmp_path,
+        cwd=portal.cwd,
         env=portal.env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=START_TIMEOUT,
     )
     assert made.returncode == 0, made.stderr[-2000:]
     token = made.stdout.strip()
@@ -385,7 +421,7 @@ def test_two_gateways_on_the_embedded_default_keep_limits_exact(start, tmp_path)
     second_port = free_port()
     second = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "portal.asgi:application", "--port", str(second_port), "--lifespan", "on"],
-        cwd=tmp_path,
+        cwd=portal.cwd,
         env={**portal.env, "PORTAL_ACCESS_LOG": "1"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -411,7 +447,7 @@ def test_two_gateways_on_the_embedded_default_keep_limits_exact(start, tmp_path)
             plaintext = key.json()["key"]
 
             second_url = f"http://127.0.0.1:{second_port}"
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + START_TIMEOUT
             while True:
                 try:
                     if httpx.get(second_url + "/healthz", timeout=2).status_code == 200:
@@ -426,9 +462,13 @@ def test_two_gateways_on_the_embedded_default_keep_limits_exact(start, tmp_path)
         finally:
             second.terminate()
             second_log = second.communicate(timeout=30)[1]
-    assert portal.stop() == 0
-    lines = [ln for ln in portal.output.splitlines() if "gateway.access" in ln and "/v1/chat/completions" in ln]
-    lines += [ln for ln in second_log.splitlines() if "gateway.access" in ln]
+    lines = [ln for ln in second_log.splitlines() if "gateway.access" in ln]
+
+    def supervised(output: str) -> list[str]:
+        return [ln for ln in output.splitlines() if "gateway.access" in ln and "/v1/chat/completions" in ln]
+
+    portal.wait_output(lambda output: len(supervised(output)) >= 60 - len(lines))  # its log comes through a pipe
+    lines += supervised(portal.output)
     assert len(lines) == 60, portal.output[-3000:]
     assert sum(" 200 model=qwen3-32b " in ln for ln in lines) == 20
     assert sum(" 429 model=qwen3-32b " in ln for ln in lines) == 40
@@ -468,22 +508,21 @@ def shell_umask():
 
 
 def test_the_data_folder_is_private_when_new_and_is_made_private_when_an_older_version_opened_it(
-    start, tmp_path, shell_umask
+    up, start, shell_umask
 ):
-    """A fresh `portal up` under a 022 umask: the folder 0700, and the database with its WAL and
-    SHM, the embedded Redis's append-only files, the generated secrets, the lock and beat's
-    schedule 0600. Then the folder as an older version left it (0755, files 0644): the next start
-    says so in one line and closes it again."""
-    data = tmp_path / "data"
-    portal = start("correct-horse-battery-9")
-    portal.wait_healthy()
+    """The shared portal, started as new under a 022 umask: the folder 0700, and the database with
+    its WAL and SHM, the embedded Redis's append-only files, the generated secrets, the lock and
+    beat's schedule 0600; Ctrl-C stops it and every child. Then the folder as an older version left
+    it (0755, files 0644): the next start says so in one line and closes it again."""
+    portal = up
+    data = Path(portal.env["PORTAL_DATA_DIR"])
     assert str(log_in(portal.url, "admin", "correct-horse-battery-9").url).rstrip("/") == portal.url  # a session row
     created = assert_private(data)
     for name in ("portal.sqlite3", "portal.sqlite3-wal", "portal.sqlite3-shm", "secret_key", "encryption_key"):
         assert name in created, sorted(created)
     assert any(name.startswith("redis/appendonlydir/") for name in created), sorted(created)
     assert "group/other access removed" not in portal.output  # nothing to correct on a new folder
-    assert portal.stop() == 0
+    check_ctrl_c_stops_everything(portal, portal.family())
 
     for path in [data, *data.rglob("*")]:
         if path.is_dir() and not path.is_symlink():
@@ -492,7 +531,7 @@ def test_the_data_folder_is_private_when_new_and_is_made_private_when_an_older_v
             path.chmod(0o644)
     assert modes(data)["portal.sqlite3"] == 0o644
 
-    again = start("correct-horse-battery-9")
+    again = start("correct-horse-battery-9", where=portal.cwd)
     again.wait_healthy()
     assert re.search(r"data folder \S+: group/other access removed from \d+ files and folders", again.output), (
         again.output[-3000:]

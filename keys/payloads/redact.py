@@ -24,14 +24,12 @@ from __future__ import annotations
 import re
 import time
 from functools import partial
-from typing import Any
-
-from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
-from detect_secrets.plugins.base import BasePlugin, RegexBasedDetector
-from detect_secrets.plugins.ip_public import IPPublicDetector
-from detect_secrets.plugins.private_key import PrivateKeyDetector
+from typing import TYPE_CHECKING, Any
 
 from keys.models import KEY_PREFIX
+
+if TYPE_CHECKING:
+    from detect_secrets.plugins.base import BasePlugin
 
 # Keyword findings read as config lines (`password: x`, `api_key = "y"`), which prompts resemble.
 _AS_FILE = "prompt.yaml"
@@ -125,6 +123,13 @@ def _replace(mark: str, match: re.Match[str]) -> str:
 
 class Redactor:
     def __init__(self) -> None:
+        # Imported here, not with the module: detect-secrets loads every plugin it has, about a tenth
+        # of a Django process's start-up, and only a process that stores request logs needs them.
+        from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+        from detect_secrets.plugins.base import RegexBasedDetector
+        from detect_secrets.plugins.ip_public import IPPublicDetector
+        from detect_secrets.plugins.private_key import PrivateKeyDetector
+
         self.formats = [(re.compile(p, re.DOTALL), _mark(label)) for label, p in FORMATS]
         known: dict[str, type[BasePlugin]] = dict(get_mapping_from_secret_type_to_class())
         classes = [c for c in known.values() if c not in (IPPublicDetector, PrivateKeyDetector)]

@@ -209,6 +209,7 @@ class ProcessServer:
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
+        self.log = processes.Output(self.proc.stderr)  # its warnings and errors, as they come
 
     @property
     def url(self) -> str:
@@ -219,7 +220,8 @@ class ProcessServer:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError("gateway process died: " + self.proc.stderr.read().decode()[-2000:])
+                self.log.join()
+                raise RuntimeError("gateway process died: " + self.log.text[-2000:])
             try:
                 httpx.get(self.url + "/v1/models", timeout=1)
                 return
@@ -229,6 +231,7 @@ class ProcessServer:
 
     def stop(self) -> None:
         processes.stop(self.proc, timeout=15)
+        self.log.join()
 
 
 @pytest.fixture

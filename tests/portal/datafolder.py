@@ -1,12 +1,13 @@
 """A real data folder as `portal up` makes it, for the tests of what happens to it (full disk,
 backup and restore): SQLite in the folder, the embedded Redis (append-only file on) on its data,
-migrated by `manage.py migrate`, with an admin's API token and a developer key routed to a fake
-upstream, all made by the portal's own code in a subprocess."""
+migrated by `portal manage migrate` (once per run, then copied), with an admin's API token and a
+developer key routed to a fake upstream, all made by the portal's own code in a subprocess."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -64,9 +65,10 @@ def manage(env: dict[str, str], *args: str, timeout: float = 300) -> str:
     return done.stdout
 
 
-def seed(env: dict[str, str], upstream_url: str) -> dict[str, str]:
-    """Migrate the folder's database, then make the admin's token and a key; returns their plaintexts."""
-    manage(env, "migrate", "-v0")
+def seed(env: dict[str, str], upstream_url: str, migrated: Path) -> dict[str, str]:
+    """Copy the run's migrated data folder (conftest's `migrated_data_folder`) into the folder, then
+    make the admin's token and a key; returns their plaintexts."""
+    shutil.copytree(migrated, env["PORTAL_DATA_DIR"], dirs_exist_ok=True)
     out = manage(env, "shell", "-c", f"UPSTREAM = {upstream_url!r}\n" + SEED)
     line = [ln for ln in out.splitlines() if ln.startswith("SEED")][-1]
     return json.loads(line[4:])

@@ -23,7 +23,7 @@ from tests.portal.datafolder import CHAT, env_for, manage, portal, seed
 pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
-def test_a_backup_restored_into_a_new_folder_serves_the_old_keys(tmp_path):
+def test_a_backup_restored_into_a_new_folder_serves_the_old_keys(tmp_path, migrated_data_folder):
     old, new, archive = tmp_path / "old", tmp_path / "new", tmp_path / "backups" / "portal.tar.gz"
     old.mkdir()
     servers: list[ProcessServer] = []
@@ -31,7 +31,7 @@ def test_a_backup_restored_into_a_new_folder_serves_the_old_keys(tmp_path):
     try:
         with FakeUpstream() as upstream:
             env = env_for(old)
-            made = seed(env, upstream.base_url)
+            made = seed(env, upstream.base_url, migrated_data_folder)
             servers.append(ProcessServer(env))
             servers[-1].wait_ready()
             auth = {"Authorization": f"Bearer {made['key']}"}

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
@@ -50,7 +49,7 @@ def fill(folder: Path) -> Path:
     return filler
 
 
-def test_a_full_disk_is_named_in_answers_and_logs_and_the_portal_recovers(small_disk, tmp_path):
+def test_a_full_disk_is_named_in_answers_and_logs_and_the_portal_recovers(small_disk, tmp_path, migrated_data_folder):
     data = small_disk / "data"
     data.mkdir()
     redis = embedded_redis.EmbeddedRedis(data, appendonly=True).start()
@@ -58,7 +57,7 @@ def test_a_full_disk_is_named_in_answers_and_logs_and_the_portal_recovers(small_
     try:
         with FakeUpstream() as upstream:
             env = env_for(data, GATEWAY_USAGE_FLUSH_INTERVAL="0.2")
-            made = seed(env, upstream.base_url)
+            made = seed(env, upstream.base_url, migrated_data_folder)
             server = ProcessServer(env)
             server.wait_ready()
             api = httpx.Client(base_url=server.url, headers={"Authorization": f"Token {made['token']}"}, timeout=30)
@@ -79,7 +78,10 @@ def test_a_full_disk_is_named_in_answers_and_logs_and_the_portal_recovers(small_
             assert created.status_code == 503, created.text
             assert created.json()["code"] == "disk_full" and str(data) in created.json()["detail"]
             assert created.headers["retry-after"]
-            time.sleep(1.0)  # the usage writer tries to store the refusals' records meanwhile
+            # The usage writer names the disk: its journal could not be written (the requests went
+            # on, usage in memory), and its database write failed and waits.
+            for line in ("usage journal unavailable (The disk holding", "writing usage failed (The disk holding"):
+                assert server.log.wait_for(line, timeout=60), server.log.text[-3000:]
 
             filler.unlink()
             wait_for(lambda: chat().status_code == 200, timeout=20, interval=0.5)
@@ -88,8 +90,3 @@ def test_a_full_disk_is_named_in_answers_and_logs_and_the_portal_recovers(small_
         if server is not None:
             server.stop()
         redis.stop()
-    log = server.proc.stderr.read().decode() if server is not None and server.proc.stderr else ""
-    # The usage writer names the disk: its journal could not be written (the requests went on, usage
-    # in memory), and its database write failed and waits.
-    assert "usage journal unavailable (The disk holding" in log, log[-3000:]
-    assert "writing usage failed (The disk holding" in log, log[-3000:]
