@@ -85,6 +85,9 @@ def set_status(
     )
     if alert:
         transaction.on_commit(lambda: signals.deployment_event.send(sender=DeploymentEvent, event_id=event.pk))
+    if deployment.on_demand:
+        pk = deployment.pk
+        transaction.on_commit(lambda: signals.on_demand_status_changed.send(sender=Deployment, deployment_id=pk))
     return True
 
 

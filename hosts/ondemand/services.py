@@ -148,6 +148,7 @@ def finish(cold: ColdStart, state: str, message: str) -> bool:
         cold.state, cold.message, cold.finished = state, message[:500], now
         if state == ColdStartState.READY:
             activity.touch(cold.deployment_id)  # its waiting requests follow: not idle yet
+        activity.announce(cold.deployment_id)
     return bool(moved)
 
 
@@ -196,7 +197,7 @@ def place(cold_start_id: int) -> float | None:
     Deployment.objects.filter(pk=d.pk).update(host=chosen.host, gpu_indices=chosen.gpu_indices)
     d.host, d.gpu_indices = chosen.host, chosen.gpu_indices
     try:
-        jobs.request_job(d, JobAction.LAUNCH)
+        jobs.request_job(d, JobAction.LAUNCH, queue=False)  # `launch` runs it, in this process
     except jobs.JobConflict as exc:
         return _wait(cold, str(exc), reasons)
     ColdStart.objects.filter(pk=cold.pk).update(
@@ -207,6 +208,24 @@ def place(cold_start_id: int) -> float | None:
         evicted=evicted,
     )
     return None
+
+
+def launch(cold_start_id: int) -> tuple[int, float | None] | None:
+    """Run the cold start's launch job here, right after its placement (the placement task's
+    second half): the same process, so the same pooled SSH connection to the host, and no task
+    queued in between. The job watches the new server for HOSTS_ONDEMAND_WATCH_SECONDS. Returns
+    (job id, seconds until its next re-scheduled look or None when it is done), or None when
+    there is no launch job to run (another process holds it)."""
+    cold = ColdStart.objects.filter(pk=cold_start_id).first()
+    if cold is None:
+        return None
+    job = cold.deployment.jobs.active().filter(action=JobAction.LAUNCH, worker="").first()
+    if job is None:
+        return None
+    delay = jobs.run_job(job.pk, watch=float(settings.HOSTS_ONDEMAND_WATCH_SECONDS))
+    if delay is None:
+        observe(cold.pk)  # ready or failed: move the cold start on now, not at the next look
+    return job.pk, delay
 
 
 def _move(cold: ColdStart, state: str, message: str, **fields: Any) -> None:
@@ -230,7 +249,7 @@ def assess(d: Deployment, host: Host) -> Candidate:
         candidate.reason = f"port {d.port} is taken by another deployment"
         return candidate
     try:
-        with ssh.connect(host) as remote:
+        with ssh.connect(host, reuse=True) as remote:
             try:
                 inventory.store(host, inventory.collect(remote))  # the fresh nvidia-smi
             except inventory.InventoryError as exc:

@@ -81,6 +81,14 @@ def log_tail(remote: Remote, folder: str, secret: str, name: str = "server") -> 
     return mask_secret(result.stdout, secret)
 
 
+def alive_and_log_tail(remote: Remote, pid: int, folder: str, secret: str) -> tuple[bool, str]:
+    """`is_alive` and `log_tail` in one session (a launch job's look at a starting server)."""
+    alive, tail = remote.run_many(
+        [alive_test(pid), f"tail -c {LOG_TAIL_BYTES} {folder}/server.log 2>/dev/null"], timeout=30
+    )
+    return alive.ok, mask_secret(tail.stdout, secret)
+
+
 def mask_secret(text: str, secret: str) -> str:
     return text.replace(secret, backends.base.MASK) if secret else text
 
