@@ -67,6 +67,17 @@ def catalog_entries() -> dict[str, dict[str, Any]]:
     return entries
 
 
+def model_states(names: list[str]) -> dict[str, dict[str, bool]]:
+    """For the models pages (`channels.services.register_model_states`): each of `names` served by
+    an on-demand deployment, and whether it is cold (not serving: the next request starts it)."""
+    states: dict[str, dict[str, bool]] = {}
+    for d in (
+        Deployment.objects.filter(on_demand=True, served_model_name__in=names).select_related("channel").order_by("pk")
+    ):
+        states.setdefault(d.served_model_name, {"on_demand": True, "cold": not is_ready(d)})
+    return states
+
+
 def estimate_seconds(deployment_id: int, q: float = 0.5) -> float:
     """A cold start's expected length from this deployment's history (its quantile `q`)."""
     seconds = [
