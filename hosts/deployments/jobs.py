@@ -53,7 +53,7 @@ from ..diagnose import explain_failure
 from ..models import Deployment, Host, LaunchJob
 from ..remote import commands, inventory, ssh
 from . import multinode
-from .services import check_fit, check_model_files, fit_refusal, launch_spec, record_allocation, set_status
+from .services import check_fit, fit_refusal, launch_spec, record_allocation, set_status
 
 logger = logging.getLogger(__name__)
 
@@ -452,18 +452,26 @@ def _unowned_channel_at(base_url: str) -> Channel | None:
 def _launch(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, watch: float = 0.0) -> float | None:
     _move(job, JobState.STARTING, "Checking the host")
     set_status(deployment, DeploymentStatus.STARTING, f"Job #{job.pk} is starting it.")
-    running = commands.read_pidfile(remote, _dir(deployment))
+    # Everything checked before the start, in one SSH session.
+    running, missing, arch, ram, port_taken = commands.ask(
+        remote,
+        commands.pidfile_probe(_dir(deployment)),
+        commands.model_probe(deployment.backend, deployment.model_path),
+        commands.architecture_probe(deployment.backend, deployment.model_path),
+        commands.memory_probe(),
+        commands.port_probe(deployment.port),
+    )
     if running and commands.is_alive(remote, running):
         # Launching twice must not start a second server: take over the one that runs.
         return _wait_for_health(
             job, deployment, remote, running, f"Already running as PID {running}; not starting a second server.", watch
         )
-    if missing := check_model_files(deployment, remote):
+    if missing:
         raise JobFailed(f"{missing} Nothing was started.")
-    estimate = check_fit(deployment, remote)
+    estimate = check_fit(deployment, arch=arch, ram_mib=ram if deployment.backend == "llamacpp" else None)
     if (refusal := fit_refusal(estimate)) and not deployment.fit_override:
         raise JobFailed(refusal)
-    if commands.port_in_use(remote, deployment.port):
+    if port_taken:
         raise JobFailed(
             f"Port {deployment.port} is already in use on {deployment.host}: choose another port or stop what holds it."
         )

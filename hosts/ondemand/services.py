@@ -261,16 +261,23 @@ def assess(d: Deployment, host: Host) -> Candidate:
         return candidate
     try:
         with ssh.connect(host, reuse=True) as remote:
+            # One session: the fresh nvidia-smi, the model's file and its header.
+            *smi, problem, arch = commands.ask(
+                remote,
+                *(commands.Probe(query, lambda result: result) for query in inventory.QUERIES),
+                commands.model_probe(d.backend, d.model_path),
+                commands.architecture_probe(d.backend, d.model_path),
+            )
             try:
-                inventory.store(host, inventory.collect(remote))  # the fresh nvidia-smi
+                inventory.store(host, inventory.from_results(remote, *smi))
             except inventory.InventoryError as exc:
                 candidate.reason = f"no GPUs ({exc})"
                 return candidate
-            candidate.weights = not commands.check_model(remote, d.backend, d.model_path)
+            candidate.weights = not problem
             if not candidate.weights and d.backend == "llamacpp":
                 candidate.reason = "the model file is not on this host"
                 return candidate
-            arch = commands.read_architecture(remote, d.backend, d.model_path) if candidate.weights else None
+            arch = arch if candidate.weights else None
     except ssh.SSHError as exc:
         candidate.reason = f"unreachable ({exc.message})"
         return candidate

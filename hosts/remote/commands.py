@@ -7,20 +7,45 @@ A server is started detached in the deployment's folder on the host:
 
 so its PID (a process group), exit code and log live in files next to it. Stopping sends TERM to
 the process group, then KILL after a grace period.
+
+What is only read (the model file and its header, free RAM, the port, the pid file) is also a
+`Probe`: a command and how to read its result, so a caller can ask several in ONE SSH session
+(`ask`) where each SSH round trip counts (a cold start's placement and launch).
 """
 
 from __future__ import annotations
 
 import base64
 import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from django.conf import settings
 
 from .. import backends, fit
 from ..backends import Secret
-from .ssh import Remote
+from .ssh import Remote, Result
 
 LOG_TAIL_BYTES = 8192
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Probe(Generic[T]):
+    """A read-only command and how to read its result; `command` None: known without asking."""
+
+    command: str | list[str] | None
+    read: Callable[[Result], T]
+
+
+_NOTHING_RUN = Result(0, "", "")
+
+
+def ask(remote: Remote, *probes: Probe[Any]) -> list[Any]:
+    """Each probe's reading, in order, from one session."""
+    results = iter(remote.run_many([p.command for p in probes if p.command is not None]))
+    return [p.read(next(results) if p.command is not None else _NOTHING_RUN) for p in probes]
 
 
 def deployment_dir(remote_dir: str) -> str:
@@ -40,10 +65,16 @@ def is_alive(remote: Remote, pid: int | None) -> bool:
     return remote.run(alive_test(pid)).ok
 
 
+def pidfile_probe(folder: str, name: str = "server") -> Probe[int | None]:
+    def read(result: Result) -> int | None:
+        text = result.stdout.strip()
+        return int(text) if text.isdigit() else None
+
+    return Probe(f"cat {folder}/{name}.pid 2>/dev/null", read)
+
+
 def read_pidfile(remote: Remote, folder: str, name: str = "server") -> int | None:
-    result = remote.run(f"cat {folder}/{name}.pid 2>/dev/null")
-    text = result.stdout.strip()
-    return int(text) if text.isdigit() else None
+    return ask(remote, pidfile_probe(folder, name))[0]
 
 
 def write_pidfile(remote: Remote, folder: str, pid: int) -> None:
@@ -59,14 +90,18 @@ def read_exit_code(remote: Remote, folder: str) -> int | None:
     return int(code_text) if code_text.lstrip("-").isdigit() else None
 
 
-def port_in_use(remote: Remote, port: int) -> bool:
-    """LISTEN sockets from /proc (no ss/netstat needed); state 0A is LISTEN."""
+def port_probe(port: int) -> Probe[bool]:
+    """Is `port` taken: LISTEN sockets from /proc (no ss/netstat needed); state 0A is LISTEN."""
     hexport = f"{int(port):04X}"
     script = (
         'awk \'NR>1 && $4=="0A" {split($2,a,":"); print a[length(a)]}\' /proc/net/tcp /proc/net/tcp6 2>/dev/null'
         f" | grep -qx {hexport}"
     )
-    return remote.run(script).ok
+    return Probe(script, lambda result: result.ok)
+
+
+def port_in_use(remote: Remote, port: int) -> bool:
+    return ask(remote, port_probe(port))[0]
 
 
 def log_head(remote: Remote, folder: str, secret: str, size: int = 262144) -> str:
@@ -159,19 +194,22 @@ def process_list(remote: Remote) -> list[tuple[int, str]]:
     return rows
 
 
-def read_architecture(remote: Remote, backend: str, model_path: str) -> fit.Architecture | None:
+def architecture_probe(backend: str, model_path: str) -> Probe[fit.Architecture | None]:
     """The model's architecture from the host's files (GGUF header or config.json), if readable."""
     if backend == "llamacpp":
         q = shlex.quote(model_path)
-        result = remote.run(f"stat -c %s {q} && head -c 2097152 {q} | base64 -w0", timeout=60)
-        if not result.ok:
-            return None
-        size_line, _, encoded = result.stdout.partition("\n")
-        try:
-            meta = fit.parse_gguf_metadata(base64.b64decode(encoded.strip()))
-            return fit.from_gguf_metadata(meta, file_size=int(size_line.strip()))
-        except (ValueError, TypeError):
-            return None
+
+        def read_gguf(result: Result) -> fit.Architecture | None:
+            if not result.ok:
+                return None
+            size_line, _, encoded = result.stdout.partition("\n")
+            try:
+                meta = fit.parse_gguf_metadata(base64.b64decode(encoded.strip()))
+                return fit.from_gguf_metadata(meta, file_size=int(size_line.strip()))
+            except (ValueError, TypeError):
+                return None
+
+        return Probe(f"stat -c %s {q} && head -c 2097152 {q} | base64 -w0", read_gguf)
     if model_path.startswith("/"):
         folder = shlex.quote(model_path)
     else:  # a Hugging Face id: look in the default cache
@@ -181,25 +219,39 @@ def read_architecture(remote: Remote, backend: str, model_path: str) -> fit.Arch
         f'for d in {folder}; do [ -f "$d/config.json" ] || continue; cat "$d/config.json"; echo; '
         'echo "---portal-sizes---"; stat -L -c %s "$d"/*.safetensors 2>/dev/null; break; done'
     )
-    result = remote.run(script, timeout=30)
-    config, sep, sizes = result.stdout.partition("---portal-sizes---")
-    if not sep:
-        return None
-    total = sum(int(s) for s in sizes.split() if s.isdigit())
-    try:
-        return fit.from_config_json(config, weights_bytes=total or None)
-    except ValueError:
-        return None
+
+    def read_config(result: Result) -> fit.Architecture | None:
+        config, sep, sizes = result.stdout.partition("---portal-sizes---")
+        if not sep:
+            return None
+        total = sum(int(s) for s in sizes.split() if s.isdigit())
+        try:
+            return fit.from_config_json(config, weights_bytes=total or None)
+        except ValueError:
+            return None
+
+    return Probe(script, read_config)
+
+
+def read_architecture(remote: Remote, backend: str, model_path: str) -> fit.Architecture | None:
+    return ask(remote, architecture_probe(backend, model_path))[0]
+
+
+def memory_probe() -> Probe[int | None]:
+    """The host's available RAM (MemAvailable), for llama.cpp layers kept on the CPU."""
+
+    def read(result: Result) -> int | None:
+        parts = result.stdout.split()
+        return int(parts[1]) // 1024 if result.ok and len(parts) >= 2 and parts[1].isdigit() else None
+
+    return Probe("grep -m1 '^MemAvailable:' /proc/meminfo", read)
 
 
 def memory_available_mib(remote: Remote) -> int | None:
-    """The host's available RAM (MemAvailable), for llama.cpp layers kept on the CPU."""
-    result = remote.run("grep -m1 '^MemAvailable:' /proc/meminfo")
-    parts = result.stdout.split()
-    return int(parts[1]) // 1024 if result.ok and len(parts) >= 2 and parts[1].isdigit() else None
+    return ask(remote, memory_probe())[0]
 
 
-def check_model(remote: Remote, backend: str, model_path: str) -> str:
+def model_probe(backend: str, model_path: str) -> Probe[str]:
     """Why the model cannot be loaded from the host's disk, or "" when it can (or will be
     downloaded: a Hugging Face id vLLM/SGLang fetch themselves)."""
     q = shlex.quote(model_path)
@@ -208,27 +260,37 @@ def check_model(remote: Remote, backend: str, model_path: str) -> str:
             f"if [ ! -e {q} ]; then echo missing; elif [ ! -f {q} ]; then echo notfile; "
             f"elif [ ! -r {q} ]; then echo unreadable; else echo ok $(stat -L -c %s {q}) $(head -c 4 {q}); fi"
         )
-        words = remote.run(script).stdout.split()
-        state = words[0] if words else "missing"
-        if state == "missing":
-            return f"The model file {model_path} does not exist on the host."
-        if state == "notfile":
-            return f"{model_path} on the host is not a file (llama.cpp needs the .gguf file itself)."
-        if state == "unreadable":
-            return f"The model file {model_path} is not readable by the SSH user: check its permissions."
-        size = int(words[1]) if len(words) > 1 and words[1].isdigit() else 0
-        if size == 0:
-            return f"The model file {model_path} is empty (an interrupted download?)."
-        if len(words) < 3 or words[2] != "GGUF":
-            return f"{model_path} is not a GGUF file (it does not start with the GGUF magic)."
-        return ""
+        return Probe(script, lambda result: _gguf_problem(model_path, result.stdout.split()))
     if not model_path.startswith("/"):
-        return ""  # a Hugging Face id: the server downloads it when it is not in the cache
+        return Probe(None, lambda _result: "")  # a Hugging Face id: the server downloads it when not cached
     script = (
         f"if [ ! -e {q} ]; then echo missing; elif [ ! -d {q} ]; then echo notdir; "
         f"elif [ ! -r {q}/config.json ]; then echo noconfig; else echo ok; fi"
     )
-    state = (remote.run(script).stdout.split() or ["missing"])[0]
+    return Probe(script, lambda result: _folder_problem(model_path, (result.stdout.split() or ["missing"])[0]))
+
+
+def check_model(remote: Remote, backend: str, model_path: str) -> str:
+    return ask(remote, model_probe(backend, model_path))[0]
+
+
+def _gguf_problem(model_path: str, words: list[str]) -> str:
+    state = words[0] if words else "missing"
+    if state == "missing":
+        return f"The model file {model_path} does not exist on the host."
+    if state == "notfile":
+        return f"{model_path} on the host is not a file (llama.cpp needs the .gguf file itself)."
+    if state == "unreadable":
+        return f"The model file {model_path} is not readable by the SSH user: check its permissions."
+    size = int(words[1]) if len(words) > 1 and words[1].isdigit() else 0
+    if size == 0:
+        return f"The model file {model_path} is empty (an interrupted download?)."
+    if len(words) < 3 or words[2] != "GGUF":
+        return f"{model_path} is not a GGUF file (it does not start with the GGUF magic)."
+    return ""
+
+
+def _folder_problem(model_path: str, state: str) -> str:
     if state == "missing":
         return f"The model folder {model_path} does not exist on the host."
     if state == "notdir":

@@ -150,10 +150,20 @@ class Inventory:
     interfaces: list[dict] = field(default_factory=list)
 
 
+# The queries in order, so a caller can ask them with others in one session (`from_results`).
+QUERIES: list[list[str] | str] = [GPU_QUERY, APPS_QUERY, VERSION_QUERY, INTERFACES_QUERY]
+
+
 def collect(remote: ssh.Remote) -> Inventory:
     """Run the queries over an open connection, in one session. Raises `InventoryError` when
     there is no driver."""
-    result, apps, version, interfaces = remote.run_many([GPU_QUERY, APPS_QUERY, VERSION_QUERY, INTERFACES_QUERY])
+    return from_results(remote, *remote.run_many(QUERIES))
+
+
+def from_results(
+    remote: ssh.Remote, result: ssh.Result, apps: ssh.Result, version: ssh.Result, interfaces: ssh.Result
+) -> Inventory:
+    """The inventory from the QUERIES' results (an old driver's banner is asked for on `remote`)."""
     if result.exit_status == 127 or "command not found" in result.stderr:
         raise InventoryError("nvidia-smi was not found on the host: install the NVIDIA driver.")
     if not result.ok:

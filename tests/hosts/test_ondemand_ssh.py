@@ -58,8 +58,8 @@ def test_a_cold_start_uses_one_ssh_connection_per_host_and_the_next_one_none(
     connections, sessions = _new(_counts(two_targets), before)
     assert d.host == a
     assert connections == [1, 1], (connections, sessions)
-    # gpu-b was only assessed: the inventory (nvidia-smi, in one session), the model file, its header.
-    assert sessions[1] == 3, sessions
+    # gpu-b was only assessed: nvidia-smi, the model file and its header, in one session.
+    assert sessions[1] == 1, sessions
 
     stop = jobs.request_job(d, JobAction.STOP, queue=False)
     assert jobs.run_job(stop.pk) is None
@@ -70,7 +70,7 @@ def test_a_cold_start_uses_one_ssh_connection_per_host_and_the_next_one_none(
     _cold_start(d)
     connections, sessions = _new(_counts(two_targets), before)
     assert connections == [0, 0], (connections, sessions)  # the pooled ones served it all
-    assert sessions[1] == 3, sessions
+    assert sessions[1] == 1, sessions
 
 
 def test_a_pooled_connection_is_not_used_once_the_pin_changed(hosts, two_targets):  # noqa: F811
