@@ -28,6 +28,7 @@ goes through `hosts.signals`, whose receivers live in `hosts.tasks`. Every state
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import os
 import re
@@ -362,18 +363,17 @@ def _await_health(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, wa
     interval = min(float(settings.HOSTS_HEALTH_FIRST_POLL), poll)
     checked = float("-inf")
     try:
-        with httpx.Client(timeout=5.0) as client:
-            while True:
-                ctx = _probe(deployment, client)
-                if ctx is not _NOT_YET:
-                    break
-                if time.monotonic() - checked >= poll:
-                    _check_process(job, deployment, remote, pid)
-                    checked = time.monotonic()
-                if time.monotonic() + interval > until:
-                    return poll
-                time.sleep(interval)
-                interval = min(interval * 1.5, poll)
+        while True:
+            ctx = _probe(deployment)
+            if ctx is not _NOT_YET:
+                break
+            if time.monotonic() - checked >= poll:
+                _check_process(job, deployment, remote, pid)
+                checked = time.monotonic()
+            if time.monotonic() + interval > until:
+                return poll
+            time.sleep(interval)
+            interval = min(interval * 1.5, poll)
     except Exception:
         if job.action != JobAction.ADOPT:  # do not leave a server nobody knows about
             if commands.is_alive(remote, pid):
@@ -388,9 +388,17 @@ def _await_health(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, wa
 _NOT_YET = object()
 
 
-def _probe(deployment: Deployment, client: httpx.Client) -> Any:
+@functools.cache
+def _health_client() -> httpx.Client:
+    """One client per process for the looks at starting servers (thread-safe; making one costs a
+    TLS context, a quarter of a second on a loaded box, on a cold start's critical path)."""
+    return httpx.Client(timeout=5.0, follow_redirects=False)
+
+
+def _probe(deployment: Deployment) -> Any:
     """/health once, over HTTP from here (the gateway reaches the server the same way): the context
     window the server reports when it answers 200, else `_NOT_YET`."""
+    client = _health_client()
     impl = backends.get(deployment.backend)
     root = deployment.base_url.removesuffix("/v1")
     try:
@@ -450,8 +458,9 @@ def _unowned_channel_at(base_url: str) -> Channel | None:
 
 
 def _launch(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, watch: float = 0.0) -> float | None:
-    _move(job, JobState.STARTING, "Checking the host")
-    set_status(deployment, DeploymentStatus.STARTING, f"Job #{job.pk} is starting it.")
+    with transaction.atomic():  # the rows of one step in one commit (a cold start waits on each)
+        _move(job, JobState.STARTING, "Checking the host")
+        set_status(deployment, DeploymentStatus.STARTING, f"Job #{job.pk} is starting it.")
     # Everything checked before the start, in one SSH session.
     running, missing, arch, ram, port_taken = commands.ask(
         remote,
@@ -480,28 +489,29 @@ def _launch(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, watch: f
     except multinode.ClusterError as exc:
         raise JobFailed(exc.message) from None
     pid = _start(job, deployment, remote)
-    set_status(deployment, DeploymentStatus.STARTING, f"Started as PID {pid}; waiting for health.", pid=pid)
-    LaunchJob.objects.filter(pk=job.pk).update(command=job.command)
-    return _wait_for_health(
-        job,
-        deployment,
-        remote,
-        pid,
-        f"Started as PID {pid}; waiting for {deployment.base_url.removesuffix('/v1')}/health",
-        watch,
-    )
+    with transaction.atomic():
+        set_status(deployment, DeploymentStatus.STARTING, f"Started as PID {pid}; waiting for health.", pid=pid)
+        LaunchJob.objects.filter(pk=job.pk).update(command=job.command)
+        _move(
+            job,
+            JobState.WAITING_HEALTH,
+            f"Started as PID {pid}; waiting for {deployment.base_url.removesuffix('/v1')}/health",
+            pid=pid,
+        )
+    return _await_health(job, deployment, remote, watch)
 
 
 def _finish_healthy(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, pid: int, ctx: int | None) -> None:
     """Register and say RUNNING first (a cold start's waiting requests go on from there), then read
     what is only shown: the log's end and the allocation the server reported."""
-    channel = _register(deployment, ctx)
-    message = (
-        f"Serving {deployment.served_model_name} on {deployment.base_url} (context {ctx or 'unknown'}); "
-        f"channel {channel.name}."
-    )
-    set_status(deployment, DeploymentStatus.RUNNING, message, pid=pid)
-    _move(job, JobState.RUNNING, message, pid=pid)
+    with transaction.atomic():  # one commit; the waiting cold start hears of it after it
+        channel = _register(deployment, ctx)
+        message = (
+            f"Serving {deployment.served_model_name} on {deployment.base_url} (context {ctx or 'unknown'}); "
+            f"channel {channel.name}."
+        )
+        set_status(deployment, DeploymentStatus.RUNNING, message, pid=pid)
+        _move(job, JobState.RUNNING, message, pid=pid)
     _beat(job, log_tail=_log_tail(remote, deployment))
     record_allocation(deployment, remote)  # estimate vs what the server reported; never fails the job
 

@@ -274,27 +274,27 @@ def check_model(remote: Remote, backend: str, model_path: str) -> str:
     return ask(remote, model_probe(backend, model_path))[0]
 
 
+_FILE_PROBLEMS = {
+    "missing": "The model file {path} does not exist on the host.",
+    "notfile": "{path} on the host is not a file (llama.cpp needs the .gguf file itself).",
+    "unreadable": "The model file {path} is not readable by the SSH user: check its permissions.",
+    "empty": "The model file {path} is empty (an interrupted download?).",
+    "notgguf": "{path} is not a GGUF file (it does not start with the GGUF magic).",
+}
+_FOLDER_PROBLEMS = {
+    "missing": "The model folder {path} does not exist on the host.",
+    "notdir": "{path} on the host is not a folder (give the model's folder, with its config.json).",
+    "noconfig": "The model folder {path} has no readable config.json.",
+}
+
+
 def _gguf_problem(model_path: str, words: list[str]) -> str:
     state = words[0] if words else "missing"
-    if state == "missing":
-        return f"The model file {model_path} does not exist on the host."
-    if state == "notfile":
-        return f"{model_path} on the host is not a file (llama.cpp needs the .gguf file itself)."
-    if state == "unreadable":
-        return f"The model file {model_path} is not readable by the SSH user: check its permissions."
-    size = int(words[1]) if len(words) > 1 and words[1].isdigit() else 0
-    if size == 0:
-        return f"The model file {model_path} is empty (an interrupted download?)."
-    if len(words) < 3 or words[2] != "GGUF":
-        return f"{model_path} is not a GGUF file (it does not start with the GGUF magic)."
-    return ""
+    if state == "ok":
+        size = int(words[1]) if len(words) > 1 and words[1].isdigit() else 0
+        state = "empty" if size == 0 else "notgguf" if len(words) < 3 or words[2] != "GGUF" else "ok"
+    return _FILE_PROBLEMS.get(state, "").format(path=model_path)
 
 
 def _folder_problem(model_path: str, state: str) -> str:
-    if state == "missing":
-        return f"The model folder {model_path} does not exist on the host."
-    if state == "notdir":
-        return f"{model_path} on the host is not a folder (give the model's folder, with its config.json)."
-    if state == "noconfig":
-        return f"The model folder {model_path} has no readable config.json."
-    return ""
+    return _FOLDER_PROBLEMS.get(state, "").format(path=model_path)
