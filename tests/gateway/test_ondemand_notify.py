@@ -13,6 +13,7 @@ import concurrent.futures
 
 import httpx
 import pytest
+from django.db import transaction
 
 from channels import services as channel_services
 from hosts.choices import DeploymentStatus
@@ -22,6 +23,7 @@ from hosts.ondemand.models import ColdStartState
 from keys.models import UsageRecord
 from keys.services import issue_key
 from tests.gateway.conftest import wait_for
+from tests.hosts.test_ondemand import on_demand
 from tests.services import free_port
 
 pytestmark = [pytest.mark.services]
@@ -33,20 +35,7 @@ def cold_model(transactional_db) -> Deployment:
         name="gpu-far", address="127.0.0.1", ssh_port=free_port(), username="gpu", private_key="unused"
     )
     GPU.objects.create(host=host, index=0, name="RTX 4090", memory_total_mib=24564, memory_used_mib=0)
-    return services.save_deployment(
-        host=host,
-        name="od-notify",
-        backend="llamacpp",
-        model_path="/models/tiny.gguf",
-        served_model_name="od-notify",
-        gpu_indices=[0],
-        port=free_port(),
-        options={"ctx_size": 1024},
-        extra_args=[],
-        on_demand=True,
-        idle_ttl=30,
-        cold_start_budget=150,
-    )
+    return on_demand(host, "od-notify", "od-notify")
 
 
 def _ask(gateway_url: str, key: str) -> httpx.Response:
@@ -58,6 +47,7 @@ def _ask(gateway_url: str, key: str) -> httpx.Response:
     )
 
 
+@transaction.atomic  # seen all at once, as a launching cold start always has its job behind it
 def _serve(d: Deployment, upstream) -> None:
     """What the placement and then the launch job leave behind once the server answers."""
     ColdStart.objects.active().filter(deployment=d).update(state=ColdStartState.LAUNCHING)
