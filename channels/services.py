@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -351,3 +352,23 @@ def load_price_catalogue(*, overwrite: bool = False) -> list:
             )
         )
     return added
+
+
+# --- what the apps above know of a served model (the models pages) ------------------------------
+ModelStates = Callable[[list[str]], dict[str, dict[str, bool]]]
+_model_state_sources: list[ModelStates] = []
+
+
+def register_model_states(source: ModelStates) -> None:
+    """An app above this one says more about models by name (hosts: `on_demand`, and `cold` while
+    its deployment is stopped and the next request starts it). Called from AppConfig.ready()."""
+    if source not in _model_state_sources:
+        _model_state_sources.append(source)
+
+
+def model_states(names: list[str]) -> dict[str, dict[str, bool]]:
+    states: dict[str, dict[str, bool]] = {}
+    for source in _model_state_sources:
+        for name, state in source(names).items():
+            states.setdefault(name, {}).update(state)
+    return states

@@ -27,6 +27,7 @@ from .services import (
     add_served_model,
     clean_base_url,
     load_price_catalogue,
+    model_states,
     save_alias,
     set_route_price,
     suggest_public_name,
@@ -171,7 +172,11 @@ class ModelListView(AdminRequiredMixin, FilteredListView):
         return Model.objects.served().prefetch_related("routes__channel")
 
     def get_context_data(self, **kwargs):
-        return super().get_context_data(filter_fields=["enabled", "channel"], **kwargs)
+        context = super().get_context_data(filter_fields=["enabled", "channel"], **kwargs)
+        states = model_states([m.name for m in context["object_list"]])
+        for m in context["object_list"]:
+            m.state = states.get(m.name, {})
+        return context
 
 
 class ModelEditView(AdminRequiredMixin, ObjectFormView):
@@ -219,6 +224,7 @@ class ModelDetailView(AdminRequiredMixin, DetailView):
         context["routes"] = list(ModelRoute.objects.filter(model=self.object).select_related("channel"))
         attach_health([r.channel for r in context["routes"]])
         context["effective_context"], context["effective_output"] = self.object.effective_limits()
+        self.object.state = model_states([self.object.name]).get(self.object.name, {})
         return context
 
 

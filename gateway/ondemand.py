@@ -3,9 +3,14 @@
 Admission calls `wait_until_warm` once the key's limits admitted the request (a key without
 quota never starts a model). The first request opens the deployment's cold start in the database
 (`hosts.ondemand.services.demand`: one active per deployment, so however many requests and
-replicas ask, one launch); this process then watches it with ONE poller per model and wakes every
-request waiting for it. Each model holds at most GATEWAY_ONDEMAND_QUEUE requests per process; a
-stream gets its SSE headers at once and a `: waiting for model` comment every few seconds; every
+replicas ask, one launch); this process then watches it with ONE watcher per model and wakes every
+request waiting for it. The watcher looks again when the workers announce that the model's
+deployment moved (Redis pub/sub, `hosts.ondemand.activity.announce`; one subscription per
+process), and otherwise every SAFETY_POLL_SECONDS, or every POLL_SECONDS while the subscription
+is down (Redis away), so a lost message costs time, never an answer.
+
+Each model holds at most GATEWAY_ONDEMAND_QUEUE requests per process; a stream gets its SSE
+headers at once and a `: waiting for model` comment every few seconds; every
 request waits at most the deployment's cold-start budget (less if the client sends
 `Prefer: wait=N`; `wait=0` is "do not wait"). Whatever does not get the model in time is answered
 503 with `Retry-After` from the model's cold-start history: never dropped.
@@ -17,6 +22,7 @@ so the placement never evicts, and the idle sweep never stops, a deployment that
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import re
@@ -37,7 +43,9 @@ from .http import SSE_HEADERS, GatewayError, Request
 logger = logging.getLogger(__name__)
 
 KEEPALIVE_SECONDS = 5.0
-POLL_SECONDS = 0.5
+POLL_SECONDS = 0.5  # without the subscription
+SAFETY_POLL_SECONDS = 5.0  # with it: only for a message that got lost
+SUBSCRIBE_WAIT_SECONDS = 1.0  # a first cold request waits this long at most for the subscription
 WAITING_COMMENT = b": waiting for model\n\n"
 _PREFER_WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*(\d+)")
 
@@ -50,9 +58,68 @@ class _Model:
     outcome: asyncio.Future[dict[str, Any]] | None = None  # the cold start's end, seen by the poller
     poller: asyncio.Task[None] | None = None
     last: dict[str, Any] = field(default_factory=dict)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)  # an announcement for this model
 
 
 _models: dict[int, _Model] = {}
+
+
+class _Events:
+    """This process's subscription to the workers' announcements (`activity.events_channel()`),
+    started by the first cold request and kept, reconnecting with a backoff when Redis goes."""
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[None] | None = None
+        self.live = asyncio.Event()  # set while subscribed
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self.task is None or self.task.done() or self.task.get_loop() is not loop:
+            self.live = asyncio.Event()
+            self.task = loop.create_task(self._listen())
+
+    async def _listen(self) -> None:
+        import redis.asyncio as aioredis
+
+        delay = POLL_SECONDS
+        while True:
+            client = aioredis.Redis.from_url(
+                settings.REDIS_URL, socket_connect_timeout=float(settings.GATEWAY_REDIS_TIMEOUT)
+            )
+            pubsub = client.pubsub()
+            try:
+                await pubsub.subscribe(activity.events_channel())
+                async for message in pubsub.listen():
+                    if message["type"] == "subscribe":
+                        self.live.set()
+                        delay = POLL_SECONDS
+                        _wake(*_models)  # whatever was announced while we were not listening
+                    elif message["type"] == "message":
+                        _wake(int(message["data"]))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis away: the watchers poll every POLL_SECONDS meanwhile
+                logger.warning("on-demand announcements unavailable (%r); polling", exc)
+            finally:
+                self.live.clear()
+                await _quietly(pubsub.aclose())  # type: ignore[no-untyped-call]
+                await _quietly(client.aclose())
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+
+async def _quietly(closing: Any) -> None:
+    with contextlib.suppress(Exception):  # a connection that is already gone
+        await closing
+
+
+_events = _Events()
+
+
+def _wake(*deployment_ids: int) -> None:
+    for deployment_id in deployment_ids:
+        if (state := _models.get(deployment_id)) is not None:
+            state.wake.set()
 
 
 def is_cold(model: ModelInfo) -> bool:
@@ -133,12 +200,20 @@ async def _watch(deployment_id: int, outcome: asyncio.Future[dict[str, Any]]) ->
     requests wait. Stops early when nobody here waits any more (the next request looks again)."""
     state = _models[deployment_id]
     try:
+        _events.start()
+        if not _events.live.is_set():  # subscribed before asking, so no announcement is missed
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(_events.live.wait(), SUBSCRIBE_WAIT_SECONDS)
+        state.wake.clear()
         observed = await run_db(ondemand.demand, deployment_id)
         state.last = observed
         while observed.get("state") not in ("ready", "failed"):
             if state.waiting == 0:
                 return
-            await asyncio.sleep(POLL_SECONDS)
+            every = SAFETY_POLL_SECONDS if _events.live.is_set() else POLL_SECONDS
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(state.wake.wait(), every)
+            state.wake.clear()
             try:
                 observed = await run_db(ondemand.observe, observed["cold_start_id"]) or observed
             except GatewayError:  # the database is away: keep trying while requests wait

@@ -48,6 +48,11 @@ class HostsConfig(AppConfig):
         from .ondemand.metrics import OnDemandCollector
 
         register_collector(OnDemandCollector())
+        from channels.services import register_model_states
+
+        from .ondemand.services import model_states
+
+        register_model_states(model_states)  # "on demand · cold" on the models pages
 
 
 def _register_schedule(**kwargs: Any) -> None:

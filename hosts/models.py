@@ -268,6 +268,11 @@ class Deployment(TimeStampedModel):
         return self.status in IDLE_DEPLOYMENT_STATUSES
 
     @property
+    def is_cold(self) -> bool:
+        """On demand and not running: its next request starts it."""
+        return self.on_demand and self.status != DeploymentStatus.RUNNING
+
+    @property
     def remote_dir(self) -> str:
         """The deployment's folder on the host, relative to the SSH user's home."""
         return f".gateway-portal/deployments/{self.name}"

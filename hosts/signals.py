@@ -13,3 +13,7 @@ channel_registered = Signal()
 # A deployment's status change the alert targets should hear of (a crash, a crash loop, how an
 # automatic restart ended), after its commit: `event_id` (a `DeploymentEvent`).
 deployment_event = Signal()
+
+# A status change of an on-demand deployment, after its commit: `deployment_id`. The receiver
+# (`hosts.ondemand`) tells the gateway processes waiting for its model.
+on_demand_status_changed = Signal()

@@ -52,16 +52,17 @@ def run_job(self: Task[Any, Any], job_id: int) -> None:
     if self.request.is_eager:
         jobs.run_inline(job_id)
         return
-    _look_again(job_id, jobs.run_job(job_id))
+    look_again(job_id, jobs.run_job(job_id))
 
 
 @shared_task(name=POLL_TASK, ignore_result=True)
 def poll_job(job_id: int) -> None:
     """One look at a starting server's health; safe to run twice (only a job waiting for it moves)."""
-    _look_again(job_id, jobs.poll_job(job_id))
+    look_again(job_id, jobs.poll_job(job_id))
 
 
-def _look_again(job_id: int, delay: float | None) -> None:
+def look_again(job_id: int, delay: float | None) -> None:
+    """Schedule the next look at a starting server's health, `delay` seconds from now (None: done)."""
     if delay is None:
         return
     try:

@@ -8,9 +8,14 @@ A launch job, step by step (each step is a `JobState` with its time in `job.tran
     waiting_health  look at http://HOST:PORT/health until it answers 200, the process dies, or time runs
                     out: one look per task run, the next one re-scheduled HOSTS_HEALTH_POLL seconds later
                     (`run_job`/`poll_job` return that delay; `hosts.tasks` re-schedules), so no worker
-                    sleeps while a server loads its weights
+                    sleeps while a server loads its weights. A cold start (`hosts.ondemand`), which has
+                    requests waiting, runs its job with `watch`: the same task looks at once and then
+                    every HOSTS_HEALTH_FIRST_POLL seconds backing off to HOSTS_HEALTH_POLL, for up to
+                    `watch` seconds, asking SSH whether the process lives only every HOSTS_HEALTH_POLL
     running         the server's context window is read, then channel + model + route are registered
-                    through `channels.services` in one transaction and a probe is queued
+                    through `channels.services` in one transaction and the deployment is RUNNING (what
+                    a waiting cold start hears of); then the log, the allocation and the GPU inventory
+                    are read, and a probe is queued
 
 Any failure before the registration leaves the channel tables untouched and stops what was
 started. Stop sends TERM to the server's process group, then KILL after a grace period.
@@ -23,6 +28,7 @@ goes through `hosts.signals`, whose receivers live in `hosts.tasks`. Every state
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import os
 import re
@@ -48,7 +54,7 @@ from ..diagnose import explain_failure
 from ..models import Deployment, Host, LaunchJob
 from ..remote import commands, inventory, ssh
 from . import multinode
-from .services import check_fit, check_model_files, fit_refusal, launch_spec, record_allocation, set_status
+from .services import check_fit, fit_refusal, launch_spec, record_allocation, set_status
 
 if TYPE_CHECKING:
     from accounts.models import User
@@ -75,8 +81,9 @@ class JobFailed(Exception):
         self.exit_code = exit_code
 
 
-def request_job(deployment: Deployment, action: str, *, user: User | None = None) -> LaunchJob:
-    """Queue a job; refuses (JobConflict) while another job of the deployment is active."""
+def request_job(deployment: Deployment, action: str, *, user: User | None = None, queue: bool = True) -> LaunchJob:
+    """Queue a job; refuses (JobConflict) while another job of the deployment is active. With
+    `queue=False` no task is sent: the caller runs it (`run_job`) in its own process."""
     try:
         with transaction.atomic():
             job = LaunchJob.objects.create(
@@ -97,7 +104,8 @@ def request_job(deployment: Deployment, action: str, *, user: User | None = None
     audit.record(
         AuditAction.ACTION, deployment, message=f"{JobAction(action).label} requested (job #{job.pk})", actor=user
     )
-    transaction.on_commit(lambda: signals.job_requested.send(sender=LaunchJob, job_id=job.pk))
+    if queue:
+        transaction.on_commit(lambda: signals.job_requested.send(sender=LaunchJob, job_id=job.pk))
     return job
 
 
@@ -223,10 +231,11 @@ class _Heartbeat:
         self.thread.join(timeout=10)
 
 
-def run_job(job_id: int) -> float | None:
+def run_job(job_id: int, *, watch: float = 0.0) -> float | None:
     """The body of the Celery task: safe to run twice; a job already finished or held by a live
     worker is left alone, a job handed back after its worker died resumes (see `_launch`). Returns
-    the seconds until the next look at the starting server (`poll_job`), or None when it is done."""
+    the seconds until the next look at the starting server (`poll_job`), or None when it is done.
+    With `watch`, a starting server is looked at here for up to that many seconds first."""
     try:
         job = LaunchJob.objects.select_related("deployment__host").get(pk=job_id)
     except LaunchJob.DoesNotExist:
@@ -237,7 +246,7 @@ def run_job(job_id: int) -> float | None:
         logger.info("launch job %s is held by another worker", job_id)
         return None
     with _Heartbeat(job):
-        delay = _run_claimed(job)
+        delay = _run_claimed(job, watch=watch)
     if delay is not None:
         _release_for_poll(job)
     return delay
@@ -263,20 +272,20 @@ def run_inline(job_id: int) -> None:
         delay = poll_job(job_id)
 
 
-def _run_claimed(job: LaunchJob, *, poll: bool = False) -> float | None:
+def _run_claimed(job: LaunchJob, *, poll: bool = False, watch: float = 0.0) -> float | None:
     deployment = job.deployment
     delay: float | None = None
     try:
         if not poll:
             _move(job, JobState.CONNECTING, f"Connecting to {deployment.host}")
-        with ssh.connect(deployment.host) as remote:
+        with ssh.connect(deployment.host, reuse=True) as remote:
             if poll:
                 delay = _await_health(job, deployment, remote)
             else:
                 if job.action in (JobAction.STOP, JobAction.RESTART):
                     _stop(job, deployment, remote)
                 if job.action in (JobAction.LAUNCH, JobAction.RESTART):
-                    delay = _launch(job, deployment, remote)
+                    delay = _launch(job, deployment, remote, watch)
                 elif job.action == JobAction.ADOPT:
                     delay = _adopt(job, deployment, remote)
             if delay is None:
@@ -338,19 +347,36 @@ def _waiting_since(job: LaunchJob) -> datetime.datetime:
 
 
 def _wait_for_health(
-    job: LaunchJob, deployment: Deployment, remote: ssh.Remote, pid: int, message: str
+    job: LaunchJob, deployment: Deployment, remote: ssh.Remote, pid: int, message: str, watch: float = 0.0
 ) -> float | None:
     _move(job, JobState.WAITING_HEALTH, message, pid=pid)
-    return _await_health(job, deployment, remote)
+    return _await_health(job, deployment, remote, watch)
 
 
-def _await_health(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> float | None:
-    """One look at the starting server: None once it is registered and running, else the seconds
-    until the next look. Whatever goes wrong, a server the job started is not left behind."""
+def _await_health(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, watch: float = 0.0) -> float | None:
+    """Look at the starting server: None once it is registered and running, else the seconds
+    until the next (re-scheduled) look. One look, or with `watch` looks from HOSTS_HEALTH_FIRST_POLL
+    apart backing off to HOSTS_HEALTH_POLL, for up to `watch` seconds; SSH is asked whether the
+    process lives at the first look and then at most every HOSTS_HEALTH_POLL. Whatever goes wrong,
+    a server the job started is not left behind."""
     pid = job.pid
     assert pid is not None
+    poll = float(settings.HOSTS_HEALTH_POLL)
+    until = time.monotonic() + watch
+    interval = min(float(settings.HOSTS_HEALTH_FIRST_POLL), poll)
+    checked = float("-inf")
     try:
-        ctx = _look(job, deployment, remote, pid)
+        while True:
+            ctx = _probe(deployment)
+            if ctx is not _NOT_YET:
+                break
+            if time.monotonic() - checked >= poll:
+                _check_process(job, deployment, remote, pid)
+                checked = time.monotonic()
+            if time.monotonic() + interval > until:
+                return poll
+            time.sleep(interval)
+            interval = min(interval * 1.5, poll)
     except Exception:
         if job.action != JobAction.ADOPT:  # do not leave a server nobody knows about
             if commands.is_alive(remote, pid):
@@ -358,8 +384,6 @@ def _await_health(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) ->
             multinode.stop_cluster(deployment, remote)
             Deployment.objects.filter(pk=deployment.pk).update(pid=None)
         raise
-    if ctx is _NOT_YET:
-        return float(settings.HOSTS_HEALTH_POLL)
     _finish_healthy(job, deployment, remote, pid, ctx)
     return None
 
@@ -367,38 +391,46 @@ def _await_health(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) ->
 _NOT_YET = object()
 
 
-def _look(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, pid: int) -> Any:
-    """/health once: the context window the server reports when it answers 200, `_NOT_YET` while it
-    loads; raises JobFailed when the process died or HOSTS_HEALTH_TIMEOUT passed."""
+@functools.cache
+def _health_client() -> httpx.Client:
+    """One client per process for the looks at starting servers (thread-safe; making one costs a
+    TLS context, a quarter of a second on a loaded box, on a cold start's critical path)."""
+    return httpx.Client(timeout=5.0, follow_redirects=False)
+
+
+def _probe(deployment: Deployment) -> Any:
+    """/health once, over HTTP from here (the gateway reaches the server the same way): the context
+    window the server reports when it answers 200, else `_NOT_YET`."""
+    client = _health_client()
     impl = backends.get(deployment.backend)
     root = deployment.base_url.removesuffix("/v1")
-    timeout = settings.HOSTS_HEALTH_TIMEOUT
-    with httpx.Client(timeout=5.0) as client:
-        try:
-            healthy = client.get(root + impl.health_path).status_code == 200
-        except httpx.HTTPError:
-            healthy = False
-        if healthy:
-            try:
-                ctx = impl.context_window(client, root, deployment.upstream_api_key, deployment.served_model_name)
-            except (httpx.HTTPError, ValueError) as exc:
-                raise JobFailed(f"The server is up but did not say its context window ({exc}).") from None
-            _beat(job, log_tail=_log_tail(remote, deployment))
-            return ctx
-    if not commands.is_alive(remote, pid):
-        exit_code = commands.read_exit_code(remote, _dir(deployment))
-        log = _log_tail(remote, deployment)
-        _beat(job, log_tail=log)
-        raise JobFailed(explain_failure(log, exit_code, deployment), exit_code=exit_code)
-    log = _log_tail(remote, deployment)
+    try:
+        if client.get(root + impl.health_path).status_code != 200:
+            return _NOT_YET
+    except httpx.HTTPError:
+        return _NOT_YET
+    try:
+        return impl.context_window(client, root, deployment.upstream_api_key, deployment.served_model_name)
+    except (httpx.HTTPError, ValueError) as exc:
+        raise JobFailed(f"The server is up but did not say its context window ({exc}).") from None
+
+
+def _check_process(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, pid: int) -> None:
+    """The server's process and log over SSH, in one session: raises JobFailed when it died or
+    HOSTS_HEALTH_TIMEOUT passed."""
+    alive, log = commands.alive_and_log_tail(remote, pid, _dir(deployment), deployment.upstream_api_key)
     _beat(job, log_tail=log)
+    if not alive:
+        exit_code = commands.read_exit_code(remote, _dir(deployment))
+        raise JobFailed(explain_failure(log, exit_code, deployment), exit_code=exit_code)
+    timeout = settings.HOSTS_HEALTH_TIMEOUT
     if (timezone.now() - _waiting_since(job)).total_seconds() > timeout:
         commands.kill(remote, pid)
         raise JobFailed(
-            f"No healthy answer from {root}/health within {timeout:g} s; the server was stopped. "
-            "Is the port reachable from the portal (firewall)? " + explain_failure(log, None, deployment)
+            f"No healthy answer from {deployment.base_url.removesuffix('/v1')}/health within {timeout:g} s; the "
+            "server was stopped. Is the port reachable from the portal (firewall)? "
+            + explain_failure(log, None, deployment)
         )
-    return _NOT_YET
 
 
 def _register(deployment: Deployment, context_window: int | None) -> Channel:
@@ -429,21 +461,30 @@ def _unowned_channel_at(base_url: str) -> Channel | None:
     return Channel.objects.filter(base_url=canonical, deployments__isnull=True).first()
 
 
-def _launch(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> float | None:
-    _move(job, JobState.STARTING, "Checking the host")
-    set_status(deployment, DeploymentStatus.STARTING, f"Job #{job.pk} is starting it.")
-    running = commands.read_pidfile(remote, _dir(deployment))
+def _launch(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, watch: float = 0.0) -> float | None:
+    with transaction.atomic():  # the rows of one step in one commit (a cold start waits on each)
+        _move(job, JobState.STARTING, "Checking the host")
+        set_status(deployment, DeploymentStatus.STARTING, f"Job #{job.pk} is starting it.")
+    # Everything checked before the start, in one SSH session.
+    running, missing, arch, ram, port_taken = commands.ask(
+        remote,
+        commands.pidfile_probe(_dir(deployment)),
+        commands.model_probe(deployment.backend, deployment.model_path),
+        commands.architecture_probe(deployment.backend, deployment.model_path),
+        commands.memory_probe(),
+        commands.port_probe(deployment.port),
+    )
     if running and commands.is_alive(remote, running):
         # Launching twice must not start a second server: take over the one that runs.
         return _wait_for_health(
-            job, deployment, remote, running, f"Already running as PID {running}; not starting a second server."
+            job, deployment, remote, running, f"Already running as PID {running}; not starting a second server.", watch
         )
-    if missing := check_model_files(deployment, remote):
+    if missing:
         raise JobFailed(f"{missing} Nothing was started.")
-    estimate = check_fit(deployment, remote)
+    estimate = check_fit(deployment, arch=arch, ram_mib=ram if deployment.backend == "llamacpp" else None)
     if (refusal := fit_refusal(estimate)) and not deployment.fit_override:
         raise JobFailed(refusal)
-    if commands.port_in_use(remote, deployment.port):
+    if port_taken:
         raise JobFailed(
             f"Port {deployment.port} is already in use on {deployment.host}: choose another port or stop what holds it."
         )
@@ -452,26 +493,31 @@ def _launch(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> float
     except multinode.ClusterError as exc:
         raise JobFailed(exc.message) from None
     pid = _start(job, deployment, remote)
-    set_status(deployment, DeploymentStatus.STARTING, f"Started as PID {pid}; waiting for health.", pid=pid)
-    LaunchJob.objects.filter(pk=job.pk).update(command=job.command)
-    return _wait_for_health(
-        job,
-        deployment,
-        remote,
-        pid,
-        f"Started as PID {pid}; waiting for {deployment.base_url.removesuffix('/v1')}/health",
-    )
+    with transaction.atomic():
+        set_status(deployment, DeploymentStatus.STARTING, f"Started as PID {pid}; waiting for health.", pid=pid)
+        LaunchJob.objects.filter(pk=job.pk).update(command=job.command)
+        _move(
+            job,
+            JobState.WAITING_HEALTH,
+            f"Started as PID {pid}; waiting for {deployment.base_url.removesuffix('/v1')}/health",
+            pid=pid,
+        )
+    return _await_health(job, deployment, remote, watch)
 
 
 def _finish_healthy(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, pid: int, ctx: int | None) -> None:
-    channel = _register(deployment, ctx)
+    """Register and say RUNNING first (a cold start's waiting requests go on from there), then read
+    what is only shown: the log's end and the allocation the server reported."""
+    with transaction.atomic():  # one commit; the waiting cold start hears of it after it
+        channel = _register(deployment, ctx)
+        message = (
+            f"Serving {deployment.served_model_name} on {deployment.base_url} (context {ctx or 'unknown'}); "
+            f"channel {channel.name}."
+        )
+        set_status(deployment, DeploymentStatus.RUNNING, message, pid=pid)
+        _move(job, JobState.RUNNING, message, pid=pid)
+    _beat(job, log_tail=_log_tail(remote, deployment))
     record_allocation(deployment, remote)  # estimate vs what the server reported; never fails the job
-    message = (
-        f"Serving {deployment.served_model_name} on {deployment.base_url} (context {ctx or 'unknown'}); "
-        f"channel {channel.name}."
-    )
-    set_status(deployment, DeploymentStatus.RUNNING, message, pid=pid)
-    _move(job, JobState.RUNNING, message, pid=pid)
 
 
 def _stop(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:

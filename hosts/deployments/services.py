@@ -88,6 +88,9 @@ def set_status(
     )
     if alert:
         transaction.on_commit(lambda: signals.deployment_event.send(sender=DeploymentEvent, event_id=event.pk))
+    if deployment.on_demand:
+        pk = deployment.pk
+        transaction.on_commit(lambda: signals.on_demand_status_changed.send(sender=Deployment, deployment_id=pk))
     return True
 
 
@@ -353,14 +356,21 @@ def fit_request(deployment: Deployment, arch: fit.Architecture, *, ram_mib: int 
 
 
 def check_fit(
-    deployment: Deployment, remote: Remote | None = None, *, arch: fit.Architecture | None = None
+    deployment: Deployment,
+    remote: Remote | None = None,
+    *,
+    arch: fit.Architecture | None = None,
+    ram_mib: int | None = None,
 ) -> dict[str, Any]:
     """Estimate and store it on the deployment. Without `remote` or `arch` only presets are used (and
-    the host's RAM is unknown); `arch` is the model as already read from the host (the live preview)."""
+    the host's RAM is unknown unless given); `arch` is the model as already read from the host (the
+    live preview, a launch job that asked for it with its other checks)."""
     if arch is None and remote is not None:
         arch = commands.read_architecture(remote, deployment.backend, deployment.model_path)
     arch = arch or fit.preset_for(deployment.model_path)
-    ram = commands.memory_available_mib(remote) if remote and deployment.backend == "llamacpp" else None
+    ram = ram_mib
+    if ram is None and remote is not None and deployment.backend == "llamacpp":
+        ram = commands.memory_available_mib(remote)
     if arch is None:
         result = {
             "verdict": "unknown",
@@ -391,11 +401,6 @@ def fit_refusal(estimate: dict[str, Any]) -> str:
     if estimate.get("advice"):
         message += f"; smallest change that fits: {estimate['advice'][0]['change']}"
     return message + ". Change the deployment, or tick \u201claunch even if it does not fit\u201d."
-
-
-def check_model_files(deployment: Deployment, remote: Remote) -> str:
-    """Why the model cannot be loaded from the host (nothing has been started yet), or ""."""
-    return commands.check_model(remote, deployment.backend, deployment.model_path)
 
 
 def record_allocation(deployment: Deployment, remote: Remote) -> dict[str, Any]:

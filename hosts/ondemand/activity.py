@@ -1,9 +1,14 @@
-"""What the gateway tells the placement about an on-demand deployment's traffic, through Redis.
+"""What the gateway and the workers tell each other about on-demand deployments, through Redis.
 
 The gateway (every replica) adds each request it sends to an on-demand model to a sorted set
 (`busy`, scored by when the entry expires, so a replica that died leaves nothing behind for
 longer than `LEASE_SECONDS`) and removes it when the request ends, writing the time (`last`).
 The placement and the idle sweep read both here with redis-py; the key names are spelled once.
+
+The other way: whenever an on-demand deployment's status or cold start moves, its id is
+published on `events_channel()` (`announce`); every gateway process subscribes and wakes the
+requests waiting for that model at once instead of at their next poll (which stays, slower, for
+when Redis cannot deliver).
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ LEASE_SECONDS = 3600  # longer than any request the gateway lets run
 def namespace() -> str:
     """The gateway's Redis prefix (`gateway.cache.namespace`: tests give each run its own)."""
     return os.environ.get("GATEWAY_REDIS_NAMESPACE") or "gw"
+
+
+def events_channel() -> str:
+    return f"{namespace()}:od:events"
 
 
 def busy_key(deployment_id: int) -> str:
@@ -70,3 +79,12 @@ def touch(deployment_id: int, when: float | None = None) -> None:
         _redis().set(last_key(deployment_id), str(when or time.time()), ex=30 * 86400)
     except Exception as exc:
         logger.warning("could not mark deployment %s as used: %r", deployment_id, exc)
+
+
+def announce(deployment_id: int) -> None:
+    """Tell the gateway processes that the deployment's cold start or status moved (best effort:
+    without Redis they see it at their next poll)."""
+    try:
+        _redis().publish(events_channel(), str(deployment_id))
+    except Exception as exc:
+        logger.warning("could not announce on-demand deployment %s: %r", deployment_id, exc)

@@ -28,9 +28,11 @@ import datetime
 import logging
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from django import db
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -65,6 +67,17 @@ def catalog_entries() -> dict[str, dict[str, Any]]:
             },
         )
     return entries
+
+
+def model_states(names: list[str]) -> dict[str, dict[str, bool]]:
+    """For the models pages (`channels.services.register_model_states`): each of `names` served by
+    an on-demand deployment, and whether it is cold (not serving: the next request starts it)."""
+    states: dict[str, dict[str, bool]] = {}
+    for d in (
+        Deployment.objects.filter(on_demand=True, served_model_name__in=names).select_related("channel").order_by("pk")
+    ):
+        states.setdefault(d.served_model_name, {"on_demand": True, "cold": not is_ready(d)})
+    return states
 
 
 def estimate_seconds(deployment_id: int, q: float = 0.5) -> float:
@@ -148,6 +161,7 @@ def finish(cold: ColdStart, state: str, message: str) -> bool:
         cold.state, cold.message, cold.finished = state, message[:500], now
         if state == ColdStartState.READY:
             activity.touch(cold.deployment_id)  # its waiting requests follow: not idle yet
+        activity.announce(cold.deployment_id)
     return bool(moved)
 
 
@@ -176,10 +190,11 @@ def place(cold_start_id: int) -> float | None:
     if d.status not in IDLE_DEPLOYMENT_STATUSES:  # being stopped (its idle TTL, an admin): next round
         return _wait(cold, "The deployment is being stopped; starting it again once it is.", [])
     hosts = [d.host] if d.pin_host else list(Host.objects.key_confirmed())
+    surveys = survey_all(d, hosts)
     candidates: list[Candidate] = []
     reasons: list[str] = []
     for host in hosts:
-        candidate = assess(d, host)
+        candidate = assess(d, host, surveys[host.pk])
         reasons.append(f"{host.name}: {candidate.reason}")
         if candidate.gpu_indices or (candidate.reason.startswith("fits") and not d.gpu_indices):
             candidates.append(candidate)
@@ -193,20 +208,39 @@ def place(cold_start_id: int) -> float | None:
         if not evict(victim, f"Stopped to make room for {d.served_model_name} (on demand)."):
             return _wait(cold, f"Could not stop {victim.name} to make room; trying again.", reasons)
         evicted.append({"name": victim.name, "host": chosen.host.name})
-    Deployment.objects.filter(pk=d.pk).update(host=chosen.host, gpu_indices=chosen.gpu_indices)
-    d.host, d.gpu_indices = chosen.host, chosen.gpu_indices
     try:
-        jobs.request_job(d, JobAction.LAUNCH)
+        with transaction.atomic():  # one commit, not one per row: each is a WAL flush on a busy box
+            Deployment.objects.filter(pk=d.pk).update(host=chosen.host, gpu_indices=chosen.gpu_indices)
+            d.host, d.gpu_indices = chosen.host, chosen.gpu_indices
+            jobs.request_job(d, JobAction.LAUNCH, queue=False)  # `launch` runs it, in this process
+            ColdStart.objects.filter(pk=cold.pk).update(
+                state=ColdStartState.LAUNCHING,
+                message=f"Launching on {chosen.host.name}.",
+                host_name=chosen.host.name,
+                reasons=reasons,
+                evicted=evicted,
+            )
     except jobs.JobConflict as exc:
         return _wait(cold, str(exc), reasons)
-    ColdStart.objects.filter(pk=cold.pk).update(
-        state=ColdStartState.LAUNCHING,
-        message=f"Launching on {chosen.host.name}.",
-        host_name=chosen.host.name,
-        reasons=reasons,
-        evicted=evicted,
-    )
     return None
+
+
+def launch(cold_start_id: int) -> tuple[int, float | None] | None:
+    """Run the cold start's launch job here, right after its placement (the placement task's
+    second half): the same process, so the same pooled SSH connection to the host, and no task
+    queued in between. The job watches the new server for HOSTS_ONDEMAND_WATCH_SECONDS. Returns
+    (job id, seconds until its next re-scheduled look or None when it is done), or None when
+    there is no launch job to run (another process holds it)."""
+    cold = ColdStart.objects.filter(pk=cold_start_id).first()
+    if cold is None:
+        return None
+    job = cold.deployment.jobs.active().filter(action=JobAction.LAUNCH, worker="").first()
+    if job is None:
+        return None
+    delay = jobs.run_job(job.pk, watch=float(settings.HOSTS_ONDEMAND_WATCH_SECONDS))
+    if delay is None:
+        observe(cold.pk)  # ready or failed: move the cold start on now, not at the next look
+    return job.pk, delay
 
 
 def _move(cold: ColdStart, state: str, message: str, **fields: Any) -> None:
@@ -223,27 +257,68 @@ def _wait(cold: ColdStart, message: str, reasons: list[str]) -> float | None:
     return float(settings.HOSTS_ONDEMAND_RETRY_SECONDS)
 
 
-def assess(d: Deployment, host: Host) -> Candidate:
-    """Can `d` run on `host`, on which GPUs, after stopping which idle deployments; and why not."""
+@dataclass
+class Survey:
+    """What one SSH session told of a host for a placement: its GPUs (a fresh nvidia-smi), why the
+    model cannot be loaded there ("" when it can) and the model's architecture; or why not asked."""
+
+    inventory: inventory.Inventory | None = None
+    problem: str = ""
+    arch: fit.Architecture | None = None
+    failed: str = ""
+
+
+def survey(d: Deployment, host: Host) -> Survey:
+    """Ask the host, in one session on its pooled connection (no database work: it runs in
+    parallel threads for several hosts, `survey_all`)."""
+    try:
+        with ssh.connect(host, reuse=True) as remote:
+            *smi, problem, arch = commands.ask(
+                remote,
+                *(commands.Probe(query, lambda result: result) for query in inventory.QUERIES),
+                commands.model_probe(d.backend, d.model_path),
+                commands.architecture_probe(d.backend, d.model_path),
+            )
+            try:
+                return Survey(inventory.from_results(remote, *smi), problem, arch)
+            except inventory.InventoryError as exc:
+                return Survey(failed=f"no GPUs ({exc})")
+    except ssh.SSHError as exc:
+        return Survey(failed=f"unreachable ({exc.message})")
+
+
+def survey_all(d: Deployment, hosts: list[Host]) -> dict[int, Survey]:
+    """Every host surveyed at once (one SSH round trip for all, not one per host)."""
+    if len(hosts) < 2:
+        return {h.pk: survey(d, h) for h in hosts}
+
+    def one(host: Host) -> Survey:
+        try:
+            return survey(d, host)
+        finally:
+            db.connection.close()  # a refused host key is recorded from this thread
+
+    with ThreadPoolExecutor(max_workers=min(len(hosts), 16), thread_name_prefix="placement-survey") as pool:
+        return dict(zip([h.pk for h in hosts], pool.map(one, hosts), strict=True))
+
+
+def assess(d: Deployment, host: Host, found: Survey | None = None) -> Candidate:
+    """Can `d` run on `host`, on which GPUs, after stopping which idle deployments; and why not.
+    `found` is the host's survey when already taken (`survey_all`)."""
     candidate = Candidate(host=host)
     if Deployment.objects.filter(host=host, port=d.port).exclude(pk=d.pk).exists():
         candidate.reason = f"port {d.port} is taken by another deployment"
         return candidate
-    try:
-        with ssh.connect(host) as remote:
-            try:
-                inventory.store(host, inventory.collect(remote))  # the fresh nvidia-smi
-            except inventory.InventoryError as exc:
-                candidate.reason = f"no GPUs ({exc})"
-                return candidate
-            candidate.weights = not commands.check_model(remote, d.backend, d.model_path)
-            if not candidate.weights and d.backend == "llamacpp":
-                candidate.reason = "the model file is not on this host"
-                return candidate
-            arch = commands.read_architecture(remote, d.backend, d.model_path) if candidate.weights else None
-    except ssh.SSHError as exc:
-        candidate.reason = f"unreachable ({exc.message})"
+    found = found or survey(d, host)
+    if found.failed or found.inventory is None:
+        candidate.reason = found.failed
         return candidate
+    inventory.store(host, found.inventory)
+    candidate.weights = not found.problem
+    if not candidate.weights and d.backend == "llamacpp":
+        candidate.reason = "the model file is not on this host"
+        return candidate
+    arch = found.arch if candidate.weights else None
     arch = arch or fit.preset_for(d.model_path)
     if arch is None:
         candidate.reason = "the model's size is unknown (no readable files, no preset)"

@@ -10,7 +10,9 @@ from celery import shared_task
 from django.db import transaction
 from django.dispatch import receiver
 
-from . import services, signals
+from ..signals import on_demand_status_changed
+from ..tasks import look_again
+from . import activity, services, signals
 
 logger = logging.getLogger(__name__)
 
@@ -21,10 +23,15 @@ SWEEP_EVERY_SECONDS = 30
 
 @shared_task(name=PLACE_TASK, ignore_result=True, acks_late=True, reject_on_worker_lost=True)
 def place(cold_start_id: int) -> None:
-    """One placement attempt; it queues the next one itself while it waits for room."""
+    """One placement attempt; it queues the next one itself while it waits for room. Once a host
+    is chosen the launch job runs here too (`services.launch`), and a server still loading after
+    its watch is looked at by re-scheduled tasks like any launch."""
     delay = services.place(cold_start_id)
     if delay is not None:
         _queue_place(None, cold_start_id, countdown=delay)
+        return
+    if launched := services.launch(cold_start_id):
+        look_again(*launched)
 
 
 @shared_task(name=SWEEP_TASK, ignore_result=True)
@@ -42,6 +49,11 @@ def _queue_place(sender: object, cold_start_id: int, countdown: float = 0, **_kw
             place.delay(cold_start_id)
     except Exception:  # the broker is down: the waiting requests give up at their budget
         logger.exception("could not queue the placement of cold start %s", cold_start_id)
+
+
+@receiver(on_demand_status_changed, dispatch_uid="hosts-ondemand-announce")
+def _announce(sender: object, deployment_id: int, **_kwargs: Any) -> None:
+    activity.announce(deployment_id)
 
 
 def ensure_schedule(**_kwargs: Any) -> None:

@@ -7,20 +7,51 @@ A server is started detached in the deployment's folder on the host:
 
 so its PID (a process group), exit code and log live in files next to it. Stopping sends TERM to
 the process group, then KILL after a grace period.
+
+What is only read (the model file and its header, free RAM, the port, the pid file) is also a
+`Probe`: a command and how to read its result, so a caller can ask several in ONE SSH session
+(`ask`) where each SSH round trip counts (a cold start's placement and launch).
 """
 
 from __future__ import annotations
 
 import base64
 import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from django.conf import settings
 
 from .. import backends, fit
 from ..backends import Secret
-from .ssh import Remote
+from .ssh import Remote, Result
 
 LOG_TAIL_BYTES = 8192
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Probe(Generic[T]):
+    """A read-only command and how to read its result; `command` None: known without asking."""
+
+    command: str | list[str] | None
+    read: Callable[[Result], T]
+
+
+_NOTHING_RUN = Result(0, "", "")
+
+
+def ask(remote: Remote, *probes: Probe[Any]) -> list[Any]:
+    """Each probe's reading, in order, from one session."""
+    results = iter(remote.run_many([p.command for p in probes if p.command is not None]))
+    return [p.read(next(results) if p.command is not None else _NOTHING_RUN) for p in probes]
+
+
+def ask_one(remote: Remote, probe: Probe[T]) -> T:
+    """One probe's reading (typed, unlike `ask`'s list of several)."""
+    reading: T = ask(remote, probe)[0]
+    return reading
 
 
 def deployment_dir(remote_dir: str) -> str:
@@ -40,10 +71,16 @@ def is_alive(remote: Remote, pid: int | None) -> bool:
     return remote.run(alive_test(pid)).ok
 
 
+def pidfile_probe(folder: str, name: str = "server") -> Probe[int | None]:
+    def read(result: Result) -> int | None:
+        text = result.stdout.strip()
+        return int(text) if text.isdigit() else None
+
+    return Probe(f"cat {folder}/{name}.pid 2>/dev/null", read)
+
+
 def read_pidfile(remote: Remote, folder: str, name: str = "server") -> int | None:
-    result = remote.run(f"cat {folder}/{name}.pid 2>/dev/null")
-    text = result.stdout.strip()
-    return int(text) if text.isdigit() else None
+    return ask_one(remote, pidfile_probe(folder, name))
 
 
 def write_pidfile(remote: Remote, folder: str, pid: int) -> None:
@@ -59,14 +96,18 @@ def read_exit_code(remote: Remote, folder: str) -> int | None:
     return int(code_text) if code_text.lstrip("-").isdigit() else None
 
 
-def port_in_use(remote: Remote, port: int) -> bool:
-    """LISTEN sockets from /proc (no ss/netstat needed); state 0A is LISTEN."""
+def port_probe(port: int) -> Probe[bool]:
+    """Is `port` taken: LISTEN sockets from /proc (no ss/netstat needed); state 0A is LISTEN."""
     hexport = f"{int(port):04X}"
     script = (
         'awk \'NR>1 && $4=="0A" {split($2,a,":"); print a[length(a)]}\' /proc/net/tcp /proc/net/tcp6 2>/dev/null'
         f" | grep -qx {hexport}"
     )
-    return remote.run(script).ok
+    return Probe(script, lambda result: result.ok)
+
+
+def port_in_use(remote: Remote, port: int) -> bool:
+    return ask_one(remote, port_probe(port))
 
 
 def log_head(remote: Remote, folder: str, secret: str, size: int = 262144) -> str:
@@ -79,6 +120,14 @@ def log_tail(remote: Remote, folder: str, secret: str, name: str = "server") -> 
     """The end of the server's log, with `secret` (its API key) masked."""
     result = remote.run(f"tail -c {LOG_TAIL_BYTES} {folder}/{name}.log 2>/dev/null")
     return mask_secret(result.stdout, secret)
+
+
+def alive_and_log_tail(remote: Remote, pid: int, folder: str, secret: str) -> tuple[bool, str]:
+    """`is_alive` and `log_tail` in one session (a launch job's look at a starting server)."""
+    alive, tail = remote.run_many(
+        [alive_test(pid), f"tail -c {LOG_TAIL_BYTES} {folder}/server.log 2>/dev/null"], timeout=30
+    )
+    return alive.ok, mask_secret(tail.stdout, secret)
 
 
 def mask_secret(text: str, secret: str) -> str:
@@ -151,19 +200,22 @@ def process_list(remote: Remote) -> list[tuple[int, str]]:
     return rows
 
 
-def read_architecture(remote: Remote, backend: str, model_path: str) -> fit.Architecture | None:
+def architecture_probe(backend: str, model_path: str) -> Probe[fit.Architecture | None]:
     """The model's architecture from the host's files (GGUF header or config.json), if readable."""
     if backend == "llamacpp":
         q = shlex.quote(model_path)
-        result = remote.run(f"stat -c %s {q} && head -c 2097152 {q} | base64 -w0", timeout=60)
-        if not result.ok:
-            return None
-        size_line, _, encoded = result.stdout.partition("\n")
-        try:
-            meta = fit.parse_gguf_metadata(base64.b64decode(encoded.strip()))
-            return fit.from_gguf_metadata(meta, file_size=int(size_line.strip()))
-        except (ValueError, TypeError):
-            return None
+
+        def read_gguf(result: Result) -> fit.Architecture | None:
+            if not result.ok:
+                return None
+            size_line, _, encoded = result.stdout.partition("\n")
+            try:
+                meta = fit.parse_gguf_metadata(base64.b64decode(encoded.strip()))
+                return fit.from_gguf_metadata(meta, file_size=int(size_line.strip()))
+            except (ValueError, TypeError):
+                return None
+
+        return Probe(f"stat -c %s {q} && head -c 2097152 {q} | base64 -w0", read_gguf)
     if model_path.startswith("/"):
         folder = shlex.quote(model_path)
     else:  # a Hugging Face id: look in the default cache
@@ -173,25 +225,39 @@ def read_architecture(remote: Remote, backend: str, model_path: str) -> fit.Arch
         f'for d in {folder}; do [ -f "$d/config.json" ] || continue; cat "$d/config.json"; echo; '
         'echo "---portal-sizes---"; stat -L -c %s "$d"/*.safetensors 2>/dev/null; break; done'
     )
-    result = remote.run(script, timeout=30)
-    config, sep, sizes = result.stdout.partition("---portal-sizes---")
-    if not sep:
-        return None
-    total = sum(int(s) for s in sizes.split() if s.isdigit())
-    try:
-        return fit.from_config_json(config, weights_bytes=total or None)
-    except ValueError:
-        return None
+
+    def read_config(result: Result) -> fit.Architecture | None:
+        config, sep, sizes = result.stdout.partition("---portal-sizes---")
+        if not sep:
+            return None
+        total = sum(int(s) for s in sizes.split() if s.isdigit())
+        try:
+            return fit.from_config_json(config, weights_bytes=total or None)
+        except ValueError:
+            return None
+
+    return Probe(script, read_config)
+
+
+def read_architecture(remote: Remote, backend: str, model_path: str) -> fit.Architecture | None:
+    return ask_one(remote, architecture_probe(backend, model_path))
+
+
+def memory_probe() -> Probe[int | None]:
+    """The host's available RAM (MemAvailable), for llama.cpp layers kept on the CPU."""
+
+    def read(result: Result) -> int | None:
+        parts = result.stdout.split()
+        return int(parts[1]) // 1024 if result.ok and len(parts) >= 2 and parts[1].isdigit() else None
+
+    return Probe("grep -m1 '^MemAvailable:' /proc/meminfo", read)
 
 
 def memory_available_mib(remote: Remote) -> int | None:
-    """The host's available RAM (MemAvailable), for llama.cpp layers kept on the CPU."""
-    result = remote.run("grep -m1 '^MemAvailable:' /proc/meminfo")
-    parts = result.stdout.split()
-    return int(parts[1]) // 1024 if result.ok and len(parts) >= 2 and parts[1].isdigit() else None
+    return ask_one(remote, memory_probe())
 
 
-def check_model(remote: Remote, backend: str, model_path: str) -> str:
+def model_probe(backend: str, model_path: str) -> Probe[str]:
     """Why the model cannot be loaded from the host's disk, or "" when it can (or will be
     downloaded: a Hugging Face id vLLM/SGLang fetch themselves)."""
     q = shlex.quote(model_path)
@@ -200,31 +266,41 @@ def check_model(remote: Remote, backend: str, model_path: str) -> str:
             f"if [ ! -e {q} ]; then echo missing; elif [ ! -f {q} ]; then echo notfile; "
             f"elif [ ! -r {q} ]; then echo unreadable; else echo ok $(stat -L -c %s {q}) $(head -c 4 {q}); fi"
         )
-        words = remote.run(script).stdout.split()
-        state = words[0] if words else "missing"
-        if state == "missing":
-            return f"The model file {model_path} does not exist on the host."
-        if state == "notfile":
-            return f"{model_path} on the host is not a file (llama.cpp needs the .gguf file itself)."
-        if state == "unreadable":
-            return f"The model file {model_path} is not readable by the SSH user: check its permissions."
-        size = int(words[1]) if len(words) > 1 and words[1].isdigit() else 0
-        if size == 0:
-            return f"The model file {model_path} is empty (an interrupted download?)."
-        if len(words) < 3 or words[2] != "GGUF":
-            return f"{model_path} is not a GGUF file (it does not start with the GGUF magic)."
-        return ""
+        return Probe(script, lambda result: _gguf_problem(model_path, result.stdout.split()))
     if not model_path.startswith("/"):
-        return ""  # a Hugging Face id: the server downloads it when it is not in the cache
+        return Probe(None, lambda _result: "")  # a Hugging Face id: the server downloads it when not cached
     script = (
         f"if [ ! -e {q} ]; then echo missing; elif [ ! -d {q} ]; then echo notdir; "
         f"elif [ ! -r {q}/config.json ]; then echo noconfig; else echo ok; fi"
     )
-    state = (remote.run(script).stdout.split() or ["missing"])[0]
-    if state == "missing":
-        return f"The model folder {model_path} does not exist on the host."
-    if state == "notdir":
-        return f"{model_path} on the host is not a folder (give the model's folder, with its config.json)."
-    if state == "noconfig":
-        return f"The model folder {model_path} has no readable config.json."
-    return ""
+    return Probe(script, lambda result: _folder_problem(model_path, (result.stdout.split() or ["missing"])[0]))
+
+
+def check_model(remote: Remote, backend: str, model_path: str) -> str:
+    return ask_one(remote, model_probe(backend, model_path))
+
+
+_FILE_PROBLEMS = {
+    "missing": "The model file {path} does not exist on the host.",
+    "notfile": "{path} on the host is not a file (llama.cpp needs the .gguf file itself).",
+    "unreadable": "The model file {path} is not readable by the SSH user: check its permissions.",
+    "empty": "The model file {path} is empty (an interrupted download?).",
+    "notgguf": "{path} is not a GGUF file (it does not start with the GGUF magic).",
+}
+_FOLDER_PROBLEMS = {
+    "missing": "The model folder {path} does not exist on the host.",
+    "notdir": "{path} on the host is not a folder (give the model's folder, with its config.json).",
+    "noconfig": "The model folder {path} has no readable config.json.",
+}
+
+
+def _gguf_problem(model_path: str, words: list[str]) -> str:
+    state = words[0] if words else "missing"
+    if state == "ok":
+        size = int(words[1]) if len(words) > 1 and words[1].isdigit() else 0
+        state = "empty" if size == 0 else "notgguf" if len(words) < 3 or words[2] != "GGUF" else "ok"
+    return _FILE_PROBLEMS.get(state, "").format(path=model_path)
+
+
+def _folder_problem(model_path: str, state: str) -> str:
+    return _FOLDER_PROBLEMS.get(state, "").format(path=model_path)

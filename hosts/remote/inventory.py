@@ -151,9 +151,20 @@ class Inventory:
     interfaces: list[dict[str, Any]] = field(default_factory=list)
 
 
+# The queries in order, so a caller can ask them with others in one session (`from_results`).
+QUERIES: list[list[str] | str] = [GPU_QUERY, APPS_QUERY, VERSION_QUERY, INTERFACES_QUERY]
+
+
 def collect(remote: ssh.Remote) -> Inventory:
-    """Run the queries over an open connection. Raises `InventoryError` when there is no driver."""
-    result = remote.run(GPU_QUERY)
+    """Run the queries over an open connection, in one session. Raises `InventoryError` when
+    there is no driver."""
+    return from_results(remote, *remote.run_many(QUERIES))
+
+
+def from_results(
+    remote: ssh.Remote, result: ssh.Result, apps: ssh.Result, version: ssh.Result, interfaces: ssh.Result
+) -> Inventory:
+    """The inventory from the QUERIES' results (an old driver's banner is asked for on `remote`)."""
     if result.exit_status == 127 or "command not found" in result.stderr:
         raise InventoryError("nvidia-smi was not found on the host: install the NVIDIA driver.")
     if not result.ok:
@@ -162,16 +173,14 @@ def collect(remote: ssh.Remote) -> Inventory:
             f"nvidia-smi failed (exit {result.exit_status}): {detail[0][:200] if detail else 'no output'}"
         )
     gpus = parse_gpus(result.stdout)
-    apps = remote.run(APPS_QUERY)
     if apps.ok:
         attach_processes(gpus, parse_apps(apps.stdout))
-    version = remote.run(VERSION_QUERY)
     driver, cuda = parse_versions(version.stdout)
-    if not (driver and cuda):
+    if not (driver and cuda):  # an old driver: its banner says what --version does not
         banner = remote.run(HEADER_QUERY)
         driver2, cuda2 = parse_versions(banner.stdout)
         driver, cuda = driver or driver2, cuda or cuda2
-    interfaces = remote.run(INTERFACES_QUERY)  # no `ip` (a minimal image): none offered, typed instead
+    # No `ip` (a minimal image): no interfaces offered, the admin types the address instead.
     return Inventory(
         gpus=gpus,
         driver_version=driver,

@@ -11,18 +11,33 @@ quotes them with `shlex.join`, so no user text reaches the remote shell unquoted
 
     with ssh.connect(host) as remote:
         result = remote.run(["nvidia-smi", "--version"])
+
+Every connection lives on one event loop per process, in a daemon thread, so a connection can
+outlive the `with` that opened it: `connect(host, reuse=True)` (the on-demand placement and the
+launch job it runs) takes the host's pooled connection, opening it on first use and keeping it
+HOSTS_SSH_KEEP_SECONDS after its last use, so a cold start pays for one SSH handshake per host,
+not one per step. A pooled connection is keyed by everything that decides whom it talks to
+(address, port, user, pinned fingerprint, key): change any of them and the next use opens a new
+connection, checked against the pin like any other. Each command is one session on the
+connection (`Remote.run`); `Remote.run_many` puts several commands in one session.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import logging
+import os
 import shlex
 import socket
+import threading
+import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from django.conf import settings
 from django.utils import timezone
 from django.utils.translation import gettext
 
@@ -198,61 +213,200 @@ async def _connect(host: Host, private_key: str, timeout: float) -> asyncssh.SSH
     raise error
 
 
+T = TypeVar("T")
+
+_loop_lock = threading.Lock()
+_loop_state: tuple[int, asyncio.AbstractEventLoop] | None = None
+
+
+def _loop() -> asyncio.AbstractEventLoop:
+    """This process's SSH event loop (started on first use; a forked child starts its own, since
+    the parent's thread and connections did not come along)."""
+    global _loop_state
+    with _loop_lock:
+        if _loop_state is None or _loop_state[0] != os.getpid():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="ssh-loop", daemon=True).start()
+            _loop_state = (os.getpid(), loop)
+            _pool.clear()
+            _host_locks.clear()
+        return _loop_state[1]
+
+
+def _call(coro: Coroutine[Any, Any, T]) -> T:
+    """Run `coro` on the SSH loop and wait for it (its own deadlines bound the wait)."""
+    return asyncio.run_coroutine_threadsafe(coro, _loop()).result()
+
+
+@dataclass
+class _Pooled:
+    conn: asyncssh.SSHClientConnection
+    identity: tuple[object, ...]
+    last_used: float
+
+
+# Touched only from the SSH loop's thread, so no lock is needed around them.
+_pool: dict[int, _Pooled] = {}
+_host_locks: dict[int, asyncio.Lock] = {}
+_reaper: list[asyncio.TimerHandle] = []
+
+
+def _identity(host: Host, private_key: str) -> tuple[object, ...]:
+    """Whom a pooled connection talks to, as whom: any change means a new, newly checked one."""
+    digest = hashlib.sha256(private_key.encode()).hexdigest()
+    return (host.address, host.ssh_port, host.username, host.host_key_fingerprint, digest)
+
+
+async def _pooled(host: Host, private_key: str, timeout: float) -> asyncssh.SSHClientConnection:  # noqa: ASYNC109
+    """The host's pooled connection, opened (and pinned-checked) when there is none that is open."""
+    identity = _identity(host, private_key)
+    async with _host_locks.setdefault(host.pk, asyncio.Lock()):
+        entry = _pool.get(host.pk)
+        if entry is not None and (entry.identity != identity or entry.conn.is_closed()):
+            entry.conn.close()
+            del _pool[host.pk]
+            entry = None
+        if entry is None:
+            conn = await _connect(host, private_key, timeout)
+            entry = _pool[host.pk] = _Pooled(conn, identity, time.monotonic())
+            _schedule_reaper()
+        entry.last_used = time.monotonic()
+        return entry.conn
+
+
+def _schedule_reaper() -> None:
+    if not _reaper:
+        _reaper.append(asyncio.get_running_loop().call_later(_keep_seconds() / 2, _reap))
+
+
+def _keep_seconds() -> float:
+    return max(1.0, float(settings.HOSTS_SSH_KEEP_SECONDS))
+
+
+def _reap() -> None:
+    """Close pooled connections unused for HOSTS_SSH_KEEP_SECONDS; come back while any is left."""
+    _reaper.clear()
+    cutoff = time.monotonic() - _keep_seconds()
+    for pk, entry in list(_pool.items()):
+        if entry.last_used < cutoff or entry.conn.is_closed():
+            entry.conn.close()
+            del _pool[pk]
+    if _pool:
+        _schedule_reaper()
+
+
+def _discard(host: Host, conn: asyncssh.SSHClientConnection) -> None:
+    """Forget a pooled connection that broke (the next use opens a new one)."""
+
+    def drop() -> None:
+        entry = _pool.get(host.pk)
+        if entry is not None and entry.conn is conn:
+            del _pool[host.pk]
+        conn.close()
+
+    _loop().call_soon_threadsafe(drop)
+
+
+def close_pooled() -> None:
+    """Close every pooled connection of this process (tests; a worker shutting down)."""
+
+    async def close_all() -> None:
+        for entry in list(_pool.values()):
+            entry.conn.close()
+        _pool.clear()
+
+    _call(close_all())
+
+
 class Remote:
-    """One SSH connection used synchronously (tasks, services and views are sync code).
+    """One SSH connection used synchronously (tasks, services and views are sync code): its
+    coroutines run on the process's SSH loop. On entry the offered host key is recorded on the
+    host whether or not the connection succeeds. With `reuse` the connection is the host's pooled
+    one and stays open on exit."""
 
-    It runs its own event loop, so it must not be used from inside a running loop. On entry the
-    offered host key is recorded on the host whether or not the connection succeeds.
-    """
-
-    def __init__(self, host: Host, *, timeout: float = CONNECT_TIMEOUT) -> None:
+    def __init__(self, host: Host, *, timeout: float = CONNECT_TIMEOUT, reuse: bool = False) -> None:
         self.host = host
         self.timeout = timeout
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self.reuse = reuse
         self._conn: asyncssh.SSHClientConnection | None = None
 
+    def _open(self) -> asyncssh.SSHClientConnection:
+        key = self.host.private_key
+        return _call(_pooled(self.host, key, self.timeout) if self.reuse else _connect(self.host, key, self.timeout))
+
     def __enter__(self) -> Remote:
-        self._loop = asyncio.new_event_loop()
         try:
-            self._conn = self._loop.run_until_complete(_connect(self.host, self.host.private_key, self.timeout))
+            self._conn = self._open()
         except SSHError as exc:
-            self._loop.close()
             _record_seen(self.host, getattr(exc, "seen", ""))
             logger.info("ssh to host %s failed: %s", self.host.pk, exc.message)
-            raise
-        except BaseException:
-            self._loop.close()
             raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        assert self._loop is not None
-        try:
-            if self._conn is not None:
-                self._conn.close()
-                self._loop.run_until_complete(self._conn.wait_closed())
-        finally:
-            self._loop.close()
+        conn, self._conn = self._conn, None
+        if conn is not None and not self.reuse:
+            conn.close()
+            _call(conn.wait_closed())
 
     def run(self, command: list[str] | str, *, timeout: float = COMMAND_TIMEOUT, input: str | None = None) -> Result:
-        """Run an argument list (quoted here) or a script built only from quoted parts."""
+        """Run an argument list (quoted here) or a script built only from quoted parts: one session."""
         import asyncssh
 
-        assert self._loop is not None and self._conn is not None, "use Remote as a context manager"
+        assert self._conn is not None, "use Remote as a context manager"
+        if self.reuse and self._conn.is_closed():  # the host closed the idle pooled connection
+            self._conn = self._open()
+        conn = self._conn
         line = shlex.join(command) if isinstance(command, list) else command
         try:
-            completed = self._loop.run_until_complete(
-                asyncio.wait_for(self._conn.run(line, input=input, check=False), timeout)
-            )
+            completed = _call(_run(conn, line, input, timeout))
         except TimeoutError:
             raise CommandTimeout(f"A command on {self.host} did not finish within {timeout:g} s.") from None
         except (asyncssh.Error, OSError) as exc:
+            if self.reuse:
+                _discard(self.host, conn)
             raise SSHError(f"The SSH connection to {self.host} broke: {exc}.") from None
         return Result(
             exit_status=completed.exit_status if completed.exit_status is not None else -1,
             stdout=_text(completed.stdout),
             stderr=_text(completed.stderr),
         )
+
+    def run_many(self, commands: list[list[str] | str], *, timeout: float = COMMAND_TIMEOUT) -> list[Result]:
+        """Several commands in ONE session (one round trip instead of one each), each with its own
+        exit status, stdout and stderr, as if run one by one with `run`. A command the session did
+        not reach (it timed out or broke first) has exit status -1."""
+        marker = f"::portal-{os.urandom(6).hex()}::"
+        close = f"); s=$?; echo; echo '{marker}' $s; echo >&2; echo '{marker}' >&2"
+        script = "\n".join(f"( {shlex.join(c) if isinstance(c, list) else c}\n{close}" for c in commands)
+        whole = self.run(script, timeout=timeout)
+        outs, errs = _sections(whole.stdout, marker), _sections(whole.stderr, marker)
+        results = []
+        for i in range(len(commands)):
+            out, status = outs[i] if i < len(outs) else ("", "")
+            results.append(
+                Result(
+                    exit_status=int(status) if status.lstrip("-").isdigit() else -1,
+                    stdout=out,
+                    stderr=errs[i][0] if i < len(errs) else "",
+                )
+            )
+        return results
+
+
+def _sections(text: str, marker: str) -> list[tuple[str, str]]:
+    """`out0 \n MARKER tail0 \n out1 \n MARKER tail1 …` → [(out0, tail0), (out1, tail1), …]."""
+    found = []
+    while (at := text.find("\n" + marker)) >= 0:
+        end = text.find("\n", at + 1)
+        end = len(text) if end < 0 else end
+        found.append((text[:at], text[at + 1 + len(marker) : end].strip()))
+        text = text[end + 1 :]
+    return found
+
+
+async def _run(conn: asyncssh.SSHClientConnection, line: str, input: str | None, timeout: float) -> Any:  # noqa: ASYNC109
+    return await asyncio.wait_for(conn.run(line, input=input, check=False), timeout)
 
 
 def _text(value: str | bytes | None) -> str:
@@ -263,9 +417,10 @@ def _text(value: str | bytes | None) -> str:
     return value
 
 
-def connect(host: Host, *, timeout: float = CONNECT_TIMEOUT) -> Remote:
-    """A `Remote` for `host`: `with ssh.connect(host) as remote: ...`. Errors are `SSHError`s."""
-    return Remote(host, timeout=timeout)
+def connect(host: Host, *, timeout: float = CONNECT_TIMEOUT, reuse: bool = False) -> Remote:
+    """A `Remote` for `host`: `with ssh.connect(host) as remote: ...`. Errors are `SSHError`s.
+    With `reuse`, the host's pooled connection (see the module's docstring)."""
+    return Remote(host, timeout=timeout, reuse=reuse)
 
 
 def mark_contact(host: Host, *, status: str, message: str = "") -> None:

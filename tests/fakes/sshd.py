@@ -80,6 +80,7 @@ class SSHTarget:
         self.port = _free_port(address)
         self.username = getpass.getuser()
         self.process: subprocess.Popen[bytes] | None = None
+        self.log = self.dir / "sshd.log"
 
     # --- keys -----------------------------------------------------------------------------------
     def _keygen(self, path: Path) -> None:
@@ -118,6 +119,13 @@ class SSHTarget:
             shutil.copy(FIXTURES / f"{apps}.csv", self.state / "apps.csv")
         shutil.copy(FIXTURES / f"{version}.txt", self.state / "version.txt")
 
+    # --- what the server saw -------------------------------------------------------------------
+    def counts(self) -> tuple[int, int]:
+        """(connections authenticated, sessions started) so far, from sshd's own log: what a
+        client really cost the host, whatever the client believes it did."""
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return text.count("Accepted publickey for "), text.count("Starting session: ")
+
     # --- lifecycle ------------------------------------------------------------------------------
     def start(self) -> SSHTarget:
         for d in (self.home, self.bin, self.state):
@@ -153,19 +161,21 @@ class SSHTarget:
                     "PermitRootLogin prohibit-password",
                     "MaxStartups 50:30:100",
                     "MaxSessions 50",
-                    "LogLevel ERROR",
+                    "LogLevel VERBOSE",  # a line per connection and per session: `counts()`
                     f"SetEnv PATH={self.bin}:/usr/local/bin:/usr/bin:/bin HOME={self.home}",
                     "",
                 ]
             )
         )
         self.process = subprocess.Popen(
-            [self.sshd, "-D", "-e", "-f", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            [self.sshd, "-D", "-E", str(self.log), "-f", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                out = self.process.stdout.read().decode(errors="replace") if self.process.stdout else ""
+                out = self.log.read_text(errors="replace") if self.log.exists() else ""
                 raise RuntimeError(f"sshd exited with {self.process.returncode}: {out}")
             try:
                 with socket.create_connection((self.address, self.port), timeout=1) as s:

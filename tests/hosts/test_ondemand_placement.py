@@ -137,3 +137,27 @@ def test_client_configs_and_metrics_know_an_on_demand_model_while_it_is_stopped(
     assert [(s.labels, s.value) for s in starts.samples if s.name.endswith("_total")] == [
         ({"model": "listed-cold", "state": "placing"}, 1)
     ]
+
+
+def test_the_models_pages_flag_an_on_demand_model_cold_until_it_serves(hosts, admin_client):
+    from django.urls import reverse
+
+    from channels.models import Channel, Model
+
+    d = deployment(hosts[0], "flagged")
+    model = Model.objects.get(name="flagged")
+    Model.objects.create(name="plain")
+    page = admin_client.get(reverse("model_list")).content.decode()
+    row = next(line for line in page.splitlines() if "<code>flagged</code>" in line)
+    assert "on demand · cold" in row
+    assert "on demand" not in next(line for line in page.splitlines() if "<code>plain</code>" in line)
+    assert "on demand · cold" in admin_client.get(reverse("model_detail", args=[model.pk])).content.decode()
+
+    channel = Channel.objects.create(name="flagged@gpu-a", kind="llamacpp", base_url=d.base_url, enabled=True)
+    Deployment.objects.filter(pk=d.pk).update(status=DeploymentStatus.RUNNING, channel=channel)
+    row = next(
+        line
+        for line in admin_client.get(reverse("model_list")).content.decode().splitlines()
+        if "<code>flagged</code>" in line
+    )
+    assert "on demand" in row and "cold" not in row

@@ -1,0 +1,118 @@
+"""A request waiting for a cold model is woken by the workers' announcement on Redis (pub/sub),
+not by its poll; with the announcements unavailable the poll still answers it.
+
+No worker and no sshd here: the test plays the placement and the launch job's last step itself
+(the cold start moves to `launching`, a channel to the fake upstream is registered and the
+deployment says RUNNING through `set_status`, as the launch job does), so what is tested is the
+gateway's side of the wire: the real gateway under uvicorn, real Redis, real PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+
+import httpx
+import pytest
+from django.db import transaction
+
+from channels import services as channel_services
+from hosts.choices import DeploymentStatus
+from hosts.deployments import services
+from hosts.models import GPU, ColdStart, Deployment, Host
+from hosts.ondemand.models import ColdStartState
+from keys.models import UsageRecord
+from keys.services import issue_key
+from tests.gateway.conftest import wait_for
+from tests.hosts.test_ondemand import on_demand
+from tests.services import free_port
+
+pytestmark = [pytest.mark.services]
+
+
+@pytest.fixture
+def cold_model(transactional_db) -> Deployment:
+    host = Host.objects.create(
+        name="gpu-far", address="127.0.0.1", ssh_port=free_port(), username="gpu", private_key="unused"
+    )
+    GPU.objects.create(host=host, index=0, name="RTX 4090", memory_total_mib=24564, memory_used_mib=0)
+    return on_demand(host, "od-notify", "od-notify")
+
+
+def _ask(gateway_url: str, key: str) -> httpx.Response:
+    return httpx.post(
+        f"{gateway_url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {key}"},
+        json={"model": "od-notify", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
+        timeout=200,
+    )
+
+
+@transaction.atomic  # seen all at once, as a launching cold start always has its job behind it
+def _serve(d: Deployment, upstream) -> None:
+    """What the placement and then the launch job leave behind once the server answers."""
+    ColdStart.objects.active().filter(deployment=d).update(state=ColdStartState.LAUNCHING)
+    channel = channel_services.register_served_model(
+        channel=None,
+        name="od-notify@gpu-far",
+        kind="vllm",
+        base_url=upstream.base_url,
+        api_key=upstream.api_key or "",
+        model_name=d.served_model_name,
+        upstream_model="fake-model",
+        context_window=8192,
+        status_message="test",
+    )
+    Deployment.objects.filter(pk=d.pk).update(channel=channel)
+    d.refresh_from_db()
+    services.set_status(d, DeploymentStatus.RUNNING, "Serving (test).")  # announces, after the commit
+
+
+def _answered_once_served(gateway_url, cold_model, upstream, alice) -> httpx.Response:
+    _key, key = issue_key(owner=alice, name="laptop")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(_ask, gateway_url, key)
+        wait_for(lambda: ColdStart.objects.filter(deployment=cold_model).exists(), 60)
+        assert not waiting.done()
+        _serve(cold_model, upstream)
+        return waiting.result(timeout=200)
+
+
+def test_a_waiting_request_is_woken_by_the_announcement_not_by_its_poll(
+    gateway_url, cold_model, upstream, alice, monkeypatch
+):
+    """Both polls are an hour here: an answer within the request's timeout can only come from the
+    announcement the RUNNING status published."""
+    from gateway import ondemand
+
+    monkeypatch.setattr(ondemand, "POLL_SECONDS", 3600.0)
+    monkeypatch.setattr(ondemand, "SAFETY_POLL_SECONDS", 3600.0)
+    monkeypatch.setattr(ondemand, "SUBSCRIBE_WAIT_SECONDS", 120.0)  # never ask before subscribing
+    reply = _answered_once_served(gateway_url, cold_model, upstream, alice)
+    assert reply.status_code == 200, reply.text
+    cold = ColdStart.objects.get(deployment=cold_model)
+    assert cold.state == ColdStartState.READY and cold.seconds is not None
+    wait_for(lambda: UsageRecord.objects.filter(model="od-notify", cold_start_ms__isnull=False).exists(), 30)
+
+
+def test_without_the_announcements_the_poll_still_answers(gateway_url, cold_model, upstream, alice, monkeypatch):
+    """Redis refuses the gateway's subscription (nothing listens on its address): the watcher
+    polls every POLL_SECONDS and the request is answered all the same."""
+    from django.conf import settings
+
+    from gateway import ondemand
+
+    monkeypatch.setattr(ondemand, "POLL_SECONDS", 0.2)
+    monkeypatch.setattr(ondemand, "SAFETY_POLL_SECONDS", 3600.0)  # would hang the test if it were used
+    monkeypatch.setattr(ondemand, "SUBSCRIBE_WAIT_SECONDS", 0.5)
+    # The process's other Redis clients are made before the address changes (they keep theirs):
+    # only the gateway's subscription, opened by the first cold request, meets the dead address.
+    from gateway import signals
+    from hosts.ondemand import activity
+
+    signals._redis()
+    activity._redis()
+    monkeypatch.setattr(settings, "REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")
+    reply = _answered_once_served(gateway_url, cold_model, upstream, alice)
+    assert reply.status_code == 200, reply.text
+    assert not ondemand._events.live.is_set()
+    assert ColdStart.objects.get(deployment=cold_model).state == ColdStartState.READY
