@@ -40,6 +40,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -60,7 +61,7 @@ void cg_start(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; }
 void cg_stop(void) { CALLGRIND_STOP_INSTRUMENTATION; CALLGRIND_DUMP_STATS_AT("measured"); }
 """
 # Settings for every child: nothing time-based between two measured points (catalog refreshes,
-# usage flushes), and deadlines that a 50× slower run under valgrind cannot hit.
+# usage flushes), and deadlines that a run 50 times slower under valgrind cannot hit.
 CHILD_ENV = {
     "PORTAL_LOG_LEVEL": "WARNING",
     "GATEWAY_CACHE_TTL": "3600",
@@ -81,9 +82,8 @@ CHILD_ENV = {
 async def drive(mode: str, key: str, conc: int, warm_up: int, requests: int, tokens: int) -> dict:
     import resource
 
-    from portal.asgi import application
-
     from gateway.state import process
+    from portal.asgi import application
 
     stream = mode == "stream"
     payload = body(stream, tokens).encode()
@@ -314,6 +314,7 @@ def main() -> int:
         return child(a)
     if a.callgrind and not (shutil.which("valgrind") and shutil.which("cc")):
         raise SystemExit("--callgrind needs valgrind and cc (with valgrind's headers)")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still cleans up below
     group = Group()
     tmp = Path(tempfile.mkdtemp(prefix="gateway-cpu-"))
     trees: list[tuple[str, Path, bool]] = []
