@@ -82,6 +82,9 @@ CHILD_ENV = {
 async def drive(mode: str, key: str, conc: int, warm_up: int, requests: int, tokens: int) -> dict:
     import resource
 
+    import django
+
+    django.setup()  # before the gateway's modules, which import models
     from gateway.state import process
     from portal.asgi import application
 
