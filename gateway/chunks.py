@@ -81,8 +81,9 @@ def delta_has_output(choice: dict[str, Any]) -> bool:
     return _text(choice.get("text"))  # legacy Completions
 
 
-def parse_chunk(data: bytes) -> dict[str, Any]:
-    """One event's data as a chunk; UpstreamStreamError for junk."""
+def parse_event(data: bytes) -> dict[str, Any]:
+    """One SSE event's data as a JSON object (a chunk, a Messages or Responses event);
+    UpstreamStreamError for junk."""
     try:
         chunk = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -126,7 +127,7 @@ class ChunkReader:
         if data == DONE:
             self.ended = True
             return None, NONE
-        return self.take(parse_chunk(data))
+        return self.take(parse_event(data))
 
     def take(self, chunk: dict[str, Any]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """`read` for a chunk already parsed (or made by a translation)."""
@@ -372,7 +373,7 @@ class ChatAssembly:
             if data == DONE:
                 self.reader.ended = True
             else:
-                chunk = parse_chunk(data)
+                chunk = parse_event(data)
                 if not self._add_text(chunk):
                     self._add(*self.reader.take(chunk))
             return
