@@ -159,8 +159,8 @@ def run_wrk(
     }
 
 
-def prepare_portal(mock_base: str, env: dict) -> str:
-    """Migrate and create the channel, model and a limited key; print the key."""
+def prepare_portal(mock_base: str, env: dict, root: Path = ROOT) -> str:
+    """Migrate and create the channel, model and a limited key with the code in `root`; print the key."""
     script = f"""
 import django, os
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
@@ -182,7 +182,7 @@ key, plain = issue_key(owner=user, name="bench", requests_per_minute=big, tokens
                        tokens_per_day=big, tokens_per_month=big, max_parallel_requests=10**6)
 print("KEY=" + plain)
 """
-    p = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run([sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True, timeout=1200)
     m = re.search(r"KEY=(\S+)", p.stdout)
     if p.returncode != 0 or not m:
         raise SystemExit("preparing the portal failed:\n" + p.stdout + p.stderr)

@@ -314,6 +314,7 @@ def main(argv=None) -> int:
     p.add_argument("--token-delay-ms", type=float, default=None, help="per streamed token delay (MOCK_TOKEN_DELAY_MS)")
     p.add_argument("--latency-ms", type=float, default=None, help="delay before the response (MOCK_LATENCY_MS)")
     p.add_argument("--require-key", default=None, help="upstream key the mock demands (MOCK_REQUIRE_KEY)")
+    p.add_argument("--keep-alive", type=int, default=5, help="seconds an idle connection is kept (uvicorn)")
     a = p.parse_args(argv)
     if not (a.host.startswith("127.") or a.host in ("localhost", "::1")):
         print("refusing to bind a non-loopback address: " + a.host, file=sys.stderr)
@@ -363,6 +364,7 @@ def main(argv=None) -> int:
             lifespan="on",
             server_header=False,
             date_header=False,
+            timeout_keep_alive=a.keep_alive,
         )
     return 0
 

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from .errors import UpstreamStreamError
+from .errors import Failure, UpstreamStreamError
 
 DONE = b"[DONE]"
 NONE: list[dict[str, Any]] = []  # no closing chunks (shared, never appended to)
@@ -81,6 +81,18 @@ def delta_has_output(choice: dict[str, Any]) -> bool:
     return _text(choice.get("text"))  # legacy Completions
 
 
+def parse_event(data: bytes) -> dict[str, Any]:
+    """One SSE event's data as a JSON object (a chunk, a Messages or Responses event);
+    UpstreamStreamError for junk."""
+    try:
+        chunk = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise UpstreamStreamError(Failure.INVALID_JSON) from None
+    if not isinstance(chunk, dict):
+        raise UpstreamStreamError(Failure.INVALID_JSON)
+    return chunk
+
+
 class ChunkReader:
     """Reads the chunks of one upstream stream. `limit` is the output reserved per choice: the
     chunk that would pass it is dropped and the choice ends there with finish reason `length`
@@ -115,13 +127,7 @@ class ChunkReader:
         if data == DONE:
             self.ended = True
             return None, NONE
-        try:
-            chunk = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            raise UpstreamStreamError("invalid_json") from None
-        if not isinstance(chunk, dict):
-            raise UpstreamStreamError("invalid_json")
-        return self.take(chunk)
+        return self.take(parse_event(data))
 
     def take(self, chunk: dict[str, Any]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """`read` for a chunk already parsed (or made by a translation)."""
@@ -209,14 +215,7 @@ class Assembler:
         self.parts: dict[Any, list[str]] = {}  # a Chat choice's content pieces, joined once at the end
 
     def add(self, chunk: dict[str, Any]) -> None:
-        top = self.top
-        if not top:
-            top.update((k, v) for k, v in chunk.items() if k != "choices" and k != "object")
-        else:
-            for key in chunk.keys() - FIRST_ONLY:  # usually one key (`usage`, null), or none
-                value = chunk[key]
-                if value is not None:
-                    top[key] = value
+        self.add_top(chunk)
         for choice in chunk.get("choices") or ():
             if isinstance(choice, dict):
                 part = self.parts.get(choice.get("index", 0))
@@ -233,6 +232,17 @@ class Assembler:
                     part.append(delta["content"])
                 else:
                     self._choice(choice)
+
+    def add_top(self, chunk: dict[str, Any]) -> None:
+        """The answer's fields outside its choices: the first chunk's, then whatever later ones add."""
+        top = self.top
+        if not top:
+            top.update((k, v) for k, v in chunk.items() if k != "choices" and k != "object")
+        else:
+            for key in chunk.keys() - FIRST_ONLY:  # usually one key (`usage`, null), or none
+                value = chunk[key]
+                if value is not None:
+                    top[key] = value
 
     def _choice(self, part: dict[str, Any]) -> None:
         index = part.get("index", 0)
@@ -360,12 +370,43 @@ class ChatAssembly:
 
     def feed(self, data: bytes) -> None:
         if self.as_chat is None:
-            self._add(*self.reader.read(data))
+            if data == DONE:
+                self.reader.ended = True
+            else:
+                chunk = parse_event(data)
+                if not self._add_text(chunk):
+                    self._add(*self.reader.take(chunk))
             return
         for chunk in self.as_chat.chunks(data):
             self._add(*self.reader.take(chunk))
             if self.reader.done:
                 return
+
+    def _add_text(self, chunk: dict[str, Any]) -> bool:
+        """The common chunk (one more piece of text of the only choice, nothing else) counted and
+        added in one step, as `ChunkReader.take` and `Assembler.add` would (half their cost per
+        event); False for anything else, and for the piece that passes the reservation."""
+        reader = self.reader
+        choices = chunk.get("choices")
+        if reader.choices != 1 or reader.cut or reader.first is None or type(choices) is not list or len(choices) != 1:
+            return False
+        choice = choices[0]
+        if type(choice) is not dict or choice.get("index", 0) != 0 or isinstance(chunk.get("usage"), dict):
+            return False
+        delta = choice.get("delta")
+        part = self.assembler.parts.get(0)
+        if part is None or type(delta) is not dict or len(delta) != 1 or type(text := delta.get("content")) is not str:
+            return False
+        if choice.get("finish_reason") is not None or choice.get("logprobs") is not None:
+            return False
+        if text:
+            seen = reader.counts.get(0, 0) + 1
+            if reader.limit is not None and seen > reader.limit:
+                return False
+            reader.counts[0] = seen
+        self.assembler.add_top(chunk)
+        part.append(text)
+        return True
 
     def _add(self, passed: dict[str, Any] | None, closing: list[dict[str, Any]]) -> None:
         if passed is not None:
@@ -377,6 +418,8 @@ class ChatAssembly:
         if self.as_chat is not None and not self.reader.done:
             for chunk in self.as_chat.end():
                 self._add(*self.reader.take(chunk))
+        elif not self.reader.done and not self.reader.ended:
+            raise UpstreamStreamError(Failure.TRUNCATED)  # closed before its `[DONE]`: incomplete
         answer = self.assembler.answer()
         if self.reader.done and self.reader.usage is None:
             answer.pop("usage", None)

@@ -15,18 +15,9 @@ from typing import Any
 
 import orjson
 
+from .chunks import parse_event
 from .errors import Failure, UpstreamStreamError
 from .usage import Usage, usage_from
-
-
-def _event(data: bytes) -> dict[str, Any]:
-    try:
-        parsed = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        raise UpstreamStreamError(Failure.INVALID_JSON) from None
-    if not isinstance(parsed, dict):
-        raise UpstreamStreamError(Failure.INVALID_JSON)
-    return parsed
 
 
 def _index(event: dict[str, Any], name: str = "index") -> int:
@@ -91,7 +82,7 @@ class MessagesReader:
 
     def read(self, data: bytes) -> dict[str, Any] | None:
         """One event's data: the parsed event, or None for the delta past the reservation."""
-        event = _event(data)
+        event = parse_event(data)
         kind = event.get("type")
         if kind == "content_block_delta":
             delta = event.get("delta")
@@ -253,7 +244,7 @@ class ResponsesReader:
 
     def read(self, data: bytes) -> dict[str, Any] | None:
         """One event's data: the parsed event, or None for the delta past the reservation."""
-        event = _event(data)
+        event = parse_event(data)
         kind = event.get("type")
         if not isinstance(kind, str):
             if "error" in event:

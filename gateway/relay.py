@@ -98,9 +98,7 @@ class ReadsChunks:
 
     @property
     def complete(self) -> bool:
-        # Chat streams are not held to their `[DONE]`: a connection that breaks mid-stream is an
-        # error of its own (the chunked body ends short), and the finish reason is in the chunks.
-        return True
+        return self.reader.ended  # `[DONE]` seen: a stream closed before it is incomplete
 
 
 class ChatDialect(ReadsChunks):

@@ -140,7 +140,9 @@ class UsageEvent:
     cache_creation_tokens: int = 0
     route_explanation: list[str] = field(default_factory=list)  # `catalog.Selection.explanation`
     upstream_request_id: str = ""  # the upstream's own `x-request-id` (ours is `request_id`)
-    event_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # idempotency key of its record
+    # Idempotency key of its record: 128 random bits as a UUID's 32 hex digits (uuid4's price
+    # without its object, a quarter of the cost).
+    event_id: str = field(default_factory=lambda: os.urandom(16).hex())
     cold_start_ms: float | None = None  # waited this long for its on-demand model to start
     # nano-units of PORTAL_CURRENCY from the route's price when the call finished (None: no price)
     cost_nanos: int | None = 0

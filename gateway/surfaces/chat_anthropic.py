@@ -22,7 +22,7 @@ from django.conf import settings
 
 from gateway.cache import RouteInfo
 from gateway.call import Call, Outgoing, UpstreamResponse
-from gateway.chunks import ChatAssembly, event_data
+from gateway.chunks import ChatAssembly, event_data, parse_event
 from gateway.errors import Failure, UpstreamStreamError
 from gateway.http import GatewayError, sse_error_event
 from gateway.native import MessagesReader, ReadsNative, anthropic_usage
@@ -101,12 +101,7 @@ def completions_as_chat(body: dict[str, Any]) -> dict[str, Any]:
 
 def _event(data: bytes) -> dict[str, Any]:
     """One Messages event's JSON; an `error` event or junk raises (our own error goes out instead)."""
-    try:
-        parsed = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        raise UpstreamStreamError(Failure.INVALID_JSON) from None
-    if not isinstance(parsed, dict):
-        raise UpstreamStreamError(Failure.INVALID_JSON)
+    parsed = parse_event(data)
     if parsed.get("type") == "error":
         raise UpstreamStreamError(Failure.STREAM_ERROR)
     return parsed

@@ -29,7 +29,8 @@ behaves like OpenAI's (its event sequence, reasoning and function-call items, `r
 at max_output_tokens, modes ok/status/slow/tool_call/stall/stream_error). On both, a non-streaming
 answer's headers go out only once it is generated (`token_delay`, as for Chat), and mode truncate
 ends a stream cleanly after `stall_after` deltas without its last event (`message_stop`,
-`response.completed`). Prompt tokens are the number of whitespace-separated words in the input."""
+`response.completed`; a Chat stream's `[DONE]`). Prompt tokens are the number of
+whitespace-separated words in the input."""
 
 from __future__ import annotations
 
@@ -463,6 +464,9 @@ class FakeUpstream:
                     return resp
                 if b["mode"] == "disconnect" and i == b["disconnect_after"]:
                     request.transport.close()
+                    return resp
+                if b["mode"] == "truncate" and i == b["stall_after"]:
+                    await resp.write_eof()  # a clean end of the body, without a finish or [DONE]
                     return resp
                 for index in range(choices):
                     await resp.write(chunk(delta, index=index))

@@ -230,6 +230,21 @@ def test_invalid_json_after_the_first_byte_is_an_error(setup, upstream, gateway)
     assert record.status == "upstream_error" and "invalid_json" in record.error
 
 
+def test_a_chat_stream_that_ends_before_its_done_is_an_error(setup, upstream, gateway):
+    upstream.behave(mode="truncate", stall_after=3)
+    status, text = stream_text(gateway, setup.plaintext, BODY)
+    assert status == 200 and "upstream_truncated" in text and text.rstrip().endswith("data: [DONE]")
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert record.status == "upstream_error" and "truncated" in record.error, record.error
+
+
+def test_a_non_streaming_answer_whose_stream_ends_before_its_done_fails_over(setup, upstream, backup, gateway):
+    upstream.behave(mode="truncate", stall_after=3)
+    r = post(gateway, setup.plaintext)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"].endswith("tok4")
+    assert len(backup.requests) == 1
+
+
 def test_an_overloaded_upstream_is_503_with_retry_after(setup, upstream, gateway):
     upstream.behave(mode="status", status=529, error_type="overloaded_error", retry_after="3")
     r = post(gateway, setup.plaintext)
