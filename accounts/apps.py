@@ -1,7 +1,14 @@
-from typing import Any
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
+
+if TYPE_CHECKING:
+    from django.http import HttpRequest
+
+    from .models import User
 
 
 class AccountsConfig(AppConfig):
@@ -38,7 +45,13 @@ def _has_developer() -> bool:
     return User.objects.filter(is_active=True).exclude(role=Role.ADMIN).exists()
 
 
-def _audit_lockout(sender, request=None, username=None, ip_address=None, **kwargs) -> None:
+def _audit_lockout(
+    sender: object,
+    request: HttpRequest | None = None,
+    username: str | None = None,
+    ip_address: str | None = None,
+    **kwargs: Any,
+) -> None:
     """An audit entry when django-axes locks a login out (never the password). axes signals every
     refused attempt while locked too; those add nothing, so one entry per cool-off is written."""
     from django.conf import settings
@@ -65,7 +78,7 @@ def _audit_lockout(sender, request=None, username=None, ip_address=None, **kwarg
     )
 
 
-def _recent_changes(user) -> dict:
+def _recent_changes(user: User) -> dict[str, Any]:
     from .models import AuditLog
 
     return {"recent_audit": AuditLog.objects.select_related("actor")[:10]} if user.is_admin else {}

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import django_filters
+from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
 
 from portal.choices import AuditAction
 from portal.filters import FilterSet, UTCDateTimeFilter, search
+from portal.models import ShownOnceQuerySet
 
 from .choices import Role
 from .models import ApiToken, AuditLog, Team, User
@@ -24,7 +26,7 @@ class UserFilterSet(FilterSet):
         model = User
         fields = ["q", "role", "is_active", "team", "username"]
 
-    def filter_q(self, queryset, name, value):
+    def filter_q(self, queryset: QuerySet[User], name: str, value: str) -> QuerySet[User]:
         return search(queryset, ("username", "email", "first_name", "last_name"), value)
 
 
@@ -35,7 +37,7 @@ class TeamFilterSet(FilterSet):
         model = Team
         fields = ["q", "name"]
 
-    def filter_q(self, queryset, name, value):
+    def filter_q(self, queryset: QuerySet[Team], name: str, value: str) -> QuerySet[Team]:
         return search(queryset, ("name", "description"), value)
 
 
@@ -47,10 +49,10 @@ class ApiTokenFilterSet(FilterSet):
         model = ApiToken
         fields = ["q", "active"]
 
-    def filter_q(self, queryset, name, value):
+    def filter_q(self, queryset: QuerySet[ApiToken], name: str, value: str) -> QuerySet[ApiToken]:
         return search(queryset, ("name", "prefix"), value)
 
-    def filter_active(self, queryset, name, value):
+    def filter_active(self, queryset: ShownOnceQuerySet[ApiToken], name: str, value: bool | None) -> QuerySet[ApiToken]:
         if value is None:
             return queryset
         active = queryset.active()
@@ -73,5 +75,5 @@ class AuditLogFilterSet(FilterSet):
         model = AuditLog
         fields = ["q", "actor", "actor_name", "object_type", "object_id", "action", "created_after", "created_before"]
 
-    def filter_q(self, queryset, name, value):
+    def filter_q(self, queryset: QuerySet[AuditLog], name: str, value: str) -> QuerySet[AuditLog]:
         return search(queryset, ("actor_name", "object_type", "object_repr", "message"), value)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from django import forms
 from django.contrib.auth import forms as auth_forms
-from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.utils.translation import gettext_lazy as _
@@ -12,16 +13,21 @@ from django.utils.translation import gettext_lazy as _
 from channels.models import Model
 from portal.forms import FIELD_LABELS, LIMIT_LABELS, limit_form_field
 from portal.models import Limits
-from portal.ui import add_validation_errors
+from portal.ui import Fieldset, add_validation_errors
 
 from . import services
 from .choices import Role
-from .models import Team
+from .models import Team, User
 
-User = get_user_model()
+if TYPE_CHECKING:
+    _UserModelForm = forms.ModelForm[User]
+    _TeamModelForm = forms.ModelForm[Team]
+else:  # Django's generic forms and views take no [] at runtime
+    _UserModelForm = forms.ModelForm
+    _TeamModelForm = forms.ModelForm
 
 
-class UserCreateForm(forms.ModelForm):
+class UserCreateForm(_UserModelForm):
     """Username, email and role; the password is generated and shown once."""
 
     class Meta:
@@ -30,7 +36,7 @@ class UserCreateForm(forms.ModelForm):
         fields = ["username", "email", "role", "first_name", "last_name"]
 
 
-class UserEditForm(forms.ModelForm):
+class UserEditForm(_UserModelForm):
     """Role, limits (the ceiling for every key the user owns), key defaults and allowed models."""
 
     allowed_models = forms.ModelMultipleChoiceField(
@@ -46,7 +52,13 @@ class UserEditForm(forms.ModelForm):
         labels = FIELD_LABELS
         fields = ["email", "first_name", "last_name", "role", "team", *Limits.LIMIT_FIELDS, "allowed_models"]
 
-    def __init__(self, *args, acting_user=None, **kwargs):
+    fieldsets = (
+        Fieldset(("email", "first_name", "last_name", "role", "team", "allowed_models"), _("Profile and access")),
+        Fieldset(Limits.LIMIT_FIELDS, _("Limits (ceiling for every key)")),
+        Fieldset([f"default_{name}" for name in Limits.LIMIT_FIELDS], _("Defaults for new keys")),
+    )
+
+    def __init__(self, *args: Any, acting_user: User | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.acting_user = acting_user
         self.fields["team"].help_text = _("Its limits cap this user's; a team lead manages the team's members.")
@@ -60,28 +72,19 @@ class UserEditForm(forms.ModelForm):
             )
             self.fields[f"default_{name}"].initial = (self.instance.key_defaults or {}).get(name)
 
-    @property
-    def limit_fields(self):
-        return [self[name] for name in Limits.LIMIT_FIELDS]
-
-    @property
-    def default_fields(self):
-        return [self[f"default_{name}"] for name in Limits.LIMIT_FIELDS]
-
-    @property
-    def profile_fields(self):
-        return [self[name] for name in ("email", "first_name", "last_name", "role", "team", "allowed_models")]
-
-    def clean_role(self):
-        role = self.cleaned_data["role"]
-        if self.acting_user is not None and self.instance.pk == self.acting_user.pk and role != Role.ADMIN:
-            raise forms.ValidationError(_("You cannot remove your own admin role; ask another admin."))
+    def clean_role(self) -> str:
+        role: str = self.cleaned_data["role"]
+        try:
+            services.check_role_change(self.instance, role, actor=self.acting_user)
+        except ValidationError as exc:
+            raise forms.ValidationError(exc.message_dict["role"]) from None
         if self.instance.is_superuser and role != Role.ADMIN:
             raise forms.ValidationError(_("This account is a superuser and always an admin."))
         return role
 
-    def clean(self):
+    def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
+        assert cleaned is not None  # ModelForm.clean() returns cleaned_data
         for name in Limits.LIMIT_FIELDS:
             default, ceiling = cleaned.get(f"default_{name}"), cleaned.get(name)
             if default is not None and ceiling is not None and default > ceiling:
@@ -102,7 +105,7 @@ class UserEditForm(forms.ModelForm):
                 add_validation_errors(self, exc)
         return cleaned
 
-    def save(self, commit: bool = True):
+    def save(self, commit: bool = True) -> User:
         user = super().save(commit=False)
         user.key_defaults = {
             name: self.cleaned_data[f"default_{name}"]
@@ -126,12 +129,12 @@ class ApiTokenForm(forms.Form):
         help_text=_("Blank: never expires."),
     )
 
-    def __init__(self, *args, user=None, **kwargs):
+    def __init__(self, *args: Any, user: User | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.user = user
 
-    def clean_name(self):
-        name = self.cleaned_data["name"].strip()
+    def clean_name(self) -> str:
+        name: str = self.cleaned_data["name"].strip()
         if not name:
             raise forms.ValidationError(_("Enter a name."))
         if self.user is not None and self.user.api_tokens.not_revoked().filter(name=name).exists():
@@ -139,7 +142,7 @@ class ApiTokenForm(forms.Form):
         return name
 
 
-class TeamForm(forms.ModelForm):
+class TeamForm(_TeamModelForm):
     """A team's name, the models its members may use and its limits (admins only): a ceiling over
     all its members together."""
 
@@ -156,7 +159,7 @@ class TeamForm(forms.ModelForm):
         labels = FIELD_LABELS
         fields = ["name", "description", *Limits.LIMIT_FIELDS, "allowed_models"]
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for name in Limits.LIMIT_FIELDS:
             field = self.fields[name]
@@ -164,19 +167,16 @@ class TeamForm(forms.ModelForm):
             field.help_text = _("For all members together; members' and keys' own limits can only be lower.")
             field.widget.attrs["placeholder"] = _("unlimited")
 
-    @property
-    def limit_fields(self):
-        return [self[name] for name in Limits.LIMIT_FIELDS]
-
-    @property
-    def profile_fields(self):
-        return [self[name] for name in ("name", "description", "allowed_models")]
+    fieldsets = (
+        Fieldset(("name", "description", "allowed_models"), _("Team")),
+        Fieldset(Limits.LIMIT_FIELDS, _("Limits (all members together)")),
+    )
 
 
 class MemberLimitsForm(forms.Form):
     """A member's own limits as an admin or their team lead sets them (`validate_member_limits`)."""
 
-    def __init__(self, *args, member, editor, **kwargs):
+    def __init__(self, *args: Any, member: User, editor: User, **kwargs: Any) -> None:
         kwargs.setdefault("initial", member.limits())
         super().__init__(*args, **kwargs)
         self.member, self.editor = member, editor
@@ -186,20 +186,22 @@ class MemberLimitsForm(forms.Form):
             field = limit_form_field(label)
             bits = []
             if locked.get(name) is not None:
-                bits.append(f"Set by an admin: at most {locked[name]:,}; you can lower it, not raise or clear it.")
+                bits.append(
+                    _("Set by an admin: at most %(limit)s; you can lower it, not raise or clear it.")
+                    % {"limit": f"{locked[name]:,}"}
+                )
                 field.widget.attrs["required"] = True
             team_limit = getattr(team, name, None) if team is not None else None
             if team_limit is not None:
-                bits.append(f"The team's limit (all members together): {team_limit:,}.")
+                bits.append(_("The team's limit (all members together): %(limit)s.") % {"limit": f"{team_limit:,}"})
             field.help_text = " ".join(str(b) for b in bits) or _("Blank: unlimited.")
             self.fields[name] = field
 
-    @property
-    def limit_fields(self):
-        return [self[name] for name in LIMIT_LABELS]
+    fieldsets = (Fieldset(tuple(LIMIT_LABELS), _("Limits")),)
 
-    def clean(self):
+    def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
+        assert cleaned is not None  # Form.clean() returns cleaned_data
         limits = {n: cleaned.get(n) for n in LIMIT_LABELS if n not in self.errors}
         try:
             self.limits = services.validate_member_limits(
@@ -209,7 +211,7 @@ class MemberLimitsForm(forms.Form):
             add_validation_errors(self, exc)
         return cleaned
 
-    def save(self):
+    def save(self) -> None:
         services.save_member_limits(self.member, self.limits)
 
 

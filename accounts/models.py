@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.contrib.auth.models import AbstractUser
 from django.db import models
@@ -14,10 +16,12 @@ from portal.models import Limits, ShownOnceQuerySet, ShownOnceSecret, TimeStampe
 from .choices import Role
 
 
-class TeamQuerySet(models.QuerySet):
-    def visible_to(self, user) -> TeamQuerySet:
+class TeamQuerySet(models.QuerySet["Team"]):
+    def visible_to(self, user: User) -> TeamQuerySet:
         """Admins see every team; anyone else only their own."""
-        return self.all() if user.is_admin else self.filter(pk=user.team_id)
+        if user.is_admin:
+            return self.all()
+        return self.filter(pk=user.team_id) if user.team_id is not None else self.none()
 
 
 class Team(TimeStampedModel, Limits):
@@ -79,7 +83,7 @@ class User(AbstractUser, Limits):
     def __str__(self) -> str:
         return self.username
 
-    def save(self, *args, **kwargs):
+    def save(self, *args: Any, **kwargs: Any) -> None:
         if self.is_superuser:
             self.role = Role.ADMIN
         super().save(*args, **kwargs)

@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
 import math
 import os
 import secrets
+from collections.abc import Iterable
+from types import EllipsisType
+from typing import Any, TextIO
 
 from axes.models import AccessAttempt
 from axes.utils import reset as axes_reset
 from django.conf import settings
-from django.contrib.auth import SESSION_KEY, get_user_model
+from django.contrib.auth import SESSION_KEY
 from django.contrib.sessions.models import Session
 from django.db import transaction
-from django.db.models import Max, Q, Sum
+from django.db.models import Max, Q, QuerySet, Sum
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from portal import audit
 from portal.choices import AuditAction
 
 from .choices import Role
-from .models import ApiToken
+from .models import ApiToken, Team, User
 from .signals import user_reactivated
 
 
@@ -29,7 +34,7 @@ def generate_password() -> str:
 
 
 @transaction.atomic
-def reset_password(user, *, actor=None, revoke_access: bool = True) -> str:
+def reset_password(user: User, *, actor: User | None = None, revoke_access: bool = True) -> str:
     """Set a new random password and return it (shown once to the admin). Whoever held the old
     one may have made tokens or kept a session: both end here unless `revoke_access` is False."""
     password = generate_password()
@@ -41,26 +46,34 @@ def reset_password(user, *, actor=None, revoke_access: bool = True) -> str:
 
 
 @transaction.atomic
-def password_changed(user, *, current_session: str | None, revoke_access: bool = True) -> None:
+def password_changed(user: User, *, current_session: str | None, revoke_access: bool = True) -> None:
     """After `user` changed their own password: end their other sessions and revoke their API
     tokens when they asked to (the default), and say which in the audit log."""
     ended = end_access(user, keep_session=current_session) if revoke_access else "API tokens and sessions kept"
     audit.record(AuditAction.ACTION, user, message=f"password changed; {ended}", actor=user)
 
 
-def check_set_active(user, active: bool, *, actor=None) -> None:
+def check_set_active(user: User, active: bool, *, actor: User | None = None) -> None:
     """Raise ValidationError when `actor` may not make this change: nobody deactivates their own
     account (an admin would lock themselves out, perhaps the last admin). The page asks before it
     shows its confirmation; `set_active` asks again, so the page, the API and a command agree."""
     from django.core.exceptions import ValidationError
-    from django.utils.translation import gettext as _
 
     if not active and actor is not None and actor.pk == user.pk:
         raise ValidationError(_("You cannot deactivate your own account; ask another admin."), code="self")
 
 
+def check_role_change(user: User, role: str, *, actor: User | None = None) -> None:
+    """Raise ValidationError when `actor` may not give `user` this role: nobody removes their own
+    admin role (the last admin could lock everyone out). The page and the API both ask here."""
+    from django.core.exceptions import ValidationError
+
+    if actor is not None and user.pk is not None and actor.pk == user.pk and role != Role.ADMIN:
+        raise ValidationError({"role": _("You cannot remove your own admin role; ask another admin.")}, code="self")
+
+
 @transaction.atomic
-def set_active(user, active: bool, *, restore_keys: bool = False, actor=None) -> None:
+def set_active(user: User, active: bool, *, restore_keys: bool = False, actor: User | None = None) -> None:
     """Deactivate or reactivate (never one's own account: `check_set_active`).
 
     Deactivating ends the user's sessions and revokes their API tokens; their keys stop working
@@ -80,7 +93,7 @@ def set_active(user, active: bool, *, restore_keys: bool = False, actor=None) ->
         audit.record(AuditAction.ACTION, user, message=f"reactivated; {kept}", actor=actor)
 
 
-def end_sessions(user, *, keep: str | None = None) -> int:
+def end_sessions(user: User, *, keep: str | None = None) -> int:
     """Delete every session logged in as `user` (database sessions) but `keep`; returns how many."""
     mine = [
         s.pk
@@ -91,7 +104,7 @@ def end_sessions(user, *, keep: str | None = None) -> int:
     return len(mine)
 
 
-def end_access(user, *, keep_session: str | None = None) -> str:
+def end_access(user: User, *, keep_session: str | None = None) -> str:
     """End `user`'s sessions (but `keep_session`) and revoke their API tokens; says what it did
     (for the audit log)."""
     sessions = end_sessions(user, keep=keep_session)
@@ -99,24 +112,25 @@ def end_access(user, *, keep_session: str | None = None) -> str:
     return f"{sessions} session(s) ended, {tokens} API token(s) revoked"
 
 
-def unlock_login(user, *, actor=None) -> int:
+def unlock_login(user: User, *, actor: User | None = None) -> int:
     """Clear django-axes' failed logins for `user`'s username; returns how many were cleared."""
-    cleared = axes_reset(username=user.get_username())
+    cleared = int(axes_reset(username=user.get_username()))
     audit.record(AuditAction.ACTION, user, message=f"login unlocked ({cleared} failed attempt(s) cleared)", actor=actor)
     return cleared
 
 
-def _recent_attempts(username: str):
-    return AccessAttempt.objects.filter(
+def _recent_attempts(username: str) -> QuerySet[AccessAttempt]:
+    attempts: QuerySet[AccessAttempt] = AccessAttempt.objects.filter(
         username=username, attempt_time__gte=timezone.now() - settings.AXES_COOLOFF_TIME
     )
+    return attempts
 
 
-def is_locked_out(user) -> bool:
+def is_locked_out(user: User) -> bool:
     """Whether django-axes blocks logging in as `user` from some address (failed attempts, summed
     per address as axes does)."""
     per_address = _recent_attempts(user.get_username()).values("ip_address").annotate(n=Sum("failures_since_start"))
-    return per_address.filter(n__gte=settings.AXES_FAILURE_LIMIT).exists()
+    return bool(per_address.filter(n__gte=settings.AXES_FAILURE_LIMIT).exists())
 
 
 def is_trusted_address(address: str | None) -> bool:
@@ -140,10 +154,10 @@ def login_delay(username: str) -> int:
         return 0
     delay = min(2 ** min(over, 30), settings.PORTAL_LOGIN_MAX_DELAY_SECONDS)
     left = delay - (timezone.now() - recent["last"]).total_seconds()
-    return max(0, math.ceil(left))
+    return int(max(0, math.ceil(left)))
 
 
-def set_language(user, code: str) -> None:
+def set_language(user: User, code: str) -> None:
     """Save the language of `user`'s pages ("": the browser's); an unknown code is refused."""
     if code and code not in dict(settings.LANGUAGES):
         raise ValueError(f"unsupported language: {code!r}")
@@ -151,17 +165,17 @@ def set_language(user, code: str) -> None:
     user.save(update_fields=["language"])
 
 
-def create_user(*, username: str, role: str, email: str = "", password: str | None = None, **fields):
+def create_user(
+    *, username: str, role: str, email: str = "", password: str | None = None, **fields: Any
+) -> tuple[User, str]:
     """Create a user; returns (user, password) — the password is generated when not given."""
-    User = get_user_model()
     plain = password or generate_password()
     user = User.objects.create_user(username=username, email=email, password=plain, role=role, **fields)
     return user, plain
 
 
-def ensure_first_admin(stdout) -> None:
+def ensure_first_admin(stdout: TextIO) -> None:
     """Create `admin` when no admin exists. Password from PORTAL_ADMIN_PASSWORD or printed once."""
-    User = get_user_model()
     if User.objects.filter(Q(role=Role.ADMIN) | Q(is_superuser=True)).exists():
         return
     password = os.environ.get("PORTAL_ADMIN_PASSWORD")
@@ -183,7 +197,7 @@ def ensure_first_admin(stdout) -> None:
 # --- personal API tokens: shown once, stored as a keyed hash ----------------------------------
 
 
-def issue_token(*, user, name: str, expires_at=None) -> tuple[ApiToken, str]:
+def issue_token(*, user: User, name: str, expires_at: datetime.datetime | None = None) -> tuple[ApiToken, str]:
     stored, plaintext = ApiToken.mint()
     token = ApiToken.objects.create(user=user, name=name, expires_at=expires_at, **stored)
     return token, plaintext
@@ -204,14 +218,21 @@ def revoke_token(token: ApiToken) -> None:
 # --- teams: a ceiling over their members; team leads manage members within it ------------------
 
 
-def may_manage(editor, member) -> bool:
+def may_manage(editor: User, member: User) -> bool:
     """Admins manage everyone; a team lead the members of the team they lead (themselves included)."""
     if editor.is_admin:
         return True
     return editor.led_team_id is not None and member.team_id == editor.led_team_id
 
 
-def validate_member_limits(member, *, editor, limits: dict, team=..., changed=None) -> dict:
+def validate_member_limits(
+    member: User,
+    *,
+    editor: User,
+    limits: dict[str, Any],
+    team: Team | EllipsisType | None = ...,
+    changed: Iterable[str] | None = None,
+) -> dict[str, Any]:
     """Check limits for `member` as `editor` sets them; return cleaned values or raise
     ValidationError with field errors. Used by the user form and serializer (admins) and the team
     member form and API (team leads), so the rules are one. `team`: the team the member is being
@@ -224,26 +245,30 @@ def validate_member_limits(member, *, editor, limits: dict, team=..., changed=No
     from django.core.exceptions import ValidationError
 
     errors: dict[str, list[str]] = {}
-    cleaned: dict = {}
+    cleaned: dict[str, Any] = {}
     by_admin = editor.is_admin
     ceilings = dict(member.admin_ceilings or {})
-    team = member.team if team is ... else team
+    chosen: Team | None = member.team if isinstance(team, EllipsisType) else team
     for name, value in limits.items():
         locked = None if by_admin else ceilings.get(name)
         if value in (None, ""):
             if locked is not None:
                 errors.setdefault(name, []).append(
-                    f"An admin set this limit to {locked:,}; you can lower it but not remove it."
+                    _("An admin set this limit to %(limit)s; you can lower it but not remove it.")
+                    % {"limit": f"{locked:,}"}
                 )
             cleaned[name] = None
             continue
         number = int(value)
-        team_limit = getattr(team, name, None) if team is not None else None
-        if team_limit is not None and number > team_limit:
-            errors.setdefault(name, []).append(f"Cannot exceed the team {team.name}'s limit of {team_limit:,}.")
+        team_limit = getattr(chosen, name, None) if chosen is not None else None
+        if chosen is not None and team_limit is not None and number > team_limit:
+            errors.setdefault(name, []).append(
+                _("Cannot exceed the team %(team)s's limit of %(limit)s.")
+                % {"team": chosen.name, "limit": f"{team_limit:,}"}
+            )
         if locked is not None and number > locked:
             errors.setdefault(name, []).append(
-                f"An admin set this limit to {locked:,}; you can lower it but not raise it."
+                _("An admin set this limit to %(limit)s; you can lower it but not raise it.") % {"limit": f"{locked:,}"}
             )
         cleaned[name] = number
     if by_admin:
@@ -258,7 +283,7 @@ def validate_member_limits(member, *, editor, limits: dict, team=..., changed=No
     return cleaned
 
 
-def save_member_limits(member, cleaned: dict) -> None:
+def save_member_limits(member: User, cleaned: dict[str, Any]) -> None:
     """Store what `validate_member_limits` returned (audited by the model signals)."""
     for name, value in cleaned.items():
         setattr(member, name, value)

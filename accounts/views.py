@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import datetime
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth import get_user_model, update_session_auth_hash
+from django.contrib.auth import forms as auth_forms
+from django.contrib.auth import update_session_auth_hash
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.mixins import LoginRequiredMixin
-from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
-from django.db.models import Count, Q
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, Q, QuerySet
 from django.forms.utils import ErrorDict
-from django.http import HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse, reverse_lazy
 from django.utils import timezone
@@ -30,21 +31,18 @@ from portal.choices import AuditAction
 from portal.i18n import set_language_cookie, supported
 from portal.permissions import AdminOrTeamLeadRequiredMixin, AdminRequiredMixin
 from portal.public import client_ip
-from portal.ui import FilteredListView, done, pop_secret, remember_secret
+from portal.ui import ConfirmView, FilteredListView, ObjectFormView, done, names, pop_secret, remember_secret
 
 from . import services, sso
 from .filters import AuditLogFilterSet, TeamFilterSet, UserFilterSet
 from .forms import ApiTokenForm, MemberLimitsForm, PasswordChangeForm, TeamForm, UserCreateForm, UserEditForm
-from .models import ApiToken, AuditLog, Team
-
-User = get_user_model()
-
+from .models import ApiToken, AuditLog, Team, User
 
 # --- account and personal API tokens -------------------------------------------------------
 
 
 @login_required
-def account(request):
+def account(request: AuthenticatedHttpRequest) -> HttpResponse:
     user = request.user
     context = {
         "tokens": user.api_tokens.not_revoked().order_by("-created"),
@@ -55,9 +53,9 @@ def account(request):
 
 
 @login_required
-def token_create(request):
+def token_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     if request.method != "POST":
-        return done(request, _("Use the form to create a token."), "account", level=messages.INFO)
+        return done(request, str(_("Use the form to create a token.")), "account", level=messages.INFO)
     form = ApiTokenForm(request.POST, user=request.user)
     if not form.is_valid():
         tokens_qs = request.user.api_tokens.not_revoked()
@@ -71,7 +69,7 @@ def token_create(request):
 
 
 @require_POST
-def set_language(request):
+def set_language(request: HttpRequest) -> HttpResponse:
     """The header's language switcher and the account page's choice: saves a signed-in person's
     preference (portal.i18n) and sets the language cookie for everyone, then goes back."""
     code = supported(request.POST.get("language"))
@@ -90,44 +88,49 @@ def set_language(request):
     return response
 
 
-class TokenRevokeView(LoginRequiredMixin, View):
-    def get_token(self) -> ApiToken:
+if TYPE_CHECKING:
+    from portal.permissions import AuthenticatedHttpRequest
+
+    _UserDetailView = DetailView[User]
+else:  # Django's generic forms and views take no [] at runtime
+    _UserDetailView = DetailView
+
+
+class TokenRevokeView(LoginRequiredMixin, ConfirmView):
+    request: AuthenticatedHttpRequest
+    title = _("Revoke API token")
+    question = _("Revoke the API token “%(name)s” (%(prefix)s…%(last_four)s)?")
+    detail = _("Scripts using it stop working at once. This cannot be undone.")
+    button = _("Revoke token")
+    danger = True
+
+    def get_object(self) -> ApiToken:
         return get_object_or_404(ApiToken.objects.not_revoked(), pk=self.kwargs["pk"], user=self.request.user)
 
-    def get(self, request, pk):
-        token = self.get_token()
-        return render(
-            request,
-            "portal/confirm.html",
-            {
-                "title": _("Revoke API token"),
-                "question": _("Revoke the API token “%(name)s” (%(prefix)s…%(last_four)s)?")
-                % {"name": token.name, "prefix": token.prefix, "last_four": token.last_four},
-                "detail": _("Scripts using it stop working at once. This cannot be undone."),
-                "button": _("Revoke token"),
-                "danger": True,
-                "cancel_url": reverse("account"),
-            },
-        )
+    def names(self, obj: ApiToken) -> dict[str, Any]:
+        return {"name": obj.name, "prefix": obj.prefix, "last_four": obj.last_four}
 
-    def post(self, request, pk):
-        token = self.get_token()
-        services.revoke_token(token)
-        audit.record(AuditAction.ACTION, token, message="API token revoked")
-        return done(request, _("API token “%(name)s” revoked.") % {"name": token.name}, "account")
+    def get_cancel_url(self, obj: ApiToken) -> str:
+        return reverse("account")
+
+    def act(self, obj: ApiToken) -> HttpResponse:
+        services.revoke_token(obj)
+        audit.record(AuditAction.ACTION, obj, message="API token revoked")
+        return done(self.request, _("API token “%(name)s” revoked.") % {"name": obj.name}, "account")
 
 
 class LoginView(auth_views.LoginView):
     """The password form, and "Sign in with <IdP>" when single sign-on is on. A username with many
     recent failures is slowed down (`services.login_delay`), except from a trusted address."""
 
-    def post(self, request, *args, **kwargs):
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         username = request.POST.get("username", "")
         if username and not services.is_trusted_address(client_ip(request)):
             wait = services.login_delay(username)
             if wait:
                 form = self.get_form()  # not validated: that would check the password
-                form._errors, form.cleaned_data = ErrorDict(), {}
+                form._errors = ErrorDict()  # type: ignore[attr-defined]  # Django's own, not in the stubs
+                form.cleaned_data = {}
                 form.add_error(
                     None,
                     _("Too many failed logins for this username. Try again in %(seconds)s seconds.")
@@ -138,7 +141,7 @@ class LoginView(auth_views.LoginView):
                 return response
         return super().post(request, *args, **kwargs)
 
-    def get_context_data(self, **kwargs):
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         return super().get_context_data(
             sso_name=sso.provider_name() if sso.enabled() else "",
             password_admins_only=settings.PORTAL_PASSWORD_LOGIN_ADMINS_ONLY,
@@ -147,11 +150,12 @@ class LoginView(auth_views.LoginView):
 
 
 class PasswordChangeView(auth_views.PasswordChangeView):
+    request: AuthenticatedHttpRequest
     template_name = "registration/password_change_form.html"
     success_url = reverse_lazy("account")
     form_class = PasswordChangeForm
 
-    def form_valid(self, form):
+    def form_valid(self, form: auth_forms.PasswordChangeForm) -> HttpResponse:
         response = super().form_valid(form)  # keeps this session (update_session_auth_hash)
         revoke = form.cleaned_data["revoke_access"]
         services.password_changed(
@@ -183,47 +187,43 @@ class UserListView(AdminRequiredMixin, FilteredListView):
         "last_login": "last_login",
     }
 
-    def get_base_queryset(self):
+    def get_base_queryset(self) -> QuerySet[User]:
         return User.objects.order_by("username")
 
-    def get_context_data(self, **kwargs):
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         return super().get_context_data(filter_fields=["role", "team", "is_active"], **kwargs)
 
 
-class UserCreateView(AdminRequiredMixin, View):
-    template_name = "accounts/user_form.html"
+class UserCreateView(AdminRequiredMixin, ObjectFormView):
+    request: AuthenticatedHttpRequest
+    form_class = UserCreateForm
+    success, cancel = "user_detail", "user_list"
+    title = (_("New user"), "")
+    button = (_("Create user"), "")
+    saved = (_("User %(name)s created. Give them the password below."), "")
+    intro = _(
+        "A password is generated and shown to you once; limits, key defaults and allowed models are on the next page."
+    )
 
-    def get(self, request):
-        return render(request, self.template_name, {"form": UserCreateForm(), "creating": True})
-
-    def post(self, request):
-        form = UserCreateForm(request.POST)
-        if not form.is_valid():
-            return render(request, self.template_name, {"form": form, "creating": True}, status=400)
+    def save(self, form: UserCreateForm) -> User:
         data = form.cleaned_data
-        with transaction.atomic():
-            user, password = services.create_user(
-                username=data["username"],
-                role=data["role"],
-                email=data["email"],
-                first_name=data["first_name"],
-                last_name=data["last_name"],
-            )
-        remember_secret(request, f"password-{user.pk}", password)
-        return done(
-            request,
-            _("User %(username)s created. Give them the password below.") % {"username": user.username},
-            "user_detail",
-            user.pk,
+        user, password = services.create_user(
+            username=data["username"],
+            role=data["role"],
+            email=data["email"],
+            first_name=data["first_name"],
+            last_name=data["last_name"],
         )
+        remember_secret(self.request, f"password-{user.pk}", password)
+        return user
 
 
-class UserDetailView(AdminRequiredMixin, DetailView):
+class UserDetailView(AdminRequiredMixin, _UserDetailView):
     model = User
     template_name = "accounts/user_detail.html"
     context_object_name = "person"
 
-    def get_context_data(self, **kwargs):
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         person = self.object
         context["new_password"] = pop_secret(self.request, f"password-{person.pk}")
@@ -233,163 +233,124 @@ class UserDetailView(AdminRequiredMixin, DetailView):
         return context
 
 
-class UserEditView(AdminRequiredMixin, View):
-    template_name = "accounts/user_edit.html"
+class UserEditView(AdminRequiredMixin, ObjectFormView):
+    form_class = UserEditForm
+    queryset = User.objects.all()
+    success = "user_detail"
+    title = ("", _("Edit %(name)s"))
+    saved = ("", _("User %(name)s saved."))
 
-    def get(self, request, pk):
-        person = get_object_or_404(User, pk=pk)
-        form = UserEditForm(instance=person, acting_user=request.user)
-        return render(request, self.template_name, {"form": form, "person": person})
-
-    def post(self, request, pk):
-        person = get_object_or_404(User, pk=pk)
-        form = UserEditForm(request.POST, instance=person, acting_user=request.user)
-        if not form.is_valid():
-            person.refresh_from_db()
-            return render(request, self.template_name, {"form": form, "person": person}, status=400)
-        with transaction.atomic():
-            form.save()
-        return done(request, _("User %(username)s saved.") % {"username": person.username}, "user_detail", person.pk)
+    def get_form_kwargs(self) -> dict[str, Any]:
+        return {"instance": self.object, "acting_user": self.request.user}
 
 
-class UserActivationView(AdminRequiredMixin, View):
-    """Deactivate (keys stop working) or reactivate, after a confirmation page."""
+class UserConfirmView(AdminRequiredMixin, ConfirmView):
+    """An admin's action on a user, asked first; Cancel goes back to the user's page."""
 
-    def setup_person(self, request, pk):
-        person = get_object_or_404(User, pk=pk)
-        return person, not person.is_active
+    request: AuthenticatedHttpRequest
+    queryset = User.objects.all()
+    cancel = "user_detail"
 
-    def refused(self, request, person, activate):
-        """The service's answer when this change is not allowed (e.g. deactivating oneself)."""
-        try:
-            services.check_set_active(person, activate, actor=request.user)
-        except ValidationError as exc:
-            return done(request, " ".join(exc.messages), "user_detail", person.pk, level=messages.ERROR)
-        return None
 
-    def get(self, request, pk):
-        person, activate = self.setup_person(request, pk)
-        if refusal := self.refused(request, person, activate):
-            return refusal
+class UserActivationView(UserConfirmView):
+    """Deactivate (keys stop working) or reactivate, after a confirmation page; the service refuses
+    deactivating oneself (`services.check_set_active`), here and in the API."""
+
+    choice = "restore_keys"
+
+    def activating(self, person: User) -> bool:
+        return not person.is_active
+
+    def check(self, person: User) -> None:
+        services.check_set_active(person, self.activating(person), actor=self.request.user)
+
+    def texts(self, person: User) -> dict[str, Any]:
         names = {"username": person.username}
-        if activate:
-            title, button = _("Reactivate user"), _("Reactivate")
-            question = _("Reactivate %(username)s?") % names
-            detail = (
-                _(
+        if self.activating(person):
+            old_keys = person.keys.filter(revoked_at__isnull=True).count()
+            texts = {
+                "title": _("Reactivate user"),
+                "button": _("Reactivate"),
+                "question": _("Reactivate %(username)s?") % names,
+                "detail": _(
                     "%(username)s can log in again. Their API tokens stay revoked; their old keys are "
                     "revoked too unless you keep them below."
                 )
-                % names
-            )
-        else:
-            title, button = _("Deactivate user"), _("Deactivate")
-            question = _("Deactivate %(username)s?") % names
-            detail = (
-                _(
-                    "%(username)s is logged out everywhere, cannot log in, their API tokens are revoked "
-                    "and all their keys stop working at once."
-                )
-                % names
-            )
-        old_keys = person.keys.filter(revoked_at__isnull=True).count() if activate else 0
-        return render(
-            request,
-            "portal/confirm.html",
-            {
-                "title": title,
-                "question": question,
-                "detail": detail,
-                "button": button,
-                "danger": not activate,
-                "cancel_url": reverse("user_detail", args=[person.pk]),
-                "choice_name": "restore_keys" if old_keys else "",
+                % names,
+                "danger": False,
+                "choice_name": self.choice if old_keys else "",
                 "choice_label": ngettext(
                     "Keep their %(count)d old key working", "Keep their %(count)d old keys working", old_keys
                 )
                 % {"count": old_keys},
-            },
-        )
+            }
+        else:
+            texts = {
+                "title": _("Deactivate user"),
+                "button": _("Deactivate"),
+                "question": _("Deactivate %(username)s?") % names,
+                "detail": _(
+                    "%(username)s is logged out everywhere, cannot log in, their API tokens are revoked "
+                    "and all their keys stop working at once."
+                )
+                % names,
+                "danger": True,
+            }
+        return texts
 
-    def post(self, request, pk):
-        person, activate = self.setup_person(request, pk)
-        if refusal := self.refused(request, person, activate):
-            return refusal
-        restore = activate and request.POST.get("restore_keys") == "on"
-        services.set_active(person, activate, restore_keys=restore, actor=request.user)
-        names = {"username": person.username}
+    def act(self, person: User) -> HttpResponse:
+        activate = self.activating(person)
+        restore = activate and self.chose()
+        services.set_active(person, activate, restore_keys=restore, actor=self.request.user)
         if not activate:
             text = _("User %(username)s deactivated; their sessions, tokens and keys no longer work.")
         elif restore:
             text = _("User %(username)s reactivated; their old keys work again.")
         else:
             text = _("User %(username)s reactivated; their old keys were revoked.")
-        return done(request, text % names, "user_detail", person.pk)
+        return done(self.request, text % {"username": person.username}, "user_detail", person.pk)
 
 
-class UserUnlockView(AdminRequiredMixin, View):
+class UserUnlockView(UserConfirmView):
     """Clear the failed logins that locked a username out (django-axes), after a confirmation."""
 
-    def get(self, request, pk):
-        person = get_object_or_404(User, pk=pk)
-        return render(
-            request,
-            "portal/confirm.html",
-            {
-                "title": _("Unlock login"),
-                "question": _("Let %(username)s try to log in again now?") % {"username": person.username},
-                "detail": _(
-                    "Their failed login attempts are cleared. Addresses that failed too many times stay "
-                    "blocked until the cool-off ends."
-                ),
-                "button": _("Unlock login"),
-                "cancel_url": reverse("user_detail", args=[person.pk]),
-            },
-        )
+    title = _("Unlock login")
+    question = _("Let %(name)s try to log in again now?")
+    detail = _(
+        "Their failed login attempts are cleared. Addresses that failed too many times stay "
+        "blocked until the cool-off ends."
+    )
+    button = _("Unlock login")
 
-    def post(self, request, pk):
-        person = get_object_or_404(User, pk=pk)
-        services.unlock_login(person, actor=request.user)
-        return done(
-            request, _("%(username)s can log in again.") % {"username": person.username}, "user_detail", person.pk
-        )
+    def act(self, person: User) -> HttpResponse:
+        services.unlock_login(person, actor=self.request.user)
+        return done(self.request, _("%(name)s can log in again.") % names(person), "user_detail", person.pk)
 
 
-class UserResetPasswordView(AdminRequiredMixin, View):
-    def get(self, request, pk):
-        person = get_object_or_404(User, pk=pk)
-        return render(
-            request,
-            "portal/confirm.html",
-            {
-                "title": _("Reset password"),
-                "question": _("Reset the password of %(username)s?") % {"username": person.username},
-                "detail": _("Their current password stops working; the new password is shown to you once."),
-                "choice_name": "revoke_access",
-                "choice_label": _("Also revoke their API tokens and end their sessions (recommended)"),
-                "choice_checked": True,
-                "button": _("Reset password"),
-                "danger": True,
-                "cancel_url": reverse("user_detail", args=[person.pk]),
-            },
-        )
+class UserResetPasswordView(UserConfirmView):
+    title = _("Reset password")
+    question = _("Reset the password of %(name)s?")
+    detail = _("Their current password stops working; the new password is shown to you once.")
+    choice = "revoke_access"
+    choice_label = _("Also revoke their API tokens and end their sessions (recommended)")
+    choice_checked = True  # a POST that was not offered the choice (a script) revokes
+    button = _("Reset password")
+    danger = True
 
-    def post(self, request, pk):
-        person = get_object_or_404(User, pk=pk)
-        # Ticked by default; a POST that was not offered the choice (a script) revokes.
-        revoke = request.POST.get("revoke_access") == "on" or not request.POST.get("revoke_access_offered")
-        password = services.reset_password(person, actor=request.user, revoke_access=revoke)
-        if person.pk == request.user.pk:  # resetting one's own ends this session too: keep it
-            update_session_auth_hash(request, person)
-        remember_secret(request, f"password-{person.pk}", password)
+    def act(self, person: User) -> HttpResponse:
+        revoke = self.chose()
+        password = services.reset_password(person, actor=self.request.user, revoke_access=revoke)
+        if person.pk == self.request.user.pk:  # resetting one's own ends this session too: keep it
+            update_session_auth_hash(self.request, person)
+        remember_secret(self.request, f"password-{person.pk}", password)
         if revoke:
             text = _(
-                "Password of %(username)s reset; their sessions ended and API tokens were revoked. "
+                "Password of %(name)s reset; their sessions ended and API tokens were revoked. "
                 "Give them the new one below."
             )
         else:
-            text = _("Password of %(username)s reset; their API tokens were kept. Give them the new one below.")
-        return done(request, text % {"username": person.username}, "user_detail", pk)
+            text = _("Password of %(name)s reset; their API tokens were kept. Give them the new one below.")
+        return done(self.request, text % names(person), "user_detail", person.pk)
 
 
 # --- teams (admin; a team lead manages their own team's members) ---------------------------
@@ -401,49 +362,21 @@ class TeamListView(AdminRequiredMixin, FilteredListView):
     template_name = "accounts/team_list.html"
     sort_fields = {"name": "name", "requests_per_minute": "requests_per_minute", "tokens_per_day": "tokens_per_day"}
 
-    def get_base_queryset(self):
+    def get_base_queryset(self) -> QuerySet[Team]:
         return Team.objects.annotate(member_count=Count("members")).order_by("name")
 
 
-class TeamCreateView(AdminRequiredMixin, View):
-    template_name = "accounts/team_form.html"
+class TeamEditView(AdminRequiredMixin, ObjectFormView):
+    """Create (no pk) or edit a team."""
 
-    def get(self, request):
-        return render(request, self.template_name, {"form": TeamForm()})
-
-    def post(self, request):
-        form = TeamForm(request.POST)
-        if not form.is_valid():
-            return render(request, self.template_name, {"form": form}, status=400)
-        with transaction.atomic():
-            team = form.save()
-        return done(
-            request,
-            _("Team %(team)s created. Put people in it on their user page.") % {"team": team.name},
-            "team_detail",
-            team.pk,
-        )
+    form_class = TeamForm
+    queryset = Team.objects.all()
+    success, cancel = "team_detail", "team_list"
+    title = (_("New team"), _("Edit team %(name)s"))
+    saved = (_("Team %(name)s created. Put people in it on their user page."), _("Team %(name)s saved."))
 
 
-class TeamEditView(AdminRequiredMixin, View):
-    template_name = "accounts/team_form.html"
-
-    def get(self, request, pk):
-        team = get_object_or_404(Team, pk=pk)
-        return render(request, self.template_name, {"form": TeamForm(instance=team), "team": team})
-
-    def post(self, request, pk):
-        team = get_object_or_404(Team, pk=pk)
-        form = TeamForm(request.POST, instance=team)
-        if not form.is_valid():
-            team.refresh_from_db()
-            return render(request, self.template_name, {"form": form, "team": team}, status=400)
-        with transaction.atomic():
-            form.save()
-        return done(request, _("Team %(team)s saved.") % {"team": team.name}, "team_detail", team.pk)
-
-
-def managed_team(request, pk) -> Team:
+def managed_team(request: AuthenticatedHttpRequest, pk: int) -> Team:
     """The team `pk` if the user is an admin or its lead; another team is 404 (a lead's), 403 otherwise."""
     team = get_object_or_404(Team.objects.visible_to(request.user), pk=pk)
     if not (request.user.is_admin or request.user.led_team_id == team.pk):
@@ -454,7 +387,7 @@ def managed_team(request, pk) -> Team:
 class TeamDetailView(AdminOrTeamLeadRequiredMixin, View):
     """The team's limits and models, and its members with their own limits and keys."""
 
-    def get(self, request, pk):
+    def get(self, request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         team = managed_team(request, pk)
         members = team.members.annotate(
             active_keys=Count("keys", filter=Q(keys__revoked_at__isnull=True), distinct=True)
@@ -466,28 +399,37 @@ class TeamDetailView(AdminOrTeamLeadRequiredMixin, View):
         )
 
 
-class MemberLimitsView(AdminOrTeamLeadRequiredMixin, View):
+class MemberLimitsView(AdminOrTeamLeadRequiredMixin, ObjectFormView):
     """A member's own limits, set by an admin or the team's lead (within the team's ceilings)."""
 
+    request: AuthenticatedHttpRequest
+
+    form_class = MemberLimitsForm
     template_name = "accounts/member_limits.html"
+    success = "team_detail"
+    title = ("", _("Limits of %(name)s"))
+    saved = ("", _("Limits of %(name)s saved."))
 
-    def get_member(self, request, pk, member_pk):
-        team = managed_team(request, pk)
-        return team, get_object_or_404(team.members.all(), pk=member_pk)
+    def get_object(self) -> User:
+        self.team = managed_team(self.request, self.kwargs["pk"])
+        return get_object_or_404(self.team.members.all(), pk=self.kwargs["member_pk"])
 
-    def get(self, request, pk, member_pk):
-        team, member = self.get_member(request, pk, member_pk)
-        form = MemberLimitsForm(member=member, editor=request.user)
-        return render(request, self.template_name, {"form": form, "team": team, "member": member})
+    def get_form_kwargs(self) -> dict[str, Any]:
+        return {"member": self.object, "editor": self.request.user}
 
-    def post(self, request, pk, member_pk):
-        team, member = self.get_member(request, pk, member_pk)
-        form = MemberLimitsForm(request.POST, member=member, editor=request.user)
-        if not form.is_valid():
-            return render(request, self.template_name, {"form": form, "team": team, "member": member}, status=400)
-        with transaction.atomic():
-            form.save()
-        return done(request, _("Limits of %(username)s saved.") % {"username": member.username}, "team_detail", team.pk)
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        intro = _(
+            "These apply to all of %(name)s's keys together; the team's limits apply on top, for all members together."
+        ) % names(self.object)
+        return super().get_context_data(team=self.team, intro=intro, **kwargs)
+
+    def save(self, form: MemberLimitsForm) -> User:
+        form.save()
+        member: User = self.object
+        return member
+
+    def get_success_url(self, obj: User) -> str:
+        return reverse("team_detail", args=[self.team.pk])
 
 
 # --- audit log (admin) ---------------------------------------------------------------------
@@ -500,10 +442,10 @@ class AuditLogView(AdminRequiredMixin, FilteredListView):
     paginate_by = 50
     sort_fields = {"when": "created", "who": "actor_name", "action": "action", "object": "object_type"}
 
-    def get_base_queryset(self):
+    def get_base_queryset(self) -> QuerySet[AuditLog]:
         return AuditLog.objects.select_related("actor")
 
-    def get_context_data(self, **kwargs):
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         object_types = AuditLog.objects.order_by().values_list("object_type", flat=True).distinct()
         return super().get_context_data(
             filter_fields=["action", "actor"], object_types=sorted(set(object_types)), **kwargs

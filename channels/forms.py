@@ -11,6 +11,7 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
 from portal.forms import FIELD_LABELS
+from portal.ui import Fieldset
 
 from .choices import BalancePolicy, ChannelKind, Locality
 from .models import MODEL_NAME_VALIDATOR, Channel, Model, ModelRoute
@@ -189,7 +190,7 @@ class AddServedModelForm(forms.Form):
     )
 
 
-ORDINALS = ("First", "Then", "Then", "Then", "Then", "Then", "Then", "Then", "Then", "Then")
+FIRST_TARGET, NEXT_TARGET = _("First (target %(n)d)"), _("Then (target %(n)d)")
 
 
 class AliasForm(forms.Form):
@@ -231,24 +232,33 @@ class AliasForm(forms.Form):
         choices = [("", "—"), *((m.name, m.name) for m in Model.objects.served().order_by("name"))]
         for i in range(slots):
             self.fields[f"target_{i}"] = forms.ChoiceField(
-                label=f"{ORDINALS[i]} (target {i + 1})",
+                label=(FIRST_TARGET if i == 0 else NEXT_TARGET) % {"n": i + 1},
                 choices=choices,
                 required=False,
                 help_text=_("Tried first while its window holds the request.") if i == 0 else "",
             )
 
+    service_error_fields = {"targets": "target_0"}
+
     @property
-    def target_fields(self) -> list[forms.BoundField]:
-        return [self[name] for name in self.fields if name.startswith("target_")]
+    def fieldsets(self) -> tuple[Fieldset, ...]:
+        return (
+            Fieldset(("name", "display_name")),
+            Fieldset(("description",), grid=False),
+            Fieldset(
+                [name for name in self.fields if name.startswith("target_")],
+                _("Targets, tried in this order"),
+                _(
+                    "Each request goes to the first target whose context window holds it (prompt + requested "
+                    "output) and that answers; a failing one falls through to the next."
+                ),
+            ),
+            Fieldset(("enabled", "local_only"), _("Behaviour"), grid=False),
+        )
 
     @property
     def targets(self) -> list[str]:
         return [v for name, v in self.cleaned_data.items() if name.startswith("target_") and v]
-
-    def add_service_errors(self, exc: ValidationError) -> None:
-        for field, errors in exc.message_dict.items():
-            target = "target_0" if field == "targets" else field
-            self.add_error(target if target in self.fields else None, errors)
 
 
 class RoutePriceForm(forms.Form):

@@ -5,9 +5,9 @@ from . import views
 urlpatterns = [
     path("channels/", views.ChannelListView.as_view(), name="channel_list"),
     path("channels/base-url-preview/", views.BaseURLPreviewView.as_view(), name="channel_base_url_preview"),
-    path("channels/new/", views.ChannelCreateView.as_view(), name="channel_create"),
+    path("channels/new/", views.ChannelEditView.as_view(), name="channel_create"),
     path("channels/<int:pk>/", views.ChannelDetailView.as_view(), name="channel_detail"),
-    path("channels/<int:pk>/edit/", views.ChannelUpdateView.as_view(), name="channel_edit"),
+    path("channels/<int:pk>/edit/", views.ChannelEditView.as_view(), name="channel_edit"),
     path("channels/<int:pk>/models/", views.ChannelServedModelsView.as_view(), name="channel_served_models"),
     path("channels/<int:pk>/delete/", views.ChannelDeleteView.as_view(), name="channel_delete"),
     path("models/", views.ModelListView.as_view(), name="model_list"),

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.db import transaction
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse, reverse_lazy
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views import View
-from django.views.generic import CreateView, DeleteView, DetailView, UpdateView
+from django.views.generic import DetailView
 
 from portal.permissions import AdminRequiredMixin
-from portal.ui import FilteredListView, InvalidFormStatusMixin, SafeDeleteMixin
+from portal.ui import FilteredListView, ObjectDeleteView, ObjectFormView, add_validation_errors
 
 from .filters import ChannelFilterSet, ModelFilterSet
 from .forms import AddServedModelForm, AliasForm, ChannelForm, ModelForm, RouteFormSet, RoutePriceForm
@@ -31,17 +31,6 @@ from .services import (
     set_route_price,
     suggest_public_name,
 )
-
-
-def _saved_message(verb: str, channel: Channel, notes: list[str]) -> str:
-    names = {"name": channel.name, "url": channel.base_url, "notes": "; ".join(notes)}
-    if verb == "added":
-        text = _("Channel %(name)s added.") % names
-    else:
-        text = _("Channel %(name)s saved.") % names
-    if notes:
-        text += " " + _("We stored %(url)s: %(notes)s.") % names
-    return text
 
 
 class BaseURLPreviewView(AdminRequiredMixin, View):
@@ -80,32 +69,23 @@ class ChannelListView(AdminRequiredMixin, FilteredListView):
         return context
 
 
-class ChannelCreateView(AdminRequiredMixin, InvalidFormStatusMixin, CreateView):
-    model = Channel
+class ChannelEditView(AdminRequiredMixin, ObjectFormView):
+    """Add (no pk) or edit a channel; the message says what was stored for the base URL, and why."""
+
     form_class = ChannelForm
+    queryset = Channel.objects.all()
     template_name = "channels/channel_form.html"
+    success, cancel = "channel_detail", "channel_list"
+    title = (_("Add channel"), _("Edit channel"))
+    button = (_("Add channel"), _("Save"))
+    saved = (_("Channel %(name)s added."), _("Channel %(name)s saved."))
 
-    def form_valid(self, form):
-        response = super().form_valid(form)
-        messages.success(self.request, _saved_message("added", self.object, form.base_url_notes))
-        return response
-
-    def get_success_url(self):
-        return reverse("channel_detail", args=[self.object.pk])
-
-
-class ChannelUpdateView(AdminRequiredMixin, InvalidFormStatusMixin, UpdateView):
-    model = Channel
-    form_class = ChannelForm
-    template_name = "channels/channel_form.html"
-
-    def form_valid(self, form):
-        response = super().form_valid(form)
-        messages.success(self.request, _saved_message("saved", self.object, form.base_url_notes))
-        return response
-
-    def get_success_url(self):
-        return reverse("channel_detail", args=[self.object.pk])
+    def saved_message(self, obj: Channel, form: ChannelForm) -> str:
+        text = super().saved_message(obj, form)
+        if form.base_url_notes:
+            notes = {"url": obj.base_url, "notes": "; ".join(form.base_url_notes)}
+            text += " " + _("We stored %(url)s: %(notes)s.") % notes
+        return text
 
 
 class ChannelDetailView(AdminRequiredMixin, DetailView):
@@ -119,11 +99,17 @@ class ChannelDetailView(AdminRequiredMixin, DetailView):
         return context
 
 
-class ChannelDeleteView(AdminRequiredMixin, SafeDeleteMixin, DeleteView):
-    model = Channel
-    template_name = "channels/channel_confirm_delete.html"
-    context_object_name = "channel"
-    success_url = reverse_lazy("channel_list")
+class ChannelDeleteView(AdminRequiredMixin, ObjectDeleteView):
+    queryset = Channel.objects.all()
+    cancel, success = "channel_detail", "channel_list"
+    title = _("Delete channel")
+    question = _("Delete the channel %(name)s?")
+    detail = _(
+        "Its model routes are deleted too; requests for those models go to other channels or fail. "
+        "Past usage records are kept."
+    )
+    button = _("Delete channel")
+    deleted = _("Channel %(name)s deleted.")
 
 
 class ChannelServedModelsView(AdminRequiredMixin, View):
@@ -161,8 +147,7 @@ class ChannelServedModelsView(AdminRequiredMixin, View):
             try:
                 route = add_served_model(channel=channel, **form.cleaned_data)
             except ValidationError as exc:
-                for field, errors in exc.message_dict.items():
-                    form.add_error(field if field in form.fields else None, errors)
+                add_validation_errors(form, exc)
             else:
                 messages.success(
                     request,
@@ -189,35 +174,33 @@ class ModelListView(AdminRequiredMixin, FilteredListView):
         return super().get_context_data(filter_fields=["enabled", "channel"], **kwargs)
 
 
-class ModelEditView(AdminRequiredMixin, View):
+class ModelEditView(AdminRequiredMixin, ObjectFormView):
     """Create or edit a model and its routes (one inline formset row per channel)."""
 
+    form_class = ModelForm
+    queryset = Model.objects.served()
     template_name = "channels/model_form.html"
+    success, cancel = "model_detail", "model_list"
+    title = (_("Add model"), _("Edit model"))
+    button = (_("Add model"), _("Save"))
+    saved = (_("Model %(name)s added."), _("Model %(name)s saved."))
 
-    def get_object(self) -> Model | None:
-        pk = self.kwargs.get("pk")
-        return get_object_or_404(Model.objects.served(), pk=pk) if pk else None
+    def get_form(self, data: Any = None) -> ModelForm:
+        self.formset = RouteFormSet(data, instance=self.object or Model(), prefix="routes")
+        return ModelForm(data, instance=self.object)
 
-    def get(self, request, pk=None):
-        obj = self.get_object()
-        form = ModelForm(instance=obj)
-        formset = RouteFormSet(instance=obj or Model(), prefix="routes")
-        return render(request, self.template_name, {"form": form, "formset": formset, "object": obj})
+    def is_valid(self, form: ModelForm) -> bool:
+        form_ok = form.is_valid()  # both, so both show their errors
+        return self.formset.is_valid() and form_ok
 
-    def post(self, request, pk=None):
-        obj = self.get_object()
-        form = ModelForm(request.POST, instance=obj)
-        formset = RouteFormSet(request.POST, instance=obj or Model(), prefix="routes")
-        form_ok = form.is_valid()
-        if not (form_ok and formset.is_valid()):
-            context = {"form": form, "formset": formset, "object": obj}
-            return render(request, self.template_name, context, status=400)
-        with transaction.atomic():
-            model = form.save()
-            formset.instance = model
-            formset.save()
-        messages.success(request, f"Model {model.name} {'saved' if obj else 'added'}.")
-        return redirect("model_detail", model.pk)
+    def save(self, form: ModelForm) -> Model:
+        model = form.save()
+        self.formset.instance = model
+        self.formset.save()
+        return model
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        return super().get_context_data(formset=self.formset, **kwargs)
 
 
 class ModelDetailView(AdminRequiredMixin, DetailView):
@@ -239,16 +222,16 @@ class ModelDetailView(AdminRequiredMixin, DetailView):
         return context
 
 
-class ModelDeleteView(AdminRequiredMixin, SafeDeleteMixin, DeleteView):
-    model = Model
+class ModelDeleteView(AdminRequiredMixin, ObjectDeleteView):
     queryset = Model.objects.served()
-    template_name = "channels/model_confirm_delete.html"
-    context_object_name = "model_obj"
-    success_url = reverse_lazy("model_list")
+    cancel, success = "model_detail", "model_list"
+    title = _("Delete model")
+    question = _("Delete the model %(name)s?")
+    button = _("Delete model")
+    deleted = _("Model %(name)s deleted.")
 
-    def get_context_data(self, **kwargs):
-        context = super().get_context_data(**kwargs)
-        aliases = Model.objects.aliases().filter(targets__target=self.object).order_by("name")
+    def texts(self, obj: Model) -> dict[str, Any]:
+        aliases = Model.objects.aliases().filter(targets__target=obj).order_by("name")
         if aliases:
             detail = _(
                 "Requests for it fail with 404 and its routes are deleted. The aliases %(aliases)s stop trying it. "
@@ -256,8 +239,7 @@ class ModelDeleteView(AdminRequiredMixin, SafeDeleteMixin, DeleteView):
             ) % {"aliases": ", ".join(a.name for a in aliases)}
         else:
             detail = _("Requests for it fail with 404 and its routes are deleted. Past usage records are kept.")
-        context["detail"] = detail
-        return context
+        return {**super().texts(obj), "detail": detail}
 
 
 # --- aliases -------------------------------------------------------------------------------
@@ -276,40 +258,30 @@ class AliasListView(AdminRequiredMixin, FilteredListView):
         return super().get_context_data(filter_fields=["enabled"], **kwargs)
 
 
-class AliasEditView(AdminRequiredMixin, View):
+class AliasEditView(AdminRequiredMixin, ObjectFormView):
     """Create or edit an alias: its public name and the models it tries, in order."""
 
-    template_name = "channels/alias_form.html"
+    form_class = AliasForm
+    queryset = Model.objects.aliases()
+    success, cancel = "model_alias_detail", "model_alias_list"
+    title = (_("Add alias"), _("Edit alias %(name)s"))
+    button = (_("Add alias"), _("Save"))
+    saved = (_("Alias %(name)s added."), _("Alias %(name)s saved."))
 
-    def get_object(self) -> Model | None:
-        pk = self.kwargs.get("pk")
-        return get_object_or_404(Model.objects.aliases(), pk=pk) if pk else None
+    def get_form_kwargs(self) -> dict[str, Any]:
+        return {"instance": self.object}
 
-    def get(self, request, pk=None):
-        obj = self.get_object()
-        return render(request, self.template_name, {"form": AliasForm(instance=obj), "object": obj})
-
-    def post(self, request, pk=None):
-        obj = self.get_object()
-        form = AliasForm(request.POST, instance=obj)
-        if form.is_valid():
-            data = form.cleaned_data
-            try:
-                alias = save_alias(
-                    alias=obj,
-                    name=data["name"],
-                    targets=form.targets,
-                    display_name=data["display_name"],
-                    description=data["description"],
-                    enabled=data["enabled"],
-                    local_only=data["local_only"],
-                )
-            except ValidationError as exc:
-                form.add_service_errors(exc)
-            else:
-                messages.success(request, f"Alias {alias.name} {'saved' if obj else 'added'}.")
-                return redirect("model_alias_detail", alias.pk)
-        return render(request, self.template_name, {"form": form, "object": obj}, status=400)
+    def save(self, form: AliasForm) -> Model:
+        data = form.cleaned_data
+        return save_alias(
+            alias=self.object,
+            name=data["name"],
+            targets=form.targets,
+            display_name=data["display_name"],
+            description=data["description"],
+            enabled=data["enabled"],
+            local_only=data["local_only"],
+        )
 
 
 class AliasDetailView(AdminRequiredMixin, DetailView):
@@ -331,12 +303,14 @@ class AliasDetailView(AdminRequiredMixin, DetailView):
         return context
 
 
-class AliasDeleteView(AdminRequiredMixin, SafeDeleteMixin, DeleteView):
-    model = Model
+class AliasDeleteView(AdminRequiredMixin, ObjectDeleteView):
     queryset = Model.objects.aliases()
-    template_name = "channels/alias_confirm_delete.html"
-    context_object_name = "alias"
-    success_url = reverse_lazy("model_alias_list")
+    cancel, success = "model_alias_detail", "model_alias_list"
+    title = _("Delete alias")
+    question = _("Delete the alias %(name)s?")
+    detail = _("Requests for it fail with 404; the models it points at stay. Past usage records are kept.")
+    button = _("Delete alias")
+    deleted = _("Alias %(name)s deleted.")
 
 
 class PriceListView(AdminRequiredMixin, View):
@@ -382,8 +356,7 @@ class PriceListView(AdminRequiredMixin, View):
                     effective_from=data["effective_from"],
                 )
             except ValidationError as exc:
-                for field, errors in exc.message_dict.items():
-                    form.add_error(field if field in form.fields else None, errors)
+                add_validation_errors(form, exc)
             else:
                 messages.success(request, _("Price saved for %(route)s.") % {"route": data["route"]})
                 return redirect("price_list")

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import cast
+from typing import TYPE_CHECKING, Any, cast
 
 from django import forms
 from django.utils.translation import gettext_lazy as _
@@ -8,6 +8,9 @@ from django.utils.translation import gettext_lazy as _
 from keys.models import Key
 
 from .models import KeyMode
+
+if TYPE_CHECKING:
+    from accounts.models import User
 
 
 class ConnectForm(forms.Form):
@@ -38,8 +41,8 @@ class ConnectForm(forms.Form):
     )
     model = forms.ChoiceField(choices=(), required=False, label=_("Default model"))
 
-    def __init__(self, *args, user, model_names: list[str], **kwargs):
+    def __init__(self, *args: Any, user: User, model_names: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        key = cast(forms.ModelChoiceField, self.fields["key"])
+        key = cast("forms.ModelChoiceField[Key]", self.fields["key"])
         key.queryset = Key.objects.not_revoked().filter(owner=user).order_by("name")
         cast(forms.ChoiceField, self.fields["model"]).choices = [(n, n) for n in model_names]

@@ -12,10 +12,11 @@ import json
 import re
 import secrets as pysecrets
 from dataclasses import asdict
+from typing import TYPE_CHECKING, Any, cast
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Prefetch, Q
+from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 from django.utils import timezone, translation
 
 from channels.choices import Locality
@@ -23,14 +24,20 @@ from channels.models import AliasTarget, Model, ModelRoute, alias_limits, route_
 from hosts.models import Deployment
 from keys.models import Key
 from keys.services import issue_key, rotate_key
+from mcpservers.access import allowed_servers
 from portal import audit
 from portal.choices import AuditAction
 from portal.public import public_url
 from portal.secrets import keyed_hash
 
 from . import clients
-from .clients.base import ModelSpec, Rendered, RenderInput
+from .clients.base import McpServerSpec, ModelSpec, Rendered, RenderInput
 from .models import ConfigDownload, DownloadToken, KeyMode
+
+if TYPE_CHECKING:
+    from django.http import HttpRequest
+
+    from accounts.models import User
 
 TOKEN_PREFIX = "gdt-"  # noqa: S105 - a prefix, not a secret
 TOKEN_TTL = datetime.timedelta(minutes=10)
@@ -41,13 +48,13 @@ MIN_INPUT_ROOM = 1024
 REPLACE_GRACE = datetime.timedelta(minutes=10)
 
 
-def gateway_url(request=None) -> str:
+def gateway_url(request: HttpRequest | None = None) -> str:
     """The root developers' clients talk to: PORTAL_PUBLIC_URL, else the address this server
     listens on; never the request's Host header (a forged one would land in installers)."""
     return re.sub(r"/v1$", "", public_url(request).rstrip("/"))
 
 
-def usable_models(user, key: Key | None = None):
+def usable_models(user: User, key: Key | None = None) -> QuerySet[Model]:
     """Enabled models with at least one enabled route on an enabled channel (an alias: an enabled
     target with one), narrowed by the owner's allow-list and then the key's (an empty list means
     no narrowing). For a local-only key, or behind a local-only alias, only local channels count."""
@@ -85,7 +92,7 @@ def output_room(context_window: int | None, max_output: int | None) -> int | Non
     return max(1, min(out, context_window - reserve))
 
 
-def model_specs(user, key: Key | None = None) -> tuple[ModelSpec, ...]:
+def model_specs(user: User, key: Key | None = None) -> tuple[ModelSpec, ...]:
     """Each usable model with the smallest context window its enabled routes really serve
     (discovered, else configured) and an output limit that leaves room for input. An alias is
     listed like any model, with the largest window one of its targets serves (the gateway falls
@@ -94,11 +101,14 @@ def model_specs(user, key: Key | None = None) -> tuple[ModelSpec, ...]:
     targets = AliasTarget.objects.select_related("target").order_by("position")
     key_local = key is not None and key.local_only
     specs = []
-    for model in usable_models(user, key).prefetch_related(
+    prefetched = usable_models(user, key).prefetch_related(
         Prefetch("routes", queryset=routes, to_attr="live"),
         Prefetch("targets", queryset=targets, to_attr="live_targets"),
-        Prefetch("live_targets__target__routes", queryset=routes, to_attr="live"),
-    ):
+        # The targets are models too: the same `live` list, which the stubs' plugin takes for a redefinition.
+        Prefetch("live_targets__target__routes", queryset=routes, to_attr="live"),  # type: ignore[no-redef]
+    )
+    # `live` and `live_targets` are lists the prefetch sets on each object: no field the stubs know.
+    for model in cast("list[Any]", list(prefetched)):
         local = key_local or model.local_only
         if model.is_alias:
             per_target = [
@@ -127,22 +137,32 @@ def _limits_of(routes: list[ModelRoute]) -> tuple[int | None, int | None]:
     return route_limits((r.effective_context_window, r.max_output_tokens) for r in routes)
 
 
-def version_of(gateway: str, specs: tuple[ModelSpec, ...]) -> str:
+def mcp_specs(key: Key | None) -> tuple[McpServerSpec, ...]:
+    """The team MCP servers `key` may call a tool on (none without a key: the allowlist is per key)."""
+    if key is None:
+        return ()
+    return tuple(McpServerSpec(s.slug, s.name, s.description) for s in allowed_servers(key))
+
+
+def version_of(gateway: str, specs: tuple[ModelSpec, ...], mcp: tuple[McpServerSpec, ...] = ()) -> str:
     """A short hash over everything written into the files except the key: changes when an admin
-    changes models, limits or the gateway URL."""
-    payload = json.dumps([gateway, [asdict(s) for s in specs]], sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()[:12]
+    changes models, limits, the key's MCP servers or the gateway URL."""
+    payload: list = [gateway, [asdict(s) for s in specs]]
+    if mcp:  # without servers the hash stays what it was before MCP existed
+        payload.append([asdict(s) for s in mcp])
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def render_input(
-    user, *, gateway: str, key: Key | None = None, plaintext: str | None = None, default_model: str = ""
+    user: User, *, gateway: str, key: Key | None = None, plaintext: str | None = None, default_model: str = ""
 ) -> RenderInput:
-    specs = model_specs(user, key)
+    specs, mcp = model_specs(user, key), mcp_specs(key)
     return RenderInput(
         gateway_url=gateway,
         api_key=plaintext,
         models=specs,
-        version=version_of(gateway, specs),
+        mcp_servers=mcp,
+        version=version_of(gateway, specs, mcp),
         default_model=default_model,
         generated_at=timezone.now().strftime("%Y-%m-%dT%H:%M:%S.000Z"),
     )
@@ -152,7 +172,8 @@ def render(slug: str, inp: RenderInput) -> Rendered:
     module = clients.get(slug)
     if module is None:
         raise KeyError(slug)
-    return module.render(inp)
+    rendered: Rendered = module.render(inp)
+    return rendered
 
 
 def key_label(client: str, machine: str = "") -> str:
@@ -161,13 +182,13 @@ def key_label(client: str, machine: str = "") -> str:
     return f"{client}@{label}"
 
 
-def replaceable_key(user, client: str, machine: str = "") -> Key | None:
+def replaceable_key(user: User, client: str, machine: str = "") -> Key | None:
     """The active key a new mint for this client and machine would replace."""
     return Key.objects.active().filter(owner=user, client=client, name=key_label(client, machine)).first()
 
 
 @transaction.atomic
-def mint_key(user, client: str, machine: str = "", *, replace: bool = True) -> tuple[Key, str]:
+def mint_key(user: User, client: str, machine: str = "", *, replace: bool = True) -> tuple[Key, str]:
     """A key for one client on one machine (`cline@laptop`), revocable on its own. Scoped like the
     developer's default key: `issue_key` applies their `key_defaults` limits, and an empty model list
     means every model the owner may use.
@@ -192,11 +213,11 @@ def mint_key(user, client: str, machine: str = "", *, replace: bool = True) -> t
     return issue_key(owner=user, name=name, client=client)
 
 
-def record_download(user, client: str, version: str, key: Key | None, via: str) -> None:
+def record_download(user: User, client: str, version: str, key: Key | None, via: str) -> None:
     ConfigDownload.objects.create(user=user, client=client, version=version, key=key, via=via)
 
 
-def stale_downloads(user, gateway: str) -> list[dict]:
+def stale_downloads(user: User, gateway: str) -> list[dict[str, Any]]:
     """The clients whose most recent download by `user` no longer matches what we would write now."""
     latest: dict[str, ConfigDownload] = {}
     for d in ConfigDownload.objects.filter(user=user).select_related("key").order_by("-created", "-id")[:200]:
@@ -204,7 +225,7 @@ def stale_downloads(user, gateway: str) -> list[dict]:
     stale = []
     for client, d in sorted(latest.items()):
         key = d.key if d.key is not None and d.key.owner_id == user.pk and d.key.is_active else None
-        current = version_of(gateway, model_specs(user, key))
+        current = version_of(gateway, model_specs(user, key), mcp_specs(key))
         if current != d.version:
             label = getattr(clients.get(client), "LABEL", client)
             stale.append(
@@ -214,7 +235,7 @@ def stale_downloads(user, gateway: str) -> list[dict]:
 
 
 def issue_download_token(
-    user,
+    user: User,
     client: str,
     *,
     key_mode: str,
@@ -244,7 +265,7 @@ def issue_download_token(
 
 
 @transaction.atomic
-def redeem_download_token(plaintext: str, *, gateway: str) -> dict | None:
+def redeem_download_token(plaintext: str, *, gateway: str) -> dict[str, Any] | None:
     """Trade a token for the bundle the installer writes; None when unknown, used or expired."""
     value = (plaintext or "").strip()
     if not value.startswith(TOKEN_PREFIX) or len(value) > 100:
@@ -276,7 +297,7 @@ def redeem_download_token(plaintext: str, *, gateway: str) -> dict | None:
     return bundle(token.client, inp, rendered, key)
 
 
-def bundle(client: str, inp: RenderInput, rendered: Rendered, key: Key | None) -> dict:
+def bundle(client: str, inp: RenderInput, rendered: Rendered, key: Key | None) -> dict[str, Any]:
     """What the installer receives: files with where they go and how to merge them."""
     return {
         "client": client,
@@ -307,6 +328,7 @@ def bundle(client: str, inp: RenderInput, rendered: Rendered, key: Key | None) -
                 "remove": list(f.remove),
                 "replace": list(f.replace),
                 "lists": list(f.lists),
+                "owned": list(f.owned),
                 "content": f.content,
             }
             for f in rendered.files

@@ -3,8 +3,11 @@ one-line installers and the doctor."""
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import TYPE_CHECKING
+
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
@@ -15,19 +18,24 @@ from keys.payloads.services import logged_keys
 
 from . import clients, installer, services
 from .forms import ConnectForm
+from .installer.messages import lang_query, language_of
 from .models import KeyMode
+
+if TYPE_CHECKING:
+    from accounts.models import User
+    from portal.permissions import AuthenticatedHttpRequest
 
 DEFAULT_CLIENT = "cline"
 
 
-def _client_or_404(slug: str):
+def _client_or_404(slug: str) -> ModuleType:
     module = clients.get(slug)
     if module is None:
         raise Http404("Unknown client.")
     return module
 
 
-def _own_key(user, key_id) -> Key | None:
+def _own_key(user: User, key_id: str | None) -> Key | None:
     if not key_id:
         return None
     try:
@@ -40,7 +48,7 @@ def _own_key(user, key_id) -> Key | None:
 @never_cache
 @login_required
 @require_http_methods(["GET", "POST"])
-def connect(request):
+def connect(request: AuthenticatedHttpRequest) -> HttpResponse:
     """GET shows placeholder files; POST with action=mint mints a key and shows its files once;
     POST with action=installer issues a download token for the one-line installers."""
     slug = request.GET.get("client") or request.POST.get("client") or DEFAULT_CLIENT
@@ -102,6 +110,7 @@ def connect(request):
         "replaceable": services.replaceable_key(request.user, slug, machine) if minted is None else None,
         "key_label": services.key_label(slug, machine),
         "env_var": clients.base.ENV_VAR,
+        "lang_query": lang_query(),
         "logged_keys": logged_keys(request.user),
         "budgets": budgets_for(request.user),
     }
@@ -111,7 +120,7 @@ def connect(request):
 @never_cache
 @login_required
 @require_GET
-def download(request, client: str, index: int):
+def download(request: AuthenticatedHttpRequest, client: str, index: int) -> HttpResponse:
     """One placeholder file as an attachment (no key inside); counts as a download for staleness."""
     module = _client_or_404(client)
     key = _own_key(request.user, request.GET.get("key"))
@@ -130,13 +139,17 @@ def download(request, client: str, index: int):
 
 
 @require_GET
-def install_sh(request):
-    """The installer itself holds no secret: the token on its command line selects the bundle."""
+def install_sh(request: HttpRequest) -> HttpResponse:
+    """The installer itself holds no secret: the token on its command line selects the bundle. It
+    prints in the language `?lang=` names (the Connect page adds the developer's), else the request's."""
     gateway = services.gateway_url(request)
-    return HttpResponse(installer.sh_script(gateway, gateway), content_type="text/x-shellscript; charset=utf-8")
+    language = language_of(request.GET.get("lang"))
+    script = installer.sh_script(gateway, gateway, language)
+    return HttpResponse(script, content_type="text/x-shellscript; charset=utf-8")
 
 
 @require_GET
-def install_ps1(request):
+def install_ps1(request: HttpRequest) -> HttpResponse:
     gateway = services.gateway_url(request)
-    return HttpResponse(installer.ps1_script(gateway, gateway), content_type="text/plain; charset=utf-8")
+    script = installer.ps1_script(gateway, gateway, language_of(request.GET.get("lang")))
+    return HttpResponse(script, content_type="text/plain; charset=utf-8")

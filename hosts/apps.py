@@ -1,3 +1,5 @@
+from typing import Any
+
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
 
@@ -48,7 +50,7 @@ class HostsConfig(AppConfig):
         register_collector(OnDemandCollector())
 
 
-def _register_schedule(**kwargs) -> None:
+def _register_schedule(**kwargs: Any) -> None:
     """After `migrate`: the default periodic tasks (inventory every 5 min, stale-job sweep)."""
     from .tasks import ensure_schedule
 

@@ -19,9 +19,12 @@ that host apply and the host page shows. Ratios outside 0.5-2 are shown but not 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
+
+if TYPE_CHECKING:
+    from .models import Deployment, Host
 
 KEEP_SAMPLES = 10
 APPLIED = (0.5, 2.0)  # ratios outside are a misread log or a different build: shown, not applied
@@ -182,7 +185,7 @@ def compare(estimate: dict[str, Any], actual: dict[str, Any]) -> dict[str, Any]:
     return {"rows": rows, "ratio": ratio, "flash_attention": actual.get("flash_attention", ""), "notes": notes}
 
 
-def record(deployment, actual: dict[str, Any]) -> dict[str, Any]:
+def record(deployment: Deployment, actual: dict[str, Any]) -> dict[str, Any]:
     """Store the comparison on the deployment and fold its ratio into the host's correction."""
     from .models import Deployment, Host
 
@@ -207,7 +210,7 @@ def record(deployment, actual: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def correction_for(host, backend: str) -> dict[str, Any]:
+def correction_for(host: Host, backend: str) -> dict[str, Any]:
     """FitRequest fields from the host's calibration for `backend`."""
     entry = (getattr(host, "fit_calibration", None) or {}).get(backend) or {}
     fields: dict[str, Any] = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import django_filters
+from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
 
 from portal.filters import FilterSet, search
@@ -22,10 +23,10 @@ class HostFilterSet(FilterSet):
         model = Host
         fields = ["q", "name", "address", "status", "label"]
 
-    def filter_q(self, queryset, name, value):
+    def filter_q(self, queryset: QuerySet[Host], name: str, value: str) -> QuerySet[Host]:
         return search(queryset, ("name", "address", "username", "notes"), value)
 
-    def filter_label(self, queryset, name, value):
+    def filter_label(self, queryset: QuerySet[Host], name: str, value: str) -> QuerySet[Host]:
         # labels is a JSON list of strings; JSON `contains` is PostgreSQL-only, so match the quoted
         # element in the JSON text, which works on SQLite too.
         return queryset.filter(labels__icontains=json.dumps(value)) if value else queryset

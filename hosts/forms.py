@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.utils.translation import gettext_lazy as _
+
+from portal.ui import Fieldset
 
 from .models import Host
 
@@ -13,7 +16,13 @@ LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:=/-]{0,49}$")
 MAX_LABELS = 20
 
 
-class HostForm(forms.ModelForm):
+if TYPE_CHECKING:
+    _HostModelForm = forms.ModelForm[Host]
+else:  # Django's generic forms and views take no [] at runtime
+    _HostModelForm = forms.ModelForm
+
+
+class HostForm(_HostModelForm):
     private_key = forms.CharField(
         label=_("SSH private key"),
         required=False,
@@ -36,12 +45,17 @@ class HostForm(forms.ModelForm):
         help_text=_("Comma-separated, e.g. “h100, rack-2”."),
     )
 
+    fieldsets = (
+        Fieldset(("name", "address", "ssh_port", "username")),
+        Fieldset(("private_key", "clear_private_key", "labels", "gpu_hour_cost", "notes"), grid=False),
+    )
+
     class Meta:
         model = Host
         fields = ["name", "address", "ssh_port", "username", "private_key", "labels", "gpu_hour_cost", "notes"]
         widgets = {"notes": forms.Textarea(attrs={"rows": 3})}
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["private_key"].initial = ""  # write-only: never sent back to the browser
         self.initial.pop("private_key", None)
@@ -85,7 +99,7 @@ class HostForm(forms.ModelForm):
             raise forms.ValidationError(_("At most %(MAX_LABELS)s labels.") % {"MAX_LABELS": MAX_LABELS})
         return list(dict.fromkeys(labels))
 
-    def save(self, commit: bool = True):
+    def save(self, commit: bool = True) -> Host:
         host = super().save(commit=False)
         new_key = self.cleaned_data.get("private_key")
         if self.cleaned_data.get("clear_private_key") and not new_key:

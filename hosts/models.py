@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from portal.choices import labelled
 from portal.fields import EncryptedTextField
 from portal.models import TimeStampedModel
 
@@ -29,7 +32,7 @@ ADDRESS_VALIDATOR = RegexValidator(
 )
 
 
-class HostQuerySet(models.QuerySet):
+class HostQuerySet(models.QuerySet[Any]):
     def key_confirmed(self) -> HostQuerySet:
         """Hosts an admin has pinned a host key for: the only ones SSH will talk to."""
         return self.exclude(host_key_fingerprint="")
@@ -317,7 +320,7 @@ class DeploymentNode(TimeStampedModel):
         return f"{self.deployment} ({self.get_role_display()}: {self.host})"
 
 
-class LaunchJobQuerySet(models.QuerySet):
+class LaunchJobQuerySet(models.QuerySet[Any]):
     def active(self) -> LaunchJobQuerySet:
         """Jobs not finished yet; at most one per deployment (named constraint)."""
         return self.filter(state__in=ACTIVE_JOB_STATES)
@@ -368,6 +371,11 @@ class LaunchJob(TimeStampedModel):
     @property
     def is_active(self) -> bool:
         return self.state in ACTIVE_JOB_STATES
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """`transitions` with each state's label (`labelled`)."""
+        return labelled(self.transitions, JobState)
 
 
 class DeploymentRun(TimeStampedModel):

@@ -8,8 +8,9 @@ this module.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
-from celery import shared_task
+from celery import Task, shared_task
 from celery.signals import worker_ready
 from django.db import transaction
 from django.dispatch import receiver
@@ -43,7 +44,7 @@ def refresh_inventory(host_id: int | None = None) -> None:
 
 
 @shared_task(name="hosts.tasks.run_job", bind=True, ignore_result=True, acks_late=True, reject_on_worker_lost=True)
-def run_job(self, job_id: int) -> None:
+def run_job(self: Task[Any, Any], job_id: int) -> None:
     """Run a launch/stop/restart/adopt job. Redelivered after a worker dies, it resumes: the job
     finds a server it already started through its pid file instead of starting a second one.
     While the server starts, each look at its health is `poll_job`, re-scheduled with a countdown
@@ -102,7 +103,7 @@ def alert_deployment_event(event_id: int) -> None:
 
 
 @receiver(signals.deployment_event, dispatch_uid="hosts-alert-deployment-event")
-def _queue_alert(sender, event_id: int, **_kwargs) -> None:
+def _queue_alert(sender: object, event_id: int, **_kwargs: Any) -> None:
     try:
         alert_deployment_event.delay(event_id)
     except Exception:
@@ -110,7 +111,7 @@ def _queue_alert(sender, event_id: int, **_kwargs) -> None:
 
 
 @worker_ready.connect(dispatch_uid="hosts-sweep-at-worker-start")
-def _sweep_at_worker_start(**_kwargs) -> None:
+def _sweep_at_worker_start(**_kwargs: Any) -> None:
     """A worker that starts (again, after one was killed) hands on at once the jobs held by dead
     processes of this host, instead of waiting for their heartbeat to go stale."""
     try:
@@ -120,7 +121,7 @@ def _sweep_at_worker_start(**_kwargs) -> None:
 
 
 @receiver(signals.job_requested, dispatch_uid="hosts-queue-job")
-def _queue_job(sender, job_id: int, **_kwargs) -> None:
+def _queue_job(sender: object, job_id: int, **_kwargs: Any) -> None:
     try:
         run_job.delay(job_id)
     except Exception:  # the broker is down: the stale-job sweep will fail it with a message
@@ -128,14 +129,14 @@ def _queue_job(sender, job_id: int, **_kwargs) -> None:
 
 
 @receiver(signals.channel_registered, dispatch_uid="hosts-probe-channel")
-def _probe_channel(sender, channel_id: int, **_kwargs) -> None:
+def _probe_channel(sender: object, channel_id: int, **_kwargs: Any) -> None:
     try:
         probe_channel.delay(channel_id)
     except Exception:
         logger.exception("could not queue a probe of channel %s", channel_id)
 
 
-def ensure_schedule(**_kwargs) -> None:
+def ensure_schedule(**_kwargs: Any) -> None:
     """Register the default periodic tasks once (idempotent; an admin's later edits are kept)."""
     from django_celery_beat.models import IntervalSchedule, PeriodicTask
 

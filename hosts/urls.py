@@ -8,9 +8,9 @@ from .showback.views import ShowbackView
 
 urlpatterns = [
     path("hosts/", views.HostListView.as_view(), name="host_list"),
-    path("hosts/new/", views.HostCreateView.as_view(), name="host_create"),
+    path("hosts/new/", views.HostEditView.as_view(), name="host_create"),
     path("hosts/<int:pk>/", views.HostDetailView.as_view(), name="host_detail"),
-    path("hosts/<int:pk>/edit/", views.HostUpdateView.as_view(), name="host_edit"),
+    path("hosts/<int:pk>/edit/", views.HostEditView.as_view(), name="host_edit"),
     path("hosts/<int:pk>/delete/", views.HostDeleteView.as_view(), name="host_delete"),
     path("hosts/<int:pk>/gpus/", views.host_gpus, name="host_gpus"),
     path("hosts/<int:pk>/refresh/", views.host_refresh, name="host_refresh"),

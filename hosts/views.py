@@ -2,27 +2,37 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from django.contrib import messages
 from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse, reverse_lazy
+from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_GET, require_POST
-from django.views.generic import CreateView, DeleteView, DetailView, UpdateView
+from django.views.generic import DetailView
 
 from channels.models import Channel
 from portal import permissions
 from portal.permissions import AdminRequiredMixin
-from portal.ui import FilteredListView, InvalidFormStatusMixin, SafeDeleteMixin
+from portal.ui import FilteredListView, ObjectDeleteView, ObjectFormView, names
 
 from . import gpu_history, services, tasks
 from .filters import HostFilterSet
 from .forms import HostForm
 from .models import Host
 
-admin_required = permissions.admin_required(message="Only admins manage GPU hosts and deployments.")
+DENIED = _("Only admins manage GPU hosts and deployments.")
+admin_required = permissions.admin_required(message=DENIED)
+
+
+if TYPE_CHECKING:
+    _HostDetailView = DetailView[Host]
+else:  # Django's generic forms and views take no [] at runtime
+    _HostDetailView = DetailView
 
 
 class HostListView(AdminRequiredMixin, FilteredListView):
@@ -31,52 +41,37 @@ class HostListView(AdminRequiredMixin, FilteredListView):
     template_name = "hosts/host_list.html"
     sort_fields = {"name": "name", "address": "address", "status": "status", "last_checked": "last_checked"}
 
-    def get_base_queryset(self):
+    def get_base_queryset(self) -> QuerySet[Host]:
         return Host.objects.prefetch_related("gpus").order_by("name")
 
-    def get_context_data(self, **kwargs):
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         return super().get_context_data(filter_fields=["label"], **kwargs)
 
 
-class HostCreateView(AdminRequiredMixin, InvalidFormStatusMixin, CreateView):
-    model = Host
+class HostEditView(AdminRequiredMixin, ObjectFormView):
+    """Add (no pk) or edit a host."""
+
     form_class = HostForm
-    template_name = "hosts/host_form.html"
+    queryset = Host.objects.all()
+    success, cancel = "host_detail", "host_list"
+    title = (_("Add host"), _("Edit host"))
+    button = (_("Add host"), _("Save"))
+    saved = (_("Host %(name)s added."), _("Host %(name)s saved."))
 
-    def form_valid(self, form):
-        response = super().form_valid(form)
-        messages.success(self.request, _("Host %(name)s added.") % {"name": self.object.name})
-        return response
-
-    def get_success_url(self):
-        return reverse("host_detail", args=[self.object.pk])
-
-
-class HostUpdateView(AdminRequiredMixin, InvalidFormStatusMixin, UpdateView):
-    model = Host
-    form_class = HostForm
-    template_name = "hosts/host_form.html"
-
-    def form_valid(self, form):
-        note = ""
-        if form.cleaned_data.get("private_key"):
-            note = " (private key replaced)"
-        elif form.cleaned_data.get("clear_private_key"):
-            note = " (private key removed)"
-        response = super().form_valid(form)
-        messages.success(self.request, _("Host %(name)s saved%(note)s.") % {"name": self.object.name, "note": note})
-        return response
-
-    def get_success_url(self):
-        return reverse("host_detail", args=[self.object.pk])
+    def saved_message(self, obj: Host, form: HostForm) -> str:
+        if not self.creating and form.cleaned_data.get("private_key"):
+            return _("Host %(name)s saved; its private key was replaced.") % names(obj)
+        if not self.creating and form.cleaned_data.get("clear_private_key"):
+            return _("Host %(name)s saved; its private key was removed.") % names(obj)
+        return super().saved_message(obj, form)
 
 
-class HostDetailView(AdminRequiredMixin, DetailView):
+class HostDetailView(AdminRequiredMixin, _HostDetailView):
     model = Host
     template_name = "hosts/host_detail.html"
     context_object_name = "host"
 
-    def get_context_data(self, **kwargs):
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         context.update(host_gpus_context(self.object))
         # The channels the host's deployments registered.
@@ -86,15 +81,18 @@ class HostDetailView(AdminRequiredMixin, DetailView):
         return context
 
 
-class HostDeleteView(AdminRequiredMixin, SafeDeleteMixin, DeleteView):
-    model = Host
-    template_name = "hosts/host_confirm_delete.html"
-    context_object_name = "host"
-    success_url = reverse_lazy("host_list")
+class HostDeleteView(AdminRequiredMixin, ObjectDeleteView):
+    queryset = Host.objects.all()
+    cancel, success = "host_detail", "host_list"
+    title = _("Delete host")
+    question = _("Delete the host %(name)s?")
+    detail = _("Its GPU records and stored private key are deleted. Channels on it stay, without a host.")
+    button = _("Delete host")
+    deleted = _("Host %(name)s deleted.")
 
 
 # --- the GPU panel's actions -------------------------------------------------------------------
-def host_gpus_context(host: Host, *, refreshing: bool = False, partial: bool = False) -> dict:
+def host_gpus_context(host: Host, *, refreshing: bool = False, partial: bool = False) -> dict[str, Any]:
     """What `hosts/_host_gpus.html` needs: the host and its GPUs (`refreshing` reloads it once;
     `partial` shows flash messages inside it, for htmx swaps)."""
     return {"host": host, "gpus": list(host.gpus.all()), "refreshing": refreshing, "partial_messages": partial}

@@ -13,14 +13,12 @@ from django.utils.translation import gettext_lazy as _
 from accounts.models import User
 from channels.models import Model
 from portal.forms import LIMIT_LABELS
-from portal.ui import add_validation_errors
+from portal.ui import Fieldset, add_validation_errors
 
 from .models import Key
 from .services import ADMIN, LOCAL_ONLY_LOCK, binding_ceilings, validate_key_settings
 
 if TYPE_CHECKING:
-    from django.forms import BoundField
-
     _UserChoiceField = forms.ModelChoiceField[User]
 else:
     _UserChoiceField = forms.ModelChoiceField  # Django's form fields take no [] at runtime
@@ -140,28 +138,40 @@ class KeyForm(forms.Form):
             default = defaults.get(name)
             if self.instance is not None:
                 default = None  # editing: blank means unlimited, defaults only pre-fill new keys
-            field.widget.attrs["placeholder"] = f"default {default:,}" if default else "unlimited"
+            field.widget.attrs["placeholder"] = (
+                _("default %(value)s") % {"value": f"{default:,}"} if default else str(_("unlimited"))
+            )
             bound = binding.get(name)
             if bound is not None:
                 locked, who = bound
-                help_bits = [
-                    f"Set by an admin: at most {locked:,}; you can lower it, not raise or clear it."
+                text = (
+                    _("Set by an admin: at most %(value)s; you can lower it, not raise or clear it.")
                     if who == ADMIN
                     else _("Set by a team lead: at most %(value)s; you can lower it, not raise or clear it.")
-                    % {"value": f"{locked:,}"}
-                ]
+                )
+                help_bits = [text % {"value": f"{locked:,}"}]
                 field.widget.attrs["max"] = min(locked, ceiling) if ceiling is not None else locked
                 field.widget.attrs["required"] = True
             else:
-                help_bits = [f"Blank: {'the default ' + format(default, ',') if default else 'unlimited'}."]
+                help_bits = [
+                    _("Blank: the default %(value)s.") % {"value": f"{default:,}"}
+                    if default
+                    else str(_("Blank: unlimited."))
+                ]
             if ceiling is not None and owner is not None:
-                help_bits.append(f"{owner.username}'s own limit, shared by all their keys: {ceiling:,}.")
+                help_bits.append(
+                    _("%(owner)s's own limit, shared by all their keys: %(value)s.")
+                    % {"owner": owner.username, "value": f"{ceiling:,}"}
+                )
             team = owner.team if owner is not None else None
             team_ceiling = getattr(team, name, None) if team is not None else None
             if team_ceiling is not None:
-                help_bits.append(f"The team {team}'s limit, shared by all its members: {team_ceiling:,}.")
+                help_bits.append(
+                    _("The team %(team)s's limit, shared by all its members: %(value)s.")
+                    % {"team": team, "value": f"{team_ceiling:,}"}
+                )
             if self.user.is_admin and (owner is None or owner.pk != self.user.pk):
-                help_bits.append("A value you set is a ceiling the owner can only lower.")
+                help_bits.append(str(_("A value you set is a ceiling the owner can only lower.")))
             elif owner is not None and self.user.pk != owner.pk and self.user.led_team_id is not None:
                 lead_note = _("A value you set is a ceiling %(owner)s can only lower.")
                 help_bits.append(lead_note % {"owner": owner.username})
@@ -177,13 +187,10 @@ class KeyForm(forms.Form):
         except (TypeError, ValueError):
             return None
 
-    @property
-    def limit_fields(self) -> list[BoundField]:
-        return [self[name] for name in LIMIT_LABELS]
-
-    @property
-    def main_fields(self) -> list[BoundField]:
-        return [self[name] for name in ("owner", "name", "allowed_models", "ip_allowlist", "expires_at", "local_only")]
+    fieldsets = (
+        Fieldset(("owner", "name", "allowed_models", "ip_allowlist", "expires_at", "local_only")),
+        Fieldset(tuple(LIMIT_LABELS), _("Limits")),
+    )
 
     def clean_name(self) -> str:
         name: str = self.cleaned_data["name"].strip()

@@ -215,6 +215,13 @@ class UsageBucket(models.Model):
         abstract = True
 
 
+# The counters every rollup adds up, in the order reports and the CSV show them: the one list
+# the writer, the reports, their sorting, the CSV and the API take them from.
+USAGE_COUNTERS: tuple[str, ...] = tuple(
+    f.name for f in UsageBucket._meta.fields if isinstance(f, models.IntegerField) and not f.primary_key
+)
+
+
 class UsageDaily(UsageBucket):
     """Per-day aggregate, kept when raw records are pruned. Updated with F() increments."""
 

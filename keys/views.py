@@ -8,13 +8,12 @@ from django.contrib.auth.mixins import LoginRequiredMixin
 from django.db import IntegrityError, transaction
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
-from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 from django.views import View
 from django.views.generic import DetailView
 
 from portal.permissions import AdminOrTeamLeadRequiredMixin
-from portal.ui import FilteredListView, done, pop_secret, remember_secret
+from portal.ui import ConfirmView, FilteredListView, ObjectFormView, done, pop_secret, remember_secret
 
 from .filters import KeyFilterSet
 from .forms import KeyForm, RotateForm
@@ -74,30 +73,43 @@ class AllKeyListView(AdminOrTeamLeadRequiredMixin, FilteredListView):
         return super().get_context_data(filter_fields=["owner", "state"], title=title, show_owner=True, **kwargs)
 
 
-class KeyCreateView(LoginRequiredMixin, View):
+class KeyEditView(LoginRequiredMixin, ObjectFormView):
+    """Create a key (shown once on its page) or change a key's name, models, IP allowlist, expiry
+    and limits, under the same rules (`keys.services.validate_key_settings`)."""
+
     request: AuthenticatedHttpRequest
+    form_class = KeyForm
+    success, cancel = "key_detail", "key_list"
+    title = (_("New key"), _("Edit key"))
+    button = (_("Create key"), _("Save"))
+    saved = (_("Key “%(name)s” created. Copy it now."), _("Key “%(name)s” saved."))
     template_name = "keys/key_form.html"
 
-    def get(self, request: AuthenticatedHttpRequest) -> HttpResponse:
-        initial: dict[str, int] = {}
-        if (request.user.is_admin or request.user.is_team_lead) and request.GET.get("owner", "").isdigit():
-            initial["owner"] = int(request.GET["owner"])
-        return render(request, self.template_name, {"form": KeyForm(user=request.user, initial=initial)})
+    def get_object(self) -> Key | None:
+        pk = self.kwargs.get("pk")
+        return None if pk is None else get_object_or_404(visible_keys(self.request.user).not_revoked(), pk=pk)
 
-    def post(self, request: AuthenticatedHttpRequest) -> HttpResponse:
-        form = KeyForm(request.POST, user=request.user)
-        if not form.is_valid():
-            return render(request, self.template_name, {"form": form}, status=400)
-        with transaction.atomic():
-            key, plaintext = issue_key(**form.issue_kwargs())
-        remember_secret(request, f"key-{key.pk}", plaintext)
-        owner = "" if key.owner_id == request.user.pk else f" for {key.owner.username}"
-        return done(
-            request,
-            _("Key “%(name)s” created%(owner)s. Copy it now.") % {"name": key.name, "owner": owner},
-            "key_detail",
-            key.pk,
-        )
+    def get_form_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"user": self.request.user, "instance": self.object}
+        user = self.request.user
+        if self.creating and (user.is_admin or user.is_team_lead) and self.request.GET.get("owner", "").isdigit():
+            kwargs["initial"] = {"owner": int(self.request.GET["owner"])}
+        return kwargs
+
+    def save(self, form: KeyForm) -> Key:
+        if not self.creating:
+            return form.apply()
+        key, plaintext = issue_key(**form.issue_kwargs())
+        remember_secret(self.request, f"key-{key.pk}", plaintext)
+        return key
+
+    def saved_message(self, obj: Key, form: KeyForm) -> str:
+        if self.creating and obj.owner_id != self.request.user.pk:
+            return _("Key “%(name)s” created for %(owner)s. Copy it now.") % {
+                "name": obj.name,
+                "owner": obj.owner.username,
+            }
+        return super().saved_message(obj, form)
 
 
 class KeyDetailView(LoginRequiredMixin, _KeyDetailView):
@@ -117,60 +129,24 @@ class KeyDetailView(LoginRequiredMixin, _KeyDetailView):
         return context
 
 
-class KeyEditView(LoginRequiredMixin, View):
-    """Change a key's name, models, IP allowlist, expiry and limits (the same rules as create)."""
-
+class KeyRevokeView(LoginRequiredMixin, ConfirmView):
     request: AuthenticatedHttpRequest
-    template_name = "keys/key_form.html"
+    cancel = "key_detail"
+    title = _("Revoke key")
+    question = _("Revoke the key “%(name)s” (%(masked)s)?")
+    detail = _("Every tool using it gets 401 from now on. This cannot be undone.")
+    button = _("Revoke key")
+    danger = True
 
-    def get_key(self) -> Key:
+    def get_object(self) -> Key:
         return get_object_or_404(visible_keys(self.request.user).not_revoked(), pk=self.kwargs["pk"])
 
-    def get(self, request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-        key = self.get_key()
-        return render(request, self.template_name, {"form": KeyForm(user=request.user, instance=key), "key": key})
+    def names(self, obj: Key) -> dict[str, Any]:
+        return {"name": obj.name, "masked": obj.masked}
 
-    def post(self, request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-        key = self.get_key()
-        form = KeyForm(request.POST, user=request.user, instance=key)
-        if not form.is_valid():
-            key.refresh_from_db()
-            return render(request, self.template_name, {"form": form, "key": key}, status=400)
-        with transaction.atomic():
-            form.apply()
-        return done(request, _("Key “%(name)s” saved.") % {"name": key.name}, "key_detail", key.pk)
-
-
-class KeyRevokeView(LoginRequiredMixin, View):
-    request: AuthenticatedHttpRequest
-
-    def get_key(self) -> Key:
-        return get_object_or_404(visible_keys(self.request.user).not_revoked(), pk=self.kwargs["pk"])
-
-    def get(self, request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-        key = self.get_key()
-        return render(
-            request,
-            "keys/key_confirm_revoke.html",
-            {
-                "key": key,
-                "question": _("Revoke the key “%(name)s” (%(masked)s)?") % {"name": key.name, "masked": key.masked},
-                "detail": _("Every tool using it gets 401 from now on. This cannot be undone."),
-                "button": _("Revoke key"),
-                "danger": True,
-                "cancel_url": reverse("key_detail", args=[key.pk]),
-            },
-        )
-
-    def post(self, request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-        key = self.get_key()
-        revoke_key(key)
-        return done(
-            request,
-            _("Key “%(name)s” (%(masked)s) revoked.") % {"name": key.name, "masked": key.masked},
-            "key_detail",
-            key.pk,
-        )
+    def act(self, obj: Key) -> HttpResponse:
+        revoke_key(obj)
+        return done(self.request, _("Key “%(name)s” (%(masked)s) revoked.") % self.names(obj), "key_detail", obj.pk)
 
 
 class KeyRotateView(LoginRequiredMixin, View):

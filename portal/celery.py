@@ -26,7 +26,7 @@ def _closed_transport_is_a_connection_error() -> None:
     import redis
     from kombu.transport import redis as transport
 
-    original = transport.Channel._connparams
+    original = transport.Channel._connparams  # type: ignore[attr-defined]  # private, not in the stubs
     if getattr(original, "portal_guarded", False):
         return
 
@@ -36,7 +36,7 @@ def _closed_transport_is_a_connection_error() -> None:
         return original(self, asynchronous=asynchronous)
 
     _connparams.portal_guarded = True  # type: ignore[attr-defined]
-    transport.Channel._connparams = _connparams  # type: ignore[method-assign]
+    transport.Channel._connparams = _connparams  # type: ignore[attr-defined]
 
 
 _closed_transport_is_a_connection_error()

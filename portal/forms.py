@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django import forms
 from django.utils.translation import gettext_lazy as _
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
 
 LIMIT_MAX = 10**12
 
 
-def limit_form_field(label: str, help_text: str | None = None) -> forms.IntegerField:
+def limit_form_field(label: StrOrPromise, help_text: StrOrPromise | None = None) -> forms.IntegerField:
     return forms.IntegerField(
         label=label,
         required=False,

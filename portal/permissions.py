@@ -19,6 +19,7 @@ from rest_framework.permissions import SAFE_METHODS, BasePermission
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import _User  # the stubs' AUTH_USER_MODEL; portal imports no app
+    from django_stubs_ext import StrOrPromise
     from rest_framework.request import Request
 
     class AuthenticatedHttpRequest(HttpRequest):
@@ -47,7 +48,7 @@ def is_admin_or_team_lead(user: Any) -> bool:
 class AdminRequiredMixin(LoginRequiredMixin):
     """Anonymous → login page; logged-in developer → 403 with `permission_denied_message`."""
 
-    permission_denied_message = DENIED
+    permission_denied_message: StrOrPromise = DENIED
 
     def dispatch(self, request, *args, **kwargs):
         if request.user.is_authenticated and not is_admin(request.user):
@@ -58,7 +59,7 @@ class AdminRequiredMixin(LoginRequiredMixin):
 class AdminOrTeamLeadRequiredMixin(LoginRequiredMixin):
     """Like AdminRequiredMixin, for pages a team lead sees scoped to their team."""
 
-    permission_denied_message = DENIED_LEAD
+    permission_denied_message: StrOrPromise = DENIED_LEAD
 
     def dispatch(self, request, *args, **kwargs):
         if request.user.is_authenticated and not is_admin_or_team_lead(request.user):
@@ -66,7 +67,7 @@ class AdminOrTeamLeadRequiredMixin(LoginRequiredMixin):
         return super().dispatch(request, *args, **kwargs)
 
 
-def admin_required(view: Callable | None = None, *, message: str = DENIED) -> Callable:
+def admin_required(view: Callable | None = None, *, message: StrOrPromise = DENIED) -> Callable:
     """The same rule for function views: `@admin_required` or `@admin_required(message=...)`."""
 
     def decorate(func: Callable) -> Callable:

@@ -1,6 +1,22 @@
-"""Small helpers every HTML view shares: filtered + paginated lists, show-once secrets, flash + redirect.
+"""What every HTML view shares: the generic form and confirmation pages, filtered + paginated
+lists, show-once secrets, flash + redirect.
 
 The admin check is `portal.permissions`.
+
+The flow of a page is written once here; a page declares only what differs (NetBox's generic views):
+
+- `ObjectFormView`: create or edit one object (`portal/object_form.html`). Declare `form_class`,
+  `queryset` (edit: the object is `pk` from the URL; no `pk` creates), `success` (a URL name taking
+  the saved object's pk), the texts (`title`, `button`, `saved`, each a (create, edit) pair), and
+  override `save(form)` to call the service. The form may declare `fieldsets` (`Fieldset`).
+- `ConfirmView`: a question (GET, `portal/confirm.html`) and its action (POST). Declare `queryset`,
+  the texts, `cancel`, and `act(obj)`; a rule the service enforces goes in `check(obj)` (it raises
+  ValidationError: flashed, and the page goes back), asked on GET and POST alike.
+- `ObjectDeleteView`: a ConfirmView that deletes, explaining instead of a 500 when rows still
+  need the object.
+
+Texts are lazy translations with named placeholders filled from `names(obj)` (`%(name)s` is the
+object's name), so each is one whole sentence for the translator.
 
 Lists use the same FilterSets as the REST API (STYLE.md), so a filter means the same thing in both.
 Secrets (new keys, tokens, passwords) travel from the POST to the page that shows them through the
@@ -9,15 +25,21 @@ session, encrypted, and are removed when shown: a reload shows nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from django import forms as djforms
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponseRedirect
-from django.shortcuts import redirect
-from django.utils.text import capfirst
+from django.db import transaction
+from django.db.models import ProtectedError, QuerySet, RestrictedError
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
+from django.views import View
 from django.views.generic import ListView
 
 from . import secrets
@@ -96,22 +118,20 @@ def _sortable(value: Any) -> Any:
     return value.casefold() if isinstance(value, str) else value
 
 
-def _friendly_filter_widgets(form) -> None:
+def _friendly_filter_widgets(form: djforms.BaseForm) -> None:
     """'any / yes / no' instead of django's 'Unknown / Yes / No'; 'any' as the empty choice."""
-    from django import forms as djforms
-
     for field in form.fields.values():
         if isinstance(field.widget, djforms.NullBooleanSelect):
-            field.widget.choices = [("", "any"), ("true", "yes"), ("false", "no")]
+            field.widget.choices = [("", _("any")), ("true", _("yes")), ("false", _("no"))]
         elif isinstance(field, djforms.ModelChoiceField) and not isinstance(field, djforms.ModelMultipleChoiceField):
-            field.empty_label = "any"
+            field.empty_label = _("any")
         elif isinstance(field, djforms.ChoiceField) and not isinstance(field, djforms.MultipleChoiceField):
             choices: Any = field.choices  # the stubs' union includes the callable form the setter takes
             if hasattr(field, "empty_label"):  # django-filter adds its "---------" while iterating
-                field.empty_label = "any"
+                field.empty_label = _("any")
                 field.widget.choices = list(choices)
             else:
-                field.choices = [("", "any"), *[c for c in choices if c[0] != ""]]
+                field.choices = [("", _("any")), *[c for c in choices if c[0] != ""]]
 
 
 def remember_secret(request: HttpRequest, slot: str, value: str) -> None:
@@ -133,10 +153,13 @@ def pop_secret(request: HttpRequest, slot: str) -> str | None:
         return None
 
 
-def add_validation_errors(form, exc: ValidationError) -> None:
-    """Attach a service's ValidationError to the form's fields (unknown field names go on top)."""
+def add_validation_errors(form: djforms.BaseForm, exc: ValidationError) -> None:
+    """Attach a service's ValidationError to the form's fields (unknown field names go on top; a
+    form's `service_error_fields` maps a service's name to its own, e.g. {"targets": "target_0"})."""
     if hasattr(exc, "error_dict"):
-        for field, errors in exc.message_dict.items():
+        renamed: dict[str, str] = getattr(form, "service_error_fields", {})
+        for name, errors in exc.message_dict.items():
+            field = renamed.get(name, name)
             form.add_error(field if field in form.fields else None, errors)
     else:
         form.add_error(None, exc.messages)
@@ -150,34 +173,233 @@ def done(
     return redirect(to, *args, **kwargs)
 
 
-class InvalidFormStatusMixin:
-    """Answer an invalid form with 400 (the page still shows the form and its errors)."""
+# --- create / edit ------------------------------------------------------------------------------
 
-    def form_invalid(self, form):
-        response = super().form_invalid(form)
-        response.status_code = 400
-        return response
+Text = str | Promise  # a string, or a lazy translation
 
 
-class SafeDeleteMixin:
-    """A DeleteView that says "<Model> <name> deleted." and explains, instead of a 500, when other
-    rows still need the object (e.g. a host with deployments is protected)."""
+@dataclass(frozen=True)
+class Fieldset:
+    """A group of a form's fields on the generic form page: `legend` (none: no box), a `note` under
+    it, and the fields side by side (`grid`) or one under another. A form lists them in `fieldsets`;
+    fields it names but does not have (e.g. "clear the key" on create) are left out."""
 
-    def form_valid(self, form):
-        from django.db.models import ProtectedError, RestrictedError
+    fields: Sequence[str]
+    legend: Text = ""
+    note: Text = ""
+    grid: bool = True
 
-        name = getattr(self.object, "name", self.object)
+
+def fieldsets(form: djforms.BaseForm) -> list[dict[str, Any]]:
+    """The form's `fieldsets` bound to its fields, for `portal/object_form.html`; a form without
+    them is one stacked group of all its fields."""
+    declared: Sequence[Fieldset] = getattr(form, "fieldsets", ()) or (Fieldset(list(form.fields), grid=False),)
+    return [
+        {
+            "legend": fs.legend,
+            "note": fs.note,
+            "grid": fs.grid,
+            "fields": [form[name] for name in fs.fields if name in form.fields],
+        }
+        for fs in declared
+    ]
+
+
+def names(obj: Any) -> dict[str, Any]:
+    """The placeholders every generic text may use: `%(name)s` is the object's name (or str())."""
+    return {"name": getattr(obj, "name", None) or str(obj)}
+
+
+class ObjectFormView(View):
+    """Create or edit one object; the flow is written once. GET shows the form; POST validates it
+    and calls `save(form)` (the service) in a transaction; a ValidationError from the service lands
+    on the form's fields; an invalid form answers 400 with its errors; success flashes `saved` and
+    redirects to `success` with the object's pk. Permissions come from the mixin put before it."""
+
+    form_class: type[djforms.BaseForm]
+    queryset: QuerySet[Any] | None = None  # where an edit's `pk` is looked up; None: create only
+    template_name = "portal/object_form.html"
+    success = ""  # URL name taking the saved object's pk
+    cancel = ""  # URL name (no arguments) Cancel goes to on create; on edit: `success` of the object
+    title: tuple[Text, Text] = ("", "")  # (create, edit); may use %(name)s on edit
+    button: tuple[Text, Text] = (_("Create"), _("Save"))
+    saved: tuple[Text, Text] = ("", "")
+    intro: Text = ""  # a line under the heading
+
+    object: Any = None
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        self.object = self.get_object()  # after the permission mixins put before this class
+        return super().dispatch(request, *args, **kwargs)
+
+    @property
+    def creating(self) -> bool:
+        return self.object is None
+
+    def get_object(self) -> Any:
+        pk = self.kwargs.get("pk")
+        if pk is None or self.queryset is None:
+            return None
+        return get_object_or_404(self.queryset, pk=pk)
+
+    def get_form_kwargs(self) -> dict[str, Any]:
+        """Extra arguments of the form (a ModelForm gets the object as `instance`)."""
+        if issubclass(self.form_class, djforms.BaseModelForm):
+            return {"instance": self.object}
+        return {}
+
+    def get_form(self, data: Any = None) -> djforms.BaseForm:
+        return self.form_class(data, **self.get_form_kwargs())
+
+    def is_valid(self, form: Any) -> bool:
+        """Override to check more than the form (e.g. a formset beside it)."""
+        return bool(form.is_valid())
+
+    def save(self, form: Any) -> Any:
+        """Store the valid form and return the object; override to call the service."""
+        return form.save()
+
+    def text(self, pair: tuple[Text, Text], obj: Any) -> str:
+        template = pair[0] if self.creating else pair[1]
+        return str(template) % names(obj) if obj is not None else str(template)
+
+    def saved_message(self, obj: Any, form: Any) -> str:
+        return self.text(self.saved, obj)
+
+    def get_success_url(self, obj: Any) -> str:
+        return reverse(self.success, args=[obj.pk])
+
+    def get_cancel_url(self) -> str:
+        return self.get_success_url(self.object) if self.object is not None else reverse(self.cancel)
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        form = kwargs["form"]
+        return {
+            "object": self.object,
+            "title": self.text(self.title, self.object),
+            "button": self.text(self.button, self.object),
+            "intro": self.intro,
+            "cancel_url": self.get_cancel_url(),
+            "fieldsets": fieldsets(form),
+            **kwargs,
+        }
+
+    def render_form(self, form: djforms.BaseForm, status: int = 200) -> HttpResponse:
+        return render(self.request, self.template_name, self.get_context_data(form=form), status=status)
+
+    def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        return self.render_form(self.get_form())
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        form = self.get_form(request.POST)
+        if self.is_valid(form):
+            try:
+                with transaction.atomic():
+                    obj = self.save(form)
+            except ValidationError as exc:
+                add_validation_errors(form, exc)
+            else:
+                return done(request, self.saved_message(obj, form), self.get_success_url(obj))
+        if self.object is not None:
+            self.object.refresh_from_db()  # the heading shows the stored name, not the rejected one
+        return self.render_form(form, status=400)
+
+
+# --- confirm ----------------------------------------------------------------------------------
+
+
+class ConfirmView(View):
+    """A question, then the action: GET shows `portal/confirm.html`, POST calls `act(obj)`. A rule
+    the service enforces is asked first, on GET and POST alike (`check`): its ValidationError is
+    flashed and the page goes back to `cancel`. The texts may use `names(obj)`'s placeholders."""
+
+    queryset: QuerySet[Any] | None = None  # the object is `pk` from the URL in it
+    template_name = "portal/confirm.html"
+    title: Text = ""
+    question: Text = ""
+    detail: Text = ""
+    button: Text = _("Confirm")
+    danger = False
+    cancel = ""  # URL name taking the object's pk
+    # An optional checkbox: its name, label, and whether it starts ticked (`<name>_offered` is posted too).
+    choice = ""
+    choice_label: Text = ""
+    choice_checked = False
+
+    def get_object(self) -> Any:
+        assert self.queryset is not None, "declare queryset or override get_object()"
+        return get_object_or_404(self.queryset, pk=self.kwargs["pk"])
+
+    def names(self, obj: Any) -> dict[str, Any]:
+        return names(obj)
+
+    def check(self, obj: Any) -> None:
+        """Raise ValidationError when the action is not allowed (the service's rule)."""
+
+    def act(self, obj: Any) -> HttpResponse:
+        raise NotImplementedError
+
+    def get_cancel_url(self, obj: Any) -> str:
+        return reverse(self.cancel, args=[obj.pk])
+
+    def texts(self, obj: Any) -> dict[str, Any]:
+        """What the page says; override to add or change a text."""
+        values = self.names(obj)
+        fill = {k: str(getattr(self, k)) % values for k in ("title", "question", "detail", "button", "choice_label")}
+        return {**fill, "danger": self.danger, "choice_name": self.choice, "choice_checked": self.choice_checked}
+
+    def refused(self, obj: Any) -> HttpResponse | None:
         try:
-            response = super().form_valid(form)
+            self.check(obj)
+        except ValidationError as exc:
+            messages.error(self.request, " ".join(exc.messages))
+            return redirect(self.get_cancel_url(obj))
+        return None
+
+    def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        obj = self.get_object()
+        if refusal := self.refused(obj):
+            return refusal
+        context = {"object": obj, "cancel_url": self.get_cancel_url(obj), **self.texts(obj)}
+        return render(request, self.template_name, context)
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        obj = self.get_object()
+        return self.refused(obj) or self.act(obj)
+
+    def chose(self) -> bool:
+        """Whether the checkbox was ticked; a POST that was not offered it (a script) and does not
+        say gets its default (`choice_checked`)."""
+        if self.choice in self.request.POST:
+            return self.request.POST[self.choice] == "on"
+        return self.choice_checked and not self.request.POST.get(f"{self.choice}_offered")
+
+
+class ObjectDeleteView(ConfirmView):
+    """Delete after a confirmation, then go to `success` (a URL name without arguments); say who
+    still needs the object instead of a 500 when rows are protected (e.g. a host with deployments)."""
+
+    danger = True
+    success = ""
+    deleted: Text = ""  # the flash message, e.g. _("Channel %(name)s deleted.")
+
+    def delete(self, obj: Any) -> None:
+        """Override to call a service."""
+        obj.delete()
+
+    def act(self, obj: Any) -> HttpResponse:
+        values = self.names(obj)
+        try:
+            with transaction.atomic():
+                self.delete(obj)
         except (ProtectedError, RestrictedError) as exc:
-            blocking = getattr(exc, "protected_objects", None) or getattr(exc, "restricted_objects", ())
+            blocking = exc.protected_objects if isinstance(exc, ProtectedError) else exc.restricted_objects
             blockers = sorted({str(o) for o in blocking})
             listed = ", ".join(blockers[:5]) + ("…" if len(blockers) > 5 else "")
-            messages.error(
+            return done(
                 self.request,
-                _("%(object)s is still used by %(listed)s; remove those first.")
-                % {"object": self.object, "listed": listed},
+                _("%(object)s is still used by %(listed)s; remove those first.") % {"object": obj, "listed": listed},
+                self.get_cancel_url(obj),
+                level=messages.ERROR,
             )
-            return redirect(self.request.path.rsplit("delete/", 1)[0])
-        messages.success(self.request, f"{capfirst(self.model._meta.verbose_name)} {name} deleted.")
-        return response
+        return done(self.request, str(self.deleted) % values, self.success)

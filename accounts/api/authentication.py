@@ -1,3 +1,7 @@
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from django.utils.translation import gettext_lazy as _
 from rest_framework import authentication, exceptions
 
@@ -6,13 +10,18 @@ from portal.api.throttling import FailedTokenThrottle
 
 from ..services import verify_token
 
+if TYPE_CHECKING:
+    from rest_framework.request import Request
+
+    from ..models import ApiToken, User
+
 
 class ApiTokenAuthentication(authentication.BaseAuthentication):
     """`Authorization: Token gpt-…` (or `Bearer gpt-…`) with a personal API token."""
 
     keywords = ("token", "bearer")
 
-    def authenticate(self, request):
+    def authenticate(self, request: Request) -> tuple[User, ApiToken] | None:
         header = authentication.get_authorization_header(request).decode("latin-1").strip()
         if not header:
             return None
@@ -28,11 +37,11 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         token = verify_token(parts[1])
         if token is None:
             throttle.failed(request)
-            raise exceptions.AuthenticationFailed("Invalid, expired or revoked API token.")
+            raise exceptions.AuthenticationFailed(_("Invalid, expired or revoked API token."))
         audit.set_actor(token.user, request.META.get("REMOTE_ADDR"))
         return (token.user, token)
 
-    def authenticate_header(self, request):
+    def authenticate_header(self, request: Request) -> str:
         return "Token"
 
 

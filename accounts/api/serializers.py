@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
+from typing import Any
+
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
@@ -19,9 +22,11 @@ from ..models import ApiToken, AuditLog, Team, User
 # --- users ---------------------------------------------------------------------------------------
 
 
-class UserSerializer(LimitFields, serializers.ModelSerializer):
+class UserSerializer(LimitFields, serializers.ModelSerializer[User]):
     """Admins manage users. The password is write-only and create-only (use `reset-password` later);
     limits are the ceiling for the user's keys and apply to all of them together."""
+
+    generated_password: str | None = None  # set by create() when the portal chose the password
 
     password = serializers.CharField(
         write_only=True,
@@ -69,7 +74,7 @@ class UserSerializer(LimitFields, serializers.ModelSerializer):
         ]
         read_only_fields = ["is_active", "date_joined", "last_login", "admin_ceilings"]
 
-    def validate_key_defaults(self, value: dict) -> dict:
+    def validate_key_defaults(self, value: dict[str, Any]) -> dict[str, Any]:
         unknown = sorted(set(value) - set(LIMIT_FIELDS))
         if unknown:
             raise serializers.ValidationError(
@@ -78,18 +83,18 @@ class UserSerializer(LimitFields, serializers.ModelSerializer):
             )
         return {k: v for k, v in value.items() if v is not None}
 
-    def validate(self, attrs: dict) -> dict:
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         request = self.context.get("request")
         errors: dict[str, list[str]] = {}
         if self.instance is not None:
             if "password" in attrs:
                 errors["password"] = ["Use the reset-password action to change a password."]
-            if (
-                request is not None
-                and self.instance.pk == request.user.pk
-                and attrs.get("role", self.instance.role) != Role.ADMIN
-            ):
-                errors["role"] = ["You cannot remove your own admin role; ask another admin."]
+            try:
+                services.check_role_change(
+                    self.instance, attrs.get("role", self.instance.role), actor=request.user if request else None
+                )
+            except DjangoValidationError as exc:
+                errors.update(exc.message_dict)
         elif attrs.get("password"):
             candidate = User(username=attrs.get("username", ""), email=attrs.get("email", ""))
             try:
@@ -124,19 +129,18 @@ class UserSerializer(LimitFields, serializers.ModelSerializer):
         return attrs
 
     @transaction.atomic
-    def create(self, validated_data: dict) -> User:
+    def create(self, validated_data: dict[str, Any]) -> User:
         models = validated_data.pop("allowed_models", None)
         password = validated_data.pop("password", None)
         validated_data.setdefault("role", Role.DEVELOPER)
         user, plain = services.create_user(password=password, **validated_data)
         if models:
             user.allowed_models.set(models)
-        if not password:
-            user.generated_password = plain
+        self.generated_password = None if password else plain  # shown once, in the create answer
         return user
 
     @transaction.atomic
-    def update(self, instance: User, validated_data: dict) -> User:
+    def update(self, instance: User, validated_data: dict[str, Any]) -> User:
         if validated_data.get("role") == Role.DEVELOPER and instance.is_superuser:
             # User.save() keeps superusers admin; demoting must drop the superuser flag too.
             instance.is_superuser = False
@@ -147,7 +151,7 @@ class UserSerializer(LimitFields, serializers.ModelSerializer):
 # --- teams ---------------------------------------------------------------------------------------
 
 
-class TeamSerializer(LimitFields, serializers.ModelSerializer):
+class TeamSerializer(LimitFields, serializers.ModelSerializer[Team]):
     """A team: its limits are a ceiling over all its members together (admins set them; members'
     and keys' own limits can only be lower). Members are assigned on the user (`team`)."""
 
@@ -158,7 +162,7 @@ class TeamSerializer(LimitFields, serializers.ModelSerializer):
         required=False,
         help_text=_("Model names the team's members may use; empty: every enabled model."),
     )
-    members: serializers.SlugRelatedField = serializers.SlugRelatedField(
+    members: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
         slug_field="username", many=True, read_only=True, help_text=_("Usernames of the team's members.")
     )
     leads = serializers.SerializerMethodField(help_text=_("Usernames of the team's leads."))
@@ -188,7 +192,7 @@ class TeamSerializer(LimitFields, serializers.ModelSerializer):
         return value
 
 
-class MemberSerializer(LimitFields, serializers.ModelSerializer):
+class MemberSerializer(LimitFields, serializers.ModelSerializer[User]):
     """A team member as the team's lead manages them: their limits (within the team's, and never
     above what an admin set on them) and their keys (under /api/keys/)."""
 
@@ -197,15 +201,16 @@ class MemberSerializer(LimitFields, serializers.ModelSerializer):
         fields = ["id", "username", "role", "is_active", *LIMIT_FIELDS, "admin_ceilings"]
         read_only_fields = ["username", "role", "is_active", "admin_ceilings"]
 
-    def validate(self, attrs: dict) -> dict:
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         limits = {f: attrs[f] for f in LIMIT_FIELDS if f in attrs}
+        assert self.instance is not None  # a member's limits are only ever updated
         try:
             cleaned = services.validate_member_limits(self.instance, editor=self.context["request"].user, limits=limits)
         except DjangoValidationError as exc:
             raise drf_error(exc) from None
         return cleaned
 
-    def update(self, instance: User, validated_data: dict) -> User:
+    def update(self, instance: User, validated_data: dict[str, Any]) -> User:
         services.save_member_limits(instance, validated_data)
         return instance
 
@@ -216,27 +221,27 @@ class UserCreatedSerializer(UserSerializer):
     )
 
 
-class ResetPasswordSerializer(serializers.Serializer):
+class ResetPasswordSerializer(serializers.Serializer[Any]):
     revoke_access = serializers.BooleanField(
         default=True, help_text=_("Also revoke the user's API tokens and end their sessions (the default).")
     )
 
 
-class PasswordSerializer(serializers.Serializer):
+class PasswordSerializer(serializers.Serializer[Any]):
     password = serializers.CharField(read_only=True, help_text=_("The new password, shown once."))
 
 
-class ReactivateSerializer(serializers.Serializer):
+class ReactivateSerializer(serializers.Serializer[Any]):
     restore_keys = serializers.BooleanField(
         default=False, help_text=_("Keep the user's old keys working; by default they are revoked.")
     )
 
 
-class UnlockSerializer(serializers.Serializer):
+class UnlockSerializer(serializers.Serializer[Any]):
     cleared = serializers.IntegerField(read_only=True, help_text=_("Failed login attempts cleared."))
 
 
-class MeSerializer(serializers.ModelSerializer):
+class MeSerializer(serializers.ModelSerializer[User]):
     """The caller's own profile: role, limits, key defaults and the models they may use."""
 
     is_admin = serializers.BooleanField(read_only=True)
@@ -268,7 +273,7 @@ class MeSerializer(serializers.ModelSerializer):
 # --- personal API tokens -------------------------------------------------------------------------
 
 
-class ApiTokenSerializer(serializers.ModelSerializer):
+class ApiTokenSerializer(serializers.ModelSerializer[ApiToken]):
     """A personal API token. The plaintext appears once, as `token` in the create response."""
 
     masked = serializers.SerializerMethodField()
@@ -289,7 +294,7 @@ class ApiTokenSerializer(serializers.ModelSerializer):
             "revoked_at",
         ]
         read_only_fields = ["prefix", "last_four", "created", "last_used_at", "revoked_at"]
-        validators: list = []  # the conditional unique name is checked in validate_name with a clear message
+        validators: list[Any] = []  # the conditional unique name is checked in validate_name with a clear message
 
     def get_masked(self, obj: ApiToken) -> str:
         return f"{obj.prefix}…{obj.last_four}"
@@ -303,7 +308,7 @@ class ApiTokenSerializer(serializers.ModelSerializer):
             raise serializers.ValidationError(_("You already have an active token with this name."))
         return value
 
-    def validate_expires_at(self, value):
+    def validate_expires_at(self, value: datetime.datetime | None) -> datetime.datetime | None:
         if value is not None and value <= timezone.now():
             raise serializers.ValidationError(_("The expiry must be in the future."))
         return value
@@ -319,7 +324,7 @@ class ApiTokenCreatedSerializer(ApiTokenSerializer):
 # --- audit log -----------------------------------------------------------------------------------
 
 
-class AuditLogSerializer(serializers.ModelSerializer):
+class AuditLogSerializer(serializers.ModelSerializer[AuditLog]):
     changes = serializers.JSONField(read_only=True, help_text='Field: [old, new]; secrets only as "changed"/"set".')
 
     class Meta:

@@ -14,4 +14,4 @@ def enabled() -> bool:
 
 
 def provider_name() -> str:
-    return settings.PORTAL_OIDC_NAME
+    return str(settings.PORTAL_OIDC_NAME)

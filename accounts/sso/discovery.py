@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from django.conf import settings
@@ -16,7 +17,7 @@ logger = logging.getLogger(__name__)
 KEEP_SECONDS = 3600.0
 
 _lock = threading.Lock()
-_documents: dict[str, tuple[float, dict]] = {}
+_documents: dict[str, tuple[float, dict[str, Any]]] = {}
 
 
 class DiscoveryError(Exception):
@@ -48,7 +49,7 @@ def provider() -> Provider:
     return Provider(issuer=issuer, **endpoints)
 
 
-def _document(issuer: str) -> dict:
+def _document(issuer: str) -> dict[str, Any]:
     now = time.monotonic()
     with _lock:
         kept = _documents.get(issuer)

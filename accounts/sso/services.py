@@ -11,11 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from ..choices import Role
-from ..models import Team
+from ..models import Team, User
 
 logger = logging.getLogger(__name__)
 NOT_ALLOWED = re.compile(r"[^\w.@+-]")
@@ -62,9 +61,8 @@ def map_groups(groups: Iterable[str]) -> GroupMapping:
     return GroupMapping(role=role, teams=list(dict.fromkeys(teams)))
 
 
-def sign_in(claims: Mapping[str, Any]):
+def sign_in(claims: Mapping[str, Any]) -> User:
     """The user `claims` (ID token and userinfo, already verified) name, created or updated."""
-    User = get_user_model()
     subject = str(claims.get("sub") or "")
     if not subject:
         raise SignInRefused("The sign-in provider sent no subject (sub) for this account.")
@@ -85,13 +83,12 @@ def sign_in(claims: Mapping[str, Any]):
     return user
 
 
-def _link_by_email(claims: Mapping[str, Any]):
+def _link_by_email(claims: Mapping[str, Any]) -> User | None:
     """An existing account with the same verified e-mail and no IdP identity yet (a user an admin
     made before single sign-on was on). Never a superuser: that account stays local."""
     email = str(claims.get("email") or "")
     if not email or claims.get("email_verified") is not True:
         return None
-    User = get_user_model()
     found = list(
         User.objects.select_for_update().filter(email__iexact=email, oidc_subject__isnull=True, is_superuser=False)[:2]
     )
@@ -102,7 +99,6 @@ def _link_by_email(claims: Mapping[str, Any]):
 
 
 def _free_username(claims: Mapping[str, Any], subject: str) -> str:
-    User = get_user_model()
     wanted = str(claims.get(settings.PORTAL_OIDC_USERNAME_CLAIM) or "")
     if not wanted:
         wanted = str(claims.get("email") or "").split("@")[0] or subject
@@ -114,7 +110,7 @@ def _free_username(claims: Mapping[str, Any], subject: str) -> str:
     return name
 
 
-def _apply(user, claims: Mapping[str, Any], subject: str, role: str) -> bool:
+def _apply(user: User, claims: Mapping[str, Any], subject: str, role: str) -> bool:
     """Set what the IdP is the source of; returns whether anything changed."""
     wanted = {
         "oidc_subject": subject,
@@ -133,7 +129,7 @@ def _apply(user, claims: Mapping[str, Any], subject: str, role: str) -> bool:
     return changed
 
 
-def _apply_teams(user, teams: list[str]) -> None:
+def _apply_teams(user: User, teams: list[str]) -> None:
     """Team membership from the groups claim, again at every login, when PORTAL_OIDC_GROUP_MAP names
     any team: the first mapped team (created at its first use, with no limits until an admin sets
     them), or no team when none of the person's groups maps to one (a removed group takes them out).

@@ -9,12 +9,13 @@ from django.db.models import CharField
 from django.db.models.functions import Concat
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 from django.views import View
 
 from channels.models import AlertDelivery, AlertTarget, Channel
 from portal.permissions import AdminRequiredMixin
-from portal.ui import sort_queryset
+from portal.ui import ObjectDeleteView, sort_queryset
 
 from . import alerts, history, schedule, services
 from .forms import AlertTargetForm, ProbeScheduleForm, ProbeSettingsForm
@@ -23,7 +24,7 @@ PROBE_LOG_LIMIT = 50
 
 
 class HealthAdminView(AdminRequiredMixin, View):
-    permission_denied_message = "Only admins can see channel health."
+    permission_denied_message = _("Only admins can see channel health.")
 
 
 def _channel_context(channel: Channel) -> dict[str, Any]:
@@ -144,19 +145,21 @@ class AlertTargetsView(HealthAdminView):
     post = get
 
 
-class AlertTargetDeleteView(HealthAdminView):
-    http_method_names = ["get", "post"]
+class AlertTargetDeleteView(AdminRequiredMixin, ObjectDeleteView):
+    permission_denied_message = HealthAdminView.permission_denied_message
+    queryset = AlertTarget.objects.all()
+    success = "channel-alert-targets"
+    title = _("Delete alert target")
+    question = _("Delete alert target %(name)s?")
+    detail = _("Notifications will no longer go to %(destination)s. Past notifications stay in the log.")
+    button = _("Delete")
+    deleted = _("Alert target %(name)s deleted.")
 
-    def get(self, request: HttpRequest, pk: int) -> HttpResponse:
-        target = get_object_or_404(AlertTarget, pk=pk)
-        return render(request, "channels/health_alert_target_delete.html", {"target": target})
+    def names(self, target: AlertTarget) -> dict[str, Any]:
+        return {"name": target.name, "destination": target.destination}
 
-    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
-        target = get_object_or_404(AlertTarget, pk=pk)
-        name = target.name
-        target.delete()
-        messages.success(request, _("Alert target %(name)s deleted.") % {"name": name})
-        return redirect("channel-alert-targets")
+    def get_cancel_url(self, target: AlertTarget) -> str:
+        return reverse("channel-alert-targets")
 
 
 class AlertTargetTestView(HealthAdminView):

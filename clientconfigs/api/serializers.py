@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from ..models import KeyMode
 
 
-class RenderQuerySerializer(serializers.Serializer):
+class RenderQuerySerializer(serializers.Serializer[Any]):
     key = serializers.IntegerField(required=False, help_text=_("List only the models this key of yours may use."))
     model = serializers.CharField(required=False, allow_blank=True, max_length=128, help_text=_("Default model."))
 
@@ -14,13 +16,13 @@ class RenderQuerySerializer(serializers.Serializer):
 REPLACE_HELP = "Replace the active key minted before for this client and machine (it stops 10 minutes later)."
 
 
-class MintSerializer(serializers.Serializer):
+class MintSerializer(serializers.Serializer[Any]):
     machine = serializers.CharField(required=False, allow_blank=True, max_length=40, help_text=_("e.g. laptop"))
     model = serializers.CharField(required=False, allow_blank=True, max_length=128)
     replace = serializers.BooleanField(default=True, help_text=REPLACE_HELP)
 
 
-class DownloadTokenSerializer(serializers.Serializer):
+class DownloadTokenSerializer(serializers.Serializer[Any]):
     key_mode = serializers.ChoiceField(choices=KeyMode.choices, default=KeyMode.PLACEHOLDER)
     key = serializers.IntegerField(required=False, help_text=_("Placeholder mode: scope the models to this key."))
     machine = serializers.CharField(required=False, allow_blank=True, max_length=40)
@@ -28,11 +30,11 @@ class DownloadTokenSerializer(serializers.Serializer):
     replace = serializers.BooleanField(default=True, help_text=REPLACE_HELP)
 
 
-class RedeemSerializer(serializers.Serializer):
+class RedeemSerializer(serializers.Serializer[Any]):
     token = serializers.CharField(max_length=100)
 
 
-class ClientSummarySerializer(serializers.Serializer):
+class ClientSummarySerializer(serializers.Serializer[Any]):
     """One supported client (schema of the client list)."""
 
     slug = serializers.CharField()

@@ -3,12 +3,16 @@ issue a download token, and trade a token for the installer bundle."""
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
 from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -17,7 +21,12 @@ from portal.api.throttling import AnonThrottle
 
 from .. import clients, services
 from ..clients.base import Rendered, RenderInput
+from ..installer.messages import lang_query
 from ..models import KeyMode
+
+if TYPE_CHECKING:
+    from portal.permissions import AuthenticatedRequest
+
 from .serializers import (
     ClientSummarySerializer,
     DownloadTokenSerializer,
@@ -27,11 +36,11 @@ from .serializers import (
 )
 
 
-def client_summary(module) -> dict:
+def client_summary(module: ModuleType) -> dict[str, Any]:
     return {"slug": module.SLUG, "label": module.LABEL, "env_indirection": module.ENV_INDIRECTION}
 
 
-def rendered_data(inp: RenderInput, rendered: Rendered) -> dict:
+def rendered_data(inp: RenderInput, rendered: Rendered) -> dict[str, Any]:
     return {
         "version": inp.version,
         "gateway": inp.gateway_url,
@@ -67,13 +76,13 @@ class ClientViewSet(viewsets.ViewSet):
     lookup_field = "slug"
     lookup_value_regex = "[a-z0-9-]+"
 
-    def _module(self, slug):
-        module = clients.get(slug)
+    def _module(self, slug: str | None) -> ModuleType:
+        module = clients.get(slug or "")
         if module is None:
             raise Http404
         return module
 
-    def _own_key(self, key_id) -> Key | None:
+    def _own_key(self, key_id: int | None) -> Key | None:
         if key_id is None:
             return None
         key = Key.objects.not_revoked().filter(pk=key_id, owner_id=self.request.user.pk).first()
@@ -82,11 +91,11 @@ class ClientViewSet(viewsets.ViewSet):
         return key
 
     @extend_schema(responses={200: ClientSummarySerializer(many=True)}, operation_id="client_configs_clients_list")
-    def list(self, request):
+    def list(self, request: Request) -> Response:
         return Response([client_summary(m) for m in clients.CLIENTS.values()])
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
-    def retrieve(self, request, slug=None):
+    def retrieve(self, request: AuthenticatedRequest, slug: str | None = None) -> Response:
         return Response(client_summary(self._module(slug)))
 
     @extend_schema(
@@ -97,7 +106,7 @@ class ClientViewSet(viewsets.ViewSet):
         responses={200: OpenApiTypes.OBJECT},
     )
     @action(detail=True, methods=["get"])
-    def files(self, request, slug=None):
+    def files(self, request: AuthenticatedRequest, slug: str | None = None) -> Response:
         """The client's files with a placeholder (or env var) for the key."""
         module = self._module(slug)
         query = RenderQuerySerializer(data=request.query_params)
@@ -114,7 +123,7 @@ class ClientViewSet(viewsets.ViewSet):
 
     @extend_schema(request=MintSerializer, responses={201: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["post"])
-    def mint(self, request, slug=None):
+    def mint(self, request: AuthenticatedRequest, slug: str | None = None) -> Response:
         """Mint a key for this client and return the files with it inside. Shown once."""
         module = self._module(slug)
         body = MintSerializer(data=request.data)
@@ -136,7 +145,7 @@ class ClientViewSet(viewsets.ViewSet):
 
     @extend_schema(request=DownloadTokenSerializer, responses={201: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["post"], url_path="download-tokens")
-    def download_tokens(self, request, slug=None):
+    def download_tokens(self, request: AuthenticatedRequest, slug: str | None = None) -> Response:
         """A single-use, 10-minute token and the one-line installer commands that use it."""
         module = self._module(slug)
         body = DownloadTokenSerializer(data=request.data)
@@ -153,14 +162,15 @@ class ClientViewSet(viewsets.ViewSet):
             replace_key=body.validated_data["replace"],
         )
         gateway = services.gateway_url(request)
+        sh, ps1 = f"{gateway}/connect/install.sh{lang_query()}", f"{gateway}/connect/install.ps1{lang_query()}"
         return Response(
             {
                 "token": plaintext,
                 "expires_at": token.expires_at,
                 "key_mode": mode,
-                "install_sh": f"curl -fsSL {gateway}/connect/install.sh | sh -s -- {plaintext}",
-                "install_ps1": f"& ([scriptblock]::Create((irm {gateway}/connect/install.ps1))) -Token {plaintext}",
-                "check_sh": f"curl -fsSL {gateway}/connect/install.sh | sh -s -- --check {module.SLUG}",
+                "install_sh": f"curl -fsSL {sh} | sh -s -- {plaintext}",
+                "install_ps1": f"& ([scriptblock]::Create((irm {ps1}))) -Token {plaintext}",
+                "check_sh": f"curl -fsSL {sh} | sh -s -- --check {module.SLUG}",
             },
             status=status.HTTP_201_CREATED,
         )
@@ -175,12 +185,12 @@ class RedeemThrottle(AnonThrottle):
 class BundleView(APIView):
     """Trade a download token for the installer bundle. The token is the credential: one use, 10 minutes."""
 
-    authentication_classes: list = []
+    authentication_classes: list[Any] = []
     permission_classes = [AllowAny]
     throttle_classes = [RedeemThrottle]
 
     @extend_schema(request=RedeemSerializer, responses={200: OpenApiTypes.OBJECT, 404: OpenApiTypes.OBJECT})
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         body = RedeemSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         bundle = services.redeem_download_token(body.validated_data["token"], gateway=services.gateway_url(request))

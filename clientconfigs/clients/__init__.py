@@ -14,13 +14,19 @@ from . import (
     cline,
     codex,
     continue_,
+    copilot_cli,
     crush,
+    droid,
     goose,
+    junie,
     kilo,
     llm_cli,
     opencode,
+    openhands,
+    pi,
     qwen_code,
     roo,
+    vibe,
     zed,
 )
 from .base import ConfigFile, ModelSpec, Rendered, RenderInput
@@ -42,6 +48,12 @@ CLIENTS: dict[str, ModuleType] = {
         zed,
         llm_cli,
         goose,
+        copilot_cli,
+        pi,
+        droid,
+        vibe,
+        openhands,
+        junie,
     )
 }
 

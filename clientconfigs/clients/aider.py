@@ -11,6 +11,7 @@ editor models are the default too.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django.utils.translation import gettext as _
 
@@ -40,9 +41,9 @@ def render(inp: RenderInput) -> Rendered:
     if inp.api_key:
         lines.append(f"openai-api-key: {_q(inp.api_key)}")
     lines += ["analytics-disable: true", "check-update: false", "show-release-notes: false"]
-    metadata: dict = {}
+    metadata: dict[str, Any] = {}
     for m in inp.ordered:
-        entry: dict = {}
+        entry: dict[str, Any] = {}
         if m.context_window:
             entry["max_input_tokens"] = m.context_window
         if m.max_output_tokens:

@@ -20,6 +20,15 @@ ENV_VAR = "TEAM_GATEWAY_API_KEY"
 PROVIDER_ID = "teamgw"
 PROVIDER_NAME = "Team Gateway"
 VERSION_HEADER = "X-Gateway-Config-Version"
+# The shell environment file several clients share (Codex, Goose, Copilot CLI): sourced from the
+# shell profile on macOS and Linux; the Windows installer sets its variables for the user instead.
+ENV_FILE = "~/.config/team-gateway/env"
+# A model whose window the gateway does not know gets the smallest listed one (safe: the client
+# compacts before it), else this: the clients' own defaults (128k and up) could overrun a small server.
+UNKNOWN_WINDOW = 8192
+# Our MCP entries in a client's own list of servers are `teamgw-<server slug>`: the installer owns
+# every entry with this prefix (a second run replaces them, uninstall removes them) and no other.
+MCP_PREFIX = PROVIDER_ID + "-"
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,20 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
+class McpServerSpec:
+    """One team MCP server this key may call tools on, reached through the gateway at `/mcp/<slug>`."""
+
+    slug: str
+    name: str
+    description: str = ""
+
+    @property
+    def entry(self) -> str:
+        """The entry's name in the client's list of servers (its tools show as `teamgw-docs…`)."""
+        return MCP_PREFIX + self.slug
+
+
+@dataclass(frozen=True)
 class RenderInput:
     gateway_url: str  # the root, e.g. https://llm.example.com (no /v1, no trailing slash)
     api_key: str | None  # plaintext of a key minted for this download; None: placeholder / env var
@@ -47,6 +70,11 @@ class RenderInput:
     version: str
     default_model: str = ""
     generated_at: str = "2026-01-01T00:00:00.000Z"  # ISO time; passed in so output is reproducible
+    mcp_servers: tuple[McpServerSpec, ...] = ()  # mcpservers.access.allowed_servers(key), by name
+
+    def mcp_url(self, server: McpServerSpec) -> str:
+        """The gateway's Streamable HTTP endpoint for one server (mcpservers.access.server_path)."""
+        return f"{self.gateway_url}/mcp/{server.slug}"
 
     @property
     def api_base(self) -> str:
@@ -82,6 +110,19 @@ class RenderInput:
         return min(known, key=lambda m: m.context_window or 0) if known else None
 
     @property
+    def fallback_window(self) -> int:
+        """The window to write for a model whose window the gateway does not know."""
+        smallest = self.smallest_window
+        return smallest.context_window if smallest and smallest.context_window else UNKNOWN_WINDOW
+
+    def window_of(self, m: ModelSpec) -> int:
+        return m.context_window or self.fallback_window
+
+    def output_of(self, m: ModelSpec) -> int:
+        """The model's output cap, else a quarter of the window it is given (the prompt keeps the rest)."""
+        return m.max_output_tokens or max(1, self.window_of(m) // 4)
+
+    @property
     def stamp(self) -> str:
         # Not translated: the installer finds its earlier stamp by this English prefix when it merges.
         return f"Team gateway config {self.version}: regenerate it from the portal when this changes."
@@ -93,9 +134,9 @@ class ConfigFile:
     existing file: json (deep merge of objects), toml (our top-level keys and tables replace
     theirs), dotenv (our variables replace theirs), yaml-models (Continue's `models:` list), yaml-keys
     (flat YAML: our top-level keys replace theirs), yaml-list (a file that is one list, llm's: our
-    items between markers), text (a one-value file, ours whole), or none (shown on the page, never
-    installed). The Windows installer has no yaml-list merge yet: it leaves such a file unchanged and
-    says to copy it by hand."""
+    items between markers), toml-items (TOML lists of tables shared with the user's, Vibe's: ours are
+    the items named "teamgw"), text (a one-value file, ours whole), or none (shown on the page, never
+    installed). install.py and install.ps1 implement each one."""
 
     name: str
     path: str  # home-relative with forward slashes, e.g. ~/.claude/settings.json
@@ -112,6 +153,11 @@ class ConfigFile:
     # "dotted.path:id:base" — a list shared with the user's own entries: ours replace theirs with the
     # same id or the same base URL (entries we wrote before); the rest stay.
     lists: tuple[str, ...] = ()
+    # Dotted prefixes of what the installer owns by name in a container shared with the user's own
+    # entries: "mcpServers.teamgw-" (JSON: keys of `mcpServers` starting with `teamgw-`) or
+    # "mcp_servers.teamgw-" (TOML: those tables). A second run drops them before writing ours, so a
+    # server no longer allowed disappears; uninstall drops them; the user's entries stay.
+    owned: tuple[str, ...] = ()
     note: str = ""
     windows_unconfirmed: bool = False  # the research could not confirm the Windows location
 
@@ -157,6 +203,8 @@ class Probe:
     model_output: str = ""  # path inside an item to its output limit
     model_base: str = ""  # path inside an item to its base URL (lists that mix ours with the user's)
     name_prefix: str = ""  # stripped from the model name (Aider's `openai/`); names without it are not ours
+    mcp: str = ""  # dotted path to the client's MCP servers (an object or TOML tables); ours: MCP_PREFIX
+    mcp_url: str = "url"  # key of an MCP entry's URL (Qwen Code's `httpUrl`)
     client: str = ""  # the client's name, for the doctor's messages
     needs: int = 0  # tokens the client's own prompt plus an answer take: a smaller window cannot work
 
@@ -171,7 +219,7 @@ class Rendered:
     warnings: list[str] = field(default_factory=list)  # shown prominently on the page and by the installer
     # Providers the installer writes into a client's own database (CC Switch's cc-switch.db): one per
     # app, {"app_type", "settings_config"}; upserted under PROVIDER_ID, so a second run updates them.
-    db_providers: list[dict] = field(default_factory=list)
+    db_providers: list[dict[str, Any]] = field(default_factory=list)
 
 
 # What each client sends before the user types a word (system prompt + tool schemas), measured at
@@ -184,7 +232,9 @@ def window_need(prompt_tokens: int, answer_floor: int = ANSWER_ROOM) -> int:
     return prompt_tokens + answer_floor if prompt_tokens else 0
 
 
-def window_warnings(label: str, prompt_tokens: int, models: tuple[ModelSpec, ...], answer_floor: int = ANSWER_ROOM):
+def window_warnings(
+    label: str, prompt_tokens: int, models: tuple[ModelSpec, ...], answer_floor: int = ANSWER_ROOM
+) -> list[str]:
     """One sentence per model whose window cannot hold the client's own prompt and an answer."""
     need = window_need(prompt_tokens, answer_floor)
     out = []
@@ -205,6 +255,51 @@ def window_warnings(label: str, prompt_tokens: int, models: tuple[ModelSpec, ...
                 }
             )
     return out
+
+
+def profile_name(model: str) -> str:
+    """A file-name-safe profile name for one model (Codex's --profile, Claude Code's --settings file)."""
+    return PROVIDER_ID + "-" + re.sub(r"[^A-Za-z0-9._-]+", "-", model).strip("-")
+
+
+def env_file(inp: RenderInput, variables: dict[str, str], note: str = "") -> ConfigFile:
+    """ENV_FILE with our variables (merged by name), a secret when it carries the minted key."""
+    lines = [f"# {inp.stamp}"] + [f"export {name}='{value}'" for name, value in variables.items()]
+    return ConfigFile(
+        "env",
+        ENV_FILE,
+        "\n".join(lines) + "\n",
+        "dotenv",
+        merge="dotenv",
+        secret=bool(inp.api_key) and inp.api_key in variables.values(),
+        note=note
+        or _("Load it from your shell profile: add `. %(file)s` to ~/.profile, ~/.bashrc or ~/.zshrc.")
+        % {"file": ENV_FILE},
+    )
+
+
+def mcp_servers_file(name: str, path: str, inp: RenderInput, kind: str, key: str, **extra: Any) -> ConfigFile:
+    """A JSON file whose `mcpServers` object holds the team's servers (Claude Code, Cline): one
+    `teamgw-<slug>` entry of type `kind` each, the key (`key`) as a bearer; the user's entries stay."""
+    servers = {
+        s.entry: {
+            "type": kind,
+            "url": inp.mcp_url(s),
+            "headers": {"Authorization": f"Bearer {key}", VERSION_HEADER: inp.version},
+            **extra,
+        }
+        for s in inp.mcp_servers
+    }
+    return ConfigFile(
+        name,
+        path,
+        dump_json({"mcpServers": servers}),
+        "json",
+        secret=bool(inp.api_key),
+        owned=(f"mcpServers.{MCP_PREFIX}",),
+        windows_unconfirmed=True,
+        note=_("Only the team's MCP servers (teamgw-…) are the installer's; your own servers stay."),
+    )
 
 
 def dump_json(data: Any) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import tomli_w
@@ -56,15 +57,17 @@ def claude_env(inp: RenderInput) -> dict[str, str]:
     return out
 
 
-def codex_config(inp: RenderInput) -> dict:
-    cfg = codex.config(inp)
+def codex_config(inp: RenderInput) -> dict[str, Any]:
+    # CC Switch manages MCP servers on its own (its mcp table, synced into each app): the team's go
+    # into Codex's config.toml through our installer, not into a provider CC Switch may switch away.
+    cfg = {k: v for k, v in codex.config(inp).items() if k != "mcp_servers"}
     provider = cfg["model_providers"][PROVIDER_ID]
     # CC Switch writes the key to Codex's auth.json and marks the provider requires_openai_auth.
     provider = {k: v for k, v in provider.items() if k != "env_key"} | {"requires_openai_auth": True}
     return {**cfg, "model_providers": {PROVIDER_ID: provider}}
 
 
-def providers(inp: RenderInput) -> list[dict]:
+def providers(inp: RenderInput) -> list[dict[str, Any]]:
     """One row's `settings_config` per app, as CC Switch's own import would store it."""
     key = inp.key_or_placeholder
     return [

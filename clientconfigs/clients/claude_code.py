@@ -5,7 +5,15 @@ Claude Code appends /v1/messages itself, so ANTHROPIC_BASE_URL is the root (a /v
 headers. The context window and output cap are global (CLAUDE_CODE_MAX_CONTEXT_TOKENS,
 CLAUDE_CODE_MAX_OUTPUT_TOKENS; without them Claude Code assumes 1M tokens for an unknown model), so
 the file lists one model, the default, for every role (main, haiku, sonnet, opus): one window is
-then right for every request it sends. The page says so.
+then right for every request it sends. Per model, `~/.claude/teamgw-<model>.json` sets that model for
+every role with its own window and cap, for `claude --settings ~/.claude/teamgw-<model>.json` (a
+settings layer over settings.json, which keeps the URL and key). The page says so.
+
+The team's MCP servers go where `claude mcp add --scope user` puts them: `mcpServers` of
+~/.claude.json (settings.json has no MCP servers), as `type: http` entries with the key in an
+Authorization header (without a minted key: `${ANTHROPIC_AUTH_TOKEN}`, which Claude Code expands
+from the environment). ~/.claude.json is also Claude Code's own state file, rewritten whole while it
+runs: install with Claude Code closed.
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ from .base import (
     Rendered,
     RenderInput,
     dump_json,
+    mcp_servers_file,
+    profile_name,
     window_need,
     window_warnings,
 )
@@ -32,6 +42,7 @@ LABEL = "Claude Code"
 ENV_INDIRECTION = False  # settings `env` values are literal; without a key we leave the token to the shell
 SCHEMA = "https://json.schemastore.org/claude-code-settings.json"
 PATH = "~/.claude/settings.json"
+MCP_PATH = "~/.claude.json"
 PROMPT_TOKENS = 12300  # measured: 11.9-12.3k (12 tools) for a one-line request
 
 
@@ -53,6 +64,34 @@ def env_block(inp: RenderInput) -> dict[str, str]:
     return env
 
 
+def model_settings(inp: RenderInput) -> list[ConfigFile]:
+    """One `--settings` file per model: it in every role, with its own window and output cap."""
+    out = []
+    for m in inp.ordered:
+        roles = ("ANTHROPIC_MODEL", *(f"ANTHROPIC_DEFAULT_{r}_MODEL" for r in ("SONNET", "OPUS", "HAIKU")))
+        env = dict.fromkeys(roles, m.name)
+        env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] = str(inp.window_of(m))
+        env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = str(inp.output_of(m))
+        env["ANTHROPIC_CUSTOM_HEADERS"] = f"{VERSION_HEADER}: {inp.version}"
+        name = profile_name(m.name)
+        out.append(
+            ConfigFile(
+                f"{name}.json",
+                f"~/.claude/{name}.json",
+                dump_json({"$schema": SCHEMA, "env": env}),
+                "json",
+                replace=("env",),
+                windows_unconfirmed=True,
+            )
+        )
+    return out
+
+
+def mcp_file(inp: RenderInput) -> ConfigFile:
+    """User-scope MCP servers: one `teamgw-<slug>` entry per server this key may use."""
+    return mcp_servers_file(".claude.json", MCP_PATH, inp, "http", inp.api_key or "${ANTHROPIC_AUTH_TOKEN}")
+
+
 def render(inp: RenderInput) -> Rendered:
     settings = {"$schema": SCHEMA, "env": env_block(inp)}
     # A stale ANTHROPIC_API_KEY would be sent too; the deprecated small-fast model would win over
@@ -68,13 +107,27 @@ def render(inp: RenderInput) -> Rendered:
         window = f" ({primary.context_window:,} tokens)" if primary.context_window else ""
         notes.append(
             _(
-                "Claude Code has one context-window setting for all models, so the file uses only "
-                "%(model)s (main, haiku, sonnet and opus) with its window%(window)s. To use another model, "
-                "pick it as the default model here and install again: switching with /model would keep this "
-                "window."
+                "Claude Code has one context-window setting for all models, so settings.json uses only "
+                "%(model)s (main, haiku, sonnet and opus) with its window%(window)s: switching with /model would "
+                "keep this window. For another model start `claude --settings ~/.claude/%(profile)s.json` "
+                "(teamgw- and the model's name): it sets that model with its own window."
             )
-            % {"model": primary.name, "window": window}
+            % {"model": primary.name, "window": window, "profile": profile_name(inp.ordered[-1].name)}
         )
+    files = [
+        ConfigFile(
+            "settings.json",
+            PATH,
+            dump_json(settings),
+            "json",
+            secret=bool(inp.api_key),
+            remove=tuple(remove),
+            windows_unconfirmed=True,
+        ),
+        *model_settings(inp),
+    ]
+    if inp.mcp_servers:
+        files.append(mcp_file(inp))
     commands = []
     if not inp.api_key:
         # Only without a key: a minted key must not end up on a command line (shell history, ps).
@@ -87,17 +140,7 @@ def render(inp: RenderInput) -> Rendered:
         notes.append(_("No key is written: export ANTHROPIC_AUTH_TOKEN with your key before starting claude."))
         commands.insert(0, Command("Before starting claude", "export ANTHROPIC_AUTH_TOKEN=<your key>"))
     return Rendered(
-        files=[
-            ConfigFile(
-                "settings.json",
-                PATH,
-                dump_json(settings),
-                "json",
-                secret=bool(inp.api_key),
-                remove=tuple(remove),
-                windows_unconfirmed=True,
-            )
-        ],
+        files=files,
         commands=commands,
         notes=notes,
         warnings=window_warnings(LABEL, PROMPT_TOKENS, (primary,) if primary else ()),
@@ -114,6 +157,7 @@ def render(inp: RenderInput) -> Rendered:
                 model_output="CLAUDE_CODE_MAX_OUTPUT_TOKENS",
                 client=LABEL,
                 needs=window_need(PROMPT_TOKENS),
-            )
+            ),
+            Probe(file=MCP_PATH, format="json", base_url="", base_shape="root", mcp="mcpServers", client=LABEL),
         ],
     )

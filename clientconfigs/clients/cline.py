@@ -10,9 +10,15 @@ over every model's own (`@cline/core` 0.0.86 passes `settings.contextWindow` as 
 `maxInputTokens`, which wins over the model catalogue), so providers.json carries none and each
 model's window and output cap live in models.json. The legacy bundle has one model per mode: its
 `*OpenAiModelInfo` is the default model's own.
+
+The team's MCP servers go in Cline's own MCP file, settings/cline_mcp_settings.json beside
+providers.json (McpHub's GlobalFileNames.mcpSettings), as `streamableHttp` entries named
+`teamgw-<slug>` with the key in an Authorization header; the user's servers in it stay.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.utils.translation import gettext as _
 
@@ -20,10 +26,12 @@ from .base import (
     PROVIDER_NAME,
     VERSION_HEADER,
     ConfigFile,
+    ModelSpec,
     Probe,
     Rendered,
     RenderInput,
     dump_json,
+    mcp_servers_file,
     window_need,
     window_warnings,
 )
@@ -34,11 +42,12 @@ ENV_INDIRECTION = False
 PROVIDER = "openai-compatible"
 SETTINGS = "~/.cline/data/settings"
 LEGACY = "~/.cline/data"
+MCP_PATH = f"{SETTINGS}/cline_mcp_settings.json"
 PROMPT_TOKENS = 5600  # measured: 2.6-5.6k (25 tools) with the Cline CLI for a one-line request
 
 
-def _model_info(m) -> dict:
-    info: dict = {}
+def _model_info(m: ModelSpec) -> dict[str, Any]:
+    info: dict[str, Any] = {}
     if m.context_window:
         info["contextWindow"] = m.context_window
     if m.max_output_tokens:
@@ -48,11 +57,17 @@ def _model_info(m) -> dict:
     return info
 
 
+def mcp_file(inp: RenderInput) -> ConfigFile:
+    return mcp_servers_file(
+        "cline_mcp_settings.json", MCP_PATH, inp, "streamableHttp", inp.key_or_placeholder, disabled=False
+    )
+
+
 def render(inp: RenderInput) -> Rendered:
     primary = inp.primary
     key = inp.key_or_placeholder
     headers = {VERSION_HEADER: inp.version}
-    settings: dict = {"provider": PROVIDER, "apiKey": key, "baseUrl": inp.api_base}
+    settings: dict[str, Any] = {"provider": PROVIDER, "apiKey": key, "baseUrl": inp.api_base}
     if primary:
         settings["model"] = primary.name
     settings["headers"] = headers
@@ -63,9 +78,9 @@ def render(inp: RenderInput) -> Rendered:
         "modes": {},
         "providers": {PROVIDER: {"settings": settings, "updatedAt": inp.generated_at, "tokenSource": "manual"}},
     }
-    catalog: dict = {}
+    catalog: dict[str, Any] = {}
     for m in inp.ordered:
-        entry: dict = {"id": m.name, "name": m.label}
+        entry: dict[str, Any] = {"id": m.name, "name": m.label}
         if m.context_window:
             entry["contextWindow"] = m.context_window
             entry["maxInputTokens"] = m.context_window
@@ -73,12 +88,12 @@ def render(inp: RenderInput) -> Rendered:
             entry["maxTokens"] = m.max_output_tokens
         entry["capabilities"] = ["streaming", "tools"]
         catalog[m.name] = entry
-    provider_meta: dict = {"name": f"{PROVIDER_NAME} (config {inp.version})", "baseUrl": inp.api_base}
+    provider_meta: dict[str, Any] = {"name": f"{PROVIDER_NAME} (config {inp.version})", "baseUrl": inp.api_base}
     if primary:
         provider_meta["defaultModelId"] = primary.name
     models = {"version": 1, "providers": {PROVIDER: {"provider": provider_meta, "models": catalog}}}
 
-    state: dict = {
+    state: dict[str, Any] = {
         "planModeApiProvider": "openai",
         "actModeApiProvider": "openai",
         "openAiBaseUrl": inp.api_base,
@@ -108,42 +123,45 @@ def render(inp: RenderInput) -> Rendered:
             )
             % {"placeholder": inp.key_or_placeholder}
         )
+    files = [
+        ConfigFile(
+            "providers.json",
+            f"{SETTINGS}/providers.json",
+            dump_json(providers),
+            "json",
+            secret=True,
+            windows_unconfirmed=True,
+            # A provider-wide window from an earlier install would override every model's own.
+            remove=(f"providers.{PROVIDER}.settings.contextWindow", f"providers.{PROVIDER}.settings.maxTokens"),
+        ),
+        ConfigFile(
+            "models.json",
+            f"{SETTINGS}/models.json",
+            dump_json(models),
+            "json",
+            replace=(f"providers.{PROVIDER}.models",),
+        ),
+        ConfigFile(
+            "globalState.json",
+            f"{LEGACY}/globalState.json",
+            dump_json(state),
+            "json",
+            note=_("Legacy bundle (Cline 3.66 to 3.89 and half of 4.1.x)."),
+            replace=("planModeOpenAiModelInfo", "actModeOpenAiModelInfo"),
+        ),
+        ConfigFile(
+            "secrets.json",
+            f"{LEGACY}/secrets.json",
+            dump_json({"openAiApiKey": key}),
+            "json",
+            secret=True,
+            note=_("Legacy bundle: the key for globalState.json."),
+        ),
+    ]
+    if inp.mcp_servers:
+        files.append(mcp_file(inp))
     return Rendered(
-        files=[
-            ConfigFile(
-                "providers.json",
-                f"{SETTINGS}/providers.json",
-                dump_json(providers),
-                "json",
-                secret=True,
-                windows_unconfirmed=True,
-                # A provider-wide window from an earlier install would override every model's own.
-                remove=(f"providers.{PROVIDER}.settings.contextWindow", f"providers.{PROVIDER}.settings.maxTokens"),
-            ),
-            ConfigFile(
-                "models.json",
-                f"{SETTINGS}/models.json",
-                dump_json(models),
-                "json",
-                replace=(f"providers.{PROVIDER}.models",),
-            ),
-            ConfigFile(
-                "globalState.json",
-                f"{LEGACY}/globalState.json",
-                dump_json(state),
-                "json",
-                note=_("Legacy bundle (Cline 3.66 to 3.89 and half of 4.1.x)."),
-                replace=("planModeOpenAiModelInfo", "actModeOpenAiModelInfo"),
-            ),
-            ConfigFile(
-                "secrets.json",
-                f"{LEGACY}/secrets.json",
-                dump_json({"openAiApiKey": key}),
-                "json",
-                secret=True,
-                note=_("Legacy bundle: the key for globalState.json."),
-            ),
-        ],
+        files=files,
         notes=notes,
         warnings=window_warnings(LABEL, PROMPT_TOKENS, inp.models),
         probes=[
@@ -172,5 +190,6 @@ def render(inp: RenderInput) -> Rendered:
                 base_url="openAiBaseUrl",
                 base_shape="v1",
             ),
+            Probe(file=MCP_PATH, format="json", base_url="", base_shape="v1", mcp="mcpServers", client=LABEL),
         ],
     )

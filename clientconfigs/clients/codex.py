@@ -5,18 +5,28 @@ Codex try Responses over WebSocket first). `wire_api = "responses"` is the only 
 now; base_url carries /v1 because Codex appends /responses. The key comes from an environment
 variable (`env_key`), so auth.json, which may hold the developer's ChatGPT login, is left alone.
 
-Codex runs one model at a time (`model`), so its one `model_context_window` is that model's.
+Codex runs one model at a time (`model`), so its one `model_context_window` is that model's; every
+model also gets a profile, `~/.codex/teamgw-<model>.config.toml` (`codex --profile teamgw-<model>`),
+which layers that model and its own window over config.toml.
 `[analytics] enabled = false` is Codex's documented metrics opt-out. The installer replaces our
 `# Team gateway` comment lines on every install instead of keeping the old ones.
+
+The team's MCP servers are `[mcp_servers.teamgw-<slug>]` tables (Streamable HTTP: `url`), with
+`bearer_token_env_var` naming the same variable as the provider's `env_key`: Codex refuses an inline
+`bearer_token` in the file, and the key then stays out of it and off every command line.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import tomli_w
 from django.utils.translation import gettext as _
 
 from .base import (
+    ENV_FILE,
     ENV_VAR,
+    MCP_PREFIX,
     PROVIDER_ID,
     PROVIDER_NAME,
     VERSION_HEADER,
@@ -25,6 +35,8 @@ from .base import (
     Probe,
     Rendered,
     RenderInput,
+    env_file,
+    profile_name,
     window_need,
     window_warnings,
 )
@@ -33,7 +45,6 @@ SLUG = "codex"
 LABEL = "Codex CLI"
 ENV_INDIRECTION = True
 PATH = "~/.codex/config.toml"
-ENV_FILE = "~/.config/team-gateway/env"
 PROMPT_TOKENS = 13300  # measured: 9.4-13.3k (Responses, 9 tools) for a one-line request
 TOOLS_NOTE = (
     "Team gateway note: {model} is served through Chat Completions, so the gateway drops Codex's "
@@ -41,8 +52,8 @@ TOOLS_NOTE = (
 )
 
 
-def config(inp: RenderInput) -> dict:
-    data: dict = {}
+def config(inp: RenderInput) -> dict[str, Any]:
+    data: dict[str, Any] = {}
     primary = inp.primary
     if primary:
         data["model"] = primary.name
@@ -59,7 +70,30 @@ def config(inp: RenderInput) -> dict:
         }
     }
     data["analytics"] = {"enabled": False}
+    if inp.mcp_servers:
+        data["mcp_servers"] = {
+            s.entry: {"url": inp.mcp_url(s), "bearer_token_env_var": ENV_VAR} for s in inp.mcp_servers
+        }
     return data
+
+
+def profiles(inp: RenderInput) -> list[ConfigFile]:
+    """One profile per model: its name and window over config.toml's provider."""
+    out = []
+    for m in inp.ordered:
+        data = {"model": m.name, "model_provider": PROVIDER_ID, "model_context_window": inp.window_of(m)}
+        name = profile_name(m.name)
+        out.append(
+            ConfigFile(
+                f"{name}.config.toml",
+                f"~/.codex/{name}.config.toml",
+                f"# {inp.stamp}\n" + tomli_w.dumps(data),
+                "toml",
+                merge="toml",
+                windows_unconfirmed=True,
+            )
+        )
+    return out
 
 
 def render(inp: RenderInput) -> Rendered:
@@ -75,6 +109,7 @@ def render(inp: RenderInput) -> Rendered:
             text,
             "toml",
             merge="toml",
+            owned=(f"mcp_servers.{MCP_PREFIX}",),
             windows_unconfirmed=True,
             note=_(
                 "Your other settings stay; our top-level model keys and [model_providers.%(provider)s] replace "
@@ -83,17 +118,14 @@ def render(inp: RenderInput) -> Rendered:
             % {"provider": PROVIDER_ID},
         )
     ]
+    files += profiles(inp)
     commands = []
     if inp.api_key:
         files.append(
-            ConfigFile(
-                "env",
-                ENV_FILE,
-                f"# {inp.stamp}\nexport {ENV_VAR}='{inp.api_key}'\n",
-                "dotenv",
-                merge="dotenv",
-                secret=True,
-                note=_(
+            env_file(
+                inp,
+                {ENV_VAR: inp.api_key},
+                _(
                     "Load it from your shell profile: add `. %(file)s` to ~/.profile, ~/.bashrc or ~/.zshrc. "
                     "The Windows installer sets it as a user environment variable instead."
                 )
@@ -108,9 +140,10 @@ def render(inp: RenderInput) -> Rendered:
         _("Codex needs the gateway's Responses API (POST /v1/responses); the gateway serves it on every channel."),
         _("Codex does not read a per-model output limit; only model_context_window is written."),
         _(
-            "Codex runs one model at a time: the file is written for the default model and its window. To switch, "
-            "pick another default here and install again."
-        ),
+            "Codex runs one model at a time: config.toml is written for the default model and its window. Every "
+            "model has a profile with its own window: `codex --profile %(profile)s` (teamgw- and the model's name)."
+        )
+        % {"profile": profile_name(inp.ordered[-1].name) if inp.models else PROVIDER_ID},
     ]
     if primary and primary.translated_responses:
         notes.append(TOOLS_NOTE.format(model=primary.name).removeprefix("Team gateway note: "))
@@ -129,6 +162,7 @@ def render(inp: RenderInput) -> Rendered:
                 models=".",
                 model_name="model",
                 model_context="model_context_window",
+                mcp="mcp_servers",
                 client=LABEL,
                 needs=window_need(PROMPT_TOKENS),
             )

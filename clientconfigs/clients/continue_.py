@@ -8,6 +8,8 @@ at the top of the user's list). Per-model window and output: `defaultCompletionO
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils.translation import gettext as _
 
 from .base import (
@@ -37,7 +39,7 @@ def render(inp: RenderInput) -> Rendered:
     models = []
     legacy = []
     for m in inp.ordered:
-        entry: dict = {
+        entry: dict[str, Any] = {
             "name": f"{m.label} (team gateway)",
             "provider": "openai",
             "model": m.name,
@@ -46,7 +48,7 @@ def render(inp: RenderInput) -> Rendered:
             "roles": list(ROLES),
             "capabilities": ["tool_use"],
         }
-        options: dict = {}
+        options: dict[str, Any] = {}
         if m.context_window:
             options["contextLength"] = m.context_window
         if m.max_output_tokens:
@@ -56,7 +58,7 @@ def render(inp: RenderInput) -> Rendered:
         entry["requestOptions"] = {"headers": dict(headers)}
         models.append(entry)
 
-        old: dict = {
+        old: dict[str, Any] = {
             "title": f"{m.label} (team gateway)",
             "provider": "openai",
             "model": m.name,

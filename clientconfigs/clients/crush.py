@@ -5,13 +5,29 @@ other fields the schema requires), `discover_models: false` so the list is exact
 `models.large`/`models.small` for the default. `api_key` accepts `$VAR`. Read from the source
 (charmbracelet/crush `internal/config`, `schema.json`); the npm package downloads its binary from
 GitHub at install time, which a registry-only machine cannot reach, so it has not been run here.
+The team's MCP servers are `mcp.teamgw-<slug>` entries of type `http` (its MCPConfig: `url`,
+`headers`, whose values expand `$VAR` like `api_key`).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils.translation import gettext as _
 
-from .base import ENV_VAR, PROVIDER_ID, PROVIDER_NAME, Command, ConfigFile, Probe, Rendered, RenderInput, dump_json
+from .base import (
+    ENV_VAR,
+    MCP_PREFIX,
+    PROVIDER_ID,
+    PROVIDER_NAME,
+    Command,
+    ConfigFile,
+    ModelSpec,
+    Probe,
+    Rendered,
+    RenderInput,
+    dump_json,
+)
 
 SLUG = "crush"
 LABEL = "Crush"
@@ -23,7 +39,7 @@ FALLBACK_CONTEXT = 8192
 FALLBACK_OUTPUT = 2048
 
 
-def model_entry(m) -> dict:
+def model_entry(m: ModelSpec) -> dict[str, Any]:
     return {
         "id": m.name,
         "name": m.label,
@@ -40,7 +56,7 @@ def model_entry(m) -> dict:
 
 def render(inp: RenderInput) -> Rendered:
     primary = inp.primary
-    data: dict = {
+    data: dict[str, Any] = {
         "$schema": "https://charm.land/crush.json",
         "providers": {
             PROVIDER_ID: {
@@ -60,6 +76,12 @@ def render(inp: RenderInput) -> Rendered:
             "max_tokens": primary.max_output_tokens or FALLBACK_OUTPUT,
         }
         data["models"] = {"large": role, "small": dict(role)}
+    if inp.mcp_servers:
+        auth = "Bearer " + (inp.api_key or f"${ENV_VAR}")
+        data["mcp"] = {
+            s.entry: {"type": "http", "url": inp.mcp_url(s), "headers": {"Authorization": auth}}
+            for s in inp.mcp_servers
+        }
     data["options"] = {"disable_provider_auto_update": True, "disable_metrics": True}
     commands = [] if inp.api_key else [Command("Before starting crush", f"export {ENV_VAR}=<your key>")]
     commands.append(Command("Try it", 'crush run -q "Reply with the word pong."'))
@@ -73,6 +95,7 @@ def render(inp: RenderInput) -> Rendered:
                 secret=bool(inp.api_key),
                 windows_unconfirmed=True,
                 replace=(f"providers.{PROVIDER_ID}.models", "models.large", "models.small"),
+                owned=(f"mcp.{MCP_PREFIX}",),
             )
         ],
         commands=commands,
@@ -93,6 +116,7 @@ def render(inp: RenderInput) -> Rendered:
                 model_name="id",
                 model_context="context_window",
                 model_output="default_max_tokens",
+                mcp="mcp",
                 client=LABEL,
             )
         ],

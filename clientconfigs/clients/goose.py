@@ -15,6 +15,7 @@ from __future__ import annotations
 from django.utils.translation import gettext as _
 
 from .base import (
+    ENV_FILE,
     ENV_VAR,
     PROVIDER_NAME,
     VERSION_HEADER,
@@ -24,6 +25,7 @@ from .base import (
     Rendered,
     RenderInput,
     dump_json,
+    env_file,
 )
 
 SLUG = "goose"
@@ -32,15 +34,9 @@ ENV_INDIRECTION = True
 PROVIDER = "custom_teamgw"
 PROVIDER_FILE = f"~/.config/goose/custom_providers/{PROVIDER}.json"
 CONFIG = "~/.config/goose/config.yaml"
-ENV_FILE = "~/.config/team-gateway/env"
-# A model whose window the gateway does not know gets the smallest listed one (safe: Goose
-# compacts before it), else this; Goose's own default (128000) could overrun a small server.
-UNKNOWN_WINDOW = 8192
 
 
 def render(inp: RenderInput) -> Rendered:
-    smallest = inp.smallest_window
-    unknown = smallest.context_window if smallest and smallest.context_window else UNKNOWN_WINDOW
     provider = {
         "name": PROVIDER,
         "engine": "openai",
@@ -48,7 +44,7 @@ def render(inp: RenderInput) -> Rendered:
         "description": inp.stamp,
         "api_key_env": ENV_VAR,
         "base_url": inp.api_base + "/chat/completions",
-        "models": [{"name": m.name, "context_limit": m.context_window or unknown} for m in inp.ordered],
+        "models": [{"name": m.name, "context_limit": inp.window_of(m)} for m in inp.ordered],
         "headers": {VERSION_HEADER: inp.version},
         "supports_streaming": True,
     }
@@ -79,18 +75,7 @@ def render(inp: RenderInput) -> Rendered:
             )
         )
     if inp.api_key:
-        files.append(
-            ConfigFile(
-                "env",
-                ENV_FILE,
-                f"# {inp.stamp}\nexport {ENV_VAR}='{inp.api_key}'\n",
-                "dotenv",
-                merge="dotenv",
-                secret=True,
-                note=_("Load it from your shell profile: add `. %(file)s` to ~/.profile, ~/.bashrc or ~/.zshrc.")
-                % {"file": ENV_FILE},
-            )
-        )
+        files.append(env_file(inp, {ENV_VAR: inp.api_key}))
         commands = [Command("Load the key in this shell", f". {ENV_FILE}")]
     else:
         commands = [Command("Before starting goose", f"export {ENV_VAR}=<your key>")]

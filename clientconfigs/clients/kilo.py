@@ -9,6 +9,8 @@ package is missing from npm; 7.7.7 is what was run.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils.translation import gettext as _
 
 from .base import (
@@ -21,7 +23,7 @@ from .base import (
     dump_json,
     window_warnings,
 )
-from .opencode import provider_entry, provider_probe
+from .opencode import MCP_OWNED, mcp_entries, provider_entry, provider_probe
 
 SLUG = "kilo"
 LABEL = "Kilo Code"
@@ -33,11 +35,16 @@ OPT_OUT = "KILO_TELEMETRY_LEVEL=off KILO_DISABLE_AUTOUPDATE=1 KILO_DISABLE_MODEL
 
 def render(inp: RenderInput) -> Rendered:
     api_key = inp.api_key or "{env:%s}" % ENV_VAR  # noqa: UP031 - Kilo's (OpenCode's) own syntax
-    data: dict = {"$schema": "https://app.kilo.ai/config.json", "provider": {PROVIDER_ID: provider_entry(inp, api_key)}}
+    data: dict[str, Any] = {
+        "$schema": "https://app.kilo.ai/config.json",
+        "provider": {PROVIDER_ID: provider_entry(inp, api_key)},
+    }
     primary = inp.primary
     if primary:
         data["model"] = f"{PROVIDER_ID}/{primary.name}"
         data["small_model"] = f"{PROVIDER_ID}/{primary.name}"
+    if inp.mcp_servers:
+        data["mcp"] = mcp_entries(inp, api_key)
     data["autoupdate"] = False
     data["share"] = "disabled"
     commands = []
@@ -60,6 +67,7 @@ def render(inp: RenderInput) -> Rendered:
                 secret=bool(inp.api_key),
                 windows_unconfirmed=True,
                 replace=(f"provider.{PROVIDER_ID}.models",),
+                owned=MCP_OWNED,
                 note=_("If you keep a kilo.jsonc instead, copy the provider block into it by hand."),
             )
         ],

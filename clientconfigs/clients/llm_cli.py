@@ -6,11 +6,12 @@ llm/default_plugins/openai_models.py: `model_id` (what `llm -m` takes), `model_n
 API), `api_base`, `api_key_name` (an alias in keys.json, as `llm keys set NAME` stores it),
 `headers`, and the flags `supports_tools`, `supports_schema`, `vision`, `can_stream`. The file has
 no key field and no context window. Our entries are `teamgw/<model>` between marker comments: a
-second install replaces them, the user's own entries stay. The Windows installer has no merge for a
-top-level YAML list yet: there the page's file is copied by hand.
+second install replaces them, the user's own entries stay (on Windows too).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.utils.translation import gettext as _
 
@@ -38,7 +39,7 @@ DEFAULT = DIR + "/default_model.txt"
 PREFIX = PROVIDER_ID + "/"
 
 
-def _file(name: str, content: str, fmt: str, merge: str, **kw) -> ConfigFile:
+def _file(name: str, content: str, fmt: str, merge: str, **kw: Any) -> ConfigFile:
     return ConfigFile(
         name,
         f"{DIR}/{name}",

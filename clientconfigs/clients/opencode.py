@@ -1,15 +1,20 @@
 """OpenCode: a custom provider in ~/.config/opencode/opencode.json (merged with other configs).
 
 `@ai-sdk/openai-compatible` speaks Chat Completions to `{baseURL}/chat/completions`; the key can stay
-in the environment with `{env:VAR}`. `limit.output` becomes the request's max_tokens.
+in the environment with `{env:VAR}`. `limit.output` becomes the request's max_tokens. The team's
+MCP servers are `mcp.teamgw-<slug>` entries of type `remote` with the key as a bearer header
+(`{env:VAR}` too when no key was minted); Kilo, a fork, reads the same.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.utils.translation import gettext as _
 
 from .base import (
     ENV_VAR,
+    MCP_PREFIX,
     PROVIDER_ID,
     PROVIDER_NAME,
     VERSION_HEADER,
@@ -30,10 +35,10 @@ PATH = "~/.config/opencode/opencode.json"
 PROMPT_TOKENS = 7700  # measured: 6.1-7.7k for a one-line request
 
 
-def provider_entry(inp: RenderInput, api_key: str) -> dict:
-    models: dict = {}
+def provider_entry(inp: RenderInput, api_key: str) -> dict[str, Any]:
+    models: dict[str, Any] = {}
     for m in inp.models:
-        entry: dict = {"name": m.label}
+        entry: dict[str, Any] = {"name": m.label}
         if m.context_window and m.max_output_tokens:
             entry["limit"] = {"context": m.context_window, "output": m.max_output_tokens}
         entry["tool_call"] = True
@@ -46,13 +51,34 @@ def provider_entry(inp: RenderInput, api_key: str) -> dict:
     }
 
 
+def mcp_entries(inp: RenderInput, api_key: str) -> dict:
+    """OpenCode's (and Kilo's) remote MCP servers: one `teamgw-<slug>` entry per allowed server."""
+    return {
+        s.entry: {
+            "type": "remote",
+            "url": inp.mcp_url(s),
+            "headers": {"Authorization": f"Bearer {api_key}"},
+            "enabled": True,
+        }
+        for s in inp.mcp_servers
+    }
+
+
+MCP_OWNED = (f"mcp.{MCP_PREFIX}",)
+
+
 def render(inp: RenderInput) -> Rendered:
     api_key = inp.api_key or "{env:%s}" % ENV_VAR  # noqa: UP031 - OpenCode's own syntax
-    data: dict = {"$schema": "https://opencode.ai/config.json", "provider": {PROVIDER_ID: provider_entry(inp, api_key)}}
+    data: dict[str, Any] = {
+        "$schema": "https://opencode.ai/config.json",
+        "provider": {PROVIDER_ID: provider_entry(inp, api_key)},
+    }
     primary = inp.primary
     if primary:
         data["model"] = f"{PROVIDER_ID}/{primary.name}"
         data["small_model"] = f"{PROVIDER_ID}/{primary.name}"
+    if inp.mcp_servers:
+        data["mcp"] = mcp_entries(inp, api_key)
     commands = [Command("Check the config", "opencode debug config > /dev/null && echo config ok")]
     if not inp.api_key:
         commands.insert(0, Command("Before starting opencode", f"export {ENV_VAR}=<your key>"))
@@ -67,6 +93,7 @@ def render(inp: RenderInput) -> Rendered:
                 windows_unconfirmed=True,
                 note=_("If you keep an opencode.jsonc instead, copy the provider block into it by hand."),
                 replace=(f"provider.{PROVIDER_ID}.models",),
+                owned=MCP_OWNED,
             )
         ],
         commands=commands,
@@ -87,6 +114,7 @@ def provider_probe(path: str, provider_id: str, label: str, prompt_tokens: int) 
         model_name="$key",
         model_context="limit.context",
         model_output="limit.output",
+        mcp="mcp",
         client=label,
         needs=window_need(prompt_tokens),
     )

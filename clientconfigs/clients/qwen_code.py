@@ -7,17 +7,24 @@ from ~/.qwen/.env. `model.name` with `security.auth.selectedType` is the selecte
 list is shared with the user's own providers: the installer replaces only entries with our ids or
 our base URL. Qwen Code clamps the output cap to what the window leaves
 (`min(cap, max(4000, window - prompt - max(10000, 5 % of window)))`), hence its 4000-token floor.
+The team's MCP servers are `mcpServers.teamgw-<slug>` entries with `httpUrl` (Streamable HTTP; `url`
+would mean SSE) and the key in an Authorization header: written literally when one was minted (the
+file is then 0600), else `$TEAM_GATEWAY_API_KEY`, which Qwen Code expands from the environment.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.utils.translation import gettext as _
 
 from .base import (
     ENV_VAR,
+    MCP_PREFIX,
     VERSION_HEADER,
     Command,
     ConfigFile,
+    ModelSpec,
     Probe,
     Rendered,
     RenderInput,
@@ -35,9 +42,14 @@ PROMPT_TOKENS = 19400  # measured: 14 tools, plus a ~10.9k background request af
 ANSWER_FLOOR = 4000  # the smallest output cap Qwen Code sends
 
 
-def provider(m, inp: RenderInput) -> dict:
-    entry: dict = {"id": m.name, "name": f"{m.label} (team gateway)", "envKey": ENV_VAR, "baseUrl": inp.api_base}
-    generation: dict = {"customHeaders": {VERSION_HEADER: inp.version}}
+def provider(m: ModelSpec, inp: RenderInput) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "id": m.name,
+        "name": f"{m.label} (team gateway)",
+        "envKey": ENV_VAR,
+        "baseUrl": inp.api_base,
+    }
+    generation: dict[str, Any] = {"customHeaders": {VERSION_HEADER: inp.version}}
     if m.context_window:
         generation["contextWindowSize"] = m.context_window
     if m.max_output_tokens:
@@ -48,13 +60,18 @@ def provider(m, inp: RenderInput) -> dict:
 
 def render(inp: RenderInput) -> Rendered:
     primary = inp.primary
-    data: dict = {
+    data: dict[str, Any] = {
         "$version": 4,
         "modelProviders": {"openai": [provider(m, inp) for m in inp.ordered]},
         "security": {"auth": {"selectedType": "openai"}},
     }
     if primary:
         data["model"] = {"name": primary.name}
+    if inp.mcp_servers:
+        auth = "Bearer " + (inp.api_key or f"${ENV_VAR}")
+        data["mcpServers"] = {
+            s.entry: {"httpUrl": inp.mcp_url(s), "headers": {"Authorization": auth}} for s in inp.mcp_servers
+        }
     data["privacy"] = {"usageStatisticsEnabled": False}
     data["telemetry"] = {"enabled": False}
     data["general"] = {"enableAutoUpdate": False}
@@ -65,6 +82,8 @@ def render(inp: RenderInput) -> Rendered:
             dump_json(data),
             "json",
             lists=("modelProviders.openai:id:baseUrl",),
+            owned=(f"mcpServers.{MCP_PREFIX}",),
+            secret=bool(inp.api_key and inp.mcp_servers),
             note=_("Your other settings and providers stay; our models replace the ones written before."),
         )
     ]
@@ -102,6 +121,8 @@ def render(inp: RenderInput) -> Rendered:
                 model_context="generationConfig.contextWindowSize",
                 model_output="generationConfig.samplingParams.max_tokens",
                 model_base="baseUrl",
+                mcp="mcpServers",
+                mcp_url="httpUrl",
                 client=LABEL,
                 needs=window_need(PROMPT_TOKENS, ANSWER_FLOOR),
             )

@@ -7,6 +7,8 @@ merging the profiles into the existing ones. One profile per model, because a Ro
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils.translation import gettext as _
 
 from .base import PROVIDER_NAME, VERSION_HEADER, ConfigFile, Probe, Rendered, RenderInput, dump_json
@@ -25,9 +27,9 @@ def profile_name(model_label: str) -> str:
 
 
 def render(inp: RenderInput) -> Rendered:
-    configs: dict = {}
+    configs: dict[str, Any] = {}
     for m in inp.models:
-        info: dict = {
+        info: dict[str, Any] = {
             "contextWindow": m.context_window or FALLBACK_CONTEXT,
             "supportsImages": False,
             "supportsPromptCache": False,
@@ -43,7 +45,7 @@ def render(inp: RenderInput) -> Rendered:
             "openAiHeaders": {VERSION_HEADER: inp.version},
             "openAiStreamingEnabled": True,
         }
-    profiles: dict = {"apiConfigs": configs}
+    profiles: dict[str, Any] = {"apiConfigs": configs}
     if inp.primary:
         profiles = {"currentApiConfigName": profile_name(inp.primary.label), **profiles}
     vscode = {"roo-cline.autoImportSettingsPath": PATH}

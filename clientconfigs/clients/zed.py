@@ -10,6 +10,8 @@ installer leaves such a file alone and says to paste the block. Not run here (a 
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils.translation import gettext as _
 
 from .base import PROVIDER_ID, Command, ConfigFile, Probe, Rendered, RenderInput, dump_json
@@ -29,7 +31,7 @@ def render(inp: RenderInput) -> Rendered:
     primary = inp.primary
     models = []
     for m in inp.ordered:
-        entry: dict = {"name": m.name, "display_name": f"{m.label} (team gateway)"}
+        entry: dict[str, Any] = {"name": m.name, "display_name": f"{m.label} (team gateway)"}
         entry["max_tokens"] = m.context_window or FALLBACK_CONTEXT
         if m.max_output_tokens:
             entry["max_output_tokens"] = m.max_output_tokens
@@ -40,7 +42,7 @@ def render(inp: RenderInput) -> Rendered:
             "prompt_cache_key": False,
         }
         models.append(entry)
-    data: dict = {
+    data: dict[str, Any] = {
         "language_models": {"openai_compatible": {PROVIDER_ID: {"api_url": inp.api_base, "available_models": models}}}
     }
     if primary:

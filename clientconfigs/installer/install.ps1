@@ -1,19 +1,39 @@
 # Team gateway: install this developer's client configs on Windows, or check them (the doctor).
 #   & ([scriptblock]::Create((irm PORTAL/connect/install.ps1))) -Token <download-token>
 #   & ([scriptblock]::Create((irm PORTAL/connect/install.ps1))) -Check <client>
+#   & ([scriptblock]::Create((irm PORTAL/connect/install.ps1))) -Uninstall <client>|all [-Yes]
 # Existing files are merged, never replaced, after a timestamped backup; files holding a key are
 # readable by the current user only. Windows PowerShell 5.1 or PowerShell 7.
-param([string]$Token = "", [string]$Check = "")
+param([string]$Token = "", [string]$Check = "", [string]$Uninstall = "", [switch]$Yes)
 $ErrorActionPreference = "Stop"
 $Portal = __PORTAL__
 $Gateway = __GATEWAY__
 $Probes = __PROBES__ | ConvertFrom-Json
+$Messages = __MESSAGES__ | ConvertFrom-Json
+$Specs = __UNINSTALL__ | ConvertFrom-Json
 $Begin = "# >>> team-gateway models (managed by the portal installer; edits here are replaced)"
 $End = "# <<< team-gateway models"
 
 function Expand-TeamPath([string]$p) {
   if ($p.StartsWith("~/")) { $p = Join-Path $env:USERPROFILE ($p.Substring(2) -replace "/", "\") }
   return [Environment]::ExpandEnvironmentVariables($p)
+}
+
+function Convert-TeamText([string]$text) {
+  # As install.py's translate: the portal's templates ({name} stands for a value), most specific first.
+  foreach ($t in @($Messages.PSObject.Properties | Sort-Object { -($_.Name -replace '\{\w+\}', '').Length })) {
+    $names = @([regex]::Matches($t.Name, '\{(\w+)\}') | ForEach-Object { $_.Groups[1].Value })
+    $pattern = '^' + (([regex]::Escape($t.Name)) -replace '\\\{(\w+)}', '(?<$1>.+?)') + '$'
+    $m = [regex]::Match($text, $pattern, 'Singleline')
+    if ($m.Success) { $out = $t.Value; foreach ($n in $names) { $out = $out.Replace("{$n}", $m.Groups[$n].Value) }; return $out }
+  }
+  return $text
+}
+
+function Write-Host([string]$Object) {
+  # Every message goes out in the developer's language: its symbol stays, the rest is translated.
+  if ($Object -match '^(\+|x|\.|!|->) (.*)$') { $Object = "$($Matches[1]) $(Convert-TeamText $Matches[2])" }
+  Microsoft.PowerShell.Utility\Write-Host $Object
 }
 
 function ConvertTo-Table($o) {
@@ -51,6 +71,21 @@ function Set-At($node, [string]$dotted, $value) {
   $node[$parts[-1]] = $value
 }
 
+function Remove-Owned($data, $owned) {
+  # "mcpServers.teamgw-": drop the entries named with our prefix (our MCP servers), keep the user's.
+  foreach ($spec in @($owned)) {
+    if (-not $spec) { continue }
+    $i = $spec.LastIndexOf("."); $node = Get-At $data $spec.Substring(0, $i); $prefix = $spec.Substring($i + 1)
+    if ($node -is [System.Collections.IDictionary]) { foreach ($k in @($node.Keys)) { if ($k.StartsWith($prefix)) { $node.Remove($k) } } }
+  }
+}
+
+function Test-OwnedTable([string]$name, $names, $owned) {
+  foreach ($n in @($names)) { if ($n -and ($name -eq $n -or $name.StartsWith("$n."))) { return $true } }
+  foreach ($o in @($owned)) { if ($o -and $name.StartsWith($o)) { return $true } }
+  return $false
+}
+
 function Merge-Json($old, $file) {
   # Same rules as install.py's merge_json: deep merge; `replace` keys take our value whole; `lists`
   # ("path:id:base") keep the user's entries that have neither our id nor our base URL.
@@ -61,6 +96,7 @@ function Merge-Json($old, $file) {
     $data = ConvertTo-Table ($old | ConvertFrom-Json)
     if (-not ($data -is [System.Collections.IDictionary])) { throw "the existing file is not a JSON object" }
     $theirs = ConvertTo-Table ($old | ConvertFrom-Json)
+    Remove-Owned $data $file.owned
     Merge-Deep $data $new
   }
   foreach ($dotted in $file.replace) {
@@ -111,8 +147,7 @@ function Merge-Toml($old, $file) {
     if (-not ($m -and ($keys -contains $Matches[1].Trim('"', "'")))) { [void]$out.Add($l) }
   }
   foreach ($t in $theirs.tables) {
-    $mine = $false; foreach ($n in $names) { if ($t.name -eq $n -or $t.name.StartsWith("$n.")) { $mine = $true } }
-    if (-not $mine) { $t.lines | ForEach-Object { [void]$out.Add($_) } }
+    if (-not (Test-OwnedTable $t.name $names $file.owned)) { $t.lines | ForEach-Object { [void]$out.Add($_) } }
   }
   foreach ($t in $ours.tables) { [void]$out.Add(""); $t.lines | ForEach-Object { [void]$out.Add($_) } }
   return ((($out -join "`n").Trim("`n")) -replace "`n{3,}", "`n`n") + "`n"
@@ -189,6 +224,57 @@ function Merge-YamlKeys($old, $file) {
   return $file.content
 }
 
+function Merge-YamlList($old, $file) {
+  # As install.py's merge_yaml_list (llm's extra-openai-models.yaml, one top-level list): our items
+  # between the markers at the end; the old block and unmarked items with our model_id prefix go first.
+  $ours = @($file.content.TrimEnd("`n") -split "`r?`n")
+  if ($null -eq $old -or $old.Trim() -eq "") { return ((@($Begin) + $ours + @($End)) -join "`n") + "`n" }
+  $body = @($old -split "`r?`n" | Where-Object { -not $_.TrimStart().StartsWith("#") -and $_.Trim() })
+  if ($body.Count -and $body[0].TrimStart().StartsWith("[")) { throw "the list is written inline; add the models by hand" }
+  $lines = New-Object System.Collections.ArrayList; $skip = $false
+  foreach ($l in ($old -split "`r?`n")) {
+    if ($l.Trim() -eq $Begin) { $skip = $true; continue }
+    if ($skip) { if ($l.Trim() -eq $End) { $skip = $false }; continue }
+    if (-not $l.StartsWith("# Team gateway config")) { [void]$lines.Add($l) }
+  }
+  $kept = New-Object System.Collections.ArrayList; $item = $null; $indent = -1; $pad = ""
+  $flush = { if ($null -ne $item) { if (-not (@($item | Where-Object { $_ -match '^\s*-?\s*model_id:\s*[''"]?teamgw/' }).Count)) { $item | ForEach-Object { [void]$kept.Add($_) } } } }
+  foreach ($l in $lines) {
+    if ($l -match '^(\s*)-') { if ($indent -lt 0) { $indent = $Matches[1].Length; $pad = $Matches[1] }; if ($Matches[1].Length -eq $indent) { & $flush; $item = New-Object System.Collections.ArrayList; [void]$item.Add($l); continue } }
+    if ($null -ne $item) { [void]$item.Add($l) } else { [void]$kept.Add($l) }
+  }
+  & $flush
+  $block = @("$pad$Begin") + @($ours | ForEach-Object { if ($_) { "$pad$_" } else { $_ } }) + @("$pad$End")
+  return ((@($kept) + $block) -join "`n").Trim("`n") + "`n"
+}
+
+function Merge-TomlItems($old, $file) {
+  # As install.py's merge_toml_items (Mistral Vibe): our top-level keys replace theirs; their
+  # [[providers]]/[[models]] items with name or provider "teamgw" are dropped, ours appended.
+  if ($null -eq $old -or $old.Trim() -eq "") { return $file.content }
+  $ours = Split-Toml $file.content; $theirs = Split-Toml $old
+  $keys = @($ours.top | Where-Object { $_ -match '^\s*([A-Za-z0-9_\-"''.]+)\s*=' } | ForEach-Object { ($_ -split "=")[0].Trim().Trim('"', "'") })
+  $out = New-Object System.Collections.ArrayList
+  $ours.top | Where-Object { $_.Trim() -ne "" } | ForEach-Object { [void]$out.Add($_) }
+  [void]$out.Add("")
+  foreach ($l in $theirs.top) {
+    if ($l.StartsWith("# Team gateway")) { continue }
+    $m = $l -match '^\s*([A-Za-z0-9_\-"''.]+)\s*='
+    if (-not ($m -and ($keys -contains $Matches[1].Trim('"', "'")))) { [void]$out.Add($l) }
+  }
+  $items = New-Object System.Collections.ArrayList
+  foreach ($t in $theirs.tables) {
+    $head = $t.lines[0].TrimStart()
+    if ($items.Count -and -not $head.StartsWith("[[") -and $t.name.StartsWith($items[-1].name + ".")) { $t.lines | ForEach-Object { [void]$items[-1].lines.Add($_) } }
+    else { [void]$items.Add(@{ name = $t.name; lines = [System.Collections.ArrayList]@($t.lines) }) }
+  }
+  foreach ($i in $items) {
+    if (-not (@($i.lines | Where-Object { $_ -match '^\s*(name|provider)\s*=\s*"teamgw"\s*$' }).Count)) { [void]$out.Add(""); $i.lines | ForEach-Object { [void]$out.Add($_) } }
+  }
+  foreach ($t in $ours.tables) { [void]$out.Add(""); $t.lines | ForEach-Object { [void]$out.Add($_) } }
+  return ((($out -join "`n").Trim("`n")) -replace "`n{3,}", "`n`n") + "`n"
+}
+
 function Protect-File([string]$path) {
   # The Windows equivalent of mode 0600: no inherited access, full control for this user only.
   & icacls $path /inheritance:r /grant:r "$($env:USERNAME):(F)" | Out-Null
@@ -202,6 +288,17 @@ function Install-Bundle([string]$tok) {
     exit 1
   }
   $stamp = Get-Date -Format "yyyyMMdd-HHmmss"; $failures = 0
+  $sent = @($bundle.files | ForEach-Object { $_.path })
+  foreach ($spec in @($Specs.($bundle.client))) {
+    # Our MCP entries in a file this bundle does not write (no team server allowed any more).
+    if (-not $spec -or -not $spec.owned -or ($sent -contains $spec.path)) { continue }
+    $path = Expand-TeamPath $spec.windows_path
+    if (-not (Test-Path $path)) { continue }
+    $old = [IO.File]::ReadAllText($path); $data = ConvertTo-Table ($old | ConvertFrom-Json)
+    Remove-Owned $data $spec.owned
+    $text = ($data | ConvertTo-Json -Depth 32) + "`n"
+    if ($text -ne $old) { [IO.File]::WriteAllText("$path.bak-$stamp", $old); [IO.File]::WriteAllText($path, $text, (New-Object System.Text.UTF8Encoding $false)); Write-Host "+ ${path}: team MCP servers no longer allowed are removed" }
+  }
   foreach ($f in $bundle.files) {
     $path = Expand-TeamPath $f.windows_path
     $old = $null; if (Test-Path $path) { $old = [IO.File]::ReadAllText($path) }
@@ -212,6 +309,8 @@ function Install-Bundle([string]$tok) {
         "dotenv" { $text = Merge-Dotenv $old $f }
         "yaml-models" { $text = Merge-YamlModels $old $f }
         "yaml-keys" { $text = Merge-YamlKeys $old $f }
+        "yaml-list" { $text = Merge-YamlList $old $f }
+        "toml-items" { $text = Merge-TomlItems $old $f }
         "text" { $text = $f.content }
         default { throw "no Windows merge for '$($f.merge)'" }
       }
@@ -262,15 +361,22 @@ function Invoke-Doctor([string]$client) {
   # JSON files are checked in full; TOML and YAML files only for the base URL (PowerShell has no parser for them).
   $probes = $Probes.$client
   if (-not $probes) { Write-Host "unknown client $client"; exit 2 }
-  $problems = 0; $key = $env:TEAM_GATEWAY_API_KEY
+  $problems = 0; $key = $env:TEAM_GATEWAY_API_KEY; $servers = New-Object System.Collections.ArrayList
   foreach ($p in $probes) {
     if ($p.format -eq "ccswitch") { Write-Host ". $($p.file): CC Switch's database is checked on macOS and Linux only"; continue }
     $path = Expand-TeamPath $p.file
-    if (-not (Test-Path $path)) { Write-Host "x $($p.file): not found"; $problems++; continue }
+    if (-not (Test-Path $path)) {
+      if ($p.mcp -and -not $p.base_url) { Write-Host ". $($p.file): no team MCP servers installed"; continue }
+      Write-Host "x $($p.file): not found"; $problems++; continue
+    }
     $text = [IO.File]::ReadAllText($path)
     if ($p.format -eq "json") {
       $data = ConvertTo-Table ($text | ConvertFrom-Json)
       $bases = Get-Dotted $data $p.base_url
+      if ($p.mcp) {
+        $entries = Get-At $data $p.mcp
+        if ($entries -is [System.Collections.IDictionary]) { foreach ($n in @($entries.Keys)) { if ($n.StartsWith("teamgw-")) { [void]$servers.Add(@{ name = $n; url = $entries[$n][$p.mcp_url] }) } } }
+      }
       if ($p.key -and -not $key) { $k = @(Get-Dotted $data $p.key) | Where-Object { $_ -and -not $_.StartsWith("PASTE-") -and -not $_.StartsWith("{env:") } | Select-Object -First 1; if ($k) { $key = $k } }
     } else {
       $bases = @([regex]::Matches($text, '(?m)(?:base_url|apiBase)\s*[:=]\s*"?([^"\s]+)"?') | ForEach-Object { $_.Groups[1].Value })
@@ -288,9 +394,117 @@ function Invoke-Doctor([string]$client) {
     Write-Host "+ key valid"
     Write-Host ". models for this key: $((@($models.data) | ForEach-Object { $_.id }) -join ', ')"
   } catch { Write-Host "x the gateway rejected the key or is unreachable: $($_.Exception.Message)"; exit 1 }
+  foreach ($s in $servers) {
+    # The gateway's MCP endpoint is stateless Streamable HTTP: initialize, then tools/list.
+    $headers = @{ Authorization = "Bearer $key"; Accept = "application/json, text/event-stream" }
+    try {
+      $hello = '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"team-gateway-doctor","version":"1"}}}'
+      Invoke-WebRequest -UseBasicParsing -Method Post -Uri $s.url -Headers $headers -ContentType "application/json" -Body $hello | Out-Null
+      $answer = Invoke-WebRequest -UseBasicParsing -Method Post -Uri $s.url -Headers $headers -ContentType "application/json" -Body '{"jsonrpc":"2.0","id":2,"method":"tools/list"}'
+      $body = "$($answer.Content)"; if (-not $body.TrimStart().StartsWith("{")) { $body = (($body -split "`r?`n") | Where-Object { $_.StartsWith("data:") } | Select-Object -Last 1).Substring(5) }
+      $tools = @(($body | ConvertFrom-Json).result.tools | ForEach-Object { $_.name } | Sort-Object)
+      if ($tools.Count) { Write-Host "+ MCP server $($s.name): you may call $($tools -join ', ')" } else { Write-Host "! MCP server $($s.name): reachable, but this key may call none of its tools" }
+    } catch { Write-Host "x MCP server $($s.name) ($($s.url)): the gateway refused or is unreachable: $($_.Exception.Message)"; $problems++ }
+  }
   if ($problems) { exit 1 }
 }
 
+function Remove-Path($data, [string]$dotted) {
+  # Delete a dotted key (or a key with dots in its name), then the objects it left empty.
+  if ($data.Contains($dotted)) { $data.Remove($dotted); return }
+  $parts = $dotted.Split("."); $chain = @($data)
+  for ($i = 0; $i -lt $parts.Length - 1; $i++) {
+    $next = $chain[-1][$parts[$i]]; if (-not ($next -is [System.Collections.IDictionary])) { return }; $chain += ,$next
+  }
+  if (-not $chain[-1].Contains($parts[-1])) { return }
+  $chain[-1].Remove($parts[-1])
+  for ($i = $chain.Length - 1; $i -gt 0; $i--) { if ($chain[$i].Count) { break }; $chain[$i - 1].Remove($parts[$i - 1]) }
+}
+
+function Get-Unmerged($spec, [string]$text) {
+  # What is left of one installed file once the team gateway's entries are out (install.py's unmerge_*).
+  switch ($spec.merge) {
+    "json" {
+      $data = ConvertTo-Table ($text | ConvertFrom-Json)
+      foreach ($p in @($spec.paths)) { if ($p) { Remove-Path $data $p } }
+      foreach ($l in @($spec.lists)) {
+        if (-not $l) { continue }
+        $dotted, $idKey, $baseKey = $l.Split(":")
+        $kept = @(@(Get-At $data $dotted) | Where-Object { $_ -and -not ($_ -is [System.Collections.IDictionary] -and "$($_[$baseKey])".StartsWith($Gateway)) })
+        if ($kept.Count) { Set-At $data $dotted $kept } else { Remove-Path $data $dotted }
+      }
+      Remove-Owned $data $spec.owned
+      foreach ($o in @($spec.owned)) { if ($o) { $at = $o.Substring(0, $o.LastIndexOf(".")); $n = Get-At $data $at; if ($n -is [System.Collections.IDictionary] -and -not $n.Count) { Remove-Path $data $at } } }
+      return ($data | ConvertTo-Json -Depth 32) + "`n"
+    }
+    "toml" {
+      $split = Split-Toml $text; $out = New-Object System.Collections.ArrayList
+      foreach ($l in $split.top) {
+        if ($l.StartsWith("# Team gateway")) { continue }
+        if (($l -match '^\s*([A-Za-z0-9_\-"''.]+)\s*=') -and (@($spec.keys) -contains $Matches[1].Trim('"', "'"))) { continue }
+        [void]$out.Add($l)
+      }
+      foreach ($t in $split.tables) { if (-not (Test-OwnedTable $t.name $spec.tables $spec.owned)) { $t.lines | ForEach-Object { [void]$out.Add($_) } } }
+      return ((($out -join "`n").Trim("`n")) -replace "`n{3,}", "`n`n") + "`n"
+    }
+    "dotenv" {
+      $kept = @($text -split "`r?`n" | Where-Object { -not (($_ -match '^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=') -and (@($spec.keys) -contains $Matches[1])) -and -not $_.StartsWith("# Team gateway config") })
+      return (($kept -join "`n").TrimEnd("`n")) + "`n"
+    }
+    "yaml-keys" {
+      $kept = New-Object System.Collections.ArrayList; $skip = $false
+      foreach ($l in ($text -split "`r?`n")) {
+        if ($l -match '^([A-Za-z0-9_-]+):') { $skip = @($spec.keys) -contains $Matches[1] }
+        elseif ($l.StartsWith("# Team gateway")) { continue }
+        elseif ($l -and -not ($l.StartsWith(" ") -or $l.StartsWith("-"))) { $skip = $false }
+        if (-not $skip) { [void]$kept.Add($l) }
+      }
+      return (($kept -join "`n").Trim("`n")) + "`n"
+    }
+    "text" { if ($text.StartsWith($spec.prefix)) { return "" }; return $text }
+    default {
+      # yaml-models, yaml-list: our block between the markers, and our version lines.
+      $kept = New-Object System.Collections.ArrayList; $skip = $false
+      foreach ($l in ($text -split "`r?`n")) {
+        if ($l.Trim() -eq $Begin) { $skip = $true } elseif ($skip) { $skip = $l.Trim() -ne $End } elseif (-not $l.StartsWith("# Team gateway config")) { [void]$kept.Add($l) }
+      }
+      return (($kept -join "`n").TrimEnd("`n")) + "`n"
+    }
+  }
+}
+
+function Invoke-Uninstall([string]$which) {
+  $clients = if ($which -eq "all") { @($Specs.PSObject.Properties.Name) } else { @($which) }
+  $plan = New-Object System.Collections.ArrayList
+  foreach ($c in $clients) {
+    if (-not $Specs.$c) { Write-Host "unknown client $c"; exit 2 }
+    foreach ($spec in @($Specs.$c)) {
+      if ($spec.merge -eq "ccswitch") { Write-Host ". $($spec.path): remove the $($c) provider Team Gateway in CC Switch itself"; continue }
+      $path = Expand-TeamPath $spec.windows_path
+      if (-not (Test-Path $path)) { continue }
+      $old = [IO.File]::ReadAllText($path)
+      try { $new = Get-Unmerged $spec $old } catch { Write-Host "! $path left unchanged ($($_.Exception.Message)); remove the team gateway entries by hand"; continue }
+      if ($new -eq $old) { continue }
+      $delete = (-not $new.Trim()) -or ($new -eq $spec.skeleton)
+      [void]$plan.Add(@{ path = $path; old = $old; new = $new; delete = $delete })
+      if ($delete) { Write-Host ". delete (only ours in it): $path" } else { Write-Host ". remove our entries from: $path" }
+    }
+  }
+  if (-not $plan.Count) { Write-Host ". nothing of the team gateway's is installed here for: $($clients -join ', ')"; return }
+  if (-not $Yes) {
+    $answer = Read-Host "Remove the team gateway's entries listed above? [y/N]"
+    if ($answer -notmatch '^(y|yes)$') { Write-Host "x nothing removed (pass -Yes to remove without asking)"; exit 1 }
+  }
+  $stamp = Get-Date -Format "yyyyMMdd-HHmmss"
+  foreach ($p in $plan) {
+    [IO.File]::WriteAllText("$($p.path).bak-$stamp", $p.old)
+    if ($p.delete) { Remove-Item $p.path; Write-Host "+ $($p.path): deleted (backup: .bak-$stamp)" }
+    else { [IO.File]::WriteAllText($p.path, $p.new, (New-Object System.Text.UTF8Encoding $false)); Write-Host "+ $($p.path): our entries removed (backup: .bak-$stamp)" }
+  }
+  Write-Host ". the keys minted for these clients still work until you revoke them on the portal"
+}
+
 if ($Check) { Invoke-Doctor $Check }
+elseif ($Uninstall) { Invoke-Uninstall $Uninstall }
 elseif ($Token) { Install-Bundle $Token }
-else { Write-Host "usage: -Token <download-token> (from $Portal/connect/) or -Check <client>"; exit 2 }
+else { Write-Host "usage: -Token <download-token> (from $Portal/connect/), -Check <client> or -Uninstall <client>|all [-Yes]"; exit 2 }

@@ -38,7 +38,37 @@ CCSWITCH_COLUMNS = {
 
 
 def say(symbol, text):
-    print(f"{symbol} {text}")
+    print(f"{symbol} {translate(text)}")
+
+
+def message_patterns():
+    """The portal's {English template: translation} table (TEAM_GATEWAY_MESSAGES, in the developer's
+    language) as (regex, translation) pairs, the most specific template first."""
+    table = json.loads(os.environ.get("TEAM_GATEWAY_MESSAGES") or "{}")
+    out = []
+    for template, translated in table.items():
+        parts = re.split(r"\{(\w+)\}", template)
+        regex = "".join(re.escape(p) if i % 2 == 0 else f"(?P<{p}>.+?)" for i, p in enumerate(parts))
+        out.append((len("".join(parts[::2])), re.compile(regex + r"\Z", re.S), translated))
+    return [(r, t) for _, r, t in sorted(out, key=lambda x: -x[0])]
+
+
+def translate(text):
+    """`text` in the developer's language when it is one of the portal's templates, else as it is."""
+    global PATTERNS
+    if PATTERNS is None:
+        PATTERNS = message_patterns()
+    for regex, translated in PATTERNS:
+        m = regex.match(text)
+        if m:
+            try:
+                return translated.format(**m.groupdict())
+            except (KeyError, IndexError, ValueError):
+                return text
+    return text
+
+
+PATTERNS = None
 
 
 def expand(file):
@@ -49,10 +79,12 @@ def expand(file):
 # --- merges: each takes the existing text (or None) and our text, returns the new text ----------
 
 
-def merge_json(existing, ours, remove=(), replace=(), lists=()):
+def merge_json(existing, ours, remove=(), replace=(), lists=(), owned=()):
     """Deep-merge our object into theirs. `replace`: dotted keys whose value ours replaces whole (our
     model catalogues, so a removed model does not linger). `lists`: "path:id:base" lists shared with
-    the user's entries; ours replace theirs with the same id or base URL, the rest stay after ours."""
+    the user's entries; ours replace theirs with the same id or base URL, the rest stay after ours.
+    `owned`: "path.prefix" — the entries of an object named with our prefix (our MCP servers) are
+    dropped first, so one no longer sent disappears; the user's own entries stay."""
     new = json.loads(ours)
     if existing is None or not existing.strip():
         data = new
@@ -62,6 +94,7 @@ def merge_json(existing, ours, remove=(), replace=(), lists=()):
         if not isinstance(data, dict):
             raise ValueError("the existing file is not a JSON object")
         old = json.loads(existing)
+        drop_owned(data, owned)
         deep_merge(data, new)
     for dotted in replace:
         value = one(new, dotted)
@@ -102,6 +135,16 @@ def deep_merge(into, new):
             into[k] = v
 
 
+def drop_owned(data, owned):
+    """Delete the entries named with our prefix from each owned object ("mcpServers.teamgw-")."""
+    for spec in owned:
+        dotted, prefix = spec.rsplit(".", 1) if "." in spec else ("", spec)
+        node = one(data, dotted) if dotted else data
+        if isinstance(node, dict):
+            for name in [k for k in node if k.startswith(prefix)]:
+                del node[name]
+
+
 def drop(data, parts, keep):
     """Delete a dotted key unless our own file sets it."""
     for p in parts[:-1]:
@@ -131,30 +174,44 @@ def _toml_split(text):
     return top, tables
 
 
-def merge_toml(existing, ours):
-    if existing is None or not existing.strip():
-        return ours
-    our_top, our_tables = _toml_split(ours)
-    their_top, their_tables = _toml_split(existing)
+def _toml_top(our_top, their_top):
+    """Our top-level lines, then theirs without the keys we set and without our old comments."""
     our_keys = {m.group(1).strip("\"'") for m in map(_ASSIGN.match, our_top) if m}
-    our_names = {name for name, _ in our_tables}
-
-    def ours_or_below(name):
-        return any(name == n or name.startswith(n + ".") for n in our_names)
-
-    kept_top = [
+    kept = [
         ln
         for ln in their_top
         if not ((m := _ASSIGN.match(ln)) and m.group(1).strip("\"'") in our_keys) and not ln.startswith(OURS_COMMENT)
     ]
-    out = [ln for ln in our_top if ln.strip()] + [""] + kept_top
+    return [ln for ln in our_top if ln.strip()] + [""] + kept
+
+
+def _ours_or_below(name, names, owned):
+    """A table we write (or one nested in it), or one named with an owned prefix (our MCP servers)."""
+    return any(name == n or name.startswith(n + ".") for n in names) or any(name.startswith(p) for p in owned)
+
+
+def merge_toml(existing, ours, owned=()):
+    if existing is None or not existing.strip():
+        return ours
+    our_top, our_tables = _toml_split(ours)
+    their_top, their_tables = _toml_split(existing)
+    our_names = {name for name, _ in our_tables}
+
+    def ours_or_below(name):
+        return _ours_or_below(name, our_names, owned)
+
+    out = _toml_top(our_top, their_top)
     for name, lines in their_tables:
         if not ours_or_below(name):
             out += lines
     for _, lines in our_tables:
         out += ["", *lines]
     text = "\n".join(out).strip("\n") + "\n"
-    text = re.sub(r"\n{3,}", "\n\n", text)
+    return _toml_checked(re.sub(r"\n{3,}", "\n\n", text))
+
+
+def _toml_checked(text):
+    """The merged text, after Python 3.11+ has parsed it (a merge that breaks the file raises)."""
     try:
         import tomllib  # Python 3.11+
 
@@ -249,6 +306,20 @@ def _our_items(ours):
     return lines[idx + 1 : end], names, base
 
 
+def strip_marked(text):
+    """The lines outside our marker block, without our version lines (also those written before
+    the markers existed)."""
+    out, skipping = [], False
+    for ln in text.splitlines():
+        if ln.strip() == BEGIN:
+            skipping = True
+        elif skipping:
+            skipping = ln.strip() != END
+        elif not ln.startswith(STAMP):
+            out.append(ln)
+    return out
+
+
 def merge_yaml_models(existing, ours):
     """Our models first in the top-level `models:` list (Continue uses the first one), between
     marker comments; nothing else changes. Entries we wrote before are dropped first: the marked
@@ -263,20 +334,7 @@ def merge_yaml_models(existing, ours):
         tail = lines[idx + 1 + len(items) :]
         block = [BEGIN] + ([stamp] if stamp else []) + items + [END]
         return "\n".join(head + block + tail).rstrip("\n") + "\n"
-    lines = existing.splitlines()
-    out, skipping = [], False
-    for ln in lines:
-        if ln.strip() == BEGIN:
-            skipping = True
-            continue
-        if skipping:
-            if ln.strip() == END:
-                skipping = False
-            continue
-        if ln.startswith(STAMP):  # a version line from a file written before the markers
-            continue
-        out.append(ln)
-    lines = out
+    lines = strip_marked(existing)
     drop = set()
     for start, end, _, fields in yaml_items(lines):
         name = fields.get("name", "")
@@ -301,9 +359,18 @@ def merge_yaml_keys(existing, ours):
     """Flat YAML (Aider's .aider.conf.yml): our top-level keys replace theirs, the rest stays."""
     if existing is None or not existing.strip():
         return ours
-    keys = {m.group(1) for m in (re.match(r"^([A-Za-z0-9_-]+):", ln) for ln in ours.splitlines()) if m}
+    body = strip_yaml_keys(existing, yaml_keys(ours))
+    return ours + ("\n" + body + "\n" if body else "")
+
+
+def yaml_keys(text):
+    return {m.group(1) for m in (re.match(r"^([A-Za-z0-9_-]+):", ln) for ln in text.splitlines()) if m}
+
+
+def strip_yaml_keys(text, keys):
+    """Flat YAML without the given top-level keys (and what is nested under them) and our comments."""
     kept, skipping = [], False
-    for ln in existing.splitlines():
+    for ln in text.splitlines():
         m = re.match(r"^([A-Za-z0-9_-]+):", ln)
         if m:
             skipping = m.group(1) in keys
@@ -313,8 +380,7 @@ def merge_yaml_keys(existing, ours):
             skipping = False
         if not skipping:
             kept.append(ln)
-    body = "\n".join(kept).strip("\n")
-    return ours + ("\n" + body + "\n" if body else "")
+    return "\n".join(kept).strip("\n")
 
 
 def yaml_list_items(lines):
@@ -351,14 +417,7 @@ def merge_yaml_list(existing, ours):
         return "\n".join([BEGIN, *ours_lines, END]) + "\n"
     if re.match(r"^\s*\[", "\n".join(ln for ln in existing.splitlines() if not ln.lstrip().startswith("#"))):
         raise ValueError("the list is written inline; add the models by hand")
-    lines, skipping = [], False
-    for ln in existing.splitlines():
-        if ln.strip() == BEGIN:
-            skipping = True
-        elif skipping:
-            skipping = ln.strip() != END
-        elif not ln.startswith(STAMP):
-            lines.append(ln)
+    lines = strip_marked(existing)
     names = {f.get("model_id") for _, _, _, f in yaml_list_items(ours_lines)}
     drop = set()
     items = yaml_list_items(lines)
@@ -371,9 +430,44 @@ def merge_yaml_list(existing, ours):
     return "\n".join([*lines, *block]).strip("\n") + "\n"
 
 
+OUR_ITEM = re.compile(r'^\s*(name|provider)\s*=\s*"teamgw"\s*$')  # clients/base.py PROVIDER_ID
+
+
+def _toml_items(tables):
+    """Tables grouped into items: a `[[x]]` header with the `[x.y]` subtables after it."""
+    items = []
+    for name, lines in tables:
+        head = lines[0].lstrip()
+        if items and not head.startswith("[[") and name.startswith(items[-1][0] + "."):
+            items[-1][1].extend(lines)
+        else:
+            items.append((name, list(lines)))
+    return items
+
+
+def merge_toml_items(existing, ours):
+    """A TOML file whose lists of tables ([[providers]], [[models]]: Mistral Vibe's config.toml) hold
+    the user's entries beside ours: our top-level keys replace theirs, their items that are ours
+    (`name` or `provider` = "teamgw") are dropped, ours are appended; every other table stays."""
+    if existing is None or not existing.strip():
+        return ours
+    our_top, our_tables = _toml_split(ours)
+    their_top, their_tables = _toml_split(existing)
+    out = _toml_top(our_top, their_top)
+    for _, lines in _toml_items(their_tables):
+        if not any(OUR_ITEM.match(ln) for ln in lines):
+            out += ["", *lines]
+    for _, lines in our_tables:
+        out += ["", *lines]
+    return _toml_checked(re.sub(r"\n{3,}", "\n\n", "\n".join(out).strip("\n") + "\n"))
+
+
 MERGES = {
-    "json": lambda old, f: merge_json(old, f["content"], f.get("remove", ()), f.get("replace", ()), f.get("lists", ())),
-    "toml": lambda old, f: merge_toml(old, f["content"]),
+    "json": lambda old, f: merge_json(
+        old, f["content"], f.get("remove", ()), f.get("replace", ()), f.get("lists", ()), f.get("owned", ())
+    ),
+    "toml": lambda old, f: merge_toml(old, f["content"], f.get("owned", ())),
+    "toml-items": lambda old, f: merge_toml_items(old, f["content"]),
     "dotenv": lambda old, f: merge_dotenv(old, f["content"]),
     "yaml-models": lambda old, f: merge_yaml_models(old, f["content"]),
     "yaml-keys": lambda old, f: merge_yaml_keys(old, f["content"]),
@@ -485,9 +579,17 @@ def install_db_providers(bundle, stamp):
     return 0
 
 
-def install(bundle, stamp=None):
+def install(bundle, stamp=None, specs=None):
     stamp = stamp or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     failures = 0
+    sent = {f["path"] for f in bundle["files"]}
+    for spec in (specs or {}).get(bundle.get("client"), []):
+        if spec.get("owned") and spec["path"] not in sent:
+            try:
+                strip_owned(spec, bundle["gateway"], stamp)
+            except Exception as exc:
+                failures += 1
+                say("!", f"{expand(spec)}: left unchanged ({exc}); remove the teamgw-… MCP servers by hand")
     for f in bundle["files"]:
         path = expand(f)
         old = None
@@ -501,10 +603,7 @@ def install(bundle, stamp=None):
             say("!", f"{path}: left unchanged ({exc}). Copy the {f['name']} shown on the portal page by hand.")
             continue
         if old is not None:
-            backup = f"{path}.bak-{stamp}"
-            with open(backup, "w", encoding="utf-8") as fh:
-                fh.write(old)
-            os.chmod(backup, 0o600)
+            backup(path, old, stamp)
         write_file(path, text, f.get("secret", False))
         say("✓", f"{path}" + (f" (backup: {os.path.basename(path)}.bak-{stamp})" if old is not None else ""))
     if bundle.get("db_providers"):
@@ -527,6 +626,223 @@ def install(bundle, stamp=None):
     for w in bundle.get("warnings", []):
         say("!", w)
     say("·", f"config version {bundle['version']}")
+    return 1 if failures else 0
+
+
+# --- uninstall: what a client's files hold of ours, taken out again --------------------------
+# Each spec (installer/__init__.py `uninstall_specs`, from a sample render of the client) names a
+# file, its merge kind and what of it is ours: JSON leaf paths, shared lists and owned prefixes;
+# TOML keys and tables; dotenv variables; flat YAML keys; our marker blocks. Everything else stays.
+
+
+def prune(data, parts):
+    """Delete a dotted key, then the objects on its path that it left empty."""
+    chain = [data]
+    for p in parts[:-1]:
+        node = chain[-1].get(p) if isinstance(chain[-1], dict) else None
+        if not isinstance(node, dict):
+            return
+        chain.append(node)
+    if parts[-1] not in chain[-1]:
+        return
+    del chain[-1][parts[-1]]
+    for i in range(len(chain) - 1, 0, -1):
+        if chain[i]:
+            break
+        del chain[i - 1][parts[i - 1]]
+
+
+def unmerge_json(text, spec, gateway):
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError("the file is not a JSON object")
+    for dotted in spec.get("paths", ()):
+        if dotted in data:  # a key with dots in its name (VS Code's "roo-cline.autoImportSettingsPath")
+            del data[dotted]
+        else:
+            prune(data, dotted.split("."))
+    for entry in spec.get("lists", ()):
+        dotted, _, base_key = entry.split(":")
+        items = one(data, dotted)
+        if isinstance(items, list):
+            kept = [i for i in items if not (isinstance(i, dict) and str(i.get(base_key, "")).startswith(gateway))]
+            put(data, dotted.split("."), kept)
+            if not kept:
+                prune(data, dotted.split("."))
+    for entry in spec.get("owned", ()):
+        drop_owned(data, [entry])
+        dotted = entry.rsplit(".", 1)[0]
+        if one(data, dotted) == {}:
+            prune(data, dotted.split("."))
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def unmerge_toml(text, spec, gateway):
+    top, tables = _toml_split(text)
+    keys, names, owned = set(spec.get("keys", ())), spec.get("tables", ()), spec.get("owned", ())
+    out = [
+        ln
+        for ln in top
+        if not ((m := _ASSIGN.match(ln)) and m.group(1).strip("\"'") in keys) and not ln.startswith(OURS_COMMENT)
+    ]
+    for name, lines in tables:
+        if not _ours_or_below(name, names, owned):
+            out += lines
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(out).strip("\n") + "\n").lstrip("\n")
+
+
+def unmerge_toml_items(text, spec, gateway):
+    """Our top-level keys and our items ([[providers]]/[[models]] naming teamgw) out; theirs stay."""
+    top, tables = _toml_split(text)
+    keys = set(spec.get("keys", ()))
+    out = [
+        ln
+        for ln in top
+        if not ((m := _ASSIGN.match(ln)) and m.group(1).strip("\"'") in keys) and not ln.startswith(OURS_COMMENT)
+    ]
+    for _, lines in _toml_items(tables):
+        if not any(OUR_ITEM.match(ln) for ln in lines):
+            out += ["", *lines]
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(out).strip("\n") + "\n").lstrip("\n")
+
+
+def unmerge_dotenv(text, spec, gateway):
+    names = set(spec.get("keys", ()))
+    kept = [
+        ln
+        for ln in text.splitlines()
+        if not ((m := re.match(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=", ln)) and m.group(1) in names)
+        and not ln.startswith(STAMP)
+    ]
+    body = "\n".join(kept).rstrip("\n")
+    return body + "\n" if body else ""
+
+
+def unmerge_marked(text, spec, gateway):
+    body = "\n".join(strip_marked(text)).rstrip("\n")
+    return body + "\n" if body else ""
+
+
+def unmerge_yaml_keys(text, spec, gateway):
+    body = strip_yaml_keys(text, set(spec.get("keys", ())))
+    return body + "\n" if body else ""
+
+
+def unmerge_text(text, spec, gateway):
+    return "" if text.startswith(spec.get("prefix") or "\0") else text
+
+
+UNMERGES = {
+    "json": unmerge_json,
+    "toml": unmerge_toml,
+    "toml-items": unmerge_toml_items,
+    "dotenv": unmerge_dotenv,
+    "yaml-models": unmerge_marked,
+    "yaml-list": unmerge_marked,
+    "yaml-keys": unmerge_yaml_keys,
+    "text": unmerge_text,
+}
+
+
+def unmerged(spec, gateway):
+    """(path, old text, new text or None to delete the file) for one installed file, or None when
+    it holds nothing of ours. A file that is left as our own fresh install would be is deleted."""
+    path = expand(spec)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as fh:
+        old = fh.read()
+    new = UNMERGES[spec["merge"]](old, spec, gateway.rstrip("/"))
+    if new == old:
+        return None
+    return path, old, (None if not new.strip() or new == spec.get("skeleton") else new)
+
+
+def strip_owned(spec, gateway, stamp):
+    """Drop our MCP entries from a file this bundle does not write (no server allowed any more)."""
+    found = unmerged({**spec, "paths": (), "lists": (), "keys": (), "tables": (), "skeleton": None}, gateway)
+    if found:
+        path, old, new = found
+        backup(path, old, stamp)
+        write_file(path, new if new is not None else "{}\n", spec.get("secret", False))
+        say("✓", f"{path}: the team MCP servers no longer allowed are removed")
+
+
+def backup(path, old, stamp):
+    with open(f"{path}.bak-{stamp}", "w", encoding="utf-8") as fh:
+        fh.write(old)
+    os.chmod(f"{path}.bak-{stamp}", 0o600)
+
+
+def ccswitch_remove(path, stamp):
+    """Delete our provider rows from CC Switch's database (after a backup). Returns how many."""
+    conn = sqlite3.connect(path, timeout=10)
+    try:
+        if not conn.execute("SELECT 1 FROM providers WHERE id = ?", (CCSWITCH_ID,)).fetchone():
+            return 0
+        with sqlite3.connect(f"{path}.bak-{stamp}") as copy:
+            conn.backup(copy)
+        os.chmod(f"{path}.bak-{stamp}", 0o600)
+        with conn:
+            return conn.execute("DELETE FROM providers WHERE id = ?", (CCSWITCH_ID,)).rowcount
+    finally:
+        conn.close()
+
+
+def confirm(question):
+    """Ask on the terminal (stdin is the script itself under `curl | sh`); no terminal: no."""
+    try:
+        with open("/dev/tty", "r+", encoding="utf-8") as tty:
+            tty.write(question + " [y/N] ")
+            tty.flush()
+            return tty.readline().strip().lower() in ("y", "yes")
+    except OSError:
+        return False
+
+
+def uninstall(specs, gateway, clients, yes=False, stamp=None):
+    """Remove what the installer wrote for `clients` (model/provider entries, MCP entries, our
+    files), after a backup of each file; the user's own entries and the rest of each file stay."""
+    stamp = stamp or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    plan, failures = [], 0
+    for client in clients:
+        for spec in specs.get(client, []):
+            if spec["merge"] == "ccswitch":
+                path = os.path.expanduser(spec["path"])
+                if os.path.exists(path):
+                    plan.append((path, None, "ccswitch"))
+                continue
+            try:
+                found = unmerged(spec, gateway)
+            except Exception as exc:  # never clobber a file we cannot read
+                failures += 1
+                say("!", f"{expand(spec)}: left unchanged ({exc}); remove the team gateway entries by hand")
+                continue
+            if found:
+                plan.append((found[0], found, spec))
+    if not plan:
+        say("·", "nothing of the team gateway's is installed here for: " + ", ".join(clients))
+        return 1 if failures else 0
+    for path, found, _ in plan:
+        what = "delete (only ours in it)" if found and found[2] is None else "remove our entries from"
+        say("·", f"{what}: {path}")
+    if not yes and not confirm("Remove the team gateway's entries listed above?"):
+        say("✗", "nothing removed (pass --yes to remove without asking)")
+        return 1
+    for path, found, spec in plan:
+        if spec == "ccswitch":
+            removed = ccswitch_remove(path, stamp)
+            say("✓", f"{path}: {removed} provider row(s) of {CCSWITCH_NAME} removed (backup: .bak-{stamp})")
+            continue
+        _, old, new = found
+        backup(path, old, stamp)
+        if new is None:
+            os.unlink(path)
+            say("✓", f"{path}: deleted (backup: {os.path.basename(path)}.bak-{stamp})")
+        else:
+            write_file(path, new, spec.get("secret", False))
+            say("✓", f"{path}: our entries removed (backup: {os.path.basename(path)}.bak-{stamp})")
+    say("·", "the keys minted for these clients still work until you revoke them on the portal")
     return 1 if failures else 0
 
 
@@ -663,6 +979,8 @@ def load(path, fmt):
         return parse_yaml_models(text), text
     if fmt == "yaml-list":
         return [dict(f) for _, _, _, f in yaml_list_items(text.splitlines())], text
+    if fmt == "dotenv":  # Copilot CLI's variables in the shared environment file
+        return {n: dotenv_value(path, n) for n in re.findall(r"(?m)^\s*(?:export\s+)?([A-Za-z_]\w*)=", text)}, text
     if fmt == "yaml-flat":
         data = {}
         for ln in text.splitlines():
@@ -706,8 +1024,11 @@ def resolve_key(value):
     if not isinstance(value, str) or not value:
         return None
     m = re.match(r"^\$\{\{\s*secrets\.([A-Za-z0-9_]+)\s*\}\}$", value) or re.match(r"^\{env:([A-Za-z0-9_]+)\}$", value)
+    m = m or re.match(r"^\$\{([A-Za-z0-9_]+)\}$", value)  # Droid's and Junie's `${VAR}`
     if m:
         return env_key(m.group(1))
+    if re.match(r"^[A-Z][A-Z0-9_]*$", value):  # pi: a variable's name (a key is not upper-case)
+        return env_key(value)
     if value.startswith("PASTE-"):
         return None
     return value
@@ -724,6 +1045,100 @@ def server_models(gateway, key):
         return exc.code, None
     except (urllib.error.URLError, OSError) as exc:
         return 0, str(exc)
+
+
+MCP_PREFIX = "teamgw-"  # clients/base.py MCP_PREFIX: our entries in a client's MCP servers
+
+
+def mcp_entries(p, data):
+    """Our MCP entries in one file: [(name, url)]."""
+    found = []
+    for name, entry in walk(data, p["mcp"] + ".*"):
+        if name.startswith(MCP_PREFIX) and isinstance(entry, dict):
+            found.append((name, entry.get(p.get("mcp_url") or "url")))
+    return found
+
+
+def rpc(url, key, message, session=None):
+    """One JSON-RPC message to a Streamable HTTP MCP endpoint: (status, parsed answer, session id).
+    The answer may come as JSON or as an SSE stream carrying it."""
+    headers = {
+        "Authorization": "Bearer " + key,
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-06-18",
+    }
+    if session:
+        headers["Mcp-Session-Id"] = session
+    req = urllib.request.Request(url, data=json.dumps(message).encode(), headers=headers, method="POST")  # noqa: S310
+    try:
+        with urllib.request.urlopen(req, timeout=20) as resp:  # noqa: S310 - the team gateway
+            body = resp.read().decode()
+            session = resp.headers.get("Mcp-Session-Id") or session
+            status = resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code, None, session
+    if not body.strip():
+        return status, None, session
+    if body.lstrip().startswith("{"):
+        return status, json.loads(body), session
+    answers = [json.loads(ln[5:]) for ln in body.splitlines() if ln.startswith("data:") and ln[5:].strip()]
+    return status, next((a for a in answers if a.get("id") == message.get("id")), None), session
+
+
+def refusal(step, status, answer):
+    """Why the gateway's MCP endpoint said no, in words a developer can act on."""
+    error = answer.get("error", {}).get("message") if isinstance(answer, dict) else None
+    detail = f" ({error})" if error else ""
+    if status in (401, 403):
+        return f"the gateway refused the key ({status}){detail}: it is wrong, revoked or expired"
+    if status == 404:
+        return f"the gateway refused: this key may call nothing on this server any more{detail}; install again"
+    return f"{step} answered {status}{detail}"
+
+
+def mcp_tools(url, key):
+    """(tool names, None) this key may call on one gateway MCP endpoint, or (None, why not)."""
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "team-gateway-doctor", "version": "1"},
+        },
+    }
+    try:
+        status, answer, session = rpc(url, key, hello)
+        if status != 200 or not answer or "result" not in answer:
+            return None, refusal("initialize", status, answer)
+        rpc(url, key, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+        status, answer, _ = rpc(url, key, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, session)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return None, f"cannot reach it ({exc})"
+    if status != 200 or not answer or "result" not in answer:
+        return None, refusal("tools/list", status, answer)
+    return sorted(t.get("name", "?") for t in answer["result"].get("tools", [])), None
+
+
+def check_mcp(servers, key):
+    """Print what this developer may call on each of our MCP entries. Returns the problem count."""
+    problems = 0
+    for file, name, url in servers:
+        if not isinstance(url, str) or not url:
+            say("✗", f"{file}: MCP server {name} has no URL")
+            problems += 1
+            continue
+        tools, why = mcp_tools(url, key)
+        if tools is None:
+            say("✗", f"{file}: MCP server {name} ({url}): {why}")
+            problems += 1
+        elif tools:
+            say("✓", f"MCP server {name}: you may call {', '.join(tools)}")
+        else:
+            say("!", f"MCP server {name}: reachable, but this key may call none of its tools")
+    return problems
 
 
 def context_of(item):
@@ -782,11 +1197,14 @@ def check(gateway, probes, key_override=None):
     """Read the installed files, then compare every model they list with the gateway's /v1/models:
     presence, duplicates, context window and output limit. Each problem names the file and line."""
     gateway = gateway.rstrip("/")
-    problems, key, entries = 0, key_override, []
+    problems, key, entries, servers = 0, key_override, [], []
     host = re.sub(r"^https?://", "", gateway).split("/")[0].lower()
     for slot, p in enumerate(probes):
         path = os.path.expanduser(p["file"])
         if not os.path.exists(path):
+            if p.get("mcp") and not p["base_url"] and not p.get("models"):
+                say("·", f"{p['file']}: no team MCP servers installed")
+                continue
             say("✗", f"{p['file']}: not found (run the installer first)")
             problems += 1
             continue
@@ -820,6 +1238,8 @@ def check(gateway, probes, key_override=None):
             key = env_key(name, p.get("key_file", "")) if isinstance(name, str) else None
         if key is None and p.get("key_var"):
             key = env_key(p["key_var"], p.get("key_file", ""))
+        if p.get("mcp"):
+            servers += [(p["file"], name, url) for name, url in mcp_entries(p, data)]
         if p.get("models"):
             for e in entries_of(p, data, text, host):
                 e["file"], e["probe"], e["slot"] = p["file"], p, slot
@@ -894,14 +1314,28 @@ def check(gateway, probes, key_override=None):
             )
     if not entries:
         say("·", f"models on the server for this key: {', '.join(sorted(served)) or 'none'}")
+    problems += check_mcp(servers, key)
     say("✓" if not problems else "✗", "all checks passed" if not problems else f"{problems} problem(s)")
     return 1 if problems else 0
+
+
+def specs_from_env():
+    return json.loads(os.environ.get("TEAM_GATEWAY_UNINSTALL") or "{}")
 
 
 def main(argv):
     if len(argv) >= 3 and argv[0] == "install":
         bundle = fetch_bundle(argv[1], argv[2])
-        return install(bundle)
+        return install(bundle, specs=specs_from_env())
+    if len(argv) >= 3 and argv[0] == "uninstall":
+        specs, yes = specs_from_env(), "--yes" in argv[2:]
+        clients = [a for a in argv[2:] if a != "--yes"]
+        clients = sorted(specs) if clients == ["all"] else clients
+        unknown = [c for c in clients if c not in specs]
+        if unknown or not clients:
+            print(f"unknown client {', '.join(unknown)!r}; one of: all, {', '.join(sorted(specs))}", file=sys.stderr)
+            return 2
+        return uninstall(specs, argv[1], clients, yes=yes)
     if len(argv) >= 3 and argv[0] == "check":
         probes = json.loads(os.environ["TEAM_GATEWAY_PROBES"])
         client = argv[2]
@@ -909,7 +1343,11 @@ def main(argv):
             print(f"unknown client {client!r}; one of: {', '.join(sorted(probes))}", file=sys.stderr)
             return 2
         return check(argv[1], probes[client], os.environ.get("TEAM_GATEWAY_CHECK_KEY") or None)
-    print("usage: install.py install <portal> <token> | check <gateway> <client>", file=sys.stderr)
+    print(
+        "usage: install.py install <portal> <token> | check <gateway> <client>"
+        " | uninstall <gateway> <client>... | all [--yes]",
+        file=sys.stderr,
+    )
     return 2
 
 

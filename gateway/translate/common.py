@@ -298,3 +298,46 @@ async def drive(
         return
     for event in state.finish():
         yield event
+
+
+# Codex (0.169) sends each MCP server's tools as one Responses `namespace` tool, `mcp__<server>`:
+# Chat has no namespaces, so the Responses translators flatten them and split calls back.
+MCP_NAMESPACE = "mcp__"
+
+
+def flat_name(namespace: str, name: str) -> str:
+    return f"{namespace}__{name}"
+
+
+def _mcp_namespace(tool: Any) -> list[dict[str, Any]] | None:
+    """The function tools of one MCP namespace tool, or None for any other tool."""
+    if not (
+        isinstance(tool, dict) and tool.get("type") == "namespace" and str(tool.get("name")).startswith(MCP_NAMESPACE)
+    ):
+        return None
+    inner = tool.get("tools")
+    return [
+        t
+        for t in (inner if isinstance(inner, list) else [])
+        if isinstance(t, dict) and t.get("type") == "function" and t.get("name")
+    ]
+
+
+def mcp_functions(tools: Any) -> dict[str, tuple[str, str]]:
+    """{flat name: (namespace, tool)} for the function tools of the request's MCP namespaces."""
+    out = {}
+    for tool in tools if isinstance(tools, list) else []:
+        for inner in _mcp_namespace(tool) or []:
+            out[flat_name(tool["name"], inner["name"])] = (tool["name"], inner["name"])
+    return out
+
+
+def flat_tools(tools: Any) -> Any:
+    """The request's tools with each MCP namespace replaced by its functions under their flat names."""
+    if not isinstance(tools, list):
+        return tools
+    out: list[Any] = []
+    for tool in tools:
+        inner = _mcp_namespace(tool)
+        out += [tool] if inner is None else [{**t, "name": flat_name(tool["name"], t["name"])} for t in inner]
+    return out

@@ -11,8 +11,11 @@ assistant text just before them, share one assistant message, as Chat expects fo
 `text.format` json_schema / json_object -> `response_format`, `reasoning.effort` ->
 `reasoning_effort`, `stream` (+ usage in the stream).
 
-Dropped on purpose, with an info log: tools of other types (Codex sends `web_search`,
-`namespace`, `local_shell`, `custom`… which no Chat upstream can run), `reasoning` items sent back
+Codex (0.169) sends each MCP server's tools as one `namespace` tool named `mcp__<server>`: those
+become plain functions named `<namespace>__<tool>` (a `function_call` item's `namespace` joins its
+name the same way), and responses_response splits a call to one back (`mcp_functions`).
+Dropped on purpose, with an info log: tools of other types (Codex sends `web_search`, its other
+`namespace`s, `local_shell`, `custom`… which no Chat upstream can run), `reasoning` items sent back
 by the client, `reasoning.summary`, `store`,
 `include`, `prompt_cache_key`, `client_metadata`, `metadata`, `truncation`, `service_tier`,
 `user`, `safety_identifier`. `previous_response_id` and `conversation` are refused: the gateway
@@ -24,7 +27,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gateway.translate.common import TranslationError, chat_function, chat_tools, text_of
+from gateway.translate.common import TranslationError, chat_function, chat_tools, flat_name, flat_tools, text_of
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +72,7 @@ def to_chat_request(body: dict[str, Any], *, map_reasoning: bool = True) -> dict
     for name in ("temperature", "top_p"):
         if body.get(name) is not None:
             chat[name] = body[name]
-    tools = chat_tools(body.get("tools"), _function)
+    tools = chat_tools(flat_tools(body.get("tools")), _function)
     if tools:
         chat["tools"] = tools
         choice = _tool_choice(body.get("tool_choice"))
@@ -149,10 +152,11 @@ class _Builder:
     def _function_call(self, item: dict[str, Any], where: str) -> None:
         if not item.get("call_id") or not item.get("name"):
             raise TranslationError(f"`{where}` (function_call) needs `call_id` and `name`.", where)
+        name = flat_name(item["namespace"], item["name"]) if item.get("namespace") else item["name"]
         call = {
             "id": item["call_id"],
             "type": "function",
-            "function": {"name": item["name"], "arguments": item.get("arguments") or "{}"},
+            "function": {"name": name, "arguments": item.get("arguments") or "{}"},
         }
         last = self._messages[-1] if self._messages and not self._pending_images else None
         if last is not None and last["role"] == "assistant":

@@ -27,6 +27,8 @@ from gateway.translate.common import (
     answer_usage,
     chat_usage,
     drive,
+    flat_name,
+    mcp_functions,
     new_id,
     reasoning_of,
     tool_call_slot,
@@ -117,15 +119,15 @@ def _reasoning_item(item_id: str, text: str) -> dict[str, Any]:
     }
 
 
-def _call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
-    return {
-        "type": "function_call",
-        "id": item_id,
-        "call_id": call_id,
-        "name": name,
-        "arguments": arguments,
-        "status": status,
-    }
+def _call_item(
+    item_id: str, call_id: str, name: str, arguments: str, status: str, mcp: dict[str, tuple[str, str]] | None = None
+) -> dict[str, Any]:
+    """A function_call item; a call to one of the request's MCP functions (`mcp`: from
+    responses_request.mcp_functions) names its tool and namespace apart, as Codex expects."""
+    item = {"type": "function_call", "id": item_id, "call_id": call_id, "name": name}
+    if mcp and name in mcp:
+        item["namespace"], item["name"] = mcp[name]
+    return {**item, "arguments": arguments, "status": status}
 
 
 def _finish(response: dict[str, Any], finish_reason: str | None) -> None:
@@ -171,6 +173,7 @@ def from_chat_completion(
                 function.get("name") or "",
                 function.get("arguments") or "",
                 "completed",
+                mcp_functions(request.get("tools")),
             )
         )
     response["output"] = output
@@ -206,6 +209,7 @@ class StreamTranslator(ChatStreamTranslator):
         self.finished = False  # a finish_reason arrived
         self.done = False  # the closing (or failing) events went out
         self.usage: dict[str, Any] | None = None
+        self.mcp = mcp_functions(request.get("tools"))
 
     def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
         event = {"type": kind, "sequence_number": self.sequence, **fields}
@@ -276,7 +280,8 @@ class StreamTranslator(ChatStreamTranslator):
                     arguments="".join(current["parts"]),
                 )
             )
-            item = _call_item(item_id, base["call_id"], base["name"], "".join(current["parts"]), "completed")
+            name = flat_name(base["namespace"], base["name"]) if base.get("namespace") else base["name"]
+            item = _call_item(item_id, base["call_id"], name, "".join(current["parts"]), "completed", self.mcp)
         events.append(self._event("response.output_item.done", output_index=index, item=item))
         self.items.append(item)
         return events
@@ -355,7 +360,7 @@ class StreamTranslator(ChatStreamTranslator):
     def _open_tool(self, key: int, tool: dict[str, Any]) -> list[dict[str, Any]]:
         tool["state"] = "open"
         call_id = tool["id"] or self.make_id("call_")
-        item = _call_item(self.make_id("fc_"), call_id, tool["name"] or "", "", "in_progress")
+        item = _call_item(self.make_id("fc_"), call_id, tool["name"] or "", "", "in_progress", self.mcp)
         events = self._open("function_call", item)
         assert self.current is not None
         self.current["key"] = key

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
@@ -11,7 +13,7 @@ from portal.fields import secret_problem, undecryptable
 MAX_PRIVATE_KEY_CHARS = 16_384
 
 
-class GPUSerializer(serializers.ModelSerializer):
+class GPUSerializer(serializers.ModelSerializer[GPU]):
     memory_free_mib = serializers.IntegerField(read_only=True, allow_null=True)
 
     class Meta:
@@ -32,7 +34,7 @@ class GPUSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class HostSerializer(serializers.ModelSerializer):
+class HostSerializer(serializers.ModelSerializer[Host]):
     """A GPU machine reached over SSH. Send `private_key` to set it (null or "" clears it, omit it
     to keep it); responses only say `has_private_key`. `host_key_fingerprint` is pinned by
     confirming `seen_host_key_fingerprint` (POST /api/hosts/{id}/confirm-host-key/)."""
@@ -123,16 +125,16 @@ class HostSerializer(serializers.ModelSerializer):
         return list(dict.fromkeys(v.strip() for v in value if v.strip()))
 
 
-class ConfirmHostKeySerializer(serializers.Serializer):
+class ConfirmHostKeySerializer(serializers.Serializer[Any]):
     fingerprint = serializers.CharField(
         max_length=200, help_text=_("The `seen_host_key_fingerprint` you checked, e.g. SHA256:…")
     )
 
 
-class HostKeyConfirmedSerializer(serializers.Serializer):
+class HostKeyConfirmedSerializer(serializers.Serializer[Any]):
     host_key_fingerprint = serializers.CharField()
     status = serializers.CharField()
 
 
-class DetailSerializer(serializers.Serializer):
+class DetailSerializer(serializers.Serializer[Any]):
     detail = serializers.CharField()

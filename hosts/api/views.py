@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema
@@ -22,8 +24,11 @@ from portal.permissions import IsAdmin
 
 from .serializers import ConfirmHostKeySerializer, DetailSerializer, HostKeyConfirmedSerializer, HostSerializer
 
+if TYPE_CHECKING:
+    from portal.permissions import AuthenticatedRequest
 
-class HostViewSet(viewsets.ModelViewSet):
+
+class HostViewSet(viewsets.ModelViewSet[Host]):
     queryset = Host.objects.prefetch_related("gpus")
     serializer_class = HostSerializer
     permission_classes = [IsAdmin]
@@ -33,7 +38,7 @@ class HostViewSet(viewsets.ModelViewSet):
 
     @extend_schema(request=None, responses={202: DetailSerializer})
     @action(detail=True, methods=["post"], url_path="refresh-inventory")
-    def refresh_inventory(self, request, pk=None):
+    def refresh_inventory(self, request: AuthenticatedRequest, pk: str | None = None) -> Response:
         host = self.get_object()
         tasks.refresh_inventory.delay(host.pk)
         return Response(
@@ -42,7 +47,7 @@ class HostViewSet(viewsets.ModelViewSet):
 
     @extend_schema(request=ConfirmHostKeySerializer, responses={200: HostKeyConfirmedSerializer})
     @action(detail=True, methods=["post"], url_path="confirm-host-key")
-    def confirm_host_key(self, request, pk=None):
+    def confirm_host_key(self, request: AuthenticatedRequest, pk: str | None = None) -> Response:
         host = self.get_object()
         body = ConfirmHostKeySerializer(data=request.data)
         body.is_valid(raise_exception=True)

@@ -193,7 +193,13 @@ class Backend:
         return options
 
     def clean(
-        self, *, model_path: str, served_model_name: str, options: dict | None, extra_args: Any, gpu_count: int
+        self,
+        *,
+        model_path: str,
+        served_model_name: str,
+        options: dict[str, Any] | None,
+        extra_args: Any,
+        gpu_count: int,
     ) -> tuple[dict[str, Any], list[str]]:
         """Validate everything a person typed; raises a ValidationError keyed by field."""
         errors: dict[str, list[str]] = {}

@@ -119,7 +119,7 @@ class SGLang(Backend):
         r.raise_for_status()
         for m in r.json().get("data", []):
             if m.get("id") == served_name and isinstance(m.get("max_model_len"), int):
-                return m["max_model_len"]
+                return int(m["max_model_len"])
         r = client.get(f"{root_url}/get_server_info", headers=headers)
         if r.status_code == 200:
             ctx = r.json().get("context_length")

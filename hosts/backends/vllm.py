@@ -132,7 +132,7 @@ class VLLM(Backend):
         r.raise_for_status()
         for m in r.json().get("data", []):
             if m.get("id") == served_name and isinstance(m.get("max_model_len"), int):
-                return m["max_model_len"]
+                return int(m["max_model_len"])
         return None
 
     def fit_params(self, options: dict[str, Any], model_path: str = "") -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from django import forms
 from django.core.exceptions import ValidationError
@@ -13,6 +13,9 @@ from .. import backends
 from ..choices import Backend
 from ..models import Deployment, Host
 from . import services
+
+if TYPE_CHECKING:
+    from accounts.models import User
 
 
 class _FieldArgs(TypedDict):
@@ -242,7 +245,7 @@ class DeploymentForm(forms.Form):
             self.add_error("name", _("A deployment with this name exists."))
         return data
 
-    def save(self, user) -> Deployment:
+    def save(self, user: User) -> Deployment:
         spec = dict(self.cleaned_spec)
         return services.save_deployment(
             host=self.host,
@@ -268,6 +271,6 @@ class DeploymentForm(forms.Form):
         d.unsaved_workers = list(self.cleaned_spec.get("worker_hosts") or [])  # read by multinode.workers
         return d
 
-    def interface_choices(self) -> list[dict]:
+    def interface_choices(self) -> list[dict[str, Any]]:
         """The head host's interfaces as its last inventory saw them (offered in a datalist)."""
         return [i for i in self.host.network_interfaces if isinstance(i, dict) and i.get("name")]

@@ -29,7 +29,7 @@ import re
 import socket
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from django.conf import settings
@@ -49,6 +49,9 @@ from ..models import Deployment, Host, LaunchJob
 from ..remote import commands, inventory, ssh
 from . import multinode
 from .services import check_fit, check_model_files, fit_refusal, launch_spec, record_allocation, set_status
+
+if TYPE_CHECKING:
+    from accounts.models import User
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +75,7 @@ class JobFailed(Exception):
         self.exit_code = exit_code
 
 
-def request_job(deployment: Deployment, action: str, *, user=None) -> LaunchJob:
+def request_job(deployment: Deployment, action: str, *, user: User | None = None) -> LaunchJob:
     """Queue a job; refuses (JobConflict) while another job of the deployment is active."""
     try:
         with transaction.atomic():
@@ -415,7 +418,8 @@ def _register(deployment: Deployment, context_window: int | None) -> Channel:
         )
         Deployment.objects.filter(pk=deployment.pk).update(channel=channel, context_window=context_window)
         deployment.channel, deployment.context_window = channel, context_window
-    return channel
+    assert deployment.channel is not None  # registered above, or earlier
+    return deployment.channel
 
 
 def _unowned_channel_at(base_url: str) -> Channel | None:
@@ -543,7 +547,7 @@ def _dead(job: LaunchJob, now: datetime.datetime, here: str) -> bool:
     return job.heartbeat is None or job.heartbeat < _stale_cutoff(now) or _orphaned(job, here)
 
 
-def _take_over(job: LaunchJob, user=None) -> bool:
+def _take_over(job: LaunchJob, user: User | None = None) -> bool:
     """Stop asked while a job whose worker died is still marked active: fail that job so the stop
     can run. Returns False when the job's worker is alive (the caller refuses as usual)."""
     now = timezone.now()
@@ -553,7 +557,7 @@ def _take_over(job: LaunchJob, user=None) -> bool:
     return change_state(job, JobState.FAILED, message, guard=True, worker="")
 
 
-def recover_stale_jobs(now=None) -> int:
+def recover_stale_jobs(now: datetime.datetime | None = None) -> int:
     """Hand every job whose worker died back to the queue (it resumes: `_launch` finds the server it
     had started through its pid file), or fail it after HOSTS_JOB_MAX_ATTEMPTS claims; fail a job
     that no worker picked up within HOSTS_QUEUED_JOB_SECONDS. Runs when a worker starts and every

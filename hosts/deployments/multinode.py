@@ -31,6 +31,7 @@ import re
 import shlex
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
@@ -62,7 +63,7 @@ def workers(deployment: Deployment) -> list[Host]:
     return list(deployment.worker_hosts.order_by("name"))
 
 
-def layout(deployment: Deployment) -> dict | None:
+def layout(deployment: Deployment) -> dict[str, Any] | None:
     """How a multi-node deployment spreads over its nodes (None for one node), for the pages:
     the nodes, the GPU indices each runs on, tensor x pipeline parallel and the GPUs in all."""
     nodes = workers(deployment)

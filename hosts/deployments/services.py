@@ -9,7 +9,7 @@ import hashlib
 import logging
 import re
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
@@ -28,6 +28,9 @@ from ..remote import commands, ssh
 from ..remote.ssh import Remote
 from ..showback import services as showback
 from . import multinode
+
+if TYPE_CHECKING:
+    from accounts.models import User
 
 logger = logging.getLogger(__name__)
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -100,7 +103,7 @@ def clean_deployment(
     served_model_name: str,
     gpu_indices: Any,
     port: Any,
-    options: dict | None,
+    options: dict[str, Any] | None,
     extra_args: Any,
     instance: Deployment | None = None,
     worker_hosts: list[Host] | None = None,
@@ -250,9 +253,9 @@ def save_deployment(
     idle_ttl: int = 900,
     pin_host: bool = False,
     cold_start_budget: int = 120,
-    user=None,
-    instance=None,
-    **spec,
+    user: User | None = None,
+    instance: Deployment | None = None,
+    **spec: Any,
 ) -> Deployment:
     """Create or update a deployment from a spec validated by `clean_deployment`."""
     cleaned = clean_deployment(host=host, instance=instance, **spec)
@@ -517,7 +520,8 @@ def host_architecture(deployment: Deployment) -> fit.Architecture | None:
     key = f"hosts:architecture:{host.pk}:{digest}"
     cached = _architecture_cache.call(lambda: cache.get(key), None)  # Redis away: a miss
     if cached is not None:
-        return cached[0]
+        found: fit.Architecture | None = cached[0]
+        return found
     try:
         with ssh.connect(host) as remote:
             arch = commands.read_architecture(remote, deployment.backend, deployment.model_path)
@@ -525,3 +529,19 @@ def host_architecture(deployment: Deployment) -> fit.Architecture | None:
         return None
     _architecture_cache.call(lambda: cache.set(key, (arch,), ARCHITECTURE_CACHE_SECONDS), None)
     return arch
+
+
+def check_changeable(deployment: Deployment, *, deleting: bool = False) -> None:
+    """A deployment is changed or deleted only while stopped (its server would no longer match its
+    settings, or run on unowned): raises ValidationError otherwise. The page and the API ask here."""
+    if not deployment.is_idle:
+        text = (
+            _("Stop the deployment before deleting it.") if deleting else _("Stop the deployment before changing it.")
+        )
+        raise ValidationError({"status": text}, code="running")
+
+
+def delete_deployment(deployment: Deployment) -> None:
+    """Delete a stopped deployment and its job history (its channel stays until deleted)."""
+    check_changeable(deployment, deleting=True)
+    deployment.delete()

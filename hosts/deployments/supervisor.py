@@ -135,7 +135,7 @@ def restarts_within_hour(deployment: Deployment, now: dt.datetime) -> int:
 
 def backoff_seconds(restarts: int) -> float:
     base = float(settings.HOSTS_RESTART_BACKOFF_SECONDS)
-    return min(base * 2**restarts, float(settings.HOSTS_RESTART_BACKOFF_MAX_SECONDS))
+    return min(base * 2.0**restarts, float(settings.HOSTS_RESTART_BACKOFF_MAX_SECONDS))
 
 
 def _crashed(deployment: Deployment, now: dt.datetime, *, reason: str, exit_code: int | None, log: str) -> int:

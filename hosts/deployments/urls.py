@@ -10,10 +10,10 @@ urlpatterns = [
     path("hosts/<int:host_pk>/deployments/fit/", v.deployment_fit_preview, name="deployment_fit_preview"),
     path("deployments/<int:pk>/", v.deployment_detail, name="deployment_detail"),
     path("deployments/<int:pk>/edit/", v.deployment_edit, name="deployment_edit"),
-    path("deployments/<int:pk>/delete/", v.deployment_delete, name="deployment_delete"),
+    path("deployments/<int:pk>/delete/", v.DeploymentDeleteView.as_view(), name="deployment_delete"),
     path("deployments/<int:pk>/fit/", v.deployment_fit, name="deployment_fit"),
     path("deployments/<int:pk>/nodes/<int:node_pk>/log/", v.deployment_node_log, name="deployment_node_log"),
-    path("deployments/<int:pk>/<str:action>/", v.deployment_action, name="deployment_action"),
+    path("deployments/<int:pk>/<str:action>/", v.DeploymentActionView.as_view(), name="deployment_action"),
     path("jobs/<int:pk>/", v.job_detail, name="job_detail"),
     path("jobs/<int:pk>/progress/", v.job_progress, name="job_progress"),
 ]

@@ -6,25 +6,31 @@ confirmation page; the job page polls its progress with htmx while the job is ac
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import QuerySet
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from portal.permissions import AdminRequiredMixin
-from portal.ui import FilteredListView
+from portal.ui import ConfirmView, FilteredListView, ObjectDeleteView, names
 
 from ..choices import JobAction, NodeRole
 from ..downloads import services as downloads
 from ..models import Deployment, DeploymentNode, Host, LaunchJob
 from ..ondemand import services as ondemand
 from ..remote import commands, ssh
-from ..views import admin_required
+from ..views import DENIED, admin_required
 from . import jobs, multinode, services
 from .filters import DeploymentFilterSet
 from .forms import DeploymentForm
+
+if TYPE_CHECKING:
+    from portal.permissions import AuthenticatedHttpRequest
 
 ACTIONS = {
     JobAction.LAUNCH: _("Launch the server on the host and register its channel."),
@@ -49,10 +55,10 @@ class DeploymentListView(AdminRequiredMixin, FilteredListView):
         "status": "status",
     }
 
-    def get_base_queryset(self):
+    def get_base_queryset(self) -> QuerySet[Deployment]:
         return Deployment.objects.select_related("host", "channel").order_by("host__name", "port")
 
-    def get_context_data(self, **kwargs):
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         return super().get_context_data(
             filter_fields=["host", "status", "backend"], hosts=Host.objects.order_by("name"), **kwargs
         )
@@ -61,7 +67,7 @@ class DeploymentListView(AdminRequiredMixin, FilteredListView):
 deployment_list = DeploymentListView.as_view()
 
 
-def _preview_context(form: DeploymentForm) -> dict:
+def _preview_context(form: DeploymentForm) -> dict[str, Any]:
     deployment = form.preview_deployment()
     return {
         "preview_command": services.command_preview(deployment),
@@ -72,14 +78,14 @@ def _preview_context(form: DeploymentForm) -> dict:
 
 @admin_required
 @require_POST
-def deployment_fit_preview(request: HttpRequest, host_pk: int) -> HttpResponse:
+def deployment_fit_preview(request: AuthenticatedHttpRequest, host_pk: int) -> HttpResponse:
     """The deploy form's live estimate: htmx posts the form here as its options change."""
     host = get_object_or_404(Host, pk=host_pk)
     instance = None
     if request.GET.get("deployment", "").isdigit():
         instance = get_object_or_404(Deployment, pk=int(request.GET["deployment"]), host=host)
     form = DeploymentForm(request.POST, host=host, instance=instance)
-    context: dict = {"host": host, "form": form}
+    context: dict[str, Any] = {"host": host, "form": form}
     if form.is_valid():
         context.update(_preview_context(form))
     return render(request, "hosts/_deploy_fit_live.html", context)
@@ -87,23 +93,25 @@ def deployment_fit_preview(request: HttpRequest, host_pk: int) -> HttpResponse:
 
 @admin_required
 @require_http_methods(["GET", "POST"])
-def deployment_create(request: HttpRequest, host_pk: int) -> HttpResponse:
+def deployment_create(request: AuthenticatedHttpRequest, host_pk: int) -> HttpResponse:
     host = get_object_or_404(Host, pk=host_pk)
     return _deployment_form(request, host, None)
 
 
 @admin_required
 @require_http_methods(["GET", "POST"])
-def deployment_edit(request: HttpRequest, pk: int) -> HttpResponse:
+def deployment_edit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     deployment = get_object_or_404(Deployment.objects.select_related("host"), pk=pk)
-    if not deployment.is_idle:
-        messages.error(request, _("Stop the deployment before changing it."))
+    try:
+        services.check_changeable(deployment)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
         return redirect("deployment_detail", pk=pk)
     return _deployment_form(request, deployment.host, deployment)
 
 
-def _deployment_form(request: HttpRequest, host: Host, instance: Deployment | None) -> HttpResponse:
-    context: dict = {"host": host, "deployment": instance}
+def _deployment_form(request: AuthenticatedHttpRequest, host: Host, instance: Deployment | None) -> HttpResponse:
+    context: dict[str, Any] = {"host": host, "deployment": instance}
     if request.method == "POST":
         form = DeploymentForm(request.POST, host=host, instance=instance)
         if form.is_valid():
@@ -135,7 +143,7 @@ def _deployment_form(request: HttpRequest, host: Host, instance: Deployment | No
 
 @admin_required
 @require_GET
-def deployment_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def deployment_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     deployment = get_object_or_404(Deployment.objects.select_related("host", "channel"), pk=pk)
     jobs = deployment.jobs.all()[:50]
     return render(
@@ -158,7 +166,7 @@ def deployment_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 @admin_required
 @require_GET
-def deployment_node_log(request: HttpRequest, pk: int, node_pk: int) -> HttpResponse:
+def deployment_node_log(request: AuthenticatedHttpRequest, pk: int, node_pk: int) -> HttpResponse:
     """One node's logs (Ray's, and the server's on the head), read over SSH when asked for: the
     deployment page loads it into the node's row with htmx."""
     node = get_object_or_404(
@@ -182,7 +190,7 @@ def deployment_node_log(request: HttpRequest, pk: int, node_pk: int) -> HttpResp
 
 @admin_required
 @require_POST
-def deployment_fit(request: HttpRequest, pk: int) -> HttpResponse:
+def deployment_fit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """Re-estimate, reading config.json / GGUF metadata on the host."""
     deployment = get_object_or_404(Deployment.objects.select_related("host"), pk=pk)
     try:
@@ -196,68 +204,80 @@ def deployment_fit(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect("deployment_detail", pk=pk)
 
 
-@admin_required
-@require_http_methods(["GET", "POST"])
-def deployment_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
-    if action not in ACTIONS:
-        raise PermissionDenied(_("Unknown action."))
-    deployment = get_object_or_404(Deployment.objects.select_related("host"), pk=pk)
-    if request.method == "GET":
-        return render(
-            request,
-            "hosts/deploy_confirm.html",
-            {
-                "deployment": deployment,
-                "job_action": action,
-                "label": JobAction(action).label,
-                "question": f"{JobAction(action).label} {deployment.name}?",
-                "explain": ACTIONS[JobAction(action)],
-                "danger": action == JobAction.STOP,
-            },
-        )
-    try:
-        job = jobs.request_job(deployment, action, user=request.user)
-    except jobs.JobConflict as exc:
-        messages.error(request, str(exc))
-        return redirect("deployment_detail", pk=pk)
-    return redirect("job_detail", pk=job.pk)
+QUESTIONS = {
+    JobAction.LAUNCH: _("Launch %(name)s?"),
+    JobAction.STOP: _("Stop %(name)s?"),
+    JobAction.RESTART: _("Restart %(name)s?"),
+    JobAction.ADOPT: _("Adopt %(name)s?"),
+}
 
 
-@admin_required
-@require_http_methods(["GET", "POST"])
-def deployment_delete(request: HttpRequest, pk: int) -> HttpResponse:
-    deployment = get_object_or_404(Deployment, pk=pk)
-    if not deployment.is_idle:
-        messages.error(request, _("Stop the deployment before deleting it."))
-        return redirect("deployment_detail", pk=pk)
-    if request.method == "GET":
-        return render(
-            request,
-            "hosts/deploy_confirm.html",
-            {
-                "deployment": deployment,
-                "label": "Delete",
-                "question": _("Delete %(deployment)s?") % {"deployment": deployment.name},
-                "danger": True,
-                "explain": "Delete the deployment and its job history. Its channel stays until you delete it.",
-            },
-        )
-    deployment.delete()
-    messages.success(request, _("Deployment %(deployment)s deleted.") % {"deployment": deployment.name})
-    return redirect("deployment_list")
+class DeploymentConfirmView(AdminRequiredMixin, ConfirmView):
+    request: AuthenticatedHttpRequest
+    permission_denied_message = DENIED
+    queryset = Deployment.objects.select_related("host")
+    cancel = "deployment_detail"
+
+    def texts(self, deployment: Deployment) -> dict[str, Any]:
+        about = _("Host %(host)s, port %(port)s, model %(model)s.") % {
+            "host": deployment.host.name,
+            "port": deployment.port,
+            "model": deployment.served_model_name,
+        }
+        return {**super().texts(deployment), "about": about}
+
+
+class DeploymentActionView(DeploymentConfirmView):
+    """Launch, stop, restart or adopt: the job is queued after a confirmation (one at a time)."""
+
+    def get_object(self) -> Deployment:
+        if self.kwargs["action"] not in ACTIONS:
+            raise PermissionDenied(_("Unknown action."))
+        deployment: Deployment = super().get_object()
+        return deployment
+
+    def texts(self, deployment: Deployment) -> dict[str, Any]:
+        action = JobAction(self.kwargs["action"])
+        question = QUESTIONS[action] % names(deployment)
+        texts = {"title": question, "question": question, "detail": ACTIONS[action], "button": action.label}
+        return {**super().texts(deployment), **texts, "danger": action == JobAction.STOP}
+
+    def act(self, deployment: Deployment) -> HttpResponse:
+        try:
+            job = jobs.request_job(deployment, self.kwargs["action"], user=self.request.user)
+        except jobs.JobConflict as exc:
+            messages.error(self.request, str(exc))
+            return redirect("deployment_detail", pk=deployment.pk)
+        return redirect("job_detail", pk=job.pk)
+
+
+class DeploymentDeleteView(DeploymentConfirmView, ObjectDeleteView):
+    queryset = Deployment.objects.all()
+    success = "deployment_list"
+    title = _("Delete deployment")
+    question = _("Delete %(name)s?")
+    detail = _("Delete the deployment and its job history. Its channel stays until you delete it.")
+    button = _("Delete")
+    deleted = _("Deployment %(name)s deleted.")
+
+    def check(self, deployment: Deployment) -> None:
+        services.check_changeable(deployment, deleting=True)  # asked again by delete_deployment
+
+    def delete(self, deployment: Deployment) -> None:
+        services.delete_deployment(deployment)
 
 
 # --- jobs ----------------------------------------------------------------------------------------------
 @admin_required
 @require_GET
-def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def job_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     job = get_object_or_404(LaunchJob.objects.select_related("deployment__host"), pk=pk)
     return render(request, "hosts/job_detail.html", {"job": job})
 
 
 @admin_required
 @require_GET
-def job_progress(request: HttpRequest, pk: int) -> HttpResponse:
+def job_progress(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """The part of the job page htmx polls: states with times, message, log tail."""
     job = get_object_or_404(LaunchJob.objects.select_related("deployment__host"), pk=pk)
     return render(request, "hosts/job_progress.html", {"job": job})

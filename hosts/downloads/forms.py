@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from .models import ModelDownload
 
+if TYPE_CHECKING:
+    _DownloadModelForm = forms.ModelForm[ModelDownload]
+else:  # Django's generic forms and views take no [] at runtime
+    _DownloadModelForm = forms.ModelForm
 
-class DownloadForm(forms.ModelForm):
+
+class DownloadForm(_DownloadModelForm):
     token = forms.CharField(
         label=_("Access token"),
         required=False,

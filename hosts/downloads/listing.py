@@ -10,6 +10,7 @@ fetches. ModelScope: its repository file listing.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import httpx
 from django.utils.translation import gettext as _
@@ -30,7 +31,7 @@ class RepoFile:
     sha256: str = ""  # LFS files: the checksum verified after the download
     etag: str = ""  # what the client names its partial file after (`<hash>.<etag>.incomplete`)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "done": 0}
 
 
@@ -38,14 +39,16 @@ def patterns(pattern: str) -> list[str]:
     return pattern.split()
 
 
-def list_files(*, source: str, endpoint: str, repo_id: str, revision: str, pattern: str, token: str):
+def list_files(
+    *, source: str, endpoint: str, repo_id: str, revision: str, pattern: str, token: str
+) -> tuple[str, list[RepoFile]]:
     """(commit, files) of `repo_id` at `revision` that `pattern` selects."""
     if source == DownloadSource.MODELSCOPE:
         return _modelscope(endpoint, repo_id, revision, pattern, token)
     return _huggingface(endpoint, repo_id, revision, pattern, token)
 
 
-def _huggingface(endpoint: str, repo_id: str, revision: str, pattern: str, token: str):
+def _huggingface(endpoint: str, repo_id: str, revision: str, pattern: str, token: str) -> tuple[str, list[RepoFile]]:
     # Imported here: huggingface_hub is only needed by the worker that checks a download.
     from huggingface_hub import HfApi
     from huggingface_hub.errors import (
@@ -94,7 +97,7 @@ def _huggingface(endpoint: str, repo_id: str, revision: str, pattern: str, token
     return info.sha or revision, files
 
 
-def _modelscope(endpoint: str, repo_id: str, revision: str, pattern: str, token: str):
+def _modelscope(endpoint: str, repo_id: str, revision: str, pattern: str, token: str) -> tuple[str, list[RepoFile]]:
     from huggingface_hub.utils import filter_repo_objects
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}

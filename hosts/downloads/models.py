@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from portal.choices import labelled
 from portal.fields import EncryptedTextField
 from portal.models import TimeStampedModel
 
@@ -27,7 +30,7 @@ PATTERN_VALIDATOR = RegexValidator(
 ENDPOINT_VALIDATOR = RegexValidator(r"^https?://[^\s]+$", _("An http(s) URL, e.g. https://hf-mirror.com."))
 
 
-class ModelDownloadQuerySet(models.QuerySet):
+class ModelDownloadQuerySet(models.QuerySet[Any]):
     def active(self) -> ModelDownloadQuerySet:
         """Jobs not finished yet; at most one per (host, source, repo, revision, pattern)."""
         return self.filter(state__in=ACTIVE_DOWNLOAD_STATES)
@@ -102,6 +105,11 @@ class ModelDownload(TimeStampedModel):
     @property
     def is_active(self) -> bool:
         return self.state in ACTIVE_DOWNLOAD_STATES
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """`transitions` with each state's label (`labelled`)."""
+        return labelled(self.transitions, DownloadState)
 
     @property
     def percent(self) -> int:

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
+from typing import Any
 
+from ..backends.base import Secret
 from ..remote import commands
 from ..remote.ssh import Remote
 
@@ -92,7 +94,9 @@ def read_log(remote: Remote, remote_dir: str, name: str) -> str:
     return remote.run(f"cat {job_dir(remote_dir)}/{shlex.quote(name)}.log 2>/dev/null", timeout=60).stdout
 
 
-def start(remote: Remote, remote_dir: str, name: str, argv: list[str], env: dict[str, str], secret=None):
+def start(
+    remote: Remote, remote_dir: str, name: str, argv: list[str], env: dict[str, str], secret: Secret | None = None
+) -> tuple[int | None, str]:
     return commands.start_detached(remote, job_dir(remote_dir), argv, env, secret, name=name)
 
 
@@ -106,7 +110,7 @@ def remove_job_dir(remote: Remote, remote_dir: str) -> None:
     remote.run(["sh", "-c", 'rm -rf -- "$HOME/$1"', "rm", remote_dir])
 
 
-def list_models(remote: Remote, download_dir: str) -> list[dict]:
+def list_models(remote: Remote, download_dir: str) -> list[dict[str, Any]]:
     """The folders in the host's download folder: name, bytes, GGUF files and whether a
     config.json is there."""
     result = remote.run(["sh", "-c", LIST_MODELS, "list-models", download_dir], timeout=120)

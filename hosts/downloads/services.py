@@ -15,7 +15,8 @@ from __future__ import annotations
 import datetime
 import logging
 import re
-from typing import Any, NamedTuple
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -34,6 +35,9 @@ from ..remote import commands, ssh
 from . import listing, remote, signals
 from .choices import ACTIVE_DOWNLOAD_STATES, DownloadSource, DownloadState, default_revision
 from .models import ModelDownload
+
+if TYPE_CHECKING:
+    from accounts.models import User
 
 logger = logging.getLogger(__name__)
 
@@ -74,8 +78,8 @@ def endpoint_for(job: ModelDownload) -> str:
     if job.endpoint:
         return job.endpoint.rstrip("/")
     if job.source == DownloadSource.MODELSCOPE:
-        return settings.HOSTS_MODELSCOPE_ENDPOINT.rstrip("/")
-    return settings.HOSTS_HF_ENDPOINT.rstrip("/")
+        return str(settings.HOSTS_MODELSCOPE_ENDPOINT).rstrip("/")
+    return str(settings.HOSTS_HF_ENDPOINT).rstrip("/")
 
 
 # --- requests --------------------------------------------------------------------------------------
@@ -89,7 +93,7 @@ def request_download(
     endpoint: str = "",
     token: str = "",
     install_tool: bool = False,
-    user=None,
+    user: User | None = None,
 ) -> tuple[ModelDownload, bool]:
     """Queue a download, or join the active one for the same (host, source, repo, revision,
     pattern): returns (job, created). The database's unique constraint on active jobs decides, so
@@ -130,7 +134,7 @@ def request_download(
     return job, True
 
 
-def cancel(job: ModelDownload, *, user=None) -> ModelDownload:
+def cancel(job: ModelDownload, *, user: User | None = None) -> ModelDownload:
     """Stop the remote process (when the host answers) and mark the job cancelled."""
     if not job.is_active:
         raise DownloadConflict(_("Download #%(id)s has already finished.") % {"id": job.pk})
@@ -150,7 +154,7 @@ def cancel(job: ModelDownload, *, user=None) -> ModelDownload:
 
 
 # --- the step ---------------------------------------------------------------------------------------
-def _transition(state: str, message: str) -> dict:
+def _transition(state: str, message: str) -> dict[str, Any]:
     return {"state": state, "at": timezone.now().isoformat(), "message": message[:500]}
 
 
@@ -392,7 +396,7 @@ def _start_download(job: ModelDownload, conn: ssh.Remote, *, again: str = "") ->
         remote.stop(conn, pid)  # cancelled meanwhile: do not leave it running
 
 
-def _progress(rows: list[dict], sizes: dict[str, int], source: str) -> int:
+def _progress(rows: list[dict[str, Any]], sizes: dict[str, int], source: str) -> int:
     """Fill each file's `done` from what is on disk; returns the bytes done in all.
 
     A finished file has its own name; huggingface_hub writes a partial one as
@@ -542,7 +546,7 @@ def sweep(now: datetime.datetime | None = None) -> list[int]:
 
 
 # --- what is on a host's disk ---------------------------------------------------------------------
-def models_on_disk(host: Host) -> list[dict]:
+def models_on_disk(host: Host) -> list[dict[str, Any]]:
     """The folders in the host's download folder with their sizes (over SSH), marked when an
     active download writes into them."""
     with ssh.connect(host) as conn:
@@ -553,7 +557,7 @@ def models_on_disk(host: Host) -> list[dict]:
     return rows
 
 
-def delete_model(host: Host, name: str, *, user=None) -> None:
+def delete_model(host: Host, name: str, *, user: User | None = None) -> None:
     """Delete one folder of the host's download folder (never while a download writes into it)."""
     if not MODEL_NAME.match(name):
         raise ValidationError(_("%(name)s is not a model folder.") % {"name": name})
@@ -568,10 +572,10 @@ def delete_model(host: Host, name: str, *, user=None) -> None:
     audit.record(AuditAction.DELETE, host, message=f"Model folder {name} deleted from the host's disk", actor=user)
 
 
-def downloaded_on(host: Host) -> list[dict]:
+def downloaded_on(host: Host) -> list[dict[str, Any]]:
     """What the launch form offers as "already on this host": each finished download's GGUF
     files (llama.cpp) or its folder (vLLM, SGLang: the fit reads its config.json)."""
-    offers: list[dict] = []
+    offers: list[dict[str, Any]] = []
     seen: set[str] = set()
     for job in host.downloads.done().order_by("-finished"):
         choices = [(f"{job.local_path}/{g}", "llamacpp") for g in job.gguf_files] or [(job.local_path, "vllm")]
@@ -582,10 +586,10 @@ def downloaded_on(host: Host) -> list[dict]:
     return offers
 
 
-def offered_initial(params) -> dict:
+def offered_initial(params: Mapping[str, str]) -> dict[str, Any]:
     """The launch form's initial model path and backend when it is opened from an offer."""
     path, backend = params.get("model_path", ""), params.get("backend", "")
-    initial: dict = {}
+    initial: dict[str, Any] = {}
     if path.startswith("/") and len(path) <= 500:
         initial["model_path"] = path
         if backend in ("llamacpp", "vllm", "sglang"):

@@ -4,6 +4,7 @@ sleep loop), and a sweep that restarts the chain of steps a dead worker broke.""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import shared_task
 from django.db import transaction
@@ -31,14 +32,14 @@ def sweep_downloads() -> None:
 
 
 @receiver(signals.step_needed, dispatch_uid="hosts-downloads-queue-step")
-def _queue_step(sender, download_id: int, countdown: float = 0, **_kwargs) -> None:
+def _queue_step(sender: object, download_id: int, countdown: float = 0, **_kwargs: Any) -> None:
     try:
         advance_download.apply_async((download_id,), countdown=countdown)
     except Exception:  # the broker is down: the sweep queues it again
         logger.exception("could not queue a step of download %s", download_id)
 
 
-def ensure_schedule(**_kwargs) -> None:
+def ensure_schedule(**_kwargs: Any) -> None:
     """The sweep every 15 s (idempotent; connected to post_migrate by HostsConfig)."""
     from django_celery_beat.models import IntervalSchedule, PeriodicTask
 

@@ -4,10 +4,12 @@ models on a host's disk and delete one behind a confirmation page."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods
@@ -19,12 +21,15 @@ from . import services
 from .forms import DownloadForm
 from .models import ModelDownload
 
+if TYPE_CHECKING:
+    from portal.permissions import AuthenticatedHttpRequest
+
 PREFILL = ("source", "repo_id", "revision", "pattern", "endpoint")
 
 
 @admin_required
 @require_http_methods(["GET", "POST"])
-def download_create(request: HttpRequest, host_pk: int) -> HttpResponse:
+def download_create(request: AuthenticatedHttpRequest, host_pk: int) -> HttpResponse:
     host = get_object_or_404(Host, pk=host_pk)
     if request.method == "POST":
         form = DownloadForm(request.POST)
@@ -56,7 +61,7 @@ def download_create(request: HttpRequest, host_pk: int) -> HttpResponse:
 
 @admin_required
 @require_GET
-def download_list(request: HttpRequest) -> HttpResponse:
+def download_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     downloads = ModelDownload.objects.select_related("host").all()
     if request.GET.get("host", "").isdigit():
         downloads = downloads.filter(host_id=int(request.GET["host"]))
@@ -65,21 +70,21 @@ def download_list(request: HttpRequest) -> HttpResponse:
 
 @admin_required
 @require_GET
-def download_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def download_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     job = get_object_or_404(ModelDownload.objects.select_related("host"), pk=pk)
     return render(request, "hosts/downloads/detail.html", {"job": job})
 
 
 @admin_required
 @require_GET
-def download_progress(request: HttpRequest, pk: int) -> HttpResponse:
+def download_progress(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     job = get_object_or_404(ModelDownload.objects.select_related("host"), pk=pk)
     return render(request, "hosts/downloads/_progress.html", {"job": job})
 
 
 @admin_required
 @require_http_methods(["GET", "POST"])
-def download_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+def download_cancel(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     job = get_object_or_404(ModelDownload.objects.select_related("host"), pk=pk)
     if request.method == "POST":
         try:
@@ -94,7 +99,7 @@ def download_cancel(request: HttpRequest, pk: int) -> HttpResponse:
 
 @admin_required
 @require_GET
-def models_on_disk(request: HttpRequest, host_pk: int) -> HttpResponse:
+def models_on_disk(request: AuthenticatedHttpRequest, host_pk: int) -> HttpResponse:
     host = get_object_or_404(Host, pk=host_pk)
     error, rows = "", []
     try:
@@ -110,7 +115,7 @@ def models_on_disk(request: HttpRequest, host_pk: int) -> HttpResponse:
 
 @admin_required
 @require_http_methods(["GET", "POST"])
-def model_delete(request: HttpRequest, host_pk: int, name: str) -> HttpResponse:
+def model_delete(request: AuthenticatedHttpRequest, host_pk: int, name: str) -> HttpResponse:
     host = get_object_or_404(Host, pk=host_pk)
     if request.method == "POST":
         try:

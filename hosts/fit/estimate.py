@@ -29,7 +29,7 @@ Estimator = Callable[[FitRequest, int], tuple[list[Device], dict[str, float]]]
 ESTIMATORS: dict[str, Estimator] = {"llamacpp": llamacpp.devices, "vllm": vllm.devices, "sglang": sglang.devices}
 
 
-def _largest_context(arch: Architecture, fits_at) -> int | None:
+def _largest_context(arch: Architecture, fits_at: Callable[[int], bool]) -> int | None:
     """The largest context (a multiple of 256, at most the trained one) for which `fits_at` holds."""
     lo, hi = 0, max(arch.max_context // 256, 0)
     while lo < hi:

@@ -149,7 +149,8 @@ class Estimate:
                 return {k: rounded(v) for k, v in value.items()}
             return value
 
-        return rounded(asdict(self))
+        out: dict[str, Any] = rounded(asdict(self))
+        return out
 
 
 def weights_bytes(arch: Architecture, dtype: str) -> float:

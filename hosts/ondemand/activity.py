@@ -12,6 +12,7 @@ import logging
 import os
 import time
 
+import redis
 from django.conf import settings
 
 logger = logging.getLogger(__name__)
@@ -32,14 +33,12 @@ def last_key(deployment_id: int) -> str:
     return f"{namespace()}:od:last:{deployment_id}"
 
 
-_client = None
+_client: redis.Redis | None = None
 
 
-def _redis():
+def _redis() -> redis.Redis:
     global _client
     if _client is None:
-        import redis
-
         timeout = float(settings.PORTAL_REDIS_TIMEOUT)
         _client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=timeout, socket_connect_timeout=timeout)
     return _client

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
@@ -27,7 +29,7 @@ class ColdStartState(models.TextChoices):
 ACTIVE_COLD_START_STATES = (ColdStartState.PLACING, ColdStartState.WAITING_ROOM, ColdStartState.LAUNCHING)
 
 
-class ColdStartQuerySet(models.QuerySet):
+class ColdStartQuerySet(models.QuerySet[Any]):
     def active(self) -> ColdStartQuerySet:
         return self.filter(state__in=ACTIVE_COLD_START_STATES)
 

@@ -4,6 +4,7 @@ worker sleeping) and the idle sweep (beat)."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import shared_task
 from django.db import transaction
@@ -33,7 +34,7 @@ def sweep_idle() -> None:
 
 
 @receiver(signals.placement_needed, dispatch_uid="hosts-ondemand-queue-placement")
-def _queue_place(sender, cold_start_id: int, countdown: float = 0, **_kwargs) -> None:
+def _queue_place(sender: object, cold_start_id: int, countdown: float = 0, **_kwargs: Any) -> None:
     try:
         if countdown:
             place.apply_async((cold_start_id,), countdown=countdown)
@@ -43,7 +44,7 @@ def _queue_place(sender, cold_start_id: int, countdown: float = 0, **_kwargs) ->
         logger.exception("could not queue the placement of cold start %s", cold_start_id)
 
 
-def ensure_schedule(**_kwargs) -> None:
+def ensure_schedule(**_kwargs: Any) -> None:
     """The idle sweep every 30 s (idempotent; connected to post_migrate by HostsConfig)."""
     from django_celery_beat.models import IntervalSchedule, PeriodicTask
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -47,7 +48,7 @@ class GPUInfo:
     memory_used_mib: int | None
     utilization_pct: int | None
     temperature_c: int | None
-    processes: list[dict] = field(default_factory=list)
+    processes: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _value(raw: str) -> str | None:
@@ -95,7 +96,7 @@ def parse_gpus(text: str) -> list[GPUInfo]:
     return gpus
 
 
-def parse_apps(text: str) -> list[dict]:
+def parse_apps(text: str) -> list[dict[str, Any]]:
     """Parse `--query-compute-apps=gpu_uuid,pid,process_name,used_memory` (names may hold commas)."""
     apps = []
     for line in text.splitlines():
@@ -123,7 +124,7 @@ def parse_versions(text: str) -> tuple[str, str]:
     )
 
 
-def attach_processes(gpus: list[GPUInfo], apps: list[dict]) -> None:
+def attach_processes(gpus: list[GPUInfo], apps: list[dict[str, Any]]) -> None:
     by_uuid = {g.uuid: g for g in gpus}
     for app in apps:
         gpu = by_uuid.get(app["gpu_uuid"])
@@ -131,7 +132,7 @@ def attach_processes(gpus: list[GPUInfo], apps: list[dict]) -> None:
             gpu.processes.append({"pid": app["pid"], "name": app["name"], "used_mib": app["used_mib"]})
 
 
-def parse_interfaces(text: str) -> list[dict]:
+def parse_interfaces(text: str) -> list[dict[str, Any]]:
     """`ip -o addr show` → [{"name": "eth0", "addresses": ["10.0.0.5/24", …]}, …] in the order seen."""
     found: dict[str, list[str]] = {}
     for line in text.splitlines():
@@ -147,7 +148,7 @@ class Inventory:
     gpus: list[GPUInfo]
     driver_version: str
     cuda_version: str
-    interfaces: list[dict] = field(default_factory=list)
+    interfaces: list[dict[str, Any]] = field(default_factory=list)
 
 
 def collect(remote: ssh.Remote) -> Inventory:

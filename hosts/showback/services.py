@@ -12,6 +12,7 @@ import datetime as dt
 from collections import defaultdict
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -209,7 +210,7 @@ def derive_price(
     return result
 
 
-def price_from_gpu_hours(deployment: Deployment, *, days: int = PRICE_WINDOW_DAYS) -> tuple[DerivedPrice, list]:
+def price_from_gpu_hours(deployment: Deployment, *, days: int = PRICE_WINDOW_DAYS) -> tuple[DerivedPrice, list[Any]]:
     """Set the derived price (a new price row from now) on every route of the deployment's channel."""
     from channels.choices import PriceSource
     from channels.models import ModelRoute

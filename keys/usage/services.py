@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.translation import gettext
 
 from channels.prices import amount_text, format_money
-from keys.models import TTFT_BOUNDS_MS, TTFT_FIELDS, Key, UsageDaily, UsageHourly
+from keys.models import TTFT_BOUNDS_MS, TTFT_FIELDS, USAGE_COUNTERS, Key, UsageDaily, UsageHourly
 from portal.showback import Share
 
 if TYPE_CHECKING:
@@ -41,23 +41,12 @@ def _with_ratio(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+_SUMS = {name: Sum(name) for name in USAGE_COUNTERS}
+
+
 def daily_totals(qs: QuerySet[UsageDaily], since: dt.date) -> list[dict[str, Any]]:
     """Tokens and requests per day per model since `since` (inclusive), oldest first."""
-    rows = (
-        qs.filter(day__gte=since)
-        .values("day", "model")
-        .annotate(
-            requests=Sum("requests"),
-            errors=Sum("errors"),
-            prompt_tokens=Sum("prompt_tokens"),
-            completion_tokens=Sum("completion_tokens"),
-            total_tokens=Sum("total_tokens"),
-            cached_tokens=Sum("cached_tokens"),
-            cost_nanos=Sum("cost_nanos"),
-            unpriced_requests=Sum("unpriced_requests"),
-        )
-        .order_by("day", "model")
-    )
+    rows = qs.filter(day__gte=since).values("day", "model").annotate(**_SUMS).order_by("day", "model")
     return [_with_ratio(row) for row in cast("list[dict[str, Any]]", list(rows))]  # values() rows are dicts
 
 
@@ -101,21 +90,7 @@ def grouped_totals(qs: QuerySet[UsageDaily], group_by: str, since: dt.date, unti
     """Totals per user, team, key, model or channel between two days (inclusive), largest first."""
     (field,) = GROUPS[group_by]
     rows = list(
-        qs.filter(day__gte=since, day__lte=until)
-        .values(field)
-        .annotate(
-            requests=Sum("requests"),
-            errors=Sum("errors"),
-            prompt_tokens=Sum("prompt_tokens"),
-            completion_tokens=Sum("completion_tokens"),
-            total_tokens=Sum("total_tokens"),
-            estimated_requests=Sum("estimated_requests"),
-            cached_tokens=Sum("cached_tokens"),
-            cache_creation_tokens=Sum("cache_creation_tokens"),
-            cost_nanos=Sum("cost_nanos"),
-            unpriced_requests=Sum("unpriced_requests"),
-        )
-        .order_by("-total_tokens", field)
+        qs.filter(day__gte=since, day__lte=until).values(field).annotate(**_SUMS).order_by("-total_tokens", field)
     )
     labels = _labels(group_by, {row[field] for row in rows})
     missing = "(deleted key)" if group_by == "key" else "(none)"

@@ -18,7 +18,7 @@ from django.views.generic import DetailView
 
 from channels.prices import currency, format_money
 from keys.budgets.services import budgets_for
-from keys.models import Key, UsageDaily, UsageRecord
+from keys.models import USAGE_COUNTERS, Key, UsageDaily, UsageRecord
 from portal.pagination import CappedCountPaginator
 from portal.permissions import AdminOrTeamLeadRequiredMixin, AdminRequiredMixin
 from portal.ui import FilteredListView, sort_rows
@@ -94,19 +94,9 @@ class MyUsageView(LoginRequiredMixin, View):
 
 
 # Columns the usage tables sort by (`?sort=`), as in the rows `grouped_totals`/`daily_totals` return.
-USAGE_COLUMNS = {
-    "name",
-    "requests",
-    "errors",
-    "prompt_tokens",
-    "completion_tokens",
-    "total_tokens",
-    "estimated_requests",
-    "cached_tokens",
-    "cache_hit_ratio",
-    "cost_nanos",
-    "unpriced_requests",
-}
+USAGE_COLUMNS = {"name", *USAGE_COUNTERS, "cache_hit_ratio"}
+# The CSV's counters; the cost follows as a decimal with its currency, and then the unpriced requests.
+CSV_COUNTERS = [c for c in USAGE_COUNTERS if c not in ("cost_nanos", "unpriced_requests")]
 
 
 class AdminUsageView(AdminOrTeamLeadRequiredMixin, View):
@@ -130,18 +120,8 @@ class AdminUsageView(AdminOrTeamLeadRequiredMixin, View):
             response = HttpResponse(content_type="text/csv; charset=utf-8")
             response["Content-Disposition"] = f'attachment; filename="usage-by-{group_by}-{since}-{until}.csv"'
             writer = csv.writer(response)
-            columns = [
-                "requests",
-                "errors",
-                "prompt_tokens",
-                "completion_tokens",
-                "total_tokens",
-                "estimated_requests",
-                "cached_tokens",
-                "cache_creation_tokens",
-            ]
             writer.writerow(
-                [group_by, "since", "until", *columns, "cache_hit_ratio", "cost", "currency", "unpriced_requests"]
+                [group_by, "since", "until", *CSV_COUNTERS, "cache_hit_ratio", "cost", "currency", "unpriced_requests"]
             )
             for row in rows:
                 ratio = "" if row["cache_hit_ratio"] is None else f"{row['cache_hit_ratio']:.4f}"
@@ -150,7 +130,7 @@ class AdminUsageView(AdminOrTeamLeadRequiredMixin, View):
                         _csv_safe(str(row["group"])),
                         since,
                         until,
-                        *(row[c] or 0 for c in columns),
+                        *(row[c] or 0 for c in CSV_COUNTERS),
                         ratio,
                         row["cost"],
                         currency(),

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from channels.models import Channel, Model, ModelRoute
-from clientconfigs.clients.base import ModelSpec, RenderInput
+from clientconfigs.clients.base import McpServerSpec, ModelSpec, RenderInput
 from keys.services import issue_key
 from tests.fakes.upstream import FakeUpstream
 from tests.services import unavailable
@@ -26,11 +26,15 @@ SAMPLE_MODELS = (
 )
 
 
+SAMPLE_MCP = (McpServerSpec("docs", "Team docs"), McpServerSpec("tracker", "Issue tracker"))
+
+
 def sample_input(api_key: str | None) -> RenderInput:
     return RenderInput(
         gateway_url="https://llm.example.com",
         api_key=api_key,
         models=SAMPLE_MODELS,
+        mcp_servers=SAMPLE_MCP,
         version="0123456789ab",
         default_model="qwen3-32b",
         generated_at="2026-08-01T00:00:00.000Z",

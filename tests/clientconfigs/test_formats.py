@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tomllib
 from dataclasses import replace
@@ -49,6 +50,8 @@ UNSTAMPED = {
     ("crush", "crush.json"),
     ("llm", "keys.json"),
     ("llm", "default_model.txt"),
+    ("pi", "settings.json"),
+    ("jetbrains", "teamgw.json"),
 }
 
 
@@ -154,7 +157,7 @@ def test_cline_core_schema_rejects_a_bad_base_url(cline_results):
 
 def test_cline_writes_both_storage_generations_and_no_vscode_settings():
     names = set(files("cline", sample_input(SAMPLE_KEY)))
-    assert names == {"providers.json", "models.json", "globalState.json", "secrets.json"}
+    assert names == {"providers.json", "models.json", "globalState.json", "secrets.json", "cline_mcp_settings.json"}
     for f in CLIENTS["cline"].render(sample_input(SAMPLE_KEY)).files:
         assert "cline.openaiBaseUrl" not in f.content and "cline.apiKey" not in f.content
 
@@ -226,6 +229,16 @@ def test_opencode_and_roo_carry_each_models_limits():
     assert qwen["openAiApiKey"] == PLACEHOLDER_KEY
 
 
+def dotenv(text: str) -> dict[str, str]:
+    """The variables a shell gets from sourcing the file (single-quoted values only)."""
+    return dict(re.findall(r"(?m)^export (\w+)='([^']*)'$", text))
+
+
+def droid_id(entry: dict) -> str:
+    """The id Droid 0.225 gives a custom model (its `custom:${displayName, spaces as dashes}-${n}`)."""
+    return "custom:" + re.sub(r"\s+", "-", entry["displayName"].strip()) + "-0"
+
+
 def _selected(slug: str, inp) -> str:
     """The model each client actually starts with, read the way the client reads its file."""
     out = {f.name: f.content for f in CLIENTS[slug].render(inp).files}
@@ -258,6 +271,22 @@ def _selected(slug: str, inp) -> str:
         return yaml.safe_load(out["config.yaml"])["GOOSE_MODEL"]
     if slug == "llm":
         return out["default_model.txt"].strip().removeprefix("teamgw/")
+    if slug == "copilot-cli":
+        return dotenv(out["env"])["COPILOT_MODEL"]
+    if slug == "pi":
+        assert json.loads(out["settings.json"])["defaultProvider"] == "teamgw"
+        return json.loads(out["settings.json"])["defaultModel"]
+    if slug == "factory-droid":
+        data = json.loads(out["settings.json"])
+        [chosen] = [m for m in data["customModels"] if droid_id(m) == data["sessionDefaultSettings"]["model"]]
+        return chosen["model"]
+    if slug == "mistral-vibe":
+        config = tomllib.loads(out["config.toml"])
+        return next(m["name"] for m in config["models"] if m["alias"] == config["active_model"])
+    if slug == "openhands":
+        return json.loads(out["agent_settings.json"])["llm"]["model"].removeprefix("openai/")
+    if slug == "jetbrains":
+        return json.loads(out["teamgw.json"])["id"]
     raise AssertionError(f"no reader for {slug}")
 
 
@@ -379,3 +408,22 @@ def test_llm_reads_our_models_its_key_and_default_through_its_own_loader(tmp_pat
     assert (seen["default"], seen["name"]) == ("teamgw/llama-3.1-8b", "llama-3.1-8b")
     assert seen["base"] == "https://llm.example.com/v1" and seen["tools"] is True
     assert seen["key"] == SAMPLE_KEY and seen["headers"] == {"X-Gateway-Config-Version": "0123456789ab"}
+
+
+# Junie's model-profile fields as JetBrains' own junie-local model files spell them (`junieConfig`):
+# Junie's CLI installs from JetBrains' site and AI Assistant is an IDE plugin, so neither runs here.
+JUNIE_FIELDS = {"id", "displayName", "providerName", "baseUrl", "apiType", "apiKey", "maxContextLength"}
+
+
+def test_junie_profile_uses_junies_fields_a_full_endpoint_and_the_default_models_window(variant):
+    _, inp = variant
+    rendered = CLIENTS["jetbrains"].render(inp)
+    [f] = rendered.files
+    assert f.path == "~/.junie/models/teamgw.json"  # the profile `custom:teamgw`
+    profile = json.loads(f.content)
+    assert set(profile) == JUNIE_FIELDS
+    assert profile["apiType"] == "OpenAICompletion"
+    assert profile["baseUrl"] == inp.api_base + "/chat/completions"  # Junie appends nothing
+    assert (profile["id"], profile["maxContextLength"]) == ("qwen3-32b", 32768)
+    assert profile["apiKey"] == (inp.api_key or "${%s}" % ENV_VAR)  # noqa: UP031
+    assert any(inp.api_base in n and "AI Assistant" in n for n in rendered.notes)

@@ -1,17 +1,23 @@
-"""The real clients that run headless here (Qwen Code, Kilo CLI, Aider; and Claude Code, Cline CLI,
-Continue CLI, OpenCode), configured only by the portal's installer in a throwaway HOME, complete a
-request through the gateway to the fake upstream, with the default model and limits the files set.
+"""The real clients that run headless here (Qwen Code, Kilo CLI, Aider; Claude Code, Cline CLI,
+Continue CLI, OpenCode, Codex, llm; GitHub Copilot CLI, pi, Factory Droid, Mistral Vibe, OpenHands),
+configured only by the portal's installer in a throwaway HOME, complete a request through the
+gateway to the fake upstream, with the default model and limits the files set; the newer ones also
+a tool round trip (their own file-reading tool) and a second install that switches the default.
+JetBrains (Junie's CLI comes from JetBrains' site, AI Assistant is an IDE plugin), Goose, Zed, Roo,
+Crush and CC Switch cannot run here: test_formats.py checks their files.
 
 Each runs in its own network namespace (`unshare -rn`) that has nothing but loopback, so no request
 can reach a vendor; `tests/fakes/nsbridge.py` carries its connections to the portal through a Unix
 socket, on the very URL the generated files hold. The clients are pinned and installed by .ci/run
-into throwaway folders (PORTAL_REAL_CLIENTS for npm, PORTAL_AIDER for the aider-chat venv).
+into throwaway folders (PORTAL_REAL_CLIENTS for npm; PORTAL_AIDER, PORTAL_LLM, PORTAL_VIBE and
+PORTAL_OPENHANDS for the PyPI clients' venvs).
 Two models: `qwen3-32b` (the default: largest window) and `tool-bot` (a smaller window and output
 cap), served upstream as `fake-model` and `fake-small`, so a request shows which one a client chose.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -246,6 +252,13 @@ def test_claude_code_answers_through_the_gateway_from_the_installed_settings(gat
     assert done.returncode == 0, done.stdout + done.stderr
     assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
     assert any(r.json and r.json.get("model") == "fake-model" for r in up.requests)
+    # Another model with its own window: the per-model settings layer over settings.json.
+    done = run_isolated(
+        server, home, [str(claude), "--settings", f"{home}/.claude/teamgw-tool-bot.json", "-p", PROMPT], env
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    sent = [r.json for r in up.requests if r.path.endswith("/chat/completions") and r.json.get("model") == "fake-small"]
+    assert sent and all(r["max_tokens"] <= SMALL_OUTPUT for r in sent)
 
 
 def test_codex_answers_over_responses_and_its_file_notes_the_dropped_tools(gateway, tmp_path, alice):
@@ -269,6 +282,12 @@ def test_codex_answers_over_responses_and_its_file_notes_the_dropped_tools(gatew
     sent = chat_requests(up)
     assert sent and sent[-1]["model"] == "fake-model"
     assert not any(t.get("type") == "web_search" for t in sent[-1].get("tools", []))
+    # Another model through its profile, which carries that model's own window.
+    done = run_isolated(
+        server, home, ["sh", "-c", run.replace(" exec --skip", " --profile teamgw-tool-bot exec --skip")], {}
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert chat_requests(up)[-1]["model"] == "fake-small"
 
 
 def test_llm_cli_completes_a_tool_round_trip_and_a_second_install_keeps_it_working(gateway, tmp_path, alice):
@@ -299,3 +318,128 @@ def test_llm_cli_completes_a_tool_round_trip_and_a_second_install_keeps_it_worki
     assert [t["function"]["name"] for t in asked["tools"]] == ["llm_version"]
     result = [m for m in answered["messages"] if m["role"] == "tool"]
     assert len(result) == 1 and result[0]["content"] == "0.36"  # llm ran the tool and sent its answer back
+
+
+def sourced(home: Path, *argv: str) -> list[str]:
+    """`argv` run by a shell that has loaded the installed environment file first, as a profile would."""
+    return ["sh", "-c", f". {home}/.config/team-gateway/env && exec " + " ".join(shlex.quote(a) for a in argv)]
+
+
+MARKER = "gateway-tool-result-7f3a"
+
+
+def ask_for_a_tool(up: FakeUpstream, home: Path, name: str, **arguments) -> None:
+    """The next answer calls the client's own file-reading tool on note.txt in its working directory."""
+    (home / "note.txt").write_text(MARKER + "\n")
+    args = {k: (str(home / "note.txt") if v == "NOTE" else v) for k, v in arguments.items()}
+    up.enqueue(mode="tool_call", tool_name=name, tool_arguments=json.dumps(args))
+
+
+def assert_tool_round_trip(up: FakeUpstream, name: str, model: str) -> None:
+    """The model was offered the tool, called it, and got the file's content back in the next request."""
+    asked, answered = chat_requests(up)[-2:]
+    assert asked["model"] == answered["model"] == model
+    assert name in [t["function"]["name"] for t in asked["tools"]]
+    results = [m for m in answered["messages"] if m["role"] == "tool"]
+    assert results and MARKER in json.dumps(results), answered["messages"][-2:]
+
+
+def test_copilot_cli_completes_a_tool_round_trip_and_a_reinstall_switches_its_model(gateway, tmp_path, alice):
+    """GitHub Copilot CLI reads its provider from the environment file only: no GitHub sign-in."""
+    server, up = gateway
+    copilot = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "copilot")
+    home = tmp_path / "home"
+    (home / ".config" / "team-gateway").mkdir(parents=True)
+    (home / ".config" / "team-gateway" / "env").write_text("export MY_OWN=1\n")
+    env = {"COPILOT_DISABLE_TELEMETRY": "1", "NO_UPDATE_NOTIFIER": "1"}
+    for default, upstream_model, cap in (("qwen3-32b", "fake-model", OUTPUT), ("tool-bot", "fake-small", SMALL_OUTPUT)):
+        install(server, home, alice, "copilot-cli", default=default)
+        ask_for_a_tool(up, home, "view", path="NOTE")
+        done = run_isolated(server, home, sourced(home, str(copilot), "-p", PROMPT, "--allow-all-tools"), env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+        assert_tool_round_trip(up, "view", upstream_model)
+        assert chat_requests(up)[-1].get("max_tokens", cap) <= cap
+    assert "export MY_OWN=1" in (home / ".config" / "team-gateway" / "env").read_text()
+
+
+def test_pi_completes_a_tool_round_trip_next_to_the_users_own_provider(gateway, tmp_path, alice):
+    server, up = gateway
+    pi = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "pi")
+    home = tmp_path / "home"
+    agent = home / ".pi" / "agent"
+    agent.mkdir(parents=True)
+    ollama = {"baseUrl": "http://localhost:11434/v1", "api": "openai-completions", "apiKey": "ollama"}
+    mine = {"providers": {"ollama": {**ollama, "models": [{"id": "llama3.1:8b"}]}}}
+    (agent / "models.json").write_text(json.dumps(mine))
+    for default, upstream_model, cap in (("qwen3-32b", "fake-model", OUTPUT), ("tool-bot", "fake-small", SMALL_OUTPUT)):
+        install(server, home, alice, "pi", default=default)
+        ask_for_a_tool(up, home, "read", path="note.txt")
+        done = run_isolated(server, home, [str(pi), "-p", PROMPT], {"PI_SKIP_VERSION_CHECK": "1"})
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+        assert_tool_round_trip(up, "read", upstream_model)
+        assert chat_requests(up)[-1].get("max_tokens", cap) <= cap
+    assert json.loads((agent / "models.json").read_text())["providers"]["ollama"] == mine["providers"]["ollama"]
+
+
+def test_factory_droid_completes_a_tool_round_trip_and_a_reinstall_keeps_one_entry_per_model(gateway, tmp_path, alice):
+    """Droid runs its custom models without a Factory sign-in; the id it gives ours is in the file."""
+    server, up = gateway
+    droid = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "droid")
+    home = tmp_path / "home"
+    (home / ".factory").mkdir(parents=True)
+    mine = {"model": "m", "displayName": "Mine", "baseUrl": "http://x/v1", "apiKey": "k", "provider": "openai"}
+    (home / ".factory" / "settings.json").write_text(json.dumps({"customModels": [mine]}))
+    for default, upstream_model in (("tool-bot", "fake-small"), ("qwen3-32b", "fake-model")):
+        install(server, home, alice, "factory-droid", default=default)
+        settings = json.loads((home / ".factory" / "settings.json").read_text())
+        model = settings["sessionDefaultSettings"]["model"]
+        ask_for_a_tool(up, home, "Read", file_path="NOTE")
+        done = run_isolated(server, home, [str(droid), "exec", "-m", model, PROMPT], {})
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+        assert_tool_round_trip(up, "Read", upstream_model)
+    names = [m["displayName"] for m in settings["customModels"]]
+    assert sorted(names) == ["Mine", "qwen3-32b [Team Gateway]", "tool-bot [Team Gateway]"]
+
+
+def test_mistral_vibe_completes_a_tool_round_trip_next_to_the_users_own_models(gateway, tmp_path, alice):
+    server, up = gateway
+    vibe = tool("PORTAL_VIBE", "bin", "vibe")
+    home = tmp_path / "home"
+    (home / ".vibe").mkdir(parents=True)
+    (home / ".vibe" / "config.toml").write_text(
+        'vim_keybindings = true\n\n[[providers]]\nname = "llamacpp"\napi_base = "http://127.0.0.1:8080/v1"\n\n'
+        '[[models]]\nname = "devstral"\nprovider = "llamacpp"\nalias = "devstral"\n'
+    )
+    for default, upstream_model, cap in (("qwen3-32b", "fake-model", OUTPUT), ("tool-bot", "fake-small", SMALL_OUTPUT)):
+        install(server, home, alice, "mistral-vibe", default=default)
+        ask_for_a_tool(up, home, "read_file", path="note.txt")
+        done = run_isolated(server, home, [str(vibe), "-p", PROMPT, "--trust", "--auto-approve"], {})
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+        assert_tool_round_trip(up, "read_file", upstream_model)
+        assert chat_requests(up)[-1].get("max_tokens", cap) <= cap
+    text = (home / ".vibe" / "config.toml").read_text()
+    assert text.count('name = "teamgw"') == 1 and 'alias = "devstral"' in text and "vim_keybindings = true" in text
+
+
+def test_openhands_cli_completes_a_tool_round_trip_and_a_reinstall_keeps_the_users_settings(gateway, tmp_path, alice):
+    server, up = gateway
+    openhands = tool("PORTAL_OPENHANDS", "bin", "openhands")
+    home = tmp_path / "home"
+    env = {"OPENHANDS_SUPPRESS_BANNER": "1"}
+    for default, upstream_model in (("tool-bot", "fake-small"), ("qwen3-32b", "fake-model")):
+        install(server, home, alice, "openhands", default=default)
+        path = home / ".openhands" / "agent_settings.json"
+        settings = json.loads(path.read_text())
+        settings["condenser"]["max_size"] = 120  # the user's own setting, beside ours
+        path.write_text(json.dumps(settings))
+        ask_for_a_tool(up, home, "file_editor", command="view", path="NOTE", security_risk="LOW")
+        done = run_isolated(server, home, [str(openhands), "--headless", "-t", PROMPT], env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+        assert_tool_round_trip(up, "file_editor", upstream_model)
+    settings = json.loads(path.read_text())
+    assert settings["condenser"]["max_size"] == 120 and settings["llm"]["model"] == "openai/qwen3-32b"

@@ -77,7 +77,8 @@ def test_api_lists_every_client(api):
     assert slugs == {
         *("cline", "continue", "cc-switch", "claude-code", "codex", "opencode", "roo"),
         *("qwen-code", "kilo", "aider", "crush", "zed", "llm", "goose"),
-    }  # fourteen
+        *("copilot-cli", "pi", "factory-droid", "mistral-vibe", "openhands", "jetbrains"),
+    }  # twenty
     assert api.get(f"{API}/clients/nope/").status_code == 404
 
 
@@ -105,7 +106,10 @@ def test_api_download_token_then_bundle(api, alice, catalog):
     assert token in response.json()["install_sh"]
     bundle = APIClient().post(f"{API}/bundle/", {"token": token}, format="json")
     assert bundle.status_code == 200
-    assert {f["path"] for f in bundle.json()["files"]} == {"~/.codex/config.toml"}
+    assert {f["path"] for f in bundle.json()["files"]} == {
+        "~/.codex/config.toml",
+        *(f"~/.codex/teamgw-{m}.config.toml" for m in ("qwen3-32b", "llama-3.1-8b")),
+    }
     again = APIClient().post(f"{API}/bundle/", {"token": token}, format="json")
     assert again.status_code == 404
 

@@ -285,3 +285,30 @@ def test_the_deployment_page_shows_supervision_and_events(admin_client, host):
     assert "Restarted automatically when it crashes, at most 3 times an hour." in page
     assert 'id="deployment-events"' in page and "Crashed: The server exited." in page and "(exit code 137)" in page
     assert "boom" in page and "supervisor" in page
+
+
+def test_a_running_deployment_is_neither_changed_nor_deleted_on_the_page_or_through_the_api(admin_client, admin, host):
+    """One rule in the service (`check_changeable` / `delete_deployment`): the page and the API
+    refuse alike, with the same words."""
+    from rest_framework.test import APIClient
+
+    deployment = Deployment.objects.create(
+        name="d", host=host, backend="vllm", model_path="a/b", served_model_name="b", port=8000, gpu_indices=[0],
+        status="running",
+    )  # fmt: skip
+    shown = reverse("deployment_list")  # any page shows the flash
+    for method, url, text in [
+        ("get", reverse("deployment_edit", args=[deployment.pk]), "Stop the deployment before changing it."),
+        ("get", reverse("deployment_delete", args=[deployment.pk]), "Stop the deployment before deleting it."),
+        ("post", reverse("deployment_delete", args=[deployment.pk]), "Stop the deployment before deleting it."),
+    ]:
+        answer = getattr(admin_client, method)(url)
+        assert answer.status_code == 302 and answer.url == reverse("deployment_detail", args=[deployment.pk])
+        assert text in admin_client.get(shown).content.decode(), url
+    api = APIClient()
+    api.force_authenticate(admin)
+    deleted = api.delete(f"/api/deployments/{deployment.pk}/")
+    assert deleted.status_code == 400 and deleted.json()["status"] == ["Stop the deployment before deleting it."]
+    changed = api.patch(f"/api/deployments/{deployment.pk}/", {"port": 8001}, format="json")
+    assert changed.status_code == 400 and changed.json()["status"] == ["Stop the deployment before changing it."]
+    assert Deployment.objects.filter(pk=deployment.pk, port=8000).exists()

@@ -196,3 +196,45 @@ async def test_each_delta_goes_out_before_the_next_upstream_chunk_is_read():
         if event["type"] == "response.output_text.delta":
             seen.append((event["delta"], len(pulled)))
     assert seen == [("t0", 1), ("t1", 2), ("t2", 3)]
+
+
+# Codex 0.169's shape for one MCP server's tools (captured from a real run) next to a namespace it
+# keeps for OpenAI (multi-agent): the first becomes plain functions, the second stays dropped.
+MCP_TOOLS = [
+    {
+        "type": "namespace",
+        "name": "mcp__teamgw_tracker",
+        "description": "Tools in the mcp__teamgw_tracker namespace.",
+        "tools": [
+            {"type": "function", "name": "echo", "strict": False, "parameters": {"type": "object", "properties": {}}}
+        ],
+    },
+    {"type": "namespace", "name": "multi_agent_v1", "tools": [{"type": "function", "name": "spawn_agent"}]},
+]
+
+
+def test_mcp_namespaces_become_flat_functions_and_a_call_is_split_back():
+    request = {"model": "m", "input": "x", "tools": MCP_TOOLS}
+    chat = responses_request.to_chat_request(request)
+    assert [t["function"]["name"] for t in chat["tools"]] == ["mcp__teamgw_tracker__echo"]
+    call = {"id": "call_1", "type": "function", "function": {"name": "mcp__teamgw_tracker__echo", "arguments": "{}"}}
+    completion = {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [call]}}]}
+    (item,) = responses_response.from_chat_completion(completion, request=request)["output"]
+    assert (item["namespace"], item["name"], item["call_id"]) == ("mcp__teamgw_tracker", "echo", "call_1")
+    # The call comes back in the next request's input with its namespace: one flat name again.
+    again = responses_request.to_chat_request({**request, "input": [{**item, "type": "function_call"}]})
+    assert again["messages"][-1]["tool_calls"][0]["function"]["name"] == "mcp__teamgw_tracker__echo"
+
+
+async def test_a_streamed_mcp_call_names_its_namespace():
+    async def source():
+        call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "mcp__teamgw_tracker__echo"}}
+        yield {"choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}]}
+        yield {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}}]}
+        yield {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+
+    request = {"model": "m", "input": "x", "tools": MCP_TOOLS}
+    events = [e async for e in responses_response.stream_from_chat(source(), request=request)]
+    added = next(e["item"] for e in events if e["type"] == "response.output_item.added")
+    (done,) = events[-1]["response"]["output"]
+    assert (added["namespace"], added["name"]) == (done["namespace"], done["name"]) == ("mcp__teamgw_tracker", "echo")

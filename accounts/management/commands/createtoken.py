@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from accounts.models import User
@@ -17,13 +18,15 @@ class Command(BaseCommand):
         "With --quiet only the token is printed, for `TOKEN=$(portal manage createtoken admin --quiet)`."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("username")
         parser.add_argument("--name", default="command line", help="label shown under Account → API tokens")
         parser.add_argument("--expires-days", type=int, default=None, help="expire after this many days")
         parser.add_argument("--quiet", action="store_true", help="print only the token")
 
-    def handle(self, *args, username: str, name: str, expires_days: int | None, quiet: bool, **options):
+    def handle(
+        self, *args: Any, username: str, name: str, expires_days: int | None, quiet: bool, **options: Any
+    ) -> None:
         try:
             user = User.objects.get(username=username)
         except User.DoesNotExist:

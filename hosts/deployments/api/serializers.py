@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
@@ -19,7 +21,7 @@ def field_errors(exc: DjangoValidationError) -> ValidationError:
     return ValidationError({"non_field_errors": exc.messages})
 
 
-class LaunchJobSerializer(serializers.ModelSerializer):
+class LaunchJobSerializer(serializers.ModelSerializer[LaunchJob]):
     deployment_name = serializers.CharField(source="deployment.name", read_only=True)
 
     class Meta:
@@ -43,7 +45,7 @@ class LaunchJobSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class DeploymentNodeSerializer(serializers.ModelSerializer):
+class DeploymentNodeSerializer(serializers.ModelSerializer[DeploymentNode]):
     """One node of a multi-node deployment: its host, role and Ray process as last seen."""
 
     host_name = serializers.CharField(source="host.name", read_only=True)
@@ -54,7 +56,7 @@ class DeploymentNodeSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class DeploymentSerializer(serializers.ModelSerializer):
+class DeploymentSerializer(serializers.ModelSerializer[Deployment]):
     """A model served on a host. The upstream API key is generated and never returned."""
 
     host = serializers.PrimaryKeyRelatedField(queryset=Host.objects.all())
@@ -118,14 +120,14 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "created",
             "updated",
         ]
-        validators: list = []  # host+port clashes are reported on `port` by services.clean_deployment
+        validators: list[Any] = []  # host+port clashes are reported on `port` by services.clean_deployment
 
     def get_command_preview(self, obj: Deployment) -> str:
         return services.command_preview(obj)
 
-    def validate(self, attrs):
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         instance = self.instance
-        merged = {
+        merged: dict[str, Any] = {
             f: attrs.get(f, getattr(instance, f) if instance else None)
             for f in (
                 "host",
@@ -164,25 +166,25 @@ class DeploymentSerializer(serializers.ModelSerializer):
         attrs.update(cleaned)
         return attrs
 
-    def create(self, validated_data):
+    def create(self, validated_data: dict[str, Any]) -> Deployment:
         validated_data["upstream_api_key"] = services.generate_upstream_key()
         validated_data["created_by"] = self.context["request"].user
         return super().create(validated_data)
 
-    def save(self, **kwargs):
-        deployment = super().save(**kwargs)
+    def save(self, **kwargs: Any) -> Deployment:
+        deployment: Deployment = super().save(**kwargs)
         if deployment.on_demand:  # listed while stopped (hosts/ondemand/)
             services.list_on_demand_model(deployment)
         return deployment
 
 
-class GPUSpecSerializer(serializers.Serializer):
+class GPUSpecSerializer(serializers.Serializer[Any]):
     index = serializers.IntegerField(min_value=0, default=0)
     total_mib = serializers.IntegerField(min_value=1, max_value=10_000_000)
     free_mib = serializers.IntegerField(min_value=0, max_value=10_000_000)
 
 
-class ArchitectureSerializer(serializers.Serializer):
+class ArchitectureSerializer(serializers.Serializer[Any]):
     params_b = serializers.FloatField(min_value=0.001, max_value=10_000)
     layers = serializers.IntegerField(min_value=1, max_value=1000)
     heads = serializers.IntegerField(min_value=1, max_value=1024)
@@ -192,7 +194,7 @@ class ArchitectureSerializer(serializers.Serializer):
     max_context = serializers.IntegerField(min_value=1, max_value=100_000_000, default=131072)
 
 
-class FitSpecSerializer(serializers.Serializer):
+class FitSpecSerializer(serializers.Serializer[Any]):
     """The model by its `config_json` (a config.json, as an object or its text), by its files on
     `host` (`read_from_host`), by an explicit `architecture`, or by `model` name (presets); the GPUs
     as `gpus`, or `host` + `gpu_indices` as last seen. `gpus: []` with llama.cpp means CPU only
@@ -209,14 +211,14 @@ class FitSpecSerializer(serializers.Serializer):
     ram_mib = serializers.IntegerField(min_value=0, max_value=1_000_000_000, required=False)
     read_from_host = serializers.BooleanField(default=False)
 
-    def validate_config_json(self, value):
+    def validate_config_json(self, value: Any) -> Any:
         if len(str(value)) > 200_000:
             raise ValidationError(_("A config.json of at most 200 kB."))
         if not isinstance(value, dict | str):
             raise ValidationError(_("A config.json object, or its text."))
         return value
 
-    def validate(self, attrs):
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if not any(attrs.get(k) for k in ("architecture", "model", "config_json")):
             raise ValidationError(
                 {"model": ["Give a model name (matched against presets), its config.json or an architecture."]}

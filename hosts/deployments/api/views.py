@@ -13,8 +13,9 @@ resource, hosts/api/views.py.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
@@ -31,8 +32,13 @@ from .. import services
 from ..filters import DeploymentFilterSet, LaunchJobFilterSet
 from .serializers import DeploymentSerializer, FitSpecSerializer, LaunchJobSerializer, field_errors
 
+if TYPE_CHECKING:
+    from rest_framework.serializers import BaseSerializer
 
-class DeploymentViewSet(viewsets.ModelViewSet):
+    from portal.permissions import AuthenticatedRequest
+
+
+class DeploymentViewSet(viewsets.ModelViewSet[Deployment]):
     queryset = Deployment.objects.select_related("host", "channel")
     serializer_class = DeploymentSerializer
     permission_classes = [IsAdmin]
@@ -40,17 +46,20 @@ class DeploymentViewSet(viewsets.ModelViewSet):
     search_fields = ["name", "model_path", "served_model_name"]
     ordering_fields = ["name", "port", "status", "created"]
 
-    def perform_update(self, serializer) -> None:
-        if not serializer.instance.is_idle:
-            raise ValidationError({"status": [_("Stop the deployment before changing it.")]})
+    def perform_update(self, serializer: BaseSerializer[Deployment]) -> None:
+        try:
+            services.check_changeable(self.get_object())
+        except DjangoValidationError as exc:
+            raise ValidationError(exc.message_dict) from None
         serializer.save()
 
     def perform_destroy(self, instance: Deployment) -> None:
-        if not instance.is_idle:
-            raise ValidationError({"status": [_("Stop the deployment before deleting it.")]})
-        instance.delete()
+        try:
+            services.delete_deployment(instance)
+        except DjangoValidationError as exc:
+            raise ValidationError(exc.message_dict) from None
 
-    def _job(self, request, pk, action_name: str) -> Response:
+    def _job(self, request: AuthenticatedRequest, pk: str | None, action_name: str) -> Response:
         deployment = self.get_object()
         try:
             job = jobs.request_job(deployment, action_name, user=request.user)
@@ -60,27 +69,27 @@ class DeploymentViewSet(viewsets.ModelViewSet):
 
     @extend_schema(request=None, responses={202: LaunchJobSerializer})
     @action(detail=True, methods=["post"])
-    def launch(self, request, pk=None):
+    def launch(self, request: AuthenticatedRequest, pk: str | None = None) -> Response:
         return self._job(request, pk, JobAction.LAUNCH)
 
     @extend_schema(request=None, responses={202: LaunchJobSerializer})
     @action(detail=True, methods=["post"])
-    def stop(self, request, pk=None):
+    def stop(self, request: AuthenticatedRequest, pk: str | None = None) -> Response:
         return self._job(request, pk, JobAction.STOP)
 
     @extend_schema(request=None, responses={202: LaunchJobSerializer})
     @action(detail=True, methods=["post"])
-    def restart(self, request, pk=None):
+    def restart(self, request: AuthenticatedRequest, pk: str | None = None) -> Response:
         return self._job(request, pk, JobAction.RESTART)
 
     @extend_schema(request=None, responses={202: LaunchJobSerializer})
     @action(detail=True, methods=["post"])
-    def adopt(self, request, pk=None):
+    def adopt(self, request: AuthenticatedRequest, pk: str | None = None) -> Response:
         return self._job(request, pk, JobAction.ADOPT)
 
     @extend_schema(request=None, responses={200: dict})
     @action(detail=True, methods=["post"])
-    def fit(self, request, pk=None):
+    def fit(self, request: AuthenticatedRequest, pk: str | None = None) -> Response:
         """Estimate VRAM, reading config.json / GGUF metadata on the host (presets when unreachable)."""
         deployment = self.get_object()
         try:
@@ -92,7 +101,7 @@ class DeploymentViewSet(viewsets.ModelViewSet):
         return Response(result)
 
 
-class LaunchJobViewSet(viewsets.ReadOnlyModelViewSet):
+class LaunchJobViewSet(viewsets.ReadOnlyModelViewSet[LaunchJob]):
     queryset = LaunchJob.objects.select_related("deployment")
     serializer_class = LaunchJobSerializer
     permission_classes = [IsAdmin]
@@ -100,12 +109,12 @@ class LaunchJobViewSet(viewsets.ReadOnlyModelViewSet):
     ordering_fields = ["created", "state"]
 
 
-class FitEstimateViewSet(viewsets.GenericViewSet):
+class FitEstimateViewSet(viewsets.GenericViewSet[Any]):
     permission_classes = [IsAdmin]
     serializer_class = FitSpecSerializer
 
     @extend_schema(request=FitSpecSerializer, responses={200: dict})
-    def create(self, request):
+    def create(self, request: AuthenticatedRequest) -> Response:
         """The estimate for a spec (nothing is stored): what the deploy form's live preview calls."""
         spec = FitSpecSerializer(data=request.data)
         spec.is_valid(raise_exception=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
@@ -9,7 +11,7 @@ from hosts.downloads.models import ModelDownload
 from hosts.models import Host
 
 
-class DownloadSerializer(serializers.ModelSerializer):
+class DownloadSerializer(serializers.ModelSerializer[ModelDownload]):
     """A weight download to a host. POST creates it, or joins the active one for the same
     (host, source, repo, revision, pattern): then the answer is 200 with `joined: true`."""
 
@@ -77,7 +79,7 @@ class DownloadSerializer(serializers.ModelSerializer):
             "finished",
         ]
         # The active-job constraint is the service's business (a duplicate joins, it is no error).
-        validators: list = []
+        validators: list[Any] = []
 
     def get_has_token(self, obj: ModelDownload) -> bool:
         return bool(obj.token)

@@ -8,11 +8,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
 from rest_framework.response import Response
 
 from hosts.downloads import services
@@ -22,19 +25,23 @@ from portal.permissions import IsAdmin
 
 from .serializers import DownloadSerializer
 
+if TYPE_CHECKING:
+    from portal.permissions import AuthenticatedRequest
 
-class DownloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+
+class DownloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet[ModelDownload]):
+    request: AuthenticatedRequest
     queryset = ModelDownload.objects.select_related("host")
     serializer_class = DownloadSerializer
     permission_classes = [IsAdmin]
     filterset_class = DownloadFilterSet
     ordering_fields = ["created", "state", "done_bytes"]
 
-    def create(self, request, *args, **kwargs):
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         body = self.get_serializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            job, created = services.request_download(user=request.user, **body.validated_data)
+            job, created = services.request_download(user=self.request.user, **body.validated_data)
         except DjangoValidationError as exc:
             raise ValidationError(
                 exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
@@ -44,7 +51,7 @@ class DownloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(request=None, responses={200: DownloadSerializer, 409: dict})
     @action(detail=True, methods=["post"])
-    def cancel(self, request, pk=None):
+    def cancel(self, request: AuthenticatedRequest, pk: str | None = None) -> Response:
         job = self.get_object()
         try:
             services.cancel(job, user=request.user)

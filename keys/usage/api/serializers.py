@@ -8,7 +8,7 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from channels.prices import amount_text
-from keys.models import UsageDaily, UsageRecord
+from keys.models import USAGE_COUNTERS, UsageDaily, UsageRecord
 from portal.permissions import is_admin
 
 
@@ -95,15 +95,6 @@ class UsageDailySerializer(HidesChannelFromDevelopers):
             "team",
             "model",
             "channel",
-            "requests",
-            "errors",
-            "prompt_tokens",
-            "completion_tokens",
-            "total_tokens",
-            "estimated_requests",
-            "cached_tokens",
-            "cache_creation_tokens",
-            "cost",
-            "unpriced_requests",
+            *(c if c != "cost_nanos" else "cost" for c in USAGE_COUNTERS),  # the cost as an exact decimal
         ]
         read_only_fields = fields

@@ -1,0 +1,78 @@
+"""GitHub Copilot CLI (npm `@github/copilot` 1.0.x): its bring-your-own-key provider, from the environment.
+
+Copilot CLI has no provider file: `copilot help providers` lists the variables it reads at start.
+`COPILOT_PROVIDER_BASE_URL` (with /v1: it posts to /chat/completions, the default wire API) turns
+on BYOK, and then no GitHub sign-in is needed; `COPILOT_MODEL` names the model;
+`COPILOT_PROVIDER_MAX_PROMPT_TOKENS` and `COPILOT_PROVIDER_MAX_OUTPUT_TOKENS` replace its built-in
+catalogue's limits (which do not know our models); `COPILOT_PROVIDER_HEADERS` takes "Name: Value"
+lines. They are one set for the shell, so one model at a time: the default's, in the shared
+environment file that Codex and Goose use too (the Windows installer sets them for the user).
+"""
+
+from __future__ import annotations
+
+from django.utils.translation import gettext as _
+
+from .base import (
+    ENV_FILE,
+    VERSION_HEADER,
+    Command,
+    Probe,
+    Rendered,
+    RenderInput,
+    env_file,
+)
+
+SLUG = "copilot-cli"
+LABEL = "GitHub Copilot CLI"
+ENV_INDIRECTION = False  # the key is a value of its own variable, not a reference
+
+
+def variables(inp: RenderInput) -> dict[str, str]:
+    out = {"COPILOT_PROVIDER_BASE_URL": inp.api_base, "COPILOT_PROVIDER_TYPE": "openai"}
+    if inp.api_key:
+        out["COPILOT_PROVIDER_API_KEY"] = inp.api_key
+    primary = inp.primary
+    if primary:
+        output = inp.output_of(primary)
+        out["COPILOT_MODEL"] = primary.name
+        # The prompt budget is what the window leaves after the answer's room.
+        out["COPILOT_PROVIDER_MAX_PROMPT_TOKENS"] = str(max(1, inp.window_of(primary) - output))
+        out["COPILOT_PROVIDER_MAX_OUTPUT_TOKENS"] = str(output)
+    out["COPILOT_PROVIDER_HEADERS"] = f"{VERSION_HEADER}: {inp.version}"
+    return out
+
+
+def render(inp: RenderInput) -> Rendered:
+    commands = [Command("Load the settings in this shell", f". {ENV_FILE}")]
+    if not inp.api_key:
+        commands.append(Command("Before starting copilot", "export COPILOT_PROVIDER_API_KEY=<your key>"))
+    commands.append(Command("Try it", 'copilot -p "Reply with the word pong." --allow-all-tools'))
+    notes = [
+        _(
+            "Copilot CLI reads its provider from environment variables only: load the file from your shell "
+            "profile. With them set it needs no GitHub sign-in."
+        ),
+        _(
+            "The variables hold one model at a time, the default one, with its window: to switch, pick another "
+            "default here and install again (or export COPILOT_MODEL and its two token limits yourself)."
+        ),
+    ]
+    return Rendered(
+        files=[env_file(inp, variables(inp))],
+        commands=commands,
+        notes=notes,
+        probes=[
+            Probe(
+                file=ENV_FILE,
+                format="dotenv",
+                base_url="COPILOT_PROVIDER_BASE_URL",
+                base_shape="v1",
+                key="COPILOT_PROVIDER_API_KEY",
+                models=".",
+                model_name="COPILOT_MODEL",
+                model_output="COPILOT_PROVIDER_MAX_OUTPUT_TOKENS",
+                client=LABEL,
+            )
+        ],
+    )

@@ -1,0 +1,112 @@
+"""Mistral Vibe (PyPI `mistral-vibe` 3.0): a provider and its models in ~/.vibe/config.toml.
+
+vibe/core/config: `[[providers]]` items (`name`, `api_base` with /v1, `api_key_env_var`,
+`api_style` "openai", `backend` "generic", `extra_headers`) and `[[models]]` items (`name` sent to
+the API, `provider`, `alias` that `active_model` and `--model` take, `max_context_length`,
+`max_output_tokens`); both lists are merged with Vibe's defaults by name and alias. The key is read
+from the variable `api_key_env_var` names, which Vibe also loads from ~/.vibe/.env. The installer's
+`toml-items` merge replaces our items and keeps the user's own.
+"""
+
+from __future__ import annotations
+
+import tomli_w
+from django.utils.translation import gettext as _
+
+from .base import (
+    ENV_VAR,
+    PROVIDER_ID,
+    VERSION_HEADER,
+    Command,
+    ConfigFile,
+    Probe,
+    Rendered,
+    RenderInput,
+)
+
+SLUG = "mistral-vibe"
+LABEL = "Mistral Vibe"
+ENV_INDIRECTION = True
+PATH = "~/.vibe/config.toml"
+ENV_FILE = "~/.vibe/.env"
+PREFIX = PROVIDER_ID + "/"
+
+
+def config(inp: RenderInput) -> dict:
+    data: dict = {}
+    primary = inp.primary
+    if primary:
+        data["active_model"] = PREFIX + primary.name
+    data["providers"] = [
+        {
+            "name": PROVIDER_ID,
+            "api_base": inp.api_base,
+            "api_key_env_var": ENV_VAR,
+            "api_style": "openai",
+            "backend": "generic",
+            "extra_headers": {VERSION_HEADER: inp.version},
+        }
+    ]
+    data["models"] = [
+        {
+            "name": m.name,
+            "provider": PROVIDER_ID,
+            "alias": PREFIX + m.name,
+            "max_context_length": inp.window_of(m),
+            "max_output_tokens": inp.output_of(m),
+        }
+        for m in inp.ordered
+    ]
+    return data
+
+
+def render(inp: RenderInput) -> Rendered:
+    files = [
+        ConfigFile(
+            "config.toml",
+            PATH,
+            f"# {inp.stamp}\n" + tomli_w.dumps(config(inp)),
+            "toml",
+            merge="toml-items",
+            windows_unconfirmed=True,
+            note=_("Your own providers, models and settings stay; ours (%(provider)s) are replaced.")
+            % {"provider": PROVIDER_ID},
+        )
+    ]
+    commands = []
+    if inp.api_key:
+        files.append(
+            ConfigFile(
+                ".env",
+                ENV_FILE,
+                f"# {inp.stamp}\n{ENV_VAR}='{inp.api_key}'\n",
+                "dotenv",
+                merge="dotenv",
+                secret=True,
+                windows_unconfirmed=True,
+            )
+        )
+    else:
+        commands.append(Command("Before starting vibe", f"echo \"{ENV_VAR}='<your key>'\" >> {ENV_FILE}"))
+    commands.append(Command("Try it", 'vibe -p "Reply with the word pong."'))
+    return Rendered(
+        files=files,
+        commands=commands,
+        notes=[_("Every model carries its own window and output limit; switch with /model (it saves active_model).")],
+        probes=[
+            Probe(
+                file=PATH,
+                format="toml",
+                base_url="providers.*.api_base",
+                base_shape="v1",
+                key_var=ENV_VAR,
+                key_file=ENV_FILE,
+                models="models.*",
+                model_name="alias",
+                name_prefix=PREFIX,
+                model_context="max_context_length",
+                model_output="max_output_tokens",
+                client=LABEL,
+            )
+        ],
+    )

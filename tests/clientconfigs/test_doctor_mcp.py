@@ -1,0 +1,62 @@
+"""The doctor asks the real gateway's MCP endpoint, with the installed key, what this developer may
+call on each team server the installer wrote, and says clearly when the gateway refuses; the sh
+installer's --uninstall then removes the team's entries and keeps the developer's own."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mcpservers.models import McpGrant
+from mcpservers.services import check_server
+from tests.gateway.conftest import ThreadServer
+from tests.mcpservers.conftest import UPSTREAM_TOKEN, running_upstream
+from tests.mcpservers.factories import grant, make_server
+
+from .test_installer import fetch, run_sh
+from .test_real_clients import install
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture
+def portal(transactional_db, settings, monkeypatch, tmp_path):
+    monkeypatch.setenv("GATEWAY_REDIS_NAMESPACE", "mcpdoc-" + tmp_path.name[-10:])
+    settings.PORTAL_PUBLIC_URL = ""
+    with running_upstream(tmp_path) as up:
+        server = ThreadServer().start()
+        try:
+            yield server, up
+        finally:
+            server.stop()
+
+
+def test_the_doctor_lists_the_tools_this_key_may_call_and_says_when_the_gateway_refuses(portal, tmp_path, alice):
+    server, up = portal
+    tracker = make_server(slug="tracker", url=up.url, tools=(), auth="bearer", bearer_token=UPSTREAM_TOKEN)
+    check_server(tracker.pk)
+    grant(tracker, tool="echo", user=alice)
+    grant(tracker, tool="whoami", user=alice)
+    home = tmp_path / "home"
+    (home / ".config" / "opencode").mkdir(parents=True)
+    config = home / ".config" / "opencode" / "opencode.json"
+    mine = {"mcp": {"my-own": {"type": "remote", "url": "http://127.0.0.1:9/mcp"}}, "theme": "dark"}
+    config.write_text(json.dumps(mine, indent=2) + "\n")
+    install(server, home, alice, "opencode")
+    script = fetch(server.url + "/connect/install.sh")
+
+    check = run_sh(script, home, "--check", "opencode")
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "✓ MCP server teamgw-tracker: you may call echo, whoami" in check.stdout
+    assert UPSTREAM_TOKEN not in check.stdout + check.stderr
+
+    McpGrant.objects.filter(user=alice).delete()  # an admin takes the server away from alice
+    refused = run_sh(script, home, "--check", "opencode")
+    assert refused.returncode == 1, refused.stdout
+    assert "MCP server teamgw-tracker" in refused.stdout
+    assert "the gateway refused: this key may call nothing on this server any more" in refused.stdout
+
+    gone = run_sh(script, home, "--uninstall", "opencode", "--yes")
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert config.read_text() == json.dumps(mine, indent=2) + "\n"  # byte-identical

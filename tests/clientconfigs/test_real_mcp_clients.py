@@ -1,0 +1,105 @@
+"""Real Claude Code and Codex, configured only by the portal's installer, call a team MCP tool
+through the gateway in a headless run: the fake model asks for the tool, the client calls it on the
+gateway's `/mcp/<slug>` with the developer's key, the gateway forwards it with the team's own
+credential to a real MCP server (the official SDK's, tests/fakes/mcp_upstream.py), which records the
+call, and the tool's answer goes back to the model. The user's own MCP server entry stays, and the
+doctor lists what this developer may call. Same rig as test_real_clients.py (loopback-only
+namespace, pinned clients in PORTAL_REAL_CLIENTS)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from mcpservers.services import check_server
+from tests.mcpservers.conftest import UPSTREAM_TOKEN, running_upstream
+from tests.mcpservers.factories import grant, make_server
+
+from .test_installer import fetch, run_sh
+from .test_real_clients import chat_requests, gateway, install, run_isolated, tool  # noqa: F401 - the fixture
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+ASK = "Use the echo tool of the tracker to echo the word hello."
+MINE = {"type": "http", "url": "http://127.0.0.1:9/my-own-mcp"}
+
+
+@pytest.fixture
+def tracker(gateway, tmp_path, alice):  # noqa: F811 - the fixture
+    """The team's `tracker` MCP server (it needs its own bearer), echo granted to alice."""
+    with running_upstream(tmp_path) as up:
+        server = make_server(slug="tracker", url=up.url, tools=(), auth="bearer", bearer_token=UPSTREAM_TOKEN)
+        check_server(server.pk)
+        grant(server, tool="echo", user=alice)
+        yield up
+
+
+def tool_results(request: dict) -> list[str]:
+    return [m["content"] for m in request["messages"] if m["role"] == "tool"]
+
+
+def assert_called_once_with_the_teams_credential(tracker, text: str) -> None:
+    assert tracker.calls() == [
+        {"tool": "echo", "arguments": {"text": text}, "authorization": f"Bearer {UPSTREAM_TOKEN}"}
+    ]
+
+
+def test_claude_code_calls_a_team_mcp_tool_through_the_gateway(gateway, tracker, tmp_path, alice):  # noqa: F811
+    server, up = gateway
+    claude = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "claude")
+    home = tmp_path / "home"
+    home.mkdir()
+    state = home / ".claude.json"
+    state.write_text(json.dumps({"mcpServers": {"my-own": MINE}}, indent=2) + "\n")
+    install(server, home, alice, "claude-code")
+    servers = json.loads(state.read_text())["mcpServers"]
+    assert servers["my-own"] == MINE and set(servers) == {"my-own", "teamgw-tracker"}
+
+    name = "mcp__teamgw-tracker__echo"
+    up.enqueue(mode="tool_call", tool_name=name, tool_arguments='{"text": "hello from claude"}')
+    env = {"DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"}
+    done = run_isolated(server, home, [str(claude), "-p", ASK, "--allowedTools", name], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+    assert_called_once_with_the_teams_credential(tracker, "hello from claude")
+    assert any("hello from claude" in json.dumps(c) for c in tool_results(chat_requests(up)[-1]))
+
+    check = run_sh(fetch(server.url + "/connect/install.sh"), home, "--check", "claude-code")
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "✓ MCP server teamgw-tracker: you may call echo" in check.stdout
+
+
+def test_codex_calls_a_team_mcp_tool_through_the_gateway(gateway, tracker, tmp_path, alice):  # noqa: F811
+    server, up = gateway
+    codex = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "codex")
+    home = tmp_path / "home"
+    (home / ".codex").mkdir(parents=True)
+    config = home / ".codex" / "config.toml"
+    config.write_text('[mcp_servers.my-own]\nurl = "http://127.0.0.1:9/my-own-mcp"\n')
+    install(server, home, alice, "codex")
+    text = config.read_text()
+    assert "[mcp_servers.my-own]" in text and "[mcp_servers.teamgw-tracker]" in text
+    assert "gp-" not in text  # the key stays in the env file: bearer_token_env_var names it
+
+    # Codex sends an MCP server's tools as one Responses `namespace` (`mcp__teamgw_tracker`): the
+    # gateway offers them to the Chat upstream as flat functions and splits the call back.
+    up.enqueue(mode="tool_call", tool_name="mcp__teamgw_tracker__echo", tool_arguments='{"text": "hello from codex"}')
+    # `codex exec` never asks, and refuses an MCP call that needs approval: the test approves this
+    # server's tools for the run (the installer leaves approvals to the developer).
+    approve = "mcp_servers.teamgw-tracker.default_tools_approval_mode=approve"
+    run = (
+        f". {home}/.config/team-gateway/env && exec {shlex.quote(str(codex))} exec --skip-git-repo-check "
+        f"-c {approve} " + shlex.quote(ASK)
+    )
+    done = run_isolated(server, home, ["sh", "-c", run], {})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+    assert_called_once_with_the_teams_credential(tracker, "hello from codex")
+    asked = next(r for r in chat_requests(up) if "mcp__teamgw_tracker__echo" in json.dumps(r.get("tools")))
+    assert "delete_everything" not in json.dumps(asked["tools"])  # not allowed: the gateway never lists it
+    assert any("hello from codex" in json.dumps(c) for c in tool_results(chat_requests(up)[-1]))
+
+    check = run_sh(fetch(server.url + "/connect/install.sh"), home, "--check", "codex")
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "✓ MCP server teamgw-tracker: you may call echo" in check.stdout

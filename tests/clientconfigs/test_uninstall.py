@@ -1,0 +1,162 @@
+"""Install, install again with one MCP server fewer, uninstall: for every client's files, the user's
+own entries (their MCP servers among them) survive each step, our `teamgw-…` MCP entries follow the
+allowlist, and uninstall leaves each of the user's files byte-identical to what it was before the
+first install (files that only we wrote are deleted). The installer's own functions run on a
+throwaway HOME; the live-server runs are in test_reinstall.py and test_real_clients.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import tomllib
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from clientconfigs import installer, services
+from clientconfigs.clients import CLIENTS
+from clientconfigs.clients.base import MCP_PREFIX
+from clientconfigs.installer import install as inst
+
+from .conftest import SAMPLE_KEY, make_ccswitch_db, sample_input
+
+SPECS = installer.uninstall_specs()
+GATEWAY = sample_input(None).gateway_url
+# Keyed by model name like the user's own entries, so uninstall leaves ours there (they only
+# describe a model to Aider; installer/__init__.py uninstall_spec).
+AIDER_METADATA = "~/.aider.model.metadata.json"
+MINE = {"url": "http://127.0.0.1:9/my-own-mcp", "headers": {"Authorization": "Bearer mine"}}
+
+
+def users_own(spec: dict) -> str | None:
+    """A file as the developer had it before our first install: their own settings and MCP server."""
+    merge = spec["merge"]
+    if merge == "json":
+        data: dict = {"mine": {"keep": [1, 2]}}
+        for owned in spec["owned"]:
+            data[owned.rsplit(".", 1)[0]] = {"my-own": MINE}
+        return json.dumps(data, indent=2) + "\n"
+    if merge == "toml":
+        return 'approval_policy = "on-request"\n\n[mcp_servers.my-own]\nurl = "http://127.0.0.1:9/my-own-mcp"\n'
+    if merge == "dotenv":
+        return "MINE=1\n"
+    if merge == "yaml-models":
+        return "name: Mine\nversion: 1.0.0\nschema: v1\nmodels:\n- name: Local\n  provider: ollama\n  model: x\n"
+    if merge == "yaml-keys":
+        return "mine: 1\n"
+    if merge == "yaml-list":
+        return "- model_id: mine\n  model_name: m\n"
+    return None  # text: a one-value file is ours whole
+
+
+def path_of(home: Path, spec: dict) -> Path:
+    return home / spec["path"].removeprefix("~/")
+
+
+def our_mcp_entries(path: Path, spec: dict) -> dict[str, set[str]]:
+    """{container: names} of the MCP entries in a file, ours and the user's."""
+    text = path.read_text()
+    data = tomllib.loads(text) if spec["merge"] == "toml" else json.loads(text)
+    return {o: set(inst.one(data, o.rsplit(".", 1)[0]) or {}) for o in spec["owned"]}
+
+
+def install_once(client: str, inp, home: Path) -> None:
+    rendered = services.render(client, inp)
+    bundle = services.bundle(client, inp, rendered, None)
+    assert inst.install(bundle, stamp="1", specs=SPECS) == 0
+
+
+@pytest.mark.parametrize("client", sorted(SPECS))
+def test_users_own_entries_survive_install_reinstall_and_uninstall(client, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    specs = SPECS[client]
+    before: dict[Path, str] = {}
+    for spec in specs:
+        if spec["merge"] == "ccswitch":
+            make_ccswitch_db(home)
+            continue
+        own = users_own(spec)
+        if own is not None:
+            path = path_of(home, spec)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(own)
+            before[path] = own
+
+    first = sample_input(SAMPLE_KEY)
+    install_once(client, first, home)
+    for spec in specs:
+        if spec.get("owned") and path_of(home, spec).exists():
+            for names in our_mcp_entries(path_of(home, spec), spec).values():
+                assert names == {"my-own", f"{MCP_PREFIX}docs", f"{MCP_PREFIX}tracker"}, (spec["path"], names)
+
+    # The admin takes `tracker` off this key, then `docs` too: our entries follow, the user's stay.
+    for left in (first.mcp_servers[:1], ()):
+        install_once(client, replace(first, mcp_servers=left), home)
+        for spec in specs:
+            if spec.get("owned") and path_of(home, spec).exists():
+                for names in our_mcp_entries(path_of(home, spec), spec).values():
+                    assert names == {"my-own", *(s.entry for s in left)}, (spec["path"], names)
+
+    assert inst.uninstall(SPECS, GATEWAY, [client], yes=True, stamp="2") == 0
+    for spec in specs:
+        path = path_of(home, spec)
+        if spec["merge"] == "ccswitch":
+            conn = sqlite3.connect(path)
+            assert conn.execute("SELECT count(*) FROM providers WHERE id = 'teamgw'").fetchone() == (0,)
+            conn.close()
+        elif spec["path"] == AIDER_METADATA:
+            assert json.loads(path.read_text())["mine"] == json.loads(before[path])["mine"]
+        elif path in before:
+            assert path.read_text() == before[path], spec["path"]
+        else:
+            assert not path.exists(), spec["path"]
+    # A second uninstall finds nothing of ours and changes nothing.
+    assert inst.uninstall(SPECS, GATEWAY, [client], yes=True, stamp="3") == 0
+    assert {p: p.read_text() for p in before if AIDER_METADATA.removeprefix("~/") not in str(p)} == {
+        p: t for p, t in before.items() if AIDER_METADATA.removeprefix("~/") not in str(p)
+    }
+
+
+def test_uninstall_without_a_terminal_and_without_yes_removes_nothing(tmp_path, monkeypatch, capsys):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    install_once("opencode", sample_input(SAMPLE_KEY), home)
+    path = home / ".config" / "opencode" / "opencode.json"
+    text = path.read_text()
+    monkeypatch.setattr(inst, "confirm", lambda question: False)  # no /dev/tty, or the answer was no
+    assert inst.uninstall(SPECS, GATEWAY, ["opencode"], yes=False) == 1
+    assert path.read_text() == text
+    assert "nothing removed (pass --yes" in capsys.readouterr().out
+
+
+def test_uninstall_specs_do_not_depend_on_the_model_or_server_names():
+    """What uninstall removes is read off one sample render: names that vary must not leak into it."""
+    blob = json.dumps(SPECS)
+    assert "sample-model" not in blob and f"{MCP_PREFIX}sample" not in blob
+    assert set(SPECS) == {
+        slug
+        for slug in CLIENTS
+        if any(f.merge != "none" for f in CLIENTS[slug].render(sample_input(SAMPLE_KEY)).files)
+        or CLIENTS[slug].render(sample_input(SAMPLE_KEY)).db_providers
+    }
+
+
+def test_a_file_holding_only_our_mcp_entries_is_emptied_not_left_with_stale_ones(tmp_path, monkeypatch):
+    """Claude Code's ~/.claude.json is not in the bundle when no server is allowed any more: the
+    installer still removes the entries it wrote there before."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    install_once("claude-code", sample_input(SAMPLE_KEY), home)
+    state = home / ".claude.json"
+    data = json.loads(state.read_text())
+    data["numStartups"] = 3  # Claude Code's own state, written between our runs
+    state.write_text(json.dumps(data, indent=2))
+    install_once("claude-code", replace(sample_input(SAMPLE_KEY), mcp_servers=()), home)
+    assert json.loads(state.read_text()) == {"numStartups": 3}
+    assert os.stat(state).st_mode & 0o777 == 0o600
