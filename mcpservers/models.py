@@ -79,6 +79,8 @@ class McpServer(TimeStampedModel):
     objects = McpServerQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("MCP server")
+        verbose_name_plural = _("MCP servers")
         ordering = ["name"]
 
     def __str__(self) -> str:
@@ -134,6 +136,8 @@ class McpTool(TimeStampedModel):
     objects = McpToolQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("MCP tool")
+        verbose_name_plural = _("MCP tools")
         ordering = ["server", "name"]
         constraints = [models.UniqueConstraint(fields=["server", "name"], name="mcptool_unique_name_per_server")]
 
@@ -163,6 +167,8 @@ class McpGrant(TimeStampedModel):
     )
 
     class Meta:
+        verbose_name = _("MCP grant")
+        verbose_name_plural = _("MCP grants")
         ordering = ["server", "tool", "-created"]
         constraints = [
             models.CheckConstraint(condition=exactly_one_set("key", "user", "team"), name="mcpgrant_one_holder"),
@@ -206,6 +212,8 @@ class McpCall(models.Model):
     request_id = models.CharField(max_length=64, blank=True)
 
     class Meta:
+        verbose_name = _("MCP call")
+        verbose_name_plural = _("MCP calls")
         ordering = ["-created"]
         indexes = [models.Index(fields=["server", "-created"], name="mcpcall_server_created")]
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from django.contrib import messages
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
-from django.urls import reverse, reverse_lazy
-from django.utils.translation import gettext as _
+from django.urls import reverse
+from django.utils.translation import gettext_lazy as _
 from django.views import View
-from django.views.generic import CreateView, DeleteView, DetailView, UpdateView
+from django.views.generic import DetailView
 
 from portal.permissions import AdminRequiredMixin
-from portal.ui import FilteredListView, InvalidFormStatusMixin, SafeDeleteMixin, done
+from portal.ui import FilteredListView, ObjectDeleteView, ObjectFormView, done
 
 from .filters import McpCallFilterSet, McpServerFilterSet
 from .forms import McpGrantForm, McpServerForm
@@ -28,26 +29,16 @@ class ServerListView(AdminRequiredMixin, FilteredListView):
         return McpServer.objects.prefetch_related("tools")
 
 
-class ServerCreateView(AdminRequiredMixin, InvalidFormStatusMixin, CreateView):
-    model = McpServer
+class ServerEditView(AdminRequiredMixin, ObjectFormView):
+    """Add (no pk) or edit a server; the secrets are write-only (blank keeps them)."""
+
     form_class = McpServerForm
+    queryset = McpServer.objects.all()
     template_name = "mcpservers/server_form.html"
-
-    def get_success_url(self) -> str:
-        server = self.object
-        assert server is not None
-        messages.success(self.request, _("MCP server %(name)s added.") % {"name": server.name})
-        return reverse("mcp_server_detail", args=[server.pk])
-
-
-class ServerUpdateView(AdminRequiredMixin, InvalidFormStatusMixin, UpdateView):
-    model = McpServer
-    form_class = McpServerForm
-    template_name = "mcpservers/server_form.html"
-
-    def get_success_url(self) -> str:
-        messages.success(self.request, _("MCP server %(name)s saved.") % {"name": self.object.name})
-        return reverse("mcp_server_detail", args=[self.object.pk])
+    success, cancel = "mcp_server_detail", "mcp_server_list"
+    title = (_("Add MCP server"), _("Edit MCP server"))
+    button = (_("Add MCP server"), _("Save"))
+    saved = (_("MCP server %(name)s added."), _("MCP server %(name)s saved."))
 
 
 class ServerDetailView(AdminRequiredMixin, DetailView):
@@ -64,10 +55,17 @@ class ServerDetailView(AdminRequiredMixin, DetailView):
         return context
 
 
-class ServerDeleteView(AdminRequiredMixin, SafeDeleteMixin, DeleteView):
-    model = McpServer
-    template_name = "mcpservers/server_confirm_delete.html"
-    success_url = reverse_lazy("mcp_server_list")
+class ServerDeleteView(AdminRequiredMixin, ObjectDeleteView):
+    queryset = McpServer.objects.all()
+    cancel, success = "mcp_server_detail", "mcp_server_list"
+    title = _("Delete MCP server")
+    question = _("Delete the MCP server %(name)s?")
+    detail = _(
+        "Its tools and grants are deleted too; developers' clients get a 404 at its gateway path. "
+        "Past call records are kept."
+    )
+    button = _("Delete MCP server")
+    deleted = _("MCP server %(name)s deleted.")
 
 
 class ServerCheckView(AdminRequiredMixin, View):
@@ -99,19 +97,25 @@ class GrantCreateView(AdminRequiredMixin, View):
             view = ServerDetailView(request=request, kwargs={"pk": pk}, object=server)
             return render(request, view.template_name, view.get_context_data(grant_form=form), status=400)
         McpGrant.objects.create(server=server, **form.cleaned_data)
-        return done(request, _("Grant added."), "mcp_server_detail", pk)
+        return done(request, str(_("Grant added.")), "mcp_server_detail", pk)
 
 
-class GrantDeleteView(AdminRequiredMixin, View):
-    template_name = "mcpservers/grant_confirm_delete.html"
+class GrantDeleteView(AdminRequiredMixin, ObjectDeleteView):
+    title = _("Remove grant")
+    question = _("Remove the grant “%(name)s”?")
+    detail = _("Calls it allowed are refused from the next request on.")
+    button = _("Remove grant")
+    deleted = _("Grant removed.")
 
-    def get(self, request, pk: int, grant_pk: int):
-        grant = get_object_or_404(McpGrant, pk=grant_pk, server_id=pk)
-        return render(request, self.template_name, {"grant": grant})
+    def get_object(self) -> McpGrant:
+        return get_object_or_404(McpGrant, pk=self.kwargs["grant_pk"], server_id=self.kwargs["pk"])
 
-    def post(self, request, pk: int, grant_pk: int):
-        get_object_or_404(McpGrant, pk=grant_pk, server_id=pk).delete()
-        return done(request, _("Grant removed."), "mcp_server_detail", pk)
+    def get_cancel_url(self, obj: McpGrant) -> str:
+        return reverse("mcp_server_detail", args=[obj.server_id])
+
+    def act(self, obj: McpGrant) -> HttpResponse:
+        self.success = self.get_cancel_url(obj)
+        return super().act(obj)
 
 
 class CallListView(AdminRequiredMixin, FilteredListView):

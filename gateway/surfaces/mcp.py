@@ -251,9 +251,11 @@ front = Front()
 
 
 async def jsonrpc_error(req: Request, status: int, code: int, message: str) -> None:
+    """Our refusal before the SDK saw the request. A 401 carries no WWW-Authenticate challenge: MCP
+    clients would take it as an invitation to an OAuth login the gateway does not offer (the key is
+    the credential)."""
     body = orjson.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}})
-    headers = [(b"www-authenticate", b'Bearer realm="portal"')] if status == 401 else []
-    await send_bytes(req.send, status, body, headers)
+    await send_bytes(req.send, status, body)
 
 
 async def serve(req: Request) -> None:
