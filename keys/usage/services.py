@@ -256,9 +256,46 @@ def last_day(user: User, now: dt.datetime | None = None) -> dict[str, Any]:
 
 def channel_token_shares(channel_id: int, since: dt.datetime, until: dt.datetime) -> list[Share]:
     """Tokens per (team at request time, user) sent through one channel in [since, until): the
-    GPU-hours showback's token source (`portal.showback`). One grouped query over the hourly
-    rollups; an hour the window only partly covers counts by the share it covers, so two adjacent
-    runs never count one hour twice."""
+    GPU-hours showback's token source (`portal.showback`). The whole UTC days of the window come
+    from the daily rollups and only the partial days at its ends from the hourly ones, so a long
+    run reads about the same number of rows however busy its month was; an hour the window only
+    partly covers counts by the share it covers, so two adjacent runs never count one hour twice."""
+    day = dt.timedelta(days=1)
+    first = since.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    first = first if first == since else first + day
+    last = until.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    tokens: dict[tuple[str | None, str | None], float] = defaultdict(float)
+    if first < last:
+        rows = _shares(UsageDaily.objects.filter(channel_id=channel_id, day__gte=first.date(), day__lt=last.date()))
+        windows = [(since, first), (last, until)]
+    else:
+        rows, windows = [], [(since, until)]
+    for start, end in windows:
+        if start < end:
+            rows += _hourly_shares(channel_id, start, end)
+    for team, user, count in rows:
+        tokens[(team, user)] += count or 0
+    return [Share(team=team, user=user, tokens=round(n)) for (team, user), n in sorted(tokens.items(), key=_by_name)]
+
+
+def _by_name(item: tuple[tuple[str | None, str | None], float]) -> tuple[str, str]:
+    (team, user), _n = item
+    return team or "", user or ""
+
+
+def _shares(qs: QuerySet[Any], weight: Any = F("total_tokens")) -> list[tuple[str | None, str | None, float]]:
+    return list(
+        qs.values_list("team__name", "user__username")
+        .annotate(tokens=Sum(weight, output_field=FloatField()))
+        .order_by()
+    )
+
+
+def _hourly_shares(
+    channel_id: int, since: dt.datetime, until: dt.datetime
+) -> list[tuple[str | None, str | None, float]]:
+    """The hourly rollups' part of `channel_token_shares`, the hours at the window's edges weighted
+    by the share of them it covers."""
     hour = dt.timedelta(hours=1)
     first = since.replace(minute=0, second=0, microsecond=0)
     last = until.replace(minute=0, second=0, microsecond=0)
@@ -268,13 +305,8 @@ def channel_token_shares(channel_id: int, since: dt.datetime, until: dt.datetime
     weight = Case(
         *(When(hour=h, then=Value(w)) for h, w in weights.items()), default=Value(1.0), output_field=FloatField()
     )
-    rows = (
-        UsageHourly.objects.filter(channel_id=channel_id, hour__gte=first, hour__lt=until)
-        .values_list("team__name", "user__username")
-        .annotate(tokens=Sum(F("total_tokens") * weight, output_field=FloatField()))
-        .order_by("team__name", "user__username")
-    )
-    return [Share(team=team, user=user, tokens=round(tokens or 0)) for team, user, tokens in rows]
+    qs = UsageHourly.objects.filter(channel_id=channel_id, hour__gte=first, hour__lt=until)
+    return _shares(qs, F("total_tokens") * weight)
 
 
 def spend_by_person(since: dt.datetime, until: dt.datetime) -> dict[tuple[str | None, str | None], int]:
