@@ -283,10 +283,10 @@ def _by_name(item: tuple[tuple[str | None, str | None], float]) -> tuple[str, st
     return team or "", user or ""
 
 
-def _shares(qs: QuerySet[Any], weight: Any = F("total_tokens")) -> list[tuple[str | None, str | None, float]]:
+def _shares(qs: QuerySet[Any], weight: Any = None) -> list[tuple[str | None, str | None, float]]:
     return list(
         qs.values_list("team__name", "user__username")
-        .annotate(tokens=Sum(weight, output_field=FloatField()))
+        .annotate(tokens=Sum(F("total_tokens") if weight is None else weight, output_field=FloatField()))
         .order_by()
     )
 
