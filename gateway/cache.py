@@ -214,14 +214,18 @@ class RouteInfo:
         return _TIER.get(self.status, _LAST_RESORT)
 
     def rates(self, at: float) -> tuple[Rates | None, str]:
-        """The price of a call made at `at` (epoch seconds) and how it was found (`keys.choices.Pricing`):
-        the route's price in effect, else the fallback when the admin chose one, else none."""
-        found = in_effect(self.prices, at)
-        if found is not None:
-            return found, Pricing.PRICED
-        if settings.PORTAL_UNPRICED_ROUTES == "fallback":
-            return fallback_rates(), Pricing.FALLBACK
-        return None, Pricing.NONE
+        return rates_at(self.prices, at)
+
+
+def rates_at(prices: tuple[Rates, ...], at: float) -> tuple[Rates | None, str]:
+    """The price of a call made at `at` (epoch seconds) and how it was found (`keys.choices.Pricing`):
+    the price in effect, else the fallback when the admin chose one, else none."""
+    found = in_effect(prices, at)
+    if found is not None:
+        return found, Pricing.PRICED
+    if settings.PORTAL_UNPRICED_ROUTES == "fallback":
+        return fallback_rates(), Pricing.FALLBACK
+    return None, Pricing.NONE
 
 
 @dataclass(slots=True, frozen=True)
@@ -232,6 +236,12 @@ class OnDemandInfo:
     deployment_id: int
     budget: float  # seconds a request may wait for it to start
     estimate: float  # seconds a cold start takes (its history's median)
+    # The price of the route its channel had when it last ran (kept, disabled, while it is
+    # stopped): what a cold request reserves on a budget before it starts the model.
+    prices: tuple[Rates, ...] = ()
+
+    def rates(self, at: float) -> tuple[Rates | None, str]:
+        return rates_at(self.prices, at)
 
 
 @dataclass(slots=True)
@@ -418,10 +428,16 @@ def _load_catalog() -> Catalog:
             )
     from hosts.ondemand.services import catalog_entries
 
-    for name, entry in catalog_entries().items():
+    entries = catalog_entries()
+    served = ModelRoute.objects.filter(channel_id__in=[e["channel_id"] for e in entries.values() if e["channel_id"]])
+    route_of = {(c, m): r for r, c, m in served.values_list("id", "channel_id", "model_id")}
+    for name, entry in entries.items():
         model = models.get(name)
         if model is not None and not model.is_alias:
-            model.on_demand = OnDemandInfo(entry["deployment_id"], entry["budget"], entry["estimate"])
+            route_id = route_of.get((entry["channel_id"], model.id))
+            model.on_demand = OnDemandInfo(
+                entry["deployment_id"], entry["budget"], entry["estimate"], prices.get(route_id, ()) if route_id else ()
+            )
             if not model.groups and model.context_window is None:
                 model.context_window = entry["context_window"]
     by_norm: dict[str, list[str]] = {}
@@ -525,8 +541,9 @@ class Saved:
     saved_at: float  # wall clock
 
 
-# The pickled shape of KeyInfo and RouteInfo: a file of another shape is ignored (2: budgets, prices).
-SNAPSHOT_FORMAT = 2
+# The pickled shape of KeyInfo and RouteInfo: a file of another shape is ignored (2: budgets, prices;
+# 3: an on-demand model's prices).
+SNAPSHOT_FORMAT = 3
 
 
 class SnapshotFile:

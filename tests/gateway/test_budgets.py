@@ -252,3 +252,65 @@ def test_a_budget_past_its_alert_share_tells_the_alert_targets_once(setup, gatew
         assert post(gateway_url, setup.plaintext).status_code == 200
     wait_for(lambda: len(mail.outbox) >= 1)
     assert len(mail.outbox) == 1 and "has used 50% of its per day budget" in mail.outbox[0].body
+
+
+@pytest.fixture
+def stopped_on_demand(transactional_db, upstream, alice):
+    """An on-demand deployment that ran once and was stopped: its channel kept, disabled, with its
+    route (a real host is never contacted: every request here is refused before a start)."""
+    from channels.services import disable_served_channel, register_served_model
+    from hosts.models import Deployment, Host
+
+    host = Host.objects.create(name="gpu-a", address="127.0.0.1", username="gpu")
+    deployment = Deployment.objects.create(
+        name="cold-coder",
+        host=host,
+        backend="llamacpp",
+        model_path="/models/coder.gguf",
+        served_model_name="cold-coder",
+        port=18080,
+        on_demand=True,
+        cold_start_budget=5,
+    )
+    channel = register_served_model(
+        channel=None,
+        name="cold-coder",
+        kind="llamacpp",
+        base_url=upstream.base_url,
+        api_key="",
+        model_name="cold-coder",
+        upstream_model="cold-coder",
+        context_window=4096,
+        status_message="",
+    )
+    Deployment.objects.filter(pk=deployment.pk).update(channel=channel)
+    disable_served_channel(channel.pk, status_message="stopped: idle")
+    key, plaintext = issue_key(owner=alice, name="budgeted")
+    return deployment, channel, key, plaintext
+
+
+def test_a_cold_on_demand_request_reserves_its_cost_before_it_starts_the_model(stopped_on_demand, gateway_url):
+    """The request that would start a stopped model reserves its most at the price its route had
+    in the last run: a budget it could pass refuses it, and the model is not started."""
+    from channels.models import ModelRoute
+    from hosts.models import ColdStart
+
+    deployment, channel, key, plaintext = stopped_on_demand
+    set_route_price(ModelRoute.objects.get(channel=channel), input=INPUT, output=OUTPUT)
+    Budget.objects.create(key=key, window="day", amount=Decimal("0.010"))  # below one request's $0.011
+    refused = post(gateway_url, plaintext, {**SHORT, "model": "cold-coder"})
+    assert refused.status_code == 429, refused.text
+    assert refused.json()["error"]["code"] == "budget_exceeded"
+    assert "may cost up to $0.0110" in refused.json()["error"]["message"]
+    assert not ColdStart.objects.filter(deployment=deployment).exists()
+
+
+def test_a_cold_on_demand_model_without_a_price_is_refused_to_a_budgeted_key(stopped_on_demand, gateway_url, settings):
+    from hosts.models import ColdStart
+
+    settings.PORTAL_UNPRICED_ROUTES = "refuse"
+    deployment, _channel, key, plaintext = stopped_on_demand
+    Budget.objects.create(key=key, window="day", amount=DAILY)
+    refused = post(gateway_url, plaintext, {**SHORT, "model": "cold-coder"})
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "model_not_priced"
+    assert not ColdStart.objects.filter(deployment=deployment).exists()
