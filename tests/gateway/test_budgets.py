@@ -238,20 +238,56 @@ def test_budget_answers_are_openai_shaped(setup, gateway_url):
     assert set(r.json()["error"]) >= {"message", "type", "code"}
 
 
-def test_a_budget_past_its_alert_share_tells_the_alert_targets_once(setup, gateway_url, settings):
+def test_a_budget_past_its_alert_share_tells_the_alert_targets_and_the_owner_once(setup, gateway_url, settings):
     from django.core import mail
 
     from channels.models import AlertTarget
 
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    User.objects.filter(pk=setup.key.owner_id).update(email="alice@example.com")
     AlertTarget.objects.create(name="finance", kind="email", email="finance@example.com")
     set_route_price(setup.route, input=INPUT, output=OUTPUT)
     Budget.objects.create(key=setup.key, window="day", amount=DAILY, alert_percent=50)
     # $0.011 reserved each: the third takes the day past $0.025
     for _ in range(4):
         assert post(gateway_url, setup.plaintext).status_code == 200
+    wait_for(lambda: len(mail.outbox) >= 2)
+    wait_for(lambda: UsageRecord.objects.filter(key=setup.key).count() == 4)
+    assert sorted(m.to[0] for m in mail.outbox) == ["alice@example.com", "finance@example.com"]
+    assert all("has used 50% of its per day budget" in m.body for m in mail.outbox)
+
+
+def test_a_team_budgets_alert_goes_to_the_teams_lead(setup, team, lena, gateway_url, settings):
+    from django.core import mail
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    User.objects.filter(pk=lena.pk).update(email="lena@example.com")
+    set_route_price(setup.route, input=INPUT, output=OUTPUT)
+    Budget.objects.create(team=team, window="day", amount=DAILY, alert_percent=20)
+    assert post(gateway_url, setup.plaintext).status_code == 200  # $0.011 of $0.05: past 20 %
     wait_for(lambda: len(mail.outbox) >= 1)
-    assert len(mail.outbox) == 1 and "has used 50% of its per day budget" in mail.outbox[0].body
+    assert mail.outbox[0].to == ["lena@example.com"] and "alpha" in mail.outbox[0].body
+
+
+def mails_to(folder, address: str) -> int:
+    """Messages to `address` in the file e-mail backend's folder (every process writes its own files)."""
+    return sum(f.read_text().count(f"To: {address}") for f in folder.glob("*.log")) if folder.exists() else 0
+
+
+def test_two_replicas_send_a_budgets_alert_once(setup, spawn_gateway, tmp_path):
+    """20 requests at once over two gateway processes take a $0.20 budget past its 50 % alert share:
+    the owner gets one e-mail, not one per replica (the admission script's SET NX decides)."""
+    mail_dir = tmp_path / "mail"
+    # django-environ drops the path's first slash: three, then the absolute path
+    replicas = [s.url for s in spawn_gateway(2, EMAIL_URL=f"filemail:///{mail_dir}")]
+    User.objects.filter(pk=setup.key.owner_id).update(email="alice@example.com")
+    set_route_price(setup.route, input=INPUT, output=OUTPUT)
+    Budget.objects.create(key=setup.key, window="day", amount=Decimal("0.20"), alert_percent=50)
+    statuses = asyncio.run(burst(replicas, setup.plaintext, 20))
+    assert statuses.count(200) == 18  # 18 x $0.011 <= $0.20
+    wait_for(lambda: mails_to(mail_dir, "alice@example.com") >= 1, timeout=30)
+    wait_for(lambda: UsageRecord.objects.filter(key=setup.key).count() == 20, timeout=30)
+    assert mails_to(mail_dir, "alice@example.com") == 1
 
 
 @pytest.fixture
