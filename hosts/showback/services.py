@@ -21,7 +21,7 @@ from channels.prices import NANOS
 from portal.showback import spend, token_shares
 
 from ..choices import IDLE_DEPLOYMENT_STATUSES, DeploymentStatus
-from ..models import Deployment, DeploymentRun, Host
+from ..models import GPU, Deployment, DeploymentRun, GPUTypeCost, Host
 
 IDLE = "(idle)"
 
@@ -57,6 +57,46 @@ def record_status(deployment: Deployment, now: dt.datetime | None = None) -> Non
             )
     except IntegrityError:  # another job opened it meanwhile
         pass
+
+
+class GPUCosts:
+    """What one GPU costs per hour, per host: the host's own cost, else by its GPUs' types
+    (`GPUTypeCost`; GPUs of mixed types cost their mean). Loaded once, in three queries."""
+
+    def __init__(self) -> None:
+        self.by_type = dict(GPUTypeCost.objects.values_list("gpu_name", "hour_cost"))
+        self.own = dict(Host.objects.values_list("name", "gpu_hour_cost"))
+        self.gpus: dict[str, dict[int, str]] = defaultdict(dict)
+        for host_name, index, gpu_name in GPU.objects.values_list("host__name", "index", "name"):
+            self.gpus[host_name][index] = gpu_name
+
+    def of(self, host_name: str, indices: list[int] | None = None) -> Decimal | None:
+        """The cost of one GPU-hour on `host_name` (of the GPUs at `indices`, else all of its GPUs);
+        None when it has no cost of its own and one of those GPUs' types has none."""
+        own = self.own.get(host_name)
+        if own is not None:
+            return own
+        gpus = self.gpus.get(host_name, {})
+        costs = [self.by_type.get(gpus.get(i, "")) for i in (indices or sorted(gpus))]
+        if not costs or any(c is None for c in costs):
+            return None
+        return sum(costs, Decimal(0)) / len(costs)  # type: ignore[arg-type]
+
+
+def gpu_types() -> list[tuple[str, Decimal | None]]:
+    """Every GPU type the inventories saw or a cost was set for, with its cost per GPU-hour."""
+    costs: dict[str, Decimal | None] = dict.fromkeys(GPU.objects.values_list("name", flat=True).distinct())
+    costs.update(GPUTypeCost.objects.values_list("gpu_name", "hour_cost"))
+    return sorted(costs.items())
+
+
+def set_gpu_type_cost(gpu_name: str, hour_cost: Decimal | None) -> None:
+    """Set (or, with None, clear) what one GPU of this type costs per hour."""
+    if hour_cost is None:
+        for row in GPUTypeCost.objects.filter(gpu_name=gpu_name):
+            row.delete()  # one by one: the audit log records each
+        return
+    GPUTypeCost.objects.update_or_create(gpu_name=gpu_name, defaults={"hour_cost": hour_cost})
 
 
 def month_bounds(month: dt.date) -> tuple[dt.datetime, dt.datetime]:
@@ -110,10 +150,10 @@ def monthly(month: dt.date, now: dt.datetime | None = None) -> Showback:
     report = Showback(month=since.date(), since=since, until=until)
     runs = DeploymentRun.objects.filter(started__lt=until).filter(Q(stopped__isnull=True) | Q(stopped__gt=since))
     per_deployment: dict[str, DeploymentHours] = {}
-    host_costs = dict(Host.objects.values_list("name", "gpu_hour_cost"))
+    costs = GPUCosts()
     gpu_cost: dict[tuple[str | None, str | None], float] = defaultdict(float)
     people: dict[tuple[str | None, str | None], list[float]] = defaultdict(lambda: [0.0, 0])
-    for run in runs.order_by("started"):
+    for run in runs.select_related("deployment").order_by("started"):
         start, end = max(run.started, since), min(run.stopped or now, until)
         if end <= start:
             continue
@@ -125,7 +165,7 @@ def monthly(month: dt.date, now: dt.datetime | None = None) -> Showback:
         row.gpu_hours += gpu_hours
         shares = [s for s in token_shares(run.channel_id, start, end) if s.tokens > 0] if run.channel_id else []
         total = sum(s.tokens for s in shares)
-        rate = host_costs.get(run.host_name)
+        rate = costs.of(run.host_name, run.deployment.gpu_indices if run.deployment else None)
         if rate is None:
             report.unpriced_hosts.add(run.host_name)
         per_hour = float(rate or 0) * NANOS
@@ -186,10 +226,10 @@ def derive_price(
     tokens share the price (a GPU-hour serves both)."""
     now = now or timezone.now()
     since = now - dt.timedelta(days=days)
-    cost = deployment.host.gpu_hour_cost
+    cost = GPUCosts().of(deployment.host.name, deployment.gpu_indices)
     result = DerivedPrice(deployment.name, cost or Decimal(0), 0.0, 0, None)
     if cost is None:
-        result.reason = f"host {deployment.host.name} has no cost per GPU-hour"
+        result.reason = f"host {deployment.host.name} has no cost per GPU-hour, nor its GPUs' type"
         return result
     runs = DeploymentRun.objects.filter(deployment=deployment, started__lt=now).filter(
         Q(stopped__isnull=True) | Q(stopped__gt=since)
