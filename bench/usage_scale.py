@@ -258,6 +258,11 @@ PAGES = [
     ("request list, page 50", "admin", "/usage/requests/?page=50"),
     ("request list, one model", "admin", "/usage/requests/?model=model-7"),
     ("GPU-hours (this month)", "admin", "/gpu-hours/"),
+    (
+        "GPU-hours (last month)",
+        "admin",
+        "/gpu-hours/?month=" + f"{dt.date.today().replace(day=1) - dt.timedelta(days=1):%Y-%m}",
+    ),
     ("API usage summary by key", "admin", "/api/usage/summary/?group_by=key"),
     ("API usage records", "admin", "/api/usage/records/"),
     ("API usage daily", "admin", "/api/usage/daily/"),
@@ -354,6 +359,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="100k,1M")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="time the records the database holds when they are as many as a size asks (no new generation)",
+    )
     args = parser.parse_args()
     ensure_database()
     import django
@@ -368,9 +378,14 @@ def main() -> None:
     people = setup_people()
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     results, plans = {}, {}
+    from keys.models import UsageRecord
+
     for n in sizes:
-        took = generate(n, people)
-        print(f"# {n:,} records generated with their rollups in {took:.0f} s", flush=True)
+        if args.keep and UsageRecord.objects.count() == n:
+            print(f"# {n:,} records kept from the last run", flush=True)
+        else:
+            took = generate(n, people)
+            print(f"# {n:,} records generated with their rollups in {took:.0f} s", flush=True)
         results[n] = time_pages(people, args.repeats)
         plans[n] = explain_pages(people)
         for name, (median, low, high, queries) in results[n].items():
@@ -382,16 +397,21 @@ def main() -> None:
             )
             for scan in scans:
                 print(f"      {scan}", flush=True)
-    base = sizes[0]
+    base, top = min(sizes), max(sizes)
+    sizes = sorted(sizes)
     print()
-    print("| page | " + " | ".join(f"{n:,} records: median ms (min-max), queries" for n in sizes) + " | ratio |")
+    print(
+        "| page | "
+        + " | ".join(f"{n:,} records: median ms (min-max), queries" for n in sizes)
+        + f" | {top:,} ÷ {base:,} |"
+    )
     print("|---|" + "--:|" * (len(sizes) + 1))
     for name, _who, _path in PAGES:
         cells = []
         for n in sizes:
             median, low, high, queries = results[n][name]
             cells.append(f"{median:.0f} ({low:.0f}-{high:.0f}), {queries} q")
-        ratio = results[sizes[-1]][name][0] / results[base][name][0]
+        ratio = results[top][name][0] / results[base][name][0]
         print(f"| {name} | " + " | ".join(cells) + f" | {ratio:.2f}× |")
     print()
     print("| page | " + " | ".join(f"{n:,}: rows read, buffers" for n in sizes) + " |")
