@@ -351,3 +351,10 @@ def load_price_catalogue(*, overwrite: bool = False) -> list:
             )
         )
     return added
+
+
+def set_unpriced_policy(route, policy: str) -> None:
+    """What a key with a budget meets on `route` while it has no price (`UnpricedPolicy`)."""
+    route.unpriced = policy
+    # save(), not update(): the gateway reloads its routes on the post_save signal, and it is audited.
+    route.save(update_fields=["unpriced", "updated"])

@@ -243,8 +243,9 @@ def priced_routes(selection: Selection, now: float) -> list[RouteInfo]:
 
 def budget_reservation(model: ModelInfo, selection: Selection, prompt: int, output: int, now: float) -> int:
     """The most the request can cost (nano-units) on any route it may be sent to. Routes without a
-    price are dropped from the selection when the admin chose to refuse them (PORTAL_UNPRICED_ROUTES)
-    and charged the fallback otherwise; with none left the request is refused, never counted as free."""
+    price are dropped from the selection when the admin chose to refuse them (the route's
+    `unpriced`, else PORTAL_UNPRICED_ROUTES) and charged the fallback otherwise; with none left the
+    request is refused, never counted as free."""
     kept = priced_routes(selection, now)
     for route in selection.routes:
         if route not in kept:

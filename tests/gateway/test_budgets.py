@@ -12,6 +12,7 @@ import httpx
 import pytest
 import redis
 from django.conf import settings as django_settings
+from django.urls import reverse
 from django.utils import timezone
 
 from accounts.choices import Role
@@ -118,6 +119,39 @@ def test_a_budgeted_key_pays_the_fallback_on_an_unpriced_route_when_the_admin_ch
         assert post(gateway_url, plaintext, {**SHORT, "model": "local-coder"}).status_code == 200
     refused = post(gateway_url, plaintext, {**SHORT, "model": "local-coder"})
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "budget_exceeded"
+
+
+def test_an_admin_chooses_per_route_what_a_budgeted_key_meets_while_it_is_unpriced(
+    local_unpriced, gateway_url, settings, admin_client
+):
+    """The portal refuses unpriced routes by default; the admin lets this one charge the fallback
+    on the Prices page, then refuses it again although the portal's default is the fallback."""
+    from channels.models import ModelRoute
+
+    settings.PORTAL_UNPRICED_ROUTES = "refuse"
+    settings.PORTAL_UNPRICED_FALLBACK_PRICE = "2000"
+    key, plaintext = local_unpriced
+    route = ModelRoute.objects.get(model__name="local-coder")
+    assert post(gateway_url, plaintext, {**SHORT, "model": "local-coder"}).status_code == 403
+    page = admin_client.get(reverse("price_list")).content.decode()
+    assert 'data-testid="unpriced-policy"' in page
+    saved = admin_client.post(reverse("price_list"), {"action": "unpriced", "route": route.pk, "unpriced": "fallback"})
+    assert saved.status_code == 302
+    wait_for(lambda: post(gateway_url, plaintext, {**SHORT, "model": "local-coder"}).status_code == 200)
+    record = wait_for(lambda: UsageRecord.objects.filter(key=key, status="ok").first())
+    assert record.pricing == "fallback" and record.cost_nanos == 6 * 2000 * 1000
+    settings.PORTAL_UNPRICED_ROUTES = "fallback"
+    admin_client.post(reverse("price_list"), {"action": "unpriced", "route": route.pk, "unpriced": "refuse"})
+    refused = wait_for(
+        lambda: (r := post(gateway_url, plaintext, {**SHORT, "model": "local-coder"})).status_code == 403 and r
+    )
+    assert refused.json()["error"]["code"] == "model_not_priced"
+    assert (
+        admin_client.post(
+            reverse("price_list"), {"action": "unpriced", "route": route.pk, "unpriced": "free"}
+        ).status_code
+        == 400
+    )
 
 
 def test_the_429_names_the_budget_and_when_it_resets(setup, gateway_url):
