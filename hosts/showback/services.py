@@ -153,17 +153,21 @@ def monthly(month: dt.date, now: dt.datetime | None = None) -> Showback:
     costs = GPUCosts()
     gpu_cost: dict[tuple[str | None, str | None], float] = defaultdict(float)
     people: dict[tuple[str | None, str | None], list[float]] = defaultdict(lambda: [0.0, 0])
-    for run in runs.select_related("deployment").order_by("started"):
-        start, end = max(run.started, since), min(run.stopped or now, until)
-        if end <= start:
-            continue
+    spans = [
+        (run, max(run.started, since), min(run.stopped or now, until))
+        for run in runs.select_related("deployment").order_by("started")
+    ]
+    spans = [(run, start, end) for run, start, end in spans if start < end]
+    with_channel = [(run.channel_id, start, end) for run, start, end in spans if run.channel_id]
+    read = iter(token_shares(with_channel))  # one query for the month's runs
+    for run, start, end in spans:
         hours = (end - start).total_seconds() / 3600
         gpu_hours = hours * run.gpus
         row = per_deployment.setdefault(run.deployment_name, DeploymentHours(run.deployment_name, run.host_name, 0))
         row.gpus = max(row.gpus, run.gpus)
         row.hours += hours
         row.gpu_hours += gpu_hours
-        shares = [s for s in token_shares(run.channel_id, start, end) if s.tokens > 0] if run.channel_id else []
+        shares = [s for s in next(read) if s.tokens > 0] if run.channel_id else []
         total = sum(s.tokens for s in shares)
         rate = costs.of(run.host_name, run.deployment.gpu_indices if run.deployment else None)
         if rate is None:
@@ -234,13 +238,15 @@ def derive_price(
     runs = DeploymentRun.objects.filter(deployment=deployment, started__lt=now).filter(
         Q(stopped__isnull=True) | Q(stopped__gt=since)
     )
+    windows = []
     for r in runs:
         start, end = max(r.started, since), min(r.stopped or now, now)
         if end <= start:
             continue
         result.gpu_hours += (end - start).total_seconds() / 3600 * r.gpus
         if r.channel_id:
-            result.tokens += sum(s.tokens for s in token_shares(r.channel_id, start, end))
+            windows.append((r.channel_id, start, end))
+    result.tokens = sum(s.tokens for shares in token_shares(windows) for s in shares)
     if not result.gpu_hours or not result.tokens:
         result.reason = f"no tokens served by {deployment.name} in the last {days} days to measure"
         return result
