@@ -77,10 +77,11 @@ class GPUCosts:
         if own is not None:
             return own
         gpus = self.gpus.get(host_name, {})
-        costs = [self.by_type.get(gpus.get(i, "")) for i in (indices or sorted(gpus))]
-        if not costs or any(c is None for c in costs):
+        found = [self.by_type.get(gpus.get(i, "")) for i in (indices or sorted(gpus))]
+        costs = [c for c in found if c is not None]
+        if not found or len(costs) < len(found):
             return None
-        return sum(costs, Decimal(0)) / len(costs)  # type: ignore[arg-type]
+        return sum(costs, Decimal(0)) / len(costs)
 
 
 def gpu_types() -> list[tuple[str, Decimal | None]]:

@@ -182,7 +182,7 @@ def alert_recipients(budget: Budget) -> list[str]:
     elif budget.user is not None:
         people = [budget.user]
     else:
-        people = list(User.objects.filter(team_id=budget.team_id, role=Role.TEAM_LEAD))
+        people = list(User.objects.filter(team=budget.team, role=Role.TEAM_LEAD))
     return sorted({p.email for p in people if p.email and p.is_active})
 
 

@@ -304,11 +304,9 @@ def _window_parts(channel_id: int, since: dt.datetime, until: dt.datetime) -> li
 
 
 def _shares(qs: QuerySet[Any], weight: Any) -> QuerySet[Any]:
-    return (
-        qs.values_list("team__name", "user__username")
-        .annotate(tokens=Sum(weight, output_field=FloatField()))
-        .order_by()
-    )
+    grouped: QuerySet[Any] = qs.values_list("team__name", "user__username")
+    summed: QuerySet[Any] = grouped.annotate(tokens=Sum(weight, output_field=FloatField()))
+    return summed.order_by()
 
 
 def _hourly_part(channel_id: int, since: dt.datetime, until: dt.datetime) -> QuerySet[Any]:
