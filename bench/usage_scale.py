@@ -320,8 +320,12 @@ def explain_pages(people: dict) -> dict[str, tuple[int, int, list[str]]]:
                 continue
             r, b, s = plan_of(q["sql"])
             rows, buffers, scans = rows + r, buffers + b, scans + s
-        out[name] = (rows, buffers, scans)
+        out[name] = (rows, buffers, scans) if connection.vendor == "postgresql" else (-1, -1, scans)
     return out
+
+
+def count(n: int) -> str:
+    return f"{n:,}" if n >= 0 else "–"  # SQLite: EXPLAIN QUERY PLAN counts no rows
 
 
 def time_pages(people: dict, repeats: int) -> dict[str, tuple[float, float, float, int]]:
@@ -392,7 +396,7 @@ def main() -> None:
             rows, buffers, scans = plans[n][name]
             print(
                 f"  {name:28} {median:8.1f} ms  ({low:.1f}-{high:.1f})  {queries} queries  "
-                f"{rows:,} rows read  {buffers:,} buffers",
+                f"{count(rows)} rows read  {count(buffers)} buffers",
                 flush=True,
             )
             for scan in scans:
@@ -417,7 +421,7 @@ def main() -> None:
     print("| page | " + " | ".join(f"{n:,}: rows read, buffers" for n in sizes) + " |")
     print("|---|" + "--:|" * len(sizes))
     for name, _who, _path in PAGES:
-        print(f"| {name} | " + " | ".join(f"{plans[n][name][0]:,}, {plans[n][name][1]:,}" for n in sizes) + " |")
+        print(f"| {name} | " + " | ".join(f"{count(plans[n][name][0])}, {count(plans[n][name][1])}" for n in sizes) + " |")
 
 
 if __name__ == "__main__":
