@@ -421,7 +421,8 @@ def main() -> None:
     print("| page | " + " | ".join(f"{n:,}: rows read, buffers" for n in sizes) + " |")
     print("|---|" + "--:|" * len(sizes))
     for name, _who, _path in PAGES:
-        print(f"| {name} | " + " | ".join(f"{count(plans[n][name][0])}, {count(plans[n][name][1])}" for n in sizes) + " |")
+        cells = [f"{count(plans[n][name][0])}, {count(plans[n][name][1])}" for n in sizes]
+        print(f"| {name} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
