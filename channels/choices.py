@@ -50,6 +50,15 @@ class BalancePolicy(models.TextChoices):
     LEAST_BUSY = "least_busy", _("Least busy")
 
 
+class UnpricedPolicy(models.TextChoices):
+    """What a key with a budget meets on a route without a price (never free): the portal's
+    default (PORTAL_UNPRICED_ROUTES), a refusal, or the fallback price."""
+
+    DEFAULT = "", _("Portal default")
+    REFUSE = "refuse", _("Refuse budgeted keys")
+    FALLBACK = "fallback", _("Charge the fallback price")
+
+
 class PriceSource(models.TextChoices):
     """Where a route's price came from."""
 

@@ -13,7 +13,7 @@ from django.utils.translation import gettext_lazy as _
 from portal.forms import FIELD_LABELS
 from portal.ui import Fieldset
 
-from .choices import BalancePolicy, ChannelKind, Locality
+from .choices import BalancePolicy, ChannelKind, Locality, UnpricedPolicy
 from .models import MODEL_NAME_VALIDATOR, Channel, Model, ModelRoute
 from .services import MAX_ALIAS_TARGETS, clean_base_url, reset_status_after_edit, suggest_locality
 
@@ -292,3 +292,10 @@ class RoutePriceForm(forms.Form):
         help_text=_("Blank: now."),
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
     )
+
+
+class UnpricedPolicyForm(forms.Form):
+    """What a key with a budget meets on one route while it has no price."""
+
+    route = forms.ModelChoiceField(queryset=ModelRoute.objects.all(), widget=forms.HiddenInput)
+    unpriced = forms.ChoiceField(label=_("While unpriced"), choices=UnpricedPolicy.choices, required=False)

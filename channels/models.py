@@ -13,7 +13,16 @@ from django.utils.translation import gettext_lazy as _
 from portal.fields import EncryptedTextField
 from portal.models import TimeStampedModel
 
-from .choices import AlertKind, BalancePolicy, ChannelKind, ChannelStatus, Locality, PriceSource, ProbeSource
+from .choices import (
+    AlertKind,
+    BalancePolicy,
+    ChannelKind,
+    ChannelStatus,
+    Locality,
+    PriceSource,
+    ProbeSource,
+    UnpricedPolicy,
+)
 
 if TYPE_CHECKING:
     from django.utils.functional import _StrPromise
@@ -268,6 +277,13 @@ class ModelRoute(TimeStampedModel):
     discovered_context_window = models.PositiveIntegerField(null=True, blank=True)
     discovered_at = models.DateTimeField(null=True, blank=True)
     enabled = models.BooleanField(default=True)
+    unpriced = models.CharField(
+        max_length=8,
+        choices=UnpricedPolicy,
+        default=UnpricedPolicy.DEFAULT,
+        blank=True,
+        help_text=_("While this route has no price, what a key with a budget meets on it."),
+    )
 
     objects = ModelRouteQuerySet.as_manager()
 

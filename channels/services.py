@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
@@ -16,6 +17,9 @@ from django.utils.translation import gettext as _
 
 from .baseurl import BaseURLError, normalize_base_url
 from .choices import Locality, PriceSource
+
+if TYPE_CHECKING:
+    from .models import ModelRoute
 
 LOCAL_SUFFIXES = (".local", ".lan", ".internal", ".localhost", ".home.arpa")
 
@@ -372,3 +376,10 @@ def model_states(names: list[str]) -> dict[str, dict[str, bool]]:
         for name, state in source(names).items():
             states.setdefault(name, {}).update(state)
     return states
+
+
+def set_unpriced_policy(route: ModelRoute, policy: str) -> None:
+    """What a key with a budget meets on `route` while it has no price (`UnpricedPolicy`)."""
+    route.unpriced = policy
+    # save(), not update(): the gateway reloads its routes on the post_save signal, and it is audited.
+    route.save(update_fields=["unpriced", "updated"])

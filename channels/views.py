@@ -16,8 +16,17 @@ from django.views.generic import DetailView
 from portal.permissions import AdminRequiredMixin
 from portal.ui import FilteredListView, ObjectDeleteView, ObjectFormView, add_validation_errors
 
+from .choices import UnpricedPolicy
 from .filters import ChannelFilterSet, ModelFilterSet
-from .forms import AddServedModelForm, AliasForm, ChannelForm, ModelForm, RouteFormSet, RoutePriceForm
+from .forms import (
+    AddServedModelForm,
+    AliasForm,
+    ChannelForm,
+    ModelForm,
+    RouteFormSet,
+    RoutePriceForm,
+    UnpricedPolicyForm,
+)
 from .health.history import attach_health
 from .health.probe import ProbeFailure
 from .health.services import served_models
@@ -30,6 +39,7 @@ from .services import (
     model_states,
     save_alias,
     set_route_price,
+    set_unpriced_policy,
     suggest_public_name,
 )
 
@@ -339,6 +349,7 @@ class PriceListView(AdminRequiredMixin, View):
             "form": form,
             "currency": currency(),
             "unpriced": sum(1 for r in rows if r["price"] is None),
+            "policies": UnpricedPolicy.choices,
         }
 
     def get(self, request):
@@ -348,6 +359,14 @@ class PriceListView(AdminRequiredMixin, View):
         if request.POST.get("action") == "catalogue":
             added = load_price_catalogue()
             messages.success(request, _("%(n)d route(s) priced from the starter catalogue.") % {"n": len(added)})
+            return redirect("price_list")
+        if request.POST.get("action") == "unpriced":
+            policy = UnpricedPolicyForm(request.POST)
+            if not policy.is_valid():
+                messages.error(request, _("Choose a route and a policy."))
+                return render(request, self.template_name, self.context(RoutePriceForm()), status=400)
+            set_unpriced_policy(policy.cleaned_data["route"], policy.cleaned_data["unpriced"])
+            messages.success(request, _("Saved for %(route)s.") % {"route": policy.cleaned_data["route"]})
             return redirect("price_list")
         form = RoutePriceForm(request.POST)
         if form.is_valid():

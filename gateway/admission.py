@@ -92,12 +92,15 @@ async def open_call(
         output = asked
         reserve = prompt + reserve_max
         cost = 0
-        # The most the request can cost on any route it may take (never 0 for "no price"). A stopped
-        # on-demand model has no routes yet: its request reserves no cost and is charged its real
-        # cost when it finishes (a budget can be passed by that one request).
-        if key.budgets and not cold:
+        # The most the request can cost on any route it may take (never 0 for "no price"); a
+        # stopped on-demand model's at the price its route had when it last ran.
+        if key.budgets:
             try:
-                cost = budget_reservation(info, selection, prompt, reserve_max * choices_of(body), limiter.now())
+                most = reserve_max * choices_of(body)
+                if cold:
+                    cost = cold_reservation(info, prompt, most, limiter.now())
+                else:
+                    cost = budget_reservation(info, selection, prompt, most, limiter.now())
             except GatewayError as unpriced:
                 _record_refusal(
                     request_id, key, info, surface, stream, unpriced, started, status=UsageStatus.CLIENT_ERROR
@@ -156,6 +159,8 @@ async def open_call(
         info, selection, waited = await _warm_up(
             req, key, info, model, result, surface, stream, started, prompt=prompt, output=output, choice=choice
         )
+        if key.budgets:  # what it reserved was at a price: keep to the routes that have one
+            selection.routes[:] = priced_routes(selection, limiter.now()) or selection.routes
     call = Call(
         req,
         surface,
@@ -238,22 +243,37 @@ def priced_routes(selection: Selection, now: float) -> list[RouteInfo]:
 
 def budget_reservation(model: ModelInfo, selection: Selection, prompt: int, output: int, now: float) -> int:
     """The most the request can cost (nano-units) on any route it may be sent to. Routes without a
-    price are dropped from the selection when the admin chose to refuse them (PORTAL_UNPRICED_ROUTES)
-    and charged the fallback otherwise; with none left the request is refused, never counted as free."""
+    price are dropped from the selection when the admin chose to refuse them (the route's
+    `unpriced`, else PORTAL_UNPRICED_ROUTES) and charged the fallback otherwise; with none left the
+    request is refused, never counted as free."""
     kept = priced_routes(selection, now)
     for route in selection.routes:
         if route not in kept:
             selection.explanation.append(f"skipped {route.channel_name}: no price, and this key has a budget")
     most = max((r.rates(now)[0].most(prompt, output) for r in kept), default=0)  # type: ignore[union-attr]
     if not kept:
-        raise GatewayError(
-            403,
-            f"The model '{model.name}' has no price on any channel that serves it, and this key has a budget: "
-            "an admin must set its price (or allow a fallback price) before budgeted keys may use it.",
-            code="model_not_priced",
-        )
+        raise _not_priced(model)
     selection.routes[:] = kept
     return most
+
+
+def cold_reservation(model: ModelInfo, prompt: int, output: int, now: float) -> int:
+    """The most a request that starts a stopped on-demand model can cost: at its route's price
+    from its last run, else as an unpriced route (refused, or the fallback the admin allows)."""
+    assert model.on_demand is not None
+    rates, _how = model.on_demand.rates(now)
+    if rates is None:
+        raise _not_priced(model)
+    return rates.most(prompt, output)
+
+
+def _not_priced(model: ModelInfo) -> GatewayError:
+    return GatewayError(
+        403,
+        f"The model '{model.name}' has no price on any channel that serves it, and this key has a budget: "
+        "an admin must set its price (or allow a fallback price) before budgeted keys may use it.",
+        code="model_not_priced",
+    )
 
 
 def alert_budgets(key: KeyInfo, budgets: list[BudgetInfo]) -> None:

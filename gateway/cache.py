@@ -208,20 +208,26 @@ class RouteInfo:
     # The route's price in effect when the catalog was loaded and any that start later, oldest
     # first (`channels.RoutePrice`); empty: no price.
     prices: tuple[Rates, ...] = ()
+    unpriced: str = ""  # channels.choices.UnpricedPolicy while it has no price ("": the portal's default)
 
     @property
     def tier(self) -> int:
         return _TIER.get(self.status, _LAST_RESORT)
 
     def rates(self, at: float) -> tuple[Rates | None, str]:
-        """The price of a call made at `at` (epoch seconds) and how it was found (`keys.choices.Pricing`):
-        the route's price in effect, else the fallback when the admin chose one, else none."""
-        found = in_effect(self.prices, at)
-        if found is not None:
-            return found, Pricing.PRICED
-        if settings.PORTAL_UNPRICED_ROUTES == "fallback":
-            return fallback_rates(), Pricing.FALLBACK
-        return None, Pricing.NONE
+        return rates_at(self.prices, at, self.unpriced)
+
+
+def rates_at(prices: tuple[Rates, ...], at: float, unpriced: str = "") -> tuple[Rates | None, str]:
+    """The price of a call made at `at` (epoch seconds) and how it was found (`keys.choices.Pricing`):
+    the price in effect, else the fallback when the admin chose one (for the route, `unpriced`,
+    else for the portal), else none."""
+    found = in_effect(prices, at)
+    if found is not None:
+        return found, Pricing.PRICED
+    if (unpriced or settings.PORTAL_UNPRICED_ROUTES) == "fallback":
+        return fallback_rates(), Pricing.FALLBACK
+    return None, Pricing.NONE
 
 
 @dataclass(slots=True, frozen=True)
@@ -232,6 +238,13 @@ class OnDemandInfo:
     deployment_id: int
     budget: float  # seconds a request may wait for it to start
     estimate: float  # seconds a cold start takes (its history's median)
+    # The price of the route its channel had when it last ran (kept, disabled, while it is
+    # stopped): what a cold request reserves on a budget before it starts the model.
+    prices: tuple[Rates, ...] = ()
+    unpriced: str = ""  # that route's channels.choices.UnpricedPolicy
+
+    def rates(self, at: float) -> tuple[Rates | None, str]:
+        return rates_at(self.prices, at, self.unpriced)
 
 
 @dataclass(slots=True)
@@ -382,6 +395,7 @@ def _load_catalog() -> Catalog:
                 context_window=r.effective_context_window,
                 max_output_tokens=r.max_output_tokens,
                 prices=prices.get(r.id, ()),
+                unpriced=r.unpriced,
             )
         )
         if r.effective_context_window:
@@ -418,10 +432,20 @@ def _load_catalog() -> Catalog:
             )
     from hosts.ondemand.services import catalog_entries
 
-    for name, entry in catalog_entries().items():
+    entries = catalog_entries()
+    served = ModelRoute.objects.filter(channel_id__in=[e["channel_id"] for e in entries.values() if e["channel_id"]])
+    route_of = {(c, m): (r, u) for r, c, m, u in served.values_list("id", "channel_id", "model_id", "unpriced")}
+    for name, entry in entries.items():
         model = models.get(name)
         if model is not None and not model.is_alias:
-            model.on_demand = OnDemandInfo(entry["deployment_id"], entry["budget"], entry["estimate"])
+            route_id, unpriced = route_of.get((entry["channel_id"], model.id), (None, ""))
+            model.on_demand = OnDemandInfo(
+                entry["deployment_id"],
+                entry["budget"],
+                entry["estimate"],
+                prices.get(route_id, ()) if route_id else (),
+                unpriced,
+            )
             if not model.groups and model.context_window is None:
                 model.context_window = entry["context_window"]
     by_norm: dict[str, list[str]] = {}
@@ -525,8 +549,9 @@ class Saved:
     saved_at: float  # wall clock
 
 
-# The pickled shape of KeyInfo and RouteInfo: a file of another shape is ignored (2: budgets, prices).
-SNAPSHOT_FORMAT = 2
+# The pickled shape of KeyInfo and RouteInfo: a file of another shape is ignored (2: budgets, prices;
+# 3: an on-demand model's prices, each route's policy while unpriced).
+SNAPSHOT_FORMAT = 3
 
 
 class SnapshotFile:

@@ -291,7 +291,9 @@ for j = 0, nb - 1 do
   if ttl >= 0 then redis.call('PEXPIRE', b, ttl + 86400000) end
   local alert = tonumber(ARGV[o + 3])
   if alert >= 0 and spent >= alert and spent - cost < alert then
-    local flag = redis.call('SET', b .. ':alerted', '1', 'NX', 'PX', ttl >= 0 and ttl + 86400000 or 31622400000)
+    -- once per threshold and window, whichever replica crosses it (a new cap or share: a new flag)
+    local keep = ttl >= 0 and ttl + 86400000 or 31622400000
+    local flag = redis.call('SET', b .. ':alerted:' .. alert, '1', 'NX', 'PX', keep)
     if flag then alerts[#alerts + 1] = tostring(j) end
   end
 end

@@ -109,3 +109,12 @@ class HostForm(_HostModelForm):
         if commit:
             host.save()
         return host
+
+
+class GPUTypeCostForm(forms.Form):
+    """What one GPU of a type costs per hour (blank: no cost, the type's row is removed)."""
+
+    gpu_name = forms.CharField(label=_("GPU type"), max_length=100)
+    hour_cost = forms.DecimalField(
+        label=_("Cost per GPU-hour"), required=False, min_value=0, max_digits=12, decimal_places=4
+    )

@@ -119,6 +119,26 @@ class GPU(TimeStampedModel):
         return max(self.memory_total_mib - self.memory_used_mib, 0)
 
 
+class GPUTypeCost(TimeStampedModel):
+    """What one GPU of a type costs per hour (the name as nvidia-smi reports it, as `GPU.name`): the
+    GPU-hour cost of every host that has no cost of its own (`Host.gpu_hour_cost` wins), for the
+    showback's GPU cost and the prices derived for self-hosted models."""
+
+    gpu_name = models.CharField(max_length=100, unique=True, help_text=_("As the inventory shows it."))
+    hour_cost = models.DecimalField(
+        max_digits=12,
+        decimal_places=4,
+        validators=[MinValueValidator(0)],
+        help_text=_("What one GPU of this type costs per hour, in the portal's currency."),
+    )
+
+    class Meta:
+        ordering = ["gpu_name"]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_name}: {self.hour_cost}/h"
+
+
 class GPUHour(TimeStampedModel):
     """One GPU's figures over one hour, rolled up from the samples of that hour (`hosts.gpu_history`):
     averages are the sums over `samples`. Kept 30 days (pruned by the sampling task)."""

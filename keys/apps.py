@@ -29,9 +29,9 @@ class KeysConfig(AppConfig):
         )
         user_reactivated.connect(_revoke_keys_on_reactivation, dispatch_uid="keys-revoke-on-reactivation")
         dashboard.register_section(10, "keys/_dashboard_usage.html", _usage_last_day)
-        from .usage.services import channel_token_shares, spend_by_person
+        from .usage.services import spend_by_person, windows_token_shares
 
-        showback.register_token_source(channel_token_shares)
+        showback.register_token_source(windows_token_shares)
         showback.register_spend_source(spend_by_person)
 
 

@@ -141,7 +141,7 @@ class UsageRecord(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="usage")
     # The owner's team at the time of the request: moving a user later does not rewrite history.
     team = models.ForeignKey("accounts.Team", null=True, blank=True, on_delete=models.SET_NULL, related_name="usage")
-    model = models.CharField(max_length=128, db_index=True)
+    model = models.CharField(max_length=128)
     channel = models.ForeignKey(
         "channels.Channel", null=True, blank=True, on_delete=models.SET_NULL, related_name="usage"
     )
@@ -182,6 +182,9 @@ class UsageRecord(models.Model):
             models.Index(fields=["key", "created"], name="usage_key_created"),
             models.Index(fields=["team", "created"], name="usage_team_created"),
             models.Index(fields=["channel", "created"], name="usage_channel_created"),
+            # The request list filtered by model reads its newest rows in index order, and the
+            # capped count walks at most 10,001 index entries, whatever the table's size.
+            models.Index(fields=["model", "created"], name="usage_model_created"),
         ]
         constraints = [models.UniqueConstraint(fields=["event_id"], name="usage_event_id_unique")]
 
@@ -238,6 +241,8 @@ class UsageDaily(UsageBucket):
                 nulls_distinct=False,
             )
         ]
+        # The GPU-hours showback reads a run's whole days per channel from here.
+        indexes = [models.Index(fields=["channel", "day"], name="usagedaily_channel_day")]
 
     def __str__(self) -> str:
         return f"{self.day} {self.model} {self.total_tokens}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.paginator import Paginator
+from django.db.models import QuerySet
 from django.utils.functional import cached_property
 
 
@@ -17,8 +18,12 @@ class CappedCountPaginator(Paginator):
 
     @cached_property
     def count(self) -> int:
-        capped: Any = self.object_list[: self.cap + 1]  # a QuerySet here: COUNT(*) of a LIMITed subquery
-        return min(capped.count(), self.cap + 1)
+        rows: Any = self.object_list
+        if isinstance(rows, QuerySet):
+            # Any cap + 1 matching rows will do: unordered, the database counts them from the
+            # cheapest index instead of sorting every match first.
+            rows = rows.order_by()
+        return min(rows[: self.cap + 1].count(), self.cap + 1)
 
     @property
     def count_display(self) -> str:

@@ -21,20 +21,23 @@ class Share:
     tokens: int
 
 
-TokenSource = Callable[[int, dt.datetime, dt.datetime], list[Share]]
+# (channel id, since, until): one deployment run's window on its channel
+Window = tuple[int, dt.datetime, dt.datetime]
+TokenSource = Callable[[list[Window]], list[list[Share]]]
 
 _source: TokenSource | None = None
 
 
 def register_token_source(source: TokenSource) -> None:
-    """`source(channel_id, since, until)`: the shares of tokens on that channel in [since, until)."""
+    """`source(windows)`: for each (channel_id, since, until), the shares of tokens on that channel
+    in [since, until), read together (a month's runs cost one query, not one each)."""
     global _source
     _source = source
 
 
-def token_shares(channel_id: int, since: dt.datetime, until: dt.datetime) -> list[Share]:
-    """Who sent tokens through `channel_id` in [since, until); empty when no app records usage."""
-    return _source(channel_id, since, until) if _source is not None else []
+def token_shares(windows: list[Window]) -> list[list[Share]]:
+    """Who sent tokens through each window's channel in it; empty when no app records usage."""
+    return _source(windows) if _source is not None else [[] for _ in windows]
 
 
 # (team at request time, user) -> spend in nano-units of PORTAL_CURRENCY

@@ -64,6 +64,7 @@ def catalog_entries() -> dict[str, dict[str, Any]]:
                 "budget": float(d.cold_start_budget),
                 "estimate": estimate_seconds(d.pk),
                 "context_window": d.context_window,
+                "channel_id": d.channel_id,  # its last run's (disabled while stopped), None before one
             },
         )
     return entries

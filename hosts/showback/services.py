@@ -22,7 +22,7 @@ from channels.prices import NANOS
 from portal.showback import spend, token_shares
 
 from ..choices import IDLE_DEPLOYMENT_STATUSES, DeploymentStatus
-from ..models import Deployment, DeploymentRun, Host
+from ..models import GPU, Deployment, DeploymentRun, GPUTypeCost, Host
 
 IDLE = "(idle)"
 
@@ -58,6 +58,47 @@ def record_status(deployment: Deployment, now: dt.datetime | None = None) -> Non
             )
     except IntegrityError:  # another job opened it meanwhile
         pass
+
+
+class GPUCosts:
+    """What one GPU costs per hour, per host: the host's own cost, else by its GPUs' types
+    (`GPUTypeCost`; GPUs of mixed types cost their mean). Loaded once, in three queries."""
+
+    def __init__(self) -> None:
+        self.by_type = dict(GPUTypeCost.objects.values_list("gpu_name", "hour_cost"))
+        self.own = dict(Host.objects.values_list("name", "gpu_hour_cost"))
+        self.gpus: dict[str, dict[int, str]] = defaultdict(dict)
+        for host_name, index, gpu_name in GPU.objects.values_list("host__name", "index", "name"):
+            self.gpus[host_name][index] = gpu_name
+
+    def of(self, host_name: str, indices: list[int] | None = None) -> Decimal | None:
+        """The cost of one GPU-hour on `host_name` (of the GPUs at `indices`, else all of its GPUs);
+        None when it has no cost of its own and one of those GPUs' types has none."""
+        own = self.own.get(host_name)
+        if own is not None:
+            return own
+        gpus = self.gpus.get(host_name, {})
+        found = [self.by_type.get(gpus.get(i, "")) for i in (indices or sorted(gpus))]
+        costs = [c for c in found if c is not None]
+        if not found or len(costs) < len(found):
+            return None
+        return sum(costs, Decimal(0)) / len(costs)
+
+
+def gpu_types() -> list[tuple[str, Decimal | None]]:
+    """Every GPU type the inventories saw or a cost was set for, with its cost per GPU-hour."""
+    costs: dict[str, Decimal | None] = dict.fromkeys(GPU.objects.values_list("name", flat=True).distinct())
+    costs.update(GPUTypeCost.objects.values_list("gpu_name", "hour_cost"))
+    return sorted(costs.items())
+
+
+def set_gpu_type_cost(gpu_name: str, hour_cost: Decimal | None) -> None:
+    """Set (or, with None, clear) what one GPU of this type costs per hour."""
+    if hour_cost is None:
+        for row in GPUTypeCost.objects.filter(gpu_name=gpu_name):
+            row.delete()  # one by one: the audit log records each
+        return
+    GPUTypeCost.objects.update_or_create(gpu_name=gpu_name, defaults={"hour_cost": hour_cost})
 
 
 def month_bounds(month: dt.date) -> tuple[dt.datetime, dt.datetime]:
@@ -111,22 +152,26 @@ def monthly(month: dt.date, now: dt.datetime | None = None) -> Showback:
     report = Showback(month=since.date(), since=since, until=until)
     runs = DeploymentRun.objects.filter(started__lt=until).filter(Q(stopped__isnull=True) | Q(stopped__gt=since))
     per_deployment: dict[str, DeploymentHours] = {}
-    host_costs = dict(Host.objects.values_list("name", "gpu_hour_cost"))
+    costs = GPUCosts()
     gpu_cost: dict[tuple[str | None, str | None], float] = defaultdict(float)
     people: dict[tuple[str | None, str | None], list[float]] = defaultdict(lambda: [0.0, 0])
-    for run in runs.order_by("started"):
-        start, end = max(run.started, since), min(run.stopped or now, until)
-        if end <= start:
-            continue
+    spans = [
+        (run, max(run.started, since), min(run.stopped or now, until))
+        for run in runs.select_related("deployment").order_by("started")
+    ]
+    spans = [(run, start, end) for run, start, end in spans if start < end]
+    with_channel = [(run.channel_id, start, end) for run, start, end in spans if run.channel_id]
+    read = iter(token_shares(with_channel))  # one query for the month's runs
+    for run, start, end in spans:
         hours = (end - start).total_seconds() / 3600
         gpu_hours = hours * run.gpus
         row = per_deployment.setdefault(run.deployment_name, DeploymentHours(run.deployment_name, run.host_name, 0))
         row.gpus = max(row.gpus, run.gpus)
         row.hours += hours
         row.gpu_hours += gpu_hours
-        shares = [s for s in token_shares(run.channel_id, start, end) if s.tokens > 0] if run.channel_id else []
+        shares = [s for s in next(read) if s.tokens > 0] if run.channel_id else []
         total = sum(s.tokens for s in shares)
-        rate = host_costs.get(run.host_name)
+        rate = costs.of(run.host_name, run.deployment.gpu_indices if run.deployment else None)
         if rate is None:
             report.unpriced_hosts.add(run.host_name)
         per_hour = float(rate or 0) * NANOS
@@ -187,21 +232,23 @@ def derive_price(
     tokens share the price (a GPU-hour serves both)."""
     now = now or timezone.now()
     since = now - dt.timedelta(days=days)
-    cost = deployment.host.gpu_hour_cost
+    cost = GPUCosts().of(deployment.host.name, deployment.gpu_indices)
     result = DerivedPrice(deployment.name, cost or Decimal(0), 0.0, 0, None)
     if cost is None:
-        result.reason = f"host {deployment.host.name} has no cost per GPU-hour"
+        result.reason = f"host {deployment.host.name} has no cost per GPU-hour, nor its GPUs' type"
         return result
     runs = DeploymentRun.objects.filter(deployment=deployment, started__lt=now).filter(
         Q(stopped__isnull=True) | Q(stopped__gt=since)
     )
+    windows = []
     for r in runs:
         start, end = max(r.started, since), min(r.stopped or now, now)
         if end <= start:
             continue
         result.gpu_hours += (end - start).total_seconds() / 3600 * r.gpus
         if r.channel_id:
-            result.tokens += sum(s.tokens for s in token_shares(r.channel_id, start, end))
+            windows.append((r.channel_id, start, end))
+    result.tokens = sum(s.tokens for shares in token_shares(windows) for s in shares)
     if not result.gpu_hours or not result.tokens:
         result.reason = f"no tokens served by {deployment.name} in the last {days} days to measure"
         return result

@@ -5,15 +5,18 @@ from __future__ import annotations
 import csv
 import datetime as dt
 
+from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.utils import timezone
+from django.utils.translation import gettext as _
 from django.views import View
 
-from channels.prices import format_money
+from channels.prices import currency, format_money
 from portal.permissions import AdminRequiredMixin
 
-from .services import IDLE, monthly
+from ..forms import GPUTypeCostForm
+from .services import IDLE, gpu_types, monthly, set_gpu_type_cost
 
 
 def _month(request: HttpRequest) -> dt.date:
@@ -32,7 +35,16 @@ def _csv_safe(value: str) -> str:
 class ShowbackView(AdminRequiredMixin, View):
     """GPU-hours per deployment, and per team and developer by their token share."""
 
-    def get(self, request: HttpRequest) -> HttpResponse:
+    def post(self, request: HttpRequest) -> HttpResponse:
+        """Set one GPU type's cost per GPU-hour (hosts without a cost of their own use it)."""
+        form = GPUTypeCostForm(request.POST)
+        if not form.is_valid():
+            return self.get(request, form=form, status=400)
+        set_gpu_type_cost(form.cleaned_data["gpu_name"], form.cleaned_data["hour_cost"])
+        messages.success(request, _("Cost per GPU-hour saved for %(gpu)s.") % {"gpu": form.cleaned_data["gpu_name"]})
+        return redirect(request.get_full_path())
+
+    def get(self, request: HttpRequest, form: GPUTypeCostForm | None = None, status: int = 200) -> HttpResponse:
         month = _month(request)
         report = monthly(month)
         label = f"{report.month:%Y-%m}"
@@ -58,5 +70,9 @@ class ShowbackView(AdminRequiredMixin, View):
                     (team, user, format_money(gpu), format_money(spent), format_money(gpu + spent))
                     for team, user, gpu, spent in report.money
                 ],
+                "gpu_types": gpu_types(),
+                "gpu_type_form": form,
+                "currency": currency(),
             },
+            status=status,
         )

@@ -171,9 +171,25 @@ def top_up(budget: Budget, *, editor: User, amount: Decimal | str, until: dt.dat
     return budget
 
 
+def alert_recipients(budget: Budget) -> list[str]:
+    """Whom a budget's alert is e-mailed to besides the alert targets: the key's owner, the user, or
+    the team's leads (those with an address, active)."""
+    from accounts.choices import Role
+    from accounts.models import User
+
+    if budget.key is not None:
+        people = [budget.key.owner]
+    elif budget.user is not None:
+        people = [budget.user]
+    else:
+        people = list(User.objects.filter(team=budget.team, role=Role.TEAM_LEAD))
+    return sorted({p.email for p in people if p.email and p.is_active})
+
+
 def send_alerts(budget_ids: list[int]) -> None:
-    """Tell the alert targets and each budget's owner (by e-mail, when they have one) that it
-    passed its alert share. Called once per budget and window (the admission script's flag)."""
+    """Tell the alert targets and the budget's people (`alert_recipients`, by e-mail) that it passed
+    its alert share. Called once per budget, threshold and window: the admission script's flag
+    (Redis SET NX) decides, so two replicas never both send it."""
     from django.core.mail import send_mail
 
     from channels.health.alerts import broadcast
@@ -188,12 +204,12 @@ def send_alerts(budget_ids: list[int]) -> None:
             "cap": status.cap_text,
         }
         broadcast({"text": text, "event": "budget_alert", "budget": budget.id})
-        owner = budget.key.owner if budget.key is not None else budget.user
-        if owner is not None and owner.email:
+        recipients = alert_recipients(budget)
+        if recipients:
             try:
-                send_mail(text[:150], text, None, [owner.email], fail_silently=False)
+                send_mail(text[:150], text, None, recipients, fail_silently=False)
             except Exception as exc:  # SMTP raises many types; the log keeps the class only
-                logger.warning("budget alert e-mail to user %s failed: %s", owner.id, exc.__class__.__name__)
+                logger.warning("budget %s alert e-mail failed: %s", budget.id, exc.__class__.__name__)
 
 
 __all__ = ["BudgetStatus", "budgets_for", "save_budget", "send_alerts", "spent", "status_of", "to_amount", "top_up"]

@@ -15,7 +15,7 @@ from django.utils.translation import gettext
 
 from channels.prices import amount_text, format_money
 from keys.models import TTFT_BOUNDS_MS, TTFT_FIELDS, USAGE_COUNTERS, Key, UsageDaily, UsageHourly
-from portal.showback import Share
+from portal.showback import Share, Window
 
 if TYPE_CHECKING:
     from accounts.models import User
@@ -230,10 +230,70 @@ def last_day(user: User, now: dt.datetime | None = None) -> dict[str, Any]:
 
 
 def channel_token_shares(channel_id: int, since: dt.datetime, until: dt.datetime) -> list[Share]:
-    """Tokens per (team at request time, user) sent through one channel in [since, until): the
-    GPU-hours showback's token source (`portal.showback`). One grouped query over the hourly
-    rollups; an hour the window only partly covers counts by the share it covers, so two adjacent
-    runs never count one hour twice."""
+    """Tokens per (team at request time, user) sent through one channel in [since, until)."""
+    return windows_token_shares([(channel_id, since, until)])[0]
+
+
+# Runs read per query: at most three SELECTs each, well below SQLite's 500 in one compound SELECT.
+WINDOWS_PER_QUERY = 100
+
+
+def windows_token_shares(windows: list[Window]) -> list[list[Share]]:
+    """For each (channel, since, until): tokens per (team at request time, user) sent through the
+    channel in [since, until). The GPU-hours showback's token source (`portal.showback`), one
+    UNION query for a month's runs. A window's whole UTC days come from the daily rollups and only
+    the partial days at its ends from the hourly ones, so a long run reads about the same number of
+    rows however busy its month was; an hour a window only partly covers counts by the share it
+    covers, so two adjacent runs never count one hour twice."""
+    tokens: list[dict[tuple[int | None, int | None], float]] = [defaultdict(float) for _ in windows]
+    for first in range(0, len(windows), WINDOWS_PER_QUERY):
+        parts: list[QuerySet[Any]] = []
+        for i, window in enumerate(windows[first : first + WINDOWS_PER_QUERY], start=first):
+            parts += [part.annotate(run=Value(i)) for part in _window_parts(*window)]
+        if parts:
+            for team, user, count, run in parts[0].union(*parts[1:], all=True):
+                tokens[run][(team, user)] += count or 0
+    # Grouped by ids (no join in each part, which the planner would plan a hundred times); the
+    # names in two small queries.
+    from accounts.models import Team, User
+
+    teams = dict(Team.objects.filter(pk__in={t for shares in tokens for t, _u in shares}).values_list("pk", "name"))
+    users = dict(User.objects.filter(pk__in={u for shares in tokens for _t, u in shares}).values_list("pk", "username"))
+    named = [
+        [(teams.get(t) if t else None, users.get(u) if u else None, n) for (t, u), n in shares.items()]
+        for shares in tokens
+    ]
+    return [
+        [Share(team=team, user=user, tokens=round(n)) for team, user, n in sorted(rows, key=_by_name)] for rows in named
+    ]
+
+
+def _by_name(row: tuple[str | None, str | None, float]) -> tuple[str, str]:
+    return row[0] or "", row[1] or ""
+
+
+def _window_parts(channel_id: int, since: dt.datetime, until: dt.datetime) -> list[QuerySet[Any]]:
+    """The grouped SELECTs of one window: its whole days (daily rollups), then its ends (hourly)."""
+    day = dt.timedelta(days=1)
+    first = since.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    first = first if first == since else first + day
+    last = until.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    if first >= last:
+        return [_hourly_part(channel_id, since, until)] if since < until else []
+    daily = UsageDaily.objects.filter(channel_id=channel_id, day__gte=first.date(), day__lt=last.date())
+    parts = [_shares(daily, F("total_tokens"))]
+    parts += [_hourly_part(channel_id, start, end) for start, end in ((since, first), (last, until)) if start < end]
+    return parts
+
+
+def _shares(qs: QuerySet[Any], weight: Any) -> QuerySet[Any]:
+    grouped: QuerySet[Any] = qs.values_list("team_id", "user_id")
+    summed: QuerySet[Any] = grouped.annotate(tokens=Sum(weight, output_field=FloatField()))
+    return summed.order_by()
+
+
+def _hourly_part(channel_id: int, since: dt.datetime, until: dt.datetime) -> QuerySet[Any]:
+    """Hourly rollups of one window, the hours at its edges weighted by the share of them it covers."""
     hour = dt.timedelta(hours=1)
     first = since.replace(minute=0, second=0, microsecond=0)
     last = until.replace(minute=0, second=0, microsecond=0)
@@ -243,13 +303,8 @@ def channel_token_shares(channel_id: int, since: dt.datetime, until: dt.datetime
     weight = Case(
         *(When(hour=h, then=Value(w)) for h, w in weights.items()), default=Value(1.0), output_field=FloatField()
     )
-    rows = (
-        UsageHourly.objects.filter(channel_id=channel_id, hour__gte=first, hour__lt=until)
-        .values_list("team__name", "user__username")
-        .annotate(tokens=Sum(F("total_tokens") * weight, output_field=FloatField()))
-        .order_by("team__name", "user__username")
-    )
-    return [Share(team=team, user=user, tokens=round(tokens or 0)) for team, user, tokens in rows]
+    qs = UsageHourly.objects.filter(channel_id=channel_id, hour__gte=first, hour__lt=until)
+    return _shares(qs, F("total_tokens") * weight)
 
 
 def spend_by_person(since: dt.datetime, until: dt.datetime) -> dict[tuple[str | None, str | None], int]:

@@ -12,6 +12,7 @@ import httpx
 import pytest
 import redis
 from django.conf import settings as django_settings
+from django.urls import reverse
 from django.utils import timezone
 
 from accounts.choices import Role
@@ -118,6 +119,39 @@ def test_a_budgeted_key_pays_the_fallback_on_an_unpriced_route_when_the_admin_ch
         assert post(gateway_url, plaintext, {**SHORT, "model": "local-coder"}).status_code == 200
     refused = post(gateway_url, plaintext, {**SHORT, "model": "local-coder"})
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "budget_exceeded"
+
+
+def test_an_admin_chooses_per_route_what_a_budgeted_key_meets_while_it_is_unpriced(
+    local_unpriced, gateway_url, settings, admin_client
+):
+    """The portal refuses unpriced routes by default; the admin lets this one charge the fallback
+    on the Prices page, then refuses it again although the portal's default is the fallback."""
+    from channels.models import ModelRoute
+
+    settings.PORTAL_UNPRICED_ROUTES = "refuse"
+    settings.PORTAL_UNPRICED_FALLBACK_PRICE = "2000"
+    key, plaintext = local_unpriced
+    route = ModelRoute.objects.get(model__name="local-coder")
+    assert post(gateway_url, plaintext, {**SHORT, "model": "local-coder"}).status_code == 403
+    page = admin_client.get(reverse("price_list")).content.decode()
+    assert 'data-testid="unpriced-policy"' in page
+    saved = admin_client.post(reverse("price_list"), {"action": "unpriced", "route": route.pk, "unpriced": "fallback"})
+    assert saved.status_code == 302
+    wait_for(lambda: post(gateway_url, plaintext, {**SHORT, "model": "local-coder"}).status_code == 200)
+    record = wait_for(lambda: UsageRecord.objects.filter(key=key, status="ok").first())
+    assert record.pricing == "fallback" and record.cost_nanos == 6 * 2000 * 1000
+    settings.PORTAL_UNPRICED_ROUTES = "fallback"
+    admin_client.post(reverse("price_list"), {"action": "unpriced", "route": route.pk, "unpriced": "refuse"})
+    refused = wait_for(
+        lambda: (r := post(gateway_url, plaintext, {**SHORT, "model": "local-coder"})).status_code == 403 and r
+    )
+    assert refused.json()["error"]["code"] == "model_not_priced"
+    assert (
+        admin_client.post(
+            reverse("price_list"), {"action": "unpriced", "route": route.pk, "unpriced": "free"}
+        ).status_code
+        == 400
+    )
 
 
 def test_the_429_names_the_budget_and_when_it_resets(setup, gateway_url):
@@ -238,17 +272,115 @@ def test_budget_answers_are_openai_shaped(setup, gateway_url):
     assert set(r.json()["error"]) >= {"message", "type", "code"}
 
 
-def test_a_budget_past_its_alert_share_tells_the_alert_targets_once(setup, gateway_url, settings):
+def test_a_budget_past_its_alert_share_tells_the_alert_targets_and_the_owner_once(setup, gateway_url, settings):
     from django.core import mail
 
     from channels.models import AlertTarget
 
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    User.objects.filter(pk=setup.key.owner_id).update(email="alice@example.com")
     AlertTarget.objects.create(name="finance", kind="email", email="finance@example.com")
     set_route_price(setup.route, input=INPUT, output=OUTPUT)
     Budget.objects.create(key=setup.key, window="day", amount=DAILY, alert_percent=50)
     # $0.011 reserved each: the third takes the day past $0.025
     for _ in range(4):
         assert post(gateway_url, setup.plaintext).status_code == 200
+    wait_for(lambda: len(mail.outbox) >= 2)
+    wait_for(lambda: UsageRecord.objects.filter(key=setup.key).count() == 4)
+    assert sorted(m.to[0] for m in mail.outbox) == ["alice@example.com", "finance@example.com"]
+    assert all("has used 50% of its per day budget" in m.body for m in mail.outbox)
+
+
+def test_a_team_budgets_alert_goes_to_the_teams_lead(setup, team, lena, gateway_url, settings):
+    from django.core import mail
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    User.objects.filter(pk=lena.pk).update(email="lena@example.com")
+    set_route_price(setup.route, input=INPUT, output=OUTPUT)
+    Budget.objects.create(team=team, window="day", amount=DAILY, alert_percent=20)
+    assert post(gateway_url, setup.plaintext).status_code == 200  # $0.011 of $0.05: past 20 %
     wait_for(lambda: len(mail.outbox) >= 1)
-    assert len(mail.outbox) == 1 and "has used 50% of its per day budget" in mail.outbox[0].body
+    assert mail.outbox[0].to == ["lena@example.com"] and "alpha" in mail.outbox[0].body
+
+
+def mails_to(folder, address: str) -> int:
+    """Messages to `address` in the file e-mail backend's folder (every process writes its own files)."""
+    return sum(f.read_text().count(f"To: {address}") for f in folder.glob("*.log")) if folder.exists() else 0
+
+
+def test_two_replicas_send_a_budgets_alert_once(setup, spawn_gateway, tmp_path):
+    """20 requests at once over two gateway processes take a $0.20 budget past its 50 % alert share:
+    the owner gets one e-mail, not one per replica (the admission script's SET NX decides)."""
+    mail_dir = tmp_path / "mail"
+    # django-environ drops the path's first slash: three, then the absolute path
+    replicas = [s.url for s in spawn_gateway(2, EMAIL_URL=f"filemail:///{mail_dir}")]
+    User.objects.filter(pk=setup.key.owner_id).update(email="alice@example.com")
+    set_route_price(setup.route, input=INPUT, output=OUTPUT)
+    Budget.objects.create(key=setup.key, window="day", amount=Decimal("0.20"), alert_percent=50)
+    statuses = asyncio.run(burst(replicas, setup.plaintext, 20))
+    assert statuses.count(200) == 18  # 18 x $0.011 <= $0.20
+    wait_for(lambda: mails_to(mail_dir, "alice@example.com") >= 1, timeout=30)
+    wait_for(lambda: UsageRecord.objects.filter(key=setup.key).count() == 20, timeout=30)
+    assert mails_to(mail_dir, "alice@example.com") == 1
+
+
+@pytest.fixture
+def stopped_on_demand(transactional_db, upstream, alice):
+    """An on-demand deployment that ran once and was stopped: its channel kept, disabled, with its
+    route (a real host is never contacted: every request here is refused before a start)."""
+    from channels.services import disable_served_channel, register_served_model
+    from hosts.models import Deployment, Host
+
+    host = Host.objects.create(name="gpu-a", address="127.0.0.1", username="gpu")
+    deployment = Deployment.objects.create(
+        name="cold-coder",
+        host=host,
+        backend="llamacpp",
+        model_path="/models/coder.gguf",
+        served_model_name="cold-coder",
+        port=18080,
+        on_demand=True,
+        cold_start_budget=5,
+    )
+    channel = register_served_model(
+        channel=None,
+        name="cold-coder",
+        kind="llamacpp",
+        base_url=upstream.base_url,
+        api_key="",
+        model_name="cold-coder",
+        upstream_model="cold-coder",
+        context_window=4096,
+        status_message="",
+    )
+    Deployment.objects.filter(pk=deployment.pk).update(channel=channel)
+    disable_served_channel(channel.pk, status_message="stopped: idle")
+    key, plaintext = issue_key(owner=alice, name="budgeted")
+    return deployment, channel, key, plaintext
+
+
+def test_a_cold_on_demand_request_reserves_its_cost_before_it_starts_the_model(stopped_on_demand, gateway_url):
+    """The request that would start a stopped model reserves its most at the price its route had
+    in the last run: a budget it could pass refuses it, and the model is not started."""
+    from channels.models import ModelRoute
+    from hosts.models import ColdStart
+
+    deployment, channel, key, plaintext = stopped_on_demand
+    set_route_price(ModelRoute.objects.get(channel=channel), input=INPUT, output=OUTPUT)
+    Budget.objects.create(key=key, window="day", amount=Decimal("0.010"))  # below one request's $0.011
+    refused = post(gateway_url, plaintext, {**SHORT, "model": "cold-coder"})
+    assert refused.status_code == 429, refused.text
+    assert refused.json()["error"]["code"] == "budget_exceeded"
+    assert "may cost up to $0.0110" in refused.json()["error"]["message"]
+    assert not ColdStart.objects.filter(deployment=deployment).exists()
+
+
+def test_a_cold_on_demand_model_without_a_price_is_refused_to_a_budgeted_key(stopped_on_demand, gateway_url, settings):
+    from hosts.models import ColdStart
+
+    settings.PORTAL_UNPRICED_ROUTES = "refuse"
+    deployment, _channel, key, plaintext = stopped_on_demand
+    Budget.objects.create(key=key, window="day", amount=DAILY)
+    refused = post(gateway_url, plaintext, {**SHORT, "model": "cold-coder"})
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "model_not_priced"
+    assert not ColdStart.objects.filter(deployment=deployment).exists()

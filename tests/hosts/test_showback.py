@@ -199,3 +199,42 @@ def test_the_showback_puts_spend_beside_the_gpu_cost_per_developer(deployment, c
     assert (gpu, spent) == (30 * 10**9, 2_500_000_000)
     page = admin_client.get("/gpu-hours/?month=" + f"{start:%Y-%m}").content.decode()
     assert "$30.0000" in page and "$2.5000" in page and "$32.5000" in page
+
+
+def test_a_gpu_types_cost_prices_the_gpu_hours_of_hosts_without_their_own(deployment, channel, alice, admin_client):
+    """The deployment holds GPUs 0 and 1 (H100s) of a host that also has an RTX 4090 and no cost of
+    its own: 10 h on 2 GPUs at the H100's $2.00 per GPU-hour = $40, in the showback and in the price
+    derived for the model; a cost set on the host wins."""
+    from decimal import Decimal
+
+    from hosts.models import GPU, GPUTypeCost
+    from hosts.showback.services import derive_price
+
+    host = deployment.host
+    for index, name in enumerate(["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 4090"]):
+        GPU.objects.create(host=host, index=index, name=name)
+    start = at(3, 8)
+    run(deployment, start, at(3, 18))
+    key = issue_key(owner=alice, name="k")[0]
+    write_batch([event(key, channel_id=channel.id, created=start + dt.timedelta(minutes=30))])
+    page = admin_client.get(f"/gpu-hours/?month={start:%Y-%m}").content.decode()
+    assert "NVIDIA GeForce RTX 4090" in page and "No cost per GPU-hour is set for gpu-1" in page
+    from django.test import Client
+
+    client = Client()
+    client.force_login(alice)
+    assert client.post("/gpu-hours/", {"gpu_name": "NVIDIA H100 80GB HBM3", "hour_cost": "2"}).status_code == 403
+    assert not GPUTypeCost.objects.exists()
+    saved = admin_client.post(
+        f"/gpu-hours/?month={start:%Y-%m}", {"gpu_name": "NVIDIA H100 80GB HBM3", "hour_cost": "2"}
+    )
+    assert saved.status_code == 302
+    assert admin_client.post("/gpu-hours/", {"gpu_name": "x", "hour_cost": "-1"}).status_code == 400
+    ((_t, _u, gpu, _spent),) = [row for row in monthly(start.date()).money if row[1] == "alice"]
+    assert gpu == 40 * 10**9
+    assert "$40.0000" in admin_client.get(f"/gpu-hours/?month={start:%Y-%m}").content.decode()
+    assert derive_price(deployment).gpu_hour_cost == Decimal("2.0000")
+    host.gpu_hour_cost = Decimal("3.00")
+    host.save()
+    ((_t, _u, gpu, _spent),) = [row for row in monthly(start.date()).money if row[1] == "alice"]
+    assert gpu == 60 * 10**9

@@ -97,6 +97,21 @@ def test_developer_sees_spend_and_remaining_budget_on_my_usage_and_connect(alice
         assert "$9.9800" in html  # of the team's monthly
 
 
+def test_the_key_and_team_pages_show_their_budgets(alice_key, alice_client, alice, mallory, team, lena, client):
+    Budget.objects.create(team=team, window="month", amount=Decimal("10"))
+    Budget.objects.create(key=alice_key, window="day", amount=Decimal("0.05"))
+    Budget.objects.create(user=mallory, window="day", amount=Decimal("7"))  # not alice's, not alpha's
+    write_batch([event(alice_key, cost_nanos=2 * CENT, team_id=team.id)])
+    html = alice_client.get(reverse("key_detail", args=[alice_key.pk])).content.decode()
+    assert 'data-testid="budgets"' in html
+    assert "$0.0300" in html and "Team alpha (all members)" in html and "$9.9800" in html
+    assert "$7.00" not in html
+    client.force_login(lena)
+    team_page = client.get(reverse("team_detail", args=[team.pk])).content.decode()
+    assert "Key laptop" in team_page and "$0.0300" in team_page and "$9.9800" in team_page
+    assert "$7.00" not in team_page
+
+
 def test_a_lead_sets_members_budgets_within_the_teams(lena, alice, mallory, team, admin):
     from django.core.exceptions import PermissionDenied, ValidationError
 

@@ -18,7 +18,7 @@ from gateway.usage import write_batch
 from keys.models import UsageDaily, UsageHourly, UsageRecord
 from keys.services import issue_key
 from keys.usage import retention
-from keys.usage.services import channel_token_shares, last_day, ttft_percentile
+from keys.usage.services import channel_token_shares, last_day, ttft_percentile, windows_token_shares
 from tests.keys.test_usage import event
 
 pytestmark = pytest.mark.django_db
@@ -140,6 +140,43 @@ def test_showback_shares_come_from_hourly_buckets_and_edges_are_weighted(alice, 
     first = channel_token_shares(ch.pk, base, base.replace(minute=30))
     second = channel_token_shares(ch.pk, base.replace(minute=30), base.replace(hour=11))
     assert first[0].tokens + second[0].tokens == 600
+
+
+def test_a_runs_whole_days_come_from_the_daily_rollups_and_its_ends_from_the_hourly(alice, mallory):
+    """A run from 22:30 on the 3rd to 01:15 on the 6th: the 4th and 5th are read from the daily
+    buckets (three queries whatever the traffic), the ends from hours weighted by what it covers."""
+    a, _ = issue_key(owner=alice, name="a")
+    m, _ = issue_key(owner=mallory, name="m")
+    (ch,) = _channels(1)
+    day = dt.datetime(2026, 11, 3, tzinfo=dt.UTC)
+
+    def at(days: int, hours: int, key, tokens: int):
+        created = day + dt.timedelta(days=days, hours=hours, minutes=5)
+        return event(key, channel_id=ch.pk, created=created, prompt_tokens=0, completion_tokens=tokens)
+
+    write_batch(
+        [
+            at(0, 21, a, 1000),  # before the run
+            at(0, 22, a, 600),  # half of it: 300
+            at(0, 23, m, 50),
+            at(1, 3, a, 7),
+            at(1, 20, m, 11),
+            at(2, 12, a, 13),
+            at(3, 0, m, 80),
+            at(3, 1, a, 400),  # a quarter: 100
+            at(3, 2, a, 5000),  # after the run
+        ]
+    )
+    since, until = day.replace(hour=22, minute=30), day + dt.timedelta(days=3, hours=1, minutes=15)
+    with CaptureQueriesContext(connection) as q:
+        shares = {s.user: s.tokens for s in channel_token_shares(ch.pk, since, until)}
+    assert shares == {"alice": 300 + 7 + 13 + 100, "mallory": 50 + 11 + 80}
+    assert len(q) <= 3  # one UNION (the daily part and the two ends), then the teams' and users' names
+    assert "keys_usagedaily" in q[0]["sql"] and q[0]["sql"].count("keys_usagehourly") >= 2
+    # A month's runs are read together, each with its own shares.
+    both = windows_token_shares([(ch.pk, since, until), (ch.pk, day, day + dt.timedelta(hours=22))])
+    assert {s.user: s.tokens for s in both[0]} == shares
+    assert {s.user: s.tokens for s in both[1]} == {"alice": 1000}  # the 3rd before 22:00
 
 
 def _old_records(n: int, days: int) -> None:

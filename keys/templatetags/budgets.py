@@ -1,0 +1,35 @@
+"""`{% budgets_bounding key as budgets %}` and `{% team_budgets team as budgets %}`: the budgets
+shown on the key and team pages (through a tag, so the accounts app's team page needs no import
+of this app)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+from django.db.models import Q
+
+from keys.budgets.services import BudgetStatus, status_of
+from keys.models import Budget, Key
+
+register = template.Library()
+
+
+def _statuses(match: Q) -> list[BudgetStatus]:
+    qs = Budget.objects.filter(match).select_related("key", "user", "team").order_by("team_id", "user_id", "key_id")
+    return [status_of(b) for b in qs]
+
+
+@register.simple_tag
+def budgets_bounding(key: Key) -> list[BudgetStatus]:
+    """The key's own budgets, its owner's and its owner's team's: every one its requests count in."""
+    match = Q(key=key) | Q(user_id=key.owner_id)
+    if key.owner.team_id is not None:
+        match |= Q(team_id=key.owner.team_id)
+    return _statuses(match)
+
+
+@register.simple_tag
+def team_budgets(team: Any) -> list[BudgetStatus]:
+    """The team's budgets and those of its members and their keys (what its lead manages)."""
+    return _statuses(Q(team=team) | Q(user__team=team) | Q(key__owner__team=team, key__revoked_at__isnull=True))
