@@ -12,9 +12,10 @@ import json
 import re
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from ..clients import CLIENTS
-from ..clients.base import PROVIDER_ID, ConfigFile, McpServerSpec, ModelSpec, RenderInput
+from ..clients.base import PROVIDER_ID, ConfigFile, McpServerSpec, ModelSpec, RenderInput, profile_name
 from . import install as inst
 from .messages import table
 
@@ -91,6 +92,19 @@ def uninstall_spec(f: ConfigFile) -> dict:
     return spec
 
 
+def per_model(spec: dict[str, Any]) -> dict[str, Any]:
+    """A file named after a model (`~/.claude/teamgw-<model>.json`) is one of a family: its paths
+    become `teamgw-*` patterns, which uninstall expands on the developer's machine."""
+    sample = profile_name(SAMPLE.models[0].name)
+    if sample not in spec["path"]:
+        return spec
+    pattern = PROVIDER_ID + "-*"
+    for key in ("path", "macos_path", "windows_path"):
+        if spec.get(key):
+            spec[key] = spec[key].replace(sample, pattern)
+    return {**spec, "glob": True}
+
+
 @cache
 def uninstall_specs() -> dict[str, list[dict]]:
     """Every client's installed files and what of each is ours (uninstall; MCP clean-up)."""
@@ -101,7 +115,7 @@ def uninstall_specs() -> dict[str, list[dict]]:
             rendered = module.render(inp)
             for f in rendered.files:
                 if f.merge != "none" and f.path not in specs:
-                    specs[f.path] = uninstall_spec(f)
+                    specs[f.path] = per_model(uninstall_spec(f))
             if rendered.db_providers:
                 specs[inst.CCSWITCH_DB] = {
                     "path": inst.CCSWITCH_DB,

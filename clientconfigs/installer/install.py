@@ -7,6 +7,7 @@ installed files and asks the gateway whether key, models, base URL and context w
 """
 
 import datetime
+import glob
 import json
 import os
 import platform
@@ -800,13 +801,23 @@ def confirm(question):
         return False
 
 
+def concrete(specs):
+    """Specs with a `glob` path (one file per model: `teamgw-*`) become one spec per matching file."""
+    for spec in specs:
+        if not spec.get("glob"):
+            yield spec
+            continue
+        for path in sorted(glob.glob(expand(spec))):
+            yield {**spec, "path": path, "macos_path": path, "glob": False}
+
+
 def uninstall(specs, gateway, clients, yes=False, stamp=None):
     """Remove what the installer wrote for `clients` (model/provider entries, MCP entries, our
     files), after a backup of each file; the user's own entries and the rest of each file stay."""
     stamp = stamp or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     plan, failures = [], 0
     for client in clients:
-        for spec in specs.get(client, []):
+        for spec in concrete(specs.get(client, [])):
             if spec["merge"] == "ccswitch":
                 path = os.path.expanduser(spec["path"])
                 if os.path.exists(path):

@@ -73,7 +73,8 @@ def test_users_own_entries_survive_install_reinstall_and_uninstall(client, tmp_p
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
-    specs = SPECS[client]
+    # A per-model family of files (`teamgw-*`) is all ours: checked by name after the uninstall.
+    specs = [spec for spec in SPECS[client] if not spec.get("glob")]
     before: dict[Path, str] = {}
     for spec in specs:
         if spec["merge"] == "ccswitch":
@@ -114,6 +115,9 @@ def test_users_own_entries_survive_install_reinstall_and_uninstall(client, tmp_p
             assert path.read_text() == before[path], spec["path"]
         else:
             assert not path.exists(), spec["path"]
+    # Files named per model (Claude Code's --settings files, Codex's profiles) go too: their specs are
+    # `teamgw-*` patterns.
+    assert [p for p in home.rglob(f"{MCP_PREFIX}*") if ".bak-" not in p.name] == []
     # A second uninstall finds nothing of ours and changes nothing.
     assert inst.uninstall(SPECS, GATEWAY, [client], yes=True, stamp="3") == 0
     assert {p: p.read_text() for p in before if AIDER_METADATA.removeprefix("~/") not in str(p)} == {
