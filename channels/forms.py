@@ -25,7 +25,7 @@ class ChannelForm(forms.ModelForm):
         label=_("Base URL"),
         max_length=2000,
         strip=False,  # clean_base_url reports stripped whitespace as a note
-        help_text=(
+        help_text=_(
             "Paste what the provider documents (e.g. https://api.example.com or …/v1/); "
             "we store one canonical form ending in /v1."
         ),
@@ -135,7 +135,7 @@ class ModelForm(forms.ModelForm):
         fields = ["name", "display_name", "description", "enabled", "balance"]
         labels = FIELD_LABELS
         widgets = {"description": forms.Textarea(attrs={"rows": 2})}
-        help_texts = {"name": "The public name developers put in requests, e.g. qwen3-32b."}
+        help_texts = {"name": _("The public name developers put in requests, e.g. qwen3-32b.")}
 
     def clean_balance(self) -> str:
         return self.cleaned_data.get("balance") or self.instance.balance or BalancePolicy.WEIGHTED

@@ -10,6 +10,7 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views import View
 from django.views.generic import DetailView
 
@@ -87,9 +88,9 @@ class ChannelEditView(AdminRequiredMixin, ObjectFormView):
     queryset = Channel.objects.all()
     template_name = "channels/channel_form.html"
     success, cancel = "channel_detail", "channel_list"
-    title = (_("Add channel"), _("Edit channel"))
-    button = (_("Add channel"), _("Save"))
-    saved = (_("Channel %(name)s added."), _("Channel %(name)s saved."))
+    title = (gettext_lazy("Add channel"), gettext_lazy("Edit channel"))
+    button = (gettext_lazy("Add channel"), gettext_lazy("Save"))
+    saved = (gettext_lazy("Channel %(name)s added."), gettext_lazy("Channel %(name)s saved."))
 
     def saved_message(self, obj: Channel, form: ChannelForm) -> str:
         text = super().saved_message(obj, form)
@@ -113,14 +114,14 @@ class ChannelDetailView(AdminRequiredMixin, DetailView):
 class ChannelDeleteView(AdminRequiredMixin, ObjectDeleteView):
     queryset = Channel.objects.all()
     cancel, success = "channel_detail", "channel_list"
-    title = _("Delete channel")
-    question = _("Delete the channel %(name)s?")
-    detail = _(
+    title = gettext_lazy("Delete channel")
+    question = gettext_lazy("Delete the channel %(name)s?")
+    detail = gettext_lazy(
         "Its model routes are deleted too; requests for those models go to other channels or fail. "
         "Past usage records are kept."
     )
-    button = _("Delete channel")
-    deleted = _("Channel %(name)s deleted.")
+    button = gettext_lazy("Delete channel")
+    deleted = gettext_lazy("Channel %(name)s deleted.")
 
 
 class ChannelServedModelsView(AdminRequiredMixin, View):
@@ -196,9 +197,9 @@ class ModelEditView(AdminRequiredMixin, ObjectFormView):
     queryset = Model.objects.served()
     template_name = "channels/model_form.html"
     success, cancel = "model_detail", "model_list"
-    title = (_("Add model"), _("Edit model"))
-    button = (_("Add model"), _("Save"))
-    saved = (_("Model %(name)s added."), _("Model %(name)s saved."))
+    title = (gettext_lazy("Add model"), gettext_lazy("Edit model"))
+    button = (gettext_lazy("Add model"), gettext_lazy("Save"))
+    saved = (gettext_lazy("Model %(name)s added."), gettext_lazy("Model %(name)s saved."))
 
     def get_form(self, data: Any = None) -> ModelForm:
         self.formset = RouteFormSet(data, instance=self.object or Model(), prefix="routes")
@@ -241,10 +242,10 @@ class ModelDetailView(AdminRequiredMixin, DetailView):
 class ModelDeleteView(AdminRequiredMixin, ObjectDeleteView):
     queryset = Model.objects.served()
     cancel, success = "model_detail", "model_list"
-    title = _("Delete model")
-    question = _("Delete the model %(name)s?")
-    button = _("Delete model")
-    deleted = _("Model %(name)s deleted.")
+    title = gettext_lazy("Delete model")
+    question = gettext_lazy("Delete the model %(name)s?")
+    button = gettext_lazy("Delete model")
+    deleted = gettext_lazy("Model %(name)s deleted.")
 
     def texts(self, obj: Model) -> dict[str, Any]:
         aliases = Model.objects.aliases().filter(targets__target=obj).order_by("name")
@@ -280,9 +281,9 @@ class AliasEditView(AdminRequiredMixin, ObjectFormView):
     form_class = AliasForm
     queryset = Model.objects.aliases()
     success, cancel = "model_alias_detail", "model_alias_list"
-    title = (_("Add alias"), _("Edit alias %(name)s"))
-    button = (_("Add alias"), _("Save"))
-    saved = (_("Alias %(name)s added."), _("Alias %(name)s saved."))
+    title = (gettext_lazy("Add alias"), gettext_lazy("Edit alias %(name)s"))
+    button = (gettext_lazy("Add alias"), gettext_lazy("Save"))
+    saved = (gettext_lazy("Alias %(name)s added."), gettext_lazy("Alias %(name)s saved."))
 
     def get_form_kwargs(self) -> dict[str, Any]:
         return {"instance": self.object}
@@ -322,11 +323,11 @@ class AliasDetailView(AdminRequiredMixin, DetailView):
 class AliasDeleteView(AdminRequiredMixin, ObjectDeleteView):
     queryset = Model.objects.aliases()
     cancel, success = "model_alias_detail", "model_alias_list"
-    title = _("Delete alias")
-    question = _("Delete the alias %(name)s?")
-    detail = _("Requests for it fail with 404; the models it points at stay. Past usage records are kept.")
-    button = _("Delete alias")
-    deleted = _("Alias %(name)s deleted.")
+    title = gettext_lazy("Delete alias")
+    question = gettext_lazy("Delete the alias %(name)s?")
+    detail = gettext_lazy("Requests for it fail with 404; the models it points at stay. Past usage records are kept.")
+    button = gettext_lazy("Delete alias")
+    deleted = gettext_lazy("Alias %(name)s deleted.")
 
 
 class PriceListView(AdminRequiredMixin, View):

@@ -54,6 +54,14 @@ class HostForm(_HostModelForm):
         model = Host
         fields = ["name", "address", "ssh_port", "username", "private_key", "labels", "gpu_hour_cost", "notes"]
         widgets = {"notes": forms.Textarea(attrs={"rows": 3})}
+        labels = {
+            "name": _("Name"),
+            "address": _("Address"),
+            "ssh_port": _("SSH port"),
+            "username": _("Username"),
+            "gpu_hour_cost": _("Cost per GPU-hour"),
+            "notes": _("Notes"),
+        }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -43,7 +43,9 @@ class KeyForm(forms.Form):
     pick any active user, team leads any active member of their team. The owner of an existing key never changes."""
 
     owner = OwnerChoiceField(
-        queryset=User.objects.none(), error_messages={"invalid_choice": "You can only create keys for yourself."}
+        label=_("Owner"),
+        queryset=User.objects.none(),
+        error_messages={"invalid_choice": _("You can only create keys for yourself.")},
     )
     name = forms.CharField(
         label=_("Name"), max_length=100, help_text=_("Where the key is used, e.g. “laptop” or “ci”.")

@@ -28,7 +28,7 @@ from .base import (
 )
 
 SLUG = "pi"
-LABEL = "pi (coding agent)"
+LABEL = "pi"
 ENV_INDIRECTION = True
 MODELS = "~/.pi/agent/models.json"
 SETTINGS = "~/.pi/agent/settings.json"

@@ -10,6 +10,7 @@ from portal.filters import FilterSet, UTCDateTimeFilter
 
 
 class UsageRecordFilterSet(FilterSet):
+    stream = django_filters.BooleanFilter(label=_("Streamed"))
     since = UTCDateTimeFilter(field_name="created", lookup_expr="gte")
     until = UTCDateTimeFilter(field_name="created", lookup_expr="lt")
 

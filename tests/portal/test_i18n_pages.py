@@ -27,7 +27,9 @@ DATA = {
     "sha256", "Token", "Bearer", "Authorization", "webhook", "Webhook", "Slack", "Ray", "NCCL", "Chat",
     "Completions", "Embeddings", "Messages", "Responses", "err", "flash", "attention", "Flash", "ok",
     "token", "Base", "IP", "GGUF", "venv", "CLI", "VS", "Code", "KILL", "TERM", "shell",
-    "testserver", "BaseUrl", "USD", "CNY", "Goose", "Simon", "Willison", "llm",
+    "testserver", "BaseUrl", "USD", "CNY", "Goose", "Simon", "Willison", "llm", "ci", "MCP", "OAuth",
+    "http", "https", "Slug", "issuer", "GitHub", "Copilot", "Factory", "Droid", "Mistral", "Vibe",
+    "OpenHands", "JetBrains", "Junie", "AI", "Assistant", "pi", "PEM", "OpenSSH",
 }  # fmt: skip
 # A word glued to code-like characters (a path, a masked secret `gpt-Ab…yz`) is not prose.
 WORD = re.compile(r"(?<![\w./:@…-])[A-Za-z]{2,}(?![\w./:@…-])")
