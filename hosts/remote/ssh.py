@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.conf import settings
-from django.utils import timezone
+from django.utils import timezone, translation
 from django.utils.translation import gettext
 
 from ..choices import HostStatus
@@ -154,7 +154,8 @@ async def _connect(host: Host, private_key: str, timeout: float) -> asyncssh.SSH
         key = asyncssh.import_private_key(private_key)
     except (asyncssh.KeyImportError, ValueError):
         raise AuthFailed(
-            f"The private key stored for {host} cannot be read: paste an unencrypted OpenSSH private key."
+            gettext("The private key stored for %(host)s cannot be read: paste an unencrypted OpenSSH private key.")
+            % {"host": host}
         ) from None
     client = _pinning_client()(host.host_key_fingerprint)
     try:
@@ -234,8 +235,17 @@ def _loop() -> asyncio.AbstractEventLoop:
 
 
 def _call(coro: Coroutine[Any, Any, T]) -> T:
-    """Run `coro` on the SSH loop and wait for it (its own deadlines bound the wait)."""
-    return asyncio.run_coroutine_threadsafe(coro, _loop()).result()
+    """Run `coro` on the SSH loop and wait for it (its own deadlines bound the wait), in the caller's
+    language: its messages reach the page that asked."""
+    return asyncio.run_coroutine_threadsafe(_in_language(translation.get_language(), coro), _loop()).result()
+
+
+async def _in_language(language: str | None, coro: Coroutine[Any, Any, T]) -> T:
+    # Django keeps the active language per task on an event loop (asgiref's Local), so concurrent
+    # callers in other languages do not see this one.
+    if language:
+        translation.activate(language)
+    return await coro
 
 
 @dataclass
