@@ -11,13 +11,16 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 
 from channels.models import MODEL_NAME_VALIDATOR
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
 
 MASK = "****"
 # One extra argument is one token: flags, numbers, paths, key=value. Anything a shell would
@@ -33,12 +36,12 @@ class Option:
     name: str
     type: type  # int, float, bool or str (str needs `choices`)
     flag: str
-    label: str
+    label: StrOrPromise  # lazy: translated when the form renders
     default: Any = None
     min: float | None = None
     max: float | None = None
     choices: tuple[str, ...] = ()
-    help: str = ""
+    help: StrOrPromise = ""
 
     def clean(self, value: Any) -> Any:
         if value in (None, ""):
@@ -103,7 +106,8 @@ def validate_extra_args(tokens: Any, reserved: set[str]) -> list[str]:
     for token in tokens:
         if not isinstance(token, str) or not TOKEN.fullmatch(token):
             raise ValidationError(
-                f"{str(token)[:40]!r} is not allowed: one token each, letters, digits and _ . / : = , + @ % - only."
+                _("%(token)s is not allowed: one token each, letters, digits and _ . / : = , + @ %% - only.")
+                % {"token": repr(str(token)[:40])}
             )
         flag = token.split("=", 1)[0]
         if flag in reserved:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+from django.utils.translation import gettext_lazy as _
 
 from .base import Backend, LaunchSpec, Option, validate_absolute_path
 
@@ -18,13 +19,15 @@ class LlamaCpp(Backend):
     binary = "llama-server"
     channel_kind = "llamacpp"
     options = (
-        Option("n_gpu_layers", int, "-ngl", "GPU layers", 999, 0, 999, help="999 offloads every layer."),
-        Option("ctx_size", int, "-c", "Context size (all slots together)", 8192, 256, 10_000_000),
-        Option("parallel", int, "-np", "Parallel slots", None, 1, 256, help="Each slot gets context size / slots."),
-        Option("jinja", bool, "--jinja", "Use the model's Jinja chat template", True),
-        Option("flash_attn", str, "-fa", "Flash attention", "auto", choices=("auto", "on", "off")),
-        Option("cache_type", str, "--cache-type-k", "KV cache type", "f16", choices=("f16", "q8_0", "q4_0")),
-        Option("threads", int, "-t", "CPU threads", None, 1, 1024),
+        Option("n_gpu_layers", int, "-ngl", _("GPU layers"), 999, 0, 999, help=_("999 offloads every layer.")),
+        Option("ctx_size", int, "-c", _("Context size (all slots together)"), 8192, 256, 10_000_000),
+        Option(
+            "parallel", int, "-np", _("Parallel slots"), None, 1, 256, help=_("Each slot gets context size / slots.")
+        ),
+        Option("jinja", bool, "--jinja", _("Use the model's Jinja chat template"), True),
+        Option("flash_attn", str, "-fa", _("Flash attention"), "auto", choices=("auto", "on", "off")),
+        Option("cache_type", str, "--cache-type-k", _("KV cache type"), "f16", choices=("f16", "q8_0", "q4_0")),
+        Option("threads", int, "-t", _("CPU threads"), None, 1, 1024),
     )
     reserved_flags = {
         "-m",

@@ -15,12 +15,12 @@ from django.utils.translation import gettext_lazy as _
 from .base import Backend, LaunchSpec, Option, validate_absolute_path
 
 # Options vLLM and SGLang spell the same way (sglang.py uses these too).
-DTYPE = Option("dtype", str, "--dtype", "Weights dtype", "auto", choices=("auto", "bfloat16", "float16", "float32"))
+DTYPE = Option("dtype", str, "--dtype", _("Weights dtype"), "auto", choices=("auto", "bfloat16", "float16", "float32"))
 QUANTIZATION = Option(
     "quantization",
     str,
     "--quantization",
-    "Quantisation",
+    _("Quantisation"),
     "",
     choices=("", "awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "bitsandbytes", "compressed-tensors", "gguf"),
 )
@@ -41,38 +41,40 @@ class VLLM(Backend):
             "tensor_parallel_size",
             int,
             "--tensor-parallel-size",
-            "Tensor parallel size",
+            _("Tensor parallel size"),
             None,
             1,
             64,
-            help="GPUs / pipeline parallel size (filled in when blank); must divide the attention heads.",
+            help=_("GPUs / pipeline parallel size (filled in when blank); must divide the attention heads."),
         ),
         Option(
             "pipeline_parallel_size",
             int,
             "--pipeline-parallel-size",
-            "Pipeline parallel size",
+            _("Pipeline parallel size"),
             1,
             1,
             64,
-            help="Stages the layers are split into; tensor x pipeline parallel = GPUs.",
+            help=_("Stages the layers are split into; tensor x pipeline parallel = GPUs."),
         ),
-        Option("max_model_len", int, "--max-model-len", "Context length", 8192, 256, 10_000_000),
-        Option("gpu_memory_utilization", float, "--gpu-memory-utilization", "GPU memory utilisation", 0.9, 0.1, 0.99),
+        Option("max_model_len", int, "--max-model-len", _("Context length"), 8192, 256, 10_000_000),
+        Option(
+            "gpu_memory_utilization", float, "--gpu-memory-utilization", _("GPU memory utilisation"), 0.9, 0.1, 0.99
+        ),
         DTYPE,
         QUANTIZATION,
         Option(
             "kv_cache_dtype",
             str,
             "--kv-cache-dtype",
-            "KV cache dtype",
+            _("KV cache dtype"),
             "auto",
             choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2"),
         ),
-        Option("enable_prefix_caching", bool, "--enable-prefix-caching", "Prefix caching", False),
-        Option("enable_chunked_prefill", bool, "--enable-chunked-prefill", "Chunked prefill", False),
-        Option("max_num_batched_tokens", int, "--max-num-batched-tokens", "Max batched tokens", None, 1, 10_000_000),
-        Option("max_num_seqs", int, "--max-num-seqs", "Max sequences", None, 1, 4096),
+        Option("enable_prefix_caching", bool, "--enable-prefix-caching", _("Prefix caching"), False),
+        Option("enable_chunked_prefill", bool, "--enable-chunked-prefill", _("Chunked prefill"), False),
+        Option("max_num_batched_tokens", int, "--max-num-batched-tokens", _("Max batched tokens"), None, 1, 10_000_000),
+        Option("max_num_seqs", int, "--max-num-seqs", _("Max sequences"), None, 1, 4096),
     )
     reserved_flags = {
         "--host",

@@ -15,13 +15,15 @@ from ..models import Deployment, Host
 from . import services
 
 if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+
     from accounts.models import User
 
 
 class _FieldArgs(TypedDict):
-    label: str
+    label: StrOrPromise
     required: bool
-    help_text: str
+    help_text: StrOrPromise
 
 
 def _int_bound(bound: float | None) -> int | None:
@@ -39,7 +41,7 @@ def _option_field(opt: backends.Option) -> forms.Field:
         )
     if opt.type is float:
         return forms.FloatField(initial=opt.default, min_value=opt.min, max_value=opt.max, step_size=None, **common)
-    return forms.ChoiceField(initial=opt.default, choices=[(c, c or "none") for c in opt.choices], **common)
+    return forms.ChoiceField(initial=opt.default, choices=[(c, c or _("none")) for c in opt.choices], **common)
 
 
 def _worker_label(host: Host) -> str:
@@ -173,18 +175,23 @@ class DeploymentForm(forms.Form):
         gpu_field.choices = [
             (
                 g.index,
-                f"#{g.index} {g.name} ({(g.memory_free_mib or 0) / 1024:.1f} of "
-                f"{(g.memory_total_mib or 0) / 1024:.1f} GiB free)",
+                _("#%(index)s %(name)s (%(free)s of %(total)s GiB free)")
+                % {
+                    "index": g.index,
+                    "name": g.name,
+                    "free": f"{(g.memory_free_mib or 0) / 1024:.1f}",
+                    "total": f"{(g.memory_total_mib or 0) / 1024:.1f}",
+                },
             )
             for g in host.gpus.all()
             if not g.stale
         ]
         stale = [str(g.index) for g in host.gpus.all() if g.stale]
         if stale:
-            gpu_field.help_text = (
-                f"GPU {', '.join(stale)} not offered: the last inventory failed, so their figures are old. "
+            gpu_field.help_text = _(
+                "GPU %(indices)s not offered: the last inventory failed, so their figures are old. "
                 "Refresh the host's inventory."
-            )
+            ) % {"indices": ", ".join(stale)}
         workers_field = self.fields["worker_hosts"]
         assert isinstance(workers_field, forms.ModelMultipleChoiceField)
         # Any host validates, so a head posted as its own worker gets the service's clear error;
