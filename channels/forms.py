@@ -153,9 +153,9 @@ class RouteForm(forms.ModelForm):
         fields = ["channel", "upstream_model", "context_window", "max_output_tokens", "enabled"]
         labels = {**FIELD_LABELS, "upstream_model": _("Upstream model id")}
         widgets = {
-            "upstream_model": forms.TextInput(attrs={"placeholder": "same as public name"}),
-            "context_window": forms.NumberInput(attrs={"placeholder": "unknown"}),
-            "max_output_tokens": forms.NumberInput(attrs={"placeholder": "unknown"}),
+            "upstream_model": forms.TextInput(attrs={"placeholder": _("same as public name")}),
+            "context_window": forms.NumberInput(attrs={"placeholder": _("unknown")}),
+            "max_output_tokens": forms.NumberInput(attrs={"placeholder": _("unknown")}),
         }
 
 
@@ -163,7 +163,7 @@ class _RouteFormSet(BaseInlineFormSet):
     def add_fields(self, form: forms.ModelForm, index: int | None) -> None:
         super().add_fields(form, index)
         if "DELETE" in form.fields:  # added by the formset, after RouteForm labelled its own inputs
-            form.fields["DELETE"].widget.attrs["aria-label"] = "Remove this route"
+            form.fields["DELETE"].widget.attrs["aria-label"] = _("Remove this route")
 
 
 RouteFormSet = inlineformset_factory(

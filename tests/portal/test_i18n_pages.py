@@ -29,7 +29,9 @@ DATA = {
     "token", "Base", "IP", "GGUF", "venv", "CLI", "VS", "Code", "KILL", "TERM", "shell",
     "testserver", "BaseUrl", "USD", "CNY", "Goose", "Simon", "Willison", "llm", "ci", "MCP", "OAuth",
     "http", "https", "Slug", "issuer", "GitHub", "Copilot", "Factory", "Droid", "Mistral", "Vibe",
-    "OpenHands", "JetBrains", "Junie", "AI", "Assistant", "pi", "PEM", "OpenSSH",
+    "OpenHands", "JetBrains", "Junie", "AI", "Assistant", "pi", "PEM", "Attention", "CPU", "Jinja",
+    "worker",  # a Ray or Celery worker, a term kept in the Chinese text
+    "Open",  # of OpenSSH, once the linter's allowed "SSH" is taken out of the text
 }  # fmt: skip
 # A word glued to code-like characters (a path, a masked secret `gpt-Ab…yz`) is not prose.
 WORD = re.compile(r"(?<![\w./:@…-])[A-Za-z]{2,}(?![\w./:@…-])")
