@@ -158,4 +158,14 @@ def django_db_setup(request, django_test_environment, django_db_blocker, django_
         connection.ensure_connection()
     yield
     with django_db_blocker.unblock():
+        if connection.vendor == "postgresql":
+            # A server a test started may still be closing its connections (a subprocess on its way
+            # out, a thread's pool): DROP DATABASE refuses while any is open, so end them first.
+            connection.close()
+            with connection._nodb_cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = %s AND pid <> pg_backend_pid()",
+                    [clone],
+                )
         teardown_databases([(connection, own, True)], verbosity=verbosity)

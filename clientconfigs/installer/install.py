@@ -1185,7 +1185,11 @@ def entries_of(p, data, text, host):
                 continue
             name = name[len(prefix) :]
         needle = prefix + name if prefix else json.dumps(name)
-        line = item.get("line") if p["format"] in ("yaml", "yaml-list") else line_of(text, needle)
+        # A quoted JSON/TOML value first; else the bare name (an env file's 'single-quoted' value).
+        if p["format"] in ("yaml", "yaml-list"):
+            line = item.get("line")
+        else:
+            line = line_of(text, needle) or line_of(text, name)
         start = (line or 1) - 1
         ctx_key = (p.get("model_context") or "").split(".")[-1]
         out_key = (p.get("model_output") or "").split(".")[-1]

@@ -85,7 +85,8 @@ def test_a_second_install_after_a_window_change_leaves_one_entry_per_model_with_
     if not any(windows.values()):  # a model renamed by hand: the doctor names the file and the line
         target = next(p["file"] for p in probes if p.get("models"))
         path = home / target.removeprefix("~/")
-        path.write_text(path.read_text().replace("qwen3-32b\n", "qwen3-33b\n", 1))
+        # The first model name as a whole value (a YAML line, a quoted JSON/TOML/env value).
+        path.write_text(re.sub(r"qwen3-32b(?=['\"\n])", "qwen3-33b", path.read_text(), count=1))
         broken = doctor(url, home, client)
         assert broken.returncode == 1, broken.stdout
         assert re.search(re.escape(target) + r" line \d+: model qwen3-33b is not available", broken.stdout)
