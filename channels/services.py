@@ -100,9 +100,11 @@ def register_served_model(
         channel.status_message = status_message
         channel.status_changed = now
         channel.save()
-        model, _ = Model.objects.get_or_create(name=model_name)
+        model, _created = Model.objects.get_or_create(name=model_name)
         if model.is_alias:  # the deployment form refuses this name; an alias made since must not get a route
-            raise ValueError(f"'{model_name}' is now an alias; serve the model under its own name.")
+            raise ValueError(
+                _("'%(model)s' is now an alias; serve the model under its own name.") % {"model": model_name}
+            )
         ModelRoute.objects.filter(channel=channel).exclude(model=model).delete()
         ModelRoute.objects.update_or_create(
             model=model,

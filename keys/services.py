@@ -117,9 +117,11 @@ def normalize_cidrs(entries: str | Iterable[object] | None) -> list[str]:
         try:
             result.append(str(ipaddress.ip_network(text, strict=False)))
         except ValueError:
-            raise ValueError(f"{text!r} is not an IP address or CIDR block (e.g. 10.0.0.0/8).") from None
+            raise ValueError(
+                _("%(entry)r is not an IP address or CIDR block (e.g. 10.0.0.0/8).") % {"entry": text}
+            ) from None
     if len(result) > MAX_CIDR_ENTRIES:
-        raise ValueError(f"At most {MAX_CIDR_ENTRIES} entries.")
+        raise ValueError(_("At most %(count)d entries.") % {"count": MAX_CIDR_ENTRIES})
     return list(dict.fromkeys(result))
 
 

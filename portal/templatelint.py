@@ -19,7 +19,7 @@ ALLOWED = {
     "Redis", "PostgreSQL", "VRAM", "MiB", "GiB", "GB", "ms", "tok/s", "OK", "SSE", "TLS", "CUDA",
     "Hugging Face", "ModelScope", "NVIDIA", "Docker", "PowerShell", "Cline", "Roo Code", "Kilo Code",
     "Continue", "Aider", "Codex", "Claude Code", "Qwen Code", "OpenCode", "Crush", "Zed", "CC Switch",
-    "Linux", "macOS", "Windows", "PID", "Swagger", "ReDoc", "OIDC", "SSO", "LAN", "RPM", "TPM",
+    "Linux", "macOS", "Windows", "OpenSSH", "PID", "CIDR", "Swagger", "ReDoc", "OIDC", "SSO", "LAN", "RPM", "TPM",
     "curl", "Python", "JavaScript", "openai", "anthropic",
 }  # fmt: skip
 WORD = re.compile(r"[A-Za-z]{2,}")
@@ -44,10 +44,19 @@ class Finding:
         return f"{self.template}:{self.line}: {self.text!r}"
 
 
+# The allowed terms as whole words only: "SSH" is taken out of "SSH key", not out of "OpenSSH".
+_ALLOWED_TERMS = re.compile(
+    "|".join(rf"(?<![A-Za-z]){re.escape(term)}(?![A-Za-z])" for term in sorted(ALLOWED, key=len, reverse=True))
+)
+
+
+def without_allowed(text: str) -> str:
+    """`text` with every allowed term (at word boundaries) replaced by a space."""
+    return _ALLOWED_TERMS.sub(" ", text)
+
+
 def has_words(text: str) -> bool:
-    for allowed in sorted(ALLOWED, key=len, reverse=True):
-        text = re.sub(rf"(?<![A-Za-z]){re.escape(allowed)}(?![A-Za-z])", " ", text)
-    return bool(WORD.search(text))
+    return bool(WORD.search(without_allowed(text)))
 
 
 class _TextFinder(HTMLParser):

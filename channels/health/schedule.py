@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from django.utils.translation import gettext as _
+
 if TYPE_CHECKING:
     from django_celery_beat.models import PeriodicTask
 
@@ -25,7 +27,7 @@ def ensure_default_schedule(interval_model: Any, task_model: Any) -> None:
     for name, task, every, period in DEFAULT_TASKS:
         if task_model.objects.filter(name=name).exists():
             continue
-        interval, _ = interval_model.objects.get_or_create(every=every, period=period)
+        interval, _created = interval_model.objects.get_or_create(every=every, period=period)
         task_model.objects.create(name=name, task=task, interval=interval, enabled=True)
 
 
@@ -49,9 +51,11 @@ def set_probe_schedule(*, interval_seconds: int, enabled: bool) -> dict[str, Any
     from django_celery_beat.models import IntervalSchedule
 
     if not MIN_INTERVAL <= interval_seconds <= MAX_INTERVAL:
-        raise ValueError(f"Choose an interval between {MIN_INTERVAL} and {MAX_INTERVAL} seconds.")
+        raise ValueError(
+            _("Choose an interval between %(low)d and %(high)d seconds.") % {"low": MIN_INTERVAL, "high": MAX_INTERVAL}
+        )
     task = probe_task()
-    interval, _ = IntervalSchedule.objects.get_or_create(every=interval_seconds, period=IntervalSchedule.SECONDS)
+    interval, _created = IntervalSchedule.objects.get_or_create(every=interval_seconds, period=IntervalSchedule.SECONDS)
     task.interval = interval
     task.enabled = enabled
     task.save()  # PeriodicTask.save bumps PeriodicTasks.last_update, which makes beat reload

@@ -12,7 +12,7 @@ import stat
 from django.db.models import Sum
 
 from gateway.usage import UsageEvent, UsageWriter
-from keys.models import UsageDaily, UsageRecord
+from keys.models import USAGE_COUNTERS, UsageDaily, UsageRecord
 
 
 def event(user_id: int, n: int) -> UsageEvent:
@@ -31,6 +31,10 @@ def event(user_id: int, n: int) -> UsageEvent:
         status="ok",
         http_status=200,
     )
+
+
+def test_an_event_counts_into_every_rollup_counter_and_no_other():
+    assert list(event(1, 0).counters()) == list(USAGE_COUNTERS)
 
 
 def daily_requests() -> int:

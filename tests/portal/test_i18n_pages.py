@@ -12,7 +12,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from portal.templatelint import ALLOWED
+from portal.templatelint import without_allowed
 from tests.browser.test_every_page_in_browser import SKIP_CONTAINS, SKIP_PREFIXES, world  # noqa: F401
 from tests.portal.test_i18n import PENDING
 
@@ -31,7 +31,6 @@ DATA = {
     "http", "https", "Slug", "issuer", "GitHub", "Copilot", "Factory", "Droid", "Mistral", "Vibe",
     "OpenHands", "JetBrains", "Junie", "AI", "Assistant", "pi", "PEM", "Attention", "CPU", "Jinja",
     "worker",  # a Ray or Celery worker, a term kept in the Chinese text
-    "Open",  # of OpenSSH, once the linter's allowed "SSH" is taken out of the text
 }  # fmt: skip
 # A word glued to code-like characters (a path, a masked secret `gpt-Ab…yz`) is not prose.
 WORD = re.compile(r"(?<![\w./:@…-])[A-Za-z]{2,}(?![\w./:@…-])")
@@ -73,9 +72,7 @@ class _Text(HTMLParser):
 def english_words(html: str) -> list[str]:
     parser = _Text()
     parser.feed(html)
-    text = re.sub(r"`[^`]*`", " ", " ".join(parser.chunks))  # `commands` quoted in notes
-    for allowed in sorted(ALLOWED, key=len, reverse=True):
-        text = text.replace(allowed, " ")
+    text = without_allowed(re.sub(r"`[^`]*`", " ", " ".join(parser.chunks)))  # `commands` in notes
     return sorted({w for w in WORD.findall(text) if w not in DATA})
 
 
