@@ -20,6 +20,7 @@ from django.utils.translation import gettext as _
 from channels.models import Model
 from portal import audit, faults
 from portal.choices import AuditAction
+from portal.i18n import Message, as_message
 
 from .. import backends, calibration, fit, signals
 from ..choices import DeploymentStatus
@@ -40,7 +41,7 @@ NETWORK_INTERFACE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")  # what Linux accepts
 def set_status(
     deployment: Deployment,
     status: str,
-    message: str = "",
+    message: Message | str = "",
     *,
     expect: str | None = None,
     automatic: bool = False,
@@ -61,7 +62,8 @@ def set_status(
         alert = True  # how the supervisor's restart ended is news; the supervisor reads FAILED next
         if status == DeploymentStatus.RUNNING:
             fields["restarting"] = False
-    fields.update(status=status, status_message=message[:500])
+    text = as_message(message)
+    fields.update(status=status, **text.columns("status_message", 500))
     rows = Deployment.objects.filter(pk=deployment.pk)
     if expect is not None:
         rows = rows.filter(status=expect)
@@ -76,7 +78,7 @@ def set_status(
         deployment=deployment,
         previous=previous,
         status=status,
-        message=message[:500],
+        **text.columns("message", 500),
         automatic=automatic,
         exit_code=exit_code,
         log_tail=log_tail[-20000:],
@@ -84,7 +86,7 @@ def set_status(
     audit.record(
         AuditAction.ACTION,
         deployment,
-        message=f"{DeploymentStatus(previous).label} → {DeploymentStatus(status).label}: {message}"[:1000],
+        message=f"{DeploymentStatus(previous).label} → {DeploymentStatus(status).label}: {text.english}"[:1000],
     )
     if alert:
         transaction.on_commit(lambda: signals.deployment_event.send(sender=DeploymentEvent, event_id=event.pk))
