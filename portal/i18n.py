@@ -144,8 +144,8 @@ JOINED = "%(first)s %(second)s"
 
 
 def _loaded(value: object) -> object:
-    if isinstance(value, dict) and "code" in value and "params" in value:
-        return Message.from_stored("", str(value["code"]), value["params"])
+    if isinstance(value, dict) and set(value) == {"code", "params"}:  # a nested Message (`as_json`)
+        return Message(str(value["code"]), **{k: _loaded(v) for k, v in dict(value["params"]).items()})
     return value
 
 

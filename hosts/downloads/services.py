@@ -146,10 +146,7 @@ def cancel(job: ModelDownload, *, user: User | None = None) -> ModelDownload:
     """Stop the remote process (when the host answers) and mark the job cancelled."""
     if not job.is_active:
         raise DownloadConflict(_("Download #%(id)s has already finished.") % {"id": job.pk})
-    if user:
-        text = Message(gettext_noop("Cancelled (%(user)s)."), user=user)
-    else:
-        text = Message(gettext_noop("Cancelled."))
+    text = Message(gettext_noop("Cancelled%(by)s."), by=f" ({user})" if user else "")
     if job.pid:
         try:
             with ssh.connect(job.host) as conn:
