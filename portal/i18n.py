@@ -198,3 +198,11 @@ def cleared(field: str) -> dict[str, object]:
 def stored(obj: object, field: str) -> Message:
     """The message stored in `field` of a row (with its `_code`/`_params`), to store again elsewhere."""
     return Message.from_stored(getattr(obj, field), getattr(obj, f"{field}_code"), getattr(obj, f"{field}_params"))
+
+
+def set_message(obj: object, field: str, message: Message | str) -> list[str]:
+    """Put a message on a row in memory (before `save`); returns the field names to save."""
+    columns = as_message(message).columns(field, obj._meta.get_field(field).max_length)  # type: ignore[attr-defined]
+    for name, value in columns.items():
+        setattr(obj, name, value)
+    return list(columns)

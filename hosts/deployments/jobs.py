@@ -460,7 +460,10 @@ def _register(deployment: Deployment, context_window: int | None) -> Channel:
             model_name=deployment.served_model_name,
             upstream_model=deployment.served_model_name,
             context_window=context_window,
-            status_message=f"Started by deployment {deployment.name}; waiting for the first health probe.",
+            status_message=Message(
+                gettext_noop("Started by deployment %(name)s; waiting for the first health probe."),
+                name=deployment.name,
+            ),
         )
         Deployment.objects.filter(pk=deployment.pk).update(channel=channel, context_window=context_window)
         deployment.channel, deployment.context_window = channel, context_window
@@ -578,7 +581,9 @@ def _stop(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
     if deployment.channel_id:
         channel_services.disable_served_channel(
             deployment.channel_id,
-            status_message=f"Deployment {deployment.name} was stopped; launch it to re-enable.",
+            status_message=Message(
+                gettext_noop("Deployment %(name)s was stopped; launch it to re-enable."), name=deployment.name
+            ),
         )
     set_status(deployment, DeploymentStatus.STOPPED, Message(gettext_noop("Stopped.")), pid=None)
     if job.action == JobAction.STOP:

@@ -34,7 +34,6 @@ import httpx
 from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
-from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from channels import services as channel_services
@@ -196,8 +195,9 @@ def _crashed(
     if deployment.channel_id:
         channel_services.take_served_channel_down(
             deployment.channel_id,
-            status_message=_("Deployment %(name)s crashed; out of routing until it runs again.")
-            % {"name": deployment.name},
+            status_message=Message(
+                gettext_noop("Deployment %(name)s crashed; out of routing until it runs again."), name=deployment.name
+            ),
         )
     return 1
 
