@@ -17,7 +17,7 @@ from django.utils.translation import gettext, gettext_noop
 from django.utils.translation import gettext_lazy as _
 
 from portal.dashboard import Attention
-from portal.i18n import Message
+from portal.i18n import Message, set_message
 
 from .choices import DeploymentStatus, HostStatus, JobState
 from .models import Deployment, Host, LaunchJob
@@ -34,12 +34,7 @@ def confirm_host_key(host: Host, fingerprint: str) -> None:
     host.host_key_fingerprint = fingerprint
     if host.status in (HostStatus.HOST_KEY_CHANGED, HostStatus.HOST_KEY_UNCONFIRMED):
         host.status = HostStatus.UNKNOWN
-        for name, value in (
-            Message(gettext_noop("Host key confirmed; refresh to read the GPUs."))
-            .columns("status_message", 300)
-            .items()
-        ):
-            setattr(host, name, value)
+        set_message(host, "status_message", Message(gettext_noop("Host key confirmed; refresh to read the GPUs.")))
     host.save()  # audited as a change of host_key_fingerprint
 
 

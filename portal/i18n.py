@@ -200,9 +200,10 @@ def stored(obj: object, field: str) -> Message:
     return Message.from_stored(getattr(obj, field), getattr(obj, f"{field}_code"), getattr(obj, f"{field}_params"))
 
 
-def set_message(obj: object, field: str, message: Message | str) -> list[str]:
-    """Put a message on a row in memory (before `save`); returns the field names to save."""
+def set_message(obj: object, field: str, message: Message | str) -> dict[str, object]:
+    """Put a message on a row in memory (cut to the field's length); returns the columns, to save
+    (`update_fields=[*columns]`) or to write with `update(**columns)`."""
     columns = as_message(message).columns(field, obj._meta.get_field(field).max_length)  # type: ignore[attr-defined]
     for name, value in columns.items():
         setattr(obj, name, value)
-    return list(columns)
+    return columns

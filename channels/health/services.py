@@ -24,7 +24,7 @@ from django.utils import timezone
 from channels.choices import ChannelStatus, ProbeSource
 from channels.models import Channel, ModelRoute, ProbeResult, StatusChange
 from channels.signals import routes_changed
-from portal.i18n import Message, stored
+from portal.i18n import Message, set_message, stored
 
 from . import passive
 from .probe import Outcome, Target, list_served_models, probe_many, run_loop
@@ -357,8 +357,7 @@ def _settle(
             outcome is not None and outcome.served and _discover(ch, outcome.served, now, discovered_routes)
         )
         ch.status = new
-        for name, value in columns.items():
-            setattr(ch, name, value)
+        set_message(ch, "status_message", text)
         done.append(ChannelRound(ch, p.active_row, p.passive_row, old, new, text, discovered))
 
     _insert_for_live_channels(rows, moves)

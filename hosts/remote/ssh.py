@@ -41,7 +41,7 @@ from django.conf import settings
 from django.utils import timezone, translation
 from django.utils.translation import gettext_noop
 
-from portal.i18n import Message, as_message
+from portal.i18n import Message, as_message, set_message
 
 from ..choices import HostStatus
 
@@ -500,8 +500,6 @@ def mark_contact(host: Host, *, status: str, message: Message | str = "") -> Non
     """Write the outcome of a contact onto the host (status, message, time)."""
     from ..models import Host as HostModel
 
-    columns = as_message(message).columns("status_message", 300)
+    columns = set_message(host, "status_message", message)
     HostModel.objects.filter(pk=host.pk).update(status=status, last_checked=timezone.now(), **columns)
     host.status = status
-    for name, value in columns.items():
-        setattr(host, name, value)
