@@ -16,6 +16,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from channels.models import Model
 from portal import audit, faults
@@ -387,22 +388,34 @@ def check_fit(
     return result
 
 
-def fit_refusal(estimate: dict[str, Any]) -> str:
-    """Why a launch is refused on the estimate, with what would make it fit ("" when it is not)."""
+def fit_refusal(estimate: dict[str, Any]) -> Message | None:
+    """Why a launch is refused on the estimate, with what would make it fit (None when it is not)."""
     if estimate.get("verdict") != "does_not_fit":
-        return ""
+        return None
     if estimate.get("problems"):
-        return "Refused before launch: " + " ".join(estimate["problems"])
-    short = f" ({estimate['short']} is short)" if estimate.get("short") else ""
-    message = (
-        f"Does not fit{short}: needs about {estimate.get('total_gib')} GiB, {estimate.get('available_gib')} GiB "
-        "available"
-    )
+        return Message(gettext_noop("Refused before launch: %(problems)s"), problems=" ".join(estimate["problems"]))
+    sizes = {"need": estimate.get("total_gib"), "available": estimate.get("available_gib")}
+    if estimate.get("short"):
+        why = Message(
+            gettext_noop("Does not fit (%(short)s is short): needs about %(need)s GiB, %(available)s GiB available"),
+            short=estimate["short"],
+            **sizes,
+        )
+    else:
+        why = Message(gettext_noop("Does not fit: needs about %(need)s GiB, %(available)s GiB available"), **sizes)
     if estimate.get("max_context"):
-        message += f"; the largest context that fits is {estimate['max_context']}"
+        why = Message(
+            gettext_noop("%(why)s; the largest context that fits is %(context)s"),
+            why=why,
+            context=estimate["max_context"],
+        )
     if estimate.get("advice"):
-        message += f"; smallest change that fits: {estimate['advice'][0]['change']}"
-    return message + ". Change the deployment, or tick \u201claunch even if it does not fit\u201d."
+        why = Message(
+            gettext_noop("%(why)s; smallest change that fits: %(change)s"),
+            why=why,
+            change=estimate["advice"][0]["change"],
+        )
+    return Message(gettext_noop("%(why)s. Change the deployment, or tick “launch even if it does not fit”."), why=why)
 
 
 def record_allocation(deployment: Deployment, remote: Remote) -> dict[str, Any]:
