@@ -10,6 +10,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from portal import i18n
 from portal.fields import EncryptedTextField
 from portal.models import TimeStampedModel
 
@@ -117,6 +118,9 @@ class Channel(TimeStampedModel):
     )
     status = models.CharField(max_length=24, choices=ChannelStatus, default=ChannelStatus.UNKNOWN)
     status_message = models.CharField(max_length=300, blank=True)  # what an operator should do next
+    status_message_code = i18n.code_field()
+    status_message_params = i18n.params_field()
+    status_message_text = i18n.TranslatedText("status_message")
     status_changed = models.DateTimeField(null=True, blank=True)
     last_checked = models.DateTimeField(null=True, blank=True)
     notes = models.TextField(blank=True, max_length=5000)
@@ -430,6 +434,9 @@ class StatusChange(models.Model):
     from_status = models.CharField(max_length=24, choices=ChannelStatus)
     to_status = models.CharField(max_length=24, choices=ChannelStatus)
     message = models.CharField(max_length=300, blank=True)
+    message_code = i18n.code_field()
+    message_params = i18n.params_field()
+    message_text = i18n.TranslatedText("message")
 
     class Meta:
         ordering = ["-created", "-id"]

@@ -14,9 +14,14 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
+
+from portal.i18n import Message, as_message, set_message
 
 from .baseurl import BaseURLError, normalize_base_url
 from .choices import Locality, PriceSource
+
+SETTINGS_CHANGED = Message(gettext_noop("Connection settings changed; waiting for the next check."))
 
 if TYPE_CHECKING:
     from .models import ModelRoute
@@ -60,7 +65,7 @@ def reset_status_after_edit(channel, *, previous_base_url: str, previous_api_key
         return False
     if channel.status != ChannelStatus.UNKNOWN:
         channel.status = ChannelStatus.UNKNOWN
-        channel.status_message = "Connection settings changed; waiting for the next check."
+        set_message(channel, "status_message", SETTINGS_CHANGED)
         channel.status_changed = timezone.now()
     return True
 
@@ -75,7 +80,7 @@ def register_served_model(
     model_name: str,
     upstream_model: str,
     context_window: int | None,
-    status_message: str,
+    status_message: Message | str,
 ):
     """Point a channel at a server someone else started (a GPU host's launch job) and route
     `model_name` to it alone, all or nothing. `channel` is the one registered before, or None for
@@ -97,7 +102,7 @@ def register_served_model(
         channel.api_key = api_key
         channel.enabled = True
         channel.status = ChannelStatus.UNKNOWN
-        channel.status_message = status_message
+        set_message(channel, "status_message", status_message)
         channel.status_changed = now
         channel.save()
         model, _created = Model.objects.get_or_create(name=model_name)
@@ -120,7 +125,7 @@ def register_served_model(
     return channel
 
 
-def disable_served_channel(channel_id: int, *, status_message: str) -> None:
+def disable_served_channel(channel_id: int, *, status_message: Message | str) -> None:
     """The server behind a registered channel was stopped: stop routing to it, say why."""
     from .models import Channel
 
@@ -128,11 +133,11 @@ def disable_served_channel(channel_id: int, *, status_message: str) -> None:
     if channel is not None:
         # save(), not update(): the gateway drops its cached routes on the post_save signal.
         channel.enabled = False
-        channel.status_message = status_message
-        channel.save(update_fields=["enabled", "status_message", "updated"])
+        fields = set_message(channel, "status_message", status_message)
+        channel.save(update_fields=["enabled", *fields, "updated"])
 
 
-def take_served_channel_down(channel_id: int, *, status_message: str) -> None:
+def take_served_channel_down(channel_id: int, *, status_message: Message | str) -> None:
     """The server behind a registered channel crashed: out of routing at once (down and disabled)
     until its deployment registers it again (`register_served_model` re-enables it)."""
     from django.utils import timezone
@@ -146,13 +151,16 @@ def take_served_channel_down(channel_id: int, *, status_message: str) -> None:
     previous = channel.status
     channel.enabled = False
     channel.status = ChannelStatus.DOWN
-    channel.status_message = status_message
+    fields = set_message(channel, "status_message", status_message)
     channel.status_changed = timezone.now()
     # save(), not update(): the gateway drops its cached routes on the post_save signal.
-    channel.save(update_fields=["enabled", "status", "status_message", "status_changed", "updated"])
+    channel.save(update_fields=["enabled", "status", *fields, "status_changed", "updated"])
     if previous != ChannelStatus.DOWN:
         StatusChange.objects.create(
-            channel=channel, from_status=previous, to_status=ChannelStatus.DOWN, message=status_message[:300]
+            channel=channel,
+            from_status=previous,
+            to_status=ChannelStatus.DOWN,
+            **as_message(status_message).columns("message", 300),
         )
 
 

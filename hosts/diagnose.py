@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import re
 
+from django.utils.translation import gettext_noop
+
+from portal.i18n import Message
+
 from . import backends
 from .models import Deployment
 
@@ -30,20 +34,54 @@ _REASONS = [
 ]
 
 
-def explain_failure(log: str, exit_code: int | None, deployment: Deployment) -> str:
+def explain_failure(log: str, exit_code: int | None, deployment: Deployment) -> Message:
     """Why a server died, in words, from its exit code and log (llama.cpp and vLLM phrasings)."""
     impl = backends.get(deployment.backend)
     kinds = [kind for pattern, kind in _REASONS if pattern.search(log)]
-    code = f" (exit code {exit_code})" if exit_code is not None else ""
+    code = Message(gettext_noop(" (exit code %(code)s)"), code=exit_code) if exit_code is not None else ""
     if exit_code == 127 or "binary" in kinds:
-        why = f"{impl.binary} was not found on the host's PATH{code}: install it for {deployment.host.username}."
+        why = Message(
+            gettext_noop("%(binary)s was not found on the host's PATH%(code)s: install it for %(user)s."),
+            binary=impl.binary,
+            code=code,
+            user=deployment.host.username,
+        )
     elif "port" in kinds:
-        why = f"Port {deployment.port} is in use on {deployment.host}{code}: choose another port or stop what holds it."
+        why = Message(
+            gettext_noop("Port %(port)s is in use on %(host)s%(code)s: choose another port or stop what holds it."),
+            port=deployment.port,
+            host=deployment.host,
+            code=code,
+        )
     elif "oom" in kinds:
-        why = f"Out of memory{code}: lower the context, the GPU layers or gpu-memory-utilization, or choose more GPUs."
+        why = Message(
+            gettext_noop(
+                "Out of memory%(code)s: lower the context, the GPU layers or gpu-memory-utilization, or choose "
+                "more GPUs."
+            ),
+            code=code,
+        )
     elif "model" in kinds:
-        why = f"The model could not be loaded{code}: check the path {deployment.model_path}."
+        why = Message(
+            gettext_noop("The model could not be loaded%(code)s: check the path %(path)s."),
+            code=code,
+            path=deployment.model_path,
+        )
     else:
-        why = f"The server exited{code}."
+        why = Message(gettext_noop("The server exited%(code)s."), code=code)
     last = [line for line in log.strip().splitlines() if line.strip()][-5:]
-    return why + (" Last log lines:\n" + "\n".join(last) if last else "")
+    if not last:
+        return why
+    return Message(LOG_LINES, why=why, lines="\n".join(last))
+
+
+LOG_LINES = gettext_noop("%(why)s Last log lines:\n%(lines)s")
+
+
+def without_log_lines(reason: Message) -> Message:
+    """`explain_failure`'s reason without the log lines (kept elsewhere, e.g. on the event)."""
+    if reason.code == LOG_LINES and isinstance(why := reason.params.get("why"), Message):
+        return why
+    if not reason.code:  # stored before messages had codes
+        return Message.verbatim(reason.english.split(" Last log lines:", 1)[0])
+    return reason

@@ -77,7 +77,7 @@ def sample(host: Host, now: dt.datetime | None = None) -> int:
         with ssh.connect(host) as remote:
             result = remote.run(inventory.GPU_QUERY)
     except ssh.SSHError as exc:
-        ssh.mark_contact(host, status=exc.status, message=exc.message)
+        ssh.mark_contact(host, status=exc.status, message=exc.text)
         return 0
     if not result.ok:
         return 0

@@ -9,6 +9,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from portal import i18n
 from portal.choices import labelled
 from portal.fields import EncryptedTextField
 from portal.models import TimeStampedModel
@@ -70,6 +71,9 @@ class Host(TimeStampedModel):
     notes = models.TextField(blank=True, max_length=5000)
     status = models.CharField(max_length=20, choices=HostStatus, default=HostStatus.UNKNOWN)
     status_message = models.CharField(max_length=300, blank=True)
+    status_message_code = i18n.code_field()
+    status_message_params = i18n.params_field()
+    status_message_text = i18n.TranslatedText("status_message")
     last_checked = models.DateTimeField(null=True, blank=True)
     driver_version = models.CharField(max_length=50, blank=True)
     cuda_version = models.CharField(max_length=50, blank=True)
@@ -218,6 +222,9 @@ class Deployment(TimeStampedModel):
     )
     status = models.CharField(max_length=16, choices=DeploymentStatus, default=DeploymentStatus.STOPPED)
     status_message = models.CharField(max_length=500, blank=True)
+    status_message_code = i18n.code_field()
+    status_message_params = i18n.params_field()
+    status_message_text = i18n.TranslatedText("status_message")
     pid = models.PositiveIntegerField(null=True, blank=True)
     context_window = models.PositiveIntegerField(
         null=True, blank=True, help_text=_("As the running server reports it.")
@@ -312,6 +319,9 @@ class DeploymentEvent(TimeStampedModel):
     previous = models.CharField(max_length=16, choices=DeploymentStatus, blank=True)
     status = models.CharField(max_length=16, choices=DeploymentStatus)
     message = models.CharField(max_length=500, blank=True)
+    message_code = i18n.code_field()
+    message_params = i18n.params_field()
+    message_text = i18n.TranslatedText("message")
     automatic = models.BooleanField(default=False)
     exit_code = models.IntegerField(null=True, blank=True)
     log_tail = models.TextField(blank=True)
@@ -335,6 +345,9 @@ class DeploymentNode(TimeStampedModel):
     ray_pid = models.PositiveIntegerField(null=True, blank=True)
     ray_state = models.CharField(max_length=16, choices=RayState, default=RayState.NOT_STARTED)
     message = models.CharField(max_length=300, blank=True)
+    message_code = i18n.code_field()
+    message_params = i18n.params_field()
+    message_text = i18n.TranslatedText("message")
     last_checked = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -366,6 +379,9 @@ class LaunchJob(TimeStampedModel):
     action = models.CharField(max_length=16, choices=JobAction, default=JobAction.LAUNCH)
     state = models.CharField(max_length=16, choices=JobState, default=JobState.QUEUED)
     message = models.CharField(max_length=1000, blank=True)  # why it failed / what it waits for
+    message_code = i18n.code_field()
+    message_params = i18n.params_field()
+    message_text = i18n.TranslatedText("message")
     transitions = models.JSONField(default=list, blank=True)
     command = models.TextField(blank=True, help_text=_("The command run, API key masked."))
     log_tail = models.TextField(blank=True)

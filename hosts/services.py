@@ -13,10 +13,11 @@ from django.core.exceptions import ValidationError
 from django.db.models import OuterRef, Subquery
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.translation import gettext
+from django.utils.translation import gettext, gettext_noop
 from django.utils.translation import gettext_lazy as _
 
 from portal.dashboard import Attention
+from portal.i18n import Message, set_message
 
 from .choices import DeploymentStatus, HostStatus, JobState
 from .models import Deployment, Host, LaunchJob
@@ -32,7 +33,8 @@ def confirm_host_key(host: Host, fingerprint: str) -> None:
         raise ValidationError(_("The host offered a different key since this page was loaded; check it again."))
     host.host_key_fingerprint = fingerprint
     if host.status in (HostStatus.HOST_KEY_CHANGED, HostStatus.HOST_KEY_UNCONFIRMED):
-        host.status, host.status_message = HostStatus.UNKNOWN, "Host key confirmed; refresh to read the GPUs."
+        host.status = HostStatus.UNKNOWN
+        set_message(host, "status_message", Message(gettext_noop("Host key confirmed; refresh to read the GPUs.")))
     host.save()  # audited as a change of host_key_fingerprint
 
 
@@ -53,7 +55,7 @@ def attention() -> list[Attention]:
             h.name,
             h.status,
             h.get_status_display(),
-            h.status_message
+            h.status_message_text
             or (
                 gettext("Confirm its host key, then refresh.") if not h.host_key_fingerprint else gettext("Refresh it.")
             ),
@@ -69,7 +71,7 @@ def attention() -> list[Attention]:
             gettext("%(name)s on %(host)s") % {"name": d.name, "host": d.host.name},
             "down",
             d.get_status_display(),
-            d.status_message,
+            d.status_message_text,
             reverse("deployment_detail", args=[d.pk]),
         )
         for d in failed
@@ -87,7 +89,7 @@ def attention() -> list[Attention]:
             f"{j.get_action_display()} {j.deployment.name}",
             "down",
             j.get_state_display(),
-            j.message,
+            j.message_text,
             reverse("job_detail", args=[j.pk]),
         )
         for j in jobs

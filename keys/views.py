@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth.mixins import LoginRequiredMixin
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.http import HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404
 from django.utils.translation import gettext_lazy as _
-from django.views import View
 from django.views.generic import DetailView
 
 from portal.permissions import AdminOrTeamLeadRequiredMixin
@@ -149,35 +149,40 @@ class KeyRevokeView(LoginRequiredMixin, ConfirmView):
         return done(self.request, _("Key “%(name)s” (%(masked)s) revoked.") % self.names(obj), "key_detail", obj.pk)
 
 
-class KeyRotateView(LoginRequiredMixin, View):
+class KeyRotateView(LoginRequiredMixin, ObjectFormView):
+    """A new key in place of one (same name, models, allowlist, limits), shown once on its page;
+    the old one keeps working for the grace period chosen."""
+
     request: AuthenticatedHttpRequest
+    form_class = RotateForm
+    success = "key_detail"
+    title = ("", _("Rotate “%(name)s”"))
+    button = ("", _("Rotate key"))
+    intro = _(
+        "Rotation issues a new key with the same name, models, IP allowlist and limits. The new key is shown once."
+    )
     template_name = "keys/key_rotate.html"
 
-    def get_key(self) -> Key:
+    def get_object(self) -> Key:
         return get_object_or_404(visible_keys(self.request.user).not_revoked(), pk=self.kwargs["pk"])
 
-    def get(self, request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-        return render(request, self.template_name, {"key": self.get_key(), "form": RotateForm()})
-
-    def post(self, request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-        key = self.get_key()
-        form = RotateForm(request.POST)
-        if not form.is_valid():
-            return render(request, self.template_name, {"key": key, "form": form}, status=400)
-        grace = form.grace_period()
+    def save(self, form: RotateForm) -> Key:
         try:
             with transaction.atomic():
-                new, plaintext = rotate_key(key, grace=grace)
+                new, plaintext = rotate_key(self.object, grace=form.grace_period())
         except IntegrityError:
             # rotate_key names the outgoing key "<name> (rotated <minute>)"; a second rotation with
             # grace in the same minute collides with the first one's still-active old key.
-            form.add_error(None, _("This key was rotated less than a minute ago; wait a minute and try again."))
-            return render(request, self.template_name, {"key": key, "form": form}, status=400)
-        remember_secret(request, f"key-{new.pk}", plaintext)
-        old = f"the old key works until {key.expires_at:%Y-%m-%d %H:%M} UTC" if grace else "the old key stopped working"
-        return done(
-            request,
-            _("Key “%(name)s” rotated: %(old)s. Copy the new key now.") % {"name": new.name, "old": old},
-            "key_detail",
-            new.pk,
-        )
+            raise ValidationError(
+                _("This key was rotated less than a minute ago; wait a minute and try again.")
+            ) from None
+        remember_secret(self.request, f"key-{new.pk}", plaintext)
+        return new
+
+    def saved_message(self, obj: Key, form: RotateForm) -> str:
+        if form.grace_period():
+            return _("Key “%(name)s” rotated: the old key works until %(until)s UTC. Copy the new key now.") % {
+                "name": obj.name,
+                "until": f"{self.object.expires_at:%Y-%m-%d %H:%M}",
+            }
+        return _("Key “%(name)s” rotated: the old key stopped working. Copy the new key now.") % {"name": obj.name}

@@ -20,6 +20,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from portal import i18n
 from portal.fields import EncryptedTextField
 from portal.models import TimeStampedModel, exactly_one_set
 
@@ -72,6 +73,9 @@ class McpServer(TimeStampedModel):
 
     status = models.CharField(max_length=16, choices=ServerStatus, default=ServerStatus.UNKNOWN)
     status_message = models.CharField(max_length=300, blank=True)  # what an operator should do next
+    status_message_code = i18n.code_field()
+    status_message_params = i18n.params_field()
+    status_message_text = i18n.TranslatedText("status_message")
     last_checked = models.DateTimeField(null=True, blank=True)
     last_error = models.CharField(max_length=500, blank=True)
     last_duration_ms = models.FloatField(null=True, blank=True)

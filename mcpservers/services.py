@@ -9,7 +9,9 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
-from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
+
+from portal.i18n import Message, cleared, set_message
 
 from .choices import ServerStatus
 from .models import McpCall, McpServer, McpTool
@@ -30,7 +32,9 @@ def check_server(server_id: int) -> McpServer | None:
     except UpstreamFailure as exc:
         McpServer.objects.filter(pk=server.pk).update(
             status=ServerStatus.DOWN,
-            status_message=_("Check the URL, the transport and the credentials; the gateway refuses calls meanwhile."),
+            **Message(
+                gettext_noop("Check the URL, the transport and the credentials; the gateway refuses calls meanwhile.")
+            ).columns("status_message", 300),
             last_error=str(exc)[:500],
             last_checked=timezone.now(),
             last_duration_ms=(time.perf_counter() - started) * 1000,
@@ -54,7 +58,7 @@ def check_server(server_id: int) -> McpServer | None:
         server.tools.exclude(name__in=seen).delete()
         McpServer.objects.filter(pk=server.pk).update(
             status=ServerStatus.HEALTHY,
-            status_message="",
+            **cleared("status_message"),
             last_error="",
             last_checked=now,
             last_duration_ms=(time.perf_counter() - started) * 1000,
@@ -101,7 +105,8 @@ def save_server(server: McpServer, *, secrets: dict[str, str | None], commit: bo
             setattr(server, name, getattr(previous, name))
     server.full_clean()
     if previous is not None and any(getattr(previous, f) != getattr(server, f) for f in CONNECTION_FIELDS):
-        server.status, server.status_message, server.last_error = ServerStatus.UNKNOWN, "", ""
+        server.status, server.last_error = ServerStatus.UNKNOWN, ""
+        set_message(server, "status_message", "")
     if commit:
         server.save()
     return server

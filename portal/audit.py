@@ -151,8 +151,10 @@ def _m2m_changed(sender, instance, action, pk_set, model, **kwargs):
 
 
 def register(model: type[models.Model], ignore: set[str] | None = None) -> None:
-    """Audit every create/change/delete of `model` (call from the app's `ready()`)."""
-    _registered[model] = set(ignore or ())
+    """Audit every create/change/delete of `model` (call from the app's `ready()`). An ignored
+    stored message (`portal.i18n.Message`) takes its `_code` and `_params` along."""
+    ignored = set(ignore or ())
+    _registered[model] = ignored | {f"{f}{part}" for f in ignored for part in ("_code", "_params")}
     uid = f"audit-{model._meta.label}"
     pre_save.connect(_pre_save, sender=model, dispatch_uid=uid + "-pre")
     post_save.connect(_post_save, sender=model, dispatch_uid=uid + "-post")

@@ -4,8 +4,11 @@ browser's Accept-Language, else English)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.utils import translation
+from django.utils.translation import gettext_lazy as _lazy
 
 
 def supported(code: str | None) -> str:
@@ -53,3 +56,154 @@ def set_language_cookie(response, code: str) -> None:
         secure=settings.SESSION_COOKIE_SECURE,
         httponly=True,
     )
+
+
+# Texts written by background work (launch and download jobs, the SSH layer, health checks) and read
+# later by someone else, in their own language. The writer stores the English sentence (so logs,
+# the audit log and old readers keep working) AND its msgid and named values; a page or an API
+# answer renders it again with gettext in the reader's language. A row without a code (written
+# before, or verbatim text such as a server's own error) shows the stored text.
+
+
+class Message:
+    """A sentence to store now and translate when read: `code` is its English msgid (mark it with
+    `gettext_noop` where it is written, so makemessages finds it), `params` its named values, which
+    may be Messages themselves ("Launch failed: %(reason)s")."""
+
+    __slots__ = ("code", "params")
+
+    def __init__(self, code: str, /, **params: object) -> None:
+        self.code = code
+        self.params: dict[str, object] = {
+            k: v if isinstance(v, Message | int | float | bool | None) else str(v) for k, v in params.items()
+        }
+
+    @classmethod
+    def verbatim(cls, text: str) -> Message:
+        """Text that is shown as written in every language (a server's own error, a log line)."""
+        return cls("", text=text)
+
+    def render(self, *, translate: bool = True) -> str:
+        """The sentence in the active language (`translate`), else in English."""
+        if not self.code:
+            return str(self.params.get("text", ""))
+        params = {k: v.render(translate=translate) if isinstance(v, Message) else v for k, v in self.params.items()}
+        text = translation.gettext(self.code) if translate else self.code
+        if not params:
+            return text
+        try:
+            return text % params
+        except (KeyError, ValueError, TypeError):  # a broken translation must not break the page
+            return self.code % params
+
+    @property
+    def english(self) -> str:
+        return self.render(translate=False)
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def __repr__(self) -> str:
+        return f"Message({self.code!r}, {self.params!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Message) and (self.code, self.params) == (other.code, other.params)
+
+    def __hash__(self) -> int:
+        return hash(self.code)
+
+    def __add__(self, other: Message) -> Message:
+        """Two sentences one after the other (`"%(first)s %(second)s"` is not worth a msgid)."""
+        return Message(JOINED, first=self, second=other)
+
+    def json_params(self) -> dict[str, object]:
+        return {k: v.as_json() if isinstance(v, Message) else v for k, v in self.params.items()}
+
+    def as_json(self) -> dict[str, object]:
+        return {"code": self.code, "params": self.json_params()}
+
+    @classmethod
+    def from_stored(cls, text: str, code: str, params: dict[str, object] | None) -> Message:
+        """What `columns` stored: the code and its values, or the stored text when there is no code."""
+        if not code:
+            return cls.verbatim(text)
+        return cls(code, **{k: _loaded(v) for k, v in (params or {}).items()})
+
+    def columns(self, field: str, max_length: int | None = None) -> dict[str, object]:
+        """The values to store for the model field `field` and its `<field>_code`/`<field>_params`:
+        `Model.objects.filter(…).update(**msg.columns("message", 1000))`."""
+        english = self.english
+        return {
+            field: english[:max_length] if max_length else english,
+            f"{field}_code": self.code,
+            f"{field}_params": self.json_params() if self.code else {},
+        }
+
+
+JOINED = "%(first)s %(second)s"
+
+
+def _loaded(value: object) -> object:
+    if isinstance(value, dict) and set(value) == {"code", "params"}:  # a nested Message (`as_json`)
+        return Message(str(value["code"]), **{k: _loaded(v) for k, v in dict(value["params"]).items()})
+    return value
+
+
+def as_message(value: Message | str) -> Message:
+    """A plain string (a caller that has no msgid) is stored and shown as written."""
+    return value if isinstance(value, Message) else Message.verbatim(value)
+
+
+def stored_text(text: str, code: str = "", params: dict[str, object] | None = None) -> str:
+    """A stored message in the reader's language (the stored text when it has no code)."""
+    return Message.from_stored(text, code, params).render() if code else text
+
+
+def code_field() -> Any:
+    """`<field>_code`: the stored message's msgid, empty when the text is shown as stored."""
+    from django.db import models
+
+    return models.TextField(
+        blank=True,
+        default="",
+        help_text=_lazy("The message's id: its English text as a gettext msgid (empty: shown as stored)."),
+    )
+
+
+def params_field() -> Any:
+    """`<field>_params`: the stored message's named values."""
+    from django.db import models
+
+    return models.JSONField(default=dict, blank=True, help_text=_lazy("The message's named values."))
+
+
+class TranslatedText:
+    """A model attribute reading the stored message `field` in the reader's language:
+    `message_text = TranslatedText("message")` next to `message`, `message_code`, `message_params`."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+
+    def __get__(self, obj: object, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        return stored(obj, self.field).render()
+
+
+def cleared(field: str) -> dict[str, object]:
+    """The values that empty a stored message (its code and params too)."""
+    return Message.verbatim("").columns(field)
+
+
+def stored(obj: object, field: str) -> Message:
+    """The message stored in `field` of a row (with its `_code`/`_params`), to store again elsewhere."""
+    return Message.from_stored(getattr(obj, field), getattr(obj, f"{field}_code"), getattr(obj, f"{field}_params"))
+
+
+def set_message(obj: object, field: str, message: Message | str) -> dict[str, object]:
+    """Put a message on a row in memory (cut to the field's length); returns the columns, to save
+    (`update_fields=[*columns]`) or to write with `update(**columns)`."""
+    columns = as_message(message).columns(field, obj._meta.get_field(field).max_length)  # type: ignore[attr-defined]
+    for name, value in columns.items():
+        setattr(obj, name, value)
+    return columns

@@ -8,7 +8,8 @@ The flow of a page is written once here; a page declares only what differs (NetB
 - `ObjectFormView`: create or edit one object (`portal/object_form.html`). Declare `form_class`,
   `queryset` (edit: the object is `pk` from the URL; no `pk` creates), `success` (a URL name taking
   the saved object's pk), the texts (`title`, `button`, `saved`, each a (create, edit) pair), and
-  override `save(form)` to call the service. The form may declare `fieldsets` (`Fieldset`).
+  override `save(form)` to call the service. The form may declare `fieldsets` (`Fieldset`). A rule
+  the service enforces before an edit goes in `check(obj)`, as in ConfirmView.
 - `ConfirmView`: a question (GET, `portal/confirm.html`) and its action (POST). Declare `queryset`,
   the texts, `cancel`, and `act(obj)`; a rule the service enforces goes in `check(obj)` (it raises
   ValidationError: flashed, and the page goes back), asked on GET and POST alike.
@@ -225,12 +226,23 @@ class ObjectFormView(View):
     button: tuple[Text, Text] = (_("Create"), _("Save"))
     saved: tuple[Text, Text] = ("", "")
     intro: Text = ""  # a line under the heading
+    invalid_status = 400  # the answer to an invalid form
 
     object: Any = None
 
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         self.object = self.get_object()  # after the permission mixins put before this class
+        if self.object is not None:
+            try:
+                self.check(self.object)
+            except ValidationError as exc:
+                messages.error(request, " ".join(exc.messages))
+                return redirect(self.get_success_url(self.object))
         return super().dispatch(request, *args, **kwargs)
+
+    def check(self, obj: Any) -> None:
+        """Raise ValidationError when `obj` may not be edited (the service's rule): it is flashed and
+        the page goes back to the object, on GET and POST alike."""
 
     @property
     def creating(self) -> bool:
@@ -302,7 +314,7 @@ class ObjectFormView(View):
                 return done(request, self.saved_message(obj, form), self.get_success_url(obj))
         if self.object is not None:
             self.object.refresh_from_db()  # the heading shows the stored name, not the rejected one
-        return self.render_form(form, status=400)
+        return self.render_form(form, status=self.invalid_status)
 
 
 # --- confirm ----------------------------------------------------------------------------------

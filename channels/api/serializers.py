@@ -18,13 +18,14 @@ from channels.services import (
     set_route_price,
     suggest_locality,
 )
-from portal.api.serializers import IdOrNameRelatedField, is_admin
+from portal.api.serializers import IdOrNameRelatedField, is_admin, translated
 from portal.fields import secret_problem, undecryptable
 
 MAX_API_KEY_CHARS = 4096
 
 
 class ChannelSerializer(serializers.ModelSerializer):
+    status_message = translated("status_message")
     """An upstream. `base_url` is stored canonical (ending in /v1); `base_url_notes` says what was
     changed in the URL you sent. `api_key` is write-only (null or "" clears it, omit it to keep it)."""
 
@@ -70,6 +71,8 @@ class ChannelSerializer(serializers.ModelSerializer):
             "speaks_responses",
             "status",
             "status_message",
+            "status_message_code",
+            "status_message_params",
             "status_changed",
             "last_checked",
             "notes",
@@ -77,7 +80,16 @@ class ChannelSerializer(serializers.ModelSerializer):
             "created",
             "updated",
         ]
-        read_only_fields = ["status", "status_message", "status_changed", "last_checked", "created", "updated"]
+        read_only_fields = [
+            "status",
+            "status_message",
+            "status_message_code",
+            "status_message_params",
+            "status_changed",
+            "last_checked",
+            "created",
+            "updated",
+        ]
 
     def get_base_url_notes(self, obj: Channel) -> list[str]:
         return list(getattr(self, "_base_url_notes", []))

@@ -180,11 +180,11 @@ def attach_health(channels: list[Channel], now: dt.datetime | None = None) -> li
         # disables its channel): its badge says so instead of a stale "Healthy".
         c.health = HealthSummary(
             status=c.status if c.enabled else "disabled",
-            label=c.get_status_display() if c.enabled else "Disabled",
-            message=c.status_message
+            label=c.get_status_display() if c.enabled else gettext("Disabled"),
+            message=c.status_message_text
             if c.enabled
-            else "Not routed: the channel is disabled. "
-            + (c.status_message or "Enable it to route requests to it again."),
+            else gettext("Not routed: the channel is disabled. %(why)s")
+            % {"why": c.status_message_text or gettext("Enable it to route requests to it again.")},
             last_ttft_ms=c.last_ttft_ms,
             error_ratio=(f / n) if n else None,
             samples_24h=n,
@@ -224,7 +224,7 @@ def attention() -> list[Attention]:
             c.name,
             c.status,
             c.get_status_display(),
-            c.status_message
+            c.status_message_text
             or (gettext("Not checked yet: open it and press Check now.") if not c.last_checked else ""),
             reverse("channel_detail", args=[c.pk]),
         )

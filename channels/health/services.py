@@ -24,6 +24,7 @@ from django.utils import timezone
 from channels.choices import ChannelStatus, ProbeSource
 from channels.models import Channel, ModelRoute, ProbeResult, StatusChange
 from channels.signals import routes_changed
+from portal.i18n import Message, set_message, stored
 
 from . import passive
 from .probe import Outcome, Target, list_served_models, probe_many, run_loop
@@ -43,7 +44,7 @@ class ChannelRound:
     passive: ProbeResult | None
     old_status: str
     new_status: str
-    message: str
+    message: Message
     discovered: bool = False  # a route's discovered context window changed
 
     @property
@@ -301,7 +302,7 @@ def _settle(
         current = ch.status
         if force and current == ChannelStatus.CREDENTIALS_REJECTED and outcome is not None and outcome.ok:
             current = ChannelStatus.UNKNOWN  # an admin checked by hand and the key works again
-        new, message = decide(
+        new, decided = decide(
             Evidence(
                 current=current,
                 consecutive_failures=cf,
@@ -317,7 +318,9 @@ def _settle(
             ),
             r,
         )
-        message = message or ch.status_message
+        text = decided if decided is not None else stored(ch, "status_message")
+        columns = text.columns("status_message", 300)
+        message = str(columns["status_message"])
         for row in mine:
             row.status_after = new
         rows.extend(mine)
@@ -328,11 +331,11 @@ def _settle(
             ch.last_ttft_ms = ttft
         if outcome is not None:
             ch.last_active_probe = now
-        if new == old and message == ch.status_message:
+        if new == old and all(getattr(ch, k) == v for k, v in columns.items()):
             quiet.append(ch)
         else:
             fields = {
-                "status_message": message,
+                **columns,
                 "last_checked": now,
                 "last_ttft_ms": ch.last_ttft_ms,
                 "last_active_probe": ch.last_active_probe,
@@ -342,7 +345,9 @@ def _settle(
             moved = Channel.objects.filter(pk=ch.pk, status=old).update(**fields)
             if moved and new != old:
                 moves.append(
-                    StatusChange(channel=ch, created=now, from_status=old, to_status=new, message=message[:300])
+                    StatusChange(
+                        channel=ch, created=now, from_status=old, to_status=new, **text.columns("message", 300)
+                    )
                 )
                 logger.info("channel %s: %s → %s (%s)", ch.name, old, new, message)
             elif not moved:
@@ -351,8 +356,9 @@ def _settle(
         discovered = bool(
             outcome is not None and outcome.served and _discover(ch, outcome.served, now, discovered_routes)
         )
-        ch.status, ch.status_message = new, message
-        done.append(ChannelRound(ch, p.active_row, p.passive_row, old, new, message, discovered))
+        ch.status = new
+        set_message(ch, "status_message", text)
+        done.append(ChannelRound(ch, p.active_row, p.passive_row, old, new, text, discovered))
 
     _insert_for_live_channels(rows, moves)
     Channel.objects.bulk_update(quiet, ["last_checked", "last_ttft_ms", "last_active_probe"], batch_size=500)

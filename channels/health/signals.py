@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 from channels.choices import ChannelStatus
+from channels.services import SETTINGS_CHANGED
+from portal.i18n import set_message
 
 if TYPE_CHECKING:
     from channels.models import Channel
@@ -27,5 +29,5 @@ def reset_status_on_edit(sender: type[Channel], instance: Channel, raw: bool = F
     if instance.status == old.status and old.status != ChannelStatus.UNKNOWN:
         # (channels.services.reset_status_after_edit does the same for the API; this covers every path)
         instance.status = ChannelStatus.UNKNOWN
-        instance.status_message = "Connection settings changed; waiting for the next check."
+        set_message(instance, "status_message", SETTINGS_CHANGED)
         instance.status_changed = timezone.now()

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.utils.translation import gettext_noop
+
 from channels.choices import ChannelStatus as S
+from portal.i18n import Message
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,32 +46,46 @@ class Rules:
     degraded_min_samples: int = 5
 
 
-def decide(e: Evidence, r: Rules) -> tuple[str, str]:
-    """Return (status, message for the operator) for a channel given its latest evidence."""
+def decide(e: Evidence, r: Rules) -> tuple[str, Message | None]:
+    """Return (status, message for the operator) for a channel given its latest evidence; None:
+    keep the message it has."""
     ratio = e.window_failures / e.window_samples if e.window_samples else 0.0
-    pct = f"{ratio:.0%} of {e.window_samples} recent requests/probes failed"
+    pct = Message(
+        gettext_noop("%(percent)s of %(samples)s recent requests/probes failed"),
+        percent=f"{ratio:.0%}",
+        samples=e.window_samples,
+    )
     if e.auth_rejected:
-        return S.CREDENTIALS_REJECTED, (
-            "The upstream rejected the API key (HTTP 401/403). Fix the key on the channel (editing it "
-            "resets the status), or fix it upstream and press Check now. Traffic is not routed here."
+        return S.CREDENTIALS_REJECTED, Message(
+            gettext_noop(
+                "The upstream rejected the API key (HTTP 401/403). Fix the key on the channel (editing it "
+                "resets the status), or fix it upstream and press Check now. Traffic is not routed here."
+            )
         )
     if e.current == S.CREDENTIALS_REJECTED:
-        return S.CREDENTIALS_REJECTED, ""
+        return S.CREDENTIALS_REJECTED, None
     failing = e.consecutive_failures >= r.down_after
     # The ratio only pushes down on a failing check, so a recovering channel is not held down by
     # the failures still in its window.
     ratio_down = not e.last_ok and e.window_samples >= r.down_min_samples and ratio >= r.down_ratio
     if failing or ratio_down:
-        why = (f"{e.consecutive_failures} checks in a row failed" if failing else pct) + (
-            f"; last error: {e.last_error_message}" if e.last_error_message else ""
+        why = (
+            Message(gettext_noop("%(count)s checks in a row failed"), count=e.consecutive_failures) if failing else pct
         )
-        return S.DOWN, _cut(
-            f"Down: {why}. The gateway skips this channel unless nothing else serves the model. "
-            "Check the server is running and reachable from the portal."
+        if e.last_error_message:
+            why = Message(gettext_noop("%(why)s; last error: %(error)s"), why=why, error=e.last_error_message)
+        return S.DOWN, Message(
+            gettext_noop(
+                "Down: %(why)s. The gateway skips this channel unless nothing else serves the model. "
+                "Check the server is running and reachable from the portal."
+            ),
+            why=why,
         )
     if e.current == S.DOWN and e.consecutive_successes < r.up_after:
-        return S.DOWN, _cut(
-            f"Recovering: {e.consecutive_successes} of {r.up_after} successful checks needed to leave down."
+        return S.DOWN, Message(
+            gettext_noop("Recovering: %(count)s of %(needed)s successful checks needed to leave down."),
+            count=e.consecutive_successes,
+            needed=r.up_after,
         )
     slow = e.last_ttft_ms is not None and e.last_ttft_ms > e.ttft_threshold_ms
     # Old failures in the window stop counting once the channel has answered well M times in a row.
@@ -77,22 +94,35 @@ def decide(e: Evidence, r: Rules) -> tuple[str, str]:
         not recovered and e.window_samples >= r.degraded_min_samples and ratio >= r.degraded_ratio
     )
     if slow or partly:
-        reasons = []
+        reasons: list[Message] = []
         if slow:
-            reasons.append(f"time to first token {e.last_ttft_ms:.0f} ms is over {e.ttft_threshold_ms} ms")
+            reasons.append(
+                Message(
+                    gettext_noop("time to first token %(ttft)s ms is over %(threshold)s ms"),
+                    ttft=f"{e.last_ttft_ms:.0f}",
+                    threshold=e.ttft_threshold_ms,
+                )
+            )
         if partly:
-            reasons.append(pct if e.last_ok else f"the last check failed ({e.last_error_message or e.last_error})")
+            failed = Message(
+                gettext_noop("the last check failed (%(error)s)"), error=e.last_error_message or e.last_error
+            )
+            reasons.append(pct if e.last_ok else failed)
+        both = (
+            reasons[0]
+            if len(reasons) == 1
+            else Message(gettext_noop("%(first)s; %(second)s"), first=reasons[0], second=reasons[1])
+        )
         if e.current == S.UNKNOWN and not e.last_ok:
-            return S.UNKNOWN, _cut(f"Not confirmed yet: {'; '.join(reasons)}.")
-        return S.DEGRADED, _cut(
-            f"Degraded: {'; '.join(reasons)}. Still routed, after healthy channels of the same priority."
+            return S.UNKNOWN, Message(gettext_noop("Not confirmed yet: %(reasons)s."), reasons=both)
+        return S.DEGRADED, Message(
+            gettext_noop("Degraded: %(reasons)s. Still routed, after healthy channels of the same priority."),
+            reasons=both,
         )
     if e.current == S.DEGRADED and e.consecutive_successes < r.up_after:
-        return S.DEGRADED, _cut(
-            f"Improving: {e.consecutive_successes} of {r.up_after} good checks needed to return to healthy."
+        return S.DEGRADED, Message(
+            gettext_noop("Improving: %(count)s of %(needed)s good checks needed to return to healthy."),
+            count=e.consecutive_successes,
+            needed=r.up_after,
         )
-    return S.HEALTHY, "Healthy: answering normally."
-
-
-def _cut(text: str) -> str:
-    return text if len(text) <= 300 else text[:299] + "…"
+    return S.HEALTHY, Message(gettext_noop("Healthy: answering normally."))

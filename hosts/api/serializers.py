@@ -8,6 +8,7 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from hosts.models import GPU, Host
+from portal.api.serializers import translated
 from portal.fields import secret_problem, undecryptable
 
 MAX_PRIVATE_KEY_CHARS = 16_384
@@ -50,6 +51,7 @@ class HostSerializer(serializers.ModelSerializer[Host]):
         help_text=_("Unencrypted OpenSSH or PEM private key; write-only."),
     )
     has_private_key = serializers.SerializerMethodField()
+    status_message = translated("status_message")
     secret_problem = serializers.SerializerMethodField(
         help_text=_("Empty, or why the stored private key cannot be used and what to do (this row only).")
     )
@@ -76,6 +78,8 @@ class HostSerializer(serializers.ModelSerializer[Host]):
             "notes",
             "status",
             "status_message",
+            "status_message_code",
+            "status_message_params",
             "last_checked",
             "driver_version",
             "cuda_version",
@@ -89,6 +93,8 @@ class HostSerializer(serializers.ModelSerializer[Host]):
             "seen_host_key_fingerprint",
             "status",
             "status_message",
+            "status_message_code",
+            "status_message_params",
             "last_checked",
             "driver_version",
             "cuda_version",

@@ -42,11 +42,13 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
 from channels import services as channel_services
 from channels.models import Channel
 from portal import audit
 from portal.choices import AuditAction
+from portal.i18n import Message, as_message
 
 from .. import backends, signals
 from ..choices import DeploymentStatus, JobAction, JobState
@@ -75,9 +77,9 @@ class JobConflict(Exception):
 class JobFailed(Exception):
     """A step failed; the message says why and what to do."""
 
-    def __init__(self, message: str, *, exit_code: int | None = None) -> None:
-        super().__init__(message)
-        self.message = message
+    def __init__(self, text: Message | str, *, exit_code: int | None = None) -> None:
+        self.text = as_message(text)
+        super().__init__(self.text.english)
         self.exit_code = exit_code
 
 
@@ -112,7 +114,7 @@ def request_job(deployment: Deployment, action: str, *, user: User | None = None
 def change_state(
     job: LaunchJob,
     state: str,
-    message: str = "",
+    message: Message | str = "",
     *,
     deployment_status: str | None = None,
     guard: bool = False,
@@ -125,10 +127,11 @@ def change_state(
     with (the sweep and a take-over race the worker holding it); returns whether it moved. Never
     writes `worker`/`attempts` unless given: the sweep may have handed the job on meanwhile."""
     now = timezone.now()
+    text = as_message(message)
     values: dict[str, Any] = {
-        "transitions": [*job.transitions, {"state": state, "at": now.isoformat(), "message": message[:500]}],
+        "transitions": [*job.transitions, {"state": state, "at": now.isoformat(), **text.columns("message", 500)}],
         "state": state,
-        "message": message[:1000],
+        **text.columns("message", 1000),
         "heartbeat": now,
         **fields,
     }
@@ -146,7 +149,7 @@ def change_state(
     return True
 
 
-def _move(job: LaunchJob, state: str, message: str = "", **fields: Any) -> None:
+def _move(job: LaunchJob, state: str, message: Message | str = "", **fields: Any) -> None:
     change_state(job, state, message, **fields)
 
 
@@ -277,7 +280,7 @@ def _run_claimed(job: LaunchJob, *, poll: bool = False, watch: float = 0.0) -> f
     delay: float | None = None
     try:
         if not poll:
-            _move(job, JobState.CONNECTING, f"Connecting to {deployment.host}")
+            _move(job, JobState.CONNECTING, Message(gettext_noop("Connecting to %(host)s"), host=deployment.host))
         with ssh.connect(deployment.host, reuse=True) as remote:
             if poll:
                 delay = _await_health(job, deployment, remote)
@@ -291,15 +294,18 @@ def _run_claimed(job: LaunchJob, *, poll: bool = False, watch: float = 0.0) -> f
             if delay is None:
                 _refresh_gpus(deployment.host, remote)
     except ssh.SSHError as exc:
-        ssh.mark_contact(deployment.host, status=exc.status, message=exc.message)
-        _fail(job, exc.message)
+        ssh.mark_contact(deployment.host, status=exc.status, message=exc.text)
+        _fail(job, exc.text)
         return None
     except JobFailed as exc:
-        _fail(job, exc.message, exit_code=exc.exit_code)
+        _fail(job, exc.text, exit_code=exc.exit_code)
         return None
     except Exception as exc:
         logger.exception("launch job %s crashed", job.pk)
-        _fail(job, f"Internal error ({exc.__class__.__name__}); see the worker log.")
+        _fail(
+            job,
+            Message(gettext_noop("Internal error (%(error)s); see the worker log."), error=exc.__class__.__name__),
+        )
         return None
     if delay is None and job.state == JobState.RUNNING and deployment.channel_id:
         signals.channel_registered.send(sender=LaunchJob, channel_id=deployment.channel_id)
@@ -314,9 +320,9 @@ def _refresh_gpus(host: Host, remote: ssh.Remote) -> None:
         logger.info("inventory after a job on host %s failed: %s", host.pk, exc)
 
 
-def _fail(job: LaunchJob, message: str, *, exit_code: int | None = None) -> None:
+def _fail(job: LaunchJob, message: Message, *, exit_code: int | None = None) -> None:
     change_state(job, JobState.FAILED, message, deployment_status=DeploymentStatus.FAILED, exit_code=exit_code)
-    logger.info("launch job %s failed: %s", job.pk, message)
+    logger.info("launch job %s failed: %s", job.pk, message.english)
 
 
 # --- steps ------------------------------------------------------------------------------------------
@@ -335,7 +341,7 @@ def _start(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> int:
     job.command = backends.preview(argv, spec.env, spec.api_key)
     pid, said = commands.start_detached(remote, _dir(deployment), argv, spec.env, impl.secret(spec))
     if pid is None:
-        raise JobFailed(f"Could not start the server: {said[:300]}")
+        raise JobFailed(Message(gettext_noop("Could not start the server: %(said)s"), said=said[:300]))
     return pid
 
 
@@ -347,7 +353,7 @@ def _waiting_since(job: LaunchJob) -> datetime.datetime:
 
 
 def _wait_for_health(
-    job: LaunchJob, deployment: Deployment, remote: ssh.Remote, pid: int, message: str, watch: float = 0.0
+    job: LaunchJob, deployment: Deployment, remote: ssh.Remote, pid: int, message: Message, watch: float = 0.0
 ) -> float | None:
     _move(job, JobState.WAITING_HEALTH, message, pid=pid)
     return _await_health(job, deployment, remote, watch)
@@ -412,7 +418,9 @@ def _probe(deployment: Deployment) -> Any:
     try:
         return impl.context_window(client, root, deployment.upstream_api_key, deployment.served_model_name)
     except (httpx.HTTPError, ValueError) as exc:
-        raise JobFailed(f"The server is up but did not say its context window ({exc}).") from None
+        raise JobFailed(
+            Message(gettext_noop("The server is up but did not say its context window (%(error)s)."), error=exc)
+        ) from None
 
 
 def _check_process(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, pid: int) -> None:
@@ -427,8 +435,14 @@ def _check_process(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, p
     if (timezone.now() - _waiting_since(job)).total_seconds() > timeout:
         commands.kill(remote, pid)
         raise JobFailed(
-            f"No healthy answer from {deployment.base_url.removesuffix('/v1')}/health within {timeout:g} s; the "
-            "server was stopped. Is the port reachable from the portal (firewall)? "
+            Message(
+                gettext_noop(
+                    "No healthy answer from %(url)s/health within %(seconds)s s; the server was stopped. Is the port "
+                    "reachable from the portal (firewall)?"
+                ),
+                url=deployment.base_url.removesuffix("/v1"),
+                seconds=f"{timeout:g}",
+            )
             + explain_failure(log, None, deployment)
         )
 
@@ -446,7 +460,10 @@ def _register(deployment: Deployment, context_window: int | None) -> Channel:
             model_name=deployment.served_model_name,
             upstream_model=deployment.served_model_name,
             context_window=context_window,
-            status_message=f"Started by deployment {deployment.name}; waiting for the first health probe.",
+            status_message=Message(
+                gettext_noop("Started by deployment %(name)s; waiting for the first health probe."),
+                name=deployment.name,
+            ),
         )
         Deployment.objects.filter(pk=deployment.pk).update(channel=channel, context_window=context_window)
         deployment.channel, deployment.context_window = channel, context_window
@@ -463,8 +480,10 @@ def _unowned_channel_at(base_url: str) -> Channel | None:
 
 def _launch(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, watch: float = 0.0) -> float | None:
     with transaction.atomic():  # the rows of one step in one commit (a cold start waits on each)
-        _move(job, JobState.STARTING, "Checking the host")
-        set_status(deployment, DeploymentStatus.STARTING, f"Job #{job.pk} is starting it.")
+        _move(job, JobState.STARTING, Message(gettext_noop("Checking the host")))
+        set_status(
+            deployment, DeploymentStatus.STARTING, Message(gettext_noop("Job #%(job)s is starting it."), job=job.pk)
+        )
     # Everything checked before the start, in one SSH session.
     running, missing, arch, ram, port_taken = commands.ask(
         remote,
@@ -477,29 +496,47 @@ def _launch(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, watch: f
     if running and commands.is_alive(remote, running):
         # Launching twice must not start a second server: take over the one that runs.
         return _wait_for_health(
-            job, deployment, remote, running, f"Already running as PID {running}; not starting a second server.", watch
+            job,
+            deployment,
+            remote,
+            running,
+            Message(gettext_noop("Already running as PID %(pid)s; not starting a second server."), pid=running),
+            watch,
         )
     if missing:
-        raise JobFailed(f"{missing} Nothing was started.")
+        raise JobFailed(Message(gettext_noop("%(missing)s Nothing was started."), missing=missing))
     estimate = check_fit(deployment, arch=arch, ram_mib=ram if deployment.backend == "llamacpp" else None)
     if (refusal := fit_refusal(estimate)) and not deployment.fit_override:
         raise JobFailed(refusal)
     if port_taken:
         raise JobFailed(
-            f"Port {deployment.port} is already in use on {deployment.host}: choose another port or stop what holds it."
+            Message(
+                gettext_noop("Port %(port)s is already in use on %(host)s: choose another port or stop what holds it."),
+                port=deployment.port,
+                host=deployment.host,
+            )
         )
     try:
         multinode.start_cluster(deployment, remote)  # a Ray cluster when the deployment spans hosts
     except multinode.ClusterError as exc:
-        raise JobFailed(exc.message) from None
+        raise JobFailed(exc.text) from None
     pid = _start(job, deployment, remote)
     with transaction.atomic():
-        set_status(deployment, DeploymentStatus.STARTING, f"Started as PID {pid}; waiting for health.", pid=pid)
+        set_status(
+            deployment,
+            DeploymentStatus.STARTING,
+            Message(gettext_noop("Started as PID %(pid)s; waiting for health."), pid=pid),
+            pid=pid,
+        )
         LaunchJob.objects.filter(pk=job.pk).update(command=job.command)
         _move(
             job,
             JobState.WAITING_HEALTH,
-            f"Started as PID {pid}; waiting for {deployment.base_url.removesuffix('/v1')}/health",
+            Message(
+                gettext_noop("Started as PID %(pid)s; waiting for %(url)s/health"),
+                pid=pid,
+                url=deployment.base_url.removesuffix("/v1"),
+            ),
             pid=pid,
         )
     return _await_health(job, deployment, remote, watch)
@@ -510,9 +547,12 @@ def _finish_healthy(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, 
     what is only shown: the log's end and the allocation the server reported."""
     with transaction.atomic():  # one commit; the waiting cold start hears of it after it
         channel = _register(deployment, ctx)
-        message = (
-            f"Serving {deployment.served_model_name} on {deployment.base_url} (context {ctx or 'unknown'}); "
-            f"channel {channel.name}."
+        message = Message(
+            gettext_noop("Serving %(model)s on %(url)s (context %(context)s); channel %(channel)s."),
+            model=deployment.served_model_name,
+            url=deployment.base_url,
+            context=ctx or Message(gettext_noop("unknown")),
+            channel=channel.name,
         )
         set_status(deployment, DeploymentStatus.RUNNING, message, pid=pid)
         _move(job, JobState.RUNNING, message, pid=pid)
@@ -521,23 +561,38 @@ def _finish_healthy(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, 
 
 
 def _stop(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
-    _move(job, JobState.STOPPING, "Stopping the server")
-    set_status(deployment, DeploymentStatus.STOPPING, f"Job #{job.pk} is stopping it.")
+    _move(job, JobState.STOPPING, Message(gettext_noop("Stopping the server")))
+    set_status(deployment, DeploymentStatus.STOPPING, Message(gettext_noop("Job #%(job)s is stopping it."), job=job.pk))
     pids = {p for p in (deployment.pid, commands.read_pidfile(remote, _dir(deployment))) if p}
     for pid in pids:
         if commands.is_alive(remote, pid) and not commands.kill(remote, pid):
-            raise JobFailed(f"PID {pid} survived TERM and KILL on {deployment.host}; check the host.")
+            raise JobFailed(
+                Message(
+                    gettext_noop("PID %(pid)s survived TERM and KILL on %(host)s; check the host."),
+                    pid=pid,
+                    host=deployment.host,
+                )
+            )
     commands.remove_pidfile(remote, _dir(deployment))
     if problems := multinode.stop_cluster(deployment, remote):
-        raise JobFailed("Ray could not be stopped on every node: " + "; ".join(problems))
+        raise JobFailed(
+            Message(gettext_noop("Ray could not be stopped on every node: %(problems)s"), problems="; ".join(problems))
+        )
     if deployment.channel_id:
         channel_services.disable_served_channel(
             deployment.channel_id,
-            status_message=f"Deployment {deployment.name} was stopped; launch it to re-enable.",
+            status_message=Message(
+                gettext_noop("Deployment %(name)s was stopped; launch it to re-enable."), name=deployment.name
+            ),
         )
-    set_status(deployment, DeploymentStatus.STOPPED, "Stopped.", pid=None)
+    set_status(deployment, DeploymentStatus.STOPPED, Message(gettext_noop("Stopped.")), pid=None)
     if job.action == JobAction.STOP:
-        _move(job, JobState.STOPPED, "Stopped; the channel is disabled.", log_tail=_log_tail(remote, deployment))
+        _move(
+            job,
+            JobState.STOPPED,
+            Message(gettext_noop("Stopped; the channel is disabled.")),
+            log_tail=_log_tail(remote, deployment),
+        )
 
 
 _API_KEY_ARG = re.compile(r"--api-key(?:=|\s+)(\S+)")
@@ -545,7 +600,7 @@ _API_KEY_ARG = re.compile(r"--api-key(?:=|\s+)(\S+)")
 
 def _adopt(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> float | None:
     """Take over a server already running on the deployment's port (started by us or by hand)."""
-    _move(job, JobState.STARTING, "Looking for a running server")
+    _move(job, JobState.STARTING, Message(gettext_noop("Looking for a running server")))
     pid = commands.read_pidfile(remote, _dir(deployment))
     if not (pid and commands.is_alive(remote, pid)):
         impl = backends.get(deployment.backend)
@@ -562,10 +617,17 @@ def _adopt(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> float 
                 break
     if not pid:
         raise JobFailed(
-            f"No {deployment.get_backend_display()} server found on port {deployment.port} of {deployment.host}."
+            Message(
+                gettext_noop("No %(backend)s server found on port %(port)s of %(host)s."),
+                backend=deployment.get_backend_display(),
+                port=deployment.port,
+                host=deployment.host,
+            )
         )
     commands.write_pidfile(remote, _dir(deployment), pid)
-    return _wait_for_health(job, deployment, remote, pid, f"Found PID {pid}; checking its health")
+    return _wait_for_health(
+        job, deployment, remote, pid, Message(gettext_noop("Found PID %(pid)s; checking its health"), pid=pid)
+    )
 
 
 def _orphaned(job: LaunchJob, here: str) -> bool:
@@ -599,7 +661,12 @@ def _take_over(job: LaunchJob, user: User | None = None) -> bool:
     now = timezone.now()
     if not _dead(job, now, socket.gethostname()):
         return False
-    message = f"Taken over by Stop{f' ({user})' if user else ''}: the worker running this job had stopped."
+    if user:
+        message = Message(
+            gettext_noop("Taken over by Stop (%(user)s): the worker running this job had stopped."), user=user
+        )
+    else:
+        message = Message(gettext_noop("Taken over by Stop: the worker running this job had stopped."))
     return change_state(job, JobState.FAILED, message, guard=True, worker="")
 
 
@@ -618,15 +685,21 @@ def recover_stale_jobs(now: datetime.datetime | None = None) -> int:
             if job.attempts < settings.HOSTS_JOB_MAX_ATTEMPTS:
                 count += _redeliver(job)
                 continue
-            message = (
-                f"The worker stopped during this job {job.attempts} times (it was "
-                f"{job.get_state_display().lower()}). The server may still be running on the host: use Adopt "
-                "to take it over, or Launch again."
+            message = Message(
+                gettext_noop(
+                    "The worker stopped during this job %(attempts)s times (it was %(state)s). The server may still "
+                    "be running on the host: use Adopt to take it over, or Launch again."
+                ),
+                attempts=job.attempts,
+                state=job.get_state_display().lower(),
             )
         elif not job.worker and (job.heartbeat or job.created) < unclaimed_cutoff:
-            message = (
-                f"No worker picked this job up within {settings.HOSTS_QUEUED_JOB_SECONDS:g} s: is a Celery worker "
-                "running (`portal up` starts one)? Request it again once one is."
+            message = Message(
+                gettext_noop(
+                    "No worker picked this job up within %(seconds)s s: is a Celery worker running (`portal up` "
+                    "starts one)? Request it again once one is."
+                ),
+                seconds=f"{settings.HOSTS_QUEUED_JOB_SECONDS:g}",
             )
         else:
             continue
@@ -638,9 +711,11 @@ def recover_stale_jobs(now: datetime.datetime | None = None) -> int:
 
 
 def _redeliver(job: LaunchJob) -> int:
-    message = f"The worker running this job stopped ({job.worker}); handed to another worker."
+    message = Message(
+        gettext_noop("The worker running this job stopped (%(worker)s); handed to another worker."), worker=job.worker
+    )
     moved = change_state(job, job.state, message, guard=True, worker="")
     if moved:
-        logger.warning("launch job %s: %s", job.pk, message)
+        logger.warning("launch job %s: %s", job.pk, message.english)
         signals.job_requested.send(sender=LaunchJob, job_id=job.pk)
     return int(moved)

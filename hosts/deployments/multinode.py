@@ -35,7 +35,9 @@ from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
-from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
+
+from portal.i18n import Message, as_message, cleared
 
 from ..choices import NodeRole, RayState
 from ..models import Deployment, DeploymentNode, Host
@@ -50,9 +52,13 @@ _NODE_LINE = re.compile(r"^\s*\d+\s+node_\S+", re.M)
 class ClusterError(Exception):
     """The Ray cluster could not be started; `message` says why and what to do."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+    def __init__(self, text: Message | str) -> None:
+        self.text = as_message(text)
+        super().__init__(self.text.english)
+
+    @property
+    def message(self) -> str:
+        return self.text.render()
 
 
 def workers(deployment: Deployment) -> list[Host]:
@@ -79,7 +85,7 @@ def layout(deployment: Deployment) -> dict[str, Any] | None:
     }
 
 
-def _record_node(deployment: Deployment, host: Host, pid: int | None, state: str, message: str = "") -> None:
+def _record_node(deployment: Deployment, host: Host, pid: int | None, state: str, message: Message | str = "") -> None:
     role = NodeRole.HEAD if host.pk == deployment.host_id else NodeRole.WORKER
     DeploymentNode.objects.update_or_create(
         deployment=deployment,
@@ -88,7 +94,7 @@ def _record_node(deployment: Deployment, host: Host, pid: int | None, state: str
             "role": role,
             "ray_pid": pid,
             "ray_state": state,
-            "message": message[:300],
+            **as_message(message).columns("message", 300),
             "last_checked": timezone.now(),
         },
     )
@@ -146,7 +152,9 @@ def _start_node(deployment: Deployment, remote: ssh.Remote, argv: list[str], add
         commands.kill(remote, old, grace=5)
     pid, said = commands.start_detached(remote, folder, argv, _env(deployment, address), name="ray")
     if pid is None:
-        raise ClusterError(f"Could not start Ray on {remote.host}: {said[:300]}")
+        raise ClusterError(
+            Message(gettext_noop("Could not start Ray on %(host)s: %(said)s"), host=remote.host, said=said[:300])
+        )
     return pid
 
 
@@ -182,8 +190,17 @@ def start_cluster(deployment: Deployment, head: ssh.Remote) -> None:
         while (seen := _count_nodes(head, deployment)) < want:
             if time.monotonic() > deadline:
                 raise ClusterError(
-                    f"Ray lists {seen} of {want} nodes after {settings.HOSTS_HEALTH_TIMEOUT:g} s: can the workers "
-                    f"reach {head_address(deployment)} over {deployment.network_interface} (firewall)?"
+                    Message(
+                        gettext_noop(
+                            "Ray lists %(seen)s of %(want)s nodes after %(seconds)s s: can the workers reach "
+                            "%(head)s over %(interface)s (firewall)?"
+                        ),
+                        seen=seen,
+                        want=want,
+                        seconds=f"{settings.HOSTS_HEALTH_TIMEOUT:g}",
+                        head=head_address(deployment),
+                        interface=deployment.network_interface,
+                    )
                 )
             time.sleep(settings.HOSTS_HEALTH_POLL)  # Ray offers nothing to wait on over SSH
     except ClusterError:
@@ -191,7 +208,7 @@ def start_cluster(deployment: Deployment, head: ssh.Remote) -> None:
         raise
     except ssh.SSHError as exc:
         stop_cluster(deployment, head)
-        raise ClusterError(f"Could not reach a worker host: {exc.message}") from None
+        raise ClusterError(Message(gettext_noop("Could not reach a worker host: %(error)s"), error=exc.text)) from None
     logger.info("ray cluster of deployment %s is up on %s nodes", deployment.pk, len(started))
 
 
@@ -209,11 +226,14 @@ def stop_cluster(deployment: Deployment, head: ssh.Remote | None = None) -> list
                 with ssh.connect(node) as remote:
                     _stop_node(deployment, remote)
         except ssh.SSHError as exc:
-            problems.append(f"{node}: {exc.message}")
-            _record_node(deployment, node, None, RayState.UNREACHABLE, exc.message)
+            problems.append(f"{node}: {exc.text.english}")
+            _record_node(deployment, node, None, RayState.UNREACHABLE, exc.text)
         else:  # a node the supervisor found dead stays so on the page: that is why it was stopped
             DeploymentNode.objects.filter(deployment=deployment, host=node).exclude(ray_state=RayState.DEAD).update(
-                ray_pid=None, ray_state=RayState.STOPPED, message="", last_checked=timezone.now()
+                ray_pid=None,
+                ray_state=RayState.STOPPED,
+                last_checked=timezone.now(),
+                **cleared("message"),
             )
     return problems
 
@@ -232,7 +252,7 @@ class DeadNode:
     """A node whose Ray process the supervisor found gone: which, and what its log said last."""
 
     node: DeploymentNode
-    reason: str
+    reason: Message
     log: str
 
 
@@ -253,13 +273,15 @@ def check_nodes(deployment: Deployment, head: ssh.Remote) -> DeadNode | None:
                 with ssh.connect(node.host) as remote:
                     found = _look_at_node(node, remote, folder)
         except ssh.SSHError as exc:
-            ssh.mark_contact(node.host, status=exc.status, message=exc.message)
+            ssh.mark_contact(node.host, status=exc.status, message=exc.text)
             DeploymentNode.objects.filter(pk=node.pk).update(
-                ray_state=RayState.UNREACHABLE, message=exc.message[:300], last_checked=now
+                ray_state=RayState.UNREACHABLE, last_checked=now, **exc.text.columns("message", 300)
             )
             continue
         if found is None:
-            DeploymentNode.objects.filter(pk=node.pk).update(ray_state=RayState.RUNNING, message="", last_checked=now)
+            DeploymentNode.objects.filter(pk=node.pk).update(
+                ray_state=RayState.RUNNING, last_checked=now, **cleared("message")
+            )
         elif dead is None:
             dead = found
     return dead
@@ -271,15 +293,11 @@ def _look_at_node(node: DeploymentNode, remote: ssh.Remote, folder: str) -> Dead
         return None
     log = commands.log_tail(remote, folder, "", name="ray")
     if node.role == NodeRole.HEAD:
-        reason = _("Ray on the head node %(host)s (%(address)s) is gone (PID %(pid)s).")
+        code = gettext_noop("Ray on the head node %(host)s (%(address)s) is gone (PID %(pid)s).")
     else:
-        reason = _("Ray on the worker node %(host)s (%(address)s) is gone (PID %(pid)s).")
-    reason = reason % {
-        "host": node.host.name,
-        "address": node.host.address,
-        "pid": pid or "?",
-    }
+        code = gettext_noop("Ray on the worker node %(host)s (%(address)s) is gone (PID %(pid)s).")
+    reason = Message(code, host=node.host.name, address=node.host.address, pid=pid or "?")
     DeploymentNode.objects.filter(pk=node.pk).update(
-        ray_state=RayState.DEAD, ray_pid=None, message=reason[:300], last_checked=timezone.now()
+        ray_state=RayState.DEAD, ray_pid=None, last_checked=timezone.now(), **reason.columns("message", 300)
     )
     return DeadNode(node=node, reason=reason, log=log)

@@ -16,10 +16,12 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from channels.models import Model
 from portal import audit, faults
 from portal.choices import AuditAction
+from portal.i18n import Message, as_message
 
 from .. import backends, calibration, fit, signals
 from ..choices import DeploymentStatus
@@ -40,7 +42,7 @@ NETWORK_INTERFACE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")  # what Linux accepts
 def set_status(
     deployment: Deployment,
     status: str,
-    message: str = "",
+    message: Message | str = "",
     *,
     expect: str | None = None,
     automatic: bool = False,
@@ -61,7 +63,8 @@ def set_status(
         alert = True  # how the supervisor's restart ended is news; the supervisor reads FAILED next
         if status == DeploymentStatus.RUNNING:
             fields["restarting"] = False
-    fields.update(status=status, status_message=message[:500])
+    text = as_message(message)
+    fields.update(status=status, **text.columns("status_message", 500))
     rows = Deployment.objects.filter(pk=deployment.pk)
     if expect is not None:
         rows = rows.filter(status=expect)
@@ -76,7 +79,7 @@ def set_status(
         deployment=deployment,
         previous=previous,
         status=status,
-        message=message[:500],
+        **text.columns("message", 500),
         automatic=automatic,
         exit_code=exit_code,
         log_tail=log_tail[-20000:],
@@ -84,7 +87,7 @@ def set_status(
     audit.record(
         AuditAction.ACTION,
         deployment,
-        message=f"{DeploymentStatus(previous).label} → {DeploymentStatus(status).label}: {message}"[:1000],
+        message=f"{DeploymentStatus(previous).label} → {DeploymentStatus(status).label}: {text.english}"[:1000],
     )
     if alert:
         transaction.on_commit(lambda: signals.deployment_event.send(sender=DeploymentEvent, event_id=event.pk))
@@ -385,22 +388,34 @@ def check_fit(
     return result
 
 
-def fit_refusal(estimate: dict[str, Any]) -> str:
-    """Why a launch is refused on the estimate, with what would make it fit ("" when it is not)."""
+def fit_refusal(estimate: dict[str, Any]) -> Message | None:
+    """Why a launch is refused on the estimate, with what would make it fit (None when it is not)."""
     if estimate.get("verdict") != "does_not_fit":
-        return ""
+        return None
     if estimate.get("problems"):
-        return "Refused before launch: " + " ".join(estimate["problems"])
-    short = f" ({estimate['short']} is short)" if estimate.get("short") else ""
-    message = (
-        f"Does not fit{short}: needs about {estimate.get('total_gib')} GiB, {estimate.get('available_gib')} GiB "
-        "available"
-    )
+        return Message(gettext_noop("Refused before launch: %(problems)s"), problems=" ".join(estimate["problems"]))
+    sizes = {"need": estimate.get("total_gib"), "available": estimate.get("available_gib")}
+    if estimate.get("short"):
+        why = Message(
+            gettext_noop("Does not fit (%(short)s is short): needs about %(need)s GiB, %(available)s GiB available"),
+            short=estimate["short"],
+            **sizes,
+        )
+    else:
+        why = Message(gettext_noop("Does not fit: needs about %(need)s GiB, %(available)s GiB available"), **sizes)
     if estimate.get("max_context"):
-        message += f"; the largest context that fits is {estimate['max_context']}"
+        why = Message(
+            gettext_noop("%(why)s; the largest context that fits is %(context)s"),
+            why=why,
+            context=estimate["max_context"],
+        )
     if estimate.get("advice"):
-        message += f"; smallest change that fits: {estimate['advice'][0]['change']}"
-    return message + ". Change the deployment, or tick \u201claunch even if it does not fit\u201d."
+        why = Message(
+            gettext_noop("%(why)s; smallest change that fits: %(change)s"),
+            why=why,
+            change=estimate["advice"][0]["change"],
+        )
+    return Message(gettext_noop("%(why)s. Change the deployment, or tick “launch even if it does not fit”."), why=why)
 
 
 def record_allocation(deployment: Deployment, remote: Remote) -> dict[str, Any]:

@@ -34,13 +34,14 @@ import httpx
 from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
-from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from channels import services as channel_services
+from portal.i18n import Message, as_message, stored
 
 from .. import backends
 from ..choices import DeploymentStatus, JobAction
-from ..diagnose import explain_failure
+from ..diagnose import explain_failure, without_log_lines
 from ..models import Deployment, DeploymentEvent, LaunchJob
 from ..remote import commands, ssh
 from . import jobs, multinode
@@ -68,7 +69,7 @@ def supervise(now: dt.datetime | None = None) -> dict[str, int]:
         counts["crashed"] += _crashed(
             deployment,
             now,
-            reason=deployment.status_message,
+            reason=stored(deployment, "status_message"),
             exit_code=job.exit_code if job else None,
             log=job.log_tail if job else "",
         )
@@ -106,13 +107,16 @@ def _check(deployment: Deployment, now: dt.datetime) -> int:
                 return 0
             log = commands.log_tail(remote, folder, deployment.upstream_api_key)
             commands.kill(remote, deployment.pid, grace=5)
-            reason = _(
-                "The process was alive but its health endpoint did not answer %(checks)s checks in a row; "
-                "it was stopped as hung."
-            ) % {"checks": deployment.unhealthy_checks}
+            reason = Message(
+                gettext_noop(
+                    "The process was alive but its health endpoint did not answer %(checks)s checks in a row; "
+                    "it was stopped as hung."
+                ),
+                checks=deployment.unhealthy_checks,
+            )
             return _crashed(deployment, now, reason=reason, exit_code=None, log=log)
     except ssh.SSHError as exc:
-        ssh.mark_contact(deployment.host, status=exc.status, message=exc.message)
+        ssh.mark_contact(deployment.host, status=exc.status, message=exc.text)
         return 0
 
 
@@ -138,27 +142,39 @@ def backoff_seconds(restarts: int) -> float:
     return min(base * 2.0**restarts, float(settings.HOSTS_RESTART_BACKOFF_MAX_SECONDS))
 
 
-def _crashed(deployment: Deployment, now: dt.datetime, *, reason: str, exit_code: int | None, log: str) -> int:
-    reason = reason.split(" Last log lines:", 1)[0]  # the lines themselves are kept on the event
+def _crashed(
+    deployment: Deployment, now: dt.datetime, *, reason: Message | str, exit_code: int | None, log: str
+) -> int:
+    why = without_log_lines(as_message(reason))  # the lines themselves are kept on the event
     restarts = restarts_within_hour(deployment, now)
     limit = deployment.max_restarts_per_hour
     next_restart_at = None
     if not deployment.auto_restart:
         status = DeploymentStatus.CRASHED
-        message = _("Crashed: %(reason)s Automatic restart is off: launch it again.") % {"reason": reason}
+        message = Message(gettext_noop("Crashed: %(reason)s Automatic restart is off: launch it again."), reason=why)
     elif restarts >= limit:
         status = DeploymentStatus.CRASH_LOOP
-        message = _(
-            "Crash loop: it crashed again after %(restarts)s automatic restarts within an hour (%(reason)s). "
-            "Automatic restarts have stopped: fix the cause, then launch it again."
-        ) % {"restarts": restarts, "reason": reason.rstrip(".")}
+        message = Message(
+            gettext_noop(
+                "Crash loop: it crashed again after %(restarts)s automatic restarts within an hour. %(reason)s "
+                "Automatic restarts have stopped: fix the cause, then launch it again."
+            ),
+            restarts=restarts,
+            reason=why,
+        )
     else:
         status = DeploymentStatus.CRASHED
         delay = backoff_seconds(restarts)
         next_restart_at = now + dt.timedelta(seconds=delay)
-        message = _(
-            "Crashed: %(reason)s Restarting in %(seconds)s s (automatic restart %(number)s of %(limit)s this hour)."
-        ) % {"reason": reason, "seconds": f"{delay:g}", "number": restarts + 1, "limit": limit}
+        message = Message(
+            gettext_noop(
+                "Crashed: %(reason)s Restarting in %(seconds)s s (automatic restart %(number)s of %(limit)s this hour)."
+            ),
+            reason=why,
+            seconds=f"{delay:g}",
+            number=restarts + 1,
+            limit=limit,
+        )
     moved = set_status(
         deployment,
         status,
@@ -175,22 +191,24 @@ def _crashed(deployment: Deployment, now: dt.datetime, *, reason: str, exit_code
     )
     if not moved:
         return 0
-    logger.warning("deployment %s: %s", deployment.pk, message)
+    logger.warning("deployment %s: %s", deployment.pk, message.english)
     if deployment.channel_id:
         channel_services.take_served_channel_down(
             deployment.channel_id,
-            status_message=_("Deployment %(name)s crashed; out of routing until it runs again.")
-            % {"name": deployment.name},
+            status_message=Message(
+                gettext_noop("Deployment %(name)s crashed; out of routing until it runs again."), name=deployment.name
+            ),
         )
     return 1
 
 
 def _restart(deployment: Deployment, now: dt.datetime) -> int:
     number = restarts_within_hour(deployment, now) + 1
-    message = _("Automatic restart %(number)s of %(limit)s this hour.") % {
-        "number": number,
-        "limit": deployment.max_restarts_per_hour,
-    }
+    message = Message(
+        gettext_noop("Automatic restart %(number)s of %(limit)s this hour."),
+        number=number,
+        limit=deployment.max_restarts_per_hour,
+    )
     if not set_status(
         deployment,
         DeploymentStatus.STARTING,

@@ -9,15 +9,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from portal.permissions import AdminRequiredMixin
-from portal.ui import ConfirmView, FilteredListView, ObjectDeleteView, names
+from portal.ui import ConfirmView, FilteredListView, ObjectDeleteView, ObjectFormView, names
 
 from ..choices import JobAction, NodeRole
 from ..downloads import services as downloads
@@ -91,54 +92,67 @@ def deployment_fit_preview(request: AuthenticatedHttpRequest, host_pk: int) -> H
     return render(request, "hosts/_deploy_fit_live.html", context)
 
 
-@admin_required
-@require_http_methods(["GET", "POST"])
-def deployment_create(request: AuthenticatedHttpRequest, host_pk: int) -> HttpResponse:
-    host = get_object_or_404(Host, pk=host_pk)
-    return _deployment_form(request, host, None)
+class DeploymentFormView(AdminRequiredMixin, ObjectFormView):
+    """Create a deployment on a host (`host_pk`) or edit one (`pk`; refused while it runs). "Preview
+    command and fit" re-renders the valid form with the command and the estimate, saving nothing."""
+
+    request: AuthenticatedHttpRequest
+    permission_denied_message = DENIED
+    form_class = DeploymentForm
+    queryset = Deployment.objects.select_related("host")
+    template_name = "hosts/deploy_form.html"
+    success = "deployment_detail"
+    title = (_("New deployment on %(host)s"), _("Edit %(name)s"))
+    saved = (_("Deployment %(deployment)s saved. Check the fit, then launch it."),) * 2
+    invalid_status = 200  # as the page always answered; the browser shows the errors either way
+
+    def get_object(self) -> Deployment | None:
+        deployment: Deployment | None = super().get_object()
+        self.host = deployment.host if deployment else get_object_or_404(Host, pk=self.kwargs["host_pk"])
+        return deployment
+
+    def check(self, obj: Deployment) -> None:
+        services.check_changeable(obj)
+
+    def get_form_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"host": self.host, "instance": self.object}
+        if self.creating and self.request.method == "GET":
+            gpus = list(self.host.gpus.values_list("index", flat=True))
+            kwargs["initial"] = {"gpu_indices": gpus[:1], "port": 8000, "backend": "vllm"}
+            kwargs["initial"].update(downloads.offered_initial(self.request.GET))  # "already on this host"
+        return kwargs
+
+    def save(self, form: DeploymentForm) -> Deployment:
+        deployment = form.save(self.request.user)
+        services.check_fit(deployment, arch=services.host_architecture(deployment))
+        return deployment
+
+    def saved_message(self, obj: Deployment, form: DeploymentForm) -> str:
+        return str(self.saved[0]) % {"deployment": obj}
+
+    def get_cancel_url(self) -> str:
+        if self.object is not None:
+            return self.get_success_url(self.object)
+        return reverse("host_detail", args=[self.host.pk])
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        if self.creating:
+            context["title"] = str(self.title[0]) % {"host": self.host.name}
+        context.update(host=self.host, deployment=self.object)
+        context["on_host"] = downloads.downloaded_on(self.host) if self.creating else []
+        return context
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if "preview" not in request.POST:
+            return super().post(request, *args, **kwargs)
+        form = DeploymentForm(request.POST, **self.get_form_kwargs())
+        preview = _preview_context(form) if form.is_valid() else {}
+        return render(request, self.template_name, self.get_context_data(form=form, **preview))
 
 
-@admin_required
-@require_http_methods(["GET", "POST"])
-def deployment_edit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-    deployment = get_object_or_404(Deployment.objects.select_related("host"), pk=pk)
-    try:
-        services.check_changeable(deployment)
-    except ValidationError as exc:
-        messages.error(request, " ".join(exc.messages))
-        return redirect("deployment_detail", pk=pk)
-    return _deployment_form(request, deployment.host, deployment)
-
-
-def _deployment_form(request: AuthenticatedHttpRequest, host: Host, instance: Deployment | None) -> HttpResponse:
-    context: dict[str, Any] = {"host": host, "deployment": instance}
-    if request.method == "POST":
-        form = DeploymentForm(request.POST, host=host, instance=instance)
-        if form.is_valid():
-            if "preview" in request.POST:
-                context.update(_preview_context(form))
-            else:
-                deployment = form.save(request.user)
-                services.check_fit(deployment, arch=services.host_architecture(deployment))
-                messages.success(
-                    request,
-                    _("Deployment %(deployment)s saved. Check the fit, then launch it.") % {"deployment": deployment},
-                )
-                return redirect("deployment_detail", pk=deployment.pk)
-    else:
-        initial = None
-        if instance is None:
-            gpus = list(host.gpus.values_list("index", flat=True))
-            initial = {"gpu_indices": gpus[:1], "port": 8000, "backend": "vllm"}
-            initial.update(downloads.offered_initial(request.GET))  # "already on this host"
-        form = (
-            DeploymentForm(host=host, instance=instance, initial=initial)
-            if initial
-            else DeploymentForm(host=host, instance=instance)
-        )
-    context["form"] = form
-    context["on_host"] = downloads.downloaded_on(host) if instance is None else []
-    return render(request, "hosts/deploy_form.html", context)
+deployment_create = DeploymentFormView.as_view()
+deployment_edit = DeploymentFormView.as_view()
 
 
 @admin_required

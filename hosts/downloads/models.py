@@ -9,6 +9,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from portal import i18n
 from portal.choices import labelled
 from portal.fields import EncryptedTextField
 from portal.models import TimeStampedModel
@@ -69,6 +70,9 @@ class ModelDownload(TimeStampedModel):
     )
     state = models.CharField(max_length=16, choices=DownloadState, default=DownloadState.QUEUED)
     message = models.CharField(max_length=1000, blank=True)
+    message_code = i18n.code_field()
+    message_params = i18n.params_field()
+    message_text = i18n.TranslatedText("message")
     transitions = models.JSONField(default=list, blank=True)
     commit = models.CharField(max_length=64, blank=True, help_text=_("The revision resolved to a commit."))
     local_path = models.CharField(max_length=500, blank=True, help_text=_("The download folder on the host."))

@@ -25,9 +25,11 @@ from django.db.models import Q
 from django.template.defaultfilters import filesizeformat
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from portal import audit
 from portal.choices import AuditAction
+from portal.i18n import Message, as_message
 
 from ..backends.base import Secret
 from ..models import Host
@@ -63,9 +65,15 @@ TOOLS = {
 
 
 class DownloadFailed(Exception):
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+    """A step failed: `text` is stored on the job, `message` is it in the reader's language."""
+
+    def __init__(self, text: Message | str) -> None:
+        self.text = as_message(text)
+        super().__init__(self.text.english)
+
+    @property
+    def message(self) -> str:
+        return self.text.render()
 
 
 class DownloadConflict(Exception):
@@ -118,7 +126,7 @@ def request_download(
     for _attempt in range(3):
         try:
             with transaction.atomic():
-                job.transitions = [_transition(DownloadState.QUEUED, "")]
+                job.transitions = [{"state": DownloadState.QUEUED, "at": timezone.now().isoformat(), "message": ""}]
                 job.save(force_insert=True)
         except IntegrityError:
             running = ModelDownload.objects.active().filter(**fields).first()
@@ -138,33 +146,29 @@ def cancel(job: ModelDownload, *, user: User | None = None) -> ModelDownload:
     """Stop the remote process (when the host answers) and mark the job cancelled."""
     if not job.is_active:
         raise DownloadConflict(_("Download #%(id)s has already finished.") % {"id": job.pk})
-    note = ""
+    text = Message(gettext_noop("Cancelled%(by)s."), by=f" ({user})" if user else "")
     if job.pid:
         try:
             with ssh.connect(job.host) as conn:
                 remote.stop(conn, job.pid)
         except ssh.SSHError as exc:
-            note = " " + _("The host did not answer (%(error)s): the download may still run there.") % {
-                "error": exc.message
-            }
-    by = f" ({user})" if user else ""
-    _move(job, DownloadState.CANCELLED, _("Cancelled%(by)s.") % {"by": by} + note, token="", pid=None)
+            text += Message(
+                gettext_noop("The host did not answer (%(error)s): the download may still run there."), error=exc.text
+            )
+    _move(job, DownloadState.CANCELLED, text, token="", pid=None)
     audit.record(AuditAction.ACTION, job, message=f"Download cancelled (download #{job.pk})", actor=user)
     return job
 
 
 # --- the step ---------------------------------------------------------------------------------------
-def _transition(state: str, message: str) -> dict[str, Any]:
-    return {"state": state, "at": timezone.now().isoformat(), "message": message[:500]}
-
-
-def _move(job: ModelDownload, state: str, message: str = "", **fields: Any) -> bool:
+def _move(job: ModelDownload, state: str, message: Message | str = "", **fields: Any) -> bool:
     """Change the job's state unless it has finished meanwhile (a cancel): one conditional UPDATE."""
     now = timezone.now()
+    text = as_message(message)
     fields.update(
         state=state,
-        message=message[:1000],
-        transitions=[*job.transitions, _transition(state, message)],
+        **text.columns("message", 1000),
+        transitions=[*job.transitions, {"state": state, "at": now.isoformat(), **text.columns("message", 500)}],
         updated=now,
     )
     if state in FINISHED:
@@ -211,13 +215,13 @@ def advance(job_id: int) -> bool:
     try:
         _step(job)
     except DownloadFailed as exc:
-        _move(job, DownloadState.FAILED, exc.message)
+        _move(job, DownloadState.FAILED, exc.text)
     except Exception as exc:
         logger.exception("download %s crashed", job.pk)
         _move(
             job,
             DownloadState.FAILED,
-            _("Internal error (%(error)s); see the worker log.") % {"error": type(exc).__name__},
+            Message(gettext_noop("Internal error (%(error)s); see the worker log."), error=type(exc).__name__),
         )
     finally:
         ModelDownload.objects.filter(pk=job_id).update(lease_until=None, polled=timezone.now())
@@ -240,11 +244,12 @@ def _step(job: ModelDownload) -> None:
             elif job.state == DownloadState.VERIFYING:
                 _verifying(job, conn)
     except ssh.SSHError as exc:
-        ssh.mark_contact(job.host, status=exc.status, message=exc.message)
+        ssh.mark_contact(job.host, status=exc.status, message=exc.text)
         if job.state in (DownloadState.QUEUED, DownloadState.CHECKING):
-            raise DownloadFailed(exc.message) from None
+            raise DownloadFailed(exc.text) from None
         # The download runs on the host by itself: keep polling until the host answers again.
-        _update(job, message=_("The host does not answer (%(error)s); trying again.") % {"error": exc.message})
+        again = Message(gettext_noop("The host does not answer (%(error)s); trying again."), error=exc.text)
+        _update(job, **again.columns("message", 1000))
 
 
 def _check(job: ModelDownload, conn: ssh.Remote) -> None:
@@ -252,8 +257,12 @@ def _check(job: ModelDownload, conn: ssh.Remote) -> None:
     _move(
         job,
         DownloadState.CHECKING,
-        _("Listing the files of %(repo)s at %(revision)s from %(endpoint)s.")
-        % {"repo": job.repo_id, "revision": job.revision, "endpoint": endpoint},
+        Message(
+            gettext_noop("Listing the files of %(repo)s at %(revision)s from %(endpoint)s."),
+            repo=job.repo_id,
+            revision=job.revision,
+            endpoint=endpoint,
+        ),
     )
     try:
         commit, files = listing.list_files(
@@ -268,15 +277,23 @@ def _check(job: ModelDownload, conn: ssh.Remote) -> None:
         raise DownloadFailed(exc.message) from None
     if not files:
         raise DownloadFailed(
-            _("No file of %(repo)s at %(revision)s matches %(pattern)s.")
-            % {"repo": job.repo_id, "revision": job.revision, "pattern": job.pattern or "*"}
+            Message(
+                gettext_noop("No file of %(repo)s at %(revision)s matches %(pattern)s."),
+                repo=job.repo_id,
+                revision=job.revision,
+                pattern=job.pattern or "*",
+            )
         )
     home = remote.home(conn)
     if not home.startswith("/"):
-        raise DownloadFailed(_("The SSH user's home folder on %(host)s could not be read.") % {"host": job.host})
+        raise DownloadFailed(
+            Message(gettext_noop("The SSH user's home folder on %(host)s could not be read."), host=job.host)
+        )
     local_path = f"{home}/{settings.HOSTS_DOWNLOAD_DIR}/{job.folder_name}"
     if not conn.run(["mkdir", "-p", "--", local_path]).ok:
-        raise DownloadFailed(_("The folder %(path)s cannot be created on the host.") % {"path": local_path})
+        raise DownloadFailed(
+            Message(gettext_noop("The folder %(path)s cannot be created on the host."), path=local_path)
+        )
     rows = [f.as_dict() for f in files]
     total = sum(f.size for f in files)
     done = _progress(rows, remote.file_sizes(conn, local_path), job.source)
@@ -285,21 +302,23 @@ def _check(job: ModelDownload, conn: ssh.Remote) -> None:
     needed = total - done
     _update(job, commit=commit, files=rows, total_bytes=total, done_bytes=done, local_path=local_path)
     if free is None:
-        raise DownloadFailed(_("The free disk space of %(path)s could not be read (df).") % {"path": local_path})
+        raise DownloadFailed(
+            Message(gettext_noop("The free disk space of %(path)s could not be read (df)."), path=local_path)
+        )
     if needed + reserve > free:
         raise DownloadFailed(
-            _(
-                "Not enough disk space on %(host)s: %(needed)s still to download, %(free)s free in %(path)s, "
-                "and %(reserve)s is kept free. Delete models on its disk or choose fewer files with a pattern. "
-                "Nothing was downloaded."
+            Message(
+                gettext_noop(
+                    "Not enough disk space on %(host)s: %(needed)s still to download, %(free)s free in %(path)s, "
+                    "and %(reserve)s is kept free. Delete models on its disk or choose fewer files with a pattern. "
+                    "Nothing was downloaded."
+                ),
+                host=job.host,
+                needed=filesizeformat(needed),
+                free=filesizeformat(free),
+                path=local_path,
+                reserve=filesizeformat(reserve),
             )
-            % {
-                "host": job.host,
-                "needed": filesizeformat(needed),
-                "free": filesizeformat(free),
-                "path": local_path,
-                "reserve": filesizeformat(reserve),
-            }
         )
     tool = TOOLS[DownloadSource(job.source)]
     found = remote.find_tool(conn, tool.venv, tool.name, tool.alt)
@@ -309,26 +328,29 @@ def _check(job: ModelDownload, conn: ssh.Remote) -> None:
         return
     if not job.install_tool:
         raise DownloadFailed(
-            _(
-                "%(tool)s is not installed on %(host)s. Install %(package)s there, or request the download again "
-                "with “install the tool” ticked to let the portal install it into ~/%(venv)s."
+            Message(
+                gettext_noop(
+                    "%(tool)s is not installed on %(host)s. Install %(package)s there, or request the download again "
+                    "with “install the tool” ticked to let the portal install it into ~/%(venv)s."
+                ),
+                tool=" / ".join(n for n in (tool.name, tool.alt) if n),
+                host=job.host,
+                package=tool.package,
+                venv=f"{remote.TOOLS_DIR}/{tool.venv}",
             )
-            % {
-                "tool": " / ".join(n for n in (tool.name, tool.alt) if n),
-                "host": job.host,
-                "package": tool.package,
-                "venv": f"{remote.TOOLS_DIR}/{tool.venv}",
-            }
         )
     argv = ["sh", "-c", remote.INSTALL_TOOL, "install", f"{remote.TOOLS_DIR}/{tool.venv}", tool.package]
     pid, said = remote.start(conn, job.remote_dir, "install", argv, {})
     if pid is None:
-        raise DownloadFailed(_("The tool could not be installed: %(said)s") % {"said": said[:300]})
+        raise DownloadFailed(Message(gettext_noop("The tool could not be installed: %(said)s"), said=said[:300]))
     _move(
         job,
         DownloadState.INSTALLING,
-        _("Installing %(package)s into ~/%(venv)s on the host.")
-        % {"package": tool.package, "venv": f"{remote.TOOLS_DIR}/{tool.venv}"},
+        Message(
+            gettext_noop("Installing %(package)s into ~/%(venv)s on the host."),
+            package=tool.package,
+            venv=f"{remote.TOOLS_DIR}/{tool.venv}",
+        ),
         pid=pid,
     )
 
@@ -342,8 +364,11 @@ def _installing(job: ModelDownload, conn: ssh.Remote) -> None:
     found = remote.find_tool(conn, tool.venv, tool.name, tool.alt)
     if seen.exit_code != 0 or not found:
         raise DownloadFailed(
-            _("Installing %(package)s on the host failed (exit code %(code)s); see the log below.")
-            % {"package": tool.package, "code": seen.exit_code}
+            Message(
+                gettext_noop("Installing %(package)s on the host failed (exit code %(code)s); see the log below."),
+                package=tool.package,
+                code=seen.exit_code,
+            )
         )
     _update(job, tool=found)
     _start_download(job, conn)
@@ -370,7 +395,7 @@ def tool_argv(job: ModelDownload) -> tuple[list[str], dict[str, str], Secret | N
     return argv, env, secret
 
 
-def _start_download(job: ModelDownload, conn: ssh.Remote, *, again: str = "") -> None:
+def _start_download(job: ModelDownload, conn: ssh.Remote, *, again: Message | None = None) -> None:
     if not again:
         # A step whose worker died after starting the tool runs again: re-attach to that process.
         running = commands.read_pidfile(conn, remote.job_dir(job.remote_dir), "download")
@@ -378,7 +403,7 @@ def _start_download(job: ModelDownload, conn: ssh.Remote, *, again: str = "") ->
             _move(
                 job,
                 DownloadState.DOWNLOADING,
-                _("Re-attached to the download running as PID %(pid)s.") % {"pid": running},
+                Message(gettext_noop("Re-attached to the download running as PID %(pid)s."), pid=running),
                 pid=running,
             )
             return
@@ -386,12 +411,13 @@ def _start_download(job: ModelDownload, conn: ssh.Remote, *, again: str = "") ->
     wrapped = ["sh", "-c", remote.RUN_IN_FOLDER, "download", job.local_path, *argv]
     pid, said = remote.start(conn, job.remote_dir, "download", wrapped, env, secret)
     if pid is None:
-        raise DownloadFailed(_("The download could not be started: %(said)s") % {"said": said[:300]})
-    message = again or _("Downloading %(size)s into %(path)s (PID %(pid)s).") % {
-        "size": filesizeformat(job.total_bytes),
-        "path": job.local_path,
-        "pid": pid,
-    }
+        raise DownloadFailed(Message(gettext_noop("The download could not be started: %(said)s"), said=said[:300]))
+    message = again or Message(
+        gettext_noop("Downloading %(size)s into %(path)s (PID %(pid)s)."),
+        size=filesizeformat(job.total_bytes),
+        path=job.local_path,
+        pid=pid,
+    )
     if not _move(job, DownloadState.DOWNLOADING, message, pid=pid, rate_bps=None, eta_seconds=None):
         remote.stop(conn, pid)  # cancelled meanwhile: do not leave it running
 
@@ -439,32 +465,42 @@ def _downloading(job: ModelDownload, conn: ssh.Remote) -> None:
     seen = remote.probe(conn, job.remote_dir, "download", job.pid, job.token)
     _record_progress(job, conn, seen.log)
     if seen.alive:
-        last = job.transitions[-1]["message"] if job.transitions else ""
-        if job.message != last:  # the host answers again: back to the state's own message
-            _update(job, message=last)
+        last = job.transitions[-1] if job.transitions else {}
+        own = {"message": last.get("message", ""), "message_code": "", "message_params": {}}
+        own.update((k, v) for k, v in last.items() if k in own)
+        if any(getattr(job, k) != v for k, v in own.items()):  # the host answers again: the state's own message
+            _update(job, **own)
         return
     if seen.exit_code == 0:
         _start_verify(job, conn)
         return
     if job.restarts >= settings.HOSTS_DOWNLOAD_MAX_RESTARTS:
         raise DownloadFailed(
-            _(
-                "The download stopped %(count)s times (last exit code %(code)s); see the log below. "
-                "Request it again to resume from what is on disk."
+            Message(
+                gettext_noop(
+                    "The download stopped %(count)s times (last exit code %(code)s); see the log below. "
+                    "Request it again to resume from what is on disk."
+                ),
+                count=job.restarts + 1,
+                code=seen.exit_code,
             )
-            % {"count": job.restarts + 1, "code": seen.exit_code}
         )
     why = (
-        _("exit code %(code)s") % {"code": seen.exit_code}
+        Message(gettext_noop("exit code %(code)s"), code=seen.exit_code)
         if seen.exit_code is not None
-        else _("the process is gone (host rebooted?)")
+        else Message(gettext_noop("the process is gone (host rebooted?)"))
     )
     _update(job, restarts=job.restarts + 1)
     _start_download(
         job,
         conn,
-        again=_("The download stopped (%(why)s); started again, resuming the partial files (restart %(count)s).")
-        % {"why": why, "count": job.restarts},
+        again=Message(
+            gettext_noop(
+                "The download stopped (%(why)s); started again, resuming the partial files (restart %(count)s)."
+            ),
+            why=why,
+            count=job.restarts,
+        ),
     )
 
 
@@ -472,26 +508,28 @@ def _start_verify(job: ModelDownload, conn: ssh.Remote) -> None:
     missing = [r["name"] for r in job.files if r["done"] != r["size"]]
     if missing:
         raise DownloadFailed(
-            _("The download ended but these files are missing or of the wrong size: %(files)s.")
-            % {"files": ", ".join(missing[:10])}
+            Message(
+                gettext_noop("The download ended but these files are missing or of the wrong size: %(files)s."),
+                files=", ".join(missing[:10]),
+            )
         )
     hashed = [r["name"] for r in job.files if r.get("sha256")]
     if not hashed:
         _move(
             job,
             DownloadState.DONE,
-            _("Downloaded %(size)s; no checksums to verify.") % {"size": filesizeformat(job.total_bytes)},
+            Message(gettext_noop("Downloaded %(size)s; no checksums to verify."), size=filesizeformat(job.total_bytes)),
             pid=None,
         )
         return
     argv = ["sh", "-c", remote.SHA256, "verify", job.local_path, *hashed]
     pid, said = remote.start(conn, job.remote_dir, "verify", argv, {})
     if pid is None:
-        raise DownloadFailed(_("The checksums could not be computed: %(said)s") % {"said": said[:300]})
+        raise DownloadFailed(Message(gettext_noop("The checksums could not be computed: %(said)s"), said=said[:300]))
     _move(
         job,
         DownloadState.VERIFYING,
-        _("Computing the sha256 of %(count)s file(s) on the host.") % {"count": len(hashed)},
+        Message(gettext_noop("Computing the sha256 of %(count)s file(s) on the host."), count=len(hashed)),
         pid=pid,
         rate_bps=None,
         eta_seconds=None,
@@ -511,18 +549,24 @@ def _verifying(job: ModelDownload, conn: ssh.Remote) -> None:
     if bad:
         conn.run(["sh", "-c", 'cd "$1" || exit 1; shift; rm -f -- "$@"', "rm", job.local_path, *bad])
         raise DownloadFailed(
-            _(
-                "Checksum mismatch for %(files)s: the file(s) were deleted from the host. "
-                "Request the download again to fetch them anew."
+            Message(
+                gettext_noop(
+                    "Checksum mismatch for %(files)s: the file(s) were deleted from the host. "
+                    "Request the download again to fetch them anew."
+                ),
+                files=", ".join(bad[:10]),
             )
-            % {"files": ", ".join(bad[:10])}
         )
     remote.remove_job_dir(conn, job.remote_dir)
     _move(
         job,
         DownloadState.DONE,
-        _("Downloaded %(size)s into %(path)s; the sha256 of %(count)s file(s) matches.")
-        % {"size": filesizeformat(job.total_bytes), "path": job.local_path, "count": len(sums)},
+        Message(
+            gettext_noop("Downloaded %(size)s into %(path)s; the sha256 of %(count)s file(s) matches."),
+            size=filesizeformat(job.total_bytes),
+            path=job.local_path,
+            count=len(sums),
+        ),
         pid=None,
     )
 

@@ -7,6 +7,7 @@ from typing import Any
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from portal import i18n
 from portal.models import TimeStampedModel
 
 
@@ -46,6 +47,9 @@ class ColdStart(TimeStampedModel):
     deployment = models.ForeignKey("hosts.Deployment", on_delete=models.CASCADE, related_name="cold_starts")
     state = models.CharField(max_length=16, choices=ColdStartState, default=ColdStartState.PLACING)
     message = models.CharField(max_length=500, blank=True)
+    message_code = i18n.code_field()
+    message_params = i18n.params_field()
+    message_text = i18n.TranslatedText("message")
     host_name = models.CharField(max_length=100, blank=True)
     reasons = models.JSONField(default=list, blank=True)
     evicted = models.JSONField(default=list, blank=True)

@@ -36,6 +36,9 @@ from django import db
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django.utils.translation import gettext_noop
+
+from portal.i18n import Message, stored
 
 from .. import backends, calibration, fit
 from ..choices import IDLE_DEPLOYMENT_STATUSES, DeploymentStatus, JobAction, JobState
@@ -121,7 +124,9 @@ def demand(deployment_id: int) -> dict[str, Any]:
         deadline = timezone.now() + datetime.timedelta(seconds=d.cold_start_budget)
         try:
             with transaction.atomic():
-                cold = ColdStart.objects.create(deployment=d, deadline=deadline, message="Choosing a host.")
+                cold = ColdStart.objects.create(
+                    deployment=d, deadline=deadline, **Message(gettext_noop("Choosing a host.")).columns("message")
+                )
         except IntegrityError:  # another request, here or on another replica, opened it first
             cold = ColdStart.objects.active().get(deployment=d)
         else:
@@ -137,11 +142,13 @@ def observe(cold_start_id: int) -> dict[str, Any]:
     d = cold.deployment
     if cold.state == ColdStartState.LAUNCHING:
         if is_ready(d):
-            finish(cold, ColdStartState.READY, f"Serving on {d.host.name}.")
+            finish(cold, ColdStartState.READY, Message(gettext_noop("Serving on %(host)s."), host=d.host.name))
         elif d.status in IDLE_DEPLOYMENT_STATUSES and not d.jobs.active().exists():
-            finish(cold, ColdStartState.FAILED, d.status_message or "The launch failed.")
+            why = stored(d, "status_message") if d.status_message else Message(gettext_noop("The launch failed."))
+            finish(cold, ColdStartState.FAILED, why)
     elif cold.is_active and timezone.now() > cold.deadline + datetime.timedelta(seconds=30):
-        finish(cold, ColdStartState.FAILED, "No placement within the cold-start budget.")  # the task died
+        # the task died
+        finish(cold, ColdStartState.FAILED, Message(gettext_noop("No placement within the cold-start budget.")))
     elapsed = (timezone.now() - cold.created).total_seconds()
     return {
         "cold_start_id": cold.pk,
@@ -152,14 +159,17 @@ def observe(cold_start_id: int) -> dict[str, Any]:
     }
 
 
-def finish(cold: ColdStart, state: str, message: str) -> bool:
+def finish(cold: ColdStart, state: str, message: Message) -> bool:
     now = timezone.now()
     seconds = (now - cold.created).total_seconds()
+    columns = message.columns("message", 500)
     moved = ColdStart.objects.filter(pk=cold.pk, state=cold.state).update(
-        state=state, message=message[:500], finished=now, seconds=seconds if state == ColdStartState.READY else None
+        state=state, finished=now, seconds=seconds if state == ColdStartState.READY else None, **columns
     )
     if moved:
-        cold.state, cold.message, cold.finished = state, message[:500], now
+        cold.state, cold.finished = state, now
+        for name, value in columns.items():
+            setattr(cold, name, value)
         if state == ColdStartState.READY:
             activity.touch(cold.deployment_id)  # its waiting requests follow: not idle yet
         activity.announce(cold.deployment_id)
@@ -186,10 +196,10 @@ def place(cold_start_id: int) -> float | None:
     d = cold.deployment
     ColdStart.objects.filter(pk=cold.pk).update(attempts=cold.attempts + 1)
     if d.status == DeploymentStatus.RUNNING or d.jobs.active().filter(action=JobAction.LAUNCH).exists():
-        _move(cold, ColdStartState.LAUNCHING, "Already starting or running.")
+        _move(cold, ColdStartState.LAUNCHING, Message(gettext_noop("Already starting or running.")))
         return None
     if d.status not in IDLE_DEPLOYMENT_STATUSES:  # being stopped (its idle TTL, an admin): next round
-        return _wait(cold, "The deployment is being stopped; starting it again once it is.", [])
+        return _wait(cold, Message(gettext_noop("The deployment is being stopped; starting it again once it is.")), [])
     hosts = [d.host] if d.pin_host else list(Host.objects.key_confirmed())
     surveys = survey_all(d, hosts)
     candidates: list[Candidate] = []
@@ -200,14 +210,20 @@ def place(cold_start_id: int) -> float | None:
         if candidate.gpu_indices or (candidate.reason.startswith("fits") and not d.gpu_indices):
             candidates.append(candidate)
     if not candidates:
-        return _wait(cold, "No host has room for it now, even after stopping idle on-demand models.", reasons)
+        return _wait(
+            cold,
+            Message(gettext_noop("No host has room for it now, even after stopping idle on-demand models.")),
+            reasons,
+        )
     candidates.sort(key=lambda c: (len(c.victims), not c.weights, c.load, c.host.name))
     chosen = candidates[0]
     reasons.append(f"chosen {chosen.host.name}" + (" (pinned)" if d.pin_host else ""))
     evicted = []
     for victim in chosen.victims:
-        if not evict(victim, f"Stopped to make room for {d.served_model_name} (on demand)."):
-            return _wait(cold, f"Could not stop {victim.name} to make room; trying again.", reasons)
+        room = Message(gettext_noop("Stopped to make room for %(model)s (on demand)."), model=d.served_model_name)
+        if not evict(victim, room):
+            again = Message(gettext_noop("Could not stop %(name)s to make room; trying again."), name=victim.name)
+            return _wait(cold, again, reasons)
         evicted.append({"name": victim.name, "host": chosen.host.name})
     try:
         with transaction.atomic():  # one commit, not one per row: each is a WAL flush on a busy box
@@ -216,13 +232,13 @@ def place(cold_start_id: int) -> float | None:
             jobs.request_job(d, JobAction.LAUNCH, queue=False)  # `launch` runs it, in this process
             ColdStart.objects.filter(pk=cold.pk).update(
                 state=ColdStartState.LAUNCHING,
-                message=f"Launching on {chosen.host.name}.",
+                **Message(gettext_noop("Launching on %(host)s."), host=chosen.host.name).columns("message", 500),
                 host_name=chosen.host.name,
                 reasons=reasons,
                 evicted=evicted,
             )
     except jobs.JobConflict as exc:
-        return _wait(cold, str(exc), reasons)
+        return _wait(cold, Message.verbatim(str(exc)), reasons)
     return None
 
 
@@ -244,15 +260,15 @@ def launch(cold_start_id: int) -> tuple[int, float | None] | None:
     return job.pk, delay
 
 
-def _move(cold: ColdStart, state: str, message: str, **fields: Any) -> None:
-    ColdStart.objects.filter(pk=cold.pk).update(state=state, message=message[:500], **fields)
+def _move(cold: ColdStart, state: str, message: Message, **fields: Any) -> None:
+    ColdStart.objects.filter(pk=cold.pk).update(state=state, **message.columns("message", 500), **fields)
 
 
-def _wait(cold: ColdStart, message: str, reasons: list[str]) -> float | None:
+def _wait(cold: ColdStart, message: Message, reasons: list[str]) -> float | None:
     if timezone.now() >= cold.deadline:
         _move(cold, ColdStartState.WAITING_ROOM, message, reasons=reasons)
         cold.state = ColdStartState.WAITING_ROOM
-        finish(cold, ColdStartState.FAILED, f"{message} Gave up after the cold-start budget.")
+        finish(cold, ColdStartState.FAILED, message + Message(gettext_noop("Gave up after the cold-start budget.")))
         return None
     _move(cold, ColdStartState.WAITING_ROOM, message, reasons=reasons)
     return float(settings.HOSTS_ONDEMAND_RETRY_SECONDS)
@@ -437,7 +453,7 @@ def _busy_or_pinned(host: Host, exclude: int) -> list[int]:
     return sorted(ids - {v.pk for v in _evictable(host, exclude=exclude)})
 
 
-def evict(d: Deployment, why: str) -> bool:
+def evict(d: Deployment, why: Message) -> bool:
     """Stop an idle on-demand deployment now (a stop job, run here: a stop is seconds)."""
     try:
         job = jobs.request_job(d, JobAction.STOP)
@@ -447,7 +463,7 @@ def evict(d: Deployment, why: str) -> bool:
     job.refresh_from_db()
     if job.state != JobState.STOPPED:
         return False
-    Deployment.objects.filter(pk=d.pk).update(status_message=why[:500])  # the reason on its page
+    Deployment.objects.filter(pk=d.pk).update(**why.columns("status_message", 500))  # the reason on its page
     return True
 
 
@@ -468,7 +484,8 @@ def sweep_idle(now: float | None = None) -> list[str]:
             jobs.request_job(d, JobAction.STOP)
         except jobs.JobConflict:
             continue
-        Deployment.objects.filter(pk=d.pk).update(status_message=f"Idle for {d.idle_ttl} s: stopping (on demand).")
+        idle = Message(gettext_noop("Idle for %(seconds)s s: stopping (on demand)."), seconds=d.idle_ttl)
+        Deployment.objects.filter(pk=d.pk).update(**idle.columns("status_message", 500))
         stopped.append(d.name)
     return stopped
 

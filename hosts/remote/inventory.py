@@ -13,6 +13,9 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext_noop
+
+from portal.i18n import Message
 
 from ..choices import HostStatus
 from ..models import GPU, Host
@@ -214,12 +217,12 @@ def store(host: Host, inventory: Inventory) -> None:
 
     gpu_history.record(host, inventory.gpus)  # every inventory is a sample of the history too
     if inventory.gpus:
-        status, message = HostStatus.ONLINE, f"{len(inventory.gpus)} GPU(s) seen."
+        status, message = HostStatus.ONLINE, Message(gettext_noop("%(count)s GPU(s) seen."), count=len(inventory.gpus))
     else:
-        status, message = HostStatus.NO_DRIVER, "nvidia-smi answered but lists no GPU."
+        status, message = HostStatus.NO_DRIVER, Message(gettext_noop("nvidia-smi answered but lists no GPU."))
     Host.objects.filter(pk=host.pk).update(
         status=status,
-        status_message=message,
+        **message.columns("status_message", 300),
         last_checked=timezone.now(),
         driver_version=inventory.driver_version[:50],
         cuda_version=inventory.cuda_version[:50],
@@ -239,7 +242,7 @@ def refresh(host: Host) -> str:
         with ssh.connect(host) as remote:
             inventory = collect(remote)
     except ssh.SSHError as exc:
-        ssh.mark_contact(host, status=exc.status, message=exc.message)
+        ssh.mark_contact(host, status=exc.status, message=exc.text)
         mark_stale(host)
         return exc.status
     except InventoryError as exc:

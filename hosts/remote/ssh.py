@@ -39,7 +39,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.conf import settings
 from django.utils import timezone, translation
-from django.utils.translation import gettext
+from django.utils.translation import gettext_noop
+
+from portal.i18n import Message, as_message, set_message
 
 from ..choices import HostStatus
 
@@ -57,14 +59,19 @@ COMMAND_TIMEOUT = 60.0
 
 
 class SSHError(Exception):
-    """A failure a person can act on: `message` is shown as is, `status` goes on the host."""
+    """A failure a person can act on: `text` is stored (`Message.columns`) and shown as `message`
+    in the reader's language; `status` goes on the host."""
 
     status: str = HostStatus.UNREACHABLE
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.seen = ""  # the host key fingerprint offered, if the handshake got that far
+    def __init__(self, text: Message | str) -> None:
+        self.text = as_message(text)
+        super().__init__(self.text.english)
+        self.seen = ""
+
+    @property
+    def message(self) -> str:
+        return self.text.render()  # the host key fingerprint offered, if the handshake got that far
 
 
 class UnknownHost(SSHError):
@@ -148,14 +155,20 @@ async def _connect(host: Host, private_key: str, timeout: float) -> asyncssh.SSH
 
     if not private_key:
         raise AuthFailed(
-            gettext("No private key is stored for %(host)s: paste one on the host's edit page.") % {"host": host}
+            Message(
+                gettext_noop("No private key is stored for %(host)s: paste one on the host's edit page."), host=host
+            )
         )
     try:
         key = asyncssh.import_private_key(private_key)
     except (asyncssh.KeyImportError, ValueError):
         raise AuthFailed(
-            gettext("The private key stored for %(host)s cannot be read: paste an unencrypted OpenSSH private key.")
-            % {"host": host}
+            Message(
+                gettext_noop(
+                    "The private key stored for %(host)s cannot be read: paste an unencrypted OpenSSH private key."
+                ),
+                host=host,
+            )
         ) from None
     client = _pinning_client()(host.host_key_fingerprint)
     try:
@@ -182,34 +195,76 @@ async def _connect(host: Host, private_key: str, timeout: float) -> asyncssh.SSH
     except asyncssh.HostKeyNotVerifiable:
         if not host.host_key_fingerprint:
             error: SSHError = HostKeyUnconfirmed(
-                f"First contact with {host.address}: it offers host key {client.seen}. "
-                "Check it on the host (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub) and confirm it."
+                Message(
+                    gettext_noop(
+                        "First contact with %(address)s: it offers host key %(seen)s. Check it on the host "
+                        "(ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub) and confirm it."
+                    ),
+                    address=host.address,
+                    seen=client.seen,
+                )
             )
         else:
             error = HostKeyChanged(
-                f"Host key changed: {host.address} now offers {client.seen}, but {host.host_key_fingerprint} "
-                "was confirmed. If the host was reinstalled, confirm the new key; otherwise someone may be "
-                "intercepting the connection. Nothing was sent."
+                Message(
+                    gettext_noop(
+                        "Host key changed: %(address)s now offers %(seen)s, but %(pinned)s was confirmed. If the "
+                        "host was reinstalled, confirm the new key; otherwise someone may be intercepting the "
+                        "connection. Nothing was sent."
+                    ),
+                    address=host.address,
+                    seen=client.seen,
+                    pinned=host.host_key_fingerprint,
+                )
             )
     except asyncssh.PermissionDenied:
         error = AuthFailed(
-            f"Authentication failed for {_where(host)}: add the portal's public key to "
-            f"~{host.username}/.ssh/authorized_keys on the host, or fix the user name."
+            Message(
+                gettext_noop(
+                    "Authentication failed for %(where)s: add the portal's public key to "
+                    "~%(user)s/.ssh/authorized_keys on the host, or fix the user name."
+                ),
+                where=_where(host),
+                user=host.username,
+            )
         )
     except socket.gaierror:
-        error = UnknownHost(f"Unknown host: {host.address!r} does not resolve. Check the address.")
+        error = UnknownHost(
+            Message(
+                gettext_noop("Unknown host: %(address)s does not resolve. Check the address."),
+                address=repr(host.address),
+            )
+        )
     except ConnectionRefusedError:
         error = ConnectionRefused(
-            f"Connection refused by {host.address}:{host.ssh_port}: is sshd running, and is the port right?"
+            Message(
+                gettext_noop("Connection refused by %(address)s:%(port)s: is sshd running, and is the port right?"),
+                address=host.address,
+                port=host.ssh_port,
+            )
         )
     except TimeoutError:
         error = ConnectTimeout(
-            f"No answer from {host.address}:{host.ssh_port} within {timeout:g} s: "
-            "check the address, the port, a firewall or the VPN."
+            Message(
+                gettext_noop(
+                    "No answer from %(address)s:%(port)s within %(seconds)s s: "
+                    "check the address, the port, a firewall or the VPN."
+                ),
+                address=host.address,
+                port=host.ssh_port,
+                seconds=f"{timeout:g}",
+            )
         )
     except (asyncssh.Error, OSError) as exc:
         detail = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc.__class__.__name__
-        error = SSHError(f"Cannot reach {host.address}:{host.ssh_port}: {detail}.")
+        error = SSHError(
+            Message(
+                gettext_noop("Cannot reach %(address)s:%(port)s: %(detail)s."),
+                address=host.address,
+                port=host.ssh_port,
+                detail=detail,
+            )
+        )
     error.seen = client.seen
     raise error
 
@@ -371,11 +426,19 @@ class Remote:
         try:
             completed = _call(_run(conn, line, input, timeout))
         except TimeoutError:
-            raise CommandTimeout(f"A command on {self.host} did not finish within {timeout:g} s.") from None
+            raise CommandTimeout(
+                Message(
+                    gettext_noop("A command on %(host)s did not finish within %(seconds)s s."),
+                    host=self.host,
+                    seconds=f"{timeout:g}",
+                )
+            ) from None
         except (asyncssh.Error, OSError) as exc:
             if self.reuse:
                 _discard(self.host, conn)
-            raise SSHError(f"The SSH connection to {self.host} broke: {exc}.") from None
+            raise SSHError(
+                Message(gettext_noop("The SSH connection to %(host)s broke: %(error)s."), host=self.host, error=exc)
+            ) from None
         return Result(
             exit_status=completed.exit_status if completed.exit_status is not None else -1,
             stdout=_text(completed.stdout),
@@ -433,11 +496,10 @@ def connect(host: Host, *, timeout: float = CONNECT_TIMEOUT, reuse: bool = False
     return Remote(host, timeout=timeout, reuse=reuse)
 
 
-def mark_contact(host: Host, *, status: str, message: str = "") -> None:
+def mark_contact(host: Host, *, status: str, message: Message | str = "") -> None:
     """Write the outcome of a contact onto the host (status, message, time)."""
     from ..models import Host as HostModel
 
-    HostModel.objects.filter(pk=host.pk).update(
-        status=status, status_message=message[:300], last_checked=timezone.now()
-    )
-    host.status, host.status_message = status, message[:300]
+    columns = set_message(host, "status_message", message)
+    HostModel.objects.filter(pk=host.pk).update(status=status, last_checked=timezone.now(), **columns)
+    host.status = status

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
-from portal.api.serializers import drf_error
+from portal.api.serializers import drf_error, translated
 
 from ..models import McpCall, McpGrant, McpServer, McpTool
 from ..services import EDITABLE_FIELDS, SECRET_FIELDS, save_server
@@ -31,6 +31,7 @@ class McpServerSerializer(serializers.ModelSerializer):
     headers = _secret(_('Extra headers sent upstream, a JSON object as text ({"X-Api-Key": "…"}); write-only.'))
     oauth_client_secret = _secret(_("OAuth client secret (client-credentials grant); write-only."))
     has_bearer_token = serializers.SerializerMethodField()
+    status_message = translated("status_message")
     has_headers = serializers.SerializerMethodField()
     has_oauth_client_secret = serializers.SerializerMethodField()
     tools: serializers.SlugRelatedField[McpTool] = serializers.SlugRelatedField(
@@ -47,6 +48,8 @@ class McpServerSerializer(serializers.ModelSerializer):
             "has_oauth_client_secret",
             "status",
             "status_message",
+            "status_message_code",
+            "status_message_params",
             "last_checked",
             "last_error",
             "last_duration_ms",
@@ -57,6 +60,8 @@ class McpServerSerializer(serializers.ModelSerializer):
         read_only_fields = [
             "status",
             "status_message",
+            "status_message_code",
+            "status_message_params",
             "last_checked",
             "last_error",
             "last_duration_ms",

@@ -68,3 +68,29 @@ class LimitFields(serializers.Serializer):
     tokens_per_day = limit_field()
     tokens_per_month = limit_field()
     max_parallel_requests = limit_field()
+
+
+def translated(field: str = "message") -> serializers.CharField:
+    """A stored message (`portal.i18n.Message`) rendered in the request's language; list
+    `<field>_code` and `<field>_params` next to it, what it is made from."""
+    return serializers.CharField(
+        source=f"{field}_text",
+        read_only=True,
+        help_text=_(
+            "In the request's language (Accept-Language, else the user's language). Made from the "
+            "`_code` (its English text, the gettext msgid; empty: the text is shown as stored) and `_params` fields."
+        ),
+    )
+
+
+TRANSITIONS_HELP = _(
+    "Each state with its time (`at`), its `label` and `message` in the request's language, and the message's "
+    "`message_code` and `message_params` when it has them."
+)
+
+
+def transitions_field() -> serializers.ListField:
+    """A job's `transitions` as its `history` (labels and messages in the request's language)."""
+    return serializers.ListField(
+        source="history", child=serializers.DictField(), read_only=True, help_text=TRANSITIONS_HELP
+    )

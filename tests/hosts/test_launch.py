@@ -482,7 +482,7 @@ def test_chat_completion_through_the_gateway_reaches_the_launched_llamacpp(
 def test_failure_reasons_are_recognised_from_real_log_lines(db, log, exit_code, expected):
     host = Host(name="h", address="10.0.0.1", username="u")
     deployment = Deployment(host=host, name="d", backend="vllm", model_path="a/b", served_model_name="b", port=8000)
-    message = diagnose.explain_failure(log, exit_code, deployment)
+    message = diagnose.explain_failure(log, exit_code, deployment).english
     assert message.startswith(expected)
     assert log.strip().splitlines()[-1] in message  # the last log lines come along
 

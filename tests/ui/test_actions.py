@@ -65,6 +65,8 @@ def test_rotate_with_grace_shows_the_new_key_once_and_keeps_the_old_one_working(
     assert verify_key(new_plain).name == "ci"
     assert verify_key(old_plain) == key
     assert "old key works until" in page
+    again = alice_client.get(reverse("key_detail", args=[verify_key(new_plain).pk])).content.decode()
+    assert new_plain not in again  # shown once: a reload shows only its prefix
     response = alice_client.post(reverse("key_rotate", args=[verify_key(new_plain).pk]), {"grace": "0"}, follow=True)
     assert verify_key(new_plain) is None
 

@@ -11,6 +11,7 @@ from rest_framework import serializers
 from channels.choices import AlertKind
 from channels.health import history, schedule
 from channels.models import AlertDelivery, AlertTarget, Channel, ProbeResult, StatusChange
+from portal.api.serializers import translated
 
 
 class StatusField(serializers.CharField):
@@ -55,6 +56,7 @@ class ProbeResultSerializer(serializers.ModelSerializer[ProbeResult]):
 
 
 class ChannelHealthSerializer(serializers.ModelSerializer[Channel]):
+    status_message = translated("status_message")
     """A channel's health; only the probe settings are writable."""
 
     error_ratio_24h = serializers.SerializerMethodField()
@@ -69,6 +71,8 @@ class ChannelHealthSerializer(serializers.ModelSerializer[Channel]):
             "enabled",
             "status",
             "status_message",
+            "status_message_code",
+            "status_message_params",
             "status_changed",
             "last_checked",
             "last_ttft_ms",
@@ -85,6 +89,8 @@ class ChannelHealthSerializer(serializers.ModelSerializer[Channel]):
             "enabled",
             "status",
             "status_message",
+            "status_message_code",
+            "status_message_params",
             "status_changed",
             "last_checked",
             "last_ttft_ms",
@@ -111,12 +117,23 @@ class CheckResultSerializer(serializers.Serializer[dict[str, Any]]):
 
 class StatusChangeSerializer(serializers.ModelSerializer[StatusChange]):
     channel_name = serializers.CharField(source="channel.name", read_only=True)
+    message = translated()
     from_status = StatusField()
     to_status = StatusField()
 
     class Meta:
         model = StatusChange
-        fields = ["id", "created", "channel", "channel_name", "from_status", "to_status", "message"]
+        fields = [
+            "id",
+            "created",
+            "channel",
+            "channel_name",
+            "from_status",
+            "to_status",
+            "message",
+            "message_code",
+            "message_params",
+        ]
 
 
 class HealthSeriesSerializer(serializers.Serializer[dict[str, Any]]):

@@ -103,7 +103,7 @@ class HealthChannelViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSe
                 "last_checked": d["health_last_round"],
                 "failed_probes_24h": d["health_failing_24h"],
                 "attention": [
-                    {"id": c.pk, "name": c.name, "status": c.status, "message": c.status_message}
+                    {"id": c.pk, "name": c.name, "status": c.status, "message": c.status_message_text}
                     for c in d["health_attention"]
                 ],
                 "slowest": [{"id": c.pk, "name": c.name, "last_ttft_ms": c.last_ttft_ms} for c in d["health_slowest"]],

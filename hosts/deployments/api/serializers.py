@@ -11,6 +11,7 @@ from rest_framework.exceptions import ValidationError
 
 from hosts.choices import Backend
 from hosts.models import Deployment, DeploymentNode, Host, LaunchJob
+from portal.api.serializers import transitions_field, translated
 
 from .. import services
 
@@ -23,6 +24,8 @@ def field_errors(exc: DjangoValidationError) -> ValidationError:
 
 class LaunchJobSerializer(serializers.ModelSerializer[LaunchJob]):
     deployment_name = serializers.CharField(source="deployment.name", read_only=True)
+    message = translated()
+    transitions = transitions_field()
 
     class Meta:
         model = LaunchJob
@@ -33,6 +36,8 @@ class LaunchJobSerializer(serializers.ModelSerializer[LaunchJob]):
             "action",
             "state",
             "message",
+            "message_code",
+            "message_params",
             "transitions",
             "command",
             "pid",
@@ -49,10 +54,21 @@ class DeploymentNodeSerializer(serializers.ModelSerializer[DeploymentNode]):
     """One node of a multi-node deployment: its host, role and Ray process as last seen."""
 
     host_name = serializers.CharField(source="host.name", read_only=True)
+    message = translated()
 
     class Meta:
         model = DeploymentNode
-        fields = ["host", "host_name", "role", "ray_pid", "ray_state", "message", "last_checked"]
+        fields = [
+            "host",
+            "host_name",
+            "role",
+            "ray_pid",
+            "ray_state",
+            "message",
+            "message_code",
+            "message_params",
+            "last_checked",
+        ]
         read_only_fields = fields
 
 
@@ -66,6 +82,7 @@ class DeploymentSerializer(serializers.ModelSerializer[Deployment]):
         child=serializers.CharField(max_length=200, trim_whitespace=False), required=False, max_length=40
     )
     command_preview = serializers.SerializerMethodField()
+    status_message = translated("status_message")
     nodes = DeploymentNodeSerializer(many=True, read_only=True)
     worker_hosts = serializers.PrimaryKeyRelatedField(
         queryset=Host.objects.all(), many=True, required=False, help_text=_("Further nodes (vLLM over Ray).")
@@ -98,6 +115,8 @@ class DeploymentSerializer(serializers.ModelSerializer[Deployment]):
             "next_restart_at",
             "status",
             "status_message",
+            "status_message_code",
+            "status_message_params",
             "pid",
             "context_window",
             "channel",
@@ -112,6 +131,8 @@ class DeploymentSerializer(serializers.ModelSerializer[Deployment]):
             "next_restart_at",
             "status",
             "status_message",
+            "status_message_code",
+            "status_message_params",
             "pid",
             "context_window",
             "channel",

@@ -9,6 +9,7 @@ from rest_framework import serializers
 
 from hosts.downloads.models import ModelDownload
 from hosts.models import Host
+from portal.api.serializers import transitions_field, translated
 
 
 class DownloadSerializer(serializers.ModelSerializer[ModelDownload]):
@@ -26,6 +27,8 @@ class DownloadSerializer(serializers.ModelSerializer[ModelDownload]):
     )
     has_token = serializers.SerializerMethodField()
     percent = serializers.IntegerField(read_only=True)
+    message = translated()
+    transitions = transitions_field()
     joined = serializers.SerializerMethodField(help_text=_("True when this request joined a running download."))
 
     class Meta:
@@ -43,6 +46,8 @@ class DownloadSerializer(serializers.ModelSerializer[ModelDownload]):
             "install_tool",
             "state",
             "message",
+            "message_code",
+            "message_params",
             "transitions",
             "commit",
             "local_path",
@@ -63,6 +68,8 @@ class DownloadSerializer(serializers.ModelSerializer[ModelDownload]):
         read_only_fields = [
             "state",
             "message",
+            "message_code",
+            "message_params",
             "transitions",
             "commit",
             "local_path",
