@@ -162,10 +162,88 @@ function Merge-Dotenv($old, $file) {
   return $body + $file.content
 }
 
+function Get-YamlItems($lines, [string]$key) {
+  # As install.py's yaml_items: the items of the top-level block list `key:`, @{start; end; indent; name}.
+  $items = New-Object System.Collections.ArrayList; $idx = -1
+  for ($i = 0; $i -lt $lines.Count; $i++) { if ($lines[$i] -match "^${key}:\s*(#.*)?$") { $idx = $i; break } }
+  if ($idx -lt 0) { return ,$items }
+  $indent = -1
+  for ($i = $idx + 1; $i -lt $lines.Count; $i++) {
+    $l = $lines[$i]; $body = $l.Trim()
+    if (-not $body -or $body.StartsWith("#")) { continue }
+    $col = $l.Length - $l.TrimStart(" ").Length
+    if ($indent -lt 0) { if (-not $body.StartsWith("-")) { break }; $indent = $col }
+    if ($col -lt $indent -or ($col -eq $indent -and -not $body.StartsWith("-"))) { break }
+    if ($col -eq $indent) { [void]$items.Add(@{ start = $i; end = $i + 1; indent = $indent; name = "" }) }
+    $item = $items[$items.Count - 1]; $item.end = $i + 1
+    if (-not $item.name -and ($col -eq $indent -or $col -eq $indent + 2) -and $body -match '^(?:-\s+)?name:\s*(.+)$') { $item.name = $Matches[1].Trim().Trim('"', "'") }
+  }
+  return ,$items
+}
+
+function Split-YamlList([string]$text, [string]$key) {
+  # As install.py's cut_list: @{ rest = the text without the list `key:`; items = that list's lines }.
+  $lines = [System.Collections.ArrayList]@($text -split "`r?`n"); $idx = -1
+  for ($i = 0; $i -lt $lines.Count; $i++) { if ($lines[$i] -match "^${key}:\s*(#.*)?$") { $idx = $i; break } }
+  if ($idx -lt 0) { return @{ rest = $text; items = @() } }
+  $found = Get-YamlItems $lines $key
+  $end = if ($found.Count) { $found[$found.Count - 1].end } else { $idx + 1 }
+  $items = @(if ($end -gt $idx + 1) { $lines[($idx + 1)..($end - 1)] })
+  $lines.RemoveRange($idx, $end - $idx)
+  return @{ rest = ($lines -join "`n"); items = $items }
+}
+
+function Merge-YamlOwned([string]$text, [string]$key, [string]$prefix, $items) {
+  # As install.py's merge_owned_list (Continue's mcpServers:): our items first between this list's
+  # markers; the marked block and every item named with our prefix go first (ours by name); the
+  # user's items stay; a header left with no item goes (Continue would read it as null).
+  $begin = "# >>> team-gateway $key (managed by the portal installer; edits here are replaced)"; $end = "# <<< team-gateway $key"
+  $lines = New-Object System.Collections.ArrayList; $skip = $false
+  foreach ($l in ($text -split "`r?`n")) {
+    if ($l.Trim().StartsWith("# >>> team-gateway $key ")) { $skip = $true; continue }
+    if ($skip) { if ($l.Trim() -eq $end) { $skip = $false }; continue }
+    [void]$lines.Add($l)
+  }
+  $drop = @{}
+  foreach ($it in (Get-YamlItems $lines $key)) { if ($it.name.StartsWith($prefix)) { for ($i = $it.start; $i -lt $it.end; $i++) { $drop[$i] = $true } } }
+  $kept = New-Object System.Collections.ArrayList
+  for ($i = 0; $i -lt $lines.Count; $i++) { if (-not $drop.ContainsKey($i)) { [void]$kept.Add($lines[$i]) } }
+  $lines = $kept; $idx = -1; $inline = -1
+  for ($i = 0; $i -lt $lines.Count; $i++) { if ($lines[$i] -match "^${key}:\s*(#.*)?$") { $idx = $i; break } }
+  for ($i = 0; $i -lt $lines.Count; $i++) { if ($lines[$i] -match "^${key}:\s*\[\s*\]\s*(#.*)?$") { $inline = $i; break } }
+  $has = @($items).Count -gt 0
+  if ($idx -lt 0 -and $inline -ge 0 -and $has) { $lines[$inline] = "${key}:"; $idx = $inline }
+  if ($idx -lt 0 -and $has -and @($lines | Where-Object { $_ -match "^${key}:" }).Count) { throw "the top-level $key list is written inline; add the team's entries by hand" }
+  if (-not $has) {
+    if ($idx -ge 0 -and -not (Get-YamlItems $lines $key).Count) { $lines.RemoveAt($idx) }
+    return ($lines -join "`n").TrimEnd("`n") + "`n"
+  }
+  $rest = Get-YamlItems $lines $key
+  $pad = if ($rest.Count) { " " * $rest[0].indent } else { "" }
+  $block = @("$pad$begin") + @($items | ForEach-Object { if ($_) { "$pad$_" } else { $_ } }) + @("$pad$end")
+  if ($idx -lt 0) { [void]$lines.Add("${key}:"); $idx = $lines.Count - 1 }
+  $new = @($lines[0..$idx]) + $block + @(if ($idx + 1 -lt $lines.Count) { $lines[($idx + 1)..($lines.Count - 1)] })
+  return ($new -join "`n").TrimEnd("`n") + "`n"
+}
+
 function Merge-YamlModels($old, $file) {
-  # As install.py: our block is always between the markers (a fresh install too, so the next one
-  # finds it), first in the list; unmarked entries with our name suffix and base URL are dropped.
-  $ourLines = $file.content -split "`r?`n"; $start = [array]::IndexOf($ourLines, "models:") + 1
+  # Continue's config.yaml: the models list, then each list whose items we own by name (`owned`:
+  # "mcpServers.teamgw-"), as install.py's merge_yaml_models.
+  $content = $file.content; $lists = @()
+  foreach ($o in @($file.owned)) {
+    if (-not $o) { continue }
+    $i = $o.LastIndexOf("."); $split = Split-YamlList $content $o.Substring(0, $i); $content = $split.rest
+    $lists += ,@{ key = $o.Substring(0, $i); prefix = $o.Substring($i + 1); items = $split.items }
+  }
+  $text = Merge-YamlModelList $old $content
+  foreach ($l in $lists) { $text = Merge-YamlOwned $text $l.key $l.prefix $l.items }
+  return $text
+}
+
+function Merge-YamlModelList($old, [string]$content) {
+  # As install.py's merge_models: our block is always between the markers (a fresh install too, so
+  # the next one finds it), first in the list; unmarked entries with our name suffix and base URL go.
+  $ourLines = $content -split "`r?`n"; $start = [array]::IndexOf($ourLines, "models:") + 1
   $items = New-Object System.Collections.ArrayList
   for ($i = $start; $i -lt $ourLines.Length; $i++) {
     $l = $ourLines[$i]; if ($l -and -not ($l.StartsWith(" ") -or $l.StartsWith("-") -or $l.StartsWith("#"))) { break }; [void]$items.Add($l)
@@ -463,10 +541,12 @@ function Get-Unmerged($spec, [string]$text) {
     }
     "text" { if ($text.StartsWith($spec.prefix)) { return "" }; return $text }
     default {
-      # yaml-models, yaml-list: our block between the markers, and our version lines.
+      # yaml-models, yaml-list: the items of owned lists named like ours (Continue's mcpServers), our
+      # blocks between the markers, and our version lines.
+      foreach ($o in @($spec.owned)) { if ($o) { $i = $o.LastIndexOf("."); $text = Merge-YamlOwned $text $o.Substring(0, $i) $o.Substring($i + 1) @() } }
       $kept = New-Object System.Collections.ArrayList; $skip = $false
       foreach ($l in ($text -split "`r?`n")) {
-        if ($l.Trim() -eq $Begin) { $skip = $true } elseif ($skip) { $skip = $l.Trim() -ne $End } elseif (-not $l.StartsWith("# Team gateway config")) { [void]$kept.Add($l) }
+        if ($l.Trim().StartsWith("# >>> team-gateway ")) { $skip = $true } elseif ($skip) { $skip = -not $l.Trim().StartsWith("# <<< team-gateway ") } elseif (-not $l.StartsWith("# Team gateway config")) { [void]$kept.Add($l) }
       }
       return (($kept -join "`n").TrimEnd("`n")) + "`n"
     }

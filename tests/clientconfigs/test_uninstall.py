@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from clientconfigs import installer, services
 from clientconfigs.clients import CLIENTS
@@ -43,7 +44,10 @@ def users_own(spec: dict) -> str | None:
     if merge == "dotenv":
         return "MINE=1\n"
     if merge == "yaml-models":
-        return "name: Mine\nversion: 1.0.0\nschema: v1\nmodels:\n- name: Local\n  provider: ollama\n  model: x\n"
+        mine = "name: Mine\nversion: 1.0.0\nschema: v1\nmodels:\n- name: Local\n  provider: ollama\n  model: x\n"
+        # Indented, as the user wrote it: ours go in at their indent and leave it byte-identical.
+        servers = "mcpServers:\n  - name: my-own\n    type: streamable-http\n    url: http://127.0.0.1:9/my-own-mcp\n"
+        return mine + servers if spec["owned"] else mine
     if merge == "yaml-keys":
         return "mine: 1\n"
     if merge == "yaml-list":
@@ -58,6 +62,9 @@ def path_of(home: Path, spec: dict) -> Path:
 def our_mcp_entries(path: Path, spec: dict) -> dict[str, set[str]]:
     """{container: names} of the MCP entries in a file, ours and the user's."""
     text = path.read_text()
+    if spec["merge"] == "yaml-models":  # Continue's `mcpServers:` is a list of named items
+        data = yaml.safe_load(text)
+        return {o: {i["name"] for i in data.get(o.rsplit(".", 1)[0]) or []} for o in spec["owned"]}
     data = tomllib.loads(text) if spec["merge"] == "toml" else json.loads(text)
     return {o: set(inst.one(data, o.rsplit(".", 1)[0]) or {}) for o in spec["owned"]}
 
