@@ -560,14 +560,18 @@ function Invoke-Uninstall([string]$which) {
     if (-not $Specs.$c) { Write-Host "unknown client $c"; exit 2 }
     foreach ($spec in @($Specs.$c)) {
       if ($spec.merge -eq "ccswitch") { Write-Host ". $($spec.path): remove the $($c) provider Team Gateway in CC Switch itself"; continue }
-      $path = Expand-TeamPath $spec.windows_path
-      if (-not (Test-Path $path)) { continue }
-      $old = [IO.File]::ReadAllText($path)
-      try { $new = Get-Unmerged $spec $old } catch { Write-Host "! $path left unchanged ($($_.Exception.Message)); remove the team gateway entries by hand"; continue }
-      if ($new -eq $old) { continue }
-      $delete = (-not $new.Trim()) -or ($new -eq $spec.skeleton)
-      [void]$plan.Add(@{ path = $path; old = $old; new = $new; delete = $delete })
-      if ($delete) { Write-Host ". delete (only ours in it): $path" } else { Write-Host ". remove our entries from: $path" }
+      # A family of per-model files (`glob`: ~/.claude/teamgw-*.json): every file its pattern finds.
+      $paths = @(Expand-TeamPath $spec.windows_path)
+      if ($spec.glob) { $paths = @(Get-ChildItem -Path $paths[0] -File -ErrorAction SilentlyContinue | ForEach-Object { $_.FullName }) }
+      foreach ($path in $paths) {
+        if (-not (Test-Path -LiteralPath $path)) { continue }
+        $old = [IO.File]::ReadAllText($path)
+        try { $new = Get-Unmerged $spec $old } catch { Write-Host "! $path left unchanged ($($_.Exception.Message)); remove the team gateway entries by hand"; continue }
+        if ($new -eq $old) { continue }
+        $delete = (-not $new.Trim()) -or ($new -eq $spec.skeleton)
+        [void]$plan.Add(@{ path = $path; old = $old; new = $new; delete = $delete })
+        if ($delete) { Write-Host ". delete (only ours in it): $path" } else { Write-Host ". remove our entries from: $path" }
+      }
     }
   }
   if (-not $plan.Count) { Write-Host ". nothing of the team gateway's is installed here for: $($clients -join ', ')"; return }

@@ -102,8 +102,9 @@ def test_users_own_entries_survive_install_reinstall_and_uninstall(client, tmp_p
                 assert names == {"my-own", f"{MCP_PREFIX}docs", f"{MCP_PREFIX}tracker"}, (spec["path"], names)
 
     # The admin takes `tracker` off this key, then `docs` too: our entries follow, the user's stay.
-    for left in (first.mcp_servers[:1], ()):
-        install_once(client, replace(first, mcp_servers=left), home)
+    # The last run lists one model: the per-model files of the others stay behind until uninstall.
+    for left, models in ((first.mcp_servers[:1], first.models), ((), first.models[:1])):
+        install_once(client, replace(first, mcp_servers=left, models=models), home)
         for spec in specs:
             if spec.get("owned") and path_of(home, spec).exists():
                 for names in our_mcp_entries(path_of(home, spec), spec).values():
@@ -122,8 +123,8 @@ def test_users_own_entries_survive_install_reinstall_and_uninstall(client, tmp_p
             assert path.read_text() == before[path], spec["path"]
         else:
             assert not path.exists(), spec["path"]
-    # Files named per model (Claude Code's --settings files, Codex's profiles) go too: their specs are
-    # `teamgw-*` patterns.
+    # Files named per model (Claude Code's --settings files, Codex's profiles) go too, those of models
+    # no longer listed among them: their client declares the family's `teamgw-*` glob.
     assert [p for p in home.rglob(f"{MCP_PREFIX}*") if ".bak-" not in p.name] == []
     # A second uninstall finds nothing of ours and changes nothing.
     assert inst.uninstall(SPECS, GATEWAY, [client], yes=True, stamp="3") == 0
@@ -171,3 +172,15 @@ def test_a_file_holding_only_our_mcp_entries_is_emptied_not_left_with_stale_ones
     install_once("claude-code", replace(sample_input(SAMPLE_KEY), mcp_servers=()), home)
     assert json.loads(state.read_text()) == {"numStartups": 3}
     assert os.stat(state).st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize(
+    ("client", "family", "windows"),
+    [
+        ("claude-code", "~/.claude/teamgw-*.json", "%USERPROFILE%\\.claude\\teamgw-*.json"),
+        ("codex", "~/.codex/teamgw-*.config.toml", "%USERPROFILE%\\.codex\\teamgw-*.config.toml"),
+    ],
+)
+def test_per_model_files_are_one_spec_each_family_found_by_its_declared_glob(client, family, windows):
+    [spec] = [s for s in SPECS[client] if s.get("glob")]
+    assert (spec["path"], spec["macos_path"], spec["windows_path"]) == (family, family, windows)
