@@ -182,15 +182,15 @@ function Get-YamlItems($lines, [string]$key) {
 }
 
 function Split-YamlList([string]$text, [string]$key) {
-  # As install.py's cut_list: @{ rest = the text without the list `key:`; items = that list's lines }.
+  # As install.py's cut_list: @{ rest = the text without the list `key:`; lines = that list's lines }.
   $lines = [System.Collections.ArrayList]@($text -split "`r?`n"); $idx = -1
   for ($i = 0; $i -lt $lines.Count; $i++) { if ($lines[$i] -match "^${key}:\s*(#.*)?$") { $idx = $i; break } }
-  if ($idx -lt 0) { return @{ rest = $text; items = @() } }
+  if ($idx -lt 0) { return @{ rest = $text; lines = @() } }
   $found = Get-YamlItems $lines $key
   $end = if ($found.Count) { $found[$found.Count - 1].end } else { $idx + 1 }
   $items = @(if ($end -gt $idx + 1) { $lines[($idx + 1)..($end - 1)] })
   $lines.RemoveRange($idx, $end - $idx)
-  return @{ rest = ($lines -join "`n"); items = $items }
+  return @{ rest = ($lines -join "`n"); lines = $items }
 }
 
 function Merge-YamlOwned([string]$text, [string]$key, [string]$prefix, $items) {
@@ -233,10 +233,10 @@ function Merge-YamlModels($old, $file) {
   foreach ($o in @($file.owned)) {
     if (-not $o) { continue }
     $i = $o.LastIndexOf("."); $split = Split-YamlList $content $o.Substring(0, $i); $content = $split.rest
-    $lists += ,@{ key = $o.Substring(0, $i); prefix = $o.Substring($i + 1); items = $split.items }
+    $lists += ,@{ key = $o.Substring(0, $i); prefix = $o.Substring($i + 1); lines = $split.lines }
   }
   $text = Merge-YamlModelList $old $content
-  foreach ($l in $lists) { $text = Merge-YamlOwned $text $l.key $l.prefix $l.items }
+  foreach ($l in $lists) { $text = Merge-YamlOwned $text $l.key $l.prefix $l.lines }
   return $text
 }
 
