@@ -480,8 +480,11 @@ function Invoke-Doctor([string]$client) {
       Invoke-WebRequest -UseBasicParsing -Method Post -Uri $s.url -Headers $headers -ContentType "application/json" -Body $hello | Out-Null
       $answer = Invoke-WebRequest -UseBasicParsing -Method Post -Uri $s.url -Headers $headers -ContentType "application/json" -Body '{"jsonrpc":"2.0","id":2,"method":"tools/list"}'
       $body = "$($answer.Content)"; if (-not $body.TrimStart().StartsWith("{")) { $body = (($body -split "`r?`n") | Where-Object { $_.StartsWith("data:") } | Select-Object -Last 1).Substring(5) }
-      $tools = @(($body | ConvertFrom-Json).result.tools | ForEach-Object { $_.name } | Sort-Object)
-      if ($tools.Count) { Write-Host "+ MCP server $($s.name): you may call $($tools -join ', ')" } else { Write-Host "! MCP server $($s.name): reachable, but this key may call none of its tools" }
+      $result = ($body | ConvertFrom-Json).result
+      $tools = @($result.tools | ForEach-Object { $_.name } | Sort-Object)
+      $stored = if ($result._meta) { $result._meta.'gateway-portal/stored-catalog' } else { $null }
+      if ($stored) { Write-Host "! MCP server $($s.name): the team's server is down ($($stored.reason)); as of its last check ($($stored.checked)) you may call $($tools -join ', ')" }
+      elseif ($tools.Count) { Write-Host "+ MCP server $($s.name): you may call $($tools -join ', ')" } else { Write-Host "! MCP server $($s.name): reachable, but this key may call none of its tools" }
     } catch { Write-Host "x MCP server $($s.name) ($($s.url)): the gateway refused or is unreachable: $($_.Exception.Message)"; $problems++ }
   }
   if ($problems) { exit 1 }

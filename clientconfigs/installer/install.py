@@ -1193,8 +1193,13 @@ def refusal(step, status, answer):
     return f"{step} answered {status}{detail}"
 
 
+STORED_CATALOG = "gateway-portal/stored-catalog"  # gateway/surfaces/mcp.py: the server is down
+
+
 def mcp_tools(url, key):
-    """(tool names, None) this key may call on one gateway MCP endpoint, or (None, why not)."""
+    """(tool names, None, stored) this key may call on one gateway MCP endpoint, or (None, why not,
+    None); `stored` is the gateway's marker when the server is down and the names are from its last
+    check ({"reason", "checked"}), else None."""
     hello = {
         "jsonrpc": "2.0",
         "id": 1,
@@ -1208,14 +1213,16 @@ def mcp_tools(url, key):
     try:
         status, answer, session = rpc(url, key, hello)
         if status != 200 or not answer or "result" not in answer:
-            return None, refusal("initialize", status, answer)
+            return None, refusal("initialize", status, answer), None
         rpc(url, key, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
         status, answer, _ = rpc(url, key, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, session)
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        return None, f"cannot reach it ({exc})"
+        return None, f"cannot reach it ({exc})", None
     if status != 200 or not answer or "result" not in answer:
-        return None, refusal("tools/list", status, answer)
-    return sorted(t.get("name", "?") for t in answer["result"].get("tools", [])), None
+        return None, refusal("tools/list", status, answer), None
+    result = answer["result"]
+    stored = (result.get("_meta") or {}).get(STORED_CATALOG)
+    return sorted(t.get("name", "?") for t in result.get("tools", [])), None, stored
 
 
 def check_mcp(servers, key):
@@ -1226,10 +1233,17 @@ def check_mcp(servers, key):
             say("✗", f"{file}: MCP server {name} has no URL")
             problems += 1
             continue
-        tools, why = mcp_tools(url, key)
+        tools, why, stored = mcp_tools(url, key)
         if tools is None:
             say("✗", f"{file}: MCP server {name} ({url}): {why}")
             problems += 1
+        elif stored is not None:
+            # Not this machine's problem: the team's server is down; the entry itself is right.
+            say(
+                "!",
+                f"MCP server {name}: the team's server is down ({stored.get('reason') or 'unknown'}); as of its "
+                f"last check ({stored.get('checked') or 'never'}) you may call {', '.join(tools) or 'nothing'}",
+            )
         elif tools:
             say("✓", f"MCP server {name}: you may call {', '.join(tools)}")
         else:
