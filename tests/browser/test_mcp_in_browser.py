@@ -6,6 +6,7 @@ and the key gets a 404 there."""
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -64,12 +65,13 @@ def test_admin_registers_checks_limits_grants_and_deletes_an_mcp_server(
             robot.page.select_option("#id_auth", "bearer")
             robot.fill("#id_bearer_token", UPSTREAM_TOKEN)
             robot.click("main button[type=submit]")
+            robot.page.wait_for_url(re.compile(r".*/mcp-servers/\d+/$"))  # its page, not checked yet
             server = McpServer.objects.get(slug="tracker")
             assert server.bearer_token == UPSTREAM_TOKEN  # stored (encrypted), never shown again
             assert UPSTREAM_TOKEN not in robot.page.content()
 
-            if robot.page.url.rstrip("/").endswith("/mcp-servers"):
-                robot.click("a:text-is('Issue tracker')")
+            assert robot.page.url == f"{live_server.url}/mcp-servers/{server.pk}/"
+            assert "Not checked yet" in robot.text("main")
             robot.click("button:text-is('Check now')")
             assert "Issue tracker answered with 4 tools." in robot.text(".flash-success")
             tools = robot.text("main table >> nth=0")
