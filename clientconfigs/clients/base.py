@@ -158,14 +158,20 @@ class ConfigFile:
     # "mcp_servers.teamgw-" (TOML: those tables). A second run drops them before writing ours, so a
     # server no longer allowed disappears; uninstall drops them; the user's entries stay.
     owned: tuple[str, ...] = ()
+    # A file of a family named per model (`~/.claude/teamgw-*.json`): this glob, like `path`, finds
+    # every member, so uninstall removes the files of models no longer listed too.
+    family: str = ""
     note: str = ""
     windows_unconfirmed: bool = False  # the research could not confirm the Windows location
 
     @property
     def windows(self) -> str:
-        if self.windows_path:
-            return self.windows_path
-        return "%USERPROFILE%\\" + self.path.removeprefix("~/").replace("/", "\\")
+        return self.windows_path or windows_of(self.path)
+
+
+def windows_of(path: str) -> str:
+    """A home-relative path (`~/.codex/config.toml`) under %USERPROFILE% on Windows."""
+    return "%USERPROFILE%\\" + path.removeprefix("~/").replace("/", "\\")
 
 
 @dataclass(frozen=True)
@@ -259,7 +265,11 @@ def window_warnings(
 
 def profile_name(model: str) -> str:
     """A file-name-safe profile name for one model (Codex's --profile, Claude Code's --settings file)."""
-    return PROVIDER_ID + "-" + re.sub(r"[^A-Za-z0-9._-]+", "-", model).strip("-")
+    return PROFILE_PREFIX + re.sub(r"[^A-Za-z0-9._-]+", "-", model).strip("-")
+
+
+PROFILE_PREFIX = PROVIDER_ID + "-"
+PROFILES = PROFILE_PREFIX + "*"  # every profile_name: the glob a per-model file family declares
 
 
 def env_file(inp: RenderInput, variables: dict[str, str], note: str = "") -> ConfigFile:

@@ -24,6 +24,7 @@ import shlex
 from django.utils.translation import gettext as _
 
 from .base import (
+    PROFILES,
     VERSION_HEADER,
     Command,
     ConfigFile,
@@ -81,6 +82,7 @@ def model_settings(inp: RenderInput) -> list[ConfigFile]:
                 dump_json({"$schema": SCHEMA, "env": env}),
                 "json",
                 replace=("env",),
+                family=f"~/.claude/{PROFILES}.json",
                 windows_unconfirmed=True,
             )
         )

@@ -27,6 +27,7 @@ from .base import (
     ENV_FILE,
     ENV_VAR,
     MCP_PREFIX,
+    PROFILES,
     PROVIDER_ID,
     PROVIDER_NAME,
     VERSION_HEADER,
@@ -90,6 +91,7 @@ def profiles(inp: RenderInput) -> list[ConfigFile]:
                 f"# {inp.stamp}\n" + tomli_w.dumps(data),
                 "toml",
                 merge="toml",
+                family=f"~/.codex/{PROFILES}.config.toml",
                 windows_unconfirmed=True,
             )
         )

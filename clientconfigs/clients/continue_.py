@@ -14,6 +14,7 @@ from django.utils.translation import gettext as _
 
 from .base import (
     ENV_VAR,
+    MCP_PREFIX,
     PROVIDER_NAME,
     VERSION_HEADER,
     ConfigFile,
@@ -32,6 +33,21 @@ ENV_INDIRECTION = True
 SECRET_REF = "${{ secrets.%s }}" % ENV_VAR  # noqa: UP031 - the braces are Continue's syntax
 ROLES = ["chat", "edit", "apply", "summarize"]
 PROMPT_TOKENS = 1400  # measured: 0.9-1.4k for a one-line request with `cn -p`
+
+
+def mcp_servers(inp: RenderInput) -> list[dict[str, Any]]:
+    """One `teamgw-<slug>` entry per team MCP server; the key comes from the same secret as the
+    models' (~/.continue/.env), so config.yaml itself never holds it."""
+    headers = {"Authorization": f"Bearer {SECRET_REF}", VERSION_HEADER: inp.version}
+    return [
+        {
+            "name": s.entry,
+            "type": "streamable-http",
+            "url": inp.mcp_url(s),
+            "requestOptions": {"headers": dict(headers)},
+        }
+        for s in inp.mcp_servers
+    ]
 
 
 def render(inp: RenderInput) -> Rendered:
@@ -73,7 +89,9 @@ def render(inp: RenderInput) -> Rendered:
         old["requestOptions"] = {"headers": dict(headers)}
         legacy.append(old)
 
-    config = {"name": PROVIDER_NAME, "version": "1.0.0", "schema": "v1", "models": models}
+    config: dict[str, Any] = {"name": PROVIDER_NAME, "version": "1.0.0", "schema": "v1", "models": models}
+    if inp.mcp_servers:
+        config["mcpServers"] = mcp_servers(inp)
     yaml_text = f"# {inp.stamp}\n" + dump_yaml(config)
     files = [
         ConfigFile(
@@ -82,9 +100,11 @@ def render(inp: RenderInput) -> Rendered:
             yaml_text,
             "yaml",
             merge="yaml-models",
+            owned=(f"mcpServers.{MCP_PREFIX}",),
             note=_(
-                "The installer adds these models to your existing models list (between "
-                "team-gateway marker comments) and leaves everything else as it is."
+                "The installer adds these models to your existing models list, and the team's MCP servers "
+                "(teamgw-…) to your MCP servers, between team-gateway marker comments; it leaves everything "
+                "else as it is."
             ),
         )
     ]
@@ -145,6 +165,7 @@ def render(inp: RenderInput) -> Rendered:
                 model_context="defaultCompletionOptions.contextLength",
                 model_output="defaultCompletionOptions.maxTokens",
                 model_base="apiBase",
+                mcp="mcpServers",
                 client=LABEL,
                 needs=window_need(PROMPT_TOKENS),
             )

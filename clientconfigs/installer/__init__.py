@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..clients import CLIENTS
-from ..clients.base import PROVIDER_ID, ConfigFile, McpServerSpec, ModelSpec, RenderInput, profile_name
+from ..clients.base import PROVIDER_ID, ConfigFile, McpServerSpec, ModelSpec, RenderInput, windows_of
 from . import install as inst
 from .messages import table
 
@@ -92,17 +92,11 @@ def uninstall_spec(f: ConfigFile) -> dict:
     return spec
 
 
-def per_model(spec: dict[str, Any]) -> dict[str, Any]:
-    """A file named after a model (`~/.claude/teamgw-<model>.json`) is one of a family: its paths
-    become `teamgw-*` patterns, which uninstall expands on the developer's machine."""
-    sample = profile_name(SAMPLE.models[0].name)
-    if sample not in spec["path"]:
-        return spec
-    pattern = PROVIDER_ID + "-*"
-    for key in ("path", "macos_path", "windows_path"):
-        if spec.get(key):
-            spec[key] = spec[key].replace(sample, pattern)
-    return {**spec, "glob": True}
+def family_spec(f: ConfigFile) -> dict[str, Any]:
+    """A per-model file's spec under its family's glob (`~/.claude/teamgw-*.json`), which uninstall
+    expands on the developer's machine, so the files of every model it ever installed go."""
+    spec = uninstall_spec(f)
+    return {**spec, "path": f.family, "macos_path": f.family, "windows_path": windows_of(f.family), "glob": True}
 
 
 @cache
@@ -114,8 +108,9 @@ def uninstall_specs() -> dict[str, list[dict]]:
         for inp in (SAMPLE, dataclasses.replace(SAMPLE, api_key=None)):
             rendered = module.render(inp)
             for f in rendered.files:
-                if f.merge != "none" and f.path not in specs:
-                    specs[f.path] = per_model(uninstall_spec(f))
+                where = f.family or f.path
+                if f.merge != "none" and where not in specs:
+                    specs[where] = family_spec(f) if f.family else uninstall_spec(f)
             if rendered.db_providers:
                 specs[inst.CCSWITCH_DB] = {
                     "path": inst.CCSWITCH_DB,

@@ -162,10 +162,88 @@ function Merge-Dotenv($old, $file) {
   return $body + $file.content
 }
 
+function Get-YamlItems($lines, [string]$key) {
+  # As install.py's yaml_items: the items of the top-level block list `key:`, @{start; end; indent; name}.
+  $items = New-Object System.Collections.ArrayList; $idx = -1
+  for ($i = 0; $i -lt $lines.Count; $i++) { if ($lines[$i] -match "^${key}:\s*(#.*)?$") { $idx = $i; break } }
+  if ($idx -lt 0) { return ,$items }
+  $indent = -1
+  for ($i = $idx + 1; $i -lt $lines.Count; $i++) {
+    $l = $lines[$i]; $body = $l.Trim()
+    if (-not $body -or $body.StartsWith("#")) { continue }
+    $col = $l.Length - $l.TrimStart(" ").Length
+    if ($indent -lt 0) { if (-not $body.StartsWith("-")) { break }; $indent = $col }
+    if ($col -lt $indent -or ($col -eq $indent -and -not $body.StartsWith("-"))) { break }
+    if ($col -eq $indent) { [void]$items.Add(@{ start = $i; end = $i + 1; indent = $indent; name = "" }) }
+    $item = $items[$items.Count - 1]; $item.end = $i + 1
+    if (-not $item.name -and ($col -eq $indent -or $col -eq $indent + 2) -and $body -match '^(?:-\s+)?name:\s*(.+)$') { $item.name = $Matches[1].Trim().Trim('"', "'") }
+  }
+  return ,$items
+}
+
+function Split-YamlList([string]$text, [string]$key) {
+  # As install.py's cut_list: @{ rest = the text without the list `key:`; lines = that list's lines }.
+  $lines = [System.Collections.ArrayList]@($text -split "`r?`n"); $idx = -1
+  for ($i = 0; $i -lt $lines.Count; $i++) { if ($lines[$i] -match "^${key}:\s*(#.*)?$") { $idx = $i; break } }
+  if ($idx -lt 0) { return @{ rest = $text; lines = @() } }
+  $found = Get-YamlItems $lines $key
+  $end = if ($found.Count) { $found[$found.Count - 1].end } else { $idx + 1 }
+  $items = @(if ($end -gt $idx + 1) { $lines[($idx + 1)..($end - 1)] })
+  $lines.RemoveRange($idx, $end - $idx)
+  return @{ rest = ($lines -join "`n"); lines = $items }
+}
+
+function Merge-YamlOwned([string]$text, [string]$key, [string]$prefix, $items) {
+  # As install.py's merge_owned_list (Continue's mcpServers:): our items first between this list's
+  # markers; the marked block and every item named with our prefix go first (ours by name); the
+  # user's items stay; a header left with no item goes (Continue would read it as null).
+  $begin = "# >>> team-gateway $key (managed by the portal installer; edits here are replaced)"; $end = "# <<< team-gateway $key"
+  $lines = New-Object System.Collections.ArrayList; $skip = $false
+  foreach ($l in ($text -split "`r?`n")) {
+    if ($l.Trim().StartsWith("# >>> team-gateway $key ")) { $skip = $true; continue }
+    if ($skip) { if ($l.Trim() -eq $end) { $skip = $false }; continue }
+    [void]$lines.Add($l)
+  }
+  $drop = @{}
+  foreach ($it in (Get-YamlItems $lines $key)) { if ($it.name.StartsWith($prefix)) { for ($i = $it.start; $i -lt $it.end; $i++) { $drop[$i] = $true } } }
+  $kept = New-Object System.Collections.ArrayList
+  for ($i = 0; $i -lt $lines.Count; $i++) { if (-not $drop.ContainsKey($i)) { [void]$kept.Add($lines[$i]) } }
+  $lines = $kept; $idx = -1; $inline = -1
+  for ($i = 0; $i -lt $lines.Count; $i++) { if ($lines[$i] -match "^${key}:\s*(#.*)?$") { $idx = $i; break } }
+  for ($i = 0; $i -lt $lines.Count; $i++) { if ($lines[$i] -match "^${key}:\s*\[\s*\]\s*(#.*)?$") { $inline = $i; break } }
+  $has = @($items).Count -gt 0
+  if ($idx -lt 0 -and $inline -ge 0 -and $has) { $lines[$inline] = "${key}:"; $idx = $inline }
+  if ($idx -lt 0 -and $has -and @($lines | Where-Object { $_ -match "^${key}:" }).Count) { throw "the top-level $key list is written inline; add the team's entries by hand" }
+  if (-not $has) {
+    if ($idx -ge 0 -and -not (Get-YamlItems $lines $key).Count) { $lines.RemoveAt($idx) }
+    return ($lines -join "`n").TrimEnd("`n") + "`n"
+  }
+  $rest = Get-YamlItems $lines $key
+  $pad = if ($rest.Count) { " " * $rest[0].indent } else { "" }
+  $block = @("$pad$begin") + @($items | ForEach-Object { if ($_) { "$pad$_" } else { $_ } }) + @("$pad$end")
+  if ($idx -lt 0) { [void]$lines.Add("${key}:"); $idx = $lines.Count - 1 }
+  $new = @($lines[0..$idx]) + $block + @(if ($idx + 1 -lt $lines.Count) { $lines[($idx + 1)..($lines.Count - 1)] })
+  return ($new -join "`n").TrimEnd("`n") + "`n"
+}
+
 function Merge-YamlModels($old, $file) {
-  # As install.py: our block is always between the markers (a fresh install too, so the next one
-  # finds it), first in the list; unmarked entries with our name suffix and base URL are dropped.
-  $ourLines = $file.content -split "`r?`n"; $start = [array]::IndexOf($ourLines, "models:") + 1
+  # Continue's config.yaml: the models list, then each list whose items we own by name (`owned`:
+  # "mcpServers.teamgw-"), as install.py's merge_yaml_models.
+  $content = $file.content; $lists = @()
+  foreach ($o in @($file.owned)) {
+    if (-not $o) { continue }
+    $i = $o.LastIndexOf("."); $split = Split-YamlList $content $o.Substring(0, $i); $content = $split.rest
+    $lists += ,@{ key = $o.Substring(0, $i); prefix = $o.Substring($i + 1); lines = $split.lines }
+  }
+  $text = Merge-YamlModelList $old $content
+  foreach ($l in $lists) { $text = Merge-YamlOwned $text $l.key $l.prefix $l.lines }
+  return $text
+}
+
+function Merge-YamlModelList($old, [string]$content) {
+  # As install.py's merge_models: our block is always between the markers (a fresh install too, so
+  # the next one finds it), first in the list; unmarked entries with our name suffix and base URL go.
+  $ourLines = $content -split "`r?`n"; $start = [array]::IndexOf($ourLines, "models:") + 1
   $items = New-Object System.Collections.ArrayList
   for ($i = $start; $i -lt $ourLines.Length; $i++) {
     $l = $ourLines[$i]; if ($l -and -not ($l.StartsWith(" ") -or $l.StartsWith("-") -or $l.StartsWith("#"))) { break }; [void]$items.Add($l)
@@ -402,8 +480,11 @@ function Invoke-Doctor([string]$client) {
       Invoke-WebRequest -UseBasicParsing -Method Post -Uri $s.url -Headers $headers -ContentType "application/json" -Body $hello | Out-Null
       $answer = Invoke-WebRequest -UseBasicParsing -Method Post -Uri $s.url -Headers $headers -ContentType "application/json" -Body '{"jsonrpc":"2.0","id":2,"method":"tools/list"}'
       $body = "$($answer.Content)"; if (-not $body.TrimStart().StartsWith("{")) { $body = (($body -split "`r?`n") | Where-Object { $_.StartsWith("data:") } | Select-Object -Last 1).Substring(5) }
-      $tools = @(($body | ConvertFrom-Json).result.tools | ForEach-Object { $_.name } | Sort-Object)
-      if ($tools.Count) { Write-Host "+ MCP server $($s.name): you may call $($tools -join ', ')" } else { Write-Host "! MCP server $($s.name): reachable, but this key may call none of its tools" }
+      $result = ($body | ConvertFrom-Json).result
+      $tools = @($result.tools | ForEach-Object { $_.name } | Sort-Object)
+      $stored = if ($result._meta) { $result._meta.'gateway-portal/stored-catalog' } else { $null }
+      if ($stored) { Write-Host "! MCP server $($s.name): the team's server is down ($($stored.reason)); as of its last check ($($stored.checked)) you may call $($tools -join ', ')" }
+      elseif ($tools.Count) { Write-Host "+ MCP server $($s.name): you may call $($tools -join ', ')" } else { Write-Host "! MCP server $($s.name): reachable, but this key may call none of its tools" }
     } catch { Write-Host "x MCP server $($s.name) ($($s.url)): the gateway refused or is unreachable: $($_.Exception.Message)"; $problems++ }
   }
   if ($problems) { exit 1 }
@@ -463,10 +544,12 @@ function Get-Unmerged($spec, [string]$text) {
     }
     "text" { if ($text.StartsWith($spec.prefix)) { return "" }; return $text }
     default {
-      # yaml-models, yaml-list: our block between the markers, and our version lines.
+      # yaml-models, yaml-list: the items of owned lists named like ours (Continue's mcpServers), our
+      # blocks between the markers, and our version lines.
+      foreach ($o in @($spec.owned)) { if ($o) { $i = $o.LastIndexOf("."); $text = Merge-YamlOwned $text $o.Substring(0, $i) $o.Substring($i + 1) @() } }
       $kept = New-Object System.Collections.ArrayList; $skip = $false
       foreach ($l in ($text -split "`r?`n")) {
-        if ($l.Trim() -eq $Begin) { $skip = $true } elseif ($skip) { $skip = $l.Trim() -ne $End } elseif (-not $l.StartsWith("# Team gateway config")) { [void]$kept.Add($l) }
+        if ($l.Trim().StartsWith("# >>> team-gateway ")) { $skip = $true } elseif ($skip) { $skip = -not $l.Trim().StartsWith("# <<< team-gateway ") } elseif (-not $l.StartsWith("# Team gateway config")) { [void]$kept.Add($l) }
       }
       return (($kept -join "`n").TrimEnd("`n")) + "`n"
     }
@@ -480,14 +563,18 @@ function Invoke-Uninstall([string]$which) {
     if (-not $Specs.$c) { Write-Host "unknown client $c"; exit 2 }
     foreach ($spec in @($Specs.$c)) {
       if ($spec.merge -eq "ccswitch") { Write-Host ". $($spec.path): remove the $($c) provider Team Gateway in CC Switch itself"; continue }
-      $path = Expand-TeamPath $spec.windows_path
-      if (-not (Test-Path $path)) { continue }
-      $old = [IO.File]::ReadAllText($path)
-      try { $new = Get-Unmerged $spec $old } catch { Write-Host "! $path left unchanged ($($_.Exception.Message)); remove the team gateway entries by hand"; continue }
-      if ($new -eq $old) { continue }
-      $delete = (-not $new.Trim()) -or ($new -eq $spec.skeleton)
-      [void]$plan.Add(@{ path = $path; old = $old; new = $new; delete = $delete })
-      if ($delete) { Write-Host ". delete (only ours in it): $path" } else { Write-Host ". remove our entries from: $path" }
+      # A family of per-model files (`glob`: ~/.claude/teamgw-*.json): every file its pattern finds.
+      $paths = @(Expand-TeamPath $spec.windows_path)
+      if ($spec.glob) { $paths = @(Get-ChildItem -Path $paths[0] -File -ErrorAction SilentlyContinue | ForEach-Object { $_.FullName }) }
+      foreach ($path in $paths) {
+        if (-not (Test-Path -LiteralPath $path)) { continue }
+        $old = [IO.File]::ReadAllText($path)
+        try { $new = Get-Unmerged $spec $old } catch { Write-Host "! $path left unchanged ($($_.Exception.Message)); remove the team gateway entries by hand"; continue }
+        if ($new -eq $old) { continue }
+        $delete = (-not $new.Trim()) -or ($new -eq $spec.skeleton)
+        [void]$plan.Add(@{ path = $path; old = $old; new = $new; delete = $delete })
+        if ($delete) { Write-Host ". delete (only ours in it): $path" } else { Write-Host ". remove our entries from: $path" }
+      }
     }
   }
   if (-not $plan.Count) { Write-Host ". nothing of the team gateway's is installed here for: $($clients -join ', ')"; return }

@@ -20,8 +20,19 @@ import tempfile
 import urllib.error
 import urllib.request
 
-BEGIN = "# >>> team-gateway models (managed by the portal installer; edits here are replaced)"
-END = "# <<< team-gateway models"
+OPEN, CLOSE = "# >>> team-gateway ", "# <<< team-gateway "
+
+
+def begin_marker(key):
+    """The comment opening our block in the YAML list `key` (Continue's `models:`, `mcpServers:`)."""
+    return f"{OPEN}{key} (managed by the portal installer; edits here are replaced)"
+
+
+def end_marker(key):
+    return CLOSE + key
+
+
+BEGIN, END = begin_marker("models"), end_marker("models")
 OURS_COMMENT = "# Team gateway"
 CCSWITCH_DB = "~/.cc-switch/cc-switch.db"
 CCSWITCH_ID = "teamgw"  # our provider's id in CC Switch's database, the same on every install
@@ -251,15 +262,17 @@ def _unquote(value):
     return value.split(" #", 1)[0].strip()
 
 
-def _models_line(lines):
-    return next((i for i, ln in enumerate(lines) if re.match(r"^models:\s*(#.*)?$", ln)), None)
+def _list_line(lines, key="models"):
+    """The index of the line opening the top-level block list `key:`, or None."""
+    return next((i for i, ln in enumerate(lines) if re.match(rf"^{key}:\s*(#.*)?$", ln)), None)
 
 
-def yaml_items(lines):
-    """The items of the top-level `models:` block list: [(start, end, indent, fields)], where `fields`
-    holds the item's own scalar keys (name, model, apiBase...) and `line` its 1-based first line.
-    Enough YAML for the lists Continue users write (block style, any indent); no PyYAML needed."""
-    idx = _models_line(lines)
+def yaml_items(lines, key="models"):
+    """The items of the top-level block list `key:` (Continue's `models:`, `mcpServers:`):
+    [(start, end, indent, fields)], where `fields` holds the item's own scalar keys (name, model,
+    apiBase, url...) and `line` its 1-based first line. Enough YAML for the lists Continue users write
+    (block style, any indent); no PyYAML needed."""
+    idx = _list_line(lines, key)
     if idx is None:
         return []
     items, indent, i = [], None, idx + 1
@@ -299,7 +312,7 @@ def _same_base(a, b):
 def _our_items(ours):
     """Our config.yaml's model items (at indent 0), their names and base URL."""
     lines = ours.splitlines()
-    idx = _models_line(lines)
+    idx = _list_line(lines)
     found = yaml_items(lines)
     end = found[-1][1] if found else idx + 1
     names = {f.get("name") for _, _, _, f in found}
@@ -307,42 +320,100 @@ def _our_items(ours):
     return lines[idx + 1 : end], names, base
 
 
-def strip_marked(text):
-    """The lines outside our marker block, without our version lines (also those written before
-    the markers existed)."""
-    out, skipping = [], False
+def strip_marked(text, key=""):
+    """The lines outside our marker blocks (the list `key`'s, else every list's), without our version
+    lines (also those written before the markers existed)."""
+    out, block = [], None  # the list whose marked block this line is in
     for ln in text.splitlines():
-        if ln.strip() == BEGIN:
-            skipping = True
-        elif skipping:
-            skipping = ln.strip() != END
-        elif not ln.startswith(STAMP):
+        opening = block is None and ln.strip().startswith(OPEN)
+        if opening:
+            block = ln.strip()[len(OPEN) :].split(" ", 1)[0]
+        ours = block is not None and block == (key or block)
+        if block is not None and not opening and ln.strip().startswith(CLOSE):
+            block = None
+        if not ours and not (block is None and ln.startswith(STAMP)):
             out.append(ln)
     return out
 
 
-def merge_yaml_models(existing, ours):
+def cut_list(lines, key):
+    """(`lines` without the top-level block list `key:`, that list's item lines)."""
+    idx = _list_line(lines, key)
+    if idx is None:
+        return lines, []
+    found = yaml_items(lines, key)
+    end = found[-1][1] if found else idx + 1
+    return lines[:idx] + lines[end:], lines[idx + 1 : end]
+
+
+def merge_owned_list(text, key, prefix, items):
+    """The YAML list `key` (Continue's `mcpServers:`) with our `items` first between its markers;
+    the items we wrote before go first: the marked block and any item whose name starts with
+    `prefix` (we own those by name). The user's own items stay; a header we left with no item
+    (`mcpServers:` alone, which Continue would read as null) goes too."""
+    lines = strip_marked(text, key)
+    drop = set()
+    for start, end, _, fields in yaml_items(lines, key):
+        if fields.get("name", "").startswith(prefix):
+            drop.update(range(start, end))
+    lines = [ln for i, ln in enumerate(lines) if i not in drop]
+    idx = _list_line(lines, key)
+    inline = next((i for i, ln in enumerate(lines) if re.match(rf"^{key}:\s*\[\s*\]\s*(#.*)?$", ln)), None)
+    if idx is None and inline is not None and items:
+        lines[inline] = f"{key}:"  # an empty inline list becomes the block list ours go in
+        idx = inline
+    if idx is None and any(re.match(rf"^{key}:", ln) for ln in lines) and items:
+        raise ValueError(f"the top-level {key} list is written inline; add the team's entries by hand")
+    if not items:
+        if idx is not None and not yaml_items(lines, key):
+            del lines[idx]
+        return "\n".join(lines).rstrip("\n") + "\n"
+    rest = yaml_items(lines, key)
+    pad = " " * (rest[0][2] if rest else 0)
+    block = [pad + begin_marker(key), *((pad + ln) if ln else ln for ln in items), pad + end_marker(key)]
+    if idx is None:
+        lines = [*lines, f"{key}:"]
+        idx = len(lines) - 1
+    return "\n".join(lines[: idx + 1] + block + lines[idx + 1 :]).rstrip("\n") + "\n"
+
+
+def merge_yaml_models(existing, ours, owned=()):
     """Our models first in the top-level `models:` list (Continue uses the first one), between
     marker comments; nothing else changes. Entries we wrote before are dropped first: the marked
     block, and also unmarked ones (a file written before the markers existed, or copied from the
-    page) when both their name and their base URL are ours. The user's own entries stay."""
+    page) when both their name and their base URL are ours. The user's own entries stay.
+    `owned`: "list.prefix" — lists whose items we own by name (Continue's `mcpServers.teamgw-`),
+    merged by merge_owned_list."""
+    lists = []
+    ours_lines = ours.splitlines()
+    for spec in owned:
+        key, prefix = spec.rsplit(".", 1)
+        ours_lines, items = cut_list(ours_lines, key)
+        lists.append((key, prefix, items))
+    text = merge_models(existing, "\n".join(ours_lines) + "\n")
+    for key, prefix, items in lists:
+        text = merge_owned_list(text, key, prefix, items)
+    return text
+
+
+def merge_models(existing, ours):
     items, names, base = _our_items(ours)
     stamp = next((ln for ln in ours.splitlines() if ln.startswith(STAMP)), None)
     if existing is None or not existing.strip():
         lines = [ln for ln in ours.splitlines() if not ln.startswith(STAMP)]
-        idx = _models_line(lines)
+        idx = _list_line(lines)
         head = lines[: idx + 1]
         tail = lines[idx + 1 + len(items) :]
         block = [BEGIN] + ([stamp] if stamp else []) + items + [END]
         return "\n".join(head + block + tail).rstrip("\n") + "\n"
-    lines = strip_marked(existing)
+    lines = strip_marked(existing, "models")
     drop = set()
     for start, end, _, fields in yaml_items(lines):
         name = fields.get("name", "")
         if _same_base(fields.get("apiBase"), base) and (name in names or name.endswith(OUR_SUFFIX)):
             drop.update(range(start, end))
     lines = [ln for i, ln in enumerate(lines) if i not in drop]
-    idx = _models_line(lines)
+    idx = _list_line(lines)
     if idx is None:
         if any(re.match(r"^models:", ln) for ln in lines):
             raise ValueError("the top-level models list is written inline; add the models by hand")
@@ -470,7 +541,7 @@ MERGES = {
     "toml": lambda old, f: merge_toml(old, f["content"], f.get("owned", ())),
     "toml-items": lambda old, f: merge_toml_items(old, f["content"]),
     "dotenv": lambda old, f: merge_dotenv(old, f["content"]),
-    "yaml-models": lambda old, f: merge_yaml_models(old, f["content"]),
+    "yaml-models": lambda old, f: merge_yaml_models(old, f["content"], f.get("owned", ())),
     "yaml-keys": lambda old, f: merge_yaml_keys(old, f["content"]),
     "yaml-list": lambda old, f: merge_yaml_list(old, f["content"]),
     "text": lambda old, f: f["content"],  # a one-value file (llm's default_model.txt): ours
@@ -724,6 +795,14 @@ def unmerge_marked(text, spec, gateway):
     return body + "\n" if body else ""
 
 
+def unmerge_yaml_models(text, spec, gateway):
+    """Our marked blocks out, and the items of owned lists named like ours (Continue's MCP servers)."""
+    for entry in spec.get("owned", ()):
+        key, prefix = entry.rsplit(".", 1)
+        text = merge_owned_list(text, key, prefix, [])
+    return unmerge_marked(text, spec, gateway)
+
+
 def unmerge_yaml_keys(text, spec, gateway):
     body = strip_yaml_keys(text, set(spec.get("keys", ())))
     return body + "\n" if body else ""
@@ -738,7 +817,7 @@ UNMERGES = {
     "toml": unmerge_toml,
     "toml-items": unmerge_toml_items,
     "dotenv": unmerge_dotenv,
-    "yaml-models": unmerge_marked,
+    "yaml-models": unmerge_yaml_models,
     "yaml-list": unmerge_marked,
     "yaml-keys": unmerge_yaml_keys,
     "text": unmerge_text,
@@ -905,7 +984,8 @@ def one(data, path):
 
 
 def parse_yaml_models(text):
-    """Every item of the top-level models list (ours and the user's) as a dict, with its line."""
+    """Every item of the top-level models list (ours and the user's) as a dict, with its line; and
+    the MCP servers' items (their name and url)."""
     models = []
     for _, _, _, fields in yaml_items(text.splitlines()):
         item = dict(fields)
@@ -917,7 +997,8 @@ def parse_yaml_models(text):
                     pass
         item["defaultCompletionOptions"] = {k: item[k] for k in ("contextLength", "maxTokens") if k in item}
         models.append(item)
-    return {"models": models}
+    servers = [dict(fields) for _, _, _, fields in yaml_items(text.splitlines(), "mcpServers")]
+    return {"models": models, "mcpServers": servers}
 
 
 def parse_toml_simple(text):
@@ -1062,10 +1143,14 @@ MCP_PREFIX = "teamgw-"  # clients/base.py MCP_PREFIX: our entries in a client's 
 
 
 def mcp_entries(p, data):
-    """Our MCP entries in one file: [(name, url)]."""
+    """Our MCP entries in one file: [(name, url)], from an object keyed by name or a list of
+    named items (Continue's `mcpServers:`)."""
     found = []
-    for name, entry in walk(data, p["mcp"] + ".*"):
-        if name.startswith(MCP_PREFIX) and isinstance(entry, dict):
+    for key, entry in walk(data, p["mcp"] + ".*"):
+        if not isinstance(entry, dict):
+            continue
+        name = entry.get("name", "") if isinstance(one(data, p["mcp"]), list) else key
+        if name.startswith(MCP_PREFIX):
             found.append((name, entry.get(p.get("mcp_url") or "url")))
     return found
 
@@ -1108,8 +1193,13 @@ def refusal(step, status, answer):
     return f"{step} answered {status}{detail}"
 
 
+STORED_CATALOG = "gateway-portal/stored-catalog"  # gateway/surfaces/mcp.py: the server is down
+
+
 def mcp_tools(url, key):
-    """(tool names, None) this key may call on one gateway MCP endpoint, or (None, why not)."""
+    """(tool names, None, stored) this key may call on one gateway MCP endpoint, or (None, why not,
+    None); `stored` is the gateway's marker when the server is down and the names are from its last
+    check ({"reason", "checked"}), else None."""
     hello = {
         "jsonrpc": "2.0",
         "id": 1,
@@ -1123,14 +1213,16 @@ def mcp_tools(url, key):
     try:
         status, answer, session = rpc(url, key, hello)
         if status != 200 or not answer or "result" not in answer:
-            return None, refusal("initialize", status, answer)
+            return None, refusal("initialize", status, answer), None
         rpc(url, key, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
         status, answer, _ = rpc(url, key, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, session)
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        return None, f"cannot reach it ({exc})"
+        return None, f"cannot reach it ({exc})", None
     if status != 200 or not answer or "result" not in answer:
-        return None, refusal("tools/list", status, answer)
-    return sorted(t.get("name", "?") for t in answer["result"].get("tools", [])), None
+        return None, refusal("tools/list", status, answer), None
+    result = answer["result"]
+    stored = (result.get("_meta") or {}).get(STORED_CATALOG)
+    return sorted(t.get("name", "?") for t in result.get("tools", [])), None, stored
 
 
 def check_mcp(servers, key):
@@ -1141,10 +1233,17 @@ def check_mcp(servers, key):
             say("✗", f"{file}: MCP server {name} has no URL")
             problems += 1
             continue
-        tools, why = mcp_tools(url, key)
+        tools, why, stored = mcp_tools(url, key)
         if tools is None:
             say("✗", f"{file}: MCP server {name} ({url}): {why}")
             problems += 1
+        elif stored is not None:
+            # Not this machine's problem: the team's server is down; the entry itself is right.
+            say(
+                "!",
+                f"MCP server {name}: the team's server is down ({stored.get('reason') or 'unknown'}); as of its "
+                f"last check ({stored.get('checked') or 'never'}) you may call {', '.join(tools) or 'nothing'}",
+            )
         elif tools:
             say("✓", f"MCP server {name}: you may call {', '.join(tools)}")
         else:

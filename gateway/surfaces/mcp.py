@@ -8,7 +8,8 @@ answer any request and nothing is kept between them). This module does what the 
 1. the developer's key (`auth.authenticate`, as on /v1) and the server with the tools this key may
    call (`mcpservers.access`), before the SDK sees the request; an unknown server and a server the
    key may call nothing on are the same 404, so a key cannot probe for servers;
-2. `tools/list` is the upstream's list filtered to the allowed tools; a `tools/call` of another
+2. `tools/list` is the upstream's list filtered to the allowed tools (while the upstream is down:
+   the tools its last check stored, marked with `_meta` STORED_CATALOG); a `tools/call` of another
    tool is refused here and never reaches the upstream;
 3. each call takes a slot of the key's MCP rate limit (`limits.RedisLimiter`, the same atomic
    script as /v1, in its own `mcp:` window), and is recorded (`mcpservers.McpCall`);
@@ -57,6 +58,21 @@ TOOL_NOT_ALLOWED = -32003
 RATE_LIMITED = -32004
 UPSTREAM_UNAVAILABLE = -32005
 GATEWAY_UNAVAILABLE = -32006
+# The `_meta` key of a tools/list answered from the tools the last check stored (the upstream is
+# down): {"reason": why the live list failed, "checked": when the stored list was taken}.
+STORED_CATALOG = "gateway-portal/stored-catalog"
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """The allowed tools as the server's last check listed them (McpTool rows), and when."""
+
+    tools: tuple[tuple[str, str, dict[str, Any]], ...]  # name, description, input schema
+    checked: str  # ISO time of the last check, "" if none
+
+    def listing(self, reason: str) -> types.ListToolsResult:
+        tools = [types.Tool(name=n, description=d or None, input_schema=schema) for n, d, schema in self.tools]
+        return types.ListToolsResult(tools=tools, _meta={STORED_CATALOG: {"reason": reason, "checked": self.checked}})
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,17 +83,19 @@ class Caller:
     upstream: Upstream
     allowed: frozenset[str]
     team_id: int | None
+    stored: Stored
 
 
-def _load(key_id: int, slug: str) -> tuple[Upstream, frozenset[str]] | None:
+def _load(key_id: int, slug: str) -> tuple[Upstream, Stored] | None:
     """The server at `slug` and the tools the key may call there, or None (unknown, disabled, or
     nothing allowed: one answer for all three). Runs on the gateway's database thread."""
     server = McpServer.objects.enabled().filter(slug=slug).first()
     key = Key.objects.select_related("owner").filter(pk=key_id).first()
     if server is None or key is None:
         return None
-    allowed = frozenset(allowed_tools(key, server).values_list("name", flat=True))
-    return (Upstream.of(server), allowed) if allowed else None
+    rows = allowed_tools(key, server).order_by("name").values_list("name", "description", "input_schema")
+    checked = server.last_checked.isoformat() if server.last_checked else ""
+    return (Upstream.of(server), Stored(tuple(rows), checked)) if rows else None
 
 
 _redactor: Any = None
@@ -151,7 +169,10 @@ async def _list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> types
     try:
         tools = await list_tools(caller.upstream)
     except UpstreamFailure as exc:
-        raise MCPError(UPSTREAM_UNAVAILABLE, str(exc)) from None
+        # The client can still start, and show the tools it will have back once the server is;
+        # a call meanwhile gets the upstream's error.
+        logger.warning("MCP server %s is down; tools/list answered from the stored catalog", caller.upstream.slug)
+        return scrubbed(caller.stored.listing(str(exc)), caller.upstream.secrets())
     listed = types.ListToolsResult(tools=[t for t in tools if t.name in caller.allowed])
     return scrubbed(listed, caller.upstream.secrets())
 
@@ -277,7 +298,8 @@ async def serve(req: Request) -> None:
             "Connect page.",
         )
         return
-    upstream, allowed = found
+    upstream, stored = found
     manager = await front.start()
-    scope = {**req.scope, SCOPE_KEY: Caller(key, upstream, allowed, key.team_id)}
+    allowed = frozenset(name for name, _, _ in stored.tools)
+    scope = {**req.scope, SCOPE_KEY: Caller(key, upstream, allowed, key.team_id, stored)}
     await manager.handle_request(scope, req.receive, req.send)

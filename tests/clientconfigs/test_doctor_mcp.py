@@ -60,3 +60,21 @@ def test_the_doctor_lists_the_tools_this_key_may_call_and_says_when_the_gateway_
     gone = run_sh(script, home, "--uninstall", "opencode", "--yes")
     assert gone.returncode == 0, gone.stdout + gone.stderr
     assert config.read_text() == json.dumps(mine, indent=2) + "\n"  # byte-identical
+
+
+def test_the_doctor_says_when_the_teams_server_is_down_and_what_its_last_check_listed(portal, tmp_path, alice):
+    server, up = portal
+    tracker = make_server(slug="tracker", url=up.url, tools=(), auth="bearer", bearer_token=UPSTREAM_TOKEN)
+    check_server(tracker.pk)
+    grant(tracker, tool="echo", user=alice)
+    home = tmp_path / "home"
+    home.mkdir()
+    install(server, home, alice, "claude-code")
+    up.process.terminate()
+    up.process.wait(20)
+
+    check = run_sh(fetch(server.url + "/connect/install.sh"), home, "--check", "claude-code")
+    assert check.returncode == 0, check.stdout + check.stderr  # the developer's files are right
+    line = next(ln for ln in check.stdout.splitlines() if "MCP server teamgw-tracker" in ln)
+    assert line.startswith("! MCP server teamgw-tracker: the team's server is down (")
+    assert "unreachable" in line and line.endswith("you may call echo")

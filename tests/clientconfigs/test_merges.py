@@ -15,28 +15,31 @@ from clientconfigs.installer import install as inst
 from .conftest import SAMPLE_KEY, sample_input
 
 
+def merge_continue(existing: str | None, inp) -> str:
+    """Continue's config.yaml merged as the installer does it, with its declared owned lists."""
+    f = continue_.render(inp).files[0]
+    return inst.MERGES[f.merge](existing, {"content": f.content, "owned": f.owned})
+
+
 def test_simple_toml_reader_agrees_with_tomllib_on_our_codex_file():
     text = codex.render(sample_input(SAMPLE_KEY)).files[0].content
     assert inst.parse_toml_simple(text) == tomllib.loads(text)
 
 
 def test_continue_models_follow_a_list_written_without_indentation():
-    ours = continue_.render(sample_input(None)).files[0].content
     existing = "name: Mine\nversion: 1\nschema: v1\nmodels:\n- name: Local\n  provider: ollama\n  model: x\n"
-    merged = yaml.safe_load(inst.merge_yaml_models(existing, ours))
+    merged = yaml.safe_load(merge_continue(existing, sample_input(None)))
     assert [m["model"] for m in merged["models"]] == ["qwen3-32b", "llama-3.1-8b", "mystery-model", "x"]
 
 
 def test_continue_file_without_models_gets_a_list():
-    ours = continue_.render(sample_input(None)).files[0].content
-    merged = yaml.safe_load(inst.merge_yaml_models("name: Mine\nversion: 1\nschema: v1\n", ours))
+    merged = yaml.safe_load(merge_continue("name: Mine\nversion: 1\nschema: v1\n", sample_input(None)))
     assert merged["name"] == "Mine" and len(merged["models"]) == 3
 
 
 def test_an_inline_models_list_is_refused_not_mangled():
-    ours = continue_.render(sample_input(None)).files[0].content
     with pytest.raises(ValueError):
-        inst.merge_yaml_models("name: x\nmodels: []\n", ours)
+        merge_continue("name: x\nmodels: []\n", sample_input(None))
 
 
 def test_json_merge_removes_only_keys_we_do_not_set():
@@ -59,11 +62,11 @@ def continue_models(text: str) -> list[tuple[str, str, int | None]]:
 
 
 def test_continue_reinstall_over_a_fresh_install_keeps_one_entry_per_model_with_the_new_window():
-    first = inst.merge_yaml_models(None, continue_.render(sample_input(None)).files[0].content)
+    first = merge_continue(None, sample_input(None))
     assert inst.BEGIN in first  # a fresh install writes the markers too, so the next one finds its block
     smaller = sample_input(None).models[0].__class__("qwen3-32b", 16384, 4096, "Qwen3 32B")
     changed = replace(sample_input(None), models=(smaller, *sample_input(None).models[1:]), version="fedcba987654")
-    second = inst.merge_yaml_models(first, continue_.render(changed).files[0].content)
+    second = merge_continue(first, changed)
     assert continue_models(second) == [
         ("Qwen3 32B (team gateway)", "qwen3-32b", 16384),
         ("llama-3.1-8b (team gateway)", "llama-3.1-8b", 131072),
@@ -82,7 +85,7 @@ def test_continue_entries_written_without_markers_are_recognised_by_name_and_bas
         "models:\n- name: Local\n  provider: ollama\n  model: llama3\n"
         "- name: my own alias\n  provider: openai\n  model: qwen3-32b\n  apiBase: https://llm.example.com/v1\n",
     )
-    merged = inst.merge_yaml_models(old, ours)
+    merged = merge_continue(old, sample_input(None))
     names = [m[0] for m in continue_models(merged)]
     assert names == [
         "Qwen3 32B (team gateway)",
@@ -92,7 +95,7 @@ def test_continue_entries_written_without_markers_are_recognised_by_name_and_bas
         "my own alias",
     ]
     assert "contextLength: 512" not in merged
-    assert inst.merge_yaml_models(merged, ours) == merged  # a third install changes nothing
+    assert merge_continue(merged, sample_input(None)) == merged  # a third install changes nothing
 
 
 def test_continue_default_model_is_first_in_the_list():
@@ -174,3 +177,54 @@ def test_goose_config_keeps_the_users_extensions_and_replaces_only_provider_and_
         "extensions": {"developer": {"enabled": True, "type": "builtin"}},
     }
     assert inst.merge_yaml_keys(once, ours).count("Team gateway config") == 1
+
+
+def continue_mcp(text: str) -> list[str]:
+    return [s["name"] for s in yaml.safe_load(text).get("mcpServers") or []]
+
+
+def test_continue_mcp_servers_join_the_users_list_and_follow_the_allowlist():
+    mine = "name: Mine\nversion: 1\nschema: v1\nmcpServers:\n- name: my-own\n  command: my-mcp\n"
+    # An entry of ours copied from the page by hand (no markers) is ours by its name.
+    copied = mine + "- name: teamgw-old\n  type: streamable-http\n  url: https://llm.example.com/mcp/old\n"
+    first = merge_continue(copied, sample_input(None))
+    assert continue_mcp(first) == ["teamgw-docs", "teamgw-tracker", "my-own"]
+    entry = yaml.safe_load(first)["mcpServers"][0]
+    assert entry == {
+        "name": "teamgw-docs",
+        "type": "streamable-http",
+        "url": "https://llm.example.com/mcp/docs",
+        "requestOptions": {
+            "headers": {
+                "Authorization": "Bearer ${{ secrets.TEAM_GATEWAY_API_KEY }}",
+                "X-Gateway-Config-Version": "0123456789ab",
+            }
+        },
+    }
+    inp = sample_input(SAMPLE_KEY)
+    assert SAMPLE_KEY not in first and SAMPLE_KEY not in merge_continue(first, inp)  # the key stays in .env
+    fewer = merge_continue(first, replace(inp, mcp_servers=inp.mcp_servers[1:]))
+    assert continue_mcp(fewer) == ["teamgw-tracker", "my-own"]
+    none = merge_continue(fewer, replace(inp, mcp_servers=()))
+    assert continue_mcp(none) == ["my-own"] and "team-gateway mcpServers" not in none
+
+
+def test_continue_mcp_servers_without_a_list_of_the_users_get_one_that_uninstall_takes_away():
+    mine = "name: Mine\nversion: 1\nschema: v1\nmodels:\n- name: Local\n  provider: ollama\n  model: x\n"
+    merged = merge_continue(mine, sample_input(None))
+    assert continue_mcp(merged) == ["teamgw-docs", "teamgw-tracker"]
+    spec = {"merge": "yaml-models", "owned": ["mcpServers.teamgw-"]}
+    assert inst.UNMERGES["yaml-models"](merged, spec, "https://llm.example.com") == mine
+    # An empty inline list is the same as none; the next install without servers leaves no header.
+    inline = merge_continue(mine + "mcpServers: []\n", sample_input(None))
+    assert continue_mcp(inline) == ["teamgw-docs", "teamgw-tracker"]
+    assert "mcpServers" not in merge_continue(inline, replace(sample_input(None), mcp_servers=()))
+
+
+def test_continue_doctor_reads_our_mcp_entries_from_config_yaml():
+    text = merge_continue("mcpServers:\n  - name: my-own\n    url: http://127.0.0.1:9/x\n", sample_input(None))
+    probe = continue_.render(sample_input(None)).probes[0].__dict__
+    assert inst.mcp_entries(probe, inst.parse_yaml_models(text)) == [
+        ("teamgw-docs", "https://llm.example.com/mcp/docs"),
+        ("teamgw-tracker", "https://llm.example.com/mcp/tracker"),
+    ]

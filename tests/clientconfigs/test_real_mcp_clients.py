@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 
 import pytest
 
 from mcpservers.services import check_server
-from tests.mcpservers.conftest import UPSTREAM_TOKEN, running_upstream
+from tests.mcpservers.conftest import ROOT, UPSTREAM_TOKEN, running_upstream
 from tests.mcpservers.factories import grant, make_server
 
 from .test_installer import fetch, run_sh
@@ -101,5 +102,34 @@ def test_codex_calls_a_team_mcp_tool_through_the_gateway(gateway, tracker, tmp_p
     assert any("hello from codex" in json.dumps(c) for c in tool_results(chat_requests(up)[-1]))
 
     check = run_sh(fetch(server.url + "/connect/install.sh"), home, "--check", "codex")
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "✓ MCP server teamgw-tracker: you may call echo" in check.stdout
+
+
+def test_continue_cli_calls_a_team_mcp_tool_through_the_gateway(gateway, tracker, tmp_path, alice):  # noqa: F811
+    server, up = gateway
+    cn = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "cn")
+    home = tmp_path / "home"
+    (home / ".continue").mkdir(parents=True)
+    config = home / ".continue" / "config.yaml"
+    # The developer's own server must load too (`cn -p` stops when one fails): a local stdio one.
+    mine = f"  - name: my-own\n    command: {sys.executable}\n    args: [-m, tests.fakes.mcp_stdio]\n    cwd: {ROOT}\n"
+    config.write_text("name: Mine\nversion: 1.0.0\nschema: v1\nmcpServers:\n" + mine)
+    install(server, home, alice, "continue")
+    text = config.read_text()
+    assert mine in text and "name: teamgw-tracker" in text
+    assert "gp-" not in text  # the MCP entry reads the key from ~/.continue/.env like the models do
+
+    up.enqueue(mode="tool_call", tool_name="echo", tool_arguments='{"text": "hello from continue"}')
+    done = run_isolated(server, home, [str(cn), "-p", ASK, "--allow", "echo"], {"CONTINUE_CLI_DISABLE_TELEMETRY": "1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+    assert_called_once_with_the_teams_credential(tracker, "hello from continue")
+    asked = next(r for r in chat_requests(up) if "echo" in json.dumps(r.get("tools")))
+    assert "my_note" in json.dumps(asked["tools"])  # the developer's own server, beside ours
+    assert "delete_everything" not in json.dumps(asked["tools"])  # not allowed: the gateway never lists it
+    assert any("hello from continue" in json.dumps(c) for c in tool_results(chat_requests(up)[-1]))
+
+    check = run_sh(fetch(server.url + "/connect/install.sh"), home, "--check", "continue")
     assert check.returncode == 0, check.stdout + check.stderr
     assert "✓ MCP server teamgw-tracker: you may call echo" in check.stdout

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from clientconfigs import installer, services
 from clientconfigs.clients import CLIENTS
@@ -43,7 +44,10 @@ def users_own(spec: dict) -> str | None:
     if merge == "dotenv":
         return "MINE=1\n"
     if merge == "yaml-models":
-        return "name: Mine\nversion: 1.0.0\nschema: v1\nmodels:\n- name: Local\n  provider: ollama\n  model: x\n"
+        mine = "name: Mine\nversion: 1.0.0\nschema: v1\nmodels:\n- name: Local\n  provider: ollama\n  model: x\n"
+        # Indented, as the user wrote it: ours go in at their indent and leave it byte-identical.
+        servers = "mcpServers:\n  - name: my-own\n    type: streamable-http\n    url: http://127.0.0.1:9/my-own-mcp\n"
+        return mine + servers if spec["owned"] else mine
     if merge == "yaml-keys":
         return "mine: 1\n"
     if merge == "yaml-list":
@@ -58,6 +62,9 @@ def path_of(home: Path, spec: dict) -> Path:
 def our_mcp_entries(path: Path, spec: dict) -> dict[str, set[str]]:
     """{container: names} of the MCP entries in a file, ours and the user's."""
     text = path.read_text()
+    if spec["merge"] == "yaml-models":  # Continue's `mcpServers:` is a list of named items
+        data = yaml.safe_load(text)
+        return {o: {i["name"] for i in data.get(o.rsplit(".", 1)[0]) or []} for o in spec["owned"]}
     data = tomllib.loads(text) if spec["merge"] == "toml" else json.loads(text)
     return {o: set(inst.one(data, o.rsplit(".", 1)[0]) or {}) for o in spec["owned"]}
 
@@ -95,8 +102,9 @@ def test_users_own_entries_survive_install_reinstall_and_uninstall(client, tmp_p
                 assert names == {"my-own", f"{MCP_PREFIX}docs", f"{MCP_PREFIX}tracker"}, (spec["path"], names)
 
     # The admin takes `tracker` off this key, then `docs` too: our entries follow, the user's stay.
-    for left in (first.mcp_servers[:1], ()):
-        install_once(client, replace(first, mcp_servers=left), home)
+    # The last run lists one model: the per-model files of the others stay behind until uninstall.
+    for left, models in ((first.mcp_servers[:1], first.models), ((), first.models[:1])):
+        install_once(client, replace(first, mcp_servers=left, models=models), home)
         for spec in specs:
             if spec.get("owned") and path_of(home, spec).exists():
                 for names in our_mcp_entries(path_of(home, spec), spec).values():
@@ -115,8 +123,8 @@ def test_users_own_entries_survive_install_reinstall_and_uninstall(client, tmp_p
             assert path.read_text() == before[path], spec["path"]
         else:
             assert not path.exists(), spec["path"]
-    # Files named per model (Claude Code's --settings files, Codex's profiles) go too: their specs are
-    # `teamgw-*` patterns.
+    # Files named per model (Claude Code's --settings files, Codex's profiles) go too, those of models
+    # no longer listed among them: their client declares the family's `teamgw-*` glob.
     assert [p for p in home.rglob(f"{MCP_PREFIX}*") if ".bak-" not in p.name] == []
     # A second uninstall finds nothing of ours and changes nothing.
     assert inst.uninstall(SPECS, GATEWAY, [client], yes=True, stamp="3") == 0
@@ -164,3 +172,15 @@ def test_a_file_holding_only_our_mcp_entries_is_emptied_not_left_with_stale_ones
     install_once("claude-code", replace(sample_input(SAMPLE_KEY), mcp_servers=()), home)
     assert json.loads(state.read_text()) == {"numStartups": 3}
     assert os.stat(state).st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize(
+    ("client", "family", "windows"),
+    [
+        ("claude-code", "~/.claude/teamgw-*.json", "%USERPROFILE%\\.claude\\teamgw-*.json"),
+        ("codex", "~/.codex/teamgw-*.config.toml", "%USERPROFILE%\\.codex\\teamgw-*.config.toml"),
+    ],
+)
+def test_per_model_files_are_one_spec_each_family_found_by_its_declared_glob(client, family, windows):
+    [spec] = [s for s in SPECS[client] if s.get("glob")]
+    assert (spec["path"], spec["macos_path"], spec["windows_path"]) == (family, family, windows)

@@ -75,7 +75,9 @@ def mcp_upstream(tmp_path):
 @pytest.fixture(autouse=True)
 def redis_namespace(monkeypatch):
     """Each test its own Redis key namespace, so rate-limit windows never leak between tests."""
-    monkeypatch.setenv("GATEWAY_REDIS_NAMESPACE", "mcptest-" + uuid.uuid4().hex[:10])
+    ns = "mcptest-" + uuid.uuid4().hex[:10]
+    monkeypatch.setenv("GATEWAY_REDIS_NAMESPACE", ns)
+    return ns  # the gateway processes a test spawns share it (tests.gateway.conftest.spawn_gateway)
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from gateway.surfaces.mcp import STORED_CATALOG
 from keys.services import issue_key
 from mcpservers.models import McpCall
 from mcpservers.services import check_server
@@ -133,26 +134,41 @@ def test_it_rate_limits_tool_calls_per_key(gateway_url, tracker, mcp_upstream, a
     wait_for(lambda: McpCall.objects.filter(status="rate_limited").exists())
 
 
-def test_a_down_upstream_is_a_clear_jsonrpc_error(gateway_url, tracker, mcp_upstream, alice):
+def test_a_down_upstream_is_a_clear_jsonrpc_error_and_lists_its_stored_tools(gateway_url, tracker, mcp_upstream, alice):
     key, plaintext = issue_key(owner=alice, name="laptop")
-    grant(tracker, key=key)
+    grant(tracker, tool="echo", key=key)
+    grant(tracker, tool="whoami", key=key)
+    tracker.tools.filter(name="whoami").update(enabled=False)  # switched off since: not listed
     mcp_upstream.process.terminate()
     mcp_upstream.process.wait(20)
 
     async def work(session: ClientSession):
         with pytest.raises(MCPError) as failed:
             await session.call_tool("echo", {"text": "x"})
-        with pytest.raises(MCPError) as listing:
-            await session.list_tools()
-        return failed.value, listing.value
+        return failed.value, await session.list_tools()
 
     (failed, listing), seen = run(f"{gateway_url}/mcp/tracker", plaintext, work)
     assert failed.code == -32005 and "tracker" in failed.message and "unreachable" in failed.message
-    assert listing.code == -32005
+    # The client still starts with the tools the last check stored, and is told they are stored ones.
+    assert [(t.name, t.input_schema["properties"]["text"]["type"]) for t in listing.tools] == [("echo", "string")]
+    marker = listing.meta[STORED_CATALOG]
+    tracker.refresh_from_db()
+    assert "unreachable" in marker["reason"] and marker["checked"] == tracker.last_checked.isoformat()
     assert not any(UPSTREAM_TOKEN in text for text in seen)
     record = wait_for(lambda: McpCall.objects.filter(status="upstream_error").first())
     assert record.tool == "echo"
     assert check_server(tracker.pk).status == "down"
+
+
+def test_a_live_listing_carries_no_stored_catalog_marker(gateway_url, tracker, alice):
+    key, plaintext = issue_key(owner=alice, name="laptop")
+    grant(tracker, tool="echo", key=key)
+
+    async def work(session: ClientSession):
+        return await session.list_tools()
+
+    listing, _seen = run(f"{gateway_url}/mcp/tracker", plaintext, work)
+    assert [t.name for t in listing.tools] == ["echo"] and STORED_CATALOG not in (listing.meta or {})
 
 
 def test_a_careless_upstream_cannot_hand_the_credentials_to_the_developer(gateway_url, mcp_upstream, alice):
