@@ -6,9 +6,15 @@ fit estimate (`hosts.fit`) against each GPU's free memory, taken as the smaller 
 `nvidia-smi` says and the GPU's total minus what the portal's own starting/running deployments
 there were estimated to need (a server still loading has not allocated yet). A host is dropped,
 with its reason, when it cannot be reached, lacks the weights of a llama.cpp model (a file
-path), has the deployment's port taken, or has no room even after making some. Among the hosts
-left: fewest evictions first, then a host that has the weights, then the least loaded (share of
-its GPU memory already claimed), then by name.
+path) that no finished download tells where to get, has the deployment's port taken, or has no
+room even after making some. Among the hosts left: fewest evictions first, then a host that has
+the weights, then the least loaded (share of its GPU memory already claimed), then by name.
+
+**Weights**: a chosen host without the llama.cpp file gets the same download as the host the file
+came from (`downloads.weights_of`), as a supervised download job; the cold start waits in
+`downloading` (retried every `HOSTS_ONDEMAND_RETRY_SECONDS`, nothing evicted meanwhile) and
+launches once the file is there, with the deployment's model path moved to that host's copy. Its
+size is read from a host that has it; when none does, the least loaded host downloads it first.
 
 **Making room**: on a host without room, idle on-demand deployments are stopped, in this order:
 idle longest first (last request ended earliest), then cheapest to restart (smallest cold-start
