@@ -168,6 +168,16 @@ async def wait_until_warm(req: Request, info: ModelInfo, *, stream: bool) -> flo
         result = await _wait(req, outcome, wait, stream=stream)
     finally:
         state.waiting -= 1
+    downloading = (result or state.last).get("downloading")
+    if downloading and (result is None or result["state"] != "ready"):
+        metrics.ondemand_refused("downloading")
+        raise GatewayError(
+            503,
+            f"The model '{info.name}' is being downloaded to the host it will run on ({downloading}); "
+            f"it starts once that is done. Retry in about {math.ceil(_retry_after(info, state))} s.",
+            code="model_downloading",
+            headers=[(b"retry-after", str(max(1, math.ceil(_retry_after(info, state)))).encode())],
+        )
     if result is None:
         metrics.ondemand_refused("budget")
         raise _unavailable(info, f"did not start within {wait:g} s (it is still starting).", _retry_after(info, state))

@@ -540,6 +540,9 @@ HOSTS_ONDEMAND_RETRY_SECONDS = get("HOSTS_ONDEMAND_RETRY_SECONDS", float, 2.0)
 HOSTS_ONDEMAND_WATCH_SECONDS = get("HOSTS_ONDEMAND_WATCH_SECONDS", float, 60.0)
 HOSTS_HEALTH_FIRST_POLL = get("HOSTS_HEALTH_FIRST_POLL", float, 0.02)
 HOSTS_SSH_KEEP_SECONDS = get("HOSTS_SSH_KEEP_SECONDS", float, 120.0)
+# A pinned on-demand deployment's placement (one host: one SSH session) and its launch run in the
+# gateway process that opened the cold start, in a thread, instead of going through a Celery worker.
+HOSTS_ONDEMAND_PINNED_IN_PROCESS = get("HOSTS_ONDEMAND_PINNED_IN_PROCESS", bool, True)
 # How many requests one gateway process holds per cold model while it starts (more: 503).
 GATEWAY_ONDEMAND_QUEUE = get("GATEWAY_ONDEMAND_QUEUE", int, 64)
 

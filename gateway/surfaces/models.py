@@ -1,7 +1,9 @@
 """Model discovery: `GET /v1/models` and `GET /v1/models/{id}`, and Claude Code's `/api/hello` probe.
 
 Requests with `anthropic-version` (Claude Code) get Anthropic's shapes (`display_name`,
-`created_at`, paging) and errors; everyone else gets OpenAI's.
+`created_at`, paging) and errors; everyone else gets OpenAI's. A model served by an on-demand
+deployment carries the same extension fields in both shapes: `on_demand: true` and `cold` (no
+server is up: the next request starts it and waits, see `gateway.ondemand`).
 """
 
 from __future__ import annotations
@@ -92,10 +94,15 @@ def _openai_model(m: ModelInfo, key: KeyInfo) -> dict[str, Any]:
         "context_window": window,
         "max_output_tokens": output,
         "description": m.description,
-        **({"on_demand": True, "cold": m.cold} if m.on_demand is not None else {}),
+        **_on_demand(m),
     }
 
 
 def _anthropic_model(m: ModelInfo) -> dict[str, Any]:
     created_at = dt.datetime.fromtimestamp(m.created or 0, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {"type": "model", "id": m.name, "display_name": m.name, "created_at": created_at}
+    return {"type": "model", "id": m.name, "display_name": m.name, "created_at": created_at, **_on_demand(m)}
+
+
+def _on_demand(m: ModelInfo) -> dict[str, Any]:
+    """The extension fields of an on-demand model, the same in both shapes (none for the others)."""
+    return {"on_demand": True, "cold": m.cold} if m.on_demand is not None else {}

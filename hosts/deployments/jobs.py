@@ -234,11 +234,12 @@ class _Heartbeat:
         self.thread.join(timeout=10)
 
 
-def run_job(job_id: int, *, watch: float = 0.0) -> float | None:
+def run_job(job_id: int, *, watch: float = 0.0, checked: list[Any] | None = None) -> float | None:
     """The body of the Celery task: safe to run twice; a job already finished or held by a live
     worker is left alone, a job handed back after its worker died resumes (see `_launch`). Returns
     the seconds until the next look at the starting server (`poll_job`), or None when it is done.
-    With `watch`, a starting server is looked at here for up to that many seconds first."""
+    With `watch`, a starting server is looked at here for up to that many seconds first; with
+    `checked`, the answers to `launch_probes` just taken on the same host are used, not asked again."""
     try:
         job = LaunchJob.objects.select_related("deployment__host").get(pk=job_id)
     except LaunchJob.DoesNotExist:
@@ -249,7 +250,7 @@ def run_job(job_id: int, *, watch: float = 0.0) -> float | None:
         logger.info("launch job %s is held by another worker", job_id)
         return None
     with _Heartbeat(job):
-        delay = _run_claimed(job, watch=watch)
+        delay = _run_claimed(job, watch=watch, checked=checked)
     if delay is not None:
         _release_for_poll(job)
     return delay
@@ -275,7 +276,9 @@ def run_inline(job_id: int) -> None:
         delay = poll_job(job_id)
 
 
-def _run_claimed(job: LaunchJob, *, poll: bool = False, watch: float = 0.0) -> float | None:
+def _run_claimed(
+    job: LaunchJob, *, poll: bool = False, watch: float = 0.0, checked: list[Any] | None = None
+) -> float | None:
     deployment = job.deployment
     delay: float | None = None
     try:
@@ -288,7 +291,7 @@ def _run_claimed(job: LaunchJob, *, poll: bool = False, watch: float = 0.0) -> f
                 if job.action in (JobAction.STOP, JobAction.RESTART):
                     _stop(job, deployment, remote)
                 if job.action in (JobAction.LAUNCH, JobAction.RESTART):
-                    delay = _launch(job, deployment, remote, watch)
+                    delay = _launch(job, deployment, remote, watch, checked if job.action == JobAction.LAUNCH else None)
                 elif job.action == JobAction.ADOPT:
                     delay = _adopt(job, deployment, remote)
             if delay is None:
@@ -478,21 +481,31 @@ def _unowned_channel_at(base_url: str) -> Channel | None:
     return Channel.objects.filter(base_url=canonical, deployments__isnull=True).first()
 
 
-def _launch(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, watch: float = 0.0) -> float | None:
+def launch_probes(deployment: Deployment, model_path: str = "") -> list[commands.Probe[Any]]:
+    """Everything a launch checks on the host before the start, asked in one SSH session: its pid
+    file, the model (a problem, "" when fine), the model's architecture, the RAM available and
+    whether the port is in use (the model looked for at `model_path`, by default its own). A cold
+    start's placement asks them with its survey
+    (`hosts.ondemand.services.survey`) and hands the answers to the launch (`checked`)."""
+    model_path = model_path or deployment.model_path
+    return [
+        commands.pidfile_probe(_dir(deployment)),
+        commands.model_probe(deployment.backend, model_path),
+        commands.architecture_probe(deployment.backend, model_path),
+        commands.memory_probe(),
+        commands.port_probe(deployment.port),
+    ]
+
+
+def _launch(
+    job: LaunchJob, deployment: Deployment, remote: ssh.Remote, watch: float = 0.0, checked: list[Any] | None = None
+) -> float | None:
     with transaction.atomic():  # the rows of one step in one commit (a cold start waits on each)
         _move(job, JobState.STARTING, Message(gettext_noop("Checking the host")))
         set_status(
             deployment, DeploymentStatus.STARTING, Message(gettext_noop("Job #%(job)s is starting it."), job=job.pk)
         )
-    # Everything checked before the start, in one SSH session.
-    running, missing, arch, ram, port_taken = commands.ask(
-        remote,
-        commands.pidfile_probe(_dir(deployment)),
-        commands.model_probe(deployment.backend, deployment.model_path),
-        commands.architecture_probe(deployment.backend, deployment.model_path),
-        commands.memory_probe(),
-        commands.port_probe(deployment.port),
-    )
+    running, missing, arch, ram, port_taken = checked or commands.ask(remote, *launch_probes(deployment))
     if running and commands.is_alive(remote, running):
         # Launching twice must not start a second server: take over the one that runs.
         return _wait_for_health(

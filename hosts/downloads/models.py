@@ -135,5 +135,9 @@ class ModelDownload(TimeStampedModel):
         return f".gateway-portal/downloads/{self.pk}"
 
     @property
+    def file_names(self) -> set[str]:
+        return {f["name"] for f in self.files}
+
+    @property
     def gguf_files(self) -> list[str]:
         return [f["name"] for f in self.files if f["name"].endswith(".gguf")]

@@ -616,6 +616,48 @@ def delete_model(host: Host, name: str, *, user: User | None = None) -> None:
     audit.record(AuditAction.DELETE, host, message=f"Model folder {name} deleted from the host's disk", actor=user)
 
 
+class Weights(NamedTuple):
+    """Where a model file came from: a finished download and the file's name inside its folder."""
+
+    download: ModelDownload
+    relative: str
+
+    def on(self, host: Host) -> ModelDownload | None:
+        """The same files (source, repository, commit) downloaded onto `host`, if they were."""
+        src = self.download
+        jobs: list[ModelDownload] = list(
+            ModelDownload.objects.done().filter(host=host, source=src.source, repo_id=src.repo_id)
+        )
+        for job in jobs:
+            if (job.commit or job.revision) == (src.commit or src.revision) and self.relative in job.file_names:
+                return job
+        return None
+
+    def fetch(self, host: Host) -> ModelDownload:
+        """Download the same files onto `host` (or join the download already under way there)."""
+        src = self.download
+        job, _created = request_download(
+            host=host,
+            repo_id=src.repo_id,
+            revision=src.commit or src.revision,
+            pattern=src.pattern,
+            source=src.source,
+            endpoint=src.endpoint,
+            install_tool=src.install_tool,
+        )
+        return job
+
+
+def weights_of(model_path: str) -> Weights | None:
+    """The finished download (onto any host) that put the file `model_path` there, if one did:
+    a model on demand is downloaded from the same source onto a host that lacks it."""
+    for job in ModelDownload.objects.done().exclude(local_path="").order_by("-finished"):
+        prefix = job.local_path.rstrip("/") + "/"
+        if model_path.startswith(prefix) and model_path[len(prefix) :] in job.file_names:
+            return Weights(job, model_path[len(prefix) :])
+    return None
+
+
 def downloaded_on(host: Host) -> list[dict[str, Any]]:
     """What the launch form offers as "already on this host": each finished download's GGUF
     files (llama.cpp) or its folder (vLLM, SGLang: the fit reads its config.json)."""

@@ -12,22 +12,30 @@ from portal.models import TimeStampedModel
 
 
 class ColdStartState(models.TextChoices):
-    """placing → launching → ready | failed; placing → waiting_room → placing (retried) → … → failed.
+    """placing → launching → ready | failed; placing → waiting_room | downloading → placing
+    (retried) → … → failed.
 
     The gateway opens one in `placing` (`services.demand`); the placement task moves it to
     `launching` when it chose a host and asked for the launch job (or to `waiting_room` while no
-    host has room and nothing idle may be evicted, retrying until the budget is spent); the launch
-    job's outcome moves it to `ready` or `failed` (`services.on_deployment_status`).
+    host has room and nothing idle may be evicted, or to `downloading` while the chosen host
+    downloads the llama.cpp model's file, retrying until the budget is spent); the launch job's
+    outcome moves it to `ready` or `failed` (`services.observe`).
     """
 
     PLACING = "placing", _("Placing")
     WAITING_ROOM = "waiting_room", _("Waiting for room")
+    DOWNLOADING = "downloading", _("Downloading the weights")
     LAUNCHING = "launching", _("Launching")
     READY = "ready", _("Ready")
     FAILED = "failed", _("Failed")
 
 
-ACTIVE_COLD_START_STATES = (ColdStartState.PLACING, ColdStartState.WAITING_ROOM, ColdStartState.LAUNCHING)
+ACTIVE_COLD_START_STATES = (
+    ColdStartState.PLACING,
+    ColdStartState.WAITING_ROOM,
+    ColdStartState.DOWNLOADING,
+    ColdStartState.LAUNCHING,
+)
 
 
 class ColdStartQuerySet(models.QuerySet[Any]):
@@ -37,10 +45,11 @@ class ColdStartQuerySet(models.QuerySet[Any]):
 
 class ColdStart(TimeStampedModel):
     """A start of an on-demand deployment triggered by a request. At most one is active per
-    deployment (named constraint): that is how concurrent first requests on every gateway replica
-    trigger ONE launch. `reasons` says why the placement went where it did (one line per host, as
-    the routing explanations do); `evicted` names the deployments stopped to make room;
-    `seconds` is request → healthy, the history the gateway's estimates come from."""
+        deployment (named constraint): that is how concurrent first requests on every gateway replica
+        trigger ONE launch. `reasons` says why the placement went where it did (one line per host, as
+        the routing explanations do); `evicted` names the deployments stopped to make room; `download`
+    is the weights' download onto the chosen host it waits for;
+        `seconds` is request → healthy, the history the gateway's estimates come from."""
 
     objects = ColdStartQuerySet.as_manager()
 
@@ -57,6 +66,10 @@ class ColdStart(TimeStampedModel):
     deadline = models.DateTimeField(help_text="When the waiting requests give up (the cold-start budget).")
     finished = models.DateTimeField(null=True, blank=True)
     seconds = models.FloatField(null=True, blank=True)
+    # The download of the model's file onto the chosen host that this start waits for (or waited for).
+    download = models.ForeignKey(
+        "hosts.ModelDownload", null=True, blank=True, on_delete=models.SET_NULL, related_name="cold_starts"
+    )
 
     class Meta:
         ordering = ["-created", "-id"]

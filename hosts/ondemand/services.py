@@ -6,9 +6,15 @@ fit estimate (`hosts.fit`) against each GPU's free memory, taken as the smaller 
 `nvidia-smi` says and the GPU's total minus what the portal's own starting/running deployments
 there were estimated to need (a server still loading has not allocated yet). A host is dropped,
 with its reason, when it cannot be reached, lacks the weights of a llama.cpp model (a file
-path), has the deployment's port taken, or has no room even after making some. Among the hosts
-left: fewest evictions first, then a host that has the weights, then the least loaded (share of
-its GPU memory already claimed), then by name.
+path) that no finished download tells where to get, has the deployment's port taken, or has no
+room even after making some. Among the hosts left: fewest evictions first, then a host that has
+the weights, then the least loaded (share of its GPU memory already claimed), then by name.
+
+**Weights**: a chosen host without the llama.cpp file gets the same download as the host the file
+came from (`downloads.weights_of`), as a supervised download job; the cold start waits in
+`downloading` (retried every `HOSTS_ONDEMAND_RETRY_SECONDS`, nothing evicted meanwhile) and
+launches once the file is there, with the deployment's model path moved to that host's copy. Its
+size is read from a host that has it; when none does, the least loaded host downloads it first.
 
 **Making room**: on a host without room, idle on-demand deployments are stopped, in this order:
 idle longest first (last request ended earliest), then cheapest to restart (smallest cold-start
@@ -34,6 +40,7 @@ from typing import Any
 
 from django import db
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext_noop
@@ -43,6 +50,8 @@ from portal.i18n import Message, stored
 from .. import backends, calibration, fit
 from ..choices import IDLE_DEPLOYMENT_STATUSES, DeploymentStatus, JobAction, JobState
 from ..deployments import jobs
+from ..downloads import services as downloads
+from ..downloads.choices import DownloadState
 from ..models import GPU, Deployment, Host
 from ..remote import commands, inventory, ssh
 from . import activity, signals
@@ -131,14 +140,18 @@ def demand(deployment_id: int) -> dict[str, Any]:
             cold = ColdStart.objects.active().get(deployment=d)
         else:
             cold_id = cold.pk
-            transaction.on_commit(lambda: signals.placement_needed.send(sender=ColdStart, cold_start_id=cold_id))
+            # A pinned deployment has one host to look at: its placement runs here, no Celery hop.
+            here = d.pin_host and bool(settings.HOSTS_ONDEMAND_PINNED_IN_PROCESS)
+            transaction.on_commit(
+                lambda: signals.placement_needed.send(sender=ColdStart, cold_start_id=cold_id, here=here)
+            )
     return observe(cold.pk)
 
 
 def observe(cold_start_id: int) -> dict[str, Any]:
     """Where a cold start stands, for the requests waiting on it; a launching one whose
     deployment has become ready (or failed) is moved on here, by whoever looks first."""
-    cold = ColdStart.objects.select_related("deployment__channel").get(pk=cold_start_id)
+    cold = ColdStart.objects.select_related("deployment__channel", "download__host").get(pk=cold_start_id)
     d = cold.deployment
     if cold.state == ColdStartState.LAUNCHING:
         if is_ready(d):
@@ -150,13 +163,19 @@ def observe(cold_start_id: int) -> dict[str, Any]:
         # the task died
         finish(cold, ColdStartState.FAILED, Message(gettext_noop("No placement within the cold-start budget.")))
     elapsed = (timezone.now() - cold.created).total_seconds()
-    return {
+    seen = {
         "cold_start_id": cold.pk,
         "state": "ready" if cold.state == ColdStartState.READY else cold.state,
         "message": cold.message,
         "elapsed": elapsed,
         "retry_after": max(1.0, estimate_seconds(d.pk) - elapsed),
     }
+    if cold.state in (ColdStartState.DOWNLOADING, ColdStartState.FAILED) and cold.download_id is not None:
+        download = cold.download
+        if download is not None and download.is_active:  # what a refused request is told
+            seen["downloading"] = f"{download.percent} % of the weights are on {download.host}"
+            seen["retry_after"] = float(download.eta_seconds or 60) + estimate_seconds(d.pk)
+    return seen
 
 
 def finish(cold: ColdStart, state: str, message: Message) -> bool:
@@ -185,13 +204,16 @@ class Candidate:
     weights: bool = False
     load: float = 0.0
     reason: str = ""
+    model_path: str = ""  # the model's path on this host
+    download_first: bool = False  # lacks the weights and their size is unknown: the fit runs once there
 
 
 def place(cold_start_id: int) -> float | None:
     """One placement attempt (the Celery task's body): choose the host, make room, ask for the
-    launch. Returns seconds until the next attempt while it waits for room, else None."""
+    launch. Returns seconds until the next attempt while it waits for room or for the weights'
+    download onto the chosen host, else None."""
     cold = ColdStart.objects.select_related("deployment__host").filter(pk=cold_start_id).first()
-    if cold is None or cold.state not in (ColdStartState.PLACING, ColdStartState.WAITING_ROOM):
+    if cold is None or cold.state not in PLACEABLE:
         return None
     d = cold.deployment
     ColdStart.objects.filter(pk=cold.pk).update(attempts=cold.attempts + 1)
@@ -201,23 +223,34 @@ def place(cold_start_id: int) -> float | None:
     if d.status not in IDLE_DEPLOYMENT_STATUSES:  # being stopped (its idle TTL, an admin): next round
         return _wait(cold, Message(gettext_noop("The deployment is being stopped; starting it again once it is.")), [])
     hosts = [d.host] if d.pin_host else list(Host.objects.key_confirmed())
-    surveys = survey_all(d, hosts)
+    weights = downloads.weights_of(d.model_path) if d.backend == "llamacpp" else None
+    paths = {h.pk: _model_path_on(d, h, weights) for h in hosts}
+    surveys = survey_all(d, hosts, paths)
+    known_arch = next((s.arch for s in surveys.values() if s.arch is not None), None)  # read where it is
     candidates: list[Candidate] = []
+    downloads_first: list[Candidate] = []
     reasons: list[str] = []
     for host in hosts:
-        candidate = assess(d, host, surveys[host.pk])
+        candidate = assess(d, host, surveys[host.pk], weights=weights, arch=known_arch, model_path=paths[host.pk])
         reasons.append(f"{host.name}: {candidate.reason}")
         if candidate.gpu_indices or (candidate.reason.startswith("fits") and not d.gpu_indices):
             candidates.append(candidate)
-    if not candidates:
+        elif candidate.download_first:
+            downloads_first.append(candidate)
+    if not candidates and not downloads_first:
         return _wait(
             cold,
             Message(gettext_noop("No host has room for it now, even after stopping idle on-demand models.")),
             reasons,
         )
     candidates.sort(key=lambda c: (len(c.victims), not c.weights, c.load, c.host.name))
-    chosen = candidates[0]
+    downloads_first.sort(key=lambda c: (c.load, c.host.name))
+    chosen = (candidates or downloads_first)[0]
+    survey_of = surveys[chosen.host.pk]
     reasons.append(f"chosen {chosen.host.name}" + (" (pinned)" if d.pin_host else ""))
+    if not chosen.weights:
+        assert weights is not None  # only a host that can download them is a candidate without them
+        return _download(cold, chosen, weights, reasons)
     evicted = []
     for victim in chosen.victims:
         room = Message(gettext_noop("Stopped to make room for %(model)s (on demand)."), model=d.served_model_name)
@@ -227,8 +260,10 @@ def place(cold_start_id: int) -> float | None:
         evicted.append({"name": victim.name, "host": chosen.host.name})
     try:
         with transaction.atomic():  # one commit, not one per row: each is a WAL flush on a busy box
-            Deployment.objects.filter(pk=d.pk).update(host=chosen.host, gpu_indices=chosen.gpu_indices)
-            d.host, d.gpu_indices = chosen.host, chosen.gpu_indices
+            Deployment.objects.filter(pk=d.pk).update(
+                host=chosen.host, gpu_indices=chosen.gpu_indices, model_path=chosen.model_path
+            )
+            d.host, d.gpu_indices, d.model_path = chosen.host, chosen.gpu_indices, chosen.model_path
             jobs.request_job(d, JobAction.LAUNCH, queue=False)  # `launch` runs it, in this process
             ColdStart.objects.filter(pk=cold.pk).update(
                 state=ColdStartState.LAUNCHING,
@@ -239,25 +274,94 @@ def place(cold_start_id: int) -> float | None:
             )
     except jobs.JobConflict as exc:
         return _wait(cold, Message.verbatim(str(exc)), reasons)
+    if not evicted:  # a stop on the host since would make its answers stale
+        _surveyed[cold.pk] = (time.monotonic(), survey_of.checks)
     return None
+
+
+# The chosen host's answers to the launch checks, from the placement's survey, for the launch that
+# follows in the same process (`launch`): a few seconds old at most, else asked again.
+_surveyed: dict[int, tuple[float, list[Any]]] = {}
+SURVEY_FRESH_SECONDS = 10.0
+
+
+def _fresh_checks(cold_start_id: int) -> list[Any] | None:
+    taken, checks = _surveyed.pop(cold_start_id, (0.0, []))
+    for stale in [k for k, (at, _c) in _surveyed.items() if time.monotonic() - at > SURVEY_FRESH_SECONDS]:
+        _surveyed.pop(stale, None)
+    return checks if checks and time.monotonic() - taken <= SURVEY_FRESH_SECONDS else None
 
 
 def launch(cold_start_id: int) -> tuple[int, float | None] | None:
     """Run the cold start's launch job here, right after its placement (the placement task's
-    second half): the same process, so the same pooled SSH connection to the host, and no task
-    queued in between. The job watches the new server for HOSTS_ONDEMAND_WATCH_SECONDS. Returns
-    (job id, seconds until its next re-scheduled look or None when it is done), or None when
-    there is no launch job to run (another process holds it)."""
+    second half): the same process, so the same pooled SSH connection to the host, no task
+    queued in between, and the checks the placement's survey just made are not asked again. The
+    job watches the new server for HOSTS_ONDEMAND_WATCH_SECONDS. Returns (job id, seconds until
+    its next re-scheduled look or None when it is done), or None when there is no launch job to
+    run (another process holds it)."""
     cold = ColdStart.objects.filter(pk=cold_start_id).first()
     if cold is None:
         return None
     job = cold.deployment.jobs.active().filter(action=JobAction.LAUNCH, worker="").first()
     if job is None:
         return None
-    delay = jobs.run_job(job.pk, watch=float(settings.HOSTS_ONDEMAND_WATCH_SECONDS))
+    delay = jobs.run_job(job.pk, watch=float(settings.HOSTS_ONDEMAND_WATCH_SECONDS), checked=_fresh_checks(cold.pk))
     if delay is None:
         observe(cold.pk)  # ready or failed: move the cold start on now, not at the next look
     return job.pk, delay
+
+
+PLACEABLE = (ColdStartState.PLACING, ColdStartState.WAITING_ROOM, ColdStartState.DOWNLOADING)
+FAILED_DOWNLOAD = (DownloadState.FAILED, DownloadState.CANCELLED)
+
+
+def _model_path_on(d: Deployment, host: Host, weights: downloads.Weights | None) -> str:
+    """The model's path on `host`: where the same download landed there, else the deployment's own."""
+    there = weights.on(host) if weights is not None else None
+    return f"{there.local_path}/{weights.relative}" if there is not None and weights is not None else d.model_path
+
+
+def _download(cold: ColdStart, chosen: Candidate, weights: downloads.Weights, reasons: list[str]) -> float | None:
+    """The chosen host lacks the model's file: download it there (a supervised download job, or
+    the one already under way) and look again once it may be done; nothing is stopped meanwhile."""
+    waited = cold.download
+    host = chosen.host.name
+    if waited is not None and waited.host_id == chosen.host.pk and waited.state in FAILED_DOWNLOAD:
+        failed = Message(
+            gettext_noop("Downloading the weights to %(host)s failed: %(why)s"),
+            host=host,
+            why=stored(waited, "message"),
+        )
+        finish(cold, ColdStartState.FAILED, failed)
+        return None
+    try:
+        job = weights.fetch(chosen.host)
+    except (ValidationError, downloads.DownloadConflict) as exc:
+        why = exc.message if isinstance(exc, downloads.DownloadConflict) else " ".join(exc.messages)
+        refused = Message(
+            gettext_noop("The weights cannot be downloaded to %(host)s: %(why)s"),
+            host=host,
+            why=Message.verbatim(str(why)),
+        )
+        return _wait(cold, refused, reasons)
+    message = Message(
+        gettext_noop("Downloading the weights to %(host)s (%(percent)s %%, download #%(download)s)."),
+        host=host,
+        percent=job.percent,
+        download=job.pk,
+    )
+    if timezone.now() >= cold.deadline:
+        _move(cold, ColdStartState.DOWNLOADING, message, reasons=reasons, download=job, host_name=host)
+        cold.state = ColdStartState.DOWNLOADING
+        later = Message(
+            gettext_noop("%(downloading)s The model starts on a request once they are there."), downloading=message
+        )
+        finish(cold, ColdStartState.FAILED, later)
+        return None
+    _move(cold, ColdStartState.DOWNLOADING, message, reasons=reasons, download=job, host_name=host)
+    if cold.state != ColdStartState.DOWNLOADING:
+        activity.announce(cold.deployment_id)  # the waiting requests learn why it takes longer
+    return float(settings.HOSTS_ONDEMAND_RETRY_SECONDS)
 
 
 def _move(cold: ColdStart, state: str, message: Message, **fields: Any) -> None:
@@ -276,42 +380,55 @@ def _wait(cold: ColdStart, message: Message, reasons: list[str]) -> float | None
 
 @dataclass
 class Survey:
-    """What one SSH session told of a host for a placement: its GPUs (a fresh nvidia-smi), why the
-    model cannot be loaded there ("" when it can) and the model's architecture; or why not asked."""
+    """What one SSH session told of a host for a placement: its GPUs (a fresh nvidia-smi) and the
+    answers to the launch job's own checks (`jobs.launch_probes`: pid file, why the model cannot
+    be loaded there ("" when it can), its architecture, RAM, port in use), which the launch on the
+    chosen host then takes instead of asking again; or why the host was not asked."""
 
     inventory: inventory.Inventory | None = None
-    problem: str = ""
-    arch: fit.Architecture | None = None
+    checks: list[Any] = field(default_factory=list)
     failed: str = ""
 
+    @property
+    def problem(self) -> str:
+        return str(self.checks[1]) if self.checks else ""
 
-def survey(d: Deployment, host: Host) -> Survey:
+    @property
+    def arch(self) -> fit.Architecture | None:
+        return self.checks[2] if self.checks else None
+
+    @property
+    def port_taken(self) -> bool:
+        running, port_taken = (self.checks[0], self.checks[4]) if self.checks else (None, False)
+        return bool(port_taken) and not running  # its own server left running is taken over
+
+
+def survey(d: Deployment, host: Host, model_path: str = "") -> Survey:
     """Ask the host, in one session on its pooled connection (no database work: it runs in
-    parallel threads for several hosts, `survey_all`)."""
+    parallel threads for several hosts, `survey_all`); the model is looked for at `model_path`
+    (the deployment's own by default)."""
     try:
         with ssh.connect(host, reuse=True) as remote:
-            *smi, problem, arch = commands.ask(
-                remote,
-                *(commands.Probe(query, lambda result: result) for query in inventory.QUERIES),
-                commands.model_probe(d.backend, d.model_path),
-                commands.architecture_probe(d.backend, d.model_path),
-            )
+            smi_queries = [commands.Probe(query, lambda result: result) for query in inventory.QUERIES]
+            answers = commands.ask(remote, *smi_queries, *jobs.launch_probes(d, model_path or d.model_path))
+            smi, checks = answers[: len(smi_queries)], answers[len(smi_queries) :]
             try:
-                return Survey(inventory.from_results(remote, *smi), problem, arch)
+                return Survey(inventory.from_results(remote, *smi), checks)
             except inventory.InventoryError as exc:
                 return Survey(failed=f"no GPUs ({exc})")
     except ssh.SSHError as exc:
         return Survey(failed=f"unreachable ({exc.message})")
 
 
-def survey_all(d: Deployment, hosts: list[Host]) -> dict[int, Survey]:
-    """Every host surveyed at once (one SSH round trip for all, not one per host)."""
+def survey_all(d: Deployment, hosts: list[Host], paths: dict[int, str]) -> dict[int, Survey]:
+    """Every host surveyed at once (one SSH round trip for all, not one per host); `paths`: the
+    model's path on each host."""
     if len(hosts) < 2:
-        return {h.pk: survey(d, h) for h in hosts}
+        return {h.pk: survey(d, h, paths[h.pk]) for h in hosts}
 
     def one(host: Host) -> Survey:
         try:
-            return survey(d, host)
+            return survey(d, host, paths[host.pk])
         finally:
             db.connection.close()  # a refused host key is recorded from this thread
 
@@ -319,33 +436,50 @@ def survey_all(d: Deployment, hosts: list[Host]) -> dict[int, Survey]:
         return dict(zip([h.pk for h in hosts], pool.map(one, hosts), strict=True))
 
 
-def assess(d: Deployment, host: Host, found: Survey | None = None) -> Candidate:
+def assess(
+    d: Deployment,
+    host: Host,
+    found: Survey | None = None,
+    *,
+    weights: downloads.Weights | None = None,
+    arch: fit.Architecture | None = None,
+    model_path: str = "",
+) -> Candidate:
     """Can `d` run on `host`, on which GPUs, after stopping which idle deployments; and why not.
-    `found` is the host's survey when already taken (`survey_all`)."""
-    candidate = Candidate(host=host)
+    `found` is the host's survey when already taken (`survey_all`); `weights`, where the llama.cpp
+    file can be downloaded from onto a host that lacks it; `arch`, the model's architecture as
+    read on another host; `model_path`, the model's path on this host."""
+    candidate = Candidate(host=host, model_path=model_path or d.model_path)
     if Deployment.objects.filter(host=host, port=d.port).exclude(pk=d.pk).exists():
         candidate.reason = f"port {d.port} is taken by another deployment"
         return candidate
-    found = found or survey(d, host)
+    found = found or survey(d, host, candidate.model_path)
     if found.failed or found.inventory is None:
         candidate.reason = found.failed
         return candidate
     inventory.store(host, found.inventory)
-    candidate.weights = not found.problem
-    if not candidate.weights and d.backend == "llamacpp":
-        candidate.reason = "the model file is not on this host"
-        return candidate
-    arch = found.arch if candidate.weights else None
-    arch = arch or fit.preset_for(d.model_path)
-    if arch is None:
-        candidate.reason = "the model's size is unknown (no readable files, no preset)"
-        return candidate
-    if d.backend == "llamacpp" and not arch.quant:
-        arch.quant = fit.quant_from_name(d.model_path)
     gpus = {g.index: g for g in GPU.objects.filter(host=host, stale=False)}
     claims = _claims(host, exclude=d.pk)
     total = sum(g.memory_total_mib or 0 for g in gpus.values()) or 1
     candidate.load = sum(sum(c.values()) for c in claims.values()) / total
+    if found.port_taken:
+        candidate.reason = f"port {d.port} is in use on the host"
+        return candidate
+    candidate.weights = not found.problem
+    if not candidate.weights and d.backend == "llamacpp":
+        if weights is None:
+            candidate.reason = "the model file is not on this host (and no download of it is known)"
+            return candidate
+    arch = (found.arch if candidate.weights else None) or arch or fit.preset_for(d.model_path)
+    if arch is None:
+        if not candidate.weights and weights is not None:
+            candidate.download_first = True
+            candidate.reason = "downloads the weights first (their size is read once they are there)"
+        else:
+            candidate.reason = "the model's size is unknown (no readable files, no preset)"
+        return candidate
+    if d.backend == "llamacpp" and not arch.quant:
+        arch.quant = fit.quant_from_name(d.model_path)
     victims = _evictable(host, exclude=d.pk)
     freed: dict[int, float] = {}
     for n_evicted in range(len(victims) + 1):

@@ -2,5 +2,6 @@
 
 from django.dispatch import Signal
 
-# After the commit that opened a cold start: `cold_start_id`. The receiver queues its placement.
+# After the commit that opened a cold start: `cold_start_id`, and `here` when its placement should
+# run in this process (a pinned deployment). The receiver queues it or starts it.
 placement_needed = Signal()

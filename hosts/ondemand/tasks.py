@@ -1,12 +1,16 @@
 """Celery tasks of models on demand: the placement (re-scheduled while it waits for room, never a
-worker sleeping) and the idle sweep (beat)."""
+worker sleeping) and the idle sweep (beat). A pinned deployment's first placement attempt runs
+in the process that opened its cold start instead (the gateway), in a thread
+(`HOSTS_ONDEMAND_PINNED_IN_PROCESS`)."""
 
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from celery import shared_task
+from django import db
 from django.db import transaction
 from django.dispatch import receiver
 
@@ -23,15 +27,30 @@ SWEEP_EVERY_SECONDS = 30
 
 @shared_task(name=PLACE_TASK, ignore_result=True, acks_late=True, reject_on_worker_lost=True)
 def place(cold_start_id: int) -> None:
-    """One placement attempt; it queues the next one itself while it waits for room. Once a host
-    is chosen the launch job runs here too (`services.launch`), and a server still loading after
-    its watch is looked at by re-scheduled tasks like any launch."""
+    placement(cold_start_id)
+
+
+def placement(cold_start_id: int) -> None:
+    """One placement attempt (the task's body, or a thread of the process that opened a pinned
+    deployment's cold start: `_queue_place`); it queues the next one itself while it waits for
+    room. Once a host is chosen the launch job runs here too (`services.launch`), and a server
+    still loading after its watch is looked at by re-scheduled tasks like any launch."""
     delay = services.place(cold_start_id)
     if delay is not None:
         _queue_place(None, cold_start_id, countdown=delay)
         return
     if launched := services.launch(cold_start_id):
         look_again(*launched)
+
+
+def _place_here(cold_start_id: int) -> None:
+    try:
+        placement(cold_start_id)
+    except Exception:  # safe to run twice: a worker takes it from where it stopped
+        logger.exception("the placement of cold start %s failed here; queued for a worker", cold_start_id)
+        _queue_place(None, cold_start_id)
+    finally:
+        db.connection.close()
 
 
 @shared_task(name=SWEEP_TASK, ignore_result=True)
@@ -41,7 +60,15 @@ def sweep_idle() -> None:
 
 
 @receiver(signals.placement_needed, dispatch_uid="hosts-ondemand-queue-placement")
-def _queue_place(sender: object, cold_start_id: int, countdown: float = 0, **_kwargs: Any) -> None:
+def _queue_place(sender: object, cold_start_id: int, countdown: float = 0, here: bool = False, **_kwargs: Any) -> None:
+    """Queue the placement for a worker, or with `here` run it at once in a thread of this
+    process (a pinned deployment's first attempt, `services.demand`): no broker hop, no worker
+    to wake, on the cold start's critical path."""
+    if here:
+        threading.Thread(
+            target=_place_here, args=(cold_start_id,), name=f"placement-{cold_start_id}", daemon=True
+        ).start()
+        return
     try:
         if countdown:
             place.apply_async((cold_start_id,), countdown=countdown)

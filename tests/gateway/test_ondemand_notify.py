@@ -116,3 +116,30 @@ def test_without_the_announcements_the_poll_still_answers(gateway_url, cold_mode
     assert reply.status_code == 200, reply.text
     assert not ondemand._events.live.is_set()
     assert ColdStart.objects.get(deployment=cold_model).state == ColdStartState.READY
+
+
+def test_both_model_lists_flag_the_on_demand_model_cold_then_warm(gateway_url, cold_model, upstream, setup):
+    """The OpenAI-shaped list and the Anthropic-shaped one (what Claude Code reads, through the
+    official SDK) carry the same extension fields: on demand, cold while stopped, not once served."""
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=gateway_url, api_key=setup.plaintext, max_retries=0)
+
+    def flags() -> tuple[dict, dict]:
+        openai_shape = httpx.get(
+            f"{gateway_url}/v1/models", headers={"Authorization": f"Bearer {setup.plaintext}"}
+        ).json()["data"]
+        anthropic_shape = client.models.list(limit=1000).data
+        return (
+            {m["id"]: (m.get("on_demand"), m.get("cold")) for m in openai_shape},
+            {m.id: (getattr(m, "on_demand", None), getattr(m, "cold", None)) for m in anthropic_shape},
+        )
+
+    cold = {"od-notify": (True, True), "qwen3-32b": (None, None)}
+    assert flags() == (cold, cold)
+    one = client.models.retrieve("od-notify")
+    assert (one.type, one.on_demand, one.cold) == ("model", True, True)  # type: ignore[attr-defined]
+
+    _serve(cold_model, upstream)
+    warm = {"od-notify": (True, False), "qwen3-32b": (None, None)}
+    wait_for(lambda: flags() == (warm, warm), 60)

@@ -2,12 +2,15 @@
 (their own log: connections authenticated, sessions started), not by our client.
 
 The placement (a fresh nvidia-smi, the model file and its header on each host) and the launch job
-it runs (checks, start, the looks at the process while /health comes up, the inventory after) share
-ONE connection per host; a second cold start within HOSTS_SSH_KEEP_SECONDS opens none at all; a
-changed pin (the host's key confirmed again) is never served by the old connection.
+it runs (start, the looks at the process while /health comes up, the inventory after) share
+ONE connection per host, and the launch takes its checks from the placement's survey; a second
+cold start within HOSTS_SSH_KEEP_SECONDS opens none at all; a changed pin (the host's key
+confirmed again) is never served by the old connection.
 """
 
 from __future__ import annotations
+
+import threading
 
 import pytest
 
@@ -16,8 +19,18 @@ from hosts.deployments import jobs
 from hosts.models import Host
 from hosts.ondemand import services as ondemand
 from hosts.remote import ssh
+from keys.services import issue_key
 
-from .test_ondemand import hosts, namespace, on_demand, servers, two_targets  # noqa: F401  (fixtures)
+from .test_ondemand import (  # noqa: F401  (fixtures)
+    chat,
+    gateway,
+    hosts,
+    namespace,
+    on_demand,
+    servers,
+    two_targets,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.slow]
 
@@ -89,3 +102,38 @@ def test_a_pooled_connection_is_not_used_once_the_pin_changed(hosts, two_targets
     a.refresh_from_db()
     with pytest.raises(ssh.HostKeyChanged), ssh.connect(a, reuse=True):
         pass
+
+
+def test_a_pinned_model_is_placed_and_launched_by_the_gateway_itself_in_six_sessions(
+    hosts,  # noqa: F811
+    gateway,  # noqa: F811
+    two_targets,  # noqa: F811
+    servers,  # noqa: F811
+    alice,
+    settings,
+):
+    """No Celery worker runs here: only the gateway process that got the request can place and
+    launch the pinned model. On its host, counted by sshd: the survey (GPUs and every launch
+    check), the start, one look at the process (HOSTS_HEALTH_POLL is longer than the start), then
+    the log's end, the allocation and the inventory; the launch's checks are not asked again.
+    The other host is never contacted."""
+    settings.HOSTS_HEALTH_POLL = 30.0
+    settings.HOSTS_ONDEMAND_PINNED_IN_PROCESS = True
+    a, _b = hosts
+    d = on_demand(a, "od-pinned", "od-pinned", pin_host=True)
+    _key, key = issue_key(owner=alice, name="laptop")
+    before = _counts(two_targets)
+    reply = chat(gateway, key, "od-pinned")
+    assert reply.status_code == 200, reply.text
+    d.refresh_from_db()
+    assert d.status == DeploymentStatus.RUNNING and d.host == a
+    job = d.jobs.get()
+    assert job.worker.startswith(jobs.worker_id())  # this process ran it, not a worker
+    assert "Checking the host" in [t["message"] for t in job.transitions]
+
+    def placed_here() -> bool:  # the placement's thread ends after the launch's last session
+        return not any(t.name.startswith("placement-") for t in threading.enumerate())
+
+    wait_for(placed_here, 60, "the placement thread done")
+    _connections, sessions = _new(_counts(two_targets), before)
+    assert sessions == [6, 0], sessions

@@ -1,0 +1,180 @@
+"""A cold start whose llama.cpp file is on no host: the placement downloads it onto the host it
+chose, as a supervised download job, then launches there. Two real sshd "GPU hosts" (gpu-a full,
+gpu-b with room), the hosts' real `hf` (huggingface_hub) against a Hugging Face-compatible server
+on 127.0.0.1 (`tests/fakes/hf_hub.py`), the real llama.cpp server.
+
+The file came from a download onto gpu-a that was later deleted from its disk (the two "hosts"
+share this machine's filesystem, so a file still on gpu-a would be visible from gpu-b too).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from django.utils import timezone
+
+from hosts.choices import DeploymentStatus
+from hosts.deployments import services
+from hosts.downloads import services as downloads
+from hosts.downloads.choices import DownloadState
+from hosts.downloads.models import ModelDownload
+from hosts.models import ColdStart, Deployment
+from hosts.ondemand import services as ondemand
+from hosts.ondemand.models import ColdStartState
+from keys.services import issue_key
+from tests.fakes.hf_hub import COMMIT, FakeHub, RepoFile
+from tests.fakes.llamacpp import tiny_gguf_path
+from tests.services import free_port
+
+from .test_ondemand import chat, gateway, hosts, namespace, servers, two_targets  # noqa: F401  (fixtures)
+
+pytestmark = [pytest.mark.slow]
+
+REPO = "acme/tiny-chat"
+GGUF = "tiny-Q8_0.gguf"
+HOLDS = [{"name": "GPU 0", "index": 0, "need_gib": 0.2508, "have_gib": 0.38}]  # the tiny model's estimate
+
+
+@pytest.fixture
+def hub():
+    with FakeHub({REPO: {GGUF: RepoFile(tiny_gguf_path().read_bytes(), lfs=True)}}) as server:
+        yield server
+
+
+@pytest.fixture
+def hf_on_hosts(two_targets):  # noqa: F811
+    """Both hosts have huggingface_hub's `hf` (the test machine's: the hosts' python is ours)."""
+    links = [t.bin / "hf" for t in two_targets]
+    for link in links:
+        link.unlink(missing_ok=True)
+        link.symlink_to(Path(sys.executable).parent / "hf")
+    yield
+    for link in links:
+        link.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def setup(hosts, two_targets, hub, hf_on_hosts, settings):  # noqa: F811
+    """gpu-a is full (a running deployment that is not on demand holds its GPU); the model's file
+    was downloaded onto gpu-a once and is gone from its disk since."""
+    settings.HOSTS_HF_ENDPOINT = hub.url
+    settings.HOSTS_DOWNLOAD_DISK_RESERVE_MIB = 1
+    settings.HOSTS_HEALTH_POLL = 0.2
+    a, b = hosts
+    holder = services.save_deployment(
+        host=a,
+        name="holds-a",
+        backend="llamacpp",
+        model_path="/models/other.gguf",
+        served_model_name="holds-a",
+        gpu_indices=[0],
+        port=free_port(),
+        options={},
+        extra_args=[],
+    )
+    Deployment.objects.filter(pk=holder.pk).update(status=DeploymentStatus.RUNNING, last_fit={"devices": HOLDS})
+    data = tiny_gguf_path().read_bytes()
+    folder = two_targets[0].home / ".gateway-portal" / "models" / "acme--tiny-chat"
+    ModelDownload.objects.create(
+        host=a,
+        repo_id=REPO,
+        commit=COMMIT,
+        state=DownloadState.DONE,
+        local_path=str(folder),
+        files=[{"name": GGUF, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}],
+        total_bytes=len(data),
+        done_bytes=len(data),
+        finished=timezone.now(),
+    )
+    return a, b, f"{folder}/{GGUF}"
+
+
+def cold_model(host, model_path: str, **fields) -> Deployment:
+    return services.save_deployment(
+        host=host,
+        name="od-dl",
+        backend="llamacpp",
+        model_path=model_path,
+        served_model_name="od-dl",
+        gpu_indices=[0],
+        port=free_port(),
+        options={"ctx_size": 1024, "threads": 1, "parallel": 1},
+        extra_args=[],
+        on_demand=True,
+        idle_ttl=30,
+        **{"cold_start_budget": 150, **fields},
+    )
+
+
+def drive(job: ModelDownload, timeout: float = 120.0) -> ModelDownload:
+    """Run the download's steps as its re-scheduled task would, until it finishes."""
+    deadline = time.monotonic() + timeout
+    while job.is_active:
+        downloads.advance(job.pk)
+        job.refresh_from_db()
+        assert time.monotonic() < deadline, f"stuck in {job.state}: {job.message}"
+        time.sleep(0.1)
+    return job
+
+
+def test_the_file_is_downloaded_onto_the_chosen_host_then_the_model_starts_there(setup, servers):  # noqa: F811
+    a, b, gone = setup
+    d = cold_model(a, gone)
+    cold_id = ondemand.demand(d.pk)["cold_start_id"]
+
+    # Nobody has the file: the least loaded host that can download it is chosen; nothing stopped.
+    assert ondemand.place(cold_id) is not None  # look again once the download may be done
+    cold = ColdStart.objects.get(pk=cold_id)
+    assert cold.state == ColdStartState.DOWNLOADING and cold.host_name == "gpu-b", cold.reasons
+    assert cold.reasons[-1] == "chosen gpu-b" and all("downloads the weights first" in r for r in cold.reasons[:2])
+    job = cold.download
+    assert job is not None and (job.host, job.repo_id, job.revision) == (b, REPO, COMMIT)
+    seen = ondemand.observe(cold_id)
+    assert seen["state"] == "downloading" and "gpu-b" in seen["downloading"]
+
+    # A second attempt while it downloads joins the same job.
+    assert ondemand.place(cold_id) is not None
+    assert ModelDownload.objects.filter(host=b).count() == 1
+
+    job = drive(job)
+    assert job.state == DownloadState.DONE, job.message
+    # The file is on gpu-b now: its header gives the fit, and the launch goes there.
+    assert ondemand.place(cold_id) is None
+    cold.refresh_from_db()
+    assert cold.state == ColdStartState.LAUNCHING and cold.reasons[-1] == "chosen gpu-b", cold.reasons
+    assert any(r.startswith("gpu-b: fits on GPU 0") and "has the weights" in r for r in cold.reasons), cold.reasons
+    d.refresh_from_db()
+    assert d.host == b and d.model_path == f"{job.local_path}/{GGUF}" and d.model_path != gone
+    launched = ondemand.launch(cold_id)
+    assert launched is not None and launched[1] is None
+    d.refresh_from_db()
+    assert d.status == DeploymentStatus.RUNNING, d.status_message
+    assert ondemand.observe(cold_id)["state"] == "ready"
+
+
+def test_a_request_that_cannot_wait_for_the_download_gets_503_saying_so(setup, gateway, alice):  # noqa: F811
+    """No worker runs here: the pinned model's placement (in the gateway's process) asks for the
+    download, which no worker steps; the request waits its 5 s budget, then is told why."""
+    _a, b, gone = setup
+    cold_model(b, gone, pin_host=True, cold_start_budget=5)
+    _key, key = issue_key(owner=alice, name="laptop")
+    reply = chat(gateway, key, "od-dl")
+    assert reply.status_code == 503, reply.text
+    error = reply.json()["error"]
+    assert error["code"] == "model_downloading" and "being downloaded" in error["message"], error
+    assert int(reply.headers["retry-after"]) >= 1
+    job = ModelDownload.objects.get(host=b)
+    assert job.is_active and job.repo_id == REPO
+    again = httpx.post(
+        f"{gateway}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {key}", "Prefer": "wait=1"},
+        json={"model": "od-dl", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
+        timeout=60,
+    )
+    assert again.status_code == 503 and again.json()["error"]["code"] == "model_downloading", again.text
+    assert ModelDownload.objects.filter(host=b).count() == 1  # the second cold start joined it
