@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from django.db.models import Case, F, FloatField, QuerySet, Sum, Value, When
+from django.db.models import QuerySet, Sum
 from django.utils import timezone
 from django.utils.translation import gettext
 
@@ -234,27 +234,29 @@ def channel_token_shares(channel_id: int, since: dt.datetime, until: dt.datetime
     return windows_token_shares([(channel_id, since, until)])[0]
 
 
-# Runs read per query: at most three SELECTs each, well below SQLite's 500 in one compound SELECT.
-WINDOWS_PER_QUERY = 100
+# Windows read per query: each is at most one daily and three hourly rows of the query's VALUES
+# lists (five bound values each), well below SQLite's 32,766 bound parameters.
+WINDOWS_PER_QUERY = 1000
 
 
 def windows_token_shares(windows: list[Window]) -> list[list[Share]]:
     """For each (channel, since, until): tokens per (team at request time, user) sent through the
-    channel in [since, until). The GPU-hours showback's token source (`portal.showback`), one
-    UNION query for a month's runs. A window's whole UTC days come from the daily rollups and only
-    the partial days at its ends from the hourly ones, so a long run reads about the same number of
-    rows however busy its month was; an hour a window only partly covers counts by the share it
-    covers, so two adjacent runs never count one hour twice."""
+    channel in [since, until). The GPU-hours showback's token source (`portal.showback`).
+
+    A window's whole UTC days come from the daily rollups and only the partial days at its ends from
+    the hourly ones; an hour a window only partly covers counts by the share it covers, so two
+    adjacent runs never count one hour twice. The windows are cut into those spans in Python and
+    joined with the rollups in one query (the spans as VALUES lists), grouped by window, team and
+    user: a month's runs cost one query and one plan, however many runs and records there are."""
     tokens: list[dict[tuple[int | None, int | None], float]] = [defaultdict(float) for _ in windows]
     for first in range(0, len(windows), WINDOWS_PER_QUERY):
-        parts: list[QuerySet[Any]] = []
+        days: list[tuple[int, int, dt.date, dt.date]] = []
+        hours: list[tuple[int, int, dt.datetime, dt.datetime, float]] = []
         for i, window in enumerate(windows[first : first + WINDOWS_PER_QUERY], start=first):
-            parts += [part.annotate(run=Value(i)) for part in _window_parts(*window)]
-        if parts:
-            for team, user, count, run in parts[0].union(*parts[1:], all=True):
-                tokens[run][(team, user)] += count or 0
-    # Grouped by ids (no join in each part, which the planner would plan a hundred times); the
-    # names in two small queries.
+            _window_spans(i, *window, days=days, hours=hours)
+        for run, team, user, count in _read_spans(days, hours):
+            tokens[run][(team, user)] += count
+    # Grouped by ids (integer keys, no join per row); the names in two small queries.
     from accounts.models import Team, User
 
     teams = dict(Team.objects.filter(pk__in={t for shares in tokens for t, _u in shares}).values_list("pk", "name"))
@@ -272,39 +274,92 @@ def _by_name(row: tuple[str | None, str | None, float]) -> tuple[str, str]:
     return row[0] or "", row[1] or ""
 
 
-def _window_parts(channel_id: int, since: dt.datetime, until: dt.datetime) -> list[QuerySet[Any]]:
-    """The grouped SELECTs of one window: its whole days (daily rollups), then its ends (hourly)."""
+def _window_spans(
+    run: int,
+    channel_id: int,
+    since: dt.datetime,
+    until: dt.datetime,
+    *,
+    days: list[tuple[int, int, dt.date, dt.date]],
+    hours: list[tuple[int, int, dt.datetime, dt.datetime, float]],
+) -> None:
+    """Cut one window into its whole days [first, last) (daily rollups) and its ends (hourly)."""
     day = dt.timedelta(days=1)
     first = since.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     first = first if first == since else first + day
     last = until.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     if first >= last:
-        return [_hourly_part(channel_id, since, until)] if since < until else []
-    daily = UsageDaily.objects.filter(channel_id=channel_id, day__gte=first.date(), day__lt=last.date())
-    parts = [_shares(daily, F("total_tokens"))]
-    parts += [_hourly_part(channel_id, start, end) for start, end in ((since, first), (last, until)) if start < end]
-    return parts
+        _hour_spans(run, channel_id, since, until, hours)
+        return
+    days.append((run, channel_id, first.date(), last.date()))
+    _hour_spans(run, channel_id, since, first, hours)
+    _hour_spans(run, channel_id, last, until, hours)
 
 
-def _shares(qs: QuerySet[Any], weight: Any) -> QuerySet[Any]:
-    grouped: QuerySet[Any] = qs.values_list("team_id", "user_id")
-    summed: QuerySet[Any] = grouped.annotate(tokens=Sum(weight, output_field=FloatField()))
-    return summed.order_by()
-
-
-def _hourly_part(channel_id: int, since: dt.datetime, until: dt.datetime) -> QuerySet[Any]:
-    """Hourly rollups of one window, the hours at its edges weighted by the share of them it covers."""
+def _hour_spans(
+    run: int,
+    channel_id: int,
+    since: dt.datetime,
+    until: dt.datetime,
+    hours: list[tuple[int, int, dt.datetime, dt.datetime, float]],
+) -> None:
+    """[since, until) as spans of hourly buckets with a weight: the hours at its edges by the share
+    of them it covers, the whole hours between them at 1."""
+    if since >= until:
+        return
     hour = dt.timedelta(hours=1)
-    first = since.replace(minute=0, second=0, microsecond=0)
-    last = until.replace(minute=0, second=0, microsecond=0)
-    weights = {first: (min(first + hour, until) - since) / hour}
+    first = since.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
+    last = until.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
+    hours.append((run, channel_id, first, first + hour, (min(first + hour, until) - since) / hour))
+    if first + hour < last:
+        hours.append((run, channel_id, first + hour, last, 1.0))
     if last != first and last < until:
-        weights[last] = (until - last) / hour
-    weight = Case(
-        *(When(hour=h, then=Value(w)) for h, w in weights.items()), default=Value(1.0), output_field=FloatField()
-    )
-    qs = UsageHourly.objects.filter(channel_id=channel_id, hour__gte=first, hour__lt=until)
-    return _shares(qs, F("total_tokens") * weight)
+        hours.append((run, channel_id, last, last + hour, (until - last) / hour))
+
+
+def _read_spans(
+    days: list[tuple[int, int, dt.date, dt.date]], hours: list[tuple[int, int, dt.datetime, dt.datetime, float]]
+) -> list[tuple[int, int | None, int | None, float]]:
+    """(window, team, user, tokens) summed over the daily and hourly rollups of the spans."""
+    from django.db import connection
+
+    ops = connection.ops
+    q = ops.quote_name
+    ctes, selects, params = [], [], []
+    for name, rollup, period, spans, adapt in (
+        ("day_spans", UsageDaily, "day", days, ops.adapt_datefield_value),
+        ("hour_spans", UsageHourly, "hour", hours, ops.adapt_datetimefield_value),
+    ):
+        if not spans:
+            continue
+        weighted = name == "hour_spans"
+        row = "(%s, %s, %s, %s, %s)" if weighted else "(%s, %s, %s, %s)"
+        for span in spans:
+            params += [span[0], span[1], adapt(span[2]), adapt(span[3]), *span[4:]]
+        columns = "run, channel, lo, hi, w" if weighted else "run, channel, lo, hi"
+        ctes.append(f"{name}({columns}) AS (VALUES {', '.join([row] * len(spans))})")
+        team, user, total, table = q("team_id"), q("user_id"), q("total_tokens"), q(rollup._meta.db_table)
+        match = f"u.{q('channel_id')} = s.channel AND u.{q(period)} >= s.lo AND u.{q(period)} < s.hi"
+        if connection.vendor == "postgresql":
+            # Each span one index range scan on (channel, period), summed per person inside it: a
+            # plain join is planned as a hash join on the channel alone, reading every rollup row
+            # of those channels (the GROUP BY also keeps the planner from flattening the LATERAL).
+            source = (
+                f"{name} AS s CROSS JOIN LATERAL (SELECT u.{team}, u.{user}, SUM(u.{total}) AS {total} "  # noqa: S608
+                f"FROM {table} AS u WHERE {match} GROUP BY u.{team}, u.{user}) AS u"
+            )
+        else:  # SQLite joins by nested loops, each span an index range scan already
+            source = f"{name} AS s JOIN {table} AS u ON {match}"
+        tokens = f"u.{total} * s.w" if weighted else f"u.{total}"
+        group = f"s.run, u.{team}, u.{user}"
+        selects.append(f"SELECT {group}, SUM({tokens}) FROM {source} GROUP BY {group}")  # noqa: S608
+    if not selects:
+        return []
+    # Only our own quoted identifiers and placeholders go into the text; the values are bound.
+    sql = f"WITH {', '.join(ctes)} {' UNION ALL '.join(selects)}"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [(run, team, user, float(tokens or 0)) for run, team, user, tokens in cursor.fetchall()]
 
 
 def spend_by_person(since: dt.datetime, until: dt.datetime) -> dict[tuple[str | None, str | None], int]:
