@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from django.db.models import QuerySet, Sum
@@ -257,21 +257,16 @@ def windows_token_shares(windows: list[Window]) -> list[list[Share]]:
         for run, team, user, count in _read_spans(days, hours):
             tokens[run][(team, user)] += count
     # Grouped by ids (integer keys, no join per row); the names in two small queries.
-    from accounts.models import Team, User
-
-    teams = dict(Team.objects.filter(pk__in={t for shares in tokens for t, _u in shares}).values_list("pk", "name"))
-    users = dict(User.objects.filter(pk__in={u for shares in tokens for _t, u in shares}).values_list("pk", "username"))
-    named = [
-        [(teams.get(t) if t else None, users.get(u) if u else None, n) for (t, u), n in shares.items()]
+    people = list({person for shares in tokens for person in shares})
+    names = dict(zip(people, _named_people(people), strict=True))
+    return [
+        sorted((Share(*names[person], tokens=round(n)) for person, n in shares.items()), key=_by_name)
         for shares in tokens
     ]
-    return [
-        [Share(team=team, user=user, tokens=round(n)) for team, user, n in sorted(rows, key=_by_name)] for rows in named
-    ]
 
 
-def _by_name(row: tuple[str | None, str | None, float]) -> tuple[str, str]:
-    return row[0] or "", row[1] or ""
+def _by_name(share: Share) -> tuple[str, str]:
+    return share.team or "", share.user or ""
 
 
 def _window_spans(
@@ -326,10 +321,11 @@ def _read_spans(
     ops = connection.ops
     q = ops.quote_name
     ctes, selects, params = [], [], []
-    for name, rollup, period, spans, adapt in (
+    sources: list[tuple[str, type[UsageDaily | UsageHourly], str, Sequence[tuple[Any, ...]], Callable[[Any], Any]]] = [
         ("day_spans", UsageDaily, "day", days, ops.adapt_datefield_value),
         ("hour_spans", UsageHourly, "hour", hours, ops.adapt_datetimefield_value),
-    ):
+    ]
+    for name, rollup, period, spans, adapt in sources:
         if not spans:
             continue
         weighted = name == "hour_spans"
@@ -365,9 +361,21 @@ def _read_spans(
 def spend_by_person(since: dt.datetime, until: dt.datetime) -> dict[tuple[str | None, str | None], int]:
     """Nano-units spent per (team at request time, user) on the UTC days in [since, until): the
     showback's spend beside the GPU-hours (`portal.showback`)."""
-    rows = (
+    rows = list(
         UsageDaily.objects.filter(day__gte=since.date(), day__lt=until.date())
-        .values("team__name", "user__username")
+        .values_list("team_id", "user_id")
         .annotate(cost=Sum("cost_nanos"))
+        .order_by()
     )
-    return {(r["team__name"], r["user__username"]): int(r["cost"] or 0) for r in rows}
+    names = _named_people([(team, user) for team, user, _cost in rows])
+    spent: dict[tuple[str | None, str | None], int] = defaultdict(int)
+    for person, (_team, _user, cost) in zip(names, rows, strict=True):
+        spent[person] += int(cost or 0)  # two deleted users are one "(deleted user)"
+    return dict(spent)
+
+
+def _named_people(people: list[tuple[int | None, int | None]]) -> list[tuple[str | None, str | None]]:
+    """(team name, username) for (team id, user id) pairs, in two queries; None for none or deleted."""
+    teams = _labels("team", {t for t, _u in people})
+    users = _labels("user", {u for _t, u in people})
+    return [(teams.get(t) if t else None, users.get(u) if u else None) for t, u in people]
