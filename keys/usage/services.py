@@ -234,12 +234,13 @@ def channel_token_shares(channel_id: int, since: dt.datetime, until: dt.datetime
     return windows_token_shares([(channel_id, since, until)])[0]
 
 
-# Buckets named per query: (window, channel, period, weight), four bound values each, well below
-# SQLite's 32,766 bound parameters; a month's runs fit in one.
-BUCKETS_PER_QUERY = 6000
+# Windows read per query: each is at most one daily and four hourly spans of the query's VALUES
+# lists (five bound values each), well below SQLite's 32,766 bound parameters.
+WINDOWS_PER_QUERY = 1000
 
-# (window's index, channel id, day or hour, weight: the share of the hour the window covers)
-Bucket = tuple[int, int, Any, float]
+# (window's index, channel id, first day or hour, the one after the last, weight: the share of
+# each hour the window covers)
+Span = tuple[int, int, Any, Any, float]
 
 
 def windows_token_shares(windows: list[Window]) -> list[list[Share]]:
@@ -248,19 +249,17 @@ def windows_token_shares(windows: list[Window]) -> list[list[Share]]:
 
     A window's whole UTC days come from the daily rollups and only the partial days at its ends from
     the hourly ones; an hour a window only partly covers counts by the share it covers, so two
-    adjacent runs never count one hour twice. The windows are cut into the days and hours they cover
-    in Python and joined with the rollups on (channel, day or hour) in one query, the rollups'
-    (channel, period) index answering each, grouped by window, team and user: a month's runs cost
-    one query and one plan, however many runs and records there are."""
+    adjacent runs never count one hour twice. The windows are cut into those spans in Python and
+    joined with the rollups in one query, grouped by window, team and user: a month's runs cost one
+    query and one plan, however many runs and records there are."""
     tokens: list[dict[tuple[int | None, int | None], float]] = [defaultdict(float) for _ in windows]
-    days: list[Bucket] = []
-    hours: list[Bucket] = []
-    for i, window in enumerate(windows):
-        _window_buckets(i, *window, days=days, hours=hours)
-        if len(days) + len(hours) >= BUCKETS_PER_QUERY or i == len(windows) - 1:
-            for run, team, user, count in _read_buckets(days, hours):
-                tokens[run][(team, user)] += count
-            days, hours = [], []
+    for first in range(0, len(windows), WINDOWS_PER_QUERY):
+        days: list[Span] = []
+        hours: list[Span] = []
+        for i, window in enumerate(windows[first : first + WINDOWS_PER_QUERY], start=first):
+            _window_spans(i, *window, days=days, hours=hours)
+        for run, team, user, count in _read_spans(days, hours):
+            tokens[run][(team, user)] += count
     # Grouped by ids (integer keys, no join per row); the names in two small queries.
     people = list({person for shares in tokens for person in shares})
     names = dict(zip(people, _named_people(people), strict=True))
@@ -274,66 +273,87 @@ def _by_name(share: Share) -> tuple[str, str]:
     return share.team or "", share.user or ""
 
 
-def _window_buckets(
-    run: int, channel_id: int, since: dt.datetime, until: dt.datetime, *, days: list[Bucket], hours: list[Bucket]
+def _window_spans(
+    run: int, channel_id: int, since: dt.datetime, until: dt.datetime, *, days: list[Span], hours: list[Span]
 ) -> None:
-    """The daily buckets of a window's whole UTC days, and the hourly ones of its ends, each hour
-    weighted by the share of it the window covers."""
-    day, hour = dt.timedelta(days=1), dt.timedelta(hours=1)
+    """Cut one window into its whole days [first, last) (daily rollups) and its ends (hourly)."""
+    day = dt.timedelta(days=1)
     since, until = since.astimezone(dt.UTC), until.astimezone(dt.UTC)
     first = since.replace(hour=0, minute=0, second=0, microsecond=0)
     first = first if first == since else first + day
     last = until.replace(hour=0, minute=0, second=0, microsecond=0)
-    ends = [(since, until)] if first >= last else [(since, first), (last, until)]
-    at = first
-    while at < last:
-        days.append((run, channel_id, at.date(), 1.0))
-        at += day
-    for start, end in ends:
-        at = start.replace(minute=0, second=0, microsecond=0)
-        while at < end:
-            hours.append((run, channel_id, at, (min(at + hour, end) - max(at, start)) / hour))
-            at += hour
+    if first >= last:
+        _hour_spans(run, channel_id, since, until, hours)
+        return
+    days.append((run, channel_id, first.date(), last.date(), 1.0))
+    _hour_spans(run, channel_id, since, first, hours)
+    _hour_spans(run, channel_id, last, until, hours)
 
 
-def _read_buckets(days: list[Bucket], hours: list[Bucket]) -> list[tuple[int, int | None, int | None, float]]:
-    """(window, team, user, tokens) summed over the named daily and hourly buckets."""
+def _hour_spans(run: int, channel_id: int, since: dt.datetime, until: dt.datetime, hours: list[Span]) -> None:
+    """[since, until) as spans of hourly buckets with a weight: the hours at its edges by the share
+    of them it covers, the whole hours between them at 1."""
+    if since >= until:
+        return
+    hour = dt.timedelta(hours=1)
+    first = since.replace(minute=0, second=0, microsecond=0)
+    last = until.replace(minute=0, second=0, microsecond=0)
+    hours.append((run, channel_id, first, first + hour, (min(first + hour, until) - since) / hour))
+    if first + hour < last:
+        hours.append((run, channel_id, first + hour, last, 1.0))
+    if last != first and last < until:
+        hours.append((run, channel_id, last, last + hour, (until - last) / hour))
+
+
+def _merged(spans: list[Span]) -> list[tuple[Any, Any]]:
+    """The periods the spans cover, whatever their channel, as few [lo, hi) ranges as possible."""
+    ranges: list[tuple[Any, Any]] = []
+    for _run, _channel, lo, hi, _w in sorted(spans, key=lambda s: s[2]):
+        if ranges and lo <= ranges[-1][1]:
+            ranges[-1] = (ranges[-1][0], max(ranges[-1][1], hi))
+        else:
+            ranges.append((lo, hi))
+    return ranges
+
+
+def _read_spans(days: list[Span], hours: list[Span]) -> list[tuple[int, int | None, int | None, float]]:
+    """(window, team, user, tokens) summed over the daily and hourly rollups of the spans.
+
+    The rollup rows are read by period first (the periods the spans cover, whatever the channel:
+    rows written in the same hour or day lie together, so this touches few pages) and matched to
+    the spans by channel and range in a hash join. Probing the (channel, period) index per span
+    reads fewer rows but each on a page of its own, several times slower at a million records."""
     from django.db import connection
 
     ops = connection.ops
     q = ops.quote_name
-    ctes, selects, params = [], [], []
-    sources: list[tuple[str, type[UsageDaily | UsageHourly], str, list[Bucket], Callable[[Any], Any]]] = [
-        ("days", UsageDaily, "day", days, ops.adapt_datefield_value),
-        ("hours", UsageHourly, "hour", hours, ops.adapt_datetimefield_value),
+    ctes, selects, span_params, range_params = [], [], [], []
+    sources: list[tuple[str, type[UsageDaily | UsageHourly], str, list[Span], Callable[[Any], Any]]] = [
+        ("day_spans", UsageDaily, "day", days, ops.adapt_datefield_value),
+        ("hour_spans", UsageHourly, "hour", hours, ops.adapt_datetimefield_value),
     ]
-    for name, rollup, period, buckets, adapt in sources:
-        if not buckets:
+    for name, rollup, period, spans, adapt in sources:
+        if not spans:
             continue
-        for run, channel, at, weight in buckets:
-            params += [run, channel, adapt(at), weight]
-        ctes.append(f"{name}(run, channel, at, w) AS (VALUES {', '.join(['(%s, %s, %s, %s)'] * len(buckets))})")
-        team, user, total, table = q("team_id"), q("user_id"), q("total_tokens"), q(rollup._meta.db_table)
-        match = f"u.{q('channel_id')} = s.channel AND u.{q(period)} = s.at"
-        if connection.vendor == "postgresql":
-            # One probe of the (channel, period) index per bucket, summed per person inside it. As a
-            # plain join the planner may hash the buckets and scan the whole rollup table instead
-            # (it prices the probes' scattered rows as random reads); the GROUP BY keeps it from
-            # flattening the LATERAL back into that join.
-            source = (
-                f"{name} AS s CROSS JOIN LATERAL (SELECT u.{team}, u.{user}, SUM(u.{total}) AS {total} "  # noqa: S608
-                f"FROM {table} AS u WHERE {match} GROUP BY u.{team}, u.{user}) AS u"
-            )
-        else:  # SQLite joins by nested loops: a probe of the (channel, period) index per bucket
-            source = f"{name} AS s JOIN {table} AS u ON {match}"
+        for run, channel, lo, hi, weight in spans:
+            span_params += [run, channel, adapt(lo), adapt(hi), weight]
+        ctes.append(f"{name}(run, channel, lo, hi, w) AS (VALUES {', '.join(['(%s, %s, %s, %s, %s)'] * len(spans))})")
+        at, team, user, total = q(period), q("team_id"), q("user_id"), q("total_tokens")
+        ranges = _merged(spans)
+        within = " OR ".join([f"(u.{at} >= %s AND u.{at} < %s)"] * len(ranges))
+        range_params += [adapt(v) for lo_hi in ranges for v in lo_hi]
         group = f"s.run, u.{team}, u.{user}"
-        selects.append(f"SELECT {group}, SUM(u.{total} * s.w) FROM {source} GROUP BY {group}")  # noqa: S608
+        selects.append(
+            f"SELECT {group}, SUM(u.{total} * s.w) FROM {q(rollup._meta.db_table)} AS u "  # noqa: S608
+            f"JOIN {name} AS s ON u.{q('channel_id')} = s.channel AND u.{at} >= s.lo AND u.{at} < s.hi "
+            f"WHERE {within} GROUP BY {group}"
+        )
     if not selects:
         return []
     # Only our own quoted identifiers and placeholders go into the text; the values are bound.
     sql = f"WITH {', '.join(ctes)} {' UNION ALL '.join(selects)}"
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(sql, span_params + range_params)
         return [(run, team, user, float(tokens or 0)) for run, team, user, tokens in cursor.fetchall()]
 
 
