@@ -9,7 +9,8 @@ The harness is `bench/gateway_bench.py`'s (its functions, imported): the mock up
 records on. Per repeat each phase runs direct, then through each server (only one under load at a
 time): ns_c1 (non-streaming, c=1), ns (non-streaming, c=32), stream (SSE, 16 tokens, c=32). It
 prints each row, then the spread (min / median / max) of req/s, the ratio to direct, p99/p50, CPU
-ms per request and granian ÷ uvicorn, and each gateway's RSS.
+ms per request and granian ÷ uvicorn, and each gateway's RSS (of granian's worker process, which
+serves; its supervisor only waits).
 
 granian is not a dependency of the project: it is read from `--granian-site` (a site-packages
 folder, e.g. a throwaway `uv venv /tmp/g && uv pip install --python /tmp/g/bin/python granian`),
@@ -23,8 +24,10 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -88,6 +91,19 @@ def server_argv(server: str, port: int) -> list[str]:
     ]
 
 
+def serving_pid(proc: subprocess.Popen, timeout: float = 30) -> int:
+    """The process that serves: uvicorn's own, granian's one worker (its supervisor only waits),
+    so the CPU per request and the RSS are the worker's."""
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = children.read_text().split() if children.exists() else []
+        if pids:
+            return int(pids[0])
+        time.sleep(0.2)
+    return proc.pid
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3)
@@ -122,7 +138,7 @@ def main() -> int:
         wait_http(mock_url + "/health", mock)
         env = embedded_env(base, tmp / "embedded", group)
         key = prepare_portal(mock_url + "/v1", env)
-        gateways = {}
+        gateways: dict[str, tuple[str, int]] = {}
         for server in ("uvicorn", "granian"):
             port = free_port()
             server_env = dict(env)
@@ -132,7 +148,7 @@ def main() -> int:
             url = f"http://127.0.0.1:{port}"
             wait_http(url + "/v1/models", gw)
             smoke(url, key)
-            gateways[server] = (url, gw)
+            gateways[server] = (url, serving_pid(gw) if server == "granian" else gw.pid)
         print(f"embedded configuration; 1 worker each on CPU {a.proxy_cpus} (uvloop); mock+wrk on CPU {a.mock_cpus}")
         run_wrk(mock_url, "", a.conc, 2, False, a.tokens, a.mock_cpus)  # warm-up, unmeasured
         for url, _gw in gateways.values():
@@ -152,8 +168,8 @@ def main() -> int:
                 direct = run_wrk(mock_url, "", conc, dur, stream, a.tokens, a.mock_cpus)
                 print(fmt_row(rep, phase, "direct", direct, None))
                 row: dict = {"phase": phase, "direct": direct}
-                for server, (url, gw) in gateways.items():
-                    row[server] = run_wrk(url, key, conc, dur, stream, a.tokens, a.mock_cpus, gw.pid)
+                for server, (url, pid) in gateways.items():
+                    row[server] = run_wrk(url, key, conc, dur, stream, a.tokens, a.mock_cpus, pid)
                 for server in gateways:
                     versus = row["uvicorn"] if server != "uvicorn" else None
                     print(fmt_row(rep, phase, server, row[server], direct, versus), flush=True)
@@ -178,7 +194,7 @@ def main() -> int:
                 print(line)
         print(
             "\nGateway RSS after the run: "
-            + ", ".join(f"{s} {rss_mib(g.pid):.1f} MiB" for s, (_u, g) in gateways.items())
+            + ", ".join(f"{s} {rss_mib(pid):.1f} MiB" for s, (_u, pid) in gateways.items())
         )
     finally:
         group.stop_all()
