@@ -16,7 +16,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from channels.models import Channel, Model, ModelRoute, RoutePrice
-from channels.prices import NANOS, Rates, format_money, in_effect, per_token
+from channels.prices import NANOS, Rates, amount_text, format_money, in_effect, per_token
 from channels.services import load_price_catalogue, set_route_price
 from gateway.usage import write_batch
 from keys.budgets.services import save_budget, status_of
@@ -242,6 +242,13 @@ def test_a_budgets_spend_is_the_records_of_its_window_at_its_edges_even_after_th
     assert len([x for x in q.captured_queries if "keys_usagedaily" in x["sql"]]) == 1  # every budget, one query
     page = alice_client.get(reverse("key_detail", args=[alice_key.pk])).content.decode()
     assert all(format_money(spent) in page for spent in expected)
+    api = APIClient()
+    api.force_authenticate(alice)
+    listed = api.get("/api/budgets/").json()
+    listed = listed["results"] if isinstance(listed, dict) else listed
+    assert {b["id"]: b["spent"] for b in listed} == {
+        b.id: amount_text(n) for b, n in zip(budgets, expected, strict=True)
+    }
 
     UsageRecord.objects.all().delete()  # the raw records' retention ran out; the rollups stay
     assert [s.spent for s in statuses(budgets)] == expected
