@@ -1,27 +1,30 @@
-"""Budgets: spend per window from the usage records, who may set which budget, top-ups, alerts.
+"""Budgets: spend per window from the daily rollups, who may set which budget, top-ups, alerts.
 
 The gateway enforces budgets in its admission script (`gateway.limits`, Redis counters per budget
 and window); the pages and the API show the spend the usage records hold (the same costs, written
-a flush interval later).
+a flush interval later), read from the daily rollups: a window is whole UTC days, as the Redis
+counters' are, and a day's bucket holds every record of that day as it is written, so no raw record
+is read (and a one-off budget keeps its spend after raw records are pruned).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Q, QuerySet, Sum
+from django.db.models import Q, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from channels.prices import format_money, to_amount, to_nanos
 
 from ..choices import BudgetWindow
-from ..models import Budget, Key, UsageRecord
+from ..models import Budget, Key, UsageDaily
 
 if TYPE_CHECKING:
     from accounts.models import User
@@ -55,7 +58,8 @@ def key_lineage(key: Key) -> list[int]:
     return ids
 
 
-def records_of(budget: Budget) -> QuerySet[UsageRecord]:
+def _spend_filter(budget: Budget, at: dt.datetime | None = None) -> Q:
+    """The daily buckets of the budget's target in its window holding `at`."""
     if budget.key_id:
         assert budget.key is not None
         match = Q(key_id__in=key_lineage(budget.key))
@@ -63,16 +67,29 @@ def records_of(budget: Budget) -> QuerySet[UsageRecord]:
         match = Q(user_id=budget.user_id)
     else:
         match = Q(team_id=budget.team_id)
-    qs = UsageRecord.objects.filter(match)
-    start, end = window_bounds(budget.window)
-    if start is not None:
-        qs = qs.filter(created__gte=start, created__lt=end)
-    return qs
+    start, end = window_bounds(budget.window, at)
+    if start is not None and end is not None:
+        match &= Q(day__gte=start.date(), day__lt=end.date())
+    return match
 
 
-def spent(budget: Budget) -> int:
-    """Nano-units spent in the budget's current window."""
-    return int(records_of(budget).aggregate(s=Sum("cost_nanos"))["s"] or 0)
+def spent_in_windows(budgets: list[Budget], at: dt.datetime | None = None) -> list[int]:
+    """Nano-units each budget's target spent in its window holding `at` (now), in one query."""
+    if not budgets:
+        return []
+    matches = [_spend_filter(b, at) for b in budgets]
+    either = matches[0]
+    for match in matches[1:]:
+        either |= match
+    sums = UsageDaily.objects.filter(either).aggregate(
+        **{f"b{i}": Sum("cost_nanos", filter=match) for i, match in enumerate(matches)}
+    )
+    return [int(sums[f"b{i}"] or 0) for i in range(len(budgets))]
+
+
+def spent(budget: Budget, at: dt.datetime | None = None) -> int:
+    """Nano-units spent in the budget's window holding `at` (now)."""
+    return spent_in_windows([budget], at)[0]
 
 
 @dataclass
@@ -80,6 +97,7 @@ class BudgetStatus:
     budget: Budget
     spent: int  # nano-units
     cap: int
+    at: dt.datetime | None = None  # the window's instant (None: now)
 
     @property
     def remaining(self) -> int:
@@ -91,7 +109,7 @@ class BudgetStatus:
 
     @property
     def resets_at(self) -> dt.datetime | None:
-        return window_bounds(self.budget.window)[1]
+        return window_bounds(self.budget.window, self.at)[1]
 
     @property
     def spent_text(self) -> str:
@@ -106,8 +124,15 @@ class BudgetStatus:
         return format_money(self.remaining)
 
 
+def statuses(budgets: Iterable[Budget], at: dt.datetime | None = None) -> list[BudgetStatus]:
+    """Each budget with its spend in the window holding `at` (now) and its cap, in one query."""
+    budgets = list(budgets)
+    spends = spent_in_windows(budgets, at)
+    return [BudgetStatus(b, s, to_nanos(b.cap(at)), at) for b, s in zip(budgets, spends, strict=True)]
+
+
 def status_of(budget: Budget) -> BudgetStatus:
-    return BudgetStatus(budget, spent(budget), to_nanos(budget.cap()))
+    return statuses([budget])[0]
 
 
 def budgets_for(user: User) -> list[BudgetStatus]:
@@ -115,8 +140,9 @@ def budgets_for(user: User) -> list[BudgetStatus]:
     match = Q(key__owner=user, key__revoked_at__isnull=True) | Q(user=user)
     if user.team_id is not None:
         match |= Q(team_id=user.team_id)
-    qs = Budget.objects.filter(match).select_related("key", "user", "team").order_by("team_id", "user_id", "key_id")
-    return [status_of(b) for b in qs]
+    return statuses(
+        Budget.objects.filter(match).select_related("key", "user", "team").order_by("team_id", "user_id", "key_id")
+    )
 
 
 def may_set(editor: User, target: Any) -> bool:
@@ -212,4 +238,15 @@ def send_alerts(budget_ids: list[int]) -> None:
                 logger.warning("budget %s alert e-mail failed: %s", budget.id, exc.__class__.__name__)
 
 
-__all__ = ["BudgetStatus", "budgets_for", "save_budget", "send_alerts", "spent", "status_of", "to_amount", "top_up"]
+__all__ = [
+    "BudgetStatus",
+    "budgets_for",
+    "save_budget",
+    "send_alerts",
+    "spent",
+    "spent_in_windows",
+    "status_of",
+    "statuses",
+    "to_amount",
+    "top_up",
+]

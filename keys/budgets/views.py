@@ -16,7 +16,7 @@ from keys.models import Budget
 from portal.permissions import AdminOrTeamLeadRequiredMixin
 
 from .forms import BudgetForm, TopUpForm, resolve_target
-from .services import may_set, save_budget, status_of, top_up
+from .services import may_set, save_budget, statuses, top_up
 
 if TYPE_CHECKING:
     from portal.permissions import AuthenticatedHttpRequest
@@ -28,7 +28,7 @@ class BudgetListView(AdminOrTeamLeadRequiredMixin, View):
     def context(self, request: AuthenticatedHttpRequest, form: BudgetForm) -> dict[str, Any]:
         budgets = Budget.objects.visible_to(request.user).select_related("key__owner", "user", "team")
         return {
-            "budgets": [status_of(b) for b in budgets],
+            "budgets": statuses(budgets),
             "form": form,
             "topup_form": TopUpForm() if request.user.is_admin else None,
             "currency": currency(),

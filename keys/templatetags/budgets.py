@@ -9,15 +9,16 @@ from typing import Any
 from django import template
 from django.db.models import Q
 
-from keys.budgets.services import BudgetStatus, status_of
+from keys.budgets.services import BudgetStatus, statuses
 from keys.models import Budget, Key
 
 register = template.Library()
 
 
 def _statuses(match: Q) -> list[BudgetStatus]:
-    qs = Budget.objects.filter(match).select_related("key", "user", "team").order_by("team_id", "user_id", "key_id")
-    return [status_of(b) for b in qs]
+    return statuses(
+        Budget.objects.filter(match).select_related("key", "user", "team").order_by("team_id", "user_id", "key_id")
+    )
 
 
 @register.simple_tag

@@ -4,6 +4,7 @@ and the daily buckets; budgets on My usage and Connect; the price catalogue as d
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 from decimal import Decimal
 
@@ -11,10 +12,11 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from channels.models import Channel, Model, ModelRoute, RoutePrice
-from channels.prices import NANOS, Rates, format_money, in_effect, per_token
+from channels.prices import NANOS, Rates, amount_text, format_money, in_effect, per_token
 from channels.services import load_price_catalogue, set_route_price
 from gateway.usage import write_batch
 from keys.budgets.services import save_budget, status_of
@@ -190,3 +192,63 @@ def test_a_lead_sets_a_members_budget_on_the_budgets_page_within_the_teams(lena,
     assert ok.status_code == 302 and Budget.objects.get(user=alice).amount == 50
     client.force_login(alice)
     assert client.get(reverse("budget_list")).status_code == 403
+
+
+def test_a_budgets_spend_is_the_records_of_its_window_at_its_edges_even_after_they_are_pruned(
+    alice_key, alice, team, alice_client, monkeypatch
+):
+    """Each window is whole UTC days, as the gateway's Redis counters: a record an instant before
+    it starts or at its end counts in the neighbouring window, one at its start or an instant before
+    its end counts in it. The pages read the daily rollups, so the spend equals the sum of the raw
+    records of the window, and a one-off budget keeps it once the raw records are pruned."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from keys.budgets.services import statuses, window_bounds
+    from keys.models import UsageRecord
+
+    now = dt.datetime(2026, 11, 18, 12, tzinfo=dt.UTC)  # a Wednesday
+    monkeypatch.setattr(timezone, "now", lambda: now)
+    budgets = [
+        Budget.objects.create(key=alice_key, window="day", amount=Decimal("1000")),
+        Budget.objects.create(user=alice, window="week", amount=Decimal("1000")),
+        Budget.objects.create(team=team, window="month", amount=Decimal("1000")),
+        Budget.objects.create(key=alice_key, window="once", amount=Decimal("1000")),
+    ]
+    tick = dt.timedelta(microseconds=1)
+    edges = sorted({edge for b in budgets[:3] for edge in window_bounds(b.window, now)})
+    instants = [t for edge in edges for t in (edge - tick, edge)]
+    # Costs of 1, 2, 4 … cents: every window's sum is its own amount.
+    write_batch(
+        [
+            event(alice_key, created=t, team_id=team.id, cost_nanos=CENT << i, pricing="priced", request_id=f"r{i}")
+            for i, t in enumerate(instants)
+        ]
+    )
+
+    def of_records(budget: Budget) -> int:
+        start, end = window_bounds(budget.window, now)
+        records = UsageRecord.objects.all()
+        if start is not None:
+            records = records.filter(created__gte=start, created__lt=end)
+        return sum(records.values_list("cost_nanos", flat=True))
+
+    expected = [of_records(b) for b in budgets]
+    assert expected[0] == (CENT << instants.index(edges[2])) + (CENT << instants.index(edges[3] - tick))
+    assert len(set(expected)) == 4 and expected[3] == sum(CENT << i for i in range(len(instants)))
+    with CaptureQueriesContext(connection) as q:
+        shown = statuses(budgets)
+    assert [s.spent for s in shown] == expected
+    assert len([x for x in q.captured_queries if "keys_usagedaily" in x["sql"]]) == 1  # every budget, one query
+    page = alice_client.get(reverse("key_detail", args=[alice_key.pk])).content.decode()
+    assert all(format_money(spent) in page for spent in expected)
+    api = APIClient()
+    api.force_authenticate(alice)
+    listed = api.get("/api/budgets/").json()
+    listed = listed["results"] if isinstance(listed, dict) else listed
+    assert {b["id"]: b["spent"] for b in listed} == {
+        b.id: amount_text(n) for b, n in zip(budgets, expected, strict=True)
+    }
+
+    UsageRecord.objects.all().delete()  # the raw records' retention ran out; the rollups stay
+    assert [s.spent for s in statuses(budgets)] == expected

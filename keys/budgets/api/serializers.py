@@ -9,7 +9,16 @@ from rest_framework import serializers
 from channels.prices import amount_text, currency
 from keys.models import Budget
 
-from ..services import status_of
+from ..services import BudgetStatus, statuses
+
+
+class BudgetListSerializer(serializers.ListSerializer):  # type: ignore[type-arg]
+    """A page of budgets with their spend read in one query."""
+
+    def to_representation(self, data: Any) -> list[Any]:
+        budgets = list(data.all() if hasattr(data, "all") else data)
+        self.child.known = {s.budget.pk: s for s in statuses(budgets)}  # type: ignore[union-attr]
+        return super().to_representation(budgets)
 
 
 class BudgetSerializer(serializers.ModelSerializer[Budget]):
@@ -41,18 +50,28 @@ class BudgetSerializer(serializers.ModelSerializer[Budget]):
         ]
         read_only_fields = ["topup", "topup_until", "created", "updated"]
         validators: list[object] = []  # one target, one budget per window: the service says which, as a field error
+        list_serializer_class = BudgetListSerializer
+
+    known: dict[int, BudgetStatus]  # the statuses read for this page (or object)
+
+    def status(self, budget: Budget) -> BudgetStatus:
+        """The budget's spend and cap, read once for all its fields (and once for a page's budgets)."""
+        known = getattr(self, "known", {})
+        if budget.pk not in known:
+            known = self.known = {s.budget.pk: s for s in statuses([budget])}
+        return known[budget.pk]
 
     def get_currency(self, budget: Budget) -> str:
         return currency()
 
     def get_spent(self, budget: Budget) -> str:
-        return amount_text(status_of(budget).spent)
+        return amount_text(self.status(budget).spent)
 
     def get_remaining(self, budget: Budget) -> str:
-        return amount_text(status_of(budget).remaining)
+        return amount_text(self.status(budget).remaining)
 
     def get_resets_at(self, budget: Budget) -> Any:
-        return status_of(budget).resets_at
+        return self.status(budget).resets_at
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if self.instance is None:
