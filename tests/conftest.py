@@ -233,9 +233,18 @@ class _LongestFirst:
         if not hasattr(config, "workerinput"):
             return  # a serial run keeps pytest-django's order
         # Every worker sorts alike (the scheduler checks they collected the same list), stably:
-        # the longest modules first, each module's tests kept together and in their order.
+        # the longest modules first, each module's tests kept together and in their order; then
+        # the tests marked slow or services (subprocesses, browsers, waits), so the last tests
+        # handed out are the quick ones and no worker finishes long after the others.
         rank = {module: i for i, module in enumerate(LONGEST_FIRST)}
-        items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+        def order(item) -> int:
+            listed = rank.get(item.nodeid.split("::", 1)[0])
+            if listed is not None:
+                return listed
+            return len(rank) + (0 if item.get_closest_marker("slow") or item.get_closest_marker("services") else 1)
+
+        items.sort(key=order)
 
 
 def _shares_a_module_fixture(item) -> bool:
