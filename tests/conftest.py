@@ -255,7 +255,9 @@ def _shares_a_module_fixture(item) -> bool:
     info = getattr(item, "_fixtureinfo", None)
     defs = info.name2fixturedefs.values() if info is not None else ()
     return any(
-        d[-1].scope in ("module", "class") and d[-1].func.__module__.partition(".")[0] == "tests" for d in defs if d
+        d[-1].scope in ("module", "class") and getattr(d[-1].func, "__module__", "").partition(".")[0] == "tests"
+        for d in defs
+        if d
     )
 
 
