@@ -1,5 +1,6 @@
 import os
 import shutil
+import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -8,6 +9,14 @@ import pytest
 
 from accounts.choices import Role
 from tests import template_db
+
+# Python's bytecode cache on, for this run and every process it starts (xdist workers, `portal up`,
+# uvicorn, Celery, manage.py): images like this CI machine's set PYTHONDONTWRITEBYTECODE=1, and then
+# each of the suite's hundreds of Python processes compiles every module it imports from source
+# again: a Django start cost 6 CPU-s instead of 2.7, a worker's collection 2 CPU-s more. The cache
+# (`__pycache__/`, ignored by git and the image build) is what any developer's Python keeps anyway.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 # Markers for the fast inner loop, `pytest -m "not services and not slow"` (CONTRIBUTING.md).
 # A test needs a service when it uses a fixture that starts or reaches one, or when its body calls
@@ -56,6 +65,8 @@ REDIS_DATABASES = 16  # Redis's default `databases`: REDIS_URL's db + the worker
 # 140-280 s each of 8 tests, the admin's crawl 240 s…): under xdist they are handed out before
 # everything else, so no long one starts near the end and runs alone while the other workers idle.
 # Order matters, completeness does not: a module not listed runs after these, in collection order.
+# Tests are handed out one at a time, so a listed module's tests spread over the workers; only the
+# tests that share a module-scoped server of ours stay together (pytest_collection_modifyitems).
 # `portal up`'s module is cheaper since (one shared portal for four tests, which then run on one
 # worker as a group, 6 starts instead of 9) but stays early: that group is its longest chain.
 LONGEST_FIRST = (
@@ -93,6 +104,10 @@ def pytest_cmdline_main(config):
     # An explicit `-n N` too: loadgroup unless another --dist was asked for.
     if config.option.dist == "no":
         config.option.dist = "loadgroup"
+    # Hand the tests out in collection order (_LongestFirst's): xdist's default reorders the groups
+    # by their number of tests, most first, which sent the long few-test modules (backup/restore,
+    # schemathesis, the outages) out last, to run on while the other workers had nothing left.
+    config.option.loadscopereorder = False
     if config.option.testrunuid is None:  # the workers' template database is named by it (template_db)
         config.option.testrunuid = uuid.uuid4().hex
 
@@ -218,17 +233,32 @@ class _LongestFirst:
         if not hasattr(config, "workerinput"):
             return  # a serial run keeps pytest-django's order
         # Every worker sorts alike (the scheduler checks they collected the same list), stably:
-        # the longest modules first, each module's tests kept together and in their order.
+        # the longest modules first, each module's tests kept together and in their order; then
+        # the tests marked slow or services (subprocesses, browsers, waits), so the last tests
+        # handed out are the quick ones and no worker finishes long after the others.
         rank = {module: i for i, module in enumerate(LONGEST_FIRST)}
-        items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+        def order(item) -> int:
+            listed = rank.get(item.nodeid.split("::", 1)[0])
+            if listed is not None:
+                return listed
+            return len(rank) + (0 if item.get_closest_marker("slow") or item.get_closest_marker("services") else 1)
+
+        items.sort(key=order)
 
 
 def _shares_a_module_fixture(item) -> bool:
-    """Whether `item` uses a module- or class-scoped fixture (a server started once for its module):
-    such a module runs on one worker, so the server starts once, not once per worker."""
+    """Whether `item` uses a module- or class-scoped fixture of this suite (a server started once for
+    its module): such a module runs on one worker, so the server starts once, not once per worker.
+    Plugins' own are not counted: pytest-django gives every test a class-scoped autouse fixture
+    (`_django_setup_unittest`), which made every module one group."""
     info = getattr(item, "_fixtureinfo", None)
     defs = info.name2fixturedefs.values() if info is not None else ()
-    return any(d[-1].scope in ("module", "class") for d in defs if d)
+    return any(
+        d[-1].scope in ("module", "class") and getattr(d[-1].func, "__module__", "").partition(".")[0] == "tests"
+        for d in defs
+        if d
+    )
 
 
 @pytest.fixture(scope="session")

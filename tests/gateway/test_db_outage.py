@@ -16,12 +16,15 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import pytest
 from django.conf import settings
 from django.db.models import Count, Sum
+from django.test import override_settings
 
+from gateway.cache import SnapshotFile
 from keys.models import Key, UsageDaily, UsageRecord
 from keys.services import issue_key, revoke_key
 from tests.fakes.tcp_proxy import TcpProxy
@@ -44,6 +47,7 @@ class Driver:
     live: list[str]
     statuses: Counter = field(default_factory=Counter)
     by_url: Counter = field(default_factory=Counter)
+    served: set[tuple[str, str]] = field(default_factory=set)  # (gateway, key) pairs answered 200
     slowest: float = 0.0
     in_flight: Counter = field(default_factory=Counter)
     stop: threading.Event = field(default_factory=threading.Event)
@@ -74,6 +78,7 @@ class Driver:
                 )
                 if r.status_code == 200:
                     self.statuses[200] += 1
+                    self.served.add((url, key))
                 else:  # which error, from which gateway: the failure message says
                     code = r.json().get("error", {}).get("code") if "json" in r.headers.get("content-type", "") else ""
                     self.statuses[
@@ -91,6 +96,35 @@ class Driver:
         return sum(n for s, n in self.statuses.items() if isinstance(s, int) or s[:1].isdigit())
 
 
+def saved_key_hashes(state_dir: Path) -> set[str]:
+    """The key hashes in the gateways' snapshot on disk (none before one is saved)."""
+    with override_settings(GATEWAY_STATE_DIR=state_dir):
+        saved = SnapshotFile().load()
+    return set(saved.keys) if saved is not None else set()
+
+
+def metric(url: str, name: str) -> float:
+    scraped = httpx.get(url + "/metrics", headers={"Authorization": "Bearer m"}, timeout=DEADLINE)
+    assert scraped.status_code == 200
+    return next(float(line.split()[1]) for line in scraped.text.splitlines() if line.startswith(name + " "))
+
+
+def back_on_the_database(url: str) -> bool:
+    answer = httpx.get(url + "/readyz", timeout=DEADLINE)
+    return answer.status_code == 200 and answer.json()["status"] == "ok"
+
+
+def usage_settled(urls: list[str], state_dir: Path) -> bool:
+    """No usage left to write anywhere: every gateway's queue is empty and no journal file on disk
+    (the killed gateway's included) holds an event, so no further row can arrive."""
+    if any(metric(url, "gateway_usage_queue_depth") for url in urls):
+        return False
+    try:
+        return all(path.stat().st_size == 0 for path in (state_dir / "usage-journal").rglob("*.jsonl"))
+    except FileNotFoundError:  # a file or folder removed as we looked: look again
+        return False
+
+
 def probe(url: str, key: str) -> httpx.Response:
     body = {"model": "qwen3-32b", "messages": [{"role": "user", "content": "abcd"}], "max_tokens": 5}
     return httpx.post(
@@ -99,7 +133,7 @@ def probe(url: str, key: str) -> httpx.Response:
 
 
 @pytest.mark.parametrize("fault", ["stall", "refuse"])
-def test_the_gateway_serves_through_a_database_outage_and_a_restart_in_it(fault, setup, alice, spawn_gateway):
+def test_the_gateway_serves_through_a_database_outage_and_a_restart_in_it(fault, setup, alice, spawn_gateway, tmp_path):
     require_postgres()
     db = settings.DATABASES["default"]
     keys = [setup.plaintext] + [issue_key(owner=alice, name=f"k{i}")[1] for i in range(2)]
@@ -115,7 +149,11 @@ def test_the_gateway_serves_through_a_database_outage_and_a_restart_in_it(fault,
 
         driver = Driver(keys=keys, live=[a.url, b.url])
         thread = driver.run()
-        time.sleep(5)  # every key loaded by both, and saved to the snapshot on disk
+        state_dir = tmp_path / "gateway-state"  # spawn_gateway's: the snapshot and usage journals
+        hashes = set(Key.objects.filter(name__in=["laptop", "k0", "k1"]).values_list("key_hash", flat=True))
+        # Every key loaded by both, and saved to the snapshot on disk.
+        wait_for(lambda: len(driver.served) == 2 * len(keys), timeout=60)
+        wait_for(lambda: hashes <= saved_key_hashes(state_dir), timeout=60)
         proxy.set(fault)
         outage_started = time.monotonic()
         try:
@@ -156,7 +194,10 @@ def test_the_gateway_serves_through_a_database_outage_and_a_restart_in_it(fault,
             assert driver.by_url[c.url] > served_before  # the restarted one served in the outage
         finally:
             proxy.set("pass")
-        time.sleep(3)
+        # Served after healing too: both back on the database, each answering more requests.
+        wait_for(lambda: all(back_on_the_database(url) for url in driver.live), timeout=60, interval=0.2)
+        healed = Counter(driver.by_url)
+        wait_for(lambda: all(driver.by_url[url] > healed[url] + CONCURRENCY for url in driver.live), timeout=60)
         driver.stop.set()
         thread.join(DEADLINE + 10)
 
@@ -172,7 +213,8 @@ def test_the_gateway_serves_through_a_database_outage_and_a_restart_in_it(fault,
             wait_for(lambda: written() >= driver.answered, timeout=120, interval=0.5)
         except AssertionError:
             raise AssertionError(f"{written()} usage rows for {driver.answered} requests answered") from None
-        time.sleep(2)  # nothing more arrives: exactly once
+        # Nothing more can arrive (no queue or journal holds an event): then the count is final.
+        wait_for(lambda: usage_settled(driver.live, state_dir), timeout=60, interval=0.2)
         rows = UsageRecord.objects.filter(key_id__in=key_ids)
         assert rows.count() == driver.answered
         assert not rows.order_by().values("event_id").annotate(n=Count("id")).filter(n__gt=1).exists()
