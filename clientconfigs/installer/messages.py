@@ -53,6 +53,13 @@ TEMPLATES = (
     gettext_noop("models on the server for this key: {models}"),
     gettext_noop("all checks passed"),
     gettext_noop("{count} problem(s)"),
+    gettext_noop("{file}: MCP server {name} has no URL"),
+    gettext_noop("{file}: MCP server {name} ({url}): {why}"),
+    gettext_noop(
+        "MCP server {name}: the team's server is down ({reason}); as of its last check ({checked}) you may call {tools}"
+    ),
+    gettext_noop("MCP server {name}: you may call {tools}"),
+    gettext_noop("MCP server {name}: reachable, but this key may call none of its tools"),
     # install.ps1's own wording
     gettext_noop("{file}: not found"),
     gettext_noop("{file}: base URL {url} has the wrong shape ({shape})"),
