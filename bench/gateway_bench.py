@@ -83,6 +83,14 @@ class Group:
                 proc.wait(5)
 
 
+def uvicorn_argv(port: int) -> list[str]:
+    """The gateway as production runs it (uvloop, httptools), without its access log."""
+    return [
+        sys.executable, "-m", "uvicorn", "portal.asgi:application", "--host", "127.0.0.1", "--port", str(port),
+        "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--lifespan", "on", "--log-level", "warning",
+    ]  # fmt: skip
+
+
 def wait_http(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
     import httpx
 
@@ -321,25 +329,7 @@ def main() -> int:
             key = prepare_portal(mock_url + "/v1", env)
             port = free_port()
             gw = group.start(
-                [
-                    sys.executable,
-                    "-m",
-                    "uvicorn",
-                    "portal.asgi:application",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--loop",
-                    "uvloop",
-                    "--http",
-                    "httptools",
-                    "--no-access-log",
-                    "--lifespan",
-                    "on",
-                    "--log-level",
-                    "warning",
-                ],
+                uvicorn_argv(port),
                 a.proxy_cpus,
                 env,
                 tmp / f"gateway-{name}.log",

@@ -43,31 +43,14 @@ from gateway_bench import (  # noqa: E402 - the harness lives beside this script
     rss_mib,
     run_wrk,
     smoke,
+    uvicorn_argv,
     wait_http,
 )
 
 
 def server_argv(server: str, port: int) -> list[str]:
     if server == "uvicorn":
-        return [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "portal.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--loop",
-            "uvloop",
-            "--http",
-            "httptools",
-            "--no-access-log",
-            "--lifespan",
-            "on",
-            "--log-level",
-            "warning",
-        ]
+        return uvicorn_argv(port)
     return [
         sys.executable,
         "-m",
