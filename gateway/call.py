@@ -35,7 +35,7 @@ from keys.payloads.services import Captured
 from . import balance
 from .cache import KeyInfo, ModelInfo, RouteInfo
 from .catalog import Selection
-from .chunks import DONE, ChatAssembly, event_data, split_data, split_events
+from .chunks import DONE, ChatAssembly, event_data, split_data
 from .errors import TIMEOUT_SETTINGS, Attempt, Failure, GatewayError, UpstreamStreamError
 from .http import Request, send_bytes
 from .limits import Admission
@@ -214,7 +214,7 @@ async def read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
 
 
 def _is_json(ctype: bytes) -> bool:
-    return b"json" in ctype
+    return ctype.find(b"json") >= 0
 
 
 # Servers with a /tokenize endpoint, and how they take the text (llama.cpp `content`, vLLM `prompt`).
@@ -354,7 +354,7 @@ async def send_upstream(
                 continue
             ctype = resp.headers.get("content-type", "application/json").encode("latin-1")
             upstream_id = resp.headers.get("x-request-id", "")[:100]
-            if status == 200 and (stream or streamed) and b"event-stream" in ctype:
+            if status == 200 and (stream or streamed) and ctype.find(b"event-stream") >= 0:
                 phase, phase_seconds = Failure.FIRST_TOKEN_TIMEOUT, first_timeout
                 until = loop.time() + first_timeout
                 async with asyncio.timeout_at(until if deadline is None else min(until, deadline)):
@@ -492,9 +492,12 @@ async def _first_event(resp: aiohttp.ClientResponse) -> bytes:
         buffer += chunk
         if len(buffer) > MAX_ERROR_BODY * 4:
             raise UpstreamStreamError(Failure.INVALID_JSON)
-        events, _rest = split_events(buffer)
-        for event in events:
-            data = event_data(event)
+        # Only as far as the first event with data (the rest of the buffer is read by the caller).
+        text = buffer.replace(b"\r\n", b"\n") if buffer.find(b"\r") >= 0 else buffer
+        start = 0
+        while (end := text.find(b"\n\n", start)) >= 0:
+            data = event_data(text[start : end + 2])
+            start = end + 2
             if data is None:
                 continue
             if data != DONE:

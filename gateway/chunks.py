@@ -17,11 +17,13 @@ from .errors import Failure, UpstreamStreamError
 
 DONE = b"[DONE]"
 NONE: list[dict[str, Any]] = []  # no closing chunks (shared, never appended to)
+# Byte searches on the hot path use `find`: CPython 3.11's `bytes in bytes` first tries the needle
+# as an integer and builds (then drops) a TypeError each time.
 
 
 def split_events(buffer: bytes) -> tuple[list[bytes], bytes]:
     """Complete SSE events (each ending in a blank line) and what is left of `buffer`."""
-    if b"\r" in buffer:
+    if buffer.find(b"\r") >= 0:
         buffer = buffer.replace(b"\r\n", b"\n")
     events: list[bytes] = []
     start = 0
@@ -38,13 +40,13 @@ def split_data(buffer: bytes) -> tuple[list[bytes], bytes]:
     """The `data:` payloads of the complete SSE events in `buffer` (comments and events without
     data left out) and what is left of it: `split_events` + `event_data` in one pass, for a reader
     that needs only the data."""
-    if b"\r" in buffer:
+    if buffer.find(b"\r") >= 0:
         buffer = buffer.replace(b"\r\n", b"\n")
     parts = buffer.split(b"\n\n")
     rest = parts.pop()
     out: list[bytes] = []
     for part in parts:
-        if part.startswith(b"data: ") and b"\n" not in part:  # the common event: one data line
+        if part.startswith(b"data: ") and part.find(b"\n") < 0:  # the common event: one data line
             out.append(part[6:])
         else:
             lines = [line[5:].strip() for line in part.split(b"\n") if line.startswith(b"data:")]
@@ -347,7 +349,7 @@ class ChatAssembly:
     `ChunkReader` (cut at `limit` output tokens per choice), built by an `Assembler`. Another
     API's stream is read as Chat chunks through `as_chat`. (`call.Assembly`)"""
 
-    __slots__ = ("as_chat", "assembler", "reader")
+    __slots__ = ("as_chat", "assembler", "reader", "same")
 
     def __init__(
         self, limit: int | None, *, choices: int = 1, legacy: bool = False, as_chat: ChatEvents | None = None
@@ -355,6 +357,7 @@ class ChatAssembly:
         self.reader = ChunkReader(limit, choices)
         self.assembler = Assembler(legacy=legacy)
         self.as_chat = as_chat
+        self.same: tuple[bytes, bytes] | None = None  # the bytes around a common chunk's text
 
     @property
     def done(self) -> bool:
@@ -372,10 +375,12 @@ class ChatAssembly:
         if self.as_chat is None:
             if data == DONE:
                 self.reader.ended = True
-            else:
+            elif not self._add_same(data):
                 chunk = parse_event(data)
                 if not self._add_text(chunk):
                     self._add(*self.reader.take(chunk))
+                elif self.same is None:
+                    self.same = _around_text(data, chunk["choices"][0]["delta"]["content"])
             return
         for chunk in self.as_chat.chunks(data):
             self._add(*self.reader.take(chunk))
@@ -408,6 +413,33 @@ class ChatAssembly:
         part.append(text)
         return True
 
+    def _add_same(self, data: bytes) -> bool:
+        """A chunk that is, byte for byte, the last common chunk with another text in its place
+        (servers repeat id, created, model and the rest on every chunk): only the text is parsed.
+        It is then the same common chunk, valid JSON (a JSON string in place of a JSON string),
+        so it is counted and added as `_add_text` would; False for anything else."""
+        same = self.same
+        if same is None:
+            return False
+        head, tail = same
+        end = len(data) - len(tail)
+        if end <= len(head) or not data.startswith(head) or not data.endswith(tail):
+            return False
+        try:
+            text = orjson.loads(data[len(head) : end])
+        except orjson.JSONDecodeError:
+            return False
+        if type(text) is not str:
+            return False
+        if text:
+            reader = self.reader
+            seen = reader.counts.get(0, 0) + 1
+            if reader.limit is not None and seen > reader.limit:
+                return False  # the full path ends the choice at its reservation
+            reader.counts[0] = seen
+        self.assembler.parts[0].append(text)
+        return True
+
     def _add(self, passed: dict[str, Any] | None, closing: list[dict[str, Any]]) -> None:
         if passed is not None:
             self.assembler.add(passed)
@@ -424,6 +456,16 @@ class ChatAssembly:
         if self.reader.done and self.reader.usage is None:
             answer.pop("usage", None)
         return finish_answer(answer)
+
+
+def _around_text(data: bytes, text: str) -> tuple[bytes, bytes] | None:
+    """The bytes before and after the `text` of a common chunk (`ChatAssembly._add_same`), when
+    its one `"content"` is the delta's key followed by `text` as orjson writes it; else None."""
+    at = data.find(b'"content":') + 10
+    literal = orjson.dumps(text)
+    if at < 10 or not data.startswith(literal, at) or data.count(b'"content"') != 1:
+        return None
+    return data[:at], data[at + len(literal) :]
 
 
 def finish_answer(answer: dict[str, Any]) -> dict[str, Any]:

@@ -153,7 +153,7 @@ class ChatDialect(ReadsChunks):
                     out = sse({k: v for k, v in chunk.items() if k != "usage"})
             else:
                 out = sse(chunk) if self.reader.changed else event
-                if not self.wants_usage and b'"usage"' in out:
+                if not self.wants_usage and out.find(b'"usage"') >= 0:
                     out = out.replace(b',"usage":null', b"").replace(b', "usage": null', b"")
         for ended in closing:
             out += sse(ended)
