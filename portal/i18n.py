@@ -122,6 +122,11 @@ class Message:
     def as_json(self) -> dict[str, object]:
         return {"code": self.code, "params": self.json_params()}
 
+    def as_item(self) -> dict[str, object]:
+        """The message as one item of a stored JSON list: its English text, code and values
+        (`rendered_items` shows the list in the reader's language)."""
+        return {"text": self.english, **self.as_json()}
+
     @classmethod
     def from_stored(cls, text: str, code: str, params: dict[str, object] | None) -> Message:
         """What `columns` stored: the code and its values, or the stored text when there is no code."""
@@ -157,6 +162,20 @@ def as_message(value: Message | str) -> Message:
 def stored_text(text: str, code: str = "", params: dict[str, object] | None = None) -> str:
     """A stored message in the reader's language (the stored text when it has no code)."""
     return Message.from_stored(text, code, params).render() if code else text
+
+
+def rendered_items(items: list[Any]) -> list[str]:
+    """A stored JSON list of messages (`Message.as_item`) in the reader's language; a plain string
+    (a list written before) is shown as stored."""
+    return [
+        stored_text(str(i.get("text", "")), str(i.get("code", "")), i.get("params")) if isinstance(i, dict) else str(i)
+        for i in items
+    ]
+
+
+def english_items(items: list[Any]) -> list[str]:
+    """The same list as stored in English (logs, tests, old readers)."""
+    return [str(i.get("text", "")) if isinstance(i, dict) else str(i) for i in items]
 
 
 def code_field() -> Any:

@@ -45,11 +45,12 @@ class ColdStartQuerySet(models.QuerySet[Any]):
 
 class ColdStart(TimeStampedModel):
     """A start of an on-demand deployment triggered by a request. At most one is active per
-        deployment (named constraint): that is how concurrent first requests on every gateway replica
-        trigger ONE launch. `reasons` says why the placement went where it did (one line per host, as
-        the routing explanations do); `evicted` names the deployments stopped to make room; `download`
-    is the weights' download onto the chosen host it waits for;
-        `seconds` is request → healthy, the history the gateway's estimates come from."""
+    deployment (named constraint): that is how concurrent first requests on every gateway replica
+    trigger ONE launch. `reasons` says why the placement went where it did (one line per host, as
+    the routing explanations do; each a `Message.as_item`, shown by `reasons_text` in the reader's
+    language; rows from before hold plain English strings); `evicted` names the deployments stopped
+    to make room; `download` is the weights' download onto the chosen host it waits for; `seconds`
+    is request → healthy, the history the gateway's estimates come from."""
 
     objects = ColdStartQuerySet.as_manager()
 
@@ -87,3 +88,12 @@ class ColdStart(TimeStampedModel):
     @property
     def is_active(self) -> bool:
         return self.state in ACTIVE_COLD_START_STATES
+
+    @property
+    def reasons_text(self) -> list[str]:
+        """`reasons` in the reader's language (each a `Message.as_item`; older rows: plain English)."""
+        return i18n.rendered_items(self.reasons)
+
+    @property
+    def reasons_english(self) -> list[str]:
+        return i18n.english_items(self.reasons)

@@ -203,7 +203,8 @@ class Candidate:
     victims: list[Deployment] = field(default_factory=list)
     weights: bool = False
     load: float = 0.0
-    reason: str = ""
+    fits: bool = False  # room found (on `gpu_indices`; none for a deployment that uses no GPU)
+    reason: Message = field(default_factory=lambda: Message.verbatim(""))  # why (not) here, shown on its page
     model_path: str = ""  # the model's path on this host
     download_first: bool = False  # lacks the weights and their size is unknown: the fit runs once there
 
@@ -229,11 +230,11 @@ def place(cold_start_id: int) -> float | None:
     known_arch = next((s.arch for s in surveys.values() if s.arch is not None), None)  # read where it is
     candidates: list[Candidate] = []
     downloads_first: list[Candidate] = []
-    reasons: list[str] = []
+    reasons: list[dict[str, object]] = []  # each a `Message.as_item`: `ColdStart.reasons_text` renders them
     for host in hosts:
         candidate = assess(d, host, surveys[host.pk], weights=weights, arch=known_arch, model_path=paths[host.pk])
-        reasons.append(f"{host.name}: {candidate.reason}")
-        if candidate.gpu_indices or (candidate.reason.startswith("fits") and not d.gpu_indices):
+        reasons.append(Message(gettext_noop("%(host)s: %(reason)s"), host=host.name, reason=candidate.reason).as_item())
+        if candidate.fits:
             candidates.append(candidate)
         elif candidate.download_first:
             downloads_first.append(candidate)
@@ -247,7 +248,8 @@ def place(cold_start_id: int) -> float | None:
     downloads_first.sort(key=lambda c: (c.load, c.host.name))
     chosen = (candidates or downloads_first)[0]
     survey_of = surveys[chosen.host.pk]
-    reasons.append(f"chosen {chosen.host.name}" + (" (pinned)" if d.pin_host else ""))
+    chosen_text = gettext_noop("chosen %(host)s (pinned)") if d.pin_host else gettext_noop("chosen %(host)s")
+    reasons.append(Message(chosen_text, host=chosen.host.name).as_item())
     if not chosen.weights:
         assert weights is not None  # only a host that can download them is a candidate without them
         return _download(cold, chosen, weights, reasons)
@@ -321,7 +323,9 @@ def _model_path_on(d: Deployment, host: Host, weights: downloads.Weights | None)
     return f"{there.local_path}/{weights.relative}" if there is not None and weights is not None else d.model_path
 
 
-def _download(cold: ColdStart, chosen: Candidate, weights: downloads.Weights, reasons: list[str]) -> float | None:
+def _download(
+    cold: ColdStart, chosen: Candidate, weights: downloads.Weights, reasons: list[dict[str, object]]
+) -> float | None:
     """The chosen host lacks the model's file: download it there (a supervised download job, or
     the one already under way) and look again once it may be done; nothing is stopped meanwhile."""
     waited = cold.download
@@ -368,7 +372,7 @@ def _move(cold: ColdStart, state: str, message: Message, **fields: Any) -> None:
     ColdStart.objects.filter(pk=cold.pk).update(state=state, **message.columns("message", 500), **fields)
 
 
-def _wait(cold: ColdStart, message: Message, reasons: list[str]) -> float | None:
+def _wait(cold: ColdStart, message: Message, reasons: list[dict[str, object]]) -> float | None:
     if timezone.now() >= cold.deadline:
         _move(cold, ColdStartState.WAITING_ROOM, message, reasons=reasons)
         cold.state = ColdStartState.WAITING_ROOM
@@ -387,7 +391,7 @@ class Survey:
 
     inventory: inventory.Inventory | None = None
     checks: list[Any] = field(default_factory=list)
-    failed: str = ""
+    failed: Message | None = None
 
     @property
     def problem(self) -> str:
@@ -415,9 +419,9 @@ def survey(d: Deployment, host: Host, model_path: str = "") -> Survey:
             try:
                 return Survey(inventory.from_results(remote, *smi), checks)
             except inventory.InventoryError as exc:
-                return Survey(failed=f"no GPUs ({exc})")
+                return Survey(failed=Message(gettext_noop("no GPUs (%(why)s)"), why=Message.verbatim(str(exc))))
     except ssh.SSHError as exc:
-        return Survey(failed=f"unreachable ({exc.message})")
+        return Survey(failed=Message(gettext_noop("unreachable (%(why)s)"), why=exc.text))
 
 
 def survey_all(d: Deployment, hosts: list[Host], paths: dict[int, str]) -> dict[int, Survey]:
@@ -451,11 +455,11 @@ def assess(
     read on another host; `model_path`, the model's path on this host."""
     candidate = Candidate(host=host, model_path=model_path or d.model_path)
     if Deployment.objects.filter(host=host, port=d.port).exclude(pk=d.pk).exists():
-        candidate.reason = f"port {d.port} is taken by another deployment"
+        candidate.reason = Message(gettext_noop("port %(port)s is taken by another deployment"), port=d.port)
         return candidate
     found = found or survey(d, host, candidate.model_path)
-    if found.failed or found.inventory is None:
-        candidate.reason = found.failed
+    if found.failed is not None or found.inventory is None:
+        candidate.reason = found.failed or Message.verbatim("")
         return candidate
     inventory.store(host, found.inventory)
     gpus = {g.index: g for g in GPU.objects.filter(host=host, stale=False)}
@@ -463,20 +467,24 @@ def assess(
     total = sum(g.memory_total_mib or 0 for g in gpus.values()) or 1
     candidate.load = sum(sum(c.values()) for c in claims.values()) / total
     if found.port_taken:
-        candidate.reason = f"port {d.port} is in use on the host"
+        candidate.reason = Message(gettext_noop("port %(port)s is in use on the host"), port=d.port)
         return candidate
     candidate.weights = not found.problem
     if not candidate.weights and d.backend == "llamacpp":
         if weights is None:
-            candidate.reason = "the model file is not on this host (and no download of it is known)"
+            candidate.reason = Message(
+                gettext_noop("the model file is not on this host (and no download of it is known)")
+            )
             return candidate
     arch = (found.arch if candidate.weights else None) or arch or fit.preset_for(d.model_path)
     if arch is None:
         if not candidate.weights and weights is not None:
             candidate.download_first = True
-            candidate.reason = "downloads the weights first (their size is read once they are there)"
+            candidate.reason = Message(
+                gettext_noop("downloads the weights first (their size is read once they are there)")
+            )
         else:
-            candidate.reason = "the model's size is unknown (no readable files, no preset)"
+            candidate.reason = Message(gettext_noop("the model's size is unknown (no readable files, no preset)"))
         return candidate
     if d.backend == "llamacpp" and not arch.quant:
         arch.quant = fit.quant_from_name(d.model_path)
@@ -485,19 +493,33 @@ def assess(
     for n_evicted in range(len(victims) + 1):
         chosen = _fit(d, arch, host, gpus, claims, freed)
         if chosen is not None:
-            candidate.gpu_indices = chosen
-            candidate.victims = victims[:n_evicted]
-            have = "has the weights" if candidate.weights else "downloads the weights"
-            made = f", after stopping {', '.join(v.name for v in candidate.victims)}" if candidate.victims else ""
-            candidate.reason = f"fits on GPU {','.join(map(str, chosen))}{made}; {have}; {candidate.load:.0%} claimed"
+            candidate.fits, candidate.gpu_indices, candidate.victims = True, chosen, victims[:n_evicted]
+            have = gettext_noop("has the weights") if candidate.weights else gettext_noop("downloads the weights")
+            made = (
+                Message(gettext_noop(", after stopping %(names)s"), names=", ".join(v.name for v in candidate.victims))
+                if candidate.victims
+                else Message.verbatim("")
+            )
+            candidate.reason = Message(
+                gettext_noop("fits on GPU %(gpus)s%(after_stopping)s; %(weights)s; %(claimed)s%% claimed"),
+                gpus=",".join(map(str, chosen)),
+                after_stopping=made,
+                weights=Message(have),
+                claimed=round(candidate.load * 100),
+            )
             return candidate
         if n_evicted < len(victims):
             for index, mib in claims.get(victims[n_evicted].pk, {}).items():
                 freed[index] = freed.get(index, 0) + mib
-    candidate.reason = (
-        f"no room: {_free_text(gpus, claims, freed)} free"
-        + (f" even after stopping {len(victims)} idle on-demand deployment(s)" if victims else "")
-        + f"; {len(_busy_or_pinned(host, d.pk))} other deployment(s) may not be stopped"
+    candidate.reason = Message(
+        gettext_noop("no room: %(free)s free%(even_after)s; %(kept)s other deployment(s) may not be stopped"),
+        free=_free_text(gpus, claims, freed),
+        even_after=Message(
+            gettext_noop(", even after stopping %(count)s idle on-demand deployment(s)"), count=len(victims)
+        )
+        if victims
+        else Message.verbatim(""),
+        kept=len(_busy_or_pinned(host, d.pk)),
     )
     return candidate
 
@@ -524,8 +546,9 @@ def _free(gpus: dict[int, GPU], claims: dict[int, dict[int, float]], freed: dict
     return free
 
 
-def _free_text(gpus: dict[int, GPU], claims: dict[int, dict[int, float]], freed: dict[int, float]) -> str:
-    return ", ".join(f"GPU {i} {mib} MiB" for i, mib in sorted(_free(gpus, claims, freed).items())) or "no GPU"
+def _free_text(gpus: dict[int, GPU], claims: dict[int, dict[int, float]], freed: dict[int, float]) -> Message:
+    free = ", ".join(f"GPU {i} {mib} MiB" for i, mib in sorted(_free(gpus, claims, freed).items()))
+    return Message.verbatim(free) if free else Message(gettext_noop("no GPU"))
 
 
 def _fit(

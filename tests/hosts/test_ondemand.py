@@ -231,10 +231,10 @@ def test_three_models_two_fit_one_launch_for_twenty_evict_the_idle_never_the_bus
     two.refresh_from_db()
     assert two.status == DeploymentStatus.RUNNING and two.host == b
     placement = ColdStart.objects.get(deployment=two)
-    assert any(line.startswith("gpu-a: fits") and "after stopping od-one" in line for line in placement.reasons), (
-        placement.reasons
-    )
-    assert placement.reasons[-1] == "chosen gpu-b" and placement.evicted == []
+    assert any(
+        line.startswith("gpu-a: fits") and "after stopping od-one" in line for line in placement.reasons_english
+    ), placement.reasons_english
+    assert placement.reasons_english[-1] == "chosen gpu-b" and placement.evicted == []
 
     # The third: both hosts full. od-two has a request in flight (as the gateway counts it),
     # od-one is idle: od-one is stopped to make room, od-two is not.
@@ -249,8 +249,8 @@ def test_three_models_two_fit_one_launch_for_twenty_evict_the_idle_never_the_bus
     three.refresh_from_db()
     assert three.status == DeploymentStatus.RUNNING and three.host == a
     third = ColdStart.objects.get(deployment=three)
-    assert third.evicted == [{"name": "od-one", "host": "gpu-a"}], third.reasons
-    assert any("after stopping od-one" in line for line in third.reasons), third.reasons
+    assert third.evicted == [{"name": "od-one", "host": "gpu-a"}], third.reasons_english
+    assert any("after stopping od-one" in line for line in third.reasons_english), third.reasons_english
 
     # The admin sees it on the deployment's page: state, last host, p50/p95, placements.
     page = admin_client.get(f"/deployments/{three.pk}/").content.decode()
@@ -270,7 +270,7 @@ def test_three_models_two_fit_one_launch_for_twenty_evict_the_idle_never_the_bus
         worker,
     )
     # gpu-a's memory is free again: od-one fits there without stopping anything.
-    assert ondemand.assess(one, a).reason.startswith("fits on GPU 0;")
+    assert ondemand.assess(one, a).reason.english.startswith("fits on GPU 0;")
 
     def all_cold() -> bool:  # the listing follows at the gateway's next catalog load
         listed = httpx.get(f"{gateway}/v1/models", headers={"Authorization": f"Bearer {key}"}).json()["data"]

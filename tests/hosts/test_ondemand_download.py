@@ -130,8 +130,10 @@ def test_the_file_is_downloaded_onto_the_chosen_host_then_the_model_starts_there
     # Nobody has the file: the least loaded host that can download it is chosen; nothing stopped.
     assert ondemand.place(cold_id) is not None  # look again once the download may be done
     cold = ColdStart.objects.get(pk=cold_id)
-    assert cold.state == ColdStartState.DOWNLOADING and cold.host_name == "gpu-b", cold.reasons
-    assert cold.reasons[-1] == "chosen gpu-b" and all("downloads the weights first" in r for r in cold.reasons[:2])
+    assert cold.state == ColdStartState.DOWNLOADING and cold.host_name == "gpu-b", cold.reasons_english
+    assert cold.reasons_english[-1] == "chosen gpu-b" and all(
+        "downloads the weights first" in r for r in cold.reasons_english[:2]
+    )
     job = cold.download
     assert job is not None and (job.host, job.repo_id, job.revision) == (b, REPO, COMMIT)
     seen = ondemand.observe(cold_id)
@@ -146,8 +148,10 @@ def test_the_file_is_downloaded_onto_the_chosen_host_then_the_model_starts_there
     # The file is on gpu-b now: its header gives the fit, and the launch goes there.
     assert ondemand.place(cold_id) is None
     cold.refresh_from_db()
-    assert cold.state == ColdStartState.LAUNCHING and cold.reasons[-1] == "chosen gpu-b", cold.reasons
-    assert any(r.startswith("gpu-b: fits on GPU 0") and "has the weights" in r for r in cold.reasons), cold.reasons
+    assert cold.state == ColdStartState.LAUNCHING and cold.reasons_english[-1] == "chosen gpu-b", cold.reasons_english
+    assert any(r.startswith("gpu-b: fits on GPU 0") and "has the weights" in r for r in cold.reasons_english), (
+        cold.reasons_english
+    )
     d.refresh_from_db()
     assert d.host == b and d.model_path == f"{job.local_path}/{GGUF}" and d.model_path != gone
     launched = ondemand.launch(cold_id)

@@ -7,15 +7,18 @@ the deployments said to be running hold their memory through their stored estima
 from __future__ import annotations
 
 import datetime
+import re
 import time
 import uuid
 
 import pytest
-from django.utils import timezone
+from django.urls import reverse
+from django.utils import timezone, translation
+from django.utils.html import escape
 
 from hosts.choices import DeploymentStatus
 from hosts.deployments import services
-from hosts.models import ColdStart, Deployment
+from hosts.models import ColdStart, Deployment, Host
 from hosts.ondemand import activity
 from hosts.ondemand import services as ondemand
 from hosts.ondemand.models import ColdStartState
@@ -94,8 +97,8 @@ def test_a_cold_model_whose_room_is_held_waits_then_is_refused_at_its_budget(hos
     assert ondemand.place(cold.pk) == settings.HOSTS_ONDEMAND_RETRY_SECONDS  # it waits, retried
     cold.refresh_from_db()
     assert cold.state == ColdStartState.WAITING_ROOM and cold.evicted == []
-    assert any(line.startswith("gpu-a: no room") for line in cold.reasons), cold.reasons
-    assert any(line.startswith("gpu-b: no room") for line in cold.reasons), cold.reasons
+    assert any(line.startswith("gpu-a: no room") for line in cold.reasons_english), cold.reasons_english
+    assert any(line.startswith("gpu-b: no room") for line in cold.reasons_english), cold.reasons_english
     first.refresh_from_db()
     assert first.status == DeploymentStatus.RUNNING
 
@@ -114,16 +117,81 @@ def test_a_pinned_deployment_is_only_placed_on_its_host(hosts):
     cold = ColdStart.objects.get(pk=ondemand.demand(pinned.pk)["cold_start_id"])
     ondemand.place(cold.pk)
     cold.refresh_from_db()
-    assert [line.split(":")[0] for line in cold.reasons] == ["gpu-a"]  # gpu-b (room) was not considered
+    assert [line.split(":")[0] for line in cold.reasons_english] == ["gpu-a"]  # gpu-b (room) was not considered
     assert cold.state == ColdStartState.WAITING_ROOM
 
     free = deployment(a, "free-to-move")
     cold = ColdStart.objects.get(pk=ondemand.demand(free.pk)["cold_start_id"])
     ondemand.place(cold.pk)
     cold.refresh_from_db()
-    assert cold.reasons[-1] == "chosen gpu-b" and cold.state == ColdStartState.LAUNCHING
+    assert cold.reasons_english[-1] == "chosen gpu-b" and cold.state == ColdStartState.LAUNCHING
     free.refresh_from_db()
     assert free.host == b
+
+
+def test_the_placement_reasons_are_stored_as_messages_and_read_in_the_readers_language(hosts, admin_client):
+    """Issue 30: each reason is stored as its English text and its msgid and values (nested: the
+    host's line, the reason, an SSH failure's own sentence); the deployment's page in zh-Hans renders
+    them through the catalog, and a cold start from before (plain strings) shows them as stored."""
+    a, _b = hosts
+    Host.objects.create(  # registered, but nothing listens on its port: the connection is refused
+        name="gpu-c",
+        address="127.0.0.1",
+        ssh_port=free_port(),
+        username=a.username,
+        private_key=a.private_key,
+        host_key_fingerprint=a.host_key_fingerprint,
+    )
+    deployment(a, "holds-a", on_demand=False, running=True)
+    d = deployment(a, "moves")
+    ColdStart.objects.create(
+        deployment=d,
+        state=ColdStartState.FAILED,
+        deadline=timezone.now(),
+        reasons=["gpu-x: no room: written before"],
+    )
+    cold = ColdStart.objects.get(pk=ondemand.demand(d.pk)["cold_start_id"])
+    ondemand.place(cold.pk)
+    cold.refresh_from_db()
+    assert cold.state == ColdStartState.LAUNCHING, cold.reasons_english
+    *lines, chosen = cold.reasons
+    assert chosen == {"text": "chosen gpu-b", "code": "chosen %(host)s", "params": {"host": "gpu-b"}}
+    by_host = {r["params"]["host"]: r for r in lines}
+    assert set(by_host) == {"gpu-a", "gpu-b", "gpu-c"}
+    assert {r["code"] for r in lines} == {"%(host)s: %(reason)s"}
+    unreachable, fits = by_host["gpu-c"], by_host["gpu-b"]
+    reason = unreachable["params"]["reason"]
+    why = reason["params"]["why"]
+    assert reason["code"] == "unreachable (%(why)s)" and why["code"].startswith("Connection refused by %(address)s")
+    english = "gpu-c: " + reason["code"] % {"why": why["code"] % why["params"]}
+    assert unreachable["text"] == english
+    fit_reason = fits["params"]["reason"]
+    assert fit_reason["code"] == "fits on GPU %(gpus)s%(after_stopping)s; %(weights)s; %(claimed)s%% claimed"
+    assert fit_reason["params"]["gpus"] == "0" and fit_reason["params"]["weights"]["code"] == "has the weights"
+    assert fits["text"].startswith("gpu-b: fits on GPU 0; has the weights; ") and fits["text"].endswith("% claimed")
+
+    with translation.override("zh-hans"):
+        gettext = translation.gettext
+        why_zh = gettext(why["code"]) % why["params"]
+        unreachable_zh = gettext(unreachable["code"]) % {
+            "host": "gpu-c",
+            "reason": gettext(reason["code"]) % {"why": why_zh},
+        }
+        fit_params = {**fit_reason["params"], "after_stopping": "", "weights": gettext("has the weights")}
+        fits_zh = gettext(fits["code"]) % {"host": "gpu-b", "reason": gettext(fit_reason["code"]) % fit_params}
+        assert unreachable_zh in cold.reasons_text and fits_zh in cold.reasons_text
+    assert re.search(r"[\u4e00-\u9fff]", why_zh), "the catalog translates the SSH layer's sentence"
+
+    url = reverse("deployment_detail", args=[d.pk])
+    zh = admin_client.get(url, HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert escape(unreachable_zh) in zh and escape(fits_zh) in zh
+    assert escape(english) not in zh
+    assert "gpu-x: no room: written before" in zh  # an older row's plain string, as stored
+    en = admin_client.get(url, HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    assert escape(english) in en and escape(fits["text"]) in en
+    stored = cold.reasons
+    cold.refresh_from_db()
+    assert cold.reasons == stored and english in cold.reasons_english  # reading changed nothing stored
 
 
 def test_client_configs_and_metrics_know_an_on_demand_model_while_it_is_stopped(hosts, alice):
