@@ -296,6 +296,17 @@ def fast_password_hashing(settings):
 
 
 @pytest.fixture(autouse=True)
+def default_language():
+    """Each test starts in the default language: a page request leaves the language the middleware
+    chose active on the test's thread, which would make the next test's English depend on order."""
+    from django.utils import translation
+
+    translation.activate("en")
+    yield
+    translation.deactivate()
+
+
+@pytest.fixture(autouse=True)
 def fresh_throttle_history(monkeypatch):
     """DRF keeps throttle history in the default cache, which outlives a test (a file or a Redis db
     shared by every test and every run): each test gets its own, so one test, or a rerun within a

@@ -137,7 +137,6 @@ def test_rows_from_before_show_their_stored_text(admin_client, deployment):
 
 
 def test_a_message_nests_renders_verbatim_text_as_is_and_survives_a_broken_translation(monkeypatch):
-    translation.activate("en")  # a page read in zh-Hans by an earlier test leaves its language active
     inner = Message("Stopped.")
     outer = Message("%(first)s %(second)s", first=inner, second=Message.verbatim("100%"))
     columns = outer.columns("message", 5)
