@@ -11,8 +11,10 @@ environment file that Codex and Goose use too (the Windows installer sets them f
 The team's MCP servers go where `copilot mcp add --transport http --header …` puts them (1.0.102,
 run here): `mcpServers` of ~/.copilot/mcp-config.json, entries `{"type": "http", "url", "headers",
 "tools": ["*"]}`. Copilot expands `${VAR}` in header values (checked: a header
-`Bearer ${TEAM_GATEWAY_API_KEY}` reached a local server as the variable's value), so the bearer is
-`${COPILOT_PROVIDER_API_KEY}`, the variable that already holds the key: mcp-config.json holds none.
+`Bearer ${TEAM_GATEWAY_API_KEY}` reached a local server as the variable's value), but not
+`${COPILOT_PROVIDER_API_KEY}`, which it takes out of its environment once read (the header went out
+literally). So the bearer is `${TEAM_GATEWAY_API_KEY}`, set beside the provider's variables in the
+environment file: mcp-config.json holds no key.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from django.utils.translation import gettext as _
 
 from .base import (
     ENV_FILE,
+    ENV_VAR,
     VERSION_HEADER,
     Command,
     ConfigFile,
@@ -42,6 +45,8 @@ def variables(inp: RenderInput) -> dict[str, str]:
     out = {"COPILOT_PROVIDER_BASE_URL": inp.api_base, "COPILOT_PROVIDER_TYPE": "openai"}
     if inp.api_key:
         out[KEY_VAR] = inp.api_key
+        if inp.mcp_servers:
+            out[ENV_VAR] = inp.api_key  # for the MCP entries' bearer: Copilot hides its own variable
     primary = inp.primary
     if primary:
         output = inp.output_of(primary)
@@ -55,13 +60,15 @@ def variables(inp: RenderInput) -> dict[str, str]:
 
 def mcp_file(inp: RenderInput) -> ConfigFile:
     """User-level MCP servers: one `teamgw-<slug>` entry per server this key may use."""
-    return mcp_servers_file("mcp-config.json", MCP_PATH, inp, "http", "${%s}" % KEY_VAR, env_ref=True, tools=["*"])  # noqa: UP031 - Copilot's own syntax
+    return mcp_servers_file("mcp-config.json", MCP_PATH, inp, "http", "${%s}" % ENV_VAR, env_ref=True, tools=["*"])  # noqa: UP031 - Copilot's own syntax
 
 
 def render(inp: RenderInput) -> Rendered:
     commands = [Command("Load the settings in this shell", f". {ENV_FILE}")]
     if not inp.api_key:
         commands.append(Command("Before starting copilot", f"export {KEY_VAR}=<your key>"))
+        if inp.mcp_servers:
+            commands.append(Command("For the team's MCP servers", f"export {ENV_VAR}=<your key>"))
     commands.append(Command("Try it", 'copilot -p "Reply with the word pong." --allow-all-tools'))
     notes = [
         _(
