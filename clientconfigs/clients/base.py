@@ -288,9 +288,12 @@ def env_file(inp: RenderInput, variables: dict[str, str], note: str = "") -> Con
     )
 
 
-def mcp_servers_file(name: str, path: str, inp: RenderInput, kind: str, key: str, **extra: Any) -> ConfigFile:
-    """A JSON file whose `mcpServers` object holds the team's servers (Claude Code, Cline): one
-    `teamgw-<slug>` entry of type `kind` each, the key (`key`) as a bearer; the user's entries stay."""
+def mcp_servers_file(
+    name: str, path: str, inp: RenderInput, kind: str, key: str, *, env_ref: bool = False, **extra: Any
+) -> ConfigFile:
+    """A JSON file whose `mcpServers` object holds the team's servers (Claude Code, Cline, Copilot
+    CLI, Droid): one `teamgw-<slug>` entry of type `kind` each, the key (`key`) as a bearer; the
+    user's entries stay. `env_ref`: `key` is always a `${VAR}` reference, so the file holds no secret."""
     servers = {
         s.entry: {
             "type": kind,
@@ -305,7 +308,7 @@ def mcp_servers_file(name: str, path: str, inp: RenderInput, kind: str, key: str
         path,
         dump_json({"mcpServers": servers}),
         "json",
-        secret=bool(inp.api_key),
+        secret=bool(inp.api_key) and not env_ref,
         owned=(f"mcpServers.{MCP_PREFIX}",),
         windows_unconfirmed=True,
         note=_("Only the team's MCP servers (teamgw-…) are the installer's; your own servers stay."),

@@ -6,6 +6,13 @@ the API, `provider`, `alias` that `active_model` and `--model` take, `max_contex
 `max_output_tokens`); both lists are merged with Vibe's defaults by name and alias. The key is read
 from the variable `api_key_env_var` names, which Vibe also loads from ~/.vibe/.env. The installer's
 `toml-items` merge replaces our items and keeps the user's own.
+
+The team's MCP servers are `[[mcp_servers]]` items (vibe/core/config/models.py `MCPStreamableHttp`:
+`name`, `transport = "streamable-http"`, `url`, and an `auth` table `MCPStaticAuth` with
+`type = "static"`, `headers`, and `api_key_env`, whose variable's value goes out as
+`api_key_format` "Bearer {token}" in `api_key_header` "Authorization" — the defaults). The key is
+therefore never in config.toml: `api_key_env` names the same variable as the provider, which Vibe
+loads from ~/.vibe/.env too (vibe_schema.load_dotenv_values). Ours are the items named `teamgw-…`.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from django.utils.translation import gettext as _
 
 from .base import (
     ENV_VAR,
+    MCP_PREFIX,
     PROVIDER_ID,
     VERSION_HEADER,
     Command,
@@ -59,6 +67,16 @@ def config(inp: RenderInput) -> dict[str, Any]:
         }
         for m in inp.ordered
     ]
+    if inp.mcp_servers:
+        data["mcp_servers"] = [
+            {
+                "name": s.entry,
+                "transport": "streamable-http",
+                "url": inp.mcp_url(s),
+                "auth": {"type": "static", "api_key_env": ENV_VAR, "headers": {VERSION_HEADER: inp.version}},
+            }
+            for s in inp.mcp_servers
+        ]
     return data
 
 
@@ -70,9 +88,13 @@ def render(inp: RenderInput) -> Rendered:
             f"# {inp.stamp}\n" + tomli_w.dumps(config(inp)),
             "toml",
             merge="toml-items",
+            owned=(f"mcp_servers.{MCP_PREFIX}",),  # items named so: install.py's OUR_ITEM drops them
             windows_unconfirmed=True,
-            note=_("Your own providers, models and settings stay; ours (%(provider)s) are replaced.")
-            % {"provider": PROVIDER_ID},
+            note=_(
+                "Your own providers, models, MCP servers and settings stay; ours (%(provider)s, %(prefix)s…) are "
+                "replaced."
+            )
+            % {"provider": PROVIDER_ID, "prefix": MCP_PREFIX},
         )
     ]
     commands = []
@@ -108,6 +130,7 @@ def render(inp: RenderInput) -> Rendered:
                 name_prefix=PREFIX,
                 model_context="max_context_length",
                 model_output="max_output_tokens",
+                mcp="mcp_servers",
                 client=LABEL,
             )
         ],

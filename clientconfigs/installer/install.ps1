@@ -326,9 +326,24 @@ function Merge-YamlList($old, $file) {
   return ((@($kept) + $block) -join "`n").Trim("`n") + "`n"
 }
 
+function Add-TheirTomlItems($out, $tables) {
+  # The items of TOML lists of tables (a `[[x]]` header with its `[x.y]` subtables) that are not ours
+  # (install.py's _toml_items and OUR_ITEM): name or provider "teamgw", or name "teamgw-…".
+  $items = New-Object System.Collections.ArrayList
+  foreach ($t in $tables) {
+    $head = $t.lines[0].TrimStart()
+    if ($items.Count -and -not $head.StartsWith("[[") -and $t.name.StartsWith($items[-1].name + ".")) { $t.lines | ForEach-Object { [void]$items[-1].lines.Add($_) } }
+    else { [void]$items.Add(@{ name = $t.name; lines = [System.Collections.ArrayList]@($t.lines) }) }
+  }
+  foreach ($i in $items) {
+    if (-not (@($i.lines | Where-Object { $_ -match '^\s*(name|provider)\s*=\s*"teamgw(-[^"]*)?"\s*$' }).Count)) { [void]$out.Add(""); $i.lines | ForEach-Object { [void]$out.Add($_) } }
+  }
+}
+
 function Merge-TomlItems($old, $file) {
   # As install.py's merge_toml_items (Mistral Vibe): our top-level keys replace theirs; their
-  # [[providers]]/[[models]] items with name or provider "teamgw" are dropped, ours appended.
+  # [[providers]]/[[models]] items with name or provider "teamgw", and [[mcp_servers]] items named
+  # "teamgw-…" (ours), are dropped, ours appended.
   if ($null -eq $old -or $old.Trim() -eq "") { return $file.content }
   $ours = Split-Toml $file.content; $theirs = Split-Toml $old
   $keys = @($ours.top | Where-Object { $_ -match '^\s*([A-Za-z0-9_\-"''.]+)\s*=' } | ForEach-Object { ($_ -split "=")[0].Trim().Trim('"', "'") })
@@ -340,15 +355,7 @@ function Merge-TomlItems($old, $file) {
     $m = $l -match '^\s*([A-Za-z0-9_\-"''.]+)\s*='
     if (-not ($m -and ($keys -contains $Matches[1].Trim('"', "'")))) { [void]$out.Add($l) }
   }
-  $items = New-Object System.Collections.ArrayList
-  foreach ($t in $theirs.tables) {
-    $head = $t.lines[0].TrimStart()
-    if ($items.Count -and -not $head.StartsWith("[[") -and $t.name.StartsWith($items[-1].name + ".")) { $t.lines | ForEach-Object { [void]$items[-1].lines.Add($_) } }
-    else { [void]$items.Add(@{ name = $t.name; lines = [System.Collections.ArrayList]@($t.lines) }) }
-  }
-  foreach ($i in $items) {
-    if (-not (@($i.lines | Where-Object { $_ -match '^\s*(name|provider)\s*=\s*"teamgw"\s*$' }).Count)) { [void]$out.Add(""); $i.lines | ForEach-Object { [void]$out.Add($_) } }
-  }
+  Add-TheirTomlItems $out $theirs.tables
   foreach ($t in $ours.tables) { [void]$out.Add(""); $t.lines | ForEach-Object { [void]$out.Add($_) } }
   return ((($out -join "`n").Trim("`n")) -replace "`n{3,}", "`n`n") + "`n"
 }
@@ -526,6 +533,17 @@ function Get-Unmerged($spec, [string]$text) {
         [void]$out.Add($l)
       }
       foreach ($t in $split.tables) { if (-not (Test-OwnedTable $t.name $spec.tables $spec.owned)) { $t.lines | ForEach-Object { [void]$out.Add($_) } } }
+      return ((($out -join "`n").Trim("`n")) -replace "`n{3,}", "`n`n") + "`n"
+    }
+    "toml-items" {
+      # install.py's unmerge_toml_items (Mistral Vibe): our top-level keys and our items out.
+      $split = Split-Toml $text; $out = New-Object System.Collections.ArrayList
+      foreach ($l in $split.top) {
+        if ($l.StartsWith("# Team gateway")) { continue }
+        if (($l -match '^\s*([A-Za-z0-9_\-"''.]+)\s*=') -and (@($spec.keys) -contains $Matches[1].Trim('"', "'"))) { continue }
+        [void]$out.Add($l)
+      }
+      Add-TheirTomlItems $out $split.tables
       return ((($out -join "`n").Trim("`n")) -replace "`n{3,}", "`n`n") + "`n"
     }
     "dotenv" {

@@ -502,7 +502,8 @@ def merge_yaml_list(existing, ours):
     return "\n".join([*lines, *block]).strip("\n") + "\n"
 
 
-OUR_ITEM = re.compile(r'^\s*(name|provider)\s*=\s*"teamgw"\s*$')  # clients/base.py PROVIDER_ID
+# clients/base.py PROVIDER_ID, and MCP_PREFIX for the items of our MCP servers ([[mcp_servers]]).
+OUR_ITEM = re.compile(r'^\s*(name|provider)\s*=\s*"teamgw(-[^"]*)?"\s*$')
 
 
 def _toml_items(tables):
@@ -520,7 +521,8 @@ def _toml_items(tables):
 def merge_toml_items(existing, ours):
     """A TOML file whose lists of tables ([[providers]], [[models]]: Mistral Vibe's config.toml) hold
     the user's entries beside ours: our top-level keys replace theirs, their items that are ours
-    (`name` or `provider` = "teamgw") are dropped, ours are appended; every other table stays."""
+    (`name` or `provider` = "teamgw", or `name` = "teamgw-…": our [[mcp_servers]]) are dropped,
+    ours are appended; every other table stays."""
     if existing is None or not existing.strip():
         return ours
     our_top, our_tables = _toml_split(ours)

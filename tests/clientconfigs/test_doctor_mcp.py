@@ -78,3 +78,22 @@ def test_the_doctor_says_when_the_teams_server_is_down_and_what_its_last_check_l
     line = next(ln for ln in check.stdout.splitlines() if "MCP server teamgw-tracker" in ln)
     assert line.startswith("! MCP server teamgw-tracker: the team's server is down (")
     assert "unreachable" in line and line.endswith("you may call echo")
+
+
+@pytest.mark.parametrize("client", ["copilot-cli", "factory-droid", "mistral-vibe"])
+def test_the_doctor_reads_the_mcp_entries_of_the_clients_that_name_the_key_by_variable(client, portal, tmp_path, alice):
+    """Copilot CLI's mcp-config.json, Droid's mcp.json and Vibe's [[mcp_servers]] hold no key (a
+    `${VAR}` reference or `api_key_env`): the doctor finds ours and asks with the installed key."""
+    server, up = portal
+    tracker = make_server(slug="tracker", url=up.url, tools=(), auth="bearer", bearer_token=UPSTREAM_TOKEN)
+    check_server(tracker.pk)
+    grant(tracker, tool="echo", user=alice)
+    home = tmp_path / "home"
+    install(server, home, alice, client)
+    script = fetch(server.url + "/connect/install.sh")
+
+    check = run_sh(script, home, "--check", client)
+    assert "✓ MCP server teamgw-tracker: you may call echo" in check.stdout, check.stdout + check.stderr
+    # alice has no models here, so Droid's settings.json lists none; no problem is the MCP entries'.
+    assert not [ln for ln in check.stdout.splitlines() if ln.startswith("✗") and "MCP" in ln], check.stdout
+    assert UPSTREAM_TOKEN not in check.stdout + check.stderr

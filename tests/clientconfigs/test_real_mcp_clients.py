@@ -1,4 +1,4 @@
-"""Real Claude Code and Codex, configured only by the portal's installer, call a team MCP tool
+"""Real Claude Code, Codex, Continue and Copilot CLI, configured only by the portal's installer, call a team MCP tool
 through the gateway in a headless run: the fake model asks for the tool, the client calls it on the
 gateway's `/mcp/<slug>` with the developer's key, the gateway forwards it with the team's own
 credential to a real MCP server (the official SDK's, tests/fakes/mcp_upstream.py), which records the
@@ -133,3 +133,32 @@ def test_continue_cli_calls_a_team_mcp_tool_through_the_gateway(gateway, tracker
     check = run_sh(fetch(server.url + "/connect/install.sh"), home, "--check", "continue")
     assert check.returncode == 0, check.stdout + check.stderr
     assert "✓ MCP server teamgw-tracker: you may call echo" in check.stdout
+
+
+def test_copilot_cli_calls_a_team_mcp_tool_through_the_gateway(gateway, tracker, tmp_path, alice):  # noqa: F811
+    server, up = gateway
+    copilot = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "copilot")
+    home = tmp_path / "home"
+    (home / ".copilot").mkdir(parents=True)
+    config = home / ".copilot" / "mcp-config.json"
+    config.write_text(json.dumps({"mcpServers": {"my-own": MINE}}, indent=2) + "\n")
+    install(server, home, alice, "copilot-cli")
+    servers = json.loads(config.read_text())["mcpServers"]
+    assert servers["my-own"] == MINE and set(servers) == {"my-own", "teamgw-tracker"}
+    assert "gp-" not in config.read_text()  # `${TEAM_GATEWAY_API_KEY}`, from the environment file
+
+    name = "teamgw-tracker-echo"
+    up.enqueue(mode="tool_call", tool_name=name, tool_arguments='{"text": "hello from copilot"}')
+    env = {"COPILOT_DISABLE_TELEMETRY": "1", "NO_UPDATE_NOTIFIER": "1"}
+    run = f". {home}/.config/team-gateway/env && exec {shlex.quote(str(copilot))}"
+    run += f" -p {shlex.quote(ASK)} --allow-all-tools"
+    done = run_isolated(server, home, ["sh", "-c", run], env)
+    offered = [t["function"]["name"] for r in chat_requests(up) for t in r.get("tools") or []]
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout, (done.stdout, offered)
+    assert name in offered, offered  # Copilot names an MCP tool `<server>-<tool>`
+    assert_called_once_with_the_teams_credential(tracker, "hello from copilot")
+    assert any("hello from copilot" in json.dumps(c) for c in tool_results(chat_requests(up)[-1]))
+
+    check = run_sh(fetch(server.url + "/connect/install.sh"), home, "--check", "copilot-cli")
+    assert "✓ MCP server teamgw-tracker: you may call echo" in check.stdout, check.stdout

@@ -41,6 +41,12 @@ def users_own(spec: dict) -> str | None:
         return json.dumps(data, indent=2) + "\n"
     if merge == "toml":
         return 'approval_policy = "on-request"\n\n[mcp_servers.my-own]\nurl = "http://127.0.0.1:9/my-own-mcp"\n'
+    if merge == "toml-items":  # Mistral Vibe's lists of tables: a provider and an MCP server of theirs
+        return (
+            'vim_keybindings = true\n\n[[providers]]\nname = "mine"\napi_base = "http://127.0.0.1:9/v1"\n\n'
+            '[[mcp_servers]]\nname = "my-own"\ntransport = "streamable-http"\nurl = "http://127.0.0.1:9/my-own-mcp"\n\n'
+            '[mcp_servers.auth]\ntype = "static"\napi_key_env = "MINE"\n'
+        )
     if merge == "dotenv":
         return "MINE=1\n"
     if merge == "yaml-models":
@@ -64,6 +70,9 @@ def our_mcp_entries(path: Path, spec: dict) -> dict[str, set[str]]:
     text = path.read_text()
     if spec["merge"] == "yaml-models":  # Continue's `mcpServers:` is a list of named items
         data = yaml.safe_load(text)
+        return {o: {i["name"] for i in data.get(o.rsplit(".", 1)[0]) or []} for o in spec["owned"]}
+    if spec["merge"] == "toml-items":  # Vibe's `[[mcp_servers]]`: a list of named tables
+        data = tomllib.loads(text)
         return {o: {i["name"] for i in data.get(o.rsplit(".", 1)[0]) or []} for o in spec["owned"]}
     data = tomllib.loads(text) if spec["merge"] == "toml" else json.loads(text)
     return {o: set(inst.one(data, o.rsplit(".", 1)[0]) or {}) for o in spec["owned"]}
