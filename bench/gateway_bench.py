@@ -91,6 +91,18 @@ def uvicorn_argv(port: int) -> list[str]:
     ]  # fmt: skip
 
 
+def start_mock(group: Group, cpus: str | None, env: dict, tmp: Path, *extra: str) -> str:
+    """The mock upstream (bench/mock_upstream.py) on a free port, pinned to `cpus`; its base URL
+    once it answers."""
+    port = free_port()
+    mock = group.start(
+        [sys.executable, str(HERE / "mock_upstream.py"), "--port", str(port), *extra], cpus, env, tmp / "mock.log"
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url + "/health", mock)
+    return url
+
+
 def wait_http(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
     import httpx
 
@@ -306,15 +318,7 @@ def main() -> int:
     base["GATEWAY_REDIS_NAMESPACE"] = "gwbench-" + str(os.getpid())
     base["PORTAL_LOG_LEVEL"] = "WARNING"
     try:
-        mock_port = free_port()
-        mock = group.start(
-            [sys.executable, str(HERE / "mock_upstream.py"), "--port", str(mock_port)],
-            a.mock_cpus,
-            base,
-            tmp / "mock.log",
-        )
-        mock_url = f"http://127.0.0.1:{mock_port}"
-        wait_http(mock_url + "/health", mock)
+        mock_url = start_mock(group, a.mock_cpus, base, tmp)
         gateways: dict[str, tuple[str, subprocess.Popen, str]] = {}
         for name in wanted:
             if name == "embedded":

@@ -53,7 +53,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from gateway_bench import Group, body, embedded_env, free_port, prepare_portal, wait_http  # noqa: E402
+from gateway_bench import Group, body, embedded_env, prepare_portal, start_mock  # noqa: E402
 
 CALLGRIND_HELPER = r"""
 #include <valgrind/callgrind.h>
@@ -333,16 +333,8 @@ def main() -> int:
         for item in a.env:
             name, _, value = item.partition("=")
             base[name] = value
-        mock_port = free_port()
-        mock = group.start(
-            # connections idle for long under valgrind stay open (a closed pooled one fails a request)
-            [sys.executable, str(HERE / "mock_upstream.py"), "--port", str(mock_port), "--keep-alive", "3600"],
-            None,
-            base,
-            tmp / "mock.log",
-        )
-        mock_url = f"http://127.0.0.1:{mock_port}"
-        wait_http(mock_url + "/health", mock)
+        # connections idle for long under valgrind stay open (a closed pooled one fails a request)
+        mock_url = start_mock(group, None, base, tmp, "--keep-alive", "3600")
         portals: list[tuple[str, Path, dict, str]] = []
         for i, (label, where, _tmp) in enumerate(trees):
             data = tmp / f"data-{i}"

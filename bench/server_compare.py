@@ -43,6 +43,7 @@ from gateway_bench import (  # noqa: E402 - the harness lives beside this script
     rss_mib,
     run_wrk,
     smoke,
+    start_mock,
     uvicorn_argv,
     wait_http,
 )
@@ -110,15 +111,7 @@ def main() -> int:
     base["GATEWAY_REDIS_NAMESPACE"] = "srvbench-" + str(os.getpid())
     base["PORTAL_LOG_LEVEL"] = "WARNING"
     try:
-        mock_port = free_port()
-        mock = group.start(
-            [sys.executable, str(HERE / "mock_upstream.py"), "--port", str(mock_port)],
-            a.mock_cpus,
-            base,
-            tmp / "mock.log",
-        )
-        mock_url = f"http://127.0.0.1:{mock_port}"
-        wait_http(mock_url + "/health", mock)
+        mock_url = start_mock(group, a.mock_cpus, base, tmp)
         env = embedded_env(base, tmp / "embedded", group)
         key = prepare_portal(mock_url + "/v1", env)
         gateways: dict[str, tuple[str, int]] = {}
