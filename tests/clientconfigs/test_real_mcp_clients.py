@@ -46,6 +46,21 @@ def assert_called_once_with_the_teams_credential(tracker, text: str) -> None:
     ]
 
 
+def assert_the_round_trip(done, up, tracker, text: str, context: object = None) -> None:
+    """The client answered, the team's tool ran once with the team's credential, and its result
+    went back to the model in the client's next request."""
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout, (done.stdout, context)
+    assert_called_once_with_the_teams_credential(tracker, text)
+    assert any(text in json.dumps(c) for c in tool_results(chat_requests(up)[-1]))
+
+
+def assert_the_doctor_lists_echo(server, home, client: str, *, exits_clean: bool = True) -> None:
+    check = run_sh(fetch(server.url + "/connect/install.sh"), home, "--check", client)
+    assert not exits_clean or check.returncode == 0, check.stdout + check.stderr
+    assert "✓ MCP server teamgw-tracker: you may call echo" in check.stdout, check.stdout
+
+
 def test_claude_code_calls_a_team_mcp_tool_through_the_gateway(gateway, tracker, tmp_path, alice):  # noqa: F811
     server, up = gateway
     claude = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "claude")
@@ -61,14 +76,8 @@ def test_claude_code_calls_a_team_mcp_tool_through_the_gateway(gateway, tracker,
     up.enqueue(mode="tool_call", tool_name=name, tool_arguments='{"text": "hello from claude"}')
     env = {"DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"}
     done = run_isolated(server, home, [str(claude), "-p", ASK, "--allowedTools", name], env)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
-    assert_called_once_with_the_teams_credential(tracker, "hello from claude")
-    assert any("hello from claude" in json.dumps(c) for c in tool_results(chat_requests(up)[-1]))
-
-    check = run_sh(fetch(server.url + "/connect/install.sh"), home, "--check", "claude-code")
-    assert check.returncode == 0, check.stdout + check.stderr
-    assert "✓ MCP server teamgw-tracker: you may call echo" in check.stdout
+    assert_the_round_trip(done, up, tracker, "hello from claude")
+    assert_the_doctor_lists_echo(server, home, "claude-code")
 
 
 def test_codex_calls_a_team_mcp_tool_through_the_gateway(gateway, tracker, tmp_path, alice):  # noqa: F811
@@ -94,16 +103,11 @@ def test_codex_calls_a_team_mcp_tool_through_the_gateway(gateway, tracker, tmp_p
         f"-c {approve} " + shlex.quote(ASK)
     )
     done = run_isolated(server, home, ["sh", "-c", run], {})
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
-    assert_called_once_with_the_teams_credential(tracker, "hello from codex")
+    assert_the_round_trip(done, up, tracker, "hello from codex")
     asked = next(r for r in chat_requests(up) if "mcp__teamgw_tracker__echo" in json.dumps(r.get("tools")))
     assert "delete_everything" not in json.dumps(asked["tools"])  # not allowed: the gateway never lists it
-    assert any("hello from codex" in json.dumps(c) for c in tool_results(chat_requests(up)[-1]))
 
-    check = run_sh(fetch(server.url + "/connect/install.sh"), home, "--check", "codex")
-    assert check.returncode == 0, check.stdout + check.stderr
-    assert "✓ MCP server teamgw-tracker: you may call echo" in check.stdout
+    assert_the_doctor_lists_echo(server, home, "codex")
 
 
 def test_continue_cli_calls_a_team_mcp_tool_through_the_gateway(gateway, tracker, tmp_path, alice):  # noqa: F811
@@ -122,17 +126,12 @@ def test_continue_cli_calls_a_team_mcp_tool_through_the_gateway(gateway, tracker
 
     up.enqueue(mode="tool_call", tool_name="echo", tool_arguments='{"text": "hello from continue"}')
     done = run_isolated(server, home, [str(cn), "-p", ASK, "--allow", "echo"], {"CONTINUE_CLI_DISABLE_TELEMETRY": "1"})
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
-    assert_called_once_with_the_teams_credential(tracker, "hello from continue")
+    assert_the_round_trip(done, up, tracker, "hello from continue")
     asked = next(r for r in chat_requests(up) if "echo" in json.dumps(r.get("tools")))
     assert "my_note" in json.dumps(asked["tools"])  # the developer's own server, beside ours
     assert "delete_everything" not in json.dumps(asked["tools"])  # not allowed: the gateway never lists it
-    assert any("hello from continue" in json.dumps(c) for c in tool_results(chat_requests(up)[-1]))
 
-    check = run_sh(fetch(server.url + "/connect/install.sh"), home, "--check", "continue")
-    assert check.returncode == 0, check.stdout + check.stderr
-    assert "✓ MCP server teamgw-tracker: you may call echo" in check.stdout
+    assert_the_doctor_lists_echo(server, home, "continue")
 
 
 def test_copilot_cli_calls_a_team_mcp_tool_through_the_gateway(gateway, tracker, tmp_path, alice):  # noqa: F811
@@ -154,11 +153,6 @@ def test_copilot_cli_calls_a_team_mcp_tool_through_the_gateway(gateway, tracker,
     run += f" -p {shlex.quote(ASK)} --allow-all-tools"
     done = run_isolated(server, home, ["sh", "-c", run], env)
     offered = [t["function"]["name"] for r in chat_requests(up) for t in r.get("tools") or []]
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout, (done.stdout, offered)
+    assert_the_round_trip(done, up, tracker, "hello from copilot", offered)
     assert name in offered, offered  # Copilot names an MCP tool `<server>-<tool>`
-    assert_called_once_with_the_teams_credential(tracker, "hello from copilot")
-    assert any("hello from copilot" in json.dumps(c) for c in tool_results(chat_requests(up)[-1]))
-
-    check = run_sh(fetch(server.url + "/connect/install.sh"), home, "--check", "copilot-cli")
-    assert "✓ MCP server teamgw-tracker: you may call echo" in check.stdout, check.stdout
+    assert_the_doctor_lists_echo(server, home, "copilot-cli", exits_clean=False)
