@@ -383,6 +383,11 @@ class RedisLimiter:
         received = time.time()
         self.clock_offset = int(secs) + int(micros) / 1e6 - (sent + received) / 2
 
+    async def generations(self) -> tuple[str | None, str | None]:
+        """The cache generations now (`cache.generation_keys`), as the admission script reports them."""
+        gen_keys, gen_routes = await self.redis.call("MGET", *generation_keys())
+        return _s(gen_keys), _s(gen_routes)
+
     def start(self) -> None:
         if self._renewer is None or self._renewer.done():
             self._renewer = asyncio.get_running_loop().create_task(self._renew_forever())

@@ -23,6 +23,7 @@ from . import metrics
 from .cache import close_db, snapshot
 from .limits import RedisLimiter, make_limiter
 from .payloads import PayloadWriter
+from .resp import RespError
 from .usage import UsageWriter
 
 
@@ -80,6 +81,7 @@ class ProcessState:
         self.upstream()
         self.limiter = make_limiter()
         self.limiter.start()
+        await self._learn_generations(self.limiter)
         self.usage.start()
         loop = asyncio.get_running_loop()
         self._refresher = loop.create_task(snapshot.refresh_forever())
@@ -90,6 +92,19 @@ class ProcessState:
         self._passive = loop.create_task(self._flush_passive_forever())
         settle_heap()
         self._settler = loop.create_task(self._settle_after_warm_up())
+
+    @staticmethod
+    async def _learn_generations(limiter: RedisLimiter) -> None:
+        """Learn the cache generations before anything is loaded. Without them the first request's
+        answer from Redis has nothing to compare with, so a catalog loaded by the background
+        refresh before a change and kept past it was served until the next refresh (a channel an
+        admin had just marked healthy stayed down for this process for up to GATEWAY_CACHE_TTL)."""
+        try:
+            generations = await limiter.generations()
+        except (OSError, RespError) as exc:  # the first admission will tell them instead
+            logger.warning("reading the cache generations from Redis failed: %r", exc)
+            return
+        snapshot.observe_generation(*generations)
 
     async def _flush_passive_forever(self) -> None:
         """Passive health outcomes to Redis on the gateway's own connection, every
