@@ -288,6 +288,77 @@ def migrated_data_folder(request) -> Path:
     return template_db.made_once(request.config, "migrated-data", make) / "data"
 
 
+class _SharedChromium:
+    """Playwright and one chromium, started once per xdist worker and lent to one test at a time
+    (tests/browser/conftest.py's `browser`, which gives each test fresh contexts and closes them
+    after it): starting both cost ~2 CPU-s, per browser test before.
+
+    Playwright's sync API runs its asyncio loop in a greenlet, and Python's "running loop" mark is
+    per thread: while Playwright is started the thread looks as if it ran inside that loop, so
+    Django would refuse the ORM and pytest-asyncio could not run its own loop. Between browser tests
+    the mark is taken off (the loop itself waits in its greenlet, untouched) and put back while one
+    runs, so the rest of the suite runs as if no browser were there."""
+
+    def __init__(self, executable: str, args: list[str]) -> None:
+        import asyncio
+
+        from playwright.sync_api import sync_playwright
+
+        self.executable, self.args = executable, args
+        self._manager = sync_playwright()
+        self.playwright = self._manager.start()
+        self.loop = asyncio.get_running_loop()
+        self.browser = self._launch()
+        self._release()
+
+    def _launch(self):
+        return self.playwright.chromium.launch(executable_path=self.executable, args=self.args)
+
+    def lend(self):
+        """The browser, for one test: call `give_back` after it."""
+        import asyncio
+
+        if asyncio._get_running_loop() is not None:
+            raise RuntimeError("a browser test cannot run inside another event loop")
+        asyncio._set_running_loop(self.loop)
+        if not self.browser.is_connected():  # a test crashed it: the next one gets a new one
+            self.browser = self._launch()
+        return self.browser
+
+    def give_back(self) -> None:
+        try:
+            for context in self.browser.contexts:
+                context.close()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        import asyncio
+
+        asyncio._set_running_loop(None)
+
+    def stop(self) -> None:
+        import asyncio
+
+        asyncio._set_running_loop(self.loop)
+        try:
+            self.browser.close()
+        finally:
+            self._manager.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="session")
+def shared_chromium():
+    """One chromium per worker (see _SharedChromium); tests use `browser` (tests/browser/conftest.py)."""
+    from tests.browser.conftest import CHROMIUM_ARGS
+    from tests.services import require_binary
+
+    path = require_binary("chromium", "apt-get install chromium (CI's .ci/run does)")
+    shared = _SharedChromium(path, CHROMIUM_ARGS)
+    yield shared
+    shared.stop()
+
+
 @pytest.fixture(autouse=True)
 def fast_password_hashing(settings):
     """PBKDF2's million rounds cost about a second per test user on a busy 2-core box; password

@@ -57,6 +57,10 @@ def require_binary(name: str, hint: str) -> str:
 
 
 def free_port() -> int:
+    """A port nothing listens on, on any address: the test servers bind 127.0.0.1, but the multi-node
+    fakes bind 127.0.0.2 and 127.0.0.3 (sshd, the Ray head) or all addresses (`vllm serve --host
+    0.0.0.0`), and a port free on 127.0.0.1 alone could be one of theirs. Choose it just before use:
+    another process may take it in between."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("0.0.0.0", 0))
         return s.getsockname()[1]

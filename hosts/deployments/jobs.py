@@ -532,6 +532,8 @@ def _launch(
     try:
         multinode.start_cluster(deployment, remote)  # a Ray cluster when the deployment spans hosts
     except multinode.ClusterError as exc:
+        if exc.log:
+            _beat(job, log_tail=commands.mask_secret(exc.log, deployment.upstream_api_key))
         raise JobFailed(exc.text) from None
     pid = _start(job, deployment, remote)
     with transaction.atomic():

@@ -50,10 +50,12 @@ _NODE_LINE = re.compile(r"^\s*\d+\s+node_\S+", re.M)
 
 
 class ClusterError(Exception):
-    """The Ray cluster could not be started; `message` says why and what to do."""
+    """The Ray cluster could not be started; `message` says why and what to do, `log` is the end of
+    the log of the Ray node that failed, when there is one (the job shows it)."""
 
-    def __init__(self, text: Message | str) -> None:
+    def __init__(self, text: Message | str, *, log: str = "") -> None:
         self.text = as_message(text)
+        self.log = log
         super().__init__(self.text.english)
 
     @property
@@ -158,9 +160,35 @@ def _start_node(deployment: Deployment, remote: ssh.Remote, argv: list[str], add
     return pid
 
 
-def _count_nodes(remote: ssh.Remote, deployment: Deployment) -> int:
-    result = remote.run([RAY, "status", "--address", head_address(deployment)], timeout=30)
-    return len(_NODE_LINE.findall(result.stdout)) if result.ok else 0
+def _count_nodes(remote: ssh.Remote, deployment: Deployment, head_pid: int) -> int:
+    """How many nodes `ray status` lists; raises ClusterError with the head's output as soon as
+    the head's process is gone (a taken port, a bad flag): waiting on would only time out."""
+    folder = commands.deployment_dir(deployment.remote_dir)
+    status, alive, log, exit_code = remote.run_many(
+        [
+            [RAY, "status", "--address", head_address(deployment)],
+            commands.alive_test(head_pid),
+            f"tail -c {commands.LOG_TAIL_BYTES} {folder}/ray.log 2>/dev/null",
+            f"cat {folder}/ray.exit_code 2>/dev/null",
+        ],
+        timeout=30,
+    )
+    if status.ok:
+        return len(_NODE_LINE.findall(status.stdout))
+    if alive.exit_status == 1:  # ran and said "gone" (-1: the session broke first, which says nothing)
+        said = log.stdout.strip().splitlines()
+        raise ClusterError(
+            Message(
+                gettext_noop(
+                    "Ray's head on %(host)s exited (code %(code)s) before the cluster was up. Its last line: %(line)s"
+                ),
+                host=deployment.host,
+                code=exit_code.stdout.strip() or "?",
+                line=said[-1][:300] if said else "-",
+            ),
+            log=log.stdout,
+        )
+    return 0
 
 
 def start_cluster(deployment: Deployment, head: ssh.Remote) -> None:
@@ -176,7 +204,8 @@ def start_cluster(deployment: Deployment, head: ssh.Remote) -> None:
     sync_nodes(deployment)
     try:
         argv = [RAY, "start", "--head", "--port", str(deployment.ray_port), "--node-ip-address", address, "--block"]
-        started.append((deployment.host, _start_node(deployment, head, argv, address)))
+        head_pid = _start_node(deployment, head, argv, address)
+        started.append((deployment.host, head_pid))
         _record_node(deployment, deployment.host, started[-1][1], RayState.RUNNING)
         for node in nodes:
             with ssh.connect(node) as remote:
@@ -187,7 +216,7 @@ def start_cluster(deployment: Deployment, head: ssh.Remote) -> None:
                 _record_node(deployment, node, started[-1][1], RayState.RUNNING)
         deadline = time.monotonic() + settings.HOSTS_HEALTH_TIMEOUT
         want = 1 + len(nodes)
-        while (seen := _count_nodes(head, deployment)) < want:
+        while (seen := _count_nodes(head, deployment, head_pid)) < want:
             if time.monotonic() > deadline:
                 raise ClusterError(
                     Message(

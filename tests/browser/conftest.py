@@ -7,7 +7,6 @@ import os
 import pytest
 
 from tests.hosts.conftest import ssh_target  # noqa: F401  (the real sshd, for journeys that add a GPU host)
-from tests.services import require_binary
 
 CHROMIUM_ARGS = [
     "--headless",
@@ -21,19 +20,18 @@ CHROMIUM_ARGS = [
 
 
 @pytest.fixture
-def browser(monkeypatch):
-    path = require_binary("chromium", "apt-get install chromium (CI's .ci/run does)")
+def browser(monkeypatch, shared_chromium):
+    """The worker's chromium (tests/conftest.py's `shared_chromium`), for one test. A test opens its
+    own contexts (`browser.new_context()`: cookies and storage of their own, as in a new browser)
+    and every one is closed after it, so nothing a test did reaches the next."""
     # Playwright's sync API keeps an event loop on this thread, so Django would refuse the ORM
     # calls the test makes between page actions; they are plain sync calls, so allow them here.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
+    browser = shared_chromium.lend()
+    try:
+        yield browser
+    finally:
+        shared_chromium.give_back()
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ the tensor-parallel GPUs. Everything else is real: SSH, the detached processes, 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 
 import openai
@@ -170,6 +171,27 @@ def test_a_worker_that_cannot_be_reached_tears_the_head_down(cluster, two_target
     job = run(d)
     assert job.state == JobState.FAILED and job.message.startswith("Could not reach a worker host:")
     assert ray_pid(head, d) is None  # the head Ray node it had started is gone
+
+
+def test_a_head_that_exits_at_start_fails_the_job_at_once_with_its_output(cluster, admin_client, settings):
+    """Ray's port is taken on the head: `ray start --head` exits at once. The job says so with the
+    head's own words instead of polling `ray status` until HOSTS_HEALTH_TIMEOUT (an hour here,
+    longer than the test's own timeout: the old wait could not pass)."""
+    settings.HOSTS_HEALTH_TIMEOUT = 3600
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.2", 0))
+        taken.listen()
+        d = deployment(cluster, ray_port=taken.getsockname()[1])
+        job = run(d)
+    assert job.state == JobState.FAILED and job.pid is None
+    said = f"fake ray: cannot listen on 127.0.0.2:{d.ray_port}"
+    assert job.message.startswith("Ray's head on node-a exited (code 1) before the cluster was up."), job.message
+    assert said in job.message and said in job.log_tail
+    assert job.message_code.startswith("Ray's head on %(host)s exited")  # translated when read
+    assert said in admin_client.get(f"/api/jobs/{job.pk}/").json()["message"]
+    page = admin_client.get(f"/jobs/{job.pk}/").content.decode()
+    assert said in page
+    assert ray_pid(cluster[0], d) is None and ray_pid(cluster[1], d) is None  # the worker it had started is gone
 
 
 def test_multi_node_needs_vllm_an_interface_and_the_gpus_on_every_node(cluster):

@@ -63,7 +63,6 @@ def test_admin_creates_and_launches_a_two_node_deployment_in_the_browser(
     screenshots,  # noqa: F811
 ):
     head = nodes[0]
-    port, ray_port = free_port(), free_port()
     page = browser.new_context(viewport={"width": 1280, "height": 1100}).new_page()
     robot = Robot(page, live_server.url)  # for its axe-core check and the console errors it keeps
     page.set_default_timeout(60_000)
@@ -84,11 +83,11 @@ def test_admin_creates_and_launches_a_two_node_deployment_in_the_browser(
         page.fill("#id_name", "qwen-two-nodes")
         page.fill("#id_model_path", "Qwen/Qwen3-8B")
         page.fill("#id_served_model_name", "qwen3-8b")
-        page.fill("#id_port", str(port))
+        page.fill("#id_port", str(free_port()))
         page.check("#deploy-form input[name=gpu_indices][value='1']")  # GPUs 0 and 1: the worker has one
         page.check("#worker-hosts input[type=checkbox]")
         page.fill("#id_network_interface", "not an interface!")
-        page.fill("#id_ray_port", str(ray_port))
+        page.fill("#id_ray_port", str(free_port()))
         page.fill("#id_vllm__tensor_parallel_size", "2")  # vLLM's options are open: it is the backend
         page.fill("#id_vllm__pipeline_parallel_size", "4")
         page.click("button:has-text('Save')")
@@ -106,6 +105,12 @@ def test_admin_creates_and_launches_a_two_node_deployment_in_the_browser(
         page.uncheck("#deploy-form input[name=gpu_indices][value='1']")
         page.fill("#id_vllm__tensor_parallel_size", "")
         page.fill("#id_vllm__pipeline_parallel_size", "")
+        # The ports the head's vLLM and Ray will bind, chosen now rather than a login and a form
+        # earlier: a port free then could be another test's by the launch (the Ray head then exits:
+        # ci1's job waited out its 60 s for `ray status`).
+        port, ray_port = free_port(), free_port()
+        page.fill("#id_port", str(port))
+        page.fill("#id_ray_port", str(ray_port))
         page.fill("#id_network_interface", "lo")
         page.wait_for_selector("#fit-live #deploy-layout")
         layout = page.locator("#fit-live #deploy-layout").inner_text()
