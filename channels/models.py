@@ -385,7 +385,10 @@ class ProbeResult(models.Model):
     failures = models.PositiveIntegerField(default=0)
     http_status = models.PositiveSmallIntegerField(null=True, blank=True)
     error = models.CharField(max_length=32, blank=True)  # error class: connect, timeout, auth, http_5xx…
-    error_message = models.CharField(max_length=300, blank=True)
+    error_message = models.CharField(max_length=300, blank=True)  # English; `error_message_text` reads it
+    error_message_code = i18n.code_field()
+    error_message_params = i18n.params_field()
+    error_message_text = i18n.TranslatedText("error_message")
     model = models.CharField(max_length=256, blank=True)  # the upstream model the latency probe used
     connect_ms = models.FloatField(null=True, blank=True)
     ttfb_ms = models.FloatField(null=True, blank=True)

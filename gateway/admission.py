@@ -18,6 +18,7 @@ from django.conf import settings
 
 from channels.prices import format_money
 from keys.choices import ApiSurface, UsageStatus
+from keys.usage import explanation as lines
 
 from . import balance, metrics, ondemand
 from .auth import authenticate
@@ -177,7 +178,7 @@ async def open_call(
     call.choice = choice
     if waited is not None:
         call.cold_start_ms = waited * 1000
-        call.explanation.append(f"waited {waited:.1f} s for the on-demand model to start")
+        call.explanation.append(lines.WAITED % {"seconds": f"{waited:.1f}"})
     if info.on_demand is not None:
         ondemand.began(info.on_demand.deployment_id, request_id)
     current.set(call)
@@ -249,7 +250,7 @@ def budget_reservation(model: ModelInfo, selection: Selection, prompt: int, outp
     kept = priced_routes(selection, now)
     for route in selection.routes:
         if route not in kept:
-            selection.explanation.append(f"skipped {route.channel_name}: no price, and this key has a budget")
+            selection.explanation.append(lines.SKIPPED % {"channel": route.channel_name, "why": lines.NO_PRICE})
     most = max((r.rates(now)[0].most(prompt, output) for r in kept), default=0)  # type: ignore[union-attr]
     if not kept:
         raise _not_priced(model)

@@ -40,6 +40,8 @@ from typing import Any
 import orjson
 from django.conf import settings
 
+from keys.usage import explanation as lines
+
 from .cache import ModelInfo, RouteInfo, namespace
 from .resp import RespClient, RespError
 
@@ -103,14 +105,14 @@ def order(
     if policy == AFFINITY and choice is not None and choice.session is not None:
         out, reason = _affinity(group, choice)
     elif policy == LEAST_BUSY:
-        out, reason = _least_busy(group), "least busy"
+        out, reason = _least_busy(group), lines.LEAST_BUSY
     else:
-        out, reason = _weighted(group), "weighted"
+        out, reason = _weighted(group), lines.BY_WEIGHT
     if choice is not None:
         choice.chosen = out[0].channel_id
         choice.reason = reason
     if notes is not None and len(out) > 1:
-        notes.append(f"{reason}: {out[0].channel_name} of {len(out)}")
+        notes.append(lines.CHOSEN % {"policy": reason, "channel": out[0].channel_name, "count": len(out)})
     return out
 
 
@@ -155,14 +157,14 @@ def _affinity(group: list[RouteInfo], choice: Choice) -> tuple[list[RouteInfo], 
 
     remembered = next((r for r in group if r.channel_id == choice.remembered), None)
     if remembered is not None and fits(remembered):
-        first, reason = remembered, "affinity hit"
+        first, reason = remembered, lines.AFFINITY_HIT
     else:
         # Capacities add up to at least `total`, so some replica always fits.
         first = next((r for r in walk if fits(r)), walk[0])
         if remembered is not None:
-            reason = "affinity spill"  # over its bound: this request only; the session stays
+            reason = lines.AFFINITY_SPILL  # over its bound: this request only; the session stays
         else:
-            reason = "affinity moved" if choice.remembered is not None else "affinity new"
+            reason = lines.AFFINITY_MOVED if choice.remembered is not None else lines.AFFINITY_NEW
             choice.remember = True
     return [first, *(r for r in walk if r is not first)], reason
 

@@ -31,6 +31,7 @@ from django.conf import settings
 from channels.health import passive
 from keys.choices import Pricing, UsageStatus
 from keys.payloads.services import Captured
+from keys.usage import explanation as lines
 
 from . import balance
 from .cache import KeyInfo, ModelInfo, RouteInfo
@@ -618,7 +619,7 @@ def route_header(explanation: list[str]) -> tuple[bytes, bytes]:
 
 
 def attempt_note(a: Attempt) -> str:
-    return f"failover after {a.status or a.error} from {a.channel_name}"
+    return lines.FAILOVER % {"error": a.status or a.error, "channel": a.channel_name}
 
 
 # The call the running request opened (admission sets it): `asgi.handle` fails a call an error
@@ -734,7 +735,7 @@ class Call:
             if exc.attempts:
                 self.channel_id = exc.attempts[-1].channel_id
             self.explanation += [attempt_note(a) for a in exc.attempts]
-            self.explanation.append("every route failed")
+            self.explanation.append(lines.ALL_FAILED)
             if self._kept_local:
                 exc.message += " External channels were not tried: this request is restricted to local channels."
             self.fail(exc)
@@ -754,8 +755,8 @@ class Call:
         balance.settled(process.limiter.redis if process.limiter else None, self.model.id, self.choice, served)
         self.channel_id = up.route.channel_id
         self.explanation += [attempt_note(a) for a in up.attempts]
-        where = f" ({up.route.model_name})" if self.model.is_alias else ""
-        self.explanation.append(f"sent to {up.route.channel_name}{where}")
+        sent = lines.SENT_TARGET if self.model.is_alias else lines.SENT
+        self.explanation.append(sent % {"channel": up.route.channel_name, "model": up.route.model_name})
         return up
 
     def finish(

@@ -8,8 +8,9 @@ window too small for the request's estimated tokens —, and the routes left are
 (`ordered_routes`): status tier (healthy and unknown before degraded before the rest) and
 priority, both precomputed as `ModelInfo.groups` when the catalog loads (`cache`), then the
 model's balancing policy within a group (`balance`: weighted random, session affinity or least
-busy). Every step appends one short, ASCII line to the call's explanation (stored with its usage
-record, sent back on `X-Portal-Debug: route`), the policy's reason included (e.g. "affinity hit").
+busy). Every step appends one short line to the call's explanation (stored with its usage record,
+sent back on `X-Portal-Debug: route`), the policy's reason included (e.g. "affinity hit"): each is
+one of the templates in `keys.usage.explanation`, which the pages translate when they show it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from channels.models import alias_limits, route_limits
+from keys.usage import explanation as lines
 
 from . import balance
 from .cache import Catalog, KeyInfo, ModelInfo, RouteInfo, normalize_model_name
@@ -25,6 +27,7 @@ from .http import GatewayError
 
 RouteFilter = Callable[[RouteInfo], str | None]  # why the route is dropped, or None to keep it
 Skipped = list[tuple[RouteInfo, str]]
+EXTERNAL = (lines.EXTERNAL_FOR_KEY, lines.EXTERNAL_FOR_MODEL)
 
 
 def usable_models(key: KeyInfo, catalog: Catalog) -> list[ModelInfo]:
@@ -100,18 +103,18 @@ class Selection:
 
 
 def external_for_key(route: RouteInfo) -> str | None:
-    return None if route.local else "external channel, key is local-only"
+    return None if route.local else lines.EXTERNAL_FOR_KEY
 
 
 def external_for_model(route: RouteInfo) -> str | None:
-    return None if route.local else "external channel, model is local-only"
+    return None if route.local else lines.EXTERNAL_FOR_MODEL
 
 
 def pinned_to(channel_id: int) -> RouteFilter:
     """An admin's playground test of one channel (`X-Portal-Channel`): every other route is dropped."""
 
     def other(route: RouteInfo) -> str | None:
-        return None if route.channel_id == channel_id else "not the channel under test"
+        return None if route.channel_id == channel_id else lines.NOT_UNDER_TEST
 
     return other
 
@@ -133,7 +136,7 @@ def window_filter(prompt: int, output: int) -> RouteFilter:
         if window is not None:
             need = route_need(route, prompt, output)
             if window < need:
-                return f"window {window:,} < {need:,} needed"
+                return lines.WINDOW % {"window": f"{window:,}", "need": f"{need:,}"}
         return None
 
     return too_small
@@ -157,7 +160,7 @@ def select_routes(
     explanation: list[str] = []
     targets = model.targets if model.is_alias else [model]
     if model.is_alias:
-        explanation.append(f"alias {model.name} -> {', '.join(t.name for t in targets)}")
+        explanation.append(lines.ALIAS % {"alias": model.name, "targets": ", ".join(t.name for t in targets)})
     locality: RouteFilter | None = None
     if key.local_only:
         locality = external_for_key
@@ -165,7 +168,7 @@ def select_routes(
         locality = external_for_model
     filters: list[RouteFilter] = [locality] if locality is not None else []
     if pinned is not None:
-        explanation.append(f"pinned to channel #{pinned} (playground test)")
+        explanation.append(lines.PINNED % {"channel": pinned})
         filters.insert(0, pinned_to(pinned))
     if prompt > 0 or output > 0:
         filters.append(window_filter(prompt, output))
@@ -175,28 +178,28 @@ def select_routes(
         fs = filters
         if target is not model:
             if not target.enabled:
-                explanation.append(f"skipped {target.name}: disabled")
+                explanation.append(lines.SKIPPED % {"channel": target.name, "why": lines.DISABLED})
                 continue
             if target.local_only and locality is None:
                 fs = [external_for_model, *filters]  # a local-only target stays local behind an alias too
         routes += ordered_routes(target, fs, skipped, explanation, None if routes else choice)
     if not skipped and routes:
         return Selection(routes, explanation)  # the common case: nothing dropped
+    line = lines.SKIPPED_TARGET if model.is_alias else lines.SKIPPED
     for route, why in skipped:
-        where = f" ({route.model_name})" if model.is_alias else ""
-        explanation.append(f"skipped {route.channel_name}{where}: {why}")
+        explanation.append(line % {"channel": route.channel_name, "model": route.model_name, "why": why})
     if routes:
-        return Selection(routes, explanation, any(why.startswith("external ") for _, why in skipped))
+        return Selection(routes, explanation, any(why in EXTERNAL for _, why in skipped))
     raise _nothing_fits(model, skipped, prompt, output, explanation, key_local=key.local_only)
 
 
 def _nothing_fits(
     model: ModelInfo, skipped: Skipped, prompt: int, output: int, explanation: list[str], *, key_local: bool
 ) -> GatewayError:
-    too_small = [r for r, why in skipped if why.startswith("window ")]
-    external = [r for r, why in skipped if why.startswith("external ")]
+    external = [r for r, why in skipped if why in EXTERNAL]
+    too_small = [r for r, why in skipped if why not in EXTERNAL and why != lines.NOT_UNDER_TEST]  # lines.WINDOW
     err: GatewayError
-    if skipped and all(why == "not the channel under test" for _, why in skipped):
+    if skipped and all(why == lines.NOT_UNDER_TEST for _, why in skipped):
         err = GatewayError(
             400,
             f"The channel under test does not serve the model '{model.name}' (or its route is disabled).",
@@ -230,7 +233,7 @@ def _nothing_fits(
         )
     else:
         err = GatewayError(503, f"No channel serves the model '{model.name}' right now.", code="no_channel")
-    explanation.append(f"refused: {err.code}")
+    explanation.append(lines.REFUSED % {"code": err.code})
     err.explanation = explanation
     return err
 

@@ -15,6 +15,7 @@ from django.utils.translation import gettext_lazy as _
 from portal.models import Limits, ShownOnceQuerySet, ShownOnceSecret, TimeStampedModel, exactly_one_set
 
 from .choices import ApiSurface, BudgetWindow, KeyState, Pricing, UsageStatus
+from .usage import explanation
 
 if TYPE_CHECKING:
     from accounts.models import User
@@ -169,8 +170,9 @@ class UsageRecord(models.Model):
     # effect when it was written; null: the route had no price (`pricing` says which).
     cost_nanos = models.BigIntegerField(null=True, blank=True)
     pricing = models.CharField(max_length=8, choices=Pricing, default=Pricing.NONE)
-    # Why the gateway sent it where it did, one short step each ("alias coder -> qwen3-coder",
-    # "skipped local-a: window 24,576 < 30,120 needed", "failover after 502 from cloud-a").
+    # Why the gateway sent it where it did, one short English step each ("alias coder -> qwen3-coder",
+    # "skipped local-a: window 24,576 < 30,120 needed", "failover after 502 from cloud-a"), each one
+    # of `keys.usage.explanation`'s templates; `route_explanation_text` reads them in the reader's language.
     route_explanation = models.JSONField(default=list, blank=True)
 
     objects = OwnedQuerySet.as_manager()
@@ -190,6 +192,11 @@ class UsageRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.created:%Y-%m-%d %H:%M:%S} {self.model} {self.total_tokens} tok"
+
+    @property
+    def route_explanation_text(self) -> list[str]:
+        """The routing explanation in the active language."""
+        return explanation.translated_lines(self.route_explanation or [])
 
 
 class UsageBucket(models.Model):

@@ -4,6 +4,7 @@ browser's Accept-Language, else English)."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from django.conf import settings
@@ -83,10 +84,22 @@ class Message:
         """Text that is shown as written in every language (a server's own error, a log line)."""
         return cls("", text=text)
 
+    @classmethod
+    def filesize(cls, size: int) -> Message:
+        """A number of bytes as a value of another message, formatted when it is read ("12.3 GB",
+        Django's `filesizeformat`: the reader's unit words and number format), not when written."""
+        return cls(FILESIZE, bytes=size)
+
     def render(self, *, translate: bool = True) -> str:
         """The sentence in the active language (`translate`), else in English."""
         if not self.code:
             return str(self.params.get("text", ""))
+        if self.code == FILESIZE:
+            from django.template.defaultfilters import filesizeformat
+
+            with contextlib.nullcontext() if translate else translation.override(settings.LANGUAGE_CODE):
+                size = self.params.get("bytes")
+                return filesizeformat(size if isinstance(size, int | float) else 0)
         params = {k: v.render(translate=translate) if isinstance(v, Message) else v for k, v in self.params.items()}
         text = translation.gettext(self.code) if translate else self.code
         if not params:
@@ -146,6 +159,7 @@ class Message:
 
 
 JOINED = "%(first)s %(second)s"
+FILESIZE = "filesize"  # not a msgid: `Message.filesize`, formatted by Django's filesizeformat
 
 
 def _loaded(value: object) -> object:

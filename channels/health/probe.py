@@ -10,7 +10,12 @@ over one shared `httpx.AsyncClient`. Per channel:
 3. latency (optional): a tiny streaming chat completion timing connect, first byte, first token,
    total and tokens/s.
 
-A failure stops at the step that failed; the outcome says which error class it was.
+A failure stops at the step that failed; the outcome says which error class it was, and why in a
+`portal.i18n.Message` (it needs no Django settings until it is rendered), so the channel's health
+messages read in the reader's language. What is ours is a msgid: the step, the HTTP status, "cannot
+connect". What the other side said stays verbatim, as a value inside it: the upstream's own error
+text (its JSON `message`, an error event) and the network library's reason (`str(exc)`) are data,
+not strings of ours to translate.
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from typing import Any, TypeVar
 
 import httpcore
 import httpx
+from django.utils.translation import gettext_noop
 
 from channels.baseurl import root_url
+from portal.i18n import Message
 
 from .netbackend import AsyncioBackend
 
@@ -34,6 +41,12 @@ PROMPT = "Reply with the single word: ok"
 MIN_CHUNKS_FOR_RATE = 3  # token-bearing stream events, so at least two gaps are measured
 MIN_SECONDS_FOR_RATE = 0.005
 ANTHROPIC_VERSION = "2023-06-01"
+
+# The probe's steps, named in its messages ("liveness: HTTP 503").
+LIVENESS = gettext_noop("liveness")
+MODEL_LIST = gettext_noop("model list")
+PROPS = gettext_noop("props")
+LATENCY = gettext_noop("latency probe")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +67,7 @@ class Outcome:
     ok: bool = False
     http_status: int | None = None
     error: str = ""  # connect, timeout, auth, http_4xx, http_429, http_5xx, protocol, stalled
-    error_message: str = ""
+    error_message: Message = field(default_factory=lambda: Message.verbatim(""))
     model: str = ""
     connect_ms: float | None = None
     ttfb_ms: float | None = None
@@ -71,9 +84,14 @@ class Outcome:
 
 
 class ProbeFailure(Exception):
-    def __init__(self, error: str, message: str, status: int | None = None) -> None:
-        super().__init__(message)
+    def __init__(self, error: str, message: Message, status: int | None = None) -> None:
+        super().__init__(message.english)
         self.error, self.message, self.status = error, message, status
+
+
+def _at(step: str, msgid: str, **params: object) -> Message:
+    """`msgid` (a sentence with `%(step)s`) about one step of the probe."""
+    return Message(msgid, step=Message(step), **params)
 
 
 def _ms(start: float) -> float:
@@ -91,9 +109,15 @@ def _headers(target: Target) -> dict[str, str]:
 def _status_failure(resp: httpx.Response, what: str) -> ProbeFailure:
     code = resp.status_code
     if code in (401, 403):
-        return ProbeFailure("auth", f"{what}: HTTP {code}, the upstream rejected the API key", code)
+        return ProbeFailure(
+            "auth",
+            _at(what, gettext_noop("%(step)s: HTTP %(status)s, the upstream rejected the API key"), status=code),
+            code,
+        )
     if code == 429:
-        return ProbeFailure("http_429", f"{what}: HTTP 429, rate limited by the upstream", code)
+        return ProbeFailure(
+            "http_429", _at(what, gettext_noop("%(step)s: HTTP 429, rate limited by the upstream")), code
+        )
     kind = "http_5xx" if code >= 500 else "http_4xx"
     detail = ""
     try:
@@ -101,7 +125,11 @@ def _status_failure(resp: httpx.Response, what: str) -> ProbeFailure:
         detail = str((body.get("error") or {}).get("message") or body.get("message") or "")[:150]
     except Exception:  # the body is whatever the upstream sent; its shape is not ours to trust
         detail = ""
-    return ProbeFailure(kind, f"{what}: HTTP {code}" + (f" ({detail})" if detail else ""), code)
+    if detail:  # the upstream's own words: a value, shown as it sent them
+        return ProbeFailure(
+            kind, _at(what, gettext_noop("%(step)s: HTTP %(status)s (%(detail)s)"), status=code, detail=detail), code
+        )
+    return ProbeFailure(kind, _at(what, gettext_noop("%(step)s: HTTP %(status)s"), status=code), code)
 
 
 class _Timer:
@@ -127,7 +155,9 @@ async def _get_json(client: httpx.AsyncClient, url: str, target: Target, timer: 
     except ValueError:
         if what == "liveness" and resp.status_code < 300:
             return None  # some /health endpoints answer 200 with an empty body
-        raise ProbeFailure("protocol", f"{what}: the answer is not JSON", resp.status_code) from None
+        raise ProbeFailure(
+            "protocol", _at(what, gettext_noop("%(step)s: the answer is not JSON")), resp.status_code
+        ) from None
 
 
 def _parse_models(body: Any) -> dict[str, int | None]:
@@ -142,11 +172,11 @@ def _parse_models(body: Any) -> dict[str, int | None]:
 
 async def _discover(client: httpx.AsyncClient, target: Target, timer: _Timer, models_body: Any) -> dict[str, Any]:
     if models_body is None:
-        models_body = await _get_json(client, f"{target.base_url}/models", target, timer, "model list")
+        models_body = await _get_json(client, f"{target.base_url}/models", target, timer, MODEL_LIST)
     served = _parse_models(models_body)
     if target.kind == "llamacpp":
         try:
-            props = await _get_json(client, f"{root_url(target.base_url)}/props", target, timer, "props")
+            props = await _get_json(client, f"{root_url(target.base_url)}/props", target, timer, PROPS)
             n_ctx = ((props or {}).get("default_generation_settings") or {}).get("n_ctx")
             if isinstance(n_ctx, int) and n_ctx > 0:
                 served = {m: n_ctx for m in served} or {}
@@ -178,7 +208,7 @@ async def _stream_chat(client: httpx.AsyncClient, target: Target, model: str, ou
         out.http_status = resp.status_code
         if resp.status_code >= 400:
             await resp.aread()
-            raise _status_failure(resp, "latency probe")
+            raise _status_failure(resp, LATENCY)
         async for line in resp.aiter_lines():
             if not line.startswith("data:"):
                 continue
@@ -188,12 +218,16 @@ async def _stream_chat(client: httpx.AsyncClient, target: Target, model: str, ou
             try:
                 event = json.loads(data)
             except ValueError:
-                raise ProbeFailure("protocol", "latency probe: a stream event is not JSON", resp.status_code) from None
+                raise ProbeFailure(
+                    "protocol", _at(LATENCY, gettext_noop("%(step)s: a stream event is not JSON")), resp.status_code
+                ) from None
             if not isinstance(event, dict):
                 continue
             if event.get("error"):
-                message = str((event["error"] or {}).get("message", "error event"))[:150]
-                raise ProbeFailure("stream_error", f"latency probe: {message}", resp.status_code)
+                said = str((event["error"] or {}).get("message", "error event"))[:150]  # the upstream's words
+                raise ProbeFailure(
+                    "stream_error", _at(LATENCY, gettext_noop("%(step)s: %(said)s"), said=said), resp.status_code
+                )
             text = _token_text(event, anthropic)
             if text:
                 tokens += 1
@@ -206,7 +240,9 @@ async def _stream_chat(client: httpx.AsyncClient, target: Target, model: str, ou
                 usage_tokens = usage.get("completion_tokens") or usage.get("output_tokens") or usage_tokens
     out.total_ms = _ms(start)
     if first_token_at is None:
-        raise ProbeFailure("protocol", "latency probe: the stream ended without a token", out.http_status)
+        raise ProbeFailure(
+            "protocol", _at(LATENCY, gettext_noop("%(step)s: the stream ended without a token")), out.http_status
+        )
     out.tokens = int(usage_tokens) if usage_tokens else tokens
     # A rate needs tokens that arrived apart: chunks delivered together (a proxy that buffers, a
     # server that batches) would divide by microseconds and report 10,000 tokens/s.
@@ -242,9 +278,9 @@ async def probe_one(client: httpx.AsyncClient, target: Target) -> Outcome:
     try:
         models_body = None
         if target.kind in SELF_HOSTED_KINDS:
-            await _get_json(client, f"{root_url(target.base_url)}/health", target, timer, "liveness")
+            await _get_json(client, f"{root_url(target.base_url)}/health", target, timer, LIVENESS)
         else:
-            models_body = await _get_json(client, f"{target.base_url}/models", target, timer, "liveness")
+            models_body = await _get_json(client, f"{target.base_url}/models", target, timer, LIVENESS)
         try:
             if target.discover or models_body is not None:
                 out.served = await _discover(client, target, timer, models_body)
@@ -255,29 +291,39 @@ async def probe_one(client: httpx.AsyncClient, target: Target) -> Outcome:
         if target.inference:
             model = target.model or next(iter(out.served), "")
             if not model:
-                raise ProbeFailure("protocol", "no model to probe: the channel has no route and lists none")
+                raise ProbeFailure(
+                    "protocol", Message(gettext_noop("no model to probe: the channel has no route and lists none"))
+                )
             out.model = model
             await _stream_chat(client, target, model, out, timer)
         else:
             out.total_ms = _ms(start)
         out.ok = True
     except ProbeFailure as exc:
-        out.error, out.error_message = exc.error, exc.message[:300]
+        out.error, out.error_message = exc.error, exc.message
         out.http_status = exc.status or out.http_status
     except httpx.ConnectTimeout:
-        out.error, out.error_message = "timeout", "connect timed out"
+        out.error, out.error_message = "timeout", Message(gettext_noop("connect timed out"))
     except httpx.ConnectError as exc:
-        out.error, out.error_message = "connect", f"cannot connect: {_reason(exc)}"
+        out.error, out.error_message = (
+            "connect",
+            Message(gettext_noop("cannot connect: %(reason)s"), reason=_reason(exc)),
+        )
     except httpx.ReadTimeout:
         stalled = out.ttfb_ms is not None
         out.error = "stalled" if stalled else "timeout"
-        out.error_message = "the stream stalled (no bytes within the timeout)" if stalled else "no answer in time"
+        out.error_message = Message(
+            gettext_noop("the stream stalled (no bytes within the timeout)")
+            if stalled
+            else gettext_noop("no answer in time")
+        )
     except httpx.TimeoutException:
-        out.error, out.error_message = "timeout", "timed out"
+        out.error, out.error_message = "timeout", Message(gettext_noop("timed out"))
     except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-        out.error, out.error_message = "protocol", f"connection dropped: {_reason(exc)}"
+        out.error = "protocol"
+        out.error_message = Message(gettext_noop("connection dropped: %(reason)s"), reason=_reason(exc))
     except httpx.HTTPError as exc:
-        out.error, out.error_message = "protocol", f"HTTP error: {_reason(exc)}"
+        out.error, out.error_message = "protocol", Message(gettext_noop("HTTP error: %(reason)s"), reason=_reason(exc))
     if out.total_ms is None:
         out.total_ms = _ms(start)
     out.connect_ms = timer.connect_ms
@@ -285,6 +331,7 @@ async def probe_one(client: httpx.AsyncClient, target: Target) -> Outcome:
 
 
 def _reason(exc: Exception) -> str:
+    """The network library's own words (data, shown as they are)."""
     return (str(exc) or exc.__class__.__name__)[:200]
 
 
@@ -351,7 +398,8 @@ async def probe_many(
             try:
                 return await asyncio.wait_for(one(t), timeout + connect_timeout + 5)
             except TimeoutError:
-                return Outcome(t.channel_id, error="timeout", error_message="probe took too long", started=time.time())
+                took = Message(gettext_noop("probe took too long"))
+                return Outcome(t.channel_id, error="timeout", error_message=took, started=time.time())
 
     return list(await asyncio.gather(*(bounded(t) for t in targets)))
 
@@ -363,6 +411,9 @@ async def list_served_models(target: Target, *, connect_timeout: float, timeout:
         try:
             return await asyncio.wait_for(_discover(client, target, _Timer(), None), timeout + connect_timeout)
         except TimeoutError:
-            raise ProbeFailure("timeout", "model list: the upstream did not answer in time") from None
+            raise ProbeFailure(
+                "timeout", _at(MODEL_LIST, gettext_noop("%(step)s: the upstream did not answer in time"))
+            ) from None
         except httpx.HTTPError as exc:
-            raise ProbeFailure("connect", f"model list: {exc.__class__.__name__}: {exc}") from None
+            said = f"{exc.__class__.__name__}: {exc}"
+            raise ProbeFailure("connect", _at(MODEL_LIST, gettext_noop("%(step)s: %(said)s"), said=said)) from None

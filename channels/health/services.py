@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Sum
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
 from channels.choices import ChannelStatus, ProbeSource
 from channels.models import Channel, ModelRoute, ProbeResult, StatusChange
@@ -189,11 +190,15 @@ def _evidence(ch: Channel, tally: passive.Tally | None, outcome: Outcome | None)
             failures=tally.fail_count,
             http_status=tally.last_status,
             error=tally.last_error[:32] if tally.fail_count else "",
-            error_message=(
-                f"{tally.fail_count} of {tally.samples} gateway requests failed" if tally.fail_count else ""
-            ),
             ttft_ms=tally.ttft_ms,
         )
+        if tally.fail_count:
+            failed = Message(
+                gettext_noop("%(failed)s of %(samples)s gateway requests failed"),
+                failed=tally.fail_count,
+                samples=tally.samples,
+            )
+            set_message(passive_row, "error_message", failed)
         # Mostly failing counts as a failure; some failures reset the success streak (like a slow answer).
         pieces.append("fail" if tally.fail_count > tally.ok_count else "mixed" if tally.fail_count else "good")
     if outcome is not None:
@@ -206,7 +211,6 @@ def _evidence(ch: Channel, tally: passive.Tally | None, outcome: Outcome | None)
             failures=0 if outcome.ok else 1,
             http_status=outcome.http_status,
             error=outcome.error,
-            error_message=outcome.error_message,
             model=outcome.model[:256],
             connect_ms=outcome.connect_ms,
             ttfb_ms=outcome.ttfb_ms,
@@ -215,6 +219,7 @@ def _evidence(ch: Channel, tally: passive.Tally | None, outcome: Outcome | None)
             tokens=outcome.tokens,
             tokens_per_s=outcome.tokens_per_s,
         )
+        set_message(active_row, "error_message", outcome.error_message)
         slow = outcome.ttft_ms is not None and outcome.ttft_ms > ch.ttft_degraded_ms
         pieces.append("fail" if not outcome.ok else "slow" if slow else "good")
     return _Pending(ch, outcome, tally, passive_row, active_row, tuple(pieces))
@@ -311,7 +316,7 @@ def _settle(
                 window_failures=failures,
                 last_ok=last.ok,
                 last_error=last.error,
-                last_error_message=last.error_message,
+                last_error_message=stored(last, "error_message") if last.error_message else None,
                 last_ttft_ms=ttft,
                 ttft_threshold_ms=ch.ttft_degraded_ms,
                 auth_rejected=auth,

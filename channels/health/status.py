@@ -30,7 +30,7 @@ class Evidence:
     window_failures: int
     last_ok: bool
     last_error: str = ""
-    last_error_message: str = ""
+    last_error_message: Message | None = None  # the probe's (`probe.Outcome.error_message`) or the gateway's
     last_ttft_ms: float | None = None
     ttft_threshold_ms: int = 5000
     auth_rejected: bool = False
@@ -105,7 +105,8 @@ def decide(e: Evidence, r: Rules) -> tuple[str, Message | None]:
             )
         if partly:
             failed = Message(
-                gettext_noop("the last check failed (%(error)s)"), error=e.last_error_message or e.last_error
+                gettext_noop("the last check failed (%(error)s)"),
+                error=e.last_error_message or e.last_error,
             )
             reasons.append(pct if e.last_ok else failed)
         both = (

@@ -22,7 +22,6 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
-from django.template.defaultfilters import filesizeformat
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
@@ -314,10 +313,10 @@ def _check(job: ModelDownload, conn: ssh.Remote) -> None:
                     "Nothing was downloaded."
                 ),
                 host=job.host,
-                needed=filesizeformat(needed),
-                free=filesizeformat(free),
+                needed=Message.filesize(needed),
+                free=Message.filesize(free),
                 path=local_path,
-                reserve=filesizeformat(reserve),
+                reserve=Message.filesize(reserve),
             )
         )
     tool = TOOLS[DownloadSource(job.source)]
@@ -414,7 +413,7 @@ def _start_download(job: ModelDownload, conn: ssh.Remote, *, again: Message | No
         raise DownloadFailed(Message(gettext_noop("The download could not be started: %(said)s"), said=said[:300]))
     message = again or Message(
         gettext_noop("Downloading %(size)s into %(path)s (PID %(pid)s)."),
-        size=filesizeformat(job.total_bytes),
+        size=Message.filesize(job.total_bytes),
         path=job.local_path,
         pid=pid,
     )
@@ -518,7 +517,9 @@ def _start_verify(job: ModelDownload, conn: ssh.Remote) -> None:
         _move(
             job,
             DownloadState.DONE,
-            Message(gettext_noop("Downloaded %(size)s; no checksums to verify."), size=filesizeformat(job.total_bytes)),
+            Message(
+                gettext_noop("Downloaded %(size)s; no checksums to verify."), size=Message.filesize(job.total_bytes)
+            ),
             pid=None,
         )
         return
@@ -563,7 +564,7 @@ def _verifying(job: ModelDownload, conn: ssh.Remote) -> None:
         DownloadState.DONE,
         Message(
             gettext_noop("Downloaded %(size)s into %(path)s; the sha256 of %(count)s file(s) matches."),
-            size=filesizeformat(job.total_bytes),
+            size=Message.filesize(job.total_bytes),
             path=job.local_path,
             count=len(sums),
         ),

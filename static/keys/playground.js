@@ -292,7 +292,7 @@
         metric(list, T.http_status, record.http_status, "pg-http-status");
         if (record.error) metric(list, T.error, record.error, "pg-record-error");
         if (record.estimated) metric(list, T.completion, record.completion_tokens + " (" + T.estimated + ")");
-        var steps = record.route_explanation || (result.route ? result.route.split("; ") : null);
+        var steps = record.route_explanation_text || (result.route ? result.route.split("; ") : null);
         if (steps && steps.length) {
           var ol = el("ol", {className: "route-explanation"});
           steps.forEach(function (s) { ol.appendChild(el("li", {text: s})); });

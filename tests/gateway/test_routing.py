@@ -8,11 +8,15 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+from django.urls import reverse
+from django.utils import translation
+from django.utils.html import escape
 
 from channels.models import Channel, Model, ModelRoute
 from channels.services import save_alias
 from keys.models import UsageRecord
 from keys.services import issue_key
+from keys.usage import explanation as lines
 from tests.fakes.upstream import FakeUpstream
 from tests.gateway.conftest import UPSTREAM_KEY, wait_for
 
@@ -256,3 +260,64 @@ def test_a_routes_max_output_caps_what_the_requested_output_needs(rig, gateway_u
     rig.local_channel.save()  # reload the gateway's catalog
     r = httpx.post(gateway_url + "/v1/chat/completions", json=chat("hi", max_tokens=32_000), headers=rig.auth)
     assert r.status_code == 200 and len(rig.local.requests) == 1 and rig.cloud.requests == []
+
+
+# --- the explanation in the reader's language ----------------------------------------------
+
+
+def in_chinese(template: str, **values) -> str:
+    """What the catalog makes of a line: gettext of its template, and of a nested reason."""
+    with translation.override("zh-hans"):
+        return translation.gettext(template) % values
+
+
+def test_the_request_pages_show_the_routing_explanation_in_the_readers_language(rig, gateway_url, client, admin):
+    """The gateway stores English lines; the request pages and the API read them back through the
+    catalog in zh-Hans, and the stored English is unchanged."""
+    r = httpx.post(gateway_url + "/v1/chat/completions", json=chat(LONG, max_tokens=1000), headers=rig.auth)
+    assert r.status_code == 200
+    window_rec = record(rig)
+    need = window_rec.route_explanation[1].split("< ")[1].split(" ")[0]
+    Model.objects.filter(name="qwen3-coder").update(enabled=False)
+    Model.objects.get(name="qwen3-coder").save()  # the signal that reloads the gateway's catalog
+    assert httpx.post(gateway_url + "/v1/chat/completions", json=chat("hi"), headers=rig.auth).status_code == 200
+    disabled_rec = wait_for(lambda: UsageRecord.objects.filter(key=rig.key).exclude(pk=window_rec.pk).first())
+
+    alias = (lines.ALIAS, {"alias": "coder", "targets": "qwen3-coder, qwen3-coder-plus"})
+    sent = (lines.SENT_TARGET, {"channel": "cloud", "model": "qwen3-coder-plus"})
+    window = lines.WINDOW % {"window": "24,576", "need": need}
+    expected = {
+        window_rec: [
+            alias,
+            (lines.SKIPPED_TARGET, {"channel": "local-llama", "model": "qwen3-coder", "why": window}),
+            sent,
+        ],
+        disabled_rec: [alias, (lines.SKIPPED, {"channel": "qwen3-coder", "why": lines.DISABLED}), sent],
+    }
+    client.force_login(admin)
+    for rec, steps in expected.items():
+        assert rec.route_explanation == [t % v for t, v in steps]  # stored in English, as before
+        chinese = []
+        for template, values in steps:
+            why = values.get("why")
+            if why == window:
+                why = in_chinese(lines.WINDOW, window="24,576", need=need)
+            elif why is not None:
+                why = in_chinese(why)
+            chinese.append(in_chinese(template, **{**values, **({"why": why} if why else {})}))
+        page = client.get(reverse("usage_request_detail", args=[rec.pk]), HTTP_ACCEPT_LANGUAGE="zh-hans")
+        html = page.content.decode()
+        for english, zh in zip(rec.route_explanation, chinese, strict=True):
+            assert escape(zh) in html
+            if zh != english:  # the template (or its reason) has a translation: the English is not shown
+                assert escape(english) not in html
+        api = client.get(f"/api/usage/records/{rec.pk}/", HTTP_ACCEPT_LANGUAGE="zh-hans").json()
+        assert api["route_explanation"] == rec.route_explanation and api["route_explanation_text"] == chinese
+        english_page = client.get(reverse("usage_request_detail", args=[rec.pk]), HTTP_ACCEPT_LANGUAGE="en")
+        assert all(escape(line) in english_page.content.decode() for line in rec.route_explanation)
+    listing = client.get(reverse("usage_requests"), HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert escape(in_chinese(sent[0], **sent[1])) in listing  # each row's last step
+    # "disabled" is in the catalog already, so this line is partly Chinese even before its template is
+    assert in_chinese(lines.DISABLED) != lines.DISABLED
+    page = client.get(reverse("usage_request_detail", args=[disabled_rec.pk]), HTTP_ACCEPT_LANGUAGE="zh-hans")
+    assert "skipped qwen3-coder: disabled" not in page.content.decode()

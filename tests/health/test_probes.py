@@ -1,11 +1,14 @@
 """Probing real fake upstreams over TCP: what gets recorded, discovered and decided."""
 
 import datetime as dt
+import re
 import time
 
 import pytest
 from django.test import override_settings
-from django.utils import timezone
+from django.urls import reverse
+from django.utils import timezone, translation
+from django.utils.html import escape
 
 from channels.choices import ChannelStatus
 from channels.health import services
@@ -14,6 +17,7 @@ from channels.models import Channel, ModelRoute, ProbeResult
 from tests.services import free_port
 
 pytestmark = pytest.mark.django_db
+CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
 def status(ch: Channel) -> str:
@@ -293,3 +297,55 @@ def test_tokens_per_second_is_measured_over_tokens_that_arrived_apart(upstream, 
     # 3 tokens after the first, 50 ms apart: about 20 tokens/s (less on a loaded machine); the bound
     # is far from both that and the thousands a batched stream would give.
     assert probe.ok and probe.tokens_per_s is not None and 0 < probe.tokens_per_s < 100
+
+
+def zh(msgid: str, **params) -> str:
+    with translation.override("zh-hans"):
+        return translation.gettext(msgid) % params if params else translation.gettext(msgid)
+
+
+def test_the_probes_own_error_is_a_msgid_and_the_upstreams_words_stay_as_sent(upstream, make_channel, admin_client):
+    """Our sentence ("cannot connect: …", "liveness: HTTP 500 (…)") is stored as a msgid with its
+    values and read in the reader's language, inside the channel's status message too; what the
+    network library or the upstream said is a value, shown as it is."""
+    gone = make_channel("gone", f"http://127.0.0.1:{free_port()}/v1")
+    Channel.objects.filter(pk=gone.pk).update(status=ChannelStatus.HEALTHY)
+    for _ in range(3):
+        services.run_round([gone.pk])
+
+    probe = ProbeResult.objects.filter(channel=gone).first()
+    assert probe.error_message_code == "cannot connect: %(reason)s"
+    reason = probe.error_message_params["reason"]
+    assert probe.error_message == f"cannot connect: {reason}"  # English, as before
+    gone.refresh_from_db()
+    assert gone.status == ChannelStatus.DOWN and probe.error_message in gone.status_message
+    last_error = gone.status_message_params["why"]["params"]["error"]
+    assert last_error == {"code": "cannot connect: %(reason)s", "params": {"reason": reason}}
+
+    html = admin_client.get(reverse("channel-health", args=[gone.pk]), HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    ours = zh("cannot connect: %(reason)s", reason=reason)
+    assert escape(ours) in html  # the probe log
+    why = zh("%(why)s; last error: %(error)s", why=zh("%(count)s checks in a row failed", count=3), error=ours)
+    assert escape(why) in html  # inside the status message
+    assert CJK.search(why)
+
+    up = upstream()
+    up.behave(mode="status", status=500, error_message="CUDA OOM")
+    oom = make_channel("oom", up.base_url)
+    services.run_round([oom.pk])
+    probe = ProbeResult.objects.get(channel=oom)
+    assert (probe.error_message_code, probe.error_message_params) == (
+        "%(step)s: HTTP %(status)s (%(detail)s)",
+        {"step": {"code": "liveness", "params": {}}, "status": 500, "detail": "CUDA OOM"},
+    )
+    assert probe.error_message == "liveness: HTTP 500 (CUDA OOM)"
+    [row] = admin_client.get(f"/api/health/channels/{oom.pk}/probes/", HTTP_ACCEPT_LANGUAGE="zh-hans").json()["results"]
+    step = zh("liveness")
+    assert row["error_message"] == zh(
+        "%(step)s: HTTP %(status)s (%(detail)s)", step=step, status=500, detail="CUDA OOM"
+    )
+    assert row["error_message"].endswith("(CUDA OOM)")  # the upstream's words, as sent
+    assert (row["error_message_code"], row["error_message_params"]) == (
+        probe.error_message_code,
+        probe.error_message_params,
+    )

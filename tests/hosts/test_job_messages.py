@@ -147,3 +147,37 @@ def test_a_message_nests_renders_verbatim_text_as_is_and_survives_a_broken_trans
     assert Message("%(n)s GPU(s) seen.", n=2).render() == "2 GPU(s) seen."
     monkeypatch.setattr(translation, "gettext", lambda msgid: "%(missing)s")  # a translator's typo
     assert Message("%(n)s GPU(s) seen.", n=2).render() == "2 GPU(s) seen."
+
+
+def test_a_size_in_a_message_is_stored_as_bytes_and_formatted_in_the_readers_language(admin_client, host):
+    """A download's "Downloaded 1000 bytes" keeps the number, not the English words: a zh-Hans reader
+    gets Django's own unit words and number format, the stored English text is what it was."""
+    from django.template.defaultfilters import filesizeformat
+
+    from hosts.downloads.services import _start_verify
+
+    job = ModelDownload.objects.create(
+        host=host,
+        repo_id="Qwen/Qwen3-8B",
+        state="verifying",
+        files=[{"name": "tiny.gguf", "size": 1000, "done": 1000}],
+        total_bytes=1000,
+        transitions=[],
+    )
+    _start_verify(job, conn=None)  # no checksums to verify: nothing is asked of the host
+
+    job.refresh_from_db()
+    msgid = "Downloaded %(size)s; no checksums to verify."
+    assert job.message_code == msgid
+    assert job.message_params == {"size": {"code": "filesize", "params": {"bytes": 1000}}}
+    with translation.override("en"):
+        assert (
+            job.message == msgid % {"size": filesizeformat(1000)} == "Downloaded 1000\xa0bytes; no checksums to verify."
+        )
+    with translation.override("zh-hans"):
+        size = filesizeformat(1000)
+        expected = translation.gettext(msgid) % {"size": size}
+    assert CJK.search(size), "Django's catalog has the unit in Chinese"
+    html = page(admin_client, reverse("download_detail", args=[job.pk]), "zh-hans")
+    assert expected in html
+    assert "1000\xa0bytes" not in html and "1000&nbsp;bytes" not in html

@@ -31,6 +31,7 @@ class AlertKindField(serializers.ChoiceField):
 
 class ProbeResultSerializer(serializers.ModelSerializer[ProbeResult]):
     status_after = StatusField()
+    error_message = translated("error_message")
 
     class Meta:
         model = ProbeResult
@@ -44,6 +45,8 @@ class ProbeResultSerializer(serializers.ModelSerializer[ProbeResult]):
             "http_status",
             "error",
             "error_message",
+            "error_message_code",
+            "error_message_params",
             "model",
             "connect_ms",
             "ttfb_ms",

@@ -20,7 +20,7 @@ class HidesChannelFromDevelopers(serializers.ModelSerializer[Any]):
         data: dict[str, Any] = super().to_representation(instance)
         request = self.context.get("request")
         if not is_admin(getattr(request, "user", None)):
-            for name in ("channel", "channel_name", "route_explanation"):
+            for name in ("channel", "channel_name", "route_explanation", "route_explanation_text"):
                 if name in data:
                     data[name] = None
         return data
@@ -39,7 +39,13 @@ class UsageRecordSerializer(HidesChannelFromDevelopers):
         child=serializers.CharField(),
         read_only=True,
         allow_null=True,
-        help_text=_("Why the gateway sent it where it did, one short step each. Null for developers."),
+        help_text=_("Why the gateway sent it where it did, one short step each, in English. Null for developers."),
+    )
+    route_explanation_text = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        allow_null=True,
+        help_text=_("The same steps in the request's language. Null for developers."),
     )
 
     class Meta:
@@ -72,6 +78,7 @@ class UsageRecordSerializer(HidesChannelFromDevelopers):
             "cost",
             "pricing",
             "route_explanation",
+            "route_explanation_text",
         ]
         read_only_fields = fields
 
