@@ -112,11 +112,12 @@ class SlotCache:
                 n = common_prefix(text, prompt)
                 if n > saved_shared:
                     saved, saved_shared = text, n
+            if saved is not None:  # restored into the slot (before the save below can evict it)
+                self.ram.pop(saved)
+                self.ram_size -= len(saved)
             if shared < len(best.text):  # the slot takes a prompt that does not extend it: keep its state
                 self._save(best.text)
             if saved is not None:
-                self.ram.pop(saved)
-                self.ram_size -= len(saved)
                 shared = saved_shared
         best.busy = True
         return best, shared
