@@ -36,10 +36,11 @@ the trace through it with httpx. Per run: TTFT (client side, through the gateway
 streamed token, in the trace's time: the replica's modelled waits, which it reports, times
 `--speed`, plus the rest as measured: the gateway, the client and the fake's own parsing, whose
 median is printed as "overhead") p50 / p95 / mean, the same p50 without that real-time part
-("replica-side": the replica's queue and prefill only, which this machine's load does not move), the prefix cache hit
-ratio from the replicas' own `timings` (cache_n / (cache_n + prompt_n)) and the prompt tokens
-prefilled (the replicas' work, which does not depend on this machine's load). Then per upstream the
-spread (min / median / max) over repeats and each baseline's p50 over affinity's in the same repeat.
+("replica-side": the replica's queue and prefill only, which this machine's load does not move),
+the prefix cache hit ratio from the replicas' own `timings` (cache_n / (cache_n + prompt_n)) and
+the prompt tokens prefilled (the replicas' work, which does not depend on this machine's load).
+Then per upstream the spread (min / median / max) over repeats and each baseline over affinity in
+the same repeat.
 
 Every process it starts runs in its own process group and is stopped by that group's id.
 """
