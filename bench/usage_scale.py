@@ -12,7 +12,12 @@ grouped INSERT each). 40 deployment runs over the month feed the GPU-hours page.
 
 Every page is requested `--repeats` times through Django's test client (the whole view, template
 and middleware, no HTTP server) after one warm-up; the table prints the median and the spread in
-ms and the number of SQL queries, then each size's median against the smallest size's.
+ms and the number of SQL queries, then each size's median against the smallest size's. With
+`--database-per-size` each size lives in a database of its own (so 10 M is generated once and kept
+with `--keep`), and the sizes are timed in alternating rounds in the same run:
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/portal_bench_usage \
+        uv run python bench/usage_scale.py --sizes 100k,10M --database-per-size --keep --repeats 5
 """
 
 from __future__ import annotations
@@ -42,16 +47,27 @@ def parse_size(text: str) -> int:
     return int(text)
 
 
-def ensure_database() -> None:
+def ensure_database(name: str | None = None) -> None:
     url = os.environ["DATABASE_URL"]
     if not url.startswith("postgres"):
         return
     import psycopg
 
-    base, name = url.rsplit("/", 1)
+    base, default = url.rsplit("/", 1)
+    name = name or default
     with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
             conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def use_database(name: str) -> None:
+    """Point Django's connection at database `name` (PostgreSQL) from its next query on."""
+    from django.conf import settings
+    from django.db import connection
+
+    connection.close()
+    settings.DATABASES["default"]["NAME"] = name
+    connection.settings_dict["NAME"] = name
 
 
 def setup_people() -> dict:
@@ -330,7 +346,8 @@ def count(n: int) -> str:
     return f"{n:,}" if n >= 0 else "–"  # SQLite: EXPLAIN QUERY PLAN counts no rows
 
 
-def time_pages(people: dict, repeats: int) -> dict[str, tuple[float, float, float, int]]:
+def time_pages(people: dict, repeats: int) -> dict[str, tuple[list[float], int]]:
+    """Each page's times in ms (after one warm-up) and its query count."""
     from django.db import connection
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
@@ -357,8 +374,12 @@ def time_pages(people: dict, repeats: int) -> dict[str, tuple[float, float, floa
                 if getattr(response, "streaming", False):
                     b"".join(response.streaming_content)
                 times.append((time.perf_counter() - t) * 1000)
-        out[name] = (statistics.median(times), min(times), max(times), len(queries))
+        out[name] = (times, len(queries))
     return out
+
+
+def summary(times: list[float], queries: int) -> tuple[float, float, float, int]:
+    return statistics.median(times), min(times), max(times), queries
 
 
 def main() -> None:
@@ -373,11 +394,27 @@ def main() -> None:
     parser.add_argument(
         "--pages", default="", help="time only the pages whose name contains one of these (comma-separated), e.g. GPU"
     )
+    parser.add_argument(
+        "--database-per-size",
+        action="store_true",
+        help="each size in a database of its own, DATABASE_URL's name + _ + the size (portal_bench_usage_10m), "
+        "kept with --keep; the pages are then timed in rounds, one request of each page at each size a round",
+    )
     args = parser.parse_args()
     if args.pages:
         wanted = [w.strip().lower() for w in args.pages.split(",") if w.strip()]
         PAGES[:] = [page for page in PAGES if any(w in page[0].lower() for w in wanted)]
-    ensure_database()
+    labels = [s.strip() for s in args.sizes.split(",")]
+    sizes = [parse_size(s) for s in labels]
+    default_db = os.environ["DATABASE_URL"].rsplit("/", 1)[1]
+    databases = {
+        n: f"{default_db}_{label.lower()}" if args.database_per_size else default_db
+        for n, label in zip(sizes, labels, strict=True)
+    }
+    if args.database_per_size and not os.environ["DATABASE_URL"].startswith("postgres"):
+        raise SystemExit("--database-per-size needs PostgreSQL")
+    for name in set(databases.values()):
+        ensure_database(name)
     import django
 
     django.setup()
@@ -386,20 +423,41 @@ def main() -> None:
 
     settings.ALLOWED_HOSTS = ["*"]
     settings.DEBUG = False
-    call_command("migrate", verbosity=0)
-    people = setup_people()
-    sizes = [parse_size(s) for s in args.sizes.split(",")]
-    results, plans = {}, {}
+    results: dict[int, dict[str, tuple[float, float, float, int]]] = {}
+    plans = {}
+    people_of = {}
     from keys.models import UsageRecord
 
-    for n in sizes:
+    def prepare(n: int) -> None:
+        use_database(databases[n])
+        call_command("migrate", verbosity=0)
+        people_of[n] = setup_people()
         if args.keep and UsageRecord.objects.count() == n:
-            print(f"# {n:,} records kept from the last run", flush=True)
+            print(f"# {n:,} records kept from the last run ({databases[n]})", flush=True)
         else:
-            took = generate(n, people)
-            print(f"# {n:,} records generated with their rollups in {took:.0f} s", flush=True)
-        results[n] = time_pages(people, args.repeats)
-        plans[n] = explain_pages(people)
+            took = generate(n, people_of[n])
+            print(f"# {n:,} records generated with their rollups in {took:.0f} s ({databases[n]})", flush=True)
+
+    if args.database_per_size:
+        for n in sizes:
+            prepare(n)
+        # Rounds, the sizes' order alternating, so that the box's load falls on every size alike.
+        raw: dict[int, dict[str, tuple[list[float], int]]] = {n: {} for n in sizes}
+        for round_ in range(args.repeats):
+            for n in sizes if round_ % 2 == 0 else reversed(sizes):
+                use_database(databases[n])
+                for name, (times, queries) in time_pages(people_of[n], 1).items():
+                    raw[n].setdefault(name, ([], queries))[0].extend(times)
+        for n in sizes:
+            use_database(databases[n])
+            results[n] = {name: summary(times, queries) for name, (times, queries) in raw[n].items()}
+            plans[n] = explain_pages(people_of[n])
+    for n in sizes:
+        if not args.database_per_size:
+            prepare(n)
+            results[n] = {name: summary(*timed) for name, timed in time_pages(people_of[n], args.repeats).items()}
+            plans[n] = explain_pages(people_of[n])
+        print(f"# {n:,} records", flush=True)
         for name, (median, low, high, queries) in results[n].items():
             rows, buffers, scans = plans[n][name]
             print(
