@@ -289,14 +289,23 @@ def env_file(inp: RenderInput, variables: dict[str, str], note: str = "") -> Con
 
 
 def mcp_servers_file(
-    name: str, path: str, inp: RenderInput, kind: str, key: str, *, env_ref: bool = False, **extra: Any
+    name: str,
+    path: str,
+    inp: RenderInput,
+    kind: str,
+    key: str,
+    *,
+    env_ref: bool = False,
+    kind_key: str = "type",
+    **extra: Any,
 ) -> ConfigFile:
     """A JSON file whose `mcpServers` object holds the team's servers (Claude Code, Cline, Copilot
-    CLI, Droid): one `teamgw-<slug>` entry of type `kind` each, the key (`key`) as a bearer; the
-    user's entries stay. `env_ref`: `key` is always a `${VAR}` reference, so the file holds no secret."""
+    CLI, Droid, OpenHands): one `teamgw-<slug>` entry of type `kind` each (under `kind_key`), the key
+    (`key`) as a bearer; the user's entries stay. `env_ref`: `key` is always a `${VAR}` reference, so
+    the file holds no secret."""
     servers = {
         s.entry: {
-            "type": kind,
+            kind_key: kind,
             "url": inp.mcp_url(s),
             "headers": {"Authorization": f"Bearer {key}", VERSION_HEADER: inp.version},
             **extra,

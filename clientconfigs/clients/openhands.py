@@ -6,6 +6,12 @@ condenser's `llm`: `model` "openai/<name>" (LiteLLM's OpenAI-compatible route), 
 /v1, `api_key` (the file has no reference to the environment: without a minted key it holds a
 placeholder), `max_input_tokens` (what the window leaves after the answer) and `max_output_tokens`,
 `extra_headers`; and the CLI's default tools, which a fresh file needs. One model at a time.
+
+The team's MCP servers go where `openhands mcp add --transport http --header …` puts them
+(openhands_cli/mcp/mcp_utils.py): `mcpServers` of ~/.openhands/mcp.json, fastmcp's MCPConfig, entries
+`{"transport": "http", "url", "headers", "enabled"}`; the CLI hands the enabled ones to the agent at
+each start (the agent file's own `mcp_config` is replaced then). Neither the CLI nor fastmcp expands
+variables in a header, so the file holds the key itself and is written with mode 0600.
 """
 
 from __future__ import annotations
@@ -21,12 +27,14 @@ from .base import (
     Rendered,
     RenderInput,
     dump_json,
+    mcp_servers_file,
 )
 
 SLUG = "openhands"
 LABEL = "OpenHands CLI"
 ENV_INDIRECTION = False
 PATH = "~/.openhands/agent_settings.json"
+MCP_PATH = "~/.openhands/mcp.json"
 PREFIX = "openai/"
 TOOLS = ("terminal", "file_editor", "task_tracker", "task_tool_set")  # openhands_cli's defaults
 
@@ -59,19 +67,28 @@ def render(inp: RenderInput) -> Rendered:
     ]
     if not inp.api_key:
         notes.append(_("No key is written: replace the placeholder api_key in the file (twice) with your key."))
-    return Rendered(
-        files=[
-            ConfigFile(
-                "agent_settings.json",
-                PATH,
-                dump_json(agent),
-                "json",
-                secret=bool(inp.api_key),
-                replace=("llm", "condenser.llm", "tools"),
-                windows_unconfirmed=True,
-                note=_("Your MCP servers and other agent settings stay; the model settings are replaced."),
+    files = [
+        ConfigFile(
+            "agent_settings.json",
+            PATH,
+            dump_json(agent),
+            "json",
+            secret=bool(inp.api_key),
+            replace=("llm", "condenser.llm", "tools"),
+            windows_unconfirmed=True,
+            note=_("Your MCP servers and other agent settings stay; the model settings are replaced."),
+        )
+    ]
+    if inp.mcp_servers:
+        files.append(
+            mcp_servers_file(
+                "mcp.json", MCP_PATH, inp, "http", inp.key_or_placeholder, kind_key="transport", enabled=True
             )
-        ],
+        )
+        if not inp.api_key:
+            notes.append(_("In mcp.json too, replace the placeholder after Bearer with your key."))
+    return Rendered(
+        files=files,
         notes=notes,
         probes=[
             Probe(
@@ -85,6 +102,7 @@ def render(inp: RenderInput) -> Rendered:
                 name_prefix=PREFIX,
                 model_output="max_output_tokens",
                 client=LABEL,
-            )
+            ),
+            Probe(file=MCP_PATH, format="json", base_url="", base_shape="root", mcp="mcpServers", client=LABEL),
         ],
     )

@@ -82,7 +82,7 @@ def uninstall_spec(f: ConfigFile) -> dict:
     elif f.merge == "dotenv":
         spec["keys"] = sorted(re.findall(r"(?m)^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=", f.content))
     elif f.merge == "yaml-keys":
-        spec["keys"] = sorted(inst.yaml_keys(f.content))
+        spec["keys"] = sorted(inst.yaml_keys(f.content) - owned_at)  # an owned block is shared
     elif f.merge == "text":
         spec["prefix"] = PROVIDER_ID
     # What our own fresh install leaves once ours is taken out: a file back to this is deleted.

@@ -163,19 +163,24 @@ function Merge-Dotenv($old, $file) {
 }
 
 function Get-YamlItems($lines, [string]$key) {
-  # As install.py's yaml_items: the items of the top-level block list `key:`, @{start; end; indent; name}.
+  # As install.py's yaml_items: the items of the top-level block `key:` (a list, or a mapping whose
+  # child's key is its name: Goose's extensions), @{start; end; indent; name}.
   $items = New-Object System.Collections.ArrayList; $idx = -1
   for ($i = 0; $i -lt $lines.Count; $i++) { if ($lines[$i] -match "^${key}:\s*(#.*)?$") { $idx = $i; break } }
   if ($idx -lt 0) { return ,$items }
-  $indent = -1
+  $indent = -1; $mapping = $false
   for ($i = $idx + 1; $i -lt $lines.Count; $i++) {
     $l = $lines[$i]; $body = $l.Trim()
     if (-not $body -or $body.StartsWith("#")) { continue }
     $col = $l.Length - $l.TrimStart(" ").Length
-    if ($indent -lt 0) { if (-not $body.StartsWith("-")) { break }; $indent = $col }
-    if ($col -lt $indent -or ($col -eq $indent -and -not $body.StartsWith("-"))) { break }
-    if ($col -eq $indent) { [void]$items.Add(@{ start = $i; end = $i + 1; indent = $indent; name = "" }) }
+    if ($indent -lt 0) { $mapping = -not $body.StartsWith("-"); if ($mapping -and $col -eq 0) { break }; $indent = $col }
+    if ($col -lt $indent -or ($col -eq $indent -and -not $mapping -and -not $body.StartsWith("-"))) { break }
+    if ($col -eq $indent) {
+      [void]$items.Add(@{ start = $i; end = $i + 1; indent = $indent; name = "" })
+      if ($mapping) { if ($body -notmatch '^([''"]?)(.+?)\1:(\s|$)') { break }; $items[$items.Count - 1].name = $Matches[2]; continue }
+    }
     $item = $items[$items.Count - 1]; $item.end = $i + 1
+    if ($mapping) { continue }
     if (-not $item.name -and ($col -eq $indent -or $col -eq $indent + 2) -and $body -match '^(?:-\s+)?name:\s*(.+)$') { $item.name = $Matches[1].Trim().Trim('"', "'") }
   }
   return ,$items
@@ -194,9 +199,10 @@ function Split-YamlList([string]$text, [string]$key) {
 }
 
 function Merge-YamlOwned([string]$text, [string]$key, [string]$prefix, $items) {
-  # As install.py's merge_owned_list (Continue's mcpServers:): our items first between this list's
-  # markers; the marked block and every item named with our prefix go first (ours by name); the
-  # user's items stay; a header left with no item goes (Continue would read it as null).
+  # As install.py's merge_owned_list (Continue's mcpServers: list, Goose's extensions: mapping): our
+  # items first between this block's markers, at the indent of the user's items; the marked block and
+  # every item named with our prefix go first (ours by name); the user's items stay; a header left
+  # with no item goes (Continue would read it as null).
   $begin = "# >>> team-gateway $key (managed by the portal installer; edits here are replaced)"; $end = "# <<< team-gateway $key"
   $lines = New-Object System.Collections.ArrayList; $skip = $false
   foreach ($l in ($text -split "`r?`n")) {
@@ -210,7 +216,7 @@ function Merge-YamlOwned([string]$text, [string]$key, [string]$prefix, $items) {
   for ($i = 0; $i -lt $lines.Count; $i++) { if (-not $drop.ContainsKey($i)) { [void]$kept.Add($lines[$i]) } }
   $lines = $kept; $idx = -1; $inline = -1
   for ($i = 0; $i -lt $lines.Count; $i++) { if ($lines[$i] -match "^${key}:\s*(#.*)?$") { $idx = $i; break } }
-  for ($i = 0; $i -lt $lines.Count; $i++) { if ($lines[$i] -match "^${key}:\s*\[\s*\]\s*(#.*)?$") { $inline = $i; break } }
+  for ($i = 0; $i -lt $lines.Count; $i++) { if ($lines[$i] -match "^${key}:\s*(\[\s*\]|\{\s*\})\s*(#.*)?$") { $inline = $i; break } }
   $has = @($items).Count -gt 0
   if ($idx -lt 0 -and $inline -ge 0 -and $has) { $lines[$inline] = "${key}:"; $idx = $inline }
   if ($idx -lt 0 -and $has -and @($lines | Where-Object { $_ -match "^${key}:" }).Count) { throw "the top-level $key list is written inline; add the team's entries by hand" }
@@ -219,25 +225,31 @@ function Merge-YamlOwned([string]$text, [string]$key, [string]$prefix, $items) {
     return ($lines -join "`n").TrimEnd("`n") + "`n"
   }
   $rest = Get-YamlItems $lines $key
-  $pad = if ($rest.Count) { " " * $rest[0].indent } else { "" }
-  $block = @("$pad$begin") + @($items | ForEach-Object { if ($_) { "$pad$_" } else { $_ } }) + @("$pad$end")
+  $have = (@($items | Where-Object { $_.Trim() } | ForEach-Object { $_.Length - $_.TrimStart(" ").Length }) | Measure-Object -Minimum).Minimum
+  $pad = if ($rest.Count) { " " * $rest[0].indent } else { " " * $have }
+  $block = @("$pad$begin") + @($items | ForEach-Object { if ($_.Trim()) { "$pad" + $_.Substring($have) } else { "" } }) + @("$pad$end")
   if ($idx -lt 0) { [void]$lines.Add("${key}:"); $idx = $lines.Count - 1 }
   $new = @($lines[0..$idx]) + $block + @(if ($idx + 1 -lt $lines.Count) { $lines[($idx + 1)..($lines.Count - 1)] })
   return ($new -join "`n").TrimEnd("`n") + "`n"
 }
 
-function Merge-YamlModels($old, $file) {
-  # Continue's config.yaml: the models list, then each list whose items we own by name (`owned`:
-  # "mcpServers.teamgw-"), as install.py's merge_yaml_models.
+function Merge-WithOwned($old, $file, [scriptblock]$merge) {
+  # As install.py's merge_with_owned: `merge` for the rest of our file, then each block whose items
+  # we own by name (`owned`: Continue's "mcpServers.teamgw-", Goose's "extensions.teamgw-").
   $content = $file.content; $lists = @()
   foreach ($o in @($file.owned)) {
     if (-not $o) { continue }
     $i = $o.LastIndexOf("."); $split = Split-YamlList $content $o.Substring(0, $i); $content = $split.rest
     $lists += ,@{ key = $o.Substring(0, $i); prefix = $o.Substring($i + 1); lines = $split.lines }
   }
-  $text = Merge-YamlModelList $old $content
+  $text = & $merge $old $content
   foreach ($l in $lists) { $text = Merge-YamlOwned $text $l.key $l.prefix $l.lines }
   return $text
+}
+
+function Merge-YamlModels($old, $file) {
+  # Continue's config.yaml, as install.py's merge_yaml_models.
+  return Merge-WithOwned $old $file { param($o, $c) Merge-YamlModelList $o $c }
 }
 
 function Merge-YamlModelList($old, [string]$content) {
@@ -288,8 +300,13 @@ function Merge-YamlModelList($old, [string]$content) {
 }
 
 function Merge-YamlKeys($old, $file) {
-  if ($null -eq $old -or $old.Trim() -eq "") { return $file.content }
-  $keys = @($file.content -split "`r?`n" | Where-Object { $_ -match '^([A-Za-z0-9_-]+):' } | ForEach-Object { $Matches[1] })
+  # Flat YAML (Aider's, Goose's config.yaml), as install.py's merge_yaml_keys.
+  return Merge-WithOwned $old $file { param($o, $c) Merge-YamlFlat $o $c }
+}
+
+function Merge-YamlFlat($old, [string]$content) {
+  if ($null -eq $old -or $old.Trim() -eq "") { return $content }
+  $keys = @($content -split "`r?`n" | Where-Object { $_ -match '^([A-Za-z0-9_-]+):' } | ForEach-Object { $Matches[1] })
   $kept = New-Object System.Collections.ArrayList; $skip = $false
   foreach ($l in ($old -split "`r?`n")) {
     if ($l -match '^([A-Za-z0-9_-]+):') { $skip = $keys -contains $Matches[1] }
@@ -298,8 +315,8 @@ function Merge-YamlKeys($old, $file) {
     if (-not $skip) { [void]$kept.Add($l) }
   }
   $body = ($kept -join "`n").Trim("`n")
-  if ($body) { return $file.content + "`n" + $body + "`n" }
-  return $file.content
+  if ($body) { return $content + "`n" + $body + "`n" }
+  return $content
 }
 
 function Merge-YamlList($old, $file) {
@@ -551,6 +568,8 @@ function Get-Unmerged($spec, [string]$text) {
       return (($kept -join "`n").TrimEnd("`n")) + "`n"
     }
     "yaml-keys" {
+      # Our keys out, and the items of owned blocks named like ours (Goose's extensions).
+      foreach ($o in @($spec.owned)) { if ($o) { $i = $o.LastIndexOf("."); $text = Merge-YamlOwned $text $o.Substring(0, $i) $o.Substring($i + 1) @() } }
       $kept = New-Object System.Collections.ArrayList; $skip = $false
       foreach ($l in ($text -split "`r?`n")) {
         if ($l -match '^([A-Za-z0-9_-]+):') { $skip = @($spec.keys) -contains $Matches[1] }

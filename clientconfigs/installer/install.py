@@ -268,14 +268,15 @@ def _list_line(lines, key="models"):
 
 
 def yaml_items(lines, key="models"):
-    """The items of the top-level block list `key:` (Continue's `models:`, `mcpServers:`):
-    [(start, end, indent, fields)], where `fields` holds the item's own scalar keys (name, model,
-    apiBase, url...) and `line` its 1-based first line. Enough YAML for the lists Continue users write
-    (block style, any indent); no PyYAML needed."""
+    """The items of the top-level block `key:` (Continue's `models:` and `mcpServers:` lists, Goose's
+    `extensions:` mapping): [(start, end, indent, fields)], where `fields` holds the item's own scalar
+    keys (name, model, apiBase, url, uri...) and `line` its 1-based first line; a mapping's child has
+    its key as `name`. Enough YAML for the blocks users and the clients themselves write (block style,
+    any indent); no PyYAML needed."""
     idx = _list_line(lines, key)
     if idx is None:
         return []
-    items, indent, i = [], None, idx + 1
+    items, indent, inner, mapping, i = [], None, None, False, idx + 1
     while i < len(lines):
         ln = lines[i]
         body = ln.strip()
@@ -284,17 +285,28 @@ def yaml_items(lines, key="models"):
             continue
         col = len(ln) - len(ln.lstrip(" "))
         if indent is None:
-            if not body.startswith("-"):
+            mapping = not body.startswith("-")
+            if mapping and col == 0:
                 break
             indent = col
-        if col < indent or (col == indent and not body.startswith("-")):
+        if col < indent or (col == indent and not mapping and not body.startswith("-")):
             break
         if col == indent:
             items.append([i, i + 1, indent, {"line": i + 1}])
+            inner = None
+            if mapping:
+                m = re.match(r"""^(["']?)(.+?)\1:(\s|$)""", body)
+                if not m:
+                    break
+                items[-1][3]["name"] = m.group(2)
+                i += 1
+                continue
         item = items[-1]
         item[1] = i + 1
+        if mapping and inner is None:
+            inner = col
         m = re.match(r"^(?:-\s+)?([A-Za-z_][A-Za-z0-9_]*):\s*(.*)$", body)
-        own = col == indent or col == indent + 2
+        own = col == inner if mapping else col == indent or col == indent + 2
         if m and m.group(2) and own and m.group(1) not in item[3]:
             item[3][m.group(1)] = _unquote(m.group(2))
         elif m and m.group(1) in ("contextLength", "maxTokens") and m.group(2):
@@ -320,9 +332,9 @@ def _our_items(ours):
     return lines[idx + 1 : end], names, base
 
 
-def strip_marked(text, key=""):
+def strip_marked(text, key="", stamps=True):
     """The lines outside our marker blocks (the list `key`'s, else every list's), without our version
-    lines (also those written before the markers existed)."""
+    lines (also those written before the markers existed) unless `stamps` is false."""
     out, block = [], None  # the list whose marked block this line is in
     for ln in text.splitlines():
         opening = block is None and ln.strip().startswith(OPEN)
@@ -331,7 +343,7 @@ def strip_marked(text, key=""):
         ours = block is not None and block == (key or block)
         if block is not None and not opening and ln.strip().startswith(CLOSE):
             block = None
-        if not ours and not (block is None and ln.startswith(STAMP)):
+        if not ours and not (stamps and block is None and ln.startswith(STAMP)):
             out.append(ln)
     return out
 
@@ -347,20 +359,23 @@ def cut_list(lines, key):
 
 
 def merge_owned_list(text, key, prefix, items):
-    """The YAML list `key` (Continue's `mcpServers:`) with our `items` first between its markers;
-    the items we wrote before go first: the marked block and any item whose name starts with
-    `prefix` (we own those by name). The user's own items stay; a header we left with no item
-    (`mcpServers:` alone, which Continue would read as null) goes too."""
-    lines = strip_marked(text, key)
+    """The YAML block `key` (Continue's `mcpServers:` list, Goose's `extensions:` mapping) with our
+    `items` first between its markers, at the indent of the user's own items; the items we wrote
+    before go first: the marked block and any item whose name starts with `prefix` (we own those by
+    name, also after the client rewrote the file without our comments). The user's own items stay; a
+    header we left with no item (`mcpServers:` alone, which Continue would read as null) goes too.
+    The version line is left to the merge of the rest of the file."""
+    lines = strip_marked(text, key, stamps=False)
     drop = set()
     for start, end, _, fields in yaml_items(lines, key):
         if fields.get("name", "").startswith(prefix):
             drop.update(range(start, end))
     lines = [ln for i, ln in enumerate(lines) if i not in drop]
     idx = _list_line(lines, key)
-    inline = next((i for i, ln in enumerate(lines) if re.match(rf"^{key}:\s*\[\s*\]\s*(#.*)?$", ln)), None)
+    empty = re.compile(rf"^{key}:\s*(\[\s*\]|\{{\s*\}})\s*(#.*)?$")
+    inline = next((i for i, ln in enumerate(lines) if empty.match(ln)), None)
     if idx is None and inline is not None and items:
-        lines[inline] = f"{key}:"  # an empty inline list becomes the block list ours go in
+        lines[inline] = f"{key}:"  # an empty inline list or mapping becomes the block ours go in
         idx = inline
     if idx is None and any(re.match(rf"^{key}:", ln) for ln in lines) and items:
         raise ValueError(f"the top-level {key} list is written inline; add the team's entries by hand")
@@ -369,12 +384,42 @@ def merge_owned_list(text, key, prefix, items):
             del lines[idx]
         return "\n".join(lines).rstrip("\n") + "\n"
     rest = yaml_items(lines, key)
-    pad = " " * (rest[0][2] if rest else 0)
-    block = [pad + begin_marker(key), *((pad + ln) if ln else ln for ln in items), pad + end_marker(key)]
+    have = min(len(ln) - len(ln.lstrip(" ")) for ln in items if ln.strip())
+    pad = " " * (rest[0][2] if rest else have)
+    block = [pad + begin_marker(key), *((pad + ln[have:]) if ln.strip() else "" for ln in items), pad + end_marker(key)]
     if idx is None:
         lines = [*lines, f"{key}:"]
         idx = len(lines) - 1
     return "\n".join(lines[: idx + 1] + block + lines[idx + 1 :]).rstrip("\n") + "\n"
+
+
+def split_owned(ours, owned):
+    """(our text without the blocks whose items we own by name, [(key, prefix, their item lines)]);
+    `owned`: "key.prefix" (Continue's `mcpServers.teamgw-`, Goose's `extensions.teamgw-`)."""
+    lines, blocks = ours.splitlines(), []
+    for spec in owned:
+        key, prefix = spec.rsplit(".", 1)
+        lines, items = cut_list(lines, key)
+        blocks.append((key, prefix, items))
+    return "\n".join(lines) + "\n", blocks
+
+
+def merge_with_owned(merge, existing, ours, owned=()):
+    """`merge` for the rest of our file, then each owned block by merge_owned_list: one shape for every
+    YAML file that shares a block of named items with the user (Continue's config.yaml, Goose's)."""
+    rest, blocks = split_owned(ours, owned)
+    text = merge(existing, rest)
+    for key, prefix, items in blocks:
+        text = merge_owned_list(text, key, prefix, items)
+    return text
+
+
+def strip_owned_blocks(text, owned):
+    """Uninstall: the items of each owned block named like ours out, the user's stay."""
+    for spec in owned:
+        key, prefix = spec.rsplit(".", 1)
+        text = merge_owned_list(text, key, prefix, [])
+    return text
 
 
 def merge_yaml_models(existing, ours, owned=()):
@@ -382,18 +427,8 @@ def merge_yaml_models(existing, ours, owned=()):
     marker comments; nothing else changes. Entries we wrote before are dropped first: the marked
     block, and also unmarked ones (a file written before the markers existed, or copied from the
     page) when both their name and their base URL are ours. The user's own entries stay.
-    `owned`: "list.prefix" — lists whose items we own by name (Continue's `mcpServers.teamgw-`),
-    merged by merge_owned_list."""
-    lists = []
-    ours_lines = ours.splitlines()
-    for spec in owned:
-        key, prefix = spec.rsplit(".", 1)
-        ours_lines, items = cut_list(ours_lines, key)
-        lists.append((key, prefix, items))
-    text = merge_models(existing, "\n".join(ours_lines) + "\n")
-    for key, prefix, items in lists:
-        text = merge_owned_list(text, key, prefix, items)
-    return text
+    `owned`: the lists whose items we own by name (Continue's `mcpServers.teamgw-`)."""
+    return merge_with_owned(merge_models, existing, ours, owned)
 
 
 def merge_models(existing, ours):
@@ -427,8 +462,13 @@ def merge_models(existing, ours):
     return "\n".join(new).rstrip("\n") + "\n"
 
 
-def merge_yaml_keys(existing, ours):
-    """Flat YAML (Aider's .aider.conf.yml): our top-level keys replace theirs, the rest stays."""
+def merge_yaml_keys(existing, ours, owned=()):
+    """Flat YAML (Aider's .aider.conf.yml, Goose's config.yaml): our top-level keys replace theirs,
+    the rest stays; `owned` blocks (Goose's `extensions.teamgw-`) are shared with the user's items."""
+    return merge_with_owned(merge_flat, existing, ours, owned)
+
+
+def merge_flat(existing, ours):
     if existing is None or not existing.strip():
         return ours
     body = strip_yaml_keys(existing, yaml_keys(ours))
@@ -544,7 +584,7 @@ MERGES = {
     "toml-items": lambda old, f: merge_toml_items(old, f["content"]),
     "dotenv": lambda old, f: merge_dotenv(old, f["content"]),
     "yaml-models": lambda old, f: merge_yaml_models(old, f["content"], f.get("owned", ())),
-    "yaml-keys": lambda old, f: merge_yaml_keys(old, f["content"]),
+    "yaml-keys": lambda old, f: merge_yaml_keys(old, f["content"], f.get("owned", ())),
     "yaml-list": lambda old, f: merge_yaml_list(old, f["content"]),
     "text": lambda old, f: f["content"],  # a one-value file (llm's default_model.txt): ours
 }
@@ -799,14 +839,12 @@ def unmerge_marked(text, spec, gateway):
 
 def unmerge_yaml_models(text, spec, gateway):
     """Our marked blocks out, and the items of owned lists named like ours (Continue's MCP servers)."""
-    for entry in spec.get("owned", ()):
-        key, prefix = entry.rsplit(".", 1)
-        text = merge_owned_list(text, key, prefix, [])
-    return unmerge_marked(text, spec, gateway)
+    return unmerge_marked(strip_owned_blocks(text, spec.get("owned", ())), spec, gateway)
 
 
 def unmerge_yaml_keys(text, spec, gateway):
-    body = strip_yaml_keys(text, set(spec.get("keys", ())))
+    """Our top-level keys out, and the items of owned blocks named like ours (Goose's extensions)."""
+    body = strip_yaml_keys(strip_owned_blocks(text, spec.get("owned", ())), set(spec.get("keys", ())))
     return body + "\n" if body else ""
 
 
@@ -1003,6 +1041,21 @@ def parse_yaml_models(text):
     return {"models": models, "mcpServers": servers}
 
 
+def parse_yaml_flat(text):
+    """Top-level `key: value` lines, and each block mapping as {child: its own scalar keys} (Goose's
+    `extensions:`, where the doctor finds our MCP entries)."""
+    data, lines = {}, text.splitlines()
+    for ln in lines:
+        m = re.match(r"^([A-Za-z0-9_-]+):\s*(.*)$", ln)
+        if m and m.group(2):
+            data[m.group(1)] = _unquote(m.group(2))
+        elif m:
+            items = yaml_items(lines, m.group(1))
+            if items and not lines[items[0][0]].lstrip().startswith("-"):
+                data[m.group(1)] = {f["name"]: dict(f) for _, _, _, f in items}
+    return data
+
+
 def parse_toml_simple(text):
     """Tables and `key = "string" | int | bool` lines: enough for the file we wrote, on Python < 3.11."""
     data, node = {}, None
@@ -1076,12 +1129,7 @@ def load(path, fmt):
     if fmt == "dotenv":  # Copilot CLI's variables in the shared environment file
         return {n: dotenv_value(path, n) for n in re.findall(r"(?m)^\s*(?:export\s+)?([A-Za-z_]\w*)=", text)}, text
     if fmt == "yaml-flat":
-        data = {}
-        for ln in text.splitlines():
-            m = re.match(r"^([A-Za-z0-9_-]+):\s*(.*)$", ln)
-            if m and m.group(2):
-                data[m.group(1)] = _unquote(m.group(2))
-        return data, text
+        return parse_yaml_flat(text), text
     raise ValueError(fmt)
 
 

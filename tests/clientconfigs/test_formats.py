@@ -427,3 +427,33 @@ def test_junie_profile_uses_junies_fields_a_full_endpoint_and_the_default_models
     assert (profile["id"], profile["maxContextLength"]) == ("qwen3-32b", 32768)
     assert profile["apiKey"] == (inp.api_key or "${%s}" % ENV_VAR)  # noqa: UP031
     assert any(inp.api_base in n and "AI Assistant" in n for n in rendered.notes)
+
+
+OPENHANDS_PROBE = """
+import json
+from openhands_cli.mcp.mcp_utils import list_enabled_servers
+print(json.dumps({n: s.model_dump(mode="json", exclude_none=True) for n, s in list_enabled_servers().items()}))
+"""
+
+
+def test_openhands_reads_our_mcp_servers_and_skips_the_users_disabled_one_through_its_own_loader(tmp_path):
+    folder = os.environ.get("PORTAL_OPENHANDS", "")
+    python = os.path.join(folder, "bin", "python")
+    if not folder or not os.path.exists(python):
+        unavailable("PORTAL_OPENHANDS does not point at the pinned OpenHands CLI installed by .ci/run")
+    from clientconfigs.installer import install as inst
+
+    mine = {"command": "my-mcp", "args": [], "enabled": False}
+    (tmp_path / "mcp.json").write_text(json.dumps({"mcpServers": {"my-own": mine}}))
+    f = files("openhands", sample_input(SAMPLE_KEY))["mcp.json"]
+    merged = inst.MERGES[f.merge]((tmp_path / "mcp.json").read_text(), {"content": f.content, "owned": f.owned})
+    (tmp_path / "mcp.json").write_text(merged)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OPENHANDS_PERSISTENCE_DIR": str(tmp_path)}
+    done = subprocess.run([python, "-c", OPENHANDS_PROBE], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert sorted(seen) == ["teamgw-docs", "teamgw-tracker"]  # the user's switched-off server stays off
+    assert seen["teamgw-docs"]["url"] == "https://llm.example.com/mcp/docs"
+    assert seen["teamgw-docs"]["transport"] == "http"
+    assert seen["teamgw-docs"]["headers"]["Authorization"] == f"Bearer {SAMPLE_KEY}"
+    assert json.loads(merged)["mcpServers"]["my-own"] == mine and f.secret

@@ -162,21 +162,87 @@ def test_an_inline_llm_list_is_refused_not_mangled():
         inst.merge_yaml_list("models:\n- model_id: x\n", ours)
 
 
-def test_goose_config_keeps_the_users_extensions_and_replaces_only_provider_and_model():
+def merge_goose(existing: str | None, inp) -> str:
+    """Goose's config.yaml merged as the installer does it, with its declared owned mapping."""
     from clientconfigs.clients import goose
 
-    ours = next(f for f in goose.render(sample_input(None)).files if f.name == "config.yaml").content
+    f = next(f for f in goose.render(inp).files if f.name == "config.yaml")
+    return inst.MERGES[f.merge](existing, {"content": f.content, "owned": f.owned})
+
+
+def test_goose_config_keeps_the_users_extensions_and_replaces_only_provider_and_model():
     theirs = (
         "GOOSE_PROVIDER: openai\nGOOSE_MODEL: gpt-4o\nextensions:\n  developer:\n    enabled: true\n    type: builtin\n"
     )
-    once = inst.merge_yaml_keys(theirs, ours)
-    twice = yaml.safe_load(inst.merge_yaml_keys(once, ours))
+    inp = replace(sample_input(None), mcp_servers=())
+    once = merge_goose(theirs, inp)
+    twice = yaml.safe_load(merge_goose(once, inp))
     assert twice == {
         "GOOSE_PROVIDER": "custom_teamgw",
         "GOOSE_MODEL": "qwen3-32b",
         "extensions": {"developer": {"enabled": True, "type": "builtin"}},
     }
-    assert inst.merge_yaml_keys(once, ours).count("Team gateway config") == 1
+    assert merge_goose(once, inp).count("Team gateway config") == 1
+
+
+def test_goose_mcp_extensions_join_the_users_mapping_and_follow_the_allowlist():
+    # As Goose itself writes the file (serde_yaml, no comments of ours), with an entry of ours from
+    # an earlier install among the user's: ours by its `teamgw-` name.
+    theirs = (
+        "GOOSE_PROVIDER: openai\nextensions:\n    developer:\n        enabled: true\n        type: builtin\n"
+        "        name: developer\n    teamgw-old:\n        enabled: true\n        type: streamable_http\n"
+        "        name: teamgw-old\n        uri: https://llm.example.com/mcp/old\n        env_keys:\n"
+        "        - TEAM_GATEWAY_API_KEY\n    my-own:\n        enabled: false\n        type: stdio\n"
+        "        name: my-own\n        cmd: my-mcp\n        args: []\n"
+    )
+    inp = sample_input(SAMPLE_KEY)
+    first = merge_goose(theirs, inp)
+    assert merge_goose(first, inp) == first  # a second run changes nothing
+    data = yaml.safe_load(first)
+    assert list(data["extensions"]) == ["teamgw-docs", "teamgw-tracker", "developer", "my-own"]
+    assert data["extensions"]["my-own"] == yaml.safe_load(theirs)["extensions"]["my-own"]
+    assert data["extensions"]["teamgw-docs"] == {
+        "enabled": True,
+        "type": "streamable_http",
+        "name": "teamgw-docs",
+        "description": "Team docs",
+        "uri": "https://llm.example.com/mcp/docs",
+        "envs": {},
+        "env_keys": ["TEAM_GATEWAY_API_KEY"],
+        "headers": {"Authorization": "Bearer ${TEAM_GATEWAY_API_KEY}", "X-Gateway-Config-Version": "0123456789ab"},
+        "timeout": 300,
+    }
+    assert SAMPLE_KEY not in first  # Goose substitutes the header from the environment (env_keys)
+    fewer = merge_goose(first, replace(inp, mcp_servers=inp.mcp_servers[1:]))
+    assert list(yaml.safe_load(fewer)["extensions"]) == ["teamgw-tracker", "developer", "my-own"]
+    none = merge_goose(fewer, replace(inp, mcp_servers=()))
+    assert list(yaml.safe_load(none)["extensions"]) == ["developer", "my-own"]
+    assert "team-gateway extensions" not in none
+
+
+def test_goose_extensions_the_installer_added_alone_go_with_uninstall():
+    from clientconfigs.installer import uninstall_specs
+
+    spec = next(s for s in uninstall_specs()["goose"] if s["path"].endswith("config.yaml"))
+    assert spec["keys"] == ["GOOSE_MODEL", "GOOSE_PROVIDER"] and spec["owned"] == ["extensions.teamgw-"]
+    mine = "GOOSE_MODE: smart_approve\n"
+    merged = merge_goose(mine + "extensions: {}\n", sample_input(None))
+    assert list(yaml.safe_load(merged)["extensions"]) == ["teamgw-docs", "teamgw-tracker"]
+    assert inst.UNMERGES["yaml-keys"](merged, spec, "https://llm.example.com") == mine
+    assert inst.UNMERGES["yaml-keys"](merge_goose(None, sample_input(None)), spec, "x") == ""
+
+
+def test_goose_doctor_reads_our_mcp_entries_from_config_yaml():
+    from clientconfigs.clients import goose
+
+    text = merge_goose(
+        "extensions:\n  my-own:\n    type: streamable_http\n    uri: http://127.0.0.1:9/x\n", sample_input(None)
+    )
+    probe = goose.render(sample_input(None)).probes[1].__dict__
+    assert inst.mcp_entries(probe, inst.parse_yaml_flat(text)) == [
+        ("teamgw-docs", "https://llm.example.com/mcp/docs"),
+        ("teamgw-tracker", "https://llm.example.com/mcp/tracker"),
+    ]
 
 
 def continue_mcp(text: str) -> list[str]:

@@ -1,10 +1,10 @@
-"""Real Claude Code, Codex, Continue and Copilot CLI, configured only by the portal's installer, call a team MCP tool
-through the gateway in a headless run: the fake model asks for the tool, the client calls it on the
-gateway's `/mcp/<slug>` with the developer's key, the gateway forwards it with the team's own
-credential to a real MCP server (the official SDK's, tests/fakes/mcp_upstream.py), which records the
-call, and the tool's answer goes back to the model. The user's own MCP server entry stays, and the
-doctor lists what this developer may call. Same rig as test_real_clients.py (loopback-only
-namespace, pinned clients in PORTAL_REAL_CLIENTS)."""
+"""Real Claude Code, Codex, Continue, Copilot CLI and OpenHands CLI, configured only by the portal's
+installer, call a team MCP tool through the gateway in a headless run: the fake model asks for the
+tool, the client calls it on the gateway's `/mcp/<slug>` with the developer's key, the gateway
+forwards it with the team's own credential to a real MCP server (the official SDK's,
+tests/fakes/mcp_upstream.py), which records the call, and the tool's answer goes back to the model.
+The user's own MCP server entry stays, and the doctor lists what this developer may call. Same rig as
+test_real_clients.py (loopback-only namespace, pinned clients in PORTAL_REAL_CLIENTS, PORTAL_OPENHANDS)."""
 
 from __future__ import annotations
 
@@ -156,3 +156,27 @@ def test_copilot_cli_calls_a_team_mcp_tool_through_the_gateway(gateway, tracker,
     assert_the_round_trip(done, up, tracker, "hello from copilot", offered)
     assert name in offered, offered  # Copilot names an MCP tool `<server>-<tool>`
     assert_the_doctor_lists_echo(server, home, "copilot-cli", exits_clean=False)
+
+
+def test_openhands_cli_calls_a_team_mcp_tool_through_the_gateway(gateway, tracker, tmp_path, alice):  # noqa: F811
+    server, up = gateway
+    openhands = tool("PORTAL_OPENHANDS", "bin", "openhands")
+    home = tmp_path / "home"
+    (home / ".openhands").mkdir(parents=True)
+    config = home / ".openhands" / "mcp.json"
+    mine = {**MINE, "transport": "http", "enabled": False}  # theirs, switched off: OpenHands skips it
+    config.write_text(json.dumps({"mcpServers": {"my-own": mine}}, indent=2) + "\n")
+    install(server, home, alice, "openhands", default="qwen3-32b")
+    servers = json.loads(config.read_text())["mcpServers"]
+    assert servers["my-own"] == mine and set(servers) == {"my-own", "teamgw-tracker"}
+    assert config.stat().st_mode & 0o777 == 0o600  # no variables in its headers: the key is in it
+
+    # OpenHands asks the model for every call's risk and takes it out before the tool sees the arguments.
+    arguments = '{"text": "hello from openhands", "security_risk": "LOW"}'
+    up.enqueue(mode="tool_call", tool_name="echo", tool_arguments=arguments)
+    env = {"OPENHANDS_SUPPRESS_BANNER": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    done = run_isolated(server, home, [str(openhands), "--headless", "-t", ASK], env)
+    offered = [t["function"]["name"] for r in chat_requests(up) for t in r.get("tools") or []]
+    assert "echo" in offered, offered  # one enabled server: fastmcp leaves its tools' names alone
+    assert_the_round_trip(done, up, tracker, "hello from openhands", offered)
+    assert_the_doctor_lists_echo(server, home, "openhands")

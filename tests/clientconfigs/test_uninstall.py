@@ -55,6 +55,8 @@ def users_own(spec: dict) -> str | None:
         servers = "mcpServers:\n  - name: my-own\n    type: streamable-http\n    url: http://127.0.0.1:9/my-own-mcp\n"
         return mine + servers if spec["owned"] else mine
     if merge == "yaml-keys":
+        if spec["owned"]:  # Goose's config.yaml: an extension of theirs in the mapping ours join
+            return "mine: 1\nextensions:\n  my-own:\n    enabled: true\n    type: streamable_http\n    name: my-own\n"
         return "mine: 1\n"
     if merge == "yaml-list":
         return "- model_id: mine\n  model_name: m\n"
@@ -71,6 +73,9 @@ def our_mcp_entries(path: Path, spec: dict) -> dict[str, set[str]]:
     if spec["merge"] == "yaml-models":  # Continue's `mcpServers:` is a list of named items
         data = yaml.safe_load(text)
         return {o: {i["name"] for i in data.get(o.rsplit(".", 1)[0]) or []} for o in spec["owned"]}
+    if spec["merge"] == "yaml-keys":  # Goose's `extensions:`: a mapping keyed by name
+        data = yaml.safe_load(text)
+        return {o: set(data.get(o.rsplit(".", 1)[0]) or {}) for o in spec["owned"]}
     if spec["merge"] == "toml-items":  # Vibe's `[[mcp_servers]]`: a list of named tables
         data = tomllib.loads(text)
         return {o: {i["name"] for i in data.get(o.rsplit(".", 1)[0]) or []} for o in spec["owned"]}
