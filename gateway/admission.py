@@ -179,6 +179,7 @@ async def open_call(
         call.cold_start_ms = waited * 1000
         call.explanation.append(f"waited {waited:.1f} s for the on-demand model to start")
     if info.on_demand is not None:
+        ondemand.listen()  # from now on a stop is heard, not found out by the next request
         ondemand.began(info.on_demand.deployment_id, request_id)
     current.set(call)
     return call

@@ -461,8 +461,7 @@ def assess(
     if found.failed is not None or found.inventory is None:
         candidate.reason = found.failed or Message.verbatim("")
         return candidate
-    inventory.store(host, found.inventory)
-    gpus = {g.index: g for g in GPU.objects.filter(host=host, stale=False)}
+    gpus = inventory.store(host, found.inventory)  # the rows as stored: none stale
     claims = _claims(host, exclude=d.pk)
     total = sum(g.memory_total_mib or 0 for g in gpus.values()) or 1
     candidate.load = sum(sum(c.values()) for c in claims.values()) / total
