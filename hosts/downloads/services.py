@@ -160,6 +160,16 @@ def cancel(job: ModelDownload, *, user: User | None = None) -> ModelDownload:
     return job
 
 
+def forget_token(job: ModelDownload, *, user: User | None = None) -> None:
+    """Clear the access token a finished download keeps (encrypted) for copying the same files
+    onto another host; a copy of a private repository then fails asking for one."""
+    if job.is_active:
+        raise DownloadConflict(_("Download #%(id)s is still running: cancel it first.") % {"id": job.pk})
+    ModelDownload.objects.filter(pk=job.pk).update(token="", updated=timezone.now())
+    job.token = ""
+    audit.record(AuditAction.ACTION, job, message=f"Access token forgotten (download #{job.pk})", actor=user)
+
+
 # --- the step ---------------------------------------------------------------------------------------
 def _move(job: ModelDownload, state: str, message: Message | str = "", **fields: Any) -> bool:
     """Change the job's state unless it has finished meanwhile (a cancel): one conditional UPDATE."""
@@ -172,7 +182,9 @@ def _move(job: ModelDownload, state: str, message: Message | str = "", **fields:
         updated=now,
     )
     if state in FINISHED:
-        fields.update(finished=now, token="", lease_until=None, eta_seconds=None)
+        fields.update(finished=now, lease_until=None, eta_seconds=None)
+        if state != DownloadState.DONE:  # a finished download keeps it for copies (`Weights.fetch`)
+            fields.update(token="")
     moved = ModelDownload.objects.filter(pk=job.pk, state__in=ACTIVE_DOWNLOAD_STATES).update(**fields)
     if moved:
         for key, value in fields.items():
@@ -634,7 +646,8 @@ class Weights(NamedTuple):
         return None
 
     def fetch(self, host: Host) -> ModelDownload:
-        """Download the same files onto `host` (or join the download already under way there)."""
+        """Download the same files onto `host` (or join the download already under way there),
+        with the access token the first download kept (a private or gated repository)."""
         src = self.download
         job, _created = request_download(
             host=host,
@@ -643,6 +656,7 @@ class Weights(NamedTuple):
             pattern=src.pattern,
             source=src.source,
             endpoint=src.endpoint,
+            token=src.token,
             install_tool=src.install_tool,
         )
         return job
