@@ -629,10 +629,15 @@ def delete_model(host: Host, name: str, *, user: User | None = None) -> None:
 
 
 class Weights(NamedTuple):
-    """Where a model file came from: a finished download and the file's name inside its folder."""
+    """Where a model came from: a finished download and the file's name inside its folder (a
+    llama.cpp GGUF), or "" for the download's whole folder (a vLLM/SGLang model folder)."""
 
     download: ModelDownload
     relative: str
+
+    def path_in(self, job: ModelDownload) -> str:
+        """The model's path in `job`'s folder (the same download on another host)."""
+        return f"{job.local_path}/{self.relative}" if self.relative else job.local_path
 
     def on(self, host: Host) -> ModelDownload | None:
         """The same files (source, repository, commit) downloaded onto `host`, if they were."""
@@ -641,7 +646,9 @@ class Weights(NamedTuple):
             ModelDownload.objects.done().filter(host=host, source=src.source, repo_id=src.repo_id)
         )
         for job in jobs:
-            if (job.commit or job.revision) == (src.commit or src.revision) and self.relative in job.file_names:
+            # a file: any download of that commit that holds it; a folder: the same files asked for
+            holds = self.relative in job.file_names if self.relative else job.pattern == src.pattern
+            if (job.commit or job.revision) == (src.commit or src.revision) and holds:
                 return job
         return None
 
@@ -663,12 +670,15 @@ class Weights(NamedTuple):
 
 
 def weights_of(model_path: str) -> Weights | None:
-    """The finished download (onto any host) that put the file `model_path` there, if one did:
-    a model on demand is downloaded from the same source onto a host that lacks it."""
+    """The finished download (onto any host) that put the file or folder `model_path` there, if
+    one did: a model on demand is downloaded from the same source onto a host that lacks it."""
+    path = model_path.rstrip("/")
     for job in ModelDownload.objects.done().exclude(local_path="").order_by("-finished"):
-        prefix = job.local_path.rstrip("/") + "/"
-        if model_path.startswith(prefix) and model_path[len(prefix) :] in job.file_names:
-            return Weights(job, model_path[len(prefix) :])
+        folder = job.local_path.rstrip("/")
+        if path == folder:
+            return Weights(job, "")
+        if path.startswith(folder + "/") and path[len(folder) + 1 :] in job.file_names:
+            return Weights(job, path[len(folder) + 1 :])
     return None
 
 

@@ -182,3 +182,73 @@ def test_a_request_that_cannot_wait_for_the_download_gets_503_saying_so(setup, g
     )
     assert again.status_code == 503 and again.json()["error"]["code"] == "model_downloading", again.text
     assert ModelDownload.objects.filter(host=b).count() == 1  # the second cold start joined it
+
+
+VLLM_REPO = "acme/tiny-vllm"
+TINY_CONFIG = (
+    b'{"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 16,'
+    b' "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 256, "max_position_embeddings": 512}'
+)
+
+
+@pytest.fixture
+def roomy_b(two_targets):  # noqa: F811
+    """gpu-b with an RTX 4090 (vLLM's own overhead does not fit the 300 MiB fake card)."""
+    two_targets[1].use_gpus("nvidia_smi_rtx4090")
+    yield
+    two_targets[1].use_gpus("nvidia_smi_small_b")
+
+
+def test_a_vllm_model_folder_is_downloaded_onto_the_chosen_host_too(setup, roomy_b, settings):
+    """A vLLM model is a folder (a repository's files), not one file: the placement finds the
+    download it came from by the folder, downloads the same files onto the chosen host, reads the
+    size there (config.json and the safetensors) and moves the model path to that host's folder."""
+    a, b, _gone = setup
+    weights = b"\0" * 4096
+    files = {"config.json": RepoFile(TINY_CONFIG, lfs=False), "model.safetensors": RepoFile(weights, lfs=True)}
+    with FakeHub({VLLM_REPO: files}) as vllm_hub:
+        settings.HOSTS_HF_ENDPOINT = vllm_hub.url
+        folder = a.downloads.get().local_path.replace("acme--tiny-chat", "acme--tiny-vllm")  # not on gpu-a's disk
+        ModelDownload.objects.create(
+            host=a,
+            repo_id=VLLM_REPO,
+            commit=COMMIT,
+            state=DownloadState.DONE,
+            local_path=folder,
+            files=[{"name": "config.json", "size": len(TINY_CONFIG)}, {"name": "model.safetensors", "size": 4096}],
+            total_bytes=len(TINY_CONFIG) + 4096,
+            done_bytes=len(TINY_CONFIG) + 4096,
+            finished=timezone.now(),
+        )
+        d = services.save_deployment(
+            host=a,
+            name="od-vllm",
+            backend="vllm",
+            model_path=folder,
+            served_model_name="od-vllm",
+            gpu_indices=[0],
+            port=free_port(),
+            options={"max_model_len": 256},
+            extra_args=[],
+            on_demand=True,
+            idle_ttl=30,
+            cold_start_budget=150,
+        )
+        cold_id = ondemand.demand(d.pk)["cold_start_id"]
+        assert ondemand.place(cold_id) is not None
+        cold = ColdStart.objects.get(pk=cold_id)
+        assert cold.state == ColdStartState.DOWNLOADING and cold.host_name == "gpu-b", cold.reasons_english
+        job = cold.download
+        assert job is not None and (job.host, job.repo_id, job.revision, job.pattern) == (b, VLLM_REPO, COMMIT, "")
+
+        job = drive(job)
+        assert job.state == DownloadState.DONE, job.message
+        assert (Path(job.local_path) / "config.json").read_bytes() == TINY_CONFIG
+        ondemand.place(cold_id)
+        cold.refresh_from_db()
+        d.refresh_from_db()
+        assert any(r.startswith("gpu-b:") and "has the weights" in r for r in cold.reasons_english), (
+            cold.reasons_english
+        )
+        assert cold.state == ColdStartState.LAUNCHING, cold.reasons_english
+        assert d.host == b and d.model_path == job.local_path != folder
