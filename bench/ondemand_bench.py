@@ -157,8 +157,19 @@ def _phases(d, sent: float, first: float) -> str:
     return "  ".join([*steps, ready, f"to first event {first - cold.finished.timestamp():.2f}"])
 
 
-def test_cold_start_vs_bare_start(hosts, gateway, worker, servers, alice, two_targets, settings):  # noqa: F811
+def test_cold_start_vs_bare_start(hosts, gateway, worker, servers, alice, two_targets, settings, monkeypatch):  # noqa: F811
     settings.HOSTS_HEALTH_POLL = 0.2  # as the worker has it: a pinned placement runs in this process
+    from gateway import cache
+    from hosts.models import ColdStart
+
+    loaded: list[float] = []  # when the gateway (in this process) loaded its catalog
+    real_load = cache._load_catalog
+
+    def load_counted() -> cache.Catalog:
+        loaded.append(time.time())
+        return real_load()
+
+    monkeypatch.setattr(cache, "_load_catalog", load_counted)
     a, _b = hosts
     d = on_demand(a, "bench-cold", "bench-cold", pin_host=PIN)
     _key, key = issue_key(owner=alice, name="bench")
@@ -167,6 +178,7 @@ def test_cold_start_vs_bare_start(hosts, gateway, worker, servers, alice, two_ta
     phases: list[str] = []
     ssh_costs: list[str] = []
     tasks: list[int] = []
+    loads: list[str] = []  # catalog loads before the cold start opened (the request's own path) / to the first event
     for run in range(RUNS + 1):  # run 0 warms the worker up (its first task imports Django): not counted
         d.refresh_from_db()
         assert d.status != DeploymentStatus.RUNNING
@@ -180,6 +192,8 @@ def test_cold_start_vs_bare_start(hosts, gateway, worker, servers, alice, two_ta
             bare.append(bare_start(d, two_targets[0].bin))
             phases.append(_phases(d, sent, first))
             tasks.append(on_path(worker.read_text()) - received)
+            opened = ColdStart.objects.filter(deployment=d).latest("created").created.timestamp()
+            loads.append(f"{sum(sent <= t <= opened for t in loaded)}/{sum(sent <= t <= first for t in loaded)}")
             ssh_costs.append(
                 " + ".join(f"{x[0] - y[0]} conn/{x[1] - y[1]} sessions" for x, y in zip(after, before, strict=True))
             )
@@ -202,6 +216,8 @@ def test_cold_start_vs_bare_start(hosts, gateway, worker, servers, alice, two_ta
         f"range {min(added):.2f}–{max(added):.2f} s"
         f"\nSSH per cold start (gpu-a + gpu-b, counted by their sshd): {', '.join(sorted(set(ssh_costs)))}"
         f"\nCelery tasks on its path (placements, looks) per cold start: {sorted(set(tasks))}"
+        f"\ngateway catalog loads per cold start, before the cold start opened / to the first event: "
+        f"{sorted(set(loads))}"
     )
     print(report)
     print("\n".join(f"{p}  | {c}" for p, c in zip(phases, ssh_costs, strict=True)))

@@ -180,6 +180,7 @@ async def open_call(
         call.cold_start_ms = waited * 1000
         call.explanation.append(lines.WAITED % {"seconds": f"{waited:.1f}"})
     if info.on_demand is not None:
+        ondemand.listen()  # from now on a stop is heard, not found out by the next request
         ondemand.began(info.on_demand.deployment_id, request_id)
     current.set(call)
     return call

@@ -71,6 +71,8 @@ class _Events:
     def __init__(self) -> None:
         self.task: asyncio.Task[None] | None = None
         self.live = asyncio.Event()  # set while subscribed
+        self.follower: asyncio.Task[None] | None = None
+        self.again = False  # an announcement came while the follower was reading
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -96,6 +98,7 @@ class _Events:
                         _wake(*_models)  # whatever was announced while we were not listening
                     elif message["type"] == "message":
                         _wake(int(message["data"]))
+                        self.follow()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis away: the watchers poll every POLL_SECONDS meanwhile
@@ -106,6 +109,32 @@ class _Events:
                 await _quietly(client.aclose())
             await asyncio.sleep(delay)
             delay = min(delay * 2, 10.0)
+
+    def follow(self) -> None:
+        """Catch up with the generations after an announcement (one reader at a time; announcements
+        that come meanwhile make it read once more)."""
+        self.again = True
+        if self.follower is None or self.follower.done():
+            self.follower = asyncio.get_running_loop().create_task(self._follow())
+
+    async def _follow(self) -> None:
+        from .state import process
+
+        while self.again:
+            self.again = False
+            limiter = process.limiter
+            if limiter is None:
+                return
+            try:
+                if snapshot.observe_generation(*await limiter.generations()):
+                    await snapshot.reload_catalog()
+            except Exception as exc:  # the next request's admission sees the generations all the same
+                logger.warning("could not follow an on-demand announcement: %r", exc)
+
+
+def listen() -> None:
+    """Subscribe this process to the announcements (a request for an on-demand model; idempotent)."""
+    _events.start()
 
 
 async def _quietly(closing: Any) -> None:

@@ -45,8 +45,10 @@ class ModelDownload(TimeStampedModel):
 
     `files` is the expected file list with sizes, checksums and bytes on disk at the last poll
     (`done`); `done_bytes`, `rate_bps` and `eta_seconds` are written by every poll, so any page or
-    API client sees the same progress. `token` is encrypted at rest, handed to the host through a
-    0600 file read from SSH stdin (never argv) and cleared when the job finishes. `lease_until`
+    API client sees the same progress. `token` is encrypted at rest (as channel API keys are),
+    handed to the host through a 0600 file read from SSH stdin (never argv); a download that
+    failed or was cancelled clears it, one that finished keeps it so the same files can be
+    downloaded onto another host (models on demand) until an admin forgets it. `lease_until`
     keeps two workers from stepping the same job; `polled` tells the sweep a job's chain of
     re-scheduled steps broke (its worker died) so it queues the next step again.
     """

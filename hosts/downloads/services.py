@@ -159,6 +159,16 @@ def cancel(job: ModelDownload, *, user: User | None = None) -> ModelDownload:
     return job
 
 
+def forget_token(job: ModelDownload, *, user: User | None = None) -> None:
+    """Clear the access token a finished download keeps (encrypted) for copying the same files
+    onto another host; a copy of a private repository then fails asking for one."""
+    if job.is_active:
+        raise DownloadConflict(_("Download #%(id)s is still running: cancel it first.") % {"id": job.pk})
+    ModelDownload.objects.filter(pk=job.pk).update(token="", updated=timezone.now())
+    job.token = ""
+    audit.record(AuditAction.ACTION, job, message=f"Access token forgotten (download #{job.pk})", actor=user)
+
+
 # --- the step ---------------------------------------------------------------------------------------
 def _move(job: ModelDownload, state: str, message: Message | str = "", **fields: Any) -> bool:
     """Change the job's state unless it has finished meanwhile (a cancel): one conditional UPDATE."""
@@ -171,7 +181,9 @@ def _move(job: ModelDownload, state: str, message: Message | str = "", **fields:
         updated=now,
     )
     if state in FINISHED:
-        fields.update(finished=now, token="", lease_until=None, eta_seconds=None)
+        fields.update(finished=now, lease_until=None, eta_seconds=None)
+        if state != DownloadState.DONE:  # a finished download keeps it for copies (`Weights.fetch`)
+            fields.update(token="")
     moved = ModelDownload.objects.filter(pk=job.pk, state__in=ACTIVE_DOWNLOAD_STATES).update(**fields)
     if moved:
         for key, value in fields.items():
@@ -618,10 +630,15 @@ def delete_model(host: Host, name: str, *, user: User | None = None) -> None:
 
 
 class Weights(NamedTuple):
-    """Where a model file came from: a finished download and the file's name inside its folder."""
+    """Where a model came from: a finished download and the file's name inside its folder (a
+    llama.cpp GGUF), or "" for the download's whole folder (a vLLM/SGLang model folder)."""
 
     download: ModelDownload
     relative: str
+
+    def path_in(self, job: ModelDownload) -> str:
+        """The model's path in `job`'s folder (the same download on another host)."""
+        return f"{job.local_path}/{self.relative}" if self.relative else job.local_path
 
     def on(self, host: Host) -> ModelDownload | None:
         """The same files (source, repository, commit) downloaded onto `host`, if they were."""
@@ -630,12 +647,15 @@ class Weights(NamedTuple):
             ModelDownload.objects.done().filter(host=host, source=src.source, repo_id=src.repo_id)
         )
         for job in jobs:
-            if (job.commit or job.revision) == (src.commit or src.revision) and self.relative in job.file_names:
+            # a file: any download of that commit that holds it; a folder: the same files asked for
+            holds = self.relative in job.file_names if self.relative else job.pattern == src.pattern
+            if (job.commit or job.revision) == (src.commit or src.revision) and holds:
                 return job
         return None
 
     def fetch(self, host: Host) -> ModelDownload:
-        """Download the same files onto `host` (or join the download already under way there)."""
+        """Download the same files onto `host` (or join the download already under way there),
+        with the access token the first download kept (a private or gated repository)."""
         src = self.download
         job, _created = request_download(
             host=host,
@@ -644,18 +664,22 @@ class Weights(NamedTuple):
             pattern=src.pattern,
             source=src.source,
             endpoint=src.endpoint,
+            token=src.token,
             install_tool=src.install_tool,
         )
         return job
 
 
 def weights_of(model_path: str) -> Weights | None:
-    """The finished download (onto any host) that put the file `model_path` there, if one did:
-    a model on demand is downloaded from the same source onto a host that lacks it."""
+    """The finished download (onto any host) that put the file or folder `model_path` there, if
+    one did: a model on demand is downloaded from the same source onto a host that lacks it."""
+    path = model_path.rstrip("/")
     for job in ModelDownload.objects.done().exclude(local_path="").order_by("-finished"):
-        prefix = job.local_path.rstrip("/") + "/"
-        if model_path.startswith(prefix) and model_path[len(prefix) :] in job.file_names:
-            return Weights(job, model_path[len(prefix) :])
+        folder = job.local_path.rstrip("/")
+        if path == folder:
+            return Weights(job, "")
+        if path.startswith(folder + "/") and path[len(folder) + 1 :] in job.file_names:
+            return Weights(job, path[len(folder) + 1 :])
     return None
 
 

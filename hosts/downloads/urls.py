@@ -12,4 +12,5 @@ urlpatterns = [
     path("downloads/<int:pk>/", v.download_detail, name="download_detail"),
     path("downloads/<int:pk>/progress/", v.download_progress, name="download_progress"),
     path("downloads/<int:pk>/cancel/", v.download_cancel, name="download_cancel"),
+    path("downloads/<int:pk>/forget-token/", v.download_forget_token, name="download_forget_token"),
 ]

@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from ..models import Host
 from ..remote import ssh
@@ -95,6 +95,19 @@ def download_cancel(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
             messages.success(request, _("Download #%(id)s cancelled.") % {"id": job.pk})
         return redirect("download_detail", pk=job.pk)
     return render(request, "hosts/downloads/cancel_confirm.html", {"job": job})
+
+
+@admin_required
+@require_POST
+def download_forget_token(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    job = get_object_or_404(ModelDownload.objects.select_related("host"), pk=pk)
+    try:
+        services.forget_token(job, user=request.user)
+    except services.DownloadConflict as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, _("The access token of download #%(id)s is forgotten.") % {"id": job.pk})
+    return redirect("download_detail", pk=job.pk)
 
 
 @admin_required

@@ -5,13 +5,13 @@ each asked for its GPUs' memory by a fresh `nvidia-smi` (stored as the inventory
 fit estimate (`hosts.fit`) against each GPU's free memory, taken as the smaller of what
 `nvidia-smi` says and the GPU's total minus what the portal's own starting/running deployments
 there were estimated to need (a server still loading has not allocated yet). A host is dropped,
-with its reason, when it cannot be reached, lacks the weights of a llama.cpp model (a file
-path) that no finished download tells where to get, has the deployment's port taken, or has no
+with its reason, when it cannot be reached, lacks the weights (a llama.cpp file, a vLLM/SGLang
+folder) and no finished download tells where to get them, has the deployment's port taken, or has no
 room even after making some. Among the hosts left: fewest evictions first, then a host that has
 the weights, then the least loaded (share of its GPU memory already claimed), then by name.
 
-**Weights**: a chosen host without the llama.cpp file gets the same download as the host the file
-came from (`downloads.weights_of`), as a supervised download job; the cold start waits in
+**Weights**: a chosen host without the llama.cpp file (or the vLLM/SGLang model folder) gets the
+same download as the host it came from (`downloads.weights_of`), as a supervised download job; the cold start waits in
 `downloading` (retried every `HOSTS_ONDEMAND_RETRY_SECONDS`, nothing evicted meanwhile) and
 launches once the file is there, with the deployment's model path moved to that host's copy. Its
 size is read from a host that has it; when none does, the least loaded host downloads it first.
@@ -224,7 +224,7 @@ def place(cold_start_id: int) -> float | None:
     if d.status not in IDLE_DEPLOYMENT_STATUSES:  # being stopped (its idle TTL, an admin): next round
         return _wait(cold, Message(gettext_noop("The deployment is being stopped; starting it again once it is.")), [])
     hosts = [d.host] if d.pin_host else list(Host.objects.key_confirmed())
-    weights = downloads.weights_of(d.model_path) if d.backend == "llamacpp" else None
+    weights = downloads.weights_of(d.model_path) if d.model_path.startswith("/") else None
     paths = {h.pk: _model_path_on(d, h, weights) for h in hosts}
     surveys = survey_all(d, hosts, paths)
     known_arch = next((s.arch for s in surveys.values() if s.arch is not None), None)  # read where it is
@@ -320,7 +320,7 @@ FAILED_DOWNLOAD = (DownloadState.FAILED, DownloadState.CANCELLED)
 def _model_path_on(d: Deployment, host: Host, weights: downloads.Weights | None) -> str:
     """The model's path on `host`: where the same download landed there, else the deployment's own."""
     there = weights.on(host) if weights is not None else None
-    return f"{there.local_path}/{weights.relative}" if there is not None and weights is not None else d.model_path
+    return weights.path_in(there) if there is not None and weights is not None else d.model_path
 
 
 def _download(
@@ -461,8 +461,7 @@ def assess(
     if found.failed is not None or found.inventory is None:
         candidate.reason = found.failed or Message.verbatim("")
         return candidate
-    inventory.store(host, found.inventory)
-    gpus = {g.index: g for g in GPU.objects.filter(host=host, stale=False)}
+    gpus = inventory.store(host, found.inventory)  # the rows as stored: none stale
     claims = _claims(host, exclude=d.pk)
     total = sum(g.memory_total_mib or 0 for g in gpus.values()) or 1
     candidate.load = sum(sum(c.values()) for c in claims.values()) / total
@@ -470,12 +469,16 @@ def assess(
         candidate.reason = Message(gettext_noop("port %(port)s is in use on the host"), port=d.port)
         return candidate
     candidate.weights = not found.problem
-    if not candidate.weights and d.backend == "llamacpp":
-        if weights is None:
+    if not candidate.weights and weights is None:
+        if d.backend == "llamacpp":
             candidate.reason = Message(
                 gettext_noop("the model file is not on this host (and no download of it is known)")
             )
-            return candidate
+        else:
+            candidate.reason = Message(
+                gettext_noop("the model folder is not on this host (and no download of it is known)")
+            )
+        return candidate
     arch = (found.arch if candidate.weights else None) or arch or fit.preset_for(d.model_path)
     if arch is None:
         if not candidate.weights and weights is not None:

@@ -192,27 +192,39 @@ def from_results(
     )
 
 
+GPU_FIELDS = ("uuid", "name", "memory_total_mib", "memory_used_mib", "utilization_pct", "temperature_c", "processes")
+
+
 @transaction.atomic
-def store(host: Host, inventory: Inventory) -> None:
-    """Replace the host's GPU rows with what was seen; GPUs that vanished are deleted."""
-    seen = []
+def store(host: Host, inventory: Inventory) -> dict[int, GPU]:
+    """Bring the host's GPU rows to what was seen, writing only the rows that differ (a placement
+    stores the inventory it just took on every cold start: an unchanged GPU costs no write); GPUs
+    that vanished are deleted. Returns the rows now stored, by index."""
+    rows = {g.index: g for g in GPU.objects.filter(host=host)}
+    added: list[GPU] = []
+    changed: list[GPU] = []
+    now = timezone.now()
     for info in inventory.gpus:
-        GPU.objects.update_or_create(
-            host=host,
-            index=info.index,
-            defaults={
-                "uuid": info.uuid,
-                "name": info.name,
-                "memory_total_mib": info.memory_total_mib,
-                "memory_used_mib": info.memory_used_mib,
-                "utilization_pct": info.utilization_pct,
-                "temperature_c": info.temperature_c,
-                "processes": info.processes,
-                "stale": False,
-            },
-        )
-        seen.append(info.index)
-    GPU.objects.filter(host=host).exclude(index__in=seen).delete()
+        values: dict[str, Any] = {name: getattr(info, name) for name in GPU_FIELDS}
+        values["stale"] = False
+        row = rows.get(info.index)
+        if row is None:
+            rows[info.index] = row = GPU(host=host, index=info.index, **values)
+            added.append(row)
+        elif any(getattr(row, name) != value for name, value in values.items()):
+            for name, value in values.items():
+                setattr(row, name, value)
+            row.updated = now  # bulk_update does not run auto_now
+            changed.append(row)
+    fields = [*GPU_FIELDS, "stale", "updated"]
+    if added:  # another worker's inventory may insert the same GPU meanwhile: theirs is updated
+        GPU.objects.bulk_create(added, update_conflicts=True, unique_fields=["host", "index"], update_fields=fields)
+    if changed:
+        GPU.objects.bulk_update(changed, fields)
+    seen = {info.index for info in inventory.gpus}
+    if gone := set(rows) - seen:
+        GPU.objects.filter(host=host, index__in=gone).delete()
+        rows = {index: row for index, row in rows.items() if index in seen}
     from .. import gpu_history
 
     gpu_history.record(host, inventory.gpus)  # every inventory is a sample of the history too
@@ -228,6 +240,7 @@ def store(host: Host, inventory: Inventory) -> None:
         cuda_version=inventory.cuda_version[:50],
         network_interfaces=inventory.interfaces,
     )
+    return rows
 
 
 def mark_stale(host: Host) -> int:

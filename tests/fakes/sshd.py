@@ -81,6 +81,9 @@ class SSHTarget:
         self.username = getpass.getuser()
         self.process: subprocess.Popen[bytes] | None = None
         self.log = self.dir / "sshd.log"
+        # Folders this "machine" does not have: sshd runs in its own mount namespace with an empty
+        # tmpfs over each (two targets on one filesystem, one without the other's files).
+        self.hidden: list[Path] = []
 
     # --- keys -----------------------------------------------------------------------------------
     def _keygen(self, path: Path) -> None:
@@ -167,8 +170,12 @@ class SSHTarget:
                 ]
             )
         )
+        argv = [self.sshd, "-D", "-E", str(self.log), "-f", str(config)]
+        if self.hidden:
+            mounts = " && ".join(f"mount -t tmpfs none {shlex.quote(str(h))}" for h in self.hidden)
+            argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", f'{mounts} && exec "$@"', "sh", *argv]
         self.process = subprocess.Popen(
-            [self.sshd, "-D", "-E", str(self.log), "-f", str(config)],
+            argv,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

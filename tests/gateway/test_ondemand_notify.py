@@ -94,6 +94,62 @@ def test_a_waiting_request_is_woken_by_the_announcement_not_by_its_poll(
     wait_for(lambda: UsageRecord.objects.filter(model="od-notify", cold_start_ms__isnull=False).exists(), 30)
 
 
+@pytest.fixture
+def catalog_never_refreshed(settings):
+    """Set before the gateway starts: its background refresh sleeps an hour, so a catalog that
+    changed can only be learned from an announcement or from a request's admission."""
+    settings.GATEWAY_CACHE_TTL = 3600.0
+
+
+def _flags(gateway_url: str, key: str) -> tuple[object, object]:
+    listed = httpx.get(f"{gateway_url}/v1/models", headers={"Authorization": f"Bearer {key}"}).json()["data"]
+    return next((m.get("on_demand"), m.get("cold")) for m in listed if m["id"] == "od-notify")
+
+
+def test_a_stop_announced_reloads_the_catalog_before_the_next_request(
+    catalog_never_refreshed, gateway_url, cold_model, upstream, alice, monkeypatch
+):
+    """The stop (channel disabled, deployment STOPPED, as the stop job does) is announced: the
+    gateway reads the generations and reloads its catalog then, so the model is listed cold at
+    once and the next request for it finds the catalog current (no Stale admission, no load of
+    the catalog on its path). Before, that request's admission was Stale (its process had not
+    seen the generation move) and it loaded the catalog again itself. (The gateway shares this
+    process, so the stop's signal drops its catalog here directly; a replica elsewhere did not even
+    have that: it listed the model warm until its refresh.)"""
+    from gateway import cache
+
+    loads: list[float] = []
+    real_load = cache._load_catalog
+
+    def counted() -> cache.Catalog:
+        loads.append(1.0)
+        return real_load()
+
+    monkeypatch.setattr(cache, "_load_catalog", counted)
+    _key, key = issue_key(owner=alice, name="laptop")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(_ask, gateway_url, key)
+        wait_for(lambda: ColdStart.objects.filter(deployment=cold_model).exists(), 60)
+        _serve(cold_model, upstream)
+        assert waiting.result(timeout=200).status_code == 200
+    assert _flags(gateway_url, key) == (True, False)
+
+    cold_model.refresh_from_db()
+    channel_services.disable_served_channel(cold_model.channel_id, status_message="stopped (test)")
+    services.set_status(cold_model, DeploymentStatus.STOPPED, "Stopped (test).")  # announces
+    wait_for(lambda: _flags(gateway_url, key) == (True, True), 30)
+
+    before = len(loads)
+    refused = httpx.post(
+        f"{gateway_url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {key}", "Prefer": "wait=0"},
+        json={"model": "od-notify", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
+        timeout=60,
+    )
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "model_starting", refused.text
+    assert len(loads) == before  # the request's admission was not Stale: nothing loaded on its path
+
+
 def test_without_the_announcements_the_poll_still_answers(gateway_url, cold_model, upstream, alice, monkeypatch):
     """Redis refuses the gateway's subscription (nothing listens on its address): the watcher
     polls every POLL_SECONDS and the request is answered all the same."""

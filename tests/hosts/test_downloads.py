@@ -172,7 +172,7 @@ def test_download_progress_cut_resume_restart_checksums_and_launch(
     hub.release()
     job = drive(job, lambda j: False)
     assert job.state == DownloadState.DONE, (job.message, job.log_tail)
-    assert "sha256" in job.message and job.done_bytes == job.total_bytes and job.token == ""
+    assert "sha256" in job.message and job.done_bytes == job.total_bytes and job.token == TOKEN  # kept for copies
     on_disk = Path(job.local_path) / GGUF
     assert hashlib.sha256(on_disk.read_bytes()).hexdigest() == hub.repos[REPO][GGUF].sha256
     assert len(hub.gets_of("config.json")) == 1  # finished files are kept across the restart
@@ -351,7 +351,7 @@ def test_a_modelscope_download_runs_the_hosts_modelscope_tool(
     assert job.local_path.endswith("/.gateway-portal/models/modelscope--acme--tiny-chat")
     assert sorted(f["name"] for f in job.files) == ["config.json", GGUF]
     assert job.done_bytes == job.total_bytes == len(gguf_bytes) + len(hub.repos[REPO]["config.json"].data)
-    assert "sha256" in job.message and job.token == ""
+    assert "sha256" in job.message and job.token == TOKEN  # kept for copies
     on_disk = Path(job.local_path) / GGUF
     assert hashlib.sha256(on_disk.read_bytes()).hexdigest() == hub.repos[REPO][GGUF].sha256
     assert not (Path(job.local_path) / "._____temp" / GGUF).exists()

@@ -107,3 +107,50 @@ def test_the_form_proposes_the_mirror_this_host_used_last(admin_client, host):
     assert b'value="https://hf-mirror.com"' not in admin_client.get(f"/hosts/{host.pk}/downloads/new/").content
     services.request_download(host=host, repo_id="a/b", endpoint="https://hf-mirror.com")
     assert b'value="https://hf-mirror.com"' in admin_client.get(f"/hosts/{host.pk}/downloads/new/").content
+
+
+def test_a_finished_download_keeps_its_token_for_a_copy_until_an_admin_forgets_it(admin_client, alice, host):
+    """A private repository's weights can be downloaded again onto another host (a model on demand
+    placed there) with the token the first download was given, stored encrypted; the download's
+    page says so and an admin can forget it. A failed or cancelled download keeps nothing."""
+    from django.db import connection
+    from django.test import Client
+
+    alice_client = Client()
+    alice_client.force_login(alice)
+    job, _ = services.request_download(host=host, repo_id="acme/private", pattern="*.gguf", token="hf_secret")
+    services._move(job, DownloadState.DOWNLOADING, "downloading")
+    ModelDownload.objects.filter(pk=job.pk).update(
+        local_path="/home/ubuntu/.gateway-portal/models/acme--private", files=[{"name": "m.gguf", "size": 1}]
+    )
+    assert services._move(job, DownloadState.DONE, "done")
+    job.refresh_from_db()
+    assert job.token == "hf_secret"
+    with connection.cursor() as cursor:  # encrypted at rest, as channel API keys are
+        cursor.execute("SELECT token FROM hosts_modeldownload WHERE id = %s", [job.pk])
+        assert "hf_secret" not in cursor.fetchone()[0]
+
+    other = Host.objects.create(name="gpu-b", address="10.0.0.10", username="ubuntu", host_key_fingerprint="SHA256:b")
+    weights = services.weights_of("/home/ubuntu/.gateway-portal/models/acme--private/m.gguf")
+    assert weights is not None
+    copy = weights.fetch(other)
+    assert (copy.host, copy.repo_id, copy.token) == (other, "acme/private", "hf_secret")
+
+    page = admin_client.get(f"/downloads/{job.pk}/").content.decode()
+    assert "kept to download the same files onto another host" in page and "hf_secret" not in page
+    assert alice_client.post(f"/downloads/{job.pk}/forget-token/").status_code == 403
+    job.refresh_from_db()
+    assert job.token == "hf_secret"
+    assert admin_client.get(f"/downloads/{job.pk}/forget-token/").status_code == 405
+    admin_client.post(f"/downloads/{job.pk}/forget-token/")
+    job.refresh_from_db()
+    assert job.token == ""
+    assert "Forget the token" not in admin_client.get(f"/downloads/{job.pk}/").content.decode()
+
+    # The copy is still running: its token is not forgotten under it; failing clears it.
+    admin_client.post(f"/downloads/{copy.pk}/forget-token/")
+    copy.refresh_from_db()
+    assert copy.token == "hf_secret"
+    assert services._move(copy, DownloadState.FAILED, "failed")
+    copy.refresh_from_db()
+    assert copy.token == ""

@@ -118,3 +118,50 @@ def test_network_interfaces_are_parsed_from_ip_addr():
         {"name": "eth0", "addresses": ["10.0.0.5/24"]},
         {"name": "ib0", "addresses": ["192.168.100.2/24"]},
     ]
+
+
+@pytest.mark.django_db
+def test_storing_the_same_inventory_again_writes_no_gpu_row_and_a_change_only_its_row():
+    """A placement stores the inventory it just took on every cold start: GPUs that did not change
+    cost no write; one that did is the only one written; a new one is added, a vanished one deleted."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from hosts.models import Host
+
+    host = Host.objects.create(name="gpu-eight", address="127.0.0.1", username="gpu", private_key="unused")
+    gpus = inventory.parse_gpus(read("nvidia_smi_8xh100.csv"))
+    seen = inventory.Inventory(gpus=gpus, driver_version="550.54.15", cuda_version="12.4")
+    inventory.store(host, seen)
+    first = {g.index: (g.pk, g.updated) for g in GPU.objects.filter(host=host)}
+
+    def gpu_writes(queries: CaptureQueriesContext) -> list[str]:
+        sql = [q["sql"] for q in queries.captured_queries]
+        return [q for q in sql if '"hosts_gpu"' in q and not q.startswith("SELECT")]
+
+    with CaptureQueriesContext(connection) as again:
+        rows = inventory.store(host, seen)
+    assert gpu_writes(again) == []
+    assert {g.index: (g.pk, g.updated) for g in GPU.objects.filter(host=host)} == first
+    assert sorted(rows) == list(range(8)) and rows[0].memory_used_mib == 78431
+
+    gpus[3].memory_used_mib = 1000
+    del gpus[7]
+    gpus.append(
+        inventory.GPUInfo(
+            index=9,
+            uuid="GPU-new",
+            name="NVIDIA H100",
+            memory_total_mib=81559,
+            memory_used_mib=0,
+            utilization_pct=0,
+            temperature_c=30,
+        )
+    )
+    with CaptureQueriesContext(connection) as moved:
+        rows = inventory.store(host, seen)
+    assert len(gpu_writes(moved)) == 3  # one update, one insert, one delete
+    stored = {g.index: g for g in GPU.objects.filter(host=host)}
+    assert sorted(stored) == sorted(rows) == [0, 1, 2, 3, 4, 5, 6, 9]
+    assert stored[3].memory_used_mib == 1000 and stored[3].updated > first[3][1]
+    assert all(stored[i].updated == first[i][1] for i in (0, 1, 2, 4, 5, 6))
