@@ -65,6 +65,11 @@ void cg_stop(void) { CALLGRIND_STOP_INSTRUMENTATION; CALLGRIND_DUMP_STATS_AT("me
 CHILD_ENV = {
     "PORTAL_LOG_LEVEL": "WARNING",
     "GATEWAY_CACHE_TTL": "3600",
+    # Work that follows the wall clock is not the requests' (valgrind slows the child 50-100x, more
+    # on a loaded box): kept database connections are reopened after CONN_MAX_AGE seconds, each
+    # reopening re-reads SQLite's schema (~3 M instructions), so a 60 s age put the box's load
+    # into the instruction counts.
+    "DATABASE_CONN_MAX_AGE": "36000",
     "GATEWAY_USAGE_FLUSH_INTERVAL": "3600",
     "PORTAL_PASSIVE_FLUSH_SECONDS": "3600",
     "GATEWAY_REDIS_TIMEOUT": "120",
@@ -313,6 +318,7 @@ def main() -> int:
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for every child (repeatable)")
     ap.add_argument("--profile", default="", help="also write a cProfile per commit and mode into this folder")
     ap.add_argument("--out", default="", help="write every result as JSON here")
+    ap.add_argument("--keep-callgrind", default="", help="keep the callgrind files in this folder")
     a = ap.parse_args()
     if a.child:
         return child(a)
@@ -391,6 +397,10 @@ def main() -> int:
             r.update(tree=label, mode=mode, kind="callgrind", rep=rep)
             r["instructions_per_req"] = callgrind_total(out) / a.callgrind
             print(f"  Ir   rep {rep + 1} {mode:<6} {label:<22} {r['instructions_per_req'] / 1e6:.3f} M/req", flush=True)
+            if a.keep_callgrind:
+                name = re.sub(r"[^\w.-]+", "_", label)
+                keep = Path(a.keep_callgrind) / f"{name}-{mode}-{rep}"
+                shutil.copytree(out, keep, dirs_exist_ok=True)
             return r
 
         with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:

@@ -43,6 +43,7 @@ from django.utils import timezone as dj_timezone
 from channels.prices import Rates, fallback_rates, in_effect, rates_of, to_nanos
 from keys.choices import Pricing
 from portal.db import use_timeouts
+from portal.hot import hot
 from portal.secrets import decrypt_bytes, encrypt_bytes
 
 from .http import GatewayError
@@ -225,7 +226,7 @@ def rates_at(prices: tuple[Rates, ...], at: float, unpriced: str = "") -> tuple[
     found = in_effect(prices, at)
     if found is not None:
         return found, Pricing.PRICED
-    if (unpriced or settings.PORTAL_UNPRICED_ROUTES) == "fallback":
+    if (unpriced or hot.PORTAL_UNPRICED_ROUTES) == "fallback":
         return fallback_rates(), Pricing.FALLBACK
     return None, Pricing.NONE
 
@@ -666,7 +667,7 @@ class Snapshot:
     def ttl(self) -> float:
         """How long a cached key is trusted: every request learns of changes through the Redis
         generation, so this is only a safety net."""
-        return float(settings.GATEWAY_KEY_TTL)
+        return float(hot.GATEWAY_KEY_TTL)
 
     def reset(self) -> None:
         """Forget everything, including loop-bound locks (a new event loop is starting)."""

@@ -26,12 +26,12 @@ from typing import Any, Protocol
 
 import aiohttp
 import orjson
-from django.conf import settings
 
 from channels.health import passive
 from keys.choices import Pricing, UsageStatus
 from keys.payloads.services import Captured
 from keys.usage import explanation as lines
+from portal.hot import hot
 
 from . import balance
 from .cache import KeyInfo, ModelInfo, RouteInfo
@@ -267,9 +267,9 @@ STREAMED_PATHS = frozenset({"/chat/completions", "/completions"})
 def first_token_timeout(prompt_tokens: int) -> float:
     """Seconds from the headers to the first token: GATEWAY_FIRST_TOKEN_TIMEOUT plus the prompt's
     prefill at GATEWAY_PREFILL_TOKENS_PER_SECOND (a 30k-token prompt on a slow server needs minutes)."""
-    rate = float(settings.GATEWAY_PREFILL_TOKENS_PER_SECOND)
+    rate = float(hot.GATEWAY_PREFILL_TOKENS_PER_SECOND)
     extra = max(prompt_tokens, 0) / rate if rate > 0 else 0.0
-    return float(settings.GATEWAY_FIRST_TOKEN_TIMEOUT) + extra
+    return float(hot.GATEWAY_FIRST_TOKEN_TIMEOUT) + extra
 
 
 def ask_for_stream(payload: dict[str, Any]) -> None:
@@ -315,10 +315,10 @@ async def send_upstream(
     the call's total deadline for their body, at most GATEWAY_MAX_RESPONSE_BYTES of it, and must be
     JSON when they say so. Redirects are never followed: a 3xx is an upstream error like a 5xx."""
     session = process.upstream()
-    headers_timeout = float(settings.GATEWAY_HEADERS_TIMEOUT)
-    idle_timeout = float(settings.GATEWAY_IDLE_TIMEOUT)
+    headers_timeout = float(hot.GATEWAY_HEADERS_TIMEOUT)
+    idle_timeout = float(hot.GATEWAY_IDLE_TIMEOUT)
     first_timeout = first_token_timeout(prompt_tokens)
-    cap = int(settings.GATEWAY_MAX_RESPONSE_BYTES)
+    cap = int(hot.GATEWAY_MAX_RESPONSE_BYTES)
     attempts: list[Attempt] = []
     last_error: GatewayError | None = None
     loop = asyncio.get_running_loop()
@@ -396,7 +396,7 @@ async def send_upstream(
                     tokens=assembly.tokens,
                     answer=answer,
                 )
-            phase, phase_seconds = Failure.DEADLINE, float(settings.GATEWAY_TOTAL_TIMEOUT)
+            phase, phase_seconds = Failure.DEADLINE, float(hot.GATEWAY_TOTAL_TIMEOUT)
             async with asyncio.timeout_at(deadline) if deadline is not None else _no_deadline():
                 body = await read_capped(resp, cap)
             resp.release()
@@ -426,7 +426,7 @@ async def send_upstream(
             )
         except TimeoutError:
             if deadline is not None and loop.time() >= deadline:
-                phase, phase_seconds = Failure.DEADLINE, float(settings.GATEWAY_TOTAL_TIMEOUT)
+                phase, phase_seconds = Failure.DEADLINE, float(hot.GATEWAY_TOTAL_TIMEOUT)
             kind, err = phase, timeout_error(phase, phase_seconds)
         except UpstreamStreamError as exc:
             kind = exc.failure
@@ -678,7 +678,7 @@ class Call:
         self.choice = balance.Choice()  # the balancing's session, pick and reason (`catalog.ordered_routes`)
         self._busy: int | None = None  # the channel this call counts as in flight on (`balance.load`)
         # The whole call's deadline (event-loop clock): failover and relay stop there.
-        self.deadline = asyncio.get_running_loop().time() + float(settings.GATEWAY_TOTAL_TIMEOUT)
+        self.deadline = asyncio.get_running_loop().time() + float(hot.GATEWAY_TOTAL_TIMEOUT)
         # What the client was sent, for a key whose request logs are on (None: not logged).
         self.logged: list[bytes] | None = [] if key.payload_days is not None else None
         self.logged_size = 0

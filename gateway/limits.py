@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 
 from portal import faults
+from portal.hot import hot
 
 from .cache import BudgetInfo, generation_keys
 from .http import GatewayError
@@ -50,7 +51,7 @@ def lease_seconds() -> float:
     """How long an in-flight slot lives unless renewed: the process renews the slots of its
     requests in flight every third of it, so a slot whose release was lost (Redis unreachable,
     a crashed process) frees itself within one lease."""
-    return float(settings.GATEWAY_LEASE_SECONDS)
+    return float(hot.GATEWAY_LEASE_SECONDS)
 
 
 @dataclass(slots=True)

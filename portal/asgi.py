@@ -11,9 +11,10 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
-from django.conf import settings
 from django.core.asgi import get_asgi_application
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+from portal.hot import hot
 
 django_app = get_asgi_application()
 
@@ -31,7 +32,7 @@ class TrustedProxies:
         self._middleware = app
 
     async def __call__(self, scope, receive, send) -> None:
-        trusted = tuple(settings.PORTAL_TRUSTED_PROXIES)
+        trusted = tuple(hot.PORTAL_TRUSTED_PROXIES)
         if trusted != self._for:
             self._middleware = ProxyHeadersMiddleware(self.app, trusted_hosts=list(trusted) or [""])
             self._for = trusted

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from django.conf import settings
+from portal.hot import hot
 
 BODY_TIMEOUT_ANSWER = (
     b'{"error":{"message":"The request body did not arrive in time (PORTAL_BODY_TIMEOUT).",'
@@ -28,7 +28,7 @@ class BodyDeadline:
             await self.app(scope, receive, send)
             return
         loop = asyncio.get_running_loop()
-        until = loop.time() + float(settings.PORTAL_BODY_TIMEOUT)
+        until = loop.time() + float(hot.PORTAL_BODY_TIMEOUT)
         complete = False
         timed_out = False
 

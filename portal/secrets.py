@@ -13,6 +13,8 @@ import hmac
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
 
+from .hot import hot
+
 PREFIX = "fernet:"
 
 
@@ -67,4 +69,4 @@ def rotate(token: str) -> str:
 
 def keyed_hash(value: str) -> str:
     """HMAC-SHA256 of a bearer secret (developer key, API token) with the server's hash secret."""
-    return hmac.new(settings.PORTAL_KEY_HASH_SECRET.encode(), value.encode(), hashlib.sha256).hexdigest()
+    return hmac.new(hot.PORTAL_KEY_HASH_SECRET.encode(), value.encode(), hashlib.sha256).hexdigest()
