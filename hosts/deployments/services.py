@@ -244,7 +244,7 @@ def _parallel_errors(backend: str, model_path: str, options: dict[str, Any], gpu
         return {}
     tp_name, pp_name = names[backend]
     tp, pp = options.get(tp_name) or gpus, options.get(pp_name) or 1
-    problems = [p for p in fit.parallel_problems(arch, gpus, tp, pp) if "heads" in p]
+    problems = [str(p) for p in fit.parallel_messages(arch, gpus, tp, pp) if "heads" in p.english]
     return {f"options.{tp_name}": problems} if problems else {}
 
 
