@@ -4,12 +4,14 @@ in the launch job's "Refused before launch" message, which renders fully transla
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from django.urls import reverse
 from django.utils import translation
 from django.utils.html import escape
 
-from hosts import backends, fit
+from hosts import backends, calibration, fit
 from hosts.deployments import jobs
 from hosts.deployments.services import fit_refusal
 from hosts.fit import FitRequest, GPUMemory
@@ -123,3 +125,24 @@ def test_an_advised_change_is_a_message_in_the_note_the_advice_and_the_refusal()
     assert refusal is not None and first["change"] in refusal.english
     with translation.override("zh-hans"):
         assert zh(first["change_code"], first["change_params"]) in refusal.render()
+
+
+def test_the_allocation_comparison_is_shown_in_the_readers_language(admin_client, deployment):
+    """The comparison with what the server allocated: its rows' labels and its notes are stored in
+    English (the calibration reads them) and shown translated."""
+    est = {"verdict": "fits", "total_gib": 1.0, "layers_on_gpu": 2, "weights_gib": 0.0004, "kv_cache_gib": 0.0002}
+    cpu_only = (
+        Path(__file__).resolve().parents[1] / "fixtures" / "server_logs" / "llamacpp_cpu_xllamacpp.log"
+    ).read_text()
+    result = calibration.compare(est, calibration.parse_llamacpp_log(cpu_only))
+    note = result["note_items"][0]
+    assert result["notes"] == [note["text"]] and note["text"] == note["code"]
+    assert note["text"].startswith("The estimate put layers on a GPU but llama.cpp allocated nothing there")
+    assert result["rows"][0]["what"] == "Weights (MiB)"
+    Deployment.objects.filter(pk=deployment.pk).update(last_allocation={"actual": {"backend": "llamacpp"}, **result})
+
+    html = admin_client.get(
+        reverse("deployment_detail", args=[deployment.pk]), HTTP_ACCEPT_LANGUAGE="zh-hans"
+    ).content.decode()
+    assert escape(zh(note["code"], {})) in html
+    assert f"<th>{escape(zh('Weights (MiB)', {}))}</th>" in html
