@@ -22,6 +22,9 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
+from django.utils.translation import gettext_noop
+
+from portal.i18n import Message
 
 if TYPE_CHECKING:
     from .models import Deployment, Host
@@ -149,40 +152,60 @@ def compare(estimate: dict[str, Any], actual: dict[str, Any]) -> dict[str, Any]:
     if not actual or not estimate.get("verdict") or estimate.get("total_gib") is None:
         return {}
     rows: list[dict[str, Any]] = []
-    notes: list[str] = []
+    notes: list[Message] = []
     if actual["backend"] == "llamacpp":
         on_gpu = (estimate.get("layers_on_gpu") or 0) > 0
         if on_gpu and not any(actual["gpu"].values()):
             on_gpu = False
             notes.append(
-                "The estimate put layers on a GPU but llama.cpp allocated nothing there: is this build CPU-only "
-                "(no CUDA backend)? Compared with what it allocated in RAM."
+                Message(
+                    gettext_noop(
+                        "The estimate put layers on a GPU but llama.cpp allocated nothing there: is this build "
+                        "CPU-only (no CUDA backend)? Compared with what it allocated in RAM."
+                    )
+                )
             )
         side = actual["gpu" if on_gpu else "host"]
         weights = estimate.get("weights_gib") if on_gpu else estimate.get("model_gib", estimate.get("weights_gib"))
         parts = [
-            ("Weights (MiB)", weights, side["model"]),
-            ("KV cache (MiB)", estimate.get("kv_cache_gib"), side["kv"]),
-            ("Compute buffers (MiB)", estimate.get("compute_gib"), side["compute"]),
+            (gettext_noop("Weights (MiB)"), weights, side["model"]),
+            (gettext_noop("KV cache (MiB)"), estimate.get("kv_cache_gib"), side["kv"]),
+            (gettext_noop("Compute buffers (MiB)"), estimate.get("compute_gib"), side["compute"]),
         ]
         for what, est_gib, act_mib in parts:
             rows.append(_row(what, None if est_gib is None else est_gib * 1024, act_mib))
         est_sum = sum((r["estimate"] or 0) for r in rows)
         act_sum = sum((r["actual"] or 0) for r in rows)
-        rows.append(_row("Total of the buffers (MiB)", est_sum, round(act_sum, 2)))
+        rows.append(_row(gettext_noop("Total of the buffers (MiB)"), est_sum, round(act_sum, 2)))
         ratio = round(act_sum / est_sum, 3) if est_sum else None
     else:
         n = max(len(estimate.get("devices") or []), 1)
-        rows.append(_row("Weights per GPU (GiB)", (estimate.get("weights_gib") or 0) / n, actual.get("weights_gib")))
-        rows.append(_row("KV cache memory per GPU (GiB)", estimate.get("kv_pool_gib"), actual.get("kv_pool_gib")))
-        rows.append(_row("KV cache tokens", estimate.get("kv_cache_tokens"), actual.get("kv_cache_tokens")))
-        rows.append(_row("Maximum concurrency", estimate.get("max_concurrency"), actual.get("max_concurrency")))
+        rows.append(
+            _row(
+                gettext_noop("Weights per GPU (GiB)"), (estimate.get("weights_gib") or 0) / n, actual.get("weights_gib")
+            )
+        )
+        rows.append(
+            _row(gettext_noop("KV cache memory per GPU (GiB)"), estimate.get("kv_pool_gib"), actual.get("kv_pool_gib"))
+        )
+        rows.append(
+            _row(gettext_noop("KV cache tokens"), estimate.get("kv_cache_tokens"), actual.get("kv_cache_tokens"))
+        )
+        rows.append(
+            _row(gettext_noop("Maximum concurrency"), estimate.get("max_concurrency"), actual.get("max_concurrency"))
+        )
         budget = (estimate.get("devices") or [{}])[0].get("have_gib")
         ratio = None
         if budget and actual.get("kv_pool_gib") is not None and estimate.get("kv_pool_gib") is not None:
             est_rest, act_rest = budget - estimate["kv_pool_gib"], budget - actual["kv_pool_gib"]
             ratio = round(act_rest / est_rest, 3) if est_rest > 0 else None  # weights + activations + overhead
-    return {"rows": rows, "ratio": ratio, "flash_attention": actual.get("flash_attention", ""), "notes": notes}
+    return {
+        "rows": rows,  # each row's `what` in English; the page translates it
+        "ratio": ratio,
+        "flash_attention": actual.get("flash_attention", ""),
+        "notes": [n.english for n in notes],
+        "note_items": [n.as_item() for n in notes],  # the same notes as messages, for the reader's language
+    }
 
 
 def record(deployment: Deployment, actual: dict[str, Any]) -> dict[str, Any]:

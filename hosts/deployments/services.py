@@ -244,7 +244,7 @@ def _parallel_errors(backend: str, model_path: str, options: dict[str, Any], gpu
         return {}
     tp_name, pp_name = names[backend]
     tp, pp = options.get(tp_name) or gpus, options.get(pp_name) or 1
-    problems = [p for p in fit.parallel_problems(arch, gpus, tp, pp) if "heads" in p]
+    problems = [str(p) for p in fit.parallel_messages(arch, gpus, tp, pp) if "heads" in p.english]
     return {f"options.{tp_name}": problems} if problems else {}
 
 
@@ -375,10 +375,10 @@ def check_fit(
     if ram is None and remote is not None and deployment.backend == "llamacpp":
         ram = commands.memory_available_mib(remote)
     if arch is None:
-        result = {
-            "verdict": "unknown",
-            "notes": ["Unknown model: no config.json/GGUF readable on the host and no preset matches its name."],
-        }
+        unknown = Message(
+            gettext_noop("Unknown model: no config.json/GGUF readable on the host and no preset matches its name.")
+        )
+        result = {"verdict": "unknown", "notes": [unknown.english], "note_items": [unknown.as_item()]}
     else:
         result = fit.estimate(fit_request(deployment, arch, ram_mib=ram)).as_dict()
     result["checked"] = timezone.now().isoformat()
@@ -388,12 +388,31 @@ def check_fit(
     return result
 
 
+def fit_messages(estimate: dict[str, Any], key: str) -> list[Message]:
+    """An estimate's `notes` or `problems` as messages: its stored items (`<key>_items`, msgid and
+    values), else (an estimate stored before) its English lines shown as written."""
+    items = estimate.get(f"{key[:-1]}_items")
+    lines = estimate.get(key) or []
+    if not isinstance(items, list) or len(items) != len(lines):
+        return [Message.verbatim(str(line)) for line in lines]
+    return [Message.from_stored(str(i.get("text", "")), str(i.get("code", "")), i.get("params")) for i in items]
+
+
+def add_fit_note(estimate: dict[str, Any], note: Message) -> None:
+    """Add a note to an estimate: its English line and its stored message."""
+    estimate.setdefault("notes", []).append(note.english)
+    estimate.setdefault("note_items", []).append(note.as_item())
+
+
 def fit_refusal(estimate: dict[str, Any]) -> Message | None:
     """Why a launch is refused on the estimate, with what would make it fit (None when it is not)."""
     if estimate.get("verdict") != "does_not_fit":
         return None
-    if estimate.get("problems"):
-        return Message(gettext_noop("Refused before launch: %(problems)s"), problems=" ".join(estimate["problems"]))
+    if problems := fit_messages(estimate, "problems"):
+        joined = problems[0]
+        for problem in problems[1:]:
+            joined += problem  # "a b": the English text is the problems joined by spaces, as it always was
+        return Message(gettext_noop("Refused before launch: %(problems)s"), problems=joined)
     sizes = {"need": estimate.get("total_gib"), "available": estimate.get("available_gib")}
     if estimate.get("short"):
         why = Message(
@@ -410,10 +429,11 @@ def fit_refusal(estimate: dict[str, Any]) -> Message | None:
             context=estimate["max_context"],
         )
     if estimate.get("advice"):
+        first = estimate["advice"][0]
         why = Message(
             gettext_noop("%(why)s; smallest change that fits: %(change)s"),
             why=why,
-            change=estimate["advice"][0]["change"],
+            change=Message.from_stored(first["change"], first.get("change_code", ""), first.get("change_params")),
         )
     return Message(gettext_noop("%(why)s. Change the deployment, or tick “launch even if it does not fit”."), why=why)
 

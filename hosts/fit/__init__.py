@@ -56,7 +56,7 @@ from .architecture import (
 )
 from .estimate import ESTIMATORS, advice, estimate
 from .llamacpp import flash_attention_of
-from .preallocating import default_batched_tokens, parallel_problems
+from .preallocating import default_batched_tokens, parallel_messages, parallel_problems
 from .types import (
     BYTES_PER_WEIGHT,
     GGUF_LADDER,
@@ -95,6 +95,7 @@ __all__ = [
     "from_config",
     "from_config_json",
     "from_gguf_metadata",
+    "parallel_messages",
     "parallel_problems",
     "parse_gguf_metadata",
     "preset_for",

@@ -7,9 +7,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from django.utils.translation import gettext_noop
+
+from portal.i18n import Message
+
 from . import llamacpp, sglang, vllm
 from .architecture import Architecture
-from .preallocating import parallel_problems
+from .preallocating import parallel_messages
 from .types import (
     BYTES_PER_WEIGHT,
     GGUF_LADDER,
@@ -55,58 +59,107 @@ def _devices(req: FitRequest, context: int) -> tuple[list[Device], dict[str, flo
 def estimate(req: FitRequest, *, advise: bool = True) -> Estimate:
     """Estimate `req` against its GPUs (or RAM); see the module docstring for the model."""
     arch = req.arch
-    notes: list[str] = []
-    problems: list[str] = []
+    notes: list[Message] = []
+    problems: list[Message] = []
     devices, parts = _devices(req, req.context)
     if req.backend != "llamacpp":
         if not req.gpus:
-            problems.append(f"{'SGLang' if req.backend == 'sglang' else 'vLLM'} needs at least one GPU.")
+            problems.append(
+                Message(
+                    gettext_noop("%(backend)s needs at least one GPU."),
+                    backend="SGLang" if req.backend == "sglang" else "vLLM",
+                )
+            )
         else:
-            problems += parallel_problems(arch, len(req.gpus), int(parts["tp"]), int(parts["pp"]))
+            problems += parallel_messages(arch, len(req.gpus), int(parts["tp"]), int(parts["pp"]))
         for g in req.gpus if req.backend == "vllm" else []:
             util = req.gpu_memory_utilization
             if g.free_mib < g.total_mib * util:
                 notes.append(
-                    f"GPU {g.index} has {g.free_mib / 1024:.1f} GiB free but vLLM asks for "
-                    f"{g.total_mib * util / 1024:.1f} GiB ({util:g} of it): vLLM will refuse to start. Lower "
-                    f"gpu-memory-utilization to {max(math.floor(g.free_mib / g.total_mib * 100) / 100 - 0.01, 0):.2f}"
-                    " or free the GPU."
+                    Message(
+                        gettext_noop(
+                            "GPU %(gpu)s has %(free).1f GiB free but vLLM asks for %(asked).1f GiB (%(share)g of it): "
+                            "vLLM will refuse to start. Lower gpu-memory-utilization to %(lower).2f or free the GPU."
+                        ),
+                        gpu=g.index,
+                        free=g.free_mib / 1024,
+                        asked=g.total_mib * util / 1024,
+                        share=util,
+                        lower=max(math.floor(g.free_mib / g.total_mib * 100) / 100 - 0.01, 0),
+                    )
                 )
     verdict = Verdict.DOES_NOT_FIT if problems else worst([d.verdict or Verdict.UNKNOWN for d in devices])
     short = next((d for d in devices if d.verdict == Verdict.DOES_NOT_FIT), None)
     if short is not None and not problems:
-        what = "the host's RAM" if short.name == "RAM" else short.name
+        what = Message(gettext_noop("the host's RAM")) if short.name == "RAM" else short.name
         if short.need_gib > short.have_gib or not short.reason:
-            notes.insert(0, f"{what} is short: needs about {short.need_gib:.1f} GiB, has {short.have_gib:.1f} GiB.")
+            notes.insert(
+                0,
+                Message(
+                    gettext_noop("%(device)s is short: needs about %(need).1f GiB, has %(has).1f GiB."),
+                    device=what,
+                    need=short.need_gib,
+                    has=short.have_gib,
+                ),
+            )
         else:  # enough memory in all, refused by the server's own rule (a busy GPU, a KV pool too small)
             notes.insert(0, short.reason)
     if any(d.verdict == Verdict.UNKNOWN for d in devices):
-        notes.append("The host's free RAM is not known yet (refresh the inventory); judged against it once known.")
+        notes.append(
+            Message(
+                gettext_noop(
+                    "The host's free RAM is not known yet (refresh the inventory); judged against it once known."
+                )
+            )
+        )
 
     def fits_at(ctx: int) -> bool:
         return all(d.verdict != Verdict.DOES_NOT_FIT for d in _devices(req, ctx)[0])
 
     max_context = None if problems or not devices else _largest_context(arch, fits_at)
     if req.context > arch.max_context:
-        notes.append(f"The model was trained for {arch.max_context} tokens of context; {req.context} asks for more.")
+        notes.append(
+            Message(
+                gettext_noop("The model was trained for %(trained)s tokens of context; %(context)s asks for more."),
+                trained=arch.max_context,
+                context=req.context,
+            )
+        )
     fa = ""
     if req.backend == "llamacpp":
         fa = llamacpp.flash_attention_of(req)
         if req.flash_attention == "auto" and parts.get("on_gpu"):
             if req.flash_attention_auto_on is False:
                 notes.append(
-                    "-fa auto is counted as off: this host's llama.cpp build ran it off at its last launch. "
-                    "-fa on saves the attention-score buffer."
+                    Message(
+                        gettext_noop(
+                            "-fa auto is counted as off: this host's llama.cpp build ran it off at its last launch. "
+                            "-fa on saves the attention-score buffer."
+                        )
+                    )
                 )
             elif req.flash_attention_auto_on is None:
                 notes.append(
-                    f"-fa auto is counted as {fa}, as llama.cpp decides it on a {req.device_backend.upper()} GPU; "
-                    "the first launch's log tells the portal what this build did."
+                    Message(
+                        gettext_noop(
+                            "-fa auto is counted as %(flash)s, as llama.cpp decides it on a %(device)s GPU; "
+                            "the first launch's log tells the portal what this build did."
+                        ),
+                        flash=fa,
+                        device=req.device_backend.upper(),
+                    )
                 )
     if req.correction_samples and 0.5 <= req.correction <= 2.0:
         notes.append(
-            f"Corrected by {req.correction:.2f}x: what {req.backend} allocated on this host over "
-            f"{req.correction_samples} launch(es), compared with the estimate."
+            Message(
+                gettext_noop(
+                    "Corrected by %(factor).2fx: what %(backend)s allocated on this host over "
+                    "%(launches)s launch(es), compared with the estimate."
+                ),
+                factor=req.correction,
+                backend=req.backend,
+                launches=req.correction_samples,
+            )
         )
     raw_total = sum(parts[k] for k in ("weights", "kv", "overhead"))
     total = (
@@ -127,8 +180,6 @@ def estimate(req: FitRequest, *, advise: bool = True) -> Estimate:
         layers_on_gpu=int(parts.get("on_gpu", arch.layers)),
         kv_bytes_per_token=arch.kv_bytes_per_token(KV_BYTES.get(req.kv_dtype, 2)),
         source=arch.source,
-        notes=notes,
-        problems=problems,
         devices=devices,
         short=short.name if short is not None else "",
         flash_attention=fa,
@@ -145,13 +196,23 @@ def estimate(req: FitRequest, *, advise: bool = True) -> Estimate:
         result.tensor_parallel, result.pipeline_parallel = int(parts["tp"]), int(parts["pp"])
         if result.max_concurrency is not None and not problems:
             notes.append(
-                f"This leaves room for {result.max_concurrency:g} concurrent sequences of {req.context} tokens "
-                f"({result.kv_cache_tokens} tokens of KV cache per GPU)."
+                Message(
+                    gettext_noop(
+                        "This leaves room for %(sequences)g concurrent sequences of %(context)s tokens "
+                        "(%(tokens)s tokens of KV cache per GPU)."
+                    ),
+                    sequences=result.max_concurrency,
+                    context=req.context,
+                    tokens=result.kv_cache_tokens,
+                )
             )
     if advise and verdict == Verdict.DOES_NOT_FIT and not problems:
         result.advice = advice(req)
         if result.advice:
-            notes.append(f"Smallest change that fits: {result.advice[0]['change']}.")
+            first = result.advice[0]
+            change = Message.from_stored(first["change"], first["change_code"], first["change_params"])
+            notes.append(Message(gettext_noop("Smallest change that fits: %(change)s."), change=change))
+    result.set_messages(notes, problems)
     return result
 
 
@@ -159,13 +220,13 @@ def estimate(req: FitRequest, *, advise: bool = True) -> Estimate:
 def advice(req: FitRequest) -> list[dict[str, Any]]:
     """Changes that turn "does not fit" into "fits", smallest first: each {change, cost, fields, estimate}."""
     a = req.arch
-    tries: list[tuple[str, float, dict[str, Any], FitRequest]] = []
+    tries: list[tuple[Message, float, dict[str, Any], FitRequest]] = []
     base = estimate(req, advise=False)
     if base.max_context and base.max_context < req.context:
         lost = 1 - base.max_context / req.context
         tries.append(
             (
-                f"lower the context to {base.max_context}",
+                Message(gettext_noop("lower the context to %(context)s"), context=base.max_context),
                 lost,
                 {"context": base.max_context},
                 replace(req, context=base.max_context),
@@ -174,7 +235,14 @@ def advice(req: FitRequest) -> list[dict[str, Any]]:
     kv_steps = ["q8_0", "q4_0"] if req.backend == "llamacpp" else ["fp8"]
     if req.kv_dtype in ("fp16", "bf16"):
         for cost, kv in zip((0.15, 0.35), kv_steps, strict=False):
-            tries.append((f"KV cache type {kv}", cost, {"kv_dtype": kv}, replace(req, kv_dtype=kv)))
+            tries.append(
+                (
+                    Message(gettext_noop("KV cache type %(kv)s"), kv=kv),
+                    cost,
+                    {"kv_dtype": kv},
+                    replace(req, kv_dtype=kv),
+                )
+            )
     if req.backend == "llamacpp" and req.gpus:
         ngl = min(a.layers if req.n_gpu_layers is None else req.n_gpu_layers, a.layers)
         lo, hi = 0, ngl - 1
@@ -187,7 +255,9 @@ def advice(req: FitRequest) -> list[dict[str, Any]]:
         if lo > 0:
             tries.append(
                 (
-                    f"-ngl {lo} (keep {a.layers - lo} layers on the CPU)",
+                    Message(
+                        gettext_noop("-ngl %(layers)s (keep %(cpu)s layers on the CPU)"), layers=lo, cpu=a.layers - lo
+                    ),
                     (ngl - lo) / a.layers + 0.1,
                     {"n_gpu_layers": lo},
                     replace(req, n_gpu_layers=lo),
@@ -198,7 +268,12 @@ def advice(req: FitRequest) -> list[dict[str, Any]]:
         more = replace(req, gpus=gpus, tensor_parallel=0 if req.backend != "llamacpp" else req.tensor_parallel)
         label = ", ".join(str(g.index) for g in req.spare_gpus[:extra])
         tries.append(
-            (f"add GPU {label} ({len(gpus)} in all)", 0.25 * extra, {"gpu_indices": [g.index for g in gpus]}, more)
+            (
+                Message(gettext_noop("add GPU %(gpus)s (%(count)s in all)"), gpus=label, count=len(gpus)),
+                0.25 * extra,
+                {"gpu_indices": [g.index for g in gpus]},
+                more,
+            )
         )
     if req.backend == "llamacpp" and a.quant in GGUF_LADDER:
         here, size = BYTES_PER_WEIGHT[a.quant], weights_bytes(a, a.quant)
@@ -207,7 +282,11 @@ def advice(req: FitRequest) -> list[dict[str, Any]]:
             smaller = replace(a, quant=q, weights_bytes=smaller_size)
             tries.append(
                 (
-                    f"a {q} file of the model (about {smaller_size / GiB:.1f} GiB)",
+                    Message(
+                        gettext_noop("a %(quant)s file of the model (about %(size).1f GiB)"),
+                        quant=q,
+                        size=smaller_size / GiB,
+                    ),
                     0.3 * step,
                     {"quant": q},
                     replace(req, arch=smaller),
@@ -216,7 +295,7 @@ def advice(req: FitRequest) -> list[dict[str, Any]]:
     elif req.backend != "llamacpp" and not a.quant and req.weights_dtype in ("bf16", "fp16"):
         tries.append(
             (
-                "FP8 weights (--quantization fp8 or an FP8 checkpoint)",
+                Message(gettext_noop("FP8 weights (--quantization fp8 or an FP8 checkpoint)")),
                 0.3,
                 {"weights_dtype": "fp8"},
                 replace(req, weights_dtype="fp8"),
@@ -228,7 +307,7 @@ def advice(req: FitRequest) -> list[dict[str, Any]]:
         if est.verdict != Verdict.DOES_NOT_FIT:
             found.append(
                 {
-                    "change": change,
+                    **change.columns("change"),  # English, and its msgid and values for the reader's language
                     "cost": round(cost, 3),
                     "fields": fields_,
                     "verdict": est.verdict,

@@ -6,6 +6,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from django.utils.translation import gettext_noop
+
+from portal.i18n import Message
+
 from .architecture import Architecture
 from .types import KV_BYTES, NCCL_BUFFERS, VLLM_NON_TORCH, Device, FitRequest, GiB, GPUMemory, Verdict, weights_bytes
 
@@ -15,21 +19,57 @@ def _divisors_upto(n: int, limit: int) -> list[int]:
 
 
 def parallel_problems(arch: Architecture, n_gpus: int, tp: int, pp: int) -> list[str]:
-    """What vLLM/SGLang would refuse about this tensor x pipeline split."""
+    """What vLLM/SGLang would refuse about this tensor x pipeline split, in English."""
+    return [m.english for m in parallel_messages(arch, n_gpus, tp, pp)]
+
+
+def parallel_messages(arch: Architecture, n_gpus: int, tp: int, pp: int) -> list[Message]:
+    """`parallel_problems` as messages, to show in the reader's language."""
     problems = []
     if tp * pp != n_gpus:
-        problems.append(f"Tensor parallel {tp} x pipeline parallel {pp} = {tp * pp}, but {n_gpus} GPU(s) are chosen.")
+        problems.append(
+            Message(
+                gettext_noop(
+                    "Tensor parallel %(tp)s x pipeline parallel %(pp)s = %(product)s, but %(gpus)s GPU(s) are chosen."
+                ),
+                tp=tp,
+                pp=pp,
+                product=tp * pp,
+                gpus=n_gpus,
+            )
+        )
     if arch.heads % tp:
         ok = ", ".join(map(str, _divisors_upto(arch.heads, max(n_gpus, 8))))
         problems.append(
-            f"Tensor parallel size {tp} does not divide the model's {arch.heads} attention heads; use one of {ok}."
+            Message(
+                gettext_noop(
+                    "Tensor parallel size %(tp)s does not divide the model's %(heads)s attention heads; "
+                    "use one of %(sizes)s."
+                ),
+                tp=tp,
+                heads=arch.heads,
+                sizes=ok,
+            )
         )
     elif not arch.mla and arch.kv_heads % tp and tp % arch.kv_heads:
         problems.append(
-            f"Tensor parallel size {tp} neither divides the model's {arch.kv_heads} KV heads nor is a multiple of them."
+            Message(
+                gettext_noop(
+                    "Tensor parallel size %(tp)s neither divides the model's %(kv_heads)s KV heads "
+                    "nor is a multiple of them."
+                ),
+                tp=tp,
+                kv_heads=arch.kv_heads,
+            )
         )
     if pp > arch.layers:
-        problems.append(f"Pipeline parallel size {pp} is more than the model's {arch.layers} layers.")
+        problems.append(
+            Message(
+                gettext_noop("Pipeline parallel size %(pp)s is more than the model's %(layers)s layers."),
+                pp=pp,
+                layers=arch.layers,
+            )
+        )
     return problems
 
 
@@ -53,8 +93,8 @@ class Split:
 
 
 # A backend's rule for one GPU: (what it needs, what the server reserves, its KV pool, and why the
-# rule refuses it when it does, "" to judge need against the reservation).
-GPURule = Callable[[FitRequest, GPUMemory, Split], tuple[float, float, float, str]]
+# rule refuses it when it does, None to judge need against the reservation).
+GPURule = Callable[[FitRequest, GPUMemory, Split], tuple[float, float, float, Message | None]]
 
 
 def estimate_devices(req: FitRequest, context: int, rule: GPURule) -> tuple[list[Device], dict[str, float]]:
@@ -74,9 +114,15 @@ def estimate_devices(req: FitRequest, context: int, rule: GPURule) -> tuple[list
     for g in req.gpus:
         need, budget, pool, reason = rule(req, g, split)
         if not reason and pool < per_seq:
-            reason = (
-                f"GPU {g.index}: the KV cache gets {max(pool, 0) / GiB:.1f} GiB after the weights and activations, "
-                f"less than one sequence of {context} tokens needs ({per_seq / GiB:.1f} GiB)."
+            reason = Message(
+                gettext_noop(
+                    "GPU %(gpu)s: the KV cache gets %(pool).1f GiB after the weights and activations, "
+                    "less than one sequence of %(context)s tokens needs (%(need).1f GiB)."
+                ),
+                gpu=g.index,
+                pool=max(pool, 0) / GiB,
+                context=context,
+                need=per_seq / GiB,
             )
         pools.append(pool)
         verdict = Verdict.DOES_NOT_FIT if reason else None

@@ -6,6 +6,8 @@ import enum
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from portal.i18n import Message
+
 if TYPE_CHECKING:
     from .architecture import Architecture
 
@@ -101,7 +103,7 @@ class Device:
     need_gib: float
     have_gib: float
     verdict: Verdict | None = None  # None until judged (a backend's rule may decide it first)
-    reason: str = ""  # why a backend's rule refused it when it is not plainly short of memory
+    reason: Message | None = None  # why a backend's rule refused it when it is not plainly short of memory
 
 
 @dataclass
@@ -117,8 +119,12 @@ class Estimate:
     layers_on_gpu: int
     kv_bytes_per_token: int
     source: str
+    # Notes and problems (settings the server would refuse) in English, and each as a `Message.as_item`
+    # (its msgid and values) so that a page or the API shows it in the reader's language (issue 30).
     notes: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)  # settings the server would refuse
+    problems: list[str] = field(default_factory=list)
+    note_items: list[dict[str, Any]] = field(default_factory=list)
+    problem_items: list[dict[str, Any]] = field(default_factory=list)
     devices: list[Device] = field(default_factory=list)
     short: str = ""  # the device that does not fit, named
     flash_attention: str = ""  # llama.cpp: what the estimate assumed
@@ -141,6 +147,8 @@ class Estimate:
         def rounded(value: Any) -> Any:
             if isinstance(value, enum.Enum):  # stored as JSON: plain strings
                 return value.value
+            if isinstance(value, Message):  # a device's reason: its English text (the notes carry the message)
+                return value.english
             if isinstance(value, float):  # 4 significant digits: a tiny model's MiB must not round to 0
                 return float(f"{value:.4g}") if abs(value) < 100 else round(value, 1)
             if isinstance(value, list):
@@ -151,6 +159,11 @@ class Estimate:
 
         out: dict[str, Any] = rounded(asdict(self))
         return out
+
+    def set_messages(self, notes: list[Message], problems: list[Message]) -> None:
+        """The notes and problems, in English and as stored messages."""
+        self.notes, self.note_items = [m.english for m in notes], [m.as_item() for m in notes]
+        self.problems, self.problem_items = [m.english for m in problems], [m.as_item() for m in problems]
 
 
 def weights_bytes(arch: Architecture, dtype: str) -> float:

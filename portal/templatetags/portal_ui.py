@@ -6,6 +6,8 @@ from django import template
 from django.utils.html import format_html
 from django.utils.translation import gettext
 
+from portal import i18n
+
 register = template.Library()
 
 # Status words → badge colour class in portal.css.
@@ -111,3 +113,23 @@ def public_url_warning(context):
 
     request = context.get("request")
     return {"mismatch": host_mismatch(request) if request is not None else None}
+
+
+@register.filter
+def stored_lines(row, key: str) -> list[str]:
+    """A JSON object's list of English lines `<key>` ("notes") in the reader's language, from the
+    messages stored beside it as `<key without s>_items` (`Message.as_item`); an object stored
+    before (lines only) shows its lines as written: `{% for note in fit|stored_lines:"notes" %}`."""
+    row = row or {}
+    lines, items = list(row.get(key) or []), row.get(f"{key.removesuffix('s')}_items")
+    if not isinstance(items, list) or len(items) != len(lines):
+        return [str(line) for line in lines]
+    return i18n.rendered_items(items)
+
+
+@register.filter
+def stored_field(row, field: str) -> str:
+    """A message stored in a JSON object as `<field>`, `<field>_code`, `<field>_params`, in the
+    reader's language: `{{ advice|stored_field:"change" }}`."""
+    row = row or {}
+    return i18n.stored_text(str(row.get(field, "")), str(row.get(f"{field}_code", "")), row.get(f"{field}_params"))

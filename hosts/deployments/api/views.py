@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils.translation import gettext_noop
 from drf_spectacular.utils import extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
@@ -26,6 +27,7 @@ from hosts.choices import JobAction
 from hosts.deployments import jobs
 from hosts.models import Deployment, LaunchJob
 from hosts.remote import ssh
+from portal.i18n import Message
 from portal.permissions import IsAdmin
 
 from .. import services
@@ -97,7 +99,7 @@ class DeploymentViewSet(viewsets.ModelViewSet[Deployment]):
                 result = services.check_fit(deployment, remote)
         except ssh.SSHError as exc:
             result = services.check_fit(deployment)
-            result.setdefault("notes", []).append(f"Host not read: {exc.message}")
+            services.add_fit_note(result, Message(gettext_noop("Host not read: %(error)s"), error=exc.text))
         return Response(result)
 
 
