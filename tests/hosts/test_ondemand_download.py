@@ -69,18 +69,7 @@ def setup(hosts, two_targets, hub, hf_on_hosts, settings):  # noqa: F811
     settings.HOSTS_DOWNLOAD_DISK_RESERVE_MIB = 1
     settings.HOSTS_HEALTH_POLL = 0.2
     a, b = hosts
-    holder = services.save_deployment(
-        host=a,
-        name="holds-a",
-        backend="llamacpp",
-        model_path="/models/other.gguf",
-        served_model_name="holds-a",
-        gpu_indices=[0],
-        port=free_port(),
-        options={},
-        extra_args=[],
-    )
-    Deployment.objects.filter(pk=holder.pk).update(status=DeploymentStatus.RUNNING, last_fit={"devices": HOLDS})
+    occupy(a)
     data = tiny_gguf_path().read_bytes()
     folder = two_targets[0].home / ".gateway-portal" / "models" / "acme--tiny-chat"
     ModelDownload.objects.create(
@@ -95,6 +84,22 @@ def setup(hosts, two_targets, hub, hf_on_hosts, settings):  # noqa: F811
         finished=timezone.now(),
     )
     return a, b, f"{folder}/{GGUF}"
+
+
+def occupy(host) -> None:
+    """A running deployment that holds the host's GPU (the placement must look elsewhere)."""
+    holder = services.save_deployment(
+        host=host,
+        name="holds-a",
+        backend="llamacpp",
+        model_path="/models/other.gguf",
+        served_model_name="holds-a",
+        gpu_indices=[0],
+        port=free_port(),
+        options={},
+        extra_args=[],
+    )
+    Deployment.objects.filter(pk=holder.pk).update(status=DeploymentStatus.RUNNING, last_fit={"devices": HOLDS})
 
 
 def cold_model(host, model_path: str, **fields) -> Deployment:
@@ -290,18 +295,7 @@ def test_a_host_that_still_has_the_file_gives_its_size_and_the_chosen_host_downl
     for target in apart:
         (target.bin / "hf").symlink_to(Path(sys.executable).parent / "hf")
     a, b = registered_host("gpu-a", apart[0]), registered_host("gpu-b", apart[1])
-    holder = services.save_deployment(
-        host=a,
-        name="holds-a",
-        backend="llamacpp",
-        model_path="/models/other.gguf",
-        served_model_name="holds-a",
-        gpu_indices=[0],
-        port=free_port(),
-        options={},
-        extra_args=[],
-    )
-    Deployment.objects.filter(pk=holder.pk).update(status=DeploymentStatus.RUNNING, last_fit={"devices": HOLDS})
+    occupy(a)
     data = tiny_gguf_path().read_bytes()
     folder = apart[0].home / ".gateway-portal" / "models" / "acme--tiny-chat"
     folder.mkdir(parents=True)
