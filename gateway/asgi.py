@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
@@ -26,11 +27,29 @@ from .call import Call, current, opened
 from .http import REPLICA, GatewayError, Receive, Request, Scope, Send, send_error
 from .metrics import IN_FLIGHT
 from .state import process
-from .surfaces import chat, mcp, messages, models, responses
+from .surfaces import chat, messages, models, responses
 
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[Request], Awaitable[None]]
+
+
+async def serve_mcp(req: Request) -> None:
+    """`/mcp/<slug>`: the MCP surface is imported on its first request. The official `mcp` SDK
+    (with pydantic, starlette and their kin) is ~40 MiB of every process's memory; a gateway whose
+    team uses no MCP server never pays it."""
+    from .surfaces import mcp
+
+    await mcp.serve(req)
+
+
+async def stop_mcp() -> None:
+    """Stop the MCP session manager if this process ever started one (see `serve_mcp`)."""
+    mcp = sys.modules.get(f"{__package__}.surfaces.mcp")
+    if mcp is not None:
+        await mcp.front.stop()
+
+
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Where = Literal["v1", "v1+bare", "v1-prefix", "exact", "prefix"]
 
@@ -53,9 +72,9 @@ ROUTES: list[tuple[str, str, Handler, Where]] = [
     ("GET", "/metrics", metrics.serve, "exact"),
     ("GET", "/healthz", health.healthz, "exact"),
     ("GET", "/readyz", health.readyz, "exact"),
-    ("POST", "/mcp/", mcp.serve, "prefix"),
-    ("GET", "/mcp/", mcp.serve, "prefix"),
-    ("DELETE", "/mcp/", mcp.serve, "prefix"),
+    ("POST", "/mcp/", serve_mcp, "prefix"),
+    ("GET", "/mcp/", serve_mcp, "prefix"),
+    ("DELETE", "/mcp/", serve_mcp, "prefix"),
 ]
 
 
@@ -234,7 +253,7 @@ def build_application(django_app: ASGIApp) -> ASGIApp:
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     try:
-                        await mcp.front.stop()
+                        await stop_mcp()
                         await process.stop()
                     finally:
                         await send({"type": "lifespan.shutdown.complete"})

@@ -15,7 +15,6 @@ from portal.i18n import Message, cleared, set_message
 
 from .choices import ServerStatus
 from .models import McpCall, McpServer, McpTool
-from .upstream import Upstream, UpstreamFailure, list_tools
 
 logger = logging.getLogger(__name__)
 
@@ -23,6 +22,9 @@ logger = logging.getLogger(__name__)
 def check_server(server_id: int) -> McpServer | None:
     """Call the server's `tools/list` with its credentials and record the outcome: new tools are
     added (enabled), known ones updated, vanished ones deleted with their grants. Safe to run twice."""
+    # The `mcp` SDK is ~40 MiB of memory: only a process that checks a server loads it.
+    from .upstream import Upstream, UpstreamFailure, list_tools
+
     server = McpServer.objects.filter(pk=server_id).first()
     if server is None:
         return None
