@@ -339,6 +339,29 @@ def test_install_reinstall_with_fewer_servers_and_uninstall_give_zeds_file_back_
     assert settings.read_bytes() == original
 
 
+def test_a_file_without_the_key_keeps_its_mode_and_is_replaced_whole_never_half_written(tmp_path, monkeypatch):
+    """VS Code's settings.json (Roo's one line): edited through a temporary file renamed over it, so
+    a reader sees the old file or the new one; its mode stays the user's."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    inp = replace(sample_input(None), mcp_servers=())
+    bundle = services.bundle("roo", inp, services.render("roo", inp), None)
+    [vscode] = [f for f in bundle["files"] if f["path"].endswith("Code/User/settings.json")]
+    target = home / vscode["path"].removeprefix("~/")
+    target.parent.mkdir(parents=True)
+    original = '{\r\n\t// mine\r\n\t"editor.fontSize": 14\r\n}\r\n'
+    target.write_bytes(original.encode())
+    target.chmod(0o640)
+    inode = target.stat().st_ino
+    assert inst.install(bundle, stamp="1", specs=SPECS) == 0
+    edited = target.read_bytes().decode()
+    assert edited.startswith('{\r\n\t// mine\r\n\t"editor.fontSize": 14,\r\n\t"roo-cline.autoImportSettingsPath": ')
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640 and target.stat().st_ino != inode
+    assert not [p for p in target.parent.iterdir() if p.name.startswith(".team-gateway-")]
+    assert inst.uninstall(SPECS, inp.gateway_url, ["roo"], yes=True, stamp="2") == 0
+    assert target.read_bytes() == original.encode() and stat.S_IMODE(target.stat().st_mode) == 0o640
+
+
 def test_a_zed_file_that_is_not_jsonc_is_left_alone_and_said_so(tmp_path, monkeypatch, capsys):
     home = tmp_path / "home"
     monkeypatch.setenv("HOME", str(home))
@@ -369,3 +392,46 @@ def test_the_doctor_reads_zeds_commented_file_with_the_same_scanner(tmp_path, mo
         ("teamgw-tracker", "https://llm.example.com/mcp/tracker"),
     ]
     assert inst.mcp_key(probe, data) == SAMPLE_KEY
+
+
+# --- install.ps1's mirror ---------------------------------------------------------------------
+
+# Every function of install.py's JSONC section and its twin in install.ps1 (which cannot run here:
+# no PowerShell on this machine), so neither grows a step the other lacks.
+PS_TWINS = {
+    "jsonc_error": "New-JsoncError",
+    "jsonc_tokens": "Get-JsoncTokens",
+    "jsonc_value": "Get-JsoncValue",
+    "jsonc_parse": "ConvertFrom-JsoncText",
+    "jsonc_loads": "ConvertFrom-Jsonc",
+    "same": "Test-JsonSame",
+    "line_start": "Get-LineStart",
+    "line_end": "Get-LineEnd",
+    "indent_at": "Get-IndentAt",
+    "blank": "Test-Blank",
+    "jsonc_layout": "Get-JsoncLayout",
+    "jsonc_dump": "ConvertTo-JsoncValue",
+    "jsonc_find": "Find-JsoncNode",
+    "jsonc_remove": "Remove-JsoncMember",
+    "jsonc_add": "Add-JsoncMember",
+    "jsonc_set": "Set-JsoncMember",
+    "jsonc_edit_members": "Edit-JsoncMembers",
+    "edit_json": "Edit-Jsonc",
+}
+
+
+def test_every_jsonc_step_of_install_py_has_its_twin_in_install_ps1():
+    here = Path(inst.__file__).resolve().parent
+    python = (here / "install.py").read_text()
+    section = python.split("# --- JSONC:", 1)[1].split("# --- merges:", 1)[0]
+    assert set(re.findall(r"(?m)^def (\w+)\(", section)) == set(PS_TWINS)
+    powershell = (here / "install.ps1").read_text()
+    defined = set(re.findall(r"(?m)^function ([\w-]+)", powershell))
+    assert set(PS_TWINS.values()) <= defined
+    # The readers and the writer of every installed JSON file go through them on both sides.
+    for ps in ("ConvertFrom-PlainJson", "ConvertTo-Json -Depth"):
+        assert ps not in powershell
+    for step in ("Edit-Jsonc $old $data", "Edit-Jsonc $text $data", "$data = ConvertFrom-Jsonc $text"):
+        assert step in powershell
+    for step in ("return edit_json(existing, data)", "return edit_json(text, data)", "return jsonc_loads(text), text"):
+        assert step in python
