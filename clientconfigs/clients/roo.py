@@ -99,10 +99,7 @@ def render(inp: RenderInput) -> Rendered:
             "jsonc",
             macos_path=f"{VSCODE_USER[1]}/settings.json",
             windows_path=f"{VSCODE_USER[2]}\\settings.json",
-            note=_(
-                "Only this one line is added; if your settings.json has comments the installer leaves it "
-                "alone and tells you to add the line yourself."
-            ),
+            note=_("Only this one line is added; your comments and other settings stay as they are."),
         ),
     ]
     if inp.mcp_servers:

@@ -4,8 +4,9 @@ Windows %APPDATA%\\Zed\\settings.json).
 Per model, `max_tokens` is the context window and `max_output_tokens` the output cap sent with
 requests. The key is never in settings.json: Zed reads `<PROVIDER_ID>_API_KEY` in upper snake case
 (TEAMGW_API_KEY) from the environment, else the key saved in its Agent settings (OS keychain).
-`agent.default_model` selects the default. Zed's own settings.json usually has comments: the
-installer leaves such a file alone and says to paste the block. Not run here (a GUI).
+`agent.default_model` selects the default. Zed's own settings.json usually has comments and
+trailing commas (JSONC): the installer edits it in place, writing only our members, and uninstall
+gives the file back byte for byte. Not run here (a GUI).
 
 The team's MCP servers are `context_servers` entries named `teamgw-<slug>` in the same file, in
 Zed's remote form `{"url", "headers"}` (settings_content's ContextServerSettingsContent::Http, which
@@ -92,8 +93,8 @@ def render(inp: RenderInput) -> Rendered:
             replace=(f"language_models.openai_compatible.{PROVIDER_ID}",),
             owned=(f"context_servers.{MCP_PREFIX}",),
             note=_(
-                "If your settings.json has comments (Zed's default one does), the installer leaves it alone: "
-                "paste the blocks shown here in by hand."
+                "The installer keeps your settings.json as it is, comments included (Zed's default one has "
+                "them): it adds or replaces only the team's entries, and uninstall takes them out again."
             ),
         )
     ]

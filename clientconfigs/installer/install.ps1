@@ -47,13 +47,300 @@ function ConvertTo-Table($o) {
   return $o
 }
 
-function ConvertFrom-PlainJson([string]$text) {
-  # An existing file we rewrite, as install.py reads it (json.loads): one with comments or trailing
-  # commas (Zed's, VS Code's settings.json) is refused, so the caller leaves it alone; PowerShell 7's
-  # ConvertFrom-Json would accept it and the rewrite would drop the developer's comments.
-  try { Add-Type -AssemblyName System.Text.Json } catch { }  # in .NET (PowerShell 7), not in Windows PowerShell 5.1
-  if ("System.Text.Json.JsonDocument" -as [type]) { ([System.Text.Json.JsonDocument]::Parse($text, [System.Text.Json.JsonDocumentOptions]::new())).Dispose() }
-  return ConvertTo-Table ($text | ConvertFrom-Json)
+# --- JSONC: JSON with comments and trailing commas (Zed's and VS Code's settings.json) ------------
+# A line-by-line mirror of install.py's jsonc_* functions and edit_json: every JSON file is read as
+# JSONC, the merge computes the new data, and only the members whose value changed are rewritten in
+# the text; comments, formatting, the user's entries and trailing commas stay byte for byte.
+
+function New-JsoncError([string]$text, [int]$at, [string]$what) {
+  $line = ([regex]::Matches($text.Substring(0, $at), "`n")).Count + 1
+  $column = $at - (Get-LineStart $text $at) + 1
+  return "not JSON, even with comments: line $line column ${column}: $what"
+}
+
+function Get-JsoncTokens([string]$text) {
+  # As install.py's jsonc_tokens: @(kind, start, end) each; kind one of {}[]:, "s" (a string) or "v".
+  $tokens = New-Object System.Collections.ArrayList; $i = 0; $n = $text.Length
+  if ($n -gt 0 -and [int]$text[0] -eq 0xFEFF) { $i = 1 }
+  while ($i -lt $n) {
+    $c = $text[$i]
+    if (" `t`r`n".IndexOf($c) -ge 0) { $i++ }
+    elseif ($c -eq '/' -and $i + 1 -lt $n -and $text[$i + 1] -eq '/') { $j = $text.IndexOf([char]10, $i); if ($j -lt 0) { $i = $n } else { $i = $j } }
+    elseif ($c -eq '/' -and $i + 1 -lt $n -and $text[$i + 1] -eq '*') {
+      $j = $text.IndexOf("*/", $i + 2, [StringComparison]::Ordinal)
+      if ($j -lt 0) { throw (New-JsoncError $text $i "a /* comment is not closed") }
+      $i = $j + 2
+    }
+    elseif ($c -eq '"') {
+      $j = $i + 1
+      while ($j -lt $n -and $text[$j] -ne '"' -and $text[$j] -ne "`n") { if ($text[$j] -eq '\') { $j += 2 } else { $j++ } }
+      if ($j -ge $n -or $text[$j] -ne '"') { throw (New-JsoncError $text $i "a string is not closed on its line") }
+      [void]$tokens.Add(@("s", $i, ($j + 1))); $i = $j + 1
+    }
+    elseif ("{}[]:,".IndexOf($c) -ge 0) { [void]$tokens.Add(@([string]$c, $i, ($i + 1))); $i++ }
+    else {
+      $j = $i
+      while ($j -lt $n -and ([char]::IsLetterOrDigit($text[$j]) -or "+-.".IndexOf($text[$j]) -ge 0)) { $j++ }
+      if ($j -eq $i) { throw (New-JsoncError $text $i "unexpected '$c'") }
+      [void]$tokens.Add(@("v", $i, $j)); $i = $j
+    }
+  }
+  return ,$tokens
+}
+
+function Get-JsoncValue([string]$text, $tokens, [int]$i) {
+  # As install.py's jsonc_value: @{ node; next }. A node: @{ kind; start; end; members }, a member
+  # @(key or $null, start, value node, comma offset or -1).
+  if ($i -ge $tokens.Count) { throw (New-JsoncError $text $text.Length "the text ends where a value should be") }
+  $kind = $tokens[$i][0]; $start = $tokens[$i][1]; $end = $tokens[$i][2]
+  if ($kind -ceq "s" -or $kind -ceq "v") { return @{ node = @{ kind = $kind; start = $start; end = $end }; next = $i + 1 } }
+  if ($kind -ne "{" -and $kind -ne "[") { throw (New-JsoncError $text $start "expected a value, found '$kind'") }
+  $close = if ($kind -eq "{") { "}" } else { "]" }
+  $node = @{ kind = $kind; start = $start; end = -1; members = (New-Object System.Collections.ArrayList) }
+  $i++
+  while ($true) {
+    if ($i -ge $tokens.Count) { throw (New-JsoncError $text $text.Length "'$close' is missing") }
+    if ($tokens[$i][0] -eq $close) { $node.end = $tokens[$i][2]; return @{ node = $node; next = $i + 1 } }
+    $key = $null; $at = $tokens[$i][1]
+    if ($kind -eq "{") {
+      if ($tokens[$i][0] -cne "s") { throw (New-JsoncError $text $at "expected a property name in double quotes") }
+      $key = [regex]::Unescape($text.Substring($tokens[$i][1] + 1, $tokens[$i][2] - $tokens[$i][1] - 2))  # json.loads of the name
+      if ($i + 1 -ge $tokens.Count -or $tokens[$i + 1][0] -ne ":") { throw (New-JsoncError $text $tokens[$i][2] "expected ':' after the property name") }
+      $i += 2
+    }
+    $found = Get-JsoncValue $text $tokens $i; $i = $found.next
+    $comma = -1
+    if ($i -lt $tokens.Count -and $tokens[$i][0] -eq ",") { $comma = $tokens[$i][1]; $i++ }
+    elseif ($i -lt $tokens.Count -and $tokens[$i][0] -ne $close) { throw (New-JsoncError $text $tokens[$i][1] "expected ',' or '$close'") }
+    [void]$node.members.Add(@($key, $at, $found.node, $comma))
+  }
+}
+
+function ConvertFrom-JsoncText([string]$text) {
+  # As install.py's jsonc_parse: @{ root; data }, the data read by ConvertFrom-Json from the same
+  # text with its comments, trailing commas and byte order mark blanked out.
+  $tokens = Get-JsoncTokens $text
+  $found = Get-JsoncValue $text $tokens 0
+  if ($found.next -lt $tokens.Count) { throw (New-JsoncError $text $tokens[$found.next][1] "more text after the end of the JSON value") }
+  $plain = New-Object System.Text.StringBuilder ([regex]::Replace($text, "[^`n]", " "))
+  for ($k = 0; $k -lt $tokens.Count; $k++) {
+    $t = $tokens[$k]
+    if ($t[0] -eq "," -and $k + 1 -lt $tokens.Count -and ($tokens[$k + 1][0] -eq "}" -or $tokens[$k + 1][0] -eq "]")) { continue }
+    [void]$plain.Remove($t[1], $t[2] - $t[1]).Insert($t[1], $text.Substring($t[1], $t[2] - $t[1]))
+  }
+  try { $data = ConvertTo-Table ($plain.ToString() | ConvertFrom-Json) } catch { throw "not JSON, even with comments: $($_.Exception.Message)" }
+  return @{ root = $found.node; data = $data }
+}
+
+function ConvertFrom-Jsonc([string]$text) { return (ConvertFrom-JsoncText $text).data }
+
+function Test-JsonSame($a, $b) {
+  # As install.py's same: equal JSON values, key order aside.
+  if ($a -is [System.Collections.IDictionary] -and $b -is [System.Collections.IDictionary]) {
+    if ($a.Count -ne $b.Count) { return $false }
+    foreach ($k in @($a.Keys)) { if (-not $b.Contains($k) -or -not (Test-JsonSame $a[$k] $b[$k])) { return $false } }
+    return $true
+  }
+  if ($a -is [System.Collections.IList] -and $b -is [System.Collections.IList]) {
+    if ($a.Count -ne $b.Count) { return $false }
+    for ($i = 0; $i -lt $a.Count; $i++) { if (-not (Test-JsonSame $a[$i] $b[$i])) { return $false } }
+    return $true
+  }
+  if ($null -eq $a -or $null -eq $b) { return ($null -eq $a -and $null -eq $b) }
+  return ($a.GetType() -eq $b.GetType()) -and ($a -ceq $b)
+}
+
+function Get-LineStart([string]$text, [int]$i) { if ($i -le 0) { return 0 }; return $text.LastIndexOf([char]10, $i - 1) + 1 }
+
+function Get-LineEnd([string]$text, [int]$i) { $j = $text.IndexOf([char]10, $i); if ($j -lt 0) { return $text.Length }; return $j }
+
+function Get-IndentAt([string]$text, [int]$start) {
+  $j = $start; while ($j -lt $text.Length -and ($text[$j] -eq ' ' -or $text[$j] -eq "`t")) { $j++ }
+  return $text.Substring($start, $j - $start)
+}
+
+function Test-Blank([string]$s) { return $s.Trim(" `t`r`n".ToCharArray()) -eq "" }
+
+function Get-Slice([string]$text, [int]$from, [int]$to) { return $text.Substring($from, $to - $from) }
+
+function Get-JsoncLayout([string]$text, $root) {
+  # As install.py's jsonc_layout: @(newline, indent unit).
+  $newline = if ($text.Contains("`r`n")) { "`r`n" } else { "`n" }
+  $queue = New-Object System.Collections.ArrayList; [void]$queue.Add($root)
+  while ($queue.Count) {
+    $node = $queue[0]; $queue.RemoveAt(0)
+    if ($node.kind -ne "{" -and $node.kind -ne "[") { continue }
+    if ($node.kind -eq "{" -and $node.members.Count) {
+      $at = $node.members[0][1]; $ls = Get-LineStart $text $at
+      $outer = Get-IndentAt $text (Get-LineStart $text $node.start); $inner = Get-Slice $text $ls $at
+      if ((Test-Blank $inner) -and $inner.Length -gt $outer.Length -and $inner.StartsWith($outer)) { return @($newline, $inner.Substring($outer.Length)) }
+    }
+    foreach ($m in $node.members) { [void]$queue.Add($m[2]) }
+  }
+  return @($newline, "  ")
+}
+
+function Format-JsonString([string]$s) {
+  # As Python's json.dumps(s, ensure_ascii=False).
+  $b = New-Object System.Text.StringBuilder; [void]$b.Append('"')
+  foreach ($c in $s.ToCharArray()) {
+    $n = [int]$c
+    if ($n -eq 34) { [void]$b.Append('\"') } elseif ($n -eq 92) { [void]$b.Append('\\') }
+    elseif ($n -eq 10) { [void]$b.Append('\n') } elseif ($n -eq 13) { [void]$b.Append('\r') } elseif ($n -eq 9) { [void]$b.Append('\t') }
+    elseif ($n -eq 8) { [void]$b.Append('\b') } elseif ($n -eq 12) { [void]$b.Append('\f') }
+    elseif ($n -lt 32) { [void]$b.Append(('\u{0:x4}' -f $n)) } else { [void]$b.Append($c) }
+  }
+  [void]$b.Append('"'); return $b.ToString()
+}
+
+function ConvertTo-PyJson($v, $unit, [string]$pad) {
+  # As Python's json.dumps(v, indent=unit, ensure_ascii=False), the lines after the first at $pad;
+  # $unit $null: on one line, as json.dumps(v, ensure_ascii=False).
+  $inv = [Globalization.CultureInfo]::InvariantCulture
+  if ($null -eq $v) { return "null" }
+  if ($v -is [bool]) { if ($v) { return "true" }; return "false" }
+  if ($v -is [string]) { return Format-JsonString $v }
+  if ($v -is [datetime]) { return Format-JsonString ($v.ToUniversalTime().ToString("yyyy-MM-dd'T'HH:mm:ss.fff'Z'", $inv)) }  # PowerShell 7 reads ISO strings as dates
+  $isMap = $v -is [System.Collections.IDictionary]
+  if ($isMap -or $v -is [System.Collections.IList]) {
+    $open, $close = if ($isMap) { "{", "}" } else { "[", "]" }
+    if ($v.Count -eq 0) { return $open + $close }
+    $inner = if ($null -ne $unit) { $pad + $unit } else { "" }
+    $parts = New-Object System.Collections.ArrayList
+    if ($isMap) { foreach ($k in @($v.Keys)) { [void]$parts.Add((Format-JsonString ([string]$k)) + ": " + (ConvertTo-PyJson $v[$k] $unit $inner)) } }
+    else { foreach ($item in $v) { [void]$parts.Add((ConvertTo-PyJson $item $unit $inner)) } }
+    if ($null -eq $unit) { return $open + ($parts -join ", ") + $close }
+    return $open + "`n" + $inner + ($parts -join (",`n" + $inner)) + "`n" + $pad + $close
+  }
+  if ($v -is [double] -or $v -is [single] -or $v -is [decimal]) {
+    $s = ([double]$v).ToString("R", $inv).Replace("E", "e")
+    if ($s -notmatch '[.eN]') { $s += ".0" }  # Python writes a float as 1.0
+    return $s
+  }
+  return [string]::Format($inv, "{0}", $v)
+}
+
+function ConvertTo-JsoncValue($value, [string]$indent, $unit, [string]$newline) {
+  # As install.py's jsonc_dump.
+  if ($null -eq $unit) { return ConvertTo-PyJson $value $null "" }
+  return (ConvertTo-PyJson $value $unit "").Replace("`n", $newline + $indent)
+}
+
+function Find-JsoncNode($root, $path) {
+  $node = $root
+  foreach ($key in @($path)) { $node = (Find-JsoncMember $node $key)[2] }
+  return $node
+}
+
+function Find-JsoncMember($node, [string]$key) {
+  # The last member named $key (ConvertFrom-Json, like json.loads, keeps the last).
+  $found = $null
+  foreach ($m in $node.members) { if ($m[0] -ceq $key) { $found = $m } }
+  return ,$found
+}
+
+function Remove-JsoncMember([string]$text, $path, [string]$key) {
+  # As install.py's jsonc_remove.
+  $node = Find-JsoncNode (ConvertFrom-JsoncText $text).root $path
+  $members = $node.members; $k = -1
+  for ($i = 0; $i -lt $members.Count; $i++) { if ($members[$i][0] -ceq $key) { $k = $i } }
+  $at = $members[$k][1]; $value = $members[$k][2]; $comma = $members[$k][3]
+  $end = if ($comma -ge 0) { $comma + 1 } else { $value.end }
+  $ls = Get-LineStart $text $at; $le = Get-LineEnd $text $end
+  $rest = (Get-Slice $text $end $le).Trim(" `t`r".ToCharArray())
+  $last = $k -eq $members.Count - 1
+  if ((Test-Blank (Get-Slice $text $ls $at)) -and ($rest -eq "" -or $rest.StartsWith("//"))) { $cut = @($ls, [Math]::Min($le + 1, $text.Length)) }
+  elseif ($last) { $s = $at; while ($s -gt 0 -and ($text[$s - 1] -eq ' ' -or $text[$s - 1] -eq "`t")) { $s-- }; $cut = @($s, $end) }
+  else { $e = $end; while ($e -lt $text.Length -and ($text[$e] -eq ' ' -or $text[$e] -eq "`t")) { $e++ }; $cut = @($at, $e) }
+  $text = $text.Substring(0, $cut[0]) + $text.Substring($cut[1])
+  if ($last -and $comma -lt 0 -and $k -gt 0 -and $members[$k - 1][3] -ge 0) {
+    $before = $members[$k - 1][3]; $text = $text.Substring(0, $before) + $text.Substring($before + 1)
+  }
+  if ($members.Count -eq 1) {
+    $node = Find-JsoncNode (ConvertFrom-JsoncText $text).root $path
+    $body = Get-Slice $text ($node.start + 1) ($node.end - 1)
+    if ($body -and (Test-Blank $body)) { $text = $text.Substring(0, $node.start + 1) + $text.Substring($node.end - 1) }
+  }
+  return $text
+}
+
+function Add-JsoncMember([string]$text, $path, [string]$key, $value) {
+  # As install.py's jsonc_add.
+  $root = (ConvertFrom-JsoncText $text).root
+  $newline, $unit = Get-JsoncLayout $text $root
+  $node = Find-JsoncNode $root $path
+  $members = $node.members; $close = $node.end - 1; $cls = Get-LineStart $text $close
+  $name = (Format-JsonString $key) + ": "
+  $last = if ($members.Count) { $members[$members.Count - 1] } else { $null }
+  if ((Test-Blank (Get-Slice $text $cls $close)) -and $cls -gt $node.start) {
+    $first = if ($members.Count) { $members[0][1] } else { -1 }
+    if ($members.Count -and (Test-Blank (Get-Slice $text (Get-LineStart $text $first) $first))) { $indent = Get-Slice $text (Get-LineStart $text $first) $first }
+    else { $indent = (Get-IndentAt $text $cls) + $unit }
+    $comma = if ($null -ne $last -and $last[3] -ge 0) { "," } else { "" }
+    $line = $indent + $name + (ConvertTo-JsoncValue $value $indent $unit $newline) + $comma + $newline
+    $text = $text.Substring(0, $cls) + $line + $text.Substring($cls)
+    if ($null -ne $last -and $last[3] -lt 0) { $text = $text.Substring(0, $last[2].end) + "," + $text.Substring($last[2].end) }
+  }
+  elseif ($null -eq $last -and (Test-Blank (Get-Slice $text ($node.start + 1) $close))) {
+    $outer = Get-IndentAt $text (Get-LineStart $text $node.start); $indent = $outer + $unit
+    $body = $newline + $indent + $name + (ConvertTo-JsoncValue $value $indent $unit $newline) + $newline + $outer
+    $text = $text.Substring(0, $node.start + 1) + $body + $text.Substring($close)
+  }
+  elseif ($null -eq $last) { $at = $node.start + 1; $text = $text.Substring(0, $at) + $name + (ConvertTo-JsoncValue $value "" $null $newline) + $text.Substring($at) }
+  elseif ($last[3] -ge 0) { $at = $last[3] + 1; $text = $text.Substring(0, $at) + " " + $name + (ConvertTo-JsoncValue $value "" $null $newline) + "," + $text.Substring($at) }
+  else { $at = $last[2].end; $text = $text.Substring(0, $at) + ", " + $name + (ConvertTo-JsoncValue $value "" $null $newline) + $text.Substring($at) }
+  return $text
+}
+
+function Set-JsoncMember([string]$text, $path, [string]$key, $value) {
+  # As install.py's jsonc_set.
+  $root = (ConvertFrom-JsoncText $text).root
+  $newline, $unit = Get-JsoncLayout $text $root
+  $m = Find-JsoncMember (Find-JsoncNode $root $path) $key
+  $at = $m[1]; $node = $m[2]; $ls = Get-LineStart $text $at
+  $pad = Get-Slice $text $ls $at
+  $new = if (Test-Blank $pad) { ConvertTo-JsoncValue $value $pad $unit $newline } else { ConvertTo-JsoncValue $value $pad $null $newline }
+  return $text.Substring(0, $node.start) + $new + $text.Substring($node.end)
+}
+
+function Edit-JsoncMembers([string]$text, $path, $old, $new) {
+  # As install.py's jsonc_edit_members.
+  foreach ($key in @($old.Keys)) { if (-not $new.Contains($key)) { $text = Remove-JsoncMember $text $path $key } }
+  foreach ($key in @($new.Keys)) {
+    $value = $new[$key]
+    if (-not $old.Contains($key)) { $text = Add-JsoncMember $text $path $key $value }
+    elseif (Test-JsonSame $old[$key] $value) { continue }
+    elseif ($old[$key] -is [System.Collections.IDictionary] -and $value -is [System.Collections.IDictionary]) { $text = Edit-JsoncMembers $text (@($path) + @($key)) $old[$key] $value }
+    else { $text = Set-JsoncMember $text $path $key $value }
+  }
+  return $text
+}
+
+function Edit-Jsonc([string]$text, $new) {
+  # As install.py's edit_json: the text edited so that it reads as $new; every other byte stays.
+  $old = ConvertFrom-Jsonc $text
+  if (-not ($old -is [System.Collections.IDictionary])) { throw "the existing file is not a JSON object" }
+  $edited = Edit-JsoncMembers $text @() $old $new
+  if (-not (Test-JsonSame (ConvertFrom-Jsonc $edited) $new)) { throw "the file could not be edited without disturbing it" }
+  return $edited
+}
+
+function Read-TeamText([string]$path, [string]$merge) {
+  # As install.py's read_text: a JSON file as it is on disk (its byte order mark and CRLF kept).
+  if ($merge -eq "json") { return [Text.Encoding]::UTF8.GetString([IO.File]::ReadAllBytes($path)) }
+  return [IO.File]::ReadAllText($path)
+}
+
+function Write-TeamFile([string]$path, [string]$text, $secret) {
+  # As install.py's write_file: a temporary file beside it, then a rename (File.Replace keeps the
+  # file's own permissions); readable by this user only when it holds a key.
+  $dir = Split-Path $path; New-Item -ItemType Directory -Force -Path $dir | Out-Null
+  $tmp = Join-Path $dir (".team-gateway-" + [IO.Path]::GetRandomFileName())
+  try {
+    [IO.File]::WriteAllText($tmp, $text, (New-Object System.Text.UTF8Encoding $false))
+    if (Test-Path -LiteralPath $path) { [IO.File]::Replace($tmp, $path, [NullString]::Value) } else { [IO.File]::Move($tmp, $path) }
+  } finally { if (Test-Path -LiteralPath $tmp) { Remove-Item -LiteralPath $tmp -Force } }
+  if ($secret) { Protect-File $path }
 }
 
 function Merge-Deep($into, $new) {
@@ -102,9 +389,9 @@ function Merge-Json($old, $file) {
   $theirs = [ordered]@{}
   if ($null -eq $old -or $old.Trim() -eq "") { $data = $new }
   else {
-    $data = ConvertFrom-PlainJson $old
+    $data = ConvertFrom-Jsonc $old  # JSONC too: Edit-Jsonc writes only what changed into it
     if (-not ($data -is [System.Collections.IDictionary])) { throw "the existing file is not a JSON object" }
-    $theirs = ConvertTo-Table ($old | ConvertFrom-Json)
+    $theirs = ConvertFrom-Jsonc $old
     Remove-Owned $data $file.owned
     Merge-Deep $data $new
   }
@@ -128,7 +415,8 @@ function Merge-Json($old, $file) {
     $last = $parts[-1]
     if ($node -is [System.Collections.IDictionary] -and $node.Contains($last) -and -not $keep.Contains($last)) { $node.Remove($last) }
   }
-  return ($data | ConvertTo-Json -Depth 32) + "`n"
+  if ($null -eq $old -or $old.Trim() -eq "") { return (ConvertTo-PyJson $data "  " "") + "`n" }
+  return Edit-Jsonc $old $data
 }
 
 function Split-Toml([string]$text) {
@@ -403,17 +691,18 @@ function Install-Bundle([string]$tok) {
   foreach ($spec in @($Specs.($bundle.client))) {
     # Our MCP entries in a file this bundle does not write (no team server allowed any more).
     if (-not $spec -or -not $spec.owned -or ($sent -contains $spec.path)) { continue }
+    # As install.py's strip_owned: the owned entries out (and their object, left empty), nothing else.
     $path = Expand-TeamPath $spec.windows_path
     if (-not (Test-Path $path)) { continue }
-    $old = [IO.File]::ReadAllText($path)
-    try { $data = ConvertFrom-PlainJson $old } catch { $failures++; Write-Host "! ${path}: left unchanged ($($_.Exception.Message)); remove the teamgw-... MCP servers by hand"; continue }
-    Remove-Owned $data $spec.owned
-    $text = ($data | ConvertTo-Json -Depth 32) + "`n"
-    if ($text -ne $old) { [IO.File]::WriteAllText("$path.bak-$stamp", $old); [IO.File]::WriteAllText($path, $text, (New-Object System.Text.UTF8Encoding $false)); Write-Host "+ ${path}: team MCP servers no longer allowed are removed" }
+    $old = Read-TeamText $path $spec.merge
+    $only = [pscustomobject]@{ merge = $spec.merge; owned = $spec.owned; paths = @(); lists = @(); keys = @(); tables = @() }
+    try { $text = Get-Unmerged $only $old } catch { $failures++; Write-Host "! ${path}: left unchanged ($($_.Exception.Message)); remove the teamgw-... MCP servers by hand"; continue }
+    if (-not $text.Trim()) { $text = "{}`n" }
+    if ($text -cne $old) { [IO.File]::WriteAllText("$path.bak-$stamp", $old); Protect-File "$path.bak-$stamp"; Write-TeamFile $path $text $spec.secret; Write-Host "+ ${path}: team MCP servers no longer allowed are removed" }
   }
   foreach ($f in $bundle.files) {
     $path = Expand-TeamPath $f.windows_path
-    $old = $null; if (Test-Path $path) { $old = [IO.File]::ReadAllText($path) }
+    $old = $null; if (Test-Path $path) { $old = Read-TeamText $path $f.merge }
     try {
       switch ($f.merge) {
         "json" { $text = Merge-Json $old $f }
@@ -429,8 +718,7 @@ function Install-Bundle([string]$tok) {
     } catch { $failures++; Write-Host "! $path left unchanged ($($_.Exception.Message)). Copy $($f.name) from the portal page by hand."; continue }
     New-Item -ItemType Directory -Force -Path (Split-Path $path) | Out-Null
     if ($null -ne $old) { $backup = "$path.bak-$stamp"; [IO.File]::WriteAllText($backup, $old); Protect-File $backup }
-    [IO.File]::WriteAllText($path, $text, (New-Object System.Text.UTF8Encoding $false))
-    if ($f.secret) { Protect-File $path }
+    Write-TeamFile $path $text $f.secret
     if ($f.merge -eq "dotenv" -and $f.path -eq "~/.config/team-gateway/env") {
       foreach ($l in ($f.content -split "`n")) {
         if ($l -match "^export\s+([A-Za-z_][A-Za-z0-9_]*)='?([^']*)'?$") { [Environment]::SetEnvironmentVariable($Matches[1], $Matches[2], "User") }
@@ -483,7 +771,7 @@ function Invoke-Doctor([string]$client) {
     }
     $text = [IO.File]::ReadAllText($path)
     if ($p.format -eq "json") {
-      $data = ConvertTo-Table ($text | ConvertFrom-Json)
+      $data = ConvertFrom-Jsonc $text  # JSONC too (Zed's, VS Code's settings.json)
       $bases = Get-Dotted $data $p.base_url
       if ($p.mcp) {
         $entries = Get-At $data $p.mcp
@@ -547,7 +835,7 @@ function Get-Unmerged($spec, [string]$text) {
   # What is left of one installed file once the team gateway's entries are out (install.py's unmerge_*).
   switch ($spec.merge) {
     "json" {
-      $data = ConvertFrom-PlainJson $text
+      $data = ConvertFrom-Jsonc $text
       foreach ($p in @($spec.paths)) { if ($p) { Remove-Path $data $p } }
       foreach ($l in @($spec.lists)) {
         if (-not $l) { continue }
@@ -557,7 +845,7 @@ function Get-Unmerged($spec, [string]$text) {
       }
       Remove-Owned $data $spec.owned
       foreach ($o in @($spec.owned)) { if ($o) { $at = $o.Substring(0, $o.LastIndexOf(".")); $n = Get-At $data $at; if ($n -is [System.Collections.IDictionary] -and -not $n.Count) { Remove-Path $data $at } } }
-      return ($data | ConvertTo-Json -Depth 32) + "`n"
+      return Edit-Jsonc $text $data
     }
     "toml" {
       $split = Split-Toml $text; $out = New-Object System.Collections.ArrayList
@@ -622,11 +910,11 @@ function Invoke-Uninstall([string]$which) {
       if ($spec.glob) { $paths = @(Get-ChildItem -Path $paths[0] -File -ErrorAction SilentlyContinue | ForEach-Object { $_.FullName }) }
       foreach ($path in $paths) {
         if (-not (Test-Path -LiteralPath $path)) { continue }
-        $old = [IO.File]::ReadAllText($path)
+        $old = Read-TeamText $path $spec.merge
         try { $new = Get-Unmerged $spec $old } catch { Write-Host "! $path left unchanged ($($_.Exception.Message)); remove the team gateway entries by hand"; continue }
-        if ($new -eq $old) { continue }
+        if ($new -ceq $old) { continue }
         $delete = (-not $new.Trim()) -or ($new -eq $spec.skeleton)
-        [void]$plan.Add(@{ path = $path; old = $old; new = $new; delete = $delete })
+        [void]$plan.Add(@{ path = $path; old = $old; new = $new; delete = $delete; secret = $spec.secret })
         if ($delete) { Write-Host ". delete (only ours in it): $path" } else { Write-Host ". remove our entries from: $path" }
       }
     }
@@ -640,7 +928,7 @@ function Invoke-Uninstall([string]$which) {
   foreach ($p in $plan) {
     [IO.File]::WriteAllText("$($p.path).bak-$stamp", $p.old)
     if ($p.delete) { Remove-Item $p.path; Write-Host "+ $($p.path): deleted (backup: .bak-$stamp)" }
-    else { [IO.File]::WriteAllText($p.path, $p.new, (New-Object System.Text.UTF8Encoding $false)); Write-Host "+ $($p.path): our entries removed (backup: .bak-$stamp)" }
+    else { Write-TeamFile $p.path $p.new $p.secret; Write-Host "+ $($p.path): our entries removed (backup: .bak-$stamp)" }
   }
   Write-Host ". the keys minted for these clients still work until you revoke them on the portal"
 }

@@ -88,6 +88,298 @@ def expand(file):
     return os.path.expanduser(path or file["path"])
 
 
+# --- JSONC: JSON with comments and trailing commas (Zed's and VS Code's settings.json) -----------
+# Every JSON file is read as JSONC and edited in place: a merge computes the new data as for any JSON
+# file, then edit_json rewrites only the members whose value changed (added at the end of their
+# object, removed, or their value replaced); comments, formatting, the user's entries and trailing
+# commas stay byte for byte, so uninstall after install gives the file back as it was. install.ps1
+# mirrors these functions line by line (ConvertFrom-Jsonc, Edit-Jsonc).
+
+
+def jsonc_error(text, at, what):
+    line = text.count("\n", 0, at) + 1
+    column = at - (text.rfind("\n", 0, at) + 1) + 1
+    return ValueError(f"not JSON, even with comments: line {line} column {column}: {what}")
+
+
+def jsonc_tokens(text):
+    """[(kind, start, end)]: kind is one of `{}[]:,`, "s" (a string) or "v" (a number, true, false or
+    null); whitespace, // and /* */ comments and a leading byte order mark are skipped."""
+    tokens, i, n = [], 0, len(text)
+    if text.startswith("\ufeff"):
+        i = 1
+    while i < n:
+        c = text[i]
+        if c in " \t\r\n":
+            i += 1
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            if j < 0:
+                raise jsonc_error(text, i, "a /* comment is not closed")
+            i = j + 2
+        elif c == '"':
+            j = i + 1
+            while j < n and text[j] != '"' and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            if j >= n or text[j] != '"':
+                raise jsonc_error(text, i, "a string is not closed on its line")
+            tokens.append(("s", i, j + 1))
+            i = j + 1
+        elif c in "{}[]:,":
+            tokens.append((c, i, i + 1))
+            i += 1
+        else:
+            j = i
+            while j < n and (text[j].isalnum() or text[j] in "+-."):
+                j += 1
+            if j == i:
+                raise jsonc_error(text, i, f"unexpected {c!r}")
+            tokens.append(("v", i, j))
+            i = j
+    return tokens
+
+
+def jsonc_value(text, tokens, i):
+    """(node, index of the token after it) for the value at tokens[i]. A node is {"kind", "start",
+    "end"}; an object's or array's has "members": [(key or None, start, value node, comma offset or -1)]."""
+    if i >= len(tokens):
+        raise jsonc_error(text, len(text), "the text ends where a value should be")
+    kind, start, end = tokens[i]
+    if kind in ("s", "v"):
+        return {"kind": kind, "start": start, "end": end}, i + 1
+    if kind not in ("{", "["):
+        raise jsonc_error(text, start, f"expected a value, found {kind!r}")
+    close = "}" if kind == "{" else "]"
+    node = {"kind": kind, "start": start, "end": -1, "members": []}
+    i += 1
+    while True:
+        if i >= len(tokens):
+            raise jsonc_error(text, len(text), f"{close!r} is missing")
+        if tokens[i][0] == close:
+            node["end"] = tokens[i][2]
+            return node, i + 1
+        key, at = None, tokens[i][1]
+        if kind == "{":
+            if tokens[i][0] != "s":
+                raise jsonc_error(text, at, "expected a property name in double quotes")
+            key = json.loads(text[tokens[i][1] : tokens[i][2]])
+            if i + 1 >= len(tokens) or tokens[i + 1][0] != ":":
+                raise jsonc_error(text, tokens[i][2], "expected ':' after the property name")
+            i += 2
+        value, i = jsonc_value(text, tokens, i)
+        comma = -1
+        if i < len(tokens) and tokens[i][0] == ",":
+            comma = tokens[i][1]
+            i += 1
+        elif i < len(tokens) and tokens[i][0] != close:
+            raise jsonc_error(text, tokens[i][1], f"expected ',' or {close!r}")
+        node["members"].append((key, at, value, comma))
+
+
+def jsonc_parse(text):
+    """(root node, the data): the structure of JSONC text, and what it holds, read by json.loads from
+    the same text with its comments, trailing commas and byte order mark blanked out."""
+    tokens = jsonc_tokens(text)
+    root, i = jsonc_value(text, tokens, 0)
+    if i < len(tokens):
+        raise jsonc_error(text, tokens[i][1], "more text after the end of the JSON value")
+    plain = [c if c == "\n" else " " for c in text]
+    for k, (kind, start, end) in enumerate(tokens):
+        if not (kind == "," and k + 1 < len(tokens) and tokens[k + 1][0] in ("}", "]")):
+            plain[start:end] = text[start:end]
+    try:
+        return root, json.loads("".join(plain))
+    except ValueError as exc:
+        raise ValueError(f"not JSON, even with comments: {exc}") from None
+
+
+def jsonc_loads(text):
+    return jsonc_parse(text)[1]
+
+
+def same(a, b):
+    """Equal JSON values (key order aside; true is not 1)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(a[i], b[i]) for i in range(len(a)))
+    return type(a) is type(b) and a == b
+
+
+def line_start(text, i):
+    return text.rfind("\n", 0, i) + 1
+
+
+def line_end(text, i):
+    j = text.find("\n", i)
+    return len(text) if j < 0 else j
+
+
+def indent_at(text, start):
+    """The spaces and tabs that open the line starting at `start`."""
+    j = start
+    while j < len(text) and text[j] in " \t":
+        j += 1
+    return text[start:j]
+
+
+def blank(s):
+    return s.strip(" \t\r\n") == ""
+
+
+def jsonc_layout(text, root):
+    """(newline, indent unit) of a file: CRLF if it has one; the unit is what the first object
+    written one member a line indents its members by more than its own line (else two spaces)."""
+    newline = "\r\n" if "\r\n" in text else "\n"
+    stack = [root]
+    while stack:
+        node = stack.pop(0)
+        if node["kind"] not in ("{", "["):
+            continue
+        if node["kind"] == "{" and node["members"]:
+            at = node["members"][0][1]
+            ls = line_start(text, at)
+            outer = indent_at(text, line_start(text, node["start"]))
+            inner = text[ls:at]
+            if blank(inner) and len(inner) > len(outer) and inner.startswith(outer):
+                return newline, inner[len(outer) :]
+        stack += [m[2] for m in node["members"]]
+    return newline, "  "
+
+
+def jsonc_dump(value, indent, unit, newline):
+    """`value` as json.dumps writes it with `unit`, its lines after the first indented by `indent`;
+    on one line when `unit` is None."""
+    if unit is None:
+        return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, indent=unit, ensure_ascii=False).replace("\n", newline + indent)
+
+
+def jsonc_find(root, path):
+    """The node at a path of keys (the last member of a name, as json.loads keeps the last)."""
+    node = root
+    for key in path:
+        node = [m for m in node["members"] if m[0] == key][-1][2]
+    return node
+
+
+def jsonc_remove(text, path, key):
+    """Remove the last member `key` of the object at `path`: its whole lines when it has them to
+    itself, else only its text; the comma before it when it was the last and had none, and the
+    object's blank body when it is left empty (`{}`)."""
+    root, _ = jsonc_parse(text)
+    node = jsonc_find(root, path)
+    members = node["members"]
+    k = max(i for i, m in enumerate(members) if m[0] == key)
+    _, at, value, comma = members[k]
+    end = comma + 1 if comma >= 0 else value["end"]
+    ls, le = line_start(text, at), line_end(text, end)
+    rest = text[end:le].strip(" \t\r")
+    last = k == len(members) - 1
+    if blank(text[ls:at]) and (rest == "" or rest.startswith("//")):
+        cut = (ls, min(le + 1, len(text)))
+    elif last:
+        s = at
+        while s > 0 and text[s - 1] in " \t":
+            s -= 1
+        cut = (s, end)
+    else:
+        e = end
+        while e < len(text) and text[e] in " \t":
+            e += 1
+        cut = (at, e)
+    text = text[: cut[0]] + text[cut[1] :]
+    if last and comma < 0 and k > 0 and members[k - 1][3] >= 0:
+        before = members[k - 1][3]
+        text = text[:before] + text[before + 1 :]
+    if len(members) == 1:
+        node = jsonc_find(jsonc_parse(text)[0], path)
+        body = text[node["start"] + 1 : node["end"] - 1]
+        if body and blank(body):
+            text = text[: node["start"] + 1] + text[node["end"] - 1 :]
+    return text
+
+
+def jsonc_add(text, path, key, value):
+    """Add the member `key` at the end of the object at `path`, in the file's style: on lines of its
+    own at the members' indent (a trailing comma if the last member has one), else inline."""
+    root, _ = jsonc_parse(text)
+    newline, unit = jsonc_layout(text, root)
+    node = jsonc_find(root, path)
+    members = node["members"]
+    close = node["end"] - 1
+    cls = line_start(text, close)
+    name = json.dumps(key, ensure_ascii=False) + ": "
+    last = members[-1] if members else None
+    if blank(text[cls:close]) and cls > node["start"]:
+        first = members[0][1] if members else -1
+        if members and blank(text[line_start(text, first) : first]):
+            indent = text[line_start(text, first) : first]
+        else:
+            indent = indent_at(text, cls) + unit
+        comma = "," if last is not None and last[3] >= 0 else ""
+        line = indent + name + jsonc_dump(value, indent, unit, newline) + comma + newline
+        text = text[:cls] + line + text[cls:]
+        if last is not None and last[3] < 0:
+            text = text[: last[2]["end"]] + "," + text[last[2]["end"] :]
+    elif last is None and blank(text[node["start"] + 1 : close]):
+        outer = indent_at(text, line_start(text, node["start"]))
+        indent = outer + unit
+        body = newline + indent + name + jsonc_dump(value, indent, unit, newline) + newline + outer
+        text = text[: node["start"] + 1] + body + text[close:]
+    elif last is None:
+        at = node["start"] + 1
+        text = text[:at] + name + jsonc_dump(value, "", None, newline) + text[at:]
+    elif last[3] >= 0:
+        at = last[3] + 1
+        text = text[:at] + " " + name + jsonc_dump(value, "", None, newline) + "," + text[at:]
+    else:
+        at = last[2]["end"]
+        text = text[:at] + ", " + name + jsonc_dump(value, "", None, newline) + text[at:]
+    return text
+
+
+def jsonc_set(text, path, key, value):
+    """Replace the value of the last member `key` of the object at `path`."""
+    root, _ = jsonc_parse(text)
+    newline, unit = jsonc_layout(text, root)
+    _, at, node, _ = [m for m in jsonc_find(root, path)["members"] if m[0] == key][-1]
+    ls = line_start(text, at)
+    own_line = blank(text[ls:at])
+    new = jsonc_dump(value, text[ls:at], unit if own_line else None, newline)
+    return text[: node["start"]] + new + text[node["end"] :]
+
+
+def jsonc_edit_members(text, path, old, new):
+    for key in [k for k in old if k not in new]:
+        text = jsonc_remove(text, path, key)
+    for key, value in new.items():
+        if key not in old:
+            text = jsonc_add(text, path, key, value)
+        elif same(old[key], value):
+            continue
+        elif isinstance(old[key], dict) and isinstance(value, dict):
+            text = jsonc_edit_members(text, [*path, key], old[key], value)
+        else:
+            text = jsonc_set(text, path, key, value)
+    return text
+
+
+def edit_json(text, new):
+    """`text` (JSON or JSONC) edited so that it reads as the object `new`: only the members whose
+    value changed are rewritten; every other byte stays. Raises when the text is not JSONC."""
+    old = jsonc_loads(text)
+    if not isinstance(old, dict):
+        raise ValueError("the existing file is not a JSON object")
+    edited = jsonc_edit_members(text, [], old, new)
+    if not same(jsonc_loads(edited), new):  # never write what would not read back as intended
+        raise ValueError("the file could not be edited without disturbing it")
+    return edited
+
+
 # --- merges: each takes the existing text (or None) and our text, returns the new text ----------
 
 
@@ -96,16 +388,17 @@ def merge_json(existing, ours, remove=(), replace=(), lists=(), owned=()):
     model catalogues, so a removed model does not linger). `lists`: "path:id:base" lists shared with
     the user's entries; ours replace theirs with the same id or base URL, the rest stay after ours.
     `owned`: "path.prefix" — the entries of an object named with our prefix (our MCP servers) are
-    dropped first, so one no longer sent disappears; the user's own entries stay."""
+    dropped first, so one no longer sent disappears; the user's own entries stay. An existing file
+    may be JSONC: edit_json writes only what changed into it."""
     new = json.loads(ours)
     if existing is None or not existing.strip():
         data = new
         old = {}
     else:
-        data = json.loads(existing)  # raises on JSONC: the caller leaves such a file alone
+        data = jsonc_loads(existing)  # raises on a file that is not JSON even with comments
         if not isinstance(data, dict):
             raise ValueError("the existing file is not a JSON object")
-        old = json.loads(existing)
+        old = jsonc_loads(existing)
         drop_owned(data, owned)
         deep_merge(data, new)
     for dotted in replace:
@@ -128,7 +421,9 @@ def merge_json(existing, ours, remove=(), replace=(), lists=(), owned=()):
         put(data, dotted.split("."), ours_list + kept)
     for dotted in remove:
         drop(data, dotted.split("."), keep=new)
-    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    if existing is None or not existing.strip():
+        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    return edit_json(existing, data)
 
 
 def put(data, parts, value):
@@ -590,12 +885,21 @@ MERGES = {
 }
 
 
+def read_text(path, merge):
+    """A file's text: a JSON file's as it is on disk (CRLF line ends and all, so the edit keeps
+    them); the others' with universal newlines, as their line-based merges expect."""
+    with open(path, encoding="utf-8", newline="" if merge == "json" else None) as fh:
+        return fh.read()
+
+
 def write_file(path, text, secret):
+    """Atomically: a temporary file beside it, then a rename; mode 0600 when it holds a key, else
+    the file's own mode."""
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".team-gateway-", dir=directory)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
         if secret:
             os.chmod(tmp, 0o600)
@@ -706,10 +1010,7 @@ def install(bundle, stamp=None, specs=None):
                 say("!", f"{expand(spec)}: left unchanged ({exc}); remove the teamgw-… MCP servers by hand")
     for f in bundle["files"]:
         path = expand(f)
-        old = None
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as fh:
-                old = fh.read()
+        old = read_text(path, f["merge"]) if os.path.exists(path) else None
         try:
             text = MERGES[f["merge"]](old, f)
         except Exception as exc:  # never clobber a file we cannot read
@@ -767,7 +1068,7 @@ def prune(data, parts):
 
 
 def unmerge_json(text, spec, gateway):
-    data = json.loads(text)
+    data = jsonc_loads(text)
     if not isinstance(data, dict):
         raise ValueError("the file is not a JSON object")
     for dotted in spec.get("paths", ()):
@@ -788,7 +1089,7 @@ def unmerge_json(text, spec, gateway):
         dotted = entry.rsplit(".", 1)[0]
         if one(data, dotted) == {}:
             prune(data, dotted.split("."))
-    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    return edit_json(text, data)
 
 
 def unmerge_toml(text, spec, gateway):
@@ -870,8 +1171,7 @@ def unmerged(spec, gateway):
     path = expand(spec)
     if not os.path.exists(path):
         return None
-    with open(path, encoding="utf-8") as fh:
-        old = fh.read()
+    old = read_text(path, spec["merge"])
     new = UNMERGES[spec["merge"]](old, spec, gateway.rstrip("/"))
     if new == old:
         return None
@@ -889,7 +1189,7 @@ def strip_owned(spec, gateway, stamp):
 
 
 def backup(path, old, stamp):
-    with open(f"{path}.bak-{stamp}", "w", encoding="utf-8") as fh:
+    with open(f"{path}.bak-{stamp}", "w", encoding="utf-8", newline="") as fh:
         fh.write(old)
     os.chmod(f"{path}.bak-{stamp}", 0o600)
 
@@ -1113,13 +1413,8 @@ def load(path, fmt):
         return load_ccswitch(path)
     with open(path, encoding="utf-8") as fh:
         text = fh.read()
-    if fmt == "json":
-        try:
-            return json.loads(text), text
-        except ValueError:
-            # JSONC (Zed, VS Code): whole-line comments and trailing commas; read-only, never written.
-            bare = re.sub(r"(?m)^\s*//.*$", "", text)
-            return json.loads(re.sub(r",(\s*[}\]])", r"\1", bare)), text
+    if fmt == "json":  # JSONC too (Zed's, VS Code's settings.json)
+        return jsonc_loads(text), text
     if fmt == "toml":
         return load_toml_text(text), text
     if fmt == "yaml":

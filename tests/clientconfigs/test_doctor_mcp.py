@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from clientconfigs.installer import install as inst
 from mcpservers.models import McpGrant
 from mcpservers.services import check_server
 from tests.gateway.conftest import ThreadServer
@@ -15,6 +16,7 @@ from tests.mcpservers.conftest import UPSTREAM_TOKEN, running_upstream
 from tests.mcpservers.factories import grant, make_server
 
 from .test_installer import fetch, run_sh
+from .test_jsonc import ZED_HEADER, ZED_MY_SERVERS
 from .test_real_clients import install
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -135,3 +137,42 @@ def test_zed_and_roo_get_the_team_servers_the_doctor_lists_them_and_uninstall_ke
     gone = run_sh(script, home, "--uninstall", client, "--yes")
     assert gone.returncode == 0, gone.stdout + gone.stderr
     assert config.read_text() == json.dumps(mine, indent=2) + "\n"  # byte-identical
+
+
+def test_zeds_commented_settings_get_the_servers_in_place_and_uninstall_gives_the_file_back(portal, tmp_path, alice):
+    """Zed's settings.json as a developer has it (comments, trailing commas, their own commented
+    servers): the sh installer writes the team's servers into it without touching a comment, the
+    doctor lists them from it, a reinstall after an admin takes one server away drops only that
+    entry, and --uninstall gives back the original file byte for byte."""
+    server, up = portal
+    servers = {}
+    for slug in ("docs", "tracker"):
+        servers[slug] = make_server(slug=slug, url=up.url, tools=(), auth="bearer", bearer_token=UPSTREAM_TOKEN)
+        check_server(servers[slug].pk)
+        grant(servers[slug], tool="echo", user=alice)
+    home = tmp_path / "home"
+    config = home / ".config" / "zed" / "settings.json"
+    config.parent.mkdir(parents=True)
+    config.write_text(ZED_MY_SERVERS)
+    install(server, home, alice, "zed")
+    text = config.read_text()
+    assert text.startswith(ZED_HEADER)
+    for mine in ("// my theme", "/* the binary */", '// "my-old": { "url": "http://127.0.0.1:9/mcp" },'):
+        assert mine in text
+    assert list(inst.jsonc_loads(text)["context_servers"]) == ["my-own", "my-remote", "teamgw-docs", "teamgw-tracker"]
+    script = fetch(server.url + "/connect/install.sh")
+
+    check = run_sh(script, home, "--check", "zed")
+    assert "✓ MCP server teamgw-docs: you may call echo" in check.stdout, check.stdout + check.stderr
+    assert "✓ MCP server teamgw-tracker: you may call echo" in check.stdout
+    assert "my-own" not in check.stdout and "my-remote" not in check.stdout  # the developer's own
+
+    McpGrant.objects.filter(server=servers["docs"], user=alice).delete()
+    install(server, home, alice, "zed")
+    servers_now = inst.jsonc_loads(config.read_text())["context_servers"]
+    assert list(servers_now) == ["my-own", "my-remote", "teamgw-tracker"]
+    assert "// my theme" in config.read_text()
+
+    gone = run_sh(script, home, "--uninstall", "zed", "--yes")
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert config.read_text() == ZED_MY_SERVERS  # byte-identical

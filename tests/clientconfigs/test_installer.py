@@ -18,6 +18,7 @@ import yaml
 
 from channels.models import ModelRoute
 from clientconfigs import services
+from clientconfigs.clients import roo
 from clientconfigs.models import KeyMode
 from keys.services import verify_key
 from tests.services import require_binary
@@ -164,16 +165,35 @@ def test_cline_keeps_other_providers(live_server, settings, home, alice, catalog
         assert (target.parent / name).exists()
 
 
-def test_a_file_that_is_not_json_is_left_alone(live_server, settings, home, alice, catalog):
+def test_vs_code_settings_with_comments_get_our_one_line_and_keep_every_other_byte(
+    live_server, settings, home, alice, catalog
+):
     settings.PORTAL_PUBLIC_URL = live_server.url
     target = home / ".config" / "Code" / "User" / "settings.json"
     target.parent.mkdir(parents=True)
-    jsonc = '{\n  // my comment\n  "editor.fontSize": 14,\n}\n'
+    jsonc = '{\n  // my comment, with "quotes" and a // inside\n  "editor.fontSize": 14, /* mine */\n}\n'
     target.write_text(jsonc)
     result = install(live_server, home, alice, "roo", key_mode=KeyMode.PLACEHOLDER)
-    assert result.returncode == 1
+    assert result.returncode == 0, result.stdout + result.stderr
+    line = f'  "roo-cline.autoImportSettingsPath": {json.dumps(roo.PATH)},\n'
+    assert target.read_text() == jsonc.replace("}\n", line + "}\n")  # VS Code's trailing comma style too
+    assert (home / ".config" / "team-gateway" / "roo-settings.json").exists()
+
+    gone = run_sh(fetch(live_server.url + "/connect/install.sh"), home, "--uninstall", "roo", "--yes")
+    assert gone.returncode == 0, gone.stdout + gone.stderr
     assert target.read_text() == jsonc
-    assert "left unchanged" in result.stdout
+
+
+def test_a_file_that_is_not_json_even_with_comments_is_left_alone(live_server, settings, home, alice, catalog):
+    settings.PORTAL_PUBLIC_URL = live_server.url
+    target = home / ".config" / "Code" / "User" / "settings.json"
+    target.parent.mkdir(parents=True)
+    broken = '{\n  // my comment\n  "editor.fontSize": 14\n  "editor.tabSize": 2\n}\n'
+    target.write_text(broken)
+    result = install(live_server, home, alice, "roo", key_mode=KeyMode.PLACEHOLDER)
+    assert result.returncode == 1
+    assert target.read_text() == broken and backups(target) == []
+    assert "left unchanged (not JSON, even with comments: line 4 column 3: expected ','" in result.stdout
     assert (home / ".config" / "team-gateway" / "roo-settings.json").exists()
 
 

@@ -44,7 +44,7 @@ def test_an_inline_models_list_is_refused_not_mangled():
 
 def test_json_merge_removes_only_keys_we_do_not_set():
     merged = inst.merge_json('{"env": {"A": "1", "B": "2"}, "x": 1}', '{"env": {"B": "3"}}', ["env.A", "env.B"])
-    assert merged == '{\n  "env": {\n    "B": "3"\n  },\n  "x": 1\n}\n'
+    assert merged == '{"env": {"B": "3"}, "x": 1}'  # the file's own one-line layout stays
 
 
 def test_toml_merge_replaces_our_top_level_keys_even_after_tables_in_their_file():
@@ -342,10 +342,10 @@ ZED_JSONC = """// Zed settings
 """
 
 
-def test_zed_settings_with_comments_are_left_alone_and_the_doctor_reads_the_blocks_pasted_in(tmp_path, monkeypatch):
-    """The installer never rewrites a JSONC settings.json (it would lose the comments): it says so,
-    and once the developer has pasted our blocks in, the doctor reads them, comments and all."""
-    from clientconfigs import services
+def test_zed_settings_with_comments_are_edited_in_place_and_the_doctor_reads_them(tmp_path, monkeypatch):
+    """The installer writes the team's members into a JSONC settings.json without losing a comment
+    or the user's trailing commas; the doctor reads it; uninstall gives it back byte for byte."""
+    from clientconfigs import installer, services
     from clientconfigs.clients import zed
 
     home = tmp_path / "home"
@@ -355,12 +355,11 @@ def test_zed_settings_with_comments_are_left_alone_and_the_doctor_reads_the_bloc
     monkeypatch.setenv("HOME", str(home))
     inp = sample_input(SAMPLE_KEY)
     rendered = services.render("zed", inp)
-    assert inst.install(services.bundle("zed", inp, rendered, None), stamp="1") == 1
-    assert target.read_text() == ZED_JSONC
+    assert inst.install(services.bundle("zed", inp, rendered, None), stamp="1") == 0
+    text = target.read_text()
+    assert text.startswith(ZED_JSONC.split("{", 1)[0]) and "  // my own server\n" in text
+    assert '    "my-own": {"command": "my-mcp", "args": []},\n    "teamgw-docs": {\n' in text
 
-    ours = json.loads(rendered.files[0].content)["context_servers"]
-    pasted = "".join(f'    "{name}": {json.dumps(entry)},\n' for name, entry in ours.items())
-    target.write_text(ZED_JSONC.replace("  },\n}", pasted + "  },\n}"))
     data, _ = inst.load(str(target), "json")
     assert data["context_servers"]["my-own"] == {"command": "my-mcp", "args": []}
     probe = zed.render(inp).probes[0].__dict__
@@ -368,6 +367,8 @@ def test_zed_settings_with_comments_are_left_alone_and_the_doctor_reads_the_bloc
         ("teamgw-docs", "https://llm.example.com/mcp/docs"),
         ("teamgw-tracker", "https://llm.example.com/mcp/tracker"),
     ]
+    assert inst.uninstall(installer.uninstall_specs(), inp.gateway_url, ["zed"], yes=True, stamp="2") == 0
+    assert target.read_text() == ZED_JSONC
 
 
 def test_the_doctor_finds_roos_mcp_file_where_vs_code_keeps_it_on_macos(tmp_path, monkeypatch, capsys):
