@@ -13,9 +13,10 @@ Invalidation (a revoked key must stop within seconds on every replica):
 Database outages (ARCHITECTURE.md, "When a dependency fails"): every load runs through `run_db`,
 which knows the database's health (`db_health`). While the database is unreachable or stalled, a
 key or catalog this process has loaded is served from the snapshot for up to
-`GATEWAY_DB_OUTAGE_GRACE` seconds after its last successful load; a key never seen (or dropped by a
-change Redis announced before the outage) is answered 503 with Retry-After, never served from an
-older copy. The snapshot is also kept on disk (`SnapshotFile`, encrypted, 0600), so a gateway
+`GATEWAY_DB_OUTAGE_GRACE` seconds after its last successful load, and so is a key it found
+unknown (401: its plaintext is random, nobody could present it before it existed); a key never
+seen (or dropped by a change Redis announced before the outage) is answered 503 with Retry-After,
+never served from an older copy. The snapshot is also kept on disk (`SnapshotFile`, encrypted, 0600), so a gateway
 restarted during an outage serves the keys its replicas had loaded.
 """
 
@@ -679,9 +680,13 @@ class Snapshot:
 
     def invalidate(self, *, keys: bool = True, routes: bool = True) -> None:
         # A dropped key is never served from an older copy, even during an outage: a revocation
-        # announced before the database went away holds (SECURITY.md).
+        # announced before the database went away holds (SECURITY.md). Loads still running were
+        # started before the change: their waiters get their answer, but a request from now on
+        # starts a load of its own, whose result is kept (joining an old one, it got data from
+        # before the change and left the key uncached, to be answered 503 in a later outage).
         if keys:
             self.keys, self.missing = {}, {}
+            self._key_locks = {}
             self.keys_version += 1
         if routes:
             self.catalog = None
@@ -806,8 +811,10 @@ class Snapshot:
         if entry is not None and age < self.ttl:
             return entry
         missing_at = self.missing.get(digest)
-        if missing_at is not None and now - missing_at < self.ttl:
-            return None
+        if missing_at is not None and (
+            now - missing_at < self.ttl or (db_health.degraded() and now - missing_at <= outage_grace())
+        ):
+            return None  # unknown, through an outage too: a plaintext is random, none is presented before it exists
         # One load per digest at a time: a burst of requests with a new key makes one query.
         pending = self._key_locks.get(digest)
         in_outage = db_health.degraded() and age <= outage_grace()
@@ -853,7 +860,8 @@ class Snapshot:
             fut.exception()  # mark retrieved
             raise
         finally:
-            self._key_locks.pop(digest, None)
+            if self._key_locks.get(digest) is fut:  # not a newer load started after an invalidation
+                del self._key_locks[digest]
 
 
 def _log_reload_failure(task: asyncio.Task[KeyInfo | None]) -> None:

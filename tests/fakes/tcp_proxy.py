@@ -2,9 +2,10 @@
 
     with TcpProxy(target_url) as proxy:      # target: redis://host:port/… or unix:///path
         proxy.url                              # redis://127.0.0.1:PORT/<the target's db>
-        proxy.mode = "stall"                   # pass | stall | close | refuse | greet
+        proxy.mode = "stall"                   # pass | delay | stall | close | refuse | greet
 
-Modes apply to new and existing connections: `pass` forwards both ways; `stall` accepts and
+Modes apply to new and existing connections: `pass` forwards both ways; `delay` forwards both ways,
+each chunk `proxy.delay` seconds late (a slow but answering server); `stall` accepts and
 forwards nothing (a hung server or a black-holing load balancer); `close` accepts and closes at
 once (a proxy in front of a dead server, `maxclients` without a reply); `refuse` closes every
 connection and answers new ones with an immediate close; `greet` sends
@@ -28,6 +29,7 @@ class TcpProxy:
         db = parse_qs(u.query).get("db", ["0"])[0] if self.unix else u.path.strip("/") or "0"
         self.db = int(db) if db.isdigit() else 0
         self.mode = "pass"
+        self.delay = 0.2  # seconds, in mode `delay`
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -108,7 +110,9 @@ class TcpProxy:
                     break
                 while self.mode == "stall":
                     await asyncio.sleep(0.05)
-                if self.mode != "pass":
+                if self.mode == "delay":
+                    await asyncio.sleep(self.delay)
+                elif self.mode != "pass":
                     break
                 dst.write(data)
                 await dst.drain()

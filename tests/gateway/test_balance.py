@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import math
 import socket
 
@@ -205,10 +206,22 @@ def test_the_session_mapping_is_shared_by_gateway_processes(setup, replicas, spa
     for agent in agents:
         agent.turn(gw2.url, setup)
     assert counts(replicas) == [0, 32]
-    fresh = [Agent(f"fresh-{i}") for i in range(16)]
-    for agent in fresh:
-        agent.turn(gw2.url, setup)
-    assert len(first.requests) >= 2  # new sessions do use the replica that came back
+    # New sessions do use the replica that came back: 4 whose hash home it is and 4 whose home is
+    # the other, chosen by the ring (not drawn at random), so each goes exactly home.
+    ring = [route(r.channel.id, r.channel.weight) for r in replicas]
+    fresh: dict[int, list[Agent]] = {r.channel.id: [] for r in replicas}
+    for i in itertools.count():
+        agent = Agent(f"fresh-{i}")
+        session = balance.session_of({"messages": agent.messages}, setup.key.id)
+        homed = fresh[balance.ring_walk(ring, session)[0].channel_id]
+        if len(homed) < 4:
+            homed.append(agent)
+        if all(len(agents) == 4 for agents in fresh.values()):
+            break
+    for agents in fresh.values():
+        for agent in agents:
+            agent.turn(gw2.url, setup)
+    assert counts(replicas) == [4, 36]
 
 
 # --- the policy's parts on their own ----------------------------------------------------------

@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db.models import Count, Sum
 from django.test import override_settings
 
-from gateway.cache import SnapshotFile
+from gateway.cache import STALE_GRACE, SnapshotFile
 from keys.models import Key, UsageDaily, UsageRecord
 from keys.services import issue_key, revoke_key
 from tests.fakes.tcp_proxy import TcpProxy
@@ -36,6 +36,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.services]
 OUTAGE = float(os.environ.get("PORTAL_OUTAGE_SECONDS", "120"))
 CONCURRENCY = 16
 DEADLINE = 30.0  # each request's own deadline: a stall never holds one longer
+# The fake upstream answers after 5 tokens of this many seconds each, as a real one would: the
+# outage is ridden through at about half the requests per second, and half the test's CPU.
+TOKEN_DELAY = 0.05
 
 
 @dataclass
@@ -133,8 +136,11 @@ def probe(url: str, key: str) -> httpx.Response:
 
 
 @pytest.mark.parametrize("fault", ["stall", "refuse"])
-def test_the_gateway_serves_through_a_database_outage_and_a_restart_in_it(fault, setup, alice, spawn_gateway, tmp_path):
+def test_the_gateway_serves_through_a_database_outage_and_a_restart_in_it(
+    fault, setup, upstream, alice, spawn_gateway, tmp_path
+):
     require_postgres()
+    upstream.behave(token_delay=TOKEN_DELAY)
     db = settings.DATABASES["default"]
     keys = [setup.plaintext] + [issue_key(owner=alice, name=f"k{i}")[1] for i in range(2)]
     revoked, revoked_plain = issue_key(owner=alice, name="revoked before the outage")
@@ -223,3 +229,54 @@ def test_the_gateway_serves_through_a_database_outage_and_a_restart_in_it(fault,
         daily = UsageDaily.objects.filter(key_id__in=key_ids).aggregate(n=Sum("requests"))["n"]
         assert daily == driver.answered  # the daily buckets counted each record once too
         print(f"\n{fault}: {OUTAGE:.0f} s outage, {driver.answered} requests answered, slowest {driver.slowest:.2f} s")
+
+
+KEY_TTL = 1.0  # GATEWAY_KEY_TTL of the next test: its sparse requests need not wait long
+SPARSE = KEY_TTL + STALE_GRACE + 0.5  # between two requests of one key: its cached entry has expired
+
+
+def error_code(r: httpx.Response) -> str:
+    return f"{r.status_code} {r.json()['error']['code']}" if r.status_code != 200 else "200"
+
+
+@pytest.mark.parametrize("fault", ["stall", "refuse"])
+def test_a_key_revoked_while_its_reload_runs_stays_revoked_through_an_outage(fault, setup, alice, spawn_gateway):
+    """The revocation reaches the gateway while a reload of the key (by age) is still running on a
+    slow database: the request that learns of it must get a fresh copy, and that copy must stay
+    cached. Then, through an outage, a revoked key, a key that does not exist and a valid key are
+    each asked for only every SPARSE seconds (longer than the key TTL + its grace, so each request
+    finds its entry expired and no other traffic refreshes it): 401, 401 and 200 every time.
+
+    An unknown key asked for before the outage stays 401 (`invalid_api_key`) through it: no key can
+    be created while the database is away, and a key created before it drops what this process
+    knew (the generation). One never asked for before the outage is 503 `database_unavailable`: this
+    process's snapshot holds the keys it looked up, not every key, so it cannot tell."""
+    require_postgres()
+    db = settings.DATABASES["default"]
+    revoked, revoked_plain = issue_key(owner=alice, name="revoked while it reloads")
+    unknown, never_seen = "gp-" + "x" * 40, "gp-" + "y" * 40
+    with TcpProxy(f"redis://{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/0") as proxy:
+        via_proxy = database_url().replace(f":{db.get('PORT') or 5432}/", f":{proxy.port}/")
+        (gw,) = spawn_gateway(1, DATABASE_URL=via_proxy, GATEWAY_KEY_TTL=str(KEY_TTL))
+        assert probe(gw.url, revoked_plain).status_code == 200
+        assert probe(gw.url, setup.plaintext).status_code == 200
+        assert error_code(probe(gw.url, unknown)) == "401 invalid_api_key"
+        # Each query now takes a few tenths of a second: a reload of the key outlasts the Redis
+        # round trip that tells the request of the revocation.
+        proxy.delay = 0.15
+        proxy.set("delay")
+        time.sleep(KEY_TTL)  # the key's entry has expired by age: the next request reloads it
+        revoke_key(revoked)
+        assert error_code(probe(gw.url, revoked_plain)) == "401 key_revoked"
+        assert probe(gw.url, setup.plaintext).status_code == 200  # reloaded after the change
+        assert error_code(probe(gw.url, unknown)) == "401 invalid_api_key"
+        proxy.set(fault)
+        try:
+            for _ in range(3):
+                time.sleep(SPARSE)
+                answers = [error_code(probe(gw.url, k)) for k in (revoked_plain, unknown, setup.plaintext)]
+                assert answers == ["401 key_revoked", "401 invalid_api_key", "200"], gw.log.text[-3000:]
+            never = probe(gw.url, never_seen)
+            assert error_code(never) == "503 database_unavailable" and never.headers["retry-after"]
+        finally:
+            proxy.set("pass")

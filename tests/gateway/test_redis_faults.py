@@ -125,6 +125,7 @@ def test_a_blip_while_requests_run_locks_nobody_out_and_charges_only_what_was_us
 
     from gateway.cache import namespace
     from gateway.limits import _windows
+    from gateway.state import process
 
     client = redis_py.Redis.from_url(redis_url())
     day = _windows(time.time())[0]
@@ -135,13 +136,18 @@ def test_a_blip_while_requests_run_locks_nobody_out_and_charges_only_what_was_us
     # Two requests of 1 prompt token + 5 completion tokens each (the fake's usage), though each
     # reserved 100 more: the correction of the one that ended during the blip is replayed by the
     # limiter's next replay round, which may come after the second request was admitted (its slot
-    # can be free by the lease's expiry first), so the count is awaited, not read once.
+    # can be free by the lease's expiry first), so the count is awaited, not read once. Then the
+    # replay queue must be empty and the count still 12: a settle replayed twice would show.
+    limiter = process.limiter
+    assert limiter is not None
     try:
         wait_for(lambda: used() == 12, timeout=15, interval=0.2)
+        wait_for(lambda: not limiter.pending, timeout=15, interval=0.2)
     finally:
         seen = used()
         client.close()
     assert seen == 12
+    assert not limiter.pending
 
 
 def test_a_revocation_during_a_redis_blip_reaches_both_replicas_within_5_s(setup, spawn_gateway, monkeypatch):
