@@ -107,12 +107,7 @@ async def open_call(
                     request_id, key, info, surface, stream, unpriced, started, status=UsageStatus.CLIENT_ERROR
                 )
                 raise
-        scopes = [
-            Scope(f"{ns}:k:{key.id}", "key", key.limits),
-            Scope(f"{ns}:u:{key.owner_id}", "user", key.owner_limits),
-        ]
-        if key.team_id is not None:  # the team's limits are a ceiling over all its members together
-            scopes.append(Scope(f"{ns}:t:{key.team_id}", "team", key.team_limits))
+        scopes = scopes_of(key, ns)
         # First attempt: admit only if our cached keys/routes are current (else Stale, nothing
         # reserved); the retry runs on freshly loaded data and is not checked again.
         expected = snapshot.generation if attempt == 0 else None
@@ -184,6 +179,30 @@ async def open_call(
         ondemand.began(info.on_demand.deployment_id, request_id)
     current.set(call)
     return call
+
+
+# key id -> (the KeyInfo they were made of, namespace, its scopes); a reloaded key is a new KeyInfo
+_scopes: dict[int, tuple[KeyInfo, str, list[Scope]]] = {}
+MAX_CACHED_SCOPES = 4096
+
+
+def scopes_of(key: KeyInfo, ns: str) -> list[Scope]:
+    """The limits admission enforces for `key`: its own, its owner's and (a ceiling over all its
+    members together) its owner's team's. Made once per loaded key: a changed or reloaded key is
+    a new `KeyInfo`, so a change is seen as soon as the snapshot has it. Read-only."""
+    cached = _scopes.get(key.id)
+    if cached is not None and cached[0] is key and cached[1] == ns:
+        return cached[2]
+    scopes = [
+        Scope(f"{ns}:k:{key.id}", "key", key.limits),
+        Scope(f"{ns}:u:{key.owner_id}", "user", key.owner_limits),
+    ]
+    if key.team_id is not None:
+        scopes.append(Scope(f"{ns}:t:{key.team_id}", "team", key.team_limits))
+    if len(_scopes) >= MAX_CACHED_SCOPES:
+        _scopes.clear()
+    _scopes[key.id] = (key, ns, scopes)
+    return scopes
 
 
 async def _warm_up(

@@ -33,7 +33,7 @@ from portal.hot import hot
 
 from .cache import BudgetInfo, generation_keys
 from .http import GatewayError
-from .resp import RespClient, RespError
+from .resp import Encoded, RespClient, RespError
 
 logger = logging.getLogger(__name__)
 
@@ -56,11 +56,20 @@ def lease_seconds() -> float:
 
 @dataclass(slots=True)
 class Scope:
-    """One set of limits to enforce: a key (`k:ID`), its owner (`u:ID`) or the owner's team (`t:ID`)."""
+    """One set of limits to enforce: a key (`k:ID`), its owner (`u:ID`) or the owner's team (`t:ID`).
+    Read-only once made: what the admission script is sent for it is encoded once."""
 
     prefix: str
     label: str  # "key", "user" or "team", for messages
     limits: dict[str, int | None]
+    args: tuple[int, ...] = field(init=False)  # LIMIT_NAMES' values in order (UNLIMITED: none)
+    encoded: Encoded = field(init=False)  # the prefix and `args`, as the admission script takes them
+    parallel: bool = field(init=False)  # has a max_parallel_requests: holds a slot while in flight
+
+    def __post_init__(self) -> None:
+        self.args = tuple(self.arg(name) for name in LIMIT_NAMES)
+        self.encoded = Encoded.of([self.prefix, *self.args])
+        self.parallel = self.args[4] >= 0
 
     def arg(self, name: str) -> int:
         value = self.limits.get(name)
@@ -159,7 +168,7 @@ def rate_headers(scopes: list[Scope], counts: list[int] | None = None) -> list[t
         return []
     key = scopes[0]
     out: list[tuple[bytes, bytes]] = []
-    rpm, tpm = key.arg("requests_per_minute"), key.arg("tokens_per_minute")
+    rpm, tpm = key.args[0], key.args[1]
     if rpm >= 0:
         out.append((b"x-ratelimit-limit-requests", str(rpm).encode()))
         if counts is not None:
@@ -411,7 +420,7 @@ class RedisLimiter:
         pairs: list[object] = []
         for adm in self.in_flight.values():
             for s in adm.scopes:
-                if s.arg("max_parallel_requests") >= 0:
+                if s.parallel:
                     pairs += [s.prefix, adm.request_id]
         if pairs:
             lease = int(lease_seconds() * 1000)
@@ -453,15 +462,7 @@ class RedisLimiter:
             "*" if expected is None else (expected[0] or ""),
             "" if expected is None else (expected[1] or ""),
         ]
-        for s in scopes:
-            args += [
-                s.prefix,
-                s.arg("requests_per_minute"),
-                s.arg("tokens_per_minute"),
-                s.arg("tokens_per_day"),
-                s.arg("tokens_per_month"),
-                s.arg("max_parallel_requests"),
-            ]
+        args += [s.encoded for s in scopes]
         budget_keys: list[str] = []
         if budgets:
             args += [len(budgets), cost]
@@ -494,8 +495,10 @@ class RedisLimiter:
                 adm.budget_keys, adm.cost = budget_keys, cost
                 crossed = _s(res[5]) if len(res) > 5 else None
                 adm.alerts = [budgets[int(j)] for j in crossed.split(",")] if crossed else []
-            if any(s.arg("max_parallel_requests") >= 0 for s in scopes):
-                self.in_flight[request_id] = adm
+            for s in scopes:
+                if s.parallel:
+                    self.in_flight[request_id] = adm
+                    break
             return adm
         limit = _s(res[4]) or ""
         if limit == "budget":

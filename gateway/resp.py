@@ -31,16 +31,44 @@ class RespError(Exception):
     """An error reply from Redis."""
 
 
-def encode(args: Sequence[object]) -> bytes:
-    out = [b"*%d\r\n" % len(args)]
+class Encoded:
+    """Arguments already in RESP (`Encoded.of`), written into a command as they are: what does
+    not change between requests (a key's limits) is encoded once."""
+
+    __slots__ = ("count", "data")
+
+    def __init__(self, data: bytes, count: int) -> None:
+        self.data = data
+        self.count = count
+
+    @classmethod
+    def of(cls, args: Sequence[object]) -> Encoded:
+        command = encode(args)
+        return cls(command[command.index(b"\r\n") + 2 :], len(args))  # without the command's header
+
+
+def encode(args: Sequence[Any]) -> bytes:
+    out = [b""]
+    count = 0
     for a in args:
-        if isinstance(a, bytes):
+        kind = type(a)  # the exact types first: cheaper than isinstance, and most arguments
+        if kind is str:
+            b = a.encode()
+        elif kind is int:
+            b = b"%d" % a
+        elif kind is Encoded:
+            out.append(a.data)
+            count += a.count
+            continue
+        elif isinstance(a, bytes):
             b = a
         elif isinstance(a, str):
             b = a.encode()
         else:
             b = str(a).encode()
         out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+        count += 1
+    out[0] = b"*%d\r\n" % count
     return b"".join(out)
 
 
@@ -84,10 +112,37 @@ class _Protocol(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
+        # Each waiter's deadline (event-loop clock), in the same order: one client has one
+        # timeout, so they only grow, and the first unanswered waiter's is the next to pass.
+        self.deadlines: collections.deque[float] = collections.deque()
+        self.timeout = 1.0
+        self.watchdog: asyncio.TimerHandle | None = None
         self.buf = bytearray()
         self.closed = False
         self.wbuf: list[bytes] = []
         self.flush_scheduled = False
+
+    def watch(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+        """Arm the one timer of this connection unless it is armed: a timer per command (and a
+        callback to cancel it) cost more than the rest of sending the command."""
+        if self.watchdog is None:
+            self.watchdog = loop.call_at(deadline, self.check_deadlines)
+
+    def check_deadlines(self) -> None:
+        """The watchdog fired: drop the connection when the oldest command still waited for is
+        past its deadline, else wait for that command's deadline (answers are read in order)."""
+        self.watchdog = None
+        if self.closed:
+            return
+        for fut, deadline in zip(self.waiters, self.deadlines, strict=True):
+            if fut.done():  # its caller stopped waiting (cancelled): it has no deadline any more
+                continue
+            loop = fut.get_loop()
+            if loop.time() >= deadline:
+                self.abort(TimeoutError(f"Redis did not answer within {self.timeout:g} s"))
+            else:
+                self.watchdog = loop.call_at(deadline, self.check_deadlines)
+            return
 
     def flush(self) -> None:
         self.flush_scheduled = False
@@ -116,6 +171,7 @@ class _Protocol(asyncio.Protocol):
                 self.abort(ConnectionError(f"Redis sent a reply nobody asked for: {value!r:.120}"))
                 return
             fut = self.waiters.popleft()
+            self.deadlines.popleft()
             if fut.done():
                 continue
             if isinstance(value, RespError):
@@ -131,6 +187,10 @@ class _Protocol(asyncio.Protocol):
     def fail_all(self, err: Exception) -> None:
         self.closed = True
         self.buf.clear()
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            self.watchdog = None
+        self.deadlines.clear()
         while self.waiters:
             fut = self.waiters.popleft()
             if not fut.done():
@@ -198,20 +258,23 @@ class RespClient:
 
     @staticmethod
     def _send(proto: _Protocol, args: Sequence[object], timeout: float) -> asyncio.Future[Any]:
-        """Queue a command; everything queued in one loop iteration goes out in one write. A
-        timer (cheaper than a wait_for task) drops the connection when the deadline passes."""
+        """Queue a command; everything queued in one loop iteration goes out in one write. The
+        connection's watchdog (one timer, `_Protocol.check_deadlines`) drops it when the command
+        is not answered within `timeout`."""
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         if proto.closed:
             fut.set_exception(ConnectionError("Redis connection lost"))
             return fut
+        deadline = loop.time() + timeout
+        proto.timeout = timeout
         proto.waiters.append(fut)
+        proto.deadlines.append(deadline)
         proto.wbuf.append(encode(args))
         if not proto.flush_scheduled:
             proto.flush_scheduled = True
             loop.call_soon(proto.flush)
-        timer = loop.call_later(timeout, _expire, proto, fut, timeout)
-        fut.add_done_callback(lambda _f: timer.cancel())
+        proto.watch(loop, deadline)
         return fut
 
     async def call(self, *args: object) -> Any:
@@ -264,11 +327,6 @@ class RespClient:
         if self._proto is not None and self._proto.transport is not None:
             self._proto.transport.close()
         self._proto = None
-
-
-def _expire(proto: _Protocol, fut: asyncio.Future[Any], timeout: float) -> None:
-    if not fut.done():
-        proto.abort(TimeoutError(f"Redis did not answer within {timeout:g} s"))
 
 
 def _report_failure(task: asyncio.Future[Any], report: Callable[[BaseException], None]) -> None:

@@ -28,6 +28,7 @@ import os
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,17 +157,38 @@ class UsageEvent:
     def counters(self) -> dict[str, int]:
         """What this call adds to each of the rollups' `USAGE_COUNTERS` (tests hold the two
         lists equal, so a counter added to the rollup model cannot be left at zero here)."""
+        return UsageEvent.totals([self])
+
+    @staticmethod
+    def totals(events: list[UsageEvent]) -> dict[str, int]:
+        """What `events` add together to each of the rollups' `USAGE_COUNTERS` (summed per bucket:
+        a dict per record cost more than the rest of aggregating a batch)."""
+        errors = prompt = completion = estimated = cached = created = cost = unpriced = 0
+        ok = UsageStatus.OK
+        for e in events:
+            if e.status != ok:
+                errors += 1
+            prompt += e.prompt_tokens
+            completion += e.completion_tokens
+            if e.estimated:
+                estimated += 1
+            cached += e.cached_tokens
+            created += e.cache_creation_tokens
+            if e.cost_nanos is None:
+                unpriced += 1
+            else:
+                cost += e.cost_nanos
         return {
-            "requests": 1,
-            "errors": 0 if self.status == UsageStatus.OK else 1,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": self.total_tokens,
-            "estimated_requests": 1 if self.estimated else 0,
-            "cached_tokens": self.cached_tokens,
-            "cache_creation_tokens": self.cache_creation_tokens,
-            "cost_nanos": self.cost_nanos or 0,
-            "unpriced_requests": 1 if self.cost_nanos is None else 0,
+            "requests": len(events),
+            "errors": errors,
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "estimated_requests": estimated,
+            "cached_tokens": cached,
+            "cache_creation_tokens": created,
+            "cost_nanos": cost,
+            "unpriced_requests": unpriced,
         }
 
 
@@ -200,13 +222,29 @@ _RECORD_COLUMNS = (
 )
 
 
+def _datetime_adapter() -> Callable[[dt.datetime], Any]:
+    """How this connection stores a record's `created`: as it is on PostgreSQL; on SQLite the
+    text Django's `adapt_datetimefield_value` makes (naive, in the connection's time zone), with
+    the settings read once per batch instead of once per record."""
+    if connection.vendor == "postgresql":
+        return lambda v: v
+    if connection.vendor != "sqlite" or not settings.USE_TZ:
+        return connection.ops.adapt_datetimefield_value
+    tz = connection.timezone
+
+    def adapt(v: dt.datetime) -> str:
+        return str(v.astimezone(tz).replace(tzinfo=None) if v.utcoffset() is not None else v)
+
+    return adapt
+
+
 def _insert_records(events: list[UsageEvent], *, replay: bool = False) -> list[UsageEvent]:
     """One multi-row INSERT per batch: ORM object construction cost more CPU than the insert, and
     the writer shares the gateway process with the hot path. A first attempt (fresh ids) uses COPY
     on PostgreSQL; a `replay` skips the records already there and returns the ones it inserted."""
     table = connection.ops.quote_name(UsageRecord._meta.db_table)
     cols = ", ".join(connection.ops.quote_name(c) for c in _RECORD_COLUMNS)
-    adapt = connection.ops.adapt_datetimefield_value if connection.vendor != "postgresql" else (lambda v: v)
+    adapt = _datetime_adapter()
     rows = [
         (
             adapt(e.created),
@@ -289,21 +327,28 @@ def write_batch(events: list[UsageEvent], *, replay: bool = False) -> None:
     if not events:
         return
     events = _insert_records(events, replay=replay)
-    daily: dict[tuple[Any, ...], dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    hourly: dict[tuple[Any, ...], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    # The records by hourly bucket first, then each bucket's counters summed at once (and a
+    # day's from its hours'): the batch's Python is per bucket, not per record and counter.
+    by_hour: dict[tuple[Any, ...], list[UsageEvent]] = defaultdict(list)
     last_used: dict[int, dt.datetime] = {}
+    limited = UsageStatus.RATE_LIMITED
     for e in events:
-        dims = (e.user_id, e.key_id, e.model[:128], e.channel_id, e.team_id)
-        counts = e.counters()
-        day = daily[(e.created.date(), *dims)]
-        hour = hourly[(e.created.replace(minute=0, second=0, microsecond=0), *dims)]
+        hour_ = e.created.replace(minute=0, second=0, microsecond=0)
+        by_hour[(hour_, e.user_id, e.key_id, e.model[:128], e.channel_id, e.team_id)].append(e)
+        if e.key_id is not None and e.status != limited:
+            last_used[e.key_id] = max(last_used.get(e.key_id, e.created), e.created)
+    daily: dict[tuple[Any, ...], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    hourly: dict[tuple[Any, ...], dict[str, int]] = {}
+    for (hour_, *dims), group in by_hour.items():
+        counts = UsageEvent.totals(group)
+        day = daily[(hour_.date(), *dims)]
         for name, value in counts.items():
             day[name] += value
-            hour[name] += value
-        if e.ttft_ms is not None:
-            hour[ttft_field(e.ttft_ms)] += 1
-        if e.key_id is not None and e.status != UsageStatus.RATE_LIMITED:
-            last_used[e.key_id] = max(last_used.get(e.key_id, e.created), e.created)
+        for e in group:
+            if e.ttft_ms is not None:
+                name = ttft_field(e.ttft_ms)
+                counts[name] = counts.get(name, 0) + 1
+        hourly[(hour_, *dims)] = counts
     for (day_, *day_dims), counts in daily.items():
         _add_to_bucket(UsageDaily, {"day": day_}, day_dims, counts)
     for (hour_, *hour_dims), counts in hourly.items():

@@ -224,3 +224,16 @@ def test_a_deeply_nested_body_is_an_openai_shaped_400(setup, gateway_url):
         deep = [deep]
     body = {**CHAT, "metadata": deep}
     assert_openai_error(post(gateway_url, setup.plaintext, body=body), 400, "invalid_json")
+
+
+def test_a_body_nested_to_the_limit_is_answered_and_one_level_deeper_is_a_400(setup, gateway_url):
+    from gateway.http import GATEWAY_MAX_DEPTH
+
+    def nested(levels: int) -> dict:
+        deep: object = "[[{{ brackets in a string are no level"
+        for _ in range(levels):
+            deep = [deep]
+        return {**CHAT, "metadata": deep}  # the body's own object is the first level
+
+    assert post(gateway_url, setup.plaintext, body=nested(GATEWAY_MAX_DEPTH - 1)).status_code == 200
+    assert_openai_error(post(gateway_url, setup.plaintext, body=nested(GATEWAY_MAX_DEPTH)), 400, "invalid_json")

@@ -1,0 +1,65 @@
+"""The gateway's Redis client keeps a deadline on every command with one timer per connection."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gateway.resp import Encoded, RespClient, encode
+
+
+def test_encoded_arguments_are_spliced_into_the_command_as_if_sent_one_by_one():
+    args = ["EVALSHA", "ab", 2, b"raw", True, 1.5]
+    assert encode(["X", Encoded.of(args[:3]), *args[3:]]) == encode(["X", *args])
+    assert encode(["é", -1]) == b"*2\r\n$2\r\n\xc3\xa9\r\n$2\r\n-1\r\n"
+
+
+async def _server(replies: list[bytes | None]):
+    """A server that answers each command (one per line of RESP it receives) with the next reply,
+    and says nothing at all for a None."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for reply in replies:
+            header = await reader.readline()  # *N
+            for _ in range(int(header[1:]) * 2):
+                await reader.readline()
+            if reply is None:
+                await reader.read()  # silent until the client hangs up
+                return
+            writer.write(reply)
+            await writer.drain()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def test_a_command_answered_in_time_succeeds_and_the_next_one_stalled_drops_the_connection():
+    server, port = await _server([b"+PONG\r\n", None])
+    async with server:
+        client = RespClient(f"redis://127.0.0.1:{port}/0", timeout=0.3)
+        assert await client.call("PING") == "PONG"
+        with pytest.raises((TimeoutError, ConnectionError)):
+            await client.call("PING")
+        await client.close()
+
+
+async def test_commands_waiting_behind_a_stalled_one_all_fail_at_its_deadline():
+    server, port = await _server([None])
+    async with server:
+        client = RespClient(f"redis://127.0.0.1:{port}/0", timeout=0.3)
+        results = await asyncio.gather(*(client.call("PING") for _ in range(20)), return_exceptions=True)
+        assert all(isinstance(r, (TimeoutError, ConnectionError)) for r in results), results
+        await client.close()
+
+
+async def test_a_cancelled_command_does_not_drop_the_connection_of_the_ones_answered_after_it():
+    server, port = await _server([b"+PONG\r\n", b"+ONE\r\n", b"+TWO\r\n"])
+    async with server:
+        client = RespClient(f"redis://127.0.0.1:{port}/0", timeout=5)
+        assert await client.call("PING") == "PONG"  # connected: the next command is sent at once
+        first = asyncio.ensure_future(client.call("ECHO", "one"))
+        await asyncio.sleep(0)
+        first.cancel()
+        assert await client.call("ECHO", "two") == "TWO"  # the first's reply is skipped, not misread
+        await client.close()
