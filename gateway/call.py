@@ -126,6 +126,11 @@ class Assembly(Protocol):
         what is left of it, or None once the answer is complete (the stream's last event, or the
         cut). Raises UpstreamStreamError for an error event or junk."""
 
+    def ongoing(self, piece: bytes) -> bool:
+        """Is `piece` (the last bytes read, not yet given to `take`) nothing but events that more
+        of the answer must follow (a stream's common output chunks)? Then the pieces kept can wait
+        for more before `take` reads them; False when in doubt."""
+
     def answer(self) -> dict[str, Any]:
         """The whole answer; raises UpstreamStreamError when the stream ended before it was complete."""
 
@@ -534,14 +539,19 @@ async def _assemble(
     deadline: float | None,
 ) -> dict[str, Any]:
     """The non-streaming answer, from the rest of the stream: each read within `idle` seconds,
-    until the stream's end or the cut at the reservation (the connection is closed there).
+    until the answer is complete (the stream's last event, or its usage chunk after every
+    choice's finish), the stream's end, or the cut at the reservation (the connection is closed
+    there, without waiting for the upstream to end its stream).
 
     The pieces are kept as they come and read by the assembly in one batch (reading a stream of
-    small events one by one costs more than the rest of the request): when the stream's `[DONE]`
-    arrives, at its end, or as soon as the pieces kept could hold more output events than the
-    assembly has room for (`Assembly.room`; every event ends with a blank line, so there are at
-    most half as many events as line feeds). The cut is then where reading event by event puts
-    it, and the upstream is closed at most a batch later."""
+    small events one by one costs more than the rest of the request): before waiting for more,
+    unless the last piece was nothing but common output chunks (`Assembly.ongoing`: then the
+    answer cannot be complete yet), at the stream's end, or as soon as the pieces kept could
+    hold more output events than the assembly has room for (`Assembly.room`; every event ends
+    with a blank line, so there are at most half as many events as line feeds). The cut is then
+    where reading event by event puts it, and the upstream is closed at most a batch later.
+    Whatever the pieces' boundaries (a `[DONE]` split over two reads), the last event is read
+    before the gateway waits on an upstream that keeps its connection open."""
     loop = asyncio.get_running_loop()
     content = resp.content
     buffer, size, chunk = b"", 0, first
@@ -555,14 +565,15 @@ async def _assemble(
         pending.append(chunk)
         if room is not None:
             feeds += chunk.count(b"\n")
-        if (room is not None and feeds // 2 > room) or chunk.find(DONE) >= 0:
+        last, chunk = chunk, content.read_nowait()  # what already arrived needs no deadline (nor its cost)
+        waits = not chunk and not content.at_eof()
+        if (room is not None and feeds // 2 > room) or (waits and not assembly.ongoing(last)):
             rest = assembly.take(b"".join([buffer, *pending]))
             if rest is None:
                 return assembly.answer()
             buffer, feeds, room = rest, rest.count(b"\n"), assembly.room
             pending.clear()
-        chunk = content.read_nowait()  # what already arrived needs no deadline (nor its cost)
-        if not chunk and not content.at_eof():
+        if waits:
             until = loop.time() + idle
             async with asyncio.timeout_at(until if deadline is None else min(until, deadline)):
                 chunk = await content.readany()

@@ -433,6 +433,12 @@ class ChatAssembly:
                 if reader.ended or reader.done:
                     return None
 
+    def ongoing(self, piece: bytes) -> bool:
+        """`call.Assembly.ongoing`: `piece` starts and ends as the last common chunk's event does
+        (a text chunk must be followed by its choice's finish, so the answer is not complete)."""
+        same = self.same
+        return same is not None and piece.startswith(same[0]) and piece.endswith(same[1])
+
     def feed(self, data: bytes) -> None:
         """One event's data."""
         if self.as_chat is None:
@@ -442,6 +448,11 @@ class ChatAssembly:
             chunk = parse_event(data)
             if not self._add_text(chunk):
                 self._add(*self.reader.take(chunk))
+                if self.reader.usage is not None and self._finished():
+                    # The usage chunk after every choice's finish is the stream's last (OpenAI's
+                    # `include_usage`, which `call` asks for): the answer is complete without
+                    # waiting for a `[DONE]` an upstream may never send.
+                    self.reader.ended = True
             elif self.same is None:
                 self.same = _around_text(data, chunk["choices"][0]["delta"]["content"])
             return
@@ -449,6 +460,13 @@ class ChatAssembly:
             self._add(*self.reader.take(chunk))
             if self.reader.done:
                 return
+
+    def _finished(self) -> bool:
+        """Has every choice its finish reason?"""
+        choices = self.assembler.choices
+        return len(choices) >= self.reader.choices and all(
+            choice.get("finish_reason") is not None for choice in choices.values()
+        )
 
     def _add_text(self, chunk: dict[str, Any]) -> bool:
         """The common chunk (one more piece of text of the only choice, nothing else) counted and

@@ -166,3 +166,29 @@ def test_crlf_streams_and_comments_are_read_alike():
     answer, _ = assemble(raw.replace(b"\n", b"\r\n"))
     assert answer == assemble(raw)[0]
     assert answer["choices"][0]["message"]["content"] == "xyz"
+
+
+def test_the_usage_chunk_after_the_finish_completes_the_answer_without_done():
+    raw = stream(*(text_event(orjson.dumps(w)) for w in ["a", "b"]))
+    without_done = raw.removesuffix(b"data: [DONE]\n\n")
+    assembly = ChatAssembly(None)
+    assert assembly.take(without_done) is None
+    assert assembly.answer() == assemble(raw)[0]
+    # The finish alone is not the end: the usage chunk (asked for) is still to come.
+    finish_only = without_done[: without_done.rindex(b"data: ")]
+    assembly = ChatAssembly(None)
+    assert assembly.take(finish_only) == b""
+    assert not assembly.ended
+
+
+def test_only_a_piece_of_common_chunks_is_ongoing():
+    words = [text_event(orjson.dumps(w)) for w in ["a", "b", "c"]]
+    raw = stream(*words)
+    assembly = ChatAssembly(None)
+    assert not assembly.ongoing(words[0])  # no common chunk read yet
+    cut = raw.index(words[1])
+    assert assembly.take(raw[:cut]) == b""
+    assert assembly.ongoing(words[1]) and assembly.ongoing(words[1] + words[2])
+    assert not assembly.ongoing(words[2][:-1])  # the event is not complete
+    finish = raw[raw.index(words[2]) + len(words[2]) :]
+    assert not assembly.ongoing(finish[:40]) and not assembly.ongoing(b"NE]\n\n")

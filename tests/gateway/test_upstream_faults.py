@@ -85,6 +85,27 @@ def test_a_trickling_upstream_ends_at_the_total_deadline(setup, upstream, gatewa
     assert took > 2.9  # the deadline runs from when the gateway took the call, after we sent it
 
 
+@pytest.mark.parametrize("mode", ["split_done", "no_done"])
+def test_a_complete_answer_goes_out_while_the_upstream_still_holds_its_stream_open(
+    setup, upstream, gateway, settings, mode
+):
+    """The stream's last event arrived (its `[DONE]` in two writes, after no usage chunk; or the
+    usage chunk after the finish with no `[DONE]` ever) but the upstream keeps the connection
+    open: the non-streaming answer goes out, and the gateway closes the upstream's connection,
+    while the upstream still holds it (no deadline of the gateway's could end the wait sooner
+    than the hold)."""
+    settings.GATEWAY_TOTAL_TIMEOUT = settings.GATEWAY_IDLE_TIMEOUT = 120.0
+    upstream.behave(mode=mode, tokens=3, hold=30.0)
+    r = post(gateway, setup.plaintext, body={**BODY, "max_tokens": 100}, timeout=90)
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["choices"][0]["message"]["content"] == "tok0 tok1 tok2"
+    assert answer["choices"][0]["finish_reason"] == "stop"
+    if mode == "no_done":
+        assert answer["usage"]["completion_tokens"] == 3
+    assert wait_for(lambda: upstream.holds, timeout=60) == ["closed by the client"]
+
+
 def test_the_upstreams_retry_after_is_passed_through(setup, upstream, gateway):
     upstream.behave(mode="status", status=429, retry_after="7")
     r = post(gateway, setup.plaintext)
