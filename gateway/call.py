@@ -372,7 +372,7 @@ async def send_upstream(
                 phase, phase_seconds = Failure.FIRST_TOKEN_TIMEOUT, first_timeout
                 until = loop.time() + first_timeout
                 async with asyncio.timeout_at(until if deadline is None else min(until, deadline)):
-                    first = await _first_event(resp)
+                    first = await _first_event(resp, checked=stream)
                 first_at = time.perf_counter()
                 ttfb = (first_at - started) * 1000
                 if stream:
@@ -393,7 +393,7 @@ async def send_upstream(
                 assert assemble is not None
                 assembly = assemble(limit)
                 answer = await _assemble(resp, first, assembly, idle=idle_timeout, cap=cap, deadline=deadline)
-                resp.close()  # read to its end, or cut at the reservation: either way the generation stops
+                _let_go(resp, cut=assembly.done)
                 passive.report(route.channel_id, True, status=status, ttft_ms=ttfb)
                 return UpstreamResponse(
                     route,
@@ -494,10 +494,11 @@ def _choices(payload: dict[str, Any]) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 128 else 1
 
 
-async def _first_event(resp: aiohttp.ClientResponse) -> bytes:
+async def _first_event(resp: aiohttp.ClientResponse, *, checked: bool = True) -> bytes:
     """Read until the stream's first complete event with data (SSE comments do not count: a
-    server that only keeps the connection alive has not started answering). Its JSON is checked:
-    an upstream that streams junk fails over before the client sees a byte."""
+    server that only keeps the connection alive has not started answering). Its JSON is checked
+    (`checked`; an assembly checks every event itself): an upstream that streams junk fails over
+    before the client sees a byte."""
     buffer = b""
     while True:
         chunk = await resp.content.readany()
@@ -514,7 +515,7 @@ async def _first_event(resp: aiohttp.ClientResponse) -> bytes:
             start = end + 2
             if data is None:
                 continue
-            if data != DONE:
+            if checked and data != DONE:
                 try:
                     parsed = orjson.loads(data)
                 except orjson.JSONDecodeError:
@@ -565,7 +566,7 @@ async def _assemble(
         pending.append(chunk)
         if room is not None:
             feeds += chunk.count(b"\n")
-        last, chunk = chunk, content.read_nowait()  # what already arrived needs no deadline (nor its cost)
+        last, chunk = chunk, drain(content)  # what already arrived needs no deadline (nor its cost)
         waits = not chunk and not content.at_eof()
         if (room is not None and feeds // 2 > room) or (waits and not assembly.ongoing(last)):
             rest = assembly.take(b"".join([buffer, *pending]))
@@ -580,6 +581,55 @@ async def _assemble(
     if pending:
         assembly.take(b"".join([buffer, *pending]))
     return assembly.answer()
+
+
+# Seconds an upstream has to end its stream's body after the answer's last event (`[DONE]` and the
+# body's end are two writes on most servers) before its connection is closed rather than reused.
+END_GRACE = 1.0
+
+
+def _let_go(resp: aiohttp.ClientResponse, *, cut: bool) -> None:
+    """Done with the stream of an assembled answer. Cut at the reservation, the connection is
+    closed (the generation stops). Otherwise the stream has ended, or is about to: aiohttp puts
+    its connection back in the pool at the body's end (as for a relayed stream), and an upstream
+    that holds the stream open past END_GRACE gets its connection closed."""
+    if cut:
+        resp.close()
+    elif not resp.content.is_eof():
+        asyncio.get_running_loop().call_later(END_GRACE, resp.close)
+
+
+def drain(content: aiohttp.StreamReader) -> bytes:
+    """What arrived of a body and was not read yet, at once: `content.read_nowait()` without its
+    cost per HTTP chunk. aiohttp keeps each chunk of a chunked body apart (a stream's event each)
+    and, reading them, takes them one by one and resumes its protocol after each (a call into
+    its parser every time: ~6 k instructions an event); this joins them and resumes the
+    protocol only when it was paused. It relies on `StreamReader`'s private fields (aiohttp is
+    pinned by uv.lock; tests/gateway/test_assembly.py checks the reader's state against aiohttp's own
+    reads); anything unexpected there falls back to `read_nowait`."""
+    try:
+        buffered = content._buffer
+        if content._exception is not None or not buffered or content._waiter is not None:
+            return content.read_nowait()  # raises, or reads nothing, as aiohttp does
+        offset, splits, protocol = content._buffer_offset, content._http_chunk_splits, content._protocol
+        paused = protocol._reading_paused
+    except AttributeError:  # another aiohttp
+        return content.read_nowait()
+    data = buffered[0] if len(buffered) == 1 else b"".join(buffered)
+    if offset:
+        data = data[offset:]
+        content._buffer_offset = 0
+    buffered.clear()
+    content._size -= len(data)
+    content._cursor = cursor = content._cursor + len(data)
+    if splits:  # the ends of the chunks read (kept for `readchunk`): all behind the cursor now
+        last = splits[-1]
+        splits.clear()
+        if last == cursor:
+            splits.append(last)
+    if paused:
+        protocol.resume_reading()
+    return data
 
 
 @contextlib.asynccontextmanager

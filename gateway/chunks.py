@@ -229,6 +229,7 @@ def _with_cache_hits(usage: dict[str, Any], timings: Any) -> dict[str, Any]:
     return {**usage, "prompt_tokens_details": {**(details or {}), "cached_tokens": cache_n}}
 
 
+FINISH_KEYS = frozenset({"index", "delta", "logprobs", "finish_reason"})  # a finish chunk's choice, nothing more
 FIRST_ONLY = frozenset({"id", "created", "model", "object", "choices"})  # kept from the first chunk
 
 
@@ -447,7 +448,8 @@ class ChatAssembly:
                 return
             chunk = parse_event(data)
             if not self._add_text(chunk):
-                self._add(*self.reader.take(chunk))
+                if not self._add_finish(chunk):
+                    self._add(*self.reader.take(chunk))
                 if self.reader.usage is not None and self._finished():
                     # The usage chunk after every choice's finish is the stream's last (OpenAI's
                     # `include_usage`, which `call` asks for): the answer is complete without
@@ -492,6 +494,27 @@ class ChatAssembly:
             reader.counts[0] = seen
         self.assembler.add_top(chunk)
         part.append(text)
+        return True
+
+    def _add_finish(self, chunk: dict[str, Any]) -> bool:
+        """The only choice's finish (an empty delta, no logprobs, nothing else in the choice, no
+        usage) added in one step, as `ChunkReader.take` and `Assembler.add` would; False for
+        anything else."""
+        reader = self.reader
+        choices = chunk.get("choices")
+        if reader.choices != 1 or reader.cut or type(choices) is not list or len(choices) != 1:
+            return False
+        choice = choices[0]
+        if type(choice) is not dict or choice.get("index", 0) != 0 or isinstance(chunk.get("usage"), dict):
+            return False
+        finish = choice.get("finish_reason")
+        had = self.assembler.choices.get(0)
+        if finish is None or had is None or choice.get("delta") != {} or choice.get("logprobs") is not None:
+            return False
+        if not choice.keys() <= FINISH_KEYS:
+            return False
+        self.assembler.add_top(chunk)
+        had["finish_reason"] = finish
         return True
 
     def _take_run(self, buffer: bytes, pos: int, head: bytes, tail: bytes) -> int:

@@ -86,6 +86,7 @@ class Recorded:
     query: str
     headers: dict[str, str]
     json: Any
+    peer: Any = None  # the client's address and port: one per connection it opened
 
 
 def _words(value: Any) -> int:
@@ -212,7 +213,10 @@ class FakeUpstream:
                 body = json.loads(raw) if raw else None
             except ValueError:
                 body = raw.decode(errors="replace")
-        self.requests.append(Recorded(request.method, request.path, request.query_string, dict(request.headers), body))
+        peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+        self.requests.append(
+            Recorded(request.method, request.path, request.query_string, dict(request.headers), body, peer)
+        )
         return body
 
     def _unauthorized(self, request: web.Request) -> web.Response | None:

@@ -106,6 +106,16 @@ def test_a_complete_answer_goes_out_while_the_upstream_still_holds_its_stream_op
     assert wait_for(lambda: upstream.holds, timeout=60) == ["closed by the client"]
 
 
+def test_an_assembled_answer_read_to_its_end_leaves_its_connection_to_the_next_call(setup, upstream, gateway):
+    """A non-streaming answer is read from a stream; once that stream ended, its connection goes
+    back to the pool as a relayed stream's does, though the body's end came after the answer's
+    last event (a new connection per request costs more than the assembly)."""
+    for _ in range(2):
+        r = post(gateway, setup.plaintext)
+        assert r.status_code == 200, r.text
+    assert upstream.requests[0].peer == upstream.requests[1].peer
+
+
 def test_the_upstreams_retry_after_is_passed_through(setup, upstream, gateway):
     upstream.behave(mode="status", status=429, retry_after="7")
     r = post(gateway, setup.plaintext)
