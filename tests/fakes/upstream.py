@@ -32,7 +32,8 @@ ends a stream cleanly after `stall_after` deltas without its last event (`messag
 `response.completed`; a Chat stream's `[DONE]`). A Chat stream in mode split_done sends no usage
 chunk and its `[DONE]` event in two writes `split_pause` seconds apart (only that event ends it),
 in mode no_done never sends it; both then keep the connection open (at most `hold` seconds) and
-note in `holds` whether the client closed it first. Prompt tokens are the number of
+note in `holds` whether the client closed it first; `end_pause` ends a Chat stream's body that
+long after its `[DONE]`. Prompt tokens are the number of
 whitespace-separated words in the input."""
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ DEFAULTS: dict[str, Any] = {
     "system_fingerprint": None,  # when set, every Chat chunk / answer carries it (vLLM, OpenAI)
     "split_pause": 0.3,  # mode=split_done: seconds between the two writes of the `[DONE]` event
     "hold": 30.0,  # modes split_done, no_done: at most this long the connection is held open
+    "end_pause": 0.0,  # a Chat stream's body ends this many seconds after its `[DONE]`
 }
 
 
@@ -505,6 +507,8 @@ class FakeUpstream:
                 await resp.write(b"data: [DONE]\n\n")
             if b["mode"] in ("split_done", "no_done"):
                 await self._hold(b["hold"])
+            if b["end_pause"]:
+                await asyncio.sleep(b["end_pause"])
             await resp.write_eof()
         finally:
             self.open_streams -= 1

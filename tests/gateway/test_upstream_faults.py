@@ -110,9 +110,11 @@ def test_an_assembled_answer_read_to_its_end_leaves_its_connection_to_the_next_c
     """A non-streaming answer is read from a stream; once that stream ended, its connection goes
     back to the pool as a relayed stream's does, though the body's end came after the answer's
     last event (a new connection per request costs more than the assembly)."""
+    upstream.behave(end_pause=0.1)  # the [DONE] and the body's end in two writes, 0.1 s apart
     for _ in range(2):
         r = post(gateway, setup.plaintext)
         assert r.status_code == 200, r.text
+        wait_for(lambda: upstream.open_streams == 0)  # the body ended
     assert upstream.requests[0].peer == upstream.requests[1].peer
 
 
