@@ -501,7 +501,7 @@ async def _first_event(resp: aiohttp.ClientResponse, *, checked: bool = True) ->
     before the client sees a byte."""
     buffer = b""
     while True:
-        chunk = await resp.content.readany()
+        chunk = await read_any(resp.content)
         if not chunk:
             raise aiohttp.ServerDisconnectedError("upstream closed the stream before its first event")
         buffer += chunk
@@ -577,7 +577,7 @@ async def _assemble(
         if waits:
             until = loop.time() + idle
             async with asyncio.timeout_at(until if deadline is None else min(until, deadline)):
-                chunk = await content.readany()
+                chunk = await read_any(content)
     if pending:
         assembly.take(b"".join([buffer, *pending]))
     return assembly.answer()
@@ -597,6 +597,17 @@ def _let_go(resp: aiohttp.ClientResponse, *, cut: bool) -> None:
         resp.close()
     elif not resp.content.is_eof():
         asyncio.get_running_loop().call_later(END_GRACE, resp.close)
+
+
+async def read_any(content: aiohttp.StreamReader) -> bytes:
+    """`content.readany()` through `drain`: by the time a reader woken by the first piece runs,
+    the rest of a stream has often arrived (the whole of a short answer)."""
+    try:
+        while not content._buffer and not content._eof and content._exception is None:
+            await content._wait("readany")
+    except AttributeError:  # another aiohttp
+        return await content.readany()
+    return drain(content)
 
 
 def drain(content: aiohttp.StreamReader) -> bytes:
