@@ -126,6 +126,11 @@ class Assembly(Protocol):
         what is left of it, or None once the answer is complete (the stream's last event, or the
         cut). Raises UpstreamStreamError for an error event or junk."""
 
+    def ongoing(self, piece: bytes) -> bool:
+        """Is `piece` (the last bytes read, not yet given to `take`) nothing but events that more
+        of the answer must follow (a stream's common output chunks)? Then the pieces kept can wait
+        for more before `take` reads them; False when in doubt."""
+
     def answer(self) -> dict[str, Any]:
         """The whole answer; raises UpstreamStreamError when the stream ended before it was complete."""
 
@@ -367,7 +372,7 @@ async def send_upstream(
                 phase, phase_seconds = Failure.FIRST_TOKEN_TIMEOUT, first_timeout
                 until = loop.time() + first_timeout
                 async with asyncio.timeout_at(until if deadline is None else min(until, deadline)):
-                    first = await _first_event(resp)
+                    first = await _first_event(resp, checked=stream)
                 first_at = time.perf_counter()
                 ttfb = (first_at - started) * 1000
                 if stream:
@@ -388,7 +393,7 @@ async def send_upstream(
                 assert assemble is not None
                 assembly = assemble(limit)
                 answer = await _assemble(resp, first, assembly, idle=idle_timeout, cap=cap, deadline=deadline)
-                resp.close()  # read to its end, or cut at the reservation: either way the generation stops
+                _let_go(resp, cut=assembly.done)
                 passive.report(route.channel_id, True, status=status, ttft_ms=ttfb)
                 return UpstreamResponse(
                     route,
@@ -489,13 +494,14 @@ def _choices(payload: dict[str, Any]) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 128 else 1
 
 
-async def _first_event(resp: aiohttp.ClientResponse) -> bytes:
+async def _first_event(resp: aiohttp.ClientResponse, *, checked: bool = True) -> bytes:
     """Read until the stream's first complete event with data (SSE comments do not count: a
-    server that only keeps the connection alive has not started answering). Its JSON is checked:
-    an upstream that streams junk fails over before the client sees a byte."""
+    server that only keeps the connection alive has not started answering). Its JSON is checked
+    (`checked`; an assembly checks every event itself): an upstream that streams junk fails over
+    before the client sees a byte."""
     buffer = b""
     while True:
-        chunk = await resp.content.readany()
+        chunk = await read_any(resp.content)
         if not chunk:
             raise aiohttp.ServerDisconnectedError("upstream closed the stream before its first event")
         buffer += chunk
@@ -509,7 +515,7 @@ async def _first_event(resp: aiohttp.ClientResponse) -> bytes:
             start = end + 2
             if data is None:
                 continue
-            if data != DONE:
+            if checked and data != DONE:
                 try:
                     parsed = orjson.loads(data)
                 except orjson.JSONDecodeError:
@@ -534,14 +540,19 @@ async def _assemble(
     deadline: float | None,
 ) -> dict[str, Any]:
     """The non-streaming answer, from the rest of the stream: each read within `idle` seconds,
-    until the stream's end or the cut at the reservation (the connection is closed there).
+    until the answer is complete (the stream's last event, or its usage chunk after every
+    choice's finish), the stream's end, or the cut at the reservation (the connection is closed
+    there, without waiting for the upstream to end its stream).
 
     The pieces are kept as they come and read by the assembly in one batch (reading a stream of
-    small events one by one costs more than the rest of the request): when the stream's `[DONE]`
-    arrives, at its end, or as soon as the pieces kept could hold more output events than the
-    assembly has room for (`Assembly.room`; every event ends with a blank line, so there are at
-    most half as many events as line feeds). The cut is then where reading event by event puts
-    it, and the upstream is closed at most a batch later."""
+    small events one by one costs more than the rest of the request): before waiting for more,
+    unless the last piece was nothing but common output chunks (`Assembly.ongoing`: then the
+    answer cannot be complete yet), at the stream's end, or as soon as the pieces kept could
+    hold more output events than the assembly has room for (`Assembly.room`; every event ends
+    with a blank line, so there are at most half as many events as line feeds). The cut is then
+    where reading event by event puts it, and the upstream is closed at most a batch later.
+    Whatever the pieces' boundaries (a `[DONE]` split over two reads), the last event is read
+    before the gateway waits on an upstream that keeps its connection open."""
     loop = asyncio.get_running_loop()
     content = resp.content
     buffer, size, chunk = b"", 0, first
@@ -555,20 +566,81 @@ async def _assemble(
         pending.append(chunk)
         if room is not None:
             feeds += chunk.count(b"\n")
-        if (room is not None and feeds // 2 > room) or chunk.find(DONE) >= 0:
+        last, chunk = chunk, drain(content)  # what already arrived needs no deadline (nor its cost)
+        waits = not chunk and not content.at_eof()
+        if (room is not None and feeds // 2 > room) or (waits and not assembly.ongoing(last)):
             rest = assembly.take(b"".join([buffer, *pending]))
             if rest is None:
                 return assembly.answer()
             buffer, feeds, room = rest, rest.count(b"\n"), assembly.room
             pending.clear()
-        chunk = content.read_nowait()  # what already arrived needs no deadline (nor its cost)
-        if not chunk and not content.at_eof():
+        if waits:
             until = loop.time() + idle
             async with asyncio.timeout_at(until if deadline is None else min(until, deadline)):
-                chunk = await content.readany()
+                chunk = await read_any(content)
     if pending:
         assembly.take(b"".join([buffer, *pending]))
     return assembly.answer()
+
+
+# Seconds an upstream has to end its stream's body after the answer's last event (`[DONE]` and the
+# body's end are two writes on most servers) before its connection is closed rather than reused.
+END_GRACE = 1.0
+
+
+def _let_go(resp: aiohttp.ClientResponse, *, cut: bool) -> None:
+    """Done with the stream of an assembled answer. Cut at the reservation, the connection is
+    closed (the generation stops). Otherwise the stream has ended, or is about to: aiohttp puts
+    its connection back in the pool at the body's end (as for a relayed stream), and an upstream
+    that holds the stream open past END_GRACE gets its connection closed."""
+    if cut:
+        resp.close()
+    elif not resp.content.is_eof():
+        asyncio.get_running_loop().call_later(END_GRACE, resp.close)
+
+
+async def read_any(content: aiohttp.StreamReader) -> bytes:
+    """`content.readany()` through `drain`: by the time a reader woken by the first piece runs,
+    the rest of a stream has often arrived (the whole of a short answer)."""
+    try:
+        while not content._buffer and not content._eof and content._exception is None:
+            await content._wait("readany")
+    except AttributeError:  # another aiohttp
+        return await content.readany()
+    return drain(content)
+
+
+def drain(content: aiohttp.StreamReader) -> bytes:
+    """What arrived of a body and was not read yet, at once: `content.read_nowait()` without its
+    cost per HTTP chunk. aiohttp keeps each chunk of a chunked body apart (a stream's event each)
+    and, reading them, takes them one by one and resumes its protocol after each (a call into
+    its parser every time: ~6 k instructions an event); this joins them and resumes the
+    protocol only when it was paused. It relies on `StreamReader`'s private fields (aiohttp is
+    pinned by uv.lock; tests/gateway/test_assembly.py checks the reader's state against aiohttp's own
+    reads); anything unexpected there falls back to `read_nowait`."""
+    try:
+        buffered = content._buffer
+        if content._exception is not None or not buffered or content._waiter is not None:
+            return content.read_nowait()  # raises, or reads nothing, as aiohttp does
+        offset, splits, protocol = content._buffer_offset, content._http_chunk_splits, content._protocol
+        paused = protocol._reading_paused
+    except AttributeError:  # another aiohttp
+        return content.read_nowait()
+    data = buffered[0] if len(buffered) == 1 else b"".join(buffered)
+    if offset:
+        data = data[offset:]
+        content._buffer_offset = 0
+    buffered.clear()
+    content._size -= len(data)
+    content._cursor = cursor = content._cursor + len(data)
+    if splits:  # the ends of the chunks read (kept for `readchunk`): all behind the cursor now
+        last = splits[-1]
+        splits.clear()
+        if last == cursor:
+            splits.append(last)
+    if paused:
+        protocol.resume_reading()
+    return data
 
 
 @contextlib.asynccontextmanager

@@ -229,6 +229,7 @@ def _with_cache_hits(usage: dict[str, Any], timings: Any) -> dict[str, Any]:
     return {**usage, "prompt_tokens_details": {**(details or {}), "cached_tokens": cache_n}}
 
 
+FINISH_KEYS = frozenset({"index", "delta", "logprobs", "finish_reason"})  # a finish chunk's choice, nothing more
 FIRST_ONLY = frozenset({"id", "created", "model", "object", "choices"})  # kept from the first chunk
 
 
@@ -433,6 +434,12 @@ class ChatAssembly:
                 if reader.ended or reader.done:
                     return None
 
+    def ongoing(self, piece: bytes) -> bool:
+        """`call.Assembly.ongoing`: `piece` starts and ends as the last common chunk's event does
+        (a text chunk must be followed by its choice's finish, so the answer is not complete)."""
+        same = self.same
+        return same is not None and piece.startswith(same[0]) and piece.endswith(same[1])
+
     def feed(self, data: bytes) -> None:
         """One event's data."""
         if self.as_chat is None:
@@ -441,7 +448,13 @@ class ChatAssembly:
                 return
             chunk = parse_event(data)
             if not self._add_text(chunk):
-                self._add(*self.reader.take(chunk))
+                if not self._add_finish(chunk):
+                    self._add(*self.reader.take(chunk))
+                if self.reader.usage is not None and self._finished():
+                    # The usage chunk after every choice's finish is the stream's last (OpenAI's
+                    # `include_usage`, which `call` asks for): the answer is complete without
+                    # waiting for a `[DONE]` an upstream may never send.
+                    self.reader.ended = True
             elif self.same is None:
                 self.same = _around_text(data, chunk["choices"][0]["delta"]["content"])
             return
@@ -449,6 +462,13 @@ class ChatAssembly:
             self._add(*self.reader.take(chunk))
             if self.reader.done:
                 return
+
+    def _finished(self) -> bool:
+        """Has every choice its finish reason?"""
+        choices = self.assembler.choices
+        return len(choices) >= self.reader.choices and all(
+            choice.get("finish_reason") is not None for choice in choices.values()
+        )
 
     def _add_text(self, chunk: dict[str, Any]) -> bool:
         """The common chunk (one more piece of text of the only choice, nothing else) counted and
@@ -474,6 +494,27 @@ class ChatAssembly:
             reader.counts[0] = seen
         self.assembler.add_top(chunk)
         part.append(text)
+        return True
+
+    def _add_finish(self, chunk: dict[str, Any]) -> bool:
+        """The only choice's finish (an empty delta, no logprobs, nothing else in the choice, no
+        usage) added in one step, as `ChunkReader.take` and `Assembler.add` would; False for
+        anything else."""
+        reader = self.reader
+        choices = chunk.get("choices")
+        if reader.choices != 1 or reader.cut or type(choices) is not list or len(choices) != 1:
+            return False
+        choice = choices[0]
+        if type(choice) is not dict or choice.get("index", 0) != 0 or isinstance(chunk.get("usage"), dict):
+            return False
+        finish = choice.get("finish_reason")
+        had = self.assembler.choices.get(0)
+        if finish is None or had is None or choice.get("delta") != {} or choice.get("logprobs") is not None:
+            return False
+        if not choice.keys() <= FINISH_KEYS:
+            return False
+        self.assembler.add_top(chunk)
+        had["finish_reason"] = finish
         return True
 
     def _take_run(self, buffer: bytes, pos: int, head: bytes, tail: bytes) -> int:

@@ -133,6 +133,10 @@ class MessagesReader:
         """`call.Assembly.take` (a non-streaming answer assembled from the stream)."""
         return take_events(self, buffer)
 
+    def ongoing(self, piece: bytes) -> bool:
+        """`call.Assembly.ongoing`: never assumed (each piece is read as it comes, `room` 0)."""
+        return False
+
     def _merge_usage(self, usage: Any) -> None:
         # message_delta's usage is cumulative; a part it leaves out (or null) keeps message_start's
         if isinstance(usage, dict):
@@ -296,6 +300,10 @@ class ResponsesReader:
     def take(self, buffer: bytes) -> bytes | None:
         """`call.Assembly.take` (a non-streaming answer assembled from the stream)."""
         return take_events(self, buffer)
+
+    def ongoing(self, piece: bytes) -> bool:
+        """`call.Assembly.ongoing`: never assumed (each piece is read as it comes, `room` 0)."""
+        return False
 
     def _delta(self, kind: str, event: dict[str, Any]) -> None:
         piece = event.get("delta")

@@ -29,7 +29,11 @@ behaves like OpenAI's (its event sequence, reasoning and function-call items, `r
 at max_output_tokens, modes ok/status/slow/tool_call/stall/stream_error). On both, a non-streaming
 answer's headers go out only once it is generated (`token_delay`, as for Chat), and mode truncate
 ends a stream cleanly after `stall_after` deltas without its last event (`message_stop`,
-`response.completed`; a Chat stream's `[DONE]`). Prompt tokens are the number of
+`response.completed`; a Chat stream's `[DONE]`). A Chat stream in mode split_done sends no usage
+chunk and its `[DONE]` event in two writes `split_pause` seconds apart (only that event ends it),
+in mode no_done never sends it; both then keep the connection open (at most `hold` seconds) and
+note in `holds` whether the client closed it first; `end_pause` ends a Chat stream's body that
+long after its `[DONE]`. Prompt tokens are the number of
 whitespace-separated words in the input."""
 
 from __future__ import annotations
@@ -71,6 +75,9 @@ DEFAULTS: dict[str, Any] = {
     "usage_override": None,  # a dict merged over the usage reported (an upstream reporting absurd usage)
     "error_type": "server_error",  # with mode=status: the error's `type` (Anthropic's `overloaded_error`)
     "system_fingerprint": None,  # when set, every Chat chunk / answer carries it (vLLM, OpenAI)
+    "split_pause": 0.3,  # mode=split_done: seconds between the two writes of the `[DONE]` event
+    "hold": 30.0,  # modes split_done, no_done: at most this long the connection is held open
+    "end_pause": 0.0,  # a Chat stream's body ends this many seconds after its `[DONE]`
 }
 
 
@@ -81,6 +88,7 @@ class Recorded:
     query: str
     headers: dict[str, str]
     json: Any
+    peer: Any = None  # the client's address and port: one per connection it opened
 
 
 def _words(value: Any) -> int:
@@ -113,6 +121,7 @@ class FakeUpstream:
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
         self.open_streams = 0
+        self.holds: list[str] = []  # how each held connection ended (modes split_done, no_done)
 
     # --- scripting -------------------------------------------------------------------------
     def behave(self, **kwargs: Any) -> FakeUpstream:
@@ -206,7 +215,10 @@ class FakeUpstream:
                 body = json.loads(raw) if raw else None
             except ValueError:
                 body = raw.decode(errors="replace")
-        self.requests.append(Recorded(request.method, request.path, request.query_string, dict(request.headers), body))
+        peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+        self.requests.append(
+            Recorded(request.method, request.path, request.query_string, dict(request.headers), body, peer)
+        )
         return body
 
     def _unauthorized(self, request: web.Request) -> web.Response | None:
@@ -477,7 +489,7 @@ class FakeUpstream:
                 if matched is not None and self.flavour == "vllm":
                     last["choices"][0]["stop_reason"] = matched
                 await resp.write(b"data: " + json.dumps(last).encode() + b"\n\n")
-            if include_usage and b["mode"] != "omit_usage":
+            if include_usage and b["mode"] not in ("omit_usage", "split_done"):
                 data = {
                     "id": cid,
                     "object": "chat.completion.chunk",
@@ -487,11 +499,29 @@ class FakeUpstream:
                     **self._chat_usage(b, prompt, n),
                 }
                 await resp.write(b"data: " + json.dumps(data).encode() + b"\n\n")
-            await resp.write(b"data: [DONE]\n\n")
+            if b["mode"] == "split_done":
+                await resp.write(b"data: [DO")
+                await asyncio.sleep(b["split_pause"])
+                await resp.write(b"NE]\n\n")
+            elif b["mode"] != "no_done":
+                await resp.write(b"data: [DONE]\n\n")
+            if b["mode"] in ("split_done", "no_done"):
+                await self._hold(b["hold"])
+            if b["end_pause"]:
+                await asyncio.sleep(b["end_pause"])
             await resp.write_eof()
         finally:
             self.open_streams -= 1
         return resp
+
+    async def _hold(self, seconds: float) -> None:
+        """Keep the connection open after the last byte: until the client closes it, or `seconds`."""
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:  # the client closed the connection (handler cancellation)
+            self.holds.append("closed by the client")
+            raise
+        self.holds.append("held to the end")
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body, b, early = await self._pre(request)

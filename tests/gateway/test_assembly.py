@@ -9,10 +9,14 @@ pieces the stream arrives in.
 
 from __future__ import annotations
 
+import asyncio
+
 import orjson
 import pytest
+from aiohttp import StreamReader
 
-from gateway.chunks import ChatAssembly, split_data
+from gateway.call import drain
+from gateway.chunks import Assembler, ChatAssembly, ChunkReader, finish_answer, split_data
 from gateway.errors import Failure, UpstreamStreamError
 
 HEAD = (
@@ -166,3 +170,98 @@ def test_crlf_streams_and_comments_are_read_alike():
     answer, _ = assemble(raw.replace(b"\n", b"\r\n"))
     assert answer == assemble(raw)[0]
     assert answer["choices"][0]["message"]["content"] == "xyz"
+
+
+def test_the_usage_chunk_after_the_finish_completes_the_answer_without_done():
+    raw = stream(*(text_event(orjson.dumps(w)) for w in ["a", "b"]))
+    without_done = raw.removesuffix(b"data: [DONE]\n\n")
+    assembly = ChatAssembly(None)
+    assert assembly.take(without_done) is None
+    assert assembly.answer() == assemble(raw)[0]
+    # The finish alone is not the end: the usage chunk (asked for) is still to come.
+    finish_only = without_done[: without_done.rindex(b"data: ")]
+    assembly = ChatAssembly(None)
+    assert assembly.take(finish_only) == b""
+    assert not assembly.ended
+
+
+def test_only_a_piece_of_common_chunks_is_ongoing():
+    words = [text_event(orjson.dumps(w)) for w in ["a", "b", "c"]]
+    raw = stream(*words)
+    assembly = ChatAssembly(None)
+    assert not assembly.ongoing(words[0])  # no common chunk read yet
+    cut = raw.index(words[1])
+    assert assembly.take(raw[:cut]) == b""
+    assert assembly.ongoing(words[1]) and assembly.ongoing(words[1] + words[2])
+    assert not assembly.ongoing(words[2][:-1])  # the event is not complete
+    finish = raw[raw.index(words[2]) + len(words[2]) :]
+    assert not assembly.ongoing(finish[:40]) and not assembly.ongoing(b"NE]\n\n")
+
+
+@pytest.mark.parametrize(
+    "finish",
+    [
+        b'{},"logprobs":null,"finish_reason":"stop"}]}\n\n',  # read in one step
+        b'{},"logprobs":null,"finish_reason":"stop","stop_reason":"</s>"}]}\n\n',  # vLLM's stop_reason: in full
+        b'{"content":""},"logprobs":null,"finish_reason":"length"}]}\n\n',
+    ],
+)
+def test_the_finish_chunk_is_added_as_the_full_path_adds_it(finish):
+    raw = stream(*(text_event(orjson.dumps(w)) for w in ["a", "b"]))
+    at = raw.rindex(HEAD, 0, raw.index(b'"finish_reason":"stop"'))
+    raw = raw[:at] + HEAD + finish + raw[raw.index(b"\n\n", at) + 2 :]
+    reader, assembler = ChunkReader(None), Assembler(legacy=False)
+    for data in split_data(raw)[0][:-1]:  # all but [DONE], each through the full path
+        passed, closing = reader.take(orjson.loads(data))
+        for chunk in ([passed] if passed else []) + closing:
+            assembler.add(chunk)
+    expected = finish_answer(assembler.answer())
+    assert assemble(raw)[0] == expected
+    assert expected["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+class Protocol:
+    """What aiohttp's StreamReader asks of its protocol: flow control."""
+
+    connected = True
+
+    def __init__(self) -> None:
+        self._reading_paused = False
+        self.resumed = 0
+
+    def pause_reading(self) -> None:
+        self._reading_paused = True
+
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        self._reading_paused = False
+        self.resumed += 1
+
+
+def test_drain_leaves_aiohttps_reader_as_its_own_reads_do():
+    """`call.drain` reads aiohttp's buffer at once through its private fields: the same bytes and
+    the same state after it as `read_nowait`, the protocol resumed once when the reader paused it."""
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        ours, theirs = (StreamReader(Protocol(), 16, loop=loop) for _ in range(2))
+        for reader in (ours, theirs):
+            reader.begin_http_chunk_receiving()
+            for piece in (b"data: a\n\n", b": ping\n\n", b"data: b\n\n", b"data: [DO", b"NE]\n\n"):  # 40 > 2 x 16
+                reader.feed_data(piece)
+                reader.end_http_chunk_receiving()
+            assert reader.read_nowait(3) == b"dat"
+        assert ours._protocol._reading_paused  # aiohttp paused its protocol past the high water
+        assert drain(ours) == theirs.read_nowait() == b"a: a\n\n: ping\n\ndata: b\n\ndata: [DONE]\n\n"
+        assert not ours._protocol._reading_paused
+        fields = ("_size", "_cursor", "_buffer_offset", "total_bytes")
+        assert [getattr(ours, f) for f in fields] == [getattr(theirs, f) for f in fields]
+        assert list(ours._http_chunk_splits or ()) == list(theirs._http_chunk_splits or ())
+        assert drain(ours) == b""
+        for reader in (ours, theirs):
+            reader.feed_data(b"data: c\n\n")
+            reader.end_http_chunk_receiving()
+            reader.feed_eof()
+        assert await ours.readany() == await theirs.readany() == b"data: c\n\n"
+        assert ours.at_eof() and theirs.at_eof()
+
+    asyncio.run(run())

@@ -85,6 +85,39 @@ def test_a_trickling_upstream_ends_at_the_total_deadline(setup, upstream, gatewa
     assert took > 2.9  # the deadline runs from when the gateway took the call, after we sent it
 
 
+@pytest.mark.parametrize("mode", ["split_done", "no_done"])
+def test_a_complete_answer_goes_out_while_the_upstream_still_holds_its_stream_open(
+    setup, upstream, gateway, settings, mode
+):
+    """The stream's last event arrived (its `[DONE]` in two writes, after no usage chunk; or the
+    usage chunk after the finish with no `[DONE]` ever) but the upstream keeps the connection
+    open: the non-streaming answer goes out, and the gateway closes the upstream's connection,
+    while the upstream still holds it (no deadline of the gateway's could end the wait sooner
+    than the hold)."""
+    settings.GATEWAY_TOTAL_TIMEOUT = settings.GATEWAY_IDLE_TIMEOUT = 120.0
+    upstream.behave(mode=mode, tokens=3, hold=30.0)
+    r = post(gateway, setup.plaintext, body={**BODY, "max_tokens": 100}, timeout=90)
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["choices"][0]["message"]["content"] == "tok0 tok1 tok2"
+    assert answer["choices"][0]["finish_reason"] == "stop"
+    if mode == "no_done":
+        assert answer["usage"]["completion_tokens"] == 3
+    assert wait_for(lambda: upstream.holds, timeout=60) == ["closed by the client"]
+
+
+def test_an_assembled_answer_read_to_its_end_leaves_its_connection_to_the_next_call(setup, upstream, gateway):
+    """A non-streaming answer is read from a stream; once that stream ended, its connection goes
+    back to the pool as a relayed stream's does, though the body's end came after the answer's
+    last event (a new connection per request costs more than the assembly)."""
+    upstream.behave(end_pause=0.1)  # the [DONE] and the body's end in two writes, 0.1 s apart
+    for _ in range(2):
+        r = post(gateway, setup.plaintext)
+        assert r.status_code == 200, r.text
+        wait_for(lambda: upstream.open_streams == 0)  # the body ended
+    assert upstream.requests[0].peer == upstream.requests[1].peer
+
+
 def test_the_upstreams_retry_after_is_passed_through(setup, upstream, gateway):
     upstream.behave(mode="status", status=429, retry_after="7")
     r = post(gateway, setup.plaintext)
