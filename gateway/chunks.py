@@ -470,16 +470,24 @@ class ChatAssembly:
             choice.get("finish_reason") is not None for choice in choices.values()
         )
 
+    def _sole_choice(self, chunk: dict[str, Any]) -> dict[str, Any] | None:
+        """The chunk's only choice, when the answer has one choice, is not cut and the chunk carries
+        no usage: what both one-step paths below need before looking at the choice itself."""
+        choices = chunk.get("choices")
+        if self.reader.choices != 1 or self.reader.cut or type(choices) is not list or len(choices) != 1:
+            return None
+        choice = choices[0]
+        if type(choice) is not dict or choice.get("index", 0) != 0 or isinstance(chunk.get("usage"), dict):
+            return None
+        return choice
+
     def _add_text(self, chunk: dict[str, Any]) -> bool:
         """The common chunk (one more piece of text of the only choice, nothing else) counted and
         added in one step, as `ChunkReader.take` and `Assembler.add` would (half their cost per
         event); False for anything else, and for the piece that passes the reservation."""
         reader = self.reader
-        choices = chunk.get("choices")
-        if reader.choices != 1 or reader.cut or reader.first is None or type(choices) is not list or len(choices) != 1:
-            return False
-        choice = choices[0]
-        if type(choice) is not dict or choice.get("index", 0) != 0 or isinstance(chunk.get("usage"), dict):
+        choice = self._sole_choice(chunk)
+        if choice is None or reader.first is None:
             return False
         delta = choice.get("delta")
         part = self.assembler.parts.get(0)
@@ -500,12 +508,8 @@ class ChatAssembly:
         """The only choice's finish (an empty delta, no logprobs, nothing else in the choice, no
         usage) added in one step, as `ChunkReader.take` and `Assembler.add` would; False for
         anything else."""
-        reader = self.reader
-        choices = chunk.get("choices")
-        if reader.choices != 1 or reader.cut or type(choices) is not list or len(choices) != 1:
-            return False
-        choice = choices[0]
-        if type(choice) is not dict or choice.get("index", 0) != 0 or isinstance(chunk.get("usage"), dict):
+        choice = self._sole_choice(chunk)
+        if choice is None:
             return False
         finish = choice.get("finish_reason")
         had = self.assembler.choices.get(0)
