@@ -44,6 +44,10 @@ LIMIT_NAMES = (
     "tokens_per_month",
     "max_parallel_requests",
 )
+# Where each limit sits in `Scope.args` (LIMIT_NAMES' order, the admission script's too).
+RPM, TPM, PARALLEL = (
+    LIMIT_NAMES.index(name) for name in ("requests_per_minute", "tokens_per_minute", "max_parallel_requests")
+)
 UNLIMITED = -1
 
 
@@ -69,7 +73,7 @@ class Scope:
     def __post_init__(self) -> None:
         self.args = tuple(self.arg(name) for name in LIMIT_NAMES)
         self.encoded = Encoded.of([self.prefix, *self.args])
-        self.parallel = self.args[4] >= 0
+        self.parallel = self.args[PARALLEL] >= 0
 
     def arg(self, name: str) -> int:
         value = self.limits.get(name)
@@ -168,7 +172,7 @@ def rate_headers(scopes: list[Scope], counts: list[int] | None = None) -> list[t
         return []
     key = scopes[0]
     out: list[tuple[bytes, bytes]] = []
-    rpm, tpm = key.args[0], key.args[1]
+    rpm, tpm = key.args[RPM], key.args[TPM]
     if rpm >= 0:
         out.append((b"x-ratelimit-limit-requests", str(rpm).encode()))
         if counts is not None:
