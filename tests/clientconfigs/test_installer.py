@@ -165,14 +165,20 @@ def test_cline_keeps_other_providers(live_server, settings, home, alice, catalog
         assert (target.parent / name).exists()
 
 
+def vs_code_settings(home, text: str):
+    """VS Code's user settings.json (where the Roo entry goes) holding `text`."""
+    target = home / ".config" / "Code" / "User" / "settings.json"
+    target.parent.mkdir(parents=True)
+    target.write_text(text)
+    return target
+
+
 def test_vs_code_settings_with_comments_get_our_one_line_and_keep_every_other_byte(
     live_server, settings, home, alice, catalog
 ):
     settings.PORTAL_PUBLIC_URL = live_server.url
-    target = home / ".config" / "Code" / "User" / "settings.json"
-    target.parent.mkdir(parents=True)
     jsonc = '{\n  // my comment, with "quotes" and a // inside\n  "editor.fontSize": 14, /* mine */\n}\n'
-    target.write_text(jsonc)
+    target = vs_code_settings(home, jsonc)
     result = install(live_server, home, alice, "roo", key_mode=KeyMode.PLACEHOLDER)
     assert result.returncode == 0, result.stdout + result.stderr
     line = f'  "roo-cline.autoImportSettingsPath": {json.dumps(roo.PATH)},\n'
@@ -186,10 +192,8 @@ def test_vs_code_settings_with_comments_get_our_one_line_and_keep_every_other_by
 
 def test_a_file_that_is_not_json_even_with_comments_is_left_alone(live_server, settings, home, alice, catalog):
     settings.PORTAL_PUBLIC_URL = live_server.url
-    target = home / ".config" / "Code" / "User" / "settings.json"
-    target.parent.mkdir(parents=True)
     broken = '{\n  // my comment\n  "editor.fontSize": 14\n  "editor.tabSize": 2\n}\n'
-    target.write_text(broken)
+    target = vs_code_settings(home, broken)
     result = install(live_server, home, alice, "roo", key_mode=KeyMode.PLACEHOLDER)
     assert result.returncode == 1
     assert target.read_text() == broken and backups(target) == []
