@@ -741,6 +741,10 @@ class UsageWriter:
                 pass
         self._down_since = None  # one last try, whatever the last one said
         await self.flush()
+        if not self._sealed:
+            # A flush the cancel cut short left its batch sealed: the one above wrote that batch
+            # only, and what was recorded since is still in the current file.
+            await self.flush()
         if self._sealed:
             logger.warning("%d usage records stay in the journal for the next gateway to write", self.journaled)
         await asyncio.get_running_loop().run_in_executor(self._executor, connections.close_all)

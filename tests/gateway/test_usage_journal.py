@@ -148,3 +148,31 @@ def test_a_batch_whose_copy_the_database_cut_waits_and_is_written_once_later(
         loop.close()
     assert sorted(UsageRecord.objects.values_list("request_id", flat=True)) == ["req-0", "req-1"]
     assert daily_requests() == 2
+
+
+def test_a_stop_that_cuts_a_flush_short_writes_what_was_recorded_after_it_too(
+    transactional_db, alice, settings, tmp_path
+):
+    """A gateway stopped (SIGTERM) while a batch is being written: the stop's own flush writes
+    that batch, and then what was recorded meanwhile too, not only the first."""
+    settings.GATEWAY_STATE_DIR = tmp_path
+
+    async def scenario() -> None:
+        writer = UsageWriter(interval=3600)
+        writer.start()
+        assert writer._task is not None
+        writer._task.cancel()
+        release = threading.Event()
+        writer._executor.submit(release.wait)  # the writer's thread is busy: the next batch waits
+        writer.record(event(alice.id, 0))
+        writer._task = asyncio.get_running_loop().create_task(writer.flush())  # the background flush
+        while writer._current is not None:  # …has sealed its batch and waits for the thread
+            await asyncio.sleep(0)
+        writer.record(event(alice.id, 1))
+        release.set()
+        await writer.stop()
+
+    asyncio.run(scenario())
+    assert sorted(UsageRecord.objects.values_list("request_id", flat=True)) == ["req-0", "req-1"]
+    assert daily_requests() == 2
+    assert not any((tmp_path / "usage-journal").rglob("*.jsonl"))
