@@ -36,6 +36,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.services]
 OUTAGE = float(os.environ.get("PORTAL_OUTAGE_SECONDS", "120"))
 CONCURRENCY = 16
 DEADLINE = 30.0  # each request's own deadline: a stall never holds one longer
+# The fake upstream answers after 5 tokens of this many seconds each, as a real one would: the
+# outage is ridden through at about half the requests per second, and half the test's CPU.
+TOKEN_DELAY = 0.05
 
 
 @dataclass
@@ -170,8 +173,11 @@ def probe(url: str, key: str) -> httpx.Response:
 
 
 @pytest.mark.parametrize("fault", ["stall", "refuse"])
-def test_the_gateway_serves_through_a_database_outage_and_a_restart_in_it(fault, setup, alice, spawn_gateway, tmp_path):
+def test_the_gateway_serves_through_a_database_outage_and_a_restart_in_it(
+    fault, setup, upstream, alice, spawn_gateway, tmp_path
+):
     require_postgres()
+    upstream.behave(token_delay=TOKEN_DELAY)
     db = settings.DATABASES["default"]
     keys = [setup.plaintext] + [issue_key(owner=alice, name=f"k{i}")[1] for i in range(2)]
     revoked, revoked_plain = issue_key(owner=alice, name="revoked before the outage")
