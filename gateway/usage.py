@@ -50,7 +50,7 @@ from django.db.models import F, Q
 from keys.choices import Pricing, UsageStatus
 from keys.models import Key, UsageDaily, UsageHourly, UsageRecord, ttft_field
 from portal import faults
-from portal.db import use_timeouts
+from portal.db import deadline, use_timeouts
 from portal.hot import hot
 
 from . import metrics
@@ -279,9 +279,18 @@ def _insert_records(events: list[UsageEvent], *, replay: bool = False) -> list[U
     if replay:
         return _insert_new_only(table, cols, rows, events)
     if connection.vendor == "postgresql":
-        # COPY: no SQL text to build, rows encoded in C.
+        # COPY: no SQL text to build, rows encoded in C. On the raw connection, so by hand as Django's
+        # cursor would: under the client-side deadline (a stall cannot hold it), and its errors as
+        # Django's. A COPY the server cancelled or whose connection dropped is the database being
+        # away (the batch waits and is retried), not a batch that cannot be written (set aside):
+        # psycopg's own OperationalError is not Django's.
         connection.ensure_connection()
-        with connection.connection.cursor() as raw, raw.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
+        with (
+            connection.wrap_database_errors,
+            deadline(connection),
+            connection.connection.cursor() as raw,
+            raw.copy(f"COPY {table} ({cols}) FROM STDIN") as copy,
+        ):
             for row in rows:
                 copy.write_row(row)
         return events
@@ -732,6 +741,10 @@ class UsageWriter:
                 pass
         self._down_since = None  # one last try, whatever the last one said
         await self.flush()
+        if not self._sealed:
+            # A flush the cancel cut short left its batch sealed: the one above wrote that batch
+            # only, and what was recorded since is still in the current file.
+            await self.flush()
         if self._sealed:
             logger.warning("%d usage records stay in the journal for the next gateway to write", self.journaled)
         await asyncio.get_running_loop().run_in_executor(self._executor, connections.close_all)

@@ -36,6 +36,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.services]
 OUTAGE = float(os.environ.get("PORTAL_OUTAGE_SECONDS", "120"))
 CONCURRENCY = 16
 DEADLINE = 30.0  # each request's own deadline: a stall never holds one longer
+# The fake upstream answers after 5 tokens of this many seconds each, as a real one would: the
+# outage is ridden through at about half the requests per second, and half the test's CPU.
+TOKEN_DELAY = 0.05
 
 
 @dataclass
@@ -51,6 +54,11 @@ class Driver:
     slowest: float = 0.0
     in_flight: Counter = field(default_factory=Counter)
     stop: threading.Event = field(default_factory=threading.Event)
+    # Held while a worker picks a gateway and counts its request in flight, and while the test
+    # takes one out of `live`: once out, no request can still be on its way to it.
+    routing: threading.Lock = field(default_factory=threading.Lock)
+    # Each answer's request id: the gateway that sent it, when it was sent and received (monotonic)
+    answers: dict[str, tuple[str, float, float]] = field(default_factory=dict)
 
     def run(self) -> threading.Thread:
         thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
@@ -67,11 +75,11 @@ class Driver:
         i = n
         while not self.stop.is_set():
             i += 1
-            live = list(self.live)
-            url, key = live[i % len(live)], self.keys[i % len(self.keys)]
+            with self.routing:  # picked and counted in flight at once: a gateway taken out is drained
+                url, key = self.live[i % len(self.live)], self.keys[i % len(self.keys)]
+                self.in_flight[url] += 1
             body = {"model": "qwen3-32b", "messages": [{"role": "user", "content": "abcd"}], "max_tokens": 5}
             started = time.monotonic()
-            self.in_flight[url] += 1
             try:
                 r = await client.post(
                     url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
@@ -79,6 +87,7 @@ class Driver:
                 if r.status_code == 200:
                     self.statuses[200] += 1
                     self.served.add((url, key))
+                    self.answers[r.headers.get("x-request-id", "")] = (url, started, time.monotonic())
                 else:  # which error, from which gateway: the failure message says
                     code = r.json().get("error", {}).get("code") if "json" in r.headers.get("content-type", "") else ""
                     self.statuses[
@@ -125,6 +134,37 @@ def usage_settled(urls: list[str], state_dir: Path) -> bool:
         return False
 
 
+def unaccounted(
+    driver: Driver, key_ids: list[int], names: dict[str, str], killed_at: float, state_dir: Path, gateways: dict
+) -> str:
+    """Why the rows and the answers differ: the answers with no row (which gateway sent each, and
+    when relative to the kill), the rows with no answer, what the usage journals still hold, and
+    the gateways' logs."""
+    recorded = Counter(UsageRecord.objects.filter(key_id__in=key_ids).values_list("request_id", flat=True))
+    missing = sorted(set(driver.answers) - set(recorded), key=lambda rid: driver.answers[rid][2])
+    out = [f"\n{len(driver.answers)} request ids answered, {len(recorded)} recorded, {len(missing)} with no row:"]
+    for rid in missing[:50]:
+        url, sent, received = driver.answers[rid]
+        out.append(
+            f"  {rid} from {names.get(url, url)}: sent {sent - killed_at:+.2f} s,"
+            f" received {received - killed_at:+.2f} s from the kill"
+        )
+    extra = set(recorded) - set(driver.answers)
+    twice = [rid for rid, n in recorded.items() if n > 1]
+    out.append(f"rows of no answer: {sorted(extra)[:20]}; request ids recorded twice: {twice[:20]}")
+    journal = state_dir / "usage-journal"
+    out.append(f"{journal}:")
+    for path in sorted(journal.rglob("*")) if journal.exists() else []:
+        if path.is_file():
+            text = path.read_bytes()
+            holds = [rid for rid in missing if rid.encode() in text]
+            lines = text.count(b"\n")
+            out.append(f"  {path.relative_to(journal)}: {len(text)} bytes, {lines} lines, missing in it: {holds}")
+    for name, gw in gateways.items():
+        out.append(f"--- gateway {name} (pid {gw.proc.pid}) log, last 3000 characters:\n{gw.log.text[-3000:]}")
+    return "\n".join(out)
+
+
 def probe(url: str, key: str) -> httpx.Response:
     body = {"model": "qwen3-32b", "messages": [{"role": "user", "content": "abcd"}], "max_tokens": 5}
     return httpx.post(
@@ -133,8 +173,11 @@ def probe(url: str, key: str) -> httpx.Response:
 
 
 @pytest.mark.parametrize("fault", ["stall", "refuse"])
-def test_the_gateway_serves_through_a_database_outage_and_a_restart_in_it(fault, setup, alice, spawn_gateway, tmp_path):
+def test_the_gateway_serves_through_a_database_outage_and_a_restart_in_it(
+    fault, setup, upstream, alice, spawn_gateway, tmp_path
+):
     require_postgres()
+    upstream.behave(token_delay=TOKEN_DELAY)
     db = settings.DATABASES["default"]
     keys = [setup.plaintext] + [issue_key(owner=alice, name=f"k{i}")[1] for i in range(2)]
     revoked, revoked_plain = issue_key(owner=alice, name="revoked before the outage")
@@ -181,11 +224,13 @@ def test_the_gateway_serves_through_a_database_outage_and_a_restart_in_it(fault,
             )
             assert staleness > 0
             # A is taken out of the rotation, drained and killed; a new gateway starts in the outage.
-            driver.live.remove(a.url)
+            with driver.routing:
+                driver.live.remove(a.url)
             wait_for(lambda: driver.in_flight[a.url] == 0, timeout=DEADLINE + 5)
             time.sleep(0.5)
             a.proc.kill()
             a.proc.wait(10)
+            killed_at = time.monotonic()
             (c,) = spawn_gateway(1, **env)
             driver.live.append(c.url)
             restarted_at = time.monotonic() - outage_started
@@ -210,14 +255,18 @@ def test_the_gateway_serves_through_a_database_outage_and_a_restart_in_it(fault,
         def written() -> int:
             return UsageRecord.objects.filter(key_id__in=key_ids).count()
 
+        def explain() -> str:
+            names = {a.url: "a (killed)", b.url: "b", c.url: "c (started in the outage)"}
+            return unaccounted(driver, key_ids, names, killed_at, state_dir, {names[g.url]: g for g in (a, b, c)})
+
         try:
             wait_for(lambda: written() >= driver.answered, timeout=120, interval=0.5)
         except AssertionError:
-            raise AssertionError(f"{written()} usage rows for {driver.answered} requests answered") from None
+            raise AssertionError(f"{written()} usage rows for {driver.answered} answered" + explain()) from None
         # Nothing more can arrive (no queue or journal holds an event): then the count is final.
         wait_for(lambda: usage_settled(driver.live, state_dir), timeout=60, interval=0.2)
         rows = UsageRecord.objects.filter(key_id__in=key_ids)
-        assert rows.count() == driver.answered
+        assert rows.count() == driver.answered, explain()
         assert not rows.order_by().values("event_id").annotate(n=Count("id")).filter(n__gt=1).exists()
         assert rows.filter(event_id__isnull=True).count() == 0
         daily = UsageDaily.objects.filter(key_id__in=key_ids).aggregate(n=Sum("requests"))["n"]

@@ -8,11 +8,16 @@ import asyncio
 import datetime as dt
 import os
 import stat
+import threading
+import time
 
+import pytest
+from django.db import connection, transaction
 from django.db.models import Sum
 
 from gateway.usage import UsageEvent, UsageWriter
 from keys.models import USAGE_COUNTERS, UsageDaily, UsageRecord
+from tests.services import require_postgres
 
 
 def event(user_id: int, n: int) -> UsageEvent:
@@ -78,3 +83,96 @@ def test_the_journal_of_a_dead_process_is_adopted_and_written_once(transactional
     assert UsageRecord.objects.count() == 5
     assert daily_requests() == 5
     assert not any((tmp_path / "usage-journal").glob("*/*.jsonl"))  # written, then deleted
+
+
+def drop_the_waiting_copy() -> None:
+    """Terminate the backend of this database's COPY that waits for a lock (as a restarted server,
+    or a proxy or network that drops the connection, would), on this thread's own connection."""
+    try:
+        for _ in range(600):  # up to ~30 s for the writer's COPY to reach the lock
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock' AND query LIKE 'COPY %%'"
+                )
+                waiting = [pid for (pid,) in cursor.fetchall()]
+                if waiting:
+                    cursor.execute("SELECT pg_terminate_backend(%s)", [waiting[0]])
+                    return
+            time.sleep(0.05)
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("fault", ["cancelled", "dropped"])
+def test_a_batch_whose_copy_the_database_cut_waits_and_is_written_once_later(
+    fault, transactional_db, alice, settings, tmp_path
+):
+    """The database cuts a batch's COPY in the middle: its statement timeout cancels it (a stall
+    that began while it ran), or its connection is dropped (`refuse`, a restart). That is the
+    database being away: the batch waits in the journal and is written once when the database
+    answers, not set aside in `usage-journal/failed/` as a batch that cannot be written (the outage
+    test lost such a batch: the COPY runs on the raw connection, whose errors were psycopg's own,
+    not Django's)."""
+    require_postgres()
+    settings.GATEWAY_STATE_DIR = tmp_path
+    # `cancelled`: the server's statement timeout cancels the COPY waiting for the lock below.
+    settings.GATEWAY_DB_TIMEOUT = 1.0 if fault == "cancelled" else 60.0
+    writer = UsageWriter(interval=3600)
+    writer.RETRY_EVERY = 0.0  # the test says when the next try is
+
+    async def first_batch() -> None:
+        writer.start()
+        writer.record(event(alice.id, 0))
+        await writer.flush()
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(first_batch())  # the writer's thread is connected
+        assert UsageRecord.objects.count() == 1
+        dropper = threading.Thread(target=drop_the_waiting_copy)
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"LOCK TABLE {connection.ops.quote_name(UsageRecord._meta.db_table)} IN SHARE MODE")
+            writer.record(event(alice.id, 1))
+            if fault == "dropped":
+                dropper.start()
+            loop.run_until_complete(writer.flush())  # its COPY waits for the lock until it is cut
+            if fault == "dropped":
+                dropper.join()
+        assert writer.journaled == 1  # still waiting for the database
+        assert not (tmp_path / "usage-journal" / "failed").exists()
+        loop.run_until_complete(writer.flush())  # the database answers again
+        assert writer.journaled == 0
+    finally:
+        loop.run_until_complete(writer.stop())  # its thread's connection is closed too
+        loop.close()
+    assert sorted(UsageRecord.objects.values_list("request_id", flat=True)) == ["req-0", "req-1"]
+    assert daily_requests() == 2
+
+
+def test_a_stop_that_cuts_a_flush_short_writes_what_was_recorded_after_it_too(
+    transactional_db, alice, settings, tmp_path
+):
+    """A gateway stopped (SIGTERM) while a batch is being written: the stop's own flush writes
+    that batch, and then what was recorded meanwhile too, not only the first."""
+    settings.GATEWAY_STATE_DIR = tmp_path
+
+    async def scenario() -> None:
+        writer = UsageWriter(interval=3600)
+        writer.start()
+        assert writer._task is not None
+        writer._task.cancel()
+        release = threading.Event()
+        writer._executor.submit(release.wait)  # the writer's thread is busy: the next batch waits
+        writer.record(event(alice.id, 0))
+        writer._task = asyncio.get_running_loop().create_task(writer.flush())  # the background flush
+        while writer._current is not None:  # …has sealed its batch and waits for the thread
+            await asyncio.sleep(0)
+        writer.record(event(alice.id, 1))
+        release.set()
+        await writer.stop()
+
+    asyncio.run(scenario())
+    assert sorted(UsageRecord.objects.values_list("request_id", flat=True)) == ["req-0", "req-1"]
+    assert daily_requests() == 2
+    assert not any((tmp_path / "usage-journal").rglob("*.jsonl"))
