@@ -47,6 +47,11 @@ class Encoded:
         return cls(command[command.index(b"\r\n") + 2 :], len(args))  # without the command's header
 
 
+# Small ints as RESP bulk strings (script counts, zero costs, lease seconds): a table lookup
+# instead of two `%` formats, ~2.5 k instructions per argument.
+_SMALL_INTS = tuple(b"$%d\r\n%d\r\n" % (len(b"%d" % i), i) for i in range(1024))
+
+
 def encode(args: Sequence[Any]) -> bytes:
     out = [b""]
     count = 0
@@ -55,6 +60,10 @@ def encode(args: Sequence[Any]) -> bytes:
         if kind is str:
             b = a.encode()
         elif kind is int:
+            if 0 <= a < 1024:
+                out.append(_SMALL_INTS[a])
+                count += 1
+                continue
             b = b"%d" % a
         elif kind is Encoded:
             out.append(a.data)
@@ -225,6 +234,8 @@ class RespClient:
         self._proto: _Protocol | None = None
         self._lock = asyncio.Lock()
         self._shas: dict[str, str] = {}
+        # (script, keys) -> `EVALSHA <sha> <key count> <keys>`, encoded once (the same on every request)
+        self._heads: dict[tuple[str, tuple[str, ...]], Encoded] = {}
 
     async def _connect(self) -> _Protocol:
         loop = asyncio.get_running_loop()
@@ -281,17 +292,28 @@ class RespClient:
         proto = await self._conn()
         return await self._send(proto, args, self.timeout)
 
-    async def evalsha(self, script: str, keys: list[str], args: list[object]) -> Any:
+    def _head(self, script: str, keys: Sequence[str]) -> Encoded:
+        """`EVALSHA <sha> <key count> <keys>` for `script` and `keys`, encoded once."""
+        names = tuple(keys)
+        head = self._heads.get((script, names))
+        if head is None:
+            sha = self._shas.get(script) or hashlib.sha1(script.encode()).hexdigest()  # noqa: S324 - Redis's id
+            self._shas[script] = sha
+            if len(self._heads) >= 64:  # scripts are a handful; keys of scripts called with many: not kept
+                self._heads.clear()
+            head = self._heads[(script, names)] = Encoded.of(["EVALSHA", sha, len(names), *names])
+        return head
+
+    async def evalsha(self, script: str, keys: Sequence[str], args: list[object]) -> Any:
         """EVALSHA, loading the script on first use or after a Redis restart (NOSCRIPT)."""
-        sha = self._shas.get(script) or hashlib.sha1(script.encode()).hexdigest()  # noqa: S324 - Redis's id
-        self._shas[script] = sha
+        head = self._head(script, keys)
         try:
-            return await self.call("EVALSHA", sha, len(keys), *keys, *args)
+            return await self.call(head, *args)
         except RespError as exc:
             if not str(exc).startswith("NOSCRIPT"):
                 raise
             await self.call("SCRIPT", "LOAD", script)
-            return await self.call("EVALSHA", sha, len(keys), *keys, *args)
+            return await self.call(head, *args)
 
     def evalsha_nowait(
         self,
@@ -309,7 +331,7 @@ class RespClient:
             task = asyncio.get_running_loop().create_task(self.evalsha(script, keys, args))
             task.add_done_callback(lambda t: _report_failure(t, report))
             return
-        fut = self._send(proto, ("EVALSHA", sha, len(keys), *keys, *args), self.timeout)
+        fut = self._send(proto, (self._head(script, keys), *args), self.timeout)
 
         def done(f: asyncio.Future[Any]) -> None:
             exc = f.exception()
