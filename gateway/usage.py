@@ -245,6 +245,12 @@ def _insert_records(events: list[UsageEvent], *, replay: bool = False) -> list[U
     table = connection.ops.quote_name(UsageRecord._meta.db_table)
     cols = ", ".join(connection.ops.quote_name(c) for c in _RECORD_COLUMNS)
     adapt = _datetime_adapter()
+    # SQLite's driver looks for an adapter (a dict lookup and two attribute lookups) for every
+    # parameter that is not exactly an int, float or str: the flags (bool) and the choices (str
+    # enums) are given to it as the int and the plain str it stores for them (`str.__str__`: the
+    # str's own copy, in C; a choice's `__str__` is Python).
+    flag: Callable[[bool], object] = int if connection.vendor == "sqlite" else bool
+    text: Callable[[str], str] = str.__str__
     rows = [
         (
             adapt(e.created),
@@ -253,13 +259,13 @@ def _insert_records(events: list[UsageEvent], *, replay: bool = False) -> list[U
             e.user_id,
             e.model[:128],
             e.channel_id,
-            e.surface,
-            e.stream,
+            text(e.surface),
+            flag(e.stream),
             max(e.prompt_tokens, 0),
             max(e.completion_tokens, 0),
             max(e.total_tokens, 0),
-            e.estimated,
-            e.status,
+            flag(e.estimated),
+            text(e.status),
             e.http_status,
             e.error[:300],
             e.latency_ms,
@@ -272,7 +278,7 @@ def _insert_records(events: list[UsageEvent], *, replay: bool = False) -> list[U
             e.event_id if connection.vendor != "postgresql" or not replay else uuid.UUID(e.event_id),
             e.cold_start_ms,
             e.cost_nanos,
-            e.pricing,
+            text(e.pricing),
         )
         for e in events
     ]
