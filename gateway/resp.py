@@ -120,7 +120,7 @@ def parse(buf: bytes | bytearray, pos: int) -> tuple[Any, int] | None:
 class _Protocol(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self.waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
+        self.waiters: collections.deque[asyncio.Future[Any] | _Unawaited] = collections.deque()
         # Each waiter's deadline (event-loop clock), in the same order: one client has one
         # timeout, so they only grow, and the first unanswered waiter's is the next to pass.
         self.deadlines: collections.deque[float] = collections.deque()
@@ -277,16 +277,26 @@ class RespClient:
         if proto.closed:
             fut.set_exception(ConnectionError("Redis connection lost"))
             return fut
+        RespClient._queue(proto, loop, fut, args, timeout)
+        return fut
+
+    @staticmethod
+    def _queue(
+        proto: _Protocol,
+        loop: asyncio.AbstractEventLoop,
+        waiter: asyncio.Future[Any] | _Unawaited,
+        args: Sequence[object],
+        timeout: float,
+    ) -> None:
         deadline = loop.time() + timeout
         proto.timeout = timeout
-        proto.waiters.append(fut)
+        proto.waiters.append(waiter)
         proto.deadlines.append(deadline)
         proto.wbuf.append(encode(args))
         if not proto.flush_scheduled:
             proto.flush_scheduled = True
             loop.call_soon(proto.flush)
         proto.watch(loop, deadline)
-        return fut
 
     async def call(self, *args: object) -> Any:
         proto = await self._conn()
@@ -324,31 +334,67 @@ class RespClient:
     ) -> None:
         """Fire and forget (settles): written at once when connected; a failure goes to
         `on_error` (the limiter queues the settle for a replay), else to the log."""
-        report = on_error or (lambda exc: logger.error("Redis script failed: %r", exc))
+        report = on_error or _log_failure
         proto = self._proto
-        sha = self._shas.get(script)
-        if proto is None or proto.closed or sha is None:
+        if proto is None or proto.closed or script not in self._shas:
             task = asyncio.get_running_loop().create_task(self.evalsha(script, keys, args))
             task.add_done_callback(lambda t: _report_failure(t, report))
             return
-        fut = self._send(proto, (self._head(script, keys), *args), self.timeout)
-
-        def done(f: asyncio.Future[Any]) -> None:
-            exc = f.exception()
-            if exc is None:
-                return
-            if isinstance(exc, RespError) and str(exc).startswith("NOSCRIPT"):
-                retry = asyncio.get_running_loop().create_task(self.evalsha(script, keys, args))
-                retry.add_done_callback(lambda t: _report_failure(t, report))
-            else:
-                report(exc)
-
-        fut.add_done_callback(done)
+        loop = asyncio.get_running_loop()
+        waiter = _Unawaited(self, loop, script, keys, args, report)
+        self._queue(proto, loop, waiter, (self._head(script, keys), *args), self.timeout)
 
     async def close(self) -> None:
         if self._proto is not None and self._proto.transport is not None:
             self._proto.transport.close()
         self._proto = None
+
+
+class _Unawaited:
+    """The waiter of a command nobody awaits (`evalsha_nowait`): the reply is dropped and a
+    failure reported when it comes, without a future and the loop callback its result schedules."""
+
+    __slots__ = ("_done", "args", "client", "keys", "loop", "report", "script")
+
+    def __init__(
+        self,
+        client: RespClient,
+        loop: asyncio.AbstractEventLoop,
+        script: str,
+        keys: Sequence[str],
+        args: list[object],
+        report: Callable[[BaseException], None],
+    ) -> None:
+        self.client, self.loop, self.script, self.keys, self.args, self.report = (
+            client,
+            loop,
+            script,
+            keys,
+            args,
+            report,
+        )
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self.loop
+
+    def set_result(self, _value: Any) -> None:
+        self._done = True
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._done = True
+        if isinstance(exc, RespError) and str(exc).startswith("NOSCRIPT"):
+            retry = self.loop.create_task(self.client.evalsha(self.script, list(self.keys), self.args))
+            retry.add_done_callback(lambda t: _report_failure(t, self.report))
+        else:
+            self.report(exc)
+
+
+def _log_failure(exc: BaseException) -> None:
+    logger.error("Redis script failed: %r", exc)
 
 
 def _report_failure(task: asyncio.Future[Any], report: Callable[[BaseException], None]) -> None:
