@@ -827,6 +827,14 @@ class Snapshot:
         db_health.last_ok = saved.saved_at
         logger.info("restored the gateway snapshot saved %.0f s ago (%d keys)", db_health.staleness(), len(self.keys))
 
+    def fresh_key(self, digest: str) -> KeyInfo | None:
+        """The cached key when it is fresh: what `get_key` answers without waiting for anything
+        (checked first, it spares a request the coroutine); None otherwise, then ask `get_key`."""
+        entry = self.keys.get(digest)
+        if entry is not None and time.monotonic() - entry.loaded_at < self.ttl:
+            return entry
+        return None
+
     async def get_key(self, digest: str) -> KeyInfo | None:
         now = time.monotonic()
         entry = self.keys.get(digest)
