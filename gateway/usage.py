@@ -23,7 +23,6 @@ import asyncio
 import datetime as dt
 import fcntl
 import logging
-import math
 import os
 import time
 import uuid
@@ -97,23 +96,34 @@ def usage_from(data: Any) -> Usage | None:
     return Usage(prompt, completion, cached_tokens=cached, cache_creation_tokens=max(0, min(written, prompt - cached)))
 
 
+_TEXT_FIELDS = ("content", "text", "input", "prompt", "arguments", "tool_calls", "function")
+
+
 def estimate_tokens(value: Any) -> int:
     """A cheap prompt-size estimate (≈4 characters a token) for reservations and for usage when an
-    upstream reports none. Strings, lists and OpenAI message/content-part shapes are understood."""
+    upstream reports none. Strings, lists and OpenAI message/content-part shapes are understood.
+    (`(n + 3) // 4` is `ceil(n / 4)`; a str met in a list or message is counted where it is met.)"""
+    kind = type(value)
+    if kind is str:
+        return (len(value) + 3) // 4
+    if kind is list:
+        total = 0
+        for v in value:
+            total += (len(v) + 3) // 4 if type(v) is str else estimate_tokens(v)
+        return total
+    if kind is dict:
+        total = 0
+        for k in _TEXT_FIELDS:
+            if k in value:
+                v = value[k]
+                total += (len(v) + 3) // 4 if type(v) is str else estimate_tokens(v)
+        return total
     if isinstance(value, str):
-        return math.ceil(len(value) / 4) if value else 0
+        return (len(value) + 3) // 4
     if isinstance(value, list):
         return sum(estimate_tokens(v) for v in value)
     if isinstance(value, dict):
-        total = 0
-        for k in ("content", "text", "input", "prompt", "arguments"):
-            if k in value:
-                total += estimate_tokens(value[k])
-        if "tool_calls" in value:
-            total += estimate_tokens(value["tool_calls"])
-        if "function" in value:
-            total += estimate_tokens(value["function"])
-        return total
+        return sum(estimate_tokens(value[k]) for k in _TEXT_FIELDS if k in value)
     return 0
 
 
