@@ -509,7 +509,8 @@ class RedisLimiter:
             windows,  # day, month, lease, ms to the day's end, ms to the month's end
             _expected_args(expected),
         ]
-        args += [s.encoded for s in scopes]
+        for s in scopes:  # a loop, not a comprehension: no frame of its own
+            args.append(s.encoded)
         budget_keys: list[str] = []
         if budgets:
             args += [len(budgets), cost]
@@ -532,7 +533,11 @@ class RedisLimiter:
                 code="limiter_unavailable",
                 headers=[(b"retry-after", b"2")],
             ) from None
-        gens = (_s(res[1]), _s(res[2]))
+        gen_keys, gen_routes = res[1], res[2]
+        gens = (
+            gen_keys.decode() if type(gen_keys) is bytes else _s(gen_keys),
+            gen_routes.decode() if type(gen_routes) is bytes else _s(gen_routes),
+        )
         if int(res[0]) == 2:
             return Stale(gens)
         if int(res[0]) == 1:
@@ -583,9 +588,10 @@ class RedisLimiter:
             len(adm.scopes),
             adm.cost,
             adm.cost if cost is None else max(int(cost), 0),
-            *(s.encoded_prefix for s in adm.scopes),
-            *adm.budget_keys,
         ]
+        for s in adm.scopes:
+            args.append(s.encoded_prefix)
+        args += adm.budget_keys
 
         def queue(exc: BaseException) -> None:
             logger.warning("settle of %s queued for a replay (Redis: %r)", adm.request_id, exc)

@@ -317,8 +317,11 @@ class RespClient:
     async def evalsha(self, script: str, keys: Sequence[str], args: list[object]) -> Any:
         """EVALSHA, loading the script on first use or after a Redis restart (NOSCRIPT)."""
         head = self._head(script, keys)
+        proto = self._proto  # connected: `call`'s two coroutines spared (one script a request)
+        if proto is None or proto.closed:
+            proto = await self._conn()
         try:
-            return await self.call(head, *args)
+            return await self._send(proto, (head, *args), self.timeout)
         except RespError as exc:
             if not str(exc).startswith("NOSCRIPT"):
                 raise
