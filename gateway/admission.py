@@ -57,7 +57,9 @@ async def open_call(
         if req.playground:  # the record says where it came from; the API is the same
             surface = ApiSurface.PLAYGROUND
         pinned = pinned_channel(req, key)
-        catalog = await snapshot.get_catalog()
+        catalog = snapshot.catalog  # current (what get_catalog answers without waiting), else loaded
+        if catalog is None:
+            catalog = await snapshot.get_catalog()
         info = resolve_model(key, catalog, model)
         req.model_name = info.name
         cold = info.cold  # on demand and stopped: started below, once the limits admitted the request

@@ -78,10 +78,16 @@ ROUTES: list[tuple[str, str, Handler, Where]] = [
 ]
 
 
+_UNSEEN = object()
+
+
 class RouteTable:
     """Gateway paths, keyed by method and the path after the `/v1` prefix."""
 
+    MAX_SEEN = 1024
+
     def __init__(self, routes: list[tuple[str, str, Handler, Where]]) -> None:
+        self._seen: dict[tuple[str, str], object] = {}
         self.v1: dict[tuple[str, str], Handler] = {}
         self.v1_prefix: list[tuple[str, str, Handler]] = []
         self.bare: dict[tuple[str, str], Handler] = {}
@@ -100,7 +106,17 @@ class RouteTable:
                     self.bare[(method, path)] = handler
 
     def match(self, method: str, path: str) -> tuple[Handler | None, str] | None:
-        """(handler or None for a gateway 404/405, subpath), or None when Django should answer."""
+        """(handler or None for a gateway 404/405, subpath), or None when Django should answer.
+        Kept per method and path (a few distinct ones carry the traffic; at most MAX_SEEN)."""
+        found = self._seen.get((method, path), _UNSEEN)
+        if found is _UNSEEN:
+            found = self._match(method, path)
+            if len(self._seen) >= self.MAX_SEEN:
+                self._seen.clear()
+            self._seen[(method, path)] = found
+        return found  # type: ignore[return-value]
+
+    def _match(self, method: str, path: str) -> tuple[Handler | None, str] | None:
         if path == "/v1" or path.startswith("/v1/"):
             sub = path[3:]
             while sub == "/v1" or sub.startswith("/v1/"):

@@ -66,7 +66,10 @@ async def authenticate(req: Request) -> KeyInfo:
         )
     key = None
     if value.startswith(KEY_PREFIX) and len(value) <= 200:
-        key = await snapshot.get_key(keyed_hash(value))
+        digest = keyed_hash(value)
+        key = snapshot.fresh_key(digest)
+        if key is None:
+            key = await snapshot.get_key(digest)
     if key is None:
         raise GatewayError(401, "Invalid API key. Check the key you copied from the portal.", code="invalid_api_key")
     return _checked(req, key)

@@ -68,12 +68,21 @@ class Scope:
     limits: dict[str, int | None]
     args: tuple[int, ...] = field(init=False)  # LIMIT_NAMES' values in order (UNLIMITED: none)
     encoded: Encoded = field(init=False)  # the prefix and `args`, as the admission script takes them
+    encoded_prefix: Encoded = field(init=False)  # the prefix alone, as the settle script takes it
     parallel: bool = field(init=False)  # has a max_parallel_requests: holds a slot while in flight
+    # x-ratelimit-limit-* for the key's per-minute limits (`rate_headers`), made once
+    limit_headers: tuple[tuple[bytes, bytes] | None, tuple[bytes, bytes] | None] = field(init=False)
 
     def __post_init__(self) -> None:
         self.args = tuple(self.arg(name) for name in LIMIT_NAMES)
         self.encoded = Encoded.of([self.prefix, *self.args])
+        self.encoded_prefix = Encoded.of([self.prefix])
         self.parallel = self.args[PARALLEL] >= 0
+        rpm, tpm = self.args[RPM], self.args[TPM]
+        self.limit_headers = (
+            (b"x-ratelimit-limit-requests", str(rpm).encode()) if rpm >= 0 else None,
+            (b"x-ratelimit-limit-tokens", str(tpm).encode()) if tpm >= 0 else None,
+        )
 
     def arg(self, name: str) -> int:
         value = self.limits.get(name)
@@ -109,6 +118,7 @@ class Admission:
     reserved: int
     day: str
     month: str
+    period: Encoded | None = None  # day and month, encoded for the settle script (None: from `day`, `month`)
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     generations: tuple[str | None, str | None] | None = None
     settled: bool = False
@@ -130,6 +140,44 @@ def _windows(now: float) -> tuple[str, str, float, float]:
     value = _compute_windows(float(second))
     _windows_cache = (second, value)
     return value
+
+
+# (second, lease ms) -> the admission script's day, month, lease, ms to day end, ms to month end,
+# and the settle script's day and month, encoded once a second
+_window_args_cache: tuple[tuple[int, int], Encoded, Encoded] = ((-1, -1), Encoded(b"", 0), Encoded(b"", 0))
+
+
+def _window_args(now: float, lease_ms: int) -> tuple[Encoded, Encoded]:
+    """`_windows(now)` with the lease as the admission script takes them (day, month, lease, ms to
+    the day's end, ms to the month's end), and the day and month as the settle script does."""
+    global _window_args_cache
+    at = (int(now), lease_ms)
+    cached = _window_args_cache
+    if cached[0] == at:
+        return cached[1], cached[2]
+    day, month, to_day, to_month = _windows(now)
+    admit = Encoded.of([day, month, lease_ms, int(to_day * 1000), int(to_month * 1000)])
+    settle = Encoded.of([day, month])
+    _window_args_cache = (at, admit, settle)
+    return admit, settle
+
+
+_expected_cache: tuple[tuple[str | None, str | None] | None, Encoded] = (None, Encoded.of(["*", ""]))
+
+
+def _expected_args(expected: tuple[str | None, str | None] | None) -> Encoded:
+    """The admission script's expected generations ('*': do not check), encoded once per value."""
+    global _expected_cache
+    if expected is None:
+        return _NOT_CHECKED
+    if _expected_cache[0] == expected:
+        return _expected_cache[1]
+    encoded = Encoded.of([expected[0] or "", expected[1] or ""])
+    _expected_cache = (expected, encoded)
+    return encoded
+
+
+_NOT_CHECKED = Encoded.of(["*", ""])
 
 
 def _compute_windows(now: float) -> tuple[str, str, float, float]:
@@ -172,15 +220,15 @@ def rate_headers(scopes: list[Scope], counts: list[int] | None = None) -> list[t
         return []
     key = scopes[0]
     out: list[tuple[bytes, bytes]] = []
-    rpm, tpm = key.args[RPM], key.args[TPM]
-    if rpm >= 0:
-        out.append((b"x-ratelimit-limit-requests", str(rpm).encode()))
+    requests, tokens = key.limit_headers
+    if requests is not None:
+        out.append(requests)
         if counts is not None:
-            out.append((b"x-ratelimit-remaining-requests", str(max(rpm - counts[0], 0)).encode()))
-    if tpm >= 0:
-        out.append((b"x-ratelimit-limit-tokens", str(tpm).encode()))
+            out.append((b"x-ratelimit-remaining-requests", b"%d" % max(key.args[RPM] - counts[0], 0)))
+    if tokens is not None:
+        out.append(tokens)
         if counts is not None:
-            out.append((b"x-ratelimit-remaining-tokens", str(max(tpm - counts[1], 0)).encode()))
+            out.append((b"x-ratelimit-remaining-tokens", b"%d" % max(key.args[TPM] - counts[1], 0)))
     return out
 
 
@@ -452,21 +500,17 @@ class RedisLimiter:
         on every one of `budgets`. With `expected` (the generations the caller's caches were built
         from), a newer generation in Redis returns Stale and reserves nothing."""
         now = self.now()
-        day, month, to_day, to_month = _windows(now)
+        windows, period = _window_args(now, int(lease_seconds() * 1000))
         args: list[object] = [
             int(now * 1000),
             request_id,
             len(scopes),
             tokens,
-            day,
-            month,
-            int(lease_seconds() * 1000),
-            int(to_day * 1000),
-            int(to_month * 1000),
-            "*" if expected is None else (expected[0] or ""),
-            "" if expected is None else (expected[1] or ""),
+            windows,  # day, month, lease, ms to the day's end, ms to the month's end
+            _expected_args(expected),
         ]
-        args += [s.encoded for s in scopes]
+        for s in scopes:  # a loop, not a comprehension: no frame of its own
+            args.append(s.encoded)
         budget_keys: list[str] = []
         if budgets:
             args += [len(budgets), cost]
@@ -477,7 +521,7 @@ class RedisLimiter:
                 alert = cap * b.alert_percent // 100 if b.alert_percent else -1
                 args += [budget_keys[-1], cap, ttl, alert]
         try:
-            res = await self.redis.evalsha(ADMIT_LUA, list(generation_keys()), args)
+            res = await self.redis.evalsha(ADMIT_LUA, generation_keys(), args)
         except (OSError, RespError) as exc:  # ConnectionError is an OSError
             full = faults.is_disk_full(exc)  # Redis refuses writes it cannot append to its file
             logger.error("Redis admission failed: %r%s", exc, f" ({faults.disk_full_message()})" if full else "")
@@ -489,11 +533,16 @@ class RedisLimiter:
                 code="limiter_unavailable",
                 headers=[(b"retry-after", b"2")],
             ) from None
-        gens = (_s(res[1]), _s(res[2]))
+        gen_keys, gen_routes = res[1], res[2]
+        gens = (
+            gen_keys.decode() if type(gen_keys) is bytes else _s(gen_keys),
+            gen_routes.decode() if type(gen_routes) is bytes else _s(gen_routes),
+        )
         if int(res[0]) == 2:
             return Stale(gens)
         if int(res[0]) == 1:
-            adm = Admission(request_id, scopes, tokens, day, month, generations=gens)
+            day, month, _to_day, _to_month = _windows(now)
+            adm = Admission(request_id, scopes, tokens, day, month, period, generations=gens)
             adm.headers = rate_headers(scopes, [int(res[3]), int(res[4])])
             if budgets:
                 adm.budget_keys, adm.cost = budget_keys, cost
@@ -535,14 +584,14 @@ class RedisLimiter:
             adm.request_id,
             adm.reserved,
             max(int(actual), 0),
-            adm.day,
-            adm.month,
+            *((adm.day, adm.month) if adm.period is None else (adm.period,)),
             len(adm.scopes),
             adm.cost,
             adm.cost if cost is None else max(int(cost), 0),
-            *(s.prefix for s in adm.scopes),
-            *adm.budget_keys,
         ]
+        for s in adm.scopes:
+            args.append(s.encoded_prefix)
+        args += adm.budget_keys
 
         def queue(exc: BaseException) -> None:
             logger.warning("settle of %s queued for a replay (Redis: %r)", adm.request_id, exc)

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import hmac
 import logging
-from typing import TYPE_CHECKING
+from bisect import bisect_left
+from typing import TYPE_CHECKING, Protocol
 
 from django.conf import settings
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, Histogram, generate_latest
@@ -112,9 +113,49 @@ JOURNAL_DEPTH = Gauge(
     "gateway_usage_journal_events", "Usage records waiting in this process's journal for the database to answer."
 )
 
-# (model, channel id, surface, status) -> the label children one request touches.
-_Children = tuple[Counter, Counter, Counter, Counter, Counter, Histogram, Histogram, Counter, Counter]
-_children: dict[tuple[str, int | None, str, str], _Children] = {}
+# (model, channel id, surface, status) -> the label children one request touches, as their values
+# (`_Fast`): what `Counter.inc` and `Histogram.observe` come down to, without their per-call checks.
+_children: dict[tuple[str, int | None, str, str], _Fast] = {}
+
+
+class _Value(Protocol):
+    def inc(self, amount: float) -> None: ...
+
+
+class _Buckets:
+    """A histogram child's sum and buckets: `Histogram.observe` without an exemplar."""
+
+    __slots__ = ("bounds", "buckets", "sum")
+
+    def __init__(self, child: Histogram) -> None:
+        self.sum: _Value = child._sum
+        self.buckets: list[_Value] = child._buckets
+        self.bounds: list[float] = child._upper_bounds
+
+    def observe(self, amount: float) -> None:
+        self.sum.inc(amount)
+        if amount <= self.bounds[-1]:  # +Inf: all but NaN, which no bucket counts
+            self.buckets[bisect_left(self.bounds, amount)].inc(1)
+
+
+class _Fast:
+    """The values one request increments. The children are checked observable once (`labels`
+    made them so); each increment is then its value's own locked `inc`, ~4 k instructions less a
+    request than the metrics' public `inc`/`observe` (a Python frame and two checks each)."""
+
+    __slots__ = ("cached", "completion", "cost", "created", "duration", "prompt", "requests", "ttft", "unpriced")
+
+    def __init__(self, model: str, channel_id: int | None, surface: str, status: str) -> None:
+        channel = channel_name(channel_id)
+        self.requests: _Value = REQUESTS.labels(model, channel, surface, status)._value
+        self.prompt: _Value = TOKENS.labels(model, channel, "prompt")._value
+        self.completion: _Value = TOKENS.labels(model, channel, "completion")._value
+        self.cached: _Value = TOKENS.labels(model, channel, "cached")._value
+        self.created: _Value = TOKENS.labels(model, channel, "cache_creation")._value
+        self.duration = _Buckets(DURATION.labels(model, channel))
+        self.ttft = _Buckets(TTFT.labels(model, channel))
+        self.cost: _Value = COST.labels(model, channel, str(settings.PORTAL_CURRENCY))._value
+        self.unpriced: _Value = UNPRICED.labels(model, channel)._value
 
 
 def channel_name(channel_id: int | None) -> str:
@@ -131,45 +172,29 @@ def channel_name(channel_id: int | None) -> str:
     return str(channel_id)
 
 
-def _make(model: str, channel_id: int | None, surface: str, status: str) -> _Children:
-    channel = channel_name(channel_id)
-    return (
-        REQUESTS.labels(model, channel, surface, status),
-        TOKENS.labels(model, channel, "prompt"),
-        TOKENS.labels(model, channel, "completion"),
-        TOKENS.labels(model, channel, "cached"),
-        TOKENS.labels(model, channel, "cache_creation"),
-        DURATION.labels(model, channel),
-        TTFT.labels(model, channel),
-        COST.labels(model, channel, str(settings.PORTAL_CURRENCY)),
-        UNPRICED.labels(model, channel),
-    )
-
-
 def observe(event: UsageEvent) -> None:
     """Count one finished request (called with its usage record)."""
     key = (event.model, event.channel_id, event.surface, event.status)
-    children = _children.get(key)
-    if children is None:
-        children = _children[key] = _make(*key)
-    requests, prompt, completion, cached, created, duration, ttft, cost, unpriced = children
-    requests.inc()
+    fast = _children.get(key)
+    if fast is None:
+        fast = _children[key] = _Fast(*key)
+    fast.requests.inc(1)
     if event.prompt_tokens > 0:
-        prompt.inc(event.prompt_tokens)
+        fast.prompt.inc(event.prompt_tokens)
     if event.completion_tokens > 0:
-        completion.inc(event.completion_tokens)
+        fast.completion.inc(event.completion_tokens)
     if event.cached_tokens > 0:
-        cached.inc(event.cached_tokens)
+        fast.cached.inc(event.cached_tokens)
     if event.cache_creation_tokens > 0:
-        created.inc(event.cache_creation_tokens)
+        fast.created.inc(event.cache_creation_tokens)
     if event.latency_ms is not None:
-        duration.observe(event.latency_ms / 1000)
+        fast.duration.observe(event.latency_ms / 1000)
     if event.ttft_ms is not None:
-        ttft.observe(event.ttft_ms / 1000)
+        fast.ttft.observe(event.ttft_ms / 1000)
     if event.cost_nanos is None:
-        unpriced.inc()
+        fast.unpriced.inc(1)
     elif event.cost_nanos > 0:
-        cost.inc(event.cost_nanos / 1e9)
+        fast.cost.inc(event.cost_nanos / 1e9)
 
 
 def refused(limit: str, scope: str) -> None:

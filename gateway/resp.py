@@ -47,6 +47,11 @@ class Encoded:
         return cls(command[command.index(b"\r\n") + 2 :], len(args))  # without the command's header
 
 
+# Small ints as RESP bulk strings (script counts, zero costs, lease seconds): a table lookup
+# instead of two `%` formats, ~2.5 k instructions per argument.
+_SMALL_INTS = tuple(b"$%d\r\n%d\r\n" % (len(b"%d" % i), i) for i in range(1024))
+
+
 def encode(args: Sequence[Any]) -> bytes:
     out = [b""]
     count = 0
@@ -55,6 +60,10 @@ def encode(args: Sequence[Any]) -> bytes:
         if kind is str:
             b = a.encode()
         elif kind is int:
+            if 0 <= a < 1024:
+                out.append(_SMALL_INTS[a])
+                count += 1
+                continue
             b = b"%d" % a
         elif kind is Encoded:
             out.append(a.data)
@@ -111,7 +120,7 @@ def parse(buf: bytes | bytearray, pos: int) -> tuple[Any, int] | None:
 class _Protocol(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self.waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
+        self.waiters: collections.deque[asyncio.Future[Any] | _Unawaited] = collections.deque()
         # Each waiter's deadline (event-loop clock), in the same order: one client has one
         # timeout, so they only grow, and the first unanswered waiter's is the next to pass.
         self.deadlines: collections.deque[float] = collections.deque()
@@ -225,6 +234,8 @@ class RespClient:
         self._proto: _Protocol | None = None
         self._lock = asyncio.Lock()
         self._shas: dict[str, str] = {}
+        # (script, keys) -> `EVALSHA <sha> <key count> <keys>`, encoded once (the same on every request)
+        self._heads: dict[tuple[str, tuple[str, ...]], Encoded] = {}
 
     async def _connect(self) -> _Protocol:
         loop = asyncio.get_running_loop()
@@ -266,32 +277,56 @@ class RespClient:
         if proto.closed:
             fut.set_exception(ConnectionError("Redis connection lost"))
             return fut
+        RespClient._queue(proto, loop, fut, args, timeout)
+        return fut
+
+    @staticmethod
+    def _queue(
+        proto: _Protocol,
+        loop: asyncio.AbstractEventLoop,
+        waiter: asyncio.Future[Any] | _Unawaited,
+        args: Sequence[object],
+        timeout: float,
+    ) -> None:
         deadline = loop.time() + timeout
         proto.timeout = timeout
-        proto.waiters.append(fut)
+        proto.waiters.append(waiter)
         proto.deadlines.append(deadline)
         proto.wbuf.append(encode(args))
         if not proto.flush_scheduled:
             proto.flush_scheduled = True
             loop.call_soon(proto.flush)
         proto.watch(loop, deadline)
-        return fut
 
     async def call(self, *args: object) -> Any:
         proto = await self._conn()
         return await self._send(proto, args, self.timeout)
 
-    async def evalsha(self, script: str, keys: list[str], args: list[object]) -> Any:
+    def _head(self, script: str, keys: Sequence[str]) -> Encoded:
+        """`EVALSHA <sha> <key count> <keys>` for `script` and `keys`, encoded once."""
+        names = tuple(keys)
+        head = self._heads.get((script, names))
+        if head is None:
+            sha = self._shas.get(script) or hashlib.sha1(script.encode()).hexdigest()  # noqa: S324 - Redis's id
+            self._shas[script] = sha
+            if len(self._heads) >= 64:  # scripts are a handful; keys of scripts called with many: not kept
+                self._heads.clear()
+            head = self._heads[(script, names)] = Encoded.of(["EVALSHA", sha, len(names), *names])
+        return head
+
+    async def evalsha(self, script: str, keys: Sequence[str], args: list[object]) -> Any:
         """EVALSHA, loading the script on first use or after a Redis restart (NOSCRIPT)."""
-        sha = self._shas.get(script) or hashlib.sha1(script.encode()).hexdigest()  # noqa: S324 - Redis's id
-        self._shas[script] = sha
+        head = self._head(script, keys)
+        proto = self._proto  # connected: `call`'s two coroutines spared (one script a request)
+        if proto is None or proto.closed:
+            proto = await self._conn()
         try:
-            return await self.call("EVALSHA", sha, len(keys), *keys, *args)
+            return await self._send(proto, (head, *args), self.timeout)
         except RespError as exc:
             if not str(exc).startswith("NOSCRIPT"):
                 raise
             await self.call("SCRIPT", "LOAD", script)
-            return await self.call("EVALSHA", sha, len(keys), *keys, *args)
+            return await self.call(head, *args)
 
     def evalsha_nowait(
         self,
@@ -302,31 +337,67 @@ class RespClient:
     ) -> None:
         """Fire and forget (settles): written at once when connected; a failure goes to
         `on_error` (the limiter queues the settle for a replay), else to the log."""
-        report = on_error or (lambda exc: logger.error("Redis script failed: %r", exc))
+        report = on_error or _log_failure
         proto = self._proto
-        sha = self._shas.get(script)
-        if proto is None or proto.closed or sha is None:
+        if proto is None or proto.closed or script not in self._shas:
             task = asyncio.get_running_loop().create_task(self.evalsha(script, keys, args))
             task.add_done_callback(lambda t: _report_failure(t, report))
             return
-        fut = self._send(proto, ("EVALSHA", sha, len(keys), *keys, *args), self.timeout)
-
-        def done(f: asyncio.Future[Any]) -> None:
-            exc = f.exception()
-            if exc is None:
-                return
-            if isinstance(exc, RespError) and str(exc).startswith("NOSCRIPT"):
-                retry = asyncio.get_running_loop().create_task(self.evalsha(script, keys, args))
-                retry.add_done_callback(lambda t: _report_failure(t, report))
-            else:
-                report(exc)
-
-        fut.add_done_callback(done)
+        loop = asyncio.get_running_loop()
+        waiter = _Unawaited(self, loop, script, keys, args, report)
+        self._queue(proto, loop, waiter, (self._head(script, keys), *args), self.timeout)
 
     async def close(self) -> None:
         if self._proto is not None and self._proto.transport is not None:
             self._proto.transport.close()
         self._proto = None
+
+
+class _Unawaited:
+    """The waiter of a command nobody awaits (`evalsha_nowait`): the reply is dropped and a
+    failure reported when it comes, without a future and the loop callback its result schedules."""
+
+    __slots__ = ("_done", "args", "client", "keys", "loop", "report", "script")
+
+    def __init__(
+        self,
+        client: RespClient,
+        loop: asyncio.AbstractEventLoop,
+        script: str,
+        keys: Sequence[str],
+        args: list[object],
+        report: Callable[[BaseException], None],
+    ) -> None:
+        self.client, self.loop, self.script, self.keys, self.args, self.report = (
+            client,
+            loop,
+            script,
+            keys,
+            args,
+            report,
+        )
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self.loop
+
+    def set_result(self, _value: Any) -> None:
+        self._done = True
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._done = True
+        if isinstance(exc, RespError) and str(exc).startswith("NOSCRIPT"):
+            retry = self.loop.create_task(self.client.evalsha(self.script, list(self.keys), self.args))
+            retry.add_done_callback(lambda t: _report_failure(t, self.report))
+        else:
+            self.report(exc)
+
+
+def _log_failure(exc: BaseException) -> None:
+    logger.error("Redis script failed: %r", exc)
 
 
 def _report_failure(task: asyncio.Future[Any], report: Callable[[BaseException], None]) -> None:

@@ -65,3 +65,19 @@ def test_decrypt_with_unknown_key_says_why(settings):
             secrets.decrypt(token)
     finally:
         secrets.reset_cache()
+
+
+def test_keyed_hash_is_the_hmac_of_the_current_secret(settings):
+    """`keyed_hash` copies a keyed HMAC kept per secret: the same digests as a new HMAC each time,
+    and a changed secret is used at once."""
+    import hashlib
+    import hmac
+
+    from portal.secrets import keyed_hash
+
+    for secret in ("first-secret-" + "x" * 40, "second-secret-" + "y" * 40):
+        settings.PORTAL_KEY_HASH_SECRET = secret
+        for value in ("gp-abc", "gp-" + "z" * 60, "é-non-ascii"):
+            expected = hmac.new(secret.encode(), value.encode(), hashlib.sha256).hexdigest()
+            assert keyed_hash(value) == expected
+            assert keyed_hash(value) == expected  # the kept HMAC is copied, never fed
