@@ -564,10 +564,10 @@ async def _assemble(
         if size > cap:
             raise TooLarge
         pending.append(chunk)
-        if room is not None:
-            feeds += chunk.count(b"\n")
         last, chunk = chunk, drain(content)  # what already arrived needs no deadline (nor its cost)
         waits = not chunk and not content.at_eof()
+        if room is not None and (chunk or waits):  # (at the body's end all that was kept is read below)
+            feeds += last.count(b"\n")
         if (room is not None and feeds // 2 > room) or (waits and not assembly.ongoing(last)):
             rest = assembly.take(b"".join([buffer, *pending]))
             if rest is None:
