@@ -230,6 +230,8 @@ def _with_cache_hits(usage: dict[str, Any], timings: Any) -> dict[str, Any]:
 
 
 FINISH_KEYS = frozenset({"index", "delta", "logprobs", "finish_reason"})  # a finish chunk's choice, nothing more
+ROLE = {"role": "assistant", "content": ""}  # the first chunk's delta as most servers send it
+ROLE_DELTA = b'"delta":{"role":"assistant","content":""}'  # … and as its bytes then read
 FIRST_ONLY = frozenset({"id", "created", "model", "object", "choices"})  # kept from the first chunk
 
 
@@ -377,7 +379,7 @@ class ChatAssembly:
     `ChunkReader` (cut at `limit` output tokens per choice), built by an `Assembler`. Another
     API's stream is read as Chat chunks through `as_chat`. (`call.Assembly`)"""
 
-    __slots__ = ("as_chat", "assembler", "reader", "same")
+    __slots__ = ("as_chat", "assembler", "guessed", "reader", "same")
 
     def __init__(
         self, limit: int | None, *, choices: int = 1, legacy: bool = False, as_chat: ChatEvents | None = None
@@ -386,6 +388,7 @@ class ChatAssembly:
         self.assembler = Assembler(legacy=legacy)
         self.as_chat = as_chat
         self.same: tuple[bytes, bytes] | None = None  # the bytes of an event around a common chunk's text
+        self.guessed = False  # `same` was made from the first chunk's bytes, before any text (`_add_role`)
 
     @property
     def done(self) -> bool:
@@ -447,16 +450,25 @@ class ChatAssembly:
                 self.reader.ended = True
                 return
             chunk = parse_event(data)
-            if not self._add_text(chunk):
-                if not self._add_finish(chunk):
-                    self._add(*self.reader.take(chunk))
-                if self.reader.usage is not None and self._finished():
-                    # The usage chunk after every choice's finish is the stream's last (OpenAI's
-                    # `include_usage`, which `call` asks for): the answer is complete without
-                    # waiting for a `[DONE]` an upstream may never send.
-                    self.reader.ended = True
-            elif self.same is None:
-                self.same = _around_text(data, chunk["choices"][0]["delta"]["content"])
+            if self._add_text(chunk):
+                if self.same is None or self.guessed:  # (a guess that did not fit this server's chunks)
+                    self.same = _around_text(data, chunk["choices"][0]["delta"]["content"])
+                    self.guessed = False
+                return
+            reader = self.reader
+            if not chunk.get("choices"):
+                added = self._add_usage(chunk)
+            elif reader.first is None:
+                added = self._add_role(chunk, data)
+            else:
+                added = self._add_finish(chunk)
+            if not added:
+                self._add(*reader.take(chunk))
+            if reader.usage is not None and self._finished():
+                # The usage chunk after every choice's finish is the stream's last (OpenAI's
+                # `include_usage`, which `call` asks for): the answer is complete without
+                # waiting for a `[DONE]` an upstream may never send.
+                reader.ended = True
             return
         for chunk in self.as_chat.chunks(data):
             self._add(*self.reader.take(chunk))
@@ -466,6 +478,9 @@ class ChatAssembly:
     def _finished(self) -> bool:
         """Has every choice its finish reason?"""
         choices = self.assembler.choices
+        if len(choices) == 1 == self.reader.choices:
+            (choice,) = choices.values()
+            return choice.get("finish_reason") is not None
         return len(choices) >= self.reader.choices and all(
             choice.get("finish_reason") is not None for choice in choices.values()
         )
@@ -502,6 +517,55 @@ class ChatAssembly:
             reader.counts[0] = seen
         self.assembler.add_top(chunk)
         part.append(text)
+        return True
+
+    def _add_role(self, chunk: dict[str, Any], data: bytes) -> bool:
+        """The stream's first chunk when it is the only choice's role and nothing else (`ROLE`, no
+        logprobs, no finish, no usage) added in one step, as `ChunkReader.take` and `Assembler.add`
+        would; False for anything else. When its bytes are plain (no escapes, one line, one
+        `"delta"`), the common text chunk's bytes are guessed from them (`same`: the same bytes with
+        `{"content":<text>}` in the delta's place; `feed` makes them again from the first text
+        chunk that does not fit), so the first text is read with the run that follows it."""
+        choice = self._sole_choice(chunk)
+        assembler = self.assembler
+        if choice is None or assembler.legacy or assembler.top or assembler.choices or choice.get("delta") != ROLE:
+            return False
+        if choice.get("finish_reason") is not None or choice.get("logprobs") is not None:
+            return False
+        if not choice.keys() <= FINISH_KEYS:
+            return False
+        self.reader.first = chunk
+        top = dict(chunk)
+        del top["choices"]
+        top.pop("object", None)
+        assembler.top = top
+        assembler.choices[0] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": None},
+            "logprobs": None,
+            "finish_reason": None,
+        }
+        assembler.parts[0] = [""]
+        # Without a backslash every quote delimits a string, so the one `"delta":` is the choice's
+        # key and the literal after it is its whole value.
+        if data.find(b"\\") < 0 and data.find(b"\n") < 0 and data.count(b'"delta"') == 1:
+            at = data.find(ROLE_DELTA) + 8
+            if at >= 8:
+                self.same = (b"data: " + data[:at] + b'{"content":', b"}" + data[at + len(ROLE_DELTA) - 8 :] + b"\n\n")
+                self.guessed = True
+        return True
+
+    def _add_usage(self, chunk: dict[str, Any]) -> bool:
+        """A chunk without choices that carries the usage (the stream's last but `[DONE]`) added in
+        one step, as `ChunkReader.take` and `Assembler.add` would; False for anything else."""
+        reader = self.reader
+        usage = chunk.get("usage")
+        if not isinstance(usage, dict) or reader.first is None or "error" in chunk:
+            return False
+        reader.changed = False
+        reader.usage_chunk = chunk
+        reader.usage = _with_cache_hits(usage, chunk.get("timings"))
+        self.assembler.add_top(chunk)
         return True
 
     def _add_finish(self, chunk: dict[str, Any]) -> bool:

@@ -128,8 +128,8 @@ def test_a_run_of_repeated_chunks_is_read_from_its_texts_at_once():
     raw = stream(*(text_event(orjson.dumps(w)) for w in texts))
     assembly = ChatAssembly(None)
     assert assembly.take(raw) is None
-    # the first text through the full path (it becomes the repeated chunk), the 39 others as one piece
-    assert assembly.assembler.parts[0] == ["", " w0", "".join(texts[1:])]
+    # the role chunk through the full path (the repeated chunk is guessed from it), the 40 texts as one piece
+    assert assembly.assembler.parts[0] == ["", "".join(texts)]
     assert assembly.answer()["choices"][0]["message"]["content"] == "".join(texts)
     assert assembly.tokens == 40
 
