@@ -265,3 +265,40 @@ def test_drain_leaves_aiohttps_reader_as_its_own_reads_do():
         assert ours.at_eof() and theirs.at_eof()
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    "role",
+    [
+        b'{"role":"assistant","content":""}',  # the text chunk is guessed from it
+        b'{"role":"assistant","content":"","refusal":null}',  # OpenAI's: read in full, no guess
+        b'{"content":"","role":"assistant"}',
+        b'{"role":"assistant"}',
+    ],
+)
+@pytest.mark.parametrize("texts_fit", [True, False])
+def test_the_role_chunk_is_added_as_the_full_path_adds_it(role, texts_fit):
+    def text(literal: bytes) -> bytes:  # when they do not fit: one more field after the choices
+        event = text_event(literal)
+        return event if texts_fit else event[:-3] + b',"o":"x"}\n\n'
+
+    raw = stream(*(text(orjson.dumps(w)) for w in ["a", "b", "c"]))
+    first = raw.index(b"\n\n") + 2
+    raw = HEAD + role + TAIL + raw[first:]
+    assembly = ChatAssembly(None)
+    assert assembly.take(raw) is None
+    assert (assembly.answer(), assembly.tokens) == one_by_one(raw, None)
+    assert assemble(raw)[0]["choices"][0]["message"]["content"] == "abc"
+    # a text chunk that does not fit the guess replaces it: the text chunks after it are read from their text
+    assert assembly.same is not None
+    assert assembly.guessed == (texts_fit and role == b'{"role":"assistant","content":""}')
+    assert assembly.same[1].endswith(TAIL if texts_fit else b',"o":"x"}\n\n')
+
+
+def test_a_role_chunk_with_escapes_is_not_guessed_from():
+    raw = stream(*(text_event(orjson.dumps(w)) for w in ["a", "b"]))
+    raw = raw.replace(b'"model":"m"', b'"model":"m\\"x"', 1)  # the role chunk's only
+    assembly = ChatAssembly(None)
+    assert assembly.take(raw[: raw.index(b"\n\n") + 2]) == b""
+    assert assembly.same is None
+    assert assemble(raw)[0]["model"] == 'm"x'
