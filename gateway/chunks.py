@@ -430,7 +430,10 @@ class ChatAssembly:
             end = buffer.find(b"\n\n", pos)
             if end < 0:
                 return buffer[pos:] if pos else buffer
-            data = event_data(buffer[pos : end + 2])
+            if buffer.startswith(b"data: ", pos) and buffer.find(b"\n", pos, end) < 0:  # `event_data`'s common event
+                data: bytes | None = buffer[pos + 6 : end]
+            else:
+                data = event_data(buffer[pos : end + 2])
             pos = end + 2
             if data is not None:
                 self.feed(data)
@@ -450,18 +453,19 @@ class ChatAssembly:
                 self.reader.ended = True
                 return
             chunk = parse_event(data)
-            if self._add_text(chunk):
+            choice = self._sole_choice(chunk)
+            if choice is not None and self._add_text(chunk, choice):
                 if self.same is None or self.guessed:  # (a guess that did not fit this server's chunks)
-                    self.same = _around_text(data, chunk["choices"][0]["delta"]["content"])
+                    self.same = _around_text(data, choice["delta"]["content"])
                     self.guessed = False
                 return
             reader = self.reader
-            if not chunk.get("choices"):
-                added = self._add_usage(chunk)
+            if choice is None:
+                added = not chunk.get("choices") and self._add_usage(chunk)
             elif reader.first is None:
-                added = self._add_role(chunk, data)
+                added = self._add_role(chunk, choice, data)
             else:
-                added = self._add_finish(chunk)
+                added = self._add_finish(chunk, choice)
             if not added:
                 self._add(*reader.take(chunk))
             if reader.usage is not None and self._finished():
@@ -487,7 +491,8 @@ class ChatAssembly:
 
     def _sole_choice(self, chunk: dict[str, Any]) -> dict[str, Any] | None:
         """The chunk's only choice, when the answer has one choice, is not cut and the chunk carries
-        no usage: what both one-step paths below need before looking at the choice itself."""
+        no usage: what the one-step paths below need before looking at the choice itself (`feed`
+        finds it once for them)."""
         choices = chunk.get("choices")
         if self.reader.choices != 1 or self.reader.cut or type(choices) is not list or len(choices) != 1:
             return None
@@ -496,13 +501,12 @@ class ChatAssembly:
             return None
         return choice
 
-    def _add_text(self, chunk: dict[str, Any]) -> bool:
+    def _add_text(self, chunk: dict[str, Any], choice: dict[str, Any]) -> bool:
         """The common chunk (one more piece of text of the only choice, nothing else) counted and
         added in one step, as `ChunkReader.take` and `Assembler.add` would (half their cost per
         event); False for anything else, and for the piece that passes the reservation."""
         reader = self.reader
-        choice = self._sole_choice(chunk)
-        if choice is None or reader.first is None:
+        if reader.first is None:
             return False
         delta = choice.get("delta")
         part = self.assembler.parts.get(0)
@@ -519,16 +523,15 @@ class ChatAssembly:
         part.append(text)
         return True
 
-    def _add_role(self, chunk: dict[str, Any], data: bytes) -> bool:
+    def _add_role(self, chunk: dict[str, Any], choice: dict[str, Any], data: bytes) -> bool:
         """The stream's first chunk when it is the only choice's role and nothing else (`ROLE`, no
         logprobs, no finish, no usage) added in one step, as `ChunkReader.take` and `Assembler.add`
         would; False for anything else. When its bytes are plain (no escapes, one line, one
         `"delta"`), the common text chunk's bytes are guessed from them (`same`: the same bytes with
         `{"content":<text>}` in the delta's place; `feed` makes them again from the first text
         chunk that does not fit), so the first text is read with the run that follows it."""
-        choice = self._sole_choice(chunk)
         assembler = self.assembler
-        if choice is None or assembler.legacy or assembler.top or assembler.choices or choice.get("delta") != ROLE:
+        if assembler.legacy or assembler.top or assembler.choices or choice.get("delta") != ROLE:
             return False
         if choice.get("finish_reason") is not None or choice.get("logprobs") is not None:
             return False
@@ -568,13 +571,10 @@ class ChatAssembly:
         self.assembler.add_top(chunk)
         return True
 
-    def _add_finish(self, chunk: dict[str, Any]) -> bool:
+    def _add_finish(self, chunk: dict[str, Any], choice: dict[str, Any]) -> bool:
         """The only choice's finish (an empty delta, no logprobs, nothing else in the choice, no
         usage) added in one step, as `ChunkReader.take` and `Assembler.add` would; False for
         anything else."""
-        choice = self._sole_choice(chunk)
-        if choice is None:
-            return False
         finish = choice.get("finish_reason")
         had = self.assembler.choices.get(0)
         if finish is None or had is None or choice.get("delta") != {} or choice.get("logprobs") is not None:
