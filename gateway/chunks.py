@@ -379,7 +379,7 @@ class ChatAssembly:
     `ChunkReader` (cut at `limit` output tokens per choice), built by an `Assembler`. Another
     API's stream is read as Chat chunks through `as_chat`. (`call.Assembly`)"""
 
-    __slots__ = ("as_chat", "assembler", "guessed", "reader", "same")
+    __slots__ = ("as_chat", "assembler", "ends", "guessed", "reader", "same")
 
     def __init__(
         self, limit: int | None, *, choices: int = 1, legacy: bool = False, as_chat: ChatEvents | None = None
@@ -389,6 +389,7 @@ class ChatAssembly:
         self.as_chat = as_chat
         self.same: tuple[bytes, bytes] | None = None  # the bytes of an event around a common chunk's text
         self.guessed = False  # `same` was made from the first chunk's bytes, before any text (`_add_role`)
+        self.ends: tuple[bytes, bytes, bytes] | None = None  # the finish and usage chunks' bytes (`_take_end`)
 
     @property
     def done(self) -> bool:
@@ -427,6 +428,12 @@ class ChatAssembly:
             same = self.same
             if same is not None and buffer.startswith(same[0], pos):
                 pos = self._take_same(buffer, self._take_run(buffer, pos, *same), *same)
+            ends = self.ends
+            if ends is not None and (after := self._take_end(buffer, pos, *ends)) != pos:
+                if reader.ended:
+                    return None
+                pos = after
+                continue
             end = buffer.find(b"\n\n", pos)
             if end < 0:
                 return buffer[pos:] if pos else buffer
@@ -554,9 +561,73 @@ class ChatAssembly:
         if data.find(b"\\") < 0 and data.find(b"\n") < 0 and data.count(b'"delta"') == 1:
             at = data.find(ROLE_DELTA) + 8
             if at >= 8:
-                self.same = (b"data: " + data[:at] + b'{"content":', b"}" + data[at + len(ROLE_DELTA) - 8 :] + b"\n\n")
+                after = data[at + len(ROLE_DELTA) - 8 :]
+                self.same = (b"data: " + data[:at] + b'{"content":', b"}" + after + b"\n\n")
                 self.guessed = True
+                self._guess_ends(chunk, choice, data, at, after)
         return True
+
+    def _guess_ends(self, chunk: dict[str, Any], choice: dict[str, Any], data: bytes, at: int, after: bytes) -> None:
+        """The finish and usage chunks' bytes guessed from the role chunk's (`data`, plain: see
+        `_add_role`; its delta's value starts at `at`, `after` follows it), for `_take_end`: the
+        finish chunk is the same bytes with `{}` as the delta and a string in place of the one
+        `"finish_reason":null` (which follows the delta); the usage chunk the same bytes up to
+        `"choices":`, then `[],"usage":<object>}`, when the choices are the role chunk's last key
+        (the one `]` after the delta ends the role chunk but for its `}`) and the chunk has no
+        `error` or `timings` (which `ChunkReader.take` reads from a usage chunk)."""
+        fq = after.find(b'"finish_reason":null')
+        if fq < 0 or "finish_reason" not in choice or "error" in chunk or "timings" in chunk:
+            return
+        if data.count(b'"finish_reason"') != 1 or data.count(b'"choices"') != 1:
+            return
+        if after.count(b"]") != 1 or not after.endswith(b"]}"):
+            return
+        cq = data.find(b'"choices":') + 10
+        self.ends = (
+            b"data: " + data[:at] + b"{}" + after[:fq] + b'"finish_reason":',
+            after[fq + 20 :] + b"\n\n",
+            b"data: " + data[:cq] + b'[],"usage":',
+        )
+
+    def _take_end(self, buffer: bytes, pos: int, finish_head: bytes, finish_tail: bytes, usage_head: bytes) -> int:
+        """Reads the event at `pos` when it is, byte for byte, the finish or the usage chunk guessed
+        from the role chunk (`_guess_ends`) with a string as the finish reason or an object as the
+        usage: only that value is parsed, and added as `_add_finish` or `_add_usage` would add the
+        whole chunk. Returns where the next event starts; `pos` for anything else (`feed` reads it)."""
+        reader = self.reader
+        if buffer.startswith(finish_head, pos):
+            start = pos + len(finish_head)
+            line_end = buffer.find(b"\n", start)
+            back = len(finish_tail) - 2
+            if line_end < 0 or line_end - back <= start or not buffer.startswith(finish_tail, line_end - back):
+                return pos
+            try:
+                finish = orjson.loads(buffer[start : line_end - back])
+            except orjson.JSONDecodeError:
+                return pos
+            had = self.assembler.choices.get(0)
+            if type(finish) is not str or had is None or reader.cut:
+                return pos
+            had["finish_reason"] = finish
+        elif buffer.startswith(usage_head, pos):
+            start = pos + len(usage_head)
+            line_end = buffer.find(b"\n", start)
+            if line_end < 0 or line_end - 1 <= start or not buffer.startswith(b"}\n\n", line_end - 1):
+                return pos
+            try:
+                usage = orjson.loads(buffer[start : line_end - 1])
+            except orjson.JSONDecodeError:
+                return pos
+            if type(usage) is not dict:
+                return pos
+            reader.changed = False
+            reader.usage = usage
+            self.assembler.top["usage"] = usage
+        else:
+            return pos
+        if reader.usage is not None and self._finished():
+            reader.ended = True  # as `feed` ends it
+        return line_end + 2
 
     def _add_usage(self, chunk: dict[str, Any]) -> bool:
         """A chunk without choices that carries the usage (the stream's last but `[DONE]`) added in
@@ -594,18 +665,21 @@ class ChatAssembly:
         # Split at the blank lines and checked by putting the run together again: splitting at
         # the ~200 bytes between two texts costs more than reading the events one by one
         # (CPython prepares a long needle again for each occurrence).
-        rest = buffer[pos:] if pos else buffer
-        count = rest.count(tail)  # at most the events of the run (each ends with `tail`)
-        if not count:
+        last = buffer.rfind(tail, pos)  # the end of the last event that could be in the run
+        if last < pos:
             return pos
-        events = rest.split(b"\n\n", count)  # the first `count` events, then the rest
+        events = buffer[pos : last + len(tail) - 2].split(b"\n\n")
+        count = len(events)
         skip, back = len(head), len(tail) - 2
-        literals = [event[skip:-back] for event in events[:count]]
-        ran = len(rest) - len(events[-1])
-        if not rest.startswith(head + (tail + head).join(literals) + tail):
+        literals = [event[skip:-back] for event in events]
+        mid = (tail + head).join(literals)
+        start = pos + skip
+        if not buffer.startswith(mid, start) or not buffer.startswith(tail, start + len(mid)):
             return pos  # not a run of the common chunk (`_take_same` reads what it can)
-        joined = b",".join(literals)
-        if joined.find(b"\n") >= 0:
+        # A line break between two texts: no JSON string spans two of them (nor can a literal
+        # hold one of its own), so `count` strings are one string each.
+        joined = b",\n".join(literals)
+        if joined.count(b"\n") != count - 1:
             return pos
         try:
             texts = orjson.loads(b"[" + joined + b"]")
@@ -620,7 +694,7 @@ class ChatAssembly:
             return pos
         reader.counts[0] = seen
         self.assembler.parts[0].append(text)
-        return pos + ran
+        return start + len(mid) + len(tail)
 
     def _take_same(self, buffer: bytes, pos: int, head: bytes, tail: bytes) -> int:
         """Reads the events from `pos` that are, byte for byte, the last common chunk with

@@ -142,6 +142,7 @@ def test_a_run_of_repeated_chunks_is_read_from_its_texts_at_once():
         [b'"b",', b'"c"'],
         [b"null"],
         [b'"b"\n'],  # valid JSON, but the event's data line ends there
+        [b'"b","c"', b'"x', b'y"'],  # as many values as texts, but not one in each
     ],
 )
 def test_a_run_with_something_else_in_a_text_s_place_is_read_event_by_event(middle):
@@ -149,9 +150,12 @@ def test_a_run_with_something_else_in_a_text_s_place_is_read_event_by_event(midd
     try:
         expected = one_by_one(raw, None)
     except UpstreamStreamError as exc:
-        with pytest.raises(UpstreamStreamError) as caught:
-            assemble(raw)
-        assert caught.value.failure == exc.failure
+        # At once too (a data line broken in two is read whole by `event_data`, unlike `split_data`)
+        reads = [assemble] if any(b"\n" in m for m in middle) else [assemble, ChatAssembly(None).take]
+        for read in reads:
+            with pytest.raises(UpstreamStreamError) as caught:
+                read(raw)
+            assert caught.value.failure == exc.failure
         return
     answer, assembly = assemble(raw)
     assert (answer, assembly.tokens) == expected
@@ -302,3 +306,40 @@ def test_a_role_chunk_with_escapes_is_not_guessed_from():
     assert assembly.take(raw[: raw.index(b"\n\n") + 2]) == b""
     assert assembly.same is None
     assert assemble(raw)[0]["model"] == 'm"x'
+
+
+USAGE_HEAD = HEAD[: HEAD.index(b'"choices":') + 10] + b'[],"usage":'
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        b'{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}',  # read from its object
+        b"null",  # no usage: the answer waits for [DONE]
+        b'{"prompt_tokens":5},"x":1',  # one more field: read in full
+        b'{"prompt_tokens":5} ',
+        b'{"prompt_tokens":5',  # junk
+    ],
+)
+@pytest.mark.parametrize("done", [True, False])
+def test_the_finish_and_usage_chunks_are_added_as_the_full_path_adds_them(usage, done):
+    raw = stream(*(text_event(orjson.dumps(w)) for w in ["a", "b"]))
+    at = raw.index(b"data: ", raw.index(b'"finish_reason":"stop"'))
+    raw = raw[:at] + USAGE_HEAD + usage + b"}\n\n" + (b"data: [DONE]\n\n" if done else b"")
+    if usage == b"null" and not done:  # no usage and no [DONE]: the answer is not complete
+        assembly = ChatAssembly(None)
+        assert assembly.take(raw) == b""
+        assert not assembly.ended and assembly.ends is not None
+        return
+    try:
+        expected = one_by_one(raw, None)
+    except UpstreamStreamError as exc:
+        with pytest.raises(UpstreamStreamError) as caught:
+            assemble(raw)
+        assert caught.value.failure == exc.failure
+        return
+    assembly = ChatAssembly(None)
+    assert assembly.take(raw) is None
+    assert assembly.ends is not None
+    assert (assembly.answer(), assembly.tokens) == expected
+    assert assemble(raw)[0] == expected[0]
