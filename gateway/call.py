@@ -370,9 +370,13 @@ async def send_upstream(
             upstream_id = resp.headers.get("x-request-id", "")[:100]
             if status == 200 and (stream or streamed) and ctype.find(b"event-stream") >= 0:
                 phase, phase_seconds = Failure.FIRST_TOKEN_TIMEOUT, first_timeout
-                until = loop.time() + first_timeout
-                async with asyncio.timeout_at(until if deadline is None else min(until, deadline)):
-                    first = await _first_event(resp, checked=stream)
+                # What arrived with the headers often holds the first event (a short answer all of
+                # it): then there is nothing to wait for, nor a deadline's timer to arm.
+                first = drain(resp.content)
+                if not first or not _has_first_event(first, checked=stream):
+                    until = loop.time() + first_timeout
+                    async with asyncio.timeout_at(until if deadline is None else min(until, deadline)):
+                        first = await _first_event(resp, checked=stream, buffer=first)
                 first_at = time.perf_counter()
                 ttfb = (first_at - started) * 1000
                 if stream:
@@ -494,35 +498,43 @@ def _choices(payload: dict[str, Any]) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 128 else 1
 
 
-async def _first_event(resp: aiohttp.ClientResponse, *, checked: bool = True) -> bytes:
+async def _first_event(resp: aiohttp.ClientResponse, *, checked: bool = True, buffer: bytes = b"") -> bytes:
     """Read until the stream's first complete event with data (SSE comments do not count: a
-    server that only keeps the connection alive has not started answering). Its JSON is checked
-    (`checked`; an assembly checks every event itself): an upstream that streams junk fails over
-    before the client sees a byte."""
-    buffer = b""
-    while True:
+    server that only keeps the connection alive has not started answering), after `buffer` (what
+    was read already). Its JSON is checked (`checked`; an assembly checks every event itself): an
+    upstream that streams junk fails over before the client sees a byte."""
+    while not _has_first_event(buffer, checked=checked):
         chunk = await read_any(resp.content)
         if not chunk:
             raise aiohttp.ServerDisconnectedError("upstream closed the stream before its first event")
         buffer += chunk
-        if len(buffer) > MAX_ERROR_BODY * 4:
-            raise UpstreamStreamError(Failure.INVALID_JSON)
-        # Only as far as the first event with data (the rest of the buffer is read by the caller).
-        text = buffer.replace(b"\r\n", b"\n") if buffer.find(b"\r") >= 0 else buffer
-        start = 0
-        while (end := text.find(b"\n\n", start)) >= 0:
-            data = event_data(text[start : end + 2])
-            start = end + 2
-            if data is None:
-                continue
-            if checked and data != DONE:
-                try:
-                    parsed = orjson.loads(data)
-                except orjson.JSONDecodeError:
-                    raise UpstreamStreamError(Failure.INVALID_JSON) from None
-                if isinstance(parsed, dict) and "error" in parsed and not parsed.get("choices"):
-                    raise UpstreamStreamError(Failure.STREAM_ERROR)
-            return buffer
+    return buffer
+
+
+def _has_first_event(buffer: bytes, *, checked: bool) -> bool:
+    """Does `buffer` (the stream's first bytes) hold its first complete event with data
+    (`_first_event`)? UpstreamStreamError for junk (or too much without one)."""
+    if len(buffer) > MAX_ERROR_BODY * 4:
+        raise UpstreamStreamError(Failure.INVALID_JSON)
+    # Only as far as the first event with data (the rest of the buffer is read by the caller).
+    text = buffer.replace(b"\r\n", b"\n") if buffer.find(b"\r") >= 0 else buffer
+    if not checked and text.startswith(b"data:") and text.find(b"\n\n") >= 0:
+        return True  # a complete first event that starts with a data line has data
+    start = 0
+    while (end := text.find(b"\n\n", start)) >= 0:
+        data = event_data(text[start : end + 2])
+        start = end + 2
+        if data is None:
+            continue
+        if checked and data != DONE:
+            try:
+                parsed = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                raise UpstreamStreamError(Failure.INVALID_JSON) from None
+            if isinstance(parsed, dict) and "error" in parsed and not parsed.get("choices"):
+                raise UpstreamStreamError(Failure.STREAM_ERROR)
+        return True
+    return False
 
 
 def _chat_assembly(path: str, choices: int) -> Callable[[int | None], Assembly]:
@@ -564,10 +576,10 @@ async def _assemble(
         if size > cap:
             raise TooLarge
         pending.append(chunk)
-        if room is not None:
-            feeds += chunk.count(b"\n")
         last, chunk = chunk, drain(content)  # what already arrived needs no deadline (nor its cost)
         waits = not chunk and not content.at_eof()
+        if room is not None and (chunk or waits):  # (at the body's end all that was kept is read below)
+            feeds += last.count(b"\n")
         if (room is not None and feeds // 2 > room) or (waits and not assembly.ongoing(last)):
             rest = assembly.take(b"".join([buffer, *pending]))
             if rest is None:

@@ -230,6 +230,8 @@ def _with_cache_hits(usage: dict[str, Any], timings: Any) -> dict[str, Any]:
 
 
 FINISH_KEYS = frozenset({"index", "delta", "logprobs", "finish_reason"})  # a finish chunk's choice, nothing more
+ROLE = {"role": "assistant", "content": ""}  # the first chunk's delta as most servers send it
+ROLE_DELTA = b'"delta":{"role":"assistant","content":""}'  # … and as its bytes then read
 FIRST_ONLY = frozenset({"id", "created", "model", "object", "choices"})  # kept from the first chunk
 
 
@@ -377,7 +379,7 @@ class ChatAssembly:
     `ChunkReader` (cut at `limit` output tokens per choice), built by an `Assembler`. Another
     API's stream is read as Chat chunks through `as_chat`. (`call.Assembly`)"""
 
-    __slots__ = ("as_chat", "assembler", "reader", "same")
+    __slots__ = ("as_chat", "assembler", "ends", "guessed", "reader", "same")
 
     def __init__(
         self, limit: int | None, *, choices: int = 1, legacy: bool = False, as_chat: ChatEvents | None = None
@@ -386,6 +388,8 @@ class ChatAssembly:
         self.assembler = Assembler(legacy=legacy)
         self.as_chat = as_chat
         self.same: tuple[bytes, bytes] | None = None  # the bytes of an event around a common chunk's text
+        self.guessed = False  # `same` was made from the first chunk's bytes, before any text (`_add_role`)
+        self.ends: tuple[bytes, bytes, bytes] | None = None  # the finish and usage chunks' bytes (`_take_end`)
 
     @property
     def done(self) -> bool:
@@ -424,10 +428,19 @@ class ChatAssembly:
             same = self.same
             if same is not None and buffer.startswith(same[0], pos):
                 pos = self._take_same(buffer, self._take_run(buffer, pos, *same), *same)
+            ends = self.ends
+            if ends is not None and (after := self._take_end(buffer, pos, *ends)) != pos:
+                if reader.ended:
+                    return None
+                pos = after
+                continue
             end = buffer.find(b"\n\n", pos)
             if end < 0:
                 return buffer[pos:] if pos else buffer
-            data = event_data(buffer[pos : end + 2])
+            if buffer.startswith(b"data: ", pos) and buffer.find(b"\n", pos, end) < 0:  # `event_data`'s common event
+                data: bytes | None = buffer[pos + 6 : end]
+            else:
+                data = event_data(buffer[pos : end + 2])
             pos = end + 2
             if data is not None:
                 self.feed(data)
@@ -447,16 +460,26 @@ class ChatAssembly:
                 self.reader.ended = True
                 return
             chunk = parse_event(data)
-            if not self._add_text(chunk):
-                if not self._add_finish(chunk):
-                    self._add(*self.reader.take(chunk))
-                if self.reader.usage is not None and self._finished():
-                    # The usage chunk after every choice's finish is the stream's last (OpenAI's
-                    # `include_usage`, which `call` asks for): the answer is complete without
-                    # waiting for a `[DONE]` an upstream may never send.
-                    self.reader.ended = True
-            elif self.same is None:
-                self.same = _around_text(data, chunk["choices"][0]["delta"]["content"])
+            choice = self._sole_choice(chunk)
+            if choice is not None and self._add_text(chunk, choice):
+                if self.same is None or self.guessed:  # (a guess that did not fit this server's chunks)
+                    self.same = _around_text(data, choice["delta"]["content"])
+                    self.guessed = False
+                return
+            reader = self.reader
+            if choice is None:
+                added = not chunk.get("choices") and self._add_usage(chunk)
+            elif reader.first is None:
+                added = self._add_role(chunk, choice, data)
+            else:
+                added = self._add_finish(chunk, choice)
+            if not added:
+                self._add(*reader.take(chunk))
+            if reader.usage is not None and self._finished():
+                # The usage chunk after every choice's finish is the stream's last (OpenAI's
+                # `include_usage`, which `call` asks for): the answer is complete without
+                # waiting for a `[DONE]` an upstream may never send.
+                reader.ended = True
             return
         for chunk in self.as_chat.chunks(data):
             self._add(*self.reader.take(chunk))
@@ -466,13 +489,17 @@ class ChatAssembly:
     def _finished(self) -> bool:
         """Has every choice its finish reason?"""
         choices = self.assembler.choices
+        if len(choices) == 1 == self.reader.choices:
+            (choice,) = choices.values()
+            return choice.get("finish_reason") is not None
         return len(choices) >= self.reader.choices and all(
             choice.get("finish_reason") is not None for choice in choices.values()
         )
 
     def _sole_choice(self, chunk: dict[str, Any]) -> dict[str, Any] | None:
         """The chunk's only choice, when the answer has one choice, is not cut and the chunk carries
-        no usage: what both one-step paths below need before looking at the choice itself."""
+        no usage: what the one-step paths below need before looking at the choice itself (`feed`
+        finds it once for them)."""
         choices = chunk.get("choices")
         if self.reader.choices != 1 or self.reader.cut or type(choices) is not list or len(choices) != 1:
             return None
@@ -481,13 +508,12 @@ class ChatAssembly:
             return None
         return choice
 
-    def _add_text(self, chunk: dict[str, Any]) -> bool:
+    def _add_text(self, chunk: dict[str, Any], choice: dict[str, Any]) -> bool:
         """The common chunk (one more piece of text of the only choice, nothing else) counted and
         added in one step, as `ChunkReader.take` and `Assembler.add` would (half their cost per
         event); False for anything else, and for the piece that passes the reservation."""
         reader = self.reader
-        choice = self._sole_choice(chunk)
-        if choice is None or reader.first is None:
+        if reader.first is None:
             return False
         delta = choice.get("delta")
         part = self.assembler.parts.get(0)
@@ -504,13 +530,122 @@ class ChatAssembly:
         part.append(text)
         return True
 
-    def _add_finish(self, chunk: dict[str, Any]) -> bool:
+    def _add_role(self, chunk: dict[str, Any], choice: dict[str, Any], data: bytes) -> bool:
+        """The stream's first chunk when it is the only choice's role and nothing else (`ROLE`, no
+        logprobs, no finish, no usage) added in one step, as `ChunkReader.take` and `Assembler.add`
+        would; False for anything else. When its bytes are plain (no escapes, one line, one
+        `"delta"`), the common text chunk's bytes are guessed from them (`same`: the same bytes with
+        `{"content":<text>}` in the delta's place; `feed` makes them again from the first text
+        chunk that does not fit), so the first text is read with the run that follows it."""
+        assembler = self.assembler
+        if assembler.legacy or assembler.top or assembler.choices or choice.get("delta") != ROLE:
+            return False
+        if choice.get("finish_reason") is not None or choice.get("logprobs") is not None:
+            return False
+        if not choice.keys() <= FINISH_KEYS:
+            return False
+        self.reader.first = chunk
+        top = dict(chunk)
+        del top["choices"]
+        top.pop("object", None)
+        assembler.top = top
+        assembler.choices[0] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": None},
+            "logprobs": None,
+            "finish_reason": None,
+        }
+        assembler.parts[0] = [""]
+        # Without a backslash every quote delimits a string, so the one `"delta":` is the choice's
+        # key and the literal after it is its whole value.
+        if data.find(b"\\") < 0 and data.find(b"\n") < 0 and data.count(b'"delta"') == 1:
+            at = data.find(ROLE_DELTA) + 8
+            if at >= 8:
+                after = data[at + len(ROLE_DELTA) - 8 :]
+                self.same = (b"data: " + data[:at] + b'{"content":', b"}" + after + b"\n\n")
+                self.guessed = True
+                self._guess_ends(chunk, choice, data, at, after)
+        return True
+
+    def _guess_ends(self, chunk: dict[str, Any], choice: dict[str, Any], data: bytes, at: int, after: bytes) -> None:
+        """The finish and usage chunks' bytes guessed from the role chunk's (`data`, plain: see
+        `_add_role`; its delta's value starts at `at`, `after` follows it), for `_take_end`: the
+        finish chunk is the same bytes with `{}` as the delta and a string in place of the one
+        `"finish_reason":null` (which follows the delta); the usage chunk the same bytes up to
+        `"choices":`, then `[],"usage":<object>}`, when the choices are the role chunk's last key
+        (the one `]` after the delta ends the role chunk but for its `}`) and the chunk has no
+        `error` or `timings` (which `ChunkReader.take` reads from a usage chunk)."""
+        fq = after.find(b'"finish_reason":null')
+        if fq < 0 or "finish_reason" not in choice or "error" in chunk or "timings" in chunk:
+            return
+        if data.count(b'"finish_reason"') != 1 or data.count(b'"choices"') != 1:
+            return
+        if after.count(b"]") != 1 or not after.endswith(b"]}"):
+            return
+        cq = data.find(b'"choices":') + 10
+        self.ends = (
+            b"data: " + data[:at] + b"{}" + after[:fq] + b'"finish_reason":',
+            after[fq + 20 :] + b"\n\n",
+            b"data: " + data[:cq] + b'[],"usage":',
+        )
+
+    def _take_end(self, buffer: bytes, pos: int, finish_head: bytes, finish_tail: bytes, usage_head: bytes) -> int:
+        """Reads the event at `pos` when it is, byte for byte, the finish or the usage chunk guessed
+        from the role chunk (`_guess_ends`) with a string as the finish reason or an object as the
+        usage: only that value is parsed, and added as `_add_finish` or `_add_usage` would add the
+        whole chunk. Returns where the next event starts; `pos` for anything else (`feed` reads it)."""
+        reader = self.reader
+        if buffer.startswith(finish_head, pos):
+            start = pos + len(finish_head)
+            line_end = buffer.find(b"\n", start)
+            back = len(finish_tail) - 2
+            if line_end < 0 or line_end - back <= start or not buffer.startswith(finish_tail, line_end - back):
+                return pos
+            try:
+                finish = orjson.loads(buffer[start : line_end - back])
+            except orjson.JSONDecodeError:
+                return pos
+            had = self.assembler.choices.get(0)
+            if type(finish) is not str or had is None or reader.cut:
+                return pos
+            had["finish_reason"] = finish
+        elif buffer.startswith(usage_head, pos):
+            start = pos + len(usage_head)
+            line_end = buffer.find(b"\n", start)
+            if line_end < 0 or line_end - 1 <= start or not buffer.startswith(b"}\n\n", line_end - 1):
+                return pos
+            try:
+                usage = orjson.loads(buffer[start : line_end - 1])
+            except orjson.JSONDecodeError:
+                return pos
+            if type(usage) is not dict:
+                return pos
+            reader.changed = False
+            reader.usage = usage
+            self.assembler.top["usage"] = usage
+        else:
+            return pos
+        if reader.usage is not None and self._finished():
+            reader.ended = True  # as `feed` ends it
+        return line_end + 2
+
+    def _add_usage(self, chunk: dict[str, Any]) -> bool:
+        """A chunk without choices that carries the usage (the stream's last but `[DONE]`) added in
+        one step, as `ChunkReader.take` and `Assembler.add` would; False for anything else."""
+        reader = self.reader
+        usage = chunk.get("usage")
+        if not isinstance(usage, dict) or reader.first is None or "error" in chunk:
+            return False
+        reader.changed = False
+        reader.usage_chunk = chunk
+        reader.usage = _with_cache_hits(usage, chunk.get("timings"))
+        self.assembler.add_top(chunk)
+        return True
+
+    def _add_finish(self, chunk: dict[str, Any], choice: dict[str, Any]) -> bool:
         """The only choice's finish (an empty delta, no logprobs, nothing else in the choice, no
         usage) added in one step, as `ChunkReader.take` and `Assembler.add` would; False for
         anything else."""
-        choice = self._sole_choice(chunk)
-        if choice is None:
-            return False
         finish = choice.get("finish_reason")
         had = self.assembler.choices.get(0)
         if finish is None or had is None or choice.get("delta") != {} or choice.get("logprobs") is not None:
@@ -530,18 +665,21 @@ class ChatAssembly:
         # Split at the blank lines and checked by putting the run together again: splitting at
         # the ~200 bytes between two texts costs more than reading the events one by one
         # (CPython prepares a long needle again for each occurrence).
-        rest = buffer[pos:] if pos else buffer
-        count = rest.count(tail)  # at most the events of the run (each ends with `tail`)
-        if not count:
+        last = buffer.rfind(tail, pos)  # the end of the last event that could be in the run
+        if last < pos:
             return pos
-        events = rest.split(b"\n\n", count)  # the first `count` events, then the rest
+        events = buffer[pos : last + len(tail) - 2].split(b"\n\n")
+        count = len(events)
         skip, back = len(head), len(tail) - 2
-        literals = [event[skip:-back] for event in events[:count]]
-        ran = len(rest) - len(events[-1])
-        if not rest.startswith(head + (tail + head).join(literals) + tail):
+        literals = [event[skip:-back] for event in events]
+        mid = (tail + head).join(literals)
+        start = pos + skip
+        if not buffer.startswith(mid, start) or not buffer.startswith(tail, start + len(mid)):
             return pos  # not a run of the common chunk (`_take_same` reads what it can)
-        joined = b",".join(literals)
-        if joined.find(b"\n") >= 0:
+        # A line break between two texts: no JSON string spans two of them (nor can a literal
+        # hold one of its own), so `count` strings are one string each.
+        joined = b",\n".join(literals)
+        if joined.count(b"\n") != count - 1:
             return pos
         try:
             texts = orjson.loads(b"[" + joined + b"]")
@@ -556,7 +694,7 @@ class ChatAssembly:
             return pos
         reader.counts[0] = seen
         self.assembler.parts[0].append(text)
-        return pos + ran
+        return start + len(mid) + len(tail)
 
     def _take_same(self, buffer: bytes, pos: int, head: bytes, tail: bytes) -> int:
         """Reads the events from `pos` that are, byte for byte, the last common chunk with

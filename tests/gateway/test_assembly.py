@@ -128,8 +128,8 @@ def test_a_run_of_repeated_chunks_is_read_from_its_texts_at_once():
     raw = stream(*(text_event(orjson.dumps(w)) for w in texts))
     assembly = ChatAssembly(None)
     assert assembly.take(raw) is None
-    # the first text through the full path (it becomes the repeated chunk), the 39 others as one piece
-    assert assembly.assembler.parts[0] == ["", " w0", "".join(texts[1:])]
+    # the role chunk through the full path (the repeated chunk is guessed from it), the 40 texts as one piece
+    assert assembly.assembler.parts[0] == ["", "".join(texts)]
     assert assembly.answer()["choices"][0]["message"]["content"] == "".join(texts)
     assert assembly.tokens == 40
 
@@ -142,6 +142,7 @@ def test_a_run_of_repeated_chunks_is_read_from_its_texts_at_once():
         [b'"b",', b'"c"'],
         [b"null"],
         [b'"b"\n'],  # valid JSON, but the event's data line ends there
+        [b'"b","c"', b'"x', b'y"'],  # as many values as texts, but not one in each
     ],
 )
 def test_a_run_with_something_else_in_a_text_s_place_is_read_event_by_event(middle):
@@ -149,9 +150,12 @@ def test_a_run_with_something_else_in_a_text_s_place_is_read_event_by_event(midd
     try:
         expected = one_by_one(raw, None)
     except UpstreamStreamError as exc:
-        with pytest.raises(UpstreamStreamError) as caught:
-            assemble(raw)
-        assert caught.value.failure == exc.failure
+        # At once too (a data line broken in two is read whole by `event_data`, unlike `split_data`)
+        reads = [assemble] if any(b"\n" in m for m in middle) else [assemble, ChatAssembly(None).take]
+        for read in reads:
+            with pytest.raises(UpstreamStreamError) as caught:
+                read(raw)
+            assert caught.value.failure == exc.failure
         return
     answer, assembly = assemble(raw)
     assert (answer, assembly.tokens) == expected
@@ -265,3 +269,77 @@ def test_drain_leaves_aiohttps_reader_as_its_own_reads_do():
         assert ours.at_eof() and theirs.at_eof()
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    "role",
+    [
+        b'{"role":"assistant","content":""}',  # the text chunk is guessed from it
+        b'{"role":"assistant","content":"","refusal":null}',  # OpenAI's: read in full, no guess
+        b'{"content":"","role":"assistant"}',
+        b'{"role":"assistant"}',
+    ],
+)
+@pytest.mark.parametrize("texts_fit", [True, False])
+def test_the_role_chunk_is_added_as_the_full_path_adds_it(role, texts_fit):
+    def text(literal: bytes) -> bytes:  # when they do not fit: one more field after the choices
+        event = text_event(literal)
+        return event if texts_fit else event[:-3] + b',"o":"x"}\n\n'
+
+    raw = stream(*(text(orjson.dumps(w)) for w in ["a", "b", "c"]))
+    first = raw.index(b"\n\n") + 2
+    raw = HEAD + role + TAIL + raw[first:]
+    assembly = ChatAssembly(None)
+    assert assembly.take(raw) is None
+    assert (assembly.answer(), assembly.tokens) == one_by_one(raw, None)
+    assert assemble(raw)[0]["choices"][0]["message"]["content"] == "abc"
+    # a text chunk that does not fit the guess replaces it: the text chunks after it are read from their text
+    assert assembly.same is not None
+    assert assembly.guessed == (texts_fit and role == b'{"role":"assistant","content":""}')
+    assert assembly.same[1].endswith(TAIL if texts_fit else b',"o":"x"}\n\n')
+
+
+def test_a_role_chunk_with_escapes_is_not_guessed_from():
+    raw = stream(*(text_event(orjson.dumps(w)) for w in ["a", "b"]))
+    raw = raw.replace(b'"model":"m"', b'"model":"m\\"x"', 1)  # the role chunk's only
+    assembly = ChatAssembly(None)
+    assert assembly.take(raw[: raw.index(b"\n\n") + 2]) == b""
+    assert assembly.same is None
+    assert assemble(raw)[0]["model"] == 'm"x'
+
+
+USAGE_HEAD = HEAD[: HEAD.index(b'"choices":') + 10] + b'[],"usage":'
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        b'{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}',  # read from its object
+        b"null",  # no usage: the answer waits for [DONE]
+        b'{"prompt_tokens":5},"x":1',  # one more field: read in full
+        b'{"prompt_tokens":5} ',
+        b'{"prompt_tokens":5',  # junk
+    ],
+)
+@pytest.mark.parametrize("done", [True, False])
+def test_the_finish_and_usage_chunks_are_added_as_the_full_path_adds_them(usage, done):
+    raw = stream(*(text_event(orjson.dumps(w)) for w in ["a", "b"]))
+    at = raw.index(b"data: ", raw.index(b'"finish_reason":"stop"'))
+    raw = raw[:at] + USAGE_HEAD + usage + b"}\n\n" + (b"data: [DONE]\n\n" if done else b"")
+    if usage == b"null" and not done:  # no usage and no [DONE]: the answer is not complete
+        assembly = ChatAssembly(None)
+        assert assembly.take(raw) == b""
+        assert not assembly.ended and assembly.ends is not None
+        return
+    try:
+        expected = one_by_one(raw, None)
+    except UpstreamStreamError as exc:
+        with pytest.raises(UpstreamStreamError) as caught:
+            assemble(raw)
+        assert caught.value.failure == exc.failure
+        return
+    assembly = ChatAssembly(None)
+    assert assembly.take(raw) is None
+    assert assembly.ends is not None
+    assert (assembly.answer(), assembly.tokens) == expected
+    assert assemble(raw)[0] == expected[0]
