@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from accounts.choices import Role
-from tests import template_db
+from tests import fast_flush, template_db
 
 # Python's bytecode cache on, for this run and every process it starts (xdist workers, `portal up`,
 # uvicorn, Celery, manage.py): images like this CI machine's set PYTHONDONTWRITEBYTECODE=1, and then
@@ -160,6 +160,7 @@ def pytest_configure(config):
     one per xdist worker. With REDIS_URL, xdist worker N uses its db + N (CI: db 0 to 3), so no
     worker sees another's keys. Subprocesses the tests start inherit it through REDIS_URL."""
     config.pluginmanager.register(_LongestFirst(), "portal-longest-first")
+    fast_flush.install()  # a transactional test's reset: DELETEs, not TRUNCATE + post_migrate (tests/fast_flush.py)
     worker = _worker_index(config)
     if worker is not None and not (config.option.reuse_db or config.option.nomigrations):
         config.pluginmanager.register(template_db, "portal-template-db")
