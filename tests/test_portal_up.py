@@ -289,8 +289,9 @@ def test_every_way_the_supervisor_ends_leaves_no_process_behind(start, migrated_
     generated password's test and the data folder's.)"""
     portal = start("correct-horse-battery-9", data=migrated_data_folder)
     portal.wait_healthy()
+    named = portal.commands()
     family = portal.family()
-    commands = " ".join(portal.commands().values())
+    commands = " ".join(named.values())
     assert "valkey-server" in commands and "uvicorn" in commands, commands
     if sig == signal.SIGKILL:
         portal.proc.kill()
@@ -298,7 +299,8 @@ def test_every_way_the_supervisor_ends_leaves_no_process_behind(start, migrated_
     else:
         assert portal.stop(sig) == 0, portal.output[-3000:]
         assert "portal: stopped." in portal.output
-    assert wait_gone(family) == set(), f"left running after {sig.name}: {family}"
+    left = wait_gone(family)
+    assert left == set(), f"left running after {sig.name}: " + "; ".join(f"{p} {named.get(p, '?')}" for p in left)
 
 
 def test_a_second_portal_up_on_the_same_folder_refuses_and_a_dead_redis_comes_back(up):
