@@ -47,15 +47,15 @@ def _setup_django() -> None:
     django.setup()
 
 
-def _die_with_parent(parent: int) -> None:
-    """In the child, before exec: get SIGTERM when the supervisor dies, however it dies."""
+def _die_with_parent(parent: int, sig: int = signal.SIGTERM) -> None:
+    """In the child, before exec: get `sig` when the supervisor dies, however it dies."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
     except (OSError, AttributeError):  # not Linux: the supervisor's own shutdown still applies
         return
     if os.getppid() != parent:  # the supervisor died before prctl took effect
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), sig)
 
 
 @dataclass
@@ -67,6 +67,9 @@ class Child:
     ready: Callable[[subprocess.Popen], None] | None = None  # blocks until the child serves, or raises
     proc: subprocess.Popen | None = None
     restarts: list[float] = field(default_factory=list)
+    # What the child gets when the supervisor dies without stopping it (SIGKILL of the supervisor):
+    # nobody is left to follow a TERM with a KILL, so a child whose TERM may wait uses KILL here.
+    death_signal: int = signal.SIGTERM
 
     def start(self) -> None:
         if self.prepare is not None:
@@ -77,7 +80,7 @@ class Child:
             self.argv,
             start_new_session=True,
             env=self.env,
-            preexec_fn=lambda: _die_with_parent(parent),
+            preexec_fn=lambda: _die_with_parent(parent, self.death_signal),
         )
         if self.ready is not None:
             self.ready(self.proc)
@@ -202,7 +205,12 @@ def build_children(args, settings) -> list[Child]:
         )
     if not args.no_beat:
         beat_schedule = str(settings.DATA_DIR / "celerybeat")
-        children.append(Child("beat", [py, "-m", "celery", "-A", "portal", "beat", "-l", "info", "-s", beat_schedule]))
+        # Beat's TERM handler saves the schedule to the database first (DatabaseScheduler), which can
+        # wait on SQLite's lock while the other children die: seen alive 30 s after the supervisor's
+        # SIGKILL under load. It runs no task and its schedule is in the database: KILL loses at most
+        # a last-run time (a periodic task then runs once more).
+        argv = [py, "-m", "celery", "-A", "portal", "beat", "-l", "info", "-s", beat_schedule]
+        children.append(Child("beat", argv, death_signal=signal.SIGKILL))
     return children
 
 
