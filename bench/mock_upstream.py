@@ -18,6 +18,9 @@ Knobs (CLI flags, also read from the environment so that worker processes inheri
   MOCK_MAX_TOKENS      hard cap on tokens per response (4096)
   MOCK_TOKEN_DELAY_MS  sleep between streamed content chunks, ms (0 = no sleep)
   MOCK_LATENCY_MS      sleep before the response starts (both modes), ms (0)
+  MOCK_ONE_WRITE       when set, a stream's events go out in one write after its headers, so the
+                       reader gets them in one piece however fast it reads (gateway_cpu.py: the same
+                       arrival natively and under valgrind)
   MOCK_REQUIRE_KEY     when set, requests must carry "Authorization: Bearer <value>"
 
 A request's max_tokens (or max_completion_tokens) sets the number of tokens returned
@@ -68,6 +71,7 @@ TOKENS = _env_int("MOCK_TOKENS", 16)
 MAX_TOKENS = _env_int("MOCK_MAX_TOKENS", 4096)
 TOKEN_DELAY = _env_float("MOCK_TOKEN_DELAY_MS", 0.0) / 1000.0
 LATENCY = _env_float("MOCK_LATENCY_MS", 0.0) / 1000.0
+ONE_WRITE = bool(os.environ.get("MOCK_ONE_WRITE"))
 REQUIRE_KEY = os.environ.get("MOCK_REQUIRE_KEY") or None
 _REQUIRED_AUTH = ("Bearer " + REQUIRE_KEY).encode() if REQUIRE_KEY else None
 
@@ -245,24 +249,20 @@ async def _chat(scope, receive, send) -> None:
     )
     tail_nofinish = b',"logprobs":null,"finish_reason":null}]}\n\n'
     await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
-    await send(
-        {
-            "type": "http.response.body",
-            "body": head + b'{"role":"assistant","content":""}' + tail_nofinish,
-            "more_body": True,
-        }
-    )
+    held: list[bytes] = []  # MOCK_ONE_WRITE: the events kept for one write at the end
+
+    async def event(data: bytes) -> None:
+        if ONE_WRITE:
+            held.append(data)
+        else:
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+
+    await event(head + b'{"role":"assistant","content":""}' + tail_nofinish)
     nw = len(_WORD_JSON)
     for i in range(n):
         if TOKEN_DELAY > 0:
             await asyncio.sleep(TOKEN_DELAY)
-        await send(
-            {
-                "type": "http.response.body",
-                "body": head + b'{"content":' + _WORD_JSON[i % nw] + b"}" + tail_nofinish,
-                "more_body": True,
-            }
-        )
+        await event(head + b'{"content":' + _WORD_JSON[i % nw] + b"}" + tail_nofinish)
     finish = b"length" if req.get("max_tokens") or req.get("max_completion_tokens") else b"stop"
     last = head + b'{},"logprobs":null,"finish_reason":"' + finish + b'"}]}\n\n'
     if include_usage:
@@ -278,7 +278,7 @@ async def _chat(scope, receive, send) -> None:
             + b"}\n\n"
         )
     last += b"data: [DONE]\n\n"
-    await send({"type": "http.response.body", "body": last, "more_body": False})
+    await send({"type": "http.response.body", "body": b"".join(held) + last, "more_body": False})
 
 
 async def app(scope, receive, send):
