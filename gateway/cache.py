@@ -65,16 +65,12 @@ _namespace_cache: tuple[bytes | None, str, tuple[str, str]] = (None, "gw", ("gw:
 
 def _namespace() -> tuple[str, tuple[str, str]]:
     global _namespace_cache
-    if _ENVIRON is None:
-        ns = os.environ.get("GATEWAY_REDIS_NAMESPACE") or "gw"
-        return ns, (f"{ns}:gen:keys", f"{ns}:gen:routes")
-    raw = _ENVIRON.get(_NAMESPACE)
+    raw = _ENVIRON.get(_NAMESPACE) if _ENVIRON is not None else None
     cached = _namespace_cache
-    if cached[0] == raw:
-        return cached[1], cached[2]
-    ns = os.environ.get("GATEWAY_REDIS_NAMESPACE") or "gw"
-    _namespace_cache = (raw, ns, (f"{ns}:gen:keys", f"{ns}:gen:routes"))
-    return ns, _namespace_cache[2]
+    if _ENVIRON is None or cached[0] != raw:  # not POSIX: read each time
+        ns = os.environ.get("GATEWAY_REDIS_NAMESPACE") or "gw"
+        cached = _namespace_cache = (raw, ns, (f"{ns}:gen:keys", f"{ns}:gen:routes"))
+    return cached[1], cached[2]
 
 
 def namespace() -> str:
@@ -836,11 +832,12 @@ class Snapshot:
         return None
 
     async def get_key(self, digest: str) -> KeyInfo | None:
+        fresh = self.fresh_key(digest)
+        if fresh is not None:
+            return fresh
         now = time.monotonic()
         entry = self.keys.get(digest)
         age = now - entry.loaded_at if entry is not None else 0.0
-        if entry is not None and age < self.ttl:
-            return entry
         missing_at = self.missing.get(digest)
         if missing_at is not None and (
             now - missing_at < self.ttl or (db_health.degraded() and now - missing_at <= outage_grace())
