@@ -162,7 +162,9 @@ def _window_args(now: float, lease_ms: int) -> tuple[Encoded, Encoded]:
     return admit, settle
 
 
-_expected_cache: tuple[tuple[str | None, str | None] | None, Encoded] = (None, Encoded.of(["*", ""]))
+_NOT_CHECKED = Encoded.of(["*", ""])
+# (the last expected generations, their encoding): the same on every request between changes
+_expected_cache: tuple[tuple[str | None, str | None] | None, Encoded] = (None, _NOT_CHECKED)
 
 
 def _expected_args(expected: tuple[str | None, str | None] | None) -> Encoded:
@@ -175,9 +177,6 @@ def _expected_args(expected: tuple[str | None, str | None] | None) -> Encoded:
     encoded = Encoded.of([expected[0] or "", expected[1] or ""])
     _expected_cache = (expected, encoded)
     return encoded
-
-
-_NOT_CHECKED = Encoded.of(["*", ""])
 
 
 def _compute_windows(now: float) -> tuple[str, str, float, float]:
