@@ -83,8 +83,10 @@ def take_events(reader: Feeds, buffer: bytes) -> bytes | None:
 
 
 def event_data(event: bytes) -> bytes | None:
-    """The `data:` payload of one SSE event; None for a comment or an event without data."""
-    if event.startswith(b"data: ") and event.find(b"\ndata:") < 0:
+    """The `data:` payload of one SSE event (ending in its blank line); None for a comment or an
+    event without data. Lines of other fields (`id:`, `event:`, a broken line) are not data, as in
+    `split_data`: both readers of a stream see the same payloads."""
+    if event.startswith(b"data: ") and event.find(b"\n") == len(event) - 2:  # the common event: one data line
         return event[6:-2]
     lines = [line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:")]
     return b"\n".join(lines) if lines else None

@@ -16,7 +16,7 @@ import pytest
 from aiohttp import StreamReader
 
 from gateway.call import drain
-from gateway.chunks import Assembler, ChatAssembly, ChunkReader, finish_answer, split_data
+from gateway.chunks import Assembler, ChatAssembly, ChunkReader, event_data, finish_answer, split_data, split_events
 from gateway.errors import Failure, UpstreamStreamError
 
 HEAD = (
@@ -150,9 +150,7 @@ def test_a_run_with_something_else_in_a_text_s_place_is_read_event_by_event(midd
     try:
         expected = one_by_one(raw, None)
     except UpstreamStreamError as exc:
-        # At once too (a data line broken in two is read whole by `event_data`, unlike `split_data`)
-        reads = [assemble] if any(b"\n" in m for m in middle) else [assemble, ChatAssembly(None).take]
-        for read in reads:
+        for read in (assemble, ChatAssembly(None).take):  # at once too
             with pytest.raises(UpstreamStreamError) as caught:
                 read(raw)
             assert caught.value.failure == exc.failure
@@ -343,3 +341,26 @@ def test_the_finish_and_usage_chunks_are_added_as_the_full_path_adds_them(usage,
     assert assembly.ends is not None
     assert (assembly.answer(), assembly.tokens) == expected
     assert assemble(raw)[0] == expected[0]
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        b'data: {"a":1}\n\n',
+        b'data: {"a":1}\nid: 7\n\n',  # a data line, then another field: the id is not data
+        b'id: 7\ndata: {"a":1}\n\n',
+        b'event: message\ndata: {"a":1}\nretry: 10\n\n',
+        b'data: {"a":\ndata: 1}\n\n',  # one payload over two data lines
+        b'data: {"a":"b"\n},"c":1}\n\n',  # a data line broken in two: the rest is not data
+        b"data:[DONE]\n\n",
+        b": keep-alive\n\n",
+        b"id: 7\n\n",
+    ],
+)
+def test_the_relay_and_the_assembly_read_the_same_payload_from_an_event(event):
+    """`event_data` (the relay, the first event, the assembly's odd events) and `split_data` (a
+    batch of events) must agree, or one path relays what the other refuses."""
+    (whole,), rest = split_events(event + b"data: x")
+    datas, rest_too = split_data(event + b"data: x")
+    assert rest == rest_too == b"data: x"
+    assert [event_data(whole)] == (datas or [None])
