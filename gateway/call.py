@@ -370,6 +370,7 @@ async def send_upstream(
             upstream_id = resp.headers.get("x-request-id", "")[:100]
             if status == 200 and (stream or streamed) and ctype.find(b"event-stream") >= 0:
                 phase, phase_seconds = Failure.FIRST_TOKEN_TIMEOUT, first_timeout
+                events_reader(resp.content)
                 # What arrived with the headers often holds the first event (a short answer all of
                 # it): then there is nothing to wait for, nor a deadline's timer to arm.
                 first = drain(resp.content)
@@ -609,6 +610,30 @@ def _let_go(resp: aiohttp.ClientResponse, *, cut: bool) -> None:
         resp.close()
     elif not resp.content.is_eof():
         asyncio.get_running_loop().call_later(END_GRACE, resp.close)
+
+
+class EventsReader(aiohttp.StreamReader):
+    """aiohttp's reader of a body, for an upstream's event stream: without the ends of its HTTP
+    chunks (one an event on most servers). aiohttp's parser tells the reader each chunk's start
+    and end, two Python calls (~1.2 k instructions) a chunk, and the reader keeps the ends for
+    `readchunk` alone, which the gateway never calls (on this reader it returns the pieces with
+    `end_of_http_chunk` False, as for a body that is not chunked). The rest is aiohttp's own."""
+
+    __slots__ = ()
+
+    def begin_http_chunk_receiving(self) -> None:
+        pass
+
+    def end_http_chunk_receiving(self) -> None:
+        pass
+
+
+def events_reader(content: aiohttp.StreamReader) -> None:
+    """Makes aiohttp's reader of a streamed answer an `EventsReader` (the chunks already read
+    are kept as they came); any other reader (another aiohttp's) is left as it is."""
+    if type(content) is aiohttp.StreamReader:
+        content.__class__ = EventsReader
+        content._http_chunk_splits = None  # (the ends seen so far: none are kept from now on)
 
 
 async def read_any(content: aiohttp.StreamReader) -> bytes:
