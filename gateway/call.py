@@ -565,32 +565,65 @@ async def _assemble(
     with a blank line, so there are at most half as many events as line feeds). The cut is then
     where reading event by event puts it, and the upstream is closed at most a batch later.
     Whatever the pieces' boundaries (a `[DONE]` split over two reads), the last event is read
-    before the gateway waits on an upstream that keeps its connection open."""
+    before the gateway waits on an upstream that keeps its connection open.
+
+    Each wait is bounded by `idle` (and `deadline`) through one timer for the whole stream, not an
+    `asyncio.timeout_at` around each wait (~3 us each, a wait an event when the upstream streams
+    as it generates): a wait moves the limit on, and the timer, when it fires before the limit,
+    is armed again for it; past the limit it cancels the waiting task, as `timeout_at` does, and
+    the wait raises TimeoutError."""
     loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    cancelling = task.cancelling()
+    until = 0.0  # the current wait's limit (it only moves on)
+    timer: asyncio.TimerHandle | None = None
+    expired = False
+
+    def check() -> None:  # runs only while the task waits (its one await is `read_any`)
+        nonlocal timer, expired
+        if loop.time() < until:
+            timer = loop.call_at(until, check)
+        else:
+            timer, expired = None, True
+            task.cancel()
+
     content = resp.content
     buffer, size, chunk = b"", 0, first
     pending: list[bytes] = []
     feeds = 0  # line feeds in `buffer` and `pending`
     room = assembly.room
-    while chunk:
-        size += len(chunk)
-        if size > cap:
-            raise TooLarge
-        pending.append(chunk)
-        last, chunk = chunk, drain(content)  # what already arrived needs no deadline (nor its cost)
-        waits = not chunk and not content.at_eof()
-        if room is not None and (chunk or waits):  # (at the body's end all that was kept is read below)
-            feeds += last.count(b"\n")
-        if (room is not None and feeds // 2 > room) or (waits and not assembly.ongoing(last)):
-            rest = assembly.take(b"".join([buffer, *pending]))
-            if rest is None:
-                return assembly.answer()
-            buffer, feeds, room = rest, rest.count(b"\n"), assembly.room
-            pending.clear()
-        if waits:
-            until = loop.time() + idle
-            async with asyncio.timeout_at(until if deadline is None else min(until, deadline)):
-                chunk = await read_any(content)
+    try:
+        while chunk:
+            size += len(chunk)
+            if size > cap:
+                raise TooLarge
+            pending.append(chunk)
+            last, chunk = chunk, drain(content)  # what already arrived needs no deadline (nor its cost)
+            waits = not chunk and not content.at_eof()
+            if room is not None and (chunk or waits):  # (at the body's end all that was kept is read below)
+                feeds += last.count(b"\n")
+            if (room is not None and feeds // 2 > room) or (waits and not assembly.ongoing(last)):
+                rest = assembly.take(b"".join([buffer, *pending]))
+                if rest is None:
+                    return assembly.answer()
+                buffer, feeds, room = rest, rest.count(b"\n"), assembly.room
+                pending.clear()
+            if waits:
+                until = loop.time() + idle
+                if deadline is not None and deadline < until:
+                    until = deadline
+                if timer is None:
+                    timer = loop.call_at(until, check)
+                try:
+                    chunk = await read_any(content)
+                except asyncio.CancelledError:
+                    if expired and task.uncancel() <= cancelling:
+                        raise TimeoutError from None
+                    raise
+    finally:
+        if timer is not None:
+            timer.cancel()
     if pending:
         assembly.take(b"".join([buffer, *pending]))
     return assembly.answer()
