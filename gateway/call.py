@@ -690,6 +690,8 @@ def drain(content: aiohttp.StreamReader) -> bytes:
     reads); anything unexpected there falls back to `read_nowait`."""
     try:
         buffered = content._buffer
+        if not buffered and content._exception is None and content._waiter is None:
+            return b""  # nothing new (after each piece of a stream read as it comes): read_nowait's b""
         if content._exception is not None or not buffered or content._waiter is not None:
             return content.read_nowait()  # raises, or reads nothing, as aiohttp does
         offset, splits, protocol = content._buffer_offset, content._http_chunk_splits, content._protocol

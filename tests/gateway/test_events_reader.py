@@ -92,3 +92,25 @@ def test_only_aiohttps_own_reader_is_changed():
         assert type(other) is Other
 
     asyncio.run(run())
+
+
+def test_drain_of_nothing_is_what_read_nowait_reads():
+    """`drain` answers an empty reader itself (after each piece of a stream read as it comes); a
+    reader with an error or a waiting reader still goes to aiohttp's `read_nowait`."""
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        ours, theirs = (StreamReader(ResponseHandler(loop), 16, loop=loop) for _ in range(2))
+        for reader in (ours, theirs):
+            reader.feed_data(b"data: a\n\n")
+        assert drain(ours) == theirs.read_nowait() == b"data: a\n\n"
+        assert drain(ours) == theirs.read_nowait() == b""
+        fields = ("_size", "_cursor", "_buffer_offset", "total_bytes", "_eof")
+        assert [getattr(ours, f) for f in fields] == [getattr(theirs, f) for f in fields]
+        for reader in (ours, theirs):
+            reader.set_exception(ValueError("upstream broke"))
+        for read in (drain, StreamReader.read_nowait):
+            with pytest.raises(ValueError):
+                read(ours)
+
+    asyncio.run(run())
