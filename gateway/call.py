@@ -370,6 +370,7 @@ async def send_upstream(
             upstream_id = resp.headers.get("x-request-id", "")[:100]
             if status == 200 and (stream or streamed) and ctype.find(b"event-stream") >= 0:
                 phase, phase_seconds = Failure.FIRST_TOKEN_TIMEOUT, first_timeout
+                events_reader(resp.content)
                 # What arrived with the headers often holds the first event (a short answer all of
                 # it): then there is nothing to wait for, nor a deadline's timer to arm.
                 first = drain(resp.content)
@@ -564,32 +565,65 @@ async def _assemble(
     with a blank line, so there are at most half as many events as line feeds). The cut is then
     where reading event by event puts it, and the upstream is closed at most a batch later.
     Whatever the pieces' boundaries (a `[DONE]` split over two reads), the last event is read
-    before the gateway waits on an upstream that keeps its connection open."""
+    before the gateway waits on an upstream that keeps its connection open.
+
+    Each wait is bounded by `idle` (and `deadline`) through one timer for the whole stream, not an
+    `asyncio.timeout_at` around each wait (~27 k instructions each, a wait an event when the
+    upstream streams as it generates): a wait moves the limit on, and the timer, when it fires before the limit,
+    is armed again for it; past the limit it cancels the waiting task, as `timeout_at` does, and
+    the wait raises TimeoutError."""
     loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    cancelling = task.cancelling()
+    until = 0.0  # the current wait's limit (it only moves on)
+    timer: asyncio.TimerHandle | None = None
+    expired = False
+
+    def check() -> None:  # runs only while the task waits (its one await is `read_any`)
+        nonlocal timer, expired
+        if loop.time() < until:
+            timer = loop.call_at(until, check)
+        else:
+            timer, expired = None, True
+            task.cancel()
+
     content = resp.content
     buffer, size, chunk = b"", 0, first
     pending: list[bytes] = []
     feeds = 0  # line feeds in `buffer` and `pending`
     room = assembly.room
-    while chunk:
-        size += len(chunk)
-        if size > cap:
-            raise TooLarge
-        pending.append(chunk)
-        last, chunk = chunk, drain(content)  # what already arrived needs no deadline (nor its cost)
-        waits = not chunk and not content.at_eof()
-        if room is not None and (chunk or waits):  # (at the body's end all that was kept is read below)
-            feeds += last.count(b"\n")
-        if (room is not None and feeds // 2 > room) or (waits and not assembly.ongoing(last)):
-            rest = assembly.take(b"".join([buffer, *pending]))
-            if rest is None:
-                return assembly.answer()
-            buffer, feeds, room = rest, rest.count(b"\n"), assembly.room
-            pending.clear()
-        if waits:
-            until = loop.time() + idle
-            async with asyncio.timeout_at(until if deadline is None else min(until, deadline)):
-                chunk = await read_any(content)
+    try:
+        while chunk:
+            size += len(chunk)
+            if size > cap:
+                raise TooLarge
+            pending.append(chunk)
+            last, chunk = chunk, drain(content)  # what already arrived needs no deadline (nor its cost)
+            waits = not chunk and not content.at_eof()
+            if room is not None and (chunk or waits):  # (at the body's end all that was kept is read below)
+                feeds += last.count(b"\n")
+            if (room is not None and feeds // 2 > room) or (waits and not assembly.ongoing(last)):
+                rest = assembly.take(b"".join([buffer, *pending]))
+                if rest is None:
+                    return assembly.answer()
+                buffer, feeds, room = rest, rest.count(b"\n"), assembly.room
+                pending.clear()
+            if waits:
+                until = loop.time() + idle
+                if deadline is not None and deadline < until:
+                    until = deadline
+                if timer is None:
+                    timer = loop.call_at(until, check)
+                try:
+                    chunk = await read_any(content)
+                except asyncio.CancelledError:
+                    if expired and task.uncancel() <= cancelling:
+                        raise TimeoutError from None
+                    raise
+    finally:
+        if timer is not None:
+            timer.cancel()
     if pending:
         assembly.take(b"".join([buffer, *pending]))
     return assembly.answer()
@@ -609,6 +643,30 @@ def _let_go(resp: aiohttp.ClientResponse, *, cut: bool) -> None:
         resp.close()
     elif not resp.content.is_eof():
         asyncio.get_running_loop().call_later(END_GRACE, resp.close)
+
+
+class EventsReader(aiohttp.StreamReader):
+    """aiohttp's reader of a body, for an upstream's event stream: without the ends of its HTTP
+    chunks (one an event on most servers). aiohttp's parser tells the reader each chunk's start
+    and end, two Python calls (~1.2 k instructions) a chunk, and the reader keeps the ends for
+    `readchunk` alone, which the gateway never calls (on this reader it returns the pieces with
+    `end_of_http_chunk` False, as for a body that is not chunked). The rest is aiohttp's own."""
+
+    __slots__ = ()
+
+    def begin_http_chunk_receiving(self) -> None:
+        pass
+
+    def end_http_chunk_receiving(self) -> None:
+        pass
+
+
+def events_reader(content: aiohttp.StreamReader) -> None:
+    """Makes aiohttp's reader of a streamed answer an `EventsReader` (the chunks already read
+    are kept as they came); any other reader (another aiohttp's) is left as it is."""
+    if type(content) is aiohttp.StreamReader:
+        content.__class__ = EventsReader
+        content._http_chunk_splits = None  # (the ends seen so far: none are kept from now on)
 
 
 async def read_any(content: aiohttp.StreamReader) -> bytes:
@@ -632,6 +690,8 @@ def drain(content: aiohttp.StreamReader) -> bytes:
     reads); anything unexpected there falls back to `read_nowait`."""
     try:
         buffered = content._buffer
+        if not buffered and content._exception is None and content._waiter is None:
+            return b""  # nothing new (after each piece of a stream read as it comes): read_nowait's b""
         if content._exception is not None or not buffered or content._waiter is not None:
             return content.read_nowait()  # raises, or reads nothing, as aiohttp does
         offset, splits, protocol = content._buffer_offset, content._http_chunk_splits, content._protocol

@@ -1,0 +1,111 @@
+"""`call._assemble`'s waits for the rest of a stream: bounded by the idle timeout (and the call's
+deadline) through one timer for the whole stream, with the outcomes `asyncio.timeout_at` around
+each wait had: a gap past the limit is a TimeoutError, gaps within it are not however long the
+stream, an outer cancellation stays one, and nothing is cancelled once the answer is read."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+from aiohttp import StreamReader
+
+from gateway.call import _assemble
+from gateway.chunks import ChatAssembly
+
+HEAD = b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":'
+FIRST = HEAD + b'{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+REST = (
+    (HEAD + b'{"content":"a"},"finish_reason":null}]}\n\n') * 5
+    + HEAD
+    + b'{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+)
+IDLE = 0.3
+
+
+class Protocol:
+    """What aiohttp's StreamReader asks of its protocol."""
+
+    connected = True
+    _reading_paused = False
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+async def assembled(gaps: list[float], *, deadline_in: float | None = None) -> dict:
+    """The answer of a stream whose first event is there and whose rest comes in pieces, each
+    after its gap (seconds); the last piece ends the body."""
+    loop = asyncio.get_running_loop()
+    content = StreamReader(Protocol(), 2**16, loop=loop)
+    cut = len(REST) // len(gaps)
+    pieces = [REST[i * cut : (i + 1) * cut if i + 1 < len(gaps) else None] for i in range(len(gaps))]
+
+    async def feed() -> None:
+        for gap, piece in zip(gaps, pieces, strict=True):
+            await asyncio.sleep(gap)
+            content.feed_data(piece)
+        content.feed_eof()
+
+    feeder = asyncio.create_task(feed())
+    try:
+        deadline = None if deadline_in is None else loop.time() + deadline_in
+        return await _assemble(
+            SimpleNamespace(content=content),  # type: ignore[arg-type]
+            FIRST,
+            ChatAssembly(None),
+            idle=IDLE,
+            cap=2**20,
+            deadline=deadline,
+        )
+    finally:
+        feeder.cancel()
+
+
+def test_gaps_within_the_idle_timeout_never_time_out_however_long_the_stream():
+    async def run() -> None:
+        answer = await assembled([IDLE * 0.4] * 6)  # 2.4 x IDLE in all
+        assert answer["choices"][0]["message"]["content"] == "aaaaa"
+        await asyncio.sleep(IDLE * 1.5)  # the timer went with the stream: nothing cancels this task
+
+    asyncio.run(run())
+
+
+def test_a_gap_past_the_idle_timeout_is_a_timeout():
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(TimeoutError):
+            await assembled([IDLE * 0.4, IDLE * 0.4, IDLE * 3])
+        assert IDLE * 1.7 <= loop.time() - started < IDLE * 3
+        await asyncio.sleep(IDLE * 1.5)
+        assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+    asyncio.run(run())
+
+
+def test_the_deadline_bounds_the_waits():
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(TimeoutError):
+            await assembled([IDLE * 0.4] * 6, deadline_in=IDLE)
+        assert IDLE <= loop.time() - started < IDLE * 2
+
+    asyncio.run(run())
+
+
+def test_an_outer_cancellation_stays_a_cancellation():
+    async def run() -> None:
+        task = asyncio.create_task(assembled([IDLE * 0.4, IDLE * 3]))
+        await asyncio.sleep(IDLE * 0.6)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(IDLE * 1.5)  # its timer went with it
+
+    asyncio.run(run())
