@@ -235,7 +235,7 @@ def _with_cache_hits(usage: dict[str, Any], timings: Any) -> dict[str, Any]:
 
 FINISH_KEYS = frozenset({"index", "delta", "logprobs", "finish_reason"})  # a finish chunk's choice, nothing more
 ROLE = {"role": "assistant", "content": ""}  # the first chunk's delta as most servers send it
-ROLE_DELTA = b'"delta":{"role":"assistant","content":""}'  # … and as its bytes then read
+ROLE_DELTA = b':{"role":"assistant","content":""}'  # … and as its bytes then read, after `"delta"`
 RUN_PARTS: tuple[bytes, Callable[[bytes], bytes], bytes] = (b"", bytes, b"")  # no `same` yet
 FIRST_ONLY = frozenset({"id", "created", "model", "object", "choices"})  # kept from the first chunk
 
@@ -315,7 +315,8 @@ class Assembler:
         for index, pieces in self.parts.items():
             if pieces:
                 self.choices[index]["message"]["content"] = "".join(pieces)
-        out["choices"] = [self.choices[i] for i in sorted(self.choices)]
+        choices = self.choices
+        out["choices"] = list(choices.values()) if len(choices) == 1 else [choices[i] for i in sorted(choices)]
         return out
 
 
@@ -447,11 +448,12 @@ class ChatAssembly:
                 # (after a run no complete event ends as its events do: nothing for `_take_same`)
                 pos = self._take_same(buffer, pos, *same) if after == pos else after
             ends = self.ends
-            if ends is not None and (after := self._take_end(buffer, pos, *ends)) != pos:
-                if reader.ended:
-                    return None
-                pos = after
-                continue
+            if ends is not None:
+                # (the finish and usage chunks follow each other: no text chunk looked for between)
+                while (after := self._take_end(buffer, pos, *ends)) != pos:
+                    if reader.ended:
+                        return None
+                    pos = after
             end = buffer.find(b"\n\n", pos)
             if end < 0:
                 return buffer[pos:] if pos else buffer
@@ -478,13 +480,13 @@ class ChatAssembly:
                 self.reader.ended = True
                 return
             chunk = parse_event(data)
+            reader = self.reader
             choice = self._sole_choice(chunk)
-            if choice is not None and self._add_text(chunk, choice):
+            if choice is not None and reader.first is not None and self._add_text(chunk, choice):
                 if self.same is None or self.guessed:  # (a guess that did not fit this server's chunks)
                     self._set_same(_around_text(data, choice["delta"]["content"]))
                     self.guessed = False
                 return
-            reader = self.reader
             if choice is None:
                 added = not chunk.get("choices") and self._add_usage(chunk)
             elif reader.first is None:
@@ -576,11 +578,12 @@ class ChatAssembly:
         assembler.parts[0] = [""]
         # Without a backslash every quote delimits a string, so the one `"delta":` is the choice's
         # key and the literal after it is its whole value.
-        if data.find(b"\\") < 0 and data.find(b"\n") < 0 and data.count(b'"delta"') == 1:
-            at = data.find(ROLE_DELTA) + 8
-            if at >= 8:
-                after = data[at + len(ROLE_DELTA) - 8 :]
-                self._set_same((b"data: " + data[:at] + b'{"content":', b"}" + after + b"\n\n"))
+        if data.find(b"\\") < 0 and data.find(b"\n") < 0:
+            parts = data.split(b'"delta"')
+            if len(parts) == 2 and parts[1].startswith(ROLE_DELTA):
+                at = len(parts[0]) + 8
+                after = parts[1][len(ROLE_DELTA) :]
+                self._set_same((b"data: " + parts[0] + b'"delta":{"content":', b"}" + after + b"\n\n"))
                 self.guessed = True
                 self._guess_ends(chunk, choice, data, at, after)
         return True
@@ -598,7 +601,7 @@ class ChatAssembly:
             return
         if data.count(b'"finish_reason"') != 1 or data.count(b'"choices"') != 1:
             return
-        if after.count(b"]") != 1 or not after.endswith(b"]}"):
+        if not after.endswith(b"]}") or after.find(b"]") != len(after) - 2:  # one `]`
             return
         cq = data.find(b'"choices":') + 10
         self.ends = (
@@ -769,13 +772,14 @@ class ChatAssembly:
             self.assembler.add(ended)
 
     def answer(self) -> dict[str, Any]:
-        if self.as_chat is not None and not self.reader.done:
+        reader = self.reader
+        if self.as_chat is not None and not reader.done:
             for chunk in self.as_chat.end():
-                self._add(*self.reader.take(chunk))
-        elif not self.reader.done and not self.reader.ended:
+                self._add(*reader.take(chunk))
+        elif not reader.ended and not reader.done:
             raise UpstreamStreamError(Failure.TRUNCATED)  # closed before its `[DONE]`: incomplete
         answer = self.assembler.answer()
-        if self.reader.done and self.reader.usage is None:
+        if reader.usage is None and reader.done:
             answer.pop("usage", None)
         return finish_answer(answer)
 
