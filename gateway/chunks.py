@@ -596,18 +596,20 @@ class ChatAssembly:
         `"choices":`, then `[],"usage":<object>}`, when the choices are the role chunk's last key
         (the one `]` after the delta ends the role chunk but for its `}`) and the chunk has no
         `error` or `timings` (which `ChunkReader.take` reads from a usage chunk)."""
-        fq = after.find(b'"finish_reason":null')
-        if fq < 0 or "finish_reason" not in choice or "error" in chunk or "timings" in chunk:
+        pre, found, post = after.partition(b'"finish_reason":null')
+        if not found or "finish_reason" not in choice or "error" in chunk or "timings" in chunk:
             return
         if data.count(b'"finish_reason"') != 1 or data.count(b'"choices"') != 1:
             return
         if not after.endswith(b"]}") or after.find(b"]") != len(after) - 2:  # one `]`
             return
         cq = data.find(b'"choices":') + 10
+        if cq < 10:  # `"choices"` and its colon apart
+            return
         self.ends = (
-            b"data: " + data[:at] + b"{}" + after[:fq] + b'"finish_reason":',
-            after[fq + 20 :] + b"\n\n",
-            b"data: " + data[:cq] + b'[],"usage":',
+            b"".join((b"data: ", data[:at], b"{}", pre, b'"finish_reason":')),
+            post + b"\n\n",
+            b"".join((b"data: ", data[:cq], b'[],"usage":')),
         )
 
     def _take_end(self, buffer: bytes, pos: int, finish_head: bytes, finish_tail: bytes, usage_head: bytes) -> int:

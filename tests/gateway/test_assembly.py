@@ -410,3 +410,21 @@ def test_a_run_of_plain_texts_is_one_piece_and_one_with_escapes_too():
         assert assembly.take(raw) is None
         assert assembly.assembler.parts[0] == ["", "a" + "".join(words)]  # the first text too, by the guess
         assert assembly.tokens == 1 + len([w for w in words if w])
+
+
+def test_a_role_chunk_whose_choices_key_is_spaced_guesses_no_usage_chunk():
+    raw = stream(*(text_event(orjson.dumps(w)) for w in ["a", "b"]))
+    first = raw.index(b"\n\n") + 2
+    raw = raw[:first].replace(b'"choices":', b'"choices" :') + raw[first:]
+    first += 1
+    assembly = ChatAssembly(None)
+    assert assembly.take(raw[:first]) == b""
+    assert assembly.same is not None and assembly.ends is None
+    # junk in the place such a guess would have read as a usage chunk
+    junk = raw[: raw.rindex(b"data: ", 0, raw.index(b'"choices":[]'))]
+    junk += b'data: {"id":"ch[],"usage":{"prompt_tokens":5}}\n\n'
+    with pytest.raises(UpstreamStreamError):
+        one_by_one(junk, None)
+    with pytest.raises(UpstreamStreamError):
+        ChatAssembly(None).take(junk)
+    assert assemble(raw)[0] == one_by_one(raw, None)[0]
