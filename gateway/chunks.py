@@ -454,12 +454,16 @@ class ChatAssembly:
                     if reader.ended:
                         return None
                     pos = after
-            end = buffer.find(b"\n\n", pos)
+            # `event_data`'s common event (one data line) by its first line feed, followed by another
+            end = buffer.find(b"\n", pos)
             if end < 0:
                 return buffer[pos:] if pos else buffer
-            if buffer.startswith(b"data: ", pos) and buffer.find(b"\n", pos, end) < 0:  # `event_data`'s common event
+            if end + 1 < len(buffer) and buffer[end + 1] == 10 and buffer.startswith(b"data: ", pos):
                 data: bytes | None = buffer[pos + 6 : end]
             else:
+                end = buffer.find(b"\n\n", pos)
+                if end < 0:
+                    return buffer[pos:] if pos else buffer
                 data = event_data(buffer[pos : end + 2])
             pos = end + 2
             if data is not None:
