@@ -9,6 +9,8 @@ does the same for Messages and Responses streams.)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from operator import itemgetter
 from typing import Any, Protocol
 
 import orjson
@@ -233,7 +235,8 @@ def _with_cache_hits(usage: dict[str, Any], timings: Any) -> dict[str, Any]:
 
 FINISH_KEYS = frozenset({"index", "delta", "logprobs", "finish_reason"})  # a finish chunk's choice, nothing more
 ROLE = {"role": "assistant", "content": ""}  # the first chunk's delta as most servers send it
-ROLE_DELTA = b'"delta":{"role":"assistant","content":""}'  # … and as its bytes then read
+ROLE_DELTA = b':{"role":"assistant","content":""}'  # … and as its bytes then read, after `"delta"`
+RUN_PARTS: tuple[bytes, Callable[[bytes], bytes], bytes] = (b"", bytes, b"")  # no `same` yet
 FIRST_ONLY = frozenset({"id", "created", "model", "object", "choices"})  # kept from the first chunk
 
 
@@ -312,7 +315,8 @@ class Assembler:
         for index, pieces in self.parts.items():
             if pieces:
                 self.choices[index]["message"]["content"] = "".join(pieces)
-        out["choices"] = [self.choices[i] for i in sorted(self.choices)]
+        choices = self.choices
+        out["choices"] = list(choices.values()) if len(choices) == 1 else [choices[i] for i in sorted(choices)]
         return out
 
 
@@ -381,7 +385,7 @@ class ChatAssembly:
     `ChunkReader` (cut at `limit` output tokens per choice), built by an `Assembler`. Another
     API's stream is read as Chat chunks through `as_chat`. (`call.Assembly`)"""
 
-    __slots__ = ("as_chat", "assembler", "ends", "guessed", "reader", "same")
+    __slots__ = ("as_chat", "assembler", "ends", "guessed", "reader", "run_parts", "same")
 
     def __init__(
         self, limit: int | None, *, choices: int = 1, legacy: bool = False, as_chat: ChatEvents | None = None
@@ -392,6 +396,17 @@ class ChatAssembly:
         self.same: tuple[bytes, bytes] | None = None  # the bytes of an event around a common chunk's text
         self.guessed = False  # `same` was made from the first chunk's bytes, before any text (`_add_role`)
         self.ends: tuple[bytes, bytes, bytes] | None = None  # the finish and usage chunks' bytes (`_take_end`)
+        self.run_parts: tuple[bytes, Callable[[bytes], bytes], bytes] = RUN_PARTS  # `same` as `_take_run` reads it
+
+    def _set_same(self, same: tuple[bytes, bytes] | None) -> None:
+        """`same`, and how `_take_run` reads a run of it: split at the last bytes of its tail (at
+        most 5: `}]}` and the blank line, bytes that a search can skip past), the inner bytes of
+        each text sliced out of the pieces, put together again with what lies between two texts."""
+        self.same = same
+        if same is not None:
+            head, tail = same
+            k = min(5, len(tail))
+            self.run_parts = (tail[-k:], itemgetter(slice(len(head) + 1, k - len(tail) - 1)), b'"' + tail + head + b'"')
 
     @property
     def done(self) -> bool:
@@ -429,19 +444,26 @@ class ChatAssembly:
         while True:
             same = self.same
             if same is not None and buffer.startswith(same[0], pos):
-                pos = self._take_same(buffer, self._take_run(buffer, pos, *same), *same)
+                after = self._take_run(buffer, pos, *same)
+                # (after a run no complete event ends as its events do: nothing for `_take_same`)
+                pos = self._take_same(buffer, pos, *same) if after == pos else after
             ends = self.ends
-            if ends is not None and (after := self._take_end(buffer, pos, *ends)) != pos:
-                if reader.ended:
-                    return None
-                pos = after
-                continue
-            end = buffer.find(b"\n\n", pos)
+            if ends is not None:
+                # (the finish and usage chunks follow each other: no text chunk looked for between)
+                while (after := self._take_end(buffer, pos, *ends)) != pos:
+                    if reader.ended:
+                        return None
+                    pos = after
+            # `event_data`'s common event (one data line) by its first line feed, followed by another
+            end = buffer.find(b"\n", pos)
             if end < 0:
                 return buffer[pos:] if pos else buffer
-            if buffer.startswith(b"data: ", pos) and buffer.find(b"\n", pos, end) < 0:  # `event_data`'s common event
+            if end + 1 < len(buffer) and buffer[end + 1] == 10 and buffer.startswith(b"data: ", pos):
                 data: bytes | None = buffer[pos + 6 : end]
             else:
+                end = buffer.find(b"\n\n", pos)
+                if end < 0:
+                    return buffer[pos:] if pos else buffer
                 data = event_data(buffer[pos : end + 2])
             pos = end + 2
             if data is not None:
@@ -462,13 +484,13 @@ class ChatAssembly:
                 self.reader.ended = True
                 return
             chunk = parse_event(data)
+            reader = self.reader
             choice = self._sole_choice(chunk)
-            if choice is not None and self._add_text(chunk, choice):
+            if choice is not None and reader.first is not None and self._add_text(chunk, choice):
                 if self.same is None or self.guessed:  # (a guess that did not fit this server's chunks)
-                    self.same = _around_text(data, choice["delta"]["content"])
+                    self._set_same(_around_text(data, choice["delta"]["content"]))
                     self.guessed = False
                 return
-            reader = self.reader
             if choice is None:
                 added = not chunk.get("choices") and self._add_usage(chunk)
             elif reader.first is None:
@@ -560,11 +582,12 @@ class ChatAssembly:
         assembler.parts[0] = [""]
         # Without a backslash every quote delimits a string, so the one `"delta":` is the choice's
         # key and the literal after it is its whole value.
-        if data.find(b"\\") < 0 and data.find(b"\n") < 0 and data.count(b'"delta"') == 1:
-            at = data.find(ROLE_DELTA) + 8
-            if at >= 8:
-                after = data[at + len(ROLE_DELTA) - 8 :]
-                self.same = (b"data: " + data[:at] + b'{"content":', b"}" + after + b"\n\n")
+        if data.find(b"\\") < 0 and data.find(b"\n") < 0:
+            parts = data.split(b'"delta"')
+            if len(parts) == 2 and parts[1].startswith(ROLE_DELTA):
+                at = len(parts[0]) + 8
+                after = parts[1][len(ROLE_DELTA) :]
+                self._set_same((b"data: " + parts[0] + b'"delta":{"content":', b"}" + after + b"\n\n"))
                 self.guessed = True
                 self._guess_ends(chunk, choice, data, at, after)
         return True
@@ -577,18 +600,20 @@ class ChatAssembly:
         `"choices":`, then `[],"usage":<object>}`, when the choices are the role chunk's last key
         (the one `]` after the delta ends the role chunk but for its `}`) and the chunk has no
         `error` or `timings` (which `ChunkReader.take` reads from a usage chunk)."""
-        fq = after.find(b'"finish_reason":null')
-        if fq < 0 or "finish_reason" not in choice or "error" in chunk or "timings" in chunk:
+        pre, found, post = after.partition(b'"finish_reason":null')
+        if not found or "finish_reason" not in choice or "error" in chunk or "timings" in chunk:
             return
         if data.count(b'"finish_reason"') != 1 or data.count(b'"choices"') != 1:
             return
-        if after.count(b"]") != 1 or not after.endswith(b"]}"):
+        if not after.endswith(b"]}") or after.find(b"]") != len(after) - 2:  # one `]`
             return
         cq = data.find(b'"choices":') + 10
+        if cq < 10:  # `"choices"` and its colon apart
+            return
         self.ends = (
-            b"data: " + data[:at] + b"{}" + after[:fq] + b'"finish_reason":',
-            after[fq + 20 :] + b"\n\n",
-            b"data: " + data[:cq] + b'[],"usage":',
+            b"".join((b"data: ", data[:at], b"{}", pre, b'"finish_reason":')),
+            post + b"\n\n",
+            b"".join((b"data: ", data[:cq], b'[],"usage":')),
         )
 
     def _take_end(self, buffer: bytes, pos: int, finish_head: bytes, finish_tail: bytes, usage_head: bytes) -> int:
@@ -661,42 +686,57 @@ class ChatAssembly:
     def _take_run(self, buffer: bytes, pos: int, head: bytes, tail: bytes) -> int:
         """Reads the run of events from `pos` that are, byte for byte, the last common chunk
         (`head`, `tail`: `_around_text`) with another text in its place, at once: their texts
-        parsed as one JSON array, counted, added as one piece. Returns where the run ends; `pos`
-        when the run is not that (a text that is not one JSON string on one line, or that would
-        pass the reservation): `_take_same` and `feed` then read it event by event."""
-        # Split at the blank lines and checked by putting the run together again: splitting at
-        # the ~200 bytes between two texts costs more than reading the events one by one
-        # (CPython prepares a long needle again for each occurrence).
+        parsed together, counted, added as one piece. Returns where the run ends; `pos` when the
+        run is not that (a text that is not one JSON string on one line, or that would pass the
+        reservation): `_take_same` and `feed` then read it event by event.
+
+        The run is split at the last bytes of `tail` (rare bytes: the search skips ahead; a split
+        at the ~200 bytes between two texts costs more, CPython prepares a long needle again for
+        each occurrence), each text's inner bytes (`inner`: between the quotes) sliced out, and
+        the run checked by putting it together again: the events are then exactly `head`, a
+        quoted text and `tail` each."""
         last = buffer.rfind(tail, pos)  # the end of the last event that could be in the run
         if last < pos:
             return pos
-        events = buffer[pos : last + len(tail) - 2].split(b"\n\n")
-        count = len(events)
-        skip, back = len(head), len(tail) - 2
-        literals = [event[skip:-back] for event in events]
-        mid = (tail + head).join(literals)
-        start = pos + skip
-        if not buffer.startswith(mid, start) or not buffer.startswith(tail, start + len(mid)):
+        run = buffer[pos : last + len(tail)]
+        needle, inner, between = self.run_parts
+        pieces = run.split(needle)
+        pieces.pop()  # b"": the run ends with `tail`, so with `needle`
+        texts = list(map(inner, pieces))
+        mid = between.join(texts)
+        skip = len(head) + 1
+        if skip + len(mid) + len(tail) + 1 != len(run) or not run.startswith(mid, skip) or run[skip - 1] != 34:
             return pos  # not a run of the common chunk (`_take_same` reads what it can)
-        # A line break between two texts: no JSON string spans two of them (nor can a literal
-        # hold one of its own), so `count` strings are one string each.
-        joined = b",\n".join(literals)
-        if joined.count(b"\n") != count - 1:
+        if run[-len(tail) - 1] != 34:
             return pos
-        try:
-            texts = orjson.loads(b"[" + joined + b"]")
-            text = "".join(texts)  # TypeError for anything but strings
-        except (orjson.JSONDecodeError, TypeError):
-            return pos
-        if len(texts) != count:  # a text that is more than one JSON value
-            return pos
+        count = len(texts)
+        joined = b"".join(texts)
+        if joined.find(b'"') < 0 and joined.find(b"\\") < 0 and joined.isascii():
+            # Plain texts: no escape nor quote, so the texts are one JSON string each, and the
+            # whole is one (UTF-8 cannot be cut between two: ASCII) if each is.
+            try:
+                text = orjson.loads(b'"' + joined + b'"')
+            except orjson.JSONDecodeError:
+                return pos
+            empty = texts.count(b"")
+        else:
+            # A line break after each text's closing quote: no JSON string spans two texts, so
+            # `count` strings are one string each.
+            try:
+                parsed = orjson.loads(b'["' + b'",\n"'.join(texts) + b'"]')
+                text = "".join(parsed)  # TypeError for anything but strings
+            except (orjson.JSONDecodeError, TypeError):
+                return pos
+            if len(parsed) != count:  # a text that is more than one JSON value
+                return pos
+            empty = parsed.count("")
         reader = self.reader
-        seen = reader.counts.get(0, 0) + len(texts) - texts.count("")
+        seen = reader.counts.get(0, 0) + count - empty
         if reader.limit is not None and seen > reader.limit:
             return pos
         reader.counts[0] = seen
         self.assembler.parts[0].append(text)
-        return start + len(mid) + len(tail)
+        return pos + len(run)
 
     def _take_same(self, buffer: bytes, pos: int, head: bytes, tail: bytes) -> int:
         """Reads the events from `pos` that are, byte for byte, the last common chunk with
@@ -738,13 +778,14 @@ class ChatAssembly:
             self.assembler.add(ended)
 
     def answer(self) -> dict[str, Any]:
-        if self.as_chat is not None and not self.reader.done:
+        reader = self.reader
+        if self.as_chat is not None and not reader.done:
             for chunk in self.as_chat.end():
-                self._add(*self.reader.take(chunk))
-        elif not self.reader.done and not self.reader.ended:
+                self._add(*reader.take(chunk))
+        elif not reader.ended and not reader.done:
             raise UpstreamStreamError(Failure.TRUNCATED)  # closed before its `[DONE]`: incomplete
         answer = self.assembler.answer()
-        if self.reader.done and self.reader.usage is None:
+        if reader.usage is None and reader.done:
             answer.pop("usage", None)
         return finish_answer(answer)
 

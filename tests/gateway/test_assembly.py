@@ -364,3 +364,67 @@ def test_the_relay_and_the_assembly_read_the_same_payload_from_an_event(event):
     datas, rest_too = split_data(event + b"data: x")
     assert rest == rest_too == b"data: x"
     assert [event_data(whole)] == (datas or [None])
+
+
+@pytest.mark.parametrize(
+    "literals",
+    [
+        [b'"plain"', b'" text"', b'""', b'" more"'],  # plain texts (read as one JSON string) and an empty one
+        [b'"a\\nb"', b'"\\"q\\""', b'"back\\\\"', b'"\\u00e9"', b'"\\t"'],  # escapes
+        ['"é"'.encode(), '" 😀"'.encode(), b'"x"'],  # raw UTF-8 beside ASCII
+        [b'"\\ud83d\\ude00"', b'"x"'],  # a surrogate pair within one text
+        [b'"\\ud83d"', b'"\\ude00"'],  # … split over two events: junk in each
+        ['"\xc3'.encode("latin-1") + b'"', b'"\xa9"'],  # UTF-8 cut between two texts: junk in each
+        [b'"a\tb"', b'"c"'],  # a raw control character: junk
+        [b'"x', b'y"'],  # one string over two texts
+        [b'"b","c"', b'"d"'],
+        [b'"b" ', b'"c"'],  # valid JSON in the event, but not a quoted text alone
+        [b'"b\\"', b'"c"'],  # a backslash that escapes the closing quote
+        [b'""', b'""', b'"a"'],
+    ],
+)
+@pytest.mark.parametrize("limit", [None, 2])
+def test_a_run_is_read_as_event_by_event_reads_it(literals, limit):
+    """`_take_run` (plain texts as one JSON string, others as an array of strings) against the
+    full path, event by event, for texts that are tricky as JSON or cut at the reservation."""
+    raw = stream(*(text_event(orjson.dumps(w)) for w in ["a", "b"]), *(text_event(lit) for lit in literals))
+    for read in (raw, raw.replace(b"\n", b"\r\n")):
+        try:
+            expected = one_by_one(read, limit)
+        except UpstreamStreamError as exc:
+            with pytest.raises(UpstreamStreamError) as caught:
+                assemble(read, limit)
+            assert caught.value.failure == exc.failure
+            with pytest.raises(UpstreamStreamError) as caught:
+                ChatAssembly(limit).take(read)
+            assert caught.value.failure == exc.failure
+            continue
+        answer, assembly = assemble(read, limit)
+        assert (answer, assembly.tokens) == expected
+
+
+def test_a_run_of_plain_texts_is_one_piece_and_one_with_escapes_too():
+    for words in (["x", " y", "", " z"], ["x\n", ' "y"', "é", "\\"]):
+        raw = stream(*(text_event(orjson.dumps(w)) for w in ["a", *words]))
+        assembly = ChatAssembly(None)
+        assert assembly.take(raw) is None
+        assert assembly.assembler.parts[0] == ["", "a" + "".join(words)]  # the first text too, by the guess
+        assert assembly.tokens == 1 + len([w for w in words if w])
+
+
+def test_a_role_chunk_whose_choices_key_is_spaced_guesses_no_usage_chunk():
+    raw = stream(*(text_event(orjson.dumps(w)) for w in ["a", "b"]))
+    first = raw.index(b"\n\n") + 2
+    raw = raw[:first].replace(b'"choices":', b'"choices" :') + raw[first:]
+    first += 1
+    assembly = ChatAssembly(None)
+    assert assembly.take(raw[:first]) == b""
+    assert assembly.same is not None and assembly.ends is None
+    # junk in the place such a guess would have read as a usage chunk
+    junk = raw[: raw.rindex(b"data: ", 0, raw.index(b'"choices":[]'))]
+    junk += b'data: {"id":"ch[],"usage":{"prompt_tokens":5}}\n\n'
+    with pytest.raises(UpstreamStreamError):
+        one_by_one(junk, None)
+    with pytest.raises(UpstreamStreamError):
+        ChatAssembly(None).take(junk)
+    assert assemble(raw)[0] == one_by_one(raw, None)[0]
