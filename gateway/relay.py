@@ -31,7 +31,7 @@ from django.conf import settings
 from channels.health import passive
 from keys.choices import UsageStatus
 
-from .call import Call, TooLarge, UpstreamResponse, recount
+from .call import Call, TooLarge, UpstreamResponse, drain, read_any, recount
 from .chunks import ChunkReader, delta_has_output, event_data, split_events
 from .errors import Failure, GatewayError, UpstreamStreamError
 from .http import SSE_HEADERS, sse_error_event
@@ -189,14 +189,38 @@ def stream_failure(call: Call, failure: Failure) -> GatewayError:
 
 
 async def relay(call: Call, up: UpstreamResponse, dialect: Dialect) -> None:
-    """Relay `up` to the client through `dialect` and finish `call`."""
+    """Relay `up` to the client through `dialect` and finish `call`.
+
+    Each wait for the upstream's next piece is bounded by GATEWAY_IDLE_TIMEOUT (and the call's
+    deadline) through one timer for the whole stream, not an `asyncio.timeout_at` around each wait
+    (~27 k instructions each, a wait an event when the upstream streams as it generates), as in
+    `call._assemble`: a wait moves the limit on, and the timer, when it fires before the limit, is
+    armed again for it; past the limit, while the task waits on the upstream, it cancels the task,
+    as `timeout_at` does, and the wait raises TimeoutError. A send to the client is not bounded
+    (a slow client is not an idle upstream): a timer that fires past the limit while the task
+    sends is dropped, and the next wait arms one again."""
     send = call.req.send
     receive = call.req.receive
     loop = asyncio.get_running_loop()
     await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + call.response_headers})
     current = asyncio.current_task()
+    assert current is not None
+    cancelling = current.cancelling()
     disconnected = False
     last_sent = loop.time()
+    until = 0.0  # the current wait's limit (it only moves on)
+    timer: asyncio.TimerHandle | None = None
+    waiting = expired = False
+
+    def check() -> None:
+        nonlocal timer, expired
+        if loop.time() < until:
+            timer = loop.call_at(until, check)
+        elif waiting:
+            timer, expired = None, True
+            current.cancel()
+        else:  # the last wait ended in time and the task is sending: nothing to bound now
+            timer = None
 
     async def watch() -> None:
         """Notice a client that leaves, and keep a quiet stream alive: an SSE comment after
@@ -224,6 +248,7 @@ async def relay(call: Call, up: UpstreamResponse, dialect: Dialect) -> None:
     content = up.response.content if up.response is not None else None
     cap = int(settings.GATEWAY_MAX_RESPONSE_BYTES)
     idle = float(settings.GATEWAY_IDLE_TIMEOUT)
+    deadline = call.deadline
     relayed = 0
     try:
         while chunk:
@@ -248,10 +273,22 @@ async def relay(call: Call, up: UpstreamResponse, dialect: Dialect) -> None:
                 break
             if content is None:
                 break
-            chunk = content.read_nowait()  # what already arrived needs no deadline (nor its cost)
+            chunk = drain(content)  # what already arrived needs no deadline (nor its cost)
             if not chunk and not content.at_eof():
-                async with asyncio.timeout_at(min(loop.time() + idle, call.deadline)):
-                    chunk = await content.readany()
+                until = loop.time() + idle
+                if deadline < until:
+                    until = deadline
+                if timer is None:
+                    timer = loop.call_at(until, check)
+                waiting = True
+                try:
+                    chunk = await read_any(content)
+                except asyncio.CancelledError:
+                    if expired and current.uncancel() <= cancelling:
+                        raise TimeoutError from None
+                    raise
+                finally:
+                    waiting = False
         if not dialect.done and not dialect.complete:
             raise UpstreamStreamError(Failure.TRUNCATED)  # closed before its last event: incomplete
         if dialect.done:
@@ -275,8 +312,7 @@ async def relay(call: Call, up: UpstreamResponse, dialect: Dialect) -> None:
                 await _finish(call, up, dialect, status, http_status, error, failed, disconnected)
             call.finish(None, status=status, http_status=http_status, error=error)  # no-op once finished
             raise
-        if current is not None:
-            current.uncancel()
+        current.uncancel()
         status, http_status, error = UsageStatus.CLIENT_DISCONNECTED, 499, "client disconnected"
     except Exception as exc:  # the upstream died, timed out, sent junk or too much mid-stream
         up.close()
@@ -295,6 +331,8 @@ async def relay(call: Call, up: UpstreamResponse, dialect: Dialect) -> None:
         status, http_status, error = UsageStatus.UPSTREAM_ERROR, failed.status, f"{failure}: {failed.message}"
     finally:
         watcher.cancel()
+        if timer is not None:
+            timer.cancel()
     await _finish(call, up, dialect, status, http_status, error, failed, disconnected)
 
 

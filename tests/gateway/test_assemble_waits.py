@@ -9,15 +9,14 @@ else the machine is doing."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 from aiohttp import StreamReader
 
 from gateway.call import _assemble
 from gateway.chunks import ChatAssembly
+from tests.gateway.virtual_clock import Protocol, run
 
 HEAD = b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":'
 FIRST = HEAD + b'{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
@@ -27,47 +26,6 @@ REST = (
     + b'{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
 )
 IDLE = 0.3
-
-
-class VirtualClockLoop(asyncio.SelectorEventLoop):
-    """An event loop whose clock stands still while callbacks run and, when nothing is ready,
-    jumps to the next timer: sleeps, `call_at` and the waits' limits happen in order and on time,
-    in no real time at all."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.now = 0.0
-
-    def time(self) -> float:
-        return self.now
-
-    def _run_once(self) -> None:
-        if not self._ready:  # type: ignore[attr-defined]
-            timers = [handle.when() for handle in self._scheduled if not handle.cancelled()]  # type: ignore[attr-defined]
-            if timers:
-                self.now = max(self.now, min(timers))
-        super()._run_once()  # type: ignore[misc]
-
-
-def run(coro: Coroutine[Any, Any, None]) -> None:
-    loop = VirtualClockLoop()
-    try:
-        loop.run_until_complete(coro)
-    finally:
-        loop.close()
-
-
-class Protocol:
-    """What aiohttp's StreamReader asks of its protocol."""
-
-    connected = True
-    _reading_paused = False
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
 
 
 async def assembled(gaps: list[float], *, deadline_in: float | None = None) -> dict:
