@@ -20,7 +20,7 @@ import contextvars
 import datetime as dt
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -566,28 +566,9 @@ async def _assemble(
     where reading event by event puts it, and the upstream is closed at most a batch later.
     Whatever the pieces' boundaries (a `[DONE]` split over two reads), the last event is read
     before the gateway waits on an upstream that keeps its connection open.
-
-    Each wait is bounded by `idle` (and `deadline`) through one timer for the whole stream, not an
-    `asyncio.timeout_at` around each wait (~27 k instructions each, a wait an event when the
-    upstream streams as it generates): a wait moves the limit on, and the timer, when it fires before the limit,
-    is armed again for it; past the limit it cancels the waiting task, as `timeout_at` does, and
-    the wait raises TimeoutError."""
+    Each wait is bounded by `idle` (and `deadline`): `StreamWaits`."""
     loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
-    cancelling = task.cancelling()
-    until = 0.0  # the current wait's limit (it only moves on)
-    timer: asyncio.TimerHandle | None = None
-    expired = False
-
-    def check() -> None:  # runs only while the task waits (its one await is `read_any`)
-        nonlocal timer, expired
-        if loop.time() < until:
-            timer = loop.call_at(until, check)
-        else:
-            timer, expired = None, True
-            task.cancel()
-
+    waits_for = StreamWaits()
     content = resp.content
     buffer, size, chunk = b"", 0, first
     pending: list[bytes] = []
@@ -611,19 +592,9 @@ async def _assemble(
                 pending.clear()
             if waits:
                 until = loop.time() + idle
-                if deadline is not None and deadline < until:
-                    until = deadline
-                if timer is None:
-                    timer = loop.call_at(until, check)
-                try:
-                    chunk = await read_any(content)
-                except asyncio.CancelledError:
-                    if expired and task.uncancel() <= cancelling:
-                        raise TimeoutError from None
-                    raise
+                chunk = await waits_for.read(content, until if deadline is None or until < deadline else deadline)
     finally:
-        if timer is not None:
-            timer.cancel()
+        waits_for.close()
     if pending:
         assembly.take(b"".join([buffer, *pending]))
     return assembly.answer()
@@ -667,6 +638,47 @@ def events_reader(content: aiohttp.StreamReader) -> None:
     if type(content) is aiohttp.StreamReader:
         content.__class__ = EventsReader
         content._http_chunk_splits = None  # (the ends seen so far: none are kept from now on)
+
+
+class StreamWaits:
+    """The waits of one stream for its upstream's next piece (`_assemble`, `relay.relay`), each
+    bounded by a limit (the idle timeout from now, or the call's deadline), through one timer for
+    the whole stream rather than an `asyncio.timeout_at` around each wait (~27 k instructions each:
+    a wait a token when the upstream streams as it generates). A wait moves the limit on; the
+    timer, when it fires before the limit, is armed again for it; past the limit, while the task
+    waits on the upstream's reader, it fails that wait with TimeoutError (the reader's waiter:
+    the task itself is not cancelled, so a cancellation is always someone else's). Between two
+    waits nothing is bounded (a relay's send to a slow client is not an idle upstream): a timer
+    that fires then is dropped, and the next wait arms one. `close` when the stream is done."""
+
+    __slots__ = ("_content", "_loop", "_timer", "_until")
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._content: aiohttp.StreamReader | None = None
+        self._until = 0.0  # the current wait's limit (loop time)
+        self._timer: asyncio.TimerHandle | None = None
+
+    def _check(self) -> None:
+        if self._loop.time() < self._until:
+            self._timer = self._loop.call_at(self._until, self._check)
+            return
+        self._timer = None
+        waiter = getattr(self._content, "_waiter", None)  # aiohttp's: set while `read_any` waits
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(TimeoutError())
+
+    def read(self, content: aiohttp.StreamReader, until: float) -> Coroutine[Any, Any, bytes]:
+        """`read_any(content)`, failing with TimeoutError once `until` (loop time) has passed."""
+        self._content, self._until = content, until
+        if self._timer is None:
+            self._timer = self._loop.call_at(until, self._check)
+        return read_any(content)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 async def read_any(content: aiohttp.StreamReader) -> bytes:

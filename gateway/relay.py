@@ -31,7 +31,7 @@ from django.conf import settings
 from channels.health import passive
 from keys.choices import UsageStatus
 
-from .call import Call, TooLarge, UpstreamResponse, drain, read_any, recount
+from .call import Call, StreamWaits, TooLarge, UpstreamResponse, drain, recount
 from .chunks import ChunkReader, delta_has_output, event_data, split_events
 from .errors import Failure, GatewayError, UpstreamStreamError
 from .http import SSE_HEADERS, sse_error_event
@@ -189,38 +189,18 @@ def stream_failure(call: Call, failure: Failure) -> GatewayError:
 
 
 async def relay(call: Call, up: UpstreamResponse, dialect: Dialect) -> None:
-    """Relay `up` to the client through `dialect` and finish `call`.
-
-    Each wait for the upstream's next piece is bounded by GATEWAY_IDLE_TIMEOUT (and the call's
-    deadline) through one timer for the whole stream, not an `asyncio.timeout_at` around each wait
-    (~27 k instructions each, a wait an event when the upstream streams as it generates), as in
-    `call._assemble`: a wait moves the limit on, and the timer, when it fires before the limit, is
-    armed again for it; past the limit, while the task waits on the upstream, it cancels the task,
-    as `timeout_at` does, and the wait raises TimeoutError. A send to the client is not bounded
-    (a slow client is not an idle upstream): a timer that fires past the limit while the task
-    sends is dropped, and the next wait arms one again."""
+    """Relay `up` to the client through `dialect` and finish `call`. Each wait for the upstream's
+    next piece is bounded by GATEWAY_IDLE_TIMEOUT (and the call's deadline), a send to the client
+    is not (a slow client is not an idle upstream): `call.StreamWaits`."""
     send = call.req.send
     receive = call.req.receive
     loop = asyncio.get_running_loop()
     await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + call.response_headers})
     current = asyncio.current_task()
     assert current is not None
-    cancelling = current.cancelling()
     disconnected = False
     last_sent = loop.time()
-    until = 0.0  # the current wait's limit (it only moves on)
-    timer: asyncio.TimerHandle | None = None
-    waiting = expired = False
-
-    def check() -> None:
-        nonlocal timer, expired
-        if loop.time() < until:
-            timer = loop.call_at(until, check)
-        elif waiting:
-            timer, expired = None, True
-            current.cancel()
-        else:  # the last wait ended in time and the task is sending: nothing to bound now
-            timer = None
+    waits_for = StreamWaits()
 
     async def watch() -> None:
         """Notice a client that leaves, and keep a quiet stream alive: an SSE comment after
@@ -276,19 +256,7 @@ async def relay(call: Call, up: UpstreamResponse, dialect: Dialect) -> None:
             chunk = drain(content)  # what already arrived needs no deadline (nor its cost)
             if not chunk and not content.at_eof():
                 until = loop.time() + idle
-                if deadline < until:
-                    until = deadline
-                if timer is None:
-                    timer = loop.call_at(until, check)
-                waiting = True
-                try:
-                    chunk = await read_any(content)
-                except asyncio.CancelledError:
-                    if expired and current.uncancel() <= cancelling:
-                        raise TimeoutError from None
-                    raise
-                finally:
-                    waiting = False
+                chunk = await waits_for.read(content, until if until < deadline else deadline)
         if not dialect.done and not dialect.complete:
             raise UpstreamStreamError(Failure.TRUNCATED)  # closed before its last event: incomplete
         if dialect.done:
@@ -331,8 +299,7 @@ async def relay(call: Call, up: UpstreamResponse, dialect: Dialect) -> None:
         status, http_status, error = UsageStatus.UPSTREAM_ERROR, failed.status, f"{failure}: {failed.message}"
     finally:
         watcher.cancel()
-        if timer is not None:
-            timer.cancel()
+        waits_for.close()
     await _finish(call, up, dialect, status, http_status, error, failed, disconnected)
 
 
