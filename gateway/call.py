@@ -565,8 +565,8 @@ async def _assemble(
     with a blank line, so there are at most half as many events as line feeds). The cut is then
     where reading event by event puts it, and the upstream is closed at most a batch later.
     Whatever the pieces' boundaries (a `[DONE]` split over two reads), the last event is read
-    before the gateway waits on an upstream that keeps its connection open.
-    Each wait is bounded by `idle` (and `deadline`): `StreamWaits`."""
+    before the gateway waits on an upstream that keeps its connection open. Each wait is bounded
+    by `idle` (and `deadline`): `StreamWaits`."""
     loop = asyncio.get_running_loop()
     waits_for = StreamWaits()
     content = resp.content
