@@ -12,11 +12,10 @@ import asyncio
 from types import SimpleNamespace
 
 import pytest
-from aiohttp import StreamReader
 
 from gateway.call import _assemble
 from gateway.chunks import ChatAssembly
-from tests.gateway.virtual_clock import Protocol, run
+from tests.gateway.virtual_clock import fed_reader, nothing_left_behind, run
 
 HEAD = b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":'
 FIRST = HEAD + b'{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
@@ -32,17 +31,7 @@ async def assembled(gaps: list[float], *, deadline_in: float | None = None) -> d
     """The answer of a stream whose first event is there and whose rest comes in pieces, each
     after its gap (seconds); the last piece ends the body."""
     loop = asyncio.get_running_loop()
-    content = StreamReader(Protocol(), 2**16, loop=loop)
-    cut = len(REST) // len(gaps)
-    pieces = [REST[i * cut : (i + 1) * cut if i + 1 < len(gaps) else None] for i in range(len(gaps))]
-
-    async def feed() -> None:
-        for gap, piece in zip(gaps, pieces, strict=True):
-            await asyncio.sleep(gap)
-            content.feed_data(piece)
-        content.feed_eof()
-
-    feeder = asyncio.create_task(feed())
+    content, feeder = fed_reader(REST, gaps)
     try:
         deadline = None if deadline_in is None else loop.time() + deadline_in
         return await _assemble(
@@ -61,7 +50,7 @@ def test_gaps_within_the_idle_timeout_never_time_out_however_long_the_stream():
     async def scenario() -> None:
         answer = await assembled([IDLE * 0.4] * 6)  # 2.4 x IDLE in all
         assert answer["choices"][0]["message"]["content"] == "aaaaa"
-        await asyncio.sleep(IDLE * 1.5)  # the timer went with the stream: nothing cancels this task
+        await nothing_left_behind(IDLE * 1.5)  # the timer went with the stream: nothing cancels this task
 
     run(scenario())
 
@@ -73,8 +62,7 @@ def test_a_gap_past_the_idle_timeout_is_a_timeout():
         with pytest.raises(TimeoutError):
             await assembled([IDLE * 0.4, IDLE * 0.4, IDLE * 3])
         assert loop.time() - started == pytest.approx(IDLE * 0.8 + IDLE)  # the third gap's limit
-        await asyncio.sleep(IDLE * 1.5)
-        assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+        await nothing_left_behind(IDLE * 1.5)
 
     run(scenario())
 
@@ -97,6 +85,6 @@ def test_an_outer_cancellation_stays_a_cancellation():
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        await asyncio.sleep(IDLE * 1.5)  # its timer went with it
+        await nothing_left_behind(IDLE * 1.5)  # its timer went with it
 
     run(scenario())

@@ -16,12 +16,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from aiohttp import StreamReader
 
 from gateway import relay as relay_module
 from gateway.relay import ChatDialect, relay
 from keys.choices import UsageStatus
-from tests.gateway.virtual_clock import Protocol, run
+from tests.gateway.virtual_clock import fed_reader, nothing_left_behind, run
 
 HEAD = b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":'
 FIRST = HEAD + b'[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
@@ -85,16 +84,7 @@ async def relayed(
     """`relay` of a stream whose first event is there and whose rest comes in pieces, each after
     its gap (seconds); the last piece ends the body."""
     loop = asyncio.get_running_loop()
-    content = StreamReader(Protocol(), 2**16, loop=loop)
-    cut = len(REST) // len(gaps)
-    pieces = [REST[i * cut : (i + 1) * cut if i + 1 < len(gaps) else None] for i in range(len(gaps))]
-
-    async def feed() -> None:
-        for gap, piece in zip(gaps, pieces, strict=True):
-            await asyncio.sleep(gap)
-            content.feed_data(piece)
-        content.feed_eof()
-
+    content, feeder = fed_reader(REST, gaps)
     call = call or Call(loop.time() + deadline_in, send_delay)
     up = SimpleNamespace(
         first_chunk=FIRST,
@@ -103,25 +93,11 @@ async def relayed(
         close=lambda: None,
         release=lambda: None,
     )
-    feeder = asyncio.create_task(feed())
     try:
         await relay(call, up, ChatDialect(None, wants_usage=True))  # type: ignore[arg-type]
     finally:
         feeder.cancel()
     return call
-
-
-async def nothing_left_behind() -> None:
-    """No timer of the stream's is left once the relay's other tasks (the watcher, the feeder)
-    have ended, and nothing cancels the task later."""
-    for _ in range(20):
-        if asyncio.all_tasks() == {asyncio.current_task()}:
-            break
-        await asyncio.sleep(0)
-    loop = asyncio.get_running_loop()
-    assert not [handle for handle in loop._scheduled if not handle.cancelled()]  # type: ignore[attr-defined]
-    await asyncio.sleep(IDLE * 1.5)
-    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
 
 
 def test_gaps_within_the_idle_timeout_never_time_out_however_long_the_stream():
@@ -130,7 +106,7 @@ def test_gaps_within_the_idle_timeout_never_time_out_however_long_the_stream():
         assert call.outcome == (UsageStatus.OK, 200, "")
         assert call.body.count(b'"content":"a"') == 5
         assert call.body.endswith(b"data: [DONE]\n\n")
-        await nothing_left_behind()
+        await nothing_left_behind(IDLE * 1.5)
 
     run(scenario())
 
@@ -143,7 +119,7 @@ def test_a_slow_client_is_not_an_idle_upstream():
         call = await relayed([IDLE * 2.5, IDLE * 2.3, IDLE * 2.3], send_delay=IDLE * 2)
         assert call.outcome == (UsageStatus.OK, 200, "")
         assert call.body.endswith(b"data: [DONE]\n\n")
-        await nothing_left_behind()
+        await nothing_left_behind(IDLE * 1.5)
 
     run(scenario())
 
@@ -160,7 +136,7 @@ def test_a_gap_past_the_idle_timeout_is_the_idle_failure(idle_timeout):
         assert error.startswith("idle_timeout: ")
         assert b'"code":"upstream_timeout"' in call.body
         assert [kw["error"] for _, kw in idle_timeout] == ["idle_timeout"]
-        await nothing_left_behind()
+        await nothing_left_behind(IDLE * 1.5)
 
     run(scenario())
 
@@ -176,7 +152,7 @@ def test_the_deadline_bounds_the_waits(idle_timeout):
         assert call.outcome[2].startswith("deadline: ")
         assert b'"code":"deadline"' in call.body
         assert idle_timeout == []  # the gateway's own limit is no evidence against the channel
-        await nothing_left_behind()
+        await nothing_left_behind(IDLE * 1.5)
 
     run(scenario())
 
@@ -188,7 +164,7 @@ def test_a_client_that_leaves_mid_wait_is_a_disconnect():
         loop.call_later(IDLE * 0.6, call.leave.set)
         await relayed([IDLE * 0.4, IDLE * 0.9], call=call)
         assert call.outcome == (UsageStatus.CLIENT_DISCONNECTED, 499, "client disconnected")
-        await nothing_left_behind()
+        await nothing_left_behind(IDLE * 1.5)
 
     run(scenario())
 
@@ -205,6 +181,6 @@ def test_a_shutdown_mid_wait_stays_a_cancellation():
         assert call.outcome is not None
         assert call.outcome[:2] == (UsageStatus.INTERRUPTED, 503)
         assert b'"code":"shutdown"' in call.body
-        await nothing_left_behind()
+        await nothing_left_behind(IDLE * 1.5)
 
     run(scenario())
