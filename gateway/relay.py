@@ -216,8 +216,7 @@ async def relay(call: Call, up: UpstreamResponse, dialect: Dialect) -> None:
                 continue
             if message["type"] == "http.disconnect":
                 disconnected = True
-                if current is not None:
-                    current.cancel()
+                current.cancel()
                 return
 
     watcher = loop.create_task(watch())
