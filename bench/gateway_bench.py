@@ -245,8 +245,9 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-def production_env(base: dict) -> dict | None:
-    """DATABASE_URL/REDIS_URL from the environment, else this machine's PostgreSQL and Redis."""
+def production_env(base: dict, database: str = "portal_bench", redis_db: int = 14) -> dict | None:
+    """DATABASE_URL/REDIS_URL from the environment, else this machine's PostgreSQL (a fresh
+    `database`) and Redis (`redis_db`)."""
     env = dict(base)
     if not env.get("DATABASE_URL"):
         if shutil.which("createdb"):  # a fresh database per run: its secrets match this run's data folder
@@ -259,13 +260,13 @@ def production_env(base: dict) -> dict | None:
                         "127.0.0.1",
                         "-U",
                         "postgres",
-                        "portal_bench",
+                        database,
                     ],
                     capture_output=True,
                     timeout=30,
                 )
-        env["DATABASE_URL"] = "postgres://postgres@127.0.0.1:5432/portal_bench"
-    env.setdefault("REDIS_URL", "redis://127.0.0.1:6379/14")
+        env["DATABASE_URL"] = f"postgres://postgres@127.0.0.1:5432/{database}"
+    env.setdefault("REDIS_URL", f"redis://127.0.0.1:6379/{redis_db}")
     try:
         import psycopg
 

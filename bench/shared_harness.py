@@ -55,14 +55,7 @@ def main() -> int:
             base = {k: v for k, v in os.environ.items() if k != "PORTAL_DATA_DIR"}
             base.update(PORTAL_DATA_DIR=str(data), PORTAL_LOG_LEVEL="WARNING")
             if a.config == "production":
-                if not os.environ.get("DATABASE_URL"):
-                    for tool in ("dropdb", "createdb"):
-                        flags = ["--if-exists"] if tool == "dropdb" else []
-                        db = ["-h", "127.0.0.1", "-U", "postgres", "portal_shared"]
-                        subprocess.run([tool, *flags, *db], check=False)
-                    base["DATABASE_URL"] = "postgres://postgres@127.0.0.1:5432/portal_shared"
-                base.setdefault("REDIS_URL", "redis://127.0.0.1:6379/13")
-                env = production_env(base)
+                env = production_env(base, database="portal_shared", redis_db=13)
                 if env is None:
                     raise SystemExit("PostgreSQL is unreachable")
             else:
