@@ -304,6 +304,19 @@ def spread(values: list[float], digits: int) -> str:
     return f"{v[0]:,.{digits}f} / {statistics.median(v):,.{digits}f} / {v[-1]:,.{digits}f}"
 
 
+def cell(firsts: dict[str, float], column: str, values: list[float], *, spread_of: bool) -> list[str]:
+    """A table's cells for `values`: min / median / max and the ratio of the median to the first
+    commit's (`firsts`, filled as the rows are made), or (not `spread_of`) the median and that ratio."""
+    if not values:
+        return ["-", "-"] if spread_of else ["-"]
+    med = statistics.median(values)
+    ratio = f"{med / firsts[column]:.2f}" if column in firsts else "-"
+    firsts.setdefault(column, med)
+    if spread_of:
+        return [spread(values, 3), ratio]
+    return [f"{med:.3f}" if ratio == "-" else f"{med:.3f} ({ratio})"]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -418,49 +431,20 @@ def main() -> int:
             " | M instructions/req | × first |"
         )
         print("|---|---|--:|--:|--:|--:|--:|--:|")
+
+        def of(label: str, mode: str, kind: str, name: str, scale: float = 1.0) -> list[float]:
+            return [r[name] / scale for r in results if r["tree"] == label and r["mode"] == mode and r["kind"] == kind]
+
         for mode in modes:
-            first_cpu = first_ir = None
-            first_split: dict[str, float] = {}
+            firsts: dict[str, float] = {}  # each column's median for the first commit that has it
+
             for label, *_ in portals:
-                cpu = [
-                    r["cpu_ms_per_req"]
-                    for r in results
-                    if r["tree"] == label and r["mode"] == mode and r["kind"] == "cpu"
+                cells = [
+                    *cell(firsts, "cpu", of(label, mode, "cpu", "cpu_ms_per_req"), spread_of=True),
+                    *cell(firsts, "user", of(label, mode, "cpu", "user_ms_per_req"), spread_of=False),
+                    *cell(firsts, "sys", of(label, mode, "cpu", "sys_ms_per_req"), spread_of=False),
+                    *cell(firsts, "ir", of(label, mode, "callgrind", "instructions_per_req", 1e6), spread_of=True),
                 ]
-                ir = [
-                    r["instructions_per_req"] / 1e6
-                    for r in results
-                    if r["tree"] == label and r["mode"] == mode and r["kind"] == "callgrind"
-                ]
-                cells = []
-                split = []
-                for part in ("user", "sys"):
-                    values = [
-                        r[f"{part}_ms_per_req"]
-                        for r in results
-                        if r["tree"] == label and r["mode"] == mode and r["kind"] == "cpu"
-                    ]
-                    if not values:
-                        split.append("-")
-                        continue
-                    med = statistics.median(values)
-                    if part in first_split:
-                        split.append(f"{med:.3f} ({med / first_split[part]:.2f})")
-                    else:
-                        first_split[part] = med
-                        split.append(f"{med:.3f}")
-                for values, first, digits in ((cpu, first_cpu, 3), (ir, first_ir, 3)):
-                    if not values:
-                        cells += ["-", "-"]
-                    else:
-                        med = statistics.median(values)
-                        cells += [spread(values, digits), "-" if first is None else f"{med / first:.2f}"]
-                    if values is cpu:
-                        cells += split
-                if first_cpu is None and cpu:
-                    first_cpu = statistics.median(cpu)
-                if first_ir is None and ir:
-                    first_ir = statistics.median(ir)
                 print(f"| {mode} | {label} | {' | '.join(cells)} |")
         if a.out:
             Path(a.out).write_text(json.dumps(results, indent=1))
