@@ -120,6 +120,28 @@ def test_llamacpp_timings_are_kept(setup, gateway, transactional_db):
 
 
 @pytest.mark.parametrize("stream", [False, True])
+def test_a_stream_longer_than_the_idle_timeout_with_short_gaps_is_answered(setup, upstream, gateway, settings, stream):
+    """The idle timeout bounds each gap, not the answer: 12 tokens 0.25 s apart (3 s in all)
+    under a 2 s idle timeout, through the gateway's one timer per stream (`call.StreamWaits`),
+    which a wait moves on."""
+    settings.GATEWAY_IDLE_TIMEOUT = 2.0
+    upstream.behave(tokens=12, token_delay=0.25)
+    body = {**BODY, "max_tokens": 20}
+    started = time.monotonic()
+    if stream:
+        status, text = stream_text(gateway, setup.plaintext, body)
+        assert status == 200 and text.rstrip().endswith("data: [DONE]"), text
+        assert "error" not in text and "".join(
+            c["choices"][0]["delta"].get("content") or "" for c in chunks_of(text) if c.get("choices")
+        ) == " ".join(f"tok{i}" for i in range(12))
+    else:
+        r = post(gateway, setup.plaintext, body)
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["message"]["content"] == " ".join(f"tok{i}" for i in range(12))
+    assert time.monotonic() - started > 2.0  # longer than the idle timeout: it did not bound the answer
+
+
+@pytest.mark.parametrize("stream", [False, True])
 def test_a_stall_between_tokens_names_the_idle_timeout(setup, upstream, gateway, settings, stream):
     settings.GATEWAY_IDLE_TIMEOUT = 1.0
     upstream.behave(mode="stall", stall_after=2)
