@@ -30,6 +30,11 @@ measured requests, so every commit writes the same batch sizes), and the journal
 share (building scopes, reading answers) is in both commits' figures alike.
 `--env NAME=VALUE` (repeatable) runs every child with that setting (e.g. PORTAL_ACCESS_LOG=1).
 `--profile DIR` writes one cProfile per commit and mode (`python -m pstats DIR/<tree>-<mode>.prof`).
+`--syscalls` (Debian's linux-perf, as root) also counts each run's system calls per request with
+`perf stat` on kernel tracepoints, switched on and off by the child around the measured requests;
+`--perf-record DIR` samples them instead (`perf record -g`, `perf report -i DIR/<tree>-<mode>.data`):
+the kernel's and the C libraries' share by function, which callgrind's instruction counts and
+cProfile do not show (neither sees the kernel, nor what a cache miss costs).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -187,8 +193,10 @@ async def drive(mode: str, key: str, conc: int, warm_up: int, requests: int, tok
         # The event loop thread's CPU time, not the wall clock: what other processes on a loaded
         # machine take is then in no function's figure (the usage writer's thread is not profiled).
         profiler = cProfile.Profile(time.thread_time)
+    perf = _perf_control()
     before = resource.getrusage(resource.RUSAGE_SELF)
     wall = time.perf_counter()
+    perf("enable")
     if cg is not None:
         cg.cg_start()
     if profiler is not None:
@@ -199,6 +207,7 @@ async def drive(mode: str, key: str, conc: int, warm_up: int, requests: int, tok
         profiler.disable()
     if cg is not None:
         cg.cg_stop()
+    perf("disable")
     wall = time.perf_counter() - wall
     after = resource.getrusage(resource.RUSAGE_SELF)
     if profiler is not None:
@@ -217,6 +226,21 @@ async def drive(mode: str, key: str, conc: int, warm_up: int, requests: int, tok
         "sys_ms_per_req": system * 1000 / requests,
         "wall_s": wall,
     }
+
+
+def _perf_control() -> Callable[[str], None]:
+    """Switches the `perf stat` around this child (`--syscalls`) on and off; does nothing without."""
+    where = os.environ.get("GWCPU_PERF_CTL")
+    if not where:
+        return lambda _command: None
+    ctl, ack = open(where + ".ctl", "w"), open(where + ".ack")  # kept for the run
+
+    def command(what: str) -> None:
+        ctl.write(what + "\n")
+        ctl.flush()
+        ack.readline()
+
+    return command
 
 
 def child(a: argparse.Namespace) -> int:
@@ -279,13 +303,54 @@ def run_child(
     ]
     if valgrind:
         cmd = [*valgrind, *cmd]
+    counts = None
+    if (a.syscalls or a.perf_record) and not valgrind:
+        counts = Path(tempfile.mkdtemp(prefix="gwcpu-perf-"))
+        for end in ("ctl", "ack"):
+            os.mkfifo(counts / f"perf.{end}")
+        env = dict(env, GWCPU_PERF_CTL=str(counts / "perf"))
+        control = f"--control=fifo:{counts / 'perf.ctl'},{counts / 'perf.ack'}"
+        if a.perf_record:
+            Path(a.perf_record).mkdir(parents=True, exist_ok=True)
+            where = Path(a.perf_record) / f"{tree.name}-{mode}.data"
+            record = ["perf", "record", "-q", "-D", "-1", control, "-e", "cpu-clock", "-F", "2999", "-g"]
+            cmd = [*record, "-o", str(where), *cmd]
+        else:
+            events = ",".join(SYSCALL_EVENTS)
+            cmd = ["perf", "stat", "-x,", "-D", "-1", control, "-o", str(counts / "out"), "-e", events, *cmd]
     p = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=3600)
     m = re.search(r"^GWCPU (\{.*\})$", p.stdout, re.M)
     if p.returncode != 0 or not m:
         raise SystemExit(
             f"the child for {tree} ({mode}) failed rc={p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
         )
-    return json.loads(m.group(1))
+    result = json.loads(m.group(1))
+    if counts is not None:
+        if (counts / "out").exists():
+            for line in (counts / "out").read_text().splitlines():
+                fields = line.split(",")
+                if len(fields) > 2 and fields[2] in SYSCALL_EVENTS and fields[0].isdigit():
+                    result[fields[2].rpartition(":")[2].removeprefix("sys_enter_")] = int(fields[0]) / requests
+        shutil.rmtree(counts, ignore_errors=True)
+    return result
+
+
+# `--syscalls`: the system calls `perf stat` counts around the measured requests (kernel tracepoints,
+# which work where hardware counters do not): all of them, then those a request makes (uvloop reads
+# and writes its sockets with read/write and waits in epoll_pwait; SQLite writes with pwrite64;
+# CPython 3.11's `asyncio.get_running_loop` calls getpid; `os.urandom` is getrandom).
+SYSCALL_EVENTS = (
+    "raw_syscalls:sys_enter",
+    "syscalls:sys_enter_read",
+    "syscalls:sys_enter_write",
+    "syscalls:sys_enter_pwrite64",
+    "syscalls:sys_enter_epoll_pwait",
+    "syscalls:sys_enter_epoll_ctl",
+    "syscalls:sys_enter_getpid",
+    "syscalls:sys_enter_getrandom",
+)
+
+SYSCALL_NAMES = {e.rpartition(":")[2].removeprefix("sys_enter_") for e in SYSCALL_EVENTS}
 
 
 def callgrind_total(out_dir: Path) -> int:
@@ -334,6 +399,10 @@ def main() -> int:
     ap.add_argument("--conc", type=int, default=32)
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for every child (repeatable)")
+    ap.add_argument(
+        "--syscalls", action="store_true", help="also count each child's system calls per request (`perf stat`)"
+    )
+    ap.add_argument("--perf-record", default="", help="record each child with `perf record` into this folder")
     ap.add_argument("--profile", default="", help="also write a cProfile per commit and mode into this folder")
     ap.add_argument("--out", default="", help="write every result as JSON here")
     ap.add_argument("--keep-callgrind", default="", help="keep the callgrind files in this folder")
@@ -392,7 +461,8 @@ def main() -> int:
                     results.append(r)
                     print(
                         f"  cpu  rep {rep + 1} {mode:<6} {label:<22} {r['cpu_ms_per_req']:.3f} ms/req "
-                        f"(user {r['user_ms_per_req']:.3f}, sys {r['sys_ms_per_req']:.3f}; {r['wall_s']:.1f} s wall)",
+                        f"(user {r['user_ms_per_req']:.3f}, sys {r['sys_ms_per_req']:.3f}; {r['wall_s']:.1f} s wall)"
+                        + "".join(f"; {k} {v:.2f}" for k, v in r.items() if k in SYSCALL_NAMES),
                         flush=True,
                     )
         # Instruction counts do not depend on the load: these runs go `--jobs` at a time.
