@@ -266,3 +266,16 @@ def test_a_writer_is_not_blocked_by_a_prune_batch_in_flight(settings, alice):
     assert finished_while_prune_open
     assert UsageDaily.objects.aggregate(n=Sum("requests"))["n"] == 51
     assert UsageRecord.objects.filter(model="old").count() == 0
+
+
+def test_each_reference_of_a_usage_record_is_served_by_one_index_that_also_orders_by_time():
+    """A record's key, user, team and channel each lead a (reference, created) index, and none has a
+    single-column index of its own: that one served no lookup the pair does not, and cost a B-tree
+    write with every record (migration 0019 dropped the four)."""
+    with connection.cursor() as cursor:
+        found = connection.introspection.get_constraints(cursor, UsageRecord._meta.db_table)
+    indexes = [c["columns"] for c in found.values() if c["index"] and not c["primary_key"]]
+    for reference in ("key_id", "user_id", "team_id", "channel_id"):
+        assert [reference] not in indexes, f"{reference} still has an index of its own: {indexes}"
+        assert [reference, "created"] in indexes, f"nothing serves a lookup by {reference}: {indexes}"
+    assert ["created"] in indexes  # the time range of every page, and retention's pruning

@@ -1,0 +1,179 @@
+"""What writing a batch of usage records costs the gateway's process, by the size of the table and the
+indexes on it (the embedded default: SQLite, written on the usage writer's thread in the gateway).
+
+    uv run python bench/usage_insert.py --sizes 100k,1M --repeats 5
+
+For each size, a fresh SQLite database in a temporary folder is migrated with this tree's code and
+filled in SQL with that many records over 30 days (200 developers in 20 teams with a key each, 20
+channels, 50 models, in time order). Then, in alternating rounds, 6,000 new records are written in
+batches of 60 through the writer's own insert (`gateway.usage.write_batch`'s `_insert_records`), once
+with the table's indexes as migrated and once with the four single-column indexes of its
+references added back (what migration keys/0019 dropped), each round on a copy of the filled file.
+It prints the CPU time (this process's, `time.process_time`) per record, median and spread of the
+rounds, and the ratio of the two. Foreign keys are checked as the gateway checks them (at commit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+BATCH, NEW = 60, 6000
+# migration keys/0019's four indexes, as they were before it
+REFERENCE_INDEXES = (
+    ("channel", "keys_usagerecord_channel_id_4cc679ce"),
+    ("key", "keys_usagerecord_key_id_b0f7e216"),
+    ("team", "keys_usagerecord_team_id_15931b18"),
+    ("user", "keys_usagerecord_user_id_c6d302be"),
+)
+
+
+def parse_size(text: str) -> int:
+    text = text.strip().lower()
+    for suffix, factor in (("k", 1_000), ("m", 1_000_000)):
+        if text.endswith(suffix):
+            return int(float(text[: -len(suffix)]) * factor)
+    return int(text)
+
+
+def fill(size: int) -> None:
+    """The people, keys, channels and `size` records, in SQL (Django's connection, this tree's schema)."""
+    from django.db import connection
+
+    from accounts.models import Team, User
+    from channels.models import Channel
+    from keys.models import Key
+
+    teams = Team.objects.bulk_create([Team(name=f"team-{i}") for i in range(20)])
+    users = User.objects.bulk_create(
+        [User(username=f"dev-{i}", role="developer", team=teams[i % 20]) for i in range(200)]
+    )
+    Key.objects.bulk_create([Key(owner=u, name="k", key_hash=f"{i:064x}") for i, u in enumerate(users)])
+    Channel.objects.bulk_create(
+        [Channel(name=f"ch-{i}", kind="vllm", base_url=f"http://10.0.0.{i}:8000/v1") for i in range(20)]
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < %s)
+            INSERT INTO keys_usagerecord (created, request_id, upstream_request_id, key_id, user_id, team_id,
+                model, channel_id, surface, stream, prompt_tokens, completion_tokens, total_tokens, estimated,
+                status, http_status, error, latency_ms, ttft_ms, cached_tokens, cache_creation_tokens,
+                route_explanation, event_id, pricing)
+            SELECT strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '-30 days', (i * 2592.0 / %s) || ' seconds'),
+                printf('%%013x', i), '', 1 + i %% 200, 1 + i %% 200, 1 + i %% 20, 'model-' || (i %% 50),
+                1 + i %% 20, 'chat', 0, 200, 16, 216, 0, 'ok', 200, '', 50.0, 20.0, 0, 0, '[]',
+                printf('%%032x', i), 'none'
+            FROM n
+            """,
+            [size, size / 1000],
+        )
+
+
+def events(n: int, start: int) -> list:
+    import datetime as dt
+
+    from gateway.usage import UsageEvent
+
+    now = dt.datetime.now(dt.UTC)
+    return [
+        UsageEvent(
+            key_id=1 + i % 200,
+            user_id=1 + i % 200,
+            team_id=1 + i % 20,
+            model=f"model-{i % 50}",
+            channel_id=1 + i % 20,
+            surface="chat",
+            stream=False,
+            prompt_tokens=200,
+            completion_tokens=16,
+            estimated=False,
+            status="ok",
+            http_status=200,
+            error="",
+            latency_ms=50.0,
+            ttft_ms=20.0,
+            request_id=f"{start + i:013x}",
+            created=now,
+        )
+        for i in range(n)
+    ]
+
+
+def one_round(path: Path, copy: Path, with_reference_indexes: bool) -> float:
+    """CPU seconds per record to write NEW records in batches, on a fresh copy of the filled file."""
+    from django.db import connection, transaction
+
+    from gateway.usage import _insert_records
+
+    connection.close()
+    shutil.copyfile(path, copy)
+    connection.settings_dict["NAME"] = str(copy)
+    with connection.cursor() as cursor:
+        for field, index in REFERENCE_INDEXES:
+            if with_reference_indexes:
+                cursor.execute(f'CREATE INDEX "{index}" ON "keys_usagerecord" ("{field}_id")')
+    batches = [events(BATCH, 10**9 + k * BATCH) for k in range(NEW // BATCH)]
+    started = time.process_time()
+    for batch in batches:
+        with transaction.atomic():
+            _insert_records(batch)
+    spent = time.process_time() - started
+    connection.close()
+    return spent / NEW
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="100k,1M")
+    ap.add_argument("--repeats", type=int, default=5)
+    a = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="usage-insert-"))
+    os.environ["PORTAL_DATA_DIR"] = str(tmp / "data")
+    os.environ["DATABASE_URL"] = f"sqlite:///{tmp / 'seed.sqlite3'}"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+
+    print(f"| records in the table | indexes | µs CPU a record (median, min–max of {a.repeats}) | × migrated |")
+    print("|--:|---|--:|--:|")
+    try:
+        for text in a.sizes.split(","):
+            size = parse_size(text)
+            filled = tmp / f"filled-{size}.sqlite3"
+            connection.close()
+            connection.settings_dict["NAME"] = str(filled)
+            call_command("migrate", interactive=False, verbosity=0)
+            fill(size)
+            connection.close()
+            results: dict[bool, list[float]] = {False: [], True: []}
+            for r in range(a.repeats):
+                for extra in (False, True) if r % 2 == 0 else (True, False):
+                    results[extra].append(one_round(filled, tmp / "round.sqlite3", extra) * 1e6)
+            base = statistics.median(results[False])
+            for extra, label in ((False, "as migrated (0019)"), (True, "+ the 4 reference indexes (before 0019)")):
+                values = results[extra]
+                med = statistics.median(values)
+                print(
+                    f"| {size:,} | {label} | {med:.1f} ({min(values):.1f}–{max(values):.1f}) | {med / base:.2f} |",
+                    flush=True,
+                )
+            filled.unlink()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
