@@ -5,12 +5,13 @@ indexes on it (the embedded default: SQLite, written on the usage writer's threa
 
 For each size, a fresh SQLite database in a temporary folder is migrated with this tree's code and
 filled in SQL with that many records over 30 days (200 developers in 20 teams with a key each, 20
-channels, 50 models, in time order). Then, in alternating rounds, 6,000 new records are written in
-batches of 60 through the writer's own insert (`gateway.usage.write_batch`'s `_insert_records`), once
-with the table's indexes as migrated and once with the four single-column indexes of its
-references added back (what migration keys/0019 dropped), each round on a copy of the filled file.
-It prints the CPU time (this process's, `time.process_time`) per record, median and spread of the
-rounds, and the ratio of the two. Foreign keys are checked as the gateway checks them (at commit).
+channels, 50 models, in time order, random event ids as records written before 12-04 have). Then,
+in alternating rounds, 6,000 new records are written in batches of 60 through the writer's own
+insert (`gateway.usage._insert_records`), each round on a copy of the filled file, in each of
+`VARIANTS`: as the code is now, with random event ids (as before `gateway.usage.new_event_id`), and
+with those and the four single-column indexes of the references added back (as before migration
+keys/0019). It prints the CPU time (this process's, `time.process_time`) per record, median and
+spread of the rounds, and each against now. Foreign keys are checked as the gateway checks them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -71,17 +73,24 @@ def fill(size: int) -> None:
             SELECT strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '-30 days', (i * 2592.0 / %s) || ' seconds'),
                 printf('%%013x', i), '', 1 + i %% 200, 1 + i %% 200, 1 + i %% 20, 'model-' || (i %% 50),
                 1 + i %% 20, 'chat', 0, 200, 16, 216, 0, 'ok', 200, '', 50.0, 20.0, 0, 0, '[]',
-                printf('%%032x', i), 'none'
+                lower(hex(randomblob(16))), 'none'
             FROM n
             """,
             [size, size / 1000],
         )
 
 
-def events(n: int, start: int) -> list:
+def random_event_id() -> str:
+    """The event id as it was before time-ordered ids: 128 random bits."""
+    return os.urandom(16).hex()
+
+
+def events(n: int, start: int, event_id: Callable[[], str] | None = None) -> list:
     import datetime as dt
 
     from gateway.usage import UsageEvent
+
+    more = {} if event_id is None else {"event_id": event_id}
 
     now = dt.datetime.now(dt.UTC)
     return [
@@ -103,12 +112,21 @@ def events(n: int, start: int) -> list:
             ttft_ms=20.0,
             request_id=f"{start + i:013x}",
             created=now,
+            **{k: f() for k, f in more.items()},
         )
         for i in range(n)
     ]
 
 
-def one_round(path: Path, copy: Path, with_reference_indexes: bool) -> float:
+# (label, add the four reference indexes back, the event ids' maker or None for the writer's own)
+VARIANTS: tuple[tuple[str, bool, Callable[[], str] | None], ...] = (
+    ("now (keys/0019, time-ordered event ids)", False, None),
+    ("random event ids", False, random_event_id),
+    ("random event ids + the four reference indexes (before 12-04)", True, random_event_id),
+)
+
+
+def one_round(path: Path, copy: Path, reference_indexes: bool, event_id: Callable[[], str] | None) -> float:
     """CPU seconds per record to write NEW records in batches, on a fresh copy of the filled file."""
     from django.db import connection, transaction
 
@@ -117,11 +135,11 @@ def one_round(path: Path, copy: Path, with_reference_indexes: bool) -> float:
     connection.close()
     shutil.copyfile(path, copy)
     connection.settings_dict["NAME"] = str(copy)
-    with connection.cursor() as cursor:
-        for field, index in REFERENCE_INDEXES:
-            if with_reference_indexes:
+    if reference_indexes:
+        with connection.cursor() as cursor:
+            for field, index in REFERENCE_INDEXES:
                 cursor.execute(f'CREATE INDEX "{index}" ON "keys_usagerecord" ("{field}_id")')
-    batches = [events(BATCH, 10**9 + k * BATCH) for k in range(NEW // BATCH)]
+    batches = [events(BATCH, 10**9 + k * BATCH, event_id) for k in range(NEW // BATCH)]
     started = time.process_time()
     for batch in batches:
         with transaction.atomic():
@@ -146,7 +164,7 @@ def main() -> int:
     from django.core.management import call_command
     from django.db import connection
 
-    print(f"| records in the table | indexes | µs CPU a record (median, min–max of {a.repeats}) | × migrated |")
+    print(f"| records in the table | insert | µs CPU a record (median, min–max of {a.repeats}) | × now |")
     print("|--:|---|--:|--:|")
     try:
         for text in a.sizes.split(","):
@@ -157,13 +175,13 @@ def main() -> int:
             call_command("migrate", interactive=False, verbosity=0)
             fill(size)
             connection.close()
-            results: dict[bool, list[float]] = {False: [], True: []}
+            results: list[list[float]] = [[] for _ in VARIANTS]
             for r in range(a.repeats):
-                for extra in (False, True) if r % 2 == 0 else (True, False):
-                    results[extra].append(one_round(filled, tmp / "round.sqlite3", extra) * 1e6)
-            base = statistics.median(results[False])
-            for extra, label in ((False, "as migrated (0019)"), (True, "+ the 4 reference indexes (before 0019)")):
-                values = results[extra]
+                order = list(enumerate(VARIANTS))
+                for i, (_label, indexes, maker) in order if r % 2 == 0 else order[::-1]:
+                    results[i].append(one_round(filled, tmp / "round.sqlite3", indexes, maker) * 1e6)
+            base = statistics.median(results[0])
+            for (label, _indexes, _maker), values in zip(VARIANTS, results, strict=True):
                 med = statistics.median(values)
                 print(
                     f"| {size:,} | {label} | {med:.1f} ({min(values):.1f}–{max(values):.1f}) | {med / base:.2f} |",

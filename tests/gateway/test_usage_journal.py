@@ -10,6 +10,7 @@ import os
 import stat
 import threading
 import time
+import uuid
 
 import pytest
 from django.db import connection, transaction
@@ -176,3 +177,23 @@ def test_a_stop_that_cuts_a_flush_short_writes_what_was_recorded_after_it_too(
     assert sorted(UsageRecord.objects.values_list("request_id", flat=True)) == ["req-0", "req-1"]
     assert daily_requests() == 2
     assert not any((tmp_path / "usage-journal").rglob("*.jsonl"))
+
+
+def test_event_ids_are_uuid7_ordered_by_their_millisecond_and_unique_within_it(monkeypatch):
+    """Ids made later sort later (each record's entry in the unique index lands next to the last one's,
+    not on a random page of it), and ids of the same millisecond still differ by their random bits."""
+    from gateway import usage
+
+    now = [1_764_800_000_000_000_000]
+    monkeypatch.setattr(usage.time, "time_ns", lambda: now[0])
+    same = [usage.new_event_id() for _ in range(1000)]
+    now[0] += 1_000_000  # one millisecond on
+    later = usage.new_event_id()
+    assert len(set(same)) == 1000
+    assert max(same) < later
+    for made in [*same, later]:
+        parsed = uuid.UUID(made)
+        assert (parsed.version, parsed.variant, parsed.hex) == (7, uuid.RFC_4122, made)
+        assert made[:12] == f"{parsed.int >> 80:012x}"
+    assert int(later[:12], 16) == now[0] // 1_000_000
+    assert event(1, 1).event_id != event(1, 2).event_id  # (the dataclass's default)
