@@ -27,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from usage_scale import parse_size  # (it sets DATABASE_URL only when unset: main sets its own)
 
 BATCH, NEW = 60, 6000
 # migration keys/0019's four indexes, as they were before it
@@ -36,14 +38,6 @@ REFERENCE_INDEXES = (
     ("team", "keys_usagerecord_team_id_15931b18"),
     ("user", "keys_usagerecord_user_id_c6d302be"),
 )
-
-
-def parse_size(text: str) -> int:
-    text = text.strip().lower()
-    for suffix, factor in (("k", 1_000), ("m", 1_000_000)):
-        if text.endswith(suffix):
-            return int(float(text[: -len(suffix)]) * factor)
-    return int(text)
 
 
 def fill(size: int) -> None:
