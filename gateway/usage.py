@@ -20,6 +20,7 @@ the rows it inserted only.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import fcntl
 import logging
@@ -361,6 +362,38 @@ def _insert_new_only(table: str, cols: str, rows: list[tuple[Any, ...]], events:
             cursor.execute(sql, [v for row in chunk for v in row])
             inserted.update(uuid.UUID(str(r[0])).hex for r in cursor.fetchall())
     return [e for e in events if e.event_id in inserted]
+
+
+# The references a usage record keeps, each set to null when the row it names is deleted.
+_REFERENCES = ("key_id", "user_id", "team_id", "channel_id")
+
+
+def without_deleted_references(events: list[UsageEvent]) -> list[UsageEvent] | None:
+    """`events` with each reference to a row that no longer exists emptied (one query per kind of
+    reference the batch names); None when every row they name is there."""
+    gone: dict[str, set[int]] = {}
+    for name in _REFERENCES:
+        named = {value for e in events if (value := getattr(e, name)) is not None}
+        if named:
+            model = UsageRecord._meta.get_field(name.removesuffix("_id")).related_model
+            assert model is not None and not isinstance(model, str)
+            there = set(model._default_manager.filter(pk__in=named).values_list("pk", flat=True))
+            if named - there:
+                gone[name] = named - there
+    if not gone:
+        return None
+
+    def emptied_of(e: UsageEvent) -> UsageEvent:
+        empty: dict[str, Any] = {name: None for name, ids in gone.items() if getattr(e, name) in ids}
+        return dataclasses.replace(e, **empty) if empty else e
+
+    emptied = [emptied_of(e) for e in events]
+    logger.warning(
+        "%d usage records name a %s deleted since their request: written without it",
+        sum(a is not b for a, b in zip(events, emptied, strict=True)),
+        " or ".join(name.removesuffix("_id") for name in gone),
+    )
+    return emptied
 
 
 def write_batch(events: list[UsageEvent], *, replay: bool = False) -> None:
@@ -762,11 +795,20 @@ class UsageWriter:
     @staticmethod
     def _write(batch: list[UsageEvent], *, replay: bool = False) -> None:
         close_old_connections()
+        checked = False
         for attempt in range(5):
             try:
                 with transaction.atomic():
                     write_batch(batch, replay=replay)
                 return
+            except IntegrityError:
+                # A key, user, team or channel a record names was deleted since its request: the
+                # commit fails on that foreign key. Written without it, as the deletion's SET NULL
+                # left the records before it (else the whole batch, anyone's, would be set aside).
+                emptied = None if checked else without_deleted_references(batch)
+                if emptied is None:
+                    raise
+                batch, checked = emptied, True
             except OperationalError as exc:  # SQLite busy with another process's write
                 if "locked" not in str(exc) or attempt == 4:
                     raise

@@ -197,3 +197,50 @@ def test_event_ids_are_uuid7_ordered_by_their_millisecond_and_unique_within_it(m
         assert made[:12] == f"{parsed.int >> 80:012x}"
     assert int(later[:12], 16) == now[0] // 1_000_000
     assert event(1, 1).event_id != event(1, 2).event_id  # (the dataclass's default)
+
+
+def test_a_batch_naming_a_deleted_key_channel_user_or_team_is_written_whole(transactional_db, alice, mallory):
+    """A key, channel, user or team deleted between a request and its batch's write: the records that
+    name it are written with that reference empty, as the deletion's SET NULL leaves the older ones,
+    and the rest of the batch with them (the batch's commit failed on the foreign key before, and
+    every record in it, anyone's, was set aside for an operator)."""
+    from accounts.models import Team
+    from channels.models import Channel
+    from keys.services import issue_key
+
+    team = Team.objects.create(name="gone-team")
+    gone_user = type(alice).objects.create(username="gone-user", team=team)
+    channel = Channel.objects.create(name="gone", kind="vllm", base_url="http://127.0.0.1:9/v1")
+    key, _ = issue_key(owner=mallory, name="gone-key")
+    kept = [event(alice.id, i) for i in range(3)]
+    named = [event(mallory.id, 10), event(mallory.id, 11), event(gone_user.id, 12)]
+    named[0].channel_id = channel.id
+    named[1].key_id = key.id
+    named[2].team_id = team.id
+    ids = {"channel": channel.id, "key": key.id, "user": gone_user.id, "team": team.id}
+    channel.delete()
+    key.delete()
+    gone_user.delete()
+    team.delete()
+
+    UsageWriter._write([*kept[:2], *named, kept[2]])
+
+    assert UsageRecord.objects.count() == 6
+    assert daily_requests() == 6
+    for name, value in ids.items():
+        assert not UsageRecord.objects.filter(**{f"{name}_id": value}).exists()
+        assert not UsageDaily.objects.filter(**{f"{name}_id": value}).exists()
+    assert UsageRecord.objects.filter(request_id="req-12", user=None, team=None).count() == 1
+    assert UsageRecord.objects.filter(user=alice).count() == 3
+
+
+def test_a_batch_that_fails_for_another_reason_still_fails_whole(transactional_db, alice):
+    """Only deleted references are emptied and retried: a batch that breaks another constraint (two
+    records with one event id) still fails as a whole, for `flush` to set it aside."""
+    from django.db import IntegrityError
+
+    batch = [event(alice.id, i) for i in range(3)]
+    batch[2].event_id = batch[0].event_id
+    with pytest.raises(IntegrityError):
+        UsageWriter._write(batch)
+    assert UsageRecord.objects.count() == 0
