@@ -18,12 +18,12 @@ import time
 
 import orjson
 from django.conf import settings
-from django.db import OperationalError, close_old_connections, connections
+from django.db import IntegrityError, OperationalError, close_old_connections, connections, transaction
 
 from keys.models import RequestPayload
 from keys.payloads.redact import Redactor
 from keys.payloads.services import Captured, build
-from portal.db import use_timeouts
+from portal.db import deleted_references, use_timeouts
 
 logger = logging.getLogger(__name__)
 
@@ -144,10 +144,23 @@ class PayloadWriter:
     def _write(batch: list[Captured], redactor: Redactor) -> None:
         rows = [build(_assembled(c), redactor) for c in batch]
         close_old_connections()
+        checked = False
         for attempt in range(5):
             try:
-                RequestPayload.objects.bulk_create(rows)
+                with transaction.atomic():
+                    RequestPayload.objects.bulk_create(rows)
                 return
+            except IntegrityError:
+                # A key or user deleted since the request (`portal.db.deleted_references`): its logs
+                # are stored without it, and the rest of the batch with them.
+                gone = {} if checked else deleted_references(RequestPayload, rows, ("key_id", "user_id"))
+                if not gone:
+                    raise
+                for row in rows:
+                    for name, ids in gone.items():
+                        if getattr(row, name) in ids:
+                            setattr(row, name, None)
+                checked = True
             except OperationalError as exc:  # SQLite busy with another process's write
                 if "locked" not in str(exc) or attempt == 4:
                     raise

@@ -50,7 +50,7 @@ from django.db.models import F, Q
 from keys.choices import Pricing, UsageStatus
 from keys.models import Key, UsageDaily, UsageHourly, UsageRecord, ttft_field
 from portal import faults
-from portal.db import deadline, use_timeouts
+from portal.db import deadline, deleted_references, use_timeouts
 from portal.hot import hot
 
 from . import metrics
@@ -369,17 +369,9 @@ _REFERENCES = ("key_id", "user_id", "team_id", "channel_id")
 
 
 def without_deleted_references(events: list[UsageEvent]) -> list[UsageEvent] | None:
-    """`events` with each reference to a row that no longer exists emptied (one query per kind of
-    reference the batch names); None when every row they name is there."""
-    gone: dict[str, set[int]] = {}
-    for name in _REFERENCES:
-        named = {value for e in events if (value := getattr(e, name)) is not None}
-        if named:
-            model = UsageRecord._meta.get_field(name.removesuffix("_id")).related_model
-            assert model is not None and not isinstance(model, str)
-            there = set(model._default_manager.filter(pk__in=named).values_list("pk", flat=True))
-            if named - there:
-                gone[name] = named - there
+    """`events` with each reference to a row deleted since their request emptied
+    (`portal.db.deleted_references`); None when every row they name is there."""
+    gone = deleted_references(UsageRecord, events, _REFERENCES)
     if not gone:
         return None
 

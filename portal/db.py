@@ -296,3 +296,19 @@ def _guard_connection(sender: Any, connection: Any, **kwargs: Any) -> None:
 
 
 connection_created.connect(_guard_connection, dispatch_uid="portal.db.guard")
+
+
+def deleted_references(model: Any, items: list[Any], fields: tuple[str, ...]) -> dict[str, set[int]]:
+    """For each foreign key of `model` in `fields` (as attributes of `items`: `key_id`), the ids the
+    items name whose rows no longer exist, one query per field that names any. A batch written after
+    a row it names was deleted (the deletion's SET NULL came before the batch) fails its commit on
+    that key; the writers empty these references and write the batch again."""
+    gone: dict[str, set[int]] = {}
+    for name in fields:
+        named = {value for item in items if (value := getattr(item, name)) is not None}
+        if named:
+            target = model._meta.get_field(name.removesuffix("_id")).related_model
+            there = set(target._default_manager.filter(pk__in=named).values_list("pk", flat=True))
+            if named - there:
+                gone[name] = named - there
+    return gone

@@ -248,3 +248,45 @@ def test_the_switch_form_takes_a_key_typed_as_the_picker_suggests(admin_client, 
     assert policy.key == alice_key and policy.retention_days == 5
     unknown = admin_client.post(url, {"key": "gp-nope…0000", "retention_days": 5, "enabled": "on"})
     assert unknown.status_code == 400 and "No active key matches" in unknown.content.decode()
+
+
+def test_logs_naming_a_key_or_user_deleted_since_their_request_are_stored_without_it(transactional_db, alice, mallory):
+    """The log writer's batch fails its commit on a deleted key's (or user's) foreign key; its logs are
+    stored with that reference empty, and the rest of the batch with them (it was all lost)."""
+    from gateway.payloads import PayloadWriter
+
+    kept, _ = issue_key(owner=alice, name="kept")
+    gone, _ = issue_key(owner=mallory, name="gone")
+
+    def captured(key, request_id: str) -> Captured:
+        return Captured(
+            created=timezone.now(),
+            request_id=request_id,
+            key_id=key.pk,
+            user_id=key.owner_id,
+            model="qwen3-32b",
+            surface="chat",
+            stream=False,
+            status="ok",
+            http_status=200,
+            retention_days=7,
+            request=b"{}",
+            response=b"{}",
+            request_bytes=2,
+            response_bytes=2,
+            truncated=False,
+        )
+
+    batch = [captured(kept, "a"), captured(gone, "b"), captured(kept, "c")]
+    gone_id, gone_owner = gone.pk, mallory.pk
+    gone.delete()
+    mallory.delete()
+
+    PayloadWriter._write(batch, Redactor())
+
+    assert sorted(RequestPayload.objects.values_list("request_id", flat=True)) == ["a", "b", "c"]
+    assert RequestPayload.objects.get(request_id="b").key_id is None
+    assert RequestPayload.objects.get(request_id="b").user_id is None
+    assert not RequestPayload.objects.filter(key_id=gone_id).exists()
+    assert not RequestPayload.objects.filter(user_id=gone_owner).exists()
+    assert RequestPayload.objects.filter(key=kept).count() == 2
