@@ -168,7 +168,7 @@ class UsageEvent:
     route_explanation: list[str] = field(default_factory=list)  # `catalog.Selection.explanation`
     upstream_request_id: str = ""  # the upstream's own `x-request-id` (ours is `request_id`)
     # Idempotency key of its record, as a UUID's 32 hex digits (`new_event_id`).
-    event_id: str = field(default_factory=lambda: new_event_id())
+    event_id: str = field(default_factory=new_event_id)
     cold_start_ms: float | None = None  # waited this long for its on-demand model to start
     # nano-units of PORTAL_CURRENCY from the route's price when the call finished (None: no price)
     cost_nanos: int | None = 0
