@@ -24,11 +24,12 @@ pytestmark = pytest.mark.django_db
 SECRET_PROMPT = "my key is sk-proj-Ab3dEf6hIjAb3dEf6hIjT3BlbkFJQr5tUv8xYzQr5tUv8xYz thanks"
 
 
-def stored(key, *, created=None, days=7, content=SECRET_PROMPT) -> RequestPayload:
+def captured_call(key, *, created=None, days=7, content=SECRET_PROMPT, request_id="req-1") -> Captured:
+    """One call of `key` as the gateway captures it for its log."""
     body = orjson.dumps({"model": "qwen3-32b", "messages": [{"role": "user", "content": content}]})
-    captured = Captured(
+    return Captured(
         created=created or timezone.now(),
-        request_id="req-1",
+        request_id=request_id,
         key_id=key.pk,
         user_id=key.owner_id,
         model="qwen3-32b",
@@ -43,6 +44,10 @@ def stored(key, *, created=None, days=7, content=SECRET_PROMPT) -> RequestPayloa
         response_bytes=44,
         truncated=False,
     )
+
+
+def stored(key, *, created=None, days=7, content=SECRET_PROMPT) -> RequestPayload:
+    captured = captured_call(key, created=created, days=days, content=content)
     row = build(captured, Redactor())
     row.save()
     return row
@@ -258,26 +263,7 @@ def test_logs_naming_a_key_or_user_deleted_since_their_request_are_stored_withou
     kept, _ = issue_key(owner=alice, name="kept")
     gone, _ = issue_key(owner=mallory, name="gone")
 
-    def captured(key, request_id: str) -> Captured:
-        return Captured(
-            created=timezone.now(),
-            request_id=request_id,
-            key_id=key.pk,
-            user_id=key.owner_id,
-            model="qwen3-32b",
-            surface="chat",
-            stream=False,
-            status="ok",
-            http_status=200,
-            retention_days=7,
-            request=b"{}",
-            response=b"{}",
-            request_bytes=2,
-            response_bytes=2,
-            truncated=False,
-        )
-
-    batch = [captured(kept, "a"), captured(gone, "b"), captured(kept, "c")]
+    batch = [captured_call(key, request_id=name) for key, name in ((kept, "a"), (gone, "b"), (kept, "c"))]
     gone_id, gone_owner = gone.pk, mallory.pk
     gone.delete()
     mallory.delete()
