@@ -199,7 +199,9 @@ def test_event_ids_are_uuid7_ordered_by_their_millisecond_and_unique_within_it(m
     assert event(1, 1).event_id != event(1, 2).event_id  # (the dataclass's default)
 
 
-def test_a_batch_naming_a_deleted_key_channel_user_or_team_is_written_whole(transactional_db, alice, mallory):
+def test_a_batch_naming_a_deleted_key_channel_user_or_team_is_written_whole(
+    transactional_db, alice, mallory, settings, tmp_path
+):
     """A key, channel, user or team deleted between a request and its batch's write: the records that
     name it are written with that reference empty, as the deletion's SET NULL leaves the older ones,
     and the rest of the batch with them (the batch's commit failed on the foreign key before, and
@@ -223,8 +225,19 @@ def test_a_batch_naming_a_deleted_key_channel_user_or_team_is_written_whole(tran
     gone_user.delete()
     team.delete()
 
-    UsageWriter._write([*kept[:2], *named, kept[2]])
+    settings.GATEWAY_STATE_DIR = tmp_path
 
+    async def through_the_writer() -> None:  # recorded (journaled), then flushed, as the gateway does
+        writer = UsageWriter(interval=3600)
+        writer.start()
+        for e in [*kept[:2], *named, kept[2]]:
+            writer.record(e)
+        await writer.flush()
+        await writer.stop()
+
+    asyncio.run(through_the_writer())
+
+    assert not any((tmp_path / "usage-journal").rglob("*.jsonl"))  # written, nothing set aside in failed/
     assert UsageRecord.objects.count() == 6
     assert daily_requests() == 6
     for name, value in ids.items():
