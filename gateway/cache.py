@@ -43,7 +43,7 @@ from django.utils import timezone as dj_timezone
 
 from channels.prices import Rates, fallback_rates, in_effect, rates_of, to_nanos
 from keys.choices import Pricing
-from portal.db import use_timeouts
+from portal.db import retry_when_locked, use_timeouts
 from portal.hot import hot
 from portal.secrets import decrypt_bytes, encrypt_bytes
 
@@ -169,15 +169,7 @@ def _with_fresh_connection(fn: Callable[..., T], *args: Any) -> T:
     db_health.busy_since = time.monotonic()
     try:
         close_old_connections()
-        for attempt in range(5):
-            try:
-                return fn(*args)
-            except OperationalError as exc:
-                # SQLite (embedded) answers "locked" when another process holds the write lock.
-                if "locked" not in str(exc) or attempt == 4:
-                    raise
-                time.sleep(0.05 * (attempt + 1))
-        raise AssertionError("unreachable")
+        return retry_when_locked(lambda: fn(*args))
     finally:
         db_health.busy_since = None
 

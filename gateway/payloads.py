@@ -14,16 +14,15 @@ import asyncio
 import logging
 import queue
 import threading
-import time
 
 import orjson
 from django.conf import settings
-from django.db import IntegrityError, OperationalError, close_old_connections, connections, transaction
+from django.db import close_old_connections, connections, transaction
 
 from keys.models import RequestPayload
 from keys.payloads.redact import Redactor
 from keys.payloads.services import Captured, build
-from portal.db import deleted_references, use_timeouts
+from portal.db import empty_deleted_references, retry_when_locked, use_timeouts
 
 logger = logging.getLogger(__name__)
 
@@ -144,27 +143,13 @@ class PayloadWriter:
     def _write(batch: list[Captured], redactor: Redactor) -> None:
         rows = [build(_assembled(c), redactor) for c in batch]
         close_old_connections()
-        checked = False
-        for attempt in range(5):
-            try:
-                with transaction.atomic():
-                    RequestPayload.objects.bulk_create(rows)
-                return
-            except IntegrityError:
-                # A key or user deleted since the request (`portal.db.deleted_references`): its logs
-                # are stored without it, and the rest of the batch with them.
-                gone = {} if checked else deleted_references(RequestPayload, rows, ("key_id", "user_id"))
-                if not gone:
-                    raise
-                for row in rows:
-                    for name, ids in gone.items():
-                        if getattr(row, name) in ids:
-                            setattr(row, name, None)
-                checked = True
-            except OperationalError as exc:  # SQLite busy with another process's write
-                if "locked" not in str(exc) or attempt == 4:
-                    raise
-                time.sleep(0.05 * (attempt + 1))
+
+        def write() -> None:
+            with transaction.atomic():
+                RequestPayload.objects.bulk_create(rows)
+
+        # A key or user deleted since the request: its logs are stored without it, and the rest with them.
+        retry_when_locked(write, mend=lambda: empty_deleted_references(RequestPayload, rows, ("key_id", "user_id")))
 
     async def stop(self) -> None:
         """Store what is queued, then end the thread (at the gateway's shutdown)."""

@@ -20,7 +20,6 @@ the rows it inserted only.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime as dt
 import fcntl
 import logging
@@ -50,7 +49,7 @@ from django.db.models import F, Q
 from keys.choices import Pricing, UsageStatus
 from keys.models import Key, UsageDaily, UsageHourly, UsageRecord, ttft_field
 from portal import faults
-from portal.db import deadline, deleted_references, use_timeouts
+from portal.db import deadline, empty_deleted_references, retry_when_locked, use_timeouts
 from portal.hot import hot
 
 from . import metrics
@@ -366,26 +365,6 @@ def _insert_new_only(table: str, cols: str, rows: list[tuple[Any, ...]], events:
 
 # The references a usage record keeps, each set to null when the row it names is deleted.
 _REFERENCES = ("key_id", "user_id", "team_id", "channel_id")
-
-
-def without_deleted_references(events: list[UsageEvent]) -> list[UsageEvent] | None:
-    """`events` with each reference to a row deleted since their request emptied
-    (`portal.db.deleted_references`); None when every row they name is there."""
-    gone = deleted_references(UsageRecord, events, _REFERENCES)
-    if not gone:
-        return None
-
-    def emptied_of(e: UsageEvent) -> UsageEvent:
-        empty: dict[str, Any] = {name: None for name, ids in gone.items() if getattr(e, name) in ids}
-        return dataclasses.replace(e, **empty) if empty else e
-
-    emptied = [emptied_of(e) for e in events]
-    logger.warning(
-        "%d usage records name a %s deleted since their request: written without it",
-        sum(a is not b for a, b in zip(events, emptied, strict=True)),
-        " or ".join(name.removesuffix("_id") for name in gone),
-    )
-    return emptied
 
 
 def write_batch(events: list[UsageEvent], *, replay: bool = False) -> None:
@@ -787,24 +766,14 @@ class UsageWriter:
     @staticmethod
     def _write(batch: list[UsageEvent], *, replay: bool = False) -> None:
         close_old_connections()
-        checked = False
-        for attempt in range(5):
-            try:
-                with transaction.atomic():
-                    write_batch(batch, replay=replay)
-                return
-            except IntegrityError:
-                # A key, user, team or channel a record names was deleted since its request: the
-                # commit fails on that foreign key. Written without it, as the deletion's SET NULL
-                # left the records before it (else the whole batch, anyone's, would be set aside).
-                emptied = None if checked else without_deleted_references(batch)
-                if emptied is None:
-                    raise
-                batch, checked = emptied, True
-            except OperationalError as exc:  # SQLite busy with another process's write
-                if "locked" not in str(exc) or attempt == 4:
-                    raise
-                time.sleep(0.05 * (attempt + 1))
+
+        def write() -> None:
+            with transaction.atomic():
+                write_batch(batch, replay=replay)
+
+        # A key, user, team or channel a record names, deleted since its request, fails the commit
+        # on that foreign key: written without it (else the whole batch, anyone's, is set aside).
+        retry_when_locked(write, mend=lambda: empty_deleted_references(UsageRecord, batch, _REFERENCES))
 
     async def stop(self) -> None:
         self._stopping = True

@@ -41,13 +41,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import connections
+from django.db import IntegrityError, OperationalError, connections
 from django.db.backends.signals import connection_created
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 _MARGIN = 1.0  # the server's statement_timeout answers first when it can
 DEADLINE_KEY = "PORTAL_QUERY_DEADLINE"  # in a connection's settings_dict: the client-side deadline
@@ -298,11 +299,30 @@ def _guard_connection(sender: Any, connection: Any, **kwargs: Any) -> None:
 connection_created.connect(_guard_connection, dispatch_uid="portal.db.guard")
 
 
-def deleted_references(model: Any, items: list[Any], fields: tuple[str, ...]) -> dict[str, set[int]]:
-    """For each foreign key of `model` in `fields` (as attributes of `items`: `key_id`), the ids the
-    items name whose rows no longer exist, one query per field that names any. A batch written after
-    a row it names was deleted (the deletion's SET NULL came before the batch) fails its commit on
-    that key; the writers empty these references and write the batch again."""
+def retry_when_locked(work: Callable[[], _T], *, mend: Callable[[], bool] | None = None) -> _T:
+    """`work()`, again while SQLite (the embedded default) answers "locked" because another process
+    holds its write lock (5 tries, 50-200 ms apart), and once more after an IntegrityError when
+    `mend()` says it removed the cause (`empty_deleted_references`)."""
+    locked, mended = 0, False
+    while True:
+        try:
+            return work()
+        except IntegrityError:
+            if mended or mend is None or not mend():
+                raise
+            mended = True
+        except OperationalError as exc:
+            if "locked" not in str(exc) or locked == 4:
+                raise
+            locked += 1
+            time.sleep(0.05 * locked)
+
+
+def empty_deleted_references(model: Any, items: list[Any], fields: tuple[str, ...]) -> bool:
+    """Set to None each of `fields` (foreign keys of `model`, as attributes of `items`: `key_id`)
+    that names a row no longer there, one query per field the items use; True when any was. A batch
+    written after a row it names was deleted (the deletion's SET NULL came before it) fails its
+    commit on that key: emptied, it is written as the deletion left the older rows."""
     gone: dict[str, set[int]] = {}
     for name in fields:
         named = {value for item in items if (value := getattr(item, name)) is not None}
@@ -311,4 +331,17 @@ def deleted_references(model: Any, items: list[Any], fields: tuple[str, ...]) ->
             there = set(target._default_manager.filter(pk__in=named).values_list("pk", flat=True))
             if named - there:
                 gone[name] = named - there
-    return gone
+    emptied = 0
+    for item in items:
+        names = [name for name, ids in gone.items() if getattr(item, name) in ids]
+        for name in names:
+            setattr(item, name, None)
+        emptied += bool(names)
+    if emptied:
+        logger.warning(
+            "%d %s name a %s deleted since they were made: written without it",
+            emptied,
+            model._meta.verbose_name_plural,
+            " or ".join(name.removesuffix("_id") for name in gone),
+        )
+    return bool(emptied)
