@@ -84,10 +84,8 @@ def events(n: int, start: int, event_id: Callable[[], str] | None = None) -> lis
 
     from gateway.usage import UsageEvent
 
-    more = {} if event_id is None else {"event_id": event_id}
-
     now = dt.datetime.now(dt.UTC)
-    return [
+    made = [
         UsageEvent(
             key_id=1 + i % 200,
             user_id=1 + i % 200,
@@ -106,10 +104,13 @@ def events(n: int, start: int, event_id: Callable[[], str] | None = None) -> lis
             ttft_ms=20.0,
             request_id=f"{start + i:013x}",
             created=now,
-            **{k: f() for k, f in more.items()},
         )
         for i in range(n)
     ]
+    if event_id is not None:
+        for e in made:
+            e.event_id = event_id()
+    return made
 
 
 # (label, add the four reference indexes back, the event ids' maker or None for the writer's own)
