@@ -40,10 +40,13 @@ async def open_call(
     prompt_tokens: int,
     max_tokens: int | None,
     body: dict[str, Any] | None = None,
+    choices: int = 1,
 ) -> Call:
     """Authenticate, resolve the model and reserve against the limits. Raises GatewayError.
-    With the request's `body`, a model balanced by session affinity looks up where the session
-    went, in the same Redis write as the admission script (`balance`)."""
+    The output reserved is `max_tokens` (or the default the routes allow) for each of `choices`
+    generations (`chat.generations`): every one may produce it. With the request's `body`, a
+    model balanced by session affinity looks up where the session went, in the same Redis write
+    as the admission script (`balance`)."""
     started = time.perf_counter()
     if not process.started:
         await process.start()
@@ -93,13 +96,13 @@ async def open_call(
             raise
         reserve_max = asked if max_tokens is not None else default_output(info, selection.routes, prompt)
         output = asked
-        reserve = prompt + reserve_max
+        reserve = prompt + reserve_max * choices
         cost = 0
         # The most the request can cost on any route it may take (never 0 for "no price"); a
         # stopped on-demand model's at the price its route had when it last ran.
         if key.budgets:
             try:
-                most = reserve_max * choices_of(body)
+                most = reserve_max * choices
                 if cold:
                     cost = cold_reservation(info, prompt, most, limiter.now())
                 else:
@@ -145,7 +148,8 @@ async def open_call(
         if result.limit.startswith("tokens_per"):
             err.message += (
                 f" This request reserves {reserve} tokens (prompt ≈{int(prompt_tokens)} + max_tokens {reserve_max}"
-                f"{'' if max_tokens is not None else ', the default when none is sent'}); a smaller max_tokens may fit."
+                f"{'' if max_tokens is not None else ', the default when none is sent'}"
+                f"{f' × {choices} choices' if choices > 1 else ''}); a smaller max_tokens may fit."
             )
         _record_refusal(request_id, key, info, surface, stream, err, started)
         raise err
@@ -172,6 +176,7 @@ async def open_call(
         selection=selection,
     )
     call.max_tokens = reserve_max
+    call.choices = choices
     call.choice = choice
     if waited is not None:
         call.cold_start_ms = waited * 1000
@@ -251,12 +256,6 @@ def pinned_channel(req: Request, key: KeyInfo) -> int | None:
     if req.playground and key.owner_is_admin and value.isdigit():
         return int(value)
     return None
-
-
-def choices_of(body: dict[str, Any] | None) -> int:
-    """`n`: every choice may produce the reserved output."""
-    n = (body or {}).get("n")
-    return n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 128 else 1
 
 
 def priced_routes(selection: Selection, now: float) -> list[RouteInfo]:

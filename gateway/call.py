@@ -315,6 +315,7 @@ async def send_upstream(
     deadline: float | None = None,
     prompt_tokens: int = 0,
     limit: int | None = None,
+    choices: int = 1,
 ) -> UpstreamResponse:
     """POST each route its `plan.outgoing(route)` in order until one answers.
 
@@ -341,7 +342,7 @@ async def send_upstream(
         assemble = out.assemble
         if assemble is None and out.path in STREAMED_PATHS and not out.anthropic_native:
             ask_for_stream(out.payload)
-            assemble = _chat_assembly(out.path, _choices(out.payload))
+            assemble = _chat_assembly(out.path, choices)
         streamed = assemble is not None
         if streamed and not stream:
             out.payload["stream"] = True
@@ -492,11 +493,6 @@ def failure_of(status: int, err: GatewayError) -> Failure:
     if status < 400:
         return Failure.REDIRECT
     return Failure.REFUSED
-
-
-def _choices(payload: dict[str, Any]) -> int:
-    n = payload.get("n")
-    return n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 128 else 1
 
 
 async def _first_event(resp: aiohttp.ClientResponse, *, checked: bool = True, buffer: bytes = b"") -> bytes:
@@ -853,7 +849,7 @@ class Call:
         self.finished = False
         self.usage: Usage | None = None  # what finish() recorded
         self.max_tokens: int | None = None  # what the reservation allows; a stream is cut past it
-        self.choices = 1  # `n`: the reservation is per choice
+        self.choices = 1  # the outputs generated (`chat.generations`): the reservation is per choice
         self.choice = balance.Choice()  # the balancing's session, pick and reason (`catalog.ordered_routes`)
         self._busy: int | None = None  # the channel this call counts as in flight on (`balance.load`)
         # The whole call's deadline (event-loop clock): failover and relay stop there.
@@ -901,6 +897,7 @@ class Call:
                 deadline=self.deadline,
                 prompt_tokens=self.prompt_estimate,
                 limit=self.max_tokens,
+                choices=self.choices,
             )
         except asyncio.CancelledError:
             if not gone:

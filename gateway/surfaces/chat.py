@@ -48,6 +48,7 @@ async def _proxy(req: Request, surface: str, path: str) -> None:
     else:
         prompt = estimate_tokens(body.get("input"))
     max_tokens = 0 if surface == ApiSurface.EMBEDDINGS else _max_tokens(body)
+    choices = 1 if surface == ApiSurface.EMBEDDINGS else generations(body, legacy=surface == ApiSurface.COMPLETIONS)
     call = await open_call(
         req,
         surface=surface,
@@ -56,11 +57,10 @@ async def _proxy(req: Request, surface: str, path: str) -> None:
         prompt_tokens=prompt,
         max_tokens=max_tokens,
         body=body,
+        choices=choices,
     )
     options = body.get("stream_options")
     wants_usage = stream and isinstance(options, dict) and bool(options.get("include_usage"))
-    n = body.get("n")
-    call.choices = choices = n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 128 else 1
     # Chat and Completions go upstream as streams (`call.send_upstream`), asked for usage; an
     # Anthropic channel gets the body translated to Messages (`chat_anthropic`).
     default_max = max_tokens if max_tokens is not None else call.max_tokens
@@ -88,6 +88,44 @@ def _max_tokens(body: dict[str, Any]) -> int | None:
                 raise GatewayError(400, f"`{name}` must be a non-negative integer.", code="invalid_value", param=name)
             return value
     return None
+
+
+# OpenAI's bounds: `n` at most 128 choices; legacy Completions' `best_of` at most 20 candidates.
+MAX_N = 128
+MAX_BEST_OF = 20
+
+
+def generations(body: dict[str, Any], *, legacy: bool) -> int:
+    """How many outputs the upstream generates for the request, each of which may produce the
+    reserved output: `n` choices (1 to 128), on legacy Completions `best_of` candidates when more
+    (1 to 20, never fewer than `n`), for each prompt of a prompt list. The upstream gets the body
+    as sent, so a value the gateway could not count is refused rather than counted as one."""
+    n = _count(body, "n", MAX_N)
+    if not legacy:
+        return n
+    if body.get("best_of") is not None:
+        best_of = _count(body, "best_of", MAX_BEST_OF)
+        if best_of < n:
+            raise GatewayError(400, "`best_of` must be at least `n`.", code="invalid_value", param="best_of")
+        n = best_of
+    return n * _prompts(body.get("prompt"))
+
+
+def _count(body: dict[str, Any], name: str, most: int) -> int:
+    value = body.get(name)
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise GatewayError(400, f"`{name}` must be an integer from 1 to {most}.", code="invalid_value", param=name)
+    return value
+
+
+def _prompts(prompt: Any) -> int:
+    """The prompts of a legacy Completions `prompt`: a list of strings or of token-id lists is one
+    prompt each (a list of token ids, or a string, is one prompt)."""
+    if isinstance(prompt, list) and prompt and all(isinstance(item, (str, list)) for item in prompt):
+        return len(prompt)
+    return 1
 
 
 async def _relay_json(call: Call, up: UpstreamResponse, prompt: int) -> None:

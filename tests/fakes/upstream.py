@@ -530,25 +530,31 @@ class FakeUpstream:
         prompt = _words((body or {}).get("prompt"))
         n = min(b["tokens"], int((body or {}).get("max_tokens") or 16))
         model = (body or {}).get("model", "fake-model")
+        # vLLM's choices: `n` for each prompt of a prompt list (strings or token-id lists), numbered in turn
+        prompts = (body or {}).get("prompt")
+        many = isinstance(prompts, list) and prompts and all(isinstance(p, (str, list)) for p in prompts)
+        choices = (len(prompts) if many else 1) * int((body or {}).get("n") or 1)
         if (body or {}).get("stream"):
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
             include_usage = bool(((body or {}).get("stream_options") or {}).get("include_usage"))
             for i in range(n):
-                data = {
-                    "id": "cmpl-1",
-                    "object": "text_completion",
-                    "model": model,
-                    "choices": [{"index": 0, "text": (" " if i else "") + f"tok{i}", "finish_reason": None}],
-                }
-                await resp.write(b"data: " + json.dumps(data).encode() + b"\n\n")
+                for index in range(choices):
+                    data = {
+                        "id": "cmpl-1",
+                        "object": "text_completion",
+                        "model": model,
+                        "choices": [{"index": index, "text": (" " if i else "") + f"tok{i}", "finish_reason": None}],
+                    }
+                    await resp.write(b"data: " + json.dumps(data).encode() + b"\n\n")
             if include_usage and b["mode"] != "omit_usage":
+                spent = n * choices
                 data = {
                     "id": "cmpl-1",
                     "object": "text_completion",
                     "model": model,
                     "choices": [],
-                    "usage": {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n},
+                    "usage": {"prompt_tokens": prompt, "completion_tokens": spent, "total_tokens": prompt + spent},
                 }
                 await resp.write(b"data: " + json.dumps(data).encode() + b"\n\n")
             await resp.write(b"data: [DONE]\n\n")

@@ -220,6 +220,39 @@ def test_absurd_upstream_usage_is_bounded_and_flagged(setup, upstream, gateway, 
         assert record.completion_tokens <= 5 and record.prompt_tokens < 10_000
 
 
+@pytest.mark.parametrize("n", [0, 129, "100", True, 2.0])
+def test_an_n_the_gateway_cannot_count_is_refused(setup, upstream, gateway, n):
+    """The body goes upstream as sent: an `n` the gateway would count as one choice (while a
+    server such as vLLM answers `"100"` with a hundred) would make every other choice free."""
+    r = post(gateway, setup.plaintext, {**BODY, "n": n})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "n" and "1 to 128" in r.json()["error"]["message"]
+    assert upstream.requests == []
+
+
+def test_each_choice_is_reserved_against_a_token_limit(setup, upstream, gateway, alice):
+    _key, plain = issue_key(owner=alice, name="per-minute", tokens_per_minute=500)
+    refused = post(gateway, plain, {**BODY, "n": 100, "max_tokens": 10})
+    assert refused.status_code == 429 and "× 100 choices" in refused.json()["error"]["message"]
+    admitted = post(gateway, plain, {**BODY, "n": 2, "max_tokens": 10})
+    assert admitted.status_code == 200 and len(admitted.json()["choices"]) == 2
+    assert int(admitted.headers["x-ratelimit-remaining-tokens"]) <= 500 - 2 * 10
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_every_prompt_of_a_completions_prompt_list_is_reserved_and_charged(setup, upstream, gateway, stream):
+    """A prompt list is answered one choice a prompt (vLLM): each is charged, none bounded away."""
+    body = {"model": "qwen3-32b", "prompt": ["a", "b", "c", "d"], "max_tokens": 3, "stream": stream}
+    r = httpx.post(
+        gateway + "/v1/completions", json=body, headers={"Authorization": f"Bearer {setup.plaintext}"}, timeout=60
+    )
+    assert r.status_code == 200, r.text
+    if not stream:
+        assert sorted(c["index"] for c in r.json()["choices"]) == [0, 1, 2, 3]
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert (record.completion_tokens, record.estimated, record.error) == (12, False, "")
+
+
 # --- a faithful relay -------------------------------------------------------------------------
 
 
