@@ -37,7 +37,7 @@ from . import balance
 from .cache import KeyInfo, ModelInfo, RouteInfo
 from .catalog import Selection
 from .chunks import DONE, ChatAssembly, event_data
-from .errors import TIMEOUT_SETTINGS, Attempt, Failure, GatewayError, UpstreamStreamError
+from .errors import REDACTED, TIMEOUT_SETTINGS, Attempt, Failure, GatewayError, UpstreamStreamError
 from .http import Request, send_bytes
 from .limits import Admission
 from .ondemand import ended as ondemand_ended
@@ -231,6 +231,35 @@ def _is_json(ctype: bytes) -> bool:
     return ctype.find(b"json") >= 0
 
 
+def _not_an_answer(body: bytes, ctype: bytes, *, stream: bool) -> Failure | None:
+    """Why a successful upstream answer that is not an event stream cannot be the client's answer,
+    or None: a stream was asked for (the client's, or the gateway's to assemble one: a server that
+    ignores `stream` answers JSON, which the client takes as it is), the body is not JSON (a
+    captive portal's or a proxy's HTML page), or it is an error object (a 200 that failed)."""
+    if stream or not _is_json(ctype):
+        return Failure.INVALID_JSON
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return Failure.INVALID_JSON
+    if isinstance(data, dict) and data.get("error") and not data.get("choices") and data.get("type") != "message":
+        return Failure.STREAM_ERROR
+    return None
+
+
+def without_credentials(body: bytes, route: RouteInfo) -> bytes:
+    """An upstream's error body without the channel's key in it: an upstream (or a proxy before it)
+    that echoes the request's headers in its error must not hand the team's key to a developer,
+    nor to the usage record's error text."""
+    key = route.api_key
+    if not key or len(key) < 8:
+        return body
+    for secret in {key.encode(), orjson.dumps(key)[1:-1]}:
+        if secret in body:
+            body = body.replace(secret, REDACTED.encode())
+    return body
+
+
 # Servers with a /tokenize endpoint, and how they take the text (llama.cpp `content`, vLLM `prompt`).
 TOKENIZING_KINDS = ("llamacpp", "vllm")
 TOKENIZE_TIMEOUT = aiohttp.ClientTimeout(total=5)
@@ -359,7 +388,7 @@ async def send_upstream(
                 )
             status = resp.status
             if status in FAILOVER_STATUSES or (status >= 300 and status < 400) or status >= 500:
-                body = await resp.content.read(MAX_ERROR_BODY)
+                body = without_credentials(await resp.content.read(MAX_ERROR_BODY), route)
                 retry_after = resp.headers.get("retry-after", "")
                 resp.close()
                 last_error = upstream_error(status, body, retry_after=retry_after)
@@ -419,11 +448,10 @@ async def send_upstream(
             async with asyncio.timeout_at(deadline) if deadline is not None else _no_deadline():
                 body = await read_capped(resp, cap)
             resp.release()
-            if status == 200 and _is_json(ctype):
-                try:
-                    orjson.loads(body)
-                except orjson.JSONDecodeError:
-                    raise UpstreamStreamError(Failure.INVALID_JSON) from None
+            if status >= 400:  # a client error passes through to the client (`_relay_json`)
+                body = without_credentials(body, route)
+            elif status < 300 and (failure := _not_an_answer(body, ctype, stream=stream)) is not None:
+                raise UpstreamStreamError(failure)
             ttfb = (time.perf_counter() - started) * 1000
             passive.report(route.channel_id, True, status=status, ttft_ms=ttfb)
             return UpstreamResponse(

@@ -43,6 +43,9 @@ class Failure(enum.StrEnum):
     TRUNCATED = "truncated"  # the stream ended before its own last event (message_stop, response.completed)
 
 
+# What stands in an upstream's answer for a credential of the team's it echoed (`call.without_credentials`, MCP).
+REDACTED = "[redacted by the gateway]"
+
 # Which settings a timeout failure is named after (the error tells the operator what to raise).
 TIMEOUT_SETTINGS = {
     Failure.HEADERS_TIMEOUT: "GATEWAY_HEADERS_TIMEOUT",

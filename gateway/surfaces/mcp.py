@@ -43,6 +43,7 @@ from mcpservers.upstream import Upstream, UpstreamFailure, call_tool, list_tools
 
 from ..auth import authenticate
 from ..cache import KeyInfo, namespace, run_db
+from ..errors import REDACTED
 from ..http import GatewayError, Request, send_bytes
 from ..limits import Refusal, Scope, Stale
 from ..state import process
@@ -141,8 +142,6 @@ def record(caller: Caller, tool: str, status: str, started: float, error: str = 
     _pending.add(task)
     task.add_done_callback(_pending.discard)
 
-
-REDACTED = "[redacted by the gateway]"
 
 _M = TypeVar("_M", bound=BaseModel)
 

@@ -248,6 +248,10 @@ class FakeUpstream:
             raise web.HTTPFound(location="http://127.0.0.1:9/v1/chat/completions")
         if mode == "invalid_json":
             return web.Response(text="<html>upstream proxy error</html>", content_type="application/json")
+        if mode == "html_page":  # a captive portal's or a proxy's page, said with a 200
+            return web.Response(text="<html>captive portal</html>", content_type="text/html")
+        if mode == "error_200":  # an error object said with a 200
+            return web.json_response({"error": {"message": b["error_message"], "type": b["error_type"]}})
         if mode in ("huge", "trickle"):
             resp = web.StreamResponse(headers={"Content-Type": "application/json"})
             await resp.prepare(request)
@@ -315,7 +319,7 @@ class FakeUpstream:
                 status=400,
             )
         model = body.get("model", "fake-model")
-        if body.get("stream"):
+        if body.get("stream") and b["mode"] != "ignore_stream":  # (a server that always answers JSON)
             return await self._stream_chat(request, body, b, model, prompt)
         if b["mode"] == "stall":
             await asyncio.sleep(3600)

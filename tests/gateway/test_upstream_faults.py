@@ -73,6 +73,51 @@ def test_alone_they_are_clean_502s(setup, upstream, gateway, mode, code):
     assert "127.0.0.1:9" not in r.text  # the redirect's target was never followed nor shown
 
 
+@pytest.mark.parametrize(
+    ("mode", "stream"), [("html_page", False), ("html_page", True), ("error_200", False), ("ignore_stream", True)]
+)
+def test_a_200_that_is_not_the_answer_asked_for_fails_over(setup, upstream, backup, gateway, mode, stream):
+    """A captive portal's page, an error object or a JSON answer to a stream, each said with a 200,
+    is a failed attempt (tried elsewhere, on the record), never relayed as the client's answer."""
+    upstream.behave(mode=mode)
+    if stream:
+        with httpx.stream(
+            "POST",
+            gateway + "/v1/chat/completions",
+            json={**BODY, "stream": True},
+            headers={"Authorization": f"Bearer {setup.plaintext}"},
+            timeout=30,
+        ) as r:
+            text = r.read().decode()
+        assert r.headers["content-type"].startswith("text/event-stream") and "data: [DONE]" in text, text
+    else:
+        r = post(gateway, setup.plaintext)
+        assert r.json()["choices"][0]["message"]["content"], r.text
+    assert r.status_code == 200 and len(backup.requests) == 1
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert record.status == "ok" and "failover after" in " ".join(record.route_explanation)
+
+
+@pytest.mark.parametrize("mode", ["html_page", "error_200"])
+def test_alone_a_200_that_is_not_an_answer_is_a_clean_502(setup, upstream, gateway, mode):
+    upstream.behave(mode=mode, error_message="boom")
+    r = post(gateway, setup.plaintext)
+    assert r.status_code == 502 and r.json()["error"]["type"], r.text
+    assert "captive" not in r.text and "boom" not in r.text
+
+
+@pytest.mark.parametrize("status", [400, 429, 500])
+def test_an_upstream_error_that_echoes_the_channels_key_is_scrubbed(setup, upstream, gateway, status):
+    """An upstream (or a proxy before it) whose error repeats the request's Authorization header:
+    the team's key reaches neither the developer nor the usage record."""
+    upstream.behave(mode="status", status=status, error_message=f"bad header: Bearer {UPSTREAM_KEY}")
+    r = post(gateway, setup.plaintext)
+    assert r.status_code == (502 if status == 500 else status), r.text
+    assert UPSTREAM_KEY not in r.text and "[redacted by the gateway]" in r.text
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert record.error and UPSTREAM_KEY not in record.error
+
+
 def test_a_trickling_upstream_ends_at_the_total_deadline(setup, upstream, gateway):
     """The trickle never ends and never goes silent for the headers deadline: the answer can only
     come from the call's total deadline (3 s), never before it, however slow the machine."""
