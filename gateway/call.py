@@ -363,7 +363,8 @@ async def send_upstream(
     first_timeout = first_token_timeout(prompt_tokens)
     cap = int(hot.GATEWAY_MAX_RESPONSE_BYTES)
     attempts: list[Attempt] = []
-    last_error: GatewayError | None = None
+    last_error: GatewayError | None = None  # what the client is answered if every route fails
+    last_kind = Failure.CONNECT
     loop = asyncio.get_running_loop()
     for route in plan.routes:
         out = plan.outgoing(route)
@@ -391,8 +392,10 @@ async def send_upstream(
                 body = without_credentials(await resp.content.read(MAX_ERROR_BODY), route)
                 retry_after = resp.headers.get("retry-after", "")
                 resp.close()
-                last_error = upstream_error(status, body, retry_after=retry_after)
-                kind = failure_of(status, last_error)
+                err = upstream_error(status, body, retry_after=retry_after)
+                kind = failure_of(status, err)
+                if last_error is None or telling(kind) >= telling(last_kind):
+                    last_error, last_kind = err, kind
                 attempts.append(Attempt(route.channel_id, route.channel_name, kind, status))
                 passive.report(route.channel_id, False, status=status, error=kind)
                 continue
@@ -501,7 +504,8 @@ async def send_upstream(
             resp.close()
         attempts.append(Attempt(route.channel_id, route.channel_name, kind))
         passive.report(route.channel_id, False, error=Failure.PROTOCOL if kind == Failure.TOO_LARGE else kind)
-        last_error = err
+        if last_error is None or telling(kind) >= telling(last_kind):
+            last_error, last_kind = err, kind
         logger.info("channel %s failed (%s); trying the next route", route.channel_name, kind)
         if deadline is not None and loop.time() >= deadline:
             break
@@ -509,6 +513,17 @@ async def send_upstream(
         last_error = GatewayError(503, "No upstream channel is available for this model.", code="no_channel")
     last_error.attempts = attempts
     raise last_error
+
+
+def telling(kind: Failure) -> int:
+    """How much a failure tells the client, of the call's failures once every route failed (the
+    latest of the most telling is the answer): an upstream that answered (its status, its
+    message) tells more than one that could not be reached, and one that is busy (429, 529,
+    with its Retry-After) more than any other: the client waits and retries, where a 502 makes
+    an SDK retry at once."""
+    if kind == Failure.CONNECT:
+        return 0
+    return 2 if kind in (Failure.RATE_LIMITED, Failure.OVERLOADED) else 1
 
 
 def failure_of(status: int, err: GatewayError) -> Failure:

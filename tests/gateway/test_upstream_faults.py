@@ -5,6 +5,7 @@ stays silent for a long time mid-stream. Real uvicorn in front of fake upstreams
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 
 import httpx
@@ -116,6 +117,27 @@ def test_an_upstream_error_that_echoes_the_channels_key_is_scrubbed(setup, upstr
     assert UPSTREAM_KEY not in r.text and "[redacted by the gateway]" in r.text
     record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
     assert record.error and UPSTREAM_KEY not in record.error
+
+
+@pytest.mark.parametrize(("status", "code"), [(429, "upstream_rate_limited"), (500, "upstream_error")])
+def test_when_every_route_fails_the_answer_is_the_upstream_that_answered(setup, upstream, gateway, status, code):
+    """The primary answers 429 (with when to retry) or 500; the route tried after it cannot be
+    reached. The client learns what the upstream said, not that the last channel was down."""
+    from channels.models import Channel, ModelRoute
+
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        down = Channel.objects.create(
+            name="down", kind="vllm", base_url=f"http://127.0.0.1:{closed.getsockname()[1]}/v1", priority=-1
+        )
+    ModelRoute.objects.create(model=setup.model, channel=down, upstream_model="fake-model", context_window=8192)
+    upstream.behave(mode="status", status=status, retry_after="7", error_message="the model is warming up")
+    r = post(gateway, setup.plaintext)
+    assert (r.status_code, r.json()["error"]["code"]) == (429 if status == 429 else 502, code), r.text
+    assert r.headers.get("retry-after") == ("7" if status == 429 else None)
+    assert status == 429 or "warming up" in r.json()["error"]["message"]
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert record.route_explanation[-2].startswith("failover after connect from down")
 
 
 def test_a_trickling_upstream_ends_at_the_total_deadline(setup, upstream, gateway):
