@@ -101,6 +101,10 @@ class ReadsChunks:
         return self.reader.ended  # `[DONE]` seen: a stream closed before it is incomplete
 
 
+# What a usage chunk of the gateway's own repeats of the stream's first chunk.
+USAGE_CHUNK_FIELDS = ("id", "object", "created", "model", "system_fingerprint")
+
+
 class ChatDialect(ReadsChunks):
     """Chat Completions (and legacy Completions) relayed to a client of the same API: events go
     out byte for byte, minus what the gateway asked for on its own behalf (the usage chunk and the
@@ -160,7 +164,17 @@ class ChatDialect(ReadsChunks):
         return out
 
     def close(self, usage: Usage) -> bytes:
-        return b"data: [DONE]\n\n"
+        """`[DONE]`, after the usage chunk a client that asked for usage did not get from the
+        upstream: the stream was cut at the reservation before it (or the upstream sent none),
+        so it gets the usage as charged."""
+        reader = self.reader
+        if not self.wants_usage or (reader.usage is not None and not reader.done):
+            return b"data: [DONE]\n\n"
+        first = reader.first or {}
+        chunk: dict[str, Any] = {k: first[k] for k in USAGE_CHUNK_FIELDS if k in first}
+        chunk["choices"] = []
+        chunk["usage"] = usage.as_chat()
+        return sse(chunk) + b"data: [DONE]\n\n"
 
     def error(self, err: GatewayError) -> bytes:
         return sse_error_event(err)

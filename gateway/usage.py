@@ -74,6 +74,15 @@ class Usage:
     def total(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
+    def as_chat(self) -> dict[str, Any]:
+        """The Chat Completions `usage` object of these tokens."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+        }
+
 
 def usage_from(data: Any) -> Usage | None:
     """An OpenAI `usage` object (Chat or Responses) as Usage, or None when absent or malformed.

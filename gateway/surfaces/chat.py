@@ -137,6 +137,9 @@ async def _relay_json(call: Call, up: UpstreamResponse, prompt: int) -> None:
         if usage is None:
             # No usage from the upstream: its own tokenizer counts where it has one, else ≈4 chars a token.
             usage = await recount(up, Usage(prompt, _estimated_completion(data), estimated=True), _answer_text(data))
+            if isinstance(data, dict):  # (an answer cut at the reservation has none either) the client gets ours
+                data["usage"] = call.bounded(usage)[0].as_chat()
+                raw = orjson.dumps(data)
     else:
         # An upstream client error (e.g. llama.cpp's exceed_context_size_error) passes through,
         # always in the OpenAI error shape.

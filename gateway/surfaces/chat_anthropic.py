@@ -146,13 +146,7 @@ class AnthropicChatDialect(ReadsNative):
         return self._encode(self.translator.feed(parsed))
 
     def close(self, usage: Usage) -> bytes:
-        settled = {
-            "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens,
-            "total_tokens": usage.total,
-            "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
-        }
-        return self._encode(self.translator.finish(settled)) + b"data: [DONE]\n\n"
+        return self._encode(self.translator.finish(usage.as_chat())) + b"data: [DONE]\n\n"
 
     def error(self, err: GatewayError) -> bytes:
         self.translator.done = True

@@ -152,18 +152,7 @@ class TranslatedDialect(ReadsChunks):
         return encode(events)
 
     def close(self, usage: Usage) -> bytes:
-        return encode(self.translator.finish(_chat_usage(usage)))
+        return encode(self.translator.finish(usage.as_chat()))
 
     def error(self, err: GatewayError) -> bytes:
         return encode(self.translator.fail(err.status, err.message))
-
-
-def _chat_usage(usage: Usage | None) -> dict[str, Any] | None:
-    if usage is None:
-        return None
-    return {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.total,
-        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
-    }

@@ -253,6 +253,40 @@ def test_every_prompt_of_a_completions_prompt_list_is_reserved_and_charged(setup
     assert (record.completion_tokens, record.estimated, record.error) == (12, False, "")
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_cut_at_the_reservation_carries_the_usage_charged(setup, upstream, gateway, stream):
+    """The upstream ignores max_tokens; the gateway cuts the answer at 5 tokens, before the
+    upstream's usage: the client that asked for usage (every non-streaming one) gets what was
+    charged, through the official SDK."""
+    upstream.behave(tokens=40, ignore_max_tokens=True)
+    client = sdk(gateway, setup.plaintext)
+    if stream:
+        chunks = list(
+            client.chat.completions.create(
+                model="qwen3-32b", messages=MESSAGES, max_tokens=5, stream=True, stream_options={"include_usage": True}
+            )
+        )
+        assert chunks[-2].choices[0].finish_reason == "length" and not chunks[-1].choices
+        usage = chunks[-1].usage
+        assert chunks[-1].id == chunks[0].id
+    else:
+        answer = client.chat.completions.create(model="qwen3-32b", messages=MESSAGES, max_tokens=5)
+        assert answer.choices[0].finish_reason == "length"
+        usage = answer.usage
+    assert usage is not None and usage.completion_tokens == 5
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert (usage.prompt_tokens, usage.completion_tokens) == (record.prompt_tokens, record.completion_tokens)
+
+
+def test_a_stream_whose_upstream_sent_no_usage_gets_the_estimate_when_asked(setup, upstream, gateway):
+    upstream.behave(mode="omit_usage")
+    stream = sdk(gateway, setup.plaintext).chat.completions.create(
+        model="qwen3-32b", messages=MESSAGES, max_tokens=5, stream=True, stream_options={"include_usage": True}
+    )
+    usages = [chunk.usage for chunk in stream if chunk.usage is not None]
+    assert len(usages) == 1 and usages[0].completion_tokens == 5
+
+
 # --- a faithful relay -------------------------------------------------------------------------
 
 
