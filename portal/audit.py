@@ -2,9 +2,10 @@
 
 Views, serializers, tasks and commands all go through the ORM, so hooking `pre_save`/`post_save`/
 `post_delete` covers them all. The acting user comes from a context variable that the middleware
-(web, session API) and the token authentication (scripts) set. Fields named in `SECRET_FIELDS` are
-logged as "changed", never with a value. Bulk `.update()` (the gateway's `last_used_at`) is not
-audited on purpose: it is telemetry, not an administrative change.
+(web, session API) and the token authentication (scripts) set. Secrets (every encrypted field, and
+the hashes named in `SECRET_FIELDS`) are logged as "set" or "changed", never with a value. Bulk
+`.update()` (the gateway's `last_used_at`) is not audited on purpose: it is telemetry, not an
+administrative change.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import datetime
 import decimal
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -21,11 +23,13 @@ from django.db import models
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_save
 
 from .choices import AuditAction
+from .fields import EncryptedTextField
 
 _actor: contextvars.ContextVar = contextvars.ContextVar("audit_actor", default=None)
 _ip: contextvars.ContextVar = contextvars.ContextVar("audit_ip", default=None)
 
-SECRET_FIELDS = {"api_key", "private_key", "password", "key_hash", "token_hash", "upstream_api_key"}
+# Secrets stored as hashes; every `EncryptedTextField` (a secret the portal must read back) is one too.
+SECRET_FIELDS = {"password", "key_hash", "token_hash"}
 IGNORED_FIELDS = {"updated", "created", "last_login", "last_used_at", "last_checked"}
 _registered: dict[type[models.Model], set[str]] = {}
 _sink: Callable[[dict[str, Any]], None] | None = None
@@ -59,12 +63,21 @@ def _plain(value: Any) -> Any:
     return value
 
 
+@dataclass(frozen=True, slots=True)
+class _Secret:
+    """A secret's value in a snapshot: compared with the other snapshot's, never written out."""
+
+    value: Any
+
+
 def snapshot(instance: models.Model, ignore: set[str] | None = None) -> dict[str, Any]:
-    data = {}
+    data: dict[str, Any] = {}
     for field in instance._meta.concrete_fields:
         if field.name in IGNORED_FIELDS or (ignore and field.name in ignore):
             continue
-        data[field.name] = _plain(getattr(instance, field.attname))
+        value = _plain(getattr(instance, field.attname))
+        secret = field.name in SECRET_FIELDS or isinstance(field, EncryptedTextField)
+        data[field.name] = _Secret(value) if secret else value
     return data
 
 
@@ -74,9 +87,10 @@ def diff(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any]
         old = before.get(name) if before is not None else None
         if before is not None and old == new:
             continue
-        if before is None and new in (None, "", [], {}):
+        secret = isinstance(new, _Secret)
+        if before is None and (new.value if secret else new) in (None, "", [], {}):
             continue
-        if name in SECRET_FIELDS:
+        if secret:
             changes[name] = "changed" if before is not None else "set"
         else:
             changes[name] = [old, new] if before is not None else new

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from accounts.models import AuditLog
 from keys.services import issue_key
 from mcpservers.models import McpCall, McpGrant, McpServer
 from tests.api.conftest import session_client, token_client
@@ -49,6 +50,17 @@ def test_an_admin_creates_a_server_and_its_secrets_are_write_only(admin):
     assert server.bearer_token == SECRET
     cleared = api.patch(f"/api/mcp-servers/{server.pk}/", {"auth": "none", "bearer_token": ""}, format="json")
     assert cleared.status_code == 200 and not cleared.json()["has_bearer_token"]
+    # The audit log and its pages say a secret was set or changed, never what it is.
+    rotated = api.patch(
+        f"/api/mcp-servers/{server.pk}/", {"auth": "bearer", "bearer_token": "rotated-55bb"}, format="json"
+    )
+    assert rotated.status_code == 200, rotated.content
+    entries = AuditLog.objects.filter(object_type="mcpserver").order_by("pk")
+    assert entries[0].changes["bearer_token"] == "set" and entries[0].changes["headers"] == "set"
+    assert entries.last().changes["bearer_token"] == "changed"
+    logged = str(list(entries.values())) + api.get("/api/audit-log/?page_size=500").content.decode()
+    for secret in (SECRET, "alpha-secret-header", "rotated-55bb"):
+        assert secret not in logged
 
 
 def test_it_answers_field_errors_for_bad_servers(admin):
