@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from portal.forms import SecretTextarea
 from portal.ui import Fieldset
 
 from .models import Host
@@ -28,7 +29,7 @@ class HostForm(_HostModelForm):
         required=False,
         max_length=20000,
         strip=False,
-        widget=forms.Textarea(
+        widget=SecretTextarea(
             attrs={
                 "rows": 4,
                 "autocomplete": "off",

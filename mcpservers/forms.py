@@ -11,6 +11,7 @@ from django.utils.translation import gettext_lazy as _
 
 from accounts.models import Team
 from keys.models import Key
+from portal.forms import SecretTextarea
 
 from .models import McpGrant, McpServer, McpTool
 from .services import EDITABLE_FIELDS, SECRET_FIELDS, save_server
@@ -32,7 +33,7 @@ class McpServerForm(forms.ModelForm):
         label=_("Extra headers"),
         required=False,
         max_length=8000,
-        widget=forms.Textarea(attrs={"rows": 2, "autocomplete": "off"}),
+        widget=SecretTextarea(attrs={"rows": 2, "autocomplete": "off"}),
     )
     oauth_client_secret = _secret(_("OAuth client secret"))
     clear_secrets = forms.BooleanField(label=_("Remove the stored token, headers and client secret"), required=False)

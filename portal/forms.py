@@ -91,6 +91,15 @@ FIELD_LABELS = {
 }
 
 
+class SecretTextarea(forms.Textarea):
+    """A textarea for a write-only secret (an SSH key, headers with credentials): like
+    `PasswordInput(render_value=False)`, it is always rendered empty, also when the form comes
+    back with another field's error, so the secret never travels back to the browser."""
+
+    def format_value(self, value: object) -> None:
+        return None
+
+
 class DatalistInput(forms.TextInput):
     """A text input with a `<datalist>` of suggestions: searchable as one types, in any browser and
     without JS, instead of a select of hundreds of options. `options` is a callable (evaluated at

@@ -67,6 +67,24 @@ def test_the_form_shows_field_errors(admin_client):
     assert not McpServer.objects.exists()
 
 
+def test_a_form_sent_back_with_an_error_never_holds_the_secrets_it_was_given(admin_client):
+    answer = admin_client.post(
+        "/mcp-servers/new/",
+        {
+            "name": "T",
+            "slug": "bad slug!",
+            "url": "http://x/mcp",
+            "transport": "sse",
+            "auth": "bearer",
+            "bearer_token": "bearer-55cc",
+            "headers": '{"X-Api-Key": "header-55dd"}',
+            "timeout_seconds": "5",
+        },
+    )
+    assert answer.status_code == 400 and b"slug" in answer.content
+    assert b"bearer-55cc" not in answer.content and b"header-55dd" not in answer.content
+
+
 def test_tools_and_grants_on_the_server_page(admin_client, alice, team):
     server = make_server(tools=["echo", "whoami"])
     key, _ = issue_key(owner=alice, name="laptop")

@@ -189,6 +189,15 @@ def test_host_private_key_is_write_only_and_kept_when_blank(admin_client):
     assert host.private_key == ""
 
 
+def test_a_host_form_sent_back_with_an_error_never_holds_the_private_key(admin_client):
+    import asyncssh
+
+    pem = asyncssh.generate_private_key("ssh-ed25519").export_private_key().decode()
+    response = host_post(admin_client, private_key=pem, gpu_hour_cost="-3")
+    assert response.status_code == 400 and field_errors(response, "gpu_hour_cost")
+    assert pem.splitlines()[1] not in response.content.decode()
+
+
 # --- channels -------------------------------------------------------------------------------
 
 
