@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, cast
 from django import forms
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
+from django.utils.html import escape
 from django.utils.translation import gettext_lazy as _
 
 from accounts.models import User
@@ -163,20 +164,21 @@ class KeyForm(forms.Form):
             if ceiling is not None and owner is not None:
                 help_bits.append(
                     _("%(owner)s's own limit, shared by all their keys: %(value)s.")
-                    % {"owner": owner.username, "value": f"{ceiling:,}"}
+                    % {"owner": escape(owner.username), "value": f"{ceiling:,}"}
                 )
             team = owner.team if owner is not None else None
             team_ceiling = getattr(team, name, None) if team is not None else None
             if team_ceiling is not None:
                 help_bits.append(
                     _("The team %(team)s's limit, shared by all its members: %(value)s.")
-                    % {"team": team, "value": f"{team_ceiling:,}"}
+                    % {"team": escape(team), "value": f"{team_ceiling:,}"}
                 )
             if self.user.is_admin and (owner is None or owner.pk != self.user.pk):
                 help_bits.append(str(_("A value you set is a ceiling the owner can only lower.")))
             elif owner is not None and self.user.pk != owner.pk and self.user.led_team_id is not None:
                 lead_note = _("A value you set is a ceiling %(owner)s can only lower.")
-                help_bits.append(lead_note % {"owner": owner.username})
+                help_bits.append(lead_note % {"owner": escape(owner.username)})
+            # (help texts are HTML: a name a person chose, or an SSO group's, is escaped in them)
             field.help_text = " ".join(str(b) for b in help_bits)
 
     def _owner_for_display(self) -> User | None:

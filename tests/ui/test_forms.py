@@ -46,6 +46,15 @@ def test_key_form_rejects_limit_above_the_owner_ceiling(alice_client, alice):
     assert not Key.objects.exists()
 
 
+def test_a_team_name_in_the_key_forms_help_is_text_not_markup(alice_client, team):
+    """Help texts are HTML; a team's name (an SSO group's, or whatever an admin typed) is escaped."""
+    team.name = 'red<img src=x onerror="alert(1)">'
+    team.tokens_per_day = 1000
+    team.save()
+    page = alice_client.get(reverse("key_create")).content.decode()
+    assert "red&lt;img src=x" in page and "<img src=x" not in page
+
+
 def test_key_form_rejects_expiry_in_the_past(alice_client, alice):
     past = (timezone.now() - datetime.timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
     response = key_post(alice_client, owner=alice.pk, expires_at=past)
