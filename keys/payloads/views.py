@@ -65,9 +65,9 @@ class RequestLogListView(AdminRequiredMixin, View):
         key = find_key(request.POST.get("key", ""))
         if key is not None:
             instance = PayloadLogging.objects.filter(key=key).first()
-        elif request.POST.get("user"):
+        elif request.POST.get("user", "").isdigit():  # (anything else is the form's field error)
             instance = PayloadLogging.objects.filter(user_id=request.POST["user"]).first()
-        elif request.POST.get("team"):
+        elif request.POST.get("team", "").isdigit():
             instance = PayloadLogging.objects.filter(team_id=request.POST["team"]).first()
         form = PayloadLoggingForm(request.POST, instance=instance)
         if not form.is_valid():

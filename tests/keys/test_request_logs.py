@@ -119,6 +119,9 @@ def test_the_switch_form_sets_one_row_per_target_and_refuses_two_targets(admin_c
     bad = admin_client.post(url, {"user": alice.pk, "retention_days": 0, "enabled": "on"})
     assert bad.status_code == 400
     assert AuditLog.objects.filter(object_type="payloadlogging").count() == 2  # created, changed
+    for target in ("user", "team"):  # not an id: the form's field error, not a 500
+        junk = admin_client.post(url, {target: "abc", "retention_days": 5, "enabled": "on"})
+        assert junk.status_code == 400 and 'class="field-error"' in junk.content.decode()
 
 
 def test_the_api_refuses_a_policy_with_two_targets_with_a_field_error(admin, alice, alice_key):
