@@ -72,3 +72,25 @@ def test_creating_and_revoking_a_token_is_audited_without_the_secret(alice, alic
     assert all(e.actor == alice for e in entries)
     assert entries[0].changes["token_hash"] == "set" and "revoked_at" in entries[1].changes
     assert body["token"] not in str([e.changes for e in entries])
+
+
+def test_createtoken_run_again_prints_another_working_token(admin):
+    """README: `TOKEN=$(portal manage createtoken admin --quiet)`; a script's setup runs it again."""
+    import io
+
+    from django.core.management import CommandError, call_command
+
+    tokens = []
+    for _ in range(3):
+        out = io.StringIO()
+        call_command("createtoken", "admin", "--quiet", stdout=out)
+        tokens.append(out.getvalue().strip())
+    assert len(set(tokens)) == 3
+    for token in tokens:
+        assert APIClient().get("/api/me/", HTTP_AUTHORIZATION=f"Token {token}").status_code == 200
+    names = sorted(ApiToken.objects.filter(user=admin).values_list("name", flat=True))
+    assert names == ["command line", "command line 2", "command line 3"]
+    with pytest.raises(CommandError, match="already has a token named 'command line'"):
+        call_command("createtoken", "admin", "--name", "command line", stdout=io.StringIO())
+    with pytest.raises(CommandError, match="from 1 to 36500"):
+        call_command("createtoken", "admin", "--expires-days", "1000000000", stdout=io.StringIO())
