@@ -63,6 +63,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "portal.audit.AuditContextMiddleware",
+    "portal.ui.SecretPageMiddleware",  # a page that shows a new key, token or password once: no-store
     # Inside MessageMiddleware: its warning must be stored with the response's other messages.
     "portal.propagation.PropagationMiddleware",
     # A page that failed because Redis did not answer, or the disk is full: a 503 page, not a 500.

@@ -26,7 +26,7 @@ session, encrypted, and are removed when shown: a reload shows nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,7 @@ from django.db.models import ProtectedError, QuerySet, RestrictedError
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.cache import patch_cache_control
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 from django.views import View
@@ -143,15 +144,32 @@ def remember_secret(request: HttpRequest, slot: str, value: str) -> None:
 
 
 def pop_secret(request: HttpRequest, slot: str) -> str | None:
+    """The secret `remember_secret` kept, once. The page that shows it is never stored by the
+    browser or a proxy (`SecretPageMiddleware`): the back button or a shared cache must not show
+    it again."""
     stash = request.session.get(_SESSION_SECRETS, {})
     token = stash.pop(slot, None)
     if token is None:
         return None
     request.session[_SESSION_SECRETS] = stash
+    request.shows_secret = True  # type: ignore[attr-defined]
     try:
         return secrets.decrypt(token)
     except ValueError:
         return None
+
+
+class SecretPageMiddleware:
+    """`Cache-Control: no-store` on a response that shows a secret once (`pop_secret`)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        response = self.get_response(request)
+        if getattr(request, "shows_secret", False):
+            patch_cache_control(response, no_store=True, private=True)
+        return response
 
 
 def add_validation_errors(form: djforms.BaseForm, exc: ValidationError) -> None:

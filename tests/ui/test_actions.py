@@ -29,9 +29,12 @@ def test_new_key_is_shown_exactly_once_then_only_prefix_and_last_four(alice_clie
     assert len(set(found)) == 1
     plaintext = found[0]
     assert "will not be shown again" in page and 'data-copy-target="new-key"' in page
+    assert "no-store" in response["Cache-Control"]  # neither the back button nor a proxy shows it again
     key = verify_key(plaintext)
     assert key is not None and key.owner == alice
-    again = alice_client.get(reverse("key_detail", args=[key.pk])).content.decode()
+    shown_later = alice_client.get(reverse("key_detail", args=[key.pk]))
+    assert "no-store" not in shown_later.get("Cache-Control", "")
+    again = shown_later.content.decode()
     assert plaintext not in again and not KEY_RE.search(again)
     assert key.masked in again
     assert plaintext not in alice_client.get(reverse("key_list")).content.decode()
@@ -171,6 +174,7 @@ def test_api_token_created_once_works_and_can_be_revoked(alice_client, alice):
     response = alice_client.post(reverse("token_create"), {"name": "deploy"}, follow=True)
     page = response.content.decode()
     plaintext = re.search(r"gpt-[A-Za-z0-9_-]{20,}", page).group(0)
+    assert "no-store" in response["Cache-Control"]
     assert verify_token(plaintext).user == alice
     assert plaintext not in alice_client.get(reverse("account")).content.decode()
     token = ApiToken.objects.get()
