@@ -165,6 +165,21 @@ class _RouteFormSet(BaseInlineFormSet):
         if "DELETE" in form.fields:  # added by the formset, after RouteForm labelled its own inputs
             form.fields["DELETE"].widget.attrs["aria-label"] = _("Remove this route")
 
+    def clean(self) -> None:
+        """A new row for a channel the model already has a route to, that no row of this form
+        holds (the form sent twice, or another admin added it meanwhile): a field error, where
+        the database would refuse the second route."""
+        super().clean()
+        if self.instance.pk is None:
+            return
+        shown = {form.instance.pk for form in self.initial_forms}
+        kept = ModelRoute.objects.filter(model=self.instance).exclude(pk__in=shown)
+        taken = set(kept.values_list("channel_id", flat=True))
+        for form in self.extra_forms:
+            channel = form.cleaned_data.get("channel") if form.has_changed() else None
+            if channel is not None and not form.cleaned_data.get("DELETE") and channel.pk in taken:
+                form.add_error("channel", _("This model already has a route to this channel; reload the page."))
+
 
 RouteFormSet = inlineformset_factory(
     Model, ModelRoute, form=RouteForm, formset=_RouteFormSet, extra=1, can_delete=True, max_num=50, validate_max=True

@@ -317,6 +317,19 @@ def test_model_form_creates_routes_with_alias_and_limits(admin_client, channel):
     )
 
 
+def test_a_model_form_sent_twice_adds_its_new_route_once(admin_client, channel):
+    """The edit page posted again (a double click, the back button, a second admin's stale page):
+    its new row names a channel the model got a route to meanwhile. A field error, not a 500."""
+    assert model_post(admin_client).status_code == 302
+    model = Model.objects.get()
+    url = reverse("model_edit", args=[model.pk])
+    row = {"channel": channel.pk, "upstream_model": "Qwen/Qwen3-32B", "context_window": "32768", "enabled": "on"}
+    assert model_post(admin_client, url=url, routes=[row]).status_code == 302
+    again = model_post(admin_client, url=url, routes=[row])
+    assert again.status_code == 400 and "already has a route to this channel" in again.content.decode()
+    assert ModelRoute.objects.filter(model=model).count() == 1
+
+
 def test_model_form_sets_the_balancing_policy_and_rejects_unknown_ones(admin_client):
     assert model_post(admin_client, balance="least_busy").status_code == 302
     model = Model.objects.get()
