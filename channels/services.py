@@ -194,6 +194,8 @@ def add_served_model(*, channel, name: str, upstream_model: str, context_window:
         model = Model(name=name)
         model.full_clean()
         model.save()
+    elif model.is_alias:  # (an alias has targets, never routes: the gateway would not use this one)
+        raise ValidationError({"name": [_("%(name)s is an alias; give the model a name of its own.") % {"name": name}]})
     elif ModelRoute.objects.filter(model=model, channel=channel).exists():
         raise ValidationError(
             {"name": [_("%(name)s already has a route to %(channel)s.") % {"name": name, "channel": channel.name}]}

@@ -8,7 +8,7 @@ from django.test import override_settings
 from django.urls import reverse
 
 from channels.models import Channel, Model, ModelRoute
-from channels.services import suggest_public_name
+from channels.services import save_alias, suggest_public_name
 from tests.fakes.upstream import FakeUpstream
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
@@ -66,6 +66,16 @@ def test_it_lists_the_served_models_and_adds_one_with_its_route(admin_client, up
     html = bad.content.decode()
     assert "Use letters, digits" in html and "greater than or equal to 256" in html
     assert Model.objects.count() == 1
+
+    # An alias's name: refused on its row (an alias has targets, not routes: the gateway would
+    # never use one, and no page would show it).
+    save_alias(name="fast", targets=["qwen3-32b"])
+    aliased = admin_client.post(
+        url,
+        {"prefix": "m1", "m1-upstream_model": "meta-llama/Llama-3.1-8B", "m1-name": "fast", "m1-context_window": ""},
+    )
+    assert aliased.status_code == 400 and "fast is an alias" in aliased.content.decode()
+    assert ModelRoute.objects.count() == 1
 
 
 @FAST
