@@ -3,7 +3,8 @@
 Channels marked `speaks_responses` get the request as is, always as a stream: a non-streaming
 answer is assembled from it (`native.ResponsesReader`), so a long answer is bounded by its liveness
 rather than a headers deadline, and cut exactly at the reservation. All others get it translated to
-Chat Completions and the answer translated back (`gateway.translate.responses_*`). Errors keep the
+Chat Completions and the answer translated back (`gateway.translate.responses_*`); Anthropic
+channels get that Chat request translated on to Messages, as Chat clients' are (`chat_anthropic`). Errors keep the
 OpenAI shape, as for Chat Completions. Codex's built-in `openai` provider first tries Responses
 over a WebSocket; that gets a 426 at once (`refuse_websocket`, `refuse_get`) so it falls back to
 HTTP instead of retrying.
@@ -12,6 +13,7 @@ HTTP instead of retrying.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -20,11 +22,13 @@ from gateway.cache import RouteInfo
 from gateway.call import Call, Outgoing, Plan, UpstreamResponse, recount
 from gateway.http import GatewayError, Receive, Request, Scope, Send
 from gateway.native import ResponsesReader, responses_usage
-from gateway.translate import TranslationError, responses_request, responses_response
+from gateway.relay import relay
+from gateway.translate import TranslationError, chat_response, responses_request, responses_response
 from gateway.translate.common import answer_usage
 from gateway.usage import Usage, estimate_tokens, usage_from
 from keys.choices import ApiSurface
 
+from . import chat_anthropic
 from .translated import ReadsNativeEvents, encode, open_translated_call, relay_stream
 
 logger = logging.getLogger(__name__)
@@ -55,10 +59,25 @@ async def _create_response(req: Request) -> None:
         prompt_field="input",
     )
     call, prompt = opened.call, opened.prompt
+    via_messages: Callable[[RouteInfo], Outgoing] | None = None
 
     def outgoing(route: RouteInfo) -> Outgoing:
+        nonlocal via_messages
         if route.speaks_responses:  # streamed upstream even for a non-streaming client (`ResponsesReader`)
             return Outgoing("/responses", dict(body), req.headers, assemble=ResponsesReader)
+        if chat_anthropic.translates(route):  # Responses -> Chat -> Messages, made once
+            if via_messages is None:
+                chat = opened.chat_request()
+                asked = chat.get("max_tokens")
+                via_messages = chat_anthropic.outgoing_for(
+                    call,
+                    ApiSurface.CHAT,
+                    "/chat/completions",
+                    chat,
+                    opened.chat_headers,
+                    asked if isinstance(asked, int) else call.max_tokens,
+                )
+            return via_messages(route)
         return Outgoing("/chat/completions", opened.chat_request(), opened.chat_headers)
 
     up = await call.forward(Plan(call.routes, outgoing))
@@ -66,6 +85,9 @@ async def _create_response(req: Request) -> None:
     # Echo the public model name, never the upstream id.
     echo = {**body, "model": call.model.name}
     if up.streaming:
+        if chat_anthropic.translates(up.route):
+            await relay(call, up, AnthropicResponsesDialect(call, echo))
+            return
         await relay_stream(
             call,
             up,
@@ -73,7 +95,32 @@ async def _create_response(req: Request) -> None:
             translator=lambda: responses_response.StreamTranslator(echo),
         )
         return
+    if up.status >= 400 and chat_anthropic.translates(up.route):
+        status, error = chat_response.error_from_anthropic(up.status, up.json())
+        await call.send_json(status, orjson.dumps(error), None)
+        return
     await _relay_json(call, up, native=native, request=echo, prompt=prompt)
+
+
+class AnthropicResponsesDialect(chat_anthropic.AnthropicChatDialect):
+    """A Messages stream from an Anthropic channel relayed to a Responses client: each event read
+    as Chat chunks (`AnthropicChatDialect`: the usage, the tokens and the cut as on the Messages
+    surface), each chunk translated to Responses events as from a Chat channel."""
+
+    def __init__(self, call: Call, request: dict[str, Any]) -> None:
+        super().__init__(call, legacy=False, include_usage=True)
+        self.responses = responses_response.StreamTranslator(request)
+
+    def _encode(self, chunks: list[dict[str, Any]]) -> bytes:
+        return encode([event for chunk in chunks for event in self.responses.feed(chunk)])
+
+    def close(self, usage: Usage) -> bytes:
+        settled = usage.as_chat()
+        return self._encode(self.translator.finish(settled)) + encode(self.responses.finish(settled))
+
+    def error(self, err: GatewayError) -> bytes:
+        self.translator.done = True
+        return encode(self.responses.fail(err.status, err.message))
 
 
 class ResponsesDialect(ReadsNativeEvents):

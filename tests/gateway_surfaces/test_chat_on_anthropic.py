@@ -1,4 +1,4 @@
-"""Chat Completions (and legacy Completions) clients on an Anthropic channel: the official openai
+"""Chat Completions, legacy Completions and Responses clients on an Anthropic channel: the official openai
 SDK against the real gateway in front of FakeUpstream's Anthropic Messages API."""
 
 from __future__ import annotations
@@ -325,3 +325,73 @@ def test_an_answer_that_stalls_names_the_idle_timeout(setup, client, anthropic_u
         with pytest.raises(openai.APIStatusError) as caught:
             patient.chat.completions.create(**ask)
         assert caught.value.status_code == 504 and "GATEWAY_IDLE_TIMEOUT" in caught.value.message
+
+
+# --- Responses clients (Codex) on an Anthropic channel: Responses -> Chat -> Messages ------------
+
+RESPONSES_TOOLS = [
+    {
+        "type": "function",
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": TOOLS[0]["function"]["parameters"],
+        "strict": False,
+    }
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_responses_client_is_translated_to_messages_and_back(setup, client, anthropic_up, channel, stream):
+    asked = {"model": "qwen3-32b", "instructions": "Be brief.", "input": "hello there"}
+    if stream:
+        events = list(client.responses.create(**asked, stream=True))
+        assert events[0].type == "response.created" and events[-1].type == "response.completed"
+        assert [e.sequence_number for e in events] == list(range(len(events)))
+        response = events[-1].response
+    else:
+        response = client.responses.create(**asked)
+    assert response.output_text == "tok0 tok1 tok2 tok3 tok4" and response.model == "qwen3-32b"
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (4, 5)
+    sent = anthropic_up.requests[-1]
+    assert sent.path == "/v1/messages" and sent.json["system"] == "Be brief." and sent.json["stream"] is True
+    headers = {k.lower(): v for k, v in sent.headers.items()}
+    assert headers["x-api-key"] == "sk-native-secret" and "authorization" not in headers
+    (record,) = record_for(setup.key)
+    assert (record.surface, record.status, record.channel_id) == ("responses", "ok", channel.id)
+    assert (record.prompt_tokens, record.completion_tokens, record.estimated) == (4, 5, False)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_responses_function_call_round_trips_through_an_anthropic_channel(setup, client, anthropic_up, stream):
+    anthropic_up.enqueue(mode="tool_call")
+    asked = {"model": "qwen3-32b", "input": "Weather in Paris?", "tools": RESPONSES_TOOLS}
+    if stream:
+        response = list(client.responses.create(**asked, stream=True))[-1].response
+    else:
+        response = client.responses.create(**asked)
+    (call,) = [item for item in response.output if item.type == "function_call"]
+    assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Paris", "unit": "celsius"}
+    assert call.call_id.startswith("toolu_")
+    # The result goes back; the fake refuses a tool_result that does not answer the previous tool_use.
+    answer = client.responses.create(
+        model="qwen3-32b",
+        tools=RESPONSES_TOOLS,
+        input=[
+            {"role": "user", "content": "Weather in Paris?"},
+            {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+            {"type": "function_call_output", "call_id": call.call_id, "output": "18 degrees, sunny"},
+        ],
+    )
+    assert answer.output_text == "tok0 tok1 tok2 tok3 tok4"
+    last = anthropic_up.requests[-1].json["messages"][-1]
+    assert last == {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": call.call_id, "content": "18 degrees, sunny"}],
+    }
+
+
+def test_a_responses_client_gets_an_anthropic_refusal_in_the_openai_shape(setup, client, anthropic_up):
+    anthropic_up.behave(mode="status", status=400, error_type="invalid_request_error", error_message="bad request")
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(model="qwen3-32b", input="hi")
+    assert raised.value.status_code == 400 and raised.value.body["type"] == "invalid_request_error"
