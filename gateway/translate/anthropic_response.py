@@ -247,7 +247,10 @@ class StreamTranslator(ChatStreamTranslator):
         events: list[dict[str, Any]] = []
         if tool["state"] == "waiting":
             tool["pending"] += arguments
-            if tool["name"]:
+            # Calls may interleave (parallel calls' pieces by turns): one whose block would close
+            # another's still open (whose arguments may go on) waits, its arguments kept, until
+            # the end (`finish`).
+            if tool["name"] and not (self.open or "").startswith("tool:"):
                 events += self._open_tool(key, tool)
         elif tool["state"] == "open" and self.open == f"tool:{key}":
             if arguments:

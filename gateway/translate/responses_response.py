@@ -337,7 +337,10 @@ class StreamTranslator(ChatStreamTranslator):
         events: list[dict[str, Any]] = []
         if tool["state"] == "waiting":
             tool["pending"] += arguments
-            if tool["name"]:
+            # Calls may interleave (parallel calls' pieces by turns): one whose item would close
+            # another's still open (whose arguments may go on) waits, its arguments kept, until
+            # the end (`finish`).
+            if tool["name"] and (self.current is None or "key" not in self.current):
                 events += self._open_tool(key, tool)
         elif tool["state"] == "open" and self.current is not None and self.current.get("key") == key:
             if arguments:
