@@ -13,6 +13,7 @@ A request's path, file by file: `asgi` (route) → `surfaces/<surface>` (parse) 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -20,10 +21,12 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
+from keys.choices import UsageStatus
 from portal.public import public_url
 
 from . import health, metrics
 from .call import Call, current, opened
+from .errors import SHUTDOWN
 from .http import REPLICA, GatewayError, Receive, Request, Scope, Send, send_error
 from .metrics import IN_FLIGHT
 from .state import process
@@ -217,9 +220,19 @@ async def handle(handler: Handler, scope: Scope, receive: Receive, send: Send, s
             call.fail(exc)
         await send_error(req.send, exc)
     except asyncio.CancelledError:
+        # The server cancelled the request: its shutdown's grace ended (a client that leaves is a
+        # 499 GatewayError by now, `Call.forward`; a stream's relay ends its own stream). A request
+        # not answered yet gets our 503, not the server's plain-text 500, and is on the record.
+        err = GatewayError(503, "The gateway is shutting down; retry the request.", code="shutdown")
         if (call := opened()) is not None:
-            call.fail(GatewayError(499, "client disconnected", code="client_disconnected"))
-        raise
+            call.finish(None, status=UsageStatus.INTERRUPTED, http_status=503, error=SHUTDOWN)
+        if not req.answered:
+            with contextlib.suppress(Exception):  # the connection may be gone already
+                await send_error(req.send, err)
+        # Answered (or ended, a stream), the request is done: not an exception for the server to log.
+        if (task := asyncio.current_task()) is not None:
+            task.uncancel()
+        logger.info("%s %s cut by the shutdown (request %s)", scope["method"], scope["path"], req.request_id)
     except Exception:
         logger.exception("gateway error on %s %s", scope["method"], scope["path"])
         err = GatewayError(500, "The gateway failed unexpectedly; it has been logged.", code="internal")

@@ -43,6 +43,9 @@ class Failure(enum.StrEnum):
     TRUNCATED = "truncated"  # the stream ended before its own last event (message_stop, response.completed)
 
 
+# A request's record when the gateway's shutdown cut it (its grace ended first).
+SHUTDOWN = "interrupted by the gateway's shutdown"
+
 # What stands in an upstream's answer for a credential of the team's it echoed (`call.without_credentials`, MCP).
 REDACTED = "[redacted by the gateway]"
 

@@ -6,7 +6,6 @@ are all it needs, and they are cheap.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -43,6 +42,7 @@ class Request:
 
     __slots__ = (
         "_body",
+        "answered",
         "headers",
         "key_prefix",
         "method",
@@ -66,6 +66,7 @@ class Request:
         async def send_with_id(message: Mapping[str, Any]) -> None:
             """Every gateway answer carries its request id (`x-request-id`, as OpenAI's does)."""
             if message["type"] == "http.response.start":
+                self.answered = True
                 extra = [(b"x-request-id", rid)]
                 if self.playground and self.reveal_replica:  # an admin's playground: which replica answered
                     extra.append((b"x-portal-replica", REPLICA.encode()))
@@ -73,6 +74,7 @@ class Request:
             await send(message)
 
         self.send: Send = send_with_id
+        self.answered = False  # the response has started: an error can no longer be its status
         self.method: str = scope["method"]
         self.path: str = scope["path"]
         self.subpath = subpath  # the path after the /v1 prefix(es), e.g. "/chat/completions"
@@ -100,8 +102,8 @@ class Request:
             size = 0
             while True:
                 message = await self.receive()
-                if message["type"] == "http.disconnect":
-                    raise asyncio.CancelledError("client disconnected before sending the body")
+                if message["type"] == "http.disconnect":  # (the answer goes nowhere; the log says 499)
+                    raise GatewayError(499, "client disconnected before sending the body", code="client_disconnected")
                 chunk = message.get("body", b"")
                 size += len(chunk)
                 if size > MAX_BODY:

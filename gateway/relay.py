@@ -33,7 +33,7 @@ from keys.choices import UsageStatus
 
 from .call import Call, StreamWaits, TooLarge, UpstreamResponse, drain, recount
 from .chunks import ChunkReader, delta_has_output, event_data, split_events
-from .errors import Failure, GatewayError, UpstreamStreamError
+from .errors import SHUTDOWN, Failure, GatewayError, UpstreamStreamError
 from .http import SSE_HEADERS, sse_error_event
 from .usage import Usage, usage_from
 
@@ -283,7 +283,7 @@ async def relay(call: Call, up: UpstreamResponse, dialect: Dialect) -> None:
     except asyncio.CancelledError:
         up.close()
         if not disconnected:  # cancelled by the server (shutdown): the answer is incomplete
-            status, http_status, error = UsageStatus.INTERRUPTED, 503, "interrupted by the gateway's shutdown"
+            status, http_status, error = UsageStatus.INTERRUPTED, 503, SHUTDOWN
             failed = GatewayError(
                 503,
                 f"The gateway is shutting down; the answer is incomplete (request {call.request_id}).",

@@ -237,3 +237,23 @@ def test_a_body_nested_to_the_limit_is_answered_and_one_level_deeper_is_a_400(se
 
     assert post(gateway_url, setup.plaintext, body=nested(GATEWAY_MAX_DEPTH - 1)).status_code == 200
     assert_openai_error(post(gateway_url, setup.plaintext, body=nested(GATEWAY_MAX_DEPTH)), 400, "invalid_json")
+
+
+async def test_a_client_that_leaves_before_its_body_is_sent_is_no_exception():
+    """The body's first piece, then the client is gone: the handler ends as for any client that
+    left (499, nowhere to send it), not with an exception the server logs with a traceback."""
+    from gateway.asgi import handle
+    from gateway.surfaces import chat
+
+    messages = iter([{"type": "http.request", "body": b'{"model"', "more_body": True}, {"type": "http.disconnect"}])
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return next(messages)
+
+    async def send(message) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": [], "client": None}
+    await handle(chat.chat_completions, scope, receive, send, "/chat/completions")
+    assert sent[0]["status"] == 499

@@ -5,10 +5,12 @@ stays silent for a long time mid-stream. Real uvicorn in front of fake upstreams
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import time
 
 import httpx
+import orjson
 import pytest
 
 from keys.models import UsageRecord
@@ -256,7 +258,11 @@ def test_a_non_streaming_client_that_leaves_cancels_the_upstream_call(setup, ups
     assert record.http_status == 499 and "client disconnected" in record.error
 
 
-def test_a_stream_cut_by_the_gateways_shutdown_is_recorded_interrupted(setup, upstream, settings):
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_request_cut_by_the_gateways_shutdown_is_recorded_interrupted(setup, upstream, settings, caplog, stream):
+    """In flight when the shutdown's grace ends: a stream ends with our error event, a request not
+    answered yet gets our JSON 503 (not the server's plain-text 500); both are on the record as
+    interrupted, and the server logs no exception for them."""
     import threading
 
     import uvicorn
@@ -274,18 +280,22 @@ def test_a_stream_cut_by_the_gateways_shutdown_is_recorded_interrupted(setup, up
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_for(lambda: server.started, timeout=20)
+    logging.getLogger("uvicorn.error").addHandler(caplog.handler)  # (uvicorn's loggers do not propagate)
     upstream.behave(tokens=50, token_delay=0.2)  # a 10 s stream
     got: list[bytes] = []
+
+    answer: list[httpx.Response] = []
 
     def client() -> None:
         try:
             with httpx.stream(
                 "POST",
                 f"http://127.0.0.1:{port}/v1/chat/completions",
-                json={**BODY, "max_tokens": 50, "stream": True},
+                json={**BODY, "max_tokens": 50, "stream": stream},
                 headers={"Authorization": f"Bearer {setup.plaintext}"},
                 timeout=30,
             ) as r:
+                answer.append(r)
                 for chunk in r.iter_bytes():
                     got.append(chunk)
         except httpx.HTTPError:
@@ -293,14 +303,23 @@ def test_a_stream_cut_by_the_gateways_shutdown_is_recorded_interrupted(setup, up
 
     reader = threading.Thread(target=client, daemon=True)
     reader.start()
-    wait_for(lambda: len(got) >= 2, timeout=10)
-    server.should_exit = True  # shutdown mid-stream; in-flight requests get 1 s, then are cancelled
+    if stream:
+        wait_for(lambda: len(got) >= 2, timeout=10)
+    else:  # the answer is being assembled from the upstream's stream
+        wait_for(lambda: upstream.requests and upstream.open_streams, timeout=10)
+    server.should_exit = True  # shutdown mid-answer; in-flight requests get 1 s, then are cancelled
     thread.join(20)
     reader.join(20)
     record = UsageRecord.objects.get(key=setup.key)
-    assert record.status == "interrupted" and "shutdown" in record.error
+    assert record.status == "interrupted" and "shutdown" in record.error and record.http_status == 503
     text = b"".join(got).decode()
-    assert "shutting down" in text and f"request {record.request_id}" in text, text[-300:]
+    if stream:
+        assert "shutting down" in text and f"request {record.request_id}" in text, text[-300:]
+    else:
+        assert answer[0].status_code == 503 and answer[0].headers["x-request-id"] == record.request_id
+        assert orjson.loads(text)["error"]["code"] == "shutdown"
+    logging.getLogger("uvicorn.error").removeHandler(caplog.handler)
+    assert not [r for r in caplog.records if "Exception in ASGI application" in r.getMessage()]
 
 
 def _rss_mib(pid: int) -> float:
