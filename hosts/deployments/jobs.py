@@ -392,7 +392,7 @@ def _await_health(job: LaunchJob, deployment: Deployment, remote: ssh.Remote, wa
             interval = min(interval * 1.5, most)
     except Exception:
         if job.action != JobAction.ADOPT:  # do not leave a server nobody knows about
-            if commands.is_alive(remote, pid):
+            if commands.group_alive(remote, pid):
                 commands.kill(remote, pid, grace=5)
             multinode.stop_cluster(deployment, remote)
             Deployment.objects.filter(pk=deployment.pk).update(pid=None)
@@ -588,7 +588,7 @@ def _stop(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
     set_status(deployment, DeploymentStatus.STOPPING, Message(gettext_noop("Job #%(job)s is stopping it."), job=job.pk))
     pids = {p for p in (deployment.pid, commands.read_pidfile(remote, _dir(deployment))) if p}
     for pid in pids:
-        if commands.is_alive(remote, pid) and not commands.kill(remote, pid):
+        if commands.group_alive(remote, pid) and not commands.kill(remote, pid):
             raise JobFailed(
                 Message(
                     gettext_noop("PID %(pid)s survived TERM and KILL on %(host)s; check the host."),

@@ -93,6 +93,8 @@ def _check(deployment: Deployment, now: dt.datetime) -> int:
             if not (deployment.pid and commands.is_alive(remote, deployment.pid)):
                 exit_code = commands.read_exit_code(remote, folder)
                 log = commands.log_tail(remote, folder, deployment.upstream_api_key)
+                if deployment.pid:  # only its launcher may have died: the server under it must go too
+                    commands.kill(remote, deployment.pid, grace=5)  # (or a restart finds its port taken)
                 return _crashed(
                     deployment, now, reason=explain_failure(log, exit_code, deployment), exit_code=exit_code, log=log
                 )

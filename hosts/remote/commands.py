@@ -65,6 +65,16 @@ def alive_test(pid: int) -> str:
     return f"kill -0 {p} 2>/dev/null && [ \"$(sed 's/.*) //' /proc/{p}/stat 2>/dev/null | cut -c1)\" != Z ]"
 
 
+def group_test(pid: int) -> str:
+    """Shell test: `pid` or a process of its group is there, not a zombie. A server started by
+    `start_detached` leads its own group with its launcher (`sh -c`) and the server under it: the
+    server outlives a launcher killed alone (its PID is the one on the record). Without `ps`,
+    `alive_test` alone."""
+    p = str(int(pid))
+    listed = f"ps -eo pgid=,stat= 2>/dev/null | awk '$1 == {p} && $2 !~ /^Z/ {{found = 1}} END {{exit !found}}'"
+    return f"{{ {alive_test(int(pid))} || {listed}; }}"
+
+
 def is_alive(remote: Remote, pid: int | None) -> bool:
     if not pid:
         return False
@@ -175,12 +185,20 @@ def start_detached(
     return int(pid_text), ""
 
 
+def group_alive(remote: Remote, pid: int | None) -> bool:
+    """Is anything of `pid`'s process group left (`group_test`)?"""
+    if not pid:
+        return False
+    return remote.run(group_test(pid)).ok
+
+
 def kill(remote: Remote, pid: int, grace: float | None = None) -> bool:
-    """TERM the process group, KILL it after `grace` seconds. True when it is gone."""
+    """TERM the process group, KILL it after `grace` seconds. True when all of it is gone (the
+    server too when its launcher, whose PID this is, died first)."""
     grace = settings.HOSTS_STOP_GRACE if grace is None else grace
     p = str(int(pid))
     steps = max(int(grace / 0.2), 1)
-    alive = alive_test(int(pid))
+    alive = group_test(int(pid))
     script = (
         f"kill -TERM -- -{p} 2>/dev/null || kill -TERM {p} 2>/dev/null; "
         f"i=0; while [ $i -lt {steps} ]; do {alive} || exit 0; sleep 0.2; i=$((i+1)); done; "

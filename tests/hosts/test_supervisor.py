@@ -115,6 +115,59 @@ def test_a_killed_server_is_seen_crashed_then_runs_again_by_itself(
     assert deployment.status == DeploymentStatus.RUNNING and deployment.events.count() == len(statuses(deployment))
 
 
+def _group(pgid: int) -> list[int]:
+    """The live processes of a process group (from /proc)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    state, _ppid, group = f.read().rsplit(") ", 1)[1].split()[:3]
+            except (FileNotFoundError, IndexError, ProcessLookupError):
+                continue
+            if int(group) == pgid and state != "Z":
+                members.append(int(entry))
+    return members
+
+
+def test_a_launcher_killed_alone_takes_its_server_with_it_before_the_restart(
+    online_host,  # noqa: F811
+    started_pids,
+    settings,
+    beat,
+):
+    """The PID on the record is the launcher's (`sh -c`), the server runs under it: kill only that
+    PID (what an admin sees on the page) and the server would go on holding the port and the GPU.
+    The supervisor sees the crash, stops what is left of the group, and the restart gets the port;
+    a Stop afterwards leaves nothing behind either."""
+    settings.HOSTS_RESTART_BACKOFF_SECONDS = 1
+    deployment = llama_deployment(online_host, name="launcher-killed")
+    first = run(deployment)
+    started_pids.append(first.pid)
+    assert deployment.status == DeploymentStatus.RUNNING, deployment.status_message
+    server = [pid for pid in _group(first.pid) if pid != first.pid]
+    assert server, "the server runs under its launcher, in its group"
+
+    os.kill(first.pid, signal.SIGKILL)  # the launcher alone
+    deadline = time.monotonic() + PROMISE
+    seen: list[str] = []
+    while time.monotonic() < deadline:
+        beat()
+        deployment.refresh_from_db()
+        if not seen or seen[-1] != deployment.status:
+            seen.append(deployment.status)
+        if deployment.status == DeploymentStatus.RUNNING and DeploymentStatus.CRASHED in seen:
+            break
+        time.sleep(0.5)
+    assert deployment.status == DeploymentStatus.RUNNING and DeploymentStatus.CRASHED in seen, (
+        seen,
+        deployment.status_message,
+    )
+    started_pids.append(deployment.pid)
+    assert not [pid for pid in server if alive(pid)]  # the old server went with its launcher
+    assert deployment.pid != first.pid and alive(deployment.pid)
+
+
 def test_a_server_that_dies_at_once_ends_in_crash_loop_after_its_limit(
     online_host,  # noqa: F811
     started_pids,
