@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from django.conf import settings
+from redis.exceptions import RedisError
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -224,6 +225,11 @@ def collect() -> dict[int, Tally]:
             pipe.lrange(REDIS_KEY, 0, -1)
             pipe.delete(REDIS_KEY)
             raw, _ = pipe.execute()
+    except (RedisError, OSError) as exc:
+        # Redis away: the round goes on with its active probes (and this process's own outcomes);
+        # what the gateways flushed stays in Redis for the next round.
+        logger.warning("passive health outcomes unavailable this round (%r)", exc)
+        raw = []
     finally:
         client.close()
     for item in raw:

@@ -69,6 +69,22 @@ def test_outcomes_flushed_by_another_process_are_collected_once_through_redis(ma
     assert passive.collect() == {}  # consumed once
 
 
+def test_a_round_without_redis_still_probes_and_keeps_this_processs_outcomes(upstream, make_channel, settings):
+    """`portal manage check_channels --once` while the portal (and its Redis) is down, or a Redis
+    blip during a worker's round: the active checks run and a channel's status follows them."""
+    from tests.services import free_port
+
+    up = upstream()
+    ch = make_channel("checked-without-redis", up.base_url)
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    passive.report(ch.pk, True, status=200, ttft_ms=7.0)
+
+    services.run_round(force=True)
+
+    ch.refresh_from_db()
+    assert up.requests and ch.status == ChannelStatus.HEALTHY
+
+
 def test_report_is_cheap_and_does_no_io(make_channel):
     import time
 
