@@ -101,7 +101,7 @@ try:
     DATABASES = {"default": penv.env.db_url_config(penv.value("DATABASE_URL") or _db_default)}
 except Exception as exc:  # django-environ raises several types for a bad URL
     raise penv.ConfigError(f"Invalid value for DATABASE_URL: {exc}") from None
-if DATABASES["default"]["ENGINE"] not in ("django.db.backends.sqlite3", "django.db.backends.postgresql"):
+if DATABASES["default"].get("ENGINE") not in ("django.db.backends.sqlite3", "django.db.backends.postgresql"):
     raise penv.ConfigError(
         "Invalid value for DATABASE_URL: use postgres://user:password@host:5432/name (or leave it unset for SQLite)"
     )
@@ -237,6 +237,7 @@ ALLOWED_HOSTS = list(
 # everything after it (the gateway's key IP allowlists, DRF throttles, django-axes, the audit
 # log) reads that one address. Empty trusts nobody.
 PORTAL_TRUSTED_PROXIES = get("PORTAL_TRUSTED_PROXIES", list, ["127.0.0.1", "::1"])
+penv.networks("PORTAL_TRUSTED_PROXIES", PORTAL_TRUSTED_PROXIES)  # a typo refused, never a silent "trust nobody"
 # HTTPS: on when the public URL is https. The scheme a request arrived with is the proxy's
 # X-Forwarded-Proto only when that proxy is trusted (above), so SECURE_PROXY_SSL_HEADER stays unset.
 # PORTAL_HTTPS empty or unset: follow the public URL.

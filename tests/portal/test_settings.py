@@ -98,6 +98,8 @@ BAD_VALUES = [
     ("REDIS_URL", "redis://"),
     ("CELERY_BROKER_URL", "amqp:///vhost"),
     ("PORTAL_LOGIN_TRUSTED_ADDRESSES", "localhost"),
+    ("PORTAL_TRUSTED_PROXIES", "1.2.3.4/99"),  # a typo would trust no proxy, silently
+    ("DATABASE_URL", "notaurl"),
 ]
 
 
