@@ -171,11 +171,14 @@ def restore(archive: Path, *, force: bool = False) -> dict:
     _refuse_if_running(data_dir)
     with tempfile.TemporaryDirectory(prefix="portal-restore-") as tmp:
         stage = Path(tmp)
-        with tarfile.open(archive, "r:gz") as tar:
-            try:
-                tar.extractall(stage, filter="data")  # no links or paths out of the folder
-            except TypeError:  # Python < 3.11.4 has no filters
-                tar.extractall(stage)  # noqa: S202
+        try:
+            with tarfile.open(archive, "r:gz") as tar:
+                try:
+                    tar.extractall(stage, filter="data")  # no links or paths out of the folder
+                except TypeError:  # Python < 3.11.4 has no filters
+                    tar.extractall(stage)  # noqa: S202
+        except (tarfile.TarError, EOFError, OSError) as exc:  # not gzip, not tar, cut short
+            raise BackupError(f"{archive} is not a portal backup (it cannot be read as one: {exc}).") from None
         try:
             manifest = json.loads((stage / "manifest.json").read_text())
         except (OSError, ValueError):

@@ -365,6 +365,16 @@ def cmd_restore(args) -> int:
     return 0
 
 
+def _concurrency(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of processes (1-64)") from None
+    if not 1 <= number <= 64:
+        raise argparse.ArgumentTypeError(f"{value} is not a number of processes (1-64)")
+    return number
+
+
 def _port(value: str) -> int:
     try:
         port = int(value)
@@ -400,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--port", type=_port, default=None, help="port to listen on (default: PORTAL_PORT or 8000)")
     up.add_argument("--no-worker", action="store_true", help="do not start a Celery worker")
     up.add_argument("--no-beat", action="store_true", help="do not start Celery beat")
-    up.add_argument("--worker-concurrency", type=int, default=2)
+    up.add_argument("--worker-concurrency", type=_concurrency, default=2, help="Celery worker processes (default 2)")
     up.add_argument(
         "--access-log",
         action="store_true",

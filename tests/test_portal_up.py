@@ -374,6 +374,20 @@ def test_a_bad_variable_is_a_message_not_a_traceback(tmp_path, variable, value, 
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("value", ["-1", "0", "many"])
+def test_a_bad_worker_concurrency_is_refused_before_anything_starts(tmp_path, value):
+    result = subprocess.run(
+        [sys.executable, "-m", "portal.cli", "up", "--worker-concurrency", value],
+        cwd=tmp_path,
+        env=portal_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT,
+    )
+    assert result.returncode == 2 and "is not a number of processes (1-64)" in result.stderr, result.stderr
+    assert not (tmp_path / "data" / "redis").exists()  # no child was started
+
+
 def test_empty_variables_mean_unset_and_dotenv_is_read(tmp_path):
     """`.env.example` copied as is to ./.env: its empty `DATABASE_URL=`, `EMAIL_URL=`,
     `CELERY_BROKER_URL=` and `REDIS_URL=` are the defaults, and a value set in .env is used."""

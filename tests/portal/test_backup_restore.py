@@ -103,3 +103,20 @@ def test_a_postgresql_backup_without_pg_dump_says_what_to_install(tmp_path, monk
     with pytest.raises(backup.BackupError, match=r"pg_dump` was not found on PATH.*postgresql-client"):
         backup.backup(settings, tmp_path / "out.tar.gz")
     assert not (tmp_path / "out.tar.gz").exists()
+
+
+def test_restoring_a_file_that_is_no_archive_is_refused_in_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    junk = tmp_path / "junk.tgz"
+    junk.write_text("junk\n")
+    (tmp_path / "data").mkdir()
+    env = {**os.environ, "PORTAL_DATA_DIR": str(tmp_path / "data")}
+    env.pop("DATABASE_URL", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "portal.cli", "restore", str(junk)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert result.returncode != 0 and "is not a portal backup" in result.stderr + result.stdout
+    assert "Traceback" not in result.stderr
