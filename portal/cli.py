@@ -234,7 +234,12 @@ class AlreadyRunning(Exception):
 def take_lock(data_dir: Path) -> IO[str]:
     """Hold `DATA_DIR/portal.pid` for as long as this process lives (the kernel drops it on death)."""
     path = data_dir / "portal.pid"
-    fh = open(path, "a+")
+    try:
+        fh = open(path, "a+")
+    except OSError as exc:
+        from portal import env as penv
+
+        raise penv.unwritable(data_dir, exc) from None
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:

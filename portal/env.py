@@ -6,6 +6,7 @@ that names the variable, never later in a request.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
 import secrets
@@ -174,6 +175,20 @@ def readable_by_others(folder: Path) -> bool:
         return False
 
 
+def unwritable(folder: Path, exc: OSError) -> ConfigError:
+    """The one-line refusal for a data folder the portal cannot write to (`exc` says why)."""
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    why = {
+        errno.EROFS: "is on a read-only file system",
+        errno.ENOSPC: "is on a full disk",
+        errno.EDQUOT: "is over its disk quota",
+        errno.EACCES: "is not writable by this user",
+        errno.EPERM: "is not writable by this user",
+    }.get(exc.errno or 0, f"cannot be written ({exc.strerror or exc})")
+    fix = "free space there" if full else "make it writable"
+    return ConfigError(f"portal: the data folder {folder} {why}; {fix}, or set PORTAL_DATA_DIR to another folder.")
+
+
 def generated_secret(folder: Path, filename: str, make) -> str:
     """Return the secret stored in `folder/filename`, creating it (mode 0600) on first use.
 
@@ -183,13 +198,15 @@ def generated_secret(folder: Path, filename: str, make) -> str:
     path = folder / filename
     if not path.exists():
         tmp = folder / f".{filename}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(make())
         try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(make())
             os.link(tmp, path)
         except FileExistsError:
             pass  # another process won the race: use its secret
+        except OSError as exc:  # read-only, full: said in one line, nothing left behind
+            raise unwritable(folder, exc) from None
         finally:
             tmp.unlink(missing_ok=True)
     return path.read_text().strip()

@@ -388,6 +388,21 @@ def test_a_bad_worker_concurrency_is_refused_before_anything_starts(tmp_path, va
     assert not (tmp_path / "data" / "redis").exists()  # no child was started
 
 
+def test_a_data_folder_it_cannot_write_is_a_message_not_a_traceback(tmp_path):
+    """sysfs refuses new files even to root: a folder the portal cannot write, as a read-only mount is."""
+    env = {**portal_env(tmp_path), "PORTAL_DATA_DIR": "/sys/fs"}
+    result = subprocess.run(
+        [sys.executable, "-m", "portal.cli", "up"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT,
+    )
+    assert result.returncode != 0 and "the data folder /sys/fs is not writable" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_empty_variables_mean_unset_and_dotenv_is_read(tmp_path):
     """`.env.example` copied as is to ./.env: its empty `DATABASE_URL=`, `EMAIL_URL=`,
     `CELERY_BROKER_URL=` and `REDIS_URL=` are the defaults, and a value set in .env is used."""
