@@ -218,7 +218,8 @@ async def handle(handler: Handler, scope: Scope, receive: Receive, send: Send, s
     except GatewayError as exc:
         if (call := opened()) is not None:
             call.fail(exc)
-        await send_error(req.send, exc)
+        if exc.code != "client_disconnected":  # (gone: nobody to answer; a late body gets its 408, BodyDeadline)
+            await send_error(req.send, exc)
     except asyncio.CancelledError:
         # The server cancelled the request: its shutdown's grace ended (a client that leaves is a
         # 499 GatewayError by now, `Call.forward`; a stream's relay ends its own stream). A request

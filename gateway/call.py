@@ -957,7 +957,8 @@ class Call:
             self.explanation.append(lines.ALL_FAILED)
             if self._kept_local:
                 exc.message += " External channels were not tried: this request is restricted to local channels."
-            self.fail(exc)
+            # (the error's answer fails the call, `asgi.handle` or the surface's own: the record
+            # then has the status the client got, e.g. Messages' 529 for an overloaded upstream)
             raise
         finally:
             watcher.cancel()

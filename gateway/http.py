@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from portal.bodies import MAX_DEPTH, too_deep
+from portal.body_deadline import REQUEST_ID_KEY
 
 from .errors import ERROR_TYPES, GatewayError, new_request_id
 
@@ -62,6 +63,7 @@ class Request:
         self.receive = receive
         self.request_id = new_request_id()
         rid = self.request_id.encode()
+        scope[REQUEST_ID_KEY] = rid  # for an answer made outside the gateway (BodyDeadline's 408)
 
         async def send_with_id(message: Mapping[str, Any]) -> None:
             """Every gateway answer carries its request id (`x-request-id`, as OpenAI's does)."""

@@ -9,6 +9,8 @@ from typing import Any
 
 from portal.hot import hot
 
+REQUEST_ID_KEY = "portal.request_id"  # the request's `x-request-id`, in its scope (set by the gateway)
+
 BODY_TIMEOUT_ANSWER = (
     b'{"error":{"message":"The request body did not arrive in time (PORTAL_BODY_TIMEOUT).",'
     b'"type":"invalid_request_error","code":"request_timeout","param":null}}'
@@ -101,5 +103,7 @@ class BodyDeadline:
                 (b"content-length", str(len(BODY_TIMEOUT_ANSWER)).encode()),
                 (b"connection", b"close"),
             ]
+            if (request_id := scope.get(REQUEST_ID_KEY)) is not None:  # the gateway's, as on its answers
+                headers.append((b"x-request-id", request_id))
             await send({"type": "http.response.start", "status": 408, "headers": headers})
             await send({"type": "http.response.body", "body": BODY_TIMEOUT_ANSWER})

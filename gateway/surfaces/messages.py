@@ -45,12 +45,12 @@ def speaks_messages(route: RouteInfo) -> bool:
 
 
 async def send_anthropic_error(req: Request, exc: GatewayError) -> None:
+    if exc.code == "upstream_overloaded":  # Anthropic's own status for it, which its SDK retries
+        exc.status = OVERLOADED  # (the record says what the client got)
     call = opened()
     if call is not None:
         call.fail(exc)
     status = exc.status
-    if exc.code == "upstream_overloaded":  # Anthropic's own status for it, which its SDK retries
-        status = OVERLOADED
     body = orjson.dumps(anthropic_response.error_body(status, exc.message))
     await send_bytes(req.send, status, body, exc.headers)
 

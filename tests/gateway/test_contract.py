@@ -364,6 +364,8 @@ def test_a_body_that_never_arrives_gets_408(setup, gateway, settings, path):
         sock.sendall(head.encode() + b'{"model"')  # a tenth of the body, then nothing
         answer = sock.recv(4096)
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    if path.startswith("/v1/"):  # the gateway's answers all carry their request id
+        assert b"\r\nx-request-id: " in answer, answer[:300]
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -399,3 +401,5 @@ def test_an_overloaded_anthropic_upstream_is_529_on_the_messages_surface(setup, 
         client.messages.create(model="qwen3-32b", max_tokens=5, messages=MESSAGES)
     assert raised.value.status_code == 529 and raised.value.body["error"]["type"] == "overloaded_error"
     assert raised.value.response.headers["x-request-id"]
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert record.http_status == 529  # what the client was answered
