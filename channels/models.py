@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 MODEL_NAME_VALIDATOR = RegexValidator(
     r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$",
-    "Use letters, digits and . _ : / @ + - (up to 128 characters, starting with a letter or digit).",
+    _("Use letters, digits and . _ : / @ + - (up to 128 characters, starting with a letter or digit)."),
 )
 
 

@@ -26,10 +26,10 @@ from .choices import (
     RayState,
 )
 
-USERNAME_VALIDATOR = RegexValidator(r"^[a-z_][a-z0-9_.-]{0,31}$", "A POSIX user name (lowercase, up to 32).")
+USERNAME_VALIDATOR = RegexValidator(r"^[a-z_][a-z0-9_.-]{0,31}$", _("A POSIX user name (lowercase, up to 32)."))
 ADDRESS_VALIDATOR = RegexValidator(
     r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$|^[0-9a-fA-F:]{2,45}$",
-    "A host name or an IPv4/IPv6 address.",
+    _("A host name or an IPv4/IPv6 address."),
 )
 
 

@@ -211,18 +211,23 @@ def validate_key_settings(
         try:
             number = int(value)
         except (TypeError, ValueError):
-            errors.setdefault(name, []).append("Enter a whole number, or leave blank for unlimited.")
+            errors.setdefault(name, []).append(_("Enter a whole number, or leave blank for unlimited."))
             continue
         if number < 1:
-            errors.setdefault(name, []).append("Must be at least 1 (leave blank for unlimited).")
+            errors.setdefault(name, []).append(_("Must be at least 1 (leave blank for unlimited)."))
         elif number > 10**12:
-            errors.setdefault(name, []).append("That is more than 10^12; leave blank for unlimited.")
+            errors.setdefault(name, []).append(_("That is more than 10^12; leave blank for unlimited."))
         ceiling = getattr(owner, name, None)
         if ceiling is not None and number > ceiling:
-            errors.setdefault(name, []).append(f"Cannot exceed the owner's limit of {ceiling:,}.")
+            errors.setdefault(name, []).append(
+                _("Cannot exceed the owner's limit of %(value)s.") % {"value": f"{ceiling:,}"}
+            )
         team_ceiling = getattr(team, name, None) if team is not None else None
         if team_ceiling is not None and number > team_ceiling:
-            errors.setdefault(name, []).append(f"Cannot exceed the team {team}'s limit of {team_ceiling:,}.")
+            errors.setdefault(name, []).append(
+                _("Cannot exceed the team %(team)s's limit of %(value)s.")
+                % {"team": team, "value": f"{team_ceiling:,}"}
+            )
         if bound is not None and number > bound[0]:
             errors.setdefault(name, []).append(_ceiling_error(bound[1], bound[0], cleared=False))
         cleaned[name] = number
@@ -273,7 +278,7 @@ def validate_key_settings(
             errors.setdefault("ip_allowlist", []).append(str(exc))
     if expires_at is not None:
         if expires_at <= timezone.now():
-            errors.setdefault("expires_at", []).append("The expiry must be in the future.")
+            errors.setdefault("expires_at", []).append(_("The expiry must be in the future."))
         cleaned["expires_at"] = expires_at
     if errors:
         raise ValidationError(errors)

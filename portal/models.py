@@ -6,8 +6,10 @@ import functools
 import hmac
 import operator
 import secrets as pysecrets
+from collections.abc import Sequence
 from typing import ClassVar, Self, TypeVar
 
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
@@ -27,6 +29,17 @@ class TimeStampedModel(models.Model):
 
     class Meta:
         abstract = True
+
+    def unique_error_message(self, model_class: type[models.Model], unique_check: Sequence[str]) -> ValidationError:
+        """A value already taken, said in the reader's language. Django's own message names the
+        model and the field by their verbose names, untranslated ("Channel with this Name already
+        exists"), and an alias by "Model"."""
+        if len(unique_check) != 1:
+            return super().unique_error_message(model_class, unique_check)
+        value = getattr(self, unique_check[0])
+        return ValidationError(
+            _("“%(value)s” is already taken; choose another."), code="unique", params={"value": value}
+        )
 
 
 def exactly_one_set(*fields: str) -> models.Q:

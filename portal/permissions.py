@@ -15,6 +15,7 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
+from django.utils.translation import gettext_lazy as _
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
 if TYPE_CHECKING:
@@ -33,8 +34,8 @@ if TYPE_CHECKING:
         user: _User
 
 
-DENIED = "Only admins can see this page."
-DENIED_LEAD = "Only admins and team leads can see this page."
+DENIED = _("Only admins can see this page.")
+DENIED_LEAD = _("Only admins and team leads can see this page.")
 
 
 def is_admin(user: Any) -> bool:
@@ -84,14 +85,14 @@ def admin_required(view: Callable | None = None, *, message: StrOrPromise = DENI
 
 
 class IsAdmin(BasePermission):
-    message = "Only admins can do this."
+    message = _("Only admins can do this.")
 
     def has_permission(self, request, view):
         return is_admin(request.user)
 
 
 class IsAdminOrTeamLead(BasePermission):
-    message = "Only admins and team leads can do this."
+    message = _("Only admins and team leads can do this.")
 
     def has_permission(self, request, view):
         return is_admin_or_team_lead(request.user)

@@ -250,6 +250,10 @@ def test_channel_form_rejects_bad_values(admin_client, field, value):
 def test_channel_form_rejects_duplicate_names(admin_client, channel):
     response = channel_post(admin_client, name=channel.name)
     assert response.status_code == 400 and field_errors(response, "name")
+    assert field_errors(response, "name") == [f"“{channel.name}” is already taken; choose another."]
+    form = {"name": channel.name, "kind": "vllm", "base_url": "http://10.0.0.5:8000", "priority": "0", "weight": "1"}
+    chinese = admin_client.post(reverse("channel_create"), form, headers={"accept-language": "zh-hans"})
+    assert field_errors(chinese, "name") == [f"“{channel.name}”已被占用，请换一个。"]
 
 
 def test_channel_base_url_is_normalised_and_the_flash_says_what_changed(admin_client):
