@@ -133,10 +133,14 @@ def clean_deployment(
     elif len(set(gpu_indices)) != len(gpu_indices):
         errors["gpu_indices"] = ["Each GPU once."]
     else:
-        if problem := _gpu_problem(host, gpu_indices):
+        # GPUs kept as they were may be stale (the host's last inventory failed): an edit of
+        # anything else (auto restart, while the host is down) is still allowed; a launch checks.
+        kept = instance is not None and sorted(instance.gpu_indices or []) == sorted(gpu_indices)
+        same_host = instance is not None and instance.host_id == host.pk
+        if problem := _gpu_problem(host, gpu_indices, stale_ok=kept and same_host):
             errors["gpu_indices"] = [problem]
         for node in worker_hosts or []:  # a worker short of GPUs is the worker's fault, not the head's
-            if node != host and (problem := _gpu_problem(node, gpu_indices)):
+            if node != host and (problem := _gpu_problem(node, gpu_indices, stale_ok=kept)):
                 errors.setdefault("worker_hosts", []).append(
                     _("%(problem)s Every worker runs on the same GPU indices as the head.") % {"problem": problem}
                 )
@@ -220,18 +224,23 @@ def clean_deployment(
     }
 
 
-def _gpu_problem(host: Host, gpu_indices: list[int]) -> str:
+def _gpu_problem(host: Host, gpu_indices: list[int], *, stale_ok: bool = False) -> str:
     rows = dict(GPU.objects.filter(host=host).values_list("index", "stale"))
     known = {i for i, stale in rows.items() if not stale}
     stale = sorted(set(gpu_indices) & (set(rows) - known))
     missing = sorted(set(gpu_indices) - set(rows))
-    if stale:
-        return (
-            f"GPU {', '.join(map(str, stale))} of {host} is stale: the last inventory failed "
-            f"({host.status_message or host.get_status_display()}). Refresh the inventory."
-        )
+    if stale and not stale_ok:
+        return _("GPU %(gpus)s of %(host)s is stale: the last inventory failed (%(why)s). Refresh the inventory.") % {
+            "gpus": ", ".join(map(str, stale)),
+            "host": host,
+            "why": host.status_message or host.get_status_display(),
+        }
     if missing:
-        return f"GPU {', '.join(map(str, missing))} not on {host} (known: {sorted(known) or 'none yet; refresh'})."
+        return _("GPU %(gpus)s not on %(host)s (known: %(known)s).") % {
+            "gpus": ", ".join(map(str, missing)),
+            "host": host,
+            "known": ", ".join(map(str, sorted(known))) or _("none yet; refresh the inventory"),
+        }
     return ""
 
 

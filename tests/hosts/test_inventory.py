@@ -99,6 +99,25 @@ def test_a_host_that_lost_nvidia_smi_keeps_its_gpus_as_stale_and_unselectable(gp
             extra_args=[],
         )
     assert "GPU 0 of gpu-box is stale: the last inventory failed" in err.value.message_dict["gpu_indices"][0]
+    # A deployment that already has GPU 0 can still be edited (its auto restart turned off while
+    # the host is down): the GPUs it keeps are not checked again; a launch checks them.
+    from hosts.models import Deployment
+
+    kept = Deployment.objects.create(
+        host=gpu_host, name="m", backend="llamacpp", model_path="/models/m-Q4_K_M.gguf", gpu_indices=[0], port=8080
+    )
+    edited = services.clean_deployment(
+        host=gpu_host,
+        backend="llamacpp",
+        model_path="/models/m-Q4_K_M.gguf",
+        served_model_name="m",
+        gpu_indices=[0],
+        port=8080,
+        options={},
+        extra_args=[],
+        instance=kept,
+    )
+    assert edited["gpu_indices"] == [0]
     form = DeploymentForm(host=gpu_host)
     assert form.fields["gpu_indices"].choices == [] and "GPU 0 not offered" in form.fields["gpu_indices"].help_text
     ssh_target.use_gpus("nvidia_smi_rtx3080ti")
