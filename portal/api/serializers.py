@@ -27,11 +27,13 @@ def is_admin(request) -> bool:
 
 @extend_schema_field({"oneOf": [{"type": "integer"}, {"type": "string"}], "description": "Id or name."})
 class IdOrNameRelatedField(serializers.RelatedField):
-    """Accepts an object's id or its unique name (scripts know names); represents it by id."""
+    """Accepts an object's id or its unique name (scripts know names); represents it by id. A
+    string is a name first: a channel named "1" is that channel, never the one whose id is 1 (a
+    string of digits is an id only when no object has it as its name)."""
 
     default_error_messages = {
-        "does_not_exist": 'No {model} with id or name "{value}".',
-        "incorrect_type": "Give an id (integer) or a name (string), not {data_type}.",
+        "does_not_exist": _('No {model} with id or name "{value}".'),
+        "incorrect_type": _("Give an id (integer) or a name (string), not {data_type}."),
     }
 
     def to_internal_value(self, data):
@@ -42,11 +44,14 @@ class IdOrNameRelatedField(serializers.RelatedField):
             # PostgreSQL refuses NUL in text even in a WHERE clause; no name is that long anyway.
             self.fail("does_not_exist", model=queryset.model._meta.verbose_name, value=data[:100].replace("\x00", ""))
         try:
-            if isinstance(data, int) or (isinstance(data, str) and data.isdigit()):
+            if isinstance(data, int):
+                return queryset.get(pk=data)
+            found = queryset.filter(name=data).first()
+            if found is None and data.isdigit():
                 found = queryset.filter(pk=int(data)).first()
-                if found is not None:
-                    return found
-            return queryset.get(name=str(data))
+            if found is None:
+                raise ObjectDoesNotExist
+            return found
         except (ObjectDoesNotExist, ValueError, OverflowError):
             self.fail("does_not_exist", model=queryset.model._meta.verbose_name, value=str(data)[:100])
 

@@ -119,3 +119,16 @@ def test_a_models_balancing_policy_is_set_and_checked(admin_api, model):
     bad = admin_api.patch(f"/api/models/{model.pk}/", {"balance": "round_robin"}, format="json")
     assert bad.status_code == 400 and "balance" in bad.json()
     assert Model.objects.get(pk=model.pk).balance == "affinity"
+
+
+def test_a_name_made_of_digits_names_its_object_not_the_one_with_that_id(admin_api, channel):
+    """A channel named "1" (created after the one whose id is 1): a route to "1" goes to it."""
+    from channels.models import Channel
+
+    named = Channel.objects.create(name=str(channel.pk), kind="vllm", base_url="http://10.0.0.9:8000/v1")
+    assert named.pk != channel.pk
+    made = admin_api.post("/api/models/", {"name": "m-digits", "routes": [{"channel": str(channel.pk)}]}, format="json")
+    assert made.status_code == 201, made.content
+    assert [r["channel"] for r in made.json()["routes"]] == [named.pk]
+    by_id = admin_api.post("/api/models/", {"name": "m-by-id", "routes": [{"channel": channel.pk}]}, format="json")
+    assert [r["channel"] for r in by_id.json()["routes"]] == [channel.pk]  # an integer is an id
