@@ -380,6 +380,17 @@ def default_language():
 
 
 @pytest.fixture(autouse=True)
+def fresh_passive_outcomes():
+    """The gateway's passive health outcomes wait in a buffer of the process until a round takes
+    them (`channels.health.passive`). On SQLite a test's channel ids are the next test's (a table
+    emptied between tests hands its ids out again): an outcome an earlier test left there, a
+    failure of its channel 12, would be read as the evidence of another test's channel 12."""
+    from channels.health import passive
+
+    passive.drain()
+
+
+@pytest.fixture(autouse=True)
 def fresh_throttle_history(monkeypatch):
     """DRF keeps throttle history in the default cache, which outlives a test (a file or a Redis db
     shared by every test and every run): each test gets its own, so one test, or a rerun within a
