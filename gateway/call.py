@@ -79,6 +79,39 @@ DROP_HEADERS = frozenset(
         "forwarded",
     }
 )
+# Parts of a header's name that say it carries a credential (`x-goog-api-key`, Azure's
+# `ocp-apim-subscription-key`, `x-auth-token`…): a client's, maybe its gateway key, never goes on
+# to a team's upstream; nor do the portal's own `x-portal-*` headers.
+CREDENTIAL_NAME_PARTS = (
+    "api-key",
+    "apikey",
+    "api_key",
+    "subscription-key",
+    "access-key",
+    "secret",
+    "token",
+    "password",
+    "auth",
+    "cookie",
+    "session",
+)
+_forwarded: dict[str, bool] = {}  # header name -> sent upstream (names repeat: decided once each)
+
+
+def forwarded(name: str) -> bool:
+    """Does a client's header of this (lower-case) name go on to the upstream?"""
+    keep = _forwarded.get(name)
+    if keep is None:
+        keep = (
+            name not in DROP_HEADERS
+            and not name.startswith("x-portal-")
+            and not any(part in name for part in CREDENTIAL_NAME_PARTS)
+        )
+        if len(_forwarded) < 4096:
+            _forwarded[name] = keep
+    return keep
+
+
 FAILOVER_STATUSES = frozenset({401, 403, 408, 429})
 MAX_ERROR_BODY = 64 * 1024
 
@@ -151,8 +184,8 @@ class Plan:
 def forward_headers(
     client_headers: dict[str, str], route: RouteInfo, *, anthropic_native: bool = False
 ) -> dict[str, str]:
-    """The client's headers minus the dropped ones, plus the channel's own credentials."""
-    out = {k: v for k, v in client_headers.items() if k not in DROP_HEADERS}
+    """The client's headers minus the dropped ones (`forwarded`), plus the channel's own credentials."""
+    out = {k: v for k, v in client_headers.items() if forwarded(k)}
     out["content-type"] = "application/json"
     if route.api_key:
         if anthropic_native:

@@ -182,14 +182,21 @@ def test_header_hygiene(setup, gateway_url, upstream):
             "OpenAI-Organization": "org-123",
             "X-Trace-Id": "trace-42",
             "Connection": "keep-alive",
+            # the key again in other providers' credential headers; the portal's own headers
+            "x-goog-api-key": setup.plaintext,
+            "Ocp-Apim-Subscription-Key": setup.plaintext,
+            "X-Auth-Token": setup.plaintext,
+            "X-Portal-Debug": "route",
+            "Idempotency-Key": "retry-7",
         },
     )
     assert r.status_code == 200
     sent = {k.lower(): v for k, v in upstream.requests[-1].headers.items()}
     assert sent["authorization"] == f"Bearer {UPSTREAM_KEY}"
-    assert sent["x-trace-id"] == "trace-42"
-    for name in ("x-api-key", "cookie", "proxy-authorization", "openai-organization"):
+    assert sent["x-trace-id"] == "trace-42" and sent["idempotency-key"] == "retry-7"
+    for name in ("x-api-key", "cookie", "proxy-authorization", "openai-organization", "x-goog-api-key"):
         assert name not in sent
+    assert not [name for name in sent if name.startswith("x-portal-") or name.endswith("subscription-key")]
     assert setup.plaintext not in str(sent)
     assert sent["host"].startswith("127.0.0.1:")  # the upstream's own host, not ours
 
