@@ -26,6 +26,8 @@ session, encrypted, and are removed when shown: a reload shows nothing.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -229,6 +231,13 @@ def names(obj: Any) -> dict[str, Any]:
     return {"name": getattr(obj, "name", None) or str(obj)}
 
 
+EDITED_FROM = "edited_from"  # the hidden field of an edit form: `ObjectFormView.stamp` when it was shown
+CONFLICT = _(
+    "%(name)s was changed by someone else since this page was opened. Your values are below and nothing "
+    "was saved: open the page again in another tab to see theirs, or save again to replace them with yours."
+)
+
+
 class ObjectFormView(View):
     """Create or edit one object; the flow is written once. GET shows the form; POST validates it
     and calls `save(form)` (the service) in a transaction; a ValidationError from the service lands
@@ -311,16 +320,43 @@ class ObjectFormView(View):
             "intro": self.intro,
             "cancel_url": self.get_cancel_url(),
             "fieldsets": fieldsets(form),
+            "edited_from": self.edited_from,
             **kwargs,
         }
 
     def render_form(self, form: djforms.BaseForm, status: int = 200) -> HttpResponse:
         return render(self.request, self.template_name, self.get_context_data(form=form), status=status)
 
+    edited_from = ""  # `stamp` of the object as the page showed it (a hidden field of an edit form)
+
+    @staticmethod
+    def stamp(form: djforms.BaseForm) -> str:
+        """A digest of what an unbound form of the object shows (its initial values): another
+        admin's save of any of them changes it; a change of anything else (a channel's health, a
+        deployment's status) does not."""
+        values = {
+            k: sorted(map(str, v)) if isinstance(v, list | tuple | set) else str(v) for k, v in form.initial.items()
+        }
+        shown = json.dumps(values, sort_keys=True)
+        return hashlib.sha256(shown.encode()).hexdigest()[:24]
+
     def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        return self.render_form(self.get_form())
+        form = self.get_form()
+        if self.object is not None:
+            self.edited_from = self.stamp(form)
+        return self.render_form(form)
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        shown = request.POST.get(EDITED_FROM, "")
+        if self.object is not None and shown:
+            self.edited_from = self.stamp(self.get_form())
+            if shown != self.edited_from:
+                # Saved by someone else since this page was opened: theirs is not overwritten
+                # unseen. The page keeps these values; sent again, they are saved (the stamp is now).
+                form = self.get_form(request.POST)
+                self.is_valid(form)
+                form.add_error(None, CONFLICT % names(self.object))
+                return self.render_form(form, status=409)
         form = self.get_form(request.POST)
         if self.is_valid(form):
             try:
