@@ -303,16 +303,21 @@ def test_every_way_the_supervisor_ends_leaves_no_process_behind(start, migrated_
     assert left == set(), f"left running after {sig.name}: " + "; ".join(f"{p} {named.get(p, '?')}" for p in left)
 
 
-def test_a_second_portal_up_on_the_same_folder_refuses_and_a_dead_redis_comes_back(up):
-    portal = up
-    second = subprocess.run(
-        [sys.executable, "-m", "portal.cli", "up", "--port", str(free_port())],
-        cwd=portal.cwd,
-        env=portal.env,
+def portal_up(tmp_path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`portal up ARGS` in `tmp_path`, expected to stop by itself (refused before it starts)."""
+    return subprocess.run(
+        [sys.executable, "-m", "portal.cli", "up", *args],
+        cwd=tmp_path,
+        env=env or portal_env(tmp_path),
         capture_output=True,
         text=True,
         timeout=START_TIMEOUT,
     )
+
+
+def test_a_second_portal_up_on_the_same_folder_refuses_and_a_dead_redis_comes_back(up):
+    portal = up
+    second = portal_up(portal.cwd, "--port", str(free_port()), env=portal.env)
     assert second.returncode == 1
     assert f"another `portal up` (PID {portal.proc.pid}) is already running" in second.stderr, second.stderr
 
@@ -336,14 +341,7 @@ def test_a_port_in_use_is_refused_before_anything_starts(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run(
-            [sys.executable, "-m", "portal.cli", "up", "--port", str(port)],
-            cwd=tmp_path,
-            env=portal_env(tmp_path),
-            capture_output=True,
-            text=True,
-            timeout=START_TIMEOUT,
-        )
+        result = portal_up(tmp_path, "--port", str(port))
     assert result.returncode == 1
     assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
     assert not (tmp_path / "data" / "redis").exists()  # no child was started, no Redis data written
@@ -357,18 +355,12 @@ def test_a_port_in_use_is_refused_before_anything_starts(tmp_path):
         ("DJANGO_ALLOWED_HOSTS", "", "Invalid value for DJANGO_ALLOWED_HOSTS: it is set but empty"),
         ("GATEWAY_READ_TIMEOUT", "soon", "Invalid value for GATEWAY_READ_TIMEOUT"),
         ("PORTAL_PUBLIC_URL", "not-a-url", "Invalid value for PORTAL_PUBLIC_URL: 'not-a-url' is not a URL"),
+        # sysfs refuses new files even to root: a folder the portal cannot write, as a read-only mount is
+        ("PORTAL_DATA_DIR", "/sys/fs", "the data folder /sys/fs is not writable"),
     ],
 )
 def test_a_bad_variable_is_a_message_not_a_traceback(tmp_path, variable, value, message):
-    env = {**portal_env(tmp_path), variable: value}
-    result = subprocess.run(
-        [sys.executable, "-m", "portal.cli", "up"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=START_TIMEOUT,
-    )
+    result = portal_up(tmp_path, env={**portal_env(tmp_path), variable: value})
     assert result.returncode != 0
     assert message in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
@@ -376,31 +368,9 @@ def test_a_bad_variable_is_a_message_not_a_traceback(tmp_path, variable, value, 
 
 @pytest.mark.parametrize("value", ["-1", "0", "many"])
 def test_a_bad_worker_concurrency_is_refused_before_anything_starts(tmp_path, value):
-    result = subprocess.run(
-        [sys.executable, "-m", "portal.cli", "up", "--worker-concurrency", value],
-        cwd=tmp_path,
-        env=portal_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=START_TIMEOUT,
-    )
+    result = portal_up(tmp_path, "--worker-concurrency", value)
     assert result.returncode == 2 and "is not a number of processes (1-64)" in result.stderr, result.stderr
     assert not (tmp_path / "data" / "redis").exists()  # no child was started
-
-
-def test_a_data_folder_it_cannot_write_is_a_message_not_a_traceback(tmp_path):
-    """sysfs refuses new files even to root: a folder the portal cannot write, as a read-only mount is."""
-    env = {**portal_env(tmp_path), "PORTAL_DATA_DIR": "/sys/fs"}
-    result = subprocess.run(
-        [sys.executable, "-m", "portal.cli", "up"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=START_TIMEOUT,
-    )
-    assert result.returncode != 0 and "the data folder /sys/fs is not writable" in result.stderr, result.stderr
-    assert "Traceback" not in result.stderr
 
 
 def test_empty_variables_mean_unset_and_dotenv_is_read(tmp_path):

@@ -87,17 +87,18 @@ def test_a_host_that_lost_nvidia_smi_keeps_its_gpus_as_stale_and_unselectable(gp
     gpu_host.refresh_from_db()
     gpu = gpu_host.gpus.get()
     assert gpu.stale and gpu.name == "NVIDIA GeForce RTX 3080 Ti"  # kept, so the admin sees what was there
+    spec = {
+        "host": gpu_host,
+        "backend": "llamacpp",
+        "model_path": "/models/m-Q4_K_M.gguf",
+        "served_model_name": "m",
+        "gpu_indices": [0],
+        "port": 8080,
+        "options": {},
+        "extra_args": [],
+    }
     with pytest.raises(ValidationError) as err:
-        services.clean_deployment(
-            host=gpu_host,
-            backend="llamacpp",
-            model_path="/models/m-Q4_K_M.gguf",
-            served_model_name="m",
-            gpu_indices=[0],
-            port=8080,
-            options={},
-            extra_args=[],
-        )
+        services.clean_deployment(**spec)
     assert "GPU 0 of gpu-box is stale: the last inventory failed" in err.value.message_dict["gpu_indices"][0]
     # A deployment that already has GPU 0 can still be edited (its auto restart turned off while
     # the host is down): the GPUs it keeps are not checked again; a launch checks them.
@@ -106,18 +107,7 @@ def test_a_host_that_lost_nvidia_smi_keeps_its_gpus_as_stale_and_unselectable(gp
     kept = Deployment.objects.create(
         host=gpu_host, name="m", backend="llamacpp", model_path="/models/m-Q4_K_M.gguf", gpu_indices=[0], port=8080
     )
-    edited = services.clean_deployment(
-        host=gpu_host,
-        backend="llamacpp",
-        model_path="/models/m-Q4_K_M.gguf",
-        served_model_name="m",
-        gpu_indices=[0],
-        port=8080,
-        options={},
-        extra_args=[],
-        instance=kept,
-    )
-    assert edited["gpu_indices"] == [0]
+    assert services.clean_deployment(**spec, instance=kept)["gpu_indices"] == [0]
     form = DeploymentForm(host=gpu_host)
     assert form.fields["gpu_indices"].choices == [] and "GPU 0 not offered" in form.fields["gpu_indices"].help_text
     ssh_target.use_gpus("nvidia_smi_rtx3080ti")
