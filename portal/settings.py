@@ -101,7 +101,8 @@ try:
     DATABASES = {"default": penv.env.db_url_config(penv.value("DATABASE_URL") or _db_default)}
 except Exception as exc:  # django-environ raises several types for a bad URL
     raise penv.ConfigError(f"Invalid value for DATABASE_URL: {exc}") from None
-if DATABASES["default"].get("ENGINE") not in ("django.db.backends.sqlite3", "django.db.backends.postgresql"):
+_engines = ("django.db.backends.sqlite3", "django.db.backends.postgresql")
+if "ENGINE" not in DATABASES["default"] or DATABASES["default"]["ENGINE"] not in _engines:  # not a URL: no ENGINE
     raise penv.ConfigError(
         "Invalid value for DATABASE_URL: use postgres://user:password@host:5432/name (or leave it unset for SQLite)"
     )
