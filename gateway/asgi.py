@@ -25,6 +25,7 @@ from keys.choices import UsageStatus
 from portal.public import public_url
 
 from . import health, metrics
+from .auth import authenticate
 from .call import Call, current, opened
 from .errors import SHUTDOWN
 from .http import REPLICA, GatewayError, Receive, Request, Scope, Send, send_error
@@ -207,6 +208,18 @@ async def handle_logged(handler: Handler, scope: Scope, receive: Receive, send: 
     )
 
 
+# A request body larger than this (up to `http.MAX_BODY`) is read only once its key is known good:
+# anyone could otherwise make every replica buffer 64 MB per connection before its 401.
+PRE_AUTH_BODY = 1 << 20
+
+
+def _large_body(headers: dict[str, str]) -> bool:
+    length = headers.get("content-length")
+    if length is None:
+        return "transfer-encoding" in headers  # chunked: its size is known only once read
+    return not length.isdigit() or int(length) > PRE_AUTH_BODY
+
+
 async def handle(handler: Handler, scope: Scope, receive: Receive, send: Send, sub: str) -> tuple[Request, Call | None]:
     """Run a gateway handler; any GatewayError before the response started becomes a JSON error,
     and a call the error left open is failed (finished with its record)."""
@@ -214,6 +227,8 @@ async def handle(handler: Handler, scope: Scope, receive: Receive, send: Send, s
     current.set(None)
     IN_FLIGHT.n += 1
     try:
+        if _large_body(req.headers):  # read for a caller with a valid key only (a 401 comes first)
+            await authenticate(req)
         await handler(req)
     except GatewayError as exc:
         if (call := opened()) is not None:

@@ -368,6 +368,28 @@ def test_a_body_that_never_arrives_gets_408(setup, gateway, settings, path):
         assert b"\r\nx-request-id: " in answer, answer[:300]
 
 
+@pytest.mark.parametrize("key", [None, "gp-not-a-real-key"])
+def test_a_large_body_is_read_only_for_a_valid_key(setup, gateway, key):
+    """50 MB announced without a valid key: 401 at once, not after the body (up to 64 MB buffered
+    for anyone, then its 401; or its 408 after the body deadline, a connection held meanwhile)."""
+    import socket
+
+    port = int(gateway.rsplit(":", 1)[1])
+    auth = f"Authorization: Bearer {key}\r\n" if key else ""
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"{auth}Content-Length: 50000000\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        sock.sendall(head.encode() + b'{"model": "qwen3-32b", "messages": [' + b" " * 100_000)
+        answer = sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
+    # With a valid key the same size is read and judged on its content (here: too long a prompt).
+    big = {**BODY, "messages": [{"role": "user", "content": "word " * 400_000}]}
+    read = post(gateway, setup.plaintext, big)
+    assert read.status_code == 400 and read.json()["error"]["code"] == "context_length_exceeded", read.text
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_n_choices_are_cut_each_at_the_reservation(setup, upstream, gateway, stream):
     upstream.behave(tokens=40, ignore_max_tokens=True)
