@@ -347,7 +347,9 @@ def _merge_tool_call(calls: list[dict[str, Any]], part: dict[str, Any]) -> None:
             continue
         if key == "function" and isinstance(value, dict):
             for fk, fv in value.items():
-                if isinstance(fv, str):
+                if fk == "name" and isinstance(fv, str):  # whole in its first chunk; some servers repeat it
+                    call["function"]["name"] = call["function"].get("name") or fv
+                elif isinstance(fv, str):
                     call["function"][fk] = call["function"].get(fk, "") + fv
                 elif fv is not None:
                     call["function"][fk] = fv

@@ -428,3 +428,25 @@ def test_a_role_chunk_whose_choices_key_is_spaced_guesses_no_usage_chunk():
     with pytest.raises(UpstreamStreamError):
         ChatAssembly(None).take(junk)
     assert assemble(raw)[0] == one_by_one(raw, None)[0]
+
+
+def test_a_tool_calls_name_repeated_in_every_chunk_is_kept_once():
+    """Some servers repeat a call's id and name in each of its chunks; the arguments are the ones
+    that come in pieces (the streamed translations keep the name once as well)."""
+
+    def piece(arguments: str) -> bytes:
+        call = {
+            "index": 0,
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": arguments},
+        }
+        chunk = {"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}]}
+        return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+    end = {"id": "c", "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+    stream = piece('{"city":') + piece(' "Paris"}') + b"data: " + orjson.dumps(end) + b"\n\ndata: [DONE]\n\n"
+    assembly = ChatAssembly(None)
+    assert assembly.take(stream) is None
+    (call,) = assembly.answer()["choices"][0]["message"]["tool_calls"]
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
