@@ -135,6 +135,8 @@ class ChatDialect(ReadsChunks):
                 and chunk.get("usage") is None
                 and "error" not in chunk
             ):
+                if reader.first is None:  # (its id, model… for a usage chunk of ours, `close`)
+                    reader.first = chunk
                 if delta_has_output(choices[0]):
                     seen = reader.counts.get(0, 0) + 1
                     if reader.limit is not None and seen > reader.limit:

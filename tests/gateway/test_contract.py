@@ -283,8 +283,10 @@ def test_a_stream_whose_upstream_sent_no_usage_gets_the_estimate_when_asked(setu
     stream = sdk(gateway, setup.plaintext).chat.completions.create(
         model="qwen3-32b", messages=MESSAGES, max_tokens=5, stream=True, stream_options={"include_usage": True}
     )
-    usages = [chunk.usage for chunk in stream if chunk.usage is not None]
+    chunks = list(stream)
+    usages = [chunk.usage for chunk in chunks if chunk.usage is not None]
     assert len(usages) == 1 and usages[0].completion_tokens == 5
+    assert (chunks[-1].id, chunks[-1].model, chunks[-1].object) == (chunks[0].id, chunks[0].model, chunks[0].object)
 
 
 # --- a faithful relay -------------------------------------------------------------------------
