@@ -18,6 +18,17 @@ from tests.gateway.conftest import (  # noqa: F401  (fixtures)
     wait_for,
 )
 
+# The weather tool as a Responses client (Codex) declares it.
+RESPONSES_TOOLS = [
+    {
+        "type": "function",
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}}},
+        "strict": False,
+    }
+]
+
 
 @pytest.fixture
 def second_upstream():

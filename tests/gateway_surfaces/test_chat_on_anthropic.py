@@ -12,7 +12,7 @@ import pytest
 
 from channels.models import Channel, ModelRoute
 from tests.fakes.upstream import FakeUpstream
-from tests.gateway_surfaces.conftest import add_native_channel, record_for
+from tests.gateway_surfaces.conftest import RESPONSES_TOOLS, add_native_channel, record_for
 
 TOOLS = [
     {
@@ -328,16 +328,6 @@ def test_an_answer_that_stalls_names_the_idle_timeout(setup, client, anthropic_u
 
 
 # --- Responses clients (Codex) on an Anthropic channel: Responses -> Chat -> Messages ------------
-
-RESPONSES_TOOLS = [
-    {
-        "type": "function",
-        "name": "get_weather",
-        "description": "Weather for a city",
-        "parameters": TOOLS[0]["function"]["parameters"],
-        "strict": False,
-    }
-]
 
 
 @pytest.mark.parametrize("stream", [False, True])

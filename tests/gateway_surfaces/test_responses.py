@@ -8,17 +8,14 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from tests.gateway_surfaces.conftest import UPSTREAM_KEY, add_channel, add_native_channel, record_for, set_limits
-
-TOOLS = [
-    {
-        "type": "function",
-        "name": "get_weather",
-        "description": "Weather for a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}}},
-        "strict": False,
-    }
-]
+from tests.gateway_surfaces.conftest import (
+    RESPONSES_TOOLS,
+    UPSTREAM_KEY,
+    add_channel,
+    add_native_channel,
+    record_for,
+    set_limits,
+)
 
 
 @pytest.fixture
@@ -65,7 +62,7 @@ def test_stream_emits_codex_events_and_records_exact_usage(setup, client):
 
 def test_a_function_call_round_trips(setup, client, upstream):
     upstream.behave(mode="tool_call")
-    with client.responses.stream(model="qwen3-32b", input="weather in Paris?", tools=TOOLS) as stream:
+    with client.responses.stream(model="qwen3-32b", input="weather in Paris?", tools=RESPONSES_TOOLS) as stream:
         deltas = [e.delta for e in stream if e.type == "response.function_call_arguments.delta"]
         first = stream.get_final_response()
     assert len(deltas) > 5
@@ -73,14 +70,18 @@ def test_a_function_call_round_trips(setup, client, upstream):
     assert call.name == "get_weather" and call.arguments == '{"city": "Paris", "unit": "celsius"}'
     assert upstream.requests[-1].json["tools"][0] == {
         "type": "function",
-        "function": {"name": "get_weather", "description": "Weather for a city", "parameters": TOOLS[0]["parameters"]},
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a city",
+            "parameters": RESPONSES_TOOLS[0]["parameters"],
+        },
     }
 
     record_for(setup.key)  # usage written: the next request does not race the writer (SQLite)
     upstream.behave(mode="ok")
     second = client.responses.create(
         model="qwen3-32b",
-        tools=TOOLS,
+        tools=RESPONSES_TOOLS,
         input=[
             {"role": "user", "content": "weather in Paris?"},
             {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
@@ -101,7 +102,7 @@ def test_a_codex_shaped_request_drops_tools_the_upstream_cannot_run(setup, gatew
             {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "sandboxed"}]},
             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix it"}]},
         ],
-        "tools": [TOOLS[0], {"type": "web_search"}, {"type": "namespace", "name": "mcp__x", "tools": []}],
+        "tools": [RESPONSES_TOOLS[0], {"type": "web_search"}, {"type": "namespace", "name": "mcp__x", "tools": []}],
         "tool_choice": "auto",
         "parallel_tool_calls": True,
         "reasoning": {"summary": "auto", "effort": "medium"},
