@@ -217,7 +217,7 @@ def _large_body(headers: dict[str, str]) -> bool:
     length = headers.get("content-length")
     if length is None:
         return "transfer-encoding" in headers  # chunked: its size is known only once read
-    return not length.isdigit() or int(length) > PRE_AUTH_BODY
+    return len(length) > 6 and (not length.isdigit() or int(length) > PRE_AUTH_BODY)  # (7 digits: ≥ 1 MB)
 
 
 async def handle(handler: Handler, scope: Scope, receive: Receive, send: Send, sub: str) -> tuple[Request, Call | None]:

@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Protocol
 
 import aiohttp
@@ -396,8 +397,7 @@ async def send_upstream(
     first_timeout = first_token_timeout(prompt_tokens)
     cap = int(hot.GATEWAY_MAX_RESPONSE_BYTES)
     attempts: list[Attempt] = []
-    last_error: GatewayError | None = None  # what the client is answered if every route fails
-    last_kind = Failure.CONNECT
+    failed: list[tuple[int, GatewayError]] = []  # each failed attempt's error, by how much it tells (`telling`)
     loop = asyncio.get_running_loop()
     for route in plan.routes:
         out = plan.outgoing(route)
@@ -427,8 +427,7 @@ async def send_upstream(
                 resp.close()
                 err = upstream_error(status, body, retry_after=retry_after)
                 kind = failure_of(status, err)
-                if last_error is None or telling(kind) >= telling(last_kind):
-                    last_error, last_kind = err, kind
+                failed.append((telling(kind), err))
                 attempts.append(Attempt(route.channel_id, route.channel_name, kind, status))
                 passive.report(route.channel_id, False, status=status, error=kind)
                 continue
@@ -537,15 +536,16 @@ async def send_upstream(
             resp.close()
         attempts.append(Attempt(route.channel_id, route.channel_name, kind))
         passive.report(route.channel_id, False, error=Failure.PROTOCOL if kind == Failure.TOO_LARGE else kind)
-        if last_error is None or telling(kind) >= telling(last_kind):
-            last_error, last_kind = err, kind
+        failed.append((telling(kind), err))
         logger.info("channel %s failed (%s); trying the next route", route.channel_name, kind)
         if deadline is not None and loop.time() >= deadline:
             break
-    if last_error is None:
-        last_error = GatewayError(503, "No upstream channel is available for this model.", code="no_channel")
-    last_error.attempts = attempts
-    raise last_error
+    if failed:  # the client is answered with the latest of the most telling failures
+        told = max(reversed(failed), key=itemgetter(0))[1]
+    else:
+        told = GatewayError(503, "No upstream channel is available for this model.", code="no_channel")
+    told.attempts = attempts
+    raise told
 
 
 def telling(kind: Failure) -> int:
