@@ -3,6 +3,7 @@
   const canvas = document.getElementById("health-chart");
   if (!canvas || !window.Chart) return;
   let chart = null;
+  let latest = 0; // the last load asked for: only its answer is drawn
 
   function label(iso, range) {
     const d = new Date(iso);
@@ -11,9 +12,13 @@
   }
 
   async function load(range) {
+    const mine = ++latest;
     const resp = await fetch(canvas.dataset.url + "?range=" + encodeURIComponent(range), { credentials: "same-origin" });
     if (!resp.ok) return;
     const data = await resp.json();
+    // Answers can come out of order (the reload after "Check now", then a range clicked): an
+    // older one drawn last would show another range than the pressed button says.
+    if (mine !== latest) return;
     // A new channel has one or two hours of checks: a line needs two points, so draw big dots
     // and say why the chart is mostly empty instead of leaving one pixel at the right edge.
     const measured = data.ttft_p50_ms.filter((v) => v !== null).length;
