@@ -26,9 +26,12 @@ from .cache import BudgetInfo, KeyInfo, ModelInfo, RouteInfo, namespace, snapsho
 from .call import Call, current, route_header, wants_route_header
 from .catalog import Selection, resolve_model, select_routes
 from .http import GatewayError, Request
-from .limits import Admission, Refusal, Scope, Stale, rate_headers
+from .limits import Admission, RedisLimiter, Refusal, Scope, Stale, rate_headers
+from .resp import RespError
 from .state import process
 from .usage import UsageEvent
+
+UNKNOWN_KEY = frozenset({"invalid_api_key", "invalid_playground_credential"})
 
 
 async def open_call(
@@ -56,20 +59,29 @@ async def open_call(
     ns = namespace()
     choice = balance.Choice()
     for attempt in (0, 1):
-        key = await authenticate(req)
+        try:
+            key = await authenticate(req)
+        except GatewayError as refused:
+            # A key this process knows, refused on its snapshot (expired, disabled, address not
+            # allowed): an admin may have just lifted that (`_snapshot_is_stale`). An unknown key
+            # costs no Redis round trip: nobody can have presented it before it existed.
+            if attempt == 0 and refused.code not in UNKNOWN_KEY and await _snapshot_is_stale(limiter):
+                continue
+            raise
         if req.playground:  # the record says where it came from; the API is the same
             surface = ApiSurface.PLAYGROUND
-        pinned = pinned_channel(req, key)
-        catalog = snapshot.catalog  # current (what get_catalog answers without waiting), else loaded
-        if catalog is None:
-            catalog = await snapshot.get_catalog()
-        info = resolve_model(key, catalog, model)
-        req.model_name = info.name
-        cold = info.cold  # on demand and stopped: started below, once the limits admitted the request
-        if not info.has_routes and not cold:
-            raise GatewayError(503, f"No channel serves the model '{info.name}' right now.", code="no_channel")
-        prompt = max(int(prompt_tokens), 0)
+        resolved: ModelInfo | None = None  # the model, once found: a refusal after that is recorded
         try:
+            pinned = pinned_channel(req, key)
+            catalog = snapshot.catalog  # current (what get_catalog answers without waiting), else loaded
+            if catalog is None:
+                catalog = await snapshot.get_catalog()
+            info = resolved = resolve_model(key, catalog, model)
+            req.model_name = info.name
+            cold = info.cold  # on demand and stopped: started below, once the limits admitted the request
+            if not info.has_routes and not cold:
+                raise GatewayError(503, f"No channel serves the model '{info.name}' right now.", code="no_channel")
+            prompt = max(int(prompt_tokens), 0)
             # Before reserving: a request no route can hold is refused without touching the limits.
             # Without a max_tokens only the prompt must fit: the output reserved is what the
             # routes can give (never a refusal for a default the client did not send).
@@ -78,14 +90,36 @@ async def open_call(
                 selection = Selection([], ["on-demand model is stopped: this request starts it"])
             else:
                 selection = select_routes(info, key, prompt=prompt, output=asked, choice=choice, pinned=pinned)
+            reserve_max = asked if max_tokens is not None else default_output(info, selection.routes, prompt)
+            output = asked
+            reserve = prompt + reserve_max * choices
+            cost = 0
+            # The most the request can cost on any route it may take (never 0 for "no price"); a
+            # stopped on-demand model's at the price its route had when it last ran.
+            if key.budgets:
+                most = reserve_max * choices
+                if cold:
+                    cost = cold_reservation(info, prompt, most, limiter.now())
+                else:
+                    cost = budget_reservation(info, selection, prompt, most, limiter.now())
         except GatewayError as refused:
-            if refused.status < 500:
+            # Refused on this process's snapshot, which the admission script has not vouched for
+            # yet: when Redis says a change was saved since it was loaded (a model, route, price or
+            # key), the request is resolved again on fresh data instead of refused for up to
+            # GATEWAY_CACHE_TTL (a price set a moment ago answered 403 model_not_priced).
+            if (
+                attempt == 0
+                and (refused.status < 500 or refused.code == "no_channel")
+                and await _snapshot_is_stale(limiter)
+            ):
+                continue
+            if resolved is not None and refused.status < 500:
                 if wants_route_header(req, key):
                     refused.headers.append(route_header(refused.explanation))
                 _record_refusal(
                     request_id,
                     key,
-                    info,
+                    resolved,
                     surface,
                     stream,
                     refused,
@@ -94,24 +128,6 @@ async def open_call(
                     explanation=refused.explanation,
                 )
             raise
-        reserve_max = asked if max_tokens is not None else default_output(info, selection.routes, prompt)
-        output = asked
-        reserve = prompt + reserve_max * choices
-        cost = 0
-        # The most the request can cost on any route it may take (never 0 for "no price"); a
-        # stopped on-demand model's at the price its route had when it last ran.
-        if key.budgets:
-            try:
-                most = reserve_max * choices
-                if cold:
-                    cost = cold_reservation(info, prompt, most, limiter.now())
-                else:
-                    cost = budget_reservation(info, selection, prompt, most, limiter.now())
-            except GatewayError as unpriced:
-                _record_refusal(
-                    request_id, key, info, surface, stream, unpriced, started, status=UsageStatus.CLIENT_ERROR
-                )
-                raise
         scopes = scopes_of(key, ns)
         # First attempt: admit only if our cached keys/routes are current (else Stale, nothing
         # reserved); the retry runs on freshly loaded data and is not checked again.
@@ -186,6 +202,16 @@ async def open_call(
         ondemand.began(info.on_demand.deployment_id, request_id)
     current.set(call)
     return call
+
+
+async def _snapshot_is_stale(limiter: RedisLimiter) -> bool:
+    """Whether Redis's cache generations show a change this process's snapshot has not seen (it is
+    dropped then). Asked only before refusing: an admitted request learns it from the admission script."""
+    try:
+        generations = await limiter.generations()
+    except (OSError, RespError):  # Redis away: the refusal stands, made on the snapshot there is
+        return False
+    return snapshot.observe_generation(*generations)
 
 
 # key id -> (the KeyInfo they were made of, namespace, its scopes); a reloaded key is a new KeyInfo

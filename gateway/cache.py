@@ -6,7 +6,9 @@ Invalidation (a revoked key must stop within seconds on every replica):
   a generation: in this process at once, and in Redis (`gw:gen:keys` / `gw:gen:routes`, see `namespace()`) after the
   transaction commits.
 - The per-request admission script returns both generations; a process that sees a new one drops
-  its snapshot and re-runs the request from authentication (see `admission`). Entries also expire
+  its snapshot and re-runs the request from authentication (see `admission`). A request refused on
+  the snapshot before that script runs (model unknown or not allowed, no price, key expired) asks
+  Redis for the generations first and is resolved again when they changed. Entries also expire
   after `GATEWAY_KEY_TTL` (4 s; routes `GATEWAY_CACHE_TTL`, 5 s) as a safety net. The embedded
   default works the same way, on the embedded Redis.
 

@@ -72,6 +72,21 @@ def test_misbehaving_redis_gets_a_503_within_the_deadline_then_service_resumes(s
     wait_for(lambda: UsageRecord.objects.filter(key=setup.key, status="unavailable", http_status=503).count() >= 3)
 
 
+@pytest.mark.parametrize("mode", ["stall", "refuse"])
+def test_a_refusal_made_on_the_snapshot_stands_while_redis_misbehaves(setup, proxied, mode):
+    """Before refusing, the gateway asks Redis whether its snapshot is stale (`admission`): with Redis
+    away the refusal is answered as it was made, within the deadline, never a 500."""
+    proxy, url = proxied
+    assert post(url, setup.plaintext).status_code == 200  # key and catalog loaded
+    proxy.set(mode)
+    started = time.monotonic()
+    r = post(url, setup.plaintext, body={**SHORT, "model": "qwen3-23b"})
+    took = time.monotonic() - started
+    assert r.status_code == 404, r.text
+    assert "Models this key may use: qwen3-32b." in r.json()["error"]["message"]
+    assert took < PROMPT, f"{mode}: answered after {took:.2f} s"
+
+
 def test_many_requests_in_flight_when_redis_stalls_are_all_answered(setup, proxied):
     proxy, url = proxied
     assert post(url, setup.plaintext).status_code == 200
