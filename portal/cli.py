@@ -10,9 +10,10 @@
 PID), checks the port, starts the embedded Redis when `REDIS_URL` is unset, applies migrations,
 creates the first admin if there is none, then starts uvicorn (web and gateway), a Celery worker
 and Celery beat as child processes. A child that crashes is restarted with back-off (a crash loop
-stops everything with its exit code). Ctrl-C, SIGTERM and SIGHUP (the terminal closed) stop them
-all, TERM first, KILL after a grace period, the embedded Redis last. Children die with the
-supervisor even when it is SIGKILLed (Linux `PR_SET_PDEATHSIG`).
+stops everything with its exit code); so is the web child when it stops answering `/healthz` (a
+blocked event loop is alive to the kernel and would otherwise be left hung). Ctrl-C, SIGTERM and
+SIGHUP (the terminal closed) stop them all, TERM first, KILL after a grace period, the embedded
+Redis last. Children die with the supervisor even when it is SIGKILLed (Linux `PR_SET_PDEATHSIG`).
 
 `./.env` is read when present (variables already set in the environment win).
 """
@@ -28,6 +29,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,6 +61,84 @@ def _die_with_parent(parent: int, sig: int = signal.SIGTERM) -> None:
 
 
 @dataclass
+class Liveness:
+    """Asks a child over HTTP, every `every` seconds, whether it still answers. A child that misses
+    `failures` answers in a row is hung (`hung` is then the process it judged), once it has answered
+    since its start or has had `start` seconds to do so: a slow start on a loaded box is not a hang."""
+
+    host: str
+    port: int
+    path: str = "/healthz"
+    every: float = 10.0
+    failures: int = 3
+    start: float = 300.0
+    hung: subprocess.Popen | None = None
+
+    def watch(self, name: str, proc: subprocess.Popen) -> None:
+        threading.Thread(target=self._probe, args=(name, proc), name="portal-liveness", daemon=True).start()
+
+    def _probe(self, name: str, proc: subprocess.Popen) -> None:
+        armed, missed = False, 0
+        started = time.monotonic()
+        while proc.poll() is None:
+            time.sleep(self.every)
+            if self._answers():
+                if not armed:
+                    print(
+                        f"portal: {name} answers {self.path}; it is restarted if it stops answering for "
+                        f"{self.every * self.failures:g} s.",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                armed, missed = True, 0
+                continue
+            missed += 1
+            armed = armed or time.monotonic() - started >= self.start
+            if armed and missed >= self.failures and proc.poll() is None:
+                self.hung = proc
+                return
+
+    def _answers(self) -> bool:
+        import http.client
+
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.every)
+        try:
+            conn.request("GET", self.path)
+            return conn.getresponse().status == 200
+        except (OSError, http.client.HTTPException):
+            return False
+        finally:
+            conn.close()
+
+
+def liveness_from_env(host: str, port: int) -> Liveness:
+    """The web child's probe: `PORTAL_UP_PROBE_SECONDS` (interval and timeout, default 10),
+    `PORTAL_UP_PROBE_FAILURES` (default 3; a child is restarted after ~30-60 s without an answer) and
+    `PORTAL_UP_PROBE_START_SECONDS` (default 300: how long a child that never answered may take to start)."""
+    if host in ("0.0.0.0", ""):  # listening on every address: reached on loopback
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    every = _positive("PORTAL_UP_PROBE_SECONDS", float, 10.0)
+    failures = int(_positive("PORTAL_UP_PROBE_FAILURES", int, 3))
+    start = _positive("PORTAL_UP_PROBE_START_SECONDS", float, 300.0)
+    return Liveness(host.strip("[]"), port, every=every, failures=failures, start=start)
+
+
+def _positive(name: str, kind: type[float] | type[int], default: float) -> float:
+    raw = (os.environ.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise SystemExit(f"portal: Invalid value for {name}: {raw!r} is not a positive number.")
+    return value
+
+
+@dataclass
 class Child:
     name: str
     argv: list[str]
@@ -70,6 +150,7 @@ class Child:
     # What the child gets when the supervisor dies without stopping it (SIGKILL of the supervisor):
     # nobody is left to follow a TERM with a KILL, so a child whose TERM may wait uses KILL here.
     death_signal: int = signal.SIGTERM
+    liveness: Liveness | None = None  # restarted when it stops answering, not only when it exits
 
     def start(self) -> None:
         if self.prepare is not None:
@@ -84,6 +165,29 @@ class Child:
         )
         if self.ready is not None:
             self.ready(self.proc)
+        if self.liveness is not None:
+            self.liveness.watch(self.name, self.proc)
+
+    def kill_if_hung(self) -> None:
+        """TERM, then KILL after a few seconds, the child its probe found hung (the run loop then
+        restarts it as a child that exited)."""
+        if self.liveness is None or self.proc is None or self.liveness.hung is not self.proc:
+            return
+        self.liveness.hung = None
+        if self.proc.poll() is not None:
+            return
+        probe = self.liveness
+        print(
+            f"portal: {self.name} has not answered {probe.path} for {probe.every * probe.failures:g} s; restarting it.",
+            file=sys.stderr,
+            flush=True,
+        )
+        self.signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            self.proc.wait()
 
     def signal(self, sig: int) -> None:
         if self.proc and self.proc.poll() is None:
@@ -135,6 +239,7 @@ class Supervisor:
         while not self.stopping:
             time.sleep(0.2)
             for child in self.everyone:
+                child.kill_if_hung()
                 rc = child.proc.poll() if child.proc else None
                 if rc is None or self.stopping:
                     continue
@@ -193,6 +298,7 @@ def build_children(args, settings) -> list[Child]:
                 str(GRACE_SECONDS - 2),
             ],
             env=web_env,
+            liveness=liveness_from_env(args.host, args.port),
         ),
     ]
     if not args.no_worker:

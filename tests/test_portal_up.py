@@ -97,13 +97,19 @@ class Portal:
     """`portal up` in a subprocess, with its output collected by a thread."""
 
     def __init__(
-        self, tmp_path: Path, admin_password: str | None, *args: str, port: int | None = None, data: Path | None = None
+        self,
+        tmp_path: Path,
+        admin_password: str | None,
+        *args: str,
+        port: int | None = None,
+        data: Path | None = None,
+        env: dict[str, str] | None = None,
     ):
-        """`data`: a data folder to copy in first (else `up` makes a new one)."""
+        """`data`: a data folder to copy in first (else `up` makes a new one); `env`: more variables."""
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.cwd = tmp_path
-        self.env = portal_env(tmp_path)
+        self.env = {**portal_env(tmp_path), **(env or {})}
         if data is not None:
             shutil.copytree(data, self.env["PORTAL_DATA_DIR"])  # modes kept (copy2)
         if admin_password is not None:
@@ -301,6 +307,37 @@ def test_every_way_the_supervisor_ends_leaves_no_process_behind(start, migrated_
         assert "portal: stopped." in portal.output
     left = wait_gone(family)
     assert left == set(), f"left running after {sig.name}: " + "; ".join(f"{p} {named.get(p, '?')}" for p in left)
+
+
+def test_a_web_child_that_stops_answering_is_restarted(start, migrated_data_folder):
+    """A stopped (SIGSTOP) uvicorn is alive to the kernel but answers nothing, like a blocked event
+    loop: after PORTAL_UP_PROBE_FAILURES missed /healthz probes the supervisor kills it and starts a
+    new one, which serves."""
+    probe = {"PORTAL_UP_PROBE_SECONDS": "2", "PORTAL_UP_PROBE_FAILURES": "3"}
+    portal = start("correct-horse-battery-9", "--no-worker", "--no-beat", data=migrated_data_folder, env=probe)
+    portal.wait_healthy()
+    web = next(pid for pid, cmd in portal.commands().items() if "uvicorn" in cmd)
+    portal.wait_output("portal: web answers /healthz; it is restarted if it stops answering for 6 s.")
+    os.kill(web, signal.SIGSTOP)
+    try:
+        portal.wait_output("portal: web has not answered /healthz for 6 s; restarting it.", timeout=120)
+        portal.wait_output("portal: web exited with", timeout=60)
+        assert portal.wait_healthy()["status"] == "ok"
+        assert not alive(web)
+        assert [pid for pid, cmd in portal.commands().items() if "uvicorn" in cmd] != [web]
+    finally:
+        if alive(web):
+            os.kill(web, signal.SIGCONT)
+    assert portal.stop() == 0, portal.output[-3000:]
+
+
+def test_a_bad_probe_setting_is_refused_in_one_line(tmp_path):
+    env = {**portal_env(tmp_path), "PORTAL_UP_PROBE_SECONDS": "soon"}
+    refused = portal_up(tmp_path, "--port", str(free_port()), env=env)
+    assert refused.returncode == 1
+    assert (
+        refused.stderr.strip() == "portal: Invalid value for PORTAL_UP_PROBE_SECONDS: 'soon' is not a positive number."
+    )
 
 
 def portal_up(tmp_path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
