@@ -44,8 +44,7 @@ from .limits import Admission
 from .ondemand import ended as ondemand_ended
 from .payloads import RAW_STREAM_FACTOR, max_bytes
 from .state import process
-from .translate.common import estimate_tokens as chat_tokens
-from .translate.common import prompt_text
+from .translate.common import IMAGE_TOKENS, MESSAGE_OVERHEAD_TOKENS, request_text
 from .usage import Usage, UsageEvent
 
 logger = logging.getLogger(__name__)
@@ -326,9 +325,11 @@ async def recount(up: UpstreamResponse, usage: Usage, answer: str | None = None)
     if not usage.estimated or up.route.kind not in TOKENIZING_KINDS or not isinstance(chat, dict):
         return usage
     quick = aiohttp.ClientTimeout(total=1)
-    text, _, _ = prompt_text(chat)
-    counted = await tokenize(up.route, text, within=quick)
-    prompt = chat_tokens(chat, text_tokens=counted) if counted is not None else usage.prompt_tokens
+    text, messages, images = request_text(chat)  # Chat, Messages, Responses, Completions, Embeddings
+    counted = await tokenize(up.route, text, within=quick) if text else None
+    prompt = usage.prompt_tokens  # the estimate stands when there is nothing the tokenizer can count
+    if counted is not None:
+        prompt = counted + messages * MESSAGE_OVERHEAD_TOKENS + images * IMAGE_TOKENS
     completion = usage.completion_tokens
     if answer is not None and (answered := await tokenize(up.route, answer, within=quick)) is not None:
         completion = answered

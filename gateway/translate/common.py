@@ -178,26 +178,70 @@ CHARS_PER_TOKEN = 4
 
 
 def prompt_text(chat: dict[str, Any]) -> tuple[str, int, int]:
-    """(flattened text, number of messages, number of images) of a Chat Completions request."""
+    """(flattened text, number of messages, number of images) of a Chat Completions request.
+    Parts of a shape it does not know are skipped (the body is the client's, checked elsewhere)."""
     texts: list[str] = []
     images = 0
-    messages = chat.get("messages") or []
+    messages = chat.get("messages")
+    if not isinstance(messages, list):
+        messages = []
     for message in messages:
-        content = message.get("content")
-        if isinstance(content, str):
-            texts.append(content)
-        elif isinstance(content, list):
-            for part in content:
-                if part.get("type") == "text":
-                    texts.append(part.get("text", ""))
-                elif part.get("type") == "image_url":
-                    images += 1
-        for call in message.get("tool_calls") or []:
-            function = call.get("function") or {}
-            texts.append(f"{function.get('name', '')} {function.get('arguments', '')}")
+        if not isinstance(message, dict):
+            continue
+        images += _content_text(message.get("content"), texts)
+        calls = message.get("tool_calls")
+        for call in calls if isinstance(calls, list) else ():
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict):
+                texts.append(f"{function.get('name', '')} {function.get('arguments', '')}")
     if chat.get("tools"):
         texts.append(json.dumps(chat["tools"], ensure_ascii=False))
     return "\n".join(texts), len(messages), images
+
+
+def _content_text(content: Any, texts: list[str]) -> int:
+    """Append the text of one message's (or Responses item's) content to `texts`; its image count."""
+    if isinstance(content, str):
+        texts.append(content)
+        return 0
+    images = 0
+    for part in content if isinstance(content, list) else ():
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind in ("text", "input_text", "output_text") and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind in ("image_url", "image", "input_image"):
+            images += 1
+    return images
+
+
+def request_text(body: dict[str, Any]) -> tuple[str, int, int]:
+    """(flattened text, messages, images) of the prompt of any request the gateway sends upstream:
+    Chat and Anthropic Messages (`messages`, Anthropic's `system`), Responses (`input`,
+    `instructions`), legacy Completions (`prompt`) and Embeddings (`input`). Token-id prompts count
+    as no text (their estimate stands)."""
+    text, messages, images = prompt_text(body)
+    texts = [text] if text else []
+    for field in ("system", "instructions"):
+        images += _content_text(body.get(field), texts)
+    for field in ("prompt", "input"):
+        value = body.get(field)
+        if isinstance(value, str):
+            texts.append(value)
+            continue
+        for item in value if isinstance(value, list) else ():
+            if isinstance(item, str):
+                texts.append(item)
+            elif isinstance(item, dict):  # a Responses input item
+                if item.get("type", "message") == "message":
+                    messages += 1
+                images += _content_text(item.get("content"), texts)
+                if isinstance(item.get("arguments"), str):
+                    texts.append(item["arguments"])
+                if isinstance(item.get("output"), str):
+                    texts.append(item["output"])
+    return "\n".join(texts), messages, images
 
 
 def estimate_tokens(chat: dict[str, Any], text_tokens: int | None = None) -> int:

@@ -170,6 +170,41 @@ def test_usage_an_upstream_omits_is_counted_by_its_own_tokenizer(setup, gateway_
     assert any(r.path.endswith("/tokenize") for r in upstream.requests)
 
 
+@pytest.mark.parametrize("surface", ["embeddings", "completions", "completions-stream"])
+def test_usage_omitted_on_embeddings_and_completions_is_counted_from_their_input(
+    setup, gateway_url, upstream, surface
+):
+    """Regression (probe): the recount read only Chat's `messages`, so an embedding's `input` and a
+    legacy completion's `prompt` were tokenized as "" and recorded as 0 prompt tokens (free)."""
+    upstream.behave(mode="omit_usage", tokens=7)
+    client = openai.OpenAI(base_url=gateway_url + "/v1", api_key=setup.plaintext, max_retries=0)
+    if surface == "embeddings":
+        usage = client.embeddings.create(model="qwen3-32b", input=LONG_PROMPT).usage
+    elif surface == "completions":
+        usage = client.completions.create(model="qwen3-32b", prompt=LONG_PROMPT, max_tokens=7).usage
+    else:
+        chunks = client.completions.create(
+            model="qwen3-32b", prompt=LONG_PROMPT, max_tokens=7, stream=True, stream_options={"include_usage": True}
+        )
+        usage = [c.usage for c in chunks if c.usage][-1]
+    assert abs(usage.prompt_tokens - 600) <= 0.05 * 600, usage
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert record.estimated and abs(record.prompt_tokens - 600) <= 0.05 * 600, record.prompt_tokens
+    assert [r.json["prompt"] for r in upstream.requests if r.path.endswith("/tokenize")][0] == LONG_PROMPT
+
+
+def test_a_stray_field_of_the_wrong_shape_does_not_break_the_recount(setup, gateway_url, upstream):
+    """`messages` on an embeddings request is not ours to check; the recount skips what it cannot read."""
+    upstream.behave(mode="omit_usage")
+    r = httpx.post(
+        gateway_url + "/v1/embeddings",
+        json={"model": "qwen3-32b", "input": "a b", "messages": "x"},
+        headers=auth(setup),
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["prompt_tokens"] >= 2
+
+
 def test_header_hygiene(setup, gateway_url, upstream):
     r = httpx.post(
         gateway_url + "/v1/chat/completions",
