@@ -424,6 +424,23 @@ def test_an_overloaded_anthropic_upstream_is_529_on_the_messages_surface(setup, 
     with pytest.raises(anthropic.APIStatusError) as raised:
         client.messages.create(model="qwen3-32b", max_tokens=5, messages=MESSAGES)
     assert raised.value.status_code == 529 and raised.value.body["error"]["type"] == "overloaded_error"
-    assert raised.value.response.headers["x-request-id"]
+    assert raised.value.response.headers["x-request-id"] == raised.value.request_id  # `request-id`, as Anthropic's
     record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
     assert record.http_status == 529  # what the client was answered
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_the_anthropic_sdk_sees_the_request_id_of_answers_and_errors(setup, upstream, gateway, kind):
+    """Anthropic's SDKs read `request-id` (the id a user quotes from `_request_id` or an error),
+    not OpenAI's `x-request-id`: both are sent on the Messages surface, native or translated."""
+    import anthropic
+
+    setup.channel.kind = kind
+    setup.channel.save()
+    client = anthropic.Anthropic(base_url=gateway, api_key=setup.plaintext, max_retries=0)
+    message = client.messages.with_raw_response.create(model="qwen3-32b", max_tokens=5, messages=MESSAGES)
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert message.parse()._request_id == message.headers["x-request-id"] == record.request_id
+    with pytest.raises(anthropic.NotFoundError) as raised:
+        client.messages.create(model="no-such-model", max_tokens=5, messages=MESSAGES)
+    assert raised.value.request_id and raised.value.request_id == raised.value.response.headers["x-request-id"]
