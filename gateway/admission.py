@@ -26,7 +26,7 @@ from .cache import BudgetInfo, KeyInfo, ModelInfo, RouteInfo, namespace, snapsho
 from .call import Call, current, route_header, wants_route_header
 from .catalog import Selection, resolve_model, select_routes
 from .http import GatewayError, Request
-from .limits import Admission, RedisLimiter, Refusal, Scope, Stale, rate_headers
+from .limits import TOKEN_LIMITS, Admission, RedisLimiter, Refusal, Scope, Stale, rate_headers
 from .resp import RespError
 from .state import process
 from .usage import UsageEvent
@@ -90,7 +90,11 @@ async def open_call(
                 selection = Selection([], ["on-demand model is stopped: this request starts it"])
             else:
                 selection = select_routes(info, key, prompt=prompt, output=asked, choice=choice, pinned=pinned)
-            reserve_max = asked if max_tokens is not None else default_output(info, selection.routes, prompt)
+            scopes = scopes_of(key, ns)
+            if max_tokens is not None:
+                reserve_max = asked
+            else:
+                reserve_max = within_limits(default_output(info, selection.routes, prompt), scopes, prompt, choices)
             output = asked
             reserve = prompt + reserve_max * choices
             cost = 0
@@ -128,7 +132,6 @@ async def open_call(
                     explanation=refused.explanation,
                 )
             raise
-        scopes = scopes_of(key, ns)
         # First attempt: admit only if our cached keys/routes are current (else Stale, nothing
         # reserved); the retry runs on freshly loaded data and is not checked again.
         expected = snapshot.generation if attempt == 0 else None
@@ -162,11 +165,15 @@ async def open_call(
         metrics.refused(result.limit, result.scope)
         err = _budget_error(result, cost) if result.budget is not None else _refusal_error(result, scopes)
         if result.limit.startswith("tokens_per"):
-            err.message += (
-                f" This request reserves {reserve} tokens (prompt ≈{int(prompt_tokens)} + max_tokens {reserve_max}"
+            reserves = (
+                f"This request reserves {reserve} tokens (prompt ≈{int(prompt_tokens)} + max_tokens {reserve_max}"
                 f"{'' if max_tokens is not None else ', the default when none is sent'}"
-                f"{f' × {choices} choices' if choices > 1 else ''}); a smaller max_tokens may fit."
+                f"{f' × {choices} choices' if choices > 1 else ''})"
             )
+            if reserve > result.value:  # more than the whole limit: no wait would let it in
+                err = _never_fits(result, reserves, prompt, choices)
+            else:
+                err.message += f" {reserves}; a smaller max_tokens may fit."
         _record_refusal(request_id, key, info, surface, stream, err, started)
         raise err
     assert isinstance(result, Admission)
@@ -362,6 +369,32 @@ def default_output(model: ModelInfo, routes: list[RouteInfo], prompt: int) -> in
         give = route.max_output_tokens or (route.context_window - prompt if route.context_window else None)
         gives.append(default if give is None else min(default, give))
     return max(1, max(gives, default=default))
+
+
+def within_limits(output: int, scopes: list[Scope], prompt: int, choices: int) -> int:
+    """A default output (the client sent no max_tokens) that the smallest token limit can hold
+    after the prompt: such a request is never refused, nor retried by an SDK, for what it did not ask."""
+    for scope in scopes:
+        for index in TOKEN_LIMITS:
+            cap = scope.args[index]
+            if cap >= 0 and prompt + output * choices > cap:
+                output = max(1, (cap - prompt) // choices)
+    return output
+
+
+def _never_fits(refusal: Refusal, reserves: str, prompt: int, choices: int) -> GatewayError:
+    """A 429 that says no retry can succeed: no Retry-After, and `x-should-retry: false`, which the
+    OpenAI and Anthropic SDKs obey (they retry a 429 otherwise, twice by default)."""
+    whose = {"key": "this key", "user": "your account", "team": "your team"}.get(refusal.scope, refusal.scope)
+    most = (refusal.value - prompt) // choices
+    advice = f"Send max_tokens of at most {most}." if most > 0 else "Shorten the prompt."
+    return GatewayError(
+        429,
+        f"{reserves}, more than the {refusal.limit.replace('_', ' ')} limit of {whose} ({refusal.value}) "
+        f"allows at all: retrying will not help. {advice}",
+        code="request_too_large",
+        headers=[(b"x-should-retry", b"false")],
+    )
 
 
 def _refusal_error(refusal: Refusal, scopes: list[Scope]) -> GatewayError:

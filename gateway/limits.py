@@ -48,6 +48,7 @@ LIMIT_NAMES = (
 RPM, TPM, PARALLEL = (
     LIMIT_NAMES.index(name) for name in ("requests_per_minute", "tokens_per_minute", "max_parallel_requests")
 )
+TOKEN_LIMITS = tuple(LIMIT_NAMES.index(name) for name in LIMIT_NAMES if name.startswith("tokens_per"))
 UNLIMITED = -1
 
 

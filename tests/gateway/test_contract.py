@@ -239,6 +239,38 @@ def test_each_choice_is_reserved_against_a_token_limit(setup, upstream, gateway,
     assert int(admitted.headers["x-ratelimit-remaining-tokens"]) <= 500 - 2 * 10
 
 
+def test_a_request_that_no_wait_could_admit_is_not_retried_by_the_sdk(setup, upstream, gateway, alice):
+    """Regression (probe): max_tokens over a key's whole 100 tokens a minute was a 429 with
+    Retry-After: 60, which the SDKs wait on and retry, for a request that can never fit."""
+    _key, plain = issue_key(owner=alice, name="per-minute", tokens_per_minute=100)
+    sent: list[httpx.Request] = []
+    client = openai.OpenAI(
+        base_url=gateway + "/v1",
+        api_key=plain,
+        max_retries=2,
+        http_client=httpx.Client(event_hooks={"request": [sent.append]}, timeout=60),
+    )
+    with pytest.raises(openai.RateLimitError) as raised:
+        client.chat.completions.create(model="qwen3-32b", messages=MESSAGES, max_tokens=200)
+    assert len(sent) == 1  # not retried
+    answer = raised.value.response
+    assert answer.headers["x-should-retry"] == "false" and "retry-after" not in answer.headers
+    error = answer.json()["error"]
+    assert error["code"] == "request_too_large"
+    assert "tokens per minute limit of this key (100)" in error["message"] and "at most 99." in error["message"], error
+
+
+def test_without_max_tokens_the_output_reserved_fits_the_token_limit(setup, upstream, gateway, alice):
+    """The default output (4,096) is shrunk to what the key's 100 tokens a minute leave after the
+    prompt: the first call without max_tokens is answered, not refused for a default it never sent."""
+    _key, plain = issue_key(owner=alice, name="per-minute", tokens_per_minute=100)
+    upstream.behave(tokens=3)
+    admitted = post(gateway, plain, {"model": "qwen3-32b", "messages": MESSAGES})
+    assert admitted.status_code == 200, admitted.text
+    assert admitted.json()["choices"][0]["message"]["content"] == "tok0 tok1 tok2"
+    assert 0 <= int(admitted.headers["x-ratelimit-remaining-tokens"]) < 100
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_every_prompt_of_a_completions_prompt_list_is_reserved_and_charged(setup, upstream, gateway, stream):
     """A prompt list is answered one choice a prompt (vLLM): each is charged, none bounded away."""

@@ -55,8 +55,9 @@ def test_a_refused_request_reserves_nothing(setup, gateway_url):
     setup.key.tokens_per_day = 20
     setup.key.save()
     too_big = post(gateway_url, setup.plaintext, {**SHORT, "max_tokens": 100})
-    assert too_big.status_code == 429 and too_big.json()["error"]["code"] == "quota_exceeded"
-    assert "reserves 101 tokens" in too_big.json()["error"]["message"]
+    assert too_big.status_code == 429 and too_big.json()["error"]["code"] == "request_too_large"
+    assert "reserves 101 tokens" in too_big.json()["error"]["message"]  # more than the day's 20: never fits
+    assert too_big.headers["x-should-retry"] == "false"
     # 1 prompt + 5 max_tokens = 6 reserved, 6 used: three fit in 20, the fourth does not.
     for _ in range(3):
         assert post(gateway_url, setup.plaintext).status_code == 200
