@@ -68,3 +68,39 @@ def test_docs_pages_send_a_signed_out_browser_to_the_login_page(client, page):
     response = client.get(page)
     assert response.status_code == 302 and response["Location"] == f"/login/?next={page}"
     assert client.get("/api/schema/").status_code == 401  # the schema is an API answer
+
+
+def test_the_schema_view_resolves_every_extension_before_it_builds(admin_api, monkeypatch):
+    """drf-spectacular resolves extensions' target classes lazily and without a lock; concurrent
+    first requests raced there (a 500). The view resolves them all once, under a lock, first:
+    afterwards no schema build has one left to resolve."""
+    from drf_spectacular import extensions
+
+    from portal.api import schema_view
+
+    registries = [
+        extensions.OpenApiAuthenticationExtension,
+        extensions.OpenApiSerializerExtension,
+        extensions.OpenApiSerializerFieldExtension,
+        extensions.OpenApiViewExtension,
+        extensions.OpenApiFilterExtension,
+    ]
+    monkeypatch.setattr(schema_view, "_loaded", False)
+    unresolved = [e for base in registries for e in base._registry if e.target_class is None]
+    assert unresolved  # optional extensions of apps not installed (allauth, simplejwt, …)
+    for extension in unresolved:  # as a new process has them: a dotted path not imported yet
+        monkeypatch.setattr(extension, "target_class", "allauth.not_installed.Target")
+
+    held: list[bool] = []  # whether the view's lock was held at each resolution
+    resolve = extensions.OpenApiGeneratorExtension._load_class.__func__
+
+    def watched(cls):
+        held.append(schema_view._lock.locked())
+        resolve(cls)
+
+    monkeypatch.setattr(extensions.OpenApiGeneratorExtension, "_load_class", classmethod(watched))
+
+    assert admin_api.get("/api/schema/").status_code == 200
+
+    assert held and all(held)
+    assert not [e for base in registries for e in base._registry if isinstance(e.target_class, str)]
