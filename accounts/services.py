@@ -148,8 +148,22 @@ def login_delay(username: str) -> int:
     Past AXES_FAILURE_LIMIT failures (every address together, within the cool-off) each next
     attempt waits 1, 2, 4 … seconds (up to PORTAL_LOGIN_MAX_DELAY_SECONDS) after the last failure:
     a slower rate, never a lock, so failures from elsewhere cannot keep the owner out."""
-    recent = _recent_attempts(username).aggregate(n=Sum("failures_since_start"), last=Max("attempt_time"))
-    over = (recent["n"] or 0) - settings.AXES_FAILURE_LIMIT
+    return _delay(_recent_attempts(username), settings.AXES_FAILURE_LIMIT)
+
+
+def address_delay(ip: str | None) -> int:
+    """Seconds before the address `ip` may try a password again, for any username: the same
+    slowing down past PORTAL_LOGIN_ADDRESS_FAILURE_LIMIT failures from it (one address trying many
+    usernames), never a lock that would keep everyone behind one office NAT out."""
+    if not ip:
+        return 0
+    recent = AccessAttempt.objects.filter(ip_address=ip, attempt_time__gte=timezone.now() - settings.AXES_COOLOFF_TIME)
+    return _delay(recent, settings.PORTAL_LOGIN_ADDRESS_FAILURE_LIMIT)
+
+
+def _delay(attempts: QuerySet[AccessAttempt], limit: int) -> int:
+    recent = attempts.aggregate(n=Sum("failures_since_start"), last=Max("attempt_time"))
+    over = (recent["n"] or 0) - limit
     if over < 0 or recent["last"] is None:
         return 0
     delay = min(2 ** min(over, 30), settings.PORTAL_LOGIN_MAX_DELAY_SECONDS)

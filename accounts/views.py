@@ -120,22 +120,28 @@ class TokenRevokeView(LoginRequiredMixin, ConfirmView):
 
 
 class LoginView(auth_views.LoginView):
-    """The password form, and "Sign in with <IdP>" when single sign-on is on. A username with many
-    recent failures is slowed down (`services.login_delay`), except from a trusted address."""
+    """The password form, and "Sign in with <IdP>" when single sign-on is on. A username, or an
+    address, with many recent failures is slowed down (`services.login_delay`,
+    `services.address_delay`), except from a trusted address."""
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         username = request.POST.get("username", "")
-        if username and not services.is_trusted_address(client_ip(request)):
-            wait = services.login_delay(username)
+        ip = client_ip(request)
+        if username and not services.is_trusted_address(ip):
+            wait, why = (
+                services.login_delay(username),
+                _("Too many failed logins for this username. Try again in %(seconds)s seconds."),
+            )
+            if not wait:
+                wait, why = (
+                    services.address_delay(ip),
+                    _("Too many failed logins from your network address. Try again in %(seconds)s seconds."),
+                )
             if wait:
                 form = self.get_form()  # not validated: that would check the password
                 form._errors = ErrorDict()  # type: ignore[attr-defined]  # Django's own, not in the stubs
                 form.cleaned_data = {}
-                form.add_error(
-                    None,
-                    _("Too many failed logins for this username. Try again in %(seconds)s seconds.")
-                    % {"seconds": wait},
-                )
+                form.add_error(None, why % {"seconds": wait})
                 response = self.render_to_response(self.get_context_data(form=form), status=429)
                 response["Retry-After"] = str(wait)
                 return response

@@ -273,7 +273,10 @@ CONTENT_SECURITY_POLICY = {
 # `portal manage axes_reset_username NAME`). Never the username alone, or anyone could lock the admin
 # out: past the limit a username's failures from every address together only slow its next
 # attempt down (accounts.services.login_delay: 1, 2, 4 … up to PORTAL_LOGIN_MAX_DELAY_SECONDS),
-# and not at all from PORTAL_LOGIN_TRUSTED_ADDRESSES (default loopback).
+# and not at all from PORTAL_LOGIN_TRUSTED_ADDRESSES (default loopback). Never the address alone
+# either, or one person's typos behind an office NAT would lock everyone there, admins included:
+# one address trying many usernames is slowed down the same way past
+# PORTAL_LOGIN_ADDRESS_FAILURE_LIMIT failures (`accounts.services.address_delay`).
 # The password backend refuses non-admins when PORTAL_PASSWORD_LOGIN_ADMINS_ONLY (single sign-on below).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
@@ -282,8 +285,8 @@ AUTHENTICATION_BACKENDS = [
 ]
 AXES_FAILURE_LIMIT = get("PORTAL_LOGIN_FAILURE_LIMIT", int, 5)
 AXES_COOLOFF_TIME = datetime.timedelta(minutes=get("PORTAL_LOGIN_LOCKOUT_MINUTES", int, 15))
-# The pair, and an address alone (one address spraying usernames): an attacker locks only themselves.
-AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+PORTAL_LOGIN_ADDRESS_FAILURE_LIMIT = get("PORTAL_LOGIN_ADDRESS_FAILURE_LIMIT", int, 20)
 PORTAL_LOGIN_MAX_DELAY_SECONDS = get("PORTAL_LOGIN_MAX_DELAY_SECONDS", int, 60)
 PORTAL_LOGIN_TRUSTED_ADDRESSES = penv.networks("PORTAL_LOGIN_TRUSTED_ADDRESSES", default=["127.0.0.0/8", "::1/128"])
 AXES_RESET_ON_SUCCESS = True

@@ -112,13 +112,33 @@ def test_failed_api_token_authentications_are_throttled_per_address(settings, al
     assert other.get("/api/me/").status_code == 200
 
 
-def test_one_address_trying_many_usernames_is_locked_too(settings, alice, mallory):
+def test_one_address_trying_many_usernames_is_slowed_down(settings, alice, mallory, monkeypatch):
+    from django.utils import timezone
+
+    now = timezone.now()
+    monkeypatch.setattr(timezone, "now", lambda: now)  # the clock stands still during the attack
     client = Client()
-    for i in range(settings.AXES_FAILURE_LIMIT):
+    for i in range(settings.PORTAL_LOGIN_ADDRESS_FAILURE_LIMIT + 1):
         login(client, f"guess{i}", "wrong", ip="192.0.2.66")
-    assert login(client, "mallory", "mallory-pass-123", ip="192.0.2.66").status_code == 429
-    # Another address is not affected.
+    slowed = login(client, "mallory", "mallory-pass-123", ip="192.0.2.66")
+    assert slowed.status_code == 429 and b"from your network address" in slowed.content
+    assert 1 <= int(slowed["Retry-After"]) <= settings.PORTAL_LOGIN_MAX_DELAY_SECONDS
+    # Another address is not affected; once the delay has passed, this one logs in again.
     assert login(Client(), "alice", "alice-pass-123", ip="192.0.2.67").status_code == 302
+    later = now + timedelta(seconds=settings.PORTAL_LOGIN_MAX_DELAY_SECONDS + 1)
+    monkeypatch.setattr(timezone, "now", lambda: later)
+    assert login(client, "mallory", "mallory-pass-123", ip="192.0.2.66").status_code == 302
+
+
+def test_one_persons_typos_do_not_lock_the_admin_out_behind_the_same_address(settings, alice, admin):
+    """Regression (probe): an office behind one NAT address; alice's wrong passwords locked the
+    address, so the admin's right password was refused, and unlocking the admin did not help."""
+    for _ in range(settings.AXES_FAILURE_LIMIT + 2):
+        login(Client(), "alice", "wrong", ip="192.0.2.80")
+    assert login(Client(), "alice", "alice-pass-123", ip="192.0.2.80").status_code == 429  # alice is locked
+    office = Client()
+    response = login(office, "admin", "admin-pass-123", ip="192.0.2.80")
+    assert response.status_code == 302 and office.session["_auth_user_id"] == str(admin.pk)
 
 
 def test_an_admin_unlocks_a_username_through_the_api(settings, alice, admin):
