@@ -88,7 +88,7 @@ async def _create_message(req: Request) -> None:
             return Outgoing(
                 "/messages", dict(body), req.headers, anthropic_native=route.kind == "anthropic", assemble=_assembly
             )
-        return Outgoing("/chat/completions", opened.chat_request(), opened.chat_headers)
+        return Outgoing("/chat/completions", opened.chat_request(route.kind), opened.chat_headers)
 
     up = await call.forward(Plan(call.routes, outgoing))
     native = speaks_messages(up.route)

@@ -32,12 +32,24 @@ class TranslatedCall:
     prompt: int  # prompt estimate reserved against the limits
     chat_headers: dict[str, str]  # client headers for translated requests (no anthropic-*)
 
-    def chat_request(self) -> dict[str, Any]:
-        """A copy of the Chat Completions request for one route, or the translation's error."""
+    def chat_request(self, kind: str | None = None) -> dict[str, Any]:
+        """A copy of the Chat Completions request for one route (of channel `kind`), or the
+        translation's error. A conversation that ends with the assistant's words is a prefill
+        (Anthropic's way to start the answer, e.g. with "{"): vLLM and SGLang continue that message
+        only when asked to, else they open a new turn after it. (llama-server continues it by itself.)"""
         if self.problem is not None:
             raise self.problem
         assert self.chat is not None
-        return dict(self.chat)
+        chat = dict(self.chat)
+        if kind in CONTINUES_WHEN_ASKED:
+            messages = chat.get("messages")
+            if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
+                chat.setdefault("continue_final_message", True)
+                chat.setdefault("add_generation_prompt", False)
+        return chat
+
+
+CONTINUES_WHEN_ASKED = frozenset({"vllm", "sglang"})
 
 
 async def open_translated_call(

@@ -56,6 +56,23 @@ def test_create_translates_to_chat_for_a_vllm_channel(setup, client, upstream):
     assert record.channel_id == setup.channel.id
 
 
+@pytest.mark.parametrize("kind, continues", [("vllm", True), ("sglang", True), ("llamacpp", False), ("openai", False)])
+def test_an_assistant_prefill_is_continued_where_the_server_must_be_asked(setup, client, upstream, kind, continues):
+    """Anthropic's prefill (the conversation ends with the start of the answer): vLLM and SGLang
+    open a new assistant turn after it unless asked to continue it; llama-server continues it by
+    itself, and a cloud provider would refuse the unknown fields."""
+    Channel.objects.filter(pk=setup.channel.pk).update(kind=kind)
+    prefill = [{"role": "user", "content": "Give me JSON."}, {"role": "assistant", "content": "{"}]
+    client.messages.create(model="qwen3-32b", max_tokens=3, messages=prefill)
+    sent = upstream.requests[-1].json
+    assert sent["messages"][-1] == {"role": "assistant", "content": "{"}
+    expected = {"continue_final_message": True, "add_generation_prompt": False} if continues else {}
+    assert {k: sent[k] for k in ("continue_final_message", "add_generation_prompt") if k in sent} == expected
+
+    client.messages.create(model="qwen3-32b", max_tokens=3, messages=prefill[:1])  # no prefill: nothing added
+    assert "continue_final_message" not in upstream.requests[-1].json
+
+
 def test_claude_codes_beta_query_and_bearer_auth_work(setup, gateway_url, upstream):
     client = anthropic.Anthropic(base_url=gateway_url, auth_token=setup.plaintext, max_retries=0)
     message = client.beta.messages.create(
