@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Self
 
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
@@ -13,6 +14,7 @@ from django.utils.translation import gettext_lazy as _
 from portal import i18n
 from portal.fields import EncryptedTextField
 from portal.models import TimeStampedModel
+from portal.validators import sendable_in_header
 
 from .choices import (
     AlertKind,
@@ -34,6 +36,18 @@ MODEL_NAME_VALIDATOR = RegexValidator(
     r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$",
     _("Use letters, digits and . _ : / @ + - (up to 128 characters, starting with a letter or digit)."),
 )
+
+
+def validate_api_key(value: str) -> None:
+    """A channel's API key goes upstream in a header, so it must be one a header can carry."""
+    if not sendable_in_header(value):
+        raise ValidationError(
+            _(
+                "An API key can only contain ASCII letters, digits and punctuation (it is sent in an HTTP "
+                "header); check for a character copied with it by mistake."
+            ),
+            code="invalid",
+        )
 
 
 class ChannelQuerySet(models.QuerySet):
@@ -89,7 +103,9 @@ class Channel(TimeStampedModel):
     name = models.CharField(max_length=100, unique=True)
     kind = models.CharField(max_length=16, choices=ChannelKind, default=ChannelKind.OPENAI)
     base_url = models.CharField(max_length=500, help_text=_("Stored canonical, ending in /v1."))
-    api_key = EncryptedTextField(blank=True, help_text=_("Sent upstream by the gateway; write-only."))
+    api_key = EncryptedTextField(
+        blank=True, validators=[validate_api_key], help_text=_("Sent upstream by the gateway; write-only.")
+    )
     priority = models.IntegerField(
         default=0,
         validators=[MinValueValidator(-1000), MaxValueValidator(1000)],

@@ -8,7 +8,7 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from channels.choices import ChannelKind
-from channels.models import Channel, Model, ModelRoute, RoutePrice
+from channels.models import Channel, Model, ModelRoute, RoutePrice, validate_api_key
 from channels.prices import currency
 from channels.services import (
     MAX_ALIAS_TARGETS,
@@ -112,6 +112,10 @@ class ChannelSerializer(serializers.ModelSerializer):
         value = (value or "").strip()
         if any(c.isspace() for c in value):
             raise serializers.ValidationError(_("An API key cannot contain spaces or line breaks."))
+        try:
+            validate_api_key(value)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.messages) from None
         return value
 
     def validate(self, attrs: dict) -> dict:

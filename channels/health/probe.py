@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import ssl
 import time
 from collections.abc import Coroutine
@@ -34,8 +35,11 @@ from django.utils.translation import gettext_noop
 
 from channels.baseurl import root_url
 from portal.i18n import Message
+from portal.validators import sendable_in_header
 
 from .netbackend import AsyncioBackend
+
+logger = logging.getLogger(__name__)
 
 PROMPT = "Reply with the single word: ok"
 MIN_CHUNKS_FOR_RATE = 3  # token-bearing stream events, so at least two gaps are measured
@@ -66,7 +70,9 @@ class Outcome:
     channel_id: int
     ok: bool = False
     http_status: int | None = None
-    error: str = ""  # connect, timeout, auth, http_4xx, http_429, http_5xx, protocol, stalled
+    # connect, timeout, auth, http_4xx, http_429, http_5xx, protocol, stalled; config: the channel's
+    # own settings cannot work (only an edit helps); internal: the probe itself failed
+    error: str = ""
     error_message: Message = field(default_factory=lambda: Message.verbatim(""))
     model: str = ""
     connect_ms: float | None = None
@@ -101,6 +107,16 @@ def _ms(start: float) -> float:
 def _headers(target: Target) -> dict[str, str]:
     if not target.api_key:
         return {}
+    if not sendable_in_header(target.api_key):  # stored before the form refused such keys
+        raise ProbeFailure(
+            "config",
+            Message(
+                gettext_noop(
+                    "the API key cannot be sent in an HTTP header (it has non-ASCII or control characters): "
+                    "enter the key again"
+                )
+            ),
+        )
     if target.kind == "anthropic":
         return {"x-api-key": target.api_key, "anthropic-version": ANTHROPIC_VERSION}
     return {"Authorization": f"Bearer {target.api_key}"}
@@ -324,6 +340,8 @@ async def probe_one(client: httpx.AsyncClient, target: Target) -> Outcome:
         out.error_message = Message(gettext_noop("connection dropped: %(reason)s"), reason=_reason(exc))
     except httpx.HTTPError as exc:
         out.error, out.error_message = "protocol", Message(gettext_noop("HTTP error: %(reason)s"), reason=_reason(exc))
+    except Exception as exc:  # a bug or a value we did not foresee: this channel's verdict, not the round's end
+        _crashed(out, exc)
     if out.total_ms is None:
         out.total_ms = _ms(start)
     out.connect_ms = timer.connect_ms
@@ -333,6 +351,16 @@ async def probe_one(client: httpx.AsyncClient, target: Target) -> Outcome:
 def _reason(exc: Exception) -> str:
     """The network library's own words (data, shown as they are)."""
     return (str(exc) or exc.__class__.__name__)[:200]
+
+
+def _crashed(out: Outcome, exc: Exception) -> Outcome:
+    logger.exception("probe of channel %s failed unexpectedly", out.channel_id)
+    out.error = "internal"
+    out.error_message = Message(
+        gettext_noop("the check itself failed (%(reason)s); see the worker's log"),
+        reason=f"{exc.__class__.__name__}: {exc}"[:200],
+    )
+    return out
 
 
 _T = TypeVar("_T")
@@ -400,6 +428,8 @@ async def probe_many(
             except TimeoutError:
                 took = Message(gettext_noop("probe took too long"))
                 return Outcome(t.channel_id, error="timeout", error_message=took, started=time.time())
+            except Exception as exc:  # one channel's failure never takes the others' verdicts with it
+                return _crashed(Outcome(t.channel_id, started=time.time()), exc)
 
     return list(await asyncio.gather(*(bounded(t) for t in targets)))
 

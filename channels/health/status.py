@@ -5,6 +5,7 @@
        └──N failures────┴──────N failures or error ratio ≥ R over the window──▶ down
     any ──401/403──▶ credentials_rejected   (left only when an admin edits the key or URL,
                                             or an admin's "Check now" succeeds)
+    any ──settings that cannot work (error `config`, e.g. a key no header can carry)──▶ down
 
 Hysteresis: `down` needs N consecutive failures (or a high error ratio over a window with a
 minimum number of samples), and leaving `down` or `degraded` needs M consecutive successes, so
@@ -64,6 +65,14 @@ def decide(e: Evidence, r: Rules) -> tuple[str, Message | None]:
         )
     if e.current == S.CREDENTIALS_REJECTED:
         return S.CREDENTIALS_REJECTED, None
+    if not e.last_ok and e.last_error == "config":  # no retry can help, so no hysteresis either
+        return S.DOWN, Message(
+            gettext_noop(
+                "Down: %(error)s. Edit the channel to fix it; until then the gateway skips it unless nothing "
+                "else serves the model."
+            ),
+            error=e.last_error_message or e.last_error,
+        )
     failing = e.consecutive_failures >= r.down_after
     # The ratio only pushes down on a failing check, so a recovering channel is not held down by
     # the failures still in its window.

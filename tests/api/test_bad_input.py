@@ -50,6 +50,8 @@ CASES = [
     ("admin", "post", "/api/channels/", {**CHANNEL, "enabled": "maybe"}, "enabled"),
     ("admin", "post", "/api/channels/", {**CHANNEL, "api_key": ["sk-1"]}, "api_key"),
     ("admin", "post", "/api/channels/", {**CHANNEL, "api_key": "sk 1\nsk 2"}, "api_key"),
+    ("admin", "post", "/api/channels/", {**CHANNEL, "api_key": "ключ-секрет"}, "api_key"),  # no header carries it
+    ("admin", "post", "/api/channels/", {**CHANNEL, "api_key": "sk-1\x07"}, "api_key"),
     ("admin", "post", "/api/channels/", {**CHANNEL, "notes": "n" * 6000}, "notes"),
     ("admin", "post", "/api/channels/", {"name": "only-a-name"}, "base_url"),
     ("admin", "patch", "/api/channels/{channel}/", {"base_url": ""}, "base_url"),

@@ -189,6 +189,21 @@ def test_api_check_history_summary_and_probe_settings(admin_client, upstream, ma
     )
 
 
+def test_checking_a_channel_whose_stored_key_no_header_can_carry_answers_why_not_a_500(admin_client, make_channel):
+    ch = make_channel("cyrillic", "http://127.0.0.1:9/v1", kind="openai")
+    Channel.objects.filter(pk=ch.pk).update(api_key="ключ")
+
+    r = admin_client.post(f"/api/health/channels/{ch.pk}/check/")
+
+    assert r.status_code == 200
+    body = r.json()
+    assert body["probe"]["ok"] is False and body["probe"]["error"] == "config"
+    channel = body["channel"]
+    assert channel["status"] == "down" and "cannot be sent in an HTTP header" in channel["status_message"]
+    page = admin_client.post(reverse("channel-health-check", args=[ch.pk]), HTTP_HX_REQUEST="true")
+    assert page.status_code == 200 and "cannot be sent in an HTTP header" in page.content.decode()
+
+
 def test_probe_schedule_is_editable_through_the_api_and_the_page(admin_client):
     assert admin_client.get("/api/health/schedule/").json()["interval_seconds"] == 60
     r = admin_client.put(

@@ -354,3 +354,50 @@ def test_the_probes_own_error_is_a_msgid_and_the_upstreams_words_stay_as_sent(up
         probe.error_message_code,
         probe.error_message_params,
     )
+
+
+def test_a_stored_key_no_header_can_carry_puts_its_channel_down_and_the_round_checks_the_others(upstream, make_channel):
+    """A key stored before such keys were refused (`ключ`) cannot go into a header; the round used
+    to end in a UnicodeEncodeError, so no channel's health was updated any more."""
+    up = upstream()
+    fine = make_channel("fine", up.base_url)
+    cyrillic = make_channel("cyrillic", up.base_url, kind="openai")
+    Channel.objects.filter(pk=cyrillic.pk).update(api_key="ключ-секрет")
+
+    services.run_round()
+
+    assert status(fine) == ChannelStatus.HEALTHY
+    assert status(cyrillic) == ChannelStatus.DOWN  # no retry can help: down at once, not after three rounds
+    assert "cannot be sent in an HTTP header" in cyrillic.status_message
+    assert ProbeResult.objects.get(channel=cyrillic).error == "config"
+    assert all(r.headers.get("Authorization") is None for r in up.requests)  # nothing half-sent
+
+    cyrillic.api_key = "sk-ascii"
+    cyrillic.save()  # the edit resets the verdict
+    assert status(cyrillic) == ChannelStatus.UNKNOWN
+
+
+def test_an_unexpected_error_probing_one_channel_is_that_channels_failure_not_the_rounds(upstream, make_channel):
+    up = upstream()
+    fine = make_channel("fine", up.base_url)
+    # An address httpx cannot parse (stored before base URLs were checked): httpx.InvalidURL is
+    # no HTTPError, so nothing caught it.
+    broken = make_channel("broken", "http://[::1/v1", kind="openai")
+
+    services.run_round()
+
+    assert status(fine) == ChannelStatus.HEALTHY
+    probe = ProbeResult.objects.get(channel=broken)
+    assert not probe.ok and probe.error == "internal" and "InvalidURL" in probe.error_message
+    broken.refresh_from_db()
+    assert broken.last_checked is not None and "InvalidURL" in broken.status_message
+
+
+def test_probe_many_answers_for_every_target_when_one_raises(upstream):
+    up = upstream()
+    targets = [
+        Target(1, "openai", "http://[::1/v1", inference=False),  # httpx.InvalidURL, no HTTPError
+        Target(2, "openai", up.base_url, inference=False),
+    ]
+    outcomes = asyncio.run(probe_many(targets, connect_timeout=1, timeout=1))
+    assert [(o.channel_id, o.ok, o.error) for o in outcomes] == [(1, False, "internal"), (2, True, "")]

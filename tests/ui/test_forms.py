@@ -238,6 +238,7 @@ def channel_post(client, url=None, follow=False, **data):
         ("name", "x" * 101),
         ("kind", "carrier-pigeon"),
         ("api_key", "sk-abc def"),
+        ("api_key", "ключ-секрет"),
     ],
 )
 def test_channel_form_rejects_bad_values(admin_client, field, value):
