@@ -205,6 +205,8 @@ class PublicModelSerializer(serializers.ModelSerializer):
     def validate_routes(self, routes: list[dict]) -> list[dict]:
         seen: set[int] = set()
         for route in routes:
+            if "channel" not in route:  # a PATCH is partial down to its nested routes, but a route is not
+                raise serializers.ValidationError(_("Each route needs its channel (an id or a name)."))
             if route["channel"].pk in seen:
                 raise serializers.ValidationError(
                     _("Channel %(channel)s is listed twice.") % {"channel": route["channel"].name}

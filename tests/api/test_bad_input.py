@@ -106,6 +106,8 @@ CASES = [
     ),
     ("admin", "post", "/api/models/", {"name": "m1", "routes": "vllm-a"}, "routes"),
     ("admin", "patch", "/api/models/{model}/", {"routes": [{"channel": "vllm-a", "context_window": HUGE}]}, "routes"),
+    ("admin", "patch", "/api/models/{model}/", {"routes": [{"upstream_model": "zzz"}]}, "routes"),
+    ("admin", "post", "/api/models/", {"name": "m1", "routes": [{"upstream_model": "zzz"}]}, "routes"),
     # keys
     ("alice", "post", "/api/keys/", {"name": "k", "expires_at": PAST}, "expires_at"),
     ("alice", "post", "/api/keys/", {"name": "k", "expires_at": "next tuesday"}, "expires_at"),
