@@ -23,6 +23,7 @@ from django.utils.translation import gettext_lazy as _
 from portal import i18n
 from portal.fields import EncryptedTextField
 from portal.models import TimeStampedModel, exactly_one_set
+from portal.validators import is_header_name, sendable_in_header
 
 from .choices import AuthKind, CallStatus, ServerStatus, Transport
 
@@ -106,6 +107,17 @@ class McpServer(TimeStampedModel):
                 value = None
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
                 raise ValidationError({"headers": _("Enter a JSON object of header names and string values.")})
+            self._clean_headers(value)
+        # The header a token goes in carries ASCII only: refused here, not by every request later.
+        if self.bearer_token and not sendable_in_header(self.bearer_token):
+            raise ValidationError(
+                {
+                    "bearer_token": _(
+                        "The bearer token can only contain ASCII characters without line breaks (it is sent "
+                        "in an HTTP header); check for a character copied with it by mistake."
+                    )
+                }
+            )
         if self.auth == AuthKind.BEARER and not self.bearer_token:
             raise ValidationError({"bearer_token": _("Enter the bearer token the server expects.")})
         if self.auth == AuthKind.OAUTH_CLIENT_CREDENTIALS:
@@ -116,6 +128,31 @@ class McpServer(TimeStampedModel):
             }
             if missing:
                 raise ValidationError(missing)
+
+    @staticmethod
+    def _clean_headers(headers: dict[str, str]) -> None:
+        names = [n for n in headers if not is_header_name(n)]
+        if names:
+            raise ValidationError(
+                {
+                    "headers": _(
+                        "Not a header name: %(names)s. A header name is ASCII letters, digits and - _ . (no "
+                        "spaces, colons or other scripts)."
+                    )
+                    % {"names": ", ".join(repr(n) for n in names)}
+                }
+            )
+        unsendable = [n for n, v in headers.items() if not sendable_in_header(v)]
+        if unsendable:
+            raise ValidationError(
+                {
+                    "headers": _(
+                        "The value of %(names)s cannot be sent in an HTTP header: use ASCII characters only, "
+                        "without line breaks."
+                    )
+                    % {"names": ", ".join(unsendable)}
+                }
+            )
 
 
 class McpToolQuerySet(models.QuerySet["McpTool"]):

@@ -79,6 +79,25 @@ def test_it_answers_field_errors_for_bad_servers(admin):
     assert bad_headers.status_code == 400 and "headers" in bad_headers.json()
 
 
+@pytest.mark.parametrize(
+    "secrets,field,says",
+    [
+        ({"headers": '{"Bad Header": "y"}'}, "headers", "Not a header name: 'Bad Header'"),
+        ({"headers": '{"X-Team:": "y"}'}, "headers", "Not a header name: 'X-Team:'"),
+        ({"headers": '{"X-A": "ключ"}'}, "headers", "The value of X-A cannot be sent"),
+        ({"headers": '{"X-A": "a\\r\\nX-Injected: 1"}'}, "headers", "The value of X-A cannot be sent"),
+        ({"auth": "bearer", "bearer_token": "ключ"}, "bearer_token", "The bearer token can only contain ASCII"),
+    ],
+)
+def test_it_refuses_headers_and_tokens_no_http_request_can_carry(admin, secrets, field, says):
+    """Accepted before, each check of the server then failed with only "UnicodeEncodeError"."""
+    answer = token_client(admin).post(
+        "/api/mcp-servers/", {"name": "T", "slug": "t", "url": "http://127.0.0.1:9/mcp", **secrets}, format="json"
+    )
+    assert answer.status_code == 400 and says in answer.json()[field][0], answer.json()
+    assert not McpServer.objects.exists()
+
+
 def test_tools_are_switched_and_grants_managed_by_admins(admin, alice, team):
     server = make_server(tools=["echo", "whoami"])
     key, _ = issue_key(owner=alice, name="k")

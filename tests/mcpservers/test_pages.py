@@ -65,6 +65,13 @@ def test_the_form_shows_field_errors(admin_client):
     )
     assert answer.status_code == 400 and b"Enter the bearer token" in answer.content
     assert not McpServer.objects.exists()
+    headers = admin_client.post(
+        "/mcp-servers/new/",
+        {"name": "T", "slug": "t", "url": "http://x/mcp", "transport": "sse", "auth": "none", "timeout_seconds": "5"}
+        | {"headers": '{"X-A": "ключ"}'},
+    )
+    assert headers.status_code == 400 and b"The value of X-A cannot be sent in an HTTP header" in headers.content
+    assert not McpServer.objects.exists()
 
 
 def test_a_form_sent_back_with_an_error_never_holds_the_secrets_it_was_given(admin_client):
