@@ -36,6 +36,24 @@ class AccountsConfig(AppConfig):
         from axes.signals import user_locked_out
 
         user_locked_out.connect(_audit_lockout, dispatch_uid="accounts-audit-lockout")
+        from channels.services import register_model_holders
+
+        register_model_holders(_people_limited_to)  # deleting that model must not open them to all
+
+
+def _people_limited_to(model: Any) -> list[str]:
+    """Users (active or not: they can be reactivated) and teams whose allowed models are `model` alone."""
+    from django.db.models import Count
+
+    from .models import Team, User
+
+    users = User.objects.filter(pk__in=User.allowed_models.through.objects.filter(model=model).values("user_id"))
+    teams = Team.objects.filter(pk__in=Team.allowed_models.through.objects.filter(model=model).values("team_id"))
+    users = users.annotate(n=Count("allowed_models")).filter(n=1).order_by("username")
+    teams = teams.annotate(n=Count("allowed_models")).filter(n=1).order_by("name")
+    return [_("user %(name)s") % {"name": u.username} for u in users] + [
+        _("team %(name)s") % {"name": t.name} for t in teams
+    ]
 
 
 def _has_developer() -> bool:

@@ -24,7 +24,7 @@ from .choices import Locality, PriceSource
 SETTINGS_CHANGED = Message(gettext_noop("Connection settings changed; waiting for the next check."))
 
 if TYPE_CHECKING:
-    from .models import ModelRoute
+    from .models import Model, ModelRoute
 
 LOCAL_SUFFIXES = (".local", ".lan", ".internal", ".localhost", ".home.arpa")
 
@@ -281,6 +281,59 @@ def _alias_targets(alias, targets: list, errors: dict[str, list[str]]) -> list:
     if problems:
         errors["targets"] = problems
     return resolved
+
+
+# --- deleting a model ---------------------------------------------------------------------------
+ModelHolders = Callable[["Model"], list[str]]
+_model_holder_sources: list[ModelHolders] = []
+
+
+def register_model_holders(source: ModelHolders) -> None:
+    """An app above this one names its allow-lists (keys; users and teams) whose only entry is a
+    given model, e.g. "key laptop of alice". Called from AppConfig.ready()."""
+    if source not in _model_holder_sources:
+        _model_holder_sources.append(source)
+
+
+def _listed(names: list[str], most: int = 10) -> str:
+    return ", ".join(names[:most]) + ("…" if len(names) > most else "")
+
+
+def check_model_deletable(model: Model) -> None:
+    """Raise ValidationError naming what deleting `model` (or an alias) would open or break: an
+    allow-list whose only entry it is would be left empty, and empty means every model; an alias
+    whose only target it is would be left with none."""
+    from .models import Model
+
+    problems = []
+    holders = [name for source in _model_holder_sources for name in source(model)]
+    if holders:
+        problems.append(
+            _(
+                "Still used by %(listed)s, limited to this model alone: deleting it would let them use every "
+                "model. Change their allowed models first."
+            )
+            % {"listed": _listed(holders)}
+        )
+    aliases = Model.objects.aliases().filter(targets__target=model).prefetch_related("targets").order_by("name")
+    lonely = [a.name for a in aliases if len(a.targets.all()) == 1]
+    if lonely:
+        problems.append(
+            _(
+                "Still used by the aliases %(listed)s, whose only target it is: give them another target or "
+                "delete them first."
+            )
+            % {"listed": _listed(lonely)}
+        )
+    if problems:
+        raise ValidationError(problems)
+
+
+@transaction.atomic
+def delete_model(model: Model) -> None:
+    """Delete a model or an alias unless `check_model_deletable` refuses (ValidationError)."""
+    check_model_deletable(model)
+    model.delete()
 
 
 # --- prices ------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from .models import Channel, Model, ModelRoute, RoutePrice
 from .prices import currency
 from .services import (
     add_served_model,
+    check_model_deletable,
     clean_base_url,
     load_price_catalogue,
     model_states,
@@ -247,6 +248,9 @@ class ModelDeleteView(AdminRequiredMixin, ObjectDeleteView):
     button = gettext_lazy("Delete model")
     deleted = gettext_lazy("Model %(name)s deleted.")
 
+    def check(self, obj: Model) -> None:
+        check_model_deletable(obj)
+
     def texts(self, obj: Model) -> dict[str, Any]:
         aliases = Model.objects.aliases().filter(targets__target=obj).order_by("name")
         if aliases:
@@ -328,6 +332,9 @@ class AliasDeleteView(AdminRequiredMixin, ObjectDeleteView):
     detail = gettext_lazy("Requests for it fail with 404; the models it points at stay. Past usage records are kept.")
     button = gettext_lazy("Delete alias")
     deleted = gettext_lazy("Alias %(name)s deleted.")
+
+    def check(self, obj: Model) -> None:
+        check_model_deletable(obj)  # a key limited to the alias alone must not end up limited to nothing
 
 
 class PriceListView(AdminRequiredMixin, View):

@@ -105,6 +105,11 @@ def _routes_changed(sender: object, **kwargs: object) -> None:
     bump(routes=True)
 
 
+def _model_deleted(sender: object, **kwargs: object) -> None:
+    # The cascade deletes its rows in the keys', users' and teams' allowed_models with no m2m_changed.
+    bump(keys=True, routes=True)
+
+
 def _user_changed(sender: object, update_fields: Iterable[str] | None = None, **kwargs: object) -> None:
     # Logins save last_login only: nothing the gateway caches.
     if update_fields is not None and set(update_fields) <= {"last_login"}:
@@ -133,7 +138,9 @@ def connect() -> None:
     m2m_changed.connect(_keys_changed, sender=Team.allowed_models.through, dispatch_uid="gw-team-models")
     for model in (Channel, Model, ModelRoute, AliasTarget, RoutePrice):
         post_save.connect(_routes_changed, sender=model, dispatch_uid=f"gw-routes-save-{model.__name__}")
-        post_delete.connect(_routes_changed, sender=model, dispatch_uid=f"gw-routes-del-{model.__name__}")
+        if model is not Model:
+            post_delete.connect(_routes_changed, sender=model, dispatch_uid=f"gw-routes-del-{model.__name__}")
+    post_delete.connect(_model_deleted, sender=Model, dispatch_uid="gw-routes-del-Model")
     routes_changed.connect(_routes_changed, dispatch_uid="gw-routes-changed")
     from hosts.models import Deployment  # an on-demand deployment lists its model while stopped
 

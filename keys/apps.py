@@ -33,6 +33,27 @@ class KeysConfig(AppConfig):
 
         showback.register_token_source(windows_token_shares)
         showback.register_spend_source(spend_by_person)
+        from channels.services import register_model_holders
+
+        register_model_holders(_keys_limited_to)  # deleting that model must not open these keys to all
+
+
+def _keys_limited_to(model: Any) -> list[str]:
+    """Keys not revoked whose allowed models are `model` alone (an expired key can be extended)."""
+    from django.db.models import Count
+
+    from .models import Key
+
+    holding = Key.allowed_models.through.objects.filter(model=model).values("key_id")
+    keys = (
+        Key.objects.not_revoked()
+        .filter(pk__in=holding)
+        .annotate(n=Count("allowed_models"))
+        .filter(n=1)
+        .select_related("owner")
+        .order_by("owner__username", "name")
+    )
+    return [_("key %(key)s of %(owner)s") % {"key": k.name, "owner": k.owner.username} for k in keys]
 
 
 def _usage_last_day(user: Any) -> dict[str, Any]:

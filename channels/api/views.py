@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
 from django.db.models import Prefetch
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, viewsets
+from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from channels.filters import ChannelFilterSet, ModelFilterSet
 from channels.models import AliasTarget, Channel, Model, ModelRoute, RoutePrice
-from channels.services import load_price_catalogue
+from channels.services import delete_model, load_price_catalogue
 from portal.permissions import IsAdmin, IsAdminOrReadOnly
 
 from .serializers import AliasSerializer, ChannelSerializer, PublicModelSerializer, RoutePriceSerializer
@@ -26,7 +27,19 @@ class ChannelViewSet(viewsets.ModelViewSet):
     ordering_fields = ["name", "kind", "priority", "weight", "status", "enabled", "last_checked", "created"]
 
 
-class ModelViewSet(viewsets.ModelViewSet):
+class DeleteModelMixin:
+    """DELETE through `delete_model`: 409 naming who still needs the model (an allow-list left
+    empty would allow every model; an alias left without targets would serve none)."""
+
+    def destroy(self, request: Request, *args, **kwargs) -> Response:
+        try:
+            delete_model(self.get_object())  # type: ignore[attr-defined]
+        except ValidationError as exc:
+            return Response({"detail": " ".join(exc.messages)}, status=status.HTTP_409_CONFLICT)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ModelViewSet(DeleteModelMixin, viewsets.ModelViewSet):
     """Public models. Developers list and read only the models they may use; admins manage all."""
 
     serializer_class = PublicModelSerializer
@@ -42,7 +55,7 @@ class ModelViewSet(viewsets.ModelViewSet):
         return Model.objects.served().visible_to(self.request.user).prefetch_related(routes).order_by("name")
 
 
-class AliasViewSet(viewsets.ModelViewSet):
+class AliasViewSet(DeleteModelMixin, viewsets.ModelViewSet):
     """Aliases (virtual models). Developers list and read the ones they may use; admins manage all."""
 
     serializer_class = AliasSerializer

@@ -4,8 +4,14 @@ connection edit, nested routes, and developers seeing only the models they may u
 from __future__ import annotations
 
 import pytest
+import redis
+from django.test import override_settings
 
 from channels.models import Channel, Model, ModelRoute
+from channels.services import save_alias
+from gateway.cache import generation_keys
+from keys.services import issue_key
+from tests.services import require_redis
 
 pytestmark = pytest.mark.django_db
 
@@ -132,3 +138,73 @@ def test_a_name_made_of_digits_names_its_object_not_the_one_with_that_id(admin_a
     assert [r["channel"] for r in made.json()["routes"]] == [named.pk]
     by_id = admin_api.post("/api/models/", {"name": "m-by-id", "routes": [{"channel": channel.pk}]}, format="json")
     assert [r["channel"] for r in by_id.json()["routes"]] == [channel.pk]  # an integer is an id
+
+
+def test_a_model_a_key_user_or_team_is_limited_to_alone_is_not_deleted(admin_api, alice, team, model, channel):
+    """An empty allow-list means every model: deleting a key's only allowed model used to answer
+    204 and leave the key able to use everything its owner may."""
+    wide = Model.objects.create(name="wide")
+    ModelRoute.objects.create(model=wide, channel=channel)
+    key, _ = issue_key(owner=alice, name="narrow only", allowed_models=[model])
+    wider, _ = issue_key(owner=alice, name="two models", allowed_models=[model, wide])
+    alice.allowed_models.set([model])
+    team.allowed_models.set([model])
+
+    refused = admin_api.delete(f"/api/models/{model.pk}/")
+
+    assert refused.status_code == 409
+    detail = refused.json()["detail"]
+    assert detail.startswith("Still used by ") and "limited to this model alone" in detail
+    assert all(name in detail for name in ("key narrow only of alice", "user alice", "team alpha"))
+    assert "two models" not in detail
+    assert list(key.allowed_models.all()) == [model]
+
+    key.allowed_models.set([model, wide])
+    alice.allowed_models.set([model, wide])
+    team.allowed_models.clear()
+    assert admin_api.delete(f"/api/models/{model.pk}/").status_code == 204
+    assert list(key.allowed_models.all()) == [wide] and list(wider.allowed_models.all()) == [wide]
+
+
+def test_a_revoked_key_does_not_hold_its_only_model(admin_api, alice, model):
+    key, _ = issue_key(owner=alice, name="old", allowed_models=[model])
+    key.revoke()
+    assert admin_api.delete(f"/api/models/{model.pk}/").status_code == 204
+
+
+def test_a_model_that_is_an_aliases_only_target_is_not_deleted(admin_api, model, alias, channel):
+    refused = admin_api.delete(f"/api/models/{model.pk}/")
+    assert refused.status_code == 409 and "aliases coder" in refused.json()["detail"]
+    assert alias.target_names == ["qwen3-32b"]
+
+    other = Model.objects.create(name="other")
+    ModelRoute.objects.create(model=other, channel=channel)
+    save_alias(alias=alias, name="coder", targets=[model.name, other.name])
+    assert admin_api.delete(f"/api/models/{model.pk}/").status_code == 204
+    assert alias.target_names == ["other"]
+
+
+def test_an_alias_a_key_is_limited_to_alone_is_not_deleted(admin_api, alice, alias):
+    issue_key(owner=alice, name="coder only", allowed_models=[alias])
+    refused = admin_api.delete(f"/api/aliases/{alias.pk}/")
+    assert refused.status_code == 409 and "key coder only of alice" in refused.json()["detail"]
+    assert Model.objects.filter(pk=alias.pk).exists()
+
+
+def test_deleting_a_model_tells_the_gateway_that_keys_changed(
+    admin_api, alice, model, channel, django_capture_on_commit_callbacks
+):
+    """The cascade removes the key's link row without an m2m_changed signal, so the model's own
+    delete has to bump the keys' cache generation (other processes kept the old allow-list)."""
+    url = require_redis()
+    wide = Model.objects.create(name="wide")
+    ModelRoute.objects.create(model=wide, channel=channel)
+    issue_key(owner=alice, name="two models", allowed_models=[model, wide])
+    gen_keys, _ = generation_keys()
+    client = redis.Redis.from_url(url)
+    with override_settings(REDIS_URL=url):
+        before = int(client.get(gen_keys) or 0)
+        with django_capture_on_commit_callbacks(execute=True):
+            assert admin_api.delete(f"/api/models/{model.pk}/").status_code == 204
+        after = int(client.get(gen_keys) or 0)
+    assert after > before

@@ -52,9 +52,12 @@ ALICE_KEY_PAGES = ["key_detail", "key_edit", "key_revoke", "key_rotate"]
 @pytest.fixture
 def objects(host, channel, model, alice, alice_key, alice_token, team):
     """alice is a member of the team (not its lead): its pages are admin pages to her."""
+    from channels.models import Model, ModelRoute
     from channels.services import save_alias
 
-    alias = save_alias(name="coder", targets=[model])
+    spare = Model.objects.create(name="spare")  # the model is not the alias's only target: it may be deleted
+    ModelRoute.objects.create(model=spare, channel=channel)
+    alias = save_alias(name="coder", targets=[model, spare])
     return {
         "host": host,
         "channel": channel,

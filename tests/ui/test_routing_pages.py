@@ -83,8 +83,8 @@ def test_deleting_an_alias_asks_first_and_keeps_its_targets(admin_client, model)
     assert not Model.objects.filter(name="coder").exists() and Model.objects.filter(name="qwen3-32b").exists()
 
 
-def test_deleting_a_model_says_which_aliases_stop_trying_it(admin_client, model):
-    alias_post(admin_client, target_0="qwen3-32b")
+def test_deleting_a_model_says_which_aliases_stop_trying_it(admin_client, model, cloud_model):
+    alias_post(admin_client, target_0="qwen3-32b", target_1="qwen3-coder-plus")
     page = admin_client.get(reverse("model_delete", args=[model.pk])).content.decode()
     assert "The aliases coder stop trying it." in page
 
@@ -173,3 +173,25 @@ def test_an_edit_that_sends_no_locality_keeps_it(admin_client):
     assert admin_client.post(reverse("channel_edit", args=[ch.pk]), payload).status_code == 302
     ch.refresh_from_db()
     assert ch.locality == "local"
+
+
+def test_the_model_delete_page_refuses_while_a_key_is_limited_to_it_or_an_alias_has_only_it(admin_client, alice, model):
+    issue_key(owner=alice, name="laptop", allowed_models=[model])
+    alias_post(admin_client, target_0="qwen3-32b")
+    url = reverse("model_delete", args=[model.pk])
+
+    for response in (admin_client.get(url, follow=True), admin_client.post(url, follow=True)):
+        page = response.content.decode()
+        assert response.redirect_chain[-1][0] == reverse("model_detail", args=[model.pk])
+        assert "Still used by key laptop of alice, limited to this model alone" in page
+        assert "Still used by the aliases coder, whose only target it is" in page
+    assert Model.objects.filter(pk=model.pk).exists()
+
+
+def test_the_alias_delete_page_refuses_while_a_key_is_limited_to_it(admin_client, alice, model):
+    alias_post(admin_client, target_0="qwen3-32b")
+    alias = Model.objects.get(name="coder")
+    issue_key(owner=alice, name="laptop", allowed_models=[alias])
+    response = admin_client.post(reverse("model_alias_delete", args=[alias.pk]), follow=True)
+    assert "Still used by key laptop of alice" in response.content.decode()
+    assert Model.objects.filter(pk=alias.pk).exists()
