@@ -74,8 +74,8 @@ async def open_call(
         try:
             pinned = pinned_channel(req, key)
             catalog = snapshot.catalog  # current (what get_catalog answers without waiting), else loaded
-            if catalog is None:
-                catalog = await snapshot.get_catalog()
+            if catalog is None:  # on the second attempt the older copy is known stale: wait for the load
+                catalog = await snapshot.get_catalog(fresh=attempt == 1)
             info = resolved = resolve_model(key, catalog, model)
             req.model_name = info.name
             cold = info.cold  # on demand and stopped: started below, once the limits admitted the request

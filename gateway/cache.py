@@ -724,10 +724,11 @@ class Snapshot:
             return cat
         return None
 
-    async def get_catalog(self) -> Catalog:
+    async def get_catalog(self, *, fresh: bool = False) -> Catalog:
         """The current catalog. It is reloaded in the background every GATEWAY_CACHE_TTL seconds
         (`refresh_forever`), so a request only waits for a load after an invalidation. While the
-        database is unreachable, the last one loaded (routing changes are not access changes)."""
+        database is unreachable, the last one loaded (routing changes are not access changes), and
+        while it is slow too, unless the caller needs the `fresh` one (it knows the last is stale)."""
         cat = self.catalog
         if cat is not None:
             return cat
@@ -737,7 +738,8 @@ class Snapshot:
         if fallback is not None and db_health.degraded():
             return fallback
         try:
-            return await asyncio.wait_for(asyncio.shield(self._load_catalog()), self._patience(fallback))
+            patience = None if fresh else self._patience(fallback)
+            return await asyncio.wait_for(asyncio.shield(self._load_catalog()), patience)
         except (DatabaseUnavailable, TimeoutError):
             if fallback is None:
                 raise DatabaseUnavailable from None

@@ -72,6 +72,36 @@ def test_a_price_set_on_another_replica_admits_a_budgeted_key_at_once(setup, sta
     assert not UsageRecord.objects.filter(http_status=403).exists()  # no refusal on the record either
 
 
+def test_after_a_change_a_slow_catalog_load_is_waited_for_not_served_from_the_stale_copy(
+    setup, stale_server, settings, monkeypatch
+):
+    """A catalog load slower than DatabaseHealth.SLOW_AFTER is normally answered from the last copy
+    (a slow database should not stall requests); on the second attempt that copy is known stale, so
+    the request waits for the load. (CI, loaded: a budgeted request still got model_not_priced.)"""
+    import time
+
+    from gateway import cache
+
+    Budget.objects.create(key=setup.key, window="day", amount=Decimal("10"))
+    snapshot.catalog = snapshot.last_catalog = _load_catalog()  # loaded before the price existed
+    RoutePrice.objects.bulk_create(
+        [RoutePrice(route=setup.route, effective_from=timezone.now() - dt.timedelta(seconds=1), input=1, output=2)]
+    )
+    announce(settings, routes=True)
+    monkeypatch.setattr(cache.DatabaseHealth, "SLOW_AFTER", 0.05)
+    load = cache._load_catalog
+
+    def slow_load():
+        time.sleep(0.5)  # ten times the patience
+        return load()
+
+    monkeypatch.setattr(cache, "_load_catalog", slow_load)
+
+    r = chat(stale_server, setup.plaintext, "qwen3-32b")
+
+    assert r.status_code == 200, r.text
+
+
 def test_a_model_renamed_on_another_replica_is_found_at_once(setup, stale_server, settings):
     snapshot.catalog = snapshot.last_catalog = _load_catalog()
     Model.objects.filter(pk=setup.model.pk).update(name="qwen3-32b-awq")  # no signal in this process
