@@ -9,6 +9,7 @@ is read (and a one-off budget keeps its spend after raw records are pruned).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 from collections.abc import Iterable
@@ -16,9 +17,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Q, Sum
-from django.utils import timezone
+from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
 from channels.prices import format_money, to_amount, to_nanos
@@ -197,7 +199,7 @@ def top_up(budget: Budget, *, editor: User, amount: Decimal | str, until: dt.dat
     return budget
 
 
-def alert_recipients(budget: Budget) -> list[str]:
+def alert_people(budget: Budget) -> list[Any]:
     """Whom a budget's alert is e-mailed to besides the alert targets: the key's owner, the user, or
     the team's leads (those with an address, active)."""
     from accounts.choices import Role
@@ -209,29 +211,42 @@ def alert_recipients(budget: Budget) -> list[str]:
         people = [budget.user]
     else:
         people = list(User.objects.filter(team=budget.team, role=Role.TEAM_LEAD))
-    return sorted({p.email for p in people if p.email and p.is_active})
+    return sorted((p for p in people if p.email and p.is_active), key=lambda p: p.email)
+
+
+def alert_text(budget: Budget, status: BudgetStatus) -> str:
+    """The alert in the active language. The spend shown is at least the alert's share: the alert
+    fires when a request's reservation crosses it, before that request's usage is written."""
+    crossed = status.cap * (budget.alert_percent or 0) // 100
+    shown = dataclasses.replace(status, spent=max(status.spent, crossed))
+    return _("Budget alert: %(target)s has used %(percent)s%% of its %(window)s budget (%(spent)s of %(cap)s).") % {
+        "target": str(budget.target),
+        "percent": budget.alert_percent,
+        "window": budget.get_window_display(),
+        "spent": shown.spent_text,
+        "cap": shown.cap_text,
+    }
 
 
 def send_alerts(budget_ids: list[int]) -> None:
-    """Tell the alert targets and the budget's people (`alert_recipients`, by e-mail) that it passed
-    its alert share. Called once per budget, threshold and window: the admission script's flag
-    (Redis SET NX) decides, so two replicas never both send it."""
+    """Tell the alert targets (in the portal's language) and the budget's people (`alert_people`,
+    by e-mail, each in their own language) that it passed its alert share. Called once per budget,
+    threshold and window: the admission script's flag (Redis SET NX) decides, so two replicas never
+    both send it."""
     from django.core.mail import send_mail
 
     from channels.health.alerts import broadcast
 
     for budget in Budget.objects.filter(pk__in=budget_ids).select_related("key__owner", "user", "team"):
         status = status_of(budget)
-        text = _("Budget alert: %(target)s has used %(percent)s%% of its %(window)s budget (%(spent)s of %(cap)s).") % {
-            "target": str(budget.target),
-            "percent": budget.alert_percent,
-            "window": budget.get_window_display(),
-            "spent": status.spent_text,
-            "cap": status.cap_text,
-        }
-        broadcast({"text": text, "event": "budget_alert", "budget": budget.id})
-        recipients = alert_recipients(budget)
-        if recipients:
+        with translation.override(settings.LANGUAGE_CODE):
+            broadcast({"text": alert_text(budget, status), "event": "budget_alert", "budget": budget.id})
+        by_language: dict[str, list[str]] = {}
+        for person in alert_people(budget):
+            by_language.setdefault(person.language or settings.LANGUAGE_CODE, []).append(person.email)
+        for language, recipients in by_language.items():
+            with translation.override(language):
+                text = alert_text(budget, status)
             try:
                 send_mail(text[:150], text, None, recipients, fail_silently=False)
             except Exception as exc:  # SMTP raises many types; the log keeps the class only

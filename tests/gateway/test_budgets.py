@@ -295,12 +295,17 @@ def test_a_team_budgets_alert_goes_to_the_teams_lead(setup, team, lena, gateway_
     from django.core import mail
 
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
-    User.objects.filter(pk=lena.pk).update(email="lena@example.com")
+    User.objects.filter(pk=lena.pk).update(email="lena@example.com", language="zh-hans")
     set_route_price(setup.route, input=INPUT, output=OUTPUT)
     Budget.objects.create(team=team, window="day", amount=DAILY, alert_percent=20)
     assert post(gateway_url, setup.plaintext).status_code == 200  # $0.011 of $0.05: past 20 %
     wait_for(lambda: len(mail.outbox) >= 1)
-    assert mail.outbox[0].to == ["lena@example.com"] and "alpha" in mail.outbox[0].body
+    body = mail.outbox[0].body
+    assert mail.outbox[0].to == ["lena@example.com"] and "alpha" in body
+    # In lena's language; and the spend is at least the share crossed, even before the request's
+    # usage is written (it was "$0.0000 of $0.05").
+    assert body.startswith("预算告警") and "已用掉 20%" in body, body
+    assert "$0.0000" not in body and ("$0.0100" in body or "$0.0110" in body), body
 
 
 def mails_to(folder, address: str) -> int:
