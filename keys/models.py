@@ -336,7 +336,8 @@ class Budget(TimeStampedModel):
     Spend is counted per budget (`b:<id>:<window>` in Redis), so rotating a key (its budgets move to
     the new key) keeps the window's spend. `topup` raises the cap until `topup_until` (an admin's
     temporary top-up). At `alert_percent` of the cap the alert targets and the owner are told once
-    per window.
+    per window. A budget an admin set (`set_by_admin`) binds team leads as it binds the member: only
+    an admin changes or removes it.
     """
 
     key = models.ForeignKey(Key, null=True, blank=True, on_delete=models.CASCADE, related_name="budgets")
@@ -365,6 +366,9 @@ class Budget(TimeStampedModel):
         help_text=_("A temporary addition to the amount, until the top-up ends."),
     )
     topup_until = models.DateTimeField(null=True, blank=True)
+    set_by_admin = models.BooleanField(
+        default=False, help_text=_("An admin set this budget: a team lead can neither change nor remove it.")
+    )
 
     objects = BudgetQuerySet.as_manager()
 

@@ -14,13 +14,17 @@ from keys.models import Key
 
 def target_choices(editor: User) -> list[tuple[str, str]]:
     """What `editor` may put a budget on: every team, user and key (an admin); a lead's members and
-    their keys. Values are "team:ID", "user:ID", "key:ID"."""
+    their keys, never themselves or their own keys. Values are "team:ID", "user:ID", "key:ID"."""
     if editor.is_admin:
         teams = Team.objects.order_by("name")
         users = User.objects.filter(is_active=True).order_by("username")
     else:
         teams = Team.objects.none()
-        users = User.objects.filter(is_active=True, team__pk=editor.led_team_id or 0).order_by("username")
+        users = (
+            User.objects.filter(is_active=True, team__pk=editor.led_team_id or 0)
+            .exclude(pk=editor.pk)
+            .order_by("username")
+        )
     keys = Key.objects.not_revoked().filter(owner__in=users).select_related("owner").order_by("owner__username", "name")
     return (
         [(f"team:{t.pk}", _("Team %(name)s (all members)") % {"name": t.name}) for t in teams]

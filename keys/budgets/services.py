@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
 from django.db.models import Q, Sum
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
@@ -147,44 +148,68 @@ def budgets_for(user: User) -> list[BudgetStatus]:
     )
 
 
-def may_set(editor: User, target: Any) -> bool:
-    """Admins set any budget; a team lead their members' and their members' keys' (never the team's
-    own). A developer sets none: a budget is a cap others put on them (they read theirs)."""
+def refusal(editor: User, target: Any, budget: Budget | None = None) -> str:
+    """Why `editor` may not set, change or remove a budget on `target` (`budget`: the one it has for
+    the window, if any), or "" when they may. Admins set any budget; a team lead their members' and
+    their members' keys' (never the team's own), except one an admin set, and never their own or
+    their own keys' (a cap on themselves is an admin's to set). A developer sets none: a budget is a
+    cap others put on them (they read theirs)."""
     if editor.is_admin:
-        return True
-    if editor.led_team_id is None:
-        return False
-    if isinstance(target, Key):
-        return target.owner.team_id == editor.led_team_id
-    return bool(hasattr(target, "role") and target.team_id == editor.led_team_id)
+        return ""
+    owner = target.owner if isinstance(target, Key) else target if hasattr(target, "role") else None
+    if editor.led_team_id is None or owner is None or owner.team_id != editor.led_team_id:
+        return _("You may not set this budget.")
+    if owner.pk == editor.pk:
+        return _("Only an admin can set or remove a budget on you or your keys.")
+    if budget is not None and budget.set_by_admin:
+        return _("An admin set this budget; only an admin can change or remove it.")
+    return ""
+
+
+def may_set(editor: User, target: Any, budget: Budget | None = None) -> bool:
+    return not refusal(editor, target, budget)
 
 
 def save_budget(
     *, editor: User, target: Any, window: str, amount: Decimal | str, alert_percent: int | None = None
 ) -> Budget:
     """Create or change `target`'s budget for `window` (a key, a user or a team). A team lead's
-    budgets for a member stay within the team's budget for the same window, like limits."""
-    if not may_set(editor, target):
-        raise PermissionDenied(_("You may not set this budget."))
-    amount = Decimal(str(amount))
-    if amount < 0:
-        raise ValidationError({"amount": _("A budget cannot be negative.")})
-    if window not in BudgetWindow.values:
-        raise ValidationError({"window": _("Choose day, week, month or once.")})
-    if not editor.is_admin and editor.led_team_id is not None:
-        team_budget = Budget.objects.filter(team_id=editor.led_team_id, window=window).first()
-        if team_budget is not None and amount > team_budget.amount:
-            raise ValidationError(
-                {
-                    "amount": _("At most %(cap)s: the team's budget for this window.")
-                    % {"cap": format_money(to_nanos(team_budget.amount), 2)}
-                }
-            )
+    budgets for a member stay within the team's budget for the same window, like limits; one an
+    admin sets (or changes) is theirs from then on (`Budget.set_by_admin`)."""
     field = "key" if isinstance(target, Key) else "user" if hasattr(target, "role") else "team"
-    budget, _created = Budget.objects.update_or_create(
-        **{field: target, "window": window}, defaults={"amount": amount, "alert_percent": alert_percent}
-    )
+    with transaction.atomic():
+        # Locked, so a lead's change cannot slip in between an admin's and the check.
+        existing = Budget.objects.select_for_update().filter(**{field: target, "window": window}).first()
+        reason = refusal(editor, target, existing)
+        if reason:
+            raise PermissionDenied(reason)
+        amount = Decimal(str(amount))
+        if amount < 0:
+            raise ValidationError({"amount": _("A budget cannot be negative.")})
+        if window not in BudgetWindow.values:
+            raise ValidationError({"window": _("Choose day, week, month or once.")})
+        if not editor.is_admin and editor.led_team_id is not None:
+            team_budget = Budget.objects.filter(team_id=editor.led_team_id, window=window).first()
+            if team_budget is not None and amount > team_budget.amount:
+                raise ValidationError(
+                    {
+                        "amount": _("At most %(cap)s: the team's budget for this window.")
+                        % {"cap": format_money(to_nanos(team_budget.amount), 2)}
+                    }
+                )
+        budget, _created = Budget.objects.update_or_create(
+            **{field: target, "window": window},
+            defaults={"amount": amount, "alert_percent": alert_percent, "set_by_admin": editor.is_admin},
+        )
     return budget
+
+
+def remove_budget(budget: Budget, *, editor: User) -> None:
+    """Delete `budget`, if `editor` may (the rules of `refusal`)."""
+    reason = refusal(editor, budget.target, budget)
+    if reason:
+        raise PermissionDenied(reason)
+    budget.delete()
 
 
 def top_up(budget: Budget, *, editor: User, amount: Decimal | str, until: dt.datetime) -> Budget:
@@ -256,6 +281,9 @@ def send_alerts(budget_ids: list[int]) -> None:
 __all__ = [
     "BudgetStatus",
     "budgets_for",
+    "may_set",
+    "refusal",
+    "remove_budget",
     "save_budget",
     "send_alerts",
     "spent",

@@ -16,7 +16,7 @@ from keys.models import Budget
 from portal.permissions import AdminOrTeamLeadRequiredMixin
 
 from .forms import BudgetForm, TopUpForm, resolve_target
-from .services import may_set, save_budget, statuses, top_up
+from .services import may_set, remove_budget, save_budget, statuses, top_up
 
 if TYPE_CHECKING:
     from portal.permissions import AuthenticatedHttpRequest
@@ -29,6 +29,7 @@ class BudgetListView(AdminOrTeamLeadRequiredMixin, View):
         budgets = Budget.objects.visible_to(request.user).select_related("key__owner", "user", "team")
         return {
             "budgets": statuses(budgets),
+            "removable": {b.pk for b in budgets if may_set(request.user, b.target, b)},
             "form": form,
             "topup_form": TopUpForm() if request.user.is_admin else None,
             "currency": currency(),
@@ -41,10 +42,12 @@ class BudgetListView(AdminOrTeamLeadRequiredMixin, View):
         action = request.POST.get("action", "save")
         if action == "delete":
             budget = get_object_or_404(Budget.objects.visible_to(request.user), pk=request.POST.get("budget"))
-            if not may_set(request.user, budget.target):
-                raise PermissionDenied(_("You may not remove this budget."))
-            budget.delete()
-            messages.success(request, _("Budget removed."))
+            try:
+                remove_budget(budget, editor=request.user)
+            except PermissionDenied as exc:
+                messages.error(request, str(exc))
+            else:
+                messages.success(request, _("Budget removed."))
             return redirect("budget_list")
         if action == "topup":
             topup = TopUpForm(request.POST)
@@ -75,6 +78,8 @@ class BudgetListView(AdminOrTeamLeadRequiredMixin, View):
                     amount=data["amount"],
                     alert_percent=data["alert_percent"],
                 )
+            except PermissionDenied as exc:
+                form.add_error(None, str(exc))
             except ValidationError as exc:
                 for errors in exc.message_dict.values():
                     form.add_error("amount", errors)

@@ -41,6 +41,7 @@ class BudgetSerializer(serializers.ModelSerializer[Budget]):
             "alert_percent",
             "topup",
             "topup_until",
+            "set_by_admin",
             "currency",
             "spent",
             "remaining",
@@ -48,7 +49,7 @@ class BudgetSerializer(serializers.ModelSerializer[Budget]):
             "created",
             "updated",
         ]
-        read_only_fields = ["topup", "topup_until", "created", "updated"]
+        read_only_fields = ["topup", "topup_until", "set_by_admin", "created", "updated"]
         validators: list[object] = []  # one target, one budget per window: the service says which, as a field error
         list_serializer_class = BudgetListSerializer
 

@@ -17,7 +17,7 @@ from rest_framework.response import Response
 from keys.models import Budget, BudgetQuerySet
 from portal.permissions import IsAdmin
 
-from ..services import may_set, save_budget, top_up
+from ..services import remove_budget, save_budget, top_up
 from .serializers import BudgetSerializer, TopUpSerializer
 
 if TYPE_CHECKING:
@@ -68,9 +68,10 @@ class BudgetViewSet(viewsets.ModelViewSet[Budget]):
         serializer.instance = _save(self.request.user, budget.target, data)
 
     def perform_destroy(self, instance: Budget) -> None:
-        if not may_set(self.request.user, instance.target):
-            raise PermissionDenied("You may not remove this budget.")
-        instance.delete()
+        try:
+            remove_budget(instance, editor=self.request.user)
+        except DjangoPermissionDenied as exc:
+            raise PermissionDenied(str(exc)) from None
 
     @extend_schema(request=TopUpSerializer, responses={200: BudgetSerializer})
     @action(detail=True, methods=["post"], url_path="top-up", permission_classes=[IsAdmin])

@@ -1,0 +1,74 @@
+"""Who may set, change and remove a budget, through the API and the budgets page: admins any; a team
+lead their members' and their members' keys', never one an admin set and never one on themselves."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from rest_framework.test import APIClient
+
+from keys.models import Budget
+from keys.services import issue_key
+
+pytestmark = pytest.mark.django_db
+
+
+def api(user) -> APIClient:
+    client = APIClient()
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.parametrize("target", ["lena", "alice"])
+def test_a_lead_can_neither_raise_nor_remove_a_budget_an_admin_set(request, admin, lena, alice, target):
+    person = request.getfixturevalue(target)
+    created = api(admin).post("/api/budgets/", {"user": person.pk, "window": "month", "amount": "1"}, format="json")
+    assert created.status_code == 201, created.json()
+    url = f"/api/budgets/{created.json()['id']}/"
+    raised = api(lena).patch(url, {"amount": "9999"}, format="json")
+    assert raised.status_code == 403, raised.json()
+    assert "only an admin" in raised.json()["detail"].lower()
+    assert api(lena).delete(url).status_code == 403
+    replaced = api(lena).post("/api/budgets/", {"user": person.pk, "window": "month", "amount": "9999"}, format="json")
+    assert replaced.status_code in (400, 403)
+    assert Budget.objects.get(user=person, window="month").amount == 1
+
+
+def test_a_lead_never_sets_a_budget_on_themselves_or_their_own_keys(lena):
+    key, _plaintext = issue_key(owner=lena, name="lena laptop")
+    for body in ({"user": lena.pk}, {"key": key.pk}):
+        response = api(lena).post("/api/budgets/", {**body, "window": "day", "amount": "1000"}, format="json")
+        assert response.status_code == 403, response.json()
+        assert "Only an admin" in response.json()["detail"]
+    assert not Budget.objects.exists()
+
+
+def test_a_lead_changes_the_budgets_they_set_until_an_admin_changes_one(admin, lena, alice):
+    created = api(lena).post("/api/budgets/", {"user": alice.pk, "window": "day", "amount": "5"}, format="json")
+    assert created.status_code == 201 and created.json()["set_by_admin"] is False
+    url = f"/api/budgets/{created.json()['id']}/"
+    assert api(lena).patch(url, {"amount": "6"}, format="json").status_code == 200
+    assert api(admin).patch(url, {"amount": "4"}, format="json").json()["set_by_admin"] is True
+    assert api(lena).patch(url, {"amount": "6"}, format="json").status_code == 403
+    assert Budget.objects.get().amount == 4
+
+
+def test_the_budgets_page_holds_a_lead_to_the_same_rules(admin, lena, alice):
+    mine = Budget.objects.create(user=lena, window="month", amount=Decimal("1"), set_by_admin=True)
+    alices = Budget.objects.create(user=alice, window="month", amount=Decimal("2"), set_by_admin=True)
+    own_key, _plaintext = issue_key(owner=lena, name="lena laptop")
+    client = Client()
+    client.force_login(lena)
+    page = client.get(reverse("budget_list")).content.decode()
+    assert f"user:{alice.pk}" in page
+    assert f"user:{lena.pk}" not in page and f"key:{own_key.pk}" not in page
+    assert 'value="delete"' not in page  # both budgets are an admin's: no Remove button
+    refused = client.post(reverse("budget_list"), {"target": f"user:{alice.pk}", "window": "month", "amount": "99"})
+    assert refused.status_code == 400 and "only an admin can change or remove it" in refused.content.decode()
+    removed = client.post(reverse("budget_list"), {"action": "delete", "budget": mine.pk}, follow=True)
+    assert "Only an admin can set or remove a budget on you" in removed.content.decode()
+    client.post(reverse("budget_list"), {"action": "delete", "budget": alices.pk})
+    assert Budget.objects.filter(pk__in=[mine.pk, alices.pk]).count() == 2
