@@ -65,9 +65,28 @@ def revoke_key(key: Key) -> Key:
     return key
 
 
+def check_rotatable(key: Key) -> None:
+    """Raise ValidationError when `key` cannot be rotated: it is revoked, or it was rotated already
+    (its replacement is the key to rotate: a second replacement of it would take over its grace
+    expiry and stop with it)."""
+    if key.revoked_at is not None:
+        raise ValidationError(_("A revoked key cannot be rotated."))
+    replacement = key.rotated_to.order_by("-created").first()
+    if replacement is not None:
+        raise ValidationError(
+            _("This key was already rotated; rotate its replacement %(masked)s instead.")
+            % {"masked": replacement.masked}
+        )
+
+
 @transaction.atomic
 def rotate_key(key: Key, *, grace: datetime.timedelta | None = None) -> tuple[Key, str]:
-    """Issue a replacement with the same settings; the old key stops now or after `grace`."""
+    """Issue a replacement with the same settings; the old key stops now or after `grace`. A key
+    rotated already or revoked is refused (`check_rotatable`)."""
+    # Locked, so of two rotations racing for one key the second sees the first's replacement.
+    Key.objects.select_for_update().filter(pk=key.pk).first()
+    key.refresh_from_db(fields=["revoked_at", "expires_at", "name"])
+    check_rotatable(key)
     old_name = key.name
     now = timezone.now()
     # The replacement keeps a still-future expiry: rotating must not turn a temporary key permanent.

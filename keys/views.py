@@ -18,7 +18,7 @@ from portal.ui import ConfirmView, FilteredListView, ObjectFormView, done, pop_s
 from .filters import KeyFilterSet
 from .forms import KeyForm, RotateForm
 from .models import Key, KeyQuerySet
-from .services import effective_limits, issue_key, revoke_key, rotate_key
+from .services import check_rotatable, effective_limits, issue_key, revoke_key, rotate_key
 
 if TYPE_CHECKING:
     from accounts.models import User
@@ -165,6 +165,9 @@ class KeyRotateView(LoginRequiredMixin, ObjectFormView):
 
     def get_object(self) -> Key:
         return get_object_or_404(visible_keys(self.request.user).not_revoked(), pk=self.kwargs["pk"])
+
+    def check(self, obj: Key) -> None:
+        check_rotatable(obj)
 
     def save(self, form: RotateForm) -> Key:
         try:

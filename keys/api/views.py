@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.utils.translation import gettext_lazy as _
+from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, serializers, status, viewsets
+from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from keys.filters import KeyFilterSet
 from keys.models import Key, KeyQuerySet
 from keys.services import revoke_key, rotate_key
-from portal.api.serializers import LIMIT_FIELDS
+from portal.api.serializers import LIMIT_FIELDS, drf_error
 
 from .serializers import KeyCreatedSerializer, KeySerializer, RotateSerializer
 
@@ -66,12 +66,14 @@ class KeyViewSet(
     @extend_schema(request=RotateSerializer, responses={201: KeyCreatedSerializer})
     @action(detail=True, methods=["post"])
     def rotate(self, request: Request, pk: str | None = None) -> Response:
-        """Issue a replacement with the same settings; the old key stops now or after `grace_seconds`."""
+        """Issue a replacement with the same settings; the old key stops now or after `grace_seconds`.
+        A revoked key, or one rotated already (rotate its replacement), is a 400."""
         key = self.get_object()
         params = RotateSerializer(data=request.data)
         params.is_valid(raise_exception=True)
-        if key.revoked_at is not None:
-            raise serializers.ValidationError({"non_field_errors": [_("A revoked key cannot be rotated.")]})
         grace = datetime.timedelta(seconds=params.validated_data["grace_seconds"])
-        new, plaintext = rotate_key(key, grace=grace or None)
+        try:
+            new, plaintext = rotate_key(key, grace=grace or None)
+        except DjangoValidationError as exc:
+            raise drf_error(exc) from None
         return Response(self._data(new, plaintext), status=status.HTTP_201_CREATED)

@@ -86,6 +86,21 @@ def test_rotate_without_grace_stops_the_old_key_now(alice_api):
     assert verify_key(old["key"]) is None and verify_key(new["key"]) is not None
 
 
+def test_a_key_rotated_already_is_not_rotated_again(alice_api):
+    old = alice_api.post("/api/keys/", {"name": "laptop"}, format="json").json()
+    first = alice_api.post(f"/api/keys/{old['id']}/rotate/", {"grace_seconds": 60}, format="json").json()
+    in_grace = Key.objects.get(pk=old["id"])
+    # A second replacement would copy the grace expiry and stop with the old key a minute later.
+    again = alice_api.post(f"/api/keys/{old['id']}/rotate/", {"grace_seconds": 60}, format="json")
+    assert again.status_code == 400
+    assert again.json()["non_field_errors"] == [
+        f"This key was already rotated; rotate its replacement {first['masked']} instead."
+    ]
+    assert list(Key.objects.filter(rotated_from=old["id"]).values_list("pk", flat=True)) == [first["id"]]
+    assert Key.objects.get(pk=old["id"]).name == in_grace.name
+    assert alice_api.post(f"/api/keys/{first['id']}/rotate/", {}, format="json").status_code == 201
+
+
 def test_a_key_expires_at_its_expiry(alice_api):
     soon = timezone.now() + datetime.timedelta(hours=1)
     body = alice_api.post("/api/keys/", {"name": "temp", "expires_at": soon.isoformat()}, format="json").json()

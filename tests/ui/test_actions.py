@@ -240,6 +240,23 @@ def test_rotating_twice_within_a_minute_with_grace_does_not_fail(alice_client, a
     assert Key.objects.filter(name="ci", revoked_at__isnull=True).count() == 1
 
 
+def test_a_key_rotated_already_sends_its_rotate_page_back_to_the_key(alice_client, alice):
+    key, _ = issue_key(owner=alice, name="ci")
+    alice_client.post(reverse("key_rotate", args=[key.pk]), {"grace": "3600"})
+    replacement = Key.objects.get(rotated_from=key)
+    detail = alice_client.get(reverse("key_detail", args=[key.pk])).content.decode()
+    assert reverse("key_rotate", args=[key.pk]) not in detail
+    for response in (
+        alice_client.get(reverse("key_rotate", args=[key.pk])),
+        alice_client.post(reverse("key_rotate", args=[key.pk]), {"grace": "3600"}),
+    ):
+        assert response.status_code == 302 and response.url == reverse("key_detail", args=[key.pk])
+        assert flashes(response)[-1] == (
+            f"This key was already rotated; rotate its replacement {replacement.masked} instead."
+        )
+    assert Key.objects.filter(rotated_from=key).count() == 1
+
+
 def test_audit_log_links_to_objects_that_still_exist(admin_client, host, alice_key):
     page = admin_client.get(reverse("audit_log")).content.decode()
     assert f'href="{reverse("host_detail", args=[host.pk])}"' in page
