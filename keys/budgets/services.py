@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q, Sum
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
@@ -171,18 +171,31 @@ def may_set(editor: User, target: Any, budget: Budget | None = None) -> bool:
 
 
 def save_budget(
-    *, editor: User, target: Any, window: str, amount: Decimal | str, alert_percent: int | None = None
+    *,
+    editor: User,
+    target: Any,
+    window: str,
+    amount: Decimal | str,
+    alert_percent: int | None = None,
+    replace: bool = True,
 ) -> Budget:
-    """Create or change `target`'s budget for `window` (a key, a user or a team). A team lead's
-    budgets for a member stay within the team's budget for the same window, like limits; one an
-    admin sets (or changes) is theirs from then on (`Budget.set_by_admin`)."""
+    """Create or change `target`'s budget for `window` (a key, a user or a team); with `replace`
+    False, a budget it has for the window already is a field error (one budget per target and
+    window: a new one never silently takes the old one's place). A team lead's budgets for a member
+    stay within the team's budget for the same window, like limits; one an admin sets (or changes)
+    is theirs from then on (`Budget.set_by_admin`)."""
     field = "key" if isinstance(target, Key) else "user" if hasattr(target, "role") else "team"
+    taken = ValidationError(
+        {"window": _("%(target)s already has a budget for this window; change that one instead.") % {"target": target}}
+    )
     with transaction.atomic():
         # Locked, so a lead's change cannot slip in between an admin's and the check.
         existing = Budget.objects.select_for_update().filter(**{field: target, "window": window}).first()
         reason = refusal(editor, target, existing)
         if reason:
             raise PermissionDenied(reason)
+        if existing is not None and not replace:
+            raise taken
         amount = Decimal(str(amount))
         if amount < 0:
             raise ValidationError({"amount": _("A budget cannot be negative.")})
@@ -197,11 +210,15 @@ def save_budget(
                         % {"cap": format_money(to_nanos(team_budget.amount), 2)}
                     }
                 )
-        budget, _created = Budget.objects.update_or_create(
-            **{field: target, "window": window},
-            defaults={"amount": amount, "alert_percent": alert_percent, "set_by_admin": editor.is_admin},
-        )
-    return budget
+        values = {"amount": amount, "alert_percent": alert_percent, "set_by_admin": editor.is_admin}
+        if replace:
+            budget, _created = Budget.objects.update_or_create(**{field: target, "window": window}, defaults=values)
+            return budget
+        try:
+            with transaction.atomic():
+                return Budget.objects.create(**{field: target, "window": window}, **values)
+        except IntegrityError:
+            raise taken from None  # created by a request racing this one since the check above
 
 
 def remove_budget(budget: Budget, *, editor: User) -> None:

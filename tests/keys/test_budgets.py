@@ -72,3 +72,38 @@ def test_the_budgets_page_holds_a_lead_to_the_same_rules(admin, lena, alice):
     assert "Only an admin can set or remove a budget on you" in removed.content.decode()
     client.post(reverse("budget_list"), {"action": "delete", "budget": alices.pk})
     assert Budget.objects.filter(pk__in=[mine.pk, alices.pk]).count() == 2
+
+
+def test_a_second_budget_for_the_same_target_and_window_is_refused_not_swapped_in(admin, alice):
+    body = {"user": alice.pk, "window": "day", "amount": "5", "alert_percent": 80}
+    first = api(admin).post("/api/budgets/", body, format="json")
+    assert first.status_code == 201
+    second = api(admin).post("/api/budgets/", {"user": alice.pk, "window": "day", "amount": "50"}, format="json")
+    assert second.status_code == 400
+    assert second.json() == {"window": ["alice already has a budget for this window; change that one instead."]}
+    kept = Budget.objects.get(user=alice)
+    assert (kept.pk, kept.amount, kept.alert_percent) == (first.json()["id"], 5, 80)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_of_budgets_posted_at_once_for_one_target_and_window_one_is_created(admin, alice):
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    from django.db import connection
+
+    start = Barrier(4)
+
+    def post(amount: int) -> int:
+        try:
+            client = api(admin)
+            start.wait()
+            body = {"user": alice.pk, "window": "week", "amount": str(amount)}
+            return client.post("/api/budgets/", body, format="json").status_code
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(4) as pool:
+        codes = sorted(pool.map(post, range(1, 5)))
+    assert codes == [201, 400, 400, 400]
+    assert Budget.objects.filter(user=alice, window="week").count() == 1

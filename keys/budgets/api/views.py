@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from portal.permissions import AuthenticatedRequest
 
 
-def _save(editor: Any, target: Any, data: dict[str, Any]) -> Budget:
+def _save(editor: Any, target: Any, data: dict[str, Any], *, replace: bool) -> Budget:
     try:
         return save_budget(
             editor=editor,
@@ -32,6 +32,7 @@ def _save(editor: Any, target: Any, data: dict[str, Any]) -> Budget:
             window=data["window"],
             amount=data["amount"],
             alert_percent=data.get("alert_percent"),
+            replace=replace,
         )
     except DjangoPermissionDenied as exc:
         raise PermissionDenied(str(exc)) from None
@@ -54,7 +55,7 @@ class BudgetViewSet(viewsets.ModelViewSet[Budget]):
     def perform_create(self, serializer: serializers.BaseSerializer[Budget]) -> None:
         data = serializer.validated_data
         target = data.get("key") or data.get("user") or data.get("team")
-        serializer.instance = _save(self.request.user, target, data)
+        serializer.instance = _save(self.request.user, target, data, replace=False)
 
     def perform_update(self, serializer: serializers.BaseSerializer[Budget]) -> None:
         budget = serializer.instance
@@ -65,7 +66,7 @@ class BudgetViewSet(viewsets.ModelViewSet[Budget]):
             "alert_percent": budget.alert_percent,
             **{k: v for k, v in serializer.validated_data.items() if k in ("amount", "alert_percent")},
         }
-        serializer.instance = _save(self.request.user, budget.target, data)
+        serializer.instance = _save(self.request.user, budget.target, data, replace=True)
 
     def perform_destroy(self, instance: Budget) -> None:
         try:
