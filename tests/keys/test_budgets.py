@@ -107,3 +107,23 @@ def test_of_budgets_posted_at_once_for_one_target_and_window_one_is_created(admi
         codes = sorted(pool.map(post, range(1, 5)))
     assert codes == [201, 400, 400, 400]
     assert Budget.objects.filter(user=alice, window="week").count() == 1
+
+
+def test_what_a_budget_applies_to_cannot_be_patched_and_is_no_error_sent_unchanged(admin, alice, mallory, team):
+    budget = Budget.objects.create(user=alice, window="day", amount=Decimal("5"))
+    url = f"/api/budgets/{budget.pk}/"
+    refused = "This cannot be changed on a budget; create a new budget instead."
+    changes = [
+        ({"window": "month"}, ["window"]),
+        ({"user": mallory.pk}, ["user"]),
+        ({"user": None, "team": team.pk}, ["user", "team"]),
+        ({"user": alice.pk, "team": team.pk}, ["team"]),
+    ]
+    for change, fields in changes:
+        response = api(admin).patch(url, {**change, "amount": "7"}, format="json")
+        assert response.status_code == 400, (change, response.json())
+        assert response.json() == {f: [refused] for f in fields}
+    budget.refresh_from_db()
+    assert (budget.user_id, budget.team_id, budget.window, budget.amount) == (alice.pk, None, "day", 5)
+    same = api(admin).patch(url, {"user": alice.pk, "key": None, "window": "day", "amount": "7"}, format="json")
+    assert same.status_code == 200 and same.json()["amount"] == "7.0000"

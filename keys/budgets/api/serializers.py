@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from channels.prices import amount_text, currency
 from keys.models import Budget
 
 from ..services import BudgetStatus, statuses
+
+FIXED_FIELDS = ("key", "user", "team", "window")  # what a budget applies to: set on create only
 
 
 class BudgetListSerializer(serializers.ListSerializer):  # type: ignore[type-arg]
@@ -79,6 +82,13 @@ class BudgetSerializer(serializers.ModelSerializer[Budget]):
             targets = [attrs.get(f) for f in ("key", "user", "team") if attrs.get(f) is not None]
             if len(targets) != 1:
                 raise serializers.ValidationError("Set exactly one of key, user or team.")
+        else:
+            # An edit changes the amount and the alert; sent unchanged, the rest is no error.
+            changed = [f for f in FIXED_FIELDS if f in attrs and attrs[f] != getattr(self.instance, f)]
+            if changed:
+                raise serializers.ValidationError(
+                    {f: [_("This cannot be changed on a budget; create a new budget instead.")] for f in changed}
+                )
         return attrs
 
 
