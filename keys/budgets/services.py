@@ -234,7 +234,7 @@ def top_up(budget: Budget, *, editor: User, amount: Decimal | str, until: dt.dat
     if not editor.is_admin:
         raise PermissionDenied(_("Only an admin may top up a budget."))
     if until <= timezone.now():
-        raise ValidationError({"topup_until": _("The top-up must end in the future.")})
+        raise ValidationError({"until": _("The top-up must end in the future.")})
     budget.topup, budget.topup_until = Decimal(str(amount)), until
     budget.full_clean()
     budget.save()

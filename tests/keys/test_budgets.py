@@ -127,3 +127,12 @@ def test_what_a_budget_applies_to_cannot_be_patched_and_is_no_error_sent_unchang
     assert (budget.user_id, budget.team_id, budget.window, budget.amount) == (alice.pk, None, "day", 5)
     same = api(admin).patch(url, {"user": alice.pk, "key": None, "window": "day", "amount": "7"}, format="json")
     assert same.status_code == 200 and same.json()["amount"] == "7.0000"
+
+
+def test_a_top_up_ending_in_the_past_is_an_error_on_the_field_sent(admin, alice):
+    budget = Budget.objects.create(user=alice, window="day", amount=Decimal("5"))
+    response = api(admin).post(
+        f"/api/budgets/{budget.pk}/top-up/", {"amount": "5", "until": "2020-01-01T00:00:00Z"}, format="json"
+    )
+    assert response.status_code == 400
+    assert response.json() == {"until": ["The top-up must end in the future."]}
