@@ -13,7 +13,7 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from channels.models import Model
-from portal.api.serializers import LIMIT_FIELDS, IdOrNameRelatedField, LimitFields, drf_error
+from portal.api.serializers import LIMIT_FIELDS, IdOrNameRelatedField, LimitFields, ListRelatedField, drf_error
 
 from .. import services
 from ..choices import Role
@@ -35,10 +35,8 @@ class UserSerializer(LimitFields, serializers.ModelSerializer[User]):
         style={"input_type": "password"},
         help_text=_("Only on create; omitted: a password is generated and returned once."),
     )
-    allowed_models = serializers.SlugRelatedField(
-        slug_field="name",
-        queryset=Model.objects.all(),
-        many=True,
+    allowed_models = ListRelatedField(
+        child_relation=serializers.SlugRelatedField(slug_field="name", queryset=Model.objects.all()),
         required=False,
         help_text=_("Model names this user may use; empty: every enabled model."),
     )
@@ -155,10 +153,8 @@ class TeamSerializer(LimitFields, serializers.ModelSerializer[Team]):
     """A team: its limits are a ceiling over all its members together (admins set them; members'
     and keys' own limits can only be lower). Members are assigned on the user (`team`)."""
 
-    allowed_models = serializers.SlugRelatedField(
-        slug_field="name",
-        queryset=Model.objects.all(),
-        many=True,
+    allowed_models = ListRelatedField(
+        child_relation=serializers.SlugRelatedField(slug_field="name", queryset=Model.objects.all()),
         required=False,
         help_text=_("Model names the team's members may use; empty: every enabled model."),
     )

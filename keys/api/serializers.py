@@ -17,7 +17,7 @@ from channels.models import Model
 from keys.choices import KeyState
 from keys.models import Key
 from keys.services import MAX_CIDR_ENTRIES, issue_key, validate_key_settings
-from portal.api.serializers import LIMIT_FIELDS, LimitFields, drf_error
+from portal.api.serializers import LIMIT_FIELDS, LimitFields, ListRelatedField, drf_error
 
 MAX_GRACE = datetime.timedelta(days=30)
 
@@ -33,10 +33,8 @@ class KeySerializer(LimitFields, serializers.ModelSerializer[Key]):
         help_text=_("User id; default: you. Only admins (and team leads, for their members) may set another."),
     )
     owner_username = serializers.CharField(source="owner.username", read_only=True)
-    allowed_models = serializers.SlugRelatedField(
-        slug_field="name",
-        queryset=Model.objects.all(),
-        many=True,
+    allowed_models = ListRelatedField(
+        child_relation=serializers.SlugRelatedField(slug_field="name", queryset=Model.objects.all()),
         required=False,
         help_text=_("Model names; empty: every model the owner may use."),
     )

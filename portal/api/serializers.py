@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from django.core.exceptions import ObjectDoesNotExist
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils.translation import gettext_lazy as _
@@ -57,6 +60,21 @@ class IdOrNameRelatedField(serializers.RelatedField):
 
     def to_representation(self, value):
         return value.pk
+
+
+class ListRelatedField(serializers.ManyRelatedField):
+    """A to-many relation given as a JSON list only (`child_relation`: the related field of one
+    item). DRF's own takes any iterable, so an object ({}) passed as an empty list and cleared the
+    relation; on a key an empty model list means every model the owner may use."""
+
+    def __init__(self, child_relation: serializers.RelatedField, **kwargs: Any) -> None:
+        # The stubs type help_text as str only; the lazy translations every field uses are fine.
+        super().__init__(child_relation, **kwargs)
+
+    def to_internal_value(self, data: Any) -> list[Any]:
+        if isinstance(data, Mapping):
+            self.fail("not_a_list", input_type=type(data).__name__)
+        return list(super().to_internal_value(data))
 
 
 def limit_field() -> serializers.IntegerField:

@@ -8,7 +8,7 @@ import asyncssh
 import pytest
 from django.utils import timezone
 
-from accounts.models import ApiToken, AuditLog, User
+from accounts.models import ApiToken, AuditLog, Team, User
 from channels.models import Channel, Model, ModelRoute
 from hosts.models import GPU, Host
 from keys.models import Key
@@ -23,7 +23,7 @@ HUGE = 10**30
 
 def db_state() -> dict:
     tables = [User, User.allowed_models.through, Host, GPU, Channel, Model, ModelRoute, Key]
-    tables += [Key.allowed_models.through, ApiToken, AuditLog]
+    tables += [Key.allowed_models.through, Team.allowed_models.through, ApiToken, AuditLog]
     return {t._meta.label: list(t.objects.order_by("pk").values()) for t in tables}
 
 
@@ -113,6 +113,9 @@ CASES = [
     ("alice", "post", "/api/keys/", {"name": "k", "expires_at": "next tuesday"}, "expires_at"),
     ("alice", "post", "/api/keys/", {"name": "k", "allowed_models": ["no-such-model"]}, "allowed_models"),
     ("alice", "post", "/api/keys/", {"name": "k", "allowed_models": "qwen3-32b"}, "allowed_models"),
+    ("alice", "post", "/api/keys/", {"name": "k", "allowed_models": {}}, "allowed_models"),
+    ("alice", "patch", "/api/keys/{alice_key}/", {"allowed_models": {}}, "allowed_models"),
+    ("alice", "patch", "/api/keys/{alice_key}/", {"allowed_models": {"qwen3-32b": 1}}, "allowed_models"),
     ("alice", "post", "/api/keys/", {"name": "k", "ip_allowlist": ["10.0.0.0/33"]}, "ip_allowlist"),
     ("alice", "post", "/api/keys/", {"name": "k", "ip_allowlist": ["10.0.0.300"]}, "ip_allowlist"),
     ("alice", "post", "/api/keys/", {"name": "k", "ip_allowlist": "10.0.0.0/8"}, "ip_allowlist"),
@@ -161,10 +164,15 @@ CASES = [
     ),
     ("admin", "post", "/api/users/", {**USER, "tokens_per_day": -5}, "tokens_per_day"),
     ("admin", "post", "/api/users/", {**USER, "allowed_models": ["nope"]}, "allowed_models"),
+    ("admin", "patch", "/api/users/{alice}/", {"allowed_models": {}}, "allowed_models"),
+    # teams
+    ("admin", "patch", "/api/teams/{team}/", {"allowed_models": {}}, "allowed_models"),
     ("admin", "patch", "/api/users/{admin}/", {"role": "developer"}, "role"),
     ("admin", "patch", "/api/users/{alice}/", {"password": "a-new-password-1"}, "password"),
     ("admin", "patch", "/api/users/{alice}/", {"tokens_per_day": 10**13}, "tokens_per_day"),
     ("admin", "post", "/api/users/{admin}/deactivate/", None, "detail"),
+    # deployments
+    ("admin", "patch", "/api/deployments/{deployment}/", {"worker_hosts": {}}, "worker_hosts"),
     # personal API tokens
     ("alice", "post", "/api/tokens/", {"name": ""}, "name"),
     ("alice", "post", "/api/tokens/", {"name": "alice script"}, "name"),

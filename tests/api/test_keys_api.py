@@ -101,6 +101,16 @@ def test_a_key_rotated_already_is_not_rotated_again(alice_api):
     assert alice_api.post(f"/api/keys/{first['id']}/rotate/", {}, format="json").status_code == 201
 
 
+def test_an_object_for_allowed_models_is_refused_and_keeps_the_key_restricted(alice, alice_api, model):
+    """An empty list means every model the owner may use: {} must not pass for one."""
+    alice.allowed_models.set([model])
+    key = alice_api.post("/api/keys/", {"name": "narrow", "allowed_models": [model.name]}, format="json").json()
+    response = alice_api.patch(f"/api/keys/{key['id']}/", {"allowed_models": {}}, format="json")
+    assert response.status_code == 400
+    assert response.json() == {"allowed_models": ['Expected a list of items but got type "dict".']}
+    assert alice_api.get(f"/api/keys/{key['id']}/").json()["allowed_models"] == [model.name]
+
+
 def test_a_key_expires_at_its_expiry(alice_api):
     soon = timezone.now() + datetime.timedelta(hours=1)
     body = alice_api.post("/api/keys/", {"name": "temp", "expires_at": soon.isoformat()}, format="json").json()

@@ -11,7 +11,7 @@ from rest_framework.exceptions import ValidationError
 
 from hosts.choices import Backend
 from hosts.models import Deployment, DeploymentNode, Host, LaunchJob
-from portal.api.serializers import transitions_field, translated
+from portal.api.serializers import ListRelatedField, transitions_field, translated
 
 from .. import services
 
@@ -84,8 +84,10 @@ class DeploymentSerializer(serializers.ModelSerializer[Deployment]):
     command_preview = serializers.SerializerMethodField()
     status_message = translated("status_message")
     nodes = DeploymentNodeSerializer(many=True, read_only=True)
-    worker_hosts = serializers.PrimaryKeyRelatedField(
-        queryset=Host.objects.all(), many=True, required=False, help_text=_("Further nodes (vLLM over Ray).")
+    worker_hosts = ListRelatedField(
+        child_relation=serializers.PrimaryKeyRelatedField(queryset=Host.objects.all()),
+        required=False,
+        help_text=_("Further nodes (vLLM over Ray)."),
     )
 
     class Meta:
