@@ -15,9 +15,11 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, cast
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 from django.utils import timezone, translation
+from django.utils.translation import gettext as _
 
 from channels.choices import Locality
 from channels.models import AliasTarget, Model, ModelRoute, alias_limits, route_limits
@@ -151,6 +153,26 @@ def version_of(gateway: str, specs: tuple[ModelSpec, ...], mcp: tuple[McpServerS
     if mcp:  # without servers the hash stays what it was before MCP existed
         payload.append([asdict(s) for s in mcp])
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def check_default_model(user: User, name: str, key: Key | None = None) -> None:
+    """Raise ValidationError on `model` unless `name` (a config's default model; blank: none) is one
+    `user` may use (with `key`: one the key may use), naming those they may."""
+    if not name:
+        return
+    names = [spec.name for spec in model_specs(user, key)]
+    if name in names:
+        return
+    if not names:
+        raise ValidationError(
+            {"model": _("“%(model)s” is not a model you may use; you may use none yet.") % {"model": name}}
+        )
+    raise ValidationError(
+        {
+            "model": _("“%(model)s” is not a model you may use. You may use: %(models)s.")
+            % {"model": name, "models": ", ".join(names)}
+        }
+    )
 
 
 def render_input(

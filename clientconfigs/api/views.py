@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -17,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from keys.models import Key
+from portal.api.serializers import drf_error
 from portal.api.throttling import AnonThrottle
 
 from .. import clients, services
@@ -73,6 +75,7 @@ def rendered_data(inp: RenderInput, rendered: Rendered) -> dict[str, Any]:
 class ClientViewSet(viewsets.ViewSet):
     """The supported clients. Everything rendered here is for the requesting user only."""
 
+    request: AuthenticatedRequest
     lookup_field = "slug"
     lookup_value_regex = "[a-z0-9-]+"
 
@@ -89,6 +92,13 @@ class ClientViewSet(viewsets.ViewSet):
         if key is None:
             raise Http404
         return key
+
+    def _check_model(self, name: str, key: Key | None) -> None:
+        """A default model the caller (with `key`) may not use is a 400 on `model`."""
+        try:
+            services.check_default_model(self.request.user, name, key)
+        except DjangoValidationError as exc:
+            raise drf_error(exc) from None
 
     @extend_schema(responses={200: ClientSummarySerializer(many=True)}, operation_id="client_configs_clients_list")
     def list(self, request: Request) -> Response:
@@ -112,6 +122,7 @@ class ClientViewSet(viewsets.ViewSet):
         query = RenderQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         key = self._own_key(query.validated_data.get("key"))
+        self._check_model(query.validated_data.get("model", ""), key)
         inp = services.render_input(
             request.user,
             gateway=services.gateway_url(request),
@@ -128,9 +139,11 @@ class ClientViewSet(viewsets.ViewSet):
         module = self._module(slug)
         body = MintSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        key, plaintext = services.mint_key(
-            request.user, module.SLUG, body.validated_data.get("machine", ""), replace=body.validated_data["replace"]
-        )
+        machine, replace = body.validated_data.get("machine", ""), body.validated_data["replace"]
+        # The key minted takes over the models of the one it replaces.
+        replaced = services.replaceable_key(request.user, module.SLUG, machine) if replace else None
+        self._check_model(body.validated_data.get("model", ""), replaced)
+        key, plaintext = services.mint_key(request.user, module.SLUG, machine, replace=replace)
         inp = services.render_input(
             request.user,
             gateway=services.gateway_url(request),
@@ -152,6 +165,12 @@ class ClientViewSet(viewsets.ViewSet):
         body.is_valid(raise_exception=True)
         mode = body.validated_data["key_mode"]
         key = self._own_key(body.validated_data.get("key")) if mode == KeyMode.PLACEHOLDER else None
+        if mode == KeyMode.PLACEHOLDER:
+            scope = key
+        else:  # the key the installer mints takes over the models of the one it replaces
+            machine, replace = body.validated_data.get("machine", ""), body.validated_data["replace"]
+            scope = services.replaceable_key(request.user, module.SLUG, machine) if replace else None
+        self._check_model(body.validated_data.get("model", ""), scope)
         token, plaintext = services.issue_download_token(
             request.user,
             module.SLUG,

@@ -99,6 +99,22 @@ def test_api_mint_returns_a_working_key_once(api, alice):
     assert data["key"]["plaintext"] in settings["content"] and settings["secret"]
 
 
+def test_api_refuses_a_default_model_the_user_may_not_use_naming_the_ones_they_may(api, alice, catalog, alice_key):
+    refused = ["“nope” is not a model you may use. You may use: llama-3.1-8b, qwen3-32b."]
+    minted = api.post(f"{API}/clients/cline/mint/", {"model": "nope"}, format="json")
+    assert minted.status_code == 400 and minted.json() == {"model": refused}
+    assert not Key.objects.filter(client="cline").exists()
+    token = api.post(f"{API}/clients/cline/download-tokens/", {"key_mode": "mint", "model": "nope"}, format="json")
+    assert token.status_code == 400 and token.json() == {"model": refused}
+    assert not DownloadToken.objects.exists()
+    # Scoped to a key, only the key's models are offered.
+    files = api.get(f"{API}/clients/cline/files/", {"key": alice_key.pk, "model": "qwen3-32b"})
+    assert files.status_code == 400
+    assert files.json() == {"model": ["“qwen3-32b” is not a model you may use. You may use: llama-3.1-8b."]}
+    ok = api.post(f"{API}/clients/cline/mint/", {"model": "llama-3.1-8b"}, format="json")
+    assert ok.status_code == 201
+
+
 def test_api_download_token_then_bundle(api, alice, catalog):
     response = api.post(f"{API}/clients/codex/download-tokens/", {"key_mode": "placeholder"}, format="json")
     assert response.status_code == 201
