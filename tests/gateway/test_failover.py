@@ -190,7 +190,7 @@ def test_usage_omitted_on_embeddings_and_completions_is_counted_from_their_input
     assert abs(usage.prompt_tokens - 600) <= 0.05 * 600, usage
     record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
     assert record.estimated and abs(record.prompt_tokens - 600) <= 0.05 * 600, record.prompt_tokens
-    assert [r.json["prompt"] for r in upstream.requests if r.path.endswith("/tokenize")][0] == LONG_PROMPT
+    assert next(r.json["prompt"] for r in upstream.requests if r.path.endswith("/tokenize")) == LONG_PROMPT
 
 
 def test_a_stray_field_of_the_wrong_shape_does_not_break_the_recount(setup, gateway_url, upstream):
