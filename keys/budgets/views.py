@@ -8,15 +8,17 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views import View
 
-from channels.prices import currency
+from channels.prices import currency, format_money, to_nanos
 from keys.models import Budget
 from portal.permissions import AdminOrTeamLeadRequiredMixin
+from portal.ui import ConfirmView
 
 from .forms import BudgetForm, TopUpForm, resolve_target
-from .services import may_set, remove_budget, save_budget, statuses, top_up
+from .services import may_set, refusal, remove_budget, save_budget, statuses, top_up
 
 if TYPE_CHECKING:
     from portal.permissions import AuthenticatedHttpRequest
@@ -40,15 +42,6 @@ class BudgetListView(AdminOrTeamLeadRequiredMixin, View):
 
     def post(self, request: AuthenticatedHttpRequest) -> HttpResponse:
         action = request.POST.get("action", "save")
-        if action == "delete":
-            budget = get_object_or_404(Budget.objects.visible_to(request.user), pk=request.POST.get("budget"))
-            try:
-                remove_budget(budget, editor=request.user)
-            except PermissionDenied as exc:
-                messages.error(request, str(exc))
-            else:
-                messages.success(request, _("Budget removed."))
-            return redirect("budget_list")
         if action == "topup":
             topup = TopUpForm(request.POST)
             if topup.is_valid():
@@ -87,3 +80,43 @@ class BudgetListView(AdminOrTeamLeadRequiredMixin, View):
                 messages.success(request, _("Budget saved."))
                 return redirect("budget_list")
         return render(request, self.template_name, self.context(request, form), status=400)
+
+
+class BudgetDeleteView(AdminOrTeamLeadRequiredMixin, ConfirmView):
+    """Remove a budget (the cap on someone's spending) after a confirmation page."""
+
+    request: AuthenticatedHttpRequest
+
+    title = _("Remove budget")
+    question = _("Remove the %(window)s budget of %(amount)s on %(target)s? Its spending is no longer capped.")
+    button = _("Remove budget")
+    danger = True
+
+    def get_object(self) -> Budget:
+        visible = Budget.objects.visible_to(self.request.user).select_related("key__owner", "user", "team")
+        return get_object_or_404(visible, pk=self.kwargs["pk"])
+
+    def names(self, obj: Budget) -> dict[str, Any]:
+        target = obj.target
+        return {
+            "window": obj.get_window_display(),
+            "amount": format_money(to_nanos(obj.amount), 2),
+            "target": getattr(target, "username", None) or getattr(target, "name", None) or str(target),
+        }
+
+    def check(self, obj: Budget) -> None:
+        reason = refusal(self.request.user, obj.target, obj)
+        if reason:
+            raise ValidationError(reason)
+
+    def get_cancel_url(self, obj: Budget) -> str:
+        return reverse("budget_list")
+
+    def act(self, obj: Budget) -> HttpResponse:
+        try:
+            remove_budget(obj, editor=self.request.user)
+        except PermissionDenied as exc:
+            messages.error(self.request, str(exc))
+        else:
+            messages.success(self.request, _("Budget removed."))
+        return redirect("budget_list")

@@ -15,7 +15,7 @@ from django.views import View
 
 from keys.models import PayloadLogging, RequestPayload
 from portal.permissions import AdminRequiredMixin
-from portal.ui import sort_queryset
+from portal.ui import ObjectDeleteView, sort_queryset
 
 from .filters import RequestLogPageFilterSet
 from .forms import PayloadLoggingForm, find_key
@@ -77,12 +77,22 @@ class RequestLogListView(AdminRequiredMixin, View):
         return HttpResponseRedirect(reverse("request_log_list"))
 
 
-class PayloadLoggingDeleteView(AdminRequiredMixin, View):
-    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
-        policy = get_object_or_404(PayloadLogging, pk=pk)
-        policy.delete()
-        messages.success(request, _("Removed: %(policy)s.") % {"policy": policy})
-        return HttpResponseRedirect(reverse("request_log_list"))
+class PayloadLoggingDeleteView(AdminRequiredMixin, ObjectDeleteView):
+    """Remove a logging policy after a confirmation page."""
+
+    queryset = PayloadLogging.objects.all()
+    title = _("Remove request logging")
+    question = _("Remove the request logging policy for %(name)s?")
+    detail = _(
+        "Requests are then logged as the next broader policy says (or not at all); bodies already kept "
+        "stay until their retention ends."
+    )
+    button = _("Remove")
+    success = "request_log_list"
+    deleted = _("Removed: %(name)s.")
+
+    def get_cancel_url(self, obj: PayloadLogging) -> str:
+        return reverse("request_log_list")
 
 
 class RequestLogDetailView(AdminRequiredMixin, View):

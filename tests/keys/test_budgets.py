@@ -65,13 +65,26 @@ def test_the_budgets_page_holds_a_lead_to_the_same_rules(admin, lena, alice):
     page = client.get(reverse("budget_list")).content.decode()
     assert f"user:{alice.pk}" in page
     assert f"user:{lena.pk}" not in page and f"key:{own_key.pk}" not in page
-    assert 'value="delete"' not in page  # both budgets are an admin's: no Remove button
+    assert "/remove/" not in page  # both budgets are an admin's: no Remove button
     refused = client.post(reverse("budget_list"), {"target": f"user:{alice.pk}", "window": "month", "amount": "99"})
     assert refused.status_code == 400 and "only an admin can change or remove it" in refused.content.decode()
-    removed = client.post(reverse("budget_list"), {"action": "delete", "budget": mine.pk}, follow=True)
-    assert "Only an admin can set or remove a budget on you" in removed.content.decode()
-    client.post(reverse("budget_list"), {"action": "delete", "budget": alices.pk})
+    for way in (client.get, client.post):  # the confirmation page refuses too, not only its button
+        removed = way(reverse("budget_delete", args=[mine.pk]), follow=True)
+        assert "Only an admin can set or remove a budget on you" in removed.content.decode()
+    client.post(reverse("budget_delete", args=[alices.pk]))
     assert Budget.objects.filter(pk__in=[mine.pk, alices.pk]).count() == 2
+
+
+def test_removing_a_budget_asks_first(admin, alice):
+    budget = Budget.objects.create(user=alice, window="month", amount=Decimal("2"))
+    client = Client()
+    client.force_login(admin)
+    url = reverse("budget_delete", args=[budget.pk])
+    assert url in client.get(reverse("budget_list")).content.decode()
+    asked = client.get(url).content.decode()
+    assert "Remove the per month budget of $2.00 on alice?" in asked and Budget.objects.filter(pk=budget.pk).exists()
+    done = client.post(url, follow=True)
+    assert "Budget removed." in done.content.decode() and not Budget.objects.filter(pk=budget.pk).exists()
 
 
 def test_a_second_budget_for_the_same_target_and_window_is_refused_not_swapped_in(admin, alice):

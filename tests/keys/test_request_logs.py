@@ -279,3 +279,16 @@ def test_logs_naming_a_key_or_user_deleted_since_their_request_are_stored_withou
     assert not RequestPayload.objects.filter(key_id=gone_id).exists()
     assert not RequestPayload.objects.filter(user_id=gone_owner).exists()
     assert RequestPayload.objects.filter(key=kept).count() == 2
+
+
+def test_removing_a_logging_policy_asks_first_and_only_an_admin_may(client, admin, alice):
+    policy = PayloadLogging.objects.create(user=alice, retention_days=7)
+    url = reverse("payload_logging_delete", args=[policy.pk])
+    client.force_login(alice)
+    assert client.get(url).status_code == 403 and client.post(url).status_code == 403
+    client.force_login(admin)
+    assert url in client.get(reverse("request_log_list")).content.decode()
+    asked = client.get(url).content.decode()
+    assert "Remove the request logging policy for" in asked and PayloadLogging.objects.filter(pk=policy.pk).exists()
+    client.post(url)
+    assert not PayloadLogging.objects.filter(pk=policy.pk).exists()
