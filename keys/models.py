@@ -442,6 +442,21 @@ class PayloadLogging(TimeStampedModel):
         state = f"{self.retention_days} days" if self.enabled else "off"
         return f"payload logging for {target}: {state}"
 
+    def describe(self) -> str:
+        """What the policy is, in the active language, for the pages (`__str__` stays English: logs)."""
+        from django.utils.translation import gettext, ngettext
+
+        if self.key is not None:
+            target = gettext("key %(name)s of %(owner)s") % {"name": self.key.name, "owner": self.key.owner}
+        elif self.user_id:
+            target = gettext("user %(name)s") % {"name": self.user}
+        else:
+            target = gettext("team %(name)s") % {"name": self.team}
+        if not self.enabled:
+            return gettext("%(target)s: not logged") % {"target": target}
+        kept = ngettext("%(days)d day", "%(days)d days", self.retention_days) % {"days": self.retention_days}
+        return gettext("%(target)s: logged, kept %(kept)s") % {"target": target, "kept": kept}
+
 
 # What `payload_logging_of` reads, for select_related on a Key queryset.
 PAYLOAD_LOGGING_RELATED = (

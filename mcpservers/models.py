@@ -228,6 +228,22 @@ class McpGrant(TimeStampedModel):
             return f"MCP grant #{self.pk}"
         return f"{holder}: {what}"
 
+    def describe(self) -> str:
+        """The grant in the active language, for the pages (`__str__` stays English: the audit log)."""
+        from django.utils.translation import gettext
+
+        if self.key is not None:
+            holder = gettext("key %(name)s of %(owner)s") % {"name": self.key.name, "owner": self.key.owner}
+        elif self.user_id:
+            holder = gettext("user %(name)s") % {"name": self.user}
+        else:
+            holder = gettext("team %(name)s") % {"name": self.team}
+        if self.tool is None:
+            what = gettext("%(server)s (all tools)") % {"server": self.server}
+        else:
+            what = f"{self.server}/{self.tool.name}"
+        return f"{holder}: {what}"
+
     def clean(self) -> None:
         if self.tool is not None and self.server_id and self.tool.server_id != self.server_id:
             raise ValidationError({"tool": _("Choose a tool of the chosen server.")})

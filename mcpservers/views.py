@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
@@ -109,6 +111,9 @@ class GrantDeleteView(AdminRequiredMixin, ObjectDeleteView):
 
     def get_object(self) -> McpGrant:
         return get_object_or_404(McpGrant, pk=self.kwargs["grant_pk"], server_id=self.kwargs["pk"])
+
+    def names(self, obj: McpGrant) -> dict[str, Any]:
+        return {"name": obj.describe()}
 
     def get_cancel_url(self, obj: McpGrant) -> str:
         return reverse("mcp_server_detail", args=[obj.server_id])

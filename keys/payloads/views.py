@@ -73,7 +73,7 @@ class RequestLogListView(AdminRequiredMixin, View):
         if not form.is_valid():
             return self.get(request, form)
         policy = form.save()
-        messages.success(request, _("Saved: %(policy)s.") % {"policy": policy})
+        messages.success(request, _("Saved: %(policy)s.") % {"policy": policy.describe()})
         return HttpResponseRedirect(reverse("request_log_list"))
 
 
@@ -93,6 +93,9 @@ class PayloadLoggingDeleteView(AdminRequiredMixin, ObjectDeleteView):
 
     def get_cancel_url(self, obj: PayloadLogging) -> str:
         return reverse("request_log_list")
+
+    def names(self, obj: PayloadLogging) -> dict[str, Any]:
+        return {"name": obj.describe()}
 
 
 class RequestLogDetailView(AdminRequiredMixin, View):

@@ -289,6 +289,7 @@ def test_removing_a_logging_policy_asks_first_and_only_an_admin_may(client, admi
     client.force_login(admin)
     assert url in client.get(reverse("request_log_list")).content.decode()
     asked = client.get(url).content.decode()
-    assert "Remove the request logging policy for" in asked and PayloadLogging.objects.filter(pk=policy.pk).exists()
+    assert "Remove the request logging policy for user alice: logged, kept 7 days?" in asked
+    assert PayloadLogging.objects.filter(pk=policy.pk).exists()
     client.post(url)
     assert not PayloadLogging.objects.filter(pk=policy.pk).exists()
