@@ -84,17 +84,22 @@ def response_shell(
         "top_p": request.get("top_p"),
         "truncation": "disabled",
         "usage": None,
-        "user": None,
-        "metadata": {},
+        "user": request.get("user") if isinstance(request.get("user"), str) else None,
+        "metadata": metadata if isinstance(metadata := request.get("metadata"), dict) else {},
     }
 
 
 def usage_of(usage: dict[str, Any] | None) -> dict[str, Any]:
     """Responses usage (input includes cached tokens, unlike Anthropic's)."""
     prompt, completion, cached, reasoning = chat_usage(usage)
+    details = (usage or {}).get("prompt_tokens_details")
+    written = details.get("cache_write_tokens") if isinstance(details, dict) else None
     return {
         "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
+        "input_tokens_details": {
+            "cached_tokens": cached,
+            "cache_write_tokens": written if isinstance(written, int) else 0,  # an Anthropic channel's
+        },
         "output_tokens": completion,
         "output_tokens_details": {"reasoning_tokens": reasoning},
         "total_tokens": prompt + completion,

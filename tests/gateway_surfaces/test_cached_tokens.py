@@ -137,3 +137,19 @@ def test_an_anthropic_stream_keeps_the_cache_split_when_message_delta_repeats_pa
     assert reader.usage == Usage(10, 9, cached_tokens=5, cache_creation_tokens=3)
     reader.read(json.dumps({"type": "message_delta", "usage": {"output_tokens": 11}}).encode())
     assert reader.usage == Usage(10, 11, cached_tokens=5, cache_creation_tokens=3)
+
+
+def test_responses_from_an_anthropic_channel_report_its_cache_writes(setup, oai, native_upstream):
+    """Responses → Chat → Messages: the cache writes Anthropic reports reach the Responses usage
+    (they were 0 there while Chat on the same channel and the record had them)."""
+    add_native_channel(setup, native_upstream, kind="anthropic")
+    native_upstream.behave(cached=4, cache_write=2)
+    details = oai.responses.create(model="qwen3-32b", input=PROMPT).usage.model_dump()["input_tokens_details"]
+    assert (details["cached_tokens"], details["cache_write_tokens"]) == (4, 2)
+    events = list(oai.responses.create(model="qwen3-32b", input=PROMPT, stream=True))
+    assert events[-1].response.usage.model_dump()["input_tokens_details"]["cache_write_tokens"] == 2
+
+
+def test_a_translated_response_echoes_the_requests_metadata(setup, oai):
+    response = oai.responses.create(model="qwen3-32b", input="a b c", metadata={"ticket": "T-42"}, user="ci")
+    assert response.metadata == {"ticket": "T-42"} and response.user == "ci"
