@@ -152,6 +152,12 @@ def _user(blocks: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
             part = _part(block, where)
             if part is not None:
                 parts.append(part)
+    if blocks and not parts and not tool_messages:  # every block dropped: an empty turn would be sent
+        kinds = ", ".join(sorted({str(b.get("type")) for b in blocks}))
+        raise TranslationError(
+            f"`{where}` has no block this model's channel can take ({kinds}); send text, images or tool results.",
+            where,
+        )
     out = list(tool_messages)
     if parts or not tool_messages:
         out.append({"role": "user", "content": _content(parts)})
