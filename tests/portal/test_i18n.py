@@ -4,6 +4,7 @@ REST API answers in it."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -172,3 +173,15 @@ def test_the_rest_api_answers_in_the_language_asked_for(client, admin):
     )
     assert refused.status_code == 400
     assert any("\u4e00" <= ch <= "\u9fff" for ch in str(refused.json())), refused.json()
+
+
+@pytest.mark.parametrize("language", ["en", "zh-hans"])
+def test_each_language_is_offered_in_its_own_name(client, alice, language):
+    """A reader who cannot read the current language still finds theirs: in the header's switcher
+    and the account page's select, each language is named in itself, never translated."""
+    client.force_login(alice)
+    client.post(reverse("set_language"), {"language": language, "next": "/"})
+    for page in (reverse("account"), reverse("login")):
+        html = client.get(page).content.decode()
+        options = re.findall(r'<option value="(en|zh-hans)" lang="[^"]*"[^>]*>([^<]*)</option>', html)
+        assert options and set(options) == {("en", "English"), ("zh-hans", "简体中文")}, (page, options)
