@@ -113,10 +113,38 @@ def lint(path: Path, name: str) -> list[Finding]:
     return sorted(findings, key=lambda f: f.line)
 
 
+# A sentence glued together outside the catalog: a message that continues one before it
+# (`": choose this team…"`), or sentence punctuation left after a translated text or the `endif`
+# that closes one (`{% translate "No keys" %}{% if f %} {% translate "match" %}{% endif %}.`). A
+# translator cannot reorder the parts or use Chinese punctuation; the sentence must be one message.
+_CONTINUATION = re.compile(r"""^(?:translate|trans)\s+(["'])[:;.]""")
+_ENDS_A_TEXT = {"translate", "trans", "endblocktranslate", "endblocktrans", "endif", "else"}
+
+
+def fragments(path: Path, name: str) -> list[Finding]:
+    """The sentences of one template built from several messages."""
+    findings: list[Finding] = []
+    previous = None
+    for token in Lexer(path.read_text()).tokenize():
+        contents = token.contents
+        if token.token_type == TokenType.BLOCK and _CONTINUATION.match(contents):
+            findings.append(Finding(name, token.lineno or 0, "{% " + contents + " %}"))
+        elif (
+            token.token_type == TokenType.TEXT
+            and previous is not None
+            and previous.token_type == TokenType.BLOCK
+            and previous.contents.split()[0] in _ENDS_A_TEXT
+            and re.match(r"[.:;?!](\s|<|$)", contents)
+        ):
+            findings.append(Finding(name, token.lineno or 0, "{% " + previous.contents + " %}" + contents[:1]))
+        previous = token
+    return findings
+
+
 def lint_all(root: Path, skip: frozenset[str] = frozenset()) -> list[Finding]:
     found = []
     for path in sorted(root.rglob("*.html")):
         name = str(path.relative_to(root))
         if name not in skip:
-            found += lint(path, name)
+            found += lint(path, name) + fragments(path, name)
     return found

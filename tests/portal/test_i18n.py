@@ -99,6 +99,17 @@ def test_the_linter_finds_unmarked_text_and_attributes(tmp_path):
     assert found == ['{{ x|default:"not yet" }}', "Add a host", "Search hosts"]
 
 
+def test_the_linter_finds_sentences_built_from_fragments(tmp_path):
+    template = tmp_path / "t.html"
+    template.write_text(
+        '{% load i18n %}<td>{% translate "No keys" %}{% if f %} {% translate "match" %}{% endif %}.</td>'
+        '<td>{% translate "No members yet" %}{% translate ": choose a team" %}</td>'
+        '<td>{% translate "No keys match." %} {% if n %}{{ n }}.{% endif %}</td>'
+    )
+    found = [f.text for f in templatelint.fragments(template, "t.html")]
+    assert found == ["{% endif %}.", '{% translate ": choose a team" %}']
+
+
 # --- which language a page is in ---------------------------------------------------------------
 
 
