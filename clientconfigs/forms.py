@@ -36,7 +36,7 @@ class ConnectForm(forms.Form):
     key = forms.ModelChoiceField(
         queryset=Key.objects.none(),
         required=False,
-        empty_label="All models I may use",
+        empty_label=_("All models I may use"),
         help_text=_("Placeholder mode: list only the models this key may use."),
     )
     model = forms.ChoiceField(choices=(), required=False, label=_("Default model"))

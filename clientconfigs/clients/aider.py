@@ -15,7 +15,17 @@ from typing import Any
 
 from django.utils.translation import gettext as _
 
-from .base import Command, ConfigFile, Probe, Rendered, RenderInput, dump_json, window_need, window_warnings
+from .base import (
+    Command,
+    ConfigFile,
+    Probe,
+    Rendered,
+    RenderInput,
+    before_starting,
+    dump_json,
+    window_need,
+    window_warnings,
+)
 
 SLUG = "aider"
 LABEL = "Aider"
@@ -53,10 +63,9 @@ def render(inp: RenderInput) -> Rendered:
         metadata[PREFIX + m.name] = entry
     commands = []
     if not inp.api_key:
-        commands.append(Command("Before starting aider", PLACEHOLDER_NOTE))
-    commands.append(
-        Command("Try it (no price-map download)", 'LITELLM_LOCAL_MODEL_COST_MAP=True aider --message "pong?" --no-git')
-    )
+        commands.append(before_starting("aider", PLACEHOLDER_NOTE))
+    try_it = 'LITELLM_LOCAL_MODEL_COST_MAP=True aider --message "pong?" --no-git'
+    commands.append(Command(_("Try it (no price-map download)"), try_it))
     return Rendered(
         files=[
             ConfigFile(

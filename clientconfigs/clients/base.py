@@ -181,6 +181,11 @@ class Command:
     secret: bool = False
 
 
+def before_starting(program: str, text: str) -> Command:
+    """What to run in a shell before starting `program` (the command's name, e.g. `claude`)."""
+    return Command(_("Before starting %(program)s") % {"program": program}, text)
+
+
 @dataclass(frozen=True)
 class Link:
     label: str

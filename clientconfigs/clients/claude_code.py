@@ -31,6 +31,7 @@ from .base import (
     Probe,
     Rendered,
     RenderInput,
+    before_starting,
     dump_json,
     mcp_servers_file,
     profile_name,
@@ -106,16 +107,23 @@ def render(inp: RenderInput) -> Rendered:
     primary = inp.primary
     notes = [_("Claude Code talks Anthropic Messages: the gateway answers it on every channel.")]
     if primary:
-        window = f" ({primary.context_window:,} tokens)" if primary.context_window else ""
-        notes.append(
-            _(
+        if primary.context_window:
+            note = _(
                 "Claude Code has one context-window setting for all models, so settings.json uses only "
-                "%(model)s (main, haiku, sonnet and opus) with its window%(window)s: switching with /model would "
+                "%(model)s (main, haiku, sonnet and opus) with its window (%(window)s tokens): switching with "
+                "/model would keep this window. For another model start "
+                "`claude --settings ~/.claude/%(profile)s.json` (teamgw- and the model's name): it sets that "
+                "model with its own window."
+            )
+        else:
+            note = _(
+                "Claude Code has one context-window setting for all models, so settings.json uses only "
+                "%(model)s (main, haiku, sonnet and opus) with its window: switching with /model would "
                 "keep this window. For another model start `claude --settings ~/.claude/%(profile)s.json` "
                 "(teamgw- and the model's name): it sets that model with its own window."
             )
-            % {"model": primary.name, "window": window, "profile": profile_name(inp.ordered[-1].name)}
-        )
+        window = f"{primary.context_window:,}" if primary.context_window else ""
+        notes.append(note % {"model": primary.name, "window": window, "profile": profile_name(inp.ordered[-1].name)})
     files = [
         ConfigFile(
             "settings.json",
@@ -135,12 +143,12 @@ def render(inp: RenderInput) -> Rendered:
         # Only without a key: a minted key must not end up on a command line (shell history, ps).
         commands.append(
             Command(
-                "Try it once without changing settings.json",
+                _("Try it once without changing settings.json"),
                 "claude --settings " + shlex.quote(json.dumps(settings, separators=(",", ":"))),
             )
         )
         notes.append(_("No key is written: export ANTHROPIC_AUTH_TOKEN with your key before starting claude."))
-        commands.insert(0, Command("Before starting claude", "export ANTHROPIC_AUTH_TOKEN=<your key>"))
+        commands.insert(0, before_starting("claude", "export ANTHROPIC_AUTH_TOKEN=<your key>"))
     return Rendered(
         files=files,
         commands=commands,

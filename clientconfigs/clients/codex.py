@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 import tomli_w
+from django.utils import translation
 from django.utils.translation import gettext as _
 
 from .base import (
@@ -36,6 +37,7 @@ from .base import (
     Probe,
     Rendered,
     RenderInput,
+    before_starting,
     env_file,
     profile_name,
     window_need,
@@ -47,10 +49,13 @@ LABEL = "Codex CLI"
 ENV_INDIRECTION = True
 PATH = "~/.codex/config.toml"
 PROMPT_TOKENS = 13300  # measured: 9.4-13.3k (Responses, 9 tools) for a one-line request
-TOOLS_NOTE = (
-    "Team gateway note: {model} is served through Chat Completions, so the gateway drops Codex's "
-    "web_search and multi-agent tools for it (the model never sees them)."
-)
+
+
+def tools_note(model: str) -> str:
+    return _(
+        "%(model)s is served through Chat Completions, so the gateway drops Codex's web_search and "
+        "multi-agent tools for it (the model never sees them)."
+    ) % {"model": model}
 
 
 def config(inp: RenderInput) -> dict[str, Any]:
@@ -102,7 +107,8 @@ def render(inp: RenderInput) -> Rendered:
     primary = inp.primary
     head = f"# {inp.stamp}\n"
     if primary and primary.translated_responses:
-        head += f"# {TOOLS_NOTE.format(model=primary.name)}\n"
+        with translation.override("en"):  # the file's comments are English whatever the page's language
+            head += f"# Team gateway note: {tools_note(primary.name)}\n"
     text = head + tomli_w.dumps(config(inp))
     files = [
         ConfigFile(
@@ -134,10 +140,10 @@ def render(inp: RenderInput) -> Rendered:
                 % {"file": ENV_FILE},
             )
         )
-        commands.append(Command("Load the key in this shell", f". {ENV_FILE}"))
+        commands.append(Command(_("Load the key in this shell"), f". {ENV_FILE}"))
     else:
-        commands.append(Command("Before starting codex", f"export {ENV_VAR}=<your key>"))
-    commands.append(Command("Check the config", "codex debug models > /dev/null && echo config ok"))
+        commands.append(before_starting("codex", f"export {ENV_VAR}=<your key>"))
+    commands.append(Command(_("Check the config"), "codex debug models > /dev/null && echo config ok"))
     notes = [
         _("Codex needs the gateway's Responses API (POST /v1/responses); the gateway serves it on every channel."),
         _("Codex does not read a per-model output limit; only model_context_window is written."),
@@ -148,7 +154,7 @@ def render(inp: RenderInput) -> Rendered:
         % {"profile": profile_name(inp.ordered[-1].name) if inp.models else PROVIDER_ID},
     ]
     if primary and primary.translated_responses:
-        notes.append(TOOLS_NOTE.format(model=primary.name).removeprefix("Team gateway note: "))
+        notes.append(tools_note(primary.name))
     return Rendered(
         files=files,
         commands=commands,

@@ -127,7 +127,7 @@ def render(inp: RenderInput) -> Rendered:
         )
     files.append(
         ConfigFile(
-            "config.json (legacy)",
+            _("config.json (legacy)"),
             "~/.continue/config.json",
             dump_json({"models": legacy}),
             "json",

@@ -30,6 +30,7 @@ from .base import (
     Probe,
     Rendered,
     RenderInput,
+    before_starting,
     env_file,
     mcp_servers_file,
 )
@@ -64,12 +65,12 @@ def mcp_file(inp: RenderInput) -> ConfigFile:
 
 
 def render(inp: RenderInput) -> Rendered:
-    commands = [Command("Load the settings in this shell", f". {ENV_FILE}")]
+    commands = [Command(_("Load the settings in this shell"), f". {ENV_FILE}")]
     if not inp.api_key:
-        commands.append(Command("Before starting copilot", f"export {KEY_VAR}=<your key>"))
+        commands.append(before_starting("copilot", f"export {KEY_VAR}=<your key>"))
         if inp.mcp_servers:
-            commands.append(Command("For the team's MCP servers", f"export {ENV_VAR}=<your key>"))
-    commands.append(Command("Try it", 'copilot -p "Reply with the word pong." --allow-all-tools'))
+            commands.append(Command(_("For the team's MCP servers"), f"export {ENV_VAR}=<your key>"))
+    commands.append(Command(_("Try it"), 'copilot -p "Reply with the word pong." --allow-all-tools'))
     notes = [
         _(
             "Copilot CLI reads its provider from environment variables only: load the file from your shell "

@@ -26,6 +26,7 @@ from .base import (
     Probe,
     Rendered,
     RenderInput,
+    before_starting,
     dump_json,
 )
 
@@ -83,8 +84,8 @@ def render(inp: RenderInput) -> Rendered:
             for s in inp.mcp_servers
         }
     data["options"] = {"disable_provider_auto_update": True, "disable_metrics": True}
-    commands = [] if inp.api_key else [Command("Before starting crush", f"export {ENV_VAR}=<your key>")]
-    commands.append(Command("Try it", 'crush run -q "Reply with the word pong."'))
+    commands = [] if inp.api_key else [before_starting("crush", f"export {ENV_VAR}=<your key>")]
+    commands.append(Command(_("Try it"), 'crush run -q "Reply with the word pong."'))
     return Rendered(
         files=[
             ConfigFile(

@@ -32,6 +32,7 @@ from .base import (
     Probe,
     Rendered,
     RenderInput,
+    before_starting,
     dump_json,
     env_file,
     mcp_servers_file,
@@ -84,11 +85,11 @@ def render(inp: RenderInput) -> Rendered:
     primary = inp.primary
     if primary:
         data["sessionDefaultSettings"] = {"model": model_id(primary.label)}
-    commands = [] if inp.api_key else [Command("Before starting droid", f"export {ENV_VAR}=<your key>")]
+    commands = [] if inp.api_key else [before_starting("droid", f"export {ENV_VAR}=<your key>")]
     if inp.api_key and inp.mcp_servers:
-        commands.append(Command("Load the key for the team's MCP servers in this shell", f". {ENV_FILE}"))
+        commands.append(Command(_("Load the key for the team's MCP servers in this shell"), f". {ENV_FILE}"))
     if primary:
-        commands.append(Command("Try it", f'droid exec -m "{model_id(primary.label)}" "Reply with the word pong."'))
+        commands.append(Command(_("Try it"), f'droid exec -m "{model_id(primary.label)}" "Reply with the word pong."'))
     return Rendered(
         files=[
             ConfigFile(

@@ -37,6 +37,7 @@ from .base import (
     Probe,
     Rendered,
     RenderInput,
+    before_starting,
     dump_json,
     dump_yaml,
     env_file,
@@ -118,10 +119,10 @@ def render(inp: RenderInput) -> Rendered:
     )
     if inp.api_key:
         files.append(env_file(inp, {ENV_VAR: inp.api_key}))
-        commands = [Command("Load the key in this shell", f". {ENV_FILE}")]
+        commands = [Command(_("Load the key in this shell"), f". {ENV_FILE}")]
     else:
-        commands = [Command("Before starting goose", f"export {ENV_VAR}=<your key>")]
-    commands.append(Command("Try it", 'goose run -t "Reply with the word pong."'))
+        commands = [before_starting("goose", f"export {ENV_VAR}=<your key>")]
+    commands.append(Command(_("Try it"), 'goose run -t "Reply with the word pong."'))
     return Rendered(
         files=files,
         commands=commands,

@@ -26,6 +26,7 @@ from .base import (
     Probe,
     Rendered,
     RenderInput,
+    before_starting,
     dump_json,
 )
 
@@ -60,9 +61,9 @@ def render(inp: RenderInput) -> Rendered:
             % {"profile": f"custom:{PROVIDER_ID}"},
         )
     ]
-    commands = [] if inp.api_key else [Command("Before starting junie", f"export {ENV_VAR}=<your key>")]
+    commands = [] if inp.api_key else [before_starting("junie", f"export {ENV_VAR}=<your key>")]
     if primary:
-        commands.append(Command("Try it", f"junie --model custom:{PROVIDER_ID}"))
+        commands.append(Command(_("Try it"), f"junie --model custom:{PROVIDER_ID}"))
     notes = [
         _(
             "JetBrains AI Assistant: in Settings | Tools | AI Assistant | Providers & API keys add an "

@@ -20,6 +20,7 @@ from .base import (
     ConfigFile,
     Rendered,
     RenderInput,
+    before_starting,
     dump_json,
     window_warnings,
 )
@@ -49,11 +50,11 @@ def render(inp: RenderInput) -> Rendered:
     data["share"] = "disabled"
     commands = []
     if not inp.api_key:
-        commands.append(Command("Before starting kilo", f"export {ENV_VAR}=<your key>"))
+        commands.append(before_starting("kilo", f"export {ENV_VAR}=<your key>"))
     commands += [
-        Command("Telemetry and update opt-outs (add to your shell profile)", f"export {OPT_OUT}"),
+        Command(_("Telemetry and update opt-outs (add to your shell profile)"), f"export {OPT_OUT}"),
         Command(
-            "Check the config (Kilo skips a bad file silently)",
+            _("Check the config (Kilo skips a bad file silently)"),
             "kilo debug config --print-logs --log-level WARN 2>&1 | grep -i ConfigInvalid || echo config ok",
         ),
     ]

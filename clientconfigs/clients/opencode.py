@@ -23,6 +23,7 @@ from .base import (
     Probe,
     Rendered,
     RenderInput,
+    before_starting,
     dump_json,
     window_need,
     window_warnings,
@@ -79,9 +80,9 @@ def render(inp: RenderInput) -> Rendered:
         data["small_model"] = f"{PROVIDER_ID}/{primary.name}"
     if inp.mcp_servers:
         data["mcp"] = mcp_entries(inp, api_key)
-    commands = [Command("Check the config", "opencode debug config > /dev/null && echo config ok")]
+    commands = [Command(_("Check the config"), "opencode debug config > /dev/null && echo config ok")]
     if not inp.api_key:
-        commands.insert(0, Command("Before starting opencode", f"export {ENV_VAR}=<your key>"))
+        commands.insert(0, before_starting("opencode", f"export {ENV_VAR}=<your key>"))
     return Rendered(
         files=[
             ConfigFile(

@@ -24,6 +24,7 @@ from .base import (
     Probe,
     Rendered,
     RenderInput,
+    before_starting,
     dump_json,
 )
 
@@ -77,8 +78,8 @@ def render(inp: RenderInput) -> Rendered:
                 note=_("Makes our default model pi's default; your other settings stay."),
             )
         )
-    commands = [] if inp.api_key else [Command("Before starting pi", f"export {ENV_VAR}=<your key>")]
-    commands.append(Command("Try it", 'pi -p "Reply with the word pong."'))
+    commands = [] if inp.api_key else [before_starting("pi", f"export {ENV_VAR}=<your key>")]
+    commands.append(Command(_("Try it"), 'pi -p "Reply with the word pong."'))
     return Rendered(
         files=files,
         commands=commands,

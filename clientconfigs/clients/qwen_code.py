@@ -28,6 +28,7 @@ from .base import (
     Probe,
     Rendered,
     RenderInput,
+    before_starting,
     dump_json,
     window_need,
     window_warnings,
@@ -95,8 +96,8 @@ def render(inp: RenderInput) -> Rendered:
             )
         )
     else:
-        commands.append(Command("Before starting qwen", f"echo '{ENV_VAR}=<your key>' >> {ENV_FILE}"))
-    commands.append(Command("Try it", 'qwen -p "Reply with the word pong."'))
+        commands.append(before_starting("qwen", f"echo '{ENV_VAR}=<your key>' >> {ENV_FILE}"))
+    commands.append(Command(_("Try it"), 'qwen -p "Reply with the word pong."'))
     return Rendered(
         files=files,
         commands=commands,

@@ -32,6 +32,7 @@ from .base import (
     Probe,
     Rendered,
     RenderInput,
+    before_starting,
 )
 
 SLUG = "mistral-vibe"
@@ -111,8 +112,8 @@ def render(inp: RenderInput) -> Rendered:
             )
         )
     else:
-        commands.append(Command("Before starting vibe", f"echo \"{ENV_VAR}='<your key>'\" >> {ENV_FILE}"))
-    commands.append(Command("Try it", 'vibe -p "Reply with the word pong."'))
+        commands.append(before_starting("vibe", f"echo \"{ENV_VAR}='<your key>'\" >> {ENV_FILE}"))
+    commands.append(Command(_("Try it"), 'vibe -p "Reply with the word pong."'))
     return Rendered(
         files=files,
         commands=commands,

@@ -25,11 +25,11 @@ from .base import (
     MCP_PREFIX,
     PROVIDER_ID,
     VERSION_HEADER,
-    Command,
     ConfigFile,
     Probe,
     Rendered,
     RenderInput,
+    before_starting,
     dump_json,
 )
 
@@ -116,7 +116,7 @@ def render(inp: RenderInput) -> Rendered:
             )
         )
     else:
-        commands.append(Command("Before starting zed", f"export {KEY_VAR}=<your key>"))
+        commands.append(before_starting("zed", f"export {KEY_VAR}=<your key>"))
     return Rendered(
         files=files,
         commands=commands,

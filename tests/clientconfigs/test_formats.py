@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 import yaml
+from django.utils import translation
 
 from clientconfigs.clients import CLIENTS
 from clientconfigs.clients.base import ENV_VAR, PLACEHOLDER_KEY
@@ -305,6 +306,10 @@ def test_codex_file_says_when_tools_are_dropped_for_a_chat_only_upstream():
     assert "web_search" in text.splitlines()[1]
     assert "Team gateway note" not in CLIENTS["codex"].render(sample_input(None)).files[0].content
     assert tomllib.loads(text)["analytics"] == {"enabled": False}
+    with translation.override("zh-hans"):  # the page's note speaks the reader's language, the file stays English
+        rendered = CLIENTS["codex"].render(inp)
+    assert rendered.files[0].content == text
+    assert "qwen3-32b 经由 Chat Completions 提供" in rendered.notes[-1]
 
 
 # Every Model field charmbracelet/crush's schema.json lists as required (Crush itself cannot be

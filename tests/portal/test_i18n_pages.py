@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from html import unescape
 from html.parser import HTMLParser
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
@@ -31,10 +33,19 @@ DATA = {
     "http", "https", "Slug", "issuer", "GitHub", "Copilot", "Factory", "Droid", "Mistral", "Vibe",
     "OpenHands", "JetBrains", "Junie", "AI", "Assistant", "pi", "PEM", "Attention", "CPU", "Jinja",
     "worker",  # a Ray or Celery worker, a term kept in the Chinese text
+    # the clients' own words on the Connect page: Claude Code's model slots, Codex's and Junie's
+    # profiles, Zed's and OpenHands' agent settings, Copilot CLI's env file, our provider id
+    "main", "haiku", "sonnet", "opus", "profile", "Agent", "agent", "env", "teamgw", "Roo", "Kilo", "npm",
+    "schema", "POST", "export",
+    # the commands the Connect page says to run (`claude`, `codex` …)
+    "aider", "claude", "codex", "copilot", "crush", "droid", "goose", "junie", "kilo", "openhands",
+    "opencode", "qwen", "vibe", "zed",
 }  # fmt: skip
+# Names taken as they are: our provider's name in the clients, a menu path of JetBrains' settings.
+PHRASES = ("Team Gateway", "Settings | Tools | AI Assistant | Providers & API keys")
 # A word glued to code-like characters (a path, a masked secret `gpt-Ab…yz`) is not prose.
 WORD = re.compile(r"(?<![\w./:@…-])[A-Za-z]{2,}(?![\w./:@…-])")
-MAX_PAGES = 150
+MAX_PAGES = 250
 
 
 class _Text(HTMLParser):
@@ -72,7 +83,10 @@ class _Text(HTMLParser):
 def english_words(html: str) -> list[str]:
     parser = _Text()
     parser.feed(html)
-    text = without_allowed(re.sub(r"`[^`]*`", " ", " ".join(parser.chunks)))  # `commands` in notes
+    text = re.sub(r"`[^`]*`", " ", " ".join(parser.chunks))  # `commands` in notes
+    for phrase in PHRASES:
+        text = text.replace(phrase, " ")
+    text = without_allowed(text)
     return sorted({w for w in WORD.findall(text) if w not in DATA})
 
 
@@ -89,14 +103,35 @@ def ascii_punctuation(html: str) -> list[str]:
     return sorted({m.group() for m in ASCII_AFTER_CHINESE.finditer(text)})
 
 
-def links(html: str) -> list[str]:
-    return re.findall(r'<a [^>]*href="(/[^"#?]*)', html)
+# Query strings lead to pages of their own (the Connect page's client tabs are `?client=…`, a
+# filtered list says what matched), but one value of a parameter that only sorts, pages, walks
+# through months or picks a row's owner is enough.
+ONE_VALUE_ENOUGH = {"sort", "page", "month", "owner", "format"}
+
+
+def links(html: str, here: str = "/") -> list[str]:
+    """The pages `html` (at `here`) links to, query strings kept; `?…` is relative to `here`."""
+    found = []
+    for href in re.findall(r'<a [^>]*href="([^"#]*)', html):
+        href = unescape(href)
+        if href.startswith("?"):
+            href = urlsplit(here).path + href
+        if href.startswith("/"):
+            found.append(href)
+    return found
+
+
+def page_key(link: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """Links with the same key show the same page, as far as its text goes."""
+    parts = urlsplit(link)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    return parts.path, tuple(sorted((k, "" if k in ONE_VALUE_ENOUGH else v) for k, v in query))
 
 
 def crawl_in_chinese(client) -> tuple[list[str], dict[str, list[str]]]:
     client.post("/language/", {"language": "zh-hans", "next": "/"})
-    start = client.get("/").content.decode()
-    queue, seen, visited, found = deque(links(start)), set(links(start)), [], {}
+    start = links(client.get("/").content.decode())
+    queue, seen, visited, found = deque(start), {page_key(link) for link in start}, [], {}
     while queue and len(visited) < MAX_PAGES:
         path = queue.popleft()
         if path.startswith(SKIP_PREFIXES) or any(s in path for s in SKIP_CONTAINS):
@@ -110,9 +145,9 @@ def crawl_in_chinese(client) -> tuple[list[str], dict[str, list[str]]]:
         if not names & PENDING - {"base.html"}:
             if words := english_words(html) + ascii_punctuation(html):
                 found[path] = words
-        for link in links(html):
-            if link not in seen:
-                seen.add(link)
+        for link in links(html, path):
+            if page_key(link) not in seen:
+                seen.add(page_key(link))
                 queue.append(link)
     return visited, found
 
