@@ -2,6 +2,7 @@
 (function () {
   const canvas = document.getElementById("health-chart");
   if (!canvas || !window.Chart) return;
+  const text = canvas.dataset; // legends and axis titles, translated in the template
   let chart = null;
   let latest = 0; // the last load asked for: only its answer is drawn
 
@@ -26,9 +27,8 @@
     const note = document.getElementById("health-chart-note");
     if (note) {
       note.hidden = measured >= 3;
-      note.textContent = measured === 0
-        ? "No time to first token measured in this range yet: press Check now, or wait for the next round."
-        : "Only " + measured + " hour" + (measured === 1 ? "" : "s") + " with checks so far; each dot is one hour's median. The log below lists every check.";
+      // The sentences come translated from the template (data-none, data-hours-1, data-hours-2).
+      note.textContent = measured === 0 ? note.dataset.none : note.dataset["hours-" + measured];
     }
     const checks = data.checks || [];
     if (measured < 3 && checks.length) {
@@ -41,7 +41,7 @@
         data: {
           labels: points.map((p) => new Date(p.at).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" })),
           datasets: [{
-            label: "TTFT per check (ms)", data: points.map((p) => p.ttft), yAxisID: "ms",
+            label: text.ttftCheck, data: points.map((p) => p.ttft), yAxisID: "ms",
             borderColor: "#1e6fd9", backgroundColor: "#1e6fd9", pointRadius: points.map((p) => (p.carried ? 0 : 5)),
             segment: { borderDash: (ctx) => (points[ctx.p1DataIndex].carried ? [6, 4] : undefined) },
           }],
@@ -60,10 +60,10 @@
       data: {
         labels: data.labels.map((l) => label(l, range)),
         datasets: [
-          { label: "TTFT p50 (ms)", data: data.ttft_p50_ms, yAxisID: "ms", borderColor: "#1e6fd9", backgroundColor: "#1e6fd9", spanGaps: true, pointRadius: radius },
-          { label: "TTFT p95 (ms)", data: data.ttft_p95_ms, yAxisID: "ms", borderColor: "#9c27b0", backgroundColor: "#9c27b0", spanGaps: true, pointRadius: radius },
+          { label: text.ttftP50, data: data.ttft_p50_ms, yAxisID: "ms", borderColor: "#1e6fd9", backgroundColor: "#1e6fd9", spanGaps: true, pointRadius: radius },
+          { label: text.ttftP95, data: data.ttft_p95_ms, yAxisID: "ms", borderColor: "#9c27b0", backgroundColor: "#9c27b0", spanGaps: true, pointRadius: radius },
           {
-            label: "Error ratio (%)",
+            label: text.errorRatio,
             data: data.error_ratio.map((v) => (v === null ? null : v * 100)),
             yAxisID: "pct", borderColor: "#c62828", backgroundColor: "rgba(198,40,40,.15)", fill: true, spanGaps: true, pointRadius: 1,
           },
@@ -73,7 +73,7 @@
         animation: false, maintainAspectRatio: false, interaction: { mode: "index", intersect: false },
         scales: {
           ms: { type: "linear", position: "left", beginAtZero: true, title: { display: true, text: "ms" } },
-          pct: { type: "linear", position: "right", min: 0, max: 100, grid: { drawOnChartArea: false }, title: { display: true, text: "% errors" } },
+          pct: { type: "linear", position: "right", min: 0, max: 100, grid: { drawOnChartArea: false }, title: { display: true, text: text.errorsAxis } },
         },
       },
     };

@@ -71,12 +71,12 @@
       const label = button.dataset.label || button.textContent;
       button.dataset.label = label;
       copyText(target.textContent.trim()).then(function () {
-        button.textContent = "Copied";
+        button.textContent = document.body.dataset.copied;
         setTimeout(function () { button.textContent = label; }, 1500);
       }, function () {
         // Nothing could write the clipboard: select the text so one keystroke copies it, and say so.
         selectNode(target);
-        button.textContent = "Selected: press Ctrl+C (⌘C)";
+        button.textContent = document.body.dataset.copySelected;
         setTimeout(function () { button.textContent = label; }, 4000);
       });
       return;

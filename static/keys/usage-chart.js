@@ -2,13 +2,14 @@
 (function () {
   "use strict";
   var data = JSON.parse(document.getElementById("usage-chart-data").textContent);
-  new Chart(document.getElementById("usage-chart"), {
+  var canvas = document.getElementById("usage-chart");
+  new Chart(canvas, {
     type: "bar",
     data: data,
     options: {
       responsive: true,
       animation: false,
-      scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true, title: { display: true, text: "tokens" } } },
+      scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true, title: { display: true, text: canvas.dataset.tokens } } },
       plugins: { legend: { position: "bottom" } }
     }
   });

@@ -110,6 +110,54 @@ def test_the_linter_finds_sentences_built_from_fragments(tmp_path):
     assert found == ["{% endif %}.", '{% translate ": choose a team" %}']
 
 
+# What a script puts in front of a person: an assignment to textContent/innerText/innerHTML (the
+# whole statement, ternaries included), a chart's `label:`/`text:`/`title:`, an alert() or confirm().
+_SHOWN_BY_JS = re.compile(
+    r"""\b(?:textContent|innerText|innerHTML)\s*=(?!=)([^;]*);"""
+    r"""|\b(?:label|text|title)\s*:\s*("[^"]*"|'[^']*'|`[^`]*`)"""
+    r"""|\b(?:alert|confirm)\(([^;]*)\)""",
+    re.S,
+)
+_JS_STRING = re.compile(r""""((?:\\.|[^"\\])*)"|'((?:\\.|[^'\\])*)'|`([^`]*)`""")
+
+
+def english_in_scripts(root: Path) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.js")):
+        if "vendor" in path.parts:
+            continue
+        source = path.read_text()
+        for match in _SHOWN_BY_JS.finditer(source):
+            shown = match.group()
+            for literal in _JS_STRING.finditer(shown):
+                text = next(g for g in literal.groups() if g is not None)
+                # a key (`dataset["hours-" + n]`) or a placeholder to fill (`.replace("{name}", …)`)
+                if shown[: literal.start()].rstrip().endswith(("dataset[", ".replace(")):
+                    continue
+                if templatelint.has_words(text):
+                    line = source.count("\n", 0, match.start()) + 1
+                    found.append(f"{path.relative_to(root)}:{line}: {text!r}")
+    return found
+
+
+def test_scripts_show_no_english_of_their_own():
+    """Static scripts have no catalog: what they show comes translated from the page (data
+    attributes, as data-confirm does, or the page's json_script texts, as the playground's do)."""
+    found = english_in_scripts(ROOT / "static")
+    assert found == [], "Pass these from the template, translated:\n" + "\n".join(found)
+
+
+def test_the_script_check_finds_english_shown_by_a_script(tmp_path):
+    (tmp_path / "a.js").write_text(
+        'b.textContent = "Copied";\nnote.textContent = n === 0\n  ? "Nothing yet"\n  : "Only " + n + " hours";\n'
+        'c.textContent = el.dataset.copied;\nnew Chart(x, {label: "TTFT p50 (ms)", text: "% errors"});\n'
+        'alert(T.pick_model);\nconfirm("Really delete?");\nif (a.textContent === "x") {}\n'
+        'd.textContent = d.dataset["hours-" + n] + T.attached.replace("{name}", f.name);\n'
+    )
+    found = [f.split(": ", 1)[1] for f in english_in_scripts(tmp_path)]
+    assert found == ["'Copied'", "'Nothing yet'", "'Only '", "' hours'", "'% errors'", "'Really delete?'"]
+
+
 # --- which language a page is in ---------------------------------------------------------------
 
 

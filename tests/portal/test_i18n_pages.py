@@ -64,10 +64,13 @@ class _Text(HTMLParser):
         elif tag in self.SKIP:
             self.skipping.append(tag)
         elif self.depth_main and not self.skipping:
-            attributes = dict(attrs)
-            for name in ("title", "placeholder", "aria-label", "alt"):
-                if attributes.get(name):
-                    self.chunks.append(attributes[name])
+            for name, value in attrs:
+                if value and name in ("title", "placeholder", "aria-label", "alt"):
+                    self.chunks.append(value)
+                # the texts scripts show come in data-* attributes (data-confirm, a chart's legends);
+                # the single words there are ids (data-step="source")
+                elif value and name.startswith("data-") and " " in value.strip():
+                    self.chunks.append(value)
 
     def handle_endtag(self, tag):
         if tag == "main":
@@ -179,3 +182,23 @@ def test_empty_and_filtered_lists_in_chinese_are_whole_sentences(client, admin):
         html = client.get(path).content.decode()
         assert sentence in html, path
         assert english_words(html) == [] and ascii_punctuation(html) == [], path
+
+
+def test_what_scripts_show_comes_translated_in_chinese(client, admin, world):  # noqa: F811
+    """Scripts take their texts from the page: the copy buttons' from <body>, the health chart's
+    legends and notes from its canvas and note (the crawl reads <main> only, and a chart's legend
+    only in a browser)."""
+    client.force_login(admin)
+    client.post("/language/", {"language": "zh-hans", "next": "/"})
+    page = client.get("/").content.decode()
+    assert 'data-copied="已复制"' in page and 'data-copy-selected="已选中：按 Ctrl+C（⌘C）复制"' in page
+    from channels.models import Channel
+
+    health = client.get(f"/channels/{Channel.objects.get(name='vllm-a').pk}/health/").content.decode()
+    for attribute in ("data-ttft-check", "data-ttft-p50", "data-ttft-p95", "data-error-ratio", "data-errors-axis",
+                      "data-none", "data-hours-1", "data-hours-2"):  # fmt: skip
+        value = re.search(rf'{attribute}="([^"]*)"', health)
+        assert value and re.search(r"[\u4e00-\u9fff]", value.group(1)), attribute
+    assert 'data-hours-2="目前只有 2 个小时有检查记录' in health
+    assert 'data-range="24h" aria-pressed="true">24 小时<' in health
+    assert 'data-tokens="token 数" data-requests="请求"' in page
