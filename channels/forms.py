@@ -17,7 +17,7 @@ from .choices import BalancePolicy, ChannelKind, Locality, UnpricedPolicy
 from .models import MODEL_NAME_VALIDATOR, Channel, Model, ModelRoute
 from .services import MAX_ALIAS_TARGETS, clean_base_url, reset_status_after_edit, suggest_locality
 
-FROM_ADDRESS = ("", "From the base URL (our own network: local; else external)")
+FROM_ADDRESS = ("", _("From the base URL (our own network: local; else external)"))
 
 
 class ChannelForm(forms.ModelForm):

@@ -15,7 +15,7 @@ from portal.filters import FilterSet, search
 
 from .models import Key, KeyQuerySet
 
-KEY_STATES = [("active", "Active"), ("expired", "Expired"), ("revoked", "Revoked")]
+KEY_STATES = [("active", _("Active")), ("expired", _("Expired")), ("revoked", _("Revoked"))]
 
 
 def owners(request: Any) -> QuerySet[User]:

@@ -164,6 +164,11 @@ def _m2m_changed(sender, instance, action, pk_set, model, **kwargs):
     record(AuditAction.UPDATE, instance, changes={str(model._meta.verbose_name_plural): {verb: names}})
 
 
+def registered() -> list[type[models.Model]]:
+    """The audited models: their `model_name`s are the `object_type`s of the entries."""
+    return list(_registered)
+
+
 def register(model: type[models.Model], ignore: set[str] | None = None) -> None:
     """Audit every create/change/delete of `model` (call from the app's `ready()`). An ignored
     stored message (`portal.i18n.Message`) takes its `_code` and `_params` along."""

@@ -99,6 +99,18 @@ USAGE_COLUMNS = {"name", *USAGE_COUNTERS, "cache_hit_ratio"}
 CSV_COUNTERS = [c for c in USAGE_COUNTERS if c not in ("cost_nanos", "unpriced_requests")]
 
 
+# What each grouping is called: the select's options, the first column's header, and the heading, a
+# whole sentence per grouping (an admin's, a team lead's) so a translation can order its words.
+GROUP_NAMES = {"model": _("Model"), "user": _("User"), "team": _("Team"), "key": _("Key"), "channel": _("Channel")}
+HEADINGS = {
+    "model": (_("Usage by model"), _("Team usage by model")),
+    "user": (_("Usage by user"), _("Team usage by user")),
+    "team": (_("Usage by team"), _("Team usage by team")),
+    "key": (_("Usage by key"), _("Team usage by key")),
+    "channel": (_("Usage by channel"), _("Team usage by channel")),
+}
+
+
 class AdminUsageView(AdminOrTeamLeadRequiredMixin, View):
     """Usage of everyone (a team lead: of their team, as recorded at request time) grouped by user,
     team, key, model or channel; `?format=csv` downloads it."""
@@ -145,8 +157,10 @@ class AdminUsageView(AdminOrTeamLeadRequiredMixin, View):
             {
                 "rows": rows,
                 "group_by": group_by,
-                "groups": groups,
+                "groups": [(g, GROUP_NAMES[g]) for g in groups],
+                "group_name": GROUP_NAMES[group_by],
                 "title": _("Usage") if request.user.is_admin else _("Team usage"),
+                "heading": HEADINGS[group_by][0 if request.user.is_admin else 1],
                 "days": days,
                 "since": since,
                 "until": until,

@@ -40,6 +40,9 @@ DATA = {
     # the commands the Connect page says to run (`claude`, `codex` …)
     "aider", "claude", "codex", "copilot", "crush", "droid", "goose", "junie", "kilo", "openhands",
     "opencode", "qwen", "vibe", "zed",
+    # values a backend's command line takes, listed as they are (`-fa auto`, `--quantization awq`)
+    "auto", "on", "off", "awq", "gptq", "bitsandbytes", "gguf",
+    "Streamable",  # MCP's Streamable HTTP transport
 }  # fmt: skip
 # Names taken as they are: our provider's name in the clients, a menu path of JetBrains' settings.
 PHRASES = ("Team Gateway", "Settings | Tools | AI Assistant | Providers & API keys")
@@ -50,9 +53,11 @@ MAX_PAGES = 250
 
 class _Text(HTMLParser):
     """The text a person reads in <main> (the header and footer belong to base.html, which is
-    PENDING until it is marked), without code, preformatted text, scripts and form values."""
+    PENDING until it is marked), without code, preformatted text, scripts, form values and text
+    marked as in another language."""
 
-    SKIP = {"code", "pre", "script", "style", "kbd", "samp", "textarea", "option", "svg"}
+    SKIP = {"code", "pre", "script", "style", "kbd", "samp", "textarea", "svg"}
+    # Options are read too: a choice label or a select's empty label left in English shows there.
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
@@ -61,8 +66,8 @@ class _Text(HTMLParser):
     def handle_starttag(self, tag, attrs):
         if tag == "main":
             self.depth_main += 1
-        elif tag in self.SKIP:
-            self.skipping.append(tag)
+        elif tag in self.SKIP or (dict(attrs).get("lang") or "zh").lower()[:2] != "zh":
+            self.skipping.append(tag)  # or text in another language, marked so (`<option lang="en">English`)
         elif self.depth_main and not self.skipping:
             for name, value in attrs:
                 if value and name in ("title", "placeholder", "aria-label", "alt"):
@@ -202,3 +207,20 @@ def test_what_scripts_show_comes_translated_in_chinese(client, admin, world):  #
     assert 'data-hours-2="目前只有 2 个小时有检查记录' in health
     assert 'data-range="24h" aria-pressed="true">24 小时<' in health
     assert 'data-tokens="token 数" data-requests="请求"' in page
+
+
+@pytest.mark.parametrize("who", ["admin", "lena"])
+def test_usage_by_each_grouping_and_a_filter_error_in_chinese(client, world, who, django_user_model):  # noqa: F811
+    """Pages reached by a form, not a link: the usage page grouped each way (its heading is one
+    sentence per grouping), and a list whose filter value is wrong (the error names the field by
+    its label)."""
+    client.force_login(django_user_model.objects.get(username=who))
+    client.post("/language/", {"language": "zh-hans", "next": "/"})
+    groups = ["model", "user", "key"] + (["team", "channel"] if who == "admin" else [])
+    for group in groups:
+        html = client.get(f"/usage/all/?group_by={group}").content.decode()
+        assert english_words(html) == [] and ascii_punctuation(html) == [], (group, english_words(html))
+        assert re.search(r"<h1>按\w+统计的(团队)?用量</h1>", html), group
+    html = client.get("/keys/?state=42").content.decode()  # a number: the error repeats the value
+    assert "状态：" in html and "state:" not in html
+    assert english_words(html) == [], english_words(html)
