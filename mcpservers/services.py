@@ -34,8 +34,14 @@ def check_server(server_id: int) -> McpServer | None:
     except UpstreamFailure as exc:
         McpServer.objects.filter(pk=server.pk).update(
             status=ServerStatus.DOWN,
-            **Message(
-                gettext_noop("Check the URL, the transport and the credentials; the gateway refuses calls meanwhile.")
+            # what failed, then what to do: both in the reader's language (last_error keeps the English)
+            **(
+                exc.text
+                + Message(
+                    gettext_noop(
+                        "Check the URL, the transport and the credentials; the gateway refuses calls meanwhile."
+                    )
+                )
             ).columns("status_message", 300),
             last_error=str(exc)[:500],
             last_checked=timezone.now(),

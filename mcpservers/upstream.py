@@ -18,12 +18,15 @@ from typing import Any
 import anyio
 import httpx2
 import mcp_types as types
+from django.utils.translation import gettext_noop
 from mcp import ClientSession
 from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from mcp.shared.exceptions import MCPError
+
+from portal.i18n import Message
 
 from .choices import AuthKind, Transport
 from .models import McpServer
@@ -32,7 +35,13 @@ logger = logging.getLogger(__name__)
 
 
 class UpstreamFailure(Exception):
-    """The upstream server could not be reached or did not answer as MCP (message is safe to show)."""
+    """The upstream server could not be reached or did not answer as MCP (message is safe to show):
+    `text` is a Message the health check stores and a reader sees in their language; `str()` is its
+    English, what the gateway tells an MCP client and the call log records."""
+
+    def __init__(self, text: Message) -> None:
+        self.text = text
+        super().__init__(text.english)
 
 
 class MemoryTokens:
@@ -135,27 +144,46 @@ async def _run(upstream: Upstream, what: str, call: Any) -> Any:
     except MCPError as exc:
         # A JSON-RPC error the server sent: its message is the server's own words, not ours to
         # trust with secrets, so only the code is passed on.
-        raise UpstreamFailure(f"MCP server {upstream.slug!r} refused {what} (JSON-RPC error {exc.code}).") from None
+        raise UpstreamFailure(
+            Message(
+                gettext_noop("MCP server '%(server)s' refused %(what)s (JSON-RPC error %(code)s)."),
+                server=upstream.slug,
+                what=what,
+                code=exc.code,
+            )
+        ) from None
     except TimeoutError:
         raise UpstreamFailure(
-            f"MCP server {upstream.slug!r} did not answer {what} within {upstream.timeout:g} s."
+            Message(
+                gettext_noop("MCP server '%(server)s' did not answer %(what)s within %(seconds)s s."),
+                server=upstream.slug,
+                what=what,
+                seconds=f"{upstream.timeout:g}",
+            )
         ) from None
     except Exception as exc:
-        logger.warning("MCP server %s: %s failed: %s", upstream.slug, what, _describe(exc))
-        raise UpstreamFailure(f"MCP server {upstream.slug!r} is unreachable or failed: {_describe(exc)}.") from None
+        reason = _describe(exc)
+        logger.warning("MCP server %s: %s failed: %s", upstream.slug, what, reason.english)
+        raise UpstreamFailure(
+            Message(
+                gettext_noop("MCP server '%(server)s' is unreachable or failed: %(reason)s."),
+                server=upstream.slug,
+                reason=reason,
+            )
+        ) from None
 
 
-def _describe(exc: BaseException) -> str:
+def _describe(exc: BaseException) -> Message:
     """A credential-free description of a failure: the exception's kind and, for HTTP, its status."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     if isinstance(exc, httpx2.HTTPStatusError):
-        return f"HTTP {exc.response.status_code}"
+        return Message.verbatim(f"HTTP {exc.response.status_code}")
     if isinstance(exc, httpx2.ConnectError | ConnectionError):
-        return "connection refused or unreachable"
+        return Message(gettext_noop("connection refused or unreachable"))
     if isinstance(exc, httpx2.TimeoutException):
-        return "timed out"
-    return type(exc).__name__
+        return Message(gettext_noop("timed out"))
+    return Message.verbatim(type(exc).__name__)
 
 
 async def list_tools(upstream: Upstream) -> list[types.Tool]:

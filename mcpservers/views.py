@@ -79,7 +79,7 @@ class ServerCheckView(AdminRequiredMixin, View):
         if server.status == "healthy":
             text = _("%(name)s answered with %(count)d tools.") % {"name": server.name, "count": server.tools.count()}
             return done(request, text, "mcp_server_detail", pk)
-        text = _("%(name)s did not answer: %(error)s") % {"name": server.name, "error": server.last_error}
+        text = _("%(name)s did not answer: %(error)s") % {"name": server.name, "error": server.status_message_text}
         return done(request, text, "mcp_server_detail", pk, level=messages.ERROR)
 
 

@@ -23,9 +23,11 @@ from django.conf import settings
 from django.core.mail import send_mail
 from django.db.models import F, Q
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
 from channels.choices import AlertKind, ChannelStatus
 from channels.models import AlertDelivery, AlertTarget, Channel, StatusChange
+from portal.i18n import Message
 
 logger = logging.getLogger(__name__)
 
@@ -120,26 +122,33 @@ def broadcast(body: dict[str, Any]) -> list[tuple[str, bool, str]]:
 
 
 def send(target: AlertTarget, body: dict[str, Any]) -> tuple[bool, str]:
-    """Send one notification; returns (ok, error). Never raises: a broken target must not stop a round."""
+    """Send one notification; returns (ok, error in English, as deliveries store it). Never raises:
+    a broken target must not stop a round."""
+    ok, error = _send(target, body)
+    return ok, error.english if error else ""
+
+
+def _send(target: AlertTarget, body: dict[str, Any]) -> tuple[bool, Message | None]:
     try:
         if target.kind == AlertKind.WEBHOOK:
             resp = httpx.post(target.url, json=body, timeout=settings.PORTAL_ALERT_TIMEOUT, follow_redirects=False)
             if resp.status_code >= 300:
-                return False, f"the webhook answered HTTP {resp.status_code}"
+                return False, Message(gettext_noop("the webhook answered HTTP %(status)s"), status=resp.status_code)
         else:
             subject = body["text"].split(". ", 1)[0][:150]
             send_mail(subject, body["text"], None, [target.email], fail_silently=False)
     except httpx.HTTPError as exc:
         logger.warning("alert to %s failed: %s", target.name, exc.__class__.__name__)
-        return False, f"could not reach the webhook ({exc.__class__.__name__})"
+        return False, Message(gettext_noop("could not reach the webhook (%(error)s)"), error=exc.__class__.__name__)
     except Exception as exc:  # SMTP and friends raise many types; the log keeps the class only
         logger.warning("alert to %s failed: %s", target.name, exc.__class__.__name__)
-        return False, f"sending failed ({exc.__class__.__name__})"
-    return True, ""
+        return False, Message(gettext_noop("sending failed (%(error)s)"), error=exc.__class__.__name__)
+    return True, None
 
 
 def send_test(target: AlertTarget) -> tuple[bool, str]:
-    return send(
+    """Send a test notification now; returns (ok, error in the active language: the sender reads it)."""
+    ok, error = _send(
         target,
         {
             "text": f"[Gateway Portal] Test notification for alert target {target.name}.",
@@ -152,3 +161,4 @@ def send_test(target: AlertTarget) -> tuple[bool, str]:
             "url": "",
         },
     )
+    return ok, str(error) if error else ""

@@ -10,6 +10,7 @@ it fills every badge with two queries in all (otherwise each badge queries for i
 from __future__ import annotations
 
 from django import template
+from django.utils.translation import gettext_lazy as _
 
 from channels.health import history
 
@@ -22,6 +23,25 @@ COLORS = {
     "credentials_rejected": "#7b1fa2",
     "unknown": "#6b7280",
 }
+
+
+# A probe's error class (`Outcome.error`, an id kept in the log and the API) as a person reads it.
+PROBE_ERRORS = {
+    "connect": _("Could not connect"),
+    "timeout": _("Timed out"),
+    "auth": _("Credentials rejected"),
+    "http_4xx": _("Refused (HTTP 4xx)"),
+    "http_429": _("Rate limited (HTTP 429)"),
+    "http_5xx": _("Server error (HTTP 5xx)"),
+    "protocol": _("Not a valid answer"),
+    "stalled": _("Stalled after the first byte"),
+    "stream_error": _("Error event in the stream"),
+}
+
+
+@register.filter
+def probe_error(error: str) -> str:
+    return str(PROBE_ERRORS.get(error, error))
 
 
 @register.filter

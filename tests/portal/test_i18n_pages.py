@@ -224,3 +224,27 @@ def test_usage_by_each_grouping_and_a_filter_error_in_chinese(client, world, who
     html = client.get("/keys/?state=42").content.decode()  # a number: the error repeats the value
     assert "状态：" in html and "state:" not in html
     assert english_words(html) == [], english_words(html)
+
+
+def test_what_checks_report_is_in_chinese(client, admin, world):  # noqa: F811
+    """What a check found, read after it ran: an MCP server that cannot be reached (stored as a
+    Message, the English kept in last_error), a channel's "Check now" and an alert target's test
+    (the world's channel and webhook are at a closed port)."""
+    from channels.models import AlertTarget, Channel
+    from mcpservers.models import McpServer
+
+    server = McpServer.objects.create(name="ops", slug="ops", url="http://127.0.0.1:9/mcp")
+    client.force_login(admin)
+    client.post("/language/", {"language": "zh-hans", "next": "/"})
+    flashed = client.post(f"/mcp-servers/{server.pk}/check/", follow=True).content.decode()
+    assert "MCP 服务器“ops”无法访问或出错：连接被拒绝或无法访问。" in flashed
+    server.refresh_from_db()
+    assert server.last_error == "MCP server 'ops' is unreachable or failed: connection refused or unreachable."
+    assert english_words(flashed) == [] and ascii_punctuation(flashed) == [], english_words(flashed)
+    channel = Channel.objects.get(name="vllm-a")
+    checked = client.post(f"/channels/{channel.pk}/health/check/", HTTP_HX_REQUEST="true").content.decode()
+    assert "无法连接 <small><code>connect</code></small>" in checked
+    assert english_words(checked) == [], english_words(checked)
+    target = AlertTarget.objects.get(name="ops")
+    tested = client.post(f"/channels/health/alerts/{target.pk}/test/", HTTP_HX_REQUEST="true").content.decode()
+    assert "失败：无法连接到 webhook（ConnectError）" in tested, tested
