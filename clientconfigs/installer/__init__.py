@@ -14,6 +14,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from django.utils import translation
+from django.utils.translation import gettext
+
 from ..clients import CLIENTS
 from ..clients.base import PROVIDER_ID, ConfigFile, McpServerSpec, ModelSpec, RenderInput, windows_of
 from . import install as inst
@@ -126,9 +129,27 @@ def _sh_quote(text: str) -> str:
     return "'" + text.replace("'", "'\"'\"'") + "'"
 
 
+def _sh_echo(lines: list[str]) -> str:
+    return "\n".join(f"  echo {_sh_quote(line)} >&2" for line in lines)
+
+
 def sh_script(portal: str, gateway: str, language: str = "en") -> str:
     python = (HERE / "install.py").read_text()
+    clients = " ".join(sorted(probes()))
+    with translation.override(language):  # the shell's own lines: printed before install.py runs
+        usage = [
+            gettext("usage: sh install.sh <download-token>   (get one on {portal}/connect/)").format(portal=portal),
+            "       " + gettext("sh install.sh --check <client>   (one of: {clients})").format(clients=clients),
+            "       "
+            + gettext("sh install.sh --uninstall <client>... | all [--yes]   (removes what the installer wrote)"),
+        ]
+        no_python = [
+            "✗ " + gettext("python3 is needed to merge files safely (macOS: xcode-select --install)."),
+            "  " + gettext("Or copy the files from {portal}/connect/ by hand.").format(portal=portal),
+        ]
     return SH.format(
+        usage=_sh_echo(usage),
+        no_python=_sh_echo(no_python),
         messages=_sh_quote(json.dumps(table(language), ensure_ascii=False, separators=(",", ":"))),
         portal=_sh_quote(portal),
         portal_raw=portal.replace("\n", ""),
@@ -136,7 +157,6 @@ def sh_script(portal: str, gateway: str, language: str = "en") -> str:
         probes=_sh_quote(json.dumps(probes(), separators=(",", ":"))),
         uninstall=_sh_quote(json.dumps(uninstall_specs(), separators=(",", ":"))),
         python=python,
-        clients=" ".join(sorted(probes())),
     )
 
 
@@ -167,14 +187,11 @@ set -eu
 PORTAL={portal}
 GATEWAY={gateway}
 usage() {{
-  echo "usage: sh install.sh <download-token>   (get one on $PORTAL/connect/)" >&2
-  echo "       sh install.sh --check <client>   (one of: {clients})" >&2
-  echo "       sh install.sh --uninstall <client>... | all [--yes]   (removes what the installer wrote)" >&2
+{usage}
   exit 2
 }}
 if ! command -v python3 >/dev/null 2>&1; then
-  echo "✗ python3 is needed to merge files safely (macOS: xcode-select --install)." >&2
-  echo "  Or copy the files from $PORTAL/connect/ by hand." >&2
+{no_python}
   exit 1
 fi
 umask 077

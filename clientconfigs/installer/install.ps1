@@ -698,7 +698,7 @@ function Install-Bundle([string]$tok) {
     $only = [pscustomobject]@{ merge = $spec.merge; owned = $spec.owned; paths = @(); lists = @(); keys = @(); tables = @() }
     try { $text = Get-Unmerged $only $old } catch { $failures++; Write-Host "! ${path}: left unchanged ($($_.Exception.Message)); remove the teamgw-... MCP servers by hand"; continue }
     if (-not $text.Trim()) { $text = "{}`n" }
-    if ($text -cne $old) { [IO.File]::WriteAllText("$path.bak-$stamp", $old); Protect-File "$path.bak-$stamp"; Write-TeamFile $path $text $spec.secret; Write-Host "+ ${path}: team MCP servers no longer allowed are removed" }
+    if ($text -cne $old) { [IO.File]::WriteAllText("$path.bak-$stamp", $old); Protect-File "$path.bak-$stamp"; Write-TeamFile $path $text $spec.secret; Write-Host "+ ${path}: the team MCP servers no longer allowed are removed" }
   }
   foreach ($f in $bundle.files) {
     $path = Expand-TeamPath $f.windows_path
@@ -760,7 +760,7 @@ function Get-Dotted($data, [string]$path) {
 function Invoke-Doctor([string]$client) {
   # JSON files are checked in full; TOML and YAML files only for the base URL (PowerShell has no parser for them).
   $probes = $Probes.$client
-  if (-not $probes) { Write-Host "unknown client $client"; exit 2 }
+  if (-not $probes) { Write-Host (Convert-TeamText "unknown client $client"); exit 2 }
   $problems = 0; $key = $env:TEAM_GATEWAY_API_KEY; $servers = New-Object System.Collections.ArrayList
   foreach ($p in $probes) {
     if ($p.format -eq "ccswitch") { Write-Host ". $($p.file): CC Switch's database is checked on macOS and Linux only"; continue }
@@ -902,7 +902,7 @@ function Invoke-Uninstall([string]$which) {
   $clients = if ($which -eq "all") { @($Specs.PSObject.Properties.Name) } else { @($which) }
   $plan = New-Object System.Collections.ArrayList
   foreach ($c in $clients) {
-    if (-not $Specs.$c) { Write-Host "unknown client $c"; exit 2 }
+    if (-not $Specs.$c) { Write-Host (Convert-TeamText "unknown client $c"); exit 2 }
     foreach ($spec in @($Specs.$c)) {
       if ($spec.merge -eq "ccswitch") { Write-Host ". $($spec.path): remove the $($c) provider Team Gateway in CC Switch itself"; continue }
       # A family of per-model files (`glob`: ~/.claude/teamgw-*.json): every file its pattern finds.
@@ -921,7 +921,7 @@ function Invoke-Uninstall([string]$which) {
   }
   if (-not $plan.Count) { Write-Host ". nothing of the team gateway's is installed here for: $($clients -join ', ')"; return }
   if (-not $Yes) {
-    $answer = Read-Host "Remove the team gateway's entries listed above? [y/N]"
+    $answer = Read-Host "$(Convert-TeamText "Remove the team gateway's entries listed above?") [y/N]"
     if ($answer -notmatch '^(y|yes)$') { Write-Host "x nothing removed (pass -Yes to remove without asking)"; exit 1 }
   }
   $stamp = Get-Date -Format "yyyyMMdd-HHmmss"
@@ -936,4 +936,4 @@ function Invoke-Uninstall([string]$which) {
 if ($Check) { Invoke-Doctor $Check }
 elseif ($Uninstall) { Invoke-Uninstall $Uninstall }
 elseif ($Token) { Install-Bundle $Token }
-else { Write-Host "usage: -Token <download-token> (from $Portal/connect/), -Check <client> or -Uninstall <client>|all [-Yes]"; exit 2 }
+else { Write-Host (Convert-TeamText "usage: -Token <download-token> (from $Portal/connect/), -Check <client> or -Uninstall <client>|all [-Yes]"); exit 2 }

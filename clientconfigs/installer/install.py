@@ -1020,7 +1020,7 @@ def install(bundle, stamp=None, specs=None):
         if old is not None:
             backup(path, old, stamp)
         write_file(path, text, f.get("secret", False))
-        say("✓", f"{path}" + (f" (backup: {os.path.basename(path)}.bak-{stamp})" if old is not None else ""))
+        say("✓", f"{path} (backup: {os.path.basename(path)}.bak-{stamp})" if old is not None else path)
     if bundle.get("db_providers"):
         failures += install_db_providers(bundle, stamp)
     elif bundle.get("links") and not bundle["files"]:
@@ -1213,7 +1213,7 @@ def confirm(question):
     """Ask on the terminal (stdin is the script itself under `curl | sh`); no terminal: no."""
     try:
         with open("/dev/tty", "r+", encoding="utf-8") as tty:
-            tty.write(question + " [y/N] ")
+            tty.write(translate(question) + " [y/N] ")
             tty.flush()
             return tty.readline().strip().lower() in ("y", "yes")
     except OSError:
@@ -1254,8 +1254,10 @@ def uninstall(specs, gateway, clients, yes=False, stamp=None):
         say("·", "nothing of the team gateway's is installed here for: " + ", ".join(clients))
         return 1 if failures else 0
     for path, found, _ in plan:
-        what = "delete (only ours in it)" if found and found[2] is None else "remove our entries from"
-        say("·", f"{what}: {path}")
+        if found and found[2] is None:
+            say("·", f"delete (only ours in it): {path}")
+        else:
+            say("·", f"remove our entries from: {path}")
     if not yes and not confirm("Remove the team gateway's entries listed above?"):
         say("✗", "nothing removed (pass --yes to remove without asking)")
         return 1
@@ -1744,11 +1746,10 @@ def check(gateway, probes, key_override=None):
             problems += 1
     for e in entries:
         name, file, p = e["name"], e["file"], e["probe"]
-        where = f"{file} line {e['line']}"
         if name not in served:
             say(
                 "✗",
-                f"{where}: model {name} is not available to this key (available: "
+                f"{file} line {e['line']}: model {name} is not available to this key (available: "
                 f"{', '.join(sorted(served)) or 'none'}); download again",
             )
             problems += 1
@@ -1806,14 +1807,17 @@ def main(argv):
         clients = sorted(specs) if clients == ["all"] else clients
         unknown = [c for c in clients if c not in specs]
         if unknown or not clients:
-            print(f"unknown client {', '.join(unknown)!r}; one of: all, {', '.join(sorted(specs))}", file=sys.stderr)
+            print(
+                translate(f"unknown client {', '.join(unknown)!r}; one of: all, {', '.join(sorted(specs))}"),
+                file=sys.stderr,
+            )
             return 2
         return uninstall(specs, argv[1], clients, yes=yes)
     if len(argv) >= 3 and argv[0] == "check":
         probes = json.loads(os.environ["TEAM_GATEWAY_PROBES"])
         client = argv[2]
         if client not in probes:
-            print(f"unknown client {client!r}; one of: {', '.join(sorted(probes))}", file=sys.stderr)
+            print(translate(f"unknown client {client!r}; one of: {', '.join(sorted(probes))}"), file=sys.stderr)
             return 2
         return check(argv[1], probes[client], os.environ.get("TEAM_GATEWAY_CHECK_KEY") or None)
     print(

@@ -27,7 +27,23 @@ TEMPLATES = (
     gettext_noop("key {name} ({masked}) minted for this machine; revoke it on the portal if lost"),
     gettext_noop("it replaces the key minted before for this client ({masked}), which stops at {stops}"),
     gettext_noop("config version {version}"),
+    gettext_noop("{path}: left unchanged ({error}); remove the teamgw-… MCP servers by hand"),
+    gettext_noop("{path}: the team MCP servers no longer allowed are removed"),
+    # install.py: uninstalling (a specific template before the catch-all "{path} (backup: {backup})")
+    gettext_noop("{path}: left unchanged ({error}); remove the team gateway entries by hand"),
+    gettext_noop("unknown client {clients}; one of: all, {names}"),
+    gettext_noop("unknown client {client}; one of: {names}"),
+    gettext_noop("nothing of the team gateway's is installed here for: {clients}"),
+    gettext_noop("delete (only ours in it): {path}"),
+    gettext_noop("remove our entries from: {path}"),
+    gettext_noop("Remove the team gateway's entries listed above?"),
+    gettext_noop("nothing removed (pass --yes to remove without asking)"),
+    gettext_noop("{path}: {count} provider row(s) of {name} removed (backup: {backup})"),
+    gettext_noop("{path}: deleted (backup: {backup})"),
+    gettext_noop("{path}: our entries removed (backup: {backup})"),
+    gettext_noop("the keys minted for these clients still work until you revoke them on the portal"),
     # install.py: the doctor
+    gettext_noop("{file}: no team MCP servers installed"),
     gettext_noop("{file}: not found (run the installer first)"),
     gettext_noop("{file}: cannot be read ({error})"),
     gettext_noop("{file}: no base URL points at {gateway} (found: {found})"),
@@ -66,6 +82,16 @@ TEMPLATES = (
     gettext_noop("models for this key: {models}"),
     gettext_noop("the gateway rejected the key or is unreachable: {error}"),
     gettext_noop("{path} left unchanged ({error}). Copy {name} from the portal page by hand."),
+    gettext_noop("{path} left unchanged ({error}); remove the team gateway entries by hand"),
+    gettext_noop("{path}: remove the {client} provider Team Gateway in CC Switch itself"),
+    gettext_noop("unknown client {client}"),
+    gettext_noop("{path}: left unchanged ({error}); remove the teamgw-... MCP servers by hand"),
+    gettext_noop("{file}: CC Switch's database is checked on macOS and Linux only"),
+    gettext_noop("MCP server {name} ({url}): the gateway refused or is unreachable: {error}"),
+    gettext_noop("nothing removed (pass -Yes to remove without asking)"),
+    gettext_noop(
+        "usage: -Token <download-token> (from {portal}/connect/), -Check <client> or -Uninstall <client>|all [-Yes]"
+    ),
     gettext_noop(
         "the portal refused the download token: download tokens work once and for 10 minutes; get a new "
         "command from the portal."

@@ -4,6 +4,7 @@ for that language, and install.py prints each message it knows translated."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -15,6 +16,7 @@ import pytest
 from django.utils import translation
 from django.utils.translation import gettext
 
+from clientconfigs.installer import install as inst
 from clientconfigs.installer import messages, ps1_script, sh_script
 
 from .test_installer import fetch, run_sh
@@ -88,3 +90,79 @@ def test_a_zh_hans_users_doctor_prints_chinese(live_server, home):
     lines = done.stdout.splitlines()
     assert lines == ["✗ " + not_found.format(file="~/.pi/agent/models.json"), "✗ " + no_key]
     assert all(CJK.search(line) for line in lines), lines  # translated in locale/zh_Hans
+
+
+def test_a_zh_hans_users_uninstall_and_usage_print_chinese(home):
+    """The uninstaller with nothing installed, an unknown client and the shell's own usage text."""
+    script = sh_script("http://p.example", "http://g.example", "zh-hans")
+    nothing = run_sh(script, home, "--uninstall", "claude-code", "--yes")
+    assert nothing.stdout.splitlines() == ["· 本机没有为这些客户端安装团队网关的任何内容：claude-code"], nothing.stdout
+    unknown = run_sh(script, home, "--uninstall", "nope")
+    assert unknown.returncode == 2 and unknown.stderr.startswith("未知的客户端 'nope'；可选：all、"), unknown.stderr
+    usage = run_sh(script, home)
+    assert usage.returncode == 2 and usage.stderr.startswith("用法：sh install.sh <下载令牌>"), usage.stderr
+    assert all(CJK.search(line) for line in usage.stderr.splitlines()), usage.stderr
+
+
+# --- every message the scripts print has a template of its own ----------------------------------
+
+VALUE = "\x00"  # stands for an interpolated value in the messages read out of the scripts
+WORD = re.compile(r"(?<![\w./:@…\x00-])[A-Za-z]{2,}(?![\w./:@…\x00-])")
+
+
+def _shapes(node: ast.expr) -> list[str]:
+    """The texts an expression can print, each value as VALUE; [] when it is not text we wrote."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.JoinedStr):
+        return ["".join(v.value if isinstance(v, ast.Constant) else VALUE for v in node.values)]
+    if isinstance(node, ast.IfExp):
+        return _shapes(node.body) + _shapes(node.orelse)
+    return []
+
+
+def python_messages() -> list[tuple[int, str]]:
+    """What install.py prints through say(), confirm() and translate(), with its line."""
+    tree = ast.parse((INSTALLER / "install.py").read_text())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
+            if node.func.id in ("say", "confirm", "translate"):
+                found += [(node.lineno, text) for text in _shapes(node.args[-1])]
+    return found
+
+
+def powershell_messages() -> list[tuple[int, str]]:
+    """What install.ps1 prints translated: `Write-Host "<symbol> …"` and `Convert-TeamText "…"`."""
+    found = []
+    for number, line in enumerate((INSTALLER / "install.ps1").read_text().splitlines(), 1):
+        for m in re.finditer(r'Write-Host "(?:\+|x|\.|!|->) ((?:[^"`]|`.)*)"|Convert-TeamText "((?:[^"`]|`.)*)"', line):
+            text = m.group(1) if m.group(1) is not None else m.group(2)
+            found.append((number, re.sub(r"\$\((?:[^()]|\([^()]*\))*\)|\$\{\w+\}|\$\w+(?:\.\w+)*", VALUE, text)))
+    return found
+
+
+def untranslated_parts(texts: list[tuple[int, str]], monkeypatch) -> list[str]:
+    """Each text the zh-Hans table leaves English: no template matches, or the one that does (the
+    most specific, as the scripts pick) takes words of ours as a value (`{path}` swallowing
+    "X: deleted" in "{path} (backup: {backup})")."""
+    monkeypatch.setenv("TEAM_GATEWAY_MESSAGES", json.dumps(messages.table("zh-hans")))
+    patterns = inst.message_patterns()
+    left = []
+    for line, text in texts:
+        if not WORD.search(text.replace(VALUE, " ")):
+            continue  # only values (a path)
+        match = next((m for regex, _ in patterns if (m := regex.match(text))), None)
+        if match is None or any(WORD.search(value) for value in match.groupdict().values()):
+            left.append(f"line {line}: {text.replace(VALUE, '{…}')!r}")
+    return left
+
+
+def test_every_message_install_py_prints_has_a_template(monkeypatch):
+    left = untranslated_parts(python_messages(), monkeypatch)
+    assert left == [], "Add these to clientconfigs/installer/messages.py and translate them:\n" + "\n".join(left)
+
+
+def test_every_message_install_ps1_prints_translated_has_a_template(monkeypatch):
+    left = untranslated_parts(powershell_messages(), monkeypatch)
+    assert left == [], "Add these to clientconfigs/installer/messages.py and translate them:\n" + "\n".join(left)
