@@ -1601,8 +1601,9 @@ def check_mcp(servers, key):
             # Not this machine's problem: the team's server is down; the entry itself is right.
             say(
                 "!",
-                f"MCP server {name}: the team's server is down ({stored.get('reason') or 'unknown'}); as of its "
-                f"last check ({stored.get('checked') or 'never'}) you may call {', '.join(tools) or 'nothing'}",
+                f"MCP server {name}: the team's server is down ({stored.get('reason') or translate('unknown')}); as "
+                f"of its last check ({stored.get('checked') or translate('never')}) you may call "
+                f"{', '.join(tools) or translate('nothing')}",
             )
         elif tools:
             say("✓", f"MCP server {name}: you may call {', '.join(tools)}")
@@ -1691,7 +1692,10 @@ def check(gateway, probes, key_override=None):
         bases = [v for _, v in walk(data, p["base_url"]) if isinstance(v, str)] if p["base_url"] else []
         ours = [b for b in bases if re.sub(r"^https?://", "", b).split("/")[0].lower() == host]
         if p["base_url"] and not ours:
-            say("✗", f"{p['file']}: no base URL points at {gateway} (found: {', '.join(bases) or 'none'})")
+            if bases:
+                say("✗", f"{p['file']}: no base URL points at {gateway} (found: {', '.join(bases)})")
+            else:
+                say("✗", f"{p['file']}: no base URL points at {gateway} (found: none)")
             problems += 1
         for b in ours:
             b = b.rstrip("/")
@@ -1750,27 +1754,44 @@ def check(gateway, probes, key_override=None):
             say(
                 "✗",
                 f"{file} line {e['line']}: model {name} is not available to this key (available: "
-                f"{', '.join(sorted(served)) or 'none'}); download again",
+                f"{', '.join(sorted(served))}); download again"
+                if served
+                else f"{file} line {e['line']}: model {name} is not available to this key (available: none); "
+                "download again",
             )
             problems += 1
             continue
         real, real_out = context_of(served[name]), as_int(served[name].get("max_output_tokens"))
         bad = False
         if p.get("model_context") and real is not None and e["ctx"] != real:
-            have = "no context window" if e["ctx"] is None else f"context window {e['ctx']}"
-            say(
-                "✗",
-                f"{file} line {e['ctx_line']}: model {name} has {have} in the file, {real} on the server: "
-                "download again",
-            )
+            at = e["ctx_line"]
+            if e["ctx"] is None:
+                say(
+                    "✗",
+                    f"{file} line {at}: model {name} has no context window in the file, {real} on the server: "
+                    "download again",
+                )
+            else:
+                say(
+                    "✗",
+                    f"{file} line {at}: model {name} has context window {e['ctx']} in the file, {real} on the "
+                    "server: download again",
+                )
             bad = True
         if e["out"] is not None and ((real_out and e["out"] > real_out) or (real and e["out"] >= real)):
-            limit = f"{real_out}" if real_out and e["out"] > real_out else f"below the window {real}"
-            say(
-                "✗",
-                f"{file} line {e['out_line']}: model {name} output limit {e['out']} in the file, the server "
-                f"allows {limit}: download again",
-            )
+            at, out = e["out_line"], e["out"]
+            if real_out and out > real_out:
+                say(
+                    "✗",
+                    f"{file} line {at}: model {name} output limit {out} in the file, the server allows {real_out}: "
+                    "download again",
+                )
+            else:
+                say(
+                    "✗",
+                    f"{file} line {at}: model {name} output limit {out} in the file, the server allows below the "
+                    f"window {real}: download again",
+                )
             bad = True
         if bad:
             problems += 1
@@ -1780,14 +1801,20 @@ def check(gateway, probes, key_override=None):
             say("✓", f"model {name}: reachable")
         need = p.get("needs")
         if need and real is not None and real < need:
+            client = p.get("client") or translate("this client")
             say(
                 "!",
-                f"model {name}: its window ({real} tokens) cannot hold {p.get('client') or 'this client'}'s own "
+                f"model {name}: its window ({real} tokens) cannot hold {client}'s own "
                 f"prompt and an answer (about {need} tokens): it will fail even on a one-line request; use a "
                 "model with a larger window",
             )
     if not entries:
-        say("·", f"models on the server for this key: {', '.join(sorted(served)) or 'none'}")
+        say(
+            "·",
+            f"models on the server for this key: {', '.join(sorted(served))}"
+            if served
+            else "no models on the server for this key",
+        )
     problems += check_mcp(servers, key)
     say("✓" if not problems else "✗", "all checks passed" if not problems else f"{problems} problem(s)")
     return 1 if problems else 0

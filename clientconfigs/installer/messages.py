@@ -47,6 +47,7 @@ TEMPLATES = (
     gettext_noop("{file}: not found (run the installer first)"),
     gettext_noop("{file}: cannot be read ({error})"),
     gettext_noop("{file}: no base URL points at {gateway} (found: {found})"),
+    gettext_noop("{file}: no base URL points at {gateway} (found: none)"),
     gettext_noop("{file}: base URL {url} has the right shape"),
     gettext_noop("{file} line {line}: base URL {url} should be {shape}"),
     gettext_noop("no key found in the files or in TEAM_GATEWAY_API_KEY"),
@@ -56,9 +57,19 @@ TEMPLATES = (
     gettext_noop("key valid"),
     gettext_noop("{file} lines {lines}: model {name} is listed {count} times; keep one (download again)"),
     gettext_noop("{file} line {line}: model {name} is not available to this key (available: {models}); download again"),
-    gettext_noop("{file} line {line}: model {name} has {have} in the file, {real} on the server: download again"),
+    gettext_noop("{file} line {line}: model {name} is not available to this key (available: none); download again"),
+    gettext_noop(
+        "{file} line {line}: model {name} has no context window in the file, {real} on the server: download again"
+    ),
+    gettext_noop(
+        "{file} line {line}: model {name} has context window {have} in the file, {real} on the server: download again"
+    ),
     gettext_noop(
         "{file} line {line}: model {name} output limit {out} in the file, the server allows {limit}: download again"
+    ),
+    gettext_noop(
+        "{file} line {line}: model {name} output limit {out} in the file, the server allows below the window "
+        "{real}: download again"
     ),
     gettext_noop("model {name}: reachable, context window {real} agrees with the server"),
     gettext_noop("model {name}: reachable"),
@@ -67,6 +78,7 @@ TEMPLATES = (
         "tokens): it will fail even on a one-line request; use a model with a larger window"
     ),
     gettext_noop("models on the server for this key: {models}"),
+    gettext_noop("no models on the server for this key"),
     gettext_noop("all checks passed"),
     gettext_noop("{count} problem(s)"),
     gettext_noop("{file}: MCP server {name} has no URL"),
@@ -75,6 +87,11 @@ TEMPLATES = (
         "MCP server {name}: the team's server is down ({reason}); as of its last check ({checked}) you may call {tools}"
     ),
     gettext_noop("MCP server {name}: you may call {tools}"),
+    # values of the messages above, when there is none (translated on their own)
+    gettext_noop("unknown"),
+    gettext_noop("never"),
+    gettext_noop("nothing"),
+    gettext_noop("this client"),
     gettext_noop("MCP server {name}: reachable, but this key may call none of its tools"),
     # install.ps1's own wording
     gettext_noop("{file}: not found"),

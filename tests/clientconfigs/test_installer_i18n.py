@@ -110,12 +110,27 @@ VALUE = "\x00"  # stands for an interpolated value in the messages read out of t
 WORD = re.compile(r"(?<![\w./:@…\x00-])[A-Za-z]{2,}(?![\w./:@…\x00-])")
 
 
+def _values(node: ast.expr) -> list[str]:
+    """What one interpolated value can be: VALUE, or words of ours (`{', '.join(x) or 'none'}`)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "translate":
+        return [VALUE]  # translated on its own (checked as a message of its own)
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+        return [VALUE, *(v for n in node.values[1:] for v in _shapes(n))]
+    if isinstance(node, ast.IfExp):
+        return (_shapes(node.body) or [VALUE]) + (_shapes(node.orelse) or [VALUE])
+    return [VALUE]
+
+
 def _shapes(node: ast.expr) -> list[str]:
     """The texts an expression can print, each value as VALUE; [] when it is not text we wrote."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return [node.value]
     if isinstance(node, ast.JoinedStr):
-        return ["".join(v.value if isinstance(v, ast.Constant) else VALUE for v in node.values)]
+        texts = [""]
+        for v in node.values:
+            parts = [v.value] if isinstance(v, ast.Constant) else _values(v.value)  # type: ignore[attr-defined]
+            texts = [t + p for t in texts for p in parts]
+        return texts
     if isinstance(node, ast.IfExp):
         return _shapes(node.body) + _shapes(node.orelse)
     return []
