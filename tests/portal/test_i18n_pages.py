@@ -98,10 +98,9 @@ def english_words(html: str) -> list[str]:
     return sorted({w for w in WORD.findall(text) if w not in DATA})
 
 
-# Chinese text ends its sentences with Chinese punctuation (docs/glossary.zh-Hans.md): an ASCII full
-# stop after a Chinese character is a sentence glued from fragments or a msgstr left half-translated.
-# (Colons are left out: Django's own zh-Hans catalog puts an ASCII ":" after form labels.)
-ASCII_AFTER_CHINESE = re.compile(r"[\u4e00-\u9fff]\s*[.;?!](?=\s|$)")
+# Chinese text ends its sentences with Chinese punctuation (docs/glossary.zh-Hans.md): an ASCII mark
+# after a Chinese character is a sentence glued from fragments or a msgstr left half-translated.
+ASCII_AFTER_CHINESE = re.compile(r"[\u4e00-\u9fff]\s*[.:;?!](?=\s|$)")
 
 
 def ascii_punctuation(html: str) -> list[str]:
