@@ -171,9 +171,7 @@ def test_usage_an_upstream_omits_is_counted_by_its_own_tokenizer(setup, gateway_
 
 
 @pytest.mark.parametrize("surface", ["embeddings", "completions", "completions-stream"])
-def test_usage_omitted_on_embeddings_and_completions_is_counted_from_their_input(
-    setup, gateway_url, upstream, surface
-):
+def test_usage_omitted_on_embeddings_and_completions_is_counted_from_their_input(setup, gateway_url, upstream, surface):
     """Regression (probe): the recount read only Chat's `messages`, so an embedding's `input` and a
     legacy completion's `prompt` were tokenized as "" and recorded as 0 prompt tokens (free)."""
     upstream.behave(mode="omit_usage", tokens=7)
