@@ -404,6 +404,17 @@ class Budget(TimeStampedModel):
 MAX_RETENTION_DAYS = 365
 
 
+def holder_text(key: Key | None, user: object, team: object) -> str:
+    """Whom a policy or a grant is for (one of a key, a user, a team), in the active language."""
+    from django.utils.translation import gettext
+
+    if key is not None:
+        return gettext("key %(name)s of %(owner)s") % {"name": key.name, "owner": key.owner}
+    if user is not None:
+        return gettext("user %(name)s") % {"name": user}
+    return gettext("team %(name)s") % {"name": team}
+
+
 class PayloadLogging(TimeStampedModel):
     """An admin's switch for storing the bodies of one key's, one user's or one team's gateway requests.
 
@@ -446,12 +457,7 @@ class PayloadLogging(TimeStampedModel):
         """What the policy is, in the active language, for the pages (`__str__` stays English: logs)."""
         from django.utils.translation import gettext, ngettext
 
-        if self.key is not None:
-            target = gettext("key %(name)s of %(owner)s") % {"name": self.key.name, "owner": self.key.owner}
-        elif self.user_id:
-            target = gettext("user %(name)s") % {"name": self.user}
-        else:
-            target = gettext("team %(name)s") % {"name": self.team}
+        target = holder_text(self.key, self.user, self.team)
         if not self.enabled:
             return gettext("%(target)s: not logged") % {"target": target}
         kept = ngettext("%(days)d day", "%(days)d days", self.retention_days) % {"days": self.retention_days}

@@ -232,12 +232,9 @@ class McpGrant(TimeStampedModel):
         """The grant in the active language, for the pages (`__str__` stays English: the audit log)."""
         from django.utils.translation import gettext
 
-        if self.key is not None:
-            holder = gettext("key %(name)s of %(owner)s") % {"name": self.key.name, "owner": self.key.owner}
-        elif self.user_id:
-            holder = gettext("user %(name)s") % {"name": self.user}
-        else:
-            holder = gettext("team %(name)s") % {"name": self.team}
+        from keys.models import holder_text
+
+        holder = holder_text(self.key, self.user, self.team)
         if self.tool is None:
             what = gettext("%(server)s (all tools)") % {"server": self.server}
         else:
