@@ -30,11 +30,14 @@ def test_new_key_is_shown_exactly_once_then_only_prefix_and_last_four(alice_clie
     plaintext = found[0]
     assert "will not be shown again" in page and 'data-copy-target="new-key"' in page
     assert "no-store" in response["Cache-Control"]  # neither the back button nor a proxy shows it again
+    # Switching the language reloads the page, and the key is gone for good: the switch asks first.
+    assert 'data-confirm="This page shows a secret only once' in page
     key = verify_key(plaintext)
     assert key is not None and key.owner == alice
     shown_later = alice_client.get(reverse("key_detail", args=[key.pk]))
     assert "no-store" not in shown_later.get("Cache-Control", "")
     again = shown_later.content.decode()
+    assert 'data-confirm="This page shows a secret only once' not in again
     assert plaintext not in again and not KEY_RE.search(again)
     assert key.masked in again
     assert plaintext not in alice_client.get(reverse("key_list")).content.decode()
