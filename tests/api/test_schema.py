@@ -104,3 +104,20 @@ def test_the_schema_view_resolves_every_extension_before_it_builds(admin_api, mo
 
     assert held and all(held)
     assert not [e for base in registries for e in base._registry if isinstance(e.target_class, str)]
+
+
+def test_every_operation_documents_the_errors_it_may_answer(schema):
+    """A script writer reads the answers it must handle from the schema: 400 where a body or a
+    query is read, 401/403 where a token is needed, 404 on an object's path, 409 on a delete, 429
+    and 503 everywhere (it documented only 200/201 and 503)."""
+    key = schema["paths"]["/api/keys/{id}/"]
+    assert {"400", "401", "403", "404", "429", "503"} <= set(key["get"]["responses"])
+    channel = schema["paths"]["/api/channels/{id}/"]
+    assert {"401", "403", "404", "409", "429", "503"} <= set(channel["delete"]["responses"])
+    assert "400" not in channel["delete"]["responses"]
+    assert "400" in schema["paths"]["/api/keys/"]["post"]["responses"]
+    assert "404" not in schema["paths"]["/api/keys/"]["post"]["responses"]  # no object in the path
+    # The installer bundle is fetched with a one-time token in the body, not an API token.
+    assert "401" not in schema["paths"]["/api/client-configs/bundle/"]["post"]["responses"]
+    detail = schema["components"]["schemas"]["Error"]
+    assert detail["properties"]["detail"]["type"] == "string"
