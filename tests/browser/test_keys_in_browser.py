@@ -52,6 +52,19 @@ def test_admin_creates_a_developer_and_a_key_that_is_shown_once(live_server, bro
     page.wait_for_selector("button.copy:has-text('Copied')")
     assert page.evaluate("navigator.clipboard.readText()") == plaintext
 
+    # Switching the language reloads the page, which would lose the key: it asks first, and a
+    # "no" keeps the key on the screen.
+    asked: list[str] = []
+
+    def answer(dialog):
+        asked.append(dialog.message)
+        dialog.dismiss()
+
+    page.once("dialog", answer)
+    page.click("form.language-switch button[type=submit]")
+    assert asked and "shows a secret only once" in asked[0]
+    assert page.locator("#new-key").inner_text().strip() == plaintext
+
     key = verify_key(plaintext)
     assert key is not None and key.owner.username == "dana" and key.name == "laptop"
 
