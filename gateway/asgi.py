@@ -159,9 +159,13 @@ def public_base_url(scope: Scope) -> str:
 def not_found(scope: Scope, sub: str) -> GatewayError:
     base = public_base_url(scope)
     known = sorted({p for (_m, p) in routes.v1} | {p + "{id}" for (_m, p, _h) in routes.v1_prefix})
-    if any(p == sub for (_m, p) in routes.v1):
+    allowed = sorted({m for (m, p) in routes.v1 if p == sub})
+    if allowed:  # RFC 9110: a 405 says which methods the path takes
         return GatewayError(
-            405, f"Method {scope['method']} is not allowed on {scope['path']}.", code="method_not_allowed"
+            405,
+            f"Method {scope['method']} is not allowed on {scope['path']}; use {', '.join(allowed)}.",
+            code="method_not_allowed",
+            headers=[(b"allow", ", ".join(allowed).encode())],
         )
     return GatewayError(
         404,

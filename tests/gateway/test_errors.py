@@ -152,9 +152,12 @@ def test_unknown_gateway_path_is_json_404_naming_the_base_url(setup, gateway_url
     assert "https://llm.example.com/v1" in err["message"]
 
 
-def test_wrong_method_is_405(setup, gateway_url):
+def test_wrong_method_is_405_and_says_which_methods_the_path_takes(setup, gateway_url):
     r = httpx.get(gateway_url + "/v1/chat/completions")
-    assert_openai_error(r, 405, "method_not_allowed")
+    err = assert_openai_error(r, 405, "method_not_allowed")
+    assert r.headers["allow"] == "POST" and "use POST" in err["message"]
+    head = httpx.head(gateway_url + "/v1/models")  # a monitor's HEAD: told to GET
+    assert head.status_code == 405 and head.headers["allow"] == "GET"
 
 
 def test_invalid_json_and_missing_model_are_400(setup, gateway_url):
