@@ -97,8 +97,9 @@ def grouped_totals(qs: QuerySet[UsageDaily], group_by: str, since: dt.date, unti
     out = []
     for row in rows:
         value = row.pop(field)
-        label = labels.get(value, missing) if value is not None else missing
-        out.append(_with_ratio({"group": label, **row}))
+        label = labels.get(value) if value is not None else None
+        # `unnamed`: no such user, team, key… (any more): the page says so in its reader's language
+        out.append(_with_ratio({"group": label or missing, "unnamed": label is None, **row}))
     return out
 
 

@@ -108,6 +108,11 @@ def test_usage_by_team_for_admins_and_the_teams_own_for_its_lead(client, admin_c
     header, *rows = csv.reader(io.StringIO(download.content.decode()))
     tokens = {r[0]: r[header.index("total_tokens")] for r in rows}
     assert (tokens["alpha"], tokens["(none)"]) == ("100", "10")
+    # The page says "no team" in its reader's language (the CSV and the API keep "(none)").
+    admin_client.post(reverse("set_language"), {"language": "zh-hans", "next": "/"})
+    chinese = admin_client.get(reverse("usage_admin") + "?group_by=team").content.decode()
+    assert '<td><span class="muted">（无）</span></td>' in chinese
+    admin_client.post(reverse("set_language"), {"language": "en", "next": "/"})
     client.force_login(lena)
     page = client.get(reverse("usage_admin") + "?group_by=user")
     assert page.status_code == 200

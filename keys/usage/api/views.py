@@ -88,4 +88,5 @@ class UsageSummaryViewSet(viewsets.ViewSet):
         rows = grouped_totals(UsageDaily.objects.visible_to(request.user), group_by, since, until)
         for row in rows:
             row.pop("cost_text", None)
+            row.pop("unnamed", None)  # the page's; a script reads `group`'s "(none)" / "(deleted key)"
         return Response({"group_by": group_by, "since": since, "until": until, "currency": currency(), "results": rows})
