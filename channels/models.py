@@ -499,7 +499,10 @@ class AlertDelivery(models.Model):
     target_name = models.CharField(max_length=100)
     created = models.DateTimeField(default=timezone.now, db_index=True)
     ok = models.BooleanField(default=False)
-    error = models.CharField(max_length=300, blank=True)
+    error = models.CharField(max_length=300, blank=True)  # in English (logs, the API); `error_text` to read
+    error_code = i18n.code_field()
+    error_params = i18n.params_field()
+    error_text = i18n.TranslatedText("error")
     suppressed = models.PositiveIntegerField(default=0)  # status changes folded into this one by the cool-down
 
     class Meta:

@@ -107,9 +107,14 @@ def deliver(ch: Channel, change: StatusChange, *, previous: str, folded: int = 0
     body = payload(ch, change, previous, folded)
     sent = 0
     for target in AlertTarget.objects.filter(enabled=True):
-        ok, error = send(target, body)
+        ok, error = _send(target, body)
         AlertDelivery.objects.create(
-            status_change=change, target=target, target_name=target.name, ok=ok, error=error, suppressed=folded
+            status_change=change,
+            target=target,
+            target_name=target.name,
+            ok=ok,
+            suppressed=folded,
+            **(error or Message.verbatim("")).columns("error", 300),  # read in each reader's language
         )
         sent += ok
     return sent

@@ -134,3 +134,8 @@ def test_a_broken_webhook_is_logged_and_does_not_stop_the_round(make_channel, ta
     assert notify_pending() == 1  # the e-mail still went out
     failed = AlertDelivery.objects.get(target_name="slack")
     assert not failed.ok and "could not reach" in failed.error
+    # The delivery history is read in the reader's language (the English stays for logs and the API).
+    from django.utils import translation
+
+    with translation.override("zh-hans"):
+        assert "无法连接" in failed.error_text and "could not reach" not in failed.error_text, failed.error_text
