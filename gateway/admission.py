@@ -27,7 +27,6 @@ from .call import Call, current, route_header, wants_route_header
 from .catalog import Selection, resolve_model, select_routes
 from .http import GatewayError, Request
 from .limits import TOKEN_LIMITS, Admission, RedisLimiter, Refusal, Scope, Stale, rate_headers
-from .resp import RespError
 from .state import process
 from .usage import UsageEvent
 
@@ -63,9 +62,9 @@ async def open_call(
             key = await authenticate(req)
         except GatewayError as refused:
             # A key this process knows, refused on its snapshot (expired, disabled, address not
-            # allowed): an admin may have just lifted that (`_snapshot_is_stale`). An unknown key
+            # allowed): an admin may have just lifted that (`_refused_on_stale`). An unknown key
             # costs no Redis round trip: nobody can have presented it before it existed.
-            if attempt == 0 and refused.code not in UNKNOWN_KEY and await _snapshot_is_stale(limiter):
+            if attempt == 0 and refused.code not in UNKNOWN_KEY and await _refused_on_stale(limiter):
                 continue
             raise
         if req.playground:  # the record says where it came from; the API is the same
@@ -114,7 +113,7 @@ async def open_call(
             if (
                 attempt == 0
                 and (refused.status < 500 or refused.code == "no_channel")
-                and await _snapshot_is_stale(limiter)
+                and await _refused_on_stale(limiter)
             ):
                 continue
             if resolved is not None and refused.status < 500:
@@ -211,14 +210,11 @@ async def open_call(
     return call
 
 
-async def _snapshot_is_stale(limiter: RedisLimiter) -> bool:
-    """Whether Redis's cache generations show a change this process's snapshot has not seen (it is
-    dropped then). Asked only before refusing: an admitted request learns it from the admission script."""
-    try:
-        generations = await limiter.generations()
-    except (OSError, RespError):  # Redis away: the refusal stands, made on the snapshot there is
-        return False
-    return snapshot.observe_generation(*generations)
+async def _refused_on_stale(limiter: RedisLimiter) -> bool:
+    """Whether a refusal was made on a snapshot older than a change Redis announced (it is dropped
+    then). Asked only before refusing: an admitted request learns it from the admission script.
+    Redis away: the refusal stands, made on the snapshot there is."""
+    return bool(await snapshot.learn_generations(limiter.generations))
 
 
 # key id -> (the KeyInfo they were made of, namespace, its scopes); a reloaded key is a new KeyInfo

@@ -32,7 +32,7 @@ import os
 import pickle
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +50,7 @@ from portal.hot import hot
 from portal.secrets import decrypt_bytes, encrypt_bytes
 
 from .http import GatewayError
+from .resp import RespError
 
 logger = logging.getLogger(__name__)
 
@@ -704,6 +705,16 @@ class Snapshot:
         if routes:
             self.catalog = None
             self.routes_version += 1
+
+    async def learn_generations(self, read: Callable[[], Awaitable[tuple[str | None, str | None]]]) -> bool | None:
+        """Ask Redis (`read`: `RedisLimiter.generations`) for the cache generations and record them:
+        True when something changed since last time (the stale parts are dropped), None when Redis
+        did not answer."""
+        try:
+            generations = await read()
+        except (OSError, RespError):
+            return None
+        return self.observe_generation(*generations)
 
     def observe_generation(self, gen_keys: str | None, gen_routes: str | None) -> bool:
         """Record the generations Redis reported; True when something changed since last time."""

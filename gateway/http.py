@@ -65,18 +65,14 @@ class Request:
         rid = self.request_id.encode()
         scope[REQUEST_ID_KEY] = rid  # for an answer made outside the gateway (BodyDeadline's 408)
 
-        # Anthropic's SDKs read `request-id` (`Message._request_id`, `APIStatusError.request_id`).
-        ids = (
-            [(b"x-request-id", rid), (b"request-id", rid)]
-            if subpath.startswith("/messages")
-            else [(b"x-request-id", rid)]
-        )
-
         async def send_with_id(message: Mapping[str, Any]) -> None:
-            """Every gateway answer carries its request id (`x-request-id`, as OpenAI's does)."""
+            """Every gateway answer carries its request id (`x-request-id`, as OpenAI's does; on the
+            Messages surface `request-id` too, which Anthropic's SDKs read)."""
             if message["type"] == "http.response.start":
                 self.answered = True
-                extra = ids.copy()
+                extra = [(b"x-request-id", rid)]
+                if subpath.startswith("/messages"):
+                    extra.append((b"request-id", rid))
                 if self.playground and self.reveal_replica:  # an admin's playground: which replica answered
                     extra.append((b"x-portal-replica", REPLICA.encode()))
                 message = {**message, "headers": [*message.get("headers", ()), *extra]}

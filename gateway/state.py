@@ -23,7 +23,6 @@ from . import metrics
 from .cache import close_db, snapshot
 from .limits import RedisLimiter, make_limiter
 from .payloads import PayloadWriter
-from .resp import RespError
 from .usage import UsageWriter
 
 
@@ -99,12 +98,8 @@ class ProcessState:
         answer from Redis has nothing to compare with, so a catalog loaded by the background
         refresh before a change and kept past it was served until the next refresh (a channel an
         admin had just marked healthy stayed down for this process for up to GATEWAY_CACHE_TTL)."""
-        try:
-            generations = await limiter.generations()
-        except (OSError, RespError) as exc:  # the first admission will tell them instead
-            logger.warning("reading the cache generations from Redis failed: %r", exc)
-            return
-        snapshot.observe_generation(*generations)
+        if await snapshot.learn_generations(limiter.generations) is None:  # the first admission tells them instead
+            logger.warning("reading the cache generations from Redis failed")
 
     async def _flush_passive_forever(self) -> None:
         """Passive health outcomes to Redis on the gateway's own connection, every
