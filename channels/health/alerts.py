@@ -107,7 +107,7 @@ def deliver(ch: Channel, change: StatusChange, *, previous: str, folded: int = 0
     body = payload(ch, change, previous, folded)
     sent = 0
     for target in AlertTarget.objects.filter(enabled=True):
-        ok, error = _send(target, body)
+        ok, error = send(target, body)
         AlertDelivery.objects.create(
             status_change=change,
             target=target,
@@ -122,18 +122,18 @@ def deliver(ch: Channel, change: StatusChange, *, previous: str, folded: int = 0
 
 def broadcast(body: dict[str, Any]) -> list[tuple[str, bool, str]]:
     """Send `body` (with a Slack-compatible `text`) to every enabled target, for news that is not a
-    channel's status change (an upper app's, e.g. a deployment that crashed); (target, ok, error) each."""
-    return [(target.name, *send(target, body)) for target in AlertTarget.objects.filter(enabled=True)]
+    channel's status change (an upper app's, e.g. a deployment that crashed); (target, ok, error in
+    English) each."""
+    results = []
+    for target in AlertTarget.objects.filter(enabled=True):
+        ok, error = send(target, body)
+        results.append((target.name, ok, error.english if error else ""))
+    return results
 
 
-def send(target: AlertTarget, body: dict[str, Any]) -> tuple[bool, str]:
-    """Send one notification; returns (ok, error in English, as deliveries store it). Never raises:
-    a broken target must not stop a round."""
-    ok, error = _send(target, body)
-    return ok, error.english if error else ""
-
-
-def _send(target: AlertTarget, body: dict[str, Any]) -> tuple[bool, Message | None]:
+def send(target: AlertTarget, body: dict[str, Any]) -> tuple[bool, Message | None]:
+    """Send one notification; returns (ok, what went wrong). Never raises: a broken target must not
+    stop a round."""
     try:
         if target.kind == AlertKind.WEBHOOK:
             resp = httpx.post(target.url, json=body, timeout=settings.PORTAL_ALERT_TIMEOUT, follow_redirects=False)
@@ -153,7 +153,7 @@ def _send(target: AlertTarget, body: dict[str, Any]) -> tuple[bool, Message | No
 
 def send_test(target: AlertTarget) -> tuple[bool, str]:
     """Send a test notification now; returns (ok, error in the active language: the sender reads it)."""
-    ok, error = _send(
+    ok, error = send(
         target,
         {
             "text": f"[Gateway Portal] Test notification for alert target {target.name}.",
