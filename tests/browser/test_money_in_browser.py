@@ -82,4 +82,13 @@ def test_an_admin_sets_prices_and_a_team_budget_and_a_developer_sees_what_is_lef
     assert "Your team alpha" in budgets and "$0.0390" in budgets
     dev.click("nav >> text=Connect your tools")
     assert "$0.0390" in dev.text("[data-testid=budgets]")
+
+    # The admin removes the budget: a confirmation page first (it was one click), then it is gone.
+    robot.goto("/usage/budgets/")
+    robot.click("[data-testid=budget-list] a[role=button]:text-is('Remove')")
+    assert "Its spending is no longer capped." in robot.text("main")
+    assert Budget.objects.filter(team=team).exists()
+    robot.click("main button[type=submit]:text-is('Remove budget')")
+    assert "Budget removed." in robot.text(".flash-success")
+    assert not Budget.objects.filter(team=team).exists()
     assert robot.console_errors == [] and dev.console_errors == []

@@ -52,3 +52,20 @@ def test_stored_requests_paginate_and_filter_with_the_form(live_server, browser,
     assert rows.count() == 49 and "status=ok" in robot.page.url
     assert robot.page.locator(".filter-bar select[name=status]").input_value() == "ok"
     assert robot.console_errors == []
+
+
+def test_an_admin_removes_a_logging_policy_after_a_confirmation(live_server, browser, admin, alice):
+    from keys.models import PayloadLogging
+
+    policy = PayloadLogging.objects.create(user=alice, retention_days=7)
+    robot = Robot(browser.new_context().new_page(), live_server.url)
+    robot.goto("/")
+    robot.log_in("admin", "admin-pass-123")
+    robot.goto("/usage/request-logs/")
+    robot.click("main table a[role=button]:text-is('Remove')")
+    assert "Remove the request logging policy for user alice: logged, kept 7 days?" in robot.text("main")
+    assert PayloadLogging.objects.filter(pk=policy.pk).exists()  # asking removed nothing
+    robot.click("main button[type=submit]:text-is('Remove')")
+    assert "Removed: user alice: logged, kept 7 days." in robot.text(".flash-success")
+    assert not PayloadLogging.objects.exists()
+    assert robot.console_errors == []
