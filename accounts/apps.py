@@ -4,6 +4,9 @@ from typing import TYPE_CHECKING, Any
 
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import gettext_noop
+
+from portal.i18n import Message
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -80,10 +83,11 @@ def _audit_lockout(
 
     from .models import AuditLog, User
 
-    name = f"username {str(username or '')[:60]!r}"
-    who = f"{name}, from {ip_address or 'an unknown address'}"
+    name = Message(gettext_noop("username %(username)s"), username=repr(str(username or "")[:60]))
+    where = Message(gettext_noop("from %(address)s"), address=ip_address) if ip_address else UNKNOWN_ADDRESS
+    who = Message(gettext_noop("%(name)s, %(where)s"), name=name, where=where)
     since = timezone.now() - settings.AXES_COOLOFF_TIME
-    seen = name if username else who  # one entry per locked username (or per address without one)
+    seen = (name if username else who).english  # one entry per locked username (or per address without one)
     if AuditLog.objects.filter(created__gte=since, message__startswith="login locked out", message__contains=seen):
         return
     person = User.objects.filter(username=username).first() if username else None
@@ -91,9 +95,16 @@ def _audit_lockout(
         AuditAction.ACTION,
         person,
         object_type="" if person else "login",
-        message=f"login locked out after {settings.AXES_FAILURE_LIMIT} failed attempts ({who})",
+        message=Message(
+            gettext_noop("login locked out after %(limit)s failed attempts (%(who)s)"),
+            limit=settings.AXES_FAILURE_LIMIT,
+            who=who,
+        ),
         actor=None,
     )
+
+
+UNKNOWN_ADDRESS = Message(gettext_noop("from an unknown address"))
 
 
 def _recent_changes(user: User) -> dict[str, Any]:

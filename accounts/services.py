@@ -20,9 +20,11 @@ from django.db import transaction
 from django.db.models import Max, Q, QuerySet, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from portal import audit
 from portal.choices import AuditAction
+from portal.i18n import Message
 
 from .choices import Role
 from .models import ApiToken, Team, User
@@ -40,8 +42,10 @@ def reset_password(user: User, *, actor: User | None = None, revoke_access: bool
     password = generate_password()
     user.set_password(password)
     user.save(update_fields=["password"])
-    ended = end_access(user) if revoke_access else "API tokens and sessions kept"
-    audit.record(AuditAction.ACTION, user, message=f"password reset; {ended}", actor=actor)
+    ended = end_access(user) if revoke_access else KEPT_ACCESS
+    audit.record(
+        AuditAction.ACTION, user, message=Message(gettext_noop("password reset; %(access)s"), access=ended), actor=actor
+    )
     return password
 
 
@@ -49,8 +53,13 @@ def reset_password(user: User, *, actor: User | None = None, revoke_access: bool
 def password_changed(user: User, *, current_session: str | None, revoke_access: bool = True) -> None:
     """After `user` changed their own password: end their other sessions and revoke their API
     tokens when they asked to (the default), and say which in the audit log."""
-    ended = end_access(user, keep_session=current_session) if revoke_access else "API tokens and sessions kept"
-    audit.record(AuditAction.ACTION, user, message=f"password changed; {ended}", actor=user)
+    ended = end_access(user, keep_session=current_session) if revoke_access else KEPT_ACCESS
+    audit.record(
+        AuditAction.ACTION,
+        user,
+        message=Message(gettext_noop("password changed; %(access)s"), access=ended),
+        actor=user,
+    )
 
 
 def check_set_active(user: User, active: bool, *, actor: User | None = None) -> None:
@@ -86,11 +95,18 @@ def set_active(user: User, active: bool, *, restore_keys: bool = False, actor: U
     user.save(update_fields=["is_active"])
     if not active:
         ended = end_access(user)
-        audit.record(AuditAction.ACTION, user, message=f"deactivated; {ended}", actor=actor)
+        audit.record(
+            AuditAction.ACTION,
+            user,
+            message=Message(gettext_noop("deactivated; %(access)s"), access=ended),
+            actor=actor,
+        )
     else:
         user_reactivated.send(sender=type(user), user=user, restore_keys=restore_keys, actor=actor)
-        kept = "old keys restored" if restore_keys else "old keys revoked"
-        audit.record(AuditAction.ACTION, user, message=f"reactivated; {kept}", actor=actor)
+        kept = Message(gettext_noop("old keys restored") if restore_keys else gettext_noop("old keys revoked"))
+        audit.record(
+            AuditAction.ACTION, user, message=Message(gettext_noop("reactivated; %(keys)s"), keys=kept), actor=actor
+        )
 
 
 def end_sessions(user: User, *, keep: str | None = None) -> int:
@@ -104,18 +120,25 @@ def end_sessions(user: User, *, keep: str | None = None) -> int:
     return len(mine)
 
 
-def end_access(user: User, *, keep_session: str | None = None) -> str:
+def end_access(user: User, *, keep_session: str | None = None) -> Message:
     """End `user`'s sessions (but `keep_session`) and revoke their API tokens; says what it did
     (for the audit log)."""
     sessions = end_sessions(user, keep=keep_session)
     tokens = ApiToken.objects.filter(user=user).not_revoked().update(revoked_at=timezone.now())
-    return f"{sessions} session(s) ended, {tokens} API token(s) revoked"
+    return Message(
+        gettext_noop("%(sessions)s session(s) ended, %(tokens)s API token(s) revoked"), sessions=sessions, tokens=tokens
+    )
+
+
+# What a password reset or change without `revoke_access` says it left alone.
+KEPT_ACCESS = Message(gettext_noop("API tokens and sessions kept"))
 
 
 def unlock_login(user: User, *, actor: User | None = None) -> int:
     """Clear django-axes' failed logins for `user`'s username; returns how many were cleared."""
     cleared = int(axes_reset(username=user.get_username()))
-    audit.record(AuditAction.ACTION, user, message=f"login unlocked ({cleared} failed attempt(s) cleared)", actor=actor)
+    unlocked = Message(gettext_noop("login unlocked (%(cleared)s failed attempt(s) cleared)"), cleared=cleared)
+    audit.record(AuditAction.ACTION, user, message=unlocked, actor=actor)
     return cleared
 
 

@@ -7,8 +7,11 @@ class ClientConfigsConfig(AppConfig):
     verbose_name = "Client configs"
 
     def ready(self) -> None:
-        from portal import dashboard
+        from portal import audit, dashboard
 
+        from .models import DownloadToken
+
+        audit.name_type(DownloadToken)  # its installer bundle downloaded
         dashboard.register_step(
             50, "connect", _("Connect a tool (the developer opens Connect)"), _connected, "connect", _("Open Connect")
         )

@@ -20,6 +20,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from channels.choices import Locality
 from channels.models import AliasTarget, Model, ModelRoute, alias_limits, route_limits
@@ -29,6 +30,7 @@ from keys.services import issue_key, rotate_key
 from mcpservers.access import allowed_servers
 from portal import audit
 from portal.choices import AuditAction
+from portal.i18n import Message
 from portal.public import public_url
 from portal.secrets import keyed_hash
 
@@ -226,7 +228,8 @@ def mint_key(user: User, client: str, machine: str = "", *, replace: bool = True
         old = Key.objects.select_for_update().filter(pk=found.pk, name=base, revoked_at__isnull=True).first()
         if old is not None:
             new, plaintext = rotate_key(old, grace=REPLACE_GRACE)
-            audit.record(AuditAction.ACTION, old, message=f"replaced by a new {base} downloaded from the Connect page")
+            replaced = Message(gettext_noop("replaced by a new %(name)s downloaded from the Connect page"), name=base)
+            audit.record(AuditAction.ACTION, old, message=replaced)
             return new, plaintext
     taken = set(Key.objects.not_revoked().filter(owner=user).values_list("name", flat=True))
     name, n = base, 2
@@ -315,7 +318,8 @@ def redeem_download_token(plaintext: str, *, gateway: str) -> dict[str, Any] | N
     with translation.override(getattr(user, "language", "") or translation.get_language()):
         rendered = render(token.client, inp)
     record_download(user, token.client, inp.version, key, via="installer")
-    audit.record(AuditAction.ACTION, token, message=f"installer bundle for {token.client} downloaded")
+    downloaded = Message(gettext_noop("installer bundle for %(client)s downloaded"), client=token.client)
+    audit.record(AuditAction.ACTION, token, message=downloaded)
     return bundle(token.client, inp, rendered, key)
 
 

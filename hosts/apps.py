@@ -25,6 +25,7 @@ class HostsConfig(AppConfig):
 
         post_migrate.connect(ondemand_tasks.ensure_schedule, sender=self, dispatch_uid="hosts-ondemand-schedule")
 
+        from .downloads.models import ModelDownload
         from .models import Deployment, GPUTypeCost, Host
 
         audit.register(
@@ -33,6 +34,7 @@ class HostsConfig(AppConfig):
         # Status, PID and context window are moved by launch jobs; the jobs themselves are the record.
         audit.register(Deployment, ignore={"status", "status_message", "pid", "context_window"})
         audit.register(GPUTypeCost)
+        audit.name_type(ModelDownload)  # requested, cancelled, its access token forgotten
         dashboard.register_stat(10, _("Hosts"), Host.objects.count, "host_list")
         dashboard.register_step(
             10, "source", _("Add a channel or a GPU host"), Host.objects.exists, "host_create", _("Add a GPU host")

@@ -13,13 +13,14 @@ class KeysConfig(AppConfig):
         from channels.signals import daily_prune
         from portal import audit, dashboard, showback
 
-        from .models import Budget, Key, PayloadLogging
+        from .models import Budget, Key, PayloadLogging, RequestPayload
         from .payloads.services import prune as prune_payloads
         from .usage.retention import prune as prune_usage
 
         audit.register(Key, ignore={"last_used_at"})
         audit.register(PayloadLogging)
         audit.register(Budget)
+        audit.name_type(RequestPayload)  # every read of its bodies
         daily_prune.connect(prune_payloads, dispatch_uid="keys-prune-request-payloads")
         daily_prune.connect(prune_usage, dispatch_uid="keys-prune-usage")
         dashboard.register_stat(50, _("Active keys"), _active_keys, "key_all", "?state=active")

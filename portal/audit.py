@@ -24,6 +24,7 @@ from django.db.models.signals import m2m_changed, post_delete, post_save, pre_sa
 
 from .choices import AuditAction
 from .fields import EncryptedTextField
+from .i18n import Message, as_message
 
 _actor: contextvars.ContextVar = contextvars.ContextVar("audit_actor", default=None)
 _ip: contextvars.ContextVar = contextvars.ContextVar("audit_ip", default=None)
@@ -32,6 +33,7 @@ _ip: contextvars.ContextVar = contextvars.ContextVar("audit_ip", default=None)
 SECRET_FIELDS = {"password", "key_hash", "token_hash"}
 IGNORED_FIELDS = {"updated", "created", "last_login", "last_used_at", "last_checked"}
 _registered: dict[type[models.Model], set[str]] = {}
+_named: list[type[models.Model]] = []
 _sink: Callable[[dict[str, Any]], None] | None = None
 
 
@@ -110,9 +112,11 @@ def record(
     *,
     object_type: str = "",
     changes=None,
-    message: str = "",
+    message: Message | str = "",
     actor=None,
 ) -> None:
+    """Store one entry. `message` is a `Message` (stored in English with its msgid and values, and
+    shown in the reader's language) or a plain string shown as written."""
     if _sink is None:
         raise ImproperlyConfigured("No audit log is installed: add the accounts app to INSTALLED_APPS.")
     actor = actor if actor is not None else _actor.get()
@@ -125,7 +129,7 @@ def record(
             "object_id": str(instance.pk) if instance is not None and instance.pk is not None else "",
             "object_repr": str(instance)[:200] if instance is not None else "",
             "changes": changes or {},
-            "message": message[:300],
+            **as_message(message).columns("message", 300),
             "ip_address": _ip.get(),
         }
     )
@@ -156,17 +160,29 @@ def _post_delete(sender, instance, **kwargs):
     record(AuditAction.DELETE, instance)
 
 
+# The m2m verbs in `changes` (`{"teams": {"added": [...]}}`): stored in English, shown translated.
+M2M_VERBS = {"post_add": "added", "post_remove": "removed", "post_clear": "cleared"}
+
+
 def _m2m_changed(sender, instance, action, pk_set, model, **kwargs):
     if action not in ("post_add", "post_remove", "post_clear") or type(instance) not in _registered:
         return
     names = sorted(str(o) for o in model._default_manager.filter(pk__in=pk_set or []))
-    verb = {"post_add": "added", "post_remove": "removed", "post_clear": "cleared"}[action]
+    verb = M2M_VERBS[action]
     record(AuditAction.UPDATE, instance, changes={str(model._meta.verbose_name_plural): {verb: names}})
 
 
 def registered() -> list[type[models.Model]]:
-    """The audited models: their `model_name`s are the `object_type`s of the entries."""
-    return list(_registered)
+    """The audited models and those named with `name_type`: their `model_name`s are the
+    `object_type`s of the entries."""
+    return [*_registered, *(m for m in _named if m not in _registered)]
+
+
+def name_type(model: type[models.Model]) -> None:
+    """A model whose changes are not audited but that entries are written about by hand
+    (`record(…, download)`): the audit page names its type like an audited model's."""
+    if model not in _named:
+        _named.append(model)
 
 
 def register(model: type[models.Model], ignore: set[str] | None = None) -> None:

@@ -85,6 +85,13 @@ class Message:
         return cls("", text=text)
 
     @classmethod
+    def label(cls, label: object) -> Message:
+        """A choice's label (`JobAction.LAUNCH.label`, a lazy gettext string) as a value of another
+        message: stored as its msgid, translated when read."""
+        with translation.override(None):  # no catalog: the English msgid itself
+            return cls(str(label))
+
+    @classmethod
     def filesize(cls, size: int) -> Message:
         """A number of bytes as a value of another message, formatted when it is read ("12.3 GB",
         Django's `filesizeformat`: the reader's unit words and number format), not when written."""

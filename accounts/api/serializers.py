@@ -336,6 +336,8 @@ class AuditLogSerializer(serializers.ModelSerializer[AuditLog]):
             "object_repr",
             "changes",
             "message",
+            "message_code",
+            "message_params",
             "ip_address",
         ]
         read_only_fields = fields

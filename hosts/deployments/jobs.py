@@ -103,9 +103,10 @@ def request_job(deployment: Deployment, action: str, *, user: User | None = None
     if user is not None and user.pk:  # an admin's job overrides a pending automatic restart
         Deployment.objects.filter(pk=deployment.pk).update(restarting=False, next_restart_at=None)
         deployment.restarting, deployment.next_restart_at = False, None
-    audit.record(
-        AuditAction.ACTION, deployment, message=f"{JobAction(action).label} requested (job #{job.pk})", actor=user
+    requested = Message(
+        gettext_noop("%(action)s requested (job #%(id)s)"), action=Message.label(JobAction(action).label), id=job.pk
     )
+    audit.record(AuditAction.ACTION, deployment, message=requested, actor=user)
     if queue:
         transaction.on_commit(lambda: signals.job_requested.send(sender=LaunchJob, job_id=job.pk))
     return job

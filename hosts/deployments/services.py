@@ -87,7 +87,12 @@ def set_status(
     audit.record(
         AuditAction.ACTION,
         deployment,
-        message=f"{DeploymentStatus(previous).label} → {DeploymentStatus(status).label}: {text.english}"[:1000],
+        message=Message(
+            gettext_noop("%(previous)s → %(status)s: %(message)s"),
+            previous=Message.label(DeploymentStatus(previous).label),
+            status=Message.label(DeploymentStatus(status).label),
+            message=text,
+        ),
     )
     if alert:
         transaction.on_commit(lambda: signals.deployment_event.send(sender=DeploymentEvent, event_id=event.pk))

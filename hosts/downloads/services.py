@@ -136,7 +136,12 @@ def request_download(
         break
     else:  # pragma: no cover - three finishes in a row
         raise DownloadConflict(_("The download could not be queued; try again."))
-    audit.record(AuditAction.ACTION, job, message=f"Download requested (download #{job.pk})", actor=user)
+    audit.record(
+        AuditAction.ACTION,
+        job,
+        message=Message(gettext_noop("Download requested (download #%(id)s)"), id=job.pk),
+        actor=user,
+    )
     _queue_step(job.pk, 0)
     return job, True
 
@@ -155,7 +160,12 @@ def cancel(job: ModelDownload, *, user: User | None = None) -> ModelDownload:
                 gettext_noop("The host did not answer (%(error)s): the download may still run there."), error=exc.text
             )
     _move(job, DownloadState.CANCELLED, text, token="", pid=None)
-    audit.record(AuditAction.ACTION, job, message=f"Download cancelled (download #{job.pk})", actor=user)
+    audit.record(
+        AuditAction.ACTION,
+        job,
+        message=Message(gettext_noop("Download cancelled (download #%(id)s)"), id=job.pk),
+        actor=user,
+    )
     return job
 
 
@@ -166,7 +176,12 @@ def forget_token(job: ModelDownload, *, user: User | None = None) -> None:
         raise DownloadConflict(_("Download #%(id)s is still running: cancel it first.") % {"id": job.pk})
     ModelDownload.objects.filter(pk=job.pk).update(token="", updated=timezone.now())
     job.token = ""
-    audit.record(AuditAction.ACTION, job, message=f"Access token forgotten (download #{job.pk})", actor=user)
+    audit.record(
+        AuditAction.ACTION,
+        job,
+        message=Message(gettext_noop("Access token forgotten (download #%(id)s)"), id=job.pk),
+        actor=user,
+    )
 
 
 # --- the step ---------------------------------------------------------------------------------------
@@ -626,7 +641,8 @@ def delete_model(host: Host, name: str, *, user: User | None = None) -> None:
             raise ValidationError(_("%(name)s is not on %(host)s's disk.") % {"name": name, "host": host})
         if not remote.delete_model(conn, settings.HOSTS_DOWNLOAD_DIR, name):
             raise DownloadFailed(_("%(name)s could not be deleted on %(host)s.") % {"name": name, "host": host})
-    audit.record(AuditAction.DELETE, host, message=f"Model folder {name} deleted from the host's disk", actor=user)
+    deleted = Message(gettext_noop("Model folder %(name)s deleted from the host's disk"), name=name)
+    audit.record(AuditAction.DELETE, host, message=deleted, actor=user)
 
 
 class Weights(NamedTuple):

@@ -14,10 +14,12 @@ from typing import Any
 
 import orjson
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
 from keys.models import PAYLOAD_LOGGING_RELATED, Key, RequestPayload, payload_logging_of
 from portal import audit
 from portal.choices import AuditAction
+from portal.i18n import Message
 
 from .redact import Redactor
 
@@ -85,9 +87,16 @@ def bodies(payload: RequestPayload) -> dict[str, Any]:
     return {"request": _text(payload.request_body), "response": _text(payload.response_body)}
 
 
+# Where the bodies were read, for the audit entry.
+READ_VIA = {
+    "web": Message(gettext_noop("read the request log's bodies (web)")),
+    "API": Message(gettext_noop("read the request log's bodies (API)")),
+}
+
+
 def read(payload: RequestPayload, *, reader: Any, via: str) -> dict[str, Any]:
-    """The bodies of `payload`, with an audit entry naming `reader`."""
-    audit.record(AuditAction.ACTION, payload, message=f"read the request log's bodies ({via})", actor=reader)
+    """The bodies of `payload`, with an audit entry naming `reader` (`via`: "web" or "API")."""
+    audit.record(AuditAction.ACTION, payload, message=READ_VIA[via], actor=reader)
     return bodies(payload)
 
 

@@ -17,7 +17,7 @@ import pytest
 from django.urls import Resolver404, resolve
 from django.utils import timezone
 
-from accounts.services import issue_token
+from accounts.services import issue_token, password_changed, unlock_login
 from channels.models import AlertTarget, Channel, Model, ModelRoute, ProbeResult
 from channels.services import save_alias
 from hosts.choices import JobAction, JobState
@@ -88,6 +88,9 @@ def world(admin, alice, mallory, team, lena):
     )
     issue_token(user=alice, name="script")
     issue_token(user=admin, name="admin-script")
+    # Audit entries with a message, which the audit page and the dashboard show in the reader's language.
+    unlock_login(alice, actor=admin)
+    password_changed(mallory, current_session=None, revoke_access=False)
     # A 100-character name without spaces on every kind of row, so no page may widen past a phone.
     long_channel = Channel.objects.create(name=LONG, kind="vllm", base_url="http://127.0.0.1:9/v1")
     long_model = Model.objects.create(name=LONG)

@@ -249,10 +249,10 @@ def test_each_language_is_offered_in_its_own_name(client, alice, language):
 def test_every_audit_object_type_has_a_chinese_name():
     """The audit log's Object filter names each type by its model's verbose name: a model audited
     without a translated one (Django derives an English one from the class) is listed here."""
-    from accounts.views import object_type_names
+    from accounts.models import object_type_names
 
     with translation.override("zh-hans"):
         names = object_type_names()
     assert "aliastarget" in names and "user" in names
     untranslated = {t: n for t, n in names.items() if not re.search(r"[\u4e00-\u9fff]", n)}
-    assert untranslated == {}, "Mark these in accounts.views.DERIVED_VERBOSE_NAMES and translate them"
+    assert untranslated == {}, "Mark these in accounts.models.DERIVED_VERBOSE_NAMES and translate them"
