@@ -1,6 +1,7 @@
 """The portal in Simplified Chinese, in a real browser whose own language is English: switching on
 the login page, the admin's first steps (headings, buttons, a field error), the choice kept across
-logging out and in from another browser, and a developer's Connect page with its client notes."""
+logging out and in from another browser, the audit log's entries, and a developer's Connect page with
+its client notes."""
 
 from __future__ import annotations
 
@@ -46,6 +47,27 @@ def test_an_admin_switches_to_chinese_and_keeps_it_across_logins(live_server, br
     again.click("header a[href='/hosts/']")
     assert again.text("main h1") == "GPU 主机"
     assert again.console_errors == []
+
+
+def test_an_admin_reads_what_they_did_in_the_audit_log_in_chinese(live_server, browser, admin):
+    """The entries are stored in English with their msgid (whoever wrote them, in any language);
+    the page shows them in the reader's."""
+    admin.language = "zh-hans"
+    admin.save(update_fields=["language"])
+    robot = Robot(browser.new_context(locale="en-US").new_page(), live_server.url)
+    robot.goto("/login/")
+    robot.log_in("admin", "admin-pass-123")
+    robot.click("header a[href='/account/']")
+    robot.fill("#id_name", "deploy")
+    robot.click("text=创建令牌")
+    robot.click("main td.actions a:text-is('吊销')")
+    robot.click("main article.confirm button[type=submit]")
+    robot.click("header a[href='/audit-log/']")
+    rows = robot.page.locator("main tbody tr")
+    assert "已吊销 API 令牌" in rows.nth(0).inner_text() and "API 令牌" in rows.nth(0).inner_text()
+    page = robot.text("main")
+    assert "已创建 API 令牌" in page and "API token" not in page
+    assert robot.console_errors == []
 
 
 def test_a_developer_chooses_chinese_on_the_account_page_and_connects(live_server, browser, alice):
