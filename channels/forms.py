@@ -126,9 +126,18 @@ class ChannelForm(forms.ModelForm):
 
 
 class ModelForm(forms.ModelForm):
+    remove_priced_routes = forms.BooleanField(
+        label=_("Also remove routes that have prices, with their price history"),
+        required=False,
+        help_text=_("Without it, removing a priced route is refused and nothing is saved."),
+    )
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["balance"].required = False  # a post without it keeps what the model has
+        # Only routes with prices need the confirmation; the page offers it when the model has some.
+        priced = ModelRoute.objects.filter(model_id=self.instance.pk, prices__isnull=False)
+        self.priced_channels = sorted(set(priced.values_list("channel__name", flat=True))) if self.instance.pk else []
 
     class Meta:
         model = Model
@@ -148,6 +157,12 @@ class RouteForm(forms.ModelForm):
         for name, field in self.fields.items():
             field.widget.attrs.setdefault("aria-label", str(field.label or name))
 
+    def validate_unique(self) -> None:
+        """Routes are saved by channel (`replace_routes`): a row naming a channel another row of
+        the page held before (removed and added again, two rows swapped) updates that route. Two
+        rows naming one channel are the formset's error; a route the page does not show, its
+        `clean`'s."""
+
     class Meta:
         model = ModelRoute
         fields = ["channel", "upstream_model", "context_window", "max_output_tokens", "enabled"]
@@ -159,30 +174,42 @@ class RouteForm(forms.ModelForm):
         }
 
 
-class _RouteFormSet(BaseInlineFormSet):
+class BaseRouteFormSet(BaseInlineFormSet):
     def add_fields(self, form: forms.ModelForm, index: int | None) -> None:
         super().add_fields(form, index)
         if "DELETE" in form.fields:  # added by the formset, after RouteForm labelled its own inputs
             form.fields["DELETE"].widget.attrs["aria-label"] = _("Remove this route")
 
     def clean(self) -> None:
-        """A new row for a channel the model already has a route to, that no row of this form
+        """A row naming a channel the model already has a route to, that no row of this form
         holds (the form sent twice, or another admin added it meanwhile): a field error, where
-        the database would refuse the second route."""
+        saving would overwrite a route the admin did not see."""
         super().clean()
         if self.instance.pk is None:
             return
         shown = {form.instance.pk for form in self.initial_forms}
         kept = ModelRoute.objects.filter(model=self.instance).exclude(pk__in=shown)
         taken = set(kept.values_list("channel_id", flat=True))
-        for form in self.extra_forms:
+        for form in self.forms:
             channel = form.cleaned_data.get("channel") if form.has_changed() else None
             if channel is not None and not form.cleaned_data.get("DELETE") and channel.pk in taken:
                 form.add_error("channel", _("This model already has a route to this channel; reload the page."))
 
+    @property
+    def routes(self) -> list[dict[str, Any]]:
+        """What the valid formset asks for, one dict per route (`replace_routes`' input): the
+        rows not removed, new rows only when filled in."""
+        return [
+            form.cleaned_data
+            for form in self.forms
+            if form.cleaned_data.get("channel") is not None
+            and not form.cleaned_data.get("DELETE")
+            and (form in self.initial_forms or form.has_changed())
+        ]
+
 
 RouteFormSet = inlineformset_factory(
-    Model, ModelRoute, form=RouteForm, formset=_RouteFormSet, extra=1, can_delete=True, max_num=50, validate_max=True
+    Model, ModelRoute, form=RouteForm, formset=BaseRouteFormSet, extra=1, can_delete=True, max_num=50, validate_max=True
 )
 
 

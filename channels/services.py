@@ -211,6 +211,47 @@ def add_served_model(*, channel, name: str, upstream_model: str, context_window:
     return route
 
 
+ROUTE_FIELDS = ("upstream_model", "context_window", "max_output_tokens", "enabled")
+
+
+def replace_routes(model, routes: list[dict], *, remove_priced: bool = False) -> None:
+    """Make `routes` (each a dict with its `channel` and any of ROUTE_FIELDS) the whole set of
+    `model`'s routes, keyed by channel: a channel that stays keeps its row, and so its prices, their
+    history and its discovered window; a new channel gets a row; the others' rows are deleted. A
+    route with prices takes its price history with it, so removing one is refused (a field error
+    on `remove_priced_routes`, naming the channels) unless `remove_priced` says the caller asked."""
+    from .models import ModelRoute, RoutePrice
+
+    existing = {r.channel_id: r for r in ModelRoute.objects.filter(model=model).select_related("channel")}
+    wanted = {data["channel"].pk for data in routes}
+    gone = [route for channel_id, route in existing.items() if channel_id not in wanted]
+    priced = set(RoutePrice.objects.filter(route__in=gone).values_list("route_id", flat=True))
+    if priced and not remove_priced:
+        names = sorted(route.channel.name for route in gone if route.pk in priced)
+        raise ValidationError(
+            {
+                "remove_priced_routes": [
+                    _(
+                        "The routes to %(channels)s have prices: removing them deletes their prices and price "
+                        "history. Confirm that they go, or keep them."
+                    )
+                    % {"channels": ", ".join(names)}
+                ]
+            }
+        )
+    for route in gone:
+        route.delete()
+    for data in routes:
+        route = existing.get(data["channel"].pk) or ModelRoute(model=model, channel=data["channel"])
+        changed = route.pk is None
+        for name in ROUTE_FIELDS:
+            if name in data and getattr(route, name) != data[name]:
+                setattr(route, name, data[name])
+                changed = True
+        if changed:
+            route.save()
+
+
 MAX_ALIAS_TARGETS = 10
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
@@ -22,6 +22,7 @@ from .filters import ChannelFilterSet, ModelFilterSet
 from .forms import (
     AddServedModelForm,
     AliasForm,
+    BaseRouteFormSet,
     ChannelForm,
     ModelForm,
     RouteFormSet,
@@ -39,6 +40,7 @@ from .services import (
     clean_base_url,
     load_price_catalogue,
     model_states,
+    replace_routes,
     save_alias,
     set_route_price,
     set_unpriced_policy,
@@ -212,8 +214,8 @@ class ModelEditView(AdminRequiredMixin, ObjectFormView):
 
     def save(self, form: ModelForm) -> Model:
         model = form.save()
-        self.formset.instance = model
-        self.formset.save()
+        routes = cast(BaseRouteFormSet, self.formset).routes
+        replace_routes(model, routes, remove_priced=form.cleaned_data["remove_priced_routes"])
         return model
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from channels.prices import currency
 from channels.services import (
     MAX_ALIAS_TARGETS,
     clean_base_url,
+    replace_routes,
     reset_status_after_edit,
     save_alias,
     set_route_price,
@@ -159,10 +160,20 @@ class ModelRouteSerializer(serializers.ModelSerializer):
 
 
 class PublicModelSerializer(serializers.ModelSerializer):
-    """A public model name and the channels serving it. Sending `routes` replaces the whole set
-    (matched by channel, so discovered context windows survive); omit it to keep the routes."""
+    """A public model name and the channels serving it. Sending `routes` replaces the whole set,
+    matched by channel: a channel that stays keeps its route, with its prices and discovered context
+    window; omit `routes` to keep them all. A route left out that has prices is deleted with its
+    price history only when `remove_priced_routes` is true (else 400)."""
 
     routes = ModelRouteSerializer(many=True, required=False, help_text=_("Admins only."))
+    remove_priced_routes = serializers.BooleanField(
+        write_only=True,
+        required=False,
+        default=False,
+        help_text=_(
+            "True: routes left out of `routes` are removed even when they have prices, with their price history."
+        ),
+    )
     context_window = serializers.SerializerMethodField(
         help_text=_("Smallest effective context window over the enabled routes.")
     )
@@ -180,6 +191,7 @@ class PublicModelSerializer(serializers.ModelSerializer):
             "context_window",
             "max_output_tokens",
             "routes",
+            "remove_priced_routes",
             "created",
             "updated",
         ]
@@ -217,33 +229,25 @@ class PublicModelSerializer(serializers.ModelSerializer):
     @transaction.atomic
     def create(self, validated_data: dict) -> Model:
         routes = validated_data.pop("routes", [])
+        remove_priced = validated_data.pop("remove_priced_routes", False)
         model = Model.objects.create(**validated_data)
-        self._save_routes(model, routes)
+        self._save_routes(model, routes, remove_priced)
         return model
 
     @transaction.atomic
     def update(self, instance: Model, validated_data: dict) -> Model:
         routes = validated_data.pop("routes", None)
+        remove_priced = validated_data.pop("remove_priced_routes", False)
         instance = super().update(instance, validated_data)
         if routes is not None:
-            self._save_routes(instance, routes)
+            self._save_routes(instance, routes, remove_priced)
         return instance
 
-    def _save_routes(self, model: Model, routes: list[dict]) -> None:
-        existing = {r.channel_id: r for r in model.routes.all()}
-        wanted = {r["channel"].pk for r in routes}
-        for channel_id, route in existing.items():
-            if channel_id not in wanted:
-                route.delete()
-        for data in routes:
-            route = existing.get(data["channel"].pk) or ModelRoute(model=model, channel=data["channel"])
-            changed = route.pk is None
-            for name, value in data.items():
-                if name != "channel" and getattr(route, name) != value:
-                    setattr(route, name, value)
-                    changed = True
-            if changed:
-                route.save()
+    def _save_routes(self, model: Model, routes: list[dict], remove_priced: bool) -> None:
+        try:
+            replace_routes(model, routes, remove_priced=remove_priced)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from None
 
 
 class AliasSerializer(serializers.ModelSerializer):

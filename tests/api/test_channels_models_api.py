@@ -3,12 +3,15 @@ connection edit, nested routes, and developers seeing only the models they may u
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 import redis
 from django.test import override_settings
+from django.utils import timezone
 
-from channels.models import Channel, Model, ModelRoute
-from channels.services import save_alias
+from channels.models import Channel, Model, ModelRoute, RoutePrice
+from channels.services import save_alias, set_route_price
 from gateway.cache import generation_keys
 from keys.services import issue_key
 from tests.services import require_redis
@@ -79,6 +82,33 @@ def test_routes_are_replaced_as_a_set_and_keep_discovered_values(admin_api, mode
     assert ModelRoute.objects.filter(model=model).count() == 1
     admin_api.patch(f"/api/models/{model.pk}/", {"description": "kept routes"}, format="json")
     assert ModelRoute.objects.filter(model=model).count() == 1
+
+
+def test_routes_that_stay_keep_their_prices_and_a_priced_one_goes_only_when_asked(admin_api, model, channel):
+    route = ModelRoute.objects.get(model=model)
+    set_route_price(route, input=1, output=2, effective_from=timezone.now() - datetime.timedelta(days=30))
+    set_route_price(route, input=3, output=4)
+    history = set(RoutePrice.objects.values_list("pk", flat=True))
+    Channel.objects.create(name="cloud", base_url="https://cloud.test/v1")
+    url = f"/api/models/{model.pk}/"
+
+    kept = {"channel": "vllm-a", "upstream_model": "Qwen/Qwen3-32B-AWQ", "context_window": 40960}
+    response = admin_api.put(url, {"name": model.name, "routes": [kept, {"channel": "cloud"}]}, format="json")
+    assert response.status_code == 200, response.json()
+    assert ModelRoute.objects.get(model=model, channel=channel).pk == route.pk
+    assert set(RoutePrice.objects.values_list("pk", flat=True)) == history
+
+    for body in ({"routes": [{"channel": "cloud"}]}, {"routes": [{"channel": "cloud"}], "remove_priced_routes": False}):
+        response = admin_api.patch(url, {**body, "description": "edited"}, format="json")
+        assert response.status_code == 400
+        assert "The routes to vllm-a have prices" in response.json()["remove_priced_routes"][0]
+        assert ModelRoute.objects.filter(model=model).count() == 2 and Model.objects.get().description == ""
+        assert set(RoutePrice.objects.values_list("pk", flat=True)) == history
+
+    response = admin_api.patch(url, {"routes": [{"channel": "cloud"}], "remove_priced_routes": True}, format="json")
+    assert response.status_code == 200, response.json()
+    assert [r["channel_name"] for r in response.json()["routes"]] == ["cloud"]
+    assert "remove_priced_routes" not in response.json() and not RoutePrice.objects.exists()
 
 
 def test_disabled_routes_and_channels_do_not_count_toward_effective_limits(admin_api, model, channel):

@@ -7,7 +7,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import User
-from channels.models import Channel, Model, ModelRoute
+from channels.models import Channel, Model, ModelRoute, RoutePrice
+from channels.services import set_route_price
 from hosts.models import Host
 from keys.models import Key
 
@@ -368,6 +369,58 @@ def test_model_form_rejects_bad_routes_and_saves_nothing(admin_client, channel):
     response = model_post(admin_client, routes=[twice, twice])
     assert response.status_code == 400
     assert not Model.objects.exists() and not ModelRoute.objects.exists()
+
+
+def priced(route):
+    """Two prices for `route`: last month's and today's (its price history)."""
+    set_route_price(route, input=1, output=2, effective_from=timezone.now() - datetime.timedelta(days=30))
+    set_route_price(route, input=3, output=4)
+    return set(RoutePrice.objects.filter(route=route).values_list("pk", flat=True))
+
+
+def test_a_route_removed_and_added_again_on_the_model_form_keeps_its_prices(admin_client, model, channel):
+    """Remove a row and name its channel again in the empty row (to start the row afresh): the
+    channel stays, so its route is updated in place and its price history survives."""
+    route = ModelRoute.objects.get(model=model)
+    history = priced(route)
+    url = reverse("model_edit", args=[model.pk])
+    rows = [
+        {"id": route.pk, "channel": channel.pk, "upstream_model": route.upstream_model, "DELETE": "on"},
+        {"channel": channel.pk, "upstream_model": "Qwen/Qwen3-32B-AWQ", "context_window": "40960", "enabled": "on"},
+    ]
+    assert model_post(admin_client, url=url, name=model.name, initial=1, routes=rows).status_code == 302
+    kept = ModelRoute.objects.get(model=model)
+    assert (kept.pk, kept.upstream_model, kept.context_window) == (route.pk, "Qwen/Qwen3-32B-AWQ", 40960)
+    assert set(RoutePrice.objects.filter(route=kept).values_list("pk", flat=True)) == history
+
+    # An ordinary edit of the row keeps them too.
+    row = {"id": route.pk, "channel": channel.pk, "upstream_model": "Qwen/Qwen3-32B", "enabled": "on"}
+    assert model_post(admin_client, url=url, name=model.name, initial=1, routes=[row]).status_code == 302
+    assert set(RoutePrice.objects.filter(route__model=model).values_list("pk", flat=True)) == history
+
+
+def test_removing_a_priced_route_on_the_model_form_asks_first(admin_client, model, channel):
+    route = ModelRoute.objects.get(model=model)
+    history = priced(route)
+    cloud = Channel.objects.create(name="cloud", base_url="https://cloud.test/v1")
+    url = reverse("model_edit", args=[model.pk])
+    page = admin_client.get(url).content.decode()
+    assert "The routes to vllm-a have prices." in page and 'name="remove_priced_routes"' in page
+
+    removed = {"id": route.pk, "channel": channel.pk, "enabled": "on", "DELETE": "on"}
+    moved = {"id": route.pk, "channel": cloud.pk, "enabled": "on"}  # the row now names another channel
+    for row in (removed, moved):
+        response = model_post(admin_client, url=url, name=model.name, description="edited", initial=1, routes=[row])
+        assert response.status_code == 400
+        assert "The routes to vllm-a have prices" in " ".join(field_errors(response, "remove_priced_routes"))
+        assert list(ModelRoute.objects.filter(model=model)) == [route]  # nothing saved
+        assert Model.objects.get(pk=model.pk).description == ""
+        assert set(RoutePrice.objects.values_list("pk", flat=True)) == history
+
+    response = model_post(admin_client, url=url, name=model.name, initial=1, routes=[moved], remove_priced_routes="on")
+    assert response.status_code == 302
+    assert [r.channel for r in ModelRoute.objects.filter(model=model)] == [cloud]
+    assert not RoutePrice.objects.exists()  # cloud's route is a new one: vllm-a's prices are not its
 
 
 # --- users and tokens -----------------------------------------------------------------------
