@@ -398,6 +398,18 @@ def test_a_route_removed_and_added_again_on_the_model_form_keeps_its_prices(admi
     assert model_post(admin_client, url=url, name=model.name, initial=1, routes=[row]).status_code == 302
     assert set(RoutePrice.objects.filter(route__model=model).values_list("pk", flat=True)) == history
 
+    # Two rows swapped: each channel keeps its route, with the values of the row that names it.
+    cloud = Channel.objects.create(name="cloud", base_url="https://cloud.test/v1")
+    other = ModelRoute.objects.create(model=model, channel=cloud, upstream_model="qwen3-cloud")
+    rows = [
+        {"id": route.pk, "channel": cloud.pk, "upstream_model": "qwen3-cloud-2", "enabled": "on"},
+        {"id": other.pk, "channel": channel.pk, "upstream_model": "Qwen/Qwen3-32B-FP8", "enabled": "on"},
+    ]
+    assert model_post(admin_client, url=url, name=model.name, initial=2, routes=rows).status_code == 302
+    routes = {r.channel.name: (r.pk, r.upstream_model) for r in ModelRoute.objects.filter(model=model)}
+    assert routes == {"vllm-a": (route.pk, "Qwen/Qwen3-32B-FP8"), "cloud": (other.pk, "qwen3-cloud-2")}
+    assert set(RoutePrice.objects.filter(route=route).values_list("pk", flat=True)) == history
+
 
 def test_removing_a_priced_route_on_the_model_form_asks_first(admin_client, model, channel):
     route = ModelRoute.objects.get(model=model)
