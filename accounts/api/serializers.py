@@ -13,7 +13,15 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from channels.models import Model
-from portal.api.serializers import LIMIT_FIELDS, IdOrNameRelatedField, LimitFields, ListRelatedField, drf_error
+from portal.api.serializers import (
+    LIMIT_FIELDS,
+    BooleanField,
+    IdOrNameRelatedField,
+    LimitFields,
+    ListRelatedField,
+    ModelSerializer,
+    drf_error,
+)
 
 from .. import services
 from ..choices import Role
@@ -22,7 +30,7 @@ from ..models import ApiToken, AuditLog, Team, User
 # --- users ---------------------------------------------------------------------------------------
 
 
-class UserSerializer(LimitFields, serializers.ModelSerializer[User]):
+class UserSerializer(LimitFields, ModelSerializer[User]):
     """Admins manage users. The password is write-only and create-only (use `reset-password` later);
     limits are the ceiling for the user's keys and apply to all of them together."""
 
@@ -45,7 +53,7 @@ class UserSerializer(LimitFields, serializers.ModelSerializer[User]):
         required=False,
         help_text='Limits pre-filled on the user\'s new keys, e.g. {"tokens_per_day": 200000}.',
     )
-    is_admin = serializers.BooleanField(read_only=True)
+    is_admin = BooleanField(read_only=True)
     team = IdOrNameRelatedField(
         queryset=Team.objects.all(), required=False, allow_null=True, help_text=_("Team id or name; null: no team.")
     )
@@ -149,7 +157,7 @@ class UserSerializer(LimitFields, serializers.ModelSerializer[User]):
 # --- teams ---------------------------------------------------------------------------------------
 
 
-class TeamSerializer(LimitFields, serializers.ModelSerializer[Team]):
+class TeamSerializer(LimitFields, ModelSerializer[Team]):
     """A team: its limits are a ceiling over all its members together (admins set them; members'
     and keys' own limits can only be lower). Members are assigned on the user (`team`)."""
 
@@ -188,7 +196,7 @@ class TeamSerializer(LimitFields, serializers.ModelSerializer[Team]):
         return value
 
 
-class MemberSerializer(LimitFields, serializers.ModelSerializer[User]):
+class MemberSerializer(LimitFields, ModelSerializer[User]):
     """A team member as the team's lead manages them: their limits (within the team's, and never
     above what an admin set on them) and their keys (under /api/keys/)."""
 
@@ -218,7 +226,7 @@ class UserCreatedSerializer(UserSerializer):
 
 
 class ResetPasswordSerializer(serializers.Serializer[Any]):
-    revoke_access = serializers.BooleanField(
+    revoke_access = BooleanField(
         default=True, help_text=_("Also revoke the user's API tokens and end their sessions (the default).")
     )
 
@@ -228,7 +236,7 @@ class PasswordSerializer(serializers.Serializer[Any]):
 
 
 class ReactivateSerializer(serializers.Serializer[Any]):
-    restore_keys = serializers.BooleanField(
+    restore_keys = BooleanField(
         default=False, help_text=_("Keep the user's old keys working; by default they are revoked.")
     )
 
@@ -237,10 +245,10 @@ class UnlockSerializer(serializers.Serializer[Any]):
     cleared = serializers.IntegerField(read_only=True, help_text=_("Failed login attempts cleared."))
 
 
-class MeSerializer(serializers.ModelSerializer[User]):
+class MeSerializer(ModelSerializer[User]):
     """The caller's own profile: role, limits, key defaults and the models they may use."""
 
-    is_admin = serializers.BooleanField(read_only=True)
+    is_admin = BooleanField(read_only=True)
     # Plain text in the schema: an empty address is allowed, which the "email" format refuses.
     email = serializers.CharField(read_only=True, help_text=_("Empty when none is set."))
     key_defaults = serializers.DictField(child=serializers.IntegerField(allow_null=True), read_only=True)
@@ -269,11 +277,11 @@ class MeSerializer(serializers.ModelSerializer[User]):
 # --- personal API tokens -------------------------------------------------------------------------
 
 
-class ApiTokenSerializer(serializers.ModelSerializer[ApiToken]):
+class ApiTokenSerializer(ModelSerializer[ApiToken]):
     """A personal API token. The plaintext appears once, as `token` in the create response."""
 
     masked = serializers.SerializerMethodField()
-    active = serializers.BooleanField(source="is_active", read_only=True)
+    active = BooleanField(source="is_active", read_only=True)
 
     class Meta:
         model = ApiToken
@@ -320,7 +328,7 @@ class ApiTokenCreatedSerializer(ApiTokenSerializer):
 # --- audit log -----------------------------------------------------------------------------------
 
 
-class AuditLogSerializer(serializers.ModelSerializer[AuditLog]):
+class AuditLogSerializer(ModelSerializer[AuditLog]):
     changes = serializers.JSONField(read_only=True, help_text='Field: [old, new]; secrets only as "changed"/"set".')
 
     class Meta:

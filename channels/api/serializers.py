@@ -19,13 +19,13 @@ from channels.services import (
     set_route_price,
     suggest_locality,
 )
-from portal.api.serializers import IdOrNameRelatedField, is_admin, translated
+from portal.api.serializers import BooleanField, IdOrNameRelatedField, ModelSerializer, is_admin, translated
 from portal.fields import secret_problem, undecryptable
 
 MAX_API_KEY_CHARS = 4096
 
 
-class ChannelSerializer(serializers.ModelSerializer):
+class ChannelSerializer(ModelSerializer):
     status_message = translated("status_message")
     """An upstream. `base_url` is stored canonical (ending in /v1); `base_url_notes` says what was
     changed in the URL you sent. `api_key` is write-only (null or "" clears it, omit it to keep it)."""
@@ -136,7 +136,7 @@ class ChannelSerializer(serializers.ModelSerializer):
         return instance
 
 
-class ModelRouteSerializer(serializers.ModelSerializer):
+class ModelRouteSerializer(ModelSerializer):
     channel = IdOrNameRelatedField(queryset=Channel.objects.all(), help_text=_("Channel id or name."))
     channel_name = serializers.CharField(source="channel.name", read_only=True)
     upstream_id = serializers.CharField(read_only=True, help_text=_("upstream_model, or the public name if blank."))
@@ -159,14 +159,14 @@ class ModelRouteSerializer(serializers.ModelSerializer):
         read_only_fields = ["discovered_context_window"]
 
 
-class PublicModelSerializer(serializers.ModelSerializer):
+class PublicModelSerializer(ModelSerializer):
     """A public model name and the channels serving it. Sending `routes` replaces the whole set,
     matched by channel: a channel that stays keeps its route, with its prices and discovered context
     window; omit `routes` to keep them all. A route left out that has prices is deleted with its
     price history only when `remove_priced_routes` is true (else 400)."""
 
     routes = ModelRouteSerializer(many=True, required=False, help_text=_("Admins only."))
-    remove_priced_routes = serializers.BooleanField(
+    remove_priced_routes = BooleanField(
         write_only=True,
         required=False,
         default=False,
@@ -250,7 +250,7 @@ class PublicModelSerializer(serializers.ModelSerializer):
             raise serializers.ValidationError(exc.message_dict) from None
 
 
-class AliasSerializer(serializers.ModelSerializer):
+class AliasSerializer(ModelSerializer):
     """An alias (virtual model): a public name whose requests go to `targets`, model names tried
     in order (the first whose window holds the request and that answers). `context_window` is the
     largest a target serves; `local_only` keeps its requests on local channels."""
@@ -324,7 +324,7 @@ class AliasSerializer(serializers.ModelSerializer):
         return self._save(instance, validated_data)
 
 
-class RoutePriceSerializer(serializers.ModelSerializer):
+class RoutePriceSerializer(ModelSerializer):
     """A route's price per million tokens in the portal's currency, from `effective_from` (default:
     now). Rows are added, never edited: past usage keeps the price it was made at."""
 

@@ -5,6 +5,8 @@ from typing import Any
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
+from portal.api.serializers import BooleanField
+
 from ..models import KeyMode
 
 
@@ -19,7 +21,7 @@ REPLACE_HELP = "Replace the active key minted before for this client and machine
 class MintSerializer(serializers.Serializer[Any]):
     machine = serializers.CharField(required=False, allow_blank=True, max_length=40, help_text=_("e.g. laptop"))
     model = serializers.CharField(required=False, allow_blank=True, max_length=128)
-    replace = serializers.BooleanField(default=True, help_text=REPLACE_HELP)
+    replace = BooleanField(default=True, help_text=REPLACE_HELP)
 
 
 class DownloadTokenSerializer(serializers.Serializer[Any]):
@@ -27,7 +29,7 @@ class DownloadTokenSerializer(serializers.Serializer[Any]):
     key = serializers.IntegerField(required=False, help_text=_("Placeholder mode: scope the models to this key."))
     machine = serializers.CharField(required=False, allow_blank=True, max_length=40)
     model = serializers.CharField(required=False, allow_blank=True, max_length=128)
-    replace = serializers.BooleanField(default=True, help_text=REPLACE_HELP)
+    replace = BooleanField(default=True, help_text=REPLACE_HELP)
 
 
 class RedeemSerializer(serializers.Serializer[Any]):
@@ -39,4 +41,4 @@ class ClientSummarySerializer(serializers.Serializer[Any]):
 
     slug = serializers.CharField()
     label = serializers.CharField()  # type: ignore[assignment]  # a field named like Field.label
-    env_indirection = serializers.BooleanField(help_text=_("The config reads the key from an environment variable."))
+    env_indirection = BooleanField(help_text=_("The config reads the key from an environment variable."))

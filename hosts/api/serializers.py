@@ -8,13 +8,13 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from hosts.models import GPU, Host
-from portal.api.serializers import translated
+from portal.api.serializers import ModelSerializer, translated
 from portal.fields import secret_problem, undecryptable
 
 MAX_PRIVATE_KEY_CHARS = 16_384
 
 
-class GPUSerializer(serializers.ModelSerializer[GPU]):
+class GPUSerializer(ModelSerializer[GPU]):
     memory_free_mib = serializers.IntegerField(read_only=True, allow_null=True)
 
     class Meta:
@@ -35,7 +35,7 @@ class GPUSerializer(serializers.ModelSerializer[GPU]):
         read_only_fields = fields
 
 
-class HostSerializer(serializers.ModelSerializer[Host]):
+class HostSerializer(ModelSerializer[Host]):
     """A GPU machine reached over SSH. Send `private_key` to set it (null or "" clears it, omit it
     to keep it); responses only say `has_private_key`. `host_key_fingerprint` is pinned by
     confirming `seen_host_key_fingerprint` (POST /api/hosts/{id}/confirm-host-key/)."""

@@ -17,12 +17,12 @@ from channels.models import Model
 from keys.choices import KeyState
 from keys.models import Key
 from keys.services import MAX_CIDR_ENTRIES, issue_key, validate_key_settings
-from portal.api.serializers import LIMIT_FIELDS, LimitFields, ListRelatedField, drf_error
+from portal.api.serializers import LIMIT_FIELDS, LimitFields, ListRelatedField, ModelSerializer, drf_error
 
 MAX_GRACE = datetime.timedelta(days=30)
 
 
-class KeySerializer(LimitFields, serializers.ModelSerializer[Key]):
+class KeySerializer(LimitFields, ModelSerializer[Key]):
     """A developer key. Only `name` is required; `owner` defaults to the caller (admins may name any
     active user, team leads any member of their team). Limits left out take the owner's key
     defaults; a limit above the owner's own limit or their team's is refused."""

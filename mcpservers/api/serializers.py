@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
-from portal.api.serializers import drf_error, translated
+from portal.api.serializers import ModelSerializer, drf_error, translated
 
 from ..models import McpCall, McpGrant, McpServer, McpTool
 from ..services import EDITABLE_FIELDS, SECRET_FIELDS, save_server
@@ -26,7 +26,7 @@ def _secret(help_text: Any) -> serializers.CharField:
     )
 
 
-class McpServerSerializer(serializers.ModelSerializer):
+class McpServerSerializer(ModelSerializer):
     bearer_token = _secret(_("Sent upstream as Authorization: Bearer; write-only."))
     headers = _secret(_('Extra headers sent upstream, a JSON object as text ({"X-Api-Key": "…"}); write-only.'))
     oauth_client_secret = _secret(_("OAuth client secret (client-credentials grant); write-only."))
@@ -97,7 +97,7 @@ class McpServerSerializer(serializers.ModelSerializer):
         return self._save(instance, validated_data)
 
 
-class McpToolSerializer(serializers.ModelSerializer):
+class McpToolSerializer(ModelSerializer):
     """A tool as the server's last tools/list described it; only `enabled` can be changed."""
 
     class Meta:
@@ -106,7 +106,7 @@ class McpToolSerializer(serializers.ModelSerializer):
         read_only_fields = ["server", "name", "description", "input_schema", "last_seen"]
 
 
-class McpGrantSerializer(serializers.ModelSerializer):
+class McpGrantSerializer(ModelSerializer):
     """One allowlist entry: exactly one of key, user, team; `tool` null means every tool of the server."""
 
     class Meta:
@@ -127,7 +127,7 @@ class McpGrantSerializer(serializers.ModelSerializer):
         return attrs
 
 
-class McpCallSerializer(serializers.ModelSerializer):
+class McpCallSerializer(ModelSerializer):
     class Meta:
         model = McpCall
         fields = [

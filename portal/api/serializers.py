@@ -3,18 +3,39 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.exceptions import ObjectDoesNotExist
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import models
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.fields import empty
 
 from portal import permissions
 from portal.models import LIMIT_VALIDATORS, Limits
 
 LIMIT_FIELDS = list(Limits.LIMIT_FIELDS)
+
+_MT = TypeVar("_MT", bound=models.Model)
+
+
+class BooleanField(serializers.BooleanField):
+    """A boolean a form-encoded or multipart body leaves out is left out, as in JSON: its default
+    (the model's, on create) applies, or "required". DRF reads such a body as an HTML form, where a
+    missing checkbox means false: `curl -d name=x` made a disabled channel and a PUT disabled it."""
+
+    default_empty_html = empty
+
+
+class ModelSerializer(serializers.ModelSerializer[_MT]):
+    """Every app's model serializer: DRF's, with the model's booleans read as `BooleanField`."""
+
+    serializer_field_mapping = {
+        **serializers.ModelSerializer.serializer_field_mapping,
+        models.BooleanField: BooleanField,
+    }
 
 
 def drf_error(exc: DjangoValidationError) -> serializers.ValidationError:

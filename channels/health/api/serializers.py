@@ -11,7 +11,7 @@ from rest_framework import serializers
 from channels.choices import AlertKind
 from channels.health import history, schedule
 from channels.models import AlertDelivery, AlertTarget, Channel, ProbeResult, StatusChange
-from portal.api.serializers import translated
+from portal.api.serializers import BooleanField, ModelSerializer, translated
 
 
 class StatusField(serializers.CharField):
@@ -29,7 +29,7 @@ class AlertKindField(serializers.ChoiceField):
         super().__init__(choices=AlertKind.choices, **kwargs)
 
 
-class ProbeResultSerializer(serializers.ModelSerializer[ProbeResult]):
+class ProbeResultSerializer(ModelSerializer[ProbeResult]):
     status_after = StatusField()
     error_message = translated("error_message")
 
@@ -58,7 +58,7 @@ class ProbeResultSerializer(serializers.ModelSerializer[ProbeResult]):
         ]
 
 
-class ChannelHealthSerializer(serializers.ModelSerializer[Channel]):
+class ChannelHealthSerializer(ModelSerializer[Channel]):
     status_message = translated("status_message")
     """A channel's health; only the probe settings are writable."""
 
@@ -118,7 +118,7 @@ class CheckResultSerializer(serializers.Serializer[dict[str, Any]]):
     probe = ProbeResultSerializer(allow_null=True)
 
 
-class StatusChangeSerializer(serializers.ModelSerializer[StatusChange]):
+class StatusChangeSerializer(ModelSerializer[StatusChange]):
     channel_name = serializers.CharField(source="channel.name", read_only=True)
     message = translated()
     from_status = StatusField()
@@ -174,7 +174,7 @@ class HealthSummarySerializer(serializers.Serializer[dict[str, Any]]):
     recent_changes = StatusChangeSerializer(many=True)
 
 
-class AlertTargetSerializer(serializers.ModelSerializer[AlertTarget]):
+class AlertTargetSerializer(ModelSerializer[AlertTarget]):
     kind = AlertKindField(default=AlertKind.WEBHOOK)
 
     class Meta:
@@ -193,7 +193,7 @@ class AlertTargetSerializer(serializers.ModelSerializer[AlertTarget]):
         return attrs
 
 
-class AlertDeliverySerializer(serializers.ModelSerializer[AlertDelivery]):
+class AlertDeliverySerializer(ModelSerializer[AlertDelivery]):
     status_change = StatusChangeSerializer()
 
     class Meta:
@@ -203,5 +203,5 @@ class AlertDeliverySerializer(serializers.ModelSerializer[AlertDelivery]):
 
 class ScheduleSerializer(serializers.Serializer[dict[str, Any]]):
     interval_seconds = serializers.IntegerField(min_value=schedule.MIN_INTERVAL, max_value=schedule.MAX_INTERVAL)
-    enabled = serializers.BooleanField(default=True)
+    enabled = BooleanField(default=True)
     last_run_at = serializers.DateTimeField(read_only=True, allow_null=True)

@@ -11,7 +11,7 @@ from rest_framework.exceptions import ValidationError
 
 from hosts.choices import Backend
 from hosts.models import Deployment, DeploymentNode, Host, LaunchJob
-from portal.api.serializers import ListRelatedField, transitions_field, translated
+from portal.api.serializers import BooleanField, ListRelatedField, ModelSerializer, transitions_field, translated
 
 from .. import services
 
@@ -22,7 +22,7 @@ def field_errors(exc: DjangoValidationError) -> ValidationError:
     return ValidationError({"non_field_errors": exc.messages})
 
 
-class LaunchJobSerializer(serializers.ModelSerializer[LaunchJob]):
+class LaunchJobSerializer(ModelSerializer[LaunchJob]):
     deployment_name = serializers.CharField(source="deployment.name", read_only=True)
     message = translated()
     transitions = transitions_field()
@@ -50,7 +50,7 @@ class LaunchJobSerializer(serializers.ModelSerializer[LaunchJob]):
         read_only_fields = fields
 
 
-class DeploymentNodeSerializer(serializers.ModelSerializer[DeploymentNode]):
+class DeploymentNodeSerializer(ModelSerializer[DeploymentNode]):
     """One node of a multi-node deployment: its host, role and Ray process as last seen."""
 
     host_name = serializers.CharField(source="host.name", read_only=True)
@@ -72,7 +72,7 @@ class DeploymentNodeSerializer(serializers.ModelSerializer[DeploymentNode]):
         read_only_fields = fields
 
 
-class DeploymentSerializer(serializers.ModelSerializer[Deployment]):
+class DeploymentSerializer(ModelSerializer[Deployment]):
     """A model served on a host. The upstream API key is generated and never returned."""
 
     host = serializers.PrimaryKeyRelatedField(queryset=Host.objects.all())
@@ -232,7 +232,7 @@ class FitSpecSerializer(serializers.Serializer[Any]):
     gpu_indices = serializers.ListField(child=serializers.IntegerField(min_value=0), required=False)
     gpus = GPUSpecSerializer(many=True, required=False)
     ram_mib = serializers.IntegerField(min_value=0, max_value=1_000_000_000, required=False)
-    read_from_host = serializers.BooleanField(default=False)
+    read_from_host = BooleanField(default=False)
 
     def validate_config_json(self, value: Any) -> Any:
         if len(str(value)) > 200_000:

@@ -9,10 +9,10 @@ from rest_framework import serializers
 
 from hosts.downloads.models import ModelDownload
 from hosts.models import Host
-from portal.api.serializers import transitions_field, translated
+from portal.api.serializers import ModelSerializer, transitions_field, translated
 
 
-class DownloadSerializer(serializers.ModelSerializer[ModelDownload]):
+class DownloadSerializer(ModelSerializer[ModelDownload]):
     """A weight download to a host. POST creates it, or joins the active one for the same
     (host, source, repo, revision, pattern): then the answer is 200 with `joined: true`."""
 

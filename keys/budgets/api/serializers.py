@@ -9,6 +9,7 @@ from rest_framework import serializers
 
 from channels.prices import amount_text, currency
 from keys.models import Budget
+from portal.api.serializers import ModelSerializer
 
 from ..services import BudgetStatus, statuses
 
@@ -24,7 +25,7 @@ class BudgetListSerializer(serializers.ListSerializer):  # type: ignore[type-arg
         return super().to_representation(budgets)
 
 
-class BudgetSerializer(serializers.ModelSerializer[Budget]):
+class BudgetSerializer(ModelSerializer[Budget]):
     """A spending cap on one key, user or team over one window, with what it has spent so far."""
 
     currency = serializers.SerializerMethodField()

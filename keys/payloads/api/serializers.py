@@ -8,9 +8,10 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from keys.models import PayloadLogging, RequestPayload
+from portal.api.serializers import ModelSerializer
 
 
-class PayloadLoggingSerializer(serializers.ModelSerializer[PayloadLogging]):
+class PayloadLoggingSerializer(ModelSerializer[PayloadLogging]):
     class Meta:
         model = PayloadLogging
         fields = ["id", "key", "user", "team", "enabled", "retention_days", "created", "updated"]
@@ -23,7 +24,7 @@ class PayloadLoggingSerializer(serializers.ModelSerializer[PayloadLogging]):
         return attrs
 
 
-class RequestPayloadSerializer(serializers.ModelSerializer[RequestPayload]):
+class RequestPayloadSerializer(ModelSerializer[RequestPayload]):
     """A stored request without its bodies (listing them reads nothing that is audited)."""
 
     key_name = serializers.CharField(source="key.name", default=None, read_only=True, allow_null=True)

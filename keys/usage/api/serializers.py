@@ -9,10 +9,11 @@ from rest_framework import serializers
 
 from channels.prices import amount_text
 from keys.models import USAGE_COUNTERS, UsageDaily, UsageRecord
+from portal.api.serializers import ModelSerializer
 from portal.permissions import is_admin
 
 
-class HidesChannelFromDevelopers(serializers.ModelSerializer[Any]):
+class HidesChannelFromDevelopers(ModelSerializer[Any]):
     """Routes are hidden from developers: their usage names the model and key, the channel (and
     the routing explanation, which names channels) is null."""
 
