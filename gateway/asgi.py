@@ -91,6 +91,15 @@ class RouteTable:
     MAX_SEEN = 1024
 
     def __init__(self, routes: list[tuple[str, str, Handler, Where]]) -> None:
+        # HEAD is GET without the body (RFC 9110), for every GET path but MCP's (a GET there opens
+        # an event stream); `application` drops the body.
+        heads = {(path, where) for method, path, _h, where in routes if method == "HEAD"}
+        routes = routes + [
+            ("HEAD", path, handler, where)
+            for method, path, handler, where in routes
+            if method == "GET" and where != "prefix" and (path, where) not in heads
+        ]
+        self.methods = sorted({method for method, *_rest in routes})
         self._seen: dict[tuple[str, str], object] = {}
         self.v1: dict[tuple[str, str], Handler] = {}
         self.v1_prefix: list[tuple[str, str, Handler]] = []
@@ -119,6 +128,11 @@ class RouteTable:
                 self._seen.clear()
             self._seen[(method, path)] = found
         return found  # type: ignore[return-value]
+
+    def allowed(self, path: str) -> list[str]:
+        """The methods a gateway path takes, OPTIONS included; [] when it is not a gateway path."""
+        methods = [m for m in self.methods if (found := self._match(m, path)) is not None and found[0] is not None]
+        return sorted([*methods, "OPTIONS"]) if methods else []
 
     def _match(self, method: str, path: str) -> tuple[Handler | None, str] | None:
         if path == "/v1" or path.startswith("/v1/"):
@@ -159,7 +173,7 @@ def public_base_url(scope: Scope) -> str:
 def not_found(scope: Scope, sub: str) -> GatewayError:
     base = public_base_url(scope)
     known = sorted({p for (_m, p) in routes.v1} | {p + "{id}" for (_m, p, _h) in routes.v1_prefix})
-    allowed = sorted({m for (m, p) in routes.v1 if p == sub})
+    allowed = routes.allowed(scope["path"])
     if allowed:  # RFC 9110: a 405 says which methods the path takes
         return GatewayError(
             405,
@@ -173,6 +187,25 @@ def not_found(scope: Scope, sub: str) -> GatewayError:
         f"(endpoints: {', '.join(known)}).",
         code="unknown_path",
     )
+
+
+async def send_options(send: Send, allowed: list[str]) -> None:
+    """OPTIONS on a gateway path: 204 and the methods it takes. No CORS headers: the gateway has no
+    cross-origin policy (its clients are SDKs and tools, not other sites' pages)."""
+    headers = [(b"allow", ", ".join(allowed).encode()), (b"cache-control", b"no-store")]
+    await send({"type": "http.response.start", "status": 204, "headers": headers})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def without_body(send: Send) -> Send:
+    """`send` for a HEAD request: the GET's status and headers (its Content-Length too), no body."""
+
+    async def head(message: Mapping[str, Any]) -> None:
+        if message["type"] == "http.response.body" and message.get("body"):
+            message = {**message, "body": b""}
+        await send(message)
+
+    return head
 
 
 access_log = logging.getLogger("gateway.access")
@@ -279,7 +312,13 @@ def build_application(django_app: ASGIApp) -> ASGIApp:
             await responses.refuse_websocket(scope, receive, send)
             return
         if kind == "http":
-            found = routes.match(scope["method"], scope["path"])
+            method = scope["method"]
+            found = routes.match(method, scope["path"])
+            if method == "OPTIONS" and (found is None or found[0] is None):
+                allowed = routes.allowed(scope["path"])
+                if allowed:
+                    await send_options(send, allowed)
+                    return
             if found is None:
                 await django_app(scope, receive, send)
                 return
@@ -287,6 +326,8 @@ def build_application(django_app: ASGIApp) -> ASGIApp:
             if handler is None:
                 await send_error(send, not_found(scope, sub))
                 return
+            if method == "HEAD":
+                send = without_body(send)
             await (handle if handler in probes else run)(handler, scope, receive, send, sub)
             return
         if kind == "lifespan":

@@ -155,9 +155,70 @@ def test_unknown_gateway_path_is_json_404_naming_the_base_url(setup, gateway_url
 def test_wrong_method_is_405_and_says_which_methods_the_path_takes(setup, gateway_url):
     r = httpx.get(gateway_url + "/v1/chat/completions")
     err = assert_openai_error(r, 405, "method_not_allowed")
-    assert r.headers["allow"] == "POST" and "use POST" in err["message"]
-    head = httpx.head(gateway_url + "/v1/models")  # a monitor's HEAD: told to GET
-    assert head.status_code == 405 and head.headers["allow"] == "GET"
+    assert r.headers["allow"] == "OPTIONS, POST" and "use OPTIONS, POST" in err["message"]
+    r = httpx.post(gateway_url + "/v1/models/qwen3-32b", json={})  # a model's own path (was a 404)
+    assert_openai_error(r, 405, "method_not_allowed")
+    assert r.headers["allow"] == "GET, HEAD, OPTIONS"
+
+
+def raw_head(url: str, path: str, key: str) -> bytes:
+    """Everything the server sends for a HEAD request (httpx would not read a body if one came)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    with socket.create_connection((u.hostname, u.port), timeout=10) as sock:
+        sock.sendall(
+            f"HEAD {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nConnection: close\r\n\r\n".encode()
+        )
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    return received
+
+
+@pytest.mark.parametrize("path", ["/v1/models", "/v1/models/qwen3-32b", "/healthz", "/readyz"])
+def test_head_answers_as_get_without_the_body(setup, gateway_url, path):
+    auth = {"Authorization": f"Bearer {setup.plaintext}"}
+    get = httpx.get(gateway_url + path, headers=auth, timeout=10)
+    head = httpx.head(gateway_url + path, headers=auth, timeout=10)
+    assert get.status_code == head.status_code == 200, head.headers
+    assert head.headers["content-type"] == get.headers["content-type"]
+    assert int(head.headers["content-length"]) > 0 and head.content == b""
+    if path != "/readyz":  # (its answer says how old things are: the length may move between the two)
+        assert head.headers["content-length"] == str(len(get.content))
+    answer = raw_head(gateway_url, path, setup.plaintext)
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"\r\n\r\n")  # headers, nothing after
+
+
+def test_head_is_refused_as_get_is(setup, gateway_url):
+    missing = httpx.head(
+        gateway_url + "/v1/models/no-such-model", headers={"Authorization": f"Bearer {setup.plaintext}"}
+    )
+    assert missing.status_code == 404 and missing.content == b""
+    assert httpx.head(gateway_url + "/v1/models").status_code == 401  # no key, as GET
+
+
+@pytest.mark.parametrize(
+    ("path", "allow"),
+    [
+        ("/v1/chat/completions", "OPTIONS, POST"),
+        ("/v1/models", "GET, HEAD, OPTIONS"),
+        ("/v1/models/qwen3-32b", "GET, HEAD, OPTIONS"),
+        ("/v1/responses", "GET, HEAD, OPTIONS, POST"),
+        ("/chat/completions", "OPTIONS, POST"),
+        ("/healthz", "GET, HEAD, OPTIONS"),
+    ],
+)
+def test_options_says_which_methods_a_path_takes(setup, gateway_url, path, allow):
+    r = httpx.options(gateway_url + path, headers={"Origin": "https://elsewhere.example"})
+    assert r.status_code == 204 and r.content == b""
+    assert r.headers["allow"] == allow
+    assert not [h for h in r.headers if h.startswith("access-control-")]  # no CORS policy is invented
+
+
+def test_options_on_an_unknown_gateway_path_is_404(setup, gateway_url):
+    assert_openai_error(httpx.options(gateway_url + "/v1/nope"), 404, "unknown_path")
 
 
 def test_invalid_json_and_missing_model_are_400(setup, gateway_url):
