@@ -63,6 +63,85 @@ def _texts() -> dict[str, str]:
     }
 
 
+def _error_texts() -> dict[str, str]:
+    """What a gateway error means, in the reader's language, by the error's `code` (else its
+    `type`, e.g. an Anthropic error event's): the script shows it above the gateway's own English
+    text, which stays as the detail. `network` and `aborted` are the script's own (no answer)."""
+    meanings = {
+        _("A rate limit of your key, your account or your team is reached. Wait a little and send again."): [
+            "rate_limit_exceeded",
+            "rate_limit_error",
+        ],
+        _("A token or request quota of your key, your account or your team is used up for now."): ["quota_exceeded"],
+        _(
+            "This request asks for more tokens than a limit of yours allows at all: "
+            "lower Max tokens or shorten the conversation."
+        ): ["request_too_large"],
+        _("A spending budget of your key, your account or your team is used up."): ["budget_exceeded"],
+        _("This model has no price yet and a budget applies to you: an admin must price it first."): [
+            "model_not_priced"
+        ],
+        _("The conversation is too long for this model's context window: clear it, shorten it or lower Max tokens."): [
+            "context_length_exceeded"
+        ],
+        _("This model does not exist or is not available to you: reload the page for the current list."): [
+            "model_not_found",
+            "not_found_error",
+        ],
+        _("Your key may not use this model."): ["model_not_allowed", "permission_error"],
+        _("Your key uses local channels only, and no local channel serves this model."): ["local_only"],
+        _("No channel can serve this model right now. Try again later or choose another model."): [
+            "no_channel",
+            "channel_not_serving",
+        ],
+        _("The model is starting on its GPU host; send again in a minute."): ["model_starting", "model_downloading"],
+        _("The model could not be started; an admin can see why on its deployment page."): ["model_start_failed"],
+        _("The upstream did not answer in time."): ["upstream_timeout", "timeout_error"],
+        _("The upstream is overloaded or limiting its requests; send again in a moment."): [
+            "upstream_overloaded",
+            "upstream_rate_limited",
+            "overloaded_error",
+        ],
+        _("The upstream refused the channel's credentials; an admin must fix the channel's API key."): [
+            "upstream_auth_failed"
+        ],
+        _("The upstream failed to answer this request."): [
+            "upstream_error",
+            "upstream_connect",
+            "upstream_truncated",
+            "upstream_invalid_response",
+            "upstream_protocol",
+            "upstream_too_large",
+            "api_error",
+        ],
+        _("The gateway is briefly unavailable; send again in a moment."): [
+            "limiter_unavailable",
+            "database_unavailable",
+            "shutdown",
+            "service_unavailable",
+            "server_error",
+            "internal",
+        ],
+        _("The playground's credential no longer works: reload the page or sign in again."): [
+            "invalid_playground_credential",
+            "missing_playground_credential",
+            "key_revoked",
+            "key_expired",
+            "account_disabled",
+            "authentication_error",
+        ],
+        _("The gateway refused a value of this request: check the settings above."): [
+            "invalid_value",
+            "invalid_request",
+            "invalid_json",
+            "invalid_request_error",
+        ],
+        _("The gateway could not be reached: check your connection and send again."): ["network"],
+        _("Stopped before the answer was complete."): ["aborted"],
+    }
+    return {code: text for text, codes in meanings.items() for code in codes}
+
+
 class PlaygroundView(LoginRequiredMixin, TemplateView):
     """Chat with any model the user may use, compare models, check surfaces, copy the request."""
 
@@ -95,6 +174,7 @@ class PlaygroundView(LoginRequiredMixin, TemplateView):
                 else None,
                 "refresh_seconds": max(30, credential.lifetime() - 60),
                 "texts": _texts(),
+                "errors": _error_texts(),
             },
         )
         return context

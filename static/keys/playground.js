@@ -175,7 +175,19 @@
 
   function errorOf(data, status) {
     var e = (data && data.error) || {};
-    return {status: status, message: e.message || (typeof data === "string" ? data : JSON.stringify(data)), code: e.code || e.type || ""};
+    return {
+      status: status,
+      message: e.message || (typeof data === "string" ? data : JSON.stringify(data)),
+      code: e.code || e.type || "",
+      type: e.type || "",
+    };
+  }
+
+  // What an error means, in the reader's language (by its code, else its type; the page's texts);
+  // "" when the page has no text for it. The gateway's own English text stays as the detail.
+  function meaning(error) {
+    var known = config.errors || {};
+    return known[error.code] || known[error.type] || "";
   }
 
   // --- one streamed Chat Completions call, rendered into `box` -------------------------------
@@ -232,17 +244,21 @@
         });
       });
     }).catch(function (err) {
-      if (err.name === "AbortError") result.error = {status: 0, message: err.message, code: "aborted"};
-      else result.error = {status: 0, message: String(err.message || err), code: "network"};
+      if (err.name === "AbortError") result.error = {status: 0, message: err.message, code: "aborted", type: ""};
+      else result.error = {status: 0, message: String(err.message || err), code: "network", type: ""};
     }).then(function () {
       result.elapsed = performance.now() - started;
       answer.setAttribute("data-state", result.error ? "error" : "done");
       if (!result.text && !result.error) answer.textContent = "";
       if (result.error) {
+        var summary = meaning(result.error);
         var err = el("div", {className: "pg-error", role: "alert"}, [
           el("strong", {text: T.error + " " + (result.error.status || "") + " "}),
-          el("code", {text: result.error.code || ""}),
-          document.createTextNode(" " + result.error.message),
+          el("span", {className: "pg-error-meaning", text: summary}),
+          el("small", {className: "pg-error-detail"}, [
+            el("code", {text: result.error.code || ""}),
+            document.createTextNode(" " + result.error.message),
+          ]),
         ]);
         if (!result.text) answer.replaceChildren(err); else answer.appendChild(err);
       }
@@ -441,7 +457,8 @@
   function failure(resp, raw) {
     var data; try { data = JSON.parse(raw); } catch (e) { data = raw; }
     var err = errorOf(data, resp.status);
-    return {ok: false, why: "HTTP " + resp.status + (err.code ? " " + err.code : "") + ": " + err.message};
+    var detail = "HTTP " + resp.status + (err.code ? " " + err.code : "") + ": " + err.message;
+    return {ok: false, why: meaning(err) ? meaning(err) + " (" + detail + ")" : detail};
   }
 
   function checkOnce(surface, model, kind) {
@@ -456,7 +473,7 @@
           var d = surface.delta(e);
           if (d) text += d;
         }).then(function () {
-          if (error) return {ok: false, why: error.message};
+          if (error) return {ok: false, why: meaning(error) ? meaning(error) + " (" + error.message + ")" : error.message};
           return text ? {ok: true, why: text.slice(0, 80)} : {ok: false, why: T.no_text};
         });
       }

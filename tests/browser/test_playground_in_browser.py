@@ -272,3 +272,78 @@ def test_local_only_developer_compare_and_surface_check(world, browser, alice, a
     # The refused calls above (400 tools, 403/404 external) are logged by chromium; nothing else may be.
     assert not [e for e in errors if "Failed to load resource" not in e], errors
     context.close()
+
+
+# The meanings the test below reads, with its own zh-Hans (a catalog put before the portal's, so
+# the test does not depend on the wording the translators chose).
+CONTEXT_TOO_LONG = (
+    "The conversation is too long for this model's context window: clear it, shorten it or lower Max tokens."
+)
+MODEL_GONE = "This model does not exist or is not available to you: reload the page for the current list."
+TEST_ZH = {CONTEXT_TOO_LONG: "对话太长，超出了此模型的上下文窗口。", MODEL_GONE: "此模型不存在或您无权使用。"}
+
+
+@pytest.fixture
+def chinese_meanings(settings, tmp_path):
+    import polib
+
+    catalog = polib.POFile()
+    catalog.metadata = {"Content-Type": "text/plain; charset=UTF-8", "Plural-Forms": "nplurals=1; plural=0;"}
+    for msgid, msgstr in TEST_ZH.items():
+        catalog.append(polib.POEntry(msgid=msgid, msgstr=msgstr))
+    folder = tmp_path / "locale" / "zh_Hans" / "LC_MESSAGES"
+    folder.mkdir(parents=True)
+    catalog.save_as_mofile(str(folder / "django.mo"))
+    # Changing LOCALE_PATHS drops Django's loaded catalogs (django.test.signals), here and on teardown.
+    settings.LOCALE_PATHS = [tmp_path / "locale", *settings.LOCALE_PATHS]
+
+
+def test_a_chinese_reader_sees_what_a_gateway_error_means_in_chinese(
+    transactional_db, settings, monkeypatch, tmp_path, chinese_meanings, browser, alice, screenshots
+):
+    """A prompt too long for the model's window, then a model disabled while the page was open: the
+    playground says what each means in the reader's language, above the gateway's own text."""
+    monkeypatch.setenv("GATEWAY_REDIS_NAMESPACE", "pgz-" + uuid.uuid4().hex[:10])
+    settings.PORTAL_PUBLIC_URL = ""
+    settings.GATEWAY_USAGE_FLUSH_INTERVAL = 0.1
+    settings.GATEWAY_STATE_DIR = tmp_path / "gateway-state"
+    alice.language = "zh-hans"
+    alice.save(update_fields=["language"])
+    with FakeUpstream(api_key=UPSTREAM_KEY) as upstream:
+        upstream.behave(tokens=3)
+        channel = Channel.objects.create(
+            name="cloud", kind="vllm", base_url=upstream.base_url, api_key=UPSTREAM_KEY, status="healthy"
+        )
+        model = Model.objects.create(name="small-chat")
+        ModelRoute.objects.create(model=model, channel=channel, upstream_model="fake-model", context_window=256)
+        server = ThreadServer().start()
+        try:
+            url = server.url
+            errors: list[str] = []
+            context, page = sign_in(browser, url, "alice", "alice-pass-123", errors=errors)
+            page.goto(url + "/playground/")
+            page.wait_for_selector("body[data-playground=ready]")
+            page.select_option("#pg-model", "small-chat")
+
+            page.fill("#pg-input", "Please read all of this. " * 120)  # ≈750 tokens for a 256-token window
+            page.click("#pg-send")
+            page.wait_for_selector(".pg-assistant .pg-answer[data-state=error]")
+            assert page.text_content(".pg-assistant .pg-error-meaning") == TEST_ZH[CONTEXT_TOO_LONG]
+            detail = page.text_content(".pg-assistant .pg-error-detail")
+            assert "context_length_exceeded" in detail and "largest context window is 256 tokens" in detail
+            assert not upstream.requests  # refused by the gateway itself
+
+            model.enabled = False
+            model.save(update_fields=["enabled", "updated"])  # while the page still offers it
+            page.click("#pg-clear")
+            page.fill("#pg-input", "hi")
+            page.click("#pg-send")
+            page.wait_for_selector(".pg-assistant .pg-answer[data-state=error]")
+            assert page.text_content(".pg-assistant .pg-error-meaning") == TEST_ZH[MODEL_GONE]
+            detail = page.text_content(".pg-assistant .pg-error-detail")
+            assert "model_not_found" in detail and "does not exist or is not available" in detail
+            page.screenshot(path=f"{screenshots}/playground-error-zh.png", full_page=True)
+            assert not [e for e in errors if "Failed to load resource" not in e], errors
+            context.close()
+        finally:
+            server.stop()
