@@ -114,6 +114,18 @@ class ChannelDetailView(AdminRequiredMixin, DetailView):
         return context
 
 
+def priced_routes_note(routes) -> dict[str, str]:
+    """The confirmation's line of facts when some of the routes a delete takes along have prices:
+    their price history goes with them."""
+    priced = sorted({str(r) for r in routes.filter(prices__isnull=False).select_related("model", "channel")})
+    if not priced:
+        return {}
+    return {
+        "about": _("These routes have prices; their price history is deleted with them: %(routes)s.")
+        % {"routes": ", ".join(priced)}
+    }
+
+
 class ChannelDeleteView(AdminRequiredMixin, ObjectDeleteView):
     queryset = Channel.objects.all()
     cancel, success = "channel_detail", "channel_list"
@@ -125,6 +137,9 @@ class ChannelDeleteView(AdminRequiredMixin, ObjectDeleteView):
     )
     button = gettext_lazy("Delete channel")
     deleted = gettext_lazy("Channel %(name)s deleted.")
+
+    def texts(self, obj: Channel) -> dict[str, Any]:
+        return {**super().texts(obj), **priced_routes_note(ModelRoute.objects.filter(channel=obj))}
 
 
 class ChannelServedModelsView(AdminRequiredMixin, View):
@@ -262,7 +277,7 @@ class ModelDeleteView(AdminRequiredMixin, ObjectDeleteView):
             ) % {"aliases": ", ".join(a.name for a in aliases)}
         else:
             detail = _("Requests for it fail with 404 and its routes are deleted. Past usage records are kept.")
-        return {**super().texts(obj), "detail": detail}
+        return {**super().texts(obj), "detail": detail, **priced_routes_note(ModelRoute.objects.filter(model=obj))}
 
 
 # --- aliases -------------------------------------------------------------------------------

@@ -435,6 +435,15 @@ def test_removing_a_priced_route_on_the_model_form_asks_first(admin_client, mode
     assert not RoutePrice.objects.exists()  # cloud's route is a new one: vllm-a's prices are not its
 
 
+def test_deleting_a_model_or_channel_says_which_priced_routes_take_their_history_along(admin_client, model, channel):
+    notice = "These routes have prices; their price history is deleted with them: qwen3-32b → vllm-a."
+    for name, pk in (("model_delete", model.pk), ("channel_delete", channel.pk)):
+        assert "These routes have prices" not in admin_client.get(reverse(name, args=[pk])).content.decode()
+    priced(ModelRoute.objects.get(model=model))
+    for name, pk in (("model_delete", model.pk), ("channel_delete", channel.pk)):
+        assert notice in admin_client.get(reverse(name, args=[pk])).content.decode()
+
+
 # --- users and tokens -----------------------------------------------------------------------
 
 
