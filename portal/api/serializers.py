@@ -12,6 +12,7 @@ from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.fields import empty
+from rest_framework.utils import html
 
 from portal import permissions
 from portal.models import LIMIT_VALIDATORS, Limits
@@ -19,14 +20,27 @@ from portal.models import LIMIT_VALIDATORS, Limits
 LIMIT_FIELDS = list(Limits.LIMIT_FIELDS)
 
 _MT = TypeVar("_MT", bound=models.Model)
+CSRF_FIELD = "csrfmiddlewaretoken"  # what Django's {% csrf_token %} puts in a page's form
 
 
 class BooleanField(serializers.BooleanField):
     """A boolean a form-encoded or multipart body leaves out is left out, as in JSON: its default
-    (the model's, on create) applies, or "required". DRF reads such a body as an HTML form, where a
-    missing checkbox means false: `curl -d name=x` made a disabled channel and a PUT disabled it."""
+    (the model's, on create) applies, or "required". DRF reads every such body as an HTML form, where
+    a missing checkbox means false: `curl -d name=x` made a disabled channel and a PUT disabled it.
+    A body that is one (the browsable API's forms carry Django's CSRF field) keeps that reading, so
+    unticking a box there still says false."""
 
     default_empty_html = empty
+
+    def get_value(self, dictionary: Any) -> Any:
+        if (
+            html.is_html_input(dictionary)
+            and self.field_name not in dictionary
+            and CSRF_FIELD in dictionary
+            and not getattr(self.root, "partial", False)
+        ):
+            return False
+        return super().get_value(dictionary)
 
 
 class ModelSerializer(serializers.ModelSerializer[_MT]):

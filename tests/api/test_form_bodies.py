@@ -62,6 +62,20 @@ def test_a_form_put_without_a_boolean_keeps_it_and_false_still_switches_it_off(a
     assert channel.enabled is False
 
 
+def test_an_unticked_box_of_the_browsable_apis_form_still_says_false(admin_api, channel):
+    """The browsable API's HTML forms send Django's CSRF field; there a missing checkbox is an unticked one."""
+    page = admin_api.get("/api/channels/", HTTP_ACCEPT="text/html").content.decode()
+    assert 'name="csrfmiddlewaretoken"' in page and 'name="enabled"' in page  # the form this test stands for
+    form = {"csrfmiddlewaretoken": "x", "name": "off", "base_url": "http://10.0.0.9:8000/v1"}
+    created = admin_api.post("/api/channels/", form, format="multipart")
+    assert created.status_code == 201, created.content
+    assert Channel.objects.get(name="off").enabled is False
+    edit = {"csrfmiddlewaretoken": "x", "name": channel.name, "base_url": channel.base_url}
+    assert admin_api.put(f"/api/channels/{channel.pk}/", edit, format="multipart").status_code == 200
+    channel.refresh_from_db()
+    assert channel.enabled is False
+
+
 def test_every_writable_boolean_of_the_api_reads_a_form_body_as_json(admin):
     """The shared fix holds for every serializer an API view uses, declared and model fields alike."""
     from django.urls import get_resolver
