@@ -6,6 +6,7 @@ or its network log; the credential dies at logout. All under the CSP without 'un
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import httpx
@@ -274,32 +275,24 @@ def test_local_only_developer_compare_and_surface_check(world, browser, alice, a
     context.close()
 
 
-# The meanings the test below reads, with its own zh-Hans (a catalog put before the portal's, so
-# the test does not depend on the wording the translators chose).
+# The meanings the test below reads, in the portal's zh-Hans catalog.
 CONTEXT_TOO_LONG = (
     "The conversation is too long for this model's context window: clear it, shorten it or lower Max tokens."
 )
 MODEL_GONE = "This model does not exist or is not available to you: reload the page for the current list."
-TEST_ZH = {CONTEXT_TOO_LONG: "对话太长，超出了此模型的上下文窗口。", MODEL_GONE: "此模型不存在或您无权使用。"}
 
 
-@pytest.fixture
-def chinese_meanings(settings, tmp_path):
-    import polib
+def in_chinese(msgid: str) -> str:
+    from django.utils import translation
 
-    catalog = polib.POFile()
-    catalog.metadata = {"Content-Type": "text/plain; charset=UTF-8", "Plural-Forms": "nplurals=1; plural=0;"}
-    for msgid, msgstr in TEST_ZH.items():
-        catalog.append(polib.POEntry(msgid=msgid, msgstr=msgstr))
-    folder = tmp_path / "locale" / "zh_Hans" / "LC_MESSAGES"
-    folder.mkdir(parents=True)
-    catalog.save_as_mofile(str(folder / "django.mo"))
-    # Changing LOCALE_PATHS drops Django's loaded catalogs (django.test.signals), here and on teardown.
-    settings.LOCALE_PATHS = [tmp_path / "locale", *settings.LOCALE_PATHS]
+    with translation.override("zh-hans"):
+        text = translation.gettext(msgid)
+    assert text != msgid and re.search(r"[\u4e00-\u9fff]", text), f"no zh-Hans for {msgid!r}"
+    return text
 
 
 def test_a_chinese_reader_sees_what_a_gateway_error_means_in_chinese(
-    transactional_db, settings, monkeypatch, tmp_path, chinese_meanings, browser, alice, screenshots
+    transactional_db, settings, monkeypatch, tmp_path, browser, alice, screenshots
 ):
     """A prompt too long for the model's window, then a model disabled while the page was open: the
     playground says what each means in the reader's language, above the gateway's own text."""
@@ -328,7 +321,7 @@ def test_a_chinese_reader_sees_what_a_gateway_error_means_in_chinese(
             page.fill("#pg-input", "Please read all of this. " * 120)  # ≈750 tokens for a 256-token window
             page.click("#pg-send")
             page.wait_for_selector(".pg-assistant .pg-answer[data-state=error]")
-            assert page.text_content(".pg-assistant .pg-error-meaning") == TEST_ZH[CONTEXT_TOO_LONG]
+            assert page.text_content(".pg-assistant .pg-error-meaning") == in_chinese(CONTEXT_TOO_LONG)
             detail = page.text_content(".pg-assistant .pg-error-detail")
             assert "context_length_exceeded" in detail and "largest context window is 256 tokens" in detail
             assert not upstream.requests  # refused by the gateway itself
@@ -339,7 +332,7 @@ def test_a_chinese_reader_sees_what_a_gateway_error_means_in_chinese(
             page.fill("#pg-input", "hi")
             page.click("#pg-send")
             page.wait_for_selector(".pg-assistant .pg-answer[data-state=error]")
-            assert page.text_content(".pg-assistant .pg-error-meaning") == TEST_ZH[MODEL_GONE]
+            assert page.text_content(".pg-assistant .pg-error-meaning") == in_chinese(MODEL_GONE)
             detail = page.text_content(".pg-assistant .pg-error-detail")
             assert "model_not_found" in detail and "does not exist or is not available" in detail
             page.screenshot(path=f"{screenshots}/playground-error-zh.png", full_page=True)
