@@ -110,7 +110,14 @@ def register_served_model(
             raise ValueError(
                 _("'%(model)s' is now an alias; serve the model under its own name.") % {"model": model_name}
             )
-        ModelRoute.objects.filter(channel=channel).exclude(model=model).delete()
+        # The server serves `model` alone now. A route to the model it served before goes, unless an
+        # admin priced it: then it stays, switched off, so its price history outlives a relaunch
+        # under another name (and comes back with its prices when the old name returns).
+        before = ModelRoute.objects.filter(channel=channel).exclude(model=model)
+        before.filter(prices__isnull=True).delete()
+        for route in before.filter(enabled=True):
+            route.enabled = False
+            route.save(update_fields=["enabled", "updated"])  # save(): the gateway drops its cached routes
         ModelRoute.objects.update_or_create(
             model=model,
             channel=channel,

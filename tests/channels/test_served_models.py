@@ -109,3 +109,43 @@ def test_developers_cannot_list_or_add(alice_client):
 def test_the_public_name_suggested_is_a_valid_model_name(upstream_id, name):
     assert suggest_public_name(upstream_id) == name
     Model(name=name).full_clean()
+
+
+def test_a_relaunch_under_another_name_keeps_the_old_routes_price_history():
+    """Regression (probe): a deployment registered again with another served model deleted the
+    route to the model it served before, and with it the prices an admin had set on that route."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from channels.models import RoutePrice
+    from channels.services import register_served_model
+
+    def launch(channel, model_name):
+        return register_served_model(
+            channel=channel,
+            name="gpu-1",
+            kind="vllm",
+            base_url="http://127.0.0.1:8000",
+            api_key="",
+            model_name=model_name,
+            upstream_model=model_name,
+            context_window=8192,
+            status_message="starting",
+        )
+
+    channel = launch(None, "qwen3-8b")
+    priced = ModelRoute.objects.get(channel=channel)
+    RoutePrice.objects.create(route=priced, effective_from=timezone.now() - dt.timedelta(days=30), input=1, output=2)
+    RoutePrice.objects.create(route=priced, input=2, output=3)
+    launch(channel, "scratch")  # an unpriced route…
+    launch(channel, "llama-8b")  # …goes when the server moves on; the priced one stays, off
+
+    routes = {r.model.name: r.enabled for r in ModelRoute.objects.filter(channel=channel)}
+    assert routes == {"qwen3-8b": False, "llama-8b": True}
+    assert RoutePrice.objects.filter(route=priced).count() == 2
+
+    launch(channel, "qwen3-8b")  # back under the old name: the same route, its prices with it
+    priced.refresh_from_db()
+    assert priced.enabled and RoutePrice.objects.filter(route=priced).count() == 2
+    assert {r.model.name: r.enabled for r in ModelRoute.objects.filter(channel=channel)} == {"qwen3-8b": True}
