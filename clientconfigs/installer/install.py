@@ -1289,11 +1289,18 @@ def fetch_bundle(portal, token):
         with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 - the portal's own URL
             return json.loads(resp.read().decode())
     except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")[:300]
-        raise SystemExit(
-            f"✗ the portal refused the download token ({exc.code}): {detail}\n"
-            "  Download tokens work once and for 10 minutes: get a new command from the portal."
-        ) from None
+        if exc.code in (400, 404):  # the portal's answer for a used, expired or mistyped token
+            problem = translate(
+                "the portal refused the download token: download tokens work once and for 10 minutes; get a new "
+                "command from the portal."
+            )
+        else:
+            status = f"HTTP {exc.code}"  # a technical id, the same in every language
+            problem = translate(f"cannot reach {portal}: {status}")
+    except (OSError, ValueError) as exc:  # unreachable, timed out, or not the portal's JSON
+        problem = translate(f"cannot reach {portal}: {getattr(exc, 'reason', exc)}")
+    print(f"✗ {problem}", file=sys.stderr)
+    raise SystemExit(1)
 
 
 # --- doctor ------------------------------------------------------------------------------------

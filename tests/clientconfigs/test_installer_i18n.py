@@ -16,8 +16,10 @@ import pytest
 from django.utils import translation
 from django.utils.translation import gettext
 
+from clientconfigs import services
 from clientconfigs.installer import install as inst
 from clientconfigs.installer import messages, ps1_script, sh_script
+from clientconfigs.models import KeyMode
 
 from .test_installer import fetch, run_sh
 
@@ -90,6 +92,30 @@ def test_a_zh_hans_users_doctor_prints_chinese(live_server, home):
     lines = done.stdout.splitlines()
     assert lines == ["✗ " + not_found.format(file="~/.pi/agent/models.json"), "✗ " + no_key]
     assert all(CJK.search(line) for line in lines), lines  # translated in locale/zh_Hans
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_zh_hans_installer_run_again_says_in_chinese_that_its_token_is_spent(
+    live_server, settings, home, alice, catalog
+):
+    """Running the copied command a second time is the usual mistake: the refusal is the developer's
+    language, one line, without the portal's raw JSON; an unreachable portal is a sentence too."""
+    settings.PORTAL_PUBLIC_URL = live_server.url
+    _, token = services.issue_download_token(alice, "opencode", key_mode=KeyMode.PLACEHOLDER)
+    script = fetch(live_server.url + "/connect/install.sh?lang=zh-hans")
+    assert run_sh(script, home, token).returncode == 0
+    again = run_sh(script, home, token)
+    assert again.returncode == 1
+    with translation.override("zh-hans"):
+        refused = gettext(
+            "the portal refused the download token: download tokens work once and for 10 minutes; get a new "
+            "command from the portal."
+        )
+    assert again.stderr.splitlines() == ["✗ " + refused], again.stderr
+    assert CJK.search(refused)
+    gone = run_sh(script.replace(live_server.url, "http://127.0.0.1:9"), home, token)
+    assert gone.returncode == 1 and "Traceback" not in gone.stderr, gone.stderr
+    assert gone.stderr.startswith("✗ ") and CJK.search(gone.stderr), gone.stderr
 
 
 def test_a_zh_hans_users_uninstall_and_usage_print_chinese(home):
