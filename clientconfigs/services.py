@@ -323,6 +323,11 @@ def redeem_download_token(plaintext: str, *, gateway: str) -> dict[str, Any] | N
     return bundle(token.client, inp, rendered, key)
 
 
+def utc_minute(when: datetime.datetime) -> str:
+    """A time as the portal's pages show it, for the installer to print (`2026-12-05 01:34 UTC`)."""
+    return when.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def bundle(client: str, inp: RenderInput, rendered: Rendered, key: Key | None) -> dict[str, Any]:
     """What the installer receives: files with where they go and how to merge them."""
     return {
@@ -335,7 +340,7 @@ def bundle(client: str, inp: RenderInput, rendered: Rendered, key: Key | None) -
             "masked": key.masked,
             # Mint mode over an earlier download: the key this one replaced, and when it stops.
             "replaced": (
-                {"masked": key.rotated_from.masked, "stops": key.rotated_from.expires_at.isoformat()}
+                {"masked": key.rotated_from.masked, "stops": utc_minute(key.rotated_from.expires_at)}
                 if key.rotated_from is not None and key.rotated_from.expires_at is not None
                 else None
             ),

@@ -5,6 +5,7 @@ gateway's /v1/models, passes; a value corrupted by hand makes it fail, naming th
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import sqlite3
 from pathlib import Path
@@ -80,6 +81,9 @@ def test_a_second_install_after_a_window_change_leaves_one_entry_per_model_with_
     assert all(k.masked in printed for k in Key.objects.filter(owner=alice, client=client))
     # The second install replaced the first install's key instead of adding one.
     assert "it replaces the key minted before for this client" in second.stdout
+    replaced = Key.objects.get(owner=alice, client=client, rotated_to__isnull=False)
+    # When the old key stops, as the pages say it: to the minute, in UTC (no ISO microseconds).
+    assert f"which stops at {replaced.expires_at.astimezone(dt.UTC):%Y-%m-%d %H:%M} UTC\n" in second.stdout
     assert Key.objects.active().filter(owner=alice, client=client, name=f"{client}@e2e").count() == 1
 
     if not any(windows.values()):  # a model renamed by hand: the doctor names the file and the line
