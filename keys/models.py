@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from accounts.models import User
 
 KEY_PREFIX = "gp-"
+PLAYGROUND_CLIENT = "playground"  # `Key.client` of each user's playground key (keys/playground/services.py)
 
 _M = TypeVar("_M", bound=models.Model)
 
@@ -112,6 +113,11 @@ class Key(ShownOnceSecret, Limits):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.masked})"
+
+    @property
+    def is_playground(self) -> bool:
+        """The key the playground calls through, made on first use, not on the Connect page."""
+        return self.client == PLAYGROUND_CLIENT
 
     @property
     def is_active(self) -> bool:

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 from django.db import transaction
 from django.utils.translation import gettext
 
-from keys.models import Key
+from keys.models import PLAYGROUND_CLIENT, Key
 from keys.services import issue_key
 
 if TYPE_CHECKING:
     from accounts.models import User
 
-CLIENT = "playground"
+CLIENT = PLAYGROUND_CLIENT
 
 
 @transaction.atomic

@@ -195,3 +195,13 @@ def test_a_developer_cannot_pin_a_channel_on_the_page(world, alice):
     client.force_login(alice)
     page = client.get(f"/playground/?channel={world['cloud_channel'].pk}")
     assert page.status_code == 200 and b"pinned-channel" not in page.content
+
+
+def test_the_key_list_calls_the_playground_key_what_it_is(alice_client, alice):
+    """Opening the playground makes its key; the key list said it was minted on the Connect page."""
+    assert alice_client.get("/playground/").status_code == 200
+    key = Key.objects.get(owner=alice, client=CLIENT)
+    page = alice_client.get("/keys/").content.decode()
+    row = page[page.index(key.masked) - 600 : page.index(key.masked)]
+    assert '<small class="muted">Playground</small>' in row, row
+    assert "on the Connect page" not in page
