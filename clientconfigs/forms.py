@@ -44,5 +44,5 @@ class ConnectForm(forms.Form):
     def __init__(self, *args: Any, user: User, model_names: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         key = cast("forms.ModelChoiceField[Key]", self.fields["key"])
-        key.queryset = Key.objects.not_revoked().filter(owner=user).order_by("name")
+        key.queryset = Key.objects.unexpired().filter(owner=user).order_by("name")  # a key that still works
         cast(forms.ChoiceField, self.fields["model"]).choices = [(n, n) for n in model_names]

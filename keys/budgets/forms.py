@@ -25,7 +25,7 @@ def target_choices(editor: User) -> list[tuple[str, str]]:
             .exclude(pk=editor.pk)
             .order_by("username")
         )
-    keys = Key.objects.not_revoked().filter(owner__in=users).select_related("owner").order_by("owner__username", "name")
+    keys = Key.objects.unexpired().filter(owner__in=users).select_related("owner").order_by("owner__username", "name")
     return (
         [(f"team:{t.pk}", _("Team %(name)s (all members)") % {"name": t.name}) for t in teams]
         + [(f"user:{u.pk}", _("User %(name)s (all their keys)") % {"name": u.username}) for u in users]

@@ -3,15 +3,17 @@ mallory (another developer) and admin (for themselves only)."""
 
 from __future__ import annotations
 
+import datetime
 import re
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from clientconfigs.models import ConfigDownload, DownloadToken
 from keys.models import Key
-from keys.services import issue_key, verify_key
+from keys.services import issue_key, rotate_key, verify_key
 
 pytestmark = pytest.mark.django_db
 
@@ -253,3 +255,17 @@ def test_page_offers_to_replace_the_key_minted_before_and_does(alice_client, ali
     )
     assert Key.objects.filter(owner=alice, name="cline@laptop-2").exists()
     assert "minted for cline" in alice_client.get("/keys/").content.decode()
+
+
+def test_the_key_choice_leaves_out_keys_that_stopped_working(alice_client, alice, catalog):
+    """After reinstalls the rotated-away keys pile up: only the keys that still work are offered."""
+    kept, _plaintext = issue_key(owner=alice, name="desk")
+    stopped, _plaintext = issue_key(owner=alice, name="llm@laptop")
+    replacement, _plaintext = rotate_key(stopped, grace=datetime.timedelta(minutes=10))
+    Key.objects.filter(pk=stopped.pk).update(expires_at=timezone.now() - datetime.timedelta(seconds=1))  # grace over
+    page = alice_client.get("/connect/?client=llm").content.decode()
+    offered = re.findall(r'<option value="(\d+)"', page)
+    assert str(kept.pk) in offered and str(replacement.pk) in offered
+    assert str(stopped.pk) not in offered
+    chosen = alice_client.get(f"/connect/?client=llm&key_mode=placeholder&key={stopped.pk}")
+    assert chosen.status_code in (200, 400, 404)  # refused or ignored, never a 500

@@ -3,15 +3,17 @@ lead their members' and their members' keys', never one an admin set and never o
 
 from __future__ import annotations
 
+import datetime
 from decimal import Decimal
 
 import pytest
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 from rest_framework.test import APIClient
 
-from keys.models import Budget
-from keys.services import issue_key
+from keys.models import Budget, Key
+from keys.services import issue_key, revoke_key, rotate_key
 
 pytestmark = pytest.mark.django_db
 
@@ -149,3 +151,19 @@ def test_a_top_up_ending_in_the_past_is_an_error_on_the_field_sent(admin, alice)
     )
     assert response.status_code == 400
     assert response.json() == {"until": ["The top-up must end in the future."]}
+
+
+def test_the_budgets_page_offers_no_key_that_stopped_working(lena, alice):
+    """Every reinstall from the Connect page rotates a key away: those that stopped (and revoked
+    ones) are not offered as what a budget applies to."""
+    kept, _plaintext = issue_key(owner=alice, name="desk")
+    stopped, _plaintext = issue_key(owner=alice, name="llm@laptop")
+    replacement, _plaintext = rotate_key(stopped, grace=datetime.timedelta(minutes=10))
+    Key.objects.filter(pk=stopped.pk).update(expires_at=timezone.now() - datetime.timedelta(seconds=1))  # grace over
+    gone, _plaintext = issue_key(owner=alice, name="old")
+    revoke_key(gone)
+    page = Client()
+    page.force_login(lena)
+    html = page.get(reverse("budget_list")).content.decode()
+    assert f'value="key:{kept.pk}"' in html and f'value="key:{replacement.pk}"' in html
+    assert f'value="key:{stopped.pk}"' not in html and f'value="key:{gone.pk}"' not in html
