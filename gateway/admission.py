@@ -134,8 +134,11 @@ async def open_call(
         # First attempt: admit only if our cached keys/routes are current (else Stale, nothing
         # reserved); the retry runs on freshly loaded data and is not checked again.
         expected = snapshot.generation if attempt == 0 else None
+        # An output the client did not ask for shrinks to what the token limits have left (at
+        # least a token a choice) instead of refusing the request for it.
+        floor = prompt + choices if max_tokens is None else None
         admit = limiter.admit(
-            request_id, scopes, reserve, expected=expected, budgets=key.budgets, cost=cost, namespace=ns
+            request_id, scopes, reserve, expected=expected, budgets=key.budgets, cost=cost, namespace=ns, floor=floor
         )
         try:
             if choice.session is None and body is not None and balance.affine(info) and not cold:
@@ -176,6 +179,8 @@ async def open_call(
         _record_refusal(request_id, key, info, surface, stream, err, started)
         raise err
     assert isinstance(result, Admission)
+    if result.reserved < reserve:  # the default output, shrunk to what the limits had left
+        reserve_max = max(1, (result.reserved - prompt) // choices)
     if result.alerts:
         alert_budgets(key, result.alerts)
     waited: float | None = None

@@ -236,12 +236,15 @@ def rate_headers(scopes: list[Scope], counts: list[int] | None = None) -> list[t
 
 # The clock is Redis's (TIME), so replicas whose clocks differ share the same minute windows;
 # ARGV[1] is the caller's estimate of it, unused by the script.
-# ARGV: now_ms, request id, scope count, reserve tokens, day, month, lease_ms, ms to day end,
-#       ms to month end, expected keys generation ('*': do not check), expected routes generation,
+# ARGV: now_ms, request id, scope count, reserve tokens (or "tokens/floor": an output the client did
+#       not ask for, which shrinks to what every token limit has left, down to `floor`), day,
+#       month, lease_ms, ms to day end, ms to month end, expected keys generation ('*': do not
+#       check), expected routes generation,
 #       then per scope: prefix, rpm, tpm, tpd, tpmo, par;
 #       then the budget count, the cost reserved (nano-units), and per budget: its window's counter,
 #       cap, ms to the window's end (-1: never), alert threshold (-1: none).
-# Returns {1, gen_keys, gen_routes, key_rpm_used, key_tpm_used, budgets that crossed their alert},
+# Returns {1, gen_keys, gen_routes, key_rpm_used, key_tpm_used, budgets that crossed their alert,
+#         tokens reserved},
 #         {0, gen_keys, gen_routes, scope index, limit name, limit value, retry_ms} ('budget': the
 #         budget's index, its cap, ms to its window's end or -1), or
 #         {2, gen_keys, gen_routes} when the caller's caches are stale (nothing reserved).
@@ -250,7 +253,14 @@ local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local rid = ARGV[2]
 local n = tonumber(ARGV[3])
-local tok = tonumber(ARGV[4])
+local tok, floor = string.match(ARGV[4], '^(%d+)/?(%d*)$')
+tok = tonumber(tok)
+floor = tonumber(floor) or tok
+local function fits(used_now, cap)  -- whether tok fits under cap, shrinking a default output to fit
+  if used_now + tok <= cap then return true end
+  if cap - used_now >= floor then tok = cap - used_now; return true end
+  return false
+end
 local day = ARGV[5]
 local mon = ARGV[6]
 local lease = tonumber(ARGV[7])
@@ -289,17 +299,17 @@ for i = 0, n - 1 do
       redis.call('DECRBY', p .. ':ts', sub)
     end
     t_used = tonumber(redis.call('GET', p .. ':ts') or '0')
-    if t_used + tok > tpm then
+    if not fits(t_used, tpm) then
       return {0, gens[1], gens[2], i, 'tokens_per_minute', tpm, retry_after(p .. ':t', 60000)}
     end
   end
   if tpd >= 0 then
     local u = tonumber(redis.call('GET', p .. ':d:' .. day) or '0')
-    if u + tok > tpd then return {0, gens[1], gens[2], i, 'tokens_per_day', tpd, msday} end
+    if not fits(u, tpd) then return {0, gens[1], gens[2], i, 'tokens_per_day', tpd, msday} end
   end
   if tpmo >= 0 then
     local u = tonumber(redis.call('GET', p .. ':m:' .. mon) or '0')
-    if u + tok > tpmo then return {0, gens[1], gens[2], i, 'tokens_per_month', tpmo, msmon} end
+    if not fits(u, tpmo) then return {0, gens[1], gens[2], i, 'tokens_per_month', tpmo, msmon} end
   end
   if par >= 0 then
     redis.call('ZREMRANGEBYSCORE', p .. ':p', '-inf', now)
@@ -307,8 +317,9 @@ for i = 0, n - 1 do
       return {0, gens[1], gens[2], i, 'max_parallel_requests', par, 1000}
     end
   end
-  if i == 0 then used = {r_used + 1, t_used + tok} end
+  if i == 0 then used = {r_used + 1, t_used} end
 end
+if used[2] then used[2] = used[2] + tok end  -- the key's, with what is reserved after every shrink
 local bo = 12 + n * 6
 local nb = tonumber(ARGV[bo] or '0')
 local cost = tonumber(ARGV[bo + 1] or '0')
@@ -359,7 +370,7 @@ for j = 0, nb - 1 do
     if flag then alerts[#alerts + 1] = tostring(j) end
   end
 end
-return {1, gens[1], gens[2], used[1] or 0, used[2] or 0, table.concat(alerts, ',')}
+return {1, gens[1], gens[2], used[1] or 0, used[2] or 0, table.concat(alerts, ','), tok}
 """
 
 # ARGV: request id, reserved, actual, day, month, scope count, cost reserved, cost actual (nano-units),
@@ -495,17 +506,20 @@ class RedisLimiter:
         budgets: tuple[BudgetInfo, ...] = (),
         cost: int = 0,
         namespace: str = "gw",
+        floor: int | None = None,
     ) -> Admission | Refusal | Stale:
         """Reserve for every scope at once, and `cost` (nano-units, the most the request can cost)
-        on every one of `budgets`. With `expected` (the generations the caller's caches were built
-        from), a newer generation in Redis returns Stale and reserves nothing."""
+        on every one of `budgets`. With `floor`, `tokens` holds an output the client did not ask
+        for: it shrinks to what the token limits have left, down to `floor`
+        (`Admission.reserved` says how far). With `expected` (the generations the caller's caches
+        were built from), a newer generation in Redis returns Stale and reserves nothing."""
         now = self.now()
         windows, period = _window_args(now, int(lease_seconds() * 1000))
         args: list[object] = [
             int(now * 1000),
             request_id,
             len(scopes),
-            tokens,
+            tokens if floor is None else f"{tokens}/{floor}",
             windows,  # day, month, lease, ms to the day's end, ms to the month's end
             _expected_args(expected),
         ]
@@ -542,7 +556,8 @@ class RedisLimiter:
             return Stale(gens)
         if int(res[0]) == 1:
             day, month, _to_day, _to_month = _windows(now)
-            adm = Admission(request_id, scopes, tokens, day, month, period, generations=gens)
+            reserved = int(res[6]) if len(res) > 6 else tokens
+            adm = Admission(request_id, scopes, reserved, day, month, period, generations=gens)
             adm.headers = rate_headers(scopes, [int(res[3]), int(res[4])])
             if budgets:
                 adm.budget_keys, adm.cost = budget_keys, cost

@@ -271,6 +271,26 @@ def test_without_max_tokens_the_output_reserved_fits_the_token_limit(setup, upst
     assert 0 <= int(admitted.headers["x-ratelimit-remaining-tokens"]) < 100
 
 
+def test_without_max_tokens_a_partly_used_token_limit_still_answers_with_what_is_left(setup, upstream, gateway, alice):
+    """The default output shrinks to what the key's 100 tokens a day have left, not to the whole
+    limit: once a call has used part of it, the next one without max_tokens is answered (it was
+    refused 429 until the next UTC day for a default it never sent), cut at what is left."""
+    _key, plain = issue_key(owner=alice, name="per-day", tokens_per_day=100)
+    upstream.behave(tokens=3)
+    first = post(gateway, plain, {"model": "qwen3-32b", "messages": MESSAGES})
+    assert first.status_code == 200, first.text
+    used = first.json()["usage"]["total_tokens"]
+    upstream.behave(tokens=200, ignore_max_tokens=True)
+    second = post(gateway, plain, {"model": "qwen3-32b", "messages": MESSAGES})
+    assert second.status_code == 200, second.text
+    answer = second.json()
+    assert answer["choices"][0]["finish_reason"] == "length"
+    # Cut within what was left after the prompt (as the gateway estimates it before sending).
+    assert 0 < answer["usage"]["completion_tokens"] < 100 - used, (used, answer["usage"])
+    spent = post(gateway, plain, {"model": "qwen3-32b", "messages": MESSAGES})
+    assert spent.status_code == 429 and spent.json()["error"]["code"] == "quota_exceeded", spent.text
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_every_prompt_of_a_completions_prompt_list_is_reserved_and_charged(setup, upstream, gateway, stream):
     """A prompt list is answered one choice a prompt (vLLM): each is charged, none bounded away."""
