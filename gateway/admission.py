@@ -174,6 +174,10 @@ async def open_call(
             )
             if reserve > result.value:  # more than the whole limit: no wait would let it in
                 err = _never_fits(result, reserves, prompt, choices)
+            elif max_tokens is None:  # the default output already shrank to what is left: none is
+                err.message += (
+                    f" What is left cannot hold this request's prompt (≈{prompt} tokens) and a token of answer."
+                )
             else:
                 err.message += f" {reserves}; a smaller max_tokens may fit."
         _record_refusal(request_id, key, info, surface, stream, err, started)

@@ -289,6 +289,7 @@ def test_without_max_tokens_a_partly_used_token_limit_still_answers_with_what_is
     assert 0 < answer["usage"]["completion_tokens"] < 100 - used, (used, answer["usage"])
     spent = post(gateway, plain, {"model": "qwen3-32b", "messages": MESSAGES})
     assert spent.status_code == 429 and spent.json()["error"]["code"] == "quota_exceeded", spent.text
+    assert "cannot hold this request's prompt" in spent.json()["error"]["message"]  # no smaller max_tokens helps
 
 
 @pytest.mark.parametrize("stream", [False, True])
