@@ -24,6 +24,8 @@ from django.db.models import Q, Sum
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
+from channels.choices import UnpricedPolicy
+from channels.models import Model, ModelRoute, RoutePrice
 from channels.prices import format_money, to_amount, to_nanos
 
 from ..choices import BudgetWindow
@@ -219,6 +221,32 @@ def save_budget(
                 return Budget.objects.create(**{field: target, "window": window}, **values)
         except IntegrityError:
             raise taken from None  # created by a request racing this one since the check above
+
+
+def refused_models(target: Any) -> list[str]:
+    """The models `target` (a key, a user or a team) may use that the gateway refuses to a
+    budgeted key: served, and no enabled route has a price in effect or a fallback (the route's
+    `unpriced`, else PORTAL_UNPRICED_ROUTES). A budget on the target stops them working."""
+    if isinstance(target, Key):
+        usable = Model.objects.usable_by(target.owner)
+        if target.allowed_models.exists():
+            usable = usable.filter(pk__in=target.allowed_models.values("pk"))
+    elif hasattr(target, "role"):
+        usable = Model.objects.usable_by(target)
+    else:
+        usable = Model.objects.enabled()
+        if target.allowed_models.exists():
+            usable = usable.filter(pk__in=target.allowed_models.values("pk"))
+    routes = ModelRoute.objects.enabled()
+    payable = Q(pk__in=RoutePrice.objects.in_effect().values("route_id")) | Q(unpriced=UnpricedPolicy.FALLBACK)
+    if settings.PORTAL_UNPRICED_ROUTES == UnpricedPolicy.FALLBACK:
+        payable |= Q(unpriced=UnpricedPolicy.DEFAULT)
+    refused = (
+        usable.served()
+        .filter(pk__in=routes.values("model_id"))
+        .exclude(pk__in=routes.filter(payable).values("model_id"))
+    )
+    return list(refused.order_by("name").values_list("name", flat=True))
 
 
 def remove_budget(budget: Budget, *, editor: User) -> None:

@@ -18,7 +18,7 @@ from portal.permissions import AdminOrTeamLeadRequiredMixin
 from portal.ui import ConfirmView
 
 from .forms import BudgetForm, TopUpForm, resolve_target
-from .services import may_set, refusal, remove_budget, save_budget, statuses, top_up
+from .services import may_set, refusal, refused_models, remove_budget, save_budget, statuses, top_up
 
 if TYPE_CHECKING:
     from portal.permissions import AuthenticatedHttpRequest
@@ -63,10 +63,11 @@ class BudgetListView(AdminOrTeamLeadRequiredMixin, View):
         form = BudgetForm(request.POST, editor=request.user)
         if form.is_valid():
             data = form.cleaned_data
+            target = resolve_target(data["target"])
             try:
                 save_budget(
                     editor=request.user,
-                    target=resolve_target(data["target"]),
+                    target=target,
                     window=data["window"],
                     amount=data["amount"],
                     alert_percent=data["alert_percent"],
@@ -77,7 +78,19 @@ class BudgetListView(AdminOrTeamLeadRequiredMixin, View):
                 for errors in exc.message_dict.values():
                     form.add_error("amount", errors)
             else:
-                messages.success(request, _("Budget saved."))
+                refused = refused_models(target)
+                if refused:
+                    messages.warning(
+                        request,
+                        _(
+                            "Budget saved. While it exists, %(target)s cannot use these models: they have no "
+                            "price, and budgeted keys are refused on them until an admin sets one on the Prices "
+                            "page: %(models)s."
+                        )
+                        % {"target": target, "models": ", ".join(refused)},
+                    )
+                else:
+                    messages.success(request, _("Budget saved."))
                 return redirect("budget_list")
         return render(request, self.template_name, self.context(request, form), status=400)
 

@@ -167,3 +167,34 @@ def test_the_budgets_page_offers_no_key_that_stopped_working(lena, alice):
     html = page.get(reverse("budget_list")).content.decode()
     assert f'value="key:{kept.pk}"' in html and f'value="key:{replacement.pk}"' in html
     assert f'value="key:{stopped.pk}"' not in html and f'value="key:{gone.pk}"' not in html
+
+
+def test_a_budget_on_someone_whose_models_have_no_price_says_which_ones_stop_working(lena, alice, settings):
+    """The gateway refuses a budgeted key on a model without a price (403 model_not_priced): the
+    lead who sets the budget is told which of the member's models that stops, not left to find out."""
+    from channels.models import Channel, Model, ModelRoute
+    from channels.services import set_route_price
+
+    settings.PORTAL_UNPRICED_ROUTES = "refuse"
+    channel = Channel.objects.create(name="gpu", base_url="http://127.0.0.1:9/v1", locality="local")
+    for name in ("free-chat", "paid-chat"):
+        ModelRoute.objects.create(model=Model.objects.create(name=name), channel=channel, upstream_model=name)
+    set_route_price(ModelRoute.objects.get(model__name="paid-chat"), input=Decimal("1"), output=Decimal("2"))
+    page = Client()
+    page.force_login(lena)
+    saved = page.post(
+        reverse("budget_list"), {"target": f"user:{alice.pk}", "window": "day", "amount": "5"}, follow=True
+    ).content.decode()
+    assert Budget.objects.filter(user=alice, window="day").exists()
+    assert "alice cannot use these models" in saved and "free-chat" in saved, saved
+    assert "paid-chat" not in saved.split("cannot use these models")[1].split("</")[0]
+    from keys.budgets.services import refused_models
+
+    scoped, _plaintext = issue_key(owner=alice, name="paid only")
+    scoped.allowed_models.set(Model.objects.filter(name="paid-chat"))
+    assert refused_models(scoped) == [] and refused_models(alice.team) == ["free-chat"]
+    ModelRoute.objects.filter(model__name="free-chat").update(unpriced="fallback")  # the admin allows a fallback
+    again = page.post(
+        reverse("budget_list"), {"target": f"user:{alice.pk}", "window": "day", "amount": "6"}, follow=True
+    ).content.decode()
+    assert "Budget saved." in again and "cannot use these models" not in again
