@@ -469,3 +469,13 @@ class ObjectDeleteView(ConfirmView):
                 level=messages.ERROR,
             )
         return done(self.request, str(self.deleted) % values, self.success)
+
+
+# Spreadsheet apps run a cell starting with one of these as a formula (OWASP's CSV injection list:
+# a tab or carriage return first hides the sign that follows it); names in exports are user-chosen.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_safe(value: str) -> str:
+    """`value` for a CSV cell: prefixed with ' when a spreadsheet would read it as a formula."""
+    return "'" + value if value.startswith(FORMULA_STARTS) else value

@@ -14,6 +14,7 @@ from django.views import View
 
 from channels.prices import currency, format_money
 from portal.permissions import AdminRequiredMixin
+from portal.ui import csv_safe
 
 from ..forms import GPUTypeCostForm
 from .services import IDLE, gpu_types, monthly, set_gpu_type_cost
@@ -25,11 +26,6 @@ def _month(request: HttpRequest) -> dt.date:
         return dt.datetime.strptime(request.GET.get("month", ""), "%Y-%m").date()
     except ValueError:
         return timezone.now().date().replace(day=1)
-
-
-def _csv_safe(value: str) -> str:
-    """Spreadsheet apps run cells starting with = + - @ as formulas; names are user-chosen."""
-    return "'" + value if value[:1] in ("=", "+", "-", "@") else value
 
 
 class ShowbackView(AdminRequiredMixin, View):
@@ -54,7 +50,7 @@ class ShowbackView(AdminRequiredMixin, View):
             writer = csv.writer(response)
             writer.writerow(["month", "team", "user", "gpu_hours", "tokens"])
             for team, user, hours, tokens in report.people:
-                writer.writerow([label, _csv_safe(team or ""), _csv_safe(user or ""), f"{hours:.3f}", tokens])
+                writer.writerow([label, csv_safe(team or ""), csv_safe(user or ""), f"{hours:.3f}", tokens])
             return response
         previous = (report.since - dt.timedelta(days=1)).date()
         return render(

@@ -21,7 +21,7 @@ from keys.budgets.services import budgets_for
 from keys.models import USAGE_COUNTERS, Key, UsageDaily, UsageRecord
 from portal.pagination import CappedCountPaginator
 from portal.permissions import AdminOrTeamLeadRequiredMixin, AdminRequiredMixin
-from portal.ui import FilteredListView, sort_rows
+from portal.ui import FilteredListView, csv_safe, sort_rows
 
 from .filters import UsageRecordFilterSet
 from .retention import raw_cutoff
@@ -139,7 +139,7 @@ class AdminUsageView(AdminOrTeamLeadRequiredMixin, View):
                 ratio = "" if row["cache_hit_ratio"] is None else f"{row['cache_hit_ratio']:.4f}"
                 writer.writerow(
                     [
-                        _csv_safe(str(row["group"])),
+                        csv_safe(str(row["group"])),
                         since,
                         until,
                         *(row[c] or 0 for c in CSV_COUNTERS),
@@ -201,8 +201,3 @@ class RequestDetailView(AdminRequiredMixin, _RecordDetailView):
 
     def get_queryset(self) -> QuerySet[UsageRecord]:
         return UsageRecord.objects.select_related("key", "user", "channel")
-
-
-def _csv_safe(value: str) -> str:
-    """Spreadsheet apps run cells starting with = + - @ as formulas; names are user-chosen."""
-    return "'" + value if value[:1] in ("=", "+", "-", "@") else value

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import csv
 import datetime as dt
+import io
 import re
 
 import pytest
@@ -97,7 +99,8 @@ def test_my_usage_shows_only_my_tokens_against_my_limits(client, alice, alice_ke
 
 def test_admin_usage_groups_and_exports_csv(admin_client, alice_key, mallory_key, alice):
     evil = issue_key(owner=alice, name="=HYPERLINK(1)")[0]
-    write_batch([event(alice_key), event(mallory_key, model="llama-8b"), event(evil)])
+    hidden = issue_key(owner=alice, name="\t@SUM(1)")[0]  # a tab first hides the sign from a glance
+    write_batch([event(alice_key), event(mallory_key, model="llama-8b"), event(evil), event(hidden, model="llama-8b")])
     by_user = admin_client.get("/usage/all/?group_by=user").content.decode()
     assert "alice" in by_user and "mallory" in by_user
     csv_text = admin_client.get("/usage/all/?group_by=model&format=csv").content.decode()
@@ -106,6 +109,8 @@ def test_admin_usage_groups_and_exports_csv(admin_client, alice_key, mallory_key
     assert any(line.startswith("qwen3-32b,") and ",16," in line for line in lines)
     keyed = admin_client.get("/usage/all/?group_by=key&format=csv").content.decode()
     assert "'=HYPERLINK(1)" in keyed
+    cells = [row[0] for row in csv.reader(io.StringIO(keyed))]
+    assert [c for c in cells if "SUM" in c] == [f"'\t@SUM(1) ({hidden.masked}, alice)"]
 
 
 def test_usage_tables_sort_by_any_column_both_ways(admin_client, client, alice_key, mallory_key, alice):
