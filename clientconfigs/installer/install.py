@@ -1740,7 +1740,11 @@ def check(gateway, probes, key_override=None):
         say("✗", f"cannot reach {gateway}: {body}")
         return 1
     if status in (401, 403):
-        say("✗", f"the gateway rejected the key ({status}): it is wrong, revoked or expired")
+        say(
+            "✗",
+            f"the gateway rejected the key ({status}): it is wrong, revoked or expired; "
+            "run a new install command from the Connect page",
+        )
         return 1
     if status != 200 or not isinstance(body, dict):
         say("✗", f"GET {gateway}/v1/models answered {status}")

@@ -52,7 +52,10 @@ TEMPLATES = (
     gettext_noop("{file} line {line}: base URL {url} should be {shape}"),
     gettext_noop("no key found in the files or in TEAM_GATEWAY_API_KEY"),
     gettext_noop("cannot reach {gateway}: {error}"),
-    gettext_noop("the gateway rejected the key ({status}): it is wrong, revoked or expired"),
+    gettext_noop(
+        "the gateway rejected the key ({status}): it is wrong, revoked or expired; "
+        "run a new install command from the Connect page"
+    ),
     gettext_noop("GET {url} answered {status}"),
     gettext_noop("key valid"),
     gettext_noop("{file} lines {lines}: model {name} is listed {count} times; keep one (download again)"),

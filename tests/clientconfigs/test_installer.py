@@ -248,7 +248,9 @@ def test_doctor_reports_a_rejected_key_and_a_wrong_base_url(live_server, setting
     )
     assert result.returncode == 1
     assert "should be ending in /v1" in result.stdout
-    assert "rejected the key" in result.stdout
+    assert (
+        "rejected the key (401)" in result.stdout and "run a new install command from the Connect page" in result.stdout
+    )
 
 
 CONTINUE_WITH_DUPLICATES = """name: Mine
