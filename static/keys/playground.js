@@ -306,7 +306,10 @@
         if (!record) return;
         metric(list, T.channel, record.channel_name, "pg-channel");
         metric(list, T.http_status, record.http_status, "pg-http-status");
-        if (record.error) metric(list, T.error, record.error, "pg-record-error");
+        // The record's error once more only when it says more than the answer did (an upstream's status).
+        if (record.error && !(result.error && result.error.message === record.error)) {
+          metric(list, T.error, record.error, "pg-record-error");
+        }
         if (record.estimated) metric(list, T.completion, record.completion_tokens + " (" + T.estimated + ")");
         var steps = record.route_explanation_text || (result.route ? result.route.split("; ") : null);
         if (steps && steps.length) {

@@ -325,6 +325,8 @@ def test_a_chinese_reader_sees_what_a_gateway_error_means_in_chinese(
             detail = page.text_content(".pg-assistant .pg-error-detail")
             assert "context_length_exceeded" in detail and "largest context window is 256 tokens" in detail
             assert not upstream.requests  # refused by the gateway itself
+            page.wait_for_selector(".pg-assistant [data-record=loaded]")  # the refusal's usage record…
+            assert page.locator(".pg-assistant .pg-record-error").count() == 0  # …does not say it again
 
             model.enabled = False
             model.save(update_fields=["enabled", "updated"])  # while the page still offers it
