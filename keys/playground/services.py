@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from django.db import transaction
-from django.utils.translation import gettext
 
 from keys.models import PLAYGROUND_CLIENT, Key
 from keys.services import issue_key
@@ -27,7 +26,9 @@ def playground_key(user: User) -> Key:
     key = Key.objects.not_revoked().filter(owner=user, client=CLIENT).order_by("-created").first()
     if key is not None:
         return key
-    name = gettext("Playground")
+    # Stored in English whatever the owner reads: a team lead or an admin reading another language
+    # sees this name too; the key lists label the key Playground in each reader's language.
+    name = "Playground"
     if Key.objects.not_revoked().filter(owner=user, name=name).exists():
         name = f"{name} ({CLIENT})"
     key, _plaintext = issue_key(owner=user, name=name, client=CLIENT)  # the plaintext is dropped here

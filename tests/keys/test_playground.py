@@ -205,3 +205,18 @@ def test_the_key_list_calls_the_playground_key_what_it_is(alice_client, alice):
     row = page[page.index(key.masked) - 600 : page.index(key.masked)]
     assert '<small class="muted">Playground</small>' in row, row
     assert "on the Connect page" not in page
+
+
+def test_the_playground_key_is_named_in_english_whatever_its_owner_reads(alice_client, alice, admin):
+    """Regression (probe): the key was named in its owner's language at first use, so an admin or
+    team lead reading English saw 操练场 in the team's keys."""
+    alice.language = "zh-hans"
+    alice.save(update_fields=["language"])
+    assert alice_client.get("/playground/").status_code == 200
+    key = Key.objects.get(owner=alice, client=CLIENT)
+    assert key.name == "Playground"
+    mine = alice_client.get("/keys/").content.decode()
+    assert '<small class="muted">操练场</small>' in mine  # her list labels it in her language
+    reader = Client()
+    reader.force_login(admin)
+    assert "操练场" not in reader.get(f"/keys/{key.pk}/").content.decode()
