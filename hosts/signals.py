@@ -3,7 +3,8 @@ so `hosts.deployments.jobs` never imports the tasks that call it."""
 
 from django.dispatch import Signal
 
-# After the commit that created a job: `job_id`. The receiver queues the Celery task that runs it.
+# After the commit that created a job: `job_id`. The receiver queues the Celery task that runs it
+# and raises when the broker does not take it (`jobs.send` marks the job for the sweep).
 job_requested = Signal()
 
 # A job left a server serving behind a freshly registered channel: `channel_id`. The receiver

@@ -123,10 +123,7 @@ def _sweep_at_worker_start(**_kwargs: Any) -> None:
 
 @receiver(signals.job_requested, dispatch_uid="hosts-queue-job")
 def _queue_job(sender: object, job_id: int, **_kwargs: Any) -> None:
-    try:
-        run_job.delay(job_id)
-    except Exception:  # the broker is down: the stale-job sweep will fail it with a message
-        logger.exception("could not queue launch job %s", job_id)
+    run_job.delay(job_id)  # the broker is down: `jobs.send` marks the job, the sweep sends it again
 
 
 @receiver(signals.channel_registered, dispatch_uid="hosts-probe-channel")

@@ -108,8 +108,24 @@ def request_job(deployment: Deployment, action: str, *, user: User | None = None
     )
     audit.record(AuditAction.ACTION, deployment, message=requested, actor=user)
     if queue:
-        transaction.on_commit(lambda: signals.job_requested.send(sender=LaunchJob, job_id=job.pk))
+        transaction.on_commit(lambda: send(job))
     return job
+
+
+# A job the broker did not take says so, and the sweep sends it again once Redis answers.
+NOT_SENT = gettext_noop("Redis (the task queue) did not take this job; it is sent again as soon as Redis answers.")
+
+
+def send(job: LaunchJob) -> None:
+    """Hand the job to a worker (the broker). One the broker does not take stays queued with
+    NOT_SENT on it, which `recover_stale_jobs` sends again when Redis answers, instead of waiting
+    HOSTS_QUEUED_JOB_SECONDS for a worker that was never told."""
+    try:
+        signals.job_requested.send(sender=LaunchJob, job_id=job.pk)
+    except Exception:
+        logger.exception("could not queue launch job %s", job.pk)
+        if job.state == JobState.QUEUED and not job.worker:
+            change_state(job, JobState.QUEUED, Message(NOT_SENT), guard=True)
 
 
 def change_state(
@@ -717,6 +733,17 @@ def recover_stale_jobs(now: datetime.datetime | None = None) -> int:
                 attempts=job.attempts,
                 state=job.get_state_display().lower(),
             )
+        elif (
+            not job.worker
+            and job.state == JobState.QUEUED
+            and job.message_code == NOT_SENT
+            and (job.heartbeat or job.created) >= unclaimed_cutoff
+        ):
+            resent = Message(gettext_noop("Redis answers again; sent to the task queue."))
+            if change_state(job, JobState.QUEUED, resent, guard=True):
+                send(job)
+                count += 1
+            continue
         elif not job.worker and (job.heartbeat or job.created) < unclaimed_cutoff:
             message = Message(
                 gettext_noop(
@@ -741,5 +768,5 @@ def _redeliver(job: LaunchJob) -> int:
     moved = change_state(job, job.state, message, guard=True, worker="")
     if moved:
         logger.warning("launch job %s: %s", job.pk, message.english)
-        signals.job_requested.send(sender=LaunchJob, job_id=job.pk)
+        send(job)
     return int(moved)
