@@ -721,6 +721,7 @@ def recover_stale_jobs(now: datetime.datetime | None = None) -> int:
     unclaimed_cutoff = now - datetime.timedelta(seconds=settings.HOSTS_QUEUED_JOB_SECONDS)
     count = 0
     for job in LaunchJob.objects.active().select_related("deployment"):
+        settle: str | None = DeploymentStatus.FAILED
         if _dead(job, now, here):
             if job.attempts < settings.HOSTS_JOB_MAX_ATTEMPTS:
                 count += _redeliver(job)
@@ -752,11 +753,11 @@ def recover_stale_jobs(now: datetime.datetime | None = None) -> int:
                 ),
                 seconds=f"{settings.HOSTS_QUEUED_JOB_SECONDS:g}",
             )
+            if not job.attempts and job.deployment.status not in (DeploymentStatus.STARTING, DeploymentStatus.STOPPING):
+                settle = None  # no worker touched its server: a running deployment is still running
         else:
             continue
-        if change_state(
-            job, JobState.FAILED, message, deployment_status=DeploymentStatus.FAILED, guard=True, worker=""
-        ):
+        if change_state(job, JobState.FAILED, message, deployment_status=settle, guard=True, worker=""):
             count += 1
     return count
 

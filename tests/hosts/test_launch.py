@@ -391,6 +391,31 @@ def test_a_job_nobody_picks_up_is_failed_with_a_hint(online_host, settings):
     assert job.state == JobState.FAILED and "is a Celery worker running" in job.message
 
 
+def test_a_restart_nobody_picked_up_leaves_the_running_deployment_running(online_host, settings, started_pids):
+    """No worker touched the server (the job was never claimed): failing the job must not mark a
+    deployment that still serves "failed", which also took it out of supervision."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    deployment = llama_deployment(online_host)
+    first = run(deployment)
+    started_pids.append(first.pid)
+    assert deployment.status == DeploymentStatus.RUNNING, deployment.status_message
+    serving = deployment.status_message
+
+    job = jobs.request_job(deployment, JobAction.RESTART)
+    LaunchJob.objects.filter(pk=job.pk).update(
+        created=timezone.now() - timedelta(seconds=settings.HOSTS_QUEUED_JOB_SECONDS + 1)
+    )
+    assert jobs.recover_stale_jobs() == 1
+    job.refresh_from_db()
+    deployment.refresh_from_db()
+    assert job.state == JobState.FAILED and "is a Celery worker running" in job.message
+    assert deployment.status == DeploymentStatus.RUNNING and deployment.status_message == serving
+    assert deployment.pid == first.pid and alive(first.pid)
+
+
 def test_stop_takes_over_a_job_whose_worker_died(online_host, settings, started_pids):
     from datetime import timedelta
 
