@@ -39,4 +39,5 @@ urlpatterns = [
     path("", include("clientconfigs.urls")),
 ]
 
+handler404 = "portal.views.page_not_found"
 handler500 = "portal.views.server_error"

@@ -12,6 +12,7 @@ from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.utils.translation import gettext_lazy as _
 from django.views import defaults
+from rest_framework.exceptions import NotFound
 
 from . import dashboard as home
 
@@ -25,6 +26,14 @@ def dashboard(request):
 
 
 DATABASE_ERRORS = (OperationalError, InterfaceError)
+
+
+def page_not_found(request, exception):
+    """handler404: under /api/ a script gets JSON, as from the API's own 404s (an unknown action or
+    resource path was Django's HTML page); elsewhere the site's page."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": str(NotFound.default_detail), "code": NotFound.default_code}, status=404)
+    return defaults.page_not_found(request, exception)
 
 
 def server_error(request):

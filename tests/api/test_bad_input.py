@@ -277,3 +277,17 @@ def test_deleting_a_host_with_a_deployment_is_a_409_that_names_it(admin_api):
     assert response.status_code == 409
     assert "qwen-live" in response.json()["detail"]
     assert Host.objects.filter(pk=host.pk).exists()
+
+
+@pytest.mark.parametrize(
+    "method, path",
+    [("post", "/api/hosts/1/refresh/"), ("get", "/api/no-such-resource/"), ("delete", "/api/keys/1/nothing/")],
+)
+def test_an_unknown_api_path_is_a_json_404_and_a_page_stays_a_page(admin_api, method, path):
+    response = getattr(admin_api, method)(path)
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {"detail": "Not found.", "code": "not_found"}
+
+    page = admin_api.get("/no-such-page/")
+    assert page.status_code == 404 and page["Content-Type"].startswith("text/html")
