@@ -37,7 +37,7 @@ from hosts.ondemand import activity
 from hosts.ondemand import services as ondemand
 
 from . import metrics
-from .cache import ModelInfo, run_db, snapshot
+from .cache import DatabaseUnavailable, ModelInfo, run_db, snapshot
 from .http import SSE_HEADERS, GatewayError, Request
 
 logger = logging.getLogger(__name__)
@@ -197,6 +197,8 @@ async def wait_until_warm(req: Request, info: ModelInfo, *, stream: bool) -> flo
         result = await _wait(req, outcome, wait, stream=stream)
     finally:
         state.waiting -= 1
+    if result is not None and result.get("database_unavailable"):
+        raise DatabaseUnavailable()
     downloading = (result or state.last).get("downloading")
     if downloading and (result is None or result["state"] != "ready"):
         metrics.ondemand_refused("downloading")
@@ -261,6 +263,10 @@ async def _watch(deployment_id: int, outcome: asyncio.Future[dict[str, Any]]) ->
         if observed["state"] == "ready":
             await snapshot.reload_catalog()  # its channel is registered now
         outcome.set_result(observed)
+    except DatabaseUnavailable:  # the start could not be asked for: the waiting requests get its 503
+        logger.warning("could not ask for deployment %s: the database is unavailable", deployment_id)
+        if not outcome.done():
+            outcome.set_result({"state": "failed", "database_unavailable": True})
     except Exception as exc:
         logger.exception("watching the cold start of deployment %s failed", deployment_id)
         if not outcome.done():

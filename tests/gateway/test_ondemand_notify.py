@@ -199,3 +199,43 @@ def test_both_model_lists_flag_the_on_demand_model_cold_then_warm(gateway_url, c
     _serve(cold_model, upstream)
     warm = {"od-notify": (True, False), "qwen3-32b": (None, None)}
     wait_for(lambda: flags() == (warm, warm), 60)
+
+
+def test_a_cold_model_asked_for_while_the_database_is_away_gets_the_databases_503(cold_model, alice, spawn_gateway):
+    """The key and the catalog are in the gateway's snapshot, but the start cannot be asked for: the
+    answer is the gateway's own database_unavailable (Retry-After 5), as for any request the
+    snapshot cannot serve, not "could not be started" with a Python repr and Retry-After 30; with
+    the database back, a request starts the model."""
+    from django.conf import settings
+
+    from tests.fakes.tcp_proxy import TcpProxy
+    from tests.gateway.conftest import database_url
+    from tests.services import require_postgres
+
+    require_postgres()
+    _key, key = issue_key(owner=alice, name="laptop")
+    db = settings.DATABASES["default"]
+    port = db.get("PORT") or 5432
+    with TcpProxy(f"redis://{db.get('HOST') or '127.0.0.1'}:{port}/0") as proxy:
+        (gw,) = spawn_gateway(1, DATABASE_URL=database_url().replace(f":{port}/", f":{proxy.port}/"))
+        listed = httpx.get(f"{gw.url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=60)
+        assert listed.status_code == 200 and "od-notify" in listed.text  # key and catalog loaded
+        proxy.set("refuse")
+        reply = _ask(gw.url, key)
+        assert not ColdStart.objects.filter(deployment=cold_model).exists()
+        proxy.set("pass")
+
+        def started() -> bool:  # `Prefer: wait=0`: the start is asked for, the client comes back
+            again = httpx.post(
+                f"{gw.url}/v1/chat/completions",
+                headers={"Authorization": f"Bearer {key}", "Prefer": "wait=0"},
+                json={"model": "od-notify", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
+                timeout=60,
+            )
+            assert again.json()["error"]["code"] in ("model_starting", "database_unavailable"), again.text
+            return ColdStart.objects.filter(deployment=cold_model).exists()
+
+        wait_for(started, 60, interval=0.5)  # the database back: a request starts the model, no restart needed
+    assert reply.status_code == 503, reply.text
+    assert reply.json()["error"]["code"] == "database_unavailable", reply.text
+    assert reply.headers["retry-after"] == "5"
