@@ -12,7 +12,8 @@ from typing import Any
 
 from celery import Task, shared_task
 from celery.signals import worker_ready
-from django.db import transaction
+from django.conf import settings
+from django.db import DatabaseError, transaction
 from django.dispatch import receiver
 
 from channels.tasks import probe_channel
@@ -57,8 +58,15 @@ def run_job(self: Task[Any, Any], job_id: int) -> None:
 
 @shared_task(name=POLL_TASK, ignore_result=True)
 def poll_job(job_id: int) -> None:
-    """One look at a starting server's health; safe to run twice (only a job waiting for it moves)."""
-    look_again(job_id, jobs.poll_job(job_id))
+    """One look at a starting server's health; safe to run twice (only a job waiting for it moves).
+    A look the database did not answer is taken again a little later: raising would end the looks,
+    and the sweep would hand the job on as if its worker had died, spending one of its attempts."""
+    try:
+        delay = jobs.poll_job(job_id)
+    except DatabaseError:
+        logger.warning("launch job %s: the database did not answer; looking again", job_id, exc_info=True)
+        delay = float(settings.HOSTS_JOB_HEARTBEAT_SECONDS)
+    look_again(job_id, delay)
 
 
 def look_again(job_id: int, delay: float | None) -> None:

@@ -308,6 +308,58 @@ def test_no_worker_waits_while_the_server_loads_each_health_look_is_rescheduled(
     run(deployment, JobAction.STOP)
 
 
+def test_a_health_look_the_database_did_not_answer_is_taken_again_later(transactional_db, online_host, started_pids):
+    """The database away during a look at a starting server (PostgreSQL restarted): the poll task
+    schedules its next look instead of raising, which ended the looks and left the job to the sweep,
+    handed on "as its worker stopped" once its heartbeat was old, one attempt spent."""
+    import json
+
+    import redis
+
+    from hosts import tasks
+    from portal.celery import app
+    from tests.portal.test_database_unavailable import broken_database
+    from tests.services import redis_url
+
+    deployment = services.save_deployment(
+        host=online_host,
+        name="slow",
+        backend="vllm",
+        model_path="Qwen/Qwen3-8B",
+        served_model_name="qwen3-8b",
+        gpu_indices=[0],
+        port=free_port(),
+        options={"max_model_len": 4096},
+        extra_args=["--fake-startup-delay", "3"],
+        fit_override=True,
+    )
+    job = jobs.request_job(deployment, JobAction.LAUNCH, queue=False)
+    assert jobs.run_job(job.pk) is not None  # started; the next look is a poll task
+    job.refresh_from_db()
+    started_pids.append(job.pid)
+    queue = f"poll-test-{job.pk}-{os.getpid()}"
+    before = app.conf.task_default_queue, app.conf.task_always_eager
+    app.conf.task_default_queue, app.conf.task_always_eager = queue, False
+    broker = redis.Redis.from_url(redis_url())
+    try:
+        with broken_database():
+            tasks.poll_job(job.pk)  # as a worker runs it: no exception, the next look is queued
+        queued = [json.loads(m)["headers"] for m in broker.lrange(queue, 0, -1)]
+    finally:
+        app.conf.task_default_queue, app.conf.task_always_eager = before
+        broker.delete(queue)
+        broker.close()
+    assert [(h["task"], h["argsrepr"]) for h in queued] == [(tasks.POLL_TASK, f"({job.pk},)")]
+
+    delay: float | None = 0.0
+    while delay is not None:  # the queued looks, taken with the database back
+        delay = jobs.poll_job(job.pk)
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.attempts == 1, job.message
+    assert not any("handed to another worker" in t["message"] for t in job.transitions)
+    run(deployment, JobAction.STOP)
+
+
 def test_a_second_job_while_one_is_active_is_refused(online_host):
     deployment = llama_deployment(online_host)
     jobs.request_job(deployment, JobAction.LAUNCH)
