@@ -20,7 +20,9 @@ gateway promises"):
   (`portal.propagation`, `X-Portal-Propagation: unconfirmed`).
 - Anything else that needs Redis there and then (queuing a task on the broker): the request gets
   503 with `Retry-After`, as JSON `{"detail", "code"}` in the API and as a page in the UI
-  (`FaultMiddleware`, `portal.api.exceptions`), never a 500.
+  (`FaultMiddleware`, `portal.api.exceptions`), never a 500. A launch job is the exception: it is
+  a row with its own state, so one the broker did not take is kept, says so, and is sent by the
+  sweep once Redis answers (`hosts.deployments.jobs.send`).
 """
 
 from __future__ import annotations
