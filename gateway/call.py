@@ -527,10 +527,14 @@ async def send_upstream(
                 GatewayError(502, "The upstream for this model refused the connection.", code="upstream_connect"),
             )
         except (aiohttp.ClientError, OSError) as exc:
+            # The client is told what happened in words; the library's exception is for the log.
+            logger.info("channel %s: %s", route.channel_name, exc.__class__.__name__)
             kind, err = (
                 Failure.PROTOCOL,
                 GatewayError(
-                    502, f"The upstream for this model failed ({exc.__class__.__name__}).", code="upstream_protocol"
+                    502,
+                    "The upstream for this model broke the connection or its HTTP answer.",
+                    code="upstream_protocol",
                 ),
             )
         if resp is not None:

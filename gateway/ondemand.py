@@ -267,10 +267,11 @@ async def _watch(deployment_id: int, outcome: asyncio.Future[dict[str, Any]]) ->
         logger.warning("could not ask for deployment %s: the database is unavailable", deployment_id)
         if not outcome.done():
             outcome.set_result({"state": "failed", "database_unavailable": True})
-    except Exception as exc:
+    except Exception:
         logger.exception("watching the cold start of deployment %s failed", deployment_id)
         if not outcome.done():
-            outcome.set_result({"state": "failed", "message": f"the gateway could not follow its start ({exc!r})"})
+            # The exception is in the log above; the client gets no internals.
+            outcome.set_result({"state": "failed", "message": "the gateway could not follow its start"})
     finally:
         if not outcome.done():
             outcome.cancel()

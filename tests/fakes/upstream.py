@@ -42,6 +42,8 @@ import asyncio
 import copy
 import json
 import re
+import socket
+import struct
 import threading
 import time
 import uuid
@@ -246,6 +248,13 @@ class FakeUpstream:
         mode = b["mode"]
         if mode == "redirect":
             raise web.HTTPFound(location="http://127.0.0.1:9/v1/chat/completions")
+        if mode == "reset":  # a server that crashes on the request: the connection reset, no answer
+            sock = request.transport.get_extra_info("socket") if request.transport else None
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            if request.transport is not None:
+                request.transport.abort()
+            return web.Response()  # never reaches the closed connection
         if mode == "invalid_json":
             return web.Response(text="<html>upstream proxy error</html>", content_type="application/json")
         if mode == "html_page":  # a captive portal's or a proxy's page, said with a 200

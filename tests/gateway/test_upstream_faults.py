@@ -76,6 +76,18 @@ def test_alone_they_are_clean_502s(setup, upstream, gateway, mode, code):
     assert "127.0.0.1:9" not in r.text  # the redirect's target was never followed nor shown
 
 
+def test_a_reset_connection_is_a_502_in_words_not_a_library_name(setup, upstream, backup, gateway):
+    """Regression (probe): the answer named aiohttp's exception ("failed (ClientOSError)")."""
+    upstream.behave(mode="reset")
+    assert post(gateway, setup.plaintext).status_code == 200 and len(backup.requests) == 1  # failed over
+    backup.behave(mode="reset")
+    upstream.behave(mode="reset")
+    r = post(gateway, setup.plaintext)
+    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_protocol", r.text
+    message = r.json()["error"]["message"]
+    assert message == "The upstream for this model broke the connection or its HTTP answer.", message
+
+
 @pytest.mark.parametrize(
     ("mode", "stream"), [("html_page", False), ("html_page", True), ("error_200", False), ("ignore_stream", True)]
 )
