@@ -556,8 +556,14 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "filters": {"database_outage": {"()": "portal.logfilters.DatabaseOutage"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": get("PORTAL_LOG_LEVEL", str, "INFO")},
     # axes: lockouts are WARNING; each failed attempt (INFO) is in its AccessAttempt table.
-    "loggers": {"django.db.backends": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
+    # django.request: a database outage's 503 is logged once, in one line, by portal.views.
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},
+        "django.request": {"filters": ["database_outage"]},
+    },
 }

@@ -6,7 +6,6 @@ import logging
 import sys
 
 from django.contrib.auth.decorators import login_required
-from django.db import InterfaceError, OperationalError
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
@@ -15,6 +14,7 @@ from django.views import defaults
 from rest_framework.exceptions import NotFound
 
 from . import dashboard as home
+from .logfilters import DATABASE_ERRORS
 
 logger = logging.getLogger(__name__)
 
@@ -23,9 +23,6 @@ logger = logging.getLogger(__name__)
 def dashboard(request):
     """Admins: counts and recent changes. Developers: their keys and the models they may use."""
     return render(request, "portal/dashboard.html", home.context_for(request.user))
-
-
-DATABASE_ERRORS = (OperationalError, InterfaceError)
 
 
 def page_not_found(request, exception):

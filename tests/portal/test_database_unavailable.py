@@ -160,3 +160,36 @@ def test_a_web_process_answers_503_within_its_bound_when_its_database_stalls(log
             print(f"\nstalled database, a web process: {took}")
             proxy.set("pass")
             assert client.get("/").status_code == 200  # healed: served again
+
+
+def test_a_database_outage_is_logged_in_one_line_a_request_not_as_tracebacks(logged_in, caplog):
+    """Regression (probe): every 503 of an outage logged two tracebacks (django.request's "Internal
+    Server Error"-style record and ours); a 20 s outage wrote 864 traceback lines."""
+    import logging
+
+    assert logged_in.get("/").status_code == 200
+    caplog.clear()
+    with caplog.at_level(logging.INFO), broken_database():
+        assert logged_in.get("/").status_code == 503
+        assert logged_in.get("/api/keys/").status_code == 503
+    errors = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [(r.name, r.getMessage()) for r in errors] == [
+        ("portal.views", "database unavailable while serving /: OperationalError"),
+        ("portal.views", "database unavailable while serving /api/keys/: OperationalError"),
+    ]
+    assert not any(r.exc_info for r in errors)
+
+
+def test_a_bugs_traceback_is_still_logged(logged_in, monkeypatch, caplog):
+    import logging
+
+    from portal import dashboard
+
+    def boom(user):
+        raise ValueError("a bug")
+
+    monkeypatch.setattr(dashboard, "context_for", boom)
+    with caplog.at_level(logging.INFO):
+        assert logged_in.get("/").status_code == 500
+    logged = [r for r in caplog.records if r.name == "django.request"]
+    assert len(logged) == 1 and logged[0].exc_info and logged[0].exc_info[0] is ValueError
