@@ -133,15 +133,24 @@ def register_served_model(
 
 
 def disable_served_channel(channel_id: int, *, status_message: Message | str) -> None:
-    """The server behind a registered channel was stopped: stop routing to it, say why."""
+    """The server behind a registered channel was stopped: stop routing to it, say why. Its health
+    is unknown from now on (its last probe's "healthy" would describe a server that is gone); a
+    stop is no health event, so no status change is recorded and no alert goes out."""
+    from django.utils import timezone
+
+    from .choices import ChannelStatus
     from .models import Channel
 
     channel = Channel.objects.filter(pk=channel_id).first()
     if channel is not None:
-        # save(), not update(): the gateway drops its cached routes on the post_save signal.
         channel.enabled = False
+        changed = ["enabled"]
+        if channel.status != ChannelStatus.UNKNOWN:
+            channel.status, channel.status_changed = ChannelStatus.UNKNOWN, timezone.now()
+            changed += ["status", "status_changed"]
         fields = set_message(channel, "status_message", status_message)
-        channel.save(update_fields=["enabled", *fields, "updated"])
+        # save(), not update(): the gateway drops its cached routes on the post_save signal.
+        channel.save(update_fields=[*changed, *fields, "updated"])
 
 
 def take_served_channel_down(channel_id: int, *, status_message: Message | str) -> None:

@@ -149,3 +149,33 @@ def test_a_relaunch_under_another_name_keeps_the_old_routes_price_history():
     priced.refresh_from_db()
     assert priced.enabled and RoutePrice.objects.filter(route=priced).count() == 2
     assert {r.model.name: r.enabled for r in ModelRoute.objects.filter(channel=channel)} == {"qwen3-8b": True}
+
+
+def test_a_stopped_deployments_channel_is_not_reported_healthy():
+    """Regression (probe): after a stop, /api/health/channels/ said `healthy` (its last probe) with
+    `enabled: false`, for a server that was gone."""
+    from rest_framework.test import APIClient
+
+    from accounts.models import User
+    from channels.models import StatusChange
+    from channels.services import disable_served_channel, register_served_model
+
+    channel = register_served_model(
+        channel=None,
+        name="gpu-1",
+        kind="vllm",
+        base_url="http://127.0.0.1:8000",
+        api_key="",
+        model_name="qwen3-8b",
+        upstream_model="qwen3-8b",
+        context_window=8192,
+        status_message="starting",
+    )
+    Channel.objects.filter(pk=channel.pk).update(status="healthy")
+    disable_served_channel(channel.pk, status_message="Deployment gpu-1 was stopped; launch it to re-enable.")
+    api = APIClient()
+    api.force_authenticate(User.objects.create_user("root", password="x", role="admin"))
+    row = api.get(f"/api/health/channels/{channel.pk}/").json()
+    assert (row["enabled"], row["status"]) == (False, "unknown")
+    assert row["status_message"] == "Deployment gpu-1 was stopped; launch it to re-enable."
+    assert not StatusChange.objects.filter(channel=channel).exists()  # a stop is no health event
