@@ -83,7 +83,7 @@ def look_again(job_id: int, delay: float | None) -> None:
 def recover_stale_jobs() -> None:
     moved = jobs.recover_stale_jobs()
     if moved:
-        logger.warning("handed on or failed %s launch job(s) whose worker stopped", moved)
+        logger.warning("sent again, handed on or failed %s launch job(s) (lost by the broker or their worker)", moved)
 
 
 @shared_task(name=SAMPLE_TASK, ignore_result=True)
