@@ -1008,6 +1008,8 @@ def install(bundle, stamp=None, specs=None):
             except Exception as exc:
                 failures += 1
                 say("!", f"{expand(spec)}: left unchanged ({exc}); remove the teamgw-… MCP servers by hand")
+    by_path = {spec["path"]: spec for spec in (specs or {}).get(bundle.get("client"), [])}
+    replaced = load_replaced()
     for f in bundle["files"]:
         path = expand(f)
         old = read_text(path, f["merge"]) if os.path.exists(path) else None
@@ -1019,6 +1021,8 @@ def install(bundle, stamp=None, specs=None):
             continue
         if old is not None:
             backup(path, old, stamp)
+            if f["path"] in by_path and not holds_ours(old, bundle["gateway"]):
+                remember_replaced(replaced, path, old, by_path[f["path"]])
         write_file(path, text, f.get("secret", False))
         say("✓", f"{path} (backup: {os.path.basename(path)}.bak-{stamp})" if old is not None else path)
     if bundle.get("db_providers"):
@@ -1040,8 +1044,127 @@ def install(bundle, stamp=None, specs=None):
         say("·", n)
     for w in bundle.get("warnings", []):
         say("!", w)
+    save_replaced(replaced)
     say("·", f"config version {bundle['version']}")
     return 1 if failures else 0
+
+
+# --- the user's own values our install replaced, put back by uninstall -----------------------
+# A merge replaces some of the user's scalar settings with ours (llm's default model, Codex's
+# `model`, Claude Code's env.ANTHROPIC_MODEL, OpenCode's `model`...). The first install that finds
+# the file without anything of ours remembers those values in REPLACED (ours, mode 0600), keyed by
+# the file's path; a re-install finds ours in the file and keeps what the first one remembered.
+# Values that look like credentials are never written there: they stay in the install's backup.
+REPLACED = "~/.config/team-gateway/replaced.json"
+SECRET_NAME = re.compile(r"key|token|secret|passw|auth|header|cookie", re.I)
+
+
+def holds_ours(text, gateway):
+    """Whether a file already has something of ours in it (an earlier install, or a copy from the
+    portal page): then its values are not the user's own."""
+    lowered = text.lower()
+    return any(mark in lowered for mark in ("teamgw", "team gateway", "team-gateway", gateway.rstrip("/").lower()))
+
+
+def load_replaced():
+    path = os.path.expanduser(REPLACED)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def save_replaced(replaced):
+    path = os.path.expanduser(REPLACED)
+    if replaced:
+        write_file(path, json.dumps(replaced, indent=2, ensure_ascii=False) + "\n", True)
+    elif os.path.exists(path):
+        os.unlink(path)
+
+
+def _scalar(value):
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def _line_key(merge, line):
+    """The key a line of a line-based file sets (TOML top-level, dotenv, flat YAML), or None."""
+    if merge in ("toml", "toml-items"):
+        m = _ASSIGN.match(line)
+        return m.group(1).strip("\"'") if m else None
+    if merge == "dotenv":
+        m = re.match(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=", line)
+        return m.group(1) if m else None
+    m = re.match(r"^([A-Za-z0-9_-]+):\s*\S", line)  # flat YAML: a value on the key's own line
+    return m.group(1) if m and not line.split(":", 1)[1].strip().startswith(("|", ">", "#")) else None
+
+
+def replaced_values(old, spec):
+    """What of the user's `old` text our merge replaces and uninstall puts back, or None: a one-value
+    file's text, a JSON file's scalar values at our paths, a line-based file's lines setting our keys
+    (with where they stood)."""
+    merge = spec["merge"]
+    if merge == "text":
+        return {"text": old} if old.strip() and not old.startswith(spec.get("prefix") or "\0") else None
+    if merge == "json":
+        data, found = jsonc_loads(old), []
+        if not isinstance(data, dict):
+            return None
+        for dotted in spec.get("paths", ()):
+            parts = [dotted] if dotted in data else dotted.split(".")
+            node = data
+            for p in parts:
+                node = node.get(p, KeyError) if isinstance(node, dict) else KeyError
+            if node is not KeyError and _scalar(node) and not SECRET_NAME.search(parts[-1]):
+                found.append([parts, node])
+        return {"json": found} if found else None
+    if merge in ("toml", "toml-items", "dotenv", "yaml-keys"):
+        keys, lines = set(spec.get("keys", ())), old.splitlines()
+        if merge in ("toml", "toml-items"):
+            lines = _toml_split(old)[0]  # the top-level keys only
+        found = [[i, ln, key] for i, ln in enumerate(lines) if (key := _line_key(merge, ln)) in keys]
+        found = [item for item in found if not SECRET_NAME.search(item[2])]
+        return {"lines": found} if found else None
+    return None
+
+
+def remember_replaced(replaced, path, old, spec):
+    """At an install over a file with nothing of ours: remember the user's values our merge replaces
+    (or forget a stale record, when the user took ours out by hand since)."""
+    try:
+        record = replaced_values(old, spec)
+    except ValueError:  # not readable: the merge has said so already
+        return
+    if record:
+        replaced[path] = record
+    else:
+        replaced.pop(path, None)
+
+
+def put_back(text, record, merge):
+    """`text` (the file with ours taken out) with the user's remembered values back in place."""
+    if "text" in record:
+        return record["text"]
+    if "json" in record:
+        data = jsonc_loads(text) if text.strip() else {}
+        for parts, value in record["json"]:
+            if len(parts) == 1 and "." in parts[0]:
+                data[parts[0]] = value
+            else:
+                put(data, parts, value)
+        return edit_json(text, data) if text.strip() else json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    lines = text.splitlines()
+    for i, line, _ in record.get("lines", ()):
+        lines.insert(min(i, len(lines)), line)
+    return "\n".join(lines) + "\n"
+
+
+def replaced_names(record):
+    """The keys a record puts back, for the uninstall's line about it."""
+    if "json" in record:
+        return ", ".join(".".join(parts) for parts, _ in record["json"])
+    return ", ".join(key for _, _, key in record.get("lines", ()))
 
 
 # --- uninstall: what a client's files hold of ours, taken out again --------------------------
@@ -1165,9 +1288,11 @@ UNMERGES = {
 }
 
 
-def unmerged(spec, gateway):
-    """(path, old text, new text or None to delete the file) for one installed file, or None when
-    it holds nothing of ours. A file that is left as our own fresh install would be is deleted."""
+def unmerged(spec, gateway, replaced=None):
+    """(path, old text, new text or None to delete the file, the user's values put back or None) for
+    one installed file, or None when it holds nothing of ours. A file that is left as our own fresh
+    install would be is deleted; the user's own values our install replaced (`replaced`, from
+    REPLACED) go back in."""
     path = expand(spec)
     if not os.path.exists(path):
         return None
@@ -1175,14 +1300,17 @@ def unmerged(spec, gateway):
     new = UNMERGES[spec["merge"]](old, spec, gateway.rstrip("/"))
     if new == old:
         return None
-    return path, old, (None if not new.strip() or new == spec.get("skeleton") else new)
+    record = (replaced or {}).get(path)
+    if record:
+        return path, old, put_back("" if new == spec.get("skeleton") else new, record, spec["merge"]), record
+    return path, old, (None if not new.strip() or new == spec.get("skeleton") else new), None
 
 
 def strip_owned(spec, gateway, stamp):
     """Drop our MCP entries from a file this bundle does not write (no server allowed any more)."""
     found = unmerged({**spec, "paths": (), "lists": (), "keys": (), "tables": (), "skeleton": None}, gateway)
     if found:
-        path, old, new = found
+        path, old, new, _ = found
         backup(path, old, stamp)
         write_file(path, new if new is not None else "{}\n", spec.get("secret", False))
         say("✓", f"{path}: the team MCP servers no longer allowed are removed")
@@ -1234,7 +1362,7 @@ def uninstall(specs, gateway, clients, yes=False, stamp=None):
     """Remove what the installer wrote for `clients` (model/provider entries, MCP entries, our
     files), after a backup of each file; the user's own entries and the rest of each file stay."""
     stamp = stamp or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    plan, failures = [], 0
+    plan, failures, replaced = [], 0, load_replaced()
     for client in clients:
         for spec in concrete(specs.get(client, [])):
             if spec["merge"] == "ccswitch":
@@ -1243,7 +1371,7 @@ def uninstall(specs, gateway, clients, yes=False, stamp=None):
                     plan.append((path, None, "ccswitch"))
                 continue
             try:
-                found = unmerged(spec, gateway)
+                found = unmerged(spec, gateway, replaced)
             except Exception as exc:  # never clobber a file we cannot read
                 failures += 1
                 say("!", f"{expand(spec)}: left unchanged ({exc}); remove the team gateway entries by hand")
@@ -1266,14 +1394,23 @@ def uninstall(specs, gateway, clients, yes=False, stamp=None):
             removed = ccswitch_remove(path, stamp)
             say("✓", f"{path}: {removed} provider row(s) of {CCSWITCH_NAME} removed (backup: .bak-{stamp})")
             continue
-        _, old, new = found
+        _, old, new, record = found
         backup(path, old, stamp)
+        bak = f"{os.path.basename(path)}.bak-{stamp}"
         if new is None:
             os.unlink(path)
-            say("✓", f"{path}: deleted (backup: {os.path.basename(path)}.bak-{stamp})")
+            say("✓", f"{path}: deleted (backup: {bak})")
         else:
             write_file(path, new, spec.get("secret", False))
-            say("✓", f"{path}: our entries removed (backup: {os.path.basename(path)}.bak-{stamp})")
+            if record and "text" in record:
+                say("✓", f"{path}: your own value put back (backup: {bak})")
+            elif record:
+                names = replaced_names(record)
+                say("✓", f"{path}: our entries removed and your own {names} put back (backup: {bak})")
+            else:
+                say("✓", f"{path}: our entries removed (backup: {bak})")
+        replaced.pop(path, None)
+    save_replaced(replaced)
     say("·", "the keys minted for these clients still work until you revoke them on the portal")
     return 1 if failures else 0
 

@@ -41,6 +41,8 @@ TEMPLATES = (
     gettext_noop("{path}: {count} provider row(s) of {name} removed (backup: {backup})"),
     gettext_noop("{path}: deleted (backup: {backup})"),
     gettext_noop("{path}: our entries removed (backup: {backup})"),
+    gettext_noop("{path}: your own value put back (backup: {backup})"),
+    gettext_noop("{path}: our entries removed and your own {names} put back (backup: {backup})"),
     gettext_noop("the keys minted for these clients still work until you revoke them on the portal"),
     # install.py: the doctor
     gettext_noop("{file}: no team MCP servers installed"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import sqlite3
+import stat
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,62 @@ def test_a_second_install_after_a_window_change_leaves_one_entry_per_model_with_
     assert broken.returncode == 1, broken.stdout
     wrong = r" line \d+: model qwen3-32b has context window 512 in the file, 16384 on the server"
     assert re.search(re.escape(target) + wrong, broken.stdout), broken.stdout
+
+
+# The user's own value of a setting our install replaces, as they had the file before (the first
+# install over it remembers it); a file that had no such value gets the key removed.
+USERS_VALUES = [
+    ("llm", "~/.config/io.datasette.llm/default_model.txt", "gpt-4o-mini\n"),
+    ("codex", "~/.codex/config.toml", 'model = "o3"\napproval_policy = "on-request"\n\n[tui]\nnotifications = true\n'),
+    ("codex", "~/.codex/config.toml", 'approval_policy = "on-request"\n'),  # no model: ours goes
+    (
+        "claude-code",
+        "~/.claude/settings.json",
+        '{\n  "theme": "dark",\n  "env": {\n    "ANTHROPIC_MODEL": "claude-opus-4-1"\n  }\n}\n',
+    ),
+    (
+        "opencode",
+        "~/.config/opencode/opencode.json",
+        '{\n  "theme": "tokyonight",\n  "model": "anthropic/claude-sonnet-4"\n}\n',
+    ),
+    ("aider", "~/.aider.conf.yml", "model: gpt-4o\ndark-mode: true\n"),
+    ("goose", "~/.config/goose/config.yaml", "GOOSE_PROVIDER: openai\nGOOSE_MODEL: gpt-4o\nGOOSE_MODE: auto\n"),
+]
+
+
+@pytest.mark.parametrize(("client", "file", "before"), USERS_VALUES)
+def test_uninstall_after_two_installs_puts_back_the_users_own_value_the_install_replaced(
+    portal,  # noqa: F811
+    tmp_path,
+    alice,
+    client,
+    file,
+    before,
+):
+    url, _ = portal
+    home = tmp_path / "home"
+    home.mkdir()
+    path = home / file.removeprefix("~/")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(before)
+    installed(url, home, alice, client)
+    assert path.read_text() != before  # ours replaced theirs
+    installed(url, home, alice, client)  # again, with a rotated key: ours must not become "theirs"
+    state = home / inst.REPLACED.removeprefix("~/")
+    if state.exists():  # only what the user had, never a key
+        assert stat.S_IMODE(state.stat().st_mode) == 0o600
+        assert "gp-" not in state.read_text() and "qwen3-32b" not in state.read_text()
+
+    gone = run_sh(fetch(url + "/connect/install.sh"), home, "--uninstall", client, "--yes")
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert path.read_text() == before
+    line = next(ln for ln in gone.stdout.splitlines() if f"{path}:" in ln)
+    if "approval_policy" in before and "model" not in before:  # nothing of theirs to put back
+        assert "our entries removed (backup:" in line, gone.stdout
+    elif client == "llm":
+        assert "your own value put back (backup:" in line, gone.stdout
+    else:  # the keys by name, never their values
+        assert "model" in line.lower() and "put back (backup:" in line, gone.stdout
+    assert not state.exists()
+    [backup] = sorted(path.parent.glob(path.name + ".bak-*"), key=lambda p: p.name)[-1:]
+    assert backup.read_text() != before  # the uninstall's own backup holds what it removed
