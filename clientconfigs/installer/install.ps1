@@ -679,6 +679,104 @@ function Protect-File([string]$path) {
   & icacls $path /inheritance:r /grant:r "$($env:USERNAME):(F)" | Out-Null
 }
 
+# --- the user's own values our install replaced, put back by uninstall ----------------------------
+# install.py's REPLACED: the first install over a file with nothing of ours remembers the user's
+# values of the settings ours replace; a re-install keeps that record; uninstall puts them back.
+# Names that look like credentials or headers are never written there (they stay in the backup).
+$ReplacedPath = Expand-TeamPath "~/.config/team-gateway/replaced.json"
+$SecretName = 'key|token|secret|passw|auth|header|cookie'
+
+function Test-HoldsOurs([string]$text) {
+  $lowered = $text.ToLowerInvariant()
+  foreach ($mark in @("teamgw", "team gateway", "team-gateway", $Gateway.TrimEnd("/").ToLowerInvariant())) { if ($lowered.Contains($mark)) { return $true } }
+  return $false
+}
+
+function Read-Replaced {
+  $found = [ordered]@{}
+  if (Test-Path -LiteralPath $ReplacedPath) {
+    try { $found = ConvertTo-Table ([IO.File]::ReadAllText($ReplacedPath) | ConvertFrom-Json) } catch { $found = [ordered]@{} }
+  }
+  if (-not ($found -is [System.Collections.IDictionary])) { $found = [ordered]@{} }
+  return $found
+}
+
+function Save-Replaced($replaced) {
+  if ($replaced.Count) { Write-TeamFile $ReplacedPath ((ConvertTo-PyJson $replaced "  " "") + "`n") $true }
+  elseif (Test-Path -LiteralPath $ReplacedPath) { Remove-Item -LiteralPath $ReplacedPath }
+}
+
+function Get-LineKey([string]$merge, [string]$line) {
+  # The key a line of a line-based file sets (install.py's _line_key), or $null.
+  if ($merge -eq "toml" -or $merge -eq "toml-items") { if ($line -match '^\s*([A-Za-z0-9_\-"''.]+)\s*=') { return $Matches[1].Trim('"', "'") }; return $null }
+  if ($merge -eq "dotenv") { if ($line -match '^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=') { return $Matches[1] }; return $null }
+  if ($line -match '^([A-Za-z0-9_-]+):\s*(\S.*)$' -and -not ($Matches[2] -match '^[|>#]')) { return $Matches[1] }  # flat YAML
+  return $null
+}
+
+function Get-ReplacedValues($spec, [string]$old) {
+  # install.py's replaced_values: a one-value file's text, a JSON file's scalar values at our paths,
+  # a line-based file's lines setting our keys (with where they stood); $null when none.
+  if ($spec.merge -eq "text") {
+    if ($old.Trim() -and -not $old.StartsWith($spec.prefix)) { return [ordered]@{ text = $old } }
+    return $null
+  }
+  $found = New-Object System.Collections.ArrayList
+  if ($spec.merge -eq "json") {
+    $data = ConvertFrom-Jsonc $old
+    if (-not ($data -is [System.Collections.IDictionary])) { return $null }
+    foreach ($dotted in @($spec.paths)) {
+      if (-not $dotted) { continue }
+      $parts = @(if ($data.Contains($dotted)) { $dotted } else { $dotted.Split(".") })
+      $node = $data; $there = $true
+      foreach ($p in $parts) { if ($node -is [System.Collections.IDictionary] -and $node.Contains($p)) { $node = $node[$p] } else { $there = $false; break } }
+      $scalar = ($null -eq $node) -or -not ($node -is [System.Collections.IDictionary] -or $node -is [System.Collections.IList])
+      if ($there -and $scalar -and -not ($parts[-1] -match $SecretName)) { [void]$found.Add([ordered]@{ path = $parts; value = $node }) }
+    }
+    if ($found.Count) { return [ordered]@{ json = $found } }
+    return $null
+  }
+  if (@("toml", "toml-items", "dotenv", "yaml-keys") -notcontains $spec.merge) { return $null }
+  $lines = @($old -split "`r?`n")
+  if ($old.EndsWith("`n")) { $lines = @($lines | Select-Object -First ($lines.Count - 1)) }  # as Python's splitlines
+  if ($spec.merge -like "toml*") { $lines = @((Split-Toml $old).top) }
+  for ($i = 0; $i -lt $lines.Count; $i++) {
+    $key = Get-LineKey $spec.merge $lines[$i]
+    if ($key -and (@($spec.keys) -contains $key) -and -not ($key -match $SecretName)) { [void]$found.Add([ordered]@{ at = $i; line = $lines[$i]; key = $key }) }
+  }
+  if ($found.Count) { return [ordered]@{ lines = $found } }
+  return $null
+}
+
+function Set-Parts($node, $parts, $value) {
+  for ($i = 0; $i -lt $parts.Count - 1; $i++) {
+    if (-not ($node[$parts[$i]] -is [System.Collections.IDictionary])) { $node[$parts[$i]] = [ordered]@{} }
+    $node = $node[$parts[$i]]
+  }
+  $node[$parts[-1]] = $value
+}
+
+function Restore-Replaced([string]$text, $record) {
+  # install.py's put_back: the file with ours out, and the user's remembered values back in place.
+  if ($record.Contains("text")) { return $record.text }
+  if ($record.Contains("json")) {
+    $data = [ordered]@{}; if ($text.Trim()) { $data = ConvertFrom-Jsonc $text }
+    foreach ($item in @($record.json)) { Set-Parts $data @($item.path) $item.value }
+    if ($text.Trim()) { return Edit-Jsonc $text $data }
+    return (ConvertTo-PyJson $data "  " "") + "`n"
+  }
+  $lines = New-Object System.Collections.ArrayList
+  $all = @($text -split "`r?`n"); if ($text.EndsWith("`n")) { $all = @($all | Select-Object -First ($all.Count - 1)) }
+  foreach ($l in $all) { [void]$lines.Add($l) }
+  foreach ($item in @($record.lines)) { $lines.Insert([Math]::Min([int]$item.at, $lines.Count), $item.line) }
+  return ($lines -join "`n") + "`n"
+}
+
+function Get-ReplacedNames($record) {
+  if ($record.Contains("json")) { return (@($record.json | ForEach-Object { @($_.path) -join "." }) -join ", ") }
+  return (@($record.lines | ForEach-Object { $_.key }) -join ", ")
+}
+
 function Install-Bundle([string]$tok) {
   try {
     $bundle = Invoke-RestMethod -Method Post -Uri "$Portal/api/client-configs/bundle/" -ContentType "application/json" -Body (@{ token = $tok } | ConvertTo-Json)
@@ -700,6 +798,7 @@ function Install-Bundle([string]$tok) {
     if (-not $text.Trim()) { $text = "{}`n" }
     if ($text -cne $old) { [IO.File]::WriteAllText("$path.bak-$stamp", $old); Protect-File "$path.bak-$stamp"; Write-TeamFile $path $text $spec.secret; Write-Host "+ ${path}: the team MCP servers no longer allowed are removed" }
   }
+  $replaced = Read-Replaced
   foreach ($f in $bundle.files) {
     $path = Expand-TeamPath $f.windows_path
     $old = $null; if (Test-Path $path) { $old = Read-TeamText $path $f.merge }
@@ -718,6 +817,12 @@ function Install-Bundle([string]$tok) {
     } catch { $failures++; Write-Host "! $path left unchanged ($($_.Exception.Message)). Copy $($f.name) from the portal page by hand."; continue }
     New-Item -ItemType Directory -Force -Path (Split-Path $path) | Out-Null
     if ($null -ne $old) { $backup = "$path.bak-$stamp"; [IO.File]::WriteAllText($backup, $old); Protect-File $backup }
+    $spec = @($Specs.($bundle.client)) | Where-Object { $_ -and $_.path -eq $f.path } | Select-Object -First 1
+    if ($null -ne $old -and $spec -and -not (Test-HoldsOurs $old)) {
+      # A first install over the user's file: remember what ours replaces (or forget a stale record).
+      $record = $null; try { $record = Get-ReplacedValues $spec $old } catch { }
+      if ($record) { $replaced[$path] = $record } elseif ($replaced.Contains($path)) { $replaced.Remove($path) }
+    }
     Write-TeamFile $path $text $f.secret
     if ($f.merge -eq "dotenv" -and $f.path -eq "~/.config/team-gateway/env") {
       foreach ($l in ($f.content -split "`n")) {
@@ -734,6 +839,7 @@ function Install-Bundle([string]$tok) {
       catch { Write-Host "-> $($l.label): open this link on this machine (it holds your key): $($l.url)" }
     }
   }
+  Save-Replaced $replaced
   if ($bundle.key) { Write-Host "+ key $($bundle.key.name) ($($bundle.key.masked)) minted for this machine; revoke it on the portal if lost" }
   if ($bundle.key -and $bundle.key.replaced) { Write-Host ". it replaces the key minted before for this client ($($bundle.key.replaced.masked)), which stops at $($bundle.key.replaced.stops)" }
   foreach ($c in $bundle.commands) { Write-Host "-> $($c.label): $($c.text)" }
@@ -900,7 +1006,7 @@ function Get-Unmerged($spec, [string]$text) {
 
 function Invoke-Uninstall([string]$which) {
   $clients = if ($which -eq "all") { @($Specs.PSObject.Properties.Name) } else { @($which) }
-  $plan = New-Object System.Collections.ArrayList
+  $plan = New-Object System.Collections.ArrayList; $replaced = Read-Replaced
   foreach ($c in $clients) {
     if (-not $Specs.$c) { Write-Host (Convert-TeamText "unknown client $c"); exit 2 }
     foreach ($spec in @($Specs.$c)) {
@@ -914,7 +1020,13 @@ function Invoke-Uninstall([string]$which) {
         try { $new = Get-Unmerged $spec $old } catch { Write-Host "! $path left unchanged ($($_.Exception.Message)); remove the team gateway entries by hand"; continue }
         if ($new -ceq $old) { continue }
         $delete = (-not $new.Trim()) -or ($new -eq $spec.skeleton)
-        [void]$plan.Add(@{ path = $path; old = $old; new = $new; delete = $delete; secret = $spec.secret })
+        $record = $replaced[$path]
+        if ($record) {
+          # The user's own values our install replaced go back in (install.py's unmerged).
+          $base = $new; if ($new -eq $spec.skeleton) { $base = "" }
+          try { $new = Restore-Replaced $base $record; $delete = $false } catch { Write-Host "! $path left unchanged ($($_.Exception.Message)); remove the team gateway entries by hand"; continue }
+        }
+        [void]$plan.Add(@{ path = $path; old = $old; new = $new; delete = $delete; secret = $spec.secret; record = $record })
         if ($delete) { Write-Host ". delete (only ours in it): $path" } else { Write-Host ". remove our entries from: $path" }
       }
     }
@@ -928,8 +1040,15 @@ function Invoke-Uninstall([string]$which) {
   foreach ($p in $plan) {
     [IO.File]::WriteAllText("$($p.path).bak-$stamp", $p.old)
     if ($p.delete) { Remove-Item $p.path; Write-Host "+ $($p.path): deleted (backup: .bak-$stamp)" }
-    else { Write-TeamFile $p.path $p.new $p.secret; Write-Host "+ $($p.path): our entries removed (backup: .bak-$stamp)" }
+    else {
+      Write-TeamFile $p.path $p.new $p.secret
+      if ($p.record -and $p.record.Contains("text")) { Write-Host "+ $($p.path): your own value put back (backup: .bak-$stamp)" }
+      elseif ($p.record) { Write-Host "+ $($p.path): our entries removed and your own $(Get-ReplacedNames $p.record) put back (backup: .bak-$stamp)" }
+      else { Write-Host "+ $($p.path): our entries removed (backup: .bak-$stamp)" }
+    }
+    if ($replaced.Contains($p.path)) { $replaced.Remove($p.path) }
   }
+  Save-Replaced $replaced
   Write-Host ". the keys minted for these clients still work until you revoke them on the portal"
 }
 

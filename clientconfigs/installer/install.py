@@ -1117,14 +1117,17 @@ def replaced_values(old, spec):
             for p in parts:
                 node = node.get(p, KeyError) if isinstance(node, dict) else KeyError
             if node is not KeyError and _scalar(node) and not SECRET_NAME.search(parts[-1]):
-                found.append([parts, node])
+                found.append({"path": parts, "value": node})
         return {"json": found} if found else None
     if merge in ("toml", "toml-items", "dotenv", "yaml-keys"):
         keys, lines = set(spec.get("keys", ())), old.splitlines()
         if merge in ("toml", "toml-items"):
             lines = _toml_split(old)[0]  # the top-level keys only
-        found = [[i, ln, key] for i, ln in enumerate(lines) if (key := _line_key(merge, ln)) in keys]
-        found = [item for item in found if not SECRET_NAME.search(item[2])]
+        found = [
+            {"at": i, "line": ln, "key": key}
+            for i, ln in enumerate(lines)
+            if (key := _line_key(merge, ln)) in keys and not SECRET_NAME.search(key)
+        ]
         return {"lines": found} if found else None
     return None
 
@@ -1148,23 +1151,20 @@ def put_back(text, record, merge):
         return record["text"]
     if "json" in record:
         data = jsonc_loads(text) if text.strip() else {}
-        for parts, value in record["json"]:
-            if len(parts) == 1 and "." in parts[0]:
-                data[parts[0]] = value
-            else:
-                put(data, parts, value)
+        for item in record["json"]:
+            put(data, item["path"], item["value"])
         return edit_json(text, data) if text.strip() else json.dumps(data, indent=2, ensure_ascii=False) + "\n"
     lines = text.splitlines()
-    for i, line, _ in record.get("lines", ()):
-        lines.insert(min(i, len(lines)), line)
+    for item in record.get("lines", ()):
+        lines.insert(min(item["at"], len(lines)), item["line"])
     return "\n".join(lines) + "\n"
 
 
 def replaced_names(record):
     """The keys a record puts back, for the uninstall's line about it."""
     if "json" in record:
-        return ", ".join(".".join(parts) for parts, _ in record["json"])
-    return ", ".join(key for _, _, key in record.get("lines", ()))
+        return ", ".join(".".join(item["path"]) for item in record["json"])
+    return ", ".join(item["key"] for item in record.get("lines", ()))
 
 
 # --- uninstall: what a client's files hold of ours, taken out again --------------------------

@@ -198,3 +198,38 @@ def test_a_file_holding_only_our_mcp_entries_is_emptied_not_left_with_stale_ones
 def test_per_model_files_are_one_spec_each_family_found_by_its_declared_glob(client, family, windows):
     [spec] = [s for s in SPECS[client] if s.get("glob")]
     assert (spec["path"], spec["macos_path"], spec["windows_path"]) == (family, family, windows)
+
+
+def test_the_users_own_credentials_are_never_remembered_only_their_other_values(tmp_path, monkeypatch):
+    """What install remembers to put back is no secret: a key or header of the user's stays in the
+    install's backup only; their model comes back."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    settings = home / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    mine = {"env": {"ANTHROPIC_MODEL": "claude-opus-4-1", "ANTHROPIC_AUTH_TOKEN": "sk-ant-mine"}}
+    settings.write_text(json.dumps(mine, indent=2) + "\n")
+    install_once("claude-code", sample_input(SAMPLE_KEY), home)
+    state = home / inst.REPLACED.removeprefix("~/")
+    assert "sk-ant-mine" not in state.read_text() and "claude-opus-4-1" in state.read_text()
+    assert os.stat(state).st_mode & 0o777 == 0o600
+
+    assert inst.uninstall(SPECS, GATEWAY, ["claude-code"], yes=True, stamp="2") == 0
+    assert json.loads(settings.read_text()) == {"env": {"ANTHROPIC_MODEL": "claude-opus-4-1"}}
+    assert "sk-ant-mine" in (settings.parent / "settings.json.bak-1").read_text()
+    assert not state.exists()
+
+
+def test_a_file_installed_before_values_were_remembered_never_gets_our_value_back_as_theirs(tmp_path, monkeypatch):
+    """An install by an older installer left no record: the next install finds ours in the file and
+    remembers nothing, so uninstall removes our default model instead of putting it back."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    bundle = services.bundle("llm", sample_input(SAMPLE_KEY), services.render("llm", sample_input(SAMPLE_KEY)), None)
+    assert inst.install(bundle, stamp="0") == 0  # no specs: nothing remembered, as before this fix
+    install_once("llm", sample_input(SAMPLE_KEY), home)
+    assert not (home / inst.REPLACED.removeprefix("~/")).exists()
+    assert inst.uninstall(SPECS, GATEWAY, ["llm"], yes=True, stamp="2") == 0
+    assert not (home / ".config" / "io.datasette.llm" / "default_model.txt").exists()
