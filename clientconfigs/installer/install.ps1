@@ -756,14 +756,14 @@ function Set-Parts($node, $parts, $value) {
   $node[$parts[-1]] = $value
 }
 
-function Restore-Replaced([string]$text, $record) {
-  # install.py's put_back: the file with ours out, and the user's remembered values back in place.
+function Restore-Replaced([string]$installed, [string]$text, $record) {
+  # install.py's put_back: the file with ours out ($text), and the user's remembered values back in
+  # place (a JSON value edited into the installed text, so the member keeps its place).
   if ($record.Contains("text")) { return $record.text }
   if ($record.Contains("json")) {
     $data = [ordered]@{}; if ($text.Trim()) { $data = ConvertFrom-Jsonc $text }
     foreach ($item in @($record.json)) { Set-Parts $data @($item.path) $item.value }
-    if ($text.Trim()) { return Edit-Jsonc $text $data }
-    return (ConvertTo-PyJson $data "  " "") + "`n"
+    return Edit-Jsonc $installed $data
   }
   $lines = New-Object System.Collections.ArrayList
   $all = @($text -split "`r?`n"); if ($text.EndsWith("`n")) { $all = @($all | Select-Object -First ($all.Count - 1)) }
@@ -1024,7 +1024,7 @@ function Invoke-Uninstall([string]$which) {
         if ($record) {
           # The user's own values our install replaced go back in (install.py's unmerged).
           $base = $new; if ($new -eq $spec.skeleton) { $base = "" }
-          try { $new = Restore-Replaced $base $record; $delete = $false } catch { Write-Host "! $path left unchanged ($($_.Exception.Message)); remove the team gateway entries by hand"; continue }
+          try { $new = Restore-Replaced $old $base $record; $delete = $false } catch { Write-Host "! $path left unchanged ($($_.Exception.Message)); remove the team gateway entries by hand"; continue }
         }
         [void]$plan.Add(@{ path = $path; old = $old; new = $new; delete = $delete; secret = $spec.secret; record = $record })
         if ($delete) { Write-Host ". delete (only ours in it): $path" } else { Write-Host ". remove our entries from: $path" }

@@ -1145,15 +1145,17 @@ def remember_replaced(replaced, path, old, spec):
         replaced.pop(path, None)
 
 
-def put_back(text, record, merge):
-    """`text` (the file with ours taken out) with the user's remembered values back in place."""
+def put_back(installed, text, record):
+    """`text` (the `installed` file with ours taken out) with the user's remembered values back in
+    place: a JSON value goes where ours stood (edited into the installed text, so the member keeps
+    its place), a line at the index it had."""
     if "text" in record:
         return record["text"]
     if "json" in record:
         data = jsonc_loads(text) if text.strip() else {}
         for item in record["json"]:
             put(data, item["path"], item["value"])
-        return edit_json(text, data) if text.strip() else json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+        return edit_json(installed, data)
     lines = text.splitlines()
     for item in record.get("lines", ()):
         lines.insert(min(item["at"], len(lines)), item["line"])
@@ -1302,7 +1304,7 @@ def unmerged(spec, gateway, replaced=None):
         return None
     record = (replaced or {}).get(path)
     if record:
-        return path, old, put_back("" if new == spec.get("skeleton") else new, record, spec["merge"]), record
+        return path, old, put_back(old, "" if new == spec.get("skeleton") else new, record), record
     return path, old, (None if not new.strip() or new == spec.get("skeleton") else new), None
 
 

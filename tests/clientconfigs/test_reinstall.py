@@ -116,17 +116,18 @@ def test_a_second_install_after_a_window_change_leaves_one_entry_per_model_with_
 # install over it remembers it); a file that had no such value gets the key removed.
 USERS_VALUES = [
     ("llm", "~/.config/io.datasette.llm/default_model.txt", "gpt-4o-mini\n"),
-    ("codex", "~/.codex/config.toml", 'model = "o3"\napproval_policy = "on-request"\n\n[tui]\nnotifications = true\n'),
+    ("codex", "~/.codex/config.toml", 'approval_policy = "on-request"\nmodel = "o3"\n\n[tui]\nnotifications = true\n'),
     ("codex", "~/.codex/config.toml", 'approval_policy = "on-request"\n'),  # no model: ours goes
     (
         "claude-code",
         "~/.claude/settings.json",
-        '{\n  "theme": "dark",\n  "env": {\n    "ANTHROPIC_MODEL": "claude-opus-4-1"\n  }\n}\n',
+        # theirs keeps its place among the user's own members
+        '{\n  "env": {\n    "ANTHROPIC_MODEL": "claude-opus-4-1",\n    "MY_FLAG": "1"\n  },\n  "theme": "dark"\n}\n',
     ),
     (
         "opencode",
         "~/.config/opencode/opencode.json",
-        '{\n  "theme": "tokyonight",\n  "model": "anthropic/claude-sonnet-4"\n}\n',
+        '{\n  "model": "anthropic/claude-sonnet-4",\n  "theme": "tokyonight"\n}\n',
     ),
     ("aider", "~/.aider.conf.yml", "model: gpt-4o\ndark-mode: true\n"),
     ("goose", "~/.config/goose/config.yaml", "GOOSE_PROVIDER: openai\nGOOSE_MODEL: gpt-4o\nGOOSE_MODE: auto\n"),
