@@ -721,7 +721,7 @@ function Get-ReplacedValues($spec, [string]$old) {
     if ($old.Trim() -and -not $old.StartsWith($spec.prefix)) { return [ordered]@{ text = $old } }
     return $null
   }
-  $found = New-Object System.Collections.ArrayList
+  $found = New-Object System.Collections.ArrayList; $keptOut = New-Object System.Collections.ArrayList
   if ($spec.merge -eq "json") {
     $data = ConvertFrom-Jsonc $old
     if (-not ($data -is [System.Collections.IDictionary])) { return $null }
@@ -731,9 +731,10 @@ function Get-ReplacedValues($spec, [string]$old) {
       $node = $data; $there = $true
       foreach ($p in $parts) { if ($node -is [System.Collections.IDictionary] -and $node.Contains($p)) { $node = $node[$p] } else { $there = $false; break } }
       $scalar = ($null -eq $node) -or -not ($node -is [System.Collections.IDictionary] -or $node -is [System.Collections.IList])
-      if ($there -and $scalar -and -not ($parts[-1] -match $SecretName)) { [void]$found.Add([ordered]@{ path = $parts; value = $node }) }
+      if (-not ($there -and $scalar)) { continue }
+      if ($parts[-1] -match $SecretName) { [void]$keptOut.Add($parts -join ".") } else { [void]$found.Add([ordered]@{ path = $parts; value = $node }) }
     }
-    if ($found.Count) { return [ordered]@{ json = $found } }
+    if ($found.Count -or $keptOut.Count) { return [ordered]@{ json = $found; kept_out = $keptOut } }
     return $null
   }
   if (@("toml", "toml-items", "dotenv", "yaml-keys") -notcontains $spec.merge) { return $null }
@@ -742,9 +743,10 @@ function Get-ReplacedValues($spec, [string]$old) {
   if ($spec.merge -like "toml*") { $lines = @((Split-Toml $old).top) }
   for ($i = 0; $i -lt $lines.Count; $i++) {
     $key = Get-LineKey $spec.merge $lines[$i]
-    if ($key -and (@($spec.keys) -contains $key) -and -not ($key -match $SecretName)) { [void]$found.Add([ordered]@{ at = $i; line = $lines[$i]; key = $key }) }
+    if (-not ($key -and (@($spec.keys) -contains $key))) { continue }
+    if ($key -match $SecretName) { [void]$keptOut.Add($key) } else { [void]$found.Add([ordered]@{ at = $i; line = $lines[$i]; key = $key }) }
   }
-  if ($found.Count) { return [ordered]@{ lines = $found } }
+  if ($found.Count -or $keptOut.Count) { return [ordered]@{ lines = $found; kept_out = $keptOut } }
   return $null
 }
 
@@ -760,7 +762,7 @@ function Restore-Replaced([string]$installed, [string]$text, $record) {
   # install.py's put_back: the file with ours out ($text), and the user's remembered values back in
   # place (a JSON value edited into the installed text, so the member keeps its place).
   if ($record.Contains("text")) { return $record.text }
-  if ($record.Contains("json")) {
+  if ($record.json.Count) {
     $data = [ordered]@{}; if ($text.Trim()) { $data = ConvertFrom-Jsonc $text }
     foreach ($item in @($record.json)) { Set-Parts $data @($item.path) $item.value }
     return Edit-Jsonc $installed $data
@@ -772,8 +774,13 @@ function Restore-Replaced([string]$installed, [string]$text, $record) {
   return ($lines -join "`n") + "`n"
 }
 
+function Test-PutsBack($record) {
+  # install.py's puts_back: values to put back, not only the names of credentials kept out.
+  return [bool]($record -and ($record.Contains("text") -or $record.json.Count -or $record.lines.Count))
+}
+
 function Get-ReplacedNames($record) {
-  if ($record.Contains("json")) { return (@($record.json | ForEach-Object { @($_.path) -join "." }) -join ", ") }
+  if ($record.json.Count) { return (@($record.json | ForEach-Object { @($_.path) -join "." }) -join ", ") }
   return (@($record.lines | ForEach-Object { $_.key }) -join ", ")
 }
 
@@ -821,7 +828,7 @@ function Install-Bundle([string]$tok) {
     if ($null -ne $old -and $spec -and -not (Test-HoldsOurs $old)) {
       # A first install over the user's file: remember what ours replaces (or forget a stale record).
       $record = $null; try { $record = Get-ReplacedValues $spec $old } catch { }
-      if ($record) { $replaced[$path] = $record } elseif ($replaced.Contains($path)) { $replaced.Remove($path) }
+      if ($record) { $record["backup"] = "$(Split-Path $path -Leaf).bak-$stamp"; $replaced[$path] = $record } elseif ($replaced.Contains($path)) { $replaced.Remove($path) }
     }
     Write-TeamFile $path $text $f.secret
     if ($f.merge -eq "dotenv" -and $f.path -eq "~/.config/team-gateway/env") {
@@ -1021,7 +1028,7 @@ function Invoke-Uninstall([string]$which) {
         if ($new -ceq $old) { continue }
         $delete = (-not $new.Trim()) -or ($new -eq $spec.skeleton)
         $record = $replaced[$path]
-        if ($record) {
+        if (Test-PutsBack $record) {
           # The user's own values our install replaced go back in (install.py's unmerged).
           $base = $new; if ($new -eq $spec.skeleton) { $base = "" }
           try { $new = Restore-Replaced $old $base $record; $delete = $false } catch { Write-Host "! $path left unchanged ($($_.Exception.Message)); remove the team gateway entries by hand"; continue }
@@ -1043,8 +1050,12 @@ function Invoke-Uninstall([string]$which) {
     else {
       Write-TeamFile $p.path $p.new $p.secret
       if ($p.record -and $p.record.Contains("text")) { Write-Host "+ $($p.path): your own value put back (backup: .bak-$stamp)" }
-      elseif ($p.record) { Write-Host "+ $($p.path): our entries removed and your own $(Get-ReplacedNames $p.record) put back (backup: .bak-$stamp)" }
+      elseif (Test-PutsBack $p.record) { Write-Host "+ $($p.path): our entries removed and your own $(Get-ReplacedNames $p.record) put back (backup: .bak-$stamp)" }
       else { Write-Host "+ $($p.path): our entries removed (backup: .bak-$stamp)" }
+    }
+    if ($p.record -and $p.record.kept_out.Count) {
+      # The user's own credentials: never stored by us, so only the first install's backup has them.
+      Write-Host "! $($p.path): your own $(@($p.record.kept_out) -join ', ') from before the install is not put back (we never store a credential); it is in $($p.record.backup)"
     }
     if ($replaced.Contains($p.path)) { $replaced.Remove($p.path) }
   }

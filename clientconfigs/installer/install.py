@@ -1022,7 +1022,7 @@ def install(bundle, stamp=None, specs=None):
         if old is not None:
             backup(path, old, stamp)
             if f["path"] in by_path and not holds_ours(old, bundle["gateway"]):
-                remember_replaced(replaced, path, old, by_path[f["path"]])
+                remember_replaced(replaced, path, old, by_path[f["path"]], f"{os.path.basename(path)}.bak-{stamp}")
         write_file(path, text, f.get("secret", False))
         say("✓", f"{path} (backup: {os.path.basename(path)}.bak-{stamp})" if old is not None else path)
     if bundle.get("db_providers"):
@@ -1103,7 +1103,7 @@ def _line_key(merge, line):
 def replaced_values(old, spec):
     """What of the user's `old` text our merge replaces and uninstall puts back, or None: a one-value
     file's text, a JSON file's scalar values at our paths, a line-based file's lines setting our keys
-    (with where they stood)."""
+    (with where they stood); `kept_out` names the user's credentials among them, never stored."""
     merge = spec["merge"]
     if merge == "text":
         return {"text": old} if old.strip() and not old.startswith(spec.get("prefix") or "\0") else None
@@ -1116,31 +1116,34 @@ def replaced_values(old, spec):
             node = data
             for p in parts:
                 node = node.get(p, KeyError) if isinstance(node, dict) else KeyError
-            if node is not KeyError and _scalar(node) and not SECRET_NAME.search(parts[-1]):
+            if node is not KeyError and _scalar(node):
                 found.append({"path": parts, "value": node})
-        return {"json": found} if found else None
+        kept_out = [".".join(item["path"]) for item in found if SECRET_NAME.search(item["path"][-1])]
+        found = [item for item in found if not SECRET_NAME.search(item["path"][-1])]
+        return {"json": found, "kept_out": kept_out} if found or kept_out else None
     if merge in ("toml", "toml-items", "dotenv", "yaml-keys"):
         keys, lines = set(spec.get("keys", ())), old.splitlines()
         if merge in ("toml", "toml-items"):
             lines = _toml_split(old)[0]  # the top-level keys only
         found = [
-            {"at": i, "line": ln, "key": key}
-            for i, ln in enumerate(lines)
-            if (key := _line_key(merge, ln)) in keys and not SECRET_NAME.search(key)
+            {"at": i, "line": ln, "key": key} for i, ln in enumerate(lines) if (key := _line_key(merge, ln)) in keys
         ]
-        return {"lines": found} if found else None
+        kept_out = [item["key"] for item in found if SECRET_NAME.search(item["key"])]
+        found = [item for item in found if not SECRET_NAME.search(item["key"])]
+        return {"lines": found, "kept_out": kept_out} if found or kept_out else None
     return None
 
 
-def remember_replaced(replaced, path, old, spec):
+def remember_replaced(replaced, path, old, spec, backup_name):
     """At an install over a file with nothing of ours: remember the user's values our merge replaces
-    (or forget a stale record, when the user took ours out by hand since)."""
+    and the backup holding the file as it was (or forget a stale record, when the user took ours out
+    by hand since)."""
     try:
         record = replaced_values(old, spec)
     except ValueError:  # not readable: the merge has said so already
         return
     if record:
-        replaced[path] = record
+        replaced[path] = {**record, "backup": backup_name}
     else:
         replaced.pop(path, None)
 
@@ -1151,7 +1154,7 @@ def put_back(installed, text, record):
     its place), a line at the index it had."""
     if "text" in record:
         return record["text"]
-    if "json" in record:
+    if record.get("json"):
         data = jsonc_loads(text) if text.strip() else {}
         for item in record["json"]:
             put(data, item["path"], item["value"])
@@ -1162,9 +1165,14 @@ def put_back(installed, text, record):
     return "\n".join(lines) + "\n"
 
 
+def puts_back(record):
+    """Whether a record holds values to put back (not only the names of credentials kept out)."""
+    return bool(record and ("text" in record or record.get("json") or record.get("lines")))
+
+
 def replaced_names(record):
     """The keys a record puts back, for the uninstall's line about it."""
-    if "json" in record:
+    if record.get("json"):
         return ", ".join(".".join(item["path"]) for item in record["json"])
     return ", ".join(item["key"] for item in record.get("lines", ()))
 
@@ -1303,9 +1311,9 @@ def unmerged(spec, gateway, replaced=None):
     if new == old:
         return None
     record = (replaced or {}).get(path)
-    if record:
+    if puts_back(record):
         return path, old, put_back(old, "" if new == spec.get("skeleton") else new, record), record
-    return path, old, (None if not new.strip() or new == spec.get("skeleton") else new), None
+    return path, old, (None if not new.strip() or new == spec.get("skeleton") else new), record
 
 
 def strip_owned(spec, gateway, stamp):
@@ -1406,11 +1414,18 @@ def uninstall(specs, gateway, clients, yes=False, stamp=None):
             write_file(path, new, spec.get("secret", False))
             if record and "text" in record:
                 say("✓", f"{path}: your own value put back (backup: {bak})")
-            elif record:
+            elif puts_back(record):
                 names = replaced_names(record)
                 say("✓", f"{path}: our entries removed and your own {names} put back (backup: {bak})")
             else:
                 say("✓", f"{path}: our entries removed (backup: {bak})")
+        if record and record.get("kept_out"):  # the user's own credentials: never stored by us
+            names, first = ", ".join(record["kept_out"]), record.get("backup") or "?"
+            say(
+                "!",
+                f"{path}: your own {names} from before the install is not put back (we never store a credential); "
+                f"it is in {first}",
+            )
         replaced.pop(path, None)
     save_replaced(replaced)
     say("·", "the keys minted for these clients still work until you revoke them on the portal")

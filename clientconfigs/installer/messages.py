@@ -43,6 +43,10 @@ TEMPLATES = (
     gettext_noop("{path}: our entries removed (backup: {backup})"),
     gettext_noop("{path}: your own value put back (backup: {backup})"),
     gettext_noop("{path}: our entries removed and your own {names} put back (backup: {backup})"),
+    gettext_noop(
+        "{path}: your own {names} from before the install is not put back (we never store a credential); "
+        "it is in {backup}"
+    ),
     gettext_noop("the keys minted for these clients still work until you revoke them on the portal"),
     # install.py: the doctor
     gettext_noop("{file}: no team MCP servers installed"),

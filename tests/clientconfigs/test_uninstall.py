@@ -200,9 +200,9 @@ def test_per_model_files_are_one_spec_each_family_found_by_its_declared_glob(cli
     assert (spec["path"], spec["macos_path"], spec["windows_path"]) == (family, family, windows)
 
 
-def test_the_users_own_credentials_are_never_remembered_only_their_other_values(tmp_path, monkeypatch):
+def test_the_users_own_credentials_are_never_remembered_only_their_other_values(tmp_path, monkeypatch, capsys):
     """What install remembers to put back is no secret: a key or header of the user's stays in the
-    install's backup only; their model comes back."""
+    install's backup only, and uninstall says where; their model comes back."""
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
@@ -219,6 +219,12 @@ def test_the_users_own_credentials_are_never_remembered_only_their_other_values(
     assert json.loads(settings.read_text()) == {"env": {"ANTHROPIC_MODEL": "claude-opus-4-1"}}
     assert "sk-ant-mine" in (settings.parent / "settings.json.bak-1").read_text()
     assert not state.exists()
+    out = capsys.readouterr().out
+    assert f"{settings}: our entries removed and your own env.ANTHROPIC_MODEL put back (backup: " in out
+    assert (
+        f"{settings}: your own env.ANTHROPIC_AUTH_TOKEN from before the install is not put back (we never store a "
+        "credential); it is in settings.json.bak-1"
+    ) in out
 
 
 def test_a_file_installed_before_values_were_remembered_never_gets_our_value_back_as_theirs(tmp_path, monkeypatch):
