@@ -111,6 +111,23 @@ def test_the_public_name_suggested_is_a_valid_model_name(upstream_id, name):
     Model(name=name).full_clean()
 
 
+def launch(channel, model_name):
+    """What a deployment's launch job registers: `channel` (None: a new one) serving `model_name`."""
+    from channels.services import register_served_model
+
+    return register_served_model(
+        channel=channel,
+        name="gpu-1",
+        kind="vllm",
+        base_url="http://127.0.0.1:8000",
+        api_key="",
+        model_name=model_name,
+        upstream_model=model_name,
+        context_window=8192,
+        status_message="starting",
+    )
+
+
 def test_a_relaunch_under_another_name_keeps_the_old_routes_price_history():
     """Regression (probe): a deployment registered again with another served model deleted the
     route to the model it served before, and with it the prices an admin had set on that route."""
@@ -119,20 +136,6 @@ def test_a_relaunch_under_another_name_keeps_the_old_routes_price_history():
     from django.utils import timezone
 
     from channels.models import RoutePrice
-    from channels.services import register_served_model
-
-    def launch(channel, model_name):
-        return register_served_model(
-            channel=channel,
-            name="gpu-1",
-            kind="vllm",
-            base_url="http://127.0.0.1:8000",
-            api_key="",
-            model_name=model_name,
-            upstream_model=model_name,
-            context_window=8192,
-            status_message="starting",
-        )
 
     channel = launch(None, "qwen3-8b")
     priced = ModelRoute.objects.get(channel=channel)
@@ -158,19 +161,9 @@ def test_a_stopped_deployments_channel_is_not_reported_healthy():
 
     from accounts.models import User
     from channels.models import StatusChange
-    from channels.services import disable_served_channel, register_served_model
+    from channels.services import disable_served_channel
 
-    channel = register_served_model(
-        channel=None,
-        name="gpu-1",
-        kind="vllm",
-        base_url="http://127.0.0.1:8000",
-        api_key="",
-        model_name="qwen3-8b",
-        upstream_model="qwen3-8b",
-        context_window=8192,
-        status_message="starting",
-    )
+    channel = launch(None, "qwen3-8b")
     Channel.objects.filter(pk=channel.pk).update(status="healthy")
     disable_served_channel(channel.pk, status_message="Deployment gpu-1 was stopped; launch it to re-enable.")
     api = APIClient()

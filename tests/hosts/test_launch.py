@@ -275,11 +275,10 @@ def test_vllm_deployment_through_a_fake_vllm(online_host, started_pids):
     assert not alive(job.pid)
 
 
-def test_no_worker_waits_while_the_server_loads_each_health_look_is_rescheduled(online_host, started_pids):
-    """The task returns after one look at /health with the delay of the next (hosts.tasks re-schedules
-    it with that countdown); between looks no process holds the job, and looks are not attempts."""
-    deployment = services.save_deployment(
-        host=online_host,
+def slow_deployment(host):
+    """A vLLM (fake) deployment whose /health answers after 3 s: a launch waits for a few looks."""
+    return services.save_deployment(
+        host=host,
         name="slow",
         backend="vllm",
         model_path="Qwen/Qwen3-8B",
@@ -287,9 +286,15 @@ def test_no_worker_waits_while_the_server_loads_each_health_look_is_rescheduled(
         gpu_indices=[0],
         port=free_port(),
         options={"max_model_len": 4096},
-        extra_args=["--fake-startup-delay", "3"],  # /health answers after 3 s
+        extra_args=["--fake-startup-delay", "3"],
         fit_override=True,
     )
+
+
+def test_no_worker_waits_while_the_server_loads_each_health_look_is_rescheduled(online_host, started_pids):
+    """The task returns after one look at /health with the delay of the next (hosts.tasks re-schedules
+    it with that countdown); between looks no process holds the job, and looks are not attempts."""
+    deployment = slow_deployment(online_host)
     job = jobs.request_job(deployment, JobAction.LAUNCH)
     delay = jobs.run_job(job.pk)
     job.refresh_from_db()
@@ -321,18 +326,7 @@ def test_a_health_look_the_database_did_not_answer_is_taken_again_later(transact
     from tests.portal.test_database_unavailable import broken_database
     from tests.services import redis_url
 
-    deployment = services.save_deployment(
-        host=online_host,
-        name="slow",
-        backend="vllm",
-        model_path="Qwen/Qwen3-8B",
-        served_model_name="qwen3-8b",
-        gpu_indices=[0],
-        port=free_port(),
-        options={"max_model_len": 4096},
-        extra_args=["--fake-startup-delay", "3"],
-        fit_override=True,
-    )
+    deployment = slow_deployment(online_host)
     job = jobs.request_job(deployment, JobAction.LAUNCH, queue=False)
     assert jobs.run_job(job.pk) is not None  # started; the next look is a poll task
     job.refresh_from_db()
