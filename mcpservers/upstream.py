@@ -22,7 +22,7 @@ from django.utils.translation import gettext_noop
 from mcp import ClientSession
 from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
+from mcp.client.streamable_http import DEFAULT_MAX_SSE_EVENT_SIZE, streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from mcp.shared.exceptions import MCPError
 
@@ -32,6 +32,12 @@ from .choices import AuthKind, Transport
 from .models import McpServer
 
 logger = logging.getLogger(__name__)
+
+
+# The largest answer (one SSE event) taken from an upstream: the SDK's own limit, named so the error
+# can say it. TOO_LARGE is how the SDK's client reports an event over it (as a JSON-RPC error).
+MAX_ANSWER_BYTES = DEFAULT_MAX_SSE_EVENT_SIZE
+TOO_LARGE = "Server-sent event exceeded"
 
 
 class UpstreamFailure(Exception):
@@ -129,7 +135,7 @@ async def session(upstream: Upstream) -> AsyncIterator[ClientSession]:
 
             streams = sse_client(upstream.url, timeout=upstream.timeout, httpx_client_factory=factory)
         else:
-            streams = streamable_http_client(upstream.url, http_client=http)
+            streams = streamable_http_client(upstream.url, http_client=http, max_sse_event_size=MAX_ANSWER_BYTES)
         async with streams as (read, write), ClientSession(read, write) as client:
             await client.initialize()
             yield client
@@ -141,42 +147,59 @@ async def _run(upstream: Upstream, what: str, call: Any) -> Any:
         with anyio.fail_after(upstream.timeout):
             async with session(upstream) as client:
                 return await call(client)
-    except MCPError as exc:
+    except Exception as exc:
+        raise _failure(upstream, what, exc) from None
+
+
+def _failure(upstream: Upstream, what: str, exc: BaseException) -> UpstreamFailure:
+    # The SDK's task groups wrap what the call raised (a JSON-RPC error too) in exception groups.
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED and TOO_LARGE in exc.error.message:
+        return UpstreamFailure(
+            Message(
+                gettext_noop(
+                    "MCP server '%(server)s' answered %(what)s with more than %(size)s MiB, "
+                    "more than the gateway passes on."
+                ),
+                server=upstream.slug,
+                what=what,
+                size=f"{MAX_ANSWER_BYTES / 1024 / 1024:g}",
+            )
+        )
+    if isinstance(exc, MCPError):
         # A JSON-RPC error the server sent: its message is the server's own words, not ours to
         # trust with secrets, so only the code is passed on.
-        raise UpstreamFailure(
+        return UpstreamFailure(
             Message(
                 gettext_noop("MCP server '%(server)s' refused %(what)s (JSON-RPC error %(code)s)."),
                 server=upstream.slug,
                 what=what,
                 code=exc.code,
             )
-        ) from None
-    except TimeoutError:
-        raise UpstreamFailure(
+        )
+    if isinstance(exc, TimeoutError):
+        return UpstreamFailure(
             Message(
                 gettext_noop("MCP server '%(server)s' did not answer %(what)s within %(seconds)s s."),
                 server=upstream.slug,
                 what=what,
                 seconds=f"{upstream.timeout:g}",
             )
-        ) from None
-    except Exception as exc:
-        reason = _describe(exc)
-        logger.warning("MCP server %s: %s failed: %s", upstream.slug, what, reason.english)
-        raise UpstreamFailure(
-            Message(
-                gettext_noop("MCP server '%(server)s' is unreachable or failed: %(reason)s."),
-                server=upstream.slug,
-                reason=reason,
-            )
-        ) from None
+        )
+    reason = _describe(exc)
+    logger.warning("MCP server %s: %s failed: %s", upstream.slug, what, reason.english)
+    return UpstreamFailure(
+        Message(
+            gettext_noop("MCP server '%(server)s' is unreachable or failed: %(reason)s."),
+            server=upstream.slug,
+            reason=reason,
+        )
+    )
 
 
 def _describe(exc: BaseException) -> Message:
     """A credential-free description of a failure: the exception's kind and, for HTTP, its status."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
     if isinstance(exc, httpx2.HTTPStatusError):
         return Message.verbatim(f"HTTP {exc.response.status_code}")
     if isinstance(exc, httpx2.ConnectError | ConnectionError):

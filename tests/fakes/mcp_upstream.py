@@ -8,6 +8,8 @@ so a test can prove what reached the server and what did not. Tools:
 - `whoami()`: needs the server's own credential (`Authorization: Bearer TOKEN`), else a tool error.
 - `debug_headers()`: a careless tool that answers with the request's headers (credentials too).
 - `delete_everything()`: a tool no test key is ever allowed to call.
+- `big(size)`: answers `size` characters.
+- `refuse()`: answers a JSON-RPC error whose message carries TOKEN.
 
 In `oauth` mode the server is also its own OAuth authorization server (issuer = its root URL):
 `/mcp` needs an access token from `POST /token` (client-credentials grant, client `portal`, secret
@@ -25,6 +27,7 @@ import uvicorn
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -79,6 +82,18 @@ def build(calls_file: Path, token: str, issuer: str | None = None) -> MCPServer:
         """A dangerous tool."""
         record(ctx, "delete_everything", {})
         return "deleted"
+
+    @server.tool()
+    def big(size: int, ctx: Context) -> str:
+        """Answer `size` characters."""
+        record(ctx, "big", {"size": size})
+        return "x" * size
+
+    @server.tool()
+    def refuse(ctx: Context) -> str:
+        """Fail with a JSON-RPC error in the server's own words (its credential in them)."""
+        record(ctx, "refuse", {})
+        raise MCPError(-32050, f"refused, and here is my credential: {token}")
 
     return server
 

@@ -17,6 +17,7 @@ from gateway.surfaces.mcp import STORED_CATALOG
 from keys.services import issue_key
 from mcpservers.models import McpCall
 from mcpservers.services import check_server
+from mcpservers.upstream import MAX_ANSWER_BYTES
 from tests.gateway.conftest import wait_for
 from tests.mcpservers.conftest import UPSTREAM_TOKEN, running_upstream
 from tests.mcpservers.factories import grant, make_server
@@ -54,9 +55,11 @@ def tracker(mcp_upstream, alice):
 
 def test_health_check_lists_the_servers_tools(tracker):
     assert sorted(tracker.tools.values_list("name", flat=True)) == [
+        "big",
         "debug_headers",
         "delete_everything",
         "echo",
+        "refuse",
         "whoami",
     ]
     assert tracker.tools.get(name="echo").input_schema["properties"]["text"]["type"] == "string"
@@ -132,6 +135,42 @@ def test_it_rate_limits_tool_calls_per_key(gateway_url, tracker, mcp_upstream, a
     assert refused.data["retry_after"] >= 1
     assert [c["arguments"]["text"] for c in mcp_upstream.calls()] == ["1", "2"]
     wait_for(lambda: McpCall.objects.filter(status="rate_limited").exists())
+
+
+def test_an_answer_too_large_to_pass_on_is_said_so(gateway_url, tracker, mcp_upstream, alice):
+    key, plaintext = issue_key(owner=alice, name="laptop")
+    grant(tracker, tool="big", key=key)
+
+    async def work(session: ClientSession):
+        # (The answer holds the text twice: as content and as structured content.)
+        passed = await session.call_tool("big", {"size": MAX_ANSWER_BYTES // 3})
+        with pytest.raises(MCPError) as too_large:
+            await session.call_tool("big", {"size": MAX_ANSWER_BYTES + 1})
+        return passed, too_large.value
+
+    (passed, too_large), _seen = run(f"{gateway_url}/mcp/tracker", plaintext, work)
+    assert len(passed.content[0].text) == MAX_ANSWER_BYTES // 3
+    said = "MCP server 'tracker' answered tools/call 'big' with more than 1 MiB, more than the gateway passes on."
+    assert too_large.code == -32005 and too_large.message == said
+    records = wait_for(lambda: list(McpCall.objects.order_by("created")) if McpCall.objects.count() == 2 else None)
+    assert [(r.status, r.error) for r in records] == [("ok", ""), ("upstream_error", said)]
+
+
+def test_an_upstreams_jsonrpc_error_passes_on_its_code_not_its_words(gateway_url, tracker, mcp_upstream, alice):
+    key, plaintext = issue_key(owner=alice, name="laptop")
+    grant(tracker, tool="refuse", key=key)
+
+    async def work(session: ClientSession):
+        with pytest.raises(MCPError) as refused:
+            await session.call_tool("refuse", {})
+        return refused.value
+
+    refused, seen = run(f"{gateway_url}/mcp/tracker", plaintext, work)
+    said = "MCP server 'tracker' refused tools/call 'refuse' (JSON-RPC error -32050)."
+    assert refused.code == -32005 and refused.message == said
+    assert not any(UPSTREAM_TOKEN in text for text in seen)
+    record = wait_for(lambda: McpCall.objects.filter(tool="refuse").first())
+    assert (record.status, record.error) == ("upstream_error", said)
 
 
 def test_a_down_upstream_is_a_clear_jsonrpc_error_and_lists_its_stored_tools(gateway_url, tracker, mcp_upstream, alice):
