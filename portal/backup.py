@@ -185,7 +185,9 @@ def restore(archive: Path, *, force: bool = False) -> dict:
             raise BackupError(f"{archive} is not a portal backup (no manifest.json).") from None
         if manifest.get("format") != FORMAT:
             raise BackupError(f"{archive} has backup format {manifest.get('format')!r}; this version reads {FORMAT}.")
-        kind = manifest["database"]
+        kind = manifest.get("database")
+        if kind not in ("sqlite", "postgresql"):
+            raise BackupError(f"{archive} is not a portal backup (its manifest names no database).")
         if kind == "postgresql" and not postgres:
             raise BackupError(
                 "This backup holds a PostgreSQL database: set DATABASE_URL to the (new, empty) database "
@@ -195,21 +197,30 @@ def restore(archive: Path, *, force: bool = False) -> dict:
             raise BackupError(
                 "This backup holds a SQLite database: unset DATABASE_URL to restore it into the data folder."
             )
-        for name in manifest.get("secrets", []):
-            _write_private(data_dir / name, (stage / "secrets" / name).read_bytes())
+        secrets = {name: (stage / "secrets" / name) for name in manifest.get("secrets", [])}
+        missing = [name for name, path in secrets.items() if not path.is_file()]
+        if missing:
+            raise BackupError(f"{archive} is not a complete portal backup (no secrets/{missing[0]}).")
+        # The database first: it is the step that can fail on what the archive holds (pg_restore
+        # refusing the dump), and a failure there must leave the folder's secrets as they were.
+        dump = stage / "database" / (SQLITE_NAME if kind == "sqlite" else "portal.pgdump")
+        if not dump.is_file():
+            raise BackupError(f"{archive} is not a complete portal backup (no database/{dump.name}).")
         if kind == "sqlite":
             for suffix in ("", "-wal", "-shm"):
                 (data_dir / f"{SQLITE_NAME}{suffix}").unlink(missing_ok=True)
-            shutil.copy2(stage / "database" / SQLITE_NAME, data_dir / SQLITE_NAME)
+            shutil.copy2(dump, data_dir / SQLITE_NAME)
             os.chmod(data_dir / SQLITE_NAME, 0o600)
         else:
             assert database_url is not None  # checked above: a PostgreSQL backup needs DATABASE_URL
-            _pg_restore(database_url, stage / "database" / "portal.pgdump", force=force)
+            _pg_restore(database_url, dump, force=force)
         if (stage / "redis" / "appendonlydir").is_dir():
             target = data_dir / "redis"
             shutil.rmtree(target, ignore_errors=True)
             target.mkdir(parents=True)
             shutil.copytree(stage / "redis" / "appendonlydir", target / "appendonlydir")
+        for name, path in secrets.items():
+            _write_private(data_dir / name, path.read_bytes())
     return manifest
 
 
@@ -260,8 +271,10 @@ def _pg_restore(database_url: str, dump: Path, *, force: bool) -> None:
             f"The database {db['NAME']!r} already has {tables} tables. Restore into a new, empty database "
             "(createdb, then point DATABASE_URL at it), or add --force to replace what is there."
         )
+    # One transaction: a dump pg_restore stops on (another server version, a conflicting object)
+    # leaves the database as it was, not half dropped by --clean.
     _run(["pg_restore", "--no-owner", "--no-privileges", "--clean", "--if-exists", "--exit-on-error",
-          "--dbname", db["NAME"], str(dump)], db)  # fmt: skip
+          "--single-transaction", "--dbname", db["NAME"], str(dump)], db)  # fmt: skip
 
 
 # --- shared -------------------------------------------------------------------------------------

@@ -67,3 +67,53 @@ def test_a_postgresql_backup_restored_into_a_new_database_serves_the_old_key(set
         if server is not None:
             server.stop()
         psql(source, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_a_restore_pg_restore_stops_on_changes_neither_the_database_nor_the_secrets(tmp_path):
+    """pg_restore stopping half way (here: a view in the target depends on a table the dump
+    replaces) rolls back what --clean had dropped, and the folder keeps its own secrets."""
+    import io
+    import json
+    import tarfile
+
+    require_postgres()
+    require_binary("pg_restore", "apt install postgresql-client")
+    server = database_url().rsplit("/", 1)[0]
+    base_name = settings.DATABASES["default"]["NAME"]
+    source, target = f"{base_name}_dumped", f"{base_name}_kept"
+    for name in (source, target):
+        psql(f"{server}/postgres", f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        psql(f"{server}/postgres", f'CREATE DATABASE "{name}"')
+    try:
+        # Restored in name order, dropped by --clean in reverse: z_kept first, then a_blocked.
+        psql(f"{server}/{source}", "CREATE TABLE a_blocked (id int); CREATE TABLE z_kept (id int)")
+        psql(f"{server}/{target}", "CREATE TABLE a_blocked (id int); CREATE TABLE z_kept (id int);"
+             "INSERT INTO z_kept VALUES (7); CREATE VIEW depends AS SELECT * FROM a_blocked")  # fmt: skip
+        dump = tmp_path / "portal.pgdump"
+        subprocess.run(["pg_dump", "--format=custom", "-f", str(dump), "-d", f"{server}/{source}"], check=True,
+                       timeout=120)  # fmt: skip
+        archive = tmp_path / "backup.tar.gz"
+        manifest = {"format": 1, "database": "postgresql", "secrets": ["key_hash_secret"]}
+        with tarfile.open(archive, "w:gz") as tar:
+            for name, content in (("manifest.json", json.dumps(manifest).encode()),
+                                  ("secrets/key_hash_secret", b"the archive's secret\n")):  # fmt: skip
+                info = tarfile.TarInfo(name)
+                info.size = len(content)
+                tar.addfile(info, io.BytesIO(content))
+            tar.add(dump, "database/portal.pgdump")
+        folder = tmp_path / "data"
+        folder.mkdir()
+        (folder / "key_hash_secret").write_text("the folder's own secret\n")
+
+        env = {**os.environ, "PYTHONPATH": str(settings.BASE_DIR), "DATABASE_URL": f"{server}/{target}",
+               "PORTAL_DATA_DIR": str(folder)}  # fmt: skip
+        done = portal(env, "restore", str(archive), "--force", cwd=tmp_path)
+        assert done.returncode == 1 and "pg_restore failed" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+        assert (folder / "key_hash_secret").read_text() == "the folder's own secret\n"
+        kept = subprocess.run(["psql", "--no-psqlrc", "-At", "-d", f"{server}/{target}", "-c",
+                               "SELECT id FROM z_kept"], capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert kept.stdout.strip() == "7", kept.stderr
+    finally:
+        for name in (source, target):
+            psql(f"{server}/postgres", f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -120,3 +120,46 @@ def test_restoring_a_file_that_is_no_archive_is_refused_in_one_line(tmp_path):
     )
     assert result.returncode != 0 and "is not a portal backup" in result.stderr + result.stdout
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("manifest", "members", "said"),
+    [
+        ({"format": 1}, {}, "its manifest names no database"),
+        (
+            {"format": 1, "database": "sqlite", "secrets": ["key_hash_secret"]},
+            {"database/portal.sqlite3": b"db"},
+            "no secrets/key_hash_secret",
+        ),
+        (
+            {"format": 1, "database": "sqlite", "secrets": ["key_hash_secret"]},
+            {"secrets/key_hash_secret": b"s"},
+            "no database/portal.sqlite3",
+        ),
+    ],
+)
+def test_restoring_an_incomplete_archive_is_refused_in_one_line_and_changes_nothing(tmp_path, manifest, members, said):
+    import io
+
+    archive = tmp_path / "cut.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for name, content in {"manifest.json": json.dumps(manifest).encode(), **members}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "key_hash_secret").write_text("the folder's own secret\n")
+    env = {**os.environ, "PORTAL_DATA_DIR": str(folder)}
+    env.pop("DATABASE_URL", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "portal.cli", "restore", "--force", str(archive)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 1 and said in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["key_hash_secret"]
+    assert (folder / "key_hash_secret").read_text() == "the folder's own secret\n"
