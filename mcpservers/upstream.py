@@ -167,6 +167,15 @@ def _failure(upstream: Upstream, what: str, exc: BaseException) -> UpstreamFailu
                 size=f"{MAX_ANSWER_BYTES / 1024 / 1024:g}",
             )
         )
+    if isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED:
+        # The SDK's client answers a dropped connection (the server stopped mid-call) with this code.
+        return UpstreamFailure(
+            Message(
+                gettext_noop("MCP server '%(server)s' is unreachable or failed: %(reason)s."),
+                server=upstream.slug,
+                reason=Message(gettext_noop("the connection closed before it answered")),
+            )
+        )
     if isinstance(exc, MCPError):
         # A JSON-RPC error the server sent: its message is the server's own words, not ours to
         # trust with secrets, so only the code is passed on.

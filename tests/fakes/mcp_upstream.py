@@ -10,6 +10,7 @@ so a test can prove what reached the server and what did not. Tools:
 - `delete_everything()`: a tool no test key is ever allowed to call.
 - `big(size)`: answers `size` characters.
 - `refuse()`: answers a JSON-RPC error whose message carries TOKEN.
+- `hang()`: never answers (a test stops the server while it hangs).
 
 In `oauth` mode the server is also its own OAuth authorization server (issuer = its root URL):
 `/mcp` needs an access token from `POST /token` (client-credentials grant, client `portal`, secret
@@ -23,6 +24,7 @@ import json
 import sys
 from pathlib import Path
 
+import anyio
 import uvicorn
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
@@ -94,6 +96,13 @@ def build(calls_file: Path, token: str, issuer: str | None = None) -> MCPServer:
         """Fail with a JSON-RPC error in the server's own words (its credential in them)."""
         record(ctx, "refuse", {})
         raise MCPError(-32050, f"refused, and here is my credential: {token}")
+
+    @server.tool()
+    async def hang(ctx: Context) -> str:
+        """Never answer."""
+        record(ctx, "hang", {})
+        await anyio.sleep_forever()
+        return "never"
 
     return server
 

@@ -18,8 +18,9 @@ from keys.services import issue_key
 from mcpservers.models import McpCall
 from mcpservers.services import check_server
 from mcpservers.upstream import MAX_ANSWER_BYTES
+from tests.fakes import processes
 from tests.gateway.conftest import wait_for
-from tests.mcpservers.conftest import UPSTREAM_TOKEN, running_upstream
+from tests.mcpservers.conftest import UPSTREAM_TOKEN, running_upstream, start_upstream
 from tests.mcpservers.factories import grant, make_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
@@ -59,6 +60,7 @@ def test_health_check_lists_the_servers_tools(tracker):
         "debug_headers",
         "delete_everything",
         "echo",
+        "hang",
         "refuse",
         "whoami",
     ]
@@ -170,6 +172,32 @@ def test_an_upstreams_jsonrpc_error_passes_on_its_code_not_its_words(gateway_url
     assert refused.code == -32005 and refused.message == said
     assert not any(UPSTREAM_TOKEN in text for text in seen)
     record = wait_for(lambda: McpCall.objects.filter(tool="refuse").first())
+    assert (record.status, record.error) == ("upstream_error", said)
+
+
+def test_an_upstream_stopping_mid_call_is_said_to_have_closed_the_connection(gateway_url, tmp_path, alice):
+    key, plaintext = issue_key(owner=alice, name="laptop")
+    upstream = start_upstream(tmp_path)
+    try:
+        server = make_server(slug="tracker", url=upstream.url, tools=(), auth="bearer", bearer_token=UPSTREAM_TOKEN)
+        assert check_server(server.pk).status == "healthy"
+        grant(server, tool="hang", key=key)
+
+        async def work(session: ClientSession):
+            call = asyncio.ensure_future(session.call_tool("hang", {}))
+            while not upstream.calls():  # the call reached the server: stop it there
+                await asyncio.sleep(0.05)
+            processes.stop(upstream.process)
+            with pytest.raises(MCPError) as stopped:
+                await call
+            return stopped.value
+
+        stopped, _seen = run(f"{gateway_url}/mcp/tracker", plaintext, work)
+    finally:
+        processes.stop(upstream.process)
+    said = "MCP server 'tracker' is unreachable or failed: the connection closed before it answered."
+    assert stopped.code == -32005 and stopped.message == said
+    record = wait_for(lambda: McpCall.objects.filter(tool="hang").first())
     assert (record.status, record.error) == ("upstream_error", said)
 
 
