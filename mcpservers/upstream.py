@@ -34,8 +34,8 @@ from .models import McpServer
 logger = logging.getLogger(__name__)
 
 
-# The largest answer (one SSE event) taken from an upstream: the SDK's own limit, named so the error
-# can say it. TOO_LARGE is how the SDK's client reports an event over it (as a JSON-RPC error).
+# The largest answer (one SSE event) taken from an upstream: the SDK's own limit (its SSE client's
+# too), named so the error can say it. TOO_LARGE begins how the SDK reports an event over it.
 MAX_ANSWER_BYTES = DEFAULT_MAX_SSE_EVENT_SIZE
 TOO_LARGE = "Server-sent event exceeded"
 
@@ -155,7 +155,7 @@ def _failure(upstream: Upstream, what: str, exc: BaseException) -> UpstreamFailu
     # The SDK's task groups wrap what the call raised (a JSON-RPC error too) in exception groups.
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    if isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED and TOO_LARGE in exc.error.message:
+    if _too_large(exc):
         return UpstreamFailure(
             Message(
                 gettext_noop(
@@ -205,6 +205,14 @@ def _failure(upstream: Upstream, what: str, exc: BaseException) -> UpstreamFailu
             reason=reason,
         )
     )
+
+
+def _too_large(exc: BaseException) -> bool:
+    """Whether the SDK's client refused an answer over MAX_ANSWER_BYTES: the Streamable HTTP client
+    says so as a JSON-RPC error of its own, the SSE client raises the SSE parser's error."""
+    if isinstance(exc, MCPError):
+        return exc.code == types.CONNECTION_CLOSED and TOO_LARGE in exc.error.message
+    return isinstance(exc, httpx2.SSEError) and TOO_LARGE in str(exc)
 
 
 def _describe(exc: BaseException) -> Message:

@@ -158,6 +158,25 @@ def test_an_answer_too_large_to_pass_on_is_said_so(gateway_url, tracker, mcp_ups
     assert [(r.status, r.error) for r in records] == [("ok", ""), ("upstream_error", said)]
 
 
+def test_an_answer_too_large_from_an_sse_upstream_is_said_so_too(gateway_url, tmp_path, alice):
+    key, plaintext = issue_key(owner=alice, name="laptop")
+    with running_upstream(tmp_path, "sse") as upstream:
+        server = make_server(
+            slug="legacy", url=upstream.url, tools=(), transport="sse", auth="bearer", bearer_token=UPSTREAM_TOKEN
+        )
+        assert check_server(server.pk).status == "healthy"
+        grant(server, tool="big", key=key)
+
+        async def work(session: ClientSession):
+            with pytest.raises(MCPError) as too_large:
+                await session.call_tool("big", {"size": MAX_ANSWER_BYTES + 1})
+            return too_large.value
+
+        too_large, _seen = run(f"{gateway_url}/mcp/legacy", plaintext, work)
+    said = "MCP server 'legacy' answered tools/call 'big' with more than 1 MiB, more than the gateway passes on."
+    assert too_large.code == -32005 and too_large.message == said
+
+
 def test_an_upstreams_jsonrpc_error_passes_on_its_code_not_its_words(gateway_url, tracker, mcp_upstream, alice):
     key, plaintext = issue_key(owner=alice, name="laptop")
     grant(tracker, tool="refuse", key=key)
