@@ -165,7 +165,8 @@ class McpTool(TimeStampedModel):
     """One tool of a server, as its last `tools/list` described it; admins switch tools off.
 
     Rows are created and updated by the health check; a tool the server no longer lists is deleted
-    with its grants (it will not come back granted)."""
+    with its grants (it will not come back granted), unless an admin disabled it: that row is kept,
+    so the tool comes back disabled."""
 
     server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="tools")
     name = models.CharField(max_length=200)

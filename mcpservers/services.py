@@ -21,7 +21,8 @@ logger = logging.getLogger(__name__)
 
 def check_server(server_id: int) -> McpServer | None:
     """Call the server's `tools/list` with its credentials and record the outcome: new tools are
-    added (enabled), known ones updated, vanished ones deleted with their grants. Safe to run twice."""
+    added (enabled), known ones updated, vanished ones deleted with their grants (those an admin
+    disabled are kept, so they come back disabled). Safe to run twice."""
     # The `mcp` SDK is ~40 MiB of memory: only a process that checks a server loads it.
     from .upstream import Upstream, UpstreamFailure, list_tools
 
@@ -63,7 +64,10 @@ def check_server(server_id: int) -> McpServer | None:
                     "last_seen": now,
                 },
             )
-        server.tools.exclude(name__in=seen).delete()
+        # A tool an admin switched off is kept while the server does not list it: listed again (a
+        # redeploy, a server that lists tools late), it must come back off, not open to every
+        # whole-server grant. It is offered nowhere meanwhile (McpTool.objects.enabled()).
+        server.tools.exclude(name__in=seen).filter(enabled=True).delete()
         McpServer.objects.filter(pk=server.pk).update(
             status=ServerStatus.HEALTHY,
             **cleared("status_message"),

@@ -2,7 +2,8 @@
 
 Run as `python -m tests.fakes.mcp_upstream PORT CALLS_FILE TOKEN [streamable-http|sse|oauth]`. Every tool call is
 appended to CALLS_FILE as one JSON line (tool, arguments, the Authorization header it came with),
-so a test can prove what reached the server and what did not. Tools:
+so a test can prove what reached the server and what did not. Tools (less those named in the
+environment's FAKE_MCP_HIDE, comma-separated):
 
 - `echo(text)`: answers `text`.
 - `whoami()`: needs the server's own credential (`Authorization: Bearer TOKEN`), else a tool error.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -141,6 +143,8 @@ def main() -> None:
     transport = sys.argv[4] if len(sys.argv) > 4 else "streamable-http"
     issuer = f"http://127.0.0.1:{port}" if transport == "oauth" else None
     server = build(calls_file, token, issuer)
+    for name in filter(None, os.environ.get("FAKE_MCP_HIDE", "").split(",")):
+        server.remove_tool(name)  # a server that (for now) lists fewer tools
     app = server.sse_app() if transport == "sse" else server.streamable_http_app()
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 

@@ -15,8 +15,9 @@ from mcp.shared.exceptions import MCPError
 
 from gateway.surfaces.mcp import STORED_CATALOG
 from keys.services import issue_key
-from mcpservers.models import McpCall
-from mcpservers.services import check_server
+from mcpservers.access import allowed_tools
+from mcpservers.models import McpCall, McpServer
+from mcpservers.services import check_server, set_tool_enabled
 from mcpservers.upstream import MAX_ANSWER_BYTES
 from tests.fakes import processes
 from tests.gateway.conftest import wait_for
@@ -65,6 +66,36 @@ def test_health_check_lists_the_servers_tools(tracker):
         "whoami",
     ]
     assert tracker.tools.get(name="echo").input_schema["properties"]["text"]["type"] == "string"
+
+
+def test_a_tool_an_admin_disabled_comes_back_disabled_after_the_server_stopped_listing_it(tmp_path, monkeypatch, alice):
+    with running_upstream(tmp_path) as upstream:
+        server = make_server(slug="tracker", url=upstream.url, tools=(), auth="bearer", bearer_token=UPSTREAM_TOKEN)
+        assert check_server(server.pk).status == "healthy"
+    set_tool_enabled(server.tools.get(name="delete_everything"), False)
+    key, _plaintext = issue_key(owner=alice, name="laptop")
+    grant(server, key=key)  # every enabled tool of the server
+    grant(server, tool="delete_everything", user=alice)
+
+    def check_against_a_restarted_server() -> None:
+        with running_upstream(tmp_path) as restarted:
+            McpServer.objects.filter(pk=server.pk).update(url=restarted.url)
+            assert check_server(server.pk).status == "healthy"
+
+    monkeypatch.setenv("FAKE_MCP_HIDE", "delete_everything")  # a redeploy lists it late, say
+    check_against_a_restarted_server()
+    assert "delete_everything" not in allowed_tools(key, server).values_list("name", flat=True)
+    monkeypatch.delenv("FAKE_MCP_HIDE")
+    check_against_a_restarted_server()
+
+    tool = server.tools.get(name="delete_everything")
+    assert not tool.enabled and tool.grants.count() == 1
+    assert "delete_everything" not in allowed_tools(key, server).values_list("name", flat=True)
+    # An enabled tool the server stops listing still goes, with its grants.
+    grant(server, tool="echo", user=alice)
+    monkeypatch.setenv("FAKE_MCP_HIDE", "echo")
+    check_against_a_restarted_server()
+    assert not server.tools.filter(name="echo").exists()
 
 
 def test_a_key_lists_and_calls_only_its_allowed_tools(gateway_url, tracker, mcp_upstream, alice):
