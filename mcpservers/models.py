@@ -262,7 +262,10 @@ class McpCall(models.Model):
     )
     status = models.CharField(max_length=16, choices=CallStatus)
     duration_ms = models.FloatField(null=True, blank=True)
-    error = models.CharField(max_length=300, blank=True)
+    error = models.CharField(max_length=300, blank=True)  # in English (logs, the API); `error_text` to read
+    error_code = i18n.code_field()
+    error_params = i18n.params_field()
+    error_text = i18n.TranslatedText("error")
     arguments = models.JSONField(null=True, blank=True)
     request_id = models.CharField(max_length=64, blank=True)
 

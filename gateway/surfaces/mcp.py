@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import mcp_types as types
 import orjson
 from django.conf import settings
+from django.utils.translation import gettext_noop
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -40,6 +41,7 @@ from mcpservers.choices import CallStatus
 from mcpservers.models import McpServer
 from mcpservers.services import record_call
 from mcpservers.upstream import Upstream, UpstreamFailure, call_tool, list_tools
+from portal.i18n import Message, as_message
 
 from ..auth import authenticate
 from ..cache import KeyInfo, namespace, run_db
@@ -102,8 +104,9 @@ def _load(key_id: int, slug: str) -> tuple[Upstream, Stored] | None:
 _redactor: Any = None
 
 
-def _record(caller: Caller, tool: str, status: str, started: float, error: str, arguments: Any) -> None:
-    """One McpCall row; the arguments only for keys whose request logging is on, redacted."""
+def _record(caller: Caller, tool: str, status: str, started: float, error: Message | str, arguments: Any) -> None:
+    """One McpCall row; the arguments only for keys whose request logging is on, redacted. The
+    error is stored in English with its msgid, so the calls page reads it in the reader's language."""
     global _redactor
     kept = None
     if arguments is not None and caller.key.payload_days:
@@ -121,7 +124,7 @@ def _record(caller: Caller, tool: str, status: str, started: float, error: str, 
         team_id=caller.team_id,
         status=status,
         duration_ms=(time.perf_counter() - started) * 1000,
-        error=error[:300],
+        **as_message(error).columns("error", 300),
         arguments=kept,
     )
 
@@ -129,7 +132,9 @@ def _record(caller: Caller, tool: str, status: str, started: float, error: str, 
 _pending: set[asyncio.Task[None]] = set()
 
 
-def record(caller: Caller, tool: str, status: str, started: float, error: str = "", arguments: Any = None) -> None:
+def record(
+    caller: Caller, tool: str, status: str, started: float, error: Message | str = "", arguments: Any = None
+) -> None:
     """Write the call's record off the request path (the database thread; a failure is logged)."""
 
     async def write() -> None:
@@ -182,6 +187,20 @@ def calls_per_minute(key: KeyInfo) -> int | None:
     return min(limits) if limits else None
 
 
+NOT_ALLOWED = Message(gettext_noop("not allowed"))
+RATE_LIMIT_REACHED = gettext_noop(
+    "Rate limit reached: this key may make %(limit)s MCP tool calls per minute; retry in %(retry)s s."
+)
+
+
+class Refused(Exception):
+    """The key's MCP window is full: `error` for the client, `text` for the call's record."""
+
+    def __init__(self, text: Message, error: MCPError) -> None:
+        super().__init__(text.english)
+        self.text, self.error = text, error
+
+
 async def _admit(caller: Caller, request_id: str) -> None:
     """Take one slot of the key's MCP window, or raise the JSON-RPC refusal."""
     limit = calls_per_minute(caller.key)
@@ -194,11 +213,8 @@ async def _admit(caller: Caller, request_id: str) -> None:
         raise MCPError(GATEWAY_UNAVAILABLE, exc.message) from None
     if isinstance(result, Refusal):
         retry = max(1, round(result.retry_after))
-        raise MCPError(
-            RATE_LIMITED,
-            f"Rate limit reached: this key may make {limit} MCP tool calls per minute; retry in {retry} s.",
-            {"retry_after": retry, "limit": limit},
-        )
+        refused = Message(RATE_LIMIT_REACHED, limit=limit, retry=retry)
+        raise Refused(refused, MCPError(RATE_LIMITED, refused.english, {"retry_after": retry, "limit": limit}))
     assert not isinstance(result, Stale)  # no generations were asked for
 
 
@@ -209,7 +225,7 @@ async def _call_tool(
     started = time.perf_counter()
     name = params.name
     if name not in caller.allowed:
-        record(caller, name, CallStatus.FORBIDDEN, started, "not allowed")
+        record(caller, name, CallStatus.FORBIDDEN, started, NOT_ALLOWED)
         raise MCPError(
             TOOL_NOT_ALLOWED,
             f"The tool {name!r} is not allowed for this key on the MCP server {caller.upstream.slug!r}. "
@@ -217,13 +233,16 @@ async def _call_tool(
         )
     try:
         await _admit(caller, f"mcp-{ctx.request_id}-{time.monotonic_ns()}")
-    except MCPError as refused:
-        record(caller, name, CallStatus.RATE_LIMITED, started, refused.message)
+    except Refused as refused:
+        record(caller, name, CallStatus.RATE_LIMITED, started, refused.text)
+        raise refused.error from None
+    except MCPError as unavailable:  # the limiter could not be asked (Redis): refused, not admitted
+        record(caller, name, CallStatus.RATE_LIMITED, started, unavailable.message)
         raise
     try:
         result = await call_tool(caller.upstream, name, params.arguments)
     except UpstreamFailure as exc:
-        record(caller, name, CallStatus.UPSTREAM_ERROR, started, str(exc), params.arguments)
+        record(caller, name, CallStatus.UPSTREAM_ERROR, started, exc.text, params.arguments)
         raise MCPError(UPSTREAM_UNAVAILABLE, str(exc)) from None
     failed = bool(getattr(result, "is_error", False))
     record(caller, name, CallStatus.TOOL_ERROR if failed else CallStatus.OK, started, "", params.arguments)

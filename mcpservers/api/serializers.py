@@ -142,6 +142,8 @@ class McpCallSerializer(ModelSerializer):
             "status",
             "duration_ms",
             "error",
+            "error_code",
+            "error_params",
             "arguments",
         ]
         read_only_fields = fields

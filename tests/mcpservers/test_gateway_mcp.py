@@ -42,6 +42,14 @@ async def _session_run(url: str, key: str, work):
             return await work(session), seen
 
 
+def in_chinese(call: McpCall) -> str:
+    """The call's error as the calls page shows it to a reader of 中文."""
+    from django.utils import translation
+
+    with translation.override("zh-hans"):
+        return call.error_text
+
+
 def run(url: str, key: str, work):
     """Run `work(session)` in an MCP client session on `url` with `key`; (result, every response body
     and header set the client received)."""
@@ -131,6 +139,7 @@ def test_a_key_lists_and_calls_only_its_allowed_tools(gateway_url, tracker, mcp_
         ("delete_everything", "forbidden", key.pk, alice.pk),
     ]
     assert all(r.duration_ms is not None and r.arguments is None for r in records)
+    assert records[2].error == "not allowed" and in_chinese(records[2]) == "不允许此密钥调用"
 
 
 def test_it_refuses_unknown_keys_and_servers_the_key_may_not_use(gateway_url, tracker, alice, mallory):
@@ -167,7 +176,9 @@ def test_it_rate_limits_tool_calls_per_key(gateway_url, tracker, mcp_upstream, a
     assert refused.code == -32004 and "2 MCP tool calls per minute" in refused.message
     assert refused.data["retry_after"] >= 1
     assert [c["arguments"]["text"] for c in mcp_upstream.calls()] == ["1", "2"]
-    wait_for(lambda: McpCall.objects.filter(status="rate_limited").exists())
+    record = wait_for(lambda: McpCall.objects.filter(status="rate_limited").first())
+    assert record.error == refused.message  # the English the client got…
+    assert "每分钟最多可调用 2 次 MCP 工具" in in_chinese(record)  # …read on the calls page in 中文
 
 
 def test_an_answer_too_large_to_pass_on_is_said_so(gateway_url, tracker, mcp_upstream, alice):
@@ -273,7 +284,8 @@ def test_a_down_upstream_is_a_clear_jsonrpc_error_and_lists_its_stored_tools(gat
     assert "unreachable" in marker["reason"] and marker["checked"] == tracker.last_checked.isoformat()
     assert not any(UPSTREAM_TOKEN in text for text in seen)
     record = wait_for(lambda: McpCall.objects.filter(status="upstream_error").first())
-    assert record.tool == "echo"
+    assert record.tool == "echo" and "unreachable" in record.error
+    assert in_chinese(record).startswith("MCP 服务器“tracker”无法访问或出错")
     assert check_server(tracker.pk).status == "down"
 
 

@@ -117,6 +117,22 @@ def test_the_calls_page_lists_calls(admin_client, alice):
     assert page.status_code == 200 and b"echo" in page.content
 
 
+def test_the_calls_page_reads_a_calls_error_in_the_readers_language(admin_client, admin, alice):
+    """Regression (probe): a call's error was stored and shown in English only."""
+    from gateway.surfaces.mcp import NOT_ALLOWED
+
+    server = make_server()
+    McpCall.objects.create(
+        server=server, server_slug="tracker", tool="rm", user=alice, status="forbidden", **NOT_ALLOWED.columns("error")
+    )
+    McpCall.objects.create(server=server, server_slug="tracker", tool="old", user=alice, status="forbidden", error="x1")
+    admin.language = "zh-hans"
+    admin.save(update_fields=["language"])
+    page = admin_client.get("/mcp-servers/calls/").content.decode()
+    assert "不允许此密钥调用" in page and "not allowed" not in page
+    assert ">x1<" in page  # a row written before keeps its stored text
+
+
 def test_a_member_cannot_see_or_edit_servers(client, alice):
     server = make_server(bearer_token=SECRET, auth="bearer")
     key, _ = issue_key(owner=alice, name="laptop")
