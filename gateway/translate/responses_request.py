@@ -66,13 +66,22 @@ def to_chat_request(body: dict[str, Any], *, map_reasoning: bool = True) -> dict
     elif items is not None:
         raise TranslationError("`input` must be a string or a list of items.", "input")
 
-    chat: dict[str, Any] = {"model": body.get("model"), "messages": builder.messages()}
+    messages = builder.messages()
+    if not messages:  # OpenAI refuses it too; sent on, an upstream's answer to nothing is its own
+        raise TranslationError("`input` is empty: send at least one message.", "input")
+    chat: dict[str, Any] = {"model": body.get("model"), "messages": messages}
     if body.get("max_output_tokens") is not None:
         chat["max_tokens"] = body["max_output_tokens"]
     for name in ("temperature", "top_p"):
         if body.get(name) is not None:
             chat[name] = body[name]
     tools = chat_tools(flat_tools(body.get("tools")), _function)
+    named = body.get("tool_choice")
+    if isinstance(named, dict) and named.get("type") == "function" and named.get("name"):
+        if named["name"] not in {t["function"]["name"] for t in tools}:
+            raise TranslationError(
+                f"`tool_choice` names the function {named['name']!r}, which is not in `tools`.", "tool_choice"
+            )
     if tools:
         chat["tools"] = tools
         choice = _tool_choice(body.get("tool_choice"))
