@@ -38,6 +38,7 @@ logger = logging.getLogger(__name__)
 # too), named so the error can say it. TOO_LARGE begins how the SDK reports an event over it.
 MAX_ANSWER_BYTES = DEFAULT_MAX_SSE_EVENT_SIZE
 TOO_LARGE = "Server-sent event exceeded"
+TOO_LARGE_JSON = "JSON answer exceeded"
 
 
 class UpstreamFailure(Exception):
@@ -123,11 +124,48 @@ class Upstream:
         )
 
 
+class AnswerTooLarge(httpx2.StreamError):
+    """A JSON answer over MAX_ANSWER_BYTES (a StreamError: the SDK turns it into a JSON-RPC error)."""
+
+    def __init__(self) -> None:
+        super().__init__(f"{TOO_LARGE_JSON} {MAX_ANSWER_BYTES} bytes")
+
+
+class _CappedBody(httpx2.AsyncByteStream):
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        seen = 0
+        async for chunk in self.inner:
+            seen += len(chunk)
+            if seen > MAX_ANSWER_BYTES:
+                raise AnswerTooLarge()
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class CappedJsonTransport(httpx2.AsyncHTTPTransport):
+    """The SDK caps an event-stream answer per event, but reads a JSON answer whole (`aread`): a
+    server answering `json_response` could fill the gateway's memory. Here such a body ends at
+    MAX_ANSWER_BYTES, and the call fails as too large, as an event would."""
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await super().handle_async_request(request)
+        if response.headers.get("content-type", "").lower().startswith("application/json"):
+            response.stream = _CappedBody(response.stream)
+        return response
+
+
 @asynccontextmanager
 async def session(upstream: Upstream) -> AsyncIterator[ClientSession]:
     """An initialized client session to `upstream`, within its timeout."""
     timeout = httpx2.Timeout(upstream.timeout)
-    async with httpx2.AsyncClient(headers=upstream.headers, timeout=timeout, auth=upstream.auth()) as http:
+    async with httpx2.AsyncClient(
+        headers=upstream.headers, timeout=timeout, auth=upstream.auth(), transport=CappedJsonTransport()
+    ) as http:
         if upstream.transport == Transport.SSE:
 
             def factory(headers: Any = None, timeout: Any = None, auth: Any = None) -> httpx2.AsyncClient:
@@ -209,8 +247,11 @@ def _failure(upstream: Upstream, what: str, exc: BaseException) -> UpstreamFailu
 
 def _too_large(exc: BaseException) -> bool:
     """Whether the SDK's client refused an answer over MAX_ANSWER_BYTES: the Streamable HTTP client
-    says so as a JSON-RPC error of its own, the SSE client raises the SSE parser's error."""
+    says so as a JSON-RPC error of its own (for an event, or our AnswerTooLarge on a JSON answer),
+    the SSE client raises the SSE parser's error."""
     if isinstance(exc, MCPError):
+        if exc.code == types.PARSE_ERROR:  # what the SDK makes of AnswerTooLarge on a JSON answer
+            return TOO_LARGE_JSON in exc.error.message
         return exc.code == types.CONNECTION_CLOSED and TOO_LARGE in exc.error.message
     return isinstance(exc, httpx2.SSEError) and TOO_LARGE in str(exc)
 

@@ -145,7 +145,10 @@ def main() -> None:
     server = build(calls_file, token, issuer)
     for name in filter(None, os.environ.get("FAKE_MCP_HIDE", "").split(",")):
         server.remove_tool(name)  # a server that (for now) lists fewer tools
-    app = server.sse_app() if transport == "sse" else server.streamable_http_app()
+    if transport == "sse":
+        app = server.sse_app()
+    else:  # "json": Streamable HTTP that answers each request with one JSON body, no event stream
+        app = server.streamable_http_app(json_response=transport == "json")
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 

@@ -39,7 +39,7 @@ class McpUpstream:
 
 @contextmanager
 def running_upstream(tmp_path: Path, transport: str = "streamable-http") -> Iterator[McpUpstream]:
-    """The fake MCP server (`streamable-http`, `sse` or `oauth`) for the duration of the block."""
+    """The fake MCP server (`streamable-http`, `json`, `sse` or `oauth`) for the duration of the block."""
     upstream = start_upstream(tmp_path, transport)
     try:
         yield upstream

@@ -200,6 +200,26 @@ def test_an_answer_too_large_to_pass_on_is_said_so(gateway_url, tracker, mcp_ups
     assert [(r.status, r.error) for r in records] == [("ok", ""), ("upstream_error", said)]
 
 
+def test_a_json_answer_too_large_is_said_so_and_never_read_whole(gateway_url, tmp_path, alice):
+    """An upstream answering plain JSON (`json_response`) was read whole, however large."""
+    key, plaintext = issue_key(owner=alice, name="laptop")
+    with running_upstream(tmp_path, "json") as upstream:
+        server = make_server(slug="plain", url=upstream.url, tools=(), auth="bearer", bearer_token=UPSTREAM_TOKEN)
+        assert check_server(server.pk).status == "healthy"
+        grant(server, tool="big", key=key)
+
+        async def work(session: ClientSession):
+            passed = await session.call_tool("big", {"size": MAX_ANSWER_BYTES // 3})
+            with pytest.raises(MCPError) as too_large:
+                await session.call_tool("big", {"size": MAX_ANSWER_BYTES + 1})
+            return passed, too_large.value
+
+        (passed, too_large), _seen = run(f"{gateway_url}/mcp/plain", plaintext, work)
+    assert len(passed.content[0].text) == MAX_ANSWER_BYTES // 3
+    said = "MCP server 'plain' answered tools/call 'big' with more than 1 MiB, more than the gateway passes on."
+    assert too_large.code == -32005 and too_large.message == said
+
+
 def test_an_answer_too_large_from_an_sse_upstream_is_said_so_too(gateway_url, tmp_path, alice):
     key, plaintext = issue_key(owner=alice, name="laptop")
     with running_upstream(tmp_path, "sse") as upstream:
