@@ -200,11 +200,21 @@ def test_an_answer_too_large_to_pass_on_is_said_so(gateway_url, tracker, mcp_ups
     assert [(r.status, r.error) for r in records] == [("ok", ""), ("upstream_error", said)]
 
 
-def test_a_json_answer_too_large_is_said_so_and_never_read_whole(gateway_url, tmp_path, alice):
-    """An upstream answering plain JSON (`json_response`) was read whole, however large."""
+@pytest.mark.parametrize(
+    ("upstream_kind", "transport", "slug"),
+    [("json", "streamable-http", "plain"), ("sse", "sse", "legacy")],
+    ids=["plain-json-answers", "legacy-sse"],
+)
+def test_an_answer_too_large_from_other_kinds_of_upstream_is_said_so_too(
+    gateway_url, tmp_path, alice, upstream_kind, transport, slug
+):
+    """A plain-JSON answer (`json_response`) was read whole, however large; a legacy SSE server's
+    oversize event was said as `SSEError`."""
     key, plaintext = issue_key(owner=alice, name="laptop")
-    with running_upstream(tmp_path, "json") as upstream:
-        server = make_server(slug="plain", url=upstream.url, tools=(), auth="bearer", bearer_token=UPSTREAM_TOKEN)
+    with running_upstream(tmp_path, upstream_kind) as upstream:
+        server = make_server(
+            slug=slug, url=upstream.url, tools=(), transport=transport, auth="bearer", bearer_token=UPSTREAM_TOKEN
+        )
         assert check_server(server.pk).status == "healthy"
         grant(server, tool="big", key=key)
 
@@ -214,28 +224,9 @@ def test_a_json_answer_too_large_is_said_so_and_never_read_whole(gateway_url, tm
                 await session.call_tool("big", {"size": MAX_ANSWER_BYTES + 1})
             return passed, too_large.value
 
-        (passed, too_large), _seen = run(f"{gateway_url}/mcp/plain", plaintext, work)
+        (passed, too_large), _seen = run(f"{gateway_url}/mcp/{slug}", plaintext, work)
     assert len(passed.content[0].text) == MAX_ANSWER_BYTES // 3
-    said = "MCP server 'plain' answered tools/call 'big' with more than 1 MiB, more than the gateway passes on."
-    assert too_large.code == -32005 and too_large.message == said
-
-
-def test_an_answer_too_large_from_an_sse_upstream_is_said_so_too(gateway_url, tmp_path, alice):
-    key, plaintext = issue_key(owner=alice, name="laptop")
-    with running_upstream(tmp_path, "sse") as upstream:
-        server = make_server(
-            slug="legacy", url=upstream.url, tools=(), transport="sse", auth="bearer", bearer_token=UPSTREAM_TOKEN
-        )
-        assert check_server(server.pk).status == "healthy"
-        grant(server, tool="big", key=key)
-
-        async def work(session: ClientSession):
-            with pytest.raises(MCPError) as too_large:
-                await session.call_tool("big", {"size": MAX_ANSWER_BYTES + 1})
-            return too_large.value
-
-        too_large, _seen = run(f"{gateway_url}/mcp/legacy", plaintext, work)
-    said = "MCP server 'legacy' answered tools/call 'big' with more than 1 MiB, more than the gateway passes on."
+    said = f"MCP server '{slug}' answered tools/call 'big' with more than 1 MiB, more than the gateway passes on."
     assert too_large.code == -32005 and too_large.message == said
 
 
