@@ -220,3 +220,17 @@ def test_the_playground_key_is_named_in_english_whatever_its_owner_reads(alice_c
     reader = Client()
     reader.force_login(admin)
     assert "操练场" not in reader.get(f"/keys/{key.pk}/").content.decode()
+
+
+def test_every_error_the_playground_explains_is_one_the_gateway_can_send():
+    """The meanings are keyed by hand-written codes and types: each must be one the gateway's code
+    says (a typo would leave that error unexplained), or one of the page's own (no answer at all)."""
+    from pathlib import Path
+
+    from keys.playground.views import _error_texts
+
+    gateway = Path(__file__).resolve().parents[2] / "gateway"
+    source = "\n".join(p.read_text() for p in gateway.rglob("*.py"))
+    own = {"network", "aborted"}  # playground.js: the gateway could not be reached, the user stopped
+    unknown = [code for code in _error_texts() if code not in own and f'"{code}"' not in source]
+    assert unknown == []
