@@ -12,11 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 from mcp import ClientSession
+from mcp.shared.exceptions import MCPError
 
 from keys.services import issue_key
-from mcpservers.models import McpServer
+from mcpservers.models import McpCall, McpServer
 from tests.browser.robot import Robot
-from tests.gateway.conftest import ThreadServer
+from tests.gateway.conftest import ThreadServer, wait_for
 from tests.mcpservers.conftest import UPSTREAM_TOKEN, running_upstream
 from tests.mcpservers.test_gateway_mcp import run
 
@@ -32,6 +33,20 @@ def tool_names(url: str, key: str) -> list[str]:
     sync API keeps an event loop on this one)."""
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(run, url, key, _tool_names).result()[0]
+
+
+async def _call_refused(session: ClientSession) -> int:
+    try:
+        await session.call_tool("delete_everything", {})
+    except MCPError as refused:
+        return refused.code
+    raise AssertionError("a disabled tool was called")
+
+
+def call_refused(url: str, key: str) -> int:
+    """The JSON-RPC error code `key` gets calling the disabled tool on `url`."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(run, url, key, _call_refused).result()[0]
 
 
 def initialize(url: str, key: str) -> httpx.Response:
@@ -93,6 +108,18 @@ def test_admin_registers_checks_limits_grants_and_deletes_an_mcp_server(
             url = f"{gateway.url}/mcp/tracker"
             assert tool_names(url, plaintext) == ["big", "debug_headers", "echo", "hang", "refuse", "whoami"]
             assert initialize(url, mallorys).status_code == 404  # no grant for mallory: nothing here
+
+            # The disabled tool, called anyway, is refused and recorded; the calls page says why in
+            # the language of the admin who reads it.
+            assert call_refused(url, plaintext) == -32003
+            wait_for(lambda: McpCall.objects.filter(tool="delete_everything", status="forbidden").exists())
+            admin.language = "zh-hans"
+            admin.save(update_fields=["language"])
+            robot.page.goto(f"{live_server.url}/mcp-servers/calls/")
+            assert "不允许此密钥调用" in robot.text("main") and "not allowed" not in robot.text("main")
+            admin.language = "en"  # and back (the switch's cookie says zh-hans now: a choice is needed)
+            admin.save(update_fields=["language"])
+            robot.page.goto(f"{live_server.url}/mcp-servers/{server.pk}/")
 
             robot.click("a[role=button]:text-is('Delete')")
             assert "Delete the MCP server Issue tracker?" in robot.text("main")
