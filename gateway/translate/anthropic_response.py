@@ -7,6 +7,10 @@ reason and cumulative usage) and `message_stop`. Blocks never interleave: a new 
 previous one, as Anthropic's own stream does. Chat streams put usage in a chunk after the one with
 `finish_reason`, so the closing events wait for the end of the upstream stream (no other buffering).
 
+A tool call's arguments become `input_json_delta`s through an `ArgumentsGuard`: unchanged while
+they are JSON, and closed into one object (the rest as `raw_arguments`) where the model wrote
+something else, so the SDKs' parse as the deltas come never fails (`arguments.py`).
+
 `message_start` carries the input tokens the caller knows in advance (0 when unknown); the real
 count arrives in `message_delta.usage.input_tokens`, which the SDKs treat as the cumulative total.
 
@@ -21,6 +25,7 @@ import logging
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
+from gateway.translate.arguments import ArgumentsGuard
 from gateway.translate.common import (
     ChatStreamTranslator,
     answer_usage,
@@ -180,6 +185,7 @@ class StreamTranslator(ChatStreamTranslator):
         self.pinged = False
         self.index = -1  # index of the last block opened
         self.open: str | None = None  # kind of the open block ("text", "thinking", "tool:<n>")
+        self.open_tool: dict[str, Any] | None = None  # the open block's tool call, if it is one
         self.tools: dict[int, dict[str, Any]] = {}
         self.finish_choice: dict[str, Any] | None = None
         self.usage: dict[str, Any] | None = None
@@ -210,8 +216,15 @@ class StreamTranslator(ChatStreamTranslator):
     def _close(self) -> list[dict[str, Any]]:
         if self.open is None:
             return []
+        events = []
+        if self.open_tool is not None:
+            rest = self.open_tool["guard"].close()  # what makes the arguments sent one object
+            if rest:
+                events.append(self._delta({"type": "input_json_delta", "partial_json": rest}))
+            self.open_tool = None
         self.open = None
-        return [{"type": "content_block_stop", "index": self.index}]
+        events.append({"type": "content_block_stop", "index": self.index})
+        return events
 
     def _begin(self, kind: str, block: dict[str, Any]) -> list[dict[str, Any]]:
         events = self._close()
@@ -253,6 +266,7 @@ class StreamTranslator(ChatStreamTranslator):
             if tool["name"] and not (self.open or "").startswith("tool:"):
                 events += self._open_tool(key, tool)
         elif tool["state"] == "open" and self.open == f"tool:{key}":
+            arguments = tool["guard"].feed(arguments)
             if arguments:
                 events.append(self._delta({"type": "input_json_delta", "partial_json": arguments}))
         elif arguments:
@@ -264,9 +278,12 @@ class StreamTranslator(ChatStreamTranslator):
         tool["id"] = tool["id"] or self.make_id("toolu_")
         block = {"type": "tool_use", "id": tool["id"], "name": tool["name"] or "", "input": {}}
         events = self._begin(f"tool:{key}", block)
-        if tool["pending"]:
-            events.append(self._delta({"type": "input_json_delta", "partial_json": tool["pending"]}))
-            tool["pending"] = ""
+        tool["guard"] = guard = ArgumentsGuard()
+        self.open_tool = tool
+        pending = guard.feed(tool["pending"])
+        tool["pending"] = ""
+        if pending:
+            events.append(self._delta({"type": "input_json_delta", "partial_json": pending}))
         return events
 
     def fail(self, status: int, message: str) -> list[dict[str, Any]]:

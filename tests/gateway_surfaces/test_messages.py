@@ -150,6 +150,23 @@ def test_a_tool_call_split_over_many_chunks_round_trips(setup, client, upstream)
     assert messages[2] == {"role": "tool", "tool_call_id": call.id, "content": "18C"}
 
 
+def test_a_streamed_tool_call_whose_arguments_are_not_json_still_parses(setup, client, upstream):
+    """Regression (probe): a model whose arguments were not JSON (single quotes here) made the
+    SDK's `messages.stream()` raise mid-answer. The block now ends as one object: the JSON part as
+    the model wrote it, the rest kept as `raw_arguments` (a non-streamed answer keeps it all so)."""
+    arguments = '{"city": "Paris", \'unit\': celsius}'
+    upstream.behave(mode="tool_call", tool_arguments=arguments)
+    ask = {"model": "qwen3-32b", "max_tokens": 200, "tools": TOOLS, "messages": [{"role": "user", "content": "?"}]}
+    with client.messages.stream(**ask) as s:
+        message = s.get_final_message()
+    assert message.stop_reason == "tool_use"
+    (call,) = message.content
+    assert (call.name, call.input) == ("get_weather", {"city": "Paris", "raw_arguments": "'unit': celsius}"})
+    record_for(setup.key)
+    (call,) = client.messages.create(**ask).content
+    assert call.input == {"raw_arguments": arguments}
+
+
 def test_a_non_streamed_tool_call_has_parsed_input(setup, client, upstream):
     upstream.behave(mode="tool_call")
     message = client.messages.create(
