@@ -76,4 +76,4 @@ class AuditLogFilterSet(FilterSet):
         fields = ["q", "actor", "actor_name", "object_type", "object_id", "action", "created_after", "created_before"]
 
     def filter_q(self, queryset: QuerySet[AuditLog], name: str, value: str) -> QuerySet[AuditLog]:
-        return search(queryset, ("actor_name", "object_type", "object_repr", "message"), value)
+        return search(queryset, ("actor_name", "object_type", "object_repr"), value, messages=("message",))

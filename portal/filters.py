@@ -7,17 +7,25 @@ import datetime
 import django_filters
 from django.db.models import Q, QuerySet
 
+from . import i18n
 from .forms import FIELD_LABELS
 
 
-def search(queryset: QuerySet, fields: tuple[str, ...], value: str) -> QuerySet:
-    """Case-insensitive OR over `fields` for the `q` box of a list (NetBox's quick search)."""
+def search(queryset: QuerySet, fields: tuple[str, ...], value: str, *, messages: tuple[str, ...] = ()) -> QuerySet:
+    """Case-insensitive OR over `fields` for the `q` box of a list (NetBox's quick search).
+    `messages` names stored-message fields (`portal.i18n.Message`: `<field>` holds the English,
+    `<field>_code` the msgid): a row also matches when its message's own sentence, in the reader's
+    language, contains the words (a value that is a message itself, "%(access)s", is matched by
+    its stored English only)."""
     value = (value or "").strip()
     if not value:
         return queryset
     query = Q()
-    for field in fields:
+    for field in (*fields, *messages):
         query |= Q(**{f"{field}__icontains": value})
+    codes = i18n.codes_reading(value) if messages else []
+    for field in messages if codes else ():
+        query |= Q(**{f"{field}_code__in": codes})
     return queryset.filter(query)
 
 

@@ -5,6 +5,7 @@ browser's Accept-Language, else English)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any
 
 from django.conf import settings
@@ -197,6 +198,27 @@ def rendered_items(items: list[Any]) -> list[str]:
 def english_items(items: list[Any]) -> list[str]:
     """The same list as stored in English (logs, tests, old readers)."""
     return [str(i.get("text", "")) if isinstance(i, dict) else str(i) for i in items]
+
+
+def codes_reading(text: str) -> list[str]:
+    """The msgids whose translation in the active language contains `text` (case-insensitive),
+    for a search box over stored messages: a row keeps its English sentence and its msgid
+    (`<field>_code`), and a reader searches the words they read. Empty in English (the stored
+    sentence is what they read) and for a blank `text`."""
+    language = translation.get_language() or settings.LANGUAGE_CODE
+    needle = text.strip().casefold()
+    if not needle or language.split("-")[0] == "en":
+        return []
+    return [code for code, translated in _catalog(language) if needle in translated]
+
+
+@functools.lru_cache(maxsize=8)
+def _catalog(language: str) -> tuple[tuple[str, str], ...]:
+    """(msgid, casefolded translation) of every singular message of `language`'s catalogs."""
+    from django.utils.translation import trans_real
+
+    catalog = trans_real.translation(language)._catalog  # type: ignore[attr-defined]
+    return tuple((k, v.casefold()) for k, v in catalog.items() if isinstance(k, str) and k and k != v)
 
 
 def code_field() -> Any:

@@ -138,3 +138,31 @@ def test_a_lockout_entry_is_read_in_the_admins_language(client, admin, alice):
     assert entry.message.startswith("login locked out after") and "username 'alice', from 10.1.2.3" in entry.message
     with translation.override("zh-hans"):
         assert "用户名 'alice'，来自 10.1.2.3" in entry.message_text and CJK.search(entry.message_text)
+
+
+def test_the_search_box_finds_entries_by_the_words_the_admin_reads(client, admin, entries):
+    """Regression (probe): the search matched the stored English only, so an admin reading 中文 who
+    typed a word of the page (吊销, "revoked") found nothing. Now the words of the admin's language
+    match too, with the stored English and the names as before."""
+    admin.language = "zh-hans"
+    admin.save(update_fields=["language"])
+    client.force_login(admin)
+
+    def found(q: str) -> set[str]:
+        html = client.get(reverse("audit_log"), {"q": q}).content.decode()
+        return {code for code in AuditLog.objects.values_list("message_code", flat=True) if code and _shown(html, code)}
+
+    def _shown(html: str, code: str) -> bool:
+        with translation.override("zh-hans"):
+            return any(e.message_text in html for e in AuditLog.objects.filter(message_code=code))
+
+    assert found("已吊销") == {"API token revoked"}
+    assert found("令牌") == {
+        "API token created",
+        "API token revoked",
+    }  # (not a nested part's words: the reset's counts)
+    assert found("密码已重置") == {"password reset; %(access)s"}
+    assert found("revoked") == {"API token revoked", "password reset; %(access)s"}  # the stored English still
+    assert "已请求下载" not in client.get(reverse("audit_log"), {"q": "已吊销"}).content.decode()
+    rows = client.get("/api/audit-log/", {"q": "已请求下载"}, HTTP_ACCEPT_LANGUAGE="zh-hans").json()["results"]
+    assert [r["message_code"] for r in rows] == ["Download requested (download #%(id)s)"]
