@@ -5,7 +5,8 @@ A surface opens a `Call` (`admission.open_call`), builds a `Plan` (the routes to
 before any byte reached the client: for a non-streaming request the whole upstream body is read
 inside the attempt; for a stream, the first chunk is. Connect errors, timeouts, 429, 5xx (and
 401/403: the channel's own key was refused) move on to the next route, and every attempt's
-outcome is reported to `channels.health.passive`.
+outcome is reported to `channels.health.passive`; one that got no answer in time opens the
+channel's breaker (`gateway.breaker`: tried last for a while), an answer closes it.
 
 Every call ends in `call.finish(...)` (`send_json` and `relay.relay` call it; `asgi.handle`
 fails a call an error left open): it settles the reservation with the real usage and queues the
@@ -35,6 +36,7 @@ from keys.usage import explanation as lines
 from portal.hot import hot
 
 from . import balance
+from .breaker import breakers
 from .cache import KeyInfo, ModelInfo, RouteInfo
 from .catalog import Selection
 from .chunks import DONE, ChatAssembly, event_data
@@ -415,6 +417,7 @@ async def send_upstream(
         started = time.perf_counter()
         resp: aiohttp.ClientResponse | None = None
         phase, phase_seconds = Failure.HEADERS_TIMEOUT, headers_timeout
+        trial = bool(breakers.open) and breakers.claim(route.channel_id)
         try:
             until = loop.time() + headers_timeout
             async with asyncio.timeout_at(until if deadline is None else min(until, deadline)):
@@ -447,7 +450,7 @@ async def send_upstream(
                 first_at = time.perf_counter()
                 ttfb = (first_at - started) * 1000
                 if stream:
-                    passive.report(route.channel_id, True, status=status, ttft_ms=ttfb)
+                    answered(route, status, ttfb)
                     return UpstreamResponse(
                         route,
                         status,
@@ -465,7 +468,7 @@ async def send_upstream(
                 assembly = assemble(limit)
                 answer = await _assemble(resp, first, assembly, idle=idle_timeout, cap=cap, deadline=deadline)
                 _let_go(resp, cut=assembly.done)
-                passive.report(route.channel_id, True, status=status, ttft_ms=ttfb)
+                answered(route, status, ttfb)
                 return UpstreamResponse(
                     route,
                     status,
@@ -489,7 +492,7 @@ async def send_upstream(
             elif status < 300 and (failure := _not_an_answer(body, ctype, stream=stream)) is not None:
                 raise UpstreamStreamError(failure)
             ttfb = (time.perf_counter() - started) * 1000
-            passive.report(route.channel_id, True, status=status, ttft_ms=ttfb)
+            answered(route, status, ttfb)
             return UpstreamResponse(
                 route,
                 status,
@@ -537,10 +540,14 @@ async def send_upstream(
                     code="upstream_protocol",
                 ),
             )
+        finally:
+            if trial:  # (a no-op once its outcome closed or reopened the breaker)
+                breakers.release(route.channel_id)
         if resp is not None:
             resp.close()
         attempts.append(Attempt(route.channel_id, route.channel_name, kind))
         passive.report(route.channel_id, False, error=Failure.PROTOCOL if kind == Failure.TOO_LARGE else kind)
+        breakers.failed(route, kind)
         failed.append((telling(kind), err))
         logger.info("channel %s failed (%s); trying the next route", route.channel_name, kind)
         if deadline is not None and loop.time() >= deadline:
@@ -551,6 +558,13 @@ async def send_upstream(
         told = GatewayError(503, "No upstream channel is available for this model.", code="no_channel")
     told.attempts = attempts
     raise told
+
+
+def answered(route: RouteInfo, status: int, ttfb_ms: float) -> None:
+    """The route's channel answered: evidence for its health, and its breaker (if open) closes."""
+    passive.report(route.channel_id, True, status=status, ttft_ms=ttfb_ms)
+    if breakers.open:
+        breakers.answered(route.channel_id)
 
 
 def telling(kind: Failure) -> int:

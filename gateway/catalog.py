@@ -11,6 +11,8 @@ model's balancing policy within a group (`balance`: weighted random, session aff
 busy). Every step appends one short line to the call's explanation (stored with its usage record,
 sent back on `X-Portal-Debug: route`), the policy's reason included (e.g. "affinity hit"): each is
 one of the templates in `keys.usage.explanation`, which the pages translate when they show it.
+Last, the routes of channels whose breaker is open (`breaker`: one that just hung or refused the
+connection, in this process) go to the end of the whole order, each with a line saying so.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from channels.models import alias_limits, route_limits
 from keys.usage import explanation as lines
 
 from . import balance
+from .breaker import breakers
 from .cache import Catalog, KeyInfo, ModelInfo, RouteInfo, normalize_model_name
 from .http import GatewayError
 
@@ -174,6 +177,7 @@ def select_routes(
         filters.append(window_filter(prompt, output))
     routes: list[RouteInfo] = []
     skipped: Skipped = []
+    cooled: list[RouteInfo] = []
     for target in targets:
         fs = filters
         if target is not model:
@@ -182,7 +186,10 @@ def select_routes(
                 continue
             if target.local_only and locality is None:
                 fs = [external_for_model, *filters]  # a local-only target stays local behind an alias too
-        routes += ordered_routes(target, fs, skipped, explanation, None if routes else choice)
+        routes += ordered_routes(target, fs, skipped, explanation, None if routes else choice, cooled)
+    if cooled:  # last resorts: tried after every other route, never dropped
+        routes += cooled
+        explanation += [cooling_line(r) for r in cooled]
     if not skipped and routes:
         return Selection(routes, explanation)  # the common case: nothing dropped
     line = lines.SKIPPED_TARGET if model.is_alias else lines.SKIPPED
@@ -238,21 +245,30 @@ def _nothing_fits(
     return err
 
 
+def cooling_line(route: RouteInfo) -> str:
+    b = breakers.open.get(route.channel_id)
+    return lines.COOLING % {"channel": route.channel_name, "error": b.failure if b is not None else "?"}
+
+
 def ordered_routes(
     model: ModelInfo,
     filters: Sequence[RouteFilter] = (),
     skipped: Skipped | None = None,
     notes: list[str] | None = None,
     choice: balance.Choice | None = None,
+    cooled: list[RouteInfo] | None = None,
 ) -> list[RouteInfo]:
     """The model's routes in the order to try them. `filters` drop routes first; each dropped
     route is appended to `skipped` with its reason when a list is given. The balancing policy
     appends why it put a route first to `notes`; `choice` (the call's) learns which route the
-    policy put first and why."""
+    policy put first and why. The routes of cooling channels (`breaker`) are left out and
+    appended to `cooled` when a list is given (the caller tries them last)."""
     out: list[RouteInfo] = []
     for group in model.groups:
         if filters:
             group = _kept(group, filters, skipped)
+        if cooled is not None and breakers.open:
+            group = breakers.partition(group, cooled)
         if group:
             out.extend(balance.order(group, model.balance, None if out else choice, notes))
     return out

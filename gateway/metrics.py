@@ -10,7 +10,8 @@ Every finished request is counted where its usage record is queued (`UsageWriter
 channel, surface and status, tokens (prompt, completion, cached, cache_creation), cost (and the
 requests without a price), request duration and time to first token. The label children of each
 (model, channel, surface, status) are looked up once and kept, so a request costs a dict lookup
-and a few increments. In-flight requests and the usage writer's queue are read when scraped. The
+and a few increments. In-flight requests, the usage writer's queue and the channels' breakers
+(`gateway_channel_cooling`, `gateway_channel_cooldowns_total`) are read when scraped. The
 channels and hosts apps register their own collectors (channel status, probe TTFT, launch jobs),
 which read the database at scrape time; so the page is rendered on the gateway's database thread.
 """
@@ -20,11 +21,15 @@ from __future__ import annotations
 import hmac
 import logging
 from bisect import bisect_left
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from django.conf import settings
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
+from .breaker import breakers
 from .cache import DatabaseUnavailable, db_health, run_db, snapshot
 from .http import GatewayError, Request, send_bytes
 
@@ -112,6 +117,41 @@ Gauge(
 JOURNAL_DEPTH = Gauge(
     "gateway_usage_journal_events", "Usage records waiting in this process's journal for the database to answer."
 )
+
+
+class BreakerCollector(Collector):
+    """The channels' breakers in this process (`gateway.breaker`), read when scraped."""
+
+    def describe(self) -> Iterator[Metric]:
+        yield from self._families()
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, CounterMetricFamily]:
+        cooling = GaugeMetricFamily(
+            "gateway_channel_cooling",
+            "Channels whose breaker is open in this process (they got no answer in time): 1 while requests "
+            "try them last, 0 once the cooldown is over and the next request tries them again.",
+            labels=["channel"],
+        )
+        cooldowns = CounterMetricFamily(
+            "gateway_channel_cooldowns",
+            "Times this process's breaker of a channel opened (a failed try after a cooldown opens it again).",
+            labels=["channel"],
+        )
+        return cooling, cooldowns
+
+    def collect(self) -> Iterator[Metric]:
+        cooling, cooldowns = self._families()
+        now = breakers.clock()
+        for b in list(breakers.open.values()):  # (the event loop changes it meanwhile)
+            cooling.add_metric([b.channel_name], 1.0 if b.trial or now < b.until else 0.0)
+        for name, n in list(breakers.opened.items()):
+            cooldowns.add_metric([name], n)
+        yield cooling
+        yield cooldowns
+
+
+REGISTRY.register(BreakerCollector())
 
 # (model, channel id, surface, status) -> the label children one request touches, as their values
 # (`_Fast`): what `Counter.inc` and `Histogram.observe` come down to, without their per-call checks.

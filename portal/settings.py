@@ -432,6 +432,17 @@ GATEWAY_FIRST_TOKEN_TIMEOUT = get("GATEWAY_FIRST_TOKEN_TIMEOUT", float, 120.0)
 GATEWAY_PREFILL_TOKENS_PER_SECOND = get("GATEWAY_PREFILL_TOKENS_PER_SECOND", float, 100.0)
 GATEWAY_IDLE_TIMEOUT = get("GATEWAY_IDLE_TIMEOUT", float, GATEWAY_READ_TIMEOUT)
 GATEWAY_TOTAL_TIMEOUT = get("GATEWAY_TOTAL_TIMEOUT", float, 900.0)
+# A channel that just got no answer in time (connect, headers, first token) is tried last by this
+# gateway process for this many seconds, then one request tries it; each failed trial doubles the
+# next cooldown, up to GATEWAY_CHANNEL_COOLDOWN_MAX (`gateway.breaker`). 0 turns the breaker off.
+GATEWAY_CHANNEL_COOLDOWN = get("GATEWAY_CHANNEL_COOLDOWN", float, 10.0)
+GATEWAY_CHANNEL_COOLDOWN_MAX = get("GATEWAY_CHANNEL_COOLDOWN_MAX", float, 300.0)
+for _name, _seconds in (
+    ("GATEWAY_CHANNEL_COOLDOWN", GATEWAY_CHANNEL_COOLDOWN),
+    ("GATEWAY_CHANNEL_COOLDOWN_MAX", GATEWAY_CHANNEL_COOLDOWN_MAX),
+):
+    if not 0 <= _seconds < float("inf"):
+        raise penv.ConfigError(f"Invalid value for {_name}: {_seconds!r} (expected seconds >= 0)")
 GATEWAY_MAX_RESPONSE_BYTES = get("GATEWAY_MAX_RESPONSE_BYTES", int, 16 * 1024 * 1024)
 GATEWAY_DEFAULT_MAX_TOKENS = get("GATEWAY_DEFAULT_MAX_TOKENS", int, 4096)
 # Playground: seconds its session-bound credential lives (the page renews it; SECURITY.md).

@@ -403,6 +403,17 @@ def fresh_passive_outcomes():
 
 
 @pytest.fixture(autouse=True)
+def closed_breakers():
+    """The gateway's channel breakers live in its process (`gateway.breaker`), and so does a
+    gateway a test runs in a thread: an earlier test's hung channel 12 must not make another
+    test's channel 12 (SQLite hands ids out again) cool."""
+    from gateway.breaker import breakers
+
+    breakers.open.clear()
+    breakers.opened.clear()
+
+
+@pytest.fixture(autouse=True)
 def fresh_throttle_history(monkeypatch):
     """DRF keeps throttle history in the default cache, which outlives a test (a file or a Redis db
     shared by every test and every run): each test gets its own, so one test, or a rerun within a

@@ -29,6 +29,8 @@ SENT = gettext_noop("sent to %(channel)s")
 SENT_TARGET = gettext_noop("sent to %(channel)s (%(model)s)")
 WAITED = gettext_noop("waited %(seconds)s s for the on-demand model to start")
 REFUSED = gettext_noop("refused: %(code)s")
+# A channel whose breaker is open (it just hung or refused the connection): moved to the end.
+COOLING = gettext_noop("tried last: %(channel)s is cooling after %(error)s")
 
 # Why a route or an alias's target was skipped (SKIPPED's `why`).
 DISABLED = gettext_noop("disabled")
@@ -47,7 +49,7 @@ AFFINITY_MOVED = gettext_noop("affinity moved")
 AFFINITY_NEW = gettext_noop("affinity new")
 
 TEMPLATES = (
-    ALIAS, PINNED, SKIPPED, SKIPPED_TARGET, CHOSEN, FAILOVER, ALL_FAILED, SENT, SENT_TARGET, WAITED, REFUSED,
+    ALIAS, PINNED, SKIPPED, SKIPPED_TARGET, CHOSEN, FAILOVER, ALL_FAILED, SENT, SENT_TARGET, WAITED, REFUSED, COOLING,
     DISABLED, EXTERNAL_FOR_KEY, EXTERNAL_FOR_MODEL, NOT_UNDER_TEST, WINDOW, NO_PRICE,
     BY_WEIGHT, LEAST_BUSY, AFFINITY_HIT, AFFINITY_SPILL, AFFINITY_MOVED, AFFINITY_NEW,
 )  # fmt: skip

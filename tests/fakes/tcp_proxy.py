@@ -9,7 +9,8 @@ each chunk `proxy.delay` seconds late (a slow but answering server); `stall` acc
 forwards nothing (a hung server or a black-holing load balancer); `close` accepts and closes at
 once (a proxy in front of a dead server, `maxclients` without a reply); `refuse` closes every
 connection and answers new ones with an immediate close; `greet` sends
-"-ERR max number of clients reached" before anything is asked, then closes.
+"-ERR max number of clients reached" before anything is asked, then closes. `proxy.accepted` counts
+the connections accepted (who connected, whatever the mode; an HTTP target works as well).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class TcpProxy:
         self.mode = "pass"
         self.delay = 0.2  # seconds, in mode `delay`
         self.port = 0
+        self.accepted = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -82,6 +84,7 @@ class TcpProxy:
         loop.close()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
         self._writers.add(writer)
         try:
             if self.mode in ("close", "refuse"):
