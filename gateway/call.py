@@ -541,7 +541,7 @@ async def send_upstream(
                 ),
             )
         finally:
-            if trial:  # (a no-op once its outcome closed or reopened the breaker)
+            if trial:  # done (an answer closed the breaker already; a failure reopens it below)
                 breakers.release(route.channel_id)
         if resp is not None:
             resp.close()
