@@ -25,6 +25,7 @@ from django.utils.translation import gettext_noop
 from channels.choices import Locality
 from channels.models import AliasTarget, Model, ModelRoute, alias_limits, route_limits
 from hosts.models import Deployment
+from keys.budgets import services as budgets
 from keys.models import Key
 from keys.services import issue_key, rotate_key
 from mcpservers.access import allowed_servers
@@ -61,7 +62,8 @@ def gateway_url(request: HttpRequest | None = None) -> str:
 def usable_models(user: User, key: Key | None = None) -> QuerySet[Model]:
     """Enabled models with at least one enabled route on an enabled channel (an alias: an enabled
     target with one), narrowed by the owner's allow-list and then the key's (an empty list means
-    no narrowing). For a local-only key, or behind a local-only alias, only local channels count."""
+    no narrowing). For a local-only key, or behind a local-only alias, only local channels count.
+    Under a budget, models the gateway refuses for want of a price are left out (`unpayable`)."""
     local = key is not None and key.local_only
     live_routes = ModelRoute.objects.enabled().filter(model=OuterRef("pk"))
     on_local = Q(target__routes__channel__locality=Locality.LOCAL)
@@ -82,6 +84,8 @@ def usable_models(user: User, key: Key | None = None) -> QuerySet[Model]:
         key_allowed = list(key.allowed_models.values_list("pk", flat=True))
         if key_allowed:
             qs = qs.filter(pk__in=key_allowed)
+    if budgets.budgeted(user, key):  # the gateway refuses a model without a price to a budgeted key
+        qs = qs.exclude(pk__in=budgets.unpayable(Model.objects.all()).values("pk"))
     return qs.order_by("name")
 
 

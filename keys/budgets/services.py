@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Q, Sum
+from django.db.models import Exists, OuterRef, Q, QuerySet, Sum
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
 from channels.choices import UnpricedPolicy
-from channels.models import Model, ModelRoute, RoutePrice
+from channels.models import AliasTarget, Model, ModelRoute, RoutePrice
 from channels.prices import format_money, to_amount, to_nanos
 
 from ..choices import BudgetWindow
@@ -225,8 +225,7 @@ def save_budget(
 
 def refused_models(target: Any) -> list[str]:
     """The models `target` (a key, a user or a team) may use that the gateway refuses to a
-    budgeted key: served, and no enabled route has a price in effect or a fallback (the route's
-    `unpriced`, else PORTAL_UNPRICED_ROUTES). A budget on the target stops them working."""
+    budgeted key (`unpayable`). A budget on the target stops them working."""
     if isinstance(target, Key):
         usable = Model.objects.usable_by(target.owner)
         if target.allowed_models.exists():
@@ -237,16 +236,37 @@ def refused_models(target: Any) -> list[str]:
         usable = Model.objects.enabled()
         if target.allowed_models.exists():
             usable = usable.filter(pk__in=target.allowed_models.values("pk"))
+    return list(unpayable(usable).order_by("name").values_list("name", flat=True))
+
+
+def unpayable(models: QuerySet[Model]) -> QuerySet[Model]:
+    """Of `models`, those the gateway refuses to a key under any budget (`model_not_priced`): a
+    served model with enabled routes, none of which has a price in effect or a fallback (the
+    route's `unpriced`, else PORTAL_UNPRICED_ROUTES), and an alias whose enabled targets are all
+    such models. The gateway's own list (`gateway.catalog.usable_models`) leaves out the same."""
     routes = ModelRoute.objects.enabled()
     payable = Q(pk__in=RoutePrice.objects.in_effect().values("route_id")) | Q(unpriced=UnpricedPolicy.FALLBACK)
     if settings.PORTAL_UNPRICED_ROUTES == UnpricedPolicy.FALLBACK:
         payable |= Q(unpriced=UnpricedPolicy.DEFAULT)
-    refused = (
-        usable.served()
-        .filter(pk__in=routes.values("model_id"))
-        .exclude(pk__in=routes.filter(payable).values("model_id"))
+    served = routes.values("model_id")
+    paid = routes.filter(payable).values("model_id")
+    targets = AliasTarget.objects.filter(alias=OuterRef("pk"), target__enabled=True, target_id__in=served)
+    return models.filter(
+        Q(is_alias=False, pk__in=served) & ~Q(pk__in=paid)
+        | Q(is_alias=True) & Exists(targets) & ~Exists(targets.filter(target_id__in=paid))
     )
-    return list(refused.order_by("name").values_list("name", flat=True))
+
+
+def budgeted(user: Any, key: Key | None = None) -> bool:
+    """Whether a budget covers `key` (its own, its owner's or the owner's team's), or without a
+    key, every key of `user` (theirs or their team's)."""
+    owner = key.owner if key is not None else user
+    match = Q(user_id=owner.pk)
+    if owner.team_id is not None:
+        match |= Q(team_id=owner.team_id)
+    if key is not None:
+        match |= Q(key_id=key.pk)
+    return Budget.objects.filter(match).exists()
 
 
 def remove_budget(budget: Budget, *, editor: User) -> None:

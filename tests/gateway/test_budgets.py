@@ -20,6 +20,7 @@ from accounts.models import User
 from channels.models import Model
 from channels.prices import NANOS
 from channels.services import set_route_price
+from clientconfigs.services import usable_models
 from keys.models import Budget, UsageDaily, UsageRecord
 from keys.services import issue_key, rotate_key
 from tests.gateway.conftest import add_channel, wait_for
@@ -101,8 +102,28 @@ def test_a_budgeted_key_is_refused_on_an_unpriced_route_when_the_admin_chose_so(
     error = refused.json()["error"]
     assert error["code"] == "model_not_priced" and "has no price" in error["message"]
     # a key without a budget still uses it (its record says "no price")
-    _free, free_plain = issue_key(owner=key.owner, name="unbudgeted")
+    free, free_plain = issue_key(owner=key.owner, name="unbudgeted")
     assert post(gateway_url, free_plain, {**SHORT, "model": "local-coder"}).status_code == 200
+    # What is refused is not offered (regression: the budgeted key's list and its client files
+    # named local-coder, and a developer who picked it in their client met the 403).
+    assert "local-coder" not in listed(gateway_url, plaintext) and "local-coder" in listed(gateway_url, free_plain)
+    assert "local-coder" not in names(usable_models(key.owner, key)) and "local-coder" in names(
+        usable_models(key.owner, free)
+    )
+
+
+def listed(gateway_url: str, plaintext: str) -> set[str]:
+    """The ids `/v1/models` lists to a key (OpenAI's shape and Anthropic's, which Claude Code reads)."""
+    openai = httpx.get(f"{gateway_url}/v1/models", headers={"Authorization": f"Bearer {plaintext}"}).json()["data"]
+    claude = httpx.get(
+        f"{gateway_url}/v1/models", headers={"x-api-key": plaintext, "anthropic-version": "2023-06-01"}
+    ).json()["data"]
+    assert {m["id"] for m in openai} == {m["id"] for m in claude}
+    return {m["id"] for m in openai}
+
+
+def names(models) -> set[str]:
+    return {m.name for m in models}
 
 
 def test_a_budgeted_key_pays_the_fallback_on_an_unpriced_route_when_the_admin_chose_so(
@@ -135,9 +156,11 @@ def test_an_admin_chooses_per_route_what_a_budgeted_key_meets_while_it_is_unpric
     assert post(gateway_url, plaintext, {**SHORT, "model": "local-coder"}).status_code == 403
     page = admin_client.get(reverse("price_list")).content.decode()
     assert 'data-testid="unpriced-policy"' in page
+    assert "local-coder" not in listed(gateway_url, plaintext)
     saved = admin_client.post(reverse("price_list"), {"action": "unpriced", "route": route.pk, "unpriced": "fallback"})
     assert saved.status_code == 302
     wait_for(lambda: post(gateway_url, plaintext, {**SHORT, "model": "local-coder"}).status_code == 200)
+    assert "local-coder" in listed(gateway_url, plaintext) and "local-coder" in names(usable_models(key.owner, key))
     record = wait_for(lambda: UsageRecord.objects.filter(key=key, status="ok").first())
     assert record.pricing == "fallback" and record.cost_nanos == 6 * 2000 * 1000
     settings.PORTAL_UNPRICED_ROUTES = "fallback"
