@@ -21,6 +21,7 @@ import pytest
 from django.conf import settings
 
 from channels.models import Channel, Model, ModelRoute
+from gateway.cache import RouteInfo
 from keys.services import issue_key
 from tests.fakes import processes
 from tests.fakes.upstream import FakeUpstream
@@ -259,3 +260,22 @@ def spawn_gateway(transactional_db, redis_namespace, tmp_path):
     yield spawn
     for s in started:
         s.stop()
+
+
+def route_info(channel_id: int, weight: int = 1, *, priority: int = 0, status: str = "healthy") -> RouteInfo:
+    """A route of channel `channel_id` as the gateway's catalog holds it, for the policies' parts
+    tested on their own (balance, breaker)."""
+    return RouteInfo(
+        route_id=channel_id,
+        channel_id=channel_id,
+        channel_name=f"c{channel_id}",
+        kind="vllm",
+        base_url="http://127.0.0.1:9/v1",
+        api_key="",
+        priority=priority,
+        weight=weight,
+        status=status,
+        upstream_id="m",
+        speaks_messages=False,
+        speaks_responses=False,
+    )

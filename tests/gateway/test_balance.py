@@ -15,10 +15,9 @@ import pytest
 
 from channels.models import Channel
 from gateway import balance
-from gateway.cache import RouteInfo
 from gateway.resp import RespClient
 from tests.fakes.upstream import FakeUpstream
-from tests.gateway.conftest import UPSTREAM_KEY, add_channel, wait_for
+from tests.gateway.conftest import UPSTREAM_KEY, add_channel, route_info, wait_for
 
 
 @pytest.fixture
@@ -227,21 +226,7 @@ def test_the_session_mapping_is_shared_by_gateway_processes(setup, replicas, spa
 # --- the policy's parts on their own ----------------------------------------------------------
 
 
-def route(channel_id: int, weight: int = 1) -> RouteInfo:
-    return RouteInfo(
-        route_id=channel_id,
-        channel_id=channel_id,
-        channel_name=f"c{channel_id}",
-        kind="vllm",
-        base_url="http://127.0.0.1:9/v1",
-        api_key="",
-        priority=0,
-        weight=weight,
-        status="healthy",
-        upstream_id="m",
-        speaks_messages=False,
-        speaks_responses=False,
-    )
+route = route_info
 
 
 def test_removing_a_replica_moves_only_its_sessions():

@@ -23,7 +23,7 @@ from keys.models import UsageRecord
 from keys.usage import explanation as lines
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.fakes.upstream import FakeUpstream
-from tests.gateway.conftest import UPSTREAM_KEY, ThreadServer, add_channel, wait_for
+from tests.gateway.conftest import UPSTREAM_KEY, ThreadServer, add_channel, route_info, wait_for
 
 BODY = {"model": "qwen3-32b", "messages": [{"role": "user", "content": "abcd"}], "max_tokens": 5}
 METRICS_TOKEN = "metrics-token-for-the-breaker-test"
@@ -57,21 +57,7 @@ def clock(monkeypatch, settings) -> Clock:
 # --- the state machine on its own ----------------------------------------------------------------
 
 
-def route(channel_id: int, priority: int = 0, status: str = "healthy") -> RouteInfo:
-    return RouteInfo(
-        route_id=channel_id,
-        channel_id=channel_id,
-        channel_name=f"c{channel_id}",
-        kind="vllm",
-        base_url="http://127.0.0.1:9/v1",
-        api_key="",
-        priority=priority,
-        weight=1,
-        status=status,
-        upstream_id="m",
-        speaks_messages=False,
-        speaks_responses=False,
-    )
+route = route_info
 
 
 def test_the_breakers_state_machine(settings):
