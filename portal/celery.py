@@ -1,7 +1,13 @@
 """Celery app. Broker: REDIS_URL's Redis, or the embedded one `portal up` runs (`portal.embedded_redis`).
 
+Two ways to use the broker, per process kind. Everything but the worker (pages, REST API,
+gateway, beat) only publishes, and waits for the broker at most CELERY_PUBLISH_TIMEOUT, once, so a
+stalled Redis costs a request about a second (`CELERY_BROKER_TRANSPORT_OPTIONS`; what the request
+answers then: `portal.faults`). The worker, when it starts, takes its own options
+(`WORKER_BROKER_TRANSPORT_OPTIONS`, `_worker_broker`).
+
 The worker outlives a broker restart: the broker's commands have deadlines and the consumer's
-connection is health-checked (`CELERY_BROKER_TRANSPORT_OPTIONS` in settings), and
+connection is health-checked (`WORKER_BROKER_TRANSPORT_OPTIONS` in settings), and
 `_closed_transport_is_a_connection_error` below turns kombu's crash on a lost connection into the
 connection error it is.
 """
@@ -44,6 +50,17 @@ _closed_transport_is_a_connection_error()
 app = Celery("portal")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@worker_init.connect
+def _worker_broker(**kwargs) -> None:
+    """The worker's broker options and publish retry (settings hold the publishers'), before its
+    consumer connects: it may wait longer for a broker than a request can."""
+    from django.conf import settings
+
+    app.conf.broker_transport_options = settings.WORKER_BROKER_TRANSPORT_OPTIONS
+    app.conf.task_publish_retry = True
+    app.amqp.__dict__.pop("send_task_message", None)  # cached with the publish retry it was made with
 
 
 @worker_init.connect

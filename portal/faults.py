@@ -18,11 +18,14 @@ gateway promises"):
 - The host-architecture cache (`hosts.deployments.services`): **fail open**, a miss.
 - Changes saved during a fault are committed; the gateway replicas learn of them later
   (`portal.propagation`, `X-Portal-Propagation: unconfirmed`).
-- Anything else that needs Redis there and then (queuing a task on the broker): the request gets
-  503 with `Retry-After`, as JSON `{"detail", "code"}` in the API and as a page in the UI
-  (`FaultMiddleware`, `portal.api.exceptions`), never a 500. A launch job is the exception: it is
-  a row with its own state, so one the broker did not take is kept, says so, and is sent by the
-  sweep once Redis answers (`hosts.deployments.jobs.send`).
+- Queuing a task (publishing to the broker) from a page, the API or the gateway waits at most
+  CELERY_PUBLISH_TIMEOUT, once (`portal.celery`), so a stalled Redis costs a request about a second,
+  not the worker's deadlines and retries. Then:
+  - a job that is a row with its own state (a launch job, a download) is kept, says NOT_SENT, and
+    its sweep sends it once Redis answers (`hosts.deployments.jobs.send`, `hosts.downloads.services.send`):
+    the request succeeds;
+  - anything else (an inventory refresh) gets 503 with `Retry-After`, as JSON `{"detail", "code"}`
+    in the API and as a page in the UI (`FaultMiddleware`, `portal.api.exceptions`), never a 500.
 """
 
 from __future__ import annotations
@@ -35,11 +38,16 @@ from typing import Any
 
 from django.conf import settings
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import gettext_noop
 
 logger = logging.getLogger(__name__)
 
 RETRY_AFTER_SECONDS = 5
 OPEN_SECONDS = 5.0  # how long a fail-open use skips Redis after an error
+
+# A job the broker did not take says so (its message), and its sweep sends it again once Redis answers.
+NOT_SENT = gettext_noop("Redis (the task queue) did not take this job; it is sent again as soon as Redis answers.")
+SENT_AGAIN = gettext_noop("Redis answers again; sent to the task queue.")
 
 
 def redis_errors() -> tuple[type[BaseException], ...]:

@@ -171,19 +171,34 @@ if not CELERY_BROKER_URL.startswith(("redis://", "rediss://", "redis+socket://",
     )
 if not CELERY_BROKER_URL.startswith("redis+socket://"):
     penv.check_url("CELERY_BROKER_URL", CELERY_BROKER_URL, ("redis", "rediss", "amqp", "amqps"))
-CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
+_BROKER_OPTIONS: dict[str, Any] = {
     # A message a dead worker held comes back after this long. Launch jobs do not wait for it: a
     # sweep at worker start and every few seconds redelivers them (`hosts.deployments.jobs.recover_stale_jobs`).
     "visibility_timeout": get("CELERY_VISIBILITY_TIMEOUT", int, 3600),
-    # A Redis that stalls or restarts (the embedded one under `portal up`, an external one failing
-    # over): every command has a deadline, and a consumer on a dead connection notices within
-    # brpop_timeout (1 s) + 2 x health_check_interval and reconnects, instead of kombu's 51 s.
-    "socket_timeout": get("CELERY_BROKER_SOCKET_TIMEOUT", float, 3.0),
-    "socket_connect_timeout": get("CELERY_BROKER_SOCKET_TIMEOUT", float, 3.0),
     "health_check_interval": 5,
 }
-# Queuing a task from a page or the API while the broker is away: one retry, then the request gets
-# a 503 (portal.faults), rather than four tries of CELERY_BROKER_SOCKET_TIMEOUT each.
+# Queuing a task from a page, the REST API, the gateway or beat waits for the broker at most
+# CELERY_PUBLISH_TIMEOUT, once: connect, first command and publish share the deadline, with no retry
+# (kombu would reconnect for up to 4 s, then Celery publish again). What the request does when the
+# broker did not take the task: portal.faults (a job with a row is kept and sent again by a sweep; the
+# rest get a 503).
+CELERY_PUBLISH_TIMEOUT = get("CELERY_PUBLISH_TIMEOUT", float, 1.0)
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
+    **_BROKER_OPTIONS,
+    "socket_timeout": CELERY_PUBLISH_TIMEOUT,
+    "socket_connect_timeout": CELERY_PUBLISH_TIMEOUT,
+    "max_retries": 0,
+}
+CELERY_TASK_PUBLISH_RETRY = False
+# The worker's own, set when it starts (`portal.celery`). A Redis that stalls or restarts (the embedded
+# one under `portal up`, an external one failing over): every command has a deadline, and a consumer
+# on a dead connection notices within brpop_timeout (1 s) + 2 x health_check_interval and reconnects,
+# instead of kombu's 51 s. A task the worker queues is published again once after an error.
+WORKER_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
+    **_BROKER_OPTIONS,
+    "socket_timeout": get("CELERY_BROKER_SOCKET_TIMEOUT", float, 3.0),
+    "socket_connect_timeout": get("CELERY_BROKER_SOCKET_TIMEOUT", float, 3.0),
+}
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.5, "interval_max": 0.5}
 CELERY_TASK_DEFAULT_QUEUE = get("CELERY_TASK_DEFAULT_QUEUE", str, "celery")
 CELERY_TASK_IGNORE_RESULT = True

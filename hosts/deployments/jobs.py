@@ -46,7 +46,7 @@ from django.utils.translation import gettext_noop
 
 from channels import services as channel_services
 from channels.models import Channel
-from portal import audit
+from portal import audit, faults
 from portal.choices import AuditAction
 from portal.i18n import Message, as_message
 
@@ -112,20 +112,16 @@ def request_job(deployment: Deployment, action: str, *, user: User | None = None
     return job
 
 
-# A job the broker did not take says so, and the sweep sends it again once Redis answers.
-NOT_SENT = gettext_noop("Redis (the task queue) did not take this job; it is sent again as soon as Redis answers.")
-
-
 def send(job: LaunchJob) -> None:
     """Hand the job to a worker (the broker). One the broker does not take stays queued with
-    NOT_SENT on it, which `recover_stale_jobs` sends again when Redis answers, instead of waiting
+    `faults.NOT_SENT` on it, which `recover_stale_jobs` sends again when Redis answers, instead of waiting
     HOSTS_QUEUED_JOB_SECONDS for a worker that was never told."""
     try:
         signals.job_requested.send(sender=LaunchJob, job_id=job.pk)
     except Exception:
         logger.exception("could not queue launch job %s", job.pk)
         if job.state == JobState.QUEUED and not job.worker:
-            change_state(job, JobState.QUEUED, Message(NOT_SENT), guard=True)
+            change_state(job, JobState.QUEUED, Message(faults.NOT_SENT), guard=True)
 
 
 def change_state(
@@ -737,11 +733,10 @@ def recover_stale_jobs(now: datetime.datetime | None = None) -> int:
         elif (
             not job.worker
             and job.state == JobState.QUEUED
-            and job.message_code == NOT_SENT
+            and job.message_code == faults.NOT_SENT
             and (job.heartbeat or job.created) >= unclaimed_cutoff
         ):
-            resent = Message(gettext_noop("Redis answers again; sent to the task queue."))
-            if change_state(job, JobState.QUEUED, resent, guard=True):
+            if change_state(job, JobState.QUEUED, Message(faults.SENT_AGAIN), guard=True):
                 send(job)
                 count += 1
             continue

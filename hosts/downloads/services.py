@@ -26,7 +26,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
-from portal import audit
+from portal import audit, faults
 from portal.choices import AuditAction
 from portal.i18n import Message, as_message
 
@@ -142,7 +142,7 @@ def request_download(
         message=Message(gettext_noop("Download requested (download #%(id)s)"), id=job.pk),
         actor=user,
     )
-    _queue_step(job.pk, 0)
+    _queue_step(job, 0)
     return job, True
 
 
@@ -223,10 +223,20 @@ def _lease(job_id: int) -> bool:
     )
 
 
-def _queue_step(job_id: int, countdown: float) -> None:
-    transaction.on_commit(
-        lambda: signals.step_needed.send(sender=ModelDownload, download_id=job_id, countdown=countdown)
-    )
+def _queue_step(job: ModelDownload, countdown: float) -> None:
+    transaction.on_commit(lambda: send(job, countdown))
+
+
+def send(job: ModelDownload, countdown: float = 0) -> None:
+    """Queue the job's next step. A job never stepped that the broker did not take stays queued with
+    `faults.NOT_SENT` on it, and `sweep` sends it again when Redis answers; a later step lost the
+    same way is a broken chain, which the sweep restarts too."""
+    try:
+        signals.step_needed.send(sender=ModelDownload, download_id=job.pk, countdown=countdown)
+    except Exception:
+        logger.exception("could not queue a step of download %s", job.pk)
+        if job.state == DownloadState.QUEUED and job.polled is None:
+            _move(job, DownloadState.QUEUED, Message(faults.NOT_SENT))
 
 
 def advance(job_id: int) -> bool:
@@ -253,7 +263,7 @@ def advance(job_id: int) -> bool:
         ModelDownload.objects.filter(pk=job_id).update(lease_until=None, polled=timezone.now())
     job.refresh_from_db()
     if job.is_active:
-        _queue_step(job.pk, settings.HOSTS_DOWNLOAD_POLL_SECONDS)
+        _queue_step(job, settings.HOSTS_DOWNLOAD_POLL_SECONDS)
         return True
     return False
 
@@ -601,19 +611,22 @@ def _verifying(job: ModelDownload, conn: ssh.Remote) -> None:
 
 def sweep(now: datetime.datetime | None = None) -> list[int]:
     """Active jobs whose chain of steps broke (the worker died, the broker lost the message):
-    nobody stepped them for three poll intervals and none holds them. Returns their ids, each
-    with its next step queued."""
+    nobody stepped them for three poll intervals and none holds them; and at once those the broker
+    did not take when they were asked for (`send`). Returns their ids, each with its next step queued."""
     now = now or timezone.now()
     quiet = now - datetime.timedelta(seconds=max(3 * settings.HOSTS_DOWNLOAD_POLL_SECONDS, 15))
     stuck = (
         ModelDownload.objects.active()
         .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
         .filter(Q(polled__lt=quiet) | Q(polled__isnull=True, created__lt=quiet))
-        .values_list("pk", flat=True)
     )
-    ids = list(stuck)
-    for pk in ids:
-        signals.step_needed.send(sender=ModelDownload, download_id=pk, countdown=0)
+    unsent = ModelDownload.objects.filter(state=DownloadState.QUEUED, message_code=faults.NOT_SENT)
+    ids = []
+    for job in (stuck | unsent).order_by("pk"):
+        if job.message_code == faults.NOT_SENT:
+            _move(job, DownloadState.QUEUED, Message(faults.SENT_AGAIN))
+        send(job)
+        ids.append(job.pk)
     return ids
 
 

@@ -33,10 +33,7 @@ def sweep_downloads() -> None:
 
 @receiver(signals.step_needed, dispatch_uid="hosts-downloads-queue-step")
 def _queue_step(sender: object, download_id: int, countdown: float = 0, **_kwargs: Any) -> None:
-    try:
-        advance_download.apply_async((download_id,), countdown=countdown)
-    except Exception:  # the broker is down: the sweep queues it again
-        logger.exception("could not queue a step of download %s", download_id)
+    advance_download.apply_async((download_id,), countdown=countdown)  # the broker is down: `services.send`
 
 
 def ensure_schedule(**_kwargs: Any) -> None:

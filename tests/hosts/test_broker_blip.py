@@ -12,6 +12,7 @@ from accounts.services import issue_token
 from hosts.choices import DeploymentStatus, JobAction, JobState
 from hosts.deployments import jobs
 from hosts.models import LaunchJob
+from portal import faults
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.gateway.conftest import redis_namespace, spawn_gateway  # noqa: F401  (fixtures)
 from tests.hosts.test_launch import eager_celery, llama_deployment, online_host  # noqa: F401  (fixtures)
@@ -40,15 +41,15 @@ def test_a_job_asked_for_while_the_broker_is_away_runs_once_redis_answers(
     assert answer.status_code == 202, answer.text
     body = answer.json()
     assert body["state"] == JobState.QUEUED
-    assert body["message_code"] == jobs.NOT_SENT, body  # the answer says what happened to the job
+    assert body["message_code"] == faults.NOT_SENT, body  # the answer says what happened to the job
 
     jobs.recover_stale_jobs()  # beat's sweep, the first one Redis carries again
     job = LaunchJob.objects.get(pk=body["id"])
     assert job.action == JobAction.STOP
     assert job.state == JobState.STOPPED, job.message
     assert [t["message_code"] for t in job.transitions if t.get("message_code")][:2] == [
-        jobs.NOT_SENT,
-        "Redis answers again; sent to the task queue.",
+        faults.NOT_SENT,
+        faults.SENT_AGAIN,
     ]
     deployment.refresh_from_db()
     assert deployment.status == DeploymentStatus.STOPPED
