@@ -21,9 +21,9 @@ gateway promises"):
 - Queuing a task (publishing to the broker) from a page, the API or the gateway waits at most
   CELERY_PUBLISH_TIMEOUT, once (`portal.celery`), so a stalled Redis costs a request about a second,
   not the worker's deadlines and retries. Then:
-  - a job that is a row with its own state (a launch job, a download) is kept, says NOT_SENT, and
-    its sweep sends it once Redis answers (`hosts.deployments.jobs.send`, `hosts.downloads.services.send`):
-    the request succeeds;
+  - a job that is a row with its own state (a launch job, a download, a cold start's placement) is
+    kept, says NOT_SENT, and its sweep sends it once Redis answers (`hosts.deployments.jobs.send`,
+    `hosts.downloads.services.send`, `hosts.ondemand.services.not_sent`): the request succeeds;
   - anything else (an inventory refresh) gets 503 with `Retry-After`, as JSON `{"detail", "code"}`
     in the API and as a page in the UI (`FaultMiddleware`, `portal.api.exceptions`), never a 500.
 """

@@ -45,6 +45,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
+from portal import faults
 from portal.i18n import Message, stored
 
 from .. import backends, calibration, fit
@@ -368,6 +369,21 @@ def _download(
     return float(settings.HOSTS_ONDEMAND_RETRY_SECONDS)
 
 
+def not_sent(cold_start_id: int) -> None:
+    """The broker did not take the cold start's placement: it says so, and `sweep_idle` sends it
+    again once Redis answers (the waiting requests would otherwise wait out their budget)."""
+    ColdStart.objects.filter(pk=cold_start_id, state__in=PLACEABLE).update(
+        **Message(faults.NOT_SENT).columns("message", 500), updated=timezone.now()
+    )
+
+
+def _resend_placements() -> None:
+    for pk in ColdStart.objects.filter(state__in=PLACEABLE, message_code=faults.NOT_SENT).values_list("pk", flat=True):
+        again = {**Message(faults.SENT_AGAIN).columns("message", 500), "updated": timezone.now()}
+        if ColdStart.objects.filter(pk=pk, state__in=PLACEABLE, message_code=faults.NOT_SENT).update(**again):
+            signals.placement_needed.send(sender=ColdStart, cold_start_id=pk)
+
+
 def _move(cold: ColdStart, state: str, message: Message, **fields: Any) -> None:
     ColdStart.objects.filter(pk=cold.pk).update(state=state, **message.columns("message", 500), **fields)
 
@@ -630,8 +646,10 @@ def evict(d: Deployment, why: Message) -> bool:
 # --- the idle sweep ---------------------------------------------------------------------------------
 def sweep_idle(now: float | None = None) -> list[str]:
     """Beat: stop every on-demand deployment idle past its TTL with nothing in flight; move on
-    cold starts whose deployment settled. Returns the names it stopped."""
+    cold starts whose deployment settled, and send again the placements the broker did not take.
+    Returns the names it stopped."""
     now = now or time.time()
+    _resend_placements()
     for cold in ColdStart.objects.active().filter(state=ColdStartState.LAUNCHING):
         observe(cold.pk)
     stopped = []

@@ -74,8 +74,9 @@ def _queue_place(sender: object, cold_start_id: int, countdown: float = 0, here:
             place.apply_async((cold_start_id,), countdown=countdown)
         else:
             place.delay(cold_start_id)
-    except Exception:  # the broker is down: the waiting requests give up at their budget
+    except Exception:  # the broker is down: the idle sweep sends it again once Redis answers
         logger.exception("could not queue the placement of cold start %s", cold_start_id)
+        services.not_sent(cold_start_id)
 
 
 @receiver(on_demand_status_changed, dispatch_uid="hosts-ondemand-announce")

@@ -24,11 +24,14 @@ from hosts.choices import JobAction, JobState
 from hosts.deployments import jobs
 from hosts.downloads import services as downloads
 from hosts.downloads.choices import DownloadState
-from hosts.models import LaunchJob, ModelDownload
+from hosts.models import ColdStart, LaunchJob, ModelDownload
+from hosts.ondemand import services as ondemand
+from keys.services import issue_key
 from portal import faults
 from tests.fakes.redis_server import RedisServer
 from tests.gateway.conftest import redis_namespace, spawn_gateway  # noqa: F401  (fixtures)
 from tests.hosts.test_launch import llama_deployment, online_host  # noqa: F401  (fixtures)
+from tests.hosts.test_ondemand import on_demand, wait_for
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -37,6 +40,7 @@ pytestmark = [pytest.mark.services, pytest.mark.slow]
 ANSWER_WITHIN = 5.0
 RUN_JOB = "hosts.tasks.run_job"
 STEP = "hosts.downloads.tasks.advance_download"
+PLACE = "hosts.ondemand.tasks.place"
 REPO = {"source": "huggingface", "repo_id": "Qwen/Qwen3-0.6B", "revision": "main"}
 
 
@@ -160,6 +164,43 @@ def test_the_pages_answer_at_once_while_the_broker_stalls_and_keep_the_jobs_they
     assert "Redis did not answer" in refresh.text and "<html" in refresh.text
 
     sweep_once(broker, job, record)
+
+
+def test_a_cold_start_the_gateway_opens_while_the_broker_stalls_is_placed_once_redis_answers(
+    online_host,  # noqa: F811
+    alice,
+    broker,
+    web,
+):
+    """The placement of a model on demand is a job with a row too (the cold start): the gateway's
+    request is answered as ever, and the idle sweep sends the placement once Redis answers, instead
+    of the waiting requests giving up at the cold-start budget."""
+    d = on_demand(online_host, "stall-od", "stall-od")
+    _key, key = issue_key(owner=alice, name="laptop")
+    opened = ColdStart.objects.filter(deployment=d)
+
+    def ask() -> httpx.Response:
+        answer = httpx.post(
+            f"{web.url}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {key}", "Prefer": "wait=0"},
+            json={"model": "stall-od", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
+            timeout=60,
+        )
+        # The placement is queued once the cold start is committed: wait for its outcome here.
+        wait_for(lambda: opened.filter(message_code=faults.NOT_SENT).exists(), 30, "the placement not sent")
+        return answer
+
+    reply = while_stalled(broker, ask)
+    assert reply.status_code == 503, reply.text
+    assert reply.json()["error"]["code"] == "model_starting"
+    cold = opened.get()
+
+    with publishing_to(broker.url):
+        ondemand.sweep_idle()
+        ondemand.sweep_idle()  # sent: nothing left for the next sweep
+    assert broker.messages("celery") == [(PLACE, (cold.pk,))]
+    cold.refresh_from_db()
+    assert cold.state == "placing" and cold.message_code == faults.SENT_AGAIN
 
 
 def test_the_worker_keeps_its_own_broker_deadlines_and_publish_retry(settings):
