@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
+import kombu.pools
 import pytest
 from django.test import Client
 
@@ -62,9 +63,7 @@ def publishing_to(url: str) -> Iterator[None]:
     from portal.celery import app
 
     def new_pools() -> None:
-        for pool in (app._pool, app.amqp._producer_pool):
-            if pool is not None:
-                pool.force_close_all()
+        kombu.pools.reset()  # closed and forgotten: the next publish opens new ones
         app._pool = app.amqp._producer_pool = None
 
     before = app.conf.broker_url
