@@ -312,7 +312,7 @@ def budget_reservation(model: ModelInfo, selection: Selection, prompt: int, outp
             selection.explanation.append(lines.SKIPPED % {"channel": route.channel_name, "why": lines.NO_PRICE})
     most = max((r.rates(now)[0].most(prompt, output) for r in kept), default=0)  # type: ignore[union-attr]
     if not kept:
-        raise _not_priced(model)
+        raise not_priced(model)
     selection.routes[:] = kept
     return most
 
@@ -323,11 +323,11 @@ def cold_reservation(model: ModelInfo, prompt: int, output: int, now: float) -> 
     assert model.on_demand is not None
     rates, _how = model.on_demand.rates(now)
     if rates is None:
-        raise _not_priced(model)
+        raise not_priced(model)
     return rates.most(prompt, output)
 
 
-def _not_priced(model: ModelInfo) -> GatewayError:
+def not_priced(model: ModelInfo) -> GatewayError:
     return GatewayError(
         403,
         f"The model '{model.name}' has no price on any channel that serves it, and this key has a budget: "

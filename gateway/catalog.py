@@ -46,15 +46,15 @@ def usable_models(key: KeyInfo, catalog: Catalog, now: float | None = None) -> l
         if (m.has_routes or m.on_demand is not None)
         and key.may_use(m)
         and (not (key.local_only or m.local_only) or _local_routes(m) or m.on_demand is not None)
-        and (not key.budgets or _payable(m, at))
+        and (not key.budgets or payable(m, at))
     ]
 
 
-def _payable(model: ModelInfo, at: float) -> bool:
+def payable(model: ModelInfo, at: float) -> bool:
     """A route of `model` (an alias: of an enabled target) has a price at `at`; a stopped on-demand
     model, its route's from its last run (`admission.cold_reservation`)."""
     if model.is_alias:
-        return any(t.enabled and _payable(t, at) for t in model.targets)
+        return any(t.enabled and payable(t, at) for t in model.targets)
     if model.cold:
         return model.on_demand is not None and model.on_demand.rates(at)[0] is not None
     return any(r.rates(at)[0] is not None for group in model.groups for r in group)

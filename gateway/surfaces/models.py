@@ -9,12 +9,14 @@ server is up: the next request starts it and waits, see `gateway.ondemand`).
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import Any
 from urllib.parse import parse_qsl
 
+from gateway.admission import not_priced
 from gateway.auth import authenticate
 from gateway.cache import KeyInfo, ModelInfo, snapshot
-from gateway.catalog import limits_for, resolve_model, usable_models
+from gateway.catalog import limits_for, payable, resolve_model, usable_models
 from gateway.http import GatewayError, Request, send_bytes, send_json
 
 from .messages import send_anthropic_error
@@ -67,15 +69,24 @@ async def get_model(req: Request) -> None:
         model = resolve_model(key, await snapshot.get_catalog(), name)
         if not model.has_routes and model.on_demand is None:
             raise GatewayError(404, f"The model '{name}' has no channel right now.", code="model_not_found")
+        _check_payable(key, model)
         await send_json(req.send, 200, _openai_model(model, key))
         return
     try:
         key = await authenticate(req)
         model = resolve_model(key, await snapshot.get_catalog(), name)
+        _check_payable(key, model)
     except GatewayError as exc:
         await send_anthropic_error(req, exc)
         return
     await send_json(req.send, 200, _anthropic_model(model))
+
+
+def _check_payable(key: KeyInfo, model: ModelInfo) -> None:
+    """A budgeted key is told of a model it would be refused for want of a price, as a request
+    would be (the list leaves such models out: `catalog.usable_models`)."""
+    if key.budgets and not payable(model, time.time()):
+        raise not_priced(model)
 
 
 async def hello(req: Request) -> None:

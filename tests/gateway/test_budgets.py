@@ -107,6 +107,10 @@ def test_a_budgeted_key_is_refused_on_an_unpriced_route_when_the_admin_chose_so(
     # What is refused is not offered (regression: the budgeted key's list and its client files
     # named local-coder, and a developer who picked it in their client met the 403).
     assert "local-coder" not in listed(gateway_url, plaintext) and "local-coder" in listed(gateway_url, free_plain)
+    one = httpx.get(f"{gateway_url}/v1/models/local-coder", headers={"Authorization": f"Bearer {plaintext}"})
+    assert one.status_code == 403 and one.json()["error"]["code"] == "model_not_priced"  # said, as a request is
+    free_one = httpx.get(f"{gateway_url}/v1/models/local-coder", headers={"Authorization": f"Bearer {free_plain}"})
+    assert free_one.status_code == 200 and free_one.json()["id"] == "local-coder"
     assert "local-coder" not in names(usable_models(key.owner, key)) and "local-coder" in names(
         usable_models(key.owner, free)
     )
