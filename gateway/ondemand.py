@@ -214,9 +214,10 @@ async def wait_until_warm(req: Request, info: ModelInfo, *, stream: bool) -> flo
         raise _unavailable(info, f"did not start within {wait:g} s (it is still starting).", _retry_after(info, state))
     if result["state"] != "ready":
         metrics.ondemand_refused("failed")
+        why = (result.get("message") or "see its deployment").rstrip(".")  # the sentence ends once
         raise GatewayError(
             503,
-            f"The model '{info.name}' could not be started: {result.get('message') or 'see its deployment'}.",
+            f"The model '{info.name}' could not be started: {why}.",
             code="model_start_failed",
             headers=[(b"retry-after", b"30")],
         )

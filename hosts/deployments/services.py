@@ -97,9 +97,13 @@ def set_status(
     if alert:
         transaction.on_commit(lambda: signals.deployment_event.send(sender=DeploymentEvent, event_id=event.pk))
     if deployment.on_demand:
-        pk = deployment.pk
-        transaction.on_commit(lambda: signals.on_demand_status_changed.send(sender=Deployment, deployment_id=pk))
+        _announce_on_commit(deployment.pk)
     return True
+
+
+def _announce_on_commit(pk: int) -> None:
+    """The gateway's requests waiting for an on-demand deployment look again once this commits."""
+    transaction.on_commit(lambda: signals.on_demand_status_changed.send(sender=Deployment, deployment_id=pk))
 
 
 def generate_upstream_key() -> str:
@@ -596,6 +600,12 @@ def check_changeable(deployment: Deployment, *, deleting: bool = False) -> None:
 
 
 def delete_deployment(deployment: Deployment) -> None:
-    """Delete a stopped deployment and its job history (its channel stays until deleted)."""
+    """Delete a stopped deployment and its job history (its channel stays until deleted). An
+    on-demand one may be starting for waiting requests (still stopped while it is placed): they
+    are told at once, not at the end of their cold-start budget."""
     check_changeable(deployment, deleting=True)
-    deployment.delete()
+    pk = deployment.pk
+    with transaction.atomic():  # announced once the row is gone, not before
+        deployment.delete()
+        if deployment.on_demand:
+            _announce_on_commit(pk)

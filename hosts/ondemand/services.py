@@ -126,7 +126,9 @@ def demand(deployment_id: int) -> dict[str, Any]:
     """A request wants the deployment's model (the gateway, after the key's limits admitted it):
     its state, opening a cold start unless one is active. The one-active constraint makes this
     one launch however many requests and replicas ask at once."""
-    d = Deployment.objects.select_related("channel").get(pk=deployment_id)
+    d = Deployment.objects.select_related("channel").filter(pk=deployment_id).first()
+    if d is None:
+        return GONE
     if is_ready(d):
         return {"state": "ready"}
     cold = ColdStart.objects.active().filter(deployment=d).first()
@@ -149,10 +151,17 @@ def demand(deployment_id: int) -> dict[str, Any]:
     return observe(cold.pk)
 
 
+# What the requests waiting for a deployment that was deleted meanwhile are told (the gateway's
+# answers are English, as every error of its API).
+GONE: dict[str, Any] = {"state": "failed", "message": "Its deployment was deleted."}
+
+
 def observe(cold_start_id: int) -> dict[str, Any]:
     """Where a cold start stands, for the requests waiting on it; a launching one whose
     deployment has become ready (or failed) is moved on here, by whoever looks first."""
-    cold = ColdStart.objects.select_related("deployment__channel", "download__host").get(pk=cold_start_id)
+    cold = ColdStart.objects.select_related("deployment__channel", "download__host").filter(pk=cold_start_id).first()
+    if cold is None:  # deleted with its deployment
+        return GONE
     d = cold.deployment
     if cold.state == ColdStartState.LAUNCHING:
         if is_ready(d):

@@ -1,0 +1,132 @@
+"""Models on demand under concurrency, through the real gateway (uvicorn), real PostgreSQL and
+Redis, with the worker's side played by the test as in `test_ondemand_notify.py`: many requests
+wait for one cold start, then the start fails, or its deployment is deleted, and each waiting
+request must be told why as soon as that is known, not at the end of its cold-start budget.
+
+The polls are an hour here and the budget too: an answer within the requests' timeout can only
+come from the announcement the change published, so the tests measure no time.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+
+import httpx
+import pytest
+from django.db import transaction
+
+from hosts.choices import DeploymentStatus
+from hosts.deployments import services
+from hosts.models import GPU, ColdStart, Deployment, Host
+from hosts.ondemand.models import ColdStartState
+from keys.models import UsageRecord
+from keys.services import issue_key
+from tests.gateway.conftest import wait_for
+from tests.hosts.test_ondemand import on_demand
+from tests.services import free_port
+
+pytestmark = [pytest.mark.services]
+
+WAITERS = 20
+
+
+@pytest.fixture
+def cold_model(transactional_db) -> Deployment:
+    host = Host.objects.create(
+        name="gpu-far", address="127.0.0.1", ssh_port=free_port(), username="gpu", private_key="unused"
+    )
+    GPU.objects.create(host=host, index=0, name="RTX 4090", memory_total_mib=24564, memory_used_mib=0)
+    return on_demand(host, "od-phases", "od-phases", cold_start_budget=3600)
+
+
+@pytest.fixture
+def polls_never(monkeypatch):
+    from gateway import ondemand
+
+    monkeypatch.setattr(ondemand, "POLL_SECONDS", 3600.0)
+    monkeypatch.setattr(ondemand, "SAFETY_POLL_SECONDS", 3600.0)
+    monkeypatch.setattr(ondemand, "SUBSCRIBE_WAIT_SECONDS", 120.0)
+
+
+def _ask(gateway_url: str, key: str, **headers: str) -> httpx.Response:
+    return httpx.post(
+        f"{gateway_url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {key}", **headers},
+        json={"model": "od-phases", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
+        timeout=60,
+    )
+
+
+def _cold_flag(gateway_url: str, key: str) -> object:
+    listed = httpx.get(f"{gateway_url}/v1/models", headers={"Authorization": f"Bearer {key}"}).json()["data"]
+    return next((m.get("cold") for m in listed if m["id"] == "od-phases"), "absent")
+
+
+@pytest.fixture
+def asked(monkeypatch) -> threading.Event:
+    """Set once the gateway (in this process) has asked for the model and seen it starting: what
+    happens next can only reach the waiting requests by an announcement."""
+    from hosts.ondemand import services as ondemand
+
+    seen = threading.Event()
+    demand = ondemand.demand
+
+    def watched(deployment_id: int) -> dict:
+        found = demand(deployment_id)
+        if found["state"] == ColdStartState.PLACING:
+            seen.set()
+        return found
+
+    monkeypatch.setattr(ondemand, "demand", watched)
+    return seen
+
+
+def _all_waiting(gateway_url: str, key: str, asked: threading.Event, then) -> list[httpx.Response]:
+    """WAITERS requests at once for the cold model; once it is asked for and starting, `then()`."""
+    with concurrent.futures.ThreadPoolExecutor(WAITERS) as pool:
+        waiting = [pool.submit(_ask, gateway_url, key) for _ in range(WAITERS)]
+        assert asked.wait(60)
+        assert not any(w.done() for w in waiting), [w.result().text for w in waiting if w.done()]
+        then()
+        return [w.result(timeout=200) for w in waiting]
+
+
+def test_a_launch_that_fails_answers_every_waiting_request_with_why_and_the_next_request_starts_again(
+    polls_never, asked, gateway_url, cold_model, alice
+):
+    _key, key = issue_key(owner=alice, name="laptop")
+    assert _cold_flag(gateway_url, key) is True
+
+    @transaction.atomic  # seen all at once, as a launching cold start always has its job behind it
+    def fail() -> None:  # the placement chose the host, then the server exited at once
+        ColdStart.objects.update(state=ColdStartState.LAUNCHING)
+        services.set_status(cold_model, DeploymentStatus.FAILED, "llama-server exited with code 1.")
+
+    replies = _all_waiting(gateway_url, key, asked, fail)
+    assert [r.status_code for r in replies] == [503] * WAITERS
+    for reply in replies:
+        error = reply.json()["error"]
+        assert error["code"] == "model_start_failed", reply.text
+        assert error["message"].endswith("could not be started: llama-server exited with code 1."), reply.text
+    assert ColdStart.objects.get().state == ColdStartState.FAILED
+    assert _cold_flag(gateway_url, key) is True
+    wait_for(lambda: UsageRecord.objects.filter(model="od-phases", http_status=503).count() == WAITERS, 30)
+
+    again = _ask(gateway_url, key, Prefer="wait=0")
+    assert again.json()["error"]["code"] == "model_starting", again.text
+    wait_for(lambda: ColdStart.objects.active().count() == 1, 60)  # a fresh start, not the failure again
+    assert ColdStart.objects.count() == 2
+
+
+def test_deleting_the_deployment_while_requests_wait_tells_each_of_them_at_once(
+    polls_never, asked, gateway_url, cold_model, alice
+):
+    _key, key = issue_key(owner=alice, name="laptop")
+    replies = _all_waiting(gateway_url, key, asked, lambda: services.delete_deployment(cold_model))
+    assert [r.status_code for r in replies] == [503] * WAITERS, [r.text for r in replies]
+    for reply in replies:
+        error = reply.json()["error"]
+        assert error["code"] == "model_start_failed", reply.text
+        assert error["message"].endswith("could not be started: Its deployment was deleted."), reply.text
+    assert not ColdStart.objects.exists()
