@@ -130,3 +130,45 @@ def test_deleting_the_deployment_while_requests_wait_tells_each_of_them_at_once(
         assert error["code"] == "model_start_failed", reply.text
         assert error["message"].endswith("could not be started: Its deployment was deleted."), reply.text
     assert not ColdStart.objects.exists()
+
+
+@transaction.atomic  # seen all at once, as a launching cold start always has its job behind it
+def _serve(d: Deployment, upstream) -> None:
+    """What the placement and then the launch job leave behind once the server answers."""
+    from channels import services as channel_services
+
+    ColdStart.objects.active().filter(deployment=d).update(state=ColdStartState.LAUNCHING)
+    channel = channel_services.register_served_model(
+        channel=None,
+        name="od-phases@gpu-far",
+        kind="vllm",
+        base_url=upstream.base_url,
+        api_key=upstream.api_key or "",
+        model_name=d.served_model_name,
+        upstream_model="fake-model",
+        context_window=8192,
+        status_message="test",
+    )
+    Deployment.objects.filter(pk=d.pk).update(channel=channel)
+    d.refresh_from_db()
+    services.set_status(d, DeploymentStatus.RUNNING, "Serving (test).")  # announces, after the commit
+
+
+def test_two_replicas_asked_at_once_open_one_cold_start_and_answer_every_request(
+    cold_model, upstream, alice, spawn_gateway
+):
+    """Two gateway processes, ten first requests each at once: one cold start in the database, and
+    every request on both replicas is answered once the model serves, each on the record once, as
+    having waited."""
+    replicas = spawn_gateway(2)
+    _key, key = issue_key(owner=alice, name="laptop")
+    with concurrent.futures.ThreadPoolExecutor(WAITERS) as pool:
+        waiting = [pool.submit(_ask, replicas[i % 2].url, key) for i in range(WAITERS)]
+        wait_for(lambda: ColdStart.objects.exists(), 60)
+        assert not any(w.done() for w in waiting), [w.result().text for w in waiting if w.done()]
+        _serve(cold_model, upstream)
+        replies = [w.result(timeout=200) for w in waiting]
+    assert [r.status_code for r in replies] == [200] * WAITERS, [r.text for r in replies if r.status_code != 200]
+    assert ColdStart.objects.count() == 1
+    wait_for(lambda: UsageRecord.objects.filter(model="od-phases").count() == WAITERS, 30)
+    assert UsageRecord.objects.filter(model="od-phases", cold_start_ms__isnull=False).count() == WAITERS
