@@ -1,8 +1,9 @@
 """The gateway's ASGI front door and its route table: every gateway path is in `ROUTES` below.
 
-`/v1/...` (also a doubled `/v1/v1/...`) and the bare gateway endpoints (`/chat/completions`
-without `/v1`) are answered here, without Django's middleware stack; everything else goes to
-Django. The lifespan opens and closes the per-process state (`state.process`).
+`/v1/...` (also a doubled `/v1/v1/...`, and `//v1/...` from a base URL ending in `/`) and the
+bare gateway endpoints (`/chat/completions` without `/v1`) are answered here, without Django's
+middleware stack; everything else goes to Django. The lifespan opens and closes the per-process
+state (`state.process`).
 
 A request's path, file by file: `asgi` (route) → `surfaces/<surface>` (parse) →
 `admission` (`auth` the key, `catalog` the model and its routes, `limits` reserve) →
@@ -135,6 +136,8 @@ class RouteTable:
         return sorted([*methods, "OPTIONS"]) if methods else []
 
     def _match(self, method: str, path: str) -> tuple[Handler | None, str] | None:
+        if path.startswith("//"):  # a base URL ending in "/" joined with "/v1/...": the path meant
+            path = "/" + path.lstrip("/")
         if path == "/v1" or path.startswith("/v1/"):
             sub = path[3:]
             while sub == "/v1" or sub.startswith("/v1/"):
@@ -151,9 +154,14 @@ class RouteTable:
         handler = self.exact.get((method, path))
         if handler is not None:
             return handler, path
+        under_prefix = False
         for m, prefix, h in self.prefix:
-            if m == method and path.startswith(prefix) and len(path) > len(prefix):
-                return h, path
+            if path.startswith(prefix) and len(path) > len(prefix):
+                if m == method:
+                    return h, path
+                under_prefix = True
+        if under_prefix:  # a gateway path, not this method: our 405, not Django's HTML 404
+            return None, path
         stripped = path.rstrip("/") if len(path) > 1 else path
         handler = self.bare.get((method, stripped))
         if handler is not None:

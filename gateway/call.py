@@ -51,7 +51,8 @@ from .usage import Usage, UsageEvent
 
 logger = logging.getLogger(__name__)
 
-# Never forwarded: credentials (ours or the developer's), framing and hop-by-hop headers, and
+# Never forwarded: credentials (ours or the developer's), framing and hop-by-hop headers (the
+# body's encoding too: the upstream gets our own JSON of it, never the client's bytes), and
 # provider-account headers that would clash with the channel's own key.
 DROP_HEADERS = frozenset(
     {
@@ -62,6 +63,7 @@ DROP_HEADERS = frozenset(
         "host",
         "content-length",
         "content-type",
+        "content-encoding",
         "accept-encoding",
         "connection",
         "keep-alive",

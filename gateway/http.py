@@ -124,6 +124,13 @@ class Request:
         try:
             data = orjson.loads(raw) if raw else None
         except orjson.JSONDecodeError:
+            encoding = self.headers.get("content-encoding", "identity").strip().lower()
+            if encoding not in ("", "identity"):  # a compressed body: say so, not "not JSON"
+                raise GatewayError(
+                    415,
+                    f"Content-Encoding {encoding[:40]!r} is not supported: send the request body uncompressed.",
+                    code="unsupported_content_encoding",
+                ) from None
             raise GatewayError(400, "The request body is not valid JSON.", code="invalid_json") from None
         # Every level is a `[` or a `{`: a body with no more of them than the limit is not walked.
         if raw.count(b"[") + raw.count(b"{") > GATEWAY_MAX_DEPTH and too_deep(data, GATEWAY_MAX_DEPTH):

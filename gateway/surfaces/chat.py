@@ -22,6 +22,7 @@ from gateway.usage import Usage, estimate_tokens, usage_from
 from keys.choices import ApiSurface
 
 from . import chat_anthropic
+from .translated import MAX_TOKENS, stream_of
 
 
 async def chat_completions(req: Request) -> None:
@@ -38,7 +39,7 @@ async def embeddings(req: Request) -> None:
 
 async def _proxy(req: Request, surface: str, path: str) -> None:
     body = await req.json()
-    stream = bool(body.get("stream")) and surface != ApiSurface.EMBEDDINGS
+    stream = surface != ApiSurface.EMBEDDINGS and stream_of(body)
     if surface == ApiSurface.CHAT:
         if not isinstance(body.get("messages"), list):
             raise GatewayError(400, "`messages` must be a list.", code="invalid_value", param="messages")
@@ -84,8 +85,10 @@ def _max_tokens(body: dict[str, Any]) -> int | None:
     for name in ("max_completion_tokens", "max_tokens"):
         value = body.get(name)
         if value is not None:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise GatewayError(400, f"`{name}` must be a non-negative integer.", code="invalid_value", param=name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS:
+                raise GatewayError(
+                    400, f"`{name}` must be an integer from 0 to {MAX_TOKENS}.", code="invalid_value", param=name
+                )
             return value
     return None
 

@@ -63,7 +63,7 @@ async def open_translated_call(
 ) -> TranslatedCall:
     """Translate, cap the output to what the model's routes allow, and open the call (auth, model,
     reserve). The translation is attempted up front so the reservation uses its token estimate."""
-    stream = bool(body.get("stream"))
+    stream = stream_of(body)
     max_tokens = max_tokens_of(body, max_tokens_field)
     try:
         chat: dict[str, Any] | None = to_chat(body)
@@ -80,12 +80,31 @@ async def open_translated_call(
     return TranslatedCall(call, stream, chat, problem, prompt, without_anthropic_headers(req.headers))
 
 
+def stream_of(body: dict[str, Any]) -> bool:
+    """`stream`, a boolean: a sloppy `"false"` or `0` would otherwise decide the answer's format
+    by its truthiness (a stream to a client that asked for none)."""
+    value = body.get("stream")
+    if value is None:
+        return False
+    if isinstance(value, bool):
+        return value
+    raise GatewayError(400, "`stream` must be true or false.", code="invalid_value", param="stream")
+
+
+# The most output tokens a request may ask for: no model generates more, and the reservation
+# (prompt + output for each of up to 128 choices, and its price) stays far inside the 64-bit
+# integers of the admission script's counters (past them it failed half-way: "Redis unreachable").
+MAX_TOKENS = 2**31 - 1
+
+
 def max_tokens_of(body: dict[str, Any], name: str) -> int | None:
     value = body.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise GatewayError(400, f"`{name}` must be a positive integer.", code="invalid_value", param=name)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOKENS:
+        raise GatewayError(
+            400, f"`{name}` must be an integer from 1 to {MAX_TOKENS}.", code="invalid_value", param=name
+        )
     return value
 
 

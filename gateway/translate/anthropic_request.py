@@ -87,7 +87,7 @@ def _system_text(system: Any) -> str:
     if isinstance(system, str):
         return system
     if isinstance(system, list):
-        texts = [b.get("text", "") for b in system if isinstance(b, dict) and b.get("type") == "text"]
+        texts = [_text(b, "system") for b in system if isinstance(b, dict) and b.get("type") == "text"]
         return "\n\n".join(t for t in texts if t)
     raise TranslationError("`system` must be a string or a list of text blocks.", "system")
 
@@ -119,7 +119,7 @@ def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
     for block in blocks:
         kind = block.get("type")
         if kind == "text":
-            texts.append(block.get("text", ""))
+            texts.append(_text(block, where))
         elif kind == "tool_use":
             calls.append(
                 {
@@ -188,11 +188,11 @@ def _tool_result(block: dict[str, Any], where: str) -> tuple[str, list[dict[str,
 def _part(block: dict[str, Any], where: str) -> dict[str, Any] | None:
     kind = block.get("type")
     if kind == "text":
-        return {"type": "text", "text": block.get("text", "")}
+        return {"type": "text", "text": _text(block, where)}
     if kind == "image":
-        return {"type": "image_url", "image_url": {"url": _image_url(block.get("source") or {}, where)}}
+        return {"type": "image_url", "image_url": {"url": _image_url(_source(block, where), where)}}
     if kind == "document":
-        source = block.get("source") or {}
+        source = _source(block, where)
         if source.get("type") == "text":
             return {"type": "text", "text": source.get("data", "")}
         if source.get("type") == "content":
@@ -204,6 +204,22 @@ def _part(block: dict[str, Any], where: str) -> dict[str, Any] | None:
         )
     logger.info("messages->chat: dropped %s block in %s", kind, where)
     return None
+
+
+def _text(block: dict[str, Any], where: str) -> str:
+    """A text block's `text`, which the client must send as a string (a 400 otherwise, as Anthropic's)."""
+    text = block.get("text", "")
+    if not isinstance(text, str):
+        raise TranslationError(f"`{where}` has a text block whose `text` is not a string.", where)
+    return text
+
+
+def _source(block: dict[str, Any], where: str) -> dict[str, Any]:
+    """An image or document block's `source` object."""
+    source = block.get("source")
+    if not isinstance(source, dict):
+        raise TranslationError(f"`{where}` has a {block.get('type')} block whose `source` is not an object.", where)
+    return source
 
 
 def _image_url(source: dict[str, Any], where: str) -> str:
