@@ -245,8 +245,8 @@ def _function(tool: dict[str, Any]) -> dict[str, Any] | None:
     if tool.get("type") not in CLIENT_TOOL_TYPES:
         logger.info("messages->chat: dropped server tool %s (%s)", tool.get("name"), tool.get("type"))
         return None
-    if not tool.get("name"):
-        raise TranslationError("Each tool needs a `name`.", "tools")
+    if not tool.get("name") or not isinstance(tool["name"], str):
+        raise TranslationError("Each tool needs a `name` (a string).", "tools")
     return chat_function(tool["name"], tool.get("input_schema"), tool.get("description"))
 
 

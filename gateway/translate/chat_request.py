@@ -189,6 +189,8 @@ def _part(part: Any, where: str) -> dict[str, Any] | None:
     kind = part.get("type")
     if kind == "text":
         text = part.get("text") or ""
+        if not isinstance(text, str):
+            raise TranslationError(f"`{where}` has a text part whose `text` is not a string.", where)
         if not text.strip():
             return None  # Messages refuses blank text blocks
         block: dict[str, Any] = {"type": "text", "text": text}

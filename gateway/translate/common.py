@@ -34,9 +34,14 @@ def encode_sse(event: dict[str, Any]) -> bytes:
     return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
 
 
-def parse_arguments(arguments: str | None) -> dict[str, Any]:
-    """Tool-call arguments as an object; models sometimes emit junk, which must not become a 500."""
-    if not arguments or not arguments.strip():
+def parse_arguments(arguments: Any) -> dict[str, Any]:
+    """Tool-call arguments as an object; models sometimes emit junk, and clients send objects or
+    numbers where the JSON text belongs, none of which must become a 500."""
+    if not isinstance(arguments, str):
+        if arguments is None or isinstance(arguments, dict):
+            return arguments or {}
+        return {"value": arguments}
+    if not arguments.strip():
         return {}
     try:
         value = json.loads(arguments)

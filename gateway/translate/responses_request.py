@@ -78,7 +78,7 @@ def to_chat_request(body: dict[str, Any], *, map_reasoning: bool = True) -> dict
     tools = chat_tools(flat_tools(body.get("tools")), _function)
     named = body.get("tool_choice")
     if isinstance(named, dict) and named.get("type") == "function" and named.get("name"):
-        if named["name"] not in {t["function"]["name"] for t in tools}:
+        if not isinstance(named["name"], str) or named["name"] not in {t["function"]["name"] for t in tools}:
             raise TranslationError(
                 f"`tool_choice` names the function {named['name']!r}, which is not in `tools`.", "tool_choice"
             )
@@ -195,18 +195,22 @@ def _plain_text(content: Any, where: str) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(_parts_text(content))
+        return "".join(
+            _text(p, "refusal" if p.get("type") == "refusal" else "text", where)
+            for p in content
+            if isinstance(p, dict) and (p.get("type") in TEXT_PART_TYPES or p.get("type") == "refusal")
+        )
     if content is None:
         return ""
     raise TranslationError(f"`{where}.content` must be a string or a list of parts.", where)
 
 
-def _parts_text(content: list[Any]) -> list[str]:
-    return [
-        p.get("text") or p.get("refusal") or ""
-        for p in content
-        if isinstance(p, dict) and (p.get("type") in TEXT_PART_TYPES or p.get("type") == "refusal")
-    ]
+def _text(part: dict[str, Any], field: str, where: str) -> str:
+    """A text or refusal part's words, which the client must send as a string (a 400 otherwise)."""
+    text = part.get(field) or ""
+    if not isinstance(text, str):
+        raise TranslationError(f"`{where}` has a {part.get('type')} part whose `{field}` is not a string.", where)
+    return text
 
 
 def _parts(content: Any, where: str) -> list[dict[str, Any]]:
@@ -220,9 +224,9 @@ def _parts(content: Any, where: str) -> list[dict[str, Any]]:
             continue
         kind = part.get("type")
         if kind in TEXT_PART_TYPES:
-            parts.append({"type": "text", "text": part.get("text", "")})
+            parts.append({"type": "text", "text": _text(part, "text", where)})
         elif kind == "refusal":
-            parts.append({"type": "text", "text": part.get("refusal", "")})
+            parts.append({"type": "text", "text": _text(part, "refusal", where)})
         elif kind == "input_image":
             url = part.get("image_url")
             if not url:
@@ -244,8 +248,8 @@ def _function(tool: dict[str, Any]) -> dict[str, Any] | None:
     if tool.get("type") != "function":
         logger.info("responses->chat: dropped %s tool %s", tool.get("type"), tool.get("name", ""))
         return None
-    if not tool.get("name"):
-        raise TranslationError("Each function tool needs a `name`.", "tools")
+    if not tool.get("name") or not isinstance(tool["name"], str):
+        raise TranslationError("Each function tool needs a `name` (a string).", "tools")
     return chat_function(tool["name"], tool.get("parameters"), tool.get("description"))
 
 
