@@ -37,8 +37,9 @@ from tests.hosts.test_ondemand import on_demand, wait_for
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 # The old answer took 8 s or more (3 s deadlines, kombu's reconnect, Celery's second publish); the
-# bound is 1 s. The attempt count is the exact check, this only catches a wait on something else.
-ANSWER_WITHIN = 5.0
+# bound is 1 s. The attempt count is the exact check (the old code made two); this only catches a
+# hang on something else, so it is as wide as the other stall tests' (a loaded box is slow).
+ANSWER_WITHIN = 10.0
 RUN_JOB = "hosts.tasks.run_job"
 STEP = "hosts.downloads.tasks.advance_download"
 PLACE = "hosts.ondemand.tasks.place"
