@@ -279,3 +279,22 @@ def route_info(channel_id: int, weight: int = 1, *, priority: int = 0, status: s
         speaks_messages=False,
         speaks_responses=False,
     )
+
+
+def leave_once(gateway: str, key: str, body: dict, reached) -> None:
+    """A client that sends `body` and leaves (closes its connection) as soon as `reached()` says
+    the call got where the test wants it (the upstream has it, a proxy accepted it...)."""
+    import asyncio
+
+    async def leave() -> None:
+        async with httpx.AsyncClient(timeout=60) as client:
+            headers = {"Authorization": f"Bearer {key}"}
+            call = asyncio.create_task(client.post(gateway + "/v1/chat/completions", json=body, headers=headers))
+            while not reached():
+                assert not call.done(), call.result().text
+                await asyncio.sleep(0.05)
+            call.cancel()  # closes the connection
+            with pytest.raises(asyncio.CancelledError):
+                await call
+
+    asyncio.run(leave())

@@ -8,7 +8,6 @@ a time. The breaker's clock is the test's (`Clock`), so a cooldown ends when the
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import httpx
@@ -23,7 +22,7 @@ from keys.models import UsageRecord
 from keys.usage import explanation as lines
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.fakes.upstream import FakeUpstream
-from tests.gateway.conftest import UPSTREAM_KEY, ThreadServer, add_channel, route_info, wait_for
+from tests.gateway.conftest import UPSTREAM_KEY, ThreadServer, add_channel, leave_once, route_info, wait_for
 
 BODY = {"model": "qwen3-32b", "messages": [{"role": "user", "content": "abcd"}], "max_tokens": 5}
 METRICS_TOKEN = "metrics-token-for-the-breaker-test"
@@ -300,18 +299,7 @@ def test_a_client_that_leaves_does_not_cool_the_channel(setup, upstream, backup,
     settings.GATEWAY_HEADERS_TIMEOUT = 120.0  # only the client's leaving ends the first call
     proxy.set("stall")
 
-    async def leave_once_the_primary_has_it() -> None:
-        async with httpx.AsyncClient(timeout=60) as client:
-            headers = {"Authorization": f"Bearer {setup.plaintext}"}
-            call = asyncio.create_task(client.post(gateway + "/v1/chat/completions", json=BODY, headers=headers))
-            while not proxy.accepted:
-                assert not call.done(), call.result().text
-                await asyncio.sleep(0.05)
-            call.cancel()  # closes the connection
-            with pytest.raises(asyncio.CancelledError):
-                await call
-
-    asyncio.run(leave_once_the_primary_has_it())
+    leave_once(gateway, setup.plaintext, BODY, lambda: proxy.accepted)
     record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first(), timeout=30)
     assert record.http_status == 499
     proxy.set("pass")

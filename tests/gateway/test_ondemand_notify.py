@@ -53,7 +53,7 @@ def _serve(d: Deployment, upstream) -> None:
     ColdStart.objects.active().filter(deployment=d).update(state=ColdStartState.LAUNCHING)
     channel = channel_services.register_served_model(
         channel=None,
-        name="od-notify@gpu-far",
+        name=f"{d.served_model_name}@{d.host.name}",
         kind="vllm",
         base_url=upstream.base_url,
         api_key=upstream.api_key or "",

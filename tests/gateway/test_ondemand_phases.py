@@ -23,6 +23,7 @@ from hosts.ondemand.models import ColdStartState
 from keys.models import UsageRecord
 from keys.services import issue_key
 from tests.gateway.conftest import wait_for
+from tests.gateway.test_ondemand_notify import _serve
 from tests.hosts.test_ondemand import on_demand
 from tests.services import free_port
 
@@ -139,28 +140,6 @@ def test_deleting_the_deployment_while_requests_wait_tells_each_of_them_at_once(
         assert error["code"] == "model_start_failed", reply.text
         assert error["message"].endswith("could not be started: Its deployment was deleted."), reply.text
     assert not ColdStart.objects.exists()
-
-
-@transaction.atomic  # seen all at once, as a launching cold start always has its job behind it
-def _serve(d: Deployment, upstream) -> None:
-    """What the placement and then the launch job leave behind once the server answers."""
-    from channels import services as channel_services
-
-    ColdStart.objects.active().filter(deployment=d).update(state=ColdStartState.LAUNCHING)
-    channel = channel_services.register_served_model(
-        channel=None,
-        name="od-phases@gpu-far",
-        kind="vllm",
-        base_url=upstream.base_url,
-        api_key=upstream.api_key or "",
-        model_name=d.served_model_name,
-        upstream_model="fake-model",
-        context_window=8192,
-        status_message="test",
-    )
-    Deployment.objects.filter(pk=d.pk).update(channel=channel)
-    d.refresh_from_db()
-    services.set_status(d, DeploymentStatus.RUNNING, "Serving (test).")  # announces, after the commit
 
 
 def test_two_replicas_asked_at_once_open_one_cold_start_and_answer_every_request(

@@ -16,7 +16,7 @@ import pytest
 from keys.models import UsageRecord
 from keys.services import issue_key
 from tests.fakes.upstream import FakeUpstream
-from tests.gateway.conftest import UPSTREAM_KEY, ThreadServer, add_channel, wait_for
+from tests.gateway.conftest import UPSTREAM_KEY, ThreadServer, add_channel, leave_once, wait_for
 
 pytestmark = [pytest.mark.slow]
 
@@ -246,18 +246,7 @@ def test_a_non_streaming_client_that_leaves_cancels_the_upstream_call(setup, ups
     settings.GATEWAY_HEADERS_TIMEOUT = settings.GATEWAY_TOTAL_TIMEOUT = 120.0
     upstream.behave(mode="slow", delay=60.0)
 
-    async def leave_once_the_upstream_has_it() -> None:
-        async with httpx.AsyncClient(timeout=60) as client:
-            headers = {"Authorization": f"Bearer {setup.plaintext}"}
-            call = asyncio.create_task(client.post(gateway + "/v1/chat/completions", json=BODY, headers=headers))
-            while not upstream.requests:  # the call is open and forwarded, however slowly
-                assert not call.done(), call.result().text
-                await asyncio.sleep(0.05)
-            call.cancel()  # closes the connection
-            with pytest.raises(asyncio.CancelledError):
-                await call
-
-    asyncio.run(leave_once_the_upstream_has_it())
+    leave_once(gateway, setup.plaintext, BODY, lambda: upstream.requests)  # forwarded, however slowly
     record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first(), timeout=30)
     assert record.http_status == 499 and "client disconnected" in record.error
 
