@@ -6,7 +6,8 @@ and the script runs on every request. Commands are written as they come and repl
 order (Redis answers one connection strictly in order), so concurrent requests share one socket.
 
 What keeps it from hanging (tests/gateway/test_redis_faults.py drives each through a TCP proxy):
-- every command has a deadline (`GATEWAY_REDIS_TIMEOUT`); when it passes, the connection is
+- every command has a deadline (`GATEWAY_REDIS_TIMEOUT`, counted from when it is written, so a
+  busy event loop is not taken for a dead Redis); when it passes, the connection is
   dropped, so every command waiting on it fails at once and the next one reconnects;
 - a closed connection fails all its waiters at once and is replaced on the next command;
 - a reply nobody waits for (a server that speaks first, e.g. "max clients reached") or a reply
@@ -117,6 +118,9 @@ def parse(buf: bytes | bytearray, pos: int) -> tuple[Any, int] | None:
     raise RespError(f"unexpected reply type {chr(kind)!r}")
 
 
+_UNSENT = float("inf")  # the deadline of a command queued but not yet written
+
+
 class _Protocol(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
@@ -146,6 +150,8 @@ class _Protocol(asyncio.Protocol):
         for fut, deadline in zip(self.waiters, self.deadlines, strict=True):
             if fut.done():  # its caller stopped waiting (cancelled): it has no deadline any more
                 continue
+            if deadline == _UNSENT:  # not written yet: `flush` arms the watchdog when it is
+                return
             loop = fut.get_loop()
             if loop.time() >= deadline:
                 self.abort(TimeoutError(f"Redis did not answer within {self.timeout:g} s"))
@@ -153,12 +159,20 @@ class _Protocol(asyncio.Protocol):
                 self.watchdog = loop.call_at(deadline, self.check_deadlines)
             return
 
-    def flush(self) -> None:
+    def flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Write what was queued, and start its commands' clocks now: time the event loop spent
+        on other work before this write is not Redis's (a busy gateway is not a dead Redis)."""
         self.flush_scheduled = False
-        if self.wbuf and not self.closed and self.transport is not None:
-            data = b"".join(self.wbuf) if len(self.wbuf) > 1 else self.wbuf[0]
-            self.wbuf.clear()
+        wbuf = self.wbuf
+        if wbuf and not self.closed and self.transport is not None:
+            deadline = loop.time() + self.timeout
+            deadlines = self.deadlines
+            for i in range(-len(wbuf), 0):  # the last ones queued are the ones written now
+                deadlines[i] = deadline
+            data = b"".join(wbuf) if len(wbuf) > 1 else wbuf[0]
+            wbuf.clear()
             self.transport.write(data)
+            self.watch(loop, deadline)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -288,15 +302,13 @@ class RespClient:
         args: Sequence[object],
         timeout: float,
     ) -> None:
-        deadline = loop.time() + timeout
         proto.timeout = timeout
         proto.waiters.append(waiter)
-        proto.deadlines.append(deadline)
+        proto.deadlines.append(_UNSENT)  # its clock starts when it is written (`flush`)
         proto.wbuf.append(encode(args))
         if not proto.flush_scheduled:
             proto.flush_scheduled = True
-            loop.call_soon(proto.flush)
-        proto.watch(loop, deadline)
+            loop.call_soon(proto.flush, loop)
 
     async def call(self, *args: object) -> Any:
         proto = await self._conn()

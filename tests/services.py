@@ -6,9 +6,12 @@ no service test can silently skip there.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import socket
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -56,11 +59,44 @@ def require_binary(name: str, hint: str) -> str:
     return path
 
 
+def _ephemeral_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _port_share() -> range:
+    """This test process's own share of the ports below the kernel's ephemeral range.
+
+    The kernel hands ports of that range to every outgoing connection, so a port picked there and
+    bound a moment later can meanwhile be some connection's local end (CI: "address already in
+    use" for a gateway's port). Below it, only a process that asks for a port by number takes
+    one, and each pytest-xdist worker asks only in its own share."""
+    low, high = 10000, _ephemeral_start()
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % workers
+    size = (high - low) // workers
+    return range(low + worker * size, low + (worker + 1) * size)
+
+
+_next_port = itertools.count()
+_port_lock = threading.Lock()
+
+
 def free_port() -> int:
     """A port nothing listens on, on any address: the test servers bind 127.0.0.1, but the multi-node
     fakes bind 127.0.0.2 and 127.0.0.3 (sshd, the Ray head) or all addresses (`vllm serve --host
-    0.0.0.0`), and a port free on 127.0.0.1 alone could be one of theirs. Choose it just before use:
-    another process may take it in between."""
-    with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))
-        return s.getsockname()[1]
+    0.0.0.0`), and a port free on 127.0.0.1 alone could be one of theirs. The ports come in turn from
+    this process's share (`_port_share`), so none is handed out twice while a test could still hold it."""
+    share = _port_share()
+    with _port_lock:
+        for _ in range(len(share)):
+            port = share[next(_next_port) % len(share)]
+            with socket.socket() as s:
+                try:
+                    s.bind(("0.0.0.0", port))
+                except OSError:  # in use, or still in TIME_WAIT: the next one
+                    continue
+                return port
+    raise RuntimeError(f"no free port in {share}")

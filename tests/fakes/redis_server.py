@@ -18,7 +18,6 @@ import base64
 import json
 import os
 import signal
-import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,20 +26,7 @@ from typing import Any
 import redis
 
 from tests.fakes.processes import stop
-from tests.services import require_binary
-
-PORTS = range(19200, 19300)
-
-
-def _free_port() -> int:
-    for port in PORTS:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {PORTS}")
+from tests.services import free_port, require_binary
 
 
 class RedisServer:
@@ -55,7 +41,7 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def __enter__(self) -> RedisServer:
-        self.port = _free_port()
+        self.port = free_port()
         argv = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
         self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         # The first client waits for the server (retries connecting until it listens).

@@ -28,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..services import free_port
 from . import processes
 from .llamacpp import REPO_ROOT, install_llama_server
 
@@ -61,12 +62,6 @@ exec {python} -m tests.fakes.ray_cli "$@"
 """
 
 
-def _free_port(address: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
-
-
 class SSHTarget:
     """Start sshd; stop it (and everything its sessions left running) on exit."""
 
@@ -77,7 +72,7 @@ class SSHTarget:
         self.home = self.dir / "home"
         self.bin = self.dir / "bin"
         self.state = self.dir / "nvidia"
-        self.port = _free_port(address)
+        self.port = free_port()
         self.username = getpass.getuser()
         self.process: subprocess.Popen[bytes] | None = None
         self.log = self.dir / "sshd.log"

@@ -15,9 +15,9 @@ def test_encoded_arguments_are_spliced_into_the_command_as_if_sent_one_by_one():
     assert encode(["é", -1]) == b"*2\r\n$2\r\n\xc3\xa9\r\n$2\r\n-1\r\n"
 
 
-async def _server(replies: list[bytes | None]):
+async def _server(replies: list[bytes | None], delay: float = 0.0):
     """A server that answers each command (one per line of RESP it receives) with the next reply,
-    and says nothing at all for a None."""
+    `delay` seconds after it, and says nothing at all for a None."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         for reply in replies:
@@ -27,6 +27,8 @@ async def _server(replies: list[bytes | None]):
             if reply is None:
                 await reader.read()  # silent until the client hangs up
                 return
+            if delay:
+                await asyncio.sleep(delay)
             writer.write(reply)
             await writer.drain()
 
@@ -62,4 +64,29 @@ async def test_a_cancelled_command_does_not_drop_the_connection_of_the_ones_answ
         await asyncio.sleep(0)
         first.cancel()
         assert await client.call("ECHO", "two") == "TWO"  # the first's reply is skipped, not misread
+        await client.close()
+
+
+async def test_a_command_queued_while_the_event_loop_was_busy_gets_its_whole_deadline_from_its_write():
+    """A gateway busy with other requests between queueing a command and writing it (CI saw a fresh
+    replica's first MCP burst answered "Redis unreachable") has not lost Redis: the deadline counts
+    from the write. The event loop's clock is moved a minute on between the two, as a loop that was
+    held that long would see it; the server then answers 50 ms after the command, within the 10 s
+    deadline. Counted from the queueing, the deadline had passed before the command was sent."""
+    server, port = await _server([b"+PONG\r\n", b"+LATE\r\n"], delay=0.05)
+    async with server:
+        client = RespClient(f"redis://127.0.0.1:{port}/0", timeout=10)
+        assert await client.call("PING") == "PONG"  # connected
+        loop = asyncio.get_running_loop()
+        real = loop.time
+        held = 0.0
+        loop.time = lambda: real() + held  # type: ignore[method-assign]
+        try:
+            answer = asyncio.ensure_future(client.call("ECHO", "late"))
+            await asyncio.sleep(0)  # queued: the write waits for the loop's next turn
+            assert client._proto is not None and client._proto.wbuf, "the command should be queued, not written"
+            held = 60.0  # ...which comes a minute later
+            assert await answer == "LATE"
+        finally:
+            del loop.time
         await client.close()
