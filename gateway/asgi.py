@@ -138,6 +138,8 @@ class RouteTable:
     def _match(self, method: str, path: str) -> tuple[Handler | None, str] | None:
         if path.startswith("//"):  # a base URL ending in "/" joined with "/v1/...": the path meant
             path = "/" + path.lstrip("/")
+        if path[:3] == "/V1":  # a base URL typed ".../V1": the path meant (the rest is matched as is)
+            path = "/v1" + path[3:]
         if path == "/v1" or path.startswith("/v1/"):
             sub = path[3:]
             while sub == "/v1" or sub.startswith("/v1/"):
@@ -156,7 +158,8 @@ class RouteTable:
             return handler, path
         under_prefix = False
         for m, prefix, h in self.prefix:
-            if path.startswith(prefix) and len(path) > len(prefix):
+            # (`/mcp` and `/mcp/` too: the handler's JSON 404 says a server's slug is missing)
+            if path.startswith(prefix) or path == prefix[:-1]:
                 if m == method:
                     return h, path
                 under_prefix = True

@@ -24,6 +24,18 @@ def presented_key(headers: dict[str, str]) -> str:
     return clean_presented_key(headers.get("x-api-key") or headers.get("api-key"))
 
 
+_CREDENTIAL_HEADERS = (b"authorization", b"x-api-key", b"api-key")
+
+
+def _ambiguous(raw: list[tuple[bytes, bytes]]) -> bool:
+    """One credential header sent twice with different keys (`Request.headers` keeps the last)."""
+    seen: dict[bytes, bytes] = {}
+    for name, value in raw:
+        if name in _CREDENTIAL_HEADERS and seen.setdefault(name, value.strip()) != value.strip():
+            return True
+    return False
+
+
 def cookies(headers: dict[str, str]) -> dict[str, str]:
     """The request's cookies, parsed as Django parses them (lenient, like browsers)."""
     return parse_cookie(headers.get("cookie", ""))
@@ -51,6 +63,12 @@ async def authenticate(req: Request) -> KeyInfo:
     """The caller's key, or a 401 that never echoes what was presented. Without a key, the
     playground's session-bound credential (`X-Portal-Playground` and its cookie) stands for the
     user's playground key; every check below applies to it alike."""
+    if len(req.headers) < len(raw := req.scope["headers"]) and _ambiguous(raw):  # (a header name came twice)
+        raise GatewayError(
+            400,
+            "The request carries two different API keys in one header; send one.",
+            code="ambiguous_api_key",
+        )
     value = presented_key(req.headers)
     if not value and credential.HEADER in req.headers:
         key = await snapshot.get_key(await playground_key(req))

@@ -302,10 +302,19 @@ async def serve(req: Request) -> None:
     slug = req.subpath[len(PATH_PREFIX) :].strip("/")
     try:
         key = await authenticate(req)
-        found = await run_db(_load, key.id, slug)
+        found = await run_db(_load, key.id, slug) if slug else None
     except GatewayError as exc:
         code = NOT_AUTHENTICATED if exc.status in (401, 403) else GATEWAY_UNAVAILABLE
         await jsonrpc_error(req, exc.status, code, exc.message)
+        return
+    if not slug:
+        await jsonrpc_error(
+            req,
+            404,
+            UNKNOWN_SERVER,
+            "Add the MCP server's name to the path: /mcp/<server>. The servers you may use, with their URLs, are "
+            "listed on the portal's Connect page.",
+        )
         return
     if found is None:
         await jsonrpc_error(

@@ -161,6 +161,25 @@ def test_an_mcp_path_with_another_method_is_a_json_405(setup, gateway_url):
     assert r.json()["error"]["code"] == "method_not_allowed"
 
 
+@pytest.mark.parametrize("path", ["/mcp", "/mcp/", "/mcp//"])
+def test_an_mcp_path_without_a_server_is_a_json_404_naming_what_is_missing(setup, gateway_url, path):
+    """Django's HTML 404 page before."""
+    headers = {"Authorization": f"Bearer {setup.plaintext}", "Accept": "application/json, text/event-stream"}
+    r = httpx.post(gateway_url + path, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers=headers)
+    assert r.status_code == 404 and r.headers["content-type"].startswith("application/json"), r.text
+    assert "/mcp/<server>" in r.json()["error"]["message"]
+    anonymous = httpx.post(gateway_url + path, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    assert anonymous.status_code == 401 and anonymous.json()["error"]["message"].startswith("Missing API key")
+
+
+def test_a_base_url_typed_with_an_upper_case_v1_is_the_path_meant(setup, gateway_url):
+    """Django's HTML 404 page before; a path under it that does not exist is the gateway's JSON 404."""
+    r = post(gateway_url, setup.plaintext, "/V1/chat/completions", body=GOOD["/v1/chat/completions"])
+    assert r.status_code == 200 and r.json()["object"] == "chat.completion", r.text
+    missing = post(gateway_url, setup.plaintext, "/V1/chat/complete", body=GOOD["/v1/chat/completions"])
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "unknown_path", missing.text
+
+
 def raw_request(url: str, head: bytes, body: bytes) -> bytes:
     """One request as raw bytes on its own connection; the whole answer (the server closes)."""
     host, port = url.removeprefix("http://").split(":")
@@ -179,6 +198,11 @@ def raw_request(url: str, head: bytes, body: bytes) -> bytes:
         (b"Authorization: Bearer\r\n", 401),
         (b"Authorization: Bearer \xd0\xba\xd0\xbb\xd1\x8e\xd1\x87\r\n", 401),  # UTF-8 bytes in the value
         (b"Authorization: Bearer {key}\r\nUser-Agent: \xc3\xa9\xe4\xb8\xad\r\n", 200),
+        (b"Authorization: Bearer {key}\r\nAuthorization: Bearer {key}\r\n", 200),  # the same key twice
+        # Two keys: which one pays was the last header's choice (a proxy adding its own, a client
+        # sending two env variables' keys).
+        (b"Authorization: Bearer {key}\r\nAuthorization: Bearer sk-portal-other\r\n", 400),
+        (b"X-Api-Key: sk-portal-other\r\nx-api-key: {key}\r\n", 400),
     ],
 )
 def test_odd_authorization_headers(setup, gateway_url, auth, status):
