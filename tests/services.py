@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import shutil
 import socket
 import threading
@@ -80,7 +81,9 @@ def _port_share() -> range:
     return range(low + worker * size, low + (worker + 1) * size)
 
 
-_next_port = itertools.count()
+# From a random place in the share: pytest sessions run side by side (a developer's two terminals)
+# then rarely meet, as with ports the kernel picks.
+_next_port = itertools.count(random.randrange(1 << 16))
 _port_lock = threading.Lock()
 
 
