@@ -135,12 +135,6 @@ class _Protocol(asyncio.Protocol):
         self.wbuf: list[bytes] = []
         self.flush_scheduled = False
 
-    def watch(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
-        """Arm the one timer of this connection unless it is armed: a timer per command (and a
-        callback to cancel it) cost more than the rest of sending the command."""
-        if self.watchdog is None:
-            self.watchdog = loop.call_at(deadline, self.check_deadlines)
-
     def check_deadlines(self) -> None:
         """The watchdog fired: drop the connection when the oldest command still waited for is
         past its deadline, else wait for that command's deadline (answers are read in order)."""
@@ -166,13 +160,19 @@ class _Protocol(asyncio.Protocol):
         wbuf = self.wbuf
         if wbuf and not self.closed and self.transport is not None:
             deadline = loop.time() + self.timeout
-            deadlines = self.deadlines
-            for i in range(-len(wbuf), 0):  # the last ones queued are the ones written now
-                deadlines[i] = deadline
-            data = b"".join(wbuf) if len(wbuf) > 1 else wbuf[0]
+            n = len(wbuf)  # the last n queued are the ones written now
+            if n == 1:
+                self.deadlines[-1] = deadline
+                data = wbuf[0]
+            else:
+                deadlines = self.deadlines
+                for i in range(-n, 0):
+                    deadlines[i] = deadline
+                data = b"".join(wbuf)
             wbuf.clear()
             self.transport.write(data)
-            self.watch(loop, deadline)
+            if self.watchdog is None:  # one timer a connection: one a command cost more than the write
+                self.watchdog = loop.call_at(deadline, self.check_deadlines)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -284,8 +284,8 @@ class RespClient:
     @staticmethod
     def _send(proto: _Protocol, args: Sequence[object], timeout: float) -> asyncio.Future[Any]:
         """Queue a command; everything queued in one loop iteration goes out in one write. The
-        connection's watchdog (one timer, `_Protocol.check_deadlines`) drops it when the command
-        is not answered within `timeout`."""
+        connection's watchdog (one timer, `_Protocol.check_deadlines`, armed at the write) drops it
+        when the command is not answered within `timeout` of that write."""
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         if proto.closed:
