@@ -260,6 +260,10 @@ def spawn_gateway(transactional_db, redis_namespace, tmp_path):
     yield spawn
     for s in started:
         s.stop()
+        # Shown with a failure ("Captured stderr teardown"): what the replica logged, its INFO lines left out.
+        logged = "\n".join(line for line in s.log.text.splitlines() if " INFO " not in line)
+        if logged:
+            sys.stderr.write(f"--- gateway replica {s.url} logged:\n{logged[-4000:]}\n")
 
 
 def route_info(channel_id: int, weight: int = 1, *, priority: int = 0, status: str = "healthy") -> RouteInfo:
