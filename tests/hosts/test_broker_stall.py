@@ -11,6 +11,7 @@ refresh) is a 503 with Retry-After.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -203,6 +204,11 @@ def test_a_cold_start_the_gateway_opens_while_the_broker_stalls_is_placed_once_r
     assert cold.state == "placing" and cold.message_code == faults.SENT_AGAIN
 
 
+def _publish_retry(app) -> bool:
+    """The publish retry the app's task sender really uses (Celery's `send_task_message` closure)."""
+    return inspect.getclosurevars(app.amqp.send_task_message).nonlocals["default_retry"]
+
+
 def test_the_worker_keeps_its_own_broker_deadlines_and_publish_retry(settings):
     """The bound is the publishers'; a worker, when it starts, may wait for the broker longer (its
     consumer's reconnects: tests/health/test_worker_survives_broker_restarts.py)."""
@@ -213,6 +219,7 @@ def test_the_worker_keeps_its_own_broker_deadlines_and_publish_retry(settings):
         assert conn.transport_options["socket_timeout"] == settings.CELERY_PUBLISH_TIMEOUT
         assert conn.transport_options["max_retries"] == 0
     assert app.conf.task_publish_retry is False
+    assert _publish_retry(app) is False
     try:
         _worker_broker()
         worker = settings.WORKER_BROKER_TRANSPORT_OPTIONS["socket_timeout"]
@@ -220,6 +227,9 @@ def test_the_worker_keeps_its_own_broker_deadlines_and_publish_retry(settings):
             assert conn.transport_options["socket_timeout"] == worker > settings.CELERY_PUBLISH_TIMEOUT
             assert "max_retries" not in conn.transport_options
         assert app.conf.task_publish_retry is True
+        # Celery caches its task sender with the retry it was built with: `_worker_broker` drops that
+        # cache. Should a Celery upgrade move it, this fails rather than a worker publishing without retry.
+        assert _publish_retry(app) is True
     finally:
         app.conf.broker_transport_options, app.conf.task_publish_retry = publisher
         app.amqp.__dict__.pop("send_task_message", None)
