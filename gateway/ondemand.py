@@ -211,7 +211,7 @@ async def wait_until_warm(req: Request, info: ModelInfo, *, stream: bool) -> flo
         )
     if result is None:
         metrics.ondemand_refused("budget")
-        raise _unavailable(info, f"did not start within {wait:g} s (it is still starting).", _retry_after(info, state))
+        raise _unavailable(info, _still_starting(info, state.last, wait), _retry_after(info, state))
     if result["state"] != "ready":
         metrics.ondemand_refused("failed")
         why = (result.get("message") or "see its deployment").rstrip(".")  # the sentence ends once
@@ -222,6 +222,26 @@ async def wait_until_warm(req: Request, info: ModelInfo, *, stream: bool) -> flo
             headers=[(b"retry-after", b"30")],
         )
     return _done(started)
+
+
+def _still_starting(info: ModelInfo, last: Mapping[str, Any], wait: float) -> str:
+    """What a request whose wait ran out is told: which limit it was (the deployment's cold-start
+    budget, or the client's `Prefer: wait`) and where the start stands. A server that is loading
+    goes on after the budget (the next request may find it warm) until the launch job's
+    HOSTS_HEALTH_TIMEOUT, which stops it and fails the start."""
+    assert info.on_demand is not None
+    if wait < info.on_demand.budget:
+        limit = f"did not start within {wait:g} s, the wait the request asked for (Prefer: wait)"
+    else:
+        limit = f"did not start within {wait:g} s, the cold-start budget set on its deployment"
+    where = (last.get("message") or "").rstrip(".")
+    if last.get("state") == "launching":
+        timeout = float(settings.HOSTS_HEALTH_TIMEOUT)
+        return (
+            f"{limit}: its server was started ({where}) and has not answered its health check yet; it may "
+            f"still be loading (the launch waits up to {timeout:g} s for it, HOSTS_HEALTH_TIMEOUT, then stops it)."
+        )
+    return f"{limit}; it is still starting: {where}." if where else f"{limit}; it is still starting."
 
 
 def _done(started: float) -> float:

@@ -539,6 +539,8 @@ except Exception as exc:
 DEFAULT_FROM_EMAIL = get("DEFAULT_FROM_EMAIL", str, "gateway-portal@localhost")
 
 # --- GPU hosts and launch jobs ------------------------------------------------------------------
+# A launch waits this long for its server's health, then stops it and fails; an on-demand cold start
+# too, past its budget (its requests were answered then: README, "Models on demand").
 HOSTS_HEALTH_TIMEOUT = get("HOSTS_HEALTH_TIMEOUT", float, 900.0)
 HOSTS_HEALTH_POLL = get("HOSTS_HEALTH_POLL", float, 0.5)
 HOSTS_STOP_GRACE = get("HOSTS_STOP_GRACE", float, 20.0)

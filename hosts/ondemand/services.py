@@ -8,7 +8,11 @@ there were estimated to need (a server still loading has not allocated yet). A h
 with its reason, when it cannot be reached, lacks the weights (a llama.cpp file, a vLLM/SGLang
 folder) and no finished download tells where to get them, has the deployment's port taken, or has no
 room even after making some. Among the hosts left: fewest evictions first, then a host that has
-the weights, then the least loaded (share of its GPU memory already claimed), then by name.
+the weights, then the least loaded (share of its GPU memory already claimed), then by name. When
+no host is left, the placement waits for room only if some host merely lacks it (`_nowhere`);
+otherwise waiting cannot help (every host unreachable over SSH, without the model, its port
+taken...) and the cold start fails at once with each host's reason (the SSH error in words for
+one that could not be reached), which the waiting requests get as their 503.
 
 **Weights**: a chosen host without the llama.cpp file (or the vLLM/SGLang model folder) gets the
 same download as the host it came from (`downloads.weights_of`), as a supervised download job; the cold start waits in
@@ -31,6 +35,7 @@ refused (503 with Retry-After at the gateway) when its cold-start budget runs ou
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import statistics
 import time
@@ -217,6 +222,8 @@ class Candidate:
     reason: Message = field(default_factory=lambda: Message.verbatim(""))  # why (not) here, shown on its page
     model_path: str = ""  # the model's path on this host
     download_first: bool = False  # lacks the weights and their size is unknown: the fit runs once there
+    full: bool = False  # no room now: room may come (an idle model to evict), so the placement waits
+    unreachable: Message | None = None  # the SSH error when the host could not be asked
 
 
 def place(cold_start_id: int) -> float | None:
@@ -241,19 +248,17 @@ def place(cold_start_id: int) -> float | None:
     candidates: list[Candidate] = []
     downloads_first: list[Candidate] = []
     reasons: list[dict[str, object]] = []  # each a `Message.as_item`: `ColdStart.reasons_text` renders them
+    assessed: list[Candidate] = []
     for host in hosts:
         candidate = assess(d, host, surveys[host.pk], weights=weights, arch=known_arch, model_path=paths[host.pk])
+        assessed.append(candidate)
         reasons.append(Message(gettext_noop("%(host)s: %(reason)s"), host=host.name, reason=candidate.reason).as_item())
         if candidate.fits:
             candidates.append(candidate)
         elif candidate.download_first:
             downloads_first.append(candidate)
     if not candidates and not downloads_first:
-        return _wait(
-            cold,
-            Message(gettext_noop("No host has room for it now, even after stopping idle on-demand models.")),
-            reasons,
-        )
+        return _nowhere(cold, assessed, reasons)
     candidates.sort(key=lambda c: (len(c.victims), not c.weights, c.load, c.host.name))
     downloads_first.sort(key=lambda c: (c.load, c.host.name))
     chosen = (candidates or downloads_first)[0]
@@ -393,6 +398,52 @@ def _resend_placements() -> None:
             signals.placement_needed.send(sender=ColdStart, cold_start_id=pk)
 
 
+def _nowhere(cold: ColdStart, assessed: list[Candidate], reasons: list[dict[str, object]]) -> float | None:
+    """No host can take the deployment now. While some host only lacks room, the placement waits
+    for it (an idle model may be evicted meanwhile); when none does, the start cannot succeed by
+    waiting (every host unreachable, without the model, ...) and fails at once, saying why, so
+    the waiting requests are told now instead of at the end of their budget."""
+    unreachable = [c for c in assessed if c.unreachable is not None]
+    if any(c.full for c in assessed):
+        message = Message(gettext_noop("No host has room for it now, even after stopping idle on-demand models."))
+        if unreachable:
+            message = Message(
+                gettext_noop(
+                    "No host has room for it now, even after stopping idle on-demand models, and some could not "
+                    "be reached over SSH: %(hosts)s"
+                ),
+                hosts=_listed(unreachable),
+            )
+        return _wait(cold, message, reasons)
+    if unreachable and len(unreachable) == len(assessed) == 1:
+        only = unreachable[0]
+        message = Message(
+            gettext_noop("Host %(host)s could not be reached over SSH: %(why)s"),
+            host=only.host.name,
+            why=only.unreachable,
+        )
+    elif unreachable and len(unreachable) == len(assessed):
+        message = Message(gettext_noop("No host could be reached over SSH: %(hosts)s"), hosts=_listed(unreachable))
+    else:
+        message = Message(gettext_noop("No host can run it: %(hosts)s"), hosts=_listed(assessed))
+    _move(cold, cold.state, message, reasons=reasons)
+    finish(cold, ColdStartState.FAILED, message)
+    return None
+
+
+def _listed(candidates: list[Candidate]) -> Message:
+    """Each host with why it cannot run the deployment, "gpu-a: why; gpu-b: why" (the SSH error
+    for a host that could not be reached, else its placement reason)."""
+    items = [
+        Message(gettext_noop("%(host)s: %(reason)s"), host=c.host.name, reason=c.unreachable or c.reason)
+        for c in candidates
+    ]
+    return functools.reduce(lambda first, second: Message(LIST_ITEMS, first=first, second=second), items)
+
+
+LIST_ITEMS = gettext_noop("%(first)s; %(second)s")
+
+
 def _move(cold: ColdStart, state: str, message: Message, **fields: Any) -> None:
     ColdStart.objects.filter(pk=cold.pk).update(state=state, **message.columns("message", 500), **fields)
 
@@ -404,6 +455,8 @@ def _wait(cold: ColdStart, message: Message, reasons: list[dict[str, object]]) -
         finish(cold, ColdStartState.FAILED, message + Message(gettext_noop("Gave up after the cold-start budget.")))
         return None
     _move(cold, ColdStartState.WAITING_ROOM, message, reasons=reasons)
+    if cold.state != ColdStartState.WAITING_ROOM or cold.message != message.english[:500]:
+        activity.announce(cold.deployment_id)  # the waiting requests learn why it takes longer
     return float(settings.HOSTS_ONDEMAND_RETRY_SECONDS)
 
 
@@ -417,6 +470,7 @@ class Survey:
     inventory: inventory.Inventory | None = None
     checks: list[Any] = field(default_factory=list)
     failed: Message | None = None
+    unreachable: Message | None = None  # the SSH error, when that is why it failed
 
     @property
     def problem(self) -> str:
@@ -446,7 +500,7 @@ def survey(d: Deployment, host: Host, model_path: str = "") -> Survey:
             except inventory.InventoryError as exc:
                 return Survey(failed=Message(gettext_noop("no GPUs (%(why)s)"), why=Message.verbatim(str(exc))))
     except ssh.SSHError as exc:
-        return Survey(failed=Message(gettext_noop("unreachable (%(why)s)"), why=exc.text))
+        return Survey(failed=Message(gettext_noop("unreachable (%(why)s)"), why=exc.text), unreachable=exc.text)
 
 
 def survey_all(d: Deployment, hosts: list[Host], paths: dict[int, str]) -> dict[int, Survey]:
@@ -485,6 +539,7 @@ def assess(
     found = found or survey(d, host, candidate.model_path)
     if found.failed is not None or found.inventory is None:
         candidate.reason = found.failed or Message.verbatim("")
+        candidate.unreachable = found.unreachable
         return candidate
     gpus = inventory.store(host, found.inventory)  # the rows as stored: none stale
     claims = _claims(host, exclude=d.pk)
@@ -539,6 +594,7 @@ def assess(
         if n_evicted < len(victims):
             for index, mib in claims.get(victims[n_evicted].pk, {}).items():
                 freed[index] = freed.get(index, 0) + mib
+    candidate.full = True
     candidate.reason = Message(
         gettext_noop("no room: %(free)s free%(even_after)s; %(kept)s other deployment(s) may not be stopped"),
         free=_free_text(gpus, claims, freed),
