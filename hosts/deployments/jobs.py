@@ -311,7 +311,7 @@ def _run_claimed(
                 _refresh_gpus(deployment.host, remote)
     except ssh.SSHError as exc:
         ssh.mark_contact(deployment.host, status=exc.status, message=exc.text)
-        _fail(job, exc.text)
+        _fail(job, _lost(job, deployment, exc.text))
         return None
     except JobFailed as exc:
         _fail(job, exc.text, exit_code=exc.exit_code)
@@ -326,6 +326,21 @@ def _run_claimed(
     if delay is None and job.state == JobState.RUNNING and deployment.channel_id:
         signals.channel_registered.send(sender=LaunchJob, channel_id=deployment.channel_id)
     return delay
+
+
+def _lost(job: LaunchJob, deployment: Deployment, why: Message) -> Message:
+    """An SSH error's words, and when it came while a server this job started loads: that the
+    server may outlive it (it could not be stopped), and that a launch takes it over (pid file)."""
+    if job.state != JobState.WAITING_HEALTH or job.pid is None:
+        return why
+    return Message(
+        gettext_noop(
+            "Lost contact with %(host)s over SSH while its server was starting; it may still be running there "
+            "(launching again takes it over once the host answers): %(why)s"
+        ),
+        host=deployment.host.name,
+        why=why,
+    )
 
 
 def _refresh_gpus(host: Host, remote: ssh.Remote) -> None:

@@ -26,8 +26,8 @@ import httpx
 import pytest
 from django.utils import timezone
 
-from hosts.choices import DeploymentStatus
-from hosts.models import GPU, ColdStart, Deployment, Host
+from hosts.choices import DeploymentStatus, JobState
+from hosts.models import GPU, ColdStart, Deployment, Host, LaunchJob
 from hosts.ondemand import activity
 from hosts.ondemand import services as ondemand
 from hosts.ondemand.models import ColdStartState
@@ -311,3 +311,53 @@ def test_a_server_that_never_turns_healthy_is_refused_at_the_budget_then_stopped
     cold.refresh_from_db()
     assert "No healthy answer from" in cold.message
     assert "No healthy answer from" in _page(admin_client, d)
+
+
+# --- the host goes away mid-start ---------------------------------------------------------------------
+def test_a_host_that_goes_away_while_its_server_loads_fails_the_start_at_once_saying_so(
+    two_targets,  # noqa: F811
+    gateway,  # noqa: F811
+    in_process,
+    servers,  # noqa: F811
+    server_on_a,
+    alice,
+    settings,
+):
+    """gpu-a is reached through a TCP proxy; once its server was started and the launch waits for
+    its health, the proxy drops the SSH connection and refuses new ones (the host went off the
+    network): the waiting request is told at once that contact with the host was lost while the
+    server was starting, and that the server may still run there."""
+    from tests.fakes.tcp_proxy import TcpProxy
+
+    settings.HOSTS_HEALTH_TIMEOUT = 600
+    server_on_a(NEVER_HEALTHY)
+    target = two_targets[0]
+    with TcpProxy(f"tcp://{target.address}:{target.port}") as proxy:
+        host = Host.objects.create(
+            name="gpu-flaky",
+            address=target.address,
+            ssh_port=proxy.port,
+            username=target.username,
+            private_key=target.client_private_key,
+            host_key_fingerprint=target.host_key_fingerprint,
+        )
+        GPU.objects.create(host=host, index=0, name="RTX 4090", memory_total_mib=24564, memory_used_mib=0)
+        d = on_demand(host, "od-flaky", "od-flaky", pin_host=True, cold_start_budget=3600)
+        _key, key = issue_key(owner=alice, name="laptop")
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(ask, gateway, key, "od-flaky")
+            wait_for(
+                lambda: LaunchJob.objects.filter(deployment=d, state=JobState.WAITING_HEALTH).exists(),
+                60,
+                "the server started, its health awaited",
+            )
+            proxy.set("refuse")
+            reply = waiting.result(timeout=120)
+    assert reply.status_code == 503, reply.text
+    error = reply.json()["error"]
+    assert error["code"] == "model_start_failed", reply.text
+    message = error["message"]
+    assert "Lost contact with gpu-flaky over SSH while its server was starting" in message, message
+    assert "it may still be running there" in message, message
+    d.refresh_from_db()
+    assert d.status == DeploymentStatus.FAILED and "Lost contact with gpu-flaky" in d.status_message
