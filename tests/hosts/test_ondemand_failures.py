@@ -171,6 +171,11 @@ def test_a_full_host_and_an_unreachable_one_wait_for_room_and_the_answer_names_b
     assert error["code"] == "model_starting", reply.text
     assert "did not start within 5 s, the cold-start budget set on its deployment" in error["message"], reply.text
     assert "No host has room for it now" in error["message"] and "gpu-b: Host key changed" in error["message"]
+    shorter = chat(gateway, key, "od-mixed", headers={"Prefer": "wait=1"})
+    assert shorter.status_code == 503, shorter.text
+    said = shorter.json()["error"]["message"]
+    assert "did not start within 1 s, the wait the request asked for (Prefer: wait)" in said, said
+    assert "gpu-b: Host key changed" in said, said
 
     ColdStart.objects.filter(pk=cold.pk).update(deadline=timezone.now() - datetime.timedelta(seconds=1))
     assert ondemand.place(cold.pk) is None
