@@ -298,6 +298,14 @@ def test_a_server_that_never_turns_healthy_is_refused_at_the_budget_then_stopped
     a, _b = hosts
     d = on_demand(a, "od-hung", "od-hung", pin_host=True, cold_start_budget=5)
     _key, key = issue_key(owner=alice, name="laptop")
+    # A first request starts the model and does not wait; the one measured waits its whole budget
+    # once the server runs (a loaded machine may take longer than 5 s to get there).
+    assert chat(gateway, key, "od-hung", headers={"Prefer": "wait=0"}).status_code == 503
+    wait_for(
+        lambda: ColdStart.objects.filter(deployment=d, state=ColdStartState.LAUNCHING).exists(),
+        60,
+        "the server started",
+    )
 
     reply = chat(gateway, key, "od-hung")
     assert reply.status_code == 503, reply.text
