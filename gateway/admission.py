@@ -138,7 +138,15 @@ async def open_call(
         # least a token a choice) instead of refusing the request for it.
         floor = prompt + choices if max_tokens is None else None
         admit = limiter.admit(
-            request_id, scopes, reserve, expected=expected, budgets=key.budgets, cost=cost, namespace=ns, floor=floor
+            request_id,
+            scopes,
+            reserve,
+            expected=expected,
+            budgets=key.budgets,
+            cost=cost,
+            namespace=ns,
+            floor=floor,
+            busy=ondemand.busy(info),
         )
         try:
             if choice.session is None and body is not None and balance.affine(info) and not cold:
@@ -212,9 +220,8 @@ async def open_call(
     if waited is not None:
         call.cold_start_ms = waited * 1000
         call.explanation.append(lines.WAITED % {"seconds": f"{waited:.1f}"})
-    if info.on_demand is not None:
+    if info.on_demand is not None:  # counted in flight by the admission script (`ondemand.busy`)
         ondemand.listen()  # from now on a stop is heard, not found out by the next request
-        ondemand.began(info.on_demand.deployment_id, request_id)
     current.set(call)
     return call
 
@@ -275,12 +282,14 @@ async def _warm_up(
     except GatewayError as err:
         if process.limiter is not None:
             process.limiter.settle(admission, 0)
+        ondemand.not_sent(info, req.request_id)
         status = UsageStatus.UNAVAILABLE if err.status >= 500 else UsageStatus.CLIENT_ERROR
         _record_refusal(req.request_id, key, info, surface, stream, err, started, status=status)
         raise
     except BaseException:
         if process.limiter is not None:
             process.limiter.settle(admission, 0)
+        ondemand.not_sent(info, req.request_id)
         raise
 
 

@@ -16,7 +16,9 @@ request waits at most the deployment's cold-start budget (less if the client sen
 503 with `Retry-After` from the model's cold-start history: never dropped.
 
 While a request to an on-demand model is in flight it is counted in Redis (`hosts.ondemand.activity`),
-so the placement never evicts, and the idle sweep never stops, a deployment that is serving.
+from the admission script's own step on (`busy`), so the placement never evicts, and the idle sweep
+never stops, a deployment that is serving: a stop takes it out of routing before it reads the count
+(`hosts.ondemand.services.take_out`).
 """
 
 from __future__ import annotations
@@ -346,14 +348,29 @@ async def _start_stream(req: Request) -> None:
 
 
 # --- in flight --------------------------------------------------------------------------------------
-def began(deployment_id: int, request_id: str) -> None:
-    """Count a request to an on-demand deployment as in flight (fire and forget)."""
-    _spawn("ZADD", activity.busy_key(deployment_id), time.time() + activity.LEASE_SECONDS, request_id)
+def busy(model: ModelInfo) -> tuple[str, int] | None:
+    """Where the admission script counts a request to an on-demand model as in flight, and for how
+    long at most (`RedisLimiter.admit`'s `busy`); None for every other model (nothing more to write).
+
+    Counted by the script itself, in the step that checks the generations, not after it: a stop
+    (`hosts.ondemand.services.take_out`) takes the deployment out of routing, bumps the routes
+    generation and only then reads the count, so a request admitted on the older snapshot is
+    either counted by then or refused as Stale and resolved again, as a cold model."""
+    if model.on_demand is None:
+        return None
+    return activity.busy_key(model.on_demand.deployment_id), activity.LEASE_SECONDS
 
 
 def ended(deployment_id: int, request_id: str) -> None:
     _spawn("ZREM", activity.busy_key(deployment_id), request_id)
     _spawn("SET", activity.last_key(deployment_id), repr(time.time()), "EX", 30 * 86400)
+
+
+def not_sent(model: ModelInfo, request_id: str) -> None:
+    """An admitted request that ends before it is sent (its cold start refused it): no longer in
+    flight, and not a use of the model either."""
+    if model.on_demand is not None:
+        _spawn("ZREM", activity.busy_key(model.on_demand.deployment_id), request_id)
 
 
 def _spawn(*args: object) -> None:

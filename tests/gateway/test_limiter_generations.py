@@ -53,3 +53,48 @@ def test_a_stale_admission_reserves_nothing_and_a_current_one_counts():
     assert isinstance(fresh, Admission)
     assert isinstance(second, Refusal) and second.limit == "max_parallel_requests"  # the one slot is taken
     assert isinstance(unchecked, Refusal)  # without expectations the limits still apply
+
+
+async def _busy_scenario(url: str):
+    """A request to an on-demand deployment is counted in flight by the admission itself
+    (`gateway.ondemand.busy`), never when the script refuses or finds the caches stale, with and
+    without budgets (the set and its lease come after the budgets' arguments)."""
+    from gateway import limits
+    from gateway.cache import BudgetInfo
+
+    limiter = RedisLimiter(url)
+    prefix = f"test-busy-{uuid.uuid4().hex}"
+    gen_keys, busy = f"{prefix}:gen:keys", f"{prefix}:od:busy:7"
+    scope = Scope(f"{prefix}:k:1", "key", {"requests_per_minute": 2})
+    budget = BudgetInfo(id=1, label="key", window="day", amount=10**12)
+    original = limits.generation_keys
+    limits.generation_keys = lambda: (gen_keys, f"{prefix}:gen:routes")
+    try:
+        await limiter.redis.call("SET", gen_keys, "7")
+        stale = await limiter.admit("stale", [scope], 10, expected=("6", None), busy=(busy, 3600))
+        plain = await limiter.admit("plain", [scope], 10, expected=("7", None), busy=(busy, 3600))
+        budgeted = await limiter.admit(
+            "budgeted", [scope], 10, budgets=(budget,), cost=5, namespace=prefix, busy=(busy, 3600)
+        )
+        refused = await limiter.admit("refused", [scope], 10, busy=(busy, 3600))  # over 2 a minute
+        now = float((await limiter.redis.call("TIME"))[0])
+        scores = {
+            rid: await limiter.redis.call("ZSCORE", busy, rid) for rid in ("stale", "plain", "budgeted", "refused")
+        }
+        return stale, plain, budgeted, refused, now, scores
+    finally:
+        limits.generation_keys = original
+        keys = await limiter.redis.call("KEYS", f"{prefix}*")
+        if keys:
+            await limiter.redis.call("DEL", *keys)
+        await limiter.close()
+
+
+def test_an_on_demand_request_is_in_flight_from_its_admission_on():
+    url = require_redis()
+    stale, plain, budgeted, refused, now, scores = _run(_busy_scenario(url))
+    assert isinstance(stale, Stale) and isinstance(plain, Admission) and isinstance(budgeted, Admission)
+    assert isinstance(refused, Refusal) and refused.limit == "requests_per_minute"
+    assert scores["stale"] is None and scores["refused"] is None
+    for rid in ("plain", "budgeted"):
+        assert now + 3500 < float(scores[rid]) <= now + 3601, scores  # the lease, by Redis's clock
