@@ -1,9 +1,11 @@
 """What the gateway and the workers tell each other about on-demand deployments, through Redis.
 
-The gateway (every replica) adds each request it sends to an on-demand model to a sorted set
+The gateway (every replica) adds each request it admits for an on-demand model to a sorted set
 (`busy`, scored by when the entry expires, so a replica that died leaves nothing behind for
-longer than `LEASE_SECONDS`) and removes it when the request ends, writing the time (`last`).
-The placement and the idle sweep read both here with redis-py; the key names are spelled once.
+longer than `LEASE_SECONDS`), in its admission script, and removes it when the request ends,
+writing the time (`last`). The placement and the idle sweep read both here with redis-py; the key
+names are spelled once. Before a deployment is stopped, the gateway's routes generation is bumped
+here (`bump_routes`, the key `gateway.cache.generation_keys` names): see `services.take_out`.
 
 The other way: whenever an on-demand deployment's status or cold start moves, its id is
 published on `events_channel()` (`announce`); every gateway process subscribes and wakes the
@@ -40,6 +42,12 @@ def busy_key(deployment_id: int) -> str:
 
 def last_key(deployment_id: int) -> str:
     return f"{namespace()}:od:last:{deployment_id}"
+
+
+def routes_generation_key() -> str:
+    """The gateway's routes generation (the second of `gateway.cache.generation_keys`, which this
+    app may not import; a test holds the two to the same name)."""
+    return f"{namespace()}:gen:routes"
 
 
 _client: redis.Redis | None = None
@@ -88,3 +96,14 @@ def announce(deployment_id: int) -> None:
         _redis().publish(events_channel(), str(deployment_id))
     except Exception as exc:
         logger.warning("could not announce on-demand deployment %s: %r", deployment_id, exc)
+
+
+def bump_routes() -> bool:
+    """Make every gateway replica's next admission find its routing snapshot stale (it loads the
+    catalog again), now, not after a commit; False when Redis did not take it."""
+    try:
+        _redis().incr(routes_generation_key())
+    except Exception as exc:
+        logger.warning("could not bump the gateway's routes generation: %r", exc)
+        return False
+    return True

@@ -26,6 +26,10 @@ p50), then name. Only a deployment that is on demand, running, has no request in
 gateway's count in Redis; unreadable counts as busy) and has been idle at least
 `HOSTS_ONDEMAND_EVICT_IDLE_SECONDS` may be evicted; never one that is not on demand or busy.
 
+**Stopping** (an eviction, the idle sweep): the deployment is first taken out of routing, then
+what is in flight is read again, and only then is it stopped (`take_out`): a request that reached
+it is served to its end, one that comes later waits for its next start.
+
 **No thrash**: a model just started for waiting requests is not idle for that grace, so a second
 cold model that needs its room waits (the placement is retried every
 `HOSTS_ONDEMAND_RETRY_SECONDS`) until the first has served its queue and gone quiet, and is
@@ -50,15 +54,17 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
+from channels.models import Channel
 from portal import faults
 from portal.i18n import Message, stored
 
 from .. import backends, calibration, fit
 from ..choices import IDLE_DEPLOYMENT_STATUSES, DeploymentStatus, JobAction, JobState
 from ..deployments import jobs
+from ..deployments.services import set_status
 from ..downloads import services as downloads
 from ..downloads.choices import DownloadState
-from ..models import GPU, Deployment, Host
+from ..models import GPU, Deployment, Host, LaunchJob
 from ..remote import commands, inventory, ssh
 from . import activity, signals
 from .models import ColdStart, ColdStartState
@@ -168,7 +174,8 @@ def observe(cold_start_id: int) -> dict[str, Any]:
     if cold is None:  # deleted with its deployment
         return GONE
     d = cold.deployment
-    if cold.state == ColdStartState.LAUNCHING:
+    if cold.state == ColdStartState.LAUNCHING or (cold.state in PLACEABLE and is_ready(d)):
+        # (a placeable one: its deployment was being stopped, and a request kept it: `take_out`)
         if is_ready(d):
             finish(cold, ColdStartState.READY, Message(gettext_noop("Serving on %(host)s."), host=d.host.name))
         elif d.status in IDLE_DEPLOYMENT_STATUSES and not d.jobs.active().exists():
@@ -695,10 +702,10 @@ def _busy_or_pinned(host: Host, exclude: int) -> list[int]:
 
 
 def evict(d: Deployment, why: Message) -> bool:
-    """Stop an idle on-demand deployment now (a stop job, run here: a stop is seconds)."""
-    try:
-        job = jobs.request_job(d, JobAction.STOP)
-    except jobs.JobConflict:
+    """Stop an idle on-demand deployment now (a stop job, run here: a stop is seconds), once it
+    is out of routing with nothing in flight (`take_out`)."""
+    job = take_out(d, why)
+    if job is None:
         return False
     jobs.run_job(job.pk)
     job.refresh_from_db()
@@ -723,14 +730,71 @@ def sweep_idle(now: float | None = None) -> list[str]:
             continue
         if now - _idle_since(d) < d.idle_ttl or activity.in_flight(d.pk) != 0:
             continue
-        try:
-            jobs.request_job(d, JobAction.STOP)
-        except jobs.JobConflict:
-            continue
         idle = Message(gettext_noop("Idle for %(seconds)s s: stopping (on demand)."), seconds=d.idle_ttl)
-        Deployment.objects.filter(pk=d.pk).update(**idle.columns("status_message", 500))
+        job = take_out(d, idle)
+        if job is None:
+            continue
+        jobs.send(job)  # a worker stops it; no request can reach it meanwhile
         stopped.append(d.name)
     return stopped
+
+
+# --- stopping with no request under it --------------------------------------------------------------
+def take_out(d: Deployment, why: Message) -> LaunchJob | None:
+    """Take an idle on-demand deployment out of routing before it is stopped, so that a request
+    never reaches a server being killed: it is served to its end, or it waits for a new start.
+
+    1. In one commit: its STOP job (not run yet; no other job may start meanwhile), its status
+       `stopping` with `why` (a request from now on opens a cold start, whose placement waits
+       for the stop and starts the model again) and its channel disabled.
+    2. The gateway's routes generation is bumped in Redis (`activity.bump_routes`): every
+       replica's next admission on an older snapshot is Stale and resolves the model again, now
+       cold.
+    3. What is in flight is read again. The gateway's admission script counts a request to an
+       on-demand model in the same step as it checks the generations (`gateway.ondemand.busy`),
+       so a request admitted on the older snapshot is counted by now, and one admitted later was
+       never routed here (a request now waiting for its cold start counts too).
+
+    Returns the STOP job to run, or None, having put everything back (the job ends unrun) and
+    logged why, when the deployment must not be stopped this round: something in flight, or
+    Redis could not be told or read (a stop is never made on a guess). Called outside a
+    transaction: step 1 must be committed before step 2."""
+    channel_id = d.channel_id
+    with transaction.atomic():
+        try:
+            job = jobs.request_job(d, JobAction.STOP, queue=False)
+        except jobs.JobConflict:
+            return None
+        if not set_status(d, DeploymentStatus.STOPPING, why, expect=DeploymentStatus.RUNNING):
+            transaction.set_rollback(True)  # stopped or failed meanwhile: not ours to stop
+            return None
+        routed = channel_id is not None and _route(channel_id, enabled=False)
+    if not activity.bump_routes():
+        kept = Message(gettext_noop("Not stopped: the gateway could not be told to stop routing to it."))
+    elif (count := activity.in_flight(d.pk)) != 0:
+        kept = Message(gettext_noop("Not stopped: a request reached it as it was taken out of routing."))
+        if count is None:
+            kept = Message(gettext_noop("Not stopped: its requests in flight could not be read."))
+    else:
+        return job
+    with transaction.atomic():
+        jobs.change_state(job, JobState.FAILED, kept, guard=True)
+        if routed and channel_id is not None:
+            _route(channel_id, enabled=True)
+        set_status(d, DeploymentStatus.RUNNING, kept, expect=DeploymentStatus.STOPPING)
+    logger.info("on-demand deployment %s kept running: %s", d.name, kept.english)
+    return None
+
+
+def _route(channel_id: int, *, enabled: bool) -> bool:
+    """Route to the channel again, or not; whether it changed. Saved, not updated: the gateway
+    drops its cached routes on the signal."""
+    channel = Channel.objects.filter(pk=channel_id, enabled=not enabled).first()
+    if channel is None:
+        return False
+    channel.enabled = enabled
+    channel.save(update_fields=["enabled", "updated"])
+    return True
 
 
 # --- what the admin sees ----------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 
 
 class TcpProxy:
-    def __init__(self, target_url: str) -> None:
+    def __init__(self, target_url: str, port: int = 0) -> None:
         u = urlsplit(target_url)
         self.unix = u.path if u.scheme == "unix" else None
         self.target = (u.hostname or "127.0.0.1", u.port or 6379)
@@ -31,7 +31,7 @@ class TcpProxy:
         self.db = int(db) if db.isdigit() else 0
         self.mode = "pass"
         self.delay = 0.2  # seconds, in mode `delay`
-        self.port = 0
+        self.port = port  # 0: any free one
         self.accepted = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -70,7 +70,7 @@ class TcpProxy:
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         self._loop = loop
-        self._server = loop.run_until_complete(asyncio.start_server(self._client, "127.0.0.1", 0))
+        self._server = loop.run_until_complete(asyncio.start_server(self._client, "127.0.0.1", self.port))
         self.port = self._server.sockets[0].getsockname()[1]
         self._ready.set()
         loop.run_forever()
@@ -121,3 +121,20 @@ class TcpProxy:
                 await dst.drain()
         finally:
             dst.transport.abort()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m tests.fakes.tcp_proxy PORT TARGET_URL`: forward 127.0.0.1:PORT to the target until
+    killed; a process of its own, so killing it resets every connection through it, as a server
+    killed under its requests does (tests/hosts/test_ondemand_stop.py)."""
+    import sys
+    import time
+
+    port, target = (argv or sys.argv[1:])[:2]
+    with TcpProxy(target, int(port)):
+        while True:
+            time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main()

@@ -34,7 +34,8 @@ chunk and its `[DONE]` event in two writes `split_pause` seconds apart (only tha
 in mode no_done never sends it; both then keep the connection open (at most `hold` seconds) and
 note in `holds` whether the client closed it first; `end_pause` ends a Chat stream's body that
 long after its `[DONE]`. Prompt tokens are the number of
-whitespace-separated words in the input."""
+whitespace-separated words in the input. With `up.gate` (a threading.Event) every request, once
+recorded, waits for it to be set before it is answered."""
 
 from __future__ import annotations
 
@@ -124,6 +125,7 @@ class FakeUpstream:
         self._thread: threading.Thread | None = None
         self.open_streams = 0
         self.holds: list[str] = []  # how each held connection ended (modes split_done, no_done)
+        self.gate: threading.Event | None = None  # when set: requests wait for it (see the docstring)
 
     # --- scripting -------------------------------------------------------------------------
     def behave(self, **kwargs: Any) -> FakeUpstream:
@@ -280,6 +282,8 @@ class FakeUpstream:
 
     async def _pre(self, request: web.Request) -> tuple[Any, dict[str, Any], web.StreamResponse | None]:
         body = await self._record(request)
+        while self.gate is not None and not self.gate.is_set():
+            await asyncio.sleep(0.02)
         denied = self._unauthorized(request)
         if denied is not None:
             return body, {}, denied

@@ -1,0 +1,357 @@
+"""An idle on-demand model is never stopped under a request that just reached it.
+
+Real parts: the gateway under uvicorn (this process), PostgreSQL and Redis, the sshd fake as the
+GPU host (the stop job kills over SSH), and as the deployment's server a process of its own (a TCP
+proxy in front of the fake upstream, so killing it resets the requests going through it, as a
+killed llama-server does). The worker's part is played by the test: it runs the queued stop job
+(`jobs.run_job`) and the placement (`tasks.placement`), as a worker does.
+
+The race, made to happen every time: the idle sweep (or the placement's eviction) has found the
+model idle with nothing in flight and is held right there (before it asks for the stop job); a
+request is sent, reaches the server (held there by the fake upstream), then the stop goes on.
+The request must get its whole answer and the server must still run; with nothing in flight the
+same stop does stop it, and a request that comes while that stop runs waits for the model's next
+start instead of getting an error.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import httpx
+import pytest
+from django import db
+from django.utils.translation import gettext_noop
+
+from channels import services as channel_services
+from channels.models import Channel
+from hosts.choices import DeploymentStatus, JobAction, JobState
+from hosts.deployments import jobs, services
+from hosts.models import ColdStart, Deployment, LaunchJob
+from hosts.ondemand import activity, tasks
+from hosts.ondemand import services as ondemand
+from hosts.ondemand.models import ColdStartState
+from portal.i18n import Message
+from tests.fakes.llamacpp import REPO_ROOT
+from tests.fakes.upstream import FakeUpstream
+from tests.gateway.conftest import ThreadServer, wait_for
+from tests.hosts.conftest import registered_host
+from tests.hosts.test_ondemand import on_demand
+
+pytestmark = [pytest.mark.slow]
+
+UPSTREAM_KEY = "up-key"
+
+
+@pytest.fixture(autouse=True)
+def namespace(monkeypatch):
+    ns = "odstop-" + uuid.uuid4().hex[:10]
+    monkeypatch.setenv("GATEWAY_REDIS_NAMESPACE", ns)
+    return ns
+
+
+@pytest.fixture
+def gateway(transactional_db, settings, tmp_path):
+    settings.GATEWAY_USAGE_FLUSH_INTERVAL = 0.1
+    settings.GATEWAY_STATE_DIR = tmp_path / "gateway-state"
+    server = ThreadServer().start()
+    yield server.url
+    server.stop()
+
+
+class Served:
+    """The on-demand deployment, running: its server (a process killed by the stop job), the
+    upstream behind it, and its channel registered as the launch job leaves it."""
+
+    def __init__(self, deployment: Deployment, upstream: FakeUpstream, server: subprocess.Popen) -> None:
+        self.deployment, self.upstream, self.server = deployment, upstream, server
+
+    def status(self) -> str:
+        self.deployment.refresh_from_db()
+        return self.deployment.status
+
+    def routed(self) -> bool:
+        return Channel.objects.get(pk=self.deployment.channel_id).enabled
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.fixture
+def served(transactional_db, ssh_target, settings):
+    settings.HOSTS_STOP_GRACE = 5
+    ssh_target.use_gpus("nvidia_smi_rtx3080ti")
+    d = on_demand(registered_host("gpu-box", ssh_target), "od-stop", "od-stop")  # idle_ttl 30 s
+    upstream = FakeUpstream(api_key=UPSTREAM_KEY).start()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakes.tcp_proxy", str(d.port), f"http://127.0.0.1:{upstream.port}"],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: _listening(d.port), 30)
+        channel = channel_services.register_served_model(
+            channel=None,
+            name=f"{d.served_model_name}@{d.host.name}",
+            kind="vllm",
+            base_url=d.base_url,
+            api_key=UPSTREAM_KEY,
+            model_name=d.served_model_name,
+            upstream_model="fake-model",
+            context_window=8192,
+            status_message="test",
+        )
+        Deployment.objects.filter(pk=d.pk).update(channel=channel)
+        d.refresh_from_db()
+        services.set_status(d, DeploymentStatus.RUNNING, "Serving (test).", pid=server.pid)
+        yield Served(d, upstream, server)
+    finally:
+        if upstream.gate is not None:
+            upstream.gate.set()
+        for pid in {server.pid, *Deployment.objects.exclude(pid=None).values_list("pid", flat=True)}:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        server.wait(timeout=30)
+        upstream.stop()
+
+
+def _ask(gateway: str, key: str) -> httpx.Response:
+    return httpx.post(
+        f"{gateway}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {key}"},
+        json={"model": "od-stop", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
+        timeout=300,
+    )
+
+
+def _sweep(d: Deployment) -> bool:
+    """The beat's idle sweep, its clock past the model's TTL: whether it stopped the model."""
+    return ondemand.sweep_idle(now=time.time() + d.idle_ttl + 5) == [d.name]
+
+
+def _evict(d: Deployment) -> bool:
+    """The placement of another model making room on the host: whether it evicted this one."""
+    found = ondemand._evictable(d.host, exclude=0)
+    if found != [d]:
+        return False
+    room = Message(gettext_noop("Stopped to make room for %(model)s (on demand)."), model="od-next")
+    return ondemand.evict(found[0], room)
+
+
+STOPS = {"sweep": _sweep, "evict": _evict}
+
+
+def _in_thread(stop, d: Deployment) -> bool:
+    try:
+        return stop(d)
+    finally:
+        db.connection.close()
+
+
+def _run_queued_stops(d: Deployment) -> None:
+    """What a worker does with the stop job the sweep queued (the eviction ran its own)."""
+    for job in LaunchJob.objects.filter(deployment=d, action=JobAction.STOP).active():
+        jobs.run_job(job.pk)
+
+
+def _nothing_in_flight(d: Deployment) -> bool:
+    return activity.in_flight(d.pk) == 0
+
+
+@pytest.fixture
+def held_before_stop(monkeypatch):
+    """The first stop job asked for waits until `go` is set: the sweep or eviction has then found
+    the model idle, nothing in flight, and is about to stop it (old and new code alike)."""
+    reached, go = threading.Event(), threading.Event()
+    request_job = jobs.request_job
+
+    def held(deployment, action, **kwargs):
+        if action == JobAction.STOP and not reached.is_set():
+            reached.set()
+            assert go.wait(120)
+        return request_job(deployment, action, **kwargs)
+
+    monkeypatch.setattr(jobs, "request_job", held)
+    return reached, go
+
+
+@pytest.mark.parametrize("stop", list(STOPS))
+def test_a_request_that_reaches_an_idle_model_as_it_is_stopped_is_served_to_its_end(
+    stop, gateway, served, alice, held_before_stop, settings
+):
+    from keys.services import issue_key
+
+    settings.HOSTS_ONDEMAND_EVICT_IDLE_SECONDS = 0
+    d = served.deployment
+    _key, key = issue_key(owner=alice, name="laptop")
+    assert _ask(gateway, key).status_code == 200  # warm: the gateway routes to its channel
+    wait_for(lambda: _nothing_in_flight(d), 30)
+    reached, go = held_before_stop
+
+    served.upstream.gate = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        stopping = pool.submit(_in_thread, STOPS[stop], d)
+        assert reached.wait(60)  # chosen as idle, nothing in flight: about to stop it
+        arrived = len(served.upstream.requests)
+        asked = pool.submit(_ask, gateway, key)
+        wait_for(lambda: len(served.upstream.requests) > arrived, 60)  # at the server, being answered
+        go.set()
+        stopped = stopping.result(timeout=120)
+        _run_queued_stops(d)
+        served.upstream.gate.set()
+        reply = asked.result(timeout=120)
+
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["usage"]["completion_tokens"] == 3
+    assert reply.json()["choices"][0]["finish_reason"] == "length"
+    assert not stopped
+    assert served.server.poll() is None, "the server was killed"
+    assert served.status() == DeploymentStatus.RUNNING and served.routed()
+    kept = LaunchJob.objects.get(deployment=d, action=JobAction.STOP)
+    assert kept.state == JobState.FAILED and "a request reached it" in kept.message, kept.message
+    assert "a request reached it" in d.status_message
+
+    # The request ended, nothing in flight: the same stop stops it now.
+    wait_for(lambda: _nothing_in_flight(d), 30)
+    assert _in_thread(STOPS[stop], d)
+    _run_queued_stops(d)
+    served.server.wait(timeout=60)
+    assert served.status() == DeploymentStatus.STOPPED and not served.routed()
+
+
+@pytest.mark.parametrize("stop", list(STOPS))
+def test_a_request_admitted_but_not_sent_yet_keeps_the_model_running(
+    stop, gateway, served, alice, monkeypatch, settings
+):
+    """The gateway has admitted a request for the model (on its snapshot, which routes to it) and
+    is held right after that, before anything is sent: the request already counts as in flight,
+    so the idle sweep (or an eviction) that looks now leaves the model running and it is served."""
+    from gateway import ondemand as gateway_ondemand
+    from keys.services import issue_key
+
+    settings.HOSTS_ONDEMAND_EVICT_IDLE_SECONDS = 0
+    d = served.deployment
+    _key, key = issue_key(owner=alice, name="laptop")
+    assert _ask(gateway, key).status_code == 200
+    wait_for(lambda: _nothing_in_flight(d), 30)
+    admitted, go = threading.Event(), threading.Event()
+    listen = gateway_ondemand.listen
+
+    def held() -> None:  # on the gateway's loop: it waits there, as a busy loop would
+        admitted.set()
+        assert go.wait(120)
+        listen()
+
+    monkeypatch.setattr(gateway_ondemand, "listen", held)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        asked = pool.submit(_ask, gateway, key)
+        try:
+            assert admitted.wait(60)
+            stopped = STOPS[stop](d)
+            _run_queued_stops(d)
+        finally:
+            go.set()
+        reply = asked.result(timeout=120)
+
+    assert reply.status_code == 200, reply.text
+    assert not stopped
+    assert served.server.poll() is None and served.status() == DeploymentStatus.RUNNING and served.routed()
+
+
+def test_a_request_that_comes_as_the_model_is_taken_out_keeps_it_running_and_is_served(
+    gateway, served, alice, monkeypatch
+):
+    """The sweep has taken the model out of routing and bumped the routes generation; before it
+    reads what is in flight again, a request comes: the gateway finds the model cold, counts the
+    request and opens a cold start. The sweep sees it, puts the model back, and the request is
+    served by the running server as soon as that is announced (no launch, no worker needed)."""
+    from gateway import ondemand as gateway_ondemand
+    from keys.services import issue_key
+
+    d = served.deployment
+    _key, key = issue_key(owner=alice, name="laptop")
+    assert _ask(gateway, key).status_code == 200
+    wait_for(lambda: _nothing_in_flight(d), 30)
+
+    def waiting() -> int:
+        state = gateway_ondemand._models.get(d.pk)
+        return state.waiting if state is not None else 0
+
+    bump = activity.bump_routes
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        asked: list[concurrent.futures.Future] = []
+
+        def bumped() -> bool:
+            done = bump()
+            asked.append(pool.submit(_ask, gateway, key))
+            wait_for(lambda: waiting() == 1, 60)  # it waits for the model, as a cold one
+            return done
+
+        monkeypatch.setattr(activity, "bump_routes", bumped)
+        assert not _sweep(d)
+        reply = asked[0].result(timeout=120)
+
+    assert reply.status_code == 200, reply.text
+    assert served.server.poll() is None and served.status() == DeploymentStatus.RUNNING and served.routed()
+    assert ColdStart.objects.get(deployment=d).state == ColdStartState.READY
+    assert not LaunchJob.objects.filter(deployment=d).active().exists()
+
+
+def test_a_request_that_comes_while_the_stop_runs_waits_for_the_next_start(gateway, served, alice, settings):
+    """Taken out of routing and its stop job not run yet: a request now is a cold model's, it waits
+    (no 502, no 503) while the stop runs and the placement, retried once the stop is done, starts
+    the model again on the host (the real llama.cpp server, over SSH); then it is answered."""
+    from gateway import ondemand as gateway_ondemand
+    from keys.services import issue_key
+
+    settings.HOSTS_ONDEMAND_RETRY_SECONDS = 0.5
+    d = served.deployment
+    _key, key = issue_key(owner=alice, name="laptop")
+    assert _ask(gateway, key).status_code == 200
+    wait_for(lambda: _nothing_in_flight(d), 30)
+    assert _sweep(d)  # out of routing, its stop job queued
+    assert served.status() == DeploymentStatus.STOPPING and not served.routed()
+
+    def waiting() -> int:
+        state = gateway_ondemand._models.get(d.pk)
+        return state.waiting if state is not None else 0
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        asked = pool.submit(_ask, gateway, key)
+        wait_for(lambda: waiting() == 1 and ColdStart.objects.active().filter(deployment=d).exists(), 60)
+        cold = ColdStart.objects.active().get(deployment=d)
+        assert ondemand.place(cold.pk) == settings.HOSTS_ONDEMAND_RETRY_SECONDS  # waits for the stop
+        cold.refresh_from_db()
+        assert cold.state == ColdStartState.WAITING_ROOM and "being stopped" in cold.message
+        _run_queued_stops(d)
+        served.server.wait(timeout=60)
+        assert not asked.done()
+        tasks.placement(cold.pk)  # the retried placement, as the worker runs it: the launch
+        reply = asked.result(timeout=300)
+
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["usage"]["completion_tokens"] >= 1
+    cold.refresh_from_db()
+    assert cold.state == ColdStartState.READY
+    assert served.status() == DeploymentStatus.RUNNING and served.routed()
+
+
+def test_the_routes_generation_bumped_is_the_one_the_gateway_reads(namespace):
+    from gateway.cache import generation_keys
+
+    assert activity.routes_generation_key() == generation_keys()[1]
