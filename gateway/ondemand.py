@@ -358,7 +358,11 @@ def busy(model: ModelInfo) -> tuple[str, int] | None:
     either counted by then or refused as Stale and resolved again, as a cold model."""
     if model.on_demand is None:
         return None
-    return activity.busy_key(model.on_demand.deployment_id), activity.LEASE_SECONDS
+    # The lease outlives the longest the request can take: its cold-start wait, then its whole
+    # call (an admin may allow calls longer than the hour: a stream past its lease left the count,
+    # and the sweep could stop the model under it).
+    longest = math.ceil(model.on_demand.budget + float(settings.GATEWAY_TOTAL_TIMEOUT)) + 60
+    return activity.busy_key(model.on_demand.deployment_id), max(activity.LEASE_SECONDS, longest)
 
 
 def ended(deployment_id: int, request_id: str) -> None:

@@ -24,7 +24,7 @@ from django.conf import settings
 
 logger = logging.getLogger(__name__)
 
-LEASE_SECONDS = 3600  # longer than any request the gateway lets run
+LEASE_SECONDS = 3600  # at least; longer when a request may take longer (`gateway.ondemand.busy`)
 
 
 def namespace() -> str:

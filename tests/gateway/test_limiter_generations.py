@@ -98,3 +98,21 @@ def test_an_on_demand_request_is_in_flight_from_its_admission_on():
     assert scores["stale"] is None and scores["refused"] is None
     for rid in ("plain", "budgeted"):
         assert now + 3500 < float(scores[rid]) <= now + 3601, scores  # the lease, by Redis's clock
+
+
+def test_an_on_demand_request_stays_counted_for_as_long_as_it_may_take(settings):
+    """Its cold-start wait and then its whole call (GATEWAY_TOTAL_TIMEOUT): with calls allowed two
+    hours, an hour's lease let a long stream leave the count, and the idle sweep stop the model
+    under it. Never less than the hour."""
+    from gateway import ondemand
+    from gateway.cache import ModelInfo, OnDemandInfo
+
+    model = ModelInfo(
+        id=1, name="m", enabled=True, created=0, context_window=None, max_output_tokens=None, description="",
+        on_demand=OnDemandInfo(deployment_id=7, budget=300, estimate=60),
+    )  # fmt: skip
+    settings.GATEWAY_TOTAL_TIMEOUT = 7200
+    key, lease = ondemand.busy(model)
+    assert key.endswith(":7") and lease >= 300 + 7200
+    settings.GATEWAY_TOTAL_TIMEOUT = 900
+    assert ondemand.busy(model)[1] == 3600
