@@ -73,6 +73,7 @@ logger = logging.getLogger(__name__)
 
 HISTORY = 20  # cold starts the estimates are taken from
 DEFAULT_ESTIMATE_SECONDS = 60.0  # before the first cold start of a deployment
+RETRY_FLOOR_SECONDS = 5.0  # the soonest a refused request is told to come back once a start runs late
 CLAIMING = (DeploymentStatus.STARTING, DeploymentStatus.RUNNING, DeploymentStatus.STOPPING)
 
 
@@ -105,9 +106,9 @@ def model_states(names: list[str]) -> dict[str, dict[str, bool]]:
     return states
 
 
-def estimate_seconds(deployment_id: int, q: float = 0.5) -> float:
-    """A cold start's expected length from this deployment's history (its quantile `q`)."""
-    seconds = [
+def _history(deployment_id: int) -> list[float]:
+    """The lengths of this deployment's last cold starts that served."""
+    return [
         float(s)
         for s in ColdStart.objects.filter(
             deployment_id=deployment_id, state=ColdStartState.READY, seconds__isnull=False
@@ -116,7 +117,25 @@ def estimate_seconds(deployment_id: int, q: float = 0.5) -> float:
         .values_list("seconds", flat=True)[:HISTORY]
         if s is not None
     ]
+
+
+def estimate_seconds(deployment_id: int, q: float = 0.5) -> float:
+    """A cold start's expected length from this deployment's history (its quantile `q`)."""
+    seconds = _history(deployment_id)
     return quantile(seconds, q) if seconds else DEFAULT_ESTIMATE_SECONDS
+
+
+def retry_seconds(deployment_id: int, elapsed: float) -> float:
+    """When a request refused while the start runs should come back: when the start is expected
+    to be done (its median), past that its 95th percentile; a start that runs longer than both is
+    asked about every tenth of what it has taken (at least every RETRY_FLOOR_SECONDS), not every
+    second by every waiting client."""
+    seconds = _history(deployment_id)
+    for q in (0.5, 0.95):
+        left = (quantile(seconds, q) if seconds else DEFAULT_ESTIMATE_SECONDS) - elapsed
+        if left >= 1:
+            return left
+    return max(RETRY_FLOOR_SECONDS, elapsed / 10)
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -190,7 +209,7 @@ def observe(cold_start_id: int) -> dict[str, Any]:
         "state": "ready" if cold.state == ColdStartState.READY else cold.state,
         "message": cold.message,
         "elapsed": elapsed,
-        "retry_after": max(1.0, estimate_seconds(d.pk) - elapsed),
+        "retry_after": retry_seconds(d.pk, elapsed),
     }
     if cold.state in (ColdStartState.DOWNLOADING, ColdStartState.FAILED) and cold.download_id is not None:
         download = cold.download

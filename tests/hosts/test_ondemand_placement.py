@@ -110,6 +110,31 @@ def test_a_cold_model_whose_room_is_held_waits_then_is_refused_at_its_budget(hos
     assert seen["state"] == "failed" and seen["retry_after"] >= 1
 
 
+def test_a_request_refused_while_the_start_runs_is_told_to_come_back_when_it_should_be_done(hosts):
+    """At its median, past that at its 95th percentile, past both every tenth of what it has taken
+    (at least 5 s): a start that ran past its median told every waiting client "retry in 1 s"."""
+    a, _b = hosts
+    d = deployment(a, "late")
+    past = timezone.now() - datetime.timedelta(hours=1)
+    for seconds in [20.0] * 10 + [40.0] * 8 + [100.0] * 2:  # median 30, 95th percentile 100
+        ColdStart.objects.create(deployment=d, state=ColdStartState.READY, seconds=seconds, deadline=past)
+    cold = ColdStart.objects.get(pk=ondemand.demand(d.pk)["cold_start_id"])
+
+    def told(elapsed: float) -> float:
+        started = timezone.now() - datetime.timedelta(seconds=elapsed)
+        ColdStart.objects.filter(pk=cold.pk).update(created=started, deadline=started + datetime.timedelta(hours=1))
+        return ondemand.observe(cold.pk)["retry_after"]
+
+    median, p95 = ondemand.estimate_seconds(d.pk), ondemand.estimate_seconds(d.pk, 0.95)
+    assert (median, p95) == (30.0, 100.0)
+    # (the start's age is read again inside: a loaded machine adds a little to each)
+    assert 18 <= told(10) <= 20  # the median, 20 s away
+    assert 48 <= told(50) <= 50  # past it: the 95th percentile, 50 s away
+    assert 12 <= told(120) <= 12.2  # past both: a tenth of the 120 s it has taken
+    ColdStart.objects.filter(deployment=d, state=ColdStartState.READY).update(seconds=3.0)  # a quick model
+    assert told(10) == ondemand.RETRY_FLOOR_SECONDS == 5.0  # late too, but never sooner than that
+
+
 def test_a_pinned_deployment_is_only_placed_on_its_host(hosts):
     a, b = hosts
     deployment(a, "holds-a", on_demand=False, running=True)
