@@ -11,7 +11,7 @@ from portal.filters import FilterSet, UTCDateTimeFilter, search
 from portal.models import ShownOnceQuerySet
 
 from .choices import Role
-from .models import ApiToken, AuditLog, Team, User
+from .models import ApiToken, AuditLog, Team, User, object_type_names
 
 
 class UserFilterSet(FilterSet):
@@ -76,4 +76,12 @@ class AuditLogFilterSet(FilterSet):
         fields = ["q", "actor", "actor_name", "object_type", "object_id", "action", "created_after", "created_before"]
 
     def filter_q(self, queryset: QuerySet[AuditLog], name: str, value: str) -> QuerySet[AuditLog]:
-        return search(queryset, ("actor_name", "object_type", "object_repr"), value, messages=("message",))
+        # What a row shows: who, the action and the kind of object by their names in the reader's
+        # language, the object's name and the message.
+        return search(
+            queryset,
+            ("actor_name", "object_type", "object_repr"),
+            value,
+            messages=("message",),
+            labels={"action": dict(AuditAction.choices), "object_type": object_type_names()},
+        )

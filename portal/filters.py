@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
 
 import django_filters
 from django.db.models import Q, QuerySet
@@ -11,12 +12,21 @@ from . import i18n
 from .forms import FIELD_LABELS
 
 
-def search(queryset: QuerySet, fields: tuple[str, ...], value: str, *, messages: tuple[str, ...] = ()) -> QuerySet:
+def search(
+    queryset: QuerySet,
+    fields: tuple[str, ...],
+    value: str,
+    *,
+    messages: tuple[str, ...] = (),
+    labels: Mapping[str, Mapping[str, object]] | None = None,
+) -> QuerySet:
     """Case-insensitive OR over `fields` for the `q` box of a list (NetBox's quick search).
     `messages` names stored-message fields (`portal.i18n.Message`: `<field>` holds the English,
     `<field>_code` the msgid): a row also matches when its message's own sentence, in the reader's
     language, contains the words (a value that is a message itself, "%(access)s", is matched by
-    its stored English only)."""
+    its stored English only). `labels` names fields whose stored value is shown as a label
+    (`{"action": {"create": "Created", …}}`, a choice's or a model's name in the reader's
+    language): a row also matches when the label it shows contains the words."""
     value = (value or "").strip()
     if not value:
         return queryset
@@ -26,6 +36,11 @@ def search(queryset: QuerySet, fields: tuple[str, ...], value: str, *, messages:
     codes = i18n.codes_reading(value) if messages else []
     for field in messages if codes else ():
         query |= Q(**{f"{field}_code__in": codes})
+    needle = value.casefold()
+    for field, shown in (labels or {}).items():
+        matching = [stored for stored, label in shown.items() if needle in str(label).casefold()]
+        if matching:
+            query |= Q(**{f"{field}__in": matching})
     return queryset.filter(query)
 
 

@@ -166,3 +166,26 @@ def test_the_search_box_finds_entries_by_the_words_the_admin_reads(client, admin
     assert "已请求下载" not in client.get(reverse("audit_log"), {"q": "已吊销"}).content.decode()
     rows = client.get("/api/audit-log/", {"q": "已请求下载"}, HTTP_ACCEPT_LANGUAGE="zh-hans").json()["results"]
     assert [r["message_code"] for r in rows] == ["Download requested (download #%(id)s)"]
+
+
+def test_the_search_box_finds_entries_by_their_action_and_kind_as_shown(client, admin, alice):
+    """Regression (journey): a row shows its action and its kind of object by their names in the
+    reader's language ("修改 · 密钥 laptop"); the search matched the stored codes ("update", "key")
+    only, so an admin reading 中文 who typed 密钥 or 修改 found nothing, and one reading English who
+    typed "API token" missed the tokens (stored "apitoken")."""
+    key, _ = issue_key(owner=alice, name="laptop")
+    key.revoke()
+    Model.objects.create(name="qwen3-8b")
+    client.force_login(admin)
+
+    def found(q: str, language: str) -> set[tuple[str, str]]:
+        rows = client.get("/api/audit-log/", {"q": q, "page_size": 100}, HTTP_ACCEPT_LANGUAGE=language).json()
+        return {(r["action"], r["object_type"]) for r in rows["results"]}
+
+    assert found("密钥", "zh-hans") == {("create", "key"), ("update", "key")}
+    assert found("修改", "zh-hans") == {("update", "key")}
+    assert found("模型", "zh-hans") == {("create", "model")}
+    assert found("密钥", "en") == set()
+    assert found("changed", "en") == {("update", "key")}
+    assert ApiToken.objects.create(user=alice, name="ci", **ApiToken.mint()[0])
+    assert found("API token", "en") == {("create", "apitoken")}
