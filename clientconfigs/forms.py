@@ -39,7 +39,15 @@ class ConnectForm(forms.Form):
         empty_label=_("All models I may use"),
         help_text=_("Placeholder mode: list only the models this key may use."),
     )
-    model = forms.ChoiceField(choices=(), required=False, label=_("Default model"))
+    model = forms.ChoiceField(
+        choices=(),
+        required=False,
+        label=_("Default model"),
+        # The choices follow the key chosen: a model picked for another key (or all models) is not one.
+        error_messages={
+            "invalid_choice": _("The chosen key may not use %(value)s: pick one of the models it may use.")
+        },
+    )
 
     def __init__(self, *args: Any, user: User, model_names: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -56,7 +56,14 @@ def connect(request: AuthenticatedHttpRequest) -> HttpResponse:
     gateway = services.gateway_url(request)
     data = request.POST if request.method == "POST" else request.GET
     key = _own_key(request.user, data.get("key"))
-    specs = services.model_specs(request.user, key)
+    # Minting over an earlier download, the new key takes over the old one's models and budgets:
+    # the page shows the files it will get (a budget leaves out the models without a price).
+    minting = (data.get("key_mode") or KeyMode.MINT) == KeyMode.MINT
+    replacing = minting and (not data.get("key_mode") or bool(data.get("replace")))
+    machine = (data.get("machine") or "").strip() or "laptop"
+    replaced = services.replaceable_key(request.user, slug, machine) if replacing else None
+    scope = key or replaced
+    specs = services.model_specs(request.user, scope)
     form = ConnectForm(
         data if data.get("key_mode") else None,
         user=request.user,
@@ -85,7 +92,7 @@ def connect(request: AuthenticatedHttpRequest) -> HttpResponse:
                 replace_key=replace,
             )
     inp = services.render_input(
-        request.user, gateway=gateway, key=key, plaintext=plaintext, default_model=default_model
+        request.user, gateway=gateway, key=key if minted else scope, plaintext=plaintext, default_model=default_model
     )
     rendered = module.render(inp)
     if inp.primary is not None and not form.is_bound:
@@ -105,6 +112,7 @@ def connect(request: AuthenticatedHttpRequest) -> HttpResponse:
         "token_mints": token is not None and form.cleaned_data.get("key_mode") == KeyMode.MINT,
         "gateway": gateway,
         "selected_key": key,
+        "scope_key": scope,
         "stale": services.stale_downloads(request.user, gateway),
         "has_doctor": slug in installer.probes(),
         "replaceable": services.replaceable_key(request.user, slug, machine) if minted is None else None,

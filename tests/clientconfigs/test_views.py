@@ -269,3 +269,39 @@ def test_the_key_choice_leaves_out_keys_that_stopped_working(alice_client, alice
     assert str(stopped.pk) not in offered
     chosen = alice_client.get(f"/connect/?client=llm&key_mode=placeholder&key={stopped.pk}")
     assert chosen.status_code in (200, 400, 404)  # refused or ignored, never a 500
+
+
+def test_page_shows_the_models_of_the_key_a_mint_replaces(alice_client, alice, catalog):
+    """Regression (journey): minting over an earlier download, the new key takes over the old one's
+    models (and budgets), and the installer writes only those; the page showed every model, and its
+    default model, picked among them, could be one the new key may not use."""
+    from clientconfigs.services import mint_key
+
+    old, _plaintext = mint_key(alice, "cline", "laptop")
+    old.allowed_models.set([catalog["llama"]])
+    page = alice_client.get("/connect/?client=cline").content.decode()
+    assert "Replace the key for <code>cline@laptop</code>" in page
+    assert "llama-3.1-8b" in page and "qwen3-32b" not in page
+    # Unticked, the new key is a key of its own: every model the owner may use.
+    mint = {"client": "cline", "key_mode": "mint", "machine": "laptop", "model": "qwen3-32b"}
+    assert "qwen3-32b" in alice_client.get("/connect/", mint).content.decode()
+    # Another machine replaces nothing.
+    assert "qwen3-32b" in alice_client.get("/connect/", {**mint, "machine": "desk", "replace": "on"}).content.decode()
+
+
+def test_page_says_why_a_default_model_the_key_may_not_use_gets_no_installer(alice_client, alice, alice_key):
+    """Regression (journey): the default model is picked among the models shown; choosing a key
+    that may not use it gave the page again with no installer and no word why."""
+    answer = alice_client.post(
+        "/connect/?client=continue",
+        {
+            "client": "continue",
+            "key_mode": "placeholder",
+            "key": alice_key.pk,
+            "model": "qwen3-32b",
+            "action": "installer",
+        },
+    )
+    page = answer.content.decode()
+    assert 'id="install-sh"' not in page and not DownloadToken.objects.exists()
+    assert "The chosen key may not use qwen3-32b: pick one of the models it may use." in page
