@@ -40,7 +40,6 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections, connections
-from django.db.models import Q
 from django.utils import timezone as dj_timezone
 
 from channels.prices import Rates, fallback_rates, in_effect, rates_of, to_nanos
@@ -495,9 +494,6 @@ def _load_prices() -> dict[int, tuple[Rates, ...]]:
 def _budgets_of(key: Any) -> tuple[BudgetInfo, ...]:
     from keys.models import Budget
 
-    match = Q(key=key) | Q(user_id=key.owner_id)
-    if key.owner.team_id is not None:
-        match |= Q(team_id=key.owner.team_id)
     return tuple(
         BudgetInfo(
             id=b.id,
@@ -508,7 +504,7 @@ def _budgets_of(key: Any) -> tuple[BudgetInfo, ...]:
             topup_until=b.topup_until.timestamp() if b.topup_until else None,
             alert_percent=b.alert_percent,
         )
-        for b in Budget.objects.filter(match).order_by("id")
+        for b in Budget.objects.covering(key).order_by("id")
     )
 
 

@@ -134,6 +134,16 @@ class Key(ShownOnceSecret, Limits):
             return KeyState.OWNER_INACTIVE
         return KeyState.ACTIVE
 
+    def replacement_ids(self) -> list[int]:
+        """The keys that replaced this one by rotation, each the next one's predecessor (a key is
+        rotated once: `keys.services.check_rotatable`)."""
+        ids: list[int] = []
+        current = Key.objects.filter(rotated_from=self).values_list("pk", flat=True).first()
+        while current is not None and current not in ids and current != self.pk:
+            ids.append(current)
+            current = Key.objects.filter(rotated_from_id=current).values_list("pk", flat=True).first()
+        return ids
+
 
 class UsageRecord(models.Model):
     """One gateway request. Written in batches off the request path."""
@@ -320,6 +330,15 @@ class UsageHourly(UsageBucket):
 
 
 class BudgetQuerySet(models.QuerySet["Budget"]):
+    def covering(self, key: Key) -> Self:
+        """The budgets `key` spends under: its own, its owner's and the owner's team's. A key's
+        budgets move to its replacement when it is rotated (`keys.services.rotate_key`); while the
+        old key runs out its grace period it spends under them still."""
+        match = models.Q(key_id__in=[key.pk, *key.replacement_ids()]) | models.Q(user_id=key.owner_id)
+        if key.owner.team_id is not None:
+            match |= models.Q(team_id=key.owner.team_id)
+        return self.filter(match)
+
     def visible_to(self, user: User) -> Self:
         """Admins see every budget; a team lead their team's, their members' and their members'
         keys'; anyone else their own and their own keys' (and their team's, read only)."""

@@ -260,12 +260,11 @@ def unpayable(models: QuerySet[Model]) -> QuerySet[Model]:
 def budgeted(user: Any, key: Key | None = None) -> bool:
     """Whether a budget covers `key` (its own, its owner's or the owner's team's), or without a
     key, every key of `user` (theirs or their team's)."""
-    owner = key.owner if key is not None else user
-    match = Q(user_id=owner.pk)
-    if owner.team_id is not None:
-        match |= Q(team_id=owner.team_id)
     if key is not None:
-        match |= Q(key_id=key.pk)
+        return Budget.objects.covering(key).exists()
+    match = Q(user_id=user.pk)
+    if user.team_id is not None:
+        match |= Q(team_id=user.team_id)
     return Budget.objects.filter(match).exists()
 
 

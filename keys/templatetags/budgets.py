@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import template
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from keys.budgets.services import BudgetStatus, statuses
 from keys.models import Budget, Key
@@ -15,22 +15,21 @@ from keys.models import Budget, Key
 register = template.Library()
 
 
-def _statuses(match: Q) -> list[BudgetStatus]:
-    return statuses(
-        Budget.objects.filter(match).select_related("key", "user", "team").order_by("team_id", "user_id", "key_id")
-    )
+def _statuses(budgets: QuerySet[Budget]) -> list[BudgetStatus]:
+    return statuses(budgets.select_related("key", "user", "team").order_by("team_id", "user_id", "key_id"))
 
 
 @register.simple_tag
 def budgets_bounding(key: Key) -> list[BudgetStatus]:
     """The key's own budgets, its owner's and its owner's team's: every one its requests count in."""
-    match = Q(key=key) | Q(user_id=key.owner_id)
-    if key.owner.team_id is not None:
-        match |= Q(team_id=key.owner.team_id)
-    return _statuses(match)
+    return _statuses(Budget.objects.covering(key))
 
 
 @register.simple_tag
 def team_budgets(team: Any) -> list[BudgetStatus]:
     """The team's budgets and those of its members and their keys (what its lead manages)."""
-    return _statuses(Q(team=team) | Q(user__team=team) | Q(key__owner__team=team, key__revoked_at__isnull=True))
+    return _statuses(
+        Budget.objects.filter(
+            Q(team=team) | Q(user__team=team) | Q(key__owner__team=team, key__revoked_at__isnull=True)
+        )
+    )

@@ -89,6 +89,9 @@ def test_a_budgeted_developer_is_offered_only_the_models_their_key_may_use(unpri
     refused = ask(url, cline["api_key"], "free-llm")
     assert refused.status_code == 403 and refused.json()["error"]["code"] == "model_not_priced"
     assert ask(url, cline["api_key"], "qwen3-32b").status_code == 200
+    # The key it replaced works on for its grace period, under the budget that moved (regression: with none).
+    assert ask(url, plaintext, "free-llm").json()["error"]["code"] == "model_not_priced"
+    assert ask(url, plaintext, "qwen3-32b").status_code == 200
 
     # Every client, with a placeholder scoped like the budgeted key: no file, command or table
     # names the unpriced model.

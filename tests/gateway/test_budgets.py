@@ -217,6 +217,32 @@ def test_rotating_a_key_keeps_its_budget_window(setup, gateway_url):
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "budget_exceeded"
 
 
+def test_a_key_running_out_its_grace_keeps_the_budget_that_moved_to_its_replacement(setup, gateway_url):
+    """Regression (journey: "download again" on Connect replaces a budgeted key): the budgets move
+    to the new key, and the old one, which works on for its grace period (up to 7 days when
+    rotated by hand), spent with no budget at all."""
+    set_route_price(setup.route, input=INPUT, output=OUTPUT)
+    Budget.objects.create(key=setup.key, window="day", amount=Decimal("0.02"))
+    new, plaintext = rotate_key(setup.key, grace=dt.timedelta(days=7))
+    assert post(gateway_url, setup.plaintext).status_code == 200  # the old key works on...
+    refused = post(gateway_url, setup.plaintext)  # ...under its budget (0.011 spent, 0.011 more passes 0.02)
+    assert refused.status_code == 429 and "daily budget of this key" in refused.json()["error"]["message"]
+    assert post(gateway_url, plaintext).status_code == 429  # one window for both
+    newer, _plain = rotate_key(new, grace=dt.timedelta(days=7))
+    assert post(gateway_url, setup.plaintext).status_code == 429  # two rotations on
+    assert Budget.objects.get().key_id == newer.pk
+
+
+def test_a_key_running_out_its_grace_is_refused_an_unpriced_model_as_its_replacement_is(
+    local_unpriced, gateway_url, settings
+):
+    settings.PORTAL_UNPRICED_ROUTES = "refuse"
+    key, plaintext = local_unpriced
+    rotate_key(key, grace=dt.timedelta(hours=1))
+    refused = post(gateway_url, plaintext, {**SHORT, "model": "local-coder"})
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "model_not_priced"
+
+
 def test_the_most_restrictive_budget_wins(setup, gateway_url, alice):
     set_route_price(setup.route, input=INPUT, output=OUTPUT)
     Budget.objects.create(key=setup.key, window="month", amount=Decimal("10"))
