@@ -15,9 +15,10 @@ it is: they fail over at once, and the health checks judge them. A client that l
 that ran out of its own deadline, says nothing about the channel either.
 
 Per process, not shared through Redis: a replica learns that a channel hangs from its own first
-request that waits for it (one deadline per replica and cooldown), and asking Redis would put a
-round trip on every request, or a subscription and its failure modes on every replica, to save
-the other replicas that one wait each. Nothing here does I/O; while no breaker is open the hot path
+request that waits for it (one deadline per replica and cooldown, plus the requests it had sent
+to the channel before that deadline passed: tests/gateway/test_breaker_replicas.py), and asking
+Redis would put a round trip on every request, or a subscription and its failure modes on every
+replica, to save the other replicas that one wait each. Nothing here does I/O; while no breaker is open the hot path
 pays one truthiness test of `open`, and while one is, a dict lookup per candidate route.
 """
 
