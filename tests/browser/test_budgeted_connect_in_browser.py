@@ -94,22 +94,27 @@ def test_a_budgeted_developer_is_offered_only_the_models_their_key_may_use(unpri
     assert ask(url, plaintext, "qwen3-32b").status_code == 200
 
     # Every client, with a placeholder scoped like the budgeted key: no file, command or table
-    # names the unpriced model.
+    # names the unpriced model. The key chosen once stays chosen from tab to tab (regression: each
+    # tab went back to every model the developer may use).
+    robot.click("nav.client-tabs a[href='?client=cline']")  # the key the installer minted is offered now
+    robot.page.select_option("#id_key", str(replacement.pk))
+    robot.click("#connect-form button[name=key_mode][value=placeholder]")
     for slug, module in clients.CLIENTS.items():
-        robot.click(f"nav.client-tabs a[href='?client={slug}']")
-        robot.page.select_option("#id_key", str(replacement.pk))
-        robot.click("#connect-form button[name=key_mode][value=placeholder]")
-        robot.page.wait_for_url(re.compile(rf".*client={slug}.*key={replacement.pk}"))
+        robot.click(f"nav.client-tabs a[href='?client={slug}'], nav.client-tabs a[href^='?client={slug}&']")
+        robot.page.wait_for_url(re.compile(rf".*client={slug}\b.*"))
+        assert robot.page.input_value("#id_key") == str(replacement.pk), module.LABEL
+        assert robot.page.locator("input[name=key_mode][value=placeholder]").is_checked(), module.LABEL
         assert "free-llm" not in shown(robot), module.LABEL
         assert "qwen3-32b" in shown(robot), module.LABEL
 
     # Its installer, run for real (Continue, placeholder mode), writes only the payable model. The
-    # default model the page chose for all models is not one this key may use: the page says so
-    # (regression: it showed the form again with no word), offers only its models, and the second
-    # click gets the installer.
-    robot.click("nav.client-tabs a[href='?client=continue']")
-    assert robot.page.input_value("#id_model") == "free-llm"  # a new key, unbudgeted, may use it
-    robot.page.check("input[name=key_mode][value=placeholder]")
+    # developer looks at all their models, picks the unpriced one as the default, then chooses the
+    # budgeted key: the page says why no installer comes (regression: it showed the form again with
+    # no word), offers only that key's models, and the second click gets the installer.
+    robot.click("nav.client-tabs a[href^='?client=continue']")
+    robot.page.select_option("#id_key", value="")
+    robot.click("#connect-form button[name=key_mode][value=placeholder]")
+    robot.page.select_option("#id_model", "free-llm")  # a key without a budget may use it
     robot.page.select_option("#id_key", str(replacement.pk))
     robot.click("#get-installer")
     assert robot.text("#id_model_error") == "The chosen key may not use free-llm: pick one of the models it may use."

@@ -305,3 +305,12 @@ def test_page_says_why_a_default_model_the_key_may_not_use_gets_no_installer(ali
     page = answer.content.decode()
     assert 'id="install-sh"' not in page and not DownloadToken.objects.exists()
     assert "The chosen key may not use qwen3-32b: pick one of the models it may use." in page
+
+
+def test_the_client_tabs_keep_the_key_chosen_for_a_placeholder(alice_client, alice_key):
+    """Regression (journey): each tab went back to every model the developer may use."""
+    page = alice_client.get("/connect/", {"client": "cline", "key_mode": "placeholder", "key": alice_key.pk})
+    tabs = re.findall(r'<a href="(\?client=[^"]*)"', page.content.decode())
+    assert f"?client=continue&amp;key_mode=placeholder&amp;key={alice_key.pk}" in tabs
+    page = alice_client.get("/connect/", {"client": "cline"}).content.decode()
+    assert '<a href="?client=continue"' in page  # minting: nothing to keep
