@@ -63,6 +63,18 @@
     });
   });
 
+  // A POST form's button that submits it by GET (formmethod="get": "Show with placeholder" on the
+  // Connect page) leaves the CSRF token out of the URL, so it reaches no history, log or Referer.
+  // (The form's entry list is made after this event: a disabled input is not in it.)
+  document.addEventListener("submit", function (event) {
+    const submitter = event.submitter;
+    if (!submitter || (submitter.getAttribute("formmethod") || "").toLowerCase() !== "get") return;
+    const token = event.target.querySelector("input[name=csrfmiddlewaretoken]");
+    if (!token) return;
+    token.disabled = true;
+    setTimeout(function () { token.disabled = false; }, 0);  // back for a POST from this page later
+  });
+
   document.addEventListener("click", function (event) {
     const button = event.target.closest("[data-copy-target]");
     if (button) {

@@ -99,6 +99,8 @@ def test_a_budgeted_developer_is_offered_only_the_models_their_key_may_use(unpri
     robot.click("nav.client-tabs a[href='?client=cline']")  # the key the installer minted is offered now
     robot.page.select_option("#id_key", str(replacement.pk))
     robot.click("#connect-form button[name=key_mode][value=placeholder]")
+    robot.page.wait_for_url(re.compile(r".*key_mode=placeholder.*"))
+    assert "csrfmiddlewaretoken" not in robot.page.url  # a GET of the POST form: no token in the URL
     for slug, module in clients.CLIENTS.items():
         robot.click(f"nav.client-tabs a[href='?client={slug}'], nav.client-tabs a[href^='?client={slug}&']")
         robot.page.wait_for_url(re.compile(rf".*client={slug}\b.*"))
