@@ -134,6 +134,9 @@ async def open_call(
         # First attempt: admit only if our cached keys/routes are current (else Stale, nothing
         # reserved); the retry runs on freshly loaded data and is not checked again.
         expected = snapshot.generation if attempt == 0 else None
+        # The on-demand deployments it may be sent to (its model's, an alias's targets'): counted
+        # in flight by the admission script itself (`ondemand.busy`).
+        counted = ondemand.counted(info, selection.routes)
         # An output the client did not ask for shrinks to what the token limits have left (at
         # least a token a choice) instead of refusing the request for it.
         floor = prompt + choices if max_tokens is None else None
@@ -146,7 +149,7 @@ async def open_call(
             cost=cost,
             namespace=ns,
             floor=floor,
-            busy=ondemand.busy(info),
+            busy=ondemand.busy(counted) if counted else (),
         )
         try:
             if choice.session is None and body is not None and balance.affine(info) and not cold:
@@ -198,7 +201,18 @@ async def open_call(
     waited: float | None = None
     if cold:
         info, selection, waited = await _warm_up(
-            req, key, info, model, result, surface, stream, started, prompt=prompt, output=output, choice=choice
+            req,
+            key,
+            info,
+            model,
+            result,
+            surface,
+            stream,
+            started,
+            choice=choice,
+            counted=counted,
+            prompt=prompt,
+            output=output,
         )
         if key.budgets:  # what it reserved was at a price: keep to the routes that have one
             selection.routes[:] = priced_routes(selection, limiter.now()) or selection.routes
@@ -217,10 +231,11 @@ async def open_call(
     call.max_tokens = reserve_max
     call.choices = choices
     call.choice = choice
+    call.on_demand = counted
     if waited is not None:
         call.cold_start_ms = waited * 1000
         call.explanation.append(lines.WAITED % {"seconds": f"{waited:.1f}"})
-    if info.on_demand is not None:  # counted in flight by the admission script (`ondemand.busy`)
+    if counted:  # counted in flight by the admission script (`ondemand.busy`)
         ondemand.listen()  # from now on a stop is heard, not found out by the next request
     current.set(call)
     return call
@@ -270,6 +285,7 @@ async def _warm_up(
     prompt: int,
     output: int,
     choice: balance.Choice,
+    counted: list[ModelInfo],
 ) -> tuple[ModelInfo, Selection, float]:
     """The request was admitted for a stopped on-demand model: start it, wait, route on the fresh
     catalog. Anything that ends the wait settles the reservation unused and is on the record."""
@@ -282,14 +298,14 @@ async def _warm_up(
     except GatewayError as err:
         if process.limiter is not None:
             process.limiter.settle(admission, 0)
-        ondemand.not_sent(info, req.request_id)
+        ondemand.not_sent(counted, req.request_id)
         status = UsageStatus.UNAVAILABLE if err.status >= 500 else UsageStatus.CLIENT_ERROR
         _record_refusal(req.request_id, key, info, surface, stream, err, started, status=status)
         raise
     except BaseException:
         if process.limiter is not None:
             process.limiter.settle(admission, 0)
-        ondemand.not_sent(info, req.request_id)
+        ondemand.not_sent(counted, req.request_id)
         raise
 
 

@@ -949,6 +949,8 @@ class Call:
         self.choices = 1  # the outputs generated (`chat.generations`): the reservation is per choice
         self.choice = balance.Choice()  # the balancing's session, pick and reason (`catalog.ordered_routes`)
         self._busy: int | None = None  # the channel this call counts as in flight on (`balance.load`)
+        # The on-demand models it is counted in flight on (`ondemand.counted`), until it finishes.
+        self.on_demand: list[ModelInfo] = []
         # The whole call's deadline (event-loop clock): failover and relay stop there.
         self.deadline = asyncio.get_running_loop().time() + float(hot.GATEWAY_TOTAL_TIMEOUT)
         # What the client was sent, for a key whose request logs are on (None: not logged).
@@ -1048,8 +1050,11 @@ class Call:
         if self._busy is not None:
             balance.load.end(self._busy)
             self._busy = None
-        if self.model.on_demand is not None:
-            ondemand_ended(self.model.on_demand.deployment_id, self.request_id)
+        for target in self.on_demand:
+            assert target.on_demand is not None
+            # A use of the model: sent there, or (not an alias) meant for it.
+            used = not self.model.is_alias or (self.route is not None and self.route.model_name == target.name)
+            ondemand_ended(target.on_demand.deployment_id, self.request_id, used=used)
         usage, flag = self.bounded(usage or Usage(0, 0))
         self.usage = usage
         if flag:

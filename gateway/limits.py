@@ -24,6 +24,7 @@ import collections
 import datetime as dt
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -243,8 +244,9 @@ def rate_headers(scopes: list[Scope], counts: list[int] | None = None) -> list[t
 #       then per scope: prefix, rpm, tpm, tpd, tpmo, par;
 #       then the budget count, the cost reserved (nano-units), and per budget: its window's counter,
 #       cap, ms to the window's end (-1: never), alert threshold (-1: none);
-#       then, for a request to an on-demand deployment, its in-flight set and lease (seconds): an
-#       admitted request is added there atomically with the generations' check (see `admit`).
+#       then, for a request that may be sent to on-demand deployments, per deployment: its in-flight
+#       set and lease (seconds): an admitted request is added there atomically with the generations'
+#       check (see `admit`).
 # Returns {1, gen_keys, gen_routes, key_rpm_used, key_tpm_used, budgets that crossed their alert,
 #         tokens reserved},
 #         {0, gen_keys, gen_routes, scope index, limit name, limit value, retry_ms} ('budget': the
@@ -373,8 +375,9 @@ for j = 0, nb - 1 do
   end
 end
 local od = bo + 2 + nb * 4
-if ARGV[od] then  -- a request to an on-demand deployment: in flight from now on, in this same step
+while ARGV[od] do  -- a request to on-demand deployments: in flight from now on, in this same step
   redis.call('ZADD', ARGV[od], now / 1000 + tonumber(ARGV[od + 1]), rid)
+  od = od + 2
 end
 return {1, gens[1], gens[2], used[1] or 0, used[2] or 0, table.concat(alerts, ','), tok}
 """
@@ -513,7 +516,7 @@ class RedisLimiter:
         cost: int = 0,
         namespace: str = "gw",
         floor: int | None = None,
-        busy: tuple[str, int] | None = None,
+        busy: Sequence[tuple[str, int]] = (),
     ) -> Admission | Refusal | Stale:
         """Reserve for every scope at once, and `cost` (nano-units, the most the request can cost)
         on every one of `budgets`. With `floor`, `tokens` holds an output the client did not ask
@@ -521,10 +524,11 @@ class RedisLimiter:
         (`Admission.reserved` says how far). With `expected` (the generations the caller's caches
         were built from), a newer generation in Redis returns Stale and reserves nothing.
 
-        With `busy` (an on-demand deployment's in-flight set and lease, `hosts.ondemand.activity`)
-        an admitted request is counted there in the same step: a stop of that deployment, which
-        first takes it out of routing and bumps the routes generation, then reads the set, either
-        sees the request or made it Stale (`hosts.ondemand.services.take_out`)."""
+        With `busy` (on-demand deployments' in-flight sets and leases, `hosts.ondemand.activity`:
+        the model's own, or an alias's targets') an admitted request is counted on each in the
+        same step: a stop of one of them, which first takes it out of routing and bumps the routes
+        generation, then reads its set, either sees the request or made it Stale
+        (`hosts.ondemand.services.take_out`)."""
         now = self.now()
         windows, period = _window_args(now, int(lease_seconds() * 1000))
         args: list[object] = [
@@ -546,10 +550,11 @@ class RedisLimiter:
                 budget_keys.append(budget_key(namespace, b, tag))
                 alert = cap * b.alert_percent // 100 if b.alert_percent else -1
                 args += [budget_keys[-1], cap, ttl, alert]
-        if busy is not None:
+        if busy:
             if not budgets:
                 args += [0, 0]
-            args += busy
+            for pair in busy:
+                args += pair
         try:
             res = await self.redis.evalsha(ADMIT_LUA, generation_keys(), args)
         except (OSError, RespError) as exc:  # ConnectionError is an OSError

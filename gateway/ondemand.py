@@ -15,10 +15,10 @@ request waits at most the deployment's cold-start budget (less if the client sen
 `Prefer: wait=N`; `wait=0` is "do not wait"). Whatever does not get the model in time is answered
 503 with `Retry-After` from the model's cold-start history: never dropped.
 
-While a request to an on-demand model is in flight it is counted in Redis (`hosts.ondemand.activity`),
-from the admission script's own step on (`busy`), so the placement never evicts, and the idle sweep
-never stops, a deployment that is serving: a stop takes it out of routing before it reads the count
-(`hosts.ondemand.services.take_out`).
+While a request to an on-demand model (or to an alias that may send it to one) is in flight it is
+counted in Redis (`hosts.ondemand.activity`), from the admission script's own step on (`busy`), so
+the placement never evicts, and the idle sweep never stops, a deployment that is serving: a stop
+takes it out of routing before it reads the count (`hosts.ondemand.services.take_out`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +39,7 @@ from hosts.ondemand import activity
 from hosts.ondemand import services as ondemand
 
 from . import metrics
-from .cache import DatabaseUnavailable, ModelInfo, run_db, snapshot
+from .cache import DatabaseUnavailable, ModelInfo, RouteInfo, run_db, snapshot
 from .http import SSE_HEADERS, GatewayError, Request
 
 logger = logging.getLogger(__name__)
@@ -348,33 +348,55 @@ async def _start_stream(req: Request) -> None:
 
 
 # --- in flight --------------------------------------------------------------------------------------
-def busy(model: ModelInfo) -> tuple[str, int] | None:
-    """Where the admission script counts a request to an on-demand model as in flight, and for how
-    long at most (`RedisLimiter.admit`'s `busy`); None for every other model (nothing more to write).
+def counted(model: ModelInfo, routes: Sequence[RouteInfo]) -> list[ModelInfo]:
+    """The on-demand models a request for `model` is counted in flight on: the model itself when
+    it is on demand; for an alias, each of its on-demand targets with a route among `routes` (the
+    request's selection: the call tries those, failing over from one to the next, and no other).
+    Empty for every other model (nothing more to write)."""
+    if model.on_demand is not None:
+        return [model]
+    if not model.is_alias:
+        return []
+    on_demand = [t for t in model.targets if t.on_demand is not None]
+    if not on_demand:
+        return []
+    sent_to = {r.model_name for r in routes}
+    return [t for t in on_demand if t.name in sent_to]
+
+
+def busy(models: Sequence[ModelInfo]) -> list[tuple[str, int]]:
+    """Where the admission script counts a request as in flight, and for how long at most
+    (`RedisLimiter.admit`'s `busy`): the deployment of each of `models` (`counted`).
 
     Counted by the script itself, in the step that checks the generations, not after it: a stop
     (`hosts.ondemand.services.take_out`) takes the deployment out of routing, bumps the routes
     generation and only then reads the count, so a request admitted on the older snapshot is
     either counted by then or refused as Stale and resolved again, as a cold model."""
-    if model.on_demand is None:
-        return None
-    # The lease outlives the longest the request can take: its cold-start wait, then its whole
-    # call (an admin may allow calls longer than the hour: a stream past its lease left the count,
-    # and the sweep could stop the model under it).
-    longest = math.ceil(model.on_demand.budget + float(settings.GATEWAY_TOTAL_TIMEOUT)) + 60
-    return activity.busy_key(model.on_demand.deployment_id), max(activity.LEASE_SECONDS, longest)
+    out = []
+    for model in models:
+        assert model.on_demand is not None
+        # The lease outlives the longest the request can take: its cold-start wait, then its whole
+        # call (an admin may allow calls longer than the hour: a stream past its lease left the
+        # count, and the sweep could stop the model under it).
+        longest = math.ceil(model.on_demand.budget + float(settings.GATEWAY_TOTAL_TIMEOUT)) + 60
+        out.append((activity.busy_key(model.on_demand.deployment_id), max(activity.LEASE_SECONDS, longest)))
+    return out
 
 
-def ended(deployment_id: int, request_id: str) -> None:
+def ended(deployment_id: int, request_id: str, *, used: bool = True) -> None:
+    """The request is no longer in flight on the deployment; `used`: it was sent there (an alias's
+    request counted on a target that it did not go to is not a use of that model)."""
     _spawn("ZREM", activity.busy_key(deployment_id), request_id)
-    _spawn("SET", activity.last_key(deployment_id), repr(time.time()), "EX", 30 * 86400)
+    if used:
+        _spawn("SET", activity.last_key(deployment_id), repr(time.time()), "EX", 30 * 86400)
 
 
-def not_sent(model: ModelInfo, request_id: str) -> None:
+def not_sent(models: Sequence[ModelInfo], request_id: str) -> None:
     """An admitted request that ends before it is sent (its cold start refused it): no longer in
-    flight, and not a use of the model either."""
-    if model.on_demand is not None:
-        _spawn("ZREM", activity.busy_key(model.on_demand.deployment_id), request_id)
+    flight, and not a use of the models either."""
+    for model in models:
+        if model.on_demand is not None:
+            _spawn("ZREM", activity.busy_key(model.on_demand.deployment_id), request_id)
 
 
 def _spawn(*args: object) -> None:

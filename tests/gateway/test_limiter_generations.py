@@ -58,30 +58,38 @@ def test_a_stale_admission_reserves_nothing_and_a_current_one_counts():
 async def _busy_scenario(url: str):
     """A request to an on-demand deployment is counted in flight by the admission itself
     (`gateway.ondemand.busy`), never when the script refuses or finds the caches stale, with and
-    without budgets (the set and its lease come after the budgets' arguments)."""
+    without budgets (the set and its lease come after the budgets' arguments); a request through
+    an alias whose targets include several on-demand models, on each of their deployments."""
     from gateway import limits
     from gateway.cache import BudgetInfo
 
     limiter = RedisLimiter(url)
     prefix = f"test-busy-{uuid.uuid4().hex}"
-    gen_keys, busy = f"{prefix}:gen:keys", f"{prefix}:od:busy:7"
+    gen_keys, busy, other = f"{prefix}:gen:keys", f"{prefix}:od:busy:7", f"{prefix}:od:busy:8"
     scope = Scope(f"{prefix}:k:1", "key", {"requests_per_minute": 2})
     budget = BudgetInfo(id=1, label="key", window="day", amount=10**12)
     original = limits.generation_keys
     limits.generation_keys = lambda: (gen_keys, f"{prefix}:gen:routes")
     try:
         await limiter.redis.call("SET", gen_keys, "7")
-        stale = await limiter.admit("stale", [scope], 10, expected=("6", None), busy=(busy, 3600))
-        plain = await limiter.admit("plain", [scope], 10, expected=("7", None), busy=(busy, 3600))
+        stale = await limiter.admit("stale", [scope], 10, expected=("6", None), busy=[(busy, 3600)])
+        plain = await limiter.admit("plain", [scope], 10, expected=("7", None), busy=[(busy, 3600)])
         budgeted = await limiter.admit(
-            "budgeted", [scope], 10, budgets=(budget,), cost=5, namespace=prefix, busy=(busy, 3600)
+            "budgeted", [scope], 10, budgets=(budget,), cost=5, namespace=prefix, busy=[(busy, 3600)]
         )
-        refused = await limiter.admit("refused", [scope], 10, busy=(busy, 3600))  # over 2 a minute
+        refused = await limiter.admit("refused", [scope], 10, busy=[(busy, 3600)])  # over 2 a minute
+        free = Scope(f"{prefix}:k:2", "key", {})
+        both = [(busy, 3600), (other, 7200)]
+        aliased = await limiter.admit("aliased", [free], 10, expected=("7", None), busy=both)
+        aliased_budget = await limiter.admit(
+            "aliased-budget", [free], 10, budgets=(budget,), cost=5, namespace=prefix, busy=both
+        )
         now = float((await limiter.redis.call("TIME"))[0])
-        scores = {
-            rid: await limiter.redis.call("ZSCORE", busy, rid) for rid in ("stale", "plain", "budgeted", "refused")
-        }
-        return stale, plain, budgeted, refused, now, scores
+        rids = ("stale", "plain", "budgeted", "refused", "aliased", "aliased-budget")
+        scores = {rid: await limiter.redis.call("ZSCORE", busy, rid) for rid in rids}
+        others = {rid: await limiter.redis.call("ZSCORE", other, rid) for rid in rids}
+        admitted = (plain, budgeted, aliased, aliased_budget)
+        return stale, admitted, refused, now, scores, others
     finally:
         limits.generation_keys = original
         keys = await limiter.redis.call("KEYS", f"{prefix}*")
@@ -92,12 +100,15 @@ async def _busy_scenario(url: str):
 
 def test_an_on_demand_request_is_in_flight_from_its_admission_on():
     url = require_redis()
-    stale, plain, budgeted, refused, now, scores = _run(_busy_scenario(url))
-    assert isinstance(stale, Stale) and isinstance(plain, Admission) and isinstance(budgeted, Admission)
+    stale, admitted, refused, now, scores, others = _run(_busy_scenario(url))
+    assert isinstance(stale, Stale) and all(isinstance(a, Admission) for a in admitted)
     assert isinstance(refused, Refusal) and refused.limit == "requests_per_minute"
     assert scores["stale"] is None and scores["refused"] is None
-    for rid in ("plain", "budgeted"):
+    for rid in ("plain", "budgeted", "aliased", "aliased-budget"):
         assert now + 3500 < float(scores[rid]) <= now + 3601, scores  # the lease, by Redis's clock
+    assert [rid for rid, score in others.items() if score is not None] == ["aliased", "aliased-budget"]
+    for rid in ("aliased", "aliased-budget"):
+        assert now + 7100 < float(others[rid]) <= now + 7201, others  # each set with its own lease
 
 
 def test_an_on_demand_request_stays_counted_for_as_long_as_it_may_take(settings):
@@ -112,7 +123,7 @@ def test_an_on_demand_request_stays_counted_for_as_long_as_it_may_take(settings)
         on_demand=OnDemandInfo(deployment_id=7, budget=300, estimate=60),
     )  # fmt: skip
     settings.GATEWAY_TOTAL_TIMEOUT = 7200
-    key, lease = ondemand.busy(model)
+    [(key, lease)] = ondemand.busy([model])
     assert key.endswith(":7") and lease >= 300 + 7200
     settings.GATEWAY_TOTAL_TIMEOUT = 900
-    assert ondemand.busy(model)[1] == 3600
+    assert ondemand.busy([model])[0][1] == 3600

@@ -9,9 +9,9 @@ killed llama-server does). The worker's part is played by the test: it runs the 
 The race, made to happen every time: the idle sweep (or the placement's eviction) has found the
 model idle with nothing in flight and is held right there (before it asks for the stop job); a
 request is sent, reaches the server (held there by the fake upstream), then the stop goes on.
-The request must get its whole answer and the server must still run; with nothing in flight the
-same stop does stop it, and a request that comes while that stop runs waits for the model's next
-start instead of getting an error.
+The request must get its whole answer and the server must still run, whether it named the model or
+an alias of it; with nothing in flight the same stop does stop it, and a request that comes while
+that stop runs waits for the model's next start instead of getting an error.
 """
 
 from __future__ import annotations
@@ -130,11 +130,11 @@ def served(transactional_db, ssh_target, settings):
         upstream.stop()
 
 
-def _ask(gateway: str, key: str) -> httpx.Response:
+def _ask(gateway: str, key: str, model: str = "od-stop") -> httpx.Response:
     return httpx.post(
         f"{gateway}/v1/chat/completions",
         headers={"Authorization": f"Bearer {key}"},
-        json={"model": "od-stop", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
+        json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
         timeout=300,
     )
 
@@ -190,16 +190,33 @@ def held_before_stop(monkeypatch):
     return reached, go
 
 
+def _named(via: str) -> str:
+    """What a request calls the model: its own name, or an alias whose one target it is."""
+    if via == "alias":
+        from channels.services import save_alias
+
+        save_alias(name="od-alias", targets=["od-stop"])
+        return "od-alias"
+    return "od-stop"
+
+
+VIA = ["model", "alias"]
+
+
+@pytest.mark.parametrize("via", VIA)
 @pytest.mark.parametrize("stop", list(STOPS))
 def test_a_request_that_reaches_an_idle_model_as_it_is_stopped_is_served_to_its_end(
-    stop, gateway, served, alice, held_before_stop, settings
+    stop, via, gateway, served, alice, held_before_stop, settings
 ):
+    """Named by its model or through an alias (the alias's request was not counted in flight: the
+    stop killed the server under it)."""
     from keys.services import issue_key
 
     settings.HOSTS_ONDEMAND_EVICT_IDLE_SECONDS = 0
     d = served.deployment
+    model = _named(via)
     _key, key = issue_key(owner=alice, name="laptop")
-    assert _ask(gateway, key).status_code == 200  # warm: the gateway routes to its channel
+    assert _ask(gateway, key, model).status_code == 200  # warm: the gateway routes to its channel
     wait_for(lambda: _nothing_in_flight(d), 30)
     reached, go = held_before_stop
 
@@ -208,7 +225,7 @@ def test_a_request_that_reaches_an_idle_model_as_it_is_stopped_is_served_to_its_
         stopping = pool.submit(_in_thread, STOPS[stop], d)
         assert reached.wait(60)  # chosen as idle, nothing in flight: about to stop it
         arrived = len(served.upstream.requests)
-        asked = pool.submit(_ask, gateway, key)
+        asked = pool.submit(_ask, gateway, key, model)
         wait_for(lambda: len(served.upstream.requests) > arrived, 60)  # at the server, being answered
         go.set()
         stopped = stopping.result(timeout=120)
@@ -234,32 +251,35 @@ def test_a_request_that_reaches_an_idle_model_as_it_is_stopped_is_served_to_its_
     assert served.status() == DeploymentStatus.STOPPED and not served.routed()
 
 
+@pytest.mark.parametrize("via", VIA)
 @pytest.mark.parametrize("stop", list(STOPS))
 def test_a_request_admitted_but_not_sent_yet_keeps_the_model_running(
-    stop, gateway, served, alice, monkeypatch, settings
+    stop, via, gateway, served, alice, monkeypatch, settings
 ):
-    """The gateway has admitted a request for the model (on its snapshot, which routes to it) and
-    is held right after that, before anything is sent: the request already counts as in flight,
-    so the idle sweep (or an eviction) that looks now leaves the model running and it is served."""
-    from gateway import ondemand as gateway_ondemand
+    """The gateway has admitted a request for the model, or for an alias of it (on its snapshot,
+    which routes to it), and is held after that, before anything is sent: the request already
+    counts as in flight, so the idle sweep (or an eviction) that looks now leaves the model
+    running and it is served."""
+    from gateway import call as gateway_call
     from keys.services import issue_key
 
     settings.HOSTS_ONDEMAND_EVICT_IDLE_SECONDS = 0
     d = served.deployment
+    model = _named(via)
     _key, key = issue_key(owner=alice, name="laptop")
-    assert _ask(gateway, key).status_code == 200
+    assert _ask(gateway, key, model).status_code == 200
     wait_for(lambda: _nothing_in_flight(d), 30)
     admitted, go = threading.Event(), threading.Event()
-    listen = gateway_ondemand.listen
+    send_upstream = gateway_call.send_upstream
 
-    def held() -> None:  # on the gateway's loop: it waits there, as a busy loop would
+    async def held(*args, **kwargs):  # on the gateway's loop: it waits there, as a busy loop would
         admitted.set()
         assert go.wait(120)
-        listen()
+        return await send_upstream(*args, **kwargs)
 
-    monkeypatch.setattr(gateway_ondemand, "listen", held)
+    monkeypatch.setattr(gateway_call, "send_upstream", held)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        asked = pool.submit(_ask, gateway, key)
+        asked = pool.submit(_ask, gateway, key, model)
         try:
             assert admitted.wait(60)
             stopped = STOPS[stop](d)
