@@ -77,7 +77,10 @@ async def open_call(
                 catalog = await snapshot.get_catalog(fresh=attempt == 1)
             info = resolved = resolve_model(key, catalog, model)
             req.model_name = info.name
-            cold = info.cold  # on demand and stopped: started below, once the limits admitted the request
+            # On demand and stopped (or an alias whose targets are, `ModelInfo.starts`): started
+            # below, once the limits admitted the request.
+            starts = info.starts
+            cold = starts is not None
             if not info.has_routes and not cold:
                 raise GatewayError(503, f"No channel serves the model '{info.name}' right now.", code="no_channel")
             prompt = max(int(prompt_tokens), 0)
@@ -134,9 +137,9 @@ async def open_call(
         # First attempt: admit only if our cached keys/routes are current (else Stale, nothing
         # reserved); the retry runs on freshly loaded data and is not checked again.
         expected = snapshot.generation if attempt == 0 else None
-        # The on-demand deployments it may be sent to (its model's, an alias's targets'): counted
-        # in flight by the admission script itself (`ondemand.busy`).
-        counted = ondemand.counted(info, selection.routes)
+        # The on-demand deployments it may be sent to (its model's, an alias's targets', or the
+        # one it starts): counted in flight by the admission script itself (`ondemand.busy`).
+        counted = [starts] if starts is not None else ondemand.counted(info, selection.routes)
         # An output the client did not ask for shrinks to what the token limits have left (at
         # least a token a choice) instead of refusing the request for it.
         floor = prompt + choices if max_tokens is None else None
@@ -199,7 +202,7 @@ async def open_call(
     if result.alerts:
         alert_budgets(key, result.alerts)
     waited: float | None = None
-    if cold:
+    if starts is not None:
         info, selection, waited = await _warm_up(
             req,
             key,
@@ -210,7 +213,7 @@ async def open_call(
             stream,
             started,
             choice=choice,
-            counted=counted,
+            starts=starts,
             prompt=prompt,
             output=output,
         )
@@ -285,12 +288,13 @@ async def _warm_up(
     prompt: int,
     output: int,
     choice: balance.Choice,
-    counted: list[ModelInfo],
+    starts: ModelInfo,
 ) -> tuple[ModelInfo, Selection, float]:
-    """The request was admitted for a stopped on-demand model: start it, wait, route on the fresh
-    catalog. Anything that ends the wait settles the reservation unused and is on the record."""
+    """The request was admitted for a stopped on-demand model (`starts`: `info` itself, or the
+    alias's target it starts): start it, wait, route on the fresh catalog. Anything that ends the
+    wait settles the reservation unused and is on the record."""
     try:
-        waited = await ondemand.wait_until_warm(req, info, stream=stream)
+        waited = await ondemand.wait_until_warm(req, starts, stream=stream)
         info = resolve_model(key, await snapshot.get_catalog(), model)
         if not info.has_routes:
             raise GatewayError(503, f"No channel serves the model '{info.name}' right now.", code="no_channel")
@@ -298,14 +302,14 @@ async def _warm_up(
     except GatewayError as err:
         if process.limiter is not None:
             process.limiter.settle(admission, 0)
-        ondemand.not_sent(counted, req.request_id)
+        ondemand.not_sent([starts], req.request_id)
         status = UsageStatus.UNAVAILABLE if err.status >= 500 else UsageStatus.CLIENT_ERROR
         _record_refusal(req.request_id, key, info, surface, stream, err, started, status=status)
         raise
     except BaseException:
         if process.limiter is not None:
             process.limiter.settle(admission, 0)
-        ondemand.not_sent(counted, req.request_id)
+        ondemand.not_sent([starts], req.request_id)
         raise
 
 
@@ -343,10 +347,12 @@ def budget_reservation(model: ModelInfo, selection: Selection, prompt: int, outp
 
 
 def cold_reservation(model: ModelInfo, prompt: int, output: int, now: float) -> int:
-    """The most a request that starts a stopped on-demand model can cost: at its route's price
-    from its last run, else as an unpriced route (refused, or the fallback the admin allows)."""
-    assert model.on_demand is not None
-    rates, _how = model.on_demand.rates(now)
+    """The most a request that starts a stopped on-demand model (`model`'s, `ModelInfo.starts`) can
+    cost: at its route's price from its last run, else as an unpriced route (refused, or the
+    fallback the admin allows)."""
+    starts = model.starts
+    assert starts is not None and starts.on_demand is not None
+    rates, _how = starts.on_demand.rates(now)
     if rates is None:
         raise not_priced(model)
     return rates.most(prompt, output)

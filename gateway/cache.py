@@ -281,8 +281,19 @@ class ModelInfo:
 
     @property
     def cold(self) -> bool:
-        """An on-demand model with no channel serving it now: a request starts it."""
-        return self.on_demand is not None and not self.has_routes
+        """Nothing serves it now, and a request starts an on-demand model for it (`starts`)."""
+        return self.starts is not None
+
+    @property
+    def starts(self) -> ModelInfo | None:
+        """The on-demand model a request for this one starts when no channel serves it now: itself,
+        or an alias's first enabled on-demand target (once that runs, the request is routed through
+        the alias as usual). None when something serves it, or nothing can be started for it."""
+        if (self.on_demand is None and not self.is_alias) or self.has_routes:
+            return None
+        if self.on_demand is not None:
+            return self
+        return next((t for t in self.targets if t.enabled and t.on_demand is not None), None)
 
     @property
     def has_routes(self) -> bool:

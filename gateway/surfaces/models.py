@@ -67,7 +67,7 @@ async def get_model(req: Request) -> None:
     if "anthropic-version" not in req.headers:
         key = await authenticate(req)
         model = resolve_model(key, await snapshot.get_catalog(), name)
-        if not model.has_routes and model.on_demand is None:
+        if not model.has_routes and not model.cold:
             raise GatewayError(404, f"The model '{name}' has no channel right now.", code="model_not_found")
         _check_payable(key, model)
         await send_json(req.send, 200, _openai_model(model, key))

@@ -127,3 +127,48 @@ def test_an_on_demand_request_stays_counted_for_as_long_as_it_may_take(settings)
     assert key.endswith(":7") and lease >= 300 + 7200
     settings.GATEWAY_TOTAL_TIMEOUT = 900
     assert ondemand.busy([model])[0][1] == 3600
+
+
+def test_an_alias_request_is_counted_on_the_on_demand_targets_it_may_be_sent_to():
+    """On each on-demand target whose routes are in its selection (the call fails over along it),
+    not on a target it cannot be sent to (stopped, disabled, too small a window); an alias whose
+    targets are all stopped starts its first on-demand one, and is counted there. Nothing for a
+    model that is not on demand."""
+    from gateway import ondemand
+    from gateway.cache import ModelInfo, OnDemandInfo, RouteInfo
+    from gateway.catalog import select_routes
+    from tests.gateway.test_breaker import key_info
+
+    def model(n: int, *, on_demand: bool = True, routed: bool = True, window: int = 8192, enabled: bool = True):
+        name = f"m{n}"
+        route = RouteInfo(
+            route_id=n, channel_id=n, channel_name=f"c{n}", kind="vllm", base_url="http://127.0.0.1:1",
+            api_key="", priority=0, weight=1, status="healthy", upstream_id=name, speaks_messages=False,
+            speaks_responses=False, model_name=name, context_window=window,
+        )  # fmt: skip
+        return ModelInfo(
+            id=n, name=name, enabled=enabled, created=0, context_window=None, max_output_tokens=None, description="",
+            groups=[[route]] if routed else [], on_demand=OnDemandInfo(n, 60, 30) if on_demand else None,
+        )  # fmt: skip
+
+    def alias(*targets: ModelInfo) -> ModelInfo:
+        return ModelInfo(
+            id=99, name="alias", enabled=True, created=0, context_window=None, max_output_tokens=None,
+            description="", is_alias=True, targets=list(targets),
+        )  # fmt: skip
+
+    cloud, first, later = model(1, on_demand=False), model(2), model(3)
+    stopped, disabled, narrow = model(4, routed=False), model(5, enabled=False), model(6, window=100)
+    mixed = alias(cloud, stopped, first, disabled, narrow, later)
+    selection = select_routes(mixed, key_info(), prompt=500, output=10)
+    assert [r.model_name for r in selection.routes] == ["m1", "m2", "m3"]
+    assert mixed.starts is None
+    assert ondemand.counted(mixed, selection.routes) == [first, later]
+    assert [key.rsplit(":", 1)[1] for key, _lease in ondemand.busy([first, later])] == ["2", "3"]
+
+    cold = alias(disabled, model(7, on_demand=False, routed=False), stopped, model(8, routed=False))
+    assert cold.cold and cold.starts is stopped  # the first enabled on-demand target, in the alias's order
+    assert alias(cloud, stopped).starts is None  # something serves it now
+
+    assert ondemand.counted(cloud, selection.routes) == [] and ondemand.counted(alias(cloud), selection.routes) == []
+    assert ondemand.counted(first, []) == [first] and first.starts is None and stopped.starts is stopped

@@ -293,19 +293,22 @@ def test_a_request_admitted_but_not_sent_yet_keeps_the_model_running(
     assert served.server.poll() is None and served.status() == DeploymentStatus.RUNNING and served.routed()
 
 
+@pytest.mark.parametrize("via", VIA)
 def test_a_request_that_comes_as_the_model_is_taken_out_keeps_it_running_and_is_served(
-    gateway, served, alice, monkeypatch
+    via, gateway, served, alice, monkeypatch
 ):
     """The sweep has taken the model out of routing and bumped the routes generation; before it
-    reads what is in flight again, a request comes: the gateway finds the model cold, counts the
-    request and opens a cold start. The sweep sees it, puts the model back, and the request is
-    served by the running server as soon as that is announced (no launch, no worker needed)."""
+    reads what is in flight again, a request comes (for the model, or an alias of it): the gateway
+    finds the model cold, counts the request and opens a cold start. The sweep sees it, puts the
+    model back, and the request is served by the running server as soon as that is announced (no
+    launch, no worker needed)."""
     from gateway import ondemand as gateway_ondemand
     from keys.services import issue_key
 
     d = served.deployment
+    model = _named(via)
     _key, key = issue_key(owner=alice, name="laptop")
-    assert _ask(gateway, key).status_code == 200
+    assert _ask(gateway, key, model).status_code == 200
     wait_for(lambda: _nothing_in_flight(d), 30)
 
     def waiting() -> int:
@@ -318,7 +321,7 @@ def test_a_request_that_comes_as_the_model_is_taken_out_keeps_it_running_and_is_
 
         def bumped() -> bool:
             done = bump()
-            asked.append(pool.submit(_ask, gateway, key))
+            asked.append(pool.submit(_ask, gateway, key, model))
             wait_for(lambda: waiting() == 1, 60)  # it waits for the model, as a cold one
             return done
 
@@ -332,27 +335,33 @@ def test_a_request_that_comes_as_the_model_is_taken_out_keeps_it_running_and_is_
     assert not LaunchJob.objects.filter(deployment=d).active().exists()
 
 
-def test_a_request_that_comes_while_the_stop_runs_waits_for_the_next_start(gateway, served, alice, settings):
-    """Taken out of routing and its stop job not run yet: a request now is a cold model's, it waits
-    (no 502, no 503) while the stop runs and the placement, retried once the stop is done, starts
-    the model again on the host (the real llama.cpp server, over SSH); then it is answered."""
+@pytest.mark.parametrize("via", VIA)
+def test_a_request_that_comes_while_the_stop_runs_waits_for_the_next_start(via, gateway, served, alice, settings):
+    """Taken out of routing and its stop job not run yet: a request now (for the model, or an alias
+    of it: was a 503 `no_channel`) is a cold model's, it waits (no 502, no 503) while the stop runs
+    and the placement, retried once the stop is done, starts the model again on the host (the real
+    llama.cpp server, over SSH); then it is answered."""
     from gateway import ondemand as gateway_ondemand
     from keys.services import issue_key
 
     settings.HOSTS_ONDEMAND_RETRY_SECONDS = 0.5
     d = served.deployment
+    model = _named(via)
     _key, key = issue_key(owner=alice, name="laptop")
-    assert _ask(gateway, key).status_code == 200
+    assert _ask(gateway, key, model).status_code == 200
     wait_for(lambda: _nothing_in_flight(d), 30)
     assert _sweep(d)  # out of routing, its stop job queued
     assert served.status() == DeploymentStatus.STOPPING and not served.routed()
+    auth = {"Authorization": f"Bearer {key}"}
+    wait_for(lambda: model in {m["id"] for m in httpx.get(f"{gateway}/v1/models", headers=auth).json()["data"]}, 30)
+    assert httpx.get(f"{gateway}/v1/models/{model}", headers=auth).status_code == 200  # listed while cold
 
     def waiting() -> int:
         state = gateway_ondemand._models.get(d.pk)
         return state.waiting if state is not None else 0
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        asked = pool.submit(_ask, gateway, key)
+        asked = pool.submit(_ask, gateway, key, model)
         wait_for(lambda: waiting() == 1 and ColdStart.objects.active().filter(deployment=d).exists(), 60)
         cold = ColdStart.objects.active().get(deployment=d)
         assert ondemand.place(cold.pk) == settings.HOSTS_ONDEMAND_RETRY_SECONDS  # waits for the stop
