@@ -77,9 +77,16 @@ def usable_models(user: User, key: Key | None = None) -> QuerySet[Model]:
     if local:
         live_routes = live_routes.filter(channel__locality=Locality.LOCAL)
     owner = key.owner if key is not None else user
-    # A model served on demand is offered while stopped: the first request starts it (hosts/ondemand/).
-    on_demand = Deployment.objects.filter(on_demand=True, served_model_name=OuterRef("name"))
-    qs = Model.objects.usable_by(owner).filter(Exists(live_routes) | Exists(live_targets) | Exists(on_demand))
+    # A model served on demand is offered while stopped: the first request starts it (hosts/ondemand/);
+    # so is an alias with an enabled on-demand target (a request through it starts that one).
+    served_on_demand = Deployment.objects.filter(on_demand=True)
+    on_demand = served_on_demand.filter(served_model_name=OuterRef("name"))
+    on_demand_targets = AliasTarget.objects.filter(
+        alias=OuterRef("pk"), target__enabled=True, target__name__in=served_on_demand.values("served_model_name")
+    )
+    qs = Model.objects.usable_by(owner).filter(
+        Exists(live_routes) | Exists(live_targets) | Exists(on_demand) | Exists(on_demand_targets)
+    )
     if key is not None:
         key_allowed = list(key.allowed_models.values_list("pk", flat=True))
         if key_allowed:
