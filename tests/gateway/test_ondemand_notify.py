@@ -23,7 +23,7 @@ from hosts.ondemand.models import ColdStartState
 from keys.models import UsageRecord
 from keys.services import issue_key
 from tests.gateway.conftest import wait_for
-from tests.hosts.test_ondemand import on_demand
+from tests.hosts.test_ondemand import on_demand, serving
 from tests.services import free_port
 
 pytestmark = [pytest.mark.services]
@@ -51,20 +51,7 @@ def _ask(gateway_url: str, key: str) -> httpx.Response:
 def _serve(d: Deployment, upstream) -> None:
     """What the placement and then the launch job leave behind once the server answers."""
     ColdStart.objects.active().filter(deployment=d).update(state=ColdStartState.LAUNCHING)
-    channel = channel_services.register_served_model(
-        channel=None,
-        name=f"{d.served_model_name}@{d.host.name}",
-        kind="vllm",
-        base_url=upstream.base_url,
-        api_key=upstream.api_key or "",
-        model_name=d.served_model_name,
-        upstream_model="fake-model",
-        context_window=8192,
-        status_message="test",
-    )
-    Deployment.objects.filter(pk=d.pk).update(channel=channel)
-    d.refresh_from_db()
-    services.set_status(d, DeploymentStatus.RUNNING, "Serving (test).")  # announces, after the commit
+    serving(d, upstream.base_url, upstream.api_key or "")
 
 
 def _answered_once_served(gateway_url, cold_model, upstream, alice) -> httpx.Response:

@@ -156,6 +156,27 @@ def on_demand(host: Host, name: str, served: str, **fields) -> Deployment:
     )
 
 
+def serving(d: Deployment, base_url: str, api_key: str, pid: int | None = None) -> None:
+    """What the launch job leaves behind once the deployment's server answers (at `base_url`): its
+    channel registered, the deployment running (announced to the gateway after the commit)."""
+    from channels import services as channel_services
+
+    channel = channel_services.register_served_model(
+        channel=None,
+        name=f"{d.served_model_name}@{d.host.name}",
+        kind="vllm",
+        base_url=base_url,
+        api_key=api_key,
+        model_name=d.served_model_name,
+        upstream_model="fake-model",
+        context_window=8192,
+        status_message="test",
+    )
+    Deployment.objects.filter(pk=d.pk).update(channel=channel)
+    d.refresh_from_db()
+    services.set_status(d, DeploymentStatus.RUNNING, "Serving (test).", **({"pid": pid} if pid else {}))
+
+
 def wait_for(predicate, timeout: float, what: str, log_path=None) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():

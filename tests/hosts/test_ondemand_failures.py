@@ -50,6 +50,22 @@ from .test_ondemand_placement import TINY_NEED
 
 pytestmark = [pytest.mark.slow]
 
+
+def host_at(target, name: str, port: int) -> Host:
+    """A host registered for the sshd `target` (its key pinned) but reached on `port` (nothing
+    there, or a proxy in front of it), with one GPU on record as an inventory would leave it."""
+    host = Host.objects.create(
+        name=name,
+        address=target.address,
+        ssh_port=port,
+        username=target.username,
+        private_key=target.client_private_key,
+        host_key_fingerprint=target.host_key_fingerprint,
+    )
+    GPU.objects.create(host=host, index=0, name="RTX 4090", memory_total_mib=24564, memory_used_mib=0)
+    return host
+
+
 WRONG_PIN = "SHA256:" + "A" * 43
 
 
@@ -88,15 +104,7 @@ def test_a_pinned_host_that_refuses_ssh_fails_the_start_at_once_and_says_which_a
 ):
     target = two_targets[0]
     closed = free_port()  # nothing listens there: connection refused
-    host = Host.objects.create(
-        name="gpu-gone",
-        address=target.address,
-        ssh_port=closed,
-        username=target.username,
-        private_key=target.client_private_key,
-        host_key_fingerprint=target.host_key_fingerprint,
-    )
-    GPU.objects.create(host=host, index=0, name="RTX 4090", memory_total_mib=24564, memory_used_mib=0)
+    host = host_at(target, "gpu-gone", closed)
     d = on_demand(host, "od-gone", "od-gone", pin_host=True, cold_start_budget=3600)
     _key, key = issue_key(owner=alice, name="laptop")
 
@@ -346,15 +354,7 @@ def test_a_host_that_goes_away_while_its_server_loads_fails_the_start_at_once_sa
     server_on_a(NEVER_HEALTHY)
     target = two_targets[0]
     with TcpProxy(f"tcp://{target.address}:{target.port}") as proxy:
-        host = Host.objects.create(
-            name="gpu-flaky",
-            address=target.address,
-            ssh_port=proxy.port,
-            username=target.username,
-            private_key=target.client_private_key,
-            host_key_fingerprint=target.host_key_fingerprint,
-        )
-        GPU.objects.create(host=host, index=0, name="RTX 4090", memory_total_mib=24564, memory_used_mib=0)
+        host = host_at(target, "gpu-flaky", proxy.port)
         d = on_demand(host, "od-flaky", "od-flaky", pin_host=True, cold_start_budget=3600)
         _key, key = issue_key(owner=alice, name="laptop")
         with concurrent.futures.ThreadPoolExecutor(1) as pool:

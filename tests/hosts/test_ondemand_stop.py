@@ -31,10 +31,9 @@ import pytest
 from django import db
 from django.utils.translation import gettext_noop
 
-from channels import services as channel_services
 from channels.models import Channel
 from hosts.choices import DeploymentStatus, JobAction, JobState
-from hosts.deployments import jobs, services
+from hosts.deployments import jobs
 from hosts.models import ColdStart, Deployment, LaunchJob
 from hosts.ondemand import activity, tasks
 from hosts.ondemand import services as ondemand
@@ -44,7 +43,7 @@ from tests.fakes.llamacpp import REPO_ROOT
 from tests.fakes.upstream import FakeUpstream
 from tests.gateway.conftest import ThreadServer, wait_for
 from tests.hosts.conftest import registered_host
-from tests.hosts.test_ondemand import on_demand
+from tests.hosts.test_ondemand import on_demand, serving
 
 pytestmark = [pytest.mark.slow]
 
@@ -103,20 +102,7 @@ def served(transactional_db, ssh_target, settings):
     )
     try:
         wait_for(lambda: _listening(d.port), 30)
-        channel = channel_services.register_served_model(
-            channel=None,
-            name=f"{d.served_model_name}@{d.host.name}",
-            kind="vllm",
-            base_url=d.base_url,
-            api_key=UPSTREAM_KEY,
-            model_name=d.served_model_name,
-            upstream_model="fake-model",
-            context_window=8192,
-            status_message="test",
-        )
-        Deployment.objects.filter(pk=d.pk).update(channel=channel)
-        d.refresh_from_db()
-        services.set_status(d, DeploymentStatus.RUNNING, "Serving (test).", pid=server.pid)
+        serving(d, d.base_url, UPSTREAM_KEY, pid=server.pid)
         yield Served(d, upstream, server)
     finally:
         if upstream.gate is not None:
