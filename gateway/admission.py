@@ -3,7 +3,8 @@ against the key's, the owner's and the owner's team's limits (`limits`); the res
 
 With Redis the admission script also reports the cache generations: when they show that this
 process's snapshot is stale, nothing was reserved, and the request is authenticated and resolved
-again on fresh data (once). A refusal is a 429 with `Retry-After` and is recorded as usage.
+again on fresh data, and checked again (`ADMIT_ATTEMPTS` in all, then a 503: never admitted
+unchecked). A refusal is a 429 with `Retry-After` and is recorded as usage.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from .state import process
 from .usage import UsageEvent
 
 UNKNOWN_KEY = frozenset({"invalid_api_key", "invalid_playground_credential"})
+# Admission attempts: a Stale answer reloads what changed and tries again, this many times in all.
+ADMIT_ATTEMPTS = 3
 
 
 async def open_call(
@@ -57,7 +60,10 @@ async def open_call(
     request_id = req.request_id
     ns = namespace()
     choice = balance.Choice()
-    for attempt in (0, 1):
+    for attempt in range(ADMIT_ATTEMPTS):
+        # The generations this attempt's key and catalog are checked against: read before they
+        # are (a copy loaded before a change this process heard of is never vouched for).
+        expected = snapshot.generation
         try:
             key = await authenticate(req)
         except GatewayError as refused:
@@ -73,8 +79,8 @@ async def open_call(
         try:
             pinned = pinned_channel(req, key)
             catalog = snapshot.catalog  # current (what get_catalog answers without waiting), else loaded
-            if catalog is None:  # on the second attempt the older copy is known stale: wait for the load
-                catalog = await snapshot.get_catalog(fresh=attempt == 1)
+            if catalog is None:  # on a retry the older copy is known stale: wait for the load
+                catalog = await snapshot.get_catalog(fresh=attempt > 0)
             info = resolved = resolve_model(key, catalog, model)
             req.model_name = info.name
             # On demand and stopped (or an alias whose targets are, `ModelInfo.starts`): started
@@ -134,9 +140,9 @@ async def open_call(
                     explanation=refused.explanation,
                 )
             raise
-        # First attempt: admit only if our cached keys/routes are current (else Stale, nothing
-        # reserved); the retry runs on freshly loaded data and is not checked again.
-        expected = snapshot.generation if attempt == 0 else None
+        # Admitted only if our cached keys/routes are still current (else Stale, nothing reserved),
+        # the retry too: a deployment taken out of routing (`hosts.ondemand.services.take_out`)
+        # while it loaded must not be sent the request after it read what is in flight.
         # The on-demand deployments it may be sent to (its model's, an alias's targets', or the
         # one it starts): counted in flight by the admission script itself (`ondemand.busy`).
         counted = [starts] if starts is not None else ondemand.counted(info, selection.routes)
@@ -177,6 +183,17 @@ async def open_call(
         if result.generations is not None:
             snapshot.observe_generation(*result.generations)
         break
+    else:  # Stale every time: the configuration keeps changing under the request (nothing reserved)
+        metrics.refused("stale", "")
+        busy = GatewayError(
+            503,
+            "The gateway's configuration changed while this request was being admitted, "
+            f"{ADMIT_ATTEMPTS} times in a row. Retry in a moment.",
+            code="configuration_changing",
+            headers=[(b"retry-after", b"1")],
+        )
+        _record_refusal(request_id, key, info, surface, stream, busy, started, status=UsageStatus.UNAVAILABLE)
+        raise busy
     if isinstance(result, Refusal):
         metrics.refused(result.limit, result.scope)
         err = _budget_error(result, cost) if result.budget is not None else _refusal_error(result, scopes)

@@ -133,3 +133,39 @@ def test_a_refusal_that_stands_is_answered_and_recorded_once(setup, stale_server
     assert chat(stale_server, setup.plaintext, "qwen3-32b").status_code == 200
     wait_for(lambda: UsageRecord.objects.filter(http_status=200).exists())  # recorded after the refusal
     assert UsageRecord.objects.filter(http_status=403, error__contains="has no price").count() == 1
+
+
+def test_an_admission_stale_again_after_each_reload_is_answered_503_never_admitted_unchecked(
+    setup, stale_server, settings, monkeypatch
+):
+    """Each retry is checked against the generations its reload was made for (a deployment taken
+    out of routing during the load must not be sent the request). While changes keep coming
+    faster than the catalog loads, a few attempts, then a clear 503 with Retry-After (was: the
+    second attempt was admitted unchecked)."""
+    from gateway import cache
+
+    snapshot.catalog = snapshot.last_catalog = _load_catalog()
+    load = cache._load_catalog
+    loads: list[int] = []
+
+    def load_then_change():
+        loads.append(1)
+        try:
+            return load()
+        finally:
+            announce(settings, routes=True)  # another change, saved while this load ran
+
+    monkeypatch.setattr(cache, "_load_catalog", load_then_change)
+    announce(settings, routes=True)
+
+    r = chat(stale_server, setup.plaintext, "qwen3-32b")
+
+    assert r.status_code == 503, r.text
+    assert r.json()["error"]["code"] == "configuration_changing"
+    assert r.headers["retry-after"] == "1"
+    assert len(loads) == 2  # loaded again after each Stale answer but the last
+    wait_for(lambda: UsageRecord.objects.filter(http_status=503).exists())
+    assert not UsageRecord.objects.filter(http_status=200).exists()
+
+    monkeypatch.setattr(cache, "_load_catalog", load)  # the changes stop: admitted at once
+    assert chat(stale_server, setup.plaintext, "qwen3-32b").status_code == 200

@@ -370,3 +370,65 @@ def test_the_routes_generation_bumped_is_the_one_the_gateway_reads(namespace):
     from gateway.cache import generation_keys
 
     assert activity.routes_generation_key() == generation_keys()[1]
+
+
+@pytest.mark.parametrize("via", VIA)
+def test_a_request_that_reloaded_its_routes_before_the_model_was_taken_out_waits_for_the_next_start(
+    via, gateway, served, alice, monkeypatch, settings
+):
+    """The request's first admission was Stale (another change), so it loaded the catalog again:
+    the model still runs there. Held right after that load, before its retried admission, the
+    model is taken out of routing, finds nothing in flight and is stopped (its server killed). The
+    retry is checked against the generations too: it is Stale again, finds the model cold and
+    waits for its next start (was: admitted unchecked, sent to the killed server, 502)."""
+    import asyncio
+
+    from gateway import ondemand as gateway_ondemand
+    from gateway.cache import snapshot
+    from keys.services import issue_key
+
+    settings.HOSTS_ONDEMAND_RETRY_SECONDS = 0.5
+    d = served.deployment
+    model = _named(via)
+    _key, key = issue_key(owner=alice, name="laptop")
+    assert _ask(gateway, key, model).status_code == 200
+    wait_for(lambda: _nothing_in_flight(d), 30)
+
+    reloaded, go = threading.Event(), threading.Event()
+    get_catalog = snapshot.get_catalog
+
+    async def held(*args, **kwargs):  # on the gateway's loop, which goes on meanwhile
+        catalog = await get_catalog(*args, **kwargs)
+        if not reloaded.is_set():
+            reloaded.set()
+            assert await asyncio.to_thread(go.wait, 120)
+        return catalog
+
+    def waiting() -> int:
+        state = gateway_ondemand._models.get(d.pk)
+        return state.waiting if state is not None else 0
+
+    monkeypatch.setattr(snapshot, "get_catalog", held)
+    assert activity.bump_routes()  # a change elsewhere: the request's first admission is Stale
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        asked = pool.submit(_ask, gateway, key, model)
+        try:
+            assert reloaded.wait(60)  # loaded again: the model runs, routed to its channel
+            assert _sweep(d)  # taken out of routing, nothing in flight: stopped
+            _run_queued_stops(d)
+            served.server.wait(timeout=60)
+        finally:
+            go.set()
+        wait_for(
+            lambda: asked.done() or (waiting() == 1 and ColdStart.objects.active().filter(deployment=d).exists()), 60
+        )
+        assert not asked.done(), asked.result().text
+        cold = ColdStart.objects.active().get(deployment=d)
+        tasks.placement(cold.pk)  # the start, as the worker runs it: the launch
+        reply = asked.result(timeout=300)
+
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["usage"]["completion_tokens"] >= 1
+    cold.refresh_from_db()
+    assert cold.state == ColdStartState.READY
+    assert served.status() == DeploymentStatus.RUNNING and served.routed()
