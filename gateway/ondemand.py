@@ -163,27 +163,35 @@ def allowance(req: Request, budget: float) -> float:
     return min(budget, float(found.group(1))) if found else budget
 
 
-def _unavailable(info: ModelInfo, message: str, retry_after: float) -> GatewayError:
+def _named(info: ModelInfo, asked: str | None) -> str:
+    """The model as a message names it: the alias the client asked for, and the model it starts."""
+    if asked and asked != info.name:
+        return f"'{asked}' (alias of '{info.name}')"
+    return f"'{info.name}'"
+
+
+def _unavailable(info: ModelInfo, message: str, retry_after: float, asked: str | None = None) -> GatewayError:
     retry = max(1, math.ceil(retry_after))
     return GatewayError(
         503,
-        f"The model '{info.name}' {message} Retry in about {retry} s.",
+        f"The model {_named(info, asked)} {message} Retry in about {retry} s.",
         code="model_starting",
         headers=[(b"retry-after", str(retry).encode())],
     )
 
 
-async def wait_until_warm(req: Request, info: ModelInfo, *, stream: bool) -> float:
+async def wait_until_warm(req: Request, info: ModelInfo, *, stream: bool, asked: str | None = None) -> float:
     """Start the model if needed and wait until a channel serves it; returns the seconds waited.
     Raises GatewayError 503 (with Retry-After) when it cannot wait or the budget runs out; for a
-    stream whose SSE headers were already sent that error goes out as a `data:` event."""
+    stream whose SSE headers were already sent that error goes out as a `data:` event. `asked`:
+    the name the client used (an alias of `info`), which the errors name too."""
     assert info.on_demand is not None
     deployment_id = info.on_demand.deployment_id
     started = time.perf_counter()
     state = _models.setdefault(deployment_id, _Model())
     if state.waiting >= int(settings.GATEWAY_ONDEMAND_QUEUE):
         metrics.ondemand_refused("queue_full")
-        raise _unavailable(info, "is starting and its queue is full.", _retry_after(info, state))
+        raise _unavailable(info, "is starting and its queue is full.", _retry_after(info, state), asked)
     wait = allowance(req, info.on_demand.budget)
     if state.outcome is None or state.outcome.done():
         state.outcome = asyncio.get_running_loop().create_future()
@@ -191,7 +199,7 @@ async def wait_until_warm(req: Request, info: ModelInfo, *, stream: bool) -> flo
     outcome = state.outcome
     if wait <= 0:  # the start goes on; the client comes back
         metrics.ondemand_refused("no_wait")
-        raise _unavailable(info, "is starting.", _retry_after(info, state))
+        raise _unavailable(info, "is starting.", _retry_after(info, state), asked)
     state.waiting += 1
     try:
         if stream and not outcome.done():
@@ -206,20 +214,20 @@ async def wait_until_warm(req: Request, info: ModelInfo, *, stream: bool) -> flo
         metrics.ondemand_refused("downloading")
         raise GatewayError(
             503,
-            f"The model '{info.name}' is being downloaded to the host it will run on ({downloading}); "
+            f"The model {_named(info, asked)} is being downloaded to the host it will run on ({downloading}); "
             f"it starts once that is done. Retry in about {math.ceil(_retry_after(info, state))} s.",
             code="model_downloading",
             headers=[(b"retry-after", str(max(1, math.ceil(_retry_after(info, state)))).encode())],
         )
     if result is None:
         metrics.ondemand_refused("budget")
-        raise _unavailable(info, _still_starting(info, state.last, wait), _retry_after(info, state))
+        raise _unavailable(info, _still_starting(info, state.last, wait), _retry_after(info, state), asked)
     if result["state"] != "ready":
         metrics.ondemand_refused("failed")
         why = (result.get("message") or "see its deployment").rstrip(".")  # the sentence ends once
         raise GatewayError(
             503,
-            f"The model '{info.name}' could not be started: {why}.",
+            f"The model {_named(info, asked)} could not be started: {why}.",
             code="model_start_failed",
             headers=[(b"retry-after", b"30")],
         )

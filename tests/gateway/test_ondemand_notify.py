@@ -226,3 +226,32 @@ def test_a_cold_model_asked_for_while_the_database_is_away_gets_the_databases_50
     assert reply.status_code == 503, reply.text
     assert reply.json()["error"]["code"] == "database_unavailable", reply.text
     assert reply.headers["retry-after"] == "5"
+
+
+def test_a_cold_start_through_an_alias_names_the_alias_and_the_model_it_starts(gateway_url, cold_model, alice):
+    """The client asked for the alias: the 503s of the cold start it set off say that name, and
+    which model it starts (they named only the target, a name the client never sent)."""
+    from channels.services import save_alias
+
+    save_alias(name="od-coder", targets=["od-notify"])
+    _key, key = issue_key(owner=alice, name="laptop")
+
+    def ask(model: str, wait: int) -> dict:
+        reply = httpx.post(
+            f"{gateway_url}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {key}", "Prefer": f"wait={wait}"},
+            json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
+            timeout=60,
+        )
+        assert reply.status_code == 503, reply.text
+        return reply.json()["error"]
+
+    now = ask("od-coder", 0)  # the start is asked for, the client comes back
+    assert now["code"] == "model_starting"
+    assert now["message"].startswith("The model 'od-coder' (alias of 'od-notify') is starting."), now
+    wait_for(lambda: ColdStart.objects.active().filter(deployment=cold_model).exists(), 30)
+    later = ask("od-coder", 1)  # no worker here: the start does not end within the wait asked for
+    assert later["code"] == "model_starting"
+    assert later["message"].startswith("The model 'od-coder' (alias of 'od-notify') did not start within 1 s"), later
+    direct = ask("od-notify", 0)  # named by its own name: that name alone
+    assert direct["message"].startswith("The model 'od-notify' is starting."), direct
