@@ -316,17 +316,13 @@ async def _warm_up(
         if not info.has_routes:
             raise GatewayError(503, f"No channel serves the model '{info.name}' right now.", code="no_channel")
         return info, select_routes(info, key, prompt=prompt, output=output, choice=choice), waited
-    except GatewayError as err:
+    except BaseException as err:
         if process.limiter is not None:
             process.limiter.settle(admission, 0)
         ondemand.not_sent([starts], req.request_id)
-        status = UsageStatus.UNAVAILABLE if err.status >= 500 else UsageStatus.CLIENT_ERROR
-        _record_refusal(req.request_id, key, info, surface, stream, err, started, status=status)
-        raise
-    except BaseException:
-        if process.limiter is not None:
-            process.limiter.settle(admission, 0)
-        ondemand.not_sent([starts], req.request_id)
+        if isinstance(err, GatewayError):  # an answer: on the record (a cancellation is not)
+            status = UsageStatus.UNAVAILABLE if err.status >= 500 else UsageStatus.CLIENT_ERROR
+            _record_refusal(req.request_id, key, info, surface, stream, err, started, status=status)
         raise
 
 

@@ -153,10 +153,6 @@ def _wake(*deployment_ids: int) -> None:
             state.wake.set()
 
 
-def is_cold(model: ModelInfo) -> bool:
-    return model.on_demand is not None and not model.has_routes
-
-
 def allowance(req: Request, budget: float) -> float:
     """How long this request may wait: the budget, or less if the client said `Prefer: wait=N`."""
     found = _PREFER_WAIT.search(req.headers.get("prefer", ""))
