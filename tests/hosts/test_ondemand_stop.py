@@ -189,6 +189,26 @@ def _named(via: str) -> str:
 VIA = ["model", "alias"]
 
 
+def _warm(gateway: str, d: Deployment, via: str, alice) -> tuple[str, str]:
+    """A key, and the model's name as the request calls it (`_named`), after one request that it
+    answered (the gateway routes to its channel) and that is no longer in flight."""
+    from keys.services import issue_key
+
+    model = _named(via)
+    _key, key = issue_key(owner=alice, name="laptop")
+    assert _ask(gateway, key, model).status_code == 200
+    wait_for(lambda: _nothing_in_flight(d), 30)
+    return model, key
+
+
+def _waiting(d: Deployment) -> int:
+    """Requests waiting in this process's gateway for the deployment's start."""
+    from gateway import ondemand as gateway_ondemand
+
+    state = gateway_ondemand._models.get(d.pk)
+    return state.waiting if state is not None else 0
+
+
 @pytest.mark.parametrize("via", VIA)
 @pytest.mark.parametrize("stop", list(STOPS))
 def test_a_request_that_reaches_an_idle_model_as_it_is_stopped_is_served_to_its_end(
@@ -196,14 +216,10 @@ def test_a_request_that_reaches_an_idle_model_as_it_is_stopped_is_served_to_its_
 ):
     """Named by its model or through an alias (the alias's request was not counted in flight: the
     stop killed the server under it)."""
-    from keys.services import issue_key
 
     settings.HOSTS_ONDEMAND_EVICT_IDLE_SECONDS = 0
     d = served.deployment
-    model = _named(via)
-    _key, key = issue_key(owner=alice, name="laptop")
-    assert _ask(gateway, key, model).status_code == 200  # warm: the gateway routes to its channel
-    wait_for(lambda: _nothing_in_flight(d), 30)
+    model, key = _warm(gateway, d, via, alice)
     reached, go = held_before_stop
 
     served.upstream.gate = threading.Event()
@@ -247,14 +263,10 @@ def test_a_request_admitted_but_not_sent_yet_keeps_the_model_running(
     counts as in flight, so the idle sweep (or an eviction) that looks now leaves the model
     running and it is served."""
     from gateway import call as gateway_call
-    from keys.services import issue_key
 
     settings.HOSTS_ONDEMAND_EVICT_IDLE_SECONDS = 0
     d = served.deployment
-    model = _named(via)
-    _key, key = issue_key(owner=alice, name="laptop")
-    assert _ask(gateway, key, model).status_code == 200
-    wait_for(lambda: _nothing_in_flight(d), 30)
+    model, key = _warm(gateway, d, via, alice)
     admitted, go = threading.Event(), threading.Event()
     send_upstream = gateway_call.send_upstream
 
@@ -288,18 +300,9 @@ def test_a_request_that_comes_as_the_model_is_taken_out_keeps_it_running_and_is_
     finds the model cold, counts the request and opens a cold start. The sweep sees it, puts the
     model back, and the request is served by the running server as soon as that is announced (no
     launch, no worker needed)."""
-    from gateway import ondemand as gateway_ondemand
-    from keys.services import issue_key
 
     d = served.deployment
-    model = _named(via)
-    _key, key = issue_key(owner=alice, name="laptop")
-    assert _ask(gateway, key, model).status_code == 200
-    wait_for(lambda: _nothing_in_flight(d), 30)
-
-    def waiting() -> int:
-        state = gateway_ondemand._models.get(d.pk)
-        return state.waiting if state is not None else 0
+    model, key = _warm(gateway, d, via, alice)
 
     bump = activity.bump_routes
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -308,7 +311,7 @@ def test_a_request_that_comes_as_the_model_is_taken_out_keeps_it_running_and_is_
         def bumped() -> bool:
             done = bump()
             asked.append(pool.submit(_ask, gateway, key, model))
-            wait_for(lambda: waiting() == 1, 60)  # it waits for the model, as a cold one
+            wait_for(lambda: _waiting(d) == 1, 60)  # it waits for the model, as a cold one
             return done
 
         monkeypatch.setattr(activity, "bump_routes", bumped)
@@ -327,28 +330,19 @@ def test_a_request_that_comes_while_the_stop_runs_waits_for_the_next_start(via, 
     of it: was a 503 `no_channel`) is a cold model's, it waits (no 502, no 503) while the stop runs
     and the placement, retried once the stop is done, starts the model again on the host (the real
     llama.cpp server, over SSH); then it is answered."""
-    from gateway import ondemand as gateway_ondemand
-    from keys.services import issue_key
 
     settings.HOSTS_ONDEMAND_RETRY_SECONDS = 0.5
     d = served.deployment
-    model = _named(via)
-    _key, key = issue_key(owner=alice, name="laptop")
-    assert _ask(gateway, key, model).status_code == 200
-    wait_for(lambda: _nothing_in_flight(d), 30)
+    model, key = _warm(gateway, d, via, alice)
     assert _sweep(d)  # out of routing, its stop job queued
     assert served.status() == DeploymentStatus.STOPPING and not served.routed()
     auth = {"Authorization": f"Bearer {key}"}
     wait_for(lambda: model in {m["id"] for m in httpx.get(f"{gateway}/v1/models", headers=auth).json()["data"]}, 30)
     assert httpx.get(f"{gateway}/v1/models/{model}", headers=auth).status_code == 200  # listed while cold
 
-    def waiting() -> int:
-        state = gateway_ondemand._models.get(d.pk)
-        return state.waiting if state is not None else 0
-
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         asked = pool.submit(_ask, gateway, key, model)
-        wait_for(lambda: waiting() == 1 and ColdStart.objects.active().filter(deployment=d).exists(), 60)
+        wait_for(lambda: _waiting(d) == 1 and ColdStart.objects.active().filter(deployment=d).exists(), 60)
         cold = ColdStart.objects.active().get(deployment=d)
         assert ondemand.place(cold.pk) == settings.HOSTS_ONDEMAND_RETRY_SECONDS  # waits for the stop
         cold.refresh_from_db()
@@ -383,16 +377,11 @@ def test_a_request_that_reloaded_its_routes_before_the_model_was_taken_out_waits
     waits for its next start (was: admitted unchecked, sent to the killed server, 502)."""
     import asyncio
 
-    from gateway import ondemand as gateway_ondemand
     from gateway.cache import snapshot
-    from keys.services import issue_key
 
     settings.HOSTS_ONDEMAND_RETRY_SECONDS = 0.5
     d = served.deployment
-    model = _named(via)
-    _key, key = issue_key(owner=alice, name="laptop")
-    assert _ask(gateway, key, model).status_code == 200
-    wait_for(lambda: _nothing_in_flight(d), 30)
+    model, key = _warm(gateway, d, via, alice)
 
     reloaded, go = threading.Event(), threading.Event()
     get_catalog = snapshot.get_catalog
@@ -403,10 +392,6 @@ def test_a_request_that_reloaded_its_routes_before_the_model_was_taken_out_waits
             reloaded.set()
             assert await asyncio.to_thread(go.wait, 120)
         return catalog
-
-    def waiting() -> int:
-        state = gateway_ondemand._models.get(d.pk)
-        return state.waiting if state is not None else 0
 
     monkeypatch.setattr(snapshot, "get_catalog", held)
     assert activity.bump_routes()  # a change elsewhere: the request's first admission is Stale
@@ -420,7 +405,7 @@ def test_a_request_that_reloaded_its_routes_before_the_model_was_taken_out_waits
         finally:
             go.set()
         wait_for(
-            lambda: asked.done() or (waiting() == 1 and ColdStart.objects.active().filter(deployment=d).exists()), 60
+            lambda: asked.done() or (_waiting(d) == 1 and ColdStart.objects.active().filter(deployment=d).exists()), 60
         )
         assert not asked.done(), asked.result().text
         cold = ColdStart.objects.active().get(deployment=d)
