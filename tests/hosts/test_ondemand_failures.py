@@ -66,6 +66,14 @@ def host_at(target, name: str, port: int) -> Host:
     return host
 
 
+def refused(reply, code: str) -> dict:
+    """The 503's error object, once it is the one expected (`code`)."""
+    assert reply.status_code == 503, reply.text
+    error = reply.json()["error"]
+    assert error["code"] == code, reply.text
+    return error
+
+
 WRONG_PIN = "SHA256:" + "A" * 43
 
 
@@ -109,9 +117,7 @@ def test_a_pinned_host_that_refuses_ssh_fails_the_start_at_once_and_says_which_a
     _key, key = issue_key(owner=alice, name="laptop")
 
     reply = ask(gateway, key, "od-gone")  # the budget is an hour: only the failure answers in time
-    assert reply.status_code == 503, reply.text
-    error = reply.json()["error"]
-    assert error["code"] == "model_start_failed", reply.text
+    error = refused(reply, "model_start_failed")
     assert "Host gpu-gone could not be reached over SSH: Connection refused by " in error["message"], reply.text
     assert f"{target.address}:{closed}" in error["message"] and "room" not in error["message"], reply.text
     cold = ColdStart.objects.get(deployment=d)
@@ -174,9 +180,7 @@ def test_a_full_host_and_an_unreachable_one_wait_for_room_and_the_answer_names_b
 
     _key, key = issue_key(owner=alice, name="laptop")
     reply = chat(gateway, key, "od-mixed")
-    assert reply.status_code == 503, reply.text
-    error = reply.json()["error"]
-    assert error["code"] == "model_starting", reply.text
+    error = refused(reply, "model_starting")
     assert "did not start within 5 s, the cold-start budget set on its deployment" in error["message"], reply.text
     assert "No host has room for it now" in error["message"] and "gpu-b: Host key changed" in error["message"]
     shorter = chat(gateway, key, "od-mixed", headers={"Prefer": "wait=1"})
@@ -206,9 +210,7 @@ def test_a_pinned_host_without_the_model_file_fails_the_start_at_once_saying_so(
     _key, key = issue_key(owner=alice, name="laptop")
 
     reply = ask(gateway, key, "od-nofile")
-    assert reply.status_code == 503, reply.text
-    error = reply.json()["error"]
-    assert error["code"] == "model_start_failed", reply.text
+    error = refused(reply, "model_start_failed")
     assert "No host can run it: gpu-a: the model file is not on this host" in error["message"], reply.text
     assert ColdStart.objects.get(deployment=d).state == ColdStartState.FAILED
 
@@ -278,9 +280,7 @@ def test_a_server_that_exits_while_loading_answers_the_waiting_requests_at_once_
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
         replies = list(pool.map(lambda _i: ask(gateway, key, "od-exits"), range(3)))
     for reply in replies:
-        assert reply.status_code == 503, reply.text
-        error = reply.json()["error"]
-        assert error["code"] == "model_start_failed", reply.text
+        error = refused(reply, "model_start_failed")
         assert "The model could not be loaded (exit code 1)" in error["message"], reply.text
         assert "data is not within the file bounds" in error["message"], reply.text
     d.refresh_from_db()
@@ -316,9 +316,7 @@ def test_a_server_that_never_turns_healthy_is_refused_at_the_budget_then_stopped
     )
 
     reply = chat(gateway, key, "od-hung")
-    assert reply.status_code == 503, reply.text
-    error = reply.json()["error"]
-    assert error["code"] == "model_starting", reply.text
+    error = refused(reply, "model_starting")
     message = error["message"]
     assert "did not start within 5 s, the cold-start budget set on its deployment" in message, message
     assert "has not answered its health check yet" in message and "Launching on gpu-a" in message, message
@@ -366,9 +364,7 @@ def test_a_host_that_goes_away_while_its_server_loads_fails_the_start_at_once_sa
             )
             proxy.set("refuse")
             reply = waiting.result(timeout=120)
-    assert reply.status_code == 503, reply.text
-    error = reply.json()["error"]
-    assert error["code"] == "model_start_failed", reply.text
+    error = refused(reply, "model_start_failed")
     message = error["message"]
     assert "Lost contact with gpu-flaky over SSH while its server was starting" in message, message
     assert "it may still be running there" in message, message

@@ -41,7 +41,7 @@ from hosts.ondemand.models import ColdStartState
 from portal.i18n import Message
 from tests.fakes.llamacpp import REPO_ROOT
 from tests.fakes.upstream import FakeUpstream
-from tests.gateway.conftest import ThreadServer, wait_for
+from tests.gateway.conftest import gateway_url, wait_for  # noqa: F401  (a fixture)
 from tests.hosts.conftest import registered_host
 from tests.hosts.test_ondemand import on_demand, serving
 
@@ -58,12 +58,8 @@ def namespace(monkeypatch):
 
 
 @pytest.fixture
-def gateway(transactional_db, settings, tmp_path):
-    settings.GATEWAY_USAGE_FLUSH_INTERVAL = 0.1
-    settings.GATEWAY_STATE_DIR = tmp_path / "gateway-state"
-    server = ThreadServer().start()
-    yield server.url
-    server.stop()
+def gateway(gateway_url):  # noqa: F811
+    return gateway_url
 
 
 class Served:
