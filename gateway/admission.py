@@ -83,9 +83,10 @@ async def open_call(
                 catalog = await snapshot.get_catalog(fresh=attempt > 0)
             info = resolved = resolve_model(key, catalog, model)
             req.model_name = info.name
-            # On demand and stopped (or an alias whose targets are, `ModelInfo.starts`): started
-            # below, once the limits admitted the request.
-            starts = info.starts
+            # On demand and stopped (or an alias whose targets are), or served now only by channels
+            # this request may not use (`ModelInfo.starts_for`): started below, once the limits
+            # admitted the request.
+            starts = info.starts_for(key.local_only)
             cold = starts is not None
             if not info.has_routes and not cold:
                 raise GatewayError(503, f"No channel serves the model '{info.name}' right now.", code="no_channel")
@@ -110,8 +111,8 @@ async def open_call(
             # stopped on-demand model's at the price its route had when it last ran.
             if key.budgets:
                 most = reserve_max * choices
-                if cold:
-                    cost = cold_reservation(info, prompt, most, limiter.now())
+                if starts is not None:
+                    cost = cold_reservation(info, starts, prompt, most, limiter.now())
                 else:
                     cost = budget_reservation(info, selection, prompt, most, limiter.now())
         except GatewayError as refused:
@@ -359,12 +360,11 @@ def budget_reservation(model: ModelInfo, selection: Selection, prompt: int, outp
     return most
 
 
-def cold_reservation(model: ModelInfo, prompt: int, output: int, now: float) -> int:
-    """The most a request that starts a stopped on-demand model (`model`'s, `ModelInfo.starts`) can
-    cost: at its route's price from its last run, else as an unpriced route (refused, or the
-    fallback the admin allows)."""
-    starts = model.starts
-    assert starts is not None and starts.on_demand is not None
+def cold_reservation(model: ModelInfo, starts: ModelInfo, prompt: int, output: int, now: float) -> int:
+    """The most a request for `model` that starts the stopped on-demand model `starts` (itself, or
+    an alias's target: `ModelInfo.starts_for`) can cost: at its route's price from its last run,
+    else as an unpriced route (refused, or the fallback the admin allows)."""
+    assert starts.on_demand is not None
     rates, _how = starts.on_demand.rates(now)
     if rates is None:
         raise not_priced(model)

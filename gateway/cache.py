@@ -279,25 +279,30 @@ class ModelInfo:
     targets: list[ModelInfo] = field(default_factory=list)  # an alias's models, in the order to try
     on_demand: OnDemandInfo | None = None
 
-    @property
-    def cold(self) -> bool:
-        """Nothing serves it now, and a request starts an on-demand model for it (`starts`)."""
-        return self.starts is not None
-
-    @property
-    def starts(self) -> ModelInfo | None:
-        """The on-demand model a request for this one starts when no channel serves it now: itself,
-        or an alias's first enabled on-demand target (once that runs, the request is routed through
-        the alias as usual). None when something serves it, or nothing can be started for it."""
-        if (self.on_demand is None and not self.is_alias) or self.has_routes:
+    def starts_for(self, local: bool) -> ModelInfo | None:
+        """The on-demand model a request for this one starts when no channel it may use serves it
+        now (`serves`): itself, or an alias's first enabled on-demand target (once that runs, the
+        request is routed through the alias as usual). None when something serves it, or nothing
+        can be started for it. `local`: the request may only use local channels (a local-only key)."""
+        if (self.on_demand is None and not self.is_alias) or self.serves(local):
             return None
         if self.on_demand is not None:
             return self
         return next((t for t in self.targets if t.enabled and t.on_demand is not None), None)
 
+    def serves(self, local: bool) -> bool:
+        """A channel a request may use serves it now: a route of its own, or (an alias) of an enabled
+        target's, on a local channel when the request is local-only (`local`, a local-only key), the
+        model is, or the alias or that target is: the routes `catalog.select_routes` keeps."""
+        local = local or self.local_only
+        if self.is_alias:
+            return any(t.enabled and t.serves(local) for t in self.targets)
+        return any(r.local or not local for group in self.groups for r in group)
+
     @property
     def has_routes(self) -> bool:
-        """Something can serve it: routes of its own, or (an alias) an enabled target with routes."""
+        """Something can serve it: routes of its own, or (an alias) an enabled target with routes
+        (on any channel: `serves` says whether one a given request may use)."""
         return bool(self.groups) or any(t.enabled and t.groups for t in self.targets)
 
 

@@ -35,32 +35,32 @@ EXTERNAL = (lines.EXTERNAL_FOR_KEY, lines.EXTERNAL_FOR_MODEL)
 
 
 def usable_models(key: KeyInfo, catalog: Catalog, now: float | None = None) -> list[ModelInfo]:
-    """Models this key may use now: enabled, allowed for key, owner and team, with at least one route
-    (an alias: a target with one) or served on demand (started by a request, on a host of ours, so
-    local; an alias: when it has an on-demand target and nothing serves it now, `ModelInfo.starts`);
-    for a local-only key or model, one on a local channel; under a budget, one with a price (or the
-    fallback the admin allows: else admission refuses it, `model_not_priced`)."""
+    """Models this key may use now: enabled, allowed for key, owner and team, served now by a channel
+    the key may use (for a local-only key or model, a local one: `ModelInfo.serves`) or started by
+    its request (served on demand, on a host of ours, so local; an alias: its first on-demand target
+    when nothing it may use serves it now, `ModelInfo.starts_for`); under a budget, one with a price
+    (or the fallback the admin allows: else admission refuses it, `model_not_priced`)."""
     at = time.time() if now is None else now
+    local = key.local_only
     return [
         m
         for m in catalog.models.values()
-        if (m.has_routes or m.cold)
-        and key.may_use(m)
-        and (not (key.local_only or m.local_only) or _local_routes(m) or m.on_demand is not None or m.cold)
-        and (not key.budgets or payable(m, at))
+        if key.may_use(m)
+        and (m.serves(local) or m.starts_for(local) is not None)
+        and (not key.budgets or payable(m, at, local=local))
     ]
 
 
-def payable(model: ModelInfo, at: float) -> bool:
-    """A route of `model` (an alias: of an enabled target) has a price at `at`; a stopped on-demand
-    model, its route's from its last run (`admission.cold_reservation`)."""
+def payable(model: ModelInfo, at: float, *, local: bool) -> bool:
+    """A route a request may use (`local`: a local-only key's, local ones) of `model` (an alias: of an
+    enabled target) has a price at `at`; when nothing it may use serves it now, the on-demand model its
+    request starts, at its route's price from its last run (`admission.cold_reservation`)."""
+    if (starts := model.starts_for(local)) is not None:
+        return starts.on_demand is not None and starts.on_demand.rates(at)[0] is not None
+    local = local or model.local_only
     if model.is_alias:
-        if (starts := model.starts) is not None:  # nothing serves it now: a request starts that one
-            return payable(starts, at)
-        return any(t.enabled and payable(t, at) for t in model.targets)
-    if model.cold:
-        return model.on_demand is not None and model.on_demand.rates(at)[0] is not None
-    return any(r.rates(at)[0] is not None for group in model.groups for r in group)
+        return any(t.enabled and payable(t, at, local=local) for t in model.targets)
+    return any(r.rates(at)[0] is not None for group in model.groups for r in group if r.local or not local)
 
 
 def limits_for(model: ModelInfo, key: KeyInfo) -> tuple[int | None, int | None]:

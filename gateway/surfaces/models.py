@@ -38,7 +38,7 @@ async def _list_anthropic(req: Request) -> None:
         await send_anthropic_error(req, exc)
         return
     models = sorted(usable_models(key, await snapshot.get_catalog()), key=lambda m: m.name)
-    data = [_anthropic_model(m) for m in models]
+    data = [_anthropic_model(m, key) for m in models]
     query = dict(parse_qsl(req.scope.get("query_string", b"").decode("latin-1")))
     ids = [d["id"] for d in data]
     if query.get("after_id") in ids:
@@ -67,7 +67,7 @@ async def get_model(req: Request) -> None:
     if "anthropic-version" not in req.headers:
         key = await authenticate(req)
         model = resolve_model(key, await snapshot.get_catalog(), name)
-        if not model.has_routes and not model.cold:
+        if not model.has_routes and model.starts_for(key.local_only) is None:
             raise GatewayError(404, f"The model '{name}' has no channel right now.", code="model_not_found")
         _check_payable(key, model)
         await send_json(req.send, 200, _openai_model(model, key))
@@ -79,13 +79,13 @@ async def get_model(req: Request) -> None:
     except GatewayError as exc:
         await send_anthropic_error(req, exc)
         return
-    await send_json(req.send, 200, _anthropic_model(model))
+    await send_json(req.send, 200, _anthropic_model(model, key))
 
 
 def _check_payable(key: KeyInfo, model: ModelInfo) -> None:
     """A budgeted key is told of a model it would be refused for want of a price, as a request
     would be (the list leaves such models out: `catalog.usable_models`)."""
-    if key.budgets and not payable(model, time.time()):
+    if key.budgets and not payable(model, time.time(), local=key.local_only):
         raise not_priced(model)
 
 
@@ -105,15 +105,18 @@ def _openai_model(m: ModelInfo, key: KeyInfo) -> dict[str, Any]:
         "context_window": window,
         "max_output_tokens": output,
         "description": m.description,
-        **_on_demand(m),
+        **_on_demand(m, key),
     }
 
 
-def _anthropic_model(m: ModelInfo) -> dict[str, Any]:
+def _anthropic_model(m: ModelInfo, key: KeyInfo) -> dict[str, Any]:
     created_at = dt.datetime.fromtimestamp(m.created or 0, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {"type": "model", "id": m.name, "display_name": m.name, "created_at": created_at, **_on_demand(m)}
+    return {"type": "model", "id": m.name, "display_name": m.name, "created_at": created_at, **_on_demand(m, key)}
 
 
-def _on_demand(m: ModelInfo) -> dict[str, Any]:
-    """The extension fields of an on-demand model, the same in both shapes (none for the others)."""
-    return {"on_demand": True, "cold": m.cold} if m.on_demand is not None else {}
+def _on_demand(m: ModelInfo, key: KeyInfo) -> dict[str, Any]:
+    """The extension fields of an on-demand model, the same in both shapes (none for the others):
+    cold while no channel this key may use serves it (its request starts it)."""
+    if m.on_demand is None:
+        return {}
+    return {"on_demand": True, "cold": m.starts_for(key.local_only) is not None}

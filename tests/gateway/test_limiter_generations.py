@@ -162,13 +162,16 @@ def test_an_alias_request_is_counted_on_the_on_demand_targets_it_may_be_sent_to(
     mixed = alias(cloud, stopped, first, disabled, narrow, later)
     selection = select_routes(mixed, key_info(), prompt=500, output=10)
     assert [r.model_name for r in selection.routes] == ["m1", "m2", "m3"]
-    assert mixed.starts is None
+    assert mixed.starts_for(False) is None
     assert ondemand.counted(mixed, selection.routes) == [first, later]
     assert [key.rsplit(":", 1)[1] for key, _lease in ondemand.busy([first, later])] == ["2", "3"]
 
     cold = alias(disabled, model(7, on_demand=False, routed=False), stopped, model(8, routed=False))
-    assert cold.cold and cold.starts is stopped  # the first enabled on-demand target, in the alias's order
-    assert alias(cloud, stopped).starts is None  # something serves it now
+    assert cold.starts_for(False) is stopped  # the first enabled on-demand target, in the alias's order
+    assert alias(cloud, stopped).starts_for(False) is None  # something serves it now
+    # ... but on an external channel (`cloud`'s), which a local-only key may not use: it starts `stopped`
+    assert alias(cloud, stopped).starts_for(True) is stopped
 
     assert ondemand.counted(cloud, selection.routes) == [] and ondemand.counted(alias(cloud), selection.routes) == []
-    assert ondemand.counted(first, []) == [first] and first.starts is None and stopped.starts is stopped
+    assert ondemand.counted(first, []) == [first]
+    assert first.starts_for(False) is None and stopped.starts_for(False) is stopped

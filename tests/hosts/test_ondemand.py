@@ -27,6 +27,7 @@ from hosts.deployments import services
 from hosts.models import ColdStart, Deployment, Host, LaunchJob
 from hosts.ondemand import activity
 from hosts.ondemand import services as ondemand
+from hosts.ondemand.models import ColdStartState
 from keys.models import UsageRecord
 from keys.services import issue_key
 from portal.env import celery_broker_url
@@ -355,3 +356,59 @@ def test_what_cannot_start_in_its_budget_is_refused_never_dropped(transactional_
     assert len(errors) == 1 and '"code":"model_starting"' in errors[0] and "did not start within 5 s" in errors[0]
     assert lines[-2:] == ["data: [DONE]", ""] or "data: [DONE]" in lines
     wait_for(lambda: UsageRecord.objects.filter(model="od-slow", http_status=503).count() == 2, 30, "two refusals")
+
+
+@pytest.fixture
+def cloud(transactional_db):
+    """An external channel (a cloud provider's, running and healthy) serving the model `cloud-coder`."""
+    from channels.models import Model
+    from tests.fakes.upstream import FakeUpstream
+    from tests.gateway.conftest import add_channel
+
+    with FakeUpstream(api_key="cloud-key") as upstream:
+        add_channel(upstream, "cloud", model=Model.objects.create(name="cloud-coder"))
+        yield upstream
+
+
+@pytest.mark.parametrize("local_only", ["alias", "key"])
+def test_a_local_request_to_an_alias_served_now_only_externally_starts_its_on_demand_target(
+    local_only, hosts, gateway, servers, cloud, alice
+):
+    """The alias `coder` falls through `cloud-coder` (served now, by an external channel only) to
+    `od-local` (on demand, stopped, on our host). A local-only request (the alias is local-only, or
+    the key is) may not use the external channel: the request starts `od-local` (placed and launched
+    by the gateway itself, the deployment being pinned), as a request for it by name would, and is
+    answered once it runs (was: 403 `local_only`, as if the external channel were what serves the
+    alias now); the key's model list offers the alias, as its client configs do. Another key on the
+    alias that is not local-only is served by the cloud at once, nothing started."""
+    from channels.services import save_alias
+    from clientconfigs.services import usable_models
+
+    d = on_demand(hosts[0], "od-local", "od-local", pin_host=True)
+    save_alias(name="coder", targets=["cloud-coder", "od-local"], local_only=local_only == "alias")
+    if local_only == "key":
+        _key, anywhere = issue_key(owner=alice, name="desktop")
+        reply = chat(gateway, anywhere, "coder")
+        assert reply.status_code == 200, reply.text
+        assert len(cloud.requests) == 1 and not ColdStart.objects.exists()
+    stored, key = issue_key(owner=alice, name="laptop", local_only=local_only == "key")
+    auth = {"Authorization": f"Bearer {key}"}
+    listed = {m["id"] for m in httpx.get(f"{gateway}/v1/models", headers=auth).json()["data"]}
+    one = httpx.get(f"{gateway}/v1/models/coder", headers=auth)
+    sent_to_cloud = len(cloud.requests)
+
+    reply = chat(gateway, key, "coder")
+
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["usage"]["completion_tokens"] == 3
+    assert status(d) == DeploymentStatus.RUNNING and d.host == hosts[0]
+    assert ColdStart.objects.get(deployment=d).state == ColdStartState.READY
+    assert len(cloud.requests) == sent_to_cloud  # never sent to the external channel
+    assert {"coder", "od-local"} <= listed, listed
+    assert one.status_code == 200, one.text
+    assert "coder" in {m.name for m in usable_models(alice, stored)}
+    wait_for(
+        lambda: UsageRecord.objects.filter(model="coder", key=stored, cold_start_ms__isnull=False).exists(),
+        30,
+        "the request's record, as having waited for the cold start",
+    )
