@@ -11,6 +11,7 @@ its GPU memory counts as free again. A key over its quota never starts a model.
 from __future__ import annotations
 
 import concurrent.futures
+import datetime as dt
 import os
 import signal
 import subprocess
@@ -412,3 +413,41 @@ def test_a_local_request_to_an_alias_served_now_only_externally_starts_its_on_de
         30,
         "the request's record, as having waited for the cold start",
     )
+
+
+def test_a_request_through_an_alias_is_a_use_of_the_on_demand_target_that_served_it(
+    hosts, gateway, servers, cloud, alice
+):
+    """The idle sweep stops an on-demand model whose last request is older than its TTL. `coder`
+    (local-only) and `coder-any` both fall through `cloud-coder` (external) to `od-local` (on
+    demand, running, its start and last request an hour ago). A request through `coder-any` is
+    served by the cloud: it passed `od-local` by, which stays as idle as it was. One through
+    `coder` is served by `od-local`: its last request now, the sweep leaves it running."""
+    from django.utils import timezone
+
+    from channels.services import save_alias
+    from hosts.models import DeploymentRun
+
+    d = on_demand(hosts[0], "od-local", "od-local", pin_host=True)
+    save_alias(name="coder", targets=["cloud-coder", "od-local"], local_only=True)
+    save_alias(name="coder-any", targets=["cloud-coder", "od-local"])
+    _key, key = issue_key(owner=alice, name="laptop")
+    assert chat(gateway, key, "od-local").status_code == 200  # started by name
+    wait_for(lambda: activity.in_flight(d.pk) == 0, 30, "the start's request no longer in flight")
+    hour_ago = time.time() - 3600
+    ColdStart.objects.filter(deployment=d).update(finished=timezone.now() - dt.timedelta(hours=1))
+    DeploymentRun.objects.filter(deployment=d).update(started=timezone.now() - dt.timedelta(hours=1))
+    activity.touch(d.pk, when=hour_ago)
+    assert ondemand._idle_since(d) == pytest.approx(hour_ago, abs=1)
+
+    reply = chat(gateway, key, "coder-any")
+    assert reply.status_code == 200 and len(cloud.requests) == 1, reply.text
+    wait_for(lambda: activity.in_flight(d.pk) == 0, 30, "the request through coder-any no longer in flight")
+    assert activity.last_request(d.pk) == hour_ago  # not a use of od-local
+
+    sent = time.time()
+    reply = chat(gateway, key, "coder")
+    assert reply.status_code == 200 and len(cloud.requests) == 1, reply.text
+    wait_for(lambda: (activity.last_request(d.pk) or 0) >= sent, 30, "the request through coder a use of od-local")
+    assert ondemand.sweep_idle(now=sent + d.idle_ttl - 1) == []
+    assert status(d) == DeploymentStatus.RUNNING
