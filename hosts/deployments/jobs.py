@@ -67,6 +67,11 @@ logger = logging.getLogger(__name__)
 # the process that scheduled the next look, so a look may be taken by any worker, and the sweep still
 # sees a job whose scheduling process died (`_dead`).
 POLL = "poll:"
+# A stop job asked for while its deployment is taken out of routing (`hosts.ondemand.services.take_out`)
+# is held by the process doing that until it runs the job itself or hands it to the queue: `worker`
+# is this prefix and that process, so no worker takes it before the deployment is out of routing,
+# and one whose holder died is found (`_dead`) and settled by `hosts.ondemand.services.settle_take_outs`.
+TAKE_OUT = "take-out:"
 FINISHED_STATES = (JobState.RUNNING, JobState.STOPPED, JobState.FAILED)
 
 
@@ -83,16 +88,22 @@ class JobFailed(Exception):
         self.exit_code = exit_code
 
 
-def request_job(deployment: Deployment, action: str, *, user: User | None = None, queue: bool = True) -> LaunchJob:
+def request_job(
+    deployment: Deployment, action: str, *, user: User | None = None, queue: bool = True, hold: str = ""
+) -> LaunchJob:
     """Queue a job; refuses (JobConflict) while another job of the deployment is active. With
-    `queue=False` no task is sent: the caller runs it (`run_job`) in its own process."""
+    `queue=False` no task is sent: the caller runs it (`run_job`) in its own process. With `hold`
+    (a prefix such as TAKE_OUT, implying `queue=False`) the job is held by this process until it
+    runs it (`run_job`) or hands it on (`hand_over`), so a sweep can tell when that process died."""
+    now = timezone.now()
     try:
         with transaction.atomic():
             job = LaunchJob.objects.create(
                 deployment=deployment,
                 action=action,
                 requested_by=user if user is not None and user.pk else None,
-                transitions=[{"state": JobState.QUEUED, "at": timezone.now().isoformat(), "message": ""}],
+                transitions=[{"state": JobState.QUEUED, "at": now.isoformat(), "message": ""}],
+                **({"worker": hold + worker_id(), "heartbeat": now} if hold else {}),
             )
     except IntegrityError:
         active = deployment.jobs.active().first()
@@ -107,9 +118,42 @@ def request_job(deployment: Deployment, action: str, *, user: User | None = None
         gettext_noop("%(action)s requested (job #%(id)s)"), action=Message.label(JobAction(action).label), id=job.pk
     )
     audit.record(AuditAction.ACTION, deployment, message=requested, actor=user)
-    if queue:
+    if queue and not hold:
         transaction.on_commit(lambda: send(job))
     return job
+
+
+def hand_over(job: LaunchJob) -> bool:
+    """Release a job this process holds (`request_job`'s `hold`) to any worker, before it is sent;
+    False when it is no longer this process's (a sweep found it abandoned and took it)."""
+    moved = LaunchJob.objects.filter(pk=job.pk, state=JobState.QUEUED, worker=job.worker).update(
+        worker="", heartbeat=timezone.now()
+    )
+    if moved:
+        job.worker = ""
+    return moved == 1
+
+
+def abandoned(prefix: str, deployment: Deployment | None = None) -> list[LaunchJob]:
+    """The queued jobs (of `deployment`, or of all) held with `prefix` (`request_job`'s `hold`) by a
+    process that is gone (`_dead`)."""
+    now, here = timezone.now(), socket.gethostname()
+    held = LaunchJob.objects.active().filter(state=JobState.QUEUED, worker__startswith=prefix)
+    if deployment is not None:
+        held = held.filter(deployment=deployment)
+    return [job for job in held.select_related("deployment") if _dead(job, now, here)]
+
+
+def take_hold(job: LaunchJob, prefix: str) -> bool:
+    """Hold an `abandoned` job in this process instead of the dead one (one UPDATE: of two sweeps,
+    one wins); the holder then runs it, hands it on or fails it, as the dead one would have."""
+    me = prefix + worker_id()
+    moved = LaunchJob.objects.filter(pk=job.pk, state=JobState.QUEUED, worker=job.worker).update(
+        worker=me, heartbeat=timezone.now()
+    )
+    if moved:
+        job.worker = me
+    return moved == 1
 
 
 def send(job: LaunchJob) -> None:
@@ -188,13 +232,13 @@ def _stale_cutoff(now: datetime.datetime | None = None) -> datetime.datetime:
 
 def _claim(job: LaunchJob) -> bool:
     """Take the job unless a live worker already holds it: free (`worker` empty: queued or handed
-    back by the sweep) or silent for HOSTS_STALE_JOB_SECONDS. One UPDATE, so two workers that got
-    the same message cannot both win."""
+    back by the sweep), held by this process for a take-out (TAKE_OUT) or silent for
+    HOSTS_STALE_JOB_SECONDS. One UPDATE, so two workers that got the same message cannot both win."""
     me = worker_id()
     moved = (
         LaunchJob.objects.active()
         .filter(pk=job.pk)
-        .filter(Q(worker="") | _stale(_stale_cutoff()))
+        .filter(Q(worker="") | Q(worker=TAKE_OUT + me) | _stale(_stale_cutoff()))
         .update(heartbeat=timezone.now(), worker=me, attempts=F("attempts") + 1)
     )
     if moved:
@@ -683,7 +727,7 @@ def _adopt(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> float 
 
 def _orphaned(job: LaunchJob, here: str) -> bool:
     """Held by a process of this host that no longer exists (a worker that was killed)."""
-    host, _, pid = job.worker.removeprefix(POLL).rpartition(":")
+    host, _, pid = job.worker.removeprefix(POLL).removeprefix(TAKE_OUT).rpartition(":")
     if host != here or not pid.isdigit() or int(pid) == os.getpid():
         return False
     try:
@@ -731,7 +775,8 @@ def recover_stale_jobs(now: datetime.datetime | None = None) -> int:
     here = socket.gethostname()
     unclaimed_cutoff = now - datetime.timedelta(seconds=settings.HOSTS_QUEUED_JOB_SECONDS)
     count = 0
-    for job in LaunchJob.objects.active().select_related("deployment"):
+    for job in LaunchJob.objects.active().select_related("deployment").exclude(worker__startswith=TAKE_OUT):
+        # (a take-out's job is `hosts.ondemand.services.settle_take_outs`': only it knows the steps left)
         settle: str | None = DeploymentStatus.FAILED
         if _dead(job, now, here):
             if job.attempts < settings.HOSTS_JOB_MAX_ATTEMPTS:

@@ -261,6 +261,9 @@ def place(cold_start_id: int) -> float | None:
         return None
     d = cold.deployment
     ColdStart.objects.filter(pk=cold.pk).update(attempts=cold.attempts + 1)
+    if d.status == DeploymentStatus.STOPPING:  # a take-out whose process died is settled now, not by a timeout
+        settle_take_outs(d)
+        d.refresh_from_db()
     if d.status == DeploymentStatus.RUNNING or d.jobs.active().filter(action=JobAction.LAUNCH).exists():
         _move(cold, ColdStartState.LAUNCHING, Message(gettext_noop("Already starting or running.")))
         return None
@@ -726,7 +729,7 @@ def evict(d: Deployment, why: Message) -> bool:
     job = take_out(d, why)
     if job is None:
         return False
-    jobs.run_job(job.pk)
+    jobs.run_job(job.pk)  # takes it from this process's hold
     job.refresh_from_db()
     if job.state != JobState.STOPPED:
         return False
@@ -736,14 +739,14 @@ def evict(d: Deployment, why: Message) -> bool:
 
 # --- the idle sweep ---------------------------------------------------------------------------------
 def sweep_idle(now: float | None = None) -> list[str]:
-    """Beat: stop every on-demand deployment idle past its TTL with nothing in flight; move on
-    cold starts whose deployment settled, and send again the placements the broker did not take.
-    Returns the names it stopped."""
+    """Beat: stop every on-demand deployment idle past its TTL with nothing in flight; settle the
+    stops whose process died half-way (`settle_take_outs`); move on cold starts whose deployment
+    settled, and send again the placements the broker did not take. Returns the names it stopped."""
     now = now or time.time()
+    stopped = settle_take_outs()
     _resend_placements()
     for cold in ColdStart.objects.active().filter(state=ColdStartState.LAUNCHING):
         observe(cold.pk)
-    stopped = []
     for d in Deployment.objects.filter(on_demand=True, status=DeploymentStatus.RUNNING):
         if d.jobs.active().exists() or ColdStart.objects.active().filter(deployment=d).exists():
             continue
@@ -751,7 +754,7 @@ def sweep_idle(now: float | None = None) -> list[str]:
             continue
         idle = Message(gettext_noop("Idle for %(seconds)s s: stopping (on demand)."), seconds=d.idle_ttl)
         job = take_out(d, idle)
-        if job is None:
+        if job is None or not jobs.hand_over(job):
             continue
         jobs.send(job)  # a worker stops it; no request can reach it meanwhile
         stopped.append(d.name)
@@ -763,9 +766,10 @@ def take_out(d: Deployment, why: Message) -> LaunchJob | None:
     """Take an idle on-demand deployment out of routing before it is stopped, so that a request
     never reaches a server being killed: it is served to its end, or it waits for a new start.
 
-    1. In one commit: its STOP job (not run yet; no other job may start meanwhile), its status
-       `stopping` with `why` (a request from now on opens a cold start, whose placement waits
-       for the stop and starts the model again) and its channel disabled.
+    1. In one commit: its STOP job (not run yet, held by this process: `jobs.TAKE_OUT`; no other
+       job may start meanwhile), its status `stopping` with `why` (a request from now on opens a
+       cold start, whose placement waits for the stop and starts the model again) and its channel
+       disabled.
     2. The gateway's routes generation is bumped in Redis (`activity.bump_routes`): every
        replica's next admission on an older snapshot is Stale and resolves the model again, now
        cold.
@@ -774,20 +778,28 @@ def take_out(d: Deployment, why: Message) -> LaunchJob | None:
        so a request admitted on the older snapshot is counted by now, and one admitted later was
        never routed here (a request now waiting for its cold start counts too).
 
-    Returns the STOP job to run, or None, having put everything back (the job ends unrun) and
-    logged why, when the deployment must not be stopped this round: something in flight, or
-    Redis could not be told or read (a stop is never made on a guess). Called outside a
-    transaction: step 1 must be committed before step 2."""
+    Returns the STOP job, still held by this process: the caller runs it here (`jobs.run_job`) or
+    hands it on (`jobs.hand_over`, then `jobs.send`). Returns None, having put everything back (the
+    job ends unrun) and logged why, when the deployment must not be stopped this round: something
+    in flight, or Redis could not be told or read (a stop is never made on a guess). Called
+    outside a transaction: step 1 must be committed before step 2. When this process dies before
+    the job is run or handed on, `settle_take_outs` finishes steps 2 and 3 for it."""
     channel_id = d.channel_id
     with transaction.atomic():
         try:
-            job = jobs.request_job(d, JobAction.STOP, queue=False)
+            job = jobs.request_job(d, JobAction.STOP, hold=jobs.TAKE_OUT)
         except jobs.JobConflict:
             return None
         if not set_status(d, DeploymentStatus.STOPPING, why, expect=DeploymentStatus.RUNNING):
             transaction.set_rollback(True)  # stopped or failed meanwhile: not ours to stop
             return None
         routed = channel_id is not None and _route(channel_id, enabled=False)
+    return _stop_or_put_back(d, job, routed)
+
+
+def _stop_or_put_back(d: Deployment, job: LaunchJob, routed: bool) -> LaunchJob | None:
+    """Steps 2 and 3 of `take_out`, for the process holding the job: the job to run, or None with
+    the deployment put back (running, its channel routed again when `routed`)."""
     if not activity.bump_routes():
         kept = Message(gettext_noop("Not stopped: the gateway could not be told to stop routing to it."))
     elif (count := activity.in_flight(d.pk)) != 0:
@@ -797,12 +809,45 @@ def take_out(d: Deployment, why: Message) -> LaunchJob | None:
     else:
         return job
     with transaction.atomic():
-        jobs.change_state(job, JobState.FAILED, kept, guard=True)
-        if routed and channel_id is not None:
-            _route(channel_id, enabled=True)
+        # Guarded: a sweep that took the job from a holder it thought dead puts back (or stops) instead.
+        if not jobs.change_state(job, JobState.FAILED, kept, guard=True):
+            return None
+        if routed and d.channel_id is not None:
+            _route(d.channel_id, enabled=True)
         set_status(d, DeploymentStatus.RUNNING, kept, expect=DeploymentStatus.STOPPING)
     logger.info("on-demand deployment %s kept running: %s", d.name, kept.english)
     return None
+
+
+def settle_take_outs(deployment: Deployment | None = None) -> list[str]:
+    """Finish the take-outs (`take_out`) whose process died after step 1 (a worker killed, a
+    gateway replica restarted; `jobs.abandoned`: a dead process of this host at once, one of
+    another host once its heartbeat is HOSTS_STALE_JOB_SECONDS old), of `deployment` or of all.
+    Left alone, the deployment would stay `stopping` with its channel disabled, and every request
+    for it wait for a stop that no worker runs, until the job sweep failed the job after
+    HOSTS_QUEUED_JOB_SECONDS.
+
+    The take-out goes on where it may have stopped: steps 2 and 3 again (bumping the generation
+    twice is harmless), under this process's hold (`jobs.take_hold`: of two sweeps, one settles).
+    Its server was never touched (the job was not run), and until step 3 says so nothing routes to
+    it, so both ends are safe: with nothing in flight the stop is handed to a worker, as the sweep
+    meant; with a request in flight, or one waiting for the model (it counts too: it opened a cold
+    start, whose placement calls this), the deployment is put back, running and routed again, and
+    the waiting request is served by the server that never stopped, with no new start. Its channel
+    is routed again whatever it was before step 1: a running on-demand deployment is routed (a
+    dead process cannot say otherwise). Runs from the idle sweep (beat), at a worker's start and
+    in the placement of a cold start that waits for the stop. Returns the names it stopped."""
+    stopped = []
+    for job in jobs.abandoned(jobs.TAKE_OUT, deployment):
+        d = job.deployment
+        if d.status != DeploymentStatus.STOPPING or not jobs.take_hold(job, jobs.TAKE_OUT):
+            continue
+        logger.warning("on-demand deployment %s: its take-out's process died; settling it", d.name)
+        kept = _stop_or_put_back(d, job, routed=True)
+        if kept is not None and jobs.hand_over(kept):
+            jobs.send(kept)
+            stopped.append(d.name)
+    return stopped
 
 
 def _route(channel_id: int, *, enabled: bool) -> bool:

@@ -10,6 +10,7 @@ import threading
 from typing import Any
 
 from celery import shared_task
+from celery.signals import worker_ready
 from django import db
 from django.db import transaction
 from django.dispatch import receiver
@@ -57,6 +58,16 @@ def _place_here(cold_start_id: int) -> None:
 def sweep_idle() -> None:
     if stopped := services.sweep_idle():
         logger.info("stopped idle on-demand deployment(s): %s", ", ".join(stopped))
+
+
+@worker_ready.connect(dispatch_uid="hosts-ondemand-settle-at-worker-start")
+def _settle_at_worker_start(**_kwargs: Any) -> None:
+    """A worker that starts (again, after one was killed mid take-out) settles at once the
+    take-outs left by dead processes of this host (`services.settle_take_outs`)."""
+    try:
+        services.settle_take_outs()
+    except Exception:  # the worker must start even if the database is not there yet
+        logger.exception("settling abandoned take-outs at worker start failed")
 
 
 @receiver(signals.placement_needed, dispatch_uid="hosts-ondemand-queue-placement")

@@ -413,3 +413,126 @@ def test_a_request_that_reloaded_its_routes_before_the_model_was_taken_out_waits
     cold.refresh_from_db()
     assert cold.state == ColdStartState.READY
     assert served.status() == DeploymentStatus.RUNNING and served.routed()
+
+
+# The idle sweep in a process of its own (a Celery worker's, as beat runs it), held in the step of
+# `take_out` named by argv[2] until it is killed: the model is then out of routing (step 1 committed)
+# and its stop job asked for, neither run nor put back.
+SWEEP_HELD = """
+import sys, time
+import django
+django.setup()
+from hosts.ondemand import activity, services
+
+bump, in_flight, bumped = activity.bump_routes, activity.in_flight, []
+
+def held():
+    print("taken out", flush=True)
+    sys.stdin.read()  # until killed
+
+def bump_routes():
+    if sys.argv[2] == "bump_routes":
+        held()
+    bumped.append(True)
+    return bump()
+
+def counted(deployment_id):
+    if bumped:  # the count after the bump, not the idle check's before the take-out
+        held()
+    return in_flight(deployment_id)
+
+activity.bump_routes, activity.in_flight = bump_routes, counted
+services.sweep_idle(now=time.time() + float(sys.argv[1]))
+"""
+
+
+def _sweep_killed_after_taking_out(d: Deployment, step: str) -> None:
+    """The idle sweep's process has taken the model out of routing and is killed (SIGKILL) before its
+    `step` (`bump_routes`, or the count of what is in flight that follows)."""
+    from django.conf import settings as django_settings
+
+    from tests.fakes.processes import Output
+    from tests.gateway.conftest import database_url
+    from tests.services import redis_url
+
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
+        "PYTHONPATH": str(REPO_ROOT),
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": redis_url(),
+        "PORTAL_DATA_DIR": str(django_settings.DATA_DIR),
+    }
+    sweeper = subprocess.Popen(
+        [sys.executable, "-c", SWEEP_HELD, str(d.idle_ttl + 5), step],
+        env=env,
+        cwd=REPO_ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    output = Output(sweeper.stdout)
+    try:
+        assert output.wait_for("taken out", 120), output.text
+    finally:
+        sweeper.kill()
+        sweeper.wait(timeout=30)
+
+
+@pytest.mark.parametrize("step", ["bump_routes", "in_flight"])
+def test_a_stop_whose_process_died_after_taking_the_model_out_lets_a_waiting_request_be_served(
+    step, gateway, served, alice, settings
+):
+    """The process stopping the idle model (the sweep's worker) was killed once the model was out
+    of routing, before it bumped the routes generation or before it read what is in flight: the
+    model is `stopping`, its channel disabled, its stop job neither run nor sent. A request now
+    waits for the model, and its placement (as the worker runs it) finds the stop abandoned and
+    settles it: the request counts in flight, so the model is put back and the request is served by
+    the server that never stopped (was: the placement waited for that stop until the job sweep
+    failed it after HOSTS_QUEUED_JOB_SECONDS, 10 minutes; an hour here)."""
+
+    settings.HOSTS_QUEUED_JOB_SECONDS = 3600
+    d = served.deployment
+    model, key = _warm(gateway, d, "model", alice)
+    _sweep_killed_after_taking_out(d, step)
+    assert served.status() == DeploymentStatus.STOPPING and not served.routed()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        asked = pool.submit(_ask, gateway, key, model)
+        wait_for(lambda: _waiting(d) == 1 and ColdStart.objects.active().filter(deployment=d).exists(), 60)
+        cold = ColdStart.objects.active().get(deployment=d)
+        assert ondemand.place(cold.pk) is None  # no waiting for the stop: settled
+        assert served.status() == DeploymentStatus.RUNNING and served.routed()
+        reply = asked.result(timeout=120)
+
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["usage"]["completion_tokens"] == 3
+    assert served.server.poll() is None, "the server was killed"
+    kept = LaunchJob.objects.get(deployment=d, action=JobAction.STOP)
+    assert kept.state == JobState.FAILED and "a request reached it" in kept.message, kept.message
+    assert not LaunchJob.objects.filter(deployment=d, action=JobAction.LAUNCH).exists()
+    cold.refresh_from_db()
+    assert cold.state == ColdStartState.READY
+
+
+def test_a_stop_whose_process_died_after_taking_the_model_out_is_finished_by_the_next_sweep(
+    gateway, served, alice, settings
+):
+    """The same, with no request for the model: the sweep's next round (here, or a worker's start)
+    finds the stop abandoned, bumps the routes generation, finds nothing in flight and hands the stop
+    to a worker, which stops the model as the dead sweep meant (was: the sweep passed it by, and
+    the job stayed unsent until the job sweep failed it after HOSTS_QUEUED_JOB_SECONDS)."""
+
+    settings.HOSTS_QUEUED_JOB_SECONDS = 3600
+    d = served.deployment
+    _warm(gateway, d, "model", alice)
+    _sweep_killed_after_taking_out(d, "bump_routes")
+    assert served.status() == DeploymentStatus.STOPPING and not served.routed()
+    assert jobs.recover_stale_jobs() == 0  # the job sweep leaves it to the on-demand sweep
+
+    assert ondemand.sweep_idle() == [d.name]  # settled: the stop sent to a worker
+    _run_queued_stops(d)
+    served.server.wait(timeout=60)
+    assert served.status() == DeploymentStatus.STOPPED and not served.routed()
+    assert LaunchJob.objects.get(deployment=d, action=JobAction.STOP).state == JobState.STOPPED
