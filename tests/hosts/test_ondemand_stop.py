@@ -11,7 +11,9 @@ model idle with nothing in flight and is held right there (before it asks for th
 request is sent, reaches the server (held there by the fake upstream), then the stop goes on.
 The request must get its whole answer and the server must still run, whether it named the model or
 an alias of it; with nothing in flight the same stop does stop it, and a request that comes while
-that stop runs waits for the model's next start instead of getting an error.
+that stop runs waits for the model's next start instead of getting an error. When the process
+stopping it is killed half-way (a sweep in a process of its own), the next look settles the stop
+at once: a waiting request is served, or the stop is handed to a worker.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from tests.fakes.llamacpp import REPO_ROOT
 from tests.fakes.upstream import FakeUpstream
 from tests.gateway.conftest import gateway_url, wait_for  # noqa: F401  (a fixture)
 from tests.hosts.conftest import registered_host
-from tests.hosts.test_ondemand import on_demand, serving
+from tests.hosts.test_ondemand import on_demand, serving, worker  # noqa: F401  (a fixture)
 
 pytestmark = [pytest.mark.slow]
 
@@ -536,3 +538,24 @@ def test_a_stop_whose_process_died_after_taking_the_model_out_is_finished_by_the
     served.server.wait(timeout=60)
     assert served.status() == DeploymentStatus.STOPPED and not served.routed()
     assert LaunchJob.objects.get(deployment=d, action=JobAction.STOP).state == JobState.STOPPED
+
+
+def test_the_idle_sweep_sent_as_beat_sends_it_stops_the_model_on_a_worker(gateway, served, alice, worker):  # noqa: F811
+    """The sweep's whole path off this process: its task sent by name, as beat sends it, and run by a
+    real Celery worker (`worker`, on our own queue), which takes the idle model out of routing and
+    hands its stop job to the queue, where a worker takes it and kills the server over SSH. Its TTL
+    is 0 here, so the sweep finds it idle without a clock to move."""
+    from portal.celery import app
+
+    d = served.deployment
+    _warm(gateway, d, "model", alice)
+    Deployment.objects.filter(pk=d.pk).update(idle_ttl=0)
+
+    app.send_task(tasks.SWEEP_TASK)
+    served.server.wait(timeout=120)
+    wait_for(lambda: served.status() == DeploymentStatus.STOPPED, 60)
+    assert not served.routed()
+    job = LaunchJob.objects.get(deployment=d, action=JobAction.STOP)
+    assert job.state == JobState.STOPPED, job.message
+    assert job.worker and not job.worker.startswith(jobs.TAKE_OUT) and job.worker != jobs.worker_id()
+    assert job.attempts == 1
