@@ -840,7 +840,10 @@ def settle_take_outs(deployment: Deployment | None = None) -> list[str]:
     stopped = []
     for job in jobs.abandoned(jobs.TAKE_OUT, deployment):
         d = job.deployment
-        if d.status != DeploymentStatus.STOPPING or not jobs.take_hold(job, jobs.TAKE_OUT):
+        if not jobs.take_hold(job, jobs.TAKE_OUT):
+            continue  # another sweep settles it
+        if d.status != DeploymentStatus.STOPPING:  # moved on meanwhile: not ours; the job sweep fails it unrun
+            jobs.hand_over(job)
             continue
         logger.warning("on-demand deployment %s: its take-out's process died; settling it", d.name)
         kept = _stop_or_put_back(d, job, routed=True)
