@@ -1050,13 +1050,19 @@ def install(bundle, stamp=None, specs=None):
 
 
 # --- the user's own values our install replaced, put back by uninstall -----------------------
-# A merge replaces some of the user's scalar settings with ours (llm's default model, Codex's
-# `model`, Claude Code's env.ANTHROPIC_MODEL, OpenCode's `model`...). The first install that finds
-# the file without anything of ours remembers those values in REPLACED (ours, mode 0600), keyed by
-# the file's path; a re-install finds ours in the file and keeps what the first one remembered.
-# Values that look like credentials are never written there: they stay in the install's backup.
+# A merge replaces some of the user's settings with ours (llm's default model, Codex's `model` and
+# `[analytics]` table, Claude Code's env.ANTHROPIC_MODEL, Crush's `models.large` object, OpenHands'
+# `tools` list...). The first install that finds the file without anything of ours remembers those
+# values, of any type and as they were written, in REPLACED (ours, mode 0600), keyed by the file's
+# path; a re-install finds ours in the file and keeps what the first one remembered. Values that
+# look like credentials, or hold one, are never written there: they stay in the install's backup.
 REPLACED = "~/.config/team-gateway/replaced.json"
 SECRET_NAME = re.compile(r"key|token|secret|passw|auth|header|cookie", re.I)
+COUNT_NAME = re.compile(r"tokens$", re.I)  # max_tokens, CLAUDE_CODE_MAX_OUTPUT_TOKENS: a number
+
+
+def _secret_name(name):
+    return bool(SECRET_NAME.search(name)) and not COUNT_NAME.search(name)
 
 
 def holds_ours(text, gateway):
@@ -1084,8 +1090,57 @@ def save_replaced(replaced):
         os.unlink(path)
 
 
-def _scalar(value):
-    return value is None or isinstance(value, (str, int, float, bool))
+def _holds_secret(value):
+    """Whether a value has a member named like a credential anywhere inside it."""
+    if isinstance(value, dict):
+        return any(_secret_name(k) or _holds_secret(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_secret(v) for v in value)
+    return False
+
+
+def _json_replaced(old, paths):
+    """[{path, value, raw}] of the user's values at our dotted `paths` in the JSON text `old`: the
+    value there, or the one on its way there that is not an object (ours puts an object in its
+    place); `raw` is its text as the user wrote it, to put back byte for byte."""
+    root, data = jsonc_parse(old)
+    if not isinstance(data, dict):
+        return []
+    found = []
+    for dotted in paths:
+        parts = [dotted] if dotted in data else dotted.split(".")
+        node = data
+        for depth, p in enumerate(parts):
+            node = node.get(p, KeyError)
+            if node is KeyError:
+                break
+            if depth < len(parts) - 1 and not isinstance(node, dict):
+                parts = parts[: depth + 1]  # a string or list where ours has an object: it goes whole
+                break
+        if node is not KeyError and all(item["path"] != parts for item in found):
+            at = jsonc_find(root, parts)
+            found.append({"path": parts, "value": node, "raw": old[at["start"] : at["end"]]})
+    return found
+
+
+def _yaml_block(lines, i):
+    """The lines after a top-level key's line at `i` that strip_yaml_keys takes out with it (its
+    nested lines and the blank lines after them)."""
+    j = i + 1
+    while j < len(lines) and not re.match(r"^([A-Za-z0-9_-]+):", lines[j]):
+        ln = lines[j]
+        if ln.startswith(OURS_COMMENT) or (ln and not ln.startswith((" ", "-", "\t"))):
+            break
+        j += 1
+    return lines[i + 1 : j]
+
+
+def _trailing_blanks(lines):
+    """How many blank lines end `lines` (none when that is all of them)."""
+    n = 0
+    while n < len(lines) and not lines[-1 - n].strip():
+        n += 1
+    return n if n < len(lines) else 0
 
 
 def _line_key(merge, line):
@@ -1096,41 +1151,47 @@ def _line_key(merge, line):
     if merge == "dotenv":
         m = re.match(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=", line)
         return m.group(1) if m else None
-    m = re.match(r"^([A-Za-z0-9_-]+):\s*\S", line)  # flat YAML: a value on the key's own line
-    return m.group(1) if m and not line.split(":", 1)[1].strip().startswith(("|", ">", "#")) else None
+    m = re.match(r"^([A-Za-z0-9_-]+):", line)  # flat YAML: the key's value may be a nested block
+    return m.group(1) if m else None
 
 
 def replaced_values(old, spec):
     """What of the user's `old` text our merge replaces and uninstall puts back, or None: a one-value
-    file's text, a JSON file's scalar values at our paths, a line-based file's lines setting our keys
-    (with where they stood); `kept_out` names the user's credentials among them, never stored."""
+    file's text, a JSON file's values at our paths (objects and lists too), a line-based file's
+    entries setting our keys (with the lines nested under them and where they stood), a TOML file's
+    tables ours replaces; `kept_out` names the user's credentials among them, never stored."""
     merge = spec["merge"]
     if merge == "text":
         return {"text": old} if old.strip() and not old.startswith(spec.get("prefix") or "\0") else None
     if merge == "json":
-        data, found = jsonc_loads(old), []
-        if not isinstance(data, dict):
-            return None
-        for dotted in spec.get("paths", ()):
-            parts = [dotted] if dotted in data else dotted.split(".")
-            node = data
-            for p in parts:
-                node = node.get(p, KeyError) if isinstance(node, dict) else KeyError
-            if node is not KeyError and _scalar(node):
-                found.append({"path": parts, "value": node})
-        kept_out = [".".join(item["path"]) for item in found if SECRET_NAME.search(item["path"][-1])]
-        found = [item for item in found if not SECRET_NAME.search(item["path"][-1])]
+        found = _json_replaced(old, spec.get("paths", ()))
+        secret = [item for item in found if _secret_name(item["path"][-1]) or _holds_secret(item["value"])]
+        kept_out = [".".join(item["path"]) for item in secret]
+        found = [item for item in found if item not in secret]
         return {"json": found, "kept_out": kept_out} if found or kept_out else None
     if merge in ("toml", "toml-items", "dotenv", "yaml-keys"):
-        keys, lines = set(spec.get("keys", ())), old.splitlines()
+        keys, lines, tables = set(spec.get("keys", ())), old.splitlines(), []
         if merge in ("toml", "toml-items"):
-            lines = _toml_split(old)[0]  # the top-level keys only
-        found = [
-            {"at": i, "line": ln, "key": key} for i, ln in enumerate(lines) if (key := _line_key(merge, ln)) in keys
-        ]
-        kept_out = [item["key"] for item in found if SECRET_NAME.search(item["key"])]
-        found = [item for item in found if not SECRET_NAME.search(item["key"])]
-        return {"lines": found, "kept_out": kept_out} if found or kept_out else None
+            lines, split = _toml_split(old)  # the top-level keys, then the tables
+            if merge == "toml":  # toml-items keeps the user's own items instead
+                tables = [
+                    {"at": i, "name": name, "lines": body, "gap": _trailing_blanks(split[i - 1][1] if i else lines)}
+                    for i, (name, body) in enumerate(split)
+                    if _ours_or_below(name, spec.get("tables", ()), ())
+                ]
+        found = []
+        for i, ln in enumerate(lines):
+            if (key := _line_key(merge, ln)) in keys:
+                nested = _yaml_block(lines, i) if merge == "yaml-keys" else []
+                found.append({"at": i, "line": "\n".join([ln, *nested]), "key": key})
+        kept_out = [item["key"] for item in found if _secret_name(item["key"])]
+        kept_out += [t["name"] for t in tables if any(_secret_name(_line_key(merge, ln) or "") for ln in t["lines"])]
+        found = [item for item in found if not _secret_name(item["key"])]
+        tables = [t for t in tables if t["name"] not in kept_out]
+        record = {"lines": found, "kept_out": kept_out}
+        if tables:
+            record["tables"] = tables
+        return record if found or kept_out or tables else None
     return None
 
 
@@ -1151,30 +1212,61 @@ def remember_replaced(replaced, path, old, spec, backup_name):
 def put_back(installed, text, record):
     """`text` (the `installed` file with ours taken out) with the user's remembered values back in
     place: a JSON value goes where ours stood (edited into the installed text, so the member keeps
-    its place), a line at the index it had."""
+    its place) and then reads as the user wrote it; an entry's lines at the index they had, a TOML
+    table among the tables where it stood."""
     if "text" in record:
         return record["text"]
     if record.get("json"):
         data = jsonc_loads(text) if text.strip() else {}
         for item in record["json"]:
             put(data, item["path"], item["value"])
-        return edit_json(installed, data)
+        edited = edit_json(installed, data)
+        for item in record["json"]:
+            edited = _json_raw(edited, item)
+        return edited
     lines = text.splitlines()
     for item in record.get("lines", ()):
-        lines.insert(min(item["at"], len(lines)), item["line"])
-    return "\n".join(lines) + "\n"
+        at = min(item["at"], len(lines))
+        lines[at:at] = item["line"].split("\n")
+    if not record.get("tables"):
+        return "\n".join(lines) + "\n"
+    top, tables = _toml_split("\n".join(lines))
+    for table in record["tables"]:
+        tables.insert(min(table["at"], len(tables)), (table["name"], table))
+    out = list(top)
+    for _, body in tables:
+        if isinstance(body, dict):  # a table put back: the blank lines it had before it, then its own
+            out += [""] * max(body["gap"] - _trailing_blanks(out), 0)
+            body = body["lines"]
+        out += body
+    return "\n".join(out).strip("\n") + "\n"
+
+
+def _json_raw(text, item):
+    """`text` with the value at the item's path written as the user wrote it (their layout, their
+    comments), when that text reads as the same value."""
+    raw = item.get("raw")
+    if raw is None:
+        return text
+    at = jsonc_find(jsonc_parse(text)[0], item["path"])
+    edited = text[: at["start"]] + raw + text[at["end"] :]
+    try:
+        return edited if same(jsonc_loads(edited), jsonc_loads(text)) else text
+    except ValueError:
+        return text
 
 
 def puts_back(record):
     """Whether a record holds values to put back (not only the names of credentials kept out)."""
-    return bool(record and ("text" in record or record.get("json") or record.get("lines")))
+    return bool(record and ("text" in record or record.get("json") or record.get("lines") or record.get("tables")))
 
 
 def replaced_names(record):
     """The keys a record puts back, for the uninstall's line about it."""
     if record.get("json"):
         return ", ".join(".".join(item["path"]) for item in record["json"])
-    return ", ".join(item["key"] for item in record.get("lines", ()))
+    names = [item["key"] for item in record.get("lines", ())]
+    return ", ".join(names + [f"[{t['name']}]" for t in record.get("tables", ())])
 
 
 # --- uninstall: what a client's files hold of ours, taken out again --------------------------

@@ -113,28 +113,83 @@ def test_a_second_install_after_a_window_change_leaves_one_entry_per_model_with_
 
 
 # The user's own value of a setting our install replaces, as they had the file before (the first
-# install over it remembers it); a file that had no such value gets the key removed.
+# install over it remembers it), and the names uninstall says it put back; a file that had no such
+# value gets the key removed. Objects and lists come back as the user wrote them, not only strings.
 USERS_VALUES = [
-    ("llm", "~/.config/io.datasette.llm/default_model.txt", "gpt-4o-mini\n"),
-    ("codex", "~/.codex/config.toml", 'approval_policy = "on-request"\nmodel = "o3"\n\n[tui]\nnotifications = true\n'),
-    ("codex", "~/.codex/config.toml", 'approval_policy = "on-request"\n'),  # no model: ours goes
+    ("llm", "~/.config/io.datasette.llm/default_model.txt", "gpt-4o-mini\n", None),
+    (
+        "codex",
+        "~/.codex/config.toml",
+        'approval_policy = "on-request"\nmodel = "o3"\n\n[tui]\nnotifications = true\n',
+        "model",
+    ),
+    ("codex", "~/.codex/config.toml", 'approval_policy = "on-request"\n', None),  # no model: ours goes
     (
         "claude-code",
         "~/.claude/settings.json",
         # theirs keeps its place among the user's own members
         '{\n  "env": {\n    "ANTHROPIC_MODEL": "claude-opus-4-1",\n    "MY_FLAG": "1"\n  },\n  "theme": "dark"\n}\n',
+        "env.ANTHROPIC_MODEL",
     ),
     (
         "opencode",
         "~/.config/opencode/opencode.json",
         '{\n  "model": "anthropic/claude-sonnet-4",\n  "theme": "tokyonight"\n}\n',
+        "model",
     ),
-    ("aider", "~/.aider.conf.yml", "model: gpt-4o\ndark-mode: true\n"),
-    ("goose", "~/.config/goose/config.yaml", "GOOSE_PROVIDER: openai\nGOOSE_MODEL: gpt-4o\nGOOSE_MODE: auto\n"),
+    ("aider", "~/.aider.conf.yml", "model: gpt-4o\ndark-mode: true\n", "model"),
+    (
+        "goose",
+        "~/.config/goose/config.yaml",
+        "GOOSE_PROVIDER: openai\nGOOSE_MODEL: gpt-4o\nGOOSE_MODE: auto\n",
+        "GOOSE_PROVIDER, GOOSE_MODEL",
+    ),
+    # An object ours replaces whole: Crush's models.large/small, written in the user's own layout.
+    (
+        "crush",
+        "~/.config/crush/crush.json",
+        '{\n  "models": {\n    "large": { "model": "gpt-4o", "provider": "openai" },\n'
+        '    "small": {\n      "model": "gpt-4o-mini",\n      "provider": "openai",\n      "max_tokens": 4096\n    }\n'
+        '  },\n  "options": { "tui": { "compact_mode": true } }\n}\n',
+        "models.large, models.small",
+    ),
+    # A list ours replaces whole: OpenHands' tools.
+    (
+        "openhands",
+        "~/.openhands/agent_settings.json",
+        '{\n  "kind": "Agent",\n  "tools": [\n    {"name": "terminal", "params": {}},\n'
+        '    {"name": "browser_tool_set", "params": {"headless": true}}\n  ]\n}\n',
+        "kind, tools",
+    ),
+    # A string where ours puts an object (Qwen Code's older top-level `model`): it goes back whole.
+    ("qwen-code", "~/.qwen/settings.json", '{\n  "model": "qwen3-coder-plus",\n  "theme": "Default"\n}\n', "model"),
+    # A TOML table ours replaces (Codex's [analytics], with a table nested in it), between the user's.
+    (
+        "codex",
+        "~/.codex/config.toml",
+        'model = "o3"\n\n[tui]\nnotifications = true\n\n[analytics]\nenabled = true\nflush = [1, 2]\n\n'
+        '[analytics.labels]\nteam = "infra"\n\n[history]\npersistence = "none"\n',
+        "model, [analytics], [analytics.labels]",
+    ),
+    # A list of tables at the name ours uses ([[analytics]]), last in the file.
+    (
+        "codex",
+        "~/.codex/config.toml",
+        '[tui]\nnotifications = true\n\n[[analytics]]\nsink = "a"\n\n[[analytics]]\nsink = "b"\n',
+        "[analytics], [analytics]",
+    ),
+    # YAML: a list and a mapping nested under keys ours sets (Aider's model and weak-model).
+    (
+        "aider",
+        "~/.aider.conf.yml",
+        "dark-mode: true\nmodel:\n  - gpt-4o\n  - o3\n\nweak-model:\n  name: gpt-4o-mini\n  temperature: 0\n"
+        "auto-commits: false\n",
+        "model, weak-model",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("client", "file", "before"), USERS_VALUES)
+@pytest.mark.parametrize(("client", "file", "before", "names"), USERS_VALUES)
 def test_uninstall_after_two_installs_puts_back_the_users_own_value_the_install_replaced(
     portal,  # noqa: F811
     tmp_path,
@@ -142,6 +197,7 @@ def test_uninstall_after_two_installs_puts_back_the_users_own_value_the_install_
     client,
     file,
     before,
+    names,
 ):
     url, _ = portal
     home = tmp_path / "home"
@@ -162,12 +218,12 @@ def test_uninstall_after_two_installs_puts_back_the_users_own_value_the_install_
     assert gone.returncode == 0, gone.stdout + gone.stderr
     assert path.read_text() == before
     line = next(ln for ln in gone.stdout.splitlines() if f"{path}:" in ln)
-    if "approval_policy" in before and "model" not in before:  # nothing of theirs to put back
-        assert "our entries removed (backup:" in line, gone.stdout
-    elif client == "llm":
+    if client == "llm":
         assert "your own value put back (backup:" in line, gone.stdout
+    elif names is None:  # nothing of theirs to put back
+        assert "our entries removed (backup:" in line, gone.stdout
     else:  # the keys by name, never their values
-        assert "model" in line.lower() and "put back (backup:" in line, gone.stdout
+        assert f"our entries removed and your own {names} put back (backup:" in line, gone.stdout
     assert not state.exists()
     [backup] = sorted(path.parent.glob(path.name + ".bak-*"), key=lambda p: p.name)[-1:]
     assert backup.read_text() != before  # the uninstall's own backup holds what it removed
