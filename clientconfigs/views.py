@@ -56,13 +56,14 @@ def connect(request: AuthenticatedHttpRequest) -> HttpResponse:
     gateway = services.gateway_url(request)
     data = request.POST if request.method == "POST" else request.GET
     key = _own_key(request.user, data.get("key"))
-    # Minting over an earlier download, the new key takes over the old one's models and budgets:
-    # the page shows the files it will get (a budget leaves out the models without a price).
+    # The page shows the files of the key that will be written (a budget leaves out the models
+    # without a price): a new key takes over the models and budgets of the one it replaces, else it
+    # gets every model; the key picked under "Models of key" scopes a placeholder only.
     minting = (data.get("key_mode") or KeyMode.MINT) == KeyMode.MINT
     replacing = minting and (not data.get("key_mode") or bool(data.get("replace")))
-    machine = (data.get("machine") or "").strip() or "laptop"
+    machine = (data.get("machine") or "").strip() or "laptop"  # as the form cleans it
     replaced = services.replaceable_key(request.user, slug, machine) if replacing else None
-    scope = key or replaced
+    scope = replaced if minting else key
     specs = services.model_specs(request.user, scope)
     form = ConnectForm(
         data if data.get("key_mode") else None,
@@ -74,7 +75,6 @@ def connect(request: AuthenticatedHttpRequest) -> HttpResponse:
     default_model = ""
     if form.is_bound and form.is_valid():
         default_model = form.cleaned_data.get("model") or ""
-    machine = (form.cleaned_data.get("machine") if form.is_bound and form.is_valid() else None) or "laptop"
     if request.method == "POST" and form.is_valid():
         replace = bool(form.cleaned_data.get("replace"))
         if action == "mint":

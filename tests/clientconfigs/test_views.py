@@ -314,3 +314,26 @@ def test_the_client_tabs_keep_the_key_chosen_for_a_placeholder(alice_client, ali
     assert f"?client=continue&amp;key_mode=placeholder&amp;key={alice_key.pk}" in tabs
     page = alice_client.get("/connect/", {"client": "cline"}).content.decode()
     assert '<a href="?client=continue"' in page  # minting: nothing to keep
+
+
+def test_minting_shows_the_models_the_new_key_gets_not_those_of_the_key_picked(alice_client, alice, alice_key):
+    """Regression: in mint mode the key picked under "Models of key" (a placeholder's choice) still
+    scoped the page: it listed that key's models instead of those of the key the installer mints,
+    and refused a default model the new key may use."""
+    answer = alice_client.post(
+        "/connect/?client=continue",
+        {
+            "client": "continue",
+            "key_mode": "mint",
+            "key": alice_key.pk,
+            "machine": "laptop",
+            "model": "qwen3-32b",
+            "action": "installer",
+        },
+    )
+    page = answer.content.decode()
+    assert 'id="install-sh"' in page and DownloadToken.objects.filter(user=alice, client="continue").exists()
+    assert "<code>qwen3-32b</code>" in page and "<code>llama-3.1-8b</code>" in page
+    # A placeholder is scoped by the key picked.
+    page = alice_client.get("/connect/", {"client": "continue", "key_mode": "placeholder", "key": alice_key.pk})
+    assert "<code>qwen3-32b</code>" not in page.content.decode()
