@@ -1022,7 +1022,9 @@ def install(bundle, stamp=None, specs=None):
         if old is not None:
             backup(path, old, stamp)
             if f["path"] in by_path and not holds_ours(old, bundle["gateway"]):
-                remember_replaced(replaced, path, old, by_path[f["path"]], f"{os.path.basename(path)}.bak-{stamp}")
+                remember_replaced(
+                    replaced, path, old, by_path[f["path"]], f"{os.path.basename(path)}.bak-{stamp}", text
+                )
         write_file(path, text, f.get("secret", False))
         say("✓", f"{path} (backup: {os.path.basename(path)}.bak-{stamp})" if old is not None else path)
     if bundle.get("db_providers"):
@@ -1123,6 +1125,30 @@ def _json_replaced(old, paths):
     return found
 
 
+def _list_entries_replaced(old, new, lists):
+    """[{path, entries: [{at, value}], raw}] for each shared list ("path:id:base") whose user's
+    entries the merged `new` text no longer has (ours took their id): where each stood, and the
+    whole list as the user wrote it."""
+    root, data = jsonc_parse(old)
+    merged = jsonc_loads(new)
+    out = []
+    for spec in lists:
+        parts = spec.split(":")[0].split(".")
+        theirs, ours = one(data, ".".join(parts)), one(merged, ".".join(parts))
+        if not isinstance(theirs, list):
+            continue
+        ours = ours if isinstance(ours, list) else []
+        gone = [{"at": i, "value": v} for i, v in enumerate(theirs) if not any(same(v, o) for o in ours)]
+        if gone:
+            at = jsonc_find(root, parts)
+            out.append({"path": parts, "entries": gone, "raw": old[at["start"] : at["end"]]})
+    return out
+
+
+def _entry_name(listed, entry):
+    return f"{'.'.join(listed['path'])}[{entry['at']}]"
+
+
 def _yaml_block(lines, i):
     """The lines after a top-level key's line at `i` that strip_yaml_keys takes out with it (its
     nested lines and the blank lines after them)."""
@@ -1155,11 +1181,12 @@ def _line_key(merge, line):
     return m.group(1) if m else None
 
 
-def replaced_values(old, spec):
+def replaced_values(old, spec, new=None):
     """What of the user's `old` text our merge replaces and uninstall puts back, or None: a one-value
     file's text, a JSON file's values at our paths (objects and lists too), a line-based file's
     entries setting our keys (with the lines nested under them and where they stood), a TOML file's
-    tables ours replaces; `kept_out` names the user's credentials among them, never stored."""
+    tables ours replaces, the entries of a shared list ours takes the place of (the `new` text has
+    them no more); `kept_out` names the user's credentials among them, never stored."""
     merge = spec["merge"]
     if merge == "text":
         return {"text": old} if old.strip() and not old.startswith(spec.get("prefix") or "\0") else None
@@ -1168,7 +1195,15 @@ def replaced_values(old, spec):
         secret = [item for item in found if _secret_name(item["path"][-1]) or _holds_secret(item["value"])]
         kept_out = [".".join(item["path"]) for item in secret]
         found = [item for item in found if item not in secret]
-        return {"json": found, "kept_out": kept_out} if found or kept_out else None
+        entries = _list_entries_replaced(old, new, spec.get("lists", ())) if new is not None else []
+        for listed in entries:
+            kept_out += [_entry_name(listed, e) for e in listed["entries"] if _holds_secret(e["value"])]
+            listed["entries"] = [e for e in listed["entries"] if not _holds_secret(e["value"])]
+        entries = [listed for listed in entries if listed["entries"]]
+        record = {"json": found, "kept_out": kept_out}
+        if entries:
+            record["entries"] = entries
+        return record if found or kept_out or entries else None
     if merge in ("toml", "toml-items", "dotenv", "yaml-keys"):
         keys, lines, tables = set(spec.get("keys", ())), old.splitlines(), []
         if merge in ("toml", "toml-items"):
@@ -1191,16 +1226,18 @@ def replaced_values(old, spec):
         record = {"lines": found, "kept_out": kept_out}
         if tables:
             record["tables"] = tables
+        if merge == "toml" and found:  # the blank lines between the top-level keys and the tables
+            record["gap"] = _trailing_blanks(lines)
         return record if found or kept_out or tables else None
     return None
 
 
-def remember_replaced(replaced, path, old, spec, backup_name):
+def remember_replaced(replaced, path, old, spec, backup_name, new=None):
     """At an install over a file with nothing of ours: remember the user's values our merge replaces
     and the backup holding the file as it was (or forget a stale record, when the user took ours out
     by hand since)."""
     try:
-        record = replaced_values(old, spec)
+        record = replaced_values(old, spec, new)
     except ValueError:  # not readable: the merge has said so already
         return
     if record:
@@ -1216,22 +1253,31 @@ def put_back(installed, text, record):
     table among the tables where it stood."""
     if "text" in record:
         return record["text"]
-    if record.get("json"):
+    if record.get("json") or record.get("entries"):
         data = jsonc_loads(text) if text.strip() else {}
-        for item in record["json"]:
+        for item in record.get("json", ()):
             put(data, item["path"], item["value"])
+        for listed in record.get("entries", ()):
+            items = one(data, ".".join(listed["path"]))
+            if not isinstance(items, list):
+                items = []
+                put(data, listed["path"], items)
+            for entry in listed["entries"]:
+                items.insert(min(entry["at"], len(items)), entry["value"])
         edited = edit_json(installed, data)
-        for item in record["json"]:
+        for item in [*record.get("json", ()), *record.get("entries", ())]:
             edited = _json_raw(edited, item)
         return edited
     lines = text.splitlines()
     for item in record.get("lines", ()):
         at = min(item["at"], len(lines))
         lines[at:at] = item["line"].split("\n")
-    if not record.get("tables"):
+    if not record.get("tables") and not record.get("gap"):
         return "\n".join(lines) + "\n"
     top, tables = _toml_split("\n".join(lines))
-    for table in record["tables"]:
+    if tables or record.get("tables"):
+        top += [""] * max(record.get("gap", 0) - _trailing_blanks(top), 0)
+    for table in record.get("tables", ()):
         tables.insert(min(table["at"], len(tables)), (table["name"], table))
     out = list(top)
     for _, body in tables:
@@ -1258,13 +1304,14 @@ def _json_raw(text, item):
 
 def puts_back(record):
     """Whether a record holds values to put back (not only the names of credentials kept out)."""
-    return bool(record and ("text" in record or record.get("json") or record.get("lines") or record.get("tables")))
+    return bool(record and any(record.get(k) for k in ("text", "json", "lines", "tables", "entries")))
 
 
 def replaced_names(record):
     """The keys a record puts back, for the uninstall's line about it."""
-    if record.get("json"):
-        return ", ".join(".".join(item["path"]) for item in record["json"])
+    if record.get("json") or record.get("entries"):
+        entries = [_entry_name(listed, e) for listed in record.get("entries", ()) for e in listed["entries"]]
+        return ", ".join([".".join(item["path"]) for item in record.get("json", ())] + entries)
     names = [item["key"] for item in record.get("lines", ())]
     return ", ".join(names + [f"[{t['name']}]" for t in record.get("tables", ())])
 

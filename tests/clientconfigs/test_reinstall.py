@@ -163,6 +163,15 @@ USERS_VALUES = [
     ),
     # A string where ours puts an object (Qwen Code's older top-level `model`): it goes back whole.
     ("qwen-code", "~/.qwen/settings.json", '{\n  "model": "qwen3-coder-plus",\n  "theme": "Default"\n}\n', "model"),
+    # An entry of a list shared with ours, that ours took the place of (the same model id).
+    (
+        "qwen-code",
+        "~/.qwen/settings.json",
+        '{\n  "modelProviders": {\n    "openai": [\n'
+        '      { "id": "qwen3-32b", "name": "My own", "baseUrl": "http://127.0.0.1:9/v1" },\n'
+        '      { "id": "gpt-4o", "baseUrl": "https://api.openai.com/v1" }\n    ]\n  }\n}\n',
+        "modelProviders.openai[0]",
+    ),
     # A TOML table ours replaces (Codex's [analytics], with a table nested in it), between the user's.
     (
         "codex",
@@ -212,7 +221,8 @@ def test_uninstall_after_two_installs_puts_back_the_users_own_value_the_install_
     state = home / inst.REPLACED.removeprefix("~/")
     if state.exists():  # only what the user had, never a key
         assert stat.S_IMODE(state.stat().st_mode) == 0o600
-        assert "gp-" not in state.read_text() and "qwen3-32b" not in state.read_text()
+        assert "gp-" not in state.read_text()
+        assert "qwen3-32b" not in state.read_text() or "qwen3-32b" in before  # ours never, theirs maybe
 
     gone = run_sh(fetch(url + "/connect/install.sh"), home, "--uninstall", client, "--yes")
     assert gone.returncode == 0, gone.stdout + gone.stderr
