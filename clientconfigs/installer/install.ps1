@@ -682,9 +682,26 @@ function Protect-File([string]$path) {
 # --- the user's own values our install replaced, put back by uninstall ----------------------------
 # install.py's REPLACED: the first install over a file with nothing of ours remembers the user's
 # values of the settings ours replace; a re-install keeps that record; uninstall puts them back.
-# Names that look like credentials or headers are never written there (they stay in the backup).
+# Names that look like credentials or headers are never written there, nor values holding one (they
+# stay in the backup). A JSON value of any type comes back (install.py's too writes it as the user
+# did; its TOML tables, YAML blocks and shared list entries are not mirrored here yet).
 $ReplacedPath = Expand-TeamPath "~/.config/team-gateway/replaced.json"
 $SecretName = 'key|token|secret|passw|auth|header|cookie'
+
+function Test-SecretName([string]$name) {
+  # install.py's _secret_name: named like a credential, and not a count of tokens (max_tokens).
+  return ($name -match $SecretName) -and -not ($name -match 'tokens$')
+}
+
+function Test-HoldsSecret($value) {
+  # install.py's _holds_secret: a member named like a credential anywhere inside a value.
+  if ($value -is [System.Collections.IDictionary]) {
+    foreach ($k in @($value.Keys)) { if ((Test-SecretName $k) -or (Test-HoldsSecret $value[$k])) { return $true } }
+  } elseif ($value -is [System.Collections.IList]) {
+    foreach ($v in $value) { if (Test-HoldsSecret $v) { return $true } }
+  }
+  return $false
+}
 
 function Test-HoldsOurs([string]$text) {
   $lowered = $text.ToLowerInvariant()
@@ -715,8 +732,9 @@ function Get-LineKey([string]$merge, [string]$line) {
 }
 
 function Get-ReplacedValues($spec, [string]$old) {
-  # install.py's replaced_values: a one-value file's text, a JSON file's scalar values at our paths,
-  # a line-based file's lines setting our keys (with where they stood); $null when none.
+  # install.py's replaced_values: a one-value file's text, a JSON file's values at our paths (or the
+  # one on the way there that is not an object), a line-based file's lines setting our keys (with
+  # where they stood); $null when none.
   if ($spec.merge -eq "text") {
     if ($old.Trim() -and -not $old.StartsWith($spec.prefix)) { return [ordered]@{ text = $old } }
     return $null
@@ -729,10 +747,15 @@ function Get-ReplacedValues($spec, [string]$old) {
       if (-not $dotted) { continue }
       $parts = @(if ($data.Contains($dotted)) { $dotted } else { $dotted.Split(".") })
       $node = $data; $there = $true
-      foreach ($p in $parts) { if ($node -is [System.Collections.IDictionary] -and $node.Contains($p)) { $node = $node[$p] } else { $there = $false; break } }
-      $scalar = ($null -eq $node) -or -not ($node -is [System.Collections.IDictionary] -or $node -is [System.Collections.IList])
-      if (-not ($there -and $scalar)) { continue }
-      if ($parts[-1] -match $SecretName) { [void]$keptOut.Add($parts -join ".") } else { [void]$found.Add([ordered]@{ path = $parts; value = $node }) }
+      for ($d = 0; $d -lt $parts.Count; $d++) {
+        if (-not $node.Contains($parts[$d])) { $there = $false; break }
+        $node = $node[$parts[$d]]
+        # A string or list where ours has an object: it goes back whole.
+        if ($d -lt $parts.Count - 1 -and -not ($node -is [System.Collections.IDictionary])) { $parts = @($parts[0..$d]); break }
+      }
+      $name = $parts -join "."
+      if (-not $there -or ($keptOut -contains $name) -or (@($found | ForEach-Object { @($_.path) -join "." }) -contains $name)) { continue }
+      if ((Test-SecretName $parts[-1]) -or (Test-HoldsSecret $node)) { [void]$keptOut.Add($name) } else { [void]$found.Add([ordered]@{ path = $parts; value = $node }) }
     }
     if ($found.Count -or $keptOut.Count) { return [ordered]@{ json = $found; kept_out = $keptOut } }
     return $null
@@ -744,7 +767,7 @@ function Get-ReplacedValues($spec, [string]$old) {
   for ($i = 0; $i -lt $lines.Count; $i++) {
     $key = Get-LineKey $spec.merge $lines[$i]
     if (-not ($key -and (@($spec.keys) -contains $key))) { continue }
-    if ($key -match $SecretName) { [void]$keptOut.Add($key) } else { [void]$found.Add([ordered]@{ at = $i; line = $lines[$i]; key = $key }) }
+    if (Test-SecretName $key) { [void]$keptOut.Add($key) } else { [void]$found.Add([ordered]@{ at = $i; line = $lines[$i]; key = $key }) }
   }
   if ($found.Count -or $keptOut.Count) { return [ordered]@{ lines = $found; kept_out = $keptOut } }
   return $null
