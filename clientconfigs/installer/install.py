@@ -1294,11 +1294,11 @@ def _json_raw(text, item):
     raw = item.get("raw")
     if raw is None:
         return text
-    at = jsonc_find(jsonc_parse(text)[0], item["path"])
-    edited = text[: at["start"]] + raw + text[at["end"] :]
     try:
+        at = jsonc_find(jsonc_parse(text)[0], item["path"])
+        edited = text[: at["start"]] + raw + text[at["end"] :]
         return edited if same(jsonc_loads(edited), jsonc_loads(text)) else text
-    except ValueError:
+    except (ValueError, IndexError, KeyError):  # not there, or not as written: the value as dumped
         return text
 
 

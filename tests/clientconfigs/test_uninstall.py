@@ -239,3 +239,28 @@ def test_a_file_installed_before_values_were_remembered_never_gets_our_value_bac
     assert not (home / inst.REPLACED.removeprefix("~/")).exists()
     assert inst.uninstall(SPECS, GATEWAY, ["llm"], yes=True, stamp="2") == 0
     assert not (home / ".config" / "io.datasette.llm" / "default_model.txt").exists()
+
+
+def test_an_object_holding_the_users_credential_is_never_remembered_their_list_is(tmp_path, monkeypatch, capsys):
+    """OpenHands' `llm` and `tools` are replaced whole: the user's `llm` holds their api_key, so it
+    stays in the install's backup only (uninstall says where); their `tools` list comes back as they
+    wrote it."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    settings = home / ".openhands" / "agent_settings.json"
+    settings.parent.mkdir()
+    settings.write_text(
+        '{\n  "llm": {"model": "openai/gpt-4o", "api_key": "sk-mine"},\n'
+        '  "tools": [\n    // the shell\n    {"name": "terminal", "params": {}}\n  ]\n}\n'
+    )
+    install_once("openhands", sample_input(SAMPLE_KEY), home)
+    state = (home / inst.REPLACED.removeprefix("~/")).read_text()
+    assert "sk-mine" not in state and "openai/gpt-4o" not in state and "terminal" in state
+
+    assert inst.uninstall(SPECS, GATEWAY, ["openhands"], yes=True, stamp="2") == 0
+    assert settings.read_text() == '{\n  "tools": [\n    // the shell\n    {"name": "terminal", "params": {}}\n  ]\n}\n'
+    assert "sk-mine" in (settings.parent / "agent_settings.json.bak-1").read_text()
+    out = capsys.readouterr().out
+    assert f"{settings}: our entries removed and your own tools put back (backup: " in out
+    assert f"{settings}: your own llm from before the install is not put back (we never store a credential)" in out
