@@ -689,8 +689,8 @@ $ReplacedPath = Expand-TeamPath "~/.config/team-gateway/replaced.json"
 $SecretName = 'key|token|secret|passw|auth|header|cookie'
 
 function Test-SecretName([string]$name) {
-  # install.py's _secret_name: named like a credential, and not a count of tokens (max_tokens).
-  return ($name -match $SecretName) -and -not ($name -match 'tokens$')
+  # install.py's _secret_name: named like a credential, and not a limit on tokens (max_tokens).
+  return ($name -match $SecretName) -and -not ($name -match 'max.*tokens$')
 }
 
 function Test-HoldsSecret($value) {

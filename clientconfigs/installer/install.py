@@ -1060,7 +1060,9 @@ def install(bundle, stamp=None, specs=None):
 # look like credentials, or hold one, are never written there: they stay in the install's backup.
 REPLACED = "~/.config/team-gateway/replaced.json"
 SECRET_NAME = re.compile(r"key|token|secret|passw|auth|header|cookie", re.I)
-COUNT_NAME = re.compile(r"tokens$", re.I)  # max_tokens, CLAUDE_CODE_MAX_OUTPUT_TOKENS: a number
+# A limit on tokens is a number, no credential (max_tokens, maxOutputTokens, CLAUDE_CODE_MAX_OUTPUT_TOKENS);
+# access_tokens or auth_tokens stay credentials.
+COUNT_NAME = re.compile(r"max.*tokens$", re.I)
 
 
 def _secret_name(name):

@@ -264,3 +264,23 @@ def test_an_object_holding_the_users_credential_is_never_remembered_their_list_i
     out = capsys.readouterr().out
     assert f"{settings}: our entries removed and your own tools put back (backup: " in out
     assert f"{settings}: your own llm from before the install is not put back (we never store a credential)" in out
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("max_tokens", False),
+        ("maxOutputTokens", False),
+        ("CLAUDE_CODE_MAX_OUTPUT_TOKENS", False),
+        ("access_tokens", True),
+        ("auth_tokens", True),
+        ("refreshTokens", True),
+        ("ANTHROPIC_AUTH_TOKEN", True),
+        ("api_key", True),
+        ("model", False),
+    ],
+)
+def test_a_limit_on_tokens_is_no_credential_a_list_of_tokens_is(name, secret):
+    """Only a limit (max…tokens) escapes the credential rule, so a user's access or refresh tokens
+    are never written to the record of what to put back."""
+    assert inst._secret_name(name) is secret
