@@ -43,6 +43,7 @@ class Request:
 
     __slots__ = (
         "_body",
+        "_sent_to",
         "answered",
         "headers",
         "key_prefix",
@@ -54,7 +55,6 @@ class Request:
         "request_id",
         "reveal_replica",
         "scope",
-        "send",
         "subpath",
     )
 
@@ -62,23 +62,11 @@ class Request:
         self.scope = scope
         self.receive = receive
         self.request_id = new_request_id()
-        rid = self.request_id.encode()
-        scope[REQUEST_ID_KEY] = rid  # for an answer made outside the gateway (BodyDeadline's 408)
-
-        async def send_with_id(message: Mapping[str, Any]) -> None:
-            """Every gateway answer carries its request id (`x-request-id`, as OpenAI's does; on the
-            Messages surface `request-id` too, which Anthropic's SDKs read)."""
-            if message["type"] == "http.response.start":
-                self.answered = True
-                extra = [(b"x-request-id", rid)]
-                if subpath.startswith("/messages"):
-                    extra.append((b"request-id", rid))
-                if self.playground and self.reveal_replica:  # an admin's playground: which replica answered
-                    extra.append((b"x-portal-replica", REPLICA.encode()))
-                message = {**message, "headers": [*message.get("headers", ()), *extra]}
-            await send(message)
-
-        self.send: Send = send_with_id
+        scope[REQUEST_ID_KEY] = self.request_id.encode()  # for an answer made outside the gateway (BodyDeadline's 408)
+        # Where `send` delivers: the server's, or what a cold start's stream fits in (`ondemand`). A
+        # method, not a closure kept on the request: that would be a reference cycle, and every
+        # request's objects would wait for the cyclic collector instead of going when it ends.
+        self._sent_to: Send = send
         self.answered = False  # the response has started: an error can no longer be its status
         self.method: str = scope["method"]
         self.path: str = scope["path"]
@@ -90,6 +78,26 @@ class Request:
         self.model_name: str | None = None
         self.playground = False  # sent by the playground page with its session-bound credential
         self.reveal_replica = False
+
+    async def send(self, message: Mapping[str, Any]) -> None:
+        """Every gateway answer carries its request id (`x-request-id`, as OpenAI's does; on the
+        Messages surface `request-id` too, which Anthropic's SDKs read)."""
+        if message["type"] == "http.response.start":
+            self.answered = True
+            rid = self.request_id.encode()
+            extra = [(b"x-request-id", rid)]
+            if self.subpath.startswith("/messages"):
+                extra.append((b"request-id", rid))
+            if self.playground and self.reveal_replica:  # an admin's playground: which replica answered
+                extra.append((b"x-portal-replica", REPLICA.encode()))
+            message = {**message, "headers": [*message.get("headers", ()), *extra]}
+        await self._sent_to(message)
+
+    def send_through(self, send: Send) -> Send:
+        """From now on deliver what `send` is given through `send` (which delivers to what this
+        returns: where it went so far), after the request id is added."""
+        sent_to, self._sent_to = self._sent_to, send
+        return sent_to
 
     @property
     def client_ip(self) -> str | None:

@@ -329,9 +329,8 @@ async def _wait(
 async def _start_stream(req: Request) -> None:
     """Send the SSE headers and a first comment now; what the handler sends later is fitted in:
     its own response start is dropped, and an error answer becomes one `data:` event."""
-    send = req.send
-    await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-    await send({"type": "http.response.body", "body": WAITING_COMMENT, "more_body": True})
+    await req.send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+    await req.send({"type": "http.response.body", "body": WAITING_COMMENT, "more_body": True})
     error: list[bytes] | None = None
 
     async def after_prelude(message: Mapping[str, Any]) -> None:
@@ -348,7 +347,7 @@ async def _start_stream(req: Request) -> None:
             return
         await send(message)
 
-    req.send = after_prelude
+    send = req.send_through(after_prelude)
 
 
 # --- in flight --------------------------------------------------------------------------------------
