@@ -61,6 +61,18 @@ def test_a_finished_request_leaves_nothing_for_the_cyclic_collector(setup, gatew
         refused = client.post(f"{url}/chat/completions", json=chat, headers={"Authorization": "Bearer no"})
         assert refused.status_code == 401
         assert client.post(f"{url}/chat/completions", json={**chat, "model": "none"}, headers=good).status_code == 404
+        msgs = {"model": setup.model.name, "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+        assert client.post(f"{url}/messages", json=msgs, headers=good).status_code == 200
+        with client.stream("POST", f"{url}/messages", json={**msgs, "stream": True}, headers=good) as r:
+            assert r.status_code == 200 and b"message_stop" in r.read()
+        resp = {"model": setup.model.name, "input": "hi", "max_output_tokens": 16}
+        assert client.post(f"{url}/responses", json=resp, headers=good).status_code == 200
+        with client.stream("POST", f"{url}/responses", json={**resp, "stream": True}, headers=good) as r:
+            assert r.status_code == 200 and b"response.completed" in r.read()
+        legacy = {"model": setup.model.name, "prompt": "hi", "max_tokens": 5}
+        assert client.post(f"{url}/completions", json=legacy, headers=good).status_code == 200
+        emb = {"model": setup.model.name, "input": "hi"}
+        assert client.post(f"{url}/embeddings", json=emb, headers=good).status_code == 200
 
     with httpx.Client(timeout=60) as client:
         traffic(client)  # caches filled, connections open
