@@ -221,14 +221,15 @@ class Model(TimeStampedModel):
 
     def effective_limits(self, *, local_only: bool = False) -> tuple[int | None, int | None]:
         """(context window, max output tokens) a client can rely on: the smallest over the
-        enabled routes, preferring each route's discovered context window. An alias can serve
-        the largest of its enabled targets' (`alias_limits`)."""
+        enabled routes (only local ones for a local-only model or request), preferring each
+        route's discovered context window. An alias can serve the largest of its enabled targets'
+        (`alias_limits`)."""
         if self.is_alias:
             local_only = local_only or self.local_only
             targets = [t.target for t in self.targets.select_related("target") if t.target.enabled]
             return alias_limits([t.effective_limits(local_only=local_only) for t in targets])
         routes = self.routes.enabled()
-        if local_only:
+        if local_only or self.local_only:
             routes = routes.filter(channel__locality=Locality.LOCAL)
         return route_limits((r.effective_context_window, r.max_output_tokens) for r in routes)
 

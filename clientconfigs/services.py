@@ -62,13 +62,14 @@ def gateway_url(request: HttpRequest | None = None) -> str:
 def usable_models(user: User, key: Key | None = None) -> QuerySet[Model]:
     """Enabled models with at least one enabled route on an enabled channel (an alias: an enabled
     target with one), narrowed by the owner's allow-list and then the key's (an empty list means
-    no narrowing). For a local-only key, or behind a local-only alias, only local channels count.
-    Under a budget, models the gateway refuses for want of a price are left out (`unpayable`)."""
+    no narrowing). For a local-only key, a local-only model, or behind a local-only alias, only
+    local channels count (the gateway's rule, `gateway.catalog.select_routes`). Under a budget,
+    models the gateway refuses for want of a price are left out (`unpayable`)."""
     local = key is not None and key.local_only
     live_routes = ModelRoute.objects.enabled().filter(model=OuterRef("pk"))
     on_local = Q(target__routes__channel__locality=Locality.LOCAL)
     live_targets = AliasTarget.objects.filter(
-        on_local if local else on_local | Q(alias__local_only=False),
+        on_local if local else on_local | Q(alias__local_only=False, target__local_only=False),
         alias=OuterRef("pk"),
         target__enabled=True,
         target__routes__enabled=True,
@@ -76,6 +77,8 @@ def usable_models(user: User, key: Key | None = None) -> QuerySet[Model]:
     )
     if local:
         live_routes = live_routes.filter(channel__locality=Locality.LOCAL)
+    else:
+        live_routes = live_routes.filter(Q(channel__locality=Locality.LOCAL) | Q(model__local_only=False))
     owner = key.owner if key is not None else user
     # A model served on demand is offered while stopped: the first request starts it (hosts/ondemand/);
     # so is an alias with an enabled on-demand target (a request through it starts that one).
@@ -127,7 +130,7 @@ def model_specs(user: User, key: Key | None = None) -> tuple[ModelSpec, ...]:
         local = key_local or model.local_only
         if model.is_alias:
             per_target = [
-                [r for r in t.target.live if r.channel.is_local or not local]
+                [r for r in t.target.live if r.channel.is_local or not (local or t.target.local_only)]
                 for t in model.live_targets
                 if t.target.enabled
             ]

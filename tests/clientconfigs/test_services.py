@@ -239,6 +239,23 @@ def test_a_local_only_key_is_given_the_local_windows_only(alice, coder):
     assert specs["qwen3-32b"].context_window == 32768
 
 
+def test_a_local_only_model_is_offered_by_its_local_channels_only(alice, coder, catalog):
+    """The gateway sends a local-only model's requests to local channels only, whoever's key: the
+    configs neither offer one served only externally (it would be refused, 403 local_only) nor count
+    an external window for one served by both, directly or behind an alias."""
+    from channels.models import Channel, Model
+
+    Model.objects.filter(name="cloud-big").update(local_only=True)
+    assert "cloud-big" not in names(services.model_specs(alice))
+    assert {s.name: s for s in services.model_specs(alice)}["coder"].context_window == 8192
+    cloud = Channel.objects.get(name="cloud")
+    ModelRoute.objects.create(model=Model.objects.get(name="llama-3.1-8b"), channel=cloud, context_window=65_536)
+    Model.objects.filter(name="llama-3.1-8b").update(local_only=True)
+    assert {s.name: s for s in services.model_specs(alice)}["llama-3.1-8b"].context_window == 8192
+    Model.objects.filter(name="llama-3.1-8b").update(local_only=False)
+    assert {s.name: s for s in services.model_specs(alice)}["llama-3.1-8b"].context_window == 8192  # the smallest
+
+
 def test_a_local_only_alias_counts_only_local_windows(alice, coder):
     from channels.services import save_alias
 
