@@ -743,7 +743,7 @@ def sweep_idle(now: float | None = None) -> list[str]:
     stops whose process died half-way (`settle_take_outs`); move on cold starts whose deployment
     settled, and send again the placements the broker did not take. Returns the names it stopped."""
     now = now or time.time()
-    stopped = settle_take_outs()
+    stopped = settle_take_outs() + _send_unclaimed_stops()
     _resend_placements()
     for cold in ColdStart.objects.active().filter(state=ColdStartState.LAUNCHING):
         observe(cold.pk)
@@ -851,6 +851,33 @@ def settle_take_outs(deployment: Deployment | None = None) -> list[str]:
             jobs.send(kept)
             stopped.append(d.name)
     return stopped
+
+
+def _send_unclaimed_stops() -> list[str]:
+    """Send again the stop of a taken-out deployment that was handed to the queue (`jobs.hand_over`)
+    and that no worker claimed within HOSTS_STALE_JOB_SECONDS: the sweep that handed it on died
+    before it sent it, or the message was lost. Otherwise the deployment would stay `stopping`, out
+    of routing, until the job sweep failed the job after HOSTS_QUEUED_JOB_SECONDS. A second message
+    is harmless: one worker claims the job (`jobs._claim`). Returns their names."""
+    cutoff = timezone.now() - datetime.timedelta(seconds=settings.HOSTS_STALE_JOB_SECONDS)
+    unclaimed = LaunchJob.objects.active().filter(
+        action=JobAction.STOP,
+        state=JobState.QUEUED,
+        worker="",
+        attempts=0,
+        heartbeat__lt=cutoff,
+        deployment__on_demand=True,
+        deployment__status=DeploymentStatus.STOPPING,
+    )
+    sent = []
+    for job in unclaimed.select_related("deployment"):
+        if jobs.change_state(job, JobState.QUEUED, Message(faults.SENT_AGAIN), guard=True):
+            logger.warning(
+                "on-demand deployment %s: its stop was not taken by a worker; sent again", job.deployment.name
+            )
+            jobs.send(job)
+            sent.append(job.deployment.name)
+    return sent
 
 
 def _route(channel_id: int, *, enabled: bool) -> bool:

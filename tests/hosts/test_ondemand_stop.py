@@ -19,6 +19,7 @@ at once: a waiting request is served, or the stop is handed to a worker.
 from __future__ import annotations
 
 import concurrent.futures
+import datetime
 import os
 import signal
 import socket
@@ -31,6 +32,7 @@ import uuid
 import httpx
 import pytest
 from django import db
+from django.utils import timezone
 from django.utils.translation import gettext_noop
 
 from channels.models import Channel
@@ -538,6 +540,33 @@ def test_a_stop_whose_process_died_after_taking_the_model_out_is_finished_by_the
     served.server.wait(timeout=60)
     assert served.status() == DeploymentStatus.STOPPED and not served.routed()
     assert LaunchJob.objects.get(deployment=d, action=JobAction.STOP).state == JobState.STOPPED
+
+
+def test_a_stop_handed_on_but_never_sent_is_sent_again_by_the_next_sweep(gateway, served, alice, settings, monkeypatch):
+    """The sweep took the idle model out of routing and handed its stop to the queue, then died
+    before sending it (or the message was lost): no worker ever claims it. Once it has waited
+    HOSTS_STALE_JOB_SECONDS (its heartbeat moved back, no clock waited for), the next sweep sends it
+    again and a worker stops the model (was: `stopping` and out of routing until the job sweep
+    failed it after HOSTS_QUEUED_JOB_SECONDS)."""
+    settings.HOSTS_QUEUED_JOB_SECONDS = 3600
+    d = served.deployment
+    _warm(gateway, d, "model", alice)
+    job = ondemand.take_out(d, Message(gettext_noop("Idle for %(seconds)s s: stopping (on demand)."), seconds=1))
+    assert job is not None and jobs.hand_over(job)  # ... and the process dies here, before jobs.send
+    assert served.status() == DeploymentStatus.STOPPING and not served.routed()
+    assert ondemand.sweep_idle() == []  # just handed on: a worker may be about to claim it
+    LaunchJob.objects.filter(pk=job.pk).update(
+        heartbeat=timezone.now() - datetime.timedelta(seconds=settings.HOSTS_STALE_JOB_SECONDS + 1)
+    )
+    sent = []
+    monkeypatch.setattr(jobs, "send", lambda j, send=jobs.send: (sent.append(j.pk), send(j))[1])
+
+    assert ondemand.sweep_idle() == [d.name]
+    assert sent == [job.pk]
+    _run_queued_stops(d)
+    served.server.wait(timeout=60)
+    assert served.status() == DeploymentStatus.STOPPED and not served.routed()
+    assert LaunchJob.objects.get(pk=job.pk).state == JobState.STOPPED
 
 
 def test_the_idle_sweep_sent_as_beat_sends_it_stops_the_model_on_a_worker(gateway, served, alice, worker):  # noqa: F811
