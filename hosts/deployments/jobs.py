@@ -680,14 +680,13 @@ def _stop(job: LaunchJob, deployment: Deployment, remote: ssh.Remote) -> None:
                 gettext_noop("Deployment %(name)s was stopped; launch it to re-enable."), name=deployment.name
             ),
         )
-    set_status(deployment, DeploymentStatus.STOPPED, Message(gettext_noop("Stopped.")), pid=None)
-    if job.action == JobAction.STOP:
-        _move(
-            job,
-            JobState.STOPPED,
-            Message(gettext_noop("Stopped; the channel is disabled.")),
-            log_tail=_log_tail(remote, deployment),
-        )
+    # The log is read first: the deployment and its STOP job end in one commit, so no reader sees a
+    # stopped deployment whose job still says "stopping" for an SSH round trip.
+    tail = _log_tail(remote, deployment) if job.action == JobAction.STOP else None
+    with transaction.atomic():
+        set_status(deployment, DeploymentStatus.STOPPED, Message(gettext_noop("Stopped.")), pid=None)
+        if job.action == JobAction.STOP:
+            _move(job, JobState.STOPPED, Message(gettext_noop("Stopped; the channel is disabled.")), log_tail=tail)
 
 
 _API_KEY_ARG = re.compile(r"--api-key(?:=|\s+)(\S+)")

@@ -569,6 +569,30 @@ def test_a_stop_handed_on_but_never_sent_is_sent_again_by_the_next_sweep(gateway
     assert LaunchJob.objects.get(pk=job.pk).state == JobState.STOPPED
 
 
+def test_a_stopped_deployment_and_its_stop_job_end_in_one_commit(gateway, served, alice, monkeypatch):
+    """No reader sees the deployment stopped while its STOP job still says "stopping": the job's
+    last step (reading the server's log over SSH) comes before both are written, together (was:
+    the deployment first, the job after an SSH round trip; a test reading the job as soon as the
+    deployment was stopped failed under load)."""
+    d = served.deployment
+    _warm(gateway, d, "model", alice)
+    seen = []
+    log_tail = jobs._log_tail
+
+    def reading_the_log(remote, deployment):
+        job = LaunchJob.objects.get(deployment=d, action=JobAction.STOP)
+        seen.append((served.status(), job.state))
+        return log_tail(remote, deployment)
+
+    monkeypatch.setattr(jobs, "_log_tail", reading_the_log)
+    job = ondemand.take_out(d, Message(gettext_noop("Idle for %(seconds)s s: stopping (on demand)."), seconds=1))
+    assert job is not None
+    jobs.run_job(job.pk)
+    assert seen == [(DeploymentStatus.STOPPING, JobState.STOPPING)]
+    assert served.status() == DeploymentStatus.STOPPED
+    assert LaunchJob.objects.get(pk=job.pk).state == JobState.STOPPED
+
+
 def test_the_idle_sweep_sent_as_beat_sends_it_stops_the_model_on_a_worker(gateway, served, alice, worker):  # noqa: F811
     """The sweep's whole path off this process: its task sent by name, as beat sends it, and run by a
     real Celery worker (`worker`, on our own queue), which takes the idle model out of routing and
