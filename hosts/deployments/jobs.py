@@ -126,12 +126,7 @@ def request_job(
 def hand_over(job: LaunchJob) -> bool:
     """Release a job this process holds (`request_job`'s `hold`) to any worker, before it is sent;
     False when it is no longer this process's (a sweep found it abandoned and took it)."""
-    moved = LaunchJob.objects.filter(pk=job.pk, state=JobState.QUEUED, worker=job.worker).update(
-        worker="", heartbeat=timezone.now()
-    )
-    if moved:
-        job.worker = ""
-    return moved == 1
+    return _pass_hold(job, "")
 
 
 def abandoned(prefix: str, deployment: Deployment | None = None) -> list[LaunchJob]:
@@ -147,13 +142,27 @@ def abandoned(prefix: str, deployment: Deployment | None = None) -> list[LaunchJ
 def take_hold(job: LaunchJob, prefix: str) -> bool:
     """Hold an `abandoned` job in this process instead of the dead one (one UPDATE: of two sweeps,
     one wins); the holder then runs it, hands it on or fails it, as the dead one would have."""
-    me = prefix + worker_id()
+    return _pass_hold(job, prefix + worker_id())
+
+
+def _pass_hold(job: LaunchJob, to: str) -> bool:
+    """Move a queued job's hold from the holder it was read with to `to` ("" for any worker), in one
+    UPDATE; whether it moved (False: someone else moved it first)."""
     moved = LaunchJob.objects.filter(pk=job.pk, state=JobState.QUEUED, worker=job.worker).update(
-        worker=me, heartbeat=timezone.now()
+        worker=to, heartbeat=timezone.now()
     )
     if moved:
-        job.worker = me
+        job.worker = to
     return moved == 1
+
+
+def send_again(job: LaunchJob) -> bool:
+    """Send a queued job to the broker once more, saying so on it (`faults.SENT_AGAIN`); False when it
+    moved meanwhile (claimed, failed). A second message is harmless: one worker claims it (`_claim`)."""
+    if not change_state(job, JobState.QUEUED, Message(faults.SENT_AGAIN), guard=True):
+        return False
+    send(job)
+    return True
 
 
 def send(job: LaunchJob) -> None:
@@ -226,7 +235,8 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _stale_cutoff(now: datetime.datetime | None = None) -> datetime.datetime:
+def stale_cutoff(now: datetime.datetime | None = None) -> datetime.datetime:
+    """A holder whose heartbeat is older than this is presumed gone (HOSTS_STALE_JOB_SECONDS)."""
     return (now or timezone.now()) - datetime.timedelta(seconds=settings.HOSTS_STALE_JOB_SECONDS)
 
 
@@ -238,7 +248,7 @@ def _claim(job: LaunchJob) -> bool:
     moved = (
         LaunchJob.objects.active()
         .filter(pk=job.pk)
-        .filter(Q(worker="") | Q(worker=TAKE_OUT + me) | _stale(_stale_cutoff()))
+        .filter(Q(worker="") | Q(worker=TAKE_OUT + me) | _stale(stale_cutoff()))
         .update(heartbeat=timezone.now(), worker=me, attempts=F("attempts") + 1)
     )
     if moved:
@@ -746,7 +756,7 @@ def _dead(job: LaunchJob, now: datetime.datetime, here: str) -> bool:
     """The job's worker is gone: it stopped beating, or it is a dead process of this host."""
     if not job.worker:
         return False  # queued or handed back: waiting for a worker, not held by one
-    return job.heartbeat is None or job.heartbeat < _stale_cutoff(now) or _orphaned(job, here)
+    return job.heartbeat is None or job.heartbeat < stale_cutoff(now) or _orphaned(job, here)
 
 
 def _take_over(job: LaunchJob, user: User | None = None) -> bool:
@@ -795,9 +805,7 @@ def recover_stale_jobs(now: datetime.datetime | None = None) -> int:
             and job.message_code == faults.NOT_SENT
             and (job.heartbeat or job.created) >= unclaimed_cutoff
         ):
-            if change_state(job, JobState.QUEUED, Message(faults.SENT_AGAIN), guard=True):
-                send(job)
-                count += 1
+            count += send_again(job)
             continue
         elif not job.worker and (job.heartbeat or job.created) < unclaimed_cutoff:
             message = Message(

@@ -857,25 +857,22 @@ def _send_unclaimed_stops() -> list[str]:
     """Send again the stop of a taken-out deployment that was handed to the queue (`jobs.hand_over`)
     and that no worker claimed within HOSTS_STALE_JOB_SECONDS: the sweep that handed it on died
     before it sent it, or the message was lost. Otherwise the deployment would stay `stopping`, out
-    of routing, until the job sweep failed the job after HOSTS_QUEUED_JOB_SECONDS. A second message
-    is harmless: one worker claims the job (`jobs._claim`). Returns their names."""
-    cutoff = timezone.now() - datetime.timedelta(seconds=settings.HOSTS_STALE_JOB_SECONDS)
+    of routing, until the job sweep failed the job after HOSTS_QUEUED_JOB_SECONDS. Returns their names."""
     unclaimed = LaunchJob.objects.active().filter(
         action=JobAction.STOP,
         state=JobState.QUEUED,
         worker="",
         attempts=0,
-        heartbeat__lt=cutoff,
+        heartbeat__lt=jobs.stale_cutoff(),
         deployment__on_demand=True,
         deployment__status=DeploymentStatus.STOPPING,
     )
     sent = []
     for job in unclaimed.select_related("deployment"):
-        if jobs.change_state(job, JobState.QUEUED, Message(faults.SENT_AGAIN), guard=True):
+        if jobs.send_again(job):
             logger.warning(
                 "on-demand deployment %s: its stop was not taken by a worker; sent again", job.deployment.name
             )
-            jobs.send(job)
             sent.append(job.deployment.name)
     return sent
 
