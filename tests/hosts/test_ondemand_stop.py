@@ -155,6 +155,18 @@ def _run_queued_stops(d: Deployment) -> None:
         jobs.run_job(job.pk)
 
 
+def _started_and_answered(cold: ColdStart, asked: concurrent.futures.Future, served) -> None:
+    """The waiting request's start, as the worker runs its placement (the launch): the request is
+    answered by the model started again, its cold start ready, the model running and routed."""
+    tasks.placement(cold.pk)
+    reply = asked.result(timeout=300)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["usage"]["completion_tokens"] >= 1
+    cold.refresh_from_db()
+    assert cold.state == ColdStartState.READY
+    assert served.status() == DeploymentStatus.RUNNING and served.routed()
+
+
 def _nothing_in_flight(d: Deployment) -> bool:
     return activity.in_flight(d.pk) == 0
 
@@ -350,14 +362,7 @@ def test_a_request_that_comes_while_the_stop_runs_waits_for_the_next_start(via, 
         _run_queued_stops(d)
         served.server.wait(timeout=60)
         assert not asked.done()
-        tasks.placement(cold.pk)  # the retried placement, as the worker runs it: the launch
-        reply = asked.result(timeout=300)
-
-    assert reply.status_code == 200, reply.text
-    assert reply.json()["usage"]["completion_tokens"] >= 1
-    cold.refresh_from_db()
-    assert cold.state == ColdStartState.READY
-    assert served.status() == DeploymentStatus.RUNNING and served.routed()
+        _started_and_answered(cold, asked, served)  # the retried placement: the launch
 
 
 def test_the_routes_generation_bumped_is_the_one_the_gateway_reads(namespace):
@@ -409,14 +414,7 @@ def test_a_request_that_reloaded_its_routes_before_the_model_was_taken_out_waits
         )
         assert not asked.done(), asked.result().text
         cold = ColdStart.objects.active().get(deployment=d)
-        tasks.placement(cold.pk)  # the start, as the worker runs it: the launch
-        reply = asked.result(timeout=300)
-
-    assert reply.status_code == 200, reply.text
-    assert reply.json()["usage"]["completion_tokens"] >= 1
-    cold.refresh_from_db()
-    assert cold.state == ColdStartState.READY
-    assert served.status() == DeploymentStatus.RUNNING and served.routed()
+        _started_and_answered(cold, asked, served)
 
 
 # The idle sweep in a process of its own (a Celery worker's, as beat runs it), held in the step of
