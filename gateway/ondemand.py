@@ -274,6 +274,7 @@ async def _watch(deployment_id: int, outcome: asyncio.Future[dict[str, Any]]) ->
                 await asyncio.wait_for(_events.live.wait(), SUBSCRIBE_WAIT_SECONDS)
         state.wake.clear()
         observed = await run_db(ondemand.demand, deployment_id)
+        logger.info("asked for deployment %s: %s", deployment_id, observed.get("state"))
         state.last = observed
         while observed.get("state") not in ("ready", "failed"):
             if state.waiting == 0:

@@ -149,16 +149,23 @@ def test_two_replicas_asked_at_once_open_one_cold_start_and_answer_every_request
     every request on both replicas is answered once the model serves, each on the record once, as
     having waited. The requests stream: a stream's headers come as soon as it waits for the start,
     so the model is served only once all twenty wait (a request still on its way when it served
-    came warm: CI once saw 19 of 20 records with a cold wait)."""
+    came warm: CI once saw 19 of 20 records with a cold wait). The headers go out before the
+    replica has asked the database for the model (CI once found no cold start yet), so the test
+    waits for each replica's log of its ask; then the model is served, also when an assertion
+    failed, so that the waiting streams end and the pool can close."""
     replicas = spawn_gateway(2)
     _key, key = issue_key(owner=alice, name="laptop")
     waits = threading.Semaphore(0)
+    asked = f"asked for deployment {cold_model.pk}: "
     with concurrent.futures.ThreadPoolExecutor(WAITERS) as pool:
         waiting = [pool.submit(_ask_streamed, replicas[i % 2].url, key, waits) for i in range(WAITERS)]
-        for _ in range(WAITERS):
-            assert waits.acquire(timeout=60), [w.result() for w in waiting if w.done()]
-        assert ColdStart.objects.count() == 1
-        _serve(cold_model, upstream)
+        try:
+            for _ in range(WAITERS):
+                assert waits.acquire(timeout=60), [w.result() for w in waiting if w.done()]
+            assert all(replica.log.wait_for(asked, 60) for replica in replicas), [r.log.text for r in replicas]
+            assert ColdStart.objects.count() == 1
+        finally:
+            _serve(cold_model, upstream)
         replies = [w.result(timeout=200) for w in waiting]
     assert all(status == 200 and body.endswith(b"data: [DONE]\n\n") for status, body in replies), replies
     assert ColdStart.objects.count() == 1
