@@ -114,8 +114,13 @@ def model_specs(user: User, key: Key | None = None) -> tuple[ModelSpec, ...]:
     """Each usable model with the smallest context window its enabled routes really serve
     (discovered, else configured) and an output limit that leaves room for input. An alias is
     listed like any model, with the largest window one of its targets serves (the gateway falls
-    through to it), as `channels.models.Model.effective_limits` says."""
+    through to it), as `channels.models.Model.effective_limits` says. A stopped on-demand model
+    has the window its server reported at its last start (`gateway.cache.ModelInfo.limit_pairs`)."""
     routes = ModelRoute.objects.enabled().select_related("channel")
+    # The first deployment of a name serves it, as in `hosts.ondemand.services.catalog_entries`.
+    cold = dict(
+        Deployment.objects.filter(on_demand=True).order_by("-pk").values_list("served_model_name", "context_window")
+    )
     targets = AliasTarget.objects.select_related("target").order_by("position")
     key_local = key is not None and key.local_only
     specs = []
@@ -129,16 +134,16 @@ def model_specs(user: User, key: Key | None = None) -> tuple[ModelSpec, ...]:
     for model in cast("list[Any]", list(prefetched)):
         local = key_local or model.local_only
         if model.is_alias:
-            per_target = [
-                [r for r in t.target.live if r.channel.is_local or not (local or t.target.local_only)]
+            per_target = {
+                t.target.name: [r for r in t.target.live if r.channel.is_local or not (local or t.target.local_only)]
                 for t in model.live_targets
                 if t.target.enabled
-            ]
-            ctx, out = alias_limits(_limits_of(rs) for rs in per_target)
-            live = [r for rs in per_target for r in rs]
+            }
+            ctx, out = alias_limits(_limits_of(rs, cold.get(name)) for name, rs in per_target.items())
+            live = [r for rs in per_target.values() for r in rs]
         else:
             live = [r for r in model.live if r.channel.is_local or not local]
-            ctx, out = _limits_of(live)
+            ctx, out = _limits_of(live, cold.get(model.name))
         specs.append(
             ModelSpec(
                 model.name,
@@ -151,7 +156,10 @@ def model_specs(user: User, key: Key | None = None) -> tuple[ModelSpec, ...]:
     return tuple(specs)
 
 
-def _limits_of(routes: list[ModelRoute]) -> tuple[int | None, int | None]:
+def _limits_of(routes: list[ModelRoute], cold_window: int | None) -> tuple[int | None, int | None]:
+    """`routes`' limits; with none, a stopped on-demand model's window (`cold_window`), if it is one."""
+    if not routes:
+        return cold_window, None
     return route_limits((r.effective_context_window, r.max_output_tokens) for r in routes)
 
 

@@ -257,6 +257,7 @@ class OnDemandInfo:
     # stopped): what a cold request reserves on a budget before it starts the model.
     prices: tuple[Rates, ...] = ()
     unpriced: str = ""  # that route's channels.choices.UnpricedPolicy
+    context_window: int | None = None  # as its server reported it at its last start; None before one
 
     def rates(self, at: float) -> tuple[Rates | None, str]:
         return rates_at(self.prices, at, self.unpriced)
@@ -298,6 +299,16 @@ class ModelInfo:
         if self.is_alias:
             return any(t.enabled and t.serves(local) for t in self.targets)
         return any(r.local or not local for group in self.groups for r in group)
+
+    def limit_pairs(self, local: bool) -> list[tuple[int | None, int | None]]:
+        """(window, max output) of each route a request may use (`local`: local ones only, as in
+        `serves`); for an on-demand model nothing such serves now, the window of the server its
+        request starts."""
+        local = local or self.local_only
+        pairs = [(r.context_window, r.max_output_tokens) for g in self.groups for r in g if r.local or not local]
+        if not pairs and self.on_demand is not None:
+            pairs.append((self.on_demand.context_window, None))
+        return pairs
 
     @property
     def has_routes(self) -> bool:
@@ -443,24 +454,6 @@ def _load_catalog() -> Catalog:
         model.groups = [grouped[k] for k in sorted(grouped)]
         model.context_window = min(ctx[model_id]) if model_id in ctx else None
         model.max_output_tokens = min(out[model_id]) if model_id in out else None
-    for t in AliasTarget.objects.order_by("alias_id", "position"):
-        alias, target = by_id.get(t.alias_id), by_id.get(t.target_id)
-        if alias is not None and target is not None and alias.is_alias and not target.is_alias:
-            alias.targets.append(target)
-    for alias in by_id.values():
-        if alias.is_alias:
-            # What the alias can serve: the largest of its enabled targets' (local routes only
-            # when the alias is local-only), as `channels.models.Model.effective_limits` says.
-            alias.context_window, alias.max_output_tokens = alias_limits(
-                route_limits(
-                    (r.context_window, r.max_output_tokens)
-                    for g in t.groups
-                    for r in g
-                    if r.local or not alias.local_only
-                )
-                for t in alias.targets
-                if t.enabled
-            )
     from hosts.ondemand.services import catalog_entries
 
     entries = catalog_entries()
@@ -476,9 +469,22 @@ def _load_catalog() -> Catalog:
                 entry["estimate"],
                 prices.get(route_id, ()) if route_id else (),
                 unpriced,
+                entry["context_window"],
             )
             if not model.groups and model.context_window is None:
                 model.context_window = entry["context_window"]
+    for t in AliasTarget.objects.order_by("alias_id", "position"):
+        alias, target = by_id.get(t.alias_id), by_id.get(t.target_id)
+        if alias is not None and target is not None and alias.is_alias and not target.is_alias:
+            alias.targets.append(target)
+    for alias in by_id.values():
+        if alias.is_alias:
+            # What the alias can serve: the largest of its enabled targets' (local routes only
+            # when the alias is local-only; a cold target's, the window its start will serve), as
+            # `clientconfigs.services.model_specs` says.
+            alias.context_window, alias.max_output_tokens = alias_limits(
+                route_limits(t.limit_pairs(alias.local_only)) for t in alias.targets if t.enabled
+            )
     by_norm: dict[str, list[str]] = {}
     for name in models:
         by_norm.setdefault(normalize_model_name(name), []).append(name)
@@ -577,9 +583,9 @@ class Saved:
     saved_at: float  # wall clock
 
 
-# The pickled shape of KeyInfo and RouteInfo: a file of another shape is ignored (2: budgets, prices;
-# 3: an on-demand model's prices, each route's policy while unpriced).
-SNAPSHOT_FORMAT = 3
+# The pickled shape of KeyInfo, RouteInfo and OnDemandInfo: a file of another shape is ignored (2: budgets, prices;
+# 3: an on-demand model's prices, each route's policy while unpriced; 4: an on-demand model's window).
+SNAPSHOT_FORMAT = 4
 
 
 class SnapshotFile:

@@ -69,18 +69,8 @@ def limits_for(model: ModelInfo, key: KeyInfo) -> tuple[int | None, int | None]:
     if not (key.local_only or model.local_only):
         return model.context_window, model.max_output_tokens
     if model.is_alias:
-        return alias_limits(route_limits(_pairs(_local_routes(t))) for t in model.targets if t.enabled)
-    return route_limits(_pairs(_local_routes(model)))
-
-
-def _local_routes(model: ModelInfo) -> list[RouteInfo]:
-    if model.is_alias:
-        return [r for t in model.targets if t.enabled for r in _local_routes(t)]
-    return [r for g in model.groups for r in g if r.local]
-
-
-def _pairs(routes: list[RouteInfo]) -> list[tuple[int | None, int | None]]:
-    return [(r.context_window, r.max_output_tokens) for r in routes]
+        return alias_limits(route_limits(t.limit_pairs(True)) for t in model.targets if t.enabled)
+    return route_limits(model.limit_pairs(True))
 
 
 def resolve_model(key: KeyInfo, catalog: Catalog, name: object) -> ModelInfo:

@@ -1,0 +1,69 @@
+"""The window a stopped on-demand model is listed with: the one its server reported at its last
+start, to every key and through an alias, in `/v1/models` (the real gateway) and in the client
+configs (`clientconfigs.services.model_specs`) alike. Before, a local-only key saw `null` for the
+cold model (no local route serves it while it is stopped) and every key saw `null` for an alias of
+it, so a client configured from either fell back to its own default window."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from channels import services as channel_services
+from channels.choices import Locality
+from channels.models import Channel, Model, ModelRoute
+from clientconfigs.services import model_specs
+from hosts.models import GPU, Deployment, Host
+from keys.services import issue_key
+from tests.hosts.test_ondemand import on_demand
+from tests.services import free_port
+
+pytestmark = [pytest.mark.services]
+
+WINDOW = 1024  # what llama-server reported at the model's last start
+CLOUD_WINDOW = 200_000
+
+
+@pytest.fixture
+def cold_model(transactional_db) -> Deployment:
+    host = Host.objects.create(
+        name="gpu-far", address="127.0.0.1", ssh_port=free_port(), username="gpu", private_key="unused"
+    )
+    GPU.objects.create(host=host, index=0, name="RTX 4090", memory_total_mib=24564, memory_used_mib=0)
+    d = on_demand(host, "od-window", "od-window")
+    Deployment.objects.filter(pk=d.pk).update(context_window=WINDOW)
+    return d
+
+
+@pytest.fixture
+def aliases(cold_model) -> None:
+    """`coder` over the cold model alone; `local-coder` (local-only) over a cloud model with a far
+    larger window, then the cold model: a local request may only be served by the latter."""
+    cloud = Channel.objects.create(
+        name="cloud", kind="openai", base_url="https://api.example.com/v1", locality=Locality.EXTERNAL
+    )
+    cloud_model = Model.objects.create(name="cloud-coder")
+    ModelRoute.objects.create(model=cloud_model, channel=cloud, context_window=CLOUD_WINDOW)
+    channel_services.save_alias(name="coder", targets=["od-window"])
+    channel_services.save_alias(name="local-coder", targets=["cloud-coder", "od-window"], local_only=True)
+
+
+def _windows(gateway_url: str, key: str) -> dict[str, object]:
+    listed = httpx.get(f"{gateway_url}/v1/models", headers={"Authorization": f"Bearer {key}"}).json()["data"]
+    return {m["id"]: m["context_window"] for m in listed}
+
+
+@pytest.mark.parametrize("local_only", [False, True], ids=["any-key", "local-only-key"])
+def test_a_cold_model_and_its_aliases_are_listed_with_the_window_its_start_serves(
+    local_only, aliases, gateway_url, alice
+):
+    stored, key = issue_key(owner=alice, name="laptop", local_only=local_only)
+
+    windows = _windows(gateway_url, key)
+    specs = {s.name: s.context_window for s in model_specs(alice, stored)}
+
+    expected = {"od-window": WINDOW, "coder": WINDOW, "local-coder": WINDOW}
+    if not local_only:
+        expected["cloud-coder"] = CLOUD_WINDOW
+    assert windows == expected
+    assert specs == expected
