@@ -684,7 +684,9 @@ function Protect-File([string]$path) {
 # values of the settings ours replace; a re-install keeps that record; uninstall puts them back.
 # Names that look like credentials or headers are never written there, nor values holding one (they
 # stay in the backup). A JSON value of any type comes back (install.py's too writes it as the user
-# did; its TOML tables, YAML blocks and shared list entries are not mirrored here yet).
+# did; its TOML tables, YAML blocks and shared list entries are not mirrored here yet). install.py's
+# WRITTEN (uninstall leaves a setting the user changed after the install as it is) is not mirrored
+# here yet either: this uninstall takes out all of ours and puts the user's old values back.
 $ReplacedPath = Expand-TeamPath "~/.config/team-gateway/replaced.json"
 $SecretName = 'key|token|secret|passw|auth|header|cookie'
 

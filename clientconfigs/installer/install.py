@@ -8,6 +8,7 @@ installed files and asks the gateway whether key, models, base URL and context w
 
 import datetime
 import glob
+import hashlib
 import json
 import os
 import platform
@@ -1009,7 +1010,7 @@ def install(bundle, stamp=None, specs=None):
                 failures += 1
                 say("!", f"{expand(spec)}: left unchanged ({exc}); remove the teamgw-… MCP servers by hand")
     by_path = {spec["path"]: spec for spec in (specs or {}).get(bundle.get("client"), [])}
-    replaced = load_replaced()
+    replaced, written = load_replaced(), load_state(WRITTEN)
     for f in bundle["files"]:
         path = expand(f)
         old = read_text(path, f["merge"]) if os.path.exists(path) else None
@@ -1026,6 +1027,8 @@ def install(bundle, stamp=None, specs=None):
                     replaced, path, old, by_path[f["path"]], f"{os.path.basename(path)}.bak-{stamp}", text
                 )
         write_file(path, text, f.get("secret", False))
+        if f["path"] in by_path:
+            remember_written(written, path, text, by_path[f["path"]])
         say("✓", f"{path} (backup: {os.path.basename(path)}.bak-{stamp})" if old is not None else path)
     if bundle.get("db_providers"):
         failures += install_db_providers(bundle, stamp)
@@ -1047,6 +1050,7 @@ def install(bundle, stamp=None, specs=None):
     for w in bundle.get("warnings", []):
         say("!", w)
     save_replaced(replaced)
+    save_state(WRITTEN, written)
     say("·", f"config version {bundle['version']}")
     return 1 if failures else 0
 
@@ -1076,8 +1080,8 @@ def holds_ours(text, gateway):
     return any(mark in lowered for mark in ("teamgw", "team gateway", "team-gateway", gateway.rstrip("/").lower()))
 
 
-def load_replaced():
-    path = os.path.expanduser(REPLACED)
+def load_state(name):
+    path = os.path.expanduser(name)
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
@@ -1086,12 +1090,20 @@ def load_replaced():
     return data if isinstance(data, dict) else {}
 
 
-def save_replaced(replaced):
-    path = os.path.expanduser(REPLACED)
-    if replaced:
-        write_file(path, json.dumps(replaced, indent=2, ensure_ascii=False) + "\n", True)
+def save_state(name, state):
+    path = os.path.expanduser(name)
+    if state:
+        write_file(path, json.dumps(state, indent=2, ensure_ascii=False) + "\n", True)
     elif os.path.exists(path):
         os.unlink(path)
+
+
+def load_replaced():
+    return load_state(REPLACED)
+
+
+def save_replaced(replaced):
+    save_state(REPLACED, replaced)
 
 
 def _holds_secret(value):
@@ -1318,6 +1330,110 @@ def replaced_names(record):
     return ", ".join(names + [f"[{t['name']}]" for t in record.get("tables", ())])
 
 
+# --- what our install wrote, so that uninstall takes out only what is still ours -------------
+# The user may change a setting of ours after the install (another model in Claude Code's
+# env.ANTHROPIC_MODEL, their own [analytics] table back in Codex's config.toml). Each install keeps,
+# in WRITTEN (ours, mode 0600, keyed by the file's path), a SHA-256 of each setting it wrote there: a
+# key among them only as its hash, never in plain text. Uninstall takes out (or puts the user's old
+# value back over) only the settings that still hold what we wrote; one the user changed or took out
+# since stays as it is, and uninstall says so. An install by an older installer left no such record:
+# all of ours goes, as before.
+WRITTEN = "~/.config/team-gateway/written.json"
+
+
+def _digest(text):
+    """A setting's hash, salted with our name so that a key's never equals the portal's own hash of it."""
+    return hashlib.sha256(b"team-gateway written\0" + text.encode("utf-8")).hexdigest()
+
+
+def ours_now(text, spec):
+    """{setting: digest} of our settings as a file holds them now: a JSON file's values at our paths
+    (whatever their layout), a line-based file's lines setting our keys (with the lines nested
+    under them), a TOML file's tables ours writes as `[name]` (with the tables nested in them), a
+    one-value file's text as "". A setting not in the file is left out."""
+    merge = spec["merge"]
+    if merge == "text":
+        return {"": _digest(text)}
+    if merge == "json":
+        data = jsonc_loads(text) if text.strip() else {}
+        out = {}
+        for dotted in spec.get("paths", ()) if isinstance(data, dict) else ():
+            node = data
+            for p in [dotted] if dotted in data else dotted.split("."):
+                node = node.get(p, KeyError) if isinstance(node, dict) else KeyError
+            if node is not KeyError:
+                out[dotted] = _digest(json.dumps(node, sort_keys=True, ensure_ascii=False))
+        return out
+    if merge not in ("toml", "toml-items", "dotenv", "yaml-keys"):
+        return {}
+    lines, tables = text.splitlines(), []
+    if merge in ("toml", "toml-items"):
+        lines, tables = _toml_split(text)
+    found = {}
+    for i, ln in enumerate(lines):
+        if (key := _line_key(merge, ln)) in spec.get("keys", ()):
+            nested = _yaml_block(lines, i) if merge == "yaml-keys" else []
+            found.setdefault(key, []).append("\n".join([ln, *nested]).rstrip())
+    for table in spec.get("tables", ()) if merge == "toml" else ():
+        for name, body in tables:
+            if _ours_or_below(name, [table], ()):
+                found.setdefault(f"[{table}]", []).append("\n".join(body).rstrip())
+    return {key: _digest("\n".join(texts)) for key, texts in found.items()}
+
+
+def remember_written(written, path, text, spec):
+    """At each install: remember what of ours the file now holds (a re-install's values replace the
+    last one's: a rotated key, another model)."""
+    try:
+        ours = ours_now(text, spec)
+    except ValueError:  # not readable: nothing to compare with at uninstall
+        ours = {}
+    if ours:
+        written[path] = ours
+    else:
+        written.pop(path, None)
+
+
+def changed_since(text, spec, wrote):
+    """The settings of ours, as named in WRITTEN, that the user changed or took out since the
+    install wrote them (none when there is no record)."""
+    if not wrote:
+        return []
+    now = ours_now(text, spec)
+    return [name for name, digest in wrote.items() if now.get(name) != digest]
+
+
+def _overlaps(a, b):
+    """Whether two dotted names are one setting or one holds the other."""
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def without_changed(spec, record, changed):
+    """The spec and REPLACED record of a file, without the settings the user `changed` since the
+    install: neither taken out nor put back over by their old value."""
+    if "" in changed:  # a one-value file the user rewrote: theirs now, whole
+        return {**spec, "prefix": "\0"}, None
+    names = [n.strip("[]") for n in changed]
+    tables = [n[1:-1] for n in changed if n.startswith("[")]
+    spec = {
+        **spec,
+        "paths": [p for p in spec.get("paths", ()) if p not in changed],
+        "keys": [k for k in spec.get("keys", ()) if k not in changed],
+        "tables": [t for t in spec.get("tables", ()) if f"[{t}]" not in changed],
+    }
+    if record:
+        record = {
+            **record,
+            "json": [i for i in record.get("json", ()) if not any(_overlaps(".".join(i["path"]), n) for n in names)],
+            "lines": [i for i in record.get("lines", ()) if i["key"] not in changed],
+            "tables": [t for t in record.get("tables", ()) if not any(_overlaps(t["name"], n) for n in tables)],
+            "kept_out": [k for k in record.get("kept_out", ()) if not any(_overlaps(k, n) for n in names)],
+        }
+        if not record["lines"]:
+            record["gap"] = 0
+    return spec, record
+
+
 # --- uninstall: what a client's files hold of ours, taken out again --------------------------
 # Each spec (installer/__init__.py `uninstall_specs`, from a sample render of the client) names a
 # file, its merge kind and what of it is ours: JSON leaf paths, shared lists and owned prefixes;
@@ -1439,29 +1555,33 @@ UNMERGES = {
 }
 
 
-def unmerged(spec, gateway, replaced=None):
-    """(path, old text, new text or None to delete the file, the user's values put back or None) for
-    one installed file, or None when it holds nothing of ours. A file that is left as our own fresh
-    install would be is deleted; the user's own values our install replaced (`replaced`, from
-    REPLACED) go back in."""
+def unmerged(spec, gateway, replaced=None, written=None):
+    """(path, old text, new text or None to delete the file, the user's values put back or None, the
+    settings of ours the user changed since and that stay) for one installed file, or None when it
+    holds nothing of ours. A file that is left as our own fresh install would be is deleted; the
+    user's own values our install replaced (`replaced`, from REPLACED) go back in, except over a
+    setting they changed since the install (`written`, from WRITTEN, tells)."""
     path = expand(spec)
     if not os.path.exists(path):
         return None
     old = read_text(path, spec["merge"])
+    record = (replaced or {}).get(path)
+    kept = changed_since(old, spec, (written or {}).get(path))
+    if kept:
+        spec, record = without_changed(spec, record, kept)
     new = UNMERGES[spec["merge"]](old, spec, gateway.rstrip("/"))
     if new == old:
-        return None
-    record = (replaced or {}).get(path)
+        return (path, old, old, None, kept) if kept else None
     if puts_back(record):
-        return path, old, put_back(old, "" if new == spec.get("skeleton") else new, record), record
-    return path, old, (None if not new.strip() or new == spec.get("skeleton") else new), record
+        return path, old, put_back(old, "" if new == spec.get("skeleton") else new, record), record, kept
+    return path, old, (None if not new.strip() or new == spec.get("skeleton") else new), record, kept
 
 
 def strip_owned(spec, gateway, stamp):
     """Drop our MCP entries from a file this bundle does not write (no server allowed any more)."""
     found = unmerged({**spec, "paths": (), "lists": (), "keys": (), "tables": (), "skeleton": None}, gateway)
     if found:
-        path, old, new, _ = found
+        path, old, new, _, _ = found
         backup(path, old, stamp)
         write_file(path, new if new is not None else "{}\n", spec.get("secret", False))
         say("✓", f"{path}: the team MCP servers no longer allowed are removed")
@@ -1513,7 +1633,7 @@ def uninstall(specs, gateway, clients, yes=False, stamp=None):
     """Remove what the installer wrote for `clients` (model/provider entries, MCP entries, our
     files), after a backup of each file; the user's own entries and the rest of each file stay."""
     stamp = stamp or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    plan, failures, replaced = [], 0, load_replaced()
+    plan, failures, replaced, written = [], 0, load_replaced(), load_state(WRITTEN)
     for client in clients:
         for spec in concrete(specs.get(client, [])):
             if spec["merge"] == "ccswitch":
@@ -1522,7 +1642,7 @@ def uninstall(specs, gateway, clients, yes=False, stamp=None):
                     plan.append((path, None, "ccswitch"))
                 continue
             try:
-                found = unmerged(spec, gateway, replaced)
+                found = unmerged(spec, gateway, replaced, written)
             except Exception as exc:  # never clobber a file we cannot read
                 failures += 1
                 say("!", f"{expand(spec)}: left unchanged ({exc}); remove the team gateway entries by hand")
@@ -1535,7 +1655,7 @@ def uninstall(specs, gateway, clients, yes=False, stamp=None):
     for path, found, _ in plan:
         if found and found[2] is None:
             say("·", f"delete (only ours in it): {path}")
-        else:
+        elif not found or found[2] != found[1]:
             say("·", f"remove our entries from: {path}")
     if not yes and not confirm("Remove the team gateway's entries listed above?"):
         say("✗", "nothing removed (pass --yes to remove without asking)")
@@ -1545,13 +1665,14 @@ def uninstall(specs, gateway, clients, yes=False, stamp=None):
             removed = ccswitch_remove(path, stamp)
             say("✓", f"{path}: {removed} provider row(s) of {CCSWITCH_NAME} removed (backup: .bak-{stamp})")
             continue
-        _, old, new, record = found
-        backup(path, old, stamp)
+        _, old, new, record, kept = found
         bak = f"{os.path.basename(path)}.bak-{stamp}"
+        if new != old:  # else all of ours there the user changed since: nothing to remove
+            backup(path, old, stamp)
         if new is None:
             os.unlink(path)
             say("✓", f"{path}: deleted (backup: {bak})")
-        else:
+        elif new != old:
             write_file(path, new, spec.get("secret", False))
             if record and "text" in record:
                 say("✓", f"{path}: your own value put back (backup: {bak})")
@@ -1567,8 +1688,14 @@ def uninstall(specs, gateway, clients, yes=False, stamp=None):
                 f"{path}: your own {names} from before the install is not put back (we never store a credential); "
                 f"it is in {first}",
             )
+        if kept == [""]:
+            say("·", f"{path}: kept your later change to it as it is")
+        elif kept:
+            say("·", f"{path}: kept your later change to {', '.join(kept)} as it is")
         replaced.pop(path, None)
+        written.pop(path, None)
     save_replaced(replaced)
+    save_state(WRITTEN, written)
     say("·", "the keys minted for these clients still work until you revoke them on the portal")
     return 1 if failures else 0
 

@@ -47,6 +47,8 @@ TEMPLATES = (
         "{path}: your own {names} from before the install is not put back (we never store a credential); "
         "it is in {backup}"
     ),
+    gettext_noop("{path}: kept your later change to it as it is"),
+    gettext_noop("{path}: kept your later change to {names} as it is"),
     gettext_noop("the keys minted for these clients still work until you revoke them on the portal"),
     # install.py: the doctor
     gettext_noop("{file}: no team MCP servers installed"),

@@ -6,12 +6,15 @@ gateway's /v1/models, passes; a value corrupted by hand makes it fail, naming th
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 import sqlite3
 import stat
+import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 
 from channels.models import ModelRoute
 from clientconfigs import installer
@@ -237,3 +240,121 @@ def test_uninstall_after_two_installs_puts_back_the_users_own_value_the_install_
     assert not state.exists()
     [backup] = sorted(path.parent.glob(path.name + ".bak-*"), key=lambda p: p.name)[-1:]
     assert backup.read_text() != before  # the uninstall's own backup holds what it removed
+
+
+# The user changes a setting of ours after the install (another model, their own table again):
+# uninstall leaves that change byte for byte, neither taking it out nor putting their value from
+# before the install back over it, and says so; the rest of ours goes and the rest of theirs comes
+# back. (client, file, before, a setting of ours as installed, the user's later edit of it, its
+# value before the install, the setting as uninstall names it, what it says it put back.)
+LATER_EDITS = [
+    (
+        "claude-code",
+        "~/.claude/settings.json",
+        '{\n  "env": {\n    "ANTHROPIC_MODEL": "claude-opus-4-1",\n    "MY_FLAG": "1"\n  },\n  "theme": "dark"\n}\n',
+        r'"ANTHROPIC_MODEL": "[^"]*"',
+        '"ANTHROPIC_MODEL":  "my-later-model"',
+        '"ANTHROPIC_MODEL": "claude-opus-4-1"',
+        "env.ANTHROPIC_MODEL",
+        None,
+    ),
+    (
+        "codex",
+        "~/.codex/config.toml",
+        'model = "o3"\n\n[tui]\nnotifications = true\n\n[analytics]\nenabled = true\nflush = [1, 2]\n',
+        r"\[analytics\]\nenabled = false",
+        "[analytics]\nenabled = false\nflush = [3]  # mine since",
+        "[analytics]\nenabled = true\nflush = [1, 2]",
+        "[analytics]",
+        "model",  # not edited: theirs comes back
+    ),
+    (
+        "codex",
+        "~/.codex/config.toml",
+        'approval_policy = "on-request"\nmodel = "o3"\n',
+        r'(?m)^model = "[^"]*"$',
+        'model = "gpt-5"  # mine since',
+        'model = "o3"',
+        "model",
+        None,
+    ),
+    (
+        "aider",
+        "~/.aider.conf.yml",
+        "model: gpt-4o\ndark-mode: true\n",
+        r"(?m)^model: .*$",
+        "model:   my-later-model  # mine since",
+        "model: gpt-4o",
+        "model",
+        None,
+    ),
+    # A one-value file: the user picked another of our models since (`llm models default …`).
+    ("llm", "~/.config/io.datasette.llm/default_model.txt", "gpt-4o-mini\n", r".+", "teamgw/my-later", None, "", None),
+]
+
+
+def parsed(text: str, file: str):
+    if file.endswith(".json"):
+        return json.loads(text)
+    return tomllib.loads(text) if file.endswith(".toml") else yaml.safe_load(text)
+
+
+@pytest.mark.parametrize(("client", "file", "before", "ours", "edit", "theirs", "name", "names"), LATER_EDITS)
+def test_uninstall_keeps_a_setting_the_user_changed_after_the_install_as_they_changed_it(
+    portal,  # noqa: F811
+    tmp_path,
+    alice,
+    client,
+    file,
+    before,
+    ours,
+    edit,
+    theirs,
+    name,
+    names,
+):
+    url, _ = portal
+    home = tmp_path / "home"
+    home.mkdir()
+    path = home / file.removeprefix("~/")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(before)
+    installed(url, home, alice, client)
+    installed(url, home, alice, client)  # a re-install (a rotated key) remembers its own values
+    written = home / inst.WRITTEN.removeprefix("~/")
+    assert stat.S_IMODE(written.stat().st_mode) == 0o600
+    assert "gp-" not in written.read_text()  # our key only as a hash
+    text, count = re.subn(ours, edit, path.read_text(), count=1)
+    assert count == 1, text
+    path.write_text(text)
+
+    gone = run_sh(fetch(url + "/connect/install.sh"), home, "--uninstall", client, "--yes")
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    after = path.read_text()
+    if theirs is None:  # the whole file is the user's now
+        assert after == text
+        assert f"{path}: kept your later change to it as it is" in gone.stdout, gone.stdout
+    else:  # their edit as they wrote it, the rest as before the install
+        assert edit in after and theirs not in after, after
+        assert parsed(after, file) == parsed(before.replace(theirs, edit), file), after
+        assert f"{path}: kept your later change to {name} as it is" in gone.stdout, gone.stdout
+    line = next(ln for ln in gone.stdout.splitlines() if f"{path}:" in ln)
+    if names:
+        assert f"our entries removed and your own {names} put back (backup:" in line, gone.stdout
+    assert not written.exists() and not (home / inst.REPLACED.removeprefix("~/")).exists()
+
+
+def test_uninstall_without_a_later_change_still_puts_back_the_users_value(portal, tmp_path, alice):  # noqa: F811
+    """The control: the same install and uninstall with no edit between restores the file as it was."""
+    url, _ = portal
+    home = tmp_path / "home"
+    home.mkdir()
+    path = home / ".claude" / "settings.json"
+    path.parent.mkdir()
+    before = LATER_EDITS[0][2]
+    path.write_text(before)
+    installed(url, home, alice, "claude-code")
+    gone = run_sh(fetch(url + "/connect/install.sh"), home, "--uninstall", "claude-code", "--yes")
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert path.read_text() == before
+    assert "kept your later change" not in gone.stdout
