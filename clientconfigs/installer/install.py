@@ -1631,7 +1631,8 @@ def concrete(specs):
 
 def uninstall(specs, gateway, clients, yes=False, stamp=None):
     """Remove what the installer wrote for `clients` (model/provider entries, MCP entries, our
-    files), after a backup of each file; the user's own entries and the rest of each file stay."""
+    files), after a backup of each file; the user's own entries, the settings of ours they changed
+    since the install (WRITTEN) and the rest of each file stay."""
     stamp = stamp or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     plan, failures, replaced, written = [], 0, load_replaced(), load_state(WRITTEN)
     for client in clients:
