@@ -246,7 +246,8 @@ def test_uninstall_after_two_installs_puts_back_the_users_own_value_the_install_
 # uninstall leaves that change byte for byte, neither taking it out nor putting their value from
 # before the install back over it, and says so; the rest of ours goes and the rest of theirs comes
 # back. (client, file, before, a setting of ours as installed, the user's later edit of it, its
-# value before the install, the setting as uninstall names it, what it says it put back.)
+# value before the install ("" none, None: the file is one value), the setting as uninstall names
+# it, what it says it put back.)
 LATER_EDITS = [
     (
         "claude-code",
@@ -288,6 +289,28 @@ LATER_EDITS = [
         "model",
         None,
     ),
+    # Lists of tables (Mistral Vibe): a top-level key of ours among the user's items.
+    (
+        "mistral-vibe",
+        "~/.vibe/config.toml",
+        'active_model = "mistral-medium"\nvim_keybindings = true\n',
+        r'(?m)^active_model = "[^"]*"$',
+        'active_model = "devstral"  # mine since',
+        'active_model = "mistral-medium"',
+        "active_model",
+        None,
+    ),
+    # dotenv: the user put a key of their own in place of ours (none there before the install).
+    (
+        "qwen-code",
+        "~/.qwen/.env",
+        "MINE=1\n",
+        r"(?m)^TEAM_GATEWAY_API_KEY=.*$",
+        "TEAM_GATEWAY_API_KEY=gp-minted-by-hand",
+        "",
+        "TEAM_GATEWAY_API_KEY",
+        None,
+    ),
     # A one-value file: the user picked another of our models since (`llm models default …`).
     ("llm", "~/.config/io.datasette.llm/default_model.txt", "gpt-4o-mini\n", r".+", "teamgw/my-later", None, "", None),
 ]
@@ -296,6 +319,8 @@ LATER_EDITS = [
 def parsed(text: str, file: str):
     if file.endswith(".json"):
         return json.loads(text)
+    if file.endswith(".env"):
+        return dict(ln.split("=", 1) for ln in text.splitlines() if ln and not ln.startswith("#"))
     return tomllib.loads(text) if file.endswith(".toml") else yaml.safe_load(text)
 
 
@@ -335,8 +360,9 @@ def test_uninstall_keeps_a_setting_the_user_changed_after_the_install_as_they_ch
         assert after == text
         assert f"{path}: kept your later change to it as it is" in gone.stdout, gone.stdout
     else:  # their edit as they wrote it, the rest as before the install
-        assert edit in after and theirs not in after, after
-        assert parsed(after, file) == parsed(before.replace(theirs, edit), file), after
+        assert edit in after and (not theirs or theirs not in after), after
+        expected = before.replace(theirs, edit) if theirs else before + edit + "\n"
+        assert parsed(after, file) == parsed(expected, file), after
         assert f"{path}: kept your later change to {name} as it is" in gone.stdout, gone.stdout
     line = next(ln for ln in gone.stdout.splitlines() if f"{path}:" in ln)
     if names:
