@@ -1658,6 +1658,8 @@ def uninstall(specs, gateway, clients, yes=False, stamp=None):
             say("·", f"delete (only ours in it): {path}")
         elif not found or found[2] != found[1]:
             say("·", f"remove our entries from: {path}")
+        else:
+            say("·", f"leave as it is (you changed our settings in it since the install): {path}")
     if not yes and not confirm("Remove the team gateway's entries listed above?"):
         say("✗", "nothing removed (pass --yes to remove without asking)")
         return 1

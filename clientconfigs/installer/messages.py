@@ -36,6 +36,7 @@ TEMPLATES = (
     gettext_noop("nothing of the team gateway's is installed here for: {clients}"),
     gettext_noop("delete (only ours in it): {path}"),
     gettext_noop("remove our entries from: {path}"),
+    gettext_noop("leave as it is (you changed our settings in it since the install): {path}"),
     gettext_noop("Remove the team gateway's entries listed above?"),
     gettext_noop("nothing removed (pass --yes to remove without asking)"),
     gettext_noop("{path}: {count} provider row(s) of {name} removed (backup: {backup})"),

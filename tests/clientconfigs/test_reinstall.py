@@ -359,6 +359,8 @@ def test_uninstall_keeps_a_setting_the_user_changed_after_the_install_as_they_ch
     if theirs is None:  # the whole file is the user's now
         assert after == text
         assert f"{path}: kept your later change to it as it is" in gone.stdout, gone.stdout
+        # said in the plan too, before the question (it is not among the files to change)
+        assert f"leave as it is (you changed our settings in it since the install): {path}" in gone.stdout
     else:  # their edit as they wrote it, the rest as before the install
         assert edit in after and (not theirs or theirs not in after), after
         expected = before.replace(theirs, edit) if theirs else before + edit + "\n"
