@@ -473,8 +473,16 @@ def _listed(candidates: list[Candidate]) -> Message:
 LIST_ITEMS = gettext_noop("%(first)s; %(second)s")
 
 
-def _move(cold: ColdStart, state: str, message: Message, **fields: Any) -> None:
-    ColdStart.objects.filter(pk=cold.pk).update(state=state, **message.columns("message", 500), **fields)
+def _move(cold: ColdStart, state: str, message: Message, **fields: Any) -> bool:
+    """Move the cold start on from the state the placement read it in; False when another process
+    moved it meanwhile, whose move stands: the gateway's `observe` finds a deployment that the
+    placement just put back (`settle_take_outs`) ready and finishes the cold start, maybe before
+    the placement moves it to `launching` (unguarded, that undid `ready`)."""
+    return bool(
+        ColdStart.objects.filter(pk=cold.pk, state=cold.state).update(
+            state=state, **message.columns("message", 500), **fields
+        )
+    )
 
 
 def _wait(cold: ColdStart, message: Message, reasons: list[dict[str, object]]) -> float | None:

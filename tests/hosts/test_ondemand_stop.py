@@ -493,7 +493,30 @@ def test_a_stop_whose_process_died_after_taking_the_model_out_lets_a_waiting_req
     settles it: the request counts in flight, so the model is put back and the request is served by
     the server that never stopped (was: the placement waited for that stop until the job sweep
     failed it after HOSTS_QUEUED_JOB_SECONDS, 10 minutes; an hour here)."""
+    _settled_by_the_placement_and_served(gateway, served, alice, settings, step)
 
+
+def test_a_waiting_request_whose_model_was_put_back_stays_ready_when_the_gateway_saw_it_first(
+    gateway, served, alice, settings, monkeypatch
+):
+    """The same, the other way round once the placement has put the model back: the gateway looks
+    first (its ask, `demand`, looks after that commit, or the announcement wakes it) and finds the
+    cold start ready before the placement moves it on. The placement leaves it ready (was: it
+    moved it to `launching` without looking, an active cold start again until the next sweep; the
+    test above failed so about one run in ten, when the gateway's thread ran between the two)."""
+    settle = ondemand.settle_take_outs
+
+    def seen_by_the_gateway_first(deployment=None):
+        stopped = settle(deployment)
+        ready = ColdStart.objects.filter(deployment=deployment, state=ColdStartState.READY)
+        wait_for(ready.exists, 60)
+        return stopped
+
+    monkeypatch.setattr(ondemand, "settle_take_outs", seen_by_the_gateway_first)
+    _settled_by_the_placement_and_served(gateway, served, alice, settings, "in_flight")
+
+
+def _settled_by_the_placement_and_served(gateway: str, served, alice, settings, step: str) -> None:
     settings.HOSTS_QUEUED_JOB_SECONDS = 3600
     d = served.deployment
     model, key = _warm(gateway, d, "model", alice)
