@@ -51,6 +51,7 @@ from django import db
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
@@ -260,7 +261,7 @@ def place(cold_start_id: int) -> float | None:
     if cold is None or cold.state not in PLACEABLE:
         return None
     d = cold.deployment
-    ColdStart.objects.filter(pk=cold.pk).update(attempts=cold.attempts + 1)
+    ColdStart.objects.filter(pk=cold.pk).update(attempts=F("attempts") + 1)  # two placements count twice
     if d.status == DeploymentStatus.STOPPING:  # a take-out whose process died is settled now, not by a timeout
         settle_take_outs(d)
         d.refresh_from_db()
@@ -306,18 +307,21 @@ def place(cold_start_id: int) -> float | None:
         evicted.append({"name": victim.name, "host": chosen.host.name})
     try:
         with transaction.atomic():  # one commit, not one per row: each is a WAL flush on a busy box
-            Deployment.objects.filter(pk=d.pk).update(
-                host=chosen.host, gpu_indices=chosen.gpu_indices, model_path=chosen.model_path
-            )
-            d.host, d.gpu_indices, d.model_path = chosen.host, chosen.gpu_indices, chosen.model_path
-            jobs.request_job(d, JobAction.LAUNCH, queue=False)  # `launch` runs it, in this process
-            ColdStart.objects.filter(pk=cold.pk).update(
+            # Guarded, as `_move`: the cold start may have ended while the hosts were surveyed (its
+            # budget ran out, `observe`; its deployment was deleted): then nothing is launched.
+            if not ColdStart.objects.filter(pk=cold.pk, state=cold.state).update(
                 state=ColdStartState.LAUNCHING,
                 **Message(gettext_noop("Launching on %(host)s."), host=chosen.host.name).columns("message", 500),
                 host_name=chosen.host.name,
                 reasons=reasons,
                 evicted=evicted,
+            ):
+                return None
+            Deployment.objects.filter(pk=d.pk).update(
+                host=chosen.host, gpu_indices=chosen.gpu_indices, model_path=chosen.model_path
             )
+            d.host, d.gpu_indices, d.model_path = chosen.host, chosen.gpu_indices, chosen.model_path
+            jobs.request_job(d, JobAction.LAUNCH, queue=False)  # `launch` runs it, in this process
     except jobs.JobConflict as exc:
         return _wait(cold, Message.verbatim(str(exc)), reasons)
     if not evicted:  # a stop on the host since would make its answers stale

@@ -18,7 +18,7 @@ from django.utils.html import escape
 
 from hosts.choices import DeploymentStatus
 from hosts.deployments import services
-from hosts.models import ColdStart, Deployment, Host
+from hosts.models import ColdStart, Deployment, Host, LaunchJob
 from hosts.ondemand import activity
 from hosts.ondemand import services as ondemand
 from hosts.ondemand.models import ColdStartState
@@ -152,6 +152,30 @@ def test_a_pinned_deployment_is_only_placed_on_its_host(hosts):
     assert cold.reasons_english[-1] == "chosen gpu-b" and cold.state == ColdStartState.LAUNCHING
     free.refresh_from_db()
     assert free.host == b
+
+
+def test_a_cold_start_that_ends_while_its_hosts_are_surveyed_launches_nothing(hosts, monkeypatch):
+    """The survey asks every host over SSH, which takes seconds; meanwhile the cold start may end (its
+    budget ran out and the gateway's `observe` failed it, so its requests were told). The placement's
+    last step used to move it to `launching` regardless, undoing the failure, and launched a model no
+    request waits for. Now that step is guarded by the state the placement read."""
+    a, _b = hosts
+    d = deployment(a, "ends-meanwhile")
+    cold = ColdStart.objects.get(pk=ondemand.demand(d.pk)["cold_start_id"])
+    survey_all = ondemand.survey_all
+
+    def surveyed_while_it_ends(*args, **kwargs):
+        found = survey_all(*args, **kwargs)
+        ondemand.finish(ColdStart.objects.get(pk=cold.pk), ColdStartState.FAILED, ondemand.Message.verbatim("budget"))
+        return found
+
+    monkeypatch.setattr(ondemand, "survey_all", surveyed_while_it_ends)
+    assert ondemand.place(cold.pk) is None
+
+    cold.refresh_from_db()
+    assert cold.state == ColdStartState.FAILED and cold.message == "budget"
+    assert not LaunchJob.objects.filter(deployment=d).exists()
+    assert ondemand.launch(cold.pk) is None
 
 
 def test_the_placement_reasons_are_stored_as_messages_and_read_in_the_readers_language(hosts, admin_client):
