@@ -41,6 +41,16 @@ def entries(home: Path, probes: list[dict], gateway: str) -> dict[str, list[tupl
     return out
 
 
+def users_file(tmp_path: Path, file: str, before: str) -> tuple[Path, Path]:
+    """A fresh home holding the user's own `file` (a `~/` path) with `before` in it: (home, the file)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    path = home / file.removeprefix("~/")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(before)
+    return home, path
+
+
 def doctor(url: str, home: Path, client: str):
     return run_sh(fetch(url + "/connect/install.sh"), home, "--check", client)
 
@@ -212,11 +222,7 @@ def test_uninstall_after_two_installs_puts_back_the_users_own_value_the_install_
     names,
 ):
     url, _ = portal
-    home = tmp_path / "home"
-    home.mkdir()
-    path = home / file.removeprefix("~/")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(before)
+    home, path = users_file(tmp_path, file, before)
     installed(url, home, alice, client)
     assert path.read_text() != before  # ours replaced theirs
     for _ in range(2):  # again, each with a rotated key: ours must not become "theirs"
@@ -339,11 +345,7 @@ def test_uninstall_keeps_a_setting_the_user_changed_after_the_install_as_they_ch
     names,
 ):
     url, _ = portal
-    home = tmp_path / "home"
-    home.mkdir()
-    path = home / file.removeprefix("~/")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(before)
+    home, path = users_file(tmp_path, file, before)
     installed(url, home, alice, client)
     installed(url, home, alice, client)  # a re-install (a rotated key) remembers its own values
     written = home / inst.WRITTEN.removeprefix("~/")
@@ -375,12 +377,8 @@ def test_uninstall_keeps_a_setting_the_user_changed_after_the_install_as_they_ch
 def test_uninstall_without_a_later_change_still_puts_back_the_users_value(portal, tmp_path, alice):  # noqa: F811
     """The control: the same install and uninstall with no edit between restores the file as it was."""
     url, _ = portal
-    home = tmp_path / "home"
-    home.mkdir()
-    path = home / ".claude" / "settings.json"
-    path.parent.mkdir()
     before = LATER_EDITS[0][2]
-    path.write_text(before)
+    home, path = users_file(tmp_path, "~/.claude/settings.json", before)
     installed(url, home, alice, "claude-code")
     gone = run_sh(fetch(url + "/connect/install.sh"), home, "--uninstall", "claude-code", "--yes")
     assert gone.returncode == 0, gone.stdout + gone.stderr

@@ -13,10 +13,9 @@ from channels import services as channel_services
 from channels.choices import Locality
 from channels.models import Channel, Model, ModelRoute
 from clientconfigs.services import model_specs
-from hosts.models import GPU, Deployment, Host
+from hosts.models import Deployment
 from keys.services import issue_key
-from tests.hosts.test_ondemand import on_demand
-from tests.services import free_port
+from tests.hosts.test_ondemand import on_demand_far
 
 pytestmark = [pytest.mark.services]
 
@@ -26,11 +25,7 @@ CLOUD_WINDOW = 200_000
 
 @pytest.fixture
 def cold_model(transactional_db) -> Deployment:
-    host = Host.objects.create(
-        name="gpu-far", address="127.0.0.1", ssh_port=free_port(), username="gpu", private_key="unused"
-    )
-    GPU.objects.create(host=host, index=0, name="RTX 4090", memory_total_mib=24564, memory_used_mib=0)
-    d = on_demand(host, "od-window", "od-window")
+    d = on_demand_far("od-window")
     Deployment.objects.filter(pk=d.pk).update(context_window=WINDOW)
     return d
 

@@ -18,12 +18,12 @@ from django.db import transaction
 from channels import services as channel_services
 from hosts.choices import DeploymentStatus
 from hosts.deployments import services
-from hosts.models import GPU, ColdStart, Deployment, Host
+from hosts.models import ColdStart, Deployment
 from hosts.ondemand.models import ColdStartState
 from keys.models import UsageRecord
 from keys.services import issue_key
 from tests.gateway.conftest import wait_for
-from tests.hosts.test_ondemand import on_demand, serving
+from tests.hosts.test_ondemand import on_demand_far, serving
 from tests.services import free_port
 
 pytestmark = [pytest.mark.services]
@@ -31,11 +31,7 @@ pytestmark = [pytest.mark.services]
 
 @pytest.fixture
 def cold_model(transactional_db) -> Deployment:
-    host = Host.objects.create(
-        name="gpu-far", address="127.0.0.1", ssh_port=free_port(), username="gpu", private_key="unused"
-    )
-    GPU.objects.create(host=host, index=0, name="RTX 4090", memory_total_mib=24564, memory_used_mib=0)
-    return on_demand(host, "od-notify", "od-notify")
+    return on_demand_far("od-notify")
 
 
 def _ask(gateway_url: str, key: str) -> httpx.Response:

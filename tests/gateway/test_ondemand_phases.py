@@ -18,14 +18,13 @@ from django.db import transaction
 
 from hosts.choices import DeploymentStatus
 from hosts.deployments import services
-from hosts.models import GPU, ColdStart, Deployment, Host
+from hosts.models import ColdStart, Deployment
 from hosts.ondemand.models import ColdStartState
 from keys.models import UsageRecord
 from keys.services import issue_key
 from tests.gateway.conftest import wait_for
 from tests.gateway.test_ondemand_notify import _serve
-from tests.hosts.test_ondemand import on_demand
-from tests.services import free_port
+from tests.hosts.test_ondemand import on_demand_far
 
 pytestmark = [pytest.mark.services]
 
@@ -34,11 +33,7 @@ WAITERS = 20
 
 @pytest.fixture
 def cold_model(transactional_db) -> Deployment:
-    host = Host.objects.create(
-        name="gpu-far", address="127.0.0.1", ssh_port=free_port(), username="gpu", private_key="unused"
-    )
-    GPU.objects.create(host=host, index=0, name="RTX 4090", memory_total_mib=24564, memory_used_mib=0)
-    return on_demand(host, "od-phases", "od-phases", cold_start_budget=3600)
+    return on_demand_far("od-phases", cold_start_budget=3600)
 
 
 @pytest.fixture

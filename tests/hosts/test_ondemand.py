@@ -25,7 +25,7 @@ from django.conf import settings
 
 from hosts.choices import DeploymentStatus, JobAction
 from hosts.deployments import services
-from hosts.models import ColdStart, Deployment, Host, LaunchJob
+from hosts.models import GPU, ColdStart, Deployment, Host, LaunchJob
 from hosts.ondemand import activity
 from hosts.ondemand import services as ondemand
 from hosts.ondemand.models import ColdStartState
@@ -156,6 +156,16 @@ def on_demand(host: Host, name: str, served: str, **fields) -> Deployment:
         idle_ttl=30,
         **{"cold_start_budget": 150, **fields},
     )
+
+
+def on_demand_far(name: str, **fields) -> Deployment:
+    """An on-demand deployment of `name` on a GPU host no test reaches over SSH: for the tests that
+    play the worker's side themselves (the gateway's side of a cold start is what they test)."""
+    host = Host.objects.create(
+        name="gpu-far", address="127.0.0.1", ssh_port=free_port(), username="gpu", private_key="unused"
+    )
+    GPU.objects.create(host=host, index=0, name="RTX 4090", memory_total_mib=24564, memory_used_mib=0)
+    return on_demand(host, name, name, **fields)
 
 
 def serving(d: Deployment, base_url: str, api_key: str, pid: int | None = None) -> None:
