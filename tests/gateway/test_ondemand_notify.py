@@ -89,6 +89,15 @@ def _flags(gateway_url: str, key: str) -> tuple[object, object]:
     return next((m.get("on_demand"), m.get("cold")) for m in listed if m["id"] == "od-notify")
 
 
+def _followed(events) -> bool:
+    """The announcements' reader has seen the generations Redis holds now, and is done."""
+    from gateway import signals
+    from gateway.cache import generation_keys, snapshot
+
+    now = tuple(v.decode() if v is not None else None for v in signals._redis().mget(*generation_keys()))
+    return snapshot.generation == now and events.follower is not None and events.follower.done()
+
+
 def test_a_stop_announced_reloads_the_catalog_before_the_next_request(
     catalog_never_refreshed, gateway_url, cold_model, upstream, alice, monkeypatch
 ):
@@ -99,7 +108,7 @@ def test_a_stop_announced_reloads_the_catalog_before_the_next_request(
     seen the generation move) and it loaded the catalog again itself. (The gateway shares this
     process, so the stop's signal drops its catalog here directly; a replica elsewhere did not even
     have that: it listed the model warm until its refresh.)"""
-    from gateway import cache
+    from gateway import cache, ondemand
 
     loads: list[float] = []
     real_load = cache._load_catalog
@@ -121,6 +130,10 @@ def test_a_stop_announced_reloads_the_catalog_before_the_next_request(
     channel_services.disable_served_channel(cold_model.channel_id, status_message="stopped (test)")
     services.set_status(cold_model, DeploymentStatus.STOPPED, "Stopped (test).")  # announces
     wait_for(lambda: _flags(gateway_url, key) == (True, True), 30)
+    # Listed cold already once this process dropped its catalog (the signal, here): that is not
+    # the announcement heard. Its reader (`_Events.follow`) must have caught up with the stop's
+    # generations and reloaded before the count starts (with the reader 1 s late it failed 5 vs 4).
+    wait_for(lambda: _followed(ondemand._events), 30)
 
     before = len(loads)
     refused = httpx.post(
