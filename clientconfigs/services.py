@@ -25,6 +25,7 @@ from django.utils.translation import gettext_noop
 from channels.choices import Locality
 from channels.models import AliasTarget, Model, ModelRoute, alias_limits, route_limits
 from hosts.models import Deployment
+from hosts.ondemand.services import serving_on_demand
 from keys.budgets import services as budgets
 from keys.models import Key
 from keys.services import issue_key, rotate_key
@@ -117,10 +118,7 @@ def model_specs(user: User, key: Key | None = None) -> tuple[ModelSpec, ...]:
     through to it), as `channels.models.Model.effective_limits` says. A stopped on-demand model
     has the window its server reported at its last start (`gateway.cache.ModelInfo.limit_pairs`)."""
     routes = ModelRoute.objects.enabled().select_related("channel")
-    # The first deployment of a name serves it, as in `hosts.ondemand.services.catalog_entries`.
-    cold = dict(
-        Deployment.objects.filter(on_demand=True).order_by("-pk").values_list("served_model_name", "context_window")
-    )
+    cold = {name: d.context_window for name, d in serving_on_demand().items()}
     targets = AliasTarget.objects.select_related("target").order_by("position")
     key_local = key is not None and key.local_only
     specs = []

@@ -79,21 +79,27 @@ CLAIMING = (DeploymentStatus.STARTING, DeploymentStatus.RUNNING, DeploymentStatu
 
 
 # --- what the gateway asks --------------------------------------------------------------------------
+def serving_on_demand() -> dict[str, Deployment]:
+    """Per public model served by an on-demand deployment, the one that serves it: the first by id
+    (another deployment of the same name is not what a request for it starts)."""
+    first: dict[str, Deployment] = {}
+    for d in Deployment.objects.filter(on_demand=True).order_by("pk"):
+        first.setdefault(d.served_model_name, d)
+    return first
+
+
 def catalog_entries() -> dict[str, dict[str, Any]]:
     """Per public model served by an on-demand deployment: what the gateway's catalog keeps of it."""
-    entries: dict[str, dict[str, Any]] = {}
-    for d in Deployment.objects.filter(on_demand=True).order_by("pk"):
-        entries.setdefault(
-            d.served_model_name,
-            {
-                "deployment_id": d.pk,
-                "budget": float(d.cold_start_budget),
-                "estimate": estimate_seconds(d.pk),
-                "context_window": d.context_window,
-                "channel_id": d.channel_id,  # its last run's (disabled while stopped), None before one
-            },
-        )
-    return entries
+    return {
+        name: {
+            "deployment_id": d.pk,
+            "budget": float(d.cold_start_budget),
+            "estimate": estimate_seconds(d.pk),
+            "context_window": d.context_window,
+            "channel_id": d.channel_id,  # its last run's (disabled while stopped), None before one
+        }
+        for name, d in serving_on_demand().items()
+    }
 
 
 def model_states(names: list[str]) -> dict[str, dict[str, bool]]:
