@@ -246,7 +246,8 @@ class RespClient:
             db = (parse_qs(u.query).get("db") or ["0"])[0]
         self.db = int(db or 0)
         self._proto: _Protocol | None = None
-        self._lock = asyncio.Lock()
+        # The connection being made (`_conn`): callers that find none alive share one attempt.
+        self._connecting: asyncio.Future[_Protocol] | None = None
         self._shas: dict[str, str] = {}
         # (script, keys) -> `EVALSHA <sha> <key count> <keys>`, encoded once (the same on every request)
         self._heads: dict[tuple[str, tuple[str, ...]], Encoded] = {}
@@ -272,14 +273,18 @@ class RespClient:
         return proto
 
     async def _conn(self) -> _Protocol:
+        """The live connection, else the one being made: every caller that finds none joins the same
+        attempt and shares its outcome. (Taking turns behind a lock, each caller made its own attempt
+        after the last one failed: with Redis stalled, the SELECT of each waited out its own deadline,
+        and the 50th request of a burst was answered after 50 deadlines.)"""
         proto = self._proto
         if proto is not None and not proto.closed:
             return proto
-        async with self._lock:
-            proto = self._proto
-            if proto is None or proto.closed:
-                proto = await self._connect()
-            return proto
+        connecting = self._connecting
+        if connecting is None or connecting.done():
+            connecting = self._connecting = asyncio.ensure_future(self._connect())
+            connecting.add_done_callback(_retrieved)
+        return await asyncio.shield(connecting)  # a caller that leaves does not cancel the others' attempt
 
     @staticmethod
     def _send(proto: _Protocol, args: Sequence[object], timeout: float) -> asyncio.Future[Any]:
@@ -406,6 +411,13 @@ class _Unawaited:
             retry.add_done_callback(lambda t: _report_failure(t, self.report))
         else:
             self.report(exc)
+
+
+def _retrieved(attempt: asyncio.Future[Any]) -> None:
+    """A shared connection attempt's failure is its callers' to raise: marked seen here, so one whose
+    callers all left is not logged as never retrieved."""
+    if not attempt.cancelled():
+        attempt.exception()
 
 
 def _log_failure(exc: BaseException) -> None:

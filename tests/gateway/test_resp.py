@@ -55,6 +55,27 @@ async def test_commands_waiting_behind_a_stalled_one_all_fail_at_its_deadline():
         await client.close()
 
 
+async def test_commands_that_find_no_connection_while_redis_is_silent_share_one_attempt_and_fail_together():
+    """No connection alive (the last one dropped) and Redis accepting but silent: the connection's
+    SELECT is never answered. Every caller joins one attempt and fails with it, at one deadline;
+    behind a lock they took turns, each making its own attempt (20 connections, 20 deadlines)."""
+    accepted = 0
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal accepted
+        accepted += 1
+        await reader.read()  # until the client hangs up
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    async with server:
+        port = server.sockets[0].getsockname()[1]
+        client = RespClient(f"redis://127.0.0.1:{port}/1", timeout=0.3)
+        results = await asyncio.gather(*(client.call("PING") for _ in range(20)), return_exceptions=True)
+        assert all(isinstance(r, (TimeoutError, ConnectionError)) for r in results), results
+        assert accepted == 1
+        await client.close()
+
+
 async def test_a_cancelled_command_does_not_drop_the_connection_of_the_ones_answered_after_it():
     server, port = await _server([b"+PONG\r\n", b"+ONE\r\n", b"+TWO\r\n"])
     async with server:
