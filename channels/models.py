@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Self
 
 from django.core.exceptions import ValidationError
@@ -219,19 +219,24 @@ class Model(TimeStampedModel):
     def __str__(self) -> str:
         return self.name
 
-    def effective_limits(self, *, local_only: bool = False) -> tuple[int | None, int | None]:
+    def effective_limits(
+        self, *, local_only: bool = False, cold: Mapping[str, int] | None = None
+    ) -> tuple[int | None, int | None]:
         """(context window, max output tokens) a client can rely on: the smallest over the
         enabled routes (only local ones for a local-only model or request), preferring each
         route's discovered context window. An alias can serve the largest of its enabled targets'
-        (`alias_limits`)."""
+        (`alias_limits`). A model none of those routes serves now whose next request starts a
+        server (a stopped on-demand model) has that server's window, from `cold`
+        (`channels.services.cold_windows()`; the pages and the API pass it, as the gateway's
+        `ModelInfo.limit_pairs` does)."""
         if self.is_alias:
             local_only = local_only or self.local_only
             targets = [t.target for t in self.targets.select_related("target") if t.target.enabled]
-            return alias_limits([t.effective_limits(local_only=local_only) for t in targets])
+            return alias_limits([t.effective_limits(local_only=local_only, cold=cold) for t in targets])
         routes = self.routes.enabled()
         if local_only or self.local_only:
             routes = routes.filter(channel__locality=Locality.LOCAL)
-        return route_limits((r.effective_context_window, r.max_output_tokens) for r in routes)
+        return served_limits(self.name, [(r.effective_context_window, r.max_output_tokens) for r in routes], cold)
 
     @property
     def target_names(self) -> list[str]:
@@ -242,6 +247,16 @@ def route_limits(routes: Iterable[tuple[int | None, int | None]]) -> tuple[int |
     """A model's (window, max output) from its routes' (effective window, max output): the
     smallest known of each, since any route may serve a request."""
     return _limits(routes, min)
+
+
+def served_limits(
+    name: str, routes: list[tuple[int | None, int | None]], cold: Mapping[str, int] | None
+) -> tuple[int | None, int | None]:
+    """`route_limits` of a model's usable routes; with none, the window of the server a request
+    for it starts (`cold`, by name), if it is one."""
+    if not routes:
+        return (cold or {}).get(name), None
+    return route_limits(routes)
 
 
 def alias_limits(targets: Iterable[tuple[int | None, int | None]]) -> tuple[int | None, int | None]:

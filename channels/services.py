@@ -500,6 +500,28 @@ def model_states(names: list[str]) -> dict[str, dict[str, bool]]:
     return states
 
 
+# --- the window of a model nothing serves now but whose next request starts a server ----------
+ColdWindows = Callable[[], dict[str, int | None]]
+_cold_window_sources: list[ColdWindows] = []
+
+
+def register_cold_windows(source: ColdWindows) -> None:
+    """An app above this one starts servers on demand (hosts: a stopped on-demand deployment) and
+    knows, per model name, the window its server reported at its last start. Called from
+    AppConfig.ready()."""
+    if source not in _cold_window_sources:
+        _cold_window_sources.append(source)
+
+
+def cold_windows() -> dict[str, int]:
+    """Per model name, the window a request for it would be served with once its server starts
+    (`Model.effective_limits`'s `cold`); names with no known window are left out."""
+    windows: dict[str, int] = {}
+    for source in _cold_window_sources:
+        windows.update({name: window for name, window in source().items() if window})
+    return windows
+
+
 def set_unpriced_policy(route: ModelRoute, policy: str) -> None:
     """What a key with a budget meets on `route` while it has no price (`UnpricedPolicy`)."""
     route.unpriced = policy

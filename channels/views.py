@@ -38,6 +38,7 @@ from .services import (
     add_served_model,
     check_model_deletable,
     clean_base_url,
+    cold_windows,
     load_price_catalogue,
     model_states,
     replace_routes,
@@ -252,7 +253,8 @@ class ModelDetailView(AdminRequiredMixin, DetailView):
         context = super().get_context_data(**kwargs)
         context["routes"] = list(ModelRoute.objects.filter(model=self.object).select_related("channel"))
         attach_health([r.channel for r in context["routes"]])
-        context["effective_context"], context["effective_output"] = self.object.effective_limits()
+        limits = self.object.effective_limits(cold=cold_windows())
+        context["effective_context"], context["effective_output"] = limits
         self.object.state = model_states([self.object.name]).get(self.object.name, {})
         return context
 
@@ -332,12 +334,13 @@ class AliasDetailView(AdminRequiredMixin, DetailView):
         context = super().get_context_data(**kwargs)
         alias = self.object
         rows = []
+        cold = cold_windows()
         for t in alias.targets.select_related("target").order_by("position"):
-            window, output = t.target.effective_limits(local_only=alias.local_only)
+            window, output = t.target.effective_limits(local_only=alias.local_only, cold=cold)
             routes = list(t.target.routes.enabled().select_related("channel"))
             rows.append({"target": t.target, "window": window, "output": output, "routes": routes})
         context["rows"] = rows
-        context["effective_context"], context["effective_output"] = alias.effective_limits()
+        context["effective_context"], context["effective_output"] = alias.effective_limits(cold=cold)
         return context
 
 

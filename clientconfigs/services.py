@@ -23,9 +23,9 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from channels.choices import Locality
-from channels.models import AliasTarget, Model, ModelRoute, alias_limits, route_limits
+from channels.models import AliasTarget, Model, ModelRoute, alias_limits, served_limits
+from channels.services import cold_windows
 from hosts.models import Deployment
-from hosts.ondemand.services import serving_on_demand
 from keys.budgets import services as budgets
 from keys.models import Key
 from keys.services import issue_key, rotate_key
@@ -116,9 +116,9 @@ def model_specs(user: User, key: Key | None = None) -> tuple[ModelSpec, ...]:
     (discovered, else configured) and an output limit that leaves room for input. An alias is
     listed like any model, with the largest window one of its targets serves (the gateway falls
     through to it), as `channels.models.Model.effective_limits` says. A stopped on-demand model
-    has the window its server reported at its last start (`gateway.cache.ModelInfo.limit_pairs`)."""
+    has the window its server reported at its last start (`channels.services.cold_windows`)."""
     routes = ModelRoute.objects.enabled().select_related("channel")
-    cold = {name: d.context_window for name, d in serving_on_demand().items()}
+    cold = cold_windows()
     targets = AliasTarget.objects.select_related("target").order_by("position")
     key_local = key is not None and key.local_only
     specs = []
@@ -137,11 +137,11 @@ def model_specs(user: User, key: Key | None = None) -> tuple[ModelSpec, ...]:
                 for t in model.live_targets
                 if t.target.enabled
             }
-            ctx, out = alias_limits(_limits_of(rs, cold.get(name)) for name, rs in per_target.items())
+            ctx, out = alias_limits(served_limits(name, _pairs(rs), cold) for name, rs in per_target.items())
             live = [r for rs in per_target.values() for r in rs]
         else:
             live = [r for r in model.live if r.channel.is_local or not local]
-            ctx, out = _limits_of(live, cold.get(model.name))
+            ctx, out = served_limits(model.name, _pairs(live), cold)
         specs.append(
             ModelSpec(
                 model.name,
@@ -154,11 +154,8 @@ def model_specs(user: User, key: Key | None = None) -> tuple[ModelSpec, ...]:
     return tuple(specs)
 
 
-def _limits_of(routes: list[ModelRoute], cold_window: int | None) -> tuple[int | None, int | None]:
-    """`routes`' limits; with none, a stopped on-demand model's window (`cold_window`), if it is one."""
-    if not routes:
-        return cold_window, None
-    return route_limits((r.effective_context_window, r.max_output_tokens) for r in routes)
+def _pairs(routes: list[ModelRoute]) -> list[tuple[int | None, int | None]]:
+    return [(r.effective_context_window, r.max_output_tokens) for r in routes]
 
 
 def mcp_specs(key: Key | None) -> tuple[McpServerSpec, ...]:

@@ -51,11 +51,12 @@ class HostsConfig(AppConfig):
         from .ondemand.metrics import OnDemandCollector
 
         register_collector(OnDemandCollector())
-        from channels.services import register_model_states
+        from channels.services import register_cold_windows, register_model_states
 
-        from .ondemand.services import model_states
+        from .ondemand.services import cold_windows, model_states
 
         register_model_states(model_states)  # "on demand · cold" on the models pages
+        register_cold_windows(cold_windows)  # a stopped model's window on those pages and in the API
 
 
 def _register_schedule(**kwargs: Any) -> None:

@@ -8,11 +8,12 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from channels.choices import ChannelKind
-from channels.models import Channel, Model, ModelRoute, RoutePrice, validate_api_key
+from channels.models import Channel, Model, ModelRoute, RoutePrice, served_limits, validate_api_key
 from channels.prices import currency
 from channels.services import (
     MAX_ALIAS_TARGETS,
     clean_base_url,
+    cold_windows,
     replace_routes,
     reset_status_after_edit,
     save_alias,
@@ -159,6 +160,14 @@ class ModelRouteSerializer(ModelSerializer):
         read_only_fields = ["discovered_context_window"]
 
 
+def response_cold_windows(serializer: serializers.Field) -> dict[str, int]:
+    """`cold_windows()` once per response: a list's items share their root serializer's."""
+    root = serializer.root
+    if not hasattr(root, "_cold_windows"):
+        root._cold_windows = cold_windows()  # type: ignore[attr-defined]
+    return root._cold_windows  # type: ignore[attr-defined]
+
+
 class PublicModelSerializer(ModelSerializer):
     """A public model name and the channels serving it. Sending `routes` replaces the whole set,
     matched by channel: a channel that stays keeps its route, with its prices and discovered context
@@ -196,17 +205,21 @@ class PublicModelSerializer(ModelSerializer):
             "updated",
         ]
 
-    def _live_routes(self, obj: Model) -> list[ModelRoute]:
-        # Uses the prefetched routes (and their channels) so a list costs a fixed number of queries.
-        return [r for r in obj.routes.all() if r.enabled and r.channel.enabled]
+    def _limits(self, obj: Model) -> tuple[int | None, int | None]:
+        """`Model.effective_limits` from the prefetched routes (and their channels), so that a list
+        costs a fixed number of queries."""
+        live = [
+            (r.effective_context_window, r.max_output_tokens)
+            for r in obj.routes.all()
+            if r.enabled and r.channel.enabled and (r.channel.is_local or not obj.local_only)
+        ]
+        return served_limits(obj.name, live, response_cold_windows(self))
 
     def get_context_window(self, obj: Model) -> int | None:
-        values = [r.effective_context_window for r in self._live_routes(obj) if r.effective_context_window]
-        return min(values) if values else None
+        return self._limits(obj)[0]
 
     def get_max_output_tokens(self, obj: Model) -> int | None:
-        values = [r.max_output_tokens for r in self._live_routes(obj) if r.max_output_tokens]
-        return min(values) if values else None
+        return self._limits(obj)[1]
 
     def to_representation(self, instance: Model) -> dict:
         data = super().to_representation(instance)
@@ -282,11 +295,16 @@ class AliasSerializer(ModelSerializer):
         ]
         validators: list = []  # name uniqueness is save_alias's, as a field error
 
+    def _limits(self, obj: Model) -> tuple[int | None, int | None]:
+        if getattr(self, "_limits_of", (None,))[0] != obj.pk:  # asked twice per alias: once each field
+            self._limits_of = (obj.pk, obj.effective_limits(cold=response_cold_windows(self)))
+        return self._limits_of[1]
+
     def get_context_window(self, obj: Model) -> int | None:
-        return obj.effective_limits()[0]
+        return self._limits(obj)[0]
 
     def get_max_output_tokens(self, obj: Model) -> int | None:
-        return obj.effective_limits()[1]
+        return self._limits(obj)[1]
 
     def _save(self, alias: Model | None, data: dict) -> Model:
         current = (

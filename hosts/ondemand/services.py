@@ -102,6 +102,12 @@ def catalog_entries() -> dict[str, dict[str, Any]]:
     }
 
 
+def cold_windows() -> dict[str, int | None]:
+    """For `channels.services.register_cold_windows`: per model served on demand, the window its
+    server reported at its last start (None before one)."""
+    return {name: d.context_window for name, d in serving_on_demand().items()}
+
+
 def model_states(names: list[str]) -> dict[str, dict[str, bool]]:
     """For the models pages (`channels.services.register_model_states`): each of `names` served by
     an on-demand deployment, and whether it is cold (not serving: the next request starts it)."""

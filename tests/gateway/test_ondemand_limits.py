@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from django.urls import reverse
 
 from channels import services as channel_services
 from channels.choices import Locality
@@ -62,3 +63,39 @@ def test_a_cold_model_and_its_aliases_are_listed_with_the_window_its_start_serve
         expected["cloud-coder"] = CLOUD_WINDOW
     assert windows == expected
     assert specs == expected
+
+
+def test_the_rest_api_and_the_admin_pages_give_a_cold_model_the_window_the_gateway_lists(aliases, admin_client):
+    """`/api/models/`, `/api/aliases/` and the admin's model and alias pages said "unknown" (null)
+    for a stopped on-demand model and its aliases while `/v1/models` and the client configs gave
+    the window: a script or an admin reading them saw a model no client could size a prompt for."""
+    models = {m["name"]: m["context_window"] for m in admin_client.get("/api/models/").json()["results"]}
+    alias_windows = {a["name"]: a["context_window"] for a in admin_client.get("/api/aliases/").json()["results"]}
+    cold = Model.objects.get(name="od-window")
+    one = admin_client.get(f"/api/models/{cold.pk}/").json()
+    page = admin_client.get(reverse("model_detail", args=[cold.pk]))
+    local_alias = admin_client.get(reverse("model_alias_detail", args=[Model.objects.get(name="local-coder").pk]))
+
+    assert models == {"cloud-coder": CLOUD_WINDOW, "od-window": WINDOW}
+    assert (one["context_window"], one["max_output_tokens"]) == (WINDOW, None)
+    assert alias_windows == {"coder": WINDOW, "local-coder": WINDOW}
+    assert page.context["effective_context"] == WINDOW
+    assert "stopped now, the next request starts it" in page.content.decode()
+    assert local_alias.context["effective_context"] == WINDOW
+    # a local-only alias: the cloud target's window is not one its requests may get
+    assert [(r["target"].name, r["window"]) for r in local_alias.context["rows"]] == [
+        ("cloud-coder", None),
+        ("od-window", WINDOW),
+    ]
+
+
+def test_a_running_model_is_sized_by_its_routes_not_by_its_last_start(aliases, admin_client):
+    """The last start's window is only for a model nothing serves now: once a route serves it
+    (here a configured window smaller than the last start's), the route decides."""
+    served = Channel.objects.create(name="od-now", base_url="http://127.0.0.1:9/v1", locality=Locality.LOCAL)
+    ModelRoute.objects.create(model=Model.objects.get(name="od-window"), channel=served, context_window=WINDOW // 2)
+
+    models = {m["name"]: m["context_window"] for m in admin_client.get("/api/models/").json()["results"]}
+
+    assert models["od-window"] == WINDOW // 2
+    assert Model.objects.get(name="od-window").effective_limits(cold={"od-window": WINDOW}) == (WINDOW // 2, None)
