@@ -507,8 +507,7 @@ _cold_window_sources: list[ColdWindows] = []
 
 def register_cold_windows(source: ColdWindows) -> None:
     """An app above this one starts servers on demand (hosts: a stopped on-demand deployment) and
-    knows, per model name, the window its server reported at its last start. Called from
-    AppConfig.ready()."""
+    knows, per model name, the window its server starts with. Called from AppConfig.ready()."""
     if source not in _cold_window_sources:
         _cold_window_sources.append(source)
 

@@ -116,7 +116,7 @@ def model_specs(user: User, key: Key | None = None) -> tuple[ModelSpec, ...]:
     (discovered, else configured) and an output limit that leaves room for input. An alias is
     listed like any model, with the largest window one of its targets serves (the gateway falls
     through to it), as `channels.models.Model.effective_limits` says. A stopped on-demand model
-    has the window its server reported at its last start (`channels.services.cold_windows`)."""
+    has the window its server starts with (`channels.services.cold_windows`)."""
     routes = ModelRoute.objects.enabled().select_related("channel")
     cold = cold_windows()
     targets = AliasTarget.objects.select_related("target").order_by("position")

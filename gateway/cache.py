@@ -257,7 +257,7 @@ class OnDemandInfo:
     # stopped): what a cold request reserves on a budget before it starts the model.
     prices: tuple[Rates, ...] = ()
     unpriced: str = ""  # that route's channels.choices.UnpricedPolicy
-    context_window: int | None = None  # as its server reported it at its last start; None before one
+    context_window: int | None = None  # as its server reported it at its last start, else as configured
 
     def rates(self, at: float) -> tuple[Rates | None, str]:
         return rates_at(self.prices, at, self.unpriced)

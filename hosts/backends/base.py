@@ -233,6 +233,11 @@ class Backend:
     def context_window(self, client: httpx.Client, root_url: str, api_key: str, served_name: str) -> int | None:
         raise NotImplementedError
 
+    def configured_window(self, options: dict[str, Any], extra_args: list[str]) -> int | None:
+        """The context window one request gets from a server started with these options, as far as
+        they say it (`context_window` reads the real one once it runs); None when they do not."""
+        return None
+
     def fit_params(self, options: dict[str, Any], model_path: str = "") -> dict[str, Any]:
         """Inputs for the memory estimate taken from the options."""
         raise NotImplementedError

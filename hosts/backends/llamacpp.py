@@ -97,6 +97,16 @@ class LlamaCpp(Backend):
                 return n_ctx
         return None
 
+    def configured_window(self, options: dict[str, Any], extra_args: list[str]) -> int | None:
+        """A slot's share of `-c`: llama-server splits it among `-np` slots unless their cache is
+        unified (`--kv-unified`, which it turns on itself when `-np` is left to it)."""
+        ctx, slots = int(options.get("ctx_size") or 0), int(options.get("parallel") or 1)
+        if not ctx:
+            return None
+        if {"-kvu", "--kv-unified"} & set(extra_args):
+            return ctx
+        return max(1, ctx // slots)
+
     def fit_params(self, options: dict[str, Any], model_path: str = "") -> dict[str, Any]:
         return {
             "context": options.get("ctx_size") or 8192,

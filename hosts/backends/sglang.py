@@ -127,6 +127,10 @@ class SGLang(Backend):
                 return ctx
         return None
 
+    def configured_window(self, options: dict[str, Any], extra_args: list[str]) -> int | None:
+        """`--context-length`, always on the command line (a reserved flag)."""
+        return options.get("context_length")
+
     def fit_params(self, options: dict[str, Any], model_path: str = "") -> dict[str, Any]:
         vllm_like = VLLM().fit_params(
             {

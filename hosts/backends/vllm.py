@@ -137,6 +137,11 @@ class VLLM(Backend):
                 return int(m["max_model_len"])
         return None
 
+    def configured_window(self, options: dict[str, Any], extra_args: list[str]) -> int | None:
+        """`--max-model-len`, always on the command line (a reserved flag): vLLM serves exactly it or
+        refuses to start."""
+        return options.get("max_model_len")
+
     def fit_params(self, options: dict[str, Any], model_path: str = "") -> dict[str, Any]:
         """A pre-quantised checkpoint's own `quantization_config` wins over these (the estimate reads
         it); without one (a preset), a bitsandbytes checkpoint named 8-bit is sized as 8-bit."""

@@ -95,7 +95,7 @@ def catalog_entries() -> dict[str, dict[str, Any]]:
             "deployment_id": d.pk,
             "budget": float(d.cold_start_budget),
             "estimate": estimate_seconds(d.pk),
-            "context_window": d.context_window,
+            "context_window": expected_window(d),
             "channel_id": d.channel_id,  # its last run's (disabled while stopped), None before one
         }
         for name, d in serving_on_demand().items()
@@ -103,9 +103,21 @@ def catalog_entries() -> dict[str, dict[str, Any]]:
 
 
 def cold_windows() -> dict[str, int | None]:
-    """For `channels.services.register_cold_windows`: per model served on demand, the window its
-    server reported at its last start (None before one)."""
-    return {name: d.context_window for name, d in serving_on_demand().items()}
+    """For `channels.services.register_cold_windows`: per model served on demand, the window a
+    request gets once its server starts (`expected_window`)."""
+    return {name: expected_window(d) for name, d in serving_on_demand().items()}
+
+
+def expected_window(d: Deployment) -> int | None:
+    """The window a request gets from `d`'s server: as the server reported it at its last start,
+    else as its options set it (a deployment never started yet), so that clients are configured
+    with the right window before the first request starts it."""
+    if d.context_window:
+        return d.context_window
+    try:
+        return backends.get(d.backend).configured_window(d.options or {}, list(d.extra_args or ()))
+    except (KeyError, TypeError, ValueError):  # an unknown backend or options saved by hand: unknown
+        return None
 
 
 def model_states(names: list[str]) -> dict[str, dict[str, bool]]:

@@ -80,7 +80,7 @@ def test_the_rest_api_and_the_admin_pages_give_a_cold_model_the_window_the_gatew
     assert (one["context_window"], one["max_output_tokens"]) == (WINDOW, None)
     assert alias_windows == {"coder": WINDOW, "local-coder": WINDOW}
     assert page.context["effective_context"] == WINDOW
-    assert "stopped now, the next request starts it" in page.content.decode()
+    assert "the window its server starts with" in page.content.decode()
     assert local_alias.context["effective_context"] == WINDOW
     # a local-only alias: the cloud target's window is not one its requests may get
     assert [(r["target"].name, r["window"]) for r in local_alias.context["rows"]] == [
@@ -99,3 +99,17 @@ def test_a_running_model_is_sized_by_its_routes_not_by_its_last_start(aliases, a
 
     assert models["od-window"] == WINDOW // 2
     assert Model.objects.get(name="od-window").effective_limits(cold={"od-window": WINDOW}) == (WINDOW // 2, None)
+
+
+def test_a_model_never_started_is_listed_with_the_window_its_options_give_it(transactional_db, gateway_url, alice):
+    """Before its first start nothing had reported a window: `/v1/models`, the client configs and
+    the API said null, and a newcomer's client was configured with its own default (far larger than
+    llama.cpp's `-c 1024 -np 2`, 512 a request) until someone started the model once."""
+    d = on_demand_far("od-new")
+    Deployment.objects.filter(pk=d.pk).update(options={**d.options, "ctx_size": 1024, "parallel": 2})
+    stored, key = issue_key(owner=alice, name="laptop")
+
+    assert Deployment.objects.get(pk=d.pk).context_window is None  # never started
+    assert _windows(gateway_url, key) == {"od-new": 512}
+    assert [(s.name, s.context_window) for s in model_specs(alice, stored)] == [("od-new", 512)]
+    assert channel_services.cold_windows() == {"od-new": 512}

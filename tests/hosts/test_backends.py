@@ -94,3 +94,41 @@ def test_sglang_reserves_the_flags_it_sets(flag):
         backends.get("sglang").clean(
             model_path="Qwen/Qwen3-32B", served_model_name="q", options={}, extra_args=[flag], gpu_count=1
         )
+
+
+@pytest.mark.parametrize(
+    "parallel, extra, window",
+    [(None, [], 1024), (1, [], 1024), (2, [], 512), (2, ["--kv-unified"], 1024), (3, ["-kvu"], 1024)],
+    ids=["auto-slots", "one-slot", "two-slots", "unified", "unified-short"],
+)
+def test_a_llamacpp_deployment_says_its_window_before_it_ever_ran(parallel, extra, window):
+    """A slot's share of `-c`, which is what one request gets and what /props reports."""
+    impl = backends.get("llamacpp")
+    cleaned, extra = impl.clean(
+        model_path="/m/tiny.gguf",
+        served_model_name="tiny",
+        options={"ctx_size": 1024, "parallel": parallel},
+        extra_args=extra,
+        gpu_count=1,
+    )
+    assert impl.configured_window(cleaned, extra) == window
+
+
+@pytest.mark.parametrize("kind, option", [("vllm", "max_model_len"), ("sglang", "context_length")])
+def test_vllm_and_sglang_deployments_say_the_window_they_always_pass(kind, option):
+    s = spec(kind, {option: 32768, "tensor_parallel_size" if kind == "vllm" else "tp_size": 2})
+    assert backends.get(kind).configured_window(s.options, s.extra_args) == 32768
+    assert "32768" in backends.get(kind).argv(s)  # the window said is the one the server is started with
+
+
+def test_the_window_said_before_a_start_is_the_one_real_llamacpp_serves():
+    """The derivation against llama.cpp itself: `-c 1024 -np 2` gives each slot 512 (the window
+    /props reports, which the launch job records after the start)."""
+    import httpx
+
+    from tests.fakes.llamacpp import LlamaServer
+
+    impl = backends.get("llamacpp")
+    with LlamaServer(ctx=1024, parallel=2, api_key="k") as server, httpx.Client(timeout=10) as client:
+        served = impl.context_window(client, server.root_url, "k", server.model_id)
+    assert served == impl.configured_window({"ctx_size": 1024, "parallel": 2}, []) == 512
