@@ -60,9 +60,13 @@ def deployment_dir(remote_dir: str) -> str:
 
 
 def alive_test(pid: int) -> str:
-    """Shell test: the process exists and is not a zombie (kill -0 succeeds on zombies until reaped)."""
+    """Shell test: the process exists and is not a zombie (kill -0 succeeds on zombies until reaped).
+    Its state is read after kill -0, so a zombie reaped in between has no /proc entry left: that is
+    gone too, not alive (init reaps orphans when it gets to it, any moment after they died). Without
+    /proc, kill -0 alone."""
     p = str(int(pid))
-    return f"kill -0 {p} 2>/dev/null && [ \"$(sed 's/.*) //' /proc/{p}/stat 2>/dev/null | cut -c1)\" != Z ]"
+    state = f"s=\"$(sed 's/.*) //' /proc/{p}/stat 2>/dev/null | cut -c1)\"; [ -n \"$s\" ] && [ \"$s\" != Z ]"
+    return f"kill -0 {p} 2>/dev/null && {{ [ ! -d /proc/self ] || {{ {state}; }}; }}"
 
 
 def group_test(pid: int) -> str:
