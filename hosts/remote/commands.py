@@ -65,7 +65,7 @@ def alive_test(pid: int) -> str:
     gone too, not alive (init reaps orphans when it gets to it, any moment after they died). Without
     /proc, kill -0 alone."""
     p = str(int(pid))
-    state = f"s=\"$(sed 's/.*) //' /proc/{p}/stat 2>/dev/null | cut -c1)\"; [ -n \"$s\" ] && [ \"$s\" != Z ]"
+    state = f's="$(sed \'s/.*) //\' /proc/{p}/stat 2>/dev/null | cut -c1)"; [ -n "$s" ] && [ "$s" != Z ]'
     return f"kill -0 {p} 2>/dev/null && {{ [ ! -d /proc/self ] || {{ {state}; }}; }}"
 
 
