@@ -443,14 +443,34 @@ def deep_merge(into, new):
             into[k] = v
 
 
-def drop_owned(data, owned):
-    """Delete the entries named with our prefix from each owned object ("mcpServers.teamgw-")."""
+def owned_entries(data, owned):
+    """(setting `path.name`, the object holding it, its name) for each entry named with our prefix in
+    each owned object ("mcpServers.teamgw-")."""
     for spec in owned:
         dotted, prefix = spec.rsplit(".", 1) if "." in spec else ("", spec)
         node = one(data, dotted) if dotted else data
         if isinstance(node, dict):
             for name in [k for k in node if k.startswith(prefix)]:
-                del node[name]
+                yield f"{dotted}.{name}".lstrip("."), node, name
+
+
+def drop_owned(data, owned, kept=()):
+    """Delete the entries named with our prefix from each owned object ("mcpServers.teamgw-"), but
+    those in `kept` (ours the user changed since the install)."""
+    for setting, node, name in list(owned_entries(data, owned)):
+        if setting not in kept:
+            del node[name]
+
+
+def list_entries(data, lists, gateway):
+    """(setting `path[id]`, entry) for each entry of ours (its base URL on `gateway`) in each shared
+    list ("path:id:base")."""
+    for spec in lists:
+        dotted, id_key, base_key = spec.split(":")
+        items = one(data, dotted)
+        for item in items if isinstance(items, list) else ():
+            if isinstance(item, dict) and str(item.get(base_key, "")).startswith(gateway):
+                yield f"{dotted}[{item.get(id_key)}]", item
 
 
 def drop(data, parts, keep):
@@ -496,6 +516,12 @@ def _toml_top(our_top, their_top):
 def _ours_or_below(name, names, owned):
     """A table we write (or one nested in it), or one named with an owned prefix (our MCP servers)."""
     return any(name == n or name.startswith(n + ".") for n in names) or any(name.startswith(p) for p in owned)
+
+
+def _owned_table(name, owned):
+    """The setting an owned table is, or is nested in (`[mcp_servers.teamgw-docs]`), or None."""
+    prefix = next((p for p in owned if name.startswith(p)), None)
+    return None if prefix is None else f"[{prefix}{name[len(prefix) :].split('.')[0]}]"
 
 
 def merge_toml(existing, ours, owned=()):
@@ -628,20 +654,31 @@ def _our_items(ours):
     return lines[idx + 1 : end], names, base
 
 
-def strip_marked(text, key="", stamps=True):
-    """The lines outside our marker blocks (the list `key`'s, else every list's), without our version
-    lines (also those written before the markers existed) unless `stamps` is false."""
-    out, block = [], None  # the list whose marked block this line is in
-    for ln in text.splitlines():
+def marked_blocks(lines):
+    """{list key: the indexes of the lines of our marked block in that list, its markers among them}."""
+    out, block = {}, None  # the list whose marked block this line is in
+    for i, ln in enumerate(lines):
         opening = block is None and ln.strip().startswith(OPEN)
         if opening:
             block = ln.strip()[len(OPEN) :].split(" ", 1)[0]
-        ours = block is not None and block == (key or block)
-        if block is not None and not opening and ln.strip().startswith(CLOSE):
-            block = None
-        if not ours and not (stamps and block is None and ln.startswith(STAMP)):
-            out.append(ln)
+        if block is not None:
+            out.setdefault(block, []).append(i)
+            if not opening and ln.strip().startswith(CLOSE):
+                block = None
     return out
+
+
+def strip_marked(text, key="", stamps=True, keep=()):
+    """The lines outside our marker blocks (the list `key`'s, else every list's), without our version
+    lines (also those written before the markers existed) unless `stamps` is false; the lines at the
+    indexes in `keep` stay (ours the user changed since the install)."""
+    lines = text.splitlines()
+    blocks = marked_blocks(lines)
+    inside = {i for found in blocks.values() for i in found}
+    gone = {i for name, found in blocks.items() if name == (key or name) for i in found} - set(keep)
+    return [
+        ln for i, ln in enumerate(lines) if i not in gone and not (stamps and i not in inside and ln.startswith(STAMP))
+    ]
 
 
 def cut_list(lines, key):
@@ -654,17 +691,21 @@ def cut_list(lines, key):
     return lines[:idx] + lines[end:], lines[idx + 1 : end]
 
 
-def merge_owned_list(text, key, prefix, items):
+def merge_owned_list(text, key, prefix, items, kept=()):
     """The YAML block `key` (Continue's `mcpServers:` list, Goose's `extensions:` mapping) with our
     `items` first between its markers, at the indent of the user's own items; the items we wrote
     before go first: the marked block and any item whose name starts with `prefix` (we own those by
     name, also after the client rewrote the file without our comments). The user's own items stay; a
     header we left with no item (`mcpServers:` alone, which Continue would read as null) goes too.
-    The version line is left to the merge of the rest of the file."""
-    lines = strip_marked(text, key, stamps=False)
+    The version line is left to the merge of the rest of the file. Uninstall leaves the items named
+    in `kept` (`key.name`: ours the user changed since the install) where they are, without markers."""
+    lines = text.splitlines()
+    keep = [i for a, b, _, f in yaml_items(lines, key) if f"{key}.{f.get('name')}" in kept for i in range(a, b)]
+    lines = strip_marked(text, key, stamps=False, keep=keep)
     drop = set()
     for start, end, _, fields in yaml_items(lines, key):
-        if fields.get("name", "").startswith(prefix):
+        name = fields.get("name", "")
+        if name.startswith(prefix) and f"{key}.{name}" not in kept:
             drop.update(range(start, end))
     lines = [ln for i, ln in enumerate(lines) if i not in drop]
     idx = _list_line(lines, key)
@@ -710,11 +751,12 @@ def merge_with_owned(merge, existing, ours, owned=()):
     return text
 
 
-def strip_owned_blocks(text, owned):
-    """Uninstall: the items of each owned block named like ours out, the user's stay."""
+def strip_owned_blocks(text, owned, kept=()):
+    """Uninstall: the items of each owned block named like ours out (but those in `kept`), the
+    user's stay."""
     for spec in owned:
         key, prefix = spec.rsplit(".", 1)
-        text = merge_owned_list(text, key, prefix, [])
+        text = merge_owned_list(text, key, prefix, [], kept)
     return text
 
 
@@ -840,6 +882,7 @@ def merge_yaml_list(existing, ours):
 
 # clients/base.py PROVIDER_ID, and MCP_PREFIX for the items of our MCP servers ([[mcp_servers]]).
 OUR_ITEM = re.compile(r'^\s*(name|provider)\s*=\s*"teamgw(-[^"]*)?"\s*$')
+ITEM_NAME = re.compile(r'^\s*name\s*=\s*"([^"]*)"')
 
 
 def _toml_items(tables):
@@ -852,6 +895,13 @@ def _toml_items(tables):
         else:
             items.append((name, list(lines)))
     return items
+
+
+def _toml_item(header, lines):
+    """The setting an item of a list of tables is: `list.name` (`mcp_servers.teamgw-docs`,
+    `models.qwen3-32b`)."""
+    name = next((m.group(1) for m in map(ITEM_NAME.match, lines) if m), "")
+    return f"{header}.{name}"
 
 
 def merge_toml_items(existing, ours):
@@ -973,8 +1023,9 @@ def open_links(links):
             say("→", f"{link['label']}: open this link on this machine (it holds your key): {link['url']}")
 
 
-def install_db_providers(bundle, stamp):
-    """CC Switch: its database when it has one, else its import links. Returns 1 on a failure."""
+def install_db_providers(bundle, stamp, written):
+    """CC Switch: its database when it has one, else its import links; what of ours it holds then
+    goes into the record `written`. Returns 1 on a failure."""
     path = os.path.expanduser(CCSWITCH_DB)
     if not os.path.exists(path):
         say("·", f"no CC Switch database at {CCSWITCH_DB} (CC Switch not installed or never started here)")
@@ -986,6 +1037,7 @@ def install_db_providers(bundle, stamp):
         say("!", f"{path}: left unchanged ({exc}); import with the links instead:")
         open_links(bundle.get("links", []))
         return 1
+    written[path] = ccswitch_ours(path)
     apps = ", ".join(row["app_type"] for row in bundle["db_providers"])
     say("✓", f"{path}: provider {CCSWITCH_NAME} for {apps} (backup: {os.path.basename(path)}.bak-{stamp})")
     if current:
@@ -1002,15 +1054,15 @@ def install(bundle, stamp=None, specs=None):
     stamp = stamp or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     failures = 0
     sent = {f["path"] for f in bundle["files"]}
+    replaced, written = load_replaced(), load_state(WRITTEN)
     for spec in (specs or {}).get(bundle.get("client"), []):
         if spec.get("owned") and spec["path"] not in sent:
             try:
-                strip_owned(spec, bundle["gateway"], stamp)
+                strip_owned(spec, bundle["gateway"], stamp, written)
             except Exception as exc:
                 failures += 1
                 say("!", f"{expand(spec)}: left unchanged ({exc}); remove the teamgw-… MCP servers by hand")
     by_path = {spec["path"]: spec for spec in (specs or {}).get(bundle.get("client"), [])}
-    replaced, written = load_replaced(), load_state(WRITTEN)
     for f in bundle["files"]:
         path = expand(f)
         old = read_text(path, f["merge"]) if os.path.exists(path) else None
@@ -1028,10 +1080,10 @@ def install(bundle, stamp=None, specs=None):
                 )
         write_file(path, text, f.get("secret", False))
         if f["path"] in by_path:
-            remember_written(written, path, text, by_path[f["path"]])
+            remember_written(written, path, text, by_path[f["path"]], bundle["gateway"])
         say("✓", f"{path} (backup: {os.path.basename(path)}.bak-{stamp})" if old is not None else path)
     if bundle.get("db_providers"):
-        failures += install_db_providers(bundle, stamp)
+        failures += install_db_providers(bundle, stamp, written)
     elif bundle.get("links") and not bundle["files"]:
         open_links(bundle["links"])
     key = bundle.get("key")
@@ -1332,7 +1384,8 @@ def replaced_names(record):
 
 # --- what our install wrote, so that uninstall takes out only what is still ours -------------
 # The user may change a setting of ours after the install (another model in Claude Code's
-# env.ANTHROPIC_MODEL, their own [analytics] table back in Codex's config.toml). Each install keeps,
+# env.ANTHROPIC_MODEL, their own [analytics] table back in Codex's config.toml, another URL in one of
+# our MCP entries, a window in our marked block of Continue's models). Each install keeps,
 # in WRITTEN (ours, mode 0600, keyed by the file's path), a SHA-256 of each setting it wrote there: a
 # key among them only as its hash, never in plain text. Uninstall takes out (or puts the user's old
 # value back over) only the settings that still hold what we wrote; one the user changed or took out
@@ -1346,31 +1399,36 @@ def _digest(text):
     return hashlib.sha256(b"team-gateway written\0" + text.encode("utf-8")).hexdigest()
 
 
-def ours_now(text, spec):
+def ours_now(text, spec, gateway):
     """{setting: digest} of our settings as a file holds them now: a JSON file's values at our paths
-    (whatever their layout), a line-based file's lines setting our keys (with the lines nested
-    under them), a TOML file's tables ours writes as `[name]` (with the tables nested in them), a
-    one-value file's text as "". A setting not in the file is left out."""
-    merge = spec["merge"]
+    (whatever their layout), its entries of shared lists (`path[id]`) and of owned objects
+    (`path.name`, our MCP servers); a line-based file's lines setting our keys (with the lines nested
+    under them), a TOML file's tables ours writes as `[name]` (with the tables nested in them) and
+    its items of ours (`list.name`); a YAML file's marked blocks (by their list's key) and its owned
+    items (`key.name`); a one-value file's text as "". A setting not in the file is left out."""
+    merge, found = spec["merge"], {}
     if merge == "text":
         return {"": _digest(text)}
     if merge == "json":
         data = jsonc_loads(text) if text.strip() else {}
-        out = {}
-        for dotted in spec.get("paths", ()) if isinstance(data, dict) else ():
+        if not isinstance(data, dict):
+            return {}
+        for dotted in spec.get("paths", ()):
             node = data
             for p in [dotted] if dotted in data else dotted.split("."):
                 node = node.get(p, KeyError) if isinstance(node, dict) else KeyError
             if node is not KeyError:
-                out[dotted] = _digest(json.dumps(node, sort_keys=True, ensure_ascii=False))
-        return out
-    if merge not in ("toml", "toml-items", "dotenv", "yaml-keys"):
-        return {}
+                found[dotted] = [node]
+        for name, item in list_entries(data, spec.get("lists", ()), gateway.rstrip("/")):
+            found.setdefault(name, []).append(item)
+        for name, node, key in owned_entries(data, spec.get("owned", ())):
+            found[name] = [node[key]]
+        dumps = {name: [json.dumps(v, sort_keys=True, ensure_ascii=False) for v in vs] for name, vs in found.items()}
+        return {name: _digest("\n".join(texts)) for name, texts in dumps.items()}
     lines, tables = text.splitlines(), []
     if merge in ("toml", "toml-items"):
         lines, tables = _toml_split(text)
-    found = {}
-    for i, ln in enumerate(lines):
+    for i, ln in enumerate(lines) if merge in ("toml", "toml-items", "dotenv", "yaml-keys") else ():
         if (key := _line_key(merge, ln)) in spec.get("keys", ()):
             nested = _yaml_block(lines, i) if merge == "yaml-keys" else []
             found.setdefault(key, []).append("\n".join([ln, *nested]).rstrip())
@@ -1378,14 +1436,29 @@ def ours_now(text, spec):
         for name, body in tables:
             if _ours_or_below(name, [table], ()):
                 found.setdefault(f"[{table}]", []).append("\n".join(body).rstrip())
+    for name, body in tables if merge == "toml" else ():
+        if owned := _owned_table(name, spec.get("owned", ())):
+            found.setdefault(owned, []).append("\n".join(body).rstrip())
+    for header, body in _toml_items(tables) if merge == "toml-items" else ():
+        if any(OUR_ITEM.match(ln) for ln in body):
+            found.setdefault(_toml_item(header, body), []).append("\n".join(body).rstrip())
+    if merge in ("yaml-models", "yaml-list", "yaml-keys"):
+        owned = [entry.rsplit(".", 1) for entry in spec.get("owned", ())]
+        for key, prefix in owned:
+            for start, end, _, fields in yaml_items(lines, key):
+                if fields.get("name", "").startswith(prefix):
+                    found.setdefault(f"{key}.{fields['name']}", []).append("\n".join(lines[start:end]).rstrip())
+        for key, block in marked_blocks(lines).items():
+            if key not in {k for k, _ in owned}:  # an owned list's block: by its items, above
+                found[key] = ["\n".join(lines[i] for i in block)]
     return {key: _digest("\n".join(texts)) for key, texts in found.items()}
 
 
-def remember_written(written, path, text, spec):
+def remember_written(written, path, text, spec, gateway):
     """At each install: remember what of ours the file now holds (a re-install's values replace the
     last one's: a rotated key, another model)."""
     try:
-        ours = ours_now(text, spec)
+        ours = ours_now(text, spec, gateway)
     except ValueError:  # not readable: nothing to compare with at uninstall
         ours = {}
     if ours:
@@ -1394,12 +1467,9 @@ def remember_written(written, path, text, spec):
         written.pop(path, None)
 
 
-def changed_since(text, spec, wrote):
-    """The settings of ours, as named in WRITTEN, that the user changed or took out since the
-    install wrote them (none when there is no record)."""
-    if not wrote:
-        return []
-    now = ours_now(text, spec)
+def changed_since(now, wrote):
+    """The settings of ours, as named in WRITTEN (`wrote`), that the user changed or took out since
+    the install wrote them; `now`: ours as the file holds them now."""
     return [name for name, digest in wrote.items() if now.get(name) != digest]
 
 
@@ -1420,6 +1490,7 @@ def without_changed(spec, record, changed):
         "paths": [p for p in spec.get("paths", ()) if p not in changed],
         "keys": [k for k in spec.get("keys", ()) if k not in changed],
         "tables": [t for t in spec.get("tables", ()) if f"[{t}]" not in changed],
+        "kept": changed,  # the entries of ours found by name or marker that stay (unmerge_*)
     }
     if record:
         record = {
@@ -1429,9 +1500,22 @@ def without_changed(spec, record, changed):
             "tables": [t for t in record.get("tables", ()) if not any(_overlaps(t["name"], n) for n in tables)],
             "kept_out": [k for k in record.get("kept_out", ()) if not any(_overlaps(k, n) for n in names)],
         }
+        # The user's own entry with the id of one of ours they changed: it does not come back beside it.
+        ids = dict(entry.split(":")[:2] for entry in spec.get("lists", ()))
+        entries = [
+            {**listed, "entries": [e for e in listed["entries"] if _entry_of(listed, e, ids) not in changed]}
+            for listed in record.get("entries", ())
+        ]
+        record["entries"] = [listed for listed in entries if listed["entries"]]
         if not record["lines"]:
             record["gap"] = 0
     return spec, record
+
+
+def _entry_of(listed, entry, ids):
+    """The setting (`path[id]`) a remembered entry of the user's shares with ours."""
+    dotted = ".".join(listed["path"])
+    return f"{dotted}[{entry['value'].get(ids.get(dotted))}]" if isinstance(entry["value"], dict) else None
 
 
 # --- uninstall: what a client's files hold of ours, taken out again --------------------------
@@ -1466,16 +1550,18 @@ def unmerge_json(text, spec, gateway):
             del data[dotted]
         else:
             prune(data, dotted.split("."))
+    changed = spec.get("kept", ())
     for entry in spec.get("lists", ()):
-        dotted, _, base_key = entry.split(":")
+        dotted = entry.split(":")[0]
         items = one(data, dotted)
         if isinstance(items, list):
-            kept = [i for i in items if not (isinstance(i, dict) and str(i.get(base_key, "")).startswith(gateway))]
+            gone = [item for name, item in list_entries(data, [entry], gateway) if name not in changed]
+            kept = [i for i in items if not any(i is g for g in gone)]
             put(data, dotted.split("."), kept)
             if not kept:
                 prune(data, dotted.split("."))
     for entry in spec.get("owned", ()):
-        drop_owned(data, [entry])
+        drop_owned(data, [entry], changed)
         dotted = entry.rsplit(".", 1)[0]
         if one(data, dotted) == {}:
             prune(data, dotted.split("."))
@@ -1491,7 +1577,7 @@ def unmerge_toml(text, spec, gateway):
         if not ((m := _ASSIGN.match(ln)) and m.group(1).strip("\"'") in keys) and not ln.startswith(OURS_COMMENT)
     ]
     for name, lines in tables:
-        if not _ours_or_below(name, names, owned):
+        if not _ours_or_below(name, names, owned) or _owned_table(name, owned) in spec.get("kept", ()):
             out += lines
     return re.sub(r"\n{3,}", "\n\n", "\n".join(out).strip("\n") + "\n").lstrip("\n")
 
@@ -1505,8 +1591,8 @@ def unmerge_toml_items(text, spec, gateway):
         for ln in top
         if not ((m := _ASSIGN.match(ln)) and m.group(1).strip("\"'") in keys) and not ln.startswith(OURS_COMMENT)
     ]
-    for _, lines in _toml_items(tables):
-        if not any(OUR_ITEM.match(ln) for ln in lines):
+    for header, lines in _toml_items(tables):
+        if not any(OUR_ITEM.match(ln) for ln in lines) or _toml_item(header, lines) in spec.get("kept", ()):
             out += ["", *lines]
     return re.sub(r"\n{3,}", "\n\n", "\n".join(out).strip("\n") + "\n").lstrip("\n")
 
@@ -1524,18 +1610,22 @@ def unmerge_dotenv(text, spec, gateway):
 
 
 def unmerge_marked(text, spec, gateway):
-    body = "\n".join(strip_marked(text)).rstrip("\n")
+    """Our marked blocks out, but those the user changed since the install (`kept`: by their key)."""
+    blocks = marked_blocks(text.splitlines())
+    keep = [i for key in spec.get("kept", ()) for i in blocks.get(key, ())]
+    body = "\n".join(strip_marked(text, keep=keep)).rstrip("\n")
     return body + "\n" if body else ""
 
 
 def unmerge_yaml_models(text, spec, gateway):
     """Our marked blocks out, and the items of owned lists named like ours (Continue's MCP servers)."""
-    return unmerge_marked(strip_owned_blocks(text, spec.get("owned", ())), spec, gateway)
+    return unmerge_marked(strip_owned_blocks(text, spec.get("owned", ()), spec.get("kept", ())), spec, gateway)
 
 
 def unmerge_yaml_keys(text, spec, gateway):
     """Our top-level keys out, and the items of owned blocks named like ours (Goose's extensions)."""
-    body = strip_yaml_keys(strip_owned_blocks(text, spec.get("owned", ())), set(spec.get("keys", ())))
+    stripped = strip_owned_blocks(text, spec.get("owned", ()), spec.get("kept", ()))
+    body = strip_yaml_keys(stripped, set(spec.get("keys", ())))
     return body + "\n" if body else ""
 
 
@@ -1565,8 +1655,8 @@ def unmerged(spec, gateway, replaced=None, written=None):
     if not os.path.exists(path):
         return None
     old = read_text(path, spec["merge"])
-    record = (replaced or {}).get(path)
-    kept = changed_since(old, spec, (written or {}).get(path))
+    record, wrote = (replaced or {}).get(path), (written or {}).get(path)
+    kept = changed_since(ours_now(old, spec, gateway), wrote) if wrote else []
     if kept:
         spec, record = without_changed(spec, record, kept)
     new = UNMERGES[spec["merge"]](old, spec, gateway.rstrip("/"))
@@ -1577,13 +1667,16 @@ def unmerged(spec, gateway, replaced=None, written=None):
     return path, old, (None if not new.strip() or new == spec.get("skeleton") else new), record, kept
 
 
-def strip_owned(spec, gateway, stamp):
-    """Drop our MCP entries from a file this bundle does not write (no server allowed any more)."""
+def strip_owned(spec, gateway, stamp, written):
+    """Drop our MCP entries from a file this bundle does not write (no server allowed any more), and
+    from the record of what the last install wrote there."""
     found = unmerged({**spec, "paths": (), "lists": (), "keys": (), "tables": (), "skeleton": None}, gateway)
     if found:
         path, old, new, _, _ = found
         backup(path, old, stamp)
         write_file(path, new if new is not None else "{}\n", spec.get("secret", False))
+        if path in written:
+            remember_written(written, path, new if new is not None else "{}\n", spec, gateway)
         say("✓", f"{path}: the team MCP servers no longer allowed are removed")
 
 
@@ -1593,17 +1686,55 @@ def backup(path, old, stamp):
     os.chmod(f"{path}.bak-{stamp}", 0o600)
 
 
-def ccswitch_remove(path, stamp):
-    """Delete our provider rows from CC Switch's database (after a backup). Returns how many."""
+def ccswitch_ours(path):
+    """{setting: digest} of our provider rows as CC Switch's database holds them now, one per app
+    (`Team Gateway (claude)`): their name, settings (whatever their layout) and website."""
     conn = sqlite3.connect(path, timeout=10)
     try:
-        if not conn.execute("SELECT 1 FROM providers WHERE id = ?", (CCSWITCH_ID,)).fetchone():
+        rows = conn.execute(
+            "SELECT app_type, name, settings_config, website_url FROM providers WHERE id = ?", (CCSWITCH_ID,)
+        ).fetchall()
+    finally:
+        conn.close()
+    out = {}
+    for app, name, settings, website in rows:
+        try:
+            settings = json.loads(settings)
+        except (TypeError, ValueError):
+            pass  # not JSON: compared as it is
+        out[f"{CCSWITCH_NAME} ({app})"] = _digest(json.dumps([name, settings, website], sort_keys=True))
+    return out
+
+
+def ccswitch_unmerged(spec, written):
+    """`unmerged` for CC Switch's database: (path, our rows in it, those of them that stay, None,
+    our rows the user changed since the install), or None when it holds nothing of ours."""
+    path = os.path.expanduser(spec["path"])
+    if not os.path.exists(path):
+        return None
+    now, wrote = ccswitch_ours(path), written.get(path)
+    kept = changed_since(now, wrote) if wrote else []
+    if not now and not kept:
+        return None
+    return path, list(now), [name for name in now if name in kept], None, kept
+
+
+def ccswitch_remove(path, stamp, kept=()):
+    """Delete our provider rows from CC Switch's database (after a backup), but those in `kept` (the
+    user changed them since the install). Returns how many."""
+    conn = sqlite3.connect(path, timeout=10)
+    try:
+        rows = conn.execute("SELECT app_type FROM providers WHERE id = ?", (CCSWITCH_ID,)).fetchall()
+        gone = [app for (app,) in rows if f"{CCSWITCH_NAME} ({app})" not in kept]
+        if not gone:
             return 0
         with sqlite3.connect(f"{path}.bak-{stamp}") as copy:
             conn.backup(copy)
         os.chmod(f"{path}.bak-{stamp}", 0o600)
         with conn:
-            return conn.execute("DELETE FROM providers WHERE id = ?", (CCSWITCH_ID,)).rowcount
+            for app in gone:
+                conn.execute("DELETE FROM providers WHERE id = ? AND app_type = ?", (CCSWITCH_ID, app))
+        return len(gone)
     finally:
         conn.close()
 
@@ -1629,6 +1760,34 @@ def concrete(specs):
             yield {**spec, "path": path, "macos_path": path, "glob": False}
 
 
+def remove_ours(path, found, spec, stamp):
+    """Carry out one file's part of the plan (`unmerged`), after a backup: the file deleted, or ours
+    taken out and the user's own values put back."""
+    _, old, new, record, _ = found
+    bak = f"{os.path.basename(path)}.bak-{stamp}"
+    if new != old:  # else all of ours there the user changed since: nothing to remove
+        backup(path, old, stamp)
+    if new is None:
+        os.unlink(path)
+        say("✓", f"{path}: deleted (backup: {bak})")
+    elif new != old:
+        write_file(path, new, spec.get("secret", False))
+        if record and "text" in record:
+            say("✓", f"{path}: your own value put back (backup: {bak})")
+        elif puts_back(record):
+            names = replaced_names(record)
+            say("✓", f"{path}: our entries removed and your own {names} put back (backup: {bak})")
+        else:
+            say("✓", f"{path}: our entries removed (backup: {bak})")
+    if record and record.get("kept_out"):  # the user's own credentials: never stored by us
+        names, first = ", ".join(record["kept_out"]), record.get("backup") or "?"
+        say(
+            "!",
+            f"{path}: your own {names} from before the install is not put back (we never store a credential); "
+            f"it is in {first}",
+        )
+
+
 def uninstall(specs, gateway, clients, yes=False, stamp=None):
     """Remove what the installer wrote for `clients` (model/provider entries, MCP entries, our
     files), after a backup of each file; the user's own entries, the settings of ours they changed
@@ -1637,13 +1796,11 @@ def uninstall(specs, gateway, clients, yes=False, stamp=None):
     plan, failures, replaced, written = [], 0, load_replaced(), load_state(WRITTEN)
     for client in clients:
         for spec in concrete(specs.get(client, [])):
-            if spec["merge"] == "ccswitch":
-                path = os.path.expanduser(spec["path"])
-                if os.path.exists(path):
-                    plan.append((path, None, "ccswitch"))
-                continue
             try:
-                found = unmerged(spec, gateway, replaced, written)
+                if spec["merge"] == "ccswitch":
+                    found = ccswitch_unmerged(spec, written)
+                else:
+                    found = unmerged(spec, gateway, replaced, written)
             except Exception as exc:  # never clobber a file we cannot read
                 failures += 1
                 say("!", f"{expand(spec)}: left unchanged ({exc}); remove the team gateway entries by hand")
@@ -1654,9 +1811,9 @@ def uninstall(specs, gateway, clients, yes=False, stamp=None):
         say("·", "nothing of the team gateway's is installed here for: " + ", ".join(clients))
         return 1 if failures else 0
     for path, found, _ in plan:
-        if found and found[2] is None:
+        if found[2] is None:
             say("·", f"delete (only ours in it): {path}")
-        elif not found or found[2] != found[1]:
+        elif found[2] != found[1]:
             say("·", f"remove our entries from: {path}")
         else:
             say("·", f"leave as it is (you changed our settings in it since the install): {path}")
@@ -1664,33 +1821,12 @@ def uninstall(specs, gateway, clients, yes=False, stamp=None):
         say("✗", "nothing removed (pass --yes to remove without asking)")
         return 1
     for path, found, spec in plan:
-        if spec == "ccswitch":
-            removed = ccswitch_remove(path, stamp)
+        kept = found[4]
+        if spec["merge"] != "ccswitch":
+            remove_ours(path, found, spec, stamp)
+        elif found[2] != found[1]:  # else all of ours there the user changed since
+            removed = ccswitch_remove(path, stamp, kept)
             say("✓", f"{path}: {removed} provider row(s) of {CCSWITCH_NAME} removed (backup: .bak-{stamp})")
-            continue
-        _, old, new, record, kept = found
-        bak = f"{os.path.basename(path)}.bak-{stamp}"
-        if new != old:  # else all of ours there the user changed since: nothing to remove
-            backup(path, old, stamp)
-        if new is None:
-            os.unlink(path)
-            say("✓", f"{path}: deleted (backup: {bak})")
-        elif new != old:
-            write_file(path, new, spec.get("secret", False))
-            if record and "text" in record:
-                say("✓", f"{path}: your own value put back (backup: {bak})")
-            elif puts_back(record):
-                names = replaced_names(record)
-                say("✓", f"{path}: our entries removed and your own {names} put back (backup: {bak})")
-            else:
-                say("✓", f"{path}: our entries removed (backup: {bak})")
-        if record and record.get("kept_out"):  # the user's own credentials: never stored by us
-            names, first = ", ".join(record["kept_out"]), record.get("backup") or "?"
-            say(
-                "!",
-                f"{path}: your own {names} from before the install is not put back (we never store a credential); "
-                f"it is in {first}",
-            )
         if kept == [""]:
             say("·", f"{path}: kept your later change to it as it is")
         elif kept:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import tomllib
 from dataclasses import replace
@@ -284,3 +285,177 @@ def test_a_limit_on_tokens_is_no_credential_a_list_of_tokens_is(name, secret):
     """Only a limit (max…tokens) escapes the credential rule, so a user's access or refresh tokens
     are never written to the record of what to put back."""
     assert inst._secret_name(name) is secret
+
+
+def edit_one_of_ours(client: str, file: str, entry: str, old: str, new: str, tmp_path, monkeypatch) -> tuple:
+    """Install twice (the second a rotated key and a new version: the record follows it), then the
+    user changes `old` to `new` in the entry of ours that `entry` matches whole: (home, the file,
+    the entry as the user left it)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    install_once(client, sample_input(SAMPLE_KEY), home)
+    install_once(client, replace(sample_input(SAMPLE_KEY.replace("SAMPLE", "OTHER")), version="second"), home)
+    path = home / file.removeprefix("~/")
+    text = path.read_text()
+    [ours] = re.findall(entry, text, re.S)
+    edited = ours.replace(old, new)
+    assert edited != ours
+    path.write_text(text.replace(ours, edited))
+    written = (home / inst.WRITTEN.removeprefix("~/")).read_text()
+    assert "gp-" not in written and "OTHER" not in written  # a key only as its salted hash
+    return home, path, edited
+
+
+# An entry of ours the user changed since the install, and one they left alone, in each shape
+# uninstall finds ours by: entries of a shared JSON list, MCP server entries (JSON objects, TOML
+# tables and lists of tables, YAML lists and mappings), and a marked YAML block. (client, file, our
+# entry as a regex matching it whole, the user's edit in it, the untouched one's text, the name
+# uninstall gives the changed one.)
+LATER_ENTRY_EDITS = [
+    (
+        "qwen-code",
+        "~/.qwen/settings.json",
+        r'\{\n        "id": "qwen3-32b",.*?\n      \}',
+        ('"contextWindowSize": 32768', '"contextWindowSize": 65536'),
+        '"id": "llama-3.1-8b"',
+        "modelProviders.openai[qwen3-32b]",
+    ),
+    (
+        "factory-droid",
+        "~/.factory/settings.json",
+        r'\{\n      "model": "llama-3.1-8b",.*?\n    \}',
+        ('"maxOutputTokens": 4096', '"maxOutputTokens": 2048'),
+        '"model": "qwen3-32b"',
+        "customModels[llama-3.1-8b [Team Gateway]]",
+    ),
+    (
+        "claude-code",
+        "~/.claude.json",
+        r'"teamgw-docs": \{.*?\n    \}',
+        ("https://llm.example.com/mcp/docs", "http://127.0.0.1:9/my-docs"),
+        "teamgw-tracker",
+        "mcpServers.teamgw-docs",
+    ),
+    (
+        "codex",
+        "~/.codex/config.toml",
+        r"\[mcp_servers\.teamgw-docs\]\n(?:[^\[\n][^\n]*\n)+",
+        ("https://llm.example.com/mcp/docs", "http://127.0.0.1:9/my-docs"),
+        "teamgw-tracker",
+        "[mcp_servers.teamgw-docs]",
+    ),
+    (
+        "mistral-vibe",
+        "~/.vibe/config.toml",
+        r'\[\[mcp_servers\]\]\nname = "teamgw-docs"\n.*?(?=\n\[\[|\Z)',
+        ("https://llm.example.com/mcp/docs", "http://127.0.0.1:9/my-docs"),
+        "teamgw-tracker",
+        "mcp_servers.teamgw-docs",
+    ),
+    (
+        "continue",
+        "~/.continue/config.yaml",
+        r"- name: teamgw-docs\n(?:  [^\n]*\n)+",
+        ("https://llm.example.com/mcp/docs", "http://127.0.0.1:9/my-docs"),
+        "teamgw-tracker",
+        "mcpServers.teamgw-docs",
+    ),
+    (
+        "goose",
+        "~/.config/goose/config.yaml",
+        r"  teamgw-docs:\n(?:    [^\n]*\n)+",
+        ("https://llm.example.com/mcp/docs", "http://127.0.0.1:9/my-docs"),
+        "teamgw-tracker",
+        "extensions.teamgw-docs",
+    ),
+    # The models between our markers in Continue's list: the block is ours whole; its MCP servers
+    # in the same file stay untouched and go.
+    (
+        "continue",
+        "~/.continue/config.yaml",
+        r"# >>> team-gateway models .*?# <<< team-gateway models\n",
+        ("contextLength: 32768", "contextLength: 65536"),
+        "teamgw-tracker",
+        "models",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("client", "file", "entry", "edit", "untouched", "name"),
+    LATER_ENTRY_EDITS,
+    ids=[f"{case[0]}:{case[5]}" for case in LATER_ENTRY_EDITS],
+)
+def test_uninstall_keeps_an_entry_of_ours_the_user_changed_and_removes_the_others(
+    client, file, entry, edit, untouched, name, tmp_path, monkeypatch, capsys
+):
+    home, path, edited = edit_one_of_ours(client, file, entry, *edit, tmp_path, monkeypatch)
+    assert untouched in path.read_text()
+
+    assert inst.uninstall(SPECS, GATEWAY, [client], yes=True, stamp="2") == 0
+    after = path.read_text() if path.exists() else ""
+    assert edited in after, after  # byte for byte
+    assert untouched not in after, after
+    assert f"{path}: kept your later change to {name} as it is" in capsys.readouterr().out
+    assert not (home / inst.WRITTEN.removeprefix("~/")).exists()
+
+
+def test_uninstall_keeps_a_ccswitch_row_of_ours_the_user_changed_and_removes_the_others(tmp_path, monkeypatch, capsys):
+    """CC Switch's editor changed our Claude Code provider (another model): that row stays as it is,
+    our rows for the other apps go."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    db = make_ccswitch_db(home)
+    install_once("cc-switch", sample_input(SAMPLE_KEY), home)
+    install_once("cc-switch", replace(sample_input(SAMPLE_KEY.replace("SAMPLE", "OTHER")), version="second"), home)
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute(
+            "UPDATE providers SET settings_config = replace(settings_config, '\"qwen3-32b\"', '\"llama-3.1-8b\"'),"
+            " is_current = 1 WHERE id = 'teamgw' AND app_type = 'claude'"
+        )
+    edited = conn.execute("SELECT * FROM providers WHERE app_type = 'claude'").fetchall()
+    assert {r[0] for r in conn.execute("SELECT app_type FROM providers WHERE id = 'teamgw'")} == {
+        "claude",
+        "codex",
+        "opencode",
+    }
+    conn.close()
+    written = home / inst.WRITTEN.removeprefix("~/")
+    assert "gp-" not in (written.read_text() if written.exists() else "")
+
+    assert inst.uninstall(SPECS, GATEWAY, ["cc-switch"], yes=True, stamp="2") == 0
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT * FROM providers").fetchall() == edited  # every column as the user left it
+    conn.close()
+    out = capsys.readouterr().out
+    assert f"{db}: 2 provider row(s) of Team Gateway removed (backup: .bak-2)" in out
+    assert f"{db}: kept your later change to Team Gateway (claude) as it is" in out
+
+
+def test_the_users_entry_ours_took_the_place_of_does_not_come_back_beside_ours_they_changed(
+    tmp_path, monkeypatch, capsys
+):
+    """Ours replaced the user's own `qwen3-32b` in Qwen Code's list; they changed ours since: it
+    stays, and theirs from before the install is not put back beside it (two entries, one id)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    settings = home / ".qwen" / "settings.json"
+    settings.parent.mkdir()
+    mine = {"id": "gpt-4o", "baseUrl": "https://api.openai.com/v1"}
+    theirs = {"id": "qwen3-32b", "name": "My own", "baseUrl": "http://127.0.0.1:9/v1"}
+    settings.write_text(json.dumps({"modelProviders": {"openai": [theirs, mine]}}, indent=2) + "\n")
+    install_once("qwen-code", sample_input(SAMPLE_KEY), home)
+    data = json.loads(settings.read_text())
+    ours = data["modelProviders"]["openai"][0]
+    ours["generationConfig"]["contextWindowSize"] = 65536
+    settings.write_text(json.dumps(data, indent=2) + "\n")
+
+    assert inst.uninstall(SPECS, GATEWAY, ["qwen-code"], yes=True, stamp="2") == 0
+    assert json.loads(settings.read_text()) == {"modelProviders": {"openai": [ours, mine]}}
+    out = capsys.readouterr().out
+    assert f"{settings}: kept your later change to modelProviders.openai[qwen3-32b] as it is" in out
+    assert "put back" not in out
