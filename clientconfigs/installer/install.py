@@ -1618,8 +1618,16 @@ def unmerge_marked(text, spec, gateway):
 
 
 def unmerge_yaml_models(text, spec, gateway):
-    """Our marked blocks out, and the items of owned lists named like ours (Continue's MCP servers)."""
-    return unmerge_marked(strip_owned_blocks(text, spec.get("owned", ()), spec.get("kept", ())), spec, gateway)
+    """Our marked blocks out, and the items of owned lists named like ours (Continue's MCP servers);
+    a `models:` header left with no item goes too (Continue would read it as null: a file kept for
+    an entry the user changed must still load)."""
+    stripped = strip_owned_blocks(text, spec.get("owned", ()), spec.get("kept", ()))
+    lines = unmerge_marked(stripped, spec, gateway).splitlines()
+    idx = _list_line(lines)
+    if idx is not None and not yaml_items(lines):
+        del lines[idx]
+    body = "\n".join(lines).rstrip("\n")
+    return body + "\n" if body else ""
 
 
 def unmerge_yaml_keys(text, spec, gateway):

@@ -307,6 +307,12 @@ def edit_one_of_ours(client: str, file: str, entry: str, old: str, new: str, tmp
     return home, path, edited
 
 
+def kept_file(text: str, file: str) -> dict:
+    if file.endswith(".json"):
+        return json.loads(text)
+    return tomllib.loads(text) if file.endswith(".toml") else yaml.safe_load(text)
+
+
 # An entry of ours the user changed since the install, and one they left alone, in each shape
 # uninstall finds ours by: entries of a shared JSON list, MCP server entries (JSON objects, TOML
 # tables and lists of tables, YAML lists and mappings), and a marked YAML block. (client, file, our
@@ -397,6 +403,7 @@ def test_uninstall_keeps_an_entry_of_ours_the_user_changed_and_removes_the_other
     after = path.read_text() if path.exists() else ""
     assert edited in after, after  # byte for byte
     assert untouched not in after, after
+    assert None not in kept_file(after, file).values()  # still loads: no list left empty (null)
     assert f"{path}: kept your later change to {name} as it is" in capsys.readouterr().out
     assert not (home / inst.WRITTEN.removeprefix("~/")).exists()
 
