@@ -7,6 +7,7 @@ no service test can silently skip there.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import random
 import shutil
@@ -81,10 +82,22 @@ def _port_share() -> range:
     return range(low + worker * size, low + (worker + 1) * size)
 
 
-# From a random place in the share: pytest sessions run side by side (a developer's two terminals)
-# then rarely meet, as with ports the kernel picks.
+# From a random place in the share, in steps of a random size: pytest sessions run side by side (a
+# developer's two terminals) then rarely meet, as with ports the kernel picks. With steps of one,
+# two sessions whose walks met stayed in step: 3 tests in a row of one session found their port
+# answered by the other's server.
 _next_port = itertools.count(random.randrange(1 << 16))
+_step = random.randrange(1, 1 << 16)
 _port_lock = threading.Lock()
+
+
+def _stride(size: int, step: int | None = None) -> int:
+    """This session's step (`_step`) through a share of `size` ports, made coprime with it so that
+    the walk hands out every port once before any again."""
+    step = (_step if step is None else step) % size or 1
+    while math.gcd(step, size) != 1:
+        step += 1
+    return step
 
 
 def free_port() -> int:
@@ -93,9 +106,10 @@ def free_port() -> int:
     0.0.0.0`), and a port free on 127.0.0.1 alone could be one of theirs. The ports come in turn from
     this process's share (`_port_share`), so none is handed out twice while a test could still hold it."""
     share = _port_share()
+    stride = _stride(len(share))
     with _port_lock:
         for _ in range(len(share)):
-            port = share[next(_next_port) % len(share)]
+            port = share[next(_next_port) * stride % len(share)]
             with socket.socket() as s:
                 try:
                     s.bind(("0.0.0.0", port))
