@@ -184,7 +184,10 @@ class PublicModelSerializer(ModelSerializer):
         ),
     )
     context_window = serializers.SerializerMethodField(
-        help_text=_("Smallest effective context window over the enabled routes.")
+        help_text=_(
+            "Smallest effective context window over the enabled routes; for a stopped on-demand model, "
+            "the window its server starts with."
+        )
     )
     max_output_tokens = serializers.SerializerMethodField(help_text=_("Smallest max output over the enabled routes."))
 
