@@ -748,6 +748,8 @@ def _orphaned(job: LaunchJob, here: str) -> bool:
     try:  # a zombie is gone for our purposes
         with open(f"/proc/{pid}/stat") as fh:
             return fh.read().rsplit(") ", 1)[1][:1] == "Z"
+    except FileNotFoundError:  # the zombie kill found was reaped since: gone too
+        return True
     except (OSError, IndexError):
         return False
 

@@ -53,3 +53,22 @@ def test_a_zombie_reaped_while_it_is_looked_at_is_gone_not_alive(tmp_path):
         f.write("\n")
 
     assert looking.wait() == 1
+
+
+def test_a_worker_reaped_while_the_sweep_looks_at_it_is_dead(monkeypatch):
+    """The stale-job sweep's own look at a worker of this host (`jobs._orphaned`): kill(0) finds
+    the dead worker as a zombie, init reaps it before /proc is read. That said "alive" (the job
+    stayed held until the heartbeat went stale); the reap is put exactly there."""
+    from hosts.deployments import jobs
+    from hosts.models import LaunchJob
+
+    worker = subprocess.Popen(["sh", "-c", "exit 0"])
+    os.waitid(os.P_PID, worker.pid, os.WEXITED | os.WNOWAIT)  # it has died; not reaped: a zombie
+    kill = os.kill
+
+    def kill_then_reaped(pid: int, sig: int) -> None:
+        kill(pid, sig)  # finds the zombie
+        worker.wait()  # reaped now, before the sweep reads /proc
+
+    monkeypatch.setattr(jobs.os, "kill", kill_then_reaped)
+    assert jobs._orphaned(LaunchJob(worker=f"box:{worker.pid}"), "box")
