@@ -233,10 +233,24 @@ class Model(TimeStampedModel):
             local_only = local_only or self.local_only
             targets = [t.target for t in self.targets.select_related("target") if t.target.enabled]
             return alias_limits([t.effective_limits(local_only=local_only, cold=cold) for t in targets])
-        routes = self.routes.enabled()
-        if local_only or self.local_only:
-            routes = routes.filter(channel__locality=Locality.LOCAL)
-        return served_limits(self.name, [(r.effective_context_window, r.max_output_tokens) for r in routes], cold)
+        return self.limits_over(self.routes.select_related("channel"), local_only=local_only, cold=cold)
+
+    def limits_over(
+        self, routes: Iterable[ModelRoute], *, local_only: bool = False, cold: Mapping[str, int] | None = None
+    ) -> tuple[int | None, int | None]:
+        """`effective_limits` of a served model from its `routes` as the caller has them (prefetched
+        with their channels, for a list at a fixed number of queries): those a request may use (the
+        route and its channel enabled; a local channel's for a local-only model or request) count;
+        with none, the window of the server a request starts (`cold`, by name), if it is one."""
+        local = local_only or self.local_only
+        pairs = [
+            (r.effective_context_window, r.max_output_tokens)
+            for r in routes
+            if r.enabled and r.channel.enabled and (r.channel.is_local or not local)
+        ]
+        if not pairs:
+            return (cold or {}).get(self.name), None
+        return route_limits(pairs)
 
     @property
     def target_names(self) -> list[str]:
@@ -247,16 +261,6 @@ def route_limits(routes: Iterable[tuple[int | None, int | None]]) -> tuple[int |
     """A model's (window, max output) from its routes' (effective window, max output): the
     smallest known of each, since any route may serve a request."""
     return _limits(routes, min)
-
-
-def served_limits(
-    name: str, routes: list[tuple[int | None, int | None]], cold: Mapping[str, int] | None
-) -> tuple[int | None, int | None]:
-    """`route_limits` of a model's usable routes; with none, the window of the server a request
-    for it starts (`cold`, by name), if it is one."""
-    if not routes:
-        return (cold or {}).get(name), None
-    return route_limits(routes)
 
 
 def alias_limits(targets: Iterable[tuple[int | None, int | None]]) -> tuple[int | None, int | None]:

@@ -23,7 +23,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from channels.choices import Locality
-from channels.models import AliasTarget, Model, ModelRoute, alias_limits, served_limits
+from channels.models import AliasTarget, Model, ModelRoute, alias_limits
 from channels.services import cold_windows
 from hosts.models import Deployment
 from keys.budgets import services as budgets
@@ -132,16 +132,12 @@ def model_specs(user: User, key: Key | None = None) -> tuple[ModelSpec, ...]:
     for model in cast("list[Any]", list(prefetched)):
         local = key_local or model.local_only
         if model.is_alias:
-            per_target = {
-                t.target.name: [r for r in t.target.live if r.channel.is_local or not (local or t.target.local_only)]
-                for t in model.live_targets
-                if t.target.enabled
-            }
-            ctx, out = alias_limits(served_limits(name, _pairs(rs), cold) for name, rs in per_target.items())
-            live = [r for rs in per_target.values() for r in rs]
+            served = [t.target for t in model.live_targets if t.target.enabled]
+            ctx, out = alias_limits(m.limits_over(m.live, local_only=local, cold=cold) for m in served)
+            live = [r for m in served for r in m.live if r.channel.is_local or not (local or m.local_only)]
         else:
+            ctx, out = model.limits_over(model.live, local_only=key_local, cold=cold)
             live = [r for r in model.live if r.channel.is_local or not local]
-            ctx, out = served_limits(model.name, _pairs(live), cold)
         specs.append(
             ModelSpec(
                 model.name,
@@ -152,10 +148,6 @@ def model_specs(user: User, key: Key | None = None) -> tuple[ModelSpec, ...]:
             )
         )
     return tuple(specs)
-
-
-def _pairs(routes: list[ModelRoute]) -> list[tuple[int | None, int | None]]:
-    return [(r.effective_context_window, r.max_output_tokens) for r in routes]
 
 
 def mcp_specs(key: Key | None) -> tuple[McpServerSpec, ...]:

@@ -8,7 +8,7 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from channels.choices import ChannelKind
-from channels.models import Channel, Model, ModelRoute, RoutePrice, served_limits, validate_api_key
+from channels.models import Channel, Model, ModelRoute, RoutePrice, validate_api_key
 from channels.prices import currency
 from channels.services import (
     MAX_ALIAS_TARGETS,
@@ -209,14 +209,7 @@ class PublicModelSerializer(ModelSerializer):
         ]
 
     def _limits(self, obj: Model) -> tuple[int | None, int | None]:
-        """`Model.effective_limits` from the prefetched routes (and their channels), so that a list
-        costs a fixed number of queries."""
-        live = [
-            (r.effective_context_window, r.max_output_tokens)
-            for r in obj.routes.all()
-            if r.enabled and r.channel.enabled and (r.channel.is_local or not obj.local_only)
-        ]
-        return served_limits(obj.name, live, response_cold_windows(self))
+        return obj.limits_over(obj.routes.all(), cold=response_cold_windows(self))  # the prefetched routes
 
     def get_context_window(self, obj: Model) -> int | None:
         return self._limits(obj)[0]
