@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 from django.core.exceptions import ValidationError
 
 from hosts import backends
 from hosts.backends import LaunchSpec
+from tests.fakes.llamacpp import LlamaServer
 
 KEY = "gpk-secret-key-123"
 
@@ -124,10 +126,6 @@ def test_vllm_and_sglang_deployments_say_the_window_they_always_pass(kind, optio
 def test_the_window_said_before_a_start_is_the_one_real_llamacpp_serves():
     """The derivation against llama.cpp itself: `-c 1024 -np 2` gives each slot 512 (the window
     /props reports, which the launch job records after the start)."""
-    import httpx
-
-    from tests.fakes.llamacpp import LlamaServer
-
     impl = backends.get("llamacpp")
     with LlamaServer(ctx=1024, parallel=2, api_key="k") as server, httpx.Client(timeout=10) as client:
         served = impl.context_window(client, server.root_url, "k", server.model_id)
