@@ -22,7 +22,7 @@ from django.db.models import F, Sum
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
-from channels.choices import ChannelStatus, ProbeSource
+from channels.choices import ChannelKind, ChannelStatus, ProbeSource
 from channels.models import Channel, ModelRoute, ProbeResult, StatusChange
 from channels.signals import routes_changed
 from portal.i18n import Message, set_message, stored
@@ -385,10 +385,16 @@ def _insert_for_live_channels(rows: list[ProbeResult], moves: list[StatusChange]
 
 
 def _discover(ch: Channel, served: dict[str, int | None], now: dt.datetime, out: list[ModelRoute]) -> bool:
-    """Queue the context window each served model reports for the matching routes; True if one changed."""
+    """Queue the context window each served model reports for the matching routes; True if one changed.
+
+    A llama-server with one model answers every model name with that model (only its router mode,
+    which lists every model it can load, picks by name), so every route of such a channel is
+    served with its window: an admin's `-m model.gguf` server lists the file's path, while the
+    route asks for `qwen-7b` and gets answers."""
     changed = False
+    sole = next(iter(served.values())) if ch.kind == ChannelKind.LLAMACPP and len(served) == 1 else None
     for route in ch.routes.all():
-        ctx = served.get(route.upstream_id)
+        ctx = served.get(route.upstream_id, sole)
         if ctx is None:
             continue
         stale = route.discovered_at is None or now - route.discovered_at > DISCOVERY_REFRESH

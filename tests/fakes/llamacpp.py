@@ -74,7 +74,7 @@ class LlamaServer:
         ctx: int = 2048,
         parallel: int = 1,
         api_key: str | None = None,
-        alias: str = "tiny",
+        alias: str | None = "tiny",
         model_path: str | os.PathLike[str] | None = None,
         port: int | None = None,
         startup_timeout: float = 30.0,
@@ -85,8 +85,9 @@ class LlamaServer:
         self.ctx = ctx
         self.parallel = parallel
         self.api_key = api_key
-        self.model_id = alias
+        self.alias = alias
         self.model_path = Path(model_path) if model_path else tiny_gguf_path()
+        self.model_id = alias or str(self.model_path)  # without an alias llama-server lists the file's path
         self.port = port or free_port()
         self.startup_timeout = startup_timeout
         self.ignore_eos = ignore_eos  # llama-server's --ignore-eos: every answer runs to max_tokens
@@ -104,7 +105,7 @@ class LlamaServer:
     def argv(self) -> list[str]:
         args = [sys.executable, "-m", "tests.fakes.llamacpp", "-m", str(self.model_path), "-c", str(self.ctx)]
         args += ["-np", str(self.parallel), "-t", "1", "--host", "127.0.0.1", "--port", str(self.port)]
-        args += ["-a", self.model_id, "--jinja"]
+        args += ["-a", self.alias, "--jinja"] if self.alias else ["--jinja"]
         if self.api_key:
             args += ["--api-key", self.api_key]
         if self.ignore_eos:

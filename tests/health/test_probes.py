@@ -15,6 +15,7 @@ from channels.choices import ChannelStatus
 from channels.health import services
 from channels.health.probe import Target, probe_many
 from channels.models import Channel, ModelRoute, ProbeResult
+from tests.fakes.llamacpp import LlamaServer
 from tests.services import free_port
 
 pytestmark = pytest.mark.django_db
@@ -68,6 +69,32 @@ def test_llamacpp_context_comes_from_props(upstream, make_channel):
     assert [r.path for r in up.requests][:3] == ["/health", "/v1/models", "/props"]
     assert ModelRoute.objects.get(channel=ch).discovered_context_window == 16384
     assert status(ch) == ChannelStatus.HEALTHY
+
+
+def test_a_llama_server_without_an_alias_gives_its_window_to_a_route_named_otherwise(make_channel):
+    """`llama-server -m model.gguf` lists the file's path and answers any model name with its one
+    model: the route an admin named `tiny` is served with that window (512 a slot here)."""
+    with LlamaServer(ctx=1024, parallel=2, alias=None) as server:
+        assert server.model_id.endswith(".gguf")
+        ch = make_channel("llama", server.base_url, kind="llamacpp", model="tiny")
+
+        services.run_round()
+
+        route = ModelRoute.objects.get(channel=ch)
+        assert route.discovered_context_window == 512 and route.effective_context_window == 512
+        probe = ProbeResult.objects.get(channel=ch)
+        assert probe.ok and probe.model == "tiny"  # and llama.cpp answered it under that name
+
+
+def test_a_route_a_vllm_server_does_not_list_gets_no_window(upstream, make_channel):
+    """vLLM answers only the names it lists (404 otherwise): its one model's window is not the
+    window of a route that asks for another name."""
+    up = upstream(max_model_len=32768)
+    ch = make_channel("vllm-typo", up.base_url, model="fake-modell")
+
+    services.run_round()
+
+    assert ModelRoute.objects.get(channel=ch).discovered_context_window is None
 
 
 def test_an_openai_channel_is_checked_through_v1_models(upstream, make_channel):
