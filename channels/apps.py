@@ -38,7 +38,7 @@ class ChannelsConfig(AppConfig):
 
         pre_save.connect(reset_status_on_edit, sender=Channel, dispatch_uid="channels_health_reset_on_edit")
         audit.register(Model)
-        audit.register(ModelRoute, ignore={"discovered_context_window", "discovered_at"})
+        audit.register(ModelRoute, ignore={"discovered_context_window", "discovered_at", "unlisted_upstream_id"})
         audit.register(AliasTarget)
         audit.register(RoutePrice)
         dashboard.register_stat(20, _("Channels"), Channel.objects.count, "channel_list")

@@ -316,6 +316,11 @@ class ModelRoute(TimeStampedModel):
     )
     discovered_context_window = models.PositiveIntegerField(null=True, blank=True)
     discovered_at = models.DateTimeField(null=True, blank=True)
+    unlisted_upstream_id = models.CharField(
+        max_length=256,
+        blank=True,
+        help_text=_("The upstream id the model server's list left out at the last check (it answers 404 for it)."),
+    )
     enabled = models.BooleanField(default=True)
     unpriced = models.CharField(
         max_length=8,
@@ -341,6 +346,12 @@ class ModelRoute(TimeStampedModel):
     @property
     def effective_context_window(self) -> int | None:
         return self.discovered_context_window or self.context_window
+
+    @property
+    def upstream_unlisted(self) -> bool:
+        """The model server does not serve this route's id (as the last check found it): a typo
+        or a server started with another name. Editing the id clears it."""
+        return bool(self.unlisted_upstream_id) and self.unlisted_upstream_id == self.upstream_id
 
     @property
     def context_mismatch(self) -> bool:

@@ -138,9 +138,19 @@ class ChannelSerializer(ModelSerializer):
 
 
 class ModelRouteSerializer(ModelSerializer):
+    """One channel serving the model: the id the upstream knows it by, and its limits as configured
+    and as the server reports them (the effective window is what clients get)."""
+
     channel = IdOrNameRelatedField(queryset=Channel.objects.all(), help_text=_("Channel id or name."))
     channel_name = serializers.CharField(source="channel.name", read_only=True)
     upstream_id = serializers.CharField(read_only=True, help_text=_("upstream_model, or the public name if blank."))
+    upstream_unlisted = serializers.BooleanField(
+        read_only=True,
+        help_text=_(
+            "True when the model server (vLLM, SGLang, llama.cpp) did not list upstream_id at its last "
+            "check: it answers 404 for it. Fix upstream_model, or start the server with that name."
+        ),
+    )
     effective_context_window = serializers.IntegerField(read_only=True, allow_null=True)
 
     class Meta:
@@ -151,6 +161,7 @@ class ModelRouteSerializer(ModelSerializer):
             "channel_name",
             "upstream_model",
             "upstream_id",
+            "upstream_unlisted",
             "context_window",
             "max_output_tokens",
             "discovered_context_window",

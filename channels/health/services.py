@@ -367,7 +367,9 @@ def _settle(
 
     _insert_for_live_channels(rows, moves)
     Channel.objects.bulk_update(quiet, ["last_checked", "last_ttft_ms", "last_active_probe"], batch_size=500)
-    ModelRoute.objects.bulk_update(discovered_routes, ["discovered_context_window", "discovered_at"], batch_size=500)
+    ModelRoute.objects.bulk_update(
+        discovered_routes, ["discovered_context_window", "discovered_at", "unlisted_upstream_id"], batch_size=500
+    )
     return done
 
 
@@ -392,17 +394,28 @@ def _discover(ch: Channel, served: dict[str, int | None], now: dt.datetime, out:
     served with its window: an admin's `-m model.gguf` server lists the file's path, while the
     route asks for `qwen-7b` and gets answers."""
     changed = False
-    sole = next(iter(served.values())) if ch.kind == ChannelKind.LLAMACPP and len(served) == 1 else None
+    any_name = ch.kind == ChannelKind.LLAMACPP and len(served) == 1
+    sole = next(iter(served.values())) if any_name else None
     for route in ch.routes.all():
+        unlisted = (
+            route.upstream_id if ch.kind in NAMES_CHECKED and not (route.upstream_id in served or any_name) else ""
+        )
         ctx = served.get(route.upstream_id, sole)
-        if ctx is None:
-            continue
         stale = route.discovered_at is None or now - route.discovered_at > DISCOVERY_REFRESH
-        if route.discovered_context_window != ctx or stale:
+        if ctx is not None and (route.discovered_context_window != ctx or stale):
             changed |= route.discovered_context_window != ctx
             route.discovered_context_window, route.discovered_at = ctx, now
+            route.unlisted_upstream_id = unlisted
+            out.append(route)
+        elif route.unlisted_upstream_id != unlisted:
+            route.unlisted_upstream_id = unlisted
             out.append(route)
     return changed
+
+
+# Model servers answer only the names they list (404 otherwise); a cloud provider's list is not
+# complete (Anthropic's names dated ids, not the aliases it accepts), so a name it leaves out says nothing.
+NAMES_CHECKED = frozenset({ChannelKind.VLLM, ChannelKind.SGLANG, ChannelKind.LLAMACPP})
 
 
 def _tell_gateway() -> None:

@@ -84,17 +84,47 @@ def test_a_llama_server_without_an_alias_gives_its_window_to_a_route_named_other
         assert route.discovered_context_window == 512 and route.effective_context_window == 512
         probe = ProbeResult.objects.get(channel=ch)
         assert probe.ok and probe.model == "tiny"  # and llama.cpp answered it under that name
+        assert not route.upstream_unlisted
 
 
-def test_a_route_a_vllm_server_does_not_list_gets_no_window(upstream, make_channel):
-    """vLLM answers only the names it lists (404 otherwise): its one model's window is not the
-    window of a route that asks for another name."""
+def test_a_route_a_vllm_server_does_not_list_is_flagged_on_its_pages_and_in_the_api(
+    upstream, make_channel, admin_client
+):
+    """vLLM answers only the names it lists (404 otherwise): a route asking for another name gets
+    no window from it and is flagged where the admin looks, until the id is corrected."""
     up = upstream(max_model_len=32768)
     ch = make_channel("vllm-typo", up.base_url, model="fake-modell")
 
     services.run_round()
 
-    assert ModelRoute.objects.get(channel=ch).discovered_context_window is None
+    route = ModelRoute.objects.get(channel=ch)
+    assert route.discovered_context_window is None
+    assert route.unlisted_upstream_id == "fake-modell" and route.upstream_unlisted
+    for page in (reverse("channel_detail", args=[ch.pk]), reverse("model_detail", args=[route.model_id])):
+        html = admin_client.get(page).content.decode()
+        assert "not served" in html and "does not list <code>fake-modell</code>" in html, page
+        assert reverse("channel_served_models", args=[ch.pk]) in html
+    [api_route] = admin_client.get(f"/api/models/{route.model_id}/").json()["routes"]
+    assert api_route["upstream_unlisted"] is True
+
+    ModelRoute.objects.filter(pk=route.pk).update(upstream_model="fake-model")  # the admin fixes the typo
+    route.refresh_from_db()
+    assert not route.upstream_unlisted  # at once, before the next check
+    assert "not served" not in admin_client.get(reverse("channel_detail", args=[ch.pk])).content.decode()
+    services.run_round()
+    route.refresh_from_db()
+    assert route.unlisted_upstream_id == "" and route.discovered_context_window == 32768
+
+
+def test_a_cloud_providers_list_flags_no_route(upstream, make_channel):
+    """A cloud provider accepts names its list leaves out (Anthropic's aliases of dated ids)."""
+    up = upstream(max_model_len=32768)
+    ch = make_channel("cloud", up.base_url, kind="openai", model="not-in-the-list")
+
+    services.run_round()
+
+    assert "/v1/models" in [r.path for r in up.requests]  # its list was read
+    assert not ModelRoute.objects.get(channel=ch).upstream_unlisted
 
 
 def test_an_openai_channel_is_checked_through_v1_models(upstream, make_channel):
