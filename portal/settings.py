@@ -414,6 +414,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "GET_LIB_DOC_EXCLUDES": "portal.api.schema.doc_excludes",
     # One schema name per choice set, so clients get stable enum names (several apps have `status`).
     "ENUM_NAME_OVERRIDES": {
         "ChannelKindEnum": "channels.choices.ChannelKind",

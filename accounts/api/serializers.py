@@ -329,6 +329,8 @@ class ApiTokenCreatedSerializer(ApiTokenSerializer):
 
 
 class AuditLogSerializer(ModelSerializer[AuditLog]):
+    """Who changed what and when; secrets appear only as "changed" or "set"."""
+
     changes = serializers.JSONField(read_only=True, help_text='Field: [old, new]; secrets only as "changed"/"set".')
 
     class Meta:

@@ -27,9 +27,10 @@ MAX_API_KEY_CHARS = 4096
 
 
 class ChannelSerializer(ModelSerializer):
-    status_message = translated("status_message")
     """An upstream. `base_url` is stored canonical (ending in /v1); `base_url_notes` says what was
     changed in the URL you sent. `api_key` is write-only (null or "" clears it, omit it to keep it)."""
+
+    status_message = translated("status_message")
 
     base_url = serializers.CharField(
         max_length=2000, help_text=_("Any form (with or without /v1, trailing slash, query); stored canonical.")

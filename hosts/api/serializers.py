@@ -15,6 +15,8 @@ MAX_PRIVATE_KEY_CHARS = 16_384
 
 
 class GPUSerializer(ModelSerializer[GPU]):
+    """One GPU of a host, as the host's last inventory reported it."""
+
     memory_free_mib = serializers.IntegerField(read_only=True, allow_null=True)
 
     class Meta:

@@ -27,6 +27,9 @@ def _secret(help_text: Any) -> serializers.CharField:
 
 
 class McpServerSerializer(ModelSerializer):
+    """An MCP server of the team, reached through the gateway at `/mcp/<name>`. Its credentials
+    (`bearer_token`, `headers`, `oauth_client_secret`) are write-only and shown as `has_…`."""
+
     bearer_token = _secret(_("Sent upstream as Authorization: Bearer; write-only."))
     headers = _secret(_('Extra headers sent upstream, a JSON object as text ({"X-Api-Key": "…"}); write-only.'))
     oauth_client_secret = _secret(_("OAuth client secret (client-credentials grant); write-only."))
@@ -128,6 +131,8 @@ class McpGrantSerializer(ModelSerializer):
 
 
 class McpCallSerializer(ModelSerializer):
+    """One tool call made through the gateway: who called which tool of which server, with what outcome."""
+
     class Meta:
         model = McpCall
         fields = [

@@ -1,14 +1,24 @@
-"""The OpenAPI schema's one addition to drf-spectacular's: every operation may answer 503 with
+"""The OpenAPI schema's additions to drf-spectacular's: every operation may answer 503 with
 `{"detail", "code"}` and `Retry-After` when Redis does not answer or the disk is full
-(`portal.api.exceptions`), so clients know the shape of that answer."""
+(`portal.api.exceptions`), so clients know the shape of that answer; and our own base classes'
+docstrings, written for this code's readers, are not an API object's description."""
 
 from __future__ import annotations
 
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
+from drf_spectacular.plumbing import get_lib_doc_excludes
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 from rest_framework.permissions import AllowAny
+
+
+def doc_excludes() -> list[type]:
+    """drf-spectacular describes a class without a docstring by its nearest base's; stop at ours
+    as at DRF's (`GET_LIB_DOC_EXCLUDES`)."""
+    from .serializers import ModelSerializer
+
+    return [*get_lib_doc_excludes(), ModelSerializer]
 
 
 class ServiceUnavailableSerializer(serializers.Serializer):

@@ -2,7 +2,10 @@
 
 from django.urls import include, path
 
+from .views import ApiRootView
+
 urlpatterns = [
+    path("", ApiRootView.as_view(), name="api-root"),
     path("", include("accounts.api.urls")),
     path("", include("hosts.api.urls")),
     path("", include("channels.api.urls")),

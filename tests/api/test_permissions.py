@@ -62,6 +62,8 @@ MATRIX = [
     ("patch", "/api/teams/{team}/members/{mallory}/", {"tokens_per_day": 1000}, (401, 403, 404, 404, 404)),
     ("delete", "/api/teams/{team}/members/{alice}/", None, (401, 405, 405, 405, 405)),
     # me: anyone logged in, read-only
+    ("get", "/api/", None, (401, 200, 200, 200, 200)),
+    ("post", "/api/", {}, (401, 405, 405, 405, 405)),
     ("get", "/api/me/", None, (401, 200, 200, 200, 200)),
     ("post", "/api/me/", {}, (401, 405, 405, 405, 405)),
     ("patch", "/api/me/", {}, (401, 405, 405, 405, 405)),
@@ -371,6 +373,7 @@ MY_VIEW_MODULES = {
     "clientconfigs.api.views",
     "mcpservers.api.views",
     "drf_spectacular.views",
+    "portal.api.views",
 }
 
 

@@ -30,6 +30,8 @@ class AlertKindField(serializers.ChoiceField):
 
 
 class ProbeResultSerializer(ModelSerializer[ProbeResult]):
+    """One health check of a channel (active probe or a window of passive results) and its timings."""
+
     status_after = StatusField()
     error_message = translated("error_message")
 
@@ -59,8 +61,9 @@ class ProbeResultSerializer(ModelSerializer[ProbeResult]):
 
 
 class ChannelHealthSerializer(ModelSerializer[Channel]):
-    status_message = translated("status_message")
     """A channel's health; only the probe settings are writable."""
+
+    status_message = translated("status_message")
 
     error_ratio_24h = serializers.SerializerMethodField()
     samples_24h = serializers.SerializerMethodField()
@@ -119,6 +122,8 @@ class CheckResultSerializer(serializers.Serializer[dict[str, Any]]):
 
 
 class StatusChangeSerializer(ModelSerializer[StatusChange]):
+    """A channel's move from one health status to another, with the reason."""
+
     channel_name = serializers.CharField(source="channel.name", read_only=True)
     message = translated()
     from_status = StatusField()
@@ -175,6 +180,8 @@ class HealthSummarySerializer(serializers.Serializer[dict[str, Any]]):
 
 
 class AlertTargetSerializer(ModelSerializer[AlertTarget]):
+    """Where status changes are sent: a webhook URL or an email address."""
+
     kind = AlertKindField(default=AlertKind.WEBHOOK)
 
     class Meta:
@@ -194,6 +201,8 @@ class AlertTargetSerializer(ModelSerializer[AlertTarget]):
 
 
 class AlertDeliverySerializer(ModelSerializer[AlertDelivery]):
+    """One attempt to tell an alert target about a status change, and whether it got through."""
+
     status_change = StatusChangeSerializer()
 
     class Meta:

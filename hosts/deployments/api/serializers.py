@@ -23,6 +23,8 @@ def field_errors(exc: DjangoValidationError) -> ValidationError:
 
 
 class LaunchJobSerializer(ModelSerializer[LaunchJob]):
+    """A supervised job on a deployment (launch, stop, restart, adopt) with its state's history."""
+
     deployment_name = serializers.CharField(source="deployment.name", read_only=True)
     message = translated()
     transitions = transitions_field()

@@ -12,6 +12,8 @@ from portal.api.serializers import ModelSerializer
 
 
 class PayloadLoggingSerializer(ModelSerializer[PayloadLogging]):
+    """Request logging for one key, user or team: on with a retention in days, or explicitly off."""
+
     class Meta:
         model = PayloadLogging
         fields = ["id", "key", "user", "team", "enabled", "retention_days", "created", "updated"]
