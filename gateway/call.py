@@ -116,7 +116,9 @@ def forwarded(name: str) -> bool:
     return keep
 
 
-FAILOVER_STATUSES = frozenset({401, 403, 408, 429})
+# 404: a model server answers it for a model id it does not serve (a route's typo, a server
+# started with another name); another channel of the model may serve it.
+FAILOVER_STATUSES = frozenset({401, 403, 404, 408, 429})
 MAX_ERROR_BODY = 64 * 1024
 
 
@@ -435,7 +437,8 @@ async def send_upstream(
                 kind = failure_of(status, err)
                 failed.append((telling(kind), err))
                 attempts.append(Attempt(route.channel_id, route.channel_name, kind, status))
-                passive.report(route.channel_id, False, status=status, error=kind)
+                if kind != Failure.NOT_SERVED:  # the route's fault, not the channel's: its other models answer
+                    passive.report(route.channel_id, False, status=status, error=kind)
                 continue
             ctype = resp.headers.get("content-type", "application/json").encode("latin-1")
             upstream_id = resp.headers.get("x-request-id", "")[:100]
@@ -585,6 +588,8 @@ def failure_of(status: int, err: GatewayError) -> Failure:
         return Failure.OVERLOADED
     if status == 429:
         return Failure.RATE_LIMITED
+    if status == 404:
+        return Failure.NOT_SERVED
     if status >= 500:
         return Failure.SERVER_ERROR
     if status < 400:
@@ -854,6 +859,8 @@ def upstream_error(status: int, body: bytes, *, retry_after: str = "") -> Gatewa
             "The upstream rejected this portal's credentials; an admin must fix the channel.",
             code="upstream_auth_failed",
         )
+    if status == 404:  # the upstream's words: a model it does not serve, or a response id it does not know
+        return GatewayError(404, f"The upstream answered 404: {message or 'not found'}", code="upstream_not_found")
     if status == 429:
         return GatewayError(
             429,

@@ -35,6 +35,7 @@ class Failure(enum.StrEnum):
     OVERLOADED = "overloaded"  # 529 / `overloaded_error`
     SERVER_ERROR = "http_5xx"
     REFUSED = "http_4xx"  # 401/403 (the channel's own key) or 408
+    NOT_SERVED = "http_404"  # the server does not serve the route's model id (a typo, another name)
     REDIRECT = "redirect"
     INVALID_JSON = "invalid_json"
     TOO_LARGE = "too_large"

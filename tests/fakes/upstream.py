@@ -114,6 +114,7 @@ class FakeUpstream:
     api_key: str | None = None  # when set, requests must carry `Authorization: Bearer api_key`
     port: int = 0
     bind: str = "127.0.0.1"  # the fake `vllm serve --host 0.0.0.0` of a multi-node test binds all
+    strict_models: bool = False  # as vLLM and SGLang: 404 for a model id not in `models`
 
     def __post_init__(self) -> None:
         self.requests: list[Recorded] = []
@@ -287,6 +288,10 @@ class FakeUpstream:
         denied = self._unauthorized(request)
         if denied is not None:
             return body, {}, denied
+        if self.strict_models and isinstance(body, dict) and body.get("model") not in self.models:
+            message = f"The model `{body.get('model')}` does not exist."  # vLLM's words and shape
+            error = {"message": message, "type": "NotFoundError", "param": "model", "code": 404}
+            return body, {}, web.json_response({"error": error}, status=404)
         b = self._next()
         if b["mode"] == "status":
             return body, b, self._error(b)

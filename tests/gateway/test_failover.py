@@ -248,3 +248,33 @@ def test_streams_are_relayed_without_buffering(setup, gateway_url, upstream):
                 first = time.monotonic() - started
     total = time.monotonic() - started
     assert first is not None and total - first >= 0.8, (first, total)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_route_whose_model_the_server_does_not_serve_fails_over_without_harming_the_channel(
+    setup, gateway_url, backup, stream
+):
+    """vLLM answers 404 for a model id it does not serve (the route's typo, a server started with
+    another name): that answer went to the client, half of the requests failed while the other
+    channel served the model. Now the next channel answers, and the first one's health is not
+    counted against it (its other models answer)."""
+    with FakeUpstream(api_key=UPSTREAM_KEY, models=["Qwen/Qwen3-32B"], strict_models=True) as strict:
+        setup.channel.base_url = strict.base_url
+        setup.channel.save()
+        retry_locked(passive.collect)
+        client = openai.OpenAI(base_url=gateway_url + "/v1", api_key=setup.plaintext, max_retries=0)
+        reply = client.chat.completions.create(**CHAT, stream=stream, max_tokens=4)
+        text = "".join(c.choices[0].delta.content or "" for c in reply if c.choices) if stream else None
+        assert (text if stream else reply.choices[0].message.content).startswith("tok0")
+        assert [r.path for r in strict.requests] == ["/v1/chat/completions"] and len(backup.requests) == 1
+        record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+        assert record.channel_id == backup.channel.id
+        assert "failover after 404 from primary" in record.route_explanation
+        tallies = passive.collect()
+        assert setup.channel.id not in tallies and tallies[backup.channel.id].ok_count == 1
+
+        backup.channel.delete()  # the only route left is the one the server does not serve
+        with pytest.raises(openai.NotFoundError) as caught:
+            client.chat.completions.create(**CHAT, stream=stream, max_tokens=4)
+        error = caught.value.body
+        assert error["code"] == "upstream_not_found" and "`fake-model` does not exist" in error["message"]
