@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.translation import gettext
 
 from channels.choices import ChannelStatus
-from channels.models import AlertDelivery, Channel, ProbeHourly, ProbeResult, StatusChange
+from channels.models import AlertDelivery, Channel, ModelRoute, ProbeHourly, ProbeResult, StatusChange
 from portal.dashboard import Attention
 
 
@@ -217,8 +217,9 @@ def dashboard(limit: int = 5) -> dict[str, Any]:
 
 
 def attention() -> list[Attention]:
-    """For the dashboard: enabled channels that are not healthy, with what to do next."""
-    return [
+    """For the dashboard: enabled channels that are not healthy, with what to do next, and routes
+    whose model id their server does not serve (it answers 404 for it)."""
+    items = [
         Attention(
             gettext("Channel"),
             c.name,
@@ -230,3 +231,18 @@ def attention() -> list[Attention]:
         )
         for c in Channel.objects.enabled().exclude(status=ChannelStatus.HEALTHY).order_by("status", "name")
     ]
+    unlisted = ModelRoute.objects.exclude(unlisted_upstream_id="").filter(enabled=True, channel__enabled=True)
+    items += [
+        Attention(
+            gettext("Route"),
+            f"{r.model.name} → {r.channel.name}",
+            "down",
+            gettext("not served"),
+            gettext("The server does not list %(id)s among its models: it answers 404 for this route.")
+            % {"id": r.upstream_id},
+            reverse("channel_detail", args=[r.channel_id]),
+        )
+        for r in unlisted.select_related("model", "channel").order_by("model__name", "channel__name")
+        if r.upstream_unlisted
+    ]
+    return items

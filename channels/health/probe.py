@@ -60,6 +60,7 @@ class Target:
     base_url: str  # canonical, ending in /v1
     api_key: str = ""
     model: str = ""  # upstream model id for the latency probe; blank: the first one served
+    others: tuple[str, ...] = ()  # the other routes' ids: one the server lists is probed if it does not list `model`
     inference: bool = True
     max_tokens: int = 4
     discover: bool = True  # read the model list and limits (vLLM/llama.cpp: extra requests, so not every round)
@@ -306,6 +307,8 @@ async def probe_one(client: httpx.AsyncClient, target: Target) -> Outcome:
             out.served = {}  # some clouds do not list models; liveness already answered
         if target.inference:
             model = target.model or next(iter(out.served), "")
+            if out.served and model not in out.served:  # a route's typo must not make its channel look down
+                model = next((m for m in target.others if m in out.served), model)
             if not model:
                 raise ProbeFailure(
                     "protocol", Message(gettext_noop("no model to probe: the channel has no route and lists none"))

@@ -65,7 +65,9 @@ def rules() -> Rules:
 
 
 def target_for(channel: Channel, *, force: bool = False) -> Target:
-    routes = [r for r in channel.routes.all() if r.enabled]
+    # Served routes first: the latency probe asks for the first, and one the server does not serve
+    # answers 404 for itself, not for the channel.
+    routes = sorted((r for r in channel.routes.all() if r.enabled), key=lambda r: r.upstream_unlisted)
     stale = timezone.now() - DISCOVERY_REFRESH
     discover = (
         force
@@ -79,6 +81,7 @@ def target_for(channel: Channel, *, force: bool = False) -> Target:
         base_url=channel.base_url,
         api_key=channel.api_key or "",
         model=routes[0].upstream_id if routes else "",
+        others=tuple(r.upstream_id for r in routes[1:]),
         inference=channel.probe_inference,
         max_tokens=channel.probe_max_tokens,
         discover=discover,
@@ -387,19 +390,22 @@ def _insert_for_live_channels(rows: list[ProbeResult], moves: list[StatusChange]
 
 
 def _discover(ch: Channel, served: dict[str, int | None], now: dt.datetime, out: list[ModelRoute]) -> bool:
-    """Queue the context window each served model reports for the matching routes; True if one changed.
+    """Queue the context window each served model reports for the matching routes, and mark the
+    routes whose id the server does not serve; True if a window changed.
 
-    A llama-server with one model answers every model name with that model (only its router mode,
-    which lists every model it can load, picks by name), so every route of such a channel is
-    served with its window: an admin's `-m model.gguf` server lists the file's path, while the
-    route asks for `qwen-7b` and gets answers."""
+    Which names a server answers: vLLM only those it lists (404 otherwise); llama-server with one
+    model, and SGLang, any name with their one model (llama.cpp's router mode, which lists every
+    model it can load, picks by name). So every route of a one-model llama.cpp or SGLang channel
+    gets that model's window (an admin's `llama-server -m model.gguf` lists the file's path while
+    the route asks for `qwen-7b`), and only vLLM's and a llama.cpp router's routes can be unserved.
+    A cloud provider's list says nothing either way (Anthropic lists dated ids, not the aliases it
+    accepts)."""
     changed = False
-    any_name = ch.kind == ChannelKind.LLAMACPP and len(served) == 1
-    sole = next(iter(served.values())) if any_name else None
+    one_model = len(served) == 1 and ch.kind in (ChannelKind.LLAMACPP, ChannelKind.SGLANG)
+    sole = next(iter(served.values())) if one_model else None
+    checked = ch.kind == ChannelKind.VLLM or (ch.kind == ChannelKind.LLAMACPP and len(served) > 1)
     for route in ch.routes.all():
-        unlisted = (
-            route.upstream_id if ch.kind in NAMES_CHECKED and not (route.upstream_id in served or any_name) else ""
-        )
+        unlisted = route.upstream_id if checked and route.upstream_id not in served else ""
         ctx = served.get(route.upstream_id, sole)
         stale = route.discovered_at is None or now - route.discovered_at > DISCOVERY_REFRESH
         if ctx is not None and (route.discovered_context_window != ctx or stale):
@@ -411,11 +417,6 @@ def _discover(ch: Channel, served: dict[str, int | None], now: dt.datetime, out:
             route.unlisted_upstream_id = unlisted
             out.append(route)
     return changed
-
-
-# Model servers answer only the names they list (404 otherwise); a cloud provider's list is not
-# complete (Anthropic's names dated ids, not the aliases it accepts), so a name it leaves out says nothing.
-NAMES_CHECKED = frozenset({ChannelKind.VLLM, ChannelKind.SGLANG, ChannelKind.LLAMACPP})
 
 
 def _tell_gateway() -> None:

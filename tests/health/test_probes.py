@@ -14,7 +14,7 @@ from django.utils.html import escape
 from channels.choices import ChannelStatus
 from channels.health import services
 from channels.health.probe import Target, probe_many
-from channels.models import Channel, ModelRoute, ProbeResult
+from channels.models import Channel, Model, ModelRoute, ProbeResult
 from tests.fakes.llamacpp import LlamaServer
 from tests.services import free_port
 
@@ -106,14 +106,44 @@ def test_a_route_a_vllm_server_does_not_list_is_flagged_on_its_pages_and_in_the_
         assert reverse("channel_served_models", args=[ch.pk]) in html
     [api_route] = admin_client.get(f"/api/models/{route.model_id}/").json()["routes"]
     assert api_route["upstream_unlisted"] is True
+    dashboard = admin_client.get(reverse("dashboard")).content.decode()
+    assert "public-fake-modell → vllm-typo" in dashboard and "does not list fake-modell" in dashboard
 
     ModelRoute.objects.filter(pk=route.pk).update(upstream_model="fake-model")  # the admin fixes the typo
     route.refresh_from_db()
     assert not route.upstream_unlisted  # at once, before the next check
     assert "not served" not in admin_client.get(reverse("channel_detail", args=[ch.pk])).content.decode()
+    assert "does not list fake-modell" not in admin_client.get(reverse("dashboard")).content.decode()
     services.run_round()
     route.refresh_from_db()
     assert route.unlisted_upstream_id == "" and route.discovered_context_window == 32768
+
+
+def test_a_mistyped_route_does_not_put_its_channel_down(upstream, make_channel):
+    """The latency probe asked for the channel's first route: a typo there (vLLM: 404) made the
+    whole channel look down although its other models answered. It asks for a served one."""
+    up = upstream(strict_models=True)
+    ch = make_channel("vllm-two", up.base_url)
+    typo = Model.objects.create(name="a-typo")  # sorts first: the route the probe used to ask for
+    ModelRoute.objects.create(model=typo, channel=ch, upstream_model="fake-modell")
+
+    for _round in range(2):  # the first discovers the typo; the next starts from the served route
+        services.run_round()
+        assert status(ch) == ChannelStatus.HEALTHY
+        assert ProbeResult.objects.filter(channel=ch).latest("id").model == "fake-model"
+    assert ModelRoute.objects.get(model=typo).upstream_unlisted
+    assert not any(r.json.get("model") == "fake-modell" for r in up.requests if r.path == "/v1/chat/completions")
+
+
+def test_sglang_answers_any_name_so_its_one_models_window_serves_every_route(upstream, make_channel):
+    """SGLang's OpenAI routes do not check the model name (sgl-project/sglang#7035, #31404)."""
+    up = upstream(max_model_len=65536)
+    ch = make_channel("sglang-b", up.base_url, kind="sglang", model="named-otherwise")
+
+    services.run_round()
+
+    route = ModelRoute.objects.get(channel=ch)
+    assert route.discovered_context_window == 65536 and not route.upstream_unlisted
 
 
 def test_a_cloud_providers_list_flags_no_route(upstream, make_channel):
