@@ -319,7 +319,7 @@ class ModelRoute(TimeStampedModel):
     unlisted_upstream_id = models.CharField(
         max_length=256,
         blank=True,
-        help_text=_("The upstream id the model server's list left out at the last check (it answers 404 for it)."),
+        help_text=_("The upstream id the model server's list left out at the last check (requests for it fail there)."),
     )
     enabled = models.BooleanField(default=True)
     unpriced = models.CharField(

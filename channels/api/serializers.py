@@ -149,7 +149,7 @@ class ModelRouteSerializer(ModelSerializer):
         read_only=True,
         help_text=_(
             "True when the model server (vLLM, or llama.cpp serving several models) did not list upstream_id "
-            "at its last check: it answers 404 for it. Fix upstream_model, or start the server with that name."
+            "at its last check: requests for it fail there. Fix upstream_model, or start the server with that name."
         ),
     )
     effective_context_window = serializers.IntegerField(read_only=True, allow_null=True)

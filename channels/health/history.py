@@ -218,7 +218,7 @@ def dashboard(limit: int = 5) -> dict[str, Any]:
 
 def attention() -> list[Attention]:
     """For the dashboard: enabled channels that are not healthy, with what to do next, and routes
-    whose model id their server does not serve (it answers 404 for it)."""
+    whose model id their server does not serve (requests for it fail there)."""
     items = [
         Attention(
             gettext("Channel"),
@@ -238,7 +238,7 @@ def attention() -> list[Attention]:
             f"{r.model.name} → {r.channel.name}",
             "down",
             gettext("not served"),
-            gettext("The server does not list %(id)s among its models: it answers 404 for this route.")
+            gettext("The server does not list %(id)s among its models: requests for this route fail there.")
             % {"id": r.upstream_id},
             reverse("channel_detail", args=[r.channel_id]),
         )

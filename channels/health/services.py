@@ -65,8 +65,8 @@ def rules() -> Rules:
 
 
 def target_for(channel: Channel, *, force: bool = False) -> Target:
-    # Served routes first: the latency probe asks for the first, and one the server does not serve
-    # answers 404 for itself, not for the channel.
+    # Served routes first: the latency probe asks for the first, and a route the server does not
+    # serve fails on its own account, not the channel's.
     routes = sorted((r for r in channel.routes.all() if r.enabled), key=lambda r: r.upstream_unlisted)
     stale = timezone.now() - DISCOVERY_REFRESH
     discover = (

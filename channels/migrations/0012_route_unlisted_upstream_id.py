@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='modelroute',
             name='unlisted_upstream_id',
-            field=models.CharField(blank=True, help_text="The upstream id the model server's list left out at the last check (it answers 404 for it).", max_length=256),
+            field=models.CharField(blank=True, help_text="The upstream id the model server's list left out at the last check (requests for it fail there).", max_length=256),
         ),
     ]

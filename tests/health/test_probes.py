@@ -104,6 +104,7 @@ def test_a_route_a_vllm_server_does_not_list_is_flagged_on_its_pages_and_in_the_
         html = admin_client.get(page).content.decode()
         assert "not served" in html and "does not list <code>fake-modell</code>" in html, page
         assert reverse("channel_served_models", args=[ch.pk]) in html
+    assert "not served" in admin_client.get(reverse("channel-health", args=[ch.pk])).content.decode()
     [api_route] = admin_client.get(f"/api/models/{route.model_id}/").json()["routes"]
     assert api_route["upstream_unlisted"] is True
     dashboard = admin_client.get(reverse("dashboard")).content.decode()
