@@ -60,7 +60,9 @@ class Target:
     base_url: str  # canonical, ending in /v1
     api_key: str = ""
     model: str = ""  # upstream model id for the latency probe; blank: the first one served
-    others: tuple[str, ...] = ()  # the other routes' ids: one the server lists is probed if it does not list `model`
+    # The other routes' ids: when the server's list leaves `model` out, the first of these it lists
+    # is probed, else the first it lists (the channel's health, not a route's typo)
+    others: tuple[str, ...] = ()
     inference: bool = True
     max_tokens: int = 4
     discover: bool = True  # read the model list and limits (vLLM/llama.cpp: extra requests, so not every round)
@@ -308,7 +310,7 @@ async def probe_one(client: httpx.AsyncClient, target: Target) -> Outcome:
         if target.inference:
             model = target.model or next(iter(out.served), "")
             if out.served and model not in out.served:  # a route's typo must not make its channel look down
-                model = next((m for m in target.others if m in out.served), model)
+                model = next((m for m in target.others if m in out.served), None) or next(iter(out.served))
             if not model:
                 raise ProbeFailure(
                     "protocol", Message(gettext_noop("no model to probe: the channel has no route and lists none"))

@@ -83,7 +83,7 @@ def test_a_llama_server_without_an_alias_gives_its_window_to_a_route_named_other
         route = ModelRoute.objects.get(channel=ch)
         assert route.discovered_context_window == 512 and route.effective_context_window == 512
         probe = ProbeResult.objects.get(channel=ch)
-        assert probe.ok and probe.model == "tiny"  # and llama.cpp answered it under that name
+        assert probe.ok
         assert not route.upstream_unlisted
 
 
