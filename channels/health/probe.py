@@ -60,8 +60,8 @@ class Target:
     base_url: str  # canonical, ending in /v1
     api_key: str = ""
     model: str = ""  # upstream model id for the latency probe; blank: the first one served
-    # The other routes' ids: when the server's list leaves `model` out, the first of these it lists
-    # is probed, else the first it lists (the channel's health, not a route's typo)
+    # The other routes' ids: when a model server's list leaves `model` out, the first of these it
+    # lists is probed, else the first it lists (the channel's health, not a route's typo)
     others: tuple[str, ...] = ()
     inference: bool = True
     max_tokens: int = 4
@@ -287,6 +287,10 @@ def _token_text(event: dict[str, Any], anthropic: bool) -> str:
 # Servers we run ourselves: liveness is their /health (not the model list), and a model list they
 # cannot give is a failure, not a cloud's quirk. SGLang, like vLLM, reports max_model_len.
 SELF_HOSTED_KINDS = ("vllm", "llamacpp", "sglang")
+# Servers whose model list is what they answer (vLLM; llama.cpp: its one model, or its router's).
+# A cloud's list is not (Anthropic lists dated ids, not the aliases it accepts), and probing another
+# of its models than the route's could cost more or be refused; SGLang answers any name.
+LISTS_WHAT_IT_ANSWERS = frozenset({"vllm", "llamacpp"})
 
 
 async def probe_one(client: httpx.AsyncClient, target: Target) -> Outcome:
@@ -309,7 +313,8 @@ async def probe_one(client: httpx.AsyncClient, target: Target) -> Outcome:
             out.served = {}  # some clouds do not list models; liveness already answered
         if target.inference:
             model = target.model or next(iter(out.served), "")
-            if out.served and model not in out.served:  # a route's typo must not make its channel look down
+            if target.kind in LISTS_WHAT_IT_ANSWERS and out.served and model not in out.served:
+                # a route's typo must not make its channel look down
                 model = next((m for m in target.others if m in out.served), None) or next(iter(out.served))
             if not model:
                 raise ProbeFailure(

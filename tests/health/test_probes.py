@@ -156,6 +156,7 @@ def test_a_cloud_providers_list_flags_no_route(upstream, make_channel):
 
     assert "/v1/models" in [r.path for r in up.requests]  # its list was read
     assert not ModelRoute.objects.get(channel=ch).upstream_unlisted
+    assert ProbeResult.objects.get(channel=ch).model == "not-in-the-list"  # never another of its models
 
 
 def test_an_openai_channel_is_checked_through_v1_models(upstream, make_channel):
