@@ -12,6 +12,27 @@ AXE = Path(__file__).parent / "vendor" / "axe-4.10.3.min.js"
 SERIOUS = ("critical", "serious")
 
 
+def wait_until(page: Any, expression: str, timeout: float = 30.0) -> None:
+    """Poll `expression` (JavaScript, or a function's source) in the page until it is truthy.
+    Playwright's `wait_for_function` polls with `eval()` inside the page, which the portal's CSP
+    refuses (no 'unsafe-eval'): it worked only when its first look, made another way, was already
+    true, and failed when the page had not got there yet (CI: the key form's focus). `page.evaluate`
+    goes through the DevTools protocol, which the CSP does not govern. A look made while the page
+    navigates (its document is being replaced) counts as not yet."""
+    from playwright.sync_api import Error
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if page.evaluate(expression):
+                return
+        except Error as exc:
+            if "context was destroyed" not in str(exc) and "navigat" not in str(exc):
+                raise
+        assert time.monotonic() < deadline, f"timed out waiting for {expression}"
+        page.wait_for_timeout(50)
+
+
 @dataclass
 class Robot:
     page: Any  # playwright.sync_api.Page

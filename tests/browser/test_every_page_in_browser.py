@@ -25,7 +25,7 @@ from hosts.deployments.services import save_deployment
 from hosts.models import GPU, Deployment, Host, LaunchJob
 from keys.models import UsageRecord
 from keys.services import issue_key
-from tests.browser.robot import Robot
+from tests.browser.robot import Robot, wait_until
 
 # One crawl per role takes minutes on a loaded box (its set-up alone, chromium and the live
 # server, took 2 min under a load of 26 on 2 cores): more than pyproject's 300 s per test.
@@ -188,7 +188,7 @@ def phone_overflow(robot: Robot, where: str, desktop) -> list[str]:
     robot.page.set_viewport_size(PHONE)
     try:
         # The resize reaches the renderer asynchronously: measure once it has laid out at the new width.
-        robot.page.wait_for_function(f"() => window.innerWidth === {PHONE['width']}")
+        wait_until(robot.page, f"() => window.innerWidth === {PHONE['width']}")
         robot.page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
         wide = robot.overflow_px()
         return [f"{where}: {wide} px wider than the phone: {robot.overflowing()}"] if wide > 0 else []

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from keys.models import Key
-from tests.browser.robot import Robot
+from tests.browser.robot import Robot, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -73,7 +73,7 @@ def test_keyboard_only_login_and_key_creation(live_server, browser, alice):
     page = browser.new_context().new_page()
     robot = Robot(page, live_server.url)
     robot.goto("/login/")
-    page.wait_for_function("document.activeElement && document.activeElement.id === 'id_username'")  # autofocus
+    wait_until(page, "document.activeElement && document.activeElement.id === 'id_username'")  # autofocus
     page.keyboard.type("alice")
     page.keyboard.press("Tab")
     page.keyboard.type("alice-pass-123")
@@ -95,7 +95,7 @@ def test_keyboard_only_login_and_key_creation(live_server, browser, alice):
     page.keyboard.press("Enter")
     # The name field has the focus (autofocus): it comes with the page's next rendering, after the
     # field exists (CI saw it read before that), so wait for it, not for the field.
-    page.wait_for_function("document.activeElement && document.activeElement.id === 'id_name'")
+    wait_until(page, "document.activeElement && document.activeElement.id === 'id_name'")
     page.keyboard.type("keyboard")
     page.keyboard.press("Enter")
     page.wait_for_selector("#new-key")

@@ -9,6 +9,7 @@ import pytest
 
 from keys.models import Key
 from keys.services import verify_key
+from tests.browser.robot import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -103,7 +104,7 @@ def test_htmx_posts_carry_the_csrf_token(live_server, browser, alice):
     page.fill("#id_password", "alice-pass-123")
     page.click("main button[type=submit]")
     page.wait_for_url(live_server.url + "/")
-    page.wait_for_function("window.htmx !== undefined")
+    wait_until(page, "window.htmx !== undefined")
     status = page.evaluate(
         """url => new Promise(resolve => {
             document.body.addEventListener('htmx:afterRequest', e => resolve(e.detail.xhr.status), {once: true});

@@ -4,14 +4,13 @@ a login locked out by wrong passwords is unlocked by an admin with two clicks.""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from django.conf import settings
 
 from channels.models import AlertTarget, Channel
 from gateway.usage import write_batch
 from keys.services import issue_key
+from tests.browser.robot import wait_until
 from tests.keys.test_usage import event
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -30,15 +29,6 @@ def log_in(page, base: str, username: str, password: str) -> None:
     page.fill("#id_username", username)
     page.fill("#id_password", password)
     page.click("main button[type=submit]")
-
-
-def wait_until(page, expression: str, timeout: float = 20.0) -> None:
-    """Poll `expression` in the page. (Playwright's wait_for_function evaluates its predicate with
-    eval(), which this very CSP refuses; page.evaluate goes through the DevTools protocol.)"""
-    deadline = time.monotonic() + timeout
-    while not page.evaluate(expression):
-        assert time.monotonic() < deadline, f"timed out waiting for {expression}"
-        page.wait_for_timeout(100)
 
 
 def violations(page) -> list[str]:

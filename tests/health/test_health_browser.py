@@ -5,6 +5,7 @@ from django.conf import settings
 from django.test import Client
 
 from tests.browser.conftest import browser  # noqa: F401 (fixture)
+from tests.browser.robot import wait_until
 
 pytestmark = [pytest.mark.browser]
 
@@ -37,10 +38,10 @@ def test_check_now_shows_the_result_in_place_and_the_chart_draws(
     assert page.evaluate("window.__notReloaded") is True  # swapped in place by htmx
     assert "Healthy" in page.inner_text("#health-status")
     assert "ok" in page.inner_text("#health-probe-log tbody")
-    page.wait_for_function("() => window.Chart && Chart.getChart(document.getElementById('health-chart'))")
+    wait_until(page, "() => window.Chart && Chart.getChart(document.getElementById('health-chart'))")
     # One check so far: big dots and a note, not a lone pixel at the right edge.
-    page.wait_for_function(
-        "() => document.getElementById('health-chart-note').textContent.includes('Only 1 hour with checks')"
+    wait_until(
+        page, "() => document.getElementById('health-chart-note').textContent.includes('Only 1 hour with checks')"
     )
     assert page.is_visible("#health-chart-note")
     # ... and a line: the one check carried to now (two points), not a lone dot on a 24 h axis.
@@ -49,5 +50,5 @@ def test_check_now_shows_the_result_in_place_and_the_chart_draws(
     drawn = "Chart.getChart(document.getElementById('health-chart')).getDatasetMeta(0).data.length"
     assert page.evaluate(drawn) == 2
     page.click("text=7 days")
-    page.wait_for_function("() => Chart.getChart(document.getElementById('health-chart')).data.labels.length === 168")
+    wait_until(page, "() => Chart.getChart(document.getElementById('health-chart')).data.labels.length === 168")
     assert errors == []
