@@ -25,7 +25,7 @@ import json
 import logging
 import ssl
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -287,10 +287,14 @@ def _token_text(event: dict[str, Any], anthropic: bool) -> str:
 # Servers we run ourselves: liveness is their /health (not the model list), and a model list they
 # cannot give is a failure, not a cloud's quirk. SGLang, like vLLM, reports max_model_len.
 SELF_HOSTED_KINDS = ("vllm", "llamacpp", "sglang")
-# Servers whose model list is what they answer (vLLM; llama.cpp: its one model, or its router's).
-# A cloud's list is not (Anthropic lists dated ids, not the aliases it accepts), and probing another
-# of its models than the route's could cost more or be refused; SGLang answers any name.
-LISTS_WHAT_IT_ANSWERS = frozenset({"vllm", "llamacpp"})
+
+
+def only_listed_names(kind: str, served: Mapping[str, object]) -> bool:
+    """Does a server of `kind` whose model list is `served` answer only those names? vLLM does (404
+    otherwise) and so does llama.cpp's router (several models; 400 otherwise). A one-model
+    llama-server and SGLang answer any name with their one model; a cloud's list is not complete
+    (Anthropic lists dated ids, not the aliases it accepts)."""
+    return kind == "vllm" or (kind == "llamacpp" and len(served) > 1)
 
 
 async def probe_one(client: httpx.AsyncClient, target: Target) -> Outcome:
@@ -313,8 +317,8 @@ async def probe_one(client: httpx.AsyncClient, target: Target) -> Outcome:
             out.served = {}  # some clouds do not list models; liveness already answered
         if target.inference:
             model = target.model or next(iter(out.served), "")
-            if target.kind in LISTS_WHAT_IT_ANSWERS and out.served and model not in out.served:
-                # a route's typo must not make its channel look down
+            if out.served and only_listed_names(target.kind, out.served) and model not in out.served:
+                # a route's typo must not make its channel look down (a cloud's route is asked for as it is)
                 model = next((m for m in target.others if m in out.served), None) or next(iter(out.served))
             if not model:
                 raise ProbeFailure(

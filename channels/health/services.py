@@ -22,13 +22,13 @@ from django.db.models import F, Sum
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
-from channels.choices import ChannelKind, ChannelStatus, ProbeSource
+from channels.choices import ChannelStatus, ProbeSource
 from channels.models import Channel, ModelRoute, ProbeResult, StatusChange
 from channels.signals import routes_changed
 from portal.i18n import Message, set_message, stored
 
 from . import passive
-from .probe import Outcome, Target, list_served_models, probe_many, run_loop
+from .probe import SELF_HOSTED_KINDS, Outcome, Target, list_served_models, only_listed_names, probe_many, run_loop
 from .status import Evidence, Rules, decide
 
 logger = logging.getLogger(__name__)
@@ -391,19 +391,15 @@ def _insert_for_live_channels(rows: list[ProbeResult], moves: list[StatusChange]
 
 def _discover(ch: Channel, served: dict[str, int | None], now: dt.datetime, out: list[ModelRoute]) -> bool:
     """Queue the context window each served model reports for the matching routes, and mark the
-    routes whose id the server does not serve; True if a window changed.
-
-    Which names a server answers: vLLM only those it lists (404 otherwise); llama-server with one
-    model, and SGLang, any name with their one model (llama.cpp's router mode, which lists every
-    model it can load, picks by name). So every route of a one-model llama.cpp or SGLang channel
-    gets that model's window (an admin's `llama-server -m model.gguf` lists the file's path while
-    the route asks for `qwen-7b`), and only vLLM's and a llama.cpp router's routes can be unserved.
-    A cloud provider's list says nothing either way (Anthropic lists dated ids, not the aliases it
-    accepts)."""
+    routes whose id the server does not serve; True if a window changed. Which names a server
+    answers is `probe.only_listed_names`: a server that answers any name with its one model gives
+    that window to every route (an admin's `llama-server -m model.gguf` lists the file's path while
+    the route asks for `qwen-7b`), and only a server that answers listed names can leave a route
+    unserved."""
     changed = False
-    one_model = len(served) == 1 and ch.kind in (ChannelKind.LLAMACPP, ChannelKind.SGLANG)
+    checked = only_listed_names(ch.kind, served)
+    one_model = len(served) == 1 and ch.kind in SELF_HOSTED_KINDS and not checked
     sole = next(iter(served.values())) if one_model else None
-    checked = ch.kind == ChannelKind.VLLM or (ch.kind == ChannelKind.LLAMACPP and len(served) > 1)
     for route in ch.routes.all():
         unlisted = route.upstream_id if checked and route.upstream_id not in served else ""
         ctx = served.get(route.upstream_id, sole)
