@@ -11,7 +11,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.utils.translation import gettext_lazy as _
 
 from channels.models import Model
-from portal.forms import FIELD_LABELS, LIMIT_LABELS, limit_form_field
+from portal.forms import FIELD_LABELS, LIMIT_LABELS, ModelMultipleChoiceField, limit_form_field
 from portal.models import Limits
 from portal.ui import Fieldset, add_validation_errors
 
@@ -39,7 +39,7 @@ class UserCreateForm(_UserModelForm):
 class UserEditForm(_UserModelForm):
     """Role, limits (the ceiling for every key the user owns), key defaults and allowed models."""
 
-    allowed_models = forms.ModelMultipleChoiceField(
+    allowed_models = ModelMultipleChoiceField(
         label=_("Allowed models"),
         queryset=Model.objects.all(),
         required=False,
@@ -146,7 +146,7 @@ class TeamForm(_TeamModelForm):
     """A team's name, the models its members may use and its limits (admins only): a ceiling over
     all its members together."""
 
-    allowed_models = forms.ModelMultipleChoiceField(
+    allowed_models = ModelMultipleChoiceField(
         label=_("Allowed models"),
         queryset=Model.objects.all(),
         required=False,

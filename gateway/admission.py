@@ -334,7 +334,7 @@ def pinned_channel(req: Request, key: KeyInfo) -> int | None:
     """The channel an admin tests alone from the playground (`X-Portal-Channel: <id>`); ignored on
     any other request (a key cannot steer routing)."""
     value = req.headers.get(PIN_HEADER, "")
-    if req.playground and key.owner_is_admin and value.isdigit():
+    if req.playground and key.owner_is_admin and value.isascii() and value.isdigit():
         return int(value)
     return None
 

@@ -13,7 +13,7 @@ from django.utils.translation import gettext_lazy as _
 
 from accounts.models import User
 from channels.models import Model
-from portal.forms import LIMIT_LABELS
+from portal.forms import LIMIT_LABELS, ModelMultipleChoiceField
 from portal.ui import Fieldset, add_validation_errors
 
 from .models import Key
@@ -51,13 +51,16 @@ class KeyForm(forms.Form):
     name = forms.CharField(
         label=_("Name"), max_length=100, help_text=_("Where the key is used, e.g. “laptop” or “ci”.")
     )
-    allowed_models = forms.ModelMultipleChoiceField(
+    allowed_models = ModelMultipleChoiceField(
         label=_("Allowed models"),
         queryset=Model.objects.all(),
         required=False,
         widget=forms.SelectMultiple(attrs={"size": 5}),
         help_text=_("None selected: every model the owner may use."),
-        error_messages={"invalid_choice": "Unknown model: %(value)s.", "invalid_pk_value": "Unknown model: %(pk)s."},
+        error_messages={
+            "invalid_choice": _("Unknown model: %(value)s."),
+            "invalid_pk_value": _("Unknown model: %(pk)s."),
+        },
     )
     ip_allowlist = forms.CharField(
         label=_("IP allowlist"),

@@ -12,6 +12,7 @@ from django.shortcuts import get_object_or_404
 from django.utils.translation import gettext_lazy as _
 from django.views.generic import DetailView
 
+from portal.forms import pk_from
 from portal.permissions import AdminOrTeamLeadRequiredMixin
 from portal.ui import ConfirmView, FilteredListView, ObjectFormView, done, pop_secret, remember_secret
 
@@ -92,8 +93,9 @@ class KeyEditView(LoginRequiredMixin, ObjectFormView):
     def get_form_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"user": self.request.user, "instance": self.object}
         user = self.request.user
-        if self.creating and (user.is_admin or user.is_team_lead) and self.request.GET.get("owner", "").isdigit():
-            kwargs["initial"] = {"owner": int(self.request.GET["owner"])}
+        owner = pk_from(self.request.GET.get("owner", ""))
+        if self.creating and (user.is_admin or user.is_team_lead) and owner is not None:
+            kwargs["initial"] = {"owner": owner}
         return kwargs
 
     def save(self, form: KeyForm) -> Key:

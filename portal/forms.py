@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from django import forms
+from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import gettext_noop
 
@@ -12,6 +13,31 @@ if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
 
 LIMIT_MAX = 10**12
+PK_MAX = 2**63 - 1  # the largest primary key our tables hold (BigAutoField)
+
+
+def pk_from(text: str) -> int | None:
+    """A primary key from a query string or a form's value, or None. `str.isdigit` alone let in
+    what `int` refuses ("²") and values past any key, on which SQLite's driver raises OverflowError
+    in a foreign-key or `__in` lookup: both were a 500 for a mistyped or hand-edited address."""
+    if not (text.isascii() and text.isdigit()):
+        return None
+    value = int(text)
+    return value if value <= PK_MAX else None
+
+
+class ModelMultipleChoiceField(forms.ModelMultipleChoiceField):
+    """Django's, with an id past any primary key refused as an unknown choice before the query
+    (on SQLite its `__in` lookup raised OverflowError: a 500 instead of the field's error)."""
+
+    def _check_values(self, value):  # type: ignore[no-untyped-def]
+        if self.to_field_name is None and isinstance(value, (list, tuple)):
+            for pk in value:
+                if isinstance(pk, str) and pk.isascii() and pk.isdigit() and pk_from(pk) is None:
+                    message = self.error_messages["invalid_choice"]
+                    raise ValidationError(message, code="invalid_choice", params={"value": pk})
+        return super()._check_values(value)
+
 
 # The suffix Django puts after a form's labels (`BaseForm.label_suffix`, `_(":")`): its own zh-Hans
 # catalog keeps the ASCII colon; ours, first in LOCALE_PATHS, gives Chinese labels the full-width one.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django.utils.translation import gettext_lazy as _
@@ -170,6 +172,16 @@ class ModelRouteSerializer(ModelSerializer):
             "enabled",
         ]
         read_only_fields = ["discovered_context_window"]
+
+    def to_internal_value(self, data: Any) -> Any:
+        # `upstream_id` is what a GET shows, so a script writes it back: sent alone it would be dropped
+        # silently (read-only) and the route would ask the upstream for the public name instead.
+        # Sent with `upstream_model` (a GET's body sent back), `upstream_model` is the one that counts.
+        if isinstance(data, dict) and "upstream_id" in data and "upstream_model" not in data:
+            raise serializers.ValidationError(
+                {"upstream_id": [_("Read-only: the id the upstream is asked for is set as upstream_model.")]}
+            )
+        return super().to_internal_value(data)
 
 
 def response_cold_windows(serializer: serializers.Field) -> dict[str, int]:

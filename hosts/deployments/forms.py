@@ -9,6 +9,8 @@ from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from portal.forms import ModelMultipleChoiceField
+
 from .. import backends
 from ..choices import Backend
 from ..models import Deployment, Host
@@ -78,7 +80,7 @@ class DeploymentForm(forms.Form):
         required=False,
         help_text=_("Further arguments, one token per line (e.g. --trust-remote-code)."),
     )
-    worker_hosts = forms.ModelMultipleChoiceField(
+    worker_hosts = ModelMultipleChoiceField(
         queryset=Host.objects.none(),
         required=False,
         widget=forms.CheckboxSelectMultiple,

@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_GET, require_POST
 
+from portal.forms import pk_from
 from portal.permissions import AdminRequiredMixin
 from portal.ui import ConfirmView, FilteredListView, ObjectDeleteView, ObjectFormView, names
 
@@ -83,8 +84,9 @@ def deployment_fit_preview(request: AuthenticatedHttpRequest, host_pk: int) -> H
     """The deploy form's live estimate: htmx posts the form here as its options change."""
     host = get_object_or_404(Host, pk=host_pk)
     instance = None
-    if request.GET.get("deployment", "").isdigit():
-        instance = get_object_or_404(Deployment, pk=int(request.GET["deployment"]), host=host)
+    deployment_pk = pk_from(request.GET.get("deployment", ""))
+    if deployment_pk is not None:
+        instance = get_object_or_404(Deployment, pk=deployment_pk, host=host)
     form = DeploymentForm(request.POST, host=host, instance=instance)
     context: dict[str, Any] = {"host": host, "form": form}
     if form.is_valid():

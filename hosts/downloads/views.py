@@ -16,6 +16,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods
 
+from portal.forms import pk_from
+
 from ..models import Host
 from ..remote import ssh
 from ..views import admin_required
@@ -65,8 +67,9 @@ def download_create(request: AuthenticatedHttpRequest, host_pk: int) -> HttpResp
 @require_GET
 def download_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     downloads = ModelDownload.objects.select_related("host").all()
-    if request.GET.get("host", "").isdigit():
-        downloads = downloads.filter(host_id=int(request.GET["host"]))
+    host_pk = pk_from(request.GET.get("host", ""))
+    if host_pk is not None:
+        downloads = downloads.filter(host_id=host_pk)
     return render(request, "hosts/downloads/list.html", {"downloads": downloads[:200]})
 
 

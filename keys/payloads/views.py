@@ -14,6 +14,7 @@ from django.utils.translation import gettext_lazy as _
 from django.views import View
 
 from keys.models import PayloadLogging, RequestPayload
+from portal.forms import pk_from
 from portal.permissions import AdminRequiredMixin
 from portal.ui import ObjectDeleteView, sort_queryset
 
@@ -65,10 +66,10 @@ class RequestLogListView(AdminRequiredMixin, View):
         key = find_key(request.POST.get("key", ""))
         if key is not None:
             instance = PayloadLogging.objects.filter(key=key).first()
-        elif request.POST.get("user", "").isdigit():  # (anything else is the form's field error)
-            instance = PayloadLogging.objects.filter(user_id=request.POST["user"]).first()
-        elif request.POST.get("team", "").isdigit():
-            instance = PayloadLogging.objects.filter(team_id=request.POST["team"]).first()
+        elif (user_pk := pk_from(request.POST.get("user", ""))) is not None:  # (else the form's field error)
+            instance = PayloadLogging.objects.filter(user_id=user_pk).first()
+        elif (team_pk := pk_from(request.POST.get("team", ""))) is not None:
+            instance = PayloadLogging.objects.filter(team_id=team_pk).first()
         form = PayloadLoggingForm(request.POST, instance=instance)
         if not form.is_valid():
             return self.get(request, form)

@@ -16,6 +16,7 @@ from django.views.generic import TemplateView
 from channels.models import Channel
 from keys.models import UsageRecord
 from keys.usage.api.serializers import UsageRecordSerializer
+from portal.forms import pk_from
 from portal.permissions import is_admin
 from portal.public import public_url
 
@@ -153,8 +154,9 @@ class PlaygroundView(LoginRequiredMixin, TemplateView):
         key = playground_key(user)  # type: ignore[arg-type]
         admin = is_admin(user)
         channel = None
-        if admin and self.request.GET.get("channel", "").isdigit():
-            channel = Channel.objects.filter(pk=int(self.request.GET["channel"])).first()
+        channel_pk = pk_from(self.request.GET.get("channel", ""))
+        if admin and channel_pk is not None:
+            channel = Channel.objects.filter(pk=channel_pk).first()
         context.update(
             key=key,
             key_url=reverse("key_detail", args=[key.pk]),

@@ -108,6 +108,8 @@ CASES = [
     ("admin", "patch", "/api/models/{model}/", {"routes": [{"channel": "vllm-a", "context_window": HUGE}]}, "routes"),
     ("admin", "patch", "/api/models/{model}/", {"routes": [{"upstream_model": "zzz"}]}, "routes"),
     ("admin", "post", "/api/models/", {"name": "m1", "routes": [{"upstream_model": "zzz"}]}, "routes"),
+    # upstream_id is what a GET shows: sent alone, it was dropped and the route asked for the public name
+    ("admin", "post", "/api/models/", {"name": "m", "routes": [{"channel": "vllm-a", "upstream_id": "Q"}]}, "routes"),
     # keys
     ("alice", "post", "/api/keys/", {"name": "k", "expires_at": PAST}, "expires_at"),
     ("alice", "post", "/api/keys/", {"name": "k", "expires_at": "next tuesday"}, "expires_at"),
@@ -291,3 +293,16 @@ def test_an_unknown_api_path_is_a_json_404_and_a_page_stays_a_page(admin_api, me
 
     page = admin_api.get("/no-such-page/")
     assert page.status_code == 404 and page["Content-Type"].startswith("text/html")
+
+
+def test_a_model_read_and_sent_back_whole_keeps_its_routes(world, admin_api):
+    """A GET's body (read-only fields and `upstream_id` included) sent back with PUT is accepted, and
+    `upstream_model` is the id that counts."""
+    url = f"/api/models/{world['model']}/"
+    body = admin_api.get(url).json()
+    assert body["routes"], body
+    body["routes"][0]["upstream_model"] = "Qwen/Qwen3-32B-AWQ"
+    response = admin_api.put(url, body, format="json")
+    assert response.status_code == 200, response.json()
+    assert response.json()["routes"][0]["upstream_id"] == "Qwen/Qwen3-32B-AWQ"
+    assert ModelRoute.objects.get(pk=body["routes"][0]["id"]).upstream_model == "Qwen/Qwen3-32B-AWQ"

@@ -198,3 +198,11 @@ def test_a_budget_on_someone_whose_models_have_no_price_says_which_ones_stop_wor
         reverse("budget_list"), {"target": f"user:{alice.pk}", "window": "day", "amount": "6"}, follow=True
     ).content.decode()
     assert "Budget saved." in again and "cannot use these models" not in again
+
+
+def test_a_budget_posted_without_a_window_is_monthly(admin, alice):
+    """`window` is optional in the schema (default month): leaving it out was a 500 (KeyError)."""
+    response = api(admin).post("/api/budgets/", {"user": alice.pk, "amount": "5"}, format="json")
+    assert response.status_code == 201, response.content[:300]
+    assert response.json()["window"] == "month"
+    assert Budget.objects.get(user=alice).window == "month"

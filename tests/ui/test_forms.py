@@ -605,3 +605,42 @@ def test_base_url_preview_says_what_will_be_stored(admin_client, client, alice):
     assert admin_client.get(url).content == b""
     client.force_login(alice)
     assert client.get(url, {"base_url": "https://x"}).status_code == 403
+
+
+# --- ids typed or edited by hand --------------------------------------------------------------
+
+HUGE_ID = "9" * 23  # past any primary key: SQLite's driver raised OverflowError in the lookup
+NOT_AN_INT = "²"  # `str.isdigit()` says yes, `int()` says no
+
+
+@pytest.mark.parametrize("value", [HUGE_ID, NOT_AN_INT])
+@pytest.mark.parametrize("page", ["download_list:host", "key_create:owner", "playground:channel"])
+def test_an_id_in_the_address_that_is_no_id_is_ignored(admin_client, page, value):
+    name, parameter = page.split(":")
+    response = admin_client.get(reverse(name), {parameter: value})
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize("value", [HUGE_ID, NOT_AN_INT])
+def test_an_unknown_model_id_in_the_key_form_is_a_field_error(alice_client, alice, value):
+    response = key_post(alice_client, owner=alice.pk, allowed_models=[value])
+    assert response.status_code == 400
+    assert "Unknown model" in " ".join(field_errors(response, "allowed_models"))
+    assert not Key.objects.exists()
+
+
+@pytest.mark.parametrize("value", [HUGE_ID, NOT_AN_INT])
+def test_an_unknown_model_id_in_the_team_and_user_forms_is_a_field_error(admin_client, team, alice, value):
+    for url in (reverse("team_edit", args=[team.pk]), reverse("user_edit", args=[alice.pk])):
+        page = admin_client.get(url)
+        data = {k: v for k, v in page.context["form"].initial.items() if v is not None and not isinstance(v, list)}
+        response = admin_client.post(url, {**data, "allowed_models": [value]})
+        assert response.status_code == 400, url
+        assert field_errors(response, "allowed_models"), url
+
+
+@pytest.mark.parametrize("value", [HUGE_ID, NOT_AN_INT])
+def test_a_payload_logging_policy_for_an_unknown_user_is_a_field_error(admin_client, value):
+    response = admin_client.post(reverse("request_log_list"), {"user": value, "enabled": "on", "retention_days": "7"})
+    assert response.status_code == 400
+    assert field_errors(response, "user")

@@ -29,7 +29,7 @@ def _save(editor: Any, target: Any, data: dict[str, Any], *, replace: bool) -> B
         return save_budget(
             editor=editor,
             target=target,
-            window=data["window"],
+            window=data.get("window", Budget._meta.get_field("window").default),  # the model's default: month
             amount=data["amount"],
             alert_percent=data.get("alert_percent"),
             replace=replace,
