@@ -8,7 +8,7 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from keys.models import Key, PayloadLogging
-from portal.forms import FIELD_LABELS, DatalistInput
+from portal.forms import FIELD_LABELS, DatalistInput, pk_from
 
 KEY_OPTIONS = 1000  # suggestions in the key picker's datalist; any other key can still be typed
 
@@ -32,8 +32,9 @@ def find_key(text: str) -> Key | None:
         return None
     token = text.split(" ", 1)[0]
     keys = Key.objects.select_related("owner")
-    if token.isdigit():
-        return keys.filter(pk=int(token)).first()
+    if token.isdigit():  # an id ("²" too, which is none)
+        pk = pk_from(token)
+        return keys.filter(pk=pk).first() if pk is not None else None
     if "…" in token:
         prefix, last_four = token.split("…", 1)
         return keys.filter(prefix=prefix, last_four=last_four[:4]).order_by("-created").first()

@@ -644,3 +644,10 @@ def test_a_payload_logging_policy_for_an_unknown_user_is_a_field_error(admin_cli
     response = admin_client.post(reverse("request_log_list"), {"user": value, "enabled": "on", "retention_days": "7"})
     assert response.status_code == 400
     assert field_errors(response, "user")
+
+
+@pytest.mark.parametrize("value", [HUGE_ID, NOT_AN_INT])
+def test_request_logs_filtered_by_a_key_that_is_no_id_find_none(admin_client, value):
+    response = admin_client.get(reverse("request_log_list"), {"key": value})
+    assert response.status_code == 200
+    assert list(response.context["payloads"]) == []

@@ -20,12 +20,14 @@ class Command(BaseCommand):
 
     def handle(self, *args, once: bool, channel: list[str], interval: int | None, **options):
         from channels.models import Channel
+        from portal.forms import pk_from
 
         ids = None
         if channel:
             ids = []
             for ref in channel:
-                ch = Channel.objects.filter(pk=int(ref)).first() if ref.isdigit() else None
+                pk = pk_from(ref)
+                ch = Channel.objects.filter(pk=pk).first() if pk is not None else None
                 ch = ch or Channel.objects.filter(name=ref).first()
                 if ch is None:
                     raise CommandError(f"No channel named {ref!r}.")
