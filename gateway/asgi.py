@@ -142,8 +142,13 @@ class RouteTable:
             path = "/v1" + path[3:]
         if path == "/v1" or path.startswith("/v1/"):
             sub = path[3:]
-            while sub == "/v1" or sub.startswith("/v1/"):
-                sub = sub[3:]
+            while True:  # "/v1/" joined with "/chat/…" (a base URL ending in "/"), and "/v1/v1/…"
+                if sub[:2] == "//":
+                    sub = "/" + sub.lstrip("/")
+                if sub == "/v1" or sub.startswith("/v1/"):
+                    sub = sub[3:]
+                    continue
+                break
             if len(sub) > 1 and sub.endswith("/"):
                 sub = sub.rstrip("/")
             handler = self.v1.get((method, sub))

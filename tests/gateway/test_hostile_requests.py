@@ -145,12 +145,17 @@ def test_a_compressed_body_is_a_415_saying_so(setup, gateway_url, upstream, path
     assert upstream.requests == []
 
 
-@pytest.mark.parametrize("path", ["//v1/chat/completions", "///v1/chat/completions", "//chat/completions"])
+@pytest.mark.parametrize(
+    "path", ["//v1/chat/completions", "///v1/chat/completions", "//chat/completions", "/v1//chat/completions"]
+)
 def test_a_doubled_leading_slash_is_the_path_meant(setup, gateway_url, path):
-    """A base URL ending in "/" joined with "/v1/…": Django's HTML 404 page before."""
+    """A base URL ending in "/" joined with "/v1/…" (Django's HTML 404 page before), or a ".../v1/"
+    base URL joined with "/chat/completions" (the gateway's 404 before)."""
     r = post(gateway_url, setup.plaintext, path, body=GOOD["/v1/chat/completions"])
     assert r.status_code == 200 and r.json()["object"] == "chat.completion", r.text
-    models = httpx.get(gateway_url + "//v1/models", headers={"Authorization": f"Bearer {setup.plaintext}"}, timeout=30)
+    # (a bare GET /models is the portal's, not the gateway's)
+    models_path = {"//chat/completions": "/v1//models"}.get(path, path.replace("/chat/completions", "/models"))
+    models = httpx.get(gateway_url + models_path, headers={"Authorization": f"Bearer {setup.plaintext}"}, timeout=30)
     assert [m["id"] for m in models.json()["data"]] == ["qwen3-32b"]
 
 
