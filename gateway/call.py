@@ -40,7 +40,15 @@ from .breaker import breakers
 from .cache import KeyInfo, ModelInfo, RouteInfo
 from .catalog import Selection
 from .chunks import DONE, ChatAssembly, event_data
-from .errors import REDACTED, TIMEOUT_SETTINGS, Attempt, Failure, GatewayError, UpstreamStreamError
+from .errors import (
+    REDACTED,
+    TIMEOUT_SETTINGS,
+    Attempt,
+    Failure,
+    GatewayError,
+    UpstreamStreamError,
+    context_overflow,
+)
 from .http import Request, send_bytes
 from .limits import Admission
 from .ondemand import ended as ondemand_ended
@@ -406,7 +414,10 @@ async def send_upstream(
     attempts: list[Attempt] = []
     failed: list[tuple[int, GatewayError]] = []  # each failed attempt's error, by how much it tells (`telling`)
     loop = asyncio.get_running_loop()
+    overflowed = 0  # the largest window a server said the request does not fit (routes no larger are skipped)
     for route in plan.routes:
+        if overflowed and route.context_window is not None and route.context_window <= overflowed:
+            continue
         out = plan.outgoing(route)
         out.payload["model"] = route.upstream_id
         assemble = out.assemble
@@ -494,6 +505,16 @@ async def send_upstream(
             resp.release()
             if status >= 400:  # a client error passes through to the client (`_relay_json`)
                 body = without_credentials(body, route)
+                overflow = context_overflow(status, body, max_tokens=_requested_output(out.payload))
+                if overflow is not None:
+                    # The server counted the prompt past its window (the gateway's count is an
+                    # estimate): a route with a larger window may take it; else the client gets the
+                    # error coding clients compact the conversation on. The channel answered.
+                    answered(route, status, (time.perf_counter() - started) * 1000)
+                    overflowed = max(overflowed, overflow.window or route.context_window or 0)
+                    attempts.append(Attempt(route.channel_id, route.channel_name, Failure.CONTEXT_LENGTH))
+                    failed.append((telling(Failure.CONTEXT_LENGTH), overflow))
+                    continue
             elif status < 300 and (failure := _not_an_answer(body, ctype, stream=stream)) is not None:
                 raise UpstreamStreamError(failure)
             ttfb = (time.perf_counter() - started) * 1000
@@ -570,6 +591,14 @@ def answered(route: RouteInfo, status: int, ttfb_ms: float) -> None:
     passive.report(route.channel_id, True, status=status, ttft_ms=ttfb_ms)
     if breakers.open:
         breakers.answered(route.channel_id)
+
+
+def _requested_output(payload: dict[str, Any]) -> object:
+    """The output the upstream was asked for, whichever name the surface gave it."""
+    for name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+        if payload.get(name) is not None:
+            return payload[name]
+    return None
 
 
 def telling(kind: Failure) -> int:

@@ -27,6 +27,7 @@ from keys.usage import explanation as lines
 from . import balance
 from .breaker import breakers
 from .cache import Catalog, KeyInfo, ModelInfo, RouteInfo, normalize_model_name
+from .errors import ContextOverflow
 from .http import GatewayError
 
 RouteFilter = Callable[[RouteInfo], str | None]  # why the route is dropped, or None to keep it
@@ -230,11 +231,12 @@ def _nothing_fits(
         else:
             counted = f"the prompt alone, ≈{prompt:,} estimated; no max_tokens was sent"
             advice = "Shorten the conversation."
-        err = GatewayError(
-            400,
+        err = ContextOverflow(
             f"This request needs about {need:,} tokens ({counted}), more than the model "
             f"'{model.name}' can serve{where}: its largest context window is {largest:,} tokens. {advice}",
-            code="context_length_exceeded",
+            prompt_tokens=prompt,
+            window=largest,
+            max_tokens=min(output, need - prompt) if output else None,
         )
     elif external:
         whose = "this key is" if key_local else f"'{model.name}' is"

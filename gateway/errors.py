@@ -7,6 +7,7 @@ from __future__ import annotations
 import enum
 import itertools
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,7 @@ class Failure(enum.StrEnum):
     PROTOCOL = "protocol"  # the connection broke or the answer made no sense
     STREAM_ERROR = "stream_error"  # the upstream sent an error event mid-stream
     TRUNCATED = "truncated"  # the stream ended before its own last event (message_stop, response.completed)
+    CONTEXT_LENGTH = "context_length"  # the server counted the prompt past the route's window (a larger one may fit)
 
 
 # A request's record when the gateway's shutdown cut it (its grace ended first).
@@ -123,3 +125,103 @@ class GatewayError(Exception):
 
     def body(self) -> bytes:
         return orjson.dumps(self.payload())
+
+
+class ContextOverflow(GatewayError):
+    """The prompt does not fit the model's window, as OpenAI says it (`context_length_exceeded`):
+    what coding clients look for to compact the conversation and try again. Anthropic's clients
+    look for "prompt is too long" (`anthropic_message`)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        prompt_tokens: int | None = None,
+        window: int | None = None,
+        max_tokens: int | None = None,
+    ) -> None:
+        super().__init__(400, message, code="context_length_exceeded", param="messages")
+        self.prompt_tokens = prompt_tokens
+        self.window = window
+        self.max_tokens = max_tokens
+
+    def anthropic_message(self) -> str:
+        """Anthropic's own words for the two cases (Claude Code reads the figures of the second to
+        lower its max_tokens and try again)."""
+        prompt, window, output = self.prompt_tokens, self.window, self.max_tokens
+        if prompt is not None and window is not None:
+            if prompt >= window:
+                return f"prompt is too long: {prompt} tokens > {window} maximum"
+            if output is not None:
+                return (
+                    f"input length and `max_tokens` exceed context limit: {prompt} + {output} > {window}, "
+                    "decrease input length or `max_tokens` and try again"
+                )
+        return f"prompt is too long: {self.message}"
+
+
+# How model servers say a prompt does not fit (llama.cpp, vLLM's releases, SGLang, OpenAI, Anthropic):
+# a type or a code where they have one, else their words; then the figures their words carry.
+_OVERFLOW_WORDS = re.compile(
+    r"context length|context size|context window|maximum model length|prompt is too long"
+    r"|input length and `max_tokens` exceed",
+    re.IGNORECASE,
+)
+_WINDOW_FIGURES = re.compile(
+    r"maximum context length is (\d+)|context length \((\d+) tokens\)|maximum model length of (\d+)"
+    r"|context size \((\d+) tokens\)|tokens > (\d+) maximum",
+    re.IGNORECASE,
+)
+_PROMPT_FIGURES = re.compile(
+    r"prompt is too long: (\d+) tokens|input \((\d+) tokens\)|prompt \(length (\d+)\)|request \((\d+) tokens\)"
+    r"|\((\d+) in the messages|messages resulted in (\d+) tokens|request has (\d+) input tokens",
+    re.IGNORECASE,
+)
+
+
+def _figure(pattern: re.Pattern[str], text: str) -> int | None:
+    found = pattern.search(text)
+    return int(next(g for g in found.groups() if g is not None)) if found else None
+
+
+def context_overflow(status: int, body: bytes, *, max_tokens: object = None) -> ContextOverflow | None:
+    """An upstream's 400 (or 413) saying the request does not fit the model's window, as our error;
+    None for any other answer. The server's count is the one that matters (the gateway's is an
+    estimate): it is in the message when the server gave it."""
+    if status not in (400, 413):
+        return None
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    err = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(err, dict):
+        return None
+    said = err.get("message")
+    said = said[:300] if isinstance(said, str) else ""
+    if not (
+        err.get("type") == "exceed_context_size_error"  # llama.cpp
+        or err.get("code") == "context_length_exceeded"  # OpenAI, and servers that copy it
+        or _OVERFLOW_WORDS.search(said)
+    ):
+        return None
+    prompt, window = err.get("n_prompt_tokens"), err.get("n_ctx")  # llama.cpp's figures
+    if not isinstance(prompt, int) or isinstance(prompt, bool):
+        prompt = _figure(_PROMPT_FIGURES, said)
+    if not isinstance(window, int) or isinstance(window, bool):
+        window = _figure(_WINDOW_FIGURES, said)
+    if window is None:
+        message = f"The request exceeds the model's maximum context length: {said or 'no details'}"
+    elif prompt is None:
+        message = (
+            f"This model's maximum context length is {window} tokens and the request does not fit "
+            f"({said}). Shorten the conversation or lower max_tokens."
+        )
+    else:
+        fits = "; lower max_tokens or shorten the conversation." if prompt < window else ". Shorten the conversation."
+        message = (
+            f"This model's maximum context length is {window} tokens; the prompt is {prompt} tokens "
+            f"(the model server's count){fits}"
+        )
+    output = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else None
+    return ContextOverflow(message, prompt_tokens=prompt, window=window, max_tokens=output)

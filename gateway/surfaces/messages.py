@@ -23,6 +23,7 @@ from gateway.auth import authenticate
 from gateway.cache import RouteInfo, snapshot
 from gateway.call import TOKENIZE_TIMEOUT, Call, Outgoing, Plan, UpstreamResponse, opened, recount, tokenize
 from gateway.catalog import resolve_model, select_routes
+from gateway.errors import ContextOverflow
 from gateway.http import GatewayError, Request, send_bytes, send_json
 from gateway.native import MessagesReader, anthropic_usage
 from gateway.state import process
@@ -51,7 +52,9 @@ async def send_anthropic_error(req: Request, exc: GatewayError) -> None:
     if call is not None:
         call.fail(exc)
     status = exc.status
-    body = orjson.dumps(anthropic_response.error_body(status, exc.message))
+    # A prompt past the window in Anthropic's words, which Claude Code compacts on (or lowers its max_tokens).
+    message = exc.anthropic_message() if isinstance(exc, ContextOverflow) else exc.message
+    body = orjson.dumps(anthropic_response.error_body(status, message))
     await send_bytes(req.send, status, body, exc.headers)
 
 

@@ -325,13 +325,16 @@ class FakeUpstream:
                 status=400,
             )
         prompt = _words(body.get("messages"))
-        if prompt > self.max_model_len:
+        if prompt > self.max_model_len:  # llama.cpp's refusal, with its figures
             return web.json_response(
                 {
                     "error": {
                         "code": 400,
+                        "message": f"request ({prompt} tokens) exceeds the available context size "
+                        f"({self.max_model_len} tokens), try increasing it",
                         "type": "exceed_context_size_error",
-                        "message": "the request exceeds the available context size",
+                        "n_prompt_tokens": prompt,
+                        "n_ctx": self.max_model_len,
                     }
                 },
                 status=400,

@@ -233,10 +233,19 @@ def test_invalid_json_and_missing_model_are_400(setup, gateway_url):
 
 
 def test_upstream_client_error_passes_through_as_is(setup, gateway_url, upstream):
-    upstream.max_model_len = 3
+    upstream.behave(mode="status", status=400, error_type="BadRequestError", error_message="n must be at most 8")
+    r = post(gateway_url, setup.plaintext, body={**CHAT, "n": 9})
+    assert r.status_code == 400
+    assert r.json()["error"] == {"message": "n must be at most 8", "type": "BadRequestError", "code": 400}
+
+
+def test_llamacpps_refusal_of_a_prompt_past_its_window_is_openais_code(setup, gateway_url, upstream):
+    upstream.max_model_len = 3  # the fake answers as llama.cpp does: `exceed_context_size_error` with its figures
     r = post(gateway_url, setup.plaintext, body={**CHAT, "messages": [{"role": "user", "content": "a b c d e"}]})
     assert r.status_code == 400
-    assert r.json()["error"]["type"] == "exceed_context_size_error"
+    error = r.json()["error"]
+    assert (error["code"], error["type"]) == ("context_length_exceeded", "invalid_request_error")
+    assert error["message"].startswith("This model's maximum context length is 3 tokens; the prompt is ")
 
 
 def test_non_gateway_paths_still_reach_django(setup, gateway_url):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+
+import anthropic
 import httpx
 import openai
 import pytest
@@ -98,7 +101,7 @@ def test_a_prompt_beyond_the_discovered_window_is_refused_before_llamacpp(llama_
 
 
 def test_exceeding_an_unknown_window_is_a_clean_400_from_llamacpp(llama_key, client):
-    """Where the gateway does not know the window, llama.cpp's own refusal passes through."""
+    """Where the gateway does not know the window, llama.cpp's refusal is OpenAI's error for it."""
     ModelRoute.objects.filter(model__name="tiny-chat").update(context_window=None, discovered_context_window=None)
     Model.objects.get(name="tiny-chat").save()  # reload the gateway's catalog
     with pytest.raises(openai.BadRequestError) as caught:
@@ -107,8 +110,7 @@ def test_exceeding_an_unknown_window_is_a_clean_400_from_llamacpp(llama_key, cli
         )
     body = caught.value.body
     assert caught.value.status_code == 400
-    assert "context" in str(body).lower()
-    assert "exceed_context_size_error" in str(caught.value.response.json())
+    assert body["code"] == "context_length_exceeded" and "maximum context length is" in body["message"]
 
 
 def test_models_show_the_servers_context_window(llama, client):
@@ -165,3 +167,25 @@ def test_a_newcomers_first_call_without_max_tokens_on_a_512_token_model_answers(
     assert reply.choices[0].finish_reason in ("stop", "length") and reply.usage.completion_tokens > 0
     record = wait_for(lambda: UsageRecord.objects.filter(key=key).first())
     assert record.http_status == 200 and record.status == "ok"
+
+
+def test_a_prompt_the_server_counts_past_its_window_is_the_error_clients_compact_on(llama_key, client, gateway_url):
+    """The gateway's estimate (≈4 characters a token) let the prompt through; this model's tokenizer
+    counts several times more, and llama.cpp refused it in its own words (`exceed_context_size_error`),
+    which no coding client recognises: it got no chance to compact the conversation and try again."""
+    text = "hello world " * 40  # ≈120 tokens by the gateway's estimate, more than the window by the server's
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="tiny-chat", messages=[{"role": "user", "content": text}], max_tokens=4)
+    error = caught.value.body
+    assert error["code"] == "context_length_exceeded", error
+    said = re.match(
+        r"This model's maximum context length is (\d+) tokens; the prompt is (\d+) tokens",
+        error["message"],
+    )
+    assert said and int(said[1]) <= CTX < int(said[2]), error["message"]
+
+    messages = anthropic.Anthropic(base_url=gateway_url, api_key=llama_key[1], max_retries=0)
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        messages.messages.create(model="tiny-chat", max_tokens=4, messages=[{"role": "user", "content": text}])
+    message = caught.value.body["error"]["message"]
+    assert re.fullmatch(rf"prompt is too long: \d+ tokens > {said[1]} maximum", message), message

@@ -4,6 +4,7 @@ and an external cloud channel (131,072)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import httpx
@@ -148,7 +149,12 @@ def test_the_400_has_the_anthropic_shape_on_messages(rig, gateway_url):
     assert r.status_code == 400
     data = r.json()
     assert data["type"] == "error" and data["error"]["type"] == "invalid_request_error"
-    assert "131,072" in data["error"]["message"]
+    # Anthropic's words, whose figures Claude Code reads to lower its max_tokens and try again
+    assert re.fullmatch(
+        r"input length and `max_tokens` exceed context limit: \d+ \+ 200000 > 131072, "
+        r"decrease input length or `max_tokens` and try again",
+        data["error"]["message"],
+    ), data
 
 
 def test_models_lists_the_alias_with_the_largest_window_it_serves(rig, gateway_url):

@@ -351,13 +351,13 @@ def test_count_tokens_checks_the_model_like_create(setup, client):
 
 
 def test_an_upstream_client_error_is_relayed_in_anthropic_shape(setup, client, upstream):
-    upstream.enqueue(mode="status", status=400, error_message="the request exceeds the available context size")
+    upstream.enqueue(mode="status", status=400, error_message="tools[0].function.name must not be empty")
     with pytest.raises(anthropic.BadRequestError) as caught:
         with client.messages.stream(model="qwen3-32b", max_tokens=5, messages=[{"role": "user", "content": "x"}]) as s:
             s.get_final_message()
     assert caught.value.body["error"] == {
         "type": "invalid_request_error",
-        "message": "the request exceeds the available context size",
+        "message": "tools[0].function.name must not be empty",
     }
     (record,) = record_for(setup.key)
     assert record.http_status == 400 and record.surface == "messages"

@@ -186,10 +186,10 @@ def test_a_websocket_handshake_is_refused_at_once(setup, gateway_url):
 
 
 def test_an_upstream_client_error_is_relayed_in_openai_shape(setup, client, upstream):
-    upstream.enqueue(mode="status", status=400, error_message="the request exceeds the available context size")
+    upstream.enqueue(mode="status", status=400, error_message="tools[0].function.name must not be empty")
     with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(model="qwen3-32b", input="x", stream=True)
-    assert caught.value.body["message"] == "the request exceeds the available context size"
+    assert caught.value.body["message"] == "tools[0].function.name must not be empty"
     (record,) = record_for(setup.key)
     assert record.http_status == 400 and record.surface == "responses"
 
