@@ -48,6 +48,7 @@ from .errors import (
     GatewayError,
     UpstreamStreamError,
     context_overflow,
+    router_not_found,
 )
 from .http import Request, send_bytes
 from .limits import Admission
@@ -505,6 +506,13 @@ async def send_upstream(
             resp.release()
             if status >= 400:  # a client error passes through to the client (`_relay_json`)
                 body = without_credentials(body, route)
+                if status == 400 and route.kind == "llamacpp" and router_not_found(body):
+                    # A llama.cpp router without the route's model: as vLLM's 404 (`Failure.NOT_SERVED`),
+                    # the model's next channel may serve it, and the channel's other models answer.
+                    attempts.append(Attempt(route.channel_id, route.channel_name, Failure.NOT_SERVED, status))
+                    err = GatewayError(404, "The upstream answered 400: model not found", code="upstream_not_found")
+                    failed.append((telling(Failure.NOT_SERVED), err))
+                    continue
                 overflow = context_overflow(status, body, max_tokens=_requested_output(out.payload))
                 if overflow is not None:
                     # The server counted the prompt past its window (the gateway's count is an

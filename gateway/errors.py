@@ -179,6 +179,17 @@ _PROMPT_FIGURES = re.compile(
 )
 
 
+def router_not_found(body: bytes) -> bool:
+    """llama.cpp's router mode (`--models-preset`) refusing a model it does not have: a 400 where vLLM
+    answers 404 (ggml-org/llama.cpp#17968). Its exact words, so no other 400 is taken for it."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    err = data.get("error") if isinstance(data, dict) else None
+    return isinstance(err, dict) and err.get("message") == "model not found"
+
+
 def _figure(pattern: re.Pattern[str], text: str) -> int | None:
     found = pattern.search(text)
     return int(next(g for g in found.groups() if g is not None)) if found else None

@@ -278,3 +278,30 @@ def test_a_route_whose_model_the_server_does_not_serve_fails_over_without_harmin
             client.chat.completions.create(**CHAT, stream=stream, max_tokens=4)
         error = caught.value.body
         assert error["code"] == "upstream_not_found" and "`fake-model` does not exist" in error["message"]
+
+
+def test_a_llamacpp_router_without_the_model_fails_over_as_a_404_does(setup, gateway_url, upstream, backup):
+    """llama.cpp's router mode refuses a model it does not have with a 400 (ggml-org/llama.cpp#17968),
+    which went to the client although another channel served the model."""
+    setup.channel.kind = "llamacpp"
+    setup.channel.save()
+    retry_locked(passive.collect)
+    upstream.behave(mode="status", status=400, error_type="invalid_request_error", error_message="model not found")
+    client = openai.OpenAI(base_url=gateway_url + "/v1", api_key=setup.plaintext, max_retries=0)
+    reply = client.chat.completions.create(**CHAT, max_tokens=4)
+    assert reply.choices[0].message.content.startswith("tok0")
+    assert len(upstream.requests) == 1 and len(backup.requests) == 1
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert record.channel_id == backup.channel.id
+    assert "failover after 400 from primary" in record.route_explanation
+    assert setup.channel.id not in passive.collect()
+
+    backup.channel.delete()
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.chat.completions.create(**CHAT, max_tokens=4)
+    assert caught.value.body["code"] == "upstream_not_found"
+
+    upstream.behave(mode="status", status=400, error_type="invalid_request_error", error_message="bad grammar")
+    with pytest.raises(openai.BadRequestError) as caught:  # any other 400 is the request's, as it was
+        client.chat.completions.create(**CHAT, max_tokens=4)
+    assert caught.value.body["message"] == "bad grammar"
