@@ -206,6 +206,8 @@ def context_overflow(status: int, body: bytes, *, max_tokens: object = None) -> 
     except orjson.JSONDecodeError:
         return None
     err = data.get("error") if isinstance(data, dict) else None
+    if isinstance(data, dict) and data.get("object") == "error":  # vLLM before 0.10: the error at the top
+        err = data
     if not isinstance(err, dict):
         return None
     said = err.get("message")

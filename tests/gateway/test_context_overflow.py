@@ -7,9 +7,11 @@ import re
 
 import anthropic
 import openai
+import orjson
 import pytest
 
 from channels.health import passive
+from gateway.errors import context_overflow
 from keys.models import UsageRecord
 from tests.fakes.upstream import FakeUpstream
 from tests.gateway.conftest import UPSTREAM_KEY, add_channel, retry_locked, wait_for
@@ -117,3 +119,95 @@ def test_responses_clients_get_openais_code(setup, gateway_url, upstream):
     with pytest.raises(openai.BadRequestError) as caught:
         openai_client(setup, gateway_url).responses.create(model="qwen3-32b", input="hi", stream=True)
     assert caught.value.body["code"] == "context_length_exceeded"
+
+
+ANTHROPIC = {
+    "type": "error",
+    "error": {"type": "invalid_request_error", "message": "prompt is too long: 210000 tokens > 200000 maximum"},
+}
+
+
+@pytest.mark.parametrize(
+    ("said", "figures"),
+    [
+        (  # llama.cpp
+            {
+                "error": {
+                    "code": 400,
+                    "message": "request (1625 tokens) exceeds the available context size (512 tokens), "
+                    "try increasing it",
+                    "type": "exceed_context_size_error",
+                    "n_prompt_tokens": 1625,
+                    "n_ctx": 512,
+                }
+            },
+            (1625, 512),
+        ),
+        (  # vLLM before 0.10: the error object at the top
+            {
+                "object": "error",
+                "message": "This model's maximum context length is 4096 tokens. However, you requested "
+                "5000 tokens (4900 in the messages, 100 in the completion). Please reduce the length of the "
+                "messages or "
+                "completion.",
+                "type": "BadRequestError",
+                "param": None,
+                "code": 400,
+            },
+            (4900, 4096),
+        ),
+        (  # vLLM's V1 engine
+            {
+                "error": {
+                    "message": "The decoder prompt (length 5000) is longer than the maximum model length of 4096. "
+                    "Make sure that `max_model_len` is no smaller than the number of text tokens.",
+                    "type": "BadRequestError",
+                    "param": None,
+                    "code": 400,
+                }
+            },
+            (5000, 4096),
+        ),
+        (  # SGLang
+            {
+                "object": "error",
+                "message": "The input (5000 tokens) is longer than the model's context length (4096 tokens).",
+                "type": "BadRequestError",
+                "param": None,
+                "code": 400,
+            },
+            (5000, 4096),
+        ),
+        (  # OpenAI
+            {
+                "error": {
+                    "message": "This model's maximum context length is 128000 tokens. However, your messages "
+                    "resulted in 130000 tokens. Please reduce the length of the messages.",
+                    "type": "invalid_request_error",
+                    "param": "messages",
+                    "code": "context_length_exceeded",
+                }
+            },
+            (130000, 128000),
+        ),
+        (ANTHROPIC, (210000, 200000)),
+    ],
+    ids=["llama.cpp", "vllm-0.8", "vllm-v1", "sglang", "openai", "anthropic"],
+)
+def test_each_servers_words_are_read_with_their_figures(said, figures):
+    overflow = context_overflow(400, orjson.dumps(said))
+    assert overflow is not None and (overflow.prompt_tokens, overflow.window) == figures
+    assert overflow.code == "context_length_exceeded" and overflow.status == 400
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (400, {"error": {"message": "temperature must be non-negative", "type": "BadRequestError", "code": 400}}),
+        (400, {"object": "error", "message": "n must be 1 when stream is set", "type": "BadRequestError", "code": 400}),
+        (500, ANTHROPIC),  # a server error is never the request's size
+        (400, ["context length"]),
+    ],
+)
+def test_other_answers_are_not_taken_for_it(status, body):
+    assert context_overflow(status, orjson.dumps(body)) is None
