@@ -179,15 +179,24 @@ _PROMPT_FIGURES = re.compile(
 )
 
 
-def router_not_found(body: bytes) -> bool:
-    """llama.cpp's router mode (`--models-preset`) refusing a model it does not have: a 400 where vLLM
-    answers 404 (ggml-org/llama.cpp#17968). Its exact words, so no other 400 is taken for it."""
+def _error_object(body: bytes) -> dict[str, Any] | None:
+    """The error object of an upstream's JSON error: `{"error": {…}}`, or at the top as vLLM and
+    SGLang put it before vLLM 0.10 (`{"object": "error", "message": …}`)."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return False
-    err = data.get("error") if isinstance(data, dict) else None
-    return isinstance(err, dict) and err.get("message") == "model not found"
+        return None
+    if not isinstance(data, dict):
+        return None
+    err = data if data.get("object") == "error" else data.get("error")
+    return err if isinstance(err, dict) else None
+
+
+def router_not_found(body: bytes) -> bool:
+    """llama.cpp's router mode (`--models-preset`) refusing a model it does not have: a 400 where vLLM
+    answers 404 (ggml-org/llama.cpp#17968). Its exact words, so no other 400 is taken for it."""
+    err = _error_object(body)
+    return err is not None and err.get("message") == "model not found"
 
 
 def _figure(pattern: re.Pattern[str], text: str) -> int | None:
@@ -199,16 +208,8 @@ def context_overflow(status: int, body: bytes, *, max_tokens: object = None) -> 
     """An upstream's 400 (or 413) saying the request does not fit the model's window, as our error;
     None for any other answer. The server's count is the one that matters (the gateway's is an
     estimate): it is in the message when the server gave it."""
-    if status not in (400, 413):
-        return None
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    err = data.get("error") if isinstance(data, dict) else None
-    if isinstance(data, dict) and data.get("object") == "error":  # vLLM before 0.10: the error at the top
-        err = data
-    if not isinstance(err, dict):
+    err = _error_object(body) if status in (400, 413) else None
+    if err is None:
         return None
     said = err.get("message")
     said = said[:300] if isinstance(said, str) else ""
