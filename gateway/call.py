@@ -364,6 +364,18 @@ def first_token_timeout(prompt_tokens: int) -> float:
     return float(hot.GATEWAY_FIRST_TOKEN_TIMEOUT) + extra
 
 
+def headers_deadline(streams: bool, headers_timeout: float, first_timeout: float) -> tuple[Failure, float]:
+    """How long an attempt waits for the upstream's response headers, and the setting named when
+    they do not come. llama.cpp sends a stream's headers with its first token: a request waiting
+    for a free slot, or a long prompt's prefill, gets none before it (vLLM and SGLang send them at
+    once). So a stream's headers get the first token's deadline, which scales with the prompt,
+    when that is the longer one; GATEWAY_HEADERS_TIMEOUT bounds the rest (embeddings, whose
+    headers come with the whole answer)."""
+    if streams and first_timeout > headers_timeout:
+        return Failure.FIRST_TOKEN_TIMEOUT, first_timeout
+    return Failure.HEADERS_TIMEOUT, headers_timeout
+
+
 def ask_for_stream(payload: dict[str, Any]) -> None:
     """A Chat/Completions request as a stream with its usage (the client's own choice is kept by
     the surface: usage is stripped again for a client that did not ask for it)."""
@@ -399,8 +411,9 @@ async def send_upstream(
     """POST each route its `plan.outgoing(route)` in order until one answers.
 
     Each attempt has GATEWAY_HEADERS_TIMEOUT for the response headers (a stalled server fails
-    over). Chat and Completions, and whatever `Outgoing.assemble` says how to assemble (native
-    Messages and Responses), are always asked for as a stream: the first token must come within
+    over), a stream the first token's deadline when that is longer (`headers_deadline`). Chat and
+    Completions, and whatever `Outgoing.assemble` says how to assemble (native Messages and
+    Responses), are always asked for as a stream: the first token must come within
     `first_token_timeout(prompt)` and each next one within GATEWAY_IDLE_TIMEOUT; a non-streaming
     answer is assembled from the stream inside the attempt (cut at `limit` output tokens per
     choice; a stream that ends before its last event is an error), so any failure before the
@@ -432,10 +445,10 @@ async def send_upstream(
         headers = forward_headers(out.headers, route, anthropic_native=out.anthropic_native)
         started = time.perf_counter()
         resp: aiohttp.ClientResponse | None = None
-        phase, phase_seconds = Failure.HEADERS_TIMEOUT, headers_timeout
+        phase, phase_seconds = headers_deadline(stream or streamed, headers_timeout, first_timeout)
         trial = bool(breakers.open) and breakers.claim(route.channel_id)
         try:
-            until = loop.time() + headers_timeout
+            until = loop.time() + phase_seconds
             async with asyncio.timeout_at(until if deadline is None else min(until, deadline)):
                 resp = await session.request(
                     "POST", route.base_url + out.path, data=data, headers=headers, allow_redirects=False

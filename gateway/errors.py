@@ -28,8 +28,8 @@ class Failure(enum.StrEnum):
     (`failover after …`) and the passive health outcomes."""
 
     CONNECT = "connect"  # refused or unreachable (GATEWAY_CONNECT_TIMEOUT)
-    HEADERS_TIMEOUT = "timeout"  # no response headers within GATEWAY_HEADERS_TIMEOUT
-    FIRST_TOKEN_TIMEOUT = "first_token_timeout"  # noqa: S105 - headers, then no token within the prefill deadline
+    HEADERS_TIMEOUT = "timeout"  # no response headers within GATEWAY_HEADERS_TIMEOUT (an answer not streamed)
+    FIRST_TOKEN_TIMEOUT = "first_token_timeout"  # noqa: S105 - a stream's first token (or headers) not within the prefill deadline
     IDLE_TIMEOUT = "idle_timeout"  # silent between tokens for GATEWAY_IDLE_TIMEOUT
     DEADLINE = "deadline"  # the call's GATEWAY_TOTAL_TIMEOUT passed
     RATE_LIMITED = "http_429"

@@ -160,6 +160,74 @@ def test_a_server_that_never_starts_answering_names_the_first_token_timeout(setu
     assert r.status_code == 504 and "GATEWAY_FIRST_TOKEN_TIMEOUT" in r.json()["error"]["message"], r.text
 
 
+@pytest.fixture
+def llama_busy(setup, transactional_db):
+    """A llama.cpp-like server whose one slot is busy: like llama-server, it sends a stream's
+    headers with its first token, so a request waiting 3 s for the slot (three times the 1 s
+    GATEWAY_HEADERS_TIMEOUT) gets no byte, not even headers, before then (measured on the real
+    server, xllamacpp with `-np 1`: a request queued behind a 3,000-token answer got its headers
+    after 3.05 s, with its first token)."""
+    with FakeUpstream(api_key=UPSTREAM_KEY, flavour="llamacpp") as llama:
+        setup.channel.kind = "llamacpp"
+        setup.channel.base_url = llama.base_url
+        setup.channel.save()
+        llama.behave(tokens=3, delay=3.0)
+        yield llama
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_request_waiting_for_a_busy_llamacpp_slot_is_answered(setup, llama_busy, gateway, stream):
+    """Before, the headers deadline (30 s by default) cut every request that waited longer for a
+    slot or for a long prompt's prefill, whatever the first token's deadline (which scales with
+    the prompt) allowed, and put the busy channel on its cooldown as if it hung."""
+    started = time.monotonic()
+    if stream:
+        status, text = stream_text(gateway, setup.plaintext, BODY)
+        assert status == 200 and text.rstrip().endswith("data: [DONE]"), text
+        assert "error" not in text
+    else:
+        r = post(gateway, setup.plaintext)
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["message"]["content"] == "tok0 tok1 tok2"
+    assert time.monotonic() - started > 2.5  # it waited past the headers deadline
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert record.status == "ok" and record.ttft_ms is not None and record.ttft_ms > 2500
+    assert len(llama_busy.requests) == 1  # one attempt: no failover, no retry
+
+
+def test_a_server_that_sends_no_headers_names_the_first_token_timeout(setup, upstream, gateway, settings):
+    """A stream's headers wait as long as its first token: the error names that setting."""
+    settings.GATEWAY_FIRST_TOKEN_TIMEOUT = 2.0
+    upstream.behave(mode="slow", delay=60)
+    r = post(gateway, setup.plaintext)
+    assert r.status_code == 504, r.text
+    assert "sent no first token within GATEWAY_FIRST_TOKEN_TIMEOUT" in r.json()["error"]["message"]
+
+
+def test_an_answer_that_is_not_a_stream_keeps_the_headers_deadline(setup, upstream, gateway):
+    """Embeddings cannot be streamed: their headers come with the whole answer, within
+    GATEWAY_HEADERS_TIMEOUT (1 s here), however long the first token's deadline (30 s)."""
+    upstream.behave(mode="slow", delay=60)
+    started = time.monotonic()
+    r = httpx.post(
+        gateway + "/v1/embeddings",
+        json={"model": "qwen3-32b", "input": "abcd"},
+        headers={"Authorization": f"Bearer {setup.plaintext}"},
+        timeout=60,
+    )
+    assert r.status_code == 504 and "GATEWAY_HEADERS_TIMEOUT" in r.json()["error"]["message"], r.text
+    assert time.monotonic() - started < 25  # not the first token's 30 s
+
+
+def test_a_streams_headers_wait_for_the_longer_of_the_two_deadlines(settings):
+    from gateway.call import headers_deadline
+    from gateway.errors import Failure
+
+    assert headers_deadline(True, 30.0, 420.0) == (Failure.FIRST_TOKEN_TIMEOUT, 420.0)
+    assert headers_deadline(False, 30.0, 420.0) == (Failure.HEADERS_TIMEOUT, 30.0)
+    assert headers_deadline(True, 30.0, 10.0) == (Failure.HEADERS_TIMEOUT, 30.0)
+
+
 def test_the_first_token_deadline_scales_with_the_prompt(settings):
     from gateway.call import first_token_timeout
 

@@ -48,9 +48,11 @@ def post(url: str, key: str, body=BODY, timeout: float = 30) -> httpx.Response:
     )
 
 
-def test_a_header_stall_fails_over_within_the_headers_deadline(setup, upstream, backup, gateway):
-    """The primary stalls far past the call's 3 s total deadline: only the 1 s headers deadline can
-    fail over in time for the backup to answer (waiting for the stall would end in a 504)."""
+def test_a_header_stall_fails_over_within_the_first_tokens_deadline(setup, upstream, backup, gateway, settings):
+    """The primary stalls far past the call's 3 s total deadline: only the 1 s deadline of a
+    stream's headers (the first token's, as llama.cpp sends them with it) can fail over in time
+    for the backup to answer (waiting for the stall would end in a 504)."""
+    settings.GATEWAY_FIRST_TOKEN_TIMEOUT = 1.0
     upstream.behave(mode="slow", delay=60)
     r = post(gateway, setup.plaintext)
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"], r.text
