@@ -179,6 +179,23 @@ async def _get_json(client: httpx.AsyncClient, url: str, target: Target, timer: 
         ) from None
 
 
+async def _every_slot_busy(client: httpx.AsyncClient, target: Target) -> bool:
+    """Is every slot of a llama.cpp server generating (its `/slots`, on unless `--no-slots`)? Then
+    the latency probe would wait for a slot without a byte (llama.cpp sends a stream's headers with
+    its first token) and time out on a server that is only busy: a single-slot server answering a
+    long generation would be marked down, and its alerts sent. Any other answer: not known busy."""
+    try:
+        resp = await client.get(f"{root_url(target.base_url)}/slots", headers=_headers(target))
+        slots = resp.json() if resp.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return False
+    return (
+        isinstance(slots, list)
+        and bool(slots)
+        and all(isinstance(slot, dict) and slot.get("is_processing") is True for slot in slots)
+    )
+
+
 def _parse_models(body: Any) -> dict[str, int | None]:
     served: dict[str, int | None] = {}
     items = body.get("data") if isinstance(body, dict) else None
@@ -325,7 +342,15 @@ async def probe_one(client: httpx.AsyncClient, target: Target) -> Outcome:
                     "protocol", Message(gettext_noop("no model to probe: the channel has no route and lists none"))
                 )
             out.model = model
-            await _stream_chat(client, target, model, out, timer)
+            if target.kind == "llamacpp" and await _every_slot_busy(client, target):
+                # Alive (its /health answered) and working: the gateway's own traffic measures
+                # its time to first token meanwhile.
+                out.error_message = _at(
+                    LATENCY, gettext_noop("%(step)s: not sent, every slot of the server is generating")
+                )
+                out.total_ms = _ms(start)
+            else:
+                await _stream_chat(client, target, model, out, timer)
         else:
             out.total_ms = _ms(start)
         out.ok = True

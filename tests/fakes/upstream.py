@@ -81,6 +81,7 @@ DEFAULTS: dict[str, Any] = {
     "split_pause": 0.3,  # mode=split_done: seconds between the two writes of the `[DONE]` event
     "hold": 30.0,  # modes split_done, no_done: at most this long the connection is held open
     "end_pause": 0.0,  # a Chat stream's body ends this many seconds after its `[DONE]`
+    "slots_busy": False,  # flavour llamacpp: `/slots` says every slot is generating
 }
 
 
@@ -184,6 +185,7 @@ class FakeUpstream:
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/props", self._props)
+        app.router.add_get("/slots", self._slots)
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_post("/v1/messages", self._messages)
         app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
@@ -663,6 +665,14 @@ class FakeUpstream:
                 "model_path": f"/models/{self.models[0]}.gguf",
             }
         )
+
+    async def _slots(self, request: web.Request) -> web.Response:
+        """llama.cpp's slot monitor (on unless `--no-slots`); `slots_busy`: every slot generating."""
+        await self._record(request)
+        if self.flavour != "llamacpp":
+            raise web.HTTPNotFound()
+        busy = bool(self._behaviour.get("slots_busy"))
+        return web.json_response([{"id": i, "n_ctx": self.max_model_len, "is_processing": busy} for i in range(2)])
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         body = await self._record(request)

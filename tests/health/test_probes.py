@@ -272,6 +272,35 @@ def test_a_slow_first_token_degrades_the_channel(upstream, make_channel, setting
     assert status(ch) == ChannelStatus.HEALTHY
 
 
+def test_a_llamacpp_server_whose_every_slot_is_generating_stays_healthy(upstream, make_channel, settings):
+    """llama.cpp sends a stream's headers with its first token: while every slot generates, the
+    latency probe would wait for one without a byte and time out on a server that is only busy
+    (one slot and a long answer: down after three rounds, and its alerts sent). Its `/slots` says
+    so, and the probe is not sent; with a slot free it is sent as before."""
+    settings.PORTAL_PROBE_TIMEOUT = 1.0
+    up = upstream(flavour="llamacpp")
+    up.behave(mode="slow", delay=60, slots_busy=True)  # a chat would wait a minute for a slot
+    ch = make_channel("busy-llama", up.base_url, kind="llamacpp")
+    Channel.objects.filter(pk=ch.pk).update(status=ChannelStatus.HEALTHY)
+
+    for _ in range(3):
+        services.run_round()
+
+    assert status(ch) == ChannelStatus.HEALTHY
+    probe = ProbeResult.objects.filter(channel=ch, source="active").first()
+    assert probe.ok and probe.ttft_ms is None and probe.model == "fake-model"
+    assert probe.error_message == "latency probe: not sent, every slot of the server is generating"
+    assert "/v1/chat/completions" not in [r.path for r in up.requests]
+    with translation.override("zh-hans"):
+        assert CJK.search(ProbeResult.objects.get(pk=probe.pk).error_message_text)
+
+    up.behave(slots_busy=False)  # a slot is free: the latency probe is sent as before
+    services.run_round()
+    probe = ProbeResult.objects.filter(channel=ch, source="active").first()
+    assert probe.ok and probe.ttft_ms is not None and probe.error_message == ""
+    assert [r.path for r in up.requests][-2:] == ["/slots", "/v1/chat/completions"]
+
+
 def test_a_flapping_channel_ends_down_by_error_ratio(upstream, make_channel):
     up = upstream()
     ch = make_channel("flappy", up.base_url)
