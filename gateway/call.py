@@ -49,6 +49,7 @@ from .errors import (
     UpstreamStreamError,
     context_overflow,
     router_not_found,
+    unsupported,
 )
 from .http import Request, send_bytes
 from .limits import Admission
@@ -460,9 +461,12 @@ async def send_upstream(
                 resp.close()
                 err = upstream_error(status, body, retry_after=retry_after)
                 kind = failure_of(status, err)
+                if (cannot := unsupported(status, body, llamacpp=route.kind == "llamacpp")) is not None:
+                    err, kind = cannot, Failure.UNSUPPORTED  # another route may take it
                 failed.append((telling(kind), err))
                 attempts.append(Attempt(route.channel_id, route.channel_name, kind, status))
-                if kind != Failure.NOT_SERVED:  # the route's fault, not the channel's: its other models answer
+                if kind not in (Failure.NOT_SERVED, Failure.UNSUPPORTED):
+                    # (those are the route's or the request's, not the channel's: its other models answer)
                     passive.report(route.channel_id, False, status=status, error=kind)
                 continue
             ctype = resp.headers.get("content-type", "application/json").encode("latin-1")

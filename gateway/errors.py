@@ -44,6 +44,7 @@ class Failure(enum.StrEnum):
     STREAM_ERROR = "stream_error"  # the upstream sent an error event mid-stream
     TRUNCATED = "truncated"  # the stream ended before its own last event (message_stop, response.completed)
     CONTEXT_LENGTH = "context_length"  # the server counted the prompt past the route's window (a larger one may fit)
+    UNSUPPORTED = "unsupported"  # the server cannot take such a request (501; llama.cpp not started for it)
 
 
 # A request's record when the gateway's shutdown cut it (its grace ended first).
@@ -197,6 +198,31 @@ def router_not_found(body: bytes) -> bool:
     answers 404 (ggml-org/llama.cpp#17968). Its exact words, so no other 400 is taken for it."""
     err = _error_object(body)
     return err is not None and err.get("message") == "model not found"
+
+
+# llama.cpp's words (a 500) for an input its server was not started for: tools without `--jinja`,
+# an image or audio without `--mmproj`. Its exact phrases, read from llama.cpp channels only.
+_LLAMACPP_CANNOT = ("requires --jinja", "image input is not supported", "audio input is not supported")
+
+
+def unsupported(status: int, body: bytes, *, llamacpp: bool) -> GatewayError | None:
+    """An upstream saying it cannot take such a request, not that it failed, as our 400 (None for
+    any other answer): any server's 501 Not Implemented (llama.cpp's `not_supported_error`:
+    embeddings without `--embeddings`, reranking without `--reranking`), and llama.cpp's 500 for
+    tools without `--jinja` or an image without `--mmproj`. The request is sound and the server
+    well: as a 5xx an SDK retried it (Claude Code for minutes) and the channel's health counted it."""
+    if status != 501 and not (llamacpp and status == 500):
+        return None
+    err = _error_object(body)
+    said = err.get("message") if err is not None else None
+    said = said[:300] if isinstance(said, str) else ""
+    if status == 500 and not any(words in said for words in _LLAMACPP_CANNOT):
+        return None
+    return GatewayError(
+        400,
+        f"This model's server cannot take this request: {said or 'HTTP 501 Not Implemented'}",
+        code="unsupported_by_upstream",
+    )
 
 
 def _figure(pattern: re.Pattern[str], text: str) -> int | None:

@@ -305,3 +305,39 @@ def test_a_llamacpp_router_without_the_model_fails_over_as_a_404_does(setup, gat
     with pytest.raises(openai.BadRequestError) as caught:  # any other 400 is the request's, as it was
         client.chat.completions.create(**CHAT, max_tokens=4)
     assert caught.value.body["message"] == "bad grammar"
+
+
+@pytest.mark.parametrize(
+    ("status", "words", "spared"),
+    [
+        (501, "This server does not support embeddings. Start it with `--embeddings`", True),
+        (500, "tools param requires --jinja flag", True),
+        (500, "image input is not supported - hint: you may need to provide the mmproj", True),
+        (500, "upstream failure", False),  # a failure: counted against the channel, as before
+    ],
+)
+def test_a_request_a_llamacpp_server_was_not_started_for_fails_over_and_spares_its_health(
+    setup, gateway_url, upstream, backup, status, words, spared
+):
+    """llama.cpp answers a request it was not started for (no `--jinja`, `--mmproj`, `--embeddings`)
+    with a 500 or 501: another channel of the model may take it, and the server is well."""
+    setup.channel.kind = "llamacpp"
+    setup.channel.save()
+    retry_locked(passive.collect)
+    upstream.behave(mode="status", status=status, error_type="server_error", error_message=words)
+    client = openai.OpenAI(base_url=gateway_url + "/v1", api_key=setup.plaintext, max_retries=0)
+    assert client.chat.completions.create(**CHAT, max_tokens=4).choices[0].message.content.startswith("tok0")
+    assert len(upstream.requests) == 1 and len(backup.requests) == 1
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert record.channel_id == backup.channel.id
+    assert f"failover after {status} from primary" in record.route_explanation
+    assert (setup.channel.id in passive.collect()) is not spared
+
+    backup.channel.delete()  # alone: a 400 in the server's words, which no SDK retries
+    if spared:
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.chat.completions.create(**CHAT, max_tokens=4)
+        assert caught.value.body["code"] == "unsupported_by_upstream" and words in caught.value.body["message"]
+    else:
+        with pytest.raises(openai.InternalServerError):
+            client.chat.completions.create(**CHAT, max_tokens=4)

@@ -9,11 +9,12 @@ import httpx
 import openai
 import pytest
 
+from channels.health import passive
 from channels.models import Channel, Model, ModelRoute
 from keys.models import UsageRecord
 from keys.services import issue_key
 from tests.fakes.llamacpp import LlamaServer
-from tests.gateway.conftest import wait_for
+from tests.gateway.conftest import retry_locked, wait_for
 
 LLAMA_KEY = "llama-upstream-key"
 CTX = 256
@@ -189,3 +190,48 @@ def test_a_prompt_the_server_counts_past_its_window_is_the_error_clients_compact
         messages.messages.create(model="tiny-chat", max_tokens=4, messages=[{"role": "user", "content": text}])
     message = caught.value.body["error"]["message"]
     assert re.fullmatch(rf"prompt is too long: \d+ tokens > {said[1]} maximum", message), message
+
+
+# A one-pixel PNG: llama.cpp without `--mmproj` refuses any image before reading it.
+PNG = (
+    "data:image/png;base64,"
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+
+
+def test_what_the_server_was_not_started_for_is_a_400_that_spares_its_health(llama_key, client, gateway_url):
+    """llama.cpp answers 501 to embeddings without `--embeddings` and 500 to an image without
+    `--mmproj`: as a 5xx an SDK retried them (Claude Code for minutes) and the channel's health
+    counted each as a failure of a server that is well. Now a 400 in the server's words."""
+    route = ModelRoute.objects.get(channel__name="llama")
+    route.context_window = 8192  # room for the gateway's estimate of an image (1,600 tokens)
+    route.save()
+    channel_id = route.channel_id
+    retry_locked(passive.collect)  # start from an empty health window
+
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.embeddings.create(model="tiny-chat", input="hello")
+    assert caught.value.body["code"] == "unsupported_by_upstream"
+    assert "does not support embeddings. Start it with `--embeddings`" in caught.value.body["message"]
+
+    image = [{"type": "text", "text": "What is it?"}, {"type": "image_url", "image_url": {"url": PNG}}]
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="tiny-chat", messages=[{"role": "user", "content": image}], max_tokens=2)
+    assert "image input is not supported" in caught.value.body["message"]
+
+    claude = anthropic.Anthropic(base_url=gateway_url, api_key=llama_key[1], max_retries=0)
+    source = {"type": "base64", "media_type": "image/png", "data": PNG.split(",", 1)[1]}
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        claude.messages.create(
+            model="tiny-chat",
+            max_tokens=2,
+            messages=[
+                {"role": "user", "content": [{"type": "image", "source": source}, {"type": "text", "text": "?"}]}
+            ],
+        )
+    assert refused.value.body["error"]["type"] == "invalid_request_error"
+    assert "image input is not supported" in refused.value.body["error"]["message"]
+
+    records = wait_for(lambda: (r := list(UsageRecord.objects.filter(key=llama_key[0]))) and len(r) == 3 and r)
+    assert [(r.status, r.http_status) for r in records] == [("client_error", 400)] * 3
+    assert channel_id not in passive.collect()  # nothing counted against the channel's health
