@@ -101,6 +101,19 @@ class ReadsChunks:
         return self.reader.ended  # `[DONE]` seen: a stream closed before it is incomplete
 
 
+def model_renames(upstream: object, public: str) -> tuple[tuple[bytes, bytes], ...]:
+    """What puts the model's public name in an answer's `"model"` in place of the upstream's id
+    (llama.cpp's is the path of the weights on its host, `/models/qwen3-q4_k_m.gguf`, when it was
+    started without an alias; a client asked for the public name, and the translated surfaces
+    answer with it): the member as JSON writes it, with and without a space after the colon
+    (Python's `json`, as some servers use). Bytes, so a relayed event stays as it came but for
+    that; nothing when the upstream's id is the name, or not a string."""
+    if not public or not isinstance(upstream, str) or upstream == public:
+        return ()
+    old, new = orjson.dumps(upstream), orjson.dumps(public)
+    return ((b'"model":' + old, b'"model":' + new), (b'"model": ' + old, b'"model": ' + new))
+
+
 # What a usage chunk of the gateway's own repeats of the stream's first chunk.
 USAGE_CHUNK_FIELDS = ("id", "object", "created", "model", "system_fingerprint")
 
@@ -111,13 +124,26 @@ class ChatDialect(ReadsChunks):
     `"usage":null` of every chunk, for a client that did not ask for usage); a choice that passes
     its reservation ends there with finish reason `length`."""
 
-    __slots__ = ("reader", "wants_usage")
+    __slots__ = ("model", "reader", "renames", "wants_usage")
 
-    def __init__(self, limit: int | None, *, choices: int = 1, wants_usage: bool = False) -> None:
+    def __init__(self, limit: int | None, *, choices: int = 1, wants_usage: bool = False, model: str = "") -> None:
         self.reader = ChunkReader(limit, choices)
         self.wants_usage = wants_usage
+        self.model = model  # the public name, in place of the upstream's (`renames`)
+        self.renames: tuple[tuple[bytes, bytes], ...] | None = None
 
     def feed(self, event: bytes) -> bytes:
+        out = self._feed(event)
+        renames = self.renames
+        if renames is None:
+            if self.reader.first is None:
+                return out
+            renames = self.renames = model_renames(self.reader.first.get("model"), self.model)
+        for upstream, public in renames:
+            out = out.replace(upstream, public)
+        return out
+
+    def _feed(self, event: bytes) -> bytes:
         reader = self.reader
         if reader.choices == 1 and not reader.cut and event.startswith(b"data: {"):
             # The common event (one choice, text or a role, no usage): parsed once (junk is an
@@ -174,6 +200,8 @@ class ChatDialect(ReadsChunks):
             return b"data: [DONE]\n\n"
         first = reader.first or {}
         chunk: dict[str, Any] = {k: first[k] for k in USAGE_CHUNK_FIELDS if k in first}
+        if self.model and "model" in chunk:
+            chunk["model"] = self.model
         chunk["choices"] = []
         chunk["usage"] = usage.as_chat()
         return sse(chunk) + b"data: [DONE]\n\n"

@@ -16,7 +16,7 @@ import orjson
 from gateway.admission import open_call
 from gateway.call import Call, Plan, UpstreamResponse, recount
 from gateway.http import GatewayError, Request
-from gateway.relay import ChatDialect, relay
+from gateway.relay import ChatDialect, model_renames, relay
 from gateway.translate.common import answer_usage
 from gateway.usage import Usage, estimate_tokens, usage_from
 from keys.choices import ApiSurface
@@ -76,7 +76,9 @@ async def _proxy(req: Request, surface: str, path: str) -> None:
             await chat_anthropic.relay_json(call, up, legacy=legacy)
         return
     if up.streaming:
-        await relay(call, up, ChatDialect(call.max_tokens, choices=choices, wants_usage=wants_usage))
+        await relay(
+            call, up, ChatDialect(call.max_tokens, choices=choices, wants_usage=wants_usage, model=call.model.name)
+        )
         return
     await _relay_json(call, up, prompt)
 
@@ -136,6 +138,11 @@ async def _relay_json(call: Call, up: UpstreamResponse, prompt: int) -> None:
     usage: Usage | None = None
     if status < 400:
         data = up.json()
+        renames = model_renames(data.get("model"), call.model.name) if isinstance(data, dict) else ()
+        if renames:  # the public name in the upstream's id's place
+            data["model"] = call.model.name
+            for upstream, public in renames:
+                raw = raw.replace(upstream, public, 1)
         usage = usage_from(answer_usage(data))
         if usage is None:
             # No usage from the upstream: its own tokenizer counts where it has one, else ≈4 chars a token.

@@ -235,3 +235,51 @@ def test_what_the_server_was_not_started_for_is_a_400_that_spares_its_health(lla
     records = wait_for(lambda: (r := list(UsageRecord.objects.filter(key=llama_key[0]))) and len(r) == 3 and r)
     assert [(r.status, r.http_status) for r in records] == [("client_error", 400)] * 3
     assert channel_id not in passive.collect()  # nothing counted against the channel's health
+
+
+def test_answers_name_the_model_asked_for_not_the_path_of_its_weights(llama_key, client, gateway_url):
+    """llama-server started without an alias answers with the path of its weights on its host as the
+    model: every developer saw it (and a model name other than the one they asked for, which the
+    translated surfaces already answered with)."""
+    with LlamaServer(ctx=CTX, api_key=LLAMA_KEY, alias=None) as bare:
+        route = ModelRoute.objects.select_related("channel").get(channel__name="llama")
+        route.channel.base_url = bare.base_url
+        route.channel.save()
+        route.upstream_model = bare.model_id
+        route.save()
+        direct = httpx.post(
+            bare.base_url + "/chat/completions",
+            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1},
+            headers={"Authorization": f"Bearer {LLAMA_KEY}"},
+        ).json()
+        assert direct["model"].endswith(".gguf")  # what the server says of itself
+
+        reply = client.chat.completions.create(
+            model="tiny-chat", messages=[{"role": "user", "content": "hi"}], max_tokens=2, extra_body=EXACT
+        )
+        assert reply.model == "tiny-chat"
+        chunks = list(
+            client.chat.completions.create(
+                model="tiny-chat",
+                messages=[{"role": "user", "content": "hi"}],
+                max_tokens=2,
+                extra_body=EXACT,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
+        assert {c.model for c in chunks} == {"tiny-chat"} and chunks[-1].usage.completion_tokens == 2
+        legacy = client.completions.create(model="tiny-chat", prompt="hi", max_tokens=2, extra_body=EXACT)
+        assert legacy.model == "tiny-chat"
+        with httpx.stream(
+            "POST",
+            gateway_url + "/v1/chat/completions",
+            json={
+                "model": "tiny-chat",
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 2,
+                "stream": True,
+            },
+            headers={"Authorization": f"Bearer {llama_key[1]}"},
+        ) as r:
+            assert r.status_code == 200 and ".gguf" not in r.read().decode()

@@ -23,6 +23,7 @@ def test_chat_completion_reaches_the_upstream_with_the_channel_key_and_upstream_
     assert reply.usage.prompt_tokens == 2 and reply.usage.completion_tokens == 3
     sent = upstream.requests[-1]
     assert sent.json["model"] == "fake-model"
+    assert reply.model == "qwen3-32b"  # the name asked for, not the upstream's id (`relay.model_renames`)
     assert sent.headers["Authorization"] == f"Bearer {UPSTREAM_KEY}"
     assert setup.plaintext not in str(sent.headers)
 
@@ -48,6 +49,7 @@ def test_streaming_chat_relays_every_chunk_and_hides_the_usage_chunk_it_added(se
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "tok0 tok1 tok2 tok3 tok4"
     assert all(c.usage is None for c in chunks)
+    assert {c.model for c in chunks} == {"qwen3-32b"}  # (the fake writes `"model": "fake-model"`, with a space)
     assert upstream.requests[-1].json["stream_options"] == {"include_usage": True}
     record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
     assert (record.prompt_tokens, record.completion_tokens, record.estimated) == (1, 5, False)
@@ -63,6 +65,7 @@ def test_streaming_chat_passes_the_usage_chunk_to_a_client_that_asked(client):
     )
     chunks = list(stream)
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 5
+    assert {c.model for c in chunks} == {"qwen3-32b"}
 
 
 async def test_async_client_chat_and_stream(setup, gateway_url):
@@ -79,18 +82,18 @@ async def test_async_client_chat_and_stream(setup, gateway_url):
 
 def test_embeddings(setup, client):
     result = client.embeddings.create(model="qwen3-32b", input=["one two", "three"])
-    assert len(result.data) == 2 and result.usage.prompt_tokens == 3
+    assert len(result.data) == 2 and result.usage.prompt_tokens == 3 and result.model == "qwen3-32b"
     record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key, surface="embeddings").first())
     assert record.prompt_tokens == 3 and record.completion_tokens == 0
 
 
 def test_legacy_completions_stream_and_not(client):
     reply = client.completions.create(model="qwen3-32b", prompt="say something", max_tokens=2)
-    assert reply.choices[0].text == "tok0 tok1"
-    pieces = [
-        c.choices[0].text for c in client.completions.create(model="qwen3-32b", prompt="x", stream=True) if c.choices
-    ]
+    assert reply.choices[0].text == "tok0 tok1" and reply.model == "qwen3-32b"
+    chunks = list(client.completions.create(model="qwen3-32b", prompt="x", stream=True))
+    pieces = [c.choices[0].text for c in chunks if c.choices]
     assert "".join(pieces).split() == ["tok0", "tok1", "tok2", "tok3", "tok4"]
+    assert {c.model for c in chunks} == {"qwen3-32b"}
 
 
 def test_models_list_shows_only_usable_models_with_limits(setup, client):
