@@ -124,26 +124,16 @@ class ChatDialect(ReadsChunks):
     `"usage":null` of every chunk, for a client that did not ask for usage); a choice that passes
     its reservation ends there with finish reason `length`."""
 
-    __slots__ = ("model", "reader", "renames", "wants_usage")
+    __slots__ = ("model", "reader", "rename", "renames", "wants_usage")
 
     def __init__(self, limit: int | None, *, choices: int = 1, wants_usage: bool = False, model: str = "") -> None:
         self.reader = ChunkReader(limit, choices)
         self.wants_usage = wants_usage
         self.model = model  # the public name, in place of the upstream's (`renames`)
-        self.renames: tuple[tuple[bytes, bytes], ...] | None = None
+        self.renames: tuple[tuple[bytes, bytes], ...] | None = None  # known from the first chunk
+        self.rename: tuple[bytes, bytes] | None = None  # the one of them the upstream's events hold
 
     def feed(self, event: bytes) -> bytes:
-        out = self._feed(event)
-        renames = self.renames
-        if renames is None:
-            if self.reader.first is None:
-                return out
-            renames = self.renames = model_renames(self.reader.first.get("model"), self.model)
-        for upstream, public in renames:
-            out = out.replace(upstream, public)
-        return out
-
-    def _feed(self, event: bytes) -> bytes:
         reader = self.reader
         if reader.choices == 1 and not reader.cut and event.startswith(b"data: {"):
             # The common event (one choice, text or a role, no usage): parsed once (junk is an
@@ -163,32 +153,46 @@ class ChatDialect(ReadsChunks):
             ):
                 if reader.first is None:  # (its id, model… for a usage chunk of ours, `close`)
                     reader.first = chunk
+                    self._learn_renames(event)
                 if delta_has_output(choices[0]):
                     seen = reader.counts.get(0, 0) + 1
                     if reader.limit is not None and seen > reader.limit:
                         return self._slow(event)  # the cut: the full path ends the choice
                     reader.counts[0] = seen
                 if not self.wants_usage and "usage" in chunk:
-                    return event.replace(b',"usage":null', b"").replace(b', "usage": null', b"")
-                return event
+                    event = event.replace(b',"usage":null', b"").replace(b', "usage": null', b"")
+                rename = self.rename
+                return event if rename is None else event.replace(*rename)
         return self._slow(event)
+
+    def _learn_renames(self, event: bytes) -> None:
+        """What puts the public name in place of the upstream's id (`model_renames`), once the first
+        chunk is known; the common event's one `replace` is the form its `event` holds."""
+        first = self.reader.first or {}
+        self.renames = renames = model_renames(first.get("model"), self.model)
+        self.rename = next((pair for pair in renames if event.find(pair[0]) >= 0), None)
 
     def _slow(self, event: bytes) -> bytes:
         data = event_data(event)
         if data is None:
             return b""  # comments: the relay sends its own keep-alives
-        chunk, closing = self.reader.read(data)
+        reader = self.reader
+        chunk, closing = reader.read(data)
+        if self.renames is None and reader.first is not None:
+            self._learn_renames(event)
         out = b""
         if chunk is not None:
             if chunk.get("usage") is not None and not self.wants_usage:
                 if chunk.get("choices"):  # usage on a content chunk (continuous usage): strip it
                     out = sse({k: v for k, v in chunk.items() if k != "usage"})
             else:
-                out = sse(chunk) if self.reader.changed else event
+                out = sse(chunk) if reader.changed else event
                 if not self.wants_usage and out.find(b'"usage"') >= 0:
                     out = out.replace(b',"usage":null', b"").replace(b', "usage": null', b"")
         for ended in closing:
             out += sse(ended)
+        for upstream, public in self.renames or ():  # (events of ours are written without a space)
+            out = out.replace(upstream, public)
         return out
 
     def close(self, usage: Usage) -> bytes:
