@@ -121,8 +121,9 @@ USAGE_CHUNK_FIELDS = ("id", "object", "created", "model", "system_fingerprint")
 class ChatDialect(ReadsChunks):
     """Chat Completions (and legacy Completions) relayed to a client of the same API: events go
     out byte for byte, minus what the gateway asked for on its own behalf (the usage chunk and the
-    `"usage":null` of every chunk, for a client that did not ask for usage); a choice that passes
-    its reservation ends there with finish reason `length`."""
+    `"usage":null` of every chunk, for a client that did not ask for usage) and with the model's
+    public name in place of the upstream's id; a choice that passes its reservation ends there
+    with finish reason `length`."""
 
     __slots__ = ("model", "reader", "rename", "renames", "wants_usage")
 
