@@ -272,7 +272,7 @@ def test_a_slow_first_token_degrades_the_channel(upstream, make_channel, setting
     assert status(ch) == ChannelStatus.HEALTHY
 
 
-def test_a_llamacpp_server_whose_every_slot_is_generating_stays_healthy(upstream, make_channel, settings):
+def test_a_llamacpp_server_whose_every_slot_is_generating_stays_healthy(upstream, make_channel, settings, admin_client):
     """llama.cpp sends a stream's headers with its first token: while every slot generates, the
     latency probe would wait for one without a byte and time out on a server that is only busy
     (one slot and a long answer: down after three rounds, and its alerts sent). Its `/slots` says
@@ -293,6 +293,8 @@ def test_a_llamacpp_server_whose_every_slot_is_generating_stays_healthy(upstream
     assert "/v1/chat/completions" not in [r.path for r in up.requests]
     with translation.override("zh-hans"):
         assert CJK.search(ProbeResult.objects.get(pk=probe.pk).error_message_text)
+    page = admin_client.get(reverse("channel-health", args=[ch.pk])).content.decode()
+    assert "not sent, every slot of the server is generating" in page  # under "ok" in the check log
 
     up.behave(slots_busy=False)  # a slot is free: the latency probe is sent as before
     services.run_round()
