@@ -193,11 +193,16 @@ def _error_object(body: bytes) -> dict[str, Any] | None:
     return err if isinstance(err, dict) else None
 
 
+def _message(err: dict[str, Any] | None) -> str:
+    """An upstream error object's message (its first 300 characters), "" when it has none."""
+    said = err.get("message") if err is not None else None
+    return said[:300] if isinstance(said, str) else ""
+
+
 def router_not_found(body: bytes) -> bool:
     """llama.cpp's router mode (`--models-preset`) refusing a model it does not have: a 400 where vLLM
     answers 404 (ggml-org/llama.cpp#17968). Its exact words, so no other 400 is taken for it."""
-    err = _error_object(body)
-    return err is not None and err.get("message") == "model not found"
+    return _message(_error_object(body)) == "model not found"
 
 
 # llama.cpp's words (a 500) for an input its server was not started for: tools without `--jinja`,
@@ -213,9 +218,7 @@ def unsupported(status: int, body: bytes, *, llamacpp: bool) -> GatewayError | N
     well: as a 5xx an SDK retried it (Claude Code for minutes) and the channel's health counted it."""
     if status != 501 and not (llamacpp and status == 500):
         return None
-    err = _error_object(body)
-    said = err.get("message") if err is not None else None
-    said = said[:300] if isinstance(said, str) else ""
+    said = _message(_error_object(body))
     if status == 500 and not any(words in said for words in _LLAMACPP_CANNOT):
         return None
     return GatewayError(
@@ -237,8 +240,7 @@ def context_overflow(status: int, body: bytes, *, max_tokens: object = None) -> 
     err = _error_object(body) if status in (400, 413) else None
     if err is None:
         return None
-    said = err.get("message")
-    said = said[:300] if isinstance(said, str) else ""
+    said = _message(err)
     if not (
         err.get("type") == "exceed_context_size_error"  # llama.cpp
         or err.get("code") == "context_length_exceeded"  # OpenAI, and servers that copy it
