@@ -66,6 +66,10 @@ def test_an_admin_reading_chinese_finds_entries_by_the_words_on_the_audit_page(l
     robot.page.wait_for_selector(".flash-success")
 
     robot.click("header a[href='/audit-log/']")
+    # A click returns once the navigation starts: read the rows of the page it lands on, not of
+    # the page it leaves or of the blank document between them (CI read [] that way).
+    robot.page.wait_for_url(live_server.url + "/audit-log/")
+    robot.page.locator("main tbody tr").first.wait_for()
     everything = rows_shown(robot)
     channel = [r for r in everything if "cloud-qwen" in r]
     key_created, key_revoked = (
