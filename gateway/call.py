@@ -50,6 +50,7 @@ from .errors import (
     context_overflow,
     router_not_found,
     unsupported,
+    upstream_error,
 )
 from .http import Request, send_bytes
 from .limits import Admission
@@ -882,57 +883,6 @@ def drain(content: aiohttp.StreamReader) -> bytes:
 @contextlib.asynccontextmanager
 async def _no_deadline() -> AsyncIterator[None]:
     yield
-
-
-def upstream_error(status: int, body: bytes, *, retry_after: str = "") -> GatewayError:
-    """An upstream's error as ours, keeping its message when it has the OpenAI shape."""
-    message = None
-    kind = None
-    try:
-        data = orjson.loads(body)
-        err = data.get("error") if isinstance(data, dict) else None
-        if isinstance(err, dict):
-            message = err.get("message")
-            kind = err.get("type")
-        elif isinstance(err, str):
-            message = err
-    except (orjson.JSONDecodeError, TypeError):
-        pass
-    if status == 529 or kind == "overloaded_error" or (status == 503 and retry_after):
-        # Anthropic's "overloaded" (a 503 that says when to retry is the same): busy, not broken.
-        # The Messages surface answers 529 again, the others 503 (they have no 529).
-        return GatewayError(
-            503,
-            "The upstream is overloaded; retry later.",
-            code="upstream_overloaded",
-            headers=[(b"retry-after", _retry_after(retry_after) if retry_after else b"5")],
-        )
-    if status in (401, 403):
-        return GatewayError(
-            502,
-            "The upstream rejected this portal's credentials; an admin must fix the channel.",
-            code="upstream_auth_failed",
-        )
-    if status == 404:  # the upstream's words: a model it does not serve, or a response id it does not know
-        return GatewayError(404, f"The upstream answered 404: {message or 'not found'}", code="upstream_not_found")
-    if status == 429:
-        return GatewayError(
-            429,
-            f"The upstream is rate limiting: {message or 'too many requests'}",
-            code="upstream_rate_limited",
-            headers=[(b"retry-after", _retry_after(retry_after))],
-        )
-    return GatewayError(
-        502, f"The upstream failed with HTTP {status}: {message or 'no details'}", code="upstream_error"
-    )
-
-
-def _retry_after(value: str) -> bytes:
-    """The upstream's Retry-After in whole seconds (1 when it sent none or an HTTP date)."""
-    try:
-        return str(max(1, min(int(float(value.strip())), 3600))).encode()
-    except ValueError:
-        return b"1"
 
 
 DEBUG_HEADER = "x-portal-debug"

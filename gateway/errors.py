@@ -199,6 +199,62 @@ def _message(err: dict[str, Any] | None) -> str:
     return said[:300] if isinstance(said, str) else ""
 
 
+def upstream_error(status: int, body: bytes, *, retry_after: str = "") -> GatewayError:
+    """An upstream's failure (a 5xx, 3xx, 401/403/404/408/429) as ours, in the server's own words
+    when it gave them in any shape `_said` reads."""
+    message, kind = _said(body)
+    if status == 529 or kind == "overloaded_error" or (status == 503 and retry_after):
+        # Anthropic's "overloaded" (a 503 that says when to retry is the same): busy, not broken.
+        # The Messages surface answers 529 again, the others 503 (they have no 529).
+        return GatewayError(
+            503,
+            "The upstream is overloaded; retry later.",
+            code="upstream_overloaded",
+            headers=[(b"retry-after", _retry_after(retry_after) if retry_after else b"5")],
+        )
+    if status in (401, 403):
+        return GatewayError(
+            502,
+            "The upstream rejected this portal's credentials; an admin must fix the channel.",
+            code="upstream_auth_failed",
+        )
+    if status == 404:  # the upstream's words: a model it does not serve, or a response id it does not know
+        return GatewayError(404, f"The upstream answered 404: {message or 'not found'}", code="upstream_not_found")
+    if status == 429:
+        return GatewayError(
+            429,
+            f"The upstream is rate limiting: {message or 'too many requests'}",
+            code="upstream_rate_limited",
+            headers=[(b"retry-after", _retry_after(retry_after))],
+        )
+    return GatewayError(
+        502, f"The upstream failed with HTTP {status}: {message or 'no details'}", code="upstream_error"
+    )
+
+
+def _said(body: bytes) -> tuple[str, str]:
+    """An upstream error's message (its first 300 characters) and type, "" for what it did not
+    say: the object `_error_object` finds, or Ollama's `{"error": "…"}`."""
+    err = _error_object(body)
+    if err is not None:
+        kind = err.get("type")
+        return _message(err), kind if isinstance(kind, str) else ""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return "", ""
+    said = data.get("error") if isinstance(data, dict) else None
+    return (said[:300], "") if isinstance(said, str) else ("", "")
+
+
+def _retry_after(value: str) -> bytes:
+    """The upstream's Retry-After in whole seconds (1 when it sent none or an HTTP date)."""
+    try:
+        return str(max(1, min(int(float(value.strip())), 3600))).encode()
+    except ValueError:
+        return b"1"
+
+
 def router_not_found(body: bytes) -> bool:
     """llama.cpp's router mode (`--models-preset`) refusing a model it does not have: a 400 where vLLM
     answers 404 (ggml-org/llama.cpp#17968). Its exact words, so no other 400 is taken for it."""

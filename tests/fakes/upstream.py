@@ -82,6 +82,10 @@ DEFAULTS: dict[str, Any] = {
     "hold": 30.0,  # modes split_done, no_done: at most this long the connection is held open
     "end_pause": 0.0,  # a Chat stream's body ends this many seconds after its `[DONE]`
     "slots_busy": False,  # flavour llamacpp: `/slots` says every slot is generating
+    # with mode=status: how the error is written: "nested" `{"error": {…}}` (OpenAI, vLLM ≥ 0.10,
+    # llama.cpp), "flat" `{"object": "error", "message": …}` (SGLang, vLLM before 0.10), "string"
+    # `{"error": "…"}` (Ollama)
+    "error_shape": "nested",
 }
 
 
@@ -242,11 +246,13 @@ class FakeUpstream:
     @staticmethod
     def _error(b: dict[str, Any]) -> web.Response:
         headers = {"Retry-After": str(b["retry_after"])} if b["retry_after"] else None
-        return web.json_response(
-            {"error": {"message": b["error_message"], "type": b["error_type"], "code": b["status"]}},
-            status=b["status"],
-            headers=headers,
-        )
+        said = {"message": b["error_message"], "type": b["error_type"], "code": b["status"]}
+        body = {
+            "nested": {"error": said},
+            "flat": {"object": "error", **said, "param": None},
+            "string": {"error": b["error_message"]},
+        }[b["error_shape"]]
+        return web.json_response(body, status=b["status"], headers=headers)
 
     async def _misbehave(self, request: web.Request, b: dict[str, Any]) -> web.StreamResponse | None:
         """The faults of tests/gateway/test_upstream_faults.py (non-streaming and streaming alike)."""

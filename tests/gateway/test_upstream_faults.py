@@ -148,6 +148,22 @@ def test_when_every_route_fails_the_answer_is_the_upstream_that_answered(setup, 
     assert record.route_explanation[-2].startswith("failover after connect from down")
 
 
+@pytest.mark.parametrize("shape", ["nested", "flat", "string"])
+@pytest.mark.parametrize(("status", "answered"), [(404, 404), (429, 429), (500, 502), (503, 502)])
+def test_the_upstreams_words_reach_the_client_in_each_servers_error_shape(
+    setup, upstream, gateway, shape, status, answered
+):
+    """SGLang (and vLLM before 0.10) write an error flat, `{"object": "error", "message": …}`, and
+    Ollama as a string, `{"error": "…"}`: the developer reads what the server said either way
+    (it was "no details" / "not found" for the flat shape)."""
+    upstream.behave(mode="status", status=status, error_shape=shape, error_message="KV cache is full, try later")
+    r = post(gateway, setup.plaintext)
+    assert r.status_code == answered, r.text
+    assert "KV cache is full, try later" in r.json()["error"]["message"], r.text
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert "KV cache is full" in record.error
+
+
 def test_a_trickling_upstream_ends_at_the_total_deadline(setup, upstream, gateway):
     """The trickle never ends and never goes silent for the headers deadline: the answer can only
     come from the call's total deadline (3 s), never before it, however slow the machine."""
