@@ -14,7 +14,7 @@ from channels.models import Channel, Model, ModelRoute
 from keys.models import UsageRecord
 from keys.services import issue_key
 from tests.fakes.llamacpp import LlamaServer
-from tests.gateway.conftest import retry_locked, wait_for
+from tests.gateway.conftest import leave_once, retry_locked, wait_for
 
 LLAMA_KEY = "llama-upstream-key"
 CTX = 256
@@ -283,3 +283,52 @@ def test_answers_name_the_model_asked_for_not_the_path_of_its_weights(llama_key,
             headers={"Authorization": f"Bearer {llama_key[1]}"},
         ) as r:
             assert r.status_code == 200 and ".gguf" not in r.read().decode()
+
+
+@pytest.fixture(scope="module")
+def roomy_llama():
+    with LlamaServer(ctx=4096, api_key=LLAMA_KEY) as server:  # the tiny model's whole window, one slot
+        yield server
+
+
+def the_slot(server: LlamaServer) -> dict:
+    """The one slot as llama.cpp's `/slots` shows it: `n_prompt_tokens` counts what it holds, the
+    prompt and every token generated so far (3,526 after a 27-token prompt and 3,500 tokens)."""
+    answer = httpx.get(server.root_url + "/slots", headers={"Authorization": f"Bearer {LLAMA_KEY}"})
+    return answer.json()[0]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_leaves_frees_the_servers_one_slot_at_once(
+    transactional_db, roomy_llama, alice, gateway_url, stream
+):
+    """A developer stops their agent (Ctrl-C) mid-answer: on a one-slot server every colleague waits
+    behind that slot, so the generation nobody reads must stop when the client leaves, not run to
+    its max_tokens. The answer asked for is 3,900 tokens; llama.cpp stops only when a write finds
+    its client gone, so it stops early only if the gateway closes its upstream call at once."""
+    channel = Channel.objects.create(
+        name="roomy", kind="llamacpp", base_url=roomy_llama.base_url, api_key=LLAMA_KEY, status="healthy"
+    )
+    model = Model.objects.create(name="tiny-roomy")
+    ModelRoute.objects.create(
+        model=model, channel=channel, upstream_model=roomy_llama.model_id, discovered_context_window=4096
+    )
+    key, plaintext = issue_key(owner=alice, name="agent")
+    asked = 3900
+    body = {
+        "model": "tiny-roomy",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": asked,
+        "stream": stream,
+    }
+    wait_for(lambda: not the_slot(roomy_llama)["is_processing"], timeout=60)  # (the other case's answer)
+
+    def generating() -> bool:
+        slot = the_slot(roomy_llama)
+        return slot["is_processing"] and slot["next_token"][0]["n_decoded"] > 0
+
+    leave_once(gateway_url, plaintext, {**body, **EXACT}, generating)
+    slot = wait_for(lambda: (s := the_slot(roomy_llama)) and not s["is_processing"] and s, timeout=60)
+    assert slot["n_prompt_tokens"] < asked // 2, slot  # stopped, not run to the end (≈ 3,930 held then)
+    record = wait_for(lambda: UsageRecord.objects.filter(key=key).first())
+    assert record.http_status == 499 and "client disconnected" in record.error
