@@ -50,8 +50,12 @@ class Robot:
 
     # --- acting ------------------------------------------------------------------------------------
     def click(self, selector: str, **kwargs: Any) -> None:
+        """Click, and when the click opened a page, let its document be parsed: Playwright returns
+        once the new page's navigation is committed, and a look at it then (`.all()`, `text("main")`)
+        could find nothing, or part of it (CI: the audit log's rows read as [])."""
         self.clicks += 1
         self.page.click(selector, **kwargs)
+        self.page.wait_for_load_state("domcontentloaded")
 
     def fill(self, selector: str, value: str) -> None:
         self.page.fill(selector, value)
