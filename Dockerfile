@@ -46,4 +46,4 @@ HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
 # X-Forwarded-For is believed from PORTAL_TRUSTED_PROXIES only (applied in portal.asgi), so uvicorn's
 # own proxy-header handling is off.
 CMD ["uvicorn", "portal.asgi:application", "--host", "0.0.0.0", "--port", "8000", \
-     "--no-proxy-headers", "--no-access-log", "--timeout-graceful-shutdown", "20"]
+     "--no-proxy-headers", "--no-access-log", "--timeout-graceful-shutdown", "20", "--timeout-keep-alive", "75"]

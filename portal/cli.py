@@ -275,6 +275,15 @@ class Supervisor:
 WORKER_FLAGS = ["--without-gossip", "--without-mingle"]
 
 
+# How long web keeps an idle client connection open (uvicorn's default is 5 s). Whatever sits in
+# front and reuses connections (Caddy in docker-compose, nginx, a cloud load balancer, an SDK's
+# pool) must drop an idle one first: a request sent on a connection the server closes at that
+# moment is lost (a POST is not retried: the proxy answers 502). 75 s outlasts nginx's and AWS's
+# 60 s; deploy/Caddyfile drops its idle ones after 60 s. The same value in docker-compose.yml,
+# the Dockerfile and deploy/kubernetes (tests/test_compose.py).
+KEEP_ALIVE_SECONDS = 75
+
+
 def build_children(args, settings) -> list[Child]:
     py = sys.executable
     web_env = dict(os.environ, PORTAL_ACCESS_LOG="1" if args.access_log else "")
@@ -296,6 +305,8 @@ def build_children(args, settings) -> list[Child]:
                 "--no-access-log",
                 "--timeout-graceful-shutdown",
                 str(GRACE_SECONDS - 2),
+                "--timeout-keep-alive",
+                str(KEEP_ALIVE_SECONDS),
             ],
             env=web_env,
             liveness=liveness_from_env(args.host, args.port),

@@ -165,6 +165,25 @@ def test_caddyfile_round_robins_over_every_replica_and_streams():
     assert re.search(r"^\s*flush_interval -1$", text, re.M)
 
 
+def test_every_launcher_keeps_idle_connections_longer_than_the_proxy(raw):
+    """uvicorn closes an idle connection after --timeout-keep-alive; the proxy in front must drop
+    its idle ones first, or a request it sends on one the replica closes at that moment is lost
+    (Caddy answers 502 to a POST). `portal up`, the compose file, the image and Kubernetes agree."""
+    from portal.cli import KEEP_ALIVE_SECONDS
+
+    def keep_alive(command: list[str]) -> int:
+        assert "--timeout-keep-alive" in command, command
+        return int(command[command.index("--timeout-keep-alive") + 1])
+
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    image = json.loads(re.search(r"^CMD (\[.*?\])$", dockerfile, re.M | re.S)[1].replace("\\\n", ""))
+    kube = yaml.safe_load((ROOT / "deploy" / "kubernetes" / "base" / "web.yaml").read_text())
+    pod = kube["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert keep_alive(raw["services"]["web"]["command"]) == keep_alive(image) == keep_alive(pod) == KEEP_ALIVE_SECONDS
+    caddy = re.search(r"transport http \{\s*keepalive (\d+)s", (ROOT / "deploy" / "Caddyfile").read_text())
+    assert caddy and int(caddy[1]) < KEEP_ALIVE_SECONDS
+
+
 def test_startup_order_and_health_checks(raw):
     services = raw["services"]
     for name in ("web", "worker", "beat"):

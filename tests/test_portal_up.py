@@ -270,6 +270,28 @@ def test_portal_up_with_admin_password_from_the_environment(up):
     assert "correct-horse-battery-9" not in up.output
 
 
+def test_a_connection_left_idle_past_uvicorns_default_keep_alive_is_still_served(up):
+    """A proxy or an SDK's pool reuses a connection idle for a while: uvicorn's default closed it
+    after 5 s, and a request sent on it as it closed was lost (a proxy answers 502 to a POST it
+    does not retry). `portal up` keeps an idle connection KEEP_ALIVE_SECONDS (75 s), longer than
+    a proxy keeps its own idle ones."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", up.port, timeout=30)
+    try:
+        conn.request("GET", "/healthz")
+        first = conn.getresponse()
+        first.read()
+        assert first.status == 200 and first.getheader("connection", "").lower() != "close"
+        time.sleep(6.5)  # idle past the default's 5 s (the server's timer, whatever the machine's load)
+        conn.request("GET", "/healthz")  # on the same connection: it raises when the server closed it
+        again = conn.getresponse()
+        again.read()
+        assert again.status == 200
+    finally:
+        conn.close()
+
+
 def test_portal_up_prints_a_generated_admin_password_once(start, migrated_data_folder):
     portal = start(None, data=migrated_data_folder)
     portal.wait_healthy()
