@@ -203,12 +203,17 @@ def upstream_error(status: int, body: bytes, *, retry_after: str = "") -> Gatewa
     """An upstream's failure (a 5xx, 3xx, 401/403/404/408/429) as ours, in the server's own words
     when it gave them in any shape `_said` reads."""
     message, kind = _said(body)
-    if status == 529 or kind == "overloaded_error" or (status == 503 and retry_after):
-        # Anthropic's "overloaded" (a 503 that says when to retry is the same): busy, not broken.
-        # The Messages surface answers 529 again, the others 503 (they have no 529).
+    loading = status == 503 and kind == "unavailable_error"
+    if status == 529 or kind == "overloaded_error" or (status == 503 and retry_after) or loading:
+        # Anthropic's "overloaded" (a 503 that says when to retry is the same), and llama.cpp's 503
+        # while it loads its weights (`unavailable_error`, "Loading model": after a restart, for a
+        # minute or more): busy or not ready yet, not broken. A client backs off and retries, where
+        # a 502 has an SDK retry at once. The Messages surface answers 529 again, the others 503.
         return GatewayError(
             503,
-            "The upstream is overloaded; retry later.",
+            f"The upstream is not ready yet ({message}); retry later."
+            if loading and message
+            else "The upstream is overloaded; retry later.",
             code="upstream_overloaded",
             headers=[(b"retry-after", _retry_after(retry_after) if retry_after else b"5")],
         )

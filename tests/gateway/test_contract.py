@@ -464,6 +464,22 @@ def test_an_overloaded_upstream_is_503_with_retry_after(setup, upstream, gateway
     assert r.json()["error"]["code"] == "upstream_overloaded"
 
 
+def test_a_llamacpp_server_loading_its_weights_is_503_with_retry_after(setup, upstream, gateway):
+    """llama-server answers 503 `unavailable_error` "Loading model" for the minute or more it loads
+    its weights after a restart: a wait, as an overloaded upstream's, not a 502 an SDK retries at
+    once (Claude Code, on the Messages surface, backs off on 529)."""
+    import anthropic
+
+    upstream.behave(mode="status", status=503, error_type="unavailable_error", error_message="Loading model")
+    r = post(gateway, setup.plaintext)
+    assert (r.status_code, r.headers.get("retry-after")) == (503, "5"), r.text
+    assert r.json()["error"]["code"] == "upstream_overloaded" and "Loading model" in r.json()["error"]["message"]
+    client = anthropic.Anthropic(base_url=gateway, api_key=setup.plaintext, max_retries=0)
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        client.messages.create(model="qwen3-32b", max_tokens=5, messages=MESSAGES)
+    assert raised.value.status_code == 529 and raised.value.body["error"]["type"] == "overloaded_error"
+
+
 def test_every_answer_has_a_request_id_and_our_own_rate_headers(setup, upstream, gateway, alice):
     refused = httpx.post(gateway + "/v1/chat/completions", json=BODY, headers={"Authorization": "Bearer nope"})
     assert refused.status_code == 401 and refused.headers["x-request-id"]
