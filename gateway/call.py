@@ -555,14 +555,6 @@ async def send_upstream(
                 payload=out.payload,
                 upstream_request_id=upstream_id,
             )
-        except asyncio.CancelledError:
-            # The client left (`Call.forward`) or the server shuts down. A response not closed here
-            # kept its connection open, and the server generated the whole answer nobody reads
-            # (measured on a one-slot llama.cpp: all 3,900 tokens asked for, every colleague
-            # waiting behind them); closed, the server stops at its next token.
-            if resp is not None:
-                resp.close()
-            raise
         except TooLarge:
             kind, err = (
                 Failure.TOO_LARGE,
@@ -600,6 +592,15 @@ async def send_upstream(
                     code="upstream_protocol",
                 ),
             )
+        except BaseException:
+            # Whatever else ends the attempt: the client left (`Call.forward`), the server shuts
+            # down, a fault of ours. A response not closed here kept its connection open, and the
+            # server generated the whole answer nobody reads (measured on a one-slot llama.cpp: all
+            # 3,900 tokens asked for, every colleague waiting behind them); closed, it stops at its
+            # next token.
+            if resp is not None:
+                resp.close()
+            raise
         finally:
             if trial:  # done (an answer closed the breaker already; a failure reopens it below)
                 breakers.release(route.channel_id)

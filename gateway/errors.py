@@ -184,9 +184,13 @@ def _error_object(body: bytes) -> dict[str, Any] | None:
     """The error object of an upstream's JSON error: `{"error": {…}}`, or at the top as vLLM and
     SGLang put it before vLLM 0.10 (`{"object": "error", "message": …}`)."""
     try:
-        data = orjson.loads(body)
+        return _error_in(orjson.loads(body))
     except orjson.JSONDecodeError:
         return None
+
+
+def _error_in(data: object) -> dict[str, Any] | None:
+    """`_error_object` of a body already parsed."""
     if not isinstance(data, dict):
         return None
     err = data if data.get("object") == "error" else data.get("error")
@@ -240,14 +244,14 @@ def upstream_error(status: int, body: bytes, *, retry_after: str = "") -> Gatewa
 def _said(body: bytes) -> tuple[str, str]:
     """An upstream error's message (its first 300 characters) and type, "" for what it did not
     say: the object `_error_object` finds, or Ollama's `{"error": "…"}`."""
-    err = _error_object(body)
-    if err is not None:
-        kind = err.get("type")
-        return _message(err), kind if isinstance(kind, str) else ""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
         return "", ""
+    err = _error_in(data)
+    if err is not None:
+        kind = err.get("type")
+        return _message(err), kind if isinstance(kind, str) else ""
     said = data.get("error") if isinstance(data, dict) else None
     return (said[:300], "") if isinstance(said, str) else ("", "")
 
