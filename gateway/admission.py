@@ -60,6 +60,7 @@ async def open_call(
     request_id = req.request_id
     ns = namespace()
     choice = balance.Choice()
+    embedding = surface == ApiSurface.EMBEDDINGS  # a refusal speaks of the input, not a conversation
     for attempt in range(ADMIT_ATTEMPTS):
         # The generations this attempt's key and catalog are checked against: read before they
         # are (a copy loaded before a change this process heard of is never vouched for).
@@ -98,7 +99,9 @@ async def open_call(
             if cold:
                 selection = Selection([], ["on-demand model is stopped: this request starts it"])
             else:
-                selection = select_routes(info, key, prompt=prompt, output=asked, choice=choice, pinned=pinned)
+                selection = select_routes(
+                    info, key, prompt=prompt, output=asked, choice=choice, pinned=pinned, embedding=embedding
+                )
             scopes = scopes_of(key, ns)
             if max_tokens is not None:
                 reserve_max = asked
@@ -167,7 +170,9 @@ async def open_call(
                 recall = balance.recall(limiter.redis, info.id, choice.session)
                 result, choice.remembered = await asyncio.gather(admit, recall)
                 # Now that Redis said where the session went, order the routes by it.
-                selection = select_routes(info, key, prompt=prompt, output=output, choice=choice, pinned=pinned)
+                selection = select_routes(
+                    info, key, prompt=prompt, output=output, choice=choice, pinned=pinned, embedding=embedding
+                )
                 if key.budgets:
                     selection.routes[:] = priced_routes(selection, limiter.now()) or selection.routes
             else:
@@ -316,7 +321,8 @@ async def _warm_up(
         info = resolve_model(key, await snapshot.get_catalog(), model)
         if not info.has_routes:
             raise GatewayError(503, f"No channel serves the model '{info.name}' right now.", code="no_channel")
-        return info, select_routes(info, key, prompt=prompt, output=output, choice=choice), waited
+        embedding = surface == ApiSurface.EMBEDDINGS
+        return info, select_routes(info, key, prompt=prompt, output=output, choice=choice, embedding=embedding), waited
     except BaseException as err:
         if process.limiter is not None:
             process.limiter.settle(admission, 0)

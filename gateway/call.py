@@ -48,6 +48,7 @@ from .errors import (
     GatewayError,
     UpstreamStreamError,
     context_overflow,
+    input_too_large,
     router_not_found,
     unsupported,
     upstream_error,
@@ -462,11 +463,14 @@ async def send_upstream(
                 resp.close()
                 err = upstream_error(status, body, retry_after=retry_after)
                 kind = failure_of(status, err)
-                if (cannot := unsupported(status, body, llamacpp=route.kind == "llamacpp")) is not None:
+                llamacpp = route.kind == "llamacpp"
+                if (cannot := unsupported(status, body, llamacpp=llamacpp)) is not None:
                     err, kind = cannot, Failure.UNSUPPORTED  # another route may take it
+                elif (too_long := input_too_large(status, body, llamacpp=llamacpp)) is not None:
+                    err, kind = too_long, Failure.CONTEXT_LENGTH  # another server's batch may take it
                 failed.append((telling(kind), err))
                 attempts.append(Attempt(route.channel_id, route.channel_name, kind, status))
-                if kind not in (Failure.NOT_SERVED, Failure.UNSUPPORTED):
+                if kind not in (Failure.NOT_SERVED, Failure.UNSUPPORTED, Failure.CONTEXT_LENGTH):
                     # (those are the route's or the request's, not the channel's: its other models answer)
                     passive.report(route.channel_id, False, status=status, error=kind)
                 continue
@@ -531,7 +535,9 @@ async def send_upstream(
                     err = GatewayError(404, "The upstream answered 400: model not found", code="upstream_not_found")
                     failed.append((telling(Failure.NOT_SERVED), err))
                     continue
-                overflow = context_overflow(status, body, max_tokens=_requested_output(out.payload))
+                overflow = context_overflow(
+                    status, body, max_tokens=_requested_output(out.payload), embedding=out.path == "/embeddings"
+                )
                 if overflow is not None:
                     # The server counted the prompt past its window (the gateway's count is an
                     # estimate): a route with a larger window may take it; else the client gets the

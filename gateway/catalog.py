@@ -161,13 +161,15 @@ def select_routes(
     output: int,
     choice: balance.Choice | None = None,
     pinned: int | None = None,
+    embedding: bool = False,
 ) -> Selection:
     """The routes to try for a request of about `prompt` tokens asking for up to `output` more:
     the model's, or an alias's targets' one after the other, filtered (locality, window) and scored.
     None left is an error saying why: 400 naming the largest window, 403 when only external
     channels serve a local-only request, 503 when nothing serves the model now. `choice` (the
     call's balancing) goes to the first target with routes. `pinned`: only that channel's routes
-    (an admin testing one channel from the playground)."""
+    (an admin testing one channel from the playground). `embedding`: the prompt is an embeddings
+    input (the refusal speaks of it, not of a conversation)."""
     explanation: list[str] = []
     targets = model.targets if model.is_alias else [model]
     if model.is_alias:
@@ -205,11 +207,18 @@ def select_routes(
         explanation.append(line % {"channel": route.channel_name, "model": route.model_name, "why": why})
     if routes:
         return Selection(routes, explanation, any(why in EXTERNAL for _, why in skipped))
-    raise _nothing_fits(model, skipped, prompt, output, explanation, key_local=key.local_only)
+    raise _nothing_fits(model, skipped, prompt, output, explanation, key_local=key.local_only, embedding=embedding)
 
 
 def _nothing_fits(
-    model: ModelInfo, skipped: Skipped, prompt: int, output: int, explanation: list[str], *, key_local: bool
+    model: ModelInfo,
+    skipped: Skipped,
+    prompt: int,
+    output: int,
+    explanation: list[str],
+    *,
+    key_local: bool,
+    embedding: bool = False,
 ) -> GatewayError:
     external = [r for r, why in skipped if why in EXTERNAL]
     too_small = [r for r, why in skipped if why not in EXTERNAL and why != lines.NOT_UNDER_TEST]  # lines.WINDOW
@@ -225,19 +234,28 @@ def _nothing_fits(
         biggest = max(too_small, key=lambda r: r.context_window or 0)
         largest, need = biggest.context_window or 0, route_need(biggest, prompt, output)
         where = " on local channels" if external else ""
-        if output:
-            counted = f"prompt ≈{prompt:,} (estimated) + max_tokens {min(output, need - prompt):,}"
-            advice = "Shorten the conversation or lower max_tokens."
+        if embedding:
+            err = ContextOverflow(
+                f"The input is about {prompt:,} tokens (estimated), more than the model '{model.name}' reads"
+                f"{where}: its largest context window is {largest:,} tokens. Shorten or split the input.",
+                prompt_tokens=prompt,
+                window=largest,
+                param="input",
+            )
         else:
-            counted = f"the prompt alone, ≈{prompt:,} estimated; no max_tokens was sent"
-            advice = "Shorten the conversation."
-        err = ContextOverflow(
-            f"This request needs about {need:,} tokens ({counted}), more than the model "
-            f"'{model.name}' can serve{where}: its largest context window is {largest:,} tokens. {advice}",
-            prompt_tokens=prompt,
-            window=largest,
-            max_tokens=min(output, need - prompt) if output else None,
-        )
+            if output:
+                counted = f"prompt ≈{prompt:,} (estimated) + max_tokens {min(output, need - prompt):,}"
+                advice = "Shorten the conversation or lower max_tokens."
+            else:
+                counted = f"the prompt alone, ≈{prompt:,} estimated; no max_tokens was sent"
+                advice = "Shorten the conversation."
+            err = ContextOverflow(
+                f"This request needs about {need:,} tokens ({counted}), more than the model "
+                f"'{model.name}' can serve{where}: its largest context window is {largest:,} tokens. {advice}",
+                prompt_tokens=prompt,
+                window=largest,
+                max_tokens=min(output, need - prompt) if output else None,
+            )
     elif external:
         whose = "this key is" if key_local else f"'{model.name}' is"
         err = GatewayError(

@@ -140,8 +140,9 @@ class ContextOverflow(GatewayError):
         prompt_tokens: int | None = None,
         window: int | None = None,
         max_tokens: int | None = None,
+        param: str = "messages",
     ) -> None:
-        super().__init__(400, message, code="context_length_exceeded", param="messages")
+        super().__init__(400, message, code="context_length_exceeded", param=param)
         self.prompt_tokens = prompt_tokens
         self.window = window
         self.max_tokens = max_tokens
@@ -175,7 +176,8 @@ _WINDOW_FIGURES = re.compile(
 )
 _PROMPT_FIGURES = re.compile(
     r"prompt is too long: (\d+) tokens|input \((\d+) tokens\)|prompt \(length (\d+)\)|request \((\d+) tokens\)"
-    r"|\((\d+) in the messages|messages resulted in (\d+) tokens|request has (\d+) input tokens",
+    r"|\((\d+) in the messages|messages resulted in (\d+) tokens|request has (\d+) input tokens"
+    r"|requested (\d+) tokens in the input",  # vLLM's embeddings
     re.IGNORECASE,
 )
 
@@ -293,15 +295,52 @@ def unsupported(status: int, body: bytes, *, llamacpp: bool) -> GatewayError | N
     )
 
 
+# llama.cpp's words (a 500) for an embedding or reranking input longer than its physical batch
+# (`--ubatch-size`, 512 by default): such a model reads each input in one batch. The input is at
+# fault, not the server: as a 5xx an SDK retried it and the channel's health counted it, so one
+# indexer with long chunks made an embedding server look down.
+_LLAMACPP_BATCH_WORDS = "too large to process. increase the physical batch size"
+_BATCH_FIGURES = re.compile(r"input \((\d+) tokens\).*current batch size: (\d+)")
+
+
+def input_too_large(status: int, body: bytes, *, llamacpp: bool) -> ContextOverflow | None:
+    """llama.cpp's 500 for an input longer than its physical batch, as our 400 on the input
+    (`context_length_exceeded`, param `input`); None for any other answer."""
+    if not (llamacpp and status == 500):
+        return None
+    said = _message(_error_object(body))
+    if _LLAMACPP_BATCH_WORDS not in said:
+        return None
+    figures = _BATCH_FIGURES.search(said)
+    if figures is None:  # llama.cpp's releases before it gave the figures
+        return ContextOverflow(
+            f"The input is longer than the model's server reads at once ({said}). Shorten or split the "
+            "input, or start the server with a larger --ubatch-size (and --batch-size).",
+            param="input",
+        )
+    tokens, batch = int(figures[1]), int(figures[2])
+    return ContextOverflow(
+        f"The input is {tokens:,} tokens (the model server's count); the server reads at most {batch:,} "
+        "tokens per input (llama.cpp's physical batch, --ubatch-size). Shorten or split the input, or "
+        "start the server with a larger --ubatch-size (and --batch-size).",
+        prompt_tokens=tokens,
+        window=batch,
+        param="input",
+    )
+
+
 def _figure(pattern: re.Pattern[str], text: str) -> int | None:
     found = pattern.search(text)
     return int(next(g for g in found.groups() if g is not None)) if found else None
 
 
-def context_overflow(status: int, body: bytes, *, max_tokens: object = None) -> ContextOverflow | None:
+def context_overflow(
+    status: int, body: bytes, *, max_tokens: object = None, embedding: bool = False
+) -> ContextOverflow | None:
     """An upstream's 400 (or 413) saying the request does not fit the model's window, as our error;
     None for any other answer. The server's count is the one that matters (the gateway's is an
-    estimate): it is in the message when the server gave it."""
+    estimate): it is in the message when the server gave it. `embedding`: the request was an
+    embeddings input (no conversation to shorten, no output to lower)."""
     err = _error_object(body) if status in (400, 413) else None
     if err is None:
         return None
@@ -317,6 +356,16 @@ def context_overflow(status: int, body: bytes, *, max_tokens: object = None) -> 
         prompt = _figure(_PROMPT_FIGURES, said)
     if not isinstance(window, int) or isinstance(window, bool):
         window = _figure(_WINDOW_FIGURES, said)
+    if embedding:
+        if window is not None and prompt is not None:
+            told = (
+                f"This model's maximum context length is {window:,} tokens; the input is {prompt:,} tokens "
+                "(the model server's count)"
+            )
+        else:
+            told = f"The input exceeds the model's maximum context length ({said})"
+        told += ". Shorten or split the input."
+        return ContextOverflow(told, prompt_tokens=prompt, window=window, param="input")
     if window is None:
         message = f"The request exceeds the model's maximum context length: {said or 'no details'}"
     elif prompt is None:

@@ -287,6 +287,34 @@ async def _stream_chat(client: httpx.AsyncClient, target: Target, model: str, ou
         out.tokens_per_s = round((out.tokens - 1) / gen_s, 2)
 
 
+# How a model server refuses a chat to a model that cannot chat (vLLM: 400 or 501 "The model does
+# not support Chat Completions API"; others 404 or 405 for a route they do not have).
+NOT_A_CHAT_MODEL = (400, 404, 405, 501)
+
+
+async def _embeds(client: httpx.AsyncClient, target: Target, model: str, out: Outcome, timer: _Timer) -> bool:
+    """Does the model answer an embedding? Then the channel serves it, timed (no tokens to time)."""
+    if target.kind == "anthropic":
+        return False
+    start = time.perf_counter()
+    try:
+        resp = await client.post(
+            f"{target.base_url}/embeddings",
+            json={"model": model, "input": PROMPT},
+            headers=_headers(target),
+            extensions={"trace": timer},
+        )
+        data = resp.json().get("data") if resp.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return False
+    if not (isinstance(data, list) and data and isinstance(data[0], dict) and data[0].get("embedding")):
+        return False
+    out.http_status = resp.status_code
+    out.ttfb_ms = out.total_ms = _ms(start)
+    out.error_message = _at(LATENCY, gettext_noop("%(step)s: an embedding model, timed on an embedding"))
+    return True
+
+
 def _token_text(event: dict[str, Any], anthropic: bool) -> str:
     if anthropic:
         if event.get("type") == "content_block_delta":
@@ -350,7 +378,13 @@ async def probe_one(client: httpx.AsyncClient, target: Target) -> Outcome:
                 )
                 out.total_ms = _ms(start)
             else:
-                await _stream_chat(client, target, model, out, timer)
+                try:
+                    await _stream_chat(client, target, model, out, timer)
+                except ProbeFailure as refused:
+                    # An embedding model (vLLM's pooling runner, TEI) refuses a chat: it is probed
+                    # with an embedding instead of being put down for what it never serves.
+                    if refused.status not in NOT_A_CHAT_MODEL or not await _embeds(client, target, model, out, timer):
+                        raise
         else:
             out.total_ms = _ms(start)
         out.ok = True

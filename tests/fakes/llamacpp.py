@@ -79,6 +79,7 @@ class LlamaServer:
         port: int | None = None,
         startup_timeout: float = 30.0,
         ignore_eos: bool = False,
+        embeddings: bool = False,
     ) -> None:
         from tests.services import free_port
 
@@ -91,6 +92,7 @@ class LlamaServer:
         self.port = port or free_port()
         self.startup_timeout = startup_timeout
         self.ignore_eos = ignore_eos  # llama-server's --ignore-eos: every answer runs to max_tokens
+        self.embeddings = embeddings  # llama-server's --embeddings: an embedding server, no completions
         self.process: subprocess.Popen[bytes] | None = None
         self._log = tempfile.TemporaryFile()
 
@@ -110,6 +112,8 @@ class LlamaServer:
             args += ["--api-key", self.api_key]
         if self.ignore_eos:
             args.append("--ignore-eos")
+        if self.embeddings:
+            args += ["--embeddings", "--pooling", "mean"]
         return args
 
     def log(self) -> str:
@@ -162,6 +166,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-type-k", "-ctk", default="f16")
     p.add_argument("--cache-type-v", "-ctv", default="f16")
     p.add_argument("--ignore-eos", action="store_true")
+    p.add_argument("--embedding", "--embeddings", dest="embedding", action="store_true")
+    p.add_argument("--pooling", default=None, choices=["none", "mean", "cls", "last", "rank"])
     return p
 
 
@@ -179,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     params.port = args.port
     params.use_jinja = args.jinja
     params.sampling.ignore_eos = args.ignore_eos
+    params.embedding = args.embedding
+    if args.pooling:
+        params.pooling_type = getattr(xlc.llama_pooling_type, f"LLAMA_POOLING_TYPE_{args.pooling.upper()}")
     keys = list(args.api_key)
     if args.api_key_file:  # llama-server: one key per line
         with open(args.api_key_file) as f:

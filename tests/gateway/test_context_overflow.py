@@ -36,6 +36,25 @@ OUTPUT_TOO_LONG = vllm_refusal(
 )
 
 
+def test_an_embedding_input_past_vllms_window_is_refused_on_the_input(setup, gateway_url, upstream):
+    """vLLM's words for an embeddings input past --max-model-len: the error is about the input (its
+    `param`, its advice), with the server's figures, not a conversation to shorten."""
+    upstream.behave(
+        **vllm_refusal(
+            "This model's maximum context length is 8192 tokens. However, you requested 9000 tokens in the "
+            "input for embedding generation. Please reduce the length of the input."
+        )
+    )
+    with pytest.raises(openai.BadRequestError) as caught:
+        openai_client(setup, gateway_url).embeddings.create(model="qwen3-32b", input="hi")
+    error = caught.value.body
+    assert (error["code"], error["param"]) == ("context_length_exceeded", "input")
+    assert error["message"] == (
+        "This model's maximum context length is 8,192 tokens; the input is 9,000 tokens (the model server's "
+        "count). Shorten or split the input."
+    )
+
+
 @pytest.fixture
 def bigger(setup):
     """A second channel for the model, with a larger window, on its own fake upstream."""

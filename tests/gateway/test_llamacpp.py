@@ -332,3 +332,61 @@ def test_a_client_that_leaves_frees_the_servers_one_slot_at_once(
     assert slot["n_prompt_tokens"] < asked // 2, slot  # stopped, not run to the end (≈ 3,930 held then)
     record = wait_for(lambda: UsageRecord.objects.filter(key=key).first())
     assert record.http_status == 499 and "client disconnected" in record.error
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    """An embedding server (`--embeddings --pooling mean`): 512 tokens of window and of physical batch."""
+    with LlamaServer(ctx=512, api_key=LLAMA_KEY, embeddings=True) as server:
+        yield server
+
+
+@pytest.fixture
+def embed_key(transactional_db, embedder, alice):
+    channel = Channel.objects.create(
+        name="embedder", kind="llamacpp", base_url=embedder.base_url, api_key=LLAMA_KEY, status="healthy"
+    )
+    model = Model.objects.create(name="tiny-embed")
+    ModelRoute.objects.create(
+        model=model, channel=channel, upstream_model=embedder.model_id, discovered_context_window=512
+    )
+    return issue_key(owner=alice, name="indexer")
+
+
+def test_an_embedding_input_longer_than_the_servers_batch_is_a_400_that_spares_its_health(embed_key, gateway_url):
+    """An embedding model reads each input in one batch, and llama.cpp answers 500 "input (N tokens)
+    is too large to process. increase the physical batch size" to a longer one. That was a 502 the
+    SDK sent three times, and a failure on the channel's health for each: one indexer with long
+    chunks made the team's embedding server look down. Now a 400 on the input, in figures."""
+    client = openai.OpenAI(base_url=gateway_url + "/v1", api_key=embed_key[1], max_retries=0)
+    channel_id = Channel.objects.get(name="embedder").id
+    retry_locked(passive.collect)  # start from an empty health window
+
+    answer = client.embeddings.create(model="tiny-embed", input=["hello world", "x"])
+    assert len(answer.data) == 2 and answer.usage.prompt_tokens > 0
+
+    # The tiny model's vocabulary spends ~8 tokens on "hello ": within the window by the gateway's
+    # estimate (≈450 tokens), past the server's batch by its own count.
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.embeddings.create(model="tiny-embed", input="hello " * 300)
+    error = caught.value.body
+    assert (error["code"], error["param"]) == ("context_length_exceeded", "input")
+    assert re.fullmatch(
+        r"The input is [\d,]+ tokens \(the model server's count\); the server reads at most 512 tokens per input "
+        r"\(llama\.cpp's physical batch, --ubatch-size\)\. Shorten or split the input, or start the server with a "
+        r"larger --ubatch-size \(and --batch-size\)\.",
+        error["message"],
+    ), error["message"]
+
+    # Past the window by the gateway's own estimate: refused before the server, about the input too.
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.embeddings.create(model="tiny-embed", input="hello " * 600)
+    error = caught.value.body
+    assert (error["code"], error["param"]) == ("context_length_exceeded", "input")
+    assert error["message"].endswith("its largest context window is 512 tokens. Shorten or split the input.")
+
+    records = wait_for(lambda: (r := list(UsageRecord.objects.filter(key=embed_key[0]))) and len(r) == 3 and r)
+    assert sorted((r.status, r.http_status) for r in records) == [("client_error", 400)] * 2 + [("ok", 200)]
+    health = passive.collect()[channel_id]  # the answer counted for the channel, the refusals not against it
+    assert (health.ok_count, health.fail_count) == (1, 0)
+    assert client.embeddings.create(model="tiny-embed", input="hello").data  # and it serves the next one

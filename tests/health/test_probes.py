@@ -239,6 +239,40 @@ def test_500_from_the_completion_is_an_http_5xx_failure(upstream, make_channel):
     assert status(ch) == ChannelStatus.UNKNOWN  # one failure on a new channel proves nothing yet
 
 
+@pytest.mark.parametrize("refused", [400, 501])  # vLLM before and after it raised NotImplementedError
+def test_an_embedding_model_that_refuses_a_chat_is_healthy_on_an_embedding(upstream, make_channel, refused):
+    """vLLM serving an embedding model answers a chat "The model does not support Chat Completions
+    API": the probe counted that as the channel's failure, so a server answering every embedding
+    asked of it went down, its alerts sent. Now the probe times an embedding instead."""
+    up = upstream(models=["bge-m3"])
+    cannot = {"mode": "status", "status": refused, "error_message": "The model does not support Chat Completions API"}
+    up.enqueue(mode="ok").enqueue(mode="ok").enqueue(**cannot).enqueue(mode="ok")  # health, models, chat, embedding
+    ch = make_channel("embedder", up.base_url)
+
+    [done] = services.run_round()
+
+    assert done.new_status == ChannelStatus.HEALTHY and status(ch) == ChannelStatus.HEALTHY
+    assert [r.path for r in up.requests] == ["/health", "/v1/models", "/v1/chat/completions", "/v1/embeddings"]
+    assert up.requests[-1].json == {"model": "bge-m3", "input": "Reply with the single word: ok"}
+    probe = ProbeResult.objects.get(channel=ch)
+    assert probe.ok and probe.http_status == 200 and probe.total_ms is not None and probe.ttft_ms is None
+    assert "an embedding model" in str(probe.error_message)
+
+
+def test_a_chat_refused_by_a_model_that_embeds_nothing_either_is_the_chats_failure(upstream, make_channel):
+    up = upstream()
+    cannot = {"mode": "status", "status": 400, "error_message": "max_tokens must be at least 8"}
+    up.enqueue(mode="ok").enqueue(mode="ok").enqueue(**cannot).enqueue(mode="status", status=404)
+    ch = make_channel("picky", up.base_url)
+
+    services.run_round()
+
+    assert [r.path for r in up.requests][-2:] == ["/v1/chat/completions", "/v1/embeddings"]
+    probe = ProbeResult.objects.get(channel=ch)
+    assert not probe.ok and probe.error == "http_4xx" and probe.http_status == 400
+    assert "max_tokens must be at least 8" in str(probe.error_message)
+
+
 def test_a_stream_stalling_after_the_first_chunk_is_recorded_as_stalled(upstream, make_channel):
     up = upstream()
     up.behave(mode="stall", stall_after=1)
