@@ -18,6 +18,9 @@ import orjson
 from .errors import Failure, UpstreamStreamError
 
 DONE = b"[DONE]"
+# llama.cpp writes `data: null` between the prompts of a legacy Completions request with several
+# (each prompt's chunks, its finish and its usage, then null): nothing to read or relay.
+NULL = b"null"
 NONE: list[dict[str, Any]] = []  # no closing chunks (shared, never appended to)
 # Byte searches on the hot path use `find`: CPython 3.11's `bytes in bytes` first tries the needle
 # as an integer and builds (then drops) a TypeError each time.
@@ -131,7 +134,7 @@ class ChunkReader:
     chunk that would pass it is dropped and the choice ends there with finish reason `length`
     (an upstream that ignores max_tokens gets no further). `done` once every choice is cut."""
 
-    __slots__ = ("changed", "choices", "counts", "cut", "ended", "first", "limit", "usage", "usage_chunk")
+    __slots__ = ("changed", "choices", "counts", "cut", "ended", "first", "limit", "summed", "usage", "usage_chunk")
 
     def __init__(self, limit: int | None, choices: int = 1) -> None:
         self.limit = limit
@@ -140,6 +143,7 @@ class ChunkReader:
         self.cut: set[int] = set()
         self.usage: dict[str, Any] | None = None  # the upstream's usage object (llama.cpp cache hits folded in)
         self.usage_chunk: dict[str, Any] | None = None  # the chunk that carried it (timings and all)
+        self.summed = False  # `usage` adds up several prompts' (`_summed`): no one chunk carried it
         self.first: dict[str, Any] | None = None  # the first chunk (id, created, model, fingerprint)
         self.ended = False  # `[DONE]` seen
         self.changed = False  # the last chunk read was changed (a choice dropped by the cut)
@@ -160,6 +164,8 @@ class ChunkReader:
         if data == DONE:
             self.ended = True
             return None, NONE
+        if data == NULL:
+            return None, NONE
         return self.take(parse_event(data))
 
     def take(self, chunk: dict[str, Any]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -171,8 +177,14 @@ class ChunkReader:
             self.first = chunk
         usage = chunk.get("usage")
         if isinstance(usage, dict):
+            usage = _with_cache_hits(usage, chunk.get("timings"))
+            if self.usage is not None and self.choices > 1:
+                now, before = _finishing(chunk), _finishing(self.usage_chunk)
+                if now is not None and before is not None and now != before:
+                    usage = _summed(self.usage, usage)  # llama.cpp: each prompt's own, on its finish
+                    self.summed = True
             self.usage_chunk = chunk
-            self.usage = _with_cache_hits(usage, chunk.get("timings"))
+            self.usage = usage
         choices = chunk.get("choices")
         if not choices or not isinstance(choices, list):
             return chunk, NONE
@@ -218,6 +230,33 @@ class ChunkReader:
         out = {k: v for k, v in chunk.items() if k not in ("choices", "usage")}
         out["choices"] = [ended]
         return out
+
+
+def _finishing(chunk: dict[str, Any] | None) -> int | None:
+    """The index of the choice a chunk finishes (None: it finishes none, as OpenAI's usage chunk)."""
+    choices = chunk.get("choices") if chunk is not None else None
+    if type(choices) is list and len(choices) == 1 and type(choices[0]) is dict and choices[0].get("finish_reason"):
+        index = choices[0].get("index", 0)
+        return index if type(index) is int else 0
+    return None
+
+
+def _summed(before: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+    """A legacy Completions request of several prompts on llama.cpp: each prompt's finish carries
+    that prompt's usage only (and its answer without a stream the first prompt's), so the request's
+    is their sum. A usage chunk that finishes no choice (OpenAI's `include_usage`) is the whole
+    request's and replaces what came before (`ChunkReader.take` sums only finishes of two choices)."""
+    out = dict(usage)
+    for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        a, b = before.get(name), usage.get(name)
+        if type(a) is int and type(b) is int:
+            out[name] = a + b
+    details = before.get("prompt_tokens_details"), usage.get("prompt_tokens_details")
+    if type(details[0]) is dict and type(details[1]) is dict:
+        cached = details[0].get("cached_tokens"), details[1].get("cached_tokens")
+        if type(cached[0]) is int and type(cached[1]) is int:
+            out["prompt_tokens_details"] = {**details[1], "cached_tokens": cached[0] + cached[1]}
+    return out
 
 
 def _with_cache_hits(usage: dict[str, Any], timings: Any) -> dict[str, Any]:
@@ -484,6 +523,8 @@ class ChatAssembly:
         if self.as_chat is None:
             if data == DONE:
                 self.reader.ended = True
+                return
+            if data == NULL:
                 return
             chunk = parse_event(data)
             reader = self.reader
@@ -789,6 +830,8 @@ class ChatAssembly:
         answer = self.assembler.answer()
         if reader.usage is None and reader.done:
             answer.pop("usage", None)
+        elif reader.summed:
+            answer["usage"] = reader.usage
         return finish_answer(answer)
 
 

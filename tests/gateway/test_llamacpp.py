@@ -334,6 +334,46 @@ def test_a_client_that_leaves_frees_the_servers_one_slot_at_once(
     assert record.http_status == 499 and "client disconnected" in record.error
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_legacy_completion_of_several_prompts_answers_each_and_is_charged_for_all(llama, llama_key, client, stream):
+    """For a legacy Completions request of several prompts llama.cpp streams each prompt's chunks,
+    its finish carrying that prompt's usage, then `data: null`. The gateway (which asks for a
+    stream) took the null for invalid JSON and answered 502 to a request the server served, and
+    would have kept the last prompt's usage only (llama.cpp's own answer without a stream reports
+    the first's). Now each prompt is answered and the request charged for all of them."""
+    prompts = ["Once upon a time", "The quick brown fox"]
+    extra = {**EXACT, "cache_prompt": False}  # counts the same whatever the server's cache holds
+    each = [
+        httpx.post(
+            llama.base_url + "/completions",
+            json={"prompt": prompt, "max_tokens": 3, **extra},
+            headers={"Authorization": f"Bearer {LLAMA_KEY}"},
+        ).json()["usage"]["prompt_tokens"]
+        for prompt in prompts
+    ]
+    if stream:
+        chunks = list(
+            client.completions.create(
+                model="tiny-chat",
+                prompt=prompts,
+                max_tokens=3,
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_body=extra,
+            )
+        )
+        finishes = {c.choices[0].index: c.choices[0].finish_reason for c in chunks if c.choices[0].finish_reason}
+    else:
+        answer = client.completions.create(model="tiny-chat", prompt=prompts, max_tokens=3, extra_body=extra)
+        finishes = {c.index: c.finish_reason for c in answer.choices}
+        assert (answer.usage.prompt_tokens, answer.usage.completion_tokens) == (sum(each), 6)
+    assert finishes == {0: "length", 1: "length"}
+
+    [record] = wait_for(lambda: list(UsageRecord.objects.filter(key=llama_key[0])))
+    assert (record.status, record.estimated) == ("ok", False)
+    assert (record.prompt_tokens, record.completion_tokens) == (sum(each), 6)
+
+
 @pytest.fixture(scope="module")
 def embedder():
     """An embedding server (`--embeddings --pooling mean`): 512 tokens of window and of physical batch."""
