@@ -287,9 +287,13 @@ async def _stream_chat(client: httpx.AsyncClient, target: Target, model: str, ou
         out.tokens_per_s = round((out.tokens - 1) / gen_s, 2)
 
 
-# How a model server refuses a chat to a model that cannot chat (vLLM: 400 or 501 "The model does
-# not support Chat Completions API"; others 404 or 405 for a route they do not have).
-NOT_A_CHAT_MODEL = (400, 404, 405, 501)
+def _not_a_chat_model(refused: ProbeFailure) -> bool:
+    """Is this how a server refuses a chat to a model that cannot chat? vLLM's 400 or 501 "The model
+    does not support Chat Completions API", Ollama's 400 "… does not support chat"; a 404 or 405 for
+    a route an embedding server does not have. Any other refusal is the chat's failure."""
+    if refused.status in (404, 405):
+        return True
+    return refused.status in (400, 501) and "support" in str(refused).lower()
 
 
 async def _embeds(client: httpx.AsyncClient, target: Target, model: str, out: Outcome, timer: _Timer) -> bool:
@@ -383,7 +387,7 @@ async def probe_one(client: httpx.AsyncClient, target: Target) -> Outcome:
                 except ProbeFailure as refused:
                     # An embedding model (vLLM's pooling runner, TEI) refuses a chat: it is probed
                     # with an embedding instead of being put down for what it never serves.
-                    if refused.status not in NOT_A_CHAT_MODEL or not await _embeds(client, target, model, out, timer):
+                    if not _not_a_chat_model(refused) or not await _embeds(client, target, model, out, timer):
                         raise
         else:
             out.total_ms = _ms(start)

@@ -259,18 +259,25 @@ def test_an_embedding_model_that_refuses_a_chat_is_healthy_on_an_embedding(upstr
     assert "an embedding model" in str(probe.error_message)
 
 
-def test_a_chat_refused_by_a_model_that_embeds_nothing_either_is_the_chats_failure(upstream, make_channel):
+@pytest.mark.parametrize(
+    ("said", "asked_to_embed"),
+    [
+        ("max_tokens must be at least 8", False),  # a chat model's own refusal: no embedding asked
+        ("The model does not support Chat Completions API", True),  # and it embeds nothing either
+    ],
+)
+def test_any_other_refusal_of_the_chat_is_the_channels_failure(upstream, make_channel, said, asked_to_embed):
     up = upstream()
-    cannot = {"mode": "status", "status": 400, "error_message": "max_tokens must be at least 8"}
+    cannot = {"mode": "status", "status": 400, "error_message": said}
     up.enqueue(mode="ok").enqueue(mode="ok").enqueue(**cannot).enqueue(mode="status", status=404)
     ch = make_channel("picky", up.base_url)
 
     services.run_round()
 
-    assert [r.path for r in up.requests][-2:] == ["/v1/chat/completions", "/v1/embeddings"]
+    assert ("/v1/embeddings" in [r.path for r in up.requests]) is asked_to_embed
     probe = ProbeResult.objects.get(channel=ch)
     assert not probe.ok and probe.error == "http_4xx" and probe.http_status == 400
-    assert "max_tokens must be at least 8" in str(probe.error_message)
+    assert said in str(probe.error_message)
 
 
 def test_a_stream_stalling_after_the_first_chunk_is_recorded_as_stalled(upstream, make_channel):
