@@ -324,7 +324,9 @@ async def tokenize(route: RouteInfo, text: str, *, within: aiohttp.ClientTimeout
     send = {"authorization": "Bearer " + route.api_key} if route.api_key else {}
     root = route.base_url.removesuffix("/v1")
     try:
-        async with process.upstream().post(root + "/tokenize", json=payload, headers=send, timeout=within) as resp:
+        async with process.upstream(route.kind).post(
+            root + "/tokenize", json=payload, headers=send, timeout=within
+        ) as resp:
             if resp.status != 200:
                 return None
             data = await resp.json(content_type=None)
@@ -423,7 +425,6 @@ async def send_upstream(
     client got a byte fails over. Other answers get
     the call's total deadline for their body, at most GATEWAY_MAX_RESPONSE_BYTES of it, and must be
     JSON when they say so. Redirects are never followed: a 3xx is an upstream error like a 5xx."""
-    session = process.upstream()
     headers_timeout = float(hot.GATEWAY_HEADERS_TIMEOUT)
     idle_timeout = float(hot.GATEWAY_IDLE_TIMEOUT)
     first_timeout = first_token_timeout(prompt_tokens)
@@ -453,7 +454,7 @@ async def send_upstream(
         try:
             until = loop.time() + phase_seconds
             async with asyncio.timeout_at(until if deadline is None else min(until, deadline)):
-                resp = await session.request(
+                resp = await process.upstream(route.kind).request(
                     "POST", route.base_url + out.path, data=data, headers=headers, allow_redirects=False
                 )
             status = resp.status

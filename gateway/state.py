@@ -25,13 +25,22 @@ from .limits import RedisLimiter, make_limiter
 from .payloads import PayloadWriter
 from .usage import UsageWriter
 
+# llama-server (cpp-httplib), vLLM and SGLang (uvicorn) close a connection idle for 5 s. A request
+# written on one as the server closes it is lost unread (aiohttp replays no POST): the client got a
+# 502, the channel a failure, and its breaker opened. The gateway lets their idle connections go
+# first; a cloud's it keeps 30 s (a new TLS connection costs tens of milliseconds).
+MODEL_SERVER_KINDS = frozenset({"vllm", "llamacpp", "sglang"})
+MODEL_SERVER_KEEPALIVE = 4.0
+KEEPALIVE = 30.0
 
-def open_session() -> aiohttp.ClientSession:
-    """The process's one upstream client: no overall deadline (streams run long), the connect
-    deadline from settings, no redirects followed. Reads are bounded by `call`/`relay` themselves
-    (headers, first token, idle gap, total), each naming its setting when it fires."""
+
+def open_session(keepalive: float = KEEPALIVE) -> aiohttp.ClientSession:
+    """An upstream client: no overall deadline (streams run long), the connect deadline from
+    settings, no redirects followed, idle connections kept `keepalive` seconds. Reads are bounded by
+    `call`/`relay` themselves (headers, first token, idle gap, total), each naming its setting when
+    it fires."""
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=float(settings.GATEWAY_CONNECT_TIMEOUT))
-    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=30)
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=keepalive)
     return aiohttp.ClientSession(
         connector=connector,
         timeout=timeout,
@@ -61,7 +70,8 @@ class ProcessState:
     """Per-process state: the upstream session, the limiter and the usage writer."""
 
     def __init__(self) -> None:
-        self.session: aiohttp.ClientSession | None = None
+        self.session: aiohttp.ClientSession | None = None  # clouds and other servers
+        self.model_servers: aiohttp.ClientSession | None = None  # vLLM, llama.cpp, SGLang
         self.limiter: RedisLimiter | None = None
         # Its own thread and connection: key and model lookups never wait behind a slow write.
         self.usage = UsageWriter()
@@ -127,8 +137,13 @@ class ProcessState:
             await asyncio.sleep(1.0)
         settle_heap()
 
-    def upstream(self) -> aiohttp.ClientSession:
-        """The upstream session, opened on first use."""
+    def upstream(self, kind: str = "") -> aiohttp.ClientSession:
+        """The session for a channel of this kind, opened on first use: the model servers' lets
+        idle connections go before the servers do (`MODEL_SERVER_KEEPALIVE`)."""
+        if kind in MODEL_SERVER_KINDS:
+            if self.model_servers is None or self.model_servers.closed:
+                self.model_servers = open_session(MODEL_SERVER_KEEPALIVE)
+            return self.model_servers
         if self.session is None or self.session.closed:
             self.session = open_session()
         return self.session
@@ -147,9 +162,10 @@ class ProcessState:
         await self.usage.stop()
         await self.payloads.stop()
         await snapshot.save()
-        if self.session is not None:
-            await self.session.close()
-            self.session = None
+        for session in (self.session, self.model_servers):
+            if session is not None:
+                await session.close()
+        self.session = self.model_servers = None
         await close_db()
 
 

@@ -199,7 +199,7 @@ async def count_tokens(req: Request) -> None:
 async def _upstream_count(
     route: RouteInfo, body: dict[str, Any], chat: dict[str, Any], headers: dict[str, str]
 ) -> int | None:
-    session = process.upstream()
+    session = process.upstream(route.kind)
     try:
         if route.kind == "anthropic":
             payload = {k: v for k, v in body.items() if k in ("messages", "system", "tools", "tool_choice", "thinking")}

@@ -120,6 +120,10 @@ class FakeUpstream:
     port: int = 0
     bind: str = "127.0.0.1"  # the fake `vllm serve --host 0.0.0.0` of a multi-node test binds all
     strict_models: bool = False  # as vLLM and SGLang: 404 for a model id not in `models`
+    # A model server's idle timer firing just as a request arrives, made certain: a request on a
+    # connection idle this many seconds is closed unanswered (llama-server, vLLM and SGLang close
+    # idle connections at 5 s; a request written at that moment is lost unread).
+    idle_close: float | None = None
 
     def __post_init__(self) -> None:
         self.requests: list[Recorded] = []
@@ -132,6 +136,8 @@ class FakeUpstream:
         self.open_streams = 0
         self.holds: list[str] = []  # how each held connection ended (modes split_done, no_done)
         self.gate: threading.Event | None = None  # when set: requests wait for it (see the docstring)
+        self._last_request: dict[Any, float] = {}  # peer → when its connection last had a request
+        self.closed_idle = 0  # requests closed unanswered (`idle_close`)
 
     # --- scripting -------------------------------------------------------------------------
     def behave(self, **kwargs: Any) -> FakeUpstream:
@@ -291,6 +297,13 @@ class FakeUpstream:
 
     async def _pre(self, request: web.Request) -> tuple[Any, dict[str, Any], web.StreamResponse | None]:
         body = await self._record(request)
+        if self.idle_close is not None and request.transport is not None:
+            peer, now = request.transport.get_extra_info("peername"), time.monotonic()
+            last, self._last_request[peer] = self._last_request.get(peer), now
+            if last is not None and now - last >= self.idle_close:
+                self.closed_idle += 1
+                request.transport.close()
+                return body, {}, web.Response(status=204)  # never reaches the client
         while self.gate is not None and not self.gate.is_set():
             await asyncio.sleep(0.02)
         denied = self._unauthorized(request)

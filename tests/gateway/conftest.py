@@ -64,7 +64,7 @@ class Setup:
 def add_channel(upstream: FakeUpstream, name: str, *, priority: int = 0, model: Model | None = None, **fields):
     channel = Channel.objects.create(
         name=name,
-        kind="vllm",
+        kind=fields.pop("kind", "vllm"),
         base_url=upstream.base_url,
         api_key=upstream.api_key or "",
         priority=priority,

@@ -10,13 +10,16 @@ import socket
 import time
 
 import httpx
+import openai
 import orjson
 import pytest
 
+from channels.health import passive
+from channels.models import Model
 from keys.models import UsageRecord
 from keys.services import issue_key
 from tests.fakes.upstream import FakeUpstream
-from tests.gateway.conftest import UPSTREAM_KEY, ThreadServer, add_channel, leave_once, wait_for
+from tests.gateway.conftest import UPSTREAM_KEY, ThreadServer, add_channel, leave_once, retry_locked, wait_for
 
 pytestmark = [pytest.mark.slow]
 
@@ -363,3 +366,26 @@ def test_four_50_mb_answers_at_once_leave_the_gateways_memory_bounded(setup, ups
     assert grown < 4 * cap_mib + 24, f"RSS grew by {grown:.1f} MiB"
     upstream.behave()
     assert post(server.url, setup.plaintext).status_code == 200
+
+
+def test_a_model_servers_idle_connection_is_let_go_before_the_server_closes_it(setup, gateway_url):
+    """llama-server, vLLM and SGLang close a connection idle for 5 s, and a request written on one
+    as the server closes it is lost unread (aiohttp replays no POST): the client got a 502
+    `upstream_protocol`, the channel a failure, its breaker opened. The gateway now lets a model
+    server's idle connection go after 4 s, and keeps a cloud's (a new TLS connection costs tens of
+    milliseconds). The fake closes a connection idle 4.2 s the moment a request arrives on it."""
+    client = openai.OpenAI(base_url=gateway_url + "/v1", api_key=setup.plaintext, max_retries=0)
+    retry_locked(passive.collect)  # start from an empty health window
+    with FakeUpstream(api_key=UPSTREAM_KEY, idle_close=4.2) as server, FakeUpstream(api_key=UPSTREAM_KEY) as cloud:
+        vllm, _ = add_channel(server, "vllm", model=Model.objects.create(name="bge-m3"))
+        add_channel(cloud, "cloud", model=Model.objects.create(name="text-embedding-3-small"), kind="openai")
+        for model in ("bge-m3", "text-embedding-3-small"):
+            client.embeddings.create(model=model, input="hello")
+        time.sleep(4.5)  # idle longer than the gateway keeps a model server's connection
+        for model in ("bge-m3", "text-embedding-3-small"):
+            assert client.embeddings.create(model=model, input="hello").data  # was 502 for bge-m3
+
+        assert server.closed_idle == 0
+        assert len({r.peer for r in server.requests}) == 2  # a new connection after the wait
+        assert len({r.peer for r in cloud.requests}) == 1  # the cloud's kept
+    assert passive.collect()[vllm.id].fail_count == 0
