@@ -298,7 +298,7 @@ def unsupported(status: int, body: bytes, *, llamacpp: bool) -> GatewayError | N
 # llama.cpp's words (a 500) for an embedding or reranking input longer than its physical batch
 # (`--ubatch-size`, 512 by default): such a model reads each input in one batch. The input is at
 # fault, not the server: as a 5xx an SDK retried it and the channel's health counted it, so one
-# indexer with long chunks made an embedding server look down.
+# indexer with long chunks could put an embedding server down.
 _LLAMACPP_BATCH_WORDS = "too large to process. increase the physical batch size"
 _BATCH_FIGURES = re.compile(r"input \((\d+) tokens\).*current batch size: (\d+)")
 
