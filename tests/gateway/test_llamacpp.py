@@ -30,22 +30,24 @@ def llama():
         yield server
 
 
-@pytest.fixture
-def llama_key(transactional_db, llama, alice):
-    channel = Channel.objects.create(
-        name="llama", kind="llamacpp", base_url=llama.base_url, api_key=LLAMA_KEY, status="healthy"
-    )
-    model = Model.objects.create(name="tiny-chat")
-    # What discovery records from the server's own metadata (/props n_ctx, /v1/models meta).
-    props = httpx.get(llama.root_url + "/props", headers={"Authorization": f"Bearer {LLAMA_KEY}"}).json()
+def served(server: LlamaServer, channel: str, model: str, owner, key: str):
+    """A channel for the server, a model routed to it with the window discovery records from the
+    server's own metadata (/props n_ctx), and a key for `owner`: (key, plaintext)."""
+    props = httpx.get(server.root_url + "/props", headers={"Authorization": f"Bearer {LLAMA_KEY}"}).json()
     ModelRoute.objects.create(
-        model=model,
-        channel=channel,
-        upstream_model=llama.model_id,
+        model=Model.objects.create(name=model),
+        channel=Channel.objects.create(
+            name=channel, kind="llamacpp", base_url=server.base_url, api_key=LLAMA_KEY, status="healthy"
+        ),
+        upstream_model=server.model_id,
         discovered_context_window=props["default_generation_settings"]["n_ctx"],
     )
-    key, plaintext = issue_key(owner=alice, name="llama")
-    return key, plaintext
+    return issue_key(owner=owner, name=key)
+
+
+@pytest.fixture
+def llama_key(transactional_db, llama, alice):
+    return served(llama, "llama", "tiny-chat", alice, "llama")
 
 
 @pytest.fixture
@@ -151,16 +153,8 @@ def test_a_newcomers_first_call_without_max_tokens_on_a_512_token_model_answers(
 ):
     """The openai SDK sends no max_tokens: the gateway reserves what the 512-token window leaves
     after the prompt (not GATEWAY_DEFAULT_MAX_TOKENS, which no route could hold) and answers 200."""
-    channel = Channel.objects.create(
-        name="llama512", kind="llamacpp", base_url=llama512.base_url, api_key=LLAMA_KEY, status="healthy"
-    )
-    model = Model.objects.create(name="tiny-512")
-    props = httpx.get(llama512.root_url + "/props", headers={"Authorization": f"Bearer {LLAMA_KEY}"}).json()
-    assert props["default_generation_settings"]["n_ctx"] == 512
-    ModelRoute.objects.create(
-        model=model, channel=channel, upstream_model=llama512.model_id, discovered_context_window=512
-    )
-    key, plaintext = issue_key(owner=alice, name="first")
+    key, plaintext = served(llama512, "llama512", "tiny-512", alice, "first")
+    assert ModelRoute.objects.get(model__name="tiny-512").discovered_context_window == 512
     client = openai.OpenAI(base_url=gateway_url + "/v1", api_key=plaintext, max_retries=0)
     reply = client.chat.completions.create(
         model="tiny-512", messages=[{"role": "user", "content": "Hello! What can you do?"}]
@@ -306,14 +300,7 @@ def test_a_client_that_leaves_frees_the_servers_one_slot_at_once(
     behind that slot, so the generation nobody reads must stop when the client leaves, not run to
     its max_tokens. The answer asked for is 3,900 tokens; llama.cpp stops only when a write finds
     its client gone, so it stops early only if the gateway closes its upstream call at once."""
-    channel = Channel.objects.create(
-        name="roomy", kind="llamacpp", base_url=roomy_llama.base_url, api_key=LLAMA_KEY, status="healthy"
-    )
-    model = Model.objects.create(name="tiny-roomy")
-    ModelRoute.objects.create(
-        model=model, channel=channel, upstream_model=roomy_llama.model_id, discovered_context_window=4096
-    )
-    key, plaintext = issue_key(owner=alice, name="agent")
+    key, plaintext = served(roomy_llama, "roomy", "tiny-roomy", alice, "agent")
     asked = 3900
     body = {
         "model": "tiny-roomy",
@@ -390,14 +377,7 @@ def embedder():
 
 @pytest.fixture
 def embed_key(transactional_db, embedder, alice):
-    channel = Channel.objects.create(
-        name="embedder", kind="llamacpp", base_url=embedder.base_url, api_key=LLAMA_KEY, status="healthy"
-    )
-    model = Model.objects.create(name="tiny-embed")
-    ModelRoute.objects.create(
-        model=model, channel=channel, upstream_model=embedder.model_id, discovered_context_window=512
-    )
-    return issue_key(owner=alice, name="indexer")
+    return served(embedder, "embedder", "tiny-embed", alice, "indexer")
 
 
 def test_an_embedding_input_longer_than_the_servers_batch_is_a_400_that_spares_its_health(embed_key, gateway_url):
