@@ -240,7 +240,9 @@ def test_500_from_the_completion_is_an_http_5xx_failure(upstream, make_channel):
 
 
 @pytest.mark.parametrize("refused", [400, 501])  # vLLM before and after it raised NotImplementedError
-def test_an_embedding_model_that_refuses_a_chat_is_healthy_on_an_embedding(upstream, make_channel, refused):
+def test_an_embedding_model_that_refuses_a_chat_is_healthy_on_an_embedding(
+    upstream, make_channel, refused, admin_client
+):
     """vLLM serving an embedding model answers a chat "The model does not support Chat Completions
     API": the probe counted that as the channel's failure, so a server answering every embedding
     asked of it went down, its alerts sent. Now the probe times an embedding instead."""
@@ -257,6 +259,9 @@ def test_an_embedding_model_that_refuses_a_chat_is_healthy_on_an_embedding(upstr
     probe = ProbeResult.objects.get(channel=ch)
     assert probe.ok and probe.http_status == 200 and probe.total_ms is not None and probe.ttft_ms is None
     assert "an embedding model" in str(probe.error_message)
+    html = admin_client.get(reverse("channel-health", args=[ch.pk]), HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    note = zh("%(step)s: an embedding model, timed on an embedding", step=zh("latency probe"))
+    assert CJK.search(note) and escape(note) in html  # the admin reads why, in their language
 
 
 @pytest.mark.parametrize(
