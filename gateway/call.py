@@ -41,6 +41,7 @@ from .cache import KeyInfo, ModelInfo, RouteInfo
 from .catalog import Selection
 from .chunks import DONE, ChatAssembly, event_data
 from .errors import (
+    NOT_THE_CHANNELS,
     REDACTED,
     TIMEOUT_SETTINGS,
     Attempt,
@@ -48,9 +49,8 @@ from .errors import (
     GatewayError,
     UpstreamStreamError,
     context_overflow,
-    input_too_large,
+    request_fault,
     router_not_found,
-    unsupported,
     upstream_error,
 )
 from .http import Request, send_bytes
@@ -464,15 +464,11 @@ async def send_upstream(
                 resp.close()
                 err = upstream_error(status, body, retry_after=retry_after)
                 kind = failure_of(status, err)
-                llamacpp = route.kind == "llamacpp"
-                if (cannot := unsupported(status, body, llamacpp=llamacpp)) is not None:
-                    err, kind = cannot, Failure.UNSUPPORTED  # another route may take it
-                elif (too_long := input_too_large(status, body, llamacpp=llamacpp)) is not None:
-                    err, kind = too_long, Failure.CONTEXT_LENGTH  # another server's batch may take it
+                if (fault := request_fault(status, body, llamacpp=route.kind == "llamacpp")) is not None:
+                    err, kind = fault  # the request's: another route may take it
                 failed.append((telling(kind), err))
                 attempts.append(Attempt(route.channel_id, route.channel_name, kind, status))
-                if kind not in (Failure.NOT_SERVED, Failure.UNSUPPORTED, Failure.CONTEXT_LENGTH):
-                    # (those are the route's or the request's, not the channel's: its other models answer)
+                if kind not in NOT_THE_CHANNELS:
                     passive.report(route.channel_id, False, status=status, error=kind)
                 continue
             ctype = resp.headers.get("content-type", "application/json").encode("latin-1")

@@ -47,6 +47,11 @@ class Failure(enum.StrEnum):
     UNSUPPORTED = "unsupported"  # the server cannot take such a request (501; llama.cpp not started for it)
 
 
+# Failures that are the route's or the request's, not the channel's (its other models answer, its
+# other requests too): never reported against its health.
+NOT_THE_CHANNELS = frozenset({Failure.NOT_SERVED, Failure.UNSUPPORTED, Failure.CONTEXT_LENGTH})
+
+
 # A request's record when the gateway's shutdown cut it (its grace ended first).
 SHUTDOWN = "interrupted by the gateway's shutdown"
 
@@ -332,6 +337,18 @@ def input_too_large(status: int, body: bytes, *, llamacpp: bool) -> ContextOverf
 def _figure(pattern: re.Pattern[str], text: str) -> int | None:
     found = pattern.search(text)
     return int(next(g for g in found.groups() if g is not None)) if found else None
+
+
+def request_fault(status: int, body: bytes, *, llamacpp: bool) -> tuple[GatewayError, Failure] | None:
+    """A server error that is the request's, not the server's, as our 400 and the attempt's failure
+    (None for a server that failed): a server that cannot take such a request (`unsupported`), an
+    input longer than llama.cpp reads at once (`input_too_large`). Another route may take it, and
+    nothing counts against the channel (`NOT_THE_CHANNELS`)."""
+    if (cannot := unsupported(status, body, llamacpp=llamacpp)) is not None:
+        return cannot, Failure.UNSUPPORTED
+    if (too_long := input_too_large(status, body, llamacpp=llamacpp)) is not None:
+        return too_long, Failure.CONTEXT_LENGTH
+    return None
 
 
 def context_overflow(
