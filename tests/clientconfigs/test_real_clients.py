@@ -3,6 +3,8 @@ Continue CLI, OpenCode, Codex, llm; GitHub Copilot CLI, pi, Factory Droid, Mistr
 configured only by the portal's installer in a throwaway HOME, complete a request through the
 gateway to the fake upstream, with the default model and limits the files set; the newer ones also
 a tool round trip (their own file-reading tool) and a second install that switches the default.
+Claude Code also walks two turns on a real llama.cpp server (xllamacpp), its window discovered from
+the server, translated Messages -> Chat Completions end to end.
 JetBrains (Junie's CLI comes from JetBrains' site, AI Assistant is an IDE plugin), Goose, Zed, Roo,
 Crush and CC Switch cannot run here: test_formats.py checks their files.
 
@@ -259,6 +261,72 @@ def test_claude_code_answers_through_the_gateway_from_the_installed_settings(gat
     assert done.returncode == 0, done.stdout + done.stderr
     sent = [r.json for r in up.requests if r.path.endswith("/chat/completions") and r.json.get("model") == "fake-small"]
     assert sent and all(r["max_tokens"] <= SMALL_OUTPUT for r in sent)
+
+
+@pytest.fixture
+def llama_gateway(transactional_db, settings, monkeypatch):
+    """The gateway in front of a real llama.cpp server (xllamacpp) whose window the channel's
+    discovery read from the server (/props), as an admin's registration records it."""
+    import httpx
+
+    from tests.fakes.llamacpp import LlamaServer, tiny_gguf_path
+
+    monkeypatch.setenv("GATEWAY_REDIS_NAMESPACE", "ccllama-" + uuid.uuid4().hex[:10])
+    settings.PORTAL_PUBLIC_URL = ""
+    with LlamaServer(ctx=LLAMA_WINDOW, api_key=UPSTREAM_KEY, model_path=tiny_gguf_path(LLAMA_WINDOW)) as llama:
+        auth = {"Authorization": f"Bearer {UPSTREAM_KEY}"}
+        props = httpx.get(llama.root_url + "/props", headers=auth).json()
+        assert props["default_generation_settings"]["n_ctx"] == LLAMA_WINDOW
+        channel = Channel.objects.create(
+            name="gpu", kind="llamacpp", base_url=llama.base_url, api_key=UPSTREAM_KEY, status="healthy"
+        )
+        ModelRoute.objects.create(
+            model=Model.objects.create(name="local-coder"),
+            channel=channel,
+            upstream_model=llama.model_id,
+            discovered_context_window=props["default_generation_settings"]["n_ctx"],
+        )
+        server = ThreadServer().start()
+        try:
+            yield server, llama
+        finally:
+            server.stop()
+
+
+LLAMA_WINDOW = 32768  # Claude Code's own prompt is ~21k tokens of the tiny model's byte-level vocabulary
+
+
+def test_claude_code_on_a_real_llamacpp_server_answers_and_its_next_turn_reuses_the_servers_cache(
+    llama_gateway, tmp_path, alice
+):
+    """The whole journey on a real model server: Claude Code configured only by the installer,
+    its Messages request (system blocks, ~20 tools, thinking, cache_control) translated to Chat
+    Completions and rendered by llama.cpp's own chat template (`--jinja`). The answer is the server's
+    count of the whole prompt; the next turn (`--continue`) finds that prompt in llama.cpp's cache,
+    which holds only when the translation renders an unchanged conversation to the same bytes."""
+    from keys.models import UsageRecord
+    from tests.gateway.conftest import wait_for
+
+    server, llama = llama_gateway
+    claude = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "claude")
+    home = tmp_path / "home"
+    home.mkdir()
+    install(server, home, alice, "claude-code")
+    env = {"DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"}
+    first = run_isolated(server, home, [str(claude), "-p", PROMPT], env)
+    assert first.returncode == 0 and first.stdout.strip(), first.stdout + first.stderr + llama.log()[-3000:]
+    [one] = wait_for(lambda: list(UsageRecord.objects.all()), timeout=30)
+    assert (one.model, one.surface, one.status, one.estimated) == ("local-coder", "messages", "ok", False)
+    assert 15_000 < one.prompt_tokens < LLAMA_WINDOW, one.prompt_tokens  # the whole prompt, by the server
+    assert one.completion_tokens > 0
+
+    again = run_isolated(server, home, [str(claude), "-p", "And now?", "--continue"], env)
+    assert again.returncode == 0 and again.stdout.strip(), again.stdout + again.stderr + llama.log()[-3000:]
+    two = wait_for(lambda: UsageRecord.objects.exclude(pk=one.pk).first(), timeout=30)
+    assert two.status == "ok" and two.prompt_tokens > one.prompt_tokens
+    # The second turn's prompt begins with the first's, token for token, so llama.cpp reads the
+    # first turn from its cache (a reordered tool list or rewritten system block would miss it).
+    assert two.cached_tokens >= one.prompt_tokens - 64, (one.prompt_tokens, two.cached_tokens)
 
 
 def test_codex_answers_over_responses_and_its_file_notes_the_dropped_tools(gateway, tmp_path, alice):

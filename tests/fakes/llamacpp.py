@@ -40,14 +40,18 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 _lock = threading.Lock()
 
 
-def tiny_gguf_path() -> Path:
-    """The tiny model, written once per machine (same seed, same bytes) under the temp dir."""
+def tiny_gguf_path(context_length: int | None = None) -> Path:
+    """The tiny model, written once per machine (same seed, same bytes) under the temp dir. Its
+    training context is 4,096 tokens, and llama-server caps a slot at that whatever `-c` says; a
+    real client's own prompt (Claude Code's is ~20k of this byte-level vocabulary's tokens) needs
+    a variant trained for more (`context_length`), written beside it."""
     from .tinygguf import write_tiny_gguf
 
-    path = Path(tempfile.gettempdir()) / f"portal-tests-{os.getuid()}" / "tiny-llama.gguf"
+    name = f"tiny-llama-{context_length}.gguf" if context_length else "tiny-llama.gguf"
+    path = Path(tempfile.gettempdir()) / f"portal-tests-{os.getuid()}" / name
     with _lock:
         if not path.exists():
-            write_tiny_gguf(path)
+            write_tiny_gguf(path, **({"context_length": context_length} if context_length else {}))
     return path
 
 
