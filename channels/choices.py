@@ -50,6 +50,15 @@ class BalancePolicy(models.TextChoices):
     LEAST_BUSY = "least_busy", _("Least busy")
 
 
+class ModelKind(models.TextChoices):
+    """What a public model does: a chat model answers Chat, Completions, Responses and Messages; an
+    embedding model answers Embeddings only. Client configs offer each where it belongs (Continue's
+    `embed` role; no chat model list)."""
+
+    CHAT = "chat", _("Chat model")
+    EMBEDDING = "embedding", _("Embedding model")
+
+
 class UnpricedPolicy(models.TextChoices):
     """What a key with a budget meets on a route without a price (never free): the portal's
     default (PORTAL_UNPRICED_ROUTES), a refusal, or the fallback price."""

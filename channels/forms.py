@@ -13,7 +13,7 @@ from django.utils.translation import gettext_lazy as _
 from portal.forms import FIELD_LABELS
 from portal.ui import Fieldset
 
-from .choices import BalancePolicy, ChannelKind, Locality, UnpricedPolicy
+from .choices import BalancePolicy, ChannelKind, Locality, ModelKind, UnpricedPolicy
 from .models import MODEL_NAME_VALIDATOR, Channel, Model, ModelRoute
 from .services import MAX_ALIAS_TARGETS, clean_base_url, reset_status_after_edit, suggest_locality
 
@@ -135,19 +135,23 @@ class ModelForm(forms.ModelForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["balance"].required = False  # a post without it keeps what the model has
+        self.fields["kind"].required = False
         # Only routes with prices need the confirmation; the page offers it when the model has some.
         priced = ModelRoute.objects.filter(model_id=self.instance.pk, prices__isnull=False)
         self.priced_channels = sorted(set(priced.values_list("channel__name", flat=True))) if self.instance.pk else []
 
     class Meta:
         model = Model
-        fields = ["name", "display_name", "description", "enabled", "balance"]
+        fields = ["name", "display_name", "description", "enabled", "kind", "balance"]
         labels = FIELD_LABELS
         widgets = {"description": forms.Textarea(attrs={"rows": 2})}
         help_texts = {"name": _("The public name developers put in requests, e.g. qwen3-32b.")}
 
     def clean_balance(self) -> str:
         return self.cleaned_data.get("balance") or self.instance.balance or BalancePolicy.WEIGHTED
+
+    def clean_kind(self) -> str:
+        return self.cleaned_data.get("kind") or self.instance.kind or ModelKind.CHAT
 
 
 class RouteForm(forms.ModelForm):

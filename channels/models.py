@@ -22,6 +22,7 @@ from .choices import (
     ChannelKind,
     ChannelStatus,
     Locality,
+    ModelKind,
     PriceSource,
     ProbeSource,
     UnpricedPolicy,
@@ -203,6 +204,15 @@ class Model(TimeStampedModel):
             "How requests are spread over channels of the same priority: weighted random; session "
             "affinity (each agent session stays on one replica, so its prompt cache is reused); least busy "
             "(fewest requests in flight, then the fastest first token)."
+        ),
+    )
+    kind = models.CharField(
+        max_length=16,
+        choices=ModelKind,
+        default=ModelKind.CHAT,
+        help_text=_(
+            "An embedding model is offered to coding clients for embeddings only (Continue's codebase "
+            "index), never in their chat model lists."
         ),
     )
     is_alias = models.BooleanField(default=False, editable=False)

@@ -22,7 +22,7 @@ from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
-from channels.choices import Locality
+from channels.choices import Locality, ModelKind
 from channels.models import AliasTarget, Model, ModelRoute, alias_limits
 from channels.services import cold_windows
 from hosts.models import Deployment
@@ -112,16 +112,23 @@ def output_room(context_window: int | None, max_output: int | None) -> int | Non
 
 
 def model_specs(user: User, key: Key | None = None) -> tuple[ModelSpec, ...]:
-    """Each usable model with the smallest context window its enabled routes really serve
-    (discovered, else configured) and an output limit that leaves room for input. An alias is
-    listed like any model, with the largest window one of its targets serves (the gateway falls
-    through to it), as `channels.models.Model.effective_limits` says. A stopped on-demand model
-    has the window its server starts with (`channels.services.cold_windows`)."""
+    """The chat models `user` (with `key`: the key) may use, as `specs_by_kind` gives them: what
+    every client's chat model list, default model and window settings are made of."""
+    return specs_by_kind(user, key)[0]
+
+
+def specs_by_kind(user: User, key: Key | None = None) -> tuple[tuple[ModelSpec, ...], tuple[ModelSpec, ...]]:
+    """(chat models, embedding models): each usable model with the smallest context window its
+    enabled routes really serve (discovered, else configured) and an output limit that leaves room
+    for input. An alias is listed like any model, with the largest window one of its targets
+    serves (the gateway falls through to it), as `channels.models.Model.effective_limits` says. A
+    stopped on-demand model has the window its server starts with (`channels.services.cold_windows`)."""
     routes = ModelRoute.objects.enabled().select_related("channel")
     cold = cold_windows()
     targets = AliasTarget.objects.select_related("target").order_by("position")
     key_local = key is not None and key.local_only
-    specs = []
+    chat: list[ModelSpec] = []
+    embedding: list[ModelSpec] = []
     prefetched = usable_models(user, key).prefetch_related(
         Prefetch("routes", queryset=routes, to_attr="live"),
         Prefetch("targets", queryset=targets, to_attr="live_targets"),
@@ -138,7 +145,10 @@ def model_specs(user: User, key: Key | None = None) -> tuple[ModelSpec, ...]:
         else:
             ctx, out = model.limits_over(model.live, local_only=key_local, cold=cold)
             live = [r for r in model.live if r.channel.is_local or not local]
-        specs.append(
+        if model.kind == ModelKind.EMBEDDING:
+            embedding.append(ModelSpec(model.name, ctx, None, model.display_name))
+            continue
+        chat.append(
             ModelSpec(
                 model.name,
                 ctx,
@@ -147,7 +157,7 @@ def model_specs(user: User, key: Key | None = None) -> tuple[ModelSpec, ...]:
                 translated_responses=bool(live) and not any(r.channel.speaks_responses for r in live),
             )
         )
-    return tuple(specs)
+    return tuple(chat), tuple(embedding)
 
 
 def mcp_specs(key: Key | None) -> tuple[McpServerSpec, ...]:
@@ -157,12 +167,19 @@ def mcp_specs(key: Key | None) -> tuple[McpServerSpec, ...]:
     return tuple(McpServerSpec(s.slug, s.name, s.description) for s in allowed_servers(key))
 
 
-def version_of(gateway: str, specs: tuple[ModelSpec, ...], mcp: tuple[McpServerSpec, ...] = ()) -> str:
+def version_of(
+    gateway: str,
+    specs: tuple[ModelSpec, ...],
+    mcp: tuple[McpServerSpec, ...] = (),
+    embedding: tuple[ModelSpec, ...] = (),
+) -> str:
     """A short hash over everything written into the files except the key: changes when an admin
     changes models, limits, the key's MCP servers or the gateway URL."""
     payload: list[Any] = [gateway, [asdict(s) for s in specs]]
     if mcp:  # without servers the hash stays what it was before MCP existed
         payload.append([asdict(s) for s in mcp])
+    if embedding:  # likewise without embedding models
+        payload.append({"embedding": [asdict(s) for s in embedding]})
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -189,13 +206,14 @@ def check_default_model(user: User, name: str, key: Key | None = None) -> None:
 def render_input(
     user: User, *, gateway: str, key: Key | None = None, plaintext: str | None = None, default_model: str = ""
 ) -> RenderInput:
-    specs, mcp = model_specs(user, key), mcp_specs(key)
+    (specs, embedding), mcp = specs_by_kind(user, key), mcp_specs(key)
     return RenderInput(
         gateway_url=gateway,
         api_key=plaintext,
         models=specs,
+        embedding_models=embedding,
         mcp_servers=mcp,
-        version=version_of(gateway, specs, mcp),
+        version=version_of(gateway, specs, mcp, embedding),
         default_model=default_model,
         generated_at=timezone.now().strftime("%Y-%m-%dT%H:%M:%S.000Z"),
     )
@@ -259,7 +277,8 @@ def stale_downloads(user: User, gateway: str) -> list[dict[str, Any]]:
     stale = []
     for client, d in sorted(latest.items()):
         key = d.key if d.key is not None and d.key.owner_id == user.pk and d.key.is_active else None
-        current = version_of(gateway, model_specs(user, key), mcp_specs(key))
+        specs, embedding = specs_by_kind(user, key)
+        current = version_of(gateway, specs, mcp_specs(key), embedding)
         if current != d.version:
             label = getattr(clients.get(client), "LABEL", client)
             stale.append(

@@ -17,6 +17,7 @@ from typing import Any
 
 from django.conf import settings
 
+from channels.choices import ModelKind
 from channels.prices import format_money
 from keys.choices import ApiSurface, UsageStatus
 from keys.usage import explanation as lines
@@ -84,6 +85,14 @@ async def open_call(
                 catalog = await snapshot.get_catalog(fresh=attempt > 0)
             info = resolved = resolve_model(key, catalog, model)
             req.model_name = info.name
+            if info.kind == ModelKind.EMBEDDING and not embedding:
+                raise GatewayError(
+                    400,
+                    f"'{info.name}' is an embedding model: it answers /v1/embeddings only. "
+                    "Choose a chat model for this request.",
+                    code="model_not_supported",
+                    param="model",
+                )
             # On demand and stopped (or an alias whose targets are), or served now only by channels
             # this request may not use (`ModelInfo.starts_for`): started below, once the limits
             # admitted the request.

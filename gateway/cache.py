@@ -273,6 +273,7 @@ class ModelInfo:
     max_output_tokens: int | None
     description: str
     balance: str = "weighted"  # channels.choices.BalancePolicy: how `gateway.balance` orders a group
+    kind: str = "chat"  # channels.choices.ModelKind: an embedding model answers /v1/embeddings only
     # Routes grouped by (tier, -priority), best first: `catalog.ordered_routes` draws within a group.
     groups: list[list[RouteInfo]] = field(default_factory=list)
     local_only: bool = False
@@ -402,6 +403,7 @@ def _load_catalog() -> Catalog:
             max_output_tokens=None,
             description=m.description,
             balance=m.balance,
+            kind=m.kind,
             local_only=m.local_only,
             is_alias=m.is_alias,
         )

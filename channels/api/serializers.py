@@ -223,6 +223,7 @@ class PublicModelSerializer(ModelSerializer):
             "display_name",
             "description",
             "enabled",
+            "kind",
             "balance",
             "context_window",
             "max_output_tokens",

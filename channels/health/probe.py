@@ -66,6 +66,7 @@ class Target:
     inference: bool = True
     max_tokens: int = 4
     discover: bool = True  # read the model list and limits (vLLM/llama.cpp: extra requests, so not every round)
+    embedding: bool = False  # `model` is an embedding model (channels.choices.ModelKind): timed on an embedding
 
 
 @dataclass(slots=True)
@@ -383,7 +384,10 @@ async def probe_one(client: httpx.AsyncClient, target: Target) -> Outcome:
                 out.total_ms = _ms(start)
             else:
                 try:
-                    await _stream_chat(client, target, model, out, timer)
+                    if target.embedding and model == target.model and await _embeds(client, target, model, out, timer):
+                        pass  # marked as an embedding model and answering one: no chat is sent
+                    else:
+                        await _stream_chat(client, target, model, out, timer)
                 except ProbeFailure as refused:
                     # An embedding model (vLLM's pooling runner, TEI) refuses a chat: it is probed
                     # with an embedding instead of being put down for what it never serves.

@@ -22,7 +22,7 @@ from django.db.models import F, Sum
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
-from channels.choices import ChannelStatus, ProbeSource
+from channels.choices import ChannelStatus, ModelKind, ProbeSource
 from channels.models import Channel, ModelRoute, ProbeResult, StatusChange
 from channels.signals import routes_changed
 from portal.i18n import Message, set_message, stored
@@ -81,6 +81,7 @@ def target_for(channel: Channel, *, force: bool = False) -> Target:
         base_url=channel.base_url,
         api_key=channel.api_key or "",
         model=routes[0].upstream_id if routes else "",
+        embedding=bool(routes) and routes[0].model.kind == ModelKind.EMBEDDING,
         others=tuple(r.upstream_id for r in routes[1:]),
         inference=channel.probe_inference,
         max_tokens=channel.probe_max_tokens,

@@ -71,6 +71,9 @@ class RenderInput:
     default_model: str = ""
     generated_at: str = "2026-01-01T00:00:00.000Z"  # ISO time; passed in so output is reproducible
     mcp_servers: tuple[McpServerSpec, ...] = ()  # mcpservers.access.allowed_servers(key), by name
+    # Models that answer Embeddings only (channels.choices.ModelKind): never in a chat model list;
+    # clients with a place for them (Continue's `embed` role) list them there.
+    embedding_models: tuple[ModelSpec, ...] = ()
 
     def mcp_url(self, server: McpServerSpec) -> str:
         """The gateway's Streamable HTTP endpoint for one server (mcpservers.access.server_path)."""
@@ -213,6 +216,9 @@ class Probe:
     model_context: str = ""  # path inside an item to its context window
     model_output: str = ""  # path inside an item to its output limit
     model_base: str = ""  # path inside an item to its base URL (lists that mix ours with the user's)
+    # Path inside an item to its roles (Continue): an item whose roles leave out "chat" is no chat
+    # model, so the client's own prompt need not fit its window.
+    model_roles: str = ""
     name_prefix: str = ""  # stripped from the model name (Aider's `openai/`); names without it are not ours
     mcp: str = ""  # dotted path to the client's MCP servers (an object or TOML tables); ours: MCP_PREFIX
     mcp_url: str = "url"  # key of an MCP entry's URL (Qwen Code's `httpUrl`)

@@ -50,6 +50,20 @@ def mcp_servers(inp: RenderInput) -> list[dict[str, Any]]:
     ]
 
 
+def legacy_config(inp: RenderInput, models: list[dict[str, Any]]) -> dict[str, Any]:
+    """config.json: the chat models, and the first embedding model as its one `embeddingsProvider`."""
+    config: dict[str, Any] = {"models": models}
+    if inp.embedding_models:
+        m = inp.embedding_models[0]
+        config["embeddingsProvider"] = {
+            "provider": "openai",
+            "model": m.name,
+            "apiBase": inp.api_base,
+            "apiKey": inp.key_or_placeholder,
+        }
+    return config
+
+
 def render(inp: RenderInput) -> Rendered:
     headers = {VERSION_HEADER: inp.version}
     models = []
@@ -88,6 +102,20 @@ def render(inp: RenderInput) -> Rendered:
         old["capabilities"] = {"tools": True}
         old["requestOptions"] = {"headers": dict(headers)}
         legacy.append(old)
+
+    for m in inp.embedding_models:
+        embed: dict[str, Any] = {
+            "name": f"{m.label} (team gateway)",
+            "provider": "openai",
+            "model": m.name,
+            "apiBase": inp.api_base,
+            "apiKey": SECRET_REF,
+            "roles": ["embed"],
+        }
+        if m.context_window:  # what the doctor compares with /v1/models; the index does not read it
+            embed["defaultCompletionOptions"] = {"contextLength": m.context_window}
+        embed["requestOptions"] = {"headers": dict(headers)}
+        models.append(embed)
 
     config: dict[str, Any] = {"name": PROVIDER_NAME, "version": "1.0.0", "schema": "v1", "models": models}
     if inp.mcp_servers:
@@ -129,7 +157,7 @@ def render(inp: RenderInput) -> Rendered:
         ConfigFile(
             _("config.json (legacy)"),
             "~/.continue/config.json",
-            dump_json({"models": legacy}),
+            dump_json(legacy_config(inp, legacy)),
             "json",
             merge="none",
             secret=bool(inp.api_key),
@@ -139,6 +167,14 @@ def render(inp: RenderInput) -> Rendered:
             ),
         )
     )
+    if inp.embedding_models:
+        notes.append(
+            _(
+                "%(models)s: listed for embeddings only (role embed), which Continue's codebase index uses; "
+                "pick one in Continue's settings when there are several."
+            )
+            % {"models": ", ".join(m.label for m in inp.embedding_models)}
+        )
     if len(inp.models) > 1 and inp.primary:
         notes.append(
             _(
@@ -165,6 +201,7 @@ def render(inp: RenderInput) -> Rendered:
                 model_context="defaultCompletionOptions.contextLength",
                 model_output="defaultCompletionOptions.maxTokens",
                 model_base="apiBase",
+                model_roles="roles",
                 mcp="mcpServers",
                 client=LABEL,
                 needs=window_need(PROMPT_TOKENS),

@@ -599,6 +599,7 @@ def yaml_items(lines, key="models"):
     if idx is None:
         return []
     items, indent, inner, mapping, i = [], None, None, False, idx + 1
+    roles = None  # the column of an item's `roles:` block list while its entries are read
     while i < len(lines):
         ln = lines[i]
         body = ln.strip()
@@ -606,6 +607,11 @@ def yaml_items(lines, key="models"):
             i += 1
             continue
         col = len(ln) - len(ln.lstrip(" "))
+        if roles is not None and items and col >= roles and body.startswith("- ") and ":" not in body:
+            items[-1][3].setdefault("roles", []).append(_unquote(body[2:].strip()))
+            i += 1
+            continue
+        roles = None
         if indent is None:
             mapping = not body.startswith("-")
             if mapping and col == 0:
@@ -629,7 +635,13 @@ def yaml_items(lines, key="models"):
             inner = col
         m = re.match(r"^(?:-\s+)?([A-Za-z_][A-Za-z0-9_]*):\s*(.*)$", body)
         own = col == inner if mapping else col == indent or col == indent + 2
-        if m and m.group(2) and own and m.group(1) not in item[3]:
+        if m and m.group(1) == "roles" and own:  # Continue's roles: a block list, or a flow one
+            flow = m.group(2).strip()
+            if flow.startswith("["):
+                item[3]["roles"] = [_unquote(r.strip()) for r in flow.strip("[]").split(",") if r.strip()]
+            elif not flow:
+                roles = col
+        elif m and m.group(2) and own and m.group(1) not in item[3]:
             item[3][m.group(1)] = _unquote(m.group(2))
         elif m and m.group(1) in ("contextLength", "maxTokens") and m.group(2):
             item[3].setdefault(m.group(1), _unquote(m.group(2)))
@@ -2235,6 +2247,7 @@ def entries_of(p, data, text, host):
             {
                 "name": name,
                 "ctx": as_int(one(item, p["model_context"])) if p.get("model_context") else None,
+                "roles": one(item, p["model_roles"]) if p.get("model_roles") else None,
                 "out": as_int(one(item, p["model_output"])) if p.get("model_output") else None,
                 "line": line,
                 "ctx_line": ctx_line,
@@ -2380,6 +2393,8 @@ def check(gateway, probes, key_override=None):
         else:
             say("✓", f"model {name}: reachable")
         need = p.get("needs")
+        if isinstance(e["roles"], list) and "chat" not in e["roles"]:
+            need = 0  # an embeddings model: the client's prompt never goes to it
         if need and real is not None and real < need:
             client = p.get("client") or translate("this client")
             say(

@@ -13,6 +13,7 @@ import time
 from typing import Any
 from urllib.parse import parse_qsl
 
+from channels.choices import ModelKind
 from gateway.admission import not_priced
 from gateway.auth import authenticate
 from gateway.cache import KeyInfo, ModelInfo, snapshot
@@ -38,7 +39,8 @@ async def _list_anthropic(req: Request) -> None:
         await send_anthropic_error(req, exc)
         return
     models = sorted(usable_models(key, await snapshot.get_catalog()), key=lambda m: m.name)
-    data = [_anthropic_model(m, key) for m in models]
+    # Anthropic's list is of models that answer Messages (Claude Code's gateway model discovery).
+    data = [_anthropic_model(m, key) for m in models if m.kind != ModelKind.EMBEDDING]
     query = dict(parse_qsl(req.scope.get("query_string", b"").decode("latin-1")))
     ids = [d["id"] for d in data]
     if query.get("after_id") in ids:
@@ -105,6 +107,7 @@ def _openai_model(m: ModelInfo, key: KeyInfo) -> dict[str, Any]:
         "context_window": window,
         "max_output_tokens": output,
         "description": m.description,
+        "kind": m.kind,  # chat or embedding (the portal's model kind): the playground lists chat models only
         **_on_demand(m, key),
     }
 

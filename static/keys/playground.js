@@ -326,7 +326,9 @@
   // --- models -------------------------------------------------------------------------------
   function loadModels() {
     return gateway("/models", {}).then(function (resp) { return resp.json(); }).then(function (data) {
-      models = (data.data || []).map(function (m) { return m.id; }).sort();
+      // Chat models only: an embedding model answers /v1/embeddings, never a conversation.
+      models = (data.data || []).filter(function (m) { return m.kind !== "embedding"; })
+        .map(function (m) { return m.id; }).sort();
       if (config.channel) {  // testing one channel: the models it serves (aliases route elsewhere)
         models = models.filter(function (id) { return config.channel.models.indexOf(id) >= 0; });
       }

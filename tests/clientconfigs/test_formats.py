@@ -14,7 +14,7 @@ import yaml
 from django.utils import translation
 
 from clientconfigs.clients import CLIENTS
-from clientconfigs.clients.base import ENV_VAR, PLACEHOLDER_KEY
+from clientconfigs.clients.base import ENV_VAR, PLACEHOLDER_KEY, ModelSpec
 from tests.services import unavailable
 
 from .conftest import SAMPLE_KEY, run_node, sample_input
@@ -92,6 +92,9 @@ def continue_results(tmp_path_factory):
     for name, version in (("exponent-version.yaml", "1234567e8901"), ("octal-like-version.yaml", "012345678912")):
         inp = replace(sample_input(SAMPLE_KEY), version=version)
         (folder / name).write_text(files("continue", inp)["config.yaml"].content)
+    # With an embedding model: Continue's `embed` role, beside the chat models.
+    inp = replace(sample_input(SAMPLE_KEY), embedding_models=(ModelSpec("bge-m3", 8192, None, "BGE M3"),))
+    (folder / "embedding.yaml").write_text(files("continue", inp)["config.yaml"].content)
     bad = {
         "name": "x",
         "version": "1",
@@ -109,7 +112,7 @@ def continue_results(tmp_path_factory):
     return run_node("continue_yaml.mjs", sorted(folder.iterdir()))
 
 
-@pytest.mark.parametrize("name", ["minted", "placeholder", "exponent-version", "octal-like-version"])
+@pytest.mark.parametrize("name", ["minted", "placeholder", "exponent-version", "octal-like-version", "embedding"])
 def test_continue_config_passes_continues_own_validator(continue_results, name):
     result = continue_results[f"{name}.yaml"]
     assert result["ok"], result["issues"]
@@ -131,6 +134,27 @@ def test_continue_uses_the_secret_reference_and_v1_base():
         assert model["apiKey"] == "${{ secrets.%s }}" % ENV_VAR  # noqa: UP031
     qwen = next(m for m in config["models"] if m["model"] == "qwen3-32b")
     assert qwen["defaultCompletionOptions"] == {"contextLength": 32768, "maxTokens": 8192}
+
+
+def test_an_embedding_model_is_continues_embed_role_and_in_no_clients_chat_list():
+    """An embedding model is no chat model: Continue lists it for its codebase index only (and
+    config.json's one `embeddingsProvider`); no client's file offers it for a conversation."""
+    inp = replace(sample_input(SAMPLE_KEY), embedding_models=(ModelSpec("bge-m3", 8192, None, "BGE M3"),))
+    rendered = CLIENTS["continue"].render(inp)
+    config = yaml.safe_load(files("continue", inp)["config.yaml"].content)
+    [embed] = [m for m in config["models"] if m["model"] == "bge-m3"]
+    assert embed["roles"] == ["embed"] and "capabilities" not in embed
+    assert embed["defaultCompletionOptions"] == {"contextLength": 8192}  # what the doctor compares
+    assert all("embed" not in m["roles"] for m in config["models"] if m["model"] != "bge-m3")
+    legacy = json.loads(files("continue", inp)["config.json (legacy)"].content)
+    assert legacy["embeddingsProvider"]["model"] == "bge-m3"
+    assert "bge-m3" not in [m["model"] for m in legacy["models"]]
+    assert any("BGE M3: listed for embeddings only" in n for n in rendered.notes)
+    for slug, module in CLIENTS.items():
+        if slug == "continue":
+            continue
+        for f in module.render(inp).files:
+            assert "bge-m3" not in f.content, (slug, f.name)
 
 
 @pytest.fixture(scope="module")

@@ -304,3 +304,23 @@ def test_doctor_warns_when_a_window_cannot_hold_the_clients_own_prompt(
     write_files(home, "claude-code", alice, up.root_url, plaintext)
     result = run_sh(fetch(live_server.url + "/connect/install.sh"), home, "--check", "claude-code")
     assert re.search(r"! model \S+: its window \(4096 tokens\) cannot hold Claude Code's own prompt", result.stdout)
+
+
+def test_doctor_passes_an_embedding_model_whose_window_cannot_hold_continues_prompt(
+    live_server, settings, home, alice, gateway_stub, catalog
+):
+    """Continue's `embed` entry never carries Continue's own prompt: a 1,024-token window is right
+    for it, while the same window on a chat entry is the warning's case."""
+    up, _, plaintext = gateway_stub
+    up.max_model_len = 1024
+    ModelRoute.objects.update(context_window=1024, discovered_context_window=None, max_output_tokens=256)
+    catalog["llama"].kind = "embedding"
+    catalog["llama"].save()
+    settings.PORTAL_PUBLIC_URL = up.root_url
+    write_files(home, "continue", alice, up.root_url, plaintext)
+    text = (home / ".continue" / "config.yaml").read_text()
+    assert "  - embed\n" in text or "- embed\n" in text
+    result = run_sh(fetch(live_server.url + "/connect/install.sh"), home, "--check", "continue")
+    assert "model llama-3.1-8b: reachable, context window 1024 agrees with the server" in result.stdout
+    assert re.search(r"! model qwen3-32b: its window \(1024 tokens\) cannot hold Continue's own prompt", result.stdout)
+    assert "! model llama-3.1-8b" not in result.stdout, result.stdout

@@ -195,6 +195,9 @@ def test_continue_cli_uses_the_chosen_default_and_a_reinstall_keeps_one_entry_pe
     cn = tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", "cn")
     home = tmp_path / "home"
     home.mkdir()
+    # An embedding model too: listed in Continue's `embed` role, which cn must accept beside the chat models.
+    embedder = Model.objects.create(name="code-embed", kind="embedding")
+    ModelRoute.objects.create(model=embedder, channel=Channel.objects.get(name="gpu"), upstream_model="fake-embed")
     for default, upstream_model in (("tool-bot", "fake-small"), ("qwen3-32b", "fake-model")):
         install(server, home, alice, "continue", default=default)
         done = run_isolated(server, home, [str(cn), "-p", PROMPT], {"CONTINUE_CLI_DISABLE_TELEMETRY": "1"})
@@ -207,6 +210,7 @@ def test_continue_cli_uses_the_chosen_default_and_a_reinstall_keeps_one_entry_pe
         assert last["max_tokens"] == (SMALL_OUTPUT if default == "tool-bot" else OUTPUT)
     text = (home / ".continue" / "config.yaml").read_text()
     assert text.count("model: qwen3-32b") == 1 and text.count("model: tool-bot") == 1
+    assert text.count("model: code-embed") == 1 and "  - embed\n" in text.split("model: code-embed", 1)[1]
 
 
 def test_cline_cli_answers_on_the_default_model_and_on_a_second_one(gateway, tmp_path, alice):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.db.models import F
 from django.utils import timezone
 
@@ -39,6 +40,23 @@ def test_output_limit_leaves_room_for_input(alice, catalog):
     assert llama.context_window == 8192
     assert llama.max_output_tokens == 6144
     assert llama.context_window - llama.max_output_tokens >= 1000
+
+
+def test_an_embedding_model_is_offered_apart_and_can_be_no_default(alice, catalog):
+    """The chat list (every client's model list, default and windows) leaves an embedding model out;
+    render_input carries it apart, and marking a model so is a new config version."""
+    before = services.render_input(alice, gateway=GW).version
+    catalog["llama"].kind = "embedding"
+    catalog["llama"].save()
+    chat, embedding = services.specs_by_kind(alice)
+    assert names(chat) == names(services.model_specs(alice)) == ["qwen3-32b"]
+    assert [(s.name, s.context_window, s.max_output_tokens) for s in embedding] == [("llama-3.1-8b", 8192, None)]
+    inp = services.render_input(alice, gateway=GW)
+    assert names(inp.models) == ["qwen3-32b"] and names(inp.embedding_models) == ["llama-3.1-8b"]
+    assert inp.version != before
+    with pytest.raises(ValidationError) as refused:
+        services.check_default_model(alice, "llama-3.1-8b")
+    assert "You may use: qwen3-32b." in str(refused.value)
 
 
 def test_output_limit_when_the_server_gives_none_uses_the_gateway_default(settings):

@@ -264,6 +264,22 @@ def test_an_embedding_model_that_refuses_a_chat_is_healthy_on_an_embedding(
     assert CJK.search(note) and escape(note) in html  # the admin reads why, in their language
 
 
+def test_a_model_marked_as_an_embedding_model_is_probed_on_an_embedding_without_a_chat(upstream, make_channel):
+    """A server that answers a chat for an embedding model with words the probe does not know (TEI,
+    Infinity, a proxy's own 400) stays healthy when the admin says what the model is."""
+    up = upstream(models=["bge-m3"])
+    up.enqueue(mode="ok").enqueue(mode="ok").enqueue(mode="ok")  # health, models, embedding
+    ch = make_channel("embedder", up.base_url, model="bge-m3")
+    Model.objects.filter(name="public-bge-m3").update(kind="embedding")
+
+    [done] = services.run_round()
+
+    assert done.new_status == ChannelStatus.HEALTHY
+    assert [r.path for r in up.requests] == ["/health", "/v1/models", "/v1/embeddings"]
+    probe = ProbeResult.objects.get(channel=ch)
+    assert probe.ok and probe.ttft_ms is None and "an embedding model" in str(probe.error_message)
+
+
 @pytest.mark.parametrize(
     ("said", "asked_to_embed"),
     [

@@ -349,6 +349,22 @@ def test_model_form_sets_the_balancing_policy_and_rejects_unknown_ones(admin_cli
     assert response.status_code == 400 and field_errors(response, "balance")
 
 
+def test_an_admin_marks_an_embedding_model_and_the_pages_say_so_in_chinese(admin_client):
+    assert model_post(admin_client, name="bge-m3", kind="embedding").status_code == 302
+    model = Model.objects.get()
+    assert model.kind == "embedding"
+    url = reverse("model_edit", args=[model.pk])
+    assert model_post(admin_client, url=url, name="bge-m3").status_code == 302  # not sent: kept
+    assert Model.objects.get().kind == "embedding"
+    response = model_post(admin_client, url=url, name="bge-m3", kind="rerank")
+    assert response.status_code == 400 and field_errors(response, "kind")
+    zh = {"HTTP_ACCEPT_LANGUAGE": "zh-hans"}
+    listing = admin_client.get(reverse("model_list"), **zh).content.decode()
+    assert "嵌入模型" in listing and "?model=bge-m3" not in listing  # no playground link: it cannot chat
+    detail = admin_client.get(reverse("model_detail", args=[model.pk]), **zh).content.decode()
+    assert "<dt>类型</dt><dd>嵌入模型</dd>" in detail
+
+
 @pytest.mark.parametrize("name", ["bad name with spaces", "x" * 129, "-leading-dash"])
 def test_model_form_rejects_bad_names(admin_client, name):
     response = model_post(admin_client, name=name)
