@@ -18,6 +18,7 @@ from .base import (
     PROVIDER_NAME,
     VERSION_HEADER,
     ConfigFile,
+    ModelSpec,
     Probe,
     Rendered,
     RenderInput,
@@ -50,6 +51,19 @@ def mcp_servers(inp: RenderInput) -> list[dict[str, Any]]:
     ]
 
 
+def model_entry(inp: RenderInput, m: ModelSpec, roles: list[str]) -> dict[str, Any]:
+    """The start of one of our `models:` entries: Continue's OpenAI provider on the gateway, the
+    key from its secret, and what the model is for (`roles`)."""
+    return {
+        "name": f"{m.label} (team gateway)",
+        "provider": "openai",
+        "model": m.name,
+        "apiBase": inp.api_base,
+        "apiKey": SECRET_REF,
+        "roles": roles,
+    }
+
+
 def legacy_config(inp: RenderInput, models: list[dict[str, Any]]) -> dict[str, Any]:
     """config.json: the chat models, and the first embedding model as its one `embeddingsProvider`."""
     config: dict[str, Any] = {"models": models}
@@ -69,15 +83,8 @@ def render(inp: RenderInput) -> Rendered:
     models = []
     legacy = []
     for m in inp.ordered:
-        entry: dict[str, Any] = {
-            "name": f"{m.label} (team gateway)",
-            "provider": "openai",
-            "model": m.name,
-            "apiBase": inp.api_base,
-            "apiKey": SECRET_REF,
-            "roles": list(ROLES),
-            "capabilities": ["tool_use"],
-        }
+        entry = model_entry(inp, m, list(ROLES))
+        entry["capabilities"] = ["tool_use"]
         options: dict[str, Any] = {}
         if m.context_window:
             options["contextLength"] = m.context_window
@@ -104,14 +111,7 @@ def render(inp: RenderInput) -> Rendered:
         legacy.append(old)
 
     for m in inp.embedding_models:
-        embed: dict[str, Any] = {
-            "name": f"{m.label} (team gateway)",
-            "provider": "openai",
-            "model": m.name,
-            "apiBase": inp.api_base,
-            "apiKey": SECRET_REF,
-            "roles": ["embed"],
-        }
+        embed = model_entry(inp, m, ["embed"])
         if m.context_window:  # what the doctor compares with /v1/models; the index does not read it
             embed["defaultCompletionOptions"] = {"contextLength": m.context_window}
         embed["requestOptions"] = {"headers": dict(headers)}

@@ -268,28 +268,17 @@ def test_claude_code_answers_through_the_gateway_from_the_installed_settings(gat
 
 
 @pytest.fixture
-def llama_gateway(transactional_db, settings, monkeypatch):
-    """The gateway in front of a real llama.cpp server (xllamacpp) whose window the channel's
-    discovery read from the server (/props), as an admin's registration records it."""
-    import httpx
-
+def llama_gateway(transactional_db, settings, monkeypatch, alice):
+    """The gateway in front of a real llama.cpp server (xllamacpp) whose window the route took
+    from the server (/props), as an admin's registration records it."""
     from tests.fakes.llamacpp import LlamaServer, tiny_gguf_path
+    from tests.gateway.test_llamacpp import LLAMA_KEY, served
 
     monkeypatch.setenv("GATEWAY_REDIS_NAMESPACE", "ccllama-" + uuid.uuid4().hex[:10])
     settings.PORTAL_PUBLIC_URL = ""
-    with LlamaServer(ctx=LLAMA_WINDOW, api_key=UPSTREAM_KEY, model_path=tiny_gguf_path(LLAMA_WINDOW)) as llama:
-        auth = {"Authorization": f"Bearer {UPSTREAM_KEY}"}
-        props = httpx.get(llama.root_url + "/props", headers=auth).json()
-        assert props["default_generation_settings"]["n_ctx"] == LLAMA_WINDOW
-        channel = Channel.objects.create(
-            name="gpu", kind="llamacpp", base_url=llama.base_url, api_key=UPSTREAM_KEY, status="healthy"
-        )
-        ModelRoute.objects.create(
-            model=Model.objects.create(name="local-coder"),
-            channel=channel,
-            upstream_model=llama.model_id,
-            discovered_context_window=props["default_generation_settings"]["n_ctx"],
-        )
+    with LlamaServer(ctx=LLAMA_WINDOW, api_key=LLAMA_KEY, model_path=tiny_gguf_path(LLAMA_WINDOW)) as llama:
+        served(llama, "gpu", "local-coder", alice, "served")
+        assert ModelRoute.objects.get().discovered_context_window == LLAMA_WINDOW
         server = ThreadServer().start()
         try:
             yield server, llama
