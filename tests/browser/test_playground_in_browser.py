@@ -71,6 +71,10 @@ def world(transactional_db, settings, monkeypatch, tmp_path):
         ModelRoute.objects.create(
             model=Model.objects.create(name="cloud-chat"), channel=cloud, upstream_model="fake-model"
         )
+        # An embedding model the key may use: /v1/models lists it, the playground's chat offers it not.
+        ModelRoute.objects.create(
+            model=Model.objects.create(name="cloud-embed", kind="embedding"), channel=cloud, upstream_model="fake-embed"
+        )
         server = ThreadServer().start()
         try:
             yield {"url": server.url, "cloud": cloud_up}
