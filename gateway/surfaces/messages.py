@@ -26,6 +26,7 @@ from gateway.catalog import resolve_model, select_routes
 from gateway.errors import ContextOverflow
 from gateway.http import GatewayError, Request, send_bytes, send_json
 from gateway.native import MessagesReader, anthropic_usage
+from gateway.relay import model_renames
 from gateway.state import process
 from gateway.translate import TranslationError, anthropic_request, anthropic_response
 from gateway.translate.common import answer_usage, encode_sse, prompt_text
@@ -105,7 +106,8 @@ async def _create_message(req: Request) -> None:
                 model=public_model, thinking=thinking, input_tokens=estimate_input_tokens(chat)
             )
 
-        await relay_stream(call, up, native=MessagesDialect(call.max_tokens) if native else None, translator=translator)
+        dialect = MessagesDialect(call.max_tokens, public_model) if native else None
+        await relay_stream(call, up, native=dialect, translator=translator)
         return
     await _relay_json(call, up, native=native, model=public_model, thinking=thinking, prompt=prompt)
 
@@ -131,6 +133,8 @@ async def _relay_json(
     usage = usage_from(answer_usage(data))
     if native:
         out = raw
+        for upstream, public in model_renames(data.get("model"), model):  # the public name, as streamed
+            out = out.replace(upstream, public)
         if usage is None:  # the upstream reported none: the prompt estimate and the deltas counted
             usage = Usage(prompt, up.tokens, estimated=True)
         else:
@@ -161,8 +165,9 @@ class MessagesDialect(ReadsNativeEvents):
     __slots__ = ("reader",)
     reader: MessagesReader
 
-    def __init__(self, limit: int | None) -> None:
+    def __init__(self, limit: int | None, public: str) -> None:
         self.reader = MessagesReader(limit)
+        super().__init__(public)
 
     def error(self, err: GatewayError) -> bytes:
         return encode_sse(anthropic_response.error_body(err.status, err.message))

@@ -22,7 +22,7 @@ from gateway.cache import RouteInfo
 from gateway.call import Call, Outgoing, Plan, UpstreamResponse, recount
 from gateway.http import GatewayError, Receive, Request, Scope, Send
 from gateway.native import ResponsesReader, responses_usage
-from gateway.relay import relay
+from gateway.relay import model_renames, relay
 from gateway.translate import TranslationError, chat_response, responses_request, responses_response
 from gateway.translate.common import answer_usage
 from gateway.usage import Usage, estimate_tokens, usage_from
@@ -91,7 +91,7 @@ async def _create_response(req: Request) -> None:
         await relay_stream(
             call,
             up,
-            native=ResponsesDialect(call.max_tokens) if native else None,
+            native=ResponsesDialect(call.max_tokens, call.model.name) if native else None,
             translator=lambda: responses_response.StreamTranslator(echo),
         )
         return
@@ -134,13 +134,16 @@ class ResponsesDialect(ReadsNativeEvents):
     __slots__ = ("reader",)
     reader: ResponsesReader
 
-    def __init__(self, limit: int | None) -> None:
+    def __init__(self, limit: int | None, public: str) -> None:
         self.reader = ResponsesReader(limit)
+        super().__init__(public)
 
     def error(self, err: GatewayError) -> bytes:
         code = responses_response.error_code(err.status)
         events = self.reader.fail_events(code, err.message)
-        return encode(events if events is not None else responses_response.failure_events(err.status, err.message))
+        if events is None:
+            return encode(responses_response.failure_events(err.status, err.message))
+        return self.renamed(encode(events))
 
 
 async def _relay_json(call: Call, up: UpstreamResponse, *, native: bool, request: dict[str, Any], prompt: int) -> None:
@@ -163,6 +166,8 @@ async def _relay_json(call: Call, up: UpstreamResponse, *, native: bool, request
             usage = Usage(prompt, up.tokens, estimated=True)
             data["usage"] = responses_usage(usage)
             out = orjson.dumps(data)
+        for upstream, public in model_renames(data.get("model"), request["model"]):  # as streamed
+            out = out.replace(upstream, public)
     else:
         response = responses_response.from_chat_completion(data, request=request)
         out = orjson.dumps(response)

@@ -14,7 +14,7 @@ from gateway.call import Call, UpstreamResponse
 from gateway.chunks import ChunkReader, event_data
 from gateway.http import GatewayError, Request
 from gateway.native import ReadsNative
-from gateway.relay import Dialect, ReadsChunks, relay
+from gateway.relay import Dialect, ReadsChunks, model_renames, relay
 from gateway.translate import TranslationError
 from gateway.translate.common import ChatStreamTranslator, encode_sse
 from gateway.usage import Usage, estimate_tokens
@@ -147,19 +147,39 @@ async def relay_stream(
 
 class ReadsNativeEvents(ReadsNative):
     """A dialect relaying a native stream (Messages, Responses) to a client of the same API: events
-    go out as they came, and the reader keeps the usage, the tokens and the cut (`ReadsNative`).
-    Each surface adds its `__init__` (its reader) and its `error` event."""
+    go out as they came but for the model's public name in place of the upstream's id (the
+    cloud's dated id: `claude-sonnet-4-5-20250929` for a client that asked for `team-sonnet`),
+    and the reader keeps the usage, the tokens and the cut (`ReadsNative`). Each surface adds its
+    `__init__` (its reader, then `ReadsNativeEvents.__init__`) and its `error` event."""
 
-    __slots__ = ()
+    __slots__ = ("public", "renames")
+
+    def __init__(self, public: str) -> None:
+        self.public = public
+        # Read off the first event (`message_start`'s message, `response.created`'s response).
+        self.renames: tuple[tuple[bytes, bytes], ...] | None = None
 
     def feed(self, event: bytes) -> bytes:
         data = event_data(event)
         if data is None:
             return b""  # comments: the relay sends its own keep-alives
-        return event if self.reader.read(data) is not None else b""
+        read = self.reader.read(data)
+        if read is None:
+            return b""
+        if self.renames is None:
+            inner = read.get("message") or read.get("response")
+            self.renames = model_renames(inner.get("model") if isinstance(inner, dict) else None, self.public)
+        return self.renamed(event)
+
+    def renamed(self, out: bytes) -> bytes:
+        """`out` with the public name in the upstream's id's place (our own closing events repeat
+        the upstream's response, id and all)."""
+        for upstream, public in self.renames or ():
+            out = out.replace(upstream, public)
+        return out
 
     def close(self, usage: Usage) -> bytes:
-        return encode(self.reader.cut_events(usage)) if self.reader.done else b""
+        return self.renamed(encode(self.reader.cut_events(usage))) if self.reader.done else b""
 
 
 class TranslatedDialect(ReadsChunks):

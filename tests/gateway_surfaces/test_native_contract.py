@@ -8,6 +8,7 @@ answer's headers only once it is generated."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -257,3 +258,34 @@ def test_a_response_stream_that_ends_before_response_completed_is_an_error(setup
         assert caught.value.status_code == 502
     (record,) = record_for(setup.key)
     assert record.status == "upstream_error" and "truncated" in record.error, record.error
+
+
+# --- the model's name ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    ("kind", "path", "ask"),
+    [
+        ("anthropic", "/v1/messages", {**ASK, "max_tokens": 5}),  # a cut at the reservation: our closing events too
+        ("responses", "/v1/responses", {"model": "qwen3-32b", "input": "one two", "max_output_tokens": 5}),
+    ],
+)
+def test_a_native_answer_names_the_model_asked_for_not_the_upstreams_id(
+    setup, native_upstream, gateway_url, kind, path, ask, stream
+):
+    """A channel that speaks the client's API answered with its own id (a cloud's dated model id;
+    which upstream serves a model is the operators' business): now the public name, in the stream's
+    events, in the closing events the gateway writes at the reservation, and in an assembled answer."""
+    if kind == "anthropic":
+        add_native_channel(setup, native_upstream, kind="anthropic")
+    else:
+        add_native_channel(setup, native_upstream, kind="openai", speaks_responses=True)
+    native_upstream.behave(tokens=40, ignore_max_tokens=True)
+    headers = {"Authorization": f"Bearer {setup.plaintext}", "anthropic-version": "2023-06-01"}
+    answer = httpx.post(gateway_url + path, json={**ask, "stream": stream}, headers=headers, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert native_upstream.requests[-1].json["model"] == "native-model"
+    assert b"native-model" not in answer.content
+    named = re.findall(rb'"model": ?"qwen3-32b"', answer.content)  # the fake writes JSON with spaces, we without
+    assert len(named) >= (2 if stream and kind == "responses" else 1)  # response.created and our response.incomplete
