@@ -114,6 +114,13 @@ def model_renames(upstream: object, public: str) -> tuple[tuple[bytes, bytes], .
     return ((b'"model":' + old, b'"model":' + new), (b'"model": ' + old, b'"model": ' + new))
 
 
+def renamed(out: bytes, renames: tuple[tuple[bytes, bytes], ...] | None) -> bytes:
+    """`out` with the public name in the upstream's id's place (the pairs `model_renames` gives)."""
+    for upstream, public in renames or ():
+        out = out.replace(upstream, public)
+    return out
+
+
 # What a usage chunk of the gateway's own repeats of the stream's first chunk.
 USAGE_CHUNK_FIELDS = ("id", "object", "created", "model", "system_fingerprint")
 
@@ -192,9 +199,7 @@ class ChatDialect(ReadsChunks):
                     out = out.replace(b',"usage":null', b"").replace(b', "usage": null', b"")
         for ended in closing:
             out += sse(ended)
-        for upstream, public in self.renames or ():  # (events of ours are written without a space)
-            out = out.replace(upstream, public)
-        return out
+        return renamed(out, self.renames)  # (events of ours are written without a space)
 
     def close(self, usage: Usage) -> bytes:
         """`[DONE]`, after the usage chunk a client that asked for usage did not get from the

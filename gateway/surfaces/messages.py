@@ -26,7 +26,7 @@ from gateway.catalog import resolve_model, select_routes
 from gateway.errors import ContextOverflow
 from gateway.http import GatewayError, Request, send_bytes, send_json
 from gateway.native import MessagesReader, anthropic_usage
-from gateway.relay import model_renames
+from gateway.relay import model_renames, renamed
 from gateway.state import process
 from gateway.translate import TranslationError, anthropic_request, anthropic_response
 from gateway.translate.common import answer_usage, encode_sse, prompt_text
@@ -133,8 +133,7 @@ async def _relay_json(
     usage = usage_from(answer_usage(data))
     if native:
         out = raw
-        for upstream, public in model_renames(data.get("model"), model):  # the public name, as streamed
-            out = out.replace(upstream, public)
+        out = renamed(out, model_renames(data.get("model"), model))  # the public name, as streamed
         if usage is None:  # the upstream reported none: the prompt estimate and the deltas counted
             usage = Usage(prompt, up.tokens, estimated=True)
         else:

@@ -22,7 +22,7 @@ from gateway.cache import RouteInfo
 from gateway.call import Call, Outgoing, Plan, UpstreamResponse, recount
 from gateway.http import GatewayError, Receive, Request, Scope, Send
 from gateway.native import ResponsesReader, responses_usage
-from gateway.relay import model_renames, relay
+from gateway.relay import model_renames, relay, renamed
 from gateway.translate import TranslationError, chat_response, responses_request, responses_response
 from gateway.translate.common import answer_usage
 from gateway.usage import Usage, estimate_tokens, usage_from
@@ -143,7 +143,7 @@ class ResponsesDialect(ReadsNativeEvents):
         events = self.reader.fail_events(code, err.message)
         if events is None:
             return encode(responses_response.failure_events(err.status, err.message))
-        return self.renamed(encode(events))
+        return renamed(encode(events), self.renames)
 
 
 async def _relay_json(call: Call, up: UpstreamResponse, *, native: bool, request: dict[str, Any], prompt: int) -> None:
@@ -166,8 +166,7 @@ async def _relay_json(call: Call, up: UpstreamResponse, *, native: bool, request
             usage = Usage(prompt, up.tokens, estimated=True)
             data["usage"] = responses_usage(usage)
             out = orjson.dumps(data)
-        for upstream, public in model_renames(data.get("model"), request["model"]):  # as streamed
-            out = out.replace(upstream, public)
+        out = renamed(out, model_renames(data.get("model"), request["model"]))  # as streamed
     else:
         response = responses_response.from_chat_completion(data, request=request)
         out = orjson.dumps(response)

@@ -14,7 +14,7 @@ from gateway.call import Call, UpstreamResponse
 from gateway.chunks import ChunkReader, event_data
 from gateway.http import GatewayError, Request
 from gateway.native import ReadsNative
-from gateway.relay import Dialect, ReadsChunks, model_renames, relay
+from gateway.relay import Dialect, ReadsChunks, model_renames, relay, renamed
 from gateway.translate import TranslationError
 from gateway.translate.common import ChatStreamTranslator, encode_sse
 from gateway.usage import Usage, estimate_tokens
@@ -169,17 +169,11 @@ class ReadsNativeEvents(ReadsNative):
         if self.renames is None:
             inner = read.get("message") or read.get("response")
             self.renames = model_renames(inner.get("model") if isinstance(inner, dict) else None, self.public)
-        return self.renamed(event)
-
-    def renamed(self, out: bytes) -> bytes:
-        """`out` with the public name in the upstream's id's place (our own closing events repeat
-        the upstream's response, id and all)."""
-        for upstream, public in self.renames or ():
-            out = out.replace(upstream, public)
-        return out
+        return renamed(event, self.renames)
 
     def close(self, usage: Usage) -> bytes:
-        return self.renamed(encode(self.reader.cut_events(usage))) if self.reader.done else b""
+        # Our closing events repeat the upstream's response, its id and all.
+        return renamed(encode(self.reader.cut_events(usage)), self.renames) if self.reader.done else b""
 
 
 class TranslatedDialect(ReadsChunks):
