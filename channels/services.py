@@ -19,7 +19,7 @@ from django.utils.translation import gettext_noop
 from portal.i18n import Message, as_message, set_message
 
 from .baseurl import BaseURLError, normalize_base_url
-from .choices import Locality, PriceSource
+from .choices import Locality, ModelKind, PriceSource
 
 SETTINGS_CHANGED = Message(gettext_noop("Connection settings changed; waiting for the next check."))
 
@@ -81,10 +81,12 @@ def register_served_model(
     upstream_model: str,
     context_window: int | None,
     status_message: Message | str,
+    model_kind: str = ModelKind.CHAT,
 ):
     """Point a channel at a server someone else started (a GPU host's launch job) and route
     `model_name` to it alone, all or nothing. `channel` is the one registered before, or None for
-    a new one named `name` (suffixed `-2`, `-3`… when taken). It waits for its first health probe."""
+    a new one named `name` (suffixed `-2`, `-3`… when taken). It waits for its first health probe.
+    A model this creates gets `model_kind` (an embedding server's); an existing one keeps its own."""
     from django.db import transaction
     from django.utils import timezone
 
@@ -105,7 +107,7 @@ def register_served_model(
         set_message(channel, "status_message", status_message)
         channel.status_changed = now
         channel.save()
-        model, _created = Model.objects.get_or_create(name=model_name)
+        model, _created = Model.objects.get_or_create(name=model_name, defaults={"kind": model_kind})
         if model.is_alias:  # the deployment form refuses this name; an alias made since must not get a route
             raise ValueError(
                 _("'%(model)s' is now an alias; serve the model under its own name.") % {"model": model_name}

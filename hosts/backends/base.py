@@ -238,6 +238,24 @@ class Backend:
         they say it (`context_window` reads the real one once it runs); None when they do not."""
         return None
 
+    # Arguments that make the server an embedding server: a flag alone, or a flag with one of
+    # its values (`--flag value` or `--flag=value`).
+    embedding_flags: frozenset[str] = frozenset()
+    embedding_values: dict[str, frozenset[str]] = {}  # read only, one per backend
+
+    def serves_embeddings(self, extra_args: list[str]) -> bool:
+        """The further arguments start an embedding server (its model then gets the embedding kind
+        when the launch creates it: client configs offer it for embeddings only)."""
+        for i, token in enumerate(extra_args):
+            flag, eq, value = token.partition("=")
+            if flag in self.embedding_flags and not eq:
+                return True
+            if not eq and i + 1 < len(extra_args):
+                value = extra_args[i + 1]
+            if value in self.embedding_values.get(flag, ()):
+                return True
+        return False
+
     def fit_params(self, options: dict[str, Any], model_path: str = "") -> dict[str, Any]:
         """Inputs for the memory estimate taken from the options."""
         raise NotImplementedError

@@ -29,6 +29,7 @@ class LlamaCpp(Backend):
         Option("cache_type", str, "--cache-type-k", _("KV cache type"), "f16", choices=("f16", "q8_0", "q4_0")),
         Option("threads", int, "-t", _("CPU threads"), None, 1, 1024),
     )
+    embedding_flags = frozenset({"--embedding", "--embeddings"})
     reserved_flags = {
         "-m",
         "--model",

@@ -61,6 +61,7 @@ class SGLang(Backend):
         Option("chunked_prefill_size", int, "--chunked-prefill-size", _("Chunked prefill size"), None, 1, 10_000_000),
         Option("max_running_requests", int, "--max-running-requests", _("Max running requests"), None, 1, 100_000),
     )
+    embedding_flags = frozenset({"--is-embedding"})
     reserved_flags = {
         "--model-path",
         "--model",

@@ -76,6 +76,12 @@ class VLLM(Backend):
         Option("max_num_batched_tokens", int, "--max-num-batched-tokens", _("Max batched tokens"), None, 1, 10_000_000),
         Option("max_num_seqs", int, "--max-num-seqs", _("Max sequences"), None, 1, 4096),
     )
+    # `--task embed` (older releases), `--runner pooling` and `--convert embed` (newer ones).
+    embedding_values = {
+        "--task": frozenset({"embed", "embedding"}),
+        "--runner": frozenset({"pooling"}),
+        "--convert": frozenset({"embed"}),
+    }
     reserved_flags = {
         "--host",
         "--port",

@@ -45,6 +45,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_noop
 
 from channels import services as channel_services
+from channels.choices import ModelKind
 from channels.models import Channel
 from portal import audit, faults
 from portal.choices import AuditAction
@@ -553,6 +554,7 @@ def _register(deployment: Deployment, context_window: int | None) -> Channel:
             model_name=deployment.served_model_name,
             upstream_model=deployment.served_model_name,
             context_window=context_window,
+            model_kind=ModelKind.EMBEDDING if impl.serves_embeddings(deployment.extra_args) else ModelKind.CHAT,
             status_message=Message(
                 gettext_noop("Started by deployment %(name)s; waiting for the first health probe."),
                 name=deployment.name,

@@ -13,8 +13,8 @@ import openai
 import pytest
 
 from channels.choices import ChannelKind, ChannelStatus
-from channels.models import Channel, ModelRoute
-from hosts import diagnose
+from channels.models import Channel, ModelRoute, ProbeResult
+from hosts import backends, diagnose
 from hosts.choices import DeploymentStatus, JobAction, JobState
 from hosts.deployments import jobs, services
 from hosts.models import Deployment, DeploymentRun, Host, LaunchJob
@@ -64,7 +64,9 @@ def alive(pid: int) -> bool:
         return False
 
 
-def llama_deployment(host, *, model_path=None, port=None, name="tiny", gpus=(0,), **options) -> Deployment:
+def llama_deployment(
+    host, *, model_path=None, port=None, name="tiny", gpus=(0,), extra_args=(), **options
+) -> Deployment:
     return services.save_deployment(
         host=host,
         name=name,
@@ -74,7 +76,7 @@ def llama_deployment(host, *, model_path=None, port=None, name="tiny", gpus=(0,)
         gpu_indices=list(gpus),
         port=port or free_port(),
         options={"ctx_size": 1024, "threads": 1, "parallel": 1, **options},
-        extra_args=[],
+        extra_args=list(extra_args),
     )
 
 
@@ -136,6 +138,43 @@ def test_llamacpp_deployment_launches_registers_a_channel_and_stops(online_host,
     (gpu_run,) = DeploymentRun.objects.filter(deployment=deployment)
     assert gpu_run.channel_id == channel.pk and gpu_run.gpus == len(deployment.gpu_indices)
     assert gpu_run.stopped is not None and gpu_run.started < gpu_run.stopped
+
+
+def test_an_embedding_server_launched_registers_an_embedding_model_healthy_on_an_embedding(
+    online_host, started_pids, eager_celery
+):
+    """`--embeddings` in the further arguments starts an embedding server: the model the launch
+    creates is an embedding model (client configs offer it for embeddings only, the gateway refuses
+    a conversation with it), and its channel's first health check times an embedding, no chat."""
+    deployment = llama_deployment(online_host, extra_args=["--embeddings", "--pooling", "mean"])
+    job = run(deployment)
+    if job.pid:
+        started_pids.append(job.pid)
+    assert job.state == JobState.RUNNING, job.message
+    route = ModelRoute.objects.get(channel=deployment.channel)
+    assert (route.model.name, route.model.kind) == ("tiny-chat", "embedding")
+    channel = Channel.objects.get(pk=deployment.channel.pk)
+    assert channel.status == ChannelStatus.HEALTHY, channel.status_message
+    assert "an embedding model" in str(ProbeResult.objects.filter(channel=channel).latest("created").error_message)
+    client = openai.OpenAI(base_url=channel.base_url, api_key=channel.api_key)
+    assert client.embeddings.create(model="tiny-chat", input="hello").data[0].embedding
+
+
+@pytest.mark.parametrize(
+    ("backend", "args", "embeds"),
+    [
+        ("llamacpp", ["--embedding"], True),
+        ("llamacpp", ["--pooling", "mean"], False),
+        ("vllm", ["--task", "embed"], True),
+        ("vllm", ["--runner=pooling"], True),
+        ("vllm", ["--convert", "embed", "--trust-remote-code"], True),
+        ("vllm", ["--task", "generate"], False),
+        ("sglang", ["--is-embedding"], True),
+        ("sglang", [], False),
+    ],
+)
+def test_the_further_arguments_say_whether_a_server_embeds(backend, args, embeds):
+    assert backends.get(backend).serves_embeddings(args) is embeds
 
 
 def test_restart_replaces_the_process(online_host, started_pids):
