@@ -384,9 +384,9 @@ async def probe_one(client: httpx.AsyncClient, target: Target) -> Outcome:
                 out.total_ms = _ms(start)
             else:
                 try:
-                    if target.embedding and model == target.model and await _embeds(client, target, model, out, timer):
-                        pass  # marked as an embedding model and answering one: no chat is sent
-                    else:
+                    # A model marked as an embedding model that answers one is sent no chat.
+                    marked = target.embedding and model == target.model
+                    if not (marked and await _embeds(client, target, model, out, timer)):
                         await _stream_chat(client, target, model, out, timer)
                 except ProbeFailure as refused:
                     # An embedding model (vLLM's pooling runner, TEI) refuses a chat: it is probed

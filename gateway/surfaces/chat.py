@@ -16,7 +16,7 @@ import orjson
 from gateway.admission import open_call
 from gateway.call import Call, Plan, UpstreamResponse, recount
 from gateway.http import GatewayError, Request
-from gateway.relay import ChatDialect, model_renames, relay
+from gateway.relay import ChatDialect, model_renames, relay, renamed
 from gateway.translate.common import answer_usage
 from gateway.usage import Usage, estimate_tokens, usage_from
 from keys.choices import ApiSurface
@@ -141,8 +141,7 @@ async def _relay_json(call: Call, up: UpstreamResponse, prompt: int) -> None:
         renames = model_renames(data.get("model"), call.model.name) if isinstance(data, dict) else ()
         if renames:  # the public name in the upstream's id's place
             data["model"] = call.model.name
-            for upstream, public in renames:
-                raw = raw.replace(upstream, public, 1)
+            raw = renamed(raw, renames)
         usage = usage_from(answer_usage(data))
         if usage is None:
             # No usage from the upstream: its own tokenizer counts where it has one, else ≈4 chars a token.

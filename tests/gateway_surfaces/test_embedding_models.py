@@ -17,8 +17,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def embedder(setup):
-    Model.objects.filter(pk=setup.model.pk).update(kind="embedding")
-    setup.model.refresh_from_db()
+    setup.model.kind = "embedding"
     setup.model.save()  # through the model, so the gateway's catalog hears of it
     return setup
 
