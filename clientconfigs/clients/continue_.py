@@ -34,6 +34,20 @@ ENV_INDIRECTION = True
 SECRET_REF = "${{ secrets.%s }}" % ENV_VAR  # noqa: UP031 - the braces are Continue's syntax
 ROLES = ["chat", "edit", "apply", "summarize"]
 PROMPT_TOKENS = 1400  # measured: 0.9-1.4k for a one-line request with `cn -p`
+# Continue's codebase index cuts files into chunks of 500 tokens by its own count (core/llm/
+# constants.ts DEFAULT_MAX_CHUNK_SIZE: "512 - buffer for safety (in case of differing tokenizers)").
+CHUNK_TOKENS = 500
+CHUNK_FOR_WINDOW = 512
+
+
+def chunk_tokens(m: ModelSpec) -> int | None:
+    """The chunk size Continue's index must use for embedding model `m`: None when its own 500
+    fits the model's window, else the window less Continue's margin in proportion (a 256-token
+    model gets 250), so no chunk is longer than the server takes (llama.cpp and vLLM refuse it
+    with a 400, and the index then holds nothing of that file)."""
+    if not m.context_window or m.context_window >= CHUNK_FOR_WINDOW:
+        return None
+    return max(1, m.context_window * CHUNK_TOKENS // CHUNK_FOR_WINDOW)
 
 
 def mcp_servers(inp: RenderInput) -> list[dict[str, Any]]:
@@ -75,6 +89,8 @@ def legacy_config(inp: RenderInput, models: list[dict[str, Any]]) -> dict[str, A
             "apiBase": inp.api_base,
             "apiKey": inp.key_or_placeholder,
         }
+        if chunk := chunk_tokens(m):
+            config["embeddingsProvider"]["maxEmbeddingChunkSize"] = chunk
     return config
 
 
@@ -114,6 +130,8 @@ def render(inp: RenderInput) -> Rendered:
         embed = model_entry(inp, m, ["embed"])
         if m.context_window:  # what the doctor compares with /v1/models; the index does not read it
             embed["defaultCompletionOptions"] = {"contextLength": m.context_window}
+        if chunk := chunk_tokens(m):
+            embed["embedOptions"] = {"maxChunkSize": chunk}
         embed["requestOptions"] = {"headers": dict(headers)}
         models.append(embed)
 

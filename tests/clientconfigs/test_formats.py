@@ -95,6 +95,8 @@ def continue_results(tmp_path_factory):
     # With an embedding model: Continue's `embed` role, beside the chat models.
     inp = replace(sample_input(SAMPLE_KEY), embedding_models=(ModelSpec("bge-m3", 8192, None, "BGE M3"),))
     (folder / "embedding.yaml").write_text(files("continue", inp)["config.yaml"].content)
+    small = replace(inp, embedding_models=(ModelSpec("all-minilm", 256, None),))  # embedOptions.maxChunkSize
+    (folder / "embedding-small.yaml").write_text(files("continue", small)["config.yaml"].content)
     bad = {
         "name": "x",
         "version": "1",
@@ -112,7 +114,9 @@ def continue_results(tmp_path_factory):
     return run_node("continue_yaml.mjs", sorted(folder.iterdir()))
 
 
-@pytest.mark.parametrize("name", ["minted", "placeholder", "exponent-version", "octal-like-version", "embedding"])
+@pytest.mark.parametrize(
+    "name", ["minted", "placeholder", "exponent-version", "octal-like-version", "embedding", "embedding-small"]
+)
 def test_continue_config_passes_continues_own_validator(continue_results, name):
     result = continue_results[f"{name}.yaml"]
     assert result["ok"], result["issues"]
@@ -155,6 +159,20 @@ def test_an_embedding_model_is_continues_embed_role_and_in_no_clients_chat_list(
             continue
         for f in module.render(inp).files:
             assert "bge-m3" not in f.content, (slug, f.name)
+
+
+def test_continues_index_cuts_chunks_a_small_embedding_model_takes():
+    """Continue's codebase index cuts files into 500-token chunks unless told otherwise; a model
+    with a 256-token window would refuse every one (llama.cpp: "input is too large to process").
+    The chunk size is written only where Continue's own would not fit, in both file generations."""
+    models = (ModelSpec("all-minilm", 256, None), ModelSpec("bge-m3", 8192, None), ModelSpec("e5", 512, None))
+    for first in models:
+        inp = replace(sample_input(SAMPLE_KEY), embedding_models=(first, *(m for m in models if m is not first)))
+        config = yaml.safe_load(files("continue", inp)["config.yaml"].content)
+        chunks = {m["model"]: m.get("embedOptions") for m in config["models"] if m["roles"] == ["embed"]}
+        assert chunks == {"all-minilm": {"maxChunkSize": 250}, "bge-m3": None, "e5": None}
+        legacy = json.loads(files("continue", inp)["config.json (legacy)"].content)["embeddingsProvider"]
+        assert legacy.get("maxEmbeddingChunkSize") == (250 if first.name == "all-minilm" else None), legacy
 
 
 @pytest.fixture(scope="module")

@@ -143,6 +143,27 @@ def test_continue_models_are_added_between_markers_and_replaced_on_reinstall(
     assert len(backups(target)) >= 1
 
 
+def test_a_small_embedding_models_chunk_size_survives_the_merge_into_the_users_continue_config(
+    live_server, settings, home, alice, catalog
+):
+    """The installer merges our block into the user's config.yaml; the nested `embedOptions` of a
+    256-token embedding model (Continue would cut 500-token chunks) comes through, twice."""
+    settings.PORTAL_PUBLIC_URL = live_server.url
+    catalog["llama"].kind = "embedding"
+    catalog["llama"].save()
+    ModelRoute.objects.filter(model=catalog["llama"]).update(context_window=256, max_output_tokens=None)
+    target = home / ".continue" / "config.yaml"
+    target.parent.mkdir()
+    target.write_text(
+        "name: Mine\nversion: 0.0.1\nschema: v1\nmodels:\n  - name: Local\n    provider: ollama\n    model: x\n"
+    )
+    for _ in range(2):
+        result = install(live_server, home, alice, "continue", key_name="laptop")
+        assert result.returncode == 0, result.stdout + result.stderr
+    [embed] = [m for m in yaml.safe_load(target.read_text())["models"] if m.get("roles") == ["embed"]]
+    assert embed["model"] == "llama-3.1-8b" and embed["embedOptions"] == {"maxChunkSize": 250}
+
+
 def test_cline_keeps_other_providers(live_server, settings, home, alice, catalog):
     settings.PORTAL_PUBLIC_URL = live_server.url
     target = home / ".cline" / "data" / "settings" / "providers.json"
