@@ -144,7 +144,7 @@ async def _relay_json(call: Call, up: UpstreamResponse, prompt: int) -> None:
             raw = renamed(raw, renames)
         usage = usage_from(answer_usage(data))
         if usage is None:
-            # No usage from the upstream: its own tokenizer counts where it has one, else ≈4 chars a token.
+            # No usage from the upstream: its own tokenizer counts where it has one, else our estimate.
             usage = await recount(up, Usage(prompt, _estimated_completion(data), estimated=True), _answer_text(data))
             if isinstance(data, dict):  # (an answer cut at the reservation has none either) the client gets ours
                 data["usage"] = call.bounded(usage)[0].as_chat()
@@ -177,7 +177,7 @@ def _answer_text(data: Any) -> str | None:
 
 
 def _estimated_completion(data: Any) -> int:
-    """Completion tokens of a JSON answer without usage: ≈4 characters a token."""
+    """Completion tokens of a JSON answer without usage, estimated (`translate.common.text_tokens`)."""
     if not isinstance(data, dict):
         return 0
     total = 0

@@ -219,7 +219,7 @@ async def _upstream_count(
             return None
         text, _, _ = prompt_text(chat)
         tokens = await tokenize(route, text)
-        return None if tokens is None else estimate_input_tokens(chat, text_tokens=tokens)
+        return None if tokens is None else estimate_input_tokens(chat, counted=tokens)
     except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError) as exc:
         logger.info("count_tokens: channel %s could not count (%r); estimating", route.channel_name, exc)
         return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterable, AsyncIterator, Callable
@@ -176,10 +177,30 @@ def _payload(line: bytes) -> bytes | None:
 
 # count_tokens: what Claude Code's /context and compaction use. Exact counts need the upstream's
 # own chat template; we count the flattened prompt instead (with the upstream tokenizer when it has
-# /tokenize, else ~4 characters a token, the usual figure for English and code) and add fixed costs:
+# /tokenize, else `text_tokens`) and add fixed costs:
 MESSAGE_OVERHEAD_TOKENS = 4  # role markers and separators of a typical chat template
 IMAGE_TOKENS = 1600  # Anthropic's cost of a ~1.15 megapixel image, the size images are scaled to
-CHARS_PER_TOKEN = 4
+CHARS_PER_TOKEN = 4  # the usual figure for English and code (Qwen's tokenizer: 4.04 on our English UI strings)
+
+# The scripts written without spaces, where a token holds one or two characters, not four: CJK
+# ideographs (and their extensions), kana, hangul, CJK punctuation and full-width forms.
+_WIDE = re.compile(
+    "[\u2e80-\u9fff\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef\U00020000-\U0003ffff]+"
+)
+# Tokens a wide character costs at least: Qwen's tokenizer takes 0.67 a character of CJK (our zh-Hans
+# UI strings), Llama 3's and GPT-4's more; 0.5 leaves room for thriftier ones. An estimate must stay
+# low: the gateway refuses a prompt whose estimate no route's window holds.
+WIDE_TOKENS_PER_CHAR = 0.5
+
+
+def text_tokens(text: str) -> int:
+    """Tokens of `text`, estimated without a tokenizer: ≈4 characters a token, and half a token a
+    character of Chinese, Japanese or Korean (at 4 characters a token a Chinese prompt was counted
+    at less than half its size: routed to windows too small, quotas reserved short)."""
+    if text.isascii():  # a flag of the str object: no scan
+        return (len(text) + 3) // CHARS_PER_TOKEN
+    wide = sum(map(len, _WIDE.findall(text)))
+    return (len(text) - wide + 3) // CHARS_PER_TOKEN + (wide + 1) // 2
 
 
 def prompt_text(chat: dict[str, Any]) -> tuple[str, int, int]:
@@ -249,12 +270,12 @@ def request_text(body: dict[str, Any]) -> tuple[str, int, int]:
     return "\n".join(texts), messages, images
 
 
-def estimate_tokens(chat: dict[str, Any], text_tokens: int | None = None) -> int:
-    """Input tokens of a Chat request: `text_tokens` from a tokenizer when known, else estimated."""
+def estimate_tokens(chat: dict[str, Any], counted: int | None = None) -> int:
+    """Input tokens of a Chat request: its text's tokens `counted` by a tokenizer when known, else
+    estimated (`text_tokens`)."""
     text, messages, images = prompt_text(chat)
-    if text_tokens is None:
-        text_tokens = -(-len(text) // CHARS_PER_TOKEN)
-    return text_tokens + messages * MESSAGE_OVERHEAD_TOKENS + images * IMAGE_TOKENS
+    tokens = text_tokens(text) if counted is None else counted
+    return tokens + messages * MESSAGE_OVERHEAD_TOKENS + images * IMAGE_TOKENS
 
 
 def tool_call_slot(tools: dict[int, dict[str, Any]], call: dict[str, Any]) -> tuple[int, dict[str, Any], str]:

@@ -111,6 +111,25 @@ def test_the_alias_falls_through_to_the_target_whose_window_holds_the_request(ri
     assert r.headers["x-portal-route"] == "; ".join(rec.route_explanation)
 
 
+def test_a_chinese_prompt_is_counted_as_chinese_and_goes_where_it_fits(rig, gateway_url):
+    """63,000 characters of Chinese are 45,000 tokens to Qwen's tokenizer (measured with its BPE
+    ranks): far past the local window. Counted at 4 characters a token (15,750) they were sent to
+    the local server, which refuses them; counted at half a token a character (31,500, still short
+    of any tokenizer's count) they go to the cloud's window at once."""
+    chinese = "请把这个函数改写成异步的，并补上单元测试。" * 3000
+    r = httpx.post(
+        gateway_url + "/v1/chat/completions",
+        json=chat(chinese, max_tokens=1000),
+        headers={**rig.auth, "X-Portal-Debug": "route"},
+    )
+    assert r.status_code == 200, r.text
+    assert rig.local.requests == [] and len(rig.cloud.requests) == 1
+    skipped = record(rig).route_explanation[1]
+    assert skipped.startswith("skipped local-llama (qwen3-coder): window 24,576 < "), skipped
+    need = int(skipped.split("< ")[1].split(" ")[0].replace(",", ""))
+    assert 31_500 + 1000 <= need <= 33_000
+
+
 def test_the_requested_output_counts_toward_the_window(rig, gateway_url):
     r = httpx.post(gateway_url + "/v1/chat/completions", json=chat("hi", max_tokens=30_000), headers=rig.auth)
     assert r.status_code == 200 and rig.local.requests == [] and len(rig.cloud.requests) == 1

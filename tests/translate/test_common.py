@@ -13,7 +13,9 @@ from gateway.translate.common import (
     encode_sse,
     estimate_tokens,
     parse_arguments,
+    text_tokens,
 )
+from gateway.usage import estimate_tokens as estimate_value_tokens
 
 
 async def _bytes(*pieces: bytes):
@@ -65,4 +67,25 @@ def test_the_token_estimate_counts_text_tools_messages_and_images():
     text_chars = 40 + 1 + 4 + 1 + tools_chars  # joined with newlines
     expected = -(-text_chars // 4) + 2 * MESSAGE_OVERHEAD_TOKENS + IMAGE_TOKENS
     assert estimate_tokens(chat) == expected
-    assert estimate_tokens(chat, text_tokens=10) == 10 + 2 * MESSAGE_OVERHEAD_TOKENS + IMAGE_TOKENS
+    assert estimate_tokens(chat, counted=10) == 10 + 2 * MESSAGE_OVERHEAD_TOKENS + IMAGE_TOKENS
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [
+        ("", 0),
+        ("word " * 100, 125),  # ASCII: 4 characters a token, rounded up
+        ("请把这个函数改写成异步的，并补上单元测试。", 11),  # 21 wide characters (Qwen: 15 tokens)
+        ("def f(): return '你好'", 6),  # 18 narrow + 2 wide
+        ("こんにちは、世界", 4),  # kana, CJK punctuation and ideographs
+        ("안녕하세요", 3),  # hangul
+        ("naïve café", 3),  # accents are not wide: 4 characters a token still
+        ("Привет, мир", 3),
+    ],
+)
+def test_text_tokens_counts_cjk_at_half_a_token_a_character_and_the_rest_at_four_characters(text, tokens):
+    assert text_tokens(text) == tokens
+    # The request-side estimate (strings, lists, messages) agrees with it on every shape.
+    assert estimate_value_tokens(text) == tokens
+    assert estimate_value_tokens([text, text]) == 2 * tokens
+    assert estimate_value_tokens({"role": "user", "content": text}) == tokens
