@@ -361,24 +361,33 @@ async def recount(up: UpstreamResponse, usage: Usage, answer: str | None = None)
 STREAMED_PATHS = frozenset({"/chat/completions", "/completions"})
 
 
-def first_token_timeout(prompt_tokens: int) -> float:
-    """Seconds from the headers to the first token: GATEWAY_FIRST_TOKEN_TIMEOUT plus the prompt's
-    prefill at GATEWAY_PREFILL_TOKENS_PER_SECOND (a 30k-token prompt on a slow server needs minutes)."""
+def prefill_seconds(prompt_tokens: int) -> float:
+    """What a slow server may take to read `prompt_tokens`: one second per
+    GATEWAY_PREFILL_TOKENS_PER_SECOND of them (a 30k-token prompt needs minutes on a CPU)."""
     rate = float(hot.GATEWAY_PREFILL_TOKENS_PER_SECOND)
-    extra = max(prompt_tokens, 0) / rate if rate > 0 else 0.0
-    return float(hot.GATEWAY_FIRST_TOKEN_TIMEOUT) + extra
+    return max(prompt_tokens, 0) / rate if rate > 0 else 0.0
 
 
-def headers_deadline(streams: bool, headers_timeout: float, first_timeout: float) -> tuple[Failure, float]:
+def first_token_timeout(prompt_tokens: int) -> float:
+    """Seconds from the headers to the first token: GATEWAY_FIRST_TOKEN_TIMEOUT plus the prompt's prefill."""
+    return float(hot.GATEWAY_FIRST_TOKEN_TIMEOUT) + prefill_seconds(prompt_tokens)
+
+
+def headers_deadline(
+    streams: bool, headers_timeout: float, first_timeout: float, prefill: float = 0.0
+) -> tuple[Failure, float]:
     """How long an attempt waits for the upstream's response headers, and the setting named when
     they do not come. llama.cpp sends a stream's headers with its first token: a request waiting
     for a free slot, or a long prompt's prefill, gets none before it (vLLM and SGLang send them at
     once). So a stream's headers get the first token's deadline, which scales with the prompt,
-    when that is the longer one; GATEWAY_HEADERS_TIMEOUT bounds the rest (embeddings, whose
-    headers come with the whole answer)."""
-    if streams and first_timeout > headers_timeout:
-        return Failure.FIRST_TOKEN_TIMEOUT, first_timeout
-    return Failure.HEADERS_TIMEOUT, headers_timeout
+    when that is the longer one. An answer that cannot be streamed (embeddings) sends its headers
+    with the whole answer, which is all prefill: GATEWAY_HEADERS_TIMEOUT plus the input's `prefill`
+    (Continue's index sends 64 chunks of 500 tokens at a time: minutes for a CPU server)."""
+    if streams:
+        if first_timeout > headers_timeout:
+            return Failure.FIRST_TOKEN_TIMEOUT, first_timeout
+        return Failure.HEADERS_TIMEOUT, headers_timeout
+    return Failure.HEADERS_TIMEOUT, headers_timeout + prefill
 
 
 def ask_for_stream(payload: dict[str, Any]) -> None:
@@ -389,6 +398,9 @@ def ask_for_stream(payload: dict[str, Any]) -> None:
     payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
 
 
+_PREFILLED = (Failure.HEADERS_TIMEOUT, Failure.FIRST_TOKEN_TIMEOUT)
+
+
 def timeout_error(failure: Failure, seconds: float) -> GatewayError:
     setting = TIMEOUT_SETTINGS[failure]
     what = {
@@ -397,6 +409,8 @@ def timeout_error(failure: Failure, seconds: float) -> GatewayError:
         Failure.IDLE_TIMEOUT: "went silent mid-answer",
         Failure.DEADLINE: "did not finish",
     }[failure]
+    if failure in _PREFILLED and seconds > float(getattr(hot, setting)):  # `headers_deadline` added the prompt
+        setting += " plus the prompt at GATEWAY_PREFILL_TOKENS_PER_SECOND"
     return GatewayError(
         504,
         f"The upstream for this model {what} within {setting} ({seconds:g} s).",
@@ -428,6 +442,7 @@ async def send_upstream(
     headers_timeout = float(hot.GATEWAY_HEADERS_TIMEOUT)
     idle_timeout = float(hot.GATEWAY_IDLE_TIMEOUT)
     first_timeout = first_token_timeout(prompt_tokens)
+    prefill = prefill_seconds(prompt_tokens)
     cap = int(hot.GATEWAY_MAX_RESPONSE_BYTES)
     attempts: list[Attempt] = []
     failed: list[tuple[int, GatewayError]] = []  # each failed attempt's error, by how much it tells (`telling`)
@@ -449,7 +464,7 @@ async def send_upstream(
         headers = forward_headers(out.headers, route, anthropic_native=out.anthropic_native)
         started = time.perf_counter()
         resp: aiohttp.ClientResponse | None = None
-        phase, phase_seconds = headers_deadline(stream or streamed, headers_timeout, first_timeout)
+        phase, phase_seconds = headers_deadline(stream or streamed, headers_timeout, first_timeout, prefill)
         trial = bool(breakers.open) and breakers.claim(route.channel_id)
         try:
             until = loop.time() + phase_seconds

@@ -219,13 +219,43 @@ def test_an_answer_that_is_not_a_stream_keeps_the_headers_deadline(setup, upstre
     assert time.monotonic() - started < 25  # not the first token's 30 s
 
 
+def test_a_large_embedding_input_gets_its_prefill_before_the_headers_deadline(setup, upstream, gateway, settings):
+    """Embeddings cannot be streamed: the headers come with the whole answer, and reading the
+    input is all of it. 2,000 estimated tokens at 100 a second may take 20 s more than
+    GATEWAY_HEADERS_TIMEOUT (1 s here); a server that answers after 3 s is waited for (it was a 504
+    at 1 s: a CPU server indexing Continue's 64 chunks of 500 tokens never answered in time)."""
+    settings.GATEWAY_PREFILL_TOKENS_PER_SECOND = 100.0
+    upstream.behave(mode="slow", delay=3)
+    r = httpx.post(
+        gateway + "/v1/embeddings",
+        json={"model": "qwen3-32b", "input": ["word " * 800, "word " * 800]},
+        headers={"Authorization": f"Bearer {setup.plaintext}"},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    assert len(r.json()["data"]) == 2
+    # A server that never answers is still cut off, and the error says the deadline grew with the input.
+    upstream.behave(mode="slow", delay=120)
+    r = httpx.post(
+        gateway + "/v1/embeddings",
+        json={"model": "qwen3-32b", "input": "word " * 400},
+        headers={"Authorization": f"Bearer {setup.plaintext}"},
+        timeout=60,
+    )
+    assert r.status_code == 504, r.text
+    message = r.json()["error"]["message"]
+    assert "within GATEWAY_HEADERS_TIMEOUT plus the prompt at GATEWAY_PREFILL_TOKENS_PER_SECOND (6 s)" in message
+
+
 def test_a_streams_headers_wait_for_the_longer_of_the_two_deadlines(settings):
     from gateway.call import headers_deadline
     from gateway.errors import Failure
 
-    assert headers_deadline(True, 30.0, 420.0) == (Failure.FIRST_TOKEN_TIMEOUT, 420.0)
+    assert headers_deadline(True, 30.0, 420.0, 300.0) == (Failure.FIRST_TOKEN_TIMEOUT, 420.0)
     assert headers_deadline(False, 30.0, 420.0) == (Failure.HEADERS_TIMEOUT, 30.0)
-    assert headers_deadline(True, 30.0, 10.0) == (Failure.HEADERS_TIMEOUT, 30.0)
+    assert headers_deadline(True, 30.0, 10.0, 300.0) == (Failure.HEADERS_TIMEOUT, 30.0)
+    # An answer that cannot be streamed: the headers come with it, after the whole input's prefill.
+    assert headers_deadline(False, 30.0, 420.0, 300.0) == (Failure.HEADERS_TIMEOUT, 330.0)
 
 
 def test_the_first_token_deadline_scales_with_the_prompt(settings):
