@@ -112,7 +112,7 @@ _TEXT_FIELDS = ("content", "text", "input", "prompt", "arguments", "tool_calls",
 def estimate_tokens(value: Any) -> int:
     """A cheap prompt-size estimate (`translate.common.text_tokens`: ≈4 characters a token, half a
     token a CJK character) for reservations and for usage when an upstream reports none. Strings,
-    lists and OpenAI message/content-part shapes are understood. (`(n + 3) // 4` is `ceil(n / 4)`,
+    token ids, lists and OpenAI message/content-part shapes are understood. (`(n + 3) // 4` is `ceil(n / 4)`,
     text_tokens's own first case inlined: most text is ASCII, and this runs on every request.)"""
     kind = type(value)
     if kind is str:
@@ -135,6 +135,8 @@ def estimate_tokens(value: Any) -> int:
                 else:
                     total += estimate_tokens(v)
         return total
+    if kind is int:  # a token id of a prompt or input given as token ids: one token, exactly
+        return 1
     if isinstance(value, str):
         return text_tokens(value)
     if isinstance(value, list):

@@ -89,3 +89,10 @@ def test_text_tokens_counts_cjk_at_half_a_token_a_character_and_the_rest_at_four
     assert estimate_value_tokens(text) == tokens
     assert estimate_value_tokens([text, text]) == 2 * tokens
     assert estimate_value_tokens({"role": "user", "content": text}) == tokens
+
+
+def test_a_prompt_of_token_ids_is_counted_one_token_an_id():
+    """Completions' `prompt` and Embeddings' `input` may be token ids (one list, or one per input)."""
+    assert estimate_value_tokens([101, 2023, 2003]) == 3
+    assert estimate_value_tokens([[1] * 500, [2] * 300]) == 800
+    assert estimate_value_tokens([True, "abcd"]) == 1  # a bool is no token id
