@@ -34,7 +34,7 @@ class Option:
     """One typed backend option; `flag` is what the command line gets."""
 
     name: str
-    type: type  # int, float, bool or str (str needs `choices`)
+    type: type  # int, float, bool or str (str needs `choices` or a `pattern`)
     flag: str
     label: StrOrPromise  # lazy: translated when the form renders
     default: Any = None
@@ -42,6 +42,7 @@ class Option:
     max: float | None = None
     choices: tuple[str, ...] = ()
     help: StrOrPromise = ""
+    pattern: str = ""  # a str without `choices`: what its value must fully match
 
     def clean(self, value: Any) -> Any:
         if value in (None, ""):
@@ -64,9 +65,11 @@ class Option:
             except (TypeError, ValueError):
                 raise ValidationError(_("Expected a number.")) from None
         else:
-            value = str(value)
+            value = str(value).strip()
             if self.choices and value not in self.choices:
                 raise ValidationError(_("Choose one of: %(choices)s.") % {"choices": ", ".join(self.choices)})
+            if self.pattern and not re.fullmatch(self.pattern, value):
+                raise ValidationError(_("A name of letters, digits, '_', '-' or '.'."))
         if self.min is not None and value < self.min:
             raise ValidationError(_("At least %(min)s.") % {"min": f"{self.min:g}"})
         if self.max is not None and value > self.max:

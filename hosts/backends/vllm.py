@@ -25,6 +25,41 @@ QUANTIZATION = Option(
     choices=("", "awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "bitsandbytes", "compressed-tensors", "gguf"),
 )
 
+# A tool-call parser's name, as vLLM and SGLang register them (hermes, qwen3_coder, gpt-oss, glm-4.5).
+PARSER_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
+
+# Which parser a model's tool calls need, by a case-insensitive piece of its path or id, first match
+# wins: (piece, vLLM's name, SGLang's name). From the servers' tool-calling guides; a model not
+# here gets no suggestion (its model card says which format it writes).
+TOOL_PARSERS = (
+    ("qwen3-coder", "qwen3_coder", "qwen3_coder"),
+    ("qwen3", "hermes", "qwen25"),
+    ("qwen2.5", "hermes", "qwen25"),
+    ("qwq", "hermes", "qwen25"),
+    ("llama-4", "llama4_pythonic", "llama4"),
+    ("llama-3", "llama3_json", "llama3"),
+    ("mistral", "mistral", "mistral"),
+    ("devstral", "mistral", "mistral"),
+    ("codestral", "mistral", "mistral"),
+    ("deepseek-v3.1", "deepseek_v31", "deepseekv31"),
+    ("deepseek-v3", "deepseek_v3", "deepseekv3"),
+    ("gpt-oss", "openai", "gpt-oss"),
+    ("glm-4.5", "glm45", "glm45"),
+    ("glm-4.6", "glm45", "glm45"),
+    ("kimi-k2", "kimi_k2", "kimi_k2"),
+    ("hermes", "hermes", "qwen25"),
+)
+
+
+def suggested_tool_parser(backend: str, model_path: str) -> str:
+    """The tool-call parser that model's format needs on `backend` (vllm, sglang), or ""."""
+    path = model_path.lower()
+    for piece, vllm, sglang in TOOL_PARSERS:
+        if piece in path:
+            return vllm if backend == "vllm" else sglang
+    return ""
+
+
 HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 
 
@@ -75,6 +110,20 @@ class VLLM(Backend):
         Option("enable_chunked_prefill", bool, "--enable-chunked-prefill", _("Chunked prefill"), False),
         Option("max_num_batched_tokens", int, "--max-num-batched-tokens", _("Max batched tokens"), None, 1, 10_000_000),
         Option("max_num_seqs", int, "--max-num-seqs", _("Max sequences"), None, 1, 4096),
+        Option(
+            "tool_call_parser",
+            str,
+            "--tool-call-parser",
+            _("Tool-call parser"),
+            "",
+            pattern=PARSER_NAME,
+            help=_(
+                "Coding agents send tools with every request; vLLM refuses them (400) unless it was started "
+                "with the parser for the model's tool-call format (also sets --enable-auto-tool-choice): "
+                "hermes (Qwen2.5, Qwen3), qwen3_coder, llama3_json, mistral, deepseek_v3, openai (gpt-oss), "
+                "glm45, kimi_k2. Blank: no tool calling."
+            ),
+        ),
     )
     # `--task embed` (older releases), `--runner pooling` and `--convert embed` (newer ones).
     embedding_values = {
@@ -92,6 +141,7 @@ class VLLM(Backend):
         "-tp",
         "-pp",
         "--distributed-executor-backend",
+        "--enable-auto-tool-choice",
     } | {o.flag for o in options}
     key_env = "VLLM_API_KEY"
 
@@ -130,6 +180,8 @@ class VLLM(Backend):
         for name in ("max_num_batched_tokens", "max_num_seqs"):
             if o.get(name) is not None:
                 args += [self.option(name).flag, str(o[name])]
+        if o.get("tool_call_parser"):
+            args += ["--enable-auto-tool-choice", "--tool-call-parser", o["tool_call_parser"]]
         args += list(spec.extra_args)
         args += ["--host", spec.bind_host, "--port", str(spec.port)]
         return args

@@ -43,6 +43,8 @@ def _option_field(opt: backends.Option) -> forms.Field:
         )
     if opt.type is float:
         return forms.FloatField(initial=opt.default, min_value=opt.min, max_value=opt.max, step_size=None, **common)
+    if not opt.choices:
+        return forms.CharField(initial=opt.default, max_length=64, **common)
     return forms.ChoiceField(initial=opt.default, choices=[(c, c or _("none")) for c in opt.choices], **common)
 
 

@@ -24,6 +24,7 @@ from portal.choices import AuditAction
 from portal.i18n import Message, as_message
 
 from .. import backends, calibration, fit, signals
+from ..backends.vllm import suggested_tool_parser
 from ..choices import DeploymentStatus
 from ..models import GPU, Deployment, DeploymentEvent, Host
 from ..remote import commands, ssh
@@ -325,6 +326,26 @@ def launch_spec(deployment: Deployment) -> backends.LaunchSpec:
         extra_args=list(deployment.extra_args),
         api_key=deployment.upstream_api_key,
     )
+
+
+def tool_calling_note(deployment: Deployment) -> str:
+    """Why coding agents (which send tools with every request) will fail on this server, or "":
+    a vLLM or SGLang chat server started without a tool-call parser (llama.cpp's `--jinja`, on by
+    default, is its own). vLLM answers such a request 400; SGLang answers tool calls as text."""
+    impl = backends.get(deployment.backend)
+    if not any(o.name == "tool_call_parser" for o in impl.options) or deployment.options.get("tool_call_parser"):
+        return ""
+    extra = [str(t) for t in deployment.extra_args or []]
+    if impl.serves_embeddings(extra) or any(t.split("=", 1)[0] == "--tool-call-parser" for t in extra):
+        return ""
+    parser = suggested_tool_parser(deployment.backend, deployment.model_path)
+    text = _(
+        "No tool-call parser: coding agents (Claude Code, Cline, Codex…) send tools with every request "
+        "and will fail on this server."
+    )
+    if parser:
+        return text + " " + _("This model's format: %(parser)s (Edit → Tool-call parser).") % {"parser": parser}
+    return text + " " + _("Set the parser its model card names (Edit → Tool-call parser).")
 
 
 def command_preview(deployment: Deployment) -> str:

@@ -168,6 +168,7 @@ def deployment_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpRespons
         {
             "deployment": deployment,
             "command": services.command_preview(deployment),
+            "tool_calling_note": services.tool_calling_note(deployment),
             "fit": deployment.last_fit,
             "jobs": jobs,
             "events": deployment.events.all()[:50],

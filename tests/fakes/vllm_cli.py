@@ -3,6 +3,9 @@
 vLLM itself cannot run without a GPU; this accepts its command line, serves `--served-model-name`
 with `--max-model-len` and the key vLLM reads from `VLLM_API_KEY`, ignores the tuning flags, and
 runs until SIGTERM. It refuses `--api-key` on its command line (the portal must never put it there).
+Tool calling as vLLM's: a request with tools is a 400 unless the server was started with
+`--enable-auto-tool-choice --tool-call-parser NAME`; the first without the second, or a parser
+vLLM does not know, stops it at start with vLLM's words.
 """
 
 from __future__ import annotations
@@ -14,6 +17,19 @@ import sys
 import threading
 
 from tests.fakes import argv_log
+
+# Some of the names vLLM registers (vllm/tool_parsers/__init__.py).
+TOOL_PARSERS = (
+    "deepseek_v3",
+    "deepseek_v31",
+    "glm45",
+    "hermes",
+    "kimi_k2",
+    "llama3_json",
+    "mistral",
+    "openai",
+    "qwen3_coder",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
     parser.add_argument("--pipeline-parallel-size", type=int, default=1)
     parser.add_argument("--distributed-executor-backend", default=None)
+    parser.add_argument("--enable-auto-tool-choice", action="store_true")
+    parser.add_argument("--tool-call-parser", default=None)
     # Not vLLM's: seconds before the server listens, as a real one loading weights (tests of a
     # worker killed while a launch waits for /health).
     parser.add_argument("--fake-startup-delay", type=float, default=0.0)
@@ -37,6 +55,16 @@ def main(argv: list[str] | None = None) -> int:
         print("fake vllm: the API key was on the command line, readable by any user with ps", file=sys.stderr)
         return 2
     args.api_key = os.environ.get("VLLM_API_KEY") or None
+    if args.enable_auto_tool_choice and not args.tool_call_parser:
+        print("TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser", file=sys.stderr, flush=True)
+        return 1
+    if args.tool_call_parser and args.tool_call_parser not in TOOL_PARSERS:
+        known = ", ".join(TOOL_PARSERS)
+        print(
+            f"KeyError: 'invalid tool call parser: {args.tool_call_parser} (chose from {{ {known} }})'", file=sys.stderr
+        )
+        sys.stderr.flush()
+        return 1
     if args.distributed_executor_backend == "ray" and (problem := _ray_contract(args)):
         print(f"fake vllm: {problem}", file=sys.stderr, flush=True)
         return 1
@@ -53,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         bind=args.host,
     )
+    if not (args.enable_auto_tool_choice and args.tool_call_parser):
+        upstream.behave(mode="no_tools")
     if stop.wait(args.fake_startup_delay):
         return 0
     try:

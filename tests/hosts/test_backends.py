@@ -130,3 +130,54 @@ def test_the_window_said_before_a_start_is_the_one_real_llamacpp_serves():
     with LlamaServer(ctx=1024, parallel=2, api_key="k") as server, httpx.Client(timeout=10) as client:
         served = impl.context_window(client, server.root_url, "k", server.model_id)
     assert served == impl.configured_window({"ctx_size": 1024, "parallel": 2}, []) == 512
+
+
+def test_a_tool_call_parser_is_on_the_command_line_of_vllm_and_sglang():
+    """vLLM needs `--enable-auto-tool-choice` with its parser; SGLang the parser alone."""
+    vllm = backends.get("vllm").argv(spec("vllm", {"tool_call_parser": "qwen3_coder"}, gpus=(0,)))
+    assert vllm[vllm.index("--tool-call-parser") - 1 : vllm.index("--tool-call-parser") + 2] == [
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "qwen3_coder",
+    ]
+    sglang = backends.get("sglang").argv(spec("sglang", {"tool_call_parser": "qwen25"}, gpus=(0,)))
+    assert sglang[sglang.index("--tool-call-parser") + 1] == "qwen25" and "--enable-auto-tool-choice" not in sglang
+    for kind in ("vllm", "sglang"):  # blank: no tool calling, as before
+        assert "--tool-call-parser" not in backends.get(kind).argv(spec(kind, {}, gpus=(0,)))
+
+
+@pytest.mark.parametrize(
+    ("kind", "options", "extra", "field"),
+    [
+        ("vllm", {"tool_call_parser": "hermes; rm -rf /"}, [], "options.tool_call_parser"),
+        ("vllm", {"tool_call_parser": "-x"}, [], "options.tool_call_parser"),
+        ("vllm", {}, ["--tool-call-parser", "hermes"], "extra_args"),  # the form field says it once
+        ("vllm", {}, ["--enable-auto-tool-choice"], "extra_args"),
+        ("sglang", {}, ["--tool-call-parser=qwen25"], "extra_args"),
+    ],
+)
+def test_a_tool_call_parser_is_a_name_set_in_its_field(kind, options, extra, field):
+    with pytest.raises(ValidationError) as err:
+        backends.get(kind).clean(
+            model_path="Qwen/Qwen3-32B", served_model_name="q", options=options, extra_args=extra, gpu_count=1
+        )
+    assert field in err.value.message_dict, err.value.message_dict
+
+
+@pytest.mark.parametrize(
+    ("model", "vllm", "sglang"),
+    [
+        ("Qwen/Qwen3-Coder-30B-A3B-Instruct", "qwen3_coder", "qwen3_coder"),
+        ("Qwen/Qwen2.5-7B-Instruct", "hermes", "qwen25"),
+        ("/models/qwen3-8b", "hermes", "qwen25"),
+        ("meta-llama/Llama-3.1-8B-Instruct", "llama3_json", "llama3"),
+        ("mistralai/Devstral-Small-2507", "mistral", "mistral"),
+        ("openai/gpt-oss-20b", "openai", "gpt-oss"),
+        ("deepseek-ai/DeepSeek-V3.1", "deepseek_v31", "deepseekv31"),
+        ("BAAI/bge-m3", "", ""),
+    ],
+)
+def test_the_parser_a_models_format_needs_is_suggested_by_its_name(model, vllm, sglang):
+    from hosts.backends.vllm import suggested_tool_parser
+
+    assert suggested_tool_parser("vllm", model) == vllm and suggested_tool_parser("sglang", model) == sglang

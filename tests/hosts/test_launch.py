@@ -314,6 +314,75 @@ def test_vllm_deployment_through_a_fake_vllm(online_host, started_pids):
     assert not alive(job.pid)
 
 
+TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": "read_file", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}},
+    }
+]
+
+
+def vllm_qwen(host, port: int | None = None, instance: Deployment | None = None, **options) -> Deployment:
+    return services.save_deployment(
+        instance=instance,
+        host=host,
+        name="qwen",
+        backend="vllm",
+        model_path="Qwen/Qwen3-8B",
+        served_model_name="qwen3-8b",
+        gpu_indices=[0],
+        port=port or free_port(),
+        options={"max_model_len": 4096, **options},
+        extra_args=[],
+        fit_override=True,  # 16 GB of bf16 weights on a 12 GB card: the estimate says no
+    )
+
+
+def test_a_vllm_server_launched_for_coding_agents_gets_its_tool_call_parser(
+    transactional_db, online_host, alice, admin_client, started_pids, gateway
+):
+    """Coding agents send tools with every request; vLLM refuses them unless started with a
+    tool-call parser. Launched without one, the deployment page says so and names the model's
+    (Qwen3: hermes); with it set, the same request through the gateway is answered."""
+    from django.urls import reverse
+
+    from keys.services import issue_key
+
+    deployment = vllm_qwen(online_host)
+    job = run(deployment)
+    started_pids.append(job.pid)
+    assert job.state == JobState.RUNNING, job.message
+    _key, plaintext = issue_key(owner=alice, name="laptop")
+    client = openai.OpenAI(base_url=gateway + "/v1", api_key=plaintext, max_retries=0)
+    ask = {"model": "qwen3-8b", "messages": [{"role": "user", "content": "open README"}], "tools": TOOLS}
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(**ask)
+    assert "--enable-auto-tool-choice" in str(refused.value)
+    url = reverse("deployment_detail", args=[deployment.pk])
+    page = admin_client.get(url).content.decode()
+    assert 'id="tool-calling-note"' in page and "This model&#x27;s format: hermes" in page
+    assert "工具调用解析器" in admin_client.get(url, HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+
+    run(deployment, JobAction.STOP)
+    vllm_qwen(online_host, port=deployment.port, instance=deployment, tool_call_parser="hermes")
+    job = run(deployment)
+    started_pids.append(job.pid)
+    assert job.state == JobState.RUNNING, job.message
+    assert "--enable-auto-tool-choice --tool-call-parser hermes" in job.command
+    assert client.chat.completions.create(**ask).choices[0].finish_reason == "stop"
+    assert 'id="tool-calling-note"' not in admin_client.get(url).content.decode()
+    run(deployment, JobAction.STOP)
+
+
+def test_a_parser_vllm_does_not_know_fails_the_launch_in_vllms_words(online_host, started_pids):
+    deployment = vllm_qwen(online_host, tool_call_parser="qwen25")  # SGLang's name for it, not vLLM's
+    job = run(deployment)
+    if job.pid:
+        started_pids.append(job.pid)
+    assert job.state == JobState.FAILED
+    assert "invalid tool call parser: qwen25" in job.message + job.log_tail
+
+
 def slow_deployment(host):
     """A vLLM (fake) deployment whose /health answers after 3 s: a launch waits for a few looks."""
     return services.save_deployment(

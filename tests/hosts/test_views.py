@@ -312,3 +312,54 @@ def test_a_running_deployment_is_neither_changed_nor_deleted_on_the_page_or_thro
     changed = api.patch(f"/api/deployments/{deployment.pk}/", {"port": 8001}, format="json")
     assert changed.status_code == 400 and changed.json()["status"] == ["Stop the deployment before changing it."]
     assert Deployment.objects.filter(pk=deployment.pk, port=8000).exists()
+
+
+@pytest.mark.parametrize(
+    ("backend", "model", "options", "extra", "note"),
+    [
+        ("vllm", "meta-llama/Llama-3.1-8B-Instruct", {}, [], "This model's format: llama3_json"),
+        ("sglang", "Qwen/Qwen3-8B", {}, [], "This model's format: qwen25"),
+        ("vllm", "acme/house-model", {}, [], "Set the parser its model card names"),
+        ("vllm", "Qwen/Qwen3-8B", {"tool_call_parser": "hermes"}, [], ""),
+        ("vllm", "Qwen/Qwen3-8B", {}, ["--tool-call-parser", "hermes"], ""),  # set by hand before the field
+        ("vllm", "BAAI/bge-m3", {}, ["--task", "embed"], ""),  # an embedding server gets no tools
+        ("llamacpp", "/models/qwen3-8b.gguf", {}, [], ""),  # --jinja is llama.cpp's, on by default
+    ],
+)
+def test_the_deployment_page_says_when_coding_agents_will_fail_for_want_of_a_tool_call_parser(
+    admin_client, host, backend, model, options, extra, note
+):
+    from hosts.deployments import services
+
+    deployment = services.save_deployment(
+        name="d",
+        host=host,
+        backend=backend,
+        model_path=model,
+        served_model_name="m",
+        port=8000,
+        gpu_indices=[0],
+        options=options,
+        extra_args=[],
+        fit_override=True,
+    )
+    # As saved before the form had the field (now refused: `test_a_tool_call_parser_is_a_name_set_in_its_field`).
+    Deployment.objects.filter(pk=deployment.pk).update(extra_args=extra)
+    html = admin_client.get(reverse("deployment_detail", args=[deployment.pk])).content.decode()
+    assert ('id="tool-calling-note"' in html) == bool(note)
+    assert note.replace("'", "&#x27;") in html
+
+
+def test_the_launch_form_takes_a_tool_call_parser_and_shows_it_in_the_command(admin_client, host):
+    data = form_data(backend="vllm", model_path="Qwen/Qwen3-8B", served_model_name="qwen3-8b", port="8000")
+    data.update({"vllm__max_model_len": "8192", "vllm__gpu_memory_utilization": "0.9", "fit_override": "on"})
+    r = admin_client.post(reverse("deployment_create", args=[host.pk]), {**data, "vllm__tool_call_parser": "hermes"})
+    assert r.status_code == 302, r.content.decode()[:3000]
+    deployment = Deployment.objects.get()
+    assert deployment.options["tool_call_parser"] == "hermes"
+    detail = admin_client.get(r.url).content.decode()
+    assert "--enable-auto-tool-choice --tool-call-parser hermes" in detail and "tool-calling-note" not in detail
+    r = admin_client.post(
+        reverse("deployment_edit", args=[deployment.pk]), {**data, "name": "x", "vllm__tool_call_parser": "a b"}
+    )
+    assert r.status_code == 200 and "A name of letters, digits" in r.content.decode()

@@ -42,6 +42,7 @@ DATA = {
     "opencode", "qwen", "vibe", "zed",
     # values a backend's command line takes, listed as they are (`-fa auto`, `--quantization awq`)
     "auto", "on", "off", "awq", "gptq", "bitsandbytes", "gguf",
+    "hermes", "mistral",  # tool-call parsers' names (`--tool-call-parser hermes`)
     "Streamable",  # MCP's Streamable HTTP transport
 }  # fmt: skip
 # Names taken as they are: our provider's name in the clients, a menu path of JetBrains' settings.
