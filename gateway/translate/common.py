@@ -187,16 +187,16 @@ CHARS_PER_TOKEN = 4  # the usual figure for English and code (Qwen's tokenizer: 
 _WIDE = re.compile(
     "[\u2e80-\u9fff\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef\U00020000-\U0003ffff]+"
 )
-# Tokens a wide character costs at least: Qwen's tokenizer takes 0.67 a character of CJK (our zh-Hans
-# UI strings), Llama 3's and GPT-4's more; 0.5 leaves room for thriftier ones. An estimate must stay
-# low: the gateway refuses a prompt whose estimate no route's window holds.
-WIDE_TOKENS_PER_CHAR = 0.5
 
 
 def text_tokens(text: str) -> int:
     """Tokens of `text`, estimated without a tokenizer: ≈4 characters a token, and half a token a
     character of Chinese, Japanese or Korean (at 4 characters a token a Chinese prompt was counted
-    at less than half its size: routed to windows too small, quotas reserved short)."""
+    at less than half its size: routed to windows too small, quotas reserved short).
+
+    Half a token is a floor: Qwen's tokenizer takes 0.67 a character of CJK (our zh-Hans UI strings),
+    Llama 3's and GPT-4's more. An estimate must stay low: the gateway refuses a prompt whose
+    estimate no route's window holds."""
     if text.isascii():  # a flag of the str object: no scan
         return (len(text) + 3) // CHARS_PER_TOKEN
     wide = sum(map(len, _WIDE.findall(text)))
