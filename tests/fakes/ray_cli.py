@@ -23,11 +23,13 @@ import socketserver
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from tests.fakes import argv_log
 
 STATE = Path(os.environ.get("HOME", "/tmp")) / ".fake-ray"
+JOIN_RETRY_SECONDS = 30.0
 
 
 def _gpus() -> int:
@@ -106,12 +108,21 @@ def head(ip: str, port: int) -> int:
 
 
 def worker(address: str, ip: str) -> int:
+    """Join the head, retrying while it is not listening yet, as Ray's own start retries reaching
+    the head's GCS: the portal starts the worker right after the head's process, and on a loaded
+    machine the head's Python may not listen before the worker tries (a first refusal used to end
+    the worker, and the launch waited out its health timeout)."""
     host, _, port = address.rpartition(":")
-    try:
-        conn = socket.create_connection((host, int(port)), timeout=10)
-    except OSError as exc:
-        print(f"fake ray: cannot reach the head at {address}: {exc}", file=sys.stderr, flush=True)
-        return 1
+    deadline = time.monotonic() + JOIN_RETRY_SECONDS
+    while True:
+        try:
+            conn = socket.create_connection((host, int(port)), timeout=10)
+            break
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                print(f"fake ray: cannot reach the head at {address}: {exc}", file=sys.stderr, flush=True)
+                return 1
+            time.sleep(0.2)
     conn.sendall(f"JOIN {ip} {_gpus()}\n".encode())
     conn.recv(16)
     print(f"Ray runtime started. Joined {address} as {ip}", flush=True)
