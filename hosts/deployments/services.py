@@ -328,10 +328,11 @@ def launch_spec(deployment: Deployment) -> backends.LaunchSpec:
     )
 
 
-def tool_calling_note(deployment: Deployment) -> str:
+def tool_calling_note(deployment: Deployment, *, in_form: bool = False) -> str:
     """Why coding agents (which send tools with every request) will fail on this server, or "":
     a vLLM or SGLang chat server started without a tool-call parser (llama.cpp's `--jinja`, on by
-    default, is its own). vLLM answers such a request 400; SGLang answers tool calls as text."""
+    default, is its own). vLLM answers such a request 400; SGLang answers tool calls as text.
+    `in_form`: said beside the deploy form's field rather than on the deployment's page."""
     impl = backends.get(deployment.backend)
     if not any(o.name == "tool_call_parser" for o in impl.options) or deployment.options.get("tool_call_parser"):
         return ""
@@ -343,6 +344,14 @@ def tool_calling_note(deployment: Deployment) -> str:
         "No tool-call parser: coding agents (Claude Code, Cline, Codex…) send tools with every request "
         "and will fail on this server."
     )
+    if in_form:
+        if parser:
+            return (
+                text
+                + " "
+                + _("This model's format: %(parser)s (Tool-call parser, under the options).") % {"parser": parser}
+            )
+        return text + " " + _("Set the parser its model card names (Tool-call parser, under the options).")
     if parser:
         return text + " " + _("This model's format: %(parser)s (Edit → Tool-call parser).") % {"parser": parser}
     return text + " " + _("Set the parser its model card names (Edit → Tool-call parser).")

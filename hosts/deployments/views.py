@@ -73,6 +73,7 @@ def _preview_context(form: DeploymentForm) -> dict[str, Any]:
     deployment = form.preview_deployment()
     return {
         "preview_command": services.command_preview(deployment),
+        "preview_tool_calling": services.tool_calling_note(deployment, in_form=True),
         "preview_fit": services.check_fit(deployment, arch=services.host_architecture(deployment)),
         "preview_layout": multinode.layout(deployment),
     }

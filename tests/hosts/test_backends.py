@@ -174,6 +174,8 @@ def test_a_tool_call_parser_is_a_name_set_in_its_field(kind, options, extra, fie
         ("mistralai/Devstral-Small-2507", "mistral", "mistral"),
         ("openai/gpt-oss-20b", "openai", "gpt-oss"),
         ("deepseek-ai/DeepSeek-V3.1", "deepseek_v31", "deepseekv31"),
+        ("deepseek-ai/DeepSeek-V3.2-Exp", "deepseek_v32", "deepseekv32"),
+        ("/models/llama3.1-8b-instruct", "llama3_json", "llama3"),
         ("BAAI/bge-m3", "", ""),
     ],
 )

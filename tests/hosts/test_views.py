@@ -363,3 +363,20 @@ def test_the_launch_form_takes_a_tool_call_parser_and_shows_it_in_the_command(ad
         reverse("deployment_edit", args=[deployment.pk]), {**data, "name": "x", "vllm__tool_call_parser": "a b"}
     )
     assert r.status_code == 200 and "A name of letters, digits" in r.content.decode()
+
+
+def test_the_live_estimate_names_the_tool_call_parser_a_model_needs_while_it_is_blank(admin_client, host):
+    """The deploy form's live estimate says, as the model is typed, that coding agents will fail
+    without a parser and which one the model's format needs; filled in, it says nothing."""
+    url = reverse("deployment_fit_preview", args=[host.pk])
+    data = form_data(backend="vllm", model_path="Qwen/Qwen3-Coder-30B-A3B-Instruct", port="8000")
+    data.update({"vllm__max_model_len": "8192", "vllm__gpu_memory_utilization": "0.9"})
+    html = admin_client.post(url, data).content.decode()
+    assert 'id="tool-calling-preview"' in html, html[:2000]
+    assert "This model&#x27;s format: qwen3_coder (Tool-call parser, under the options)." in html
+    zh = admin_client.post(url, data, HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert "此模型的格式：qwen3_coder" in zh
+    filled = admin_client.post(url, {**data, "vllm__tool_call_parser": "qwen3_coder"}).content.decode()
+    assert "tool-calling-preview" not in filled and "--tool-call-parser qwen3_coder" in filled
+    llama = admin_client.post(url, form_data()).content.decode()  # llama.cpp: --jinja is on
+    assert "tool-calling-preview" not in llama and "<strong>" in llama
