@@ -132,11 +132,12 @@ class ChatDialect(ReadsChunks):
     public name in place of the upstream's id; a choice that passes its reservation ends there
     with finish reason `length`."""
 
-    __slots__ = ("model", "reader", "rename", "renames", "wants_usage")
+    __slots__ = ("model", "reader", "rename", "renames", "wants_usage", "withheld")
 
     def __init__(self, limit: int | None, *, choices: int = 1, wants_usage: bool = False, model: str = "") -> None:
         self.reader = ChunkReader(limit, choices)
         self.wants_usage = wants_usage
+        self.withheld = False  # a usage the upstream put on one choice's chunk: ours goes out at the end
         self.model = model  # the public name, in place of the upstream's (`renames`)
         self.renames: tuple[tuple[bytes, bytes], ...] | None = None  # known from the first chunk
         self.rename: tuple[bytes, bytes] | None = None  # the one of them the upstream's events hold
@@ -193,6 +194,11 @@ class ChatDialect(ReadsChunks):
             if chunk.get("usage") is not None and not self.wants_usage:
                 if chunk.get("choices"):  # usage on a content chunk (continuous usage): strip it
                     out = sse({k: v for k, v in chunk.items() if k != "usage"})
+            elif chunk.get("usage") is not None and reader.choices > 1 and chunk.get("choices"):
+                # Several prompts (llama.cpp puts each one's usage on its finish): the client gets the
+                # request's total once, on a chunk of its own at the end, as OpenAI sends it (`close`).
+                out = sse({k: v for k, v in chunk.items() if k != "usage"})
+                self.withheld = True
             else:
                 out = sse(chunk) if reader.changed else event
                 if not self.wants_usage and out.find(b'"usage"') >= 0:
@@ -203,10 +209,10 @@ class ChatDialect(ReadsChunks):
 
     def close(self, usage: Usage) -> bytes:
         """`[DONE]`, after the usage chunk a client that asked for usage did not get from the
-        upstream: the stream was cut at the reservation before it (or the upstream sent none),
-        so it gets the usage as charged."""
+        upstream: the stream was cut at the reservation before it, the upstream sent none, or it
+        sent each prompt's own (`withheld`), so it gets the usage as charged."""
         reader = self.reader
-        if not self.wants_usage or (reader.usage is not None and not reader.done):
+        if not self.wants_usage or (reader.usage is not None and not reader.done and not self.withheld):
             return b"data: [DONE]\n\n"
         first = reader.first or {}
         chunk: dict[str, Any] = {k: first[k] for k in USAGE_CHUNK_FIELDS if k in first}

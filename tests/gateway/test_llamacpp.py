@@ -327,7 +327,9 @@ def test_a_legacy_completion_of_several_prompts_answers_each_and_is_charged_for_
     its finish carrying that prompt's usage, then `data: null`. The gateway (which asks for a
     stream) took the null for invalid JSON and answered 502 to a request the server served, and
     would have kept the last prompt's usage only (llama.cpp's own answer without a stream reports
-    the first's). Now each prompt is answered and the request charged for all of them."""
+    the first's). Now each prompt is answered and the request charged for all of them; a client
+    that asked for usage gets the total once, on a chunk of its own at the end, as OpenAI sends it
+    (it got each prompt's own on that prompt's finish)."""
     prompts = ["Once upon a time", "The quick brown fox"]
     extra = {**EXACT, "cache_prompt": False}  # counts the same whatever the server's cache holds
     each = [
@@ -349,7 +351,12 @@ def test_a_legacy_completion_of_several_prompts_answers_each_and_is_charged_for_
                 extra_body=extra,
             )
         )
-        finishes = {c.choices[0].index: c.choices[0].finish_reason for c in chunks if c.choices[0].finish_reason}
+        finishes = {
+            c.choices[0].index: c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+        }
+        usages = [c.usage for c in chunks if c.usage is not None]
+        assert len(usages) == 1 and chunks[-1].usage is usages[0] and chunks[-1].choices == []
+        assert (usages[0].prompt_tokens, usages[0].completion_tokens) == (sum(each), 6)
         raw = httpx.post(
             str(client.base_url) + "completions",
             json={"model": "tiny-chat", "prompt": prompts, "max_tokens": 3, "stream": True, **extra},
