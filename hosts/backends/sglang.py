@@ -15,7 +15,7 @@ import httpx
 from django.utils.translation import gettext_lazy as _
 
 from .base import Backend, LaunchSpec, Option
-from .vllm import DTYPE, PARSER_NAME, QUANTIZATION, VLLM, check_parallel
+from .vllm import DTYPE, QUANTIZATION, VLLM, check_parallel, tool_call_parser
 
 
 class SGLang(Backend):
@@ -60,18 +60,12 @@ class SGLang(Backend):
         ),
         Option("chunked_prefill_size", int, "--chunked-prefill-size", _("Chunked prefill size"), None, 1, 10_000_000),
         Option("max_running_requests", int, "--max-running-requests", _("Max running requests"), None, 1, 100_000),
-        Option(
-            "tool_call_parser",
-            str,
-            "--tool-call-parser",
-            _("Tool-call parser"),
-            "",
-            pattern=PARSER_NAME,
-            help=_(
+        tool_call_parser(
+            _(
                 "Coding agents send tools with every request; SGLang answers them with tool calls only when "
                 "started with the parser for the model's tool-call format: qwen25 (Qwen2.5, Qwen3), qwen3_coder, "
                 "llama3, mistral, deepseekv3, gpt-oss, glm45, kimi_k2. Blank: no tool calling."
-            ),
+            )
         ),
     )
     embedding_flags = frozenset({"--is-embedding"})

@@ -6,13 +6,16 @@ The API key reaches vLLM as `VLLM_API_KEY`, exported by the launcher from the ke
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 
 from .base import Backend, LaunchSpec, Option, validate_absolute_path
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
 
 # Options vLLM and SGLang spell the same way (sglang.py uses these too).
 DTYPE = Option("dtype", str, "--dtype", _("Weights dtype"), "auto", choices=("auto", "bfloat16", "float16", "float32"))
@@ -52,6 +55,13 @@ TOOL_PARSERS = (
     ("kimi-k2", "kimi_k2", "kimi_k2"),
     ("hermes", "hermes", "qwen25"),
 )
+
+
+def tool_call_parser(help: StrOrPromise) -> Option:
+    """The `tool_call_parser` option (vLLM and SGLang spell the flag alike, not the names)."""
+    return Option(
+        "tool_call_parser", str, "--tool-call-parser", _("Tool-call parser"), "", pattern=PARSER_NAME, help=help
+    )
 
 
 def suggested_tool_parser(backend: str, model_path: str) -> str:
@@ -113,19 +123,13 @@ class VLLM(Backend):
         Option("enable_chunked_prefill", bool, "--enable-chunked-prefill", _("Chunked prefill"), False),
         Option("max_num_batched_tokens", int, "--max-num-batched-tokens", _("Max batched tokens"), None, 1, 10_000_000),
         Option("max_num_seqs", int, "--max-num-seqs", _("Max sequences"), None, 1, 4096),
-        Option(
-            "tool_call_parser",
-            str,
-            "--tool-call-parser",
-            _("Tool-call parser"),
-            "",
-            pattern=PARSER_NAME,
-            help=_(
+        tool_call_parser(
+            _(
                 "Coding agents send tools with every request; vLLM refuses them (400) unless it was started "
                 "with the parser for the model's tool-call format (also sets --enable-auto-tool-choice): "
                 "hermes (Qwen2.5, Qwen3), qwen3_coder, llama3_json, mistral, deepseek_v3, openai (gpt-oss), "
                 "glm45, kimi_k2. Blank: no tool calling."
-            ),
+            )
         ),
     )
     # `--task embed` (older releases), `--runner pooling` and `--convert embed` (newer ones).

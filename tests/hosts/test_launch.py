@@ -291,19 +291,26 @@ def test_a_launch_that_does_not_fit_is_refused_unless_overridden(online_host, tm
     assert job.state == JobState.FAILED and "could not be loaded" in job.message  # it did try
 
 
-def test_vllm_deployment_through_a_fake_vllm(online_host, started_pids):
-    deployment = services.save_deployment(
-        host=online_host,
+def vllm_qwen(
+    host, port: int | None = None, instance: Deployment | None = None, extra_args=(), **options
+) -> Deployment:
+    return services.save_deployment(
+        instance=instance,
+        host=host,
         name="qwen",
         backend="vllm",
         model_path="Qwen/Qwen3-8B",
         served_model_name="qwen3-8b",
         gpu_indices=[0],
-        port=free_port(),
-        options={"max_model_len": 4096, "enable_prefix_caching": True},
-        extra_args=["--trust-remote-code"],
+        port=port or free_port(),
+        options={"max_model_len": 4096, **options},
+        extra_args=list(extra_args),
         fit_override=True,  # 16 GB of bf16 weights on a 12 GB card: the estimate says no
     )
+
+
+def test_vllm_deployment_through_a_fake_vllm(online_host, started_pids):
+    deployment = vllm_qwen(online_host, extra_args=["--trust-remote-code"], enable_prefix_caching=True)
     job = run(deployment)
     started_pids.append(job.pid)
     assert job.state == JobState.RUNNING, job.message
@@ -320,22 +327,6 @@ TOOLS = [
         "function": {"name": "read_file", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}},
     }
 ]
-
-
-def vllm_qwen(host, port: int | None = None, instance: Deployment | None = None, **options) -> Deployment:
-    return services.save_deployment(
-        instance=instance,
-        host=host,
-        name="qwen",
-        backend="vllm",
-        model_path="Qwen/Qwen3-8B",
-        served_model_name="qwen3-8b",
-        gpu_indices=[0],
-        port=port or free_port(),
-        options={"max_model_len": 4096, **options},
-        extra_args=[],
-        fit_override=True,  # 16 GB of bf16 weights on a 12 GB card: the estimate says no
-    )
 
 
 def test_a_vllm_server_launched_for_coding_agents_gets_its_tool_call_parser(
