@@ -88,3 +88,40 @@ def test_admin_checks_the_fit_launches_and_sees_estimate_vs_actual(
                 os.killpg(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+def test_admin_launching_vllm_is_told_the_tool_call_parser_its_model_needs_as_they_type(
+    online,
+    admin,
+    live_server,
+    browser,  # noqa: F811
+    screenshots,  # noqa: F811
+):
+    """In the deploy form, a vLLM chat model without a tool-call parser is flagged in the live
+    estimate (coding agents would fail on it) with the parser its name suggests; filling the field
+    clears the warning and puts the flags in the command the job will run."""
+    page = browser.new_context(viewport={"width": 1280, "height": 1000}).new_page()
+    page.set_default_timeout(60_000)
+    page.goto(live_server.url + "/login/")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", "admin-pass-123")
+    page.click("main button[type=submit]")
+    page.goto(f"{live_server.url}/hosts/{online.pk}/deployments/new/")
+    page.fill("#id_name", "coder")
+    page.select_option("#id_backend", "vllm")
+    page.fill("#id_model_path", "Qwen/Qwen3-Coder-30B-A3B-Instruct")
+    page.fill("#id_served_model_name", "qwen3-coder")
+    page.fill("#id_port", "8000")
+    page.check("#id_gpu_indices_0")
+    warning = page.wait_for_selector("#tool-calling-preview")
+    assert "qwen3_coder" in warning.inner_text() and "coding agents" in warning.inner_text()
+    page.screenshot(path=f"{screenshots}/deploy_form_tool_parser.png", full_page=True)
+    page.fill("#id_vllm__tool_call_parser", "qwen3_coder")
+    page.wait_for_selector("#fit-live >> text=--tool-call-parser qwen3_coder", state="attached")
+    assert page.locator("#tool-calling-preview").count() == 0
+    page.click("button:text-is('Save')")
+    page.wait_for_selector(".flash-success")
+    deployment = Deployment.objects.get(name="coder")
+    assert deployment.options["tool_call_parser"] == "qwen3_coder"
+    assert page.locator("#tool-calling-note").count() == 0
+    assert "--enable-auto-tool-choice --tool-call-parser qwen3_coder" in page.locator("pre code").first.inner_text()
