@@ -36,6 +36,17 @@ def online(gpu_host):
     return gpu_host
 
 
+def signed_in(browser, live_server):  # noqa: F811
+    """A page of the admin's, signed in."""
+    page = browser.new_context(viewport={"width": 1280, "height": 1000}).new_page()
+    page.set_default_timeout(60_000)
+    page.goto(live_server.url + "/login/")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", "admin-pass-123")
+    page.click("main button[type=submit]")
+    return page
+
+
 def test_admin_checks_the_fit_launches_and_sees_estimate_vs_actual(
     online,
     eager_celery,
@@ -46,12 +57,7 @@ def test_admin_checks_the_fit_launches_and_sees_estimate_vs_actual(
 ):
     gpu_host = online
     deployment = llama_deployment(gpu_host, name="browser-fit")
-    page = browser.new_context(viewport={"width": 1280, "height": 1000}).new_page()
-    page.set_default_timeout(60_000)
-    page.goto(live_server.url + "/login/")
-    page.fill("#id_username", "admin")
-    page.fill("#id_password", "admin-pass-123")
-    page.click("main button[type=submit]")
+    page = signed_in(browser, live_server)
     page.goto(f"{live_server.url}/deployments/{deployment.pk}/")
     try:
         assert "Not launched by the portal yet" in page.content()
@@ -100,12 +106,7 @@ def test_admin_launching_vllm_is_told_the_tool_call_parser_its_model_needs_as_th
     """In the deploy form, a vLLM chat model without a tool-call parser is flagged in the live
     estimate (coding agents would fail on it) with the parser its name suggests; filling the field
     clears the warning and puts the flags in the command the job will run."""
-    page = browser.new_context(viewport={"width": 1280, "height": 1000}).new_page()
-    page.set_default_timeout(60_000)
-    page.goto(live_server.url + "/login/")
-    page.fill("#id_username", "admin")
-    page.fill("#id_password", "admin-pass-123")
-    page.click("main button[type=submit]")
+    page = signed_in(browser, live_server)
     page.goto(f"{live_server.url}/hosts/{online.pk}/deployments/new/")
     page.fill("#id_name", "coder")
     page.select_option("#id_backend", "vllm")
