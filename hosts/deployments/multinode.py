@@ -25,6 +25,7 @@ Ray process is gone as dead, which crashes the deployment naming that node.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import re
@@ -191,6 +192,35 @@ def _count_nodes(remote: ssh.Remote, deployment: Deployment, head_pid: int) -> i
     return 0
 
 
+def _worker_gone(remote: ssh.Remote, deployment: Deployment, node: Host, pid: int) -> None:
+    """Raise ClusterError with the worker's own last line when its Ray process has exited (a Ray
+    that cannot reach the head, another Ray version, no `ray` on its PATH): waiting on for the head
+    to list it would only run out HOSTS_HEALTH_TIMEOUT."""
+    folder = commands.deployment_dir(deployment.remote_dir)
+    alive, log, exit_code = remote.run_many(
+        [
+            commands.alive_test(pid),
+            f"tail -c {commands.LOG_TAIL_BYTES} {folder}/ray.log 2>/dev/null",
+            f"cat {folder}/ray.exit_code 2>/dev/null",
+        ],
+        timeout=30,
+    )
+    if alive.exit_status != 1:  # alive (0), or the session broke first (-1), which says nothing
+        return
+    said = log.stdout.strip().splitlines()
+    raise ClusterError(
+        Message(
+            gettext_noop(
+                "Ray on worker %(host)s exited (code %(code)s) before it joined the head. Its last line: %(line)s"
+            ),
+            host=node.name,
+            code=exit_code.stdout.strip() or "?",
+            line=said[-1][:300] if said else "-",
+        ),
+        log=log.stdout,
+    )
+
+
 def start_cluster(deployment: Deployment, head: ssh.Remote) -> None:
     """Start the Ray head and join every worker; returns when `ray status` lists them all.
     On failure everything started is stopped and ClusterError says why."""
@@ -207,31 +237,17 @@ def start_cluster(deployment: Deployment, head: ssh.Remote) -> None:
         head_pid = _start_node(deployment, head, argv, address)
         started.append((deployment.host, head_pid))
         _record_node(deployment, deployment.host, started[-1][1], RayState.RUNNING)
-        for node in nodes:
-            with ssh.connect(node) as remote:
+        with contextlib.ExitStack() as connections:  # each worker's, kept for the wait below
+            joining: list[tuple[ssh.Remote, Host, int]] = []
+            for node in nodes:
+                remote = connections.enter_context(ssh.connect(node))
                 if problem := check_interface(remote, deployment.network_interface, node.address):
                     raise ClusterError(problem)
                 argv = [RAY, "start", "--address", head_address(deployment), "--node-ip-address", node.address]
                 started.append((node, _start_node(deployment, remote, [*argv, "--block"], node.address)))
                 _record_node(deployment, node, started[-1][1], RayState.RUNNING)
-        deadline = time.monotonic() + settings.HOSTS_HEALTH_TIMEOUT
-        want = 1 + len(nodes)
-        while (seen := _count_nodes(head, deployment, head_pid)) < want:
-            if time.monotonic() > deadline:
-                raise ClusterError(
-                    Message(
-                        gettext_noop(
-                            "Ray lists %(seen)s of %(want)s nodes after %(seconds)s s: can the workers reach "
-                            "%(head)s over %(interface)s (firewall)?"
-                        ),
-                        seen=seen,
-                        want=want,
-                        seconds=f"{settings.HOSTS_HEALTH_TIMEOUT:g}",
-                        head=head_address(deployment),
-                        interface=deployment.network_interface,
-                    )
-                )
-            time.sleep(settings.HOSTS_HEALTH_POLL)  # Ray offers nothing to wait on over SSH
+                joining.append((remote, node, started[-1][1]))
+            _wait_for_nodes(deployment, head, head_pid, joining)
     except ClusterError:
         stop_cluster(deployment, head)
         raise
@@ -239,6 +255,33 @@ def start_cluster(deployment: Deployment, head: ssh.Remote) -> None:
         stop_cluster(deployment, head)
         raise ClusterError(Message(gettext_noop("Could not reach a worker host: %(error)s"), error=exc.text)) from None
     logger.info("ray cluster of deployment %s is up on %s nodes", deployment.pk, len(started))
+
+
+def _wait_for_nodes(
+    deployment: Deployment, head: ssh.Remote, head_pid: int, joining: list[tuple[ssh.Remote, Host, int]]
+) -> None:
+    """Until `ray status` on the head lists every node; a head or worker whose Ray exits ends it at
+    once with that node's last line."""
+    deadline = time.monotonic() + settings.HOSTS_HEALTH_TIMEOUT
+    want = 1 + len(joining)
+    while (seen := _count_nodes(head, deployment, head_pid)) < want:
+        for remote, node, pid in joining:
+            _worker_gone(remote, deployment, node, pid)
+        if time.monotonic() > deadline:
+            raise ClusterError(
+                Message(
+                    gettext_noop(
+                        "Ray lists %(seen)s of %(want)s nodes after %(seconds)s s: can the workers reach "
+                        "%(head)s over %(interface)s (firewall)?"
+                    ),
+                    seen=seen,
+                    want=want,
+                    seconds=f"{settings.HOSTS_HEALTH_TIMEOUT:g}",
+                    head=head_address(deployment),
+                    interface=deployment.network_interface,
+                )
+            )
+        time.sleep(settings.HOSTS_HEALTH_POLL)  # Ray offers nothing to wait on over SSH
 
 
 def stop_cluster(deployment: Deployment, head: ssh.Remote | None = None) -> list[str]:

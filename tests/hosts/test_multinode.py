@@ -194,6 +194,27 @@ def test_a_head_that_exits_at_start_fails_the_job_at_once_with_its_output(cluste
     assert ray_pid(cluster[0], d) is None and ray_pid(cluster[1], d) is None  # the worker it had started is gone
 
 
+def test_a_worker_whose_ray_exits_at_start_fails_the_job_at_once_with_its_output(cluster, two_targets, settings):
+    """A worker's `ray start` exits at once (here: a Ray of another version on its PATH). The job
+    says so with the worker's own words instead of waiting for the head to list it until
+    HOSTS_HEALTH_TIMEOUT (an hour here, longer than the test's own timeout: the old wait could not
+    pass) and then asking about a firewall."""
+    settings.HOSTS_HEALTH_TIMEOUT = 3600
+    ray = two_targets[1].bin / "ray"
+    fake = ray.read_text()
+    said = "RuntimeError: Version mismatch: this node runs Ray 2.9.3, the cluster 2.40.0"
+    ray.write_text(f"#!/bin/sh\necho '{said}' >&2\nexit 1\n")
+    try:
+        d = deployment(cluster)
+        job = run(d)
+    finally:
+        ray.write_text(fake)
+    assert job.state == JobState.FAILED and job.pid is None
+    assert job.message.startswith("Ray on worker node-b exited (code 1) before it joined the head."), job.message
+    assert said in job.message and said in job.log_tail
+    assert ray_pid(cluster[0], d) is None  # the head it had started is gone
+
+
 def test_multi_node_needs_vllm_an_interface_and_the_gpus_on_every_node(cluster):
     from django.core.exceptions import ValidationError
 
