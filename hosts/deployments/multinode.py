@@ -161,34 +161,36 @@ def _start_node(deployment: Deployment, remote: ssh.Remote, argv: list[str], add
     return pid
 
 
+def _exit_probe(deployment: Deployment, pid: int) -> list[list[str] | str]:
+    """Is the node's Ray process `pid` alive, its log's end and its exit code: what says why it went."""
+    folder = commands.deployment_dir(deployment.remote_dir)
+    return [
+        commands.alive_test(pid),
+        f"tail -c {commands.LOG_TAIL_BYTES} {folder}/ray.log 2>/dev/null",
+        f"cat {folder}/ray.exit_code 2>/dev/null",
+    ]
+
+
+def _exited(text: str, host: object, log: ssh.Result, exit_code: ssh.Result) -> ClusterError:
+    """The error of a Ray node gone before the cluster was up: `text` (host, code, its last line)."""
+    said = log.stdout.strip().splitlines()
+    line = said[-1][:300] if said else "-"
+    return ClusterError(Message(text, host=host, code=exit_code.stdout.strip() or "?", line=line), log=log.stdout)
+
+
 def _count_nodes(remote: ssh.Remote, deployment: Deployment, head_pid: int) -> int:
     """How many nodes `ray status` lists; raises ClusterError with the head's output as soon as
     the head's process is gone (a taken port, a bad flag): waiting on would only time out."""
-    folder = commands.deployment_dir(deployment.remote_dir)
     status, alive, log, exit_code = remote.run_many(
-        [
-            [RAY, "status", "--address", head_address(deployment)],
-            commands.alive_test(head_pid),
-            f"tail -c {commands.LOG_TAIL_BYTES} {folder}/ray.log 2>/dev/null",
-            f"cat {folder}/ray.exit_code 2>/dev/null",
-        ],
-        timeout=30,
+        [[RAY, "status", "--address", head_address(deployment)], *_exit_probe(deployment, head_pid)], timeout=30
     )
     if status.ok:
         return len(_NODE_LINE.findall(status.stdout))
     if alive.exit_status == 1:  # ran and said "gone" (-1: the session broke first, which says nothing)
-        said = log.stdout.strip().splitlines()
-        raise ClusterError(
-            Message(
-                gettext_noop(
-                    "Ray's head on %(host)s exited (code %(code)s) before the cluster was up. Its last line: %(line)s"
-                ),
-                host=deployment.host,
-                code=exit_code.stdout.strip() or "?",
-                line=said[-1][:300] if said else "-",
-            ),
-            log=log.stdout,
+        text = gettext_noop(
+            "Ray's head on %(host)s exited (code %(code)s) before the cluster was up. Its last line: %(line)s"
         )
+        raise _exited(text, deployment.host, log, exit_code)
     return 0
 
 
@@ -196,29 +198,12 @@ def _worker_gone(remote: ssh.Remote, deployment: Deployment, node: Host, pid: in
     """Raise ClusterError with the worker's own last line when its Ray process has exited (a Ray
     that cannot reach the head, another Ray version, no `ray` on its PATH): waiting on for the head
     to list it would only run out HOSTS_HEALTH_TIMEOUT."""
-    folder = commands.deployment_dir(deployment.remote_dir)
-    alive, log, exit_code = remote.run_many(
-        [
-            commands.alive_test(pid),
-            f"tail -c {commands.LOG_TAIL_BYTES} {folder}/ray.log 2>/dev/null",
-            f"cat {folder}/ray.exit_code 2>/dev/null",
-        ],
-        timeout=30,
-    )
-    if alive.exit_status != 1:  # alive (0), or the session broke first (-1), which says nothing
-        return
-    said = log.stdout.strip().splitlines()
-    raise ClusterError(
-        Message(
-            gettext_noop(
-                "Ray on worker %(host)s exited (code %(code)s) before it joined the head. Its last line: %(line)s"
-            ),
-            host=node.name,
-            code=exit_code.stdout.strip() or "?",
-            line=said[-1][:300] if said else "-",
-        ),
-        log=log.stdout,
-    )
+    alive, log, exit_code = remote.run_many(_exit_probe(deployment, pid), timeout=30)
+    if alive.exit_status == 1:  # 0: alive; -1: the session broke first, which says nothing
+        text = gettext_noop(
+            "Ray on worker %(host)s exited (code %(code)s) before it joined the head. Its last line: %(line)s"
+        )
+        raise _exited(text, node.name, log, exit_code)
 
 
 def start_cluster(deployment: Deployment, head: ssh.Remote) -> None:
