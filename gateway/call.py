@@ -441,8 +441,8 @@ async def send_upstream(
     JSON when they say so. Redirects are never followed: a 3xx is an upstream error like a 5xx."""
     headers_timeout = float(hot.GATEWAY_HEADERS_TIMEOUT)
     idle_timeout = float(hot.GATEWAY_IDLE_TIMEOUT)
-    first_timeout = first_token_timeout(prompt_tokens)
     prefill = prefill_seconds(prompt_tokens)
+    first_timeout = float(hot.GATEWAY_FIRST_TOKEN_TIMEOUT) + prefill  # `first_token_timeout`, prefill read once
     cap = int(hot.GATEWAY_MAX_RESPONSE_BYTES)
     attempts: list[Attempt] = []
     failed: list[tuple[int, GatewayError]] = []  # each failed attempt's error, by how much it tells (`telling`)
