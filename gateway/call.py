@@ -462,7 +462,7 @@ async def send_upstream(
             out.payload["stream"] = True
         data = orjson.dumps(out.payload)
         headers = forward_headers(out.headers, route, anthropic_native=out.anthropic_native)
-        started = time.perf_counter()
+        started, sent = time.perf_counter(), loop.time()
         resp: aiohttp.ClientResponse | None = None
         phase, phase_seconds = headers_deadline(stream or streamed, headers_timeout, first_timeout, prefill)
         trial = bool(breakers.open) and breakers.claim(route.channel_id)
@@ -517,7 +517,9 @@ async def send_upstream(
                 phase, phase_seconds = Failure.IDLE_TIMEOUT, idle_timeout
                 assert assemble is not None
                 assembly = assemble(limit)
-                answer = await _assemble(resp, first, assembly, idle=idle_timeout, cap=cap, deadline=deadline)
+                answer = await _assemble(
+                    resp, first, assembly, idle=idle_timeout, cap=cap, deadline=deadline, sent=sent
+                )
                 _let_go(resp, cut=assembly.done)
                 answered(route, status, ttfb)
                 return UpstreamResponse(
@@ -731,6 +733,7 @@ async def _assemble(
     idle: float,
     cap: int,
     deadline: float | None,
+    sent: float | None = None,
 ) -> dict[str, Any]:
     """The non-streaming answer, from the rest of the stream: each read within `idle` seconds,
     until the answer is complete (the stream's last event, or its usage chunk after every
@@ -746,7 +749,10 @@ async def _assemble(
     where reading event by event puts it, and the upstream is closed at most a batch later.
     Whatever the pieces' boundaries (a `[DONE]` split over two reads), the last event is read
     before the gateway waits on an upstream that keeps its connection open. Each wait is bounded
-    by `idle` (and `deadline`): `StreamWaits`."""
+    by `idle` (and `deadline`): `StreamWaits`.
+
+    Given `sent` (loop time the request went out), the rest is read in batches once the pieces
+    come fast enough: `_gap`."""
     loop = asyncio.get_running_loop()
     waits_for = StreamWaits()
     content = resp.content
@@ -754,6 +760,8 @@ async def _assemble(
     pending: list[bytes] = []
     feeds = 0  # line feeds in `buffer` and `pending`
     room = assembly.room
+    reading = loop.time()
+    lines = 0 if sent is None else -first.count(b"\n")  # line feeds read after the first piece (two an event)
     try:
         while chunk:
             size += len(chunk)
@@ -762,8 +770,11 @@ async def _assemble(
             pending.append(chunk)
             last, chunk = chunk, drain(content)  # what already arrived needs no deadline (nor its cost)
             waits = not chunk and not content.at_eof()
-            if room is not None and (chunk or waits):  # (at the body's end all that was kept is read below)
-                feeds += last.count(b"\n")
+            if sent is not None or room is not None:
+                counted = last.count(b"\n")
+                lines += counted
+                if room is not None and (chunk or waits):  # (at the body's end all that was kept is read below)
+                    feeds += counted
             if (room is not None and feeds // 2 > room) or (waits and not assembly.ongoing(last)):
                 rest = assembly.take(b"".join([buffer, *pending]))
                 if rest is None:
@@ -771,13 +782,63 @@ async def _assemble(
                 buffer, feeds, room = rest, rest.count(b"\n"), assembly.room
                 pending.clear()
             if waits:
-                until = loop.time() + idle
+                now = loop.time()
+                if sent is not None and (gap := _gap(now - sent, lines / 2, now - reading, idle)):
+                    await _unread_for(content, gap)  # (part of the wait: `until` counts from before it)
+                until = now + idle
                 chunk = await waits_for.read(content, until if deadline is None or until < deadline else deadline)
     finally:
         waits_for.close()
     if pending:
         assembly.take(b"".join([buffer, *pending]))
     return assembly.answer()
+
+
+# A non-streaming answer's stream, read in batches (`_assemble`). A model server writes an event a
+# token, and each piece read costs the gateway a wakeup (uvloop, aiohttp's protocol and parser, a
+# task step: ~40 k instructions, and a `recv` in the kernel) that a client waiting for the whole
+# answer gains nothing from. Once the events come BATCH_EVENTS or more a gap, the upstream's
+# connection is left unread for the gap (BATCH_SHARE of the time since the request was sent, at
+# most BATCH_MAX seconds, from BATCH_MIN) and what came meanwhile is read with one wakeup: the
+# answer ends at most 10 % (and 0.1 s) later, the gap is part of the idle timeout's wait, and a
+# cut at the reservation closes the connection at most a gap later (the output is cut where it is,
+# and charged so, whatever came past it).
+BATCH_SHARE = 0.1
+BATCH_MIN = 0.01
+BATCH_MAX = 0.1
+BATCH_EVENTS = 3.0
+
+
+def _gap(elapsed: float, events: float, reading: float, idle: float) -> float:
+    """Seconds to leave the stream unread before the next read, or 0: `elapsed` since the request
+    was sent, `events` read in the `reading` seconds since the answer's first piece; at most a
+    quarter of the `idle` timeout, which the gap is part of."""
+    gap = elapsed * BATCH_SHARE
+    if gap < BATCH_MIN:
+        return 0.0
+    if gap > BATCH_MAX:
+        gap = BATCH_MAX
+    if gap > idle / 4:
+        gap = idle / 4
+    return gap if events * gap >= BATCH_EVENTS * reading else 0.0  # (the rate so far, times the gap)
+
+
+async def _unread_for(content: aiohttp.StreamReader, seconds: float) -> None:
+    """Leaves the upstream's connection unread for `seconds` (the kernel keeps what arrives, the
+    next read takes it all), then reads on, cancelled or not. The transport alone is paused:
+    aiohttp's `pause_reading` pauses its parser too, whose flag then outlives the gap and stops it
+    after the first HTTP chunk that comes next, the rest of a burst left unparsed until more
+    arrives (`drain` does not re-feed it). Nothing is paused while aiohttp holds the transport."""
+    protocol = content._protocol
+    transport = protocol.transport
+    if transport is None or protocol._reading_paused or getattr(protocol, "_buffer_paused", False):
+        return
+    transport.pause_reading()
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        if not transport.is_closing():
+            transport.resume_reading()
 
 
 # Seconds an upstream has to end its stream's body after the answer's last event (`[DONE]` and the

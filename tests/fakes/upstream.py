@@ -29,7 +29,10 @@ behaves like OpenAI's (its event sequence, reasoning and function-call items, `r
 at max_output_tokens, modes ok/status/slow/tool_call/stall/stream_error). On both, a non-streaming
 answer's headers go out only once it is generated (`token_delay`, as for Chat), and mode truncate
 ends a stream cleanly after `stall_after` deltas without its last event (`message_stop`,
-`response.completed`; a Chat stream's `[DONE]`). A Chat stream in mode split_done sends no usage
+`response.completed`; a Chat stream's `[DONE]`). A Chat stream in mode coalesced_end sends
+`stall_after` deltas, then after `split_pause` seconds the rest, its last event and the body's end
+in one write, each event an HTTP chunk of its own (what a reader gets at once from a burst that a
+network merged), and holds the connection open (`hold`). A Chat stream in mode split_done sends no usage
 chunk and its `[DONE]` event in two writes `split_pause` seconds apart (only that event ends it),
 in mode no_done never sends it; both then keep the connection open (at most `hold` seconds) and
 note in `holds` whether the client closed it first; `end_pause` ends a Chat stream's body that
@@ -525,6 +528,19 @@ class FakeUpstream:
                     return resp
                 if b["mode"] == "truncate" and i == b["stall_after"]:
                     await resp.write_eof()  # a clean end of the body, without a finish or [DONE]
+                    return resp
+                if b["mode"] == "coalesced_end" and i == b["stall_after"]:
+                    await asyncio.sleep(b["split_pause"])
+                    events = [chunk(rest) for rest in pieces[i:]] + [chunk({}, finish)]
+                    if include_usage:
+                        usage = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model}
+                        usage.update(choices=[], **self._chat_usage(b, prompt, n))
+                        events.append(b"data: " + json.dumps(usage).encode() + b"\n\n")
+                    events.append(b"data: [DONE]\n\n")
+                    # Each event an HTTP chunk of its own, the body's end with them, in one write.
+                    framed = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+                    request.transport.write(framed)
+                    await self._hold(b["hold"])  # (aiohttp would end the body again on return)
                     return resp
                 for index in range(choices):
                     await resp.write(chunk(delta, index=index))

@@ -13,6 +13,7 @@ import openai
 import orjson
 import pytest
 
+from gateway import call
 from keys.models import UsageRecord
 from keys.services import issue_key
 from tests.fakes.upstream import FakeUpstream
@@ -90,6 +91,49 @@ def test_a_non_streaming_answer_slower_than_the_headers_timeout_succeeds(setup, 
     assert record.ttft_ms is not None and record.ttft_ms < record.latency_ms
     assert raw.headers["x-request-id"] == record.request_id == reply._request_id
     assert record.upstream_request_id.startswith("up-")
+
+
+@pytest.mark.parametrize("ignoring", [False, True])
+def test_a_long_answer_read_in_batches_arrives_whole_and_cut_where_reserved(
+    setup, upstream, gateway, monkeypatch, ignoring
+):
+    """Over real sockets, the rest of a fast stream is read in batches (`call._unread_for`: the
+    upstream's connection left unread between reads, through aiohttp's flow control): 300 tokens
+    3 ms apart arrive whole and in order, the upstream's usage recorded; from an upstream that
+    ignores max_tokens the answer is cut at the reservation, its connection closed."""
+    gaps: list[float] = []
+    unread_for = call._unread_for
+
+    async def spied(content, seconds: float) -> None:
+        gaps.append(seconds)
+        await unread_for(content, seconds)
+
+    monkeypatch.setattr(call, "_unread_for", spied)
+    upstream.behave(tokens=300, token_delay=0.003, ignore_max_tokens=ignoring)
+    r = post(gateway, setup.plaintext, {**BODY, "max_tokens": 200 if ignoring else 400})
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert choice["message"]["content"] == " ".join(f"tok{i}" for i in range(200 if ignoring else 300))
+    assert choice["finish_reason"] == ("length" if ignoring else "stop")
+    assert gaps and max(gaps) <= 0.1  # it was read in batches
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert record.status == "ok" and record.completion_tokens == (200 if ignoring else 300)
+
+
+def test_a_burst_that_ends_the_stream_after_a_gap_is_read_whole(setup, upstream, gateway, settings):
+    """A server writes an event a token; over a network a burst of them reaches the gateway in one
+    read. Here 150 tokens come 3 ms apart (read in batches by then), then, after 0.3 s, longer than
+    any batch's gap, the other 50, the last event and the body's end in one write, each event an
+    HTTP chunk of its own, and the connection stays open: the whole answer, through the gateway.
+    (A guard: the timing that made a reader paused through aiohttp's parser stall on such a burst
+    is pinned in test_assemble_batches.py.)"""
+    settings.GATEWAY_IDLE_TIMEOUT = 5.0
+    upstream.behave(tokens=200, token_delay=0.003, mode="coalesced_end", stall_after=150, split_pause=0.3)
+    r = post(gateway, setup.plaintext, {**BODY, "max_tokens": 300})
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert choice["message"]["content"] == " ".join(f"tok{i}" for i in range(200))
+    assert choice["finish_reason"] == "stop" and r.json()["usage"]["completion_tokens"] == 200
 
 
 def test_the_assembled_answer_keeps_every_field(setup, upstream, gateway):

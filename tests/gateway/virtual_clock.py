@@ -38,11 +38,47 @@ def run(coro: Coroutine[Any, Any, None]) -> None:
         loop.close()
 
 
+class Transport:
+    """A connection's transport, as the gateway pauses it. Paused, it holds what the feeder sends
+    (as the kernel keeps what arrives on an unread socket) and, resumed, feeds it all as one piece
+    on the loop's next turn (as the next read takes it all)."""
+
+    def __init__(self) -> None:
+        self.paused = False
+        self.held: list[bytes] = []
+        self.eof = False  # the body ended while reading was paused
+        self.reader: StreamReader | None = None
+
+    def is_closing(self) -> bool:
+        return False
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+        if self.held or self.eof:
+            asyncio.get_running_loop().call_soon(self._release)
+
+    def _release(self) -> None:
+        assert self.reader is not None
+        if self.paused:
+            return
+        if self.held:
+            self.reader.feed_data(b"".join(self.held))
+            self.held.clear()
+        if self.eof:
+            self.reader.feed_eof()
+
+
 class Protocol:
-    """What aiohttp's StreamReader asks of its protocol."""
+    """What aiohttp's StreamReader asks of its protocol, and its transport."""
 
     connected = True
     _reading_paused = False
+
+    def __init__(self) -> None:
+        self.transport = Transport()
 
     def pause_reading(self) -> None:
         pass
@@ -51,18 +87,41 @@ class Protocol:
         pass
 
 
-def fed_reader(body: bytes, gaps: list[float]) -> tuple[StreamReader, asyncio.Task[None]]:
-    """aiohttp's reader of a body that comes in `len(gaps)` pieces, each after its gap (seconds,
-    on the running loop's clock), then ends; and the task feeding it (cancel it when done)."""
-    content = StreamReader(Protocol(), 2**16, loop=asyncio.get_running_loop())
-    cut = len(body) // len(gaps)
-    pieces = [body[i * cut : (i + 1) * cut if i + 1 < len(gaps) else None] for i in range(len(gaps))]
+class CountingReader(StreamReader):
+    """aiohttp's reader, counting the times a reader waited on it (each a wakeup of the gateway)."""
+
+    waits = 0
+
+    async def _wait(self, func_name: str) -> None:
+        self.waits += 1
+        await super()._wait(func_name)
+
+
+def fed_reader(
+    body: bytes, gaps: list[float], *, pieces: list[bytes] | None = None
+) -> tuple[CountingReader, asyncio.Task[None]]:
+    """aiohttp's reader of a body that comes in `len(gaps)` pieces (`pieces`, else `body` cut in
+    as many), each after its gap (seconds, on the running loop's clock), then ends; and the task
+    feeding it (cancel it when done)."""
+    protocol = Protocol()
+    content = CountingReader(protocol, 2**16, loop=asyncio.get_running_loop())
+    transport = protocol.transport
+    transport.reader = content
+    if pieces is None:
+        cut = len(body) // len(gaps)
+        pieces = [body[i * cut : (i + 1) * cut if i + 1 < len(gaps) else None] for i in range(len(gaps))]
 
     async def feed() -> None:
         for gap, piece in zip(gaps, pieces, strict=True):
             await asyncio.sleep(gap)
-            content.feed_data(piece)
-        content.feed_eof()
+            if transport.paused:
+                transport.held.append(piece)
+            else:
+                content.feed_data(piece)
+        if transport.paused:
+            transport.eof = True
+        else:
+            content.feed_eof()
 
     return content, asyncio.create_task(feed())
 
