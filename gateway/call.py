@@ -761,7 +761,7 @@ async def _assemble(
     feeds = 0  # line feeds in `buffer` and `pending`
     room = assembly.room
     reading = loop.time()
-    lines = 0 if sent is None else -first.count(b"\n")  # line feeds read after the first piece (two an event)
+    lines = 0  # line feeds read after the first piece (two an event)
     try:
         while chunk:
             size += len(chunk)
@@ -770,11 +770,14 @@ async def _assemble(
             pending.append(chunk)
             last, chunk = chunk, drain(content)  # what already arrived needs no deadline (nor its cost)
             waits = not chunk and not content.at_eof()
-            if sent is not None or room is not None:
-                counted = last.count(b"\n")
-                lines += counted
-                if room is not None and (chunk or waits):  # (at the body's end all that was kept is read below)
+            if chunk or waits:  # (at the body's end all that was kept is read below: nothing to count)
+                if room is not None:
+                    counted = last.count(b"\n")  # (~10 instructions a byte: once a piece, only when needed)
                     feeds += counted
+                    if last is not first:
+                        lines += counted
+                elif sent is not None and last is not first:
+                    lines += last.count(b"\n")
             if (room is not None and feeds // 2 > room) or (waits and not assembly.ongoing(last)):
                 rest = assembly.take(b"".join([buffer, *pending]))
                 if rest is None:
