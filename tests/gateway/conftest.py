@@ -21,6 +21,7 @@ import pytest
 from django.conf import settings
 
 from channels.models import Channel, Model, ModelRoute
+from gateway import call
 from gateway.cache import RouteInfo
 from keys.services import issue_key
 from tests.fakes import processes
@@ -50,6 +51,22 @@ def redis_namespace(monkeypatch):
 def upstream():
     with FakeUpstream(api_key=UPSTREAM_KEY) as up:
         yield up
+
+
+@pytest.fixture
+def unread_gaps(monkeypatch) -> list[float]:
+    """The gaps for which the gateway left an upstream's connection unread, as it took them
+    (`call._unread_for`: the rest of a non-streaming answer's stream read in batches); for a
+    gateway served in this process (`gateway_url`, `ThreadServer`)."""
+    gaps: list[float] = []
+    unread_for = call._unread_for
+
+    async def spied(content, seconds: float) -> None:
+        gaps.append(seconds)
+        await unread_for(content, seconds)
+
+    monkeypatch.setattr(call, "_unread_for", spied)
+    return gaps
 
 
 @dataclass

@@ -13,7 +13,6 @@ import openai
 import orjson
 import pytest
 
-from gateway import call
 from keys.models import UsageRecord
 from keys.services import issue_key
 from tests.fakes.upstream import FakeUpstream
@@ -95,27 +94,19 @@ def test_a_non_streaming_answer_slower_than_the_headers_timeout_succeeds(setup, 
 
 @pytest.mark.parametrize("ignoring", [False, True])
 def test_a_long_answer_read_in_batches_arrives_whole_and_cut_where_reserved(
-    setup, upstream, gateway, monkeypatch, ignoring
+    setup, upstream, gateway, unread_gaps, ignoring
 ):
     """Over real sockets, the rest of a fast stream is read in batches (`call._unread_for`: the
     upstream's connection left unread between reads, through aiohttp's flow control): 300 tokens
     3 ms apart arrive whole and in order, the upstream's usage recorded; from an upstream that
     ignores max_tokens the answer is cut at the reservation, its connection closed."""
-    gaps: list[float] = []
-    unread_for = call._unread_for
-
-    async def spied(content, seconds: float) -> None:
-        gaps.append(seconds)
-        await unread_for(content, seconds)
-
-    monkeypatch.setattr(call, "_unread_for", spied)
     upstream.behave(tokens=300, token_delay=0.003, ignore_max_tokens=ignoring)
     r = post(gateway, setup.plaintext, {**BODY, "max_tokens": 200 if ignoring else 400})
     assert r.status_code == 200, r.text
     choice = r.json()["choices"][0]
     assert choice["message"]["content"] == " ".join(f"tok{i}" for i in range(200 if ignoring else 300))
     assert choice["finish_reason"] == ("length" if ignoring else "stop")
-    assert gaps and max(gaps) <= 0.1  # it was read in batches
+    assert unread_gaps and max(unread_gaps) <= 0.1  # it was read in batches
     record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
     assert record.status == "ok" and record.completion_tokens == (200 if ignoring else 300)
 

@@ -14,6 +14,7 @@ from tests.gateway.conftest import (  # noqa: F401  (fixtures)
     gateway_url,
     redis_namespace,
     setup,
+    unread_gaps,
     upstream,
     wait_for,
 )

@@ -17,7 +17,6 @@ import httpx
 import openai
 import pytest
 
-from gateway import call
 from tests.gateway_surfaces.conftest import add_native_channel, record_for, wait_for
 
 pytestmark = [pytest.mark.slow]
@@ -216,19 +215,11 @@ def test_a_slow_non_streaming_response_is_assembled_from_a_stream(setup, oai, na
 
 @pytest.mark.parametrize("kind", ["anthropic", "responses"])
 def test_a_long_native_answer_read_in_batches_is_the_upstreams_own(
-    setup, native_upstream, gateway_url, monkeypatch, kind
+    setup, native_upstream, gateway_url, unread_gaps, kind
 ):
     """300 tokens 3 ms apart: the gateway reads the rest of the stream in batches
     (`call._unread_for`), whose pieces cut Messages' and Responses' events anywhere; the assembled
     answer is still the upstream's own non-streaming one, field for field. (A guard.)"""
-    gaps: list[float] = []
-    unread_for = call._unread_for
-
-    async def spied(content, seconds: float) -> None:
-        gaps.append(seconds)
-        await unread_for(content, seconds)
-
-    monkeypatch.setattr(call, "_unread_for", spied)
     if kind == "anthropic":
         add_native_channel(setup, native_upstream, kind="anthropic")
         path, ask = "/messages", {**ASK, "max_tokens": 1000}
@@ -240,7 +231,7 @@ def test_a_long_native_answer_read_in_batches_is_the_upstreams_own(
     native_upstream.behave(tokens=300, token_delay=0.003)
     r = httpx.post(url, json=ask, headers=headers, timeout=60)
     assert r.status_code == 200, r.text
-    assert gaps  # it was read in batches
+    assert unread_gaps  # it was read in batches
     native_upstream.behave(tokens=300)
     assert shape(r.json()) == shape(direct(native_upstream, path, ask))
     assert " ".join(f"tok{i}" for i in range(300)) in r.text
