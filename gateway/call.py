@@ -770,14 +770,14 @@ async def _assemble(
             pending.append(chunk)
             last, chunk = chunk, drain(content)  # what already arrived needs no deadline (nor its cost)
             waits = not chunk and not content.at_eof()
-            if chunk or waits:  # (at the body's end all that was kept is read below: nothing to count)
-                if room is not None:
-                    counted = last.count(b"\n")  # (~10 instructions a byte: once a piece, only when needed)
-                    feeds += counted
-                    if last is not first:
-                        lines += counted
-                elif sent is not None and last is not first:
-                    lines += last.count(b"\n")
+            # Line feeds, for the cut (`feeds`, read only with a `room`) and the batches' rate (`lines`):
+            # counted once a piece, only when one of them needs it (~10 instructions a byte), never
+            # at the body's end (all that was kept is read below).
+            if (chunk or waits) and (room is not None or (sent is not None and last is not first)):
+                counted = last.count(b"\n")
+                feeds += counted
+                if last is not first:
+                    lines += counted
             if (room is not None and feeds // 2 > room) or (waits and not assembly.ongoing(last)):
                 rest = assembly.take(b"".join([buffer, *pending]))
                 if rest is None:
