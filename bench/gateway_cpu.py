@@ -29,6 +29,9 @@ the usage records' writes (the writer's interval is set long and it is flushed a
 measured requests, so every commit writes the same batch sizes), and the journal. The driver's own
 share (building scopes, reading answers) is in both commits' figures alike.
 `--env NAME=VALUE` (repeatable) runs every child with that setting (e.g. PORTAL_ACCESS_LOG=1).
+A tree given as `REF@PYTHON` runs that commit's children with another interpreter (a venv holding the
+project's dependencies: `UV_PROJECT_ENVIRONMENT=/tmp/venv312 uv sync --frozen --python 3.12`, then
+`--trees HEAD,HEAD@/tmp/venv312/bin/python`).
 `--profile DIR` writes one cProfile per commit and mode (`python -m pstats DIR/<tree>-<mode>.prof`).
 `--syscalls` (Debian's linux-perf, as root) also counts each run's system calls per request with
 `perf stat` on kernel tracepoints, switched on and off by the child around the measured requests;
@@ -273,6 +276,23 @@ def paired_ratios(results: list[dict], first: str, label: str, mode: str) -> lis
     return [pair[label] / pair[first] for pair in by_rep.values() if len(pair) == 2]
 
 
+def interpreter(spec: str) -> tuple[str, str]:
+    """`REF@PYTHON` runs REF's children with another interpreter (a venv's `bin/python` holding the
+    project's dependencies, e.g. `UV_PROJECT_ENVIRONMENT=/tmp/venv312 uv sync --frozen --python 3.12`):
+    (ref, python), this one's when none is given."""
+    ref, _, python = spec.partition("@")
+    return ref, python or sys.executable
+
+
+def python_label(python: str) -> str:
+    if python == sys.executable:
+        return ""
+    version = subprocess.run(
+        [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    return f" py{version}"
+
+
 def checkout(ref: str, tmp: Path) -> tuple[str, Path, bool]:
     """(label, folder, temporary): "HEAD" is this working tree; anything else a detached worktree."""
     if ref == "HEAD":
@@ -297,7 +317,7 @@ def run_child(
     warm_up: int | None = None,
 ) -> dict:
     cmd = [
-        sys.executable,
+        env.get("GWCPU_PYTHON", sys.executable),
         str(HERE / "gateway_cpu.py"),
         "--child",
         "--mode",
@@ -350,7 +370,8 @@ def run_child(
 # `--syscalls`: the system calls `perf stat` counts around the measured requests (kernel tracepoints,
 # which work where hardware counters do not): all of them, then those a request makes (uvloop reads
 # and writes its sockets with read/write and waits in epoll_pwait; SQLite writes with pwrite64;
-# CPython 3.11's `asyncio.get_running_loop` calls getpid; `os.urandom` is getrandom).
+# CPython 3.11's `asyncio.get_running_loop` calls getpid; `os.urandom` is getrandom; a thread woken
+# is a futex), and the context switches and page faults the process takes.
 SYSCALL_EVENTS = (
     "raw_syscalls:sys_enter",
     "syscalls:sys_enter_read",
@@ -360,6 +381,9 @@ SYSCALL_EVENTS = (
     "syscalls:sys_enter_epoll_ctl",
     "syscalls:sys_enter_getpid",
     "syscalls:sys_enter_getrandom",
+    "syscalls:sys_enter_futex",
+    "context-switches",
+    "page-faults",
 )
 
 SYSCALL_NAMES = {e.rpartition(":")[2].removeprefix("sys_enter_") for e in SYSCALL_EVENTS}
@@ -429,8 +453,12 @@ def main() -> int:
     trees: list[tuple[str, Path, bool]] = []
     results: list[dict] = []
     try:
-        for ref in a.trees.split(","):
-            trees.append(checkout(ref.strip(), tmp))
+        pythons = []
+        for spec in a.trees.split(","):
+            ref, python = interpreter(spec.strip())
+            label, where, temporary = checkout(ref, tmp)
+            trees.append((label + python_label(python), where, temporary))
+            pythons.append(python)
         base = dict(os.environ)
         for k in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL"):
             base.pop(k, None)
@@ -445,6 +473,7 @@ def main() -> int:
             data = tmp / f"data-{i}"
             env = embedded_env(dict(base, PORTAL_DATA_DIR=str(data)), data, group)
             env["GATEWAY_REDIS_NAMESPACE"] = f"gwcpu{i}"
+            env["GWCPU_PYTHON"] = pythons[i]
             key = prepare_portal(mock_url + "/v1", env, root=where)
             portals.append((label, where, env, key))
             print(f"{label}: {where}, embedded portal in {data}")
