@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django import forms
+from django.db import models
 from django.utils.translation import gettext_lazy as _
 
 from channels.choices import AlertKind
@@ -19,11 +20,20 @@ else:  # Django's forms take no [] at runtime
     _AlertTargetModelForm = _ChannelModelForm = forms.ModelForm
 
 
+def _https_by_default(field: models.Field[Any, Any], **kwargs: Any) -> forms.Field | None:
+    """A webhook typed without its scheme (`hooks.slack.com/…`) is an https one: Django's form
+    field would otherwise make it http:// (its default until 6.0, with a deprecation warning)."""
+    if isinstance(field, models.URLField):
+        kwargs["assume_scheme"] = "https"
+    return field.formfield(**kwargs)
+
+
 class AlertTargetForm(_AlertTargetModelForm):
     class Meta:
         model = AlertTarget
         labels = FIELD_LABELS
         fields = ["name", "kind", "url", "email", "enabled"]
+        formfield_callback = _https_by_default
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()

@@ -112,6 +112,13 @@ def test_alert_targets_create_validate_and_delete_with_confirmation(admin_client
     assert not AlertTarget.objects.filter(pk=target.pk).exists()
 
 
+def test_a_webhook_typed_without_its_scheme_is_an_https_one(admin_client):
+    url = reverse("channel-alert-targets")
+    ok = admin_client.post(url, {"name": "slack", "kind": "webhook", "url": "hooks.slack.com/services/T0/B0/x"})
+    assert ok.status_code == 302
+    assert AlertTarget.objects.get(name="slack").url == "https://hooks.slack.com/services/T0/B0/x"
+
+
 def test_alert_targets_sort_by_any_column_both_ways(admin_client):
     AlertTarget.objects.create(name="b-mail", kind="email", email="a@example.com", enabled=False)
     AlertTarget.objects.create(name="a-hook", kind="webhook", url="http://127.0.0.1:9/z", enabled=True)

@@ -175,7 +175,7 @@ def check_outputs(tmp_path_factory) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("case", "warning"), enumerate(w for _, w in UNSAFE), ids=["debug", "wildcard-hosts", "http-public-url"]
+    ("case", "warning"), list(enumerate(w for _, w in UNSAFE)), ids=["debug", "wildcard-hosts", "http-public-url"]
 )
 def test_an_unsafe_setting_is_a_loud_warning_at_start(check_outputs, case, warning):
     assert warning in check_outputs[case]
