@@ -277,14 +277,13 @@ def paired_ratios(results: list[dict], first: str, label: str, mode: str) -> lis
 
 
 def interpreter(spec: str) -> tuple[str, str]:
-    """`REF@PYTHON` runs REF's children with another interpreter (a venv's `bin/python` holding the
-    project's dependencies, e.g. `UV_PROJECT_ENVIRONMENT=/tmp/venv312 uv sync --frozen --python 3.12`):
-    (ref, python), this one's when none is given."""
+    """(ref, python) of a `--trees` entry, `REF` or `REF@PYTHON`: this interpreter when none is given."""
     ref, _, python = spec.partition("@")
     return ref, python or sys.executable
 
 
 def python_label(python: str) -> str:
+    """What a tree's label gets for another interpreter: its version."""
     if python == sys.executable:
         return ""
     version = subprocess.run(
@@ -454,9 +453,12 @@ def main() -> int:
     results: list[dict] = []
     try:
         pythons = []
+        checked_out: dict[str, tuple[str, Path, bool]] = {}  # one worktree a commit, whatever its interpreters
         for spec in a.trees.split(","):
             ref, python = interpreter(spec.strip())
-            label, where, temporary = checkout(ref, tmp)
+            if ref not in checked_out:
+                checked_out[ref] = checkout(ref, tmp)
+            label, where, temporary = checked_out[ref]
             trees.append((label + python_label(python), where, temporary))
             pythons.append(python)
         base = dict(os.environ)
