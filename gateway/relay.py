@@ -296,8 +296,13 @@ async def relay(call: Call, up: UpstreamResponse, dialect: Dialect) -> None:
                 raise TooLarge
             events, buffer = split_events(buffer + chunk)
             parts = []
+            broken: Exception | None = None
             for event in events:
-                parts.append(dialect.feed(event))
+                try:
+                    parts.append(dialect.feed(event))
+                except Exception as exc:  # (the events before it, read with it, still go out first)
+                    broken = exc
+                    break
                 if dialect.done:  # nothing past the reservation, not even a usage chunk
                     break
             out = b"".join(parts)
@@ -308,6 +313,8 @@ async def relay(call: Call, up: UpstreamResponse, dialect: Dialect) -> None:
                 last_sent = loop.time()
                 if call.logged is not None:
                     call.log_response(out, sse=True)
+            if broken is not None:
+                raise broken
             if dialect.done:
                 break
             if content is None:

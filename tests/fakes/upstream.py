@@ -514,6 +514,12 @@ class FakeUpstream:
             for i, delta in enumerate(pieces):
                 if b["mode"] == "stall" and i == b["stall_after"]:
                     await asyncio.sleep(3600)
+                if b["mode"] == "coalesced_error" and i == 0:  # the first events and an error in one write
+                    error = {"error": {"message": b["error_message"], "type": "server_error", "code": 500}}
+                    events = [chunk(d) for d in pieces[: b["stall_after"]]]
+                    await resp.write(b"".join(events) + b"data: " + json.dumps(error).encode() + b"\n\n")
+                    await resp.write_eof()
+                    return resp
                 if b["mode"] == "stream_error" and i == b["stall_after"]:
                     error = {"error": {"message": b["error_message"], "type": "server_error", "code": 500}}
                     await resp.write(b"data: " + json.dumps(error).encode() + b"\n\n")

@@ -493,6 +493,30 @@ def test_a_mid_stream_error_is_replaced_by_ours(setup, upstream, gateway):
     assert f"request {record.request_id}" in text and record.status == "upstream_error"
 
 
+def test_what_came_before_a_mid_stream_error_in_the_same_read_reaches_the_client(setup, upstream, gateway):
+    """Regression (probe): the events read with an upstream's error event were dropped with it, so
+    a client got our error without the text the model had already written (a Messages client not
+    even its `message_start`)."""
+    upstream.behave(mode="coalesced_error", stall_after=3, error_message="boom")
+    status, text = stream_text(gateway, setup.plaintext, BODY)
+    assert status == 200 and "boom" not in text
+    words = [c["choices"][0]["delta"].get("content") for c in chunks_of(text) if c.get("choices")]
+    assert [w for w in words if w] == ["tok0", " tok1"]
+    assert text.index("tok1") < text.index("upstream_stream_error")
+    with httpx.stream(
+        "POST",
+        gateway + "/v1/messages",
+        json={"model": "qwen3-32b", "max_tokens": 5, "messages": MESSAGES, "stream": True},
+        headers={"x-api-key": setup.plaintext, "anthropic-version": "2023-06-01"},
+        timeout=60,
+    ) as r:
+        text = r.read().decode()
+    assert r.status_code == 200 and "boom" not in text
+    kinds = [line.removeprefix("event: ") for line in text.splitlines() if line.startswith("event: ")]
+    assert kinds[0] == "message_start" and kinds[-1] == "error", kinds
+    assert '"tok0"' in text and '" tok1"' in text
+
+
 def test_invalid_json_on_a_stream_fails_over_before_the_first_byte(setup, upstream, backup, gateway):
     upstream.behave(mode="stream_junk", stall_after=0)
     status, text = stream_text(gateway, setup.plaintext, BODY)
