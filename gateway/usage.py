@@ -84,6 +84,26 @@ class Usage:
             "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
         }
 
+    def shown_in(self, usage: Any, shape: str) -> None:
+        """Writes these tokens over an answer's `usage` object of `shape` ("chat", "responses" or
+        "anthropic"), its other fields kept: an implausible report is shown as it is charged."""
+        if not isinstance(usage, dict):
+            return
+        if shape == "anthropic":  # (input without the cache's reads and writes)
+            uncached = self.prompt_tokens - self.cached_tokens - self.cache_creation_tokens
+            usage.update(input_tokens=max(0, uncached), output_tokens=self.completion_tokens)
+            usage.update(cache_read_input_tokens=self.cached_tokens)
+            usage.update(cache_creation_input_tokens=self.cache_creation_tokens)
+            return
+        prompt, completion, details = (
+            ("input_tokens", "output_tokens", "input_tokens_details")
+            if shape == "responses"
+            else ("prompt_tokens", "completion_tokens", "prompt_tokens_details")
+        )
+        usage.update({prompt: self.prompt_tokens, completion: self.completion_tokens, "total_tokens": self.total})
+        if isinstance(usage.get(details), dict):
+            usage[details]["cached_tokens"] = self.cached_tokens
+
 
 def usage_from(data: Any) -> Usage | None:
     """An OpenAI `usage` object (Chat or Responses) as Usage, or None when absent or malformed.

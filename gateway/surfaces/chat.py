@@ -149,6 +149,9 @@ async def _relay_json(call: Call, up: UpstreamResponse, prompt: int) -> None:
             if isinstance(data, dict):  # (an answer cut at the reservation has none either) the client gets ours
                 data["usage"] = call.bounded(usage)[0].as_chat()
                 raw = orjson.dumps(data)
+        elif (charged := call.bounded(usage)[0]) is not usage:  # implausible: shown as charged
+            charged.shown_in(data["usage"], "chat")
+            raw = orjson.dumps(data)
     else:
         # An upstream client error (e.g. llama.cpp's exceed_context_size_error) passes through,
         # always in the OpenAI error shape.

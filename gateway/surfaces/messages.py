@@ -140,14 +140,27 @@ async def _relay_json(
             usage = anthropic_usage(data["usage"])
             if up.cut:  # ended by us at the reservation: the output is the deltas counted
                 usage = dataclasses.replace(usage, estimated=True)
+            if (charged := call.bounded(usage)[0]) is not usage:  # implausible: shown as charged
+                charged.shown_in(data["usage"], "anthropic")
+                out = renamed(orjson.dumps(data), model_renames(data.get("model"), model))
     else:
         message = anthropic_response.from_chat_completion(data, model=model, thinking=thinking)
         if usage is None:  # the client sees the same estimate that is recorded
-            text = "".join(b.get("text", "") + orjson.dumps(b.get("input") or "").decode() for b in message["content"])
-            usage = await recount(up, Usage(prompt, estimate_tokens(text), estimated=True), text)
+            text = "".join(_block_text(b) for b in message["content"])
+            counted = up.tokens or estimate_tokens(text)  # the stream's output events, as Chat counts them
+            usage = await recount(up, Usage(prompt, counted, estimated=True), text)
             message["usage"].update(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens)
+        elif (charged := call.bounded(usage)[0]) is not usage:  # implausible: shown as charged
+            charged.shown_in(message["usage"], "anthropic")
         out = orjson.dumps(message)
     await call.send_json(status, out, usage)
+
+
+def _block_text(block: dict[str, Any]) -> str:
+    """What a content block says, as counted for an estimate: its text, or a tool call's input."""
+    if "input" in block:
+        return orjson.dumps(block["input"]).decode()
+    return str(block.get("text") or block.get("thinking") or "")
 
 
 def _assembly(limit: int | None) -> MessagesReader:

@@ -166,9 +166,14 @@ async def _relay_json(call: Call, up: UpstreamResponse, *, native: bool, request
             usage = Usage(prompt, up.tokens, estimated=True)
             data["usage"] = responses_usage(usage)
             out = orjson.dumps(data)
+        elif (charged := call.bounded(usage)[0]) is not usage:  # implausible: shown as charged
+            charged.shown_in(data["usage"], "responses")
+            out = orjson.dumps(data)
         out = renamed(out, model_renames(data.get("model"), request["model"]))  # as streamed
     else:
         response = responses_response.from_chat_completion(data, request=request)
+        if usage is not None and (charged := call.bounded(usage)[0]) is not usage:  # implausible: as charged
+            charged.shown_in(response["usage"], "responses")
         out = orjson.dumps(response)
         if usage is None:
             texts = [
@@ -177,7 +182,8 @@ async def _relay_json(call: Call, up: UpstreamResponse, *, native: bool, request
                 for p in item.get("content") or []
                 if isinstance(p, dict)
             ] + [item.get("arguments", "") for item in response["output"]]
-            usage = await recount(up, Usage(prompt, estimate_tokens(texts), estimated=True), "".join(texts))
+            counted = up.tokens or estimate_tokens(texts)  # the stream's output events, as Chat counts them
+            usage = await recount(up, Usage(prompt, counted, estimated=True), "".join(texts))
             response["usage"] = responses_response.usage_of(
                 {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
             )

@@ -353,6 +353,51 @@ def test_absurd_upstream_usage_is_bounded_and_flagged(setup, upstream, gateway, 
         assert record.completion_tokens <= 5 and record.prompt_tokens < 10_000
 
 
+def _answer_usage(gateway: str, key: str, surface: str) -> tuple[int, int]:
+    """Prompt and output tokens a non-streaming answer on `surface` shows its client."""
+    headers = {"Authorization": f"Bearer {key}"}
+    if surface == "messages":
+        body = {"model": "qwen3-32b", "max_tokens": 5, "messages": MESSAGES}
+        r = httpx.post(gateway + "/v1/messages", json=body, headers=headers, timeout=60)
+        usage = r.json()["usage"]
+        read, written = usage.get("cache_read_input_tokens") or 0, usage.get("cache_creation_input_tokens") or 0
+        return usage["input_tokens"] + read + written, usage["output_tokens"]
+    if surface == "responses":
+        body = {"model": "qwen3-32b", "max_output_tokens": 5, "input": "abcd"}
+        r = httpx.post(gateway + "/v1/responses", json=body, headers=headers, timeout=60)
+        return r.json()["usage"]["input_tokens"], r.json()["usage"]["output_tokens"]
+    usage = post(gateway, key).json()["usage"]
+    return usage["prompt_tokens"], usage["completion_tokens"]
+
+
+@pytest.mark.parametrize("surface", ["chat", "messages", "responses"])
+def test_an_implausible_usage_is_shown_to_the_client_as_it_is_charged(setup, upstream, gateway, surface):
+    """Regression (probe): the record was bounded, the answer's body still said 10^18 tokens (on
+    Messages and Responses, more output than max_tokens): the client sees what it is charged."""
+    upstream.behave(tokens=3, usage_override={"prompt_tokens": 10**18, "completion_tokens": 10**18})
+    shown = _answer_usage(gateway, setup.plaintext, surface)
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert "implausible" in record.error and record.completion_tokens <= 5
+    assert shown == (record.prompt_tokens, record.completion_tokens)
+
+
+@pytest.mark.parametrize("surface", ["messages", "responses"])
+def test_an_answer_without_usage_is_estimated_alike_on_every_surface(setup, upstream, gateway, surface):
+    """Regression (probe): an answer without usage was charged by the stream's output events on
+    Chat, by an estimate of its text on Messages and Responses (Messages adding two characters a
+    text block, the JSON of a missing tool input). A cloud channel: no tokenizer of the upstream's
+    counts the answer again."""
+    setup.channel.kind = "openai"
+    setup.channel.save()
+    upstream.behave(tokens=40, mode="omit_usage")
+    _answer_usage(gateway, setup.plaintext, "chat")
+    chat = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    shown = _answer_usage(gateway, setup.plaintext, surface)
+    other = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).exclude(pk=chat.pk).first())
+    assert chat.estimated and other.estimated
+    assert shown[1] == other.completion_tokens == chat.completion_tokens, (shown, chat.completion_tokens)
+
+
 @pytest.mark.parametrize("n", [0, 129, "100", True, 2.0])
 def test_an_n_the_gateway_cannot_count_is_refused(setup, upstream, gateway, n):
     """The body goes upstream as sent: an `n` the gateway would count as one choice (while a
