@@ -6,6 +6,8 @@ import datetime
 from collections.abc import Mapping
 
 import django_filters
+import django_filters.fields
+from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
 
 from . import i18n
@@ -44,16 +46,28 @@ def search(
     return queryset.filter(query)
 
 
+class UTCIsoDateTimeField(django_filters.fields.IsoDateTimeField):
+    """An ISO 8601 date-time, converted to UTC as it is cleaned: an instant whose UTC falls outside
+    the years 1-9999 (`9999-12-31T23:59:59-01:00`) is the field's "Enter a valid date/time.", not
+    an OverflowError."""
+
+    def to_python(self, value):
+        value = super().to_python(value)
+        if isinstance(value, datetime.datetime) and value.tzinfo is not None:
+            try:
+                value = value.astimezone(datetime.UTC)
+            except OverflowError:
+                raise ValidationError(self.error_messages["invalid"], code="invalid") from None
+        return value
+
+
 class UTCDateTimeFilter(django_filters.IsoDateTimeFilter):
     """An ISO 8601 date-time filter whose value is converted to UTC before it reaches the database.
 
     Python accepts UTC offsets up to ±23:59; PostgreSQL refuses anything beyond ±15:59 (a 500 if
     passed through). The instant is the same either way, so convert rather than refuse."""
 
-    def filter(self, qs, value):
-        if isinstance(value, datetime.datetime) and value.tzinfo is not None:
-            value = value.astimezone(datetime.UTC)
-        return super().filter(qs, value)
+    field_class = UTCIsoDateTimeField
 
 
 class FilterSet(django_filters.FilterSet):

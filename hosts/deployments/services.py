@@ -539,6 +539,9 @@ def estimate_for_spec(
     if config not in (None, "", {}):
         try:
             arch = fit.from_config_json(config) if isinstance(config, str) else fit.from_config(config)
+        except fit.ImpossibleSize as exc:
+            message = _("config.json's %(name)s (%(value)s) is not a size a model has.")
+            raise ValidationError({"config_json": [message % {"name": exc.name, "value": exc.value}]}) from None
         except ValueError as exc:
             raise ValidationError({"config_json": [str(exc)]}) from None
         arch.source = "config.json (given)"

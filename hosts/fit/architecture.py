@@ -135,9 +135,49 @@ def _quantisation(qc: Any) -> tuple[str, float, str]:
     return "", 0.0, ""
 
 
+# The sizes `from_config` reads, and the most any of them holds in a real model (a window of
+# 10 M tokens is far past any): beyond it, or below zero, the figures are nonsense (a negative
+# weight size) or past a float (`1e308` hidden units: an OverflowError, a 500).
+SIZES = (
+    "hidden_size", "num_attention_heads", "num_hidden_layers", "num_key_value_heads", "vocab_size", "head_dim",
+    "max_position_embeddings", "max_sequence_length", "seq_length", "kv_lora_rank", "qk_rope_head_dim",
+    "qk_nope_head_dim", "v_head_dim", "q_lora_rank", "num_local_experts", "num_experts", "n_routed_experts",
+    "moe_num_experts", "num_experts_per_tok", "num_experts_per_token", "moe_topk", "intermediate_size_mlp",
+    "intermediate_size", "moe_intermediate_size", "interleave_moe_layer_step", "first_k_dense_replace",
+    "moe_layer_freq", "decoder_sparse_step", "shared_expert_intermediate_size", "n_shared_experts",
+    "sliding_window", "sliding_window_pattern", "max_window_layers",
+)  # fmt: skip
+LARGEST_SIZE = 10**9
+POSITIVE_SIZES = ("hidden_size", "num_attention_heads", "num_hidden_layers")
+
+
+class ImpossibleSize(ValueError):
+    """A size in a config.json that no model has: `name` and its `value`."""
+
+    def __init__(self, name: str, value: Any) -> None:
+        super().__init__(f"config.json's {name} ({value!r}) is not a size a model has")
+        self.name, self.value = name, value
+
+
+def _check_sizes(cfg: dict[str, Any]) -> None:
+    for name in SIZES:
+        value = cfg.get(name)
+        if value is None or value == "":
+            continue
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        positive = name in POSITIVE_SIZES
+        if isinstance(value, bool) and not positive:
+            continue  # (`"sliding_window": false` is a config's way to say none)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not positive <= value <= LARGEST_SIZE:
+            raise ImpossibleSize(name, cfg.get(name))
+
+
 def from_config(cfg: dict[str, Any], *, source: str = "config.json", weights_bytes: int | None = None) -> Architecture:
-    """An `Architecture` from a Hugging Face config.json (as a dict). Raises ValueError."""
+    """An `Architecture` from a Hugging Face config.json (as a dict). Raises ValueError
+    (`ImpossibleSize` for a size no model has)."""
     cfg = text_config(cfg)
+    _check_sizes(cfg)
     try:
         hidden = int(cfg["hidden_size"])
         heads = int(cfg["num_attention_heads"])

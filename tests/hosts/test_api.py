@@ -129,6 +129,21 @@ def test_fit_estimate_for_an_unknown_model_asks_for_an_architecture(admin_client
     assert r.status_code == 400 and "model" in r.json()
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("hidden_size", 1e308), ("num_experts", -4), ("num_hidden_layers", True), ("vocab_size", 10**30)],
+)
+def test_a_config_json_with_a_size_no_model_has_is_a_field_error(admin_client, name, value):
+    """Regression (probe): 1e308 hidden units was an OverflowError (a 500); -4 experts gave a negative
+    weight size; `true` layers counted as one."""
+    config = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "vocab_size": 32000}
+    gpus = [{"total_mib": 24000, "free_mib": 24000}]
+    body = {"backend": "vllm", "config_json": {**config, name: value}, "gpus": gpus}
+    r = admin_client.post("/api/fit-estimate/", body, content_type="application/json")
+    assert r.status_code == 400, r.content
+    assert name in r.json()["config_json"][0]
+
+
 def test_confirming_the_host_key_needs_the_fingerprint_that_was_seen(admin_client, host):
     Host.objects.filter(pk=host.pk).update(seen_host_key_fingerprint="SHA256:seen", status="host_key_unconfirmed")
     wrong = admin_client.post(f"/api/hosts/{host.pk}/confirm-host-key/", {"fingerprint": "SHA256:other"})

@@ -404,6 +404,24 @@ def test_a_utc_offset_postgresql_refuses_is_converted(admin, path):
     assert response.status_code == 200
 
 
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ("/api/audit-log/?created_before={t}", "created_before"),
+        ("/api/usage/records/?until={t}", "until"),
+        ("/api/request-logs/?since={t}", "since"),
+    ],
+)
+@pytest.mark.parametrize("t", ["9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00%2B01:00"])
+def test_an_instant_past_the_years_python_holds_is_a_field_error(admin, path, field, t):
+    """Regression (probe): converted to UTC, these fall in year 10000 or year 0: an OverflowError, a 500."""
+    api = APIClient()
+    api.force_authenticate(admin)
+    response = api.get(path.format(t=t))
+    assert response.status_code == 400, response.content
+    assert field in response.json()
+
+
 def test_the_audit_log_page_takes_the_same_offsets(admin_client):
     response = admin_client.get(reverse("audit_log"), {"created_after": "2026-01-01T00:00:00+23:30"})
     assert response.status_code == 200
