@@ -333,14 +333,14 @@ def build_application(django_app: ASGIApp) -> ASGIApp:
             if method == "OPTIONS" and (found is None or found[0] is None):
                 allowed = routes.allowed(scope["path"])
                 if allowed:
-                    await send_options(send, allowed)
+                    await send_options(Request(scope, receive, send, "").send, allowed)  # (with its request id)
                     return
             if found is None:
                 await django_app(scope, receive, send)
                 return
             handler, sub = found
             if handler is None:
-                await send_error(send, not_found(scope, sub))
+                await send_error(Request(scope, receive, send, sub).send, not_found(scope, sub))
                 return
             if method == "HEAD":
                 send = without_body(send)

@@ -89,8 +89,11 @@ async def _create_message(req: Request) -> None:
 
     def outgoing(route: RouteInfo) -> Outgoing:
         if speaks_messages(route):  # streamed upstream even for a non-streaming client (`MessagesReader`)
+            payload = dict(body)
+            if payload.get("max_tokens") is None and call.max_tokens is not None:
+                payload["max_tokens"] = call.max_tokens  # (the API requires it: the output reserved, as translated)
             return Outgoing(
-                "/messages", dict(body), req.headers, anthropic_native=route.kind == "anthropic", assemble=_assembly
+                "/messages", payload, req.headers, anthropic_native=route.kind == "anthropic", assemble=_assembly
             )
         return Outgoing("/chat/completions", opened.chat_request(route.kind), opened.chat_headers)
 

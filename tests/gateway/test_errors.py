@@ -161,6 +161,18 @@ def test_wrong_method_is_405_and_says_which_methods_the_path_takes(setup, gatewa
     assert r.headers["allow"] == "GET, HEAD, OPTIONS"
 
 
+def test_the_gateways_own_404_405_and_options_answers_carry_a_request_id(setup, gateway_url):
+    """Regression (probe): the answers made before any handler ran had no `x-request-id`."""
+    answers = [
+        httpx.post(gateway_url + "/v1/chatt/completions", json={}),
+        httpx.get(gateway_url + "/v1/chat/completions"),
+        httpx.options(gateway_url + "/v1/chat/completions"),
+    ]
+    assert [r.status_code for r in answers] == [404, 405, 204]
+    ids = [r.headers.get("x-request-id") for r in answers]
+    assert all(ids) and len(set(ids)) == 3, ids
+
+
 def raw_head(url: str, path: str, key: str) -> bytes:
     """Everything the server sends for a HEAD request (httpx would not read a body if one came)."""
     import socket

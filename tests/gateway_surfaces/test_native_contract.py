@@ -98,6 +98,27 @@ def test_a_slow_non_streaming_message_is_assembled_from_a_stream(setup, claude, 
     assert record.ttft_ms is not None and record.ttft_ms < record.latency_ms
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_message_without_max_tokens_gets_the_output_reserved_on_an_anthropic_channel(
+    setup, gateway_url, native_upstream, stream
+):
+    """Regression (probe): a Messages request without max_tokens was answered on a Chat channel
+    (the output reserved goes with the translation) and refused by an Anthropic one, whose API
+    requires the field: it now carries what the gateway reserved there too."""
+    add_native_channel(setup, native_upstream, kind="anthropic")
+    native_upstream.behave(tokens=3)
+    r = httpx.post(
+        gateway_url + "/v1/messages",
+        json={**ASK, "stream": stream},
+        headers={"x-api-key": setup.plaintext, "anthropic-version": "2023-06-01"},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    assert "tok2" in r.text
+    sent = native_upstream.requests[-1].json["max_tokens"]
+    assert isinstance(sent, int) and 0 < sent <= 4096
+
+
 def test_a_non_streaming_tool_use_and_stop_sequence_keep_their_fields(setup, claude, native_upstream, liveness):
     add_native_channel(setup, native_upstream, kind="anthropic")
     native_upstream.behave(mode="tool_call")
