@@ -183,6 +183,10 @@ class ChunkReader:
                 if now is not None and before is not None and now != before:
                     usage = _summed(self.usage, usage)  # llama.cpp: each prompt's own, on its finish
                     self.summed = True
+                elif now is None and before is None and _usage_only(chunk) and _usage_only(self.usage_chunk):
+                    # llama.cpp's Chat: each choice's own on a chunk after its finish, one prompt for all
+                    usage = _summed(self.usage, usage, one_prompt=True)
+                    self.summed = True
             self.usage_chunk = chunk
             self.usage = usage
         choices = chunk.get("choices")
@@ -241,17 +245,28 @@ def _finishing(chunk: dict[str, Any] | None) -> int | None:
     return None
 
 
-def _summed(before: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+def _usage_only(chunk: dict[str, Any] | None) -> bool:
+    return chunk is not None and not chunk.get("choices")
+
+
+def _summed(before: dict[str, Any], usage: dict[str, Any], *, one_prompt: bool = False) -> dict[str, Any]:
     """A legacy Completions request of several prompts on llama.cpp: each prompt's finish carries
     that prompt's usage only (and its answer without a stream the first prompt's), so the request's
-    is their sum. A usage chunk that finishes no choice (OpenAI's `include_usage`) is the whole
-    request's and replaces what came before (`ChunkReader.take` sums only finishes of two choices)."""
+    is their sum. A Chat request of n choices on llama.cpp: each choice's usage comes on a usage
+    chunk of its own, the prompt the same in each (`one_prompt`: counted once, as OpenAI counts
+    it). On OpenAI and vLLM one usage chunk, the whole request's, finishes no choice: it replaces
+    what came before (`ChunkReader.take` sums finishes of two choices, or two usage chunks)."""
     out = dict(usage)
-    for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
+    for name in ("prompt_tokens", "completion_tokens"):
         a, b = before.get(name), usage.get(name)
         if type(a) is int and type(b) is int:
-            out[name] = a + b
+            out[name] = max(a, b) if one_prompt and name == "prompt_tokens" else a + b
+    prompt, completion = out.get("prompt_tokens"), out.get("completion_tokens")
+    if type(prompt) is int and type(completion) is int and type(out.get("total_tokens")) is int:
+        out["total_tokens"] = prompt + completion
     details = before.get("prompt_tokens_details"), usage.get("prompt_tokens_details")
+    if one_prompt:
+        return out
     if type(details[0]) is dict and type(details[1]) is dict:
         cached = details[0].get("cached_tokens"), details[1].get("cached_tokens")
         if type(cached[0]) is int and type(cached[1]) is int:
@@ -542,10 +557,11 @@ class ChatAssembly:
                 added = self._add_finish(chunk, choice)
             if not added:
                 self._add(*reader.take(chunk))
-            if reader.usage is not None and self._finished():
+            if reader.usage is not None and type(chunk.get("usage")) is dict and self._finished():
                 # The usage chunk after every choice's finish is the stream's last (OpenAI's
                 # `include_usage`, which `call` asks for): the answer is complete without
-                # waiting for a `[DONE]` an upstream may never send.
+                # waiting for a `[DONE]` an upstream may never send. (llama.cpp's n choices
+                # each have theirs, after their finish: the last one's ends the answer.)
                 reader.ended = True
             return
         for chunk in self.as_chat.chunks(data):
@@ -688,7 +704,7 @@ class ChatAssembly:
                 usage = orjson.loads(buffer[start : line_end - 1])
             except orjson.JSONDecodeError:
                 return pos
-            if type(usage) is not dict:
+            if type(usage) is not dict or reader.choices > 1:  # (n choices: `ChunkReader.take` sums theirs)
                 return pos
             reader.changed = False
             reader.usage = usage
@@ -704,7 +720,7 @@ class ChatAssembly:
         one step, as `ChunkReader.take` and `Assembler.add` would; False for anything else."""
         reader = self.reader
         usage = chunk.get("usage")
-        if not isinstance(usage, dict) or reader.first is None or "error" in chunk:
+        if not isinstance(usage, dict) or reader.first is None or "error" in chunk or reader.choices > 1:
             return False
         reader.changed = False
         reader.usage_chunk = chunk

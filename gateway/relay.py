@@ -194,10 +194,12 @@ class ChatDialect(ReadsChunks):
             if chunk.get("usage") is not None and not self.wants_usage:
                 if chunk.get("choices"):  # usage on a content chunk (continuous usage): strip it
                     out = sse({k: v for k, v in chunk.items() if k != "usage"})
-            elif chunk.get("usage") is not None and reader.choices > 1 and chunk.get("choices"):
-                # Several prompts (llama.cpp puts each one's usage on its finish): the client gets the
-                # request's total once, on a chunk of its own at the end, as OpenAI sends it (`close`).
-                out = sse({k: v for k, v in chunk.items() if k != "usage"})
+            elif chunk.get("usage") is not None and reader.choices > 1:
+                # Several prompts or choices (llama.cpp puts each one's usage on its finish, or on a
+                # chunk after it): the client gets the request's total once, on a chunk of its own at
+                # the end, as OpenAI sends it (`close`).
+                if chunk.get("choices"):
+                    out = sse({k: v for k, v in chunk.items() if k != "usage"})
                 self.withheld = True
             else:
                 out = sse(chunk) if reader.changed else event

@@ -552,12 +552,19 @@ class FakeUpstream:
                     await resp.write(chunk(delta, index=index))
                 if b["token_delay"]:
                     await asyncio.sleep(b["token_delay"])
+            # llama.cpp runs each of n choices as a task of its own: each ends with its finish and,
+            # asked for usage, a usage chunk of its own (the prompt's tokens and that choice's).
+            per_choice = self.flavour == "llamacpp" and choices > 1 and include_usage and b["mode"] == "ok"
             for index in range(choices):
                 last = json.loads(chunk({}, finish, index=index)[6:])
                 if matched is not None and self.flavour == "vllm":
                     last["choices"][0]["stop_reason"] = matched
                 await resp.write(b"data: " + json.dumps(last).encode() + b"\n\n")
-            if include_usage and b["mode"] not in ("omit_usage", "split_done"):
+                if per_choice:
+                    own = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model}
+                    own.update(choices=[], **self._chat_usage(b, prompt, n))
+                    await resp.write(b"data: " + json.dumps(own).encode() + b"\n\n")
+            if include_usage and b["mode"] not in ("omit_usage", "split_done") and not per_choice:
                 data = {
                     "id": cid,
                     "object": "chat.completion.chunk",

@@ -685,6 +685,30 @@ def test_n_choices_are_cut_each_at_the_reservation(setup, upstream, gateway, str
         assert [(c["message"]["content"], c["finish_reason"]) for c in choices] == [("tok0 tok1 tok2", "length")] * 2
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_n_choices_on_llamacpp_are_charged_for_every_choice(setup, gateway, stream):
+    """Regression (probe): llama.cpp ends each of n choices with a usage chunk of its own (the
+    prompt, and that choice's output); each replaced the last, so two choices of 3 tokens were
+    charged 3. The prompt is counted once; a client that asked for usage gets one usage chunk."""
+    with FakeUpstream(api_key=UPSTREAM_KEY, flavour="llamacpp") as llama:
+        setup.channel.base_url = llama.base_url
+        setup.channel.save()
+        llama.behave(tokens=3)
+        body = {**BODY, "n": 2, "max_tokens": 3}
+        if stream:
+            status, text = stream_text(gateway, setup.plaintext, {**body, "stream_options": {"include_usage": True}})
+            usages = [c["usage"] for c in chunks_of(text) if c.get("usage")]
+            assert status == 200 and len(usages) == 1, usages
+            shown = usages[0]
+        else:
+            shown = post(gateway, setup.plaintext, body).json()["usage"]
+        sent = llama.requests[-1].json
+        assert sent["stream"] is True and sent["stream_options"]["include_usage"] is True
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert (record.prompt_tokens, record.completion_tokens) == (shown["prompt_tokens"], 6)
+    assert shown["completion_tokens"] == 6 and shown["total_tokens"] == record.prompt_tokens + 6
+
+
 def test_an_overloaded_anthropic_upstream_is_529_on_the_messages_surface(setup, upstream, gateway):
     import anthropic
 

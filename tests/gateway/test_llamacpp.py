@@ -376,6 +376,44 @@ def test_a_legacy_completion_of_several_prompts_answers_each_and_is_charged_for_
 
 
 @pytest.fixture(scope="module")
+def two_slots():
+    with LlamaServer(ctx=2 * CTX, parallel=2, api_key=LLAMA_KEY) as server:  # (n is at most its slots)
+        yield server
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_n_chat_choices_on_llamacpp_are_charged_for_every_choice(
+    transactional_db, two_slots, alice, gateway_url, stream
+):
+    """llama.cpp runs each of n Chat choices as a task of its own, and ends each with a usage chunk
+    of its own (the prompt, and that choice's output). The gateway kept the last, charging two
+    choices of 3 tokens for 3; now it charges 6 and the prompt once, and a client that asked for
+    usage gets the total once, at the end, as OpenAI sends it."""
+    llama_key = served(two_slots, "llama", "tiny-chat", alice, "llama")
+    client = openai.OpenAI(base_url=gateway_url + "/v1", api_key=llama_key[1], max_retries=0)
+    messages = [{"role": "user", "content": "hello world"}]
+    extra = {**EXACT, "cache_prompt": False}
+    prompt = httpx.post(
+        two_slots.base_url + "/chat/completions",
+        json={"messages": messages, "max_tokens": 3, **extra},
+        headers={"Authorization": f"Bearer {LLAMA_KEY}"},
+    ).json()["usage"]["prompt_tokens"]
+    ask = {"model": "tiny-chat", "messages": messages, "n": 2, "max_tokens": 3, "extra_body": extra}
+    if stream:
+        chunks = list(client.chat.completions.create(**ask, stream=True, stream_options={"include_usage": True}))
+        usages = [c.usage for c in chunks if c.usage is not None]
+        assert len(usages) == 1 and chunks[-1].usage is usages[0] and chunks[-1].choices == []
+        shown = usages[0]
+    else:
+        answer = client.chat.completions.create(**ask)
+        assert sorted(c.index for c in answer.choices) == [0, 1]
+        shown = answer.usage
+    assert shown is not None and (shown.prompt_tokens, shown.completion_tokens) == (prompt, 6)
+    record = wait_for(lambda: UsageRecord.objects.filter(key=llama_key[0]).first())
+    assert (record.status, record.estimated, record.prompt_tokens, record.completion_tokens) == ("ok", False, prompt, 6)
+
+
+@pytest.fixture(scope="module")
 def embedder():
     """An embedding server (`--embeddings --pooling mean`): 512 tokens of window and of physical batch."""
     with LlamaServer(ctx=512, api_key=LLAMA_KEY, embeddings=True) as server:
