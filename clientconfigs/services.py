@@ -11,6 +11,8 @@ import hashlib
 import json
 import re
 import secrets as pysecrets
+import string
+import unicodedata
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, cast
 
@@ -228,9 +230,18 @@ def render(slug: str, inp: RenderInput) -> Rendered:
 
 
 def key_label(client: str, machine: str = "") -> str:
-    """`cline@laptop`: the name a key minted for one client on one machine gets."""
-    label = re.sub(r"[^A-Za-z0-9._-]+", "-", machine.strip())[:40].strip("-") or "portal"
-    return f"{client}@{label}"
+    """`cline@laptop`: the name a key minted for one client on one machine gets. Letters and digits of
+    any script stay (`cline@办公室`); runs of spaces and punctuation become one `-`."""
+    machine = unicodedata.normalize("NFC", machine.strip())
+    whole = re.sub(r"[^\w.-]+", "-", machine).strip("-")
+    label = whole[:40].strip("-")
+    # The name is how a later download finds the key it replaces: when more than separators had to
+    # go (`🏠` and `💻` both leave nothing, long names lose their ends), a short hash of the name keeps
+    # two machines' keys apart.
+    dropped = any(not (c.isalnum() or c.isspace() or c in string.punctuation) for c in machine)
+    if machine and (dropped or not label or len(whole) > 40):
+        label = "-".join([label or "portal", hashlib.sha256(machine.encode()).hexdigest()[:6]])
+    return f"{client}@{label or 'portal'}"
 
 
 def replaceable_key(user: User, client: str, machine: str = "") -> Key | None:

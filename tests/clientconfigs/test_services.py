@@ -106,6 +106,24 @@ def test_minted_keys_are_named_per_client_and_machine_and_scoped_like_the_defaul
     assert plaintext not in str(Key.objects.filter(pk=key.pk).values().first())
 
 
+def test_machines_named_in_chinese_get_keys_of_their_own(alice, catalog):
+    office, _ = services.mint_key(alice, "cline", "办公室")
+    home, _ = services.mint_key(alice, "cline", "家里")
+    laptop, _ = services.mint_key(alice, "cline", "笔记本 laptop")
+    assert (office.name, home.name, laptop.name) == ("cline@办公室", "cline@家里", "cline@笔记本-laptop")
+    office.refresh_from_db()
+    assert office.is_active and office.expires_at is None  # not replaced by the other machine's download
+    assert services.mint_key(alice, "cline", "办公室")[0].rotated_from == office  # its own download is
+
+
+def test_machines_whose_names_lose_characters_still_get_keys_of_their_own(alice, catalog):
+    names = ["🏠", "💻", "a🏠", "a💻", "x" * 40 + "1", "x" * 40 + "2"]
+    keys = [services.mint_key(alice, "cline", name)[0] for name in names]
+    assert len({k.name for k in keys}) == len(names)
+    assert all(k.is_active and k.expires_at is None for k in Key.objects.filter(pk__in=[k.pk for k in keys]))
+    assert services.key_label("cline", "🏠") == services.key_label("cline", " 🏠 ")  # stable per machine
+
+
 def test_download_token_is_single_use(alice, catalog):
     _, token = services.issue_download_token(alice, "codex", key_mode=KeyMode.PLACEHOLDER)
     first = services.redeem_download_token(token, gateway=GW)
