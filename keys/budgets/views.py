@@ -10,6 +10,7 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views import View
 
 from channels.prices import currency, format_money, to_nanos
@@ -100,9 +101,12 @@ class BudgetDeleteView(AdminOrTeamLeadRequiredMixin, ConfirmView):
 
     request: AuthenticatedHttpRequest
 
-    title = _("Remove budget")
-    question = _("Remove the %(window)s budget of %(amount)s on %(target)s? Its spending is no longer capped.")
-    button = _("Remove budget")
+    # Lazy: the class is built once at import, the page is read in each request's language.
+    title = gettext_lazy("Remove budget")
+    question = gettext_lazy(
+        "Remove the %(window)s budget of %(amount)s on %(target)s? Its spending is no longer capped."
+    )
+    button = gettext_lazy("Remove budget")
     danger = True
 
     def get_object(self) -> Budget:

@@ -89,6 +89,17 @@ def test_removing_a_budget_asks_first(admin, alice):
     assert "Budget removed." in done.content.decode() and not Budget.objects.filter(pk=budget.pk).exists()
 
 
+def test_the_remove_budget_page_is_in_the_readers_language(admin, alice):
+    budget = Budget.objects.create(user=alice, window="month", amount=Decimal("2"))
+    client = Client()
+    client.force_login(admin)
+    url = reverse("budget_delete", args=[budget.pk])
+    asked = client.get(url, HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert "<h1>移除预算</h1>" in asked
+    assert "移除 alice 的" in asked and "Remove budget" not in asked
+    assert "Remove the per month budget" in client.get(url, HTTP_ACCEPT_LANGUAGE="en").content.decode()
+
+
 def test_a_second_budget_for_the_same_target_and_window_is_refused_not_swapped_in(admin, alice):
     body = {"user": alice.pk, "window": "day", "amount": "5", "alert_percent": 80}
     first = api(admin).post("/api/budgets/", body, format="json")
