@@ -331,10 +331,10 @@ def _alias_targets(alias, targets: list, errors: dict[str, list[str]]) -> list:
         model = found.get(n)
         if model is None:
             problems.append(_("There is no model named %(name)s.") % {"name": n})
-        elif model.is_alias:
-            problems.append(f"{n} is an alias itself; point at the models it names instead.")
         elif (alias.pk and model.pk == alias.pk) or n == alias.name:
-            problems.append("An alias cannot point at itself.")
+            problems.append(_("An alias cannot point at itself."))
+        elif model.is_alias:
+            problems.append(_("%(name)s is an alias itself; point at the models it names instead.") % {"name": n})
         else:
             resolved.append(model)
     if problems:

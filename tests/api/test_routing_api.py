@@ -84,3 +84,12 @@ def test_the_routing_explanation_is_for_admins_only(admin_api, alice_api, alice)
         "alias coder -> qwen3-32b"
     ]
     assert alice_api.get("/api/usage/records/").json()["results"][0]["route_explanation"] is None
+
+
+def test_alias_target_errors_are_in_the_readers_language(admin_api, model):
+    zh = {"format": "json", "HTTP_ACCEPT_LANGUAGE": "zh-hans"}
+    coder = admin_api.post("/api/aliases/", {"name": "coder", "targets": ["qwen3-32b"]}, format="json").json()
+    other = admin_api.post("/api/aliases/", {"name": "coder2", "targets": ["coder"]}, **zh)
+    assert other.status_code == 400 and other.json()["targets"] == ["coder 本身是别名；请改为指向它所指的模型。"]
+    itself = admin_api.patch(f"/api/aliases/{coder['id']}/", {"targets": ["coder"]}, **zh)
+    assert itself.status_code == 400 and itself.json()["targets"] == ["别名不能指向自己。"]
