@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from portal.models import Limits, ShownOnceQuerySet, ShownOnceSecret, TimeStampedModel, exactly_one_set
@@ -407,7 +408,12 @@ class Budget(TimeStampedModel):
         ]
 
     def __str__(self) -> str:
-        return f"{self.label} budget {self.amount} {self.get_window_display()} of {self.target}"
+        text = {
+            "key": gettext("Budget of %(amount)s %(window)s on the key %(target)s"),
+            "user": gettext("Budget of %(amount)s %(window)s on the user %(target)s"),
+            "team": gettext("Budget of %(amount)s %(window)s on the team %(target)s"),
+        }[self.label]
+        return text % {"amount": self.amount, "window": self.get_window_display(), "target": self.target}
 
     @property
     def label(self) -> str:

@@ -19,6 +19,7 @@ from hosts import backends
 from hosts.deployments import jobs
 from hosts.downloads import services as downloads
 from hosts.models import Deployment, Host
+from keys.models import Budget
 from keys.services import issue_key
 from portal.choices import AuditAction
 from tests.portal.test_i18n_pages import english_words
@@ -189,3 +190,14 @@ def test_the_search_box_finds_entries_by_their_action_and_kind_as_shown(client, 
     assert found("changed", "en") == {("update", "key")}
     assert ApiToken.objects.create(user=alice, name="ci", **ApiToken.mint()[0])
     assert found("API token", "en") == {("create", "apitoken")}
+
+
+def test_a_budget_is_named_in_one_language(admin, alice):
+    """Regression: a budget's name mixed English words with its translated window ("user budget 200
+    每月 of alice"). Its name is one sentence, stored as the writer read it."""
+    with translation.override("zh-hans"):
+        budget = Budget.objects.create(user=alice, window="month", amount=200)
+        assert str(budget) == "用户 alice 的预算：200（每月）"
+    entry = AuditLog.objects.get(object_type="budget", object_id=str(budget.pk), action=AuditAction.CREATE)
+    assert entry.object_repr == "用户 alice 的预算：200（每月）"
+    assert str(budget) == "Budget of 200 per month on the user alice"
