@@ -174,6 +174,12 @@ def test_page_issues_a_one_line_installer(alice_client, alice, catalog):
     assert DownloadToken.objects.filter(user=alice, client="cline").count() == 1
 
 
+def test_the_installer_lines_are_introduced_in_the_readers_language(alice_client, catalog):
+    body = {"client": "cline", "key_mode": "placeholder", "action": "installer"}
+    html = alice_client.post("/connect/?client=cline", body, HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert "<p>Windows（PowerShell）：</p>" in html and "Windows (PowerShell):" not in html
+
+
 def test_page_download_is_an_attachment(alice_client, catalog):
     response = alice_client.get("/connect/claude-code/files/0/")
     assert response.status_code == 200

@@ -146,3 +146,11 @@ def test_the_allocation_comparison_is_shown_in_the_readers_language(admin_client
     ).content.decode()
     assert escape(zh(note["code"], {})) in html
     assert f"<th>{escape(zh('Weights (MiB)', {}))}</th>" in html
+
+
+def test_the_gpu_headings_are_in_the_readers_language(admin_client, deployment):
+    zh = {"HTTP_ACCEPT_LANGUAGE": "zh-hans"}
+    host = admin_client.get(reverse("host_detail", args=[deployment.host.pk]), **zh).content.decode()
+    assert "<h2>GPU</h2>" in host and "GPUs" not in host
+    page = admin_client.get(reverse("deployment_detail", args=[deployment.pk]), **zh).content.decode()
+    assert "<th>GPU</th>" in page and "GPUs" not in page
