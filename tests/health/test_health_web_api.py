@@ -1,5 +1,6 @@
 """Health pages and API: admin-only, Check now in place, chart data, alert targets, schedule."""
 
+import datetime as dt
 import re
 
 import pytest
@@ -9,7 +10,7 @@ from django_celery_beat.models import PeriodicTask
 
 from channels.choices import ChannelStatus
 from channels.health.schedule import PROBE_TASK_NAME
-from channels.models import AlertTarget, Channel, ProbeResult
+from channels.models import AlertDelivery, AlertTarget, Channel, ProbeResult, StatusChange
 
 pytestmark = pytest.mark.django_db
 
@@ -297,3 +298,23 @@ def test_celery_task_probe_channel_runs_inline(upstream, make_channel):
     assert probe_channel(ch.pk) == "healthy"
     assert probe_channel(999999) is None
     assert probe_all_channels() == 1
+
+
+def test_health_pages_write_times_as_every_other_page_does(admin_client, ch):
+    """Regression: the health pages wrote "Dec 7 14:11:49", in Chinese "十二月 7 14:11:49", where
+    every other page writes 2026-12-07 14:11."""
+    at = dt.datetime(2026, 12, 7, 14, 11, 49, tzinfo=dt.UTC)
+    ProbeResult.objects.create(channel=ch, created=at, ok=True)
+    change = StatusChange.objects.create(
+        channel=ch, created=at, from_status=ChannelStatus.UNKNOWN, to_status=ChannelStatus.HEALTHY
+    )
+    AlertDelivery.objects.create(status_change=change, target_name="slack", created=at, ok=True)
+    zh = {"HTTP_ACCEPT_LANGUAGE": "zh-hans"}
+    pages = {  # how many times each page writes the time
+        reverse("channel-health", args=[ch.pk]): ("2026-12-07 14:11:49", 2),  # the probe log, the changes
+        reverse("channel-alert-targets"): ("2026-12-07 14:11:49", 1),
+        reverse("dashboard"): ("2026-12-07 14:11", 1),
+    }
+    for url, (when, times) in pages.items():
+        page = admin_client.get(url, **zh).content.decode()
+        assert page.count(when) >= times and "十二月" not in page, url
