@@ -4,6 +4,8 @@ full disk a 503 with `Retry-After` (`{"detail", "code"}`, documented on every op
 
 import logging
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.db import DataError, IntegrityError
 from django.db.models import ProtectedError, RestrictedError
 from django.utils.translation import gettext_lazy as _
@@ -13,10 +15,15 @@ from rest_framework.views import exception_handler as drf_handler
 
 from portal import faults
 
+from .parsers import BodyTooLarge
+
 logger = logging.getLogger(__name__)
 
 
 def exception_handler(exc, context):
+    if isinstance(exc, RequestDataTooBig):  # (DRF reads a JSON body through Django's, which refuses it first)
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        exc = BodyTooLarge(f"The request body is larger than {limit} bytes.")
     response = drf_handler(exc, context)
     if response is not None:
         return response
