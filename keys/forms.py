@@ -17,7 +17,7 @@ from portal.forms import LIMIT_LABELS, ModelMultipleChoiceField
 from portal.ui import Fieldset, add_validation_errors
 
 from .models import Key
-from .services import ADMIN, LOCAL_ONLY_LOCK, binding_ceilings, validate_key_settings
+from .services import ADMIN, LOCAL_ONLY_LOCK, binding_ceilings, check_editable, validate_key_settings
 
 if TYPE_CHECKING:
     _UserChoiceField = forms.ModelChoiceField[User]
@@ -211,6 +211,12 @@ class KeyForm(forms.Form):
         owner = cleaned.get("owner")
         if owner is None:
             return cleaned
+        if self.instance is not None:
+            try:
+                check_editable(self.instance)
+            except ValidationError as exc:
+                add_validation_errors(self, exc)
+                return cleaned
         name = cleaned.get("name")
         same_name = Key.objects.not_revoked().filter(owner=owner, name=name)
         if self.instance is not None:

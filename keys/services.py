@@ -79,6 +79,19 @@ def check_rotatable(key: Key) -> None:
         )
 
 
+def check_editable(key: Key) -> None:
+    """Raise ValidationError when `key`'s settings cannot change: it is revoked, or it was rotated
+    (a new expiry would keep it working past its grace period)."""
+    if key.revoked_at is not None:
+        raise ValidationError(_("A revoked key cannot be changed."))
+    replacement = key.rotated_to.order_by("-created").first()
+    if replacement is not None:
+        raise ValidationError(
+            _("This key was rotated; it stops at the end of its grace period. Change its replacement %(masked)s.")
+            % {"masked": replacement.masked}
+        )
+
+
 @transaction.atomic
 def rotate_key(key: Key, *, grace: datetime.timedelta | None = None) -> tuple[Key, str]:
     """Issue a replacement with the same settings; the old key stops now or after `grace`. A key

@@ -16,7 +16,7 @@ from accounts.services import may_manage
 from channels.models import Model
 from keys.choices import KeyState
 from keys.models import Key
-from keys.services import MAX_CIDR_ENTRIES, issue_key, validate_key_settings
+from keys.services import MAX_CIDR_ENTRIES, check_editable, issue_key, validate_key_settings
 from portal.api.serializers import LIMIT_FIELDS, LimitFields, ListRelatedField, ModelSerializer, drf_error
 
 MAX_GRACE = datetime.timedelta(days=30)
@@ -94,8 +94,11 @@ class KeySerializer(LimitFields, ModelSerializer[Key]):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         request = self.context["request"]
         key: Key | None = self.instance
-        if key is not None and key.revoked_at is not None:
-            raise serializers.ValidationError({"non_field_errors": [_("A revoked key cannot be changed.")]})
+        if key is not None:
+            try:
+                check_editable(key)
+            except DjangoValidationError as exc:
+                raise drf_error(exc) from None
         owner = attrs.get("owner") or (key.owner if key is not None else request.user)
         if key is not None and owner != key.owner:
             raise serializers.ValidationError({"owner": [_("A key's owner cannot change; create a key for them.")]})

@@ -256,3 +256,19 @@ def test_a_lead_is_bound_by_nothing_on_their_own_key(lena):
     key = lena_api.post("/api/keys/", {"name": "mine", "tokens_per_day": 10}, format="json").json()
     assert (key["admin_ceilings"], key["lead_ceilings"]) == ({}, {})
     assert lena_api.patch(f"/api/keys/{key['id']}/", {"tokens_per_day": None}, format="json").status_code == 200
+
+
+def test_a_rotated_key_cannot_be_changed(alice_api):
+    old = alice_api.post("/api/keys/", {"name": "ci"}, format="json").json()
+    new = alice_api.post(f"/api/keys/{old['id']}/rotate/", {"grace_seconds": 5}, format="json").json()
+    kept = alice_api.patch(f"/api/keys/{old['id']}/", {"expires_at": None}, format="json")
+    assert kept.status_code == 400
+    assert kept.json()["non_field_errors"] == [
+        f"This key was rotated; it stops at the end of its grace period. Change its replacement {new['masked']}."
+    ]
+    later = timezone.now() + datetime.timedelta(days=1)
+    assert (
+        alice_api.patch(f"/api/keys/{old['id']}/", {"expires_at": later.isoformat()}, format="json").status_code == 400
+    )
+    assert Key.objects.get(pk=old["id"]).expires_at < timezone.now() + datetime.timedelta(seconds=6)
+    assert alice_api.patch(f"/api/keys/{new['id']}/", {"expires_at": None}, format="json").status_code == 200
