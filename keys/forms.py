@@ -238,7 +238,7 @@ class KeyForm(forms.Form):
                 limits=limits,
                 allowed_models=cleaned.get("allowed_models") if "allowed_models" not in self.errors else None,
                 ip_allowlist=cleaned.get("ip_allowlist", ""),
-                expires_at=None if kept_expiry else expires_at,
+                expires_at=cast(Key, self.instance).expires_at if kept_expiry else expires_at,
                 local_only=bool(cleaned.get("local_only")),
             )
         except ValidationError as exc:

@@ -6,6 +6,7 @@ import datetime
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
+from types import EllipsisType
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
@@ -192,6 +193,59 @@ def binding_ceilings(key: Key | None, editor: User | None) -> dict[str, tuple[in
     return found
 
 
+# Restrictions an admin (a team lead) sets on a key are recorded in `Key.admin_ceilings`
+# (`Key.lead_ceilings`) as a limit is, and bind the same people; they may only tighten them (`_tighter`).
+RESTRICTIONS = ("ip_allowlist", "expires_at", "allowed_models")
+
+
+def _restriction_value(name: str, value: Any) -> Any:
+    """A restriction in a comparable form; empty or None when it restricts nothing."""
+    if name == "allowed_models":
+        return frozenset(m.pk for m in value or ())
+    if name == "ip_allowlist":
+        return frozenset(value or ())
+    return value
+
+
+def _restriction(key: Key | None, name: str) -> Any:
+    if key is None:
+        return _restriction_value(name, None)
+    if name == "allowed_models":
+        return frozenset(key.allowed_models.values_list("pk", flat=True))
+    return _restriction_value(name, getattr(key, name))
+
+
+def _tighter(name: str, old: Any, new: Any) -> bool:
+    """Whether `new` allows no more than `old`: fewer models, smaller networks, an earlier expiry."""
+    if not new:
+        return False
+    if not old:
+        return True
+    if name == "expires_at":
+        return bool(new <= old)
+    if name == "allowed_models":
+        return bool(new <= old)
+    olds = [ipaddress.ip_network(n) for n in old]
+    return all(
+        any(net.version == o.version and net.subnet_of(o) for o in olds)  # type: ignore[arg-type]
+        for net in map(ipaddress.ip_network, new)
+    )
+
+
+def _restriction_error(name: str, who: str) -> str:
+    if name == "ip_allowlist":
+        if who == ADMIN:
+            return _("An admin restricted the addresses of this key; you can narrow them but not widen them.")
+        return _("A team lead restricted the addresses of this key; you can narrow them but not widen them.")
+    if name == "expires_at":
+        if who == ADMIN:
+            return _("An admin set this key's expiry; you can bring it forward but not postpone or remove it.")
+        return _("A team lead set this key's expiry; you can bring it forward but not postpone or remove it.")
+    if who == ADMIN:
+        return _("An admin restricted the models of this key; you can remove models but not add any or allow all.")
+    return _("A team lead restricted the models of this key; you can remove models but not add any or allow all.")
+
+
 def _ceiling_error(who: str, value: int, cleared: bool) -> str:
     if who == ADMIN:
         if cleared:
@@ -214,18 +268,20 @@ def validate_key_settings(
     limits: dict[str, Any] | None = None,
     allowed_models: Iterable[Model] | None = None,
     ip_allowlist: str | Iterable[object] | None = None,
-    expires_at: datetime.datetime | None = None,
+    expires_at: datetime.datetime | EllipsisType | None = ...,
     local_only: bool | None = None,
 ) -> dict[str, Any]:
     """Check a key's settings against its owner; return cleaned values or raise ValidationError
-    with field errors. Used by both the key form and the key serializer, so the rules are one.
+        with field errors. Used by both the key form and the key serializer, so the rules are one.
 
-    Limits keep their owner by role: what an admin (`editor`) sets on a key becomes its ceiling
-    (`cleaned["admin_ceilings"]`) that only an admin lifts; what the lead of the owner's team sets
-    on a member's key becomes a lead's ceiling (`cleaned["lead_ceilings"]`) that the member may
-    lower, never raise or clear (the lead or an admin may). A limit counts as set by this edit
-    when it differs from the key's (a form posts every limit). The owner's own limits and their
-    team's cap every key of theirs. "Local channels only" works the same way (`LOCAL_ONLY_LOCK`)."""
+        Limits keep their owner by role: what an admin (`editor`) sets on a key becomes its ceiling
+        (`cleaned["admin_ceilings"]`) that only an admin lifts; what the lead of the owner's team sets
+        on a member's key becomes a lead's ceiling (`cleaned["lead_ceilings"]`) that the member may
+        lower, never raise or clear (the lead or an admin may). A limit counts as set by this edit
+        when it differs from the key's (a form posts every limit). The owner's own limits and their
+        team's cap every key of theirs. "Local channels only" works the same way (`LOCAL_ONLY_LOCK`), and
+    so do the restrictions in `RESTRICTIONS`, which the member may only tighten. `expires_at`: `...`
+    leaves it as it is, None clears it."""
     errors: dict[str, list[str]] = {}
     cleaned: dict[str, Any] = {}
     role = editor_role(editor, owner)
@@ -291,7 +347,7 @@ def validate_key_settings(
         lock = binding.get(LOCAL_ONLY_LOCK)
         if not local_only and lock is not None:
             errors.setdefault("local_only", []).append(
-                "An admin restricted this key to local channels; only an admin can lift it."
+                _("An admin restricted this key to local channels; only an admin can lift it.")
                 if lock[1] == ADMIN
                 else _("A team lead restricted this key to local channels; only a team lead or an admin can lift it.")
             )
@@ -308,10 +364,28 @@ def validate_key_settings(
             cleaned["ip_allowlist"] = normalize_cidrs(ip_allowlist)
         except ValueError as exc:
             errors.setdefault("ip_allowlist", []).append(str(exc))
-    if expires_at is not None:
-        if expires_at <= timezone.now():
+    if expires_at is not ...:
+        if expires_at is not None and expires_at <= timezone.now() and (key is None or expires_at != key.expires_at):
             errors.setdefault("expires_at", []).append(_("The expiry must be in the future."))
         cleaned["expires_at"] = expires_at
+    for name in RESTRICTIONS:
+        if name not in cleaned:
+            continue
+        old, new = _restriction(key, name), _restriction_value(name, cleaned[name])
+        if old == new:
+            continue
+        lock = binding.get(name)
+        if lock is not None and not _tighter(name, old, new):
+            errors.setdefault(name, []).append(_restriction_error(name, lock[1]))
+        if role:
+            locks = admin_ceilings if role == ADMIN else lead_ceilings
+            if new:
+                locks[name] = 1
+            else:
+                locks.pop(name, None)
+                if role == ADMIN:
+                    lead_ceilings.pop(name, None)
+            cleaned["admin_ceilings"], cleaned["lead_ceilings"] = admin_ceilings, lead_ceilings
     if errors:
         raise ValidationError(errors)
     return cleaned

@@ -129,7 +129,7 @@ class KeySerializer(LimitFields, ModelSerializer[Key]):
                 limits={f: attrs[f] for f in LIMIT_FIELDS if f in attrs},
                 allowed_models=attrs.get("allowed_models"),
                 ip_allowlist=attrs.get("ip_allowlist"),
-                expires_at=attrs.get("expires_at"),
+                expires_at=attrs.get("expires_at", ...),
                 local_only=attrs.get("local_only"),
             )
         except DjangoValidationError as exc:

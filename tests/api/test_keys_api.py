@@ -258,6 +258,87 @@ def test_a_lead_is_bound_by_nothing_on_their_own_key(lena):
     assert lena_api.patch(f"/api/keys/{key['id']}/", {"tokens_per_day": None}, format="json").status_code == 200
 
 
+def test_restrictions_an_admin_set_on_a_key_the_developer_can_only_tighten(alice, admin_api, alice_api, model, channel):
+    from channels.models import Model, ModelRoute
+
+    second = Model.objects.create(name="m-second", display_name="M second")
+    ModelRoute.objects.create(model=second, channel=channel, upstream_model="m-second")
+    expiry = timezone.now() + datetime.timedelta(days=30)
+    created = admin_api.post(
+        "/api/keys/",
+        {
+            "name": "issued",
+            "owner": alice.pk,
+            "ip_allowlist": ["192.0.2.0/24"],
+            "expires_at": expiry.isoformat(),
+            "allowed_models": [model.name],
+        },
+        format="json",
+    )
+    assert created.status_code == 201
+    url = f"/api/keys/{created.json()['id']}/"
+
+    widened = alice_api.patch(url, {"ip_allowlist": []}, format="json")
+    assert widened.status_code == 400 and "ip_allowlist" in widened.json()
+    outside = alice_api.patch(url, {"ip_allowlist": ["198.51.100.0/24"]}, format="json")
+    assert outside.status_code == 400 and "ip_allowlist" in outside.json()
+    cleared = alice_api.patch(url, {"expires_at": None}, format="json")
+    assert cleared.status_code == 400 and "expires_at" in cleared.json()
+    later = alice_api.patch(url, {"expires_at": (expiry + datetime.timedelta(days=1)).isoformat()}, format="json")
+    assert later.status_code == 400 and "expires_at" in later.json()
+    swapped = alice_api.patch(url, {"allowed_models": ["m-second"]}, format="json")
+    assert swapped.status_code == 400 and "allowed_models" in swapped.json()
+    every = alice_api.patch(url, {"allowed_models": []}, format="json")
+    assert every.status_code == 400 and "allowed_models" in every.json()
+    key = Key.objects.get(pk=created.json()["id"])
+    assert (key.ip_allowlist, key.expires_at, [m.name for m in key.allowed_models.all()]) == (
+        ["192.0.2.0/24"],
+        expiry,
+        [model.name],
+    )
+
+    # Tightening is fine, and so are other edits.
+    sooner = expiry - datetime.timedelta(days=1)
+    narrowed = alice_api.patch(
+        url, {"ip_allowlist": ["192.0.2.0/28"], "expires_at": sooner.isoformat(), "name": "n2"}, format="json"
+    )
+    assert narrowed.status_code == 200
+
+    # The admin lifts them; then they are the developer's own.
+    lifted = admin_api.patch(url, {"ip_allowlist": [], "expires_at": None, "allowed_models": []}, format="json")
+    assert lifted.status_code == 200 and lifted.json()["admin_ceilings"] == {}
+    assert alice_api.patch(url, {"ip_allowlist": ["198.51.100.0/24"]}, format="json").status_code == 200
+    assert alice_api.patch(url, {"ip_allowlist": []}, format="json").status_code == 200
+
+
+def test_an_expired_key_an_admin_issued_is_not_revived_by_its_owner(alice, admin_api, alice_api):
+    soon = timezone.now() + datetime.timedelta(hours=1)
+    created = admin_api.post(
+        "/api/keys/", {"name": "temp", "owner": alice.pk, "expires_at": soon.isoformat()}, format="json"
+    ).json()
+    Key.objects.filter(pk=created["id"]).update(expires_at=timezone.now() - datetime.timedelta(seconds=1))
+    revived = alice_api.patch(f"/api/keys/{created['id']}/", {"expires_at": None}, format="json")
+    assert revived.status_code == 400 and "expires_at" in revived.json()
+    assert verify_key(created["key"]) is None
+
+
+def test_a_restriction_a_team_lead_set_binds_the_member_not_the_lead(alice, lena, alice_api):
+    from tests.api.conftest import session_client
+
+    lena_api = session_client(lena)
+    key = alice_api.post("/api/keys/", {"name": "laptop", "ip_allowlist": ["10.0.0.0/8"]}, format="json").json()
+    url = f"/api/keys/{key['id']}/"
+    assert alice_api.patch(url, {"ip_allowlist": []}, format="json").status_code == 200  # her own choice
+    set_by_lead = lena_api.patch(url, {"ip_allowlist": ["192.0.2.0/24"]}, format="json")
+    assert set_by_lead.status_code == 200 and set_by_lead.json()["lead_ceilings"] == {"ip_allowlist": 1}
+    widened = alice_api.patch(url, {"ip_allowlist": []}, format="json")
+    assert widened.status_code == 400
+    assert widened.json()["ip_allowlist"] == [
+        "A team lead restricted the addresses of this key; you can narrow them but not widen them."
+    ]
+    assert lena_api.patch(url, {"ip_allowlist": []}, format="json").status_code == 200
+
+
 def test_a_rotated_key_cannot_be_changed(alice_api):
     old = alice_api.post("/api/keys/", {"name": "ci"}, format="json").json()
     new = alice_api.post(f"/api/keys/{old['id']}/rotate/", {"grace_seconds": 5}, format="json").json()
