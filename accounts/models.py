@@ -29,7 +29,7 @@ class TeamQuerySet(models.QuerySet["Team"]):
 class Team(TimeStampedModel, Limits):
     """A group of people sharing a model allow-list and limits. Its limits (set by admins only) are
     a ceiling over all its members together, on top of each member's own and each key's; a member
-    with role `team_lead` manages the team's members and their keys within them."""
+    with role `team_lead` manages the team's developers and their keys within them (`may_manage`)."""
 
     name = models.CharField(max_length=100, unique=True)
     description = models.CharField(max_length=300, blank=True)
@@ -104,6 +104,17 @@ class User(AbstractUser, Limits):
     @property
     def is_team_lead(self) -> bool:
         return self.led_team_id is not None
+
+    @property
+    def is_lead_managed(self) -> bool:
+        """A team lead may manage this member of their team: a developer, never an admin or another
+        lead, who would otherwise be handed their keys (`lead_managed()` is the same rule)."""
+        return self.role == Role.DEVELOPER and not self.is_superuser
+
+
+def lead_managed(prefix: str = "") -> models.Q:
+    """`User.is_lead_managed` as a filter; `prefix` leads to the user ("owner__")."""
+    return models.Q(**{f"{prefix}role": Role.DEVELOPER, f"{prefix}is_superuser": False})
 
 
 class ApiToken(ShownOnceSecret):

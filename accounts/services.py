@@ -27,7 +27,7 @@ from portal.choices import AuditAction
 from portal.i18n import Message
 
 from .choices import Role
-from .models import ApiToken, Team, User
+from .models import ApiToken, Team, User, lead_managed
 from .signals import user_reactivated
 
 
@@ -256,10 +256,20 @@ def revoke_token(token: ApiToken) -> None:
 
 
 def may_manage(editor: User, member: User) -> bool:
-    """Admins manage everyone; a team lead the members of the team they lead (themselves included)."""
+    """Admins manage everyone; a team lead themselves and the developers of the team they lead."""
     if editor.is_admin:
         return True
-    return editor.led_team_id is not None and member.team_id == editor.led_team_id
+    if editor.led_team_id is None or member.team_id != editor.led_team_id:
+        return False
+    return member.pk == editor.pk or member.is_lead_managed
+
+
+def managed_members(team: Team, editor: User) -> QuerySet[User]:
+    """The members of `team` that `editor` manages (`may_manage` as a filter)."""
+    members = team.members.all()
+    if editor.is_admin:
+        return members
+    return members.filter(lead_managed() | Q(pk=editor.pk))
 
 
 def validate_member_limits(

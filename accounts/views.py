@@ -395,9 +395,11 @@ class TeamDetailView(AdminOrTeamLeadRequiredMixin, View):
 
     def get(self, request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         team = managed_team(request, pk)
-        members = team.members.annotate(
-            active_keys=Count("keys", filter=Q(keys__revoked_at__isnull=True), distinct=True)
-        ).order_by("username")
+        members = (
+            services.managed_members(team, request.user)
+            .annotate(active_keys=Count("keys", filter=Q(keys__revoked_at__isnull=True), distinct=True))
+            .order_by("username")
+        )
         return render(
             request,
             "accounts/team_detail.html",
@@ -418,7 +420,7 @@ class MemberLimitsView(AdminOrTeamLeadRequiredMixin, ObjectFormView):
 
     def get_object(self) -> User:
         self.team = managed_team(self.request, self.kwargs["pk"])
-        return get_object_or_404(self.team.members.all(), pk=self.kwargs["member_pk"])
+        return get_object_or_404(services.managed_members(self.team, self.request.user), pk=self.kwargs["member_pk"])
 
     def get_form_kwargs(self) -> dict[str, Any]:
         return {"member": self.object, "editor": self.request.user}

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from django import forms
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils.html import escape
 from django.utils.translation import gettext_lazy as _
 
-from accounts.models import User
+from accounts.models import User, lead_managed
 from channels.models import Model
 from portal.forms import LIMIT_LABELS, ModelMultipleChoiceField
 from portal.ui import Fieldset, add_validation_errors
@@ -108,7 +108,8 @@ class KeyForm(forms.Form):
             owner.queryset = User.objects.filter(is_active=True).order_by("username")
             owner.error_messages["invalid_choice"] = "Choose an active user."
         elif user.led_team_id is not None:
-            owner.queryset = User.objects.filter(is_active=True, team_id=user.led_team_id).order_by("username")
+            members = User.objects.filter(lead_managed() | Q(pk=user.pk), is_active=True, team_id=user.led_team_id)
+            owner.queryset = members.order_by("username")
             owner.error_messages["invalid_choice"] = "Choose an active member of your team."
         else:
             owner.queryset = User.objects.filter(pk=user.pk)

@@ -13,6 +13,7 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from accounts.models import lead_managed
 from portal.models import Limits, ShownOnceQuerySet, ShownOnceSecret, TimeStampedModel, exactly_one_set
 
 from .choices import ApiSurface, BudgetWindow, KeyState, Pricing, UsageStatus
@@ -32,6 +33,7 @@ class OwnedQuerySet(models.QuerySet[_M]):
 
     owner_field = "user"
     team_field = "team"
+    managed_only = False  # a lead's team rows are only those of the members they manage
 
     def visible_to(self, user: User) -> Self:
         """Admins see every row; a team lead their own and their team's; anyone else only their
@@ -40,7 +42,10 @@ class OwnedQuerySet(models.QuerySet[_M]):
             return self.all()
         mine = models.Q(**{self.owner_field: user})
         if user.led_team_id is not None:
-            mine |= models.Q(**{self.team_field: user.led_team_id})
+            team = models.Q(**{self.team_field: user.led_team_id})
+            if self.managed_only:
+                team &= lead_managed(f"{self.owner_field}__")
+            mine |= team
         return self.filter(mine)
 
 
@@ -50,6 +55,7 @@ class KeyQuerySet(ShownOnceQuerySet["Key"], OwnedQuerySet["Key"]):  # type: igno
 
     owner_field = "owner"
     team_field = "owner__team"
+    managed_only = True  # an admin's or another lead's keys are theirs alone
 
     def active(self) -> Self:
         """Keys the gateway accepts now: the QuerySet form of `Key.is_active`."""

@@ -153,7 +153,8 @@ class TeamViewSet(
     def members(self, request: AuthenticatedRequest, pk: str | None = None) -> Response:
         """The team's members with their limits (admins and the team's leads)."""
         team = self._managed_team()
-        return Response(MemberSerializer(team.members.order_by("username"), many=True).data)
+        members = services.managed_members(team, request.user).order_by("username")
+        return Response(MemberSerializer(members, many=True).data)
 
     @extend_schema(request=MemberSerializer, responses={200: MemberSerializer})
     @action(
@@ -168,7 +169,7 @@ class TeamViewSet(
     def member(self, request: AuthenticatedRequest, pk: str | None = None, member_id: str | None = None) -> Response:
         """One member's limits; a lead may set them within the team's and below an admin's."""
         team = self._managed_team()
-        person = get_object_or_404(team.members.all(), pk=member_id)
+        person = get_object_or_404(services.managed_members(team, request.user), pk=member_id)
         if request.method in SAFE_METHODS:
             return Response(MemberSerializer(person).data)
         body = MemberSerializer(person, data=request.data, partial=True, context=self.get_serializer_context())

@@ -7,7 +7,7 @@ from typing import Any
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from accounts.models import Team, User
+from accounts.models import Team, User, lead_managed
 from keys.choices import BudgetWindow
 from keys.models import Key
 
@@ -21,7 +21,7 @@ def target_choices(editor: User) -> list[tuple[str, str]]:
     else:
         teams = Team.objects.none()
         users = (
-            User.objects.filter(is_active=True, team__pk=editor.led_team_id or 0)
+            User.objects.filter(lead_managed(), is_active=True, team__pk=editor.led_team_id or 0)
             .exclude(pk=editor.pk)
             .order_by("username")
         )

@@ -24,6 +24,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet, Sum
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
+from accounts.services import may_manage
 from channels.choices import UnpricedPolicy
 from channels.models import AliasTarget, Model, ModelRoute, RoutePrice
 from channels.prices import format_money, to_amount, to_nanos
@@ -159,7 +160,7 @@ def refusal(editor: User, target: Any, budget: Budget | None = None) -> str:
     if editor.is_admin:
         return ""
     owner = target.owner if isinstance(target, Key) else target if hasattr(target, "role") else None
-    if editor.led_team_id is None or owner is None or owner.team_id != editor.led_team_id:
+    if editor.led_team_id is None or owner is None or not may_manage(editor, owner):
         return _("You may not set this budget.")
     if owner.pk == editor.pk:
         return _("Only an admin can set or remove a budget on you or your keys.")

@@ -57,3 +57,31 @@ def test_moving_a_user_checks_the_new_teams_ceilings(admin_api, alice, team):
     moved = admin_api.patch(f"/api/users/{alice.pk}/", {"team": "beta"}, format="json")
     assert moved.status_code == 200 and moved.json()["team"] == beta["id"]
     assert moved.json()["admin_ceilings"] == {}  # moving is not setting limits
+
+
+def test_a_lead_does_not_manage_an_admin_or_another_lead_in_the_team(lead_api, team, admin, alice, django_user_model):
+    from accounts.choices import Role
+    from keys.services import issue_key
+
+    admin.team = team
+    admin.save()
+    other_lead = django_user_model.objects.create_user(username="leo", role=Role.TEAM_LEAD, team=team)
+    for person in (admin, other_lead):
+        key, _plaintext = issue_key(owner=person, name="own")
+        member = lead_api.patch(f"/api/teams/{team.pk}/members/{person.pk}/", {"requests_per_minute": 1}, format="json")
+        assert member.status_code in (403, 404)
+        made = lead_api.post("/api/keys/", {"name": "for-lead", "owner": person.pk}, format="json")
+        assert made.status_code == 400 and "owner" in made.json()
+        assert lead_api.get(f"/api/keys/{key.pk}/").status_code == 404
+        assert lead_api.post(f"/api/keys/{key.pk}/rotate/", {}, format="json").status_code == 404
+        assert lead_api.patch(f"/api/keys/{key.pk}/", {"tokens_per_day": 1}, format="json").status_code == 404
+    admin.refresh_from_db()
+    assert admin.requests_per_minute is None
+    assert {k["owner_username"] for k in lead_api.get("/api/keys/").json()["results"]} <= {"alice", "lena"}
+    # Their own members stay theirs to manage.
+    assert (
+        lead_api.patch(
+            f"/api/teams/{team.pk}/members/{alice.pk}/", {"requests_per_minute": 1}, format="json"
+        ).status_code
+        == 200
+    )

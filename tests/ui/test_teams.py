@@ -196,3 +196,17 @@ def test_a_key_made_for_someone_else_says_whose_it_is(client, lena, alice, team)
     page = client.get(created["Location"]).content.decode()
     assert "Key for alice" in page and "Your new key" not in page
     assert "← Keys of alice" in page and "← My keys" not in page
+
+
+def test_a_lead_does_not_see_or_manage_an_admin_in_the_team(client, lena, team, admin):
+    admin.team = team
+    admin.save()
+    key, _plaintext = issue_key(owner=admin, name="own")
+    client.force_login(lena)
+    page = client.get(reverse("team_detail", args=[team.pk])).content.decode()
+    assert 'data-member="alice"' in page and 'data-member="admin"' not in page
+    assert client.get(reverse("team_member", args=[team.pk, admin.pk])).status_code == 404
+    for name in ("key_detail", "key_edit", "key_rotate"):
+        assert client.get(reverse(name, args=[key.pk])).status_code == 404
+    assert client.post(reverse("key_rotate", args=[key.pk]), {"grace": "0"}).status_code == 404
+    assert Key.objects.get(pk=key.pk).revoked_at is None
