@@ -272,16 +272,16 @@ def validate_key_settings(
     local_only: bool | None = None,
 ) -> dict[str, Any]:
     """Check a key's settings against its owner; return cleaned values or raise ValidationError
-        with field errors. Used by both the key form and the key serializer, so the rules are one.
+    with field errors. Used by both the key form and the key serializer, so the rules are one.
 
-        Limits keep their owner by role: what an admin (`editor`) sets on a key becomes its ceiling
-        (`cleaned["admin_ceilings"]`) that only an admin lifts; what the lead of the owner's team sets
-        on a member's key becomes a lead's ceiling (`cleaned["lead_ceilings"]`) that the member may
-        lower, never raise or clear (the lead or an admin may). A limit counts as set by this edit
-        when it differs from the key's (a form posts every limit). The owner's own limits and their
-        team's cap every key of theirs. "Local channels only" works the same way (`LOCAL_ONLY_LOCK`), and
-    so do the restrictions in `RESTRICTIONS`, which the member may only tighten. `expires_at`: `...`
-    leaves it as it is, None clears it."""
+    Limits keep their owner by role: what an admin (`editor`) sets on a key becomes its ceiling
+    (`cleaned["admin_ceilings"]`) that only an admin lifts; what the lead of the owner's team sets
+    on a member's key becomes a lead's ceiling (`cleaned["lead_ceilings"]`) that the member may
+    lower, never raise or clear (the lead or an admin may). A limit counts as set by this edit
+    when it differs from the key's (a form posts every limit). The owner's own limits and their
+    team's cap every key of theirs. "Local channels only" works the same way (`LOCAL_ONLY_LOCK`),
+    and so do the restrictions in `RESTRICTIONS`, which the member may only tighten.
+    `expires_at`: `...` leaves it as it is, None clears it."""
     errors: dict[str, list[str]] = {}
     cleaned: dict[str, Any] = {}
     role = editor_role(editor, owner)
