@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.core.exceptions import ValidationError
 from django.db.models import Prefetch
-from drf_spectacular.utils import extend_schema
+from django.utils.translation import gettext as _
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -25,6 +26,30 @@ class ChannelViewSet(viewsets.ModelViewSet):
     filterset_class = ChannelFilterSet
     search_fields = ["name", "base_url", "notes"]
     ordering_fields = ["name", "kind", "priority", "weight", "status", "enabled", "last_checked", "created"]
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "remove_priced_routes",
+                bool,
+                description="Confirms that the channel's routes with prices go, and their price history with them.",
+            )
+        ]
+    )
+    def destroy(self, request: Request, *args, **kwargs) -> Response:
+        """The channel's routes go with it; a route with prices takes its price history along, so
+        that is refused (409 naming the routes) unless `remove_priced_routes=true` confirms it, as
+        the models API refuses to drop such a route and the web UI's confirmation says it."""
+        channel = self.get_object()
+        confirmed = request.query_params.get("remove_priced_routes", "").lower() in ("true", "1")
+        priced = sorted({str(r) for r in channel.routes.filter(prices__isnull=False).select_related("model")})
+        if priced and not confirmed:
+            message = _(
+                "The routes %(routes)s have prices: deleting the channel deletes their prices and price "
+                "history. Send remove_priced_routes=true to confirm."
+            )
+            return Response({"detail": message % {"routes": ", ".join(priced)}}, status=status.HTTP_409_CONFLICT)
+        return super().destroy(request, *args, **kwargs)
 
 
 class DeleteModelMixin:

@@ -84,6 +84,23 @@ def test_routes_are_replaced_as_a_set_and_keep_discovered_values(admin_api, mode
     assert ModelRoute.objects.filter(model=model).count() == 1
 
 
+def test_a_channel_whose_routes_have_prices_is_deleted_only_when_asked(admin_api, model, channel):
+    """Regression (probe): DELETE took the channel's priced routes and their whole price history
+    along without a word, which the models API refuses and the web UI's confirmation spells out."""
+    set_route_price(ModelRoute.objects.get(model=model), input=1, output=2)
+    url = f"/api/channels/{channel.pk}/"
+    for query in ("", "?remove_priced_routes=false"):
+        response = admin_api.delete(url + query)
+        assert response.status_code == 409, response.content
+        assert "remove_priced_routes=true" in response.json()["detail"] and model.name in response.json()["detail"]
+        assert Channel.objects.filter(pk=channel.pk).exists() and RoutePrice.objects.count() == 1
+    assert admin_api.delete(url + "?remove_priced_routes=true").status_code == 204
+    assert not Channel.objects.filter(pk=channel.pk).exists() and not RoutePrice.objects.exists()
+    unpriced = Channel.objects.create(name="cloud", base_url="https://cloud.test/v1")
+    ModelRoute.objects.create(model=model, channel=unpriced, upstream_model="m")
+    assert admin_api.delete(f"/api/channels/{unpriced.pk}/").status_code == 204  # nothing priced: no question
+
+
 def test_routes_that_stay_keep_their_prices_and_a_priced_one_goes_only_when_asked(admin_api, model, channel):
     route = ModelRoute.objects.get(model=model)
     set_route_price(route, input=1, output=2, effective_from=timezone.now() - datetime.timedelta(days=30))
