@@ -100,7 +100,8 @@ MATRIX = [
     ("get", "/api/channels/{channel}/", None, (401, 403, 403, 403, 200)),
     ("patch", "/api/channels/{channel}/", {"priority": 5}, (401, 403, 403, 403, 200)),
     ("put", "/api/channels/{channel}/", CHANNEL_PUT, (401, 403, 403, 403, 200)),
-    ("delete", "/api/channels/{channel}/", None, (401, 403, 403, 403, 204)),
+    # (the channel's route is priced: its delete asks for the confirmation)
+    ("delete", "/api/channels/{channel}/?remove_priced_routes=true", None, (401, 403, 403, 403, 204)),
     # models: developers read the ones they may use, admins write
     ("get", "/api/models/", None, (401, 200, 200, 200, 200)),
     ("post", "/api/models/", {"name": "llama-3"}, (401, 403, 403, 403, 201)),
