@@ -10,7 +10,7 @@ from django.forms import BaseInlineFormSet, inlineformset_factory
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
-from portal.forms import FIELD_LABELS
+from portal.forms import FIELD_LABELS, SecretsAskedAgain
 from portal.ui import Fieldset
 
 from .choices import BalancePolicy, ChannelKind, Locality, ModelKind, UnpricedPolicy
@@ -20,7 +20,7 @@ from .services import MAX_ALIAS_TARGETS, clean_base_url, reset_status_after_edit
 FROM_ADDRESS = ("", _("From the base URL (our own network: local; else external)"))
 
 
-class ChannelForm(forms.ModelForm):
+class ChannelForm(SecretsAskedAgain, forms.ModelForm):
     base_url = forms.CharField(
         label=_("Base URL"),
         max_length=2000,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from portal.forms import SecretTextarea
+from portal.forms import SecretsAskedAgain, SecretTextarea
 from portal.ui import Fieldset
 
 from .models import Host
@@ -23,7 +23,7 @@ else:  # Django's generic forms and views take no [] at runtime
     _HostModelForm = forms.ModelForm
 
 
-class HostForm(_HostModelForm):
+class HostForm(SecretsAskedAgain, _HostModelForm):
     private_key = forms.CharField(
         label=_("SSH private key"),
         required=False,

@@ -11,7 +11,7 @@ from django.utils.translation import gettext_lazy as _
 
 from accounts.models import Team
 from keys.models import Key
-from portal.forms import SecretTextarea
+from portal.forms import SecretsAskedAgain, SecretTextarea
 
 from .models import McpGrant, McpServer, McpTool
 from .services import EDITABLE_FIELDS, SECRET_FIELDS, save_server
@@ -27,7 +27,7 @@ def _secret(label: Any) -> forms.CharField:
     )
 
 
-class McpServerForm(forms.ModelForm):
+class McpServerForm(SecretsAskedAgain, forms.ModelForm):
     bearer_token = _secret(_("Bearer token"))
     headers = forms.CharField(
         label=_("Extra headers"),

@@ -131,6 +131,26 @@ class SecretTextarea(forms.Textarea):
         return None
 
 
+class SecretsAskedAgain:
+    """A form mixin (before the form class): the write-only secrets (`SecretTextarea`,
+    `PasswordInput(render_value=False)`) of a form that comes back with an error come back empty,
+    and each one that was filled in says so, so that nobody saves the object again without the key
+    they pasted, believing it kept."""
+
+    def full_clean(self) -> None:
+        super().full_clean()  # type: ignore[misc]
+        form: forms.BaseForm = self  # type: ignore[assignment]
+        if not form.is_bound or not form.errors:
+            return
+        for name, field in form.fields.items():
+            widget = field.widget
+            secret = isinstance(widget, SecretTextarea) or (
+                isinstance(widget, forms.PasswordInput) and not widget.render_value
+            )
+            if secret and name not in form.errors and str(form.data.get(form.add_prefix(name)) or "").strip():
+                form.add_error(name, _("Enter it again: a secret is never sent back to the browser."))
+
+
 class DatalistInput(forms.TextInput):
     """A text input with a `<datalist>` of suggestions: searchable as one types, in any browser and
     without JS, instead of a select of hundreds of options. `options` is a callable (evaluated at

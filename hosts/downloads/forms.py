@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from portal.forms import SecretsAskedAgain
+
 from .models import ModelDownload
 
 if TYPE_CHECKING:
@@ -15,7 +17,7 @@ else:  # Django's generic forms and views take no [] at runtime
     _DownloadModelForm = forms.ModelForm
 
 
-class DownloadForm(_DownloadModelForm):
+class DownloadForm(SecretsAskedAgain, _DownloadModelForm):
     token = forms.CharField(
         label=_("Access token"),
         required=False,

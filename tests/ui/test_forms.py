@@ -176,6 +176,24 @@ def test_host_form_rejects_bad_values(admin_client, field, value):
     assert not Host.objects.exists()
 
 
+def test_a_secret_that_comes_back_empty_with_another_fields_error_asks_to_be_entered_again(admin_client):
+    """Regression (probe): a pasted private key came back empty beside the port's error, its help
+    still saying "not set"; fixing the port alone saved the host without its key."""
+    import asyncssh
+
+    pem = asyncssh.generate_private_key("ssh-ed25519").export_private_key().decode()
+    response = host_post(admin_client, private_key=pem, ssh_port="70000")
+    assert response.status_code == 400 and field_errors(response, "ssh_port")
+    assert "a secret is never sent back" in " ".join(field_errors(response, "private_key"))
+    assert pem.splitlines()[1] not in response.content.decode()  # (still not sent back)
+    response = host_post(admin_client, ssh_port="70000")  # nothing pasted: nothing to ask again
+    assert not field_errors(response, "private_key")
+    channel = {"name": "cloud", "kind": "openai", "base_url": "not a url", "api_key": "sk-pasted"}
+    response = admin_client.post(reverse("channel_create"), channel)
+    assert response.status_code == 400 and "a secret is never sent back" in " ".join(field_errors(response, "api_key"))
+    assert "sk-pasted" not in response.content.decode()
+
+
 def test_host_form_rejects_duplicate_names(admin_client, host):
     response = host_post(admin_client, name=host.name)
     assert response.status_code == 400 and field_errors(response, "name")
