@@ -70,27 +70,30 @@ def check_rotatable(key: Key) -> None:
     """Raise ValidationError when `key` cannot be rotated: it is revoked, or it was rotated already
     (its replacement is the key to rotate: a second replacement of it would take over its grace
     expiry and stop with it)."""
-    if key.revoked_at is not None:
-        raise ValidationError(_("A revoked key cannot be rotated."))
-    replacement = key.rotated_to.order_by("-created").first()
-    if replacement is not None:
-        raise ValidationError(
-            _("This key was already rotated; rotate its replacement %(masked)s instead.")
-            % {"masked": replacement.masked}
-        )
+    _refuse_ended(
+        key,
+        _("A revoked key cannot be rotated."),
+        _("This key was already rotated; rotate its replacement %(masked)s instead."),
+    )
 
 
 def check_editable(key: Key) -> None:
     """Raise ValidationError when `key`'s settings cannot change: it is revoked, or it was rotated
     (a new expiry would keep it working past its grace period)."""
+    _refuse_ended(
+        key,
+        _("A revoked key cannot be changed."),
+        _("This key was rotated; it stops at the end of its grace period. Change its replacement %(masked)s."),
+    )
+
+
+def _refuse_ended(key: Key, revoked: str, rotated: str) -> None:
+    """`revoked` for a revoked key, `rotated` (naming the replacement as `%(masked)s`) for a rotated one."""
     if key.revoked_at is not None:
-        raise ValidationError(_("A revoked key cannot be changed."))
+        raise ValidationError(revoked)
     replacement = key.rotated_to.order_by("-created").first()
     if replacement is not None:
-        raise ValidationError(
-            _("This key was rotated; it stops at the end of its grace period. Change its replacement %(masked)s.")
-            % {"masked": replacement.masked}
-        )
+        raise ValidationError(rotated % {"masked": replacement.masked})
 
 
 @transaction.atomic
@@ -246,6 +249,18 @@ def _restriction_error(name: str, who: str) -> str:
     return _("A team lead restricted the models of this key; you can remove models but not add any or allow all.")
 
 
+def _lock(name: str, on: bool, role: str, admin_ceilings: dict[str, int], lead_ceilings: dict[str, int]) -> None:
+    """Record (`on`) or lift a restriction `role` set on a key ("local only", `RESTRICTIONS`): what
+    an admin lifts, a lead's lock on it goes too."""
+    locks = admin_ceilings if role == ADMIN else lead_ceilings
+    if on:
+        locks[name] = 1
+    else:
+        locks.pop(name, None)
+        if role == ADMIN:
+            lead_ceilings.pop(name, None)
+
+
 def _ceiling_error(who: str, value: int, cleared: bool) -> str:
     if who == ADMIN:
         if cleared:
@@ -336,13 +351,7 @@ def validate_key_settings(
         cleaned["admin_ceilings"], cleaned["lead_ceilings"] = admin_ceilings, lead_ceilings
     if local_only is not None:
         if role:
-            locks = admin_ceilings if role == ADMIN else lead_ceilings
-            if local_only:
-                locks[LOCAL_ONLY_LOCK] = 1
-            else:
-                locks.pop(LOCAL_ONLY_LOCK, None)
-                if role == ADMIN:
-                    lead_ceilings.pop(LOCAL_ONLY_LOCK, None)
+            _lock(LOCAL_ONLY_LOCK, local_only, role, admin_ceilings, lead_ceilings)
             cleaned["admin_ceilings"], cleaned["lead_ceilings"] = admin_ceilings, lead_ceilings
         lock = binding.get(LOCAL_ONLY_LOCK)
         if not local_only and lock is not None:
@@ -378,13 +387,7 @@ def validate_key_settings(
         if lock is not None and not _tighter(name, old, new):
             errors.setdefault(name, []).append(_restriction_error(name, lock[1]))
         if role:
-            locks = admin_ceilings if role == ADMIN else lead_ceilings
-            if new:
-                locks[name] = 1
-            else:
-                locks.pop(name, None)
-                if role == ADMIN:
-                    lead_ceilings.pop(name, None)
+            _lock(name, bool(new), role, admin_ceilings, lead_ceilings)
             cleaned["admin_ceilings"], cleaned["lead_ceilings"] = admin_ceilings, lead_ceilings
     if errors:
         raise ValidationError(errors)
