@@ -232,6 +232,12 @@ def add_served_model(*, channel, name: str, upstream_model: str, context_window:
 ROUTE_FIELDS = ("upstream_model", "context_window", "max_output_tokens", "enabled")
 
 
+def priced_route_names(routes) -> list[str]:
+    """The names of those of `routes` (a ModelRoute queryset) that have prices: a delete that takes
+    them along takes their price history too, so the UI's confirmation and the API's 409 name them."""
+    return sorted({str(r) for r in routes.filter(prices__isnull=False).select_related("model", "channel")})
+
+
 def replace_routes(model, routes: list[dict], *, remove_priced: bool = False) -> None:
     """Make `routes` (each a dict with its `channel` and any of ROUTE_FIELDS) the whole set of
     `model`'s routes, keyed by channel: a channel that stays keeps its row, and so its prices, their

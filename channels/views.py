@@ -41,6 +41,7 @@ from .services import (
     cold_windows,
     load_price_catalogue,
     model_states,
+    priced_route_names,
     replace_routes,
     save_alias,
     set_route_price,
@@ -118,7 +119,7 @@ class ChannelDetailView(AdminRequiredMixin, DetailView):
 def priced_routes_note(routes) -> dict[str, str]:
     """The confirmation's line of facts when some of the routes a delete takes along have prices:
     their price history goes with them."""
-    priced = sorted({str(r) for r in routes.filter(prices__isnull=False).select_related("model", "channel")})
+    priced = priced_route_names(routes)
     if not priced:
         return {}
     return {

@@ -13,7 +13,7 @@ from rest_framework.response import Response
 
 from channels.filters import ChannelFilterSet, ModelFilterSet
 from channels.models import AliasTarget, Channel, Model, ModelRoute, RoutePrice
-from channels.services import delete_model, load_price_catalogue
+from channels.services import delete_model, load_price_catalogue, priced_route_names
 from portal.permissions import IsAdmin, IsAdminOrReadOnly
 
 from .serializers import AliasSerializer, ChannelSerializer, PublicModelSerializer, RoutePriceSerializer
@@ -42,7 +42,7 @@ class ChannelViewSet(viewsets.ModelViewSet):
         the models API refuses to drop such a route and the web UI's confirmation says it."""
         channel = self.get_object()
         confirmed = request.query_params.get("remove_priced_routes", "").lower() in ("true", "1")
-        priced = sorted({str(r) for r in channel.routes.filter(prices__isnull=False).select_related("model")})
+        priced = priced_route_names(channel.routes.all())
         if priced and not confirmed:
             message = _(
                 "The routes %(routes)s have prices: deleting the channel deletes their prices and price "
