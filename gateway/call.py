@@ -59,7 +59,7 @@ from .ondemand import ended as ondemand_ended
 from .payloads import RAW_STREAM_FACTOR, max_bytes
 from .state import process
 from .translate.common import IMAGE_TOKENS, MESSAGE_OVERHEAD_TOKENS, request_text
-from .usage import Usage, UsageEvent
+from .usage import Usage, UsageEvent, so_far
 
 logger = logging.getLogger(__name__)
 
@@ -165,6 +165,10 @@ class Assembly(Protocol):
     @property
     def tokens(self) -> int:
         """Output events seen."""
+
+    @property
+    def usage(self) -> Usage | None:
+        """What the upstream reported so far, None when it reported nothing."""
 
     @property
     def room(self) -> int | None:
@@ -426,6 +430,7 @@ async def send_upstream(
     prompt_tokens: int = 0,
     limit: int | None = None,
     choices: int = 1,
+    assembling: list[tuple[RouteInfo, Assembly]] | None = None,
 ) -> UpstreamResponse:
     """POST each route its `plan.outgoing(route)` in order until one answers.
 
@@ -436,7 +441,8 @@ async def send_upstream(
     `first_token_timeout(prompt)` and each next one within GATEWAY_IDLE_TIMEOUT; a non-streaming
     answer is assembled from the stream inside the attempt (cut at `limit` output tokens per
     choice; a stream that ends before its last event is an error), so any failure before the
-    client got a byte fails over. Other answers get
+    client got a byte fails over; each assembly is appended to `assembling` with its route as it
+    starts (what a client that leaves meanwhile is charged, `Call.forward`). Other answers get
     the call's total deadline for their body, at most GATEWAY_MAX_RESPONSE_BYTES of it, and must be
     JSON when they say so. Redirects are never followed: a 3xx is an upstream error like a 5xx."""
     headers_timeout = float(hot.GATEWAY_HEADERS_TIMEOUT)
@@ -517,6 +523,8 @@ async def send_upstream(
                 phase, phase_seconds = Failure.IDLE_TIMEOUT, idle_timeout
                 assert assemble is not None
                 assembly = assemble(limit)
+                if assembling is not None:
+                    assembling.append((route, assembly))
                 answer = await _assemble(
                     resp, first, assembly, idle=idle_timeout, cap=cap, deadline=deadline, sent=sent
                 )
@@ -790,6 +798,11 @@ async def _assemble(
                     await _unread_for(content, gap)  # (part of the wait: `until` counts from before it)
                 until = now + idle
                 chunk = await waits_for.read(content, until if deadline is None or until < deadline else deadline)
+    except asyncio.CancelledError:
+        # The client left (`Call.forward`): what was read counts, as a relayed stream's events do.
+        with contextlib.suppress(Exception):
+            assembly.take(b"".join([buffer, *pending]))
+        raise
     finally:
         waits_for.close()
     if pending:
@@ -1074,9 +1087,11 @@ class Call:
     async def forward(self, plan: Plan) -> UpstreamResponse:
         """Send the call along `plan`; a failure of every route fails the call and is raised.
         A client that leaves meanwhile cancels the upstream call (its generation stops) and the
-        record says `client disconnected` (499)."""
+        record says `client disconnected` (499), charged what the upstream generated of an answer
+        being assembled (as `relay` charges a stream's)."""
         current = asyncio.current_task()
         gone = False
+        assembling: list[tuple[RouteInfo, Assembly]] = []
 
         async def watch() -> None:
             nonlocal gone
@@ -1099,6 +1114,7 @@ class Call:
                 prompt_tokens=self.prompt_estimate,
                 limit=self.max_tokens,
                 choices=self.choices,
+                assembling=assembling,
             )
         except asyncio.CancelledError:
             if not gone:
@@ -1106,7 +1122,12 @@ class Call:
             if current is not None:
                 current.uncancel()
             err = GatewayError(499, "client disconnected", code="client_disconnected")
-            self.fail(err)
+            used = None
+            if assembling:  # the upstream was answering: priced at its route, as a stream is
+                self.route, assembly = assembling[-1]
+                self.channel_id = self.route.channel_id
+                used = so_far(assembly.usage, self.prompt_estimate, assembly.tokens)
+            self.finish(used, status=UsageStatus.CLIENT_DISCONNECTED, http_status=499, error=err.message)
             raise err from None
         except GatewayError as exc:
             if exc.attempts:

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import orjson
 
 from .errors import Failure, UpstreamStreamError
+from .usage import Usage, usage_from
 
 DONE = b"[DONE]"
 # llama.cpp writes `data: null` between the prompts of a legacy Completions request with several
@@ -475,6 +476,10 @@ class ChatAssembly:
     @property
     def tokens(self) -> int:
         return self.reader.tokens
+
+    @property
+    def usage(self) -> Usage | None:
+        return usage_from(self.reader.usage)
 
     @property
     def room(self) -> int | None:

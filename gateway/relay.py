@@ -35,7 +35,7 @@ from .call import Call, StreamWaits, TooLarge, UpstreamResponse, drain, recount
 from .chunks import ChunkReader, delta_has_output, event_data, split_events
 from .errors import SHUTDOWN, Failure, GatewayError, UpstreamStreamError
 from .http import SSE_HEADERS, sse_error_event
-from .usage import Usage, usage_from
+from .usage import Usage, so_far, usage_from
 
 logger = logging.getLogger(__name__)
 
@@ -381,15 +381,14 @@ async def _finish(
     failed: GatewayError | None,
     disconnected: bool,
 ) -> None:
-    usage = dialect.usage
-    if usage is None:
-        usage = Usage(call.prompt_estimate, dialect.tokens, estimated=True)
-        if status == UsageStatus.OK and not disconnected:
-            try:  # the upstream reported none: its own tokenizer counts the prompt (bounded)
-                usage = await recount(up, usage)
-            except BaseException:
-                call.finish(usage, status=status, http_status=http_status, error=error)
-                raise
+    reported = dialect.usage
+    usage = so_far(reported, call.prompt_estimate, dialect.tokens)
+    if reported is None and status == UsageStatus.OK and not disconnected:
+        try:  # the upstream reported none: its own tokenizer counts the prompt (bounded)
+            usage = await recount(up, usage)
+        except BaseException:
+            call.finish(usage, status=status, http_status=http_status, error=error)
+            raise
     call.finish(usage, status=status, http_status=http_status, error=error)  # before any await
     if disconnected:
         return

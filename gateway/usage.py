@@ -105,6 +105,13 @@ class Usage:
             usage[details]["cached_tokens"] = self.cached_tokens
 
 
+def so_far(reported: Usage | None, prompt: int, tokens: int) -> Usage:
+    """What an answer is charged from what its stream showed (one cut short: the client left, the
+    upstream failed): the upstream's usage so far, else the `prompt` estimate and the output
+    events read (`tokens`), estimated."""
+    return reported if reported is not None else Usage(prompt, tokens, estimated=True)
+
+
 def usage_from(data: Any) -> Usage | None:
     """An OpenAI `usage` object (Chat or Responses) as Usage, or None when absent or malformed.
     Pass a Chat answer's usage through `translate.common.answer_usage` first (llama.cpp reports

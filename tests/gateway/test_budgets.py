@@ -21,9 +21,11 @@ from channels.models import Model
 from channels.prices import NANOS
 from channels.services import set_route_price
 from clientconfigs.services import usable_models
+from gateway import call as gateway_call
+from gateway import relay as gateway_relay
 from keys.models import Budget, UsageDaily, UsageRecord
 from keys.services import issue_key, rotate_key
-from tests.gateway.conftest import add_channel, wait_for
+from tests.gateway.conftest import add_channel, leave_once, wait_for
 from tests.gateway.test_limits import SHORT, burst, post
 from tests.gateway.test_metrics import TOKEN, delta, scrape
 from tests.gateway.test_team_limits import burst_keys
@@ -251,6 +253,38 @@ def test_the_most_restrictive_budget_wins(setup, gateway_url, alice):
     refused = post(gateway_url, setup.plaintext)
     assert refused.status_code == 429
     assert "weekly budget of your account" in refused.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_leaves_mid_answer_pays_for_what_was_generated(
+    setup, gateway_url, upstream, redis_namespace, monkeypatch, stream
+):
+    """The gateway asks the upstream for a stream even for a client that did not (the answer is
+    assembled from it). A client that left while its answer was being assembled was recorded as a
+    client error of 0 tokens, though the upstream had generated (and on a paid channel billed)
+    part of it: the key spent without its budget knowing. It pays for the prompt and the output
+    the gateway read, as a streaming client that leaves does."""
+    set_route_price(setup.route, input=INPUT, output=OUTPUT, effective_from=timezone.now() - dt.timedelta(hours=1))
+    budget = Budget.objects.create(key=setup.key, window="day", amount=DAILY)
+    read: list[bytes] = []  # what the gateway read of the upstream's stream
+    drain = gateway_call.drain
+
+    def spied(content) -> bytes:
+        data = drain(content)
+        read.append(data)
+        return data
+
+    monkeypatch.setattr(gateway_call, "drain", spied)
+    monkeypatch.setattr(gateway_relay, "drain", spied)
+    upstream.behave(mode="stall", stall_after=4, tokens=20)  # its role and 3 tokens, then generating on
+    body = {**SHORT, "max_tokens": 20, "stream": stream}
+    leave_once(gateway_url, setup.plaintext, body, lambda: b"tok2" in b"".join(read))
+    record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
+    assert (record.status, record.http_status, record.stream) == ("client_disconnected", 499, stream)
+    assert record.completion_tokens == 3 and record.prompt_tokens >= 1 and record.estimated
+    assert record.channel_id == setup.channel.id
+    assert record.cost_nanos == cost_of(record.prompt_tokens, 3)
+    wait_for(lambda: redis_spend(redis_namespace, budget) == record.cost_nanos)
 
 
 # --- two gateway processes sharing Redis and PostgreSQL --------------------------------------
