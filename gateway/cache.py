@@ -332,7 +332,6 @@ def normalize_model_name(name: str) -> str:
 class Catalog:
     models: dict[str, ModelInfo]
     by_id: dict[int, ModelInfo]
-    by_norm: dict[str, list[str]]
     loaded_at: float
 
 
@@ -487,10 +486,7 @@ def _load_catalog() -> Catalog:
             alias.context_window, alias.max_output_tokens = alias_limits(
                 route_limits(t.limit_pairs(alias.local_only)) for t in alias.targets if t.enabled
             )
-    by_norm: dict[str, list[str]] = {}
-    for name in models:
-        by_norm.setdefault(normalize_model_name(name), []).append(name)
-    return Catalog(models=models, by_id=by_id, by_norm=by_norm, loaded_at=time.monotonic())
+    return Catalog(models=models, by_id=by_id, loaded_at=time.monotonic())
 
 
 def _load_prices() -> dict[int, tuple[Rates, ...]]:

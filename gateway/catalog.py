@@ -17,6 +17,7 @@ connection, in this process) go to the end of the whole order, each with a line 
 
 from __future__ import annotations
 
+import difflib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -91,17 +92,23 @@ def resolve_model(key: KeyInfo, catalog: Catalog, name: object) -> ModelInfo:
             code="model_not_allowed",
             param="model",
         )
-    hint = ""
-    for candidate in catalog.by_norm.get(normalize_model_name(name), ()):
-        if candidate in allowed:
-            hint = f" Did you mean '{candidate}'?"
-            break
+    meant = did_you_mean(name, allowed)
+    hint = f" Did you mean '{meant}'?" if meant else ""
     raise GatewayError(
         404,
         f"The model '{name}' does not exist or is not available.{hint} Models this key may use: {listing}.",
         code="model_not_found",
         param="model",
     )
+
+
+def did_you_mean(name: str, allowed: list[str]) -> str | None:
+    """The model of `allowed` (what the key may use: never another, which would tell of it) that
+    `name` most likely meant, by difflib's closest spelling once case and separators are left out
+    (`Qwen3_32B` is `qwen3-32b`, `qwen-32b` close to it), or None."""
+    by_norm = {normalize_model_name(m): m for m in allowed}
+    close = difflib.get_close_matches(normalize_model_name(name), by_norm, n=1)
+    return by_norm[close[0]] if close else None
 
 
 @dataclass(slots=True)

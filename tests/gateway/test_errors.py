@@ -116,6 +116,30 @@ def test_unknown_model_is_404_with_did_you_mean(setup, gateway_url):
     assert "qwen3-32b" in err["message"] and "Did you mean" not in err["message"]
 
 
+def test_a_misspelt_model_is_404_suggesting_the_closest_model_the_key_may_use(setup, gateway_url, upstream, alice):
+    """The suggestion was made only for a name that differed in case or separators; a typo got none.
+    Now the closest name is suggested, on every surface that answers model_not_found, and only
+    among the models the key may use: one it may not use is never named."""
+    hidden = Model.objects.create(name="qwen3-32b-instruct")
+    add_channel(upstream, "second", model=hidden)
+    _key, scoped = issue_key(owner=alice, name="scoped", allowed_models=[setup.model])
+    for key in (setup.plaintext, scoped):
+        auth = {"Authorization": f"Bearer {key}"}
+        for answer in (
+            post(gateway_url, key, body={**CHAT, "model": "qwen-32b"}),
+            post(gateway_url, key, body={"model": "qwen-32b", "input": "hi"}, path="/v1/responses"),
+            httpx.get(gateway_url + "/v1/models/qwen-32b", headers=auth, timeout=10),
+        ):
+            err = assert_openai_error(answer, 404, "model_not_found")
+            assert "Did you mean 'qwen3-32b'?" in err["message"]
+    # The key that may use the other model is pointed at it; the scoped key is not told it exists.
+    almost = {**CHAT, "model": "qwen3-32b-instrct"}
+    err = assert_openai_error(post(gateway_url, setup.plaintext, body=almost), 404, "model_not_found")
+    assert "Did you mean 'qwen3-32b-instruct'?" in err["message"]
+    err = assert_openai_error(post(gateway_url, scoped, body=almost), 404, "model_not_found")
+    assert "Did you mean 'qwen3-32b'?" in err["message"] and "qwen3-32b-instruct" not in err["message"]
+
+
 def test_disabled_model_is_404(setup, gateway_url):
     setup.model.enabled = False
     setup.model.save()

@@ -6,7 +6,8 @@ import anthropic
 import httpx
 import pytest
 
-from channels.models import Channel
+from channels.models import Channel, Model
+from keys.services import issue_key
 from tests.gateway_surfaces.conftest import (
     UPSTREAM_KEY,
     add_channel,
@@ -228,6 +229,33 @@ def test_errors_have_the_anthropic_shape(setup, gateway_url, client):
             ],
         )
     assert caught.value.body["error"]["type"] == "invalid_request_error"
+
+
+def test_a_misspelt_model_suggests_the_closest_model_the_key_may_use(setup, gateway_url, upstream, alice):
+    """Claude Code's model typo gets Anthropic's not_found_error with the "did you mean" the
+    OpenAI surfaces give, among the models the key may use only."""
+    hidden = Model.objects.create(name="qwen3-32b-instruct")
+    add_channel(upstream, "second", model=hidden)
+    _key, scoped = issue_key(owner=alice, name="scoped", allowed_models=[setup.model])
+    said = {}
+    for name, key in (("all", setup.plaintext), ("scoped", scoped)):
+        client = anthropic.Anthropic(base_url=gateway_url, api_key=key, max_retries=0)
+        for model in ("qwen-32b", "qwen3-32b-instrct"):
+            with pytest.raises(anthropic.NotFoundError) as caught:
+                client.messages.create(model=model, max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+            assert caught.value.body["error"]["type"] == "not_found_error"
+            said[name, model] = caught.value.body["error"]["message"]
+        with pytest.raises(anthropic.NotFoundError) as caught:
+            client.models.retrieve("qwen-32b")
+        said[name, "retrieve"] = caught.value.body["error"]["message"]
+    assert (
+        "Did you mean 'qwen3-32b'?" in said["all", "qwen-32b"]
+        and "Did you mean 'qwen3-32b'?" in said["all", "retrieve"]
+    )
+    assert "Did you mean 'qwen3-32b-instruct'?" in said["all", "qwen3-32b-instrct"]
+    for model in ("qwen-32b", "qwen3-32b-instrct", "retrieve"):
+        assert "Did you mean 'qwen3-32b'?" in said["scoped", model]
+        assert "qwen3-32b-instruct" not in said["scoped", model]
 
 
 def test_request_limit_answers_429_in_anthropic_shape_and_records_it(setup, client):
