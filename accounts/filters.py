@@ -7,7 +7,7 @@ from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
 
 from portal.choices import AuditAction
-from portal.filters import FilterSet, UTCDateTimeFilter, search
+from portal.filters import BooleanFilter, FilterSet, UTCDateTimeFilter, search
 from portal.models import ShownOnceQuerySet
 
 from .choices import Role
@@ -17,9 +17,7 @@ from .models import ApiToken, AuditLog, Team, User, object_type_names
 class UserFilterSet(FilterSet):
     q = django_filters.CharFilter(method="filter_q", label=_("Search"))
     role = django_filters.ChoiceFilter(label=_("Role"), choices=Role.choices)
-    is_active = django_filters.BooleanFilter(
-        label=_("Active"),
-    )
+    is_active = BooleanFilter(label=_("Active"))
     team = django_filters.ModelChoiceFilter(label=_("Team"), queryset=Team.objects.all())
 
     class Meta:
@@ -43,7 +41,7 @@ class TeamFilterSet(FilterSet):
 
 class ApiTokenFilterSet(FilterSet):
     q = django_filters.CharFilter(method="filter_q", label=_("Search"))
-    active = django_filters.BooleanFilter(method="filter_active", label=_("Active"))
+    active = BooleanFilter(method="filter_active", label=_("Active"))
 
     class Meta:
         model = ApiToken
@@ -52,9 +50,7 @@ class ApiTokenFilterSet(FilterSet):
     def filter_q(self, queryset: QuerySet[ApiToken], name: str, value: str) -> QuerySet[ApiToken]:
         return search(queryset, ("name", "prefix"), value)
 
-    def filter_active(self, queryset: ShownOnceQuerySet[ApiToken], name: str, value: bool | None) -> QuerySet[ApiToken]:
-        if value is None:
-            return queryset
+    def filter_active(self, queryset: ShownOnceQuerySet[ApiToken], name: str, value: bool) -> QuerySet[ApiToken]:
         active = queryset.active()
         return active if value else queryset.exclude(pk__in=active.values("pk"))
 

@@ -7,8 +7,11 @@ from collections.abc import Mapping
 
 import django_filters
 import django_filters.fields
+from django import forms
 from django.core.exceptions import ValidationError
+from django.db import models
 from django.db.models import Q, QuerySet
+from django.utils.translation import gettext_lazy as _
 
 from . import i18n
 from .forms import FIELD_LABELS
@@ -70,9 +73,70 @@ class UTCDateTimeFilter(django_filters.IsoDateTimeFilter):
     field_class = UTCIsoDateTimeField
 
 
+TRUE_WORDS = frozenset({"true", "1", "yes"})
+FALSE_WORDS = frozenset({"false", "0", "no"})
+
+
+def read_bool(value: object) -> bool | None:
+    """A yes/no filter's value: True or False from the usual spellings (any case), None for no
+    choice ("", or "unknown", what Django's Yes/No select sends for its empty choice), else
+    ValueError."""
+    if value is None or isinstance(value, bool):
+        return value
+    word = str(value).strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    if word in ("", "unknown"):
+        return None
+    raise ValueError(value)
+
+
+class BooleanSelect(forms.NullBooleanSelect):
+    """Django's Yes/No select, which hands the field the word as sent: Django's own reads a word
+    it does not know ("yes", "1", "maybe") as no choice, so `?enabled=1` listed every row. The
+    choice is shown selected as a list, like any select's: Django's gives a string, in which the
+    "any" choice's "" (`portal.ui`) is found first, so a filtered page showed "any"."""
+
+    def value_from_datadict(self, data, files, name):
+        return data.get(name)
+
+    def format_value(self, value):
+        try:
+            chosen = read_bool(value)
+        except ValueError:
+            chosen = None
+        return [] if chosen is None else ["true" if chosen else "false"]
+
+
+class NullBooleanField(forms.NullBooleanField):
+    widget = BooleanSelect
+    default_error_messages = {"invalid": _("Enter true or false (or 1 or 0, yes or no).")}
+
+    def to_python(self, value):
+        try:
+            return read_bool(value)
+        except ValueError:
+            raise ValidationError(self.error_messages["invalid"], code="invalid") from None
+
+
+class BooleanFilter(django_filters.BooleanFilter):
+    """A yes/no filter that refuses a value it cannot read (a 400 in the API, the field's error on
+    a page) instead of ignoring it and listing every row, which a script took for the filtered list."""
+
+    field_class = NullBooleanField
+
+
 class FilterSet(django_filters.FilterSet):
     """A FilterSet whose generated filters carry the translated labels of `portal.forms.FIELD_LABELS`
-    (django-filter would label them with the model field's name, which no translation reaches)."""
+    (django-filter would label them with the model field's name, which no translation reaches), and
+    whose yes/no filters are `BooleanFilter`."""
+
+    FILTER_DEFAULTS = {
+        **django_filters.FilterSet.FILTER_DEFAULTS,
+        models.BooleanField: {"filter_class": BooleanFilter},
+    }
 
     @classmethod
     def filter_for_field(cls, field, field_name, lookup_expr=None):

@@ -6,11 +6,11 @@ import django_filters
 from django.utils.translation import gettext_lazy as _
 
 from keys.models import UsageDaily, UsageRecord
-from portal.filters import FilterSet, UTCDateTimeFilter
+from portal.filters import BooleanFilter, FilterSet, UTCDateTimeFilter
 
 
 class UsageRecordFilterSet(FilterSet):
-    stream = django_filters.BooleanFilter(label=_("Streamed"))
+    stream = BooleanFilter(label=_("Streamed"))
     since = UTCDateTimeFilter(field_name="created", lookup_expr="gte")
     until = UTCDateTimeFilter(field_name="created", lookup_expr="lt")
 

@@ -55,3 +55,31 @@ def test_user_filters(world, admin_api, alice):
     alice.is_active = False
     alice.save()
     assert ids(admin_api.get("/api/users/", {"is_active": "false"})) == [alice.pk]
+
+
+@pytest.mark.parametrize(
+    "value, inactive_listed",
+    [("false", True), ("FALSE", True), ("0", True), ("No", True), ("1", False), ("yes", False)],
+)
+def test_a_yes_no_filter_reads_the_usual_spellings(world, admin_api, alice, value, inactive_listed):
+    alice.is_active = False
+    alice.save()
+    listed = ids(admin_api.get("/api/users/", {"is_active": value}))
+    assert listed and (alice.pk in listed) == inactive_listed
+    assert all((pk == alice.pk) == inactive_listed for pk in listed)
+
+
+@pytest.mark.parametrize(
+    "path, param", [("/api/users/", "is_active"), ("/api/channels/", "enabled"), ("/api/tokens/", "active")]
+)
+@pytest.mark.parametrize("value", ["maybe", "2", "on"])
+def test_a_yes_no_filter_refuses_a_value_it_cannot_read(world, admin_api, path, param, value):
+    """Ignoring it listed every row, which a script took for the filtered list."""
+    response = admin_api.get(path, {param: value})
+    assert response.status_code == 400
+    assert response.json() == {param: ["Enter true or false (or 1 or 0, yes or no)."]}
+
+
+def test_the_token_filter_is_a_boolean_in_the_schema(openapi_schema):
+    params = openapi_schema["paths"]["/api/tokens/"]["get"]["parameters"]
+    assert next(p for p in params if p["name"] == "active")["schema"] == {"type": "boolean"}

@@ -696,3 +696,16 @@ def test_request_logs_filtered_by_a_key_that_is_no_id_find_none(admin_client, va
     response = admin_client.get(reverse("request_log_list"), {"key": value})
     assert response.status_code == 200
     assert list(response.context["payloads"]) == []
+
+
+def test_a_yes_no_filter_keeps_its_translated_select_and_says_what_it_cannot_read(admin_client, alice, mallory):
+    alice.is_active = False
+    alice.save()
+    page = admin_client.get(reverse("user_list"), {"is_active": "false"}, headers={"accept-language": "zh-hans"})
+    assert [u.username for u in page.context["object_list"]] == ["alice"]
+    select = page.context["filter"].form["is_active"]
+    assert [str(label) for _, label in select.field.widget.choices] == ["任意", "是", "否"]
+    assert 'value="false" selected' in str(select)
+    page = admin_client.get(reverse("user_list"), {"is_active": "maybe"})
+    assert page.status_code == 200 and not page.context["object_list"]
+    assert page.context["filter"].form.errors == {"is_active": ["Enter true or false (or 1 or 0, yes or no)."]}
