@@ -374,6 +374,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.Pagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [
+        "portal.api.filters.NullCharacterFilter",
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.SearchFilter",
         "rest_framework.filters.OrderingFilter",

@@ -83,3 +83,24 @@ def test_a_yes_no_filter_refuses_a_value_it_cannot_read(world, admin_api, path, 
 def test_the_token_filter_is_a_boolean_in_the_schema(openapi_schema):
     params = openapi_schema["paths"]["/api/tokens/"]["get"]["parameters"]
     assert next(p for p in params if p["name"] == "active")["schema"] == {"type": "boolean"}
+
+
+# One object, a fixed list that reads no parameter, totals over two validated parameters, a POST.
+UNFILTERED = {"me", "health/schedule", "client-configs/clients", "usage/summary", "fit-estimate"}
+
+
+def test_a_nul_in_any_query_parameter_of_a_list_is_a_400_naming_it(world, admin_api):
+    """DRF's search answered a bare list without the parameter's name; other parameters passed."""
+    from portal.api.views import endpoints
+
+    lists = [path for name, path in endpoints().items() if name not in UNFILTERED]
+    assert len(lists) > 20
+    wrong = {}
+    for path in lists:
+        for param in ("search", "q", "ordering", "page", "no_such_filter"):
+            response = admin_api.get(path, {param: "a\x00b"})
+            if (response.status_code, response.json()) != (400, {param: ["Null characters are not allowed."]}):
+                wrong[f"{path}?{param}"] = (response.status_code, response.content[:100])
+    assert not wrong
+    response = admin_api.get("/api/keys/", {"q": "x", "state\x00": "active"}, headers={"accept-language": "zh-hans"})
+    assert response.status_code == 400 and response.json() == {"state": ["不允许包含空字符（NUL）。"]}
