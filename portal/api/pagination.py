@@ -1,5 +1,7 @@
 from typing import Any
 
+from django.utils.translation import gettext_lazy as _
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 
@@ -9,6 +11,16 @@ from portal.pagination import CappedCountPaginator
 class Pagination(PageNumberPagination):
     page_size_query_param = "page_size"
     max_page_size = 500
+
+    def paginate_queryset(self, queryset, request, view=None):
+        """DRF's, with a page that does not exist (`abc`, `-1`, past the last) a 400 on `page` naming
+        the pages there are: it was a 404 `Invalid page.`, which a list's schema does not list."""
+        try:
+            return super().paginate_queryset(queryset, request, view)
+        except NotFound:
+            last = self.django_paginator_class(queryset, self.get_page_size(request)).num_pages
+            message = _("Choose a page from 1 to %(last)s.") % {"last": last}
+            raise ValidationError({self.page_query_param: [message]}) from None
 
 
 class CappedCountPagination(Pagination):

@@ -47,8 +47,8 @@ class FieldErrorsSerializer(serializers.Serializer):
 ERRORS = {
     "400": OpenApiResponse(
         FieldErrorsSerializer,
-        description="The request is not valid: each field's messages under its name (nested like the "
-        "request), or `detail` when the body could not be read.",
+        description="The request is not valid: each field's or query parameter's messages under its name "
+        "(nested like the request), or `detail` when the body could not be read.",
     ),
     "401": OpenApiResponse(ErrorSerializer, description="No token, or a token that is not valid (any more)."),
     "403": OpenApiResponse(ErrorSerializer, description="This token's user may not do this."),

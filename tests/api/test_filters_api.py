@@ -104,3 +104,19 @@ def test_a_nul_in_any_query_parameter_of_a_list_is_a_400_naming_it(world, admin_
     assert not wrong
     response = admin_api.get("/api/keys/", {"q": "x", "state\x00": "active"}, headers={"accept-language": "zh-hans"})
     assert response.status_code == 400 and response.json() == {"state": ["不允许包含空字符（NUL）。"]}
+
+
+@pytest.mark.parametrize("page", ["abc", "-1", "0", "3"])
+def test_a_page_that_does_not_exist_is_a_400_on_page(world, admin_api, page, openapi_schema):
+    """It was a 404 `Invalid page.`, which no list documents."""
+    for path in ("/api/channels/", "/api/usage/records/"):
+        response = admin_api.get(path, {"page": page, "page_size": 1})
+        assert response.status_code == 400
+        assert response.json() == {"page": [f"Choose a page from 1 to {pages(admin_api, path)}."]}
+        assert "400" in openapi_schema["paths"][path]["get"]["responses"]
+    assert ids(admin_api.get("/api/channels/", {"page": "last", "page_size": 1}))
+
+
+def pages(api, path: str) -> int:
+    """How many pages of one row `path` lists."""
+    return api.get(path, {"page_size": 1}).json()["count"]
