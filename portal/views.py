@@ -11,7 +11,7 @@ from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.utils.translation import gettext_lazy as _
 from django.views import defaults
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import APIException, NotFound
 
 from . import dashboard as home
 from .logfilters import DATABASE_ERRORS
@@ -35,9 +35,12 @@ def page_not_found(request, exception):
 
 def server_error(request):
     """handler500: a database that does not answer is a 503 (a small page, or JSON under /api/)
-    that needs nothing from the database; anything else is Django's 500."""
+    that needs nothing from the database; anything else is a 500: Django's page, or under /api/
+    the API's `{"detail", "code"}` (a script got the HTML page). Django has logged the traceback."""
     exc = sys.exc_info()[1]
     if not isinstance(exc, DATABASE_ERRORS):
+        if request.path.startswith("/api/"):
+            return JsonResponse({"detail": str(APIException.default_detail), "code": "server_error"}, status=500)
         return defaults.server_error(request)
     logger.error("database unavailable while serving %s: %s", request.path, exc.__class__.__name__)
     message = _("The portal cannot reach its database right now. Please try again in a minute.")

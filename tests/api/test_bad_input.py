@@ -306,3 +306,24 @@ def test_a_model_read_and_sent_back_whole_keeps_its_routes(world, admin_api):
     assert response.status_code == 200, response.json()
     assert response.json()["routes"][0]["upstream_id"] == "Qwen/Qwen3-32B-AWQ"
     assert ModelRoute.objects.get(pk=body["routes"][0]["id"]).upstream_model == "Qwen/Qwen3-32B-AWQ"
+
+
+def test_a_bug_under_the_api_is_a_logged_json_500_and_a_page_stays_a_page(admin, monkeypatch, caplog):
+    from portal import dashboard
+    from portal.api import views
+
+    def boom(*args):
+        raise ValueError("a bug: secret-detail")
+
+    monkeypatch.setattr(views, "endpoints", boom)
+    monkeypatch.setattr(dashboard, "context_for", boom)
+    client = session_client(admin)
+    client.raise_request_exception = False
+    response = client.get("/api/", headers={"accept-language": "zh-hans"})
+    assert response.status_code == 500 and response["Content-Type"] == "application/json"
+    assert response.json() == {"detail": "服务器出现了错误。", "code": "server_error"}
+    assert b"secret-detail" not in response.content
+    logged = [r for r in caplog.records if r.name == "django.request" and r.levelname == "ERROR" and r.exc_info]
+    assert [str(r.exc_info[1]) for r in logged] == ["a bug: secret-detail"]  # with its traceback
+    page = client.get("/")
+    assert page.status_code == 500 and page["Content-Type"].startswith("text/html")
