@@ -26,9 +26,10 @@ session, encrypted, and are removed when shown: a reload shows nothing.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -479,3 +480,14 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 def csv_safe(value: str) -> str:
     """`value` for a CSV cell: prefixed with ' when a spreadsheet would read it as a formula."""
     return "'" + value if value.startswith(FORMULA_STARTS) else value
+
+
+def csv_download(filename: str, header: Iterable[object]) -> tuple[HttpResponse, Any]:
+    """A CSV attachment with its header row (labels in the reader's language) and a writer for
+    the rest. It starts with a UTF-8 byte order mark: without one, Excel reads the file in the
+    system's code page, and on a Chinese Windows every Chinese name and header is mojibake."""
+    response = HttpResponse("\ufeff", content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    writer = csv.writer(response)
+    writer.writerow([str(label) for label in header])
+    return response, writer

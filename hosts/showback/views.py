@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 
 from django.contrib import messages
@@ -14,7 +13,7 @@ from django.views import View
 
 from channels.prices import currency, format_money
 from portal.permissions import AdminRequiredMixin
-from portal.ui import csv_safe
+from portal.ui import csv_download, csv_safe
 
 from ..forms import GPUTypeCostForm
 from .services import IDLE, gpu_types, monthly, set_gpu_type_cost
@@ -45,10 +44,9 @@ class ShowbackView(AdminRequiredMixin, View):
         report = monthly(month)
         label = f"{report.month:%Y-%m}"
         if request.GET.get("format") == "csv":
-            response = HttpResponse(content_type="text/csv; charset=utf-8")
-            response["Content-Disposition"] = f'attachment; filename="gpu-hours-{label}.csv"'
-            writer = csv.writer(response)
-            writer.writerow(["month", "team", "user", "gpu_hours", "tokens"])
+            response, writer = csv_download(
+                f"gpu-hours-{label}.csv", [_("Month"), _("Team"), _("User"), _("GPU-hours"), _("Tokens")]
+            )
             for team, user, hours, tokens in report.people:
                 writer.writerow([label, csv_safe(team or ""), csv_safe(user or ""), f"{hours:.3f}", tokens])
             return response

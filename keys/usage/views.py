@@ -3,7 +3,6 @@ to their team, for team leads (with CSV)."""
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +11,7 @@ from django.contrib.auth.mixins import LoginRequiredMixin
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from django.views import View
 from django.views.generic import DetailView
@@ -21,7 +21,7 @@ from keys.budgets.services import budgets_for
 from keys.models import USAGE_COUNTERS, Key, UsageDaily, UsageRecord
 from portal.pagination import CappedCountPaginator
 from portal.permissions import AdminOrTeamLeadRequiredMixin, AdminRequiredMixin
-from portal.ui import FilteredListView, csv_safe, sort_rows
+from portal.ui import FilteredListView, csv_download, csv_safe, sort_rows
 
 from .filters import UsageRecordFilterSet
 from .retention import raw_cutoff
@@ -97,6 +97,24 @@ class MyUsageView(LoginRequiredMixin, View):
 USAGE_COLUMNS = {"name", *USAGE_COUNTERS, "cache_hit_ratio"}
 # The CSV's counters; the cost follows as a decimal with its currency, and then the unpriced requests.
 CSV_COUNTERS = [c for c in USAGE_COUNTERS if c not in ("cost_nanos", "unpriced_requests")]
+# The CSV's column headers, for a person opening it in a spreadsheet, in their language (a script
+# reads `/api/usage/summary/`, whose names stay the field ids).
+CSV_HEADERS = {
+    "since": _("First day (UTC)"),
+    "until": _("Last day (UTC)"),
+    "requests": _("Requests"),
+    "errors": _("Errors"),
+    "prompt_tokens": _("Prompt tokens"),
+    "completion_tokens": _("Completion tokens"),
+    "total_tokens": _("Total tokens"),
+    "estimated_requests": _("Estimated requests"),
+    "cached_tokens": _("Cached tokens"),
+    "cache_creation_tokens": _("Cache write tokens"),
+    "cache_hit_ratio": _("Cache hit ratio"),
+    "cost": _("Cost"),
+    "currency": _("Currency"),
+    "unpriced_requests": _("Unpriced requests"),
+}
 
 
 # What each grouping is called: the select's options, the first column's header, and the heading, a
@@ -129,17 +147,16 @@ class AdminUsageView(AdminOrTeamLeadRequiredMixin, View):
             row["name"] = str(row["group"])
         rows, sort = sort_rows(request, rows, USAGE_COLUMNS)
         if request.GET.get("format") == "csv":
-            response = HttpResponse(content_type="text/csv; charset=utf-8")
-            response["Content-Disposition"] = f'attachment; filename="usage-by-{group_by}-{since}-{until}.csv"'
-            writer = csv.writer(response)
-            writer.writerow(
-                [group_by, "since", "until", *CSV_COUNTERS, "cache_hit_ratio", "cost", "currency", "unpriced_requests"]
+            columns = ["since", "until", *CSV_COUNTERS, "cache_hit_ratio", "cost", "currency", "unpriced_requests"]
+            response, writer = csv_download(
+                f"usage-by-{group_by}-{since}-{until}.csv", [GROUP_NAMES[group_by], *(CSV_HEADERS[c] for c in columns)]
             )
+            unnamed = gettext("(deleted key)") if group_by == "key" else gettext("(none)")
             for row in rows:
                 ratio = "" if row["cache_hit_ratio"] is None else f"{row['cache_hit_ratio']:.4f}"
                 writer.writerow(
                     [
-                        csv_safe(str(row["group"])),
+                        unnamed if row["unnamed"] else csv_safe(str(row["group"])),
                         since,
                         until,
                         *(row[c] or 0 for c in CSV_COUNTERS),

@@ -124,8 +124,12 @@ def test_the_showback_page_and_csv_are_for_admins(deployment, channel, alice, te
     assert 'id="total-gpu-hours">20.00<' in html and "alpha" in html and "alice" in html
     download = admin_client.get("/gpu-hours/?month=2026-11&format=csv")
     assert download["Content-Type"].startswith("text/csv")
-    rows = list(csv.reader(io.StringIO(download.content.decode())))
-    assert rows == [["month", "team", "user", "gpu_hours", "tokens"], ["2026-11", "alpha", "alice", "20.000", "8"]]
+    assert download.content.startswith("\ufeff".encode())  # Excel reads it as UTF-8, not the code page
+    rows = list(csv.reader(io.StringIO(download.content.decode("utf-8-sig"))))
+    assert rows == [["Month", "Team", "User", "GPU-hours", "Tokens"], ["2026-11", "alpha", "alice", "20.000", "8"]]
+    chinese = admin_client.get("/gpu-hours/?month=2026-11&format=csv", HTTP_ACCEPT_LANGUAGE="zh-hans")
+    header = next(csv.reader(io.StringIO(chinese.content.decode("utf-8-sig"))))
+    assert header == ["月份", "团队", "用户", "GPU 时", "token 数"]
     assert admin_client.get("/gpu-hours/?month=garbage").status_code == 200  # this month, not a 500
     client.force_login(alice)
     assert client.get("/gpu-hours/").status_code == 403

@@ -69,14 +69,11 @@ def test_usage_pages_csv_and_api_show_the_cost_and_warn_of_no_price(alice_key, a
     admin = admin_client.get(reverse("usage_admin") + "?group_by=model").content.decode()
     assert "$0.0300" in admin and "1 request with no price" in admin
 
-    rows = list(
-        csv.DictReader(
-            io.StringIO(admin_client.get(reverse("usage_admin") + "?group_by=model&format=csv").content.decode())
-        )
-    )
-    by_model = {r["model"]: r for r in rows}
-    assert by_model["qwen3-32b"]["cost"] == "0.030000000" and by_model["qwen3-32b"]["currency"] == "USD"
-    assert by_model["local-coder"]["unpriced_requests"] == "1"
+    download = admin_client.get(reverse("usage_admin") + "?group_by=model&format=csv")
+    rows = list(csv.DictReader(io.StringIO(download.content.decode("utf-8-sig"))))
+    by_model = {r["Model"]: r for r in rows}
+    assert by_model["qwen3-32b"]["Cost"] == "0.030000000" and by_model["qwen3-32b"]["Currency"] == "USD"
+    assert by_model["local-coder"]["Unpriced requests"] == "1"
 
     api = APIClient()
     api.force_authenticate(alice)

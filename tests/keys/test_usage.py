@@ -103,14 +103,28 @@ def test_admin_usage_groups_and_exports_csv(admin_client, alice_key, mallory_key
     write_batch([event(alice_key), event(mallory_key, model="llama-8b"), event(evil), event(hidden, model="llama-8b")])
     by_user = admin_client.get("/usage/all/?group_by=user").content.decode()
     assert "alice" in by_user and "mallory" in by_user
-    csv_text = admin_client.get("/usage/all/?group_by=model&format=csv").content.decode()
+    csv_text = admin_client.get("/usage/all/?group_by=model&format=csv").content.decode("utf-8-sig")
     lines = csv_text.strip().splitlines()
-    assert lines[0].startswith("model,since,until,requests")
+    assert lines[0].startswith("Model,First day (UTC),Last day (UTC),Requests,")
     assert any(line.startswith("qwen3-32b,") and ",16," in line for line in lines)
-    keyed = admin_client.get("/usage/all/?group_by=key&format=csv").content.decode()
+    keyed = admin_client.get("/usage/all/?group_by=key&format=csv").content.decode("utf-8-sig")
     assert "'=HYPERLINK(1)" in keyed
     cells = [row[0] for row in csv.reader(io.StringIO(keyed))]
     assert [c for c in cells if "SUM" in c] == [f"'\t@SUM(1) ({hidden.masked}, alice)"]
+
+
+def test_the_usage_csv_opens_in_excel_in_the_readers_language(admin_client, alice):
+    """Excel reads a CSV without a byte order mark in the system's code page: on a Chinese Windows
+    the Chinese key name came out as mojibake, under English ids for headers."""
+    chinese_name = issue_key(owner=alice, name="笔记本")[0]
+    write_batch([event(chinese_name)])
+    download = admin_client.get("/usage/all/?group_by=key&format=csv", HTTP_ACCEPT_LANGUAGE="zh-hans")
+    assert download["Content-Type"] == "text/csv; charset=utf-8"
+    assert download.content.startswith(b"\xef\xbb\xbf")  # UTF-8's byte order mark
+    header, row = csv.reader(io.StringIO(download.content.decode("utf-8-sig")))
+    assert header[:4] == ["密钥", "首日（UTC）", "末日（UTC）", "请求数"]
+    assert header[-4:] == ["缓存命中率", "费用", "币种", "无价格的请求"]
+    assert row[0] == f"笔记本 ({chinese_name.masked}, alice)" and row[header.index("总 token 数")] == "8"
 
 
 def test_usage_tables_sort_by_any_column_both_ways(admin_client, client, alice_key, mallory_key, alice):
@@ -200,8 +214,8 @@ def test_cached_tokens_add_up_with_the_hit_ratio_per_model_and_developer(
     assert by_user == {"alice": 0.6, "mallory": 0.0}
     record = api(alice).get("/api/usage/records/").json()["results"][0]
     assert (record["cached_tokens"], record["cache_creation_tokens"]) == (40, 50)
-    lines = admin_client.get("/usage/all/?group_by=user&format=csv").content.decode().strip().splitlines()
-    assert lines[0].endswith(",cached_tokens,cache_creation_tokens,cache_hit_ratio,cost,currency,unpriced_requests")
+    lines = admin_client.get("/usage/all/?group_by=user&format=csv").content.decode("utf-8-sig").strip().splitlines()
+    assert lines[0].endswith(",Cached tokens,Cache write tokens,Cache hit ratio,Cost,Currency,Unpriced requests")
     assert any(line.startswith("alice,") and line.endswith(",120,50,0.6000,0.000000000,USD,0") for line in lines)
     page = admin_client.get("/usage/all/?group_by=model").content.decode()
     assert "Cache hits" in page and "60 %" in page

@@ -105,13 +105,15 @@ def test_usage_by_team_for_admins_and_the_teams_own_for_its_lead(client, admin_c
     )
     assert reverse("request_log_list") in admin_client.get(reverse("usage_admin")).content.decode()
     download = admin_client.get(reverse("usage_admin") + "?group_by=team&format=csv")
-    header, *rows = csv.reader(io.StringIO(download.content.decode()))
-    tokens = {r[0]: r[header.index("total_tokens")] for r in rows}
+    header, *rows = csv.reader(io.StringIO(download.content.decode("utf-8-sig")))
+    tokens = {r[0]: r[header.index("Total tokens")] for r in rows}
     assert (tokens["alpha"], tokens["(none)"]) == ("100", "10")
-    # The page says "no team" in its reader's language (the CSV and the API keep "(none)").
+    # The page and the CSV say "no team" in their reader's language (the API keeps "(none)").
     admin_client.post(reverse("set_language"), {"language": "zh-hans", "next": "/"})
     chinese = admin_client.get(reverse("usage_admin") + "?group_by=team").content.decode()
     assert '<td><span class="muted">（无）</span></td>' in chinese
+    chinese_csv = admin_client.get(reverse("usage_admin") + "?group_by=team&format=csv").content.decode("utf-8-sig")
+    assert "\n（无）," in chinese_csv and "(none)" not in chinese_csv
     admin_client.post(reverse("set_language"), {"language": "en", "next": "/"})
     client.force_login(lena)
     page = client.get(reverse("usage_admin") + "?group_by=user")
@@ -119,8 +121,8 @@ def test_usage_by_team_for_admins_and_the_teams_own_for_its_lead(client, admin_c
     html = page.content.decode()
     assert "Team usage by user" in html and "alice" in html and "mallory" not in html
     assert reverse("request_log_list") not in html  # request logs are the admins' (linked for them above)
-    lead_csv = client.get(reverse("usage_admin") + "?group_by=user&format=csv").content.decode()
-    assert [r[0] for r in csv.reader(io.StringIO(lead_csv))] == ["user", "alice"]
+    lead_csv = client.get(reverse("usage_admin") + "?group_by=user&format=csv").content.decode("utf-8-sig")
+    assert [r[0] for r in csv.reader(io.StringIO(lead_csv))] == ["User", "alice"]
 
 
 def test_my_usage_shows_the_teams_use_against_its_limits(client, alice, lena, team):
