@@ -18,6 +18,9 @@ from .models import MODEL_NAME_VALIDATOR, Channel, Model, ModelRoute
 from .services import MAX_ALIAS_TARGETS, clean_base_url, reset_status_after_edit, suggest_locality
 
 FROM_ADDRESS = ("", _("From the base URL (our own network: local; else external)"))
+# When the base URL preview asks again: as the admin types, and once when the page loads (an edit
+# shows what is stored and why).
+PREVIEW_AS_TYPED = "input changed delay:400ms"
 
 
 class ChannelForm(SecretsAskedAgain, forms.ModelForm):
@@ -79,7 +82,7 @@ class ChannelForm(SecretsAskedAgain, forms.ModelForm):
         self.fields["base_url"].widget.attrs.update(
             {
                 "hx-get": reverse("channel_base_url_preview"),
-                "hx-trigger": "input changed delay:400ms, load",
+                "hx-trigger": f"{PREVIEW_AS_TYPED}, load",
                 "hx-target": "#base-url-preview",
             }
         )
@@ -91,6 +94,12 @@ class ChannelForm(SecretsAskedAgain, forms.ModelForm):
             raise ValidationError(exc.message_dict.get("base_url") or exc.messages) from None
         self.base_url_notes = notes
         return canonical
+
+    def full_clean(self) -> None:
+        super().full_clean()
+        if self.has_error("base_url"):
+            # The field shows its error; the preview loaded with the page would say it a second time.
+            self.fields["base_url"].widget.attrs["hx-trigger"] = PREVIEW_AS_TYPED
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
