@@ -17,7 +17,14 @@ from portal.forms import LIMIT_LABELS, ModelMultipleChoiceField
 from portal.ui import Fieldset, add_validation_errors
 
 from .models import Key
-from .services import ADMIN, LOCAL_ONLY_LOCK, binding_ceilings, check_editable, validate_key_settings
+from .services import (
+    ADMIN,
+    LOCAL_ONLY_LOCK,
+    binding_ceilings,
+    binding_restrictions,
+    check_editable,
+    validate_key_settings,
+)
 
 if TYPE_CHECKING:
     _UserChoiceField = forms.ModelChoiceField[User]
@@ -139,6 +146,12 @@ class KeyForm(forms.Form):
                     "Set by a team lead: this key stays on local channels; only a team lead or an admin can lift it."
                 )
             )
+        for name, locks in binding_restrictions(self.instance, self.user).items():
+            field = self.fields[name]
+            field.help_text = " ".join(_restriction_help(name, bound, who) for bound, who in locks)
+            field.widget.attrs["required"] = True  # clearing a restriction allows everything
+            if name == "expires_at":
+                field.widget.attrs["max"] = f"{min(b for b, _who in locks).astimezone(datetime.UTC):%Y-%m-%dT%H:%M}"
         for name in LIMIT_LABELS:
             field = self.fields[name]
             ceiling = getattr(owner, name, None) if owner is not None else None
@@ -291,6 +304,35 @@ class KeyForm(forms.Form):
             if s.get(ceilings):
                 kwargs[ceilings] = s[ceilings]
         return kwargs
+
+
+def _restriction_help(name: str, bound: Any, who: str) -> str:
+    """The help text of a key field an admin (`who`) or a team lead restricted to `bound` (as
+    `keys.services.binding_restrictions` gives it), for the owner: who set what, and what is left
+    to them. HTML: the model names are escaped."""
+    if name == "allowed_models":
+        names = ", ".join(
+            escape(n) for n in Model.objects.filter(pk__in=bound).order_by("name").values_list("name", flat=True)
+        )
+        text = (
+            _("Set by an admin: only %(models)s; you can remove models, not add any or allow all.")
+            if who == ADMIN
+            else _("Set by a team lead: only %(models)s; you can remove models, not add any or allow all.")
+        )
+        return text % {"models": names}
+    if name == "ip_allowlist":
+        text = (
+            _("Set by an admin: only from %(networks)s; you can narrow them, not widen them.")
+            if who == ADMIN
+            else _("Set by a team lead: only from %(networks)s; you can narrow them, not widen them.")
+        )
+        return text % {"networks": escape(", ".join(sorted(bound)))}
+    text = (
+        _("Set by an admin: expires by %(time)s UTC; you can bring it forward, not postpone or remove it.")
+        if who == ADMIN
+        else _("Set by a team lead: expires by %(time)s UTC; you can bring it forward, not postpone or remove it.")
+    )
+    return text % {"time": f"{bound.astimezone(datetime.UTC):%Y-%m-%d %H:%M}"}
 
 
 class RotateForm(forms.Form):

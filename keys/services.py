@@ -179,26 +179,62 @@ def editor_role(editor: User | None, owner: User) -> str:
     return ""
 
 
-def binding_ceilings(key: Key | None, editor: User | None) -> dict[str, tuple[int, str]]:
-    """The limits of `key` that `editor` may lower but never raise or clear, each with who set it
-    (ADMIN or LEAD; the smaller when both did): an admin's bind everyone but admins, a team lead's
-    bind the member (the lead who set them and admins may lift them)."""
+def _binding_locks(key: Key | None, editor: User | None) -> list[tuple[str, Any, str]]:
+    """(name, value, who) of each ceiling and lock on `key` that binds `editor`: an admin's bind
+    everyone but admins, a team lead's bind the member (the lead who set them and admins may lift them)."""
     if key is None:
-        return {}
+        return []
     role = editor_role(editor, key.owner)
     if role == ADMIN:
-        return {}
-    found = {name: (int(value), ADMIN) for name, value in (key.admin_ceilings or {}).items()}
+        return []
+    found = [(name, value, ADMIN) for name, value in (key.admin_ceilings or {}).items()]
     if role != LEAD:
-        for name, value in (key.lead_ceilings or {}).items():
-            if name not in found or int(value) < found[name][0]:
-                found[name] = (int(value), LEAD)
+        found += [(name, value, LEAD) for name, value in (key.lead_ceilings or {}).items()]
+    return found
+
+
+def binding_ceilings(key: Key | None, editor: User | None) -> dict[str, tuple[int, str]]:
+    """The limits (and "local only") of `key` that `editor` may lower but never raise or clear,
+    each with who set it (ADMIN or LEAD; the smaller when both did)."""
+    found: dict[str, tuple[int, str]] = {}
+    for name, value, who in _binding_locks(key, editor):
+        if name not in RESTRICTIONS and (name not in found or int(value) < found[name][0]):
+            found[name] = (int(value), who)
     return found
 
 
 # Restrictions an admin (a team lead) sets on a key are recorded in `Key.admin_ceilings`
-# (`Key.lead_ceilings`) as a limit is, and bind the same people; they may only tighten them (`_tighter`).
+# (`Key.lead_ceilings`) with the value they set, as a limit is, and bind the same people: they may
+# tighten them, and loosen them again up to that value (`_tighter`), never past it.
 RESTRICTIONS = ("ip_allowlist", "expires_at", "allowed_models")
+
+
+def binding_restrictions(key: Key | None, editor: User | None) -> dict[str, list[tuple[Any, str]]]:
+    """The restrictions of `key` that bind `editor`: for each, the values set (comparable, as
+    `_restriction_value` gives them) and who set each; the editor's value must be within all."""
+    found: dict[str, list[tuple[Any, str]]] = {}
+    for name, value, who in _binding_locks(key, editor):
+        if name in RESTRICTIONS:
+            found.setdefault(name, []).append((_restriction_bound(key, name, value), who))
+    return found
+
+
+def _restriction_bound(key: Key | None, name: str, stored: Any) -> Any:
+    """A restriction's bound as recorded (`_restriction_record`), comparable. A lock recorded as 1
+    (before the value was kept) binds to the key's value, all that is known of what was set."""
+    if stored == 1:
+        return _restriction(key, name)
+    if name == "expires_at":
+        return datetime.datetime.fromisoformat(stored)
+    return frozenset(stored)
+
+
+def _restriction_record(name: str, value: Any) -> Any:
+    """A restriction (as `_restriction_value` gives it) as a lock records it in JSON: model ids,
+    CIDR blocks, an ISO time."""
+    if name == "expires_at":
+        return value.isoformat()
+    return sorted(value)
 
 
 def _restriction_value(name: str, value: Any) -> Any:
@@ -219,7 +255,8 @@ def _restriction(key: Key | None, name: str) -> Any:
 
 
 def _tighter(name: str, old: Any, new: Any) -> bool:
-    """Whether `new` allows no more than `old`: fewer models, smaller networks, an earlier expiry."""
+    """Whether `new` allows no more than `old` (or as much): fewer models, smaller networks, an
+    earlier expiry."""
     if not new:
         return False
     if not old:
@@ -249,16 +286,16 @@ def _restriction_error(name: str, who: str) -> str:
     return _("A team lead restricted the models of this key; you can remove models but not add any or allow all.")
 
 
-def _lock(name: str, on: bool, role: str, admin_ceilings: dict[str, int], lead_ceilings: dict[str, int]) -> None:
-    """Record (`on`) or lift a restriction `role` set on a key ("local only", `RESTRICTIONS`): what
-    an admin lifts, a lead's lock on it goes too."""
+def _lock(name: str, value: Any, role: str, admin_ceilings: dict[str, Any], lead_ceilings: dict[str, Any]) -> None:
+    """Record the restriction `role` set on a key ("local only" as 1, `RESTRICTIONS` with their
+    `value`), or lift it (`value` None): what an admin sets or lifts replaces a lead's lock on it."""
     locks = admin_ceilings if role == ADMIN else lead_ceilings
-    if on:
-        locks[name] = 1
-    else:
+    if role == ADMIN:
+        lead_ceilings.pop(name, None)
+    if value is None:
         locks.pop(name, None)
-        if role == ADMIN:
-            lead_ceilings.pop(name, None)
+    else:
+        locks[name] = value
 
 
 def _ceiling_error(who: str, value: int, cleared: bool) -> str:
@@ -295,14 +332,15 @@ def validate_key_settings(
     lower, never raise or clear (the lead or an admin may). A limit counts as set by this edit
     when it differs from the key's (a form posts every limit). The owner's own limits and their
     team's cap every key of theirs. "Local channels only" works the same way (`LOCAL_ONLY_LOCK`),
-    and so do the restrictions in `RESTRICTIONS`, which the member may only tighten.
+    and so do the restrictions in `RESTRICTIONS`, which the member may set anywhere within what was
+    set (tighten, and loosen again as far as that).
     `expires_at`: `...` leaves it as it is, None clears it."""
     errors: dict[str, list[str]] = {}
     cleaned: dict[str, Any] = {}
     role = editor_role(editor, owner)
     binding = binding_ceilings(key, editor)
-    admin_ceilings: dict[str, int] = dict(key.admin_ceilings or {}) if key is not None else {}
-    lead_ceilings: dict[str, int] = dict(key.lead_ceilings or {}) if key is not None else {}
+    admin_ceilings: dict[str, Any] = dict(key.admin_ceilings or {}) if key is not None else {}
+    lead_ceilings: dict[str, Any] = dict(key.lead_ceilings or {}) if key is not None else {}
     team = owner.team
     for name, value in (limits or {}).items():
         bound = binding.get(name)
@@ -351,7 +389,7 @@ def validate_key_settings(
         cleaned["admin_ceilings"], cleaned["lead_ceilings"] = admin_ceilings, lead_ceilings
     if local_only is not None:
         if role:
-            _lock(LOCAL_ONLY_LOCK, local_only, role, admin_ceilings, lead_ceilings)
+            _lock(LOCAL_ONLY_LOCK, 1 if local_only else None, role, admin_ceilings, lead_ceilings)
             cleaned["admin_ceilings"], cleaned["lead_ceilings"] = admin_ceilings, lead_ceilings
         lock = binding.get(LOCAL_ONLY_LOCK)
         if not local_only and lock is not None:
@@ -377,17 +415,22 @@ def validate_key_settings(
         if expires_at is not None and expires_at <= timezone.now() and (key is None or expires_at != key.expires_at):
             errors.setdefault("expires_at", []).append(_("The expiry must be in the future."))
         cleaned["expires_at"] = expires_at
+    restrictions = binding_restrictions(key, editor)
     for name in RESTRICTIONS:
         if name not in cleaned:
             continue
         old, new = _restriction(key, name), _restriction_value(name, cleaned[name])
         if old == new:
             continue
-        lock = binding.get(name)
-        if lock is not None and not _tighter(name, old, new):
-            errors.setdefault(name, []).append(_restriction_error(name, lock[1]))
+        outside = [who for bound, who in restrictions.get(name, ()) if not _tighter(name, bound, new)]
+        if outside:
+            errors.setdefault(name, []).append(_restriction_error(name, outside[0]))
+        for locks in (admin_ceilings, lead_ceilings):
+            if locks.get(name) == 1 and old:  # recorded before the value was kept: keep the value it binds to now
+                locks[name] = _restriction_record(name, old)
+                cleaned["admin_ceilings"], cleaned["lead_ceilings"] = admin_ceilings, lead_ceilings
         if role:
-            _lock(name, bool(new), role, admin_ceilings, lead_ceilings)
+            _lock(name, _restriction_record(name, new) if new else None, role, admin_ceilings, lead_ceilings)
             cleaned["admin_ceilings"], cleaned["lead_ceilings"] = admin_ceilings, lead_ceilings
     if errors:
         raise ValidationError(errors)

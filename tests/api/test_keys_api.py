@@ -330,7 +330,7 @@ def test_a_restriction_a_team_lead_set_binds_the_member_not_the_lead(alice, lena
     url = f"/api/keys/{key['id']}/"
     assert alice_api.patch(url, {"ip_allowlist": []}, format="json").status_code == 200  # her own choice
     set_by_lead = lena_api.patch(url, {"ip_allowlist": ["192.0.2.0/24"]}, format="json")
-    assert set_by_lead.status_code == 200 and set_by_lead.json()["lead_ceilings"] == {"ip_allowlist": 1}
+    assert set_by_lead.status_code == 200 and set_by_lead.json()["lead_ceilings"] == {"ip_allowlist": ["192.0.2.0/24"]}
     widened = alice_api.patch(url, {"ip_allowlist": []}, format="json")
     assert widened.status_code == 400
     assert widened.json()["ip_allowlist"] == [

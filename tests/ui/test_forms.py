@@ -610,6 +610,76 @@ def test_local_only_an_admin_set_in_the_form_stays_on_when_the_developer_edits(a
     assert not key.local_only and key.admin_ceilings == {}
 
 
+def test_restrictions_an_admin_set_are_shown_on_the_owners_form_who_may_go_back_up_to_them(
+    admin, alice, channel, model
+):
+    """The owner's form says which restrictions an admin set and to what (she learnt it from a
+    refused save), and after tightening one she may loosen it again as far as the admin's value."""
+    from django.test import Client
+
+    second = Model.objects.create(name="m-second")
+    ModelRoute.objects.create(model=second, channel=channel, upstream_model="m-second")
+    admin_client, alice_client = Client(), Client()
+    admin_client.force_login(admin)
+    alice_client.force_login(alice)
+    issued = {
+        "name": "issued",
+        "allowed_models": [model.pk, second.pk],
+        "ip_allowlist": "10.0.0.0/8",
+        "expires_at": "2099-01-01T12:00",
+        "tokens_per_day": "1000",
+    }
+    assert admin_client.post(reverse("key_create"), {**issued, "owner": alice.pk}).status_code == 302
+    key = Key.objects.get(name="issued")
+    url = reverse("key_edit", args=[key.pk])
+
+    page = alice_client.get(url).content.decode()
+    assert "Set by an admin: only m-second, qwen3-32b; you can remove models, not add any or allow all." in page
+    assert "Set by an admin: only from 10.0.0.0/8; you can narrow them, not widen them." in page
+    assert "Set by an admin: expires by 2099-01-01 12:00 UTC; you can bring it forward, not postpone" in page
+    assert 'max="2099-01-01T12:00"' in page
+    assert "Set by an admin: at most 1,000" in page
+
+    tightened = {
+        "name": "issued",
+        "allowed_models": [model.pk],
+        "ip_allowlist": "10.1.0.0/16",
+        "expires_at": "2098-06-01T00:00",
+        "tokens_per_day": "500",
+    }
+    assert alice_client.post(url, tightened).status_code == 302
+    assert "Set by an admin: only from 10.0.0.0/8" in alice_client.get(url).content.decode()  # still the admin's
+    assert alice_client.post(url, issued).status_code == 302  # back up to exactly what the admin set
+    key.refresh_from_db()
+    assert (key.ip_allowlist, key.expires_at, key.tokens_per_day, set(key.allowed_models.all())) == (
+        ["10.0.0.0/8"],
+        datetime.datetime(2099, 1, 1, 12, tzinfo=datetime.UTC),
+        1000,
+        {model, second},
+    )
+    for past in ({"ip_allowlist": "10.0.0.0/7"}, {"expires_at": "2099-01-01T12:01"}, {"allowed_models": []}):
+        refused = alice_client.post(url, {**issued, **past})
+        assert refused.status_code == 400, past
+    assert (
+        "An admin restricted the addresses of this key"
+        in alice_client.post(url, {**issued, "ip_allowlist": "0.0.0.0/0"}).content.decode()
+    )
+
+
+def test_a_restriction_recorded_before_its_value_was_kept_binds_to_the_keys_value(alice, alice_client):
+    from keys.services import issue_key
+
+    key = issue_key(owner=alice, name="old", ip_allowlist=["10.0.0.0/8"])[0]
+    Key.objects.filter(pk=key.pk).update(admin_ceilings={"ip_allowlist": 1})  # as stored until now
+    url = reverse("key_edit", args=[key.pk])
+    assert "Set by an admin: only from 10.0.0.0/8" in alice_client.get(url).content.decode()
+    assert alice_client.post(url, {"name": "old", "ip_allowlist": "0.0.0.0/0"}).status_code == 400
+    assert alice_client.post(url, {"name": "old", "ip_allowlist": "10.1.0.0/16"}).status_code == 302
+    key.refresh_from_db()
+    assert key.admin_ceilings == {"ip_allowlist": ["10.0.0.0/8"]}  # the value it bound to, kept
+    assert alice_client.post(url, {"name": "old", "ip_allowlist": "10.0.0.0/8"}).status_code == 302
+
+
 def test_editing_an_expired_key_keeps_its_expiry_without_complaint(alice_client, alice):
     from keys.services import issue_key
 
