@@ -25,6 +25,7 @@ class KeysConfig(AppConfig):
         daily_prune.connect(prune_usage, dispatch_uid="keys-prune-usage")
         dashboard.register_stat(50, _("Active keys"), _active_keys, "key_all", "?state=active")
         dashboard.register_context(lambda user: {"my_active_keys": _active_keys(owner=user)})
+        dashboard.register_context(_unpriced_under_budget)
         dashboard.register_step(
             40, "key", _("Give the developer a key"), _developer_has_key, "key_create", _("Create a key")
         )
@@ -61,6 +62,19 @@ def _usage_last_day(user: Any) -> dict[str, Any]:
     from .usage.services import last_day
 
     return last_day(user)
+
+
+def _unpriced_under_budget(user: Any) -> dict[str, Any]:
+    """Of the models the dashboard lists as `user`'s, the ids of those the gateway refuses them
+    under their own or their team's budget for want of a price (`model_not_priced`), as
+    `/v1/models`, Connect and the playground leave them out."""
+    from channels.models import Model
+
+    from .budgets.services import budgeted, unpayable
+
+    if not budgeted(user):
+        return {"unpriced_under_budget": set()}
+    return {"unpriced_under_budget": set(unpayable(Model.objects.usable_by(user)).values_list("pk", flat=True))}
 
 
 def _developer_has_key() -> bool:

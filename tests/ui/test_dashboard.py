@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import datetime
 import re
+from decimal import Decimal
 
 from django.urls import reverse
 from django.utils import timezone
 
 from channels.models import Model
+from channels.services import set_route_price
+from keys.models import Budget
 from keys.services import issue_key, revoke_key
 
 
@@ -47,6 +50,22 @@ def test_a_developer_sees_their_own_keys_and_models_and_no_counters(client, alic
     assert "Recent changes" not in page
     assert "<strong>1</strong> active key" in page
     assert "<code>qwen3-32b</code>" in page and "hidden-model" not in page
+
+
+def test_a_model_without_a_price_says_why_a_budgeted_developer_cannot_use_it(client, alice, model, alice_key):
+    """Under a budget the gateway refuses a model without a price (`model_not_priced`), and
+    `/v1/models`, Connect and the playground leave it out; the dashboard listed it among hers."""
+    client.force_login(alice)
+
+    def said() -> str:
+        page = client.get(reverse("dashboard")).content.decode()
+        return page.split("<code>qwen3-32b</code>")[1].split("</li>")[0]
+
+    assert said() == ""  # no budget: the gateway serves it to her
+    Budget.objects.create(user=alice, window="month", amount=Decimal("10"))
+    assert "No price yet, and a budget applies to you: an admin must price it before you can use it." in said()
+    set_route_price(model.routes.get(), input=1, output=2)
+    assert said() == ""
 
 
 def test_needs_attention_lists_failing_hosts_channels_deployments_and_jobs(admin_client, host, channel):
