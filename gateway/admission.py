@@ -26,7 +26,7 @@ from . import balance, metrics, ondemand
 from .auth import authenticate
 from .cache import BudgetInfo, KeyInfo, ModelInfo, RouteInfo, namespace, snapshot
 from .call import Call, current, route_header, wants_route_header
-from .catalog import Selection, resolve_model, select_routes
+from .catalog import Selection, resolve_model, route_output, select_routes
 from .http import GatewayError, Request
 from .limits import TOKEN_LIMITS, Admission, RedisLimiter, Refusal, Scope, Stale, rate_headers
 from .state import process
@@ -113,7 +113,9 @@ async def open_call(
                 )
             scopes = scopes_of(key, ns)
             if max_tokens is not None:
-                reserve_max = asked
+                # The most any of its routes is asked to generate (`route_output`: a route's max
+                # output caps what the client asked for), as `call.send_upstream` sends it.
+                reserve_max = max((route_output(r, asked) for r in selection.routes), default=asked)
             else:
                 reserve_max = within_limits(default_output(info, selection.routes, prompt), scopes, prompt, choices)
             output = asked

@@ -458,15 +458,16 @@ async def send_upstream(
         if overflowed and route.context_window is not None and route.context_window <= overflowed:
             continue
         out = plan.outgoing(route)
-        out.payload["model"] = route.upstream_id
+        payload = within_route_output(out.payload, route)
+        payload["model"] = route.upstream_id
         assemble = out.assemble
         if assemble is None and out.path in STREAMED_PATHS and not out.anthropic_native:
-            ask_for_stream(out.payload)
+            ask_for_stream(payload)
             assemble = _chat_assembly(out.path, choices)
         streamed = assemble is not None
         if streamed and not stream:
-            out.payload["stream"] = True
-        data = orjson.dumps(out.payload)
+            payload["stream"] = True
+        data = orjson.dumps(payload)
         headers = forward_headers(out.headers, route, anthropic_native=out.anthropic_native)
         started, sent = time.perf_counter(), loop.time()
         resp: aiohttp.ClientResponse | None = None
@@ -517,7 +518,7 @@ async def send_upstream(
                         attempts=attempts,
                         ttfb_ms=ttfb,
                         first_at=first_at,
-                        payload=out.payload,
+                        payload=payload,
                         upstream_request_id=upstream_id,
                     )
                 phase, phase_seconds = Failure.IDLE_TIMEOUT, idle_timeout
@@ -538,7 +539,7 @@ async def send_upstream(
                     attempts=attempts,
                     ttfb_ms=ttfb,
                     first_at=first_at,
-                    payload=out.payload,
+                    payload=payload,
                     upstream_request_id=upstream_id,
                     cut=assembly.done,
                     tokens=assembly.tokens,
@@ -558,7 +559,7 @@ async def send_upstream(
                     failed.append((telling(Failure.NOT_SERVED), err))
                     continue
                 overflow = context_overflow(
-                    status, body, max_tokens=_requested_output(out.payload), embedding=out.path == "/embeddings"
+                    status, body, max_tokens=_requested_output(payload), embedding=out.path == "/embeddings"
                 )
                 if overflow is not None:
                     # The server counted the prompt past its window (the gateway's count is an
@@ -580,7 +581,7 @@ async def send_upstream(
                 body=body,
                 attempts=attempts,
                 ttfb_ms=ttfb,
-                payload=out.payload,
+                payload=payload,
                 upstream_request_id=upstream_id,
             )
         except TooLarge:
@@ -656,9 +657,41 @@ def answered(route: RouteInfo, status: int, ttfb_ms: float) -> None:
         breakers.answered(route.channel_id)
 
 
+# The names a request's output limit goes by: Chat's two, Completions' and Messages' `max_tokens`,
+# Responses' `max_output_tokens`.
+OUTPUT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+MIN_THINKING_BUDGET = 1024  # Anthropic's least `thinking.budget_tokens`
+
+
+def within_route_output(payload: dict[str, Any], route: RouteInfo) -> dict[str, Any]:
+    """`payload` asking for no more output than `route` gives (`catalog.route_output`): a model
+    server with a small window refuses a prompt + max_tokens past it (Claude Code asks for 32,000
+    whatever the model), and an admin's max output is what the route may generate. A copy when it
+    is lowered (the routes may share one payload); a Messages thinking budget stays below its
+    max_tokens, as the API requires (none is left when no room for the least budget remains)."""
+    cap = route.max_output_tokens
+    if not cap:
+        return payload
+    over = {
+        name: cap
+        for name in OUTPUT_FIELDS
+        if type(value := payload.get(name)) is int and value > cap  # (a bool is no limit)
+    }
+    if not over:
+        return payload
+    payload = {**payload, **over}
+    thinking = payload.get("thinking")
+    if isinstance(thinking, dict) and type(budget := thinking.get("budget_tokens")) is int and budget >= cap:
+        if cap - 1 >= MIN_THINKING_BUDGET:
+            payload["thinking"] = {**thinking, "budget_tokens": cap - 1}
+        else:
+            del payload["thinking"]
+    return payload
+
+
 def _requested_output(payload: dict[str, Any]) -> object:
     """The output the upstream was asked for, whichever name the surface gave it."""
-    for name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+    for name in OUTPUT_FIELDS:
         if payload.get(name) is not None:
             return payload[name]
     return None

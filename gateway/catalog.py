@@ -137,12 +137,17 @@ def pinned_to(channel_id: int) -> RouteFilter:
     return other
 
 
-def route_need(route: RouteInfo, prompt: int, output: int) -> int:
-    """Tokens a request needs on `route`: the prompt plus the requested output, no more than the
-    route's max output where one is configured (the knob that lets Claude Code's 32,000
-    `max_tokens` fit a small local window)."""
+def route_output(route: RouteInfo, output: int) -> int:
+    """The output a request asking for `output` tokens gets on `route`: no more than the route's
+    max output where one is configured (the knob that lets Claude Code's 32,000 `max_tokens` fit a
+    small local window). What the route is sent (`call.within_route_output`) and reserved."""
     cap = route.max_output_tokens
-    return prompt + (min(output, cap) if cap else output)
+    return min(output, cap) if cap else output
+
+
+def route_need(route: RouteInfo, prompt: int, output: int) -> int:
+    """Tokens a request needs on `route`: the prompt plus the output it gets there (`route_output`)."""
+    return prompt + route_output(route, output)
 
 
 def window_filter(prompt: int, output: int) -> RouteFilter:

@@ -61,9 +61,8 @@ def outgoing_for(
         if translated is None:
             try:
                 chat = completions_as_chat(original) if surface == ApiSurface.COMPLETIONS else original
+                # (each route is asked for no more than its max output: `call.within_route_output`)
                 default = default_max_tokens or int(settings.GATEWAY_DEFAULT_MAX_TOKENS)
-                if route.max_output_tokens:
-                    default = min(default, route.max_output_tokens)
                 translated = chat_request.to_messages_request(chat, default_max_tokens=default)
             except TranslationError as exc:
                 raise GatewayError(400, exc.message, code="invalid_request", param=exc.param) from None
