@@ -39,7 +39,7 @@ from . import balance
 from .breaker import breakers
 from .cache import KeyInfo, ModelInfo, RouteInfo
 from .catalog import Selection
-from .chunks import DONE, ChatAssembly, event_data
+from .chunks import DONE, ChatAssembly, event_data, replayed
 from .errors import (
     NOT_THE_CHANNELS,
     REDACTED,
@@ -248,8 +248,9 @@ class UpstreamResponse:
 
     @property
     def streaming(self) -> bool:
-        """Relayed as a stream (the client asked for one and the upstream answered one)."""
-        return self.response is not None
+        """Relayed as a stream (the client asked for one and the upstream answered one, or a whole
+        Chat answer made into one: `first_chunk` alone)."""
+        return self.response is not None or bool(self.first_chunk)
 
     def close(self) -> None:
         """Drop the upstream connection (cancels generation on servers that watch for it)."""
@@ -288,10 +289,11 @@ def _is_json(ctype: bytes) -> bool:
 
 def _not_an_answer(body: bytes, ctype: bytes, *, stream: bool) -> Failure | None:
     """Why a successful upstream answer that is not an event stream cannot be the client's answer,
-    or None: a stream was asked for (the client's, or the gateway's to assemble one: a server that
-    ignores `stream` answers JSON, which the client takes as it is), the body is not JSON (a
-    captive portal's or a proxy's HTML page), or it is an error object (a 200 that failed)."""
-    if stream or not _is_json(ctype):
+    or None: the body is not JSON (a captive portal's or a proxy's HTML page), it is an error
+    object (a 200 that failed), or it is a whole answer where the client's stream was asked for
+    and cannot be made from it (`NOT_STREAMED`; a Chat answer can: `replayed`). A client that
+    asked for no stream takes the JSON answer of a server that ignores the gateway's `stream`."""
+    if not _is_json(ctype):
         return Failure.INVALID_JSON
     try:
         data = orjson.loads(body)
@@ -299,6 +301,24 @@ def _not_an_answer(body: bytes, ctype: bytes, *, stream: bool) -> Failure | None
         return Failure.INVALID_JSON
     if isinstance(data, dict) and data.get("error") and not data.get("choices") and data.get("type") != "message":
         return Failure.STREAM_ERROR
+    return Failure.PROTOCOL if stream else None
+
+
+# A whole JSON answer to a stream request that the gateway cannot relay as a stream (a Messages or
+# Responses server that ignores `stream`): the failed attempt says so, not "invalid JSON".
+NOT_STREAMED = "The upstream answered with a whole JSON answer where a stream was asked for (it ignores `stream`)."
+
+
+def _chat_answer(body: bytes, ctype: bytes) -> dict[str, Any] | None:
+    """A Chat or legacy Completions answer (`choices`, no error) in a JSON body, else None."""
+    if not _is_json(ctype):
+        return None
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(data, dict) and isinstance(data.get("choices"), list) and not data.get("error"):
+        return data
     return None
 
 
@@ -461,7 +481,8 @@ async def send_upstream(
         payload = within_route_output(out.payload, route)
         payload["model"] = route.upstream_id
         assemble = out.assemble
-        if assemble is None and out.path in STREAMED_PATHS and not out.anthropic_native:
+        chat_stream = assemble is None and out.path in STREAMED_PATHS and not out.anthropic_native
+        if chat_stream:
             ask_for_stream(payload)
             assemble = _chat_assembly(out.path, choices)
         streamed = assemble is not None
@@ -570,6 +591,24 @@ async def send_upstream(
                     attempts.append(Attempt(route.channel_id, route.channel_name, Failure.CONTEXT_LENGTH))
                     failed.append((telling(Failure.CONTEXT_LENGTH), overflow))
                     continue
+            elif status == 200 and stream and chat_stream and (whole := _chat_answer(body, ctype)) is not None:
+                # A server that ignores `stream` (the gateway asks every Chat upstream for one): its
+                # whole answer goes to the streaming client as the stream it would have sent.
+                logger.info("channel %s answered JSON to a stream; relayed as a stream", route.channel_name)
+                first_at = time.perf_counter()
+                ttfb = (first_at - started) * 1000
+                answered(route, status, ttfb)
+                return UpstreamResponse(
+                    route,
+                    status,
+                    b"text/event-stream",
+                    first_chunk=replayed(whole),
+                    attempts=attempts,
+                    ttfb_ms=ttfb,
+                    first_at=first_at,
+                    payload=payload,
+                    upstream_request_id=upstream_id,
+                )
             elif status < 300 and (failure := _not_an_answer(body, ctype, stream=stream)) is not None:
                 raise UpstreamStreamError(failure)
             ttfb = (time.perf_counter() - started) * 1000
@@ -603,6 +642,8 @@ async def send_upstream(
                 err = GatewayError(
                     502, "The upstream's answer ended before it was complete (truncated).", code="upstream_truncated"
                 )
+            elif kind == Failure.PROTOCOL:
+                err = GatewayError(502, NOT_STREAMED, code="upstream_not_streamed")
             else:
                 err = GatewayError(502, "The upstream failed while answering.", code="upstream_error")
         except aiohttp.ClientConnectorError:

@@ -9,6 +9,7 @@ does the same for Messages and Responses streams.)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from operator import itemgetter
 from typing import Any, Protocol
@@ -875,3 +876,57 @@ def finish_answer(answer: dict[str, Any]) -> dict[str, Any]:
             for call in message.get("tool_calls") or ():
                 call.pop("_index", None)
     return answer
+
+
+# A word and the whitespace before it, as servers stream them (trailing whitespace alone last):
+# the pieces join to the text.
+_WORDS = re.compile(r"\s*\S+|\s+")
+# What a streamed choice says in its deltas, in the order a server streams it.
+_DELTA_TEXTS = ("reasoning_content", "reasoning", "content")
+
+
+def replayed(answer: dict[str, Any]) -> bytes:
+    """A Chat (or legacy Completions) JSON answer, from a server that ignores `stream`, as the
+    stream it would have sent: for each choice its role, its reasoning and text a word a chunk,
+    its tool calls, its finish; then its usage chunk (when it reported one) and `[DONE]`. A word
+    a chunk, so the output is counted, estimated and cut at the reservation as a stream's is."""
+    legacy = answer.get("object") == "text_completion"
+    base: dict[str, Any] = {k: answer[k] for k in ("id", "created", "model", "system_fingerprint") if k in answer}
+    base["object"] = "text_completion" if legacy else "chat.completion.chunk"
+    events: list[bytes] = []
+
+    def emit(choice: dict[str, Any] | None, **extra: Any) -> None:
+        chunk = {**base, "choices": [] if choice is None else [choice], **extra}
+        events.append(b"data: " + orjson.dumps(chunk) + b"\n\n")
+
+    for choice in answer.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        index = choice.get("index", 0)
+        finish = {"finish_reason": choice.get("finish_reason") or "stop"}
+        if "stop_reason" in choice:  # vLLM names the stop string that matched
+            finish["stop_reason"] = choice["stop_reason"]
+        if legacy:
+            for word in _pieces(choice.get("text")):
+                emit({"index": index, "text": word, "logprobs": None, "finish_reason": None})
+            emit({"index": index, "text": "", "logprobs": None, **finish})
+            continue
+        message = choice.get("message")
+        message = message if isinstance(message, dict) else {}
+        role = message.get("role") or "assistant"
+        emit({"index": index, "delta": {"role": role, "content": ""}, "finish_reason": None})
+        for name in _DELTA_TEXTS:
+            for word in _pieces(message.get(name)):
+                emit({"index": index, "delta": {name: word}, "finish_reason": None})
+        for at, call in enumerate(message.get("tool_calls") or ()):
+            if isinstance(call, dict):
+                emit({"index": index, "delta": {"tool_calls": [{"index": at, **call}]}, "finish_reason": None})
+        emit({"index": index, "delta": {}, **finish})
+    if isinstance(answer.get("usage"), dict):  # (llama.cpp's prompt-cache hits in its `timings`)
+        emit(None, usage=answer["usage"], **({"timings": answer["timings"]} if "timings" in answer else {}))
+    events.append(b"data: [DONE]\n\n")
+    return b"".join(events)
+
+
+def _pieces(text: Any) -> list[str]:
+    return _WORDS.findall(text) if isinstance(text, str) else []

@@ -19,7 +19,8 @@ Modes: ok, omit_usage (no usage in body or stream), stream_error / stream_junk (
 (stream: send `stall_after` chunks, then hang; non-stream: hang before answering), disconnect
 (stream: send `disconnect_after` chunks, then drop the TCP connection), status (answer `status` with
 an OpenAI error body), slow (sleep `delay` seconds before the first byte), tool_call (the reply is a
-function call split over many chunks), no_tools (a request with `tools` is refused with vLLM's 400
+function call split over many chunks), ignore_stream (every endpoint answers JSON, a stream asked
+for or not), no_tools (a request with `tools` is refused with vLLM's 400
 for a server started without a tool-call parser). `tokens` sets how many completion tokens ("tok0 tok1 …") are
 generated; `token_delay` spaces stream chunks; `reasoning` makes the reply start with that text as
 `reasoning_content`. Anthropic-native `/v1/messages` behaves like Anthropic's API (request checks,
@@ -609,7 +610,7 @@ class FakeUpstream:
         prompts = (body or {}).get("prompt")
         many = isinstance(prompts, list) and prompts and all(isinstance(p, (str, list)) for p in prompts)
         choices = (len(prompts) if many else 1) * int((body or {}).get("n") or 1)
-        if (body or {}).get("stream"):
+        if (body or {}).get("stream") and b["mode"] != "ignore_stream":
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
             include_usage = bool(((body or {}).get("stream_options") or {}).get("include_usage"))
@@ -863,7 +864,7 @@ class FakeUpstream:
             "stop_sequence": stop_sequence,
             "usage": usage,
         }
-        if not body.get("stream"):
+        if not body.get("stream") or b["mode"] == "ignore_stream":
             if b["token_delay"]:  # the headers go out only when the whole answer is generated
                 await asyncio.sleep(max(n, 1) * b["token_delay"])
             return web.json_response(message)
@@ -996,7 +997,7 @@ class FakeUpstream:
             "max_output_tokens": body.get("max_output_tokens"),
             "usage": usage,
         }
-        if not body.get("stream"):
+        if not body.get("stream") or b["mode"] == "ignore_stream":
             if b["mode"] == "stall":
                 await asyncio.sleep(3600)
             if b["token_delay"]:  # the headers go out only when the whole answer is generated

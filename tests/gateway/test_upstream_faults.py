@@ -93,12 +93,11 @@ def test_a_reset_connection_is_a_502_in_words_not_a_library_name(setup, upstream
     assert message == "The upstream for this model broke the connection or its HTTP answer.", message
 
 
-@pytest.mark.parametrize(
-    ("mode", "stream"), [("html_page", False), ("html_page", True), ("error_200", False), ("ignore_stream", True)]
-)
+@pytest.mark.parametrize(("mode", "stream"), [("html_page", False), ("html_page", True), ("error_200", False)])
 def test_a_200_that_is_not_the_answer_asked_for_fails_over(setup, upstream, backup, gateway, mode, stream):
-    """A captive portal's page, an error object or a JSON answer to a stream, each said with a 200,
-    is a failed attempt (tried elsewhere, on the record), never relayed as the client's answer."""
+    """A captive portal's page or an error object, each said with a 200, is a failed attempt (tried
+    elsewhere, on the record), never relayed as the client's answer. (A Chat answer to a stream is
+    one: tests/gateway_surfaces/test_ignored_stream.py.)"""
     upstream.behave(mode=mode)
     r = post(gateway, setup.plaintext, {**BODY, "stream": stream})  # (a stream read whole)
     if stream:
