@@ -43,6 +43,7 @@ from .chunks import DONE, ChatAssembly, event_data, replayed
 from .errors import (
     NOT_THE_CHANNELS,
     REDACTED,
+    SHUTDOWN,
     TIMEOUT_SETTINGS,
     Attempt,
     Failure,
@@ -1161,8 +1162,9 @@ class Call:
     async def forward(self, plan: Plan) -> UpstreamResponse:
         """Send the call along `plan`; a failure of every route fails the call and is raised.
         A client that leaves meanwhile cancels the upstream call (its generation stops) and the
-        record says `client disconnected` (499), charged what the upstream generated of an answer
-        being assembled (as `relay` charges a stream's)."""
+        record says `client disconnected` (499); one the gateway's shutdown cuts is `interrupted`
+        (503). Either is charged what the upstream generated of an answer being assembled (as
+        `relay` charges a stream's)."""
         current = asyncio.current_task()
         gone = False
         assembling: list[tuple[RouteInfo, Assembly]] = []
@@ -1191,16 +1193,17 @@ class Call:
                 assembling=assembling,
             )
         except asyncio.CancelledError:
-            if not gone:
-                raise
-            if current is not None:
-                current.uncancel()
-            err = GatewayError(499, "client disconnected", code="client_disconnected")
             used = None
             if assembling:  # the upstream was answering: priced at its route, as a stream is
                 self.route, assembly = assembling[-1]
                 self.channel_id = self.route.channel_id
                 used = so_far(assembly.usage, self.prompt_estimate, assembly.tokens)
+            if not gone:  # the server's shutdown cut the call (`asgi.handle` answers it)
+                self.finish(used, status=UsageStatus.INTERRUPTED, http_status=503, error=SHUTDOWN)
+                raise
+            if current is not None:
+                current.uncancel()
+            err = GatewayError(499, "client disconnected", code="client_disconnected")
             self.finish(used, status=UsageStatus.CLIENT_DISCONNECTED, http_status=499, error=err.message)
             raise err from None
         except GatewayError as exc:

@@ -16,6 +16,8 @@ import pytest
 
 from channels.health import passive
 from channels.models import Model
+from gateway import call as gateway_call
+from gateway import relay as gateway_relay
 from keys.models import UsageRecord
 from keys.services import issue_key
 from tests.fakes.upstream import FakeUpstream
@@ -272,10 +274,14 @@ def test_a_non_streaming_client_that_leaves_cancels_the_upstream_call(setup, ups
 
 
 @pytest.mark.parametrize("stream", [True, False])
-def test_a_request_cut_by_the_gateways_shutdown_is_recorded_interrupted(setup, upstream, settings, caplog, stream):
+def test_a_request_cut_by_the_gateways_shutdown_is_recorded_interrupted(
+    setup, upstream, settings, caplog, monkeypatch, stream
+):
     """In flight when the shutdown's grace ends: a stream ends with our error event, a request not
     answered yet gets our JSON 503 (not the server's plain-text 500); both are on the record as
-    interrupted, and the server logs no exception for them."""
+    interrupted, and the server logs no exception for them. Both pay for what the upstream
+    generated: an answer being assembled (the gateway asks for a stream even for a client that did
+    not) was recorded with 0 tokens, though a paid upstream bills them."""
     import threading
 
     import uvicorn
@@ -294,7 +300,17 @@ def test_a_request_cut_by_the_gateways_shutdown_is_recorded_interrupted(setup, u
     thread.start()
     wait_for(lambda: server.started, timeout=20)
     logging.getLogger("uvicorn.error").addHandler(caplog.handler)  # (uvicorn's loggers do not propagate)
-    upstream.behave(tokens=50, token_delay=0.2)  # a 10 s stream
+    read: list[bytes] = []  # what the gateway read of the upstream's stream
+    drain = gateway_call.drain
+
+    def spied(content) -> bytes:
+        data = drain(content)
+        read.append(data)
+        return data
+
+    monkeypatch.setattr(gateway_call, "drain", spied)
+    monkeypatch.setattr(gateway_relay, "drain", spied)
+    upstream.behave(mode="stall", stall_after=4, tokens=50)  # its role and 3 tokens, then generating on
     got: list[bytes] = []
 
     answer: list[httpx.Response] = []
@@ -317,14 +333,16 @@ def test_a_request_cut_by_the_gateways_shutdown_is_recorded_interrupted(setup, u
     reader = threading.Thread(target=client, daemon=True)
     reader.start()
     if stream:
-        wait_for(lambda: len(got) >= 2, timeout=10)
+        wait_for(lambda: b"tok2" in b"".join(got), timeout=10)
     else:  # the answer is being assembled from the upstream's stream
-        wait_for(lambda: upstream.requests and upstream.open_streams, timeout=10)
+        wait_for(lambda: b"tok2" in b"".join(read), timeout=10)
     server.should_exit = True  # shutdown mid-answer; in-flight requests get 1 s, then are cancelled
     thread.join(20)
     reader.join(20)
     record = UsageRecord.objects.get(key=setup.key)
     assert record.status == "interrupted" and "shutdown" in record.error and record.http_status == 503
+    assert record.completion_tokens == 3 and record.prompt_tokens >= 1 and record.estimated
+    assert record.channel_id == setup.channel.id
     text = b"".join(got).decode()
     if stream:
         assert "shutting down" in text and f"request {record.request_id}" in text, text[-300:]
