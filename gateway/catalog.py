@@ -78,6 +78,8 @@ def limits_for(model: ModelInfo, key: KeyInfo) -> tuple[int | None, int | None]:
 def resolve_model(key: KeyInfo, catalog: Catalog, name: object) -> ModelInfo:
     """The public model `name` if this key may use it, else 404 (unknown, with "did you mean")
     or 403 (exists, not allowed); both list what the key may use."""
+    if name is not None and not isinstance(name, str):
+        raise GatewayError(400, "`model` must be a string.", code="invalid_value", param="model")
     if not isinstance(name, str) or not name.strip():
         raise GatewayError(400, "The request has no `model`.", code="model_required", param="model")
     model = catalog.models.get(name)

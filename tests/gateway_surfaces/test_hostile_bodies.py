@@ -87,3 +87,26 @@ def test_tool_call_arguments_sent_as_json_not_text_reach_an_anthropic_channel(
     assert r.status_code == 200, r.text
     tool_use = anthropic_up.requests[-1].json["messages"][1]["content"][0]
     assert tool_use["type"] == "tool_use" and tool_use["input"] == sent
+
+
+@pytest.mark.parametrize("model", [["qwen3-32b"], 5, {"name": "qwen3-32b"}, True])
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}),
+        ("/v1/completions", {"prompt": "hi", "max_tokens": 5}),
+        ("/v1/embeddings", {"input": "hi"}),
+        ("/v1/responses", {"input": "hi", "max_output_tokens": 5}),
+        ("/v1/messages", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}),
+        ("/v1/messages/count_tokens", {"messages": [{"role": "user", "content": "hi"}]}),
+    ],
+)
+def test_a_model_that_is_not_a_string_is_a_400_saying_so(setup, gateway_url, upstream, path, body, model):
+    """It was answered "The request has no `model`." though the request had one, on every surface."""
+    r = post(gateway_url, setup.plaintext, path, {"model": model, **body})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["message"] == "`model` must be a string.", error
+    if not path.startswith("/v1/messages"):  # (Anthropic's errors have no `param` nor `code`)
+        assert (error["param"], error["code"]) == ("model", "invalid_value")
+    assert upstream.requests == []
