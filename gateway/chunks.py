@@ -888,8 +888,9 @@ _DELTA_TEXTS = ("reasoning_content", "reasoning", "content")
 def replayed(answer: dict[str, Any]) -> bytes:
     """A Chat (or legacy Completions) JSON answer, from a server that ignores `stream`, as the
     stream it would have sent: for each choice its role, its reasoning and text a word a chunk,
-    its tool calls, its finish; then its usage chunk (when it reported one) and `[DONE]`. A word
-    a chunk, so the output is counted, estimated and cut at the reservation as a stream's is."""
+    its tool calls (their arguments a word a chunk), its finish; then its usage chunk (when it
+    reported one) and `[DONE]`. A word a chunk, so the output is counted, estimated and cut at the
+    reservation as a stream's is."""
     legacy = answer.get("object") == "text_completion"
     base: dict[str, Any] = {k: answer[k] for k in ("id", "created", "model", "system_fingerprint") if k in answer}
     base["object"] = "text_completion" if legacy else "chat.completion.chunk"
@@ -919,8 +920,18 @@ def replayed(answer: dict[str, Any]) -> bytes:
             for word in _pieces(message.get(name)):
                 emit({"index": index, "delta": {name: word}, "finish_reason": None})
         for at, call in enumerate(message.get("tool_calls") or ()):
-            if isinstance(call, dict):
+            if not isinstance(call, dict):
+                continue
+            function = call.get("function")
+            if not isinstance(function, dict) or not isinstance(function.get("arguments"), str):
                 emit({"index": index, "delta": {"tool_calls": [{"index": at, **call}]}, "finish_reason": None})
+                continue
+            # its id, type and name, then its arguments a word a chunk (counted as a stream's are)
+            head = {"index": at, **call, "function": {**function, "arguments": ""}}
+            emit({"index": index, "delta": {"tool_calls": [head]}, "finish_reason": None})
+            for word in _pieces(function["arguments"]):
+                piece = {"index": at, "function": {"arguments": word}}
+                emit({"index": index, "delta": {"tool_calls": [piece]}, "finish_reason": None})
         emit({"index": index, "delta": {}, **finish})
     if isinstance(answer.get("usage"), dict):  # (llama.cpp's prompt-cache hits in its `timings`)
         emit(None, usage=answer["usage"], **({"timings": answer["timings"]} if "timings" in answer else {}))

@@ -168,15 +168,24 @@ async def _relay_json(call: Call, up: UpstreamResponse, prompt: int) -> None:
 
 
 def _answer_text(data: Any) -> str | None:
+    """What a JSON answer generated, for the upstream's tokenizer: each choice's text, reasoning,
+    content and tool calls (their names and arguments)."""
     if not isinstance(data, dict):
         return None
     parts = []
     for choice in data.get("choices") or ():
-        if isinstance(choice, dict):
-            message = choice.get("message") or {}
-            parts.append(str(message.get("content") or "") if isinstance(message, dict) else "")
-            parts.append(str(choice.get("text") or ""))
-    return "".join(parts)
+        if not isinstance(choice, dict):
+            continue
+        parts.append(str(choice.get("text") or ""))
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            continue
+        parts += (str(message.get(name) or "") for name in ("reasoning_content", "reasoning", "content"))
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict):
+                parts += (str(function.get("name") or ""), str(function.get("arguments") or ""))
+    return "\n".join(part for part in parts if part)
 
 
 def _estimated_completion(data: Any) -> int:

@@ -20,26 +20,27 @@ Modes: ok, omit_usage (no usage in body or stream), stream_error / stream_junk (
 (stream: send `disconnect_after` chunks, then drop the TCP connection), status (answer `status` with
 an OpenAI error body), slow (sleep `delay` seconds before the first byte), tool_call (the reply is a
 function call split over many chunks), ignore_stream (every endpoint answers JSON, a stream asked
-for or not), no_tools (a request with `tools` is refused with vLLM's 400
-for a server started without a tool-call parser). `tokens` sets how many completion tokens ("tok0 tok1 …") are
-generated; `token_delay` spaces stream chunks; `reasoning` makes the reply start with that text as
-`reasoning_content`. Anthropic-native `/v1/messages` behaves like Anthropic's API (request checks,
-stop sequences, tool use, thinking, cache usage, its error shape and 529, the exact SSE event
-sequence; mode stream_error sends an `error` event mid-stream). Responses-native `/v1/responses`
-behaves like OpenAI's (its event sequence, reasoning and function-call items, `response.incomplete`
-at max_output_tokens, modes ok/status/slow/tool_call/stall/stream_error). On both, a non-streaming
-answer's headers go out only once it is generated (`token_delay`, as for Chat), and mode truncate
-ends a stream cleanly after `stall_after` deltas without its last event (`message_stop`,
-`response.completed`; a Chat stream's `[DONE]`). A Chat stream in mode coalesced_end sends
-`stall_after` deltas, then after `split_pause` seconds the rest, its last event and the body's end
-in one write, each event an HTTP chunk of its own (what a reader gets at once from a burst that a
-network merged), and holds the connection open (`hold`). A Chat stream in mode split_done sends no usage
-chunk and its `[DONE]` event in two writes `split_pause` seconds apart (only that event ends it),
-in mode no_done never sends it; both then keep the connection open (at most `hold` seconds) and
-note in `holds` whether the client closed it first; `end_pause` ends a Chat stream's body that
-long after its `[DONE]`. Prompt tokens are the number of
-whitespace-separated words in the input. With `up.gate` (a threading.Event) every request, once
-recorded, waits for it to be set before it is answered."""
+for or not; `ignore_stream=True` does the same in any other mode, `omit_usage=True` leaves the usage
+out in any mode: `behave(mode="tool_call", ignore_stream=True, omit_usage=True)`), no_tools (a
+request with `tools` is refused with vLLM's 400 for a server started without a tool-call parser).
+`tokens` sets how many completion tokens ("tok0 tok1 …") are generated; `token_delay` spaces stream
+chunks; `reasoning` makes the reply start with that text as `reasoning_content`. Anthropic-native
+`/v1/messages` behaves like Anthropic's API (request checks, stop sequences, tool use, thinking,
+cache usage, its error shape and 529, the exact SSE event sequence; mode stream_error sends an
+`error` event mid-stream). Responses-native `/v1/responses` behaves like OpenAI's (its event
+sequence, reasoning and function-call items, `response.incomplete` at max_output_tokens, modes
+ok/status/slow/tool_call/stall/stream_error). On both, a non-streaming answer's headers go out only
+once it is generated (`token_delay`, as for Chat), and mode truncate ends a stream cleanly after
+`stall_after` deltas without its last event (`message_stop`, `response.completed`; a Chat stream's
+`[DONE]`). A Chat stream in mode coalesced_end sends `stall_after` deltas, then after `split_pause`
+seconds the rest, its last event and the body's end in one write, each event an HTTP chunk of its
+own (what a reader gets at once from a burst that a network merged), and holds the connection open
+(`hold`). A Chat stream in mode split_done sends no usage chunk and its `[DONE]` event in two writes
+`split_pause` seconds apart (only that event ends it), in mode no_done never sends it; both then
+keep the connection open (at most `hold` seconds) and note in `holds` whether the client closed it
+first; `end_pause` ends a Chat stream's body that long after its `[DONE]`. Prompt tokens are the
+number of whitespace-separated words in the input. With `up.gate` (a threading.Event) every request,
+once recorded, waits for it to be set before it is answered."""
 
 from __future__ import annotations
 
@@ -68,6 +69,8 @@ DEFAULTS: dict[str, Any] = {
     "error_message": "upstream failure",
     "tool_name": "get_weather",
     "tool_arguments": '{"city": "Paris", "unit": "celsius"}',
+    "ignore_stream": False,  # answer JSON to a stream request too, in any mode (as mode ignore_stream)
+    "omit_usage": False,  # no usage in Chat, Completions or embeddings answers, in any mode (as mode omit_usage)
     "ignore_max_tokens": False,  # generate `tokens` whatever max_tokens says (a misbehaving server)
     "retry_after": "",  # with mode=status: a Retry-After header on the error
     "huge_bytes": 50 * 1024 * 1024,  # mode=huge: the size of the (endless-looking) answer
@@ -156,7 +159,10 @@ class FakeUpstream:
 
     def _next(self) -> dict[str, Any]:
         with self._lock:
-            return self._queue.pop(0) if self._queue else copy.deepcopy(self._behaviour)
+            b = self._queue.pop(0) if self._queue else copy.deepcopy(self._behaviour)
+        b["ignore_stream"] = b["ignore_stream"] or b["mode"] == "ignore_stream"
+        b["omit_usage"] = b["omit_usage"] or b["mode"] == "omit_usage"
+        return b
 
     @property
     def base_url(self) -> str:
@@ -365,7 +371,7 @@ class FakeUpstream:
                 status=400,
             )
         model = body.get("model", "fake-model")
-        if body.get("stream") and b["mode"] != "ignore_stream":  # (a server that always answers JSON)
+        if body.get("stream") and not b["ignore_stream"]:  # (a server that always answers JSON)
             return await self._stream_chat(request, body, b, model, prompt)
         if b["mode"] == "stall":
             await asyncio.sleep(3600)
@@ -405,7 +411,7 @@ class FakeUpstream:
         }
         if matched is not None and self.flavour == "vllm":
             out["choices"][0]["stop_reason"] = matched  # vLLM names the stop string that matched
-        if b["mode"] != "omit_usage":
+        if not b["omit_usage"]:
             out.update(self._chat_usage(b, prompt, n))
         if b["system_fingerprint"]:
             out["system_fingerprint"] = b["system_fingerprint"]
@@ -565,7 +571,7 @@ class FakeUpstream:
                     own = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model}
                     own.update(choices=[], **self._chat_usage(b, prompt, n))
                     await resp.write(b"data: " + json.dumps(own).encode() + b"\n\n")
-            if include_usage and b["mode"] not in ("omit_usage", "split_done") and not per_choice:
+            if include_usage and not b["omit_usage"] and b["mode"] != "split_done" and not per_choice:
                 data = {
                     "id": cid,
                     "object": "chat.completion.chunk",
@@ -610,7 +616,7 @@ class FakeUpstream:
         prompts = (body or {}).get("prompt")
         many = isinstance(prompts, list) and prompts and all(isinstance(p, (str, list)) for p in prompts)
         choices = (len(prompts) if many else 1) * int((body or {}).get("n") or 1)
-        if (body or {}).get("stream") and b["mode"] != "ignore_stream":
+        if (body or {}).get("stream") and not b["ignore_stream"]:
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
             include_usage = bool(((body or {}).get("stream_options") or {}).get("include_usage"))
@@ -623,7 +629,7 @@ class FakeUpstream:
                         "choices": [{"index": index, "text": (" " if i else "") + f"tok{i}", "finish_reason": None}],
                     }
                     await resp.write(b"data: " + json.dumps(data).encode() + b"\n\n")
-            if include_usage and b["mode"] != "omit_usage":
+            if include_usage and not b["omit_usage"]:
                 spent = n * choices
                 data = {
                     "id": "cmpl-1",
@@ -643,7 +649,7 @@ class FakeUpstream:
             "model": model,
             "choices": [{"index": 0, "text": " ".join(f"tok{i}" for i in range(n)), "finish_reason": "stop"}],
         }
-        if b["mode"] != "omit_usage":
+        if not b["omit_usage"]:
             out["usage"] = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
         return web.json_response(out)
 
@@ -661,7 +667,7 @@ class FakeUpstream:
                 {"object": "embedding", "index": i, "embedding": [0.1, 0.2, 0.3, float(i)]} for i in range(len(inputs))
             ],
         }
-        if b["mode"] != "omit_usage":
+        if not b["omit_usage"]:
             out["usage"] = {"prompt_tokens": prompt, "total_tokens": prompt}
         return web.json_response(out)
 
@@ -864,7 +870,7 @@ class FakeUpstream:
             "stop_sequence": stop_sequence,
             "usage": usage,
         }
-        if not body.get("stream") or b["mode"] == "ignore_stream":
+        if not body.get("stream") or b["ignore_stream"]:
             if b["token_delay"]:  # the headers go out only when the whole answer is generated
                 await asyncio.sleep(max(n, 1) * b["token_delay"])
             return web.json_response(message)
@@ -997,7 +1003,7 @@ class FakeUpstream:
             "max_output_tokens": body.get("max_output_tokens"),
             "usage": usage,
         }
-        if not body.get("stream") or b["mode"] == "ignore_stream":
+        if not body.get("stream") or b["ignore_stream"]:
             if b["mode"] == "stall":
                 await asyncio.sleep(3600)
             if b["token_delay"]:  # the headers go out only when the whole answer is generated

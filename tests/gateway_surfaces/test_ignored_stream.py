@@ -12,9 +12,11 @@ import pytest
 
 from tests.fakes.upstream import FakeUpstream
 from tests.gateway.conftest import add_channel
-from tests.gateway_surfaces.conftest import UPSTREAM_KEY, add_native_channel, record_for
+from tests.gateway_surfaces.conftest import RESPONSES_TOOLS, UPSTREAM_KEY, add_native_channel, record_for
+from tests.gateway_surfaces.test_messages import TOOLS
 
 WORDS = "tok0 tok1 tok2 tok3 tok4"
+ARGUMENTS = '{"city": "Paris", "unit": "celsius"}'  # the fake's tool call
 
 
 @pytest.fixture
@@ -81,6 +83,63 @@ def test_a_responses_client_on_a_chat_channel_gets_a_completed_response(setup, o
     events = list(oai.responses.create(model="qwen3-32b", input="hi", max_output_tokens=50, stream=True))
     done = events[-1]
     assert done.type == "response.completed" and done.response.output_text == WORDS
+
+
+def test_a_chat_client_gets_a_whole_answers_tool_call_as_a_stream(setup, oai, upstream):
+    upstream.behave(mode="tool_call", ignore_stream=True)
+    ask = {"model": "qwen3-32b", "messages": [{"role": "user", "content": "weather in Paris?"}], "max_tokens": 200}
+    chunks = list(oai.chat.completions.create(**ask, stream=True, stream_options={"include_usage": True}))
+    assert upstream.requests[-1].json["stream"] is True  # asked for, ignored
+    deltas = [call for c in chunks if c.choices for call in c.choices[0].delta.tool_calls or ()]
+    assert deltas[0].id.startswith("call_") and deltas[0].function.name == "get_weather"
+    assert "".join(d.function.arguments or "" for d in deltas) == ARGUMENTS
+    assert {d.index for d in deltas} == {0}
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+    record = record_for(setup.key)[0]
+    assert (record.status, record.completion_tokens, record.estimated) == ("ok", 4, False)  # as reported
+
+
+def test_a_messages_client_on_a_chat_channel_gets_a_whole_answers_tool_use(setup, claude, upstream):
+    upstream.behave(mode="tool_call", ignore_stream=True)
+    ask = {"model": "qwen3-32b", "max_tokens": 200, "tools": TOOLS, "messages": [{"role": "user", "content": "?"}]}
+    with claude.messages.stream(**ask) as s:
+        message = s.get_final_message()
+    assert message.stop_reason == "tool_use"
+    (call,) = message.content
+    assert (call.type, call.name, call.input) == ("tool_use", "get_weather", {"city": "Paris", "unit": "celsius"})
+    assert call.id
+
+
+def test_a_responses_client_on_a_chat_channel_gets_a_whole_answers_function_call(setup, oai, upstream):
+    upstream.behave(mode="tool_call", ignore_stream=True)
+    with oai.responses.stream(model="qwen3-32b", input="weather in Paris?", tools=RESPONSES_TOOLS) as stream:
+        done = stream.get_final_response()
+    (call,) = [o for o in done.output if o.type == "function_call"]
+    assert (call.name, call.arguments, call.status) == ("get_weather", ARGUMENTS, "completed")
+    assert call.call_id.startswith("call_")
+
+
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize(
+    "mode, reasoning, out",
+    [("ok", "", WORDS), ("ok", "think it over first", WORDS + " think it over first"), ("tool_call", "", ARGUMENTS)],
+)
+def test_a_whole_answer_without_usage_is_charged_an_estimate(setup, oai, upstream, mode, reasoning, out, stream):
+    """Nothing reported: the prompt is estimated and the output counted, a streaming client's as a
+    stream's is. A tool call's arguments were one chunk (charged 1 token, however long), and the
+    non-streaming answer's count by the upstream's tokenizer left out its tool calls and its
+    reasoning (a tool call was charged 0)."""
+    upstream.behave(mode=mode, reasoning=reasoning, ignore_stream=True, omit_usage=True)
+    ask = {"model": "qwen3-32b", "messages": [{"role": "user", "content": "one two three"}], "max_tokens": 200}
+    if stream:
+        chunks = list(oai.chat.completions.create(**ask, stream=True, stream_options={"include_usage": True}))
+        shown = chunks[-1].usage
+    else:
+        shown = oai.chat.completions.create(**ask).usage
+    record = record_for(setup.key)[0]
+    assert (record.status, record.stream, record.estimated) == ("ok", stream, True)
+    assert record.prompt_tokens >= 3 and record.completion_tokens >= len(out.split())
+    assert (shown.prompt_tokens, shown.completion_tokens) == (record.prompt_tokens, record.completion_tokens)
 
 
 @pytest.mark.parametrize("flag", ["speaks_messages", "speaks_responses"])
