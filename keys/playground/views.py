@@ -61,13 +61,15 @@ def _texts() -> dict[str, str]:
         "image_attached": _("Image attached: {name}"),
         "compare_pick": _("Choose two or three models to compare."),
         "key_placeholder": _("YOUR_KEY"),
+        "error_other": _("The request failed; the detail below, from the gateway or the model's server, says why."),
     }
 
 
 def _error_texts() -> dict[str, str]:
     """What a gateway error means, in the reader's language, by the error's `code` (else its
     `type`, e.g. an Anthropic error event's): the script shows it above the gateway's own English
-    text, which stays as the detail. `network` and `aborted` are the script's own (no answer)."""
+    text, which stays as the detail. `network` and `aborted` are the script's own (no answer); an
+    error without a meaning here (an upstream's own 4xx, passed through) shows `error_other`."""
     meanings = {
         _("A rate limit of your key, your account or your team is reached. Wait a little and send again."): [
             "rate_limit_exceeded",
@@ -78,6 +80,9 @@ def _error_texts() -> dict[str, str]:
             "This request asks for more tokens than a limit of yours allows at all: "
             "lower Max tokens or shorten the conversation."
         ): ["request_too_large"],
+        _("The message is too large for the gateway: attach a smaller image or shorten the conversation."): [
+            "body_too_large"
+        ],
         _("A spending budget of your key, your account or your team is used up."): ["budget_exceeded"],
         _("This model has no price yet and a budget applies to you: an admin must price it first."): [
             "model_not_priced"
@@ -90,6 +95,15 @@ def _error_texts() -> dict[str, str]:
             "not_found_error",
         ],
         _("Your key may not use this model."): ["model_not_allowed", "permission_error"],
+        _("Your key may not be used from this computer's network address."): ["ip_not_allowed"],
+        _("This is an embedding model: choose a chat model."): ["model_not_supported"],
+        _(
+            "This model's server cannot take this request (an image, a tool or a setting it was not started "
+            "for): remove it and send again, or choose another model."
+        ): ["unsupported_by_upstream"],
+        _("The model's server does not serve this model; an admin must check the channel's routes."): [
+            "upstream_not_found"
+        ],
         _("Your key uses local channels only, and no local channel serves this model."): ["local_only"],
         _("No channel can serve this model right now. Try again later or choose another model."): [
             "no_channel",
@@ -113,12 +127,14 @@ def _error_texts() -> dict[str, str]:
             "upstream_invalid_response",
             "upstream_protocol",
             "upstream_too_large",
+            "upstream_not_streamed",
             "api_error",
         ],
         _("The gateway is briefly unavailable; send again in a moment."): [
             "limiter_unavailable",
             "database_unavailable",
             "shutdown",
+            "configuration_changing",
             "service_unavailable",
             "server_error",
             "internal",

@@ -183,11 +183,11 @@
     };
   }
 
-  // What an error means, in the reader's language (by its code, else its type; the page's texts);
-  // "" when the page has no text for it. The gateway's own English text stays as the detail.
+  // What an error means, in the reader's language (by its code, else its type, else a general
+  // sentence; the page's texts). The gateway's own English text stays as the detail.
   function meaning(error) {
     var known = config.errors || {};
-    return known[error.code] || known[error.type] || "";
+    return known[error.code] || known[error.type] || T.error_other;
   }
 
   // --- one streamed Chat Completions call, rendered into `box` -------------------------------
@@ -463,7 +463,7 @@
     var data; try { data = JSON.parse(raw); } catch (e) { data = raw; }
     var err = errorOf(data, resp.status);
     var detail = "HTTP " + resp.status + (err.code ? " " + err.code : "") + ": " + err.message;
-    return {ok: false, why: meaning(err) ? meaning(err) + " (" + detail + ")" : detail};
+    return {ok: false, why: meaning(err) + " (" + detail + ")"};
   }
 
   function checkOnce(surface, model, kind) {
@@ -478,7 +478,7 @@
           var d = surface.delta(e);
           if (d) text += d;
         }).then(function () {
-          if (error) return {ok: false, why: meaning(error) ? meaning(error) + " (" + error.message + ")" : error.message};
+          if (error) return {ok: false, why: meaning(error) + " (" + error.message + ")"};
           return text ? {ok: true, why: text.slice(0, 80)} : {ok: false, why: T.no_text};
         });
       }

@@ -346,3 +346,60 @@ def test_a_chinese_reader_sees_what_a_gateway_error_means_in_chinese(
             context.close()
         finally:
             server.stop()
+
+
+UNSUPPORTED = (
+    "This model's server cannot take this request (an image, a tool or a setting it was not started "
+    "for): remove it and send again, or choose another model."
+)
+OTHER_ERROR = "The request failed; the detail below, from the gateway or the model's server, says why."
+
+
+def test_a_chinese_reader_is_told_in_chinese_what_an_upstreams_refusal_means(
+    transactional_db, settings, monkeypatch, tmp_path, browser, alice
+):
+    """The model's server refuses the prompt with its own error (a safety refusal, passed through
+    with a code the page has no meaning for), then says it cannot take such a request (501): the
+    playground says in the reader's language what happened, the server's English text under it."""
+    monkeypatch.setenv("GATEWAY_REDIS_NAMESPACE", "pgr-" + uuid.uuid4().hex[:10])
+    settings.PORTAL_PUBLIC_URL = ""
+    settings.GATEWAY_USAGE_FLUSH_INTERVAL = 0.1
+    settings.GATEWAY_STATE_DIR = tmp_path / "gateway-state"
+    alice.language = "zh-hans"
+    alice.save(update_fields=["language"])
+    with FakeUpstream(api_key=UPSTREAM_KEY) as upstream:
+        refusal = "Your request was rejected as a result of our safety system."
+        upstream.behave(mode="status", status=400, error_type="content_policy_violation", error_message=refusal)
+        channel = Channel.objects.create(
+            name="cloud", kind="vllm", base_url=upstream.base_url, api_key=UPSTREAM_KEY, status="healthy"
+        )
+        ModelRoute.objects.create(
+            model=Model.objects.create(name="small-chat"), channel=channel, upstream_model="fake-model"
+        )
+        server = ThreadServer().start()
+        try:
+            url = server.url
+            errors: list[str] = []
+            context, page = sign_in(browser, url, "alice", "alice-pass-123", errors=errors)
+            page.goto(url + "/playground/")
+            page.wait_for_selector("body[data-playground=ready]")
+            page.select_option("#pg-model", "small-chat")
+
+            page.fill("#pg-input", "something the model refuses")
+            page.click("#pg-send")
+            page.wait_for_selector(".pg-assistant .pg-answer[data-state=error]")
+            assert page.text_content(".pg-assistant .pg-error-meaning") == in_chinese(OTHER_ERROR)
+            assert refusal in page.text_content(".pg-assistant .pg-error-detail")
+
+            upstream.behave(mode="status", status=501, error_message="image input is not supported")
+            page.click("#pg-clear")
+            page.fill("#pg-input", "hi")
+            page.click("#pg-send")
+            page.wait_for_selector(".pg-assistant .pg-answer[data-state=error]")
+            assert page.text_content(".pg-assistant .pg-error-meaning") == in_chinese(UNSUPPORTED)
+            detail = page.text_content(".pg-assistant .pg-error-detail")
+            assert "unsupported_by_upstream" in detail and "image input is not supported" in detail
+            assert not [e for e in errors if "Failed to load resource" not in e], errors
+            context.close()
+        finally:
+            server.stop()
