@@ -6,10 +6,18 @@
   let chart = null;
   let latest = 0; // the last load asked for: only its answer is drawn
 
+  // Times as the rest of the page gives them, in UTC, written the way the page's language writes
+  // them (not the browser's language and time zone).
+  const lang = document.documentElement.lang || undefined;
+  const utc = { timeZone: "UTC", hourCycle: "h23" };
+  const hourMinute = new Intl.DateTimeFormat(lang, { ...utc, hour: "2-digit", minute: "2-digit" });
+  const withSeconds = new Intl.DateTimeFormat(lang, { ...utc, hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  const dayMonth = new Intl.DateTimeFormat(lang, { timeZone: "UTC", month: "short", day: "numeric" });
+  const timeAxis = () => ({ title: { display: true, text: text.timeAxis } });
+
   function label(iso, range) {
     const d = new Date(iso);
-    const hm = d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
-    return range === "7d" ? d.toLocaleDateString([], { month: "short", day: "numeric" }) + " " + hm : hm;
+    return range === "7d" ? dayMonth.format(d) + " " + hourMinute.format(d) : hourMinute.format(d);
   }
 
   async function load(range) {
@@ -39,7 +47,7 @@
       const sparse = {
         type: "line",
         data: {
-          labels: points.map((p) => new Date(p.at).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" })),
+          labels: points.map((p) => withSeconds.format(new Date(p.at))),
           datasets: [{
             label: text.ttftCheck, data: points.map((p) => p.ttft), yAxisID: "ms",
             borderColor: "#1e6fd9", backgroundColor: "#1e6fd9", pointRadius: points.map((p) => (p.carried ? 0 : 5)),
@@ -48,7 +56,7 @@
         },
         options: {
           animation: false, maintainAspectRatio: false,
-          scales: { ms: { type: "linear", position: "left", beginAtZero: true, title: { display: true, text: "ms" } } },
+          scales: { x: timeAxis(), ms: { type: "linear", position: "left", beginAtZero: true, title: { display: true, text: "ms" } } },
         },
       };
       if (chart) chart.destroy();
@@ -72,6 +80,7 @@
       options: {
         animation: false, maintainAspectRatio: false, interaction: { mode: "index", intersect: false },
         scales: {
+          x: timeAxis(),
           ms: { type: "linear", position: "left", beginAtZero: true, title: { display: true, text: "ms" } },
           pct: { type: "linear", position: "right", min: 0, max: 100, grid: { drawOnChartArea: false }, title: { display: true, text: text.errorsAxis } },
         },

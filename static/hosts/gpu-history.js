@@ -2,7 +2,8 @@
 (function () {
   "use strict";
   var data = JSON.parse(document.getElementById("gpu-history-data").textContent);
-  new Chart(document.getElementById("gpu-history-chart"), {
+  var canvas = document.getElementById("gpu-history-chart");
+  new Chart(canvas, {
     type: "line",
     data: data,
     options: {
@@ -10,6 +11,7 @@
       animation: false,
       spanGaps: false,
       scales: {
+        x: { title: { display: true, text: canvas.dataset.timeAxis } },
         pct: { type: "linear", position: "left", beginAtZero: true, title: { display: true, text: "% / °C" } },
         gib: { type: "linear", position: "right", beginAtZero: true, title: { display: true, text: "GiB" }, grid: { drawOnChartArea: false } }
       },

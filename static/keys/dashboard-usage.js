@@ -14,6 +14,7 @@
     options: {
       responsive: true, maintainAspectRatio: false, animation: false,
       scales: {
+        x: { title: { display: true, text: text.timeAxis } },
         tokens: { position: "left", beginAtZero: true, title: { display: true, text: text.tokens } },
         requests: { position: "right", beginAtZero: true, grid: { drawOnChartArea: false }, title: { display: true, text: text.requests } }
       },

@@ -9,7 +9,7 @@
     options: {
       responsive: true,
       animation: false,
-      scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true, title: { display: true, text: canvas.dataset.tokens } } },
+      scales: { x: { stacked: true, title: { display: true, text: canvas.dataset.timeAxis } }, y: { stacked: true, beginAtZero: true, title: { display: true, text: canvas.dataset.tokens } } },
       plugins: { legend: { position: "bottom" } }
     }
   });

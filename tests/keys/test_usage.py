@@ -222,3 +222,15 @@ def test_cached_tokens_add_up_with_the_hit_ratio_per_model_and_developer(
     client.force_login(alice)
     mine = client.get("/usage/").content.decode()
     assert "60 %" in mine and "of prompt tokens from a prompt cache" in mine
+
+
+def test_the_usage_charts_say_in_the_readers_language_that_their_days_and_hours_are_utc(client, alice, alice_key):
+    """The labels are UTC days and hours, made on the server: each chart's time axis says so."""
+    alice.language = "zh-hans"
+    alice.save(update_fields=["language"])
+    write_batch([event(alice_key)])
+    client.force_login(alice)
+    usage = client.get("/usage/").content.decode()
+    assert 'id="usage-chart"' in usage and 'data-time-axis="日期（UTC）"' in usage
+    dashboard = client.get("/").content.decode()
+    assert 'id="usage-24h-chart"' in dashboard and 'data-time-axis="小时（UTC）"' in dashboard
