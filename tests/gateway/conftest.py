@@ -21,7 +21,7 @@ import pytest
 from django.conf import settings
 
 from channels.models import Channel, Model, ModelRoute
-from gateway import call
+from gateway import call, relay
 from gateway.cache import RouteInfo
 from keys.services import issue_key
 from tests.fakes import processes
@@ -67,6 +67,24 @@ def unread_gaps(monkeypatch) -> list[float]:
 
     monkeypatch.setattr(call, "_unread_for", spied)
     return gaps
+
+
+@pytest.fixture
+def upstream_reads(monkeypatch) -> list[bytes]:
+    """What the gateway read of an upstream's stream, piece by piece as it read it (`drain`, in an
+    answer being assembled and in a relayed stream alike); for a gateway served in this process.
+    A test waits on it to act at a known point of an answer (`b"tok2" in b"".join(reads)`)."""
+    reads: list[bytes] = []
+    drain = call.drain
+
+    def spied(content) -> bytes:
+        data = drain(content)
+        reads.append(data)
+        return data
+
+    monkeypatch.setattr(call, "drain", spied)
+    monkeypatch.setattr(relay, "drain", spied)
+    return reads
 
 
 @dataclass

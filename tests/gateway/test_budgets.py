@@ -21,8 +21,6 @@ from channels.models import Model
 from channels.prices import NANOS
 from channels.services import set_route_price
 from clientconfigs.services import usable_models
-from gateway import call as gateway_call
-from gateway import relay as gateway_relay
 from keys.models import Budget, UsageDaily, UsageRecord
 from keys.services import issue_key, rotate_key
 from tests.gateway.conftest import add_channel, leave_once, wait_for
@@ -257,7 +255,7 @@ def test_the_most_restrictive_budget_wins(setup, gateway_url, alice):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_client_that_leaves_mid_answer_pays_for_what_was_generated(
-    setup, gateway_url, upstream, redis_namespace, monkeypatch, stream
+    setup, gateway_url, upstream, redis_namespace, upstream_reads, stream
 ):
     """The gateway asks the upstream for a stream even for a client that did not (the answer is
     assembled from it). A client that left while its answer was being assembled was recorded as a
@@ -266,19 +264,9 @@ def test_a_client_that_leaves_mid_answer_pays_for_what_was_generated(
     the gateway read, as a streaming client that leaves does."""
     set_route_price(setup.route, input=INPUT, output=OUTPUT, effective_from=timezone.now() - dt.timedelta(hours=1))
     budget = Budget.objects.create(key=setup.key, window="day", amount=DAILY)
-    read: list[bytes] = []  # what the gateway read of the upstream's stream
-    drain = gateway_call.drain
-
-    def spied(content) -> bytes:
-        data = drain(content)
-        read.append(data)
-        return data
-
-    monkeypatch.setattr(gateway_call, "drain", spied)
-    monkeypatch.setattr(gateway_relay, "drain", spied)
     upstream.behave(mode="stall", stall_after=4, tokens=20)  # its role and 3 tokens, then generating on
     body = {**SHORT, "max_tokens": 20, "stream": stream}
-    leave_once(gateway_url, setup.plaintext, body, lambda: b"tok2" in b"".join(read))
+    leave_once(gateway_url, setup.plaintext, body, lambda: b"tok2" in b"".join(upstream_reads))
     record = wait_for(lambda: UsageRecord.objects.filter(key=setup.key).first())
     assert (record.status, record.http_status, record.stream) == ("client_disconnected", 499, stream)
     assert record.completion_tokens == 3 and record.prompt_tokens >= 1 and record.estimated

@@ -16,8 +16,6 @@ import pytest
 
 from channels.health import passive
 from channels.models import Model
-from gateway import call as gateway_call
-from gateway import relay as gateway_relay
 from keys.models import UsageRecord
 from keys.services import issue_key
 from tests.fakes.upstream import FakeUpstream
@@ -275,7 +273,7 @@ def test_a_non_streaming_client_that_leaves_cancels_the_upstream_call(setup, ups
 
 @pytest.mark.parametrize("stream", [True, False])
 def test_a_request_cut_by_the_gateways_shutdown_is_recorded_interrupted(
-    setup, upstream, settings, caplog, monkeypatch, stream
+    setup, upstream, settings, caplog, upstream_reads, stream
 ):
     """In flight when the shutdown's grace ends: a stream ends with our error event, a request not
     answered yet gets our JSON 503 (not the server's plain-text 500); both are on the record as
@@ -300,16 +298,6 @@ def test_a_request_cut_by_the_gateways_shutdown_is_recorded_interrupted(
     thread.start()
     wait_for(lambda: server.started, timeout=20)
     logging.getLogger("uvicorn.error").addHandler(caplog.handler)  # (uvicorn's loggers do not propagate)
-    read: list[bytes] = []  # what the gateway read of the upstream's stream
-    drain = gateway_call.drain
-
-    def spied(content) -> bytes:
-        data = drain(content)
-        read.append(data)
-        return data
-
-    monkeypatch.setattr(gateway_call, "drain", spied)
-    monkeypatch.setattr(gateway_relay, "drain", spied)
     upstream.behave(mode="stall", stall_after=4, tokens=50)  # its role and 3 tokens, then generating on
     got: list[bytes] = []
 
@@ -335,7 +323,7 @@ def test_a_request_cut_by_the_gateways_shutdown_is_recorded_interrupted(
     if stream:
         wait_for(lambda: b"tok2" in b"".join(got), timeout=10)
     else:  # the answer is being assembled from the upstream's stream
-        wait_for(lambda: b"tok2" in b"".join(read), timeout=10)
+        wait_for(lambda: b"tok2" in b"".join(upstream_reads), timeout=10)
     server.should_exit = True  # shutdown mid-answer; in-flight requests get 1 s, then are cancelled
     thread.join(20)
     reader.join(20)
