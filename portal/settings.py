@@ -377,7 +377,7 @@ REST_FRAMEWORK = {
         "portal.api.filters.NullCharacterFilter",
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.SearchFilter",
-        "rest_framework.filters.OrderingFilter",
+        "portal.api.filters.OrderingFilter",
     ],
     "DEFAULT_SCHEMA_CLASS": "portal.api.schema.AutoSchema",
     "EXCEPTION_HANDLER": "portal.api.exceptions.exception_handler",

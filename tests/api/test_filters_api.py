@@ -106,6 +106,23 @@ def test_a_nul_in_any_query_parameter_of_a_list_is_a_400_naming_it(world, admin_
     assert response.status_code == 400 and response.json() == {"state": ["不允许包含空字符（NUL）。"]}
 
 
+def test_ordering_by_a_field_a_list_cannot_order_by_is_a_400_naming_the_choices(world, admin_api, lead_api):
+    """DRF dropped an unknown `ordering` field silently and answered in the default order."""
+    response = admin_api.get("/api/budgets/", {"ordering": "-spent"})
+    assert response.status_code == 400
+    assert response.json() == {"ordering": ["Cannot order by -spent. Choose one of: created, amount, window."]}
+    response = lead_api.get("/api/tokens/", {"ordering": "name,nmae"}, headers={"accept-language": "zh-hans"})
+    assert response.status_code == 400
+    assert response.json() == {
+        "ordering": ["无法按 nmae 排序。请从以下选项中选择：name, created, last_used_at, expires_at。"]
+    }
+    # A field it can order by, descending and with a trailing comma, still orders.
+    assert (
+        ids(admin_api.get("/api/channels/", {"ordering": "-name,"}))
+        == ids(admin_api.get("/api/channels/", {"ordering": "name"}))[::-1]
+    )
+
+
 @pytest.mark.parametrize("page", ["abc", "-1", "0", "3"])
 def test_a_page_that_does_not_exist_is_a_400_on_page(world, admin_api, page, openapi_schema):
     """It was a 404 `Invalid page.`, which no list documents."""
