@@ -121,12 +121,12 @@ class UserSerializer(LimitFields, ModelSerializer[User]):
         limits = {f: attrs[f] for f in LIMIT_FIELDS if f in attrs}
         if request is not None and (limits or "team" in attrs):
             member = self.instance or User()
-            # Moving a user checks the limits they already have against the new team (not recorded
-            # as set by this admin: only limits given here are).
-            checked = limits or {f: getattr(member, f) for f in LIMIT_FIELDS}
+            # Moving a user checks the limits they keep against the new team too (not recorded as
+            # set by this admin: only limits given here are).
+            checked = {**{f: getattr(member, f) for f in LIMIT_FIELDS}, **limits} if "team" in attrs else limits
             try:
                 cleaned = services.validate_member_limits(
-                    member, editor=request.user, limits=checked, team=attrs.get("team", ...)
+                    member, editor=request.user, limits=checked, team=attrs.get("team", ...), changed=limits
                 )
             except DjangoValidationError as exc:
                 raise drf_error(exc) from None

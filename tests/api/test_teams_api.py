@@ -59,6 +59,25 @@ def test_moving_a_user_checks_the_new_teams_ceilings(admin_api, alice, team):
     assert moved.json()["admin_ceilings"] == {}  # moving is not setting limits
 
 
+def test_moving_a_user_with_a_limit_in_the_same_edit_checks_the_limits_they_keep(admin_api, alice, team):
+    """Regression: a limit given with the move was checked against the new team, the ones kept were
+    not (a move alone checks them), so a member kept 100 requests a minute in a team of 30."""
+    alice.requests_per_minute, alice.tokens_per_minute = 100, 5000
+    alice.save()
+    beta = admin_api.post("/api/teams/", {"name": "beta", "requests_per_minute": 30}, format="json").json()
+    url = f"/api/users/{alice.pk}/"
+    refused = admin_api.patch(url, {"team": beta["id"], "tokens_per_day": 5000}, format="json")
+    assert refused.status_code == 400
+    assert refused.json() == {"requests_per_minute": ["Cannot exceed the team beta's limit of 30."]}
+    alice.refresh_from_db()
+    assert (alice.team_id, alice.tokens_per_day) == (team.pk, None)
+    moved = admin_api.patch(url, {"team": beta["id"], "tokens_per_day": 5000, "requests_per_minute": 20}, format="json")
+    assert moved.status_code == 200 and moved.json()["team"] == beta["id"]
+    assert moved.json()["tokens_per_minute"] == 5000
+    # only the limits given become the admin's ceilings, not those the member kept
+    assert moved.json()["admin_ceilings"] == {"tokens_per_day": 5000, "requests_per_minute": 20}
+
+
 def test_a_lead_does_not_manage_an_admin_or_another_lead_in_the_team(lead_api, team, admin, alice, django_user_model):
     from accounts.choices import Role
     from keys.services import issue_key
