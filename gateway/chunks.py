@@ -391,7 +391,10 @@ def _merge_delta(message: dict[str, Any], delta: dict[str, Any]) -> None:
 
 
 def _merge_tool_call(calls: list[dict[str, Any]], part: dict[str, Any]) -> None:
-    index = part.get("index", len(calls))
+    index = part.get("index")
+    if index is None:  # servers that omit it send one call per run of chunks: a new id opens the next
+        fresh = not calls or (part.get("id") and all(call["id"] != part["id"] for call in calls))
+        index = len(calls) if fresh else calls[-1]["_index"]
     for call in calls:
         if call["_index"] == index:
             break

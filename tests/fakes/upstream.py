@@ -69,6 +69,7 @@ DEFAULTS: dict[str, Any] = {
     "error_message": "upstream failure",
     "tool_name": "get_weather",
     "tool_arguments": '{"city": "Paris", "unit": "celsius"}',
+    "tool_index": True,  # mode tool_call, streamed: False leaves `index` out of the deltas (as some servers do)
     "ignore_stream": False,  # answer JSON to a stream request too, in any mode (as mode ignore_stream)
     "omit_usage": False,  # no usage in Chat, Completions or embeddings answers, in any mode (as mode omit_usage)
     "ignore_max_tokens": False,  # generate `tokens` whatever max_tokens says (a misbehaving server)
@@ -497,6 +498,9 @@ class FakeUpstream:
                     }
                 ]
                 pieces += [{"tool_calls": [{"index": 0, "function": {"arguments": p}}]} for p in parts]
+                if not b["tool_index"]:
+                    for piece in pieces:
+                        del piece["tool_calls"][0]["index"]
                 n, finish = len(args.split()), "tool_calls"
             else:
                 limit = int(body.get("max_tokens") or body.get("max_completion_tokens") or 10**9)

@@ -145,6 +145,16 @@ def test_the_assembled_answer_keeps_every_field(setup, upstream, gateway):
     assert call.id.startswith("call_")
 
 
+def test_a_tool_call_streamed_without_index_is_assembled_as_one_call(setup, upstream, gateway):
+    """Some servers leave `index` out of a call's deltas, sending one call per run of chunks: its
+    argument pieces belong to the call they follow, not to calls of their own."""
+    upstream.behave(mode="tool_call", tool_index=False)
+    message = sdk(gateway, setup.plaintext).chat.completions.create(model="qwen3-32b", messages=MESSAGES).choices[0]
+    (call,) = message.message.tool_calls
+    assert call.id.startswith("call_") and call.function.name == "get_weather"
+    assert orjson.loads(call.function.arguments) == {"city": "Paris", "unit": "celsius"}
+
+
 def test_llamacpp_timings_are_kept(setup, gateway, transactional_db):
     with FakeUpstream(api_key=UPSTREAM_KEY, flavour="llamacpp") as llama:
         setup.channel.base_url = llama.base_url

@@ -182,6 +182,16 @@ def test_a_non_streamed_tool_call_has_parsed_input(setup, client, upstream):
     assert upstream.requests[-1].json["tool_choice"] == "required"
 
 
+def test_a_non_streamed_tool_call_from_a_server_without_delta_indexes_is_one_block(setup, client, upstream):
+    upstream.behave(mode="tool_call", tool_index=False)  # the call's argument pieces carry no `index`
+    message = client.messages.create(
+        model="qwen3-32b", max_tokens=200, tools=TOOLS, messages=[{"role": "user", "content": "weather?"}]
+    )
+    (call,) = message.content
+    assert (call.name, call.input) == ("get_weather", {"city": "Paris", "unit": "celsius"})
+    assert message.stop_reason == "tool_use"
+
+
 def test_count_tokens_uses_the_vllm_tokenizer(setup, client, upstream):
     count = client.messages.count_tokens(
         model="qwen3-32b", messages=[{"role": "user", "content": "one two three four"}]
