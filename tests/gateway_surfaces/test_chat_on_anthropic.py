@@ -385,3 +385,15 @@ def test_a_responses_client_gets_an_anthropic_refusal_in_the_openai_shape(setup,
     with pytest.raises(openai.BadRequestError) as raised:
         client.responses.create(model="qwen3-32b", input="hi")
     assert raised.value.status_code == 400 and raised.value.body["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize(
+    "fmt", [{"type": "json_schema", "name": "answer", "schema": {"type": "object"}}, {"type": "json_object"}]
+)
+def test_a_responses_output_format_the_channel_cannot_keep_is_refused_by_its_own_name(setup, client, anthropic_up, fmt):
+    """Codex's --output-schema: the 400 names `text.format`, which the client sent, not Chat's `response_format`."""
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(model="qwen3-32b", input="hi", text={"format": fmt})
+    error = raised.value.body
+    assert error["param"] == "text.format" and "`text.format`" in error["message"]
+    assert "response_format" not in error["message"] and not anthropic_up.requests
