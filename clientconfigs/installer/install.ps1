@@ -863,6 +863,20 @@ function Install-Bundle([string]$tok) {
     }
     Write-Host "+ $path"
   }
+  # The per-model files (~/.claude/teamgw-*.json) of models this bundle no longer lists (install.py's
+  # drop_stale_family): deleted after a backup when nothing but ours is in them.
+  $sentPaths = @($bundle.files | ForEach-Object { Expand-TeamPath $_.windows_path })
+  foreach ($spec in @($Specs.($bundle.client))) {
+    if (-not $spec -or -not $spec.glob) { continue }
+    foreach ($path in @(Get-ChildItem -Path (Expand-TeamPath $spec.windows_path) -File -ErrorAction SilentlyContinue | ForEach-Object { $_.FullName })) {
+      if ($sentPaths -contains $path) { continue }
+      $old = Read-TeamText $path $spec.merge
+      try { $new = Get-Unmerged $spec $old } catch { $failures++; Write-Host "! $path left unchanged ($($_.Exception.Message)); remove the team gateway entries by hand"; continue }
+      if ($new.Trim() -and $new -ne $spec.skeleton) { continue }
+      [IO.File]::WriteAllText("$path.bak-$stamp", $old); Protect-File "$path.bak-$stamp"
+      Remove-Item -LiteralPath $path; Write-Host "+ ${path}: deleted (backup: .bak-$stamp)"
+    }
+  }
   # CC Switch: PowerShell has no SQLite, so its import links (they carry the key; printed only when
   # they cannot be opened, so no console keeps the key).
   if ($bundle.links -and ($bundle.db_providers -or -not $bundle.files)) {

@@ -1062,6 +1062,30 @@ def install_db_providers(bundle, stamp, written):
     return 0
 
 
+def drop_stale_family(bundle, stamp, specs, replaced, written):
+    """The per-model files (`~/.claude/teamgw-*.json`) of models this bundle no longer lists (an
+    admin removed or renamed them): taken out after a backup, as uninstall would. Returns how many
+    could not be read."""
+    sent = {expand(f) for f in bundle["files"]}
+    families = [spec for spec in (specs or {}).get(bundle.get("client"), []) if spec.get("glob")]
+    failures = 0
+    for spec in concrete(families):
+        path = spec["path"]
+        if path in sent:
+            continue
+        try:
+            found = unmerged(spec, bundle["gateway"], replaced, written)
+        except Exception as exc:  # never clobber a file we cannot read
+            failures += 1
+            say("!", f"{path}: left unchanged ({exc}); remove the team gateway entries by hand")
+            continue
+        if found:
+            remove_ours(path, found, spec, stamp)
+            replaced.pop(path, None)
+            written.pop(path, None)
+    return failures
+
+
 def install(bundle, stamp=None, specs=None):
     stamp = stamp or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     failures = 0
@@ -1094,6 +1118,7 @@ def install(bundle, stamp=None, specs=None):
         if f["path"] in by_path:
             remember_written(written, path, text, by_path[f["path"]], bundle["gateway"])
         say("✓", f"{path} (backup: {os.path.basename(path)}.bak-{stamp})" if old is not None else path)
+    failures += drop_stale_family(bundle, stamp, specs, replaced, written)
     if bundle.get("db_providers"):
         failures += install_db_providers(bundle, stamp, written)
     elif bundle.get("links") and not bundle["files"]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from channels.models import ModelRoute
+from channels.models import Model, ModelRoute
 from clientconfigs import installer
 from clientconfigs.installer import install as inst
 from keys.models import Key
@@ -384,3 +384,37 @@ def test_uninstall_without_a_later_change_still_puts_back_the_users_value(portal
     assert gone.returncode == 0, gone.stdout + gone.stderr
     assert path.read_text() == before
     assert "kept your later change" not in gone.stdout
+
+
+@pytest.mark.parametrize(
+    ("client", "profile"),
+    [("claude-code", "~/.claude/teamgw-{}.json"), ("codex", "~/.codex/teamgw-{}.config.toml")],
+)
+def test_a_second_install_after_an_admin_removed_a_model_deletes_its_per_model_file(
+    portal,  # noqa: F811
+    tmp_path,
+    alice,
+    client,
+    profile,
+):
+    url, _ = portal
+    route = ModelRoute.objects.get(model__name="qwen3-32b")
+    gone = Model.objects.create(name="retired-model")
+    ModelRoute.objects.create(model=gone, channel=route.channel, upstream_model="fake-model", context_window=8192)
+    home = tmp_path / "home"
+    home.mkdir()
+    installed(url, home, alice, client)
+    stale, kept = (home / profile.format(name).removeprefix("~/") for name in ("retired-model", "qwen3-32b"))
+    assert stale.exists() and kept.exists()
+    own = stale.with_name(stale.name.replace("teamgw-", "my-"))  # the user's own profile beside ours
+    own.write_text(stale.read_text())
+
+    gone.enabled = False  # the admin retires the model
+    gone.save()
+    again = installed(url, home, alice, client)
+
+    assert not stale.exists(), again.stdout
+    assert f"{stale}: deleted (backup: {stale.name}.bak-" in again.stdout
+    assert kept.exists() and "retired-model" in own.read_text()
+    check = doctor(url, home, client)
+    assert check.returncode == 0, check.stdout + check.stderr
