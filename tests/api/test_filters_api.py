@@ -134,6 +134,24 @@ def test_a_page_that_does_not_exist_is_a_400_on_page(world, admin_api, page, ope
     assert ids(admin_api.get("/api/channels/", {"page": "last", "page_size": 1}))
 
 
+@pytest.mark.parametrize("page_size", ["abc", "0", "-5"])
+def test_a_page_size_that_is_not_a_positive_number_is_a_400_on_page_size(world, admin_api, page_size, openapi_schema):
+    """DRF answered with its default of 50 rows instead."""
+    for path in ("/api/channels/", "/api/usage/records/"):
+        response = admin_api.get(path, {"page_size": page_size})
+        assert response.status_code == 400
+        assert response.json() == {"page_size": ["Choose a page size from 1 to 500."]}
+        (parameter,) = (p for p in openapi_schema["paths"][path]["get"]["parameters"] if p["name"] == "page_size")
+        assert parameter["schema"] == {"type": "integer", "minimum": 1, "maximum": 500}
+        assert "capped at 500" in parameter["description"]
+    response = admin_api.get("/api/channels/", {"page_size": "0"}, headers={"accept-language": "zh-hans"})
+    assert response.status_code == 400 and "500" in response.json()["page_size"][0]
+    assert admin_api.get("/api/channels/", {"page_size": ""}).status_code == 200
+    assert len(admin_api.get("/api/channels/", {"page_size": 501}).json()["results"]) == pages(
+        admin_api, "/api/channels/"
+    )
+
+
 def pages(api, path: str) -> int:
     """How many pages of one row `path` lists."""
     return api.get(path, {"page_size": 1}).json()["count"]
