@@ -38,11 +38,18 @@ def translates(route: RouteInfo) -> bool:
 
 
 def outgoing_for(
-    call: Call, surface: str, path: str, body: dict[str, Any], headers: dict[str, str], default_max_tokens: int | None
+    call: Call,
+    surface: str,
+    path: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    default_max_tokens: int | None,
+    as_sent: Callable[[TranslationError], TranslationError] | None = None,
 ) -> Callable[[RouteInfo], Outgoing]:
     """What each route is sent: the body as is, or (Anthropic channels) its Messages translation,
     made once, when the first Anthropic route is tried. An untranslatable body fails the call with
-    400 only if such a route is reached."""
+    400 only if such a route is reached; `as_sent` names the field as the client sent it when
+    `body` is itself a translation (a Responses client's `input[2]` for `messages[3]`)."""
     translated: dict[str, Any] | None = None
     original = dict(body)  # as the client sent it: a Chat route tried first is asked for a stream
     model = call.model.name
@@ -65,7 +72,8 @@ def outgoing_for(
                 default = default_max_tokens or int(settings.GATEWAY_DEFAULT_MAX_TOKENS)
                 translated = chat_request.to_messages_request(chat, default_max_tokens=default)
             except TranslationError as exc:
-                raise GatewayError(400, exc.message, code="invalid_request", param=exc.param) from None
+                named = as_sent(exc) if as_sent is not None else exc
+                raise GatewayError(400, named.message, code="invalid_request", param=named.param) from None
         return Outgoing("/messages", dict(translated), headers, anthropic_native=True, assemble=assemble)
 
     return outgoing

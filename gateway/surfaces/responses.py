@@ -68,14 +68,6 @@ async def _create_response(req: Request) -> None:
         if chat_anthropic.translates(route):  # Responses -> Chat -> Messages, made once
             if via_messages is None:
                 chat = opened.chat_request()
-                if "response_format" in chat:  # (Codex's --output-schema) named as the client sent it
-                    raise GatewayError(
-                        400,
-                        "`text.format` json_schema / json_object is not available on this model's channel "
-                        "(Anthropic): describe the format in the prompt or use a tool.",
-                        code="invalid_request",
-                        param="text.format",
-                    )
                 asked = chat.get("max_tokens")
                 via_messages = chat_anthropic.outgoing_for(
                     call,
@@ -84,6 +76,7 @@ async def _create_response(req: Request) -> None:
                     chat,
                     opened.chat_headers,
                     asked if isinstance(asked, int) else call.max_tokens,
+                    as_sent=lambda exc: responses_request.as_sent(body, exc),
                 )
             return via_messages(route)
         return Outgoing("/chat/completions", opened.chat_request(), opened.chat_headers)

@@ -25,6 +25,7 @@ stores no responses, so it cannot continue one.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from gateway.translate.common import TranslationError, chat_function, chat_tools, flat_name, flat_tools, text_of
@@ -34,6 +35,12 @@ logger = logging.getLogger(__name__)
 # Responses' `reasoning.effort` -> Chat's `reasoning_effort`, in the three values every server
 # that takes it accepts (vLLM refuses others); "none" asks for no reasoning, so nothing is sent.
 REASONING_EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
+# The Chat fields `to_chat_request` makes of Responses ones named otherwise (other fields keep their names).
+CHAT_FIELDS = {
+    "response_format": "text.format",
+    "max_tokens": "max_output_tokens",
+    "reasoning_effort": "reasoning.effort",
+}
 TEXT_PART_TYPES = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 
 
@@ -54,19 +61,7 @@ def to_chat_request(body: dict[str, Any], *, map_reasoning: bool = True) -> dict
                 field,
             )
 
-    builder = _Builder()
-    if body.get("instructions"):
-        builder.system(text_of(body["instructions"]))
-    items = body.get("input")
-    if isinstance(items, str):
-        builder.add({"role": "user", "content": items})
-    elif isinstance(items, list):
-        for index, item in enumerate(items):
-            builder.item(item, f"input[{index}]")
-    elif items is not None:
-        raise TranslationError("`input` must be a string or a list of items.", "input")
-
-    messages = builder.messages()
+    messages = _build(body).messages()
     if not messages:  # OpenAI refuses it too; sent on, an upstream's answer to nothing is its own
         raise TranslationError("`input` is empty: send at least one message.", "input")
     chat: dict[str, Any] = {"model": body.get("model"), "messages": messages}
@@ -102,31 +97,78 @@ def to_chat_request(body: dict[str, Any], *, map_reasoning: bool = True) -> dict
     return chat
 
 
+def as_sent(body: dict[str, Any], exc: TranslationError) -> TranslationError:
+    """`exc` from a later translation of this body's Chat request (Chat -> Messages, on an
+    Anthropic channel) naming the field the client sent in place of the Chat one the gateway made
+    of it, in its param and its message: `input[2]` for `messages[3]`, `text.format` for
+    `response_format`."""
+    param = exc.param or ""
+    found = re.match(r"messages\[(\d+)\]", param)
+    if found is not None:
+        origins = _build(body).origins
+        if int(found[1]) >= len(origins):
+            return exc
+        chat, sent = found[0], origins[int(found[1])]
+    elif param in CHAT_FIELDS:
+        chat, sent = param, CHAT_FIELDS[param]
+    else:
+        return exc
+    message = re.sub(rf"`{re.escape(chat)}(?=[`.])", f"`{sent}", exc.message)
+    return TranslationError(message, sent + param[len(chat) :])
+
+
+def _build(body: dict[str, Any]) -> _Builder:
+    builder = _Builder()
+    if body.get("instructions"):
+        builder.system(text_of(body["instructions"]), "instructions")
+    items = body.get("input")
+    if isinstance(items, str):
+        builder.add({"role": "user", "content": items}, "input")
+    elif isinstance(items, list):
+        for index, item in enumerate(items):
+            builder.item(item, f"input[{index}]")
+    elif items is not None:
+        raise TranslationError("`input` must be a string or a list of items.", "input")
+    return builder
+
+
 class _Builder:
     """Accumulates Chat messages; merges what Chat wants merged."""
 
     def __init__(self) -> None:
         self._system: list[str] = []
         self._messages: list[dict[str, Any]] = []
+        self._sent: list[str] = []  # the field each of `_messages` was made of (`input[2]`)
+        self._system_sent = ""
         self._pending_images: list[dict[str, Any]] = []
+        self._images_sent = ""
 
-    def system(self, text: str) -> None:
+    def system(self, text: str, where: str) -> None:
         if text:
             self._system.append(text)
+            self._system_sent = self._system_sent or where
 
-    def add(self, message: dict[str, Any]) -> None:
+    def add(self, message: dict[str, Any], where: str) -> None:
         self._flush_images()
         self._messages.append(message)
+        self._sent.append(where)
 
     def _flush_images(self) -> None:
         if self._pending_images:
             images, self._pending_images = self._pending_images, []
             self._messages.append({"role": "user", "content": images})
+            self._sent.append(self._images_sent)
 
     def messages(self) -> list[dict[str, Any]]:
         self._flush_images()
         head = [{"role": "system", "content": "\n\n".join(self._system)}] if self._system else []
         return head + self._messages
+
+    @property
+    def origins(self) -> list[str]:
+        """The field each of `messages()` was made of, in the same order."""
+        self._flush_images()
+        return ([self._system_sent] if self._system else []) + self._sent
 
     def item(self, item: Any, where: str) -> None:
         if not isinstance(item, dict):
@@ -145,18 +187,18 @@ class _Builder:
         role = item.get("role")
         content = item.get("content")
         if role in ("system", "developer"):
-            self.system(_plain_text(content, where))
+            self.system(_plain_text(content, where), where)
             return
         if role not in ("user", "assistant"):
             raise TranslationError(f"`{where}.role` must be user, assistant, system or developer.", where)
         if role == "assistant":
-            self.add({"role": "assistant", "content": _plain_text(content, where)})
+            self.add({"role": "assistant", "content": _plain_text(content, where)}, where)
             return
         parts = _parts(content, where)
         if len(parts) == 1 and parts[0]["type"] == "text":
-            self.add({"role": "user", "content": parts[0]["text"]})
+            self.add({"role": "user", "content": parts[0]["text"]}, where)
         else:
-            self.add({"role": "user", "content": parts or ""})
+            self.add({"role": "user", "content": parts or ""}, where)
 
     def _function_call(self, item: dict[str, Any], where: str) -> None:
         if not item.get("call_id") or not item.get("name"):
@@ -173,7 +215,7 @@ class _Builder:
                 last["content"] = None
             last.setdefault("tool_calls", []).append(call)
         else:
-            self.add({"role": "assistant", "content": None, "tool_calls": [call]})
+            self.add({"role": "assistant", "content": None, "tool_calls": [call]}, where)
 
     def _function_output(self, item: dict[str, Any], where: str) -> None:
         if not item.get("call_id"):
@@ -188,6 +230,9 @@ class _Builder:
             text = output if isinstance(output, str) else text_of(output)
         # Tool messages must directly follow the assistant turn: images wait until the last one.
         self._messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": text})
+        self._sent.append(where)
+        if images and not self._pending_images:
+            self._images_sent = where
         self._pending_images.extend(images)
 
 

@@ -397,3 +397,44 @@ def test_a_responses_output_format_the_channel_cannot_keep_is_refused_by_its_own
     error = raised.value.body
     assert error["param"] == "text.format" and "`text.format`" in error["message"]
     assert "response_format" not in error["message"] and not anthropic_up.requests
+
+
+BMP = "data:image/bmp;base64," + base64.b64encode(b"BM" + b"\0" * 16).decode()
+CALL = {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"}
+
+
+@pytest.mark.parametrize(
+    ("input", "sent"),
+    [
+        (  # the function call joins the assistant's message: input[4] is Chat's messages[3]
+            [
+                {"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": "Let me look."},
+                CALL,
+                {"type": "function_call_output", "call_id": "call_1", "output": "18 degrees"},
+                {"role": "user", "content": [{"type": "input_image", "image_url": BMP}]},
+            ],
+            "input[4]",
+        ),
+        (  # an image in a tool's output goes in a user message after it
+            [
+                {"role": "user", "content": "Draw it"},
+                CALL,
+                {
+                    "type": "function_call_output",
+                    "call_id": "call_1",
+                    "output": [{"type": "input_image", "image_url": BMP}],
+                },
+            ],
+            "input[2]",
+        ),
+    ],
+)
+def test_a_responses_item_the_channel_cannot_take_is_named_as_the_client_sent_it(client, anthropic_up, input, sent):
+    """The Chat -> Messages translation names Chat's `messages[3]`, which the Responses client never sent."""
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(model="qwen3-32b", input=input, tools=RESPONSES_TOOLS)
+    error = raised.value.body
+    assert error["param"] == sent
+    assert error["message"] == f"`{sent}` has an image data URL that is not base64 JPEG, PNG, GIF or WebP."
+    assert not anthropic_up.requests
