@@ -86,6 +86,7 @@ async def _create_message(req: Request) -> None:
         prompt_field="messages",
     )
     call, chat, prompt = opened.call, opened.chat, opened.prompt
+    anthropic_request.refuse_empty_messages(body)  # as Anthropic does, whatever the channel
 
     def outgoing(route: RouteInfo) -> Outgoing:
         if speaks_messages(route):  # streamed upstream even for a non-streaming client (`MessagesReader`)

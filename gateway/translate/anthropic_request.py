@@ -81,6 +81,25 @@ def to_chat_request(body: dict[str, Any]) -> dict[str, Any]:
     return chat
 
 
+def refuse_empty_messages(body: dict[str, Any]) -> None:
+    """Anthropic's own 400 for a message without content (`""`, `[]`), said before any upstream is
+    asked: only the final assistant message (a prefill) may be empty. A Chat upstream got an empty
+    user message instead, and answered it."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("content") not in ("", []):
+            continue
+        if index == len(messages) - 1 and message.get("role") == "assistant":
+            continue
+        where = f"messages[{index}]"
+        raise TranslationError(
+            f"`{where}`: all messages must have non-empty content except for the optional final assistant message.",
+            where,
+        )
+
+
 def _system_text(system: Any) -> str:
     if system is None:
         return ""

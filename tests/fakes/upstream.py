@@ -780,9 +780,17 @@ class FakeUpstream:
             if role not in ("user", "assistant"):
                 return f"messages.{i}.role: Input should be 'user' or 'assistant'"
             content = message.get("content")
-            blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
-            if not isinstance(blocks, list) or not blocks:
-                return f"messages.{i}: content must be non-empty"
+            if isinstance(content, str):
+                blocks = [{"type": "text", "text": content}] if content else []
+            else:
+                blocks = content
+            if not isinstance(blocks, list):
+                return f"messages.{i}.content: Input should be a valid string or list"
+            if not blocks and not (role == "assistant" and i == len(messages) - 1):  # a prefill may be empty
+                return (
+                    f"messages.{i}: all messages must have non-empty content except for the optional final "
+                    "assistant message"
+                )
             for block in blocks:
                 kind = block.get("type")
                 if kind == "text" and not str(block.get("text") or "").strip():

@@ -359,6 +359,38 @@ def test_an_anthropic_channel_gets_the_request_as_is(setup, client, native_upstr
     assert second.channel_id == channel.id
 
 
+@pytest.mark.parametrize("empty", ["", []])
+@pytest.mark.parametrize("channel", ["vllm", "anthropic"])
+def test_a_message_without_content_is_anthropics_400_before_any_upstream(
+    setup, client, upstream, native_upstream, empty, channel
+):
+    """Anthropic refuses it; a Chat channel was sent an empty user message and answered it."""
+    if channel == "anthropic":
+        add_native_channel(setup, native_upstream, kind="anthropic")
+    turns = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": empty},
+    ]
+    for messages, index in ((turns, 2), ([turns[0], {"role": "assistant", "content": empty}, turns[0]], 1)):
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            client.messages.create(model="qwen3-32b", max_tokens=5, messages=messages)
+        assert caught.value.body == {
+            "type": "error",
+            "error": {
+                "type": "invalid_request_error",
+                "message": f"`messages[{index}]`: all messages must have non-empty content "
+                "except for the optional final assistant message.",
+            },
+        }
+    assert not upstream.requests and not native_upstream.requests
+    # The final assistant message, a prefill, may be empty.
+    client.messages.create(
+        model="qwen3-32b", max_tokens=5, messages=[turns[0], {"role": "assistant", "content": empty}]
+    )
+    assert len((native_upstream if channel == "anthropic" else upstream).requests) == 1
+
+
 def test_a_chat_channel_marked_as_speaking_messages_gets_it_as_is_with_bearer_auth(setup, client, native_upstream):
     add_native_channel(setup, native_upstream, kind="vllm", speaks_messages=True)
     client.messages.create(model="qwen3-32b", max_tokens=9, messages=[{"role": "user", "content": "hi"}])
