@@ -6,6 +6,7 @@ or its network log; the credential dies at logout. All under the CSP without 'un
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 
@@ -295,11 +296,11 @@ def in_chinese(msgid: str) -> str:
     return text
 
 
-def test_a_chinese_reader_sees_what_a_gateway_error_means_in_chinese(
-    transactional_db, settings, monkeypatch, tmp_path, browser, alice, screenshots
-):
-    """A prompt too long for the model's window, then a model disabled while the page was open: the
-    playground says what each means in the reader's language, above the gateway's own text."""
+@contextlib.contextmanager
+def chinese_playground(settings, monkeypatch, tmp_path, browser, alice, *, context_window=None, **behaviour):
+    """The playground open for alice, who reads Chinese, on `small-chat`: a fake vLLM upstream
+    (behaving as `behaviour` says) behind a gateway served in this process. Yields (upstream,
+    model, page); the page logged no error but failed loads when the block ends."""
     monkeypatch.setenv("GATEWAY_REDIS_NAMESPACE", "pgz-" + uuid.uuid4().hex[:10])
     settings.PORTAL_PUBLIC_URL = ""
     settings.GATEWAY_USAGE_FLUSH_INTERVAL = 0.1
@@ -307,12 +308,14 @@ def test_a_chinese_reader_sees_what_a_gateway_error_means_in_chinese(
     alice.language = "zh-hans"
     alice.save(update_fields=["language"])
     with FakeUpstream(api_key=UPSTREAM_KEY) as upstream:
-        upstream.behave(tokens=3)
+        upstream.behave(**behaviour)
         channel = Channel.objects.create(
             name="cloud", kind="vllm", base_url=upstream.base_url, api_key=UPSTREAM_KEY, status="healthy"
         )
         model = Model.objects.create(name="small-chat")
-        ModelRoute.objects.create(model=model, channel=channel, upstream_model="fake-model", context_window=256)
+        ModelRoute.objects.create(
+            model=model, channel=channel, upstream_model="fake-model", context_window=context_window
+        )
         server = ThreadServer().start()
         try:
             url = server.url
@@ -321,31 +324,40 @@ def test_a_chinese_reader_sees_what_a_gateway_error_means_in_chinese(
             page.goto(url + "/playground/")
             page.wait_for_selector("body[data-playground=ready]")
             page.select_option("#pg-model", "small-chat")
-
-            page.fill("#pg-input", "Please read all of this. " * 120)  # ≈750 tokens for a 256-token window
-            page.click("#pg-send")
-            page.wait_for_selector(".pg-assistant .pg-answer[data-state=error]")
-            assert page.text_content(".pg-assistant .pg-error-meaning") == in_chinese(CONTEXT_TOO_LONG)
-            detail = page.text_content(".pg-assistant .pg-error-detail")
-            assert "context_length_exceeded" in detail and "largest context window is 256 tokens" in detail
-            assert not upstream.requests  # refused by the gateway itself
-            page.wait_for_selector(".pg-assistant [data-record=loaded]")  # the refusal's usage record…
-            assert page.locator(".pg-assistant .pg-record-error").count() == 0  # …does not say it again
-
-            model.enabled = False
-            model.save(update_fields=["enabled", "updated"])  # while the page still offers it
-            page.click("#pg-clear")
-            page.fill("#pg-input", "hi")
-            page.click("#pg-send")
-            page.wait_for_selector(".pg-assistant .pg-answer[data-state=error]")
-            assert page.text_content(".pg-assistant .pg-error-meaning") == in_chinese(MODEL_GONE)
-            detail = page.text_content(".pg-assistant .pg-error-detail")
-            assert "model_not_found" in detail and "does not exist or is not available" in detail
-            page.screenshot(path=f"{screenshots}/playground-error-zh.png", full_page=True)
+            yield upstream, model, page
             assert not [e for e in errors if "Failed to load resource" not in e], errors
             context.close()
         finally:
             server.stop()
+
+
+def test_a_chinese_reader_sees_what_a_gateway_error_means_in_chinese(
+    transactional_db, settings, monkeypatch, tmp_path, browser, alice, screenshots
+):
+    """A prompt too long for the model's window, then a model disabled while the page was open: the
+    playground says what each means in the reader's language, above the gateway's own text."""
+    playground = chinese_playground(settings, monkeypatch, tmp_path, browser, alice, context_window=256, tokens=3)
+    with playground as (upstream, model, page):
+        page.fill("#pg-input", "Please read all of this. " * 120)  # ≈750 tokens for a 256-token window
+        page.click("#pg-send")
+        page.wait_for_selector(".pg-assistant .pg-answer[data-state=error]")
+        assert page.text_content(".pg-assistant .pg-error-meaning") == in_chinese(CONTEXT_TOO_LONG)
+        detail = page.text_content(".pg-assistant .pg-error-detail")
+        assert "context_length_exceeded" in detail and "largest context window is 256 tokens" in detail
+        assert not upstream.requests  # refused by the gateway itself
+        page.wait_for_selector(".pg-assistant [data-record=loaded]")  # the refusal's usage record…
+        assert page.locator(".pg-assistant .pg-record-error").count() == 0  # …does not say it again
+
+        model.enabled = False
+        model.save(update_fields=["enabled", "updated"])  # while the page still offers it
+        page.click("#pg-clear")
+        page.fill("#pg-input", "hi")
+        page.click("#pg-send")
+        page.wait_for_selector(".pg-assistant .pg-answer[data-state=error]")
+        assert page.text_content(".pg-assistant .pg-error-meaning") == in_chinese(MODEL_GONE)
+        detail = page.text_content(".pg-assistant .pg-error-detail")
+        assert "model_not_found" in detail and "does not exist or is not available" in detail
+        page.screenshot(path=f"{screenshots}/playground-error-zh.png", full_page=True)
 
 
 UNSUPPORTED = (
@@ -361,45 +373,20 @@ def test_a_chinese_reader_is_told_in_chinese_what_an_upstreams_refusal_means(
     """The model's server refuses the prompt with its own error (a safety refusal, passed through
     with a code the page has no meaning for), then says it cannot take such a request (501): the
     playground says in the reader's language what happened, the server's English text under it."""
-    monkeypatch.setenv("GATEWAY_REDIS_NAMESPACE", "pgr-" + uuid.uuid4().hex[:10])
-    settings.PORTAL_PUBLIC_URL = ""
-    settings.GATEWAY_USAGE_FLUSH_INTERVAL = 0.1
-    settings.GATEWAY_STATE_DIR = tmp_path / "gateway-state"
-    alice.language = "zh-hans"
-    alice.save(update_fields=["language"])
-    with FakeUpstream(api_key=UPSTREAM_KEY) as upstream:
-        refusal = "Your request was rejected as a result of our safety system."
-        upstream.behave(mode="status", status=400, error_type="content_policy_violation", error_message=refusal)
-        channel = Channel.objects.create(
-            name="cloud", kind="vllm", base_url=upstream.base_url, api_key=UPSTREAM_KEY, status="healthy"
-        )
-        ModelRoute.objects.create(
-            model=Model.objects.create(name="small-chat"), channel=channel, upstream_model="fake-model"
-        )
-        server = ThreadServer().start()
-        try:
-            url = server.url
-            errors: list[str] = []
-            context, page = sign_in(browser, url, "alice", "alice-pass-123", errors=errors)
-            page.goto(url + "/playground/")
-            page.wait_for_selector("body[data-playground=ready]")
-            page.select_option("#pg-model", "small-chat")
+    refusal = "Your request was rejected as a result of our safety system."
+    refused = {"mode": "status", "status": 400, "error_type": "content_policy_violation", "error_message": refusal}
+    with chinese_playground(settings, monkeypatch, tmp_path, browser, alice, **refused) as (upstream, _model, page):
+        page.fill("#pg-input", "something the model refuses")
+        page.click("#pg-send")
+        page.wait_for_selector(".pg-assistant .pg-answer[data-state=error]")
+        assert page.text_content(".pg-assistant .pg-error-meaning") == in_chinese(OTHER_ERROR)
+        assert refusal in page.text_content(".pg-assistant .pg-error-detail")
 
-            page.fill("#pg-input", "something the model refuses")
-            page.click("#pg-send")
-            page.wait_for_selector(".pg-assistant .pg-answer[data-state=error]")
-            assert page.text_content(".pg-assistant .pg-error-meaning") == in_chinese(OTHER_ERROR)
-            assert refusal in page.text_content(".pg-assistant .pg-error-detail")
-
-            upstream.behave(mode="status", status=501, error_message="image input is not supported")
-            page.click("#pg-clear")
-            page.fill("#pg-input", "hi")
-            page.click("#pg-send")
-            page.wait_for_selector(".pg-assistant .pg-answer[data-state=error]")
-            assert page.text_content(".pg-assistant .pg-error-meaning") == in_chinese(UNSUPPORTED)
-            detail = page.text_content(".pg-assistant .pg-error-detail")
-            assert "unsupported_by_upstream" in detail and "image input is not supported" in detail
-            assert not [e for e in errors if "Failed to load resource" not in e], errors
-            context.close()
-        finally:
-            server.stop()
+        upstream.behave(mode="status", status=501, error_message="image input is not supported")
+        page.click("#pg-clear")
+        page.fill("#pg-input", "hi")
+        page.click("#pg-send")
+        page.wait_for_selector(".pg-assistant .pg-answer[data-state=error]")
+        assert page.text_content(".pg-assistant .pg-error-meaning") == in_chinese(UNSUPPORTED)
+        detail = page.text_content(".pg-assistant .pg-error-detail")
+        assert "unsupported_by_upstream" in detail and "image input is not supported" in detail
