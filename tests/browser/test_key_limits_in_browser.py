@@ -101,3 +101,43 @@ def test_keyboard_only_login_and_key_creation(live_server, browser, alice):
     page.wait_for_selector("#new-key")
     assert Key.objects.get(owner=alice).name == "keyboard"
     assert robot.console_errors == []
+
+
+def test_alice_narrows_the_addresses_an_admin_set_and_widens_them_back_up_to_it(live_server, browser, admin, alice):
+    """The admin restricts the key he issues alice to 10.0.0.0/8. Her edit form says so; she narrows
+    it to one subnet, then, that subnet being wrong, widens it back to exactly the admin's value,
+    and no further: each through the form, as a browser sends it."""
+    admin_robot = Robot(browser.new_context().new_page(), live_server.url)
+    admin_robot.goto("/")
+    admin_robot.log_in("admin", "admin-pass-123")
+    admin_robot.click("nav >> text=Users")
+    admin_robot.click("a:text-is('alice')")
+    admin_robot.click("text=Create a key for alice")
+    admin_robot.fill("#id_name", "issued")
+    admin_robot.fill("#id_ip_allowlist", "10.0.0.0/8")
+    admin_robot.click("button:has-text('Create key')")
+    key = Key.objects.get(owner=alice, name="issued")
+    assert key.admin_ceilings == {"ip_allowlist": ["10.0.0.0/8"]}
+
+    robot = Robot(browser.new_context().new_page(), live_server.url)
+    robot.goto("/")
+    robot.log_in("alice", "alice-pass-123")
+    robot.click("nav >> text=My keys")
+    robot.click("a:text-is('issued')")
+    robot.click("a[role=button]:text-is('Edit')")
+    assert "Set by an admin: only from 10.0.0.0/8" in robot.text("#id_ip_allowlist ~ small.help")
+    for allowlist in ("10.1.0.0/16", "10.0.0.0/8"):
+        robot.fill("#id_ip_allowlist", allowlist)
+        robot.click("button:text-is('Save')")
+        assert "saved" in robot.text(".flash-success")
+        key.refresh_from_db()
+        assert key.ip_allowlist == [allowlist]
+        robot.click("a[role=button]:text-is('Edit')")
+    robot.fill("#id_ip_allowlist", "0.0.0.0/0")
+    robot.click("button:text-is('Save')")
+    assert "An admin restricted the addresses of this key" in robot.text("#id_ip_allowlist ~ .field-error")
+    key.refresh_from_db()
+    assert key.ip_allowlist == ["10.0.0.0/8"]
+    # The refused form comes back as 400 (field errors), which chromium logs; nothing else may.
+    assert [e for e in robot.console_errors if "status of 400" not in e] == []
+    assert admin_robot.console_errors == []
