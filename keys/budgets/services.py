@@ -278,12 +278,14 @@ def remove_budget(budget: Budget, *, editor: User) -> None:
 
 
 def top_up(budget: Budget, *, editor: User, amount: Decimal | str, until: dt.datetime) -> Budget:
-    """An admin's temporary addition to a budget, until `until`."""
+    """An admin's temporary addition to a budget, until `until`. The budget is the admin's from
+    then on (`set_by_admin`): a lead who set it could otherwise remove the cap the admin raised."""
     if not editor.is_admin:
         raise PermissionDenied(_("Only an admin may top up a budget."))
     if until <= timezone.now():
         raise ValidationError({"until": _("The top-up must end in the future.")})
     budget.topup, budget.topup_until = Decimal(str(amount)), until
+    budget.set_by_admin = True
     budget.full_clean()
     budget.save()
     return budget

@@ -14,6 +14,7 @@ from rest_framework.test import APIClient
 
 from keys.models import Budget, Key
 from keys.services import issue_key, revoke_key, rotate_key
+from tests.api.conftest import token_client
 
 pytestmark = pytest.mark.django_db
 
@@ -162,6 +163,27 @@ def test_a_top_up_ending_in_the_past_is_an_error_on_the_field_sent(admin, alice)
     )
     assert response.status_code == 400
     assert response.json() == {"until": ["The top-up must end in the future."]}
+
+
+def test_a_budget_an_admin_topped_up_is_theirs_a_lead_can_neither_remove_nor_change_it(admin, lena, alice):
+    """The lead set alice's budget, the admin raised it for a while: the lead removing it would lift
+    the cap the admin set, in the API and on the page alike."""
+    created = api(lena).post("/api/budgets/", {"user": alice.pk, "window": "day", "amount": "5"}, format="json")
+    url = f"/api/budgets/{created.json()['id']}/"
+    until = (timezone.now() + datetime.timedelta(days=1)).isoformat()
+    topped = api(admin).post(f"{url}top-up/", {"amount": "50", "until": until}, format="json")
+    assert topped.status_code == 200 and topped.json()["set_by_admin"] is True
+
+    token = token_client(lena)
+    for refused in (token.delete(url), token.patch(url, {"amount": "1"}, format="json")):
+        assert refused.status_code == 403
+        assert refused.json()["detail"] == "An admin set this budget; only an admin can change or remove it."
+    client = Client()
+    client.force_login(lena)
+    assert "/remove/" not in client.get(reverse("budget_list")).content.decode()
+    removed = client.post(reverse("budget_delete", args=[created.json()["id"]]), follow=True)
+    assert "An admin set this budget; only an admin can change or remove it." in removed.content.decode()
+    assert (Budget.objects.get().amount, Budget.objects.get().topup) == (5, 50)
 
 
 def test_the_budgets_page_offers_no_key_that_stopped_working(lena, alice):
