@@ -31,6 +31,12 @@ class AccountsConfig(AppConfig):
         audit.register(Team)
         # Who minted or revoked a script's credential matters; the hash shows only as "set".
         audit.register(ApiToken, ignore={"last_used_at"})
+        from django.db.models.signals import post_save, pre_save
+
+        from .services import announce_left_lead, note_managing_team
+
+        pre_save.connect(note_managing_team, sender=User, dispatch_uid="accounts-note-managing-team")
+        post_save.connect(announce_left_lead, sender=User, dispatch_uid="accounts-announce-left-lead")
         dashboard.register_stat(40, _("Users"), User.objects.filter(is_active=True).count, "user_list")
         dashboard.register_step(
             30, "developer", _("Add a developer"), _has_developer, "user_create", _("Add a developer")

@@ -111,6 +111,11 @@ class User(AbstractUser, Limits):
         lead, who would otherwise be handed their keys (`lead_managed()` is the same rule)."""
         return self.role == Role.DEVELOPER and not self.is_superuser
 
+    @property
+    def managing_team_id(self) -> int | None:
+        """The team whose leads manage this user (`is_lead_managed`), else None."""
+        return self.team_id if self.is_lead_managed else None
+
 
 def lead_managed(prefix: str = "") -> models.Q:
     """`User.is_lead_managed` as a filter; `prefix` leads to the user ("owner__")."""

@@ -28,7 +28,7 @@ from portal.i18n import Message
 
 from .choices import Role
 from .models import ApiToken, Team, User, lead_managed
-from .signals import user_reactivated
+from .signals import left_lead, user_reactivated
 
 
 def generate_password() -> str:
@@ -262,6 +262,28 @@ def may_manage(editor: User, member: User) -> bool:
     if editor.led_team_id is None or member.team_id != editor.led_team_id:
         return False
     return member.pk == editor.pk or member.is_lead_managed
+
+
+# What a user's save may change that decides which team's leads manage them.
+_MANAGING_FIELDS = {"team", "team_id", "role", "is_superuser"}
+
+
+def note_managing_team(sender: type[User], instance: User, raw: bool = False, **kwargs: Any) -> None:
+    """Before a user's save (pre_save, every path: the user page, the API, single sign-on): remember
+    the team whose leads managed them, for `announce_left_lead`."""
+    fields = kwargs.get("update_fields")
+    if raw or instance.pk is None or (fields is not None and not _MANAGING_FIELDS.intersection(fields)):
+        return
+    before = User.objects.filter(pk=instance.pk).only("team_id", "role", "is_superuser").first()
+    instance.__dict__["_managing_team_before"] = before.managing_team_id if before is not None else None
+
+
+def announce_left_lead(sender: type[User], instance: User, raw: bool = False, **kwargs: Any) -> None:
+    """After a user's save: `left_lead` when they left the team whose leads managed them."""
+    before = instance.__dict__.pop("_managing_team_before", None)
+    if raw or before is None or before == instance.managing_team_id:
+        return
+    left_lead.send(sender=sender, user=instance, team=Team.objects.filter(pk=before).first())
 
 
 def managed_members(team: Team, editor: User) -> QuerySet[User]:

@@ -9,7 +9,7 @@ class KeysConfig(AppConfig):
     verbose_name = "Keys"
 
     def ready(self) -> None:
-        from accounts.signals import user_reactivated
+        from accounts.signals import left_lead, user_reactivated
         from channels.signals import daily_prune
         from portal import audit, dashboard, showback
 
@@ -30,6 +30,9 @@ class KeysConfig(AppConfig):
             40, "key", _("Give the developer a key"), _developer_has_key, "key_create", _("Create a key")
         )
         user_reactivated.connect(_revoke_keys_on_reactivation, dispatch_uid="keys-revoke-on-reactivation")
+        from .services import drop_lead_locks
+
+        left_lead.connect(drop_lead_locks, dispatch_uid="keys-drop-lead-locks")
         dashboard.register_section(10, "keys/_dashboard_usage.html", _usage_last_day)
         from .usage.services import spend_by_person, windows_token_shares
 

@@ -12,11 +12,14 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
-from django.utils.translation import gettext
+from django.utils.translation import gettext, gettext_noop
 from django.utils.translation import gettext as _
 
 from channels.models import Model
+from portal import audit
+from portal.choices import AuditAction
 from portal.forms import LIMIT_LABELS
+from portal.i18n import Message
 
 from .models import Key
 
@@ -296,6 +299,20 @@ def _lock(name: str, value: Any, role: str, admin_ceilings: dict[str, Any], lead
         locks.pop(name, None)
     else:
         locks[name] = value
+
+
+def drop_lead_locks(sender: Any, user: User, team: Any, **kwargs: Any) -> None:
+    """`user` left `team`, whose leads managed them (`accounts.signals.left_lead`): the limits and
+    restrictions those leads locked on their keys stop binding them (the keys keep their values).
+    Those leads no longer answer for the keys, and a new team's lead could not tell them from their
+    own; what an admin locked stays. Each key's change and the reason are in the audit log."""
+    keys = list(Key.objects.filter(owner=user).not_revoked().exclude(lead_ceilings={}))
+    for key in keys:
+        key.lead_ceilings = {}
+        key.save(update_fields=["lead_ceilings"])  # one save each: audited, and the gateway's cache sees it
+    if keys:
+        lifted = gettext_noop("left the team %(team)s: the locks its leads set on %(count)s key(s) were lifted")
+        audit.record(AuditAction.ACTION, user, message=Message(lifted, team=str(team or "-"), count=len(keys)))
 
 
 def _ceiling_error(who: str, value: int, cleared: bool) -> str:

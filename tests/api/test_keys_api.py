@@ -353,3 +353,49 @@ def test_a_rotated_key_cannot_be_changed(alice_api):
     )
     assert Key.objects.get(pk=old["id"]).expires_at < timezone.now() + datetime.timedelta(seconds=6)
     assert alice_api.patch(f"/api/keys/{new['id']}/", {"expires_at": None}, format="json").status_code == 200
+
+
+def test_moving_the_owner_to_another_team_lifts_the_old_leads_locks_and_keeps_an_admins(admin, alice, lena):
+    """The old lead no longer answers for alice's key, and the new lead could not tell those locks
+    from their own: they are dropped on the move (the audit log says why); an admin's stay."""
+    from accounts.models import AuditLog, Team
+    from tests.api.conftest import token_client
+
+    lena_api, alice_api, admin_api = token_client(lena), token_client(alice), token_client(admin)
+    key = alice_api.post("/api/keys/", {"name": "laptop"}, format="json").json()
+    url = f"/api/keys/{key['id']}/"
+    locked = {"tokens_per_day": 5000, "local_only": True, "ip_allowlist": ["192.0.2.0/24"]}
+    assert lena_api.patch(url, locked, format="json").status_code == 200
+    assert admin_api.patch(url, {"requests_per_minute": 10}, format="json").status_code == 200
+
+    Team.objects.create(name="beta")
+    moved = admin_api.patch(f"/api/users/{alice.pk}/", {"team": "beta"}, format="json")
+    assert moved.status_code == 200, moved.json()
+    stored = Key.objects.get(pk=key["id"])
+    assert (stored.lead_ceilings, stored.admin_ceilings) == ({}, {"requests_per_minute": 10})
+    assert (stored.tokens_per_day, stored.local_only, stored.ip_allowlist) == (5000, True, ["192.0.2.0/24"])
+    entry = AuditLog.objects.get(object_type="user", message__startswith="left the team")
+    assert entry.message == "left the team alpha: the locks its leads set on 1 key(s) were lifted"
+    assert entry.actor == admin
+    assert AuditLog.objects.filter(object_type="key", object_id=str(key["id"]), changes__has_key="lead_ceilings")
+
+    assert lena_api.get(url).status_code == 404  # no longer hers to manage
+    freed = {"tokens_per_day": None, "local_only": False, "ip_allowlist": []}
+    assert alice_api.patch(url, freed, format="json").status_code == 200
+    raised = alice_api.patch(url, {"requests_per_minute": 11}, format="json")
+    assert raised.status_code == 400 and "An admin set this limit to 10" in raised.json()["requests_per_minute"][0]
+
+
+def test_promoting_a_member_to_lead_lifts_the_locks_another_lead_set(admin, alice, lena):
+    """A lead does not manage another lead: locks lena set on alice's key would bind alice for
+    good once she leads the team too."""
+    from tests.api.conftest import token_client
+
+    alice_api = token_client(alice)
+    key = alice_api.post("/api/keys/", {"name": "laptop"}, format="json").json()
+    assert token_client(lena).patch(f"/api/keys/{key['id']}/", {"local_only": True}, format="json").status_code == 200
+    promoted = token_client(admin).patch(f"/api/users/{alice.pk}/", {"role": "team_lead"}, format="json")
+    assert promoted.status_code == 200
+    assert Key.objects.get(pk=key["id"]).lead_ceilings == {}
+    lifted = alice_api.patch(f"/api/keys/{key['id']}/", {"local_only": False}, format="json")
+    assert lifted.status_code == 200, lifted.json()

@@ -212,3 +212,21 @@ def test_a_lead_does_not_see_or_manage_an_admin_in_the_team(client, lena, team, 
         assert client.get(reverse(name, args=[key.pk])).status_code == 404
     assert client.post(reverse("key_rotate", args=[key.pk]), {"grace": "0"}).status_code == 404
     assert Key.objects.get(pk=key.pk).revoked_at is None
+
+
+def test_moving_a_member_out_of_the_team_on_the_user_page_lifts_the_leads_locks(client, admin, lena, alice, team):
+    key = issue_key(owner=alice, name="laptop")[0]
+    client.force_login(lena)
+    form = {"owner": alice.pk, "name": "laptop", "tokens_per_day": "50"}
+    assert client.post(reverse("key_edit", args=[key.pk]), form).status_code == 302
+    client.force_login(admin)
+    edit = {"email": "", "first_name": "", "last_name": "", "role": "developer", "team": ""}
+    assert client.post(reverse("user_edit", args=[alice.pk]), edit).status_code == 302
+    key.refresh_from_db()
+    assert (key.tokens_per_day, key.lead_ceilings) == (50, {})
+    audit = client.get(reverse("audit_log")).content.decode()
+    assert "left the team alpha: the locks its leads set on 1 key(s) were lifted" in audit
+
+    client.force_login(alice)
+    assert "Set by a team lead" not in client.get(reverse("key_edit", args=[key.pk])).content.decode()
+    assert client.post(reverse("key_edit", args=[key.pk]), {**form, "tokens_per_day": ""}).status_code == 302
