@@ -347,15 +347,17 @@ class BudgetQuerySet(models.QuerySet["Budget"]):
         return self.filter(match)
 
     def visible_to(self, user: User) -> Self:
-        """Admins see every budget; a team lead their team's, their members' and their members'
-        keys'; anyone else their own and their own keys' (and their team's, read only)."""
+        """Admins see every budget; a team lead their team's, the members' they manage and their
+        keys' (not an admin's or another lead's, whose keys are not theirs to see either); anyone
+        else their own and their own keys' (and their team's, read only)."""
         if user.is_admin:
             return self.all()
         mine = models.Q(user=user) | models.Q(key__owner=user)
         if user.team_id is not None:
             mine |= models.Q(team_id=user.team_id)
         if user.led_team_id is not None:
-            mine |= models.Q(user__team_id=user.led_team_id) | models.Q(key__owner__team_id=user.led_team_id)
+            mine |= models.Q(lead_managed("user__"), user__team_id=user.led_team_id)
+            mine |= models.Q(lead_managed("key__owner__"), key__owner__team_id=user.led_team_id)
         return self.filter(mine)
 
 

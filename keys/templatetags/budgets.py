@@ -1,4 +1,4 @@
-"""`{% budgets_bounding key as budgets %}` and `{% team_budgets team as budgets %}`: the budgets
+"""`{% budgets_bounding key as budgets %}` and `{% team_budgets team viewer as budgets %}`: the budgets
 shown on the key and team pages (through a tag, so the accounts app's team page needs no import
 of this app)."""
 
@@ -26,10 +26,11 @@ def budgets_bounding(key: Key) -> list[BudgetStatus]:
 
 
 @register.simple_tag
-def team_budgets(team: Any) -> list[BudgetStatus]:
-    """The team's budgets and those of its members and their keys (what its lead manages)."""
+def team_budgets(team: Any, viewer: Any) -> list[BudgetStatus]:
+    """The team's budgets and those of its members and their keys that `viewer` may see (a lead:
+    the members they manage, as the page lists them)."""
     return _statuses(
-        Budget.objects.filter(
+        Budget.objects.visible_to(viewer).filter(
             Q(team=team) | Q(user__team=team) | Q(key__owner__team=team, key__revoked_at__isnull=True)
         )
     )

@@ -239,3 +239,28 @@ def test_a_budget_posted_without_a_window_is_monthly(admin, alice):
     assert response.status_code == 201, response.content[:300]
     assert response.json()["window"] == "month"
     assert Budget.objects.get(user=alice).window == "month"
+
+
+def test_a_lead_sees_no_budget_of_an_admin_or_another_lead_in_the_team(django_user_model, admin, lena, alice, team):
+    """Their keys are not the lead's to see (404), nor is what they spend."""
+    from accounts.choices import Role
+
+    carl = django_user_model.objects.create_user(
+        username="carl", password="x-pass-123456", role=Role.TEAM_LEAD, team=team
+    )
+    boss = django_user_model.objects.create_user(username="boss", password="x-pass-123456", role=Role.ADMIN, team=team)
+    hidden = [
+        Budget.objects.create(key=issue_key(owner=carl, name="c")[0], window="day", amount=Decimal("3")),
+        Budget.objects.create(user=boss, window="day", amount=Decimal("4"), set_by_admin=True),
+    ]
+    shown = Budget.objects.create(user=alice, window="day", amount=Decimal("5"))
+    token = token_client(lena)
+    assert [b["id"] for b in token.get("/api/budgets/").json()["results"]] == [shown.pk]
+    for budget in hidden:
+        assert token.get(f"/api/budgets/{budget.pk}/").status_code == 404
+    client = Client()
+    client.force_login(lena)
+    for page in (reverse("budget_list"), reverse("team_detail", args=[team.pk])):
+        html = client.get(page).content.decode()
+        assert "alice" in html and "carl" not in html and "boss" not in html, page
+    assert token_client(admin).get("/api/budgets/").json()["count"] == 3
