@@ -113,11 +113,11 @@ class KeyForm(forms.Form):
             owner.disabled = True  # posted owner values are ignored
         elif user.is_admin:
             owner.queryset = User.objects.filter(is_active=True).order_by("username")
-            owner.error_messages["invalid_choice"] = "Choose an active user."
+            owner.error_messages["invalid_choice"] = _("Choose an active user.")
         elif user.led_team_id is not None:
             members = User.objects.filter(lead_managed() | Q(pk=user.pk), is_active=True, team_id=user.led_team_id)
             owner.queryset = members.order_by("username")
-            owner.error_messages["invalid_choice"] = "Choose an active member of your team."
+            owner.error_messages["invalid_choice"] = _("Choose an active member of your team.")
         else:
             owner.queryset = User.objects.filter(pk=user.pk)
             owner.widget = forms.HiddenInput()

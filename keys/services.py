@@ -421,7 +421,9 @@ def validate_key_settings(
         permitted = set(Model.objects.usable_by(owner).values_list("pk", flat=True))
         refused = sorted(str(m) for m in models if m.pk not in permitted)
         if refused:
-            errors.setdefault("allowed_models", []).append(f"{owner.username} may not use: {', '.join(refused)}.")
+            errors.setdefault("allowed_models", []).append(
+                _("%(username)s may not use: %(models)s.") % {"username": owner.username, "models": ", ".join(refused)}
+            )
         cleaned["allowed_models"] = models
     if ip_allowlist is not None:
         try:

@@ -104,7 +104,7 @@ class KeySerializer(LimitFields, ModelSerializer[Key]):
             raise serializers.ValidationError({"owner": [_("A key's owner cannot change; create a key for them.")]})
         if owner != request.user and not may_manage(request.user, owner):
             raise serializers.ValidationError(
-                {"owner": ["You can only create keys for yourself (a team lead: for the team's members)."]}
+                {"owner": [_("You can only create keys for yourself (a team lead: for the team's members).")]}
             )
         if not owner.is_active:
             raise serializers.ValidationError(

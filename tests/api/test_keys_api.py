@@ -399,3 +399,19 @@ def test_promoting_a_member_to_lead_lifts_the_locks_another_lead_set(admin, alic
     assert Key.objects.get(pk=key["id"]).lead_ceilings == {}
     lifted = alice_api.patch(f"/api/keys/{key['id']}/", {"local_only": False}, format="json")
     assert lifted.status_code == 200, lifted.json()
+
+
+def test_a_leads_refused_key_and_budget_are_explained_in_their_language(alice, mallory, lena):
+    from channels.models import Model
+    from tests.api.conftest import token_client
+
+    alice.allowed_models.set([Model.objects.create(name="open-model")])
+    Model.objects.create(name="closed-model")
+    zh = {"format": "json", "HTTP_ACCEPT_LANGUAGE": "zh-hans"}
+    lena_api = token_client(lena)
+    foreign = lena_api.post("/api/keys/", {"owner": mallory.pk, "name": "x"}, **zh)
+    assert foreign.json() == {"owner": ["你只能为自己创建密钥（团队负责人：可为团队成员创建）。"]}
+    closed = lena_api.post("/api/keys/", {"owner": alice.pk, "name": "x", "allowed_models": ["closed-model"]}, **zh)
+    assert closed.json() == {"allowed_models": ["alice 不能使用：closed-model。"]}
+    both = lena_api.post("/api/budgets/", {"user": alice.pk, "team": alice.team_id, "amount": "1"}, **zh)
+    assert both.json() == {"non_field_errors": ["密钥、用户、团队三者必须且只能设置一个。"]}

@@ -230,3 +230,11 @@ def test_moving_a_member_out_of_the_team_on_the_user_page_lifts_the_leads_locks(
     client.force_login(alice)
     assert "Set by a team lead" not in client.get(reverse("key_edit", args=[key.pk])).content.decode()
     assert client.post(reverse("key_edit", args=[key.pk]), {**form, "tokens_per_day": ""}).status_code == 302
+
+
+def test_a_lead_choosing_someone_outside_the_team_as_a_keys_owner_is_told_in_their_language(client, lena, mallory):
+    lena.language = "zh-hans"
+    lena.save()
+    client.force_login(lena)
+    refused = client.post(reverse("key_create"), {"owner": mallory.pk, "name": "z"})
+    assert refused.status_code == 400 and "请选择你团队中一个已启用的成员。" in refused.content.decode()

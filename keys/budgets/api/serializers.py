@@ -82,7 +82,7 @@ class BudgetSerializer(ModelSerializer[Budget]):
         if self.instance is None:
             targets = [attrs.get(f) for f in ("key", "user", "team") if attrs.get(f) is not None]
             if len(targets) != 1:
-                raise serializers.ValidationError("Set exactly one of key, user or team.")
+                raise serializers.ValidationError(_("Set exactly one of key, user or team."))
         else:
             # An edit changes the amount and the alert; sent unchanged, the rest is no error.
             changed = [f for f in FIXED_FIELDS if f in attrs and attrs[f] != getattr(self.instance, f)]
