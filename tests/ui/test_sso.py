@@ -114,6 +114,23 @@ def test_the_groups_claim_puts_people_in_a_team_and_a_removed_group_takes_them_o
     assert Team.objects.filter(name="ml").count() == 1
 
 
+def test_a_removed_group_taking_someone_out_of_their_team_lifts_its_leads_locks(sso, team, alice, lena):
+    from keys.services import issue_key, validate_key_settings
+
+    key = issue_key(owner=alice, name="laptop")[0]
+    key.lead_ceilings = validate_key_settings(alice, editor=lena, key=key, local_only=True)["lead_ceilings"]
+    key.save()
+    alice.oidc_subject = "a"
+    alice.save()
+    sso.PORTAL_OIDC_GROUP_MAP = {**sso.PORTAL_OIDC_GROUP_MAP, "alpha": {"role": "developer", "team": "alpha"}}
+    assert services.sign_in({"sub": "a", "groups": ["alpha"]}).team == team
+    key.refresh_from_db()
+    assert key.lead_ceilings == {"local_only": 1}
+    assert services.sign_in({"sub": "a", "groups": ["ml-eng"]}).team.name == "ml"
+    key.refresh_from_db()
+    assert key.lead_ceilings == {}
+
+
 def test_a_map_without_teams_leaves_membership_to_the_admins(sso, team, alice):
     sso.PORTAL_OIDC_GROUP_MAP = {"portal-users": {"role": "developer", "team": ""}}
     alice.oidc_subject = "a"
