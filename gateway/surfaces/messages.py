@@ -202,6 +202,7 @@ async def count_tokens(req: Request) -> None:
         catalog = await snapshot.get_catalog()
         model = resolve_model(key, catalog, body.get("model"))
         req.model_name = model.name
+        anthropic_request.refuse_empty_messages(body)  # as Anthropic does, before any tokenizer is asked
         chat = anthropic_request.to_chat_request({**body, "stream": False})
         try:  # the same channels a request would go to (a local-only key's prompt stays local)
             routes = select_routes(model, key, prompt=0, output=0).routes

@@ -82,22 +82,35 @@ def to_chat_request(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def refuse_empty_messages(body: dict[str, Any]) -> None:
-    """Anthropic's own 400 for a message without content (`""`, `[]`), said before any upstream is
-    asked: only the final assistant message (a prefill) may be empty. A Chat upstream got an empty
-    user message instead, and answered it."""
+    """Anthropic's own 400s for a message without words (content `""` or `[]`, or a text block,
+    a string content being one, empty or only whitespace), said before any upstream is asked:
+    only the final assistant message (a prefill) may be so. A Chat upstream got an empty user
+    message instead, and answered it."""
     messages = body.get("messages")
     if not isinstance(messages, list):
         return
     for index, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("content") not in ("", []):
+        if not isinstance(message, dict) or (index == len(messages) - 1 and message.get("role") == "assistant"):
             continue
-        if index == len(messages) - 1 and message.get("role") == "assistant":
-            continue
-        where = f"messages[{index}]"
-        raise TranslationError(
-            f"`{where}`: all messages must have non-empty content except for the optional final assistant message.",
-            where,
-        )
+        where, content = f"messages[{index}]", message.get("content")
+        if content in ("", []):
+            raise TranslationError(
+                f"`{where}`: all messages must have non-empty content except for the optional final assistant message.",
+                where,
+            )
+        if isinstance(content, str):
+            _refuse_blank_text(content, f"{where}.content")
+        elif isinstance(content, list):
+            for number, block in enumerate(content):
+                if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+                    _refuse_blank_text(block["text"], f"{where}.content[{number}]")
+
+
+def _refuse_blank_text(text: str, where: str) -> None:
+    if not text:
+        raise TranslationError(f"`{where}`: text content blocks must be non-empty.", where)
+    if not text.strip():
+        raise TranslationError(f"`{where}`: text content blocks must contain non-whitespace text.", where)
 
 
 def _system_text(system: Any) -> str:

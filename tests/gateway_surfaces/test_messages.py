@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import anthropic
 import httpx
 import pytest
@@ -389,6 +391,68 @@ def test_a_message_without_content_is_anthropics_400_before_any_upstream(
         model="qwen3-32b", max_tokens=5, messages=[turns[0], {"role": "assistant", "content": empty}]
     )
     assert len((native_upstream if channel == "anthropic" else upstream).requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "field", "says"),
+    [
+        ("   ", "content", "must contain non-whitespace text"),
+        ([{"type": "text", "text": " \n"}], "content[0]", "must contain non-whitespace text"),
+        ([{"type": "text", "text": "look"}, {"type": "text", "text": ""}], "content[1]", "must be non-empty"),
+    ],
+)
+@pytest.mark.parametrize("channel", ["vllm", "anthropic"])
+def test_a_message_of_blank_text_is_anthropics_400_before_any_upstream(
+    setup, client, upstream, native_upstream, content, field, says, channel
+):
+    """Anthropic refuses a text block without words, in any message but the final assistant one;
+    a Chat channel was sent the blank turn and answered it, and count_tokens counted it."""
+    if channel == "anthropic":
+        add_native_channel(setup, native_upstream, kind="anthropic")
+    for messages, index in (
+        (
+            [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "hello"},
+                {"role": "user", "content": content},
+            ],
+            2,
+        ),
+        (
+            [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": content},
+                {"role": "user", "content": "hi"},
+            ],
+            1,
+        ),
+    ):
+        for call in (functools.partial(client.messages.create, max_tokens=5), client.messages.count_tokens):
+            with pytest.raises(anthropic.BadRequestError) as caught:
+                call(model="qwen3-32b", messages=messages)
+            assert caught.value.body == {
+                "type": "error",
+                "error": {
+                    "type": "invalid_request_error",
+                    "message": f"`messages[{index}].{field}`: text content blocks {says}.",
+                },
+            }
+    assert not upstream.requests and not native_upstream.requests
+
+
+@pytest.mark.parametrize("empty", ["", []])
+@pytest.mark.parametrize("channel", ["vllm", "anthropic"])
+def test_count_tokens_refuses_a_message_without_content_before_any_tokenizer(
+    setup, client, upstream, native_upstream, empty, channel
+):
+    if channel == "anthropic":
+        add_native_channel(setup, native_upstream, kind="anthropic")
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.messages.count_tokens(model="qwen3-32b", messages=[{"role": "user", "content": empty}])
+    assert caught.value.body["error"]["message"] == (
+        "`messages[0]`: all messages must have non-empty content except for the optional final assistant message."
+    )
+    assert not upstream.requests and not native_upstream.requests
 
 
 def test_a_chat_channel_marked_as_speaking_messages_gets_it_as_is_with_bearer_auth(setup, client, native_upstream):
