@@ -40,6 +40,7 @@ CHAT_FIELDS = {
     "response_format": "text.format",
     "max_tokens": "max_output_tokens",
     "reasoning_effort": "reasoning.effort",
+    "messages": "input",
 }
 TEXT_PART_TYPES = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 
@@ -201,8 +202,8 @@ class _Builder:
             self.add({"role": "user", "content": parts or ""}, where)
 
     def _function_call(self, item: dict[str, Any], where: str) -> None:
-        if not item.get("call_id") or not item.get("name"):
-            raise TranslationError(f"`{where}` (function_call) needs `call_id` and `name`.", where)
+        if not _filled(item.get("call_id")) or not _filled(item.get("name")):
+            raise TranslationError(f"`{where}` (function_call) needs `call_id` and `name` (strings).", where)
         name = flat_name(item["namespace"], item["name"]) if item.get("namespace") else item["name"]
         call = {
             "id": item["call_id"],
@@ -218,8 +219,8 @@ class _Builder:
             self.add({"role": "assistant", "content": None, "tool_calls": [call]}, where)
 
     def _function_output(self, item: dict[str, Any], where: str) -> None:
-        if not item.get("call_id"):
-            raise TranslationError(f"`{where}` (function_call_output) needs `call_id`.", where)
+        if not _filled(item.get("call_id")):
+            raise TranslationError(f"`{where}` (function_call_output) needs `call_id` (a string).", where)
         output = item.get("output")
         images: list[dict[str, Any]] = []
         if isinstance(output, list):
@@ -234,6 +235,12 @@ class _Builder:
         if images and not self._pending_images:
             self._images_sent = where
         self._pending_images.extend(images)
+
+
+def _filled(value: Any) -> bool:
+    """A non-empty string, as the API requires of ids and names (Chat's or Messages' field would
+    be refused later, named as the client never sent it)."""
+    return isinstance(value, str) and bool(value)
 
 
 def _plain_text(content: Any, where: str) -> str:
@@ -274,7 +281,7 @@ def _parts(content: Any, where: str) -> list[dict[str, Any]]:
             parts.append({"type": "text", "text": _text(part, "refusal", where)})
         elif kind == "input_image":
             url = part.get("image_url")
-            if not url:
+            if not _filled(url):
                 raise TranslationError(
                     f"`{where}` has an input_image without `image_url` (file ids are not supported).", where
                 )

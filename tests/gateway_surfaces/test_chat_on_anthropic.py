@@ -438,3 +438,36 @@ def test_a_responses_item_the_channel_cannot_take_is_named_as_the_client_sent_it
     assert error["param"] == sent
     assert error["message"] == f"`{sent}` has an image data URL that is not base64 JPEG, PNG, GIF or WebP."
     assert not anthropic_up.requests
+
+
+@pytest.mark.parametrize(
+    ("input", "sent", "message"),
+    [
+        (  # only instructions: Chat's `messages` has no turn for Messages
+            [{"role": "developer", "content": "Be brief."}],
+            "input",
+            "`input` needs at least one user or assistant message.",
+        ),
+        (
+            [{"role": "user", "content": "Weather?"}, {**CALL, "call_id": 7}],
+            "input[1]",
+            "`input[1]` (function_call) needs `call_id` and `name` (strings).",
+        ),
+        (  # was Chat's "(a tool message) needs a `tool_call_id`"
+            [
+                {"role": "user", "content": "Weather?"},
+                CALL,
+                {"type": "function_call_output", "call_id": 7, "output": "18"},
+            ],
+            "input[2]",
+            "`input[2]` (function_call_output) needs `call_id` (a string).",
+        ),
+    ],
+)
+def test_a_responses_refusal_on_an_anthropic_channel_names_the_clients_field(
+    client, anthropic_up, input, sent, message
+):
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(model="qwen3-32b", input=input, tools=RESPONSES_TOOLS)
+    assert (raised.value.body["param"], raised.value.body["message"]) == (sent, message)
+    assert not anthropic_up.requests
