@@ -34,7 +34,7 @@ from gateway.translate.common import estimate_tokens as estimate_input_tokens
 from gateway.usage import Usage, estimate_tokens, usage_from
 from keys.choices import ApiSurface
 
-from .translated import ReadsNativeEvents, open_translated_call, relay_stream
+from .translated import ReadsNativeEvents, cloud_openai, open_translated_call, relay_stream
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +96,10 @@ async def _create_message(req: Request) -> None:
             return Outgoing(
                 "/messages", payload, req.headers, anthropic_native=route.kind == "anthropic", assemble=_assembly
             )
-        return Outgoing("/chat/completions", opened.chat_request(route.kind), opened.chat_headers)
+        chat = opened.chat_request(route.kind)
+        if cloud_openai(route):
+            anthropic_request.refuse_openai_tool_names(body)
+        return Outgoing("/chat/completions", chat, opened.chat_headers)
 
     up = await call.forward(Plan(call.routes, outgoing))
     native = speaks_messages(up.route)

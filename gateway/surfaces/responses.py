@@ -24,12 +24,12 @@ from gateway.http import GatewayError, Receive, Request, Scope, Send
 from gateway.native import ResponsesReader, responses_usage
 from gateway.relay import model_renames, relay, renamed
 from gateway.translate import TranslationError, chat_response, responses_request, responses_response
-from gateway.translate.common import answer_usage
+from gateway.translate.common import answer_usage, refuse_openai_function_names
 from gateway.usage import Usage, estimate_tokens, usage_from
 from keys.choices import ApiSurface
 
 from . import chat_anthropic
-from .translated import ReadsNativeEvents, encode, open_translated_call, relay_stream
+from .translated import ReadsNativeEvents, cloud_openai, encode, open_translated_call, relay_stream
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,13 @@ async def _create_response(req: Request) -> None:
                     as_sent=lambda exc: responses_request.as_sent(body, exc),
                 )
             return via_messages(route)
-        return Outgoing("/chat/completions", opened.chat_request(), opened.chat_headers)
+        chat = opened.chat_request()
+        if cloud_openai(route):
+            try:
+                refuse_openai_function_names(chat)
+            except TranslationError as exc:
+                raise responses_request.as_sent(body, exc) from None
+        return Outgoing("/chat/completions", chat, opened.chat_headers)
 
     up = await call.forward(Plan(call.routes, outgoing))
     native = up.route.speaks_responses

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.admission import open_call
-from gateway.cache import snapshot
+from gateway.cache import RouteInfo, snapshot
 from gateway.call import Call, UpstreamResponse
 from gateway.chunks import ChunkReader, event_data
 from gateway.http import GatewayError, Request
@@ -50,6 +50,12 @@ class TranslatedCall:
 
 
 CONTINUES_WHEN_ASKED = frozenset({"vllm", "sglang"})
+
+
+def cloud_openai(route: RouteInfo) -> bool:
+    """A cloud OpenAI-compatible channel: a request translated for it is held to OpenAI's rules
+    before it is sent (a local server takes what its chat template takes)."""
+    return route.kind == "openai" and not route.local
 
 
 async def open_translated_call(

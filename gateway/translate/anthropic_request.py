@@ -22,7 +22,14 @@ import json
 import logging
 from typing import Any
 
-from gateway.translate.common import TranslationError, chat_function, chat_tools, text_of
+from gateway.translate.common import (
+    OPENAI_TOOL_NAME_MAX,
+    TranslationError,
+    chat_function,
+    chat_tools,
+    refuse_tool_name,
+    text_of,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +118,20 @@ def _refuse_blank_text(text: str, where: str) -> None:
         raise TranslationError(f"`{where}`: text content blocks must be non-empty.", where)
     if not text.strip():
         raise TranslationError(f"`{where}`: text content blocks must contain non-whitespace text.", where)
+
+
+def refuse_openai_tool_names(body: dict[str, Any]) -> None:
+    """The client tools' names as a cloud OpenAI-compatible channel takes them (64 characters where
+    Anthropic allows 128), refused by the client's own field before that channel is asked."""
+    tools = body.get("tools")
+    for index, tool in enumerate(tools if isinstance(tools, list) else []):
+        if isinstance(tool, dict) and tool.get("type") in CLIENT_TOOL_TYPES:
+            refuse_tool_name(
+                tool.get("name"),
+                f"tools[{index}].name",
+                channel="OpenAI-compatible cloud",
+                longest=OPENAI_TOOL_NAME_MAX,
+            )
 
 
 def _system_text(system: Any) -> str:

@@ -13,8 +13,9 @@ budget (`THINKING_BUDGETS`, kept below `max_tokens`; Messages allows no `tempera
 below 0.95 and no forced tool with thinking, so those are left out, and thinking is left off
 inside a tool loop, whose earlier thinking blocks a Chat client cannot send back signed).
 
-Refused (400 naming the field): `n` > 1, `audio` output, non-function tools, `response_format`
-json_schema / json_object (no portable equivalent), content parts other than text and images.
+Refused (400 naming the field): `n` > 1, `audio` output, non-function tools, a tool name Anthropic
+refuses (`common.refuse_tool_name`), `response_format` json_schema / json_object (no portable
+equivalent), content parts other than text and images.
 Dropped with an info log: `logprobs`, `top_logprobs`, `seed`, `frequency_penalty`,
 `presence_penalty`, `logit_bias`, `store`, `metadata`, `service_tier`, `prediction`,
 `prompt_cache_key`, `safety_identifier`, `modalities` of text only.
@@ -27,7 +28,13 @@ import binascii
 import logging
 from typing import Any
 
-from gateway.translate.common import TranslationError, parse_arguments, text_of
+from gateway.translate.common import (
+    ANTHROPIC_TOOL_NAME_MAX,
+    TranslationError,
+    parse_arguments,
+    refuse_tool_name,
+    text_of,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -272,12 +279,15 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
     if not isinstance(tools, list):
         raise TranslationError("`tools` must be a list.", "tools")
     out = []
-    for tool in tools:
+    for index, tool in enumerate(tools):
         if not isinstance(tool, dict) or tool.get("type", "function") != "function":
             raise TranslationError("Only `function` tools are available on this model's channel (Anthropic).", "tools")
         function = tool.get("function") or {}
         if not isinstance(function, dict) or not function.get("name"):
             raise TranslationError("Each tool needs a `function.name`.", "tools")
+        refuse_tool_name(
+            function["name"], f"tools[{index}].function.name", channel="Anthropic", longest=ANTHROPIC_TOOL_NAME_MAX
+        )
         entry: dict[str, Any] = {
             "name": function["name"],
             "input_schema": function.get("parameters") or {"type": "object", "properties": {}},

@@ -379,16 +379,16 @@ def flat_name(namespace: str, name: str) -> str:
     return f"{namespace}__{name}"
 
 
-def _mcp_namespace(tool: Any) -> list[dict[str, Any]] | None:
-    """The function tools of one MCP namespace tool, or None for any other tool."""
+def _mcp_namespace(tool: Any) -> list[tuple[int, dict[str, Any]]] | None:
+    """The function tools of one MCP namespace tool with their places in it, or None for any other tool."""
     if not (
         isinstance(tool, dict) and tool.get("type") == "namespace" and str(tool.get("name")).startswith(MCP_NAMESPACE)
     ):
         return None
     inner = tool.get("tools")
     return [
-        t
-        for t in (inner if isinstance(inner, list) else [])
+        (place, t)
+        for place, t in enumerate(inner if isinstance(inner, list) else [])
         if isinstance(t, dict) and t.get("type") == "function" and t.get("name")
     ]
 
@@ -397,7 +397,7 @@ def mcp_functions(tools: Any) -> dict[str, tuple[str, str]]:
     """{flat name: (namespace, tool)} for the function tools of the request's MCP namespaces."""
     out = {}
     for tool in tools if isinstance(tools, list) else []:
-        for inner in _mcp_namespace(tool) or []:
+        for _, inner in _mcp_namespace(tool) or []:
             out[flat_name(tool["name"], inner["name"])] = (tool["name"], inner["name"])
     return out
 
@@ -409,5 +409,48 @@ def flat_tools(tools: Any) -> Any:
     out: list[Any] = []
     for tool in tools:
         inner = _mcp_namespace(tool)
-        out += [tool] if inner is None else [{**t, "name": flat_name(tool["name"], t["name"])} for t in inner]
+        out += [tool] if inner is None else [{**t, "name": flat_name(tool["name"], t["name"])} for _, t in inner]
     return out
+
+
+def flat_function_fields(tools: Any) -> list[str]:
+    """The field each function tool of `flat_tools(tools)` was named by, in order: `tools[2].name`,
+    or `tools[3].tools[0].name` in an MCP namespace."""
+    out: list[str] = []
+    for index, tool in enumerate(tools if isinstance(tools, list) else []):
+        inner = _mcp_namespace(tool)
+        if inner is not None:
+            out += [f"tools[{index}].tools[{place}].name" for place, _ in inner]
+        elif isinstance(tool, dict) and tool.get("type") == "function":
+            out.append(f"tools[{index}].name")
+    return out
+
+
+# Tool names the cloud APIs take (their 400 otherwise): letters, digits, `_` and `-`, at most 128 of
+# them for an Anthropic custom tool, 64 for an OpenAI function. Local servers take any name.
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]+")
+ANTHROPIC_TOOL_NAME_MAX = 128
+OPENAI_TOOL_NAME_MAX = 64
+
+
+def refuse_tool_name(name: Any, where: str, *, channel: str, longest: int) -> None:
+    """Refuse, by the client's own field, a tool name a translated request's cloud API would refuse:
+    its 400 would name a field of the translation (`tools.0.custom.name`) the client never sent."""
+    if isinstance(name, str) and len(name) <= longest and TOOL_NAME.fullmatch(name):
+        return
+    raise TranslationError(
+        f"`{where}` is not a tool name this model's channel ({channel}) accepts: use letters, digits, "
+        f"underscores and dashes, at most {longest} of them.",
+        where,
+    )
+
+
+def refuse_openai_function_names(chat: dict[str, Any]) -> None:
+    """A translated Chat request's function names, as a cloud OpenAI-compatible channel takes them."""
+    for index, tool in enumerate(chat.get("tools") or []):
+        refuse_tool_name(
+            tool["function"]["name"],
+            f"tools[{index}].function.name",
+            channel="OpenAI-compatible cloud",
+            longest=OPENAI_TOOL_NAME_MAX,
+        )

@@ -28,7 +28,15 @@ import logging
 import re
 from typing import Any
 
-from gateway.translate.common import TranslationError, chat_function, chat_tools, flat_name, flat_tools, text_of
+from gateway.translate.common import (
+    TranslationError,
+    chat_function,
+    chat_tools,
+    flat_function_fields,
+    flat_name,
+    flat_tools,
+    text_of,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -99,23 +107,28 @@ def to_chat_request(body: dict[str, Any], *, map_reasoning: bool = True) -> dict
 
 
 def as_sent(body: dict[str, Any], exc: TranslationError) -> TranslationError:
-    """`exc` from a later translation of this body's Chat request (Chat -> Messages, on an
+    """`exc` from a later check or translation of this body's Chat request (Chat -> Messages, on an
     Anthropic channel) naming the field the client sent in place of the Chat one the gateway made
-    of it, in its param and its message: `input[2]` for `messages[3]`, `text.format` for
-    `response_format`."""
+    of it, in its param and its message: `input[2]` for `messages[3]`, `tools[1].name` for
+    `tools[0].function.name`, `text.format` for `response_format`."""
     param = exc.param or ""
-    found = re.match(r"messages\[(\d+)\]", param)
-    if found is not None:
-        origins = _build(body).origins
-        if int(found[1]) >= len(origins):
-            return exc
-        chat, sent = found[0], origins[int(found[1])]
-    elif param in CHAT_FIELDS:
-        chat, sent = param, CHAT_FIELDS[param]
-    else:
+    chat, sent = _sent_field(body, param)
+    if sent is None:
         return exc
     message = re.sub(rf"`{re.escape(chat)}(?=[`.])", f"`{sent}", exc.message)
     return TranslationError(message, sent + param[len(chat) :])
+
+
+def _sent_field(body: dict[str, Any], param: str) -> tuple[str, str | None]:
+    """(the Chat field `param` starts with, the field the client sent for it, if known)."""
+    if (found := re.match(r"messages\[(\d+)\]", param)) is not None:
+        origins = _build(body).origins
+    elif (found := re.match(r"tools\[(\d+)\]\.function\.name", param)) is not None:
+        origins = flat_function_fields(body.get("tools"))
+    else:
+        return param, CHAT_FIELDS.get(param)
+    index = int(found[1])
+    return found[0], origins[index] if index < len(origins) else None
 
 
 def _build(body: dict[str, Any]) -> _Builder:

@@ -471,3 +471,51 @@ def test_a_responses_refusal_on_an_anthropic_channel_names_the_clients_field(
         client.responses.create(model="qwen3-32b", input=input, tools=RESPONSES_TOOLS)
     assert (raised.value.body["param"], raised.value.body["message"]) == (sent, message)
     assert not anthropic_up.requests
+
+
+NAME_RULE = (
+    "is not a tool name this model's channel (Anthropic) accepts: use letters, digits, underscores and dashes, "
+    "at most 128 of them."
+)
+
+
+@pytest.mark.parametrize("name", ["files.read", "read file", "x" * 129, ""])
+def test_a_chat_tool_name_anthropic_refuses_is_our_400_by_the_clients_field(client, anthropic_up, name):
+    """Anthropic's 400 would name `tools.1.custom.name`, of the translation the client never sent."""
+    tools = [TOOLS[0], {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}]
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(model="qwen3-32b", messages=[{"role": "user", "content": "hi"}], tools=tools)
+    error = raised.value.body
+    if name:
+        assert error["param"] == "tools[1].function.name"
+        assert error["message"] == f"`tools[1].function.name` {NAME_RULE}"
+    else:
+        assert error["message"] == "Each tool needs a `function.name`."
+    assert not anthropic_up.requests
+    tools[1]["function"]["name"] = "files_read-" + "x" * 117  # 128: taken
+    client.chat.completions.create(model="qwen3-32b", messages=[{"role": "user", "content": "hi"}], tools=tools)
+    assert [t["name"] for t in anthropic_up.requests[-1].json["tools"]] == ["get_weather", tools[1]["function"]["name"]]
+
+
+def test_a_responses_tool_name_anthropic_refuses_is_named_as_the_client_sent_it(client, anthropic_up):
+    """Codex's tools: the dropped web_search and an MCP namespace's function (`mcp__docs__read.page`
+    as Chat's tools[1]) named by where the client put them."""
+    tools = [
+        {"type": "web_search"},
+        *RESPONSES_TOOLS,
+        {
+            "type": "namespace",
+            "name": "mcp__docs",
+            "description": "docs server",
+            "tools": [{"type": "custom", "name": "patch"}, {"type": "function", "name": "read.page", "parameters": {}}],
+        },
+    ]
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(model="qwen3-32b", input="hi", tools=tools)
+    assert raised.value.body["param"] == "tools[2].tools[1].name"
+    assert raised.value.body["message"] == f"`tools[2].tools[1].name` {NAME_RULE}"
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(model="qwen3-32b", input="hi", tools=[{**RESPONSES_TOOLS[0], "name": "get weather"}])
+    assert raised.value.body["param"] == "tools[0].name"
+    assert raised.value.body["message"] == f"`tools[0].name` {NAME_RULE}"
+    assert not anthropic_up.requests

@@ -455,6 +455,27 @@ def test_count_tokens_refuses_a_message_without_content_before_any_tokenizer(
     assert not upstream.requests and not native_upstream.requests
 
 
+@pytest.mark.parametrize("name", ["Read.File", "x" * 65])
+def test_a_tool_name_a_cloud_chat_channel_refuses_is_our_400_by_the_clients_field(setup, client, upstream, name):
+    """OpenAI takes 64 letters, digits, `_` and `-` where Anthropic takes 128: its 400 would name
+    `tools[1].function.name`, which Claude Code never sent. A local server takes any name."""
+    tools = [{"type": "web_search_20250305", "name": "web_search"}, {**TOOLS[0], "name": name}]
+    turn = [{"role": "user", "content": "hi"}]
+    Channel.objects.filter(pk=setup.channel.pk).update(kind="openai")
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.messages.create(model="qwen3-32b", max_tokens=5, messages=turn, tools=tools)
+    assert caught.value.body["error"]["message"] == (
+        "`tools[1].name` is not a tool name this model's channel (OpenAI-compatible cloud) accepts: "
+        "use letters, digits, underscores and dashes, at most 64 of them."
+    )
+    assert not upstream.requests
+    for kind, locality in (("openai", "local"), ("vllm", "external"), ("llamacpp", "external")):
+        setup.channel.kind, setup.channel.locality = kind, locality
+        setup.channel.save()  # (through the model: the gateway's route cache hears of it)
+        client.messages.create(model="qwen3-32b", max_tokens=5, messages=turn, tools=tools)
+        assert [t["function"]["name"] for t in upstream.requests[-1].json["tools"]] == [name]
+
+
 def test_a_chat_channel_marked_as_speaking_messages_gets_it_as_is_with_bearer_auth(setup, client, native_upstream):
     add_native_channel(setup, native_upstream, kind="vllm", speaks_messages=True)
     client.messages.create(model="qwen3-32b", max_tokens=9, messages=[{"role": "user", "content": "hi"}])

@@ -8,6 +8,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
+from channels.models import Channel
 from tests.gateway_surfaces.conftest import (
     RESPONSES_TOOLS,
     UPSTREAM_KEY,
@@ -234,3 +235,21 @@ def test_usage_is_estimated_not_zero_when_the_upstream_reports_none(setup, clien
 def test_reasoning_effort_reaches_a_chat_channel(setup, client, upstream):
     client.responses.create(model="qwen3-32b", input="think", reasoning={"effort": "high", "summary": "auto"})
     assert upstream.requests[-1].json["reasoning_effort"] == "high"
+
+
+def test_a_tool_name_a_cloud_chat_channel_refuses_is_our_400_by_the_clients_field(setup, client, upstream):
+    """OpenAI's 400 would name Chat's `tools[0].function.name`; the client sent `tools[1].name`."""
+    tools = [{"type": "web_search"}, {**RESPONSES_TOOLS[0], "name": "weather.get"}]
+    Channel.objects.filter(pk=setup.channel.pk).update(kind="openai")
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="qwen3-32b", input="hi", tools=tools)
+    assert caught.value.body["param"] == "tools[1].name"
+    assert caught.value.body["message"] == (
+        "`tools[1].name` is not a tool name this model's channel (OpenAI-compatible cloud) accepts: "
+        "use letters, digits, underscores and dashes, at most 64 of them."
+    )
+    assert not upstream.requests
+    setup.channel.kind = "vllm"  # a local server takes it
+    setup.channel.save()
+    client.responses.create(model="qwen3-32b", input="hi", tools=tools)
+    assert [t["function"]["name"] for t in upstream.requests[-1].json["tools"]] == ["weather.get"]
