@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -934,6 +935,150 @@ def merge_toml_items(existing, ours):
     return _toml_checked(re.sub(r"\n{3,}", "\n\n", "\n".join(out).strip("\n") + "\n"))
 
 
+# --- files the line-based merges cannot edit safely -------------------------------------------
+# The dotenv and YAML merges edit lines, not a parsed tree: a file outside the subset they read
+# would be written into wrongly. Such a file is left as it is, with the line and the reason.
+
+
+class Unreadable(ValueError):
+    """A file whose structure the installer's line-based edits cannot be trusted on."""
+
+
+DOTENV_LINE = re.compile(r"^\s*(?:export\s+)?[A-Za-z_][A-Za-z0-9_]*=(.*)$")
+
+
+def dotenv_problem(text):
+    """Why `text` is not plain `NAME=value` lines (quotes closed on their line), or None."""
+    for n, ln in enumerate(text.splitlines(), 1):
+        if not ln.strip() or ln.lstrip().startswith("#"):
+            continue
+        m = DOTENV_LINE.match(ln)
+        if not m:
+            return f"line {n}: not a NAME=value line"
+        try:
+            shlex.split(m.group(1), comments=True)
+        except ValueError:
+            return f"line {n}: a quote in the value is not closed on its line"
+    return None
+
+
+YAML_KEY = re.compile(r"""^("(?:[^"\\]|\\.)*"|'(?:[^']|'')*'|[^\s"'#\[\]{},][^#]*?)\s*:(?=\s|$)""")
+BLOCK_SCALAR = re.compile(r"[|>][-+0-9]*\s*(#.*)?$")
+
+
+def _yaml_scan(ln, depth):
+    """(problem or None, the depth of open [ ] and { } at the end of `ln`, whether a block scalar
+    (`|`, `>`) starts): quotes count where a scalar starts, not inside a plain one (`it's`)."""
+    prev = ""  # the last character that is not a space
+    i = 0
+    while i < len(ln):
+        c = ln[i]
+        start = prev == "" or (prev in ":-?" and ln[i - 1] == " ") or (depth > 0 and prev in "[{,")
+        if c == "#" and (i == 0 or ln[i - 1] in " \t"):
+            break
+        if c in "'\"" and start:
+            j = i + 1
+            while j < len(ln) and not (ln[j] == c and not (c == "'" and ln[j + 1 : j + 2] == "'")):
+                j += 2 if (c == '"' and ln[j] == "\\") or (c == "'" and ln[j] == "'") else 1
+            if j >= len(ln):
+                return "a quoted value is not closed on its line", depth, False
+            i, prev = j + 1, "x"
+            continue
+        if c in "[{" and (start or depth > 0):
+            depth += 1
+        elif c in "]}" and depth > 0:
+            depth -= 1
+        elif c in "|>" and start and depth == 0 and BLOCK_SCALAR.match(ln[i:]):
+            return None, 0, True
+        if c != " ":
+            prev = c
+        i += 1
+    return None, depth, False
+
+
+def yaml_problem(text, keys=(), mapping=True, marker=True):
+    """Why the line-based YAML merges cannot be trusted on `text`, or None. They edit the top-level
+    `keys` of a block mapping (a block list when not `mapping`) one line at a time, so: no tab in
+    an indent, no second document (no `---` at all unless `marker`), quotes closed on their line,
+    no [ ] or { } running back to the left margin, each key in `keys` once and written plainly.
+    PyYAML, when this Python has it, has the last word on the syntax."""
+    seen, depth, opened, block, content = {}, 0, 0, None, False
+    for n, ln in enumerate(text.splitlines(), 1):
+        col = len(ln) - len(ln.lstrip(" "))
+        if block is not None and (not ln.strip() or col > block):
+            continue  # inside a block scalar: anything goes
+        block = None
+        if not ln.strip() or ln.lstrip().startswith("#"):
+            continue
+        if "\t" in ln[: len(ln) - len(ln.lstrip(" \t"))]:
+            return f"line {n}: a tab in the indent (YAML indents with spaces only)"
+        if depth > 0 and col == 0:
+            return f"lines {opened}-{n}: a [ ] or {{ }} value runs back to the left margin"
+        if depth == 0 and col == 0:
+            mark = re.match(r"^(---|\.\.\.)(\s|$)", ln)
+            if mark and not (marker and mark.group(1) == "---" and not content):
+                return f"line {n}: a document marker ({mark.group(1)}); only a single YAML document can be edited"
+            key = YAML_KEY.match(ln)
+            if mapping and not mark and not ln.startswith("- ") and ln != "-" and not key:
+                return f"line {n}: not a `key: value` line"
+            name = key and key.group(1).strip("'\"")
+            if name in keys:
+                if not re.match(rf"{re.escape(name)}:(\s|$)", ln):
+                    return f"line {n}: write {name} without quotes and with the colon right after it"
+                if name in seen:
+                    return f"line {n}: {name} is set a second time (first on line {seen[name]}); keep one"
+            if name:
+                seen.setdefault(name, n)
+            content = content or not mark
+        before = depth
+        problem, depth, starts = _yaml_scan(ln[col:], depth)
+        if problem:
+            return f"line {n}: {problem}"
+        if before == 0 and depth > 0:
+            opened = n
+        if starts:
+            block = col
+    if depth > 0:
+        return f"line {opened}: a [ or {{ is not closed"
+    return _pyyaml_problem(text, mapping)
+
+
+def _pyyaml_problem(text, mapping):
+    try:
+        import yaml  # not in the standard library: used when this Python happens to have it
+    except ImportError:
+        return None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)  # the structure only: custom tags stay fine
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        return f"line {mark.line + 1}: {what}" if mark else what
+    want = yaml.MappingNode if mapping else yaml.SequenceNode
+    if node is not None and not isinstance(node, want):
+        return "the file is not a YAML mapping of keys" if mapping else "the file is not a YAML list"
+    return None
+
+
+def managed_keys(f):
+    """The top-level YAML keys the merge of a bundle file or uninstall spec `f` rewrites: ours
+    (yaml-keys), `models` (yaml-models), and the blocks shared by name (`owned`)."""
+    keys = set(f.get("keys") or (yaml_keys(f["content"]) if f["merge"] == "yaml-keys" and "content" in f else ()))
+    return keys | {o.split(".")[0] for o in f.get("owned", ())} | ({"models"} if f["merge"] == "yaml-models" else set())
+
+
+def check_editable(f, text):
+    """Raise Unreadable when the merge of `f` (a bundle file or uninstall spec) cannot edit `text`
+    safely."""
+    problem, merge = None, f["merge"]
+    if merge == "dotenv":
+        problem = dotenv_problem(text)
+    elif merge in ("yaml-keys", "yaml-models", "yaml-list"):
+        problem = yaml_problem(text, managed_keys(f), mapping=merge != "yaml-list", marker=merge != "yaml-keys")
+    if problem:
+        raise Unreadable(problem)
+
+
 MERGES = {
     "json": lambda old, f: merge_json(
         old, f["content"], f.get("remove", ()), f.get("replace", ()), f.get("lists", ()), f.get("owned", ())
@@ -1103,7 +1248,17 @@ def install(bundle, stamp=None, specs=None):
         path = expand(f)
         old = read_text(path, f["merge"]) if os.path.exists(path) else None
         try:
+            if old is not None:
+                check_editable(f, old)
             text = MERGES[f["merge"]](old, f)
+        except Unreadable as exc:
+            failures += 1
+            say(
+                "!",
+                f"{path}: left unchanged, the installer cannot edit it safely ({exc}). Fix that and run a new "
+                f"install command from the Connect page, or copy the {f['name']} shown there by hand.",
+            )
+            continue
         except Exception as exc:  # never clobber a file we cannot read
             failures += 1
             say("!", f"{path}: left unchanged ({exc}). Copy the {f['name']} shown on the portal page by hand.")
@@ -1700,6 +1855,7 @@ def unmerged(spec, gateway, replaced=None, written=None):
     if not os.path.exists(path):
         return None
     old = read_text(path, spec["merge"])
+    check_editable(spec, old)
     record, wrote = (replaced or {}).get(path), (written or {}).get(path)
     kept = changed_since(ours_now(old, spec, gateway), wrote) if wrote else []
     if kept:
@@ -2022,12 +2178,19 @@ def load_toml_text(text):
     return tomllib.loads(text)
 
 
-def load(path, fmt):
-    """(parsed data, text) of an installed file."""
+PROBE_MERGES = {"dotenv": "dotenv", "yaml": "yaml-models", "yaml-flat": "yaml-keys", "yaml-list": "yaml-list"}
+
+
+def load(path, fmt, keys=()):
+    """(parsed data, text) of an installed file; raises Unreadable on one the installer would leave
+    alone (`keys`: the top-level ones the doctor reads), as the doctor's reading of it may not be
+    the client's."""
     if fmt == "ccswitch":
         return load_ccswitch(path)
     with open(path, encoding="utf-8") as fh:
         text = fh.read()
+    if fmt in PROBE_MERGES:
+        check_editable({"merge": PROBE_MERGES[fmt], "keys": keys}, text)
     if fmt == "json":  # JSONC too (Zed's, VS Code's settings.json)
         return jsonc_loads(text), text
     if fmt == "toml":
@@ -2298,7 +2461,12 @@ def check(gateway, probes, key_override=None):
             problems += 1
             continue
         try:
-            data, text = load(path, p["format"])
+            read = [str(p.get(k) or "").split(".")[0] for k in ("base_url", "key", "mcp")]
+            data, text = load(path, p["format"], [k for k in read if k])
+        except Unreadable as exc:
+            say("✗", f"{p['file']}: the installer cannot edit it safely ({exc}); fix that and install again")
+            problems += 1
+            continue
         except Exception as exc:
             say("✗", f"{p['file']}: cannot be read ({exc.__class__.__name__}: {exc})")
             problems += 1

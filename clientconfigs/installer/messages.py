@@ -23,6 +23,10 @@ TEMPLATES = (
     gettext_noop("it is CC Switch's current provider for {apps}: switch away and back in CC Switch to apply"),
     gettext_noop("switch to {name} in CC Switch (restart CC Switch first if it is open)"),
     gettext_noop("{path}: left unchanged ({error}). Copy the {name} shown on the portal page by hand."),
+    gettext_noop(
+        "{path}: left unchanged, the installer cannot edit it safely ({error}). Fix that and run a new install "
+        "command from the Connect page, or copy the {name} shown there by hand."
+    ),
     gettext_noop("{path} (backup: {backup})"),
     gettext_noop("key {name} ({masked}) minted for this machine; revoke it on the portal if lost"),
     gettext_noop("it replaces the key minted before for this client ({masked}), which stops at {stops}"),
@@ -55,6 +59,7 @@ TEMPLATES = (
     gettext_noop("{file}: no team MCP servers installed"),
     gettext_noop("{file}: not found (run the installer first)"),
     gettext_noop("{file}: cannot be read ({error})"),
+    gettext_noop("{file}: the installer cannot edit it safely ({error}); fix that and install again"),
     gettext_noop("{file}: no base URL points at {gateway} (found: {found})"),
     gettext_noop("{file}: no base URL points at {gateway} (found: none)"),
     gettext_noop("{file}: base URL {url} has the right shape"),
