@@ -150,3 +150,52 @@ def test_doctor_and_uninstall_name_a_file_the_installer_cannot_edit_and_leave_it
     assert gone.returncode == 1
     assert f"{target}: left unchanged (line {line}: a quoted value is not closed on its line)" in gone.stdout
     assert target.read_text() == broken
+
+
+GOOSE_OWN = """GOOSE_PROVIDER: openai
+GOOSE_MODEL: gpt-4o
+extensions:
+  fetch:
+    args:
+    - mcp-server-fetch
+    cmd: uvx
+    description: 'it''s the fetch server'
+    enabled: true
+    envs: {}
+    name: fetch
+    type: stdio
+GOOSE_MODE: smart_approve  # it's Goose's own
+"""
+CONTINUE_OWN = """---
+name: Mine
+version: 0.0.1
+schema: v1
+models:
+  - name: Local
+    provider: ollama
+    model: llama3
+rules:
+  - name: quotes
+    rule: >
+      Say "hello and
+      it's fine.
+"""
+
+
+@pytest.mark.parametrize(
+    ("client", "name", "text", "kept"),
+    [
+        ("goose", ".config/goose/config.yaml", GOOSE_OWN, {"GOOSE_MODE": "smart_approve"}),
+        ("continue", ".continue/config.yaml", CONTINUE_OWN, {"name": "Mine"}),
+    ],
+)
+def test_a_valid_file_as_the_client_itself_writes_it_is_still_merged(
+    live_server, settings, home, alice, catalog, env, client, name, text, kept
+):
+    settings.PORTAL_PUBLIC_URL = live_server.url
+    target = users_file(home, name, text)
+    result = run_install(live_server, home, alice, client, env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    config = yaml.safe_load(target.read_text())
+    assert kept.items() <= config.items()
+    assert target.read_text() != text and len(backups(target)) == 1
