@@ -38,6 +38,25 @@ def confirm_host_key(host: Host, fingerprint: str) -> None:
     host.save()  # audited as a change of host_key_fingerprint
 
 
+def check_deletable(host: Host) -> None:
+    """A host is deleted only while no download to it runs: the download's row is the only handle
+    on the remote process, which would go on filling the host's disk with nobody able to cancel it.
+    Its deployments block the delete by themselves (PROTECT). The page and the API ask here."""
+    running = sorted(host.downloads.active().values_list("pk", flat=True))
+    if running:
+        raise ValidationError(
+            _("Downloads to %(host)s are still running (%(downloads)s): cancel them first.")
+            % {"host": host, "downloads": ", ".join(f"#{pk}" for pk in running)},
+            code="downloading",
+        )
+
+
+def delete_host(host: Host) -> None:
+    """Delete a host with its GPUs and finished downloads (its stored private key goes with it)."""
+    check_deletable(host)
+    host.delete()
+
+
 def refresh_inventory(host: Host) -> str:
     """Read the host's GPUs over SSH and store them; returns the host's new status."""
     return inventory.refresh(host)

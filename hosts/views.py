@@ -90,6 +90,12 @@ class HostDeleteView(AdminRequiredMixin, ObjectDeleteView):
     button = _("Delete host")
     deleted = _("Host %(name)s deleted.")
 
+    def check(self, obj: Host) -> None:
+        services.check_deletable(obj)
+
+    def delete(self, obj: Host) -> None:
+        services.delete_host(obj)
+
 
 # --- the GPU panel's actions -------------------------------------------------------------------
 def host_gpus_context(host: Host, *, refreshing: bool = False, partial: bool = False) -> dict[str, Any]:

@@ -1,13 +1,13 @@
 """REST API for GPU hosts (admins only).
 
-/api/hosts/ and /api/hosts/{id}/        list, create, read, update, delete (409 while deployments use it)
+/api/hosts/ and /api/hosts/{id}/        list, create, read, update, delete (409 while used or downloading)
 /api/hosts/{id}/refresh-inventory/      POST → queued ("Refresh now")
 /api/hosts/{id}/confirm-host-key/       POST {"fingerprint": …} → pins the key seen last
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils.translation import gettext_lazy as _
@@ -15,6 +15,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
 from rest_framework.response import Response
 
 from hosts import services, tasks
@@ -35,6 +36,14 @@ class HostViewSet(viewsets.ModelViewSet[Host]):
     filterset_class = HostFilterSet
     search_fields = ["name", "address", "username", "notes"]
     ordering_fields = ["name", "address", "status", "last_checked", "created"]
+
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """409 while a download to the host runs (or deployments use it: ProtectedError)."""
+        try:
+            services.delete_host(self.get_object())
+        except DjangoValidationError as exc:
+            return Response({"detail": " ".join(exc.messages)}, status=status.HTTP_409_CONFLICT)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(request=None, responses={202: DetailSerializer})
     @action(detail=True, methods=["post"], url_path="refresh-inventory")

@@ -262,6 +262,33 @@ def test_cancel_stops_the_remote_download(gpu_host, admin, hub, hf_on_host, quic
     assert created and again.pk != job.pk
 
 
+def test_a_host_with_a_running_download_is_not_deleted_until_it_is_cancelled(
+    gpu_host, admin, hub, hf_on_host, quick, started_pids
+):
+    """Deleting the host once took the download's row with it (CASCADE) and left the tool filling
+    the host's disk, with nothing left to cancel it by."""
+    from django.urls import reverse
+
+    from hosts.models import Host
+
+    hub.hold_at[GGUF] = 4 * MiB
+    job, _ = services.request_download(host=gpu_host, repo_id=REPO, pattern="*.gguf", token=TOKEN, user=admin)
+    job = drive(job, lambda j: hub.holding.is_set())
+    started_pids.append(job.pid)
+    answer = api(admin).delete(f"/api/hosts/{gpu_host.pk}/")
+    assert answer.status_code == 409, answer.content
+    assert answer.json()["detail"] == f"Downloads to gpu-box are still running (#{job.pk}): cancel them first."
+    page = Client()
+    page.force_login(admin)
+    assert page.get(reverse("host_delete", args=[gpu_host.pk])).status_code == 302  # refused before the question
+    refused = page.post(reverse("host_delete", args=[gpu_host.pk]), follow=True)
+    assert f"still running (#{job.pk}): cancel them first" in refused.content.decode()
+    assert ModelDownload.objects.get(pk=job.pk).is_active and alive(job.pid)
+    assert api(admin).post(f"/api/downloads/{job.pk}/cancel/").status_code == 200
+    assert api(admin).delete(f"/api/hosts/{gpu_host.pk}/").status_code == 204
+    assert not Host.objects.filter(pk=gpu_host.pk).exists() and not ModelDownload.objects.filter(pk=job.pk).exists()
+
+
 def test_the_sweep_restarts_the_polling_of_a_job_whose_worker_died(db, gpu_host, admin, monkeypatch):
     from django.utils import timezone
 
