@@ -77,7 +77,11 @@ FINISHED_STATES = (JobState.RUNNING, JobState.STOPPED, JobState.FAILED)
 
 
 class JobConflict(Exception):
-    """Another job for the same deployment is still active."""
+    """Another job for the same deployment is still active; `text` says which, in the reader's language."""
+
+    def __init__(self, text: Message) -> None:
+        self.text = text
+        super().__init__(text.english)
 
 
 class JobFailed(Exception):
@@ -110,8 +114,19 @@ def request_job(
         active = deployment.jobs.active().first()
         if action == JobAction.STOP and active is not None and _take_over(active, user):
             return request_job(deployment, action, user=user)
-        what = f"Job #{active.pk} ({active.get_action_display()})" if active else "Another job"
-        raise JobConflict(f"{what} is still running for {deployment}; wait for it to finish.") from None
+        if active is None:
+            busy = Message(
+                gettext_noop("Another job is still running for %(deployment)s; wait for it to finish."),
+                deployment=deployment.name,
+            )
+        else:
+            busy = Message(
+                gettext_noop("Job #%(id)s (%(action)s) is still running for %(deployment)s; wait for it to finish."),
+                id=active.pk,
+                action=Message.label(JobAction(active.action).label),
+                deployment=deployment.name,
+            )
+        raise JobConflict(busy) from None
     if user is not None and user.pk:  # an admin's job overrides a pending automatic restart
         Deployment.objects.filter(pk=deployment.pk).update(restarting=False, next_restart_at=None)
         deployment.restarting, deployment.next_restart_at = False, None

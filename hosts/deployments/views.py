@@ -264,7 +264,7 @@ class DeploymentActionView(DeploymentConfirmView):
         try:
             job = jobs.request_job(deployment, self.kwargs["action"], user=self.request.user)
         except jobs.JobConflict as exc:
-            messages.error(self.request, str(exc))
+            messages.error(self.request, str(exc.text))
             return redirect("deployment_detail", pk=deployment.pk)
         return redirect("job_detail", pk=job.pk)
 

@@ -347,7 +347,7 @@ def place(cold_start_id: int) -> float | None:
             d.host, d.gpu_indices, d.model_path = chosen.host, chosen.gpu_indices, chosen.model_path
             jobs.request_job(d, JobAction.LAUNCH, queue=False)  # `launch` runs it, in this process
     except jobs.JobConflict as exc:
-        return _wait(cold, Message.verbatim(str(exc)), reasons)
+        return _wait(cold, exc.text, reasons)
     if not evicted:  # a stop on the host since would make its answers stale
         _surveyed[cold.pk] = (time.monotonic(), survey_of.checks)
     return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from django.test import Client
+from django.urls import reverse
 
 from hosts.models import GPU, Deployment, Host, LaunchJob
 from tests.services import free_port
@@ -100,6 +101,19 @@ def test_launch_queues_one_job_and_a_second_is_a_conflict(admin_client, host):
     job = admin_client.get(f"/api/jobs/{r.json()['id']}/").json()
     assert {"log_tail", "transitions", "command", "exit_code"} <= set(job)
     assert LaunchJob.objects.count() == 1
+
+
+def test_the_conflict_of_a_second_job_is_said_in_the_admins_language(admin_client, host):
+    """The 409 (and the page's flash) was English whatever the admin's language."""
+    deployment_id = admin_client.post("/api/deployments/", spec(host), content_type="application/json").json()["id"]
+    job = admin_client.post(f"/api/deployments/{deployment_id}/launch/").json()["id"]
+    again = admin_client.post(f"/api/deployments/{deployment_id}/restart/", HTTP_ACCEPT_LANGUAGE="zh-hans")
+    assert again.status_code == 409
+    assert again.json()["detail"] == f"qwen 的作业 #{job}（启动）仍在运行；请等它结束。"
+    page = admin_client.post(
+        reverse("deployment_action", args=[deployment_id, "stop"]), follow=True, HTTP_ACCEPT_LANGUAGE="zh-hans"
+    )
+    assert f"qwen 的作业 #{job}（启动）仍在运行；请等它结束。" in page.content.decode()
 
 
 def test_fit_estimate_endpoint_reproduces_the_12gb_calibration(admin_client):

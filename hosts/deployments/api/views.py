@@ -66,7 +66,7 @@ class DeploymentViewSet(viewsets.ModelViewSet[Deployment]):
         try:
             job = jobs.request_job(deployment, action_name, user=request.user)
         except jobs.JobConflict as exc:
-            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+            return Response({"detail": str(exc.text)}, status=status.HTTP_409_CONFLICT)
         return Response(LaunchJobSerializer(job).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(request=None, responses={202: LaunchJobSerializer})
