@@ -563,7 +563,7 @@ def survey(d: Deployment, host: Host, model_path: str = "") -> Survey:
             try:
                 return Survey(inventory.from_results(remote, *smi), checks)
             except inventory.InventoryError as exc:
-                return Survey(failed=Message(gettext_noop("no GPUs (%(why)s)"), why=Message.verbatim(str(exc))))
+                return Survey(failed=Message(gettext_noop("no GPUs (%(why)s)"), why=exc.text))
     except ssh.SSHError as exc:
         return Survey(failed=Message(gettext_noop("unreachable (%(why)s)"), why=exc.text), unreachable=exc.text)
 

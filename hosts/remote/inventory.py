@@ -39,7 +39,11 @@ HEADER_QUERY = ["nvidia-smi"]
 
 
 class InventoryError(ValueError):
-    pass
+    """The GPUs could not be read; `text` says why, stored on the host and read in the reader's language."""
+
+    def __init__(self, text: Message) -> None:
+        self.text = text
+        super().__init__(text.english)
 
 
 @dataclass
@@ -79,12 +83,14 @@ def parse_gpus(text: str) -> list[GPUInfo]:
             continue
         parts = [p.strip() for p in line.split(",")]
         if len(parts) < 7:
-            raise InventoryError(f"unexpected nvidia-smi line: {line[:200]!r}")
+            raise InventoryError(Message(gettext_noop("Unexpected nvidia-smi line: %(line)s"), line=repr(line[:200])))
         # A name never holds a comma in practice, but keep the fixed columns at both ends anyway.
         index, uuid, *name, total, used, util, temp = parts
         idx = _int(index)
         if idx is None:
-            raise InventoryError(f"GPU without an index: {line[:200]!r}")
+            raise InventoryError(
+                Message(gettext_noop("nvidia-smi listed a GPU without an index: %(line)s"), line=repr(line[:200]))
+            )
         gpus.append(
             GPUInfo(
                 index=idx,
@@ -169,11 +175,15 @@ def from_results(
 ) -> Inventory:
     """The inventory from the QUERIES' results (an old driver's banner is asked for on `remote`)."""
     if result.exit_status == 127 or "command not found" in result.stderr:
-        raise InventoryError("nvidia-smi was not found on the host: install the NVIDIA driver.")
+        raise InventoryError(Message(gettext_noop("nvidia-smi was not found on the host: install the NVIDIA driver.")))
     if not result.ok:
         detail = (result.stderr or result.stdout).strip().splitlines()
         raise InventoryError(
-            f"nvidia-smi failed (exit {result.exit_status}): {detail[0][:200] if detail else 'no output'}"
+            Message(
+                gettext_noop("nvidia-smi failed (exit %(code)s): %(detail)s"),
+                code=result.exit_status,
+                detail=detail[0][:200] if detail else Message(gettext_noop("no output")),
+            )
         )
     gpus = parse_gpus(result.stdout)
     if apps.ok:
@@ -259,7 +269,7 @@ def refresh(host: Host) -> str:
         mark_stale(host)
         return exc.status
     except InventoryError as exc:
-        ssh.mark_contact(host, status=HostStatus.NO_DRIVER, message=str(exc))
+        ssh.mark_contact(host, status=HostStatus.NO_DRIVER, message=exc.text)
         mark_stale(host)
         return HostStatus.NO_DRIVER
     store(host, inventory)

@@ -74,6 +74,16 @@ def test_a_host_without_driver_says_so(gpu_host, ssh_target):
     assert "couldn't communicate with the NVIDIA driver" in gpu_host.status_message
 
 
+def test_a_broken_driver_is_said_in_the_admins_language(gpu_host, ssh_target, admin_client):
+    """The host's status message of a failed nvidia-smi was stored as English text only."""
+    ssh_target.use_gpus(None)
+    assert inventory.refresh(gpu_host) == HostStatus.NO_DRIVER
+    body = admin_client.get(f"/api/hosts/{gpu_host.pk}/", HTTP_ACCEPT_LANGUAGE="zh-hans").json()
+    assert body["status_message"].startswith("nvidia-smi 执行失败（退出码 ")
+    assert "couldn't communicate with the NVIDIA driver" in body["status_message"]  # nvidia-smi's own words
+    assert body["status_message_code"] == "nvidia-smi failed (exit %(code)s): %(detail)s"
+
+
 def test_a_host_that_lost_nvidia_smi_keeps_its_gpus_as_stale_and_unselectable(gpu_host, ssh_target):
     from django.core.exceptions import ValidationError
 
