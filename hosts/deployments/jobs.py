@@ -381,7 +381,10 @@ def _run_claimed(
                 _refresh_gpus(deployment.host, remote)
     except ssh.SSHError as exc:
         ssh.mark_contact(deployment.host, status=exc.status, message=exc.text)
-        _fail(job, _lost(job, deployment, exc.text))
+        if job.state == JobState.CONNECTING and deployment.status == DeploymentStatus.RUNNING:
+            _not_reached(job, deployment, exc.text)
+        else:
+            _fail(job, _lost(job, deployment, exc.text))
         return None
     except JobFailed as exc:
         _fail(job, exc.text, exit_code=exc.exit_code)
@@ -396,6 +399,24 @@ def _run_claimed(
     if delay is None and job.state == JobState.RUNNING and deployment.channel_id:
         signals.channel_registered.send(sender=LaunchJob, channel_id=deployment.channel_id)
     return delay
+
+
+def _not_reached(job: LaunchJob, deployment: Deployment, why: Message) -> None:
+    """The job failed before it touched the server (SSH did not connect): a running deployment is
+    still running, so it stays supervised, counted and undeletable (as `recover_stale_jobs` leaves
+    one that no worker picked up); its message says the job did not happen."""
+    change_state(job, JobState.FAILED, why)
+    message = Message(
+        gettext_noop(
+            "%(action)s not done: %(host)s did not answer over SSH (%(why)s). The server is still running there: "
+            "try again once the host answers."
+        ),
+        action=Message.label(JobAction(job.action).label),
+        host=deployment.host.name,
+        why=why,
+    )
+    set_status(deployment, DeploymentStatus.RUNNING, message)
+    logger.info("launch job %s failed before reaching host %s: %s", job.pk, deployment.host_id, why.english)
 
 
 def _lost(job: LaunchJob, deployment: Deployment, why: Message) -> Message:

@@ -830,3 +830,27 @@ def test_cpu_only_llamacpp_is_judged_against_the_hosts_ram(online_host, started_
     assert [d["name"] for d in fit["devices"]] == ["RAM"] and fit["devices"][0]["have_gib"] > 0
     assert job.command.startswith("llama-server ")  # no CUDA_VISIBLE_DEVICES without GPUs
     run(deployment, JobAction.STOP)
+
+
+def test_a_stop_the_host_did_not_answer_leaves_the_deployment_running_and_says_so(online_host, started_pids):
+    """The job never reached the server: marking the deployment failed took a server that still
+    serves out of supervision and the GPU-hours' showback, and let it be deleted as if it were gone."""
+    deployment = llama_deployment(online_host)
+    first = run(deployment)
+    started_pids.append(first.pid)
+    assert deployment.status == DeploymentStatus.RUNNING, deployment.status_message
+    port = online_host.ssh_port
+    Host.objects.filter(pk=online_host.pk).update(ssh_port=free_port())  # the host stops answering SSH
+    job = run(deployment, JobAction.STOP)
+    assert job.state == JobState.FAILED and "refused" in job.message
+    assert deployment.status == DeploymentStatus.RUNNING and alive(first.pid)
+    assert deployment.status_message == (
+        f"Stop not done: gpu-box did not answer over SSH ({job.message}). The server is still running there: "
+        "try again once the host answers."
+    )
+    assert deployment.runs.get().stopped is None  # its GPU-hours still count
+    with pytest.raises(services.ValidationError):
+        services.delete_deployment(deployment)
+    Host.objects.filter(pk=online_host.pk).update(ssh_port=port)
+    assert run(deployment, JobAction.STOP).state == JobState.STOPPED
+    assert deployment.status == DeploymentStatus.STOPPED and not alive(first.pid)
