@@ -63,6 +63,10 @@ TOOLS = {
 }
 
 
+# What the tool's log says when the host's filesystem filled up under it (ENOSPC's strerror).
+DISK_FULL = "No space left on device"
+
+
 class DownloadFailed(Exception):
     """A step failed: `text` is stored on the job, `message` is it in the reader's language."""
 
@@ -510,6 +514,17 @@ def _downloading(job: ModelDownload, conn: ssh.Remote) -> None:
     if seen.exit_code == 0:
         _start_verify(job, conn)
         return
+    if DISK_FULL in seen.log:  # another start would die at once too: say so instead of restarting
+        raise DownloadFailed(
+            Message(
+                gettext_noop(
+                    "The disk of %(host)s is full (No space left on device) in %(path)s: free space there, e.g. "
+                    "delete models on its disk, then request the download again to resume from what is on disk."
+                ),
+                host=job.host.name,
+                path=job.local_path,
+            )
+        )
     if job.restarts >= settings.HOSTS_DOWNLOAD_MAX_RESTARTS:
         raise DownloadFailed(
             Message(

@@ -235,6 +235,32 @@ def test_a_download_that_does_not_fit_is_refused_before_it_starts(gpu_host, admi
     assert not any("/resolve/" in r[1] for r in hub.requests) and job.pid is None
 
 
+def test_a_disk_that_fills_up_during_the_download_fails_it_at_once_saying_so(
+    gpu_host, admin, hub, host_bin, quick, ssh_target
+):
+    """Something else filled the host's disk after the check: the tool dies with ENOSPC. It was
+    started again and again (each dying at once) and ended as "stopped 6 times; see the log"."""
+    runs = ssh_target.home / "hf-runs"
+    runs.unlink(missing_ok=True)
+    host_bin(
+        "hf",
+        script=f"""#!/bin/sh
+echo run >>{runs}
+echo 'Traceback (most recent call last):' >&2
+echo "OSError: [Errno 28] No space left on device: '/home/portal/.gateway-portal/models/x/{GGUF}'" >&2
+exit 1
+""",
+    )
+    job, _ = services.request_download(host=gpu_host, repo_id=REPO, pattern="*.gguf", token=TOKEN, user=admin)
+    job = drive(job, lambda j: False)
+    assert job.state == DownloadState.FAILED and job.restarts == 0
+    assert runs.read_text().count("run") == 1
+    assert job.message.startswith("The disk of gpu-box is full (No space left on device)"), job.message
+    assert "request the download again to resume" in job.message and "No space left" in job.log_tail
+    body = api(admin).get(f"/api/downloads/{job.pk}/", HTTP_ACCEPT_LANGUAGE="zh-hans").json()
+    assert body["message"].startswith("gpu-box 的磁盘已满"), body["message"]
+
+
 def test_without_the_tool_and_without_consent_it_refuses_and_says_how(gpu_host, admin, hub, quick, ssh_target):
     assert not (ssh_target.bin / "hf").exists()
     job, _ = services.request_download(host=gpu_host, repo_id=REPO, pattern="config.json", token=TOKEN, user=admin)
