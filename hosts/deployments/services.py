@@ -138,10 +138,10 @@ def clean_deployment(
     if not isinstance(gpu_indices, list) or not all(
         isinstance(i, int) and not isinstance(i, bool) for i in gpu_indices
     ):
-        errors["gpu_indices"] = ["A list of GPU indices, e.g. [0, 1]."]
+        errors["gpu_indices"] = [_("A list of GPU indices, e.g. [0, 1].")]
         gpu_indices = []
     elif len(set(gpu_indices)) != len(gpu_indices):
-        errors["gpu_indices"] = ["Each GPU once."]
+        errors["gpu_indices"] = [_("Each GPU once.")]
     else:
         # GPUs kept as they were may be stale (the host's last inventory failed): an edit of
         # anything else (auto restart, while the host is down) is still allowed; a launch checks.
@@ -186,19 +186,22 @@ def clean_deployment(
         if not 1024 <= ray_port <= 65535:
             raise ValueError
     except (TypeError, ValueError):
-        errors["ray_port"] = ["A port between 1024 and 65535."]
+        errors["ray_port"] = [_("A port between 1024 and 65535.")]
     try:
         port = int(port)
         if not 1024 <= port <= 65535:
             raise ValueError
     except (TypeError, ValueError):
-        errors["port"] = ["A port between 1024 and 65535."]
+        errors["port"] = [_("A port between 1024 and 65535.")]
     else:
         clash = Deployment.objects.filter(host=host, port=port)
         if instance is not None and instance.pk:
             clash = clash.exclude(pk=instance.pk)
         if clash.exists():
-            errors["port"] = [f"Port {port} is already used by deployment {clash.first()} on this host."]
+            errors["port"] = [
+                _("Port %(port)s is already used by deployment %(deployment)s on this host.")
+                % {"port": port, "deployment": clash.first()}
+            ]
     try:
         options, extra = impl.clean(
             model_path=model_path,
@@ -561,7 +564,12 @@ def estimate_for_spec(
         arch = fit.preset_for(model)
     if arch is None:
         raise ValidationError(
-            {"model": [f"No config.json, readable model files or preset for {model!r}; paste its config.json."]}
+            {
+                "model": [
+                    _("No config.json, readable model files or preset for “%(model)s”; paste its config.json.")
+                    % {"model": model}
+                ]
+            }
         )
     if backend == "llamacpp" and model and not arch.quant:
         arch.quant = fit.quant_from_name(model)

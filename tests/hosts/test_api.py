@@ -103,6 +103,22 @@ def test_launch_queues_one_job_and_a_second_is_a_conflict(admin_client, host):
     assert LaunchJob.objects.count() == 1
 
 
+def test_deployment_and_estimate_field_errors_are_said_in_the_admins_language(admin_client, host):
+    """These field errors were English whatever the admin's language."""
+    zh = {"content_type": "application/json", "HTTP_ACCEPT_LANGUAGE": "zh-hans"}
+    assert admin_client.post("/api/deployments/", spec(host), content_type="application/json").status_code == 201
+    r = admin_client.post("/api/deployments/", spec(host, name="other", gpu_indices=[0, 0]), **zh)
+    assert r.status_code == 400
+    assert r.json()["port"] == ["端口 8000 已被此主机上的部署 qwen 使用。"]
+    assert r.json()["gpu_indices"] == ["每个 GPU 只能选一次。"]
+    r = admin_client.post("/api/fit-estimate/", {"backend": "vllm", "host": host.pk}, **zh)
+    assert r.status_code == 400 and r.json()["model"] == ["请给出模型名称（与预设匹配）、其 config.json 或架构。"]
+    r = admin_client.post("/api/fit-estimate/", {"backend": "vllm", "host": host.pk, "model": "acme/unknown"}, **zh)
+    assert r.status_code == 400 and r.json()["model"] == [
+        "“acme/unknown”没有 config.json、可读取的模型文件或预设；请粘贴其 config.json。"
+    ]
+
+
 def test_the_conflict_of_a_second_job_is_said_in_the_admins_language(admin_client, host):
     """The 409 (and the page's flash) was English whatever the admin's language."""
     deployment_id = admin_client.post("/api/deployments/", spec(host), content_type="application/json").json()["id"]

@@ -246,7 +246,7 @@ class FitSpecSerializer(serializers.Serializer[Any]):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if not any(attrs.get(k) for k in ("architecture", "model", "config_json")):
             raise ValidationError(
-                {"model": ["Give a model name (matched against presets), its config.json or an architecture."]}
+                {"model": [_("Give a model name (matched against presets), its config.json or an architecture.")]}
             )
         if "gpus" not in attrs and not attrs.get("host"):
             raise ValidationError({"gpus": [_("Give the GPUs, or a host and its GPU indices.")]})
