@@ -408,8 +408,8 @@ def _not_reached(job: LaunchJob, deployment: Deployment, why: Message) -> None:
     change_state(job, JobState.FAILED, why)
     message = Message(
         gettext_noop(
-            "%(action)s not done: %(host)s did not answer over SSH (%(why)s). The server is still running there: "
-            "try again once the host answers."
+            "%(action)s not done: SSH to %(host)s failed (%(why)s). The server is still running there: "
+            "try again once SSH to the host works."
         ),
         action=Message.label(JobAction(job.action).label),
         host=deployment.host.name,

@@ -845,8 +845,8 @@ def test_a_stop_the_host_did_not_answer_leaves_the_deployment_running_and_says_s
     assert job.state == JobState.FAILED and "refused" in job.message
     assert deployment.status == DeploymentStatus.RUNNING and alive(first.pid)
     assert deployment.status_message == (
-        f"Stop not done: gpu-box did not answer over SSH ({job.message}). The server is still running there: "
-        "try again once the host answers."
+        f"Stop not done: SSH to gpu-box failed ({job.message}). The server is still running there: "
+        "try again once SSH to the host works."
     )
     assert deployment.runs.get().stopped is None  # its GPU-hours still count
     with pytest.raises(services.ValidationError):
