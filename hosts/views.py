@@ -86,7 +86,10 @@ class HostDeleteView(AdminRequiredMixin, ObjectDeleteView):
     cancel, success = "host_detail", "host_list"
     title = _("Delete host")
     question = _("Delete the host %(name)s?")
-    detail = _("Its GPU records and stored private key are deleted. Channels on it stay, without a host.")
+    detail = _(
+        "Its GPU records and history, its download records and its stored private key are deleted (the files on "
+        "its disk stay there). Channels on it stay, without a host."
+    )
     button = _("Delete host")
     deleted = _("Host %(name)s deleted.")
 

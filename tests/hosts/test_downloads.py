@@ -311,6 +311,8 @@ def test_a_host_with_a_running_download_is_not_deleted_until_it_is_cancelled(
     assert f"still running (#{job.pk}): cancel them first" in refused.content.decode()
     assert ModelDownload.objects.get(pk=job.pk).is_active and alive(job.pid)
     assert api(admin).post(f"/api/downloads/{job.pk}/cancel/").status_code == 200
+    question = page.get(reverse("host_delete", args=[gpu_host.pk]), HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert "下载记录" in question  # the question says the download records go with the host
     assert api(admin).delete(f"/api/hosts/{gpu_host.pk}/").status_code == 204
     assert not Host.objects.filter(pk=gpu_host.pk).exists() and not ModelDownload.objects.filter(pk=job.pk).exists()
 
