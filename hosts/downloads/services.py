@@ -31,6 +31,7 @@ from portal.choices import AuditAction
 from portal.i18n import Message, as_message
 
 from ..backends.base import Secret
+from ..choices import IDLE_DEPLOYMENT_STATUSES
 from ..models import Host
 from ..remote import commands, ssh
 from . import listing, remote, signals
@@ -658,7 +659,8 @@ def models_on_disk(host: Host) -> list[dict[str, Any]]:
 
 
 def delete_model(host: Host, name: str, *, user: User | None = None) -> None:
-    """Delete one folder of the host's download folder (never while a download writes into it)."""
+    """Delete one folder of the host's download folder (never while a download writes into it or
+    a deployment serves from it)."""
     if not MODEL_NAME.match(name):
         raise ValidationError(_("%(name)s is not a model folder.") % {"name": name})
     if any(j.folder_name == name for j in host.downloads.active()):
@@ -667,10 +669,23 @@ def delete_model(host: Host, name: str, *, user: User | None = None) -> None:
         names = {row["name"] for row in remote.list_models(conn, settings.HOSTS_DOWNLOAD_DIR)}
         if name not in names:
             raise ValidationError(_("%(name)s is not on %(host)s's disk.") % {"name": name, "host": host})
+        folder = f"{remote.home(conn)}/{settings.HOSTS_DOWNLOAD_DIR}/{name}"
+        if serving := _serving_from(host, folder):
+            raise DownloadConflict(
+                _("Deployment %(deployments)s serves from %(name)s: stop it first.")
+                % {"deployments": ", ".join(serving), "name": name}
+            )
         if not remote.delete_model(conn, settings.HOSTS_DOWNLOAD_DIR, name):
             raise DownloadFailed(_("%(name)s could not be deleted on %(host)s.") % {"name": name, "host": host})
     deleted = Message(gettext_noop("Model folder %(name)s deleted from the host's disk"), name=name)
     audit.record(AuditAction.DELETE, host, message=deleted, actor=user)
+
+
+def _serving_from(host: Host, folder: str) -> list[str]:
+    """The deployments on `host` not stopped whose model is in `folder`: a server has its weights
+    open (llama.cpp maps the file) and its next (automatic) restart would find them gone."""
+    busy = host.deployments.exclude(status__in=IDLE_DEPLOYMENT_STATUSES)
+    return [d.name for d in busy if d.model_path == folder or d.model_path.startswith(folder + "/")]
 
 
 class Weights(NamedTuple):

@@ -209,6 +209,10 @@ def test_download_progress_cut_resume_restart_checksums_and_launch(
     assert launch.state == JobState.RUNNING, launch.message
     assert deployment.status == DeploymentStatus.RUNNING
     assert deployment.last_fit["source"] == "GGUF metadata"
+    # Its weights are not deleted under it (its restart would find them gone).
+    refused = browser.post(f"/hosts/{gpu_host.pk}/models/acme--tiny-chat/delete/", follow=True).content.decode()
+    assert f"Deployment {deployment.name} serves from acme--tiny-chat: stop it first." in refused
+    assert (Path(job.local_path) / GGUF).exists()
     jobs.run_inline(jobs.request_job(deployment, "stop").pk)
 
     # The host page lists it on disk; an admin deletes it behind a confirmation page.
