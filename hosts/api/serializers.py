@@ -133,6 +133,16 @@ class HostSerializer(ModelSerializer[Host]):
         return list(dict.fromkeys(v.strip() for v in value if v.strip()))
 
 
+class ModelOnDiskSerializer(serializers.Serializer[Any]):
+    """One folder of a host's download folder."""
+
+    name = serializers.CharField()
+    bytes = serializers.IntegerField(allow_null=True)
+    gguf_files = serializers.ListField(child=serializers.CharField())
+    has_config = serializers.BooleanField(help_text=_("A config.json is there (a vLLM/SGLang model folder)."))
+    busy = serializers.BooleanField(help_text=_("A download is writing into it."))
+
+
 class ConfirmHostKeySerializer(serializers.Serializer[Any]):
     fingerprint = serializers.CharField(
         max_length=200, help_text=_("The `seen_host_key_fingerprint` you checked, e.g. SHA256:…")

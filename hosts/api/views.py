@@ -3,6 +3,8 @@
 /api/hosts/ and /api/hosts/{id}/        list, create, read, update, delete (409 while used or downloading)
 /api/hosts/{id}/refresh-inventory/      POST → queued ("Refresh now")
 /api/hosts/{id}/confirm-host-key/       POST {"fingerprint": …} → pins the key seen last
+/api/hosts/{id}/models/                 GET the model folders on its disk (over SSH; 502 when unreachable)
+/api/hosts/{id}/models/{name}/          DELETE one (409 while a download writes into it or a deployment serves from it)
 """
 
 from __future__ import annotations
@@ -19,11 +21,19 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from hosts import services, tasks
+from hosts.downloads import services as downloads
 from hosts.filters import HostFilterSet
 from hosts.models import Host
+from hosts.remote import ssh
 from portal.permissions import IsAdmin
 
-from .serializers import ConfirmHostKeySerializer, DetailSerializer, HostKeyConfirmedSerializer, HostSerializer
+from .serializers import (
+    ConfirmHostKeySerializer,
+    DetailSerializer,
+    HostKeyConfirmedSerializer,
+    HostSerializer,
+    ModelOnDiskSerializer,
+)
 
 if TYPE_CHECKING:
     from portal.permissions import AuthenticatedRequest
@@ -66,3 +76,31 @@ class HostViewSet(viewsets.ModelViewSet[Host]):
         except DjangoValidationError as exc:
             raise ValidationError({"fingerprint": exc.messages}) from None
         return Response({"host_key_fingerprint": host.host_key_fingerprint, "status": host.status})
+
+    @extend_schema(request=None, responses={200: ModelOnDiskSerializer(many=True), 502: DetailSerializer})
+    @action(detail=True, methods=["get"], url_path="models", pagination_class=None, filterset_class=None)
+    def models(self, request: AuthenticatedRequest, pk: str | None = None) -> Response:
+        """The model folders in the host's download folder, as the host page's "Models on disk" lists them."""
+        host = self.get_object()
+        try:
+            rows = downloads.models_on_disk(host)
+        except ssh.SSHError as exc:
+            return Response({"detail": exc.message}, status=status.HTTP_502_BAD_GATEWAY)
+        return Response(ModelOnDiskSerializer(rows, many=True).data)
+
+    @extend_schema(
+        request=None, responses={204: None, 400: DetailSerializer, 409: DetailSerializer, 502: DetailSerializer}
+    )
+    @action(detail=True, methods=["delete"], url_path=r"models/(?P<name>[^/]+)")
+    def delete_model(self, request: AuthenticatedRequest, pk: str | None = None, name: str = "") -> Response:
+        """Delete one model folder from the host's disk, as its page's Delete does."""
+        host = self.get_object()
+        try:
+            downloads.delete_model(host, name, user=request.user)
+        except DjangoValidationError as exc:
+            return Response({"detail": " ".join(exc.messages)}, status=status.HTTP_400_BAD_REQUEST)
+        except downloads.DownloadConflict as exc:
+            return Response({"detail": exc.message}, status=status.HTTP_409_CONFLICT)
+        except (downloads.DownloadFailed, ssh.SSHError) as exc:
+            return Response({"detail": exc.message}, status=status.HTTP_502_BAD_GATEWAY)
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -289,6 +289,7 @@ def world(
         "alice_usage": usage_record.pk,
         "alice_daily": usage_daily.pk,
         "client": "continue",
+        "model_folder": "acme--tiny",  # the world download's folder on its host's disk
         "bundle_token": bundle_token,
         "alice_logging": alice_logging.pk,
         "alice_request_log": alice_request_log.pk,

@@ -349,6 +349,23 @@ def test_a_downloaded_folder_feeds_the_fit_from_its_config_json(gpu_host, admin,
     assert arch is not None and (arch.layers, arch.heads, arch.kv_heads, arch.hidden) == (2, 4, 2, 256)
 
 
+def test_the_models_on_a_hosts_disk_are_listed_and_deleted_through_the_api(
+    gpu_host, admin, alice, hub, hf_on_host, quick
+):
+    """The host page's "Models on disk" and its Delete had no REST equivalent."""
+    job, _ = services.request_download(host=gpu_host, repo_id=REPO, pattern="config.json", token=TOKEN, user=admin)
+    assert drive(job, lambda j: False).state == DownloadState.DONE
+    url = f"/api/hosts/{gpu_host.pk}/models/"
+    assert api(alice).get(url).status_code == 403
+    assert api(alice).delete(f"{url}acme--tiny-chat/").status_code == 403
+    listed = api(admin).get(url)
+    assert listed.status_code == 200, listed.content
+    assert [(m["name"], m["has_config"], m["busy"]) for m in listed.json()] == [("acme--tiny-chat", True, False)]
+    assert api(admin).delete(f"{url}no-such-folder/").status_code == 400
+    assert api(admin).delete(f"{url}acme--tiny-chat/").status_code == 204
+    assert not Path(job.local_path).exists() and api(admin).get(url).json() == []
+
+
 def test_a_checksum_mismatch_fails_and_deletes_the_file(gpu_host, admin, hub, hf_on_host, quick):
     hub.corrupt.add(GGUF)
     job, _ = services.request_download(host=gpu_host, repo_id=REPO, pattern="*.gguf", token=TOKEN, user=admin)
