@@ -66,6 +66,7 @@ class AuditLogFilterSet(FilterSet):
     action = django_filters.ChoiceFilter(label=_("Action"), choices=AuditAction.choices)
     created_after = UTCDateTimeFilter(field_name="created", lookup_expr="gte", label=_("From"))
     created_before = UTCDateTimeFilter(field_name="created", lookup_expr="lt", label=_("Until"))
+    ranges = (("created_after", "created_before"),)
 
     class Meta:
         model = AuditLog

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import TYPE_CHECKING, Any
 
 from django import forms
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from portal.forms import SecretsAskedAgain, SecretTextarea
@@ -127,3 +129,22 @@ class GPUTypeCostForm(forms.Form):
     hour_cost = forms.DecimalField(
         label=_("Cost per GPU-hour"), required=False, min_value=0, max_digits=12, decimal_places=4
     )
+
+
+class ShowbackQueryForm(forms.Form):
+    """The showback's month (`YYYY-MM`, UTC; default this one) and `format=csv`."""
+
+    month = forms.DateField(
+        label=_("Month"),
+        required=False,
+        input_formats=["%Y-%m"],
+        error_messages={"invalid": _("Enter a month as YYYY-MM.")},
+    )
+    format = forms.ChoiceField(label=_("Format"), required=False, choices=[("csv", "CSV")])
+
+    def clean_month(self) -> dt.date:
+        this_month = timezone.now().date().replace(day=1)
+        month = self.cleaned_data["month"] or this_month
+        if month > this_month:
+            raise forms.ValidationError(_("That month has not started yet."))
+        return month

@@ -128,10 +128,19 @@ class BooleanFilter(django_filters.BooleanFilter):
     field_class = NullBooleanField
 
 
+RANGE_MESSAGE = _("%(end)s must not be before %(start)s.")
+
+
 class FilterSet(django_filters.FilterSet):
     """A FilterSet whose generated filters carry the translated labels of `portal.forms.FIELD_LABELS`
     (django-filter would label them with the model field's name, which no translation reaches), and
-    whose yes/no filters are `BooleanFilter`."""
+    whose yes/no filters are `BooleanFilter`.
+
+    `ranges` pairs a range's start and end filters: an end before its start is an error on the end
+    (a 400 in the API, the field's error on a page), not an empty list a script took for "no usage".
+    `clean(form)` adds checks across fields of a subclass's own."""
+
+    ranges: tuple[tuple[str, str], ...] = ()
 
     FILTER_DEFAULTS = {
         **django_filters.FilterSet.FILTER_DEFAULTS,
@@ -144,3 +153,21 @@ class FilterSet(django_filters.FilterSet):
         if field_name in FIELD_LABELS:
             made.label = FIELD_LABELS[field_name]
         return made
+
+    def get_form_class(self):
+        filterset = self
+
+        class Form(super().get_form_class()):  # type: ignore[misc]
+            def clean(self):
+                cleaned = super().clean()
+                filterset.clean(self)
+                return cleaned
+
+        return Form
+
+    def clean(self, form: forms.Form) -> None:
+        """Checks across the form's fields, each failure an error added to its field."""
+        for start, end in self.ranges:
+            first, last = form.cleaned_data.get(start), form.cleaned_data.get(end)
+            if first is not None and last is not None and last < first:
+                form.add_error(end, RANGE_MESSAGE % {"start": start, "end": end})

@@ -491,3 +491,9 @@ def csv_download(filename: str, header: Iterable[object]) -> tuple[HttpResponse,
     writer = csv.writer(response)
     writer.writerow([str(label) for label in header])
     return response, writer
+
+
+def bad_query(request: HttpRequest, title: object, form: djforms.BaseForm) -> HttpResponse:
+    """A report's page (or its CSV) asked with a query it cannot read: a 400 saying which value and
+    why, rather than the default report, which a reader took for the one they asked for."""
+    return render(request, "portal/bad_query.html", {"title": title, "form": form}, status=400)

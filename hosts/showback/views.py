@@ -13,18 +13,10 @@ from django.views import View
 
 from channels.prices import currency, format_money
 from portal.permissions import AdminRequiredMixin
-from portal.ui import csv_download, csv_safe
+from portal.ui import bad_query, csv_download, csv_safe
 
-from ..forms import GPUTypeCostForm
+from ..forms import GPUTypeCostForm, ShowbackQueryForm
 from .services import IDLE, gpu_types, monthly, set_gpu_type_cost
-
-
-def _month(request: HttpRequest) -> dt.date:
-    """The month asked for (`YYYY-MM`), else this one (UTC); a bad value falls back, never a 500."""
-    try:
-        return dt.datetime.strptime(request.GET.get("month", ""), "%Y-%m").date()
-    except ValueError:
-        return timezone.now().date().replace(day=1)
 
 
 class ShowbackView(AdminRequiredMixin, View):
@@ -40,10 +32,12 @@ class ShowbackView(AdminRequiredMixin, View):
         return redirect(request.get_full_path())
 
     def get(self, request: HttpRequest, form: GPUTypeCostForm | None = None, status: int = 200) -> HttpResponse:
-        month = _month(request)
-        report = monthly(month)
+        query = ShowbackQueryForm(request.GET)
+        if not query.is_valid():
+            return bad_query(request, _("GPU-hours"), query)
+        report = monthly(query.cleaned_data["month"])
         label = f"{report.month:%Y-%m}"
-        if request.GET.get("format") == "csv":
+        if query.cleaned_data["format"] == "csv":
             response, writer = csv_download(
                 f"gpu-hours-{label}.csv", [_("Month"), _("Team"), _("User"), _("GPU-hours"), _("Tokens")]
             )

@@ -23,6 +23,7 @@ class PayloadLoggingFilterSet(FilterSet):
 class RequestPayloadFilterSet(FilterSet):
     since = UTCDateTimeFilter(field_name="created", lookup_expr="gte")
     until = UTCDateTimeFilter(field_name="created", lookup_expr="lt")
+    ranges = (("since", "until"),)
 
     class Meta:
         model = RequestPayload

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Model
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from keys.models import UsageDaily, UsageHourly, UsageRecord
 
@@ -27,6 +28,27 @@ BATCH = 5000
 def raw_cutoff(now: dt.datetime | None = None) -> dt.datetime:
     """The oldest instant raw records (the request list, a request's detail) still cover."""
     return (now or timezone.now()) - dt.timedelta(days=settings.PORTAL_USAGE_RETENTION_DAYS)
+
+
+def rollup_cutoff(now: dt.datetime | None = None) -> dt.date:
+    """The oldest day the daily totals still cover."""
+    return ((now or timezone.now()) - dt.timedelta(days=settings.PORTAL_ROLLUP_RETENTION_DAYS)).date()
+
+
+def records_pruned() -> str:
+    """Why a time before `raw_cutoff()` has no request records."""
+    return _("Request records are kept %(days)s days, from %(oldest)s (UTC); the daily totals go further back.") % {
+        "days": settings.PORTAL_USAGE_RETENTION_DAYS,
+        "oldest": f"{raw_cutoff():%Y-%m-%d %H:%M}",
+    }
+
+
+def days_pruned() -> str:
+    """Why a day before `rollup_cutoff()` has no daily totals."""
+    return _("Daily totals are kept %(days)s days, from %(oldest)s.") % {
+        "days": settings.PORTAL_ROLLUP_RETENTION_DAYS,
+        "oldest": rollup_cutoff(),
+    }
 
 
 def delete_in_batches(model: type[Model], batch: int = BATCH, **older: Any) -> int:
@@ -44,11 +66,11 @@ def delete_in_batches(model: type[Model], batch: int = BATCH, **older: Any) -> i
 def prune(now: dt.datetime | None = None, **kwargs: Any) -> dict[str, int]:
     """The daily prune's receiver: raw records past their retention, rollups past theirs."""
     now = now or timezone.now()
-    rollup_cutoff = now - dt.timedelta(days=settings.PORTAL_ROLLUP_RETENTION_DAYS)
+    rollups = now - dt.timedelta(days=settings.PORTAL_ROLLUP_RETENTION_DAYS)
     result = {
         "usage_records": delete_in_batches(UsageRecord, created__lt=raw_cutoff(now)),
-        "usage_hourly": delete_in_batches(UsageHourly, hour__lt=rollup_cutoff),
-        "usage_daily": delete_in_batches(UsageDaily, day__lt=rollup_cutoff.date()),
+        "usage_hourly": delete_in_batches(UsageHourly, hour__lt=rollups),
+        "usage_daily": delete_in_batches(UsageDaily, day__lt=rollup_cutoff(now)),
     }
     logger.info("usage retention: %s", result)
     return result

@@ -44,8 +44,10 @@ def _with_ratio(row: dict[str, Any]) -> dict[str, Any]:
 _SUMS = {name: Sum(name) for name in USAGE_COUNTERS}
 
 
-def daily_totals(qs: QuerySet[UsageDaily], since: dt.date) -> list[dict[str, Any]]:
-    """Tokens and requests per day per model since `since` (inclusive), oldest first."""
+def daily_totals(qs: QuerySet[UsageDaily], since: dt.date, until: dt.date | None = None) -> list[dict[str, Any]]:
+    """Tokens and requests per day per model from `since` to `until` (inclusive), oldest first."""
+    if until is not None:
+        qs = qs.filter(day__lte=until)
     rows = qs.filter(day__gte=since).values("day", "model").annotate(**_SUMS).order_by("day", "model")
     return [_with_ratio(row) for row in cast("list[dict[str, Any]]", list(rows))]  # values() rows are dicts
 

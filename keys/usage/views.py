@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -21,11 +21,12 @@ from keys.budgets.services import budgets_for
 from keys.models import USAGE_COUNTERS, Key, UsageDaily, UsageRecord
 from portal.pagination import CappedCountPaginator
 from portal.permissions import AdminOrTeamLeadRequiredMixin, AdminRequiredMixin
-from portal.ui import FilteredListView, csv_download, csv_safe, sort_rows
+from portal.ui import FilteredListView, bad_query, csv_download, csv_safe, sort_rows
 
 from .filters import UsageRecordFilterSet
+from .forms import DEFAULT_DAYS, UsageQueryForm
 from .retention import raw_cutoff
-from .services import GROUPS, cache_hit_ratio, daily_totals, grouped_totals, limit_status, today
+from .services import GROUPS, cache_hit_ratio, daily_totals, grouped_totals, limit_status
 
 if TYPE_CHECKING:
     from portal.permissions import AuthenticatedHttpRequest
@@ -33,15 +34,6 @@ if TYPE_CHECKING:
     _RecordDetailView = DetailView[UsageRecord]
 else:
     _RecordDetailView = DetailView  # Django's generic views take no [] at runtime
-
-MAX_DAYS = 366
-
-
-def _days(request: HttpRequest, default: int = 30) -> int:
-    try:
-        return max(1, min(MAX_DAYS, int(request.GET.get("days", default))))
-    except ValueError:
-        return default
 
 
 def chart_data(rows: list[dict[str, Any]], since: dt.date, until: dt.date) -> dict[str, Any]:
@@ -61,10 +53,11 @@ class MyUsageView(LoginRequiredMixin, View):
     """Tokens per day per model for the signed-in user, against their limits."""
 
     def get(self, request: AuthenticatedHttpRequest) -> HttpResponse:
-        days = _days(request)
-        until = today()
-        since = until - dt.timedelta(days=days - 1)
-        rows = daily_totals(UsageDaily.objects.filter(user=request.user), since)
+        query = UsageQueryForm(request.GET)
+        if not query.is_valid():
+            return bad_query(request, _("My usage"), query)
+        since, until = query.period
+        rows = daily_totals(UsageDaily.objects.filter(user=request.user), since, until)
         keys = Key.objects.not_revoked().filter(owner=request.user).order_by("name")
         cost = sum(r["cost_nanos"] for r in rows)
         totals = {
@@ -82,7 +75,9 @@ class MyUsageView(LoginRequiredMixin, View):
             request,
             "keys/usage_mine.html",
             {
-                "days": days,
+                "days": query.cleaned_data["days"] or (None if query.cleaned_data["since"] else DEFAULT_DAYS),
+                "since": since,
+                "until": until,
                 "rows": shown,
                 "sort": sort,
                 "totals": totals,
@@ -135,18 +130,17 @@ class AdminUsageView(AdminOrTeamLeadRequiredMixin, View):
 
     def get(self, request: AuthenticatedHttpRequest) -> HttpResponse:
         groups = list(GROUPS) if request.user.is_admin else [g for g in GROUPS if g not in ("channel", "team")]
-        group_by = request.GET.get("group_by", "user")
-        if group_by not in groups:
-            group_by = "user"
-        days = _days(request)
-        until = today()
-        since = until - dt.timedelta(days=days - 1)
+        title = _("Usage") if request.user.is_admin else _("Team usage")
+        query = UsageQueryForm(request.GET, groups=groups, default_group="user", csv=True)
+        if not query.is_valid():
+            return bad_query(request, title, query)
+        group_by, (since, until) = query.group, query.period
         visible = UsageDaily.objects.visible_to(request.user)
         rows = grouped_totals(visible, group_by, since, until)
         for row in rows:  # the group's name sorts as text whatever it is (a user, a model…)
             row["name"] = str(row["group"])
         rows, sort = sort_rows(request, rows, USAGE_COLUMNS)
-        if request.GET.get("format") == "csv":
+        if query.csv:
             columns = ["since", "until", *CSV_COUNTERS, "cache_hit_ratio", "cost", "currency", "unpriced_requests"]
             response, writer = csv_download(
                 f"usage-by-{group_by}-{since}-{until}.csv", [GROUP_NAMES[group_by], *(CSV_HEADERS[c] for c in columns)]
@@ -167,7 +161,7 @@ class AdminUsageView(AdminOrTeamLeadRequiredMixin, View):
                     ]
                 )
             return response
-        series = daily_totals(visible, since)
+        series = daily_totals(visible, since, until)
         return render(
             request,
             "keys/usage_admin.html",
@@ -176,9 +170,9 @@ class AdminUsageView(AdminOrTeamLeadRequiredMixin, View):
                 "group_by": group_by,
                 "groups": [(g, GROUP_NAMES[g]) for g in groups],
                 "group_name": GROUP_NAMES[group_by],
-                "title": _("Usage") if request.user.is_admin else _("Team usage"),
+                "title": title,
                 "heading": HEADINGS[group_by][0 if request.user.is_admin else 1],
-                "days": days,
+                "days": query.cleaned_data["days"] or (None if query.cleaned_data["since"] else DEFAULT_DAYS),
                 "since": since,
                 "until": until,
                 "chart": chart_data(series, since, until),

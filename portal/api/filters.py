@@ -7,6 +7,8 @@ from rest_framework import filters
 from rest_framework.exceptions import ValidationError
 from rest_framework.settings import api_settings
 
+from portal.filters import NullBooleanField, read_bool
+
 NUL_MESSAGE = _("Null characters are not allowed.")
 UNKNOWN_ORDERING = _("Cannot order by %(field)s. Choose one of: %(choices)s.")
 
@@ -40,3 +42,12 @@ class OrderingFilter(filters.OrderingFilter):
                 {self.ordering_param: [UNKNOWN_ORDERING % {"field": unknown, "choices": ", ".join(valid)}]}
             )
         return terms
+
+
+def bool_param(request, name: str) -> bool | None:
+    """A yes/no query parameter of an action without a FilterSet, read as `BooleanFilter` reads one:
+    a word it cannot read (`?ok=maybe`, `?failed=yes` once) is a 400 on it, not every row."""
+    try:
+        return read_bool(request.query_params.get(name))
+    except ValueError:
+        raise ValidationError({name: [NullBooleanField.default_error_messages["invalid"]]}) from None

@@ -130,7 +130,7 @@ def test_the_showback_page_and_csv_are_for_admins(deployment, channel, alice, te
     chinese = admin_client.get("/gpu-hours/?month=2026-11&format=csv", HTTP_ACCEPT_LANGUAGE="zh-hans")
     header = next(csv.reader(io.StringIO(chinese.content.decode("utf-8-sig"))))
     assert header == ["月份", "团队", "用户", "GPU 时", "token 数"]
-    assert admin_client.get("/gpu-hours/?month=garbage").status_code == 200  # this month, not a 500
+    assert admin_client.get("/gpu-hours/?month=garbage").status_code == 400  # says so: not this month, nor a 500
     client.force_login(alice)
     assert client.get("/gpu-hours/").status_code == 403
 

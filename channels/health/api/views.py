@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar, cast
 
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from channels.health import alerts, history, schedule, services
 from channels.models import AlertDelivery, AlertTarget, Channel, ProbeResult, StatusChange
+from portal.api.filters import bool_param
 from portal.permissions import IsAdmin
 
 from .serializers import (
@@ -56,8 +57,9 @@ class HealthChannelViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSe
         """Probe history of one channel, newest first (raw rows kept PORTAL_PROBE_RETENTION_DAYS)."""
         channel = self.get_object()
         qs = ProbeResult.objects.filter(channel=channel)
-        if request.query_params.get("ok") in ("true", "false"):
-            qs = qs.filter(ok=request.query_params["ok"] == "true")
+        ok = bool_param(request, "ok")
+        if ok is not None:
+            qs = qs.filter(ok=ok)
         # The paginator itself: paginate_queryset() would attach channel health to probe rows.
         assert self.paginator is not None  # DEFAULT_PAGINATION_CLASS is set
         page = self.paginator.paginate_queryset(qs, request, view=self)
@@ -88,7 +90,8 @@ class HealthChannelViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSe
         """Hourly p50/p95 TTFT and error ratio over 24 h or 7 d (chart data)."""
         range_ = request.query_params.get("range", "24h")
         if range_ not in history.RANGES:
-            return Response({"range": [f"Use one of: {', '.join(history.RANGES)}."]}, status=400)
+            choices = ", ".join(history.RANGES)
+            return Response({"range": [_("Choose one of: %(choices)s.") % {"choices": choices}]}, status=400)
         return Response(history.series(self.get_object(), range_))
 
     @extend_schema(responses=HealthSummarySerializer)
@@ -133,13 +136,14 @@ class AlertTargetViewSet(viewsets.ModelViewSet[AlertTarget]):
         ok, error = alerts.send_test(self.get_object())
         return Response({"ok": ok, "error": error}, status=200 if ok else 502)
 
-    @extend_schema(responses=AlertDeliverySerializer(many=True))
+    @extend_schema(responses=AlertDeliverySerializer(many=True), parameters=[OpenApiParameter("failed", bool)])
     @action(detail=False, methods=["get"])
     def deliveries(self, request: Request) -> Response:
         """Recent notifications sent (or attempted) to any target."""
         qs = AlertDelivery.objects.select_related("status_change__channel")
-        if request.query_params.get("failed") == "true":
-            qs = qs.filter(~Q(ok=True))
+        failed = bool_param(request, "failed")
+        if failed is not None:
+            qs = qs.exclude(ok=True) if failed else qs.filter(ok=True)
         assert self.paginator is not None  # DEFAULT_PAGINATION_CLASS is set
         page = self.paginator.paginate_queryset(qs, request, view=self)
         return self.get_paginated_response(AlertDeliverySerializer(page, many=True).data)

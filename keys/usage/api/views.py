@@ -4,10 +4,8 @@ channel."""
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import TYPE_CHECKING
 
-from django.utils.translation import gettext_lazy as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, viewsets
@@ -16,7 +14,8 @@ from rest_framework.response import Response
 from channels.prices import currency
 from keys.models import UsageDaily, UsageRecord
 from keys.usage.filters import UsageDailyFilterSet, UsageRecordFilterSet
-from keys.usage.services import GROUPS, grouped_totals, today
+from keys.usage.forms import DEFAULT_DAYS, MAX_DAYS, UsageQueryForm
+from keys.usage.services import GROUPS, grouped_totals
 from portal.api.pagination import CappedCountPagination
 from portal.permissions import is_admin
 
@@ -58,35 +57,41 @@ class UsageDailyViewSet(viewsets.ReadOnlyModelViewSet[UsageDaily]):
 
 
 class UsageSummaryViewSet(viewsets.ViewSet):
-    """Totals grouped by user, team, key, model or channel over the last `days` days (default 30),
-    each with its cached prompt tokens, `cache_hit_ratio` (cached / prompt tokens, null without
-    any), `cost` (exact decimal string in `currency`) and `unpriced_requests` (no price: not 0)."""
+    """Totals grouped by user, team, key, model or channel over the last `days` days (default 30) up
+    to `until` (default today), or from `since` to `until`, each with its cached prompt tokens,
+    `cache_hit_ratio` (cached / prompt tokens, null without any), `cost` (exact decimal string in
+    `currency`) and `unpriced_requests` (no price: not 0). A value it cannot read is a 400 naming it."""
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("group_by", OpenApiTypes.STR, enum=list(GROUPS), default="model"),
-            OpenApiParameter("days", OpenApiTypes.INT, default=30),
+            OpenApiParameter(
+                "group_by",
+                OpenApiTypes.STR,
+                enum=list(GROUPS),
+                default="model",
+                description="`channel` for admins only.",
+            ),
+            OpenApiParameter(
+                "days", OpenApiTypes.INT, default=DEFAULT_DAYS, description=f"From 1 to {MAX_DAYS}; not with `since`."
+            ),
+            OpenApiParameter("since", OpenApiTypes.DATE, description="First day (UTC, YYYY-MM-DD), inclusive."),
+            OpenApiParameter(
+                "until", OpenApiTypes.DATE, description="Last day (UTC, YYYY-MM-DD), inclusive; default today."
+            ),
         ],
         responses={200: OpenApiTypes.OBJECT},
     )
     def list(self, request: AuthenticatedRequest) -> Response:
-        group_by = request.query_params.get("group_by", "model")
-        if group_by not in GROUPS:
-            raise serializers.ValidationError({"group_by": [f"Choose one of: {', '.join(GROUPS)}."]})
-        if group_by == "channel" and not is_admin(request.user):
-            raise serializers.ValidationError(
-                {"group_by": ["Channels are shown to admins only; group by model or key."]}
-            )
-        try:
-            days = int(request.query_params.get("days", 30))
-        except ValueError:
-            raise serializers.ValidationError({"days": [_("A whole number of days.")]}) from None
-        if not 1 <= days <= 366:
-            raise serializers.ValidationError({"days": [_("Between 1 and 366.")]})
-        until = today()
-        since = until - dt.timedelta(days=days - 1)
-        rows = grouped_totals(UsageDaily.objects.visible_to(request.user), group_by, since, until)
+        groups = [g for g in GROUPS if g != "channel" or is_admin(request.user)]
+        query = UsageQueryForm(request.query_params, groups=groups, default_group="model")
+        if not query.is_valid():
+            errors = query.errors.get_json_data()
+            raise serializers.ValidationError({name: [e["message"] for e in found] for name, found in errors.items()})
+        since, until = query.period
+        rows = grouped_totals(UsageDaily.objects.visible_to(request.user), query.group, since, until)
         for row in rows:
             row.pop("cost_text", None)
             row.pop("unnamed", None)  # the page's; a script reads `group`'s "(none)" / "(deleted key)"
-        return Response({"group_by": group_by, "since": since, "until": until, "currency": currency(), "results": rows})
+        return Response(
+            {"group_by": query.group, "since": since, "until": until, "currency": currency(), "results": rows}
+        )
