@@ -35,18 +35,31 @@ class OwnedQuerySet(models.QuerySet[_M]):
     team_field = "team"
     managed_only = False  # a lead's team rows are only those of the members they manage
 
-    def visible_to(self, user: User) -> Self:
+    def visible_to(self, user: User, *, whole_team: bool = False) -> Self:
         """Admins see every row; a team lead their own and their team's; anyone else only their
         own (another user's rows are 404)."""
         if user.is_admin:
             return self.all()
+        return self.filter(self.seen_by(user, whole_team=whole_team))
+
+    def seen_by(self, user: User, *, whole_team: bool = False) -> models.Q:
+        """`visible_to` as a condition, for a user who is not an admin. `whole_team`: a team's
+        totals, which count every member's rows (`managed_only` lists only some of them)."""
         mine = models.Q(**{self.owner_field: user})
         if user.led_team_id is not None:
             team = models.Q(**{self.team_field: user.led_team_id})
-            if self.managed_only:
+            if self.managed_only and not whole_team:
                 team &= lead_managed(f"{self.owner_field}__")
             mine |= team
-        return self.filter(mine)
+        return mine
+
+
+class UsageQuerySet(OwnedQuerySet[_M]):
+    """Usage rows, as recorded at request time. A lead's team totals count every member
+    (`whole_team`); its per-request and per-key rows are the members' they manage (and their own),
+    as with keys: an admin's or another lead's requests are theirs alone."""
+
+    managed_only = True
 
 
 # django-stubs generates as_manager() from the first base only, so it cannot match the second's.
@@ -205,7 +218,7 @@ class UsageRecord(models.Model):
     # of `keys.usage.explanation`'s templates; `route_explanation_text` reads them in the reader's language.
     route_explanation = models.JSONField(default=list, blank=True)
 
-    objects = OwnedQuerySet.as_manager()
+    objects = UsageQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created", "-id"]
@@ -249,7 +262,7 @@ class UsageBucket(models.Model):
     cost_nanos = models.BigIntegerField(default=0)  # of the priced requests
     unpriced_requests = models.PositiveIntegerField(default=0)  # served by a route without a price
 
-    objects = OwnedQuerySet.as_manager()
+    objects = UsageQuerySet.as_manager()
 
     class Meta:
         abstract = True

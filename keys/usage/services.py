@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from django.db.models import QuerySet, Sum
+from django.db.models import Case, F, Q, QuerySet, Sum, Value, When
 from django.utils import timezone
 from django.utils.translation import gettext
 
@@ -88,21 +88,41 @@ def _labels(group_by: str, ids: set[Any]) -> dict[Any, str]:
     }
 
 
-def grouped_totals(qs: QuerySet[UsageDaily], group_by: str, since: dt.date, until: dt.date) -> list[dict[str, Any]]:
-    """Totals per user, team, key, model or channel between two days (inclusive), largest first."""
+HIDDEN_KEYS = 0  # no key's id: the group of the keys the reader may not see
+HIDDEN_KEYS_LABEL = "(keys you cannot see)"
+
+
+def grouped_totals(
+    qs: QuerySet[UsageDaily], group_by: str, since: dt.date, until: dt.date, *, listed: Q | None = None
+) -> list[dict[str, Any]]:
+    """Totals per user, team, key, model or channel between two days (inclusive), largest first.
+    `listed`: the rows whose key the reader may see; the keys of the others are one row (`hidden`)."""
     (field,) = GROUPS[group_by]
-    rows = list(
-        qs.filter(day__gte=since, day__lte=until).values(field).annotate(**_SUMS).order_by("-total_tokens", field)
-    )
+    qs = qs.filter(day__gte=since, day__lte=until)
+    if group_by == "key" and listed is not None:
+        qs = qs.annotate(shown_key=Case(When(listed, then=F(field)), default=Value(HIDDEN_KEYS)))
+        field = "shown_key"
+    rows = list(qs.values(field).annotate(**_SUMS).order_by("-total_tokens", field))
     labels = _labels(group_by, {row[field] for row in rows})
     missing = "(deleted key)" if group_by == "key" else "(none)"
     out = []
     for row in rows:
         value = row.pop(field)
-        label = labels.get(value) if value is not None else None
-        # `unnamed`: no such user, team, key… (any more): the page says so in its reader's language
-        out.append(_with_ratio({"group": label or missing, "unnamed": label is None, **row}))
+        hidden = field == "shown_key" and value == HIDDEN_KEYS
+        label = labels.get(value) if value is not None and not hidden else None
+        # `unnamed`: no such user, team, key… (any more), or `hidden`: the page says so in its reader's language
+        group = HIDDEN_KEYS_LABEL if hidden else label or missing
+        out.append(_with_ratio({"group": group, "unnamed": label is None, "hidden": hidden, **row}))
     return out
+
+
+def usage_totals(user: User, group_by: str, since: dt.date, until: dt.date) -> list[dict[str, Any]]:
+    """`grouped_totals` of the usage `user` may see. A team lead's team totals count every member,
+    an admin's and another lead's usage too; but the keys of those, which are not the lead's to see
+    (`Key.objects.visible_to`), are not named one by one."""
+    qs = UsageDaily.objects.visible_to(user, whole_team=True)
+    listed = None if user.is_admin else UsageDaily.objects.seen_by(user)
+    return grouped_totals(qs, group_by, since, until, listed=listed)
 
 
 def limit_status(user: User, keys: Iterable[Key]) -> list[dict[str, Any]]:
@@ -196,7 +216,7 @@ def last_day(user: User, now: dt.datetime | None = None) -> dict[str, Any]:
     hourly rollups `user` may see. Two queries, whatever the traffic or the number of channels."""
     now = now or timezone.now()
     first = now.replace(minute=0, second=0, microsecond=0) - dt.timedelta(hours=DASHBOARD_HOURS - 1)
-    buckets = UsageHourly.objects.visible_to(user).filter(hour__gte=first)
+    buckets = UsageHourly.objects.visible_to(user, whole_team=True).filter(hour__gte=first)
     hours = [first + dt.timedelta(hours=i) for i in range(DASHBOARD_HOURS)]
     tokens = dict.fromkeys(hours, 0)
     requests = dict.fromkeys(hours, 0)

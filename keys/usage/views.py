@@ -26,7 +26,7 @@ from portal.ui import FilteredListView, bad_query, csv_download, csv_safe, sort_
 from .filters import UsageRecordFilterSet
 from .forms import DEFAULT_DAYS, UsageQueryForm
 from .retention import raw_cutoff
-from .services import GROUPS, cache_hit_ratio, daily_totals, grouped_totals, limit_status
+from .services import GROUPS, cache_hit_ratio, daily_totals, limit_status, usage_totals
 
 if TYPE_CHECKING:
     from portal.permissions import AuthenticatedHttpRequest
@@ -135,8 +135,7 @@ class AdminUsageView(AdminOrTeamLeadRequiredMixin, View):
         if not query.is_valid():
             return bad_query(request, title, query)
         group_by, (since, until) = query.group, query.period
-        visible = UsageDaily.objects.visible_to(request.user)
-        rows = grouped_totals(visible, group_by, since, until)
+        rows = usage_totals(request.user, group_by, since, until)
         for row in rows:  # the group's name sorts as text whatever it is (a user, a model…)
             row["name"] = str(row["group"])
         rows, sort = sort_rows(request, rows, USAGE_COLUMNS)
@@ -148,9 +147,10 @@ class AdminUsageView(AdminOrTeamLeadRequiredMixin, View):
             unnamed = gettext("(deleted key)") if group_by == "key" else gettext("(none)")
             for row in rows:
                 ratio = "" if row["cache_hit_ratio"] is None else f"{row['cache_hit_ratio']:.4f}"
+                name = gettext("(keys you cannot see)") if row["hidden"] else unnamed
                 writer.writerow(
                     [
-                        unnamed if row["unnamed"] else csv_safe(str(row["group"])),
+                        name if row["unnamed"] else csv_safe(str(row["group"])),
                         since,
                         until,
                         *(row[c] or 0 for c in CSV_COUNTERS),
@@ -161,7 +161,7 @@ class AdminUsageView(AdminOrTeamLeadRequiredMixin, View):
                     ]
                 )
             return response
-        series = daily_totals(visible, since, until)
+        series = daily_totals(UsageDaily.objects.visible_to(request.user, whole_team=True), since, until)
         return render(
             request,
             "keys/usage_admin.html",

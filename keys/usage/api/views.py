@@ -15,7 +15,7 @@ from channels.prices import currency
 from keys.models import UsageDaily, UsageRecord
 from keys.usage.filters import UsageDailyFilterSet, UsageRecordFilterSet
 from keys.usage.forms import DEFAULT_DAYS, MAX_DAYS, UsageQueryForm
-from keys.usage.services import GROUPS, grouped_totals
+from keys.usage.services import GROUPS, usage_totals
 from portal.api.pagination import CappedCountPagination
 from portal.permissions import is_admin
 
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 
 class UsageRecordViewSet(viewsets.ReadOnlyModelViewSet[UsageRecord]):
-    """One record per gateway request. Developers see their own; admins see all."""
+    """One record per gateway request. Developers see their own; team leads also those of the
+    members they manage (not an admin's or another lead's, whose keys they do not see); admins all."""
 
     request: AuthenticatedRequest
     serializer_class = UsageRecordSerializer
@@ -43,7 +44,8 @@ class UsageRecordViewSet(viewsets.ReadOnlyModelViewSet[UsageRecord]):
 
 
 class UsageDailyViewSet(viewsets.ReadOnlyModelViewSet[UsageDaily]):
-    """Per-day aggregates (kept when raw records are pruned)."""
+    """Per-day aggregates (kept when raw records are pruned), one row per key and day: scoped as the
+    records are (a team's totals with everyone's usage: `/api/usage/summary/`)."""
 
     request: AuthenticatedRequest
     serializer_class = UsageDailySerializer
@@ -88,10 +90,11 @@ class UsageSummaryViewSet(viewsets.ViewSet):
             errors = query.errors.get_json_data()
             raise serializers.ValidationError({name: [e["message"] for e in found] for name, found in errors.items()})
         since, until = query.period
-        rows = grouped_totals(UsageDaily.objects.visible_to(request.user), query.group, since, until)
+        rows = usage_totals(request.user, query.group, since, until)
         for row in rows:
-            row.pop("cost_text", None)
-            row.pop("unnamed", None)  # the page's; a script reads `group`'s "(none)" / "(deleted key)"
+            for name in ("cost_text", "unnamed", "hidden"):
+                # the page's; a script reads `group`'s "(none)", "(deleted key)", "(keys you cannot see)"
+                row.pop(name, None)
         return Response(
             {"group_by": query.group, "since": since, "until": until, "currency": currency(), "results": rows}
         )
