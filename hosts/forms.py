@@ -7,6 +7,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from django import forms
+from django.conf import settings
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -147,4 +148,8 @@ class ShowbackQueryForm(forms.Form):
         month = self.cleaned_data["month"] or this_month
         if month > this_month:
             raise forms.ValidationError(_("That month has not started yet."))
+        # Its tokens are read from the daily totals (their retention); `0001-01` was a 500.
+        oldest = (timezone.now() - dt.timedelta(days=settings.PORTAL_ROLLUP_RETENTION_DAYS)).date().replace(day=1)
+        if month < oldest:
+            raise forms.ValidationError(_("GPU-hours go back to %(oldest)s.") % {"oldest": f"{oldest:%Y-%m}"})
         return month

@@ -66,7 +66,7 @@ class UsageQueryForm(forms.Form):
             self.add_error("until", RANGE_MESSAGE % {"start": "since", "end": "until"})
         elif "days" not in self.errors and self.period[0] < rollup_cutoff():
             # Totals over days partly pruned would be too low, and look complete.
-            self.add_error("since" if since else "days", days_pruned())
+            self.add_error("since" if since else "until" if until else "days", days_pruned())
         return cleaned
 
     @property
@@ -75,7 +75,10 @@ class UsageQueryForm(forms.Form):
         until = self.cleaned_data.get("until") or today()
         since = self.cleaned_data.get("since")
         if since is None:
-            since = until - dt.timedelta(days=(self.cleaned_data.get("days") or DEFAULT_DAYS) - 1)
+            try:
+                since = until - dt.timedelta(days=(self.cleaned_data.get("days") or DEFAULT_DAYS) - 1)
+            except OverflowError:  # `?until=0001-01-02`: long before anything kept
+                since = dt.date.min
         return since, until
 
     @property

@@ -63,6 +63,7 @@ def test_a_summary_reaching_past_the_kept_daily_totals_says_how_far_back_they_go
     old = (timezone.now().date() - dt.timedelta(days=11)).isoformat()
     assert "kept 10 days" in refused(script.get("/api/usage/summary/", {"since": old}), "since")
     assert "kept 10 days" in refused(script.get("/api/usage/summary/", {"days": 30}), "days")
+    assert "kept 10 days" in refused(script.get("/api/usage/summary/", {"until": "0001-01-02"}), "until")
 
 
 def test_the_summary_counts_the_days_from_since_to_until(script, used):
@@ -138,7 +139,15 @@ def test_the_request_list_page_says_a_range_ends_before_it_starts(admin_client, 
     assert "until must not be before since." in page.content.decode()
 
 
-@pytest.mark.parametrize("url", ["/gpu-hours/?month=2026-13", "/gpu-hours/?month=march&format=csv"])
-def test_the_showback_asked_for_a_month_it_cannot_read_says_so(admin_client, url):
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("/gpu-hours/?month=2026-13", "YYYY-MM"),
+        ("/gpu-hours/?month=march&format=csv", "YYYY-MM"),
+        ("/gpu-hours/?month=0001-01", "go back to"),
+        ("/gpu-hours/?month=9999-12", "has not started"),
+    ],
+)
+def test_the_showback_asked_for_a_month_it_cannot_show_says_so(admin_client, url, words):
     page = admin_client.get(url)
-    assert page.status_code == 400 and "YYYY-MM" in page.content.decode()
+    assert page.status_code == 400 and words in page.content.decode()
