@@ -151,3 +151,11 @@ def test_the_request_list_page_says_a_range_ends_before_it_starts(admin_client, 
 def test_the_showback_asked_for_a_month_it_cannot_show_says_so(admin_client, url, words):
     page = admin_client.get(url)
     assert page.status_code == 400 and words in page.content.decode()
+
+
+def test_the_usage_page_shows_the_days_asked_for_as_the_chosen_period(admin_client, used):
+    today = timezone.now().date()
+    since = (today - dt.timedelta(days=3)).isoformat()
+    page = admin_client.get("/usage/all/", {"since": since}).content.decode()
+    assert f'<option value="" selected>{since} – {today.isoformat()}</option>' in page
+    assert f"since={since}&amp;until={today.isoformat()}&amp;format=csv" in page  # the CSV of those days
