@@ -28,13 +28,17 @@ class Backend(models.TextChoices):
 
 class DeploymentStatus(models.TextChoices):
     """stopped → starting → running | failed; running → stopped | failed;
-    running → crashed → starting (automatic restart) → running, or → crash_loop.
+    running → crashed → starting (automatic restart) → running, or → crash_loop;
+    starting | running | stopping → failed (forgotten).
 
-    Launch, stop, restart and adopt jobs move the first arrows; the admin only asks for them. The
-    supervisor (`hosts.deployments.supervisor`, a beat task) moves running → crashed when the server's
-    process is gone, crashed → starting when it queues the automatic restart (with backoff), and
-    crashed → crash_loop when the deployment crashed more than its restarts per hour allow (or an
-    automatic restart failed that often); only an admin's launch leaves crash_loop.
+    Launch, stop, restart and adopt jobs move the first arrows; the admin only asks for them. A stop
+    or restart whose SSH failed leaves a running deployment running. The admin moves the last arrow
+    directly, with no job ("Forget this server", `services.forget_deployment`), only while SSH to the
+    host fails: the server may live on, but the deployment leaves supervision and routing and may be
+    deleted. The supervisor (`hosts.deployments.supervisor`, a beat task) moves running → crashed
+    when the server's process is gone, crashed → starting when it queues the automatic restart (with
+    backoff), and crashed → crash_loop when the deployment crashed more than its restarts per hour
+    allow (or an automatic restart failed that often); only an admin's launch leaves crash_loop.
     """
 
     STOPPED = "stopped", _("Stopped")

@@ -295,6 +295,12 @@ class Deployment(TimeStampedModel):
         return self.status in IDLE_DEPLOYMENT_STATUSES
 
     @property
+    def may_be_forgotten(self) -> bool:
+        """Up, but SSH to its host failed at the last contact: its page offers "Forget this server"
+        (`services.forget_deployment` tries SSH once more before it lets go)."""
+        return not self.is_idle and self.host.status not in (HostStatus.ONLINE, HostStatus.NO_DRIVER)
+
+    @property
     def is_cold(self) -> bool:
         """On demand and not running: its next request starts it."""
         return self.on_demand and self.status != DeploymentStatus.RUNNING

@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
+from channels import services as channel_services
 from channels.models import Model
 from portal import audit, faults
 from portal.choices import AuditAction
@@ -50,11 +51,13 @@ def set_status(
     alert: bool = False,
     exit_code: int | None = None,
     log_tail: str = "",
+    actor: User | None = None,
     **fields: Any,
 ) -> bool:
     """The one way a deployment's status changes (launch jobs, the supervisor): the row, the
     in-memory object, and the showback run its GPU-hours are counted by. A change of status is also
-    a `DeploymentEvent` (the deployment page) and an audit entry, and with `alert` (the supervisor's
+    a `DeploymentEvent` (the deployment page) and an audit entry (by `actor`, else whoever the
+    request is from), and with `alert` (the supervisor's
     moves, and how an automatic restart ends) it is sent to the alert targets after the commit.
 
     With `expect` the row moves only from that status (two supervisor rounds, or a job and the
@@ -94,6 +97,7 @@ def set_status(
             status=Message.label(DeploymentStatus(status).label),
             message=text,
         ),
+        actor=actor,
     )
     if alert:
         transaction.on_commit(lambda: signals.deployment_event.send(sender=DeploymentEvent, event_id=event.pk))
@@ -650,3 +654,68 @@ def delete_deployment(deployment: Deployment) -> None:
         deployment.delete()
         if deployment.on_demand:
             _announce_on_commit(pk)
+
+
+def check_forgettable(deployment: Deployment) -> None:
+    """Only a deployment that says its server is up, with no job about to move it, is forgotten:
+    a stopped one is deleted as it is. Raises ValidationError; the page and the API ask here."""
+    if deployment.is_idle:
+        raise ValidationError(
+            _("%(name)s has no server up to forget: delete it instead.") % {"name": deployment.name}, code="idle"
+        )
+    if deployment.jobs.active().exists():
+        raise ValidationError(
+            _("A job is still running for %(name)s; wait for it to finish.") % {"name": deployment.name}, code="busy"
+        )
+
+
+def forget_deployment(deployment: Deployment, *, user: User | None) -> None:
+    """Let go of a server whose host no longer answers over SSH (gone for good, reinstalled): the
+    deployment fails without SSH, leaves supervision (the status) and routing (its channel is
+    disabled), and may then be deleted, its host too. Refused while SSH to the host works, since
+    a stop is the way then: a forgotten server may still be running and holding its GPUs."""
+    check_forgettable(deployment)
+    try:
+        with ssh.connect(deployment.host):
+            pass
+    except ssh.SSHError as exc:
+        ssh.mark_contact(deployment.host, status=exc.status, message=exc.text)
+        why = exc.text
+    else:
+        raise ValidationError(
+            _("SSH to %(host)s works: stop the deployment instead, which stops its server.")
+            % {"host": deployment.host.name},
+            code="reachable",
+        )
+    message = Message(
+        gettext_noop(
+            "Forgotten without stopping its server: SSH to %(host)s failed (%(why)s). The server may still be "
+            "running there and using its GPUs; its channel is disabled."
+        ),
+        host=deployment.host.name,
+        why=why,
+    )
+    with transaction.atomic():
+        check_forgettable(deployment)  # a job may have been asked for while SSH was tried
+        moved = set_status(
+            deployment,
+            DeploymentStatus.FAILED,
+            message,
+            expect=deployment.status,
+            actor=user,
+            restarting=False,
+            next_restart_at=None,
+            unhealthy_checks=0,
+        )
+        if not moved:
+            raise ValidationError(
+                _("%(name)s changed meanwhile; look at it again.") % {"name": deployment.name}, code="changed"
+            )
+        if deployment.channel_id:
+            channel_services.disable_served_channel(
+                deployment.channel_id,
+                status_message=Message(
+                    gettext_noop("Deployment %(name)s was forgotten (its host did not answer over SSH)."),
+                    name=deployment.name,
+                ),
+            )

@@ -13,6 +13,7 @@ urlpatterns = [
     path("deployments/<int:pk>/delete/", v.DeploymentDeleteView.as_view(), name="deployment_delete"),
     path("deployments/<int:pk>/fit/", v.deployment_fit, name="deployment_fit"),
     path("deployments/<int:pk>/nodes/<int:node_pk>/log/", v.deployment_node_log, name="deployment_node_log"),
+    path("deployments/<int:pk>/forget/", v.DeploymentForgetView.as_view(), name="deployment_forget"),
     path("deployments/<int:pk>/<str:action>/", v.DeploymentActionView.as_view(), name="deployment_action"),
     path("jobs/<int:pk>/", v.job_detail, name="job_detail"),
     path("jobs/<int:pk>/progress/", v.job_progress, name="job_progress"),

@@ -1,7 +1,8 @@
 """Web pages for deployments and their launch jobs.
 
-Admins only. Actions that change a server (launch, stop, restart, adopt) are POSTs behind a
-confirmation page; the job page polls its progress with htmx while the job is active.
+Admins only. Actions that change a server (launch, stop, restart, adopt) and forgetting one whose
+host no longer answers over SSH are POSTs behind a confirmation page; the job page polls its
+progress with htmx while the job is active.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -267,6 +268,33 @@ class DeploymentActionView(DeploymentConfirmView):
             messages.error(self.request, str(exc.text))
             return redirect("deployment_detail", pk=deployment.pk)
         return redirect("job_detail", pk=job.pk)
+
+
+class DeploymentForgetView(DeploymentConfirmView):
+    """The way out when a server cannot be stopped because its host no longer answers over SSH."""
+
+    title = _("Forget this server")
+    question = _("Forget the server of %(name)s without stopping it?")
+    detail = _(
+        "Nothing is sent to the host: if the host comes back, the server may still be running there and "
+        "using its GPUs, and you stop it by hand. The deployment becomes failed, is no longer supervised, and "
+        "its channel is disabled, so the gateway stops routing its model to it. You can then delete the "
+        "deployment, and its host. Refused while SSH to the host works: stop the deployment instead."
+    )
+    button = _("Forget this server")
+    danger = True
+
+    def check(self, deployment: Deployment) -> None:
+        services.check_forgettable(deployment)  # asked again by forget_deployment, with SSH
+
+    def act(self, deployment: Deployment) -> HttpResponse:
+        try:
+            services.forget_deployment(deployment, user=self.request.user)
+        except ValidationError as exc:
+            messages.error(self.request, " ".join(exc.messages))
+        else:
+            messages.success(self.request, _("%(name)s forgotten; its server was not stopped.") % names(deployment))
+        return redirect("deployment_detail", pk=deployment.pk)
 
 
 class DeploymentDeleteView(DeploymentConfirmView, ObjectDeleteView):

@@ -144,6 +144,8 @@ MATRIX = [
     ("post", "/api/deployments/{deployment}/restart/", None, (401, 403, 403, 403, 202)),
     ("post", "/api/deployments/{deployment}/adopt/", None, (401, 403, 403, 403, 202)),
     ("post", "/api/deployments/{deployment}/fit/", None, (401, 403, 403, 403, 200)),
+    # a stopped deployment has no server to forget (409), so nothing waits on SSH either
+    ("post", "/api/deployments/{deployment}/forget/", None, (401, 403, 403, 403, 409)),
     # weight downloads: admins only; a POST to a host whose key is unconfirmed is refused (400),
     # cancel of a queued job with no remote process needs no SSH; its token is not forgotten
     # while it runs (409)

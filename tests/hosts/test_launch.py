@@ -11,11 +11,13 @@ import socket
 
 import openai
 import pytest
+from django.urls import reverse
 
+from accounts.models import AuditLog
 from channels.choices import ChannelKind, ChannelStatus
 from channels.models import Channel, ModelRoute, ProbeResult
 from hosts import backends, diagnose
-from hosts.choices import DeploymentStatus, JobAction, JobState
+from hosts.choices import DeploymentStatus, HostStatus, JobAction, JobState
 from hosts.deployments import jobs, services
 from hosts.models import Deployment, DeploymentRun, Host, LaunchJob
 from hosts.remote import commands, inventory
@@ -854,3 +856,82 @@ def test_a_stop_the_host_did_not_answer_leaves_the_deployment_running_and_says_s
     Host.objects.filter(pk=online_host.pk).update(ssh_port=port)
     assert run(deployment, JobAction.STOP).state == JobState.STOPPED
     assert deployment.status == DeploymentStatus.STOPPED and not alive(first.pid)
+
+
+def gone_for_good(deployment: Deployment, started_pids: list[int]) -> LaunchJob:
+    """A running deployment whose host stops answering SSH, and the stop that could not reach it."""
+    first = run(deployment)
+    started_pids.append(first.pid)
+    assert deployment.status == DeploymentStatus.RUNNING, deployment.status_message
+    Host.objects.filter(pk=deployment.host_id).update(ssh_port=free_port())  # decommissioned
+    deployment.host.refresh_from_db()
+    stop = run(deployment, JobAction.STOP)
+    assert stop.state == JobState.FAILED and deployment.status == DeploymentStatus.RUNNING
+    return first
+
+
+def test_a_server_whose_host_is_gone_is_forgotten_through_the_api_then_it_and_its_host_are_deleted(
+    online_host, started_pids, admin_client, admin
+):
+    """A stop that cannot reach its host leaves the deployment running; with the host gone for good
+    nothing could take it out of Running, so neither it nor its host could ever be deleted."""
+    deployment = llama_deployment(online_host)
+    first = gone_for_good(deployment, started_pids)
+    forgotten = admin_client.post(f"/api/deployments/{deployment.pk}/forget/")
+    assert forgotten.status_code == 200, forgotten.content
+    assert forgotten.json()["status"] == DeploymentStatus.FAILED
+    deployment.refresh_from_db()
+    assert deployment.status == DeploymentStatus.FAILED and not deployment.restarting
+    assert deployment.status_message.startswith("Forgotten without stopping its server: SSH to gpu-box failed (")
+    assert "may still be running there and using its GPUs" in deployment.status_message
+    assert alive(first.pid)  # nothing was sent to the host: the server lives on, as the page warned
+    channel = deployment.channel
+    assert channel.enabled is False and "was forgotten" in channel.status_message  # out of routing
+    assert deployment.runs.get().stopped is not None  # its GPU-hours no longer count
+    entry = AuditLog.objects.get(object_type="deployment", message__contains="Forgotten without stopping")
+    assert entry.actor == admin and entry.message.startswith("Running → Failed: ")
+    assert admin_client.delete(f"/api/deployments/{deployment.pk}/").status_code == 204
+    assert admin_client.delete(f"/api/hosts/{online_host.pk}/").status_code == 204
+    assert not Host.objects.filter(pk=online_host.pk).exists()
+
+
+def test_a_server_whose_host_is_gone_is_forgotten_from_its_page(online_host, started_pids, admin_client, admin):
+    deployment = llama_deployment(online_host)
+    gone_for_good(deployment, started_pids)
+    detail = admin_client.get(reverse("deployment_detail", args=[deployment.pk])).content.decode()
+    forget_url = reverse("deployment_forget", args=[deployment.pk])
+    assert f'href="{forget_url}"' in detail
+    question = admin_client.get(forget_url).content.decode()
+    assert "Forget the server of tiny without stopping it?" in question
+    assert "may still be running there and using its GPUs" in question and "its channel is disabled" in question
+    answer = admin_client.post(forget_url, follow=True)
+    page = answer.content.decode()
+    assert "tiny forgotten; its server was not stopped." in page and f'href="{forget_url}"' not in page
+    deployment.refresh_from_db()
+    assert deployment.status == DeploymentStatus.FAILED and deployment.channel.enabled is False
+    assert AuditLog.objects.get(message__contains="Forgotten without stopping").actor == admin
+    admin_client.post(reverse("deployment_delete", args=[deployment.pk]))
+    admin_client.post(reverse("host_delete", args=[online_host.pk]))
+    assert not Deployment.objects.exists() and not Host.objects.filter(pk=online_host.pk).exists()
+
+
+def test_a_server_whose_host_answers_is_not_forgotten_but_stopped(online_host, started_pids, admin_client):
+    """Forgetting a server the portal can still stop would leave it running, owned by nobody."""
+    deployment = llama_deployment(online_host)
+    first = run(deployment)
+    started_pids.append(first.pid)
+    Host.objects.filter(pk=online_host.pk).update(status=HostStatus.UNREACHABLE)  # stale: SSH works again
+    assert f'href="{reverse("deployment_forget", args=[deployment.pk])}"' in (
+        admin_client.get(reverse("deployment_detail", args=[deployment.pk])).content.decode()
+    )
+    refused = admin_client.post(f"/api/deployments/{deployment.pk}/forget/")
+    assert refused.status_code == 409
+    assert refused.json() == {"detail": "SSH to gpu-box works: stop the deployment instead, which stops its server."}
+    page = admin_client.post(reverse("deployment_forget", args=[deployment.pk]), follow=True).content.decode()
+    assert "SSH to gpu-box works: stop the deployment instead" in page
+    deployment.refresh_from_db()
+    assert deployment.status == DeploymentStatus.RUNNING and deployment.channel.enabled and alive(first.pid)
+    assert not AuditLog.objects.filter(message__contains="Forgotten").exists()
+    assert run(deployment, JobAction.STOP).state == JobState.STOPPED
+    stopped = admin_client.post(f"/api/deployments/{deployment.pk}/forget/")
+    assert stopped.status_code == 409 and "delete it instead" in stopped.json()["detail"]

@@ -3,6 +3,8 @@
 /api/deployments/                       list, create
 /api/deployments/{id}/                  read, update, delete (when stopped)
 /api/deployments/{id}/{launch,stop,restart,adopt}/   POST → the queued job (409 if one is active)
+/api/deployments/{id}/forget/           POST → failed without SSH, out of supervision and routing, so it
+                                        and its host can be deleted; 409 unless SSH to the host fails
 /api/deployments/{id}/fit/              POST → estimate, reading the model's files over SSH
 /api/jobs/ and /api/jobs/{id}/          read, with the remote log tail
 /api/fit-estimate/                      POST a spec → estimate (nothing is stored)
@@ -23,6 +25,7 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
+from hosts.api.serializers import DetailSerializer
 from hosts.choices import JobAction
 from hosts.deployments import jobs
 from hosts.models import Deployment, LaunchJob
@@ -88,6 +91,20 @@ class DeploymentViewSet(viewsets.ModelViewSet[Deployment]):
     @action(detail=True, methods=["post"])
     def adopt(self, request: AuthenticatedRequest, pk: str | None = None) -> Response:
         return self._job(request, pk, JobAction.ADOPT)
+
+    @extend_schema(request=None, responses={200: DeploymentSerializer, 409: DetailSerializer})
+    @action(detail=True, methods=["post"])
+    def forget(self, request: AuthenticatedRequest, pk: str | None = None) -> Response:
+        """Let go of a server whose host no longer answers over SSH, without stopping it (it may still
+        be running there and using its GPUs): the deployment becomes failed, leaves supervision, and its
+        channel is disabled (out of routing); it and its host can then be deleted. 409 when it has no
+        server up, a job is running, or SSH to the host works (stop it instead)."""
+        deployment = self.get_object()
+        try:
+            services.forget_deployment(deployment, user=request.user)
+        except DjangoValidationError as exc:
+            return Response({"detail": " ".join(exc.messages)}, status=status.HTTP_409_CONFLICT)
+        return Response(self.get_serializer(deployment).data)
 
     @extend_schema(request=None, responses={200: dict})
     @action(detail=True, methods=["post"])
