@@ -406,8 +406,11 @@ for i = 9, 8 + n do
       redis.call('ZADD', p .. ':t', score, rid .. '|' .. actual)
       redis.call('INCRBY', p .. ':ts', delta)
     end
-    redis.call('INCRBY', p .. ':d:' .. ARGV[4], delta)
-    redis.call('INCRBY', p .. ':m:' .. ARGV[5], delta)
+    -- a counter gone (a Redis restart, or its window ended) holds no reservation to correct:
+    -- a correction would start it below zero and without an expiry
+    for _, c in ipairs({p .. ':d:' .. ARGV[4], p .. ':m:' .. ARGV[5]}) do
+      if redis.call('EXISTS', c) == 1 then redis.call('INCRBY', c, delta) end
+    end
   end
   redis.call('ZREM', p .. ':p', rid)
 end

@@ -4,6 +4,7 @@
         server.url
         with server.stalled():           # SIGSTOP; SIGCONT on the way out, whatever happened
             ...                          # connections are accepted by the kernel and hang
+        server.restart()                 # a new server on the same port: everything in it is gone
         server.connections()             # connections it has accepted so far (INFO stats)
         server.messages("celery")        # the Celery messages waiting in a queue: [(task, args)]
 
@@ -42,6 +43,10 @@ class RedisServer:
 
     def __enter__(self) -> RedisServer:
         self.port = free_port()
+        self._launch()
+        return self
+
+    def _launch(self) -> None:
         argv = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
         self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         # The first client waits for the server (retries connecting until it listens).
@@ -52,12 +57,19 @@ class RedisServer:
             retry=redis.retry.Retry(redis.backoff.ConstantBackoff(0.05), 200),
         )
         self.client.ping()
-        return self
 
     def __exit__(self, *exc: object) -> None:
         if self.process is not None:
             os.kill(self.process.pid, signal.SIGCONT)
             stop(self.process)
+
+    def restart(self) -> None:
+        """What an operator's restart of a Redis without persistence does: the clients' connections
+        are closed and every counter is gone; the new server listens on the same port."""
+        stop(self.process)
+        self.client.close()
+        self._asked = 1
+        self._launch()
 
     @contextmanager
     def stalled(self) -> Iterator[None]:
