@@ -37,8 +37,6 @@ import orjson
 from django.conf import settings
 from django.db import (
     IntegrityError,
-    InterfaceError,
-    OperationalError,
     close_old_connections,
     connection,
     connections,
@@ -51,6 +49,7 @@ from keys.models import Key, UsageDaily, UsageHourly, UsageRecord, ttft_field
 from portal import faults
 from portal.db import deadline, empty_deleted_references, retry_when_locked, use_timeouts
 from portal.hot import hot
+from portal.logfilters import is_database_outage
 
 from . import metrics
 from .translate.common import text_tokens
@@ -770,7 +769,7 @@ class UsageWriter:
                 await loop.run_in_executor(self._executor, self._write_segment, seg)
             except Exception as exc:
                 metrics.FLUSH_ERRORS.inc()
-                if not isinstance(exc, (OperationalError, InterfaceError)):
+                if not is_database_outage(exc):
                     # Not the database being away: this batch cannot be written as it is (a bug, a
                     # row it references deleted). Set it aside, so it does not block the others.
                     logger.exception("a usage batch of %d records cannot be written; kept aside", seg.count)

@@ -14,7 +14,7 @@ from django.views import defaults
 from rest_framework.exceptions import APIException, NotFound
 
 from . import dashboard as home
-from .logfilters import DATABASE_ERRORS
+from .logfilters import is_database_outage
 
 logger = logging.getLogger(__name__)
 
@@ -34,11 +34,12 @@ def page_not_found(request, exception):
 
 
 def server_error(request):
-    """handler500: a database that does not answer is a 503 (a small page, or JSON under /api/)
-    that needs nothing from the database; anything else is a 500: Django's page, or under /api/
-    the API's `{"detail", "code"}` (a script got the HTML page). Django has logged the traceback."""
+    """handler500: a database that does not answer, or takes no writes for now (a failover), is a
+    503 (a small page, or JSON under /api/) that needs nothing from the database; anything else is
+    a 500: Django's page, or under /api/ the API's `{"detail", "code"}` (a script got the HTML
+    page). Django has logged the traceback."""
     exc = sys.exc_info()[1]
-    if not isinstance(exc, DATABASE_ERRORS):
+    if not is_database_outage(exc):
         if request.path.startswith("/api/"):
             return JsonResponse({"detail": str(APIException.default_detail), "code": "server_error"}, status=500)
         return defaults.server_error(request)

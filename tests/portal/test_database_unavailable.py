@@ -206,3 +206,30 @@ def test_a_bugs_traceback_is_still_logged(logged_in, monkeypatch, caplog):
         assert logged_in.get("/").status_code == 500
     logged = [r for r in caplog.records if r.name == "django.request"]
     assert len(logged) == 1 and logged[0].exc_info and logged[0].exc_info[0] is ValueError
+
+
+@contextmanager
+def read_only_database():
+    """This thread's session takes no writes, as a standby not yet promoted in a failover."""
+    require_postgres()
+    conn = connections["default"]
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION default_transaction_read_only = on")
+    try:
+        yield
+    finally:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION default_transaction_read_only = off")
+
+
+def test_a_change_the_database_refuses_as_read_only_is_a_503_not_a_500(logged_in, caplog):
+    from keys.models import Key
+
+    with read_only_database():
+        api = logged_in.post("/api/keys/", {"name": "during-failover"}, content_type="application/json")
+        page = logged_in.get("/")
+    assert api.status_code == 503, api.content
+    assert api.json()["code"] == "database_unavailable" and api["Retry-After"]
+    assert page.status_code == 200  # reading still works
+    assert not Key.objects.filter(name="during-failover").exists()
+    assert "Traceback" not in caplog.text
