@@ -34,3 +34,4 @@ class CallStatus(models.TextChoices):
     FORBIDDEN = "forbidden", _("Not allowed for this key")
     RATE_LIMITED = "rate_limited", _("Rate limited")
     UPSTREAM_ERROR = "upstream_error", _("Upstream error")
+    CANCELLED = "cancelled", _("Cancelled: the client disconnected")

@@ -9,8 +9,9 @@ SDK's exceptions can carry request headers or URLs with tokens, so they are not 
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,10 @@ class UpstreamFailure(Exception):
     def __init__(self, text: Message) -> None:
         self.text = text
         super().__init__(text.english)
+
+
+class ClientGone(Exception):
+    """The developer's client disconnected during the call: it was abandoned upstream."""
 
 
 class MemoryTokens:
@@ -179,20 +184,48 @@ async def session(upstream: Upstream) -> AsyncIterator[ClientSession]:
             yield client
 
 
-async def _run(upstream: Upstream, what: str, call: Any) -> Any:
-    """Run `call(session)` against `upstream`; any failure becomes an UpstreamFailure."""
+async def _run(upstream: Upstream, what: str, call: Any, gone: asyncio.Event | None = None) -> Any:
+    """Run `call(session)` against `upstream`; any failure becomes an UpstreamFailure, and the
+    client leaving (`gone`) a ClientGone."""
     try:
         with anyio.fail_after(upstream.timeout):
             async with session(upstream) as client:
-                return await call(client)
+                return await _unless_gone(call(client), gone)
     except Exception as exc:
+        if isinstance(_innermost(exc), ClientGone):
+            raise ClientGone() from None
         raise _failure(upstream, what, exc) from None
 
 
-def _failure(upstream: Upstream, what: str, exc: BaseException) -> UpstreamFailure:
-    # The SDK's task groups wrap what the call raised (a JSON-RPC error too) in exception groups.
+async def _unless_gone(work: Awaitable[Any], gone: asyncio.Event | None) -> Any:
+    """`work`'s result, or ClientGone once `gone` is set. Only the request is cancelled (the SDK
+    then tells the server, `notifications/cancelled`), not the session: it closes as usual, with
+    its DELETE, so the server stops the tool instead of running it for nobody."""
+    if gone is None:
+        return await work
+    with anyio.CancelScope() as request:
+        async with anyio.create_task_group() as watching:
+
+            async def cancel_when_gone() -> None:
+                await gone.wait()
+                request.cancel()
+
+            watching.start_soon(cancel_when_gone)
+            result = await work
+            watching.cancel_scope.cancel()
+        return result
+    raise ClientGone()
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    """What the call raised: the SDK's task groups wrap it (a JSON-RPC error too) in exception groups."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
+    return exc
+
+
+def _failure(upstream: Upstream, what: str, exc: BaseException) -> UpstreamFailure:
+    exc = _innermost(exc)
     if _too_large(exc):
         return UpstreamFailure(
             Message(
@@ -285,12 +318,13 @@ async def list_tools(upstream: Upstream) -> list[types.Tool]:
 
 
 async def call_tool(
-    upstream: Upstream, name: str, arguments: dict[str, Any] | None
+    upstream: Upstream, name: str, arguments: dict[str, Any] | None, gone: asyncio.Event | None = None
 ) -> types.CallToolResult | types.InputRequiredResult:
-    """The server's answer to one tool call (a tool error is an answer, `is_error`)."""
+    """The server's answer to one tool call (a tool error is an answer, `is_error`); ClientGone
+    when `gone` is set first (the call is cancelled upstream)."""
 
     async def call(client: ClientSession) -> types.CallToolResult | types.InputRequiredResult:
         return await client.call_tool(name, arguments or {})
 
-    result: types.CallToolResult | types.InputRequiredResult = await _run(upstream, f"tools/call {name!r}", call)
+    result: types.CallToolResult | types.InputRequiredResult = await _run(upstream, f"tools/call {name!r}", call, gone)
     return result

@@ -40,13 +40,13 @@ from mcpservers.access import PATH_PREFIX, allowed_tools
 from mcpservers.choices import CallStatus
 from mcpservers.models import McpServer
 from mcpservers.services import record_call
-from mcpservers.upstream import Upstream, UpstreamFailure, call_tool, list_tools
+from mcpservers.upstream import ClientGone, Upstream, UpstreamFailure, call_tool, list_tools
 from portal.i18n import Message, as_message
 
 from ..auth import authenticate
 from ..cache import KeyInfo, namespace, run_db
 from ..errors import REDACTED
-from ..http import GatewayError, Request, send_bytes
+from ..http import GatewayError, Receive, Request, send_bytes
 from ..limits import Refusal, Scope, Stale
 from ..state import process
 
@@ -87,6 +87,7 @@ class Caller:
     allowed: frozenset[str]
     team_id: int | None
     stored: Stored
+    gone: asyncio.Event  # set when the developer's client disconnects (`watched`)
 
 
 def _load(key_id: int, slug: str) -> tuple[Upstream, Stored] | None:
@@ -188,6 +189,7 @@ def calls_per_minute(key: KeyInfo) -> int | None:
 
 
 NOT_ALLOWED = Message(gettext_noop("not allowed"))
+CLIENT_LEFT = Message(gettext_noop("the client disconnected before the tool answered"))
 RATE_LIMIT_REACHED = gettext_noop(
     "Rate limit reached: this key may make %(limit)s MCP tool calls per minute; retry in %(retry)s s."
 )
@@ -240,7 +242,10 @@ async def _call_tool(
         record(caller, name, CallStatus.RATE_LIMITED, started, unavailable.message)
         raise
     try:
-        result = await call_tool(caller.upstream, name, params.arguments)
+        result = await call_tool(caller.upstream, name, params.arguments, caller.gone)
+    except ClientGone:
+        record(caller, name, CallStatus.CANCELLED, started, CLIENT_LEFT, params.arguments)
+        raise MCPError(UPSTREAM_UNAVAILABLE, CLIENT_LEFT.english) from None  # (nobody reads it)
     except UpstreamFailure as exc:
         record(caller, name, CallStatus.UPSTREAM_ERROR, started, exc.text, params.arguments)
         raise MCPError(UPSTREAM_UNAVAILABLE, str(exc)) from None
@@ -328,5 +333,37 @@ async def serve(req: Request) -> None:
     upstream, stored = found
     manager = await front.start()
     allowed = frozenset(name for name, _, _ in stored.tools)
-    scope = {**req.scope, SCOPE_KEY: Caller(key, upstream, allowed, key.team_id, stored)}
-    await manager.handle_request(scope, req.receive, req.send)
+    caller = Caller(key, upstream, allowed, key.team_id, stored, asyncio.Event())
+    receive, watcher = watched(req, caller.gone)
+    try:
+        await manager.handle_request({**req.scope, SCOPE_KEY: caller}, receive, req.send)
+    finally:
+        watcher.cancel()
+
+
+def watched(req: Request, gone: asyncio.Event) -> tuple[Receive, asyncio.Task[None]]:
+    """The request's `receive` for the SDK, and a task that sets `gone` when the client disconnects.
+    The SDK reads the body and then, answering with JSON, never listens to the connection again: a
+    client that gave up would leave the tool running upstream until the server's timeout. So the
+    body goes to the SDK as it comes, and after it the connection is watched here (the SDK's later
+    reads wait for `gone`)."""
+    body_read = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        if body_read.is_set():
+            await gone.wait()
+            return {"type": "http.disconnect"}
+        message = await req.receive()
+        if message["type"] == "http.disconnect":
+            gone.set()
+        elif not message.get("more_body", False):
+            body_read.set()
+        return message
+
+    async def watch() -> None:
+        await body_read.wait()
+        while (await req.receive())["type"] != "http.disconnect":
+            pass
+        gone.set()
+
+    return receive, asyncio.get_running_loop().create_task(watch())

@@ -11,7 +11,8 @@ environment's FAKE_MCP_HIDE, comma-separated):
 - `delete_everything()`: a tool no test key is ever allowed to call.
 - `big(size)`: answers `size` characters.
 - `refuse()`: answers a JSON-RPC error whose message carries TOKEN.
-- `hang()`: never answers (a test stops the server while it hangs).
+- `hang()`: never answers (a test stops the server while it hangs); when the call is cancelled
+  (the client went away), `hang:cancelled` is appended to CALLS_FILE.
 
 In `oauth` mode the server is also its own OAuth authorization server (issuer = its root URL):
 `/mcp` needs an access token from `POST /token` (client-credentials grant, client `portal`, secret
@@ -103,7 +104,12 @@ def build(calls_file: Path, token: str, issuer: str | None = None) -> MCPServer:
     async def hang(ctx: Context) -> str:
         """Never answer."""
         record(ctx, "hang", {})
-        await anyio.sleep_forever()
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            with calls_file.open("a") as f:
+                f.write(json.dumps({"tool": "hang:cancelled", "arguments": {}}) + "\n")
+            raise
         return "never"
 
     return server

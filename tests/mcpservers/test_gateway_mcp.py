@@ -399,3 +399,24 @@ def test_a_server_behind_oauth_client_credentials(gateway_url, tmp_path, alice):
         assert not any(secret in "".join(seen) for secret in (ACCESS_TOKEN, UPSTREAM_TOKEN))
         assert upstream.calls()[-1] == {"tool": "whoami", "arguments": {}, "authorization": f"Bearer {ACCESS_TOKEN}"}
         assert any(c["tool"] == "oauth:token" for c in upstream.calls())
+
+
+def test_a_client_that_leaves_mid_call_cancels_the_upstream_call(gateway_url, tracker, mcp_upstream, alice):
+    """The SDK answers with JSON and never listens to the connection after the body: a client that
+    gave up (Esc in the editor) left the upstream tool running, and the gateway's connection to it
+    open, until the server's timeout, and the record then blamed the server."""
+    McpServer.objects.filter(pk=tracker.pk).update(timeout_seconds=600)  # far beyond this test
+    key, plaintext = issue_key(owner=alice, name="laptop")
+    grant(tracker, tool="hang", key=key)
+
+    async def work(session: ClientSession):
+        call = asyncio.ensure_future(session.call_tool("hang", {}))
+        while not mcp_upstream.calls():  # the call reached the server: now the client leaves
+            await asyncio.sleep(0.05)
+        return call  # still pending: leaving the session closes the client's connection
+
+    run(f"{gateway_url}/mcp/tracker", plaintext, work)
+    assert wait_for(lambda: [c["tool"] for c in mcp_upstream.calls()] == ["hang", "hang:cancelled"], timeout=60)
+    record = wait_for(lambda: McpCall.objects.filter(tool="hang").first(), timeout=60)
+    assert (record.status, record.error) == ("cancelled", "the client disconnected before the tool answered")
+    assert in_chinese(record) == "客户端在工具应答前断开了连接"
