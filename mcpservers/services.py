@@ -81,7 +81,19 @@ def check_server(server_id: int) -> McpServer | None:
 
 def record_call(**fields: Any) -> McpCall:
     """Append one call record (the gateway calls this on its database thread)."""
-    return McpCall.objects.create(**fields)
+    return McpCall.objects.create(**{name: _storable(value) for name, value in fields.items()})
+
+
+def _storable(value: Any) -> Any:
+    """`value` without NUL characters, which PostgreSQL refuses in text and jsonb: a client can put
+    one in a tool's name or arguments, and its call must still be on the record."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_storable(k): _storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_storable(v) for v in value]
+    return value
 
 
 SECRET_FIELDS = ("bearer_token", "headers", "oauth_client_secret")

@@ -420,3 +420,27 @@ def test_a_client_that_leaves_mid_call_cancels_the_upstream_call(gateway_url, tr
     record = wait_for(lambda: McpCall.objects.filter(tool="hang").first(), timeout=60)
     assert (record.status, record.error) == ("cancelled", "the client disconnected before the tool answered")
     assert in_chinese(record) == "客户端在工具应答前断开了连接"
+
+
+def test_calls_with_nul_characters_are_still_on_the_record(gateway_url, tracker, mcp_upstream, alice):
+    """PostgreSQL refuses NUL in text and jsonb: a tool name or an argument carrying one left the
+    call off the record (the write failed off the request path), though the call had run."""
+    from keys.models import PayloadLogging
+
+    key, plaintext = issue_key(owner=alice, name="laptop")
+    PayloadLogging.objects.create(key=key, enabled=True)
+    grant(tracker, tool="echo", key=key)
+
+    async def work(session: ClientSession):
+        echoed = await session.call_tool("echo", {"text": "a\x00b"})
+        with pytest.raises(MCPError) as refused:
+            await session.call_tool("echo\x00", {})
+        return echoed, refused.value
+
+    (echoed, refused), _seen = run(f"{gateway_url}/mcp/tracker", plaintext, work)
+    assert echoed.content[0].text == "a\x00b" and refused.code == -32003
+    records = wait_for(lambda: list(McpCall.objects.order_by("created")) if McpCall.objects.count() == 2 else None)
+    assert [(r.tool, r.status, r.arguments) for r in records] == [
+        ("echo", "ok", {"text": "a\ufffdb"}),
+        ("echo\ufffd", "forbidden", None),
+    ]
