@@ -294,16 +294,31 @@ class Front:
 front = Front()
 
 
-async def jsonrpc_error(req: Request, status: int, code: int, message: str) -> None:
+async def jsonrpc_error(
+    req: Request, status: int, code: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
     """Our refusal before the SDK saw the request. A 401 carries no WWW-Authenticate challenge: MCP
     clients would take it as an invitation to an OAuth login the gateway does not offer (the key is
     the credential)."""
     body = orjson.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}})
-    await send_bytes(req.send, status, body)
+    await send_bytes(req.send, status, body, headers or ())
 
 
 async def serve(req: Request) -> None:
-    """/mcp/<slug> (POST; GET and DELETE as the SDK answers them in stateless mode)."""
+    """/mcp/<slug> (POST; DELETE as the SDK answers it in stateless mode; GET is a 405)."""
+    if req.method == "GET":
+        # The spec's answer for "no server-initiated stream here": stateless, the gateway has
+        # nothing to send on one, and the SDK would hold every client's stream open, idle, forever
+        # (the TypeScript SDK, Claude Code's and Cline's, opens one after initialize and takes a
+        # 405 as no).
+        await jsonrpc_error(
+            req,
+            405,
+            types.INVALID_REQUEST,
+            "This MCP endpoint has no server-to-client stream: send requests with POST.",
+            [(b"allow", b"POST, DELETE")],
+        )
+        return
     slug = req.subpath[len(PATH_PREFIX) :].strip("/")
     try:
         key = await authenticate(req)

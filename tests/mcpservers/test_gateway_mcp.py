@@ -444,3 +444,17 @@ def test_calls_with_nul_characters_are_still_on_the_record(gateway_url, tracker,
         ("echo", "ok", {"text": "a\ufffdb"}),
         ("echo\ufffd", "forbidden", None),
     ]
+
+
+def test_a_get_is_told_there_is_no_server_stream_not_held_open(gateway_url, tracker, alice):
+    """Stateless, the gateway never sends on a GET stream; the SDK held one open per client and
+    server, idle, for as long as the client ran (the TypeScript SDK opens it after initialize and
+    takes a 405 as "no stream here", as the spec says)."""
+    key, plaintext = issue_key(owner=alice, name="laptop")
+    grant(tracker, key=key)
+    headers = {"authorization": f"Bearer {plaintext}", "accept": "text/event-stream"}
+    with httpx.stream("GET", f"{gateway_url}/mcp/tracker", headers=headers, timeout=60) as answer:
+        status, allow, content_type = answer.status_code, answer.headers.get("allow"), answer.headers["content-type"]
+        body = json.loads(answer.read()) if status == 405 else None
+    assert (status, allow, content_type) == (405, "POST, DELETE", "application/json")
+    assert body["error"]["code"] == -32600 and "POST" in body["error"]["message"]
