@@ -111,7 +111,9 @@ def request_download(
     pattern): returns (job, created). The database's unique constraint on active jobs decides, so
     two requests at the same moment still make one job."""
     if not host.host_key_fingerprint:
-        raise ValidationError(_("Confirm the host key of %(host)s before downloading to it.") % {"host": host})
+        raise ValidationError(
+            {"host": [_("Confirm the host key of %(host)s before downloading to it.") % {"host": host}]}
+        )
     fields = {
         "host": host,
         "source": source,

@@ -17,6 +17,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods
 
 from portal.forms import pk_from
+from portal.ui import add_validation_errors
 
 from ..models import Host
 from ..remote import ssh
@@ -42,7 +43,7 @@ def download_create(request: AuthenticatedHttpRequest, host_pk: int) -> HttpResp
             try:
                 job, created = services.request_download(host=host, user=request.user, **data)
             except ValidationError as exc:
-                form.add_error(None, exc)
+                add_validation_errors(form, exc)  # the host is the page's, not a field: its error goes on top
             else:
                 if created:
                     messages.success(request, _("Download #%(id)s queued.") % {"id": job.pk})

@@ -70,6 +70,17 @@ def test_bad_input_is_refused_with_field_errors(admin_client, admin_api_client, 
     assert answer.status_code == 400 and "Confirm the host key" in str(answer.json())
 
 
+def test_an_unconfirmed_host_key_is_an_error_on_the_host(admin_client, admin_api_client):
+    """It was a non-field error in the API; the page (whose host is not a field) shows it on top."""
+    unconfirmed = Host.objects.create(name="new", address="10.0.0.10", username="ubuntu")
+    answer = admin_api_client.post("/api/downloads/", {"host": unconfirmed.pk, "repo_id": "a/b"})
+    assert answer.status_code == 400
+    assert answer.json() == {"host": ["Confirm the host key of new before downloading to it."]}
+    page = admin_client.post(f"/hosts/{unconfirmed.pk}/downloads/new/", FORM)
+    assert page.status_code == 400 and "Confirm the host key of new before downloading to it." in page.content.decode()
+    assert not ModelDownload.objects.exists()
+
+
 def test_developers_cannot_see_or_request_downloads(alice_client, host):
     job, _ = services.request_download(host=host, repo_id="a/b")
     assert alice_client.get(f"/downloads/{job.pk}/").status_code == 403
