@@ -177,6 +177,17 @@ class Backend:
         raise NotImplementedError
 
     def clean_options(self, options: dict[str, Any] | None, gpu_count: int) -> dict[str, Any]:
+        """The options typed, checked; raises a ValidationError keyed by the spec's fields
+        (`options` for unknown ones, `options.<name>` for a bad value, or `gpu_indices`)."""
+        try:
+            return self._clean_options(options, gpu_count)
+        except ValidationError as exc:
+            errors = exc.message_dict.items()
+            raise ValidationError(
+                {k if k in ("options", "gpu_indices") else f"options.{k}": v for k, v in errors}
+            ) from None
+
+    def _clean_options(self, options: dict[str, Any] | None, gpu_count: int) -> dict[str, Any]:
         options = dict(options or {})
         unknown = set(options) - {o.name for o in self.options}
         errors: dict[str, list[str]] = {}
@@ -219,8 +230,7 @@ class Backend:
         try:
             cleaned_options = self.clean_options(options, gpu_count)
         except ValidationError as exc:
-            for key, messages in exc.message_dict.items():
-                errors[key if key in ("options", "gpu_indices") else f"options.{key}"] = messages
+            errors.update(exc.message_dict)
         try:
             extra = validate_extra_args(extra_args, self.reserved_flags)
         except ValidationError as exc:

@@ -536,12 +536,7 @@ def estimate_for_spec(
     except KeyError as exc:
         raise ValidationError({"backend": [str(exc)]}) from None
     n_gpus = len(gpus if gpus is not None else gpu_indices or [])
-    try:
-        cleaned = impl.clean_options(options or {}, max(n_gpus, 1) if backend != "llamacpp" else n_gpus)
-    except ValidationError as exc:
-        raise ValidationError(
-            {f"options.{k}" if k != "gpu_indices" else k: v for k, v in exc.message_dict.items()}
-        ) from None
+    cleaned = impl.clean_options(options or {}, max(n_gpus, 1) if backend != "llamacpp" else n_gpus)
     arch: fit.Architecture | None = None
     if config not in (None, "", {}):
         try:

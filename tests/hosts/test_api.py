@@ -254,3 +254,13 @@ def test_fit_estimate_advises_a_change_that_fits(admin_client):
     del body["options"]["flash_attn"]  # -fa auto, no launch seen: as llama.cpp decides it on CUDA
     auto = admin_client.post("/api/fit-estimate/", body, content_type="application/json").json()
     assert auto["flash_attention"] == "on" and auto["verdict"] != "does_not_fit"
+
+
+def test_an_unknown_option_in_the_estimate_is_an_error_on_options(admin_client):
+    """The estimate answered it under `options.options`; the deployment API says `options`."""
+    body = {"backend": "vllm", "model": "Qwen/Qwen3-32B", "options": {"rm": "-rf", "max_model_len": "lots"}}
+    body["gpus"] = [{"total_mib": 81559, "free_mib": 81559}]
+    r = admin_client.post("/api/fit-estimate/", body, content_type="application/json")
+    assert r.status_code == 400
+    assert set(r.json()) == {"options", "options.max_model_len"}, r.json()
+    assert "rm" in r.json()["options"][0]
