@@ -512,6 +512,19 @@ def record_allocation(deployment: Deployment, remote: Remote) -> dict[str, Any]:
         return {}
 
 
+CONFIG_PROBLEMS = {
+    "not_json": gettext_noop("config.json is not JSON (%(detail)s)."),
+    "not_object": gettext_noop("config.json is not a JSON object."),
+    "incomplete": gettext_noop("config.json lacks what the estimate needs (%(detail)s)."),
+    "impossible_size": gettext_noop("config.json's %(name)s (%(value)s) is not a size a model has."),
+}
+
+
+def config_problem(reason: str, params: dict[str, Any]) -> str:
+    """Why the estimate cannot use a config.json (`fit.ConfigError`), in the reader's language."""
+    return _(CONFIG_PROBLEMS[reason]) % params
+
+
 def estimate_for_spec(
     *,
     backend: str,
@@ -541,11 +554,10 @@ def estimate_for_spec(
     if config not in (None, "", {}):
         try:
             arch = fit.from_config_json(config) if isinstance(config, str) else fit.from_config(config)
-        except fit.ImpossibleSize as exc:
-            message = _("config.json's %(name)s (%(value)s) is not a size a model has.")
-            raise ValidationError({"config_json": [message % {"name": exc.name, "value": exc.value}]}) from None
-        except ValueError as exc:
-            raise ValidationError({"config_json": [str(exc)]}) from None
+        except fit.ConfigError as exc:
+            raise ValidationError({"config_json": [config_problem(exc.reason, exc.params)]}) from None
+        except (TypeError, ValueError) as exc:  # a field the checks do not know, of the wrong kind
+            raise ValidationError({"config_json": [config_problem("incomplete", {"detail": str(exc)})]}) from None
         arch.source = "config.json (given)"
     elif read_from_host and host is not None and model:
         from ..remote import ssh

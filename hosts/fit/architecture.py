@@ -151,12 +151,14 @@ LARGEST_SIZE = 10**9
 POSITIVE_SIZES = ("hidden_size", "num_attention_heads", "num_hidden_layers")
 
 
-class ImpossibleSize(ValueError):
-    """A size in a config.json that no model has: `name` and its `value`."""
+class ConfigError(ValueError):
+    """A config.json the estimate cannot use: `reason` says why (a code: "not_json", "not_object",
+    "incomplete", "impossible_size") and `params` the details, so the caller can say it in the
+    reader's language; the exception's own text is English, for logs."""
 
-    def __init__(self, name: str, value: Any) -> None:
-        super().__init__(f"config.json's {name} ({value!r}) is not a size a model has")
-        self.name, self.value = name, value
+    def __init__(self, reason: str, text: str, **params: Any) -> None:
+        super().__init__(text)
+        self.reason, self.params = reason, params
 
 
 def _check_sizes(cfg: dict[str, Any]) -> None:
@@ -170,12 +172,14 @@ def _check_sizes(cfg: dict[str, Any]) -> None:
         if isinstance(value, bool) and not positive:
             continue  # (`"sliding_window": false` is a config's way to say none)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not positive <= value <= LARGEST_SIZE:
-            raise ImpossibleSize(name, cfg.get(name))
+            given = cfg[name]
+            text = f"config.json's {name} ({given!r}) is not a size a model has"
+            raise ConfigError("impossible_size", text, name=name, value=given)
 
 
 def from_config(cfg: dict[str, Any], *, source: str = "config.json", weights_bytes: int | None = None) -> Architecture:
-    """An `Architecture` from a Hugging Face config.json (as a dict). Raises ValueError
-    (`ImpossibleSize` for a size no model has)."""
+    """An `Architecture` from a Hugging Face config.json (as a dict). Raises `ConfigError`
+    (also for a size no model has)."""
     cfg = text_config(cfg)
     _check_sizes(cfg)
     try:
@@ -187,7 +191,7 @@ def from_config(cfg: dict[str, Any], *, source: str = "config.json", weights_byt
         head_dim = int(_n(cfg, "head_dim", default=hidden // heads))
         max_context = int(_n(cfg, "max_position_embeddings", "max_sequence_length", "seq_length", default=4096))
     except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
-        raise ValueError(f"config.json lacks what the estimate needs ({exc})") from None
+        raise ConfigError("incomplete", f"config.json lacks what the estimate needs ({exc})", detail=str(exc)) from None
     model_type = str(cfg.get("model_type") or "")
 
     # Attention: MLA (DeepSeek V2/V3/R1, Kimi K2) or grouped-query heads.
@@ -286,13 +290,13 @@ def from_config(cfg: dict[str, Any], *, source: str = "config.json", weights_byt
 
 
 def from_config_json(text: str, *, weights_bytes: int | None = None) -> Architecture:
-    """An `Architecture` from the text of a config.json."""
+    """An `Architecture` from the text of a config.json. Raises `ConfigError`."""
     try:
         cfg = json.loads(text)
     except (json.JSONDecodeError, TypeError) as exc:
-        raise ValueError(f"config.json is not JSON ({exc})") from None
+        raise ConfigError("not_json", f"config.json is not JSON ({exc})", detail=str(exc)) from None
     if not isinstance(cfg, dict):
-        raise ValueError("config.json is not a JSON object")
+        raise ConfigError("not_object", "config.json is not a JSON object")
     return from_config(cfg, weights_bytes=weights_bytes)
 
 

@@ -256,6 +256,21 @@ def test_fit_estimate_advises_a_change_that_fits(admin_client):
     assert auto["flash_attention"] == "on" and auto["verdict"] != "does_not_fit"
 
 
+@pytest.mark.parametrize(
+    ("config", "chinese"),
+    [
+        ("{not json", "config.json 不是 JSON（"),
+        ({"model_type": "llama"}, "config.json 缺少估算所需的内容（'hidden_size'）。"),
+        ('["a"]', "config.json 不是 JSON 对象。"),
+    ],
+)
+def test_a_bad_config_json_is_explained_in_the_admins_language(admin_client, config, chinese):
+    """These field errors, written by the estimate, were English whatever the admin's language."""
+    body = {"backend": "vllm", "config_json": config, "gpus": [{"total_mib": 24564, "free_mib": 24000}]}
+    r = admin_client.post("/api/fit-estimate/", body, content_type="application/json", HTTP_ACCEPT_LANGUAGE="zh-hans")
+    assert r.status_code == 400 and r.json()["config_json"][0].startswith(chinese), r.json()
+
+
 def test_an_unknown_option_in_the_estimate_is_an_error_on_options(admin_client):
     """The estimate answered it under `options.options`; the deployment API says `options`."""
     body = {"backend": "vllm", "model": "Qwen/Qwen3-32B", "options": {"rm": "-rf", "max_model_len": "lots"}}
