@@ -95,28 +95,46 @@ class FilteredListView(ListView):
         return context
 
 
-def sort_queryset(request: HttpRequest, qs: QuerySet, sort_fields: dict[str, str]) -> tuple[QuerySet, str]:
+UNKNOWN_SORT = _("Cannot sort by %(sort)s, so the table is in its usual order. Choose one of: %(choices)s.")
+
+
+def sort_queryset(
+    request: HttpRequest, qs: QuerySet, sort_fields: dict[str, str], *, warn: bool = True
+) -> tuple[QuerySet, str]:
     """Order `qs` by `?sort=key` / `?sort=-key` (keys of `sort_fields`, values ORM fields) and return
-    the sort in effect for `{% sort_header %}` (context "sort"); an unknown key is ignored, not a 500."""
-    raw = request.GET.get("sort", "")
-    key = raw.removeprefix("-")
-    if key not in sort_fields:
+    the sort in effect for `{% sort_header %}` (context "sort")."""
+    raw = _asked_sort(request, sort_fields, warn)
+    if not raw:
         return qs, ""
-    field = sort_fields[key]
+    field = sort_fields[raw.removeprefix("-")]
     return qs.order_by(f"-{field}" if raw.startswith("-") else field, "-pk"), raw
 
 
-def sort_rows(request: HttpRequest, rows: list[dict[str, Any]], columns: set[str]) -> tuple[list[dict[str, Any]], str]:
+def sort_rows(
+    request: HttpRequest, rows: list[dict[str, Any]], columns: set[str], *, warn: bool = True
+) -> tuple[list[dict[str, Any]], str]:
     """`sort_queryset` for rows already computed (aggregate tables): `?sort=key` / `?sort=-key` over
-    the dict keys in `columns`; empty values last either way. Unknown keys leave the order as is."""
-    raw = request.GET.get("sort", "")
-    key = raw.removeprefix("-")
-    if key not in columns:
+    the dict keys in `columns`; empty values last either way."""
+    raw = _asked_sort(request, columns, warn)
+    if not raw:
         return rows, ""
+    key = raw.removeprefix("-")
     present = [r for r in rows if r.get(key) is not None]
     missing = [r for r in rows if r.get(key) is None]
     present.sort(key=lambda r: _sortable(r[key]), reverse=raw.startswith("-"))
     return present + missing, raw
+
+
+def _asked_sort(request: HttpRequest, keys: Iterable[str], warn: bool) -> str:
+    """`?sort=` when it names one of `keys`, else "". An unknown key (a stale bookmark, a typo) leaves
+    the usual order with a warning on the page (`warn`), as the API's `?ordering=` answers a 400:
+    ignored silently, the reader took the table for sorted as asked."""
+    raw = request.GET.get("sort", "")
+    if raw and raw.removeprefix("-") not in keys:
+        if warn:
+            messages.warning(request, UNKNOWN_SORT % {"sort": raw, "choices": ", ".join(sorted(keys))})
+        return ""
+    return raw
 
 
 def _sortable(value: Any) -> Any:

@@ -138,7 +138,7 @@ class AdminUsageView(AdminOrTeamLeadRequiredMixin, View):
         rows = usage_totals(request.user, group_by, since, until)
         for row in rows:  # the group's name sorts as text whatever it is (a user, a model…)
             row["name"] = str(row["group"])
-        rows, sort = sort_rows(request, rows, USAGE_COLUMNS)
+        rows, sort = sort_rows(request, rows, USAGE_COLUMNS, warn=not query.csv)  # a file shows no warning
         if query.csv:
             columns = ["since", "until", *CSV_COUNTERS, "cache_hit_ratio", "cost", "currency", "unpriced_requests"]
             response, writer = csv_download(

@@ -252,6 +252,12 @@ def test_the_deployment_list_filters_and_sorts(admin_client, host):
     assert 'aria-sort="descending"' in page
     assert "No deployment matches" in admin_client.get("/deployments/?status=running").content.decode()
     assert admin_client.get("/deployments/?sort=nonsense&status=bogus").status_code == 200  # not a 500
+    # An unknown column is said on the page, in the reader's language (it was silently ignored).
+    page = admin_client.get("/deployments/?sort=-nmae", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert (
+        "无法按 -nmae 排序，表格按默认顺序显示。请从以下选项中选择：backend, host, name, port, served, status。" in page
+    )
+    assert 'aria-sort="descending"' not in page
 
 
 def test_a_launch_whose_log_had_no_memory_report_does_not_say_not_launched(admin_client, host):
