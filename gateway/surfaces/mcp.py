@@ -14,7 +14,9 @@ answer any request and nothing is kept between them). This module does what the 
 3. each call takes a slot of the key's MCP rate limit (`limits.RedisLimiter`, the same atomic
    script as /v1, in its own `mcp:` window), and is recorded (`mcpservers.McpCall`);
 4. the team's credentials go upstream only; every error the developer sees is ours, JSON-RPC
-   shaped, and never carries them.
+   shaped, and never carries them;
+5. a browser's request (it carries `Origin`) only from the portal's own pages or those in
+   GATEWAY_MCP_ALLOWED_ORIGINS (the spec's defence against DNS rebinding).
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ import logging
 import time
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import mcp_types as types
 import orjson
 from django.conf import settings
+from django.http.request import split_domain_port, validate_host
 from django.utils.translation import gettext_noop
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
@@ -42,6 +46,7 @@ from mcpservers.models import McpServer
 from mcpservers.services import record_call
 from mcpservers.upstream import ClientGone, Upstream, UpstreamFailure, call_tool, list_tools
 from portal.i18n import Message, as_message
+from portal.public import DEFAULT_PORTS
 
 from ..auth import authenticate
 from ..cache import KeyInfo, namespace, run_db
@@ -61,6 +66,7 @@ TOOL_NOT_ALLOWED = -32003
 RATE_LIMITED = -32004
 UPSTREAM_UNAVAILABLE = -32005
 GATEWAY_UNAVAILABLE = -32006
+FORBIDDEN_ORIGIN = -32007
 # The `_meta` key of a tools/list answered from the tools the last check stored (the upstream is
 # down): {"reason": why the live list failed, "checked": when the stored list was taken}.
 STORED_CATALOG = "gateway-portal/stored-catalog"
@@ -294,66 +300,118 @@ class Front:
 front = Front()
 
 
-async def jsonrpc_error(
-    req: Request, status: int, code: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
-) -> None:
+class Rejected(Exception):
+    """A request refused before the SDK saw it: its HTTP status and JSON-RPC error."""
+
+    def __init__(self, status: int, code: int, message: str, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.headers = status, code, message, headers or []
+
+
+async def jsonrpc_error(req: Request, rejected: Rejected) -> None:
     """Our refusal before the SDK saw the request. A 401 carries no WWW-Authenticate challenge: MCP
     clients would take it as an invitation to an OAuth login the gateway does not offer (the key is
     the credential)."""
-    body = orjson.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}})
-    await send_bytes(req.send, status, body, headers or ())
+    error = {"code": rejected.code, "message": rejected.message}
+    body = orjson.dumps({"jsonrpc": "2.0", "id": None, "error": error})
+    await send_bytes(req.send, rejected.status, body, rejected.headers)
+
+
+def origin_of(url: str) -> str:
+    """`url` as a browser writes its Origin: scheme://host[:port], lower case, no default port
+    ("" for what is not one, such as the "null" of a sandboxed page)."""
+    parts = urlsplit(url.strip())
+    try:
+        port = parts.port
+    except ValueError:
+        return ""
+    scheme, host = parts.scheme.lower(), parts.hostname or ""
+    if not scheme or not host:
+        return ""
+    host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{host}" + (f":{port}" if port and str(port) != DEFAULT_PORTS.get(scheme) else "")
+
+
+def origin_allowed(origin: str, host: str) -> bool:
+    """Whether a page at `origin` may call: PORTAL_PUBLIC_URL's, one in GATEWAY_MCP_ALLOWED_ORIGINS,
+    or the address the request was sent to when its host is one the portal answers to
+    (ALLOWED_HOSTS). A DNS-rebinding page is at its own host name, which is none of these."""
+    seen = origin_of(origin)
+    if not seen:
+        return False
+    if seen in {origin_of(url) for url in (settings.PORTAL_PUBLIC_URL, *settings.GATEWAY_MCP_ALLOWED_ORIGINS)}:
+        return True
+    scheme = seen.split(":", 1)[0]
+    domain, _port = split_domain_port(host)
+    return origin_of(f"{scheme}://{host}") == seen and validate_host(domain, settings.ALLOWED_HOSTS)
+
+
+def check_origin(req: Request) -> None:
+    """A 403 for a page the portal does not trust: the spec's MUST against DNS rebinding."""
+    origin = req.headers.get("origin")
+    if origin is not None and not origin_allowed(origin, req.headers.get("host", "")):
+        raise Rejected(
+            403,
+            FORBIDDEN_ORIGIN,
+            f"Requests from the web page at {origin[:200]!r} are refused: a browser may call this MCP endpoint "
+            "only from the portal's own pages. To allow that page, the portal's operator adds its origin to "
+            "the GATEWAY_MCP_ALLOWED_ORIGINS setting.",
+        )
 
 
 async def serve(req: Request) -> None:
     """/mcp/<slug> (POST; DELETE as the SDK answers it in stateless mode; GET is a 405)."""
+    try:
+        caller = await admit(req)
+    except Rejected as rejected:
+        await jsonrpc_error(req, rejected)
+        return
+    manager = await front.start()
+    receive, watcher = watched(req, caller.gone)
+    try:
+        await manager.handle_request({**req.scope, SCOPE_KEY: caller}, receive, req.send)
+    finally:
+        watcher.cancel()
+
+
+async def admit(req: Request) -> Caller:
+    """Who calls which server, or the refusal."""
+    check_origin(req)
     if req.method == "GET":
         # The spec's answer for "no server-initiated stream here": stateless, the gateway has
         # nothing to send on one, and the SDK would hold every client's stream open, idle, forever
         # (the TypeScript SDK, Claude Code's and Cline's, opens one after initialize and takes a
         # 405 as no).
-        await jsonrpc_error(
-            req,
+        raise Rejected(
             405,
             types.INVALID_REQUEST,
             "This MCP endpoint has no server-to-client stream: send requests with POST.",
             [(b"allow", b"POST, DELETE")],
         )
-        return
     slug = req.subpath[len(PATH_PREFIX) :].strip("/")
     try:
         key = await authenticate(req)
         found = await run_db(_load, key.id, slug) if slug else None
     except GatewayError as exc:
         code = NOT_AUTHENTICATED if exc.status in (401, 403) else GATEWAY_UNAVAILABLE
-        await jsonrpc_error(req, exc.status, code, exc.message)
-        return
+        raise Rejected(exc.status, code, exc.message) from None
     if not slug:
-        await jsonrpc_error(
-            req,
+        raise Rejected(
             404,
             UNKNOWN_SERVER,
             "Add the MCP server's name to the path: /mcp/<server>. The servers you may use, with their URLs, are "
             "listed on the portal's Connect page.",
         )
-        return
     if found is None:
-        await jsonrpc_error(
-            req,
+        raise Rejected(
             404,
             UNKNOWN_SERVER,
             f"No MCP server {slug!r} that this key may use. The servers you may use are listed on the portal's "
             "Connect page.",
         )
-        return
     upstream, stored = found
-    manager = await front.start()
     allowed = frozenset(name for name, _, _ in stored.tools)
-    caller = Caller(key, upstream, allowed, key.team_id, stored, asyncio.Event())
-    receive, watcher = watched(req, caller.gone)
-    try:
-        await manager.handle_request({**req.scope, SCOPE_KEY: caller}, receive, req.send)
-    finally:
-        watcher.cancel()
+    return Caller(key, upstream, allowed, key.team_id, stored, asyncio.Event())
 
 
 def watched(req: Request, gone: asyncio.Event) -> tuple[Receive, asyncio.Task[None]]:

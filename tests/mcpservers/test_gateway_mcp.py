@@ -458,3 +458,39 @@ def test_a_get_is_told_there_is_no_server_stream_not_held_open(gateway_url, trac
         body = json.loads(answer.read()) if status == 405 else None
     assert (status, allow, content_type) == (405, "POST, DELETE", "application/json")
     assert body["error"]["code"] == -32600 and "POST" in body["error"]["message"]
+
+
+def _tools_list(url: str, plaintext: str, **headers: str) -> httpx.Response:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    sent = {"accept": "application/json, text/event-stream", "authorization": f"Bearer {plaintext}", **headers}
+    return httpx.post(url, json=body, headers=sent, timeout=60)
+
+
+def test_a_browser_page_calls_only_from_the_portals_own_origin_or_an_allowed_one(gateway_url, settings, tracker, alice):
+    """The MCP spec: servers MUST validate Origin (DNS rebinding: a page at attacker.example, its
+    name pointed at the gateway's address, is same-origin to the browser). Any Origin was served."""
+    key, plaintext = issue_key(owner=alice, name="laptop")
+    grant(tracker, tool="echo", key=key)
+    url = f"{gateway_url}/mcp/tracker"
+    port = gateway_url.rsplit(":", 1)[1]
+
+    refused = _tools_list(url, plaintext, origin="http://attacker.example")
+    assert refused.status_code == 403 and refused.headers["content-type"] == "application/json"
+    error = refused.json()["error"]
+    assert error["code"] == -32007 and "GATEWAY_MCP_ALLOWED_ORIGINS" in error["message"]
+    assert "'http://attacker.example'" in error["message"]
+    # Rebound: the page's host name is the one the browser sends as Host, too.
+    rebound = _tools_list(url, plaintext, origin=f"http://attacker.example:{port}", host=f"attacker.example:{port}")
+    assert rebound.status_code == 403 and rebound.json()["error"]["code"] == -32007
+    assert _tools_list(url, plaintext, origin="null").status_code == 403  # a sandboxed page, a file
+    assert httpx.get(url, headers={"origin": "http://attacker.example"}, timeout=60).status_code == 403
+
+    # The portal's own pages (the address it was reached at, a host it answers to), no Origin at
+    # all (editors, CLIs, SDKs), PORTAL_PUBLIC_URL's and the listed ones are served.
+    settings.PORTAL_PUBLIC_URL = "https://llm.example.com"
+    settings.GATEWAY_MCP_ALLOWED_ORIGINS = ["https://Tools.example.com:443/"]
+    for origin in (gateway_url, "https://llm.example.com", "https://tools.example.com", None):
+        answer = _tools_list(url, plaintext, **({"origin": origin} if origin else {}))
+        assert answer.status_code == 200, (origin, answer.text)
+        assert [t["name"] for t in answer.json()["result"]["tools"]] == ["echo"]
+    assert _tools_list(url, plaintext, origin="https://tools.example.com:8443").status_code == 403
