@@ -109,8 +109,12 @@ class Request:
         """The body as read so far (all of it once a surface parsed it)."""
         return self._body or b""
 
-    async def body(self) -> bytes:
+    async def body(self, limit: int = MAX_BODY) -> bytes:
+        """The whole body; a 413 once it is larger than `limit` (said by Content-Length, or read)."""
         if self._body is None:
+            length = self.headers.get("content-length", "")
+            if length.isdigit() and int(length) > limit:
+                raise GatewayError(413, "Request body is too large.", code="body_too_large")
             chunks: list[bytes] = []
             size = 0
             while True:
@@ -119,7 +123,7 @@ class Request:
                     raise GatewayError(499, "client disconnected before sending the body", code="client_disconnected")
                 chunk = message.get("body", b"")
                 size += len(chunk)
-                if size > MAX_BODY:
+                if size > limit:
                     raise GatewayError(413, "Request body is too large.", code="body_too_large")
                 chunks.append(chunk)
                 if not message.get("more_body", False):

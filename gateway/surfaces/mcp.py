@@ -16,7 +16,9 @@ answer any request and nothing is kept between them). This module does what the 
 4. the team's credentials go upstream only; every error the developer sees is ours, JSON-RPC
    shaped, and never carries them;
 5. a browser's request (it carries `Origin`) only from the portal's own pages or those in
-   GATEWAY_MCP_ALLOWED_ORIGINS (the spec's defence against DNS rebinding).
+   GATEWAY_MCP_ALLOWED_ORIGINS (the spec's defence against DNS rebinding), and the refusals of a
+   body the SDK would not take (its type, size, JSON, envelope) as JSON-RPC errors saying what is
+   wrong: the SDK's are plain text or a page of pydantic's report.
 """
 
 from __future__ import annotations
@@ -30,14 +32,16 @@ from urllib.parse import urlsplit
 
 import mcp_types as types
 import orjson
+import pydantic_core
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 from django.utils.translation import gettext_noop
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 from mcp.shared.exceptions import MCPError
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from keys.models import Key
 from mcpservers.access import PATH_PREFIX, allowed_tools
@@ -67,6 +71,7 @@ RATE_LIMITED = -32004
 UPSTREAM_UNAVAILABLE = -32005
 GATEWAY_UNAVAILABLE = -32006
 FORBIDDEN_ORIGIN = -32007
+MAX_MESSAGE_BYTES = DEFAULT_MAX_REQUEST_BODY_SIZE  # the SDK's limit, said by us
 # The `_meta` key of a tools/list answered from the tools the last check stored (the upstream is
 # down): {"reason": why the live list failed, "checked": when the stored list was taken}.
 STORED_CATALOG = "gateway-portal/stored-catalog"
@@ -359,23 +364,74 @@ def check_origin(req: Request) -> None:
         )
 
 
+def is_json(content_type: str) -> bool:
+    """The SDK's rule: application/json, parameters (charset) allowed."""
+    return content_type.split(";", 1)[0].strip().lower() == "application/json"
+
+
+def envelope_problem(message: Any) -> str:
+    """What keeps `message` from being one JSON-RPC 2.0 message, in a sentence (pydantic's report
+    on the SDK's four models at once runs to a page)."""
+    if isinstance(message, list):
+        return "The request body is a JSON array: send one JSON-RPC message per request (batches are not supported)."
+    if not isinstance(message, dict):
+        return "The request body must be a JSON-RPC 2.0 message, a JSON object."
+    if message.get("jsonrpc") != "2.0":
+        return 'The request body is not a JSON-RPC 2.0 message: "jsonrpc" must be "2.0".'
+    if "method" not in message and "id" in message:
+        return 'The request body has no "method" (nor, as a response, "result" or "error").'
+    if not isinstance(message.get("method"), str):
+        return 'The request body\'s "method" must be a string naming the method, such as "tools/list".'
+    if message.get("params") is not None and not isinstance(message["params"], dict):
+        return 'The request\'s "params" must be a JSON object.'
+    return "The request body is not a JSON-RPC 2.0 request, notification or response."
+
+
+async def read_message(req: Request) -> bytes:
+    """The POST's body once it is JSON the SDK takes as a JSON-RPC message; the SDK's own refusals
+    of it are plain text (type, size) or pydantic's report (envelope)."""
+    content_type = req.headers.get("content-type", "")
+    if not is_json(content_type):
+        raise Rejected(
+            400,
+            types.INVALID_REQUEST,
+            f"The request's Content-Type is {content_type[:100]!r}: send the JSON-RPC message as application/json.",
+        )
+    try:
+        body = await req.body(MAX_MESSAGE_BYTES)
+    except GatewayError as exc:
+        if exc.status != 413:
+            raise
+        mib = MAX_MESSAGE_BYTES // (1 << 20)
+        raise Rejected(413, types.INVALID_REQUEST, f"The request body is larger than {mib} MiB.") from None
+    try:
+        message = pydantic_core.from_json(body)
+    except ValueError as exc:
+        raise Rejected(400, types.PARSE_ERROR, f"The request body is not valid JSON ({exc}).") from None
+    try:
+        types.jsonrpc_message_adapter.validate_python(message, by_name=False)
+    except ValidationError:
+        raise Rejected(400, types.INVALID_REQUEST, envelope_problem(message)) from None
+    return body
+
+
 async def serve(req: Request) -> None:
     """/mcp/<slug> (POST; DELETE as the SDK answers it in stateless mode; GET is a 405)."""
     try:
-        caller = await admit(req)
+        caller, body = await admit(req)
     except Rejected as rejected:
         await jsonrpc_error(req, rejected)
         return
     manager = await front.start()
-    receive, watcher = watched(req, caller.gone)
+    receive, watcher = watched(req, body, caller.gone)
     try:
         await manager.handle_request({**req.scope, SCOPE_KEY: caller}, receive, req.send)
     finally:
         watcher.cancel()
 
 
-async def admit(req: Request) -> Caller:
-    """Who calls which server, or the refusal."""
+async def admit(req: Request) -> tuple[Caller, bytes]:
+    """Who calls which server, and the body for the SDK; or the refusal."""
     check_origin(req)
     if req.method == "GET":
         # The spec's answer for "no server-initiated stream here": stateless, the gateway has
@@ -410,31 +466,28 @@ async def admit(req: Request) -> Caller:
             "Connect page.",
         )
     upstream, stored = found
+    body = await read_message(req) if req.method == "POST" else await req.body(MAX_MESSAGE_BYTES)
     allowed = frozenset(name for name, _, _ in stored.tools)
-    return Caller(key, upstream, allowed, key.team_id, stored, asyncio.Event())
+    return Caller(key, upstream, allowed, key.team_id, stored, asyncio.Event()), body
 
 
-def watched(req: Request, gone: asyncio.Event) -> tuple[Receive, asyncio.Task[None]]:
-    """The request's `receive` for the SDK, and a task that sets `gone` when the client disconnects.
-    The SDK reads the body and then, answering with JSON, never listens to the connection again: a
-    client that gave up would leave the tool running upstream until the server's timeout. So the
-    body goes to the SDK as it comes, and after it the connection is watched here (the SDK's later
-    reads wait for `gone`)."""
-    body_read = asyncio.Event()
+def watched(req: Request, body: bytes, gone: asyncio.Event) -> tuple[Receive, asyncio.Task[None]]:
+    """The request's `receive` for the SDK (the body, read already), and a task that sets `gone`
+    when the client disconnects. The SDK reads the body and then, answering with JSON, never
+    listens to the connection again: a client that gave up would leave the tool running upstream
+    until the server's timeout. So the connection is watched here (the SDK's later reads wait for
+    `gone`)."""
+    given = False
 
     async def receive() -> dict[str, Any]:
-        if body_read.is_set():
+        nonlocal given
+        if given:
             await gone.wait()
             return {"type": "http.disconnect"}
-        message = await req.receive()
-        if message["type"] == "http.disconnect":
-            gone.set()
-        elif not message.get("more_body", False):
-            body_read.set()
-        return message
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
 
     async def watch() -> None:
-        await body_read.wait()
         while (await req.receive())["type"] != "http.disconnect":
             pass
         gone.set()

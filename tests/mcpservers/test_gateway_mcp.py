@@ -494,3 +494,44 @@ def test_a_browser_page_calls_only_from_the_portals_own_origin_or_an_allowed_one
         assert answer.status_code == 200, (origin, answer.text)
         assert [t["name"] for t in answer.json()["result"]["tools"]] == ["echo"]
     assert _tools_list(url, plaintext, origin="https://tools.example.com:8443").status_code == 403
+
+
+def test_a_body_the_sdk_would_not_take_is_refused_as_a_short_jsonrpc_error(gateway_url, tracker, alice):
+    """The SDK refused a wrong Content-Type and a body over 4 MiB in plain text, and a message that
+    is not JSON-RPC with a page of pydantic's report (code -32602, invalid params)."""
+    key, plaintext = issue_key(owner=alice, name="laptop")
+    grant(tracker, key=key)
+    url = f"{gateway_url}/mcp/tracker"
+    headers = {"accept": "application/json, text/event-stream", "authorization": f"Bearer {plaintext}"}
+    as_json = {**headers, "content-type": "application/json"}
+    newer = {**headers, "content-type": "text/plain", "mcp-protocol-version": "2026-07-28"}  # the SDK's other path
+    cases = [
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}', {**headers, "content-type": "text/plain"}, 400),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}', newer, 400),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": "%s"}}' % (b"x" * (4 << 20)), as_json, 413),
+        (b'{"jsonrpc": "2.0", "id": 1}', as_json, 400),
+        (b'{"jsonrpc": "1.0", "id": 1, "method": "tools/list"}', as_json, 400),
+        (b'[{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}]', as_json, 400),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": [1]}', as_json, 400),
+        (b"{nope", as_json, 400),
+    ]
+    errors = []
+    for body, sent, status in cases:
+        answer = httpx.post(url, content=body, headers=sent, timeout=60)
+        assert (answer.status_code, answer.headers.get("content-type")) == (status, "application/json"), answer.text
+        reply = answer.json()
+        assert reply["jsonrpc"] == "2.0" and reply["id"] is None
+        errors.append((reply["error"]["code"], reply["error"]["message"]))
+    assert errors == [
+        (-32600, "The request's Content-Type is 'text/plain': send the JSON-RPC message as application/json."),
+        (-32600, "The request's Content-Type is 'text/plain': send the JSON-RPC message as application/json."),
+        (-32600, "The request body is larger than 4 MiB."),
+        (-32600, 'The request body has no "method" (nor, as a response, "result" or "error").'),
+        (-32600, 'The request body is not a JSON-RPC 2.0 message: "jsonrpc" must be "2.0".'),
+        (
+            -32600,
+            "The request body is a JSON array: send one JSON-RPC message per request (batches are not supported).",
+        ),
+        (-32600, 'The request\'s "params" must be a JSON object.'),
+        (-32700, "The request body is not valid JSON (key must be a string at line 1 column 2)."),
+    ]
