@@ -3,7 +3,7 @@
 /api/hosts/ and /api/hosts/{id}/        list, create, read, update, delete (409 while used or downloading)
 /api/hosts/{id}/refresh-inventory/      POST → queued ("Refresh now")
 /api/hosts/{id}/confirm-host-key/       POST {"fingerprint": …} → pins the key seen last
-/api/hosts/{id}/models/                 GET the model folders on its disk (over SSH; 502 when unreachable)
+/api/hosts/{id}/models/                 GET the model folders on its disk, over SSH (`_not_reached`)
 /api/hosts/{id}/models/{name}/          DELETE one (409 while a download writes into it or a deployment serves from it)
 """
 
@@ -21,6 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from hosts import services, tasks
+from hosts.choices import HostStatus
 from hosts.downloads import services as downloads
 from hosts.filters import HostFilterSet
 from hosts.models import Host
@@ -77,7 +78,9 @@ class HostViewSet(viewsets.ModelViewSet[Host]):
             raise ValidationError({"fingerprint": exc.messages}) from None
         return Response({"host_key_fingerprint": host.host_key_fingerprint, "status": host.status})
 
-    @extend_schema(request=None, responses={200: ModelOnDiskSerializer(many=True), 502: DetailSerializer})
+    @extend_schema(
+        request=None, responses={200: ModelOnDiskSerializer(many=True), 409: DetailSerializer, 502: DetailSerializer}
+    )
     @action(detail=True, methods=["get"], url_path="models", pagination_class=None, filterset_class=None)
     def models(self, request: AuthenticatedRequest, pk: str | None = None) -> Response:
         """The model folders in the host's download folder, as the host page's "Models on disk" lists them."""
@@ -85,7 +88,7 @@ class HostViewSet(viewsets.ModelViewSet[Host]):
         try:
             rows = downloads.models_on_disk(host)
         except ssh.SSHError as exc:
-            return Response({"detail": exc.message}, status=status.HTTP_502_BAD_GATEWAY)
+            return _not_reached(exc)
         return Response(ModelOnDiskSerializer(rows, many=True).data)
 
     @extend_schema(
@@ -101,6 +104,16 @@ class HostViewSet(viewsets.ModelViewSet[Host]):
             return Response({"detail": " ".join(exc.messages)}, status=status.HTTP_400_BAD_REQUEST)
         except downloads.DownloadConflict as exc:
             return Response({"detail": exc.message}, status=status.HTTP_409_CONFLICT)
-        except (downloads.DownloadFailed, ssh.SSHError) as exc:
+        except ssh.SSHError as exc:
+            return _not_reached(exc)
+        except downloads.DownloadFailed as exc:
             return Response({"detail": exc.message}, status=status.HTTP_502_BAD_GATEWAY)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def _not_reached(exc: ssh.SSHError) -> Response:
+    """What a host not reached over SSH answers: 409 when its record must change first (no key
+    stored, a refused login, a host key to confirm or that changed: `exc.status`), 502 when it did
+    not answer (down, refused, timed out). The detail says which and what to do."""
+    code = status.HTTP_502_BAD_GATEWAY if exc.status == HostStatus.UNREACHABLE else status.HTTP_409_CONFLICT
+    return Response({"detail": exc.message}, status=code)

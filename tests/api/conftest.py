@@ -79,7 +79,14 @@ def lead_api(lena) -> APIClient:
 @pytest.fixture
 def host(db, ssh_private_key) -> Host:
     host = Host.objects.create(
-        name="gpu-1", address="10.0.0.5", username="ubuntu", private_key=ssh_private_key, labels=["a100"]
+        name="gpu-1",
+        # Loopback's port 1, where nothing listens: what reaches the host over SSH is refused at once
+        # (a made-up address may be answered by a machine's network, then time out in the handshake).
+        address="127.0.0.1",
+        ssh_port=1,
+        username="ubuntu",
+        private_key=ssh_private_key,
+        labels=["a100"],
     )
     GPU.objects.create(host=host, index=0, name="NVIDIA A100", memory_total_mib=81920, memory_used_mib=1024)
     return host

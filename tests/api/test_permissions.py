@@ -90,9 +90,9 @@ MATRIX = [
     ("post", "/api/hosts/{host}/confirm-host-key/", {"fingerprint": "SHA256:x"}, (401, 403, 403, 403, 400)),
     # the world's download to the host still runs: cancel it first
     ("delete", "/api/hosts/{host}/", None, (401, 403, 403, 403, 409)),
-    # the models on a host's disk are read over SSH: a host without a private key is a 502
-    ("get", "/api/hosts/{keyless_host}/models/", None, (401, 403, 403, 403, 502)),
-    ("delete", "/api/hosts/{keyless_host}/models/{model_folder}/", None, (401, 403, 403, 403, 502)),
+    # the models on a host's disk are read over SSH: a host without a private key must get one first
+    ("get", "/api/hosts/{keyless_host}/models/", None, (401, 403, 403, 403, 409)),
+    ("delete", "/api/hosts/{keyless_host}/models/{model_folder}/", None, (401, 403, 403, 403, 409)),
     # channels: admins only
     ("get", "/api/channels/", None, (401, 403, 403, 403, 200)),
     (

@@ -47,7 +47,18 @@ PARTS = 3
 TIMEOUT = int(os.environ.get("PORTAL_SCHEMATHESIS_TIMEOUT", "2400"))
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.timeout(TIMEOUT)]
-CHECKS = [not_a_server_error, response_schema_conformance]
+
+
+@schemathesis.check
+def no_error_of_ours(ctx, response, case) -> bool | None:
+    """`not_a_server_error`, but for a 502 the operation documents: a GPU host that did not answer
+    over SSH (the world's host is loopback's port 1), which the detail says; the host's, not ours."""
+    if response.status_code == 502 and "502" in case.operation.definition.raw.get("responses", {}):
+        return None
+    return not_a_server_error(ctx, response, case)
+
+
+CHECKS = [no_error_of_ours, response_schema_conformance]
 
 
 def fuzz(openapi_schema, world, users: dict, part: int) -> list[str]:
