@@ -56,7 +56,7 @@ async def run_ours(url: str, n: int, conc: int) -> tuple[float, float]:
     from gateway.resp import RespClient
 
     client = RespClient(url)
-    keys = ["rcbench:gen:keys", "rcbench:gen:routes"]
+    keys = ["rcbench:gen:keys", "rcbench:gen:routes", "rcbench:epoch"]
     await client.evalsha(ADMIT_LUA, keys, args_for(0))
     sem = asyncio.Semaphore(conc)
 
@@ -78,7 +78,7 @@ async def run_redis_py(url: str, n: int, conc: int) -> tuple[float, float]:
 
     client = aredis.Redis.from_url(url, max_connections=conc)
     script = client.register_script(ADMIT_LUA)
-    keys = ["rcbench:gen:keys", "rcbench:gen:routes"]
+    keys = ["rcbench:gen:keys", "rcbench:gen:routes", "rcbench:epoch"]
     await script(keys=keys, args=args_for(0))
     sem = asyncio.Semaphore(conc)
 

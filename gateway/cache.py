@@ -61,17 +61,21 @@ T = TypeVar("T")
 # (monkeypatch.setenv too) update it.
 _ENVIRON: dict[bytes, bytes] | None = getattr(os.environ, "_data", None) if os.name == "posix" else None
 _NAMESPACE = b"GATEWAY_REDIS_NAMESPACE"
-# (the variable's raw value, the namespace, its generation keys)
-_namespace_cache: tuple[bytes | None, str, tuple[str, str]] = (None, "gw", ("gw:gen:keys", "gw:gen:routes"))
+# (the variable's raw value, the namespace, its generation keys and its Redis epoch key)
+_namespace_cache: tuple[bytes | None, str, tuple[str, str, str]] = (
+    None,
+    "gw",
+    ("gw:gen:keys", "gw:gen:routes", "gw:epoch"),
+)
 
 
-def _namespace() -> tuple[str, tuple[str, str]]:
+def _namespace() -> tuple[str, tuple[str, str, str]]:
     global _namespace_cache
     raw = _ENVIRON.get(_NAMESPACE) if _ENVIRON is not None else None
     cached = _namespace_cache
     if _ENVIRON is None or cached[0] != raw:  # not POSIX: read each time
         ns = os.environ.get("GATEWAY_REDIS_NAMESPACE") or "gw"
-        cached = _namespace_cache = (raw, ns, (f"{ns}:gen:keys", f"{ns}:gen:routes"))
+        cached = _namespace_cache = (raw, ns, (f"{ns}:gen:keys", f"{ns}:gen:routes", f"{ns}:epoch"))
     return cached[1], cached[2]
 
 
@@ -82,6 +86,12 @@ def namespace() -> str:
 
 def generation_keys() -> tuple[str, str]:
     """The Redis keys of the cache generations (keys, routes) in this namespace."""
+    keys = _namespace()[1]
+    return keys[0], keys[1]
+
+
+def admission_keys() -> tuple[str, str, str]:
+    """The generation keys and the epoch key (`limits.ADMIT_LUA`): one tuple, made once."""
     return _namespace()[1]
 
 

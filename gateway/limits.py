@@ -32,7 +32,7 @@ from django.conf import settings
 from portal import faults
 from portal.hot import hot
 
-from .cache import BudgetInfo, generation_keys
+from .cache import BudgetInfo, admission_keys, generation_keys
 from .http import GatewayError
 from .resp import Encoded, RespClient, RespError
 
@@ -127,6 +127,7 @@ class Admission:
     budget_keys: list[str] = field(default_factory=list)  # the counters the cost was reserved on
     cost: int = 0  # nano-units reserved on each
     alerts: list[BudgetInfo] = field(default_factory=list)  # budgets this reservation took past their alert
+    epoch: object = b""  # Redis's epoch at the admission (`ADMIT_LUA`): a settle after a restart corrects nothing
 
 
 _windows_cache: tuple[int, tuple[str, str, float, float]] = (-1, ("", "", 0.0, 0.0))
@@ -247,8 +248,9 @@ def rate_headers(scopes: list[Scope], counts: list[int] | None = None) -> list[t
 #       then, for a request that may be sent to on-demand deployments, per deployment: its in-flight
 #       set and lease (seconds): an admitted request is added there atomically with the generations'
 #       check (see `admit`).
+# KEYS: the keys and routes generations, the epoch (`cache.admission_keys`).
 # Returns {1, gen_keys, gen_routes, key_rpm_used, key_tpm_used, budgets that crossed their alert,
-#         tokens reserved},
+#         tokens reserved, epoch},
 #         {0, gen_keys, gen_routes, scope index, limit name, limit value, retry_ms} ('budget': the
 #         budget's index, its cap, ms to its window's end or -1), or
 #         {2, gen_keys, gen_routes} when the caller's caches are stale (nothing reserved).
@@ -379,20 +381,43 @@ while ARGV[od] do  -- a request to on-demand deployments: in flight from now on,
   redis.call('ZADD', ARGV[od], now / 1000 + tonumber(ARGV[od + 1]), rid)
   od = od + 2
 end
-return {1, gens[1], gens[2], used[1] or 0, used[2] or 0, table.concat(alerts, ','), tok}
+-- this Redis's epoch: set by the first admission after it started empty (a restart without
+-- persistence), so a settle can tell whether the reservations it corrects are still here
+local epoch = redis.call('GET', KEYS[3])
+if not epoch then
+  epoch = rid
+  redis.call('SET', KEYS[3], rid)
+end
+return {1, gens[1], gens[2], used[1] or 0, used[2] or 0, table.concat(alerts, ','), tok, epoch}
 """
 
 # ARGV: request id, reserved, actual, day, month, scope count, cost reserved, cost actual (nano-units),
-# then the scope prefixes, then the budgets' counters.
+# then the scope prefixes, then the budgets' counters, then the epoch key and the admission's epoch.
 SETTLE_LUA = """
 local rid = ARGV[1]
 local reserved = tonumber(ARGV[2])
 local actual = tonumber(ARGV[3])
 local delta = actual - reserved
 local n = tonumber(ARGV[6])
+if redis.call('GET', ARGV[#ARGV - 1]) ~= ARGV[#ARGV] then
+  -- Redis lost its data since the admission (a restart without persistence): the reservation is
+  -- not in the day's and month's counters (requests admitted since may have started them again),
+  -- so what the request used is added, not corrected
+  for i = 9, 8 + n do
+    local p = ARGV[i]
+    if actual > 0 then
+      redis.call('INCRBY', p .. ':d:' .. ARGV[4], actual)
+      redis.call('EXPIRE', p .. ':d:' .. ARGV[4], 172800)
+      redis.call('INCRBY', p .. ':m:' .. ARGV[5], actual)
+      redis.call('EXPIRE', p .. ':m:' .. ARGV[5], 2764800)
+    end
+    redis.call('ZREM', p .. ':p', rid)
+  end
+  return 0
+end
 local cost_delta = tonumber(ARGV[8]) - tonumber(ARGV[7])
 if cost_delta ~= 0 then
-  for i = 9 + n, #ARGV do
+  for i = 9 + n, #ARGV - 2 do
     -- a counter gone (its window ended long ago) is not brought back without an expiry
     if redis.call('EXISTS', ARGV[i]) == 1 then redis.call('INCRBY', ARGV[i], cost_delta) end
   end
@@ -406,8 +431,8 @@ for i = 9, 8 + n do
       redis.call('ZADD', p .. ':t', score, rid .. '|' .. actual)
       redis.call('INCRBY', p .. ':ts', delta)
     end
-    -- a counter gone (a Redis restart, or its window ended) holds no reservation to correct:
-    -- a correction would start it below zero and without an expiry
+    -- a counter gone (its window ended) holds no reservation to correct: a correction would
+    -- start it below zero and without an expiry
     for _, c in ipairs({p .. ':d:' .. ARGV[4], p .. ':m:' .. ARGV[5]}) do
       if redis.call('EXISTS', c) == 1 then redis.call('INCRBY', c, delta) end
     end
@@ -559,7 +584,7 @@ class RedisLimiter:
             for pair in busy:
                 args += pair
         try:
-            res = await self.redis.evalsha(ADMIT_LUA, generation_keys(), args)
+            res = await self.redis.evalsha(ADMIT_LUA, admission_keys(), args)
         except (OSError, RespError) as exc:  # ConnectionError is an OSError
             full = faults.is_disk_full(exc)  # Redis refuses writes it cannot append to its file
             logger.error("Redis admission failed: %r%s", exc, f" ({faults.disk_full_message()})" if full else "")
@@ -581,7 +606,7 @@ class RedisLimiter:
         if int(res[0]) == 1:
             day, month, _to_day, _to_month = _windows(now)
             reserved = int(res[6]) if len(res) > 6 else tokens
-            adm = Admission(request_id, scopes, reserved, day, month, period, generations=gens)
+            adm = Admission(request_id, scopes, reserved, day, month, period, generations=gens, epoch=res[7])
             adm.headers = rate_headers(scopes, [int(res[3]), int(res[4])])
             if budgets:
                 adm.budget_keys, adm.cost = budget_keys, cost
@@ -631,6 +656,7 @@ class RedisLimiter:
         for s in adm.scopes:
             args.append(s.encoded_prefix)
         args += adm.budget_keys
+        args += (admission_keys()[2], adm.epoch)
 
         def queue(exc: BaseException) -> None:
             logger.warning("settle of %s queued for a replay (Redis: %r)", adm.request_id, exc)

@@ -40,7 +40,8 @@ own (what a reader gets at once from a burst that a network merged), and holds t
 keep the connection open (at most `hold` seconds) and note in `holds` whether the client closed it
 first; `end_pause` ends a Chat stream's body that long after its `[DONE]`. Prompt tokens are the
 number of whitespace-separated words in the input. With `up.gate` (a threading.Event) every request,
-once recorded, waits for it to be set before it is answered."""
+once recorded, waits for it to be set before it is answered (the gate in place when it came: a test
+may hold one request and let later ones through with `up.gate = None`)."""
 
 from __future__ import annotations
 
@@ -315,7 +316,8 @@ class FakeUpstream:
                 self.closed_idle += 1
                 request.transport.close()
                 return body, {}, web.Response(status=204)  # never reaches the client
-        while self.gate is not None and not self.gate.is_set():
+        gate = self.gate  # the one in place when the request came: a later one does not release it
+        while gate is not None and not gate.is_set():
             await asyncio.sleep(0.02)
         denied = self._unauthorized(request)
         if denied is not None:

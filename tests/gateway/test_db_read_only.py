@@ -23,15 +23,31 @@ def post(url: str, key: str) -> httpx.Response:
     return httpx.post(url + "/v1/chat/completions", json=SHORT, headers={"Authorization": f"Bearer {key}"}, timeout=30)
 
 
-def read_only(on: bool) -> None:
-    """New sessions of the test database are read-only (or not); the others' are dropped, so the
-    gateway reconnects to what the database now is. This test's own session keeps writing."""
+def sessions() -> list[int]:
+    with connection.cursor() as cur:
+        cur.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+        return [pid for (pid,) in cur.fetchall()]
+
+
+@pytest.fixture
+def earlier_sessions(transactional_db) -> list[int]:
+    """The sessions of the test database open before the gateway started: this process's other
+    ones (Django keeps a connection per context: a browser test's, in Playwright's, outlives it),
+    which the failover must not take from the tests that run after this one."""
+    return sessions()
+
+
+def read_only(on: bool, spare: list[int]) -> None:
+    """New sessions of the test database are read-only (or not); the others' but `spare` are
+    dropped, so the gateway reconnects to what the database now is. This test's own session
+    keeps writing."""
     with connection.cursor() as cur:
         name = connection.ops.quote_name(connection.settings_dict["NAME"])
         cur.execute(f"ALTER DATABASE {name} {'SET default_transaction_read_only = on' if on else 'RESET ALL'}")
         cur.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid() AND pid <> ALL(%s)",
+            [spare],
         )
 
 
@@ -39,18 +55,20 @@ def flush_errors() -> float:
     return REGISTRY.get_sample_value("gateway_usage_flush_errors_total") or 0.0
 
 
-def test_usage_recorded_while_the_database_is_read_only_is_written_once_it_takes_writes(setup, gateway_url, settings):
+def test_usage_recorded_while_the_database_is_read_only_is_written_once_it_takes_writes(
+    earlier_sessions, setup, gateway_url, settings
+):
     require_postgres()
     assert post(gateway_url, setup.plaintext).status_code == 200
     wait_for(lambda: UsageRecord.objects.count() == 1, timeout=30)
     failed = settings.GATEWAY_STATE_DIR / "usage-journal" / "failed"
     errors = flush_errors()
-    read_only(True)
+    read_only(True, earlier_sessions)
     try:
         for _ in range(3):
             assert post(gateway_url, setup.plaintext).status_code == 200
         wait_for(lambda: flush_errors() > errors, timeout=30)  # the writer met the read-only database
     finally:
-        read_only(False)
+        read_only(False, earlier_sessions)
     wait_for(lambda: UsageRecord.objects.count() == 4, timeout=60)
     assert not failed.exists() or not any(failed.iterdir())

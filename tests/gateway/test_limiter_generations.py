@@ -26,8 +26,8 @@ async def _scenario(url: str):
         await limiter.redis.call("SET", gen_keys, "7")
         from gateway import limits
 
-        original = limits.generation_keys
-        limits.generation_keys = lambda: (gen_keys, f"{prefix}:gen:routes")
+        original = limits.admission_keys
+        limits.admission_keys = lambda: (gen_keys, f"{prefix}:gen:routes", f"{prefix}:epoch")
         try:
             stale = await limiter.admit("r1", [scope], 10, expected=("6", None))
             in_flight_after_stale = await limiter.redis.call("ZCARD", f"{prefix}:k:1:p")
@@ -36,7 +36,7 @@ async def _scenario(url: str):
             second = await limiter.admit("r3", [scope], 10, expected=("7", None))
             unchecked = await limiter.admit("r4", [scope], 10, expected=None)
         finally:
-            limits.generation_keys = original
+            limits.admission_keys = original
         return stale, int(in_flight_after_stale), int(requests_after_stale), fresh, second, unchecked
     finally:
         keys = await limiter.redis.call("KEYS", f"{prefix}*")
@@ -68,8 +68,8 @@ async def _busy_scenario(url: str):
     gen_keys, busy, other = f"{prefix}:gen:keys", f"{prefix}:od:busy:7", f"{prefix}:od:busy:8"
     scope = Scope(f"{prefix}:k:1", "key", {"requests_per_minute": 2})
     budget = BudgetInfo(id=1, label="key", window="day", amount=10**12)
-    original = limits.generation_keys
-    limits.generation_keys = lambda: (gen_keys, f"{prefix}:gen:routes")
+    original = limits.admission_keys
+    limits.admission_keys = lambda: (gen_keys, f"{prefix}:gen:routes", f"{prefix}:epoch")
     try:
         await limiter.redis.call("SET", gen_keys, "7")
         stale = await limiter.admit("stale", [scope], 10, expected=("6", None), busy=[(busy, 3600)])
@@ -91,7 +91,7 @@ async def _busy_scenario(url: str):
         admitted = (plain, budgeted, aliased, aliased_budget)
         return stale, admitted, refused, now, scores, others
     finally:
-        limits.generation_keys = original
+        limits.admission_keys = original
         keys = await limiter.redis.call("KEYS", f"{prefix}*")
         if keys:
             await limiter.redis.call("DEL", *keys)

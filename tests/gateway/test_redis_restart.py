@@ -63,5 +63,36 @@ def test_a_request_that_ends_after_a_redis_restart_leaves_the_daily_limit_exact(
     assert r.status_code == 429, r.text
 
     counter = f"{namespace()}:k:{key.id}:d:{_windows(server.client.time()[0])[0]}"
-    assert int(server.client.get(counter)) == admitted * 6  # 1 prompt + 5 completion tokens each
+    # 1 prompt + 5 completion tokens each, and the held request's own 6 (what it used, not its reservation)
+    assert int(server.client.get(counter)) == (admitted + 1) * 6
     assert server.client.ttl(counter) > 0  # a day's counter expires, like every counter
+
+
+def test_a_request_that_ends_after_requests_admitted_since_a_restart_leaves_their_count_alone(
+    restartable, upstream, alice
+):
+    """The day's counter the restart emptied is started again by requests admitted since: the held
+    request's correction (its reservation is not in it) must not be taken off their count; what it
+    used is added."""
+    server, url = restartable
+    key, plain = issue_key(owner=alice, name="daily", tokens_per_day=DAILY)
+    held_gate = upstream.gate = threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        held = pool.submit(post, url, plain, BIG)
+        wait_for(lambda: upstream.requests, timeout=30)  # admitted: 100 and more reserved for today
+        server.restart()
+        upstream.gate = None  # the held request keeps waiting; the next ones are answered
+        since = 3
+        for _ in range(since):
+            assert post(url, plain, SMALL).status_code == 200
+        counter = f"{namespace()}:k:{key.id}:d:{_windows(server.client.time()[0])[0]}"
+        assert int(server.client.get(counter)) == since * 6
+        held_gate.set()
+        assert held.result().status_code == 200
+    limiter = process.limiter
+    assert limiter is not None
+    wait_for(lambda: not limiter.pending, timeout=30)
+    # settles and admissions go out in order on the limiter's connection: once one more request is
+    # answered, the held request's settle is in the count (its 6 tokens; it reserved 101)
+    assert post(url, plain, SMALL).status_code == 200
+    wait_for(lambda: int(server.client.get(counter)) == (since + 2) * 6, timeout=30)
