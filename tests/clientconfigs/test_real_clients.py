@@ -297,6 +297,8 @@ def test_claude_code_on_a_real_llamacpp_server_answers_and_its_next_turn_reuses_
     Completions and rendered by llama.cpp's own chat template (`--jinja`). The answer is the server's
     count of the whole prompt; the next turn (`--continue`) finds that prompt in llama.cpp's cache,
     which holds only when the translation renders an unchanged conversation to the same bytes."""
+    from django.utils import timezone
+
     from keys.models import UsageRecord
     from tests.gateway.conftest import wait_for
 
@@ -308,18 +310,22 @@ def test_claude_code_on_a_real_llamacpp_server_answers_and_its_next_turn_reuses_
     env = {"DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"}
     first = run_isolated(server, home, [str(claude), "-p", PROMPT], env)
     assert first.returncode == 0 and first.stdout.strip(), first.stdout + first.stderr + llama.log()[-3000:]
-    [one] = wait_for(lambda: list(UsageRecord.objects.all()), timeout=30)
+    one = wait_for(lambda: UsageRecord.objects.order_by("created").first(), timeout=30)
     assert (one.model, one.surface, one.status, one.estimated) == ("local-coder", "messages", "ok", False)
     assert 15_000 < one.prompt_tokens < LLAMA_WINDOW, one.prompt_tokens  # the whole prompt, by the server
     assert one.completion_tokens > 0
 
+    # A turn may take more than one request (the model's answer a tool call Claude Code runs, then
+    # its result sent back): a record is the first turn's when it was made before the second began.
+    second_turn = timezone.now()
     again = run_isolated(server, home, [str(claude), "-p", "And now?", "--continue"], env)
     assert again.returncode == 0 and again.stdout.strip(), again.stdout + again.stderr + llama.log()[-3000:]
-    two = wait_for(lambda: UsageRecord.objects.exclude(pk=one.pk).first(), timeout=30)
-    assert two.status == "ok" and two.prompt_tokens > one.prompt_tokens
-    # The second turn's prompt begins with the first's, token for token, so llama.cpp reads the
+    two = wait_for(lambda: UsageRecord.objects.filter(created__gte=second_turn).order_by("created").first(), timeout=30)
+    last = UsageRecord.objects.filter(created__lt=second_turn).order_by("-prompt_tokens").first()
+    assert two.status == "ok" and two.prompt_tokens > last.prompt_tokens
+    # The second turn's prompt begins with the first's last, token for token, so llama.cpp reads the
     # first turn from its cache (a reordered tool list or rewritten system block would miss it).
-    assert two.cached_tokens >= one.prompt_tokens - 64, (one.prompt_tokens, two.cached_tokens)
+    assert two.cached_tokens >= last.prompt_tokens - 64, (last.prompt_tokens, two.cached_tokens)
 
 
 def test_codex_answers_over_responses_and_its_file_notes_the_dropped_tools(gateway, tmp_path, alice):
