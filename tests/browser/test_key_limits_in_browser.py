@@ -13,9 +13,9 @@ from tests.browser.robot import Robot, wait_until
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def test_admin_issued_limits_are_ceilings_alice_can_only_lower(live_server, browser, admin, alice):
-    alice.tokens_per_month = 1_000_000
-    alice.save()
+def admin_issues_alice_a_key(browser, live_server, alice, fields: dict[str, str]) -> tuple[Key, Robot]:
+    """The admin creates the key "issued" for alice on her user page, with `fields` filled in; the
+    key and the admin's browser page."""
     admin_robot = Robot(browser.new_context().new_page(), live_server.url)
     admin_robot.goto("/")
     admin_robot.log_in("admin", "admin-pass-123")
@@ -23,17 +23,30 @@ def test_admin_issued_limits_are_ceilings_alice_can_only_lower(live_server, brow
     admin_robot.click("a:text-is('alice')")
     admin_robot.click("text=Create a key for alice")
     admin_robot.fill("#id_name", "issued")
-    admin_robot.fill("#id_requests_per_minute", "60")
-    admin_robot.fill("#id_tokens_per_day", "200000")
+    for selector, value in fields.items():
+        admin_robot.fill(selector, value)
     admin_robot.click("button:has-text('Create key')")
-    key = Key.objects.get(owner=alice, name="issued")
-    assert key.admin_ceilings == {"requests_per_minute": 60, "tokens_per_day": 200_000}
+    return Key.objects.get(owner=alice, name="issued"), admin_robot
 
+
+def alice_opens_the_issued_key(browser, live_server) -> Robot:
     robot = Robot(browser.new_context().new_page(), live_server.url)
     robot.goto("/")
     robot.log_in("alice", "alice-pass-123")
     robot.click("nav >> text=My keys")
     robot.click("a:text-is('issued')")
+    return robot
+
+
+def test_admin_issued_limits_are_ceilings_alice_can_only_lower(live_server, browser, admin, alice):
+    alice.tokens_per_month = 1_000_000
+    alice.save()
+    key, admin_robot = admin_issues_alice_a_key(
+        browser, live_server, alice, {"#id_requests_per_minute": "60", "#id_tokens_per_day": "200000"}
+    )
+    assert key.admin_ceilings == {"requests_per_minute": 60, "tokens_per_day": 200_000}
+
+    robot = alice_opens_the_issued_key(browser, live_server)
     limits = robot.page.locator("#key-limits")
     rpm = limits.locator("tr[data-limit=requests_per_minute]").inner_text()
     assert "60" in rpm and "key, set by an admin" in rpm
@@ -107,23 +120,10 @@ def test_alice_narrows_the_addresses_an_admin_set_and_widens_them_back_up_to_it(
     """The admin restricts the key he issues alice to 10.0.0.0/8. Her edit form says so; she narrows
     it to one subnet, then, that subnet being wrong, widens it back to exactly the admin's value,
     and no further: each through the form, as a browser sends it."""
-    admin_robot = Robot(browser.new_context().new_page(), live_server.url)
-    admin_robot.goto("/")
-    admin_robot.log_in("admin", "admin-pass-123")
-    admin_robot.click("nav >> text=Users")
-    admin_robot.click("a:text-is('alice')")
-    admin_robot.click("text=Create a key for alice")
-    admin_robot.fill("#id_name", "issued")
-    admin_robot.fill("#id_ip_allowlist", "10.0.0.0/8")
-    admin_robot.click("button:has-text('Create key')")
-    key = Key.objects.get(owner=alice, name="issued")
+    key, admin_robot = admin_issues_alice_a_key(browser, live_server, alice, {"#id_ip_allowlist": "10.0.0.0/8"})
     assert key.admin_ceilings == {"ip_allowlist": ["10.0.0.0/8"]}
 
-    robot = Robot(browser.new_context().new_page(), live_server.url)
-    robot.goto("/")
-    robot.log_in("alice", "alice-pass-123")
-    robot.click("nav >> text=My keys")
-    robot.click("a:text-is('issued')")
+    robot = alice_opens_the_issued_key(browser, live_server)
     robot.click("a[role=button]:text-is('Edit')")
     assert "Set by an admin: only from 10.0.0.0/8" in robot.text("#id_ip_allowlist ~ small.help")
     for allowlist in ("10.1.0.0/16", "10.0.0.0/8"):
