@@ -31,6 +31,7 @@ import logging
 import os
 import pickle
 import re
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -88,6 +89,14 @@ def generation_keys() -> tuple[str, str]:
     """The Redis keys of the cache generations (keys, routes) in this namespace."""
     keys = _namespace()[1]
     return keys[0], keys[1]
+
+
+def new_generation() -> str:
+    """A value for a generation key that it never held before. Not a counter: a Redis restarted
+    without its data would count again from 1, and a replica that learnt 1 before the restart would
+    take the next change's 1 for the one it has (a revoked key served from its cache). A process
+    only compares a generation with the last it saw (`Snapshot.observe_generation`)."""
+    return secrets.token_hex(8)
 
 
 def admission_keys() -> tuple[str, str, str]:

@@ -443,15 +443,22 @@ return 1
 """
 
 
-# ARGV: lease end (ms; unused: Redis's TIME + the lease is), lease length (ms), then pairs of scope
-# prefix and request id. Extends the slots that still exist (a released one is not brought back).
+# KEYS: the epoch key. ARGV: lease end (ms; unused: Redis's TIME + the lease is), lease length (ms),
+# then triples of scope prefix, request id and the admission's epoch. Extends the slots that still
+# exist (a released one is not brought back); after a restart of Redis without its data (the epoch
+# is not the admission's), puts back the slots of the requests still running here, which the
+# restart took away: else requests admitted since would run beside them past the parallel limit.
 RENEW_LUA = """
 local lease = tonumber(ARGV[2])
 local clock = redis.call('TIME')
 local until_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) + lease
-for i = 3, #ARGV, 2 do
+local epoch = redis.call('GET', KEYS[1])
+for i = 3, #ARGV, 3 do
   local p = ARGV[i] .. ':p'
-  if redis.call('ZSCORE', p, ARGV[i + 1]) then
+  if epoch ~= ARGV[i + 2] then
+    redis.call('ZADD', p, until_ms, ARGV[i + 1])
+    redis.call('PEXPIRE', p, lease)
+  elseif redis.call('ZSCORE', p, ARGV[i + 1]) then
     redis.call('ZADD', p, 'XX', until_ms, ARGV[i + 1])
     redis.call('PEXPIRE', p, lease)
   end
@@ -521,10 +528,10 @@ class RedisLimiter:
         for adm in self.in_flight.values():
             for s in adm.scopes:
                 if s.parallel:
-                    pairs += [s.prefix, adm.request_id]
+                    pairs += [s.prefix, adm.request_id, adm.epoch]
         if pairs:
             lease = int(lease_seconds() * 1000)
-            await self.redis.evalsha(RENEW_LUA, [], [int(self.now() * 1000) + lease, lease, *pairs])
+            await self.redis.evalsha(RENEW_LUA, [admission_keys()[2]], [int(self.now() * 1000) + lease, lease, *pairs])
 
     async def replay(self) -> None:
         """Settles queued while Redis was unreachable, oldest first, until one fails again."""

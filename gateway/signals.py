@@ -4,8 +4,8 @@ Saves and deletes arrive as Django's model signals; changes written with `update
 checks moving a channel's status) arrive as `channels.signals.routes_changed`.
 
 In this process the snapshot is dropped at once; other processes learn of it through the Redis
-generation counters (`gw:gen:keys`, `gw:gen:routes`) bumped after the transaction commits, which
-every admission script reads (see `gateway.cache`).
+generations (`gw:gen:keys`, `gw:gen:routes`) set to a new value after the transaction commits, which
+every admission script compares with the one the process's caches were built from (see `gateway.cache`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from portal import propagation
 
-from .cache import generation_keys, snapshot
+from .cache import generation_keys, new_generation, snapshot
 
 if TYPE_CHECKING:
     import redis
@@ -69,9 +69,9 @@ def _publish(keys: bool, routes: bool) -> bool:
         gen_keys, gen_routes = generation_keys()
         pipe = _redis().pipeline(transaction=False)
         if keys:
-            pipe.incr(gen_keys)
+            pipe.set(gen_keys, new_generation())
         if routes:
-            pipe.incr(gen_routes)
+            pipe.set(gen_routes, new_generation())
         pipe.execute()
         return True
     except Exception as exc:

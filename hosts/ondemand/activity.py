@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import time
 
 import redis
@@ -102,7 +103,9 @@ def bump_routes() -> bool:
     """Make every gateway replica's next admission find its routing snapshot stale (it loads the
     catalog again), now, not after a commit; False when Redis did not take it."""
     try:
-        _redis().incr(routes_generation_key())
+        # a value it never held (`gateway.cache.new_generation`: a counter would repeat itself after
+        # a Redis restart without its data)
+        _redis().set(routes_generation_key(), secrets.token_hex(8))
     except Exception as exc:
         logger.warning("could not bump the gateway's routes generation: %r", exc)
         return False

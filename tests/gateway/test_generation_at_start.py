@@ -12,7 +12,7 @@ import httpx
 import redis
 
 from channels.models import Channel
-from gateway.cache import _load_catalog, generation_keys, snapshot
+from gateway.cache import _load_catalog, generation_keys, new_generation, snapshot
 from tests.fakes.upstream import FakeUpstream
 from tests.gateway.conftest import UPSTREAM_KEY, ThreadServer, add_channel
 
@@ -29,7 +29,7 @@ def test_a_change_announced_before_the_first_request_reaches_it(setup, upstream,
             snapshot.catalog = snapshot.last_catalog = _load_catalog()
             # That replica's admin marks it healthy again: the database, then the bump in Redis.
             Channel.objects.filter(pk=setup.channel.pk).update(status="healthy")
-            redis.Redis.from_url(settings.REDIS_URL).incr(generation_keys()[1])
+            redis.Redis.from_url(settings.REDIS_URL).set(generation_keys()[1], new_generation())
 
             r = httpx.post(
                 server.url + "/v1/chat/completions",

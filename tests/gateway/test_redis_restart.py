@@ -96,3 +96,31 @@ def test_a_request_that_ends_after_requests_admitted_since_a_restart_leaves_thei
     # answered, the held request's settle is in the count (its 6 tokens; it reserved 101)
     assert post(url, plain, SMALL).status_code == 200
     wait_for(lambda: int(server.client.get(counter)) == (since + 2) * 6, timeout=30)
+
+
+def test_a_request_running_across_a_redis_restart_keeps_its_parallel_slot(setup, settings, upstream, alice):
+    """The restart takes the running request's slot away with everything else: the gateway puts it
+    back at its next renewal (a third of a lease), so the key's one parallel request stays one."""
+    settings.GATEWAY_LEASE_SECONDS = 3.0  # renewals each second: the test waits for one, not for the clock
+    key, plain = issue_key(owner=alice, name="one at a time", max_parallel_requests=1)
+    slots = f"{namespace()}:k:{key.id}:p"
+    with RedisServer() as server:
+        settings.REDIS_URL = server.url
+        gateway = ThreadServer().start()
+        upstream.gate = threading.Event()
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                held = pool.submit(post, gateway.url, plain, SMALL)
+                wait_for(lambda: upstream.requests, timeout=30)
+                assert server.client.zcard(slots) == 1
+                server.restart()
+                assert server.client.zcard(slots) == 0  # what the restart took away
+                wait_for(lambda: server.client.zcard(slots) == 1, timeout=30)  # a renewal put it back
+                second = post(gateway.url, plain, SMALL)
+                upstream.gate.set()
+                assert held.result().status_code == 200
+        finally:
+            upstream.gate.set()
+            gateway.stop()
+    assert second.status_code == 429, second.text
+    assert "max parallel requests" in second.json()["error"]["message"], second.text

@@ -17,7 +17,7 @@ import redis
 from django.utils import timezone
 
 from channels.models import Model, RoutePrice
-from gateway.cache import _load_catalog, generation_keys, snapshot
+from gateway.cache import _load_catalog, generation_keys, new_generation, snapshot
 from keys.models import Budget, Key, UsageRecord
 from tests.gateway.conftest import ThreadServer, wait_for
 
@@ -46,7 +46,7 @@ def announce(settings, *, keys: bool = False, routes: bool = False) -> None:
     gen_keys, gen_routes = generation_keys()
     for name, changed in ((gen_keys, keys), (gen_routes, routes)):
         if changed:
-            redis.Redis.from_url(settings.REDIS_URL).incr(name)
+            redis.Redis.from_url(settings.REDIS_URL).set(name, new_generation())
 
 
 def test_a_price_set_on_another_replica_admits_a_budgeted_key_at_once(setup, stale_server, settings):
