@@ -182,6 +182,7 @@ class MemberLimitsForm(forms.Form):
         self.member, self.editor = member, editor
         team = member.team
         locked = {} if editor.is_admin else (member.admin_ceilings or {})
+        own = services.own_limit_bounds(editor, member, member)
         for name, label in LIMIT_LABELS.items():
             field = limit_form_field(label)
             bits = []
@@ -189,6 +190,12 @@ class MemberLimitsForm(forms.Form):
                 bits.append(
                     _("Set by an admin: at most %(limit)s; you can lower it, not raise or clear it.")
                     % {"limit": f"{locked[name]:,}"}
+                )
+                field.widget.attrs["required"] = True
+            elif own.get(name) is not None:
+                bits.append(
+                    _("Your own limit: at most %(limit)s; you can lower it, only an admin can raise or clear it.")
+                    % {"limit": f"{own[name]:,}"}
                 )
                 field.widget.attrs["required"] = True
             team_limit = getattr(team, name, None) if team is not None else None

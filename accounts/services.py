@@ -286,6 +286,26 @@ def announce_left_lead(sender: type[User], instance: User, raw: bool = False, **
     left_lead.send(sender=sender, user=instance, team=Team.objects.filter(pk=before).first())
 
 
+def own_limit_bounds(editor: User | None, owner: User, limited: Any) -> dict[str, int]:
+    """The most a team lead may set each limit of `limited` (themselves or a key of theirs) to,
+    when `editor` is that lead and `owner`: what an admin recorded as its ceiling, else the value it
+    has now. A lead manages others within what an admin allowed; their own limits are an admin's to
+    raise or remove, so they may only lower them (a limit without a value they may set, which lowers
+    it). Empty for anyone else. The one rule the member limits and the key settings both apply."""
+    if editor is None or editor.is_admin or not editor.is_team_lead or editor.pk != owner.pk:
+        return {}
+    recorded = limited.admin_ceilings or {}
+    bounds = {name: recorded.get(name, getattr(limited, name)) for name in limited.LIMIT_FIELDS}
+    return {name: int(bound) for name, bound in bounds.items() if bound is not None}
+
+
+def own_limit_error(limit: int, *, cleared: bool) -> str:
+    """Why a team lead may not raise (`cleared`: remove) a limit of their own (`own_limit_bounds`)."""
+    if cleared:
+        return _("Only an admin can remove your own limit of %(limit)s; you can lower it.") % {"limit": f"{limit:,}"}
+    return _("Only an admin can raise your own limit above %(limit)s; you can lower it.") % {"limit": f"{limit:,}"}
+
+
 def managed_members(team: Team, editor: User) -> QuerySet[User]:
     """The members of `team` that `editor` manages (`may_manage` as a filter)."""
     members = team.members.all()
@@ -309,8 +329,9 @@ def validate_member_limits(
     every limit; only those changed become an admin's ceiling), default all of `limits`.
 
     Limits have an owner, as on keys: what an admin sets on a user becomes their ceiling
-    (`cleaned["admin_ceilings"]`); a team lead may lower such a limit, never raise or clear it. A
-    member's limit never exceeds their team's (the team's limits are set by admins only)."""
+    (`cleaned["admin_ceilings"]`); a team lead may lower such a limit, never raise or clear it, and
+    may only lower their own (`own_limit_bounds`). A member's limit never exceeds their team's (the
+    team's limits are set by admins only)."""
     from django.core.exceptions import ValidationError
 
     errors: dict[str, list[str]] = {}
@@ -318,14 +339,18 @@ def validate_member_limits(
     by_admin = editor.is_admin
     ceilings = dict(member.admin_ceilings or {})
     chosen: Team | None = member.team if isinstance(team, EllipsisType) else team
+    own = own_limit_bounds(editor, member, member)
     for name, value in limits.items():
         locked = None if by_admin else ceilings.get(name)
+        own_bound = None if locked is not None else own.get(name)
         if value in (None, ""):
             if locked is not None:
                 errors.setdefault(name, []).append(
                     _("An admin set this limit to %(limit)s; you can lower it but not remove it.")
                     % {"limit": f"{locked:,}"}
                 )
+            elif own_bound is not None:
+                errors.setdefault(name, []).append(own_limit_error(own_bound, cleared=True))
             cleaned[name] = None
             continue
         number = int(value)
@@ -339,6 +364,8 @@ def validate_member_limits(
             errors.setdefault(name, []).append(
                 _("An admin set this limit to %(limit)s; you can lower it but not raise it.") % {"limit": f"{locked:,}"}
             )
+        elif own_bound is not None and number > own_bound:
+            errors.setdefault(name, []).append(own_limit_error(own_bound, cleared=False))
         cleaned[name] = number
     if by_admin:
         for name in limits if changed is None else [n for n in limits if n in changed]:

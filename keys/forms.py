@@ -20,6 +20,7 @@ from .models import Key
 from .services import (
     ADMIN,
     LOCAL_ONLY_LOCK,
+    OWN,
     binding_ceilings,
     binding_restrictions,
     check_editable,
@@ -167,6 +168,8 @@ class KeyForm(forms.Form):
                 text = (
                     _("Set by an admin: at most %(value)s; you can lower it, not raise or clear it.")
                     if who == ADMIN
+                    else _("Your own key: at most %(value)s; you can lower it, only an admin can raise or clear it.")
+                    if who == OWN
                     else _("Set by a team lead: at most %(value)s; you can lower it, not raise or clear it.")
                 )
                 help_bits = [text % {"value": f"{locked:,}"}]

@@ -168,6 +168,7 @@ def normalize_cidrs(entries: str | Iterable[object] | None) -> list[str]:
 LOCAL_ONLY_LOCK = "local_only"
 
 ADMIN, LEAD = "admin", "lead"  # who set a ceiling
+OWN = "own"  # a team lead's own key: its limits are an admin's to raise (`own_limit_bounds`)
 
 
 def editor_role(editor: User | None, owner: User) -> str:
@@ -184,7 +185,10 @@ def editor_role(editor: User | None, owner: User) -> str:
 
 def _binding_locks(key: Key | None, editor: User | None) -> list[tuple[str, Any, str]]:
     """(name, value, who) of each ceiling and lock on `key` that binds `editor`: an admin's bind
-    everyone but admins, a team lead's bind the member (the lead who set them and admins may lift them)."""
+    everyone but admins, a team lead's bind the member (the lead who set them and admins may lift
+    them), and a team lead's own key binds them to the limits it has (OWN)."""
+    from accounts.services import own_limit_bounds
+
     if key is None:
         return []
     role = editor_role(editor, key.owner)
@@ -193,6 +197,7 @@ def _binding_locks(key: Key | None, editor: User | None) -> list[tuple[str, Any,
     found = [(name, value, ADMIN) for name, value in (key.admin_ceilings or {}).items()]
     if role != LEAD:
         found += [(name, value, LEAD) for name, value in (key.lead_ceilings or {}).items()]
+    found += [(name, value, OWN) for name, value in own_limit_bounds(editor, key.owner, key).items()]
     return found
 
 
@@ -316,6 +321,10 @@ def drop_lead_locks(sender: Any, user: User, team: Any, **kwargs: Any) -> None:
 
 
 def _ceiling_error(who: str, value: int, cleared: bool) -> str:
+    from accounts.services import own_limit_error
+
+    if who == OWN:
+        return own_limit_error(value, cleared=cleared)
     if who == ADMIN:
         if cleared:
             return _("An admin set this limit to %(value)s; you can lower it but not remove it.") % {

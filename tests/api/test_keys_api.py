@@ -249,13 +249,14 @@ def test_a_limit_a_team_lead_set_binds_the_member_not_the_lead_or_an_admin(alice
     assert alice_api.patch(url, {"tokens_per_day": 600}, format="json").status_code == 400
 
 
-def test_a_lead_is_bound_by_nothing_on_their_own_key(lena):
+def test_a_lead_records_no_ceiling_on_their_own_key_and_can_only_lower_its_limits(lena):
     from tests.api.conftest import session_client
 
     lena_api = session_client(lena)
     key = lena_api.post("/api/keys/", {"name": "mine", "tokens_per_day": 10}, format="json").json()
     assert (key["admin_ceilings"], key["lead_ceilings"]) == ({}, {})
-    assert lena_api.patch(f"/api/keys/{key['id']}/", {"tokens_per_day": None}, format="json").status_code == 200
+    assert lena_api.patch(f"/api/keys/{key['id']}/", {"tokens_per_day": None}, format="json").status_code == 400
+    assert lena_api.patch(f"/api/keys/{key['id']}/", {"tokens_per_day": 5}, format="json").status_code == 200
 
 
 def test_restrictions_an_admin_set_on_a_key_the_developer_can_only_tighten(alice, admin_api, alice_api, model, channel):

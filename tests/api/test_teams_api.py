@@ -104,3 +104,35 @@ def test_a_lead_does_not_manage_an_admin_or_another_lead_in_the_team(lead_api, t
         ).status_code
         == 200
     )
+
+
+def test_a_lead_cannot_raise_or_clear_their_own_limits_or_their_own_keys_by_token(lena, alice, team):
+    from keys.services import issue_key
+    from tests.api.conftest import token_client
+
+    lena.tokens_per_day = 1000  # no admin ceiling recorded
+    lena.save()
+    api = token_client(lena)
+    url = f"/api/teams/{team.pk}/members/{lena.pk}/"
+    raised = api.patch(url, {"tokens_per_day": 5000}, format="json")
+    assert raised.status_code == 400
+    assert raised.json()["tokens_per_day"] == ["Only an admin can raise your own limit above 1,000; you can lower it."]
+    cleared = api.patch(url, {"tokens_per_day": None}, format="json")
+    assert cleared.status_code == 400
+    assert cleared.json()["tokens_per_day"] == ["Only an admin can remove your own limit of 1,000; you can lower it."]
+    assert api.patch(url, {"tokens_per_day": 900}, format="json").json()["tokens_per_day"] == 900
+
+    own = issue_key(owner=lena, name="ci", requests_per_minute=10)[0]
+    raised = api.patch(f"/api/keys/{own.pk}/", {"requests_per_minute": 100}, format="json")
+    assert raised.status_code == 400
+    assert raised.json()["requests_per_minute"] == [
+        "Only an admin can raise your own limit above 10; you can lower it."
+    ]
+    assert api.patch(f"/api/keys/{own.pk}/", {"requests_per_minute": None}, format="json").status_code == 400
+    assert api.patch(f"/api/keys/{own.pk}/", {"requests_per_minute": 5}, format="json").status_code == 200
+    lena.refresh_from_db()
+    own.refresh_from_db()
+    assert (lena.tokens_per_day, own.requests_per_minute) == (900, 5)
+    # Her member's key is still hers to raise.
+    alices = issue_key(owner=alice, name="ci", requests_per_minute=10)[0]
+    assert api.patch(f"/api/keys/{alices.pk}/", {"requests_per_minute": 100}, format="json").status_code == 200

@@ -238,3 +238,64 @@ def test_a_lead_choosing_someone_outside_the_team_as_a_keys_owner_is_told_in_the
     client.force_login(lena)
     refused = client.post(reverse("key_create"), {"owner": mallory.pk, "name": "z"})
     assert refused.status_code == 400 and "请选择你团队中一个已启用的成员。" in refused.content.decode()
+
+
+def test_a_lead_can_lower_but_not_raise_or_clear_their_own_limits_on_the_member_page(client, admin, lena, team):
+    # As an admin left them before ceilings were recorded (or through a command): no admin ceiling.
+    lena.tokens_per_day, lena.requests_per_minute = 1000, None
+    lena.save()
+    client.force_login(lena)
+    url = reverse("team_member", args=[team.pk, lena.pk])
+    raised = client.post(url, {"tokens_per_day": "5000"})
+    assert raised.status_code == 400
+    assert "Only an admin can raise your own limit above 1,000; you can lower it." in raised.content.decode()
+    assert "only an admin can raise or clear it" in client.get(url).content.decode()
+    cleared = client.post(url, {"tokens_per_day": ""})
+    assert cleared.status_code == 400
+    assert "Only an admin can remove your own limit of 1,000; you can lower it." in cleared.content.decode()
+    lena.language = "zh-hans"
+    lena.save()
+    chinese = client.post(url, {"tokens_per_day": "5000"})
+    assert chinese.status_code == 400 and "只有管理员才能把你自己的限额提高到 1,000 以上" in chinese.content.decode()
+    lena.refresh_from_db()
+    assert (lena.tokens_per_day, lena.requests_per_minute) == (1000, None)
+    lena.language = "en"
+    lena.save()
+
+    # Lowering is theirs; what they lowered stays theirs to raise no further.
+    assert client.post(url, {"tokens_per_day": "600", "requests_per_minute": "10"}).status_code == 302
+    lena.refresh_from_db()
+    assert (lena.tokens_per_day, lena.requests_per_minute, lena.admin_ceilings) == (600, 10, {})
+    assert client.post(url, {"tokens_per_day": "800", "requests_per_minute": "10"}).status_code == 400
+
+    # Under a ceiling an admin recorded, they may come back up to it, not past it.
+    client.force_login(admin)
+    assert client.post(url, {"tokens_per_day": "2000", "requests_per_minute": "10"}).status_code == 302
+    client.force_login(lena)
+    assert client.post(url, {"tokens_per_day": "1500", "requests_per_minute": "10"}).status_code == 302
+    assert client.post(url, {"tokens_per_day": "2000", "requests_per_minute": "10"}).status_code == 302
+    over = client.post(url, {"tokens_per_day": "2001", "requests_per_minute": "10"})
+    assert over.status_code == 400 and "An admin set this limit to 2,000" in over.content.decode()
+
+
+def test_a_lead_can_lower_but_not_raise_or_clear_the_limits_of_their_own_key(client, lena, alice, team):
+    own = issue_key(owner=lena, name="laptop", tokens_per_day=1000)[0]
+    client.force_login(lena)
+    url = reverse("key_edit", args=[own.pk])
+    form = {"owner": lena.pk, "name": "laptop"}
+    raised = client.post(url, {**form, "tokens_per_day": "5000"})
+    assert raised.status_code == 400
+    assert "Only an admin can raise your own limit above 1,000; you can lower it." in raised.content.decode()
+    assert "Your own key: at most 1,000" in client.get(url).content.decode()
+    cleared = client.post(url, {**form, "tokens_per_day": ""})
+    assert cleared.status_code == 400 and "Only an admin can remove your own limit" in cleared.content.decode()
+    own.refresh_from_db()
+    assert own.tokens_per_day == 1000
+    assert client.post(url, {**form, "tokens_per_day": "400"}).status_code == 302
+    own.refresh_from_db()
+    assert own.tokens_per_day == 400
+
+    # A member's key is still the lead's to raise (within what an admin and the team allow).
+    alices = issue_key(owner=alice, name="laptop", tokens_per_day=1000)[0]
+    member = {"owner": alice.pk, "name": "laptop", "tokens_per_day": "5000"}
+    assert client.post(reverse("key_edit", args=[alices.pk]), member).status_code == 302
