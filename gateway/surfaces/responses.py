@@ -24,7 +24,12 @@ from gateway.http import GatewayError, Receive, Request, Scope, Send
 from gateway.native import ResponsesReader, responses_usage
 from gateway.relay import model_renames, relay, renamed
 from gateway.translate import TranslationError, chat_response, responses_request, responses_response
-from gateway.translate.common import answer_usage, refuse_openai_function_names
+from gateway.translate.common import (
+    ANTHROPIC_TOOL_NAME_MAX,
+    OPENAI_TOOL_NAME_MAX,
+    answer_usage,
+    refuse_openai_function_names,
+)
 from gateway.usage import Usage, estimate_tokens, usage_from
 from keys.choices import ApiSurface
 
@@ -67,6 +72,7 @@ async def _create_response(req: Request) -> None:
             return Outgoing("/responses", dict(body), req.headers, assemble=ResponsesReader)
         if chat_anthropic.translates(route):  # Responses -> Chat -> Messages, made once
             if via_messages is None:
+                responses_request.refuse_call_names(body, channel="Anthropic", longest=ANTHROPIC_TOOL_NAME_MAX)
                 chat = opened.chat_request()
                 asked = chat.get("max_tokens")
                 via_messages = chat_anthropic.outgoing_for(
@@ -85,6 +91,7 @@ async def _create_response(req: Request) -> None:
                 refuse_openai_function_names(chat)
             except TranslationError as exc:
                 raise responses_request.as_sent(body, exc) from None
+            responses_request.refuse_call_names(body, channel="OpenAI-compatible cloud", longest=OPENAI_TOOL_NAME_MAX)
         return Outgoing("/chat/completions", chat, opened.chat_headers)
 
     up = await call.forward(Plan(call.routes, outgoing))

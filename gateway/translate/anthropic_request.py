@@ -121,17 +121,22 @@ def _refuse_blank_text(text: str, where: str) -> None:
 
 
 def refuse_openai_tool_names(body: dict[str, Any]) -> None:
-    """The client tools' names as a cloud OpenAI-compatible channel takes them (64 characters where
-    Anthropic allows 128), refused by the client's own field before that channel is asked."""
+    """The client tools' names, and those of the `tool_use` blocks of earlier assistant turns (sent
+    as `tool_calls`), as a cloud OpenAI-compatible channel takes them (64 characters where Anthropic
+    allows 128), refused by the client's own field before that channel is asked."""
+    named = []
     tools = body.get("tools")
     for index, tool in enumerate(tools if isinstance(tools, list) else []):
         if isinstance(tool, dict) and tool.get("type") in CLIENT_TOOL_TYPES:
-            refuse_tool_name(
-                tool.get("name"),
-                f"tools[{index}].name",
-                channel="OpenAI-compatible cloud",
-                longest=OPENAI_TOOL_NAME_MAX,
-            )
+            named.append((tool.get("name"), f"tools[{index}].name"))
+    messages = body.get("messages")
+    for index, message in enumerate(messages if isinstance(messages, list) else []):
+        content = message.get("content") if isinstance(message, dict) and message.get("role") == "assistant" else None
+        for number, block in enumerate(content if isinstance(content, list) else []):
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                named.append((block.get("name"), f"messages[{index}].content[{number}].name"))
+    for name, where in named:
+        refuse_tool_name(name, where, channel="OpenAI-compatible cloud", longest=OPENAI_TOOL_NAME_MAX)
 
 
 def _system_text(system: Any) -> str:

@@ -14,8 +14,9 @@ below 0.95 and no forced tool with thinking, so those are left out, and thinking
 inside a tool loop, whose earlier thinking blocks a Chat client cannot send back signed).
 
 Refused (400 naming the field): `n` > 1, `audio` output, non-function tools, a tool name Anthropic
-refuses (`common.refuse_tool_name`), `response_format` json_schema / json_object (no portable
-equivalent), content parts other than text and images.
+refuses (`common.refuse_tool_name`), declared or in an earlier assistant turn's `tool_calls`,
+`response_format` json_schema / json_object (no portable equivalent), content parts other than text
+and images.
 Dropped with an info log: `logprobs`, `top_logprobs`, `seed`, `frequency_penalty`,
 `presence_penalty`, `logit_bias`, `store`, `metadata`, `service_tier`, `prediction`,
 `prompt_cache_key`, `safety_identifier`, `modalities` of text only.
@@ -243,10 +244,17 @@ def _assistant_blocks(message: dict[str, Any], where: str) -> list[dict[str, Any
     calls = message.get("tool_calls") or []
     if not isinstance(calls, list):
         raise TranslationError(f"`{where}.tool_calls` must be a list.", where)
-    for call in calls:
+    for number, call in enumerate(calls):
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or not function.get("name") or not call.get("id"):
             raise TranslationError(f"`{where}.tool_calls` needs an `id` and a `function.name` in each call.", where)
+        # An earlier turn's call is checked as a declared tool is: Anthropic refuses either name.
+        refuse_tool_name(
+            function["name"],
+            f"{where}.tool_calls[{number}].function.name",
+            channel="Anthropic",
+            longest=ANTHROPIC_TOOL_NAME_MAX,
+        )
         blocks.append(
             {
                 "type": "tool_use",

@@ -35,6 +35,7 @@ from gateway.translate.common import (
     flat_function_fields,
     flat_name,
     flat_tools,
+    refuse_tool_name,
     text_of,
 )
 
@@ -104,6 +105,17 @@ def to_chat_request(body: dict[str, Any], *, map_reasoning: bool = True) -> dict
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}
     return chat
+
+
+def refuse_call_names(body: dict[str, Any], *, channel: str, longest: int) -> None:
+    """The names of the `function_call` items of `input` (earlier turns' calls, sent as
+    `tool_calls`) as the translated request's cloud API takes them, refused by the client's own
+    field (`input[3].name`) before it is asked, as declared tools' are."""
+    items = body.get("input")
+    for index, item in enumerate(items if isinstance(items, list) else []):
+        if isinstance(item, dict) and item.get("type") == "function_call" and _filled(item.get("name")):
+            name = flat_name(item["namespace"], item["name"]) if item.get("namespace") else item["name"]
+            refuse_tool_name(name, f"input[{index}].name", channel=channel, longest=longest)
 
 
 def as_sent(body: dict[str, Any], exc: TranslationError) -> TranslationError:

@@ -519,3 +519,43 @@ def test_a_responses_tool_name_anthropic_refuses_is_named_as_the_client_sent_it(
     assert raised.value.body["param"] == "tools[0].name"
     assert raised.value.body["message"] == f"`tools[0].name` {NAME_RULE}"
     assert not anthropic_up.requests
+
+
+@pytest.mark.parametrize("name", ["files.read", "read file", "x" * 129])
+def test_a_tool_call_of_an_earlier_turn_with_a_name_anthropic_refuses_is_our_400_by_the_clients_field(
+    client, anthropic_up, name
+):
+    """A call in the history is a `tool_use` block upstream, whose name Anthropic checks as it checks
+    a declared tool's: its 400 would name `messages.1.content.0.name` of the translation."""
+    history = [
+        {"role": "user", "content": "Read it"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [_chat_call("call_1", "get_weather"), _chat_call("call_2", name)],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "18"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "text"},
+    ]
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(model="qwen3-32b", messages=history, tools=TOOLS)
+    assert raised.value.body["param"] == "messages[1].tool_calls[1].function.name"
+    assert raised.value.body["message"] == f"`messages[1].tool_calls[1].function.name` {NAME_RULE}"
+    assert not anthropic_up.requests
+
+
+def test_a_responses_function_call_with_a_name_anthropic_refuses_is_named_as_the_client_sent_it(client, anthropic_up):
+    history = [
+        {"role": "user", "content": "Weather?"},
+        {**CALL, "name": "weather.get"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "18"},
+    ]
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(model="qwen3-32b", input=history, tools=RESPONSES_TOOLS)
+    assert raised.value.body["param"] == "input[1].name"
+    assert raised.value.body["message"] == f"`input[1].name` {NAME_RULE}"
+    assert not anthropic_up.requests
+
+
+def _chat_call(call_id: str, name: str) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}

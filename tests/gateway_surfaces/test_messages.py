@@ -629,3 +629,27 @@ def test_the_access_log_names_the_key_and_model_of_a_count_tokens_call(setup, se
     ]
     assert "model=qwen3-32b" in line and f"key={setup.key.prefix}…" in line, line
     assert setup.plaintext not in line
+
+
+def test_a_tool_use_of_an_earlier_turn_a_cloud_chat_channel_refuses_is_our_400_by_the_clients_field(
+    setup, client, upstream
+):
+    """Sent as `tool_calls`, its name meets OpenAI's rule; OpenAI's 400 would name
+    `messages[2].tool_calls[0].function.name`, a field of the translation."""
+    turns = [
+        {"role": "user", "content": "Read it"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read.File", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "text"}]},
+    ]
+    Channel.objects.filter(pk=setup.channel.pk).update(kind="openai")
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.messages.create(model="qwen3-32b", max_tokens=5, messages=turns, tools=TOOLS)
+    assert caught.value.body["error"]["message"] == (
+        "`messages[1].content[0].name` is not a tool name this model's channel (OpenAI-compatible cloud) accepts: "
+        "use letters, digits, underscores and dashes, at most 64 of them."
+    )
+    assert not upstream.requests
+    setup.channel.kind = "vllm"  # a local server takes it
+    setup.channel.save()
+    client.messages.create(model="qwen3-32b", max_tokens=5, messages=turns, tools=TOOLS)
+    assert upstream.requests[-1].json["messages"][1]["tool_calls"][0]["function"]["name"] == "Read.File"

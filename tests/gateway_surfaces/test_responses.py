@@ -253,3 +253,22 @@ def test_a_tool_name_a_cloud_chat_channel_refuses_is_our_400_by_the_clients_fiel
     setup.channel.save()
     client.responses.create(model="qwen3-32b", input="hi", tools=tools)
     assert [t["function"]["name"] for t in upstream.requests[-1].json["tools"]] == ["weather.get"]
+
+
+def test_a_function_call_of_an_earlier_turn_a_cloud_chat_channel_refuses_is_our_400_by_the_clients_field(
+    setup, client, upstream
+):
+    history = [
+        {"role": "user", "content": "Weather?"},
+        {"type": "function_call", "call_id": "call_1", "name": "x" * 65, "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "18"},
+    ]
+    Channel.objects.filter(pk=setup.channel.pk).update(kind="openai")
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="qwen3-32b", input=history, tools=RESPONSES_TOOLS)
+    assert caught.value.body["param"] == "input[1].name"
+    assert caught.value.body["message"] == (
+        "`input[1].name` is not a tool name this model's channel (OpenAI-compatible cloud) accepts: "
+        "use letters, digits, underscores and dashes, at most 64 of them."
+    )
+    assert not upstream.requests
