@@ -318,8 +318,9 @@ class Deployment(TimeStampedModel):
 
 class DeploymentEvent(TimeStampedModel):
     """One change of a deployment's status, as the deployment page and the audit log show it: by a
-    launch job or by the supervisor (`automatic`), with the crash's exit code and last log lines,
-    and whether the alert targets were told (`alerted`: "name: ok" / "name: error" lines)."""
+    launch job, by the supervisor (`automatic`) or by an admin directly (`actor_name`: forgetting a
+    server), with the crash's exit code and last log lines, and whether the alert targets were told
+    (`alerted`: "name: ok" / "name: error" lines)."""
 
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="events")
     previous = models.CharField(max_length=16, choices=DeploymentStatus, blank=True)
@@ -329,6 +330,7 @@ class DeploymentEvent(TimeStampedModel):
     message_params = i18n.params_field()
     message_text = i18n.TranslatedText("message")
     automatic = models.BooleanField(default=False)
+    actor_name = models.CharField(max_length=150, blank=True)  # kept when the user is deleted, as in the audit log
     exit_code = models.IntegerField(null=True, blank=True)
     log_tail = models.TextField(blank=True)
     alerted = models.TextField(blank=True)

@@ -56,8 +56,8 @@ def set_status(
 ) -> bool:
     """The one way a deployment's status changes (launch jobs, the supervisor): the row, the
     in-memory object, and the showback run its GPU-hours are counted by. A change of status is also
-    a `DeploymentEvent` (the deployment page) and an audit entry (by `actor`, else whoever the
-    request is from), and with `alert` (the supervisor's
+    a `DeploymentEvent` (the deployment page; it names `actor`, an admin who moved it directly) and
+    an audit entry (by `actor`, else whoever the request is from), and with `alert` (the supervisor's
     moves, and how an automatic restart ends) it is sent to the alert targets after the commit.
 
     With `expect` the row moves only from that status (two supervisor rounds, or a job and the
@@ -85,6 +85,7 @@ def set_status(
         status=status,
         **text.columns("message", 500),
         automatic=automatic,
+        actor_name=actor.get_username() if actor is not None else "",
         exit_code=exit_code,
         log_tail=log_tail[-20000:],
     )
