@@ -594,8 +594,13 @@ def estimate_for_spec(
         unknown = [i for i in wanted if i not in rows]
         stale = [i for i in wanted if i in rows and rows[i].stale]
         if unknown or stale:
-            what = f"GPU {', '.join(map(str, unknown + stale))} " + ("is stale" if stale else f"is not on {host}")
-            raise ValidationError({"gpu_indices": [what + "; refresh the host's inventory."]})
+            listed = ", ".join(map(str, unknown + stale))
+            what = (
+                _("GPU %(gpus)s is stale; refresh the host's inventory.")
+                if stale
+                else _("GPU %(gpus)s is not on %(host)s; refresh the host's inventory.")
+            )
+            raise ValidationError({"gpu_indices": [what % {"gpus": listed, "host": host.name}]})
 
         def mem(g: GPU) -> fit.GPUMemory:
             return fit.GPUMemory(g.index, g.memory_total_mib or 0, g.memory_free_mib or 0)

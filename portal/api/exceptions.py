@@ -40,7 +40,7 @@ def exception_handler(exc, context):
         # A value the database cannot store or compare (PostgreSQL: a NUL character in text, a
         # number out of range) that no serializer caught: the input is wrong, not the server.
         return Response(
-            {"non_field_errors": ["A value cannot be stored as given (NUL character or number out of range?)."]},
+            {"non_field_errors": [_("A value cannot be stored as given (NUL character or number out of range?).")]},
             status=status.HTTP_400_BAD_REQUEST,
         )
     if faults.is_redis_fault(exc) or faults.is_disk_full(exc):

@@ -327,3 +327,21 @@ def test_a_bug_under_the_api_is_a_logged_json_500_and_a_page_stays_a_page(admin,
     assert [str(r.exc_info[1]) for r in logged] == ["a bug: secret-detail"]  # with its traceback
     page = client.get("/")
     assert page.status_code == 500 and page["Content-Type"].startswith("text/html")
+
+
+def test_a_value_the_database_refuses_is_a_400_in_the_readers_language(alice, admin):
+    """The safety net under the serializers: a value PostgreSQL cannot store (here, after a schema
+    drift shortens a column the serializer still allows longer) is a 400, said in the reader's
+    language; it was English whatever the language."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:  # rolled back with the test's transaction
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # the users' rows are checked now, so the table may change
+        cursor.execute("ALTER TABLE accounts_user ALTER COLUMN first_name TYPE varchar(3)")
+    client = session_client(admin)
+    response = client.patch(
+        f"/api/users/{alice.pk}/", {"first_name": "Alexandra"}, format="json", headers={"accept-language": "zh-hans"}
+    )
+    assert response.status_code == 400
+    refused = "有个值无法按原样存储（是否含有空字符（NUL），或数字超出范围？）。"
+    assert response.json() == {"non_field_errors": [refused]}

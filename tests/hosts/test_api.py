@@ -153,6 +153,19 @@ def test_fit_estimate_uses_the_hosts_gpus(admin_client, host):
     assert r.status_code == 200 and r.json()["verdict"] == "fits"
 
 
+def test_a_stale_or_missing_gpu_is_said_in_the_admins_language(admin_client, host):
+    """These two refusals were English whatever the admin's language."""
+    GPU.objects.filter(host=host, index=1).update(stale=True)  # the last inventory failed
+    zh = {"content_type": "application/json", "HTTP_ACCEPT_LANGUAGE": "zh-hans"}
+    body = {"backend": "vllm", "model": "meta-llama/Llama-3.1-8B-Instruct", "host": host.pk}
+    r = admin_client.post("/api/fit-estimate/", {**body, "gpu_indices": [0, 1]}, **zh)
+    assert r.status_code == 400 and r.json() == {"gpu_indices": ["GPU 1 的信息已过期；请刷新该主机的资源清单。"]}
+    r = admin_client.post("/api/fit-estimate/", {**body, "gpu_indices": [0, 5]}, **zh)
+    assert r.status_code == 400 and r.json() == {"gpu_indices": ["h100-box 上没有 GPU 5；请刷新该主机的资源清单。"]}
+    english = admin_client.post("/api/fit-estimate/", {**body, "gpu_indices": [5]}, content_type="application/json")
+    assert english.json() == {"gpu_indices": ["GPU 5 is not on h100-box; refresh the host's inventory."]}
+
+
 def test_fit_estimate_for_an_unknown_model_asks_for_an_architecture(admin_client):
     body = {"backend": "vllm", "model": "my/own-model", "gpus": [{"total_mib": 24564, "free_mib": 24000}]}
     r = admin_client.post("/api/fit-estimate/", body, content_type="application/json")
