@@ -22,8 +22,7 @@ logger = logging.getLogger(__name__)
 
 def exception_handler(exc, context):
     if isinstance(exc, RequestDataTooBig):  # (DRF reads a JSON body through Django's, which refuses it first)
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        exc = BodyTooLarge(f"The request body is larger than {limit} bytes.")
+        exc = BodyTooLarge.over(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
     response = drf_handler(exc, context)
     if response is not None:
         return response

@@ -386,6 +386,9 @@ def test_deeply_nested_json_is_a_400(admin, alice, method, path):
     api.force_authenticate(admin)
     response = api.generic(method.upper(), path.format(alice=alice.pk), DEEP, content_type="application/json")
     assert response.status_code == 400 and "nested deeper than" in response.json()["detail"]
+    url, body = path.format(alice=alice.pk), DEEP
+    chinese = api.generic(method.upper(), url, body, content_type="application/json", HTTP_ACCEPT_LANGUAGE="zh-Hans")
+    assert chinese.status_code == 400 and "嵌套超过" in chinese.json()["detail"], chinese.content
 
 
 def test_a_body_over_the_size_limit_is_refused(settings, admin):
@@ -395,6 +398,9 @@ def test_a_body_over_the_size_limit_is_refused(settings, admin):
     response = api.post("/api/keys/", {"name": "x" * 2000}, format="json")
     assert response.status_code == 413, response.content  # (was Django's HTML "Bad Request (400)")
     assert response.json() == {"detail": "The request body is larger than 1000 bytes."}
+    chinese = api.post("/api/keys/", {"name": "x" * 2000}, format="json", HTTP_ACCEPT_LANGUAGE="zh-Hans")
+    assert chinese.status_code == 413
+    assert chinese.json() == {"detail": "请求体超过 1000 字节。"}
 
 
 @pytest.mark.parametrize("path", ["/api/audit-log/?created_after={t}", "/api/usage/records/?since={t}"])
