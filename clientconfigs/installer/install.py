@@ -1060,6 +1060,22 @@ def _pyyaml_problem(text, mapping):
     return None
 
 
+def toml_problem(text):
+    """Where and why `text` is not TOML, in the user's own file's lines, or None (and None on a
+    Python without tomllib: the merge's own check is skipped there too). Checked before the merge,
+    as an error in the merged text would name a line of that text, not of the user's file."""
+    try:
+        import tomllib  # Python 3.11+
+    except ImportError:
+        return None
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.match(r"(.*) \(at line (\d+), column (\d+)\)$", str(exc))
+        return f"line {m.group(2)} column {m.group(3)}: {m.group(1)}" if m else str(exc)
+    return None
+
+
 def managed_keys(f):
     """The top-level YAML keys the merge of a bundle file or uninstall spec `f` rewrites: ours
     (yaml-keys), `models` (yaml-models), and the blocks shared by name (`owned`)."""
@@ -1071,7 +1087,14 @@ def check_editable(f, text):
     """Raise Unreadable when the merge of `f` (a bundle file or uninstall spec) cannot edit `text`
     safely."""
     problem, merge = None, f["merge"]
-    if merge == "dotenv":
+    if merge == "json" and text.strip():
+        try:
+            jsonc_loads(text)
+        except ValueError as exc:
+            problem = str(exc)
+    elif merge in ("toml", "toml-items") and text.strip():
+        problem = toml_problem(text)
+    elif merge == "dotenv":
         problem = dotenv_problem(text)
     elif merge in ("yaml-keys", "yaml-models", "yaml-list"):
         problem = yaml_problem(text, managed_keys(f), mapping=merge != "yaml-list", marker=merge != "yaml-keys")
@@ -1263,7 +1286,10 @@ def install(bundle, stamp=None, specs=None):
             failures += 1
             say("!", f"{path}: left unchanged ({exc}). Copy the {f['name']} shown on the portal page by hand.")
             continue
-        if old is not None:
+        # A file that already reads as the merge would write it (a re-install) gets no backup: every
+        # run would otherwise leave one more copy of the same bytes beside it.
+        changed = old is not None and text != old
+        if changed:
             backup(path, old, stamp)
             if f["path"] in by_path and not holds_ours(old, bundle["gateway"]):
                 remember_replaced(
@@ -1272,7 +1298,7 @@ def install(bundle, stamp=None, specs=None):
         write_file(path, text, f.get("secret", False))
         if f["path"] in by_path:
             remember_written(written, path, text, by_path[f["path"]], bundle["gateway"])
-        say("✓", f"{path} (backup: {os.path.basename(path)}.bak-{stamp})" if old is not None else path)
+        say("✓", f"{path} (backup: {os.path.basename(path)}.bak-{stamp})" if changed else path)
     failures += drop_stale_family(bundle, stamp, specs, replaced, written)
     if bundle.get("db_providers"):
         failures += install_db_providers(bundle, stamp, written)

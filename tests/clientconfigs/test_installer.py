@@ -218,7 +218,10 @@ def test_a_file_that_is_not_json_even_with_comments_is_left_alone(live_server, s
     result = install(live_server, home, alice, "roo", key_mode=KeyMode.PLACEHOLDER)
     assert result.returncode == 1
     assert target.read_text() == broken and backups(target) == []
-    assert "left unchanged (not JSON, even with comments: line 4 column 3: expected ','" in result.stdout
+    assert (
+        "left unchanged, the installer cannot edit it safely (not JSON, even with comments: line 4 column 3: "
+        "expected ','"
+    ) in result.stdout
     assert (home / ".config" / "team-gateway" / "roo-settings.json").exists()
 
 

@@ -199,3 +199,55 @@ def test_a_valid_file_as_the_client_itself_writes_it_is_still_merged(
     config = yaml.safe_load(target.read_text())
     assert kept.items() <= config.items()
     assert target.read_text() != text and len(backups(target)) == 1
+
+
+# The user's journey after a refusal: their file with their own settings and comments and one
+# broken line; they fix that line and run a new install command, then another.
+# (client, file, broken text, the problem named (lines of the user's file), the fixed text, what of
+# theirs must stay, what of ours must be there once)
+FIXED = [
+    ("continue", ".continue/config.yaml",
+     "name: Mine\nversion: 0.0.1\nschema: v1\n# my rules, keep them\nrules:\n\t- Be terse.\n",
+     "line 6: a tab in the indent",
+     "name: Mine\nversion: 0.0.1\nschema: v1\n# my rules, keep them\nrules:\n  - Be terse.\n",
+     "# my rules, keep them\nrules:\n  - Be terse.\n", "model: qwen3-32b\n"),
+    ("qwen-code", ".qwen/settings.json",
+     '{\n  // my theme, keep it\n  "ui": {"theme": "GitHub"}\n  "general": {"vimMode": true}\n}\n',
+     "not JSON, even with comments: line 4 column 3: expected ',' or '}'",
+     '{\n  // my theme, keep it\n  "ui": {"theme": "GitHub"},\n  "general": {"vimMode": true}\n}\n',
+     '  // my theme, keep it\n  "ui": {"theme": "GitHub"},\n', '"modelProviders": {'),
+    ("codex", ".codex/config.toml",
+     'hide_agent_reasoning = true\n\n# my history setting, keep it\n[history]\npersistence = "none\n',
+     "line 5 column 20: Illegal character",
+     'hide_agent_reasoning = true\n\n# my history setting, keep it\n[history]\npersistence = "none"\n',
+     '# my history setting, keep it\n[history]\npersistence = "none"\n', "[model_providers.teamgw]\n"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("client", "name", "broken", "problem", "fixed", "theirs", "ours"), FIXED)
+def test_after_fixing_the_named_line_a_new_install_merges_and_a_third_changes_nothing(
+    live_server, settings, home, alice, catalog, client, name, broken, problem, fixed, theirs, ours
+):
+    settings.PORTAL_PUBLIC_URL = live_server.url
+    target = users_file(home, name, broken)
+    refused = run_install(live_server, home, alice, client, {})
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert target.read_text() == broken and backups(target) == []
+    # The file, and the line of the user's own file with what is wrong there, then what to do.
+    assert f"{target}: left unchanged, the installer cannot edit it safely ({problem}" in refused.stdout
+    assert "Fix that and run a new install command from the Connect page" in refused.stdout
+
+    target.write_text(fixed)
+    merged = run_install(live_server, home, alice, client, {})
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    text = target.read_text()
+    assert theirs in text and text.count(ours) == 1
+    [backup] = backups(target)
+    assert backup.read_text() == fixed
+
+    again = run_install(live_server, home, alice, client, {})
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert target.read_text() == text
+    # Not one more copy of the same bytes, nor one over the backup of the user's own file.
+    assert backups(target) == [backup] and backup.read_text() == fixed
+    assert f"✓ {target}\n" in again.stdout

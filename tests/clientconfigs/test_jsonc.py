@@ -373,7 +373,10 @@ def test_a_zed_file_that_is_not_jsonc_is_left_alone_and_said_so(tmp_path, monkey
     assert settings.read_text() == broken
     assert not list(settings.parent.glob("settings.json.bak-*"))
     out = capsys.readouterr().out
-    assert "settings.json: left unchanged (not JSON, even with comments: line 11 column 3: expected ','" in out
+    assert (
+        "settings.json: left unchanged, the installer cannot edit it safely (not JSON, even with comments: "
+        "line 11 column 3: expected ','"
+    ) in out
     assert inst.uninstall(SPECS, "https://llm.example.com", ["zed"], yes=True, stamp="2") == 1
     assert settings.read_text() == broken
 

@@ -3,6 +3,8 @@ Continue CLI, OpenCode, Codex, llm; GitHub Copilot CLI, pi, Factory Droid, Mistr
 configured only by the portal's installer in a throwaway HOME, complete a request through the
 gateway to the fake upstream, with the default model and limits the files set; the newer ones also
 a tool round trip (their own file-reading tool) and a second install that switches the default.
+Continue CLI, Qwen Code and Codex also walk the journey past a refused file: broken, named, fixed by
+the user, installed again, answering.
 Claude Code also walks two turns on a real llama.cpp server (xllamacpp), its window discovered from
 the server, translated Messages -> Chat Completions end to end.
 JetBrains (Junie's CLI comes from JetBrains' site, AI Assistant is an IDE plugin), Goose, Zed, Roo,
@@ -37,7 +39,8 @@ from tests.fakes.upstream import FakeUpstream
 from tests.gateway.conftest import ThreadServer
 from tests.services import require_binary, unavailable
 
-from .test_installer import fetch, run_sh
+from .test_installer import backups, fetch, run_sh
+from .test_installer_unreadable import FIXED
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 BRIDGE = Path(__file__).resolve().parents[1] / "fakes" / "nsbridge.py"
@@ -127,9 +130,14 @@ def kill_strays(home: Path) -> None:
             continue
 
 
-def install(server, home: Path, user, client: str, default: str = "") -> None:
+def run_installer(server, home: Path, user, client: str, default: str = "") -> subprocess.CompletedProcess:
+    """A new one-line install command from the Connect page, run: a download token works once."""
     _, token = services.issue_download_token(user, client, key_mode=KeyMode.MINT, key_name="ci", default_model=default)
-    result = run_sh(fetch(server.url + "/connect/install.sh"), home, token)
+    return run_sh(fetch(server.url + "/connect/install.sh"), home, token)
+
+
+def install(server, home: Path, user, client: str, default: str = "") -> None:
+    result = run_installer(server, home, user, client, default)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -510,3 +518,58 @@ def test_openhands_cli_completes_a_tool_round_trip_and_a_reinstall_keeps_the_use
         assert_tool_round_trip(up, "file_editor", upstream_model)
     settings = json.loads(path.read_text())
     assert settings["condenser"]["max_size"] == 120 and settings["llm"]["model"] == "openai/qwen3-32b"
+
+
+# How each client answers one prompt headless, from the files alone (as the tests above run it).
+HEADLESS = {
+    "continue": (lambda home, bin: [bin, "-p", PROMPT], "cn", {"CONTINUE_CLI_DISABLE_TELEMETRY": "1"}),
+    "codex": (lambda home, bin: sourced(home, bin, "exec", "--skip-git-repo-check", PROMPT), "codex", {}),
+    "qwen-code": (
+        lambda home, bin: [bin, "-p", PROMPT, "--approval-mode", "yolo", "--output-format", "text"],
+        "qwen",
+        {"QWEN_USAGE_STATISTICS_ENABLED": "false", "QWEN_TELEMETRY_ENABLED": "false"},
+    ),
+}
+
+
+@pytest.mark.parametrize(("client", "name", "broken", "problem", "fixed", "theirs", "ours"), FIXED)
+def test_a_user_who_fixes_the_file_the_installer_refused_gets_answers_after_installing_again(
+    gateway, tmp_path, alice, client, name, broken, problem, fixed, theirs, ours
+):
+    """The whole journey past a refusal, with the real client: the user's YAML, JSONC or TOML file
+    holds their own settings and comments and one broken line. The installer leaves it byte for
+    byte and names the line; the user fixes that line and runs a new install command, which merges
+    ours in beside theirs; a third run changes nothing (no second backup); the client, configured
+    by these files alone, answers through the gateway and the request is in the usage records."""
+    from keys.models import UsageRecord
+    from tests.gateway.conftest import wait_for
+
+    server, up = gateway
+    argv, binary, env = HEADLESS[client]
+    client_bin = str(tool("PORTAL_REAL_CLIENTS", "node_modules", ".bin", binary))
+    home = tmp_path / "home"
+    target = home / name
+    target.parent.mkdir(parents=True)
+    target.write_text(broken)
+
+    refused = run_installer(server, home, alice, client)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert f"{target}: left unchanged, the installer cannot edit it safely ({problem}" in refused.stdout
+    assert "Fix that and run a new install command from the Connect page" in refused.stdout
+    assert target.read_text() == broken and backups(target) == []
+
+    target.write_text(fixed)  # the user fixes the line named, and keeps the rest
+    install(server, home, alice, client)
+    merged = target.read_text()
+    assert theirs in merged and merged.count(ours) == 1
+    [backup] = backups(target)
+    install(server, home, alice, client)
+    assert target.read_text() == merged
+    assert backups(target) == [backup] and backup.read_text() == fixed  # the user's own file, still there
+
+    done = run_isolated(server, home, argv(home, client_bin), env)
+    assert done.returncode == 0, done.stdout + done.stderr + "\n" + merged
+    assert "tok0 tok1 tok2 tok3 tok4" in done.stdout
+    assert chat_requests(up)[-1]["model"] == "fake-model"
+    record = wait_for(lambda: UsageRecord.objects.filter(user=alice, model="qwen3-32b").first(), timeout=30)
+    assert (record.status, record.key.name, record.key.is_active) == ("ok", f"{client}@ci", True)
