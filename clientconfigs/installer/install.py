@@ -1288,17 +1288,14 @@ def install(bundle, stamp=None, specs=None):
             continue
         # A file that already reads as the merge would write it (a re-install) gets no backup: every
         # run would otherwise leave one more copy of the same bytes beside it.
-        changed = old is not None and text != old
-        if changed:
-            backup(path, old, stamp)
+        bak = backup(path, old, stamp) if old is not None and text != old else None
+        if bak:
             if f["path"] in by_path and not holds_ours(old, bundle["gateway"]):
-                remember_replaced(
-                    replaced, path, old, by_path[f["path"]], f"{os.path.basename(path)}.bak-{stamp}", text
-                )
+                remember_replaced(replaced, path, old, by_path[f["path"]], bak, text)
         write_file(path, text, f.get("secret", False))
         if f["path"] in by_path:
             remember_written(written, path, text, by_path[f["path"]], bundle["gateway"])
-        say("✓", f"{path} (backup: {os.path.basename(path)}.bak-{stamp})" if changed else path)
+        say("✓", f"{path} (backup: {bak})" if bak else path)
     failures += drop_stale_family(bundle, stamp, specs, replaced, written)
     if bundle.get("db_providers"):
         failures += install_db_providers(bundle, stamp, written)
@@ -1907,10 +1904,24 @@ def strip_owned(spec, gateway, stamp, written):
         say("✓", f"{path}: the team MCP servers no longer allowed are removed")
 
 
+def backup_path(path, stamp):
+    """`path.bak-STAMP`, or `path.bak-STAMP-2`, -3... when that is taken: the stamp has one-second
+    resolution, and a second run within it (two clients sharing ~/.config/team-gateway/env in one
+    setup script) must not write over the first's backup, the only copy of the user's own file."""
+    name, n = f"{path}.bak-{stamp}", 1
+    while os.path.lexists(name):
+        n += 1
+        name = f"{path}.bak-{stamp}-{n}"
+    return name
+
+
 def backup(path, old, stamp):
-    with open(f"{path}.bak-{stamp}", "w", encoding="utf-8", newline="") as fh:
+    """Write `old` beside `path` (mode 0600) and return the backup's file name."""
+    name = backup_path(path, stamp)
+    with open(name, "x", encoding="utf-8", newline="") as fh:
         fh.write(old)
-    os.chmod(f"{path}.bak-{stamp}", 0o600)
+    os.chmod(name, 0o600)
+    return os.path.basename(name)
 
 
 def ccswitch_ours(path):
@@ -1991,9 +2002,8 @@ def remove_ours(path, found, spec, stamp):
     """Carry out one file's part of the plan (`unmerged`), after a backup: the file deleted, or ours
     taken out and the user's own values put back."""
     _, old, new, record, _ = found
-    bak = f"{os.path.basename(path)}.bak-{stamp}"
-    if new != old:  # else all of ours there the user changed since: nothing to remove
-        backup(path, old, stamp)
+    # else all of ours there the user changed since: nothing to remove
+    bak = backup(path, old, stamp) if new != old else None
     if new is None:
         os.unlink(path)
         say("✓", f"{path}: deleted (backup: {bak})")

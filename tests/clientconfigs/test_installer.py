@@ -348,3 +348,28 @@ def test_doctor_passes_an_embedding_model_whose_window_cannot_hold_continues_pro
     assert "model llama-3.1-8b: reachable, context window 1024 agrees with the server" in result.stdout
     assert re.search(r"! model qwen3-32b: its window \(1024 tokens\) cannot hold Continue's own prompt", result.stdout)
     assert "! model llama-3.1-8b" not in result.stdout, result.stdout
+
+
+def test_two_installs_in_the_same_second_keep_the_backup_of_the_users_own_file(tmp_path, monkeypatch):
+    """Codex, then Copilot CLI, from one setup script: both merge into the shared environment file
+    under the same one-second stamp. The second backup goes beside the first, which is the only copy
+    of the user's own file, instead of over it."""
+    from clientconfigs import installer
+    from clientconfigs.installer import install as inst
+
+    from .conftest import SAMPLE_KEY, sample_input
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    env_file = home / ".config" / "team-gateway" / "env"
+    env_file.parent.mkdir(parents=True)
+    env_file.write_text("export EDITOR=vim\n")
+    inp = sample_input(SAMPLE_KEY)
+    for client in ("codex", "copilot-cli"):
+        bundle = services.bundle(client, inp, services.render(client, inp), None)
+        assert inst.install(bundle, stamp="20261207-101500", specs=installer.uninstall_specs()) == 0
+    first, second = backups(env_file)
+    assert (first.name, second.name) == ("env.bak-20261207-101500", "env.bak-20261207-101500-2")
+    assert first.read_text() == "export EDITOR=vim\n" and mode(first) == 0o600
+    assert "TEAM_GATEWAY_API_KEY" in second.read_text() and "COPILOT" not in second.read_text()
+    assert "COPILOT" in env_file.read_text() and "export EDITOR=vim" in env_file.read_text()
