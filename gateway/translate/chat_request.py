@@ -16,7 +16,9 @@ inside a tool loop, whose earlier thinking blocks a Chat client cannot send back
 Refused (400 naming the field): `n` > 1, `audio` output, non-function tools, a tool name Anthropic
 refuses (`common.refuse_tool_name`), declared or in an earlier assistant turn's `tool_calls`,
 `response_format` json_schema / json_object (no portable equivalent), content parts other than text
-and images.
+and images, a call without an `id` whose tool message cannot be told apart (`_missing_id`).
+Tool call ids Anthropic refuses (other providers' `functions.get_weather:0`) are rewritten, the
+same way in a call and its result (`anthropic_tool_id`).
 Dropped with an info log: `logprobs`, `top_logprobs`, `seed`, `frequency_penalty`,
 `presence_penalty`, `logit_bias`, `store`, `metadata`, `service_tier`, `prediction`,
 `prompt_cache_key`, `safety_identifier`, `modalities` of text only.
@@ -26,11 +28,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import logging
+import re
 from typing import Any
 
 from gateway.translate.common import (
     ANTHROPIC_TOOL_NAME_MAX,
+    TOOL_NAME,
     TranslationError,
     parse_arguments,
     refuse_tool_name,
@@ -76,6 +81,7 @@ def to_messages_request(body: dict[str, Any], *, default_max_tokens: int) -> dic
 
     system: list[str] = []
     turns: list[dict[str, Any]] = []
+    missing: str | None = None  # the id given to the last assistant turn's call that had none
     for index, message in enumerate(messages):
         where = f"messages[{index}]"
         if not isinstance(message, dict):
@@ -89,9 +95,10 @@ def to_messages_request(body: dict[str, Any], *, default_max_tokens: int) -> dic
         if role == "user":
             _append(turns, "user", _user_blocks(message.get("content"), where))
         elif role == "assistant":
-            _append(turns, "assistant", _assistant_blocks(message, where))
+            missing = _missing_id(messages, index)
+            _append(turns, "assistant", _assistant_blocks(message, where, missing))
         elif role == "tool":
-            _append(turns, "user", [_tool_result(message, where)])
+            _append(turns, "user", [_tool_result(message, where, missing)])
         else:
             raise TranslationError(f"`{where}.role` must be system, developer, user, assistant or tool.", where)
     if not turns:
@@ -233,7 +240,48 @@ def _image(url: Any, where: str) -> dict[str, Any]:
     raise TranslationError(f"`{where}` has an image url that is neither a data: nor an http(s) URL.", where)
 
 
-def _assistant_blocks(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
+def anthropic_tool_id(call_id: str) -> str:
+    """A client's tool call id as Anthropic takes it (the tool names' characters): itself when it
+    does, else with every other character replaced by `_` and a hash of it appended, so two ids
+    never become one and a call and its result still match. Deterministic: next turn's history is
+    sent the same, and Anthropic's prompt cache still hits."""
+    if TOOL_NAME.fullmatch(call_id):
+        return call_id
+    digest = hashlib.sha256(call_id.encode()).hexdigest()[:12]
+    return f"{re.sub(r'[^a-zA-Z0-9_-]', '_', call_id)}_{digest}"
+
+
+def _filled(value: Any) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+def _missing_id(messages: list[Any], index: int) -> str | None:
+    """The id for the one call of assistant turn `index` sent without an id, when exactly one of the
+    tool messages answering that turn has no `tool_call_id` either (a 400 when the two cannot be
+    paired); None when every call has its id."""
+    calls = messages[index].get("tool_calls")
+    calls = calls if isinstance(calls, list) else []
+    without = [n for n, call in enumerate(calls) if isinstance(call, dict) and not _filled(call.get("id"))]
+    if not without:
+        return None
+    unanswered = 0
+    for message in messages[index + 1 :]:
+        role = message.get("role") if isinstance(message, dict) else None
+        if role == "assistant":
+            break
+        if role == "tool" and not _filled(message.get("tool_call_id")):
+            unanswered += 1
+    field = f"messages[{index}].tool_calls[{without[-1]}].id"
+    if len(without) > 1 or unanswered != 1:
+        raise TranslationError(
+            f"`{field}` is missing and the call's tool message cannot be told apart: send each call's `id`, "
+            "and the same `tool_call_id` in its tool message.",
+            field,
+        )
+    return f"call_{hashlib.sha256(field.encode()).hexdigest()[:24]}"
+
+
+def _assistant_blocks(message: dict[str, Any], where: str, missing: str | None) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     content = message.get("content")
     text = text_of(content) if not isinstance(content, str) else content
@@ -246,8 +294,8 @@ def _assistant_blocks(message: dict[str, Any], where: str) -> list[dict[str, Any
         raise TranslationError(f"`{where}.tool_calls` must be a list.", where)
     for number, call in enumerate(calls):
         function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or not function.get("name") or not call.get("id"):
-            raise TranslationError(f"`{where}.tool_calls` needs an `id` and a `function.name` in each call.", where)
+        if not isinstance(function, dict) or not function.get("name"):
+            raise TranslationError(f"`{where}.tool_calls` needs a `function.name` in each call.", where)
         # An earlier turn's call is checked as a declared tool is: Anthropic refuses either name.
         refuse_tool_name(
             function["name"],
@@ -258,7 +306,7 @@ def _assistant_blocks(message: dict[str, Any], where: str) -> list[dict[str, Any
         blocks.append(
             {
                 "type": "tool_use",
-                "id": call["id"],
+                "id": anthropic_tool_id(call["id"]) if _filled(call.get("id")) else missing,
                 "name": function["name"],
                 "input": parse_arguments(function.get("arguments")),
             }
@@ -266,9 +314,12 @@ def _assistant_blocks(message: dict[str, Any], where: str) -> list[dict[str, Any
     return blocks
 
 
-def _tool_result(message: dict[str, Any], where: str) -> dict[str, Any]:
-    call_id = message.get("tool_call_id")
-    if not isinstance(call_id, str) or not call_id:
+def _tool_result(message: dict[str, Any], where: str, missing: str | None) -> dict[str, Any]:
+    """The `tool_result` block of a tool message; `missing` answers the previous assistant turn's call
+    sent without an id, whose result is the one tool message without a `tool_call_id`."""
+    sent = message.get("tool_call_id")
+    call_id = anthropic_tool_id(sent) if isinstance(sent, str) and sent else missing
+    if call_id is None:
         raise TranslationError(f"`{where}` (a tool message) needs a `tool_call_id`.", where)
     content = message.get("content")
     block: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id}

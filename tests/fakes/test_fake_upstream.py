@@ -88,3 +88,14 @@ def test_reasoning_comes_first_as_reasoning_content(upstream):
     with httpx.stream("POST", upstream.base_url + "/chat/completions", json={**body, "stream": True}) as r:
         lines = [line for line in r.iter_lines() if line.startswith("data: {")]
     assert '"reasoning_content": "let"' in lines[0] and '"tok0"' in "".join(lines[3:])
+
+
+def test_messages_refuses_tool_ids_outside_anthropics_pattern(upstream):
+    turns = [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "functions.get:0", "name": "w", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "functions.get:0", "content": "18"}]},
+    ]
+    r = httpx.post(upstream.base_url + "/messages", json={"model": "m", "max_tokens": 5, "messages": turns})
+    assert r.status_code == 400
+    assert r.json()["error"]["message"].startswith("messages.1.content.0.tool_use.id: String should match pattern")

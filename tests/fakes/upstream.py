@@ -793,7 +793,7 @@ class FakeUpstream:
                     f"messages.{i}: all messages must have non-empty content except for the optional final "
                     "assistant message"
                 )
-            for block in blocks:
+            for place, block in enumerate(blocks):
                 kind = block.get("type")
                 if kind == "text" and not str(block.get("text") or "").strip():
                     return f"messages.{i}: text content blocks must contain non-whitespace text"
@@ -805,6 +805,11 @@ class FakeUpstream:
                     if role != "assistant":
                         return f"messages.{i}: tool_use blocks belong to assistant messages"
                     tool_ids.add(block.get("id"))
+                field = {"tool_use": "id", "tool_result": "tool_use_id"}.get(kind)
+                if field and not re.fullmatch(r"[a-zA-Z0-9_-]+", str(block.get(field))):
+                    return (
+                        f"messages.{i}.content.{place}.{kind}.{field}: String should match pattern '^[a-zA-Z0-9_-]+$'"
+                    )
                 if kind == "tool_result":
                     if previous != "assistant" or block.get("tool_use_id") not in tool_ids:
                         return (

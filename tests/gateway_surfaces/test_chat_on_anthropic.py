@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 
 import httpx
 import openai
@@ -559,3 +560,91 @@ def test_a_responses_function_call_with_a_name_anthropic_refuses_is_named_as_the
 
 def _chat_call(call_id: str, name: str) -> dict:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+
+ANTHROPIC_ID = re.compile(r"[a-zA-Z0-9_-]+")
+
+
+def _pairs(sent: dict) -> list[tuple[list[str], list[str]]]:
+    """(the tool_use ids of each assistant turn, the tool_use_ids of the results in the turn after it)."""
+    turns = sent["messages"]
+    return [
+        (
+            [b["id"] for b in turn["content"] if b["type"] == "tool_use"],
+            [b["tool_use_id"] for b in turns[n + 1]["content"] if b["type"] == "tool_result"],
+        )
+        for n, turn in enumerate(turns)
+        if turn["role"] == "assistant"
+    ]
+
+
+def test_tool_call_ids_anthropic_refuses_are_rewritten_in_calls_and_results_alike(client, anthropic_up):
+    """A history from Kimi (`functions.get_weather:0`) or another provider: Anthropic's 400 would
+    refuse the whole conversation. Its valid ids go as they are, and no two ids become one."""
+    kimi, dotted, valid = "functions.get_weather:0", "call.1 x", "functions_get_weather_0"
+    history = [
+        {"role": "user", "content": "Weather in Paris, Rome and Oslo?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [_chat_call(kimi, "get_weather"), _chat_call(dotted, "get_weather"), _chat_call(valid, "x")],
+        },
+        {"role": "tool", "tool_call_id": valid, "content": "5"},  # results in any order
+        {"role": "tool", "tool_call_id": kimi, "content": "18"},
+        {"role": "tool", "tool_call_id": dotted, "content": "21"},
+    ]
+    answer = client.chat.completions.create(model="qwen3-32b", messages=history, tools=TOOLS)
+    assert answer.choices[0].message.content == "tok0 tok1 tok2 tok3 tok4"
+    sent = anthropic_up.requests[-1].json
+    ((calls, results),) = _pairs(sent)
+    assert all(ANTHROPIC_ID.fullmatch(i) for i in calls)
+    assert calls[2] == valid and len(set(calls)) == 3  # untouched; distinct from Kimi's
+    assert calls[0].startswith("functions_get_weather_0_") and calls[1].startswith("call_1_x_")
+    assert results == [calls[2], calls[0], calls[1]]  # each result still finds its call
+    # The same history is sent the same next time: Anthropic's prompt cache still hits.
+    client.chat.completions.create(model="qwen3-32b", messages=history, tools=TOOLS)
+    assert anthropic_up.requests[-1].json["messages"] == sent["messages"]
+
+
+def test_a_responses_call_id_anthropic_refuses_is_rewritten_in_the_call_and_its_output(client, anthropic_up):
+    history = [
+        {"role": "user", "content": "Weather?"},
+        {**CALL, "call_id": "functions.get_weather:0"},
+        {"type": "function_call_output", "call_id": "functions.get_weather:0", "output": "18"},
+    ]
+    assert client.responses.create(model="qwen3-32b", input=history, tools=RESPONSES_TOOLS).status == "completed"
+    ((calls, results),) = _pairs(anthropic_up.requests[-1].json)
+    assert results == calls and ANTHROPIC_ID.fullmatch(calls[0])
+
+
+def test_a_call_without_an_id_gets_one_when_its_result_is_the_one_tool_message_without(client, anthropic_up):
+    history = [
+        {"role": "user", "content": "Weather in Paris and Rome?"},
+        {"role": "assistant", "content": None, "tool_calls": [_chat_call("", "get_weather"), _chat_call("c.2", "x")]},
+        {"role": "tool", "tool_call_id": "c.2", "content": "21"},
+        {"role": "tool", "tool_call_id": "", "content": "18"},
+    ]
+    client.chat.completions.create(model="qwen3-32b", messages=history, tools=TOOLS)
+    ((calls, results),) = _pairs(anthropic_up.requests[-1].json)
+    assert all(ANTHROPIC_ID.fullmatch(i) for i in calls) and results == [calls[1], calls[0]]
+
+
+@pytest.mark.parametrize(
+    ("calls", "results", "field"),
+    [
+        ([_chat_call("", "get_weather"), _chat_call("", "get_weather")], ["", ""], "messages[1].tool_calls[1].id"),
+        ([_chat_call("", "get_weather")], [], "messages[1].tool_calls[0].id"),
+        ([_chat_call("", "get_weather")], ["call_9"], "messages[1].tool_calls[0].id"),
+    ],
+)
+def test_a_call_without_an_id_whose_result_cannot_be_told_apart_is_our_400(client, anthropic_up, calls, results, field):
+    history = [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        *({"role": "tool", "tool_call_id": r, "content": "18"} for r in results),
+    ]
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(model="qwen3-32b", messages=history, tools=TOOLS)
+    assert raised.value.body["param"] == field
+    assert raised.value.body["message"].startswith(f"`{field}` is missing and the call's tool message cannot be told")
+    assert not anthropic_up.requests
