@@ -84,6 +84,32 @@ def test_a_tool_loop_merges_results_into_one_user_turn_first():
 
 
 @pytest.mark.parametrize(
+    ("sent", "expected"),
+    [
+        ("call_abc-1", "call_abc-1"),  # valid: as sent
+        ("toolu_01A09q90qw90lq917835lq9", "toolu_01A09q90qw90lq917835lq9"),
+        ("functions.get_weather:0", "functions_get_weather_0_79ac1aaab216"),
+        ("functions_get_weather_0", "functions_get_weather_0"),
+        ("a b", "a_b_c8687a08aa5d"),
+        ("a_b", "a_b"),
+        ("天气", "___4d947325473f"),
+    ],
+)
+def test_tool_call_ids_anthropic_refuses_are_rewritten_in_calls_and_results(sent, expected):
+    out = translate(
+        {
+            "messages": [
+                {"role": "user", "content": "go"},
+                {"role": "assistant", "tool_calls": [{"id": sent, "function": {"name": "f", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": sent, "content": "one"},
+            ],
+        }
+    )
+    assert out["messages"][1]["content"][0]["id"] == expected
+    assert out["messages"][2]["content"][0]["tool_use_id"] == expected
+
+
+@pytest.mark.parametrize(
     ("choice", "parallel", "expected"),
     [
         ("auto", None, {"type": "auto"}),
