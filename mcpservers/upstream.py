@@ -22,9 +22,11 @@ import mcp_types as types
 from django.utils.translation import gettext_noop
 from mcp import ClientSession
 from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+from mcp.client.session import LoggingFnT
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import DEFAULT_MAX_SSE_EVENT_SIZE, streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 
 from portal.i18n import Message
@@ -165,8 +167,9 @@ class CappedJsonTransport(httpx2.AsyncHTTPTransport):
 
 
 @asynccontextmanager
-async def session(upstream: Upstream) -> AsyncIterator[ClientSession]:
-    """An initialized client session to `upstream`, within its timeout."""
+async def session(upstream: Upstream, on_log: LoggingFnT | None = None) -> AsyncIterator[ClientSession]:
+    """An initialized client session to `upstream`, within its timeout; the server's log messages
+    (`notifications/message`) go to `on_log`."""
     timeout = httpx2.Timeout(upstream.timeout)
     async with httpx2.AsyncClient(
         headers=upstream.headers, timeout=timeout, auth=upstream.auth(), transport=CappedJsonTransport()
@@ -179,17 +182,19 @@ async def session(upstream: Upstream) -> AsyncIterator[ClientSession]:
             streams = sse_client(upstream.url, timeout=upstream.timeout, httpx_client_factory=factory)
         else:
             streams = streamable_http_client(upstream.url, http_client=http, max_sse_event_size=MAX_ANSWER_BYTES)
-        async with streams as (read, write), ClientSession(read, write) as client:
+        async with streams as (read, write), ClientSession(read, write, logging_callback=on_log) as client:
             await client.initialize()
             yield client
 
 
-async def _run(upstream: Upstream, what: str, call: Any, gone: asyncio.Event | None = None) -> Any:
+async def _run(
+    upstream: Upstream, what: str, call: Any, gone: asyncio.Event | None = None, on_log: LoggingFnT | None = None
+) -> Any:
     """Run `call(session)` against `upstream`; any failure becomes an UpstreamFailure, and the
     client leaving (`gone`) a ClientGone."""
     try:
         with anyio.fail_after(upstream.timeout):
-            async with session(upstream) as client:
+            async with session(upstream, on_log) as client:
                 return await _unless_gone(call(client), gone)
     except Exception as exc:
         if isinstance(_innermost(exc), ClientGone):
@@ -318,13 +323,22 @@ async def list_tools(upstream: Upstream) -> list[types.Tool]:
 
 
 async def call_tool(
-    upstream: Upstream, name: str, arguments: dict[str, Any] | None, gone: asyncio.Event | None = None
+    upstream: Upstream,
+    name: str,
+    arguments: dict[str, Any] | None,
+    gone: asyncio.Event | None = None,
+    *,
+    on_progress: ProgressFnT | None = None,
+    on_log: LoggingFnT | None = None,
 ) -> types.CallToolResult | types.InputRequiredResult:
     """The server's answer to one tool call (a tool error is an answer, `is_error`); ClientGone
-    when `gone` is set first (the call is cancelled upstream)."""
+    when `gone` is set first (the call is cancelled upstream). With `on_progress` the server is
+    asked for progress notifications, which go there as they come, as its log messages go to
+    `on_log`."""
 
     async def call(client: ClientSession) -> types.CallToolResult | types.InputRequiredResult:
-        return await client.call_tool(name, arguments or {})
+        return await client.call_tool(name, arguments or {}, progress_callback=on_progress)
 
-    result: types.CallToolResult | types.InputRequiredResult = await _run(upstream, f"tools/call {name!r}", call, gone)
+    what = f"tools/call {name!r}"
+    result: types.CallToolResult | types.InputRequiredResult = await _run(upstream, what, call, gone, on_log)
     return result

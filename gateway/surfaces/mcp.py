@@ -12,7 +12,10 @@ answer any request and nothing is kept between them). This module does what the 
    the tools its last check stored, marked with `_meta` STORED_CATALOG); a `tools/call` of another
    tool is refused here and never reaches the upstream;
 3. each call takes a slot of the key's MCP rate limit (`limits.RedisLimiter`, the same atomic
-   script as /v1, in its own `mcp:` window), and is recorded (`mcpservers.McpCall`);
+   script as /v1, in its own `mcp:` window), and is recorded (`mcpservers.McpCall`); while it runs,
+   the upstream's progress notifications and log messages about it are relayed (`Relay`) on the
+   call's event stream (a `tools/call` from a client that takes one; every other request is
+   answered with one JSON body);
 4. the team's credentials go upstream only; every error the developer sees is ours, JSON-RPC
    shaped, and never carries them;
 5. a browser's request (it carries `Origin`) only from the portal's own pages or those in
@@ -36,11 +39,15 @@ import pydantic_core
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 from django.utils.translation import gettext_noop
+from mcp.client.session import LoggingFnT
+from mcp.server.connection import allowed_log_levels
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
+from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from pydantic import BaseModel, ValidationError
 
 from keys.models import Key
@@ -72,6 +79,8 @@ UPSTREAM_UNAVAILABLE = -32005
 GATEWAY_UNAVAILABLE = -32006
 FORBIDDEN_ORIGIN = -32007
 MAX_MESSAGE_BYTES = DEFAULT_MAX_REQUEST_BODY_SIZE  # the SDK's limit, said by us
+# Notifications held for a client that reads slower than the upstream sends; later ones are dropped.
+RELAY_BACKLOG = 256
 # The `_meta` key of a tools/list answered from the tools the last check stored (the upstream is
 # down): {"reason": why the live list failed, "checked": when the stored list was taken}.
 STORED_CATALOG = "gateway-portal/stored-catalog"
@@ -252,54 +261,132 @@ async def _call_tool(
     except MCPError as unavailable:  # the limiter could not be asked (Redis): refused, not admitted
         record(caller, name, CallStatus.RATE_LIMITED, started, unavailable.message)
         raise
+    relay = Relay(ctx, caller.upstream.secrets())
+    relaying = asyncio.get_running_loop().create_task(relay.run())
     try:
-        result = await call_tool(caller.upstream, name, params.arguments, caller.gone)
+        result = await call_tool(
+            caller.upstream, name, params.arguments, caller.gone, on_progress=relay.on_progress, on_log=relay.on_log
+        )
     except ClientGone:
         record(caller, name, CallStatus.CANCELLED, started, CLIENT_LEFT, params.arguments)
         raise MCPError(UPSTREAM_UNAVAILABLE, CLIENT_LEFT.english) from None  # (nobody reads it)
     except UpstreamFailure as exc:
         record(caller, name, CallStatus.UPSTREAM_ERROR, started, exc.text, params.arguments)
         raise MCPError(UPSTREAM_UNAVAILABLE, str(exc)) from None
+    finally:
+        await relay.finish(relaying)
     failed = bool(getattr(result, "is_error", False))
     record(caller, name, CallStatus.TOOL_ERROR if failed else CallStatus.OK, started, "", params.arguments)
     return scrubbed(result, caller.upstream.secrets())
 
 
+class Relay:
+    """The upstream's notifications about one call (progress, log messages), passed on to the
+    developer's client on the call's stream, in the order they came and before the result,
+    scrubbed like the answer. The SDK runs each callback in a task of its own and a callback only
+    queues (no await first), so the result cannot overtake the notifications before it; a client
+    reading slower than the upstream sends loses those past RELAY_BACKLOG, never the result."""
+
+    def __init__(self, ctx: ServerRequestContext[Any, Any], secrets: list[str]) -> None:
+        self.ctx, self.secrets = ctx, secrets
+        self.queue: asyncio.Queue[types.ServerNotification | None] = asyncio.Queue(RELAY_BACKLOG)
+        self.token = progress_token_from_params(ctx.params)
+        self.levels = allowed_log_levels(ctx.protocol_version, ctx.meta)
+
+    @property
+    def on_progress(self) -> ProgressFnT | None:
+        """Progress is asked of the upstream only when the client asked for it."""
+        return self._progress if self.token is not None else None
+
+    @property
+    def on_log(self) -> LoggingFnT:
+        return self._log
+
+    async def _progress(self, progress: float, total: float | None, message: str | None) -> None:
+        assert self.token is not None
+        params = types.ProgressNotificationParams(
+            progress_token=self.token, progress=progress, total=total, message=message
+        )
+        self._put(types.ProgressNotification(params=params))
+
+    async def _log(self, params: types.LoggingMessageNotificationParams) -> None:
+        if params.level in self.levels:  # a client on the 2026 protocol asks for its levels per request
+            self._put(types.LoggingMessageNotification(params=params))
+
+    def _put(self, notification: types.ServerNotification) -> None:
+        try:
+            self.queue.put_nowait(notification)
+        except asyncio.QueueFull:
+            logger.debug("MCP notification %s dropped: the client reads slower than the server sends", notification)
+
+    async def run(self) -> None:
+        while (notification := await self.queue.get()) is not None:
+            await self.ctx.session.send_notification(
+                scrubbed(notification, self.secrets), related_request_id=self.ctx.request_id
+            )
+
+    async def finish(self, running: asyncio.Task[None]) -> None:
+        """Wait until what was queued is sent (a client that left: only until it cannot be)."""
+        while True:
+            try:
+                self.queue.put_nowait(None)
+                break
+            except asyncio.QueueFull:
+                self.queue.get_nowait()  # the oldest one goes, not the end of the stream
+        try:
+            await running
+        except asyncio.CancelledError:
+            running.cancel()
+            raise
+        except Exception as exc:  # the client's stream is gone; the call's outcome is still recorded
+            logger.debug("MCP notifications for %s not relayed: %r", self.ctx.request_id, exc)
+
+
 class Front:
-    """The SDK's server and session manager for every /mcp/<slug>, started with the first request
-    (its task group lives in a task of its own) and stopped with the process."""
+    """The SDK's server and its two session managers for every /mcp/<slug> (one answers with one
+    JSON body, one with an event stream: `serve` picks), started with the first request (their
+    task group lives in a task of its own) and stopped with the process."""
 
     def __init__(self) -> None:
-        self.manager: StreamableHTTPSessionManager | None = None
+        self.managers: Managers | None = None
         self._runner: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._lock = asyncio.Lock()
 
-    async def start(self) -> StreamableHTTPSessionManager:
+    async def start(self) -> Managers:
         async with self._lock:
-            if self.manager is None:
+            if self.managers is None:
                 server: Server[Any] = Server("portal-gateway", on_list_tools=_list_tools, on_call_tool=_call_tool)
-                manager = StreamableHTTPSessionManager(server, json_response=True, stateless=True)
+                managers = Managers(
+                    json=StreamableHTTPSessionManager(server, json_response=True, stateless=True),
+                    stream=StreamableHTTPSessionManager(server, json_response=False, stateless=True),
+                )
                 ready = asyncio.Event()
                 self._stop = asyncio.Event()
 
                 async def run() -> None:
-                    async with manager.run():
+                    async with managers.json.run(), managers.stream.run():
                         ready.set()
                         await self._stop.wait()
 
                 self._runner = asyncio.get_running_loop().create_task(run())
                 await ready.wait()
-                self.manager = manager
-            return self.manager
+                self.managers = managers
+            return self.managers
 
     async def stop(self) -> None:
         if self._runner is not None:
             self._stop.set()
             await asyncio.gather(self._runner, return_exceptions=True)
-        self.manager = self._runner = None
+        self.managers = self._runner = None
         if _pending:
             await asyncio.gather(*_pending, return_exceptions=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Managers:
+    json: StreamableHTTPSessionManager
+    stream: StreamableHTTPSessionManager  # for a tools/call, whose notifications ride its answer
 
 
 front = Front()
@@ -387,9 +474,9 @@ def envelope_problem(message: Any) -> str:
     return "The request body is not a JSON-RPC 2.0 request, notification or response."
 
 
-async def read_message(req: Request) -> bytes:
-    """The POST's body once it is JSON the SDK takes as a JSON-RPC message; the SDK's own refusals
-    of it are plain text (type, size) or pydantic's report (envelope)."""
+async def read_message(req: Request) -> tuple[bytes, Any]:
+    """The POST's body, and the message in it, once it is JSON the SDK takes as a JSON-RPC message;
+    the SDK's own refusals of it are plain text (type, size) or pydantic's report (envelope)."""
     content_type = req.headers.get("content-type", "")
     if not is_json(content_type):
         raise Rejected(
@@ -412,17 +499,30 @@ async def read_message(req: Request) -> bytes:
         types.jsonrpc_message_adapter.validate_python(message, by_name=False)
     except ValidationError:
         raise Rejected(400, types.INVALID_REQUEST, envelope_problem(message)) from None
-    return body
+    return body, message
+
+
+def streams(req: Request, message: Any) -> bool:
+    """Whether the answer is an event stream: a tools/call, whose upstream may send progress and
+    log messages while the tool runs, from a client that takes one (the spec's MUST is both JSON
+    and event streams; a client that asks for JSON alone still gets JSON)."""
+    accepted = {t.split(";", 1)[0].strip().lower() for t in req.headers.get("accept", "").split(",")}
+    return (
+        isinstance(message, dict)
+        and message.get("method") == "tools/call"
+        and bool(accepted & {"text/event-stream", "text/*", "*/*"})
+    )
 
 
 async def serve(req: Request) -> None:
     """/mcp/<slug> (POST; DELETE as the SDK answers it in stateless mode; GET is a 405)."""
     try:
-        caller, body = await admit(req)
+        caller, body, streamed = await admit(req)
     except Rejected as rejected:
         await jsonrpc_error(req, rejected)
         return
-    manager = await front.start()
+    managers = await front.start()
+    manager = managers.stream if streamed else managers.json
     receive, watcher = watched(req, body, caller.gone)
     try:
         await manager.handle_request({**req.scope, SCOPE_KEY: caller}, receive, req.send)
@@ -430,8 +530,9 @@ async def serve(req: Request) -> None:
         watcher.cancel()
 
 
-async def admit(req: Request) -> tuple[Caller, bytes]:
-    """Who calls which server, and the body for the SDK; or the refusal."""
+async def admit(req: Request) -> tuple[Caller, bytes, bool]:
+    """Who calls which server, the body for the SDK and whether it is answered with an event
+    stream; or the refusal."""
     check_origin(req)
     if req.method == "GET":
         # The spec's answer for "no server-initiated stream here": stateless, the gateway has
@@ -466,24 +567,28 @@ async def admit(req: Request) -> tuple[Caller, bytes]:
             "Connect page.",
         )
     upstream, stored = found
-    body = await read_message(req) if req.method == "POST" else await req.body(MAX_MESSAGE_BYTES)
+    if req.method == "POST":
+        body, message = await read_message(req)
+    else:
+        body, message = await req.body(MAX_MESSAGE_BYTES), None
     allowed = frozenset(name for name, _, _ in stored.tools)
-    return Caller(key, upstream, allowed, key.team_id, stored, asyncio.Event()), body
+    return Caller(key, upstream, allowed, key.team_id, stored, asyncio.Event()), body, streams(req, message)
 
 
 def watched(req: Request, body: bytes, gone: asyncio.Event) -> tuple[Receive, asyncio.Task[None]]:
     """The request's `receive` for the SDK (the body, read already), and a task that sets `gone`
     when the client disconnects. The SDK reads the body and then, answering with JSON, never
     listens to the connection again: a client that gave up would leave the tool running upstream
-    until the server's timeout. So the connection is watched here (the SDK's later reads wait for
-    `gone`)."""
+    until the server's timeout. So the connection is watched here. The SDK itself never hears of
+    the disconnect (its later reads wait for ever): answering with an event stream, it would end
+    the request, and cancel the call's handler before the call is cancelled upstream and recorded;
+    the handler hears through `gone`, and its answer ends the request."""
     given = False
 
     async def receive() -> dict[str, Any]:
         nonlocal given
         if given:
-            await gone.wait()
-            return {"type": "http.disconnect"}
+            await asyncio.Event().wait()
         given = True
         return {"type": "http.request", "body": body, "more_body": False}
 

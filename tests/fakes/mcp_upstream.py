@@ -11,6 +11,8 @@ environment's FAKE_MCP_HIDE, comma-separated):
 - `delete_everything()`: a tool no test key is ever allowed to call.
 - `big(size)`: answers `size` characters.
 - `refuse()`: answers a JSON-RPC error whose message carries TOKEN.
+- `steps()`: reports progress three times and logs each step (the third log line carries TOKEN),
+  then answers once the file CALLS_FILE + ".go" exists (a test creates it when it saw the progress).
 - `hang()`: never answers (a test stops the server while it hangs); when the call is cancelled
   (the client went away), `hang:cancelled` is appended to CALLS_FILE.
 
@@ -99,6 +101,18 @@ def build(calls_file: Path, token: str, issuer: str | None = None) -> MCPServer:
         """Fail with a JSON-RPC error in the server's own words (its credential in them)."""
         record(ctx, "refuse", {})
         raise MCPError(-32050, f"refused, and here is my credential: {token}")
+
+    @server.tool()
+    async def steps(ctx: Context) -> str:
+        """Report progress three times, logging each step, then answer when told to."""
+        record(ctx, "steps", {})
+        for step in (1, 2, 3):
+            await ctx.report_progress(step, 3, f"step {step} of 3")
+            await ctx.info(f"step {step} done" + (f" with {token}" if step == 3 else ""))
+        go = calls_file.with_name(calls_file.name + ".go")
+        while not go.exists():  # the test's signal that its client saw the progress
+            await anyio.sleep(0.02)
+        return "all steps done"
 
     @server.tool()
     async def hang(ctx: Context) -> str:

@@ -71,6 +71,7 @@ def test_health_check_lists_the_servers_tools(tracker):
         "echo",
         "hang",
         "refuse",
+        "steps",
         "whoami",
     ]
     assert tracker.tools.get(name="echo").input_schema["properties"]["text"]["type"] == "string"
@@ -420,6 +421,55 @@ def test_a_client_that_leaves_mid_call_cancels_the_upstream_call(gateway_url, tr
     record = wait_for(lambda: McpCall.objects.filter(tool="hang").first(), timeout=60)
     assert (record.status, record.error) == ("cancelled", "the client disconnected before the tool answered")
     assert in_chinese(record) == "客户端在工具应答前断开了连接"
+
+
+def test_progress_and_log_messages_reach_the_client_while_the_tool_runs(gateway_url, tracker, mcp_upstream, alice):
+    """The gateway answered every call with one JSON body: a tool's progress notifications and log
+    messages were dropped, so a client saw nothing until the result (or its own timeout). The
+    upstream tool here answers only once the client has seen all three steps."""
+    McpServer.objects.filter(pk=tracker.pk).update(timeout_seconds=30)  # bounds the old code's hang
+    key, plaintext = issue_key(owner=alice, name="laptop")
+    grant(tracker, tool="steps", key=key)
+    go = mcp_upstream.calls_file.with_name(mcp_upstream.calls_file.name + ".go")
+    seen: list[tuple] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        seen.append(("progress", done, total, message))
+        if sum(1 for s in seen if s[0] == "progress") == 3:
+            go.touch()  # now the upstream tool answers
+
+    async def log(params) -> None:
+        seen.append(("log", params.level, params.data))
+
+    async def work(session: ClientSession):
+        result = await session.call_tool("steps", {}, progress_callback=progress)
+        seen.append(("result", result.content[0].text))
+        return result
+
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {plaintext}"}, timeout=120)
+
+    async def session_run():
+        async with http, streamable_http_client(f"{gateway_url}/mcp/tracker", http_client=http) as (read, write):
+            async with ClientSession(read, write, logging_callback=log) as session:
+                await session.initialize()
+                return await work(session)
+
+    result = asyncio.run(session_run())
+    assert not result.is_error
+    assert [s for s in seen if s[0] == "progress"] == [
+        ("progress", 1.0, 3.0, "step 1 of 3"),
+        ("progress", 2.0, 3.0, "step 2 of 3"),
+        ("progress", 3.0, 3.0, "step 3 of 3"),
+    ]
+    # The log lines too, in order, the team's credential scrubbed from them; the result last.
+    assert [s for s in seen if s[0] == "log"] == [
+        ("log", "info", "step 1 done"),
+        ("log", "info", "step 2 done"),
+        ("log", "info", "step 3 done with [redacted by the gateway]"),
+    ]
+    assert seen[-1] == ("result", "all steps done")
+    record = wait_for(lambda: McpCall.objects.filter(tool="steps").first())
+    assert (record.status, record.key_id) == ("ok", key.pk)
 
 
 def test_calls_with_nul_characters_are_still_on_the_record(gateway_url, tracker, mcp_upstream, alice):

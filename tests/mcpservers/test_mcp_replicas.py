@@ -23,6 +23,17 @@ LIMIT, CALLS = 10, 40
 RATE_LIMITED = -32004
 
 
+def jsonrpc_answer(answer: httpx.Response) -> dict:
+    """The answer to the request: the JSON body, or on an event stream (a tools/call, which may
+    carry notifications first) the message with an id."""
+    if not answer.headers["content-type"].startswith("text/event-stream"):
+        return answer.json()
+    messages = [
+        json.loads(line[5:]) for line in answer.text.splitlines() if line.startswith("data:") and line[5:].strip()
+    ]
+    return next(m for m in messages if "id" in m)
+
+
 async def burst(urls: list[str], key: str, n: int) -> list[dict]:
     """`n` tools/call requests at once, spread over `urls` (stateless: each POST stands alone);
     their JSON-RPC answers."""
@@ -39,7 +50,7 @@ async def burst(urls: list[str], key: str, n: int) -> list[dict]:
             call["params"] = {"name": "echo", "arguments": {"text": str(i)}}
             answer = await client.post(urls[i % len(urls)], json=call)
             assert answer.status_code == 200, answer.text
-            return answer.json()
+            return jsonrpc_answer(answer)
 
         return await asyncio.gather(*(one(i) for i in range(n)))
 
