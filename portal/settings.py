@@ -482,7 +482,8 @@ GATEWAY_USAGE_FLUSH_INTERVAL = get("GATEWAY_USAGE_FLUSH_INTERVAL", float, 0.5)
 # lowers it. 0: no MCP limit beyond the key's own.
 GATEWAY_MCP_CALLS_PER_MINUTE = get("GATEWAY_MCP_CALLS_PER_MINUTE", int, 120)
 # Web pages (their origin, e.g. https://tools.example.com) whose scripts may call the MCP endpoints,
-# besides the portal's own: a browser's request from any other page is refused (DNS rebinding).
+# besides the portal's own (PORTAL_PUBLIC_URL's, or the address reached on a host ALLOWED_HOSTS names,
+# "*" naming none): a browser's request from any other page is refused (DNS rebinding).
 GATEWAY_MCP_ALLOWED_ORIGINS = penv.urls("GATEWAY_MCP_ALLOWED_ORIGINS")
 GATEWAY_AFFINITY_TTL = get("GATEWAY_AFFINITY_TTL", int, 1800)
 GATEWAY_AFFINITY_LOAD = get("GATEWAY_AFFINITY_LOAD", float, 1.25)

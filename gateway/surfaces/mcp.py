@@ -426,8 +426,10 @@ def origin_of(url: str) -> str:
 
 def origin_allowed(origin: str, host: str) -> bool:
     """Whether a page at `origin` may call: PORTAL_PUBLIC_URL's, one in GATEWAY_MCP_ALLOWED_ORIGINS,
-    or the address the request was sent to when its host is one the portal answers to
-    (ALLOWED_HOSTS). A DNS-rebinding page is at its own host name, which is none of these."""
+    or the address the request was sent to when its host is one the portal answers to by name
+    (ALLOWED_HOSTS). A DNS-rebinding page is at its own host name, which is none of these; the
+    browser sends that name as Host too, so "*" in ALLOWED_HOSTS (answer to any name) names no
+    host here."""
     seen = origin_of(origin)
     if not seen:
         return False
@@ -435,7 +437,8 @@ def origin_allowed(origin: str, host: str) -> bool:
         return True
     scheme = seen.split(":", 1)[0]
     domain, _port = split_domain_port(host)
-    return origin_of(f"{scheme}://{host}") == seen and validate_host(domain, settings.ALLOWED_HOSTS)
+    named = [pattern for pattern in settings.ALLOWED_HOSTS if pattern != "*"]
+    return origin_of(f"{scheme}://{host}") == seen and validate_host(domain, named)
 
 
 def check_origin(req: Request) -> None:

@@ -20,7 +20,7 @@ from mcpservers.models import McpCall, McpServer
 from mcpservers.services import check_server, set_tool_enabled
 from mcpservers.upstream import MAX_ANSWER_BYTES
 from tests.fakes import processes
-from tests.gateway.conftest import wait_for
+from tests.gateway.conftest import spawn_gateway, wait_for  # noqa: F401 - the fixture
 from tests.mcpservers.conftest import UPSTREAM_TOKEN, running_upstream, start_upstream
 from tests.mcpservers.factories import grant, make_server
 
@@ -544,6 +544,25 @@ def test_a_browser_page_calls_only_from_the_portals_own_origin_or_an_allowed_one
         assert answer.status_code == 200, (origin, answer.text)
         assert [t["name"] for t in answer.json()["result"]["tools"]] == ["echo"]
     assert _tools_list(url, plaintext, origin="https://tools.example.com:8443").status_code == 403
+
+
+def test_a_wildcard_in_allowed_hosts_lets_no_other_page_call(spawn_gateway, tracker, alice):  # noqa: F811
+    """With DJANGO_ALLOWED_HOSTS=* every host name was one the portal answers to, so a rebinding
+    page (its Origin's host sent as Host too) passed the same-host rule and was served."""
+    key, plaintext = issue_key(owner=alice, name="laptop")
+    grant(tracker, tool="echo", key=key)
+    (gateway,) = spawn_gateway(1, DJANGO_ALLOWED_HOSTS="*", PORTAL_PUBLIC_URL="https://llm.example.com")
+    url = f"{gateway.url}/mcp/tracker"
+    for host in ("evil.example", f"evil.example:{gateway.port}"):
+        refused = _tools_list(url, plaintext, origin=f"http://{host}", host=host)
+        assert (refused.status_code, refused.headers["content-type"]) == (403, "application/json"), refused.text
+        body = refused.json()
+        assert (body["jsonrpc"], body["id"], body["error"]["code"]) == ("2.0", None, -32007)
+        assert f"'http://{host}'" in body["error"]["message"]
+    # The portal's own pages still call.
+    answer = _tools_list(url, plaintext, origin="https://llm.example.com")
+    assert answer.status_code == 200, answer.text
+    assert [t["name"] for t in answer.json()["result"]["tools"]] == ["echo"]
 
 
 def test_a_body_the_sdk_would_not_take_is_refused_as_a_short_jsonrpc_error(gateway_url, tracker, alice):
