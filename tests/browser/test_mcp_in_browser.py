@@ -88,7 +88,7 @@ def test_admin_registers_checks_limits_grants_and_deletes_an_mcp_server(
             assert robot.page.url == f"{live_server.url}/mcp-servers/{server.pk}/"
             assert "Not checked yet" in robot.text("main")
             robot.click("button:text-is('Check now')")
-            assert "Issue tracker answered with 7 tools." in robot.text(".flash-success")
+            assert "Issue tracker answered with 8 tools." in robot.text(".flash-success")
             tools = robot.text("main table >> nth=0")
             for name in ("debug_headers", "delete_everything", "echo", "whoami"):
                 assert name in tools
@@ -106,7 +106,7 @@ def test_admin_registers_checks_limits_grants_and_deletes_an_mcp_server(
 
             # Alice's key, through the gateway: every enabled tool of the server, not the disabled one.
             url = f"{gateway.url}/mcp/tracker"
-            assert tool_names(url, plaintext) == ["big", "debug_headers", "echo", "hang", "refuse", "whoami"]
+            assert tool_names(url, plaintext) == ["big", "debug_headers", "echo", "hang", "refuse", "steps", "whoami"]
             assert initialize(url, mallorys).status_code == 404  # no grant for mallory: nothing here
 
             # The disabled tool, called anyway, is refused and recorded; the calls page says why in
