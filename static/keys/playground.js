@@ -244,7 +244,8 @@
         });
       });
     }).catch(function (err) {
-      if (err.name === "AbortError") result.error = {status: 0, message: err.message, code: "aborted", type: ""};
+      // Stopped by the reader: the meaning says so; the browser's own English reason adds nothing.
+      if (err.name === "AbortError") result.error = {status: 0, message: "", code: "aborted", type: ""};
       else result.error = {status: 0, message: String(err.message || err), code: "network", type: ""};
     }).then(function () {
       result.elapsed = performance.now() - started;
@@ -306,8 +307,10 @@
         if (!record) return;
         metric(list, T.channel, record.channel_name, "pg-channel");
         metric(list, T.http_status, record.http_status, "pg-http-status");
-        // The record's error once more only when it says more than the answer did (an upstream's status).
-        if (record.error && !(result.error && result.error.message === record.error)) {
+        // The record's error once more only when it says more than the answer did (an upstream's
+        // status); after a stop it is the disconnect the reader caused.
+        var stopped = result.error && result.error.code === "aborted";
+        if (record.error && !stopped && !(result.error && result.error.message === record.error)) {
           metric(list, T.error, record.error, "pg-record-error");
         }
         if (record.estimated) metric(list, T.completion, record.completion_tokens + " (" + T.estimated + ")");

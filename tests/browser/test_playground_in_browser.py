@@ -390,3 +390,27 @@ def test_a_chinese_reader_is_told_in_chinese_what_an_upstreams_refusal_means(
         assert page.text_content(".pg-assistant .pg-error-meaning") == in_chinese(UNSUPPORTED)
         detail = page.text_content(".pg-assistant .pg-error-detail")
         assert "unsupported_by_upstream" in detail and "image input is not supported" in detail
+
+
+def test_a_chinese_reader_who_stops_an_answer_reads_no_english_about_it(
+    transactional_db, settings, monkeypatch, tmp_path, browser, alice
+):
+    """Stop mid-stream: the page says in Chinese that the answer was stopped, keeps what came, and
+    shows neither the browser's own English reason for the abort ("signal is aborted without
+    reason") nor the usage record's English error for the disconnect it caused."""
+    stalled = {"mode": "stall", "stall_after": 3}  # the role, tok0 and tok1, then nothing
+    with chinese_playground(settings, monkeypatch, tmp_path, browser, alice, **stalled) as (_upstream, _model, page):
+        page.fill("#pg-input", "你好")
+        page.click("#pg-send")
+        page.wait_for_selector(".pg-assistant .pg-answer[data-state=streaming]:has-text('tok1')")
+        page.click("#pg-stop-button")
+        page.wait_for_selector(".pg-assistant .pg-answer[data-state=error]")
+        assert "tok0 tok1" in page.text_content(".pg-assistant .pg-answer")
+        assert page.text_content(".pg-assistant .pg-error-meaning") == in_chinese(
+            "Stopped before the answer was complete."
+        )
+        assert page.text_content(".pg-assistant .pg-error-detail").strip() == "aborted"  # the code, an id
+        page.wait_for_selector(".pg-assistant [data-record=loaded]")
+        assert page.text_content(".pg-assistant .pg-http-status") == "499"
+        assert page.locator(".pg-assistant .pg-record-error").count() == 0
+        assert page.is_visible("#pg-send") and page.is_enabled("#pg-send")
