@@ -65,6 +65,18 @@ def test_every_marked_string_is_in_the_catalog(settings, tmp_path, monkeypatch):
     )
 
 
+def test_chinese_words_are_not_spaced_apart_in_the_catalog():
+    """The glossary's rule: a space between Chinese and Latin words or numbers, none between two
+    Chinese words ("在 操练场 中单独试用此渠道" read as if a Latin word had been swapped out)."""
+    spaced = []
+    for po_path in catalog.po_files():
+        for entry in polib.pofile(str(po_path)):
+            for text in [entry.msgstr, *entry.msgstr_plural.values()]:
+                if re.search(r"[\u4e00-\u9fff] +[\u4e00-\u9fff]", text):
+                    spaced.append(f"{entry.msgid!r}: {text!r}")
+    assert spaced == [], "Remove the spaces between Chinese words:\n" + "\n".join(spaced)
+
+
 def test_the_compiled_catalog_matches_the_po_file():
     for po_path in catalog.po_files():
         po = polib.pofile(str(po_path))
