@@ -11,6 +11,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.utils.translation import gettext_lazy as _
 
 from channels.models import Model
+from portal import i18n
 from portal.forms import FIELD_LABELS, LIMIT_LABELS, ModelMultipleChoiceField, limit_form_field
 from portal.models import Limits
 from portal.ui import Fieldset, add_validation_errors
@@ -201,7 +202,7 @@ class MemberLimitsForm(forms.Form):
             team_limit = getattr(team, name, None) if team is not None else None
             if team_limit is not None:
                 bits.append(_("The team's limit (all members together): %(limit)s.") % {"limit": f"{team_limit:,}"})
-            field.help_text = " ".join(str(b) for b in bits) or _("Blank: unlimited.")
+            field.help_text = i18n.sentences(*bits) or _("Blank: unlimited.")
             self.fields[name] = field
 
     fieldsets = (Fieldset(tuple(LIMIT_LABELS), _("Limits")),)

@@ -13,6 +13,7 @@ from django.utils.translation import gettext_lazy as _
 
 from accounts.models import User, lead_managed
 from channels.models import Model
+from portal import i18n
 from portal.forms import LIMIT_LABELS, ModelMultipleChoiceField
 from portal.ui import Fieldset, add_validation_errors
 
@@ -149,7 +150,7 @@ class KeyForm(forms.Form):
             )
         for name, locks in binding_restrictions(self.instance, self.user).items():
             field = self.fields[name]
-            field.help_text = " ".join(_restriction_help(name, bound, who) for bound, who in locks)
+            field.help_text = i18n.sentences(*(_restriction_help(name, bound, who) for bound, who in locks))
             field.widget.attrs["required"] = True  # clearing a restriction allows everything
             if name == "expires_at":
                 field.widget.attrs["max"] = f"{min(b for b, _who in locks).astimezone(datetime.UTC):%Y-%m-%dT%H:%M}"
@@ -199,7 +200,7 @@ class KeyForm(forms.Form):
                 lead_note = _("A value you set is a ceiling %(owner)s can only lower.")
                 help_bits.append(lead_note % {"owner": escape(owner.username)})
             # (help texts are HTML: a name a person chose, or an SSO group's, is escaped in them)
-            field.help_text = " ".join(str(b) for b in help_bits)
+            field.help_text = i18n.sentences(*help_bits)
 
     def _owner_for_display(self) -> User | None:
         if self.instance is not None:

@@ -11,6 +11,7 @@ from django.utils.translation import gettext_lazy as _
 
 from accounts.models import Team
 from keys.models import Key
+from portal import i18n
 from portal.forms import SecretsAskedAgain, SecretTextarea
 
 from .models import McpGrant, McpServer, McpTool
@@ -66,8 +67,8 @@ class McpServerForm(SecretsAskedAgain, forms.ModelForm):
                 if stored
                 else _("Not set. Encrypted at rest, sent only to the server, never shown again.")
             )
-        self.fields["headers"].help_text = (
-            str(self.fields["headers"].help_text) + " " + _('A JSON object, e.g. {"X-Api-Key": "…"}.')
+        self.fields["headers"].help_text = i18n.sentences(
+            self.fields["headers"].help_text, _('A JSON object, e.g. {"X-Api-Key": "…"}.')
         )
         if not self.instance.pk:
             del self.fields["clear_secrets"]

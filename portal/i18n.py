@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 from typing import Any
 
 from django.conf import settings
@@ -109,6 +110,8 @@ class Message:
                 size = self.params.get("bytes")
                 return filesizeformat(size if isinstance(size, int | float) else 0)
         params = {k: v.render(translate=translate) if isinstance(v, Message) else v for k, v in self.params.items()}
+        if self.code == JOINED:
+            return sentences(params.get("first"), params.get("second"))
         text = translation.gettext(self.code) if translate else self.code
         if not params:
             return text
@@ -269,3 +272,19 @@ def set_message(obj: object, field: str, message: Message | str) -> dict[str, ob
     for name, value in columns.items():
         setattr(obj, name, value)
     return columns
+
+
+# A space after a Chinese full stop, colon or semicolon (or after the tags closing there): put between
+# two messages for English, it shows in Chinese as a gap in the middle of the text ("页面。 如果").
+_SPACE_AFTER_CHINESE_STOP = re.compile(r"(?<=[。！？；：])((?:</\w+>)*) +")
+
+
+def sentences(*parts: Any) -> str:
+    """Sentences, each a message of its own, as one text: spaced in English, not after a Chinese
+    sentence's end."""
+    return tidy_sentences(" ".join(str(p) for p in parts if p))
+
+
+def tidy_sentences(text: str) -> str:
+    """`text` (plain or HTML) without the spaces after the end of a Chinese sentence."""
+    return _SPACE_AFTER_CHINESE_STOP.sub(r"\1", text)

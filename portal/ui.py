@@ -47,7 +47,7 @@ from django.utils.translation import gettext_lazy as _
 from django.views import View
 from django.views.generic import ListView
 
-from . import secrets
+from . import i18n, secrets
 
 PAGE_SIZE = 25
 _SESSION_SECRETS = "portal_show_once"
@@ -282,7 +282,7 @@ class ObjectFormView(View):
             try:
                 self.check(self.object)
             except ValidationError as exc:
-                messages.error(request, " ".join(exc.messages))
+                messages.error(request, i18n.sentences(*exc.messages))
                 return redirect(self.get_success_url(self.object))
         return super().dispatch(request, *args, **kwargs)
 

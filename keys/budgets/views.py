@@ -15,6 +15,7 @@ from django.views import View
 
 from channels.prices import currency, format_money, to_nanos
 from keys.models import Budget
+from portal import i18n
 from portal.permissions import AdminOrTeamLeadRequiredMixin
 from portal.ui import ConfirmView
 
@@ -55,7 +56,7 @@ class BudgetListView(AdminOrTeamLeadRequiredMixin, View):
                         until=topup.cleaned_data["until"],
                     )
                 except ValidationError as exc:
-                    messages.error(request, " ".join(exc.messages))
+                    messages.error(request, i18n.sentences(*exc.messages))
                 else:
                     messages.success(request, _("Top-up saved."))
             else:

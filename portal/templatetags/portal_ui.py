@@ -42,6 +42,13 @@ def badge(value, label=None):
     return format_html('<span class="badge badge-{}">{}</span>', tone, text)
 
 
+@register.filter(is_safe=True)
+def sentences(text):
+    """`{% filter sentences %}…{% endfilter %}` around messages put side by side: no space after a
+    Chinese sentence's end (portal.i18n.sentences)."""
+    return i18n.tidy_sentences(text)
+
+
 @register.filter
 def limit(value):
     """A limit for display: blank means unlimited."""

@@ -104,11 +104,18 @@ def english_words(html: str) -> list[str]:
 ASCII_AFTER_CHINESE = re.compile(r"[\u4e00-\u9fff]\s*[.:;?!](?=\s|$)")
 
 
+# Nor does a space follow a Chinese full stop, colon or semicolon before the next Chinese sentence:
+# two messages put side by side for English ("….  Ask an admin…") read "…此页面。 如果…" in Chinese.
+SPACE_AFTER_CHINESE_STOP = re.compile(r"[。！？；：] +[\u4e00-\u9fff]")
+
+
 def ascii_punctuation(html: str) -> list[str]:
     parser = _Text()
     parser.feed(html)
     text = re.sub(r"`[^`]*`", " ", " ".join(parser.chunks))
-    return sorted({m.group() for m in ASCII_AFTER_CHINESE.finditer(text)})
+    # Within one text node: the chunks of neighbouring elements are joined with spaces above.
+    spaced = {m.group() for chunk in parser.chunks for m in SPACE_AFTER_CHINESE_STOP.finditer(chunk)}
+    return sorted({m.group() for m in ASCII_AFTER_CHINESE.finditer(text)} | spaced)
 
 
 # Query strings lead to pages of their own (the Connect page's client tabs are `?client=…`, a
@@ -248,3 +255,21 @@ def test_what_checks_report_is_in_chinese(client, admin, world):  # noqa: F811
     target = AlertTarget.objects.get(name="ops")
     tested = client.post(f"/channels/health/alerts/{target.pk}/test/", HTTP_HX_REQUEST="true").content.decode()
     assert "失败：无法连接到 webhook（ConnectError）" in tested, tested
+
+
+def test_sentences_side_by_side_have_no_gap_in_chinese(client, alice):
+    """Pages no link leads to, where two messages stand side by side: the key shown once (after
+    its form) and the 403 page. In English a space separates the sentences; in Chinese none."""
+    client.force_login(alice)
+    client.post("/language/", {"language": "zh-hans", "next": "/"})
+    shown = client.post("/keys/new/", {"owner": alice.pk, "name": "dev-box"}, follow=True).content.decode()
+    assert "请立即复制：它不会再次显示。</strong>我们只存储" in shown
+    refused = client.get("/usage/requests/")
+    assert refused.status_code == 403
+    assert "只有管理员可以查看此页面。如果你需要，请联系管理员。" in refused.content.decode()
+    for html in (shown, refused.content.decode()):
+        assert ascii_punctuation(html) == [], ascii_punctuation(html)
+
+    client.post("/language/", {"language": "en", "next": "/"})
+    english = client.get("/usage/requests/").content.decode()
+    assert re.search(r"\w\. If you need it, ask an admin\.</p>", english), english
