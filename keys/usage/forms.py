@@ -22,6 +22,11 @@ DATE_FORMAT = "%Y-%m-%d"
 ENTER_DATE = _("Enter a date as YYYY-MM-DD (UTC).")
 
 
+# One sentence for a word, 0 or 367: Django's own ("Ensure this value is greater than or equal to 1")
+# names neither the unit nor the other bound.
+DAYS_WANTED = _("Enter a whole number of days from 1 to 366.")
+
+
 class UsageQueryForm(forms.Form):
     """The `days` days (default 30) up to `until` (default today, UTC), or the days from `since` to
     `until`, inclusive; `group_by` one of `groups`; `format=csv` for a download."""
@@ -31,7 +36,7 @@ class UsageQueryForm(forms.Form):
         required=False,
         min_value=1,
         max_value=MAX_DAYS,
-        error_messages={"invalid": _("Enter a whole number of days from 1 to 366.")},
+        error_messages=dict.fromkeys(("invalid", "min_value", "max_value"), DAYS_WANTED),
     )
     since = forms.DateField(
         label=_("From"), required=False, input_formats=[DATE_FORMAT], error_messages={"invalid": ENTER_DATE}

@@ -134,6 +134,15 @@ def test_a_usage_page_asked_for_what_it_cannot_show_says_so_in_the_readers_langu
     assert "无法显示" in chinese
 
 
+@pytest.mark.parametrize("days", ["abc", "0", "-5", "367"])
+def test_a_period_out_of_range_is_told_in_the_same_words_as_one_not_a_number(alice_client, days):
+    page = alice_client.get("/usage/", {"days": days}, HTTP_ACCEPT_LANGUAGE="en")
+    assert page.status_code == 400 and "Enter a whole number of days from 1 to 366." in page.content.decode()
+    alice_client.post("/language/", {"language": "zh-hans", "next": "/"})
+    chinese = alice_client.get("/usage/", {"days": days}).content.decode()
+    assert "时间段（days）：请输入 1 到 366 之间的整数天数。" in chinese and "确保" not in chinese
+
+
 def test_the_request_list_page_says_a_range_ends_before_it_starts(admin_client, used):
     page = admin_client.get("/usage/requests/", {"since": "2026-03-02T00:00", "until": "2026-03-01T00:00"})
     assert "until must not be before since." in page.content.decode()
