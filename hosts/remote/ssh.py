@@ -404,7 +404,7 @@ class Remote:
             self._conn = self._open()
         except SSHError as exc:
             _record_seen(self.host, getattr(exc, "seen", ""))
-            logger.info("ssh to host %s failed: %s", self.host.pk, exc.message)
+            logger.info("ssh to host %s failed: %s", self.host.pk, exc.text.english)  # logs stay English
             raise
         return self
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import socket
 
 import pytest
+from django.utils import translation
 
 from hosts.choices import HostStatus
 from hosts.models import Host
@@ -69,6 +72,18 @@ def test_unreadable_private_key_is_an_auth_problem_not_a_crash(db, ssh_target):
     with pytest.raises(ssh.AuthFailed, match="cannot be read"):
         with ssh.connect(host):
             pass
+
+
+def test_a_failed_connection_is_logged_in_english_while_a_chinese_reader_waits(db, ssh_target, caplog):
+    """The person who asked reads the failure in Chinese; the operator's log stays English."""
+    host = make_host(ssh_target, ssh_port=free_port())
+    with translation.override("zh-hans"), caplog.at_level(logging.INFO, logger="hosts.remote.ssh"):
+        with pytest.raises(ssh.ConnectionRefused) as exc:
+            with ssh.connect(host):
+                pass
+        assert re.search(r"[\u4e00-\u9fff]", exc.value.message)
+    logged = [r.getMessage() for r in caplog.records if r.name == "hosts.remote.ssh"]
+    assert logged and all("Connection refused" in m and not re.search(r"[\u4e00-\u9fff]", m) for m in logged), logged
 
 
 def test_refused_connection_has_its_own_message(db, ssh_target):
