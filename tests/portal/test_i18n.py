@@ -235,6 +235,26 @@ def test_form_errors_and_flash_messages_are_translated(client, admin):
     assert "API 令牌“ci”已创建。请立即复制。" in page.content.decode()
 
 
+def test_djangos_own_field_errors_read_as_natural_chinese(client, alice, lena):
+    """Django's zh-Hans for a few of its own errors ends with an English full stop or keeps an
+    English space ("确认总共不超过 14 个数字."); ours replace them (portal/django_messages.py)."""
+    client.force_login(lena)
+    client.post(reverse("set_language"), {"language": "zh-hans", "next": "/"})
+    budget = {"target": "bogus", "window": "month", "amount": "1e20", "alert_percent": "150"}
+    page = client.post("/usage/budgets/", budget).content.decode()
+    for text in ("请选择一个有效的选项：bogus 不在可选项中。", "总共不能超过 14 位数字。", "该值不能大于 100。"):
+        assert text in page, text
+    budget.update(target=f"user:{alice.pk}", amount="-1", alert_percent="")
+    assert "该值不能小于 0。" in client.post("/usage/budgets/", budget).content.decode()
+    budget.update(amount="0.123456")
+    assert "小数不能超过 4 位。" in client.post("/usage/budgets/", budget).content.decode()
+    client.force_login(alice)
+    page = client.post(reverse("key_create"), {"owner": alice.pk, "name": "x" * 101}).content.decode()
+    assert "最多 100 个字符（当前 101 个）。" in page
+    for bad in ("数字.", "。 ", "确保", "确认"):
+        assert bad not in page, bad
+
+
 def test_the_rest_api_answers_in_the_language_asked_for(client, admin):
     anonymous = client.get("/api/keys/", HTTP_ACCEPT_LANGUAGE="zh-Hans")
     assert anonymous.status_code in (401, 403)
