@@ -8,8 +8,9 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import DataError, IntegrityError
 from django.db.models import ProtectedError, RestrictedError
+from django.http import Http404
 from django.utils.translation import gettext_lazy as _
-from rest_framework import status
+from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_handler
 
@@ -23,6 +24,10 @@ logger = logging.getLogger(__name__)
 def exception_handler(exc, context):
     if isinstance(exc, RequestDataTooBig):  # (DRF reads a JSON body through Django's, which refuses it first)
         exc = BodyTooLarge.over(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    if isinstance(exc, Http404):
+        # Django's "No Key matches the given query." is English in every language and names the
+        # model; DRF's own 404 is translated, and says the same as for an unknown path.
+        exc = exceptions.NotFound()
     response = drf_handler(exc, context)
     if response is not None:
         return response
@@ -53,7 +58,7 @@ def exception_handler(exc, context):
         )
     if isinstance(exc, IntegrityError):
         return Response(
-            {"non_field_errors": ["This conflicts with an existing object (duplicate name?)."]},
+            {"non_field_errors": [_("This conflicts with an existing object (duplicate name?).")]},
             status=status.HTTP_400_BAD_REQUEST,
         )
     return None

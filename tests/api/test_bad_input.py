@@ -281,6 +281,18 @@ def test_deleting_a_host_with_a_deployment_is_a_409_that_names_it(admin_api):
     assert Host.objects.filter(pk=host.pk).exists()
 
 
+def test_someone_elses_object_is_a_404_in_the_readers_language(alice_api, mallory):
+    """Not Django's "No Key matches the given query." (English in every language, and it names the
+    model): the same translated answer as for an unknown path."""
+    from keys.services import issue_key
+
+    key, _ = issue_key(owner=mallory, name="other")
+    english = alice_api.get(f"/api/keys/{key.pk}/", HTTP_ACCEPT_LANGUAGE="en")
+    assert english.status_code == 404 and english.json()["detail"] == "Not found."
+    chinese = alice_api.get(f"/api/keys/{key.pk}/", HTTP_ACCEPT_LANGUAGE="zh-hans")
+    assert chinese.status_code == 404 and chinese.json()["detail"] == "未找到。"
+
+
 @pytest.mark.parametrize(
     "method, path",
     [("post", "/api/hosts/1/refresh/"), ("get", "/api/no-such-resource/"), ("delete", "/api/keys/1/nothing/")],
