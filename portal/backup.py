@@ -251,30 +251,44 @@ def _write_private(path: Path, content: bytes) -> None:
 
 
 TABLES_SQL = "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"
+# What --force replaces: every table, view and sequence of the public schema, so a table the dump
+# does not hold (one a newer version's migration made) is not left beside the restored ones.
+EMPTY_PUBLIC_SQL = """
+DO $$
+DECLARE r record;
+BEGIN
+  FOR r IN SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+           ORDER BY c.relkind = 'S' LOOP  -- sequences last: an identity column's goes with its table
+    EXECUTE format('DROP %s IF EXISTS public.%I CASCADE',
+                   CASE r.relkind WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW'
+                                  WHEN 'S' THEN 'SEQUENCE' WHEN 'f' THEN 'FOREIGN TABLE' ELSE 'TABLE' END,
+                   r.relname);
+  END LOOP;
+END $$;
+"""
 
 
 def _pg_restore(database_url: str, dump: Path, *, force: bool) -> None:
     _require("pg_restore")
+    _require("psql")
     db = penv.env.db_url_config(database_url)
-    tables = _run(
-        [
-            "psql",
-            "--no-psqlrc",
-            "-At",
-            "-c",
-            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'",
-        ],
-        db,
-    ).strip()
+    tables = _run(["psql", "--no-psqlrc", "-At", "-c", TABLES_SQL], db).strip()
     if tables not in ("", "0") and not force:
         raise BackupError(
             f"The database {db['NAME']!r} already has {tables} tables. Restore into a new, empty database "
             "(createdb, then point DATABASE_URL at it), or add --force to replace what is there."
         )
-    # One transaction: a dump pg_restore stops on (another server version, a conflicting object)
-    # leaves the database as it was, not half dropped by --clean.
-    _run(["pg_restore", "--no-owner", "--no-privileges", "--clean", "--if-exists", "--exit-on-error",
-          "--single-transaction", "--dbname", db["NAME"], str(dump)], db)  # fmt: skip
+    # The dump as SQL, then emptying and restoring in one psql transaction: a dump that stops half
+    # way (another server version, a conflicting object) leaves the database as it was.
+    script = dump.with_suffix(".sql")
+    _run(["pg_restore", "--no-owner", "--no-privileges", "--exit-on-error", "--file", str(script), str(dump)], db)
+    steps = ["-c", EMPTY_PUBLIC_SQL] if force else []
+    try:
+        _run(["psql", "--no-psqlrc", "-q", "-v", "ON_ERROR_STOP=1", "--single-transaction", *steps,
+              "-f", str(script)], db)  # fmt: skip
+    except BackupError as exc:
+        raise BackupError(f"The dump could not be restored, so the database was left as it was. {exc}") from None
 
 
 # --- shared -------------------------------------------------------------------------------------

@@ -472,16 +472,16 @@ def cmd_backup(args) -> int:
 
 def cmd_restore(args) -> int:
     from portal import backup
+    from portal import env as penv
 
+    penv.restrict_umask()  # what it writes into the data folder is private, as the portal's own files
     try:
         manifest = backup.restore(Path(args.archive), force=args.force)
     except backup.BackupError as exc:
         print(f"portal: restore refused: {exc}", file=sys.stderr)
         return 1
-    from portal import env as penv
-
     print(
-        f"portal: restored the backup of {manifest['created']} into {penv.data_dir()}. "
+        f"portal: restored the backup of {manifest.get('created', '(no date)')} into {penv.data_dir()}. "
         "Start it with `portal up` (newer migrations, if any, are applied then)."
     )
     return 0

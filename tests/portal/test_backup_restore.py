@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 import tarfile
+import time
 
 import httpx
 import pytest
@@ -23,6 +24,37 @@ from tests.portal.datafolder import CHAT, env_for, manage, portal, seed
 pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
+MORE = """
+from accounts.models import Team
+from channels.models import Channel
+from django.contrib.auth import get_user_model
+from keys.models import Budget
+team = Team.objects.create(name="ml")
+get_user_model().objects.create_user(username="alice", password="alice-pass-123", team=team)
+Channel.objects.filter(name="primary").update(api_key="sk-upstream-0123456789")
+Budget.objects.create(team=team, window="month", amount="12.5")
+"""
+CHECK = """
+from channels.models import Channel
+from django.contrib.auth import get_user_model
+from keys.models import Budget
+alice = get_user_model().objects.get(username="alice")
+print(Channel.objects.get(name="primary").api_key, alice.team.name, "alice:%s" % alice.check_password("alice-pass-123"),
+      Budget.objects.get().amount)
+"""
+
+
+def _usage_records(url: str, token: dict[str, str], at_least: int = 1) -> list[tuple]:
+    """The usage records (newest first) once `at_least` are written: the gateway writes them in
+    batches off the request path."""
+    for _ in range(300):
+        page = httpx.get(url + "/api/usage/records/", headers=token, timeout=30).json()["results"]
+        if len(page) >= at_least:
+            return [(r["id"], r["total_tokens"], r["status"]) for r in page]
+        time.sleep(0.1)
+    raise AssertionError(f"fewer than {at_least} usage records after 30 s: {page}")
+
+
 def test_a_backup_restored_into_a_new_folder_serves_the_old_keys(tmp_path, migrated_data_folder):
     old, new, archive = tmp_path / "old", tmp_path / "new", tmp_path / "backups" / "portal.tar.gz"
     old.mkdir()
@@ -34,8 +66,11 @@ def test_a_backup_restored_into_a_new_folder_serves_the_old_keys(tmp_path, migra
             made = seed(env, upstream.base_url, migrated_data_folder)
             servers.append(ProcessServer(env))
             servers[-1].wait_ready()
+            manage(env, "shell", "-c", MORE)
             auth = {"Authorization": f"Bearer {made['key']}"}
+            token = {"Authorization": f"Token {made['token']}"}
             assert httpx.post(servers[-1].url + "/v1/chat/completions", json=CHAT, headers=auth, timeout=30).is_success
+            records = _usage_records(servers[-1].url, token)  # the key used once, its usage recorded
 
             done = portal(env, "backup", "--output", str(archive), cwd=tmp_path)  # online: the portal keeps serving
             assert done.returncode == 0, done.stderr
@@ -62,10 +97,12 @@ def test_a_backup_restored_into_a_new_folder_serves_the_old_keys(tmp_path, migra
             servers[-1].wait_ready()
             r = httpx.post(servers[-1].url + "/v1/chat/completions", json=CHAT, headers=auth, timeout=30)
             assert r.status_code == 200, r.text  # the old key, hashed with the restored secret
-            keys = httpx.get(
-                servers[-1].url + "/api/keys/", headers={"Authorization": f"Token {made['token']}"}, timeout=30
-            )
+            keys = httpx.get(servers[-1].url + "/api/keys/", headers=token, timeout=30)
             assert keys.status_code == 200 and [k["name"] for k in keys.json()["results"]] == ["laptop"]
+            assert _usage_records(servers[-1].url, token, at_least=len(records) + 1)[1:] == records
+            # The upstream key decrypts with the restored encryption key; team, developer, budget kept.
+            out = manage(new_env, "shell", "-c", CHECK)
+            assert out.strip().splitlines()[-1] == "sk-upstream-0123456789 ml alice:True 12.5000", out
 
             # The README's lost-admin-password recipe, on the restored folder, without a terminal.
             reset = subprocess.run(
@@ -163,3 +200,42 @@ def test_restoring_an_incomplete_archive_is_refused_in_one_line_and_changes_noth
     assert "Traceback" not in result.stderr
     assert sorted(p.name for p in folder.iterdir()) == ["key_hash_secret"]
     assert (folder / "key_hash_secret").read_text() == "the folder's own secret\n"
+
+
+def test_a_restore_writes_a_private_data_folder_whatever_the_shells_umask(tmp_path):
+    """Every file 0600 and folder 0700 (README, "Configuration"), also right after a restore run
+    from a shell whose umask is 022, before `portal up` has started on the folder. (A manifest
+    without its date, written by another tool, is restored with a message, not a traceback.)"""
+    import io
+
+    archive = tmp_path / "backup.tar.gz"
+    manifest = {"format": 1, "database": "sqlite", "secrets": ["secret_key"]}
+    with tarfile.open(archive, "w:gz") as tar:
+        for name in ("database", "redis", "redis/appendonlydir", "secrets"):
+            info = tarfile.TarInfo(name)
+            info.type, info.mode = tarfile.DIRTYPE, 0o700
+            tar.addfile(info)
+        for name, content in {
+            "manifest.json": json.dumps(manifest).encode(),
+            "database/portal.sqlite3": b"db",
+            "redis/appendonlydir/appendonly.aof.manifest": b"file appendonly.aof.1.base.rdb seq 1 type b\n",
+            "secrets/secret_key": b"s",
+        }.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(content), 0o600
+            tar.addfile(info, io.BytesIO(content))
+    folder = tmp_path / "data"
+    env = {**os.environ, "PORTAL_DATA_DIR": str(folder)}
+    env.pop("DATABASE_URL", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "portal.cli", "restore", str(archive)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        preexec_fn=lambda: os.umask(0o022),  # the shell's usual umask, in the child only
+    )
+    assert result.returncode == 0 and "restored the backup of (no date)" in result.stdout, result.stderr
+    modes = {str(p.relative_to(folder)): stat.S_IMODE(p.stat().st_mode) for p in [folder, *folder.rglob("*")]}
+    assert {path: mode for path, mode in modes.items() if mode not in (0o600, 0o700)} == {}
+    assert modes["redis"] == modes["redis/appendonlydir"] == 0o700
