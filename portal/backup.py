@@ -197,6 +197,12 @@ def restore(archive: Path, *, force: bool = False) -> dict:
             raise BackupError(
                 "This backup holds a SQLite database: unset DATABASE_URL to restore it into the data folder."
             )
+        newer = _unknown_migrations(manifest.get("migrations") or {})
+        if newer:
+            raise BackupError(
+                f"{archive} was made by a newer version of the portal: its database has migrations this "
+                f"version does not know ({', '.join(newer[:3])}). Restore it with that version or a later one."
+            )
         secrets = {name: (stage / "secrets" / name) for name in manifest.get("secrets", [])}
         missing = [name for name, path in secrets.items() if not path.is_file()]
         if missing:
@@ -222,6 +228,19 @@ def restore(archive: Path, *, force: bool = False) -> dict:
         for name, path in secrets.items():
             _write_private(data_dir / name, path.read_bytes())
     return manifest
+
+
+def _unknown_migrations(latest: dict[str, str]) -> list[str]:
+    """The project's own apps' latest migrations in a manifest that this version does not have
+    (read from the files: no Django before the secrets are in place). Code older than its schema
+    would run against tables it does not know, and `migrate` cannot go back."""
+    root = Path(__file__).resolve().parent.parent
+    unknown = []
+    for app, name in sorted(latest.items()):
+        folder = root / app / "migrations"
+        if folder.is_dir() and not (folder / f"{name}.py").is_file():
+            unknown.append(f"{app}.{name}")
+    return unknown
 
 
 def _refuse_if_running(data_dir: Path) -> None:

@@ -163,6 +163,12 @@ def test_restoring_a_file_that_is_no_archive_is_refused_in_one_line(tmp_path):
     ("manifest", "members", "said"),
     [
         ({"format": 1}, {}, "its manifest names no database"),
+        (  # a backup of a newer version, restored with an older one
+            {"format": 1, "database": "sqlite", "secrets": [], "migrations": {"keys": "9999_from_a_later_version"}},
+            {"database/portal.sqlite3": b"db"},
+            "made by a newer version of the portal: its database has migrations this version does not know "
+            "(keys.9999_from_a_later_version)",
+        ),
         (
             {"format": 1, "database": "sqlite", "secrets": ["key_hash_secret"]},
             {"database/portal.sqlite3": b"db"},
