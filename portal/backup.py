@@ -18,6 +18,7 @@ importing the settings cannot generate new ones first.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -80,16 +81,19 @@ def backup(settings: Any, output: Path) -> dict:
         }
         (stage / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         output = output.resolve()
-        output.parent.mkdir(parents=True, exist_ok=True)
         partial = output.with_name(f".{output.name}.{os.getpid()}.partial")
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "wb") as fh, tarfile.open(fileobj=fh, mode="w:gz") as tar:
                 for item in sorted(stage.iterdir()):
                     tar.add(item, arcname=item.name)
             os.replace(partial, output)
+        except OSError as exc:  # a read-only or full disk, a folder in the way: nothing half written stays
+            raise BackupError(f"The archive cannot be written to {output} ({exc}).") from None
         finally:
-            partial.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # not there, or its folder could not be made
+                partial.unlink(missing_ok=True)
     return manifest
 
 
@@ -338,6 +342,7 @@ def _run(argv: list[str], db: dict) -> str:
     return done.stdout
 
 
-def default_output() -> Path:
+def default_output(folder: Path | None = None) -> Path:
+    """`portal-backup-<UTC time>.tar.gz` in `folder` (default: the current one)."""
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
-    return Path.cwd() / f"portal-backup-{stamp}.tar.gz"
+    return (folder or Path.cwd()) / f"portal-backup-{stamp}.tar.gz"

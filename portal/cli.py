@@ -456,6 +456,8 @@ def cmd_backup(args) -> int:
     from portal import backup
 
     output = Path(args.output) if args.output else backup.default_output()
+    if output.is_dir():  # `-o /backups/`: the default name in that folder
+        output = backup.default_output(output)
     try:
         manifest = backup.backup(settings, output)
     except backup.BackupError as exc:
@@ -542,7 +544,9 @@ def main(argv: list[str] | None = None) -> int:
     manage.add_argument("rest", nargs=argparse.REMAINDER)
     sub.add_parser("genkey", help="print a new encryption key for PORTAL_ENCRYPTION_KEYS")
     backup = sub.add_parser("backup", help="copy the database, the embedded Redis and the secrets into one archive")
-    backup.add_argument("--output", "-o", help="archive to write (default: ./portal-backup-<UTC time>.tar.gz)")
+    backup.add_argument(
+        "--output", "-o", help="archive to write, or a folder for it (default: ./portal-backup-<UTC time>.tar.gz)"
+    )
     restore = sub.add_parser("restore", help="restore an archive of `portal backup` into an empty data folder")
     restore.add_argument("archive")
     restore.add_argument("--force", action="store_true", help="replace what the data folder (or database) holds")

@@ -245,3 +245,22 @@ def test_a_restore_writes_a_private_data_folder_whatever_the_shells_umask(tmp_pa
     modes = {str(p.relative_to(folder)): stat.S_IMODE(p.stat().st_mode) for p in [folder, *folder.rglob("*")]}
     assert {path: mode for path, mode in modes.items() if mode not in (0o600, 0o700)} == {}
     assert modes["redis"] == modes["redis/appendonlydir"] == 0o700
+
+
+def test_a_backup_into_a_folder_names_itself_and_an_unwritable_place_is_a_message(tmp_path, migrated_data_folder):
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(migrated_data_folder, data)
+    env = env_for(data)
+    (tmp_path / "backups").mkdir()
+    done = portal(env, "backup", "-o", str(tmp_path / "backups"), cwd=tmp_path)  # README: `-o /backups/…`
+    assert done.returncode == 0, done.stderr
+    [archive] = (tmp_path / "backups").iterdir()
+    assert archive.name.startswith("portal-backup-") and archive.name.endswith(".tar.gz")
+    assert str(archive) in done.stdout and stat.S_IMODE(archive.stat().st_mode) == 0o600
+
+    (tmp_path / "a-file").write_text("")
+    done = portal(env, "backup", "-o", str(tmp_path / "a-file" / "portal.tar.gz"), cwd=tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"The archive cannot be written to {tmp_path / 'a-file' / 'portal.tar.gz'}" in done.stderr
