@@ -264,3 +264,17 @@ def test_a_backup_into_a_folder_names_itself_and_an_unwritable_place_is_a_messag
     done = portal(env, "backup", "-o", str(tmp_path / "a-file" / "portal.tar.gz"), cwd=tmp_path)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert f"The archive cannot be written to {tmp_path / 'a-file' / 'portal.tar.gz'}" in done.stderr
+
+
+def test_a_backup_of_an_older_version_is_restored_and_migrated_forward(tmp_path):
+    """README, "Upgrading": a backup taken before an upgrade comes back with the new version, whose
+    migrations move it forward (here: a database left at an early `keys` migration)."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    manage(env_for(old), "migrate", "keys", "0005", "-v0")
+    done = portal(env_for(old), "backup", "-o", str(tmp_path / "older.tar.gz"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    done = portal(env_for(new), "restore", str(tmp_path / "older.tar.gz"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (new / "key_hash_secret").read_bytes() == (old / "key_hash_secret").read_bytes()
+    manage(env_for(new), "migrate", "-v0")  # what `portal up` runs before its children
+    manage(env_for(new), "migrate", "--check")
