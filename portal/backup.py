@@ -159,7 +159,8 @@ def _latest_migrations() -> dict[str, str]:
 
 
 def restore(archive: Path, *, force: bool = False) -> dict:
-    """Unpack `archive` into PORTAL_DATA_DIR (and DATABASE_URL's database); returns its manifest."""
+    """Unpack `archive` into PORTAL_DATA_DIR (and DATABASE_URL's database); returns its manifest,
+    with `set_aside` naming where the replaced state's gateway journal was moved (if there was one)."""
     if not archive.is_file():
         raise BackupError(f"No archive at {archive}.")
     data_dir = penv.data_dir()
@@ -231,7 +232,26 @@ def restore(archive: Path, *, force: bool = False) -> dict:
             shutil.copytree(stage / "redis" / "appendonlydir", target / "appendonlydir")
         for name, path in secrets.items():
             _write_private(data_dir / name, path.read_bytes())
-    return manifest
+    set_aside = _set_aside_gateway_state(Path(penv.value("GATEWAY_STATE_DIR") or data_dir))
+    return {**manifest, "set_aside": str(set_aside) if set_aside else None}
+
+
+def _set_aside_gateway_state(state: Path) -> Path | None:
+    """The replaced state's gateway files must not act on the restored database: its usage journal
+    (records the old database never got) would be replayed into it at the next start, and its key
+    snapshot would serve keys the restored database does not hold while the database is away. The
+    snapshot is a cache (removed); the journal is moved aside, not deleted, and its new name returned."""
+    (state / "gateway-snapshot.bin").unlink(missing_ok=True)
+    journal = state / "usage-journal"
+    if not journal.is_dir() or not any(journal.iterdir()):
+        return None
+    target = state / f"usage-journal.replaced-{time.strftime('%Y%m%d-%H%M%S')}"
+    n = 1
+    while target.exists():
+        n += 1
+        target = target.with_name(f"{target.name.split('~')[0]}~{n}")
+    journal.rename(target)
+    return target
 
 
 def _unknown_migrations(latest: dict[str, str]) -> list[str]:

@@ -486,6 +486,11 @@ def cmd_restore(args) -> int:
         f"portal: restored the backup of {manifest.get('created', '(no date)')} into {penv.data_dir()}. "
         "Start it with `portal up` (newer migrations, if any, are applied then)."
     )
+    if manifest.get("set_aside"):
+        print(
+            f"portal: the replaced portal's usage not yet written to its database was moved to "
+            f"{manifest['set_aside']}, so it is not added to the restored one."
+        )
     return 0
 
 

@@ -278,3 +278,42 @@ def test_a_backup_of_an_older_version_is_restored_and_migrated_forward(tmp_path)
     assert (new / "key_hash_secret").read_bytes() == (old / "key_hash_secret").read_bytes()
     manage(env_for(new), "migrate", "-v0")  # what `portal up` runs before its children
     manage(env_for(new), "migrate", "--check")
+
+
+def test_a_forced_restore_sets_the_replaced_portals_gateway_journal_aside(tmp_path):
+    """The replaced folder's usage journal (records its own database never got) would be replayed
+    into the restored database at the next start, and its key snapshot would serve the replaced
+    portal's keys while the restored database is away: the journal is moved aside (named), the
+    snapshot removed."""
+    import io
+
+    archive = tmp_path / "backup.tar.gz"
+    manifest = {"format": 1, "database": "sqlite", "secrets": ["secret_key"], "created": "2026-12-01T00:00:00Z"}
+    with tarfile.open(archive, "w:gz") as tar:
+        for name, content in {
+            "manifest.json": json.dumps(manifest).encode(),
+            "database/portal.sqlite3": b"db",
+            "secrets/secret_key": b"s",
+        }.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(content), 0o600
+            tar.addfile(info, io.BytesIO(content))
+    folder = tmp_path / "data"
+    (folder / "usage-journal").mkdir(parents=True)
+    (folder / "usage-journal" / "batch-1.jsonl").write_text('{"key": "of the replaced portal"}\n')
+    (folder / "gateway-snapshot.bin").write_bytes(b"the replaced portal's keys")
+    env = {**os.environ, "PORTAL_DATA_DIR": str(folder)}
+    for name in ("DATABASE_URL", "GATEWAY_STATE_DIR"):
+        env.pop(name, None)
+    result = subprocess.run(
+        [sys.executable, "-m", "portal.cli", "restore", "--force", str(archive)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert not (folder / "usage-journal").exists() and not (folder / "gateway-snapshot.bin").exists()
+    [aside] = folder.glob("usage-journal.replaced-*")
+    assert (aside / "batch-1.jsonl").read_text() == '{"key": "of the replaced portal"}\n'  # kept, not replayed
+    assert str(aside) in result.stdout, result.stdout
