@@ -128,6 +128,7 @@ class Admission:
     cost: int = 0  # nano-units reserved on each
     alerts: list[BudgetInfo] = field(default_factory=list)  # budgets this reservation took past their alert
     epoch: object = b""  # Redis's epoch at the admission (`ADMIT_LUA`): a settle after a restart corrects nothing
+    busy: Sequence[tuple[str, int]] = ()  # the on-demand in-flight sets it is counted in, and for how long
 
 
 _windows_cache: tuple[int, tuple[str, str, float, float]] = (-1, ("", "", 0.0, 0.0))
@@ -444,16 +445,20 @@ return 1
 
 
 # KEYS: the epoch key. ARGV: lease end (ms; unused: Redis's TIME + the lease is), lease length (ms),
-# then triples of scope prefix, request id and the admission's epoch. Extends the slots that still
-# exist (a released one is not brought back); after a restart of Redis without its data (the epoch
-# is not the admission's), puts back the slots of the requests still running here, which the
-# restart took away: else requests admitted since would run beside them past the parallel limit.
+# the number of slot triples, the triples (scope prefix, request id, the admission's epoch), then
+# quadruples for on-demand deployments' in-flight sets (set, request id, lease in seconds, epoch).
+# Extends the slots that still exist (a released one is not brought back); after a restart of Redis
+# without its data (the epoch is not the admission's), puts back the slots of the requests still
+# running here, which the restart took away: else requests admitted since would run beside them
+# past the parallel limit; and puts them back in their deployments' in-flight sets: else the idle
+# sweep would find a busy model idle and stop it under them (`hosts.ondemand.services.take_out`).
 RENEW_LUA = """
 local lease = tonumber(ARGV[2])
 local clock = redis.call('TIME')
 local until_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) + lease
 local epoch = redis.call('GET', KEYS[1])
-for i = 3, #ARGV, 3 do
+local busy = 4 + tonumber(ARGV[3]) * 3
+for i = 4, busy - 1, 3 do
   local p = ARGV[i] .. ':p'
   if epoch ~= ARGV[i + 2] then
     redis.call('ZADD', p, until_ms, ARGV[i + 1])
@@ -461,6 +466,11 @@ for i = 3, #ARGV, 3 do
   elseif redis.call('ZSCORE', p, ARGV[i + 1]) then
     redis.call('ZADD', p, 'XX', until_ms, ARGV[i + 1])
     redis.call('PEXPIRE', p, lease)
+  end
+end
+for i = busy, #ARGV, 4 do
+  if epoch ~= ARGV[i + 3] then
+    redis.call('ZADD', ARGV[i], tonumber(clock[1]) + tonumber(ARGV[i + 2]), ARGV[i + 1])
   end
 end
 return 1
@@ -482,7 +492,7 @@ class RedisLimiter:
 
     def __init__(self, url: str) -> None:
         self.redis = RespClient(url, timeout=float(settings.GATEWAY_REDIS_TIMEOUT))
-        self.in_flight: dict[str, Admission] = {}  # admissions holding a parallel slot
+        self.in_flight: dict[str, Admission] = {}  # admissions holding a parallel slot or counted on demand
         self.pending: collections.deque[list[object]] = collections.deque(maxlen=MAX_PENDING_SETTLES)
         self._renewer: asyncio.Task[None] | None = None
         # Redis's clock minus ours (seconds), measured with TIME at start and with every renewal:
@@ -524,14 +534,18 @@ class RedisLimiter:
                 logger.warning("renewing leases / replaying settles failed: %r", exc)
 
     async def renew(self) -> None:
-        pairs: list[object] = []
+        slots: list[object] = []
+        busy: list[object] = []
         for adm in self.in_flight.values():
             for s in adm.scopes:
                 if s.parallel:
-                    pairs += [s.prefix, adm.request_id, adm.epoch]
-        if pairs:
+                    slots += [s.prefix, adm.request_id, adm.epoch]
+            for key, seconds in adm.busy:
+                busy += [key, adm.request_id, seconds, adm.epoch]
+        if slots or busy:
             lease = int(lease_seconds() * 1000)
-            await self.redis.evalsha(RENEW_LUA, [admission_keys()[2]], [int(self.now() * 1000) + lease, lease, *pairs])
+            args = [int(self.now() * 1000) + lease, lease, len(slots) // 3, *slots, *busy]
+            await self.redis.evalsha(RENEW_LUA, [admission_keys()[2]], args)
 
     async def replay(self) -> None:
         """Settles queued while Redis was unreachable, oldest first, until one fails again."""
@@ -619,6 +633,9 @@ class RedisLimiter:
                 adm.budget_keys, adm.cost = budget_keys, cost
                 crossed = _s(res[5]) if len(res) > 5 else None
                 adm.alerts = [budgets[int(j)] for j in crossed.split(",")] if crossed else []
+            if busy:
+                adm.busy = busy
+                self.in_flight[request_id] = adm
             for s in scopes:
                 if s.parallel:
                     self.in_flight[request_id] = adm

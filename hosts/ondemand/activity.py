@@ -64,12 +64,22 @@ def _redis() -> redis.Redis:
 
 def in_flight(deployment_id: int) -> int | None:
     """Requests the gateway has in flight to the deployment; None when Redis cannot say (then the
-    deployment counts as busy: it is never evicted or stopped on a guess)."""
+    deployment counts as busy: it is never evicted or stopped on a guess). Redis cannot say for a
+    lease after it started: a restart without its data emptied the sets, and the gateways put
+    their requests still running back only at their next lease renewal (`gateway.limits.RENEW_LUA`,
+    every third of GATEWAY_LEASE_SECONDS)."""
     try:
-        return int(_redis().zcount(busy_key(deployment_id), time.time(), "+inf"))
+        with _redis().pipeline(transaction=False) as pipe:
+            pipe.zcount(busy_key(deployment_id), time.time(), "+inf")
+            pipe.info("server")
+            count, server = pipe.execute()
     except Exception as exc:
         logger.warning("on-demand activity of deployment %s unreadable: %r", deployment_id, exc)
         return None
+    if int(server["uptime_in_seconds"]) < float(settings.GATEWAY_LEASE_SECONDS):
+        logger.info("on-demand activity of deployment %s not known yet: Redis has just started", deployment_id)
+        return None
+    return int(count)
 
 
 def last_request(deployment_id: int) -> float | None:
