@@ -92,6 +92,17 @@ def last_request(deployment_id: int) -> float | None:
     return float(value) if value else None
 
 
+def redis_started() -> float | None:
+    """Epoch seconds when Redis started (None: Redis away). What it says of requests begins then: a
+    restart without its data forgot the last requests before it."""
+    try:
+        uptime = int(_redis().info("server")["uptime_in_seconds"])
+    except Exception as exc:
+        logger.warning("Redis's uptime unreadable: %r", exc)
+        return None
+    return time.time() - uptime
+
+
 def touch(deployment_id: int, when: float | None = None) -> None:
     """Count the deployment as used now (it just became ready: its waiting requests follow)."""
     try:

@@ -726,11 +726,15 @@ def _fit(
 
 
 def _idle_since(d: Deployment) -> float:
-    """Epoch seconds since which the deployment has had no request (its last request, else its start)."""
+    """Epoch seconds since which the deployment has had no request (its last request, else its
+    start), and at least since Redis started: a restart without its data forgot the last request,
+    so a model used a moment before it is not stopped as if idle since its start."""
     last = activity.last_request(d.pk) or 0.0
     started = d.cold_starts.filter(state=ColdStartState.READY).values_list("finished", flat=True).first()
     run = d.runs.filter(stopped__isnull=True).values_list("started", flat=True).first()
     known = [t.timestamp() for t in (started, run) if t is not None]
+    if (redis_started := activity.redis_started()) is not None:
+        known.append(redis_started)
     return max([last, *known]) if (last or known) else 0.0
 
 

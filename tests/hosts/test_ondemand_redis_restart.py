@@ -16,16 +16,20 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import datetime
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
+from django.utils import timezone
 
 from gateway.cache import namespace as gateway_namespace
 from gateway.state import process
 from hosts.choices import DeploymentStatus, JobAction
 from hosts.models import LaunchJob
 from hosts.ondemand import activity
+from hosts.ondemand import services as ondemand
 from keys.services import issue_key
 from tests.fakes.redis_server import RedisServer
 from tests.gateway.conftest import ThreadServer, wait_for
@@ -126,3 +130,24 @@ def test_the_sweep_does_not_trust_an_empty_count_before_the_gateways_renewed_the
         stopped = _in_thread(_sweep, d)
         _run_queued_stops(d)
     _kept_running(served, stopped)
+
+
+@pytest.mark.parametrize("gateway", [1.0], indirect=True)
+def test_a_model_used_just_before_a_redis_restart_gets_its_whole_ttl_from_the_restart(
+    restartable, gateway, served, alice
+):
+    """The restart forgot when the model was last used: it is idle since Redis started, not since
+    its own start (stopped at the next sweep, and its next user would wait for a cold start)."""
+    d = served.deployment
+    d.runs.update(started=timezone.now() - datetime.timedelta(hours=1))  # started long ago
+    _key, key = issue_key(owner=alice, name="laptop")
+    assert _ask(gateway, key).status_code == 200
+    wait_for(lambda: activity.in_flight(d.pk) == 0 and activity.last_request(d.pk), 30)
+
+    restartable.restart()
+    wait_for(lambda: _uptime(restartable) >= 1, 60)  # a lease: the sweep trusts the count again
+    assert activity.in_flight(d.pk) == 0 and activity.last_request(d.pk) is None
+    assert ondemand.sweep_idle(now=time.time()) == []
+    assert served.status() == DeploymentStatus.RUNNING and served.routed()
+
+    assert _in_thread(_sweep, d)  # a TTL later it is idle: stopped
