@@ -328,7 +328,8 @@ async def _warm_up(
     alias's target it starts): start it, wait, route on the fresh catalog. Anything that ends the
     wait settles the reservation unused and is on the record."""
     try:
-        waited = await ondemand.wait_until_warm(req, starts, stream=stream, asked=info.name)
+        anthropic = surface == ApiSurface.MESSAGES
+        waited = await ondemand.wait_until_warm(req, starts, stream=stream, asked=info.name, anthropic=anthropic)
         info = resolve_model(key, await snapshot.get_catalog(), model)
         if not info.has_routes:
             raise GatewayError(503, f"No channel serves the model '{info.name}' right now.", code="no_channel")

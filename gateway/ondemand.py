@@ -176,11 +176,14 @@ def _unavailable(info: ModelInfo, message: str, retry_after: float, asked: str |
     )
 
 
-async def wait_until_warm(req: Request, info: ModelInfo, *, stream: bool, asked: str | None = None) -> float:
+async def wait_until_warm(
+    req: Request, info: ModelInfo, *, stream: bool, asked: str | None = None, anthropic: bool = False
+) -> float:
     """Start the model if needed and wait until a channel serves it; returns the seconds waited.
     Raises GatewayError 503 (with Retry-After) when it cannot wait or the budget runs out; for a
-    stream whose SSE headers were already sent that error goes out as a `data:` event. `asked`:
-    the name the client used (an alias of `info`), which the errors name too."""
+    stream whose SSE headers were already sent that error goes out as an error event (`anthropic`:
+    a Messages stream's). `asked`: the name the client used (an alias of `info`), which the errors
+    name too."""
     assert info.on_demand is not None
     deployment_id = info.on_demand.deployment_id
     started = time.perf_counter()
@@ -199,7 +202,7 @@ async def wait_until_warm(req: Request, info: ModelInfo, *, stream: bool, asked:
     state.waiting += 1
     try:
         if stream and not outcome.done():
-            await _start_stream(req)
+            await _start_stream(req, anthropic=anthropic)
         result = await _wait(req, outcome, wait, stream=stream)
     finally:
         state.waiting -= 1
@@ -327,9 +330,11 @@ async def _wait(
             raise
 
 
-async def _start_stream(req: Request) -> None:
+async def _start_stream(req: Request, *, anthropic: bool) -> None:
     """Send the SSE headers and a first comment now; what the handler sends later is fitted in:
-    its own response start is dropped, and an error answer becomes one `data:` event."""
+    its own response start is dropped, and an error answer becomes one error event: `data:` and
+    `[DONE]` for OpenAI's SDKs, `event: error` for Anthropic's (which skips an event without a name:
+    its client would see the stream end with no answer and no reason)."""
     await req.send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
     await req.send({"type": "http.response.body", "body": WAITING_COMMENT, "more_body": True})
     error: list[bytes] | None = None
@@ -343,7 +348,10 @@ async def _start_stream(req: Request) -> None:
         if error is not None and message["type"] == "http.response.body":
             error.append(message.get("body", b""))
             if not message.get("more_body", False):
-                event = b"data: " + b"".join(error) + b"\n\ndata: [DONE]\n\n"
+                if anthropic:  # the body is already `{"type": "error", "error": {...}}`
+                    event = b"event: error\ndata: " + b"".join(error) + b"\n\n"
+                else:
+                    event = b"data: " + b"".join(error) + b"\n\ndata: [DONE]\n\n"
                 await send({"type": "http.response.body", "body": event})
             return
         await send(message)

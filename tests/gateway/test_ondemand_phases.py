@@ -179,3 +179,34 @@ def _ask_streamed(gateway_url: str, key: str, waits: threading.Semaphore) -> tup
     ) as r:
         waits.release()
         return r.status_code, r.read()
+
+
+def test_a_launch_that_fails_under_an_anthropic_sdk_stream_raises_the_reason_in_the_sdk(
+    polls_never, asked, gateway_url, cold_model, alice
+):
+    """A Messages stream gets its SSE headers at once while the model starts; the failure then
+    goes out as Anthropic's `event: error` (its SDK skips an event without a name: the stream
+    ended empty, the client never told why)."""
+    import anthropic
+
+    from gateway import ondemand
+
+    _key, key = issue_key(owner=alice, name="laptop")
+    client = anthropic.Anthropic(base_url=gateway_url, api_key=key, max_retries=0, timeout=60)
+
+    def stream() -> list[object]:
+        with client.messages.stream(
+            model="od-phases", max_tokens=3, messages=[{"role": "user", "content": "hi"}]
+        ) as events:
+            return list(events)
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        streaming = pool.submit(stream)
+        assert asked.wait(60)
+        wait_for(lambda: getattr(ondemand._models.get(cold_model.pk), "waiting", 0) == 1, 60)
+        with transaction.atomic():
+            ColdStart.objects.update(state=ColdStartState.LAUNCHING)
+            services.set_status(cold_model, DeploymentStatus.FAILED, "llama-server exited with code 1.")
+        with pytest.raises(anthropic.APIStatusError) as raised:
+            streaming.result(timeout=120)
+    assert "could not be started: llama-server exited with code 1." in str(raised.value)
