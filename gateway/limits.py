@@ -446,12 +446,15 @@ return 1
 
 # KEYS: the epoch key. ARGV: lease end (ms; unused: Redis's TIME + the lease is), lease length (ms),
 # the number of slot triples, the triples (scope prefix, request id, the admission's epoch), then
-# quadruples for on-demand deployments' in-flight sets (set, request id, lease in seconds, epoch).
+# triples for on-demand deployments' in-flight sets (set, request id, the admission's epoch).
 # Extends the slots that still exist (a released one is not brought back); after a restart of Redis
 # without its data (the epoch is not the admission's), puts back the slots of the requests still
 # running here, which the restart took away: else requests admitted since would run beside them
 # past the parallel limit; and puts them back in their deployments' in-flight sets: else the idle
 # sweep would find a busy model idle and stop it under them (`hosts.ondemand.services.take_out`).
+# An entry put back lives one lease, not the admission's hour: each renewal puts it back again while
+# the request runs, and one that ended as this renewal was on its way (its removal sent first, on
+# a connection made again after the restart) is gone a lease later, not an hour.
 RENEW_LUA = """
 local lease = tonumber(ARGV[2])
 local clock = redis.call('TIME')
@@ -468,9 +471,9 @@ for i = 4, busy - 1, 3 do
     redis.call('PEXPIRE', p, lease)
   end
 end
-for i = busy, #ARGV, 4 do
-  if epoch ~= ARGV[i + 3] then
-    redis.call('ZADD', ARGV[i], tonumber(clock[1]) + tonumber(ARGV[i + 2]), ARGV[i + 1])
+for i = busy, #ARGV, 3 do
+  if epoch ~= ARGV[i + 2] then
+    redis.call('ZADD', ARGV[i], until_ms / 1000, ARGV[i + 1])
   end
 end
 return 1
@@ -540,8 +543,8 @@ class RedisLimiter:
             for s in adm.scopes:
                 if s.parallel:
                     slots += [s.prefix, adm.request_id, adm.epoch]
-            for key, seconds in adm.busy:
-                busy += [key, adm.request_id, seconds, adm.epoch]
+            for key, _lease in adm.busy:
+                busy += [key, adm.request_id, adm.epoch]
         if slots or busy:
             lease = int(lease_seconds() * 1000)
             args = [int(self.now() * 1000) + lease, lease, len(slots) // 3, *slots, *busy]

@@ -95,7 +95,9 @@ def _kept_running(served, stopped: bool) -> None:
     assert not LaunchJob.objects.filter(deployment=d, action=JobAction.STOP).exists()
 
 
-@pytest.mark.parametrize("gateway", [1.0], indirect=True)
+# Leases of 3 s, renewed each second: an entry put back lives a lease (RENEW_LUA), so a renewal a
+# loaded machine delays by under 2 s does not let it lapse under the sweep.
+@pytest.mark.parametrize("gateway", [3.0], indirect=True)
 def test_the_gateways_renewal_puts_a_request_in_flight_back_after_a_redis_restart(
     restartable,
     gateway,
@@ -104,7 +106,7 @@ def test_the_gateways_renewal_puts_a_request_in_flight_back_after_a_redis_restar
 ):
     d = served.deployment
     with _in_flight_across_a_restart(restartable, gateway, served, alice):
-        wait_for(lambda: _uptime(restartable) >= 1, 60)  # a lease: the sweep trusts the count again
+        wait_for(lambda: _uptime(restartable) >= 3, 60)  # a lease: the sweep trusts the count again
         wait_for(lambda: restartable.client.keys(f"{gateway_namespace()}:*:p"), 60)  # the renewal has run
         assert activity.in_flight(d.pk) == 1
         stopped = _in_thread(_sweep, d)
