@@ -58,7 +58,7 @@ def _keys_limited_to(model: Any) -> list[str]:
         .select_related("owner")
         .order_by("owner__username", "name")
     )
-    return [_("key %(key)s of %(owner)s") % {"key": k.name, "owner": k.owner.username} for k in keys]
+    return [_("key %(key)s of %(owner)s") % {"key": k.shown_name, "owner": k.owner.username} for k in keys]
 
 
 def _usage_last_day(user: Any) -> dict[str, Any]:

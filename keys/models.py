@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 KEY_PREFIX = "gp-"
 PLAYGROUND_CLIENT = "playground"  # `Key.client` of each user's playground key (keys/playground/services.py)
+PLAYGROUND_NAME = "Playground"  # the name the portal gives it, stored in English, shown translated
 
 _M = TypeVar("_M", bound=models.Model)
 
@@ -138,6 +139,15 @@ class Key(ShownOnceSecret, Limits):
     def is_playground(self) -> bool:
         """The key the playground calls through, made on first use, not on the Connect page."""
         return self.client == PLAYGROUND_CLIENT
+
+    @property
+    def shown_name(self) -> str:
+        """The name a reader sees: the portal's own name of a playground key is shown in the
+        reader's language (it is stored in English, for every reader); a name its owner chose is
+        shown as typed."""
+        if self.is_playground and self.name in (PLAYGROUND_NAME, f"{PLAYGROUND_NAME} ({PLAYGROUND_CLIENT})"):
+            return gettext("Playground") + self.name[len(PLAYGROUND_NAME) :]
+        return self.name
 
     @property
     def is_active(self) -> bool:
@@ -461,7 +471,7 @@ def holder_text(key: Key | None, user: object, team: object) -> str:
     from django.utils.translation import gettext
 
     if key is not None:
-        return gettext("key %(name)s of %(owner)s") % {"name": key.name, "owner": key.owner}
+        return gettext("key %(name)s of %(owner)s") % {"name": key.shown_name, "owner": key.owner}
     if user is not None:
         return gettext("user %(name)s") % {"name": user}
     return gettext("team %(name)s") % {"name": team}

@@ -29,7 +29,10 @@ def target_choices(editor: User) -> list[tuple[str, str]]:
     return (
         [(f"team:{t.pk}", _("Team %(name)s (all members)") % {"name": t.name}) for t in teams]
         + [(f"user:{u.pk}", _("User %(name)s (all their keys)") % {"name": u.username}) for u in users]
-        + [(f"key:{k.pk}", _("Key %(name)s of %(owner)s") % {"name": k.name, "owner": k.owner.username}) for k in keys]
+        + [
+            (f"key:{k.pk}", _("Key %(name)s of %(owner)s") % {"name": k.shown_name, "owner": k.owner.username})
+            for k in keys
+        ]
     )
 
 

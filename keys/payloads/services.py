@@ -129,5 +129,5 @@ def logged_keys(user: Any) -> list[LoggedKey]:
     for key in keys.order_by("name"):
         policy = payload_logging_of(key)
         if policy is not None and policy.enabled:
-            out.append(LoggedKey(key.name, key.masked, policy.retention_days))
+            out.append(LoggedKey(key.shown_name, key.masked, policy.retention_days))
     return out

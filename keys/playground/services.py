@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from django.db import transaction
 
-from keys.models import PLAYGROUND_CLIENT, Key
+from keys.models import PLAYGROUND_CLIENT, PLAYGROUND_NAME, Key
 from keys.services import issue_key
 
 if TYPE_CHECKING:
@@ -27,8 +27,8 @@ def playground_key(user: User) -> Key:
     if key is not None:
         return key
     # Stored in English whatever the owner reads: a team lead or an admin reading another language
-    # sees this name too; the key lists label the key Playground in each reader's language.
-    name = "Playground"
+    # sees this name too; pages show it in each reader's language (`Key.shown_name`).
+    name = PLAYGROUND_NAME
     if Key.objects.not_revoked().filter(owner=user, name=name).exists():
         name = f"{name} ({CLIENT})"
     key, _plaintext = issue_key(owner=user, name=name, client=CLIENT)  # the plaintext is dropped here

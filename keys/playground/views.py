@@ -208,7 +208,7 @@ def issue_credential(request: HttpRequest) -> HttpResponse:
     if not session_key:
         return JsonResponse({"detail": _("Sign in again to use the playground.")}, status=403)
     value = credential.mint(user_id=key.owner_id, key_id=key.pk, session_key=session_key)
-    response = JsonResponse({"expires_in": credential.lifetime(), "key": key.name, "local_only": key.local_only})
+    response = JsonResponse({"expires_in": credential.lifetime(), "key": key.shown_name, "local_only": key.local_only})
     response.set_cookie(
         credential.COOKIE,
         value,

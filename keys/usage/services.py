@@ -172,7 +172,7 @@ def limit_status(user: User, keys: Iterable[Key]) -> list[dict[str, Any]]:
         used = per_key.get(key.id, [0, 0])
         rows.append(
             {
-                "label": gettext("Key %(name)s (%(masked)s)") % {"name": key.name, "masked": key.masked},
+                "label": gettext("Key %(name)s (%(masked)s)") % {"name": key.shown_name, "masked": key.masked},
                 "today": used[0],
                 "month": used[1],
                 "tokens_per_day": key.tokens_per_day,

@@ -222,6 +222,21 @@ def test_the_playground_key_is_named_in_english_whatever_its_owner_reads(alice_c
     assert "操练场" not in reader.get(f"/keys/{key.pk}/").content.decode()
 
 
+def test_the_playground_key_is_shown_by_its_name_in_its_readers_language(alice_client, alice):
+    """Regression (probe): the stored English name showed through, so a Chinese reader read
+    "使用你的密钥 Playground" on the playground and "Playground" in their key list."""
+    alice.language = "zh-hans"
+    alice.save(update_fields=["language"])
+    playground = alice_client.get("/playground/").content.decode()
+    key = Key.objects.get(owner=alice, client=CLIENT)
+    assert f'使用你的密钥 <a href="/keys/{key.pk}/">操练场</a>' in playground
+    assert f'<a href="/keys/{key.pk}/">操练场</a>' in alice_client.get("/keys/").content.decode()
+    assert "<h1>操练场 <small>" in alice_client.get(f"/keys/{key.pk}/").content.decode()
+    # A name its owner chose is shown as typed.
+    Key.objects.filter(pk=key.pk).update(name="Playground mine")
+    assert f'<a href="/keys/{key.pk}/">Playground mine</a>' in alice_client.get("/keys/").content.decode()
+
+
 def test_every_error_the_playground_explains_is_one_the_gateway_can_send():
     """The meanings are keyed by hand-written codes and types: each must be one the gateway's code
     says (a typo would leave that error unexplained), or one of the page's own (no answer at all)."""
