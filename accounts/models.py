@@ -185,7 +185,7 @@ class AuditLog(models.Model):
         for name, change in self.changes.items():
             if isinstance(change, dict) and len(change) == 1 and next(iter(change)) in M2M_VERBS:
                 verb, names = next(iter(change.items()))
-                rows.append((gettext(name), str(M2M_VERBS[verb]), ", ".join(map(str, names))))
+                rows.append((gettext(name), str(M2M_VERBS[verb]), i18n.listing(names)))
             else:
                 rows.append((name, "", change))
         return rows

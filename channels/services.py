@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
-from portal.i18n import Message, as_message, set_message
+from portal.i18n import Message, as_message, listing, set_message
 
 from .baseurl import BaseURLError, normalize_base_url
 from .choices import Locality, ModelKind, PriceSource
@@ -259,7 +259,7 @@ def replace_routes(model, routes: list[dict], *, remove_priced: bool = False) ->
                         "The routes to %(channels)s have prices: removing them deletes their prices and price "
                         "history. Confirm that they go, or keep them."
                     )
-                    % {"channels": ", ".join(names)}
+                    % {"channels": listing(names)}
                 ]
             }
         )
@@ -361,7 +361,7 @@ def register_model_holders(source: ModelHolders) -> None:
 
 
 def _listed(names: list[str], most: int = 10) -> str:
-    return ", ".join(names[:most]) + ("…" if len(names) > most else "")
+    return listing(names, most)
 
 
 def check_model_deletable(model: Model) -> None:

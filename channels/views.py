@@ -14,6 +14,7 @@ from django.utils.translation import gettext_lazy
 from django.views import View
 from django.views.generic import DetailView
 
+from portal import i18n
 from portal.permissions import AdminRequiredMixin
 from portal.ui import FilteredListView, ObjectDeleteView, ObjectFormView, add_validation_errors
 
@@ -124,7 +125,7 @@ def priced_routes_note(routes) -> dict[str, str]:
         return {}
     return {
         "about": _("These routes have prices; their price history is deleted with them: %(routes)s.")
-        % {"routes": ", ".join(priced)}
+        % {"routes": i18n.listing(priced)}
     }
 
 
@@ -277,7 +278,7 @@ class ModelDeleteView(AdminRequiredMixin, ObjectDeleteView):
             detail = _(
                 "Requests for it fail with 404 and its routes are deleted. The aliases %(aliases)s stop trying it. "
                 "Past usage records are kept."
-            ) % {"aliases": ", ".join(a.name for a in aliases)}
+            ) % {"aliases": i18n.listing(a.name for a in aliases)}
         else:
             detail = _("Requests for it fail with 404 and its routes are deleted. Past usage records are kept.")
         return {**super().texts(obj), "detail": detail, **priced_routes_note(ModelRoute.objects.filter(model=obj))}

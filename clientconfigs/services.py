@@ -34,7 +34,7 @@ from keys.services import issue_key, rotate_key
 from mcpservers.access import allowed_servers
 from portal import audit
 from portal.choices import AuditAction
-from portal.i18n import Message
+from portal.i18n import Message, listing
 from portal.public import public_url
 from portal.secrets import keyed_hash
 
@@ -200,7 +200,7 @@ def check_default_model(user: User, name: str, key: Key | None = None) -> None:
     raise ValidationError(
         {
             "model": _("“%(model)s” is not a model you may use. You may use: %(models)s.")
-            % {"model": name, "models": ", ".join(names)}
+            % {"model": name, "models": listing(names)}
         }
     )
 

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from portal import i18n
 from portal.forms import SecretsAskedAgain, SecretTextarea
 from portal.ui import Fieldset
 
@@ -105,7 +106,7 @@ class HostForm(SecretsAskedAgain, _HostModelForm):
         if bad:
             raise forms.ValidationError(
                 _("Not a valid label: %(labels)s (letters, digits and . _ : = / -, up to 50).")
-                % {"labels": ", ".join(bad)}
+                % {"labels": i18n.listing(bad)}
             )
         if len(labels) > MAX_LABELS:
             raise forms.ValidationError(_("At most %(MAX_LABELS)s labels.") % {"MAX_LABELS": MAX_LABELS})

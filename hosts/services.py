@@ -17,7 +17,7 @@ from django.utils.translation import gettext, gettext_noop
 from django.utils.translation import gettext_lazy as _
 
 from portal.dashboard import Attention
-from portal.i18n import Message, set_message
+from portal.i18n import Message, listing, set_message
 
 from .choices import DeploymentStatus, HostStatus, JobState
 from .models import Deployment, Host, LaunchJob
@@ -46,7 +46,7 @@ def check_deletable(host: Host) -> None:
     if running:
         raise ValidationError(
             _("Downloads to %(host)s are still running (%(downloads)s): cancel them first.")
-            % {"host": host, "downloads": ", ".join(f"#{pk}" for pk in running)},
+            % {"host": host, "downloads": listing(f"#{pk}" for pk in running)},
             code="downloading",
         )
 

@@ -315,7 +315,7 @@ def _restriction_help(name: str, bound: Any, who: str) -> str:
     `keys.services.binding_restrictions` gives it), for the owner: who set what, and what is left
     to them. HTML: the model names are escaped."""
     if name == "allowed_models":
-        names = ", ".join(
+        names = i18n.listing(
             escape(n) for n in Model.objects.filter(pk__in=bound).order_by("name").values_list("name", flat=True)
         )
         text = (
@@ -330,7 +330,7 @@ def _restriction_help(name: str, bound: Any, who: str) -> str:
             if who == ADMIN
             else _("Set by a team lead: only from %(networks)s; you can narrow them, not widen them.")
         )
-        return text % {"networks": escape(", ".join(sorted(bound)))}
+        return text % {"networks": escape(i18n.listing(sorted(bound)))}
     text = (
         _("Set by an admin: expires by %(time)s UTC; you can bring it forward, not postpone or remove it.")
         if who == ADMIN

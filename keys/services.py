@@ -19,7 +19,7 @@ from channels.models import Model
 from portal import audit
 from portal.choices import AuditAction
 from portal.forms import LIMIT_LABELS
-from portal.i18n import Message
+from portal.i18n import Message, listing
 
 from .models import Key
 
@@ -431,7 +431,7 @@ def validate_key_settings(
         refused = sorted(str(m) for m in models if m.pk not in permitted)
         if refused:
             errors.setdefault("allowed_models", []).append(
-                _("%(username)s may not use: %(models)s.") % {"username": owner.username, "models": ", ".join(refused)}
+                _("%(username)s may not use: %(models)s.") % {"username": owner.username, "models": listing(refused)}
             )
         cleaned["allowed_models"] = models
     if ip_allowlist is not None:

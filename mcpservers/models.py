@@ -139,7 +139,7 @@ class McpServer(TimeStampedModel):
                         "Not a header name: %(names)s. A header name is ASCII letters, digits and - _ . (no "
                         "spaces, colons or other scripts)."
                     )
-                    % {"names": ", ".join(repr(n) for n in names)}
+                    % {"names": i18n.listing(repr(n) for n in names)}
                 }
             )
         unsendable = [n for n, v in headers.items() if not sendable_in_header(v)]
@@ -150,7 +150,7 @@ class McpServer(TimeStampedModel):
                         "The value of %(names)s cannot be sent in an HTTP header: use ASCII characters only, "
                         "without line breaks."
                     )
-                    % {"names": ", ".join(unsendable)}
+                    % {"names": i18n.listing(unsendable)}
                 }
             )
 

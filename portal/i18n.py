@@ -7,11 +7,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
 from django.utils import translation
 from django.utils.translation import gettext_lazy as _lazy
+from django.utils.translation import pgettext
 
 
 def supported(code: str | None) -> str:
@@ -283,6 +285,16 @@ def sentences(*parts: Any) -> str:
     """Sentences, each a message of its own, as one text: spaced in English, not after a Chinese
     sentence's end."""
     return tidy_sentences(" ".join(str(p) for p in parts if p))
+
+
+def listing(items: Iterable[object], most: int | None = None) -> str:
+    """Items named in a sentence ("may not use: a, b"), joined the reader's way: ", " in English,
+    "、" in Chinese; with `most`, the first `most` and "…" when there are more."""
+    names = [str(i) for i in items]
+    shown = names if most is None else names[:most]
+    return pgettext("separator between the items of a list in a sentence", ", ").join(shown) + (
+        "…" if len(names) > len(shown) else ""
+    )
 
 
 def tidy_sentences(text: str) -> str:

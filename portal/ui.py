@@ -132,7 +132,7 @@ def _asked_sort(request: HttpRequest, keys: Iterable[str], warn: bool) -> str:
     raw = request.GET.get("sort", "")
     if raw and raw.removeprefix("-") not in keys:
         if warn:
-            messages.warning(request, UNKNOWN_SORT % {"sort": raw, "choices": ", ".join(sorted(keys))})
+            messages.warning(request, UNKNOWN_SORT % {"sort": raw, "choices": i18n.listing(sorted(keys))})
         return ""
     return raw
 
@@ -480,7 +480,7 @@ class ObjectDeleteView(ConfirmView):
         except (ProtectedError, RestrictedError) as exc:
             blocking = exc.protected_objects if isinstance(exc, ProtectedError) else exc.restricted_objects
             blockers = sorted({str(o) for o in blocking})
-            listed = ", ".join(blockers[:5]) + ("…" if len(blockers) > 5 else "")
+            listed = i18n.listing(blockers, 5)
             return done(
                 self.request,
                 _("%(object)s is still used by %(listed)s; remove those first.") % {"object": obj, "listed": listed},

@@ -13,6 +13,7 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from channels.models import Model
+from portal import i18n
 from portal.api.serializers import (
     LIMIT_FIELDS,
     BooleanField,
@@ -85,7 +86,7 @@ class UserSerializer(LimitFields, ModelSerializer[User]):
         if unknown:
             raise serializers.ValidationError(
                 _("Unknown limit(s): %(unknown)s. Known: %(known)s.")
-                % {"unknown": ", ".join(unknown)[:200], "known": ", ".join(LIMIT_FIELDS)}
+                % {"unknown": i18n.listing(unknown)[:200], "known": i18n.listing(LIMIT_FIELDS)}
             )
         return {k: v for k, v in value.items() if v is not None}
 

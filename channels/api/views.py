@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from channels.filters import ChannelFilterSet, ModelFilterSet
 from channels.models import AliasTarget, Channel, Model, ModelRoute, RoutePrice
 from channels.services import delete_model, load_price_catalogue, priced_route_names
+from portal import i18n
 from portal.permissions import IsAdmin, IsAdminOrReadOnly
 
 from .serializers import AliasSerializer, ChannelSerializer, PublicModelSerializer, RoutePriceSerializer
@@ -48,7 +49,7 @@ class ChannelViewSet(viewsets.ModelViewSet):
                 "The routes %(routes)s have prices: deleting the channel deletes their prices and price "
                 "history. Send remove_priced_routes=true to confirm."
             )
-            return Response({"detail": message % {"routes": ", ".join(priced)}}, status=status.HTTP_409_CONFLICT)
+            return Response({"detail": message % {"routes": i18n.listing(priced)}}, status=status.HTTP_409_CONFLICT)
         return super().destroy(request, *args, **kwargs)
 
 

@@ -12,6 +12,8 @@ from typing import Any
 
 from django.utils.translation import gettext as _
 
+from portal import i18n
+
 from .base import (
     ENV_VAR,
     MCP_PREFIX,
@@ -191,7 +193,7 @@ def render(inp: RenderInput) -> Rendered:
                 "%(models)s: listed for embeddings only (role embed), which Continue's codebase index uses; "
                 "pick one in Continue's settings when there are several."
             )
-            % {"models": ", ".join(m.label for m in inp.embedding_models)}
+            % {"models": i18n.listing(m.label for m in inp.embedding_models)}
         )
     if len(inp.models) > 1 and inp.primary:
         notes.append(

@@ -18,6 +18,7 @@ from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 
 from channels.models import MODEL_NAME_VALIDATOR
+from portal import i18n
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -67,7 +68,7 @@ class Option:
         else:
             value = str(value).strip()
             if self.choices and value not in self.choices:
-                raise ValidationError(_("Choose one of: %(choices)s.") % {"choices": ", ".join(self.choices)})
+                raise ValidationError(_("Choose one of: %(choices)s.") % {"choices": i18n.listing(self.choices)})
             if self.pattern and not re.fullmatch(self.pattern, value):
                 raise ValidationError(_("A name of letters, digits, '_', '-' or '.'."))
         if self.min is not None and value < self.min:
@@ -194,7 +195,7 @@ class Backend:
         if unknown:
             errors["options"] = [
                 _("Unknown option(s) for %(backend)s: %(options)s.")
-                % {"backend": self.label, "options": ", ".join(sorted(unknown))}
+                % {"backend": self.label, "options": i18n.listing(sorted(unknown))}
             ]
         cleaned = {}
         for opt in self.options:

@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from portal import i18n
 from portal.forms import ModelMultipleChoiceField
 
 from .. import backends
@@ -195,7 +196,7 @@ class DeploymentForm(forms.Form):
             gpu_field.help_text = _(
                 "GPU %(indices)s not offered: the last inventory failed, so their figures are old. "
                 "Refresh the host's inventory."
-            ) % {"indices": ", ".join(stale)}
+            ) % {"indices": i18n.listing(stale)}
         workers_field = self.fields["worker_hosts"]
         assert isinstance(workers_field, forms.ModelMultipleChoiceField)
         # Any host validates, so a head posted as its own worker gets the service's clear error;

@@ -22,7 +22,7 @@ from channels import services as channel_services
 from channels.models import Model
 from portal import audit, faults
 from portal.choices import AuditAction
-from portal.i18n import Message, as_message
+from portal.i18n import Message, as_message, listing
 
 from .. import backends, calibration, fit, signals
 from ..backends.vllm import suggested_tool_parser
@@ -249,15 +249,15 @@ def _gpu_problem(host: Host, gpu_indices: list[int], *, stale_ok: bool = False) 
     missing = sorted(set(gpu_indices) - set(rows))
     if stale and not stale_ok:
         return _("GPU %(gpus)s of %(host)s is stale: the last inventory failed (%(why)s). Refresh the inventory.") % {
-            "gpus": ", ".join(map(str, stale)),
+            "gpus": listing(stale),
             "host": host,
             "why": host.status_message or host.get_status_display(),
         }
     if missing:
         return _("GPU %(gpus)s not on %(host)s (known: %(known)s).") % {
-            "gpus": ", ".join(map(str, missing)),
+            "gpus": listing(missing),
             "host": host,
-            "known": ", ".join(map(str, sorted(known))) or _("none yet; refresh the inventory"),
+            "known": listing(sorted(known)) or _("none yet; refresh the inventory"),
         }
     return ""
 
@@ -594,7 +594,7 @@ def estimate_for_spec(
         unknown = [i for i in wanted if i not in rows]
         stale = [i for i in wanted if i in rows and rows[i].stale]
         if unknown or stale:
-            listed = ", ".join(map(str, unknown + stale))
+            listed = listing(unknown + stale)
             what = (
                 _("GPU %(gpus)s is stale; refresh the host's inventory.")
                 if stale

@@ -26,7 +26,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
-from portal import audit, faults
+from portal import audit, faults, i18n
 from portal.choices import AuditAction
 from portal.i18n import Message, as_message
 
@@ -564,7 +564,7 @@ def _start_verify(job: ModelDownload, conn: ssh.Remote) -> None:
         raise DownloadFailed(
             Message(
                 gettext_noop("The download ended but these files are missing or of the wrong size: %(files)s."),
-                files=", ".join(missing[:10]),
+                files=i18n.listing(missing[:10]),
             )
         )
     hashed = [r["name"] for r in job.files if r.get("sha256")]
@@ -610,7 +610,7 @@ def _verifying(job: ModelDownload, conn: ssh.Remote) -> None:
                     "Checksum mismatch for %(files)s: the file(s) were deleted from the host. "
                     "Request the download again to fetch them anew."
                 ),
-                files=", ".join(bad[:10]),
+                files=i18n.listing(bad[:10]),
             )
         )
     remote.remove_job_dir(conn, job.remote_dir)
@@ -675,7 +675,7 @@ def delete_model(host: Host, name: str, *, user: User | None = None) -> None:
         if serving := _serving_from(host, folder):
             raise DownloadConflict(
                 _("Deployment %(deployments)s serves from %(name)s: stop it first.")
-                % {"deployments": ", ".join(serving), "name": name}
+                % {"deployments": i18n.listing(serving), "name": name}
             )
         if not remote.delete_model(conn, settings.HOSTS_DOWNLOAD_DIR, name):
             raise DownloadFailed(_("%(name)s could not be deleted on %(host)s.") % {"name": name, "host": host})

@@ -89,7 +89,7 @@ class BudgetListView(AdminOrTeamLeadRequiredMixin, View):
                             "price, and budgeted keys are refused on them until an admin sets one on the Prices "
                             "page: %(models)s."
                         )
-                        % {"target": target, "models": ", ".join(refused)},
+                        % {"target": target, "models": i18n.listing(refused)},
                     )
                 else:
                     messages.success(request, _("Budget saved."))

@@ -11,6 +11,7 @@ from typing import Any
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from portal import i18n
 from portal.filters import RANGE_MESSAGE
 
 from .retention import days_pruned, rollup_cutoff
@@ -56,7 +57,7 @@ class UsageQueryForm(forms.Form):
         field = self.fields["group_by"]
         assert isinstance(field, forms.ChoiceField)
         field.choices = [(group, group) for group in groups]
-        field.error_messages["invalid_choice"] = _("Choose one of: %(choices)s.") % {"choices": ", ".join(groups)}
+        field.error_messages["invalid_choice"] = _("Choose one of: %(choices)s.") % {"choices": i18n.listing(groups)}
         if not groups:
             del self.fields["group_by"]
         if not csv:

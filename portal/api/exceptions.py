@@ -14,7 +14,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_handler
 
-from portal import faults
+from portal import faults, i18n
 
 from .parsers import BodyTooLarge
 
@@ -35,7 +35,7 @@ def exception_handler(exc, context):
     if isinstance(exc, ProtectedError | RestrictedError):
         blocking = getattr(exc, "protected_objects", None) or getattr(exc, "restricted_objects", ())
         names = sorted({str(o) for o in blocking})
-        listed = ", ".join(names[:10]) + ("…" if len(names) > 10 else "")
+        listed = i18n.listing(names, 10)
         return Response(
             {"detail": _("Still used by %(listed)s; remove those first.") % {"listed": listed}},
             status=status.HTTP_409_CONFLICT,

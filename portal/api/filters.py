@@ -7,6 +7,7 @@ from rest_framework import filters
 from rest_framework.exceptions import ValidationError
 from rest_framework.settings import api_settings
 
+from portal import i18n
 from portal.filters import NullBooleanField, read_bool
 
 NUL_MESSAGE = _("Null characters are not allowed.")
@@ -39,7 +40,7 @@ class OrderingFilter(filters.OrderingFilter):
         unknown = next((term for term in terms if term.removeprefix("-") not in valid), None)
         if unknown is not None:
             raise ValidationError(
-                {self.ordering_param: [UNKNOWN_ORDERING % {"field": unknown, "choices": ", ".join(valid)}]}
+                {self.ordering_param: [UNKNOWN_ORDERING % {"field": unknown, "choices": i18n.listing(valid)}]}
             )
         return terms
 

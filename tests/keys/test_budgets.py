@@ -233,6 +233,31 @@ def test_a_budget_on_someone_whose_models_have_no_price_says_which_ones_stop_wor
     assert "Budget saved." in again and "cannot use these models" not in again
 
 
+def test_the_models_a_budget_stops_are_listed_the_chinese_way_in_chinese(lena, alice, settings):
+    """Regression (probe): a list in a sentence was joined with ", " in Chinese too, where "、" is
+    the separator."""
+    from channels.models import Channel, Model, ModelRoute
+
+    settings.PORTAL_UNPRICED_ROUTES = "refuse"
+    channel = Channel.objects.create(name="gpu", base_url="http://127.0.0.1:9/v1", locality="local")
+    for name in ("free-chat", "free-code"):
+        ModelRoute.objects.create(model=Model.objects.create(name=name), channel=channel, upstream_model=name)
+    lena.language = "zh-hans"
+    lena.save(update_fields=["language"])
+    page = Client()
+    page.force_login(lena)
+    saved = page.post(
+        reverse("budget_list"), {"target": f"user:{alice.pk}", "window": "day", "amount": "5"}, follow=True
+    ).content.decode()
+    assert "free-chat、free-code" in saved, saved
+    lena.language = "en"
+    lena.save(update_fields=["language"])
+    again = page.post(
+        reverse("budget_list"), {"target": f"user:{alice.pk}", "window": "day", "amount": "6"}, follow=True
+    ).content.decode()
+    assert "free-chat, free-code" in again
+
+
 def test_a_budget_posted_without_a_window_is_monthly(admin, alice):
     """`window` is optional in the schema (default month): leaving it out was a 500 (KeyError)."""
     response = api(admin).post("/api/budgets/", {"user": alice.pk, "amount": "5"}, format="json")

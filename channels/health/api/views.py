@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from channels.health import alerts, history, schedule, services
 from channels.models import AlertDelivery, AlertTarget, Channel, ProbeResult, StatusChange
+from portal import i18n
 from portal.api.filters import bool_param
 from portal.permissions import IsAdmin
 
@@ -90,7 +91,7 @@ class HealthChannelViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSe
         """Hourly p50/p95 TTFT and error ratio over 24 h or 7 d (chart data)."""
         range_ = request.query_params.get("range", "24h")
         if range_ not in history.RANGES:
-            choices = ", ".join(history.RANGES)
+            choices = i18n.listing(history.RANGES)
             return Response({"range": [_("Choose one of: %(choices)s.") % {"choices": choices}]}, status=400)
         return Response(history.series(self.get_object(), range_))
 
