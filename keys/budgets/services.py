@@ -27,7 +27,7 @@ from django.utils.translation import gettext as _
 from accounts.services import may_manage
 from channels.choices import UnpricedPolicy
 from channels.models import AliasTarget, Model, ModelRoute, RoutePrice
-from channels.prices import format_money, to_amount, to_nanos
+from channels.prices import NANOS, format_money, to_amount, to_nanos
 
 from ..choices import BudgetWindow
 from ..models import Budget, Key, UsageDaily
@@ -118,16 +118,23 @@ class BudgetStatus:
         return window_bounds(self.budget.window, self.at)[1]
 
     @property
+    def places(self) -> int:
+        """Decimals for the spend, the cap and what remains, the same for all three: cents, unless
+        an amount that is not zero would read as 0.00 (a few cheap requests)."""
+        reads_zero = NANOS // 200  # half a cent and less rounds to 0.00
+        return 4 if any(0 < n <= reads_zero for n in (self.spent, self.cap, self.remaining)) else 2
+
+    @property
     def spent_text(self) -> str:
-        return format_money(self.spent)
+        return format_money(self.spent, self.places)
 
     @property
     def cap_text(self) -> str:
-        return format_money(self.cap, 2)
+        return format_money(self.cap, self.places)
 
     @property
     def remaining_text(self) -> str:
-        return format_money(self.remaining)
+        return format_money(self.remaining, self.places)
 
 
 def statuses(budgets: Iterable[Budget], at: dt.datetime | None = None) -> list[BudgetStatus]:

@@ -79,9 +79,9 @@ def test_an_admin_sets_prices_and_a_team_budget_and_a_developer_sees_what_is_lef
     dev.click("nav a:text-is('Usage')")
     assert dev.text("[data-testid=spend]") == "$0.0110"
     budgets = dev.text("[data-testid=budgets]")
-    assert "Your team alpha" in budgets and "$0.0390" in budgets
+    assert "Your team alpha" in budgets and "$0.04" in budgets
     dev.click("nav >> text=Connect your tools")
-    assert "$0.0390" in dev.text("[data-testid=budgets]")
+    assert "$0.04" in dev.text("[data-testid=budgets]")
 
     # The admin removes the budget: a confirmation page first (it was one click), then it is gone.
     robot.goto("/usage/budgets/")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import re
 from decimal import Decimal
 
 import pytest
@@ -92,8 +93,25 @@ def test_developer_sees_spend_and_remaining_budget_on_my_usage_and_connect(alice
     for page in (reverse("usage"), reverse("connect")):
         html = alice_client.get(page).content.decode()
         assert 'data-testid="budgets"' in html
-        assert "$0.0300" in html  # $0.05 - $0.02 left of the key's daily budget
-        assert "$9.9800" in html  # of the team's monthly
+        assert "$0.03" in html  # $0.05 - $0.02 left of the key's daily budget
+        assert "$9.98" in html  # of the team's monthly
+
+
+def test_a_budget_row_shows_its_three_amounts_with_the_same_decimals(alice_key, alice_client, team):
+    """Regression (probe): the cap had 2 decimals, the spend and what remains 4 ($12.50 against
+    $12.5000). Cents for all three; 4 decimals for all three only when an amount would read $0.00."""
+    budget = Budget.objects.create(team=team, window="month", amount=Decimal("12.5"))
+    write_batch([event(alice_key, cost_nanos=3 * CENT, team_id=team.id)])
+
+    def row() -> list[str]:
+        html = alice_client.get(reverse("usage")).content.decode()
+        table = html[html.index('data-testid="budgets"') :]
+        return re.findall(r"\$[0-9.]+", table[: table.index("</table>")])
+
+    assert row() == ["$0.03", "$12.50", "$12.47"]
+    budget.amount = Decimal("0.035")  # $0.005 left: as cents it would read $0.00
+    budget.save()
+    assert row() == ["$0.0300", "$0.0350", "$0.0050"]
 
 
 def test_the_key_and_team_pages_show_their_budgets(alice_key, alice_client, alice, mallory, team, lena, client):
@@ -103,11 +121,11 @@ def test_the_key_and_team_pages_show_their_budgets(alice_key, alice_client, alic
     write_batch([event(alice_key, cost_nanos=2 * CENT, team_id=team.id)])
     html = alice_client.get(reverse("key_detail", args=[alice_key.pk])).content.decode()
     assert 'data-testid="budgets"' in html
-    assert "$0.0300" in html and "Team alpha (all members)" in html and "$9.9800" in html
+    assert "$0.03" in html and "Team alpha (all members)" in html and "$9.98" in html
     assert "$7.00" not in html
     client.force_login(lena)
     team_page = client.get(reverse("team_detail", args=[team.pk])).content.decode()
-    assert "Key laptop" in team_page and "$0.0300" in team_page and "$9.9800" in team_page
+    assert "Key laptop" in team_page and "$0.03" in team_page and "$9.98" in team_page
     assert "$7.00" not in team_page
 
 
@@ -238,7 +256,7 @@ def test_a_budgets_spend_is_the_records_of_its_window_at_its_edges_even_after_th
     assert [s.spent for s in shown] == expected
     assert len([x for x in q.captured_queries if "keys_usagedaily" in x["sql"]]) == 1  # every budget, one query
     page = alice_client.get(reverse("key_detail", args=[alice_key.pk])).content.decode()
-    assert all(format_money(spent) in page for spent in expected)
+    assert all(s.spent_text in page for s in shown)
     api = APIClient()
     api.force_authenticate(alice)
     listed = api.get("/api/budgets/").json()
