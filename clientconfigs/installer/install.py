@@ -1071,9 +1071,46 @@ def toml_problem(text):
     try:
         tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        m = re.match(r"(.*) \(at line (\d+), column (\d+)\)$", str(exc))
-        return f"line {m.group(2)} column {m.group(3)}: {m.group(1)}" if m else str(exc)
+        m = re.match(r"(.*) \(at (?:line (\d+), column (\d+)|end of document)\)$", str(exc))
+        if not m:
+            return str(exc)
+        why, line = m.group(1), int(m.group(2) or 0)
+        # tomllib names an unclosed string by the newline or the end it ran into ("Illegal
+        # character '\n'", "Unterminated string", 'Expected "\'"'): name the string's own line.
+        if why.startswith(("Illegal character '\\n'", "Unterminated string", 'Expected "\'"', "Expected '\"'")):
+            for number, column in _unclosed_strings(text):
+                if not line or number == line:
+                    return f"line {number} column {column}: a quoted string is not closed on its line"
+        return f"line {line} column {m.group(3)}: {why}" if line else why
     return None
+
+
+def _unclosed_strings(text):
+    """(line, column) of each one-line TOML string that opens and is not closed on its line;
+    multi-line strings (three quotes) and comments are skipped."""
+    inside = None  # the delimiter of the multi-line string the line is in
+    for number, line in enumerate(text.splitlines(), 1):
+        i = 0
+        while i < len(line):
+            if inside:
+                end = line.find(inside, i)
+                i, inside = (len(line), inside) if end < 0 else (end + 3, None)
+                continue
+            c = line[i]
+            if c == "#":
+                break
+            if c in "\"'":
+                if line.startswith(c * 3, i):
+                    inside, i = c * 3, i + 3
+                    continue
+                j = i + 1
+                while j < len(line) and line[j] != c:
+                    j += 2 if c == '"' and line[j] == "\\" else 1
+                if j >= len(line):
+                    yield number, i + 1
+                    break
+                i = j
+            i += 1
 
 
 def managed_keys(f):

@@ -46,6 +46,8 @@ BROKEN = [
     ("qwen-code", ".qwen/.env", "DEBUG=1\nnot an assignment\n", "line 2: not a NAME=value line", ".qwen/settings.json"),
     ("llm", ".config/io.datasette.llm/extra-openai-models.yaml", "- model_id: mine\n\tapi_base: http://x\n",
      "line 2: a tab in the indent", ".config/io.datasette.llm/default_model.txt"),
+    ("codex", ".codex/config.toml", "model = 'gpt-4o\napproval_policy = \"never\"\n",
+     "line 1 column 9: a quoted string is not closed on its line", None),
 ]  # fmt: skip
 
 
@@ -218,7 +220,7 @@ FIXED = [
      '  // my theme, keep it\n  "ui": {"theme": "GitHub"},\n', '"modelProviders": {'),
     ("codex", ".codex/config.toml",
      'hide_agent_reasoning = true\n\n# my history setting, keep it\n[history]\npersistence = "none\n',
-     "line 5 column 20: Illegal character",
+     "line 5 column 15: a quoted string is not closed on its line",
      'hide_agent_reasoning = true\n\n# my history setting, keep it\n[history]\npersistence = "none"\n',
      '# my history setting, keep it\n[history]\npersistence = "none"\n', "[model_providers.teamgw]\n"),
 ]  # fmt: skip
