@@ -1192,11 +1192,7 @@ def ccswitch_upsert(path, bundle, stamp):
         missing = CCSWITCH_COLUMNS - columns
         if missing:
             raise ValueError(f"no providers table with {', '.join(sorted(missing))}: not a CC Switch 3.8+ database")
-        backup = sqlite3.connect(f"{path}.bak-{stamp}")
-        with backup:
-            conn.backup(backup)  # consistent even while CC Switch has it open
-        backup.close()
-        os.chmod(f"{path}.bak-{stamp}", 0o600)
+        saved = ccswitch_backup(conn, path, stamp)
         now = int(datetime.datetime.now().timestamp() * 1000)
         current = []
         with conn:
@@ -1222,7 +1218,23 @@ def ccswitch_upsert(path, bundle, stamp):
                     )
     finally:
         conn.close()
-    return current
+    return current, saved
+
+
+def ccswitch_backup(conn, path, stamp):
+    """Copy CC Switch's database `conn` beside `path` (mode 0600), consistent even while CC Switch
+    has it open, under a name no earlier backup has (`backup_path`); returns the backup's file name."""
+    name = backup_path(path, stamp)
+    with open(name, "x"):  # the name is ours before sqlite writes into it
+        pass
+    os.chmod(name, 0o600)
+    copy = sqlite3.connect(name)
+    try:
+        with copy:
+            conn.backup(copy)
+    finally:
+        copy.close()
+    return os.path.basename(name)
 
 
 def open_links(links):
@@ -1249,14 +1261,14 @@ def install_db_providers(bundle, stamp, written):
         open_links(bundle.get("links", []))
         return 0
     try:
-        current = ccswitch_upsert(path, bundle, stamp)
+        current, saved = ccswitch_upsert(path, bundle, stamp)
     except (sqlite3.Error, ValueError) as exc:
         say("!", f"{path}: left unchanged ({exc}); import with the links instead:")
         open_links(bundle.get("links", []))
         return 1
     written[path] = ccswitch_ours(path)
     apps = ", ".join(row["app_type"] for row in bundle["db_providers"])
-    say("✓", f"{path}: provider {CCSWITCH_NAME} for {apps} (backup: {os.path.basename(path)}.bak-{stamp})")
+    say("✓", f"{path}: provider {CCSWITCH_NAME} for {apps} (backup: {saved})")
     if current:
         say(
             "·",
@@ -1996,20 +2008,18 @@ def ccswitch_unmerged(spec, written):
 
 def ccswitch_remove(path, stamp, kept=()):
     """Delete our provider rows from CC Switch's database (after a backup), but those in `kept` (the
-    user changed them since the install). Returns how many."""
+    user changed them since the install). Returns how many, and the backup's file name."""
     conn = sqlite3.connect(path, timeout=10)
     try:
         rows = conn.execute("SELECT app_type FROM providers WHERE id = ?", (CCSWITCH_ID,)).fetchall()
         gone = [app for (app,) in rows if f"{CCSWITCH_NAME} ({app})" not in kept]
         if not gone:
-            return 0
-        with sqlite3.connect(f"{path}.bak-{stamp}") as copy:
-            conn.backup(copy)
-        os.chmod(f"{path}.bak-{stamp}", 0o600)
+            return 0, None
+        saved = ccswitch_backup(conn, path, stamp)
         with conn:
             for app in gone:
                 conn.execute("DELETE FROM providers WHERE id = ? AND app_type = ?", (CCSWITCH_ID, app))
-        return len(gone)
+        return len(gone), saved
     finally:
         conn.close()
 
@@ -2099,8 +2109,8 @@ def uninstall(specs, gateway, clients, yes=False, stamp=None):
         if spec["merge"] != "ccswitch":
             remove_ours(path, found, spec, stamp)
         elif found[2] != found[1]:  # else all of ours there the user changed since
-            removed = ccswitch_remove(path, stamp, kept)
-            say("✓", f"{path}: {removed} provider row(s) of {CCSWITCH_NAME} removed (backup: .bak-{stamp})")
+            removed, saved = ccswitch_remove(path, stamp, kept)
+            say("✓", f"{path}: {removed} provider row(s) of {CCSWITCH_NAME} removed (backup: {saved})")
         if kept == [""]:
             say("·", f"{path}: kept your later change to it as it is")
         elif kept:

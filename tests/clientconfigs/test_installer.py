@@ -373,3 +373,45 @@ def test_two_installs_in_the_same_second_keep_the_backup_of_the_users_own_file(t
     assert first.read_text() == "export EDITOR=vim\n" and mode(first) == 0o600
     assert "TEAM_GATEWAY_API_KEY" in second.read_text() and "COPILOT" not in second.read_text()
     assert "COPILOT" in env_file.read_text() and "export EDITOR=vim" in env_file.read_text()
+
+
+def test_ccswitch_database_backups_within_the_same_second_do_not_overwrite_each_other(tmp_path, monkeypatch, capsys):
+    """Two installs and an uninstall of CC Switch under one one-second stamp: each copy of its
+    database goes beside the earlier ones (`.bak-STAMP-2`, -3), as the config files' backups do; the
+    first, the database as it was before the team gateway, was written over."""
+    import sqlite3
+    from dataclasses import replace
+
+    from clientconfigs import installer
+    from clientconfigs.installer import install as inst
+
+    from .conftest import SAMPLE_KEY, make_ccswitch_db, sample_input
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    db = make_ccswitch_db(home)
+    specs, stamp = installer.uninstall_specs(), "20261207-101500"
+    for version in ("first", "second"):
+        inp = replace(sample_input(SAMPLE_KEY), version=version)
+        bundle = services.bundle("cc-switch", inp, services.render("cc-switch", inp), None)
+        assert inst.install(bundle, stamp=stamp, specs=specs) == 0
+    assert f"(backup: cc-switch.db.bak-{stamp}-2)" in capsys.readouterr().out
+    assert inst.uninstall(specs, inp.gateway_url, ["cc-switch"], yes=True, stamp=stamp) == 0
+    assert f"removed (backup: cc-switch.db.bak-{stamp}-3)" in capsys.readouterr().out
+
+    def ours(path: Path) -> int:
+        conn = sqlite3.connect(path)
+        try:
+            return conn.execute("SELECT count(*) FROM providers WHERE id = 'teamgw'").fetchone()[0]
+        finally:
+            conn.close()
+
+    first, second, third = backups(db)
+    assert [b.name for b in (first, second, third)] == [
+        f"cc-switch.db.bak-{stamp}",
+        f"cc-switch.db.bak-{stamp}-2",
+        f"cc-switch.db.bak-{stamp}-3",
+    ]
+    assert ours(first) == 0 and ours(second) > 0 and ours(third) > 0 and ours(db) == 0
+    assert {mode(b) for b in (first, second, third)} == {0o600}

@@ -438,7 +438,7 @@ def test_uninstall_keeps_a_ccswitch_row_of_ours_the_user_changed_and_removes_the
     assert conn.execute("SELECT * FROM providers").fetchall() == edited  # every column as the user left it
     conn.close()
     out = capsys.readouterr().out
-    assert f"{db}: 2 provider row(s) of Team Gateway removed (backup: .bak-2)" in out
+    assert f"{db}: 2 provider row(s) of Team Gateway removed (backup: cc-switch.db.bak-2)" in out
     assert f"{db}: kept your later change to Team Gateway (claude) as it is" in out
 
 
