@@ -71,6 +71,8 @@ def test_a_fit_problem_is_answered_in_english_with_its_code_and_nested_in_the_re
 
 
 def test_several_problems_are_joined_as_before_each_translated():
+    """Each problem in the reader's language, side by side as sentences (no space after a Chinese
+    full stop: `portal.i18n.sentences`)."""
     arch = fit.preset_for("meta-llama/Llama-3.3-70B-Instruct")
     assert arch is not None
     gpus = [GPUMemory(index=i, total_mib=81559, free_mib=81559) for i in range(4)]
@@ -80,7 +82,9 @@ def test_several_problems_are_joined_as_before_each_translated():
     assert refusal is not None and refusal.english == "Refused before launch: " + " ".join(est["problems"])
     parts = [zh(i["code"], i["params"]) for i in est["problem_items"]]
     with translation.override("zh-hans"):
-        assert refusal.render() == zh(REFUSED, {"problems": " ".join(parts)})
+        rendered = refusal.render()
+        assert rendered == zh(REFUSED, {"problems": "".join(parts)})
+        assert "。 " not in rendered
 
 
 def test_the_deployments_page_shows_the_fit_notes_in_the_readers_language(admin_client, deployment):
