@@ -55,6 +55,22 @@ def _usage_records(url: str, token: dict[str, str], at_least: int = 1) -> list[t
     raise AssertionError(f"fewer than {at_least} usage records after 30 s: {page}")
 
 
+def _archive(path, manifest: dict, members: dict[str, bytes], folders: tuple[str, ...] = ()):
+    """A backup archive made by hand: `manifest.json`, then `folders` (0700) and `members` (0600)."""
+    import io
+
+    with tarfile.open(path, "w:gz") as tar:
+        for name in folders:
+            info = tarfile.TarInfo(name)
+            info.type, info.mode = tarfile.DIRTYPE, 0o700
+            tar.addfile(info)
+        for name, content in {"manifest.json": json.dumps(manifest).encode(), **members}.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(content), 0o600
+            tar.addfile(info, io.BytesIO(content))
+    return path
+
+
 def test_a_backup_restored_into_a_new_folder_serves_the_old_keys(tmp_path, migrated_data_folder):
     old, new, archive = tmp_path / "old", tmp_path / "new", tmp_path / "backups" / "portal.tar.gz"
     old.mkdir()
@@ -182,14 +198,7 @@ def test_restoring_a_file_that_is_no_archive_is_refused_in_one_line(tmp_path):
     ],
 )
 def test_restoring_an_incomplete_archive_is_refused_in_one_line_and_changes_nothing(tmp_path, manifest, members, said):
-    import io
-
-    archive = tmp_path / "cut.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        for name, content in {"manifest.json": json.dumps(manifest).encode(), **members}.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(content)
-            tar.addfile(info, io.BytesIO(content))
+    archive = _archive(tmp_path / "cut.tar.gz", manifest, members)
     folder = tmp_path / "data"
     folder.mkdir()
     (folder / "key_hash_secret").write_text("the folder's own secret\n")
@@ -212,24 +221,16 @@ def test_a_restore_writes_a_private_data_folder_whatever_the_shells_umask(tmp_pa
     """Every file 0600 and folder 0700 (README, "Configuration"), also right after a restore run
     from a shell whose umask is 022, before `portal up` has started on the folder. (A manifest
     without its date, written by another tool, is restored with a message, not a traceback.)"""
-    import io
-
-    archive = tmp_path / "backup.tar.gz"
-    manifest = {"format": 1, "database": "sqlite", "secrets": ["secret_key"]}
-    with tarfile.open(archive, "w:gz") as tar:
-        for name in ("database", "redis", "redis/appendonlydir", "secrets"):
-            info = tarfile.TarInfo(name)
-            info.type, info.mode = tarfile.DIRTYPE, 0o700
-            tar.addfile(info)
-        for name, content in {
-            "manifest.json": json.dumps(manifest).encode(),
+    archive = _archive(
+        tmp_path / "backup.tar.gz",
+        {"format": 1, "database": "sqlite", "secrets": ["secret_key"]},
+        {
             "database/portal.sqlite3": b"db",
             "redis/appendonlydir/appendonly.aof.manifest": b"file appendonly.aof.1.base.rdb seq 1 type b\n",
             "secrets/secret_key": b"s",
-        }.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(content), 0o600
-            tar.addfile(info, io.BytesIO(content))
+        },
+        folders=("database", "redis", "redis/appendonlydir", "secrets"),
+    )
     folder = tmp_path / "data"
     env = {**os.environ, "PORTAL_DATA_DIR": str(folder)}
     env.pop("DATABASE_URL", None)
@@ -285,19 +286,11 @@ def test_a_forced_restore_sets_the_replaced_portals_gateway_journal_aside(tmp_pa
     into the restored database at the next start, and its key snapshot would serve the replaced
     portal's keys while the restored database is away: the journal is moved aside (named), the
     snapshot removed."""
-    import io
-
-    archive = tmp_path / "backup.tar.gz"
-    manifest = {"format": 1, "database": "sqlite", "secrets": ["secret_key"], "created": "2026-12-01T00:00:00Z"}
-    with tarfile.open(archive, "w:gz") as tar:
-        for name, content in {
-            "manifest.json": json.dumps(manifest).encode(),
-            "database/portal.sqlite3": b"db",
-            "secrets/secret_key": b"s",
-        }.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(content), 0o600
-            tar.addfile(info, io.BytesIO(content))
+    archive = _archive(
+        tmp_path / "backup.tar.gz",
+        {"format": 1, "database": "sqlite", "secrets": ["secret_key"], "created": "2026-12-01T00:00:00Z"},
+        {"database/portal.sqlite3": b"db", "secrets/secret_key": b"s"},
+    )
     folder = tmp_path / "data"
     (folder / "usage-journal").mkdir(parents=True)
     (folder / "usage-journal" / "batch-1.jsonl").write_text('{"key": "of the replaced portal"}\n')
