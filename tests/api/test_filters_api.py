@@ -114,7 +114,7 @@ def test_ordering_by_a_field_a_list_cannot_order_by_is_a_400_naming_the_choices(
     response = lead_api.get("/api/tokens/", {"ordering": "name,nmae"}, headers={"accept-language": "zh-hans"})
     assert response.status_code == 400
     assert response.json() == {
-        "ordering": ["无法按 nmae 排序。请从以下选项中选择：name, created, last_used_at, expires_at。"]
+        "ordering": ["无法按 nmae 排序。请从以下选项中选择：name、created、last_used_at、expires_at。"]
     }
     # A field it can order by, descending and with a trailing comma, still orders.
     assert (

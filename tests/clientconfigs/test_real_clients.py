@@ -318,8 +318,15 @@ def test_claude_code_on_a_real_llamacpp_server_answers_and_its_next_turn_reuses_
     env = {"DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"}
     first = run_isolated(server, home, [str(claude), "-p", PROMPT], env)
     assert first.returncode == 0 and first.stdout.strip(), first.stdout + first.stderr + llama.log()[-3000:]
-    one = wait_for(lambda: UsageRecord.objects.order_by("created").first(), timeout=30)
-    assert (one.model, one.surface, one.status, one.estimated) == ("local-coder", "messages", "ok", False)
+    # On a loaded machine the prefill of the ~20k-token prompt can outlast Claude Code's own patience:
+    # it gives a request up and sends it again (llama.cpp then finds the prompt in its cache). What
+    # it gave up is on the record as such; the turn's answer is the ok one.
+    wait_for(lambda: UsageRecord.objects.filter(status="ok").exists(), timeout=30)
+    first_turn = list(UsageRecord.objects.order_by("created"))
+    seen = [(r.status, r.latency_ms, r.ttft_ms, r.prompt_tokens, r.error) for r in first_turn]
+    assert {r.status for r in first_turn} <= {"ok", "client_disconnected"}, seen
+    one = next(r for r in first_turn if r.status == "ok")
+    assert (one.model, one.surface, one.status, one.estimated) == ("local-coder", "messages", "ok", False), seen
     assert 15_000 < one.prompt_tokens < LLAMA_WINDOW, one.prompt_tokens  # the whole prompt, by the server
     assert one.completion_tokens > 0
 

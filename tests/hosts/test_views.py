@@ -255,7 +255,7 @@ def test_the_deployment_list_filters_and_sorts(admin_client, host):
     # An unknown column is said on the page, in the reader's language (it was silently ignored).
     page = admin_client.get("/deployments/?sort=-nmae", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
     assert (
-        "无法按 -nmae 排序，表格按默认顺序显示。请从以下选项中选择：backend, host, name, port, served, status。" in page
+        "无法按 -nmae 排序，表格按默认顺序显示。请从以下选项中选择：backend、host、name、port、served、status。" in page
     )
     assert 'aria-sort="descending"' not in page
 
