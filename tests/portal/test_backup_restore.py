@@ -55,6 +55,22 @@ def _usage_records(url: str, token: dict[str, str], at_least: int = 1) -> list[t
     raise AssertionError(f"fewer than {at_least} usage records after 30 s: {page}")
 
 
+def _restore(folder, *args: str, umask: int | None = None) -> subprocess.CompletedProcess:
+    """`portal restore ARGS` as a process of its own onto the SQLite data folder `folder` (the
+    environment's database URL and gateway state folder left out), with `umask` in the child only."""
+    env = {**os.environ, "PORTAL_DATA_DIR": str(folder)}
+    for name in ("DATABASE_URL", "GATEWAY_STATE_DIR"):
+        env.pop(name, None)
+    return subprocess.run(
+        [sys.executable, "-m", "portal.cli", "restore", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        preexec_fn=None if umask is None else lambda: os.umask(umask),
+    )
+
+
 def _archive(path, manifest: dict, members: dict[str, bytes], folders: tuple[str, ...] = ()):
     """A backup archive made by hand: `manifest.json`, then `folders` (0700) and `members` (0600)."""
     import io
@@ -159,18 +175,10 @@ def test_a_postgresql_backup_without_pg_dump_says_what_to_install(tmp_path, monk
 
 
 def test_restoring_a_file_that_is_no_archive_is_refused_in_one_line(tmp_path):
-    import os
-    import subprocess
-    import sys
-
     junk = tmp_path / "junk.tgz"
     junk.write_text("junk\n")
     (tmp_path / "data").mkdir()
-    env = {**os.environ, "PORTAL_DATA_DIR": str(tmp_path / "data")}
-    env.pop("DATABASE_URL", None)
-    result = subprocess.run(
-        [sys.executable, "-m", "portal.cli", "restore", str(junk)], capture_output=True, text=True, env=env, timeout=120
-    )
+    result = _restore(tmp_path / "data", str(junk))
     assert result.returncode != 0 and "is not a portal backup" in result.stderr + result.stdout
     assert "Traceback" not in result.stderr
 
@@ -202,15 +210,7 @@ def test_restoring_an_incomplete_archive_is_refused_in_one_line_and_changes_noth
     folder = tmp_path / "data"
     folder.mkdir()
     (folder / "key_hash_secret").write_text("the folder's own secret\n")
-    env = {**os.environ, "PORTAL_DATA_DIR": str(folder)}
-    env.pop("DATABASE_URL", None)
-    result = subprocess.run(
-        [sys.executable, "-m", "portal.cli", "restore", "--force", str(archive)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    result = _restore(folder, "--force", str(archive))
     assert result.returncode == 1 and said in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
     assert sorted(p.name for p in folder.iterdir()) == ["key_hash_secret"]
@@ -232,16 +232,7 @@ def test_a_restore_writes_a_private_data_folder_whatever_the_shells_umask(tmp_pa
         folders=("database", "redis", "redis/appendonlydir", "secrets"),
     )
     folder = tmp_path / "data"
-    env = {**os.environ, "PORTAL_DATA_DIR": str(folder)}
-    env.pop("DATABASE_URL", None)
-    result = subprocess.run(
-        [sys.executable, "-m", "portal.cli", "restore", str(archive)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        preexec_fn=lambda: os.umask(0o022),  # the shell's usual umask, in the child only
-    )
+    result = _restore(folder, str(archive), umask=0o022)  # the shell's usual umask
     assert result.returncode == 0 and "restored the backup of (no date)" in result.stdout, result.stderr
     modes = {str(p.relative_to(folder)): stat.S_IMODE(p.stat().st_mode) for p in [folder, *folder.rglob("*")]}
     assert {path: mode for path, mode in modes.items() if mode not in (0o600, 0o700)} == {}
@@ -295,16 +286,7 @@ def test_a_forced_restore_sets_the_replaced_portals_gateway_journal_aside(tmp_pa
     (folder / "usage-journal").mkdir(parents=True)
     (folder / "usage-journal" / "batch-1.jsonl").write_text('{"key": "of the replaced portal"}\n')
     (folder / "gateway-snapshot.bin").write_bytes(b"the replaced portal's keys")
-    env = {**os.environ, "PORTAL_DATA_DIR": str(folder)}
-    for name in ("DATABASE_URL", "GATEWAY_STATE_DIR"):
-        env.pop(name, None)
-    result = subprocess.run(
-        [sys.executable, "-m", "portal.cli", "restore", "--force", str(archive)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    result = _restore(folder, "--force", str(archive))
     assert result.returncode == 0, result.stderr
     assert not (folder / "usage-journal").exists() and not (folder / "gateway-snapshot.bin").exists()
     [aside] = folder.glob("usage-journal.replaced-*")
